@@ -1,0 +1,87 @@
+// ContainerWriter: appends records to a trace.pt file from any thread.
+//
+// Producers hand records to a bounded queue; one writer thread compresses (zstd, where it
+// pays), checksums and writes them. A full queue makes producers wait: nothing is dropped.
+// The first write error (ENOSPC, EIO, EFBIG, ...) is sticky: every later call returns it, and
+// the file is cut back to the last whole record so it stays readable.
+#ifndef PTKIT_CONTAINER_WRITER_H_
+#define PTKIT_CONTAINER_WRITER_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "ptkit/container_format.h"
+
+namespace ptkit {
+
+struct WriterOptions {
+  bool compress = true;  // zstd per record when it saves at least 1/16 of the bytes
+  int zstd_level = 1;
+  bool overwrite = false;            // replace an existing file instead of failing
+  size_t queue_bytes = size_t{64} << 20;  // producers wait when this much is queued
+  absl::Duration flush_interval = absl::Seconds(1);  // buffered bytes reach the file this often
+};
+
+struct WriterStats {
+  uint64_t records = 0;       // records written, footer excluded
+  uint64_t raw_bytes = 0;     // payload bytes before compression
+  uint64_t stored_bytes = 0;  // bytes written to the file, headers included
+  uint64_t producer_waits = 0;  // times a producer waited for queue space
+};
+
+class ContainerWriter {
+ public:
+  // Creates `path` and writes the file header. Fails (kAlreadyExists) when the file exists
+  // and `options.overwrite` is false, or with the errno of open/write.
+  static absl::StatusOr<std::unique_ptr<ContainerWriter>> Create(const std::string& path,
+                                                                 const WriterOptions& options = {});
+  // Writes to an already open file descriptor (taken over, closed by the writer).
+  static absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateFromFd(
+      int fd, const std::string& name, const WriterOptions& options = {});
+
+  ~ContainerWriter();  // Close()s if needed, ignoring the status.
+  ContainerWriter(const ContainerWriter&) = delete;
+  ContainerWriter& operator=(const ContainerWriter&) = delete;
+
+  // Queues one record. Thread-safe; blocks while the queue is full. Fails with the sticky
+  // write error, kFailedPrecondition after Close(), kInvalidArgument for a payload larger
+  // than kMaxPayloadSize or a type that is reserved (kFooter).
+  absl::Status Append(RecordType type, std::vector<uint8_t> payload);
+  absl::Status AppendMetadata(std::string_view json);
+  absl::Status AppendSideband(const SidebandRecord& r) {
+    return Append(RecordType::kSideband, EncodeSideband(r));
+  }
+  absl::Status AppendAux(const AuxRecord& r) { return Append(RecordType::kAux, EncodeAux(r)); }
+  absl::Status AppendLoss(const LossRecord& r) { return Append(RecordType::kLoss, EncodeLoss(r)); }
+  absl::Status AppendSnapshot(const SnapshotRecord& r) {
+    return Append(RecordType::kSnapshot, EncodeSnapshot(r));
+  }
+  absl::Status AppendCode(const CodeRecord& r) { return Append(RecordType::kCode, EncodeCode(r)); }
+  absl::Status AppendCounters(std::span<const CounterValue> v) {
+    return Append(RecordType::kCounters, EncodeCounters(v));
+  }
+
+  // Waits until every record queued before the call is written to the file (write(2); not
+  // fsync). Returns the sticky error if any.
+  absl::Status Flush();
+  // Drains the queue, writes the footer, closes the file and joins the writer thread.
+  // Idempotent; returns the first error seen.
+  absl::Status Close();
+
+  WriterStats stats() const;
+
+ private:
+  struct State;
+  explicit ContainerWriter(std::unique_ptr<State> state);
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ptkit
+
+#endif  // PTKIT_CONTAINER_WRITER_H_

@@ -1,0 +1,40 @@
+// Status helpers shared by every ptkit library.
+//
+// The Abseil that Debian 12 ships has no status_macros.h, so ptkit keeps this one small pair.
+#ifndef PTKIT_STATUS_H_
+#define PTKIT_STATUS_H_
+
+#include <cerrno>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+#define PTKIT_STATUS_CONCAT_INNER_(a, b) a##b
+#define PTKIT_STATUS_CONCAT_(a, b) PTKIT_STATUS_CONCAT_INNER_(a, b)
+
+// Returns from the current function when `expr` (an absl::Status) is not OK.
+#define PTKIT_RETURN_IF_ERROR(expr)              \
+  do {                                           \
+    ::absl::Status ptkit_status_ = (expr);       \
+    if (!ptkit_status_.ok()) return ptkit_status_; \
+  } while (0)
+
+// `PTKIT_ASSIGN_OR_RETURN(auto x, MakeX());` assigns the value of an absl::StatusOr or returns
+// its error from the current function.
+#define PTKIT_ASSIGN_OR_RETURN(lhs, expr) \
+  PTKIT_ASSIGN_OR_RETURN_IMPL_(PTKIT_STATUS_CONCAT_(ptkit_statusor_, __LINE__), lhs, expr)
+#define PTKIT_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
+  auto tmp = (expr);                                 \
+  if (!tmp.ok()) return std::move(tmp).status();     \
+  lhs = std::move(tmp).value()
+
+namespace ptkit {
+
+// absl::ErrnoToStatus for the current errno, with `what` naming the call and its object,
+// e.g. ErrnoStatus("mmap aux area (cpu 3)").
+inline absl::Status ErrnoStatus(std::string_view what) { return absl::ErrnoToStatus(errno, what); }
+
+}  // namespace ptkit
+
+#endif  // PTKIT_STATUS_H_
