@@ -1,0 +1,140 @@
+#include "record/perf_event.h"
+
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "ptkit/status.h"
+#include "record/text_util.h"
+
+namespace ptkit::record {
+
+absl::StatusOr<std::string> ReadSystemFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::ErrnoToStatus(errno, Cat("read ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return std::string(Strip(ss.str()));
+}
+
+absl::Status PerfEventOpenError(int err, std::string_view what, const FileReader& read_file) {
+  const std::string call = Cat("perf_event_open ", what, ": ", std::strerror(err));
+  switch (err) {
+    case EACCES:
+    case EPERM: {
+      // Documentation/admin-guide/perf-security.rst: above 1 (2 on most distributions)
+      // unprivileged users may only profile their own user space; 3 (Debian) forbids all
+      // unprivileged use. CAP_PERFMON (5.8+) or CAP_SYS_ADMIN lift the restriction.
+      std::string paranoid = "unknown";
+      if (read_file) {
+        absl::StatusOr<std::string> v = read_file("/proc/sys/kernel/perf_event_paranoid");
+        if (v.ok()) paranoid = *v;
+      }
+      return absl::PermissionDeniedError(
+          Cat(call, " (kernel.perf_event_paranoid is ", paranoid,
+              "; run as root, grant CAP_PERFMON (CAP_SYS_ADMIN before Linux 5.8), or lower it: "
+              "sysctl kernel.perf_event_paranoid=1)"));
+    }
+    case ENOENT:
+    case EOPNOTSUPP:
+    case ENODEV:
+      return absl::UnimplementedError(Cat(call, " (not supported on this machine)"));
+    case EBUSY:
+      return absl::UnavailableError(
+          Cat(call, " (the PMU is in use: another tracer holds intel_pt/BTS/LBR on this CPU)"));
+    case EMFILE:
+      return absl::ResourceExhaustedError(Cat(call, " (too many open files: raise `ulimit -n`)"));
+    default:
+      return absl::ErrnoToStatus(err, call);
+  }
+}
+
+absl::StatusOr<PerfEvent> PerfEvent::Open(const perf_event_attr& attr, pid_t pid, int cpu,
+                                          std::string what, const FileReader& read_file) {
+  const long fd = syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+  if (fd < 0) return PerfEventOpenError(errno, what, read_file);
+  PerfEvent e;
+  e.fd_ = static_cast<int>(fd);
+  e.cpu_ = cpu;
+  e.pid_ = pid;
+  e.attr_ = attr;
+  e.what_ = std::move(what);
+  return e;
+}
+
+PerfEvent::PerfEvent(PerfEvent&& other) noexcept { *this = std::move(other); }
+
+PerfEvent& PerfEvent::operator=(PerfEvent&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    cpu_ = other.cpu_;
+    pid_ = other.pid_;
+    attr_ = other.attr_;
+    what_ = std::move(other.what_);
+  }
+  return *this;
+}
+
+PerfEvent::~PerfEvent() {
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::Status PerfEvent::Enable() {
+  if (ioctl(fd_, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+    return ErrnoStatus(Cat("ioctl(PERF_EVENT_IOC_ENABLE) ", what_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PerfEvent::Disable() {
+  if (ioctl(fd_, PERF_EVENT_IOC_DISABLE, 0) != 0) {
+    return ErrnoStatus(Cat("ioctl(PERF_EVENT_IOC_DISABLE) ", what_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PerfEvent::SetOutput(const PerfEvent& target) {
+  if (ioctl(fd_, PERF_EVENT_IOC_SET_OUTPUT, target.fd_) != 0) {
+    return ErrnoStatus(Cat("ioctl(PERF_EVENT_IOC_SET_OUTPUT) ", what_, " -> ", target.what_));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PerfEvent::SetFilter(const std::string& filter) {
+  if (ioctl(fd_, PERF_EVENT_IOC_SET_FILTER, filter.c_str()) != 0) {
+    return ErrnoStatus(Cat("ioctl(PERF_EVENT_IOC_SET_FILTER, \"", filter, "\") ", what_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> PerfEvent::Id() const {
+  uint64_t id = 0;
+  if (ioctl(fd_, PERF_EVENT_IOC_ID, &id) != 0) {
+    return ErrnoStatus(Cat("ioctl(PERF_EVENT_IOC_ID) ", what_));
+  }
+  return id;
+}
+
+absl::StatusOr<CounterReading> PerfEvent::Read() const {
+  constexpr uint64_t kFormat = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+  if (attr_.read_format != kFormat) {
+    return absl::FailedPreconditionError(
+        Cat("read ", what_, ": read_format must be TOTAL_TIME_ENABLED|RUNNING"));
+  }
+  uint64_t buf[3] = {};
+  const ssize_t n = read(fd_, buf, sizeof(buf));
+  if (n < 0) return ErrnoStatus(Cat("read ", what_));
+  if (n != sizeof(buf)) {
+    return absl::DataLossError(Cat("read ", what_, ": short read of ", n, " bytes"));
+  }
+  return CounterReading{buf[0], buf[1], buf[2]};
+}
+
+}  // namespace ptkit::record
