@@ -46,10 +46,10 @@ inline constexpr uint16_t kFrameZstd = 0x1;  // payload is one zstd frame
 struct FrameHeader {
   uint16_t type = 0;
   uint16_t flags = 0;
-  uint64_t sequence = 0;   // 0, 1, 2, ... in file order; gaps reveal lost records
+  uint64_t sequence = 0;  // 0, 1, 2, ... in file order; gaps reveal lost records
   uint64_t stored_size = 0;
-  uint64_t raw_size = 0;   // payload size after decompression
-  uint64_t checksum = 0;   // XXH3-64 of the stored payload bytes
+  uint64_t raw_size = 0;  // payload size after decompression
+  uint64_t checksum = 0;  // XXH3-64 of the stored payload bytes
 };
 
 void EncodeFileHeader(std::span<uint8_t, kFileHeaderSize> out);
@@ -92,10 +92,10 @@ struct AuxRecord {
   std::span<const uint8_t> data;
 };
 enum class LossKind : uint32_t {
-  kLostSideband = 1,  // PERF_RECORD_LOST: `count` sideband records dropped by the kernel
-  kAuxTruncated = 2,  // AUX buffer was full; trace stopped until drained
-  kAuxCollision = 3,  // trace data collided with the hardware (PERF_AUX_FLAG_COLLISION)
-  kAuxPartial = 4,    // PERF_AUX_FLAG_PARTIAL: a record covering an incomplete snapshot
+  kLostSideband = 1,    // PERF_RECORD_LOST: `count` sideband records dropped by the kernel
+  kAuxTruncated = 2,    // AUX buffer was full; trace stopped until drained
+  kAuxCollision = 3,    // trace data collided with the hardware (PERF_AUX_FLAG_COLLISION)
+  kAuxPartial = 4,      // PERF_AUX_FLAG_PARTIAL: a record covering an incomplete snapshot
   kAuxOverwritten = 5,  // snapshot ring wrapped: older bytes than the snapshot are gone
   kOther = 15,
 };
@@ -110,9 +110,9 @@ struct LossRecord {
 };
 struct SnapshotRecord {
   StreamId stream;
-  uint64_t sequence = 0;  // 0, 1, ... per stream
-  uint64_t aux_head = 0;  // aux_head when the snapshot was taken
-  uint64_t time = 0;      // perf time of the snapshot
+  uint64_t sequence = 0;          // 0, 1, ... per stream
+  uint64_t aux_head = 0;          // aux_head when the snapshot was taken
+  uint64_t time = 0;              // perf time of the snapshot
   std::span<const uint8_t> data;  // oldest byte first
 };
 inline constexpr uint32_t kCodeVdso = 0x1;      // bytes of the [vdso] mapping

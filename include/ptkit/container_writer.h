@@ -23,15 +23,15 @@ namespace ptkit {
 struct WriterOptions {
   bool compress = true;  // zstd per record when it saves at least 1/16 of the bytes
   int zstd_level = 1;
-  bool overwrite = false;            // replace an existing file instead of failing
-  size_t queue_bytes = size_t{64} << 20;  // producers wait when this much is queued
+  bool overwrite = false;                            // replace an existing file instead of failing
+  size_t queue_bytes = size_t{64} << 20;             // producers wait when this much is queued
   absl::Duration flush_interval = absl::Seconds(1);  // buffered bytes reach the file this often
 };
 
 struct WriterStats {
-  uint64_t records = 0;       // records written, footer excluded
-  uint64_t raw_bytes = 0;     // payload bytes before compression
-  uint64_t stored_bytes = 0;  // bytes written to the file, headers included
+  uint64_t records = 0;         // records written, footer excluded
+  uint64_t raw_bytes = 0;       // payload bytes before compression
+  uint64_t stored_bytes = 0;    // bytes written to the file, headers included
   uint64_t producer_waits = 0;  // times a producer waited for queue space
 };
 

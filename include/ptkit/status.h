@@ -5,7 +5,7 @@
 #define PTKIT_STATUS_H_
 
 #include <cerrno>
-#include <string_view>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -14,9 +14,9 @@
 #define PTKIT_STATUS_CONCAT_(a, b) PTKIT_STATUS_CONCAT_INNER_(a, b)
 
 // Returns from the current function when `expr` (an absl::Status) is not OK.
-#define PTKIT_RETURN_IF_ERROR(expr)              \
-  do {                                           \
-    ::absl::Status ptkit_status_ = (expr);       \
+#define PTKIT_RETURN_IF_ERROR(expr)                \
+  do {                                             \
+    ::absl::Status ptkit_status_ = (expr);         \
     if (!ptkit_status_.ok()) return ptkit_status_; \
   } while (0)
 
@@ -31,9 +31,15 @@
 
 namespace ptkit {
 
+// Note: Debian 12's Abseil has its own absl::string_view, distinct from std::string_view:
+// absl::StrCat and absl::Status do not take a std::string_view (wrap it in std::string, or use
+// fmt::format).
+//
 // absl::ErrnoToStatus for the current errno, with `what` naming the call and its object,
 // e.g. ErrnoStatus("mmap aux area (cpu 3)").
-inline absl::Status ErrnoStatus(std::string_view what) { return absl::ErrnoToStatus(errno, what); }
+inline absl::Status ErrnoStatus(const std::string& what) {
+  return absl::ErrnoToStatus(errno, what);
+}
 
 }  // namespace ptkit
 

@@ -36,9 +36,8 @@ MATCHER_P2(StatusIs, code, message_matcher, "has status code " + ::testing::Prin
 }
 
 // Asserts that a StatusOr is OK and yields its value.
-#define PTKIT_ASSERT_OK_AND_ASSIGN(lhs, expr)                                          \
-  PTKIT_ASSERT_OK_AND_ASSIGN_IMPL_(PTKIT_STATUS_CONCAT_(ptkit_assert_or_, __LINE__), lhs, \
-                                   expr)
+#define PTKIT_ASSERT_OK_AND_ASSIGN(lhs, expr) \
+  PTKIT_ASSERT_OK_AND_ASSIGN_IMPL_(PTKIT_STATUS_CONCAT_(ptkit_assert_or_, __LINE__), lhs, expr)
 #define PTKIT_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                     \
   ASSERT_TRUE(tmp.ok()) << tmp.status();                 \

@@ -1,0 +1,356 @@
+#include "ptkit/container_reader.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "ptkit/status.h"
+
+namespace ptkit {
+namespace {
+
+constexpr size_t kWindowSize = size_t{1} << 20;
+constexpr size_t kScanChunk = size_t{64} << 10;
+constexpr uint8_t kSyncBytes[4] = {0x50, 0x4b, 0x54, 0x52};  // kFrameSync, little-endian
+
+class FileSource final : public ByteSource {
+ public:
+  FileSource(int fd, uint64_t size, std::string name) : fd_(fd), size_(size), name_(name) {}
+  ~FileSource() override { ::close(fd_); }
+  uint64_t size() const override { return size_; }
+  const std::string& name() const override { return name_; }
+  absl::StatusOr<size_t> ReadAt(uint64_t offset, std::span<uint8_t> out) override {
+    size_t done = 0;
+    while (done < out.size()) {
+      ssize_t n =
+          ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoStatus(absl::StrCat("read ", name_, " at offset ", offset + done));
+      }
+      if (n == 0) break;
+      done += static_cast<size_t>(n);
+    }
+    return done;
+  }
+
+ private:
+  int fd_;
+  uint64_t size_;
+  std::string name_;
+};
+
+class MemSource final : public ByteSource {
+ public:
+  MemSource(std::span<const uint8_t> bytes, std::string name) : bytes_(bytes), name_(name) {}
+  uint64_t size() const override { return bytes_.size(); }
+  const std::string& name() const override { return name_; }
+  absl::StatusOr<size_t> ReadAt(uint64_t offset, std::span<uint8_t> out) override {
+    if (offset >= bytes_.size()) return 0;
+    size_t n = std::min<uint64_t>(out.size(), bytes_.size() - offset);
+    std::memcpy(out.data(), bytes_.data() + offset, n);
+    return n;
+  }
+
+ private:
+  std::span<const uint8_t> bytes_;
+  std::string name_;
+};
+
+struct DCtxDeleter {
+  void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
+};
+
+bool IsKnownType(uint16_t t) {
+  return t >= static_cast<uint16_t>(RecordType::kMetadata) &&
+         t <= static_cast<uint16_t>(RecordType::kFooter);
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(absl::StrCat("open ", path));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    absl::Status s = ErrnoStatus(absl::StrCat("stat ", path));
+    ::close(fd);
+    return s;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
+  }
+  return std::make_unique<FileSource>(fd, static_cast<uint64_t>(st.st_size), path);
+}
+
+std::unique_ptr<ByteSource> MemorySource(std::span<const uint8_t> bytes, std::string name) {
+  return std::make_unique<MemSource>(bytes, std::move(name));
+}
+
+uint64_t ReadReport::lost_bytes() const {
+  uint64_t n = 0;
+  for (const Damage& d : damage) n += d.bytes;
+  return n;
+}
+
+uint64_t ReadReport::lost_records() const {
+  uint64_t n = 0;
+  for (const Damage& d : damage) n += d.records;
+  return n;
+}
+
+struct ContainerReader::State {
+  std::unique_ptr<ByteSource> src;
+  uint64_t size = 0;
+  uint64_t pos = kFileHeaderSize;
+  uint64_t expected_sequence = 0;
+  bool done = false;
+  ReadReport report;
+  std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx;
+
+  // Read-ahead window over the file, so small records cost no system call each.
+  std::vector<uint8_t> window;
+  uint64_t window_offset = 0;
+  size_t window_len = 0;
+  std::vector<uint8_t> large;  // payloads that do not fit the window
+  std::vector<uint8_t> raw;    // decompressed payload
+
+  // Returns `n` bytes at `offset` (the caller has checked they lie inside the file), valid
+  // until the next call.
+  absl::StatusOr<std::span<const uint8_t>> Get(uint64_t offset, size_t n);
+  // Finds the next authentic frame header after `from`, records the damage in between and
+  // moves `pos` there (or to the end of the file).
+  absl::Status Resync(uint64_t from, const std::string& reason);
+  void AddDamage(uint64_t offset, uint64_t bytes, uint64_t records, std::string reason) {
+    report.damage.push_back(Damage{offset, bytes, records, std::move(reason)});
+  }
+  // Checks a frame header's sizes against the format limits.
+  static absl::Status CheckSizes(const FrameHeader& h);
+};
+
+absl::StatusOr<std::span<const uint8_t>> ContainerReader::State::Get(uint64_t offset, size_t n) {
+  if (offset >= window_offset && offset + n <= window_offset + window_len) {
+    return std::span<const uint8_t>(window.data() + (offset - window_offset), n);
+  }
+  if (n > kWindowSize) {
+    large.resize(n);
+    PTKIT_ASSIGN_OR_RETURN(size_t got, src->ReadAt(offset, large));
+    if (got != n) return absl::DataLossError(absl::StrCat(src->name(), " shrank while reading"));
+    return std::span<const uint8_t>(large);
+  }
+  window.resize(kWindowSize);
+  size_t want = static_cast<size_t>(std::min<uint64_t>(kWindowSize, size - offset));
+  PTKIT_ASSIGN_OR_RETURN(size_t got, src->ReadAt(offset, std::span<uint8_t>(window.data(), want)));
+  window_offset = offset;
+  window_len = got;
+  if (got < n) return absl::DataLossError(absl::StrCat(src->name(), " shrank while reading"));
+  return std::span<const uint8_t>(window.data(), n);
+}
+
+absl::Status ContainerReader::State::CheckSizes(const FrameHeader& h) {
+  if (h.stored_size > kMaxPayloadSize || h.raw_size > kMaxPayloadSize) {
+    return absl::DataLossError(absl::StrFormat("record sizes out of range (stored %u, raw %u)",
+                                               h.stored_size, h.raw_size));
+  }
+  if (!(h.flags & kFrameZstd) && h.raw_size != h.stored_size) {
+    return absl::DataLossError("uncompressed record with differing sizes");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ContainerReader::State::Resync(uint64_t from, const std::string& reason) {
+  uint64_t scan = from + 1;
+  while (scan + kFrameHeaderSize <= size) {
+    size_t len = static_cast<size_t>(std::min<uint64_t>(kScanChunk, size - scan));
+    PTKIT_ASSIGN_OR_RETURN(auto chunk, Get(scan, len));
+    // Copy: Get() below may move the window.
+    std::vector<uint8_t> bytes(chunk.begin(), chunk.end());
+    size_t i = 0;
+    while (i + sizeof(kSyncBytes) <= bytes.size()) {
+      auto hit =
+          std::search(bytes.begin() + i, bytes.end(), std::begin(kSyncBytes), std::end(kSyncBytes));
+      if (hit == bytes.end()) break;
+      uint64_t candidate = scan + (hit - bytes.begin());
+      i = static_cast<size_t>(hit - bytes.begin()) + 1;
+      if (candidate + kFrameHeaderSize > size) break;
+      PTKIT_ASSIGN_OR_RETURN(auto hb, Get(candidate, kFrameHeaderSize));
+      auto h = ParseFrameHeader(hb.first<kFrameHeaderSize>());
+      if (!h.ok() || !CheckSizes(*h).ok()) continue;
+      uint64_t records = h->sequence > expected_sequence ? h->sequence - expected_sequence : 1;
+      AddDamage(from, candidate - from, records,
+                absl::StrCat(reason, "; resynchronised at offset ", candidate));
+      pos = candidate;
+      expected_sequence = h->sequence;
+      return absl::OkStatus();
+    }
+    if (len < kScanChunk) break;
+    scan += len - (sizeof(kSyncBytes) - 1);
+  }
+  AddDamage(from, size - from, 1,
+            absl::StrCat(reason, "; no valid record after it (at least 1 record lost)"));
+  pos = size;
+  done = true;
+  return absl::OkStatus();
+}
+
+ContainerReader::ContainerReader(std::unique_ptr<State> state) : state_(std::move(state)) {}
+ContainerReader::ContainerReader(ContainerReader&&) noexcept = default;
+ContainerReader& ContainerReader::operator=(ContainerReader&&) noexcept = default;
+ContainerReader::~ContainerReader() = default;
+
+absl::StatusOr<ContainerReader> ContainerReader::Open(const std::string& path) {
+  PTKIT_ASSIGN_OR_RETURN(auto src, OpenFileSource(path));
+  return Open(std::move(src));
+}
+
+absl::StatusOr<ContainerReader> ContainerReader::Open(std::unique_ptr<ByteSource> source) {
+  const std::string& name = source->name();
+  uint64_t size = source->size();
+  if (size == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(name, ": empty file, not a ptkit container"));
+  }
+  uint8_t header[kFileHeaderSize] = {};
+  PTKIT_ASSIGN_OR_RETURN(size_t got, source->ReadAt(0, header));
+  if (got < kFileHeaderSize) {
+    bool magic_prefix =
+        std::equal(header, header + std::min<size_t>(got, kFileMagic.size()), kFileMagic.begin());
+    if (magic_prefix) {
+      return absl::DataLossError(absl::StrCat(name, ": cut inside the ", kFileHeaderSize,
+                                              "-byte file header (", got,
+                                              " bytes): no records to read"));
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": not a ptkit container (", got, " bytes)"));
+  }
+  if (absl::Status s = CheckFileHeader(header); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat(name, ": ", s.message()));
+  }
+  auto state = std::make_unique<State>();
+  state->src = std::move(source);
+  state->size = size;
+  state->report.file_size = size;
+  state->dctx.reset(ZSTD_createDCtx());
+  if (state->dctx == nullptr) {
+    return absl::ResourceExhaustedError("cannot allocate a zstd decompression context");
+  }
+  return ContainerReader(std::move(state));
+}
+
+absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
+  State& s = *state_;
+  while (!s.done) {
+    if (s.pos >= s.size) {
+      s.done = true;
+      break;
+    }
+    uint64_t at = s.pos;
+    if (s.size - at < kFrameHeaderSize) {
+      s.AddDamage(at, s.size - at, 1,
+                  absl::StrCat("file ends inside the header of record ", s.expected_sequence,
+                               " (cut or still being written)"));
+      s.done = true;
+      break;
+    }
+    PTKIT_ASSIGN_OR_RETURN(auto hb, s.Get(at, kFrameHeaderSize));
+    auto parsed = ParseFrameHeader(hb.first<kFrameHeaderSize>());
+    absl::Status sizes = parsed.ok() ? State::CheckSizes(*parsed) : parsed.status();
+    if (!sizes.ok()) {
+      PTKIT_RETURN_IF_ERROR(s.Resync(
+          at, absl::StrCat("damaged record header at offset ", at, " (", sizes.message(), ")")));
+      continue;
+    }
+    const FrameHeader h = *parsed;
+    uint64_t total = kFrameHeaderSize + h.stored_size;
+    if (h.stored_size > s.size - at - kFrameHeaderSize) {
+      s.AddDamage(at, s.size - at, 1,
+                  absl::StrFormat("file ends inside record %u (%s): %u of %u bytes present "
+                                  "(cut or still being written)",
+                                  h.sequence, RecordTypeName(h.type), s.size - at, total));
+      s.done = true;
+      break;
+    }
+    s.pos = at + total;
+    if (h.sequence < s.expected_sequence) {
+      s.report.warnings.push_back(absl::StrCat("record at offset ", at, " has sequence ",
+                                               h.sequence, ", expected ", s.expected_sequence));
+    }
+    PTKIT_ASSIGN_OR_RETURN(auto stored, s.Get(at + kFrameHeaderSize, h.stored_size));
+    auto damaged = [&](std::string why) {
+      uint64_t records = h.sequence > s.expected_sequence ? h.sequence - s.expected_sequence : 0;
+      s.AddDamage(at, total, records + 1,
+                  absl::StrFormat("record %u (%s) at offset %u: %s", h.sequence,
+                                  RecordTypeName(h.type), at, why));
+      s.expected_sequence = h.sequence + 1;
+    };
+    if (XXH3_64bits(stored.data(), stored.size()) != h.checksum) {
+      damaged("checksum mismatch");
+      continue;
+    }
+    std::span<const uint8_t> payload = stored;
+    if (h.flags & kFrameZstd) {
+      unsigned long long content = ZSTD_getFrameContentSize(stored.data(), stored.size());
+      if (content != h.raw_size) {
+        damaged("zstd frame size does not match the record header");
+        continue;
+      }
+      s.raw.resize(h.raw_size);
+      size_t n = ZSTD_decompressDCtx(s.dctx.get(), s.raw.data(), s.raw.size(), stored.data(),
+                                     stored.size());
+      if (ZSTD_isError(n) || n != h.raw_size) {
+        damaged(absl::StrCat("zstd: ", ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));
+        continue;
+      }
+      payload = s.raw;
+    }
+    if (h.sequence > s.expected_sequence) {
+      s.AddDamage(at, 0, h.sequence - s.expected_sequence,
+                  absl::StrCat("records ", s.expected_sequence, "..", h.sequence - 1,
+                               " missing before offset ", at));
+    }
+    s.expected_sequence = h.sequence + 1;
+    if (!IsKnownType(h.type)) {
+      if (s.report.unknown_types[h.type]++ == 0) {
+        s.report.warnings.push_back(
+            absl::StrCat("skipping record kind ", h.type, " (written by a newer ptkit?)"));
+      }
+      continue;
+    }
+    if (h.type == static_cast<uint16_t>(RecordType::kFooter)) {
+      s.report.footer_present = true;
+      auto footer = ParseFooter(payload);
+      if (!footer.ok()) {
+        s.report.warnings.push_back(std::string(footer.status().message()));
+      } else if (footer->records != h.sequence) {
+        s.report.warnings.push_back(
+            absl::StrCat("footer counts ", footer->records, " records but is record ", h.sequence));
+      }
+      if (s.pos < s.size) {
+        s.report.warnings.push_back(
+            absl::StrCat(s.size - s.pos, " bytes after the footer were ignored"));
+        s.done = true;
+      }
+    }
+    ++s.report.records;
+    out.type = static_cast<RecordType>(h.type);
+    out.sequence = h.sequence;
+    out.offset = at;
+    out.stored_bytes = total;
+    out.compressed = (h.flags & kFrameZstd) != 0;
+    out.payload = payload;
+    return true;
+  }
+  return false;
+}
+
+const ReadReport& ContainerReader::report() const { return state_->report; }
+const std::string& ContainerReader::name() const { return state_->src->name(); }
+
+}  // namespace ptkit

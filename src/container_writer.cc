@@ -1,0 +1,327 @@
+#include "ptkit/container_writer.h"
+
+#include <fcntl.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include <deque>
+#include <map>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "ptkit/status.h"
+
+namespace ptkit {
+namespace {
+
+constexpr size_t kBufferSize = size_t{1} << 20;
+// Payloads smaller than this are stored as they are: zstd cannot win much on them.
+constexpr size_t kMinCompressSize = 128;
+
+struct Item {
+  uint16_t type;
+  std::vector<uint8_t> payload;
+};
+
+struct CCtxDeleter {
+  void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
+};
+
+// Writes all of `iov` with writev, resuming after partial writes and EINTR.
+absl::Status WriteAll(int fd, iovec* iov, int iovcnt, const std::string& name) {
+  while (iovcnt > 0) {
+    ssize_t n = ::writev(fd, iov, iovcnt);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(absl::StrCat("write ", name));
+    }
+    size_t left = static_cast<size_t>(n);
+    while (iovcnt > 0 && left >= iov->iov_len) {
+      left -= iov->iov_len;
+      ++iov;
+      --iovcnt;
+    }
+    if (iovcnt > 0) {
+      iov->iov_base = static_cast<uint8_t*>(iov->iov_base) + left;
+      iov->iov_len -= left;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+struct ContainerWriter::State {
+  int fd = -1;
+  std::string name;
+  WriterOptions options;
+
+  // Shared between producers and the writer thread.
+  absl::Mutex mu;
+  std::deque<Item> queue ABSL_GUARDED_BY(mu);
+  size_t queued_bytes ABSL_GUARDED_BY(mu) = 0;
+  uint64_t enqueued ABSL_GUARDED_BY(mu) = 0;  // records ever queued
+  uint64_t flushed ABSL_GUARDED_BY(mu) = 0;   // records handed to write(2)
+  bool flush_requested ABSL_GUARDED_BY(mu) = false;
+  bool closing ABSL_GUARDED_BY(mu) = false;
+  bool closed ABSL_GUARDED_BY(mu) = false;
+  absl::Status error ABSL_GUARDED_BY(mu);
+  WriterStats stats ABSL_GUARDED_BY(mu);
+
+  // Owned by the writer thread.
+  std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx;
+  std::vector<uint8_t> zbuf;
+  std::vector<uint8_t> buffer;
+  uint64_t sequence = 0;
+  uint64_t processed = 0;  // records placed in `buffer` or written
+  uint64_t file_size = 0;  // bytes successfully written
+  absl::Time last_flush;
+  std::map<uint16_t, FooterRecord::Kind> kinds;
+  uint64_t raw_bytes = 0;
+  uint64_t stored_bytes = 0;
+  bool footer_written = false;
+
+  std::thread thread;
+
+  absl::Status FlushBuffer();
+  absl::Status WriteRecord(uint16_t type, std::span<const uint8_t> payload);
+  absl::Status WriteFooter();
+  void Run();
+  void Fail(const absl::Status& s);
+};
+
+void ContainerWriter::State::Fail(const absl::Status& s) {
+  // Keep the file readable: cut it back to the last whole record written.
+  if (::ftruncate(fd, static_cast<off_t>(file_size)) != 0) {
+    // Nothing more to do: the reader treats a cut tail as loss it reports.
+  }
+  buffer.clear();
+  absl::MutexLock lock(&mu);
+  if (error.ok()) error = s;
+}
+
+absl::Status ContainerWriter::State::FlushBuffer() {
+  last_flush = absl::Now();
+  if (buffer.empty()) return absl::OkStatus();
+  iovec iov{buffer.data(), buffer.size()};
+  PTKIT_RETURN_IF_ERROR(WriteAll(fd, &iov, 1, name));
+  file_size += buffer.size();
+  buffer.clear();
+  return absl::OkStatus();
+}
+
+absl::Status ContainerWriter::State::WriteRecord(uint16_t type, std::span<const uint8_t> payload) {
+  FrameHeader h;
+  h.type = type;
+  h.sequence = sequence;
+  h.raw_size = payload.size();
+  std::span<const uint8_t> stored = payload;
+  if (options.compress && payload.size() >= kMinCompressSize) {
+    zbuf.resize(ZSTD_compressBound(payload.size()));
+    size_t n = ZSTD_compressCCtx(cctx.get(), zbuf.data(), zbuf.size(), payload.data(),
+                                 payload.size(), options.zstd_level);
+    // Compression pays when it saves at least 1/16 of the bytes.
+    if (!ZSTD_isError(n) && n < payload.size() - payload.size() / 16) {
+      stored = std::span<const uint8_t>(zbuf.data(), n);
+      h.flags |= kFrameZstd;
+    }
+  }
+  h.stored_size = stored.size();
+  h.checksum = XXH3_64bits(stored.data(), stored.size());
+  uint8_t header[kFrameHeaderSize];
+  EncodeFrameHeader(h, header);
+
+  size_t total = kFrameHeaderSize + stored.size();
+  if (buffer.size() + total > kBufferSize) PTKIT_RETURN_IF_ERROR(FlushBuffer());
+  if (total > kBufferSize) {
+    iovec iov[2] = {{header, kFrameHeaderSize},
+                    {const_cast<uint8_t*>(stored.data()), stored.size()}};
+    PTKIT_RETURN_IF_ERROR(WriteAll(fd, iov, 2, name));
+    file_size += total;
+  } else {
+    buffer.insert(buffer.end(), header, header + kFrameHeaderSize);
+    buffer.insert(buffer.end(), stored.begin(), stored.end());
+  }
+  ++sequence;
+  FooterRecord::Kind& k = kinds[type];
+  k.type = type;
+  ++k.count;
+  k.raw_bytes += payload.size();
+  raw_bytes += payload.size();
+  stored_bytes += total;
+  return absl::OkStatus();
+}
+
+absl::Status ContainerWriter::State::WriteFooter() {
+  FooterRecord f;
+  f.records = sequence;
+  for (const auto& [type, k] : kinds) f.kinds.push_back(k);
+  std::vector<uint8_t> payload = EncodeFooter(f);
+  PTKIT_RETURN_IF_ERROR(WriteRecord(static_cast<uint16_t>(RecordType::kFooter), payload));
+  return FlushBuffer();
+}
+
+void ContainerWriter::State::Run() {
+  last_flush = absl::Now();
+  for (;;) {
+    std::deque<Item> batch;
+    bool closing_now = false;
+    bool flush_now = false;
+    bool failed = false;
+    {
+      absl::MutexLock lock(&mu);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
+        return !queue.empty() || closing || flush_requested;
+      };
+      mu.AwaitWithTimeout(absl::Condition(&ready), options.flush_interval);
+      batch.swap(queue);
+      closing_now = closing;
+      flush_now = flush_requested || batch.empty();
+      flush_requested = false;
+      failed = !error.ok();
+    }
+    // After a write error nothing more is written: the caller has the error from every call.
+    absl::Status status = failed ? absl::CancelledError("earlier write error") : absl::OkStatus();
+    size_t batch_bytes = 0;
+    for (Item& item : batch) {
+      batch_bytes += item.payload.size();
+      if (status.ok()) status = WriteRecord(item.type, item.payload);
+      ++processed;
+    }
+    bool flush_due = flush_now || closing_now || absl::Now() - last_flush >= options.flush_interval;
+    if (status.ok() && flush_due) {
+      status = FlushBuffer();
+    }
+    if (status.ok() && closing_now) {
+      status = WriteFooter();
+      footer_written = status.ok();
+    }
+    if (!status.ok() && !failed) Fail(status);
+    {
+      absl::MutexLock lock(&mu);
+      queued_bytes -= batch_bytes;
+      if (buffer.empty()) flushed = processed;
+      stats.records = sequence - (footer_written ? 1 : 0);
+      stats.raw_bytes = raw_bytes;
+      stats.stored_bytes = stored_bytes + kFileHeaderSize;
+      if (closing_now) {
+        if (::close(fd) != 0 && error.ok()) error = ErrnoStatus(absl::StrCat("close ", name));
+        fd = -1;
+        closed = true;
+        return;
+      }
+    }
+  }
+}
+
+ContainerWriter::ContainerWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
+
+ContainerWriter::~ContainerWriter() { Close().IgnoreError(); }
+
+absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(
+    const std::string& path, const WriterOptions& options) {
+  int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (options.overwrite ? O_TRUNC : O_EXCL);
+  int fd = ::open(path.c_str(), flags, 0644);
+  if (fd < 0) {
+    if (errno == EEXIST) {
+      return absl::AlreadyExistsError(
+          absl::StrCat(path, " already exists: remove it or allow overwriting it"));
+    }
+    return ErrnoStatus(absl::StrCat("create ", path));
+  }
+  return CreateFromFd(fd, path, options);
+}
+
+absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
+    int fd, const std::string& name, const WriterOptions& options) {
+  auto state = std::make_unique<State>();
+  state->fd = fd;
+  state->name = name;
+  state->options = options;
+  state->cctx.reset(ZSTD_createCCtx());
+  if (state->cctx == nullptr) {
+    ::close(fd);
+    return absl::ResourceExhaustedError("cannot allocate a zstd compression context");
+  }
+  state->buffer.reserve(kBufferSize);
+  uint8_t header[kFileHeaderSize];
+  EncodeFileHeader(header);
+  iovec iov{header, kFileHeaderSize};
+  if (absl::Status s = WriteAll(fd, &iov, 1, name); !s.ok()) {
+    ::close(fd);
+    return s;
+  }
+  state->file_size = kFileHeaderSize;
+  State* raw = state.get();
+  state->thread = std::thread([raw] { raw->Run(); });
+  return std::unique_ptr<ContainerWriter>(new ContainerWriter(std::move(state)));
+}
+
+absl::Status ContainerWriter::AppendMetadata(std::string_view json) {
+  return Append(RecordType::kMetadata, std::vector<uint8_t>(json.begin(), json.end()));
+}
+
+absl::Status ContainerWriter::Append(RecordType type, std::vector<uint8_t> payload) {
+  if (type == RecordType::kFooter) {
+    return absl::InvalidArgumentError("the footer record is written by Close()");
+  }
+  if (payload.size() > kMaxPayloadSize) {
+    return absl::InvalidArgumentError(absl::StrCat("record of ", payload.size(),
+                                                   " bytes exceeds the limit of ", kMaxPayloadSize,
+                                                   ": split it"));
+  }
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  auto has_room = [&s, n = payload.size()]() ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
+    return s.queued_bytes == 0 || s.queued_bytes + n <= s.options.queue_bytes || !s.error.ok() ||
+           s.closing;
+  };
+  if (!has_room()) {
+    ++s.stats.producer_waits;
+    s.mu.Await(absl::Condition(&has_room));
+  }
+  if (!s.error.ok()) return s.error;
+  if (s.closing) return absl::FailedPreconditionError(absl::StrCat(s.name, " is closed"));
+  s.queued_bytes += payload.size();
+  ++s.enqueued;
+  s.queue.push_back(Item{static_cast<uint16_t>(type), std::move(payload)});
+  return absl::OkStatus();
+}
+
+absl::Status ContainerWriter::Flush() {
+  State& s = *state_;
+  absl::MutexLock lock(&s.mu);
+  if (s.closed) return s.error;
+  uint64_t target = s.enqueued;
+  s.flush_requested = true;
+  auto done = [&s, target]() ABSL_SHARED_LOCKS_REQUIRED(s.mu) {
+    return s.flushed >= target || !s.error.ok() || s.closed;
+  };
+  s.mu.Await(absl::Condition(&done));
+  return s.error;
+}
+
+absl::Status ContainerWriter::Close() {
+  State& s = *state_;
+  {
+    absl::MutexLock lock(&s.mu);
+    if (s.closing) {
+      s.mu.Await(absl::Condition(&s.closed));
+      return s.error;
+    }
+    s.closing = true;
+  }
+  s.thread.join();
+  absl::MutexLock lock(&s.mu);
+  return s.error;
+}
+
+WriterStats ContainerWriter::stats() const {
+  absl::MutexLock lock(&state_->mu);
+  return state_->stats;
+}
+
+}  // namespace ptkit

@@ -1,0 +1,468 @@
+// Round trips, cuts at every byte, damage in every byte, bad files, concurrency and full disks
+// for the trace.pt container (man/ptkit-format.5).
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "container_test_util.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ptkit/container_reader.h"
+#include "ptkit/container_writer.h"
+#include "status_matchers.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::FillUntilError;
+using ::ptkit::testing::IsOk;
+using ::ptkit::testing::Owned;
+using ::ptkit::testing::Pattern;
+using ::ptkit::testing::ReadAll;
+using ::ptkit::testing::ReadBytes;
+using ::ptkit::testing::ReadEverything;
+using ::ptkit::testing::ReadFile;
+using ::ptkit::testing::StatusIs;
+using ::ptkit::testing::TempDir;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::SizeIs;
+
+// Payload fixtures, one per record kind.
+struct Sample {
+  std::string metadata = R"({"host":"test","cpu_family":6,"cpu_model":85})";
+  std::vector<uint8_t> sideband = Pattern(300, 1, true);
+  std::vector<uint8_t> aux_compressible = Pattern(5000, 2, true);
+  std::vector<uint8_t> aux_random = Pattern(3000, 3, false);
+  std::vector<uint8_t> snapshot = Pattern(2048, 4, true);
+  std::vector<uint8_t> vdso = Pattern(1024, 5, false);
+  std::vector<uint8_t> build_id = Pattern(20, 6, false);
+  std::vector<CounterValue> counters = {{"task-clock", -1, 123456789, 1000, 900},
+                                        {"page-faults", 2, 42, 1000, 1000}};
+};
+
+// Writes every record kind; returns the file's bytes.
+std::vector<uint8_t> WriteSample(const TempDir& dir, bool compress, const Sample& s = {}) {
+  std::string path = dir.File(compress ? "z.pt" : "raw.pt");
+  WriterOptions options;
+  options.compress = compress;
+  options.overwrite = true;
+  auto w = ContainerWriter::Create(path, options);
+  EXPECT_THAT(w, IsOk());
+  ContainerWriter& writer = **w;
+  EXPECT_THAT(writer.AppendMetadata(s.metadata), IsOk());
+  EXPECT_THAT(writer.AppendSideband({.cpu = 3, .records = s.sideband}), IsOk());
+  EXPECT_THAT(writer.AppendAux({.stream = {StreamKind::kCpu, 3},
+                                .aux_offset = 4096,
+                                .flags = kAuxTruncated | kAuxPartial,
+                                .time = 777,
+                                .data = s.aux_compressible}),
+              IsOk());
+  EXPECT_THAT(writer.AppendAux(
+                  {.stream = {StreamKind::kThread, 4242}, .aux_offset = 0, .data = s.aux_random}),
+              IsOk());
+  EXPECT_THAT(writer.AppendLoss({.stream = {StreamKind::kCpu, 1},
+                                 .kind = LossKind::kAuxTruncated,
+                                 .count = 2,
+                                 .bytes = 8192,
+                                 .time = 99,
+                                 .aux_offset = 65536}),
+              IsOk());
+  EXPECT_THAT(writer.AppendSnapshot({.stream = {StreamKind::kCpu, 0},
+                                     .sequence = 5,
+                                     .aux_head = 123456,
+                                     .time = 31337,
+                                     .data = s.snapshot}),
+              IsOk());
+  EXPECT_THAT(writer.AppendCode({.pid = 100,
+                                 .flags = kCodeVdso,
+                                 .address = 0x7fff0000,
+                                 .pgoff = 0,
+                                 .path = "[vdso]",
+                                 .build_id = s.build_id,
+                                 .bytes = s.vdso}),
+              IsOk());
+  EXPECT_THAT(writer.AppendCode({.pid = 100,
+                                 .flags = kCodeIdentity,
+                                 .address = 0x400000,
+                                 .pgoff = 0x1000,
+                                 .path = "/usr/bin/true",
+                                 .build_id = s.build_id}),
+              IsOk());
+  EXPECT_THAT(writer.AppendCounters(s.counters), IsOk());
+  EXPECT_THAT(writer.Close(), IsOk());
+  EXPECT_EQ(writer.stats().records, 9u);
+  return ReadFile(path);
+}
+
+class RoundTripTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(RoundTripTest, EveryRecordKindComesBackIntact) {
+  const bool compress = GetParam();
+  TempDir dir;
+  Sample s;
+  std::vector<uint8_t> bytes = WriteSample(dir, compress, s);
+  ReadAll all = ReadBytes(bytes);
+  ASSERT_THAT(all.records, SizeIs(10));
+  EXPECT_TRUE(all.report.clean());
+  EXPECT_TRUE(all.report.footer_present);
+  EXPECT_THAT(all.report.damage, SizeIs(0));
+  for (size_t i = 0; i < all.records.size(); ++i) EXPECT_EQ(all.records[i].sequence, i);
+
+  EXPECT_EQ(all.records[0].type, RecordType::kMetadata);
+  EXPECT_EQ(std::string(all.records[0].payload.begin(), all.records[0].payload.end()), s.metadata);
+
+  auto sb = ParseSideband(all.records[1].payload);
+  ASSERT_THAT(sb, IsOk());
+  EXPECT_EQ(sb->cpu, 3);
+  EXPECT_THAT(sb->records, ElementsAreArray(s.sideband));
+
+  auto aux = ParseAux(all.records[2].payload);
+  ASSERT_THAT(aux, IsOk());
+  EXPECT_EQ(aux->stream, (StreamId{StreamKind::kCpu, 3}));
+  EXPECT_EQ(aux->aux_offset, 4096u);
+  EXPECT_EQ(aux->flags, kAuxTruncated | kAuxPartial);
+  EXPECT_EQ(aux->time, 777u);
+  EXPECT_THAT(aux->data, ElementsAreArray(s.aux_compressible));
+  auto aux2 = ParseAux(all.records[3].payload);
+  ASSERT_THAT(aux2, IsOk());
+  EXPECT_EQ(aux2->stream, (StreamId{StreamKind::kThread, 4242}));
+  EXPECT_THAT(aux2->data, ElementsAreArray(s.aux_random));
+
+  auto loss = ParseLoss(all.records[4].payload);
+  ASSERT_THAT(loss, IsOk());
+  EXPECT_EQ(loss->stream, (StreamId{StreamKind::kCpu, 1}));
+  EXPECT_EQ(loss->kind, LossKind::kAuxTruncated);
+  EXPECT_EQ(loss->count, 2u);
+  EXPECT_EQ(loss->bytes, 8192u);
+  EXPECT_EQ(loss->time, 99u);
+  EXPECT_EQ(loss->aux_offset, 65536u);
+
+  auto snap = ParseSnapshot(all.records[5].payload);
+  ASSERT_THAT(snap, IsOk());
+  EXPECT_EQ(snap->sequence, 5u);
+  EXPECT_EQ(snap->aux_head, 123456u);
+  EXPECT_EQ(snap->time, 31337u);
+  EXPECT_THAT(snap->data, ElementsAreArray(s.snapshot));
+
+  auto vdso = ParseCode(all.records[6].payload);
+  ASSERT_THAT(vdso, IsOk());
+  EXPECT_EQ(vdso->pid, 100u);
+  EXPECT_EQ(vdso->flags, kCodeVdso);
+  EXPECT_EQ(vdso->address, 0x7fff0000u);
+  EXPECT_EQ(vdso->path, "[vdso]");
+  EXPECT_THAT(vdso->build_id, ElementsAreArray(s.build_id));
+  EXPECT_THAT(vdso->bytes, ElementsAreArray(s.vdso));
+  auto ident = ParseCode(all.records[7].payload);
+  ASSERT_THAT(ident, IsOk());
+  EXPECT_EQ(ident->path, "/usr/bin/true");
+  EXPECT_EQ(ident->pgoff, 0x1000u);
+  EXPECT_TRUE(ident->bytes.empty());
+
+  auto counters = ParseCounters(all.records[8].payload);
+  ASSERT_THAT(counters, IsOk());
+  EXPECT_EQ(*counters, s.counters);
+
+  ASSERT_EQ(all.records[9].type, RecordType::kFooter);
+  auto footer = ParseFooter(all.records[9].payload);
+  ASSERT_THAT(footer, IsOk());
+  EXPECT_EQ(footer->records, 9u);
+  uint64_t counted = 0;
+  for (const auto& k : footer->kinds) counted += k.count;
+  EXPECT_EQ(counted, 9u);
+}
+
+TEST_P(RoundTripTest, CompressionIsUsedOnlyWhereItPays) {
+  TempDir dir;
+  std::vector<uint8_t> bytes = WriteSample(dir, GetParam());
+  auto reader = ContainerReader::Open(MemorySource(bytes, "mem.pt"));
+  ASSERT_THAT(reader, IsOk());
+  RecordView v;
+  std::map<uint64_t, bool> compressed;
+  while (*reader->Next(v)) compressed[v.sequence] = v.compressed;
+  // Record 2 is highly compressible, record 3 is random bytes.
+  EXPECT_EQ(compressed[2], GetParam());
+  EXPECT_FALSE(compressed[3]);
+}
+
+INSTANTIATE_TEST_SUITE_P(Compression, RoundTripTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Zstd" : "Raw"; });
+
+TEST(ContainerReaderTest, CutAtEveryByteKeepsWholeRecordsAndReportsTheRest) {
+  TempDir dir;
+  std::vector<uint8_t> bytes = WriteSample(dir, true);
+  ReadAll full = ReadBytes(bytes);
+  ASSERT_THAT(full.records, SizeIs(10));
+
+  for (size_t cut = 0; cut <= bytes.size(); ++cut) {
+    SCOPED_TRACE(::testing::Message() << "cut at " << cut);
+    std::span<const uint8_t> part(bytes.data(), cut);
+    auto reader = ContainerReader::Open(MemorySource(part, "cut.pt"));
+    if (cut == 0) {
+      EXPECT_THAT(reader, StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("empty")));
+      continue;
+    }
+    if (cut < kFileHeaderSize) {
+      EXPECT_THAT(reader, StatusIs(absl::StatusCode::kDataLoss, HasSubstr("file header")));
+      continue;
+    }
+    ASSERT_THAT(reader, IsOk());
+    ReadAll got = ReadEverything(*reader);
+    size_t whole = 0;
+    uint64_t cut_record_start = 0;
+    bool at_boundary = cut == kFileHeaderSize;
+    for (const Owned& r : full.records) {
+      if (r.offset + r.stored_bytes <= cut) {
+        ++whole;
+        at_boundary = at_boundary || r.offset + r.stored_bytes == cut;
+      } else if (r.offset < cut) {
+        cut_record_start = r.offset;
+      }
+    }
+    ASSERT_THAT(got.records, SizeIs(whole));
+    for (size_t i = 0; i < whole; ++i) {
+      EXPECT_EQ(got.records[i].sequence, full.records[i].sequence);
+      EXPECT_EQ(got.records[i].payload, full.records[i].payload);
+    }
+    EXPECT_EQ(got.report.footer_present, cut == bytes.size());
+    if (at_boundary) {
+      EXPECT_THAT(got.report.damage, SizeIs(0));
+    } else {
+      ASSERT_THAT(got.report.damage, SizeIs(1));
+      EXPECT_EQ(got.report.damage[0].offset, cut_record_start);
+      EXPECT_EQ(got.report.damage[0].bytes, cut - cut_record_start);
+      EXPECT_EQ(got.report.damage[0].records, 1u);
+      EXPECT_THAT(got.report.damage[0].reason, HasSubstr("cut"));
+    }
+  }
+}
+
+TEST(ContainerReaderTest, AFlippedByteDamagesOnlyItsOwnRecord) {
+  TempDir dir;
+  std::vector<uint8_t> bytes = WriteSample(dir, true);
+  ReadAll full = ReadBytes(bytes);
+  ASSERT_THAT(full.records, SizeIs(10));
+
+  for (const Owned& victim : full.records) {
+    for (uint64_t at = victim.offset; at < victim.offset + victim.stored_bytes; ++at) {
+      SCOPED_TRACE(::testing::Message() << "record " << victim.sequence << ", byte " << at);
+      std::vector<uint8_t> damaged = bytes;
+      damaged[at] ^= 0x40;
+      ReadAll got = ReadBytes(damaged);
+      std::vector<uint64_t> expected;
+      for (const Owned& r : full.records) {
+        if (r.sequence != victim.sequence) expected.push_back(r.sequence);
+      }
+      std::vector<uint64_t> seqs;
+      for (const Owned& r : got.records) seqs.push_back(r.sequence);
+      ASSERT_EQ(seqs, expected);
+      for (const Owned& r : got.records) EXPECT_EQ(r.payload, full.records[r.sequence].payload);
+      ASSERT_THAT(got.report.damage, SizeIs(1));
+      EXPECT_EQ(got.report.damage[0].offset, victim.offset);
+      EXPECT_EQ(got.report.damage[0].bytes, victim.stored_bytes);
+      EXPECT_EQ(got.report.damage[0].records, 1u);
+      EXPECT_EQ(got.report.footer_present, victim.type != RecordType::kFooter);
+    }
+  }
+}
+
+TEST(ContainerReaderTest, RejectsFilesThatAreNotContainers) {
+  std::vector<uint8_t> empty;
+  EXPECT_THAT(ContainerReader::Open(MemorySource(empty, "e.pt")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("e.pt: empty file")));
+  std::string text = "#!/bin/sh\necho this is a shell script\n";
+  std::vector<uint8_t> script(text.begin(), text.end());
+  EXPECT_THAT(ContainerReader::Open(MemorySource(script, "s.sh")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not a ptkit container")));
+  std::vector<uint8_t> future(kFileHeaderSize);
+  EncodeFileHeader(std::span<uint8_t, kFileHeaderSize>(future.data(), kFileHeaderSize));
+  future[8] = kFormatVersion + 1;
+  EXPECT_THAT(ContainerReader::Open(MemorySource(future, "f.pt")),
+              StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("newer")));
+  EXPECT_THAT(ContainerReader::Open("/nonexistent/trace.pt"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("/nonexistent/trace.pt")));
+}
+
+// Builds a file with one authentic frame header (valid header check) claiming `h` sizes.
+std::vector<uint8_t> FileWithHeader(const FrameHeader& h, size_t payload_bytes) {
+  std::vector<uint8_t> bytes(kFileHeaderSize + kFrameHeaderSize + payload_bytes, 0xAB);
+  EncodeFileHeader(std::span<uint8_t, kFileHeaderSize>(bytes.data(), kFileHeaderSize));
+  EncodeFrameHeader(
+      h, std::span<uint8_t, kFrameHeaderSize>(bytes.data() + kFileHeaderSize, kFrameHeaderSize));
+  return bytes;
+}
+
+TEST(ContainerReaderTest, HugeLengthFieldsAreDamageNotAllocations) {
+  for (uint64_t stored : {uint64_t{1} << 63, ~uint64_t{0}, kMaxPayloadSize + 1, kMaxPayloadSize}) {
+    for (uint16_t flags : {uint16_t{0}, kFrameZstd}) {
+      SCOPED_TRACE(::testing::Message() << "stored " << stored << " flags " << flags);
+      FrameHeader h{.type = 3, .flags = flags, .stored_size = stored, .raw_size = stored};
+      std::vector<uint8_t> bytes = FileWithHeader(h, 100);
+      ReadAll got = ReadBytes(bytes);
+      EXPECT_THAT(got.records, SizeIs(0));
+      ASSERT_THAT(got.report.damage, SizeIs(1));
+      EXPECT_EQ(got.report.damage[0].offset, kFileHeaderSize);
+      EXPECT_EQ(got.report.damage[0].bytes, kFrameHeaderSize + 100);
+    }
+  }
+  // A compressed record whose raw size is absurd, with a valid checksum over its stored bytes.
+  std::vector<uint8_t> stored(64, 0x11);
+  FrameHeader h{.type = 3,
+                .flags = kFrameZstd,
+                .stored_size = stored.size(),
+                .raw_size = uint64_t{1} << 63,
+                .checksum = 0};
+  std::vector<uint8_t> bytes = FileWithHeader(h, stored.size());
+  ReadAll got = ReadBytes(bytes);
+  EXPECT_THAT(got.records, SizeIs(0));
+  EXPECT_THAT(got.report.damage, SizeIs(1));
+}
+
+TEST(ContainerReaderTest, UnknownRecordKindsAreSkippedWithAWarning) {
+  TempDir dir;
+  std::string path = dir.File("u.pt");
+  {
+    auto w = ContainerWriter::Create(path);
+    ASSERT_THAT(w, IsOk());
+    ASSERT_THAT((*w)->AppendMetadata("{}"), IsOk());
+    ASSERT_THAT((*w)->Append(static_cast<RecordType>(77), {1, 2, 3}), IsOk());
+    ASSERT_THAT((*w)->Append(static_cast<RecordType>(77), {4, 5}), IsOk());
+    ASSERT_THAT((*w)->AppendLoss({.kind = LossKind::kLostSideband, .count = 1}), IsOk());
+    ASSERT_THAT((*w)->Close(), IsOk());
+  }
+  auto reader = ContainerReader::Open(path);
+  ASSERT_THAT(reader, IsOk());
+  ReadAll got = ReadEverything(*reader);
+  ASSERT_THAT(got.records, SizeIs(3));
+  EXPECT_EQ(got.records[0].type, RecordType::kMetadata);
+  EXPECT_EQ(got.records[1].type, RecordType::kLoss);
+  EXPECT_EQ(got.records[2].type, RecordType::kFooter);
+  EXPECT_EQ(got.report.unknown_types.at(77), 2u);
+  EXPECT_THAT(got.report.warnings, ::testing::Contains(HasSubstr("kind 77")));
+  EXPECT_TRUE(got.report.clean());
+}
+
+TEST(ContainerWriterTest, RefusesToReplaceAFileUnlessAsked) {
+  TempDir dir;
+  std::string path = dir.File("t.pt");
+  ASSERT_THAT((*ContainerWriter::Create(path))->Close(), IsOk());
+  EXPECT_THAT(ContainerWriter::Create(path),
+              StatusIs(absl::StatusCode::kAlreadyExists, HasSubstr(path)));
+  WriterOptions o;
+  o.overwrite = true;
+  EXPECT_THAT(ContainerWriter::Create(path, o), IsOk());
+}
+
+TEST(ContainerWriterTest, RejectsWorkAfterCloseAndOversizedRecords) {
+  TempDir dir;
+  auto w = ContainerWriter::Create(dir.File("t.pt"));
+  ASSERT_THAT(w, IsOk());
+  EXPECT_THAT((*w)->Append(RecordType::kFooter, {}), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT((*w)->Append(RecordType::kAux, std::vector<uint8_t>(kMaxPayloadSize + 1)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("split")));
+  ASSERT_THAT((*w)->Close(), IsOk());
+  EXPECT_THAT((*w)->Close(), IsOk());
+  EXPECT_THAT((*w)->AppendMetadata("{}"), StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+TEST(ContainerWriterTest, FlushAndThePeriodicFlushMakeRecordsReadableBeforeClose) {
+  TempDir dir;
+  std::string path = dir.File("t.pt");
+  WriterOptions o;
+  o.flush_interval = absl::Milliseconds(20);
+  auto w = ContainerWriter::Create(path, o);
+  ASSERT_THAT(w, IsOk());
+  ASSERT_THAT((*w)->AppendMetadata(R"({"a":1})"), IsOk());
+  ASSERT_THAT((*w)->Flush(), IsOk());
+  {
+    auto r = ContainerReader::Open(path);
+    ASSERT_THAT(r, IsOk());
+    ReadAll got = ReadEverything(*r);
+    EXPECT_THAT(got.records, SizeIs(1));
+    EXPECT_FALSE(got.report.footer_present);
+    EXPECT_THAT(got.report.damage, SizeIs(0));
+  }
+  ASSERT_THAT((*w)->AppendMetadata(R"({"b":2})"), IsOk());
+  // No Flush(): the writer thread flushes on its own within flush_interval.
+  size_t seen = 0;
+  for (int i = 0; i < 500 && seen < 2; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+    auto r = ContainerReader::Open(path);
+    ASSERT_THAT(r, IsOk());
+    seen = ReadEverything(*r).records.size();
+  }
+  EXPECT_EQ(seen, 2u);
+  ASSERT_THAT((*w)->Close(), IsOk());
+}
+
+TEST(ContainerWriterTest, FourThreadsEveryRecordArrivesOnceIntact) {
+  constexpr int kThreads = 4;
+  constexpr int kPerThread = 1500;
+  TempDir dir;
+  std::string path = dir.File("mt.pt");
+  WriterOptions o;
+  o.queue_bytes = 64 << 10;  // small, so producers have to wait for the writer
+  auto w = ContainerWriter::Create(path, o);
+  ASSERT_THAT(w, IsOk());
+  auto data_for = [](int t, int i) {
+    return Pattern(16 + (i * 37 + t * 101) % 4000, t * 100000 + i, i % 3 == 0);
+  };
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < kPerThread; ++i) {
+        std::vector<uint8_t> data = data_for(t, i);
+        ASSERT_THAT((*w)->AppendAux({.stream = {StreamKind::kThread, static_cast<uint64_t>(t)},
+                                     .aux_offset = static_cast<uint64_t>(i),
+                                     .data = data}),
+                    IsOk());
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  ASSERT_THAT((*w)->Close(), IsOk());
+  EXPECT_GT((*w)->stats().producer_waits, 0u);
+
+  auto r = ContainerReader::Open(path);
+  ASSERT_THAT(r, IsOk());
+  ReadAll got = ReadEverything(*r);
+  EXPECT_TRUE(got.report.clean());
+  std::vector<int> next(kThreads, 0);
+  for (const Owned& rec : got.records) {
+    if (rec.type == RecordType::kFooter) continue;
+    auto aux = ParseAux(rec.payload);
+    ASSERT_THAT(aux, IsOk());
+    int t = static_cast<int>(aux->stream.id);
+    int i = static_cast<int>(aux->aux_offset);
+    ASSERT_LT(t, kThreads);
+    // Each producer's records arrive in its order, each exactly once.
+    ASSERT_EQ(i, next[t]);
+    ++next[t];
+    ASSERT_THAT(aux->data, ElementsAreArray(data_for(t, i)));
+  }
+  EXPECT_THAT(next, ::testing::Each(kPerThread));
+}
+
+TEST(ContainerWriterTest, FileSizeLimitSurfacesAsAnErrorAndLeavesAReadableFile) {
+  TempDir dir;
+  FillUntilError(
+      dir.File("limited.pt"),
+      [] {
+        ::signal(SIGXFSZ, SIG_IGN);
+        rlimit lim{64 << 10, 64 << 10};
+        ::setrlimit(RLIMIT_FSIZE, &lim);
+      },
+      "File too large");
+}
+
+}  // namespace
+}  // namespace ptkit

@@ -1,0 +1,109 @@
+#include "ptkit/info.h"
+
+#include <linux/perf_event.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "container_test_util.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::IsOk;
+using ::ptkit::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// Two perf records (COMM, EXIT) framed as the kernel writes them.
+std::vector<uint8_t> TwoPerfRecords() {
+  std::vector<uint8_t> out;
+  for (uint32_t type : {PERF_RECORD_COMM, PERF_RECORD_EXIT}) {
+    perf_event_header h{type, 0, 24};
+    const auto* p = reinterpret_cast<const uint8_t*>(&h);
+    out.insert(out.end(), p, p + sizeof(h));
+    out.resize(out.size() + 16, 0);
+  }
+  return out;
+}
+
+std::string WriteTrace(const testing::TempDir& dir) {
+  std::string path = dir.File("info.pt");
+  auto w = ContainerWriter::Create(path);
+  EXPECT_THAT(w, IsOk());
+  std::vector<uint8_t> pt(10000, 0x02), sb = TwoPerfRecords();
+  EXPECT_THAT((*w)->AppendMetadata(R"({"host":"box","kernel":"6.1"})"), IsOk());
+  EXPECT_THAT((*w)->AppendSideband({.cpu = 1, .records = sb}), IsOk());
+  EXPECT_THAT((*w)->AppendAux({.stream = {StreamKind::kCpu, 1}, .data = pt}), IsOk());
+  EXPECT_THAT((*w)->AppendAux({.stream = {StreamKind::kCpu, 1},
+                               .aux_offset = 10000,
+                               .flags = kAuxTruncated,
+                               .data = pt}),
+              IsOk());
+  EXPECT_THAT((*w)->AppendLoss({.stream = {StreamKind::kCpu, 1},
+                                .kind = LossKind::kAuxTruncated,
+                                .count = 1,
+                                .bytes = 4096}),
+              IsOk());
+  std::vector<CounterValue> c = {{.name = "page-faults", .value = 77}};
+  EXPECT_THAT((*w)->AppendCounters(c), IsOk());
+  EXPECT_THAT((*w)->Close(), IsOk());
+  return path;
+}
+
+TEST(InfoTest, SummarisesKindsStreamsLossAndFooter) {
+  testing::TempDir dir;
+  auto info = ContainerInfo(WriteTrace(dir));
+  ASSERT_THAT(info, IsOk());
+  const nlohmann::json& j = *info;
+  EXPECT_TRUE(j["footer_present"].get<bool>());
+  EXPECT_EQ(j["records"], 7);
+  EXPECT_EQ(j["metadata"]["host"], "box");
+  std::map<std::string, uint64_t> counts;
+  for (const auto& k : j["kinds"]) counts[k["kind"]] = k["count"];
+  EXPECT_EQ(counts, (std::map<std::string, uint64_t>{{"aux", 2},
+                                                     {"counters", 1},
+                                                     {"footer", 1},
+                                                     {"loss", 1},
+                                                     {"metadata", 1},
+                                                     {"sideband", 1}}));
+  ASSERT_EQ(j["streams"].size(), 1u);
+  EXPECT_EQ(j["streams"][0]["stream"], "cpu 1");
+  EXPECT_EQ(j["streams"][0]["aux_bytes"], 20000);
+  EXPECT_EQ(j["streams"][0]["truncated"], 1);
+  EXPECT_EQ(j["sideband"][0]["records"]["COMM"], 1);
+  EXPECT_EQ(j["sideband"][0]["records"]["EXIT"], 1);
+  EXPECT_EQ(j["loss_totals"]["bytes"], 4096);
+  EXPECT_EQ(j["counters"][0]["value"], 77);
+  EXPECT_GT(j["totals"]["compression_ratio"].get<double>(), 10.0);  // 0x02 repeated
+  EXPECT_TRUE(j["damage"].empty());
+
+  std::string text = FormatInfoText(j);
+  EXPECT_THAT(text, HasSubstr("present"));
+  EXPECT_THAT(text, HasSubstr("cpu 1: aux 2 records"));
+  EXPECT_THAT(text, HasSubstr("aux-truncated"));
+  EXPECT_THAT(text, HasSubstr("page-faults = 77"));
+}
+
+TEST(InfoTest, ACutFileShowsTheDamageAndTheMissingFooter) {
+  testing::TempDir dir;
+  std::string path = WriteTrace(dir);
+  std::filesystem::resize_file(path, std::filesystem::file_size(path) - 30);
+  auto info = ContainerInfo(path);
+  ASSERT_THAT(info, IsOk());
+  EXPECT_FALSE((*info)["footer_present"].get<bool>());
+  ASSERT_EQ((*info)["damage"].size(), 1u);
+  EXPECT_GT((*info)["lost_bytes"].get<uint64_t>(), 0u);
+  EXPECT_THAT(FormatInfoText(*info), HasSubstr("MISSING"));
+}
+
+TEST(InfoTest, NotAContainerIsAnErrorNamingTheFile) {
+  testing::TempDir dir;
+  std::string path = dir.File("notes.txt");
+  std::ofstream(path) << "hello, this is not a trace\n";
+  EXPECT_THAT(ContainerInfo(path),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("notes.txt")));
+}
+
+}  // namespace
+}  // namespace ptkit
