@@ -146,8 +146,8 @@ absl::StatusOr<std::span<const uint8_t>> ContainerReader::State::Get(uint64_t of
     if (got != n) return absl::DataLossError(absl::StrCat(src->name(), " shrank while reading"));
     return std::span<const uint8_t>(large);
   }
-  window.resize(kWindowSize);
   size_t want = static_cast<size_t>(std::min<uint64_t>(kWindowSize, size - offset));
+  if (window.size() < want) window.resize(std::min<uint64_t>(kWindowSize, size));
   PTKIT_ASSIGN_OR_RETURN(size_t got, src->ReadAt(offset, std::span<uint8_t>(window.data(), want)));
   window_offset = offset;
   window_len = got;

@@ -1,0 +1,166 @@
+// Container throughput: writing 64 KiB AUX records (raw and zstd-1) against plain write(2) and
+// the `zstd -1` command on the same bytes, and streaming a 1 GiB container back.
+// Data: the real PT traces in ../shared/testdata, concatenated until 256 MiB (synthetic PT-like
+// bytes when absent). Files go to $PTKIT_BENCH_DIR (default: build dir's bench/ folder).
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <random>
+#include <string>
+
+#include "ptkit/container_reader.h"
+#include "ptkit/container_writer.h"
+
+namespace {
+
+constexpr size_t kChunk = 64 << 10;
+constexpr size_t kDataSize = size_t{256} << 20;
+
+std::string BenchDir() {
+  const char* d = std::getenv("PTKIT_BENCH_DIR");
+  std::string dir = d && *d ? d : "bench-out";
+  std::filesystem::create_directories(dir);
+  return dir;
+}
+
+const std::vector<uint8_t>& Data() {
+  static const std::vector<uint8_t> data = [] {
+    std::vector<uint8_t> seed;
+    for (const char* set : {"Unzip", "foo"}) {
+      std::ifstream in(std::string(PTKIT_SOURCE_DIR) + "/../shared/testdata/libxdc-experiments/" +
+                           set + "/trace",
+                       std::ios::binary);
+      seed.insert(seed.end(), std::istreambuf_iterator<char>(in), {});
+    }
+    if (seed.empty()) {
+      std::mt19937 rng(1);
+      seed.resize(1 << 20);
+      for (auto& b : seed) b = (rng() % 4 == 0) ? rng() : 0x02;  // mostly TNT-like bytes
+    }
+    std::vector<uint8_t> out;
+    out.reserve(kDataSize);
+    while (out.size() < kDataSize) {
+      out.insert(out.end(), seed.begin(),
+                 seed.begin() + std::min(seed.size(), kDataSize - out.size()));
+    }
+    return out;
+  }();
+  return data;
+}
+
+long PeakRssKiB() {
+  rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_maxrss;
+}
+
+void BM_PlainWrite(benchmark::State& state) {
+  const auto& data = Data();
+  std::string path = BenchDir() + "/plain.bin";
+  for (auto _ : state) {
+    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    for (size_t off = 0; off < data.size(); off += kChunk) {
+      if (::write(fd, data.data() + off, kChunk) != static_cast<ssize_t>(kChunk)) std::abort();
+    }
+    ::close(fd);
+  }
+  state.SetBytesProcessed(state.iterations() * data.size());
+  std::filesystem::remove(path);
+}
+BENCHMARK(BM_PlainWrite)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_WriterAux64K(benchmark::State& state) {
+  const auto& data = Data();
+  std::string path = BenchDir() + "/writer.pt";
+  ptkit::WriterOptions o;
+  o.compress = state.range(0) != 0;
+  o.zstd_level = 1;
+  o.overwrite = true;
+  uint64_t stored = 0;
+  for (auto _ : state) {
+    auto w = ptkit::ContainerWriter::Create(path, o);
+    if (!w.ok()) std::abort();
+    for (size_t off = 0; off < data.size(); off += kChunk) {
+      auto s = (*w)->AppendAux(
+          {.aux_offset = off, .data = std::span<const uint8_t>(data.data() + off, kChunk)});
+      if (!s.ok()) std::abort();
+    }
+    if (!(*w)->Close().ok()) std::abort();
+    stored = (*w)->stats().stored_bytes;
+  }
+  state.SetBytesProcessed(state.iterations() * data.size());
+  state.counters["ratio"] = static_cast<double>(data.size()) / stored;
+  std::filesystem::remove(path);
+}
+BENCHMARK(BM_WriterAux64K)->Arg(0)->Arg(1)->ArgName("zstd")->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+void BM_ZstdCommand(benchmark::State& state) {
+  const auto& data = Data();
+  std::string in = BenchDir() + "/zstd-in.bin", out = BenchDir() + "/zstd-out.zst";
+  {
+    std::ofstream f(in, std::ios::binary);
+    f.write(reinterpret_cast<const char*>(data.data()), data.size());
+  }
+  std::string cmd = "zstd -1 -q -f -T1 '" + in + "' -o '" + out + "'";
+  for (auto _ : state) {
+    if (std::system(cmd.c_str()) != 0) {
+      state.SkipWithError("zstd command failed (is the zstd package installed?)");
+      break;
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * data.size());
+  std::filesystem::remove(in);
+  std::filesystem::remove(out);
+}
+BENCHMARK(BM_ZstdCommand)->Unit(benchmark::kMillisecond)->UseRealTime();
+
+void BM_Read1GiB(benchmark::State& state) {
+  const auto& data = Data();
+  std::string path = BenchDir() + "/read.pt";
+  ptkit::WriterOptions o;
+  o.compress = state.range(0) != 0;
+  o.overwrite = true;
+  {
+    auto w = ptkit::ContainerWriter::Create(path, o);
+    for (int rep = 0; rep < 4; ++rep) {
+      for (size_t off = 0; off < data.size(); off += kChunk) {
+        if (!(*w)->AppendAux({.aux_offset = rep * data.size() + off,
+                              .data = std::span<const uint8_t>(data.data() + off, kChunk)})
+                 .ok()) {
+          std::abort();
+        }
+      }
+    }
+    if (!(*w)->Close().ok()) std::abort();
+  }
+  long rss_before = PeakRssKiB();
+  uint64_t records = 0, bytes = 0;
+  for (auto _ : state) {
+    auto r = ptkit::ContainerReader::Open(path);
+    ptkit::RecordView v;
+    while (*r->Next(v)) {
+      ++records;
+      bytes += v.payload.size();
+      benchmark::DoNotOptimize(v.payload.data());
+    }
+  }
+  state.SetBytesProcessed(bytes);
+  state.counters["records/s"] = benchmark::Counter(records, benchmark::Counter::kIsRate);
+  state.counters["peak_rss_MiB"] = PeakRssKiB() / 1024.0;
+  state.counters["rss_growth_MiB"] = (PeakRssKiB() - rss_before) / 1024.0;
+  std::filesystem::remove(path);
+}
+BENCHMARK(BM_Read1GiB)->Arg(0)->Arg(1)->ArgName("zstd")->Unit(benchmark::kMillisecond)
+    ->UseRealTime()->Iterations(2);
+
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite from nothing: installs the Debian packages, builds with -Werror, runs
+# every test, then the sanitizer build of the byte-parsing tests and a short fuzz smoke.
+#   bash scripts/test.sh            (what .ci/run calls)
+# Environment: PTKIT_FUZZ_SECONDS (default 30) for the fuzz smoke.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-deps.sh
+
+echo "== build (preset ci: RelWithDebInfo, -Werror)"
+cmake --preset ci
+cmake --build --preset ci
+
+echo "== tests"
+ctest --preset ci
+
+echo "== ASan + UBSan: container, info and decoder tests"
+cmake --preset debug-asan >/dev/null
+asan_targets=(container_test info_test)
+cmake --build --preset debug-asan --target "${asan_targets[@]}"
+ctest --preset debug-asan
+
+echo "== fuzz smoke"
+bash scripts/fuzz.sh "${PTKIT_FUZZ_SECONDS:-30}"
+
+echo "test.sh: all passed"
