@@ -18,6 +18,8 @@ namespace ptkit {
 namespace {
 
 constexpr size_t kBufferSize = size_t{1} << 20;
+// Records at least this big skip the buffer: one writev of header + payload, no extra copy.
+constexpr size_t kDirectWriteSize = size_t{32} << 10;
 // Payloads smaller than this are stored as they are: zstd cannot win much on them.
 constexpr size_t kMinCompressSize = 128;
 
@@ -135,8 +137,10 @@ absl::Status ContainerWriter::State::WriteRecord(uint16_t type, std::span<const 
   EncodeFrameHeader(h, header);
 
   size_t total = kFrameHeaderSize + stored.size();
-  if (buffer.size() + total > kBufferSize) PTKIT_RETURN_IF_ERROR(FlushBuffer());
-  if (total > kBufferSize) {
+  if (buffer.size() + total > kBufferSize || total >= kDirectWriteSize) {
+    PTKIT_RETURN_IF_ERROR(FlushBuffer());
+  }
+  if (total >= kDirectWriteSize) {
     iovec iov[2] = {{header, kFrameHeaderSize},
                     {const_cast<uint8_t*>(stored.data()), stored.size()}};
     PTKIT_RETURN_IF_ERROR(WriteAll(fd, iov, 2, name));

@@ -404,6 +404,33 @@ TEST(ContainerWriterTest, FlushAndThePeriodicFlushMakeRecordsReadableBeforeClose
   ASSERT_THAT((*w)->Close(), IsOk());
 }
 
+TEST(ContainerWriterTest, SmallAndLargeRecordsKeepTheirOrder) {
+  // Small records are buffered, large ones written directly: the file order must not change.
+  TempDir dir;
+  std::string path = dir.File("mixed.pt");
+  const std::vector<size_t> sizes = {10, (32 << 10) - 100, 20, 32 << 10, 30, 3 << 20, 40, 100000};
+  {
+    auto w = ContainerWriter::Create(path);
+    ASSERT_THAT(w, IsOk());
+    for (size_t i = 0; i < sizes.size(); ++i) {
+      std::vector<uint8_t> data = Pattern(sizes[i], i, i % 2 == 0);
+      ASSERT_THAT((*w)->AppendAux({.aux_offset = i, .data = data}), IsOk());
+    }
+    ASSERT_THAT((*w)->Close(), IsOk());
+  }
+  auto r = ContainerReader::Open(path);
+  ASSERT_THAT(r, IsOk());
+  ReadAll got = ReadEverything(*r);
+  EXPECT_TRUE(got.report.clean());
+  ASSERT_EQ(got.records.size(), sizes.size() + 1);
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    auto aux = ParseAux(got.records[i].payload);
+    ASSERT_THAT(aux, IsOk());
+    EXPECT_EQ(aux->aux_offset, i);
+    EXPECT_THAT(aux->data, ElementsAreArray(Pattern(sizes[i], i, i % 2 == 0)));
+  }
+}
+
 TEST(ContainerWriterTest, FourThreadsEveryRecordArrivesOnceIntact) {
   constexpr int kThreads = 4;
   constexpr int kPerThread = 1500;
