@@ -123,8 +123,7 @@ absl::Status ContainerWriter::State::WriteRecord(uint16_t type, std::span<const 
   std::span<const uint8_t> stored = payload;
   if (options.compress && payload.size() >= kMinCompressSize) {
     zbuf.resize(ZSTD_compressBound(payload.size()));
-    size_t n = ZSTD_compressCCtx(cctx.get(), zbuf.data(), zbuf.size(), payload.data(),
-                                 payload.size(), options.zstd_level);
+    size_t n = ZSTD_compress2(cctx.get(), zbuf.data(), zbuf.size(), payload.data(), payload.size());
     // Compression pays when it saves at least 1/16 of the bytes.
     if (!ZSTD_isError(n) && n < payload.size() - payload.size() / 16) {
       stored = std::span<const uint8_t>(zbuf.data(), n);
@@ -249,6 +248,14 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
   if (state->cctx == nullptr) {
     ::close(fd);
     return absl::ResourceExhaustedError("cannot allocate a zstd compression context");
+  }
+  // The context and its parameters are reused for every record; each record is still one
+  // independent zstd frame (with its content size), so damage never spreads between records.
+  size_t z = ZSTD_CCtx_setParameter(state->cctx.get(), ZSTD_c_compressionLevel, options.zstd_level);
+  if (ZSTD_isError(z)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(
+        absl::StrCat("zstd level ", options.zstd_level, ": ", ZSTD_getErrorName(z)));
   }
   state->buffer.reserve(kBufferSize);
   uint8_t header[kFileHeaderSize];
