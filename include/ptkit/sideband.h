@@ -1,0 +1,127 @@
+// The sideband timeline: what the perf sideband records say about processes, their address
+// spaces, and which task ran on which CPU, over (perf) time. The decoder asks it which images
+// to use for a piece of trace and whose trace it is.
+//
+// Rules (kernel semantics of the records, see perf_event_open(2)):
+//  - MMAP2 adds a mapping to the process `pid` from its time on; a mapping over part of an
+//    older one replaces that part.
+//  - COMM with PERF_RECORD_MISC_COMM_EXEC (execve) ends every mapping of the process; the
+//    MMAP2s of the new program follow it.
+//  - FORK of a new process (pid != ppid) copies the parent's mappings at the fork time; FORK
+//    of a thread (pid == ppid) only adds the thread. EXIT of the last... (ends the thread).
+//  - ITRACE_START and SWITCH / SWITCH_CPU_WIDE (switch-in) say which task runs on a CPU from
+//    that time on; a switch-out leaves the CPU idle (no task) until the next switch-in.
+// Records from all CPUs are merged by their sample_id time (stable for equal times).
+#ifndef PTKIT_SIDEBAND_H_
+#define PTKIT_SIDEBAND_H_
+
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ptkit/perf_records.h"
+
+namespace ptkit {
+
+inline constexpr uint64_t kForever = std::numeric_limits<uint64_t>::max();
+
+struct Mapping {
+  uint64_t start = 0, end = 0;  // [start, end)
+  uint64_t pgoff = 0;           // file offset of `start`
+  std::string path;
+  std::vector<uint8_t> build_id;  // empty when the record carried inode data instead
+  uint32_t prot = 0;
+  uint64_t from = 0, to = kForever;  // perf time the mapping is live: [from, to)
+  bool live_at(uint64_t t) const { return from <= t && t < to; }
+};
+
+struct TaskId {
+  uint32_t pid = 0, tid = 0;
+  friend bool operator==(const TaskId&, const TaskId&) = default;
+};
+
+class Sideband {
+ public:
+  // Every mapping the process had at perf time `t`, sorted by address. Empty if unknown.
+  std::vector<const Mapping*> MappingsAt(uint32_t pid, uint64_t t) const;
+  // The mapping containing `ip` in `pid` at time `t`, or null.
+  const Mapping* FindMapping(uint32_t pid, uint64_t ip, uint64_t t) const;
+  // Every mapping the process ever had (for loading images up front), in record order.
+  const std::vector<Mapping>* AllMappings(uint32_t pid) const;
+  // The task running on `cpu` at time `t`; nullopt when idle or unknown.
+  std::optional<TaskId> TaskOnCpu(uint32_t cpu, uint64_t t) const;
+  // The process of thread `tid` (from FORK/COMM/MMAP2 records), if seen.
+  std::optional<uint32_t> PidOfTid(uint32_t tid) const;
+  // The thread's name at time `t` ("" when unknown).
+  std::string CommAt(uint32_t tid, uint64_t t) const;
+  // Every pid seen.
+  std::vector<uint32_t> Pids() const;
+
+  // Counts of records by kind that were used, and of records that could not be parsed.
+  struct Stats {
+    uint64_t mmaps = 0, comms = 0, execs = 0, forks = 0, exits = 0, switches = 0;
+    uint64_t itrace_starts = 0, lost_records = 0, lost_events = 0, malformed = 0;
+  };
+  const Stats& stats() const { return stats_; }
+  // One line per record that could not be parsed (what and where).
+  const std::vector<std::string>& problems() const { return problems_; }
+
+ private:
+  friend class SidebandBuilder;
+  struct CpuSlot {
+    uint64_t time;
+    std::optional<TaskId> task;
+  };
+  struct CommSlot {
+    uint64_t time;
+    std::string comm;
+  };
+  std::map<uint32_t, std::vector<Mapping>> maps_;      // pid -> mappings
+  std::map<uint32_t, std::vector<CpuSlot>> schedule_;  // cpu -> time-sorted slots
+  std::map<uint32_t, uint32_t> tid_pid_;
+  std::map<uint32_t, std::vector<CommSlot>> comms_;  // tid -> time-sorted names
+  Stats stats_;
+  std::vector<std::string> problems_;
+};
+
+// Collects sideband batches (as stored in the container), then builds the timeline.
+class SidebandBuilder {
+ public:
+  // `layout` describes the sample_id_all trailer of the tracking event's records.
+  explicit SidebandBuilder(perf::SampleIdLayout layout) : layout_(layout) {}
+  // Adds one batch of perf_event_header-framed records read from `cpu`'s ring (-1: per-thread
+  // ring). A malformed record ends the batch; it is counted and described in problems().
+  void Add(int32_t cpu, std::span<const uint8_t> records);
+  Sideband Build();
+
+ private:
+  struct Pending {
+    uint64_t time;
+    size_t order;
+    int32_t cpu;
+    std::vector<uint8_t> bytes;
+  };
+  perf::SampleIdLayout layout_;
+  std::vector<Pending> pending_;
+  std::vector<std::string> problems_;
+  uint64_t malformed_ = 0;
+};
+
+// perf time <-> TSC, with the conversion the kernel publishes in perf_event_mmap_page
+// (time_zero, time_mult, time_shift; valid when cap_user_time_zero is set).
+struct TscConversion {
+  uint64_t time_zero = 0;
+  uint32_t time_mult = 0;
+  uint16_t time_shift = 0;
+  uint64_t ToPerfTime(uint64_t tsc) const;
+  uint64_t ToTsc(uint64_t perf_time) const;  // inverse, exact up to rounding
+};
+
+}  // namespace ptkit
+
+#endif  // PTKIT_SIDEBAND_H_
