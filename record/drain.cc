@@ -1,0 +1,191 @@
+#include "record/drain.h"
+
+#include <algorithm>
+
+#include "ptkit/status.h"
+#include "record/text_util.h"
+
+namespace ptkit::record {
+
+Drainer::Drainer(ContainerWriter* writer, DrainOptions options)
+    : writer_(writer), options_(options) {}
+
+StreamStats Drainer::Totals() const {
+  StreamStats t;
+  for (const auto& [id, s] : stats_) {
+    t.sideband_bytes += s.sideband_bytes;
+    t.sideband_records += s.sideband_records;
+    t.aux_bytes += s.aux_bytes;
+    t.aux_records += s.aux_records;
+    t.truncated += s.truncated;
+    t.collisions += s.collisions;
+    t.partial += s.partial;
+    t.lost_records += s.lost_records;
+    t.reenables += s.reenables;
+    t.recovered_gap_bytes += s.recovered_gap_bytes;
+    t.snapshots += s.snapshots;
+    t.snapshot_bytes += s.snapshot_bytes;
+  }
+  return t;
+}
+
+absl::Status Drainer::StoreAux(TraceSource& source, StreamState& st, uint64_t from, uint64_t to,
+                               uint64_t flags, uint64_t time) {
+  StreamStats& stats = stats_[source.stream()];
+  const RingView v = source.ring();
+  // Full-trace mode: the kernel never overwrites bytes past aux_tail, so everything between
+  // our tail and the end of this record is intact even when an earlier PERF_RECORD_AUX was
+  // lost (data ring full): copy from our tail, not from the record's offset.
+  if (from > st.aux_consumed) stats.recovered_gap_bytes += from - st.aux_consumed;
+  from = st.aux_consumed;
+  if (to <= from) return absl::OkStatus();
+  if (to - from > v.aux.size()) {
+    // Cannot happen with the kernel's rules; keep what the ring still holds and say so.
+    const uint64_t gone = to - from - v.aux.size();
+    PTKIT_RETURN_IF_ERROR(writer_->AppendLoss(LossRecord{.stream = source.stream(),
+                                                         .kind = LossKind::kOther,
+                                                         .count = 1,
+                                                         .bytes = gone,
+                                                         .time = time,
+                                                         .aux_offset = from}));
+    from += gone;
+  }
+  while (from < to) {
+    const uint64_t n = std::min(to - from, options_.max_aux_chunk);
+    scratch_.clear();
+    AppendFromRing(v.aux, from, n, scratch_);
+    PTKIT_RETURN_IF_ERROR(writer_->AppendAux(AuxRecord{.stream = source.stream(),
+                                                       .aux_offset = from,
+                                                       .flags = from + n == to ? flags : 0,
+                                                       .time = time,
+                                                       .data = scratch_}));
+    stats.aux_bytes += n;
+    from += n;
+  }
+  st.aux_consumed = to;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
+  const RingView v = source.ring();
+  const StreamId sid = source.stream();
+  StreamStats& stats = stats_[sid];
+  StreamState& st = state_[sid];
+  const perf::SampleIdLayout layout = source.layout();
+
+  const uint64_t head = LoadDataHead(v.page);
+  const uint64_t tail = v.page->data_tail;  // only this reader writes it
+  if (head == tail) return 0;
+  if (head - tail > v.data.size()) {
+    StoreDataTail(v.page, head);
+    return absl::DataLossError(Cat("data ring of ", StreamName(sid), ": head ", head,
+                                   " is more than the ring size ahead of tail ", tail));
+  }
+  std::vector<uint8_t> bytes;
+  AppendFromRing(v.data, tail, head - tail, bytes);
+  PTKIT_RETURN_IF_ERROR(
+      writer_->AppendSideband(SidebandRecord{.cpu = source.cpu(), .records = bytes}));
+  stats.sideband_bytes += bytes.size();
+  uint64_t stored = bytes.size();
+  const uint64_t aux_before = stats.aux_bytes;
+
+  bool reenable = false;
+  perf::RecordReader reader(bytes);
+  while (true) {
+    absl::StatusOr<std::optional<perf::RecordView>> next = reader.Next();
+    if (!next.ok()) {
+      // The bytes are stored verbatim; the decoder will meet the same damage. Say where.
+      PTKIT_RETURN_IF_ERROR(
+          writer_->AppendLoss(LossRecord{.stream = sid,
+                                         .kind = LossKind::kOther,
+                                         .count = 1,
+                                         .bytes = bytes.size() - reader.offset()}));
+      break;
+    }
+    if (!next->has_value()) break;
+    const perf::RecordView& rec = **next;
+    ++stats.sideband_records;
+    if (rec.type == PERF_RECORD_AUX) {
+      absl::StatusOr<perf::Aux> aux = perf::ParseAux(rec, layout);
+      if (!aux.ok()) continue;
+      ++stats.aux_records;
+      const uint64_t time = aux->sample_id.time;
+      if (!v.aux_overwrite && !v.aux.empty()) {
+        PTKIT_RETURN_IF_ERROR(StoreAux(source, st, aux->aux_offset, aux->aux_offset + aux->aux_size,
+                                       aux->flags, time));
+      }
+      auto loss = [&](LossKind kind) {
+        return writer_->AppendLoss(LossRecord{.stream = sid,
+                                              .kind = kind,
+                                              .count = 1,
+                                              .time = time,
+                                              .aux_offset = aux->aux_offset + aux->aux_size});
+      };
+      if (aux->truncated()) {
+        ++stats.truncated;
+        PTKIT_RETURN_IF_ERROR(loss(LossKind::kAuxTruncated));
+        reenable = true;
+      }
+      if (aux->collision()) {
+        ++stats.collisions;
+        PTKIT_RETURN_IF_ERROR(loss(LossKind::kAuxCollision));
+      }
+      if (aux->partial()) {
+        ++stats.partial;
+        PTKIT_RETURN_IF_ERROR(loss(LossKind::kAuxPartial));
+      }
+    } else if (rec.type == PERF_RECORD_LOST) {
+      absl::StatusOr<perf::Lost> lost = perf::ParseLost(rec, layout);
+      if (!lost.ok()) continue;
+      stats.lost_records += lost->lost;
+      PTKIT_RETURN_IF_ERROR(writer_->AppendLoss(LossRecord{.stream = sid,
+                                                           .kind = LossKind::kLostSideband,
+                                                           .count = lost->lost,
+                                                           .time = lost->sample_id.time}));
+    }
+  }
+  // Only now that the AUX bytes are in the writer's queue may the kernel reuse them.
+  if (!v.aux_overwrite && !v.aux.empty()) StoreAuxTail(v.page, st.aux_consumed);
+  StoreDataTail(v.page, head);
+  if (reenable && options_.reenable_after_truncation) {
+    PTKIT_RETURN_IF_ERROR(source.Enable());
+    ++stats.reenables;
+  }
+  stored += stats.aux_bytes - aux_before;
+  return stored;
+}
+
+absl::StatusOr<uint64_t> Drainer::Snapshot(TraceSource& source, uint64_t size) {
+  const StreamId sid = source.stream();
+  // The hardware must be stopped while its buffer is read; disabling also ends the AUX
+  // transaction so aux_head in the user page is current (perf_aux_output_end()).
+  PTKIT_RETURN_IF_ERROR(source.Disable());
+  PTKIT_ASSIGN_OR_RETURN(uint64_t drained, DrainOnce(source));
+  (void)drained;
+  const RingView v = source.ring();
+  const uint64_t head = LoadAuxHead(v.page);
+  const RingRange range = SnapshotRange(head, v.aux.size(), size);
+  scratch_.clear();
+  AppendFromRing(v.aux, range.from, range.len, scratch_);
+  StreamState& st = state_[sid];
+  StreamStats& stats = stats_[sid];
+  PTKIT_RETURN_IF_ERROR(writer_->AppendSnapshot(SnapshotRecord{
+      .stream = sid, .sequence = st.snapshot_sequence++, .aux_head = head, .data = scratch_}));
+  if (range.from > st.last_snapshot_head) {
+    // Bytes written since the previous snapshot that this one no longer holds: overwritten
+    // by the hardware (by design in snapshot mode), recorded so `ptdecode info` can say so.
+    PTKIT_RETURN_IF_ERROR(
+        writer_->AppendLoss(LossRecord{.stream = sid,
+                                       .kind = LossKind::kAuxOverwritten,
+                                       .count = 1,
+                                       .bytes = range.from - st.last_snapshot_head,
+                                       .aux_offset = st.last_snapshot_head}));
+  }
+  st.last_snapshot_head = head;
+  ++stats.snapshots;
+  stats.snapshot_bytes += range.len;
+  PTKIT_RETURN_IF_ERROR(source.Enable());
+  return range.len;
+}
+
+}  // namespace ptkit::record

@@ -1,0 +1,90 @@
+// Drainer: moves what a TraceSource produced into a ContainerWriter.
+//
+// One DrainOnce() pass over a source:
+//  1. loads data_head (acquire), copies [data_tail, data_head) out of the data ring in one
+//     piece (a record that wraps the ring end comes out contiguous) and stores it verbatim as
+//     one sideband record;
+//  2. walks those records: for each PERF_RECORD_AUX in full-trace mode, copies AUX bytes from
+//     the last consumed offset up to aux_offset + aux_size (with wrap) into an AUX record,
+//     then stores aux_tail (release); TRUNCATED / COLLISION / PARTIAL flags and LOST records
+//     become loss records and counters; after a TRUNCATED record the AUX event is
+//     re-enabled, as perf does, once aux_tail has made room;
+//  3. stores data_tail (release).
+// In overwrite (snapshot) mode AUX records are kept as sideband only; Snapshot() copies the
+// newest bytes of the AUX ring instead.
+#ifndef PTKIT_RECORD_DRAIN_H_
+#define PTKIT_RECORD_DRAIN_H_
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ptkit/container_writer.h"
+#include "record/trace_source.h"
+
+namespace ptkit::record {
+
+struct StreamStats {
+  uint64_t sideband_bytes = 0;
+  uint64_t sideband_records = 0;  // perf records
+  uint64_t aux_bytes = 0;         // AUX bytes stored (full-trace)
+  uint64_t aux_records = 0;       // PERF_RECORD_AUX seen
+  uint64_t truncated = 0;
+  uint64_t collisions = 0;
+  uint64_t partial = 0;
+  uint64_t lost_records = 0;  // sum of PERF_RECORD_LOST.lost
+  uint64_t reenables = 0;
+  uint64_t recovered_gap_bytes = 0;  // AUX bytes not announced by an AUX record (lost), kept
+  uint64_t snapshots = 0;
+  uint64_t snapshot_bytes = 0;
+};
+
+struct DrainOptions {
+  // Re-enable the AUX event after a TRUNCATED record (perf does). Off only for tests that
+  // inspect the stopped state.
+  bool reenable_after_truncation = true;
+  // Largest AUX record payload; longer ranges are split (ContainerWriter caps payloads).
+  uint64_t max_aux_chunk = uint64_t{16} << 20;
+};
+
+class Drainer {
+ public:
+  // `writer` must outlive the Drainer.
+  Drainer(ContainerWriter* writer, DrainOptions options = {});
+
+  // One pass over `source` as described above. Returns the bytes stored (sideband + AUX).
+  // Errors: the writer's (sticky) error; kDataLoss when the data ring holds a malformed
+  // record (the ring is then skipped to data_head so the reader does not loop); Enable()
+  // failures.
+  absl::StatusOr<uint64_t> DrainOnce(TraceSource& source);
+
+  // Snapshot mode: Disable() the AUX event (ends the hardware transaction, publishes
+  // aux_head), drain the data ring, copy the newest min(size, ring, written) AUX bytes in
+  // chronological order into a SnapshotRecord, Enable() again. Returns the snapshot size.
+  absl::StatusOr<uint64_t> Snapshot(TraceSource& source, uint64_t size);
+
+  const std::map<StreamId, StreamStats>& stats() const { return stats_; }
+  StreamStats Totals() const;
+
+ private:
+  struct StreamState {
+    uint64_t aux_consumed = 0;  // our aux_tail
+    bool aux_started = false;
+    uint64_t snapshot_sequence = 0;
+    uint64_t last_snapshot_head = 0;
+  };
+  absl::Status StoreAux(TraceSource& source, StreamState& st, uint64_t from, uint64_t to,
+                        uint64_t flags, uint64_t time);
+
+  ContainerWriter* writer_;
+  DrainOptions options_;
+  std::map<StreamId, StreamStats> stats_;
+  std::map<StreamId, StreamState> state_;
+  std::vector<uint8_t> scratch_;
+};
+
+}  // namespace ptkit::record
+
+#endif  // PTKIT_RECORD_DRAIN_H_

@@ -1,0 +1,140 @@
+#include "record/drain_loop.h"
+
+#include <poll.h>
+#include <pthread.h>
+
+#include <cerrno>
+#include <cstring>
+#include <vector>
+
+#include "ptkit/status.h"
+
+namespace ptkit::record {
+namespace {
+
+// Handlers may only touch lock-free atomics (async-signal-safe).
+std::atomic<uint64_t> g_stop{0};
+std::atomic<uint64_t> g_child{0};
+std::atomic<uint64_t> g_snapshot{0};
+static_assert(std::atomic<uint64_t>::is_always_lock_free);
+
+constexpr int kSignals[] = {SIGINT, SIGTERM, SIGCHLD, SIGUSR2, SIGHUP};
+
+void OnSignal(int sig) {
+  switch (sig) {
+    case SIGCHLD:
+      g_child.fetch_add(1, std::memory_order_relaxed);
+      break;
+    case SIGUSR2:
+      g_snapshot.fetch_add(1, std::memory_order_relaxed);
+      break;
+    default:
+      g_stop.fetch_add(1, std::memory_order_relaxed);
+      break;
+  }
+}
+
+}  // namespace
+
+SignalWatcher::SignalWatcher() {
+  sigset_t block;
+  sigemptyset(&block);
+  for (int s : kSignals) sigaddset(&block, s);
+  // Block first, then install: no signal can run a handler outside ppoll().
+  pthread_sigmask(SIG_BLOCK, &block, &old_mask_);
+  wait_mask_ = old_mask_;
+  for (int s : kSignals) sigdelset(&wait_mask_, s);
+  for (size_t i = 0; i < std::size(kSignals); ++i) {
+    struct sigaction sa;
+    std::memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = OnSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = kSignals[i] == SIGCHLD ? SA_NOCLDSTOP : 0;
+    sigaction(kSignals[i], &sa, &old_actions_[i]);
+  }
+}
+
+SignalWatcher::~SignalWatcher() {
+  for (size_t i = 0; i < std::size(kSignals); ++i)
+    sigaction(kSignals[i], &old_actions_[i], nullptr);
+  pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
+}
+
+uint64_t SignalWatcher::stop_count() const { return g_stop.load(std::memory_order_relaxed); }
+uint64_t SignalWatcher::child_count() const { return g_child.load(std::memory_order_relaxed); }
+uint64_t SignalWatcher::snapshot_count() const {
+  return g_snapshot.load(std::memory_order_relaxed);
+}
+
+absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, Drainer& drainer,
+                                        const SignalWatcher& signals, const LoopOptions& options) {
+  LoopResult result;
+  std::vector<pollfd> fds;
+  for (TraceSource* s : sources) fds.push_back(pollfd{s->poll_fd(), POLLIN, 0});
+  const uint64_t stop0 = signals.stop_count();
+  uint64_t snapshot_seen = signals.snapshot_count();
+  const timespec timeout{options.poll_timeout_ms / 1000,
+                         (options.poll_timeout_ms % 1000) * 1000000L};
+  auto snapshot_all = [&]() -> absl::Status {
+    for (TraceSource* s : sources) {
+      if (s->ring().aux.empty()) continue;
+      PTKIT_ASSIGN_OR_RETURN(
+          uint64_t n, drainer.Snapshot(*s, options.snapshot_size == 0 ? s->ring().aux.size()
+                                                                      : options.snapshot_size));
+      (void)n;
+    }
+    ++result.snapshots;
+    return absl::OkStatus();
+  };
+
+  while (true) {
+    // The only place the watched signals are deliverable.
+    const int rc = ppoll(fds.data(), fds.size(), &timeout, signals.wait_mask());
+    if (rc < 0 && errno != EINTR) return ErrnoStatus("ppoll on perf event fds");
+    ++result.passes;
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (fds[i].revents & POLLIN) sources[i]->ClearWakeup();
+      if (fds[i].revents & POLLHUP) fds[i].fd = -1;  // the event's task is gone
+      fds[i].revents = 0;
+    }
+    for (TraceSource* s : sources) {
+      PTKIT_ASSIGN_OR_RETURN(uint64_t n, drainer.DrainOnce(*s));
+      (void)n;
+    }
+    const uint64_t snaps = signals.snapshot_count();
+    if (snaps != snapshot_seen) {
+      snapshot_seen = snaps;
+      if (options.snapshot_mode) PTKIT_RETURN_IF_ERROR(snapshot_all());
+    }
+    // SIGCHLD only hints; a non-blocking reap every pass also catches a workload that
+    // exited between the fork and the first ppoll().
+    if (options.child_exited && options.child_exited()) {
+      result.workload_exited = true;
+      break;
+    }
+    if (signals.stop_count() != stop0) {
+      result.stopped_by_signal = true;
+      break;
+    }
+    if (options.should_stop && options.should_stop()) break;
+  }
+
+  // The end: stop the hardware (ends the AUX transaction), then take everything left.
+  for (TraceSource* s : sources) {
+    if (options.snapshot_mode) continue;  // Snapshot() disables and drains itself
+    PTKIT_RETURN_IF_ERROR(s->Disable());
+    PTKIT_ASSIGN_OR_RETURN(uint64_t n, drainer.DrainOnce(*s));
+    (void)n;
+  }
+  if (options.snapshot_mode) {
+    PTKIT_RETURN_IF_ERROR(snapshot_all());
+    for (TraceSource* s : sources) {
+      PTKIT_RETURN_IF_ERROR(s->Disable());
+      PTKIT_ASSIGN_OR_RETURN(uint64_t n, drainer.DrainOnce(*s));
+      (void)n;
+    }
+  }
+  return result;
+}
+
+}  // namespace ptkit::record

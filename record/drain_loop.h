@@ -1,0 +1,73 @@
+// The recorder's event loop: ppoll() on every source's wakeup fd with the watched signals
+// blocked everywhere except inside ppoll() (so a signal can neither be lost between a check
+// and the wait nor interrupt a copy), draining after each wakeup.
+//
+// SIGINT / SIGTERM stop the loop; SIGCHLD asks `child_exited` whether the workload is gone
+// (then stop); SIGUSR2 takes one snapshot of every source in snapshot mode. A signal that
+// arrives during a snapshot stays pending and is seen at the next ppoll(): it is not lost.
+#ifndef PTKIT_RECORD_DRAIN_LOOP_H_
+#define PTKIT_RECORD_DRAIN_LOOP_H_
+
+#include <signal.h>
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+
+#include "absl/status/status.h"
+#include "record/drain.h"
+#include "record/trace_source.h"
+
+namespace ptkit::record {
+
+// Counts SIGINT/SIGTERM, SIGCHLD and SIGUSR2 with async-signal-safe handlers (they only bump
+// a counter). Construct it before starting other threads: it blocks the signals in the
+// calling thread, and threads started later inherit the mask. Restores the previous handlers
+// and mask on destruction. One instance at a time per process.
+class SignalWatcher {
+ public:
+  SignalWatcher();
+  ~SignalWatcher();
+  SignalWatcher(const SignalWatcher&) = delete;
+  SignalWatcher& operator=(const SignalWatcher&) = delete;
+
+  // The mask to pass to ppoll(): the caller's mask before construction, watched signals open.
+  const sigset_t* wait_mask() const { return &wait_mask_; }
+  uint64_t stop_count() const;
+  uint64_t child_count() const;
+  uint64_t snapshot_count() const;
+
+ private:
+  sigset_t old_mask_;
+  sigset_t wait_mask_;
+  struct sigaction old_actions_[5];
+};
+
+struct LoopOptions {
+  int poll_timeout_ms = 100;   // drain at least this often even without wakeups
+  bool snapshot_mode = false;  // SIGUSR2 and the end of the run take snapshots
+  uint64_t snapshot_size = 0;  // bytes per snapshot per source (0 = the whole AUX ring)
+  // Called after every pass (SIGCHLD wakes the loop); true when the workload has exited
+  // (reap it here with waitpid(WNOHANG)). May be empty (then only signals stop the loop).
+  std::function<bool()> child_exited;
+  // Called after every pass; true to stop (tests, --duration).
+  std::function<bool()> should_stop;
+};
+
+struct LoopResult {
+  uint64_t passes = 0;
+  uint64_t snapshots = 0;  // snapshot rounds (each covers every source)
+  bool stopped_by_signal = false;
+  bool workload_exited = false;
+};
+
+// Runs until a stop condition, then disables every source's AUX event, drains everything
+// that is left and (snapshot mode) takes the final snapshot. Errors: the first drain or
+// snapshot error (the loop stops there), ppoll failures other than EINTR.
+absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, Drainer& drainer,
+                                        const SignalWatcher& signals, const LoopOptions& options);
+
+}  // namespace ptkit::record
+
+#endif  // PTKIT_RECORD_DRAIN_LOOP_H_
