@@ -1,13 +1,21 @@
 // ptdecode: turns a trace.pt recording into control flow and summaries.
 // Thin main: flags are parsed here, the work happens in ptkit libraries.
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "decoder/decode.h"
+#include "decoder/raw_input.h"
+#include "decoder/sinks.h"
 #include "ptkit/info.h"
 
 namespace {
+
+namespace dec = ::ptkit::decoder;
 
 constexpr int kExitRuntime = 1;
 constexpr int kExitUsage = 2;
@@ -17,11 +25,117 @@ int Fail(const absl::Status& status) {
   return kExitRuntime;
 }
 
+int UsageError(const std::string& message) {
+  std::fprintf(stderr, "ptdecode: %s (see ptdecode --help)\n", message.c_str());
+  return kExitUsage;
+}
+
 int RunInfo(const std::string& path, bool json) {
   auto info = ptkit::ContainerInfo(path);
   if (!info.ok()) return Fail(info.status());
   std::string text = json ? info->dump(2) + "\n" : ptkit::FormatInfoText(*info);
   std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
+
+// Flags shared by every decoding sub-command (raw mode, ptxed conventions).
+struct DecodeFlags {
+  std::string container;  // positional trace.pt (not decoded yet)
+  std::string pt;
+  std::vector<std::string> elfs, raws, pages;
+  std::string cpu;
+  unsigned mtc_freq = 0, nom_freq = 0;
+  uint32_t cpuid_eax = 0, cpuid_ebx = 0;
+  bool json = false;
+  bool disasm = false;
+};
+
+void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
+  cmd->add_option("FILE", f.container, "trace.pt recording (container input: not yet supported)");
+  cmd->add_option("--pt", f.pt, "Raw Intel PT trace file (ptxed/perf AUX bytes)");
+  cmd->add_option("--elf", f.elfs,
+                  "ELF image FILE[:BASE] (BASE: load address of the lowest "
+                  "executable segment)")
+      ->take_all();
+  cmd->add_option("--raw", f.raws, "Raw image FILE[:FROM[-TO]]:ADDRESS")->take_all();
+  cmd->add_option("--pages", f.pages,
+                  "Page dump DIR (DIR/data.addr + DIR/data.dump) or ADDR_FILE,DUMP_FILE")
+      ->take_all();
+  cmd->add_option("--cpu", f.cpu, "Recording CPU FAMILY/MODEL[/STEPPING], selects errata");
+  cmd->add_option("--mtc-freq", f.mtc_freq, "IA32_RTIT_CTL.MTCFreq")->check(CLI::Range(0, 15));
+  cmd->add_option("--nom-freq", f.nom_freq, "Nominal frequency (MSR_PLATFORM_INFO[15:8])")
+      ->check(CLI::Range(0, 255));
+  cmd->add_option("--cpuid-0x15.eax", f.cpuid_eax, "CPUID leaf 0x15 eax (CTC ratio denominator)");
+  cmd->add_option("--cpuid-0x15.ebx", f.cpuid_ebx, "CPUID leaf 0x15 ebx (CTC ratio numerator)");
+  if (json) cmd->add_flag("--json", f.json, "Machine-readable output (see ptdecode(1))");
+}
+
+// Builds the raw-mode input spec; on a usage error prints it and returns false.
+bool MakeSpec(const DecodeFlags& f, dec::RawInputSpec& spec, int& exit_code) {
+  if (!f.container.empty()) {
+    exit_code =
+        Fail(absl::UnimplementedError(f.container +
+                                      ": decoding trace.pt containers is not implemented yet; "
+                                      "use raw mode (--pt FILE with --elf/--raw/--pages)"));
+    return false;
+  }
+  if (f.pt.empty()) {
+    exit_code = UsageError("no input: give --pt FILE");
+    return false;
+  }
+  spec.pt_path = f.pt;
+  for (const std::string& s : f.elfs) {
+    auto elf = dec::ParseElfSpec(s);
+    if (!elf.ok()) return exit_code = UsageError(std::string(elf.status().message())), false;
+    spec.elfs.push_back(*elf);
+  }
+  for (const std::string& s : f.raws) {
+    auto raw = dec::ParseRawSpec(s);
+    if (!raw.ok()) return exit_code = UsageError(std::string(raw.status().message())), false;
+    spec.raws.push_back(*raw);
+  }
+  for (const std::string& s : f.pages) spec.page_dumps.push_back(dec::ParsePageDumpSpec(s));
+  if (!f.cpu.empty()) {
+    auto cpu = dec::ParseCpu(f.cpu);
+    if (!cpu.ok()) return exit_code = UsageError(std::string(cpu.status().message())), false;
+    spec.config.cpu = *cpu;
+  }
+  spec.config.mtc_freq = static_cast<uint8_t>(f.mtc_freq);
+  spec.config.nom_freq = static_cast<uint8_t>(f.nom_freq);
+  spec.config.cpuid_0x15_eax = f.cpuid_eax;
+  spec.config.cpuid_0x15_ebx = f.cpuid_ebx;
+  return true;
+}
+
+using SinkFactory = std::function<std::unique_ptr<dec::Sink>(const dec::ProgramImage&, std::FILE*,
+                                                             const dec::OutputOptions&)>;
+
+int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
+  dec::RawInputSpec spec;
+  int exit_code = 0;
+  if (!MakeSpec(f, spec, exit_code)) return exit_code;
+  auto input = dec::LoadRawInput(spec);
+  if (!input.ok()) return Fail(input.status());
+  dec::OutputOptions options;
+  options.json = f.json;
+  options.disasm = f.disasm;
+  options.trace_name = f.pt;
+  std::unique_ptr<dec::Sink> sink = make_sink(*input->image, stdout, options);
+  auto totals = dec::DecodeTrace(input->trace.bytes(), input->config, *input->image, *sink);
+  if (!totals.ok()) return Fail(totals.status());
+  return 0;
+}
+
+int RunPackets(const DecodeFlags& f) {
+  dec::RawInputSpec spec;
+  int exit_code = 0;
+  if (!MakeSpec(f, spec, exit_code)) return exit_code;
+  auto input = dec::LoadRawInput(spec);
+  if (!input.ok()) return Fail(input.status());
+  dec::OutputOptions options;
+  options.json = f.json;
+  absl::Status status = dec::DumpPackets(input->trace.bytes(), input->config, stdout, options);
+  if (!status.ok()) return Fail(status);
   return 0;
 }
 
@@ -40,6 +154,38 @@ int main(int argc, char** argv) {
   info->add_option("FILE", info_path, "trace.pt file")->required();
   info->add_flag("--json", info_json, "Print JSON (schema in ptdecode(1))");
   info->callback([&] { exit_code = RunInfo(info_path, info_json); });
+
+  struct Command {
+    const char* name;
+    const char* help;
+    SinkFactory factory;
+  };
+  const std::vector<Command> commands = {
+      {"insn", "One line per instruction: address, symbol+offset, --disasm; events, gaps, errors",
+       dec::MakeInsnSink},
+      {"branches", "One line per taken branch: from, to, kind", dec::MakeBranchesSink},
+      {"calls", "Call/return tree with each call's instruction count", dec::MakeCallsSink},
+      {"stats", "Per function and per image: instructions (self, inclusive), calls; totals",
+       dec::MakeStatsSink},
+      {"folded", "Folded stacks weighted by instructions (flamegraph.pl, inferno, speedscope)",
+       dec::MakeFoldedSink},
+      {"timeline", "Chrome trace-event JSON (Perfetto UI), one slice per call",
+       dec::MakeTimelineSink},
+  };
+  std::vector<DecodeFlags> flags(commands.size() + 1);
+  for (size_t i = 0; i < commands.size(); ++i) {
+    const Command& c = commands[i];
+    CLI::App* cmd = app.add_subcommand(c.name, c.help);
+    bool json_flag = std::string(c.name) != "folded" && std::string(c.name) != "timeline";
+    AddDecodeFlags(cmd, flags[i], json_flag);
+    if (std::string(c.name) == "insn") {
+      cmd->add_flag("--disasm", flags[i].disasm, "Disassemble each instruction (Zydis, Intel)");
+    }
+    cmd->callback([&, i] { exit_code = RunDecode(flags[i], commands[i].factory); });
+  }
+  CLI::App* packets = app.add_subcommand("packets", "Packet dump with offsets, like ptdump");
+  AddDecodeFlags(packets, flags.back(), true);
+  packets->callback([&] { exit_code = RunPackets(flags.back()); });
 
   try {
     app.parse(argc, argv);

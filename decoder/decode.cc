@@ -1,0 +1,217 @@
+#include "decoder/decode.h"
+
+#include <Zydis/Zydis.h>
+#include <fmt/format.h>
+
+#include "decoder/ipt_handles.h"
+#include "ptkit/status.h"
+
+namespace ptkit::decoder {
+namespace {
+
+// Shared error bookkeeping for both decoder loops.
+class ErrorReporter {
+ public:
+  ErrorReporter(const ProgramImage& image, Sink& sink, DecodeTotals& totals)
+      : image_(image), sink_(sink), totals_(totals) {}
+
+  void Report(int status, uint64_t offset, uint64_t ip, bool during_sync) {
+    DecodeError error;
+    error.code = -status;
+    error.offset = offset;
+    error.ip = ip;
+    error.during_sync = during_sync;
+    if (error.code == pte_nomap) {
+      error.gap = image_.HoleAround(ip);
+      ++totals_.gaps;
+    }
+    ++totals_.errors;
+    ++totals_.errors_by_code[error.code];
+    sink_.OnError(error);
+  }
+
+ private:
+  const ProgramImage& image_;
+  Sink& sink_;
+  DecodeTotals& totals_;
+};
+
+ZydisMachineMode ZydisMode(pt_exec_mode mode) {
+  switch (mode) {
+    case ptem_16bit:
+      return ZYDIS_MACHINE_MODE_LEGACY_16;
+    case ptem_32bit:
+      return ZYDIS_MACHINE_MODE_LEGACY_32;
+    default:
+      return ZYDIS_MACHINE_MODE_LONG_64;
+  }
+}
+
+template <typename Dec, auto GetOffset>
+uint64_t OffsetOf(Dec* dec) {
+  uint64_t offset = 0;
+  if (GetOffset(dec, &offset) < 0) return 0;
+  return offset;
+}
+
+absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals) {
+  pt.flags.variant.block.end_on_call = sink.end_block_on_call() ? 1 : 0;
+  pt.flags.variant.block.end_on_jump = sink.end_block_on_jump() ? 1 : 0;
+  BlockDecoderPtr dec(pt_blk_alloc_decoder(&pt));
+  if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a block decoder");
+  int err = pt_blk_set_image(dec.get(), image.image());
+  if (err < 0) return absl::InternalError(Cat("pt_blk_set_image: ", pt_errstr(pt_errcode(err))));
+  ErrorReporter errors(image, sink, totals);
+  auto offset_of = [&] { return OffsetOf<pt_block_decoder, pt_blk_get_offset>(dec.get()); };
+
+  uint64_t sync = 0;
+  for (;;) {
+    pt_block block;
+    block.ip = 0;
+    block.ninsn = 0;
+    int status = pt_blk_sync_forward(dec.get());
+    if (status < 0) {
+      if (status == -pte_eos) break;
+      errors.Report(status, offset_of(), block.ip, /*during_sync=*/true);
+      uint64_t new_sync = offset_of();
+      if (new_sync <= sync) break;  // no progress: we never will
+      sync = new_sync;
+      continue;
+    }
+    uint64_t sync_offset = 0;
+    pt_blk_get_sync_offset(dec.get(), &sync_offset);
+    ++totals.syncs;
+    sink.OnSync(sync_offset);
+    for (;;) {
+      while (status & pts_event_pending) {
+        pt_event event;
+        status = pt_blk_event(dec.get(), &event, sizeof(event));
+        if (status < 0) break;
+        ++totals.events;
+        sink.OnEvent(event);
+      }
+      if (status < 0) break;
+      if (status & pts_eos) {
+        status = -pte_eos;
+        break;
+      }
+      status = pt_blk_next(dec.get(), &block, sizeof(block));
+      // Even on error, some instructions may have been decoded.
+      if (block.ninsn != 0) {
+        totals.instructions += block.ninsn;
+        ++totals.blocks;
+        sink.OnBlock(block);
+      }
+      if (status < 0) break;
+    }
+    if (status == -pte_eos) break;
+    if (status == 0) status = -pte_internal;
+    // As ptxed: the IP of the block, or the next IP after its last instruction.
+    uint64_t ip = block.ip;
+    if (block.ninsn != 0) {
+      ip = block.end_ip;
+      if (status == -pte_nomap || status == -pte_bad_insn) ip = NextIpAfter(image, ip, block.mode);
+    }
+    errors.Report(status, offset_of(), ip, /*during_sync=*/false);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals) {
+  InsnDecoderPtr dec(pt_insn_alloc_decoder(&pt));
+  if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate an instruction decoder");
+  int err = pt_insn_set_image(dec.get(), image.image());
+  if (err < 0) return absl::InternalError(Cat("pt_insn_set_image: ", pt_errstr(pt_errcode(err))));
+  ErrorReporter errors(image, sink, totals);
+  auto offset_of = [&] { return OffsetOf<pt_insn_decoder, pt_insn_get_offset>(dec.get()); };
+
+  uint64_t sync = 0;
+  for (;;) {
+    pt_insn insn;
+    insn.ip = 0;
+    int status = pt_insn_sync_forward(dec.get());
+    if (status < 0) {
+      if (status == -pte_eos) break;
+      errors.Report(status, offset_of(), insn.ip, /*during_sync=*/true);
+      uint64_t new_sync = offset_of();
+      if (new_sync <= sync) break;
+      sync = new_sync;
+      continue;
+    }
+    uint64_t sync_offset = 0;
+    pt_insn_get_sync_offset(dec.get(), &sync_offset);
+    ++totals.syncs;
+    sink.OnSync(sync_offset);
+    for (;;) {
+      while (status & pts_event_pending) {
+        pt_event event;
+        status = pt_insn_event(dec.get(), &event, sizeof(event));
+        if (status < 0) break;
+        ++totals.events;
+        sink.OnEvent(event);
+      }
+      if (status < 0) break;
+      if (status & pts_eos) {
+        status = -pte_eos;
+        break;
+      }
+      status = pt_insn_next(dec.get(), &insn, sizeof(insn));
+      if (status < 0) {
+        // The instruction may still have been decoded.
+        if (insn.iclass != ptic_error) {
+          ++totals.instructions;
+          sink.OnInsn(insn);
+        }
+        break;
+      }
+      ++totals.instructions;
+      sink.OnInsn(insn);
+    }
+    if (status == -pte_eos) break;
+    if (status == 0) status = -pte_internal;
+    errors.Report(status, offset_of(), insn.ip, /*during_sync=*/false);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+uint64_t NextIpAfter(const ProgramImage& image, uint64_t ip, pt_exec_mode mode) {
+  uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
+  size_t n = image.Read(ip, bytes, sizeof(bytes));
+  if (n == 0) return ip;
+  ZydisDecoder decoder;
+  ZydisMachineMode machine = ZydisMode(mode);
+  ZydisDecoderInit(&decoder, machine,
+                   machine == ZYDIS_MACHINE_MODE_LONG_64     ? ZYDIS_STACK_WIDTH_64
+                   : machine == ZYDIS_MACHINE_MODE_LEGACY_32 ? ZYDIS_STACK_WIDTH_32
+                                                             : ZYDIS_STACK_WIDTH_16);
+  ZydisDecodedInstruction insn;
+  if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&decoder, nullptr, bytes, n, &insn))) return ip;
+  uint64_t next = ip + insn.length;
+  if (insn.meta.category == ZYDIS_CATEGORY_COND_BR ||
+      insn.meta.category == ZYDIS_CATEGORY_UNCOND_BR || insn.meta.category == ZYDIS_CATEGORY_CALL) {
+    for (int i = 0; i < 2; ++i) {
+      if (insn.raw.imm[i].is_relative) next += static_cast<uint64_t>(insn.raw.imm[i].value.s);
+    }
+  }
+  return next;
+}
+
+absl::StatusOr<DecodeTotals> DecodeTrace(std::span<const uint8_t> trace, const TraceConfig& config,
+                                         const ProgramImage& image, Sink& sink) {
+  PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
+  DecodeTotals totals;
+  totals.trace_bytes = trace.size();
+  if (!trace.empty()) {
+    if (sink.kind() == DecoderKind::kBlock) {
+      PTKIT_RETURN_IF_ERROR(BlockLoop(pt, image, sink, totals));
+    } else {
+      PTKIT_RETURN_IF_ERROR(InsnLoop(pt, image, sink, totals));
+    }
+  }
+  PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
+  return totals;
+}
+
+}  // namespace ptkit::decoder

@@ -1,0 +1,79 @@
+// Decoding a raw Intel PT stream with libipt into a Sink.
+//
+// Setup failures (bad configuration, no memory) are errors; everything met while decoding is
+// data: each libipt error is reported to the sink with the trace offset and IP, the decoder
+// resynchronises at the next PSB, and totals per error code are kept.
+#ifndef PTKIT_DECODER_DECODE_H_
+#define PTKIT_DECODER_DECODE_H_
+
+#include <intel-pt.h>
+
+#include <cstdint>
+#include <map>
+#include <span>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "decoder/image.h"
+#include "decoder/trace_config.h"
+
+namespace ptkit::decoder {
+
+enum class DecoderKind {
+  kBlock,  // pt_blk_*: fastest; a sink sees pt_block runs
+  kInsn,   // pt_insn_*: a sink sees each instruction
+};
+
+// One decode error. `code` is a positive pt_error_code.
+struct DecodeError {
+  int code = 0;
+  uint64_t offset = 0;  // trace offset where the decoder stood
+  uint64_t ip = 0;      // the IP where decoding failed, 0 when unknown
+  bool during_sync = false;
+  // For pte_nomap (code that cannot be found): the unmapped address range around `ip`.
+  AddressRange gap;
+  bool is_gap() const { return code == pte_nomap; }
+};
+
+struct DecodeTotals {
+  uint64_t trace_bytes = 0;
+  uint64_t instructions = 0;
+  uint64_t blocks = 0;  // blocks (block decoder) as libipt returns them
+  uint64_t events = 0;
+  uint64_t syncs = 0;                      // PSBs the decoder synchronised at
+  uint64_t errors = 0;                     // all decode errors, gaps included
+  uint64_t gaps = 0;                       // pte_nomap errors
+  std::map<int, uint64_t> errors_by_code;  // positive pt_error_code -> count
+};
+
+// Receives the decoded flow in trace order.
+class Sink {
+ public:
+  virtual ~Sink() = default;
+  // Which libipt decoder this sink needs, and block decoder flags.
+  virtual DecoderKind kind() const { return DecoderKind::kBlock; }
+  virtual bool end_block_on_call() const { return false; }
+  virtual bool end_block_on_jump() const { return false; }
+
+  virtual void OnSync(uint64_t offset) {}
+  virtual void OnBlock(const pt_block& block) {}
+  virtual void OnInsn(const pt_insn& insn) {}
+  virtual void OnEvent(const pt_event& event) {}
+  virtual void OnError(const DecodeError& error) {}
+  // Called once after the last callback. Errors: output failures.
+  virtual absl::Status Finish(const DecodeTotals& totals) { return absl::OkStatus(); }
+};
+
+// Decodes `trace` against `image` into `sink` and returns the totals (also given to
+// sink.Finish). Errors: kInvalidArgument for a configuration libipt rejects (unknown cpu),
+// kResourceExhausted when a decoder cannot be allocated, and sink.Finish's error.
+absl::StatusOr<DecodeTotals> DecodeTrace(std::span<const uint8_t> trace, const TraceConfig& config,
+                                         const ProgramImage& image, Sink& sink);
+
+// The address of the instruction after the one at `ip` as ptxed computes it for error
+// reports (length plus the displacement of a direct branch); `ip` when it cannot be decoded.
+uint64_t NextIpAfter(const ProgramImage& image, uint64_t ip, pt_exec_mode mode);
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_DECODE_H_

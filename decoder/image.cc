@@ -1,0 +1,390 @@
+#include "decoder/image.h"
+
+#include <cxxabi.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+
+#include "decoder/trace_config.h"
+#include "ptkit/status.h"
+
+namespace ptkit::decoder {
+namespace {
+
+constexpr uint64_t kPageSize = 4096;
+
+std::string Demangle(const char* name) {
+  if (name[0] != '_' || name[1] != 'Z') return name;
+  int status = 0;
+  char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  if (status != 0 || out == nullptr) return name;
+  std::string result(out);
+  std::free(out);
+  return result;
+}
+
+class ScopedFd {
+ public:
+  explicit ScopedFd(int fd) : fd_(fd) {}
+  ~ScopedFd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  ScopedFd(const ScopedFd&) = delete;
+  ScopedFd& operator=(const ScopedFd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+struct ElfDeleter {
+  void operator()(Elf* e) const { elf_end(e); }
+};
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::ErrnoToStatus(errno, Cat("open ", path));
+  std::string data((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) return absl::DataLossError(Cat("read ", path));
+  return data;
+}
+
+absl::StatusOr<uint64_t> FileSize(const std::string& path) {
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(Cat("stat ", path));
+  if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(path + ": not a regular file");
+  return static_cast<uint64_t>(st.st_size);
+}
+
+// Splits "X:NUMBER" at the last ':' when what follows parses as a number.
+bool SplitTrailingNumber(std::string_view text, std::string_view* head, uint64_t* number) {
+  size_t colon = text.rfind(':');
+  if (colon == std::string_view::npos || colon == 0) return false;
+  auto value = ParseUint(text.substr(colon + 1), std::numeric_limits<uint64_t>::max(), "number");
+  if (!value.ok()) return false;
+  *head = text.substr(0, colon);
+  *number = *value;
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text) {
+  if (text.empty()) return absl::InvalidArgumentError("bad --elf '': expected FILE[:BASE]");
+  ElfSpec spec;
+  std::string_view head;
+  if (SplitTrailingNumber(text, &head, &spec.base)) {
+    spec.path = std::string(head);
+  } else {
+    spec.path = std::string(text);
+  }
+  return spec;
+}
+
+absl::StatusOr<RawSpec> ParseRawSpec(std::string_view text) {
+  auto bad = [&] {
+    return absl::InvalidArgumentError(
+        Cat("bad --raw '", text, "': expected FILE[:FROM[-TO]]:ADDRESS"));
+  };
+  RawSpec spec;
+  std::string_view head;
+  if (!SplitTrailingNumber(text, &head, &spec.address)) return bad();
+  // Optional ":FROM[-TO]" before the address.
+  size_t colon = head.rfind(':');
+  if (colon != std::string_view::npos && colon > 0) {
+    std::string_view range = head.substr(colon + 1);
+    size_t dash = range.find('-');
+    auto from = ParseUint(range.substr(0, dash), std::numeric_limits<uint64_t>::max(), "from");
+    if (from.ok()) {
+      spec.from = *from;
+      if (dash != std::string_view::npos) {
+        auto to = ParseUint(range.substr(dash + 1), std::numeric_limits<uint64_t>::max(), "to");
+        if (!to.ok() || *to <= *from) return bad();
+        spec.to = *to;
+      }
+      head = head.substr(0, colon);
+    } else if (dash != std::string_view::npos &&
+               range.find_first_not_of("0123456789abcdefABCDEFxX-") == std::string_view::npos) {
+      return bad();
+    }
+  }
+  if (head.empty()) return bad();
+  spec.path = std::string(head);
+  return spec;
+}
+
+PageDumpSpec ParsePageDumpSpec(std::string_view text) {
+  size_t comma = text.find(',');
+  if (comma != std::string_view::npos) {
+    return {std::string(text.substr(0, comma)), std::string(text.substr(comma + 1))};
+  }
+  std::string dir(text);
+  return {dir + "/data.addr", dir + "/data.dump"};
+}
+
+ProgramImage::ProgramImage(ImagePtr image, IscachePtr iscache)
+    : image_(std::move(image)), iscache_(std::move(iscache)) {}
+ProgramImage::~ProgramImage() = default;
+
+absl::StatusOr<std::unique_ptr<ProgramImage>> ProgramImage::Create() {
+  ImagePtr image(pt_image_alloc("ptdecode"));
+  IscachePtr iscache(pt_iscache_alloc("ptdecode"));
+  if (!image || !iscache) return absl::ResourceExhaustedError("libipt: cannot allocate an image");
+  auto result =
+      std::unique_ptr<ProgramImage>(new ProgramImage(std::move(image), std::move(iscache)));
+  int err = pt_image_set_callback(result->image_.get(), &ProgramImage::ReadMemory, result.get());
+  if (err < 0)
+    return absl::InternalError(Cat("pt_image_set_callback: ", pt_errstr(pt_errcode(err))));
+  return result;
+}
+
+void ProgramImage::AddMapping(const Mapping& m) {
+  auto less = [](const Mapping& a, const Mapping& b) { return a.begin < b.begin; };
+  mappings_.insert(std::upper_bound(mappings_.begin(), mappings_.end(), m, less), m);
+  if (m.memory != nullptr) {
+    memory_mappings_.insert(
+        std::upper_bound(memory_mappings_.begin(), memory_mappings_.end(), m, less), m);
+  }
+}
+
+absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
+  if (elf_version(EV_CURRENT) == EV_NONE) return absl::InternalError("libelf: bad version");
+  ScopedFd fd(open(spec.path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(Cat("open ELF file ", spec.path));
+  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd.get(), ELF_C_READ, nullptr));
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) {
+    return absl::InvalidArgumentError(Cat(spec.path, ": not an ELF file"));
+  }
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf.get(), &phnum) != 0) {
+    return absl::InvalidArgumentError(Cat(spec.path, ": bad program headers: ", elf_errmsg(-1)));
+  }
+  // As ptxed's load_elf.c: BASE is where the lowest executable PT_LOAD segment goes.
+  uint64_t bias = 0;
+  if (spec.base != 0) {
+    uint64_t min_vaddr = std::numeric_limits<uint64_t>::max();
+    for (size_t i = 0; i < phnum; ++i) {
+      GElf_Phdr phdr;
+      if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) == nullptr) continue;
+      if (phdr.p_type == PT_LOAD && (phdr.p_flags & PF_X))
+        min_vaddr = std::min(min_vaddr, phdr.p_vaddr);
+    }
+    if (min_vaddr != std::numeric_limits<uint64_t>::max()) bias = spec.base - min_vaddr;
+  }
+  const uint32_t file_index = static_cast<uint32_t>(files_.size());
+  ImageFile file{spec.path, "elf", 0};
+  int loaded = 0;
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) == nullptr) continue;
+    if (phdr.p_type != PT_LOAD || phdr.p_filesz == 0) continue;
+    uint64_t vaddr = phdr.p_vaddr + bias;
+    int isid =
+        pt_iscache_add_file(iscache_.get(), spec.path.c_str(), phdr.p_offset, phdr.p_filesz, vaddr);
+    if (isid < 0) {
+      return absl::InvalidArgumentError(
+          Cat(spec.path, ": cannot add segment ", i, ": ", pt_errstr(pt_errcode(isid))));
+    }
+    int err = pt_image_add_cached(image_.get(), iscache_.get(), isid, nullptr);
+    if (err < 0) {
+      return absl::InvalidArgumentError(
+          Cat(spec.path, ": cannot map segment ", i, ": ", pt_errstr(pt_errcode(err))));
+    }
+    AddMapping({vaddr, vaddr + phdr.p_filesz, file_index, isid, nullptr});
+    file.bytes += phdr.p_filesz;
+    ++loaded;
+  }
+  if (loaded == 0) {
+    return absl::InvalidArgumentError(Cat(spec.path, ": no loadable segment"));
+  }
+  files_.push_back(std::move(file));
+
+  // Function symbols from .symtab and .dynsym.
+  size_t first_new = symbols_.size();
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf.get(), scn)) != nullptr) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+    if (shdr.sh_type != SHT_SYMTAB && shdr.sh_type != SHT_DYNSYM) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || shdr.sh_entsize == 0) continue;
+    size_t count = shdr.sh_size / shdr.sh_entsize;
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Sym sym;
+      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
+      int type = GELF_ST_TYPE(sym.st_info);
+      if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
+          sym.st_value == 0) {
+        continue;
+      }
+      const char* name = elf_strptr(elf.get(), shdr.sh_link, sym.st_name);
+      if (name == nullptr || name[0] == '\0') continue;
+      symbols_.push_back(
+          {sym.st_value + bias, sym.st_value + bias + sym.st_size, Demangle(name), file_index});
+    }
+  }
+  FinishSymbols(first_new);
+  return absl::OkStatus();
+}
+
+void ProgramImage::FinishSymbols(size_t first_new) {
+  (void)first_new;
+  // Sort, drop duplicates of the same start (the first, .symtab, wins), and give unsized
+  // symbols the room up to the next symbol.
+  std::stable_sort(symbols_.begin(), symbols_.end(),
+                   [](const Symbol& a, const Symbol& b) { return a.begin < b.begin; });
+  symbols_.erase(std::unique(symbols_.begin(), symbols_.end(),
+                             [](const Symbol& a, const Symbol& b) { return a.begin == b.begin; }),
+                 symbols_.end());
+  for (size_t i = 0; i < symbols_.size(); ++i) {
+    Symbol& s = symbols_[i];
+    uint64_t next = i + 1 < symbols_.size() ? symbols_[i + 1].begin : s.begin + 1;
+    if (s.end <= s.begin) s.end = std::max(next, s.begin + 1);
+  }
+}
+
+absl::Status ProgramImage::AddRaw(const RawSpec& spec) {
+  PTKIT_ASSIGN_OR_RETURN(uint64_t size, FileSize(spec.path));
+  if (access(spec.path.c_str(), R_OK) != 0) return ErrnoStatus(Cat("open ", spec.path));
+  uint64_t to = spec.to == 0 ? size : spec.to;
+  if (spec.from >= to || to > size) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: range [{:#x}, {:#x}) is outside the file ({} bytes)", spec.path, spec.from, to, size));
+  }
+  int isid = pt_iscache_add_file(iscache_.get(), spec.path.c_str(), spec.from, to - spec.from,
+                                 spec.address);
+  if (isid < 0) {
+    return absl::InvalidArgumentError(Cat(spec.path, ": ", pt_errstr(pt_errcode(isid))));
+  }
+  int err = pt_image_add_cached(image_.get(), iscache_.get(), isid, nullptr);
+  if (err < 0) {
+    return absl::InvalidArgumentError(Cat(spec.path, ": ", pt_errstr(pt_errcode(err))));
+  }
+  uint32_t file_index = static_cast<uint32_t>(files_.size());
+  files_.push_back({spec.path, "raw", to - spec.from});
+  AddMapping({spec.address, spec.address + (to - spec.from), file_index, isid, nullptr});
+  return absl::OkStatus();
+}
+
+absl::Status ProgramImage::AddPageDump(const PageDumpSpec& spec) {
+  PTKIT_ASSIGN_OR_RETURN(std::string addr, ReadWholeFile(spec.addr_path));
+  PTKIT_ASSIGN_OR_RETURN(std::string dump, ReadWholeFile(spec.dump_path));
+  if (addr.size() % 8 != 0) {
+    return absl::InvalidArgumentError(Cat(spec.addr_path, ": size ", addr.size(),
+                                          " is not a multiple of 8 (u64 page addresses)"));
+  }
+  size_t slots = addr.size() / 8;
+  if (dump.size() < slots * kPageSize) {
+    return absl::InvalidArgumentError(Cat(spec.dump_path, ": ", dump.size(), " bytes, but ",
+                                          spec.addr_path, " lists ", slots,
+                                          " pages of 4096 bytes"));
+  }
+  // Page address -> slot; entries with any of the low 12 bits set are unmapped slots.
+  std::map<uint64_t, size_t> pages;
+  for (size_t i = 0; i < slots; ++i) {
+    uint64_t va = 0;
+    std::memcpy(&va, addr.data() + i * 8, 8);  // little-endian host (x86-64)
+    if (va & (kPageSize - 1)) continue;
+    pages.emplace(va, i);
+  }
+  if (pages.empty()) {
+    return absl::InvalidArgumentError(spec.addr_path + ": no mapped page");
+  }
+  uint32_t file_index = static_cast<uint32_t>(files_.size());
+  files_.push_back({spec.dump_path, "pages", pages.size() * kPageSize});
+  // Merge pages with consecutive addresses into one run so instructions can cross pages.
+  for (auto it = pages.begin(); it != pages.end();) {
+    uint64_t begin = it->first;
+    auto run_end = it;
+    size_t count = 0;
+    while (run_end != pages.end() && run_end->first == begin + count * kPageSize) {
+      ++run_end;
+      ++count;
+    }
+    auto bytes = std::make_unique<uint8_t[]>(count * kPageSize);
+    size_t k = 0;
+    for (auto p = it; p != run_end; ++p, ++k) {
+      std::memcpy(bytes.get() + k * kPageSize, dump.data() + p->second * kPageSize, kPageSize);
+    }
+    AddMapping({begin, begin + count * kPageSize, file_index, 0, bytes.get()});
+    memory_.push_back(std::move(bytes));
+    it = run_end;
+  }
+  return absl::OkStatus();
+}
+
+int ProgramImage::ReadMemory(uint8_t* buffer, size_t size, const pt_asid* /*asid*/, uint64_t ip,
+                             void* context) {
+  const auto* self = static_cast<const ProgramImage*>(context);
+  const auto& runs = self->memory_mappings_;
+  auto it = std::upper_bound(runs.begin(), runs.end(), ip,
+                             [](uint64_t v, const Mapping& m) { return v < m.begin; });
+  if (it == runs.begin()) return -pte_nomap;
+  --it;
+  if (ip >= it->end) return -pte_nomap;
+  size_t n = std::min<uint64_t>(size, it->end - ip);
+  std::memcpy(buffer, it->memory + (ip - it->begin), n);
+  return static_cast<int>(n);
+}
+
+const ProgramImage::Mapping* ProgramImage::MappingAt(uint64_t ip) const {
+  auto it = std::upper_bound(mappings_.begin(), mappings_.end(), ip,
+                             [](uint64_t v, const Mapping& m) { return v < m.begin; });
+  while (it != mappings_.begin()) {
+    --it;
+    if (ip < it->end) return &*it;
+    // Mappings rarely overlap; look one further back in case an earlier one is longer.
+    if (it != mappings_.begin() && std::prev(it)->end <= ip) break;
+  }
+  return nullptr;
+}
+
+size_t ProgramImage::Read(uint64_t ip, uint8_t* out, size_t size) const {
+  const Mapping* m = MappingAt(ip);
+  if (m == nullptr) return 0;
+  size_t n = std::min<uint64_t>(size, m->end - ip);
+  if (m->memory != nullptr) {
+    std::memcpy(out, m->memory + (ip - m->begin), n);
+    return n;
+  }
+  int got = pt_iscache_read(iscache_.get(), out, n, m->isid, ip);
+  return got < 0 ? 0 : static_cast<size_t>(got);
+}
+
+int ProgramImage::FileAt(uint64_t ip) const {
+  const Mapping* m = MappingAt(ip);
+  return m == nullptr ? -1 : static_cast<int>(m->file);
+}
+
+AddressRange ProgramImage::HoleAround(uint64_t ip) const {
+  if (MappingAt(ip) != nullptr) return {ip, ip + 1};
+  AddressRange hole{0, std::numeric_limits<uint64_t>::max()};
+  for (const Mapping& m : mappings_) {
+    if (m.end <= ip) hole.begin = std::max(hole.begin, m.end);
+    if (m.begin > ip) hole.end = std::min(hole.end, m.begin);
+  }
+  return hole;
+}
+
+int ProgramImage::SymbolAt(uint64_t ip) const {
+  auto it = std::upper_bound(symbols_.begin(), symbols_.end(), ip,
+                             [](uint64_t v, const Symbol& s) { return v < s.begin; });
+  if (it == symbols_.begin()) return -1;
+  --it;
+  if (ip >= it->end) return -1;
+  return static_cast<int>(it - symbols_.begin());
+}
+
+}  // namespace ptkit::decoder

@@ -1,0 +1,128 @@
+// ProgramImage: the memory a trace ran in, for libipt and for ptkit's sinks.
+//
+// Sources, as in ptxed: ELF files (PT_LOAD segments with p_filesz > 0, through libipt's section
+// cache so each file is read once), raw files placed at an address, and page dumps (a .addr
+// list of page addresses plus a .dump of 4 KiB pages, served through pt_image_set_callback).
+// Symbols come from the ELF files' .symtab and .dynsym, C++ names demangled.
+#ifndef PTKIT_DECODER_IMAGE_H_
+#define PTKIT_DECODER_IMAGE_H_
+
+#include <intel-pt.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "decoder/ipt_handles.h"
+
+namespace ptkit::decoder {
+
+// "FILE[:BASE]": BASE is where the lowest PT_LOAD segment goes; 0 = the ELF's own addresses.
+struct ElfSpec {
+  std::string path;
+  uint64_t base = 0;
+};
+// "FILE[:FROM[-TO]]:ADDRESS": file bytes [FROM, TO) (default: all) mapped at ADDRESS.
+struct RawSpec {
+  std::string path;
+  uint64_t from = 0;
+  uint64_t to = 0;  // 0 = end of file
+  uint64_t address = 0;
+};
+// "ADDR_FILE,DUMP_FILE" or "DIR" (DIR/data.addr + DIR/data.dump).
+struct PageDumpSpec {
+  std::string addr_path;
+  std::string dump_path;
+};
+
+// Errors: kInvalidArgument naming the text and the expected syntax.
+absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text);
+absl::StatusOr<RawSpec> ParseRawSpec(std::string_view text);
+PageDumpSpec ParsePageDumpSpec(std::string_view text);
+
+struct Symbol {
+  uint64_t begin = 0;
+  uint64_t end = 0;    // exclusive
+  std::string name;    // demangled
+  uint32_t image = 0;  // index into ProgramImage::files()
+};
+
+// A source added to the image.
+struct ImageFile {
+  std::string name;    // the path as given
+  std::string kind;    // "elf", "raw" or "pages"
+  uint64_t bytes = 0;  // mapped bytes
+};
+
+struct AddressRange {
+  uint64_t begin = 0;
+  uint64_t end = 0;  // exclusive
+};
+
+class ProgramImage {
+ public:
+  // Errors: kResourceExhausted when libipt cannot allocate its image or section cache.
+  static absl::StatusOr<std::unique_ptr<ProgramImage>> Create();
+  ~ProgramImage();
+  ProgramImage(const ProgramImage&) = delete;
+  ProgramImage& operator=(const ProgramImage&) = delete;
+
+  // Adds the loadable segments and function symbols of an ELF file. Errors: kNotFound /
+  // kPermissionDenied (open), kInvalidArgument (not an ELF file, no loadable segment), each
+  // naming the file.
+  absl::Status AddElf(const ElfSpec& spec);
+  // Adds a file range at an address. Errors: open/stat failures and an empty or out-of-file
+  // range, naming the file.
+  absl::Status AddRaw(const RawSpec& spec);
+  // Adds a page dump (format in man/ptdecode.1). Errors: unreadable files, a .addr size that
+  // is not a multiple of 8, a .dump shorter than the .addr list says.
+  absl::Status AddPageDump(const PageDumpSpec& spec);
+
+  // The libipt image; valid while this object lives.
+  pt_image* image() const { return image_.get(); }
+
+  // Copies up to `size` bytes of code at `ip` into `out`; returns how many (0: unmapped).
+  size_t Read(uint64_t ip, uint8_t* out, size_t size) const;
+  // Index into files() of the source mapping `ip`, or -1.
+  int FileAt(uint64_t ip) const;
+  // The unmapped range around `ip` (bounded by the neighbouring mappings); {ip, ip+1} when
+  // `ip` is mapped.
+  AddressRange HoleAround(uint64_t ip) const;
+
+  const std::vector<ImageFile>& files() const { return files_; }
+  // Function symbols sorted by address, without overlaps of equal start.
+  const std::vector<Symbol>& symbols() const { return symbols_; }
+  // Index into symbols() of the symbol containing `ip`, or -1.
+  int SymbolAt(uint64_t ip) const;
+
+ private:
+  struct Mapping {
+    uint64_t begin = 0;
+    uint64_t end = 0;
+    uint32_t file = 0;
+    int isid = 0;                     // > 0: a section in the cache
+    const uint8_t* memory = nullptr;  // page dumps: bytes in memory_
+  };
+  ProgramImage(ImagePtr image, IscachePtr iscache);
+  void AddMapping(const Mapping& m);
+  void FinishSymbols(size_t first_new);
+  static int ReadMemory(uint8_t* buffer, size_t size, const pt_asid* asid, uint64_t ip,
+                        void* context);
+  const Mapping* MappingAt(uint64_t ip) const;
+
+  ImagePtr image_;
+  IscachePtr iscache_;
+  std::vector<ImageFile> files_;
+  std::vector<Mapping> mappings_;         // sorted by begin
+  std::vector<Mapping> memory_mappings_;  // the page-dump subset, sorted, for the callback
+  std::vector<std::unique_ptr<uint8_t[]>> memory_;
+  std::vector<Symbol> symbols_;
+};
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_IMAGE_H_

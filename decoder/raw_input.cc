@@ -1,0 +1,77 @@
+#include "decoder/raw_input.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <utility>
+
+#include "decoder/ipt_handles.h"
+#include "ptkit/status.h"
+
+namespace ptkit::decoder {
+
+absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(Cat("open ", path));
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    absl::Status status = ErrnoStatus(Cat("stat ", path));
+    close(fd);
+    return status;
+  }
+  if (!S_ISREG(st.st_mode)) {
+    close(fd);
+    return absl::InvalidArgumentError(Cat(path, ": not a regular file"));
+  }
+  size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) {
+    close(fd);
+    return MappedFile(nullptr, 0);
+  }
+  void* data = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
+  absl::Status status = data == MAP_FAILED ? ErrnoStatus(Cat("mmap ", path)) : absl::OkStatus();
+  close(fd);
+  if (!status.ok()) return status;
+  madvise(data, size, MADV_SEQUENTIAL);
+  return MappedFile(static_cast<const uint8_t*>(data), size);
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+MappedFile::~MappedFile() {
+  if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec) {
+  PTKIT_ASSIGN_OR_RETURN(MappedFile trace, MappedFile::Open(spec.pt_path));
+  if (!trace.bytes().empty()) {
+    PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace.bytes(), spec.config));
+    PacketDecoderPtr dec(pt_pkt_alloc_decoder(&pt));
+    if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a packet decoder");
+    if (pt_pkt_sync_forward(dec.get()) < 0) {
+      return absl::InvalidArgumentError(
+          Cat(spec.pt_path, ": no PSB packet: not an Intel PT stream"));
+    }
+  }
+  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImage> image, ProgramImage::Create());
+  for (const ElfSpec& elf : spec.elfs) PTKIT_RETURN_IF_ERROR(image->AddElf(elf));
+  for (const RawSpec& raw : spec.raws) PTKIT_RETURN_IF_ERROR(image->AddRaw(raw));
+  for (const PageDumpSpec& pages : spec.page_dumps) {
+    PTKIT_RETURN_IF_ERROR(image->AddPageDump(pages));
+  }
+  return RawInput{std::move(trace), std::move(image), spec.config};
+}
+
+}  // namespace ptkit::decoder

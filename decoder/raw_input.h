@@ -1,0 +1,54 @@
+// Raw-mode input: a PT byte stream from a file plus the images it ran in (ptxed conventions).
+#ifndef PTKIT_DECODER_RAW_INPUT_H_
+#define PTKIT_DECODER_RAW_INPUT_H_
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "decoder/image.h"
+#include "decoder/trace_config.h"
+
+namespace ptkit::decoder {
+
+// A read-only memory mapping of a whole file. Move-only.
+class MappedFile {
+ public:
+  // Errors: open/fstat/mmap failures (errno), naming the path; a directory.
+  static absl::StatusOr<MappedFile> Open(const std::string& path);
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  ~MappedFile();
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+
+ private:
+  MappedFile(const uint8_t* data, size_t size) : data_(data), size_(size) {}
+  const uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+struct RawInputSpec {
+  std::string pt_path;
+  std::vector<ElfSpec> elfs;
+  std::vector<RawSpec> raws;
+  std::vector<PageDumpSpec> page_dumps;
+  TraceConfig config;
+};
+
+struct RawInput {
+  MappedFile trace;
+  std::unique_ptr<ProgramImage> image;
+  TraceConfig config;
+};
+
+// Maps the trace, loads the images and checks that the trace has a PSB to start from.
+// Errors: those of MappedFile::Open and the ProgramImage::Add* functions; kInvalidArgument
+// "<path>: no PSB packet: not an Intel PT stream" for a non-empty file without one.
+absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec);
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_RAW_INPUT_H_

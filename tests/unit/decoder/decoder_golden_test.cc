@@ -1,0 +1,133 @@
+// Golden outputs of every ptdecode output form on a small trace of tests/data/decoder/golden.S
+// (three PSB segments; the second has a corrupt packet, so error markers are covered too).
+// Regenerate after an intended format change with PTKIT_UPDATE_GOLDEN=1 and review the diff.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <string>
+
+#include "decoder/decode.h"
+#include "decoder/image.h"
+#include "decoder/sinks.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pt_synth.h"
+#include "status_matchers.h"
+
+namespace ptkit::decoder {
+namespace {
+
+using ::ptkit::decoder::testing::ElfCode;
+using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::testing::IsOk;
+
+const std::string kGoldenDir = std::string(PTKIT_SOURCE_DIR) + "/tests/data/decoder/golden/";
+
+struct GoldenCase {
+  const char* name;  // file under tests/data/decoder/golden/
+  std::function<std::unique_ptr<Sink>(const ProgramImage&, std::FILE*, const OutputOptions&)>
+      make;  // null: packets
+  bool json;
+  bool disasm;
+};
+
+class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
+ protected:
+  static void SetUpTestSuite() {
+    // Relative paths keep the build directory out of the outputs.
+    ASSERT_EQ(chdir(PTKIT_DECODER_TEST_BINARY_DIR), 0);
+    auto code = ElfCode::Load("golden.elf");
+    ASSERT_THAT(code, IsOk());
+    PtSynth synth(*code);
+    ASSERT_THAT(
+        synth.AddSegment({.entry = code->Symbol("_start").address, .seed = 7, .max_insns = 200}),
+        IsOk());
+    ASSERT_THAT(synth.AddSegment({.entry = code->Symbol("main").address,
+                                  .seed = 1,
+                                  .max_insns = 200,
+                                  .corrupt_at_branch = 1}),
+                IsOk());
+    ASSERT_THAT(synth.AddSegment(
+                    {.entry = code->Symbol("_ZN4demo4stepEi").address, .seed = 3, .max_insns = 50}),
+                IsOk());
+    trace_ = new std::vector<uint8_t>(synth.bytes());
+  }
+  static void TearDownTestSuite() {
+    delete trace_;
+    trace_ = nullptr;
+  }
+  static std::vector<uint8_t>* trace_;
+};
+std::vector<uint8_t>* GoldenTest::trace_ = nullptr;
+
+std::string ReadAll(std::FILE* f) {
+  std::rewind(f);
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  return text;
+}
+
+TEST_P(GoldenTest, MatchesCheckedInOutput) {
+  ASSERT_NE(trace_, nullptr);
+  const GoldenCase& c = GetParam();
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  ASSERT_THAT((*image)->AddElf({"golden.elf", 0}), IsOk());
+  OutputOptions options;
+  options.json = c.json;
+  options.disasm = c.disasm;
+  options.trace_name = "golden.pt";
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  if (c.make) {
+    auto sink = c.make(**image, out, options);
+    ASSERT_THAT(DecodeTrace(*trace_, {}, **image, *sink), IsOk());
+  } else {
+    ASSERT_THAT(DumpPackets(*trace_, {}, out, options), IsOk());
+  }
+  std::string actual = ReadAll(out);
+  std::fclose(out);
+  ASSERT_FALSE(actual.empty());
+
+  const std::string path = kGoldenDir + c.name;
+  if (const char* update = std::getenv("PTKIT_UPDATE_GOLDEN"); update && *update == '1') {
+    std::ofstream(path, std::ios::binary) << actual;
+    GTEST_SKIP() << "updated " << path;
+  }
+  std::ifstream in(path, std::ios::binary);
+  ASSERT_TRUE(in) << path << " is missing; run with PTKIT_UPDATE_GOLDEN=1 to create it";
+  std::stringstream expected;
+  expected << in.rdbuf();
+  EXPECT_EQ(actual, expected.str()) << "output differs from " << path;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllForms, GoldenTest,
+    ::testing::Values(GoldenCase{"insn.txt", MakeInsnSink, false, false},
+                      GoldenCase{"insn_disasm.txt", MakeInsnSink, false, true},
+                      GoldenCase{"insn.jsonl", MakeInsnSink, true, true},
+                      GoldenCase{"branches.txt", MakeBranchesSink, false, false},
+                      GoldenCase{"branches.jsonl", MakeBranchesSink, true, false},
+                      GoldenCase{"calls.txt", MakeCallsSink, false, false},
+                      GoldenCase{"calls.jsonl", MakeCallsSink, true, false},
+                      GoldenCase{"stats.txt", MakeStatsSink, false, false},
+                      GoldenCase{"stats.json", MakeStatsSink, true, false},
+                      GoldenCase{"folded.txt", MakeFoldedSink, false, false},
+                      GoldenCase{"timeline.json", MakeTimelineSink, true, false},
+                      GoldenCase{"packets.txt", nullptr, false, false},
+                      GoldenCase{"packets.jsonl", nullptr, true, false}),
+    [](const auto& info) {
+      std::string name = info.param.name;
+      for (char& ch : name) {
+        if (ch == '.') ch = '_';
+      }
+      return name;
+    });
+
+}  // namespace
+}  // namespace ptkit::decoder
