@@ -1,0 +1,98 @@
+#include "ipt_decode.h"
+
+#include <intel-pt.h>
+
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace ptkit::swpt::testing {
+namespace {
+
+struct ImageDeleter {
+  void operator()(pt_image* i) const { pt_image_free(i); }
+};
+struct InsnDecoderDeleter {
+  void operator()(pt_insn_decoder* d) const { pt_insn_free_decoder(d); }
+};
+
+}  // namespace
+
+std::string InsnDecode::Describe() const {
+  return absl::StrCat(
+      ips.size(), " insns, error ", error,
+      error ? absl::StrCat(" (", pt_errstr(pt_errcode(error)), ") at offset ", error_offset) : "",
+      ", enabled ", enabled, " disabled ", disabled, " async_disabled ", async_disabled,
+      " overflows ", overflows);
+}
+
+InsnDecode DecodeInsns(const std::vector<uint8_t>& pt, const CodeImage& image,
+                       std::optional<uint64_t> sync_offset) {
+  InsnDecode out;
+  std::unique_ptr<pt_image, ImageDeleter> img(pt_image_alloc("swpt"));
+  for (const LoadSegment& seg : image.segments()) {
+    if (seg.filesz == 0) continue;
+    int rc = pt_image_add_file(img.get(), image.path().c_str(), seg.file_offset, seg.filesz,
+                               nullptr, seg.vaddr);
+    if (rc < 0) {
+      out.error = rc;
+      return out;
+    }
+  }
+  pt_config config;
+  pt_config_init(&config);
+  config.begin = const_cast<uint8_t*>(pt.data());
+  config.end = const_cast<uint8_t*>(pt.data()) + pt.size();
+  std::unique_ptr<pt_insn_decoder, InsnDecoderDeleter> dec(pt_insn_alloc_decoder(&config));
+  if (!dec) {
+    out.error = -pte_nomem;
+    return out;
+  }
+  pt_insn_set_image(dec.get(), img.get());
+
+  bool first = true;
+  for (;;) {
+    int status = (first && sync_offset) ? pt_insn_sync_set(dec.get(), *sync_offset)
+                                        : pt_insn_sync_forward(dec.get());
+    first = false;
+    if (status < 0) {
+      if (status != -pte_eos) out.error = status;
+      break;
+    }
+    for (;;) {
+      while (status & pts_event_pending) {
+        pt_event ev;
+        status = pt_insn_event(dec.get(), &ev, sizeof(ev));
+        if (status < 0) break;
+        switch (ev.type) {
+          case ptev_enabled:
+            ++out.enabled;
+            break;
+          case ptev_disabled:
+            ++out.disabled;
+            break;
+          case ptev_async_disabled:
+            ++out.async_disabled;
+            break;
+          case ptev_overflow:
+            ++out.overflows;
+            break;
+          default:
+            break;
+        }
+      }
+      if (status < 0) break;
+      pt_insn insn;
+      status = pt_insn_next(dec.get(), &insn, sizeof(insn));
+      if (status < 0) break;
+      out.ips.push_back(insn.ip);
+    }
+    if (status == -pte_eos) break;
+    out.error = status;
+    pt_insn_get_offset(dec.get(), &out.error_offset);
+    break;  // The synthesized trace must decode without errors; stop at the first one.
+  }
+  return out;
+}
+
+}  // namespace ptkit::swpt::testing
