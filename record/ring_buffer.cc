@@ -100,6 +100,13 @@ absl::StatusOr<RingBuffer> RingBuffer::Map(const PerfEvent& event, uint64_t data
     rb.base_ = nullptr;
     const std::string what = Cat("data ring of ", event.name());
     if (errno == EPERM) return MmapPermissionError(what, limits, asked, events);
+    if (errno == EINVAL && event.attr().inherit && event.cpu() == -1) {
+      // perf_mmap(): "Don't allow mmap() of inherited per-task counters."
+      return absl::InvalidArgumentError(
+          Cat("mmap ", what,
+              ": the kernel does not map inherited per-task events; open one "
+              "event per CPU (pid, cpu) instead"));
+    }
     return ErrnoStatus(Cat("mmap ", what, " (", rb.base_len_, " bytes)"));
   }
   rb.view_.page = static_cast<perf_event_mmap_page*>(rb.base_);

@@ -1,0 +1,214 @@
+// The recorder against the real kernel without Intel PT: a software dummy tracking event on
+// a forked /bin/true delivers real MMAP2/COMM/EXIT sideband through a real ring buffer, which
+// the drain loop moves into a container; software counters count the same child.
+#include <sys/utsname.h>
+
+#include <map>
+#include <set>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ptkit/container_reader.h"
+#include "ptkit/container_writer.h"
+#include "ptkit/perf_records.h"
+#include "ptkit/status.h"
+#include "record/counters.h"
+#include "record/drain.h"
+#include "record/drain_loop.h"
+#include "record/event_spec.h"
+#include "record/perf_event.h"
+#include "record/ring_buffer.h"
+#include "record/trace_source.h"
+#include "record/workload.h"
+#include "status_matchers.h"
+#include "temp_dir.h"
+
+namespace ptkit::record {
+namespace {
+
+using ::ptkit::testing::IsOk;
+using ::testing::Contains;
+using ::testing::HasSubstr;
+
+// Opens `attr` on `pid`, or skips the test with the reason when perf_event_open is denied or
+// unsupported here.
+#define OPEN_OR_SKIP(var, attr, pid, what)                                   \
+  absl::StatusOr<PerfEvent> var##_or = PerfEvent::Open(attr, pid, -1, what); \
+  if (var##_or.status().code() == absl::StatusCode::kPermissionDenied ||     \
+      var##_or.status().code() == absl::StatusCode::kUnimplemented) {        \
+    GTEST_SKIP() << var##_or.status();                                       \
+  }                                                                          \
+  ASSERT_THAT(var##_or, IsOk());                                             \
+  PerfEvent var = *std::move(var##_or)
+
+TEST(RecordKernelTest, InheritedPerTaskEventCannotBeMapped) {
+  const perf_event_attr attr = BuildTrackingAttr({.inherit = true});
+  OPEN_OR_SKIP(ev, attr, 0, "inherited dummy (self)");
+  EXPECT_THAT(RingBuffer::Map(ev, 1, 0, false),
+              ::ptkit::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("open one event per CPU")));
+}
+
+// As a session does it: one tracking event per CPU with pid = child, inherit, enable_on_exec,
+// each with its own ring; the child execs /bin/true after the events exist.
+TEST(RecordKernelTest, DummyEventSidebandOfBinTrueIntoContainer) {
+  ::ptkit::testing::TempDir dir;
+  SignalWatcher signals;
+  PTKIT_ASSERT_OK_AND_ASSIGN(Workload w, Workload::Start({"/bin/true"}));
+  const perf_event_attr attr = BuildTrackingAttr({.enable_on_exec = true, .inherit = true});
+  const perf::SampleIdLayout layout{attr.sample_type, true};
+  const int ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  std::vector<std::unique_ptr<KernelTraceSource>> owned;
+  std::vector<TraceSource*> sources;
+  for (int cpu = 0; cpu < ncpu; ++cpu) {
+    absl::StatusOr<PerfEvent> ev = PerfEvent::Open(attr, w.pid(), cpu, "tracking event");
+    if (ev.status().code() == absl::StatusCode::kPermissionDenied) GTEST_SKIP() << ev.status();
+    ASSERT_THAT(ev, IsOk());
+    PTKIT_ASSERT_OK_AND_ASSIGN(RingBuffer ring, RingBuffer::Map(*ev, 8, 0, false));
+    EXPECT_EQ(ring.view().data.size(), 8u * static_cast<size_t>(sysconf(_SC_PAGESIZE)));
+    EXPECT_TRUE(ring.view().aux.empty());
+    owned.push_back(std::make_unique<KernelTraceSource>(
+        *std::move(ev), std::vector<PerfEvent>{}, std::move(ring),
+        StreamId{StreamKind::kCpu, static_cast<uint64_t>(cpu)}, cpu, layout));
+    sources.push_back(owned.back().get());
+  }
+
+  PTKIT_ASSERT_OK_AND_ASSIGN(auto writer, ContainerWriter::Create(dir.File("t.pt")));
+  Drainer drainer(writer.get());
+  ASSERT_THAT(w.Go(), IsOk());
+  LoopOptions lo;
+  lo.poll_timeout_ms = 10;
+  std::optional<int> status;
+  lo.child_exited = [&] {
+    status = w.TryReap();
+    return status.has_value();
+  };
+  PTKIT_ASSERT_OK_AND_ASSIGN(LoopResult lr, RunDrainLoop(sources, drainer, signals, lo));
+  EXPECT_TRUE(lr.workload_exited);
+  ASSERT_TRUE(status.has_value());
+  EXPECT_EQ(Workload::ExitCode(*status), 0);
+  ASSERT_THAT(writer->Close(), IsOk());
+  EXPECT_GT(drainer.Totals().sideband_records, 3u);
+  EXPECT_EQ(drainer.Totals().lost_records, 0u);
+
+  // Every record, tagged with the CPU whose ring held it, in time order.
+  PTKIT_ASSERT_OK_AND_ASSIGN(ContainerReader reader, ContainerReader::Open(dir.File("t.pt")));
+  std::vector<std::pair<int32_t, std::vector<uint8_t>>> per_cpu;
+  RecordView rv;
+  while (true) {
+    PTKIT_ASSERT_OK_AND_ASSIGN(bool more, reader.Next(rv));
+    if (!more) break;
+    if (rv.type != RecordType::kSideband) continue;
+    PTKIT_ASSERT_OK_AND_ASSIGN(SidebandRecord sb, ParseSideband(rv.payload));
+    EXPECT_GE(sb.cpu, 0);
+    per_cpu.emplace_back(sb.cpu, std::vector<uint8_t>(sb.records.begin(), sb.records.end()));
+  }
+  EXPECT_TRUE(reader.report().clean());
+  struct Rec {
+    int32_t ring_cpu;
+    perf::RecordView view;
+    perf::SampleId sid;
+  };
+  std::vector<Rec> recs;
+  for (const auto& [cpu, bytes] : per_cpu) {
+    perf::RecordReader rr(bytes);
+    while (true) {
+      PTKIT_ASSERT_OK_AND_ASSIGN(std::optional<perf::RecordView> rec, rr.Next());
+      if (!rec) break;
+      PTKIT_ASSERT_OK_AND_ASSIGN(perf::SampleId sid, perf::ParseSampleId(*rec, layout));
+      // The trailer's CPU is the ring's CPU.
+      EXPECT_EQ(static_cast<int32_t>(sid.cpu), cpu) << perf::RecordTypeName(rec->type);
+      recs.push_back(Rec{cpu, *rec, sid});
+    }
+  }
+  std::stable_sort(recs.begin(), recs.end(),
+                   [](const Rec& a, const Rec& b) { return a.sid.time < b.sid.time; });
+
+  const uint32_t pid = static_cast<uint32_t>(w.pid());
+  std::vector<std::string> mapped;
+  bool comm_exec = false, exited = false;
+  int order = 0, mmap_order = -1, comm_order = -1, exit_order = -1;
+  for (const Rec& r : recs) {
+    const perf::RecordView* rec = &r.view;
+    ++order;
+    switch (rec->type) {
+      case PERF_RECORD_MMAP2: {
+        PTKIT_ASSERT_OK_AND_ASSIGN(perf::Mmap2 m, perf::ParseMmap2(*rec, layout));
+        EXPECT_EQ(m.pid, pid);
+        EXPECT_EQ(m.sample_id.pid, pid);
+        EXPECT_EQ(m.sample_id.tid, pid);
+        mapped.emplace_back(m.filename);
+        if (mmap_order < 0) mmap_order = order;
+        break;
+      }
+      case PERF_RECORD_COMM: {
+        PTKIT_ASSERT_OK_AND_ASSIGN(perf::Comm c, perf::ParseComm(*rec, layout));
+        if (c.exec) {
+          comm_exec = true;
+          comm_order = order;
+          EXPECT_EQ(c.comm, "true");
+          EXPECT_EQ(c.pid, pid);
+          EXPECT_EQ(c.tid, pid);
+        }
+        break;
+      }
+      case PERF_RECORD_EXIT: {
+        PTKIT_ASSERT_OK_AND_ASSIGN(perf::Task t, perf::ParseTask(*rec, layout));
+        EXPECT_EQ(t.pid, pid);
+        EXPECT_EQ(t.tid, pid);
+        exited = true;
+        exit_order = order;
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  EXPECT_TRUE(comm_exec);
+  EXPECT_TRUE(exited);
+  // exec's COMM, then the new image's mappings, then the exit.
+  EXPECT_LT(comm_order, mmap_order);
+  EXPECT_LT(mmap_order, exit_order);
+  std::string all;
+  for (const std::string& m : mapped) all += m + "\n";
+  EXPECT_THAT(all, HasSubstr("bin/true\n"));
+  EXPECT_THAT(all, HasSubstr("ld-linux"));
+  EXPECT_THAT(all, HasSubstr("libc.so"));
+}
+
+TEST(RecordKernelTest, SoftwareCountersCountTheChildHardwareOnesAreSkipped) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(
+      std::vector<CounterSpec> specs,
+      EncodeCounters("task-clock,page-faults,context-switches,cycles", true, true));
+  PTKIT_ASSERT_OK_AND_ASSIGN(Workload w, Workload::Start({"/bin/true"}));
+  absl::StatusOr<CounterSet> set = CounterSet::Open(specs, w.pid(), -1, true);
+  if (set.status().code() == absl::StatusCode::kPermissionDenied) GTEST_SKIP() << set.status();
+  ASSERT_THAT(set, IsOk());
+  const bool have_pmu = set->size() == 4;
+  if (!have_pmu) {
+    ASSERT_EQ(set->size(), 3u);
+    ASSERT_EQ(set->warnings().size(), 1u);
+    EXPECT_THAT(set->warnings()[0], HasSubstr("counter cycles is not supported on this machine"));
+    EXPECT_THAT(set->warnings()[0], HasSubstr("recording continues without it"));
+  }
+  ASSERT_THAT(w.Go(), IsOk());
+  EXPECT_EQ(Workload::ExitCode(w.Wait()), 0);
+  PTKIT_ASSERT_OK_AND_ASSIGN(std::vector<CounterValue> v, set->ReadAll());
+  std::map<std::string, CounterValue> by_name;
+  for (const CounterValue& c : v) by_name[c.name] = c;
+  EXPECT_GT(by_name["task-clock"].value, 0u);
+  EXPECT_GT(by_name["task-clock"].time_enabled, 0u);
+  EXPECT_GT(by_name["page-faults"].value, 10u);  // the loader maps and touches pages
+  EXPECT_TRUE(by_name.contains("context-switches"));
+}
+
+TEST(RecordKernelTest, AuxAreaOnASoftwareEventIsRefusedClearly) {
+  const perf_event_attr attr = BuildTrackingAttr({});
+  OPEN_OR_SKIP(ev, attr, 0, "dummy event (self)");
+  absl::StatusOr<RingBuffer> rb = RingBuffer::Map(ev, 1, 4, false);
+  EXPECT_FALSE(rb.ok());
+  EXPECT_THAT(std::string(rb.status().message()), HasSubstr("AUX area of dummy event (self)"));
+}
+
+}  // namespace
+}  // namespace ptkit::record

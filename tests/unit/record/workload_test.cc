@@ -1,0 +1,64 @@
+#include "record/workload.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ptkit/status.h"
+#include "status_matchers.h"
+
+namespace ptkit::record {
+namespace {
+
+using ::ptkit::testing::IsOk;
+using ::ptkit::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(WorkloadTest, RunsAndReportsExitCodes) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(Workload t, Workload::Start({"true"}));  // PATH lookup
+  EXPECT_GT(t.pid(), 0);
+  ASSERT_THAT(t.Go(), IsOk());
+  EXPECT_EQ(Workload::ExitCode(t.Wait()), 0);
+  PTKIT_ASSERT_OK_AND_ASSIGN(Workload f, Workload::Start({"/bin/sh", "-c", "exit 7"}));
+  ASSERT_THAT(f.Go(), IsOk());
+  EXPECT_EQ(Workload::ExitCode(f.Wait()), 7);
+  PTKIT_ASSERT_OK_AND_ASSIGN(Workload k, Workload::Start({"/bin/sh", "-c", "kill -9 $$"}));
+  ASSERT_THAT(k.Go(), IsOk());
+  EXPECT_EQ(Workload::ExitCode(k.Wait()), 128 + 9);
+}
+
+TEST(WorkloadTest, WaitsForGo) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(Workload w, Workload::Start({"/bin/true"}));
+  usleep(20000);
+  EXPECT_FALSE(w.TryReap().has_value());  // still parked at the pipe
+  ASSERT_THAT(w.Go(), IsOk());
+  std::optional<int> st;
+  for (int i = 0; i < 1000 && !st; ++i) {
+    st = w.TryReap();
+    if (!st) usleep(1000);
+  }
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(Workload::ExitCode(*st), 0);
+}
+
+TEST(WorkloadTest, ProgramNotFound) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(Workload w, Workload::Start({"no-such-program-ptkit"}));
+  EXPECT_THAT(w.Go(), StatusIs(absl::StatusCode::kNotFound,
+                               HasSubstr("program not found: no-such-program-ptkit")));
+  PTKIT_ASSERT_OK_AND_ASSIGN(Workload d, Workload::Start({"/etc"}));
+  EXPECT_THAT(d.Go(), StatusIs(absl::StatusCode::kPermissionDenied, HasSubstr("execvp /etc")));
+  EXPECT_THAT(Workload::Start({}), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+TEST(WorkloadTest, DestructorKillsUnstartedChild) {
+  pid_t pid;
+  {
+    PTKIT_ASSERT_OK_AND_ASSIGN(Workload w, Workload::Start({"/bin/true"}));
+    pid = w.pid();
+  }
+  EXPECT_EQ(kill(pid, 0), -1);  // reaped: no such process
+}
+
+}  // namespace
+}  // namespace ptkit::record
