@@ -1,0 +1,113 @@
+#include "record/emulate/step_events.h"
+
+#include <Zydis/Zydis.h>
+
+#include "absl/strings/str_format.h"
+
+namespace ptkit::emulate {
+
+absl::StatusOr<InsnInfo> DecodeInsn(std::span<const uint8_t> bytes, uint64_t ip) {
+  ZydisDecoder decoder;
+  ZydisDecoderInit(&decoder, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+  ZydisDecodedInstruction insn;
+  ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+  if (!ZYAN_SUCCESS(ZydisDecoderDecodeFull(&decoder, bytes.data(), bytes.size(), &insn, ops))) {
+    return absl::InvalidArgumentError(absl::StrFormat("cannot decode the instruction at 0x%x", ip));
+  }
+  InsnInfo info;
+  info.size = insn.length;
+  info.rep = (insn.attributes &
+              (ZYDIS_ATTRIB_HAS_REP | ZYDIS_ATTRIB_HAS_REPE | ZYDIS_ATTRIB_HAS_REPNE)) != 0;
+  const bool iret = insn.mnemonic == ZYDIS_MNEMONIC_IRET || insn.mnemonic == ZYDIS_MNEMONIC_IRETD ||
+                    insn.mnemonic == ZYDIS_MNEMONIC_IRETQ;
+  const bool far = insn.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR || iret;
+  const bool relative = insn.operand_count_visible > 0 &&
+                        ops[0].type == ZYDIS_OPERAND_TYPE_IMMEDIATE && ops[0].imm.is_relative;
+  auto direct_target = [&]() {
+    ZyanU64 target = 0;
+    ZydisCalcAbsoluteAddress(&insn, &ops[0], ip, &target);
+    return static_cast<uint64_t>(target);
+  };
+  switch (insn.meta.category) {
+    case ZYDIS_CATEGORY_COND_BR:
+      info.cls = InsnClass::kCondBranch;
+      info.target = direct_target();
+      break;
+    case ZYDIS_CATEGORY_UNCOND_BR:
+      if (far) {
+        info.cls = InsnClass::kFarBranch;
+      } else if (relative) {
+        info.cls = InsnClass::kDirectJump;
+        info.target = direct_target();
+      } else {
+        info.cls = InsnClass::kIndirectJump;
+      }
+      break;
+    case ZYDIS_CATEGORY_CALL:
+      if (far) {
+        info.cls = InsnClass::kFarBranch;
+      } else if (relative) {
+        info.cls = InsnClass::kDirectCall;
+        info.target = direct_target();
+      } else {
+        info.cls = InsnClass::kIndirectCall;
+      }
+      break;
+    case ZYDIS_CATEGORY_RET:
+      info.cls = far ? InsnClass::kFarBranch : InsnClass::kReturn;
+      break;
+    case ZYDIS_CATEGORY_SYSCALL:
+    case ZYDIS_CATEGORY_INTERRUPT:
+      info.cls = InsnClass::kSyscall;
+      break;
+    default:
+      if (iret) info.cls = InsnClass::kFarBranch;
+      break;
+  }
+  return info;
+}
+
+void AppendStepEvents(uint64_t ip, const InsnInfo& info, uint64_t next_ip,
+                      std::vector<swpt::Event>& out) {
+  using swpt::Event;
+  using swpt::EventKind;
+  const uint64_t fall_through = ip + info.size;
+  switch (info.cls) {
+    case InsnClass::kCondBranch:
+      out.push_back(Event::Cond(ip, info.size, next_ip != fall_through, info.target));
+      return;
+    case InsnClass::kDirectJump:
+      out.push_back(Event::Simple(EventKind::kDirectJump, ip, next_ip));
+      return;
+    case InsnClass::kDirectCall:
+      out.push_back(Event::Simple(EventKind::kDirectCall, ip, next_ip, info.size));
+      return;
+    case InsnClass::kIndirectJump:
+      out.push_back(Event::Simple(EventKind::kIndirectJump, ip, next_ip));
+      return;
+    case InsnClass::kIndirectCall:
+      out.push_back(Event::Simple(EventKind::kIndirectCall, ip, next_ip, info.size));
+      return;
+    case InsnClass::kReturn:
+      out.push_back(Event::Simple(EventKind::kReturn, ip, next_ip));
+      return;
+    case InsnClass::kFarBranch:
+      out.push_back(Event::Simple(EventKind::kFarBranch, ip, next_ip));
+      return;
+    case InsnClass::kSyscall:
+      // intel_pt//u: the kernel entry is a CPL change out of the traced context (TIP.PGD with
+      // suppressed IP); the return to user is TIP.PGE at the resume address.
+      out.push_back(Event::Disable(ip, 0, /*suppress_ip=*/true));
+      out.push_back(Event::Enable(next_ip));
+      return;
+    case InsnClass::kOther:
+      if (next_ip != fall_through) {
+        // Only the kernel moves a thread elsewhere after a plain instruction.
+        out.push_back(Event::AsyncDisable(fall_through));
+        out.push_back(Event::Enable(next_ip));
+      }
+      return;
+  }
+}
+
+}  // namespace ptkit::emulate

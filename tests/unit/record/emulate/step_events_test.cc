@@ -1,0 +1,83 @@
+#include "record/emulate/step_events.h"
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "status_matchers.h"
+
+namespace ptkit::emulate {
+namespace {
+
+using ::ptkit::testing::IsOk;
+using swpt::EventKind;
+
+InsnInfo Decode(std::vector<uint8_t> bytes, uint64_t ip = 0x1000) {
+  auto info = DecodeInsn(bytes, ip);
+  EXPECT_THAT(info, IsOk());
+  return info.ok() ? *info : InsnInfo{};
+}
+
+TEST(DecodeInsnTest, ClassifiesTheFlowChangingInstructions) {
+  InsnInfo jcc = Decode({0x74, 0x10});  // je +0x10
+  EXPECT_EQ(jcc.cls, InsnClass::kCondBranch);
+  EXPECT_EQ(jcc.size, 2);
+  EXPECT_EQ(jcc.target, 0x1012u);
+  EXPECT_EQ(Decode({0xe2, 0xfe}).cls, InsnClass::kCondBranch);  // loop
+  InsnInfo call = Decode({0xe8, 0x00, 0x01, 0x00, 0x00});       // call +0x100
+  EXPECT_EQ(call.cls, InsnClass::kDirectCall);
+  EXPECT_EQ(call.target, 0x1105u);
+  EXPECT_EQ(Decode({0xff, 0xd0}).cls, InsnClass::kIndirectCall);              // call rax
+  EXPECT_EQ(Decode({0xff, 0x25, 0, 0, 0, 0}).cls, InsnClass::kIndirectJump);  // jmp [rip]
+  EXPECT_EQ(Decode({0xeb, 0xfe}).cls, InsnClass::kDirectJump);                // jmp $
+  EXPECT_EQ(Decode({0xc3}).cls, InsnClass::kReturn);
+  EXPECT_EQ(Decode({0xc2, 0x08, 0x00}).cls, InsnClass::kReturn);  // ret 8
+  EXPECT_EQ(Decode({0x0f, 0x05}).cls, InsnClass::kSyscall);
+  EXPECT_EQ(Decode({0xcd, 0x80}).cls, InsnClass::kSyscall);    // int 0x80
+  EXPECT_EQ(Decode({0x48, 0xcf}).cls, InsnClass::kFarBranch);  // iretq
+  EXPECT_EQ(Decode({0xcb}).cls, InsnClass::kFarBranch);        // retf
+  InsnInfo rep = Decode({0xf3, 0xa4});                         // rep movsb
+  EXPECT_EQ(rep.cls, InsnClass::kOther);
+  EXPECT_TRUE(rep.rep);
+  EXPECT_EQ(Decode({0x48, 0x89, 0xe5}).cls, InsnClass::kOther);  // mov rbp, rsp
+}
+
+TEST(DecodeInsnTest, GarbageIsAnErrorNamingTheAddress) {
+  std::vector<uint8_t> bad = {0x0f, 0xff};  // ud0 without its ModRM... then nothing
+  EXPECT_THAT(DecodeInsn(std::span<const uint8_t>(bad.data(), 1), 0xabc),
+              ::ptkit::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         ::testing::HasSubstr("0xabc")));
+}
+
+TEST(AppendStepEventsTest, BranchesBecomeTheirEvents) {
+  std::vector<swpt::Event> ev;
+  InsnInfo jcc{InsnClass::kCondBranch, 2, false, 0x2000};
+  AppendStepEvents(0x1000, jcc, 0x2000, ev);
+  AppendStepEvents(0x1000, jcc, 0x1002, ev);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].kind, EventKind::kCondBranch);
+  EXPECT_TRUE(ev[0].taken);
+  EXPECT_FALSE(ev[1].taken);
+
+  ev.clear();
+  AppendStepEvents(0x1000, {InsnClass::kIndirectCall, 2}, 0x5000, ev);
+  AppendStepEvents(0x5000, {InsnClass::kReturn, 1}, 0x1002, ev);
+  AppendStepEvents(0x1002, {InsnClass::kOther, 3}, 0x1005, ev);  // nothing
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].kind, EventKind::kIndirectCall);
+  EXPECT_EQ(ev[0].target, 0x5000u);
+  EXPECT_EQ(ev[0].size, 2);
+  EXPECT_EQ(ev[1].kind, EventKind::kReturn);
+  EXPECT_EQ(ev[1].target, 0x1002u);
+}
+
+TEST(AppendStepEventsTest, ASyscallLeavesAndReentersUserTracing) {
+  std::vector<swpt::Event> ev;
+  AppendStepEvents(0x1000, {InsnClass::kSyscall, 2}, 0x1002, ev);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].kind, EventKind::kDisable);
+  EXPECT_TRUE(ev[0].suppress_ip);
+  EXPECT_EQ(ev[1].kind, EventKind::kEnable);
+  EXPECT_EQ(ev[1].target, 0x1002u);
+}
+
+}  // namespace
+}  // namespace ptkit::emulate

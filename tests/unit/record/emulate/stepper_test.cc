@@ -1,0 +1,205 @@
+// Runs real programs under the stepper, encodes each thread's events as Intel PT with
+// swpt::PtEncoder, decodes that with libipt's instruction decoder (memory from the code bytes
+// the stepper read), and checks the decoded instructions equal the stepped ground truth.
+#include "record/emulate/stepper.h"
+
+#include <intel-pt.h>
+
+#include <map>
+#include <optional>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "record/swpt/pt_encoder.h"
+#include "status_matchers.h"
+
+namespace ptkit::emulate {
+namespace {
+
+using ::ptkit::testing::IsOk;
+using ::ptkit::testing::StatusIs;
+using CodeMap = std::map<uint64_t, std::vector<uint8_t>>;
+
+std::string Program(const std::string& name) {
+  return std::string(EMULATE_PROGRAM_DIR) + "/emulate_" + name;
+}
+
+class EncodingSink : public StepSink {
+ public:
+  explicit EncodingSink(swpt::PtEncoderOptions options) : options_(options) {}
+  struct Thread {
+    uint32_t pid = 0;
+    std::optional<swpt::PtEncoder> encoder;
+    std::vector<uint64_t> truth;
+    std::vector<uint8_t> pt;
+    bool ended = false;
+    uint64_t events = 0;
+  };
+  void OnThreadStart(uint32_t pid, uint32_t tid) override {
+    Thread& t = threads[tid];
+    t.pid = pid;
+    auto enc = swpt::PtEncoder::Create(options_);
+    ASSERT_THAT(enc, IsOk());
+    t.encoder.emplace(std::move(*enc));
+  }
+  void OnEvent(uint32_t tid, const swpt::Event& e) override {
+    Thread& t = threads.at(tid);
+    ++t.events;
+    absl::Status s = t.encoder->Add(e);
+    if (!s.ok() && status.ok()) status = s;
+  }
+  void OnInstruction(uint32_t tid, uint64_t ip) override { threads.at(tid).truth.push_back(ip); }
+  void OnThreadEnd(uint32_t tid) override {
+    Thread& t = threads.at(tid);
+    absl::Status s = t.encoder->Finish();
+    if (!s.ok() && status.ok()) status = s;
+    t.pt = t.encoder->TakeBytes();
+    t.ended = true;
+  }
+  void OnCode(uint32_t pid, uint64_t ip, std::span<const uint8_t> bytes) override {
+    code[pid][ip].assign(bytes.begin(), bytes.end());
+  }
+
+  std::map<uint32_t, Thread> threads;
+  std::map<uint32_t, CodeMap> code;
+  absl::Status status;
+
+ private:
+  swpt::PtEncoderOptions options_;
+};
+
+int ReadCode(uint8_t* buffer, size_t size, const pt_asid*, uint64_t ip, void* context) {
+  const CodeMap& code = *static_cast<const CodeMap*>(context);
+  auto it = code.upper_bound(ip);
+  if (it == code.begin()) return -pte_nomap;
+  --it;
+  uint64_t off = ip - it->first;
+  if (off >= it->second.size()) return -pte_nomap;
+  size_t n = std::min<size_t>(size, it->second.size() - off);
+  std::memcpy(buffer, it->second.data() + off, n);
+  return static_cast<int>(n);
+}
+
+// Decodes with a bare libipt instruction-decoder loop; returns the instruction addresses.
+std::vector<uint64_t> Decode(std::vector<uint8_t>& pt, const CodeMap& code, int* errors) {
+  std::vector<uint64_t> ips;
+  pt_config cfg;
+  pt_config_init(&cfg);
+  cfg.begin = pt.data();
+  cfg.end = pt.data() + pt.size();
+  pt_insn_decoder* dec = pt_insn_alloc_decoder(&cfg);
+  pt_image* image = pt_insn_get_image(dec);
+  pt_image_set_callback(image, ReadCode, const_cast<CodeMap*>(&code));
+  *errors = 0;
+  for (;;) {
+    int status = pt_insn_sync_forward(dec);
+    if (status < 0) {
+      if (status != -pte_eos) ++*errors;
+      break;
+    }
+    for (;;) {
+      while (status & pts_event_pending) {
+        pt_event ev;
+        status = pt_insn_event(dec, &ev, sizeof(ev));
+        if (status < 0) break;
+      }
+      if (status < 0) break;
+      pt_insn insn;
+      status = pt_insn_next(dec, &insn, sizeof(insn));
+      if (insn.iclass != ptic_error) ips.push_back(insn.ip);
+      if (status < 0) break;
+    }
+    if (status == -pte_eos) break;
+    ++*errors;
+    ADD_FAILURE() << "libipt: " << pt_errstr(pt_errcode(status)) << " after " << ips.size()
+                  << " instructions";
+    break;
+  }
+  pt_insn_free_decoder(dec);
+  return ips;
+}
+
+absl::StatusOr<StepperResult> Step(const std::vector<std::string>& argv, EncodingSink& sink) {
+  StepperOptions o;
+  o.argv = argv;
+  return RunStepped(o, sink);
+}
+
+void ExpectDecodesToTruth(EncodingSink& sink) {
+  ASSERT_THAT(sink.status, IsOk());
+  for (auto& [tid, t] : sink.threads) {
+    SCOPED_TRACE(::testing::Message() << "thread " << tid);
+    ASSERT_TRUE(t.ended);
+    ASSERT_GT(t.truth.size(), 0u);
+    int errors = 0;
+    std::vector<uint64_t> decoded = Decode(t.pt, sink.code[t.pid], &errors);
+    EXPECT_EQ(errors, 0);
+    ASSERT_EQ(decoded.size(), t.truth.size());
+    EXPECT_TRUE(decoded == t.truth);
+  }
+}
+
+class StepperTest : public ::testing::TestWithParam<bool> {
+ protected:
+  swpt::PtEncoderOptions Options() const {
+    swpt::PtEncoderOptions o;
+    o.ret_compression = GetParam();
+    o.psb_period = 0;
+    return o;
+  }
+};
+
+TEST_P(StepperTest, ARecursiveProgramDecodesToExactlyWhatRan) {
+  EncodingSink sink(Options());
+  auto r = Step({Program("fib"), "x"}, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_status, 3);
+  EXPECT_EQ(r->threads, 1u);
+  EXPECT_GT(r->instructions, 1000u);
+  std::printf("fib: %llu instructions, %llu steps in %.2f s (%.0f steps/s)\n",
+              static_cast<unsigned long long>(r->instructions),
+              static_cast<unsigned long long>(r->steps), r->seconds, r->steps / r->seconds);
+  ExpectDecodesToTruth(sink);
+}
+
+TEST_P(StepperTest, EveryThreadHasItsOwnExactStream) {
+  EncodingSink sink(Options());
+  auto r = Step({Program("threads")}, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_status, 0);
+  EXPECT_EQ(r->threads, 3u);
+  EXPECT_EQ(sink.threads.size(), 3u);
+  ExpectDecodesToTruth(sink);
+}
+
+TEST_P(StepperTest, ASignalHandlerIsAnAsynchronousTransfer) {
+  EncodingSink sink(Options());
+  auto r = Step({Program("signal")}, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_status, 0);
+  ExpectDecodesToTruth(sink);
+}
+
+INSTANTIATE_TEST_SUITE_P(RetCompression, StepperTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "On" : "Off"; });
+
+TEST(StepperErrorsTest, AMissingProgramIsNotFound) {
+  EncodingSink sink({});
+  EXPECT_THAT(Step({"/nonexistent/program"}, sink),
+              StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("/nonexistent/program")));
+}
+
+TEST(StepperErrorsTest, TheStepLimitStopsTheWorkload) {
+  EncodingSink sink({});
+  StepperOptions o;
+  o.argv = {Program("fib")};
+  o.max_steps = 500;
+  auto r = RunStepped(o, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_TRUE(r->step_limit_hit);
+  EXPECT_EQ(r->exit_status, 128 + SIGKILL);
+  EXPECT_LE(r->instructions, 500u);
+}
+
+}  // namespace
+}  // namespace ptkit::emulate
