@@ -130,6 +130,14 @@ const uint8_t* CodeImage::Read(uint64_t addr, size_t* avail) const {
   return nullptr;
 }
 
+uint64_t CodeImage::exec_base() const {
+  uint64_t base = UINT64_MAX;
+  for (const LoadSegment& seg : segments_) {
+    if (seg.exec) base = std::min(base, seg.vaddr);
+  }
+  return base;
+}
+
 bool CodeImage::IsCode(uint64_t addr) const {
   for (const LoadSegment& seg : segments_) {
     if (seg.exec && addr >= seg.vaddr && addr < seg.vaddr + seg.filesz) return true;

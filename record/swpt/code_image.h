@@ -44,6 +44,8 @@ class CodeImage {
   uint64_t bias() const { return bias_; }
   // Where the image is loaded: the lowest PT_LOAD run-time address, page aligned down.
   uint64_t load_base() const { return load_base_; }
+  // Run-time address of the lowest executable segment (what `ptdecode --elf FILE:BASE` wants).
+  uint64_t exec_base() const;
   const std::vector<LoadSegment>& segments() const { return segments_; }
   // STT_FUNC symbols with a size, sorted by address.
   const std::vector<Function>& functions() const { return functions_; }

@@ -17,6 +17,10 @@ namespace {
 
 // Where a jump or call that leaves the image goes, as far as the trace says (TIP.PGD payload).
 constexpr uint64_t kOutside = 0x7f0000001000;
+// Marks a shadow-stack entry pushed by a signal: returning through it leaves the image (the
+// sigreturn trampoline) and resumes at the interrupted instruction. User addresses never have
+// bit 63 set.
+constexpr uint64_t kSignalFrame = uint64_t{1} << 63;
 constexpr uint32_t kNoTable = std::numeric_limits<uint32_t>::max();
 constexpr size_t kMaxTableEntries = 1024;
 constexpr int kTableLookBack = 16;
@@ -329,6 +333,9 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
   uint64_t ip = *entry;
   PTKIT_RETURN_IF_ERROR(emit(Event::Enable(ip)));
   uint64_t tick_left = options.tick_every;
+  uint64_t signal_left = options.signal_every;
+  uint64_t overflow_left = options.overflow_every;
+  bool overflow_due = false;
   while (count < options.max_insns) {
     const Insn* in = s.Get(ip);
     if (!in || in->kind == Kind::kStop) {
@@ -338,11 +345,13 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
     }
     if (options.keep_truth) r.truth.push_back(ip);
     ++count;
+    bool traced = false;  // The instruction produced a packet (TNT bit, TIP, TIP.PGD/PGE).
     switch (in->kind) {
       case Kind::kOther:
         ip += in->len;
         break;
       case Kind::kCond: {
+        traced = true;
         bool taken = rng.Next() < (in->target <= ip ? back : fwd);
         ++r.branches;
         PTKIT_RETURN_IF_ERROR(emit(Event::Cond(ip, in->len, taken, in->target)));
@@ -360,6 +369,7 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
         ip = in->target;
         break;
       case Kind::kJmpInd: {
+        traced = true;
         PTKIT_ASSIGN_OR_RETURN(uint64_t target,
                                pick(in->table == kNoTable ? pool : s.tables[in->table]));
         ++r.indirect;
@@ -369,6 +379,7 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
         break;
       }
       case Kind::kCallInd: {
+        traced = true;
         PTKIT_ASSIGN_OR_RETURN(uint64_t target, pick(pool));
         ++r.indirect;
         PTKIT_RETURN_IF_ERROR(emit(Event::Simple(EventKind::kIndirectCall, ip, target, in->len)));
@@ -377,12 +388,20 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
         break;
       }
       case Kind::kRet:
+        traced = true;
         ++r.indirect;
         if (shadow.empty()) {
           // The entry function returns to its (untraced) caller, which calls it again.
           ++r.exits;
           PTKIT_RETURN_IF_ERROR(emit(Event::Disable(ip, kOutside, false)));
           ip = *entry;
+          PTKIT_RETURN_IF_ERROR(emit(Event::Enable(ip)));
+        } else if (shadow.back() & kSignalFrame) {
+          // Signal handler returns to the trampoline; rt_sigreturn resumes the interrupted code.
+          ++r.exits;
+          PTKIT_RETURN_IF_ERROR(emit(Event::Disable(ip, kOutside, false)));
+          ip = shadow.back() & ~kSignalFrame;
+          shadow.pop_back();
           PTKIT_RETURN_IF_ERROR(emit(Event::Enable(ip)));
         } else {
           uint64_t target = shadow.back();
@@ -392,24 +411,27 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
         }
         break;
       case Kind::kJmpExt:
+        traced = true;
         // PLT stub: the external function runs untraced and returns to our caller.
         ++r.exits;
         PTKIT_RETURN_IF_ERROR(emit(Event::Disable(ip, kOutside, false)));
         if (shadow.empty()) {
           ip = *entry;
         } else {
-          ip = shadow.back();
+          ip = shadow.back() & ~kSignalFrame;
           shadow.pop_back();
         }
         PTKIT_RETURN_IF_ERROR(emit(Event::Enable(ip)));
         break;
       case Kind::kCallExt:
+        traced = true;
         ++r.exits;
         PTKIT_RETURN_IF_ERROR(emit(Event::Disable(ip, kOutside, false)));
         ip += in->len;
         PTKIT_RETURN_IF_ERROR(emit(Event::Enable(ip)));
         break;
       case Kind::kSyscall:
+        traced = true;
         // User-only tracing: the kernel is out of context, so TIP.PGD carries no IP.
         PTKIT_RETURN_IF_ERROR(emit(Event::Disable(ip, 0, true)));
         ip += in->len;
@@ -422,6 +444,31 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
     if (tick_left != 0 && --tick_left == 0) {
       tick_left = options.tick_every;
       PTKIT_RETURN_IF_ERROR(emit(Event::Tick(options.tick_every)));
+    }
+    if (signal_left != 0 && --signal_left == 0) {
+      signal_left = options.signal_every;
+      PTKIT_ASSIGN_OR_RETURN(uint64_t handler, pick(pool));
+      ++r.signals;
+      if (rng.Next() & 1) {
+        // Tracing stays on (kernel traced too, or a fault handled in user mode): FUP + TIP.
+        PTKIT_RETURN_IF_ERROR(emit(Event::Simple(EventKind::kInterrupt, ip, handler)));
+      } else {
+        // User-only tracing: the interrupt enters the kernel (FUP + TIP.PGD), which delivers
+        // the signal (TIP.PGE at the handler).
+        PTKIT_RETURN_IF_ERROR(emit(Event::AsyncDisable(ip)));
+        PTKIT_RETURN_IF_ERROR(emit(Event::Enable(handler)));
+      }
+      shadow.push_back(ip | kSignalFrame);
+      ip = handler;
+    }
+    if (overflow_left != 0 && --overflow_left == 0) overflow_due = true;
+    // An overflow loses the packets between the last one the decoder used and the FUP; it has
+    // nothing to lose only right after a branch that produced a packet. Inject it there.
+    if (overflow_due && traced) {
+      overflow_due = false;
+      overflow_left = options.overflow_every;
+      ++r.overflows;
+      PTKIT_RETURN_IF_ERROR(emit(Event::Overflow(ip)));
     }
   }
   if (r.stop_reason.empty()) r.stop_reason = "max_insns";

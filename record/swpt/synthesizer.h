@@ -43,6 +43,15 @@ struct SynthOptions {
   bool keep_truth = true;
   bool bts = false;         // Also write BTS records.
   uint64_t tick_every = 0;  // A kTick of this many cycles every so many instructions (0: none).
+  // A signal every so many instructions (0: none): the handler is a function entry (as for
+  // indirect calls), entered either asynchronously with tracing on (FUP + TIP) or, as with
+  // user-only tracing, through the kernel (FUP + TIP.PGD, then TIP.PGE at the handler); its
+  // RET leaves the image (to the sigreturn trampoline) and tracing resumes at the interrupted
+  // instruction.
+  uint64_t signal_every = 0;
+  // Inject an internal buffer overflow (OVF + FUP) after every so many instructions, at the next
+  // branch that produced a packet, so that no instruction is lost to the decoder.
+  uint64_t overflow_every = 0;
   PtEncoderOptions pt;
 };
 
@@ -63,7 +72,9 @@ struct SynthResult {
   uint64_t indirect = 0;     // Indirect jumps/calls and uncompressed-or-not returns.
   uint64_t table_jumps = 0;  // Indirect jumps whose target came from a jump table.
   uint64_t exits = 0;        // Times the walk left the image (GOT calls, top-level returns).
-  std::string stop_reason;   // Why the walk ended ("max_insns" or what stopped it early).
+  uint64_t signals = 0;
+  uint64_t overflows = 0;
+  std::string stop_reason;  // Why the walk ended ("max_insns" or what stopped it early).
 };
 
 class Synthesizer {

@@ -4,7 +4,8 @@
 //              --truth walk.truth
 //
 // Writes the raw PT bytes, optionally BTS records and the ground truth (one hex IP per line),
-// and prints the image arguments a decoder needs (ELF path and load base).
+// and prints the image arguments a decoder needs (ELF path and load base), also written to
+// OUT.args.
 #include <cstdio>
 #include <fstream>
 #include <string>
@@ -45,6 +46,8 @@ int main(int argc, char** argv) {
   app.add_flag("--mtc", options.pt.mtc, "MTC/TMA packets");
   app.add_flag("--cyc", options.pt.cyc, "CYC packets");
   app.add_option("--tick-every", options.tick_every, "Timing tick every N instructions");
+  app.add_option("--signal-every", options.signal_every, "A signal every N instructions");
+  app.add_option("--overflow-every", options.overflow_every, "Inject OVF every N instructions");
   app.add_option("--out", out, "Raw PT output")->capture_default_str();
   app.add_option("--truth", truth, "Ground truth output (hex IP per line)");
   app.add_option("--bts", bts, "BTS records output");

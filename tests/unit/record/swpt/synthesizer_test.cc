@@ -54,6 +54,20 @@ Synthesizer& SynthFor(const std::string& file) {
   return *slot;
 }
 
+// Where two instruction lists first differ, with some context, for failure messages.
+std::string FirstMismatch(const std::vector<uint64_t>& got, const std::vector<uint64_t>& want) {
+  size_t i = 0;
+  while (i < got.size() && i < want.size() && got[i] == want[i]) ++i;
+  if (i == got.size() && i == want.size()) return "equal";
+  std::string s = absl::StrCat("first difference at index ", i, " of ", got.size(), " decoded / ",
+                               want.size(), " expected;");
+  for (size_t k = i > 3 ? i - 3 : 0; k < i + 3; ++k) {
+    absl::StrAppend(&s, " [", k, "] ", k < got.size() ? absl::StrCat(absl::Hex(got[k])) : "-", "/",
+                    k < want.size() ? absl::StrCat(absl::Hex(want[k])) : "-");
+  }
+  return s;
+}
+
 // Counts packets of `type` with libipt's packet decoder.
 int CountPackets(const std::vector<uint8_t>& pt, pt_packet_type type) {
   pt_config config;
@@ -82,7 +96,7 @@ TEST(SwptSynthesizerTest, OneWalkDecodesToTheGroundTruth) {
   EXPECT_GT(r.branches, 0u);
   auto decoded = DecodeInsns(r.pt, synth.image());
   EXPECT_EQ(decoded.error, 0) << decoded.Describe();
-  EXPECT_EQ(decoded.ips, r.truth) << decoded.Describe();
+  EXPECT_TRUE(decoded.ips == r.truth) << FirstMismatch(decoded.ips, r.truth);
   EXPECT_EQ(decoded.async_disabled, 1) << decoded.Describe();
 }
 
@@ -167,6 +181,8 @@ TEST(SwptSynthesizerTest, ThousandSeededWalksDecodeExactly) {
       options.pt.tsc = options.pt.mtc = options.pt.cyc = true;
       options.tick_every = 13;
     }
+    if (i % 5 == 1) options.signal_every = 997 + i % 13;
+    if (i % 11 == 2) options.overflow_every = 1499;
     SCOPED_TRACE(absl::StrCat("walk ", i, " ", p.file, " entry ", options.entry, " seed ",
                               options.seed, " retcomp ", options.pt.ret_compression, " psb_period ",
                               options.pt.psb_period));
@@ -178,7 +194,9 @@ TEST(SwptSynthesizerTest, ThousandSeededWalksDecodeExactly) {
 
     auto decoded = DecodeInsns(r.pt, synth.image());
     ASSERT_EQ(decoded.error, 0) << decoded.Describe();
-    ASSERT_EQ(decoded.ips, r.truth) << decoded.Describe();
+    ASSERT_TRUE(decoded.ips == r.truth)
+        << decoded.Describe() << "; " << FirstMismatch(decoded.ips, r.truth);
+    ASSERT_EQ(decoded.overflows, static_cast<int>(r.overflows)) << decoded.Describe();
 
     // From the last PSB and one in the middle: exactly the rest of the truth.
     ASSERT_FALSE(r.psbs.empty());
@@ -186,8 +204,9 @@ TEST(SwptSynthesizerTest, ThousandSeededWalksDecodeExactly) {
       const SynthPsb& psb = r.psbs[k];
       auto rest = DecodeInsns(r.pt, synth.image(), psb.offset);
       ASSERT_EQ(rest.error, 0) << "psb " << k << " " << rest.Describe();
-      ASSERT_EQ(rest.ips, std::vector<uint64_t>(r.truth.begin() + psb.insn_index, r.truth.end()))
-          << "psb " << k << " at " << psb.offset;
+      std::vector<uint64_t> want(r.truth.begin() + psb.insn_index, r.truth.end());
+      ASSERT_TRUE(rest.ips == want)
+          << "psb " << k << " at " << psb.offset << ": " << FirstMismatch(rest.ips, want);
       ++total_psb_decodes;
     }
   }
@@ -195,6 +214,25 @@ TEST(SwptSynthesizerTest, ThousandSeededWalksDecodeExactly) {
   EXPECT_GT(stops["max_insns"], kWalks / 2);
   RecordProperty("instructions", static_cast<int>(total_insns));
   RecordProperty("psb_decodes", static_cast<int>(total_psb_decodes));
+}
+
+TEST(SwptSynthesizerTest, SignalsAndOverflowsDecodeExactly) {
+  for (const char* file : {"interp_O0_pie", "sorts_O2_nopie"}) {
+    SynthOptions options;
+    options.seed = 5;
+    options.max_insns = 50000;
+    options.signal_every = 701;
+    options.overflow_every = 2003;
+    PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult r, SynthFor(file).Walk(options));
+    EXPECT_EQ(r.signals, r.insns / 701) << file;
+    EXPECT_GE(r.overflows, r.insns / 2003 - 2) << file;
+    EXPECT_LE(r.overflows, r.insns / 2003) << file;
+    auto decoded = DecodeInsns(r.pt, SynthFor(file).image());
+    EXPECT_EQ(decoded.error, 0) << decoded.Describe();
+    EXPECT_TRUE(decoded.ips == r.truth) << file << ": " << FirstMismatch(decoded.ips, r.truth);
+    EXPECT_EQ(decoded.overflows, static_cast<int>(r.overflows));
+    EXPECT_GE(decoded.async_disabled, 1);  // User-only signal delivery and the trace end.
+  }
 }
 
 // Parallel decoding: starting at ANY PSB yields exactly the rest of the ground truth.
@@ -212,9 +250,9 @@ TEST(SwptSynthesizerTest, DecodingFromEveryPsbYieldsTheRest) {
       for (size_t k = 0; k < r.psbs.size(); ++k) {
         auto rest = DecodeInsns(r.pt, synth.image(), r.psbs[k].offset);
         ASSERT_EQ(rest.error, 0) << file << " psb " << k << " " << rest.Describe();
-        ASSERT_EQ(rest.ips,
-                  std::vector<uint64_t>(r.truth.begin() + r.psbs[k].insn_index, r.truth.end()))
-            << file << " psb " << k;
+        std::vector<uint64_t> want(r.truth.begin() + r.psbs[k].insn_index, r.truth.end());
+        ASSERT_TRUE(rest.ips == want)
+            << file << " psb " << k << ": " << FirstMismatch(rest.ips, want);
       }
     }
   }
