@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -329,11 +330,19 @@ int ProgramImage::ReadMemory(uint8_t* buffer, size_t size, const pt_asid* /*asid
                              void* context) {
   const auto* self = static_cast<const ProgramImage*>(context);
   const auto& runs = self->memory_mappings_;
+  // libipt reads instruction by instruction, mostly from the run it read last.
+  size_t last = self->last_run_.load(std::memory_order_relaxed);
+  if (last < runs.size() && ip >= runs[last].begin && ip < runs[last].end) {
+    size_t n = std::min<uint64_t>(size, runs[last].end - ip);
+    std::memcpy(buffer, runs[last].memory + (ip - runs[last].begin), n);
+    return static_cast<int>(n);
+  }
   auto it = std::upper_bound(runs.begin(), runs.end(), ip,
                              [](uint64_t v, const Mapping& m) { return v < m.begin; });
   if (it == runs.begin()) return -pte_nomap;
   --it;
   if (ip >= it->end) return -pte_nomap;
+  self->last_run_.store(static_cast<size_t>(it - runs.begin()), std::memory_order_relaxed);
   size_t n = std::min<uint64_t>(size, it->end - ip);
   std::memcpy(buffer, it->memory + (ip - it->begin), n);
   return static_cast<int>(n);
@@ -376,6 +385,27 @@ AddressRange ProgramImage::HoleAround(uint64_t ip) const {
     if (m.begin > ip) hole.end = std::min(hole.end, m.begin);
   }
   return hole;
+}
+
+int ProgramImage::SymbolAt(uint64_t ip, AddressRange* range) const {
+  const Mapping* m = MappingAt(ip);
+  AddressRange r = m != nullptr ? AddressRange{m->begin, m->end} : HoleAround(ip);
+  auto it = std::upper_bound(symbols_.begin(), symbols_.end(), ip,
+                             [](uint64_t v, const Symbol& s) { return v < s.begin; });
+  int result = -1;
+  if (it != symbols_.end()) r.end = std::min(r.end, it->begin);
+  if (it != symbols_.begin()) {
+    const Symbol& prev = *std::prev(it);
+    if (ip < prev.end) {
+      result = static_cast<int>(std::prev(it) - symbols_.begin());
+      r.begin = std::max(r.begin, prev.begin);
+      r.end = std::min(r.end, prev.end);
+    } else {
+      r.begin = std::max(r.begin, prev.end);
+    }
+  }
+  *range = r;
+  return result;
 }
 
 int ProgramImage::SymbolAt(uint64_t ip) const {

@@ -9,6 +9,7 @@
 
 #include <intel-pt.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -98,6 +99,9 @@ class ProgramImage {
   const std::vector<Symbol>& symbols() const { return symbols_; }
   // Index into symbols() of the symbol containing `ip`, or -1.
   int SymbolAt(uint64_t ip) const;
+  // As SymbolAt, and sets `range` to the addresses around `ip` with the same answer and the
+  // same FileAt (for callers that cache lookups).
+  int SymbolAt(uint64_t ip, AddressRange* range) const;
 
  private:
   struct Mapping {
@@ -121,6 +125,7 @@ class ProgramImage {
   std::vector<Mapping> memory_mappings_;  // the page-dump subset, sorted, for the callback
   std::vector<std::unique_ptr<uint8_t[]>> memory_;
   std::vector<Symbol> symbols_;
+  mutable std::atomic<size_t> last_run_{0};  // ReadMemory's last hit in memory_mappings_
 };
 
 }  // namespace ptkit::decoder

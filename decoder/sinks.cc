@@ -555,7 +555,7 @@ class FlowSink : public Sink {
     }
     uint32_t f = FunctionAt(block.ip);
     current_ = f;
-    if (block.ninsn > 1 && !(block.end_ip >= cache_begin_ && block.end_ip < cache_end_) &&
+    if (block.ninsn > 1 && !(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
         FunctionAt(block.end_ip) != f) {
       CountSplit(block, f);
     } else {
@@ -563,7 +563,7 @@ class FlowSink : public Sink {
     }
     if (block.iclass == ptic_call) {
       pending_call_ = true;
-      uint64_t size = block.truncated ? block.size : InsnLength(block.end_ip, block.mode);
+      uint64_t size = block.truncated ? block.size : CallLength(block.end_ip, block.mode);
       pending_return_address_ = block.end_ip + size;
     } else if (block.iclass == ptic_return) {
       pending_return_ = true;
@@ -666,29 +666,30 @@ class FlowSink : public Sink {
   // The function executing at `ip`: its symbol; without one, the current frame's function
   // when that was named by its address in the same file; else "[file]".
   uint32_t FunctionAt(uint64_t ip) {
-    if (ip >= cache_begin_ && ip < cache_end_) return cache_function_;
-    int s = image_.SymbolAt(ip);
-    if (s >= 0) {
-      const Symbol& sym = image_.symbols()[s];
-      cache_begin_ = sym.begin;
-      cache_end_ = sym.end;
-      cache_function_ = SymbolFunction(s);
-      return cache_function_;
+    if (!(ip >= cache_.begin && ip < cache_.end)) {
+      cache_symbol_ = image_.SymbolAt(ip, &cache_);
+      cache_function_ = cache_symbol_ >= 0 ? SymbolFunction(cache_symbol_) : 0;
+      cache_file_ = cache_symbol_ >= 0 ? static_cast<int>(image_.symbols()[cache_symbol_].image)
+                                       : image_.FileAt(ip);
     }
-    cache_begin_ = 1;
-    cache_end_ = 0;
-    int file = image_.FileAt(ip);
+    if (cache_symbol_ >= 0) return cache_function_;
     if (!stack_.empty()) {
       const Function& top = functions_[stack_.back().function];
-      if (top.from_address && top.file == file) return stack_.back().function;
+      if (top.from_address && top.file == cache_file_) return stack_.back().function;
     }
-    return Unknown(file);
+    return Unknown(cache_file_);
   }
   uint64_t InsnLength(uint64_t ip, pt_exec_mode mode) {
     uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
     size_t n = image_.Read(ip, bytes, sizeof(bytes));
     ZydisDecodedInstruction insn;
     return n == 0 ? 0 : static_cast<uint64_t>(disasm_.Length(mode, bytes, n, &insn));
+  }
+  // Call sites repeat: their lengths are cached.
+  uint64_t CallLength(uint64_t ip, pt_exec_mode mode) {
+    auto [it, inserted] = call_length_.try_emplace(ip, 0);
+    if (inserted) it->second = static_cast<uint8_t>(InsnLength(ip, mode));
+    return it->second;
   }
   void Count(uint32_t f, uint64_t n) {
     Function& fn = functions_[f];
@@ -743,8 +744,6 @@ class FlowSink : public Sink {
     }
     if (fn.active++ == 0) fn.active_since = count_;
     stack_.push_back({f, return_address, count_, implicit});
-    cache_begin_ = 1;  // unsymbolised code attribution depends on the stack
-    cache_end_ = 0;
     OnEnter(stack_.back());
   }
   void Pop(bool at_end) {
@@ -753,8 +752,6 @@ class FlowSink : public Sink {
     Function& fn = functions_[frame.function];
     if (--fn.active == 0) fn.inclusive += count_ - fn.active_since;
     if (!at_end && !frame.implicit) ++returns_;
-    cache_begin_ = 1;
-    cache_end_ = 0;
     OnExit(frame, at_end);
   }
   // A return to `target`: unwind to the frame that expects it.
@@ -772,9 +769,13 @@ class FlowSink : public Sink {
   std::vector<int32_t> symbol_function_;
   std::vector<int32_t> unknown_function_;
   absl::flat_hash_map<uint64_t, uint32_t> address_function_;
+  absl::flat_hash_map<uint64_t, uint8_t> call_length_;
   int32_t untraced_ = -1;
   int64_t current_ = -1;  // function of the last block
-  uint64_t cache_begin_ = 1, cache_end_ = 0;
+  // The last symbol lookup: addresses in cache_ have the same symbol (or none) and file.
+  AddressRange cache_{1, 0};
+  int cache_symbol_ = -1;
+  int cache_file_ = -1;
   uint32_t cache_function_ = 0;
   bool pending_call_ = false;
   bool pending_return_ = false;
