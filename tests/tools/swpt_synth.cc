@@ -81,8 +81,11 @@ int main(int argc, char** argv) {
     for (uint64_t ip : result->truth) fmt::print(f, "{:x}\n", ip);
     std::fclose(f);
   }
-  fmt::print("elf={} base={:#x} pt={} bytes={} insns={} psbs={} stop={}\n", synth->image().path(),
-             synth->image().load_base(), out, result->pt.size(), result->insns, result->psbs.size(),
-             result->stop_reason);
+  // The image arguments for the decoder, also saved next to the trace.
+  std::string args =
+      fmt::format("--pt {} --elf {}:{:#x}", out, synth->image().path(), synth->image().exec_base());
+  std::ofstream(out + ".args") << args << "\n";
+  fmt::print("{} bytes, {} instructions, {} PSBs, stop: {}\nptdecode insn {}\n", result->pt.size(),
+             result->insns, result->psbs.size(), result->stop_reason, args);
   return 0;
 }
