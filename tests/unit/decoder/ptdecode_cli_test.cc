@@ -1,0 +1,150 @@
+// The ptdecode binary: raw-mode sub-commands end to end, and its error contract (usage errors:
+// one "ptdecode: ..." line, exit 2; runtime errors: one line naming the input, exit 1).
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "pt_synth.h"
+#include "status_matchers.h"
+
+namespace ptkit::decoder {
+namespace {
+
+using ::ptkit::decoder::testing::ElfCode;
+using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::testing::IsOk;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
+
+struct Result {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+Result RunPtdecode(const std::string& args) {
+  const std::string dir = ::testing::TempDir();
+  const std::string out = dir + "/ptdecode.out", err = dir + "/ptdecode.err";
+  std::string cmd = std::string(PTDECODE_PATH) + " " + args + " >" + out + " 2>" + err;
+  int status = std::system(cmd.c_str());
+  Result r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  r.out = Slurp(out);
+  r.err = Slurp(err);
+  return r;
+}
+
+class PtdecodeCliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto code = ElfCode::Load(kTiny);
+    ASSERT_THAT(code, IsOk());
+    PtSynth synth(*code);
+    auto truth =
+        synth.AddSegment({.entry = code->Symbol("work").address, .seed = 21, .max_insns = 4000});
+    ASSERT_THAT(truth, IsOk());
+    instructions_ = truth->size();
+    text_ = code->Symbol("leaf").address & ~0xfffull;  // page of the lowest function
+    text_offset_ = code->FileOffset(text_);
+    trace_ = ::testing::TempDir() + "/cli_tiny.pt";
+    std::vector<uint8_t> bytes = synth.bytes();
+    std::ofstream(trace_, std::ios::binary)
+        .write(reinterpret_cast<const char*>(bytes.data()),
+               static_cast<std::streamsize>(bytes.size()));
+  }
+  std::string trace_;
+  uint64_t instructions_ = 0;
+  uint64_t text_ = 0, text_offset_ = 0;
+};
+
+int CountLines(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
+
+TEST_F(PtdecodeCliTest, StatsJsonCountsEveryInstruction) {
+  Result r = RunPtdecode("stats --json --pt " + trace_ + " --elf " + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["totals"]["instructions"].get<uint64_t>(), instructions_);
+  EXPECT_EQ(doc["totals"]["errors"].get<uint64_t>(), 0u);
+}
+
+TEST_F(PtdecodeCliTest, InsnPrintsOneLinePerInstructionPlusMarkers) {
+  Result r = RunPtdecode("insn --pt " + trace_ + " --elf " + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // [enabled ...] and [disabled ...] frame the instructions.
+  EXPECT_EQ(CountLines(r.out), static_cast<int>(instructions_) + 2);
+  EXPECT_THAT(r.out, StartsWith("[enabled 0x"));
+  Result raw = RunPtdecode(
+      fmt::format("insn --pt {} --raw {}:{:#x}:{:#x}", trace_, kTiny, text_offset_, text_));
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  // A raw image has no symbols: instructions are named by the file.
+  EXPECT_EQ(CountLines(raw.out), static_cast<int>(instructions_) + 2);
+  EXPECT_THAT(raw.out, HasSubstr("  [tiny.elf]\n"));
+  EXPECT_THAT(raw.out, ::testing::Not(HasSubstr("work+")));
+  EXPECT_THAT(r.out, HasSubstr("  work+0x0\n"));
+}
+
+TEST_F(PtdecodeCliTest, EveryFormRuns) {
+  for (const char* cmd : {"branches", "calls", "folded", "timeline", "packets", "calls --json",
+                          "branches --json", "packets --json", "insn --disasm --json"}) {
+    Result r = RunPtdecode(std::string(cmd) + " --pt " + trace_ + " --elf " + kTiny);
+    EXPECT_EQ(r.exit_code, 0) << cmd << ": " << r.err;
+    EXPECT_FALSE(r.out.empty()) << cmd;
+    EXPECT_EQ(r.err, "") << cmd;
+  }
+}
+
+TEST_F(PtdecodeCliTest, UsageErrorsExitTwoWithOneLine) {
+  for (const std::string& args : {std::string("stats --pt ") + trace_ + " --raw nonsense",
+                                  std::string("stats"), std::string("frobnicate"), std::string(""),
+                                  std::string("stats --pt ") + trace_ + " --cpu 6",
+                                  std::string("stats --pt ") + trace_ + " --mtc-freq 99"}) {
+    Result r = RunPtdecode(args);
+    EXPECT_EQ(r.exit_code, 2) << args << ": " << r.err;
+    EXPECT_THAT(r.err, StartsWith("ptdecode: ")) << args;
+    EXPECT_EQ(CountLines(r.err), 1) << args << ": " << r.err;
+  }
+}
+
+TEST_F(PtdecodeCliTest, RuntimeErrorsExitOneNamingTheInput) {
+  const std::string missing = ::testing::TempDir() + "/no_such_trace.pt";
+  Result r = RunPtdecode("stats --pt " + missing);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(missing));
+
+  r = RunPtdecode("stats --pt " + kTiny);  // an ELF file is not a PT stream
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("not an Intel PT stream"));
+  EXPECT_THAT(r.err, HasSubstr(kTiny));
+
+  r = RunPtdecode("stats --pt " + trace_ + " --elf " + trace_);  // a PT file is not ELF
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(trace_ + ": not an ELF file"));
+
+  r = RunPtdecode("stats --pt " + trace_ + " --raw " + kTiny + ":0x0-0x99999999:0x1000");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("outside the file"));
+  for (const Result& e : {r}) EXPECT_EQ(CountLines(e.err), 1);
+}
+
+}  // namespace
+}  // namespace ptkit::decoder
