@@ -1,0 +1,238 @@
+#include "record/emulate/emulate.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "ptkit/container_writer.h"
+#include "ptkit/status.h"
+#include "record/event_spec.h"
+#include "record/metadata.h"
+#include "record/perf_event.h"
+#include "record/ring_buffer.h"
+#include "record/sim_pmu.h"
+#include "record/trace_source.h"
+
+namespace ptkit::emulate {
+namespace {
+
+using record::Drainer;
+using record::KernelTraceSource;
+using record::SimulatedPmu;
+using record::TraceSource;
+
+// Encoded bytes are handed to the simulated AUX ring in pieces of this size.
+constexpr size_t kTraceChunk = 16 << 10;
+// The kernel's sideband rings are drained every this many steps.
+constexpr uint64_t kSidebandDrainSteps = 8192;
+
+// A per-thread AUX stream: the simulated PMU seen as the ring of thread `tid`.
+class ThreadSource final : public TraceSource {
+ public:
+  ThreadSource(std::unique_ptr<SimulatedPmu> sim, uint32_t tid) : sim_(std::move(sim)), tid_(tid) {}
+  record::RingView ring() override { return sim_->ring(); }
+  int poll_fd() const override { return sim_->poll_fd(); }
+  void ClearWakeup() override { sim_->ClearWakeup(); }
+  absl::Status Enable() override { return sim_->Enable(); }
+  absl::Status Disable() override { return sim_->Disable(); }
+  StreamId stream() const override { return StreamId{StreamKind::kThread, tid_}; }
+  int32_t cpu() const override { return -1; }
+  perf::SampleIdLayout layout() const override { return sim_->layout(); }
+  SimulatedPmu& sim() { return *sim_; }
+
+ private:
+  std::unique_ptr<SimulatedPmu> sim_;
+  uint32_t tid_;
+};
+
+class Recorder final : public StepSink {
+ public:
+  Recorder(const EmulateOptions& options, Drainer& drainer, std::FILE* truth)
+      : options_(options), drainer_(drainer), truth_(truth) {}
+
+  void OnThreadStart(uint32_t pid, uint32_t tid) override {
+    if (!status_.ok()) return;
+    record::SimOptions so;
+    so.data_pages = 16;
+    so.aux_pages = options_.aux_pages;
+    so.cpu = -1;
+    so.pid = pid;
+    so.tid = tid;
+    auto sim = SimulatedPmu::Create(so);
+    if (!sim.ok()) return Fail(sim.status());
+    auto enc = swpt::PtEncoder::Create(options_.pt);
+    if (!enc.ok()) return Fail(enc.status());
+    Thread& t = threads_[tid];
+    t.source = std::make_unique<ThreadSource>(*std::move(sim), tid);
+    t.encoder.emplace(*std::move(enc));
+    t.source->sim().WriteItraceStart(pid, tid);
+  }
+  void OnEvent(uint32_t tid, const swpt::Event& e) override {
+    if (!status_.ok()) return;
+    Thread& t = threads_.at(tid);
+    if (absl::Status s = t.encoder->Add(e); !s.ok()) {
+      return Fail(absl::InternalError(
+          absl::StrCat("encoding thread ", tid, " at 0x", absl::Hex(e.ip), ": ", s.message())));
+    }
+    if (t.encoder->bytes().size() >= kTraceChunk) Move(t);
+  }
+  void OnInstruction(uint32_t tid, uint64_t ip) override {
+    if (truth_ != nullptr) std::fprintf(truth_, "%u 0x%llx\n", tid, (unsigned long long)ip);
+  }
+  void OnThreadEnd(uint32_t tid) override {
+    if (!status_.ok()) return;
+    Thread& t = threads_.at(tid);
+    if (absl::Status s = t.encoder->Finish(); !s.ok()) return Fail(s);
+    Move(t);
+    t.source->sim().EndTransaction();
+    Drain(*t.source);
+    finished_.push_back(std::move(t.source));
+    threads_.erase(tid);
+  }
+
+  absl::Status status() const { return status_; }
+  uint64_t threads() const { return finished_.size() + threads_.size(); }
+
+ private:
+  struct Thread {
+    std::unique_ptr<ThreadSource> source;
+    std::optional<swpt::PtEncoder> encoder;
+  };
+  void Fail(const absl::Status& s) {
+    if (status_.ok()) status_ = s;
+  }
+  void Drain(TraceSource& source) {
+    auto n = drainer_.DrainOnce(source);
+    if (!n.ok()) Fail(n.status());
+  }
+  // Hands the encoded bytes to the simulated AUX ring in chunks of at most kTraceChunk,
+  // draining after each. The drain consumes everything up to the last PERF_RECORD_AUX, so
+  // less than one watermark (half the ring) stays unread and a chunk always fits: the ring
+  // never truncates. A short write would be a bug; it is an error, never silent loss.
+  void Move(Thread& t) {
+    std::vector<uint8_t> bytes = t.encoder->TakeBytes();
+    std::span<const uint8_t> left(bytes);
+    const size_t max_chunk = std::min(kTraceChunk, t.source->ring().aux.size() / 2);
+    while (!left.empty() && status_.ok()) {
+      std::span<const uint8_t> chunk = left.first(std::min(left.size(), max_chunk));
+      uint64_t n = t.source->sim().WriteTrace(chunk);
+      if (n != chunk.size()) {
+        return Fail(absl::InternalError(
+            absl::StrCat("simulated AUX ring took ", n, " of ", chunk.size(), " bytes")));
+      }
+      left = left.subspan(n);
+      Drain(*t.source);
+    }
+  }
+
+  const EmulateOptions& options_;
+  Drainer& drainer_;
+  std::FILE* truth_;
+  std::map<uint32_t, Thread> threads_;
+  std::vector<std::unique_ptr<ThreadSource>> finished_;
+  absl::Status status_;
+};
+
+}  // namespace
+
+absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
+  WriterOptions wo;
+  wo.compress = options.compress;
+  wo.overwrite = options.overwrite_existing;
+  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer,
+                         ContainerWriter::Create(options.output, wo));
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> truth(nullptr, &std::fclose);
+  if (!options.ground_truth.empty()) {
+    truth.reset(std::fopen(options.ground_truth.c_str(), "w"));
+    if (!truth) return ErrnoStatus(absl::StrCat("create ", options.ground_truth));
+  }
+
+  // Real sideband: a dummy tracking event per CPU on the workload, opened while it waits to
+  // exec, enabled by the exec.
+  perf_event_attr tracking = record::BuildTrackingAttr({.enable_on_exec = true, .inherit = true});
+  // Every single step stops and resumes the thread: with context_switch on, that is two
+  // SWITCH records per instruction, which would flood the ring. The streams are per thread,
+  // so the decoder needs no schedule.
+  tracking.context_switch = 0;
+  const perf::SampleIdLayout layout{tracking.sample_type, true};
+  std::vector<std::unique_ptr<KernelTraceSource>> sideband;
+  const int ncpu = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  StepperOptions so;
+  so.argv = options.argv;
+  so.max_steps = options.max_steps;
+  so.before_exec = [&](pid_t pid) -> absl::Status {
+    for (int cpu = 0; cpu < ncpu; ++cpu) {
+      PTKIT_ASSIGN_OR_RETURN(record::PerfEvent ev,
+                             record::PerfEvent::Open(tracking, pid, cpu, "tracking event"));
+      PTKIT_ASSIGN_OR_RETURN(record::RingBuffer ring,
+                             record::RingBuffer::Map(ev, options.data_pages, 0, false, ncpu));
+      sideband.push_back(std::make_unique<KernelTraceSource>(
+          std::move(ev), std::vector<record::PerfEvent>{}, std::move(ring),
+          StreamId{StreamKind::kCpu, static_cast<uint64_t>(cpu)}, cpu, layout));
+    }
+    record::MetadataInput mi;
+    mi.command_line = options.command_line;
+    mi.workload = options.argv;
+    mi.cpu = record::ReadCpuId();
+    mi.event = "intel_pt//u (emulated)";
+    mi.attrs = {{"tracking", tracking}};
+    mi.time = record::ReadTimeConversion(sideband.front()->ring().page);
+    mi.page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    mi.mode = "full-trace";
+    mi.data_pages = options.data_pages;
+    mi.aux_pages = options.aux_pages;
+    nlohmann::json meta = record::BuildMetadata(mi);
+    meta["emulated"] = true;
+    meta["emulation"] = {{"backend", "ptrace single-step"},
+                         {"streams", "per-thread"},
+                         {"ret_compression", options.pt.ret_compression},
+                         {"psb_period", options.pt.psb_period},
+                         {"note", "software Intel PT from a single-stepped run, not hardware"}};
+    return writer->AppendMetadata(meta.dump());
+  };
+
+  Drainer drainer(writer.get());
+  Recorder recorder(options, drainer, truth.get());
+  // Drain the sideband rings now and then while stepping.
+  struct PeriodicSink final : StepSink {
+    Recorder& inner;
+    std::function<void()> drain;
+    uint64_t count = 0;
+    PeriodicSink(Recorder& r, std::function<void()> d) : inner(r), drain(std::move(d)) {}
+    void OnThreadStart(uint32_t pid, uint32_t tid) override { inner.OnThreadStart(pid, tid); }
+    void OnEvent(uint32_t tid, const swpt::Event& e) override { inner.OnEvent(tid, e); }
+    void OnInstruction(uint32_t tid, uint64_t ip) override {
+      inner.OnInstruction(tid, ip);
+      if (++count % kSidebandDrainSteps == 0) drain();
+    }
+    void OnThreadEnd(uint32_t tid) override { inner.OnThreadEnd(tid); }
+  };
+  absl::Status sideband_status;
+  auto drain_sideband = [&] {
+    for (auto& s : sideband) {
+      auto n = drainer.DrainOnce(*s);
+      if (!n.ok() && sideband_status.ok()) sideband_status = n.status();
+    }
+  };
+  PeriodicSink sink(recorder, drain_sideband);
+  PTKIT_ASSIGN_OR_RETURN(StepperResult steps, RunStepped(so, sink));
+  drain_sideband();
+  PTKIT_RETURN_IF_ERROR(recorder.status());
+  PTKIT_RETURN_IF_ERROR(sideband_status);
+  if (truth && std::fflush(truth.get()) != 0) {
+    return ErrnoStatus(absl::StrCat("write ", options.ground_truth));
+  }
+  PTKIT_RETURN_IF_ERROR(writer->Close());
+
+  EmulateResult result;
+  result.exit_code = steps.exit_status;
+  result.steps = steps;
+  result.totals = drainer.Totals();
+  result.threads = recorder.threads();
+  return result;
+}
+
+}  // namespace ptkit::emulate

@@ -1,0 +1,49 @@
+// `ptrecord --emulate`: records a workload without Intel PT hardware. The workload runs under
+// the Stepper (ptrace single-step); each thread's control flow is encoded as genuine Intel PT
+// by swpt::PtEncoder and written into a per-thread SimulatedPmu AUX ring, which the normal
+// Drainer moves into the container, exactly as it does for the kernel's rings. The sideband
+// (MMAP2, COMM, FORK, EXIT, ...) comes from the real kernel: a dummy tracking event on the
+// workload, drained by the same Drainer. The metadata says the trace is emulated.
+#ifndef PTKIT_RECORD_EMULATE_EMULATE_H_
+#define PTKIT_RECORD_EMULATE_EMULATE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "record/drain.h"
+#include "record/emulate/stepper.h"
+#include "record/swpt/pt_encoder.h"
+
+namespace ptkit::emulate {
+
+struct EmulateOptions {
+  std::vector<std::string> argv;  // the workload
+  std::string output = "trace.pt";
+  bool overwrite_existing = false;
+  bool compress = true;
+  swpt::PtEncoderOptions pt;  // what the recorded intel_pt config would be
+  std::string ground_truth;   // when set: every retired instruction, "TID 0xIP" per line
+  uint64_t max_steps = 0;     // 0 = no limit
+  uint64_t data_pages = 64;   // tracking ring, per CPU
+  uint64_t aux_pages = 64;    // simulated AUX ring, per thread
+  std::vector<std::string> command_line;  // ptrecord's argv, for the metadata
+};
+
+struct EmulateResult {
+  int exit_code = 0;  // the workload's
+  StepperResult steps;
+  record::StreamStats totals;
+  uint64_t threads = 0;
+};
+
+// Runs and records the workload. Errors: kNotFound for a program that cannot be executed,
+// kPermissionDenied from perf_event_open or ptrace (with what to change), the writer's I/O
+// errors, kInternal if the encoder rejects the stepped flow (a bug: the message names the
+// thread and address).
+absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options);
+
+}  // namespace ptkit::emulate
+
+#endif  // PTKIT_RECORD_EMULATE_EMULATE_H_
