@@ -12,6 +12,7 @@
 
 #include "CLI/CLI.hpp"
 #include "fmt/format.h"
+#include "record/swpt/synth_container.h"
 #include "record/swpt/synthesizer.h"
 
 namespace {
@@ -51,6 +52,8 @@ int main(int argc, char** argv) {
   app.add_option("--out", out, "Raw PT output")->capture_default_str();
   app.add_option("--truth", truth, "Ground truth output (hex IP per line)");
   app.add_option("--bts", bts, "BTS records output");
+  std::string container;
+  app.add_option("--container", container, "Also write a complete trace.pt here");
   CLI11_PARSE(app, argc, argv);
 
   options.pt.ret_compression = !noretcomp;
@@ -80,6 +83,16 @@ int main(int argc, char** argv) {
     }
     for (uint64_t ip : result->truth) fmt::print(f, "{:x}\n", ip);
     std::fclose(f);
+  }
+  if (!container.empty()) {
+    ptkit::swpt::SynthContainerOptions copts;
+    copts.command_line.assign(argv, argv + argc);
+    absl::Status st =
+        ptkit::swpt::WriteSynthContainer(container, synth->image(), options, *result, copts);
+    if (!st.ok()) {
+      fmt::print(stderr, "swpt_synth: {}\n", st.ToString());
+      return 1;
+    }
   }
   // The image arguments for the decoder, also saved next to the trace.
   std::string args =
