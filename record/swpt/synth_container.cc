@@ -17,7 +17,8 @@
 namespace ptkit::swpt {
 namespace {
 
-constexpr uint32_t kIntelPtType = 8;  // A typical dynamic PMU type; only recorded.
+constexpr uint32_t kIntelPtType = 8;  // Typical dynamic PMU types; only recorded.
+constexpr uint32_t kIntelBtsType = 9;
 
 // Appends perf records (perf_event_open(2) layouts) with the sample_id trailer of
 // sample_type TID|TIME (sample_id_all).
@@ -138,6 +139,10 @@ record::Pmu IntelPtPmu(const SynthOptions& options) {
 absl::Status WriteSynthContainer(const std::string& path, const CodeImage& image,
                                  const SynthOptions& options, const SynthResult& result,
                                  const SynthContainerOptions& container) {
+  if (container.bts && !options.bts) {
+    return absl::InvalidArgumentError("a BTS container needs a walk with SynthOptions::bts");
+  }
+  const std::vector<uint8_t>& trace_bytes = container.bts ? result.bts : result.pt;
   const PtEncoderOptions& pt = options.pt;
   record::Pmu pmu = IntelPtPmu(options);
   uint64_t config = 0;
@@ -158,6 +163,13 @@ absl::Status WriteSynthContainer(const std::string& path, const CodeImage& image
   trace.size = sizeof(trace);
   trace.type = kIntelPtType;
   trace.config = config;
+  if (container.bts) {
+    pmu = record::Pmu{};
+    pmu.name = "intel_bts";
+    pmu.type = kIntelBtsType;
+    trace.type = kIntelBtsType;
+    trace.config = 0;
+  }
   trace.exclude_kernel = 1;
   trace.exclude_hv = 1;
   trace.sample_id_all = 1;
@@ -178,8 +190,8 @@ absl::Status WriteSynthContainer(const std::string& path, const CodeImage& image
   in.cpu.tsc_ratio_numerator = pt.cpuid_0x15_ebx;
   in.cpu.tsc_ratio_denominator = pt.cpuid_0x15_eax;
   in.pmu = pmu;
-  in.event = "intel_pt//u";
-  in.attrs = {{"intel_pt", trace}, {"tracking", tracking}};
+  in.event = container.bts ? "intel_bts//u" : "intel_pt//u";
+  in.attrs = {{pmu.name, trace}, {"tracking", tracking}};
   in.time = record::TimeConversion{true, true, 0, 1, 0};
   in.page_size = 4096;
   in.mode = "full-trace";
@@ -209,13 +221,13 @@ absl::Status WriteSynthContainer(const std::string& path, const CodeImage& image
   sb.ItraceStart(t0 + 2);
   uint64_t end_time = pt.tsc_start + result.insns;  // Roughly one cycle per instruction.
   std::vector<AuxRecord> aux;
-  for (size_t off = 0; off < result.pt.size(); off += container.aux_chunk) {
-    size_t n = std::min(container.aux_chunk, result.pt.size() - off);
+  for (size_t off = 0; off < trace_bytes.size(); off += container.aux_chunk) {
+    size_t n = std::min(container.aux_chunk, trace_bytes.size() - off);
     AuxRecord r;
     r.stream = {StreamKind::kThread, container.tid};
     r.aux_offset = off;
-    r.time = pt.tsc_start + (result.insns * (off + n)) / std::max<size_t>(1, result.pt.size());
-    r.data = std::span<const uint8_t>(result.pt.data() + off, n);
+    r.time = pt.tsc_start + (result.insns * (off + n)) / std::max<size_t>(1, trace_bytes.size());
+    r.data = std::span<const uint8_t>(trace_bytes.data() + off, n);
     sb.Aux(off, n, r.time);
     aux.push_back(r);
   }

@@ -4,8 +4,9 @@
 // Records: metadata (record/metadata.h schema, plus "emulated": "synthesized" and the walk
 // parameters), one sideband record with COMM, MMAP2 (each executable PT_LOAD segment of the
 // image), ITRACE_START, one PERF_RECORD_AUX per AUX chunk and EXIT, and the PT bytes as AUX
-// records of stream "tid <tid>". perf time equals the TSC (time_mult 1, time_shift 0,
-// time_zero 0). The CPU is "GenuineIntel" family 6 model 0 so that no errata apply.
+// records of stream "tid <tid>" (or the BTS records, for an intel_bts recording). perf time equals
+// the TSC (time_mult 1, time_shift 0, time_zero 0). The CPU is "GenuineIntel" family 6 model 0 so
+// that no errata apply.
 #ifndef PTKIT_RECORD_SWPT_SYNTH_CONTAINER_H_
 #define PTKIT_RECORD_SWPT_SYNTH_CONTAINER_H_
 
@@ -25,9 +26,13 @@ struct SynthContainerOptions {
   std::vector<std::string> command_line;  // recorded as the tool's command line
   size_t aux_chunk = size_t{1} << 20;     // bytes per AUX record
   bool overwrite = true;
+  // Write the walk's BTS records (SynthOptions::bts) as an `intel_bts//u` recording instead of
+  // the PT bytes.
+  bool bts = false;
 };
 
-// Writes `result` (a walk of `image` with `options`) to `path`. Fails with the container
+// Writes `result` (a walk of `image` with `options`) to `path`. Fails with kInvalidArgument
+// when `container.bts` is set but the walk kept no BTS records, and with the container
 // writer's errors (kAlreadyExists without overwrite, errno of open/write).
 absl::Status WriteSynthContainer(const std::string& path, const CodeImage& image,
                                  const SynthOptions& options, const SynthResult& result,

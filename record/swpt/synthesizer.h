@@ -77,6 +77,7 @@ struct SynthResult {
   std::string stop_reason;  // Why the walk ended ("max_insns" or what stopped it early).
 };
 
+// Not thread-safe (Walk fills a shared decode cache): use one Synthesizer per thread.
 class Synthesizer {
  public:
   // Loads the ELF file (see CodeImage::Load for what can fail).

@@ -54,6 +54,9 @@ int main(int argc, char** argv) {
   app.add_option("--bts", bts, "BTS records output");
   std::string container;
   app.add_option("--container", container, "Also write a complete trace.pt here");
+  bool container_bts = false;
+  app.add_flag("--container-bts", container_bts,
+               "The trace.pt is an intel_bts recording of the BTS records (needs --bts)");
   CLI11_PARSE(app, argc, argv);
 
   options.pt.ret_compression = !noretcomp;
@@ -87,6 +90,7 @@ int main(int argc, char** argv) {
   if (!container.empty()) {
     ptkit::swpt::SynthContainerOptions copts;
     copts.command_line.assign(argv, argv + argc);
+    copts.bts = container_bts;
     absl::Status st =
         ptkit::swpt::WriteSynthContainer(container, synth->image(), options, *result, copts);
     if (!st.ok()) {

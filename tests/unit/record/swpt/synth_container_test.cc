@@ -91,5 +91,40 @@ TEST(SwptSynthContainerTest, WritesMetadataSidebandAndTheWholeTrace) {
   unlink(path.c_str());
 }
 
+TEST(SwptSynthContainerTest, BtsRecording) {
+  const std::string elf = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O0_nopie";
+  PTKIT_ASSERT_OK_AND_ASSIGN(Synthesizer synth, Synthesizer::Create(elf));
+  SynthOptions options;
+  options.max_insns = 20000;
+  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult no_bts, synth.Walk(options));
+  const std::string path = ::testing::TempDir() + "/swpt_bts_" + std::to_string(getpid()) + ".pt";
+  SynthContainerOptions copts;
+  copts.bts = true;
+  EXPECT_THAT(WriteSynthContainer(path, synth.image(), options, no_bts, copts),
+              ::ptkit::testing::StatusIs(absl::StatusCode::kInvalidArgument));
+  options.bts = true;
+  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult r, synth.Walk(options));
+  ASSERT_FALSE(r.bts.empty());
+  ASSERT_THAT(WriteSynthContainer(path, synth.image(), options, r, copts), IsOk());
+  PTKIT_ASSERT_OK_AND_ASSIGN(ContainerReader reader, ContainerReader::Open(path));
+  RecordView view;
+  std::vector<uint8_t> aux;
+  nlohmann::json meta;
+  for (;;) {
+    PTKIT_ASSERT_OK_AND_ASSIGN(bool more, reader.Next(view));
+    if (!more) break;
+    if (view.type == RecordType::kMetadata) {
+      meta = nlohmann::json::parse(view.payload.begin(), view.payload.end());
+    } else if (view.type == RecordType::kAux) {
+      PTKIT_ASSERT_OK_AND_ASSIGN(AuxRecord a, ParseAux(view.payload));
+      aux.insert(aux.end(), a.data.begin(), a.data.end());
+    }
+  }
+  EXPECT_EQ(aux, r.bts);
+  EXPECT_EQ(meta["pmu"]["name"], "intel_bts");
+  EXPECT_EQ(meta["attrs"][0]["name"], "intel_bts");
+  unlink(path.c_str());
+}
+
 }  // namespace
 }  // namespace ptkit::swpt
