@@ -138,8 +138,8 @@ absl::StatusOr<FrameHeader> ParseFrameHeader(std::span<const uint8_t, kFrameHead
 
 // --- Payloads --------------------------------------------------------------------------------
 
-std::vector<uint8_t> EncodeSideband(const SidebandRecord& r) {
-  ByteWriter w(8 + r.records.size());
+std::vector<uint8_t> EncodeSideband(const SidebandRecord& r, std::vector<uint8_t> reuse) {
+  ByteWriter w(8 + r.records.size(), std::move(reuse));
   w.Put<int32_t>(r.cpu);
   w.Put<uint32_t>(0);
   w.PutBytes(r.records);
@@ -156,8 +156,8 @@ absl::StatusOr<SidebandRecord> ParseSideband(std::span<const uint8_t> payload) {
   return s;
 }
 
-std::vector<uint8_t> EncodeAux(const AuxRecord& a) {
-  ByteWriter w(48 + a.data.size());
+std::vector<uint8_t> EncodeAux(const AuxRecord& a, std::vector<uint8_t> reuse) {
+  ByteWriter w(48 + a.data.size(), std::move(reuse));
   PutStream(w, a.stream);
   w.Put<uint32_t>(0);
   w.Put<uint64_t>(a.stream.id);
@@ -189,8 +189,8 @@ absl::StatusOr<AuxRecord> ParseAux(std::span<const uint8_t> payload) {
   return a;
 }
 
-std::vector<uint8_t> EncodeLoss(const LossRecord& l) {
-  ByteWriter w(48);
+std::vector<uint8_t> EncodeLoss(const LossRecord& l, std::vector<uint8_t> reuse) {
+  ByteWriter w(48, std::move(reuse));
   PutStream(w, l.stream);
   w.Put<uint32_t>(static_cast<uint32_t>(l.kind));
   w.Put<uint64_t>(l.stream.id);
@@ -216,8 +216,8 @@ absl::StatusOr<LossRecord> ParseLoss(std::span<const uint8_t> payload) {
   return l;
 }
 
-std::vector<uint8_t> EncodeSnapshot(const SnapshotRecord& s) {
-  ByteWriter w(48 + s.data.size());
+std::vector<uint8_t> EncodeSnapshot(const SnapshotRecord& s, std::vector<uint8_t> reuse) {
+  ByteWriter w(48 + s.data.size(), std::move(reuse));
   PutStream(w, s.stream);
   w.Put<uint32_t>(0);
   w.Put<uint64_t>(s.stream.id);
@@ -249,8 +249,8 @@ absl::StatusOr<SnapshotRecord> ParseSnapshot(std::span<const uint8_t> payload) {
   return s;
 }
 
-std::vector<uint8_t> EncodeCode(const CodeRecord& c) {
-  ByteWriter w(40 + c.path.size() + c.build_id.size() + c.bytes.size());
+std::vector<uint8_t> EncodeCode(const CodeRecord& c, std::vector<uint8_t> reuse) {
+  ByteWriter w(40 + c.path.size() + c.build_id.size() + c.bytes.size(), std::move(reuse));
   w.Put<uint32_t>(c.pid);
   w.Put<uint32_t>(c.flags);
   w.Put<uint64_t>(c.address);
@@ -286,8 +286,9 @@ absl::StatusOr<CodeRecord> ParseCode(std::span<const uint8_t> payload) {
   return c;
 }
 
-std::vector<uint8_t> EncodeCounters(std::span<const CounterValue> values) {
-  ByteWriter w(4 + values.size() * 40);
+std::vector<uint8_t> EncodeCounters(std::span<const CounterValue> values,
+                                    std::vector<uint8_t> reuse) {
+  ByteWriter w(4 + values.size() * 40, std::move(reuse));
   w.Put<uint32_t>(static_cast<uint32_t>(values.size()));
   for (const CounterValue& v : values) {
     w.Put<uint32_t>(static_cast<uint32_t>(v.name.size()));
@@ -322,8 +323,8 @@ absl::StatusOr<std::vector<CounterValue>> ParseCounters(std::span<const uint8_t>
   return values;
 }
 
-std::vector<uint8_t> EncodeFooter(const FooterRecord& f) {
-  ByteWriter w(16 + f.kinds.size() * 24);
+std::vector<uint8_t> EncodeFooter(const FooterRecord& f, std::vector<uint8_t> reuse) {
+  ByteWriter w(16 + f.kinds.size() * 24, std::move(reuse));
   w.Put<uint64_t>(f.records);
   w.Put<uint32_t>(static_cast<uint32_t>(f.kinds.size()));
   w.Put<uint32_t>(0);

@@ -22,6 +22,8 @@ constexpr size_t kBufferSize = size_t{1} << 20;
 constexpr size_t kDirectWriteSize = size_t{32} << 10;
 // Payloads smaller than this are stored as they are: zstd cannot win much on them.
 constexpr size_t kMinCompressSize = 128;
+// Payload buffers kept for reuse after they are written.
+constexpr size_t kPoolBuffers = 16;
 
 struct Item {
   uint16_t type;
@@ -72,6 +74,7 @@ struct ContainerWriter::State {
   bool closed ABSL_GUARDED_BY(mu) = false;
   absl::Status error ABSL_GUARDED_BY(mu);
   WriterStats stats ABSL_GUARDED_BY(mu);
+  std::vector<std::vector<uint8_t>> pool ABSL_GUARDED_BY(mu);
 
   // Owned by the writer thread.
   std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx;
@@ -205,6 +208,10 @@ void ContainerWriter::State::Run() {
     if (!status.ok() && !failed) Fail(status);
     {
       absl::MutexLock lock(&mu);
+      for (Item& item : batch) {
+        if (pool.size() >= kPoolBuffers) break;
+        pool.push_back(std::move(item.payload));
+      }
       queued_bytes -= batch_bytes;
       if (buffer.empty()) flushed = processed;
       stats.records = sequence - (footer_written ? 1 : 0);
@@ -328,6 +335,14 @@ absl::Status ContainerWriter::Close() {
   s.thread.join();
   absl::MutexLock lock(&s.mu);
   return s.error;
+}
+
+std::vector<uint8_t> ContainerWriter::RecycledBuffer() {
+  absl::MutexLock lock(&state_->mu);
+  if (state_->pool.empty()) return {};
+  std::vector<uint8_t> b = std::move(state_->pool.back());
+  state_->pool.pop_back();
+  return b;
 }
 
 WriterStats ContainerWriter::stats() const {

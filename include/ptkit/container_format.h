@@ -145,13 +145,16 @@ struct FooterRecord {
   std::vector<Kind> kinds;
 };
 
-std::vector<uint8_t> EncodeSideband(const SidebandRecord& r);
-std::vector<uint8_t> EncodeAux(const AuxRecord& r);
-std::vector<uint8_t> EncodeLoss(const LossRecord& r);
-std::vector<uint8_t> EncodeSnapshot(const SnapshotRecord& r);
-std::vector<uint8_t> EncodeCode(const CodeRecord& r);
-std::vector<uint8_t> EncodeCounters(std::span<const CounterValue> values);
-std::vector<uint8_t> EncodeFooter(const FooterRecord& r);
+// Each encoder returns the payload; it is built in `reuse` (cleared first) so callers can
+// recycle buffers.
+std::vector<uint8_t> EncodeSideband(const SidebandRecord& r, std::vector<uint8_t> reuse = {});
+std::vector<uint8_t> EncodeAux(const AuxRecord& r, std::vector<uint8_t> reuse = {});
+std::vector<uint8_t> EncodeLoss(const LossRecord& r, std::vector<uint8_t> reuse = {});
+std::vector<uint8_t> EncodeSnapshot(const SnapshotRecord& r, std::vector<uint8_t> reuse = {});
+std::vector<uint8_t> EncodeCode(const CodeRecord& r, std::vector<uint8_t> reuse = {});
+std::vector<uint8_t> EncodeCounters(std::span<const CounterValue> values,
+                                    std::vector<uint8_t> reuse = {});
+std::vector<uint8_t> EncodeFooter(const FooterRecord& r, std::vector<uint8_t> reuse = {});
 
 // Each parser checks every length against the payload and fails with kDataLoss naming the
 // record kind and field when the payload is malformed.

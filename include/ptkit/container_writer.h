@@ -54,13 +54,17 @@ class ContainerWriter {
   // than kMaxPayloadSize or a type that is reserved (kFooter).
   absl::Status Append(RecordType type, std::vector<uint8_t> payload);
   absl::Status AppendMetadata(std::string_view json);
+  // Typed appends encode into a recycled buffer (no allocation or page fault per record once
+  // the writer runs).
   absl::Status AppendSideband(const SidebandRecord& r) {
-    return Append(RecordType::kSideband, EncodeSideband(r));
+    return Append(RecordType::kSideband, EncodeSideband(r, RecycledBuffer()));
   }
-  absl::Status AppendAux(const AuxRecord& r) { return Append(RecordType::kAux, EncodeAux(r)); }
+  absl::Status AppendAux(const AuxRecord& r) {
+    return Append(RecordType::kAux, EncodeAux(r, RecycledBuffer()));
+  }
   absl::Status AppendLoss(const LossRecord& r) { return Append(RecordType::kLoss, EncodeLoss(r)); }
   absl::Status AppendSnapshot(const SnapshotRecord& r) {
-    return Append(RecordType::kSnapshot, EncodeSnapshot(r));
+    return Append(RecordType::kSnapshot, EncodeSnapshot(r, RecycledBuffer()));
   }
   absl::Status AppendCode(const CodeRecord& r) { return Append(RecordType::kCode, EncodeCode(r)); }
   absl::Status AppendCounters(std::span<const CounterValue> v) {
@@ -79,6 +83,8 @@ class ContainerWriter {
  private:
   struct State;
   explicit ContainerWriter(std::unique_ptr<State> state);
+  // A payload buffer the writer thread has finished with (empty, capacity kept), or a new one.
+  std::vector<uint8_t> RecycledBuffer();
   std::unique_ptr<State> state_;
 };
 
