@@ -25,6 +25,11 @@ struct InsnDecode {
 InsnDecode DecodeInsns(const std::vector<uint8_t>& pt, const CodeImage& image,
                        std::optional<uint64_t> sync_offset = std::nullopt);
 
+// The same with libipt's block decoder (pt_blk_*), the product decoder's default. Block
+// instructions are expanded to addresses with Zydis lengths over `image`.
+InsnDecode DecodeBlocks(const std::vector<uint8_t>& pt, const CodeImage& image,
+                        std::optional<uint64_t> sync_offset = std::nullopt);
+
 }  // namespace ptkit::swpt::testing
 
 #endif  // PTKIT_TESTS_UNIT_RECORD_SWPT_IPT_DECODE_H_

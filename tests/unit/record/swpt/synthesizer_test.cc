@@ -165,7 +165,7 @@ TEST(SwptSynthesizerTest, RetCompressionReplacesTips) {
 // start and from PSBs inside the trace.
 TEST(SwptSynthesizerTest, ThousandSeededWalksDecodeExactly) {
   constexpr int kWalks = 1000;
-  uint64_t total_insns = 0, total_psb_decodes = 0;
+  uint64_t total_insns = 0, total_psb_decodes = 0, block_decodes = 0;
   std::map<std::string, int> stops;
   for (int i = 0; i < kWalks; ++i) {
     const ProgramSpec& p = AllPrograms()[i % AllPrograms().size()];
@@ -197,6 +197,14 @@ TEST(SwptSynthesizerTest, ThousandSeededWalksDecodeExactly) {
     ASSERT_TRUE(decoded.ips == r.truth)
         << decoded.Describe() << "; " << FirstMismatch(decoded.ips, r.truth);
     ASSERT_EQ(decoded.overflows, static_cast<int>(r.overflows)) << decoded.Describe();
+    if (i % 4 == 3) {
+      // The block decoder (the product decoder's default) agrees too.
+      auto blocks = testing::DecodeBlocks(r.pt, synth.image());
+      ASSERT_EQ(blocks.error, 0) << blocks.Describe();
+      ASSERT_TRUE(blocks.ips == r.truth)
+          << blocks.Describe() << "; " << FirstMismatch(blocks.ips, r.truth);
+      ++block_decodes;
+    }
 
     // From the last PSB and one in the middle: exactly the rest of the truth.
     ASSERT_FALSE(r.psbs.empty());
@@ -214,6 +222,7 @@ TEST(SwptSynthesizerTest, ThousandSeededWalksDecodeExactly) {
   EXPECT_GT(stops["max_insns"], kWalks / 2);
   RecordProperty("instructions", static_cast<int>(total_insns));
   RecordProperty("psb_decodes", static_cast<int>(total_psb_decodes));
+  EXPECT_EQ(block_decodes, kWalks / 4u);
 }
 
 TEST(SwptSynthesizerTest, SignalsAndOverflowsDecodeExactly) {
