@@ -10,13 +10,16 @@ namespace ptkit::swpt {
 namespace {
 
 void BM_WalkAndEncode(benchmark::State& state, const char* program, bool keep_truth, bool bts) {
-  auto synth = Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/" + program);
+  std::string path =
+      program[0] == '/' ? program : std::string(PTKIT_SWPT_PROGRAM_DIR) + "/" + program;
+  auto synth = Synthesizer::Create(path);
   if (!synth.ok()) {
     state.SkipWithError(synth.status().ToString().c_str());
     return;
   }
   SynthOptions options;
   options.max_insns = 4'000'000;
+  if (program[0] == '/') options.entry = "*";  // A system binary: stripped, no main symbol.
   options.keep_truth = keep_truth;
   options.bts = bts;
   uint64_t insns = 0, bytes = 0;
@@ -41,6 +44,9 @@ BENCHMARK_CAPTURE(BM_WalkAndEncode, sorts_O0_nopie, "sorts_O0_nopie", false, fal
 BENCHMARK_CAPTURE(BM_WalkAndEncode, sorts_O2_pie_truth, "sorts_O2_pie", true, false)
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_WalkAndEncode, sorts_O2_pie_bts, "sorts_O2_pie", false, true)
+    ->Unit(benchmark::kMillisecond);
+// A large stripped C++ binary (9 MB): denser traces (many PLT exits and indirect branches).
+BENCHMARK_CAPTURE(BM_WalkAndEncode, usr_bin_cmake, "/usr/bin/cmake", false, false)
     ->Unit(benchmark::kMillisecond);
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <optional>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "ptkit/status.h"
 #include "record/swpt/bts_writer.h"
@@ -40,13 +41,42 @@ enum class Kind : uint8_t {
   kStop,
 };
 
+// Why a walk stopped at a kStop instruction.
+enum class Stop : uint8_t { kNone, kUndecodable, kHlt, kUd, kTsx, kSystem, kFar, kOperand };
+const char* StopName(Stop s) {
+  switch (s) {
+    case Stop::kNone:
+      return "none";
+    case Stop::kUndecodable:
+      return "undecodable instruction";
+    case Stop::kHlt:
+      return "hlt";
+    case Stop::kUd:
+      return "ud";
+    case Stop::kTsx:
+      return "transactional memory";
+    case Stop::kSystem:
+      return "interrupt or system call instruction";
+    case Stop::kFar:
+      return "far transfer";
+    case Stop::kOperand:
+      return "unusual branch operand";
+  }
+  return "?";
+}
+
 struct Insn {
   uint64_t target = 0;        // Direct branches.
   uint32_t table = kNoTable;  // kJmpInd: index into State::tables.
   uint8_t len = 0;
   Kind kind = Kind::kUnknown;
-  const char* stop = nullptr;  // kStop: why.
+  Stop stop = Stop::kNone;
 };
+static_assert(sizeof(Insn) == 16, "one decoded instruction per code byte: keep it small");
+
+// Decoded instructions are cached per code byte in pages allocated on first use, so big
+// executables cost memory only for the code a walk touches.
+constexpr int kPageBits = 12;
 
 // splitmix64: small, fast and good enough for branch decisions.
 class Rng {
@@ -78,17 +108,51 @@ struct Synthesizer::State {
   struct CodeRange {
     uint64_t begin;
     uint64_t end;
-    std::vector<Insn> insns;  // Indexed by address - begin.
+    std::vector<std::unique_ptr<Insn[]>> pages;  // (address - begin) >> kPageBits
   };
   std::vector<CodeRange> ranges;
   std::vector<std::vector<uint64_t>> tables;
+  std::vector<uint64_t> functions;  // Candidate entries when the image has no symbols.
 
   explicit State(CodeImage img) : image(std::move(img)) {
     ZydisDecoderInit(&decoder, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
     for (const LoadSegment& seg : image.segments()) {
       if (!seg.exec || seg.filesz == 0) continue;
-      ranges.push_back({seg.vaddr, seg.vaddr + seg.filesz, std::vector<Insn>(seg.filesz)});
+      size_t pages = ((seg.filesz - 1) >> kPageBits) + 1;
+      ranges.push_back({seg.vaddr, seg.vaddr + seg.filesz});
+      ranges.back().pages.resize(pages);
     }
+  }
+
+  // A stripped image has no (usable) function symbols: take the targets of direct calls found
+  // by a linear sweep of the executable segments as function entries. Computed once.
+  bool swept = false;
+  const std::vector<uint64_t>& CallTargets() {
+    if (!swept) FindCallTargets();
+    swept = true;
+    return functions;
+  }
+  void FindCallTargets() {
+    for (const CodeRange& r : ranges) {
+      for (uint64_t a = r.begin; a < r.end;) {
+        ZydisDecodedInstruction insn;
+        ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+        if (!DecodeAt(a, &insn, ops)) {
+          ++a;
+          continue;
+        }
+        uint64_t target = 0;
+        if (insn.meta.category == ZYDIS_CATEGORY_CALL &&
+            ops[0].type == ZYDIS_OPERAND_TYPE_IMMEDIATE &&
+            ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&insn, &ops[0], a, &target)) &&
+            target != a + insn.length && image.IsCode(target)) {
+          functions.push_back(target);
+        }
+        a += insn.length;
+      }
+    }
+    std::sort(functions.begin(), functions.end());
+    functions.erase(std::unique(functions.begin(), functions.end()), functions.end());
   }
 
   bool DecodeAt(uint64_t ip, ZydisDecodedInstruction* insn, ZydisDecodedOperand* ops) const {
@@ -102,7 +166,10 @@ struct Synthesizer::State {
   const Insn* Get(uint64_t ip) {
     for (CodeRange& r : ranges) {
       if (ip >= r.begin && ip < r.end) {
-        Insn& in = r.insns[ip - r.begin];
+        uint64_t index = ip - r.begin;
+        std::unique_ptr<Insn[]>& page = r.pages[index >> kPageBits];
+        if (!page) page = std::make_unique<Insn[]>(size_t{1} << kPageBits);
+        Insn& in = page[index & ((1u << kPageBits) - 1)];
         if (in.kind == Kind::kUnknown) Decode(ip, &in);
         return &in;
       }
@@ -120,27 +187,27 @@ void Synthesizer::State::Decode(uint64_t ip, Insn* out) {
   ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
   if (!DecodeAt(ip, &insn, ops)) {
     out->kind = Kind::kStop;
-    out->stop = "undecodable instruction";
+    out->stop = Stop::kUndecodable;
     return;
   }
   out->len = insn.length;
   out->kind = Kind::kOther;
   const ZydisDecodedOperand& op = ops[0];
-  auto stop = [&](const char* why) {
+  auto stop = [&](Stop why) {
     out->kind = Kind::kStop;
     out->stop = why;
   };
   switch (insn.mnemonic) {
     case ZYDIS_MNEMONIC_HLT:
-      return stop("hlt");
+      return stop(Stop::kHlt);
     case ZYDIS_MNEMONIC_UD0:
     case ZYDIS_MNEMONIC_UD1:
     case ZYDIS_MNEMONIC_UD2:
-      return stop("ud");
+      return stop(Stop::kUd);
     case ZYDIS_MNEMONIC_XBEGIN:
     case ZYDIS_MNEMONIC_XABORT:
     case ZYDIS_MNEMONIC_XEND:
-      return stop("transactional memory");
+      return stop(Stop::kTsx);
     case ZYDIS_MNEMONIC_SYSCALL:
       out->kind = Kind::kSyscall;
       return;
@@ -151,12 +218,12 @@ void Synthesizer::State::Decode(uint64_t ip, Insn* out) {
     case ZYDIS_CATEGORY_INTERRUPT:
     case ZYDIS_CATEGORY_SYSRET:
     case ZYDIS_CATEGORY_SYSCALL:
-      return stop("interrupt or system call instruction");
+      return stop(Stop::kSystem);
     case ZYDIS_CATEGORY_COND_BR: {
       uint64_t target = 0;
       if (op.type != ZYDIS_OPERAND_TYPE_IMMEDIATE ||
           !ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&insn, &op, ip, &target))) {
-        return stop("conditional branch without a relative target");
+        return stop(Stop::kOperand);
       }
       out->kind = Kind::kCond;
       out->target = target;
@@ -165,11 +232,11 @@ void Synthesizer::State::Decode(uint64_t ip, Insn* out) {
     case ZYDIS_CATEGORY_UNCOND_BR:
     case ZYDIS_CATEGORY_CALL: {
       bool call = insn.meta.category == ZYDIS_CATEGORY_CALL;
-      if (insn.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR) return stop("far transfer");
+      if (insn.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR) return stop(Stop::kFar);
       if (op.type == ZYDIS_OPERAND_TYPE_IMMEDIATE) {
         uint64_t target = 0;
         if (!ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&insn, &op, ip, &target))) {
-          return stop("branch target");
+          return stop(Stop::kOperand);
         }
         out->kind = call ? Kind::kCall : Kind::kJmp;
         out->target = target;
@@ -184,18 +251,18 @@ void Synthesizer::State::Decode(uint64_t ip, Insn* out) {
         }
       }
       if (op.type != ZYDIS_OPERAND_TYPE_MEMORY && op.type != ZYDIS_OPERAND_TYPE_REGISTER) {
-        return stop("unusual branch operand");
+        return stop(Stop::kOperand);
       }
       out->kind = call ? Kind::kCallInd : Kind::kJmpInd;
       if (!call) out->table = FindJumpTable(ip, insn, op);
       return;
     }
     case ZYDIS_CATEGORY_RET:
-      if (insn.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR) return stop("far return");
+      if (insn.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR) return stop(Stop::kFar);
       out->kind = Kind::kRet;
       return;
     default:
-      if (insn.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR) return stop("far transfer");
+      if (insn.meta.branch_type == ZYDIS_BRANCH_TYPE_FAR) return stop(Stop::kFar);
       return;
   }
 }
@@ -289,20 +356,40 @@ absl::StatusOr<Synthesizer> Synthesizer::Create(const std::string& elf_path, uin
 
 absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
   State& s = *state_;
-  std::optional<uint64_t> entry = s.image.FunctionAddress(options.entry);
-  if (!entry) {
-    return absl::NotFoundError(
-        absl::StrCat("no function '", options.entry, "' in ", s.image.path()));
-  }
   std::vector<uint64_t> pool;
   for (const Function& f : s.image.functions()) {
     bool wanted = options.target_prefix.empty() ? (!f.name.empty() && f.name[0] != '_')
                                                 : f.name.starts_with(options.target_prefix);
     if (wanted && s.image.IsCode(f.addr)) pool.push_back(f.addr);
   }
+  if (pool.empty() && options.target_prefix.empty()) pool = s.CallTargets();
+  Rng rng(options.seed);
+  // The entry: a function name, a run-time address ("0x..."), or "*" for a random function
+  // at every (re)entry.
+  const bool random_entry = options.entry == "*";
+  std::optional<uint64_t> entry;
+  if (random_entry) {
+    if (pool.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("no functions to start at in ", s.image.path()));
+    }
+  } else if (options.entry.starts_with("0x")) {
+    uint64_t addr = 0;
+    if (!absl::SimpleHexAtoi(options.entry.substr(2), &addr) || !s.image.IsCode(addr)) {
+      return absl::NotFoundError(
+          absl::StrCat("entry ", options.entry, " is not code in ", s.image.path()));
+    }
+    entry = addr;
+  } else {
+    entry = s.image.FunctionAddress(options.entry);
+    if (!entry) {
+      return absl::NotFoundError(
+          absl::StrCat("no function '", options.entry, "' in ", s.image.path()));
+    }
+  }
+  auto next_entry = [&]() { return random_entry ? pool[rng.Below(pool.size())] : *entry; };
   PTKIT_ASSIGN_OR_RETURN(PtEncoder enc, PtEncoder::Create(options.pt));
   BtsWriter bts;
-  Rng rng(options.seed);
   const uint64_t fwd = Threshold(options.forward_taken);
   const uint64_t back = Threshold(options.backward_taken);
 
@@ -330,7 +417,7 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
     return from[rng.Below(from.size())];
   };
 
-  uint64_t ip = *entry;
+  uint64_t ip = next_entry();
   PTKIT_RETURN_IF_ERROR(emit(Event::Enable(ip)));
   uint64_t tick_left = options.tick_every;
   uint64_t signal_left = options.signal_every;
@@ -339,7 +426,7 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
   while (count < options.max_insns) {
     const Insn* in = s.Get(ip);
     if (!in || in->kind == Kind::kStop) {
-      r.stop_reason = in ? absl::StrCat(in->stop, " at 0x", absl::Hex(ip))
+      r.stop_reason = in ? absl::StrCat(StopName(in->stop), " at 0x", absl::Hex(ip))
                          : absl::StrCat("no code at 0x", absl::Hex(ip));
       break;
     }
@@ -394,7 +481,7 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
           // The entry function returns to its (untraced) caller, which calls it again.
           ++r.exits;
           PTKIT_RETURN_IF_ERROR(emit(Event::Disable(ip, kOutside, false)));
-          ip = *entry;
+          ip = next_entry();
           PTKIT_RETURN_IF_ERROR(emit(Event::Enable(ip)));
         } else if (shadow.back() & kSignalFrame) {
           // Signal handler returns to the trampoline; rt_sigreturn resumes the interrupted code.
@@ -416,7 +503,7 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
         ++r.exits;
         PTKIT_RETURN_IF_ERROR(emit(Event::Disable(ip, kOutside, false)));
         if (shadow.empty()) {
-          ip = *entry;
+          ip = next_entry();
         } else {
           ip = shadow.back() & ~kSignalFrame;
           shadow.pop_back();

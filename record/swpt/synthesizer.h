@@ -32,11 +32,14 @@
 namespace ptkit::swpt {
 
 struct SynthOptions {
-  std::string entry = "main";  // Function where the walk starts (and re-enters).
+  // Where the walk starts and re-enters: a function name, a run-time address ("0x401000"),
+  // or "*" for a random function (from the indirect target candidates) each time.
+  std::string entry = "main";
   uint64_t max_insns = 10000;
   uint64_t seed = 1;
   // Indirect call/jump targets: functions whose name starts with this prefix; empty means every
-  // function not starting with '_'.
+  // function not starting with '_'; when there is none (stripped image), the targets of the
+  // image's direct calls.
   std::string target_prefix;
   double forward_taken = 0.5;
   double backward_taken = 0.75;
@@ -88,7 +91,7 @@ class Synthesizer {
   ~Synthesizer();
 
   // One seeded walk. Deterministic for the same image and options. Decoded instructions are
-  // cached across walks. Fails with NotFound when the entry function is missing,
+  // cached across walks. Fails with NotFound when the entry function (or address) is missing,
   // FailedPrecondition when no indirect target candidates exist but one is needed,
   // InvalidArgument for bad encoder options.
   absl::StatusOr<SynthResult> Walk(const SynthOptions& options);

@@ -244,6 +244,35 @@ TEST(SwptSynthesizerTest, SignalsAndOverflowsDecodeExactly) {
   }
 }
 
+TEST(SwptSynthesizerTest, StrippedImageAndEntryByAddressOrRandom) {
+  Synthesizer& stripped = SynthFor("interp_O2_pie_stripped");
+  ASSERT_TRUE(stripped.image().functions().empty());
+  SynthOptions options;
+  options.max_insns = 30000;
+  EXPECT_THAT(stripped.Walk(options).status(), StatusIs(absl::StatusCode::kNotFound));
+  options.entry = "*";  // Random functions found through direct calls.
+  for (uint64_t seed = 1; seed <= 20; ++seed) {
+    options.seed = seed;
+    PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult r, stripped.Walk(options));
+    EXPECT_GT(r.insns, 0u);
+    auto decoded = DecodeInsns(r.pt, stripped.image());
+    EXPECT_EQ(decoded.error, 0) << decoded.Describe();
+    EXPECT_TRUE(decoded.ips == r.truth) << FirstMismatch(decoded.ips, r.truth);
+  }
+  // By address: the same walk as by name on the unstripped build.
+  Synthesizer& named = SynthFor("interp_O2_pie");
+  SynthOptions by_name;
+  by_name.entry = "run";
+  by_name.max_insns = 5000;
+  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult a, named.Walk(by_name));
+  SynthOptions by_address = by_name;
+  by_address.entry = absl::StrCat("0x", absl::Hex(*named.image().FunctionAddress("run")));
+  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult b, named.Walk(by_address));
+  EXPECT_EQ(a.truth, b.truth);
+  by_address.entry = "0x10";
+  EXPECT_THAT(named.Walk(by_address).status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
 // Parallel decoding: starting at ANY PSB yields exactly the rest of the ground truth.
 TEST(SwptSynthesizerTest, DecodingFromEveryPsbYieldsTheRest) {
   for (const char* file : {"interp_O2_pie", "sorts_O0_nopie"}) {
