@@ -12,17 +12,18 @@ namespace {
 // Shared error bookkeeping for both decoder loops.
 class ErrorReporter {
  public:
-  ErrorReporter(const ProgramImage& image, Sink& sink, DecodeTotals& totals)
-      : image_(image), sink_(sink), totals_(totals) {}
+  ErrorReporter(const ProgramImage& image, Sink& sink, DecodeTotals& totals, uint64_t offset_base)
+      : image_(image), sink_(sink), totals_(totals), offset_base_(offset_base) {}
 
   void Report(int status, uint64_t offset, uint64_t ip, bool during_sync) {
     DecodeError error;
     error.code = -status;
-    error.offset = offset;
+    error.offset = offset_base_ + offset;
     error.ip = ip;
     error.during_sync = during_sync;
     if (error.code == pte_nomap) {
       error.gap = image_.HoleAround(ip);
+      error.missing_file = image_.MissingAt(ip);
       ++totals_.gaps;
     }
     ++totals_.errors;
@@ -34,6 +35,7 @@ class ErrorReporter {
   const ProgramImage& image_;
   Sink& sink_;
   DecodeTotals& totals_;
+  uint64_t offset_base_;
 };
 
 ZydisMachineMode ZydisMode(pt_exec_mode mode) {
@@ -54,14 +56,15 @@ uint64_t OffsetOf(Dec* dec) {
   return offset;
 }
 
-absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals) {
+absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+                       uint64_t offset_base) {
   pt.flags.variant.block.end_on_call = sink.end_block_on_call() ? 1 : 0;
   pt.flags.variant.block.end_on_jump = sink.end_block_on_jump() ? 1 : 0;
   BlockDecoderPtr dec(pt_blk_alloc_decoder(&pt));
   if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a block decoder");
   int err = pt_blk_set_image(dec.get(), image.image());
   if (err < 0) return absl::InternalError(Cat("pt_blk_set_image: ", pt_errstr(pt_errcode(err))));
-  ErrorReporter errors(image, sink, totals);
+  ErrorReporter errors(image, sink, totals, offset_base);
   auto offset_of = [&] { return OffsetOf<pt_block_decoder, pt_blk_get_offset>(dec.get()); };
 
   uint64_t sync = 0;
@@ -81,7 +84,7 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
     uint64_t sync_offset = 0;
     pt_blk_get_sync_offset(dec.get(), &sync_offset);
     ++totals.syncs;
-    sink.OnSync(sync_offset);
+    sink.OnSync(offset_base + sync_offset);
     for (;;) {
       while (status & pts_event_pending) {
         pt_event event;
@@ -117,12 +120,13 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
   return absl::OkStatus();
 }
 
-absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals) {
+absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+                      uint64_t offset_base) {
   InsnDecoderPtr dec(pt_insn_alloc_decoder(&pt));
   if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate an instruction decoder");
   int err = pt_insn_set_image(dec.get(), image.image());
   if (err < 0) return absl::InternalError(Cat("pt_insn_set_image: ", pt_errstr(pt_errcode(err))));
-  ErrorReporter errors(image, sink, totals);
+  ErrorReporter errors(image, sink, totals, offset_base);
   auto offset_of = [&] { return OffsetOf<pt_insn_decoder, pt_insn_get_offset>(dec.get()); };
 
   uint64_t sync = 0;
@@ -141,7 +145,7 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
     uint64_t sync_offset = 0;
     pt_insn_get_sync_offset(dec.get(), &sync_offset);
     ++totals.syncs;
-    sink.OnSync(sync_offset);
+    sink.OnSync(offset_base + sync_offset);
     for (;;) {
       while (status & pts_event_pending) {
         pt_event event;
@@ -198,18 +202,20 @@ uint64_t NextIpAfter(const ProgramImage& image, uint64_t ip, pt_exec_mode mode) 
   return next;
 }
 
+absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& config,
+                        const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+                        uint64_t offset_base) {
+  PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
+  totals.trace_bytes += trace.size();
+  if (trace.empty()) return absl::OkStatus();
+  if (sink.kind() == DecoderKind::kBlock) return BlockLoop(pt, image, sink, totals, offset_base);
+  return InsnLoop(pt, image, sink, totals, offset_base);
+}
+
 absl::StatusOr<DecodeTotals> DecodeTrace(std::span<const uint8_t> trace, const TraceConfig& config,
                                          const ProgramImage& image, Sink& sink) {
-  PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
   DecodeTotals totals;
-  totals.trace_bytes = trace.size();
-  if (!trace.empty()) {
-    if (sink.kind() == DecoderKind::kBlock) {
-      PTKIT_RETURN_IF_ERROR(BlockLoop(pt, image, sink, totals));
-    } else {
-      PTKIT_RETURN_IF_ERROR(InsnLoop(pt, image, sink, totals));
-    }
-  }
+  PTKIT_RETURN_IF_ERROR(DecodeInto(trace, config, image, sink, totals));
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   return totals;
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <map>
 #include <span>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -32,7 +33,23 @@ struct DecodeError {
   bool during_sync = false;
   // For pte_nomap (code that cannot be found): the unmapped address range around `ip`.
   AddressRange gap;
+  const std::string* missing_file = nullptr;  // the file that held `ip`, if it is known
   bool is_gap() const { return code == pte_nomap; }
+};
+
+// Container input: which stream the following callbacks belong to.
+struct StreamInfo {
+  std::string name;  // "cpu 3", "tid 1234"
+  uint32_t pid = 0;  // the process whose images decode it (0: unknown)
+  std::string comm;
+  uint64_t bytes = 0;
+  const ProgramImage* image = nullptr;  // the images (and symbols) of this stream
+};
+// Trace known to be lost at this point of the stream (container loss records, AUX gaps).
+struct LossInfo {
+  std::string kind;  // "truncated", "collision", "lost", "discontinuity", ...
+  uint64_t aux_offset = 0;
+  uint64_t bytes = 0;  // 0 when unknown
 };
 
 struct DecodeTotals {
@@ -43,6 +60,9 @@ struct DecodeTotals {
   uint64_t syncs = 0;                      // PSBs the decoder synchronised at
   uint64_t errors = 0;                     // all decode errors, gaps included
   uint64_t gaps = 0;                       // pte_nomap errors
+  uint64_t streams = 0;                    // container input: streams decoded
+  uint64_t losses = 0;                     // loss points reported (container input)
+  uint64_t lost_bytes = 0;                 // bytes those say were lost, when known
   std::map<int, uint64_t> errors_by_code;  // positive pt_error_code -> count
 };
 
@@ -55,6 +75,8 @@ class Sink {
   virtual bool end_block_on_call() const { return false; }
   virtual bool end_block_on_jump() const { return false; }
 
+  virtual void OnStream(const StreamInfo& stream) {}
+  virtual void OnLoss(const LossInfo& loss) {}
   virtual void OnSync(uint64_t offset) {}
   virtual void OnBlock(const pt_block& block) {}
   virtual void OnInsn(const pt_insn& insn) {}
@@ -69,6 +91,12 @@ class Sink {
 // kResourceExhausted when a decoder cannot be allocated, and sink.Finish's error.
 absl::StatusOr<DecodeTotals> DecodeTrace(std::span<const uint8_t> trace, const TraceConfig& config,
                                          const ProgramImage& image, Sink& sink);
+
+// As DecodeTrace, without calling sink.Finish: adds to `totals`. Error offsets are reported
+// as `offset_base` + the offset in `trace` (for a piece of a longer stream).
+absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& config,
+                        const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+                        uint64_t offset_base = 0);
 
 // The address of the instruction after the one at `ip` as ptxed computes it for error
 // reports (length plus the displacement of a direct branch); `ip` when it cannot be decoded.

@@ -80,6 +80,36 @@ bool SplitTrailingNumber(std::string_view text, std::string_view* head, uint64_t
   return true;
 }
 
+// Appends the function symbols of `elf` to `out`, at st_value + bias where place(st_value,
+// &bias) says where (false: not loaded).
+template <typename Place>
+void LoadSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<Symbol>& out) {
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+    if (shdr.sh_type != SHT_SYMTAB && shdr.sh_type != SHT_DYNSYM) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || shdr.sh_entsize == 0) continue;
+    size_t count = shdr.sh_size / shdr.sh_entsize;
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Sym sym;
+      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
+      int type = GELF_ST_TYPE(sym.st_info);
+      if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
+          sym.st_value == 0) {
+        continue;
+      }
+      int64_t bias = 0;
+      if (!place(sym.st_value, &bias)) continue;
+      const char* name = elf_strptr(elf, shdr.sh_link, sym.st_name);
+      if (name == nullptr || name[0] == '\0') continue;
+      uint64_t begin = sym.st_value + static_cast<uint64_t>(bias);
+      out.push_back({begin, begin + sym.st_size, Demangle(name), file_index});
+    }
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text) {
@@ -214,30 +244,17 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
 
   // Function symbols from .symtab and .dynsym.
   size_t first_new = symbols_.size();
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf.get(), scn)) != nullptr) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
-    if (shdr.sh_type != SHT_SYMTAB && shdr.sh_type != SHT_DYNSYM) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || shdr.sh_entsize == 0) continue;
-    size_t count = shdr.sh_size / shdr.sh_entsize;
-    for (size_t i = 0; i < count; ++i) {
-      GElf_Sym sym;
-      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
-      int type = GELF_ST_TYPE(sym.st_info);
-      if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
-          sym.st_value == 0) {
-        continue;
-      }
-      const char* name = elf_strptr(elf.get(), shdr.sh_link, sym.st_name);
-      if (name == nullptr || name[0] == '\0') continue;
-      symbols_.push_back(
-          {sym.st_value + bias, sym.st_value + bias + sym.st_size, Demangle(name), file_index});
-    }
-  }
+  LoadSymbols(elf.get(), file_index, [bias](uint64_t, int64_t* b) {
+    *b = static_cast<int64_t>(bias);
+    return true;
+  });
   FinishSymbols(first_new);
   return absl::OkStatus();
+}
+
+template <typename Place>
+void ProgramImage::LoadSymbols(Elf* elf, uint32_t file_index, Place place) {
+  LoadSymbolsInto(elf, file_index, place, symbols_);
 }
 
 void ProgramImage::FinishSymbols(size_t first_new) {
@@ -319,10 +336,83 @@ absl::Status ProgramImage::AddPageDump(const PageDumpSpec& spec) {
     for (auto p = it; p != run_end; ++p, ++k) {
       std::memcpy(bytes.get() + k * kPageSize, dump.data() + p->second * kPageSize, kPageSize);
     }
-    AddMapping({begin, begin + count * kPageSize, file_index, 0, bytes.get()});
-    memory_.push_back(std::move(bytes));
+    AddMemoryRun(file_index, begin, std::move(bytes), count * kPageSize);
     it = run_end;
   }
+  return absl::OkStatus();
+}
+
+void ProgramImage::AddMemoryRun(uint32_t file, uint64_t address, std::unique_ptr<uint8_t[]> bytes,
+                                size_t size) {
+  AddMapping({address, address + size, file, 0, bytes.get()});
+  memory_.push_back(std::move(bytes));
+}
+
+void ProgramImage::AddBytes(const std::string& name, uint64_t address,
+                            std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return;
+  uint32_t file_index = static_cast<uint32_t>(files_.size());
+  files_.push_back({name, "bytes", bytes.size()});
+  auto copy = std::make_unique<uint8_t[]>(bytes.size());
+  std::memcpy(copy.get(), bytes.data(), bytes.size());
+  AddMemoryRun(file_index, address, std::move(copy), bytes.size());
+}
+
+void ProgramImage::AddMissing(const std::string& path, uint64_t start, uint64_t end) {
+  missing_.push_back({start, end, path});
+}
+
+const std::string* ProgramImage::MissingAt(uint64_t ip) const {
+  for (const Missing& m : missing_) {
+    if (ip >= m.start && ip < m.end) return &m.path;
+  }
+  return nullptr;
+}
+
+absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t start, uint64_t len,
+                                          uint64_t pgoff) {
+  PTKIT_ASSIGN_OR_RETURN(uint64_t size, FileSize(path));
+  if (pgoff >= size) {
+    return absl::InvalidArgumentError(fmt::format(
+        "{}: mapped at file offset {:#x}, but the file has {} bytes", path, pgoff, size));
+  }
+  const uint64_t to = std::min(size, pgoff + len);
+  PTKIT_RETURN_IF_ERROR(AddRaw({path, pgoff, to, start}));
+  files_.back().kind = "file";
+  const uint32_t file_index = static_cast<uint32_t>(files_.size() - 1);
+  // Symbols, when the file is ELF: a symbol at link address v in a segment whose file bytes
+  // are mapped lies at start + (p_offset + v - p_vaddr - pgoff).
+  if (elf_version(EV_CURRENT) == EV_NONE) return absl::OkStatus();
+  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return absl::OkStatus();
+  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd.get(), ELF_C_READ, nullptr));
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return absl::OkStatus();
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf.get(), &phnum) != 0) return absl::OkStatus();
+  struct Segment {
+    uint64_t vaddr, vend;
+    int64_t bias;
+  };
+  std::vector<Segment> segments;
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) == nullptr) continue;
+    if (phdr.p_type != PT_LOAD || phdr.p_filesz == 0) continue;
+    if (phdr.p_offset + phdr.p_filesz <= pgoff || phdr.p_offset >= to) continue;
+    segments.push_back({phdr.p_vaddr, phdr.p_vaddr + phdr.p_filesz,
+                        static_cast<int64_t>(start + phdr.p_offset - pgoff - phdr.p_vaddr)});
+  }
+  size_t first_new = symbols_.size();
+  LoadSymbols(elf.get(), file_index, [&](uint64_t v, int64_t* bias) {
+    for (const Segment& s : segments) {
+      if (v >= s.vaddr && v < s.vend) {
+        *bias = s.bias;
+        return true;
+      }
+    }
+    return false;
+  });
+  FinishSymbols(first_new);
   return absl::OkStatus();
 }
 

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -19,6 +20,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "decoder/ipt_handles.h"
+
+typedef struct Elf Elf;
 
 namespace ptkit::decoder {
 
@@ -79,6 +82,17 @@ class ProgramImage {
   // Adds a file range at an address. Errors: open/stat failures and an empty or out-of-file
   // range, naming the file.
   absl::Status AddRaw(const RawSpec& spec);
+  // Adds a file mapping as the kernel makes it (perf MMAP2): file bytes [pgoff, pgoff + len)
+  // at `start`; symbols of an ELF file are relocated to where its segments landed.
+  // Errors: the file cannot be opened or is shorter than pgoff, naming the file.
+  absl::Status AddFileMapping(const std::string& path, uint64_t start, uint64_t len,
+                              uint64_t pgoff);
+  // Adds bytes captured at record time (e.g. the vdso); they are copied.
+  void AddBytes(const std::string& name, uint64_t address, std::span<const uint8_t> bytes);
+  // Records that [start, end) held `path`, which could not be loaded: gaps there name it.
+  void AddMissing(const std::string& path, uint64_t start, uint64_t end);
+  // The missing file recorded for `ip`, or null.
+  const std::string* MissingAt(uint64_t ip) const;
   // Adds a page dump (format in man/ptdecode.1). Errors: unreadable files, a .addr size that
   // is not a multiple of 8, a .dump shorter than the .addr list says.
   absl::Status AddPageDump(const PageDumpSpec& spec);
@@ -114,6 +128,14 @@ class ProgramImage {
   ProgramImage(ImagePtr image, IscachePtr iscache);
   void AddMapping(const Mapping& m);
   void FinishSymbols(size_t first_new);
+  template <typename Place>
+  void LoadSymbols(Elf* elf, uint32_t file_index, Place place);
+  void AddMemoryRun(uint32_t file, uint64_t address, std::unique_ptr<uint8_t[]> bytes, size_t size);
+  struct Missing {
+    uint64_t start, end;
+    std::string path;
+  };
+  std::vector<Missing> missing_;
   static int ReadMemory(uint8_t* buffer, size_t size, const pt_asid* asid, uint64_t ip,
                         void* context);
   const Mapping* MappingAt(uint64_t ip) const;

@@ -71,7 +71,13 @@ std::string_view Basename(std::string_view path) {
 // Names addresses: "symbol+0xoff", "[file]" without a symbol, "[unmapped]".
 class Symbolizer {
  public:
-  explicit Symbolizer(const ProgramImage& image) : image_(image) {}
+  explicit Symbolizer(const ProgramImage& image) : image_(&image) {}
+  void SetImage(const ProgramImage* image) {
+    if (image == nullptr) return;
+    image_ = image;
+    begin_ = 1;
+    end_ = 0;
+  }
   void Append(Buffer& buf, uint64_t ip) {
     if (!(ip >= begin_ && ip < end_)) Lookup(ip);
     if (symbol_ != nullptr) {
@@ -89,9 +95,9 @@ class Symbolizer {
 
  private:
   void Lookup(uint64_t ip) {
-    int s = image_.SymbolAt(ip);
+    int s = image_->SymbolAt(ip);
     if (s >= 0) {
-      symbol_ = &image_.symbols()[s];
+      symbol_ = &image_->symbols()[s];
       begin_ = symbol_->begin;
       end_ = symbol_->end;
       return;
@@ -99,11 +105,11 @@ class Symbolizer {
     symbol_ = nullptr;
     begin_ = ip;
     end_ = ip + 1;
-    int file = image_.FileAt(ip);
-    label_ = file < 0 ? "[unmapped]" : fmt::format("[{}]", Basename(image_.files()[file].name));
+    int file = image_->FileAt(ip);
+    label_ = file < 0 ? "[unmapped]" : fmt::format("[{}]", Basename(image_->files()[file].name));
   }
 
-  const ProgramImage& image_;
+  const ProgramImage* image_;
   const Symbol* symbol_ = nullptr;
   uint64_t begin_ = 1;
   uint64_t end_ = 0;
@@ -286,16 +292,49 @@ void AppendErrorLine(Buffer& buf, const DecodeError& e, bool json) {
     if (e.is_gap()) {
       fmt::format_to(it, ",\"gap\":{{\"begin\":\"{:#x}\",\"end\":\"{:#x}\"}}", e.gap.begin,
                      e.gap.end);
+      if (e.missing_file != nullptr) {
+        buf.append(std::string_view(",\"missing\":"));
+        AppendJsonString(buf, *e.missing_file);
+      }
     }
     buf.append(std::string_view("}\n"));
     return;
   }
-  if (e.is_gap()) {
+  if (e.is_gap() && e.missing_file != nullptr) {
+    fmt::format_to(it, "[gap at offset {:#x}: no code at {:#x}: {} could not be loaded]\n",
+                   e.offset, e.ip, *e.missing_file);
+  } else if (e.is_gap()) {
     fmt::format_to(it, "[gap at offset {:#x}: no code at {:#x}; nothing mapped in {:#x}-{:#x}]\n",
                    e.offset, e.ip, e.gap.begin, e.gap.end);
   } else {
     fmt::format_to(it, "[error at offset {:#x}, ip {:#x}: {}{}]\n", e.offset, e.ip,
                    e.during_sync ? "sync: " : "", pt_errstr(static_cast<pt_error_code>(e.code)));
+  }
+}
+
+void AppendStreamLine(Buffer& buf, const StreamInfo& s, bool json) {
+  if (json) {
+    buf.append(std::string_view("{\"stream\":"));
+    AppendJsonString(buf, s.name);
+    fmt::format_to(std::back_inserter(buf), ",\"pid\":{},\"comm\":", s.pid);
+    AppendJsonString(buf, s.comm);
+    fmt::format_to(std::back_inserter(buf), ",\"bytes\":{}}}\n", s.bytes);
+  } else {
+    fmt::format_to(std::back_inserter(buf), "[stream {}: pid {}{}{}{}, {} bytes]\n", s.name, s.pid,
+                   s.comm.empty() ? "" : " (", s.comm, s.comm.empty() ? "" : ")", s.bytes);
+  }
+}
+
+void AppendLossLine(Buffer& buf, const LossInfo& l, bool json) {
+  if (json) {
+    fmt::format_to(std::back_inserter(buf), "{{\"loss\":\"{}\",\"aux_offset\":{},\"bytes\":{}}}\n",
+                   l.kind, l.aux_offset, l.bytes);
+  } else if (l.bytes != 0) {
+    fmt::format_to(std::back_inserter(buf), "[loss: {} at aux offset {:#x}, {} bytes]\n", l.kind,
+                   l.aux_offset, l.bytes);
+  } else {
+    fmt::format_to(std::back_inserter(buf), "[loss: {} at aux offset {:#x}]\n", l.kind,
+                   l.aux_offset);
   }
 }
 
@@ -403,6 +442,11 @@ class InsnSink : public Sink {
   void OnError(const DecodeError& error) override {
     AppendErrorLine(out_.buf(), error, options_.json);
   }
+  void OnStream(const StreamInfo& stream) override {
+    symbols_.SetImage(stream.image);
+    AppendStreamLine(out_.buf(), stream, options_.json);
+  }
+  void OnLoss(const LossInfo& loss) override { AppendLossLine(out_.buf(), loss, options_.json); }
   absl::Status Finish(const DecodeTotals& totals) override { return out_.Close(); }
 
  private:
@@ -474,6 +518,15 @@ class BranchesSink : public Sink {
     have_prev_ = false;
     AppendErrorLine(out_.buf(), error, options_.json);
   }
+  void OnStream(const StreamInfo& stream) override {
+    have_prev_ = false;
+    symbols_.SetImage(stream.image);
+    AppendStreamLine(out_.buf(), stream, options_.json);
+  }
+  void OnLoss(const LossInfo& loss) override {
+    have_prev_ = false;
+    AppendLossLine(out_.buf(), loss, options_.json);
+  }
   absl::Status Finish(const DecodeTotals& totals) override { return out_.Close(); }
 
  private:
@@ -519,8 +572,9 @@ class BranchesSink : public Sink {
 
 struct Function {
   std::string name;
-  int file = -1;         // index into ProgramImage::files(), -1 unmapped
-  uint64_t address = 0;  // symbol start or call target
+  const ProgramImage* image = nullptr;  // whose files() `file` indexes
+  int file = -1;                        // index into ProgramImage::files(), -1 unmapped
+  uint64_t address = 0;                 // symbol start or call target
   uint64_t self = 0;
   uint64_t inclusive = 0;
   uint64_t calls = 0;
@@ -538,10 +592,7 @@ struct Frame {
 
 class FlowSink : public Sink {
  public:
-  explicit FlowSink(const ProgramImage& image)
-      : image_(image),
-        symbol_function_(image.symbols().size(), -1),
-        unknown_function_(image.files().size() + 1, -1) {}
+  explicit FlowSink(const ProgramImage& image) : image_(&image) {}
   DecoderKind kind() const override { return DecoderKind::kBlock; }
   bool end_block_on_call() const override { return true; }
 
@@ -603,6 +654,13 @@ class FlowSink : public Sink {
     pending_call_ = pending_return_ = false;
     while (!stack_.empty()) Pop(true);
   }
+  // Another stream (another thread or CPU), or lost trace: the call context starts afresh.
+  void OnStream(const StreamInfo& stream) override {
+    OnError({});
+    if (stream.image != nullptr) image_ = stream.image;
+    cache_ = {1, 0};
+  }
+  void OnLoss(const LossInfo& loss) override { OnError({}); }
 
   absl::Status Finish(const DecodeTotals& totals) override {
     while (!stack_.empty()) Pop(true);
@@ -615,7 +673,7 @@ class FlowSink : public Sink {
   virtual void OnExit(const Frame& frame, bool at_end) {}
   virtual absl::Status Report(const DecodeTotals& totals) = 0;
 
-  const ProgramImage& image_;
+  const ProgramImage* image_;  // of the current stream
   std::vector<Function> functions_;
   std::vector<Frame> stack_;
   uint64_t count_ = 0;  // instructions so far
@@ -626,6 +684,7 @@ class FlowSink : public Sink {
   uint32_t NewFunction(std::string name, int file, uint64_t address, bool from_address) {
     Function fn;
     fn.name = std::move(name);
+    fn.image = image_;
     fn.file = file;
     fn.address = address;
     fn.from_address = from_address;
@@ -633,21 +692,21 @@ class FlowSink : public Sink {
     return static_cast<uint32_t>(functions_.size() - 1);
   }
   uint32_t SymbolFunction(int s) {
-    if (symbol_function_[s] < 0) {
-      const Symbol& sym = image_.symbols()[s];
-      symbol_function_[s] = static_cast<int32_t>(
-          NewFunction(sym.name, static_cast<int>(sym.image), sym.begin, false));
+    auto [it, inserted] = symbol_function_.try_emplace({image_, s}, 0);
+    if (inserted) {
+      const Symbol& sym = image_->symbols()[s];
+      it->second = NewFunction(sym.name, static_cast<int>(sym.image), sym.begin, false);
     }
-    return static_cast<uint32_t>(symbol_function_[s]);
+    return it->second;
   }
   uint32_t Unknown(int file) {
-    int32_t& slot = unknown_function_[file + 1];
-    if (slot < 0) {
-      slot = static_cast<int32_t>(NewFunction(
-          file < 0 ? "[unmapped]" : fmt::format("[{}]", Basename(image_.files()[file].name)), file,
-          0, false));
+    auto [it, inserted] = unknown_function_.try_emplace({image_, file}, 0);
+    if (inserted) {
+      it->second = NewFunction(
+          file < 0 ? "[unmapped]" : fmt::format("[{}]", Basename(image_->files()[file].name)), file,
+          0, false);
     }
-    return static_cast<uint32_t>(slot);
+    return it->second;
   }
   uint32_t Untraced() {
     if (untraced_ < 0) untraced_ = static_cast<int32_t>(NewFunction("[untraced]", -1, 0, false));
@@ -655,11 +714,11 @@ class FlowSink : public Sink {
   }
   // The function a call to `ip` enters: its symbol, else one named by the address.
   uint32_t CallTarget(uint64_t ip) {
-    int s = image_.SymbolAt(ip);
+    int s = image_->SymbolAt(ip);
     if (s >= 0) return SymbolFunction(s);
-    auto [it, inserted] = address_function_.try_emplace(ip, 0);
+    auto [it, inserted] = address_function_.try_emplace({image_, ip}, 0);
     if (inserted) {
-      it->second = NewFunction(fmt::format("sub_{:x}", ip), image_.FileAt(ip), ip, true);
+      it->second = NewFunction(fmt::format("sub_{:x}", ip), image_->FileAt(ip), ip, true);
     }
     return it->second;
   }
@@ -667,21 +726,23 @@ class FlowSink : public Sink {
   // when that was named by its address in the same file; else "[file]".
   uint32_t FunctionAt(uint64_t ip) {
     if (!(ip >= cache_.begin && ip < cache_.end)) {
-      cache_symbol_ = image_.SymbolAt(ip, &cache_);
+      cache_symbol_ = image_->SymbolAt(ip, &cache_);
       cache_function_ = cache_symbol_ >= 0 ? SymbolFunction(cache_symbol_) : 0;
-      cache_file_ = cache_symbol_ >= 0 ? static_cast<int>(image_.symbols()[cache_symbol_].image)
-                                       : image_.FileAt(ip);
+      cache_file_ = cache_symbol_ >= 0 ? static_cast<int>(image_->symbols()[cache_symbol_].image)
+                                       : image_->FileAt(ip);
     }
     if (cache_symbol_ >= 0) return cache_function_;
     if (!stack_.empty()) {
       const Function& top = functions_[stack_.back().function];
-      if (top.from_address && top.file == cache_file_) return stack_.back().function;
+      if (top.from_address && top.image == image_ && top.file == cache_file_) {
+        return stack_.back().function;
+      }
     }
     return Unknown(cache_file_);
   }
   uint64_t InsnLength(uint64_t ip, pt_exec_mode mode) {
     uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
-    size_t n = image_.Read(ip, bytes, sizeof(bytes));
+    size_t n = image_->Read(ip, bytes, sizeof(bytes));
     ZydisDecodedInstruction insn;
     return n == 0 ? 0 : static_cast<uint64_t>(disasm_.Length(mode, bytes, n, &insn));
   }
@@ -713,7 +774,7 @@ class FlowSink : public Sink {
       ++run;
       if (i + 1 == block.ninsn) break;
       uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
-      size_t n = image_.Read(ip, bytes, sizeof(bytes));
+      size_t n = image_->Read(ip, bytes, sizeof(bytes));
       ZydisDecodedInstruction insn;
       int len = n == 0 ? 0 : disasm_.Length(block.mode, bytes, n, &insn);
       if (len == 0) {  // cannot follow: the rest goes to the current function
@@ -766,9 +827,10 @@ class FlowSink : public Sink {
   }
 
   Disassembler disasm_;
-  std::vector<int32_t> symbol_function_;
-  std::vector<int32_t> unknown_function_;
-  absl::flat_hash_map<uint64_t, uint32_t> address_function_;
+  using Key = std::pair<const ProgramImage*, int64_t>;
+  absl::flat_hash_map<Key, uint32_t> symbol_function_;   // (image, symbol index)
+  absl::flat_hash_map<Key, uint32_t> unknown_function_;  // (image, file index)
+  absl::flat_hash_map<std::pair<const ProgramImage*, uint64_t>, uint32_t> address_function_;
   absl::flat_hash_map<uint64_t, uint8_t> call_length_;
   int32_t untraced_ = -1;
   int64_t current_ = -1;  // function of the last block
@@ -805,12 +867,12 @@ class StatsSink : public FlowSink {
       uint64_t instructions = 0, calls = 0, functions = 0;
     };
     std::map<std::string, ImageTotals> images;
-    auto image_name = [&](int file) {
-      return file < 0 ? std::string("[unmapped]") : image_.files()[file].name;
+    auto image_name = [&](const Function& fn) {
+      return fn.file < 0 ? std::string("[unmapped]") : fn.image->files()[fn.file].name;
     };
     for (const Function& fn : functions_) {
       if (fn.self == 0 && fn.calls == 0) continue;
-      ImageTotals& t = images[image_name(fn.file)];
+      ImageTotals& t = images[image_name(fn)];
       t.instructions += fn.self;
       t.calls += fn.calls;
       ++t.functions;
@@ -828,7 +890,10 @@ class StatsSink : public FlowSink {
                        {"returns", returns_},
                        {"syncs", totals.syncs},
                        {"errors", totals.errors},
-                       {"gaps", totals.gaps}};
+                       {"gaps", totals.gaps},
+                       {"streams", totals.streams},
+                       {"losses", totals.losses},
+                       {"lost_bytes", totals.lost_bytes}};
       nlohmann::ordered_json errors = nlohmann::ordered_json::object();
       for (const auto& [code, count] : totals.errors_by_code) errors[IptErrorName(code)] = count;
       doc["errors"] = errors;
@@ -845,7 +910,7 @@ class StatsSink : public FlowSink {
         const Function& fn = functions_[i];
         if (fn.self == 0 && fn.calls == 0) continue;
         fns.push_back({{"function", fn.name},
-                       {"image", image_name(fn.file)},
+                       {"image", image_name(fn)},
                        {"address", fmt::format("{:#x}", fn.address)},
                        {"self", fn.self},
                        {"inclusive", fn.inclusive},
@@ -865,6 +930,10 @@ class StatsSink : public FlowSink {
     for (const auto& [code, count] : totals.errors_by_code) {
       fmt::format_to(it, "# error {}: {}\n", IptErrorName(code), count);
     }
+    if (totals.streams != 0 || totals.losses != 0) {
+      fmt::format_to(it, "# {} streams, {} loss points, {} bytes lost\n", totals.streams,
+                     totals.losses, totals.lost_bytes);
+    }
     const double total = totals.instructions == 0 ? 1.0 : static_cast<double>(totals.instructions);
     fmt::format_to(it, "\n{:>12} {:>7} {:>12} {:>7} {:>9}  {}\n", "self", "self%", "inclusive",
                    "incl%", "calls", "function [image]");
@@ -873,7 +942,7 @@ class StatsSink : public FlowSink {
       if (fn.self == 0 && fn.calls == 0) continue;
       fmt::format_to(it, "{:>12} {:>6.2f}% {:>12} {:>6.2f}% {:>9}  {} [{}]\n", fn.self,
                      100.0 * fn.self / total, fn.inclusive, 100.0 * fn.inclusive / total, fn.calls,
-                     fn.name, Basename(image_name(fn.file)));
+                     fn.name, Basename(image_name(fn)));
       out_.MaybeFlush();
     }
     fmt::format_to(it, "\n{:>12} {:>7} {:>9} {:>9}  {}\n", "instructions", "%", "calls",
@@ -904,6 +973,14 @@ class CallsSink : public FlowSink {
   void OnEvent(const pt_event& event) override {
     FlowSink::OnEvent(event);
     if (event.type == ptev_overflow) AppendEventLine(out_.buf(), event, options_.json);
+  }
+  void OnStream(const StreamInfo& stream) override {
+    FlowSink::OnStream(stream);
+    AppendStreamLine(out_.buf(), stream, options_.json);
+  }
+  void OnLoss(const LossInfo& loss) override {
+    FlowSink::OnLoss(loss);
+    AppendLossLine(out_.buf(), loss, options_.json);
   }
 
  protected:

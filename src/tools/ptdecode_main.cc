@@ -8,6 +8,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "decoder/container_input.h"
 #include "decoder/decode.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
@@ -43,6 +44,7 @@ struct DecodeFlags {
   std::string container;  // positional trace.pt (not decoded yet)
   std::string pt;
   std::vector<std::string> elfs, raws, pages;
+  std::string sysroot;
   std::string cpu;
   unsigned mtc_freq = 0, nom_freq = 0;
   uint32_t cpuid_eax = 0, cpuid_ebx = 0;
@@ -51,7 +53,8 @@ struct DecodeFlags {
 };
 
 void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
-  cmd->add_option("FILE", f.container, "trace.pt recording (container input: not yet supported)");
+  cmd->add_option("FILE", f.container, "trace.pt recording (or use --pt for a raw trace)");
+  cmd->add_option("--sysroot", f.sysroot, "Look for the recording's mapped files under DIR");
   cmd->add_option("--pt", f.pt, "Raw Intel PT trace file (ptxed/perf AUX bytes)");
   cmd->add_option("--elf", f.elfs,
                   "ELF image FILE[:BASE] (BASE: load address of the lowest "
@@ -110,7 +113,42 @@ bool MakeSpec(const DecodeFlags& f, dec::RawInputSpec& spec, int& exit_code) {
 using SinkFactory = std::function<std::unique_ptr<dec::Sink>(const dec::ProgramImage&, std::FILE*,
                                                              const dec::OutputOptions&)>;
 
+// Container input: FILE is a trace.pt recording.
+int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
+  if (!f.elfs.empty() || !f.raws.empty() || !f.pages.empty()) {
+    return UsageError("--elf, --raw and --pages apply to raw traces (--pt), not to trace.pt");
+  }
+  dec::ContainerOptions options;
+  options.sysroot = f.sysroot;
+  if (!f.cpu.empty() || f.mtc_freq || f.nom_freq || f.cpuid_eax || f.cpuid_ebx) {
+    dec::RawInputSpec spec;
+    spec.pt_path = f.container;
+    int exit_code = 0;
+    DecodeFlags copy = f;
+    copy.pt = f.container;
+    copy.container.clear();
+    if (!MakeSpec(copy, spec, exit_code)) return exit_code;
+    options.config = spec.config;
+  }
+  dec::OutputOptions out;
+  out.json = f.json;
+  out.disasm = f.disasm;
+  out.trace_name = f.container;
+  // The sink needs an image for symbols before streams are known: sinks look symbols up in
+  // the image of the stream they are given; an empty image serves the constructor.
+  auto empty = dec::ProgramImage::Create();
+  if (!empty.ok()) return Fail(empty.status());
+  std::unique_ptr<dec::Sink> sink = make_sink(**empty, stdout, out);
+  auto totals = dec::DecodeContainer(f.container, options, *sink);
+  if (!totals.ok()) return Fail(totals.status());
+  return 0;
+}
+
 int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
+  if (!f.container.empty()) {
+    if (!f.pt.empty()) return UsageError("give either a trace.pt FILE or --pt FILE, not both");
+    return RunContainer(f, make_sink);
+  }
   dec::RawInputSpec spec;
   int exit_code = 0;
   if (!MakeSpec(f, spec, exit_code)) return exit_code;
@@ -127,6 +165,10 @@ int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
 }
 
 int RunPackets(const DecodeFlags& f) {
+  if (!f.container.empty()) {
+    return Fail(absl::UnimplementedError(
+        f.container + ": packets of trace.pt streams are not supported yet; use --pt"));
+  }
   dec::RawInputSpec spec;
   int exit_code = 0;
   if (!MakeSpec(f, spec, exit_code)) return exit_code;

@@ -1,0 +1,263 @@
+#include "decoder/container_input.h"
+
+#include <sys/mman.h>
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "ptkit/container_format.h"
+#include "ptkit/container_reader.h"
+#include "ptkit/perf_records.h"
+#include "ptkit/sideband.h"
+#include "ptkit/status.h"
+
+namespace ptkit::decoder {
+namespace {
+
+// One contiguous piece of a stream's AUX bytes, and what was lost just before it.
+struct Piece {
+  uint64_t aux_offset = 0;
+  uint64_t time = 0;
+  std::vector<uint8_t> bytes;
+  std::vector<LossInfo> losses_before;
+};
+
+struct Stream {
+  std::vector<Piece> pieces;
+  uint64_t next_aux = 0;
+  bool break_next = true;  // the next AUX record starts a new piece
+  std::vector<LossInfo> pending_losses;
+  uint64_t bytes = 0;
+};
+
+struct Captured {
+  uint64_t address = 0;
+  std::string path;
+  std::vector<uint8_t> bytes;
+};
+
+std::string AuxFlagKind(uint64_t flags) {
+  if (flags & kAuxTruncated) return "truncated";
+  if (flags & kAuxCollision) return "collision";
+  if (flags & kAuxPartial) return "partial";
+  return "";
+}
+
+std::string LossKindText(LossKind kind) {
+  switch (kind) {
+    case LossKind::kAuxTruncated:
+      return "truncated";
+    case LossKind::kAuxCollision:
+      return "collision";
+    case LossKind::kAuxPartial:
+      return "partial";
+    case LossKind::kAuxOverwritten:
+      return "overwritten";
+    case LossKind::kLostSideband:
+      return "lost-sideband";
+    default:
+      return "lost";
+  }
+}
+
+perf::SampleIdLayout LayoutFromMetadata(const nlohmann::json& metadata) {
+  perf::SampleIdLayout layout;
+  if (metadata.contains("attrs") && metadata["attrs"].is_array()) {
+    for (const auto& a : metadata["attrs"]) {
+      if (a.value("sample_id_all", false)) {
+        layout.sample_type = a.value("sample_type", uint64_t{0});
+        layout.sample_id_all = true;
+        return layout;
+      }
+    }
+  }
+  return layout;
+}
+
+}  // namespace
+
+TraceConfig TraceConfigFromMetadata(const nlohmann::json& metadata) {
+  TraceConfig config;
+  if (!metadata.is_object()) return config;
+  if (metadata.contains("cpu") && metadata["cpu"].is_object()) {
+    const auto& cpu = metadata["cpu"];
+    if (cpu.value("vendor", std::string()) == "GenuineIntel") {
+      pt_cpu c = {};
+      c.vendor = pcv_intel;
+      c.family = static_cast<uint16_t>(cpu.value("family", 0u));
+      c.model = static_cast<uint8_t>(cpu.value("model", 0u));
+      c.stepping = static_cast<uint8_t>(cpu.value("stepping", 0u));
+      pt_errata errata;
+      if (pt_cpu_errata(&errata, &c) >= 0) config.cpu = c;
+    }
+    if (cpu.contains("cpuid_15h") && cpu["cpuid_15h"].is_object()) {
+      config.cpuid_0x15_eax = cpu["cpuid_15h"].value("tsc_ratio_denominator", 0u);
+      config.cpuid_0x15_ebx = cpu["cpuid_15h"].value("tsc_ratio_numerator", 0u);
+    }
+  }
+  if (metadata.contains("pmu") && metadata["pmu"].is_object()) {
+    const auto& pmu = metadata["pmu"];
+    config.nom_freq = static_cast<uint8_t>(pmu.value("max_nonturbo_ratio", 0u));
+    uint64_t type = pmu.value("type", uint64_t{0});
+    if (metadata.contains("attrs") && metadata["attrs"].is_array()) {
+      for (const auto& a : metadata["attrs"]) {
+        if (a.value("type", uint64_t{~0ull}) == type) {
+          config.mtc_freq = static_cast<uint8_t>((a.value("config", uint64_t{0}) >> 14) & 0xf);
+          break;
+        }
+      }
+    }
+  }
+  return config;
+}
+
+absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
+                                             const ContainerOptions& options, Sink& sink) {
+  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
+  nlohmann::json metadata = nlohmann::json::object();
+  std::unique_ptr<SidebandBuilder> sideband;
+  std::map<StreamId, Stream> streams;
+  std::map<uint32_t, std::vector<Captured>> captured;  // pid -> code captured at record time
+
+  RecordView rec;
+  for (;;) {
+    PTKIT_ASSIGN_OR_RETURN(bool more, reader.Next(rec));
+    if (!more) break;
+    switch (rec.type) {
+      case RecordType::kMetadata: {
+        auto j = nlohmann::json::parse(rec.payload.begin(), rec.payload.end(), nullptr, false);
+        if (j.is_object()) metadata = std::move(j);
+        break;
+      }
+      case RecordType::kSideband: {
+        auto sb = ParseSideband(rec.payload);
+        if (!sb.ok()) break;  // info reports malformed records; decoding goes on
+        if (!sideband) sideband = std::make_unique<SidebandBuilder>(LayoutFromMetadata(metadata));
+        sideband->Add(sb->cpu, sb->records);
+        break;
+      }
+      case RecordType::kAux: {
+        auto aux = ParseAux(rec.payload);
+        if (!aux.ok()) break;
+        Stream& s = streams[aux->stream];
+        if (!s.pieces.empty() && aux->aux_offset > s.next_aux) {
+          s.pending_losses.push_back({"discontinuity", s.next_aux, aux->aux_offset - s.next_aux});
+          s.break_next = true;
+        } else if (!s.pieces.empty() && aux->aux_offset < s.next_aux) {
+          s.break_next = true;  // overlap or restart: decode it as a new piece
+        }
+        if (s.break_next || !s.pending_losses.empty()) {
+          s.pieces.push_back({aux->aux_offset, aux->time, {}, std::move(s.pending_losses)});
+          s.pending_losses.clear();
+          s.break_next = false;
+        }
+        Piece& p = s.pieces.back();
+        p.bytes.insert(p.bytes.end(), aux->data.begin(), aux->data.end());
+        s.bytes += aux->data.size();
+        s.next_aux = aux->aux_offset + aux->data.size();
+        std::string kind = AuxFlagKind(aux->flags);
+        if (!kind.empty()) s.pending_losses.push_back({kind, s.next_aux, 0});
+        break;
+      }
+      case RecordType::kLoss: {
+        auto loss = ParseLoss(rec.payload);
+        if (!loss.ok() || loss->kind == LossKind::kLostSideband) break;
+        Stream& s = streams[loss->stream];
+        std::string kind = LossKindText(loss->kind);
+        // The AUX record's flag already marked this point: add what the loss record knows.
+        bool merged = false;
+        for (LossInfo& l : s.pending_losses) {
+          if (l.kind == kind && l.bytes == 0) {
+            l.bytes = loss->bytes;
+            merged = true;
+            break;
+          }
+        }
+        if (!merged) s.pending_losses.push_back({kind, loss->aux_offset, loss->bytes});
+        break;
+      }
+      case RecordType::kCode: {
+        auto code = ParseCode(rec.payload);
+        if (!code.ok() || code->bytes.empty()) break;
+        captured[code->pid].push_back(
+            {code->address, std::string(code->path),
+             std::vector<uint8_t>(code->bytes.begin(), code->bytes.end())});
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  Sideband timeline = sideband ? sideband->Build() : Sideband();
+  TraceConfig config = options.config ? *options.config : TraceConfigFromMetadata(metadata);
+
+  // Images per process, built when a stream first needs them.
+  std::map<uint32_t, std::unique_ptr<ProgramImage>> images;
+  auto image_for = [&](uint32_t pid) -> absl::StatusOr<ProgramImage*> {
+    auto it = images.find(pid);
+    if (it != images.end()) return it->second.get();
+    PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImage> image, ProgramImage::Create());
+    const std::vector<Captured>& code = captured[pid];
+    for (const Captured& c : code) image->AddBytes(c.path, c.address, c.bytes);
+    if (const std::vector<Mapping>* maps = timeline.AllMappings(pid)) {
+      for (const Mapping& m : *maps) {
+        if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
+        bool covered = false;
+        for (const Captured& c : code) {
+          covered |= c.address < m.end && m.start < c.address + c.bytes.size();
+        }
+        if (covered) continue;
+        absl::Status st =
+            image->AddFileMapping(options.sysroot + m.path, m.start, m.end - m.start, m.pgoff);
+        if (!st.ok()) image->AddMissing(options.sysroot + m.path, m.start, m.end);
+      }
+    }
+    ProgramImage* raw = image.get();
+    images.emplace(pid, std::move(image));
+    return raw;
+  };
+
+  DecodeTotals totals;
+  for (const auto& [id, stream] : streams) {
+    if (stream.pieces.empty()) continue;
+    uint32_t pid = 0, tid = 0;
+    if (id.kind == StreamKind::kThread) {
+      tid = static_cast<uint32_t>(id.id);
+      pid = timeline.PidOfTid(tid).value_or(tid);
+    } else if (auto task =
+                   timeline.TaskOnCpu(static_cast<uint32_t>(id.id), stream.pieces.front().time)) {
+      pid = task->pid;
+      tid = task->tid;
+    } else if (std::vector<uint32_t> pids = timeline.Pids(); pids.size() == 1) {
+      pid = pids.front();
+    }
+    StreamInfo info;
+    info.name = StreamName(id);
+    info.pid = pid;
+    info.comm = tid != 0 ? timeline.CommAt(tid, stream.pieces.front().time) : "";
+    info.bytes = stream.bytes;
+    PTKIT_ASSIGN_OR_RETURN(ProgramImage * image, image_for(pid));
+    info.image = image;
+    ++totals.streams;
+    sink.OnStream(info);
+    for (const Piece& piece : stream.pieces) {
+      for (const LossInfo& loss : piece.losses_before) {
+        ++totals.losses;
+        totals.lost_bytes += loss.bytes;
+        sink.OnLoss(loss);
+      }
+      PTKIT_RETURN_IF_ERROR(
+          DecodeInto(piece.bytes, config, *image, sink, totals, piece.aux_offset));
+    }
+    for (const LossInfo& loss : stream.pending_losses) {  // at the end of the stream
+      ++totals.losses;
+      totals.lost_bytes += loss.bytes;
+      sink.OnLoss(loss);
+    }
+  }
+  PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
+  return totals;
+}
+
+}  // namespace ptkit::decoder

@@ -1,0 +1,257 @@
+// Container input: a trace.pt built here with real perf sideband records (MMAP2, COMM,
+// ITRACE_START) and software PT for tests/data/decoder/tiny.c, per-CPU and per-thread streams,
+// a truncated AUX range and a process whose file is missing.
+#include <linux/perf_event.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "decoder/container_input.h"
+#include "decoder/decode.h"
+#include "decoder/sinks.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "pt_synth.h"
+#include "ptkit/container_writer.h"
+#include "ptkit/perf_records.h"
+#include "status_matchers.h"
+
+namespace ptkit::decoder {
+namespace {
+
+using ::ptkit::decoder::testing::ElfCode;
+using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::testing::IsOk;
+using ::ptkit::testing::StatusIs;
+using ::testing::ElementsAreArray;
+using ::testing::SizeIs;
+
+const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
+const perf::SampleIdLayout kLayout{
+    PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER, true};
+
+perf::SampleId Id(uint32_t pid, uint32_t tid, uint64_t time, uint32_t cpu) {
+  perf::SampleId s;
+  s.has_tid = s.has_time = s.has_cpu = s.has_id = true;
+  s.pid = pid;
+  s.tid = tid;
+  s.time = time;
+  s.cpu = cpu;
+  return s;
+}
+
+// Everything a sink sees, in order.
+class Recorder : public Sink {
+ public:
+  DecoderKind kind() const override { return DecoderKind::kInsn; }
+  void OnStream(const StreamInfo& s) override {
+    streams.push_back(s);
+    runs.emplace_back();
+  }
+  void OnLoss(const LossInfo& l) override {
+    losses.push_back(l);
+    runs.emplace_back();
+  }
+  void OnInsn(const pt_insn& insn) override { runs.back().push_back(insn.ip); }
+  void OnError(const DecodeError& e) override {
+    errors.push_back(e);
+    missing.push_back(e.missing_file ? *e.missing_file : "");
+  }
+  std::vector<StreamInfo> streams;
+  std::vector<LossInfo> losses;
+  std::vector<std::vector<uint64_t>> runs{1};
+  std::vector<DecodeError> errors;
+  std::vector<std::string> missing;
+};
+
+class ContainerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto code = ElfCode::Load(kTiny);
+    ASSERT_THAT(code, IsOk());
+    code_ = std::make_unique<ElfCode>(std::move(*code));
+    work_ = code_->Symbol("work").address;
+    const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
+    const uint64_t text_end =
+        (code_->Symbol("_start").address + code_->Symbol("_start").size + 0xfff) & ~0xfffull;
+
+    PtSynth a(*code_), b(*code_), c(*code_);
+    auto ta = a.AddSegment({.entry = work_, .seed = 1, .max_insns = 2000});
+    auto tb = b.AddSegment({.entry = work_, .seed = 2, .max_insns = 2000});
+    auto tc = c.AddSegment({.entry = work_, .seed = 3, .max_insns = 500});
+    ASSERT_THAT(ta, IsOk());
+    ASSERT_THAT(tb, IsOk());
+    ASSERT_THAT(tc, IsOk());
+    truth_a_ = *ta;
+    truth_b_ = *tb;
+    bytes_a_ = a.bytes();
+    std::vector<uint8_t> bytes_b = b.bytes(), bytes_c = c.bytes();
+
+    path_ = ::testing::TempDir() + "/decoder_container_test.pt";
+    WriterOptions options;
+    options.overwrite = true;
+    auto writer = ContainerWriter::Create(path_, options);
+    ASSERT_THAT(writer, IsOk());
+    nlohmann::json metadata = {
+        {"cpu", {{"vendor", "GenuineIntel"}, {"family", 6}, {"model", 85}, {"stepping", 4}}},
+        {"pmu", {{"type", 8}, {"max_nonturbo_ratio", 20}}},
+        {"attrs",
+         {{{"name", "intel_pt"},
+           {"type", 8},
+           {"config", (3ull << 14) | 1},
+           {"sample_type", kLayout.sample_type},
+           {"sample_id_all", true}}}}};
+    ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
+
+    std::vector<uint8_t> sb;
+    auto add = [&](const std::vector<uint8_t>& r) { sb.insert(sb.end(), r.begin(), r.end()); };
+    perf::Comm comm;
+    comm.pid = comm.tid = 100;
+    comm.comm = "tiny";
+    comm.exec = true;
+    comm.sample_id = Id(100, 100, 5, 0);
+    add(perf::EncodeComm(comm, kLayout));
+    perf::Mmap2 m;
+    m.pid = m.tid = 100;
+    m.addr = text;
+    m.len = text_end - text;
+    m.pgoff = code_->FileOffset(text);
+    m.prot = 5;  // PROT_READ | PROT_EXEC
+    m.filename = kTiny;
+    m.sample_id = Id(100, 100, 6, 0);
+    add(perf::EncodeMmap2(m, kLayout));
+    perf::Mmap2 gone = m;
+    gone.pid = gone.tid = 200;
+    gone.filename = "/nonexistent/tiny.elf";
+    gone.sample_id = Id(200, 200, 7, 0);
+    add(perf::EncodeMmap2(gone, kLayout));
+    perf::ItraceStart start;
+    start.pid = start.tid = 100;
+    start.sample_id = Id(100, 100, 10, 0);
+    add(perf::EncodeItraceStart(start, kLayout));
+    ASSERT_THAT((*writer)->AppendSideband({0, sb}), IsOk());
+
+    const StreamId cpu0{StreamKind::kCpu, 0}, tid200{StreamKind::kThread, 200};
+    ASSERT_THAT((*writer)->AppendAux({cpu0, 0, kAuxTruncated, 20, bytes_a_}), IsOk());
+    ASSERT_THAT(
+        (*writer)->AppendLoss({cpu0, LossKind::kAuxTruncated, 1, 4096, 21, bytes_a_.size()}),
+        IsOk());
+    ASSERT_THAT((*writer)->AppendAux({tid200, 0, 0, 25, bytes_c}), IsOk());
+    ASSERT_THAT((*writer)->AppendAux({cpu0, bytes_a_.size(), 0, 30, bytes_b}), IsOk());
+    ASSERT_THAT((*writer)->Close(), IsOk());
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+
+  std::unique_ptr<ElfCode> code_;
+  uint64_t work_ = 0;
+  std::vector<uint64_t> truth_a_, truth_b_;
+  std::vector<uint8_t> bytes_a_;
+  std::string path_;
+};
+
+TEST_F(ContainerTest, StreamsLossAndMissingFilesAppearWhereTheyHappened) {
+  Recorder rec;
+  auto totals = DecodeContainer(path_, {}, rec);
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_THAT(rec.streams, SizeIs(2));
+  EXPECT_EQ(rec.streams[0].name, "cpu 0");
+  EXPECT_EQ(rec.streams[0].pid, 100u);
+  EXPECT_EQ(rec.streams[0].comm, "tiny");
+  EXPECT_EQ(rec.streams[1].name, "tid 200");
+  EXPECT_EQ(rec.streams[1].pid, 200u);
+
+  // cpu 0: piece A, the truncation (aux offset and bytes from the loss record), piece B.
+  ASSERT_THAT(rec.losses, SizeIs(1));
+  EXPECT_EQ(rec.losses[0].kind, "truncated");
+  EXPECT_EQ(rec.losses[0].aux_offset, bytes_a_.size());
+  EXPECT_EQ(rec.losses[0].bytes, 4096u);
+  ASSERT_THAT(rec.runs, SizeIs(4));  // before any stream, A, B, tid 200
+  EXPECT_THAT(rec.runs[0], SizeIs(0));
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(truth_a_));
+  EXPECT_THAT(rec.runs[2], ElementsAreArray(truth_b_));
+
+  // tid 200: its file is missing: one gap that names it, no instructions.
+  EXPECT_THAT(rec.runs[3], SizeIs(0));
+  ASSERT_THAT(rec.errors, SizeIs(1));
+  EXPECT_TRUE(rec.errors[0].is_gap());
+  EXPECT_EQ(rec.errors[0].ip, work_);
+  EXPECT_EQ(rec.missing[0], "/nonexistent/tiny.elf");
+
+  EXPECT_EQ(totals->streams, 2u);
+  EXPECT_EQ(totals->losses, 1u);
+  EXPECT_EQ(totals->lost_bytes, 4096u);
+  EXPECT_EQ(totals->instructions, truth_a_.size() + truth_b_.size());
+}
+
+TEST_F(ContainerTest, StatsUseTheMappedFilesSymbols) {
+  std::FILE* out = std::tmpfile();
+  OutputOptions options;
+  options.json = true;
+  auto empty = ProgramImage::Create();
+  ASSERT_THAT(empty, IsOk());
+  auto sink = MakeStatsSink(**empty, out, options);
+  ASSERT_THAT(DecodeContainer(path_, {}, *sink), IsOk());
+  std::rewind(out);
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, n);
+  std::fclose(out);
+  auto doc = nlohmann::json::parse(text);
+  const ElfCode::Sym work = code_->Symbol("work");
+  uint64_t expected = 0;
+  for (uint64_t ip : truth_a_) expected += ip >= work.address && ip < work.address + work.size;
+  for (uint64_t ip : truth_b_) expected += ip >= work.address && ip < work.address + work.size;
+  bool found = false;
+  for (const auto& fn : doc["functions"]) {
+    if (fn["function"] == "work") {
+      found = true;
+      EXPECT_EQ(fn["self"].get<uint64_t>(), expected);
+      EXPECT_EQ(fn["image"], kTiny);
+    }
+  }
+  EXPECT_TRUE(found) << text;
+  EXPECT_EQ(doc["totals"]["losses"].get<uint64_t>(), 1u);
+  EXPECT_EQ(doc["totals"]["gaps"].get<uint64_t>(), 1u);
+}
+
+TEST_F(ContainerTest, SysrootPrefixesMappedPaths) {
+  Recorder rec;
+  ContainerOptions options;
+  options.sysroot = "/no/such/root";
+  ASSERT_THAT(DecodeContainer(path_, options, rec), IsOk());
+  ASSERT_FALSE(rec.errors.empty());
+  EXPECT_EQ(rec.missing[0], "/no/such/root" + kTiny);
+}
+
+TEST(ContainerInput, MetadataGivesTheDecoderConfiguration) {
+  nlohmann::json metadata = {
+      {"cpu",
+       {{"vendor", "GenuineIntel"},
+        {"family", 6},
+        {"model", 61},
+        {"stepping", 4},
+        {"cpuid_15h", {{"tsc_ratio_numerator", 84}, {"tsc_ratio_denominator", 2}}}}},
+      {"pmu", {{"type", 8}, {"max_nonturbo_ratio", 24}}},
+      {"attrs", {{{"type", 1}, {"config", 0}}, {{"type", 8}, {"config", (5ull << 14) | 1}}}}};
+  TraceConfig c = TraceConfigFromMetadata(metadata);
+  ASSERT_TRUE(c.cpu.has_value());
+  EXPECT_EQ(c.cpu->model, 61);
+  EXPECT_EQ(c.mtc_freq, 5);
+  EXPECT_EQ(c.nom_freq, 24);
+  EXPECT_EQ(c.cpuid_0x15_eax, 2u);
+  EXPECT_EQ(c.cpuid_0x15_ebx, 84u);
+  metadata["cpu"]["vendor"] = "AuthenticAMD";
+  EXPECT_FALSE(TraceConfigFromMetadata(metadata).cpu.has_value());
+}
+
+TEST(ContainerInput, NotAContainerIsAnError) {
+  Recorder rec;
+  EXPECT_THAT(DecodeContainer(kTiny, {}, rec), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_FALSE(DecodeContainer(kTiny + ".missing", {}, rec).ok());
+}
+
+}  // namespace
+}  // namespace ptkit::decoder
