@@ -72,7 +72,7 @@ struct SynthResult {
   uint64_t insns = 0;
   uint64_t events = 0;
   uint64_t branches = 0;     // Conditional branches.
-  uint64_t indirect = 0;     // Indirect jumps/calls and uncompressed-or-not returns.
+  uint64_t indirect = 0;     // Indirect jumps and calls, and returns (compressed or not).
   uint64_t table_jumps = 0;  // Indirect jumps whose target came from a jump table.
   uint64_t exits = 0;        // Times the walk left the image (GOT calls, top-level returns).
   uint64_t signals = 0;
