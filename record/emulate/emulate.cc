@@ -63,16 +63,23 @@ class Recorder final : public StepSink {
     so.tid = tid;
     auto sim = SimulatedPmu::Create(so);
     if (!sim.ok()) return Fail(sim.status());
-    auto enc = swpt::PtEncoder::Create(options_.pt);
-    if (!enc.ok()) return Fail(enc.status());
     Thread& t = threads_[tid];
     t.source = std::make_unique<ThreadSource>(*std::move(sim), tid);
-    t.encoder.emplace(*std::move(enc));
+    if (!options_.bts) {
+      auto enc = swpt::PtEncoder::Create(options_.pt);
+      if (!enc.ok()) return Fail(enc.status());
+      t.encoder.emplace(*std::move(enc));
+    }
     t.source->sim().WriteItraceStart(pid, tid);
   }
   void OnEvent(uint32_t tid, const swpt::Event& e) override {
     if (!status_.ok()) return;
     Thread& t = threads_.at(tid);
+    if (!t.encoder) {
+      t.bts.Add(e);
+      if (t.bts.bytes().size() >= kTraceChunk) Move(t);
+      return;
+    }
     if (absl::Status s = t.encoder->Add(e); !s.ok()) {
       return Fail(absl::InternalError(
           absl::StrCat("encoding thread ", tid, " at 0x", absl::Hex(e.ip), ": ", s.message())));
@@ -85,7 +92,9 @@ class Recorder final : public StepSink {
   void OnThreadEnd(uint32_t tid) override {
     if (!status_.ok()) return;
     Thread& t = threads_.at(tid);
-    if (absl::Status s = t.encoder->Finish(); !s.ok()) return Fail(s);
+    if (t.encoder) {
+      if (absl::Status s = t.encoder->Finish(); !s.ok()) return Fail(s);
+    }
     Move(t);
     t.source->sim().EndTransaction();
     Drain(*t.source);
@@ -99,7 +108,8 @@ class Recorder final : public StepSink {
  private:
   struct Thread {
     std::unique_ptr<ThreadSource> source;
-    std::optional<swpt::PtEncoder> encoder;
+    std::optional<swpt::PtEncoder> encoder;  // Intel PT, or
+    swpt::BtsWriter bts;                     // BTS when there is no encoder
   };
   void Fail(const absl::Status& s) {
     if (status_.ok()) status_ = s;
@@ -113,7 +123,7 @@ class Recorder final : public StepSink {
   // less than one watermark (half the ring) stays unread and a chunk always fits: the ring
   // never truncates. A short write would be a bug; it is an error, never silent loss.
   void Move(Thread& t) {
-    std::vector<uint8_t> bytes = t.encoder->TakeBytes();
+    std::vector<uint8_t> bytes = t.encoder ? t.encoder->TakeBytes() : t.bts.TakeBytes();
     std::span<const uint8_t> left(bytes);
     const size_t max_chunk = std::min(kTraceChunk, t.source->ring().aux.size() / 2);
     while (!left.empty() && status_.ok()) {
@@ -177,7 +187,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     mi.command_line = options.command_line;
     mi.workload = options.argv;
     mi.cpu = record::ReadCpuId();
-    mi.event = "intel_pt//u (emulated)";
+    mi.event = options.bts ? "intel_bts//u (emulated)" : "intel_pt//u (emulated)";
     mi.attrs = {{"tracking", tracking}};
     mi.time = record::ReadTimeConversion(sideband.front()->ring().page);
     mi.page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
@@ -188,6 +198,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     meta["emulated"] = true;
     meta["emulation"] = {{"backend", "ptrace single-step"},
                          {"streams", "per-thread"},
+                         {"format", options.bts ? "bts" : "pt"},
                          {"ret_compression", options.pt.ret_compression},
                          {"psb_period", options.pt.psb_period},
                          {"note", "software Intel PT from a single-stepped run, not hardware"}};

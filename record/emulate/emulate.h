@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "record/drain.h"
 #include "record/emulate/stepper.h"
+#include "record/swpt/bts_writer.h"
 #include "record/swpt/pt_encoder.h"
 
 namespace ptkit::emulate {
@@ -23,6 +24,7 @@ struct EmulateOptions {
   std::string output = "trace.pt";
   bool overwrite_existing = false;
   bool compress = true;
+  bool bts = false;           // intel_bts: 24-byte branch records instead of Intel PT
   swpt::PtEncoderOptions pt;  // what the recorded intel_pt config would be
   std::string ground_truth;   // when set: every retired instruction, "TID 0xIP" per line
   uint64_t max_steps = 0;     // 0 = no limit

@@ -75,6 +75,9 @@ class Run {
   void OnGone(uint32_t tid, int status);
   absl::Status StartThread(uint32_t tid);
   absl::StatusOr<uint64_t> Ip(uint32_t tid);
+  // The thread will execute the instruction at `ip` next: remember it and decode it now, while
+  // the process certainly exists (an exit syscall's step never comes back).
+  void Land(Thread& t, uint64_t ip);
 
   const StepperOptions& options_;
   StepSink& sink_;
@@ -117,6 +120,12 @@ absl::StatusOr<const InsnInfo*> Run::Info(uint32_t pid, uint64_t ip) {
   return &cache.emplace(ip, info).first->second;
 }
 
+void Run::Land(Thread& t, uint64_t ip) {
+  t.pending_ip = ip;
+  // A failure here is reported when the step completes and the instruction is needed.
+  Info(t.pid, ip).IgnoreError();
+}
+
 absl::Status Run::Resume(uint32_t tid, int sig) {
   if (options_.max_steps != 0 && result_.steps >= options_.max_steps) {
     result_.step_limit_hit = true;
@@ -134,7 +143,8 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
 absl::Status Run::StartThread(uint32_t tid) {
   Thread& t = threads_[tid];
   if (t.pid == 0) t.pid = TgidOf(tid);
-  PTKIT_ASSIGN_OR_RETURN(t.pending_ip, Ip(tid));
+  PTKIT_ASSIGN_OR_RETURN(uint64_t ip, Ip(tid));
+  Land(t, ip);
   t.started = true;
   ++result_.threads;
   sink_.OnThreadStart(t.pid, tid);
@@ -148,8 +158,10 @@ void Run::OnGone(uint32_t tid, int status) {
   Thread& t = it->second;
   if (t.started) {
     // The step in flight was the exit syscall (or the thread was killed before it retired).
-    auto info = Info(t.pid, t.pending_ip);
-    if (info.ok() && (*info)->cls == InsnClass::kSyscall && WIFEXITED(status)) {
+    // The process is gone: its code can only come from the cache, which Land() filled.
+    const auto& cache = code_[t.pid];
+    auto info = cache.find(t.pending_ip);
+    if (info != cache.end() && info->second.cls == InsnClass::kSyscall && WIFEXITED(status)) {
       sink_.OnInstruction(tid, t.pending_ip);
       ++result_.instructions;
       sink_.OnEvent(tid, swpt::Event::Disable(t.pending_ip, 0, /*suppress_ip=*/true));
@@ -189,7 +201,7 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     ++result_.instructions;
     sink_.OnEvent(tid, swpt::Event::Disable(t.pending_ip, 0, /*suppress_ip=*/true));
     sink_.OnEvent(tid, swpt::Event::Enable(entry));
-    t.pending_ip = entry;
+    Land(t, entry);
     return Resume(tid, 0);
   }
   if (event != 0) return Resume(tid, 0);
@@ -209,7 +221,7 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     t.signal_to_handler = false;
     sink_.OnEvent(tid, swpt::Event::AsyncDisable(t.pending_ip));
     sink_.OnEvent(tid, swpt::Event::Enable(ip));
-    t.pending_ip = ip;
+    Land(t, ip);
     return Resume(tid, 0);
   }
   PTKIT_ASSIGN_OR_RETURN(const InsnInfo* info, Info(t.pid, t.pending_ip));
@@ -222,7 +234,7 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
   events_.clear();
   AppendStepEvents(t.pending_ip, *info, ip, events_);
   for (const swpt::Event& e : events_) sink_.OnEvent(tid, e);
-  t.pending_ip = ip;
+  Land(t, ip);
   return Resume(tid, 0);
 }
 

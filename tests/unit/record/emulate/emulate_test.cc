@@ -131,6 +131,55 @@ TEST(EmulateTest, RecordsAndDecodesExactlyWhatEachThreadRan) {
   }
 }
 
+TEST(EmulateTest, BtsRecordsAreTheTakenBranchesOfTheGroundTruthInOrder) {
+  ::ptkit::testing::TempDir dir;
+  EmulateOptions o;
+  o.argv = {Program("fib")};
+  o.output = dir.File("bts.pt");
+  o.ground_truth = dir.File("truth.txt");
+  o.bts = true;
+  auto r = RecordEmulated(o);
+  if (r.status().code() == absl::StatusCode::kPermissionDenied) GTEST_SKIP() << r.status();
+  ASSERT_THAT(r, IsOk());
+  Recording rec = Load(o.output);
+  EXPECT_EQ(rec.metadata["emulation"]["format"], "bts");
+  auto truth = LoadTruth(o.ground_truth);
+  ASSERT_EQ(rec.aux.size(), 1u);
+  const std::vector<uint64_t>& ips = truth.begin()->second;
+  const std::vector<uint8_t>& bytes = rec.aux.begin()->second;
+  ASSERT_EQ(bytes.size() % 24, 0u);
+  auto records = swpt::BtsWriter::Parse(bytes.data(), bytes.size());
+  ASSERT_FALSE(records.empty());
+  // The first record enables at the entry; each later one is a transition of the ground truth
+  // (or a syscall leaving user space, to 0), in order; no transition that skips more than
+  // an instruction's length is missing.
+  EXPECT_EQ(records[0].from, 0u);
+  EXPECT_EQ(records[0].to, ips[0]);
+  size_t next = 1;
+  for (size_t i = 0; i + 1 < ips.size(); ++i) {
+    bool jumped = ips[i + 1] <= ips[i] || ips[i + 1] - ips[i] > 15;
+    bool covered = false;
+    if (next < records.size() && records[next].from == ips[i]) {
+      if (records[next].to == ips[i + 1]) {
+        covered = true;
+        ++next;
+      } else if (records[next].to == 0 && next + 1 < records.size() &&
+                 records[next + 1].from == 0 && records[next + 1].to == ips[i + 1]) {
+        covered = true;  // a syscall: out of user space and back in
+        next += 2;
+      }
+    }
+    if (jumped) {
+      ASSERT_TRUE(covered) << "transition " << i << ": 0x" << std::hex << ips[i] << " -> 0x"
+                           << ips[i + 1];
+    }
+  }
+  // The last instruction is the exit syscall: its {from, 0} is the last record.
+  EXPECT_EQ(next + 1, records.size());
+  EXPECT_EQ(records.back().from, ips.back());
+  EXPECT_EQ(records.back().to, 0u);
+}
+
 TEST(EmulateTest, AMissingProgramIsNotFoundAndLeavesNoHalfWrittenSurprise) {
   ::ptkit::testing::TempDir dir;
   EmulateOptions o;
