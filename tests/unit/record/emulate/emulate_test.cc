@@ -7,6 +7,8 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
+#include "decoder/container_input.h"
 #include "decoder/decode.h"
 #include "decoder/image.h"
 #include "gmock/gmock.h"
@@ -178,6 +180,49 @@ TEST(EmulateTest, BtsRecordsAreTheTakenBranchesOfTheGroundTruthInOrder) {
   EXPECT_EQ(next + 1, records.size());
   EXPECT_EQ(records.back().from, ips.back());
   EXPECT_EQ(records.back().to, 0u);
+}
+
+// Collects instruction addresses per stream ("tid N") as DecodeContainer reports them.
+class PerStreamIps : public decoder::Sink {
+ public:
+  decoder::DecoderKind kind() const override { return decoder::DecoderKind::kInsn; }
+  void OnStream(const decoder::StreamInfo& s) override { current = &ips[s.name]; }
+  void OnInsn(const pt_insn& insn) override { current->push_back(insn.ip); }
+  void OnError(const decoder::DecodeError& e) override { ++errors; }
+  void OnLoss(const decoder::LossInfo& l) override { ++losses; }
+  std::map<std::string, std::vector<uint64_t>> ips;
+  std::vector<uint64_t>* current = nullptr;
+  int errors = 0, losses = 0;
+};
+
+TEST(EmulateTest, ADynamicProgramThatDlopensDecodesFromTheContainerAlone) {
+  ::ptkit::testing::TempDir dir;
+  EmulateOptions o;
+  o.argv = {Program("dlopen"), std::string(EMULATE_PROGRAM_DIR) + "/libemulate_plugin.so"};
+  o.output = dir.File("dl.pt");
+  o.ground_truth = dir.File("truth.txt");
+  auto r = RecordEmulated(o);
+  if (r.status().code() == absl::StatusCode::kPermissionDenied) GTEST_SKIP() << r.status();
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 0);
+  Recording rec = Load(o.output);
+  EXPECT_THAT(rec.mmap_files, Contains(HasSubstr("ld-linux")));
+  EXPECT_THAT(rec.mmap_files, Contains(HasSubstr("libc.so")));
+  EXPECT_THAT(rec.mmap_files, Contains(HasSubstr("libemulate_plugin.so")));
+
+  // The decoder finds every image through the MMAP2 sideband: loader, libc, the dlopen()ed
+  // library, the program.
+  PerStreamIps sink;
+  auto totals = decoder::DecodeContainer(o.output, {}, sink);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(sink.errors, 0);
+  EXPECT_EQ(sink.losses, 0);
+  auto truth = LoadTruth(o.ground_truth);
+  ASSERT_EQ(truth.size(), 1u);
+  const auto& [tid, expected] = *truth.begin();
+  const std::vector<uint64_t>& got = sink.ips[absl::StrCat("tid ", tid)];
+  ASSERT_EQ(got.size(), expected.size());
+  EXPECT_TRUE(got == expected);
 }
 
 TEST(EmulateTest, AMissingProgramIsNotFoundAndLeavesNoHalfWrittenSurprise) {
