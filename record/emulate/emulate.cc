@@ -148,6 +148,63 @@ class Recorder final : public StepSink {
 
 }  // namespace
 
+absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text) {
+  PTKIT_ASSIGN_OR_RETURN(record::EventSpec spec, record::ParseEventString(text));
+  if (spec.kernel && !spec.user) {
+    return absl::InvalidArgumentError(absl::StrCat("--emulate traces user space only; '",
+                                                   std::string(text),
+                                                   "' asks for the kernel: drop the 'k' modifier"));
+  }
+  EmulatedEvent e;
+  if (spec.pmu == "intel_bts") {
+    e.bts = true;
+    if (!spec.terms.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("intel_bts takes no terms ('", spec.terms[0].name, "')"));
+    }
+    return e;
+  }
+  if (spec.pmu != "intel_pt") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--emulate produces intel_pt or intel_bts traces, not '", spec.pmu, "'"));
+  }
+  e.pt.tsc = true;
+  auto bounded = [](const record::EventTerm& t, uint64_t max) -> absl::StatusOr<uint8_t> {
+    if (t.value > max) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(t.name, "=", t.value, " is out of range (0..", max, ")"));
+    }
+    return static_cast<uint8_t>(t.value);
+  };
+  for (const record::EventTerm& t : spec.terms) {
+    if (t.name == "noretcomp") {
+      PTKIT_ASSIGN_OR_RETURN(uint8_t v, bounded(t, 1));
+      e.pt.ret_compression = v == 0;
+    } else if (t.name == "psb_period") {
+      PTKIT_ASSIGN_OR_RETURN(e.pt.psb_period, bounded(t, 15));
+    } else if (t.name == "tsc") {
+      PTKIT_ASSIGN_OR_RETURN(uint8_t v, bounded(t, 1));
+      e.pt.tsc = v != 0;
+    } else if (t.name == "mtc") {
+      PTKIT_ASSIGN_OR_RETURN(uint8_t v, bounded(t, 1));
+      e.pt.mtc = v != 0;
+    } else if (t.name == "mtc_period") {
+      PTKIT_ASSIGN_OR_RETURN(e.pt.mtc_freq, bounded(t, 15));
+    } else if (t.name == "cyc") {
+      PTKIT_ASSIGN_OR_RETURN(uint8_t v, bounded(t, 1));
+      e.pt.cyc = v != 0;
+    } else if (t.name == "cyc_thresh") {
+      PTKIT_ASSIGN_OR_RETURN(e.pt.cyc_thresh, bounded(t, 15));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--emulate does not model the intel_pt term '", t.name,
+                       "'; it supports noretcomp, psb_period, tsc, mtc, mtc_period, cyc, "
+                       "cyc_thresh"));
+    }
+  }
+  return e;
+}
+
 absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   WriterOptions wo;
   wo.compress = options.compress;

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -39,6 +40,18 @@ struct EmulateResult {
   record::StreamStats totals;
   uint64_t threads = 0;
 };
+
+// The trace the emulation produces for an event string as ptrecord takes it:
+// "intel_pt//u" (default), "intel_pt/noretcomp=1,psb_period=2,tsc=0/u", "intel_bts//u".
+// intel_pt terms: noretcomp, psb_period (0..15), tsc, mtc, mtc_period (0..15), cyc,
+// cyc_thresh (0..15); the defaults are perf's (tsc=1, noretcomp=0, psb_period=0 here).
+// Errors (kInvalidArgument): another PMU, an unknown term (naming the supported ones), a
+// value out of range, or kernel tracing ("k"): the emulation sees user space only.
+struct EmulatedEvent {
+  bool bts = false;
+  swpt::PtEncoderOptions pt;
+};
+absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text);
 
 // Runs and records the workload. Errors: kNotFound for a program that cannot be executed,
 // kPermissionDenied from perf_event_open or ptrace (with what to change), the writer's I/O

@@ -144,6 +144,7 @@ class StepperTest : public ::testing::TestWithParam<bool> {
   swpt::PtEncoderOptions Options() const {
     swpt::PtEncoderOptions o;
     o.ret_compression = GetParam();
+    o.tsc = GetParam();  // ptrecord --emulate's default: return compression and TSC on
     o.psb_period = 0;
     return o;
   }
