@@ -1,0 +1,394 @@
+#include "record/session.h"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/cord.h"
+#include "ptkit/container_writer.h"
+#include "ptkit/status.h"
+#include "record/counters.h"
+#include "record/drain_loop.h"
+#include "record/event_spec.h"
+#include "record/metadata.h"
+#include "record/perf_event.h"
+#include "record/ring_buffer.h"
+#include "record/text_util.h"
+#include "record/trace_source.h"
+#include "record/workload.h"
+
+namespace ptkit::record {
+
+absl::StatusOr<std::vector<int>> ParseCpuList(std::string_view text) {
+  std::vector<int> cpus;
+  const std::string_view t = Strip(text);
+  if (t.empty()) return absl::InvalidArgumentError("empty CPU list");
+  for (std::string_view part : Split(t, ',')) {
+    part = Strip(part);
+    const size_t dash = part.find('-');
+    unsigned lo = 0, hi = 0;
+    const bool ok = dash == std::string_view::npos ? ParseUnsigned(part, &lo) && (hi = lo, true)
+                                                   : ParseUnsigned(part.substr(0, dash), &lo) &&
+                                                         ParseUnsigned(part.substr(dash + 1), &hi);
+    if (!ok || lo > hi || hi > 4095) {
+      return absl::InvalidArgumentError(
+          Cat("bad CPU list \"", t, "\": \"", part, "\" (expected e.g. 0-3,5)"));
+    }
+    for (unsigned c = lo; c <= hi; ++c) cpus.push_back(static_cast<int>(c));
+  }
+  std::sort(cpus.begin(), cpus.end());
+  cpus.erase(std::unique(cpus.begin(), cpus.end()), cpus.end());
+  return cpus;
+}
+
+absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseMmapPages(std::string_view text) {
+  const std::vector<std::string_view> parts = Split(Strip(text), ',');
+  std::pair<uint64_t, uint64_t> out{0, 0};
+  if (parts.size() > 2 || !ParseUnsigned(Strip(parts[0]), &out.first) || !IsPowerOfTwo(out.first) ||
+      (parts.size() == 2 &&
+       (!ParseUnsigned(Strip(parts[1]), &out.second) || !IsPowerOfTwo(out.second)))) {
+    return absl::InvalidArgumentError(Cat("-m ", text,
+                                          ": expected DATA_PAGES[,AUX_PAGES], each a power of "
+                                          "two (e.g. -m 64,1024)"));
+  }
+  return out;
+}
+
+absl::StatusOr<uint64_t> ParseSize(std::string_view text) {
+  std::string_view t = Strip(text);
+  uint64_t mult = 1;
+  if (!t.empty()) {
+    switch (t.back()) {
+      case 'k':
+      case 'K':
+        mult = 1 << 10;
+        break;
+      case 'm':
+      case 'M':
+        mult = 1 << 20;
+        break;
+      case 'g':
+      case 'G':
+        mult = 1 << 30;
+        break;
+      default:
+        break;
+    }
+    if (mult != 1) t.remove_suffix(1);
+  }
+  uint64_t v = 0;
+  if (!ParseUnsigned(t, &v) || v > (UINT64_MAX >> 30)) {
+    return absl::InvalidArgumentError(
+        Cat("bad size \"", text, "\" (expected bytes with an optional K, M or G suffix)"));
+  }
+  return v * mult;
+}
+
+namespace {
+
+absl::StatusOr<std::vector<pid_t>> ListThreads(pid_t pid) {
+  std::vector<pid_t> tids;
+  std::error_code ec;
+  const std::string dir = Cat("/proc/", pid, "/task");
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    unsigned t = 0;
+    if (ParseUnsigned(e.path().filename().string(), &t)) tids.push_back(static_cast<pid_t>(t));
+  }
+  if (ec || tids.empty()) {
+    return absl::NotFoundError(Cat("no process ", pid, " (", dir, " not readable)"));
+  }
+  std::sort(tids.begin(), tids.end());
+  return tids;
+}
+
+// Marks a bad option value: ptrecord exits 2 for these.
+absl::Status Usage(absl::Status s) {
+  if (!s.ok()) s.SetPayload(kExitCodePayload, absl::Cord("2"));
+  return s;
+}
+template <typename T>
+absl::StatusOr<T> Usage(absl::StatusOr<T> v) {
+  if (!v.ok()) return Usage(v.status());
+  return v;
+}
+
+std::string NoPmuHint(std::string_view pmu) {
+  if (pmu == "intel_pt" || pmu == "intel_bts") {
+    return "this CPU or VM does not expose Intel PT/BTS; record on a machine that has it "
+           "(Intel Broadwell or newer, bare metal or a VM with PT passed through), or use "
+           "--sideband-only to record sideband and counters without a trace";
+  }
+  return "check the event's PMU name";
+}
+
+}  // namespace
+
+absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
+  // --- Validate everything before touching the system --------------------------------------
+  const int targets = (!o.command.empty()) + o.pid.has_value() + o.tid.has_value() + o.all_cpus;
+  if (targets == 0) {
+    return Usage(absl::InvalidArgumentError(
+        "nothing to record: give a command after --, or -p PID, -t TID or -a"));
+  }
+  if (targets > 1) {
+    return Usage(absl::InvalidArgumentError("choose one target: -- command, -p PID, -t TID or -a"));
+  }
+  if (o.per_thread && (o.all_cpus || !o.cpu_list.empty())) {
+    return Usage(absl::InvalidArgumentError("--per-thread cannot be combined with -a or -C"));
+  }
+  if (o.user_only && o.kernel_only) {
+    return Usage(
+        absl::InvalidArgumentError("-u and -k exclude each other (omit both to trace both)"));
+  }
+  if (o.snapshot_size && o.sideband_only) {
+    return Usage(
+        absl::InvalidArgumentError("--snapshot needs a trace event (not --sideband-only)"));
+  }
+  if (!IsPowerOfTwo(o.data_pages) || (!o.sideband_only && !IsPowerOfTwo(o.aux_pages))) {
+    return Usage(absl::InvalidArgumentError(
+        Cat("-m ", o.data_pages, ",", o.aux_pages, ": page counts must be powers of two")));
+  }
+
+  std::optional<Pmu> pmu;
+  ResolvedEvent event;
+  if (!o.sideband_only) {
+    PTKIT_ASSIGN_OR_RETURN(EventSpec spec, Usage(ParseEventString(o.trace_event)));
+    if (o.user_only) spec.user = true, spec.kernel = false;
+    if (o.kernel_only) spec.user = false, spec.kernel = true;
+    PmuRegistry registry(o.sysfs_root);
+    absl::StatusOr<Pmu> found = registry.Find(spec.pmu);
+    if (found.status().code() == absl::StatusCode::kNotFound) {
+      return absl::NotFoundError(Cat("no ", spec.pmu, " PMU here (", registry.root(), "/", spec.pmu,
+                                     " does not exist): ", NoPmuHint(spec.pmu)));
+    }
+    if (!found.ok()) return found.status();
+    pmu = *std::move(found);
+    PTKIT_ASSIGN_OR_RETURN(event, Usage(ResolveEvent(*pmu, spec)));
+  }
+  std::vector<CounterSpec> counter_specs;
+  if (!o.counters.empty()) {
+    PTKIT_ASSIGN_OR_RETURN(counter_specs,
+                           Usage(EncodeCounters(o.counters, !o.kernel_only, !o.user_only)));
+  }
+  PTKIT_ASSIGN_OR_RETURN(std::string online_text, ReadSystemFile("/sys/devices/system/cpu/online"));
+  PTKIT_ASSIGN_OR_RETURN(std::vector<int> online, ParseCpuList(online_text));
+  std::vector<int> cpus = online;
+  if (!o.cpu_list.empty()) {
+    PTKIT_ASSIGN_OR_RETURN(cpus, Usage(ParseCpuList(o.cpu_list)));
+    for (int c : cpus) {
+      if (!std::binary_search(online.begin(), online.end(), c)) {
+        return Usage(absl::InvalidArgumentError(
+            Cat("-C ", o.cpu_list, ": CPU ", c, " is not online (online: ", online_text, ")")));
+      }
+    }
+  }
+
+  // --- Signals first: threads created from here on inherit the blocked mask ----------------
+  SignalWatcher signals;
+
+  WriterOptions wo;
+  wo.compress = o.compress;
+  wo.overwrite = o.overwrite_existing;
+  absl::StatusOr<std::unique_ptr<ContainerWriter>> created = ContainerWriter::Create(o.output, wo);
+  if (created.status().code() == absl::StatusCode::kAlreadyExists) {
+    return Usage(absl::AlreadyExistsError(
+        Cat(created.status().message(), " (-o FILE, or --overwrite-existing)")));
+  }
+  if (!created.ok()) return created.status();
+  std::unique_ptr<ContainerWriter> writer = *std::move(created);
+
+  std::optional<Workload> workload;
+  std::vector<pid_t> pids;  // the tasks events are opened for; -1 = every task (-a)
+  if (!o.command.empty()) {
+    PTKIT_ASSIGN_OR_RETURN(Workload w, Workload::Start(o.command));
+    pids.push_back(w.pid());
+    workload = std::move(w);
+  } else if (o.pid) {
+    PTKIT_ASSIGN_OR_RETURN(pids, ListThreads(*o.pid));
+  } else if (o.tid) {
+    pids.push_back(*o.tid);
+  } else {
+    pids.push_back(-1);
+  }
+
+  // --- Events and rings ------------------------------------------------------------------
+  const bool with_workload = workload.has_value();
+  const bool inherit = !o.per_thread;
+  const uint64_t aux_pages = o.sideband_only ? 0 : o.aux_pages;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  const uint32_t watermark =
+      o.aux_watermark ? static_cast<uint32_t>(o.aux_watermark)
+                      : static_cast<uint32_t>(std::min<uint64_t>(aux_pages * page / 4, 1u << 30));
+  const perf_event_attr aux_attr = BuildAuxAttr(
+      event, {.enable_on_exec = with_workload, .inherit = inherit, .aux_watermark = watermark});
+  const perf_event_attr track_attr =
+      BuildTrackingAttr({.enable_on_exec = with_workload,
+                         .inherit = inherit,
+                         .exclude_kernel = false,
+                         .wakeup_bytes = static_cast<uint32_t>(o.data_pages * page / 2)});
+  const perf::SampleIdLayout layout{kSampleIdType, true};
+  const std::string trace_name = o.sideband_only ? "tracking event" : DescribeEvent(*pmu, event);
+
+  struct Slot {
+    pid_t pid;
+    int cpu;
+  };
+  std::vector<Slot> slots;  // one ring each
+  if (o.per_thread) {
+    for (pid_t p : pids) slots.push_back(Slot{p, -1});
+  } else {
+    for (int c : cpus) slots.push_back(Slot{pids[0], c});
+  }
+  const uint64_t nrings = slots.size();
+  const MlockLimits limits = ReadMlockLimits();
+
+  std::vector<std::unique_ptr<KernelTraceSource>> sources;
+  for (const Slot& s : slots) {
+    const std::string where = s.cpu >= 0 ? Cat("cpu ", s.cpu) : Cat("tid ", s.pid);
+    PTKIT_ASSIGN_OR_RETURN(PerfEvent main,
+                           PerfEvent::Open(o.sideband_only ? track_attr : aux_attr, s.pid, s.cpu,
+                                           Cat(trace_name, " (", where, ")")));
+    if (!o.filter.empty() && !o.sideband_only) PTKIT_RETURN_IF_ERROR(main.SetFilter(o.filter));
+    PTKIT_ASSIGN_OR_RETURN(
+        RingBuffer ring, RingBuffer::Map(main, o.data_pages, aux_pages, o.snapshot_size.has_value(),
+                                         nrings, limits));
+    std::vector<PerfEvent> redirected;
+    // Other threads of -p on this CPU, and the tracking event, write into the same ring.
+    auto redirect = [&](const perf_event_attr& attr, pid_t p, std::string what) -> absl::Status {
+      PTKIT_ASSIGN_OR_RETURN(PerfEvent e, PerfEvent::Open(attr, p, s.cpu, std::move(what)));
+      PTKIT_RETURN_IF_ERROR(e.SetOutput(main));
+      if (&attr == &aux_attr && !o.filter.empty()) PTKIT_RETURN_IF_ERROR(e.SetFilter(o.filter));
+      redirected.push_back(std::move(e));
+      return absl::OkStatus();
+    };
+    if (!o.sideband_only) {
+      PTKIT_RETURN_IF_ERROR(redirect(track_attr, s.pid, Cat("tracking event (", where, ")")));
+    }
+    if (!o.per_thread) {
+      for (size_t i = 1; i < pids.size(); ++i) {
+        const std::string w2 = Cat("tid ", pids[i], " cpu ", s.cpu);
+        if (!o.sideband_only) {
+          PTKIT_RETURN_IF_ERROR(redirect(aux_attr, pids[i], Cat(trace_name, " (", w2, ")")));
+        }
+        PTKIT_RETURN_IF_ERROR(redirect(track_attr, pids[i], Cat("tracking event (", w2, ")")));
+      }
+    }
+    const StreamId stream = s.cpu >= 0 ? StreamId{StreamKind::kCpu, uint64_t(s.cpu)}
+                                       : StreamId{StreamKind::kThread, uint64_t(s.pid)};
+    sources.push_back(std::make_unique<KernelTraceSource>(std::move(main), std::move(redirected),
+                                                          std::move(ring), stream, s.cpu, layout));
+  }
+
+  // Counters: one set for the task (inherited by its children), or one per CPU for -a.
+  std::vector<CounterSet> counter_sets;
+  SessionResult result;
+  if (!counter_specs.empty()) {
+    std::vector<Slot> cslots;
+    if (pids[0] == -1) {
+      for (int c : cpus) cslots.push_back(Slot{-1, c});
+    } else {
+      cslots.push_back(Slot{pids[0], -1});
+    }
+    for (const Slot& s : cslots) {
+      PTKIT_ASSIGN_OR_RETURN(CounterSet set,
+                             CounterSet::Open(counter_specs, s.pid, s.cpu, with_workload));
+      if (counter_sets.empty()) {
+        for (const std::string& w : set.warnings()) result.warnings.push_back(w);
+      }
+      counter_sets.push_back(std::move(set));
+    }
+  }
+
+  // --- Metadata ------------------------------------------------------------------------------
+  MetadataInput meta;
+  meta.command_line = o.command_line;
+  meta.workload = o.command;
+  meta.cpu = ReadCpuId();
+  meta.pmu = pmu;
+  if (pmu) meta.event = DescribeEvent(*pmu, event);
+  if (!o.sideband_only) meta.attrs.emplace_back("trace", aux_attr);
+  meta.attrs.emplace_back("tracking", track_attr);
+  for (const CounterSpec& c : counter_specs) meta.attrs.emplace_back(c.name, c.attr);
+  meta.time = ReadTimeConversion(sources.front()->ring().page);
+  meta.page_size = page;
+  meta.mode = o.sideband_only ? "sideband-only" : o.snapshot_size ? "snapshot" : "full-trace";
+  if (!o.per_thread) meta.cpus = cpus;
+  meta.data_pages = o.data_pages;
+  meta.aux_pages = aux_pages;
+  PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(BuildMetadata(meta).dump()));
+
+  // --- Go ------------------------------------------------------------------------------------
+  if (workload) {
+    absl::Status go = workload->Go();
+    if (go.code() == absl::StatusCode::kNotFound) {
+      go.SetPayload(kExitCodePayload, absl::Cord("127"));
+      (void)writer->Close();
+      std::error_code ec;
+      std::filesystem::remove(o.output, ec);  // nothing was recorded
+    }
+    PTKIT_RETURN_IF_ERROR(go);
+  } else {
+    for (auto& s : sources) {
+      PTKIT_RETURN_IF_ERROR(s->aux_event().Enable());
+      for (PerfEvent& e : s->redirected()) PTKIT_RETURN_IF_ERROR(e.Enable());
+    }
+    for (CounterSet& c : counter_sets) PTKIT_RETURN_IF_ERROR(c.EnableAll());
+  }
+
+  Drainer drainer(writer.get());
+  struct FdCloser {
+    int fd = -1;
+    void reset(int f) { fd = f; }
+    ~FdCloser() {
+      if (fd >= 0) close(fd);
+    }
+  } pidfd_holder;
+  LoopOptions lo;
+  lo.snapshot_mode = o.snapshot_size.has_value();
+  lo.snapshot_size = o.snapshot_size.value_or(0);
+  if (workload) {
+    lo.child_exited = [&] {
+      std::optional<int> st = workload->TryReap();
+      if (st) result.workload_exit_code = Workload::ExitCode(*st);
+      return st.has_value();
+    };
+  } else if (o.pid || o.tid) {
+    // A pidfd becomes readable when the process exits, zombie or not (Linux 5.3+);
+    // kill(pid, 0) would still succeed on an unreaped zombie.
+    const pid_t watched = o.pid ? *o.pid : *o.tid;
+    const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, watched, 0));
+    pidfd_holder.reset(pidfd);
+    lo.child_exited = [watched, pidfd] {
+      if (pidfd < 0) return kill(watched, 0) != 0 && errno == ESRCH;
+      pollfd p{pidfd, POLLIN, 0};
+      return poll(&p, 1, 0) == 1;
+    };
+  }
+  std::vector<TraceSource*> raw;
+  for (auto& s : sources) raw.push_back(s.get());
+  absl::StatusOr<LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
+  if (!loop.ok()) return loop.status();
+
+  std::vector<CounterValue> values;
+  for (CounterSet& c : counter_sets) {
+    PTKIT_ASSIGN_OR_RETURN(std::vector<CounterValue> v, c.ReadAll());
+    values.insert(values.end(), v.begin(), v.end());
+  }
+  if (!values.empty()) PTKIT_RETURN_IF_ERROR(writer->AppendCounters(values));
+  if (workload && !result.workload_exit_code) {
+    // Stopped by a signal while the workload runs: end it as perf does, then reap it.
+    if (loop->stopped_by_signal) kill(workload->pid(), SIGTERM);
+    result.workload_exit_code = Workload::ExitCode(workload->Wait());
+  }
+  PTKIT_RETURN_IF_ERROR(writer->Close());
+  result.totals = drainer.Totals();
+  result.file_bytes = writer->stats().stored_bytes;
+  return result;
+}
+
+}  // namespace ptkit::record

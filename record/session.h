@@ -1,0 +1,77 @@
+// A recording session: what `ptrecord` does between parsing its flags and exiting. Resolves
+// the trace event against sysfs, starts or attaches to the target, opens the per-CPU (or
+// per-thread) trace and tracking events, maps their rings, writes metadata, runs the drain
+// loop until the workload exits or a signal stops it, and stores counters and the footer.
+#ifndef PTKIT_RECORD_SESSION_H_
+#define PTKIT_RECORD_SESSION_H_
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "record/drain.h"
+#include "record/pmu_registry.h"
+
+namespace ptkit::record {
+
+// Parses a CPU list as in /sys/devices/system/cpu/online and `perf -C`: "0-3,5,7-8".
+// Errors (kInvalidArgument) name the bad piece; the result is sorted and unique.
+absl::StatusOr<std::vector<int>> ParseCpuList(std::string_view text);
+
+// "-m DATA[,AUX]" (pages, powers of two). Errors (kInvalidArgument) name the bad value.
+absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseMmapPages(std::string_view text);
+
+// "--snapshot=SIZE": bytes with an optional K/M/G suffix (powers of 1024).
+absl::StatusOr<uint64_t> ParseSize(std::string_view text);
+
+struct SessionOptions {
+  std::vector<std::string> command;  // the workload (`-- cmd args`)
+  std::optional<pid_t> pid;          // -p: every thread of a running process
+  std::optional<pid_t> tid;          // -t: one thread
+  bool all_cpus = false;             // -a: every task on the CPUs
+  std::string cpu_list;              // -C: only these CPUs
+  bool per_thread = false;           // one ring per thread instead of per CPU
+  std::string trace_event = "intel_pt//";
+  bool sideband_only = false;        // no trace event: sideband (and counters) only
+  bool user_only = false, kernel_only = false;  // -u / -k (override the event's modifiers)
+  uint64_t data_pages = 64;
+  uint64_t aux_pages = 1024;
+  uint64_t aux_watermark = 0;  // bytes; 0 = a quarter of the AUX area
+  std::string filter;          // --filter, perf's address-filter syntax
+  std::string output = "trace.pt";
+  bool overwrite_existing = false;
+  std::optional<uint64_t> snapshot_size;  // --snapshot[=SIZE]; 0 = the whole AUX area
+  std::string counters;                   // -e, libpfm4 names
+  bool compress = true;
+  std::string sysfs_root = std::string(kDefaultSysfsRoot);
+  std::vector<std::string> command_line;  // for the metadata
+};
+
+struct SessionResult {
+  std::optional<int> workload_exit_code;  // when a workload was run
+  StreamStats totals;
+  std::vector<std::string> warnings;  // e.g. skipped counters
+  uint64_t file_bytes = 0;
+};
+
+// Runs the whole session. Errors, each one clear line:
+//  - kNotFound "no intel_pt PMU here (<root>/intel_pt does not exist): ..." with what to do;
+//  - kInvalidArgument for bad event strings, values not allowed by the caps, conflicting
+//    targets (more than one of -- cmd / -p / -t / -a), CPUs that are not online;
+//  - kNotFound "program not found: NAME" from the workload;
+//  - kPermissionDenied from perf_event_open / mmap with the paranoid/mlock explanation;
+//  - I/O errors of the output file.
+absl::StatusOr<SessionResult> RunSession(const SessionOptions& options);
+
+// Errors that map to a specific process exit code carry it as a payload under this URL
+// (e.g. "127" for program not found).
+inline constexpr char kExitCodePayload[] = "ptkit.dev/exit-code";
+
+}  // namespace ptkit::record
+
+#endif  // PTKIT_RECORD_SESSION_H_

@@ -1,0 +1,152 @@
+// ptrecord: records Intel PT / BTS (or only sideband) of a command or running tasks into a
+// trace.pt container. Flags are parsed here; everything else is record/session.h.
+//
+// Exit codes: the workload's status when recording succeeded (0 without a workload);
+// 2 usage errors; 1 runtime failures; 127 program not found.
+#include <unistd.h>
+
+#include <cstdio>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "record/session.h"
+
+namespace {
+
+using ptkit::record::SessionOptions;
+
+int ExitCodeFor(const absl::Status& s) {
+  if (absl::optional<absl::Cord> p = s.GetPayload(ptkit::record::kExitCodePayload)) {
+    const std::string v(*p);
+    if (v == "2") return 2;
+    if (v == "127") return 127;
+  }
+  return 1;
+}
+
+int Fail(const std::string& message, int code) {
+  std::fprintf(stderr, "ptrecord: %s\n", message.c_str());
+  return code;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{
+      "Record Intel PT (or BTS) of a command or running tasks, with the sideband needed to "
+      "decode it, into a trace.pt container.\n"
+      "  ptrecord [options] -- command [args...]\n"
+      "  ptrecord [options] -p PID | -t TID | -a",
+      "ptrecord"};
+  app.set_version_flag("--version", PTKIT_VERSION);
+  SessionOptions o;
+  std::string mmap_pages, snapshot, watermark;
+  int pid = -1, tid = -1;
+  bool bts = false, no_compress = false, quiet = false;
+  app.add_option("-o,--output", o.output, "Output container (default trace.pt)");
+  app.add_flag("--overwrite-existing", o.overwrite_existing,
+               "Replace the output file if it exists");
+  app.add_option("--event", o.trace_event,
+                 "Trace event as perf writes it (default intel_pt//), e.g. "
+                 "intel_pt/cyc,psb_period=2/u");
+  app.add_flag("--bts", bts, "Trace with intel_bts// instead of intel_pt//");
+  app.add_flag("--sideband-only", o.sideband_only,
+               "No trace event: record only sideband (mmaps, comms, tasks, switches) and "
+               "counters; works without Intel PT");
+  app.add_option("-e,--counters", o.counters,
+                 "Comma-separated counters to count alongside (any libpfm4 name: "
+                 "task-clock,page-faults,cycles,...)");
+  app.add_option("-p,--pid", pid, "Record every thread of a running process");
+  app.add_option("-t,--tid", tid, "Record one running thread");
+  app.add_flag("-a,--all-cpus", o.all_cpus, "Record every task on the CPUs (see -C)");
+  app.add_option("-C,--cpu", o.cpu_list, "Only these CPUs, e.g. 0-3,5");
+  app.add_flag("--per-thread", o.per_thread, "One ring per thread instead of one per CPU");
+  app.add_option("-m,--mmap-pages", mmap_pages,
+                 "DATA_PAGES[,AUX_PAGES], powers of two (default 64,1024)");
+  app.add_flag("-u,--user", o.user_only, "Trace user space only");
+  app.add_flag("-k,--kernel", o.kernel_only, "Trace the kernel only");
+  app.add_option("--filter", o.filter,
+                 "Address filter in perf's syntax, e.g. 'filter main @ /bin/ls'");
+  app.add_option("--snapshot", snapshot,
+                 "Snapshot mode: AUX overwrite, one snapshot per SIGUSR2 and at the end; "
+                 "optional SIZE per snapshot (K/M/G), default the whole AUX area")
+      ->expected(0, 1);
+  app.add_option("--aux-watermark", watermark,
+                 "AUX bytes that wake ptrecord (K/M/G; default a quarter of the AUX area)");
+  app.add_flag("--no-compress", no_compress, "Store records without zstd");
+  app.add_option("--sysfs-root", o.sysfs_root,
+                 "Where PMUs are described (default /sys/bus/event_source/devices)");
+  app.add_flag("-q,--quiet", quiet, "No summary line");
+  app.prefix_command();  // everything after the first non-option is the command
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return Fail(std::string(e.what()) + " (see ptrecord --help)", 2);
+  }
+
+  // prefix_command() leaves the first unknown argument and everything after it; an option
+  // there is a typo, not a command (a command starting with '-' needs "--").
+  o.command = app.remaining();
+  if (!o.command.empty()) {
+    if (o.command.front() == "--") {
+      o.command.erase(o.command.begin());
+    } else if (o.command.front().starts_with("-")) {
+      return Fail("unknown option " + o.command.front() + " (see ptrecord --help)", 2);
+    }
+  }
+  o.command_line.assign(argv, argv + argc);
+  if (pid >= 0) o.pid = pid;
+  if (tid >= 0) o.tid = tid;
+  if (bts) {
+    if (app.count("--event") > 0) return Fail("--bts and --event exclude each other", 2);
+    o.trace_event = "intel_bts//";
+  }
+  o.compress = !no_compress;
+  if (!mmap_pages.empty()) {
+    absl::StatusOr<std::pair<uint64_t, uint64_t>> m = ptkit::record::ParseMmapPages(mmap_pages);
+    if (!m.ok()) return Fail(std::string(m.status().message()), 2);
+    o.data_pages = m->first;
+    if (m->second != 0) o.aux_pages = m->second;
+  }
+  if (app.count("--snapshot") > 0) {
+    o.snapshot_size = 0;
+    if (!snapshot.empty()) {
+      absl::StatusOr<uint64_t> s = ptkit::record::ParseSize(snapshot);
+      if (!s.ok()) return Fail("--snapshot: " + std::string(s.status().message()), 2);
+      o.snapshot_size = *s;
+    }
+  }
+  if (!watermark.empty()) {
+    absl::StatusOr<uint64_t> w = ptkit::record::ParseSize(watermark);
+    if (!w.ok() || *w == 0 || *w > (uint64_t{1} << 31)) {
+      return Fail("--aux-watermark " + watermark + ": expected 1 byte to 2G", 2);
+    }
+    o.aux_watermark = *w;
+  }
+
+  absl::StatusOr<ptkit::record::SessionResult> r = ptkit::record::RunSession(o);
+  if (!r.ok()) return Fail(std::string(r.status().message()), ExitCodeFor(r.status()));
+  for (const std::string& w : r->warnings)
+    std::fprintf(stderr, "ptrecord: warning: %s\n", w.c_str());
+  if (!quiet) {
+    const ptkit::record::StreamStats& t = r->totals;
+    std::fprintf(stderr,
+                 "ptrecord: wrote %s (%llu bytes): %llu sideband records, %llu AUX bytes, "
+                 "%llu snapshots, %llu truncations, %llu lost records\n",
+                 o.output.c_str(), static_cast<unsigned long long>(r->file_bytes),
+                 static_cast<unsigned long long>(t.sideband_records),
+                 static_cast<unsigned long long>(t.aux_bytes),
+                 static_cast<unsigned long long>(t.snapshots),
+                 static_cast<unsigned long long>(t.truncated),
+                 static_cast<unsigned long long>(t.lost_records));
+  }
+  return r->workload_exit_code.value_or(0);
+}

@@ -1,0 +1,217 @@
+// The ptrecord binary: exit codes, the one-line errors, and sideband-only recordings of real
+// processes read back from the container.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ptkit/container_reader.h"
+#include "ptkit/perf_records.h"
+#include "ptkit/status.h"
+#include "status_matchers.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+const std::string kPtrecord = std::string(PTKIT_BINARY_DIR) + "/src/tools/ptrecord";
+const std::string kFixture = std::string(PTKIT_SOURCE_DIR) + "/tests/data/sysfs";
+
+struct CliRun {
+  int code = -1;
+  std::string err;
+};
+
+// Runs ptrecord with `args` (shell words) in `dir`; stderr captured.
+CliRun Ptrecord(const std::string& dir, const std::string& args) {
+  const std::string err_file = dir + "/stderr.txt";
+  const std::string cmd =
+      "cd '" + dir + "' && '" + kPtrecord + "' " + args + " 2>'" + err_file + "' >/dev/null";
+  const int st = std::system(cmd.c_str());
+  CliRun r;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream in(err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  r.err = ss.str();
+  return r;
+}
+
+int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+
+bool PerfAllowed() {
+  std::ifstream in("/proc/sys/kernel/perf_event_paranoid");
+  int v = 2;
+  in >> v;
+  return geteuid() == 0 || v <= 1;
+}
+
+TEST(PtrecordCliTest, NoIntelPtIsOneClearLineAndExit1) {
+  if (std::filesystem::exists("/sys/bus/event_source/devices/intel_pt")) {
+    GTEST_SKIP() << "this machine has intel_pt";
+  }
+  ::ptkit::testing::TempDir dir;
+  const CliRun r = Ptrecord(dir.path(), "-- /bin/true");
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(Lines(r.err), 1) << r.err;
+  EXPECT_THAT(r.err, StartsWith("ptrecord: no intel_pt PMU here "
+                                "(/sys/bus/event_source/devices/intel_pt does not exist)"));
+  EXPECT_THAT(r.err, HasSubstr("--sideband-only"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("trace.pt")));
+}
+
+TEST(PtrecordCliTest, UsageErrorsExit2WithOneLine) {
+  ::ptkit::testing::TempDir dir;
+  for (const char* args :
+       {"--bogus", "-m 3 -- /bin/true", "", "-a -- /bin/true", "-u -k -- /bin/true",
+        "--snapshot=12Q -- /bin/true", "--bts --event intel_pt// -- /bin/true",
+        "--sideband-only -e no-such-counter -- /bin/true", "-C 9999 -a --sideband-only"}) {
+    const CliRun r = Ptrecord(dir.path(), args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
+    EXPECT_THAT(r.err, StartsWith("ptrecord: ")) << args;
+  }
+  const CliRun caps = Ptrecord(
+      dir.path(), "--sysfs-root " + kFixture + " --event 'intel_pt/psb_period=9/' -- /bin/true");
+  EXPECT_EQ(caps.code, 2);
+  EXPECT_THAT(caps.err, HasSubstr("invalid psb_period=9 for intel_pt; valid values are: 0, 1, 2, "
+                                  "3, 4, 5"));
+  const CliRun term =
+      Ptrecord(dir.path(), "--sysfs-root " + kFixture + " --event 'intel_pt/cycles/' -- /bin/true");
+  EXPECT_EQ(term.code, 2);
+  EXPECT_THAT(term.err, HasSubstr("valid terms: branch, cyc,"));
+}
+
+TEST(PtrecordCliTest, ProgramNotFoundExits127) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  ::ptkit::testing::TempDir dir;
+  const CliRun r = Ptrecord(dir.path(), "--sideband-only -- no-such-program-ptkit");
+  EXPECT_EQ(r.code, 127) << r.err;
+  EXPECT_EQ(r.err, "ptrecord: program not found: no-such-program-ptkit\n");
+  EXPECT_FALSE(std::filesystem::exists(dir.File("trace.pt")));
+}
+
+struct Recorded {
+  std::map<std::string, uint64_t> counters;
+  std::vector<std::string> mmaps;
+  std::vector<std::string> exec_comms;
+  int exits = 0;
+  bool metadata = false;
+  bool clean = false;
+};
+
+Recorded ReadRecording(const std::string& path) {
+  Recorded out;
+  absl::StatusOr<ContainerReader> reader = ContainerReader::Open(path);
+  EXPECT_TRUE(reader.ok()) << reader.status();
+  if (!reader.ok()) return out;
+  const perf::SampleIdLayout layout{
+      PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER, true};
+  RecordView rv;
+  while (*reader->Next(rv)) {
+    if (rv.type == RecordType::kMetadata) out.metadata = true;
+    if (rv.type == RecordType::kCounters) {
+      absl::StatusOr<std::vector<CounterValue>> values = ParseCounters(rv.payload);
+      EXPECT_TRUE(values.ok()) << values.status();
+      if (values.ok()) {
+        for (const CounterValue& v : *values) out.counters[v.name] = v.value;
+      }
+    }
+    if (rv.type != RecordType::kSideband) continue;
+    absl::StatusOr<SidebandRecord> sb = ParseSideband(rv.payload);
+    perf::RecordReader rr(sb->records);
+    while (true) {
+      absl::StatusOr<std::optional<perf::RecordView>> rec = rr.Next();
+      EXPECT_TRUE(rec.ok());
+      if (!rec.ok() || !*rec) break;
+      if ((*rec)->type == PERF_RECORD_MMAP2) {
+        out.mmaps.emplace_back(perf::ParseMmap2(**rec, layout)->filename);
+      } else if ((*rec)->type == PERF_RECORD_COMM) {
+        absl::StatusOr<perf::Comm> c = perf::ParseComm(**rec, layout);
+        if (c->exec) out.exec_comms.emplace_back(c->comm);
+      } else if ((*rec)->type == PERF_RECORD_EXIT) {
+        ++out.exits;
+      }
+    }
+  }
+  out.clean = reader->report().clean();
+  return out;
+}
+
+TEST(PtrecordCliTest, SidebandOnlyWorkloadWithCountersKeepsExitStatus) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  ::ptkit::testing::TempDir dir;
+  const CliRun r = Ptrecord(dir.path(),
+                         "--sideband-only -e task-clock,page-faults,context-switches,cycles "
+                         "-o side.pt -- /bin/sh -c 'exit 3'");
+  EXPECT_EQ(r.code, 3) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("warning: counter cycles is not supported on this machine"))
+      << "(only on machines without a hardware PMU)";
+  EXPECT_THAT(r.err, HasSubstr("ptrecord: wrote side.pt"));
+  Recorded rec = ReadRecording(dir.File("side.pt"));
+  EXPECT_TRUE(rec.clean);
+  EXPECT_TRUE(rec.metadata);
+  EXPECT_GT(rec.counters["task-clock"], 0u);
+  EXPECT_GT(rec.counters["page-faults"], 10u);
+  EXPECT_THAT(rec.exec_comms, ::testing::Contains("sh"));
+  EXPECT_THAT(rec.mmaps, ::testing::Contains(::testing::HasSubstr("libc.so")));
+  EXPECT_GE(rec.exits, 1);
+}
+
+TEST(PtrecordCliTest, AttachToRunningProcessWithP) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  ::ptkit::testing::TempDir dir;
+  // A process that waits, then execs: the exec happens while ptrecord is attached.
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    execl("/bin/sh", "sh", "-c", "sleep 0.5; exec /bin/true", nullptr);
+    _exit(127);
+  }
+  const CliRun r = Ptrecord(dir.path(), "--sideband-only -q -p " + std::to_string(child));
+  int st = 0;
+  waitpid(child, &st, 0);
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  const Recorded rec = ReadRecording(dir.File("trace.pt"));
+  EXPECT_TRUE(rec.clean);
+  EXPECT_THAT(rec.exec_comms, ::testing::Contains("true"));
+  EXPECT_THAT(rec.mmaps, ::testing::Contains(::testing::HasSubstr("bin/true")));
+}
+
+TEST(PtrecordCliTest, SystemWideStopsOnSigint) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  ::ptkit::testing::TempDir dir;
+  const pid_t rec = fork();
+  ASSERT_GE(rec, 0);
+  if (rec == 0) {
+    if (chdir(dir.path().c_str()) != 0) _exit(99);
+    execl(kPtrecord.c_str(), "ptrecord", "--sideband-only", "-q", "-a", "-C", "0", nullptr);
+    _exit(127);
+  }
+  usleep(300000);
+  // Something to see on any CPU.
+  ASSERT_EQ(std::system("/bin/true"), 0);
+  usleep(200000);
+  kill(rec, SIGINT);
+  int st = 0;
+  waitpid(rec, &st, 0);
+  ASSERT_TRUE(WIFEXITED(st));
+  EXPECT_EQ(WEXITSTATUS(st), 0);
+  const Recorded r = ReadRecording(dir.File("trace.pt"));
+  EXPECT_TRUE(r.clean);
+  EXPECT_TRUE(r.metadata);
+}
+
+}  // namespace
+}  // namespace ptkit
