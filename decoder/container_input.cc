@@ -6,6 +6,7 @@
 #include <memory>
 #include <vector>
 
+#include "decoder/bts.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/perf_records.h"
@@ -191,6 +192,9 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
   }
   Sideband timeline = sideband ? sideband->Build() : Sideband();
   TraceConfig config = options.config ? *options.config : TraceConfigFromMetadata(metadata);
+  // intel_bts recordings hold 24-byte branch records instead of PT packets.
+  const bool bts = metadata.contains("pmu") && metadata["pmu"].is_object() &&
+                   metadata["pmu"].value("name", std::string()) == "intel_bts";
 
   // Images per process, built when a stream first needs them.
   std::map<uint32_t, std::unique_ptr<ProgramImage>> images;
@@ -247,8 +251,12 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
         totals.lost_bytes += loss.bytes;
         sink.OnLoss(loss);
       }
-      PTKIT_RETURN_IF_ERROR(
-          DecodeInto(piece.bytes, config, *image, sink, totals, piece.aux_offset));
+      if (bts) {
+        PTKIT_RETURN_IF_ERROR(DecodeBtsInto(piece.bytes, *image, sink, totals, piece.aux_offset));
+      } else {
+        PTKIT_RETURN_IF_ERROR(
+            DecodeInto(piece.bytes, config, *image, sink, totals, piece.aux_offset));
+      }
     }
     for (const LossInfo& loss : stream.pending_losses) {  // at the end of the stream
       ++totals.losses;

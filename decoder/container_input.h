@@ -11,7 +11,7 @@
 // A file that cannot be loaded becomes a gap naming it.
 //
 // Not yet: switching images inside a per-CPU stream when another process is scheduled,
-// snapshots, BTS streams, timing filters.
+// snapshots, timing filters.
 #ifndef PTKIT_DECODER_CONTAINER_INPUT_H_
 #define PTKIT_DECODER_CONTAINER_INPUT_H_
 

@@ -32,6 +32,7 @@ class MappedFile {
 
 struct RawInputSpec {
   std::string pt_path;
+  bool bts = false;  // pt_path holds intel_bts records (24 bytes each), not Intel PT
   std::vector<ElfSpec> elfs;
   std::vector<RawSpec> raws;
   std::vector<PageDumpSpec> page_dumps;
@@ -44,9 +45,11 @@ struct RawInput {
   TraceConfig config;
 };
 
-// Maps the trace, loads the images and checks that the trace has a PSB to start from.
+// Maps the trace, loads the images and checks that the trace has a PSB to start from (BTS:
+// that its size is a multiple of 24 bytes).
 // Errors: those of MappedFile::Open and the ProgramImage::Add* functions; kInvalidArgument
-// "<path>: no PSB packet: not an Intel PT stream" for a non-empty file without one.
+// "<path>: no PSB packet: not an Intel PT stream" for a non-empty file without one, and
+// "<path>: N bytes: not a multiple of the 24-byte BTS record" for BTS.
 absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec);
 
 }  // namespace ptkit::decoder

@@ -8,6 +8,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "decoder/bts.h"
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
 #include "decoder/raw_input.h"
@@ -43,6 +44,7 @@ int RunInfo(const std::string& path, bool json) {
 struct DecodeFlags {
   std::string container;  // positional trace.pt (not decoded yet)
   std::string pt;
+  std::string bts;
   std::vector<std::string> elfs, raws, pages;
   std::string sysroot;
   std::string cpu;
@@ -56,6 +58,7 @@ void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
   cmd->add_option("FILE", f.container, "trace.pt recording (or use --pt for a raw trace)");
   cmd->add_option("--sysroot", f.sysroot, "Look for the recording's mapped files under DIR");
   cmd->add_option("--pt", f.pt, "Raw Intel PT trace file (ptxed/perf AUX bytes)");
+  cmd->add_option("--bts", f.bts, "Raw intel_bts AUX data (24-byte branch records)");
   cmd->add_option("--elf", f.elfs,
                   "ELF image FILE[:BASE] (BASE: load address of the lowest "
                   "executable segment)")
@@ -75,18 +78,16 @@ void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
 
 // Builds the raw-mode input spec; on a usage error prints it and returns false.
 bool MakeSpec(const DecodeFlags& f, dec::RawInputSpec& spec, int& exit_code) {
-  if (!f.container.empty()) {
-    exit_code =
-        Fail(absl::UnimplementedError(f.container +
-                                      ": decoding trace.pt containers is not implemented yet; "
-                                      "use raw mode (--pt FILE with --elf/--raw/--pages)"));
+  if (!f.pt.empty() && !f.bts.empty()) {
+    exit_code = UsageError("give either --pt or --bts, not both");
     return false;
   }
-  if (f.pt.empty()) {
-    exit_code = UsageError("no input: give --pt FILE");
+  if (f.pt.empty() && f.bts.empty()) {
+    exit_code = UsageError("no input: give a trace.pt FILE, --pt FILE or --bts FILE");
     return false;
   }
-  spec.pt_path = f.pt;
+  spec.pt_path = f.pt.empty() ? f.bts : f.pt;
+  spec.bts = !f.bts.empty();
   for (const std::string& s : f.elfs) {
     auto elf = dec::ParseElfSpec(s);
     if (!elf.ok()) return exit_code = UsageError(std::string(elf.status().message())), false;
@@ -146,7 +147,9 @@ int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
 
 int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
   if (!f.container.empty()) {
-    if (!f.pt.empty()) return UsageError("give either a trace.pt FILE or --pt FILE, not both");
+    if (!f.pt.empty() || !f.bts.empty()) {
+      return UsageError("give either a trace.pt FILE or --pt/--bts FILE, not both");
+    }
     return RunContainer(f, make_sink);
   }
   dec::RawInputSpec spec;
@@ -157,9 +160,11 @@ int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
   dec::OutputOptions options;
   options.json = f.json;
   options.disasm = f.disasm;
-  options.trace_name = f.pt;
+  options.trace_name = spec.pt_path;
   std::unique_ptr<dec::Sink> sink = make_sink(*input->image, stdout, options);
-  auto totals = dec::DecodeTrace(input->trace.bytes(), input->config, *input->image, *sink);
+  auto totals = spec.bts
+                    ? dec::DecodeBts(input->trace.bytes(), *input->image, *sink)
+                    : dec::DecodeTrace(input->trace.bytes(), input->config, *input->image, *sink);
   if (!totals.ok()) return Fail(totals.status());
   return 0;
 }
@@ -169,6 +174,7 @@ int RunPackets(const DecodeFlags& f) {
     return Fail(absl::UnimplementedError(
         f.container + ": packets of trace.pt streams are not supported yet; use --pt"));
   }
+  if (!f.bts.empty()) return UsageError("packets decodes Intel PT (--pt), not BTS");
   dec::RawInputSpec spec;
   int exit_code = 0;
   if (!MakeSpec(f, spec, exit_code)) return exit_code;

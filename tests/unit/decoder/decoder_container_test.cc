@@ -226,6 +226,50 @@ TEST_F(ContainerTest, SysrootPrefixesMappedPaths) {
   EXPECT_EQ(rec.missing[0], "/no/such/root" + kTiny);
 }
 
+TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
+  // The same sideband, an intel_bts recording of one thread.
+  PtSynth walk(*code_);
+  auto ips = walk.AddSegment({.entry = work_, .seed = 21, .max_insns = 3000});
+  ASSERT_THAT(ips, IsOk());
+  std::vector<size_t> branches;
+  std::vector<uint8_t> bts = testing::BtsFromWalk(*code_, *ips, &branches);
+  ASSERT_GE(branches.size(), 5u);
+  const std::string path = ::testing::TempDir() + "/decoder_container_bts.pt";
+  WriterOptions options;
+  options.overwrite = true;
+  auto writer = ContainerWriter::Create(path, options);
+  ASSERT_THAT(writer, IsOk());
+  nlohmann::json metadata = {{"pmu", {{"name", "intel_bts"}, {"type", 9}}},
+                             {"attrs",
+                              {{{"name", "intel_bts"},
+                                {"type", 9},
+                                {"sample_type", kLayout.sample_type},
+                                {"sample_id_all", true}}}}};
+  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
+  const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
+  perf::Mmap2 m;
+  m.pid = m.tid = 300;
+  m.addr = text;
+  m.len = 0x1000;
+  m.pgoff = code_->FileOffset(text);
+  m.prot = 5;
+  m.filename = kTiny;
+  m.sample_id = Id(300, 300, 6, 0);
+  std::vector<uint8_t> sb = perf::EncodeMmap2(m, kLayout);
+  ASSERT_THAT((*writer)->AppendSideband({-1, sb}), IsOk());
+  ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 10, bts}), IsOk());
+  ASSERT_THAT((*writer)->Close(), IsOk());
+
+  Recorder rec;
+  auto totals = DecodeContainer(path, {}, rec);
+  std::remove(path.c_str());
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(rec.errors, SizeIs(0));
+  ASSERT_THAT(rec.runs, SizeIs(2));
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(ips->begin() + branches.front(),
+                                            ips->begin() + branches.back() + 1));
+}
+
 TEST(ContainerInput, MetadataGivesTheDecoderConfiguration) {
   nlohmann::json metadata = {
       {"cpu",

@@ -230,4 +230,26 @@ absl::StatusOr<std::vector<uint64_t>> PtSynth::AddSegment(const WalkOptions& opt
   }
 }
 
+std::vector<uint8_t> BtsFromWalk(const ElfCode& code, const std::vector<uint64_t>& ips,
+                                 std::vector<size_t>* branches) {
+  ZydisDecoder decoder;
+  ZydisDecoderInit(&decoder, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i + 1 < ips.size(); ++i) {
+    uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
+    size_t n = code.Read(ips[i], bytes, sizeof(bytes));
+    ZydisDecodedInstruction insn;
+    if (n == 0 ||
+        !ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&decoder, nullptr, bytes, n, &insn))) {
+      std::abort();  // the walk decoded it before
+    }
+    if (ips[i + 1] == ips[i] + insn.length) continue;
+    uint64_t record[3] = {ips[i], ips[i + 1], 0};
+    const uint8_t* p = reinterpret_cast<const uint8_t*>(record);
+    out.insert(out.end(), p, p + sizeof(record));
+    if (branches != nullptr) branches->push_back(i);
+  }
+  return out;
+}
+
 }  // namespace ptkit::decoder::testing

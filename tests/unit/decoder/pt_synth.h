@@ -87,6 +87,12 @@ class PtSynth {
   uint8_t tnt_count_ = 0;
 };
 
+// The intel_bts records (24 bytes: from, to, flags 0) of a walk: one per taken branch, i.e.
+// wherever the next instruction is not the one that follows in memory. `branches` gets the
+// index in `ips` of each record's `from`.
+std::vector<uint8_t> BtsFromWalk(const ElfCode& code, const std::vector<uint64_t>& ips,
+                                 std::vector<size_t>* branches);
+
 }  // namespace ptkit::decoder::testing
 
 #endif  // PTKIT_TESTS_UNIT_DECODER_PT_SYNTH_H_

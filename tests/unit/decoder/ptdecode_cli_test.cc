@@ -113,6 +113,29 @@ TEST_F(PtdecodeCliTest, EveryFormRuns) {
   }
 }
 
+TEST_F(PtdecodeCliTest, BtsRecordsDecodeLikeTheWalk) {
+  auto code = ElfCode::Load(kTiny);
+  ASSERT_THAT(code, IsOk());
+  PtSynth synth(*code);
+  auto ips =
+      synth.AddSegment({.entry = code->Symbol("work").address, .seed = 21, .max_insns = 4000});
+  ASSERT_THAT(ips, IsOk());
+  std::vector<size_t> branches;
+  std::vector<uint8_t> bts = ptkit::decoder::testing::BtsFromWalk(*code, *ips, &branches);
+  ASSERT_GE(branches.size(), 2u);
+  const std::string path = ::testing::TempDir() + "/cli_tiny.bts";
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bts.data()), static_cast<std::streamsize>(bts.size()));
+  Result r = RunPtdecode("insn --bts " + path + " --elf " + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(CountLines(r.out), static_cast<int>(branches.back() - branches.front() + 1));
+  Result bad = RunPtdecode("insn --bts " + trace_ + " --elf " + kTiny);  // not 24-byte records
+  if ((std::ifstream(trace_, std::ios::ate).tellg() % 24) != 0) {
+    EXPECT_EQ(bad.exit_code, 1);
+    EXPECT_THAT(bad.err, HasSubstr("24-byte BTS record"));
+  }
+}
+
 TEST_F(PtdecodeCliTest, UsageErrorsExitTwoWithOneLine) {
   for (const std::string& args : {std::string("stats --pt ") + trace_ + " --raw nonsense",
                                   std::string("stats"), std::string("frobnicate"), std::string(""),

@@ -1,0 +1,160 @@
+#include "decoder/bts.h"
+
+#include <Zydis/Zydis.h>
+
+#include <cstring>
+
+#include "ptkit/status.h"
+
+namespace ptkit::decoder {
+namespace {
+
+constexpr uint64_t kMaxWalk = 1 << 20;
+
+pt_insn_class ClassOf(const ZydisDecodedInstruction& insn) {
+  switch (insn.meta.category) {
+    case ZYDIS_CATEGORY_COND_BR:
+      return ptic_cond_jump;
+    case ZYDIS_CATEGORY_UNCOND_BR:
+      return ptic_jump;
+    case ZYDIS_CATEGORY_CALL:
+      return ptic_call;
+    case ZYDIS_CATEGORY_RET:
+      return ptic_return;
+    case ZYDIS_CATEGORY_SYSCALL:
+    case ZYDIS_CATEGORY_INTERRUPT:
+      return ptic_far_call;
+    case ZYDIS_CATEGORY_SYSRET:
+      return ptic_far_return;
+    default:
+      return ptic_other;
+  }
+}
+
+class BtsWalker {
+ public:
+  BtsWalker(const ProgramImage& image, Sink& sink, DecodeTotals& totals, uint64_t offset_base)
+      : image_(image),
+        sink_(sink),
+        totals_(totals),
+        offset_base_(offset_base),
+        blocks_(sink.kind() == DecoderKind::kBlock) {
+    ZydisDecoderInit(&decoder_, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+  }
+
+  void Record(uint64_t offset, uint64_t from, uint64_t to) {
+    if (!have_ip_) {
+      // The first branch: its own instruction is the first we know ran.
+      ip_ = from;
+    }
+    // Walk ip_ .. from, one block.
+    pt_block block = {};
+    block.ip = ip_;
+    block.mode = ptem_64bit;
+    block.iclass = ptic_other;
+    for (uint64_t n = 0;; ++n) {
+      pt_insn insn = {};
+      ZydisDecodedInstruction z;
+      size_t got = image_.Read(ip_, insn.raw, sizeof(insn.raw));
+      if (got == 0 ||
+          !ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&decoder_, nullptr, insn.raw, got, &z))) {
+        Flush(block);
+        Error(got == 0 ? pte_nomap : pte_bad_insn, offset, ip_);
+        break;
+      }
+      insn.ip = ip_;
+      insn.size = z.length;
+      insn.mode = ptem_64bit;
+      insn.iclass = ClassOf(z);
+      Emit(block, insn);
+      if (ip_ == from) {
+        block.iclass = insn.iclass;
+        Flush(block);
+        break;
+      }
+      // A branch that must have been taken unconditionally (jmp, call, ret) but has no
+      // record here means the records do not describe this code.
+      if (insn.iclass == ptic_jump || insn.iclass == ptic_call || insn.iclass == ptic_return ||
+          n >= kMaxWalk) {
+        Flush(block);
+        Error(pte_nosync, offset, ip_);
+        break;
+      }
+      ip_ += z.length;
+    }
+    ip_ = to;
+    have_ip_ = true;
+  }
+
+ private:
+  void Emit(pt_block& block, const pt_insn& insn) {
+    ++totals_.instructions;
+    if (!blocks_) {
+      sink_.OnInsn(insn);
+      return;
+    }
+    if (block.ninsn == UINT16_MAX) {
+      Flush(block);
+      block.ip = insn.ip;
+    }
+    if (block.ninsn == 0) block.ip = insn.ip;
+    ++block.ninsn;
+    block.end_ip = insn.ip;
+    block.iclass = insn.iclass;
+  }
+  void Flush(pt_block& block) {
+    if (blocks_ && block.ninsn != 0) {
+      ++totals_.blocks;
+      sink_.OnBlock(block);
+    }
+    block.ninsn = 0;
+  }
+  void Error(int code, uint64_t offset, uint64_t ip) {
+    DecodeError e;
+    e.code = code;
+    e.offset = offset_base_ + offset;
+    e.ip = ip;
+    if (code == pte_nomap) {
+      e.gap = image_.HoleAround(ip);
+      e.missing_file = image_.MissingAt(ip);
+      ++totals_.gaps;
+    }
+    ++totals_.errors;
+    ++totals_.errors_by_code[code];
+    sink_.OnError(e);
+  }
+
+  const ProgramImage& image_;
+  Sink& sink_;
+  DecodeTotals& totals_;
+  uint64_t offset_base_;
+  bool blocks_;
+  ZydisDecoder decoder_;
+  uint64_t ip_ = 0;
+  bool have_ip_ = false;
+};
+
+}  // namespace
+
+absl::Status DecodeBtsInto(std::span<const uint8_t> records, const ProgramImage& image, Sink& sink,
+                           DecodeTotals& totals, uint64_t offset_base) {
+  totals.trace_bytes += records.size();
+  BtsWalker walker(image, sink, totals, offset_base);
+  for (size_t off = 0; off + kBtsRecordSize <= records.size(); off += kBtsRecordSize) {
+    uint64_t from, to;
+    std::memcpy(&from, records.data() + off, 8);  // little-endian host (x86-64)
+    std::memcpy(&to, records.data() + off + 8, 8);
+    walker.Record(off, from, to);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DecodeTotals> DecodeBts(std::span<const uint8_t> records, const ProgramImage& image,
+                                       Sink& sink) {
+  DecodeTotals totals;
+  PTKIT_RETURN_IF_ERROR(DecodeBtsInto(records, image, sink, totals));
+  PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
+  return totals;
+}
+
+}  // namespace ptkit::decoder

@@ -1,0 +1,135 @@
+// BTS: a known branch list (derived from a walk over tests/data/decoder/tiny.c) decodes to
+// exactly the walk's instruction flow, through every kind of sink.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "decoder/bts.h"
+#include "decoder/sinks.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "pt_synth.h"
+#include "status_matchers.h"
+
+namespace ptkit::decoder {
+namespace {
+
+using ::ptkit::decoder::testing::BtsFromWalk;
+using ::ptkit::decoder::testing::ElfCode;
+using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::testing::IsOk;
+using ::testing::ElementsAreArray;
+using ::testing::SizeIs;
+
+const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
+
+class Recorder : public Sink {
+ public:
+  DecoderKind kind() const override { return DecoderKind::kInsn; }
+  void OnInsn(const pt_insn& insn) override { runs.back().push_back(insn.ip); }
+  void OnError(const DecodeError& e) override {
+    errors.push_back(e);
+    runs.emplace_back();
+  }
+  std::vector<std::vector<uint64_t>> runs{1};
+  std::vector<DecodeError> errors;
+};
+
+class BtsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto code = ElfCode::Load(kTiny);
+    ASSERT_THAT(code, IsOk());
+    code_ = std::make_unique<ElfCode>(std::move(*code));
+    auto image = ProgramImage::Create();
+    ASSERT_THAT(image, IsOk());
+    image_ = std::move(*image);
+    ASSERT_THAT(image_->AddElf({kTiny, 0}), IsOk());
+  }
+  std::vector<uint64_t> Walk(uint32_t seed, uint64_t n) {
+    PtSynth synth(*code_);
+    auto ips =
+        synth.AddSegment({.entry = code_->Symbol("work").address, .seed = seed, .max_insns = n});
+    EXPECT_THAT(ips, IsOk());
+    return *ips;
+  }
+  std::unique_ptr<ElfCode> code_;
+  std::unique_ptr<ProgramImage> image_;
+};
+
+TEST_F(BtsTest, BranchListDecodesToTheWalk) {
+  int tested = 0;
+  for (uint32_t seed = 1; seed <= 40; ++seed) {
+    std::vector<uint64_t> ips = Walk(seed, 3000);
+    std::vector<size_t> branches;
+    std::vector<uint8_t> bts = BtsFromWalk(*code_, ips, &branches);
+    if (branches.size() < 10) continue;  // a walk that left work() at once
+    ++tested;
+    // From the first recorded branch to the last one's source.
+    std::vector<uint64_t> expected(ips.begin() + branches.front(),
+                                   ips.begin() + branches.back() + 1);
+    Recorder rec;
+    auto totals = DecodeBts(bts, *image_, rec);
+    ASSERT_THAT(totals, IsOk());
+    EXPECT_THAT(rec.errors, SizeIs(0)) << "seed " << seed;
+    EXPECT_THAT(rec.runs[0], ElementsAreArray(expected)) << "seed " << seed;
+
+    CountSink blocks(DecoderKind::kBlock);
+    ASSERT_THAT(DecodeBts(bts, *image_, blocks), IsOk());
+    EXPECT_EQ(blocks.instructions(), expected.size());
+    EXPECT_EQ(blocks.blocks(), branches.size());  // one block per record
+  }
+  EXPECT_GE(tested, 10);
+}
+
+TEST_F(BtsTest, StatsCountCallsFromBranchRecords) {
+  std::vector<uint64_t> ips = Walk(4, 5000);
+  std::vector<size_t> branches;
+  std::vector<uint8_t> bts = BtsFromWalk(*code_, ips, &branches);
+  std::FILE* out = std::tmpfile();
+  OutputOptions options;
+  options.json = true;
+  auto sink = MakeStatsSink(*image_, out, options);
+  ASSERT_THAT(DecodeBts(bts, *image_, *sink), IsOk());
+  std::rewind(out);
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, n);
+  std::fclose(out);
+  auto doc = nlohmann::json::parse(text);
+  const uint64_t leaf = code_->Symbol("leaf").address;
+  uint64_t leaf_entries = 0;
+  for (size_t i = branches.front() + 1; i <= branches.back(); ++i) leaf_entries += ips[i] == leaf;
+  for (const auto& fn : doc["functions"]) {
+    if (fn["function"] == "leaf") {
+      EXPECT_EQ(fn["calls"].get<uint64_t>(), leaf_entries);
+    }
+  }
+  EXPECT_EQ(doc["totals"]["instructions"].get<uint64_t>(), branches.back() - branches.front() + 1);
+}
+
+TEST_F(BtsTest, ARecordThatDoesNotMatchTheCodeIsAnErrorAndDecodingGoesOn) {
+  std::vector<uint64_t> ips = Walk(6, 3000);
+  std::vector<size_t> branches;
+  std::vector<uint8_t> bts = BtsFromWalk(*code_, ips, &branches);
+  ASSERT_GE(branches.size(), 10u);
+  // Record 5's source becomes an address the straight-line walk cannot reach.
+  const size_t bad = 5;
+  uint64_t bogus = code_->Symbol("_start").address + code_->Symbol("_start").size - 1;
+  std::memcpy(bts.data() + bad * 24, &bogus, 8);
+  Recorder rec;
+  auto totals = DecodeBts(bts, *image_, rec);
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_THAT(rec.errors, SizeIs(1));
+  EXPECT_EQ(rec.errors[0].code, pte_nosync);
+  EXPECT_EQ(rec.errors[0].offset, bad * 24);
+  ASSERT_THAT(rec.runs, SizeIs(2));
+  // After the bad record the walk restarts at its target and is exact again.
+  std::vector<uint64_t> after(ips.begin() + branches[bad] + 1, ips.begin() + branches.back() + 1);
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(after));
+}
+
+}  // namespace
+}  // namespace ptkit::decoder
