@@ -105,6 +105,7 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
     if (!next->has_value()) break;
     const perf::RecordView& rec = **next;
     ++stats.sideband_records;
+    if (options_.on_record) options_.on_record(rec, layout);
     if (rec.type == PERF_RECORD_AUX) {
       absl::StatusOr<perf::Aux> aux = perf::ParseAux(rec, layout);
       if (!aux.ok()) continue;

@@ -16,6 +16,7 @@
 #define PTKIT_RECORD_DRAIN_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <vector>
@@ -47,6 +48,8 @@ struct DrainOptions {
   bool reenable_after_truncation = true;
   // Largest AUX record payload; longer ranges are split (ContainerWriter caps payloads).
   uint64_t max_aux_chunk = uint64_t{16} << 20;
+  // Called for every sideband record drained (e.g. CodeCapture::OnRecord). May be empty.
+  std::function<void(const perf::RecordView&, const perf::SampleIdLayout&)> on_record;
 };
 
 class Drainer {

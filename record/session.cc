@@ -12,6 +12,7 @@
 #include "absl/strings/cord.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/status.h"
+#include "record/code_capture.h"
 #include "record/counters.h"
 #include "record/drain_loop.h"
 #include "record/event_spec.h"
@@ -340,7 +341,12 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     for (CounterSet& c : counter_sets) PTKIT_RETURN_IF_ERROR(c.EnableAll());
   }
 
-  Drainer drainer(writer.get());
+  CodeCapture code;
+  DrainOptions dopt;
+  dopt.on_record = [&code](const perf::RecordView& r, const perf::SampleIdLayout& l) {
+    code.OnRecord(r, l);
+  };
+  Drainer drainer(writer.get(), dopt);
   struct FdCloser {
     int fd = -1;
     void reset(int f) { fd = f; }
@@ -380,6 +386,10 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     values.insert(values.end(), v.begin(), v.end());
   }
   if (!values.empty()) PTKIT_RETURN_IF_ERROR(writer->AppendCounters(values));
+  // Build-ids of every mapped file and the vdso bytes: decoding needs nothing else from
+  // this machine but the files themselves (matched by build-id).
+  PTKIT_ASSIGN_OR_RETURN(std::vector<std::string> code_warnings, code.Write(*writer));
+  for (std::string& w : code_warnings) result.warnings.push_back(std::move(w));
   if (workload && !result.workload_exit_code) {
     // Stopped by a signal while the workload runs: end it as perf does, then reap it.
     if (loop->stopped_by_signal) kill(workload->pid(), SIGTERM);

@@ -106,6 +106,7 @@ struct Recorded {
   std::vector<std::string> mmaps;
   std::vector<std::string> exec_comms;
   int exits = 0;
+  int code_identities = 0, vdso_records = 0;
   bool metadata = false;
   bool clean = false;
 };
@@ -120,6 +121,11 @@ Recorded ReadRecording(const std::string& path) {
   RecordView rv;
   while (*reader->Next(rv)) {
     if (rv.type == RecordType::kMetadata) out.metadata = true;
+    if (rv.type == RecordType::kCode) {
+      absl::StatusOr<CodeRecord> c = ParseCode(rv.payload);
+      EXPECT_TRUE(c.ok()) << c.status();
+      if (c.ok()) (c->flags & kCodeVdso ? out.vdso_records : out.code_identities) += 1;
+    }
     if (rv.type == RecordType::kCounters) {
       absl::StatusOr<std::vector<CounterValue>> values = ParseCounters(rv.payload);
       EXPECT_TRUE(values.ok()) << values.status();
@@ -152,8 +158,8 @@ TEST(PtrecordCliTest, SidebandOnlyWorkloadWithCountersKeepsExitStatus) {
   if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
   ::ptkit::testing::TempDir dir;
   const CliRun r = Ptrecord(dir.path(),
-                         "--sideband-only -e task-clock,page-faults,context-switches,cycles "
-                         "-o side.pt -- /bin/sh -c 'exit 3'");
+                            "--sideband-only -e task-clock,page-faults,context-switches,cycles "
+                            "-o side.pt -- /bin/sh -c 'exit 3'");
   EXPECT_EQ(r.code, 3) << r.err;
   EXPECT_THAT(r.err, HasSubstr("warning: counter cycles is not supported on this machine"))
       << "(only on machines without a hardware PMU)";
@@ -166,6 +172,8 @@ TEST(PtrecordCliTest, SidebandOnlyWorkloadWithCountersKeepsExitStatus) {
   EXPECT_THAT(rec.exec_comms, ::testing::Contains("sh"));
   EXPECT_THAT(rec.mmaps, ::testing::Contains(::testing::HasSubstr("libc.so")));
   EXPECT_GE(rec.exits, 1);
+  EXPECT_GE(rec.code_identities, 3);  // sh, ld-linux, libc
+  EXPECT_GE(rec.vdso_records, 1);
 }
 
 TEST(PtrecordCliTest, AttachToRunningProcessWithP) {

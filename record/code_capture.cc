@@ -1,0 +1,141 @@
+#include "record/code_capture.h"
+
+#include <elf.h>
+#include <fcntl.h>
+#include <gelf.h>
+#include <libelf.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "ptkit/status.h"
+#include "record/text_util.h"
+
+namespace ptkit::record {
+namespace {
+
+struct ElfCloser {
+  void operator()(Elf* e) const { elf_end(e); }
+};
+
+// Searches one note buffer for NT_GNU_BUILD_ID owned by "GNU".
+bool FindBuildId(Elf_Data* data, std::vector<uint8_t>* out) {
+  GElf_Nhdr nhdr;
+  size_t name_off = 0, desc_off = 0;
+  size_t off = 0;
+  while (data != nullptr && (off = gelf_getnote(data, off, &nhdr, &name_off, &desc_off)) > 0) {
+    const char* base = static_cast<const char*>(data->d_buf);
+    if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
+        std::memcmp(base + name_off, "GNU", 4) == 0) {
+      out->assign(base + desc_off, base + desc_off + nhdr.n_descsz);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
+  static const bool init = elf_version(EV_CURRENT) != EV_NONE;
+  if (!init) return absl::InternalError("libelf: elf_version failed");
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(Cat("open ", path));
+  std::unique_ptr<Elf, ElfCloser> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
+  std::vector<uint8_t> id;
+  absl::Status result = absl::NotFoundError(Cat(path, " has no GNU build-id note"));
+  if (elf == nullptr || elf_kind(elf.get()) != ELF_K_ELF) {
+    result = absl::InvalidArgumentError(Cat(path, " is not an ELF file"));
+  } else {
+    size_t phnum = 0;
+    if (elf_getphdrnum(elf.get(), &phnum) == 0) {
+      for (size_t i = 0; i < phnum && id.empty(); ++i) {
+        GElf_Phdr ph;
+        if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) == nullptr) continue;
+        if (ph.p_type != PT_NOTE) continue;
+        FindBuildId(elf_getdata_rawchunk(elf.get(), static_cast<int64_t>(ph.p_offset), ph.p_filesz,
+                                         ELF_T_NHDR),
+                    &id);
+      }
+    }
+    for (Elf_Scn* scn = nullptr; id.empty() && (scn = elf_nextscn(elf.get(), scn)) != nullptr;) {
+      GElf_Shdr sh;
+      if (gelf_getshdr(scn, &sh) != nullptr && sh.sh_type == SHT_NOTE) {
+        FindBuildId(elf_getdata(scn, nullptr), &id);
+      }
+    }
+  }
+  elf.reset();
+  close(fd);
+  if (!id.empty()) return id;
+  return result;
+}
+
+absl::StatusOr<std::vector<uint8_t>> ReadOwnVdso() {
+  const uintptr_t ehdr = getauxval(AT_SYSINFO_EHDR);
+  if (ehdr == 0) return absl::NotFoundError("this process has no vdso (AT_SYSINFO_EHDR)");
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    if (line.find("[vdso]") == std::string::npos) continue;
+    unsigned long long lo = 0, hi = 0;
+    const size_t dash = line.find('-');
+    const size_t space = line.find(' ');
+    if (dash == std::string::npos || space == std::string::npos ||
+        !ParseUnsigned(std::string_view(line).substr(0, dash), &lo, 16) ||
+        !ParseUnsigned(std::string_view(line).substr(dash + 1, space - dash - 1), &hi, 16) ||
+        lo != ehdr || hi <= lo) {
+      break;
+    }
+    const auto* p = reinterpret_cast<const uint8_t*>(ehdr);
+    return std::vector<uint8_t>(p, p + (hi - lo));
+  }
+  return absl::NotFoundError("no [vdso] line in /proc/self/maps at AT_SYSINFO_EHDR");
+}
+
+void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdLayout& layout) {
+  if (record.type != PERF_RECORD_MMAP2) return;
+  absl::StatusOr<perf::Mmap2> m = perf::ParseMmap2(record, layout);
+  if (!m.ok() || !(m->prot & PROT_EXEC)) return;
+  if (m->filename == "[vdso]") {
+    vdso_.emplace(m->pid, m->addr);
+    return;
+  }
+  if (m->filename.empty() || m->filename.front() != '/') return;  // anon, [stack], ...
+  files_.emplace(std::string(m->filename), FileMap{m->pid, m->addr, m->pgoff});
+}
+
+absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& writer) const {
+  std::vector<std::string> warnings;
+  for (const auto& [path, map] : files_) {
+    absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(path);
+    if (!id.ok())
+      warnings.push_back(Cat("no build-id stored for ", path, ": ", id.status().message()));
+    const std::vector<uint8_t> empty;
+    PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{.pid = map.pid,
+                                                       .flags = kCodeIdentity,
+                                                       .address = map.address,
+                                                       .pgoff = map.pgoff,
+                                                       .path = path,
+                                                       .build_id = id.ok() ? *id : empty}));
+  }
+  if (!vdso_.empty()) {
+    absl::StatusOr<std::vector<uint8_t>> vdso = ReadOwnVdso();
+    if (!vdso.ok()) {
+      warnings.push_back(Cat("vdso not stored: ", vdso.status().message()));
+    } else {
+      for (const auto& [pid, addr] : vdso_) {
+        PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{
+            .pid = pid, .flags = kCodeVdso, .address = addr, .path = "[vdso]", .bytes = *vdso}));
+      }
+    }
+  }
+  return warnings;
+}
+
+}  // namespace ptkit::record

@@ -1,0 +1,54 @@
+// What a decoder needs from this machine besides the trace: the identity (path + GNU
+// build-id) of every file the workload mapped, and the bytes of the vdso (which exists in no
+// file). Collected from the MMAP2 sideband while draining, written as code records at the
+// end of the run.
+#ifndef PTKIT_RECORD_CODE_CAPTURE_H_
+#define PTKIT_RECORD_CODE_CAPTURE_H_
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "ptkit/container_writer.h"
+#include "ptkit/perf_records.h"
+
+namespace ptkit::record {
+
+// The GNU build-id of an ELF file (NT_GNU_BUILD_ID note, found through PT_NOTE segments or
+// SHT_NOTE sections). Errors: the errno of open, kInvalidArgument "not an ELF file",
+// kNotFound when the file has no build-id note.
+absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path);
+
+// The vdso of this process (the kernel maps the same image into every process): the bytes of
+// the [vdso] mapping found through getauxval(AT_SYSINFO_EHDR) and /proc/self/maps.
+// Errors: kNotFound when there is no vdso.
+absl::StatusOr<std::vector<uint8_t>> ReadOwnVdso();
+
+class CodeCapture {
+ public:
+  // Feed every sideband record; keeps MMAP2 records of executable mappings.
+  void OnRecord(const perf::RecordView& record, const perf::SampleIdLayout& layout);
+
+  // One kCodeIdentity record per distinct mapped file (path + build-id, empty when it has
+  // none or is unreadable: a warning is returned for each such file) and one kCodeVdso
+  // record per process that mapped a [vdso], with this machine's vdso bytes at that
+  // process's address. Returns the warnings; errors are the writer's.
+  absl::StatusOr<std::vector<std::string>> Write(ContainerWriter& writer) const;
+
+  size_t files() const { return files_.size(); }
+
+ private:
+  struct FileMap {
+    uint32_t pid = 0;
+    uint64_t address = 0;
+    uint64_t pgoff = 0;
+  };
+  std::map<std::string, FileMap> files_;  // path -> first executable mapping
+  std::map<uint32_t, uint64_t> vdso_;     // pid -> [vdso] address
+};
+
+}  // namespace ptkit::record
+
+#endif  // PTKIT_RECORD_CODE_CAPTURE_H_

@@ -1,0 +1,125 @@
+#include "record/code_capture.h"
+
+#include <elf.h>
+#include <link.h>
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "ptkit/container_reader.h"
+#include "ptkit/status.h"
+#include "status_matchers.h"
+#include "temp_dir.h"
+
+namespace ptkit::record {
+namespace {
+
+using ::ptkit::testing::IsOk;
+using ::ptkit::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// This executable's build-id as the dynamic loader sees it in memory: an independent way to
+// the same bytes ReadBuildId() finds in the file.
+std::vector<uint8_t> OwnBuildIdFromMemory() {
+  std::vector<uint8_t> out;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        if (info->dlpi_name != nullptr && info->dlpi_name[0] != '\0') return 0;  // main only
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+          if (ph.p_type != PT_NOTE) continue;
+          const auto* p = reinterpret_cast<const uint8_t*>(info->dlpi_addr + ph.p_vaddr);
+          const uint8_t* end = p + ph.p_memsz;
+          while (p + sizeof(ElfW(Nhdr)) <= end) {
+            const auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
+            const uint8_t* name = p + sizeof(*n);
+            const uint8_t* desc = name + ((n->n_namesz + 3) & ~3u);
+            if (n->n_type == NT_GNU_BUILD_ID && std::memcmp(name, "GNU", 4) == 0) {
+              static_cast<std::vector<uint8_t>*>(data)->assign(desc, desc + n->n_descsz);
+              return 1;
+            }
+            p = desc + ((n->n_descsz + 3) & ~3u);
+          }
+        }
+        return 1;
+      },
+      &out);
+  return out;
+}
+
+TEST(ReadBuildIdTest, MatchesTheLoadedImage) {
+  const std::vector<uint8_t> want = OwnBuildIdFromMemory();
+  if (want.empty()) GTEST_SKIP() << "this test binary was linked without --build-id";
+  PTKIT_ASSERT_OK_AND_ASSIGN(std::vector<uint8_t> got, ReadBuildId("/proc/self/exe"));
+  EXPECT_EQ(got, want);
+}
+
+TEST(ReadBuildIdTest, Errors) {
+  EXPECT_THAT(ReadBuildId("/nonexistent/file"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("open /nonexistent/file")));
+  const std::string text = std::string(PTKIT_SOURCE_DIR) + "/tests/data/sysfs/intel_pt/type";
+  EXPECT_THAT(ReadBuildId(text),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an ELF file")));
+}
+
+TEST(ReadOwnVdsoTest, IsAnElfImage) {
+  absl::StatusOr<std::vector<uint8_t>> v = ReadOwnVdso();
+  if (v.status().code() == absl::StatusCode::kNotFound) GTEST_SKIP() << v.status();
+  ASSERT_THAT(v, IsOk());
+  ASSERT_GE(v->size(), 4096u);
+  EXPECT_EQ(v->size() % 4096, 0u);
+  EXPECT_EQ(std::memcmp(v->data(), ELFMAG, SELFMAG), 0);
+}
+
+TEST(CodeCaptureTest, IdentitiesOfExecutableFilesAndTheVdso) {
+  const perf::SampleIdLayout layout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
+  CodeCapture capture;
+  auto feed = [&](uint32_t pid, uint64_t addr, uint32_t prot, std::string_view name) {
+    const std::vector<uint8_t> bytes = perf::EncodeMmap2(
+        perf::Mmap2{.pid = pid, .addr = addr, .len = 4096, .prot = prot, .filename = name}, layout);
+    capture.OnRecord(*perf::ReadRecord(bytes), layout);
+  };
+  feed(10, 0x1000, PROT_READ | PROT_EXEC, "/proc/self/exe");
+  feed(10, 0x9000, PROT_READ | PROT_EXEC, "/proc/self/exe");  // same file again: one record
+  feed(10, 0x5000, PROT_READ, "/etc/passwd");                 // not executable: ignored
+  feed(10, 0x7000, PROT_READ | PROT_EXEC, "//anon");
+  feed(10, 0x7fff0000, PROT_READ | PROT_EXEC, "[vdso]");
+  feed(10, 0x6000, PROT_READ | PROT_EXEC, "/nonexistent/lib.so");
+  EXPECT_EQ(capture.files(), 3u);
+
+  ::ptkit::testing::TempDir dir;
+  PTKIT_ASSERT_OK_AND_ASSIGN(auto writer, ContainerWriter::Create(dir.File("c.pt")));
+  PTKIT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> warnings, capture.Write(*writer));
+  ASSERT_THAT(writer->Close(), IsOk());
+  ASSERT_EQ(warnings.size(), 2u);  // //anon and /nonexistent/lib.so
+  EXPECT_THAT(warnings[1], HasSubstr("no build-id stored for /nonexistent/lib.so"));
+
+  PTKIT_ASSERT_OK_AND_ASSIGN(ContainerReader reader, ContainerReader::Open(dir.File("c.pt")));
+  RecordView rv;
+  int identities = 0, vdsos = 0;
+  while (*reader.Next(rv)) {
+    if (rv.type != RecordType::kCode) continue;
+    PTKIT_ASSERT_OK_AND_ASSIGN(CodeRecord c, ParseCode(rv.payload));
+    EXPECT_EQ(c.pid, 10u);
+    if (c.flags == kCodeVdso) {
+      ++vdsos;
+      EXPECT_EQ(c.address, 0x7fff0000u);
+      EXPECT_EQ(std::vector<uint8_t>(c.bytes.begin(), c.bytes.end()), *ReadOwnVdso());
+    } else {
+      ++identities;
+      EXPECT_EQ(c.flags, kCodeIdentity);
+      if (c.path == "/proc/self/exe") {
+        EXPECT_EQ(c.address, 0x1000u);
+        EXPECT_EQ(std::vector<uint8_t>(c.build_id.begin(), c.build_id.end()),
+                  ReadBuildId("/proc/self/exe").value_or(std::vector<uint8_t>{}));
+      }
+    }
+  }
+  EXPECT_EQ(identities, 3);
+  EXPECT_EQ(vdsos, ReadOwnVdso().ok() ? 1 : 0);
+}
+
+}  // namespace
+}  // namespace ptkit::record
