@@ -4,11 +4,15 @@
 // compresses and writes.
 #include <fcntl.h>
 
+#include <atomic>
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "benchmark/benchmark.h"
 #include "ptkit/container_writer.h"
 #include "record/drain.h"
+#include "record/drain_loop.h"
 #include "record/ring.h"
 #include "record/sim_pmu.h"
 
@@ -92,6 +96,69 @@ BENCHMARK(BM_DrainToContainer)
     ->Args({1, 0})
     ->Args({1, 1})
     ->ArgNames({"zstd", "loop"})
+    ->UseRealTime();
+
+// A producer thread paced at range(0) MB/s for 0.5 s into a range(1)-page AUX ring, against
+// the real drain loop (ppoll on the wakeup eventfd, raw container to /dev/null). The point
+// is the `truncations` counter: 0 means nothing was lost. It measures scheduling latency as
+// much as copy speed: the ring must cover the longest time the drain thread is not running.
+void BM_PacedProducerLoss(benchmark::State& state) {
+  const uint64_t rate = static_cast<uint64_t>(state.range(0)) << 20;  // bytes per second
+  for (auto _ : state) {
+    SignalWatcher signals;
+    // ptrecord's defaults: 4 MiB AUX, wakeup at a quarter of it.
+    const uint64_t aux_pages = static_cast<uint64_t>(state.range(1));
+    auto sim = SimulatedPmu::Create(
+        {.data_pages = 64, .aux_pages = aux_pages, .aux_watermark = aux_pages * 4096 / 4});
+    auto writer = ContainerWriter::CreateFromFd(open("/dev/null", O_WRONLY | O_CLOEXEC),
+                                                "/dev/null", {.compress = false});
+    if (!sim.ok() || !writer.ok()) {
+      state.SkipWithError("setup failed");
+      return;
+    }
+    Drainer drainer(writer->get());
+    const std::vector<uint8_t> chunk = PtLikeBytes(64 << 10, false);
+    std::atomic<bool> done{false};
+    std::thread producer([&] {
+      const auto start = std::chrono::steady_clock::now();
+      uint64_t sent = 0;
+      while (true) {
+        const double t =
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        if (t >= 0.5) break;
+        if (sent < static_cast<uint64_t>(t * static_cast<double>(rate))) {
+          (*sim)->WriteTrace(chunk);
+          sent += chunk.size();
+        } else {
+          std::this_thread::sleep_for(std::chrono::microseconds(50));
+        }
+      }
+      (*sim)->EndTransaction();
+      done = true;
+    });
+    LoopOptions lo;
+    lo.poll_timeout_ms = 10;
+    lo.should_stop = [&] { return done.load(); };
+    TraceSource* sources[] = {sim->get()};
+    auto r = RunDrainLoop(sources, drainer, signals, lo);
+    producer.join();
+    (void)(*writer)->Close();
+    const SimStats ss = (*sim)->stats();
+    state.counters["truncations"] = static_cast<double>(ss.truncations);
+    state.counters["dropped_bytes"] = static_cast<double>(ss.aux_dropped);
+    state.counters["MB_written"] = static_cast<double>(ss.aux_written >> 20);
+    if (!r.ok()) state.SkipWithError(std::string(r.status().message()).c_str());
+  }
+}
+BENCHMARK(BM_PacedProducerLoss)
+    ->Args({500, 1024})
+    ->Args({1000, 1024})
+    ->Args({2000, 1024})
+    ->Args({1000, 4096})
+    ->Args({2000, 4096})
+    ->ArgNames({"MBps", "aux_pages"})
+    ->Iterations(1)
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 void BM_CopyFromRingWrapping(benchmark::State& state) {
