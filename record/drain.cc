@@ -165,14 +165,20 @@ absl::StatusOr<uint64_t> Drainer::Snapshot(TraceSource& source, uint64_t size) {
   (void)drained;
   const RingView v = source.ring();
   const uint64_t head = LoadAuxHead(v.page);
-  const RingRange range = SnapshotRange(head, v.aux.size(), size);
+  StreamState& st = state_[sid];
+  // aux_head may be an offset inside the buffer (Intel PT in snapshot mode): then whether
+  // the ring has wrapped is learned from its contents, once (tools/perf/arch/x86/util/
+  // intel-pt.c, intel_pt_find_snapshot()).
+  if (v.aux_head_in_buffer && !st.aux_wrapped) st.aux_wrapped = AuxRingWrapped(v.aux);
+  const RingRange range = v.aux_head_in_buffer
+                              ? SnapshotRangeAt(head, v.aux.size(), size, st.aux_wrapped)
+                              : SnapshotRange(head, v.aux.size(), size);
   scratch_.clear();
   AppendFromRing(v.aux, range.from, range.len, scratch_);
-  StreamState& st = state_[sid];
   StreamStats& stats = stats_[sid];
   PTKIT_RETURN_IF_ERROR(writer_->AppendSnapshot(SnapshotRecord{
       .stream = sid, .sequence = st.snapshot_sequence++, .aux_head = head, .data = scratch_}));
-  if (range.from > st.last_snapshot_head) {
+  if (!v.aux_head_in_buffer && range.from > st.last_snapshot_head) {
     // Bytes written since the previous snapshot that this one no longer holds: overwritten
     // by the hardware (by design in snapshot mode), recorded so `ptdecode info` can say so.
     PTKIT_RETURN_IF_ERROR(

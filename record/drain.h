@@ -66,6 +66,8 @@ class Drainer {
   // Snapshot mode: Disable() the AUX event (ends the hardware transaction, publishes
   // aux_head), drain the data ring, copy the newest min(size, ring, written) AUX bytes in
   // chronological order into a SnapshotRecord, Enable() again. Returns the snapshot size.
+  // aux_head may be free-running or an in-buffer offset (Intel PT); see SnapshotRangeAt().
+  // Overwritten bytes are only accounted (kAuxOverwritten) with a free-running head.
   absl::StatusOr<uint64_t> Snapshot(TraceSource& source, uint64_t size);
 
   const std::map<StreamId, StreamStats>& stats() const { return stats_; }
@@ -77,6 +79,7 @@ class Drainer {
     bool aux_started = false;
     uint64_t snapshot_sequence = 0;
     uint64_t last_snapshot_head = 0;
+    bool aux_wrapped = false;  // snapshot mode: the AUX ring has wrapped at least once
   };
   absl::Status StoreAux(TraceSource& source, StreamState& st, uint64_t from, uint64_t to,
                         uint64_t flags, uint64_t time);

@@ -66,4 +66,18 @@ RingRange SnapshotRange(uint64_t head, uint64_t ring_size, uint64_t want) {
   return RingRange{head - len, len};
 }
 
+bool AuxRingWrapped(std::span<const uint8_t> ring) {
+  const size_t check = std::min<size_t>(512, ring.size() / 2);
+  const std::span<const uint8_t> tail = ring.subspan(ring.size() - check);
+  return std::any_of(tail.begin(), tail.end(), [](uint8_t b) { return b != 0; });
+}
+
+RingRange SnapshotRangeAt(uint64_t head, uint64_t ring_size, uint64_t want, bool wrapped) {
+  if (head >= ring_size) return SnapshotRange(head, ring_size, want);  // free-running
+  if (!wrapped) return SnapshotRange(head, ring_size, want);
+  // Wrapped with an in-buffer head: continue the count one lap further so `from` stays
+  // non-negative; CopyFromRing masks it.
+  return SnapshotRange(head + ring_size, ring_size, want);
+}
+
 }  // namespace ptkit::record

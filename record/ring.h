@@ -49,6 +49,19 @@ struct RingRange {
 };
 RingRange SnapshotRange(uint64_t head, uint64_t ring_size, uint64_t want);
 
+// perf's intel_pt_first_wrap() heuristic for an overwrite ring whose head is an offset
+// inside the buffer (the PT driver reports aux_head that way in snapshot mode): the kernel
+// hands out a zeroed buffer, so any non-zero byte in its last 512 bytes (or last half, for
+// rings under 1 KiB) means the hardware has wrapped at least once. A snapshot taken while
+// the first lap is inside that tail region is misread as wrapped, as in perf.
+bool AuxRingWrapped(std::span<const uint8_t> ring);
+
+// The snapshot range for an aux_head that is either free-running (>= ring size once
+// wrapped; the simulated PMU and older kernels) or an in-buffer offset (Intel PT): the
+// head's ring position is `head & (size - 1)`; when `wrapped`, the newest min(want, size)
+// bytes end there, else the bytes [0, position) are all there is.
+RingRange SnapshotRangeAt(uint64_t head, uint64_t ring_size, uint64_t want, bool wrapped);
+
 // One mapped event as the drain loop sees it. `data` and `aux` are the rings (sizes powers
 // of two; `aux` empty for an event without AUX area). In overwrite mode the AUX area is
 // read-only: the reader never stores aux_tail.
@@ -57,6 +70,10 @@ struct RingView {
   std::span<uint8_t> data;
   std::span<uint8_t> aux;
   bool aux_overwrite = false;
+  // Overwrite mode: aux_head is an offset inside the AUX buffer (what the Intel PT and BTS
+  // drivers publish: pt_event_stop()/bts_event_stop() set handle.head = buf->data_size)
+  // rather than a free-running byte count.
+  bool aux_head_in_buffer = false;
 };
 
 }  // namespace ptkit::record

@@ -140,6 +140,7 @@ absl::StatusOr<RingBuffer> RingBuffer::Map(const PerfEvent& event, uint64_t data
     }
     rb.view_.aux = std::span<uint8_t>(static_cast<uint8_t*>(rb.aux_), rb.aux_len_);
     rb.view_.aux_overwrite = aux_overwrite;
+    rb.view_.aux_head_in_buffer = aux_overwrite;
   }
   return rb;
 }

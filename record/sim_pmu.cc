@@ -42,6 +42,7 @@ absl::StatusOr<std::unique_ptr<SimulatedPmu>> SimulatedPmu::Create(const SimOpti
   sim->view_.data = std::span<uint8_t>(sim->base_ + up->data_offset, up->data_size);
   sim->view_.aux = std::span<uint8_t>(sim->base_ + up->aux_offset, up->aux_size);
   sim->view_.aux_overwrite = options.overwrite;
+  sim->view_.aux_head_in_buffer = options.overwrite && options.masked_overwrite_head;
   {
     absl::MutexLock lock(&sim->mu_);
     sim->enabled_ = options.start_enabled;
@@ -126,7 +127,9 @@ bool SimulatedPmu::WriteItraceStart(uint32_t pid, uint32_t tid) {
 // in overwrite mode aux_offset is the new head (kernel: perf_event_aux_event(event,
 // aux_head, size, flags) with aux_head = handle->head).
 void SimulatedPmu::EmitAux(uint64_t offset, uint64_t size, uint64_t flags) {
-  StoreAuxHead(view_.page, aux_head_);
+  const bool masked = options_.overwrite && options_.masked_overwrite_head;
+  StoreAuxHead(view_.page, masked ? aux_head_ & (view_.aux.size() - 1) : aux_head_);
+  if (masked) offset &= view_.aux.size() - 1;
   const std::vector<uint8_t> rec = perf::EncodeAux(
       perf::Aux{
           .aux_offset = offset, .aux_size = size, .flags = flags, .sample_id = NextSampleId()},

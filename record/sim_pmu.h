@@ -14,7 +14,9 @@
 //    disabled (perf_aux_output_begin() finds no room and sets pending_disable): bytes the
 //    hardware produces until the reader calls Enable() are lost (counted in stats()).
 // Overwrite mode (AUX mapped read-only, snapshot):
-//  - the hardware wraps and keeps writing; aux_head is free-running; no wakeups;
+//  - the hardware wraps and keeps writing; no wakeups; aux_head is published only when a
+//    transaction ends, free-running, or (masked_overwrite_head) as an offset inside the
+//    buffer like the Intel PT driver;
 //  - Disable() ends the transaction: PERF_RECORD_AUX with PERF_AUX_FLAG_OVERWRITE,
 //    aux_offset = the new head and aux_size = bytes written since the last one.
 // Data ring: a record that does not fit is dropped and counted; before the next record that
@@ -49,6 +51,10 @@ struct SimOptions {
   perf::SampleIdLayout layout{
       PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER, true};
   bool start_enabled = true;
+  // Overwrite mode: publish aux_head as an offset inside the buffer, as the Intel PT driver
+  // does in snapshot mode (pt_event_stop(): handle.head = buf->data_size), instead of a
+  // free-running count.
+  bool masked_overwrite_head = false;
 };
 
 // Ground truth kept by the simulation.

@@ -78,6 +78,32 @@ TEST(SnapshotRangeTest, NotWrappedWrappedAndSizes) {
   EXPECT_EQ(SnapshotRange(10000, 4096, 1000), (RingRange{9000, 1000}));
 }
 
+TEST(SnapshotRangeAtTest, FreeRunningAndInBufferHeads) {
+  // Free-running heads: same as SnapshotRange whatever `wrapped` says.
+  EXPECT_EQ(SnapshotRangeAt(10000, 4096, 1000, false), (RingRange{9000, 1000}));
+  // In-buffer head, not wrapped: [0, head).
+  EXPECT_EQ(SnapshotRangeAt(100, 4096, 4096, false), (RingRange{0, 100}));
+  EXPECT_EQ(SnapshotRangeAt(100, 4096, 50, false), (RingRange{50, 50}));
+  // In-buffer head, wrapped: the newest bytes end at the head's position, across the end.
+  EXPECT_EQ(SnapshotRangeAt(100, 4096, 4096, true), (RingRange{100, 4096}));
+  EXPECT_EQ(SnapshotRangeAt(100, 4096, 300, true), (RingRange{4096 + 100 - 300, 300}));
+  EXPECT_EQ(SnapshotRangeAt(0, 4096, 4096, true), (RingRange{0, 4096}));
+}
+
+TEST(AuxRingWrappedTest, LooksAtTheTail) {
+  std::vector<uint8_t> ring(4096, 0);
+  EXPECT_FALSE(AuxRingWrapped(ring));
+  ring[4096 - 513] = 1;  // just before the last 512 bytes
+  EXPECT_FALSE(AuxRingWrapped(ring));
+  ring[4096 - 512] = 1;
+  EXPECT_TRUE(AuxRingWrapped(ring));
+  std::vector<uint8_t> small(256, 0);
+  small[127] = 1;
+  EXPECT_FALSE(AuxRingWrapped(small));  // last half only
+  small[255] = 1;
+  EXPECT_TRUE(AuxRingWrapped(small));
+}
+
 TEST(HeadTailTest, LoadsAndStores) {
   perf_event_mmap_page page{};
   StoreDataHead(&page, 123);
