@@ -22,7 +22,8 @@ constexpr uint8_t kSyncBytes[4] = {0x50, 0x4b, 0x54, 0x52};  // kFrameSync, litt
 
 class FileSource final : public ByteSource {
  public:
-  FileSource(int fd, uint64_t size, std::string name) : fd_(fd), size_(size), name_(name) {}
+  FileSource(int fd, uint64_t size, std::string name)
+      : fd_(fd), size_(size), name_(std::move(name)) {}
   ~FileSource() override { ::close(fd_); }
   uint64_t size() const override { return size_; }
   const std::string& name() const override { return name_; }
@@ -49,7 +50,8 @@ class FileSource final : public ByteSource {
 
 class MemSource final : public ByteSource {
  public:
-  MemSource(std::span<const uint8_t> bytes, std::string name) : bytes_(bytes), name_(name) {}
+  MemSource(std::span<const uint8_t> bytes, std::string name)
+      : bytes_(bytes), name_(std::move(name)) {}
   uint64_t size() const override { return bytes_.size(); }
   const std::string& name() const override { return name_; }
   absl::StatusOr<size_t> ReadAt(uint64_t offset, std::span<uint8_t> out) override {
@@ -283,7 +285,7 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
                                                h.sequence, ", expected ", s.expected_sequence));
     }
     PTKIT_ASSIGN_OR_RETURN(auto stored, s.Get(at + kFrameHeaderSize, h.stored_size));
-    auto damaged = [&](std::string why) {
+    auto damaged = [&](const std::string& why) {
       uint64_t records = h.sequence > s.expected_sequence ? h.sequence - s.expected_sequence : 0;
       s.AddDamage(at, total, records + 1,
                   absl::StrFormat("record %u (%s) at offset %u: %s", h.sequence,

@@ -24,10 +24,13 @@
 // its error from the current function.
 #define PTKIT_ASSIGN_OR_RETURN(lhs, expr) \
   PTKIT_ASSIGN_OR_RETURN_IMPL_(PTKIT_STATUS_CONCAT_(ptkit_statusor_, __LINE__), lhs, expr)
+// `lhs` may be a declaration ("auto x"), so it cannot be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define PTKIT_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                 \
   if (!tmp.ok()) return std::move(tmp).status();     \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 namespace ptkit {
 

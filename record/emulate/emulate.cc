@@ -87,7 +87,10 @@ class Recorder final : public StepSink {
     if (t.encoder->bytes().size() >= kTraceChunk) Move(t);
   }
   void OnInstruction(uint32_t tid, uint64_t ip) override {
-    if (truth_ != nullptr) std::fprintf(truth_, "%u 0x%llx\n", tid, (unsigned long long)ip);
+    // Write errors are caught by the ferror() check at the end.
+    if (truth_ != nullptr) {
+      std::fprintf(truth_, "%u 0x%llx\n", tid, static_cast<unsigned long long>(ip));  // NOLINT
+    }
   }
   void OnThreadEnd(uint32_t tid) override {
     if (!status_.ok()) return;
@@ -290,7 +293,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   drain_sideband();
   PTKIT_RETURN_IF_ERROR(recorder.status());
   PTKIT_RETURN_IF_ERROR(sideband_status);
-  if (truth && std::fflush(truth.get()) != 0) {
+  if (truth && (std::fflush(truth.get()) != 0 || std::ferror(truth.get()))) {
     return ErrnoStatus(absl::StrCat("write ", options.ground_truth));
   }
   PTKIT_RETURN_IF_ERROR(writer->Close());

@@ -251,7 +251,7 @@ absl::StatusOr<StepperResult> Run::Go() {
     for (const std::string& a : options_.argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     ::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
-    ::raise(SIGSTOP);
+    (void)::raise(SIGSTOP);
     ::execvp(args[0], args.data());
     int e = errno;
     if (::write(err_pipe[1], &e, sizeof(e)) < 0) _exit(126);
