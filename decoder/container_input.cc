@@ -2,8 +2,10 @@
 
 #include <sys/mman.h>
 
+#include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "decoder/bts.h"
@@ -74,6 +76,65 @@ perf::SampleIdLayout LayoutFromMetadata(const nlohmann::json& metadata) {
     }
   }
   return layout;
+}
+
+// Per-CPU streams: when the trace's time says another process runs on the CPU, switch to
+// its images and tell the sink.
+class CpuSwitcher : public ImageSwitcher {
+ public:
+  using ImageFor = std::function<ProgramImage*(uint32_t pid)>;
+  CpuSwitcher(std::string name, uint32_t cpu, uint32_t pid, const Sideband& timeline,
+              const TscConversion& time, ImageFor image_for, Sink& sink)
+      : name_(std::move(name)),
+        cpu_(cpu),
+        pid_(pid),
+        timeline_(timeline),
+        time_(time),
+        image_for_(std::move(image_for)),
+        sink_(sink) {}
+  // The images in use now (null: the stream's first).
+  const ProgramImage* current() const { return current_; }
+  const ProgramImage* ImageAt(uint64_t tsc) override {
+    const uint64_t t = time_.ToPerfTime(tsc);
+    std::optional<TaskId> task = timeline_.TaskOnCpu(cpu_, t);
+    if (!task || task->pid == pid_) return nullptr;  // idle or the same process
+    ProgramImage* image = image_for_(task->pid);
+    if (image == nullptr) return nullptr;
+    pid_ = task->pid;
+    current_ = image;
+    StreamInfo info;
+    info.name = name_;
+    info.pid = pid_;
+    info.comm = timeline_.CommAt(task->tid, t);
+    info.image = image;
+    info.context_switch = true;
+    sink_.OnStream(info);
+    return image;
+  }
+
+ private:
+  std::string name_;
+  uint32_t cpu_;
+  uint32_t pid_;
+  const Sideband& timeline_;
+  TscConversion time_;
+  ImageFor image_for_;
+  Sink& sink_;
+  const ProgramImage* current_ = nullptr;
+};
+
+std::optional<TscConversion> TimeConversionFromMetadata(const nlohmann::json& metadata) {
+  if (!metadata.contains("time_conversion") || !metadata["time_conversion"].is_object()) {
+    return std::nullopt;
+  }
+  const auto& tc = metadata["time_conversion"];
+  if (!tc.value("cap_user_time_zero", false)) return std::nullopt;
+  TscConversion c;
+  c.time_zero = tc.value("time_zero", uint64_t{0});
+  c.time_mult = tc.value("time_mult", 0u);
+  c.time_shift = static_cast<uint16_t>(tc.value("time_shift", 0u));
+  if (c.time_mult == 0) return std::nullopt;
+  return c;
 }
 
 }  // namespace
@@ -245,6 +306,20 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
     info.image = image;
     ++totals.streams;
     sink.OnStream(info);
+    // A per-CPU stream follows the tasks scheduled on its CPU (needs TSC in the trace and
+    // the recording's time conversion).
+    std::unique_ptr<CpuSwitcher> switcher;
+    if (id.kind == StreamKind::kCpu && !bts) {
+      if (std::optional<TscConversion> time = TimeConversionFromMetadata(metadata)) {
+        switcher = std::make_unique<CpuSwitcher>(
+            info.name, static_cast<uint32_t>(id.id), pid, timeline, *time,
+            [&](uint32_t p) -> ProgramImage* {
+              auto image = image_for(p);
+              return image.ok() ? *image : nullptr;
+            },
+            sink);
+      }
+    }
     for (const Piece& piece : stream.pieces) {
       for (const LossInfo& loss : piece.losses_before) {
         ++totals.losses;
@@ -254,8 +329,10 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
       if (bts) {
         PTKIT_RETURN_IF_ERROR(DecodeBtsInto(piece.bytes, *image, sink, totals, piece.aux_offset));
       } else {
+        const ProgramImage* now =
+            switcher && switcher->current() != nullptr ? switcher->current() : image;
         PTKIT_RETURN_IF_ERROR(
-            DecodeInto(piece.bytes, config, *image, sink, totals, piece.aux_offset));
+            DecodeInto(piece.bytes, config, *now, sink, totals, piece.aux_offset, switcher.get()));
       }
     }
     for (const LossInfo& loss : stream.pending_losses) {  // at the end of the stream

@@ -10,7 +10,8 @@
 // `sysroot`) or from code captured in the container (vdso, archived ranges), which wins.
 // A file that cannot be loaded becomes a gap naming it.
 //
-// Not yet: switching images inside a per-CPU stream when another process is scheduled,
+// Per-CPU streams switch images at context switches when the trace has timing and the
+// metadata a time conversion. Not yet:
 // snapshots, timing filters.
 #ifndef PTKIT_DECODER_CONTAINER_INPUT_H_
 #define PTKIT_DECODER_CONTAINER_INPUT_H_

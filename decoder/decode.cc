@@ -38,6 +38,30 @@ class ErrorReporter {
   uint64_t offset_base_;
 };
 
+// Follows the decoder's time and swaps the image when the switcher says so.
+template <typename Dec, int (*Time)(Dec*, uint64_t*, uint32_t*, uint32_t*),
+          int (*SetImage)(Dec*, pt_image*)>
+class TimeWatch {
+ public:
+  TimeWatch(Dec* dec, ImageSwitcher* switcher) : dec_(dec), switcher_(switcher) {}
+  void Check() {
+    if (switcher_ == nullptr) return;
+    uint64_t tsc = 0;
+    if (Time(dec_, &tsc, nullptr, nullptr) < 0) return;  // no timing packet yet
+    Check(tsc);
+  }
+  void Check(uint64_t tsc) {
+    if (switcher_ == nullptr || tsc == last_) return;
+    last_ = tsc;
+    if (const ProgramImage* image = switcher_->ImageAt(tsc)) SetImage(dec_, image->image());
+  }
+
+ private:
+  Dec* dec_;
+  ImageSwitcher* switcher_;
+  uint64_t last_ = ~0ull;
+};
+
 ZydisMachineMode ZydisMode(pt_exec_mode mode) {
   switch (mode) {
     case ptem_16bit:
@@ -57,7 +81,7 @@ uint64_t OffsetOf(Dec* dec) {
 }
 
 absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
-                       uint64_t offset_base) {
+                       uint64_t offset_base, ImageSwitcher* switcher) {
   pt.flags.variant.block.end_on_call = sink.end_block_on_call() ? 1 : 0;
   pt.flags.variant.block.end_on_jump = sink.end_block_on_jump() ? 1 : 0;
   BlockDecoderPtr dec(pt_blk_alloc_decoder(&pt));
@@ -66,6 +90,7 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
   if (err < 0) return absl::InternalError(Cat("pt_blk_set_image: ", pt_errstr(pt_errcode(err))));
   ErrorReporter errors(image, sink, totals, offset_base);
   auto offset_of = [&] { return OffsetOf<pt_block_decoder, pt_blk_get_offset>(dec.get()); };
+  TimeWatch<pt_block_decoder, pt_blk_time, pt_blk_set_image> time(dec.get(), switcher);
 
   uint64_t sync = 0;
   for (;;) {
@@ -85,12 +110,14 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
     pt_blk_get_sync_offset(dec.get(), &sync_offset);
     ++totals.syncs;
     sink.OnSync(offset_base + sync_offset);
+    time.Check();
     for (;;) {
       while (status & pts_event_pending) {
         pt_event event;
         status = pt_blk_event(dec.get(), &event, sizeof(event));
         if (status < 0) break;
         ++totals.events;
+        if (event.has_tsc) time.Check(event.tsc);
         sink.OnEvent(event);
       }
       if (status < 0) break;
@@ -106,6 +133,7 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
         sink.OnBlock(block);
       }
       if (status < 0) break;
+      time.Check();
     }
     if (status == -pte_eos) break;
     if (status == 0) status = -pte_internal;
@@ -121,13 +149,14 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
 }
 
 absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
-                      uint64_t offset_base) {
+                      uint64_t offset_base, ImageSwitcher* switcher) {
   InsnDecoderPtr dec(pt_insn_alloc_decoder(&pt));
   if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate an instruction decoder");
   int err = pt_insn_set_image(dec.get(), image.image());
   if (err < 0) return absl::InternalError(Cat("pt_insn_set_image: ", pt_errstr(pt_errcode(err))));
   ErrorReporter errors(image, sink, totals, offset_base);
   auto offset_of = [&] { return OffsetOf<pt_insn_decoder, pt_insn_get_offset>(dec.get()); };
+  TimeWatch<pt_insn_decoder, pt_insn_time, pt_insn_set_image> time(dec.get(), switcher);
 
   uint64_t sync = 0;
   for (;;) {
@@ -146,12 +175,14 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
     pt_insn_get_sync_offset(dec.get(), &sync_offset);
     ++totals.syncs;
     sink.OnSync(offset_base + sync_offset);
+    time.Check();
     for (;;) {
       while (status & pts_event_pending) {
         pt_event event;
         status = pt_insn_event(dec.get(), &event, sizeof(event));
         if (status < 0) break;
         ++totals.events;
+        if (event.has_tsc) time.Check(event.tsc);
         sink.OnEvent(event);
       }
       if (status < 0) break;
@@ -170,6 +201,7 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
       }
       ++totals.instructions;
       sink.OnInsn(insn);
+      time.Check();
     }
     if (status == -pte_eos) break;
     if (status == 0) status = -pte_internal;
@@ -204,12 +236,14 @@ uint64_t NextIpAfter(const ProgramImage& image, uint64_t ip, pt_exec_mode mode) 
 
 absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& config,
                         const ProgramImage& image, Sink& sink, DecodeTotals& totals,
-                        uint64_t offset_base) {
+                        uint64_t offset_base, ImageSwitcher* switcher) {
   PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
   totals.trace_bytes += trace.size();
   if (trace.empty()) return absl::OkStatus();
-  if (sink.kind() == DecoderKind::kBlock) return BlockLoop(pt, image, sink, totals, offset_base);
-  return InsnLoop(pt, image, sink, totals, offset_base);
+  if (sink.kind() == DecoderKind::kBlock) {
+    return BlockLoop(pt, image, sink, totals, offset_base, switcher);
+  }
+  return InsnLoop(pt, image, sink, totals, offset_base, switcher);
 }
 
 absl::StatusOr<DecodeTotals> DecodeTrace(std::span<const uint8_t> trace, const TraceConfig& config,

@@ -44,6 +44,7 @@ struct StreamInfo {
   std::string comm;
   uint64_t bytes = 0;
   const ProgramImage* image = nullptr;  // the images (and symbols) of this stream
+  bool context_switch = false;          // not a new stream: another task now runs on this CPU
 };
 // Trace known to be lost at this point of the stream (container loss records, AUX gaps).
 struct LossInfo {
@@ -92,11 +93,20 @@ class Sink {
 absl::StatusOr<DecodeTotals> DecodeTrace(std::span<const uint8_t> trace, const TraceConfig& config,
                                          const ProgramImage& image, Sink& sink);
 
+// Container input, per-CPU streams: picks the images for the task running at a trace time.
+class ImageSwitcher {
+ public:
+  virtual ~ImageSwitcher() = default;
+  // The image for trace time `tsc` (TSC units, as the trace's timing packets), or null to
+  // keep the current one. Called when the decoder's time changes; may notify the sink.
+  virtual const ProgramImage* ImageAt(uint64_t tsc) = 0;
+};
+
 // As DecodeTrace, without calling sink.Finish: adds to `totals`. Error offsets are reported
 // as `offset_base` + the offset in `trace` (for a piece of a longer stream).
 absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& config,
                         const ProgramImage& image, Sink& sink, DecodeTotals& totals,
-                        uint64_t offset_base = 0);
+                        uint64_t offset_base = 0, ImageSwitcher* switcher = nullptr);
 
 // The address of the instruction after the one at `ip` as ptxed computes it for error
 // reports (length plus the displacement of a direct branch); `ip` when it cannot be decoded.

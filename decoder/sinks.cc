@@ -313,6 +313,19 @@ void AppendErrorLine(Buffer& buf, const DecodeError& e, bool json) {
 }
 
 void AppendStreamLine(Buffer& buf, const StreamInfo& s, bool json) {
+  if (s.context_switch) {
+    if (json) {
+      buf.append(std::string_view("{\"switch\":"));
+      AppendJsonString(buf, s.name);
+      fmt::format_to(std::back_inserter(buf), ",\"pid\":{},\"comm\":", s.pid);
+      AppendJsonString(buf, s.comm);
+      buf.append(std::string_view("}\n"));
+    } else {
+      fmt::format_to(std::back_inserter(buf), "[switch {}: pid {}{}{}{}]\n", s.name, s.pid,
+                     s.comm.empty() ? "" : " (", s.comm, s.comm.empty() ? "" : ")");
+    }
+    return;
+  }
   if (json) {
     buf.append(std::string_view("{\"stream\":"));
     AppendJsonString(buf, s.name);

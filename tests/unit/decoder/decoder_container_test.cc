@@ -270,6 +270,87 @@ TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
                                             ips->begin() + branches.back() + 1));
 }
 
+TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
+  // One CPU runs process 100 (tiny.elf) then process 200 (golden.elf), both at 0x401000: only
+  // the right image per task gives the walked instructions.
+  const std::string golden = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/golden.elf";
+  auto tiny = ElfCode::Load(kTiny);
+  auto gold = ElfCode::Load(golden);
+  ASSERT_THAT(tiny, IsOk());
+  ASSERT_THAT(gold, IsOk());
+  ASSERT_EQ(tiny->Symbol("leaf").address & ~0xfffull, 0x401000u);
+  ASSERT_EQ(gold->Symbol("_start").address, 0x401000u);
+  PtSynth synth_a(*tiny), synth_b(*gold);
+  auto a = synth_a.AddSegment(
+      {.entry = tiny->Symbol("work").address, .seed = 21, .max_insns = 1000, .tsc = 1000});
+  auto b = synth_b.AddSegment(
+      {.entry = gold->Symbol("_start").address, .seed = 7, .max_insns = 200, .tsc = 3000});
+  ASSERT_THAT(a, IsOk());
+  ASSERT_THAT(b, IsOk());
+  std::vector<uint8_t> trace = synth_a.bytes(), tb = synth_b.bytes();
+  trace.insert(trace.end(), tb.begin(), tb.end());
+
+  const std::string path = ::testing::TempDir() + "/decoder_container_switch.pt";
+  WriterOptions options;
+  options.overwrite = true;
+  auto writer = ContainerWriter::Create(path, options);
+  ASSERT_THAT(writer, IsOk());
+  nlohmann::json metadata = {
+      {"attrs",
+       {{{"name", "intel_pt"}, {"sample_type", kLayout.sample_type}, {"sample_id_all", true}}}},
+      // perf time == TSC
+      {"time_conversion",
+       {{"cap_user_time_zero", true}, {"time_zero", 0}, {"time_mult", 1}, {"time_shift", 0}}}};
+  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
+  std::vector<uint8_t> sb;
+  auto add = [&](const std::vector<uint8_t>& r) { sb.insert(sb.end(), r.begin(), r.end()); };
+  auto mmap = [&](uint32_t pid, const ElfCode& code, const std::string& file) {
+    perf::Mmap2 m;
+    m.pid = m.tid = pid;
+    m.addr = 0x401000;
+    m.len = 0x1000;
+    m.pgoff = code.FileOffset(0x401000);
+    m.prot = 5;
+    m.filename = file;
+    m.sample_id = Id(pid, pid, 5, 0);
+    add(perf::EncodeMmap2(m, kLayout));
+  };
+  mmap(100, *tiny, kTiny);
+  mmap(200, *gold, golden);
+  perf::ItraceStart start;
+  start.pid = start.tid = 100;
+  start.sample_id = Id(100, 100, 10, 0);
+  add(perf::EncodeItraceStart(start, kLayout));
+  perf::Switch out;
+  out.out = true;
+  out.cpu_wide = true;
+  out.next_prev_pid = out.next_prev_tid = 200;
+  out.sample_id = Id(100, 100, 2000, 0);
+  add(perf::EncodeSwitch(out, kLayout));
+  perf::Switch in;
+  in.cpu_wide = true;
+  in.next_prev_pid = in.next_prev_tid = 100;
+  in.sample_id = Id(200, 200, 2000, 0);
+  add(perf::EncodeSwitch(in, kLayout));
+  ASSERT_THAT((*writer)->AppendSideband({0, sb}), IsOk());
+  ASSERT_THAT((*writer)->AppendAux({{StreamKind::kCpu, 0}, 0, 0, 20, trace}), IsOk());
+  ASSERT_THAT((*writer)->Close(), IsOk());
+
+  Recorder rec;
+  auto totals = DecodeContainer(path, {}, rec);
+  std::remove(path.c_str());
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(rec.errors, SizeIs(0));
+  ASSERT_THAT(rec.streams, SizeIs(2));
+  EXPECT_EQ(rec.streams[0].pid, 100u);
+  EXPECT_FALSE(rec.streams[0].context_switch);
+  EXPECT_EQ(rec.streams[1].pid, 200u);
+  EXPECT_TRUE(rec.streams[1].context_switch);
+  ASSERT_THAT(rec.runs, SizeIs(3));
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(*a));
+  EXPECT_THAT(rec.runs[2], ElementsAreArray(*b));
+}
+
 TEST(ContainerInput, MetadataGivesTheDecoderConfiguration) {
   nlohmann::json metadata = {
       {"cpu",

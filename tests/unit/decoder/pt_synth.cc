@@ -154,6 +154,12 @@ absl::StatusOr<std::vector<uint64_t>> PtSynth::AddSegment(const WalkOptions& opt
   p.payload.mode.leaf = pt_mol_exec;
   p.payload.mode.bits.exec = pt_set_exec_mode(ptem_64bit);
   Emit(p);
+  if (options.tsc != 0) {
+    p = {};
+    p.type = ppt_tsc;
+    p.payload.tsc.tsc = options.tsc;
+    Emit(p);
+  }
   p = {};
   p.type = ppt_psbend;
   Emit(p);

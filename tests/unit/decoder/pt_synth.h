@@ -52,6 +52,8 @@ struct WalkOptions {
   uint64_t max_insns = 1000;
   // Conditional branches taken with this probability (per 256).
   uint32_t taken_per_256 = 128;
+  // When not 0: a TSC packet with this value in the PSB+ (the segment's time).
+  uint64_t tsc = 0;
   // Where the entry function returns to (outside the image: tracing stops there, as when
   // code leaves an IP filter range).
   uint64_t return_address = 0x7ffff0000000;
