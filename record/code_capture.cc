@@ -8,6 +8,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -108,6 +110,7 @@ void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdL
   }
   if (m->filename.empty() || m->filename.front() != '/') return;  // anon, [stack], ...
   files_.emplace(std::string(m->filename), FileMap{m->pid, m->addr, m->pgoff});
+  if (archive_) ranges_.insert(Range{std::string(m->filename), m->pid, m->addr, m->pgoff, m->len});
 }
 
 absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& writer) const {
@@ -123,6 +126,39 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
                                                        .pgoff = map.pgoff,
                                                        .path = path,
                                                        .build_id = id.ok() ? *id : empty}));
+  }
+  constexpr uint64_t kPiece = uint64_t{16} << 20;
+  std::vector<uint8_t> buf;
+  for (const Range& r : ranges_) {
+    const int fd = open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      warnings.push_back(Cat("not archived: ", r.path, ": ", std::strerror(errno)));
+      continue;
+    }
+    absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(r.path);
+    const std::vector<uint8_t> build_id = id.ok() ? *id : std::vector<uint8_t>{};
+    absl::Status st;
+    for (uint64_t done = 0; done < r.len;) {
+      buf.resize(std::min(kPiece, r.len - done));
+      const ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(r.pgoff + done));
+      if (n < 0) {
+        warnings.push_back(Cat("not archived: ", r.path, ": ", std::strerror(errno)));
+        break;
+      }
+      if (n == 0) break;  // the mapping extends past the end of the file
+      buf.resize(static_cast<size_t>(n));
+      st = writer.AppendCode(CodeRecord{.pid = r.pid,
+                                        .flags = 0,
+                                        .address = r.address + done,
+                                        .pgoff = r.pgoff + done,
+                                        .path = r.path,
+                                        .build_id = build_id,
+                                        .bytes = buf});
+      if (!st.ok()) break;
+      done += static_cast<uint64_t>(n);
+    }
+    close(fd);
+    PTKIT_RETURN_IF_ERROR(st);
   }
   if (!vdso_.empty()) {
     absl::StatusOr<std::vector<uint8_t>> vdso = ReadOwnVdso();

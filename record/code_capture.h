@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,13 +29,20 @@ absl::StatusOr<std::vector<uint8_t>> ReadOwnVdso();
 
 class CodeCapture {
  public:
+  // With `archive`, Write() also stores the bytes of every executable file mapping
+  // (ptrecord --archive), so decoding needs no file from this machine.
+  explicit CodeCapture(bool archive = false) : archive_(archive) {}
+
   // Feed every sideband record; keeps MMAP2 records of executable mappings.
   void OnRecord(const perf::RecordView& record, const perf::SampleIdLayout& layout);
 
   // One kCodeIdentity record per distinct mapped file (path + build-id, empty when it has
   // none or is unreadable: a warning is returned for each such file) and one kCodeVdso
   // record per process that mapped a [vdso], with this machine's vdso bytes at that
-  // process's address. Returns the warnings; errors are the writer's.
+  // process's address. With `archive`, one record (flags 0, build-id set) per distinct
+  // executable mapping holding the file bytes [pgoff, pgoff + len) at its address, split in
+  // 16 MiB pieces; a file shorter than the mapping gives what the file has. Returns the
+  // warnings (unreadable files); errors are the writer's.
   absl::StatusOr<std::vector<std::string>> Write(ContainerWriter& writer) const;
 
   size_t files() const { return files_.size(); }
@@ -45,8 +53,16 @@ class CodeCapture {
     uint64_t address = 0;
     uint64_t pgoff = 0;
   };
+  struct Range {
+    std::string path;
+    uint32_t pid = 0;
+    uint64_t address = 0, pgoff = 0, len = 0;
+    auto operator<=>(const Range&) const = default;
+  };
+  bool archive_ = false;
   std::map<std::string, FileMap> files_;  // path -> first executable mapping
   std::map<uint32_t, uint64_t> vdso_;     // pid -> [vdso] address
+  std::set<Range> ranges_;                // every executable file mapping (archive)
 };
 
 }  // namespace ptkit::record

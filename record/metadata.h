@@ -50,7 +50,7 @@ struct MetadataInput {
   std::vector<std::pair<std::string, perf_event_attr>> attrs;  // name -> attr
   std::optional<TimeConversion> time;
   uint64_t page_size = 0;
-  std::string mode;  // "full-trace", "snapshot", "sideband-only"
+  std::string mode;       // "full-trace", "snapshot", "sideband-only"
   std::vector<int> cpus;  // traced CPUs, empty for per-thread
   uint64_t data_pages = 0, aux_pages = 0;
 };

@@ -341,7 +341,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     for (CounterSet& c : counter_sets) PTKIT_RETURN_IF_ERROR(c.EnableAll());
   }
 
-  CodeCapture code;
+  CodeCapture code(o.archive);
   DrainOptions dopt;
   dopt.on_record = [&code](const perf::RecordView& r, const perf::SampleIdLayout& l) {
     code.OnRecord(r, l);

@@ -37,7 +37,7 @@ struct SessionOptions {
   std::string cpu_list;              // -C: only these CPUs
   bool per_thread = false;           // one ring per thread instead of per CPU
   std::string trace_event = "intel_pt//";
-  bool sideband_only = false;        // no trace event: sideband (and counters) only
+  bool sideband_only = false;                   // no trace event: sideband (and counters) only
   bool user_only = false, kernel_only = false;  // -u / -k (override the event's modifiers)
   uint64_t data_pages = 64;
   uint64_t aux_pages = 1024;
@@ -48,6 +48,7 @@ struct SessionOptions {
   std::optional<uint64_t> snapshot_size;  // --snapshot[=SIZE]; 0 = the whole AUX area
   std::string counters;                   // -e, libpfm4 names
   bool compress = true;
+  bool archive = false;  // store the executable ranges of every mapped file
   std::string sysfs_root = std::string(kDefaultSysfsRoot);
   std::vector<std::string> command_line;  // for the metadata
 };

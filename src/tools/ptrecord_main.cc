@@ -77,6 +77,9 @@ int main(int argc, char** argv) {
   app.add_option("--aux-watermark", watermark,
                  "AUX bytes that wake ptrecord (K/M/G; default a quarter of the AUX area)");
   app.add_flag("--no-compress", no_compress, "Store records without zstd");
+  app.add_flag("--archive", o.archive,
+               "Also store the executable ranges of every mapped file, so decoding needs "
+               "nothing from this machine");
   app.add_option("--sysfs-root", o.sysfs_root,
                  "Where PMUs are described (default /sys/bus/event_source/devices)");
   app.add_flag("-q,--quiet", quiet, "No summary line");

@@ -107,6 +107,7 @@ struct Recorded {
   std::vector<std::string> exec_comms;
   int exits = 0;
   int code_identities = 0, vdso_records = 0;
+  uint64_t archived_bytes = 0;
   bool metadata = false;
   bool clean = false;
 };
@@ -124,7 +125,11 @@ Recorded ReadRecording(const std::string& path) {
     if (rv.type == RecordType::kCode) {
       absl::StatusOr<CodeRecord> c = ParseCode(rv.payload);
       EXPECT_TRUE(c.ok()) << c.status();
-      if (c.ok()) (c->flags & kCodeVdso ? out.vdso_records : out.code_identities) += 1;
+      if (c.ok() && c->flags == 0) {
+        out.archived_bytes += c->bytes.size();
+      } else if (c.ok()) {
+        (c->flags & kCodeVdso ? out.vdso_records : out.code_identities) += 1;
+      }
     }
     if (rv.type == RecordType::kCounters) {
       absl::StatusOr<std::vector<CounterValue>> values = ParseCounters(rv.payload);
@@ -174,6 +179,17 @@ TEST(PtrecordCliTest, SidebandOnlyWorkloadWithCountersKeepsExitStatus) {
   EXPECT_GE(rec.exits, 1);
   EXPECT_GE(rec.code_identities, 3);  // sh, ld-linux, libc
   EXPECT_GE(rec.vdso_records, 1);
+}
+
+TEST(PtrecordCliTest, ArchiveStoresExecutableRanges) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  ::ptkit::testing::TempDir dir;
+  const CliRun r = Ptrecord(dir.path(), "--sideband-only --archive -q -- /bin/true");
+  EXPECT_EQ(r.code, 0) << r.err;
+  const Recorded rec = ReadRecording(dir.File("trace.pt"));
+  EXPECT_TRUE(rec.clean);
+  // The text segments of true, ld-linux and libc: well over 100 KiB together.
+  EXPECT_GT(rec.archived_bytes, 100u << 10);
 }
 
 TEST(PtrecordCliTest, AttachToRunningProcessWithP) {

@@ -5,6 +5,9 @@
 #include <sys/mman.h>
 
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -119,6 +122,52 @@ TEST(CodeCaptureTest, IdentitiesOfExecutableFilesAndTheVdso) {
   }
   EXPECT_EQ(identities, 3);
   EXPECT_EQ(vdsos, ReadOwnVdso().ok() ? 1 : 0);
+}
+
+TEST(CodeCaptureTest, ArchiveStoresTheMappedFileBytes) {
+  const perf::SampleIdLayout layout{PERF_SAMPLE_TID, true};
+  CodeCapture capture(/*archive=*/true);
+  auto feed = [&](uint64_t addr, uint64_t pgoff, uint64_t len, std::string_view name) {
+    const std::vector<uint8_t> bytes = perf::EncodeMmap2(perf::Mmap2{.pid = 7,
+                                                                     .addr = addr,
+                                                                     .len = len,
+                                                                     .pgoff = pgoff,
+                                                                     .prot = PROT_READ | PROT_EXEC,
+                                                                     .filename = name},
+                                                         layout);
+    capture.OnRecord(*perf::ReadRecord(bytes), layout);
+  };
+  const std::string exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  const uint64_t size = std::filesystem::file_size(exe);
+  feed(0x400000, 0, 4096, exe);
+  feed(0x500000, 4096, 8192, exe);
+  feed(0x900000, size - 100, 4096, exe);  // the mapping runs past the end of the file
+  ::ptkit::testing::TempDir dir;
+  PTKIT_ASSERT_OK_AND_ASSIGN(auto writer, ContainerWriter::Create(dir.File("a.pt")));
+  PTKIT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> warnings, capture.Write(*writer));
+  ASSERT_THAT(writer->Close(), IsOk());
+  EXPECT_TRUE(warnings.empty());
+
+  std::ifstream in(exe, std::ios::binary);
+  std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), {});
+  PTKIT_ASSERT_OK_AND_ASSIGN(ContainerReader reader, ContainerReader::Open(dir.File("a.pt")));
+  RecordView rv;
+  std::map<uint64_t, std::vector<uint8_t>> by_address;
+  while (*reader.Next(rv)) {
+    if (rv.type != RecordType::kCode) continue;
+    PTKIT_ASSERT_OK_AND_ASSIGN(CodeRecord c, ParseCode(rv.payload));
+    if (c.flags != 0) continue;
+    EXPECT_EQ(c.path, exe);
+    EXPECT_EQ(c.address - c.pgoff, c.address == 0x400000   ? 0x400000u
+                                   : c.address == 0x500000 ? 0x500000u - 4096
+                                                           : 0x900000u - (size - 100));
+    by_address[c.address].assign(c.bytes.begin(), c.bytes.end());
+  }
+  ASSERT_EQ(by_address.size(), 3u);
+  EXPECT_EQ(by_address[0x400000], std::vector<uint8_t>(file.begin(), file.begin() + 4096));
+  EXPECT_EQ(by_address[0x500000],
+            std::vector<uint8_t>(file.begin() + 4096, file.begin() + 4096 + 8192));
+  EXPECT_EQ(by_address[0x900000], std::vector<uint8_t>(file.end() - 100, file.end()));
 }
 
 }  // namespace
