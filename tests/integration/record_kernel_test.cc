@@ -176,6 +176,130 @@ TEST(RecordKernelTest, DummyEventSidebandOfBinTrueIntoContainer) {
   EXPECT_THAT(all, HasSubstr("libc.so"));
 }
 
+// Records `argv` as a session does (one tracking event per CPU, pid = child, inherit,
+// enable_on_exec) into `path`; returns every sideband record with its ring's CPU, in time
+// order, and the workload's exit code.
+struct Recorded {
+  struct Rec {
+    int32_t ring_cpu;
+    std::vector<uint8_t> bytes;
+    perf::SampleId sid;
+    perf::RecordView view() const { return *perf::ReadRecord(bytes); }
+  };
+  std::vector<Rec> recs;
+  int exit_code = -1;
+  pid_t pid = -1;
+};
+
+absl::StatusOr<Recorded> RecordSideband(std::vector<std::string> argv, const std::string& path) {
+  SignalWatcher signals;
+  PTKIT_ASSIGN_OR_RETURN(Workload w, Workload::Start(std::move(argv)));
+  const perf_event_attr attr = BuildTrackingAttr({.enable_on_exec = true, .inherit = true});
+  const perf::SampleIdLayout layout{attr.sample_type, true};
+  const int ncpu = static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN));
+  std::vector<std::unique_ptr<KernelTraceSource>> owned;
+  std::vector<TraceSource*> sources;
+  for (int cpu = 0; cpu < ncpu; ++cpu) {
+    PTKIT_ASSIGN_OR_RETURN(PerfEvent ev, PerfEvent::Open(attr, w.pid(), cpu, "tracking"));
+    PTKIT_ASSIGN_OR_RETURN(RingBuffer ring, RingBuffer::Map(ev, 16, 0, false));
+    owned.push_back(std::make_unique<KernelTraceSource>(
+        std::move(ev), std::vector<PerfEvent>{}, std::move(ring),
+        StreamId{StreamKind::kCpu, static_cast<uint64_t>(cpu)}, cpu, layout));
+    sources.push_back(owned.back().get());
+  }
+  PTKIT_ASSIGN_OR_RETURN(auto writer, ContainerWriter::Create(path));
+  Drainer drainer(writer.get());
+  PTKIT_RETURN_IF_ERROR(w.Go());
+  LoopOptions lo;
+  lo.poll_timeout_ms = 10;
+  Recorded out;
+  out.pid = w.pid();
+  lo.child_exited = [&] {
+    std::optional<int> st = w.TryReap();
+    if (st) out.exit_code = Workload::ExitCode(*st);
+    return st.has_value();
+  };
+  PTKIT_ASSIGN_OR_RETURN(LoopResult lr, RunDrainLoop(sources, drainer, signals, lo));
+  (void)lr;
+  PTKIT_RETURN_IF_ERROR(writer->Close());
+  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
+  RecordView rv;
+  while (true) {
+    PTKIT_ASSIGN_OR_RETURN(bool more, reader.Next(rv));
+    if (!more) break;
+    if (rv.type != RecordType::kSideband) continue;
+    PTKIT_ASSIGN_OR_RETURN(SidebandRecord sb, ParseSideband(rv.payload));
+    perf::RecordReader rr(sb.records);
+    while (true) {
+      PTKIT_ASSIGN_OR_RETURN(std::optional<perf::RecordView> rec, rr.Next());
+      if (!rec) break;
+      PTKIT_ASSIGN_OR_RETURN(perf::SampleId sid, perf::ParseSampleId(*rec, layout));
+      out.recs.push_back(
+          Recorded::Rec{sb.cpu, std::vector<uint8_t>(rec->bytes.begin(), rec->bytes.end()), sid});
+    }
+  }
+  std::stable_sort(out.recs.begin(), out.recs.end(),
+                   [](const auto& a, const auto& b) { return a.sid.time < b.sid.time; });
+  return out;
+}
+
+TEST(RecordKernelTest, DlopenAndThreadWorkload) {
+  ::ptkit::testing::TempDir dir;
+  absl::StatusOr<Recorded> r =
+      RecordSideband({PTKIT_DLOPEN_THREAD, PTKIT_TEST_PLUGIN}, dir.File("d.pt"));
+  if (r.status().code() == absl::StatusCode::kPermissionDenied) GTEST_SKIP() << r.status();
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_code, 0);
+  const perf::SampleIdLayout layout{kSampleIdType, true};
+  const uint32_t pid = static_cast<uint32_t>(r->pid);
+  // Order of first appearance (index in time order) of each event.
+  std::map<std::string, size_t> first;
+  uint32_t thread_tid = 0;
+  size_t i = 0;
+  for (const Recorded::Rec& rec : r->recs) {
+    ++i;
+    const perf::RecordView v = rec.view();
+    EXPECT_EQ(static_cast<int32_t>(rec.sid.cpu), rec.ring_cpu);
+    EXPECT_EQ(rec.sid.pid, pid) << perf::RecordTypeName(v.type);
+    if (v.type == PERF_RECORD_MMAP2) {
+      PTKIT_ASSERT_OK_AND_ASSIGN(perf::Mmap2 m, perf::ParseMmap2(v, layout));
+      const std::string f(m.filename);
+      for (const char* key : {"ptkit_dlopen_thread", "ld-linux", "libc.so", "ptkit_test_plugin"}) {
+        if (f.find(key) != std::string::npos) first.emplace(key, i);
+      }
+    } else if (v.type == PERF_RECORD_COMM) {
+      PTKIT_ASSERT_OK_AND_ASSIGN(perf::Comm c, perf::ParseComm(v, layout));
+      if (c.exec) first.emplace("comm_exec", i);
+    } else if (v.type == PERF_RECORD_FORK) {
+      PTKIT_ASSERT_OK_AND_ASSIGN(perf::Task t, perf::ParseTask(v, layout));
+      EXPECT_EQ(t.pid, pid);  // a thread: same process
+      EXPECT_EQ(t.ptid, pid);
+      EXPECT_NE(t.tid, pid);
+      thread_tid = t.tid;
+      first.emplace("fork", i);
+    } else if (v.type == PERF_RECORD_EXIT) {
+      PTKIT_ASSERT_OK_AND_ASSIGN(perf::Task t, perf::ParseTask(v, layout));
+      EXPECT_EQ(rec.sid.tid, t.tid);
+      first.emplace(t.tid == pid ? "exit_main" : "exit_thread", i);
+      if (t.tid != pid) {
+        EXPECT_EQ(t.tid, thread_tid);
+      }
+    }
+  }
+  for (const char* key : {"comm_exec", "ptkit_dlopen_thread", "ld-linux", "libc.so",
+                          "ptkit_test_plugin", "fork", "exit_thread", "exit_main"}) {
+    EXPECT_TRUE(first.contains(key)) << key;
+  }
+  // exec, then the program and its loader, libc, the dlopen()ed library, the thread's birth
+  // and death, and the process's exit last.
+  EXPECT_LT(first["comm_exec"], first["ptkit_dlopen_thread"]);
+  EXPECT_LT(first["ld-linux"], first["libc.so"]);
+  EXPECT_LT(first["libc.so"], first["ptkit_test_plugin"]);
+  EXPECT_LT(first["ptkit_test_plugin"], first["fork"]);
+  EXPECT_LT(first["fork"], first["exit_thread"]);
+  EXPECT_LT(first["exit_thread"], first["exit_main"]);
+}
+
 TEST(RecordKernelTest, SoftwareCountersCountTheChildHardwareOnesAreSkipped) {
   PTKIT_ASSERT_OK_AND_ASSIGN(
       std::vector<CounterSpec> specs,
