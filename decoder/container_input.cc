@@ -179,7 +179,13 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
   PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
   nlohmann::json metadata = nlohmann::json::object();
   std::unique_ptr<SidebandBuilder> sideband;
-  std::map<StreamId, Stream> streams;
+  // AUX streams (snapshot -1) and each snapshot of a stream, decoded on their own.
+  struct Key {
+    StreamId id;
+    int64_t snapshot = -1;
+    auto operator<=>(const Key&) const = default;
+  };
+  std::map<Key, Stream> streams;
   std::map<uint32_t, std::vector<Captured>> captured;  // pid -> code captured at record time
 
   RecordView rec;
@@ -202,7 +208,7 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
       case RecordType::kAux: {
         auto aux = ParseAux(rec.payload);
         if (!aux.ok()) break;
-        Stream& s = streams[aux->stream];
+        Stream& s = streams[{aux->stream, -1}];
         if (!s.pieces.empty() && aux->aux_offset > s.next_aux) {
           s.pending_losses.push_back({"discontinuity", s.next_aux, aux->aux_offset - s.next_aux});
           s.break_next = true;
@@ -225,7 +231,7 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
       case RecordType::kLoss: {
         auto loss = ParseLoss(rec.payload);
         if (!loss.ok() || loss->kind == LossKind::kLostSideband) break;
-        Stream& s = streams[loss->stream];
+        Stream& s = streams[{loss->stream, -1}];
         std::string kind = LossKindText(loss->kind);
         // The AUX record's flag already marked this point: add what the loss record knows.
         bool merged = false;
@@ -237,6 +243,18 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
           }
         }
         if (!merged) s.pending_losses.push_back({kind, loss->aux_offset, loss->bytes});
+        break;
+      }
+      case RecordType::kSnapshot: {
+        auto snap = ParseSnapshot(rec.payload);
+        if (!snap.ok()) break;
+        Stream& s = streams[{snap->stream, static_cast<int64_t>(snap->sequence)}];
+        // A snapshot is the newest part of an overwritten ring: older trace is gone.
+        s.pieces.push_back({snap->aux_head - snap->data.size(),
+                            snap->time,
+                            std::vector<uint8_t>(snap->data.begin(), snap->data.end()),
+                            {}});
+        s.bytes += snap->data.size();
         break;
       }
       case RecordType::kCode: {
@@ -284,8 +302,11 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
   };
 
   DecodeTotals totals;
-  for (const auto& [id, stream] : streams) {
+  for (const auto& [key, stream] : streams) {
+    const StreamId& id = key.id;
     if (stream.pieces.empty()) continue;
+    if (options.snapshot && key.snapshot != static_cast<int64_t>(*options.snapshot)) continue;
+    if (options.cpu && (id.kind != StreamKind::kCpu || id.id != *options.cpu)) continue;
     uint32_t pid = 0, tid = 0;
     if (id.kind == StreamKind::kThread) {
       tid = static_cast<uint32_t>(id.id);
@@ -298,7 +319,8 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
       pid = pids.front();
     }
     StreamInfo info;
-    info.name = StreamName(id);
+    if (options.tid && tid != *options.tid) continue;
+    info.name = key.snapshot < 0 ? StreamName(id) : Cat(StreamName(id), " snapshot ", key.snapshot);
     info.pid = pid;
     info.comm = tid != 0 ? timeline.CommAt(tid, stream.pieces.front().time) : "";
     info.bytes = stream.bytes;

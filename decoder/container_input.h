@@ -27,7 +27,12 @@
 namespace ptkit::decoder {
 
 struct ContainerOptions {
-  std::string sysroot;                // prefix for the paths of mapped files
+  std::string sysroot;  // prefix for the paths of mapped files
+  // Filters: only streams of this CPU; only thread streams of this thread and CPU streams
+  // whose first task is it; only this snapshot (0, 1, ...) of each stream.
+  std::optional<uint64_t> cpu;
+  std::optional<uint32_t> tid;
+  std::optional<uint64_t> snapshot;
   std::optional<TraceConfig> config;  // overrides what the metadata says
 };
 

@@ -47,7 +47,9 @@ struct DecodeFlags {
   std::string bts;
   std::vector<std::string> elfs, raws, pages;
   std::string sysroot;
-  std::string cpu;
+  std::string cpu;  // FAMILY/MODEL[/STEPPING] (errata) or, in container mode, N (filter)
+  int64_t tid = -1;
+  int64_t snapshot = -1;
   unsigned mtc_freq = 0, nom_freq = 0;
   uint32_t cpuid_eax = 0, cpuid_ebx = 0;
   bool json = false;
@@ -67,7 +69,13 @@ void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
   cmd->add_option("--pages", f.pages,
                   "Page dump DIR (DIR/data.addr + DIR/data.dump) or ADDR_FILE,DUMP_FILE")
       ->take_all();
-  cmd->add_option("--cpu", f.cpu, "Recording CPU FAMILY/MODEL[/STEPPING], selects errata");
+  cmd->add_option("--cpu", f.cpu,
+                  "FAMILY/MODEL[/STEPPING]: the recording CPU (errata); N: only the stream of "
+                  "CPU N (trace.pt)");
+  cmd->add_option("--tid", f.tid, "Only the streams of thread TID (trace.pt)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--snapshot", f.snapshot, "Only snapshot N of each stream (trace.pt)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--mtc-freq", f.mtc_freq, "IA32_RTIT_CTL.MTCFreq")->check(CLI::Range(0, 15));
   cmd->add_option("--nom-freq", f.nom_freq, "Nominal frequency (MSR_PLATFORM_INFO[15:8])")
       ->check(CLI::Range(0, 255));
@@ -84,6 +92,12 @@ bool MakeSpec(const DecodeFlags& f, dec::RawInputSpec& spec, int& exit_code) {
   }
   if (f.pt.empty() && f.bts.empty()) {
     exit_code = UsageError("no input: give a trace.pt FILE, --pt FILE or --bts FILE");
+    return false;
+  }
+  if (f.tid >= 0 || f.snapshot >= 0 || (!f.cpu.empty() && f.cpu.find('/') == std::string::npos)) {
+    exit_code = UsageError(
+        "--tid, --snapshot and --cpu N filter trace.pt streams; a raw trace has one (the "
+        "recording CPU is --cpu FAMILY/MODEL)");
     return false;
   }
   spec.pt_path = f.pt.empty() ? f.bts : f.pt;
@@ -121,11 +135,21 @@ int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
   }
   dec::ContainerOptions options;
   options.sysroot = f.sysroot;
-  if (!f.cpu.empty() || f.mtc_freq || f.nom_freq || f.cpuid_eax || f.cpuid_ebx) {
+  DecodeFlags g = f;
+  if (!f.cpu.empty() && f.cpu.find('/') == std::string::npos) {
+    auto n = dec::ParseUint(f.cpu, 0xffffffff, "--cpu");
+    if (!n.ok()) return UsageError(std::string(n.status().message()));
+    options.cpu = *n;
+    g.cpu.clear();
+  }
+  if (f.tid >= 0) options.tid = static_cast<uint32_t>(f.tid);
+  if (f.snapshot >= 0) options.snapshot = static_cast<uint64_t>(f.snapshot);
+  if (!g.cpu.empty() || f.mtc_freq || f.nom_freq || f.cpuid_eax || f.cpuid_ebx) {
     dec::RawInputSpec spec;
     spec.pt_path = f.container;
     int exit_code = 0;
-    DecodeFlags copy = f;
+    DecodeFlags copy = g;
+    copy.tid = copy.snapshot = -1;  // filters, applied by DecodeContainer
     copy.pt = f.container;
     copy.container.clear();
     if (!MakeSpec(copy, spec, exit_code)) return exit_code;

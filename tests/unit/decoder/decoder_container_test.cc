@@ -270,6 +270,88 @@ TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
                                             ips->begin() + branches.back() + 1));
 }
 
+TEST_F(ContainerTest, FiltersSelectStreams) {
+  Recorder by_cpu;
+  ContainerOptions options;
+  options.cpu = 0;
+  ASSERT_THAT(DecodeContainer(path_, options, by_cpu), IsOk());
+  ASSERT_THAT(by_cpu.streams, SizeIs(1));
+  EXPECT_EQ(by_cpu.streams[0].name, "cpu 0");
+  Recorder by_tid;
+  options = {};
+  options.tid = 200;
+  ASSERT_THAT(DecodeContainer(path_, options, by_tid), IsOk());
+  ASSERT_THAT(by_tid.streams, SizeIs(1));
+  EXPECT_EQ(by_tid.streams[0].name, "tid 200");
+  Recorder none;
+  options = {};
+  options.cpu = 7;
+  auto totals = DecodeContainer(path_, options, none);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->streams, 0u);
+  EXPECT_EQ(totals->instructions, 0u);
+}
+
+TEST_F(ContainerTest, SnapshotsDecodeEachOnItsOwn) {
+  PtSynth s0(*code_), s1(*code_);
+  auto w0 = s0.AddSegment({.entry = work_, .seed = 8, .max_insns = 800});
+  auto w1 = s1.AddSegment({.entry = work_, .seed = 9, .max_insns = 800});
+  ASSERT_THAT(w0, IsOk());
+  ASSERT_THAT(w1, IsOk());
+  // A snapshot starts wherever the ring's oldest byte was: here, mid-packet garbage.
+  std::vector<uint8_t> d0 = {0x02, 0x82, 0x99, 0x13}, d1 = s1.bytes();
+  std::vector<uint8_t> b0 = s0.bytes();
+  d0.insert(d0.end(), b0.begin(), b0.end());
+  const std::string path = ::testing::TempDir() + "/decoder_container_snap.pt";
+  WriterOptions wo;
+  wo.overwrite = true;
+  auto writer = ContainerWriter::Create(path, wo);
+  ASSERT_THAT(writer, IsOk());
+  nlohmann::json metadata = {
+      {"attrs",
+       {{{"name", "intel_pt"}, {"sample_type", kLayout.sample_type}, {"sample_id_all", true}}}}};
+  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
+  const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
+  perf::Mmap2 m;
+  m.pid = m.tid = 100;
+  m.addr = text;
+  m.len = 0x1000;
+  m.pgoff = code_->FileOffset(text);
+  m.prot = 5;
+  m.filename = kTiny;
+  m.sample_id = Id(100, 100, 6, 0);
+  std::vector<uint8_t> sb = perf::EncodeMmap2(m, kLayout);
+  perf::ItraceStart st;
+  st.pid = st.tid = 100;
+  st.sample_id = Id(100, 100, 7, 0);
+  std::vector<uint8_t> r = perf::EncodeItraceStart(st, kLayout);
+  sb.insert(sb.end(), r.begin(), r.end());
+  ASSERT_THAT((*writer)->AppendSideband({0, sb}), IsOk());
+  const StreamId cpu0{StreamKind::kCpu, 0};
+  ASSERT_THAT((*writer)->AppendSnapshot({cpu0, 0, d0.size() + 100000, 50, d0}), IsOk());
+  ASSERT_THAT((*writer)->AppendSnapshot({cpu0, 1, d1.size() + 200000, 60, d1}), IsOk());
+  ASSERT_THAT((*writer)->Close(), IsOk());
+
+  Recorder all;
+  ASSERT_THAT(DecodeContainer(path, {}, all), IsOk());
+  ASSERT_THAT(all.streams, SizeIs(2));
+  EXPECT_EQ(all.streams[0].name, "cpu 0 snapshot 0");
+  EXPECT_EQ(all.streams[1].name, "cpu 0 snapshot 1");
+  EXPECT_THAT(all.errors, SizeIs(0));
+  ASSERT_THAT(all.runs, SizeIs(3));
+  EXPECT_THAT(all.runs[1], ElementsAreArray(*w0));
+  EXPECT_THAT(all.runs[2], ElementsAreArray(*w1));
+
+  Recorder one;
+  ContainerOptions options;
+  options.snapshot = 1;
+  ASSERT_THAT(DecodeContainer(path, options, one), IsOk());
+  std::remove(path.c_str());
+  ASSERT_THAT(one.streams, SizeIs(1));
+  EXPECT_EQ(one.streams[0].name, "cpu 0 snapshot 1");
+  EXPECT_THAT(one.runs[1], ElementsAreArray(*w1));
+}
+
 TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
   // One CPU runs process 100 (tiny.elf) then process 200 (golden.elf), both at 0x401000: only
   // the right image per task gives the walked instructions.

@@ -1,11 +1,13 @@
 // The ptdecode binary: raw-mode sub-commands end to end, and its error contract (usage errors:
 // one "ptdecode: ..." line, exit 2; runtime errors: one line naming the input, exit 1).
+#include <linux/perf_event.h>
 #include <sys/wait.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 
@@ -14,6 +16,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pt_synth.h"
+#include "ptkit/container_writer.h"
+#include "ptkit/perf_records.h"
 #include "status_matchers.h"
 
 namespace ptkit::decoder {
@@ -134,6 +138,55 @@ TEST_F(PtdecodeCliTest, BtsRecordsDecodeLikeTheWalk) {
     EXPECT_EQ(bad.exit_code, 1);
     EXPECT_THAT(bad.err, HasSubstr("24-byte BTS record"));
   }
+}
+
+TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
+  auto code = ElfCode::Load(kTiny);
+  ASSERT_THAT(code, IsOk());
+  std::ifstream in(trace_, std::ios::binary);
+  std::vector<uint8_t> pt((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const perf::SampleIdLayout layout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
+  const std::string path = ::testing::TempDir() + "/cli_tiny.trace.pt";
+  WriterOptions options;
+  options.overwrite = true;
+  auto writer = ContainerWriter::Create(path, options);
+  ASSERT_THAT(writer, IsOk());
+  nlohmann::json metadata = {
+      {"attrs", {{{"sample_type", layout.sample_type}, {"sample_id_all", true}}}}};
+  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
+  perf::Mmap2 m;
+  m.pid = m.tid = 300;
+  m.addr = text_;
+  m.len = 0x1000;
+  m.pgoff = text_offset_;
+  m.prot = 5;
+  m.filename = kTiny;
+  m.sample_id.has_tid = m.sample_id.has_time = true;
+  m.sample_id.pid = m.sample_id.tid = 300;
+  m.sample_id.time = 1;
+  ASSERT_THAT((*writer)->AppendSideband({-1, perf::EncodeMmap2(m, layout)}), IsOk());
+  ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 5, pt}), IsOk());
+  ASSERT_THAT((*writer)->Close(), IsOk());
+
+  Result r = RunPtdecode("stats --json " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["totals"]["instructions"].get<uint64_t>(), instructions_);
+  EXPECT_EQ(doc["totals"]["streams"].get<uint64_t>(), 1u);
+  r = RunPtdecode("insn " + path + " --tid 300");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith("[stream tid 300: pid 300"));
+  EXPECT_THAT(r.out, HasSubstr("  work+0x0\n"));
+  r = RunPtdecode("insn " + path + " --tid 301");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  r = RunPtdecode("insn " + path + " --pt " + trace_);
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunPtdecode("insn " + path + " --elf " + kTiny);
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunPtdecode("insn --pt " + trace_ + " --tid 3");
+  EXPECT_EQ(r.exit_code, 2);
+  std::remove(path.c_str());
 }
 
 TEST_F(PtdecodeCliTest, UsageErrorsExitTwoWithOneLine) {
