@@ -223,6 +223,54 @@ TEST_F(SynthTest, DecodeErrorIsReportedAndTheDecoderResyncsAtTheNextPsb) {
   }
 }
 
+TEST_F(SynthTest, OverflowIsAnEventAndDecodingResumesAtTheFupIp) {
+  auto image = ElfImage();
+  PtSynth synth(*code_);
+  auto truth = synth.AddSegment(
+      {.entry = work_.address, .seed = 21, .max_insns = 3000, .overflow_at_branch = 3});
+  ASSERT_THAT(truth, IsOk());
+  // The overflow hits at the 4th conditional branch (seed 21 walks past many).
+  class Rec : public RecordingSink {
+   public:
+    void OnEvent(const pt_event& e) override {
+      if (e.type == ptev_overflow) {
+        overflow_ip = e.variant.overflow.ip;
+        ++overflows;
+        runs_.emplace_back();
+      }
+    }
+    uint64_t overflow_ip = 0;
+    int overflows = 0;
+  } rec;
+  auto totals = DecodeTrace(synth.bytes(), {}, *image, rec);
+  ASSERT_THAT(totals, IsOk());
+  for (const DecodeError& e : rec.errors_) {
+    ADD_FAILURE() << "error " << IptErrorName(e.code) << " at offset " << e.offset << " ip "
+                  << std::hex << e.ip << " overflow ip " << rec.overflow_ip;
+  }
+  ASSERT_EQ(rec.overflows, 1);
+  ASSERT_THAT(rec.runs_, SizeIs(2));
+  // After the overflow: exactly the walk from the FUP IP on.
+  auto resume = truth->end() - static_cast<ptrdiff_t>(rec.runs_[1].size());
+  ASSERT_FALSE(rec.runs_[1].empty());
+  EXPECT_EQ(rec.runs_[1].front(), rec.overflow_ip);
+  EXPECT_THAT(rec.runs_[1], ElementsAreArray(resume, truth->end()));
+  // Before it: a prefix of the walk that stops at the branch whose outcome was lost.
+  ASSERT_LE(rec.runs_[0].size(), truth->size());
+  EXPECT_THAT(rec.runs_[0], ElementsAreArray(truth->begin(), truth->begin() + rec.runs_[0].size()));
+  // What ran between the last decodable branch and the overflow is lost (the TNT bits before
+  // an OVF are dropped with it), so the two runs may leave out part of the walk, never add.
+  EXPECT_LE(rec.runs_[0].size() + rec.runs_[1].size(), truth->size());
+
+  // stats (block decoder): the call stack restarts at the overflow; the same instructions.
+  std::FILE* out = std::tmpfile();
+  auto stats = MakeStatsSink(*image, out, {});
+  auto st = DecodeTrace(synth.bytes(), {}, *image, *stats);
+  std::fclose(out);
+  ASSERT_THAT(st, IsOk());
+  EXPECT_EQ(st->instructions, rec.runs_[0].size() + rec.runs_[1].size());
+}
+
 TEST_F(SynthTest, BytesBeforeTheFirstPsbAreSkipped) {
   auto image = ElfImage();
   PtSynth synth(*code_);

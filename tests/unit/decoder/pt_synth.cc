@@ -193,6 +193,16 @@ absl::StatusOr<std::vector<uint64_t>> PtSynth::AddSegment(const WalkOptions& opt
           return ips;
         }
         bool taken = (rng() & 0xff) < options.taken_per_256;
+        if (branch - 1 == options.overflow_at_branch) {
+          FlushTnt();
+          pt_packet ovf = {};
+          ovf.type = ppt_ovf;
+          Emit(ovf);
+          last_ip_ = 0;  // the decoder forgets the last IP at an overflow
+          ip = taken ? next + static_cast<uint64_t>(insn.raw.imm[0].value.s) : next;
+          EmitIp(ppt_fup, ip);
+          break;
+        }
         if (at_limit) {
           end_segment(taken ? next + static_cast<uint64_t>(insn.raw.imm[0].value.s) : next);
           return ips;

@@ -57,6 +57,10 @@ struct WalkOptions {
   // Where the entry function returns to (outside the image: tracing stops there, as when
   // code leaves an IP filter range).
   uint64_t return_address = 0x7ffff0000000;
+  // Test hook: at this conditional branch (0-based; -1: never), the internal buffer
+  // overflows: OVF, then FUP with the IP where tracing goes on (the branch's outcome is
+  // lost; the walk goes on along its oracle's choice).
+  int overflow_at_branch = -1;
   // Test hook: at this conditional branch (0-based; -1: never), emit a TIP where a TNT bit
   // belongs, so the decoder fails with pte_bad_query.
   int corrupt_at_branch = -1;
