@@ -105,6 +105,7 @@ class CpuSwitcher : public ImageSwitcher {
     StreamInfo info;
     info.name = name_;
     info.pid = pid_;
+    info.tid = task->tid;
     info.comm = timeline_.CommAt(task->tid, t);
     info.image = image;
     info.context_switch = true;
@@ -322,6 +323,7 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
     if (options.tid && tid != *options.tid) continue;
     info.name = key.snapshot < 0 ? StreamName(id) : Cat(StreamName(id), " snapshot ", key.snapshot);
     info.pid = pid;
+    info.tid = tid;
     info.comm = tid != 0 ? timeline.CommAt(tid, stream.pieces.front().time) : "";
     info.bytes = stream.bytes;
     PTKIT_ASSIGN_OR_RETURN(ProgramImage * image, image_for(pid));

@@ -41,6 +41,7 @@ struct DecodeError {
 struct StreamInfo {
   std::string name;  // "cpu 3", "tid 1234"
   uint32_t pid = 0;  // the process whose images decode it (0: unknown)
+  uint32_t tid = 0;  // the thread running (0: unknown)
   std::string comm;
   uint64_t bytes = 0;
   const ProgramImage* image = nullptr;  // the images (and symbols) of this stream

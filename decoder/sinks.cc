@@ -415,13 +415,14 @@ class Disassembler {
 class InsnSink : public Sink {
  public:
   InsnSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
-      : symbols_(image), out_(out), options_(options) {}
+      : symbols_(image), out_(out), options_(options), prefix_(options.json ? "{" : "") {}
   DecoderKind kind() const override { return DecoderKind::kInsn; }
 
   void OnInsn(const pt_insn& insn) override {
     Buffer& buf = out_.buf();
+    buf.append(std::string_view(prefix_));
     if (options_.json) {
-      fmt::format_to(out_.it(), FMT_COMPILE("{{\"ip\":\"{:#x}\",\"sym\":"), insn.ip);
+      fmt::format_to(out_.it(), FMT_COMPILE("\"ip\":\"{:#x}\",\"sym\":"), insn.ip);
       Buffer name;
       symbols_.Append(name, insn.ip);
       AppendJsonString(buf, std::string_view(name.data(), name.size()));
@@ -458,6 +459,16 @@ class InsnSink : public Sink {
   void OnStream(const StreamInfo& stream) override {
     symbols_.SetImage(stream.image);
     AppendStreamLine(out_.buf(), stream, options_.json);
+    // Container input: every line says which CPU or thread stream and which thread.
+    std::string where = stream.name;
+    if (size_t snap = where.find(" snapshot"); snap != std::string::npos) where.resize(snap);
+    if (options_.json) {
+      prefix_ = fmt::format("{{\"stream\":\"{}\",\"tid\":{},", where, stream.tid);
+    } else if (where.rfind("tid ", 0) == 0) {
+      prefix_ = fmt::format("{:<8} ", where);
+    } else {
+      prefix_ = fmt::format("{:<6} tid {:<7} ", where, stream.tid);
+    }
   }
   void OnLoss(const LossInfo& loss) override { AppendLossLine(out_.buf(), loss, options_.json); }
   absl::Status Finish(const DecodeTotals& totals) override { return out_.Close(); }
@@ -467,6 +478,7 @@ class InsnSink : public Sink {
   Output out_;
   OutputOptions options_;
   Disassembler disasm_;
+  std::string prefix_;  // stream columns (container input); JSON: the opening brace and them
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -177,6 +177,20 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith("[stream tid 300: pid 300"));
   EXPECT_THAT(r.out, HasSubstr("  work+0x0\n"));
+  EXPECT_THAT(r.out, HasSubstr("\ntid 300  0000000000"));  // stream column on every line
+  r = RunPtdecode("insn --json " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int insns = 0;
+  for (size_t start = 0, end; (end = r.out.find('\n', start)) != std::string::npos;
+       start = end + 1) {
+    auto line = nlohmann::json::parse(r.out.substr(start, end - start));  // every line is JSON
+    if (line.contains("sym")) {  // an instruction (events have "ip" too)
+      ++insns;
+      EXPECT_EQ(line["stream"], "tid 300");
+      EXPECT_EQ(line["tid"], 300);
+    }
+  }
+  EXPECT_EQ(insns, static_cast<int>(instructions_));
   r = RunPtdecode("insn " + path + " --tid 301");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "");
