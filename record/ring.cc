@@ -10,6 +10,7 @@ namespace ptkit::record {
 // AUX sizes in rb_alloc_aux()), so a free-running position maps to `pos & (size - 1)`.
 void CopyFromRing(std::span<const uint8_t> ring, uint64_t from, std::span<uint8_t> out) {
   assert(IsPowerOfTwo(ring.size()) && out.size() <= ring.size());
+  if (out.empty()) return;  // memcpy must not see the null data() of an empty span
   const size_t start = static_cast<size_t>(from & (ring.size() - 1));
   const size_t first = std::min(out.size(), ring.size() - start);
   std::memcpy(out.data(), ring.data() + start, first);
@@ -25,6 +26,7 @@ void AppendFromRing(std::span<const uint8_t> ring, uint64_t from, uint64_t len,
 
 void CopyToRing(std::span<uint8_t> ring, uint64_t at, std::span<const uint8_t> in) {
   assert(IsPowerOfTwo(ring.size()) && in.size() <= ring.size());
+  if (in.empty()) return;
   const size_t start = static_cast<size_t>(at & (ring.size() - 1));
   const size_t first = std::min(in.size(), ring.size() - start);
   std::memcpy(ring.data() + start, in.data(), first);
