@@ -369,4 +369,18 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
   return totals;
 }
 
+absl::StatusOr<nlohmann::json> DecodeSummary(const std::string& path,
+                                             const ContainerOptions& options) {
+  class Counter : public Sink {};
+  Counter sink;
+  PTKIT_ASSIGN_OR_RETURN(DecodeTotals t, DecodeContainer(path, options, sink));
+  nlohmann::json codes = nlohmann::json::object();
+  for (const auto& [code, n] : t.errors_by_code) codes[IptErrorName(code)] = n;
+  return nlohmann::json{{"streams", t.streams},   {"instructions", t.instructions},
+                        {"blocks", t.blocks},     {"syncs", t.syncs},
+                        {"errors", t.errors},     {"gaps", t.gaps},
+                        {"losses", t.losses},     {"lost_bytes", t.lost_bytes},
+                        {"errors_by_code", codes}};
+}
+
 }  // namespace ptkit::decoder

@@ -47,6 +47,12 @@ TraceConfig TraceConfigFromMetadata(const nlohmann::json& metadata);
 absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
                                              const ContainerOptions& options, Sink& sink);
 
+// `ptdecode info --decode`: decodes every stream (counting only) and summarises:
+// {"streams", "instructions", "blocks", "syncs", "errors", "gaps", "losses", "lost_bytes",
+//  "errors_by_code": {name: count}}. Errors: those of DecodeContainer.
+absl::StatusOr<nlohmann::json> DecodeSummary(const std::string& path,
+                                             const ContainerOptions& options);
+
 }  // namespace ptkit::decoder
 
 #endif  // PTKIT_DECODER_CONTAINER_INPUT_H_

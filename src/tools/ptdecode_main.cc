@@ -13,6 +13,7 @@
 #include "decoder/decode.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
+#include "fmt/format.h"
 #include "ptkit/info.h"
 
 namespace {
@@ -32,10 +33,24 @@ int UsageError(const std::string& message) {
   return kExitUsage;
 }
 
-int RunInfo(const std::string& path, bool json) {
+int RunInfo(const std::string& path, bool json, bool decode) {
   auto info = ptkit::ContainerInfo(path);
   if (!info.ok()) return Fail(info.status());
-  std::string text = json ? info->dump(2) + "\n" : ptkit::FormatInfoText(*info);
+  std::string summary;
+  if (decode) {  // on request only: `info` stays one cheap pass otherwise
+    auto d = dec::DecodeSummary(path, {});
+    if (!d.ok()) return Fail(d.status());
+    (*info)["decode"] = *d;
+    summary = fmt::format(
+        "decode: {} streams, {} instructions, {} errors ({} gaps), {} loss points ({} bytes)\n",
+        (*d)["streams"].get<uint64_t>(), (*d)["instructions"].get<uint64_t>(),
+        (*d)["errors"].get<uint64_t>(), (*d)["gaps"].get<uint64_t>(),
+        (*d)["losses"].get<uint64_t>(), (*d)["lost_bytes"].get<uint64_t>());
+    for (const auto& [code, n] : (*d)["errors_by_code"].items()) {
+      summary += fmt::format("  error {}: {}\n", code, n.get<uint64_t>());
+    }
+  }
+  std::string text = json ? info->dump(2) + "\n" : ptkit::FormatInfoText(*info) + summary;
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;
 }
@@ -224,8 +239,11 @@ int main(int argc, char** argv) {
   CLI::App* info = app.add_subcommand(
       "info", "Show metadata, record counts and bytes, streams, loss and damage of a trace.pt");
   info->add_option("FILE", info_path, "trace.pt file")->required();
+  bool info_decode = false;
   info->add_flag("--json", info_json, "Print JSON (schema in ptdecode(1))");
-  info->callback([&] { exit_code = RunInfo(info_path, info_json); });
+  info->add_flag("--decode", info_decode,
+                 "Also decode every stream and summarise instructions, errors and loss");
+  info->callback([&] { exit_code = RunInfo(info_path, info_json, info_decode); });
 
   struct Command {
     const char* name;

@@ -191,6 +191,18 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
     }
   }
   EXPECT_EQ(insns, static_cast<int>(instructions_));
+  r = RunPtdecode("info --json --decode " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto info = nlohmann::json::parse(r.out);
+  EXPECT_EQ(info["decode"]["instructions"].get<uint64_t>(), instructions_);
+  EXPECT_EQ(info["decode"]["errors"].get<uint64_t>(), 0u);
+  r = RunPtdecode("info --json " + path);  // without --decode: the container summary only
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_FALSE(nlohmann::json::parse(r.out).contains("decode"));
+  r = RunPtdecode("info --decode " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("decode: 1 streams, " + std::to_string(instructions_) +
+                               " instructions, 0 errors"));
   r = RunPtdecode("insn " + path + " --tid 301");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "");
