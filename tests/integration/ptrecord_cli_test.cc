@@ -192,6 +192,34 @@ TEST(PtrecordCliTest, ArchiveStoresExecutableRanges) {
   EXPECT_GT(rec.archived_bytes, 100u << 10);
 }
 
+TEST(PtrecordCliTest, PerThreadRing) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  ::ptkit::testing::TempDir dir;
+  const CliRun r = Ptrecord(dir.path(), "--sideband-only --per-thread -q -- /bin/sh -c 'exit 5'");
+  EXPECT_EQ(r.code, 5) << r.err;
+  const Recorded rec = ReadRecording(dir.File("trace.pt"));
+  EXPECT_TRUE(rec.clean);
+  EXPECT_THAT(rec.exec_comms, ::testing::Contains("sh"));
+  EXPECT_THAT(rec.mmaps, ::testing::Contains(::testing::HasSubstr("libc.so")));
+}
+
+TEST(PtrecordCliTest, AttachToOneThreadWithT) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  ::ptkit::testing::TempDir dir;
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    execl("/bin/sh", "sh", "-c", "sleep 0.4; exec /bin/true", nullptr);
+    _exit(127);
+  }
+  const CliRun r = Ptrecord(dir.path(), "--sideband-only -q -t " + std::to_string(child));
+  int st = 0;
+  waitpid(child, &st, 0);
+  EXPECT_EQ(r.code, 0) << r.err;
+  const Recorded rec = ReadRecording(dir.File("trace.pt"));
+  EXPECT_THAT(rec.exec_comms, ::testing::Contains("true"));
+}
+
 TEST(PtrecordCliTest, AttachToRunningProcessWithP) {
   if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
   ::ptkit::testing::TempDir dir;
