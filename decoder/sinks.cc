@@ -674,18 +674,15 @@ class FlowSink : public Sink {
         break;
     }
   }
-  void OnError(const DecodeError& error) override {
-    // Decoding resumes at the next PSB with an unknown call context.
-    pending_call_ = pending_return_ = false;
-    while (!stack_.empty()) Pop(true);
-  }
+  // Decoding resumes at the next PSB with an unknown call context.
+  void OnError(const DecodeError& error) override { ResetContext(); }
   // Another stream (another thread or CPU), or lost trace: the call context starts afresh.
   void OnStream(const StreamInfo& stream) override {
-    OnError({});
+    ResetContext();
     if (stream.image != nullptr) image_ = stream.image;
     cache_ = {1, 0};
   }
-  void OnLoss(const LossInfo& loss) override { OnError({}); }
+  void OnLoss(const LossInfo& loss) override { ResetContext(); }
 
   absl::Status Finish(const DecodeTotals& totals) override {
     while (!stack_.empty()) Pop(true);
@@ -693,6 +690,10 @@ class FlowSink : public Sink {
   }
 
  protected:
+  void ResetContext() {
+    pending_call_ = pending_return_ = false;
+    while (!stack_.empty()) Pop(true);
+  }
   virtual void OnCount(uint32_t function, uint64_t n) {}
   virtual void OnEnter(const Frame& frame) {}
   virtual void OnExit(const Frame& frame, bool at_end) {}
@@ -1123,32 +1124,39 @@ class TimelineSink : public FlowSink {
   TimelineSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
       : FlowSink(image), out_(out), options_(options) {
     out_.buf().append(std::string_view("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"));
-    out_.buf().append(std::string_view(
-        "{\"ph\":\"M\",\"pid\":1,\"tid\":1,\"name\":\"thread_name\",\"args\":{\"name\":"));
-    AppendJsonString(out_.buf(), options.trace_name.empty() ? "trace" : options.trace_name);
-    out_.buf().append(std::string_view("}}"));
+    ThreadName(options.trace_name.empty() ? "trace" : options.trace_name);
   }
   void OnError(const DecodeError& error) override {
     FlowSink::OnError(error);
     fmt::format_to(out_.it(),
-                   FMT_COMPILE(",\n{{\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":1,\"ts\":{},"
+                   FMT_COMPILE(",\n{{\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":{},\"ts\":{},"
                                "\"name\":\"{}\",\"args\":{{\"offset\":{},\"ip\":\"{:#x}\"}}}}"),
-                   count_, error.is_gap() ? "gap" : IptErrorName(error.code), error.offset,
+                   tid_, count_, error.is_gap() ? "gap" : IptErrorName(error.code), error.offset,
                    error.ip);
+  }
+  // Container input: one track per thread.
+  void OnStream(const StreamInfo& stream) override {
+    FlowSink::OnStream(stream);  // closes the open slices on the old track
+    uint32_t tid = stream.tid != 0 ? stream.tid : 1000000 + ++unnamed_;
+    if (tid == tid_) return;
+    tid_ = tid;
+    out_.buf().append(std::string_view(",\n"));
+    ThreadName(stream.comm.empty() ? stream.name
+                                   : fmt::format("{} ({})", stream.comm, stream.name));
   }
 
  protected:
   void OnEnter(const Frame& frame) override {
     fmt::format_to(out_.it(),
-                   FMT_COMPILE(",\n{{\"ph\":\"B\",\"pid\":1,\"tid\":1,\"ts\":{},\"name\":"),
+                   FMT_COMPILE(",\n{{\"ph\":\"B\",\"pid\":1,\"tid\":{},\"ts\":{},\"name\":"), tid_,
                    count_);
     AppendJsonString(out_.buf(), functions_[frame.function].name);
     out_.buf().push_back('}');
     out_.MaybeFlush();
   }
   void OnExit(const Frame& frame, bool at_end) override {
-    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"E\",\"pid\":1,\"tid\":1,\"ts\":{}}}"),
-                   count_);
+    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"E\",\"pid\":1,\"tid\":{},\"ts\":{}}}"),
+                   tid_, count_);
     out_.MaybeFlush();
   }
   absl::Status Report(const DecodeTotals& totals) override {
@@ -1157,8 +1165,18 @@ class TimelineSink : public FlowSink {
   }
 
  private:
+  void ThreadName(const std::string& name) {
+    fmt::format_to(
+        out_.it(),
+        "{{\"ph\":\"M\",\"pid\":1,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":", tid_);
+    AppendJsonString(out_.buf(), name);
+    out_.buf().append(std::string_view("}}"));
+  }
+
   Output out_;
   OutputOptions options_;
+  uint32_t tid_ = 1;
+  uint32_t unnamed_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -215,6 +216,50 @@ TEST_F(ContainerTest, StatsUseTheMappedFilesSymbols) {
   EXPECT_TRUE(found) << text;
   EXPECT_EQ(doc["totals"]["losses"].get<uint64_t>(), 1u);
   EXPECT_EQ(doc["totals"]["gaps"].get<uint64_t>(), 1u);
+}
+
+std::string DecodeToText(const std::string& path, Sink& sink, std::FILE* out) {
+  EXPECT_THAT(DecodeContainer(path, {}, sink), IsOk());
+  std::rewind(out);
+  std::string text;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, n);
+  std::fclose(out);
+  return text;
+}
+
+TEST_F(ContainerTest, CallsAndTimelineShowStreamsLossAndGapsOnly) {
+  auto empty = ProgramImage::Create();
+  ASSERT_THAT(empty, IsOk());
+  std::FILE* out = std::tmpfile();
+  auto calls = MakeCallsSink(**empty, out, {});
+  std::string text = DecodeToText(path_, *calls, out);
+  EXPECT_THAT(text, ::testing::HasSubstr("[stream cpu 0: pid 100 (tiny)"));
+  EXPECT_THAT(text, ::testing::HasSubstr("[loss: truncated at aux offset"));
+  EXPECT_THAT(text, ::testing::HasSubstr("[stream tid 200: pid 200"));
+  EXPECT_THAT(text, ::testing::HasSubstr("/nonexistent/tiny.elf could not be loaded]"));
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("[error")));
+  EXPECT_THAT(text, ::testing::HasSubstr("  > collatz\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("  < fib (11 insns)\n"));
+
+  out = std::tmpfile();
+  OutputOptions options;
+  options.trace_name = "t.pt";
+  auto timeline = MakeTimelineSink(**empty, out, options);
+  auto doc = nlohmann::json::parse(DecodeToText(path_, *timeline, out));
+  std::map<int, int> depth;  // tid -> open slices
+  int names = 0, gaps = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M") ++names;
+    if (e["ph"] == "B") ++depth[e["tid"].get<int>()];
+    if (e["ph"] == "E") {
+      EXPECT_GE(--depth[e["tid"].get<int>()], 0);
+    }
+    if (e["ph"] == "i") gaps += e["name"] == "gap";
+  }
+  EXPECT_EQ(names, 3);  // the trace, thread 100, thread 200
+  EXPECT_EQ(gaps, 1);
+  for (const auto& [tid, d] : depth) EXPECT_EQ(d, 0) << "tid " << tid;
 }
 
 TEST_F(ContainerTest, SysrootPrefixesMappedPaths) {
