@@ -7,6 +7,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ptkit/status.h"
 
 namespace ptkit::testing {
 
