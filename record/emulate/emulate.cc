@@ -6,6 +6,7 @@
 #include <map>
 #include <memory>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/status.h"
@@ -13,6 +14,7 @@
 #include "record/metadata.h"
 #include "record/perf_event.h"
 #include "record/ring_buffer.h"
+#include "record/session.h"
 #include "record/sim_pmu.h"
 #include "record/trace_source.h"
 
@@ -289,7 +291,16 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     }
   };
   PeriodicSink sink(recorder, drain_sideband);
-  PTKIT_ASSIGN_OR_RETURN(StepperResult steps, RunStepped(so, sink));
+  absl::StatusOr<StepperResult> stepped = RunStepped(so, sink);
+  if (!stepped.ok()) {
+    absl::Status s = stepped.status();
+    // The workload could not be executed: the shell's "command not found" exit code.
+    if (s.code() == absl::StatusCode::kNotFound) {
+      s.SetPayload(record::kExitCodePayload, absl::Cord("127"));
+    }
+    return s;
+  }
+  const StepperResult& steps = *stepped;
   drain_sideband();
   PTKIT_RETURN_IF_ERROR(recorder.status());
   PTKIT_RETURN_IF_ERROR(sideband_status);

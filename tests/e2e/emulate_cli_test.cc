@@ -1,0 +1,116 @@
+// The whole pipeline as users run it, on a machine without Intel PT:
+//   ptrecord --emulate --ground-truth truth.txt -o trace.pt -- PROGRAM ...
+//   ptdecode insn trace.pt
+// The decoded instructions of every thread equal the instructions the workload retired.
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "run_command.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::RunCommand;
+using ::testing::HasSubstr;
+
+using PerThread = std::map<uint64_t, std::vector<uint64_t>>;
+
+PerThread ReadTruth(const std::string& path) {
+  PerThread truth;
+  std::ifstream in(path);
+  uint64_t tid;
+  std::string ip;
+  while (in >> tid >> ip) truth[tid].push_back(std::stoull(ip, nullptr, 16));
+  return truth;
+}
+
+// `ptdecode insn` on a container: "[stream ...]" and other bracketed marker lines, and one
+// line per instruction: "tid TID ADDRESS symbol+offset" (ADDRESS in 16 hex digits).
+PerThread ParseInsn(const std::string& out) {
+  PerThread ips;
+  std::istringstream in(out);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("tid ", 0) != 0) continue;
+    std::istringstream fields(line.substr(4));
+    uint64_t tid = 0;
+    std::string address;
+    fields >> tid >> address;
+    ips[tid].push_back(std::stoull(address, nullptr, 16));
+  }
+  return ips;
+}
+
+class EmulateCliTest : public ::testing::Test {
+ protected:
+  // Records `argv` emulated and checks the decode against the ground truth; returns
+  // ptrecord's exit code.
+  int RecordAndCheck(const std::vector<std::string>& workload, size_t threads) {
+    std::string trace = dir_.File("trace.pt"), truth = dir_.File("truth.txt");
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "--ground-truth", truth, "-o",
+                                     trace,         "--"};
+    argv.insert(argv.end(), workload.begin(), workload.end());
+    auto rec = RunCommand(argv);
+    if (rec.err.find("Operation not permitted") != std::string::npos) {
+      skipped_ = true;
+      return rec.exit_code;
+    }
+    auto dec = RunCommand({PTDECODE_PATH, "insn", trace});
+    EXPECT_EQ(dec.exit_code, 0) << dec.err;
+    PerThread expected = ReadTruth(truth);
+    PerThread got = ParseInsn(dec.out);
+    EXPECT_EQ(expected.size(), threads);
+    EXPECT_EQ(got.size(), expected.size());
+    for (const auto& [tid, ips] : expected) {
+      SCOPED_TRACE(::testing::Message() << "tid " << tid);
+      EXPECT_EQ(got[tid].size(), ips.size());
+      EXPECT_TRUE(got[tid] == ips);
+    }
+    return rec.exit_code;
+  }
+  testing::TempDir dir_;
+  bool skipped_ = false;
+};
+
+TEST_F(EmulateCliTest, ARecursiveProgramAndItsExitCode) {
+  EXPECT_EQ(RecordAndCheck({PROGRAM_DIR "/emulate_fib", "x"}, 1), 3);
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+}
+
+TEST_F(EmulateCliTest, AProgramWithThreads) {
+  EXPECT_EQ(RecordAndCheck({PROGRAM_DIR "/emulate_threads"}, 3), 0);
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+}
+
+TEST_F(EmulateCliTest, AProgramWithASignalHandler) {
+  EXPECT_EQ(RecordAndCheck({PROGRAM_DIR "/emulate_signal"}, 1), 0);
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+}
+
+TEST_F(EmulateCliTest, ADynamicProgramThatDlopensALibrary) {
+  EXPECT_EQ(RecordAndCheck({PROGRAM_DIR "/emulate_dlopen", PROGRAM_DIR "/libemulate_plugin.so"}, 1),
+            0);
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+}
+
+TEST_F(EmulateCliTest, AMissingProgramExits127NamingIt) {
+  auto r =
+      RunCommand({PTRECORD_PATH, "--emulate", "-o", dir_.File("t.pt"), "--", "/nonexistent/app"});
+  EXPECT_EQ(r.exit_code, 127);
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent/app"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+TEST_F(EmulateCliTest, AnEventThatCannotBeEmulatedIsAUsageError) {
+  auto r = RunCommand({PTRECORD_PATH, "--emulate", "--event", "intel_pt//k", "-o",
+                       dir_.File("t.pt"), "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("user space only"));
+}
+
+}  // namespace
+}  // namespace ptkit
