@@ -9,6 +9,9 @@
 namespace ptkit::decoder {
 namespace {
 
+constexpr uint32_t kBlocksPerProgress = 4096;
+constexpr uint32_t kInsnsPerProgress = 65536;
+
 // Shared error bookkeeping for both decoder loops.
 class ErrorReporter {
  public:
@@ -91,6 +94,7 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
   ErrorReporter errors(image, sink, totals, offset_base);
   auto offset_of = [&] { return OffsetOf<pt_block_decoder, pt_blk_get_offset>(dec.get()); };
   TimeWatch<pt_block_decoder, pt_blk_time, pt_blk_set_image> time(dec.get(), switcher);
+  uint32_t progress = kBlocksPerProgress;
 
   uint64_t sync = 0;
   for (;;) {
@@ -131,6 +135,10 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
         totals.instructions += block.ninsn;
         ++totals.blocks;
         sink.OnBlock(block);
+        if (--progress == 0) {
+          progress = kBlocksPerProgress;
+          sink.OnProgress(offset_base + offset_of());
+        }
       }
       if (status < 0) break;
       time.Check();
@@ -157,6 +165,7 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
   ErrorReporter errors(image, sink, totals, offset_base);
   auto offset_of = [&] { return OffsetOf<pt_insn_decoder, pt_insn_get_offset>(dec.get()); };
   TimeWatch<pt_insn_decoder, pt_insn_time, pt_insn_set_image> time(dec.get(), switcher);
+  uint32_t progress = kInsnsPerProgress;
 
   uint64_t sync = 0;
   for (;;) {
@@ -202,6 +211,10 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
       ++totals.instructions;
       sink.OnInsn(insn);
       time.Check();
+      if (--progress == 0) {
+        progress = kInsnsPerProgress;
+        sink.OnProgress(offset_base + offset_of());
+      }
     }
     if (status == -pte_eos) break;
     if (status == 0) status = -pte_internal;

@@ -80,6 +80,8 @@ class Sink {
   virtual void OnStream(const StreamInfo& stream) {}
   virtual void OnLoss(const LossInfo& loss) {}
   virtual void OnSync(uint64_t offset) {}
+  // Called now and then (every few thousand blocks) with the decoder's trace offset.
+  virtual void OnProgress(uint64_t offset) {}
   virtual void OnBlock(const pt_block& block) {}
   virtual void OnInsn(const pt_insn& insn) {}
   virtual void OnEvent(const pt_event& event) {}

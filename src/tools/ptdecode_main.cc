@@ -1,5 +1,7 @@
 // ptdecode: turns a trace.pt recording into control flow and summaries.
 // Thin main: flags are parsed here, the work happens in ptkit libraries.
+#include <unistd.h>
+
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -11,6 +13,7 @@
 #include "decoder/bts.h"
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
+#include "decoder/progress.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
 #include "fmt/format.h"
@@ -178,7 +181,8 @@ int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
   // the image of the stream they are given; an empty image serves the constructor.
   auto empty = dec::ProgramImage::Create();
   if (!empty.ok()) return Fail(empty.status());
-  std::unique_ptr<dec::Sink> sink = make_sink(**empty, stdout, out);
+  auto sink = std::make_unique<dec::ProgressSink>(make_sink(**empty, stdout, out), stderr,
+                                                  isatty(STDERR_FILENO) == 1, 0, dec::MonotonicMs);
   auto totals = dec::DecodeContainer(f.container, options, *sink);
   if (!totals.ok()) return Fail(totals.status());
   return 0;
@@ -200,7 +204,9 @@ int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
   options.json = f.json;
   options.disasm = f.disasm;
   options.trace_name = spec.pt_path;
-  std::unique_ptr<dec::Sink> sink = make_sink(*input->image, stdout, options);
+  auto sink = std::make_unique<dec::ProgressSink>(make_sink(*input->image, stdout, options), stderr,
+                                                  isatty(STDERR_FILENO) == 1,
+                                                  input->trace.bytes().size(), dec::MonotonicMs);
   auto totals = spec.bts
                     ? dec::DecodeBts(input->trace.bytes(), *input->image, *sink)
                     : dec::DecodeTrace(input->trace.bytes(), input->config, *input->image, *sink);

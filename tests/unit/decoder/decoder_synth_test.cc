@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "decoder/decode.h"
+#include "decoder/progress.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
 #include "gmock/gmock.h"
@@ -269,6 +270,41 @@ TEST_F(SynthTest, OverflowIsAnEventAndDecodingResumesAtTheFupIp) {
   std::fclose(out);
   ASSERT_THAT(st, IsOk());
   EXPECT_EQ(st->instructions, rec.runs_[0].size() + rec.runs_[1].size());
+}
+
+TEST_F(SynthTest, ProgressOnlyOnATerminalAndForwardsEverything) {
+  auto image = ElfImage();
+  PtSynth synth(*code_);
+  // Enough blocks for several progress points (every 4096 blocks): long recursive walks.
+  for (uint32_t seed = 1; seed <= 10; ++seed) {
+    ASSERT_THAT(synth.AddSegment(
+                    {.entry = fib_.address, .seed = seed, .max_insns = 20000, .taken_per_256 = 200}),
+                IsOk());
+  }
+  std::vector<uint8_t> trace = synth.bytes();
+  for (bool terminal : {false, true}) {
+    char* text = nullptr;
+    size_t size = 0;
+    std::FILE* err = open_memstream(&text, &size);
+    uint64_t clock = 0;
+    auto inner = std::make_unique<CountSink>(DecoderKind::kBlock);
+    CountSink* count = inner.get();
+    ProgressSink progress(std::move(inner), err, terminal, trace.size(),
+                          [&] { return clock += 300; });
+    auto totals = DecodeTrace(trace, {}, *image, progress);
+    ASSERT_THAT(totals, IsOk());
+    std::fclose(err);
+    std::string printed(text, size);
+    std::free(text);
+    EXPECT_EQ(count->instructions(), totals->instructions);
+    ASSERT_GT(totals->blocks, 3 * 4096u);
+    if (terminal) {
+      EXPECT_THAT(printed, ::testing::HasSubstr("ptdecode: "));
+      EXPECT_THAT(printed, ::testing::HasSubstr("% of "));
+    } else {
+      EXPECT_EQ(printed, "");
+    }
+  }
 }
 
 TEST_F(SynthTest, BytesBeforeTheFirstPsbAreSkipped) {

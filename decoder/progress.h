@@ -1,0 +1,56 @@
+// Progress on a terminal for long decodes: a Sink decorator that forwards everything to the
+// real sink and, as decoding advances (Sink::OnProgress), rewrites one status line on `err`
+// ("ptdecode: 45% of 2.1 GiB") at most every 250 ms. Nothing is printed unless `enabled` (main
+// passes isatty(stderr)), so piped output is unchanged. The line is cleared at Finish.
+#ifndef PTKIT_DECODER_PROGRESS_H_
+#define PTKIT_DECODER_PROGRESS_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "decoder/decode.h"
+
+namespace ptkit::decoder {
+
+class ProgressSink : public Sink {
+ public:
+  // `total_bytes`: the trace size for a percentage (0: unknown, bytes are shown instead).
+  // `now_ms`: a monotonic clock in milliseconds (injected for tests).
+  ProgressSink(std::unique_ptr<Sink> inner, std::FILE* err, bool enabled, uint64_t total_bytes,
+               std::function<uint64_t()> now_ms);
+
+  DecoderKind kind() const override { return inner_->kind(); }
+  bool end_block_on_call() const override { return inner_->end_block_on_call(); }
+  bool end_block_on_jump() const override { return inner_->end_block_on_jump(); }
+  void OnStream(const StreamInfo& stream) override;
+  void OnLoss(const LossInfo& loss) override { inner_->OnLoss(loss); }
+  void OnSync(uint64_t offset) override { inner_->OnSync(offset); }
+  void OnProgress(uint64_t offset) override;
+  void OnBlock(const pt_block& block) override { inner_->OnBlock(block); }
+  void OnInsn(const pt_insn& insn) override { inner_->OnInsn(insn); }
+  void OnEvent(const pt_event& event) override { inner_->OnEvent(event); }
+  void OnError(const DecodeError& error) override { inner_->OnError(error); }
+  absl::Status Finish(const DecodeTotals& totals) override;
+
+ private:
+  std::unique_ptr<Sink> inner_;
+  std::FILE* err_;
+  bool enabled_;
+  uint64_t total_;
+  std::function<uint64_t()> now_ms_;
+  uint64_t last_ms_ = 0;
+  uint64_t done_before_ = 0;  // bytes of finished streams
+  uint64_t stream_bytes_ = 0;
+  uint64_t offset_ = 0;
+  bool shown_ = false;
+};
+
+// A monotonic clock in milliseconds (CLOCK_MONOTONIC).
+uint64_t MonotonicMs();
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_PROGRESS_H_
