@@ -6,7 +6,9 @@
 
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "benchmark/benchmark.h"
 #include "decoder/decode.h"
@@ -37,14 +39,12 @@ void SetCounters(benchmark::State& state, uint64_t insns) {
 }
 
 // The reference: what a hand-written libipt program does (ptxed --quiet --stat).
-void BM_BareBlockLoop(benchmark::State& state, const char* name) {
-  auto input = LoadTrace(name);
-  if (!input) return state.SkipWithError("trace absent");
-  auto pt = MakePtConfig(input->trace.bytes(), input->config);
+uint64_t BareBlockLoop(std::span<const uint8_t> trace, const RawInput& input) {
+  auto pt = MakePtConfig(trace, input.config);
   uint64_t insns = 0;
-  for (auto _ : state) {
+  {
     BlockDecoderPtr dec(pt_blk_alloc_decoder(&*pt));
-    pt_blk_set_image(dec.get(), input->image->image());
+    pt_blk_set_image(dec.get(), input.image->image());
     for (;;) {
       int status = pt_blk_sync_forward(dec.get());
       if (status < 0) break;
@@ -63,6 +63,14 @@ void BM_BareBlockLoop(benchmark::State& state, const char* name) {
       if (status == -pte_eos || (status >= 0 && (status & pts_eos))) break;
     }
   }
+  return insns;
+}
+
+void BM_BareBlockLoop(benchmark::State& state, const char* name) {
+  auto input = LoadTrace(name);
+  if (!input) return state.SkipWithError("trace absent");
+  uint64_t insns = 0;
+  for (auto _ : state) insns += BareBlockLoop(input->trace.bytes(), *input);
   SetCounters(state, insns);
 }
 
@@ -108,6 +116,37 @@ void BM_CountEndOnCall(benchmark::State& state, const char* name) {
   }
   SetCounters(state, insns);
 }
+
+// A longer trace: the real trace repeated (each copy starts at a PSB), decoded as one.
+void BM_Repeated(benchmark::State& state, const char* name, int mode) {
+  auto input = LoadTrace(name);
+  if (!input) return state.SkipWithError("trace absent");
+  std::vector<uint8_t> big;
+  for (int i = 0; i < state.range(0); ++i) {
+    big.insert(big.end(), input->trace.bytes().begin(), input->trace.bytes().end());
+  }
+  std::FILE* null = std::fopen("/dev/null", "w");
+  uint64_t insns = 0;
+  for (auto _ : state) {
+    if (mode == 2) {
+      insns += BareBlockLoop(big, *input);
+    } else if (mode == 1) {
+      auto sink = MakeStatsSink(*input->image, null, {});
+      insns += DecodeTrace(big, input->config, *input->image, *sink)->instructions;
+    } else {
+      CountSink sink;
+      insns += DecodeTrace(big, input->config, *input->image, sink)->instructions;
+    }
+  }
+  std::fclose(null);
+  SetCounters(state, insns);
+}
+void BM_RepeatedCount(benchmark::State& state, const char* name) { BM_Repeated(state, name, 0); }
+void BM_RepeatedStats(benchmark::State& state, const char* name) { BM_Repeated(state, name, true); }
+void BM_RepeatedBare(benchmark::State& state, const char* name) { BM_Repeated(state, name, 2); }
+BENCHMARK_CAPTURE(BM_RepeatedBare, foo, "foo")->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_RepeatedCount, foo, "foo")->Arg(64)->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_RepeatedStats, foo, "foo")->Arg(64)->Unit(benchmark::kMillisecond);
 
 BENCHMARK_CAPTURE(BM_CountEndOnCall, Unzip, "Unzip")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_CountEndOnCall, foo, "foo")->Unit(benchmark::kMillisecond);
