@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The main job on a fresh machine: install, build, write a small trace.pt with the bundled
-# example and show it with `ptdecode info`.
+# The main job on a fresh machine: install, build, record a bundled example program that
+# dlopen()s a library, and decode it. With Intel PT hardware ptrecord traces it for real;
+# without (AMD, most VMs) it records with --emulate (software Intel PT of a single-stepped run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake --preset default >/dev/null
-cmake --build --preset default --target ptdecode write_container
+cmake --build --preset default --target ptrecord ptdecode emulate_dlopen emulate_plugin
+bin=build/default/src/tools
+ex=build/default/examples
 out=build/default/demo.pt
-trace=../shared/testdata/libxdc-experiments/Unzip/trace
-if [ -f "$trace" ]; then
-  build/default/examples/write_container "$out" "$trace"
-else
-  build/default/examples/write_container "$out"
+mode=()
+if [ ! -d /sys/bus/event_source/devices/intel_pt ]; then
+  echo "demo: no intel_pt PMU on this machine: recording with --emulate"
+  mode=(--emulate --event intel_pt//u)
 fi
-build/default/src/tools/ptdecode info "$out"
+"$bin/ptrecord" "${mode[@]}" --overwrite-existing -o "$out" -- \
+  "$ex/emulate_dlopen" "$PWD/$ex/libemulate_plugin.so"
+"$bin/ptdecode" info "$out"
+"$bin/ptdecode" stats "$out" | head -n 20
