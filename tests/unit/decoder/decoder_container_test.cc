@@ -19,6 +19,7 @@
 #include "ptkit/container_writer.h"
 #include "ptkit/perf_records.h"
 #include "status_matchers.h"
+#include "test_paths.h"
 
 namespace ptkit::decoder {
 namespace {
@@ -91,7 +92,7 @@ class ContainerTest : public ::testing::Test {
     bytes_a_ = a.bytes();
     std::vector<uint8_t> bytes_b = b.bytes(), bytes_c = c.bytes();
 
-    path_ = ::testing::TempDir() + "/decoder_container_test.pt";
+    path_ = ::ptkit::decoder::testing::TempPath("decoder_container_test.pt");
     WriterOptions options;
     options.overwrite = true;
     auto writer = ContainerWriter::Create(path_, options);
@@ -279,7 +280,7 @@ TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
   std::vector<size_t> branches;
   std::vector<uint8_t> bts = testing::BtsFromWalk(*code_, *ips, &branches);
   ASSERT_GE(branches.size(), 5u);
-  const std::string path = ::testing::TempDir() + "/decoder_container_bts.pt";
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_bts.pt");
   WriterOptions options;
   options.overwrite = true;
   auto writer = ContainerWriter::Create(path, options);
@@ -347,7 +348,7 @@ TEST_F(ContainerTest, SnapshotsDecodeEachOnItsOwn) {
   std::vector<uint8_t> d0 = {0x02, 0x82, 0x99, 0x13}, d1 = s1.bytes();
   std::vector<uint8_t> b0 = s0.bytes();
   d0.insert(d0.end(), b0.begin(), b0.end());
-  const std::string path = ::testing::TempDir() + "/decoder_container_snap.pt";
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_snap.pt");
   WriterOptions wo;
   wo.overwrite = true;
   auto writer = ContainerWriter::Create(path, wo);
@@ -417,7 +418,7 @@ TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
   std::vector<uint8_t> trace = synth_a.bytes(), tb = synth_b.bytes();
   trace.insert(trace.end(), tb.begin(), tb.end());
 
-  const std::string path = ::testing::TempDir() + "/decoder_container_switch.pt";
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_switch.pt");
   WriterOptions options;
   options.overwrite = true;
   auto writer = ContainerWriter::Create(path, options);

@@ -16,6 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "pt_synth.h"
 #include "status_matchers.h"
+#include "test_paths.h"
 
 namespace ptkit::decoder {
 namespace {
@@ -277,9 +278,10 @@ TEST_F(SynthTest, ProgressOnlyOnATerminalAndForwardsEverything) {
   PtSynth synth(*code_);
   // Enough blocks for several progress points (every 4096 blocks): long recursive walks.
   for (uint32_t seed = 1; seed <= 10; ++seed) {
-    ASSERT_THAT(synth.AddSegment(
-                    {.entry = fib_.address, .seed = seed, .max_insns = 20000, .taken_per_256 = 200}),
-                IsOk());
+    ASSERT_THAT(
+        synth.AddSegment(
+            {.entry = fib_.address, .seed = seed, .max_insns = 20000, .taken_per_256 = 200}),
+        IsOk());
   }
   std::vector<uint8_t> trace = synth.bytes();
   for (bool terminal : {false, true}) {
@@ -324,7 +326,7 @@ TEST_F(SynthTest, BytesBeforeTheFirstPsbAreSkipped) {
 }
 
 TEST_F(SynthTest, LoadRawInputRejectsAFileWithoutPsb) {
-  std::string path = ::testing::TempDir() + "/not_pt.bin";
+  std::string path = ::ptkit::decoder::testing::TempPath("not_pt.bin");
   std::FILE* f = std::fopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);
   std::fputs("hello, this is not Intel PT at all", f);
@@ -341,7 +343,7 @@ TEST_F(SynthTest, LoadRawInputRejectsAFileWithoutPsb) {
 TEST_F(SynthTest, AddElfRejectsAFileThatIsNotElf) {
   auto image = ProgramImage::Create();
   ASSERT_THAT(image, IsOk());
-  std::string path = ::testing::TempDir() + "/not_elf.bin";
+  std::string path = ::ptkit::decoder::testing::TempPath("not_elf.bin");
   std::FILE* f = std::fopen(path.c_str(), "wb");
   std::fputs("plain text", f);
   std::fclose(f);

@@ -19,6 +19,7 @@
 #include "ptkit/container_writer.h"
 #include "ptkit/perf_records.h"
 #include "status_matchers.h"
+#include "test_paths.h"
 
 namespace ptkit::decoder {
 namespace {
@@ -44,8 +45,8 @@ std::string Slurp(const std::string& path) {
 }
 
 Result RunPtdecode(const std::string& args) {
-  const std::string dir = ::testing::TempDir();
-  const std::string out = dir + "/ptdecode.out", err = dir + "/ptdecode.err";
+  const std::string out = ::ptkit::decoder::testing::TempPath("ptdecode.out");
+  const std::string err = ::ptkit::decoder::testing::TempPath("ptdecode.err");
   std::string cmd = std::string(PTDECODE_PATH) + " " + args + " >" + out + " 2>" + err;
   int status = std::system(cmd.c_str());
   Result r;
@@ -67,11 +68,16 @@ class PtdecodeCliTest : public ::testing::Test {
     instructions_ = truth->size();
     text_ = code->Symbol("leaf").address & ~0xfffull;  // page of the lowest function
     text_offset_ = code->FileOffset(text_);
-    trace_ = ::testing::TempDir() + "/cli_tiny.pt";
+    trace_ = ::ptkit::decoder::testing::TempPath("cli_tiny.pt");
     std::vector<uint8_t> bytes = synth.bytes();
     std::ofstream(trace_, std::ios::binary)
         .write(reinterpret_cast<const char*>(bytes.data()),
                static_cast<std::streamsize>(bytes.size()));
+  }
+  void TearDown() override {
+    std::remove(trace_.c_str());
+    std::remove(::ptkit::decoder::testing::TempPath("ptdecode.out").c_str());
+    std::remove(::ptkit::decoder::testing::TempPath("ptdecode.err").c_str());
   }
   std::string trace_;
   uint64_t instructions_ = 0;
@@ -127,10 +133,11 @@ TEST_F(PtdecodeCliTest, BtsRecordsDecodeLikeTheWalk) {
   std::vector<size_t> branches;
   std::vector<uint8_t> bts = ptkit::decoder::testing::BtsFromWalk(*code, *ips, &branches);
   ASSERT_GE(branches.size(), 2u);
-  const std::string path = ::testing::TempDir() + "/cli_tiny.bts";
+  const std::string path = ::ptkit::decoder::testing::TempPath("cli_tiny.bts");
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(bts.data()), static_cast<std::streamsize>(bts.size()));
   Result r = RunPtdecode("insn --bts " + path + " --elf " + kTiny);
+  std::remove(path.c_str());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(CountLines(r.out), static_cast<int>(branches.back() - branches.front() + 1));
   Result bad = RunPtdecode("insn --bts " + trace_ + " --elf " + kTiny);  // not 24-byte records
@@ -146,7 +153,7 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
   std::ifstream in(trace_, std::ios::binary);
   std::vector<uint8_t> pt((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   const perf::SampleIdLayout layout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
-  const std::string path = ::testing::TempDir() + "/cli_tiny.trace.pt";
+  const std::string path = ::ptkit::decoder::testing::TempPath("cli_tiny.trace.pt");
   WriterOptions options;
   options.overwrite = true;
   auto writer = ContainerWriter::Create(path, options);
@@ -228,7 +235,7 @@ TEST_F(PtdecodeCliTest, UsageErrorsExitTwoWithOneLine) {
 }
 
 TEST_F(PtdecodeCliTest, RuntimeErrorsExitOneNamingTheInput) {
-  const std::string missing = ::testing::TempDir() + "/no_such_trace.pt";
+  const std::string missing = ::ptkit::decoder::testing::TempPath("no_such_trace.pt");
   Result r = RunPtdecode("stats --pt " + missing);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr(missing));
