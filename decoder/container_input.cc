@@ -6,9 +6,11 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <vector>
 
 #include "decoder/bts.h"
+#include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/perf_records.h"
@@ -39,6 +41,12 @@ struct Captured {
   std::string path;
   std::vector<uint8_t> bytes;
 };
+
+std::string Hex(const std::vector<uint8_t>& bytes) {
+  std::string out;
+  for (uint8_t b : bytes) out += fmt::format("{:02x}", b);
+  return out;
+}
 
 std::string AuxFlagKind(uint64_t flags) {
   if (flags & kAuxTruncated) return "truncated";
@@ -276,6 +284,8 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
   const bool bts = metadata.contains("pmu") && metadata["pmu"].is_object() &&
                    metadata["pmu"].value("name", std::string()) == "intel_bts";
 
+  std::vector<std::string> warnings;
+  std::set<std::string> warned;
   // Images per process, built when a stream first needs them.
   std::map<uint32_t, std::unique_ptr<ProgramImage>> images;
   auto image_for = [&](uint32_t pid) -> absl::StatusOr<ProgramImage*> {
@@ -292,9 +302,19 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
           covered |= c.address < m.end && m.start < c.address + c.bytes.size();
         }
         if (covered) continue;
-        absl::Status st =
-            image->AddFileMapping(options.sysroot + m.path, m.start, m.end - m.start, m.pgoff);
-        if (!st.ok()) image->AddMissing(options.sysroot + m.path, m.start, m.end);
+        const std::string file = options.sysroot + m.path;
+        absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
+        if (!st.ok()) {
+          image->AddMissing(file, m.start, m.end);
+        } else if (!m.build_id.empty() && warned.insert(file).second) {
+          // The recording names the build it ran; a different file decodes wrongly.
+          auto id = ReadBuildId(file);
+          if (id.ok() && *id != m.build_id) {
+            warnings.push_back(
+                fmt::format("{}: build-id {} differs from the recorded {}; decoding may be wrong",
+                            file, id->empty() ? std::string("(none)") : Hex(*id), Hex(m.build_id)));
+          }
+        }
       }
     }
     ProgramImage* raw = image.get();
@@ -365,6 +385,7 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
       sink.OnLoss(loss);
     }
   }
+  totals.warnings = std::move(warnings);
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   return totals;
 }

@@ -12,6 +12,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -66,6 +67,7 @@ struct DecodeTotals {
   uint64_t losses = 0;                     // loss points reported (container input)
   uint64_t lost_bytes = 0;                 // bytes those say were lost, when known
   std::map<int, uint64_t> errors_by_code;  // positive pt_error_code -> count
+  std::vector<std::string> warnings;       // e.g. a build-id mismatch, naming the file
 };
 
 // Receives the decoded flow in trace order.

@@ -112,6 +112,34 @@ void LoadSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<Sym
 
 }  // namespace
 
+absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
+  if (elf_version(EV_CURRENT) == EV_NONE) return absl::InternalError("libelf: bad version");
+  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(Cat("open ", path));
+  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd.get(), ELF_C_READ, nullptr));
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) {
+    return absl::InvalidArgumentError(Cat(path, ": not an ELF file"));
+  }
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf.get(), scn)) != nullptr) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr) continue;
+    size_t offset = 0, name_offset = 0, desc_offset = 0;
+    GElf_Nhdr note;
+    while ((offset = gelf_getnote(data, offset, &note, &name_offset, &desc_offset)) > 0) {
+      const char* name = static_cast<const char*>(data->d_buf) + name_offset;
+      if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 &&
+          std::memcmp(name, "GNU", 4) == 0) {
+        const uint8_t* desc = static_cast<const uint8_t*>(data->d_buf) + desc_offset;
+        return std::vector<uint8_t>(desc, desc + note.n_descsz);
+      }
+    }
+  }
+  return std::vector<uint8_t>();
+}
+
 absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text) {
   if (text.empty()) return absl::InvalidArgumentError("bad --elf '': expected FILE[:BASE]");
   ElfSpec spec;

@@ -43,6 +43,10 @@ struct PageDumpSpec {
   std::string dump_path;
 };
 
+// The GNU build-id (NT_GNU_BUILD_ID note) of an ELF file; empty when it has none.
+// Errors: the file cannot be opened or is not ELF, naming it.
+absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path);
+
 // Errors: kInvalidArgument naming the text and the expected syntax.
 absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text);
 absl::StatusOr<RawSpec> ParseRawSpec(std::string_view text);

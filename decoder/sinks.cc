@@ -943,6 +943,7 @@ class StatsSink : public FlowSink {
                        {"calls", fn.calls}});
       }
       doc["functions"] = fns;
+      doc["warnings"] = totals.warnings;
       std::string text = doc.dump(2);
       buf.append(text);
       buf.push_back('\n');
@@ -956,6 +957,7 @@ class StatsSink : public FlowSink {
     for (const auto& [code, count] : totals.errors_by_code) {
       fmt::format_to(it, "# error {}: {}\n", IptErrorName(code), count);
     }
+    for (const std::string& w : totals.warnings) fmt::format_to(it, "# warning: {}\n", w);
     if (totals.streams != 0 || totals.losses != 0) {
       fmt::format_to(it, "# {} streams, {} loss points, {} bytes lost\n", totals.streams,
                      totals.losses, totals.lost_bytes);

@@ -185,6 +185,9 @@ int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
                                                   isatty(STDERR_FILENO) == 1, 0, dec::MonotonicMs);
   auto totals = dec::DecodeContainer(f.container, options, *sink);
   if (!totals.ok()) return Fail(totals.status());
+  for (const std::string& w : totals->warnings) {
+    std::fprintf(stderr, "ptdecode: warning: %s\n", w.c_str());
+  }
   return 0;
 }
 

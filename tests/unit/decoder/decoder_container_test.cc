@@ -479,6 +479,59 @@ TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
   EXPECT_THAT(rec.runs[2], ElementsAreArray(*b));
 }
 
+TEST(ContainerInput, ReadBuildIdReadsTheGnuNote) {
+  auto none = ReadBuildId(kTiny);  // linked with --build-id=none
+  ASSERT_THAT(none, IsOk());
+  EXPECT_TRUE(none->empty());
+  auto self = ReadBuildId("/proc/self/exe");  // the test binary, linked with a build-id
+  ASSERT_THAT(self, IsOk());
+  EXPECT_THAT(*self, SizeIs(20));
+  EXPECT_FALSE(ReadBuildId(kTiny + ".missing").ok());
+}
+
+TEST_F(ContainerTest, ABuildIdMismatchIsAWarningNamingTheFile) {
+  // The fixture's recording, plus process 300 whose MMAP2 names tiny.elf with a build-id the
+  // file does not have.
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_buildid.pt");
+  WriterOptions wo;
+  wo.overwrite = true;
+  auto writer = ContainerWriter::Create(path, wo);
+  ASSERT_THAT(writer, IsOk());
+  nlohmann::json metadata = {
+      {"attrs",
+       {{{"name", "intel_pt"}, {"sample_type", kLayout.sample_type}, {"sample_id_all", true}}}}};
+  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
+  const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
+  const std::vector<uint8_t> recorded_id = {0xde, 0xad, 0xbe, 0xef, 1,  2,  3,  4,  5,  6,
+                                            7,    8,    9,    10,   11, 12, 13, 14, 15, 16};
+  perf::Mmap2 m;
+  m.pid = m.tid = 300;
+  m.addr = text;
+  m.len = 0x1000;
+  m.pgoff = code_->FileOffset(text);
+  m.prot = 5;
+  m.filename = kTiny;
+  m.build_id = recorded_id;
+  m.sample_id = Id(300, 300, 6, 0);
+  ASSERT_THAT((*writer)->AppendSideband({-1, perf::EncodeMmap2(m, kLayout)}), IsOk());
+  ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 10, bytes_a_}), IsOk());
+  ASSERT_THAT((*writer)->Close(), IsOk());
+  Recorder rec;
+  auto totals = DecodeContainer(path, {}, rec);
+  std::remove(path.c_str());
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_THAT(totals->warnings, SizeIs(1));
+  EXPECT_THAT(totals->warnings[0], ::testing::HasSubstr(kTiny));
+  EXPECT_THAT(totals->warnings[0], ::testing::HasSubstr("deadbeef0102"));
+  // It still decodes with the file it has.
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(truth_a_));
+
+  Recorder clean;  // the fixture's recording has no build-ids: no warning
+  auto ok = DecodeContainer(path_, {}, clean);
+  ASSERT_THAT(ok, IsOk());
+  EXPECT_THAT(ok->warnings, SizeIs(0));
+}
+
 TEST(ContainerInput, MetadataGivesTheDecoderConfiguration) {
   nlohmann::json metadata = {
       {"cpu",
