@@ -79,14 +79,22 @@ class Sink {
   virtual bool end_block_on_call() const { return false; }
   virtual bool end_block_on_jump() const { return false; }
 
+  // Container input: a new stream (or, with context_switch, a new task on the same CPU).
+  // The callbacks that follow belong to it and use its image.
   virtual void OnStream(const StreamInfo& stream) {}
+  // Trace lost at this point (container input); decoding restarts at the next PSB.
   virtual void OnLoss(const LossInfo& loss) {}
+  // The decoder synchronised at the PSB at this trace offset (first sync, after errors).
   virtual void OnSync(uint64_t offset) {}
   // Called now and then (every few thousand blocks) with the decoder's trace offset.
   virtual void OnProgress(uint64_t offset) {}
+  // Block decoder: a run of instructions (pt_block; ninsn > 0).
   virtual void OnBlock(const pt_block& block) {}
+  // Instruction decoder: one instruction.
   virtual void OnInsn(const pt_insn& insn) {}
+  // A libipt event (enabled, disabled, overflow, exec mode, paging, tsx, ...), in order.
   virtual void OnEvent(const pt_event& event) {}
+  // A decode error (data, not a failure); a gap when error.is_gap().
   virtual void OnError(const DecodeError& error) {}
   // Called once after the last callback. Errors: output failures.
   virtual absl::Status Finish(const DecodeTotals& totals) { return absl::OkStatus(); }
