@@ -303,6 +303,9 @@ void AppendErrorLine(Buffer& buf, const DecodeError& e, bool json) {
   if (e.is_gap() && e.missing_file != nullptr) {
     fmt::format_to(it, "[gap at offset {:#x}: no code at {:#x}: {} could not be loaded]\n",
                    e.offset, e.ip, *e.missing_file);
+  } else if (e.is_gap() && e.gap.begin == 0 && e.gap.end == ~0ull) {
+    fmt::format_to(it, "[gap at offset {:#x}: no code at {:#x}; no image is loaded]\n", e.offset,
+                   e.ip);
   } else if (e.is_gap()) {
     fmt::format_to(it, "[gap at offset {:#x}: no code at {:#x}; nothing mapped in {:#x}-{:#x}]\n",
                    e.offset, e.ip, e.gap.begin, e.gap.end);
