@@ -46,22 +46,31 @@ template <typename Dec, int (*Time)(Dec*, uint64_t*, uint32_t*, uint32_t*),
           int (*SetImage)(Dec*, pt_image*)>
 class TimeWatch {
  public:
-  TimeWatch(Dec* dec, ImageSwitcher* switcher) : dec_(dec), switcher_(switcher) {}
+  TimeWatch(Dec* dec, ImageSwitcher* switcher, Sink& sink)
+      : dec_(dec),
+        switcher_(switcher),
+        sink_(sink),
+        active_(switcher != nullptr || sink.wants_time()) {}
   void Check() {
-    if (switcher_ == nullptr) return;
+    if (!active_) return;
     uint64_t tsc = 0;
     if (Time(dec_, &tsc, nullptr, nullptr) < 0) return;  // no timing packet yet
     Check(tsc);
   }
   void Check(uint64_t tsc) {
-    if (switcher_ == nullptr || tsc == last_) return;
+    if (!active_ || tsc == last_) return;
     last_ = tsc;
-    if (const ProgramImage* image = switcher_->ImageAt(tsc)) SetImage(dec_, image->image());
+    if (switcher_ != nullptr) {
+      if (const ProgramImage* image = switcher_->ImageAt(tsc)) SetImage(dec_, image->image());
+    }
+    sink_.OnTime(tsc);
   }
 
  private:
   Dec* dec_;
   ImageSwitcher* switcher_;
+  Sink& sink_;
+  bool active_;
   uint64_t last_ = ~0ull;
 };
 
@@ -93,7 +102,7 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
   if (err < 0) return absl::InternalError(Cat("pt_blk_set_image: ", pt_errstr(pt_errcode(err))));
   ErrorReporter errors(image, sink, totals, offset_base);
   auto offset_of = [&] { return OffsetOf<pt_block_decoder, pt_blk_get_offset>(dec.get()); };
-  TimeWatch<pt_block_decoder, pt_blk_time, pt_blk_set_image> time(dec.get(), switcher);
+  TimeWatch<pt_block_decoder, pt_blk_time, pt_blk_set_image> time(dec.get(), switcher, sink);
   uint32_t progress = kBlocksPerProgress;
 
   uint64_t sync = 0;
@@ -164,7 +173,7 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
   if (err < 0) return absl::InternalError(Cat("pt_insn_set_image: ", pt_errstr(pt_errcode(err))));
   ErrorReporter errors(image, sink, totals, offset_base);
   auto offset_of = [&] { return OffsetOf<pt_insn_decoder, pt_insn_get_offset>(dec.get()); };
-  TimeWatch<pt_insn_decoder, pt_insn_time, pt_insn_set_image> time(dec.get(), switcher);
+  TimeWatch<pt_insn_decoder, pt_insn_time, pt_insn_set_image> time(dec.get(), switcher, sink);
   uint32_t progress = kInsnsPerProgress;
 
   uint64_t sync = 0;

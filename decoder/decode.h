@@ -78,6 +78,8 @@ class Sink {
   virtual DecoderKind kind() const { return DecoderKind::kBlock; }
   virtual bool end_block_on_call() const { return false; }
   virtual bool end_block_on_jump() const { return false; }
+  // Whether OnTime is wanted (it costs a pt_*_time call per block or instruction).
+  virtual bool wants_time() const { return false; }
 
   // Container input: a new stream (or, with context_switch, a new task on the same CPU).
   // The callbacks that follow belong to it and use its image.
@@ -86,6 +88,9 @@ class Sink {
   virtual void OnLoss(const LossInfo& loss) {}
   // The decoder synchronised at the PSB at this trace offset (first sync, after errors).
   virtual void OnSync(uint64_t offset) {}
+  // The decoder's time (TSC units, from TSC/MTC/CYC packets) changed to `tsc`; it applies
+  // to the blocks / instructions that follow. Only when wants_time().
+  virtual void OnTime(uint64_t tsc) {}
   // Called now and then (every few thousand blocks) with the decoder's trace offset.
   virtual void OnProgress(uint64_t offset) {}
   // Block decoder: a run of instructions (pt_block; ninsn > 0).

@@ -25,6 +25,8 @@ class ProgressSink : public Sink {
   DecoderKind kind() const override { return inner_->kind(); }
   bool end_block_on_call() const override { return inner_->end_block_on_call(); }
   bool end_block_on_jump() const override { return inner_->end_block_on_jump(); }
+  bool wants_time() const override { return inner_->wants_time(); }
+  void OnTime(uint64_t tsc) override { inner_->OnTime(tsc); }
   void OnStream(const StreamInfo& stream) override;
   void OnLoss(const LossInfo& loss) override { inner_->OnLoss(loss); }
   void OnSync(uint64_t offset) override { inner_->OnSync(offset); }
@@ -46,6 +48,43 @@ class ProgressSink : public Sink {
   uint64_t stream_bytes_ = 0;
   uint64_t offset_ = 0;
   bool shown_ = false;
+};
+
+// `--time FROM,TO`: forwards blocks, instructions and events only while the decoder's time
+// (TSC units) is in [from, to); everything else (streams, loss, errors, Finish) always.
+// Before the first timing packet the time is unknown and nothing is forwarded.
+class TimeFilterSink : public Sink {
+ public:
+  TimeFilterSink(std::unique_ptr<Sink> inner, uint64_t from, uint64_t to)
+      : inner_(std::move(inner)), from_(from), to_(to) {}
+  DecoderKind kind() const override { return inner_->kind(); }
+  bool end_block_on_call() const override { return inner_->end_block_on_call(); }
+  bool end_block_on_jump() const override { return inner_->end_block_on_jump(); }
+  bool wants_time() const override { return true; }
+  void OnTime(uint64_t tsc) override {
+    in_ = tsc >= from_ && tsc < to_;
+    if (in_) inner_->OnTime(tsc);
+  }
+  void OnStream(const StreamInfo& stream) override { inner_->OnStream(stream); }
+  void OnLoss(const LossInfo& loss) override { inner_->OnLoss(loss); }
+  void OnSync(uint64_t offset) override { inner_->OnSync(offset); }
+  void OnProgress(uint64_t offset) override { inner_->OnProgress(offset); }
+  void OnBlock(const pt_block& block) override {
+    if (in_) inner_->OnBlock(block);
+  }
+  void OnInsn(const pt_insn& insn) override {
+    if (in_) inner_->OnInsn(insn);
+  }
+  void OnEvent(const pt_event& event) override {
+    if (in_) inner_->OnEvent(event);
+  }
+  void OnError(const DecodeError& error) override { inner_->OnError(error); }
+  absl::Status Finish(const DecodeTotals& totals) override { return inner_->Finish(totals); }
+
+ private:
+  std::unique_ptr<Sink> inner_;
+  uint64_t from_, to_;
+  bool in_ = false;
 };
 
 // A monotonic clock in milliseconds (CLOCK_MONOTONIC).

@@ -65,7 +65,8 @@ struct DecodeFlags {
   std::string bts;
   std::vector<std::string> elfs, raws, pages;
   std::string sysroot;
-  std::string cpu;  // FAMILY/MODEL[/STEPPING] (errata) or, in container mode, N (filter)
+  std::string cpu;   // FAMILY/MODEL[/STEPPING] (errata) or, in container mode, N (filter)
+  std::string time;  // FROM,TO in TSC units
   int64_t tid = -1;
   int64_t snapshot = -1;
   unsigned mtc_freq = 0, nom_freq = 0;
@@ -90,6 +91,8 @@ void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
   cmd->add_option("--cpu", f.cpu,
                   "FAMILY/MODEL[/STEPPING]: the recording CPU (errata); N: only the stream of "
                   "CPU N (trace.pt)");
+  cmd->add_option("--time", f.time,
+                  "FROM,TO: only what ran while the trace's time (TSC) was in [FROM, TO)");
   cmd->add_option("--tid", f.tid, "Only the streams of thread TID (trace.pt)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--snapshot", f.snapshot, "Only snapshot N of each stream (trace.pt)")
@@ -146,6 +149,24 @@ bool MakeSpec(const DecodeFlags& f, dec::RawInputSpec& spec, int& exit_code) {
 using SinkFactory = std::function<std::unique_ptr<dec::Sink>(const dec::ProgramImage&, std::FILE*,
                                                              const dec::OutputOptions&)>;
 
+// Wraps the sink for --time FROM,TO; on bad syntax prints the usage error and returns null.
+std::unique_ptr<dec::Sink> WithTimeFilter(const DecodeFlags& f, std::unique_ptr<dec::Sink> sink,
+                                          int& exit_code) {
+  if (f.time.empty()) return sink;
+  size_t comma = f.time.find(',');
+  if (comma == std::string::npos) {
+    exit_code = UsageError("bad --time '" + f.time + "': expected FROM,TO");
+    return nullptr;
+  }
+  auto from = dec::ParseUint(f.time.substr(0, comma), ~0ull, "--time FROM");
+  auto to = dec::ParseUint(f.time.substr(comma + 1), ~0ull, "--time TO");
+  if (!from.ok() || !to.ok()) {
+    exit_code = UsageError(std::string((from.ok() ? to : from).status().message()));
+    return nullptr;
+  }
+  return std::make_unique<dec::TimeFilterSink>(std::move(sink), *from, *to);
+}
+
 // Container input: FILE is a trace.pt recording.
 int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
   if (!f.elfs.empty() || !f.raws.empty() || !f.pages.empty()) {
@@ -181,7 +202,10 @@ int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
   // the image of the stream they are given; an empty image serves the constructor.
   auto empty = dec::ProgramImage::Create();
   if (!empty.ok()) return Fail(empty.status());
-  auto sink = std::make_unique<dec::ProgressSink>(make_sink(**empty, stdout, out), stderr,
+  int exit_code = 0;
+  auto inner = WithTimeFilter(f, make_sink(**empty, stdout, out), exit_code);
+  if (!inner) return exit_code;
+  auto sink = std::make_unique<dec::ProgressSink>(std::move(inner), stderr,
                                                   isatty(STDERR_FILENO) == 1, 0, dec::MonotonicMs);
   auto totals = dec::DecodeContainer(f.container, options, *sink);
   if (!totals.ok()) return Fail(totals.status());
@@ -207,9 +231,11 @@ int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
   options.json = f.json;
   options.disasm = f.disasm;
   options.trace_name = spec.pt_path;
-  auto sink = std::make_unique<dec::ProgressSink>(make_sink(*input->image, stdout, options), stderr,
-                                                  isatty(STDERR_FILENO) == 1,
-                                                  input->trace.bytes().size(), dec::MonotonicMs);
+  auto inner = WithTimeFilter(f, make_sink(*input->image, stdout, options), exit_code);
+  if (!inner) return exit_code;
+  auto sink =
+      std::make_unique<dec::ProgressSink>(std::move(inner), stderr, isatty(STDERR_FILENO) == 1,
+                                          input->trace.bytes().size(), dec::MonotonicMs);
   auto totals = spec.bts
                     ? dec::DecodeBts(input->trace.bytes(), *input->image, *sink)
                     : dec::DecodeTrace(input->trace.bytes(), input->config, *input->image, *sink);

@@ -309,6 +309,46 @@ TEST_F(SynthTest, ProgressOnlyOnATerminalAndForwardsEverything) {
   }
 }
 
+TEST_F(SynthTest, TimeFilterKeepsWhatRanInTheWindow) {
+  auto image = ElfImage();
+  PtSynth synth(*code_);
+  auto first =
+      synth.AddSegment({.entry = work_.address, .seed = 21, .max_insns = 800, .tsc = 1000});
+  auto second =
+      synth.AddSegment({.entry = work_.address, .seed = 4, .max_insns = 800, .tsc = 3000});
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(second, IsOk());
+  std::vector<uint8_t> trace = synth.bytes();
+  struct Window {
+    uint64_t from, to;
+    std::vector<uint64_t> expected;
+  };
+  std::vector<uint64_t> both = *first;
+  both.insert(both.end(), second->begin(), second->end());
+  for (const Window& w : {Window{0, 2000, *first}, Window{2000, 4000, *second},
+                          Window{0, 5000, both}, Window{4000, 9000, {}}}) {
+    for (DecoderKind kind : {DecoderKind::kInsn, DecoderKind::kBlock}) {
+      auto rec = std::make_unique<RecordingSink>();
+      RecordingSink* r = rec.get();
+      auto count = std::make_unique<CountSink>(kind);
+      CountSink* c = count.get();
+      std::unique_ptr<Sink> inner;
+      if (kind == DecoderKind::kInsn) {
+        inner = std::move(rec);
+      } else {
+        inner = std::move(count);
+      }
+      TimeFilterSink filter(std::move(inner), w.from, w.to);
+      ASSERT_THAT(DecodeTrace(trace, {}, *image, filter), IsOk());
+      if (kind == DecoderKind::kInsn) {
+        EXPECT_THAT(r->runs_[0], ElementsAreArray(w.expected)) << w.from << "," << w.to;
+      } else {
+        EXPECT_EQ(c->instructions(), w.expected.size()) << w.from << "," << w.to;
+      }
+    }
+  }
+}
+
 TEST_F(SynthTest, BytesBeforeTheFirstPsbAreSkipped) {
   auto image = ElfImage();
   PtSynth synth(*code_);

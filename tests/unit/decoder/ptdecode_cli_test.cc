@@ -123,6 +123,13 @@ TEST_F(PtdecodeCliTest, EveryFormRuns) {
   }
 }
 
+TEST_F(PtdecodeCliTest, TimeWindowWithoutTimingKeepsNothing) {
+  // This trace has no timing packets: no instruction has a known time.
+  Result r = RunPtdecode("insn --time 0,1000000 --pt " + trace_ + " --elf " + kTiny);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 TEST_F(PtdecodeCliTest, BtsRecordsDecodeLikeTheWalk) {
   auto code = ElfCode::Load(kTiny);
   ASSERT_THAT(code, IsOk());
@@ -224,6 +231,8 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
 
 TEST_F(PtdecodeCliTest, UsageErrorsExitTwoWithOneLine) {
   for (const std::string& args : {std::string("stats --pt ") + trace_ + " --raw nonsense",
+                                  std::string("stats --pt ") + trace_ + " --time 5",
+                                  std::string("stats --pt ") + trace_ + " --time 5,x",
                                   std::string("stats"), std::string("frobnicate"), std::string(""),
                                   std::string("stats --pt ") + trace_ + " --cpu 6",
                                   std::string("stats --pt ") + trace_ + " --mtc-freq 99"}) {
