@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/ptrace.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/user.h>
 #include <sys/wait.h>
@@ -14,10 +15,12 @@
 #include <map>
 #include <unordered_map>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "ptkit/status.h"
 #include "record/emulate/step_events.h"
+#include "record/session.h"
 
 namespace ptkit::emulate {
 namespace {
@@ -26,8 +29,10 @@ constexpr size_t kMaxInsn = 15;
 
 struct Thread {
   uint32_t pid = 0;
-  uint64_t pending_ip = 0;         // the instruction the current step executes
-  bool started = false;            // its stream has begun (first stop seen)
+  uint32_t tid = 0;         // the kernel's id now (ptrace, memory reads)
+  uint32_t stream = 0;      // the id its trace stream has (the tid it started with; see exec)
+  uint64_t pending_ip = 0;  // the instruction the current step executes
+  bool started = false;     // its stream has begun (first stop seen)
   bool signal_to_handler = false;  // a caught signal was injected: next stop is handler entry
 };
 
@@ -69,11 +74,19 @@ class Run {
   absl::StatusOr<StepperResult> Go();
 
  private:
-  absl::StatusOr<const InsnInfo*> Info(uint32_t pid, uint64_t ip);
+  // The decoded instruction at `ip` in t's process, read through thread t (a process whose
+  // leader has exited has no memory of its own any more).
+  absl::StatusOr<const InsnInfo*> Info(const Thread& t, uint64_t ip);
+  // Forgets the decoded code of process `pid` (its mappings changed) and decodes again what
+  // its threads execute next.
+  void Invalidate(uint32_t pid);
+  // SIGKILL to every traced process (a stopped tracee wakes up to die).
+  void KillAll();
   absl::Status Resume(uint32_t tid, int sig);
   absl::Status OnStop(uint32_t tid, int status);
   void OnGone(uint32_t tid, int status);
   absl::Status StartThread(uint32_t tid);
+  absl::StatusOr<user_regs_struct> Regs(uint32_t tid);
   absl::StatusOr<uint64_t> Ip(uint32_t tid);
   // The thread will execute the instruction at `ip` next: remember it and decode it now, while
   // the process certainly exists (an exit syscall's step never comes back).
@@ -88,15 +101,35 @@ class Run {
   StepperResult result_;
 };
 
-absl::StatusOr<uint64_t> Run::Ip(uint32_t tid) {
+absl::StatusOr<user_regs_struct> Run::Regs(uint32_t tid) {
   user_regs_struct regs;
   if (::ptrace(PTRACE_GETREGS, tid, nullptr, &regs) != 0) {
     return ErrnoStatus(absl::StrCat("ptrace(GETREGS) of thread ", tid));
   }
+  return regs;
+}
+
+absl::StatusOr<uint64_t> Run::Ip(uint32_t tid) {
+  PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(tid));
   return regs.rip;
 }
 
-absl::StatusOr<const InsnInfo*> Run::Info(uint32_t pid, uint64_t ip) {
+void Run::KillAll() {
+  ::kill(leader_, SIGKILL);
+  for (const auto& [tid, t] : threads_) {
+    if (t.pid != 0) ::kill(static_cast<pid_t>(t.pid), SIGKILL);
+  }
+}
+
+void Run::Invalidate(uint32_t pid) {
+  code_.erase(pid);
+  for (auto& [tid, t] : threads_) {
+    if (t.pid == pid && t.started) Info(t, t.pending_ip).IgnoreError();
+  }
+}
+
+absl::StatusOr<const InsnInfo*> Run::Info(const Thread& t, uint64_t ip) {
+  const uint32_t pid = t.pid;
   auto& cache = code_[pid];
   auto it = cache.find(ip);
   if (it != cache.end()) return &it->second;
@@ -108,12 +141,13 @@ absl::StatusOr<const InsnInfo*> Run::Info(uint32_t pid, uint64_t ip) {
     if (want == 0) break;
     iovec local{bytes + got, want};
     iovec remote{reinterpret_cast<void*>(ip + got), want};
-    ssize_t n = ::process_vm_readv(pid, &local, 1, &remote, 1, 0);
+    ssize_t n = ::process_vm_readv(static_cast<pid_t>(t.tid), &local, 1, &remote, 1, 0);
     if (n <= 0) break;
     got += static_cast<size_t>(n);
   }
   if (got == 0) {
-    return ErrnoStatus(absl::StrCat("read code of process ", pid, " at 0x", absl::Hex(ip)));
+    return ErrnoStatus(
+        absl::StrCat("read code of thread ", t.tid, " (process ", pid, ") at 0x", absl::Hex(ip)));
   }
   PTKIT_ASSIGN_OR_RETURN(InsnInfo info, DecodeInsn(std::span<const uint8_t>(bytes, got), ip));
   sink_.OnCode(pid, ip, std::span<const uint8_t>(bytes, info.size));
@@ -123,13 +157,13 @@ absl::StatusOr<const InsnInfo*> Run::Info(uint32_t pid, uint64_t ip) {
 void Run::Land(Thread& t, uint64_t ip) {
   t.pending_ip = ip;
   // A failure here is reported when the step completes and the instruction is needed.
-  Info(t.pid, ip).IgnoreError();
+  Info(t, ip).IgnoreError();
 }
 
 absl::Status Run::Resume(uint32_t tid, int sig) {
   if (options_.max_steps != 0 && result_.steps >= options_.max_steps) {
     result_.step_limit_hit = true;
-    ::kill(leader_, SIGKILL);
+    KillAll();
     return absl::OkStatus();
   }
   ++result_.steps;
@@ -143,12 +177,13 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
 absl::Status Run::StartThread(uint32_t tid) {
   Thread& t = threads_[tid];
   if (t.pid == 0) t.pid = TgidOf(tid);
+  t.tid = t.stream = tid;
   PTKIT_ASSIGN_OR_RETURN(uint64_t ip, Ip(tid));
   Land(t, ip);
   t.started = true;
   ++result_.threads;
-  sink_.OnThreadStart(t.pid, tid);
-  sink_.OnEvent(tid, swpt::Event::Enable(t.pending_ip));
+  sink_.OnThreadStart(t.pid, t.stream);
+  sink_.OnEvent(t.stream, swpt::Event::Enable(t.pending_ip));
   return absl::OkStatus();
 }
 
@@ -162,13 +197,13 @@ void Run::OnGone(uint32_t tid, int status) {
     const auto& cache = code_[t.pid];
     auto info = cache.find(t.pending_ip);
     if (info != cache.end() && info->second.cls == InsnClass::kSyscall && WIFEXITED(status)) {
-      sink_.OnInstruction(tid, t.pending_ip);
+      sink_.OnInstruction(t.stream, t.pending_ip);
       ++result_.instructions;
-      sink_.OnEvent(tid, swpt::Event::Disable(t.pending_ip, 0, /*suppress_ip=*/true));
+      sink_.OnEvent(t.stream, swpt::Event::Disable(t.pending_ip, 0, /*suppress_ip=*/true));
     } else {
-      sink_.OnEvent(tid, swpt::Event::AsyncDisable(t.pending_ip));
+      sink_.OnEvent(t.stream, swpt::Event::AsyncDisable(t.pending_ip));
     }
-    sink_.OnThreadEnd(tid);
+    sink_.OnThreadEnd(t.stream);
   }
   if (static_cast<pid_t>(tid) == leader_) {
     result_.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
@@ -191,49 +226,86 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     ::ptrace(PTRACE_GETEVENTMSG, tid, nullptr, &child);
     Thread& c = threads_[static_cast<uint32_t>(child)];
     if (c.pid == 0) c.pid = event == PTRACE_EVENT_CLONE ? t.pid : static_cast<uint32_t>(child);
+    c.tid = c.stream = static_cast<uint32_t>(child);
     return Resume(tid, 0);  // the parent's syscall step goes on
   }
   if (event == PTRACE_EVENT_EXEC) {
-    // execve retired; a new program starts at its entry.
-    code_.erase(t.pid);
+    // execve retired; a new program starts at its entry. When a thread other than the leader
+    // execs, the kernel gives it the leader's tid and the old leader vanishes without an exit
+    // report (ptrace(2), "execve(2) under ptrace"): end the leader's stream, and keep the
+    // exec'ing thread's stream (its trace goes on, as a per-task PT event's would).
+    unsigned long former_msg = tid;
+    ::ptrace(PTRACE_GETEVENTMSG, tid, nullptr, &former_msg);
+    const uint32_t former = static_cast<uint32_t>(former_msg);
+    if (former != tid) {
+      auto exec_thread = threads_.find(former);
+      if (exec_thread == threads_.end()) {
+        return absl::InternalError(absl::StrCat("exec by unknown thread ", former));
+      }
+      sink_.OnEvent(t.stream, swpt::Event::AsyncDisable(t.pending_ip));
+      sink_.OnThreadEnd(t.stream);
+      Thread moved = exec_thread->second;
+      threads_.erase(exec_thread);
+      moved.tid = tid;
+      threads_[tid] = moved;
+    }
+    Thread& e = threads_.at(tid);
+    code_.erase(e.pid);
     PTKIT_ASSIGN_OR_RETURN(uint64_t entry, Ip(tid));
-    sink_.OnInstruction(tid, t.pending_ip);
+    sink_.OnInstruction(e.stream, e.pending_ip);
     ++result_.instructions;
-    sink_.OnEvent(tid, swpt::Event::Disable(t.pending_ip, 0, /*suppress_ip=*/true));
-    sink_.OnEvent(tid, swpt::Event::Enable(entry));
-    Land(t, entry);
+    sink_.OnEvent(e.stream, swpt::Event::Disable(e.pending_ip, 0, /*suppress_ip=*/true));
+    sink_.OnEvent(e.stream, swpt::Event::Enable(entry));
+    Land(e, entry);
     return Resume(tid, 0);
   }
   if (event != 0) return Resume(tid, 0);
 
   siginfo_t si{};
   ::ptrace(PTRACE_GETSIGINFO, tid, nullptr, &si);
-  const bool step_trap = sig == SIGTRAP && si.si_code > 0;
+  // Single-step traps are kernel-made (TRAP_TRACE, TRAP_BRKPT after a syscall, the
+  // handler-entry notification); an int3 in the workload is SI_KERNEL and is its own signal.
+  const bool step_trap = sig == SIGTRAP && si.si_code > 0 && si.si_code != SI_KERNEL;
   if (!step_trap) {
     // A real signal: deliver it. If the process catches it, the next stop is at the handler.
     if (sig != SIGSTOP && Catches(t.pid, sig)) t.signal_to_handler = true;
     return Resume(tid, sig);
   }
-  PTKIT_ASSIGN_OR_RETURN(uint64_t ip, Ip(tid));
+  PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(tid));
+  const uint64_t ip = regs.rip;
   if (t.signal_to_handler) {
     // The kernel stopped at the handler's first instruction; the one at pending_ip did not
     // retire (an asynchronous transfer, through the untraced kernel).
     t.signal_to_handler = false;
-    sink_.OnEvent(tid, swpt::Event::AsyncDisable(t.pending_ip));
-    sink_.OnEvent(tid, swpt::Event::Enable(ip));
+    sink_.OnEvent(t.stream, swpt::Event::AsyncDisable(t.pending_ip));
+    sink_.OnEvent(t.stream, swpt::Event::Enable(ip));
     Land(t, ip);
     return Resume(tid, 0);
   }
-  PTKIT_ASSIGN_OR_RETURN(const InsnInfo* info, Info(t.pid, t.pending_ip));
+  PTKIT_ASSIGN_OR_RETURN(const InsnInfo* info, Info(t, t.pending_ip));
   if (ip == t.pending_ip && (info->rep || info->cls == InsnClass::kOther)) {
     // One more iteration of a rep string instruction (it retires once, at the end).
     return Resume(tid, 0);
   }
-  sink_.OnInstruction(tid, t.pending_ip);
+  sink_.OnInstruction(t.stream, t.pending_ip);
   ++result_.instructions;
   events_.clear();
   AppendStepEvents(t.pending_ip, *info, ip, events_);
-  for (const swpt::Event& e : events_) sink_.OnEvent(tid, e);
+  for (const swpt::Event& e : events_) sink_.OnEvent(t.stream, e);
+  if (info->cls == InsnClass::kSyscall) {
+    // Code may have been mapped, unmapped or changed: decode afresh from now on.
+    switch (regs.orig_rax) {
+      case SYS_mmap:
+      case SYS_munmap:
+      case SYS_mprotect:
+      case SYS_mremap:
+      case SYS_remap_file_pages:
+        Invalidate(t.pid);
+        break;
+      default:
+        break;
+    }
+  }
   Land(t, ip);
   return Resume(tid, 0);
 }
@@ -261,7 +333,7 @@ absl::StatusOr<StepperResult> Run::Go() {
   leader_ = pid;
   int status = 0;
   auto kill_and_reap = [&](const absl::Status& s) {
-    ::kill(pid, SIGKILL);
+    KillAll();
     while (::waitpid(-1, &status, __WALL) > 0) {
     }
     ::close(err_pipe[0]);
@@ -285,13 +357,17 @@ absl::StatusOr<StepperResult> Run::Go() {
     bool exec_failed = ::read(err_pipe[0], &e, sizeof(e)) == sizeof(e);
     kill_and_reap(absl::OkStatus()).IgnoreError();
     if (exec_failed) {
-      return absl::NotFoundError(
+      absl::Status not_found = absl::NotFoundError(
           absl::StrCat(options_.argv[0], ": cannot execute: ", std::strerror(e)));
+      // The shell's "command not found" exit code, for ptrecord.
+      not_found.SetPayload(record::kExitCodePayload, absl::Cord("127"));
+      return not_found;
     }
     return absl::InternalError("the workload did not reach execve");
   }
   ::close(err_pipe[0]);
   threads_[pid].pid = pid;
+  leader_ = pid;
   if (absl::Status s = StartThread(pid); !s.ok()) return kill_and_reap(s);
   if (absl::Status s = Resume(pid, 0); !s.ok()) return kill_and_reap(s);
 

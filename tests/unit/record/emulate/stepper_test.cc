@@ -7,6 +7,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -181,6 +182,28 @@ TEST_P(StepperTest, ASignalHandlerIsAnAsynchronousTransfer) {
   ExpectDecodesToTruth(sink);
 }
 
+TEST_P(StepperTest, AForkedChildIsFollowedAsItsOwnStream) {
+  EncodingSink sink(Options());
+  auto r = Step({Program("fork")}, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_status, 0);
+  EXPECT_EQ(r->threads, 2u);
+  std::set<uint32_t> pids;
+  for (const auto& [tid, t] : sink.threads) pids.insert(t.pid);
+  EXPECT_EQ(pids.size(), 2u);
+  ExpectDecodesToTruth(sink);
+}
+
+TEST_P(StepperTest, AProcessWhoseMainThreadExitedFirstIsStillRead) {
+  // The leader's pthread_exit leaves a zombie leader: code is read through the live thread.
+  EncodingSink sink(Options());
+  auto r = Step({Program("leader_exit")}, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_status, 0);
+  EXPECT_EQ(r->threads, 2u);
+  ExpectDecodesToTruth(sink);
+}
+
 INSTANTIATE_TEST_SUITE_P(RetCompression, StepperTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "On" : "Off"; });
 
@@ -188,6 +211,34 @@ TEST(StepperErrorsTest, AMissingProgramIsNotFound) {
   EncodingSink sink({});
   EXPECT_THAT(Step({"/nonexistent/program"}, sink),
               StatusIs(absl::StatusCode::kNotFound, ::testing::HasSubstr("/nonexistent/program")));
+}
+
+TEST(StepperErrorsTest, TheStepLimitStopsEveryProcessOfTheWorkload) {
+  // A forked child must be killed too, or the stepper would wait for it forever.
+  EncodingSink sink({});
+  StepperOptions o;
+  o.argv = {Program("fork")};
+  o.max_steps = 45000;  // after the fork (startup is ~30k steps), before the end (~130k)
+  auto r = RunStepped(o, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_TRUE(r->step_limit_hit);
+  EXPECT_EQ(r->threads, 2u);
+  EXPECT_EQ(r->exit_status, 128 + SIGKILL);
+}
+
+TEST(StepperErrorsTest, AThreadThatExecsKeepsItsStreamAndTheLeaderEnds) {
+  EncodingSink sink({});
+  auto r = Step({Program("thread_exec"), Program("fib")}, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_status, 0);  // fib without arguments
+  ASSERT_EQ(sink.threads.size(), 2u);
+  for (const auto& [tid, t] : sink.threads) EXPECT_TRUE(t.ended) << tid;
+  // The exec'ing thread's stream goes on into fib: it is the longer one and ends with fib's
+  // exit syscall; nothing is left unfinished.
+  const EncodingSink::Thread& leader = sink.threads.begin()->second;
+  const EncodingSink::Thread& execer = std::next(sink.threads.begin())->second;
+  EXPECT_GT(execer.truth.size(), leader.truth.size());
+  EXPECT_THAT(sink.status, IsOk());
 }
 
 TEST(StepperErrorsTest, TheStepLimitStopsTheWorkload) {
