@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <memory>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/status.h"
@@ -203,6 +204,15 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   }
   if (!created.ok()) return created.status();
   std::unique_ptr<ContainerWriter> writer = *std::move(created);
+  // A setup failure before the trace starts leaves no file behind (the next run would be
+  // refused by it); a failure later leaves the file without footer (the writer is abandoned).
+  bool started = false;
+  absl::Cleanup remove_unless_started = [&] {
+    if (started) return;
+    writer.reset();
+    std::error_code ec;
+    std::filesystem::remove(o.output, ec);
+  };
 
   std::optional<Workload> workload;
   std::vector<pid_t> pids;  // the tasks events are opened for; -1 = every task (-a)
@@ -322,16 +332,14 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   if (!o.per_thread) meta.cpus = cpus;
   meta.data_pages = o.data_pages;
   meta.aux_pages = aux_pages;
-  PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(BuildMetadata(meta).dump()));
+  PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(
+      BuildMetadata(meta).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 
   // --- Go ------------------------------------------------------------------------------------
   if (workload) {
     absl::Status go = workload->Go();
     if (go.code() == absl::StatusCode::kNotFound) {
-      go.SetPayload(kExitCodePayload, absl::Cord("127"));
-      (void)writer->Close();
-      std::error_code ec;
-      std::filesystem::remove(o.output, ec);  // nothing was recorded
+      go.SetPayload(kExitCodePayload, absl::Cord("127"));  // the file is removed on return
     }
     PTKIT_RETURN_IF_ERROR(go);
   } else {
@@ -341,6 +349,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     }
     for (CounterSet& c : counter_sets) PTKIT_RETURN_IF_ERROR(c.EnableAll());
   }
+  started = true;
 
   CodeCapture code(o.archive);
   DrainOptions dopt;

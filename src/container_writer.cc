@@ -71,6 +71,7 @@ struct ContainerWriter::State {
   uint64_t flushed ABSL_GUARDED_BY(mu) = 0;   // records handed to write(2)
   bool flush_requested ABSL_GUARDED_BY(mu) = false;
   bool closing ABSL_GUARDED_BY(mu) = false;
+  bool abandon ABSL_GUARDED_BY(mu) = false;  // close without the footer
   bool closed ABSL_GUARDED_BY(mu) = false;
   absl::Status error ABSL_GUARDED_BY(mu);
   WriterStats stats ABSL_GUARDED_BY(mu);
@@ -177,6 +178,7 @@ void ContainerWriter::State::Run() {
     bool closing_now = false;
     bool flush_now = false;
     bool failed = false;
+    bool abandon_now = false;
     {
       absl::MutexLock lock(&mu);
       auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(mu) {
@@ -185,6 +187,7 @@ void ContainerWriter::State::Run() {
       mu.AwaitWithTimeout(absl::Condition(&ready), options.flush_interval);
       batch.swap(queue);
       closing_now = closing;
+      abandon_now = abandon;
       flush_now = flush_requested || batch.empty();
       flush_requested = false;
       failed = !error.ok();
@@ -201,7 +204,7 @@ void ContainerWriter::State::Run() {
     if (status.ok() && flush_due) {
       status = FlushBuffer();
     }
-    if (status.ok() && closing_now) {
+    if (status.ok() && closing_now && !abandon_now) {
       status = WriteFooter();
       footer_written = status.ok();
     }
@@ -229,7 +232,7 @@ void ContainerWriter::State::Run() {
 
 ContainerWriter::ContainerWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
-ContainerWriter::~ContainerWriter() { Close().IgnoreError(); }
+ContainerWriter::~ContainerWriter() { Abandon().IgnoreError(); }
 
 absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(
     const std::string& path, const WriterOptions& options) {
@@ -322,7 +325,11 @@ absl::Status ContainerWriter::Flush() {
   return s.error;
 }
 
-absl::Status ContainerWriter::Close() {
+absl::Status ContainerWriter::Close() { return Finish(/*footer=*/true); }
+
+absl::Status ContainerWriter::Abandon() { return Finish(/*footer=*/false); }
+
+absl::Status ContainerWriter::Finish(bool footer) {
   State& s = *state_;
   {
     absl::MutexLock lock(&s.mu);
@@ -331,6 +338,7 @@ absl::Status ContainerWriter::Close() {
       return s.error;
     }
     s.closing = true;
+    s.abandon = !footer;
   }
   s.thread.join();
   absl::MutexLock lock(&s.mu);

@@ -45,7 +45,9 @@ class ContainerWriter {
   static absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateFromFd(
       int fd, const std::string& name, const WriterOptions& options = {});
 
-  ~ContainerWriter();  // Close()s if needed, ignoring the status.
+  // Abandon()s if neither Close() nor Abandon() was called: a writer that goes away on an
+  // error path leaves a file without footer, which readers report as not closed cleanly.
+  ~ContainerWriter();
   ContainerWriter(const ContainerWriter&) = delete;
   ContainerWriter& operator=(const ContainerWriter&) = delete;
 
@@ -77,6 +79,9 @@ class ContainerWriter {
   // Drains the queue, writes the footer, closes the file and joins the writer thread.
   // Idempotent; returns the first error seen.
   absl::Status Close();
+  // As Close() but without the footer: for recordings that failed. Everything queued is still
+  // written. Idempotent (and a no-op after Close()).
+  absl::Status Abandon();
 
   WriterStats stats() const;
 
@@ -85,6 +90,7 @@ class ContainerWriter {
   explicit ContainerWriter(std::unique_ptr<State> state);
   // A payload buffer the writer thread has finished with (empty, capacity kept), or a new one.
   std::vector<uint8_t> RecycledBuffer();
+  absl::Status Finish(bool footer);
   std::unique_ptr<State> state_;
 };
 

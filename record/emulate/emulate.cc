@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <memory>
 
@@ -264,7 +265,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
                          {"ret_compression", options.pt.ret_compression},
                          {"psb_period", options.pt.psb_period},
                          {"note", "software Intel PT from a single-stepped run, not hardware"}};
-    return writer->AppendMetadata(meta.dump());
+    return writer->AppendMetadata(
+        meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   };
 
   Drainer drainer(writer.get());
@@ -293,12 +295,12 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   PeriodicSink sink(recorder, drain_sideband);
   absl::StatusOr<StepperResult> stepped = RunStepped(so, sink);
   if (!stepped.ok()) {
-    absl::Status s = stepped.status();
-    // The workload could not be executed: the shell's "command not found" exit code.
-    if (s.code() == absl::StatusCode::kNotFound) {
-      s.SetPayload(record::kExitCodePayload, absl::Cord("127"));
+    writer->Abandon().IgnoreError();  // no footer: the recording failed
+    if (recorder.threads() == 0) {
+      std::error_code ec;
+      std::filesystem::remove(options.output, ec);  // the workload never ran: nothing to keep
     }
-    return s;
+    return stepped.status();
   }
   const StepperResult& steps = *stepped;
   drain_sideband();

@@ -374,6 +374,30 @@ TEST(ContainerWriterTest, RejectsWorkAfterCloseAndOversizedRecords) {
   EXPECT_THAT((*w)->AppendMetadata("{}"), StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
+TEST(ContainerWriterTest, AWriterThatIsNotClosedLeavesNoFooter) {
+  // Error paths drop or Abandon() the writer: the file must not claim a clean close.
+  TempDir dir;
+  for (bool explicit_abandon : {false, true}) {
+    std::string path = dir.File(explicit_abandon ? "abandoned.pt" : "dropped.pt");
+    {
+      auto w = ContainerWriter::Create(path);
+      ASSERT_THAT(w, IsOk());
+      ASSERT_THAT((*w)->AppendMetadata("{}"), IsOk());
+      ASSERT_THAT((*w)->AppendLoss({.kind = LossKind::kOther, .count = 1}), IsOk());
+      if (explicit_abandon) {
+        ASSERT_THAT((*w)->Abandon(), IsOk());
+        EXPECT_THAT((*w)->Close(), IsOk());  // no-op afterwards: still no footer
+      }
+    }
+    auto r = ContainerReader::Open(path);
+    ASSERT_THAT(r, IsOk());
+    ReadAll got = ReadEverything(*r);
+    EXPECT_THAT(got.records, SizeIs(2));  // everything queued was written
+    EXPECT_FALSE(got.report.footer_present);
+    EXPECT_THAT(got.report.damage, SizeIs(0));
+  }
+}
+
 TEST(ContainerWriterTest, FlushAndThePeriodicFlushMakeRecordsReadableBeforeClose) {
   TempDir dir;
   std::string path = dir.File("t.pt");

@@ -3,6 +3,7 @@
 // real sideband; ptkit's decoder then gives exactly the ground-truth instructions per thread.
 #include "record/emulate/emulate.h"
 
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -232,6 +233,7 @@ TEST(EmulateTest, AMissingProgramIsNotFoundAndLeavesNoHalfWrittenSurprise) {
   o.output = dir.File("t.pt");
   EXPECT_THAT(RecordEmulated(o), ::ptkit::testing::StatusIs(absl::StatusCode::kNotFound,
                                                             HasSubstr("/nonexistent/app")));
+  EXPECT_FALSE(std::filesystem::exists(o.output)) << "nothing ran, so no file is left";
 }
 
 }  // namespace
