@@ -947,7 +947,7 @@ class StatsSink : public FlowSink {
       }
       doc["functions"] = fns;
       doc["warnings"] = totals.warnings;
-      std::string text = doc.dump(2);
+      std::string text = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
       buf.append(text);
       buf.push_back('\n');
       return out_.Close();

@@ -291,7 +291,9 @@ std::string FormatInfoText(const json& info) {
   } else {
     s += "metadata:\n";
     for (const auto& [key, value] : info["metadata"].items()) {
-      std::string v = value.is_string() ? value.get<std::string>() : value.dump();
+      std::string v = value.is_string()
+                          ? value.get<std::string>()
+                          : value.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       if (v.size() > 100) v = v.substr(0, 97) + "...";
       s += fmt::format("  {:<22} {}\n", key, v);
     }

@@ -142,8 +142,9 @@ Sideband SidebandBuilder::Build() {
             sb.comms_[k->tid].push_back({t, parent_comm->second.back().comm});
           }
         } else {
+          // Not the end of the address space, even for the leader (tid == pid): the other
+          // threads may run on after its pthread_exit. A reused pid starts afresh at its fork.
           ++sb.stats_.exits;
-          if (k->tid == k->pid) EndAll(sb.maps_[k->pid], t);
         }
         break;
       }

@@ -8,7 +8,8 @@
 //  - COMM with PERF_RECORD_MISC_COMM_EXEC (execve) ends every mapping of the process; the
 //    MMAP2s of the new program follow it.
 //  - FORK of a new process (pid != ppid) copies the parent's mappings at the fork time; FORK
-//    of a thread (pid == ppid) only adds the thread. EXIT of the last... (ends the thread).
+//    of a thread (pid == ppid) only adds the thread. EXIT ends nothing (other threads may
+//    outlive the leader); a fork that reuses the pid starts its mappings afresh.
 //  - ITRACE_START and SWITCH / SWITCH_CPU_WIDE (switch-in) say which task runs on a CPU from
 //    that time on; a switch-out leaves the CPU idle (no task) until the next switch-in.
 // Records from all CPUs are merged by their sample_id time (stable for equal times).

@@ -236,7 +236,8 @@ absl::Status WriteSynthContainer(const std::string& path, const CodeImage& image
   WriterOptions wopts;
   wopts.overwrite = container.overwrite;
   PTKIT_ASSIGN_OR_RETURN(auto writer, ContainerWriter::Create(path, wopts));
-  PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.dump()));
+  PTKIT_RETURN_IF_ERROR(
+      writer->AppendMetadata(meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
   PTKIT_RETURN_IF_ERROR(writer->AppendSideband({-1, sb.bytes()}));
   for (const AuxRecord& r : aux) PTKIT_RETURN_IF_ERROR(writer->AppendAux(r));
   return writer->Close();

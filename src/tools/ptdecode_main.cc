@@ -53,7 +53,9 @@ int RunInfo(const std::string& path, bool json, bool decode) {
       summary += fmt::format("  error {}: {}\n", code, n.get<uint64_t>());
     }
   }
-  std::string text = json ? info->dump(2) + "\n" : ptkit::FormatInfoText(*info) + summary;
+  std::string text =
+      json ? info->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
+           : ptkit::FormatInfoText(*info) + summary;
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;
 }

@@ -47,6 +47,17 @@ TEST_F(InfoCliTest, JsonIsParseableAndComplete) {
   EXPECT_EQ(j["streams"][0]["aux_bytes"], 18);
 }
 
+TEST_F(InfoCliTest, JsonSurvivesNamesThatAreNotUtf8) {
+  // Linux paths (and counter names, comms) are bytes; JSON output must not abort on them.
+  std::string odd = dir_.File("odd\xff\xfe.pt");
+  ASSERT_EQ(RunCommand({WRITE_CONTAINER_PATH, odd}).exit_code, 0);
+  auto r = RunCommand({PTDECODE_PATH, "info", "--json", odd});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.signal, 0);
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_THAT(j["file"].get<std::string>(), HasSubstr("odd\xef\xbf\xbd"));  // U+FFFD
+}
+
 TEST_F(InfoCliTest, ACutFileStillOpensAndShowsWhatWasLost) {
   std::filesystem::resize_file(trace_, std::filesystem::file_size(trace_) - 10);
   auto r = RunCommand({PTDECODE_PATH, "info", trace_});

@@ -122,13 +122,16 @@ TEST(SidebandTest, ForkCopiesTheParentAndThenTheyDiverge) {
       .Fork(100, 101, 100, 100, 25)  // a thread: no new address space
       .Mmap(200, 0x600000, 0x1000, 0, "/lib/plugin.so", 30)
       .Exit(200, 200, 40);
+  r.Fork(200, 200, 100, 100, 50);  // the pid is reused by a new child of 100
   SidebandBuilder b(kLayout);
   b.Add(1, r.bytes());
   Sideband sb = b.Build();
+  EXPECT_THAT(PathsAt(sb, 200, 51), ElementsAre("/bin/app"));
   EXPECT_THAT(PathsAt(sb, 200, 15), ElementsAre());
   EXPECT_THAT(PathsAt(sb, 200, 21), ElementsAre("/bin/app"));
   EXPECT_THAT(PathsAt(sb, 200, 35), ElementsAre("/bin/app", "/lib/plugin.so"));
-  EXPECT_THAT(PathsAt(sb, 200, 41), ElementsAre());
+  // EXIT (even of the leader) ends nothing: other threads may still run in the process.
+  EXPECT_THAT(PathsAt(sb, 200, 41), ElementsAre("/bin/app", "/lib/plugin.so"));
   EXPECT_THAT(PathsAt(sb, 100, 35), ElementsAre("/bin/app"));
   EXPECT_THAT(sb.PidOfTid(101), Optional(100u));
   EXPECT_THAT(sb.Pids(), ElementsAre(100, 200));
