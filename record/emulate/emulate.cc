@@ -232,16 +232,20 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   tracking.context_switch = 0;
   const perf::SampleIdLayout layout{tracking.sample_type, true};
   std::vector<std::unique_ptr<KernelTraceSource>> sideband;
-  const int ncpu = static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  // The online CPUs by number (they need not be 0..N-1).
+  PTKIT_ASSIGN_OR_RETURN(std::string online_text,
+                         record::ReadSystemFile("/sys/devices/system/cpu/online"));
+  PTKIT_ASSIGN_OR_RETURN(std::vector<int> cpus, record::ParseCpuList(online_text));
   StepperOptions so;
   so.argv = options.argv;
   so.max_steps = options.max_steps;
   so.before_exec = [&](pid_t pid) -> absl::Status {
-    for (int cpu = 0; cpu < ncpu; ++cpu) {
+    for (int cpu : cpus) {
       PTKIT_ASSIGN_OR_RETURN(record::PerfEvent ev,
                              record::PerfEvent::Open(tracking, pid, cpu, "tracking event"));
-      PTKIT_ASSIGN_OR_RETURN(record::RingBuffer ring,
-                             record::RingBuffer::Map(ev, options.data_pages, 0, false, ncpu));
+      PTKIT_ASSIGN_OR_RETURN(
+          record::RingBuffer ring,
+          record::RingBuffer::Map(ev, options.data_pages, 0, false, cpus.size()));
       sideband.push_back(std::make_unique<KernelTraceSource>(
           std::move(ev), std::vector<record::PerfEvent>{}, std::move(ring),
           StreamId{StreamKind::kCpu, static_cast<uint64_t>(cpu)}, cpu, layout));

@@ -5,6 +5,7 @@
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <xxhash.h>
 
 #include <fstream>
 #include <iterator>
@@ -314,17 +315,26 @@ TEST(ContainerReaderTest, HugeLengthFieldsAreDamageNotAllocations) {
       EXPECT_EQ(got.report.damage[0].bytes, kFrameHeaderSize + 100);
     }
   }
-  // A compressed record whose raw size is absurd, with a valid checksum over its stored bytes.
+  // A compressed record whose raw size is absurd (its header is authentic: header check and
+  // payload checksum are right), and one whose zstd frame does not match its header.
   std::vector<uint8_t> stored(64, 0x11);
   FrameHeader h{.type = 3,
                 .flags = kFrameZstd,
                 .stored_size = stored.size(),
                 .raw_size = uint64_t{1} << 63,
-                .checksum = 0};
+                .checksum = XXH3_64bits(stored.data(), stored.size())};
   std::vector<uint8_t> bytes = FileWithHeader(h, stored.size());
+  std::copy(stored.begin(), stored.end(), bytes.end() - stored.size());
   ReadAll got = ReadBytes(bytes);
   EXPECT_THAT(got.records, SizeIs(0));
   EXPECT_THAT(got.report.damage, SizeIs(1));
+  h.raw_size = 1000;  // in range, but the stored bytes are no zstd frame of that size
+  bytes = FileWithHeader(h, stored.size());
+  std::copy(stored.begin(), stored.end(), bytes.end() - stored.size());
+  got = ReadBytes(bytes);
+  EXPECT_THAT(got.records, SizeIs(0));
+  ASSERT_THAT(got.report.damage, SizeIs(1));
+  EXPECT_THAT(got.report.damage[0].reason, HasSubstr("zstd"));
 }
 
 TEST(ContainerReaderTest, UnknownRecordKindsAreSkippedWithAWarning) {
