@@ -2,11 +2,10 @@
 // the `zstd -1` command on the same bytes, and streaming a 1 GiB container back.
 // Data: the real PT traces in ../shared/testdata, concatenated until 256 MiB (synthetic PT-like
 // bytes when absent). Files go to $PTKIT_BENCH_DIR (default: build dir's bench/ folder).
+#include <benchmark/benchmark.h>
 #include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
-
-#include <benchmark/benchmark.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -99,7 +98,11 @@ void BM_WriterAux64K(benchmark::State& state) {
   state.counters["ratio"] = static_cast<double>(data.size()) / stored;
   std::filesystem::remove(path);
 }
-BENCHMARK(BM_WriterAux64K)->Arg(0)->Arg(1)->ArgName("zstd")->Unit(benchmark::kMillisecond)
+BENCHMARK(BM_WriterAux64K)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("zstd")
+    ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
 void BM_ZstdCommand(benchmark::State& state) {
@@ -158,8 +161,13 @@ void BM_Read1GiB(benchmark::State& state) {
   state.counters["rss_growth_MiB"] = (PeakRssKiB() - rss_before) / 1024.0;
   std::filesystem::remove(path);
 }
-BENCHMARK(BM_Read1GiB)->Arg(0)->Arg(1)->ArgName("zstd")->Unit(benchmark::kMillisecond)
-    ->UseRealTime()->Iterations(2);
+BENCHMARK(BM_Read1GiB)
+    ->Arg(0)
+    ->Arg(1)
+    ->ArgName("zstd")
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime()
+    ->Iterations(2);
 
 }  // namespace
 

@@ -354,17 +354,6 @@ void AppendLossLine(Buffer& buf, const LossInfo& l, bool json) {
   }
 }
 
-ZydisMachineMode ZydisModeOf(pt_exec_mode mode) {
-  switch (mode) {
-    case ptem_16bit:
-      return ZYDIS_MACHINE_MODE_LEGACY_16;
-    case ptem_32bit:
-      return ZYDIS_MACHINE_MODE_LEGACY_32;
-    default:
-      return ZYDIS_MACHINE_MODE_LONG_64;
-  }
-}
-
 // Zydis decoders for the three execution modes.
 class Disassembler {
  public:
@@ -375,10 +364,10 @@ class Disassembler {
     ZydisFormatterInit(&formatter_, ZYDIS_FORMATTER_STYLE_INTEL);
   }
   const ZydisDecoder* For(pt_exec_mode mode) const {
-    switch (ZydisModeOf(mode)) {
-      case ZYDIS_MACHINE_MODE_LEGACY_32:
+    switch (mode) {
+      case ptem_32bit:
         return &dec32_;
-      case ZYDIS_MACHINE_MODE_LEGACY_16:
+      case ptem_16bit:
         return &dec16_;
       default:
         return &dec64_;
