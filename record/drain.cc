@@ -114,6 +114,8 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
       if (!v.aux_overwrite && !v.aux.empty()) {
         PTKIT_RETURN_IF_ERROR(StoreAux(source, st, aux->aux_offset, aux->aux_offset + aux->aux_size,
                                        aux->flags, time));
+      } else if (v.aux_overwrite) {
+        st.written_since_snapshot += aux->aux_size;
       }
       auto loss = [&](LossKind kind) {
         return writer_->AppendLoss(LossRecord{.stream = sid,
@@ -178,16 +180,18 @@ absl::StatusOr<uint64_t> Drainer::Snapshot(TraceSource& source, uint64_t size) {
   StreamStats& stats = stats_[sid];
   PTKIT_RETURN_IF_ERROR(writer_->AppendSnapshot(SnapshotRecord{
       .stream = sid, .sequence = st.snapshot_sequence++, .aux_head = head, .data = scratch_}));
-  if (!v.aux_head_in_buffer && range.from > st.last_snapshot_head) {
+  if (st.written_since_snapshot > range.len) {
     // Bytes written since the previous snapshot that this one no longer holds: overwritten
     // by the hardware (by design in snapshot mode), recorded so `ptdecode info` can say so.
+    // Counted from the AUX records' sizes, so it works for an in-buffer aux_head too.
     PTKIT_RETURN_IF_ERROR(
         writer_->AppendLoss(LossRecord{.stream = sid,
                                        .kind = LossKind::kAuxOverwritten,
                                        .count = 1,
-                                       .bytes = range.from - st.last_snapshot_head,
+                                       .bytes = st.written_since_snapshot - range.len,
                                        .aux_offset = st.last_snapshot_head}));
   }
+  st.written_since_snapshot = 0;
   st.last_snapshot_head = head;
   ++stats.snapshots;
   stats.snapshot_bytes += range.len;

@@ -80,6 +80,9 @@ class Drainer {
     uint64_t snapshot_sequence = 0;
     uint64_t last_snapshot_head = 0;
     bool aux_wrapped = false;  // snapshot mode: the AUX ring has wrapped at least once
+    // Snapshot mode: AUX bytes the hardware wrote since the last snapshot (the sizes of the
+    // OVERWRITE PERF_RECORD_AUX records), whatever form aux_head takes.
+    uint64_t written_since_snapshot = 0;
   };
   absl::Status StoreAux(TraceSource& source, StreamState& st, uint64_t from, uint64_t to,
                         uint64_t flags, uint64_t time);

@@ -326,7 +326,7 @@ TEST_F(SimDrainTest, SnapshotsWithInBufferHeadLikeIntelPt) {
   Drainer drainer(writer_.get());
   const uint64_t ring = sim->ring().aux.size();      // 16 KiB
   std::vector<std::pair<uint64_t, uint64_t>> taken;  // (written, want)
-  uint64_t written = 0;
+  uint64_t written = 0, last = 0, expected_overwritten = 0;
   const uint64_t sizes[] = {ring, 1000, 5000};
   for (uint64_t step = 0; written + 61 <= 3 * ring; ++step) {
     ASSERT_EQ(sim->WriteTrace(TraceBytes(written, 61)), 61u);
@@ -337,7 +337,18 @@ TEST_F(SimDrainTest, SnapshotsWithInBufferHeadLikeIntelPt) {
     ASSERT_EQ(got, std::min({want, ring, written})) << "written " << written;
     ASSERT_LT(sim->ring().page->aux_head, ring);  // the head really is in-buffer
     taken.emplace_back(written, want);
+    if (written - last > got) expected_overwritten += written - last - got;
+    last = written;
   }
+  // Then a long stretch without a snapshot: most of it is overwritten.
+  for (int i = 0; i < 100; ++i) {
+    ASSERT_EQ(sim->WriteTrace(TraceBytes(written, 500)), 500u);
+    written += 500;
+  }
+  PTKIT_ASSERT_OK_AND_ASSIGN(uint64_t last_got, drainer.Snapshot(*sim, 1000));
+  ASSERT_EQ(last_got, 1000u);
+  taken.emplace_back(written, 1000);
+  expected_overwritten += written - last - last_got;
   const Contents c = Finish();
   ASSERT_EQ(c.snapshots.size(), taken.size());
   for (size_t i = 0; i < taken.size(); ++i) {
@@ -346,6 +357,15 @@ TEST_F(SimDrainTest, SnapshotsWithInBufferHeadLikeIntelPt) {
     ASSERT_EQ(c.snapshot_data[i], TraceBytes(w - len, len)) << "written " << w;
   }
   EXPECT_GT(taken.size(), 700u);
+  // What the hardware wrote between two snapshots and the later one no longer holds is
+  // reported as overwritten, though aux_head alone cannot tell it.
+  uint64_t overwritten = 0;
+  for (const LossRecord& l : c.loss) {
+    EXPECT_EQ(l.kind, LossKind::kAuxOverwritten);
+    overwritten += l.bytes;
+  }
+  EXPECT_GT(expected_overwritten, 0u);
+  EXPECT_EQ(overwritten, expected_overwritten);
 }
 
 TEST_F(SimDrainTest, SnapshotsCountOverwrittenBytes) {
