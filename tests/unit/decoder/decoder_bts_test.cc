@@ -11,6 +11,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pt_synth.h"
+#include "recording_sink.h"
 #include "status_matchers.h"
 
 namespace ptkit::decoder {
@@ -19,23 +20,12 @@ namespace {
 using ::ptkit::decoder::testing::BtsFromWalk;
 using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::decoder::testing::RecordingSink;
 using ::ptkit::testing::IsOk;
 using ::testing::ElementsAreArray;
 using ::testing::SizeIs;
 
 const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
-
-class Recorder : public Sink {
- public:
-  DecoderKind kind() const override { return DecoderKind::kInsn; }
-  void OnInsn(const pt_insn& insn) override { runs.back().push_back(insn.ip); }
-  void OnError(const DecodeError& e) override {
-    errors.push_back(e);
-    runs.emplace_back();
-  }
-  std::vector<std::vector<uint64_t>> runs{1};
-  std::vector<DecodeError> errors;
-};
 
 class BtsTest : public ::testing::Test {
  protected:
@@ -70,7 +60,7 @@ TEST_F(BtsTest, BranchListDecodesToTheWalk) {
     // From the first recorded branch to the last one's source.
     std::vector<uint64_t> expected(ips.begin() + branches.front(),
                                    ips.begin() + branches.back() + 1);
-    Recorder rec;
+    RecordingSink rec;
     auto totals = DecodeBts(bts, *image_, rec);
     ASSERT_THAT(totals, IsOk());
     EXPECT_THAT(rec.errors, SizeIs(0)) << "seed " << seed;
@@ -119,7 +109,7 @@ TEST_F(BtsTest, ARecordThatDoesNotMatchTheCodeIsAnErrorAndDecodingGoesOn) {
   const size_t bad = 5;
   uint64_t bogus = code_->Symbol("_start").address + code_->Symbol("_start").size - 1;
   std::memcpy(bts.data() + bad * 24, &bogus, 8);
-  Recorder rec;
+  RecordingSink rec;
   auto totals = DecodeBts(bts, *image_, rec);
   ASSERT_THAT(totals, IsOk());
   ASSERT_THAT(rec.errors, SizeIs(1));

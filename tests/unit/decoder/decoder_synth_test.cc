@@ -15,6 +15,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pt_synth.h"
+#include "recording_sink.h"
 #include "status_matchers.h"
 #include "test_paths.h"
 
@@ -23,6 +24,7 @@ namespace {
 
 using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::decoder::testing::RecordingSink;
 using ::ptkit::decoder::testing::WalkOptions;
 using ::ptkit::testing::IsOk;
 using ::ptkit::testing::StatusIs;
@@ -31,19 +33,6 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
-
-// Records every instruction, split at each error.
-class RecordingSink : public Sink {
- public:
-  DecoderKind kind() const override { return DecoderKind::kInsn; }
-  void OnInsn(const pt_insn& insn) override { runs_.back().push_back(insn.ip); }
-  void OnError(const DecodeError& error) override {
-    errors_.push_back(error);
-    runs_.emplace_back();
-  }
-  std::vector<std::vector<uint64_t>> runs_{1};
-  std::vector<DecodeError> errors_;
-};
 
 class SynthTest : public ::testing::Test {
  protected:
@@ -80,9 +69,9 @@ TEST_F(SynthTest, InstructionFlowIsExactForManySeeds) {
     RecordingSink rec;
     auto totals = DecodeTrace(trace, {}, *image, rec);
     ASSERT_THAT(totals, IsOk());
-    EXPECT_THAT(rec.errors_, SizeIs(0)) << "seed " << seed;
-    ASSERT_THAT(rec.runs_, SizeIs(1));
-    EXPECT_THAT(rec.runs_[0], ElementsAreArray(*truth)) << "seed " << seed;
+    EXPECT_THAT(rec.errors, SizeIs(0)) << "seed " << seed;
+    ASSERT_THAT(rec.runs, SizeIs(1));
+    EXPECT_THAT(rec.runs[0], ElementsAreArray(*truth)) << "seed " << seed;
 
     CountSink blocks(DecoderKind::kBlock);
     ASSERT_THAT(DecodeTrace(trace, {}, *image, blocks), IsOk());
@@ -178,8 +167,8 @@ TEST_F(SynthTest, MissingCodeIsAGapNamingTheRangeAndDecodingResumesAtTheNextPsb)
   RecordingSink rec;
   auto totals = DecodeTrace(synth.bytes(), {}, **image, rec);
   ASSERT_THAT(totals, IsOk());
-  ASSERT_THAT(rec.errors_, SizeIs(1));
-  const DecodeError& gap = rec.errors_[0];
+  ASSERT_THAT(rec.errors, SizeIs(1));
+  const DecodeError& gap = rec.errors[0];
   EXPECT_TRUE(gap.is_gap());
   EXPECT_EQ(gap.ip, leaf_.address);
   EXPECT_EQ(gap.gap.begin, leaf_.address);
@@ -187,9 +176,9 @@ TEST_F(SynthTest, MissingCodeIsAGapNamingTheRangeAndDecodingResumesAtTheNextPsb)
   EXPECT_LE(gap.offset, second_offset);
   EXPECT_EQ(totals->gaps, 1u);
   EXPECT_EQ(totals->errors_by_code.at(pte_nomap), 1u);
-  ASSERT_THAT(rec.runs_, SizeIs(2));
-  EXPECT_THAT(rec.runs_[0], ElementsAreArray(first->begin(), leaf_at));
-  EXPECT_THAT(rec.runs_[1], ElementsAreArray(*second));
+  ASSERT_THAT(rec.runs, SizeIs(2));
+  EXPECT_THAT(rec.runs[0], ElementsAreArray(first->begin(), leaf_at));
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(*second));
 }
 
 TEST_F(SynthTest, DecodeErrorIsReportedAndTheDecoderResyncsAtTheNextPsb) {
@@ -212,13 +201,13 @@ TEST_F(SynthTest, DecodeErrorIsReportedAndTheDecoderResyncsAtTheNextPsb) {
     EXPECT_EQ(totals->errors_by_code.count(pte_bad_query), 1u);
     EXPECT_EQ(totals->syncs, 2u);
     if (kind == DecoderKind::kInsn) {
-      ASSERT_THAT(rec.errors_, SizeIs(1));
-      EXPECT_LE(rec.errors_[0].offset, second_offset);
-      ASSERT_THAT(rec.runs_, SizeIs(2));
+      ASSERT_THAT(rec.errors, SizeIs(1));
+      EXPECT_LE(rec.errors[0].offset, second_offset);
+      ASSERT_THAT(rec.runs, SizeIs(2));
       // Up to the corrupt packet the flow is the walk's (the conditional branch whose TNT bit
       // is missing still executed); after the next PSB it is exact again.
-      EXPECT_THAT(rec.runs_[0], ElementsAreArray(*bad));
-      EXPECT_THAT(rec.runs_[1], ElementsAreArray(*good));
+      EXPECT_THAT(rec.runs[0], ElementsAreArray(*bad));
+      EXPECT_THAT(rec.runs[1], ElementsAreArray(*good));
     } else {
       EXPECT_EQ(count.instructions(), bad->size() + good->size());
     }
@@ -238,7 +227,7 @@ TEST_F(SynthTest, OverflowIsAnEventAndDecodingResumesAtTheFupIp) {
       if (e.type == ptev_overflow) {
         overflow_ip = e.variant.overflow.ip;
         ++overflows;
-        runs_.emplace_back();
+        runs.emplace_back();
       }
     }
     uint64_t overflow_ip = 0;
@@ -246,23 +235,23 @@ TEST_F(SynthTest, OverflowIsAnEventAndDecodingResumesAtTheFupIp) {
   } rec;
   auto totals = DecodeTrace(synth.bytes(), {}, *image, rec);
   ASSERT_THAT(totals, IsOk());
-  for (const DecodeError& e : rec.errors_) {
+  for (const DecodeError& e : rec.errors) {
     ADD_FAILURE() << "error " << IptErrorName(e.code) << " at offset " << e.offset << " ip "
                   << std::hex << e.ip << " overflow ip " << rec.overflow_ip;
   }
   ASSERT_EQ(rec.overflows, 1);
-  ASSERT_THAT(rec.runs_, SizeIs(2));
+  ASSERT_THAT(rec.runs, SizeIs(2));
   // After the overflow: exactly the walk from the FUP IP on.
-  auto resume = truth->end() - static_cast<ptrdiff_t>(rec.runs_[1].size());
-  ASSERT_FALSE(rec.runs_[1].empty());
-  EXPECT_EQ(rec.runs_[1].front(), rec.overflow_ip);
-  EXPECT_THAT(rec.runs_[1], ElementsAreArray(resume, truth->end()));
+  auto resume = truth->end() - static_cast<ptrdiff_t>(rec.runs[1].size());
+  ASSERT_FALSE(rec.runs[1].empty());
+  EXPECT_EQ(rec.runs[1].front(), rec.overflow_ip);
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(resume, truth->end()));
   // Before it: a prefix of the walk that stops at the branch whose outcome was lost.
-  ASSERT_LE(rec.runs_[0].size(), truth->size());
-  EXPECT_THAT(rec.runs_[0], ElementsAreArray(truth->begin(), truth->begin() + rec.runs_[0].size()));
+  ASSERT_LE(rec.runs[0].size(), truth->size());
+  EXPECT_THAT(rec.runs[0], ElementsAreArray(truth->begin(), truth->begin() + rec.runs[0].size()));
   // What ran between the last decodable branch and the overflow is lost (the TNT bits before
   // an OVF are dropped with it), so the two runs may leave out part of the walk, never add.
-  EXPECT_LE(rec.runs_[0].size() + rec.runs_[1].size(), truth->size());
+  EXPECT_LE(rec.runs[0].size() + rec.runs[1].size(), truth->size());
 
   // stats (block decoder): the call stack restarts at the overflow; the same instructions.
   std::FILE* out = std::tmpfile();
@@ -270,7 +259,7 @@ TEST_F(SynthTest, OverflowIsAnEventAndDecodingResumesAtTheFupIp) {
   auto st = DecodeTrace(synth.bytes(), {}, *image, *stats);
   std::fclose(out);
   ASSERT_THAT(st, IsOk());
-  EXPECT_EQ(st->instructions, rec.runs_[0].size() + rec.runs_[1].size());
+  EXPECT_EQ(st->instructions, rec.runs[0].size() + rec.runs[1].size());
 }
 
 TEST_F(SynthTest, ProgressOnlyOnATerminalAndForwardsEverything) {
@@ -341,7 +330,7 @@ TEST_F(SynthTest, TimeFilterKeepsWhatRanInTheWindow) {
       TimeFilterSink filter(std::move(inner), w.from, w.to);
       ASSERT_THAT(DecodeTrace(trace, {}, *image, filter), IsOk());
       if (kind == DecoderKind::kInsn) {
-        EXPECT_THAT(r->runs_[0], ElementsAreArray(w.expected)) << w.from << "," << w.to;
+        EXPECT_THAT(r->runs[0], ElementsAreArray(w.expected)) << w.from << "," << w.to;
       } else {
         EXPECT_EQ(c->instructions(), w.expected.size()) << w.from << "," << w.to;
       }
@@ -361,8 +350,8 @@ TEST_F(SynthTest, BytesBeforeTheFirstPsbAreSkipped) {
   trace[0] = 0x19;  // not a valid packet start: garbage before the PSB
   RecordingSink rec;
   ASSERT_THAT(DecodeTrace(trace, {}, *image, rec), IsOk());
-  EXPECT_THAT(rec.errors_, SizeIs(0));
-  EXPECT_THAT(rec.runs_[0], ElementsAreArray(*truth));
+  EXPECT_THAT(rec.errors, SizeIs(0));
+  EXPECT_THAT(rec.runs[0], ElementsAreArray(*truth));
 }
 
 TEST_F(SynthTest, LoadRawInputRejectsAFileWithoutPsb) {
