@@ -11,6 +11,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "decoder/ipt_handles.h"
+#include "decoder/srcline.h"
 #include "nlohmann/json.hpp"
 #include "ptkit/status.h"
 
@@ -66,6 +67,27 @@ void AppendJsonString(Buffer& buf, std::string_view s) {
 std::string_view Basename(std::string_view path) {
   size_t slash = path.rfind('/');
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+// --srcline: the "file:line" of `ip` when it is known: text " (file:line)", JSON
+// ,"key":"file:line". Nothing without --srcline (`lines` null).
+void AppendSrcline(Buffer& buf, SourceLines* lines, const ProgramImage& image, uint64_t ip,
+                   bool json, std::string_view key = "srcline") {
+  if (lines == nullptr) return;
+  const std::string* text = lines->Lookup(image, ip);
+  if (text == nullptr) return;
+  if (json) {
+    fmt::format_to(std::back_inserter(buf), ",\"{}\":", key);
+    AppendJsonString(buf, *text);
+  } else {
+    buf.append(std::string_view(" ("));
+    buf.append(*text);
+    buf.push_back(')');
+  }
+}
+
+std::unique_ptr<SourceLines> MakeSourceLines(const OutputOptions& options) {
+  return options.srcline ? std::make_unique<SourceLines>(options.diagnostics) : nullptr;
 }
 
 // Names addresses: "symbol+0xoff", "[file]" without a symbol, "[unmapped]".
@@ -407,13 +429,35 @@ class Disassembler {
 class InsnSink : public Sink {
  public:
   InsnSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
-      : symbols_(image), out_(out), options_(options), prefix_(options.json ? "{" : "") {}
+      : image_(&image),
+        symbols_(image),
+        out_(out),
+        options_(options),
+        lines_(MakeSourceLines(options)),
+        prefix_(options.json ? "{" : "") {}
   DecoderKind kind() const override { return DecoderKind::kInsn; }
+  // Without timing packets the decoder never calls OnTime and lines have no time column.
+  bool wants_time() const override { return true; }
+  void OnTime(uint64_t tsc) override {
+    // Formatted once per time update, not per instruction.
+    time_.clear();
+    auto it = std::back_inserter(time_);
+    const std::optional<TscConversion>& perf = options_.clock.perf;
+    if (options_.json) {
+      fmt::format_to(it, FMT_COMPILE("\"tsc\":{},"), tsc);
+      if (perf) fmt::format_to(it, FMT_COMPILE("\"time_ns\":{},"), perf->ToPerfTime(tsc));
+    } else if (perf) {
+      fmt::format_to(it, FMT_COMPILE("{:>20} "), FormatPerfTime(perf->ToPerfTime(tsc)));
+    } else {
+      fmt::format_to(it, FMT_COMPILE("{:>16} "), tsc);
+    }
+  }
 
   void OnInsn(const pt_insn& insn) override {
     Buffer& buf = out_.buf();
-    buf.append(std::string_view(prefix_));
     if (options_.json) {
+      buf.append(std::string_view(prefix_));
+      buf.append(std::string_view(time_));
       fmt::format_to(out_.it(), FMT_COMPILE("\"ip\":\"{:#x}\",\"sym\":"), insn.ip);
       Buffer name;
       symbols_.Append(name, insn.ip);
@@ -425,8 +469,11 @@ class InsnSink : public Sink {
         buf.append(std::string_view(",\"insn\":"));
         AppendJsonString(buf, std::string_view(text.data(), text.size()));
       }
+      AppendSrcline(buf, lines_.get(), *image_, insn.ip, true);
       buf.append(std::string_view("}\n"));
     } else {
+      buf.append(std::string_view(time_));
+      buf.append(std::string_view(prefix_));
       fmt::format_to(out_.it(), FMT_COMPILE("{:016x}  "), insn.ip);
       if (insn.speculative) buf.append(std::string_view("? "));
       size_t start = buf.size();
@@ -437,6 +484,8 @@ class InsnSink : public Sink {
         buf.append(std::string_view("  "));
         disasm_.Append(buf, insn.mode, insn.raw, insn.size, insn.ip);
       }
+      if (lines_ != nullptr) buf.push_back(' ');
+      AppendSrcline(buf, lines_.get(), *image_, insn.ip, false);
       buf.push_back('\n');
     }
     out_.MaybeFlush();
@@ -450,6 +499,8 @@ class InsnSink : public Sink {
   }
   void OnStream(const StreamInfo& stream) override {
     symbols_.SetImage(stream.image);
+    if (stream.image != nullptr) image_ = stream.image;
+    if (!stream.context_switch) time_.clear();  // another decoder: its time is not known yet
     AppendStreamLine(out_.buf(), stream, options_.json);
     // Container input: every line says which CPU or thread stream and which thread.
     std::string where = stream.name;
@@ -466,11 +517,14 @@ class InsnSink : public Sink {
   absl::Status Finish(const DecodeTotals& totals) override { return out_.Close(); }
 
  private:
+  const ProgramImage* image_;  // of the current stream
   Symbolizer symbols_;
   Output out_;
   OutputOptions options_;
   Disassembler disasm_;
+  std::unique_ptr<SourceLines> lines_;  // --srcline
   std::string prefix_;  // stream columns (container input); JSON: the opening brace and them
+  std::string time_;    // the time column (JSON: members) once the decoder has a time
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -500,7 +554,11 @@ const char* BranchKind(pt_insn_class iclass) {
 class BranchesSink : public Sink {
  public:
   BranchesSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
-      : symbols_(image), out_(out), options_(options) {}
+      : image_(&image),
+        symbols_(image),
+        out_(out),
+        options_(options),
+        lines_(MakeSourceLines(options)) {}
   DecoderKind kind() const override { return DecoderKind::kInsn; }
 
   void OnInsn(const pt_insn& insn) override {
@@ -538,6 +596,7 @@ class BranchesSink : public Sink {
   void OnStream(const StreamInfo& stream) override {
     have_prev_ = false;
     symbols_.SetImage(stream.image);
+    if (stream.image != nullptr) image_ = stream.image;
     AppendStreamLine(out_.buf(), stream, options_.json);
   }
   void OnLoss(const LossInfo& loss) override {
@@ -554,11 +613,13 @@ class BranchesSink : public Sink {
       Buffer name;
       symbols_.Append(name, from);
       AppendJsonString(buf, std::string_view(name.data(), name.size()));
+      AppendSrcline(buf, lines_.get(), *image_, from, true, "from_srcline");
       if (to_known) {
         fmt::format_to(out_.it(), FMT_COMPILE(",\"to\":\"{:#x}\",\"to_sym\":"), to);
         name.clear();
         symbols_.Append(name, to);
         AppendJsonString(buf, std::string_view(name.data(), name.size()));
+        AppendSrcline(buf, lines_.get(), *image_, to, true, "to_srcline");
       } else {
         buf.append(std::string_view(",\"to\":null,\"to_sym\":null"));
       }
@@ -566,9 +627,11 @@ class BranchesSink : public Sink {
     } else {
       fmt::format_to(out_.it(), FMT_COMPILE("{:016x} "), from);
       symbols_.Append(buf, from);
+      AppendSrcline(buf, lines_.get(), *image_, from, false);
       if (to_known) {
         fmt::format_to(out_.it(), FMT_COMPILE(" -> {:016x} "), to);
         symbols_.Append(buf, to);
+        AppendSrcline(buf, lines_.get(), *image_, to, false);
       } else {
         buf.append(std::string_view(" -> ? [untraced]"));
       }
@@ -577,9 +640,11 @@ class BranchesSink : public Sink {
     out_.MaybeFlush();
   }
 
+  const ProgramImage* image_;  // of the current stream
   Symbolizer symbols_;
   Output out_;
   OutputOptions options_;
+  std::unique_ptr<SourceLines> lines_;  // --srcline
   pt_insn prev_{};
   bool have_prev_ = false;
 };
@@ -605,6 +670,8 @@ struct Frame {
   uint64_t return_address = 0;
   uint64_t entry_count = 0;  // instructions executed before the call
   bool implicit = false;     // a caller entered before tracing began (no call seen)
+  bool entry_timed = false;  // entry_tsc is known
+  uint64_t entry_tsc = 0;    // the decoder's time at the call
 };
 
 class FlowSink : public Sink {
@@ -612,6 +679,11 @@ class FlowSink : public Sink {
   explicit FlowSink(const ProgramImage& image) : image_(&image) {}
   DecoderKind kind() const override { return DecoderKind::kBlock; }
   bool end_block_on_call() const override { return true; }
+  bool wants_time() const override { return wants_time_; }
+  void OnTime(uint64_t tsc) override {
+    tsc_ = tsc;
+    timed_ = true;
+  }
 
   void OnBlock(const pt_block& block) override {
     if (pending_call_) {
@@ -671,10 +743,14 @@ class FlowSink : public Sink {
   // Another stream (another thread or CPU), or lost trace: the call context starts afresh.
   void OnStream(const StreamInfo& stream) override {
     ResetContext();
+    if (!stream.context_switch) timed_ = false;  // another decoder: no time yet
     if (stream.image != nullptr) image_ = stream.image;
     cache_ = {1, 0};
   }
-  void OnLoss(const LossInfo& loss) override { ResetContext(); }
+  void OnLoss(const LossInfo& loss) override {
+    ResetContext();
+    timed_ = false;  // the next piece is decoded afresh
+  }
 
   absl::Status Finish(const DecodeTotals& totals) override {
     while (!stack_.empty()) Pop(true);
@@ -697,6 +773,9 @@ class FlowSink : public Sink {
   uint64_t count_ = 0;  // instructions so far
   uint64_t calls_ = 0;
   uint64_t returns_ = 0;
+  bool wants_time_ = false;  // set by a subclass that uses the decoder's time
+  bool timed_ = false;       // tsc_ is the decoder's current time
+  uint64_t tsc_ = 0;
 
  private:
   uint32_t NewFunction(std::string name, int file, uint64_t address, bool from_address) {
@@ -822,7 +901,7 @@ class FlowSink : public Sink {
       ++calls_;
     }
     if (fn.active++ == 0) fn.active_since = count_;
-    stack_.push_back({f, return_address, count_, implicit});
+    stack_.push_back({f, return_address, count_, implicit, timed_, tsc_});
     OnEnter(stack_.back());
   }
   void Pop(bool at_end) {
@@ -985,7 +1064,9 @@ class StatsSink : public FlowSink {
 class CallsSink : public FlowSink {
  public:
   CallsSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
-      : FlowSink(image), out_(out), options_(options) {}
+      : FlowSink(image), out_(out), options_(options), lines_(MakeSourceLines(options)) {
+    wants_time_ = true;
+  }
   void OnError(const DecodeError& error) override {
     FlowSink::OnError(error);
     AppendErrorLine(out_.buf(), error, options_.json);
@@ -1020,12 +1101,18 @@ class CallsSink : public FlowSink {
       }
       return;
     }
+    // --srcline: where the called function starts (functions are named by their entry).
+    const bool srcline = lines_ != nullptr && fn.address != 0 && fn.image != nullptr;
     if (options_.json) {
       fmt::format_to(out_.it(), FMT_COMPILE("{{\"at\":{},\"depth\":{},\"call\":"), count_, depth);
       AppendJsonString(out_.buf(), fn.name);
-      fmt::format_to(out_.it(), FMT_COMPILE(",\"address\":\"{:#x}\"}}\n"), fn.address);
+      fmt::format_to(out_.it(), FMT_COMPILE(",\"address\":\"{:#x}\""), fn.address);
+      if (srcline) AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, true);
+      out_.buf().append(std::string_view("}\n"));
     } else {
-      fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}> {}\n"), count_, "", 2 * depth, fn.name);
+      fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}> {}"), count_, "", 2 * depth, fn.name);
+      if (srcline) AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, false);
+      out_.buf().push_back('\n');
     }
     out_.MaybeFlush();
   }
@@ -1034,10 +1121,19 @@ class CallsSink : public FlowSink {
     const Function& fn = functions_[frame.function];
     size_t depth = stack_.size();
     uint64_t insns = count_ - frame.entry_count;
+    // Elapsed TSC ticks: the decoder's time at the return minus at the call, when both are
+    // known (TSC is monotonic; a smaller value cannot be a duration).
+    const bool timed = frame.entry_timed && timed_ && tsc_ >= frame.entry_tsc;
+    const uint64_t ticks = timed ? tsc_ - frame.entry_tsc : 0;
     if (options_.json) {
       fmt::format_to(out_.it(), FMT_COMPILE("{{\"at\":{},\"depth\":{},\"return\":"), count_, depth);
       AppendJsonString(out_.buf(), fn.name);
-      fmt::format_to(out_.it(), FMT_COMPILE(",\"insns\":{}}}\n"), insns);
+      fmt::format_to(out_.it(), FMT_COMPILE(",\"insns\":{}"), insns);
+      if (timed) fmt::format_to(out_.it(), FMT_COMPILE(",\"ticks\":{}"), ticks);
+      out_.buf().append(std::string_view("}\n"));
+    } else if (timed) {
+      fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}< {} ({} insns, {} ticks)\n"), count_, "",
+                     2 * depth, fn.name, insns, ticks);
     } else {
       fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}< {} ({} insns)\n"), count_, "", 2 * depth,
                      fn.name, insns);
@@ -1049,6 +1145,7 @@ class CallsSink : public FlowSink {
  private:
   Output out_;
   OutputOptions options_;
+  std::unique_ptr<SourceLines> lines_;  // --srcline
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1057,21 +1154,63 @@ class CallsSink : public FlowSink {
 class FoldedSink : public FlowSink {
  public:
   FoldedSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
-      : FlowSink(image), out_(out) {
+      : FlowSink(image), out_(out), by_time_(options.weight == FoldedWeight::kTime) {
     nodes_.push_back({0, 0, 0});
+    wants_time_ = by_time_;
+  }
+  // --weight=time: the interval since the last time update ends here.
+  void OnTime(uint64_t tsc) override {
+    if (by_time_) {
+      if (timed_ && tsc >= tsc_) CloseInterval(tsc - tsc_);
+      ClearInterval();
+      ever_timed_ = true;
+    }
+    FlowSink::OnTime(tsc);
+  }
+  // The time across an error, another stream or lost trace is not the program's: the open
+  // interval is dropped (FlowSink forgets the time on new streams and loss).
+  void OnError(const DecodeError& error) override {
+    FlowSink::OnError(error);
+    timed_ = false;
+    ClearInterval();
+  }
+  void OnStream(const StreamInfo& stream) override {
+    FlowSink::OnStream(stream);
+    if (!stream.context_switch) ClearInterval();
+  }
+  void OnLoss(const LossInfo& loss) override {
+    FlowSink::OnLoss(loss);
+    ClearInterval();
   }
 
  protected:
   void OnCount(uint32_t function, uint64_t n) override {
     uint32_t node = path_.empty() ? 0 : path_.back();
     if (node == 0 || nodes_[node].function != function) node = Child(node, function);
-    nodes_[node].count += n;
+    top_ = node;
+    if (!by_time_) {
+      nodes_[node].count += n;
+      return;
+    }
+    if (interval_insns_.size() < nodes_.size()) interval_insns_.resize(nodes_.size());
+    if (interval_insns_[node] == 0) touched_.push_back(node);
+    interval_insns_[node] += n;
   }
   void OnEnter(const Frame& frame) override {
     path_.push_back(Child(path_.empty() ? 0 : path_.back(), frame.function));
+    top_ = path_.back();
   }
-  void OnExit(const Frame& frame, bool at_end) override { path_.pop_back(); }
+  void OnExit(const Frame& frame, bool at_end) override {
+    path_.pop_back();
+    top_ = path_.empty() ? 0 : path_.back();
+  }
   absl::Status Report(const DecodeTotals& totals) override {
+    if (by_time_ && !ever_timed_) {
+      return absl::FailedPreconditionError(
+          "folded --weight=time: the trace has no timing packets (TSC, MTC or CYC), so there "
+          "is no time to weigh stacks by; record with tsc=1 (ptrecord's default) or use "
+          "--weight=insn");
+    }
     // Sorted output: every node's path with its own count.
     std::vector<std::pair<std::string, uint64_t>> lines;
     std::vector<std::string> names(nodes_.size());
@@ -1104,7 +1243,35 @@ class FoldedSink : public FlowSink {
     }
     return it->second;
   }
+  // Splits `ticks` over the stacks that ran in the interval, by instructions; the rounding
+  // remainder goes to the last one. No instructions: all to the stack on top now.
+  void CloseInterval(uint64_t ticks) {
+    uint64_t insns = 0;
+    for (uint32_t node : touched_) insns += interval_insns_[node];
+    if (insns == 0) {
+      if (top_ != 0) nodes_[top_].count += ticks;
+      return;
+    }
+    uint64_t given = 0;
+    for (uint32_t node : touched_) {
+      const auto share = static_cast<uint64_t>(static_cast<unsigned __int128>(ticks) *
+                                               interval_insns_[node] / insns);
+      nodes_[node].count += share;
+      given += share;
+    }
+    nodes_[touched_.back()].count += ticks - given;
+  }
+  void ClearInterval() {
+    for (uint32_t node : touched_) interval_insns_[node] = 0;
+    touched_.clear();
+  }
+
   Output out_;
+  const bool by_time_;  // --weight=time
+  bool ever_timed_ = false;
+  uint32_t top_ = 0;                      // the node on top of the stack (0: none)
+  std::vector<uint64_t> interval_insns_;  // per node: instructions since the last time update
+  std::vector<uint32_t> touched_;         // the nodes with interval_insns_ != 0
   std::vector<Node> nodes_;
   std::vector<uint32_t> path_;
   absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint32_t> children_;
@@ -1117,16 +1284,23 @@ class TimelineSink : public FlowSink {
  public:
   TimelineSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
       : FlowSink(image), out_(out), options_(options) {
+    wants_time_ = true;
     out_.buf().append(std::string_view("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"));
     ThreadName(options.trace_name.empty() ? "trace" : options.trace_name);
+  }
+  void OnTime(uint64_t tsc) override {
+    FlowSink::OnTime(tsc);
+    last_tsc_ = tsc;
+    ever_timed_ = true;
   }
   void OnError(const DecodeError& error) override {
     FlowSink::OnError(error);
     fmt::format_to(out_.it(),
-                   FMT_COMPILE(",\n{{\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":{},\"ts\":{},"
-                               "\"name\":\"{}\",\"args\":{{\"offset\":{},\"ip\":\"{:#x}\"}}}}"),
-                   tid_, count_, error.is_gap() ? "gap" : IptErrorName(error.code), error.offset,
-                   error.ip);
+                   FMT_COMPILE(",\n{{\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
+    AppendTs();
+    fmt::format_to(out_.it(),
+                   FMT_COMPILE(",\"name\":\"{}\",\"args\":{{\"offset\":{},\"ip\":\"{:#x}\"}}}}"),
+                   error.is_gap() ? "gap" : IptErrorName(error.code), error.offset, error.ip);
   }
   // Container input: one track per thread.
   void OnStream(const StreamInfo& stream) override {
@@ -1141,20 +1315,36 @@ class TimelineSink : public FlowSink {
 
  protected:
   void OnEnter(const Frame& frame) override {
-    fmt::format_to(out_.it(),
-                   FMT_COMPILE(",\n{{\"ph\":\"B\",\"pid\":1,\"tid\":{},\"ts\":{},\"name\":"), tid_,
-                   count_);
+    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"B\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
+    AppendTs();
+    out_.buf().append(std::string_view(",\"name\":"));
     AppendJsonString(out_.buf(), functions_[frame.function].name);
     out_.buf().push_back('}');
     out_.MaybeFlush();
   }
   void OnExit(const Frame& frame, bool at_end) override {
-    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"E\",\"pid\":1,\"tid\":{},\"ts\":{}}}"),
-                   tid_, count_);
+    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"E\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
+    AppendTs();
+    out_.buf().push_back('}');
     out_.MaybeFlush();
   }
   absl::Status Report(const DecodeTotals& totals) override {
-    out_.buf().append(std::string_view("\n]}\n"));
+    if (clock_ == Clock::kUndecided) clock_ = ever_timed_ ? Clock::kTsc : Clock::kInstructions;
+    // Trace-event format: "otherData" holds free-form metadata about the trace.
+    out_.buf().append(std::string_view("\n],\"otherData\":{\"ts_unit\":"));
+    const TscClock& c = options_.clock;
+    if (clock_ == Clock::kInstructions) {
+      out_.buf().append(std::string_view("\"instructions\"}}\n"));
+    } else if (c.perf) {
+      out_.buf().append(std::string_view("\"us\",\"ts_clock\":\"perf_time\"}}\n"));
+    } else if (c.tsc_hz > 0) {
+      fmt::format_to(out_.it(),
+                     "\"us\",\"ts_clock\":\"tsc\",\"tsc_hz\":{:.0f},\"tsc_hz_source\":", c.tsc_hz);
+      AppendJsonString(out_.buf(), c.hz_source);
+      out_.buf().append(std::string_view("}}\n"));
+    } else {
+      out_.buf().append(std::string_view("\"tsc_ticks\",\"ts_clock\":\"tsc\"}}\n"));
+    }
     return out_.Close();
   }
 
@@ -1167,10 +1357,32 @@ class TimelineSink : public FlowSink {
     out_.buf().append(std::string_view("}}"));
   }
 
+  // Which clock "ts" uses is settled at the first event written: the trace's time if the
+  // decoder has reported one by then, else instructions, for the whole output.
+  enum class Clock { kUndecided, kInstructions, kTsc };
+  void AppendTs() {
+    if (clock_ == Clock::kUndecided) clock_ = ever_timed_ ? Clock::kTsc : Clock::kInstructions;
+    auto it = out_.it();
+    const TscClock& c = options_.clock;
+    if (clock_ == Clock::kInstructions) {
+      fmt::format_to(it, FMT_COMPILE("{}"), count_);
+    } else if (c.perf) {  // microseconds of perf time, to the nanosecond
+      const uint64_t ns = c.perf->ToPerfTime(last_tsc_);
+      fmt::format_to(it, FMT_COMPILE("{}.{:03}"), ns / 1000, ns % 1000);
+    } else if (c.tsc_hz > 0) {
+      fmt::format_to(it, FMT_COMPILE("{:.3f}"), static_cast<double>(last_tsc_) * 1e6 / c.tsc_hz);
+    } else {
+      fmt::format_to(it, FMT_COMPILE("{}"), last_tsc_);
+    }
+  }
+
   Output out_;
   OutputOptions options_;
   uint32_t tid_ = 1;
   uint32_t unnamed_ = 0;
+  Clock clock_ = Clock::kUndecided;
+  bool ever_timed_ = false;
+  uint64_t last_tsc_ = 0;  // the latest decoder time (kept across streams)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1380,10 +1592,13 @@ std::unique_ptr<Sink> MakeTimelineSink(const ProgramImage& image, std::FILE* out
 }
 
 absl::Status DumpPackets(std::span<const uint8_t> trace, const TraceConfig& config, std::FILE* file,
-                         const OutputOptions& options) {
+                         const OutputOptions& options, const PacketContext& context) {
   PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
   Output out(file);
+  if (context.stream != nullptr) AppendStreamLine(out.buf(), *context.stream, options.json);
+  for (const LossInfo& loss : context.losses) AppendLossLine(out.buf(), loss, options.json);
   if (trace.empty()) return out.Close();
+  const uint64_t base = context.offset_base;
   PacketDecoderPtr dec(pt_pkt_alloc_decoder(&pt));
   if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a packet decoder");
   uint64_t last_sync = 0;
@@ -1400,7 +1615,7 @@ absl::Status DumpPackets(std::span<const uint8_t> trace, const TraceConfig& conf
     if (!first && sync <= last_sync) break;
     if (first && sync != 0) {
       if (options.json)
-        fmt::format_to(out.it(), "{{\"skipped\":{},\"offset\":0}}\n", sync);
+        fmt::format_to(out.it(), "{{\"skipped\":{},\"offset\":{}}}\n", sync, base);
       else
         fmt::format_to(out.it(), "[{} bytes before the first psb skipped]\n", sync);
     }
@@ -1415,15 +1630,16 @@ absl::Status DumpPackets(std::span<const uint8_t> trace, const TraceConfig& conf
         if (status != -pte_eos) {
           if (options.json) {
             fmt::format_to(out.it(), "{{\"error\":\"{}\",\"offset\":{}}}\n", IptErrorName(-status),
-                           offset);
+                           base + offset);
           } else {
-            fmt::format_to(out.it(), "[error at offset {:#x}: {}]\n", offset,
+            fmt::format_to(out.it(), "[error at offset {:#x}: {}]\n", base + offset,
                            pt_errstr(pt_errcode(status)));
           }
         }
         break;
       }
-      AppendPacket(out.buf(), offset, packet, options.json);
+      if (context.keep && !context.keep(packet)) continue;
+      AppendPacket(out.buf(), base + offset, packet, options.json);
       out.MaybeFlush();
     }
     if (status == -pte_eos) break;

@@ -5,20 +5,35 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <span>
+#include <string>
 
 #include "absl/status/status.h"
 #include "decoder/decode.h"
 #include "decoder/image.h"
 #include "decoder/trace_config.h"
+#include "decoder/tsc_clock.h"
 
 namespace ptkit::decoder {
+
+// What `folded` weighs each stack by.
+enum class FoldedWeight {
+  kInstructions,  // instructions executed with the stack on top
+  kTime,          // TSC ticks (see MakeFoldedSink); an error when the trace has no timing
+};
 
 struct OutputOptions {
   bool json = false;       // JSON (stats: one document; others: one object per line)
   bool disasm = false;     // insn: Zydis disassembly (Intel syntax)
   std::string trace_name;  // stats: named in the report
+  // insn, timeline: how TSC values become wall time (perf time, TSC frequency), if known.
+  TscClock clock;
+  // insn, branches, calls: "file:line" of each address from DWARF (decoder/srcline.h).
+  bool srcline = false;
+  std::FILE* diagnostics = stderr;  // --srcline: files without DWARF are named here, once
+  FoldedWeight weight = FoldedWeight::kInstructions;
 };
 
 // Counts instructions, blocks, events and errors, and nothing else; for tests and benches.
@@ -43,30 +58,49 @@ class CountSink : public Sink {
   uint64_t errors_ = 0;
 };
 
-// `insn`: one line per instruction (address, symbol+offset, optional disassembly) with
-// markers for enable/disable and other events, gaps and errors.
+// `insn`: one line per instruction (time, stream columns, address, symbol+offset, optional
+// disassembly and file:line) with markers for enable/disable and other events, gaps and errors.
+// Time is printed once the decoder reports one (Sink::OnTime): perf time "s.ns" when
+// options.clock knows the conversion, else the TSC value; JSON: "tsc" (and "time_ns").
 std::unique_ptr<Sink> MakeInsnSink(const ProgramImage& image, std::FILE* out,
                                    const OutputOptions& options);
 // `branches`: one line per taken branch: from, to, kind.
 std::unique_ptr<Sink> MakeBranchesSink(const ProgramImage& image, std::FILE* out,
                                        const OutputOptions& options);
-// `calls`: the call/return tree, indented, with each call's instruction count.
+// `calls`: the call/return tree, indented, with each call's instruction count and, when the
+// trace has timing, its elapsed TSC ticks (decoder time at the return minus at the call).
 std::unique_ptr<Sink> MakeCallsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options);
 // `stats`: per function and per image: instructions (self, inclusive), calls; totals; errors.
 std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options);
-// `folded`: "caller;callee count" lines weighted by instructions, for flamegraph.pl.
+// `folded`: "caller;callee count" lines for flamegraph.pl, weighted by instructions or, with
+// FoldedWeight::kTime, by TSC ticks: each decoder time update closes an interval whose ticks
+// are split over the stacks that executed instructions in it, in proportion to their
+// instructions (an interval without instructions goes to the stack on top at its end).
+// Ticks after the last time update of a decoded piece, or across an error or lost trace, are
+// not counted. Finish fails with kFailedPrecondition when the trace had no timing at all.
 std::unique_ptr<Sink> MakeFoldedSink(const ProgramImage& image, std::FILE* out,
                                      const OutputOptions& options);
-// `timeline`: Chrome trace-event JSON, one slice per call; ts counts instructions.
+// `timeline`: Chrome trace-event JSON, one slice per call. "ts" is in microseconds from the
+// trace's TSC when it has timing (perf time with options.clock.perf, else TSC / tsc_hz; with
+// neither, TSC ticks), else it counts instructions; "otherData" says which ("ts_unit").
 std::unique_ptr<Sink> MakeTimelineSink(const ProgramImage& image, std::FILE* out,
                                        const OutputOptions& options);
+
+// Container input: where the bytes given to DumpPackets belong and what precedes them.
+struct PacketContext {
+  const StreamInfo* stream = nullptr;  // when set, a stream header line comes first
+  std::span<const LossInfo> losses;    // loss points just before the bytes, printed next
+  uint64_t offset_base = 0;            // added to every offset shown
+  // Sees every packet in order and says whether to print it (all are printed when empty).
+  std::function<bool(const pt_packet&)> keep;
+};
 
 // `packets`: every packet with its offset, like ptdump; resynchronises after errors.
 // Errors: a configuration libipt rejects, output failures.
 absl::Status DumpPackets(std::span<const uint8_t> trace, const TraceConfig& config, std::FILE* out,
-                         const OutputOptions& options);
+                         const OutputOptions& options, const PacketContext& context = {});
 
 }  // namespace ptkit::decoder
 

@@ -16,6 +16,7 @@
 #include "decoder/progress.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
+#include "decoder/tsc_clock.h"
 #include "fmt/format.h"
 #include "ptkit/info.h"
 
@@ -75,7 +76,22 @@ struct DecodeFlags {
   uint32_t cpuid_eax = 0, cpuid_ebx = 0;
   bool json = false;
   bool disasm = false;
+  bool srcline = false;         // insn, branches, calls
+  std::string weight = "insn";  // folded: insn or time
 };
+
+// The output flags every decoding sub-command shares; `clock` turns TSC into time.
+dec::OutputOptions MakeOutputOptions(const DecodeFlags& f, const std::string& trace_name,
+                                     const dec::TscClock& clock) {
+  dec::OutputOptions out;
+  out.json = f.json;
+  out.disasm = f.disasm;
+  out.trace_name = trace_name;
+  out.clock = clock;
+  out.srcline = f.srcline;
+  out.weight = f.weight == "time" ? dec::FoldedWeight::kTime : dec::FoldedWeight::kInstructions;
+  return out;
+}
 
 void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
   cmd->add_option("FILE", f.container, "trace.pt recording (or use --pt for a raw trace)");
@@ -95,7 +111,9 @@ void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
                   "CPU N (trace.pt)");
   cmd->add_option("--time", f.time,
                   "FROM,TO: only what ran while the trace's time (TSC) was in [FROM, TO)");
-  cmd->add_option("--tid", f.tid, "Only the streams of thread TID (trace.pt)")
+  cmd->add_option("--tid", f.tid,
+                  "Only what thread TID ran (trace.pt): its thread streams, and the stretches "
+                  "of CPU streams while it was scheduled")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--snapshot", f.snapshot, "Only snapshot N of each stream (trace.pt)")
       ->check(CLI::NonNegativeNumber);
@@ -170,16 +188,18 @@ std::unique_ptr<dec::Sink> WithTimeFilter(const DecodeFlags& f, std::unique_ptr<
 }
 
 // Container input: FILE is a trace.pt recording.
-int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
+// The container options the flags ask for (filters, sysroot, decoder configuration); on a
+// usage error prints it and returns false.
+bool MakeContainerOptions(const DecodeFlags& f, dec::ContainerOptions& options, int& exit_code) {
   if (!f.elfs.empty() || !f.raws.empty() || !f.pages.empty()) {
-    return UsageError("--elf, --raw and --pages apply to raw traces (--pt), not to trace.pt");
+    exit_code = UsageError("--elf, --raw and --pages apply to raw traces (--pt), not to trace.pt");
+    return false;
   }
-  dec::ContainerOptions options;
   options.sysroot = f.sysroot;
   DecodeFlags g = f;
   if (!f.cpu.empty() && f.cpu.find('/') == std::string::npos) {
     auto n = dec::ParseUint(f.cpu, 0xffffffff, "--cpu");
-    if (!n.ok()) return UsageError(std::string(n.status().message()));
+    if (!n.ok()) return exit_code = UsageError(std::string(n.status().message())), false;
     options.cpu = *n;
     g.cpu.clear();
   }
@@ -188,18 +208,22 @@ int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
   if (!g.cpu.empty() || f.mtc_freq || f.nom_freq || f.cpuid_eax || f.cpuid_ebx) {
     dec::RawInputSpec spec;
     spec.pt_path = f.container;
-    int exit_code = 0;
     DecodeFlags copy = g;
     copy.tid = copy.snapshot = -1;  // filters, applied by DecodeContainer
     copy.pt = f.container;
     copy.container.clear();
-    if (!MakeSpec(copy, spec, exit_code)) return exit_code;
+    if (!MakeSpec(copy, spec, exit_code)) return false;
     options.config = spec.config;
   }
-  dec::OutputOptions out;
-  out.json = f.json;
-  out.disasm = f.disasm;
-  out.trace_name = f.container;
+  return true;
+}
+
+int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
+  dec::ContainerOptions options;
+  if (int exit_code = 0; !MakeContainerOptions(f, options, exit_code)) return exit_code;
+  auto clock = dec::ReadTscClock(f.container);
+  if (!clock.ok()) return Fail(clock.status());
+  dec::OutputOptions out = MakeOutputOptions(f, f.container, *clock);
   // The sink needs an image for symbols before streams are known: sinks look symbols up in
   // the image of the stream they are given; an empty image serves the constructor.
   auto empty = dec::ProgramImage::Create();
@@ -229,10 +253,8 @@ int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
   if (!MakeSpec(f, spec, exit_code)) return exit_code;
   auto input = dec::LoadRawInput(spec);
   if (!input.ok()) return Fail(input.status());
-  dec::OutputOptions options;
-  options.json = f.json;
-  options.disasm = f.disasm;
-  options.trace_name = spec.pt_path;
+  dec::OutputOptions options =
+      MakeOutputOptions(f, spec.pt_path, dec::TscClockFromConfig(input->config));
   auto inner = WithTimeFilter(f, make_sink(*input->image, stdout, options), exit_code);
   if (!inner) return exit_code;
   auto sink =
@@ -246,11 +268,17 @@ int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
 }
 
 int RunPackets(const DecodeFlags& f) {
-  if (!f.container.empty()) {
-    return Fail(absl::UnimplementedError(
-        f.container + ": packets of trace.pt streams are not supported yet; use --pt"));
-  }
   if (!f.bts.empty()) return UsageError("packets decodes Intel PT (--pt), not BTS");
+  if (!f.container.empty()) {
+    if (!f.pt.empty()) return UsageError("give either a trace.pt FILE or --pt FILE, not both");
+    dec::ContainerOptions container;
+    if (int exit_code = 0; !MakeContainerOptions(f, container, exit_code)) return exit_code;
+    dec::OutputOptions options;
+    options.json = f.json;
+    absl::Status status = dec::DumpContainerPackets(f.container, container, stdout, options);
+    if (!status.ok()) return Fail(status);
+    return 0;
+  }
   dec::RawInputSpec spec;
   int exit_code = 0;
   if (!MakeSpec(f, spec, exit_code)) return exit_code;
@@ -288,13 +316,16 @@ int main(int argc, char** argv) {
     SinkFactory factory;
   };
   const std::vector<Command> commands = {
-      {"insn", "One line per instruction: address, symbol+offset, --disasm; events, gaps, errors",
+      {"insn",
+       "One line per instruction: time, address, symbol+offset, --disasm; events, gaps, errors",
        dec::MakeInsnSink},
       {"branches", "One line per taken branch: from, to, kind", dec::MakeBranchesSink},
-      {"calls", "Call/return tree with each call's instruction count", dec::MakeCallsSink},
+      {"calls", "Call/return tree with each call's instruction count (and TSC ticks)",
+       dec::MakeCallsSink},
       {"stats", "Per function and per image: instructions (self, inclusive), calls; totals",
        dec::MakeStatsSink},
-      {"folded", "Folded stacks weighted by instructions (flamegraph.pl, inferno, speedscope)",
+      {"folded",
+       "Folded stacks weighted by instructions or time (flamegraph.pl, inferno, speedscope)",
        dec::MakeFoldedSink},
       {"timeline", "Chrome trace-event JSON (Perfetto UI), one slice per call",
        dec::MakeTimelineSink},
@@ -307,6 +338,16 @@ int main(int argc, char** argv) {
     AddDecodeFlags(cmd, flags[i], json_flag);
     if (std::string(c.name) == "insn") {
       cmd->add_flag("--disasm", flags[i].disasm, "Disassemble each instruction (Zydis, Intel)");
+    }
+    if (std::string(c.name) == "insn" || std::string(c.name) == "branches" ||
+        std::string(c.name) == "calls") {
+      cmd->add_flag("--srcline", flags[i].srcline,
+                    "Add file:line of each address (DWARF line tables)");
+    }
+    if (std::string(c.name) == "folded") {
+      cmd->add_option("--weight", flags[i].weight,
+                      "insn: weigh stacks by instructions (default); time: by TSC ticks")
+          ->check(CLI::IsMember({"insn", "time"}));
     }
     cmd->callback([&, i] { exit_code = RunDecode(flags[i], commands[i].factory); });
   }

@@ -1,0 +1,46 @@
+// `--srcline`: "file:line" of code addresses from the DWARF line tables of the image's ELF
+// files (libdw).
+//
+// Answers are cached per address. A file without DWARF line information (stripped, raw
+// bytes, page dumps, the vdso) gives no answer; it is reported once on `diagnostics`, naming
+// it, and listed in files_without_lines().
+//
+// ProgramImage places each ELF file at some bias from its link-time addresses; the bias of a
+// file is found from its symbols (the image's relocated function symbols against the file's
+// own), so a file whose image has no symbols gets no answers either.
+#ifndef PTKIT_DECODER_SRCLINE_H_
+#define PTKIT_DECODER_SRCLINE_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "decoder/image.h"
+
+namespace ptkit::decoder {
+
+class SourceLines {
+ public:
+  // `diagnostics`: where files without line information are reported (null: nowhere).
+  explicit SourceLines(std::FILE* diagnostics);
+  ~SourceLines();
+  SourceLines(const SourceLines&) = delete;
+  SourceLines& operator=(const SourceLines&) = delete;
+
+  // "file:line" of the instruction at `ip` in `image`, or null when it is not known. The
+  // string lives as long as this object.
+  const std::string* Lookup(const ProgramImage& image, uint64_t ip);
+
+  // The files met so far that have no DWARF line information, in the order met.
+  const std::vector<std::string>& files_without_lines() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_SRCLINE_H_
