@@ -13,6 +13,7 @@
 #include "absl/strings/cord.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/status.h"
+#include "record/address_filter.h"
 #include "record/code_capture.h"
 #include "record/counters.h"
 #include "record/drain_loop.h"
@@ -259,13 +260,20 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   const uint64_t nrings = slots.size();
   const MlockLimits limits = ReadMlockLimits();
 
+  // perf's filter syntax with symbols, resolved to the file offsets the kernel takes.
+  std::string kernel_filter;
+  if (!o.filter.empty() && !o.sideband_only) {
+    PTKIT_ASSIGN_OR_RETURN(std::vector<AddressFilter> filters, ParseAddressFilters(o.filter));
+    kernel_filter = KernelFilterString(filters);
+  }
+
   std::vector<std::unique_ptr<KernelTraceSource>> sources;
   for (const Slot& s : slots) {
     const std::string where = s.cpu >= 0 ? Cat("cpu ", s.cpu) : Cat("tid ", s.pid);
     PTKIT_ASSIGN_OR_RETURN(PerfEvent main,
                            PerfEvent::Open(o.sideband_only ? track_attr : aux_attr, s.pid, s.cpu,
                                            Cat(trace_name, " (", where, ")")));
-    if (!o.filter.empty() && !o.sideband_only) PTKIT_RETURN_IF_ERROR(main.SetFilter(o.filter));
+    if (!kernel_filter.empty()) PTKIT_RETURN_IF_ERROR(main.SetFilter(kernel_filter));
     PTKIT_ASSIGN_OR_RETURN(
         RingBuffer ring, RingBuffer::Map(main, o.data_pages, aux_pages, o.snapshot_size.has_value(),
                                          nrings, limits));
@@ -274,7 +282,9 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     auto redirect = [&](const perf_event_attr& attr, pid_t p, std::string what) -> absl::Status {
       PTKIT_ASSIGN_OR_RETURN(PerfEvent e, PerfEvent::Open(attr, p, s.cpu, std::move(what)));
       PTKIT_RETURN_IF_ERROR(e.SetOutput(main));
-      if (&attr == &aux_attr && !o.filter.empty()) PTKIT_RETURN_IF_ERROR(e.SetFilter(o.filter));
+      if (&attr == &aux_attr && !kernel_filter.empty()) {
+        PTKIT_RETURN_IF_ERROR(e.SetFilter(kernel_filter));
+      }
       redirected.push_back(std::move(e));
       return absl::OkStatus();
     };

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/status.h"
+#include "record/address_filter.h"
 #include "record/event_spec.h"
 #include "record/metadata.h"
 #include "record/perf_event.h"
@@ -212,6 +213,18 @@ absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text) {
 }
 
 absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
+  std::vector<record::AddressFilter> filters;
+  if (!options.filter.empty()) {
+    PTKIT_ASSIGN_OR_RETURN(filters, record::ParseAddressFilters(options.filter));
+    for (const record::AddressFilter& f : filters) {
+      if (f.action != record::AddressFilter::Action::kFilter || f.file.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--emulate supports 'filter' regions of files only (not start, stop, tracestop or "
+            "kernel addresses): '",
+            options.filter, "'"));
+      }
+    }
+  }
   WriterOptions wo;
   wo.compress = options.compress;
   wo.overwrite = options.overwrite_existing;
@@ -239,6 +252,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   StepperOptions so;
   so.argv = options.argv;
   so.max_steps = options.max_steps;
+  so.filters = filters;
   so.before_exec = [&](pid_t pid) -> absl::Status {
     for (int cpu : cpus) {
       PTKIT_ASSIGN_OR_RETURN(record::PerfEvent ev,
@@ -268,6 +282,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
                          {"format", options.bts ? "bts" : "pt"},
                          {"ret_compression", options.pt.ret_compression},
                          {"psb_period", options.pt.psb_period},
+                         {"filter", record::KernelFilterString(filters)},
                          {"note", "software Intel PT from a single-stepped run, not hardware"}};
     return writer->AppendMetadata(
         meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
@@ -282,7 +297,11 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     uint64_t count = 0;
     PeriodicSink(Recorder& r, std::function<void()> d) : inner(r), drain(std::move(d)) {}
     void OnThreadStart(uint32_t pid, uint32_t tid) override { inner.OnThreadStart(pid, tid); }
-    void OnEvent(uint32_t tid, const swpt::Event& e) override { inner.OnEvent(tid, e); }
+    void OnEvent(uint32_t tid, const swpt::Event& e) override {
+      inner.OnEvent(tid, e);
+      // With --filter, threads run free between events: drain on those too.
+      if (++count % kSidebandDrainSteps == 0) drain();
+    }
     void OnInstruction(uint32_t tid, uint64_t ip) override {
       inner.OnInstruction(tid, ip);
       if (++count % kSidebandDrainSteps == 0) drain();

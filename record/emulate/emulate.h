@@ -29,8 +29,11 @@ struct EmulateOptions {
   swpt::PtEncoderOptions pt;  // what the recorded intel_pt config would be
   std::string ground_truth;   // when set: every retired instruction, "TID 0xIP" per line
   uint64_t max_steps = 0;     // 0 = no limit
-  uint64_t data_pages = 64;   // tracking ring, per CPU
-  uint64_t aux_pages = 64;    // simulated AUX ring, per thread
+  // perf's address-filter syntax (record/address_filter.h); 'filter' regions of files only.
+  // Outside them a single-threaded process runs at full speed (see StepperOptions::filters).
+  std::string filter;
+  uint64_t data_pages = 64;               // tracking ring, per CPU
+  uint64_t aux_pages = 64;                // simulated AUX ring, per thread
   std::vector<std::string> command_line;  // ptrecord's argv, for the metadata
 };
 

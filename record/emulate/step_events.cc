@@ -110,4 +110,29 @@ void AppendStepEvents(uint64_t ip, const InsnInfo& info, uint64_t next_ip,
   }
 }
 
+void AppendFilteredStepEvents(uint64_t ip, const InsnInfo& info, uint64_t next_ip, bool ip_traced,
+                              bool next_traced, std::vector<swpt::Event>& out) {
+  using swpt::Event;
+  using swpt::EventKind;
+  // The filter is applied where the flow changes: code that runs linearly across a region's
+  // edge keeps the state it had until the next branch.
+  if (info.cls == InsnClass::kOther && next_ip == ip + info.size) next_traced = ip_traced;
+  if (!ip_traced) {
+    if (next_traced) out.push_back(Event::Enable(next_ip));  // TIP.PGE at the branch target
+    return;
+  }
+  const size_t first = out.size();
+  AppendStepEvents(ip, info, next_ip, out);
+  if (next_traced) return;
+  if (out.size() > first && out.back().kind == EventKind::kEnable) {
+    // A syscall (its TIP.PGD stays) or an asynchronous exit (FUP + TIP.PGD) that resumes
+    // outside the regions: tracing stays off.
+    out.pop_back();
+    return;
+  }
+  // A branch out of the regions is itself the TIP.PGD, with its target (a Jcc has no TNT bit).
+  out.resize(first);
+  out.push_back(Event::Disable(ip, next_ip, /*suppress_ip=*/false));
+}
+
 }  // namespace ptkit::emulate

@@ -45,6 +45,15 @@ absl::StatusOr<InsnInfo> DecodeInsn(std::span<const uint8_t> bytes, uint64_t ip)
 void AppendStepEvents(uint64_t ip, const InsnInfo& info, uint64_t next_ip,
                       std::vector<swpt::Event>& out);
 
+// As AppendStepEvents under an address filter (PT's IP filtering): `ip_traced` says whether
+// tracing is on for the instruction at `ip`, `next_traced` whether `next_ip` lies in a filter
+// region. As on the hardware, the filter is applied where the flow changes: a plain
+// instruction keeps the state. Inside -> inside is AppendStepEvents; a branch out is TIP.PGD
+// with its target (binding to the branch: a Jcc gets no TNT bit); a syscall whose return lands
+// outside keeps its TIP.PGD and loses the TIP.PGE; a branch in is TIP.PGE at `next_ip`.
+void AppendFilteredStepEvents(uint64_t ip, const InsnInfo& info, uint64_t next_ip, bool ip_traced,
+                              bool next_traced, std::vector<swpt::Event>& out);
+
 }  // namespace ptkit::emulate
 
 #endif  // PTKIT_RECORD_EMULATE_STEP_EVENTS_H_

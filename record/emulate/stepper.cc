@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/ptrace.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -9,11 +10,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <map>
 #include <unordered_map>
+#include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
@@ -31,10 +35,54 @@ struct Thread {
   uint32_t pid = 0;
   uint32_t tid = 0;         // the kernel's id now (ptrace, memory reads)
   uint32_t stream = 0;      // the id its trace stream has (the tid it started with; see exec)
+  uint64_t mm = 0;          // its address space (key of Run::mms_; 0: not known yet)
   uint64_t pending_ip = 0;  // the instruction the current step executes
   bool started = false;     // its stream has begun (first stop seen)
-  bool signal_to_handler = false;  // a caught signal was injected: next stop is handler entry
+  bool signal_to_handler = false;   // a caught signal was injected: next stop is handler entry
+  bool waiting_for_parent = false;  // --filter: first stop seen before the clone event
+  bool tracing = false;             // its stream is enabled (the last event was an enable)
+  bool free = false;                // --filter: running at full speed (PTRACE_SYSCALL), not stepped
+  bool resync = false;      // just switched to stepping in a syscall: a trap at pending_ip is
+                            // the switch, not a step
+  int deferred_signal = 0;  // a signal that arrived during an injected syscall
 };
+
+// A run of pages holding filter regions, with the protection the workload gave them.
+struct Span {
+  uint64_t start = 0, end = 0;
+  int prot = 0;
+  bool operator==(const Span&) const = default;
+};
+
+// An address space, for --filter: where the regions are and which pages are armed.
+struct Mm {
+  bool resolved = false;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // filter regions, run-time [start, end)
+  std::vector<Span> spans;                            // the executable pages that hold them
+  std::vector<Span> armed;  // pages we took PROT_EXEC from (entering them faults)
+  uint64_t gadget = 0;      // a SYSCALL instruction (in the vDSO) for injected mprotect
+  int threads = 0;
+};
+
+bool InSpans(const std::vector<Span>& spans, uint64_t ip) {
+  for (const Span& s : spans) {
+    if (ip >= s.start && ip < s.end) return true;
+  }
+  return false;
+}
+
+bool IsMapSyscall(uint64_t nr) {
+  return nr == SYS_mmap || nr == SYS_munmap || nr == SYS_mprotect || nr == SYS_mremap ||
+         nr == SYS_remap_file_pages;
+}
+
+// Whether registers can be replaced for an injected syscall at this stop: not while a syscall
+// that a signal interrupted waits to be restarted (the kernel would restart ours).
+bool SafeToInject(const user_regs_struct& regs) {
+  const auto orig = static_cast<int64_t>(regs.orig_rax);
+  const auto rax = static_cast<int64_t>(regs.rax);
+  return orig < 0 || rax < -516 || rax > -512;  // -ERESTARTSYS .. -ERESTART_RESTARTBLOCK
+}
 
 // The thread group of `tid`, from /proc (the kernel reports new threads' stops before or after
 // the parent's clone event, so a stop may be the first we hear of a thread).
@@ -91,12 +139,34 @@ class Run {
   // The thread will execute the instruction at `ip` next: remember it and decode it now, while
   // the process certainly exists (an exit syscall's step never comes back).
   void Land(Thread& t, uint64_t ip);
+  // Forwards an event of t's stream, keeping t.tracing.
+  void Emit(Thread& t, const swpt::Event& e);
+  // Whether `ip` is traced in t's address space (always, without --filter).
+  bool Traced(const Thread& t, uint64_t ip);
+
+  // --filter. Reads t's /proc maps: the regions' run-time ranges, their pages, the vDSO's
+  // SYSCALL. Armed pages no longer mapped are forgotten.
+  void Resolve(Thread& t);
+  // Makes stopped thread t execute syscall `nr` (at the vDSO gadget) and restores it.
+  absl::StatusOr<int64_t> Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_t a1, uint64_t a2);
+  // Takes PROT_EXEC from (arm) or gives it back to (disarm) the pages of t's regions.
+  absl::Status Arm(Thread& t);
+  absl::Status Disarm(Thread& t);
+  // A SIGSEGV stop that is entry into an armed page: disarm and step from there.
+  absl::StatusOr<bool> OnArmedFault(Thread& t, const siginfo_t& si);
+  // A stop of a thread that runs at full speed (syscall stops, signals).
+  absl::Status OnFreeStop(Thread& t, int sig);
+  // After a step of single-threaded t to `ip` outside the regions: run at full speed.
+  absl::Status MaybeFastForward(Thread& t, const user_regs_struct& regs);
 
   const StepperOptions& options_;
   StepSink& sink_;
   pid_t leader_ = 0;
   std::map<uint32_t, Thread> threads_;
   std::map<uint32_t, std::unordered_map<uint64_t, InsnInfo>> code_;  // pid -> ip -> insn
+  std::map<uint64_t, Mm> mms_;
+  uint64_t next_mm_ = 1;
+  const bool filtering_ = !options_.filters.empty();
   std::vector<swpt::Event> events_;
   StepperResult result_;
 };
@@ -161,6 +231,18 @@ void Run::Land(Thread& t, uint64_t ip) {
 }
 
 absl::Status Run::Resume(uint32_t tid, int sig) {
+  Thread& t = threads_[tid];
+  if (sig == 0 && t.deferred_signal != 0) {
+    sig = std::exchange(t.deferred_signal, 0);
+    if (!t.free && Catches(t.pid, sig)) t.signal_to_handler = true;
+  }
+  if (t.free) {
+    if (::ptrace(PTRACE_SYSCALL, tid, nullptr, reinterpret_cast<void*>(sig)) != 0) {
+      if (errno == ESRCH) return absl::OkStatus();
+      return ErrnoStatus(absl::StrCat("ptrace(SYSCALL) of thread ", tid));
+    }
+    return absl::OkStatus();
+  }
   if (options_.max_steps != 0 && result_.steps >= options_.max_steps) {
     result_.step_limit_hit = true;
     KillAll();
@@ -174,16 +256,229 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
   return absl::OkStatus();
 }
 
+void Run::Emit(Thread& t, const swpt::Event& e) {
+  if (e.kind == swpt::EventKind::kEnable) {
+    t.tracing = true;
+  } else if (e.kind == swpt::EventKind::kDisable || e.kind == swpt::EventKind::kAsyncDisable) {
+    t.tracing = false;
+  }
+  sink_.OnEvent(t.stream, e);
+}
+
+bool Run::Traced(const Thread& t, uint64_t ip) {
+  if (!filtering_) return true;
+  for (const auto& [start, end] : mms_[t.mm].ranges) {
+    if (ip >= start && ip < end) return true;
+  }
+  return false;
+}
+
+void Run::Resolve(Thread& t) {
+  Mm& mm = mms_[t.mm];
+  mm.resolved = true;
+  mm.ranges.clear();
+  std::vector<Span> spans;
+  std::FILE* maps = std::fopen(absl::StrCat("/proc/", t.tid, "/maps").c_str(), "re");
+  if (maps == nullptr) return;  // the thread is gone; its exit is on the way
+  char line[4096 + 256];
+  while (std::fgets(line, sizeof(line), maps) != nullptr) {
+    unsigned long long start = 0, end = 0, pgoff = 0;
+    char perms[8] = {};
+    int path_at = 0;
+    if (std::sscanf(line, "%llx-%llx %7s %llx %*s %*u %n", &start, &end, perms, &pgoff, &path_at) <
+            4 ||
+        path_at == 0) {
+      continue;
+    }
+    std::string path(line + path_at);
+    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
+    if (path == "[vdso]" && mm.gadget == 0) {
+      std::vector<uint8_t> vdso(end - start);
+      iovec local{vdso.data(), vdso.size()};
+      iovec remote{reinterpret_cast<void*>(start), vdso.size()};
+      ssize_t n = ::process_vm_readv(static_cast<pid_t>(t.tid), &local, 1, &remote, 1, 0);
+      for (ssize_t i = 0; i + 1 < n; ++i) {
+        if (vdso[i] == 0x0f && vdso[i + 1] == 0x05) {  // SYSCALL
+          mm.gadget = start + i;
+          break;
+        }
+      }
+      continue;
+    }
+    for (const record::AddressFilter& f : options_.filters) {
+      if (path != f.file) continue;
+      // The kernel's perf_addr_filter_vma_adjust(): the filter's file offsets in this mapping.
+      const uint64_t size = end - start;
+      if (f.offset + f.size <= pgoff || f.offset >= pgoff + size) continue;
+      const uint64_t from = f.offset < pgoff ? start : start + (f.offset - pgoff);
+      const uint64_t to = std::min<uint64_t>(end, start + (f.offset + f.size - pgoff));
+      mm.ranges.emplace_back(from, to);
+      // Pages we armed show no 'x' now; they keep the protection they had.
+      const Span page{from & ~4095ull, std::min<uint64_t>(end, (to + 4095) & ~4095ull), 0};
+      int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+                 (perms[2] == 'x' ? PROT_EXEC : 0);
+      for (const Span& a : mm.armed) {
+        if (a.start == page.start && a.end == page.end) prot = a.prot;
+      }
+      if (prot & PROT_EXEC) spans.push_back(Span{page.start, page.end, prot});
+    }
+  }
+  std::fclose(maps);
+  std::sort(spans.begin(), spans.end(),
+            [](const Span& a, const Span& b) { return a.start < b.start; });
+  spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
+  std::erase_if(mm.armed, [&](const Span& a) {
+    return std::find(spans.begin(), spans.end(), a) == spans.end();
+  });
+  mm.spans = std::move(spans);
+}
+
+absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_t a1, uint64_t a2) {
+  const Mm& mm = mms_[t.mm];
+  if (mm.gadget == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--filter: process ", t.pid, " has no SYSCALL instruction in its vDSO to inject with"));
+  }
+  PTKIT_ASSIGN_OR_RETURN(user_regs_struct saved, Regs(t.tid));
+  user_regs_struct regs = saved;
+  regs.rip = mm.gadget;
+  regs.rax = nr;
+  regs.rdi = a0;
+  regs.rsi = a1;
+  regs.rdx = a2;
+  regs.orig_rax = ~0ull;
+  if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &regs) != 0) {
+    return ErrnoStatus(absl::StrCat("ptrace(SETREGS) of thread ", t.tid));
+  }
+  for (;;) {
+    if (::ptrace(PTRACE_SINGLESTEP, t.tid, nullptr, nullptr) != 0) {
+      return ErrnoStatus(absl::StrCat("ptrace(SINGLESTEP) of thread ", t.tid));
+    }
+    int status = 0;
+    if (::waitpid(static_cast<pid_t>(t.tid), &status, __WALL) < 0) return ErrnoStatus("waitpid");
+    if (!WIFSTOPPED(status)) {
+      return absl::InternalError(absl::StrCat("thread ", t.tid, " ended in an injected syscall"));
+    }
+    if (WSTOPSIG(status) == SIGTRAP) break;
+    t.deferred_signal = WSTOPSIG(status);  // delivered when the thread goes on
+  }
+  PTKIT_ASSIGN_OR_RETURN(user_regs_struct after, Regs(t.tid));
+  if (after.rip != mm.gadget + 2) {
+    return absl::InternalError(
+        absl::StrCat("injected syscall in thread ", t.tid, " stopped at 0x", absl::Hex(after.rip)));
+  }
+  if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &saved) != 0) {
+    return ErrnoStatus(absl::StrCat("ptrace(SETREGS) of thread ", t.tid));
+  }
+  return static_cast<int64_t>(after.rax);
+}
+
+absl::Status Run::Arm(Thread& t) {
+  Mm& mm = mms_[t.mm];
+  for (const Span& s : mm.spans) {
+    if (InSpans(mm.armed, s.start)) continue;
+    PTKIT_ASSIGN_OR_RETURN(int64_t rc, Inject(t, SYS_mprotect, s.start, s.end - s.start,
+                                              static_cast<uint64_t>(s.prot & ~PROT_EXEC)));
+    if (rc < 0) {
+      return absl::InternalError(absl::StrCat("--filter: mprotect(0x", absl::Hex(s.start),
+                                              ") in process ", t.pid, ": ", std::strerror(-rc)));
+    }
+    mm.armed.push_back(s);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run::Disarm(Thread& t) {
+  Mm& mm = mms_[t.mm];
+  for (const Span& s : mm.armed) {
+    PTKIT_ASSIGN_OR_RETURN(int64_t rc, Inject(t, SYS_mprotect, s.start, s.end - s.start,
+                                              static_cast<uint64_t>(s.prot)));
+    if (rc < 0 && rc != -ENOMEM) {  // ENOMEM: unmapped meanwhile
+      return absl::InternalError(absl::StrCat("--filter: mprotect(0x", absl::Hex(s.start),
+                                              ") in process ", t.pid, ": ", std::strerror(-rc)));
+    }
+  }
+  mm.armed.clear();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> Run::OnArmedFault(Thread& t, const siginfo_t& si) {
+  if (!filtering_ || si.si_signo != SIGSEGV || si.si_code != SEGV_ACCERR) return false;
+  PTKIT_ASSIGN_OR_RETURN(uint64_t ip, Ip(t.tid));
+  const auto addr = reinterpret_cast<uint64_t>(si.si_addr);
+  if (addr != ip || !InSpans(mms_[t.mm].armed, ip)) return false;
+  PTKIT_RETURN_IF_ERROR(Disarm(t));
+  if (t.free) {
+    t.free = false;
+    Land(t, ip);
+    if (Traced(t, ip)) Emit(t, swpt::Event::Enable(ip));
+  }
+  return true;
+}
+
+absl::Status Run::OnFreeStop(Thread& t, int sig) {
+  if (sig == (SIGTRAP | 0x80)) {  // syscall entry or exit
+    PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(t.tid));
+    const bool exit = static_cast<int64_t>(regs.rax) != -ENOSYS;
+    if (exit && IsMapSyscall(regs.orig_rax)) {
+      Invalidate(t.pid);
+      const std::vector<Span> armed = mms_[t.mm].armed;
+      Resolve(t);
+      if (mms_[t.mm].spans != mms_[t.mm].armed || armed != mms_[t.mm].armed) {
+        // The regions' pages changed: step (outside them) until the next safe point re-arms.
+        t.free = false;
+        t.resync = true;
+        Land(t, regs.rip);
+      }
+    }
+    return Resume(t.tid, 0);
+  }
+  siginfo_t si{};
+  ::ptrace(PTRACE_GETSIGINFO, t.tid, nullptr, &si);
+  PTKIT_ASSIGN_OR_RETURN(bool entered, OnArmedFault(t, si));
+  return Resume(t.tid, entered ? 0 : sig);
+}
+
+absl::Status Run::MaybeFastForward(Thread& t, const user_regs_struct& regs) {
+  Mm& mm = mms_[t.mm];
+  // No regions mapped yet (a library loaded later) is fine: mmap's syscall stops watch for them.
+  if (!filtering_ || t.tracing || mm.threads != 1 || InSpans(mm.spans, regs.rip) ||
+      t.signal_to_handler || t.deferred_signal != 0 || !SafeToInject(regs)) {
+    return absl::OkStatus();
+  }
+  PTKIT_RETURN_IF_ERROR(Arm(t));
+  t.free = true;
+  ++result_.fast_forwards;
+  return absl::OkStatus();
+}
+
 absl::Status Run::StartThread(uint32_t tid) {
   Thread& t = threads_[tid];
   if (t.pid == 0) t.pid = TgidOf(tid);
   t.tid = t.stream = tid;
-  PTKIT_ASSIGN_OR_RETURN(uint64_t ip, Ip(tid));
-  Land(t, ip);
+  PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(tid));
+  Land(t, regs.rip);
   t.started = true;
   ++result_.threads;
   sink_.OnThreadStart(t.pid, t.stream);
-  sink_.OnEvent(t.stream, swpt::Event::Enable(t.pending_ip));
+  Mm& mm = mms_[t.mm];
+  ++mm.threads;
+  if (filtering_) {
+    if (!mm.resolved) Resolve(t);
+    if (!mm.armed.empty()) {
+      if (mm.threads == 1) {
+        t.free = true;  // a forked child of a process running at full speed
+        return absl::OkStatus();
+      }
+      // A second thread: several threads are single-stepped throughout (one running at full
+      // speed could enter a region another one opened).
+      if (!SafeToInject(regs)) {
+        return absl::InternalError(absl::StrCat("--filter: cannot disarm for new thread ", tid));
+      }
+      PTKIT_RETURN_IF_ERROR(Disarm(t));
+    }
+  }
+  if (Traced(t, t.pending_ip)) Emit(t, swpt::Event::Enable(t.pending_ip));
   return absl::OkStatus();
 }
 
@@ -192,16 +487,20 @@ void Run::OnGone(uint32_t tid, int status) {
   if (it == threads_.end()) return;
   Thread& t = it->second;
   if (t.started) {
+    --mms_[t.mm].threads;
     // The step in flight was the exit syscall (or the thread was killed before it retired).
     // The process is gone: its code can only come from the cache, which Land() filled.
     const auto& cache = code_[t.pid];
     auto info = cache.find(t.pending_ip);
-    if (info != cache.end() && info->second.cls == InsnClass::kSyscall && WIFEXITED(status)) {
+    if (!t.tracing) {
+      // Outside the filter regions: nothing to close.
+    } else if (info != cache.end() && info->second.cls == InsnClass::kSyscall &&
+               WIFEXITED(status)) {
       sink_.OnInstruction(t.stream, t.pending_ip);
       ++result_.instructions;
-      sink_.OnEvent(t.stream, swpt::Event::Disable(t.pending_ip, 0, /*suppress_ip=*/true));
+      Emit(t, swpt::Event::Disable(t.pending_ip, 0, /*suppress_ip=*/true));
     } else {
-      sink_.OnEvent(t.stream, swpt::Event::AsyncDisable(t.pending_ip));
+      Emit(t, swpt::Event::AsyncDisable(t.pending_ip));
     }
     sink_.OnThreadEnd(t.stream);
   }
@@ -217,6 +516,13 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
   auto found = threads_.find(tid);
   if (found == threads_.end() || !found->second.started) {
     // A new thread or process: its first stop (SIGSTOP from the auto-attach).
+    Thread& n = threads_[tid];
+    if (filtering_ && n.mm == 0) {
+      // Stopped before its parent's clone event says whose address space it has: wait.
+      n.tid = tid;
+      n.waiting_for_parent = true;
+      return absl::OkStatus();
+    }
     PTKIT_RETURN_IF_ERROR(StartThread(tid));
     return Resume(tid, 0);
   }
@@ -227,6 +533,25 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     Thread& c = threads_[static_cast<uint32_t>(child)];
     if (c.pid == 0) c.pid = event == PTRACE_EVENT_CLONE ? t.pid : static_cast<uint32_t>(child);
     c.tid = c.stream = static_cast<uint32_t>(child);
+    if (event == PTRACE_EVENT_FORK) {
+      c.mm = next_mm_++;
+      Mm& copy = mms_[c.mm];
+      copy = mms_[t.mm];  // the child's memory, protections included, is a copy
+      copy.threads = 0;
+    } else {
+      c.mm = t.mm;  // a thread, or a vfork child until it execs
+      if (t.free) {
+        // The address space gains a thread: everyone is stepped from here on.
+        PTKIT_ASSIGN_OR_RETURN(uint64_t after, Ip(tid));
+        t.free = false;
+        Land(t, after - 2);  // SYSCALL; its step completes when the call returns
+      }
+    }
+    if (c.waiting_for_parent) {
+      c.waiting_for_parent = false;
+      PTKIT_RETURN_IF_ERROR(StartThread(c.tid));
+      PTKIT_RETURN_IF_ERROR(Resume(c.tid, 0));
+    }
     return Resume(tid, 0);  // the parent's syscall step goes on
   }
   if (event == PTRACE_EVENT_EXEC) {
@@ -242,7 +567,8 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
       if (exec_thread == threads_.end()) {
         return absl::InternalError(absl::StrCat("exec by unknown thread ", former));
       }
-      sink_.OnEvent(t.stream, swpt::Event::AsyncDisable(t.pending_ip));
+      if (t.tracing) Emit(t, swpt::Event::AsyncDisable(t.pending_ip));
+      --mms_[t.mm].threads;
       sink_.OnThreadEnd(t.stream);
       Thread moved = exec_thread->second;
       threads_.erase(exec_thread);
@@ -252,14 +578,23 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     Thread& e = threads_.at(tid);
     code_.erase(e.pid);
     PTKIT_ASSIGN_OR_RETURN(uint64_t entry, Ip(tid));
-    sink_.OnInstruction(e.stream, e.pending_ip);
-    ++result_.instructions;
-    sink_.OnEvent(e.stream, swpt::Event::Disable(e.pending_ip, 0, /*suppress_ip=*/true));
-    sink_.OnEvent(e.stream, swpt::Event::Enable(entry));
+    if (e.tracing) {
+      sink_.OnInstruction(e.stream, e.pending_ip);
+      ++result_.instructions;
+      Emit(e, swpt::Event::Disable(e.pending_ip, 0, /*suppress_ip=*/true));
+    }
+    // A new address space.
+    --mms_[e.mm].threads;
+    e.mm = next_mm_++;
+    mms_[e.mm].threads = 1;
+    e.free = false;
+    if (filtering_) Resolve(e);
+    if (Traced(e, entry)) Emit(e, swpt::Event::Enable(entry));
     Land(e, entry);
     return Resume(tid, 0);
   }
   if (event != 0) return Resume(tid, 0);
+  if (t.free) return OnFreeStop(t, sig);
 
   siginfo_t si{};
   ::ptrace(PTRACE_GETSIGINFO, tid, nullptr, &si);
@@ -267,18 +602,21 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
   // handler-entry notification); an int3 in the workload is SI_KERNEL and is its own signal.
   const bool step_trap = sig == SIGTRAP && si.si_code > 0 && si.si_code != SI_KERNEL;
   if (!step_trap) {
+    PTKIT_ASSIGN_OR_RETURN(bool entered, OnArmedFault(t, si));
+    if (entered) return Resume(tid, 0);
     // A real signal: deliver it. If the process catches it, the next stop is at the handler.
     if (sig != SIGSTOP && Catches(t.pid, sig)) t.signal_to_handler = true;
     return Resume(tid, sig);
   }
   PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(tid));
   const uint64_t ip = regs.rip;
+  if (std::exchange(t.resync, false) && ip == t.pending_ip) return Resume(tid, 0);
   if (t.signal_to_handler) {
     // The kernel stopped at the handler's first instruction; the one at pending_ip did not
     // retire (an asynchronous transfer, through the untraced kernel).
     t.signal_to_handler = false;
-    sink_.OnEvent(t.stream, swpt::Event::AsyncDisable(t.pending_ip));
-    sink_.OnEvent(t.stream, swpt::Event::Enable(ip));
+    if (t.tracing) Emit(t, swpt::Event::AsyncDisable(t.pending_ip));
+    if (Traced(t, ip)) Emit(t, swpt::Event::Enable(ip));
     Land(t, ip);
     return Resume(tid, 0);
   }
@@ -287,26 +625,22 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     // One more iteration of a rep string instruction (it retires once, at the end).
     return Resume(tid, 0);
   }
-  sink_.OnInstruction(t.stream, t.pending_ip);
-  ++result_.instructions;
-  events_.clear();
-  AppendStepEvents(t.pending_ip, *info, ip, events_);
-  for (const swpt::Event& e : events_) sink_.OnEvent(t.stream, e);
-  if (info->cls == InsnClass::kSyscall) {
-    // Code may have been mapped, unmapped or changed: decode afresh from now on.
-    switch (regs.orig_rax) {
-      case SYS_mmap:
-      case SYS_munmap:
-      case SYS_mprotect:
-      case SYS_mremap:
-      case SYS_remap_file_pages:
-        Invalidate(t.pid);
-        break;
-      default:
-        break;
-    }
+  const bool traced = t.tracing;  // the instruction at pending_ip is inside the filter regions
+  if (traced) {
+    sink_.OnInstruction(t.stream, t.pending_ip);
+    ++result_.instructions;
   }
+  events_.clear();
+  const bool syscall = info->cls == InsnClass::kSyscall;
+  if (syscall && IsMapSyscall(regs.orig_rax)) {
+    // Code may have been mapped, unmapped or changed: decode afresh from now on.
+    Invalidate(t.pid);
+    if (filtering_) Resolve(t);
+  }
+  AppendFilteredStepEvents(t.pending_ip, *info, ip, traced, Traced(t, ip), events_);
+  for (const swpt::Event& e : events_) Emit(t, e);
   Land(t, ip);
+  PTKIT_RETURN_IF_ERROR(MaybeFastForward(t, regs));
   return Resume(tid, 0);
 }
 
@@ -343,7 +677,7 @@ absl::StatusOr<StepperResult> Run::Go() {
     return kill_and_reap(absl::InternalError("the workload did not stop before exec"));
   }
   constexpr long kOptions = PTRACE_O_EXITKILL | PTRACE_O_TRACECLONE | PTRACE_O_TRACEFORK |
-                            PTRACE_O_TRACEVFORK | PTRACE_O_TRACEEXEC;
+                            PTRACE_O_TRACEVFORK | PTRACE_O_TRACEEXEC | PTRACE_O_TRACESYSGOOD;
   if (::ptrace(PTRACE_SETOPTIONS, pid, nullptr, reinterpret_cast<void*>(kOptions)) != 0) {
     return kill_and_reap(ErrnoStatus("ptrace(SETOPTIONS) of the workload"));
   }
@@ -367,6 +701,7 @@ absl::StatusOr<StepperResult> Run::Go() {
   }
   ::close(err_pipe[0]);
   threads_[pid].pid = pid;
+  threads_[pid].mm = next_mm_++;
   leader_ = pid;
   if (absl::Status s = StartThread(pid); !s.ok()) return kill_and_reap(s);
   if (absl::Status s = Resume(pid, 0); !s.ok()) return kill_and_reap(s);

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "record/address_filter.h"
 #include "record/swpt/event.h"
 
 namespace ptkit::emulate {
@@ -44,12 +45,19 @@ struct StepperOptions {
   // here (enable_on_exec). An error aborts the run (the workload is killed).
   std::function<absl::Status(pid_t)> before_exec;
   uint64_t max_steps = 0;  // stop (kill the workload) after this many steps; 0 = no limit
+  // IP filtering ('filter' regions only): only instructions inside the regions are traced and
+  // reported, with TIP.PGD / TIP.PGE where execution leaves and enters them. A process with
+  // one thread runs at full speed while it is outside the regions: their pages lose PROT_EXEC
+  // (mprotect injected into the workload), so entering one faults, and the fault becomes the
+  // return to single-stepping. Processes with several threads are single-stepped throughout.
+  std::vector<record::AddressFilter> filters;
 };
 
 struct StepperResult {
-  int exit_status = 0;        // the workload's exit code, or 128 + signal
-  uint64_t steps = 0;         // single-steps taken
-  uint64_t instructions = 0;  // instructions retired (rep iterations counted once)
+  int exit_status = 0;         // the workload's exit code, or 128 + signal
+  uint64_t steps = 0;          // single-steps taken
+  uint64_t fast_forwards = 0;  // --filter: times a thread left the regions to run at full speed
+  uint64_t instructions = 0;   // instructions retired (rep iterations counted once)
   uint64_t threads = 0;
   bool step_limit_hit = false;
   double seconds = 0;

@@ -37,9 +37,9 @@ int Fail(const std::string& message, int code) {
 // in software (record/emulate/emulate.h).
 int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
                 const std::string& ground_truth, uint64_t max_steps, bool quiet) {
-  for (const char* flag : {"--pid", "--tid", "--all-cpus", "--cpu", "--per-thread", "--kernel",
-                           "--filter", "--snapshot", "--aux-watermark", "--archive", "--counters",
-                           "--sideband-only", "--sysfs-root"}) {
+  for (const char* flag :
+       {"--pid", "--tid", "--all-cpus", "--cpu", "--per-thread", "--kernel", "--snapshot",
+        "--aux-watermark", "--archive", "--counters", "--sideband-only", "--sysfs-root"}) {
     if (app.count(flag) > 0) {
       return Fail(std::string(flag) + " does not apply to --emulate (see ptrecord --help)", 2);
     }
@@ -57,6 +57,7 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   e.pt = event->pt;
   e.ground_truth = ground_truth;
   e.max_steps = max_steps;
+  e.filter = o.filter;
   e.data_pages = o.data_pages;
   if (app.count("--mmap-pages") > 0) e.aux_pages = o.aux_pages;
   e.command_line = o.command_line;

@@ -29,14 +29,16 @@ PerThread ReadTruth(const std::string& path) {
 }
 
 // `ptdecode insn` on a container: "[stream ...]" and other bracketed marker lines, and one
-// line per instruction: "tid TID ADDRESS symbol+offset" (ADDRESS in 16 hex digits).
+// line per instruction: "[TIME] tid TID ADDRESS symbol+offset" (ADDRESS in 16 hex digits).
 PerThread ParseInsn(const std::string& out) {
   PerThread ips;
   std::istringstream in(out);
   std::string line;
   while (std::getline(in, line)) {
-    if (line.rfind("tid ", 0) != 0) continue;
-    std::istringstream fields(line.substr(4));
+    // Optional leading columns (time) come before "tid".
+    const size_t at = line.rfind("tid ", 0) == 0 ? 0 : line.find(" tid ");
+    if (line.empty() || line[0] == '[' || at == std::string::npos) continue;
+    std::istringstream fields(line.substr(at + (at == 0 ? 4 : 5)));
     uint64_t tid = 0;
     std::string address;
     fields >> tid >> address;
@@ -49,10 +51,16 @@ class EmulateCliTest : public ::testing::Test {
  protected:
   // Records `argv` emulated and checks the decode against the ground truth; returns
   // ptrecord's exit code.
-  int RecordAndCheck(const std::vector<std::string>& workload, size_t threads) {
+  int RecordAndCheck(const std::vector<std::string>& workload, size_t threads,
+                     const std::string& filter = "") {
     std::string trace = dir_.File("trace.pt"), truth = dir_.File("truth.txt");
-    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "--ground-truth", truth, "-o",
-                                     trace,         "--"};
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "--ground-truth",      truth,
+                                     "-o",          trace,       "--overwrite-existing"};
+    if (!filter.empty()) {
+      argv.push_back("--filter");
+      argv.push_back(filter);
+    }
+    argv.push_back("--");
     argv.insert(argv.end(), workload.begin(), workload.end());
     auto rec = RunCommand(argv);
     if (rec.err.find("Operation not permitted") != std::string::npos) {
@@ -95,6 +103,28 @@ TEST_F(EmulateCliTest, ADynamicProgramThatDlopensALibrary) {
   EXPECT_EQ(RecordAndCheck({PROGRAM_DIR "/emulate_dlopen", PROGRAM_DIR "/libemulate_plugin.so"}, 1),
             0);
   if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+}
+
+TEST_F(EmulateCliTest, AnAddressFilterTracesOnlyItsRegion) {
+  const std::string fib = PROGRAM_DIR "/emulate_fib";
+  EXPECT_EQ(RecordAndCheck({fib, "x"}, 1, "filter fib @ " + fib), 3);
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  // A library that the program dlopen()s, by symbol.
+  const std::string lib = PROGRAM_DIR "/libemulate_plugin.so";
+  EXPECT_EQ(RecordAndCheck({PROGRAM_DIR "/emulate_dlopen", lib}, 1, "filter plugin_work @ " + lib),
+            0);
+}
+
+TEST_F(EmulateCliTest, AFilterThatCannotBeEmulatedIsAnErrorNamingIt) {
+  const std::string fib = PROGRAM_DIR "/emulate_fib";
+  auto r = RunCommand({PTRECORD_PATH, "--emulate", "--filter", "start main @ " + fib, "-o",
+                       dir_.File("t.pt"), "--", fib});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("'filter' regions"));
+  r = RunCommand({PTRECORD_PATH, "--emulate", "--filter", "filter no_such_function @ " + fib, "-o",
+                  dir_.File("t.pt"), "--", fib});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("no_such_function"));
 }
 
 TEST_F(EmulateCliTest, AMissingProgramExits127NamingIt) {

@@ -79,5 +79,46 @@ TEST(AppendStepEventsTest, ASyscallLeavesAndReentersUserTracing) {
   EXPECT_EQ(ev[1].target, 0x1002u);
 }
 
+TEST(AppendFilteredStepEventsTest, LeavingIsTipPgdWithTheTargetAndEnteringIsTipPge) {
+  std::vector<swpt::Event> ev;
+  const InsnInfo jcc{InsnClass::kCondBranch, 2, false, 0x9000};
+  AppendFilteredStepEvents(0x1000, jcc, 0x1002, true, true, ev);  // inside: a TNT bit only
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, EventKind::kCondBranch);
+
+  for (InsnClass cls : {InsnClass::kCondBranch, InsnClass::kDirectCall, InsnClass::kIndirectJump,
+                        InsnClass::kReturn}) {
+    SCOPED_TRACE(static_cast<int>(cls));
+    ev.clear();
+    AppendFilteredStepEvents(0x1000, {cls, 5, false, 0x7000}, 0x7000, true, false, ev);
+    ASSERT_EQ(ev.size(), 1u);  // the branch itself is the TIP.PGD (no TNT bit for a Jcc)
+    EXPECT_EQ(ev[0].kind, EventKind::kDisable);
+    EXPECT_FALSE(ev[0].suppress_ip);
+    EXPECT_EQ(ev[0].target, 0x7000u);
+  }
+
+  // Linear code crossing a region's edge keeps the state until the next branch.
+  ev.clear();
+  AppendFilteredStepEvents(0x1000, {InsnClass::kOther, 5}, 0x1005, true, false, ev);
+  AppendFilteredStepEvents(0x7000, {InsnClass::kOther, 5}, 0x7005, false, true, ev);
+  EXPECT_TRUE(ev.empty());
+
+  ev.clear();
+  AppendFilteredStepEvents(0x1000, {InsnClass::kSyscall, 2}, 0x1002, true, false, ev);
+  ASSERT_EQ(ev.size(), 1u);  // the kernel entry disables; the return lands outside
+  EXPECT_EQ(ev[0].kind, EventKind::kDisable);
+  EXPECT_TRUE(ev[0].suppress_ip);
+
+  ev.clear();
+  AppendFilteredStepEvents(0x7000, {InsnClass::kReturn, 1}, 0x1005, false, true, ev);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, EventKind::kEnable);
+  EXPECT_EQ(ev[0].target, 0x1005u);
+
+  ev.clear();
+  AppendFilteredStepEvents(0x7000, {InsnClass::kIndirectCall, 2}, 0x7100, false, false, ev);
+  EXPECT_TRUE(ev.empty());
+}
+
 }  // namespace
 }  // namespace ptkit::emulate

@@ -5,10 +5,12 @@
 
 #include <intel-pt.h>
 
+#include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "record/swpt/pt_encoder.h"
@@ -120,9 +122,15 @@ std::vector<uint64_t> Decode(std::vector<uint8_t>& pt, const CodeMap& code, int*
   return ips;
 }
 
-absl::StatusOr<StepperResult> Step(const std::vector<std::string>& argv, EncodingSink& sink) {
+absl::StatusOr<StepperResult> Step(const std::vector<std::string>& argv, EncodingSink& sink,
+                                   const std::string& filter = "") {
   StepperOptions o;
   o.argv = argv;
+  if (!filter.empty()) {
+    auto filters = record::ParseAddressFilters(filter);
+    if (!filters.ok()) return filters.status();
+    o.filters = *filters;
+  }
   return RunStepped(o, sink);
 }
 
@@ -202,6 +210,75 @@ TEST_P(StepperTest, AProcessWhoseMainThreadExitedFirstIsStillRead) {
   EXPECT_EQ(r->exit_status, 0);
   EXPECT_EQ(r->threads, 2u);
   ExpectDecodesToTruth(sink);
+}
+
+// --filter: only the region is traced, everything else runs at full speed, and what is traced
+// is exactly what an unfiltered run retires inside the region's addresses.
+TEST_P(StepperTest, AFilterTracesExactlyTheRegionAndSkipsTheRest) {
+  EncodingSink all(Options());
+  auto full = Step({Program("fib")}, all);
+  ASSERT_THAT(full, IsOk());
+  auto fib = record::ParseAddressFilters("filter fib @ " + Program("fib"));
+  ASSERT_THAT(fib, IsOk());
+  // The whole function, and its first half (exits that fall through or branch mid-function).
+  for (uint64_t size : {(*fib)[0].size, (*fib)[0].size / 2}) {
+    SCOPED_TRACE(::testing::Message() << "region size " << size);
+    EncodingSink sink(Options());
+    auto r = Step({Program("fib")}, sink,
+                  absl::StrCat("filter 0x", absl::Hex((*fib)[0].offset), "/0x", absl::Hex(size),
+                               " @ ", Program("fib")));
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->exit_status, 0);
+    ASSERT_EQ(sink.threads.size(), 1u);
+    const std::vector<uint64_t>& truth = sink.threads.begin()->second.truth;
+    ASSERT_FALSE(truth.empty());
+    // The region's run-time addresses: fib is non-PIE-or-not, so take them from the trace and
+    // check the unfiltered run retired exactly these instructions inside them.
+    const auto [lo, hi] = std::minmax_element(truth.begin(), truth.end());
+    std::vector<uint64_t> inside;
+    for (uint64_t ip : all.threads.begin()->second.truth) {
+      if (ip >= *lo && ip <= *hi) inside.push_back(ip);
+    }
+    EXPECT_TRUE(inside == truth) << inside.size() << " vs " << truth.size();
+    EXPECT_GT(r->fast_forwards, 0u);
+    EXPECT_LT(r->steps * 4, full->steps) << "outside the region it should run, not step";
+    ExpectDecodesToTruth(sink);
+  }
+}
+
+TEST_P(StepperTest, AFilterOnALibraryLoadedLaterAndOnThreadsAndForks) {
+  {  // the region's file is mapped by dlopen() while the process runs at full speed
+    EncodingSink sink(Options());
+    const std::string lib = std::string(EMULATE_PROGRAM_DIR) + "/libemulate_plugin.so";
+    auto r = Step({Program("dlopen"), lib}, sink, "filter plugin_work @ " + lib);
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->exit_status, 0);
+    EXPECT_LT(r->steps, 5000u);
+    ExpectDecodesToTruth(sink);
+  }
+  {  // several threads: all are stepped, each stream holds only the region
+    EncodingSink sink(Options());
+    auto r = Step({Program("threads")}, sink, "filter work @ " + Program("threads"));
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->exit_status, 0);
+    size_t with_trace = 0;
+    for (auto& [tid, t] : sink.threads) with_trace += !t.truth.empty();
+    EXPECT_EQ(with_trace, 2u);  // the two workers; main never enters work()
+    std::erase_if(sink.threads, [](const auto& t) { return t.second.truth.empty(); });
+    ExpectDecodesToTruth(sink);
+  }
+  {  // a fork while running at full speed: the child inherits the armed pages; both processes
+     // end in _exit()
+    EncodingSink sink(Options());
+    auto r = Step({Program("fork")}, sink, "filter _exit @ " + Program("fork"));
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->exit_status, 0);
+    EXPECT_EQ(r->threads, 2u);
+    EXPECT_LT(r->steps, 20000u);  // both run 20000 iterations of a loop before _exit()
+    std::erase_if(sink.threads, [](const auto& t) { return t.second.truth.empty(); });
+    ASSERT_EQ(sink.threads.size(), 2u);
+    ExpectDecodesToTruth(sink);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(RetCompression, StepperTest, ::testing::Bool(),

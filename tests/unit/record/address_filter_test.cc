@@ -1,0 +1,116 @@
+// perf's address-filter syntax, resolved against this test's own executable: the expected file
+// offsets come from /proc/self/maps (the kernel's own view), not from the code under test.
+#include "record/address_filter.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "status_matchers.h"
+
+extern "C" __attribute__((noinline, used)) int PtkitFilterTarget(int x) { return x * 3 + 1; }
+extern "C" __attribute__((noinline, used)) int PtkitFilterOther(int x) { return x * 5 + 2; }
+
+namespace ptkit::record {
+namespace {
+
+using ::ptkit::testing::IsOk;
+using ::ptkit::testing::StatusIs;
+using ::testing::HasSubstr;
+
+std::string SelfPath() {
+  char path[4096];
+  ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  return n > 0 ? std::string(path, n) : std::string();
+}
+
+// The file offset of `addr` in this executable, as the kernel maps it.
+uint64_t FileOffsetOf(const void* addr) {
+  std::FILE* maps = std::fopen("/proc/self/maps", "r");
+  char line[4352];
+  const auto a = reinterpret_cast<uint64_t>(addr);
+  uint64_t offset = ~0ull;
+  while (maps != nullptr && std::fgets(line, sizeof(line), maps) != nullptr) {
+    unsigned long long start = 0, end = 0, pgoff = 0;
+    if (std::sscanf(line, "%llx-%llx %*s %llx", &start, &end, &pgoff) == 3 && a >= start &&
+        a < end) {
+      offset = a - start + pgoff;
+    }
+  }
+  if (maps != nullptr) std::fclose(maps);
+  return offset;
+}
+
+TEST(AddressFilterTest, ASymbolBecomesItsFileOffsetAndSize) {
+  const std::string self = SelfPath();
+  auto f = ParseAddressFilters("filter PtkitFilterTarget @ " + self);
+  ASSERT_THAT(f, IsOk());
+  ASSERT_EQ(f->size(), 1u);
+  EXPECT_EQ((*f)[0].action, AddressFilter::Action::kFilter);
+  EXPECT_EQ((*f)[0].file, self);
+  EXPECT_EQ((*f)[0].offset, FileOffsetOf(reinterpret_cast<void*>(&PtkitFilterTarget)));
+  EXPECT_GT((*f)[0].size, 0u);
+  EXPECT_LT((*f)[0].size, 256u);
+  EXPECT_EQ(KernelFilterString(*f), "filter 0x" + absl::StrCat(absl::Hex((*f)[0].offset)) + "/0x" +
+                                        absl::StrCat(absl::Hex((*f)[0].size)) + "@" + self);
+}
+
+TEST(AddressFilterTest, SizesStartsStopsAndSeveralFilters) {
+  const std::string self = SelfPath();
+  const uint64_t target = FileOffsetOf(reinterpret_cast<void*>(&PtkitFilterTarget));
+  const uint64_t other = FileOffsetOf(reinterpret_cast<void*>(&PtkitFilterOther));
+  auto f =
+      ParseAddressFilters("filter PtkitFilterTarget/0x10@" + self + ",start PtkitFilterOther @ " +
+                          self + " stop 0x1000@" + self + " tracestop 0x2000/0x20@" + self);
+  ASSERT_THAT(f, IsOk());
+  ASSERT_EQ(f->size(), 4u);
+  EXPECT_EQ((*f)[0].offset, target);
+  EXPECT_EQ((*f)[0].size, 0x10u);
+  EXPECT_EQ((*f)[1].action, AddressFilter::Action::kStart);
+  EXPECT_EQ((*f)[1].offset, other);
+  EXPECT_EQ((*f)[1].size, 0u);
+  EXPECT_EQ((*f)[2].action, AddressFilter::Action::kStop);
+  EXPECT_EQ((*f)[2].offset, 0x1000u);
+  EXPECT_EQ((*f)[3].action, AddressFilter::Action::kTraceStop);
+  EXPECT_EQ((*f)[3].size, 0x20u);
+  EXPECT_THAT(KernelFilterString(*f), HasSubstr(",start 0x" + absl::StrCat(absl::Hex(other)) + "@" +
+                                                self + ",stop 0x1000@"));
+  // A kernel range: numbers only, no file.
+  auto k = ParseAddressFilters("filter 0xffffffff81000000/0x1000");
+  ASSERT_THAT(k, IsOk());
+  EXPECT_EQ(KernelFilterString(*k), "filter 0xffffffff81000000/0x1000");
+}
+
+TEST(AddressFilterTest, TheWholeFileWithAStar) {
+  auto f = ParseAddressFilters("filter * @ " + SelfPath());
+  ASSERT_THAT(f, IsOk());
+  const uint64_t target = FileOffsetOf(reinterpret_cast<void*>(&PtkitFilterTarget));
+  EXPECT_LE((*f)[0].offset, target);
+  EXPECT_GT((*f)[0].offset + (*f)[0].size, target);
+}
+
+TEST(AddressFilterTest, MistakesAreErrorsNamingTheFilter) {
+  const std::string self = SelfPath();
+  EXPECT_THAT(ParseAddressFilters("filter NoSuchSymbolAnywhere @ " + self),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("NoSuchSymbolAnywhere")));
+  EXPECT_THAT(ParseAddressFilters("filter main @ /no/such/file"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("/no/such/file")));
+  EXPECT_THAT(ParseAddressFilters("filter 0x1000@" + self),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a size")));
+  EXPECT_THAT(ParseAddressFilters("trace main @ " + self),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'trace'")));
+  EXPECT_THAT(ParseAddressFilters("filter main"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs a file")));
+  EXPECT_THAT(ParseAddressFilters("filter main @ /etc/hostname"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an ELF")));
+  EXPECT_THAT(ParseAddressFilters("filter PtkitFilterTarget #9 @ " + self),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has 1 symbols")));
+  EXPECT_THAT(ParseAddressFilters(""), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace ptkit::record
