@@ -118,7 +118,9 @@ int main(int argc, char** argv) {
   app.add_flag("-u,--user", o.user_only, "Trace user space only");
   app.add_flag("-k,--kernel", o.kernel_only, "Trace the kernel only");
   app.add_option("--filter", o.filter,
-                 "Address filter in perf's syntax, e.g. 'filter main @ /bin/ls'");
+                 "Address filter in perf's syntax, e.g. 'filter main @ /bin/ls' (symbols are "
+                 "resolved to file offsets; with --emulate: 'filter' regions, full speed "
+                 "outside them)");
   app.add_option("--snapshot", snapshot,
                  "Snapshot mode: AUX overwrite, one snapshot per SIGUSR2 and at the end; "
                  "optional SIZE per snapshot (K/M/G), default the whole AUX area")
