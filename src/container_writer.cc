@@ -194,11 +194,14 @@ void ContainerWriter::State::Run() {
     }
     // After a write error nothing more is written: the caller has the error from every call.
     absl::Status status = failed ? absl::CancelledError("earlier write error") : absl::OkStatus();
-    size_t batch_bytes = 0;
     for (Item& item : batch) {
-      batch_bytes += item.payload.size();
       if (status.ok()) status = WriteRecord(item.type, item.payload);
       ++processed;
+      // Room for producers as each record is written, not after the whole batch: they fill
+      // the queue while the file is written.
+      absl::MutexLock lock(&mu);
+      queued_bytes -= item.payload.size();
+      if (pool.size() < kPoolBuffers) pool.push_back(std::move(item.payload));
     }
     bool flush_due = flush_now || closing_now || absl::Now() - last_flush >= options.flush_interval;
     if (status.ok() && flush_due) {
@@ -211,11 +214,6 @@ void ContainerWriter::State::Run() {
     if (!status.ok() && !failed) Fail(status);
     {
       absl::MutexLock lock(&mu);
-      for (Item& item : batch) {
-        if (pool.size() >= kPoolBuffers) break;
-        pool.push_back(std::move(item.payload));
-      }
-      queued_bytes -= batch_bytes;
       if (buffer.empty()) flushed = processed;
       stats.records = sequence - (footer_written ? 1 : 0);
       stats.raw_bytes = raw_bytes;
