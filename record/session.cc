@@ -277,7 +277,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     PTKIT_ASSIGN_OR_RETURN(
         RingBuffer ring, RingBuffer::Map(main, o.data_pages, aux_pages, o.snapshot_size.has_value(),
                                          nrings, limits));
-    std::vector<PerfEvent> redirected;
+    std::vector<PerfEvent> redirected, peers;
     // Other threads of -p on this CPU, and the tracking event, write into the same ring.
     auto redirect = [&](const perf_event_attr& attr, pid_t p, std::string what) -> absl::Status {
       PTKIT_ASSIGN_OR_RETURN(PerfEvent e, PerfEvent::Open(attr, p, s.cpu, std::move(what)));
@@ -285,7 +285,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
       if (&attr == &aux_attr && !kernel_filter.empty()) {
         PTKIT_RETURN_IF_ERROR(e.SetFilter(kernel_filter));
       }
-      redirected.push_back(std::move(e));
+      (&attr == &aux_attr ? peers : redirected).push_back(std::move(e));
       return absl::OkStatus();
     };
     if (!o.sideband_only) {
@@ -303,7 +303,8 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     const StreamId stream = s.cpu >= 0 ? StreamId{StreamKind::kCpu, uint64_t(s.cpu)}
                                        : StreamId{StreamKind::kThread, uint64_t(s.pid)};
     sources.push_back(std::make_unique<KernelTraceSource>(std::move(main), std::move(redirected),
-                                                          std::move(ring), stream, s.cpu, layout));
+                                                          std::move(ring), stream, s.cpu, layout,
+                                                          std::move(peers)));
   }
 
   // Counters: one set for the task (inherited by its children), or one per CPU for -a.
@@ -354,7 +355,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     PTKIT_RETURN_IF_ERROR(go);
   } else {
     for (auto& s : sources) {
-      PTKIT_RETURN_IF_ERROR(s->aux_event().Enable());
+      PTKIT_RETURN_IF_ERROR(s->Enable());  // the trace event and its peers
       for (PerfEvent& e : s->redirected()) PTKIT_RETURN_IF_ERROR(e.Enable());
     }
     for (CounterSet& c : counter_sets) PTKIT_RETURN_IF_ERROR(c.EnableAll());

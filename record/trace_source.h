@@ -9,6 +9,7 @@
 #include "absl/status/status.h"
 #include "ptkit/container_format.h"
 #include "ptkit/perf_records.h"
+#include "ptkit/status.h"
 #include "record/perf_event.h"
 #include "record/ring.h"
 #include "record/ring_buffer.h"
@@ -36,13 +37,18 @@ class TraceSource {
 };
 
 // The kernel's side: the AUX (PT/BTS) event, the events whose output was redirected into
-// its ring (tracking), and the mapping. Enable/Disable act on the AUX event only.
+// its ring (tracking), the trace events of other threads that write into the same AUX area
+// (-p with several threads: `peers`), and the mapping. Enable/Disable act on the AUX event
+// and its peers, so that a snapshot sees an AUX area nobody writes to (as perf disables the
+// whole evsel); tracking events stay on.
 class KernelTraceSource : public TraceSource {
  public:
   KernelTraceSource(PerfEvent aux_event, std::vector<PerfEvent> redirected, RingBuffer ring,
-                    StreamId stream, int32_t cpu, perf::SampleIdLayout layout)
+                    StreamId stream, int32_t cpu, perf::SampleIdLayout layout,
+                    std::vector<PerfEvent> peers = {})
       : aux_event_(std::move(aux_event)),
         redirected_(std::move(redirected)),
+        peers_(std::move(peers)),
         ring_(std::move(ring)),
         stream_(stream),
         cpu_(cpu),
@@ -50,18 +56,28 @@ class KernelTraceSource : public TraceSource {
 
   RingView ring() override { return ring_.view(); }
   int poll_fd() const override { return aux_event_.fd(); }
-  absl::Status Enable() override { return aux_event_.Enable(); }
-  absl::Status Disable() override { return aux_event_.Disable(); }
+  absl::Status Enable() override {
+    PTKIT_RETURN_IF_ERROR(aux_event_.Enable());
+    for (PerfEvent& e : peers_) PTKIT_RETURN_IF_ERROR(e.Enable());
+    return absl::OkStatus();
+  }
+  absl::Status Disable() override {
+    // Peers first: the main event's state is what a failure leaves to retry.
+    for (PerfEvent& e : peers_) PTKIT_RETURN_IF_ERROR(e.Disable());
+    return aux_event_.Disable();
+  }
   StreamId stream() const override { return stream_; }
   int32_t cpu() const override { return cpu_; }
   perf::SampleIdLayout layout() const override { return layout_; }
 
   PerfEvent& aux_event() { return aux_event_; }
   std::vector<PerfEvent>& redirected() { return redirected_; }
+  std::vector<PerfEvent>& peers() { return peers_; }
 
  private:
   PerfEvent aux_event_;
   std::vector<PerfEvent> redirected_;
+  std::vector<PerfEvent> peers_;
   RingBuffer ring_;
   StreamId stream_;
   int32_t cpu_;

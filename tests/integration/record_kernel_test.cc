@@ -326,6 +326,52 @@ TEST(RecordKernelTest, SoftwareCountersCountTheChildHardwareOnesAreSkipped) {
   EXPECT_TRUE(by_name.contains("context-switches"));
 }
 
+// A snapshot disables the trace source: with -p and several threads on a CPU, the other
+// threads' trace events (peers, writing into the same AUX area) must stop too, and tracking
+// events must not. Software task-clock events on this thread stand in for both: an event
+// that is disabled stops accumulating time_enabled.
+TEST(RecordKernelTest, DisablingATraceSourceDisablesItsPeersNotItsTracking) {
+  perf_event_attr attr{};
+  attr.size = sizeof(attr);
+  attr.type = PERF_TYPE_SOFTWARE;
+  attr.config = PERF_COUNT_SW_TASK_CLOCK;
+  attr.read_format = PERF_FORMAT_TOTAL_TIME_ENABLED | PERF_FORMAT_TOTAL_TIME_RUNNING;
+  absl::StatusOr<PerfEvent> main = PerfEvent::Open(attr, 0, -1, "main");
+  if (main.status().code() == absl::StatusCode::kPermissionDenied) GTEST_SKIP() << main.status();
+  ASSERT_THAT(main, IsOk());
+  PTKIT_ASSERT_OK_AND_ASSIGN(PerfEvent peer, PerfEvent::Open(attr, 0, -1, "peer"));
+  PTKIT_ASSERT_OK_AND_ASSIGN(PerfEvent tracking, PerfEvent::Open(attr, 0, -1, "tracking"));
+  PTKIT_ASSERT_OK_AND_ASSIGN(RingBuffer ring, RingBuffer::Map(*main, 1, 0, false));
+  std::vector<PerfEvent> redirected, peers;
+  redirected.push_back(std::move(tracking));
+  peers.push_back(std::move(peer));
+  KernelTraceSource source(*std::move(main), std::move(redirected), std::move(ring),
+                           StreamId{StreamKind::kThread, 0}, -1, {}, std::move(peers));
+  auto enabled_time = [&](PerfEvent& e) {
+    absl::StatusOr<CounterReading> r = e.Read();
+    EXPECT_THAT(r, IsOk());
+    return r.ok() ? r->time_enabled : 0;
+  };
+  auto spin = [] {
+    for (volatile int i = 0; i < 5'000'000; i = i + 1) {
+    }
+  };
+  ASSERT_THAT(source.Enable(), IsOk());
+  spin();
+  ASSERT_THAT(source.Disable(), IsOk());
+  const uint64_t main_off = enabled_time(source.aux_event());
+  const uint64_t peer_off = enabled_time(source.peers()[0]);
+  const uint64_t tracking_off = enabled_time(source.redirected()[0]);
+  spin();
+  EXPECT_EQ(enabled_time(source.aux_event()), main_off);
+  EXPECT_EQ(enabled_time(source.peers()[0]), peer_off);
+  EXPECT_GT(enabled_time(source.redirected()[0]), tracking_off);  // tracking stays on
+  ASSERT_THAT(source.Enable(), IsOk());
+  spin();
+  EXPECT_GT(enabled_time(source.aux_event()), main_off);
+  EXPECT_GT(enabled_time(source.peers()[0]), peer_off);
+}
+
 TEST(RecordKernelTest, AuxAreaOnASoftwareEventIsRefusedClearly) {
   const perf_event_attr attr = BuildTrackingAttr({});
   OPEN_OR_SKIP(ev, attr, 0, "dummy event (self)");
