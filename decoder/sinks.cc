@@ -69,10 +69,10 @@ std::string_view Basename(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
-// --srcline: the "file:line" of `ip` when it is known: text " (file:line)", JSON
+// --srcline: the "file:line" of `ip` when it is known: text `lead` + "(file:line)", JSON
 // ,"key":"file:line". Nothing without --srcline (`lines` null).
 void AppendSrcline(Buffer& buf, SourceLines* lines, const ProgramImage& image, uint64_t ip,
-                   bool json, std::string_view key = "srcline") {
+                   bool json, std::string_view key = "srcline", std::string_view lead = " ") {
   if (lines == nullptr) return;
   const std::string* text = lines->Lookup(image, ip);
   if (text == nullptr) return;
@@ -80,7 +80,8 @@ void AppendSrcline(Buffer& buf, SourceLines* lines, const ProgramImage& image, u
     fmt::format_to(std::back_inserter(buf), ",\"{}\":", key);
     AppendJsonString(buf, *text);
   } else {
-    buf.append(std::string_view(" ("));
+    buf.append(lead);
+    buf.push_back('(');
     buf.append(*text);
     buf.push_back(')');
   }
@@ -484,8 +485,7 @@ class InsnSink : public Sink {
         buf.append(std::string_view("  "));
         disasm_.Append(buf, insn.mode, insn.raw, insn.size, insn.ip);
       }
-      if (lines_ != nullptr) buf.push_back(' ');
-      AppendSrcline(buf, lines_.get(), *image_, insn.ip, false);
+      AppendSrcline(buf, lines_.get(), *image_, insn.ip, false, "", "  ");
       buf.push_back('\n');
     }
     out_.MaybeFlush();

@@ -17,12 +17,14 @@
 #include "gtest/gtest.h"
 #include "pt_synth.h"
 #include "status_matchers.h"
+#include "test_io.h"
 
 namespace ptkit::decoder {
 namespace {
 
 using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::decoder::testing::ReadAll;
 using ::ptkit::testing::IsOk;
 
 const std::string kGoldenDir = std::string(PTKIT_SOURCE_DIR) + "/tests/data/decoder/golden/";
@@ -63,14 +65,6 @@ class GoldenTest : public ::testing::TestWithParam<GoldenCase> {
   static std::vector<uint8_t>* trace_;
 };
 std::vector<uint8_t>* GoldenTest::trace_ = nullptr;
-
-std::string ReadAll(std::FILE* f) {
-  std::rewind(f);
-  std::string text;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
-  return text;
-}
 
 TEST_P(GoldenTest, MatchesCheckedInOutput) {
   ASSERT_NE(trace_, nullptr);

@@ -154,25 +154,22 @@ TEST_F(PtdecodeCliTest, BtsRecordsDecodeLikeTheWalk) {
   }
 }
 
-TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
-  auto code = ElfCode::Load(kTiny);
-  ASSERT_THAT(code, IsOk());
-  std::ifstream in(trace_, std::ios::binary);
-  std::vector<uint8_t> pt((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+// Writes a trace.pt at `path`: `metadata` plus the sample layout, tiny.elf's text mapped in
+// process 300 (mapped at `text`, file offset `text_offset`), `pt` as thread 300's AUX data.
+void WriteTinyContainer(const std::string& path, nlohmann::json metadata,
+                        const std::vector<uint8_t>& pt, uint64_t text, uint64_t text_offset) {
   const perf::SampleIdLayout layout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
-  const std::string path = ::ptkit::decoder::testing::TempPath("cli_tiny.trace.pt");
   WriterOptions options;
   options.overwrite = true;
   auto writer = ContainerWriter::Create(path, options);
   ASSERT_THAT(writer, IsOk());
-  nlohmann::json metadata = {
-      {"attrs", {{{"sample_type", layout.sample_type}, {"sample_id_all", true}}}}};
+  metadata["attrs"] = {{{"sample_type", layout.sample_type}, {"sample_id_all", true}}};
   ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
   perf::Mmap2 m;
   m.pid = m.tid = 300;
-  m.addr = text_;
+  m.addr = text;
   m.len = 0x1000;
-  m.pgoff = text_offset_;
+  m.pgoff = text_offset;
   m.prot = 5;
   m.filename = kTiny;
   m.sample_id.has_tid = m.sample_id.has_time = true;
@@ -181,6 +178,14 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
   ASSERT_THAT((*writer)->AppendSideband({-1, perf::EncodeMmap2(m, layout)}), IsOk());
   ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 5, pt}), IsOk());
   ASSERT_THAT((*writer)->Close(), IsOk());
+}
+
+TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
+  std::ifstream in(trace_, std::ios::binary);
+  std::vector<uint8_t> pt((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::string path = ::ptkit::decoder::testing::TempPath("cli_tiny.trace.pt");
+  WriteTinyContainer(path, nlohmann::json::object(), pt, text_, text_offset_);
+  if (HasFatalFailure()) return;
 
   Result r = RunPtdecode("stats --json " + path);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -227,6 +232,65 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
   r = RunPtdecode("insn --pt " + trace_ + " --tid 3");
   EXPECT_EQ(r.exit_code, 2);
   std::remove(path.c_str());
+}
+
+TEST_F(PtdecodeCliTest, ContainerTimeIsPerfTimeFromTheMetadata) {
+  auto code = ElfCode::Load(kTiny);
+  ASSERT_THAT(code, IsOk());
+  PtSynth synth(*code);
+  const uint64_t tsc = 6000000000;
+  auto truth = synth.AddSegment(
+      {.entry = code->Symbol("work").address, .seed = 21, .max_insns = 4000, .tsc = tsc});
+  ASSERT_THAT(truth, IsOk());
+  // perf time = time_zero + tsc * 3 / 4 (time_mult 3, time_shift 2).
+  nlohmann::json metadata = {
+      {"time_conversion",
+       {{"cap_user_time_zero", true}, {"time_zero", 1000}, {"time_mult", 3}, {"time_shift", 2}}}};
+  const std::string path = ::ptkit::decoder::testing::TempPath("cli_timed.trace.pt");
+  WriteTinyContainer(path, metadata, synth.bytes(), text_, text_offset_);
+  if (HasFatalFailure()) return;
+  const uint64_t ns = 1000 + tsc / 4 * 3;
+  const std::string time = fmt::format("{}.{:09}", ns / 1000000000, ns % 1000000000);
+
+  Result r = RunPtdecode("insn " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("\n{:>20} tid 300  0000000000", time)));
+  r = RunPtdecode("timeline " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  EXPECT_EQ(doc["otherData"]["ts_clock"], "perf_time");
+  for (const auto& event : doc["traceEvents"]) {
+    if (event.contains("ts")) {
+      EXPECT_DOUBLE_EQ(event["ts"].get<double>(), static_cast<double>(ns) / 1000);
+    }
+  }
+  r = RunPtdecode("folded --weight=time " + path);  // one segment: no interval closes
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::remove(path.c_str());
+}
+
+TEST_F(PtdecodeCliTest, FoldedByTimeWithoutTimingFailsSayingWhy) {
+  Result r = RunPtdecode("folded --weight=time --pt " + trace_ + " --elf " + kTiny);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_THAT(r.err, StartsWith("ptdecode: folded --weight=time: the trace has no timing"));
+  EXPECT_EQ(CountLines(r.err), 1);
+  r = RunPtdecode("folded --weight=insn --pt " + trace_ + " --elf " + kTiny);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  r = RunPtdecode("folded --weight=cycles --pt " + trace_ + " --elf " + kTiny);
+  EXPECT_EQ(r.exit_code, 2);
+}
+
+TEST_F(PtdecodeCliTest, SrclineWithoutDwarfNamesTheFileOnce) {
+  for (const char* cmd : {"insn", "branches", "calls"}) {
+    Result plain = RunPtdecode(std::string(cmd) + " --pt " + trace_ + " --elf " + kTiny);
+    Result r = RunPtdecode(std::string(cmd) + " --srcline --pt " + trace_ + " --elf " + kTiny);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, plain.out) << cmd;  // nothing to add
+    EXPECT_EQ(r.err, "ptdecode: warning: --srcline: " + kTiny +
+                         " has no DWARF line information (no file:line for its code)\n");
+  }
+  EXPECT_EQ(RunPtdecode("stats --srcline --pt " + trace_ + " --elf " + kTiny).exit_code, 2);
 }
 
 TEST_F(PtdecodeCliTest, UsageErrorsExitTwoWithOneLine) {

@@ -1,0 +1,205 @@
+// --srcline: file:line from DWARF (decoder/srcline.h), checked against binutils' addr2line on
+// the same program built with -g (tiny_dwarf.elf), at its own addresses and relocated.
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "decoder/decode.h"
+#include "decoder/image.h"
+#include "decoder/sinks.h"
+#include "decoder/srcline.h"
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "pt_synth.h"
+#include "status_matchers.h"
+#include "test_io.h"
+
+namespace ptkit::decoder {
+namespace {
+
+using ::ptkit::decoder::testing::ElfCode;
+using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::decoder::testing::ReadAll;
+using ::ptkit::testing::IsOk;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kDir = PTKIT_DECODER_TEST_BINARY_DIR;
+const std::string kDwarf = kDir + "/tiny_dwarf.elf";
+const std::string kNoDwarf = kDir + "/tiny.elf";
+
+// addr2line's "file:line" for each address (link-time), "" where it knows none.
+std::map<uint64_t, std::string> Addr2Line(const std::string& elf,
+                                          const std::vector<uint64_t>& addresses) {
+  std::string cmd = "addr2line -e " + elf;
+  for (uint64_t a : addresses) cmd += fmt::format(" {:#x}", a);
+  std::map<uint64_t, std::string> out;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char line[4096];
+  for (uint64_t a : addresses) {
+    if (std::fgets(line, sizeof(line), p) == nullptr) break;
+    std::string s(line);
+    s = s.substr(0, s.find_first_of(" \n"));  // drops " (discriminator N)"
+    out[a] = s.rfind("??", 0) == 0 || s.ends_with(":?") || s.ends_with(":0") ? "" : s;
+  }
+  pclose(p);
+  return out;
+}
+
+class SrclineTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (std::system("addr2line --version >/dev/null 2>&1") != 0) {
+      GTEST_SKIP() << "addr2line (binutils) is not installed";
+    }
+    auto code = ElfCode::Load(kDwarf);
+    ASSERT_THAT(code, IsOk());
+    code_ = std::make_unique<ElfCode>(std::move(*code));
+    // The instructions of a walk: addresses that start instructions, in several functions.
+    PtSynth synth(*code_);
+    auto ips =
+        synth.AddSegment({.entry = code_->Symbol("work").address, .seed = 21, .max_insns = 2000});
+    ASSERT_THAT(ips, IsOk());
+    trace_ = synth.bytes();
+    for (uint64_t ip : *ips) unique_[ip] = true;
+    for (const auto& [ip, _] : unique_) ips_.push_back(ip);
+    expected_ = Addr2Line(kDwarf, ips_);
+    ASSERT_EQ(expected_.size(), ips_.size());
+  }
+  std::unique_ptr<ProgramImage> Image(const std::string& path, uint64_t base) {
+    auto image = ProgramImage::Create();
+    EXPECT_THAT(image, IsOk());
+    EXPECT_THAT((*image)->AddElf({path, base}), IsOk());
+    return std::move(*image);
+  }
+
+  std::unique_ptr<ElfCode> code_;
+  std::vector<uint8_t> trace_;
+  std::map<uint64_t, bool> unique_;
+  std::vector<uint64_t> ips_;
+  std::map<uint64_t, std::string> expected_;
+};
+
+TEST_F(SrclineTest, MatchesAddr2LineAtTheLinkAddressesAndRelocated) {
+  size_t known = 0;
+  for (const auto& [ip, text] : expected_) known += text.empty() ? 0 : 1;
+  ASSERT_GT(known, ips_.size() / 2);  // the walk is in code with line information
+
+  auto image = Image(kDwarf, 0);
+  SourceLines lines(nullptr);
+  for (uint64_t ip : ips_) {
+    const std::string* text = lines.Lookup(*image, ip);
+    EXPECT_EQ(text == nullptr ? "" : *text, expected_[ip]) << fmt::format("{:#x}", ip);
+  }
+
+  // Loaded elsewhere: the same answers at the relocated addresses.
+  auto moved = Image(kDwarf, 0x7f0000400000);
+  const uint64_t leaf = code_->Symbol("leaf").address;
+  int64_t bias = 0;
+  for (const Symbol& s : moved->symbols()) {
+    if (s.name == "leaf") bias = static_cast<int64_t>(s.begin - leaf);
+  }
+  ASSERT_NE(bias, 0);
+  SourceLines moved_lines(nullptr);
+  for (uint64_t ip : ips_) {
+    const std::string* text = moved_lines.Lookup(*moved, ip + bias);
+    EXPECT_EQ(text == nullptr ? "" : *text, expected_[ip]) << fmt::format("{:#x}", ip);
+  }
+  // Cached: the same string for the same address.
+  EXPECT_EQ(moved_lines.Lookup(*moved, leaf + bias), moved_lines.Lookup(*moved, leaf + bias));
+  EXPECT_TRUE(moved_lines.files_without_lines().empty());
+}
+
+TEST_F(SrclineTest, AFileWithoutDwarfIsReportedOnceAndGivesNoLines) {
+  auto image = Image(kNoDwarf, 0);
+  std::FILE* diag = std::tmpfile();
+  SourceLines lines(diag);
+  auto code = ElfCode::Load(kNoDwarf);
+  ASSERT_THAT(code, IsOk());
+  EXPECT_EQ(lines.Lookup(*image, code->Symbol("leaf").address), nullptr);
+  EXPECT_EQ(lines.Lookup(*image, code->Symbol("work").address), nullptr);
+  EXPECT_EQ(lines.Lookup(*image, 0x10), nullptr);  // unmapped
+  EXPECT_THAT(lines.files_without_lines(), ElementsAre(kNoDwarf));
+  std::string text = ReadAll(diag);
+  std::fclose(diag);
+  EXPECT_EQ(text, "ptdecode: warning: --srcline: " + kNoDwarf +
+                      " has no DWARF line information (no file:line for its code)\n");
+}
+
+TEST_F(SrclineTest, InsnBranchesAndCallsPrintFileLine) {
+  auto image = Image(kDwarf, 0);
+  auto decode = [&](auto make, bool json) {
+    std::FILE* out = std::tmpfile();
+    std::FILE* diag = std::tmpfile();
+    OutputOptions options;
+    options.json = json;
+    options.srcline = true;
+    options.diagnostics = diag;
+    auto sink = make(*image, out, options);
+    EXPECT_THAT(DecodeTrace(trace_, {}, *image, *sink), IsOk());
+    std::string text = ReadAll(out);
+    EXPECT_EQ(ReadAll(diag), "");
+    std::fclose(out);
+    std::fclose(diag);
+    return text;
+  };
+  // insn: " (file:line)" ends each instruction line whose address has one.
+  size_t checked = 0;
+  std::istringstream insn(decode(MakeInsnSink, false));
+  for (std::string line; std::getline(insn, line);) {
+    if (line[0] == '[') continue;
+    const uint64_t ip = std::stoull(line.substr(0, 16), nullptr, 16);
+    if (expected_[ip].empty()) {
+      EXPECT_THAT(line, Not(HasSubstr("(")));
+    } else {
+      EXPECT_TRUE(line.ends_with("  (" + expected_[ip] + ")")) << line;
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0u);
+  std::istringstream insn_json(decode(MakeInsnSink, true));
+  for (std::string line; std::getline(insn_json, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("sym")) continue;
+    const uint64_t ip = std::stoull(j["ip"].get<std::string>(), nullptr, 16);
+    EXPECT_EQ(j.value("srcline", ""), expected_[ip]);
+  }
+  // branches: both ends.
+  std::istringstream branches(decode(MakeBranchesSink, true));
+  checked = 0;
+  for (std::string line; std::getline(branches, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("from")) continue;
+    const uint64_t from = std::stoull(j["from"].get<std::string>(), nullptr, 16);
+    EXPECT_EQ(j.value("from_srcline", ""), expected_[from]);
+    if (j["to"].is_string()) {
+      const uint64_t to = std::stoull(j["to"].get<std::string>(), nullptr, 16);
+      if (unique_.contains(to)) {
+        EXPECT_EQ(j.value("to_srcline", ""), expected_[to]);
+      }
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 0u);
+  // calls: where each called function starts.
+  std::istringstream calls(decode(MakeCallsSink, true));
+  checked = 0;
+  for (std::string line; std::getline(calls, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (!j.contains("call")) continue;
+    const uint64_t entry = std::stoull(j["address"].get<std::string>(), nullptr, 16);
+    EXPECT_EQ(j.value("srcline", ""), expected_[entry]);
+    ++checked;
+  }
+  EXPECT_GT(checked, 0u);
+}
+
+}  // namespace
+}  // namespace ptkit::decoder
