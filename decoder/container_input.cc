@@ -1,12 +1,18 @@
 #include "decoder/container_input.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "decoder/bts.h"
@@ -20,11 +26,19 @@
 namespace ptkit::decoder {
 namespace {
 
-// One contiguous piece of a stream's AUX bytes, and what was lost just before it.
+// Spool extents: the first of a run, and the largest (bounds the mappings per piece).
+constexpr uint64_t kFirstExtent = uint64_t{1} << 20;
+constexpr uint64_t kMaxExtent = uint64_t{64} << 20;
+// Pages behind the decoder are dropped in batches of at least this many bytes.
+constexpr uint64_t kReleaseBatch = uint64_t{16} << 20;
+
+uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+// One contiguous piece of a stream's AUX bytes (in the spool), and what was lost before it.
 struct Piece {
   uint64_t aux_offset = 0;
   uint64_t time = 0;
-  std::vector<uint8_t> bytes;
+  SpoolRun run;
   std::vector<LossInfo> losses_before;
 };
 
@@ -48,28 +62,12 @@ std::string Hex(const std::vector<uint8_t>& bytes) {
   return out;
 }
 
+// The loss a PERF_RECORD_AUX flag reports, named as the container's loss records are.
 std::string AuxFlagKind(uint64_t flags) {
-  if (flags & kAuxTruncated) return "truncated";
-  if (flags & kAuxCollision) return "collision";
-  if (flags & kAuxPartial) return "partial";
+  if (flags & kAuxTruncated) return LossKindName(LossKind::kAuxTruncated);
+  if (flags & kAuxCollision) return LossKindName(LossKind::kAuxCollision);
+  if (flags & kAuxPartial) return LossKindName(LossKind::kAuxPartial);
   return "";
-}
-
-std::string LossKindText(LossKind kind) {
-  switch (kind) {
-    case LossKind::kAuxTruncated:
-      return "truncated";
-    case LossKind::kAuxCollision:
-      return "collision";
-    case LossKind::kAuxPartial:
-      return "partial";
-    case LossKind::kAuxOverwritten:
-      return "overwritten";
-    case LossKind::kLostSideband:
-      return "lost-sideband";
-    default:
-      return "lost";
-  }
 }
 
 perf::SampleIdLayout LayoutFromMetadata(const nlohmann::json& metadata) {
@@ -86,50 +84,169 @@ perf::SampleIdLayout LayoutFromMetadata(const nlohmann::json& metadata) {
   return layout;
 }
 
-// Per-CPU streams: when the trace's time says another process runs on the CPU, switch to
-// its images and tell the sink.
+// Per-CPU streams: when the trace's time says another task runs on the CPU, tells the sink
+// (a StreamInfo with context_switch) and, when its process differs, switches to its images.
 class CpuSwitcher : public ImageSwitcher {
  public:
   using ImageFor = std::function<ProgramImage*(uint32_t pid)>;
-  CpuSwitcher(std::string name, uint32_t cpu, uint32_t pid, const Sideband& timeline,
+  CpuSwitcher(const StreamInfo& first, uint32_t cpu, const Sideband& timeline,
               const TscConversion& time, ImageFor image_for, Sink& sink)
-      : name_(std::move(name)),
+      : name_(first.name),
         cpu_(cpu),
-        pid_(pid),
+        task_{first.pid, first.tid},
         timeline_(timeline),
         time_(time),
         image_for_(std::move(image_for)),
-        sink_(sink) {}
-  // The images in use now (null: the stream's first).
+        sink_(sink),
+        current_(first.image) {}
+  // The images in use now.
   const ProgramImage* current() const { return current_; }
   const ProgramImage* ImageAt(uint64_t tsc) override {
     const uint64_t t = time_.ToPerfTime(tsc);
     std::optional<TaskId> task = timeline_.TaskOnCpu(cpu_, t);
-    if (!task || task->pid == pid_) return nullptr;  // idle or the same process
-    ProgramImage* image = image_for_(task->pid);
-    if (image == nullptr) return nullptr;
-    pid_ = task->pid;
+    if (!task || *task == task_) return nullptr;  // idle, unknown or the same thread
+    const ProgramImage* image = current_;
+    if (task->pid != task_.pid) {
+      image = image_for_(task->pid);
+      if (image == nullptr) return nullptr;
+    }
+    const bool new_image = image != current_;
+    task_ = *task;
     current_ = image;
     StreamInfo info;
     info.name = name_;
-    info.pid = pid_;
+    info.pid = task->pid;
     info.tid = task->tid;
     info.comm = timeline_.CommAt(task->tid, t);
     info.image = image;
     info.context_switch = true;
     sink_.OnStream(info);
-    return image;
+    return new_image ? image : nullptr;
   }
 
  private:
   std::string name_;
   uint32_t cpu_;
-  uint32_t pid_;
+  TaskId task_;
   const Sideband& timeline_;
   TscConversion time_;
   ImageFor image_for_;
   Sink& sink_;
-  const ProgramImage* current_ = nullptr;
+  const ProgramImage* current_;
+};
+
+// Between DecodeContainer and the caller's sink, for one stream. Forwards everything and:
+// drops the spool pages the decoder has passed (OnProgress); with `only_tid` (a per-CPU
+// stream filtered by thread), forwards the flow only while that thread runs (the switcher's
+// OnStream says who does), announces the stream when the thread first runs, and counts what
+// it forwarded, as the totals of that stream.
+class StreamSink : public Sink {
+ public:
+  StreamSink(Sink& inner, std::optional<uint32_t> only_tid) : inner_(inner), only_(only_tid) {}
+
+  // The stream starts with `first` running.
+  void Begin(const StreamInfo& first) {
+    first_ = current_ = first;
+    open_ = !only_ || first.tid == *only_;
+    if (!only_) Announce();
+  }
+  // The piece being decoded (for OnProgress).
+  void SetView(SpoolView* view, uint64_t offset_base) {
+    view_ = view;
+    base_ = offset_base;
+  }
+  bool announced() const { return announced_; }
+  // What was forwarded: losses always; the flow only with `only_tid`.
+  const DecodeTotals& shown() const { return shown_; }
+
+  DecoderKind kind() const override { return inner_.kind(); }
+  bool end_block_on_call() const override { return inner_.end_block_on_call(); }
+  bool end_block_on_jump() const override { return inner_.end_block_on_jump(); }
+  bool wants_time() const override { return inner_.wants_time(); }
+  void OnStream(const StreamInfo& info) override {  // a context switch
+    current_ = info;
+    if (!only_) return inner_.OnStream(info);
+    open_ = info.tid == *only_;
+    if (open_ && announced_) inner_.OnStream(info);
+  }
+  void OnLoss(const LossInfo& loss) override {
+    if (!Show()) return;
+    ++shown_.losses;
+    shown_.lost_bytes += loss.bytes;
+    inner_.OnLoss(loss);
+  }
+  void OnSync(uint64_t offset) override {
+    if (!only_) return inner_.OnSync(offset);
+    sync_ = offset;  // shown with what follows it, if that is the thread's
+  }
+  void OnTime(uint64_t tsc) override {
+    if (Show()) inner_.OnTime(tsc);
+  }
+  void OnProgress(uint64_t offset) override {
+    if (view_ != nullptr && offset >= base_) view_->ReleaseBefore(offset - base_);
+    inner_.OnProgress(offset);
+  }
+  void OnBlock(const pt_block& block) override {
+    if (!Show()) return;
+    if (only_) {
+      shown_.instructions += block.ninsn;
+      ++shown_.blocks;
+    }
+    inner_.OnBlock(block);
+  }
+  void OnInsn(const pt_insn& insn) override {
+    if (!Show()) return;
+    if (only_) ++shown_.instructions;
+    inner_.OnInsn(insn);
+  }
+  void OnEvent(const pt_event& event) override {
+    if (!Show()) return;
+    if (only_) ++shown_.events;
+    inner_.OnEvent(event);
+  }
+  void OnError(const DecodeError& error) override {
+    if (!Show()) return;
+    if (only_) {
+      ++shown_.errors;
+      shown_.gaps += error.is_gap() ? 1 : 0;
+      ++shown_.errors_by_code[error.code];
+    }
+    inner_.OnError(error);
+  }
+
+ private:
+  // Whether the flow is forwarded now; announces the stream and a held sync first.
+  bool Show() {
+    if (!open_) {
+      sync_.reset();  // what followed the sync was another thread's
+      return false;
+    }
+    if (!announced_) Announce();
+    if (sync_) {
+      ++shown_.syncs;
+      inner_.OnSync(*sync_);
+      sync_.reset();
+    }
+    return true;
+  }
+  void Announce() {
+    StreamInfo info = current_;
+    info.name = first_.name;
+    info.bytes = first_.bytes;
+    info.context_switch = false;
+    announced_ = true;
+    inner_.OnStream(info);
+  }
+
+  Sink& inner_;
+  std::optional<uint32_t> only_;
+  StreamInfo first_, current_;
+  bool open_ = true;
+  bool announced_ = false;
+  std::optional<uint64_t> sync_;
+  SpoolView* view_ = nullptr;
+  uint64_t base_ = 0;
+  DecodeTotals shown_;
 };
 
 std::optional<TscConversion> TimeConversionFromMetadata(const nlohmann::json& metadata) {
@@ -183,20 +300,38 @@ TraceConfig TraceConfigFromMetadata(const nlohmann::json& metadata) {
   return config;
 }
 
-absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
-                                             const ContainerOptions& options, Sink& sink) {
-  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
-  nlohmann::json metadata = nlohmann::json::object();
-  std::unique_ptr<SidebandBuilder> sideband;
+namespace {
+
+// Everything decoding needs, from one pass over the container.
+struct Recording {
   // AUX streams (snapshot -1) and each snapshot of a stream, decoded on their own.
   struct Key {
     StreamId id;
     int64_t snapshot = -1;
     auto operator<=>(const Key&) const = default;
   };
+  nlohmann::json metadata = nlohmann::json::object();
+  Sideband timeline;
   std::map<Key, Stream> streams;
   std::map<uint32_t, std::vector<Captured>> captured;  // pid -> code captured at record time
+  std::optional<AuxSpool> spool;                       // created with the first AUX bytes
+  std::optional<TscConversion> time;
+  bool bts = false;  // intel_bts recordings hold 24-byte branch records, not PT packets
+};
 
+absl::Status Spool(Recording& r, const ContainerOptions& options, SpoolRun& run,
+                   std::span<const uint8_t> bytes) {
+  if (!r.spool) {
+    PTKIT_ASSIGN_OR_RETURN(AuxSpool spool, AuxSpool::Create(AuxSpool::Dirs(options.spool_dir)));
+    r.spool.emplace(std::move(spool));
+  }
+  return r.spool->Append(run, bytes);
+}
+
+absl::StatusOr<Recording> ReadRecording(const std::string& path, const ContainerOptions& options) {
+  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
+  Recording r;
+  std::unique_ptr<SidebandBuilder> sideband;
   RecordView rec;
   for (;;) {
     PTKIT_ASSIGN_OR_RETURN(bool more, reader.Next(rec));
@@ -204,22 +339,23 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
     switch (rec.type) {
       case RecordType::kMetadata: {
         auto j = nlohmann::json::parse(rec.payload.begin(), rec.payload.end(), nullptr, false);
-        if (j.is_object()) metadata = std::move(j);
+        if (j.is_object()) r.metadata = std::move(j);
         break;
       }
       case RecordType::kSideband: {
         auto sb = ParseSideband(rec.payload);
         if (!sb.ok()) break;  // info reports malformed records; decoding goes on
-        if (!sideband) sideband = std::make_unique<SidebandBuilder>(LayoutFromMetadata(metadata));
+        if (!sideband) sideband = std::make_unique<SidebandBuilder>(LayoutFromMetadata(r.metadata));
         sideband->Add(sb->cpu, sb->records);
         break;
       }
       case RecordType::kAux: {
         auto aux = ParseAux(rec.payload);
         if (!aux.ok()) break;
-        Stream& s = streams[{aux->stream, -1}];
+        Stream& s = r.streams[{aux->stream, -1}];
         if (!s.pieces.empty() && aux->aux_offset > s.next_aux) {
-          s.pending_losses.push_back({"discontinuity", s.next_aux, aux->aux_offset - s.next_aux});
+          s.pending_losses.push_back(
+              {kLossDiscontinuity, s.next_aux, aux->aux_offset - s.next_aux});
           s.break_next = true;
         } else if (!s.pieces.empty() && aux->aux_offset < s.next_aux) {
           s.break_next = true;  // overlap or restart: decode it as a new piece
@@ -229,8 +365,7 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
           s.pending_losses.clear();
           s.break_next = false;
         }
-        Piece& p = s.pieces.back();
-        p.bytes.insert(p.bytes.end(), aux->data.begin(), aux->data.end());
+        PTKIT_RETURN_IF_ERROR(Spool(r, options, s.pieces.back().run, aux->data));
         s.bytes += aux->data.size();
         s.next_aux = aux->aux_offset + aux->data.size();
         std::string kind = AuxFlagKind(aux->flags);
@@ -240,8 +375,8 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
       case RecordType::kLoss: {
         auto loss = ParseLoss(rec.payload);
         if (!loss.ok() || loss->kind == LossKind::kLostSideband) break;
-        Stream& s = streams[{loss->stream, -1}];
-        std::string kind = LossKindText(loss->kind);
+        Stream& s = r.streams[{loss->stream, -1}];
+        std::string kind = LossKindName(loss->kind);
         // The AUX record's flag already marked this point: add what the loss record knows.
         bool merged = false;
         for (LossInfo& l : s.pending_losses) {
@@ -257,19 +392,17 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
       case RecordType::kSnapshot: {
         auto snap = ParseSnapshot(rec.payload);
         if (!snap.ok()) break;
-        Stream& s = streams[{snap->stream, static_cast<int64_t>(snap->sequence)}];
+        Stream& s = r.streams[{snap->stream, static_cast<int64_t>(snap->sequence)}];
         // A snapshot is the newest part of an overwritten ring: older trace is gone.
-        s.pieces.push_back({snap->aux_head - snap->data.size(),
-                            snap->time,
-                            std::vector<uint8_t>(snap->data.begin(), snap->data.end()),
-                            {}});
+        s.pieces.push_back({snap->aux_head - snap->data.size(), snap->time, {}, {}});
+        PTKIT_RETURN_IF_ERROR(Spool(r, options, s.pieces.back().run, snap->data));
         s.bytes += snap->data.size();
         break;
       }
       case RecordType::kCode: {
         auto code = ParseCode(rec.payload);
         if (!code.ok() || code->bytes.empty()) break;
-        captured[code->pid].push_back(
+        r.captured[code->pid].push_back(
             {code->address, std::string(code->path),
              std::vector<uint8_t>(code->bytes.begin(), code->bytes.end())});
         break;
@@ -278,116 +411,209 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
         break;
     }
   }
-  Sideband timeline = sideband ? sideband->Build() : Sideband();
-  TraceConfig config = options.config ? *options.config : TraceConfigFromMetadata(metadata);
-  // intel_bts recordings hold 24-byte branch records instead of PT packets.
-  const bool bts = metadata.contains("pmu") && metadata["pmu"].is_object() &&
-                   metadata["pmu"].value("name", std::string()) == "intel_bts";
+  if (sideband) r.timeline = sideband->Build();
+  r.time = TimeConversionFromMetadata(r.metadata);
+  r.bts = r.metadata.contains("pmu") && r.metadata["pmu"].is_object() &&
+          r.metadata["pmu"].value("name", std::string()) == "intel_bts";
+  return r;
+}
 
-  std::vector<std::string> warnings;
-  std::set<std::string> warned;
-  // Images per process, built when a stream first needs them.
-  std::map<uint32_t, std::unique_ptr<ProgramImage>> images;
-  auto image_for = [&](uint32_t pid) -> absl::StatusOr<ProgramImage*> {
-    auto it = images.find(pid);
-    if (it != images.end()) return it->second.get();
-    PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImage> image, ProgramImage::Create());
-    const std::vector<Captured>& code = captured[pid];
-    for (const Captured& c : code) image->AddBytes(c.path, c.address, c.bytes);
-    if (const std::vector<Mapping>* maps = timeline.AllMappings(pid)) {
-      for (const Mapping& m : *maps) {
-        if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
-        bool covered = false;
-        for (const Captured& c : code) {
-          covered |= c.address < m.end && m.start < c.address + c.bytes.size();
-        }
-        if (covered) continue;
-        const std::string file = options.sysroot + m.path;
-        absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
-        if (!st.ok()) {
-          image->AddMissing(file, m.start, m.end);
-        } else if (!m.build_id.empty() && warned.insert(file).second) {
-          // The recording names the build it ran; a different file decodes wrongly.
-          auto id = ReadBuildId(file);
-          if (id.ok() && *id != m.build_id) {
-            warnings.push_back(
-                fmt::format("{}: build-id {} differs from the recorded {}; decoding may be wrong",
-                            file, id->empty() ? std::string("(none)") : Hex(*id), Hex(m.build_id)));
-          }
-        }
-      }
-    }
-    ProgramImage* raw = image.get();
-    images.emplace(pid, std::move(image));
-    return raw;
-  };
+// A stream the options select, with the task running at its start.
+struct Selected {
+  const Recording::Key* key = nullptr;
+  const Stream* stream = nullptr;
+  StreamInfo info;  // image not set
+  // A per-CPU stream filtered by thread that can follow the tasks (timing and time
+  // conversion): only the stretches while options.tid runs.
+  bool by_task = false;
+};
 
-  DecodeTotals totals;
-  for (const auto& [key, stream] : streams) {
+std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& options) {
+  std::vector<Selected> out;
+  for (const auto& [key, stream] : r.streams) {
     const StreamId& id = key.id;
     if (stream.pieces.empty()) continue;
     if (options.snapshot && key.snapshot != static_cast<int64_t>(*options.snapshot)) continue;
     if (options.cpu && (id.kind != StreamKind::kCpu || id.id != *options.cpu)) continue;
+    Selected s;
+    s.key = &key;
+    s.stream = &stream;
     uint32_t pid = 0, tid = 0;
     if (id.kind == StreamKind::kThread) {
       tid = static_cast<uint32_t>(id.id);
-      pid = timeline.PidOfTid(tid).value_or(tid);
+      pid = r.timeline.PidOfTid(tid).value_or(tid);
     } else if (auto task =
-                   timeline.TaskOnCpu(static_cast<uint32_t>(id.id), stream.pieces.front().time)) {
+                   r.timeline.TaskOnCpu(static_cast<uint32_t>(id.id), stream.pieces.front().time)) {
       pid = task->pid;
       tid = task->tid;
-    } else if (std::vector<uint32_t> pids = timeline.Pids(); pids.size() == 1) {
+    } else if (std::vector<uint32_t> pids = r.timeline.Pids(); pids.size() == 1) {
       pid = pids.front();
     }
-    StreamInfo info;
-    if (options.tid && tid != *options.tid) continue;
-    info.name = key.snapshot < 0 ? StreamName(id) : Cat(StreamName(id), " snapshot ", key.snapshot);
-    info.pid = pid;
-    info.tid = tid;
-    info.comm = tid != 0 ? timeline.CommAt(tid, stream.pieces.front().time) : "";
-    info.bytes = stream.bytes;
-    PTKIT_ASSIGN_OR_RETURN(ProgramImage * image, image_for(pid));
-    info.image = image;
-    ++totals.streams;
-    sink.OnStream(info);
+    s.by_task = options.tid && id.kind == StreamKind::kCpu && r.time && !r.bts;
+    if (options.tid && !s.by_task && tid != *options.tid) continue;
+    s.info.name =
+        key.snapshot < 0 ? StreamName(id) : Cat(StreamName(id), " snapshot ", key.snapshot);
+    s.info.pid = pid;
+    s.info.tid = tid;
+    s.info.comm = tid != 0 ? r.timeline.CommAt(tid, stream.pieces.front().time) : "";
+    s.info.bytes = stream.bytes;
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+// Images per process, built when a stream first needs them: code captured in the container
+// wins over the files the MMAP2 records name (under `sysroot`).
+class ImageCache {
+ public:
+  ImageCache(const Recording& r, const std::string& sysroot) : r_(r), sysroot_(sysroot) {}
+  absl::StatusOr<ProgramImage*> For(uint32_t pid);
+  std::vector<std::string> TakeWarnings() { return std::move(warnings_); }
+
+ private:
+  const Recording& r_;
+  std::string sysroot_;
+  std::map<uint32_t, std::unique_ptr<ProgramImage>> images_;
+  std::vector<std::string> warnings_;
+  std::set<std::string> warned_;
+};
+
+absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid) {
+  auto it = images_.find(pid);
+  if (it != images_.end()) return it->second.get();
+  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImage> image, ProgramImage::Create());
+  static const std::vector<Captured> kNone;
+  auto c = r_.captured.find(pid);
+  const std::vector<Captured>& code = c == r_.captured.end() ? kNone : c->second;
+  for (const Captured& c : code) image->AddBytes(c.path, c.address, c.bytes);
+  if (const std::vector<Mapping>* maps = r_.timeline.AllMappings(pid)) {
+    for (const Mapping& m : *maps) {
+      if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
+      bool covered = false;
+      for (const Captured& c : code) {
+        covered |= c.address < m.end && m.start < c.address + c.bytes.size();
+      }
+      if (covered) continue;
+      const std::string file = sysroot_ + m.path;
+      absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
+      if (!st.ok()) {
+        image->AddMissing(file, m.start, m.end);
+      } else if (!m.build_id.empty() && warned_.insert(file).second) {
+        // The recording names the build it ran; a different file decodes wrongly.
+        auto id = ReadBuildId(file);
+        if (id.ok() && *id != m.build_id) {
+          warnings_.push_back(
+              fmt::format("{}: build-id {} differs from the recorded {}; decoding may be wrong",
+                          file, id->empty() ? std::string("(none)") : Hex(*id), Hex(m.build_id)));
+        }
+      }
+    }
+  }
+  ProgramImage* raw = image.get();
+  images_.emplace(pid, std::move(image));
+  return raw;
+}
+
+void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from) {
+  to.instructions += from.instructions;
+  to.blocks += from.blocks;
+  to.events += from.events;
+  to.syncs += from.syncs;
+  to.errors += from.errors;
+  to.gaps += from.gaps;
+  for (const auto& [code, n] : from.errors_by_code) to.errors_by_code[code] += n;
+}
+
+}  // namespace
+
+absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
+                                             const ContainerOptions& options, Sink& sink) {
+  PTKIT_ASSIGN_OR_RETURN(Recording r, ReadRecording(path, options));
+  TraceConfig config = options.config ? *options.config : TraceConfigFromMetadata(r.metadata);
+  ImageCache images(r, options.sysroot);
+
+  DecodeTotals totals;
+  for (Selected& s : SelectStreams(r, options)) {
+    PTKIT_ASSIGN_OR_RETURN(s.info.image, images.For(s.info.pid));
+    StreamSink out(sink, s.by_task ? options.tid : std::nullopt);
+    out.Begin(s.info);
     // A per-CPU stream follows the tasks scheduled on its CPU (needs TSC in the trace and
     // the recording's time conversion).
     std::unique_ptr<CpuSwitcher> switcher;
-    if (id.kind == StreamKind::kCpu && !bts) {
-      if (std::optional<TscConversion> time = TimeConversionFromMetadata(metadata)) {
-        switcher = std::make_unique<CpuSwitcher>(
-            info.name, static_cast<uint32_t>(id.id), pid, timeline, *time,
-            [&](uint32_t p) -> ProgramImage* {
-              auto image = image_for(p);
-              return image.ok() ? *image : nullptr;
-            },
-            sink);
-      }
+    if (s.key->id.kind == StreamKind::kCpu && !r.bts && r.time) {
+      switcher = std::make_unique<CpuSwitcher>(
+          s.info, static_cast<uint32_t>(s.key->id.id), r.timeline, *r.time,
+          [&](uint32_t p) -> ProgramImage* {
+            auto image = images.For(p);
+            return image.ok() ? *image : nullptr;
+          },
+          out);
     }
-    for (const Piece& piece : stream.pieces) {
-      for (const LossInfo& loss : piece.losses_before) {
-        ++totals.losses;
-        totals.lost_bytes += loss.bytes;
-        sink.OnLoss(loss);
-      }
-      if (bts) {
-        PTKIT_RETURN_IF_ERROR(DecodeBtsInto(piece.bytes, *image, sink, totals, piece.aux_offset));
+    // Filtered by task, the stream's totals are what the sink was shown.
+    DecodeTotals decoded;
+    DecodeTotals& into = s.by_task ? decoded : totals;
+    for (const Piece& piece : s.stream->pieces) {
+      for (const LossInfo& loss : piece.losses_before) out.OnLoss(loss);
+      PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(piece.run));
+      out.SetView(&view, piece.aux_offset);
+      const ProgramImage& now = switcher ? *switcher->current() : *s.info.image;
+      if (r.bts) {
+        PTKIT_RETURN_IF_ERROR(DecodeBtsInto(view.bytes(), now, out, into, piece.aux_offset));
       } else {
-        const ProgramImage* now =
-            switcher && switcher->current() != nullptr ? switcher->current() : image;
         PTKIT_RETURN_IF_ERROR(
-            DecodeInto(piece.bytes, config, *now, sink, totals, piece.aux_offset, switcher.get()));
+            DecodeInto(view.bytes(), config, now, out, into, piece.aux_offset, switcher.get()));
       }
+      out.SetView(nullptr, 0);
     }
-    for (const LossInfo& loss : stream.pending_losses) {  // at the end of the stream
-      ++totals.losses;
-      totals.lost_bytes += loss.bytes;
-      sink.OnLoss(loss);
+    for (const LossInfo& loss : s.stream->pending_losses) out.OnLoss(loss);  // at the end
+    if (s.by_task) {
+      totals.trace_bytes += decoded.trace_bytes;
+      AddFlowTotals(totals, out.shown());
     }
+    totals.losses += out.shown().losses;
+    totals.lost_bytes += out.shown().lost_bytes;
+    totals.streams += out.announced() ? 1 : 0;
   }
-  totals.warnings = std::move(warnings);
+  totals.warnings = images.TakeWarnings();
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   return totals;
+}
+
+absl::Status DumpContainerPackets(const std::string& path, const ContainerOptions& options,
+                                  std::FILE* out, const OutputOptions& output) {
+  PTKIT_ASSIGN_OR_RETURN(Recording r, ReadRecording(path, options));
+  if (r.bts) {
+    return absl::InvalidArgumentError(
+        Cat(path, ": an intel_bts recording has branch records, not Intel PT packets"));
+  }
+  TraceConfig config = options.config ? *options.config : TraceConfigFromMetadata(r.metadata);
+  for (const Selected& s : SelectStreams(r, options)) {
+    PacketContext context;
+    context.stream = &s.info;
+    // Filtered by task: the packets while the thread runs, by the last TSC packet's time.
+    std::optional<TaskId> task;
+    if (s.by_task) {
+      task = TaskId{s.info.pid, s.info.tid};
+      context.keep = [&, cpu = static_cast<uint32_t>(s.key->id.id)](const pt_packet& p) {
+        if (p.type == ppt_tsc) {
+          if (auto t = r.timeline.TaskOnCpu(cpu, r.time->ToPerfTime(p.payload.tsc.tsc))) task = t;
+        }
+        return task->tid == *options.tid;
+      };
+    }
+    for (const Piece& piece : s.stream->pieces) {
+      PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(piece.run));
+      context.losses = piece.losses_before;
+      context.offset_base = piece.aux_offset;
+      PTKIT_RETURN_IF_ERROR(DumpPackets(view.bytes(), config, out, output, context));
+      context.stream = nullptr;
+    }
+    if (!s.stream->pending_losses.empty()) {
+      context.losses = s.stream->pending_losses;
+      PTKIT_RETURN_IF_ERROR(DumpPackets({}, config, out, output, context));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<nlohmann::json> DecodeSummary(const std::string& path,
@@ -402,6 +628,157 @@ absl::StatusOr<nlohmann::json> DecodeSummary(const std::string& path,
                         {"errors", t.errors},     {"gaps", t.gaps},
                         {"losses", t.losses},     {"lost_bytes", t.lost_bytes},
                         {"errors_by_code", codes}};
+}
+
+// --- AuxSpool --------------------------------------------------------------------------------
+
+namespace {
+
+// An unlinked file in `dir`: O_TMPFILE, or mkstemp + unlink where the file system lacks it.
+absl::StatusOr<int> OpenUnlinkedFile(const std::string& dir) {
+  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
+  if (fd >= 0) return fd;
+  if (errno != EOPNOTSUPP && errno != EISDIR) return ErrnoStatus(Cat("open(O_TMPFILE) in ", dir));
+  std::string name = dir + "/ptdecode-aux-XXXXXX";
+  fd = mkostemp(name.data(), O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(Cat("mkstemp in ", dir));
+  unlink(name.c_str());
+  return fd;
+}
+
+}  // namespace
+
+AuxSpool::AuxSpool(int fd, std::string dir) : fd_(fd), dir_(std::move(dir)) {
+  long page = sysconf(_SC_PAGESIZE);
+  if (page > 0) page_ = static_cast<uint64_t>(page);
+}
+
+std::vector<std::string> AuxSpool::Dirs(const std::string& dir) {
+  std::vector<std::string> dirs;
+  if (!dir.empty()) {
+    dirs.push_back(dir);
+  } else if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr && *tmp != '\0') {
+    dirs.push_back(tmp);
+  }
+  if (dirs.empty() || dirs.front() != "/tmp") dirs.push_back("/tmp");
+  return dirs;
+}
+
+absl::StatusOr<AuxSpool> AuxSpool::Create(const std::vector<std::string>& dirs) {
+  std::string why;
+  for (const std::string& d : dirs) {
+    absl::StatusOr<int> fd = OpenUnlinkedFile(d);
+    if (fd.ok()) return AuxSpool(*fd, d);
+    why += Cat(why.empty() ? "" : "; ", std::string(fd.status().message()));
+  }
+  return absl::FailedPreconditionError(
+      Cat("cannot create a temporary file to hold the AUX trace while it decodes (", why,
+          "); set TMPDIR to a writable directory with room for the trace"));
+}
+
+AuxSpool::AuxSpool(AuxSpool&& other) noexcept
+    : fd_(std::exchange(other.fd_, -1)),
+      dir_(std::move(other.dir_)),
+      end_(other.end_),
+      page_(other.page_) {}
+
+AuxSpool& AuxSpool::operator=(AuxSpool&& other) noexcept {
+  if (this != &other) {
+    if (fd_ >= 0) close(fd_);
+    fd_ = std::exchange(other.fd_, -1);
+    dir_ = std::move(other.dir_);
+    end_ = other.end_;
+    page_ = other.page_;
+  }
+  return *this;
+}
+
+AuxSpool::~AuxSpool() {
+  if (fd_ >= 0) close(fd_);
+}
+
+absl::Status AuxSpool::Append(SpoolRun& run, std::span<const uint8_t> bytes) {
+  while (!bytes.empty()) {
+    uint64_t filled = run.size;
+    for (size_t i = 0; i + 1 < run.extents.size(); ++i) filled -= run.extents[i].capacity;
+    if (run.extents.empty() || filled == run.extents.back().capacity) {
+      // A new extent at the end of the file; the file is sized to hold it so that a mapping
+      // of its last partial page never reaches past the end (SIGBUS).
+      const uint64_t capacity = run.extents.empty()
+                                    ? kFirstExtent
+                                    : std::min(run.extents.back().capacity * 2, kMaxExtent);
+      const uint64_t aligned = RoundUp(capacity, page_);
+      if (ftruncate(fd_, static_cast<off_t>(end_ + aligned)) != 0) {
+        return ErrnoStatus(Cat("growing the temporary AUX file in ", dir_));
+      }
+      run.extents.push_back({end_, aligned});
+      end_ += aligned;
+      filled = 0;
+    }
+    const SpoolRun::Extent& e = run.extents.back();
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), e.capacity - filled));
+    ssize_t done = pwrite(fd_, bytes.data(), n, static_cast<off_t>(e.file_offset + filled));
+    if (done < 0 && errno == EINTR) continue;
+    if (done <= 0) {
+      if (done == 0) errno = EIO;
+      return ErrnoStatus(Cat("writing the AUX trace to a temporary file in ", dir_,
+                             " (set TMPDIR to a directory with more room)"));
+    }
+    run.size += static_cast<uint64_t>(done);
+    bytes = bytes.subspan(static_cast<size_t>(done));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SpoolView> AuxSpool::Map(const SpoolRun& run) const {
+  if (run.size == 0) return SpoolView();
+  const size_t length = static_cast<size_t>(RoundUp(run.size, page_));
+  // Reserve the address range, then map each extent over its part of it.
+  void* base = mmap(nullptr, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (base == MAP_FAILED) return ErrnoStatus(Cat("mmap ", length, " bytes for an AUX piece"));
+  SpoolView view(static_cast<uint8_t*>(base), static_cast<size_t>(run.size), length);
+  uint64_t at = 0;
+  for (const SpoolRun::Extent& e : run.extents) {
+    if (at >= length) break;
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(e.capacity, length - at));
+    void* p = mmap(view.data_ + at, n, PROT_READ, MAP_SHARED | MAP_FIXED, fd_,
+                   static_cast<off_t>(e.file_offset));
+    if (p == MAP_FAILED) return ErrnoStatus(Cat("mmap the temporary AUX file in ", dir_));
+    at += n;
+  }
+  madvise(base, length, MADV_SEQUENTIAL);
+  return view;
+}
+
+SpoolView::SpoolView(SpoolView&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)),
+      mapped_(std::exchange(other.mapped_, 0)),
+      released_(std::exchange(other.released_, 0)) {}
+
+SpoolView& SpoolView::operator=(SpoolView&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) munmap(data_, mapped_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+    mapped_ = std::exchange(other.mapped_, 0);
+    released_ = std::exchange(other.released_, 0);
+  }
+  return *this;
+}
+
+SpoolView::~SpoolView() {
+  if (data_ != nullptr) munmap(data_, mapped_);
+}
+
+void SpoolView::ReleaseBefore(uint64_t offset) {
+  // MADV_DONTNEED on a shared file mapping only unmaps: a later read faults the page back in
+  // from the page cache, so this can never change what is read.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t end = static_cast<size_t>(std::min<uint64_t>(offset, size_)) / page * page;
+  if (data_ == nullptr || end < released_ + kReleaseBatch) return;
+  madvise(data_ + released_, end - released_, MADV_DONTNEED);
+  released_ = end;
 }
 
 }  // namespace ptkit::decoder

@@ -46,11 +46,16 @@ struct StreamInfo {
   std::string comm;
   uint64_t bytes = 0;
   const ProgramImage* image = nullptr;  // the images (and symbols) of this stream
-  bool context_switch = false;          // not a new stream: another task now runs on this CPU
+  bool context_switch = false;          // not a new stream: another thread now runs on the CPU
 };
+// LossInfo::kind of a jump in a stream's AUX offsets (no container loss record says why).
+inline constexpr char kLossDiscontinuity[] = "discontinuity";
+
 // Trace known to be lost at this point of the stream (container loss records, AUX gaps).
 struct LossInfo {
-  std::string kind;  // "truncated", "collision", "lost", "discontinuity", ...
+  // The container's name of the loss (LossKindName: "aux-truncated", "aux-collision", ...;
+  // an AUX record's flag is named as its loss record), or kLossDiscontinuity.
+  std::string kind;
   uint64_t aux_offset = 0;
   uint64_t bytes = 0;  // 0 when unknown
 };

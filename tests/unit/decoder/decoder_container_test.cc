@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 #include <vector>
@@ -12,13 +13,16 @@
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
 #include "decoder/sinks.h"
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pt_synth.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/perf_records.h"
+#include "ptkit/status.h"
 #include "status_matchers.h"
+#include "test_io.h"
 #include "test_paths.h"
 
 namespace ptkit::decoder {
@@ -34,6 +38,11 @@ using ::testing::SizeIs;
 const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
 const perf::SampleIdLayout kLayout{
     PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER, true};
+
+// The metadata of an intel_pt recording whose sideband has sample_id_all.
+const nlohmann::json kPtMetadata = {
+    {"attrs",
+     {{{"name", "intel_pt"}, {"sample_type", kLayout.sample_type}, {"sample_id_all", true}}}}};
 
 perf::SampleId Id(uint32_t pid, uint32_t tid, uint64_t time, uint32_t cpu) {
   perf::SampleId s;
@@ -68,6 +77,43 @@ class Recorder : public Sink {
   std::vector<DecodeError> errors;
   std::vector<std::string> missing;
 };
+
+// A new container at `path` with `metadata`.
+absl::StatusOr<std::unique_ptr<ContainerWriter>> NewContainer(const std::string& path,
+                                                              const nlohmann::json& metadata) {
+  WriterOptions options;
+  options.overwrite = true;
+  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer,
+                         ContainerWriter::Create(path, options));
+  PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(metadata.dump()));
+  return writer;
+}
+
+// The MMAP2 record of `pid` mapping the page of `code` at `text` from `file`.
+std::vector<uint8_t> MmapPage(const ElfCode& code, uint32_t pid, uint64_t text,
+                              const std::string& file, const std::vector<uint8_t>& build_id = {}) {
+  perf::Mmap2 m;
+  m.build_id = build_id;
+  m.pid = m.tid = pid;
+  m.addr = text;
+  m.len = 0x1000;
+  m.pgoff = code.FileOffset(text);
+  m.prot = 5;  // PROT_READ | PROT_EXEC
+  m.filename = file;
+  m.sample_id = Id(pid, pid, 6, 0);
+  return perf::EncodeMmap2(m, kLayout);
+}
+
+// The JSON lines written to `out` (closed).
+std::vector<nlohmann::json> JsonLines(std::FILE* out) {
+  std::string text = ::ptkit::decoder::testing::ReadAll(out);
+  std::fclose(out);
+  std::vector<nlohmann::json> lines;
+  for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
+    lines.push_back(nlohmann::json::parse(text.substr(at, nl - at)));
+  }
+  return lines;
+}
 
 class ContainerTest : public ::testing::Test {
  protected:
@@ -167,7 +213,7 @@ TEST_F(ContainerTest, StreamsLossAndMissingFilesAppearWhereTheyHappened) {
 
   // cpu 0: piece A, the truncation (aux offset and bytes from the loss record), piece B.
   ASSERT_THAT(rec.losses, SizeIs(1));
-  EXPECT_EQ(rec.losses[0].kind, "truncated");
+  EXPECT_EQ(rec.losses[0].kind, LossKindName(LossKind::kAuxTruncated));
   EXPECT_EQ(rec.losses[0].aux_offset, bytes_a_.size());
   EXPECT_EQ(rec.losses[0].bytes, 4096u);
   ASSERT_THAT(rec.runs, SizeIs(4));  // before any stream, A, B, tid 200
@@ -236,7 +282,7 @@ TEST_F(ContainerTest, CallsAndTimelineShowStreamsLossAndGapsOnly) {
   auto calls = MakeCallsSink(**empty, out, {});
   std::string text = DecodeToText(path_, *calls, out);
   EXPECT_THAT(text, ::testing::HasSubstr("[stream cpu 0: pid 100 (tiny)"));
-  EXPECT_THAT(text, ::testing::HasSubstr("[loss: truncated at aux offset"));
+  EXPECT_THAT(text, ::testing::HasSubstr("[loss: aux-truncated at aux offset"));
   EXPECT_THAT(text, ::testing::HasSubstr("[stream tid 200: pid 200"));
   EXPECT_THAT(text, ::testing::HasSubstr("/nonexistent/tiny.elf could not be loaded]"));
   EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("[error")));
@@ -281,28 +327,15 @@ TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
   std::vector<uint8_t> bts = testing::BtsFromWalk(*code_, *ips, &branches);
   ASSERT_GE(branches.size(), 5u);
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_bts.pt");
-  WriterOptions options;
-  options.overwrite = true;
-  auto writer = ContainerWriter::Create(path, options);
+  auto writer = NewContainer(path, {{"pmu", {{"name", "intel_bts"}, {"type", 9}}},
+                                    {"attrs",
+                                     {{{"name", "intel_bts"},
+                                       {"type", 9},
+                                       {"sample_type", kLayout.sample_type},
+                                       {"sample_id_all", true}}}}});
   ASSERT_THAT(writer, IsOk());
-  nlohmann::json metadata = {{"pmu", {{"name", "intel_bts"}, {"type", 9}}},
-                             {"attrs",
-                              {{{"name", "intel_bts"},
-                                {"type", 9},
-                                {"sample_type", kLayout.sample_type},
-                                {"sample_id_all", true}}}}};
-  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
   const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
-  perf::Mmap2 m;
-  m.pid = m.tid = 300;
-  m.addr = text;
-  m.len = 0x1000;
-  m.pgoff = code_->FileOffset(text);
-  m.prot = 5;
-  m.filename = kTiny;
-  m.sample_id = Id(300, 300, 6, 0);
-  std::vector<uint8_t> sb = perf::EncodeMmap2(m, kLayout);
-  ASSERT_THAT((*writer)->AppendSideband({-1, sb}), IsOk());
+  ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(*code_, 300, text, kTiny)}), IsOk());
   ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 10, bts}), IsOk());
   ASSERT_THAT((*writer)->Close(), IsOk());
 
@@ -349,24 +382,10 @@ TEST_F(ContainerTest, SnapshotsDecodeEachOnItsOwn) {
   std::vector<uint8_t> b0 = s0.bytes();
   d0.insert(d0.end(), b0.begin(), b0.end());
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_snap.pt");
-  WriterOptions wo;
-  wo.overwrite = true;
-  auto writer = ContainerWriter::Create(path, wo);
+  auto writer = NewContainer(path, kPtMetadata);
   ASSERT_THAT(writer, IsOk());
-  nlohmann::json metadata = {
-      {"attrs",
-       {{{"name", "intel_pt"}, {"sample_type", kLayout.sample_type}, {"sample_id_all", true}}}}};
-  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
   const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
-  perf::Mmap2 m;
-  m.pid = m.tid = 100;
-  m.addr = text;
-  m.len = 0x1000;
-  m.pgoff = code_->FileOffset(text);
-  m.prot = 5;
-  m.filename = kTiny;
-  m.sample_id = Id(100, 100, 6, 0);
-  std::vector<uint8_t> sb = perf::EncodeMmap2(m, kLayout);
+  std::vector<uint8_t> sb = MmapPage(*code_, 100, text, kTiny);
   perf::ItraceStart st;
   st.pid = st.tid = 100;
   st.sample_id = Id(100, 100, 7, 0);
@@ -398,72 +417,98 @@ TEST_F(ContainerTest, SnapshotsDecodeEachOnItsOwn) {
   EXPECT_THAT(one.runs[1], ElementsAreArray(*w1));
 }
 
-TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
-  // One CPU runs process 100 (tiny.elf) then process 200 (golden.elf), both at 0x401000: only
-  // the right image per task gives the walked instructions.
-  const std::string golden = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/golden.elf";
-  auto tiny = ElfCode::Load(kTiny);
-  auto gold = ElfCode::Load(golden);
-  ASSERT_THAT(tiny, IsOk());
-  ASSERT_THAT(gold, IsOk());
-  ASSERT_EQ(tiny->Symbol("leaf").address & ~0xfffull, 0x401000u);
-  ASSERT_EQ(gold->Symbol("_start").address, 0x401000u);
-  PtSynth synth_a(*tiny), synth_b(*gold);
-  auto a = synth_a.AddSegment(
-      {.entry = tiny->Symbol("work").address, .seed = 21, .max_insns = 1000, .tsc = 1000});
-  auto b = synth_b.AddSegment(
-      {.entry = gold->Symbol("_start").address, .seed = 7, .max_insns = 200, .tsc = 3000});
-  ASSERT_THAT(a, IsOk());
-  ASSERT_THAT(b, IsOk());
-  std::vector<uint8_t> trace = synth_a.bytes(), tb = synth_b.bytes();
-  trace.insert(trace.end(), tb.begin(), tb.end());
-
-  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_switch.pt");
-  WriterOptions options;
-  options.overwrite = true;
-  auto writer = ContainerWriter::Create(path, options);
-  ASSERT_THAT(writer, IsOk());
-  nlohmann::json metadata = {
-      {"attrs",
-       {{{"name", "intel_pt"}, {"sample_type", kLayout.sample_type}, {"sample_id_all", true}}}},
-      // perf time == TSC
-      {"time_conversion",
-       {{"cap_user_time_zero", true}, {"time_zero", 0}, {"time_mult", 1}, {"time_shift", 0}}}};
-  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
-  std::vector<uint8_t> sb;
-  auto add = [&](const std::vector<uint8_t>& r) { sb.insert(sb.end(), r.begin(), r.end()); };
-  auto mmap = [&](uint32_t pid, const ElfCode& code, const std::string& file) {
-    perf::Mmap2 m;
-    m.pid = m.tid = pid;
-    m.addr = 0x401000;
-    m.len = 0x1000;
-    m.pgoff = code.FileOffset(0x401000);
-    m.prot = 5;
-    m.filename = file;
-    m.sample_id = Id(pid, pid, 5, 0);
-    add(perf::EncodeMmap2(m, kLayout));
+// One CPU that runs a sequence of tasks, each a PSB segment with its own TSC: processes 100
+// (tiny.elf, threads 100 and 101) and 200 (golden.elf), both at 0x401000, so only the right
+// image per task gives the walked instructions. Context switches halfway between segments;
+// perf time == TSC.
+class SwitchingCpu {
+ public:
+  struct Run {
+    uint32_t pid = 0, tid = 0;
+    uint64_t tsc = 0;
+    uint32_t seed = 1;
+    bool truncated_before = false;  // the AUX data before this run ends TRUNCATED (4096 lost)
   };
-  mmap(100, *tiny, kTiny);
-  mmap(200, *gold, golden);
-  perf::ItraceStart start;
-  start.pid = start.tid = 100;
-  start.sample_id = Id(100, 100, 10, 0);
-  add(perf::EncodeItraceStart(start, kLayout));
-  perf::Switch out;
-  out.out = true;
-  out.cpu_wide = true;
-  out.next_prev_pid = out.next_prev_tid = 200;
-  out.sample_id = Id(100, 100, 2000, 0);
-  add(perf::EncodeSwitch(out, kLayout));
-  perf::Switch in;
-  in.cpu_wide = true;
-  in.next_prev_pid = in.next_prev_tid = 100;
-  in.sample_id = Id(200, 200, 2000, 0);
-  add(perf::EncodeSwitch(in, kLayout));
-  ASSERT_THAT((*writer)->AppendSideband({0, sb}), IsOk());
-  ASSERT_THAT((*writer)->AppendAux({{StreamKind::kCpu, 0}, 0, 0, 20, trace}), IsOk());
-  ASSERT_THAT((*writer)->Close(), IsOk());
+  static std::string Golden() { return std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/golden.elf"; }
 
+  // Writes the container to `path`; truths() gives each run's instructions.
+  void Write(const std::string& path, const std::vector<Run>& runs) {
+    auto tiny = ElfCode::Load(kTiny);
+    auto gold = ElfCode::Load(Golden());
+    ASSERT_THAT(tiny, IsOk());
+    ASSERT_THAT(gold, IsOk());
+    ASSERT_EQ(tiny->Symbol("leaf").address & ~0xfffull, 0x401000u);
+    ASSERT_EQ(gold->Symbol("_start").address, 0x401000u);
+    nlohmann::json metadata = kPtMetadata;
+    metadata["time_conversion"] = {
+        {"cap_user_time_zero", true}, {"time_zero", 0}, {"time_mult", 1}, {"time_shift", 0}};
+    auto writer = NewContainer(path, metadata);
+    ASSERT_THAT(writer, IsOk());
+    std::vector<uint8_t> sb;
+    auto add = [&](const std::vector<uint8_t>& r) { sb.insert(sb.end(), r.begin(), r.end()); };
+    add(MmapPage(*tiny, 100, 0x401000, kTiny));
+    add(MmapPage(*gold, 200, 0x401000, Golden()));
+    perf::ItraceStart start;
+    start.pid = runs[0].pid;
+    start.tid = runs[0].tid;
+    start.sample_id = Id(runs[0].pid, runs[0].tid, 10, 0);
+    add(perf::EncodeItraceStart(start, kLayout));
+    const StreamId cpu0{StreamKind::kCpu, 0};
+    std::vector<uint8_t> aux;
+    uint64_t aux_offset = 0;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Run& r = runs[i];
+      const bool golden = r.pid == 200;
+      PtSynth synth(golden ? *gold : *tiny);
+      auto truth = synth.AddSegment(
+          {.entry = golden ? gold->Symbol("_start").address : tiny->Symbol("work").address,
+           .seed = r.seed,
+           .max_insns = golden ? 200u : 600u,
+           .tsc = r.tsc});
+      ASSERT_THAT(truth, IsOk());
+      truths_.push_back(*truth);
+      if (i > 0) {
+        const Run& prev = runs[i - 1];
+        const uint64_t t = (prev.tsc + r.tsc) / 2;
+        perf::Switch out;
+        out.out = true;
+        out.cpu_wide = true;
+        out.next_prev_pid = r.pid;
+        out.next_prev_tid = r.tid;
+        out.sample_id = Id(prev.pid, prev.tid, t, 0);
+        add(perf::EncodeSwitch(out, kLayout));
+        perf::Switch in;
+        in.cpu_wide = true;
+        in.next_prev_pid = prev.pid;
+        in.next_prev_tid = prev.tid;
+        in.sample_id = Id(r.pid, r.tid, t, 0);
+        add(perf::EncodeSwitch(in, kLayout));
+      }
+      if (r.truncated_before) {
+        ASSERT_THAT((*writer)->AppendAux({cpu0, aux_offset, kAuxTruncated, 20, aux}), IsOk());
+        aux_offset += aux.size();
+        ASSERT_THAT((*writer)->AppendLoss({cpu0, LossKind::kAuxTruncated, 1, 4096, 21, aux_offset}),
+                    IsOk());
+        aux.clear();
+      }
+      std::vector<uint8_t> bytes = synth.bytes();
+      aux.insert(aux.end(), bytes.begin(), bytes.end());
+    }
+    ASSERT_THAT((*writer)->AppendAux({cpu0, aux_offset, 0, 30, aux}), IsOk());
+    ASSERT_THAT((*writer)->AppendSideband({0, sb}), IsOk());
+    ASSERT_THAT((*writer)->Close(), IsOk());
+  }
+  const std::vector<std::vector<uint64_t>>& truths() const { return truths_; }
+
+ private:
+  std::vector<std::vector<uint64_t>> truths_;
+};
+
+TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_switch.pt");
+  SwitchingCpu cpu;
+  cpu.Write(path, {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 21},
+                   {.pid = 200, .tid = 200, .tsc = 3000, .seed = 7}});
   Recorder rec;
   auto totals = DecodeContainer(path, {}, rec);
   std::remove(path.c_str());
@@ -475,8 +520,320 @@ TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
   EXPECT_EQ(rec.streams[1].pid, 200u);
   EXPECT_TRUE(rec.streams[1].context_switch);
   ASSERT_THAT(rec.runs, SizeIs(3));
-  EXPECT_THAT(rec.runs[1], ElementsAreArray(*a));
-  EXPECT_THAT(rec.runs[2], ElementsAreArray(*b));
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(cpu.truths()[0]));
+  EXPECT_THAT(rec.runs[2], ElementsAreArray(cpu.truths()[1]));
+}
+
+// Threads 100 and 101 of process 100 and thread 200 of process 200 take turns on CPU 0; the
+// trace is truncated while 200 runs.
+class TidFilterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = ::ptkit::decoder::testing::TempPath("decoder_container_tid.pt");
+    cpu_.Write(path_, {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 1},
+                       {.pid = 200, .tid = 200, .tsc = 3000, .seed = 2},
+                       {.pid = 200, .tid = 200, .tsc = 5000, .seed = 3, .truncated_before = true},
+                       {.pid = 100, .tid = 101, .tsc = 7000, .seed = 4},
+                       {.pid = 100, .tid = 100, .tsc = 9000, .seed = 5}});
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+  uint64_t Insns(std::initializer_list<size_t> runs) const {
+    uint64_t n = 0;
+    for (size_t r : runs) n += cpu_.truths()[r].size();
+    return n;
+  }
+  SwitchingCpu cpu_;
+  std::string path_;
+};
+
+TEST_F(TidFilterTest, EveryThreadSwitchIsAStreamChange) {
+  Recorder rec;
+  auto totals = DecodeContainer(path_, {}, rec);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(rec.errors, SizeIs(0));
+  ASSERT_THAT(rec.streams, SizeIs(4));
+  std::vector<uint32_t> tids;
+  for (const StreamInfo& s : rec.streams) tids.push_back(s.tid);
+  EXPECT_THAT(tids, ElementsAreArray({100u, 200u, 101u, 100u}));
+  ASSERT_THAT(rec.runs, SizeIs(6));  // before, 100, 200, (loss) 200, 101, 100
+  for (size_t i = 0; i < 5; ++i) EXPECT_THAT(rec.runs[i + 1], ElementsAreArray(cpu_.truths()[i]));
+  EXPECT_EQ(totals->instructions, Insns({0, 1, 2, 3, 4}));
+}
+
+TEST_F(TidFilterTest, ATidShowsOnlyWhatThatThreadRanOnTheCpu) {
+  Recorder t100;
+  ContainerOptions options;
+  options.tid = 100;
+  auto totals = DecodeContainer(path_, options, t100);
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_THAT(t100.streams, SizeIs(2));
+  EXPECT_EQ(t100.streams[0].name, "cpu 0");
+  EXPECT_FALSE(t100.streams[0].context_switch);
+  EXPECT_EQ(t100.streams[1].tid, 100u);
+  EXPECT_TRUE(t100.streams[1].context_switch);
+  EXPECT_THAT(t100.losses, SizeIs(0));  // the truncation happened while 200 ran
+  ASSERT_THAT(t100.runs, SizeIs(3));
+  EXPECT_THAT(t100.runs[1], ElementsAreArray(cpu_.truths()[0]));
+  EXPECT_THAT(t100.runs[2], ElementsAreArray(cpu_.truths()[4]));
+  EXPECT_EQ(totals->instructions, Insns({0, 4}));
+  EXPECT_EQ(totals->streams, 1u);
+  EXPECT_EQ(totals->losses, 0u);
+
+  Recorder t200;
+  options.tid = 200;
+  totals = DecodeContainer(path_, options, t200);
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_THAT(t200.streams, SizeIs(1));  // announced when 200 first runs
+  EXPECT_EQ(t200.streams[0].pid, 200u);
+  EXPECT_FALSE(t200.streams[0].context_switch);
+  ASSERT_THAT(t200.losses, SizeIs(1));
+  EXPECT_EQ(t200.losses[0].kind, LossKindName(LossKind::kAuxTruncated));
+  ASSERT_THAT(t200.runs, SizeIs(3));
+  EXPECT_THAT(t200.runs[1], ElementsAreArray(cpu_.truths()[1]));
+  EXPECT_THAT(t200.runs[2], ElementsAreArray(cpu_.truths()[2]));
+  EXPECT_EQ(totals->instructions, Insns({1, 2}));
+  EXPECT_EQ(totals->losses, 1u);
+  EXPECT_EQ(totals->lost_bytes, 4096u);
+
+  Recorder t101;  // a thread of the same process as 100: same image, its own stretch
+  options.tid = 101;
+  totals = DecodeContainer(path_, options, t101);
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_THAT(t101.streams, SizeIs(1));
+  EXPECT_EQ(t101.streams[0].pid, 100u);
+  ASSERT_THAT(t101.runs, SizeIs(2));
+  EXPECT_THAT(t101.runs[1], ElementsAreArray(cpu_.truths()[3]));
+  EXPECT_EQ(totals->instructions, Insns({3}));
+
+  Recorder none;  // a thread that never ran: nothing at all
+  options.tid = 999;
+  totals = DecodeContainer(path_, options, none);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(none.streams, SizeIs(0));
+  EXPECT_EQ(totals->instructions, 0u);
+  EXPECT_EQ(totals->streams, 0u);
+}
+
+TEST_F(TidFilterTest, PacketsOfATidAreThoseWhileItRuns) {
+  // By the TSC packets: each segment's PSB+ has its run's TSC.
+  auto tscs = [&](const ContainerOptions& options) {
+    std::FILE* out = std::tmpfile();
+    OutputOptions json;
+    json.json = true;
+    EXPECT_THAT(DumpContainerPackets(path_, options, out, json), IsOk());
+    std::vector<uint64_t> seen;
+    for (const auto& j : JsonLines(out)) {
+      if (j.value("packet", "") == "tsc") {
+        seen.push_back(std::stoull(j["tsc"].get<std::string>(), nullptr, 16));
+      }
+    }
+    return seen;
+  };
+  EXPECT_THAT(tscs({}), ElementsAreArray({1000u, 3000u, 5000u, 7000u, 9000u}));
+  ContainerOptions options;
+  options.tid = 100;
+  EXPECT_THAT(tscs(options), ElementsAreArray({1000u, 9000u}));
+  options.tid = 200;
+  EXPECT_THAT(tscs(options), ElementsAreArray({3000u, 5000u}));
+}
+
+// The JSON lines of `ptdecode packets` on `path`.
+std::vector<nlohmann::json> PacketLines(const std::string& path, const ContainerOptions& options) {
+  std::FILE* out = std::tmpfile();
+  OutputOptions json;
+  json.json = true;
+  EXPECT_THAT(DumpContainerPackets(path, options, out, json), IsOk());
+  return JsonLines(out);
+}
+
+// The JSON lines of DumpPackets over raw bytes.
+std::vector<nlohmann::json> RawPacketLines(std::span<const uint8_t> bytes) {
+  std::FILE* out = std::tmpfile();
+  OutputOptions json;
+  json.json = true;
+  EXPECT_THAT(DumpPackets(bytes, {}, out, json), IsOk());
+  return JsonLines(out);
+}
+
+TEST_F(ContainerTest, PacketsOfEveryStreamWithStreamOffsetsAndLoss) {
+  std::vector<nlohmann::json> lines = PacketLines(path_, {});
+  // Piece A dumps as the raw bytes do (it starts at AUX offset 0).
+  auto a = RawPacketLines(bytes_a_);
+  ASSERT_FALSE(a.empty());
+  size_t i = 0;
+  ASSERT_GT(lines.size(), a.size() + 3);
+  EXPECT_EQ(lines[i]["stream"], "cpu 0");
+  EXPECT_EQ(lines[i]["pid"], 100);
+  ++i;
+  for (const auto& p : a) EXPECT_EQ(lines[i++], p);
+  EXPECT_EQ(lines[i]["loss"], LossKindName(LossKind::kAuxTruncated));
+  EXPECT_EQ(lines[i]["aux_offset"], bytes_a_.size());
+  EXPECT_EQ(lines[i]["bytes"], 4096);
+  ++i;
+  // Piece B starts at AUX offset bytes_a_.size(): its first packet is a PSB there.
+  EXPECT_EQ(lines[i]["packet"], "psb");
+  EXPECT_EQ(lines[i]["offset"], bytes_a_.size());
+  size_t b = i;
+  while (i < lines.size() && !lines[i].contains("stream")) ++i;
+  ASSERT_LT(i, lines.size());
+  EXPECT_EQ(lines[i]["stream"], "tid 200");
+  // B's packets are those of the raw bytes of B, AUX-offset based.
+  std::vector<nlohmann::json> b_lines(lines.begin() + b, lines.begin() + i);
+  for (size_t k = 1; k < b_lines.size(); ++k) {
+    EXPECT_GT(b_lines[k]["offset"].get<uint64_t>(), b_lines[k - 1]["offset"].get<uint64_t>());
+  }
+
+  ContainerOptions only_tid;
+  only_tid.tid = 200;
+  std::vector<nlohmann::json> tid = PacketLines(path_, only_tid);
+  ASSERT_FALSE(tid.empty());
+  EXPECT_EQ(tid[0]["stream"], "tid 200");
+  for (size_t k = 1; k < tid.size(); ++k) EXPECT_FALSE(tid[k].contains("stream"));
+}
+
+TEST_F(ContainerTest, PacketsAsText) {
+  std::FILE* out = std::tmpfile();
+  ASSERT_THAT(DumpContainerPackets(path_, {}, out, {}), IsOk());
+  std::string text = ::ptkit::decoder::testing::ReadAll(out);
+  std::fclose(out);
+  EXPECT_THAT(text, ::testing::StartsWith("[stream cpu 0: pid 100 (tiny), "));
+  EXPECT_THAT(text, ::testing::HasSubstr(fmt::format("[loss: aux-truncated at aux offset {:#x}, "
+                                                     "4096 bytes]\n{:016x}  psb",
+                                                     bytes_a_.size(), bytes_a_.size())));
+  EXPECT_THAT(text, ::testing::HasSubstr("[stream tid 200: pid 200, "));
+}
+
+TEST(ContainerInput, AFlaggedAuxRecordAndItsLossRecordAreOneLossPoint) {
+  // Both name the loss the container's way (LossKindName), so the record's flag and the loss
+  // record meet at one point, with the loss record's bytes.
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_loss.pt");
+  auto writer = NewContainer(path, nlohmann::json::object());
+  ASSERT_THAT(writer, IsOk());
+  const StreamId cpu1{StreamKind::kCpu, 1};
+  const std::vector<uint8_t> pad(64, 0);
+  for (auto [flag, kind] : {std::pair{kAuxCollision, LossKind::kAuxCollision},
+                            std::pair{kAuxTruncated, LossKind::kAuxTruncated},
+                            std::pair{kAuxPartial, LossKind::kAuxPartial}}) {
+    ASSERT_THAT((*writer)->AppendAux({cpu1, 0, flag, 10, pad}), IsOk());
+    ASSERT_THAT((*writer)->AppendLoss({cpu1, kind, 1, 777, 11, pad.size()}), IsOk());
+  }
+  ASSERT_THAT((*writer)->AppendAux({cpu1, 0, 0, 10, pad}), IsOk());
+  ASSERT_THAT((*writer)->AppendAux({cpu1, 1000, 0, 10, pad}), IsOk());  // a jump
+  ASSERT_THAT((*writer)->Close(), IsOk());
+  Recorder rec;
+  auto totals = DecodeContainer(path, {}, rec);
+  std::remove(path.c_str());
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_THAT(rec.losses, SizeIs(4));
+  EXPECT_EQ(rec.losses[0].kind, LossKindName(LossKind::kAuxCollision));
+  EXPECT_EQ(rec.losses[1].kind, LossKindName(LossKind::kAuxTruncated));
+  EXPECT_EQ(rec.losses[2].kind, LossKindName(LossKind::kAuxPartial));
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(rec.losses[i].bytes, 777u);
+  EXPECT_EQ(rec.losses[3].kind, kLossDiscontinuity);
+  EXPECT_EQ(rec.losses[3].bytes, 1000u - pad.size());
+  EXPECT_EQ(totals->lost_bytes, 3 * 777u + 1000u - pad.size());
+}
+
+// --- The AUX spool ---------------------------------------------------------------------------
+
+std::vector<uint8_t> Pattern(size_t n, uint32_t seed) {
+  std::vector<uint8_t> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (uint8_t& b : v) {
+    x = x * 1664525u + 1013904223u;
+    b = static_cast<uint8_t>(x >> 24);
+  }
+  return v;
+}
+
+TEST(AuxSpoolTest, InterleavedRunsMapBackContiguous) {
+  auto spool = AuxSpool::Create(AuxSpool::Dirs(""));
+  ASSERT_THAT(spool, IsOk());
+  // Two streams written in turns, in odd-sized chunks, so each run has several extents that
+  // are not next to each other in the file.
+  std::vector<uint8_t> a = Pattern(5 * 1000 * 1000 + 123, 1), b = Pattern(3 * 1000 * 1000, 2);
+  SpoolRun ra, rb;
+  const size_t chunk = 333331;
+  for (size_t ia = 0, ib = 0; ia < a.size() || ib < b.size(); ia += chunk, ib += chunk) {
+    if (ia < a.size()) {
+      ASSERT_THAT(spool->Append(ra, std::span(a).subspan(ia, std::min(chunk, a.size() - ia))),
+                  IsOk());
+    }
+    if (ib < b.size()) {
+      ASSERT_THAT(spool->Append(rb, std::span(b).subspan(ib, std::min(chunk, b.size() - ib))),
+                  IsOk());
+    }
+  }
+  EXPECT_EQ(ra.size, a.size());
+  EXPECT_GE(ra.extents.size(), 3u);
+  for (size_t i = 1; i < ra.extents.size(); ++i) {
+    EXPECT_NE(ra.extents[i].file_offset, ra.extents[i - 1].file_offset + ra.extents[i - 1].capacity)
+        << "extent " << i << " follows the previous one: the test would not test stitching";
+  }
+  auto va = spool->Map(ra);
+  auto vb = spool->Map(rb);
+  ASSERT_THAT(va, IsOk());
+  ASSERT_THAT(vb, IsOk());
+  ASSERT_EQ(va->bytes().size(), a.size());
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), va->bytes().begin()));
+  EXPECT_TRUE(std::equal(b.begin(), b.end(), vb->bytes().begin(), vb->bytes().end()));
+  // Dropping pages from the process never changes what is read.
+  va->ReleaseBefore(a.size() - 1);
+  EXPECT_TRUE(std::equal(a.begin(), a.end(), va->bytes().begin()));
+  // An empty run maps to nothing.
+  auto empty = spool->Map(SpoolRun{});
+  ASSERT_THAT(empty, IsOk());
+  EXPECT_TRUE(empty->bytes().empty());
+}
+
+TEST(AuxSpoolTest, DirectoriesAndTheErrorWhenNoneIsWritable) {
+  EXPECT_THAT(AuxSpool::Dirs("/some/dir"), ElementsAreArray({"/some/dir", "/tmp"}));
+  const char* old = std::getenv("TMPDIR");
+  std::string saved = old ? old : "";
+  setenv("TMPDIR", "/from/env", 1);
+  EXPECT_THAT(AuxSpool::Dirs(""), ElementsAreArray({"/from/env", "/tmp"}));
+  unsetenv("TMPDIR");
+  EXPECT_THAT(AuxSpool::Dirs(""), ElementsAreArray({"/tmp"}));
+  if (old) setenv("TMPDIR", saved.c_str(), 1);
+
+  auto fallback = AuxSpool::Create({"/nonexistent/ptkit", "/tmp"});
+  ASSERT_THAT(fallback, IsOk());
+  EXPECT_EQ(fallback->dir(), "/tmp");
+  auto none = AuxSpool::Create({"/nonexistent/a", "/nonexistent/b"});
+  EXPECT_THAT(none, StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(
+      std::string(none.status().message()),
+      ::testing::AllOf(::testing::HasSubstr("/nonexistent/a"),
+                       ::testing::HasSubstr("/nonexistent/b"), ::testing::HasSubstr("TMPDIR")));
+}
+
+TEST_F(ContainerTest, APieceAcrossSpoolExtentsDecodesExactly) {
+  // cpu 0 holds padding that ends just before the first spool extent does, then a trace that
+  // goes on in the next extent, after the extent another stream took meanwhile.
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_extents.pt");
+  auto writer = NewContainer(path, nlohmann::json::object());
+  ASSERT_THAT(writer, IsOk());
+  const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
+  ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(*code_, 300, text, kTiny)}), IsOk());
+  // The first extent (1 MiB) ends 3 bytes after the split, inside the first PSB.
+  const size_t split = 7;
+  std::vector<uint8_t> first((1 << 20) - split - 3, 0);  // PAD packets
+  first.insert(first.end(), bytes_a_.begin(), bytes_a_.begin() + split);
+  const std::vector<uint8_t> rest(bytes_a_.begin() + split, bytes_a_.end());
+  const StreamId t300{StreamKind::kThread, 300}, t301{StreamKind::kThread, 301};
+  ASSERT_THAT((*writer)->AppendAux({t300, 0, 0, 10, first}), IsOk());
+  ASSERT_THAT((*writer)->AppendAux({t301, 0, 0, 10, std::vector<uint8_t>(5000, 0)}), IsOk());
+  ASSERT_THAT((*writer)->AppendAux({t300, first.size(), 0, 10, rest}), IsOk());
+  ASSERT_THAT((*writer)->Close(), IsOk());
+  Recorder rec;
+  ContainerOptions options;
+  options.tid = 300;
+  auto totals = DecodeContainer(path, options, rec);
+  std::remove(path.c_str());
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(rec.errors, SizeIs(0));
+  ASSERT_THAT(rec.runs, SizeIs(2));
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(truth_a_));
 }
 
 TEST(ContainerInput, ReadBuildIdReadsTheGnuNote) {
@@ -493,27 +850,13 @@ TEST_F(ContainerTest, ABuildIdMismatchIsAWarningNamingTheFile) {
   // The fixture's recording, plus process 300 whose MMAP2 names tiny.elf with a build-id the
   // file does not have.
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_buildid.pt");
-  WriterOptions wo;
-  wo.overwrite = true;
-  auto writer = ContainerWriter::Create(path, wo);
+  auto writer = NewContainer(path, kPtMetadata);
   ASSERT_THAT(writer, IsOk());
-  nlohmann::json metadata = {
-      {"attrs",
-       {{{"name", "intel_pt"}, {"sample_type", kLayout.sample_type}, {"sample_id_all", true}}}}};
-  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
   const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
   const std::vector<uint8_t> recorded_id = {0xde, 0xad, 0xbe, 0xef, 1,  2,  3,  4,  5,  6,
                                             7,    8,    9,    10,   11, 12, 13, 14, 15, 16};
-  perf::Mmap2 m;
-  m.pid = m.tid = 300;
-  m.addr = text;
-  m.len = 0x1000;
-  m.pgoff = code_->FileOffset(text);
-  m.prot = 5;
-  m.filename = kTiny;
-  m.build_id = recorded_id;
-  m.sample_id = Id(300, 300, 6, 0);
-  ASSERT_THAT((*writer)->AppendSideband({-1, perf::EncodeMmap2(m, kLayout)}), IsOk());
+  ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(*code_, 300, text, kTiny, recorded_id)}),
+              IsOk());
   ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 10, bytes_a_}), IsOk());
   ASSERT_THAT((*writer)->Close(), IsOk());
   Recorder rec;
