@@ -620,8 +620,9 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     Land(t, ip);
     return Resume(tid, 0);
   }
-  PTKIT_ASSIGN_OR_RETURN(const InsnInfo* info, Info(t, t.pending_ip));
-  if (ip == t.pending_ip && (info->rep || info->cls == InsnClass::kOther)) {
+  PTKIT_ASSIGN_OR_RETURN(const InsnInfo* cached, Info(t, t.pending_ip));
+  const InsnInfo info = *cached;  // a copy: Invalidate() below frees the cache
+  if (ip == t.pending_ip && (info.rep || info.cls == InsnClass::kOther)) {
     // One more iteration of a rep string instruction (it retires once, at the end).
     return Resume(tid, 0);
   }
@@ -631,13 +632,13 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     ++result_.instructions;
   }
   events_.clear();
-  const bool syscall = info->cls == InsnClass::kSyscall;
+  const bool syscall = info.cls == InsnClass::kSyscall;
   if (syscall && IsMapSyscall(regs.orig_rax)) {
     // Code may have been mapped, unmapped or changed: decode afresh from now on.
     Invalidate(t.pid);
     if (filtering_) Resolve(t);
   }
-  AppendFilteredStepEvents(t.pending_ip, *info, ip, traced, Traced(t, ip), events_);
+  AppendFilteredStepEvents(t.pending_ip, info, ip, traced, Traced(t, ip), events_);
   for (const swpt::Event& e : events_) Emit(t, e);
   Land(t, ip);
   PTKIT_RETURN_IF_ERROR(MaybeFastForward(t, regs));
