@@ -353,7 +353,10 @@ TEST(RecordKernelTest, DisablingATraceSourceDisablesItsPeersNotItsTracking) {
     return r.ok() ? r->time_enabled : 0;
   };
   auto spin = [] {
-    for (volatile int i = 0; i < 5'000'000; i = i + 1) {
+    uint64_t x = 0;
+    for (int i = 0; i < 5'000'000; ++i) {
+      x += static_cast<uint64_t>(i);
+      asm volatile("" : "+r"(x));  // keeps the loop
     }
   };
   ASSERT_THAT(source.Enable(), IsOk());
