@@ -107,7 +107,7 @@ std::vector<uint64_t> Decode(std::vector<uint8_t>& pt, const CodeMap& code, int*
         if (status < 0) break;
       }
       if (status < 0) break;
-      pt_insn insn;
+      pt_insn insn{};  // unset (ptic_error) when pt_insn_next decodes nothing
       status = pt_insn_next(dec, &insn, sizeof(insn));
       if (insn.iclass != ptic_error) ips.push_back(insn.ip);
       if (status < 0) break;
@@ -143,8 +143,15 @@ void ExpectDecodesToTruth(EncodingSink& sink) {
     int errors = 0;
     std::vector<uint64_t> decoded = Decode(t.pt, sink.code[t.pid], &errors);
     EXPECT_EQ(errors, 0);
-    ASSERT_EQ(decoded.size(), t.truth.size());
-    EXPECT_TRUE(decoded == t.truth);
+    size_t same = 0;
+    while (same < decoded.size() && same < t.truth.size() && decoded[same] == t.truth[same]) {
+      ++same;
+    }
+    EXPECT_EQ(same, t.truth.size()) << "first difference at instruction " << same << ": decoded 0x"
+                                    << std::hex << (same < decoded.size() ? decoded[same] : 0)
+                                    << ", ran 0x"
+                                    << (same < t.truth.size() ? t.truth[same] : 0);
+    EXPECT_EQ(decoded.size(), t.truth.size());
   }
 }
 
