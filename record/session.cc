@@ -142,6 +142,13 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   if (targets > 1) {
     return Usage(absl::InvalidArgumentError("choose one target: -- command, -p PID, -t TID or -a"));
   }
+  // perf's filter syntax with symbols, resolved to the file offsets the kernel takes.
+  std::string kernel_filter;
+  if (!o.filter.empty() && !o.sideband_only) {
+    PTKIT_ASSIGN_OR_RETURN(std::vector<AddressFilter> filters,
+                           Usage(ParseAddressFilters(o.filter)));
+    kernel_filter = KernelFilterString(filters);
+  }
   if (o.per_thread && (o.all_cpus || !o.cpu_list.empty())) {
     return Usage(absl::InvalidArgumentError("--per-thread cannot be combined with -a or -C"));
   }
@@ -259,13 +266,6 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   }
   const uint64_t nrings = slots.size();
   const MlockLimits limits = ReadMlockLimits();
-
-  // perf's filter syntax with symbols, resolved to the file offsets the kernel takes.
-  std::string kernel_filter;
-  if (!o.filter.empty() && !o.sideband_only) {
-    PTKIT_ASSIGN_OR_RETURN(std::vector<AddressFilter> filters, ParseAddressFilters(o.filter));
-    kernel_filter = KernelFilterString(filters);
-  }
 
   std::vector<std::unique_ptr<KernelTraceSource>> sources;
   for (const Slot& s : slots) {

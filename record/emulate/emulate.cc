@@ -215,13 +215,21 @@ absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text) {
 absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   std::vector<record::AddressFilter> filters;
   if (!options.filter.empty()) {
-    PTKIT_ASSIGN_OR_RETURN(filters, record::ParseAddressFilters(options.filter));
+    // A bad filter is a bad option value: ptrecord exits 2.
+    auto usage = [](absl::Status s) {
+      s.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+      return s;
+    };
+    absl::StatusOr<std::vector<record::AddressFilter>> parsed =
+        record::ParseAddressFilters(options.filter);
+    if (!parsed.ok()) return usage(parsed.status());
+    filters = *std::move(parsed);
     for (const record::AddressFilter& f : filters) {
       if (f.action != record::AddressFilter::Action::kFilter || f.file.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat(
+        return usage(absl::InvalidArgumentError(absl::StrCat(
             "--emulate supports 'filter' regions of files only (not start, stop, tracestop or "
             "kernel addresses): '",
-            options.filter, "'"));
+            options.filter, "'")));
       }
     }
   }

@@ -119,11 +119,11 @@ TEST_F(EmulateCliTest, AFilterThatCannotBeEmulatedIsAnErrorNamingIt) {
   const std::string fib = PROGRAM_DIR "/emulate_fib";
   auto r = RunCommand({PTRECORD_PATH, "--emulate", "--filter", "start main @ " + fib, "-o",
                        dir_.File("t.pt"), "--", fib});
-  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("'filter' regions"));
   r = RunCommand({PTRECORD_PATH, "--emulate", "--filter", "filter no_such_function @ " + fib, "-o",
                   dir_.File("t.pt"), "--", fib});
-  EXPECT_NE(r.exit_code, 0);
+  EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("no_such_function"));
 }
 

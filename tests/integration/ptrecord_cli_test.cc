@@ -90,6 +90,12 @@ TEST(PtrecordCliTest, UsageErrorsExit2WithOneLine) {
       Ptrecord(dir.path(), "--sysfs-root " + kFixture + " --event 'intel_pt/cycles/' -- /bin/true");
   EXPECT_EQ(term.code, 2);
   EXPECT_THAT(term.err, HasSubstr("valid terms: branch, cyc,"));
+  // A filter naming a symbol the file does not have (checked before the PMU is looked up).
+  const CliRun filter =
+      Ptrecord(dir.path(), "--filter 'filter no_such_symbol @ " + kPtrecord + "' -- /bin/true");
+  EXPECT_EQ(filter.code, 2) << filter.err;
+  EXPECT_EQ(Lines(filter.err), 1) << filter.err;
+  EXPECT_THAT(filter.err, HasSubstr("no symbol 'no_such_symbol'"));
 }
 
 TEST(PtrecordCliTest, ProgramNotFoundExits127) {
