@@ -328,6 +328,13 @@ absl::Status Spool(Recording& r, const ContainerOptions& options, SpoolRun& run,
   return r.spool->Append(run, bytes);
 }
 
+// Whether the options can select the stream: the AUX bytes of others are not even spooled.
+bool MaySelect(const ContainerOptions& options, const Recording::Key& key) {
+  if (options.snapshot && key.snapshot != static_cast<int64_t>(*options.snapshot)) return false;
+  if (options.cpu && (key.id.kind != StreamKind::kCpu || key.id.id != *options.cpu)) return false;
+  return !options.tid || key.id.kind != StreamKind::kThread || key.id.id == *options.tid;
+}
+
 absl::StatusOr<Recording> ReadRecording(const std::string& path, const ContainerOptions& options) {
   PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
   Recording r;
@@ -351,7 +358,7 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
       }
       case RecordType::kAux: {
         auto aux = ParseAux(rec.payload);
-        if (!aux.ok()) break;
+        if (!aux.ok() || !MaySelect(options, {aux->stream, -1})) break;
         Stream& s = r.streams[{aux->stream, -1}];
         if (!s.pieces.empty() && aux->aux_offset > s.next_aux) {
           s.pending_losses.push_back(
@@ -391,7 +398,10 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
       }
       case RecordType::kSnapshot: {
         auto snap = ParseSnapshot(rec.payload);
-        if (!snap.ok()) break;
+        if (!snap.ok() ||
+            !MaySelect(options, {snap->stream, static_cast<int64_t>(snap->sequence)})) {
+          break;
+        }
         Stream& s = r.streams[{snap->stream, static_cast<int64_t>(snap->sequence)}];
         // A snapshot is the newest part of an overwritten ring: older trace is gone.
         s.pieces.push_back({snap->aux_head - snap->data.size(), snap->time, {}, {}});
@@ -433,8 +443,7 @@ std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& 
   for (const auto& [key, stream] : r.streams) {
     const StreamId& id = key.id;
     if (stream.pieces.empty()) continue;
-    if (options.snapshot && key.snapshot != static_cast<int64_t>(*options.snapshot)) continue;
-    if (options.cpu && (id.kind != StreamKind::kCpu || id.id != *options.cpu)) continue;
+    if (!MaySelect(options, key)) continue;
     Selected s;
     s.key = &key;
     s.stream = &stream;
