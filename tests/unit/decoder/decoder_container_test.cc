@@ -362,6 +362,16 @@ TEST_F(ContainerTest, FiltersSelectStreams) {
   ASSERT_THAT(DecodeContainer(path_, options, by_tid), IsOk());
   ASSERT_THAT(by_tid.streams, SizeIs(1));
   EXPECT_EQ(by_tid.streams[0].name, "tid 200");
+  // No time conversion in this recording: a CPU stream cannot be split by task, so it is
+  // decoded whole when its first task is the thread.
+  Recorder first_task;
+  options.tid = 100;
+  auto whole = DecodeContainer(path_, options, first_task);
+  ASSERT_THAT(whole, IsOk());
+  ASSERT_THAT(first_task.streams, SizeIs(1));
+  EXPECT_EQ(first_task.streams[0].name, "cpu 0");
+  EXPECT_EQ(whole->instructions, truth_a_.size() + truth_b_.size());
+  EXPECT_EQ(whole->losses, 1u);
   Recorder none;
   options = {};
   options.cpu = 7;
