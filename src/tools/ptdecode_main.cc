@@ -351,7 +351,9 @@ int main(int argc, char** argv) {
     }
     cmd->callback([&, i] { exit_code = RunDecode(flags[i], commands[i].factory); });
   }
-  CLI::App* packets = app.add_subcommand("packets", "Packet dump with offsets, like ptdump");
+  CLI::App* packets = app.add_subcommand(
+      "packets",
+      "Packet dump with offsets, like ptdump; trace.pt: each stream with its AUX offsets and loss");
   AddDecodeFlags(packets, flags.back(), true);
   packets->callback([&] { exit_code = RunPackets(flags.back()); });
 
