@@ -10,10 +10,10 @@
 // `sysroot`) or from code captured in the container (vdso, archived ranges), which wins.
 // A file that cannot be loaded becomes a gap naming it.
 //
-// Per-CPU streams switch images at context switches when the trace has timing and the
-// metadata a time conversion: the task running is looked up in the sideband (ITRACE_START,
-// SWITCH_CPU_WIDE) at each new trace time, so a switch is seen at the first timing packet
-// after it.
+// Per-CPU streams follow the scheduler when the trace has timing and the metadata a time
+// conversion: the task running is looked up in the sideband (ITRACE_START, SWITCH_CPU_WIDE)
+// at each new trace time, so a switch is seen at the first timing packet after it; every
+// thread change is an OnStream with context_switch, and the images change with the process.
 //
 // Memory stays bounded however long the trace is: AUX bytes are not kept in memory but
 // spooled into an unlinked temporary file (AuxSpool) that is mapped read-only piece by piece
