@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "decoder/bts.h"
+#include "decoder/ipt_handles.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
@@ -438,7 +439,28 @@ struct Selected {
   bool by_task = false;
 };
 
-std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& options) {
+// The perf time a stream starts at: per-CPU PT with a time conversion, that of its first TSC
+// packet (in the first PSB+); otherwise, that of its first AUX record (written when the data
+// was drained, so possibly long after the trace began).
+uint64_t StartTime(const Recording& r, const Recording::Key& key, const Stream& stream,
+                   const TraceConfig& config) {
+  const Piece& first = stream.pieces.front();
+  if (key.id.kind != StreamKind::kCpu || !r.time || r.bts) return first.time;
+  absl::StatusOr<SpoolView> view = r.spool->Map(first.run);
+  if (!view.ok() || view->bytes().empty()) return first.time;
+  absl::StatusOr<pt_config> pt = MakePtConfig(view->bytes(), config);
+  if (!pt.ok()) return first.time;
+  PacketDecoderPtr dec(pt_pkt_alloc_decoder(&*pt));
+  if (!dec || pt_pkt_sync_forward(dec.get()) < 0) return first.time;
+  pt_packet packet;
+  for (int i = 0; i < 4096 && pt_pkt_next(dec.get(), &packet, sizeof(packet)) >= 0; ++i) {
+    if (packet.type == ppt_tsc) return r.time->ToPerfTime(packet.payload.tsc.tsc);
+  }
+  return first.time;
+}
+
+std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& options,
+                                    const TraceConfig& config) {
   std::vector<Selected> out;
   for (const auto& [key, stream] : r.streams) {
     const StreamId& id = key.id;
@@ -448,11 +470,11 @@ std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& 
     s.key = &key;
     s.stream = &stream;
     uint32_t pid = 0, tid = 0;
+    const uint64_t start = StartTime(r, key, stream, config);
     if (id.kind == StreamKind::kThread) {
       tid = static_cast<uint32_t>(id.id);
       pid = r.timeline.PidOfTid(tid).value_or(tid);
-    } else if (auto task =
-                   r.timeline.TaskOnCpu(static_cast<uint32_t>(id.id), stream.pieces.front().time)) {
+    } else if (auto task = r.timeline.TaskOnCpu(static_cast<uint32_t>(id.id), start)) {
       pid = task->pid;
       tid = task->tid;
     } else if (std::vector<uint32_t> pids = r.timeline.Pids(); pids.size() == 1) {
@@ -464,7 +486,7 @@ std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& 
         key.snapshot < 0 ? StreamName(id) : Cat(StreamName(id), " snapshot ", key.snapshot);
     s.info.pid = pid;
     s.info.tid = tid;
-    s.info.comm = tid != 0 ? r.timeline.CommAt(tid, stream.pieces.front().time) : "";
+    s.info.comm = tid != 0 ? r.timeline.CommAt(tid, start) : "";
     s.info.bytes = stream.bytes;
     out.push_back(std::move(s));
   }
@@ -542,7 +564,7 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
   ImageCache images(r, options.sysroot);
 
   DecodeTotals totals;
-  for (Selected& s : SelectStreams(r, options)) {
+  for (Selected& s : SelectStreams(r, options, config)) {
     PTKIT_ASSIGN_OR_RETURN(s.info.image, images.For(s.info.pid));
     StreamSink out(sink, s.by_task ? options.tid : std::nullopt);
     out.Begin(s.info);
@@ -596,7 +618,7 @@ absl::Status DumpContainerPackets(const std::string& path, const ContainerOption
         Cat(path, ": an intel_bts recording has branch records, not Intel PT packets"));
   }
   TraceConfig config = options.config ? *options.config : TraceConfigFromMetadata(r.metadata);
-  for (const Selected& s : SelectStreams(r, options)) {
+  for (const Selected& s : SelectStreams(r, options, config)) {
     PacketContext context;
     context.stream = &s.info;
     // Filtered by task: the packets while the thread runs, by the last TSC packet's time.

@@ -441,8 +441,9 @@ class SwitchingCpu {
   };
   static std::string Golden() { return std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/golden.elf"; }
 
-  // Writes the container to `path`; truths() gives each run's instructions.
-  void Write(const std::string& path, const std::vector<Run>& runs) {
+  // Writes the container to `path`; truths() gives each run's instructions. The AUX records
+  // have perf time `aux_time` (when the data was drained).
+  void Write(const std::string& path, const std::vector<Run>& runs, uint64_t aux_time = 30) {
     auto tiny = ElfCode::Load(kTiny);
     auto gold = ElfCode::Load(Golden());
     ASSERT_THAT(tiny, IsOk());
@@ -495,7 +496,7 @@ class SwitchingCpu {
         add(perf::EncodeSwitch(in, kLayout));
       }
       if (r.truncated_before) {
-        ASSERT_THAT((*writer)->AppendAux({cpu0, aux_offset, kAuxTruncated, 20, aux}), IsOk());
+        ASSERT_THAT((*writer)->AppendAux({cpu0, aux_offset, kAuxTruncated, aux_time, aux}), IsOk());
         aux_offset += aux.size();
         ASSERT_THAT((*writer)->AppendLoss({cpu0, LossKind::kAuxTruncated, 1, 4096, 21, aux_offset}),
                     IsOk());
@@ -504,7 +505,7 @@ class SwitchingCpu {
       std::vector<uint8_t> bytes = synth.bytes();
       aux.insert(aux.end(), bytes.begin(), bytes.end());
     }
-    ASSERT_THAT((*writer)->AppendAux({cpu0, aux_offset, 0, 30, aux}), IsOk());
+    ASSERT_THAT((*writer)->AppendAux({cpu0, aux_offset, 0, aux_time, aux}), IsOk());
     ASSERT_THAT((*writer)->AppendSideband({0, sb}), IsOk());
     ASSERT_THAT((*writer)->Close(), IsOk());
   }
@@ -517,8 +518,11 @@ class SwitchingCpu {
 TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_switch.pt");
   SwitchingCpu cpu;
-  cpu.Write(path, {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 21},
-                   {.pid = 200, .tid = 200, .tsc = 3000, .seed = 7}});
+  // The AUX record is written after the switch, but the stream starts with 100 (by its TSC).
+  cpu.Write(path,
+            {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 21},
+             {.pid = 200, .tid = 200, .tsc = 3000, .seed = 7}},
+            /*aux_time=*/5000);
   Recorder rec;
   auto totals = DecodeContainer(path, {}, rec);
   std::remove(path.c_str());
