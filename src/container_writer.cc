@@ -6,8 +6,10 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <algorithm>
 #include <deque>
 #include <map>
+#include <span>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -24,6 +26,9 @@ constexpr size_t kDirectWriteSize = size_t{32} << 10;
 constexpr size_t kMinCompressSize = 128;
 // Payload buffers kept for reuse after they are written.
 constexpr size_t kPoolBuffers = 16;
+// With a compression helper, records are compressed in chunks of this many (the helper takes
+// every other one), then written in order.
+constexpr size_t kChunkItems = 8;
 
 struct Item {
   uint16_t type;
@@ -33,6 +38,16 @@ struct Item {
 struct CCtxDeleter {
   void operator()(ZSTD_CCtx* c) const { ZSTD_freeCCtx(c); }
 };
+
+// Compresses `payload` into `out` (kept at least at the bound, so it never refills) and
+// returns the compressed size, or 0 when compression does not save at least 1/16 of the bytes.
+size_t Compress(ZSTD_CCtx* cctx, std::span<const uint8_t> payload, std::vector<uint8_t>& out) {
+  if (payload.size() < kMinCompressSize) return 0;
+  const size_t bound = ZSTD_compressBound(payload.size());
+  if (out.size() < bound) out.resize(bound);
+  size_t n = ZSTD_compress2(cctx, out.data(), out.size(), payload.data(), payload.size());
+  return !ZSTD_isError(n) && n < payload.size() - payload.size() / 16 ? n : 0;
+}
 
 // Writes all of `iov` with writev, resuming after partial writes and EINTR.
 absl::Status WriteAll(int fd, iovec* iov, int iovcnt, const std::string& name) {
@@ -80,6 +95,16 @@ struct ContainerWriter::State {
   // Owned by the writer thread.
   std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx;
   std::vector<uint8_t> zbuf;
+  std::vector<uint8_t> zbufs[kChunkItems];  // a chunk's compressed records
+  size_t zsizes[kChunkItems] = {};
+
+  // The compression helper: compresses the records `helper_job` names into zbufs/zsizes.
+  std::unique_ptr<ZSTD_CCtx, CCtxDeleter> helper_cctx;
+  std::thread helper;
+  absl::Mutex hmu;
+  std::vector<std::pair<size_t, std::span<const uint8_t>>> helper_job ABSL_GUARDED_BY(hmu);
+  bool helper_busy ABSL_GUARDED_BY(hmu) = false;
+  bool helper_stop ABSL_GUARDED_BY(hmu) = false;
   std::vector<uint8_t> buffer;
   uint64_t sequence = 0;
   uint64_t processed = 0;  // records placed in `buffer` or written
@@ -94,6 +119,14 @@ struct ContainerWriter::State {
 
   absl::Status FlushBuffer();
   absl::Status WriteRecord(uint16_t type, std::span<const uint8_t> payload);
+  // Writes a record whose payload is stored as `stored` (zstd-compressed when `zstd`).
+  // Writes a record whose payload (`raw_size` bytes) is stored as `stored`.
+  absl::Status WriteStored(uint16_t type, size_t raw_size, std::span<const uint8_t> stored,
+                           bool zstd);
+  void UpdateStats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Writes a chunk of records (at most kChunkItems), compressed by this thread and the helper.
+  absl::Status WriteChunk(std::span<Item> items);
+  void RunHelper();
   absl::Status WriteFooter();
   void Run();
   void Fail(const absl::Status& s);
@@ -120,20 +153,66 @@ absl::Status ContainerWriter::State::FlushBuffer() {
 }
 
 absl::Status ContainerWriter::State::WriteRecord(uint16_t type, std::span<const uint8_t> payload) {
+  const size_t n = options.compress ? Compress(cctx.get(), payload, zbuf) : 0;
+  return WriteStored(type, payload.size(),
+                     n != 0 ? std::span<const uint8_t>(zbuf.data(), n) : payload, n != 0);
+}
+
+void ContainerWriter::State::RunHelper() {
+  for (;;) {
+    std::vector<std::pair<size_t, std::span<const uint8_t>>> job;
+    {
+      absl::MutexLock lock(&hmu);
+      auto ready = [this]() ABSL_SHARED_LOCKS_REQUIRED(hmu) {
+        return !helper_job.empty() || helper_stop;
+      };
+      hmu.Await(absl::Condition(&ready));
+      if (helper_job.empty()) return;
+      job.swap(helper_job);
+    }
+    for (const auto& [slot, payload] : job) {
+      zsizes[slot] = Compress(helper_cctx.get(), payload, zbufs[slot]);
+    }
+    absl::MutexLock lock(&hmu);
+    helper_busy = false;
+  }
+}
+
+absl::Status ContainerWriter::State::WriteChunk(std::span<Item> items) {
+  if (!options.compress || helper_cctx == nullptr || items.size() < 2) {
+    for (Item& item : items) PTKIT_RETURN_IF_ERROR(WriteRecord(item.type, item.payload));
+    return absl::OkStatus();
+  }
+  {
+    absl::MutexLock lock(&hmu);
+    for (size_t i = 1; i < items.size(); i += 2) helper_job.emplace_back(i, items[i].payload);
+    helper_busy = true;
+  }
+  for (size_t i = 0; i < items.size(); i += 2) {
+    zsizes[i] = Compress(cctx.get(), items[i].payload, zbufs[i]);
+  }
+  {
+    absl::MutexLock lock(&hmu);
+    auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(hmu) { return !helper_busy; };
+    hmu.Await(absl::Condition(&done));
+  }
+  for (size_t i = 0; i < items.size(); ++i) {
+    const std::span<const uint8_t> payload = items[i].payload;
+    const bool z = zsizes[i] != 0;
+    PTKIT_RETURN_IF_ERROR(
+        WriteStored(items[i].type, payload.size(),
+                    z ? std::span<const uint8_t>(zbufs[i].data(), zsizes[i]) : payload, z));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ContainerWriter::State::WriteStored(uint16_t type, size_t raw_size,
+                                                 std::span<const uint8_t> stored, bool zstd) {
   FrameHeader h;
   h.type = type;
   h.sequence = sequence;
-  h.raw_size = payload.size();
-  std::span<const uint8_t> stored = payload;
-  if (options.compress && payload.size() >= kMinCompressSize) {
-    zbuf.resize(ZSTD_compressBound(payload.size()));
-    size_t n = ZSTD_compress2(cctx.get(), zbuf.data(), zbuf.size(), payload.data(), payload.size());
-    // Compression pays when it saves at least 1/16 of the bytes.
-    if (!ZSTD_isError(n) && n < payload.size() - payload.size() / 16) {
-      stored = std::span<const uint8_t>(zbuf.data(), n);
-      h.flags |= kFrameZstd;
-    }
-  }
+  h.raw_size = raw_size;
+  if (zstd) h.flags |= kFrameZstd;
   h.stored_size = stored.size();
   h.checksum = XXH3_64bits(stored.data(), stored.size());
   uint8_t header[kFrameHeaderSize];
@@ -156,10 +235,16 @@ absl::Status ContainerWriter::State::WriteRecord(uint16_t type, std::span<const 
   FooterRecord::Kind& k = kinds[type];
   k.type = type;
   ++k.count;
-  k.raw_bytes += payload.size();
-  raw_bytes += payload.size();
+  k.raw_bytes += raw_size;
+  raw_bytes += raw_size;
   stored_bytes += total;
   return absl::OkStatus();
+}
+
+void ContainerWriter::State::UpdateStats() {
+  stats.records = sequence - (footer_written ? 1 : 0);
+  stats.raw_bytes = raw_bytes;
+  stats.stored_bytes = stored_bytes + kFileHeaderSize;
 }
 
 absl::Status ContainerWriter::State::WriteFooter() {
@@ -194,14 +279,19 @@ void ContainerWriter::State::Run() {
     }
     // After a write error nothing more is written: the caller has the error from every call.
     absl::Status status = failed ? absl::CancelledError("earlier write error") : absl::OkStatus();
-    for (Item& item : batch) {
-      if (status.ok()) status = WriteRecord(item.type, item.payload);
-      ++processed;
-      // Room for producers as each record is written, not after the whole batch: they fill
-      // the queue while the file is written.
+    std::vector<Item> items(std::make_move_iterator(batch.begin()),
+                            std::make_move_iterator(batch.end()));
+    for (size_t i = 0; i < items.size(); i += kChunkItems) {
+      std::span<Item> chunk(items.data() + i, std::min(kChunkItems, items.size() - i));
+      if (status.ok()) status = WriteChunk(chunk);
+      processed += chunk.size();
+      // Room for producers as records are written, not after the whole batch: they fill the
+      // queue while the file is written.
       absl::MutexLock lock(&mu);
-      queued_bytes -= item.payload.size();
-      if (pool.size() < kPoolBuffers) pool.push_back(std::move(item.payload));
+      for (Item& item : chunk) {
+        queued_bytes -= item.payload.size();
+        if (pool.size() < kPoolBuffers) pool.push_back(std::move(item.payload));
+      }
     }
     bool flush_due = flush_now || closing_now || absl::Now() - last_flush >= options.flush_interval;
     if (status.ok() && flush_due) {
@@ -215,9 +305,7 @@ void ContainerWriter::State::Run() {
     {
       absl::MutexLock lock(&mu);
       if (buffer.empty()) flushed = processed;
-      stats.records = sequence - (footer_written ? 1 : 0);
-      stats.raw_bytes = raw_bytes;
-      stats.stored_bytes = stored_bytes + kFileHeaderSize;
+      UpdateStats();
       if (closing_now) {
         if (::close(fd) != 0 && error.ok()) error = ErrnoStatus(absl::StrCat("close ", name));
         fd = -1;
@@ -265,6 +353,17 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
     return absl::InvalidArgumentError(
         absl::StrCat("zstd level ", options.zstd_level, ": ", ZSTD_getErrorName(z)));
   }
+  const int threads = options.compress_threads > 0
+                          ? options.compress_threads
+                          : (std::thread::hardware_concurrency() > 1 ? 2 : 1);
+  if (options.compress && threads > 1) {
+    state->helper_cctx.reset(ZSTD_createCCtx());
+    if (state->helper_cctx == nullptr) {
+      ::close(fd);
+      return absl::ResourceExhaustedError("cannot allocate a zstd compression context");
+    }
+    ZSTD_CCtx_setParameter(state->helper_cctx.get(), ZSTD_c_compressionLevel, options.zstd_level);
+  }
   state->buffer.reserve(kBufferSize);
   uint8_t header[kFileHeaderSize];
   EncodeFileHeader(header);
@@ -276,6 +375,7 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
   state->file_size = kFileHeaderSize;
   State* raw = state.get();
   state->thread = std::thread([raw] { raw->Run(); });
+  if (state->helper_cctx != nullptr) state->helper = std::thread([raw] { raw->RunHelper(); });
   return std::unique_ptr<ContainerWriter>(new ContainerWriter(std::move(state)));
 }
 
@@ -339,6 +439,13 @@ absl::Status ContainerWriter::Finish(bool footer) {
     s.abandon = !footer;
   }
   s.thread.join();
+  if (s.helper.joinable()) {
+    {
+      absl::MutexLock lock(&s.hmu);
+      s.helper_stop = true;
+    }
+    s.helper.join();
+  }
   absl::MutexLock lock(&s.mu);
   return s.error;
 }
