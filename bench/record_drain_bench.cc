@@ -1,7 +1,7 @@
 // Drain throughput: the simulated PMU fills half its AUX ring (one watermark), the Drainer
 // moves it into a ContainerWriter writing to /dev/null; 64 MiB per iteration. Producer and drain
 // share the calling thread (run under `taskset -c 0` for the 1-core figure); the writer thread
-// compresses and writes.
+// compresses and writes, with a helper thread when compress_threads is 2.
 #include <fcntl.h>
 
 #include <atomic>
@@ -56,6 +56,7 @@ void BM_DrainToContainer(benchmark::State& state) {
   WriterOptions wo;
   wo.compress = compress;
   wo.zstd_level = 1;
+  wo.compress_threads = static_cast<int>(state.range(2));
   auto writer =
       ContainerWriter::CreateFromFd(open("/dev/null", O_WRONLY | O_CLOEXEC), "/dev/null", wo);
   if (!writer.ok()) {
@@ -92,10 +93,12 @@ void BM_DrainToContainer(benchmark::State& state) {
                       : 0;
 }
 BENCHMARK(BM_DrainToContainer)
-    ->Args({0, 0})
-    ->Args({1, 0})
-    ->Args({1, 1})
-    ->ArgNames({"zstd", "loop"})
+    ->Args({0, 0, 1})
+    ->Args({1, 0, 1})
+    ->Args({1, 1, 1})
+    ->Args({1, 0, 2})
+    ->Args({1, 1, 2})
+    ->ArgNames({"zstd", "loop", "compress_threads"})
     ->UseRealTime();
 
 // A producer thread paced at range(0) MB/s for 0.5 s into a range(1)-page AUX ring, against

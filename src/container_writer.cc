@@ -183,13 +183,25 @@ absl::Status ContainerWriter::State::WriteChunk(std::span<Item> items) {
     for (Item& item : items) PTKIT_RETURN_IF_ERROR(WriteRecord(item.type, item.payload));
     return absl::OkStatus();
   }
+  // Split by bytes, not by count: records alternate between small (sideband) and large (AUX).
+  bool mine[kChunkItems] = {};
+  size_t my_bytes = 0, helper_bytes = 0;
   {
     absl::MutexLock lock(&hmu);
-    for (size_t i = 1; i < items.size(); i += 2) helper_job.emplace_back(i, items[i].payload);
-    helper_busy = true;
+    for (size_t i = 0; i < items.size(); ++i) {
+      const size_t n = items[i].payload.size();
+      mine[i] = my_bytes <= helper_bytes;
+      if (mine[i]) {
+        my_bytes += n;
+      } else {
+        helper_bytes += n;
+        helper_job.emplace_back(i, items[i].payload);
+      }
+    }
+    helper_busy = !helper_job.empty();
   }
-  for (size_t i = 0; i < items.size(); i += 2) {
-    zsizes[i] = Compress(cctx.get(), items[i].payload, zbufs[i]);
+  for (size_t i = 0; i < items.size(); ++i) {
+    if (mine[i]) zsizes[i] = Compress(cctx.get(), items[i].payload, zbufs[i]);
   }
   {
     absl::MutexLock lock(&hmu);
