@@ -222,6 +222,14 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("decode: 1 streams, " + std::to_string(instructions_) +
                                " instructions, 0 errors"));
+  // packets: the stream's header line, then exactly the raw trace's dump (offsets are the
+  // stream's).
+  r = RunPtdecode("packets " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  Result raw = RunPtdecode("packets --pt " + trace_);
+  ASSERT_EQ(raw.exit_code, 0) << raw.err;
+  ASSERT_THAT(r.out, StartsWith("[stream tid 300"));
+  EXPECT_EQ(r.out.substr(r.out.find('\n') + 1), raw.out);
   r = RunPtdecode("insn " + path + " --tid 301");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "");
