@@ -14,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <map>
 #include <unordered_map>
@@ -42,9 +43,9 @@ struct Thread {
   bool waiting_for_parent = false;  // --filter: first stop seen before the clone event
   bool tracing = false;             // its stream is enabled (the last event was an enable)
   bool free = false;                // --filter: running at full speed (PTRACE_SYSCALL), not stepped
-  bool resync = false;      // just switched to stepping in a syscall: a trap at pending_ip is
-                            // the switch, not a step
-  int deferred_signal = 0;  // a signal that arrived during an injected syscall
+  bool resync = false;  // just switched to stepping in a syscall: a trap at pending_ip is
+                        // the switch, not a step
+  std::deque<int> deferred_signals;  // signals that arrived during an injected syscall
 };
 
 // A run of pages holding filter regions, with the protection the workload gave them.
@@ -232,8 +233,9 @@ void Run::Land(Thread& t, uint64_t ip) {
 
 absl::Status Run::Resume(uint32_t tid, int sig) {
   Thread& t = threads_[tid];
-  if (sig == 0 && t.deferred_signal != 0) {
-    sig = std::exchange(t.deferred_signal, 0);
+  if (sig == 0 && !t.deferred_signals.empty()) {
+    sig = t.deferred_signals.front();  // one per resume, in the order they came
+    t.deferred_signals.pop_front();
     if (!t.free && Catches(t.pid, sig)) t.signal_to_handler = true;
   }
   if (t.free) {
@@ -360,7 +362,7 @@ absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_
       return absl::InternalError(absl::StrCat("thread ", t.tid, " ended in an injected syscall"));
     }
     if (WSTOPSIG(status) == SIGTRAP) break;
-    t.deferred_signal = WSTOPSIG(status);  // delivered when the thread goes on
+    t.deferred_signals.push_back(WSTOPSIG(status));  // delivered when the thread goes on
   }
   PTKIT_ASSIGN_OR_RETURN(user_regs_struct after, Regs(t.tid));
   if (after.rip != mm.gadget + 2) {
@@ -443,7 +445,7 @@ absl::Status Run::MaybeFastForward(Thread& t, const user_regs_struct& regs) {
   Mm& mm = mms_[t.mm];
   // No regions mapped yet (a library loaded later) is fine: mmap's syscall stops watch for them.
   if (!filtering_ || t.tracing || mm.threads != 1 || InSpans(mm.spans, regs.rip) ||
-      t.signal_to_handler || t.deferred_signal != 0 || !SafeToInject(regs)) {
+      t.signal_to_handler || !t.deferred_signals.empty() || !SafeToInject(regs)) {
     return absl::OkStatus();
   }
   PTKIT_RETURN_IF_ERROR(Arm(t));
