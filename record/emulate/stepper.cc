@@ -43,8 +43,6 @@ struct Thread {
   bool waiting_for_parent = false;  // --filter: first stop seen before the clone event
   bool tracing = false;             // its stream is enabled (the last event was an enable)
   bool free = false;                // --filter: running at full speed (PTRACE_SYSCALL), not stepped
-  bool resync = false;  // just switched to stepping in a syscall: a trap at pending_ip is
-                        // the switch, not a step
   std::deque<int> deferred_signals;  // signals that arrived during an injected syscall
 };
 
@@ -429,7 +427,6 @@ absl::Status Run::OnFreeStop(Thread& t, int sig) {
       if (mms_[t.mm].spans != mms_[t.mm].armed || armed != mms_[t.mm].armed) {
         // The regions' pages changed: step (outside them) until the next safe point re-arms.
         t.free = false;
-        t.resync = true;
         Land(t, regs.rip);
       }
     }
@@ -612,7 +609,6 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
   }
   PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(tid));
   const uint64_t ip = regs.rip;
-  if (std::exchange(t.resync, false) && ip == t.pending_ip) return Resume(tid, 0);
   if (t.signal_to_handler) {
     // The kernel stopped at the handler's first instruction; the one at pending_ip did not
     // retire (an asynchronous transfer, through the untraced kernel).

@@ -149,8 +149,7 @@ void ExpectDecodesToTruth(EncodingSink& sink) {
     }
     EXPECT_EQ(same, t.truth.size()) << "first difference at instruction " << same << ": decoded 0x"
                                     << std::hex << (same < decoded.size() ? decoded[same] : 0)
-                                    << ", ran 0x"
-                                    << (same < t.truth.size() ? t.truth[same] : 0);
+                                    << ", ran 0x" << (same < t.truth.size() ? t.truth[same] : 0);
     EXPECT_EQ(decoded.size(), t.truth.size());
   }
 }
