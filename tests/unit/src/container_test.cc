@@ -553,5 +553,55 @@ TEST(ContainerWriterTest, FileSizeLimitSurfacesAsAnErrorAndLeavesAReadableFile) 
       "File too large");
 }
 
+// A large record is written up to the last page boundary it reaches and its tail waits in
+// the buffer for the next write. When the file cannot grow, it is cut back to the last whole
+// record, not to the last byte written (which is inside a record).
+TEST(ContainerWriterTest, FileSizeLimitDuringLargeRecordsLeavesWholeRecordsOnly) {
+  TempDir dir;
+  FillUntilError(
+      dir.File("limited-large.pt"),
+      [] {
+        ::signal(SIGXFSZ, SIG_IGN);
+        rlimit lim{(512 << 10) + 1000, (512 << 10) + 1000};  // not on a page or record boundary
+        ::setrlimit(RLIMIT_FSIZE, &lim);
+      },
+      "File too large", 40 << 10);
+  // Without a Flush() between records, a record's tail is still buffered when the next
+  // record's pages are written and the limit is hit.
+  const std::string path = dir.File("limited-unflushed.pt");
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{(512 << 10) + 1000, (512 << 10) + 1000};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    WriterOptions o;
+    o.compress = false;
+    auto w = ContainerWriter::Create(path, o);
+    if (!w.ok()) _exit(3);
+    for (uint32_t i = 0; i < 40; ++i) {
+      std::vector<uint8_t> data = Pattern((40 << 10) + 100 * i, i, false);
+      if (!(*w)->AppendAux({.aux_offset = i, .data = data}).ok()) break;
+    }
+    _exit((*w)->Close().ok() ? 4 : 0);  // the limit must have been hit
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  auto r = ContainerReader::Open(path);
+  ASSERT_THAT(r, IsOk());
+  ReadAll got = ReadEverything(*r);
+  EXPECT_THAT(got.report.damage, ::testing::SizeIs(0));
+  EXPECT_EQ(got.report.lost_bytes(), 0u);
+  ASSERT_GT(got.records.size(), 5u);
+  for (uint32_t i = 0; i < got.records.size(); ++i) {
+    auto aux = ParseAux(got.records[i].payload);
+    ASSERT_THAT(aux, IsOk());
+    EXPECT_EQ(aux->aux_offset, i);
+    EXPECT_THAT(aux->data, ElementsAreArray(Pattern((40 << 10) + 100 * i, i, false)));
+  }
+}
+
 }  // namespace
 }  // namespace ptkit

@@ -73,8 +73,10 @@ inline ReadAll ReadBytes(std::span<const uint8_t> bytes) {
 
 // Fills a size-limited place and checks the error and what survives.
 // `setup` runs in a forked child before writing; returns the writer's final error message.
+// Appends uncompressed AUX records of `record_size` bytes (from 32 KiB on, written at once
+// up to a page boundary; smaller ones through the buffer) until the writer fails.
 inline void FillUntilError(const std::string& path, const std::function<void()>& setup,
-                           const std::string& expected_error) {
+                           const std::string& expected_error, size_t record_size = 3000) {
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);
   pid_t pid = ::fork();
@@ -89,7 +91,7 @@ inline void FillUntilError(const std::string& path, const std::function<void()>&
     uint32_t confirmed = 0;
     absl::Status s;
     for (uint32_t i = 0; i < 100000 && s.ok(); ++i) {
-      std::vector<uint8_t> data = Pattern(3000, i, false);
+      std::vector<uint8_t> data = Pattern(record_size, i, false);
       s = (*w)->AppendAux({.aux_offset = i, .data = data});
       if (s.ok()) s = (*w)->Flush();
       if (s.ok()) confirmed = i + 1;
@@ -126,7 +128,7 @@ inline void FillUntilError(const std::string& path, const std::function<void()>&
     auto aux = ParseAux(got.records[i].payload);
     ASSERT_THAT(aux, IsOk());
     EXPECT_EQ(aux->aux_offset, i);
-    EXPECT_THAT(aux->data, ElementsAreArray(Pattern(3000, i, false)));
+    EXPECT_THAT(aux->data, ElementsAreArray(Pattern(record_size, i, false)));
   }
 }
 
