@@ -343,12 +343,13 @@ void AppendStreamLine(Buffer& buf, const StreamInfo& s, bool json) {
     if (json) {
       buf.append(std::string_view("{\"switch\":"));
       AppendJsonString(buf, s.name);
-      fmt::format_to(std::back_inserter(buf), ",\"pid\":{},\"comm\":", s.pid);
+      fmt::format_to(std::back_inserter(buf), ",\"pid\":{},\"tid\":{},\"comm\":", s.pid, s.tid);
       AppendJsonString(buf, s.comm);
       buf.append(std::string_view("}\n"));
     } else {
-      fmt::format_to(std::back_inserter(buf), "[switch {}: pid {}{}{}{}]\n", s.name, s.pid,
-                     s.comm.empty() ? "" : " (", s.comm, s.comm.empty() ? "" : ")");
+      // The thread too: a switch can be between two threads of one process.
+      fmt::format_to(std::back_inserter(buf), "[switch {}: pid {} tid {}{}{}{}]\n", s.name, s.pid,
+                     s.tid, s.comm.empty() ? "" : " (", s.comm, s.comm.empty() ? "" : ")");
     }
     return;
   }

@@ -560,6 +560,24 @@ class TidFilterTest : public ::testing::Test {
   std::string path_;
 };
 
+TEST_F(TidFilterTest, SwitchLinesNameTheProcessAndTheThread) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  for (bool json : {false, true}) {
+    std::FILE* out = std::tmpfile();
+    auto sink = MakeInsnSink(**image, out, {.json = json});
+    ASSERT_THAT(DecodeContainer(path_, {}, *sink), IsOk());
+    const std::string text = ::ptkit::decoder::testing::ReadAll(out);
+    std::fclose(out);
+    if (json) {
+      EXPECT_THAT(text, ::testing::HasSubstr("{\"switch\":\"cpu 0\",\"pid\":100,\"tid\":101,"));
+    } else {
+      EXPECT_THAT(text, ::testing::HasSubstr("[switch cpu 0: pid 100 tid 101"));
+      EXPECT_THAT(text, ::testing::HasSubstr("[switch cpu 0: pid 200 tid 200"));
+    }
+  }
+}
+
 TEST_F(TidFilterTest, EveryThreadSwitchIsAStreamChange) {
   Recorder rec;
   auto totals = DecodeContainer(path_, {}, rec);
