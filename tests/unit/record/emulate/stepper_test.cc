@@ -287,6 +287,18 @@ TEST_P(StepperTest, AFilterOnALibraryLoadedLaterAndOnThreadsAndForks) {
   }
 }
 
+// Signals every 5 ms while a filtered function is entered and left over and over: they
+// land in the region, outside it while running at full speed, and during the injected
+// mprotect calls. The trace is still exactly what ran in the region.
+TEST_P(StepperTest, SignalsDuringAFilteredRunLoseNothing) {
+  EncodingSink sink(Options());
+  auto r = Step({Program("alarm")}, sink, "filter hot @ " + Program("alarm"));
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_status, 0);  // the handler saw its 30 signals
+  EXPECT_GT(r->fast_forwards, 30u);
+  ExpectDecodesToTruth(sink);
+}
+
 INSTANTIATE_TEST_SUITE_P(RetCompression, StepperTest, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "On" : "Off"; });
 
