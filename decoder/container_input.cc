@@ -621,9 +621,12 @@ absl::Status DumpContainerPackets(const std::string& path, const ContainerOption
   for (const Selected& s : SelectStreams(r, options, config)) {
     PacketContext context;
     context.stream = &s.info;
-    // Filtered by task: the packets while the thread runs, by the last TSC packet's time.
+    // Filtered by task: the packets while the thread runs, by the last TSC packet's time; the
+    // stream's header only if the thread ran on it.
     std::optional<TaskId> task;
+    bool shown = false;
     if (s.by_task) {
+      context.stream_shown = &shown;
       task = TaskId{s.info.pid, s.info.tid};
       context.keep = [&, cpu = static_cast<uint32_t>(s.key->id.id)](const pt_packet& p) {
         if (p.type == ppt_tsc) {
@@ -637,7 +640,7 @@ absl::Status DumpContainerPackets(const std::string& path, const ContainerOption
       context.losses = piece.losses_before;
       context.offset_base = piece.aux_offset;
       PTKIT_RETURN_IF_ERROR(DumpPackets(view.bytes(), config, out, output, context));
-      context.stream = nullptr;
+      if (!s.by_task || shown) context.stream = nullptr;
     }
     if (!s.stream->pending_losses.empty()) {
       context.losses = s.stream->pending_losses;

@@ -1596,7 +1596,13 @@ absl::Status DumpPackets(std::span<const uint8_t> trace, const TraceConfig& conf
                          const OutputOptions& options, const PacketContext& context) {
   PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
   Output out(file);
-  if (context.stream != nullptr) AppendStreamLine(out.buf(), *context.stream, options.json);
+  const bool lazy_header = context.keep && context.stream_shown != nullptr;
+  auto show_stream = [&] {
+    if (context.stream == nullptr || (lazy_header && *context.stream_shown)) return;
+    AppendStreamLine(out.buf(), *context.stream, options.json);
+    if (lazy_header) *context.stream_shown = true;
+  };
+  if (!lazy_header) show_stream();
   for (const LossInfo& loss : context.losses) AppendLossLine(out.buf(), loss, options.json);
   if (trace.empty()) return out.Close();
   const uint64_t base = context.offset_base;
@@ -1640,6 +1646,7 @@ absl::Status DumpPackets(std::span<const uint8_t> trace, const TraceConfig& conf
         break;
       }
       if (context.keep && !context.keep(packet)) continue;
+      if (lazy_header) show_stream();
       AppendPacket(out.buf(), base + offset, packet, options.json);
       out.MaybeFlush();
     }

@@ -667,6 +667,22 @@ TEST_F(TidFilterTest, PacketsOfATidAreThoseWhileItRuns) {
   EXPECT_THAT(tscs(options), ElementsAreArray({1000u, 9000u}));
   options.tid = 200;
   EXPECT_THAT(tscs(options), ElementsAreArray({3000u, 5000u}));
+  // The stream's header comes with the thread's first packet, once, or not at all.
+  auto headers = [&](const ContainerOptions& options) {
+    std::FILE* out = std::tmpfile();
+    EXPECT_THAT(DumpContainerPackets(path_, options, out, {}), IsOk());
+    const std::string text = ::ptkit::decoder::testing::ReadAll(out);
+    std::fclose(out);
+    size_t n = 0;
+    for (size_t at = text.find("[stream "); at != std::string::npos;
+         at = text.find("[stream ", at + 1)) {
+      ++n;
+    }
+    return n;
+  };
+  EXPECT_EQ(headers(options), 1u);
+  options.tid = 999;  // never ran
+  EXPECT_EQ(headers(options), 0u);
 }
 
 // The JSON lines of `ptdecode packets` on `path`.
