@@ -112,7 +112,7 @@ absl::StatusOr<Symbol> FindSymbol(const ElfFile& elf, const std::string& spec,
   }
   std::vector<const Symbol*> found;
   for (const Symbol& s : elf.symbols) {
-    // .symtab lists a global twice (its .dynsym copy is folded in) only by value: dedupe.
+    // Aliases of one address (e.g. a symbol and its versioned name) count once.
     if (s.name == name && (found.empty() || found.back()->value != s.value)) found.push_back(&s);
   }
   auto where = [&] { return absl::StrCat(" in filter '", filter, "'"); };

@@ -422,10 +422,9 @@ absl::Status Run::OnFreeStop(Thread& t, int sig) {
     const bool exit = static_cast<int64_t>(regs.rax) != -ENOSYS;
     if (exit && IsMapSyscall(regs.orig_rax)) {
       Invalidate(t.pid);
-      const std::vector<Span> armed = mms_[t.mm].armed;
-      Resolve(t);
-      if (mms_[t.mm].spans != mms_[t.mm].armed || armed != mms_[t.mm].armed) {
-        // The regions' pages changed: step (outside them) until the next safe point re-arms.
+      Resolve(t);  // keeps only armed pages that still hold regions
+      if (mms_[t.mm].spans != mms_[t.mm].armed) {
+        // New region pages: step (outside them) until the next safe point arms them too.
         t.free = false;
         Land(t, regs.rip);
       }
