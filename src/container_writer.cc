@@ -19,10 +19,11 @@
 namespace ptkit {
 namespace {
 
-constexpr size_t kBufferSize = size_t{1} << 20;
-// Records at least this big are written at once, from where they are (up to the last page
-// boundary they reach; the rest, under a page, waits in the buffer for the next write).
-constexpr size_t kDirectWriteSize = size_t{32} << 10;
+// Writes end on a multiple of this in the file (but for a flush). The page cache gives a write
+// folios as large as its length and file offset allow: 64 KiB writes at 64 KiB boundaries ran
+// at 1.55 GB/s here, the same writes one page off at 1.11 GB/s, and page-aligned 64 KiB records
+// with their headers (what this writer did before) at 1.17 GB/s (kernel 6.18, ext4).
+constexpr uint64_t kWriteAlign = uint64_t{64} << 10;
 // Payloads smaller than this are stored as they are: zstd cannot win much on them.
 constexpr size_t kMinCompressSize = 128;
 // Payload buffers kept for reuse after they are written.
@@ -95,9 +96,15 @@ struct ContainerWriter::State {
 
   // Owned by the writer thread.
   std::unique_ptr<ZSTD_CCtx, CCtxDeleter> cctx;
-  std::vector<uint8_t> zbuf;
   std::vector<uint8_t> zbufs[kChunkItems];  // a chunk's compressed records
   size_t zsizes[kChunkItems] = {};
+  // Records framed but not written yet: header and stored bytes, in file order. They point into
+  // `headers`, the chunk's items and `zbufs`, so they are written (or copied into `buffer`)
+  // before those are reused.
+  std::vector<std::span<const uint8_t>> parts;
+  uint64_t parts_bytes = 0;
+  uint8_t headers[kChunkItems + 1][kFrameHeaderSize] = {};
+  size_t header_count = 0;
 
   // The compression helper: compresses the records `helper_job` names into zbufs/zsizes.
   std::unique_ptr<ZSTD_CCtx, CCtxDeleter> helper_cctx;
@@ -106,7 +113,7 @@ struct ContainerWriter::State {
   std::vector<std::pair<size_t, std::span<const uint8_t>>> helper_job ABSL_GUARDED_BY(hmu);
   bool helper_busy ABSL_GUARDED_BY(hmu) = false;
   bool helper_stop ABSL_GUARDED_BY(hmu) = false;
-  std::vector<uint8_t> buffer;
+  std::vector<uint8_t> buffer;  // bytes after file_size, less than kWriteAlign but after a flush
   uint64_t sequence = 0;
   uint64_t processed = 0;            // records placed in `buffer` or written
   uint64_t file_size = 0;            // bytes successfully written
@@ -121,17 +128,15 @@ struct ContainerWriter::State {
   std::thread thread;
 
   absl::Status FlushBuffer();
-  // Writes `buffer`, then `a` and `b`, up to the last page boundary of the file they reach
-  // (page-aligned writes go through the page cache about a third faster than unaligned ones:
-  // 2.3 vs 1.5 GB/s for 64 KiB here) and keeps the rest in `buffer`; everything with `all`.
-  absl::Status WriteOut(std::span<const uint8_t> a, std::span<const uint8_t> b, bool all);
-  absl::Status WriteRecord(uint16_t type, std::span<const uint8_t> payload);
-  // Writes a record whose payload is stored as `stored` (zstd-compressed when `zstd`).
-  // Writes a record whose payload (`raw_size` bytes) is stored as `stored`.
-  absl::Status WriteStored(uint16_t type, size_t raw_size, std::span<const uint8_t> stored,
-                           bool zstd);
+  // Writes `buffer` and `parts` up to the last multiple of kWriteAlign they reach in the file
+  // (everything with `all`) and keeps the rest in `buffer`.
+  absl::Status WriteOut(bool all);
+  // Frames a record whose payload (`raw_size` bytes) is stored as `stored` (zstd-compressed when
+  // `zstd`) into `parts`.
+  void Frame(uint16_t type, size_t raw_size, std::span<const uint8_t> stored, bool zstd);
   void UpdateStats() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  // Writes a chunk of records (at most kChunkItems), compressed by this thread and the helper.
+  // Writes a chunk of records (at most kChunkItems), compressed by this thread and, when there
+  // is one, the helper.
   absl::Status WriteChunk(std::span<Item> items);
   void RunHelper();
   absl::Status WriteFooter();
@@ -145,53 +150,55 @@ void ContainerWriter::State::Fail(const absl::Status& s) {
     // Nothing more to do: the reader treats a cut tail as loss it reports.
   }
   buffer.clear();
+  parts.clear();
+  parts_bytes = 0;
+  header_count = 0;
   absl::MutexLock lock(&mu);
   if (error.ok()) error = s;
 }
 
 absl::Status ContainerWriter::State::FlushBuffer() {
   last_flush = absl::Now();
-  return WriteOut({}, {}, /*all=*/true);
+  return WriteOut(/*all=*/true);
 }
 
-absl::Status ContainerWriter::State::WriteOut(std::span<const uint8_t> a,
-                                              std::span<const uint8_t> b, bool all) {
-  constexpr uint64_t kPage = 4096;
-  const uint64_t end = file_size + buffer.size() + a.size() + b.size();
-  const uint64_t target = all ? end : end & ~(kPage - 1);
-  if (target <= file_size) {  // no page boundary reached: keep it all
-    buffer.insert(buffer.end(), a.begin(), a.end());
-    buffer.insert(buffer.end(), b.begin(), b.end());
-    return absl::OkStatus();
-  }
-  uint64_t left = target - file_size;
-  std::span<const uint8_t> parts[3] = {buffer, a, b};
-  iovec iov[3];
-  int count = 0;
-  size_t taken[3] = {};
-  for (int i = 0; i < 3 && left > 0; ++i) {
-    taken[i] = static_cast<size_t>(std::min<uint64_t>(left, parts[i].size()));
-    if (taken[i] == 0) continue;
-    iov[count++] = {const_cast<uint8_t*>(parts[i].data()), taken[i]};
-    left -= taken[i];
-  }
-  PTKIT_RETURN_IF_ERROR(WriteAll(fd, iov, count, name));
-  file_size = target;
-  while (!record_ends.empty() && record_ends.front() <= file_size) {
-    whole_size = record_ends.front();
-    record_ends.pop_front();
+absl::Status ContainerWriter::State::WriteOut(bool all) {
+  const uint64_t end = file_size + buffer.size() + parts_bytes;
+  const uint64_t target = all ? end : end / kWriteAlign * kWriteAlign;
+  size_t first_kept = 0;  // the first part not wholly written
+  size_t kept_from = 0;   // and where in it the rest starts
+  if (target > file_size) {
+    std::vector<iovec> iov;
+    iov.reserve(parts.size() + 1);
+    uint64_t left = target - file_size;
+    if (!buffer.empty()) iov.push_back({buffer.data(), buffer.size()});
+    left -= buffer.size();  // the buffer alone never reaches a boundary: target is past it
+    for (; first_kept < parts.size() && left > 0; ++first_kept) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, parts[first_kept].size()));
+      iov.push_back({const_cast<uint8_t*>(parts[first_kept].data()), n});
+      left -= n;
+      if (n < parts[first_kept].size()) {
+        kept_from = n;
+        break;
+      }
+    }
+    PTKIT_RETURN_IF_ERROR(WriteAll(fd, iov.data(), static_cast<int>(iov.size()), name));
+    file_size = target;
+    buffer.clear();
+    while (!record_ends.empty() && record_ends.front() <= file_size) {
+      whole_size = record_ends.front();
+      record_ends.pop_front();
+    }
   }
   // What was not written stays, in order.
-  buffer.erase(buffer.begin(), buffer.begin() + static_cast<ptrdiff_t>(taken[0]));
-  buffer.insert(buffer.end(), a.begin() + static_cast<ptrdiff_t>(taken[1]), a.end());
-  buffer.insert(buffer.end(), b.begin() + static_cast<ptrdiff_t>(taken[2]), b.end());
+  for (size_t i = first_kept; i < parts.size(); ++i) {
+    const auto rest = parts[i].subspan(i == first_kept ? kept_from : 0);
+    buffer.insert(buffer.end(), rest.begin(), rest.end());
+  }
+  parts.clear();
+  parts_bytes = 0;
+  header_count = 0;
   return absl::OkStatus();
-}
-
-absl::Status ContainerWriter::State::WriteRecord(uint16_t type, std::span<const uint8_t> payload) {
-  const size_t n = options.compress ? Compress(cctx.get(), payload, zbuf) : 0;
-  return WriteStored(type, payload.size(),
-                     n != 0 ? std::span<const uint8_t>(zbuf.data(), n) : payload, n != 0);
 }
 
 void ContainerWriter::State::RunHelper() {
@@ -215,14 +222,12 @@ void ContainerWriter::State::RunHelper() {
 }
 
 absl::Status ContainerWriter::State::WriteChunk(std::span<Item> items) {
-  if (!options.compress || helper_cctx == nullptr || items.size() < 2) {
-    for (Item& item : items) PTKIT_RETURN_IF_ERROR(WriteRecord(item.type, item.payload));
-    return absl::OkStatus();
-  }
-  // Split by bytes, not by count: records alternate between small (sideband) and large (AUX).
-  bool mine[kChunkItems] = {};
-  size_t my_bytes = 0, helper_bytes = 0;
-  {
+  bool mine[kChunkItems];
+  std::fill(std::begin(mine), std::end(mine), true);
+  const bool helped = options.compress && helper_cctx != nullptr && items.size() > 1;
+  if (helped) {
+    // Split by bytes, not by count: records alternate between small (sideband) and large (AUX).
+    size_t my_bytes = 0, helper_bytes = 0;
     absl::MutexLock lock(&hmu);
     for (size_t i = 0; i < items.size(); ++i) {
       const size_t n = items[i].payload.size();
@@ -237,9 +242,10 @@ absl::Status ContainerWriter::State::WriteChunk(std::span<Item> items) {
     helper_busy = !helper_job.empty();
   }
   for (size_t i = 0; i < items.size(); ++i) {
-    if (mine[i]) zsizes[i] = Compress(cctx.get(), items[i].payload, zbufs[i]);
+    if (mine[i])
+      zsizes[i] = options.compress ? Compress(cctx.get(), items[i].payload, zbufs[i]) : 0;
   }
-  {
+  if (helped) {
     absl::MutexLock lock(&hmu);
     auto done = [this]() ABSL_SHARED_LOCKS_REQUIRED(hmu) { return !helper_busy; };
     hmu.Await(absl::Condition(&done));
@@ -247,15 +253,14 @@ absl::Status ContainerWriter::State::WriteChunk(std::span<Item> items) {
   for (size_t i = 0; i < items.size(); ++i) {
     const std::span<const uint8_t> payload = items[i].payload;
     const bool z = zsizes[i] != 0;
-    PTKIT_RETURN_IF_ERROR(
-        WriteStored(items[i].type, payload.size(),
-                    z ? std::span<const uint8_t>(zbufs[i].data(), zsizes[i]) : payload, z));
+    Frame(items[i].type, payload.size(),
+          z ? std::span<const uint8_t>(zbufs[i].data(), zsizes[i]) : payload, z);
   }
-  return absl::OkStatus();
+  return WriteOut(/*all=*/false);
 }
 
-absl::Status ContainerWriter::State::WriteStored(uint16_t type, size_t raw_size,
-                                                 std::span<const uint8_t> stored, bool zstd) {
+void ContainerWriter::State::Frame(uint16_t type, size_t raw_size, std::span<const uint8_t> stored,
+                                   bool zstd) {
   FrameHeader h;
   h.type = type;
   h.sequence = sequence;
@@ -263,18 +268,13 @@ absl::Status ContainerWriter::State::WriteStored(uint16_t type, size_t raw_size,
   if (zstd) h.flags |= kFrameZstd;
   h.stored_size = stored.size();
   h.checksum = XXH3_64bits(stored.data(), stored.size());
-  uint8_t header[kFrameHeaderSize];
+  std::span<uint8_t, kFrameHeaderSize> header = headers[header_count++];
   EncodeFrameHeader(h, header);
-
-  size_t total = kFrameHeaderSize + stored.size();
-  record_ends.push_back(file_size + buffer.size() + total);
-  if (buffer.size() + total > kBufferSize || total >= kDirectWriteSize) {
-    // Large records go out at once (from where they are, no copy but for a tail under a page).
-    PTKIT_RETURN_IF_ERROR(WriteOut({header, kFrameHeaderSize}, stored, /*all=*/false));
-  } else {
-    buffer.insert(buffer.end(), header, header + kFrameHeaderSize);
-    buffer.insert(buffer.end(), stored.begin(), stored.end());
-  }
+  parts.emplace_back(header);
+  if (!stored.empty()) parts.push_back(stored);
+  const size_t total = kFrameHeaderSize + stored.size();
+  parts_bytes += total;
+  record_ends.push_back(file_size + buffer.size() + parts_bytes);
   ++sequence;
   FooterRecord::Kind& k = kinds[type];
   k.type = type;
@@ -282,7 +282,6 @@ absl::Status ContainerWriter::State::WriteStored(uint16_t type, size_t raw_size,
   k.raw_bytes += raw_size;
   raw_bytes += raw_size;
   stored_bytes += total;
-  return absl::OkStatus();
 }
 
 void ContainerWriter::State::UpdateStats() {
@@ -295,8 +294,8 @@ absl::Status ContainerWriter::State::WriteFooter() {
   FooterRecord f;
   f.records = sequence;
   for (const auto& [type, k] : kinds) f.kinds.push_back(k);
-  std::vector<uint8_t> payload = EncodeFooter(f);
-  PTKIT_RETURN_IF_ERROR(WriteRecord(static_cast<uint16_t>(RecordType::kFooter), payload));
+  Item footer{static_cast<uint16_t>(RecordType::kFooter), EncodeFooter(f)};
+  PTKIT_RETURN_IF_ERROR(WriteChunk({&footer, 1}));
   return FlushBuffer();
 }
 
@@ -408,7 +407,7 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
     }
     ZSTD_CCtx_setParameter(state->helper_cctx.get(), ZSTD_c_compressionLevel, options.zstd_level);
   }
-  state->buffer.reserve(kBufferSize);
+  state->buffer.reserve(kWriteAlign);
   uint8_t header[kFileHeaderSize];
   EncodeFileHeader(header);
   iovec iov{header, kFileHeaderSize};
