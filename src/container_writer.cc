@@ -1,6 +1,7 @@
 #include "ptkit/container_writer.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -71,6 +72,15 @@ absl::Status WriteAll(int fd, iovec* iov, int iovcnt, const std::string& name) {
     }
   }
   return absl::OkStatus();
+}
+
+// CPUs this thread may run on (the writer's threads inherit that): a compression helper on a
+// process pinned to one CPU only takes turns with the writer thread. With the drain pinned to
+// one CPU, zstd-1 on real PT ran at 668 MB/s with the helper and 819 MB/s without.
+int UsableCpus() {
+  cpu_set_t set;
+  if (::sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
+  return static_cast<int>(std::thread::hardware_concurrency());
 }
 
 }  // namespace
@@ -396,9 +406,8 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
     return absl::InvalidArgumentError(
         absl::StrCat("zstd level ", options.zstd_level, ": ", ZSTD_getErrorName(z)));
   }
-  const int threads = options.compress_threads > 0
-                          ? options.compress_threads
-                          : (std::thread::hardware_concurrency() > 1 ? 2 : 1);
+  const int threads =
+      options.compress_threads > 0 ? options.compress_threads : (UsableCpus() > 1 ? 2 : 1);
   if (options.compress && threads > 1) {
     state->helper_cctx.reset(ZSTD_createCCtx());
     if (state->helper_cctx == nullptr) {

@@ -27,9 +27,9 @@ struct WriterOptions {
   size_t queue_bytes = size_t{64} << 20;             // producers wait when this much is queued
   absl::Duration flush_interval = absl::Seconds(1);  // buffered bytes reach the file this often
   // Threads that compress: the writer thread, plus one helper when 2 (records are still
-  // written in order, each its own zstd frame). The default uses the helper on machines with
-  // more than one CPU.
-  int compress_threads = 0;  // 0: 2 when std::thread::hardware_concurrency() > 1, else 1
+  // written in order, each its own zstd frame). The default uses the helper when the creating
+  // thread may run on more than one CPU (sched_getaffinity).
+  int compress_threads = 0;  // 0: 2 when more than one CPU is usable, else 1
 };
 
 struct WriterStats {

@@ -1,12 +1,14 @@
 // Round trips, cuts at every byte, damage in every byte, bad files, concurrency and full disks
 // for the trace.pt container (man/ptkit-format.5).
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <random>
@@ -539,6 +541,35 @@ TEST(ContainerWriterTest, TwoCompressionThreadsWriteTheSameFileAsOne) {
   const std::vector<char> one = slurp(files[0]);
   EXPECT_GT(one.size(), 1000u);
   EXPECT_TRUE(one == slurp(files[1]));
+}
+
+size_t ThreadCount() {
+  const std::filesystem::directory_iterator tasks("/proc/self/task");
+  return static_cast<size_t>(std::distance(begin(tasks), end(tasks)));
+}
+
+// The default compress_threads: a helper only when the creating thread may use a second CPU
+// (taskset -c 0 ptrecord ... gets none).
+TEST(ContainerWriterTest, TheDefaultHasACompressionHelperOnlyWithASecondUsableCpu) {
+  TempDir dir;
+  cpu_set_t all;
+  ASSERT_EQ(sched_getaffinity(0, sizeof(all), &all), 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &all)) ++first;
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(first, &one);
+  for (bool pinned : {true, false}) {
+    if (!pinned && CPU_COUNT(&all) < 2) GTEST_SKIP() << "one usable CPU: no helper to see";
+    ASSERT_EQ(sched_setaffinity(0, sizeof(cpu_set_t), pinned ? &one : &all), 0);
+    const size_t before = ThreadCount();
+    auto w = ContainerWriter::Create(dir.File(pinned ? "one.pt" : "all.pt"), {});
+    const size_t during = ThreadCount();
+    ASSERT_EQ(sched_setaffinity(0, sizeof(cpu_set_t), &all), 0);
+    ASSERT_THAT(w, IsOk());
+    EXPECT_EQ(during - before, pinned ? 1u : 2u) << (pinned ? "pinned" : "not pinned");
+    ASSERT_THAT((*w)->Close(), IsOk());
+  }
 }
 
 TEST(ContainerWriterTest, FileSizeLimitSurfacesAsAnErrorAndLeavesAReadableFile) {
