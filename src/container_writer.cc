@@ -113,7 +113,7 @@ struct ContainerWriter::State {
   // before those are reused.
   std::vector<std::span<const uint8_t>> parts;
   uint64_t parts_bytes = 0;
-  uint8_t headers[kChunkItems + 1][kFrameHeaderSize] = {};
+  uint8_t headers[kChunkItems][kFrameHeaderSize] = {};
   size_t header_count = 0;
 
   // The compression helper: compresses the records `helper_job` names into zbufs/zsizes.
