@@ -52,14 +52,16 @@ size_t Compress(ZSTD_CCtx* cctx, std::span<const uint8_t> payload, std::vector<u
   return !ZSTD_isError(n) && n < payload.size() - payload.size() / 16 ? n : 0;
 }
 
-// Writes all of `iov` with writev, resuming after partial writes and EINTR.
-absl::Status WriteAll(int fd, iovec* iov, int iovcnt, const std::string& name) {
+// Writes all of `iov` with writev, resuming after partial writes and EINTR. `written` counts
+// the bytes that reached the file, also when it fails.
+absl::Status WriteAll(int fd, iovec* iov, int iovcnt, const std::string& name, uint64_t& written) {
   while (iovcnt > 0) {
     ssize_t n = ::writev(fd, iov, iovcnt);
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoStatus(absl::StrCat("write ", name));
     }
+    written += static_cast<uint64_t>(n);
     size_t left = static_cast<size_t>(n);
     while (iovcnt > 0 && left >= iov->iov_len) {
       left -= iov->iov_len;
@@ -75,8 +77,9 @@ absl::Status WriteAll(int fd, iovec* iov, int iovcnt, const std::string& name) {
 }
 
 // CPUs this thread may run on (the writer's threads inherit that): a compression helper on a
-// process pinned to one CPU only takes turns with the writer thread. With the drain pinned to
-// one CPU, zstd-1 on real PT ran at 668 MB/s with the helper and 819 MB/s without.
+// process pinned to one CPU only takes turns with the writer thread. (A cgroup CPU quota is
+// not seen; with more than 1024 possible CPUs the call fails and every CPU counts.) With the drain
+// pinned to one CPU, zstd-1 on real PT ran at 668 MB/s with the helper and 819 MB/s without.
 int UsableCpus() {
   cpu_set_t set;
   if (::sched_getaffinity(0, sizeof(set), &set) == 0) return CPU_COUNT(&set);
@@ -178,27 +181,30 @@ absl::Status ContainerWriter::State::WriteOut(bool all) {
   size_t first_kept = 0;  // the first part not wholly written
   size_t kept_from = 0;   // and where in it the rest starts
   if (target > file_size) {
-    std::vector<iovec> iov;
-    iov.reserve(parts.size() + 1);
+    iovec iov[2 * kChunkItems + 1];
+    int count = 0;
     uint64_t left = target - file_size;
-    if (!buffer.empty()) iov.push_back({buffer.data(), buffer.size()});
+    if (!buffer.empty()) iov[count++] = {buffer.data(), buffer.size()};
     left -= buffer.size();  // the buffer alone never reaches a boundary: target is past it
     for (; first_kept < parts.size() && left > 0; ++first_kept) {
       const size_t n = static_cast<size_t>(std::min<uint64_t>(left, parts[first_kept].size()));
-      iov.push_back({const_cast<uint8_t*>(parts[first_kept].data()), n});
+      iov[count++] = {const_cast<uint8_t*>(parts[first_kept].data()), n};
       left -= n;
       if (n < parts[first_kept].size()) {
         kept_from = n;
         break;
       }
     }
-    PTKIT_RETURN_IF_ERROR(WriteAll(fd, iov.data(), static_cast<int>(iov.size()), name));
-    file_size = target;
-    buffer.clear();
+    uint64_t written = 0;
+    const absl::Status status = WriteAll(fd, iov, count, name, written);
+    // Records that a failed write still completed are whole: Fail() keeps them.
+    file_size += written;
     while (!record_ends.empty() && record_ends.front() <= file_size) {
       whole_size = record_ends.front();
       record_ends.pop_front();
     }
+    PTKIT_RETURN_IF_ERROR(status);
+    buffer.clear();
   }
   // What was not written stays, in order.
   for (size_t i = first_kept; i < parts.size(); ++i) {
@@ -420,7 +426,8 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
   uint8_t header[kFileHeaderSize];
   EncodeFileHeader(header);
   iovec iov{header, kFileHeaderSize};
-  if (absl::Status s = WriteAll(fd, &iov, 1, name); !s.ok()) {
+  uint64_t written = 0;
+  if (absl::Status s = WriteAll(fd, &iov, 1, name, written); !s.ok()) {
     ::close(fd);
     return s;
   }

@@ -441,7 +441,8 @@ TEST(ContainerWriterTest, FlushAndThePeriodicFlushMakeRecordsReadableBeforeClose
 }
 
 TEST(ContainerWriterTest, SmallAndLargeRecordsKeepTheirOrder) {
-  // Small records are buffered, large ones written directly: the file order must not change.
+  // Records are written from where they are up to a 64 KiB boundary of the file and the rest
+  // is copied into a buffer: the file order must not change.
   TempDir dir;
   std::string path = dir.File("mixed.pt");
   const std::vector<size_t> sizes = {10, (32 << 10) - 100, 20, 32 << 10, 30, 3 << 20, 40, 100000};
@@ -464,6 +465,56 @@ TEST(ContainerWriterTest, SmallAndLargeRecordsKeepTheirOrder) {
     ASSERT_THAT(aux, IsOk());
     EXPECT_EQ(aux->aux_offset, i);
     EXPECT_THAT(aux->data, ElementsAreArray(Pattern(sizes[i], i, i % 2 == 0)));
+  }
+}
+
+// The writer ends each write on a multiple of 64 KiB of the file (but for a flush) and keeps
+// the rest: a boundary inside a frame header, after an unaligned flush, inside an empty
+// record's header, exactly at a record's end, and a flush while a large record's tail waits.
+TEST(ContainerWriterTest, RecordsCutAtTheWritersBoundariesComeBackWhole) {
+  constexpr size_t kBoundary = 64 << 10;
+  constexpr size_t kFirst = kBoundary - kFileHeaderSize - kFrameHeaderSize;  // ends on it
+  struct Case {
+    const char* name;
+    std::vector<size_t> sizes;
+    std::set<size_t> flush_after;
+  };
+  const Case cases[] = {
+      {"boundary 20 bytes into a header", {kFirst - 20, 10}, {}},
+      {"boundary in a header after a flush", {100, kFirst - 100 - kFrameHeaderSize - 20, 10}, {0}},
+      {"boundary at a record's end", {kFirst, 10}, {}},
+      {"boundary in an empty record's header", {0, kFirst - kFrameHeaderSize - 20, 0, 0}, {}},
+      {"flush while a large record's tail waits", {100000, 10}, {0}},
+  };
+  TempDir dir;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::string path = dir.File("cut.pt");
+    WriterOptions o;
+    o.compress = false;
+    o.overwrite = true;
+    auto w = ContainerWriter::Create(path, o);
+    ASSERT_THAT(w, IsOk());
+    for (size_t i = 0; i < c.sizes.size(); ++i) {
+      ASSERT_THAT((*w)->Append(RecordType::kMetadata, Pattern(c.sizes[i], i, false)), IsOk());
+      if (!c.flush_after.contains(i)) continue;
+      ASSERT_THAT((*w)->Flush(), IsOk());
+      auto r = ContainerReader::Open(path);
+      ASSERT_THAT(r, IsOk());
+      ReadAll flushed = ReadEverything(*r);
+      EXPECT_EQ(flushed.records.size(), i + 1);
+      EXPECT_THAT(flushed.report.damage, ::testing::SizeIs(0));
+    }
+    ASSERT_THAT((*w)->Close(), IsOk());
+    auto r = ContainerReader::Open(path);
+    ASSERT_THAT(r, IsOk());
+    ReadAll got = ReadEverything(*r);
+    EXPECT_TRUE(got.report.clean());
+    ASSERT_EQ(got.records.size(), c.sizes.size() + 1);
+    for (size_t i = 0; i < c.sizes.size(); ++i) {
+      EXPECT_THAT(got.records[i].payload, ElementsAreArray(Pattern(c.sizes[i], i, false)));
+    }
+    EXPECT_EQ(got.records.back().type, RecordType::kFooter);
   }
 }
 
@@ -527,7 +578,7 @@ TEST(ContainerWriterTest, TwoCompressionThreadsWriteTheSameFileAsOne) {
     auto w = ContainerWriter::Create(files.back(), o);
     ASSERT_THAT(w, IsOk());
     for (int i = 0; i < 400; ++i) {
-      // Compressible and incompressible, small (buffered) and large (written directly).
+      // Compressible and incompressible, small and large.
       std::vector<uint8_t> data = Pattern(i % 3 == 0 ? 100 + i : (20 << 10) + 97 * i, i, i % 2);
       ASSERT_THAT((*w)->AppendAux({.aux_offset = static_cast<uint64_t>(i), .data = data}), IsOk());
     }
@@ -584,9 +635,9 @@ TEST(ContainerWriterTest, FileSizeLimitSurfacesAsAnErrorAndLeavesAReadableFile) 
       "File too large");
 }
 
-// A large record is written up to the last page boundary it reaches and its tail waits in
-// the buffer for the next write. When the file cannot grow, it is cut back to the last whole
-// record, not to the last byte written (which is inside a record).
+// A large record is written up to the last 64 KiB boundary of the file it reaches and its
+// tail waits in the buffer for the next write. When the file cannot grow, it is cut back to
+// the last whole record, not to the last byte written (which is inside a record).
 TEST(ContainerWriterTest, FileSizeLimitDuringLargeRecordsLeavesWholeRecordsOnly) {
   TempDir dir;
   FillUntilError(
@@ -631,6 +682,45 @@ TEST(ContainerWriterTest, FileSizeLimitDuringLargeRecordsLeavesWholeRecordsOnly)
     ASSERT_THAT(aux, IsOk());
     EXPECT_EQ(aux->aux_offset, i);
     EXPECT_THAT(aux->data, ElementsAreArray(Pattern((40 << 10) + 100 * i, i, false)));
+  }
+}
+
+// A write that the file limit cuts short has still completed the records before the limit:
+// they stay. The first write here ends on 64 KiB with 7 records of 10 KiB in it; the limit
+// lets 40 KiB through, which holds 3 of them whole.
+TEST(ContainerWriterTest, AWriteCutShortKeepsTheRecordsItCompleted) {
+  TempDir dir;
+  const std::string path = dir.File("short.pt");
+  constexpr size_t kRecord = 10 << 10;
+  constexpr rlim_t kLimit = 40 << 10;
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{kLimit, kLimit};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    WriterOptions o;
+    o.compress = false;
+    auto w = ContainerWriter::Create(path, o);
+    if (!w.ok()) _exit(3);
+    for (uint32_t i = 0; i < 20; ++i) {
+      if (!(*w)->Append(RecordType::kMetadata, Pattern(kRecord, i, false)).ok()) break;
+    }
+    _exit((*w)->Close().ok() ? 4 : 0);  // the limit must have been hit
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0);
+  auto r = ContainerReader::Open(path);
+  ASSERT_THAT(r, IsOk());
+  ReadAll got = ReadEverything(*r);
+  EXPECT_THAT(got.report.damage, ::testing::SizeIs(0));
+  EXPECT_EQ(got.report.lost_bytes(), 0u);
+  const size_t whole = (kLimit - kFileHeaderSize) / (kFrameHeaderSize + kRecord);
+  ASSERT_EQ(got.records.size(), whole);
+  for (uint32_t i = 0; i < whole; ++i) {
+    EXPECT_THAT(got.records[i].payload, ElementsAreArray(Pattern(kRecord, i, false)));
   }
 }
 
