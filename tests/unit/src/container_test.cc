@@ -635,6 +635,30 @@ TEST(ContainerWriterTest, FileSizeLimitSurfacesAsAnErrorAndLeavesAReadableFile) 
       "File too large");
 }
 
+// In a child whose file size limit is `limit`: writes uncompressed records of `sizes`
+// (Pattern(sizes[i], i)) without a Flush() and closes; the limit must stop it.
+void WriteUnderFileLimit(const std::string& path, rlim_t limit, const std::vector<size_t>& sizes) {
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{limit, limit};
+    ::setrlimit(RLIMIT_FSIZE, &lim);
+    WriterOptions o;
+    o.compress = false;
+    auto w = ContainerWriter::Create(path, o);
+    if (!w.ok()) _exit(3);
+    for (uint32_t i = 0; i < sizes.size(); ++i) {
+      if (!(*w)->Append(RecordType::kMetadata, Pattern(sizes[i], i, false)).ok()) break;
+    }
+    _exit((*w)->Close().ok() ? 4 : 0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  ASSERT_EQ(WEXITSTATUS(status), 0) << "3: cannot create " << path << ", 4: no write failed";
+}
+
 // A large record is written up to the last 64 KiB boundary of the file it reaches and its
 // tail waits in the buffer for the next write. When the file cannot grow, it is cut back to
 // the last whole record, not to the last byte written (which is inside a record).
@@ -649,28 +673,11 @@ TEST(ContainerWriterTest, FileSizeLimitDuringLargeRecordsLeavesWholeRecordsOnly)
       },
       "File too large", 40 << 10);
   // Without a Flush() between records, a record's tail is still buffered when the next
-  // record's pages are written and the limit is hit.
+  // record's bytes are written and the limit is hit.
   const std::string path = dir.File("limited-unflushed.pt");
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
-    rlimit lim{(512 << 10) + 1000, (512 << 10) + 1000};
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-    WriterOptions o;
-    o.compress = false;
-    auto w = ContainerWriter::Create(path, o);
-    if (!w.ok()) _exit(3);
-    for (uint32_t i = 0; i < 40; ++i) {
-      std::vector<uint8_t> data = Pattern((40 << 10) + 100 * i, i, false);
-      if (!(*w)->AppendAux({.aux_offset = i, .data = data}).ok()) break;
-    }
-    _exit((*w)->Close().ok() ? 4 : 0);  // the limit must have been hit
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 0);
+  std::vector<size_t> sizes;
+  for (size_t i = 0; i < 40; ++i) sizes.push_back((40 << 10) + 100 * i);
+  WriteUnderFileLimit(path, (512 << 10) + 1000, sizes);
   auto r = ContainerReader::Open(path);
   ASSERT_THAT(r, IsOk());
   ReadAll got = ReadEverything(*r);
@@ -678,10 +685,7 @@ TEST(ContainerWriterTest, FileSizeLimitDuringLargeRecordsLeavesWholeRecordsOnly)
   EXPECT_EQ(got.report.lost_bytes(), 0u);
   ASSERT_GT(got.records.size(), 5u);
   for (uint32_t i = 0; i < got.records.size(); ++i) {
-    auto aux = ParseAux(got.records[i].payload);
-    ASSERT_THAT(aux, IsOk());
-    EXPECT_EQ(aux->aux_offset, i);
-    EXPECT_THAT(aux->data, ElementsAreArray(Pattern((40 << 10) + 100 * i, i, false)));
+    EXPECT_THAT(got.records[i].payload, ElementsAreArray(Pattern(sizes[i], i, false)));
   }
 }
 
@@ -693,25 +697,7 @@ TEST(ContainerWriterTest, AWriteCutShortKeepsTheRecordsItCompleted) {
   const std::string path = dir.File("short.pt");
   constexpr size_t kRecord = 10 << 10;
   constexpr rlim_t kLimit = 40 << 10;
-  pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
-    rlimit lim{kLimit, kLimit};
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-    WriterOptions o;
-    o.compress = false;
-    auto w = ContainerWriter::Create(path, o);
-    if (!w.ok()) _exit(3);
-    for (uint32_t i = 0; i < 20; ++i) {
-      if (!(*w)->Append(RecordType::kMetadata, Pattern(kRecord, i, false)).ok()) break;
-    }
-    _exit((*w)->Close().ok() ? 4 : 0);  // the limit must have been hit
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  ASSERT_EQ(WEXITSTATUS(status), 0);
+  WriteUnderFileLimit(path, kLimit, std::vector<size_t>(20, kRecord));
   auto r = ContainerReader::Open(path);
   ASSERT_THAT(r, IsOk());
   ReadAll got = ReadEverything(*r);
