@@ -73,8 +73,8 @@ inline ReadAll ReadBytes(std::span<const uint8_t> bytes) {
 
 // Fills a size-limited place and checks the error and what survives.
 // `setup` runs in a forked child before writing; returns the writer's final error message.
-// Appends uncompressed AUX records of `record_size` bytes (from 32 KiB on, written at once
-// up to a page boundary; smaller ones through the buffer) until the writer fails.
+// Appends uncompressed AUX records of `record_size` bytes, each followed by a Flush(), until
+// the writer fails.
 inline void FillUntilError(const std::string& path, const std::function<void()>& setup,
                            const std::string& expected_error, size_t record_size = 3000) {
   int fds[2];
