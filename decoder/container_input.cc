@@ -513,6 +513,7 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid) {
   auto it = images_.find(pid);
   if (it != images_.end()) return it->second.get();
   PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImage> image, ProgramImage::Create());
+  image->set_sysroot(sysroot_);
   static const std::vector<Captured> kNone;
   auto c = r_.captured.find(pid);
   const std::vector<Captured>& code = c == r_.captured.end() ? kNone : c->second;

@@ -105,23 +105,21 @@ void LoadSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<Sym
       const char* name = elf_strptr(elf, shdr.sh_link, sym.st_name);
       if (name == nullptr || name[0] == '\0') continue;
       uint64_t begin = sym.st_value + static_cast<uint64_t>(bias);
-      out.push_back({begin, begin + sym.st_size, Demangle(name), file_index});
+      // Among aliases (symbols of one address), as perf: global before weak before local,
+      // then the fewest leading underscores (malloc, not __libc_malloc or __GI___libc_malloc).
+      const int binding = GELF_ST_BIND(sym.st_info);
+      const int kind = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2;
+      const size_t underscores = std::min<size_t>(std::strspn(name, "_"), 15);
+      out.push_back({begin, begin + sym.st_size, Demangle(name), file_index,
+                     static_cast<uint8_t>(kind * 16 + underscores)});
     }
   }
 }
 
-}  // namespace
-
-absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
-  if (elf_version(EV_CURRENT) == EV_NONE) return absl::InternalError("libelf: bad version");
-  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(Cat("open ", path));
-  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd.get(), ELF_C_READ, nullptr));
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) {
-    return absl::InvalidArgumentError(Cat(path, ": not an ELF file"));
-  }
+// The NT_GNU_BUILD_ID note's bytes; empty when there is none.
+std::vector<uint8_t> BuildIdOf(Elf* elf) {
   Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf.get(), scn)) != nullptr) {
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
     GElf_Shdr shdr;
     if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
     Elf_Data* data = elf_getdata(scn, nullptr);
@@ -137,7 +135,82 @@ absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
       }
     }
   }
-  return std::vector<uint8_t>();
+  return {};
+}
+
+// The file name in .gnu_debuglink (NUL-terminated, then padding and a CRC); empty when none.
+std::string DebugLinkOf(Elf* elf) {
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return "";
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
+    const char* name = elf_strptr(elf, shstrndx, shdr.sh_name);
+    if (name == nullptr || std::strcmp(name, ".gnu_debuglink") != 0) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr) return "";
+    const char* link = static_cast<const char*>(data->d_buf);
+    const size_t n = strnlen(link, data->d_size);
+    if (n == 0 || n == data->d_size || std::memchr(link, '/', n) != nullptr) return "";
+    return std::string(link, n);
+  }
+  return "";
+}
+
+bool HasSymtab(Elf* elf) {
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) != nullptr && shdr.sh_type == SHT_SYMTAB) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
+  if (elf_version(EV_CURRENT) == EV_NONE) return absl::InternalError("libelf: bad version");
+  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoStatus(Cat("open ", path));
+  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd.get(), ELF_C_READ, nullptr));
+  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) {
+    return absl::InvalidArgumentError(Cat(path, ": not an ELF file"));
+  }
+  return BuildIdOf(elf.get());
+}
+
+std::string FindDebugFile(Elf* elf, const std::string& path, const std::string& sysroot) {
+  const std::vector<uint8_t> id = BuildIdOf(elf);
+  const std::string debug_root = sysroot + "/usr/lib/debug";
+  // The debug file must be the same build: its build-id equals the file's when both have one.
+  auto usable = [&id](const std::string& candidate) {
+    if (elf_version(EV_CURRENT) == EV_NONE) return false;
+    ScopedFd fd(open(candidate.c_str(), O_RDONLY | O_CLOEXEC));
+    if (fd.get() < 0) return false;
+    std::unique_ptr<Elf, ElfDeleter> debug(elf_begin(fd.get(), ELF_C_READ, nullptr));
+    if (!debug || elf_kind(debug.get()) != ELF_K_ELF) return false;
+    const std::vector<uint8_t> debug_id = BuildIdOf(debug.get());
+    return id.empty() || debug_id.empty() || debug_id == id;
+  };
+  if (id.size() >= 2) {
+    std::string hex;
+    for (uint8_t b : id) hex += fmt::format("{:02x}", b);
+    std::string candidate =
+        fmt::format("{}/.build-id/{}/{}.debug", debug_root, hex.substr(0, 2), hex.substr(2));
+    if (usable(candidate)) return candidate;
+  }
+  const std::string link = DebugLinkOf(elf);
+  if (link.empty()) return "";
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  // The file's directory as the workload saw it (without the sysroot), for the global dir.
+  const std::string seen_dir = dir.starts_with(sysroot) ? dir.substr(sysroot.size()) : dir;
+  for (const std::string& candidate :
+       {dir + "/" + link, dir + "/.debug/" + link, debug_root + seen_dir + "/" + link}) {
+    if (candidate != path && usable(candidate)) return candidate;
+  }
+  return "";
 }
 
 absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text) {
@@ -272,7 +345,7 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
 
   // Function symbols from .symtab and .dynsym.
   size_t first_new = symbols_.size();
-  LoadSymbols(elf.get(), file_index, [bias](uint64_t, int64_t* b) {
+  LoadSymbols(elf.get(), spec.path, file_index, [bias](uint64_t, int64_t* b) {
     *b = static_cast<int64_t>(bias);
     return true;
   });
@@ -281,16 +354,28 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
 }
 
 template <typename Place>
-void ProgramImage::LoadSymbols(Elf* elf, uint32_t file_index, Place place) {
+void ProgramImage::LoadSymbols(Elf* elf, const std::string& path, uint32_t file_index,
+                               Place place) {
   LoadSymbolsInto(elf, file_index, place, symbols_);
+  if (HasSymtab(elf)) return;
+  // Stripped: the .symtab of its separate debug file (same link-time addresses).
+  const std::string debug_path = FindDebugFile(elf, path, sysroot_);
+  if (debug_path.empty()) return;
+  ScopedFd fd(open(debug_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return;
+  std::unique_ptr<Elf, ElfDeleter> debug(elf_begin(fd.get(), ELF_C_READ, nullptr));
+  if (debug && elf_kind(debug.get()) == ELF_K_ELF) {
+    LoadSymbolsInto(debug.get(), file_index, place, symbols_);
+  }
 }
 
 void ProgramImage::FinishSymbols(size_t first_new) {
   (void)first_new;
-  // Sort, drop duplicates of the same start (the first, .symtab, wins), and give unsized
-  // symbols the room up to the next symbol.
-  std::stable_sort(symbols_.begin(), symbols_.end(),
-                   [](const Symbol& a, const Symbol& b) { return a.begin < b.begin; });
+  // Sort, drop duplicates of the same start (the best ranked wins; among equals the first,
+  // .symtab before .dynsym), and give unsized symbols the room up to the next symbol.
+  std::stable_sort(symbols_.begin(), symbols_.end(), [](const Symbol& a, const Symbol& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.rank < b.rank;
+  });
   symbols_.erase(std::unique(symbols_.begin(), symbols_.end(),
                              [](const Symbol& a, const Symbol& b) { return a.begin == b.begin; }),
                  symbols_.end());
@@ -431,7 +516,7 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
                         static_cast<int64_t>(start + phdr.p_offset - pgoff - phdr.p_vaddr)});
   }
   size_t first_new = symbols_.size();
-  LoadSymbols(elf.get(), file_index, [&](uint64_t v, int64_t* bias) {
+  LoadSymbols(elf.get(), path, file_index, [&](uint64_t v, int64_t* bias) {
     for (const Segment& s : segments) {
       if (v >= s.vaddr && v < s.vend) {
         *bias = s.bias;

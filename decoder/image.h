@@ -3,7 +3,8 @@
 // Sources, as in ptxed: ELF files (PT_LOAD segments with p_filesz > 0, through libipt's section
 // cache so each file is read once), raw files placed at an address, and page dumps (a .addr
 // list of page addresses plus a .dump of 4 KiB pages, served through pt_image_set_callback).
-// Symbols come from the ELF files' .symtab and .dynsym, C++ names demangled.
+// Symbols come from the ELF files' .symtab and .dynsym, C++ names demangled; for a file
+// without .symtab, also from the .symtab of its separate debug file (FindDebugFile).
 #ifndef PTKIT_DECODER_IMAGE_H_
 #define PTKIT_DECODER_IMAGE_H_
 
@@ -47,6 +48,13 @@ struct PageDumpSpec {
 // Errors: the file cannot be opened or is not ELF, naming it.
 absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path);
 
+// The separate debug file of the ELF `elf` (read from `path`), found as gdb and perf find it:
+// SYSROOT/usr/lib/debug/.build-id/NN/REST.debug by its build-id; else through its
+// .gnu_debuglink name in the file's directory, in its .debug/ and under
+// SYSROOT/usr/lib/debug/ plus the directory (without SYSROOT). A candidate whose build-id
+// differs from the file's is skipped. Empty when there is none.
+std::string FindDebugFile(Elf* elf, const std::string& path, const std::string& sysroot);
+
 // Errors: kInvalidArgument naming the text and the expected syntax.
 absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text);
 absl::StatusOr<RawSpec> ParseRawSpec(std::string_view text);
@@ -57,6 +65,7 @@ struct Symbol {
   uint64_t end = 0;    // exclusive
   std::string name;    // demangled
   uint32_t image = 0;  // index into ProgramImage::files()
+  uint8_t rank = 0;    // among symbols of one start, the lowest is kept (see FinishSymbols)
 };
 
 // A source added to the image.
@@ -75,6 +84,9 @@ class ProgramImage {
  public:
   // Errors: kResourceExhausted when libipt cannot allocate its image or section cache.
   static absl::StatusOr<std::unique_ptr<ProgramImage>> Create();
+  // Where separate debug files are looked for: SYSROOT/usr/lib/debug (default: "").
+  void set_sysroot(std::string sysroot) { sysroot_ = std::move(sysroot); }
+  const std::string& sysroot() const { return sysroot_; }
   ~ProgramImage();
   ProgramImage(const ProgramImage&) = delete;
   ProgramImage& operator=(const ProgramImage&) = delete;
@@ -133,7 +145,7 @@ class ProgramImage {
   void AddMapping(const Mapping& m);
   void FinishSymbols(size_t first_new);
   template <typename Place>
-  void LoadSymbols(Elf* elf, uint32_t file_index, Place place);
+  void LoadSymbols(Elf* elf, const std::string& path, uint32_t file_index, Place place);
   void AddMemoryRun(uint32_t file, uint64_t address, std::unique_ptr<uint8_t[]> bytes, size_t size);
   struct Missing {
     uint64_t start, end;
@@ -151,6 +163,7 @@ class ProgramImage {
   std::vector<Mapping> memory_mappings_;  // the page-dump subset, sorted, for the callback
   std::vector<std::unique_ptr<uint8_t[]>> memory_;
   std::vector<Symbol> symbols_;
+  std::string sysroot_;
   mutable std::atomic<size_t> last_run_{0};  // ReadMemory's last hit in memory_mappings_
 };
 

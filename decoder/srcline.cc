@@ -2,6 +2,7 @@
 
 #include <elfutils/libdw.h>
 #include <fcntl.h>
+#include <libelf.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -57,13 +58,14 @@ struct SourceLines::State {
     uint64_t bias = 0;
   };
 
-  DwarfFile* Open(const std::string& path) {
+  DwarfFile* Open(const std::string& path, const std::string& sysroot) {
     auto [it, inserted] = files.try_emplace(path, nullptr);
     if (inserted) {
       it->second = std::make_unique<DwarfFile>();
       DwarfFile& f = *it->second;
       f.fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
       if (f.fd >= 0) f.dbg = dwarf_begin(f.fd, DWARF_C_READ);
+      if (f.fd >= 0 && f.dbg == nullptr) OpenDebugFile(f, path, sysroot);
       if (f.dbg == nullptr) {
         without_lines.push_back(path);
         if (diagnostics != nullptr) {
@@ -77,11 +79,26 @@ struct SourceLines::State {
     return it->second.get();
   }
 
+  // A stripped file's DWARF is in its separate debug file (FindDebugFile), when there is one.
+  static void OpenDebugFile(DwarfFile& f, const std::string& path, const std::string& sysroot) {
+    if (elf_version(EV_CURRENT) == EV_NONE) return;
+    Elf* elf = elf_begin(f.fd, ELF_C_READ, nullptr);
+    if (elf == nullptr) return;
+    const std::string debug_path = FindDebugFile(elf, path, sysroot);
+    elf_end(elf);
+    if (debug_path.empty()) return;
+    const int fd = open(debug_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return;
+    close(f.fd);
+    f.fd = fd;
+    f.dbg = dwarf_begin(f.fd, DWARF_C_READ);
+  }
+
   // The bias is the one that puts the most of the image's symbols of this file on function
   // entries the DWARF knows; on a tie, the smallest.
   Placement Place(const ProgramImage& image, int file_index) {
     Placement p;
-    p.file = Open(image.files()[file_index].name);
+    p.file = Open(image.files()[file_index].name, image.sysroot());
     if (p.file->dbg == nullptr) return p;
     if (!p.file->have_entries) LoadEntries(*p.file);
     std::vector<uint64_t> samples;

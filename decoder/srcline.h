@@ -1,5 +1,5 @@
 // `--srcline`: "file:line" of code addresses from the DWARF line tables of the image's ELF
-// files (libdw).
+// files (libdw), or of their separate debug files when they are stripped (FindDebugFile).
 //
 // Answers are cached per address. A file without DWARF line information (stripped, raw
 // bytes, page dumps, the vdso) gives no answer; it is reported once on `diagnostics`, naming

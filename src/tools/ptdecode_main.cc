@@ -95,7 +95,8 @@ dec::OutputOptions MakeOutputOptions(const DecodeFlags& f, const std::string& tr
 
 void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
   cmd->add_option("FILE", f.container, "trace.pt recording (or use --pt for a raw trace)");
-  cmd->add_option("--sysroot", f.sysroot, "Look for the recording's mapped files under DIR");
+  cmd->add_option("--sysroot", f.sysroot,
+                  "Look for the recording's mapped files and their debug files under DIR");
   cmd->add_option("--pt", f.pt, "Raw Intel PT trace file (ptxed/perf AUX bytes)");
   cmd->add_option("--bts", f.bts, "Raw intel_bts AUX data (24-byte branch records)");
   cmd->add_option("--elf", f.elfs,
