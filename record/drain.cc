@@ -22,22 +22,17 @@ StreamStats Drainer::Totals() const {
     t.partial += s.partial;
     t.lost_records += s.lost_records;
     t.reenables += s.reenables;
-    t.recovered_gap_bytes += s.recovered_gap_bytes;
     t.snapshots += s.snapshots;
     t.snapshot_bytes += s.snapshot_bytes;
   }
   return t;
 }
 
-absl::Status Drainer::StoreAux(TraceSource& source, StreamState& st, uint64_t from, uint64_t to,
-                               uint64_t flags, uint64_t time) {
+absl::Status Drainer::StoreAux(TraceSource& source, StreamState& st, uint64_t to, uint64_t flags,
+                               uint64_t time) {
   StreamStats& stats = stats_[source.stream()];
   const RingView v = source.ring();
-  // Full-trace mode: the kernel never overwrites bytes past aux_tail, so everything between
-  // our tail and the end of this record is intact even when an earlier PERF_RECORD_AUX was
-  // lost (data ring full): copy from our tail, not from the record's offset.
-  if (from > st.aux_consumed) stats.recovered_gap_bytes += from - st.aux_consumed;
-  from = st.aux_consumed;
+  uint64_t from = st.aux_consumed;
   if (to <= from) return absl::OkStatus();
   if (to - from > v.aux.size()) {
     // Cannot happen with the kernel's rules; keep what the ring still holds and say so.
@@ -89,6 +84,7 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
   uint64_t stored = bytes.size();
   const uint64_t aux_before = stats.aux_bytes;
 
+  const bool full_trace = !v.aux_overwrite && !v.aux.empty();
   bool reenable = false;
   perf::RecordReader reader(bytes);
   while (true) {
@@ -111,11 +107,10 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
       if (!aux.ok()) continue;
       ++stats.aux_records;
       const uint64_t time = aux->sample_id.time;
-      if (!v.aux_overwrite && !v.aux.empty()) {
-        PTKIT_RETURN_IF_ERROR(StoreAux(source, st, aux->aux_offset, aux->aux_offset + aux->aux_size,
-                                       aux->flags, time));
-      } else if (v.aux_overwrite) {
-        st.written_since_snapshot += aux->aux_size;
+      st.last_time = std::max(st.last_time, time);
+      if (full_trace) {
+        PTKIT_RETURN_IF_ERROR(
+            StoreAux(source, st, aux->aux_offset + aux->aux_size, aux->flags, time));
       }
       auto loss = [&](LossKind kind) {
         return writer_->AppendLoss(LossRecord{.stream = sid,
@@ -145,12 +140,22 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
                                                            .kind = LossKind::kLostSideband,
                                                            .count = lost->lost,
                                                            .time = lost->sample_id.time}));
+      // A lost PERF_RECORD_AUX may have been TRUNCATED (the kernel then disabled the event):
+      // enabling an enabled event changes nothing.
+      reenable |= full_trace;
     }
   }
-  // Only now that the AUX bytes are in the writer's queue may the kernel reuse them.
-  if (!v.aux_overwrite && !v.aux.empty()) StoreAuxTail(v.page, st.aux_consumed);
+  if (full_trace) {
+    // Everything the kernel published, also bytes whose PERF_RECORD_AUX was lost (data ring
+    // full: at the end of a recording no LOST record may follow) or is not in this pass yet
+    // (it is written before aux_head moves, so it comes later): as perf, which reads AUX up to
+    // aux_head whatever records say.
+    PTKIT_RETURN_IF_ERROR(StoreAux(source, st, LoadAuxHead(v.page), 0, st.last_time));
+    // Only now that the AUX bytes are in the writer's queue may the kernel reuse them.
+    StoreAuxTail(v.page, st.aux_consumed);
+  }
   StoreDataTail(v.page, head);
-  if (reenable && options_.reenable_after_truncation) {
+  if (reenable && options_.reenable_after_truncation && !final_) {
     PTKIT_RETURN_IF_ERROR(source.Enable());
     ++stats.reenables;
   }
@@ -180,18 +185,18 @@ absl::StatusOr<uint64_t> Drainer::Snapshot(TraceSource& source, uint64_t size) {
   StreamStats& stats = stats_[sid];
   PTKIT_RETURN_IF_ERROR(writer_->AppendSnapshot(SnapshotRecord{
       .stream = sid, .sequence = st.snapshot_sequence++, .aux_head = head, .data = scratch_}));
-  if (st.written_since_snapshot > range.len) {
-    // Bytes written since the previous snapshot that this one no longer holds: overwritten
-    // by the hardware (by design in snapshot mode), recorded so `ptdecode info` can say so.
-    // Counted from the AUX records' sizes, so it works for an in-buffer aux_head too.
-    PTKIT_RETURN_IF_ERROR(
-        writer_->AppendLoss(LossRecord{.stream = sid,
-                                       .kind = LossKind::kAuxOverwritten,
-                                       .count = 1,
-                                       .bytes = st.written_since_snapshot - range.len,
-                                       .aux_offset = st.last_snapshot_head}));
+  // Bytes written since the previous snapshot that this one no longer holds: overwritten by
+  // the hardware (by design in snapshot mode), recorded so `ptdecode info` can say so. Only
+  // a free-running head tells how many: with an in-buffer head (Intel PT, BTS) every
+  // PERF_RECORD_AUX gives the whole buffer as its size (pt_event_stop()), so nothing does.
+  const uint64_t written = head - st.last_snapshot_head;
+  if (!v.aux_head_in_buffer && written > range.len) {
+    PTKIT_RETURN_IF_ERROR(writer_->AppendLoss(LossRecord{.stream = sid,
+                                                         .kind = LossKind::kAuxOverwritten,
+                                                         .count = 1,
+                                                         .bytes = written - range.len,
+                                                         .aux_offset = st.last_snapshot_head}));
   }
-  st.written_since_snapshot = 0;
   st.last_snapshot_head = head;
   ++stats.snapshots;
   stats.snapshot_bytes += range.len;

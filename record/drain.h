@@ -5,11 +5,14 @@
 //     piece (a record that wraps the ring end comes out contiguous) and stores it verbatim as
 //     one sideband record;
 //  2. walks those records: for each PERF_RECORD_AUX in full-trace mode, copies AUX bytes from
-//     the last consumed offset up to aux_offset + aux_size (with wrap) into an AUX record,
-//     then stores aux_tail (release); TRUNCATED / COLLISION / PARTIAL flags and LOST records
-//     become loss records and counters; after a TRUNCATED record the AUX event is
-//     re-enabled, as perf does, once aux_tail has made room;
-//  3. stores data_tail (release).
+//     the last consumed offset up to aux_offset + aux_size (with wrap) into an AUX record;
+//     TRUNCATED / COLLISION / PARTIAL flags and LOST records become loss records and
+//     counters;
+//  3. in full-trace mode copies the rest up to aux_head (bytes whose PERF_RECORD_AUX was
+//     lost or comes later), then stores aux_tail (release);
+//  4. stores data_tail (release); after a TRUNCATED or a LOST record re-enables the AUX
+//     event (perf does after a truncation; a lost record may have been one), unless Finish()
+//     was called.
 // In overwrite (snapshot) mode AUX records are kept as sideband only; Snapshot() copies the
 // newest bytes of the AUX ring instead.
 #ifndef PTKIT_RECORD_DRAIN_H_
@@ -37,7 +40,6 @@ struct StreamStats {
   uint64_t partial = 0;
   uint64_t lost_records = 0;  // sum of PERF_RECORD_LOST.lost
   uint64_t reenables = 0;
-  uint64_t recovered_gap_bytes = 0;  // AUX bytes not announced by an AUX record (lost), kept
   uint64_t snapshots = 0;
   uint64_t snapshot_bytes = 0;
 };
@@ -70,6 +72,9 @@ class Drainer {
   // Overwritten bytes are only accounted (kAuxOverwritten) with a free-running head.
   absl::StatusOr<uint64_t> Snapshot(TraceSource& source, uint64_t size);
 
+  // The recording is ending (events disabled): later passes never re-enable an event.
+  void Finish() { final_ = true; }
+
   const std::map<StreamId, StreamStats>& stats() const { return stats_; }
   StreamStats Totals() const;
 
@@ -80,18 +85,21 @@ class Drainer {
     uint64_t snapshot_sequence = 0;
     uint64_t last_snapshot_head = 0;
     bool aux_wrapped = false;  // snapshot mode: the AUX ring has wrapped at least once
-    // Snapshot mode: AUX bytes the hardware wrote since the last snapshot (the sizes of the
-    // OVERWRITE PERF_RECORD_AUX records), whatever form aux_head takes.
-    uint64_t written_since_snapshot = 0;
+    uint64_t last_time = 0;    // of the latest PERF_RECORD_AUX: for bytes copied without one
   };
-  absl::Status StoreAux(TraceSource& source, StreamState& st, uint64_t from, uint64_t to,
-                        uint64_t flags, uint64_t time);
+  // Copies the AUX bytes from our tail up to `to` into AUX records; the last carries `flags`.
+  // The kernel never overwrites bytes past aux_tail in full-trace mode, so they are intact
+  // even when an earlier PERF_RECORD_AUX was lost (data ring full): the copy starts at our
+  // tail, not at a record's offset.
+  absl::Status StoreAux(TraceSource& source, StreamState& st, uint64_t to, uint64_t flags,
+                        uint64_t time);
 
   ContainerWriter* writer_;
   DrainOptions options_;
   std::map<StreamId, StreamStats> stats_;
   std::map<StreamId, StreamState> state_;
   std::vector<uint8_t> scratch_;
+  bool final_ = false;
 };
 
 }  // namespace ptkit::record

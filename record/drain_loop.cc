@@ -55,9 +55,12 @@ SignalWatcher::SignalWatcher() {
 }
 
 SignalWatcher::~SignalWatcher() {
+  // Unblock while OnSignal is still installed: a signal that came after the last ppoll()
+  // (e.g. SIGUSR2 during the final snapshot) is counted, not delivered with the default
+  // action (which ends the process) once the old handlers are back.
+  pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
   for (size_t i = 0; i < std::size(kSignals); ++i)
     sigaction(kSignals[i], &old_actions_[i], nullptr);
-  pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
 }
 
 uint64_t SignalWatcher::stop_count() const { return g_stop.load(std::memory_order_relaxed); }
@@ -120,6 +123,7 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
   }
 
   // The end: stop the hardware (ends the AUX transaction), then take everything left.
+  drainer.Finish();
   for (TraceSource* s : sources) {
     if (options.snapshot_mode) continue;  // Snapshot() disables and drains itself
     PTKIT_RETURN_IF_ERROR(s->Disable());

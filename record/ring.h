@@ -51,9 +51,10 @@ RingRange SnapshotRange(uint64_t head, uint64_t ring_size, uint64_t want);
 
 // perf's intel_pt_first_wrap() heuristic for an overwrite ring whose head is an offset
 // inside the buffer (the PT driver reports aux_head that way in snapshot mode): the kernel
-// hands out a zeroed buffer, so any non-zero byte in its last 512 bytes (or last half, for
-// rings under 1 KiB) means the hardware has wrapped at least once. A snapshot taken while
-// the first lap is inside that tail region is misread as wrapped, as in perf.
+// hands out a zeroed buffer, so any non-zero byte in its last 4096 bytes (all of a smaller
+// ring) means the hardware has wrapped at least once, as perf's intel_pt_first_wrap() decides.
+// A snapshot taken while the first lap is inside that tail region is misread as wrapped, as
+// in perf.
 bool AuxRingWrapped(std::span<const uint8_t> ring);
 
 // The snapshot range for an aux_head that is either free-running (>= ring size once

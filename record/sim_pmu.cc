@@ -125,16 +125,21 @@ bool SimulatedPmu::WriteItraceStart(uint32_t pid, uint32_t tid) {
 
 // perf_aux_output_end(): in full-trace mode the record names the new bytes [offset, +size);
 // in overwrite mode aux_offset is the new head (kernel: perf_event_aux_event(event,
-// aux_head, size, flags) with aux_head = handle->head).
+// aux_head, size, flags) with aux_head = handle->head) and, with an in-buffer head, size is
+// the whole buffer (pt_event_stop(), bts_event_stop()). The record is written, then
+// aux_head published.
 void SimulatedPmu::EmitAux(uint64_t offset, uint64_t size, uint64_t flags) {
   const bool masked = options_.overwrite && options_.masked_overwrite_head;
-  StoreAuxHead(view_.page, masked ? aux_head_ & (view_.aux.size() - 1) : aux_head_);
-  if (masked) offset &= view_.aux.size() - 1;
+  if (masked) {
+    offset &= view_.aux.size() - 1;
+    size = view_.aux.size();
+  }
   const std::vector<uint8_t> rec = perf::EncodeAux(
       perf::Aux{
           .aux_offset = offset, .aux_size = size, .flags = flags, .sample_id = NextSampleId()},
       options_.layout);
   WriteRecordLocked(rec);
+  StoreAuxHead(view_.page, masked ? aux_head_ & (view_.aux.size() - 1) : aux_head_);
   ++stats_.aux_records;
   if (flags & PERF_AUX_FLAG_TRUNCATED) ++stats_.truncations;
   aux_reported_ = aux_head_;

@@ -90,17 +90,17 @@ TEST(SnapshotRangeAtTest, FreeRunningAndInBufferHeads) {
   EXPECT_EQ(SnapshotRangeAt(0, 4096, 4096, true), (RingRange{0, 4096}));
 }
 
-TEST(AuxRingWrappedTest, LooksAtTheTail) {
-  std::vector<uint8_t> ring(4096, 0);
+// As perf's intel_pt_first_wrap(): the last 512 u64s of the buffer, all of a smaller one.
+TEST(AuxRingWrappedTest, LooksAtTheLast4096Bytes) {
+  std::vector<uint8_t> ring(16384, 0);
   EXPECT_FALSE(AuxRingWrapped(ring));
-  ring[4096 - 513] = 1;  // just before the last 512 bytes
+  ring[16384 - 4097] = 1;  // just before the last 4096 bytes
   EXPECT_FALSE(AuxRingWrapped(ring));
-  ring[4096 - 512] = 1;
+  ring[16384 - 4096] = 1;
   EXPECT_TRUE(AuxRingWrapped(ring));
   std::vector<uint8_t> small(256, 0);
-  small[127] = 1;
-  EXPECT_FALSE(AuxRingWrapped(small));  // last half only
-  small[255] = 1;
+  EXPECT_FALSE(AuxRingWrapped(small));
+  small[0] = 1;
   EXPECT_TRUE(AuxRingWrapped(small));
 }
 

@@ -2,6 +2,8 @@
 // exact truncation accounting, snapshots at every head position, a concurrent producer.
 #include <pthread.h>
 #include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <random>
@@ -158,7 +160,6 @@ TEST_F(SimDrainTest, FullTraceIntegrityOverThousandsOfWraps) {
   EXPECT_EQ(ss.aux_written, pos);
   EXPECT_EQ(drainer.Totals().aux_bytes, pos);
   EXPECT_EQ(drainer.Totals().aux_records, ss.aux_records);
-  EXPECT_EQ(drainer.Totals().recovered_gap_bytes, 0u);
 
   const Contents c = Finish();
   EXPECT_TRUE(c.clean);
@@ -261,7 +262,6 @@ TEST_F(SimDrainTest, LostSidebandCountedAndAuxStillWhole) {
   const SimStats ss = sim->stats();
   EXPECT_GT(ss.records_lost, 0u);
   EXPECT_EQ(drainer.Totals().lost_records, ss.records_lost);
-  EXPECT_GT(drainer.Totals().recovered_gap_bytes, 0u);
   EXPECT_EQ(drainer.Totals().aux_bytes, pos);
   const Contents c = Finish();
   ExpectAuxStream(c, pos);
@@ -271,6 +271,88 @@ TEST_F(SimDrainTest, LostSidebandCountedAndAuxStillWhole) {
     lost += l.count;
   }
   EXPECT_EQ(lost, ss.records_lost);
+}
+
+void FillDataRing(SimulatedPmu& sim) {
+  while (sim.WriteRecord(
+      perf::EncodeComm(perf::Comm{.pid = 1, .tid = 1, .comm = "x"}, sim.layout()))) {
+  }
+}
+
+// At the end of a recording the data ring can be full when Disable() ends the AUX
+// transaction: its PERF_RECORD_AUX is dropped and no LOST record follows. The bytes are
+// still taken, up to aux_head, as perf takes them.
+TEST_F(SimDrainTest, BytesWhoseAuxRecordIsLostAtTheEndAreStored) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(auto sim, SimulatedPmu::Create({.data_pages = 1, .aux_pages = 8}));
+  Drainer drainer(writer_.get());
+  ASSERT_EQ(sim->WriteTrace(TraceBytes(0, 5000)), 5000u);  // under the watermark: no record
+  FillDataRing(*sim);
+  ASSERT_THAT(sim->Disable(), IsOk());
+  EXPECT_GT(sim->stats().records_lost, 0u);
+  drainer.Finish();
+  ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
+  EXPECT_EQ(drainer.Totals().aux_bytes, 5000u);
+  ExpectAuxStream(Finish(), 5000);
+}
+
+// A TRUNCATED PERF_RECORD_AUX lost to a full data ring: the kernel has disabled the event.
+// The bytes before the stop are stored, and the LOST record that comes later re-enables it.
+TEST_F(SimDrainTest, ALostTruncatedRecordStillGetsTheEventReenabled) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(
+      auto sim, SimulatedPmu::Create({.data_pages = 1, .aux_pages = 4, .aux_watermark = 1 << 20}));
+  Drainer drainer(writer_.get());
+  const uint64_t ring = sim->ring().aux.size();
+  FillDataRing(*sim);
+  ASSERT_EQ(sim->WriteTrace(TraceBytes(0, ring + 1000)), ring);
+  ASSERT_FALSE(sim->enabled());
+  ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
+  EXPECT_EQ(drainer.Totals().aux_bytes, ring);
+  // The next record that fits is preceded by PERF_RECORD_LOST.
+  ASSERT_TRUE(sim->WriteRecord(
+      perf::EncodeComm(perf::Comm{.pid = 1, .tid = 1, .comm = "y"}, sim->layout())));
+  ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
+  EXPECT_GT(drainer.Totals().lost_records, 0u);
+  EXPECT_TRUE(sim->enabled());
+  ASSERT_EQ(sim->WriteTrace(TraceBytes(ring, 4000)), 4000u);
+  ASSERT_THAT(sim->Disable(), IsOk());
+  drainer.Finish();
+  ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
+  ExpectAuxStream(Finish(), ring + 4000);
+}
+
+// The last pass, after the events are disabled, must not turn tracing back on.
+TEST_F(SimDrainTest, TheFinalPassDoesNotReenable) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(auto sim, SimulatedPmu::Create({.data_pages = 1, .aux_pages = 1}));
+  Drainer drainer(writer_.get());
+  const uint64_t ring = sim->ring().aux.size();
+  ASSERT_EQ(sim->WriteTrace(TraceBytes(0, ring + 100)), ring);  // TRUNCATED, stopped
+  drainer.Finish();
+  ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
+  EXPECT_EQ(drainer.Totals().truncated, 1u);
+  EXPECT_EQ(drainer.Totals().reenables, 0u);
+  EXPECT_FALSE(sim->enabled());
+  ExpectAuxStream(Finish(), ring);
+}
+
+// A watched signal that arrives after the last ppoll() (e.g. SIGUSR2 during the final
+// snapshot) is counted when the watcher goes, not delivered with its default action.
+TEST(SignalWatcherTest, ASignalPendingAtTheEndDoesNotKillTheProcess) {
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    uint64_t before = 0;
+    {
+      SignalWatcher signals;
+      before = signals.snapshot_count();
+      raise(SIGUSR2);  // blocked: pending
+    }
+    SignalWatcher again;
+    _exit(again.snapshot_count() == before + 1 ? 0 : 3);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status)) << "killed by signal " << WTERMSIG(status);
+  EXPECT_EQ(WEXITSTATUS(status), 0);
 }
 
 TEST_F(SimDrainTest, SnapshotAtEveryHeadPosition) {
@@ -314,10 +396,11 @@ TEST_F(SimDrainTest, SnapshotAtEveryHeadPosition) {
   EXPECT_EQ(overwritten, 0u);
 }
 
-// The Intel PT driver reports aux_head in snapshot mode as an offset inside the buffer; the
-// drain must still produce the newest bytes in order at every head position. Positions in
-// the last 512 bytes of the first lap are inherently ambiguous (perf's first-wrap heuristic
-// sees non-zero bytes there) and are skipped.
+// The Intel PT driver reports aux_head in snapshot mode as an offset inside the buffer and
+// the whole buffer as every PERF_RECORD_AUX's size; the drain must still produce the newest
+// bytes in order at every head position. Positions in the last 4096 bytes of the first lap
+// are inherently ambiguous (perf's first-wrap heuristic sees non-zero bytes there) and are
+// skipped. How much was overwritten between snapshots cannot be known, so none is claimed.
 TEST_F(SimDrainTest, SnapshotsWithInBufferHeadLikeIntelPt) {
   PTKIT_ASSERT_OK_AND_ASSIGN(
       auto sim,
@@ -326,19 +409,17 @@ TEST_F(SimDrainTest, SnapshotsWithInBufferHeadLikeIntelPt) {
   Drainer drainer(writer_.get());
   const uint64_t ring = sim->ring().aux.size();      // 16 KiB
   std::vector<std::pair<uint64_t, uint64_t>> taken;  // (written, want)
-  uint64_t written = 0, last = 0, expected_overwritten = 0;
+  uint64_t written = 0;
   const uint64_t sizes[] = {ring, 1000, 5000};
   for (uint64_t step = 0; written + 61 <= 3 * ring; ++step) {
     ASSERT_EQ(sim->WriteTrace(TraceBytes(written, 61)), 61u);
     written += 61;
-    if (written > ring - 512 && written < ring) continue;
+    if (written > ring - 4096 && written < ring) continue;
     const uint64_t want = sizes[step % 3];
     PTKIT_ASSERT_OK_AND_ASSIGN(uint64_t got, drainer.Snapshot(*sim, want));
     ASSERT_EQ(got, std::min({want, ring, written})) << "written " << written;
     ASSERT_LT(sim->ring().page->aux_head, ring);  // the head really is in-buffer
     taken.emplace_back(written, want);
-    if (written - last > got) expected_overwritten += written - last - got;
-    last = written;
   }
   // Then a long stretch without a snapshot: most of it is overwritten.
   for (int i = 0; i < 100; ++i) {
@@ -348,7 +429,6 @@ TEST_F(SimDrainTest, SnapshotsWithInBufferHeadLikeIntelPt) {
   PTKIT_ASSERT_OK_AND_ASSIGN(uint64_t last_got, drainer.Snapshot(*sim, 1000));
   ASSERT_EQ(last_got, 1000u);
   taken.emplace_back(written, 1000);
-  expected_overwritten += written - last - last_got;
   const Contents c = Finish();
   ASSERT_EQ(c.snapshots.size(), taken.size());
   for (size_t i = 0; i < taken.size(); ++i) {
@@ -356,16 +436,8 @@ TEST_F(SimDrainTest, SnapshotsWithInBufferHeadLikeIntelPt) {
     const uint64_t len = std::min({want, ring, w});
     ASSERT_EQ(c.snapshot_data[i], TraceBytes(w - len, len)) << "written " << w;
   }
-  EXPECT_GT(taken.size(), 700u);
-  // What the hardware wrote between two snapshots and the later one no longer holds is
-  // reported as overwritten, though aux_head alone cannot tell it.
-  uint64_t overwritten = 0;
-  for (const LossRecord& l : c.loss) {
-    EXPECT_EQ(l.kind, LossKind::kAuxOverwritten);
-    overwritten += l.bytes;
-  }
-  EXPECT_GT(expected_overwritten, 0u);
-  EXPECT_EQ(overwritten, expected_overwritten);
+  EXPECT_GT(taken.size(), 600u);
+  EXPECT_THAT(c.loss, ::testing::IsEmpty());
 }
 
 TEST_F(SimDrainTest, SnapshotsCountOverwrittenBytes) {
