@@ -61,6 +61,26 @@ absl::Status Drainer::StoreAux(TraceSource& source, StreamState& st, uint64_t to
   return absl::OkStatus();
 }
 
+absl::Status Drainer::StoreSideband(TraceSource& source, std::span<const uint8_t> bytes) {
+  const uint64_t limit = options_.max_sideband_batch;
+  while (bytes.size() > limit) {
+    // Cut after the last whole record under the limit (anywhere if the records are damaged:
+    // the walk in DrainOnce reports that).
+    size_t cut = 0;
+    perf::RecordReader reader(bytes);
+    for (;;) {
+      absl::StatusOr<std::optional<perf::RecordView>> next = reader.Next();
+      if (!next.ok() || !next->has_value() || reader.offset() > limit) break;
+      cut = reader.offset();
+    }
+    if (cut == 0) cut = limit;
+    PTKIT_RETURN_IF_ERROR(
+        writer_->AppendSideband(SidebandRecord{.cpu = source.cpu(), .records = bytes.first(cut)}));
+    bytes = bytes.subspan(cut);
+  }
+  return writer_->AppendSideband(SidebandRecord{.cpu = source.cpu(), .records = bytes});
+}
+
 absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
   const RingView v = source.ring();
   const StreamId sid = source.stream();
@@ -78,8 +98,7 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
   }
   std::vector<uint8_t> bytes;
   AppendFromRing(v.data, tail, head - tail, bytes);
-  PTKIT_RETURN_IF_ERROR(
-      writer_->AppendSideband(SidebandRecord{.cpu = source.cpu(), .records = bytes}));
+  PTKIT_RETURN_IF_ERROR(StoreSideband(source, bytes));
   stats.sideband_bytes += bytes.size();
   uint64_t stored = bytes.size();
   const uint64_t aux_before = stats.aux_bytes;

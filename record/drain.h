@@ -3,7 +3,7 @@
 // One DrainOnce() pass over a source:
 //  1. loads data_head (acquire), copies [data_tail, data_head) out of the data ring in one
 //     piece (a record that wraps the ring end comes out contiguous) and stores it verbatim as
-//     one sideband record;
+//     sideband records (one, unless it is larger than max_sideband_batch);
 //  2. walks those records: for each PERF_RECORD_AUX in full-trace mode, copies AUX bytes from
 //     the last consumed offset up to aux_offset + aux_size (with wrap) into an AUX record;
 //     TRUNCATED / COLLISION / PARTIAL flags and LOST records become loss records and
@@ -50,6 +50,9 @@ struct DrainOptions {
   bool reenable_after_truncation = true;
   // Largest AUX record payload; longer ranges are split (ContainerWriter caps payloads).
   uint64_t max_aux_chunk = uint64_t{16} << 20;
+  // Largest sideband batch; more is split between perf records (a data ring can be larger
+  // than a container record).
+  uint64_t max_sideband_batch = uint64_t{16} << 20;
   // Called for every sideband record drained (e.g. CodeCapture::OnRecord). May be empty.
   std::function<void(const perf::RecordView&, const perf::SampleIdLayout&)> on_record;
 };
@@ -93,6 +96,8 @@ class Drainer {
   // tail, not at a record's offset.
   absl::Status StoreAux(TraceSource& source, StreamState& st, uint64_t to, uint64_t flags,
                         uint64_t time);
+  // Stores `bytes` (perf records) as sideband batches of at most max_sideband_batch bytes.
+  absl::Status StoreSideband(TraceSource& source, std::span<const uint8_t> bytes);
 
   ContainerWriter* writer_;
   DrainOptions options_;

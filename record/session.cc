@@ -11,6 +11,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
+#include "ptkit/container_format.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/status.h"
 #include "record/address_filter.h"
@@ -109,6 +110,10 @@ absl::StatusOr<std::vector<pid_t>> ListThreads(pid_t pid) {
   return tids;
 }
 
+// The largest AUX area in snapshot mode: a power of two that, with its header, fits in one
+// container record (kMaxPayloadSize).
+constexpr uint64_t kMaxSnapshotBytes = kMaxPayloadSize / 2;
+
 // Marks a bad option value: ptrecord exits 2 for these.
 absl::Status Usage(absl::Status s) {
   if (!s.ok()) s.SetPayload(kExitCodePayload, absl::Cord("2"));
@@ -163,6 +168,14 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   if (!IsPowerOfTwo(o.data_pages) || (!o.sideband_only && !IsPowerOfTwo(o.aux_pages))) {
     return Usage(absl::InvalidArgumentError(
         Cat("-m ", o.data_pages, ",", o.aux_pages, ": page counts must be powers of two")));
+  }
+  // A snapshot is one container record, so the AUX area must fit in one.
+  const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  if (o.snapshot_size && !o.sideband_only && o.aux_pages * page_size > kMaxSnapshotBytes) {
+    return Usage(absl::InvalidArgumentError(
+        Cat("--snapshot: an AUX area of ", o.aux_pages, " pages (", (o.aux_pages * page_size) >> 20,
+            " MiB) is more than one snapshot can hold (", kMaxSnapshotBytes >> 20, " MiB): use -m ",
+            o.data_pages, ",", kMaxSnapshotBytes / page_size, " or less")));
   }
 
   std::optional<Pmu> pmu;

@@ -1,5 +1,7 @@
 #include "record/session.h"
 
+#include <unistd.h>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ptkit/status.h"
@@ -88,6 +90,15 @@ TEST(RunSessionTest, UsageErrorsCarryExitCode2) {
   snap.snapshot_size = 0;
   EXPECT_THAT(RunSession(snap), StatusIs(absl::StatusCode::kInvalidArgument,
                                          HasSubstr("--snapshot needs a trace event")));
+
+  SessionOptions big_snap;
+  big_snap.command = {"/bin/true"};
+  big_snap.snapshot_size = 0;
+  big_snap.aux_pages = (uint64_t{256} << 20) / static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  r = RunSession(big_snap);
+  EXPECT_THAT(r, StatusIs(absl::StatusCode::kInvalidArgument,
+                          HasSubstr("is more than one snapshot can hold (128 MiB)")));
+  EXPECT_EQ(code(r.status()), "2");
 
   SessionOptions counters;
   counters.command = {"/bin/true"};

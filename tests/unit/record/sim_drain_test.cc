@@ -48,6 +48,7 @@ struct Contents {
   std::vector<SnapshotRecord> snapshots;
   std::vector<std::vector<uint8_t>> snapshot_data;
   std::vector<uint8_t> sideband;  // all sideband records concatenated
+  std::vector<std::vector<uint8_t>> sideband_batches;
   bool clean = false;
 };
 
@@ -83,6 +84,7 @@ Contents ReadBack(const std::string& path) {
         absl::StatusOr<SidebandRecord> s = ParseSideband(rec.payload);
         EXPECT_THAT(s, IsOk());
         c.sideband.insert(c.sideband.end(), s->records.begin(), s->records.end());
+        c.sideband_batches.emplace_back(s->records.begin(), s->records.end());
         break;
       }
       default:
@@ -318,6 +320,34 @@ TEST_F(SimDrainTest, ALostTruncatedRecordStillGetsTheEventReenabled) {
   drainer.Finish();
   ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
   ExpectAuxStream(Finish(), ring + 4000);
+}
+
+// A data ring larger than a container record can hold is stored as several sideband
+// batches, each of whole perf records.
+TEST_F(SimDrainTest, SidebandLargerThanABatchIsSplitBetweenRecords) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(auto sim, SimulatedPmu::Create({.data_pages = 16, .aux_pages = 1}));
+  Drainer drainer(writer_.get(), {.max_sideband_batch = 1000});
+  std::vector<uint8_t> written;
+  for (int i = 0; written.size() < 50000; ++i) {
+    const std::vector<uint8_t> rec = perf::EncodeComm(
+        perf::Comm{.pid = 1, .tid = 1, .comm = std::string(1 + i % 15, 'a' + i % 26)},
+        sim->layout());
+    ASSERT_TRUE(sim->WriteRecord(rec));
+    written.insert(written.end(), rec.begin(), rec.end());
+  }
+  ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
+  const Contents c = Finish();
+  EXPECT_EQ(c.sideband, written);
+  EXPECT_GT(c.sideband_batches.size(), 50u);
+  for (const std::vector<uint8_t>& batch : c.sideband_batches) {
+    EXPECT_LE(batch.size(), 1000u);
+    perf::RecordReader reader(batch);
+    absl::StatusOr<std::optional<perf::RecordView>> next;
+    while ((next = reader.Next()).ok() && next->has_value()) {
+    }
+    EXPECT_THAT(next, IsOk());
+    EXPECT_EQ(reader.offset(), batch.size());  // whole records only
+  }
 }
 
 // The last pass, after the events are disabled, must not turn tracing back on.
