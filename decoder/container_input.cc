@@ -169,12 +169,20 @@ class StreamSink : public Sink {
     if (!only_) return inner_.OnStream(info);
     open_ = info.tid == *only_;
     if (open_ && announced_) inner_.OnStream(info);
+    // The thread is the first to run after a loss that came while another one ran: the lost
+    // stretch held its start.
+    if (open_ && !held_.empty()) {
+      if (!announced_) Announce();
+      for (const LossInfo& loss : held_) Forward(loss);
+      held_.clear();
+    }
   }
   void OnLoss(const LossInfo& loss) override {
-    if (!Show()) return;
-    ++shown_.losses;
-    shown_.lost_bytes += loss.bytes;
-    inner_.OnLoss(loss);
+    if (!only_ || open_) {
+      Show();
+      return Forward(loss);
+    }
+    held_.push_back(loss);  // shown if the thread is the next to run (OnStream)
   }
   void OnSync(uint64_t offset) override {
     if (!only_) return inner_.OnSync(offset);
@@ -216,10 +224,16 @@ class StreamSink : public Sink {
   }
 
  private:
+  void Forward(const LossInfo& loss) {
+    ++shown_.losses;
+    shown_.lost_bytes += loss.bytes;
+    inner_.OnLoss(loss);
+  }
   // Whether the flow is forwarded now; announces the stream and a held sync first.
   bool Show() {
     if (!open_) {
       sync_.reset();  // what followed the sync was another thread's
+      held_.clear();  // the trace resumed with another thread: the loss was not this one's
       return false;
     }
     if (!announced_) Announce();
@@ -245,6 +259,7 @@ class StreamSink : public Sink {
   bool open_ = true;
   bool announced_ = false;
   std::optional<uint64_t> sync_;
+  std::vector<LossInfo> held_;  // losses while another thread ran, until the next one runs
   SpoolView* view_ = nullptr;
   uint64_t base_ = 0;
   DecodeTotals shown_;
@@ -318,6 +333,7 @@ struct Recording {
   std::optional<AuxSpool> spool;                       // created with the first AUX bytes
   std::optional<TscConversion> time;
   bool bts = false;  // intel_bts recordings hold 24-byte branch records, not PT packets
+  std::vector<std::string> warnings;  // the file's damage and a missing footer
 };
 
 absl::Status Spool(Recording& r, const ContainerOptions& options, SpoolRun& run,
@@ -382,9 +398,15 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
       }
       case RecordType::kLoss: {
         auto loss = ParseLoss(rec.payload);
-        if (!loss.ok() || loss->kind == LossKind::kLostSideband) break;
+        if (!loss.ok() || !MaySelect(options, {loss->stream, -1})) break;
         Stream& s = r.streams[{loss->stream, -1}];
         std::string kind = LossKindName(loss->kind);
+        if (loss->kind == LossKind::kLostSideband) {
+          // Lost perf records: a PERF_RECORD_AUX among them may have said TRUNCATED, so the
+          // bytes on either side are not joined; the decoder resyncs after this point.
+          s.pending_losses.push_back({kind, s.next_aux, 0});
+          break;
+        }
         // The AUX record's flag already marked this point: add what the loss record knows.
         bool merged = false;
         for (LossInfo& l : s.pending_losses) {
@@ -423,6 +445,20 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
     }
   }
   if (sideband) r.timeline = sideband->Build();
+  // Damage in the file: whatever it held (trace, sideband) is missing from the decode.
+  const ReadReport& report = reader.report();
+  for (const Damage& d : report.damage) {
+    r.warnings.push_back(fmt::format(
+        "{}: {} damaged bytes at offset {} ({}; {} record(s) lost): what they held is missing "
+        "from this decode (ptdecode info {} shows the damage)",
+        path, d.bytes, d.offset, d.reason, d.records, path));
+  }
+  if (!report.footer_present) {
+    r.warnings.push_back(fmt::format(
+        "{}: no footer: the recording did not finish cleanly (ptrecord was killed or the file "
+        "is cut), so what it had not written yet is missing",
+        path));
+  }
   r.time = TimeConversionFromMetadata(r.metadata);
   r.bts = r.metadata.contains("pmu") && r.metadata["pmu"].is_object() &&
           r.metadata["pmu"].value("name", std::string()) == "intel_bts";
@@ -606,7 +642,8 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
     totals.lost_bytes += out.shown().lost_bytes;
     totals.streams += out.announced() ? 1 : 0;
   }
-  totals.warnings = images.TakeWarnings();
+  totals.warnings = r.warnings;
+  for (std::string& w : images.TakeWarnings()) totals.warnings.push_back(std::move(w));
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   return totals;
 }

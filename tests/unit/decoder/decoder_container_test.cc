@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -32,7 +33,9 @@ using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
 using ::ptkit::testing::IsOk;
 using ::ptkit::testing::StatusIs;
+using ::testing::Contains;
 using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
@@ -437,7 +440,8 @@ class SwitchingCpu {
     uint32_t pid = 0, tid = 0;
     uint64_t tsc = 0;
     uint32_t seed = 1;
-    bool truncated_before = false;  // the AUX data before this run ends TRUNCATED (4096 lost)
+    bool truncated_before = false;     // the AUX data before this run ends TRUNCATED (4096 lost)
+    bool lost_records_before = false;  // PERF_RECORD_LOST (3 records) before this run
   };
   static std::string Golden() { return std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/golden.elf"; }
 
@@ -494,6 +498,12 @@ class SwitchingCpu {
         in.next_prev_tid = prev.tid;
         in.sample_id = Id(r.pid, r.tid, t, 0);
         add(perf::EncodeSwitch(in, kLayout));
+      }
+      if (r.lost_records_before) {  // the AUX bytes go on: the drain copies up to aux_head
+        ASSERT_THAT((*writer)->AppendAux({cpu0, aux_offset, 0, aux_time, aux}), IsOk());
+        aux_offset += aux.size();
+        ASSERT_THAT((*writer)->AppendLoss({cpu0, LossKind::kLostSideband, 3, 0, 22, 0}), IsOk());
+        aux.clear();
       }
       if (r.truncated_before) {
         ASSERT_THAT((*writer)->AppendAux({cpu0, aux_offset, kAuxTruncated, aux_time, aux}), IsOk());
@@ -644,6 +654,68 @@ TEST_F(TidFilterTest, ATidShowsOnlyWhatThatThreadRanOnTheCpu) {
   EXPECT_THAT(none.streams, SizeIs(0));
   EXPECT_EQ(totals->instructions, 0u);
   EXPECT_EQ(totals->streams, 0u);
+}
+
+// The trace is truncated while 200 runs and resumes with 100, switched in during the lost
+// stretch: the loss may hold 100's start, so --tid 100 shows it (and --tid 200 too).
+TEST(TidFilterLossTest, ALossBeforeTheThreadResumesIsShownToIt) {
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_tidloss.pt");
+  SwitchingCpu cpu;
+  cpu.Write(path, {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 1},
+                   {.pid = 200, .tid = 200, .tsc = 3000, .seed = 2},
+                   {.pid = 100, .tid = 100, .tsc = 5000, .seed = 3, .truncated_before = true}});
+  for (uint32_t tid : {100u, 200u}) {
+    SCOPED_TRACE(tid);
+    Recorder rec;
+    ContainerOptions options;
+    options.tid = tid;
+    auto totals = DecodeContainer(path, options, rec);
+    ASSERT_THAT(totals, IsOk());
+    ASSERT_THAT(rec.losses, SizeIs(1));
+    EXPECT_EQ(rec.losses[0].kind, LossKindName(LossKind::kAuxTruncated));
+    EXPECT_EQ(totals->losses, 1u);
+  }
+  std::remove(path.c_str());
+}
+
+// PERF_RECORD_LOST: the lost records may have said TRUNCATED, so the decode shows the loss
+// and resyncs there instead of joining the bytes on either side.
+TEST(ContainerLossTest, LostPerfRecordsAreALossPointAndABreak) {
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_lost.pt");
+  SwitchingCpu cpu;
+  cpu.Write(path, {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 1},
+                   {.pid = 100, .tid = 100, .tsc = 3000, .seed = 2, .lost_records_before = true}});
+  Recorder rec;
+  auto totals = DecodeContainer(path, {}, rec);
+  std::remove(path.c_str());
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_THAT(rec.losses, SizeIs(1));
+  EXPECT_EQ(rec.losses[0].kind, LossKindName(LossKind::kLostSideband));
+  EXPECT_EQ(totals->losses, 1u);
+  EXPECT_THAT(rec.errors, SizeIs(0));
+  EXPECT_EQ(totals->instructions, cpu.truths()[0].size() + cpu.truths()[1].size());
+}
+
+// Damage in the file and a missing footer reach the decode's warnings (stderr, stats --json),
+// not only `ptdecode info`.
+TEST(ContainerLossTest, DamageAndAMissingFooterAreWarnings) {
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_damaged.pt");
+  SwitchingCpu cpu;
+  cpu.Write(path, {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 1},
+                   {.pid = 200, .tid = 200, .tsc = 3000, .seed = 2}});
+  Recorder clean;
+  auto totals = DecodeContainer(path, {}, clean);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(totals->warnings, SizeIs(0));
+  // Cut the footer off: the file ends inside it.
+  const auto size = std::filesystem::file_size(path);
+  std::filesystem::resize_file(path, size - 8);
+  Recorder cut;
+  totals = DecodeContainer(path, {}, cut);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(totals->warnings, Contains(HasSubstr("no footer")));
+  EXPECT_THAT(totals->warnings, Contains(HasSubstr("damaged bytes at offset")));
+  std::remove(path.c_str());
 }
 
 TEST_F(TidFilterTest, PacketsOfATidAreThoseWhileItRuns) {
