@@ -281,8 +281,13 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
     }
     s.pos = at + total;
     if (h.sequence < s.expected_sequence) {
-      s.report.warnings.push_back(absl::StrCat("record at offset ", at, " has sequence ",
-                                               h.sequence, ", expected ", s.expected_sequence));
+      // A writer numbers its records in order, so this one repeats an earlier one (a copied
+      // frame): returning it would have its contents decoded twice.
+      s.AddDamage(at, total, 0,
+                  absl::StrFormat("record %u (%s) at offset %u repeats an earlier sequence "
+                                  "number (expected %u): skipped",
+                                  h.sequence, RecordTypeName(h.type), at, s.expected_sequence));
+      continue;
     }
     PTKIT_ASSIGN_OR_RETURN(auto stored, s.Get(at + kFrameHeaderSize, h.stored_size));
     auto damaged = [&](const std::string& why) {

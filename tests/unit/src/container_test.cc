@@ -278,6 +278,35 @@ TEST(ContainerReaderTest, AFlippedByteDamagesOnlyItsOwnRecord) {
   }
 }
 
+// A frame that appears twice (a copied block of the file) is returned once; the copy is
+// damage that loses no record.
+TEST(ContainerReaderTest, ARepeatedRecordIsReturnedOnce) {
+  TempDir dir;
+  std::vector<uint8_t> bytes = WriteSample(dir, true);
+  ReadAll full = ReadBytes(bytes);
+  ASSERT_THAT(full.records, SizeIs(10));
+  for (const Owned& victim : full.records) {
+    if (victim.type == RecordType::kFooter)
+      continue;  // reading ends there (bytes after: a warning)
+    SCOPED_TRACE(::testing::Message() << "record " << victim.sequence);
+    const auto begin = bytes.begin() + static_cast<ptrdiff_t>(victim.offset);
+    const auto end = begin + static_cast<ptrdiff_t>(victim.stored_bytes);
+    std::vector<uint8_t> twice(bytes.begin(), end);
+    twice.insert(twice.end(), begin, end);
+    twice.insert(twice.end(), end, bytes.end());
+    ReadAll got = ReadBytes(twice);
+    std::vector<uint64_t> seqs;
+    for (const Owned& r : got.records) seqs.push_back(r.sequence);
+    ASSERT_EQ(seqs.size(), full.records.size());
+    for (size_t i = 0; i < seqs.size(); ++i) EXPECT_EQ(seqs[i], i);
+    ASSERT_THAT(got.report.damage, SizeIs(1));
+    EXPECT_EQ(got.report.damage[0].offset, victim.offset + victim.stored_bytes);
+    EXPECT_EQ(got.report.damage[0].bytes, victim.stored_bytes);
+    EXPECT_EQ(got.report.damage[0].records, 0u);
+    EXPECT_THAT(got.report.damage[0].reason, HasSubstr("repeats an earlier sequence number"));
+  }
+}
+
 TEST(ContainerReaderTest, RejectsFilesThatAreNotContainers) {
   std::vector<uint8_t> empty;
   EXPECT_THAT(ContainerReader::Open(MemorySource(empty, "e.pt")),
