@@ -63,14 +63,6 @@ std::string Hex(const std::vector<uint8_t>& bytes) {
   return out;
 }
 
-// The loss a PERF_RECORD_AUX flag reports, named as the container's loss records are.
-std::string AuxFlagKind(uint64_t flags) {
-  if (flags & kAuxTruncated) return LossKindName(LossKind::kAuxTruncated);
-  if (flags & kAuxCollision) return LossKindName(LossKind::kAuxCollision);
-  if (flags & kAuxPartial) return LossKindName(LossKind::kAuxPartial);
-  return "";
-}
-
 perf::SampleIdLayout LayoutFromMetadata(const nlohmann::json& metadata) {
   perf::SampleIdLayout layout;
   if (metadata.contains("attrs") && metadata["attrs"].is_array()) {
@@ -392,8 +384,9 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
         PTKIT_RETURN_IF_ERROR(Spool(r, options, s.pieces.back().run, aux->data));
         s.bytes += aux->data.size();
         s.next_aux = aux->aux_offset + aux->data.size();
-        std::string kind = AuxFlagKind(aux->flags);
-        if (!kind.empty()) s.pending_losses.push_back({kind, s.next_aux, 0});
+        // The drain writes a loss record for each flag (placed below); the flag itself only
+        // says not to join what follows.
+        if (aux->flags & (kAuxTruncated | kAuxCollision | kAuxPartial)) s.break_next = true;
         break;
       }
       case RecordType::kLoss: {
@@ -407,16 +400,9 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
           s.pending_losses.push_back({kind, s.next_aux, 0});
           break;
         }
-        // The AUX record's flag already marked this point: add what the loss record knows.
-        bool merged = false;
-        for (LossInfo& l : s.pending_losses) {
-          if (l.kind == kind && l.bytes == 0) {
-            l.bytes = loss->bytes;
-            merged = true;
-            break;
-          }
-        }
-        if (!merged) s.pending_losses.push_back({kind, loss->aux_offset, loss->bytes});
+        // One loss point per loss record (an AUX record's flag has its own: the drain writes
+        // it, also for a record whose bytes it had copied already or that had none).
+        s.pending_losses.push_back({kind, loss->aux_offset, loss->bytes});
         break;
       }
       case RecordType::kSnapshot: {

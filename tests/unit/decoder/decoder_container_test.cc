@@ -442,6 +442,7 @@ class SwitchingCpu {
     uint32_t seed = 1;
     bool truncated_before = false;     // the AUX data before this run ends TRUNCATED (4096 lost)
     bool lost_records_before = false;  // PERF_RECORD_LOST (3 records) before this run
+    int more_truncations = 0;  // with truncated_before: zero-size TRUNCATED records after it
   };
   static std::string Golden() { return std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/golden.elf"; }
 
@@ -510,6 +511,10 @@ class SwitchingCpu {
         aux_offset += aux.size();
         ASSERT_THAT((*writer)->AppendLoss({cpu0, LossKind::kAuxTruncated, 1, 4096, 21, aux_offset}),
                     IsOk());
+        for (int k = 0; k < r.more_truncations; ++k) {  // no AUX bytes: only the loss records
+          ASSERT_THAT((*writer)->AppendLoss({cpu0, LossKind::kAuxTruncated, 1, 0, 21, aux_offset}),
+                      IsOk());
+        }
         aux.clear();
       }
       std::vector<uint8_t> bytes = synth.bytes();
@@ -694,6 +699,30 @@ TEST(ContainerLossTest, LostPerfRecordsAreALossPointAndABreak) {
   EXPECT_EQ(totals->losses, 1u);
   EXPECT_THAT(rec.errors, SizeIs(0));
   EXPECT_EQ(totals->instructions, cpu.truths()[0].size() + cpu.truths()[1].size());
+}
+
+// Each loss record is a loss point: truncations with no AUX bytes between them (the event
+// re-enabled into a still-full buffer) are not merged into one.
+TEST(ContainerLossTest, EveryTruncationCounts) {
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_trunc3.pt");
+  SwitchingCpu cpu;
+  cpu.Write(path, {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 1},
+                   {.pid = 100,
+                    .tid = 100,
+                    .tsc = 3000,
+                    .seed = 2,
+                    .truncated_before = true,
+                    .more_truncations = 2}});
+  Recorder rec;
+  auto totals = DecodeContainer(path, {}, rec);
+  std::remove(path.c_str());
+  ASSERT_THAT(totals, IsOk());
+  ASSERT_THAT(rec.losses, SizeIs(3));
+  for (const LossInfo& l : rec.losses) {
+    EXPECT_EQ(l.kind, LossKindName(LossKind::kAuxTruncated));
+  }
+  EXPECT_EQ(rec.losses[0].bytes, 4096u);
+  EXPECT_EQ(totals->losses, 3u);
 }
 
 // Damage in the file and a missing footer reach the decode's warnings (stderr, stats --json),
