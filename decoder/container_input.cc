@@ -326,6 +326,7 @@ struct Recording {
   std::optional<TscConversion> time;
   bool bts = false;  // intel_bts recordings hold 24-byte branch records, not PT packets
   std::vector<std::string> warnings;  // the file's damage and a missing footer
+  DecodeTotals unplaced;              // losses of streams without trace bytes
 };
 
 absl::Status Spool(Recording& r, const ContainerOptions& options, SpoolRun& run,
@@ -438,6 +439,24 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
         "{}: {} damaged bytes at offset {} ({}; {} record(s) lost): what they held is missing "
         "from this decode (ptdecode info {} shows the damage)",
         path, d.bytes, d.offset, d.reason, d.records, path));
+  }
+  // Losses of a stream that has no trace bytes to place them in (snapshot mode keeps its
+  // trace in snapshot records): not shown in any stream, so said here and counted.
+  for (const auto& [key, stream] : r.streams) {
+    if (!stream.pieces.empty() || stream.pending_losses.empty() || !MaySelect(options, key)) {
+      continue;
+    }
+    std::map<std::string, uint64_t> kinds;
+    for (const LossInfo& l : stream.pending_losses) {
+      ++kinds[l.kind];
+      r.unplaced.lost_bytes += l.bytes;
+    }
+    r.unplaced.losses += stream.pending_losses.size();
+    std::string what;
+    for (const auto& [kind, n] : kinds)
+      what += fmt::format("{}{} {}", what.empty() ? "" : ", ", n, kind);
+    r.warnings.push_back(fmt::format("{}: {} loss point(s) outside the decoded trace ({})",
+                                     StreamName(key.id), stream.pending_losses.size(), what));
   }
   if (!report.footer_present) {
     r.warnings.push_back(fmt::format(
@@ -629,6 +648,8 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
     totals.streams += out.announced() ? 1 : 0;
   }
   totals.warnings = r.warnings;
+  totals.losses += r.unplaced.losses;
+  totals.lost_bytes += r.unplaced.lost_bytes;
   for (std::string& w : images.TakeWarnings()) totals.warnings.push_back(std::move(w));
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   return totals;

@@ -725,6 +725,29 @@ TEST(ContainerLossTest, EveryTruncationCounts) {
   EXPECT_EQ(totals->losses, 3u);
 }
 
+// Losses of a stream with no trace bytes (snapshot mode keeps its trace in snapshot records)
+// are counted and said, not dropped.
+TEST(ContainerLossTest, LossesOutsideAnyTraceAreCountedAndSaid) {
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_unplaced.pt");
+  {
+    auto writer = NewContainer(path, kPtMetadata);
+    ASSERT_THAT(writer, IsOk());
+    const StreamId cpu1{StreamKind::kCpu, 1};
+    ASSERT_THAT((*writer)->AppendLoss({cpu1, LossKind::kAuxCollision, 1, 100, 5, 0}), IsOk());
+    ASSERT_THAT((*writer)->AppendLoss({cpu1, LossKind::kLostSideband, 2, 0, 6, 0}), IsOk());
+    ASSERT_THAT((*writer)->Close(), IsOk());
+  }
+  Recorder rec;
+  auto totals = DecodeContainer(path, {}, rec);
+  std::remove(path.c_str());
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_EQ(totals->losses, 2u);
+  EXPECT_EQ(totals->lost_bytes, 100u);
+  EXPECT_THAT(totals->warnings,
+              Contains(HasSubstr("cpu 1: 2 loss point(s) outside the decoded trace (1 "
+                                 "aux-collision, 1 lost-sideband)")));
+}
+
 // Damage in the file and a missing footer reach the decode's warnings (stderr, stats --json),
 // not only `ptdecode info`.
 TEST(ContainerLossTest, DamageAndAMissingFooterAreWarnings) {
