@@ -414,7 +414,11 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
         }
         Stream& s = r.streams[{snap->stream, static_cast<int64_t>(snap->sequence)}];
         // A snapshot is the newest part of an overwritten ring: older trace is gone.
-        s.pieces.push_back({snap->aux_head - snap->data.size(), snap->time, {}, {}});
+        // Its bytes end at aux_head; an in-buffer head (Intel PT, BTS) can be smaller than the
+        // snapshot, and then where they start in the stream is not known: offsets count from 0.
+        const uint64_t start =
+            snap->aux_head >= snap->data.size() ? snap->aux_head - snap->data.size() : 0;
+        s.pieces.push_back({start, snap->time, {}, {}});
         PTKIT_RETURN_IF_ERROR(Spool(r, options, s.pieces.back().run, snap->data));
         s.bytes += snap->data.size();
         break;

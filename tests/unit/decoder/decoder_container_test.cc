@@ -70,10 +70,12 @@ class Recorder : public Sink {
     runs.emplace_back();
   }
   void OnInsn(const pt_insn& insn) override { runs.back().push_back(insn.ip); }
+  void OnSync(uint64_t offset) override { syncs.push_back(offset); }
   void OnError(const DecodeError& e) override {
     errors.push_back(e);
     missing.push_back(e.missing_file ? *e.missing_file : "");
   }
+  std::vector<uint64_t> syncs;
   std::vector<StreamInfo> streams;
   std::vector<LossInfo> losses;
   std::vector<std::vector<uint64_t>> runs{1};
@@ -408,17 +410,20 @@ TEST_F(ContainerTest, SnapshotsDecodeEachOnItsOwn) {
   const StreamId cpu0{StreamKind::kCpu, 0};
   ASSERT_THAT((*writer)->AppendSnapshot({cpu0, 0, d0.size() + 100000, 50, d0}), IsOk());
   ASSERT_THAT((*writer)->AppendSnapshot({cpu0, 1, d1.size() + 200000, 60, d1}), IsOk());
+  // An in-buffer head (Intel PT) that has wrapped: smaller than the snapshot.
+  ASSERT_THAT((*writer)->AppendSnapshot({cpu0, 2, 10, 70, d1}), IsOk());
   ASSERT_THAT((*writer)->Close(), IsOk());
 
   Recorder all;
   ASSERT_THAT(DecodeContainer(path, {}, all), IsOk());
-  ASSERT_THAT(all.streams, SizeIs(2));
+  ASSERT_THAT(all.streams, SizeIs(3));
   EXPECT_EQ(all.streams[0].name, "cpu 0 snapshot 0");
   EXPECT_EQ(all.streams[1].name, "cpu 0 snapshot 1");
   EXPECT_THAT(all.errors, SizeIs(0));
-  ASSERT_THAT(all.runs, SizeIs(3));
+  ASSERT_THAT(all.runs, SizeIs(4));
   EXPECT_THAT(all.runs[1], ElementsAreArray(*w0));
   EXPECT_THAT(all.runs[2], ElementsAreArray(*w1));
+  EXPECT_THAT(all.runs[3], ElementsAreArray(*w1));
 
   Recorder one;
   ContainerOptions options;
@@ -428,6 +433,9 @@ TEST_F(ContainerTest, SnapshotsDecodeEachOnItsOwn) {
   ASSERT_THAT(one.streams, SizeIs(1));
   EXPECT_EQ(one.streams[0].name, "cpu 0 snapshot 1");
   EXPECT_THAT(one.runs[1], ElementsAreArray(*w1));
+  // The in-buffer one: its offsets count from 0, not from 10 - size wrapped round 2^64.
+  ASSERT_THAT(all.syncs, SizeIs(3));
+  EXPECT_LT(all.syncs[2], d1.size());
 }
 
 // One CPU that runs a sequence of tasks, each a PSB segment with its own TSC: processes 100
