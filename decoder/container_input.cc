@@ -49,6 +49,7 @@ struct Stream {
   bool break_next = true;  // the next AUX record starts a new piece
   std::vector<LossInfo> pending_losses;
   uint64_t bytes = 0;
+  uint64_t repeated_bytes = 0;  // AUX bytes at offsets the stream already had: dropped
 };
 
 struct Captured {
@@ -370,21 +371,31 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
         auto aux = ParseAux(rec.payload);
         if (!aux.ok() || !MaySelect(options, {aux->stream, -1})) break;
         Stream& s = r.streams[{aux->stream, -1}];
-        if (!s.pieces.empty() && aux->aux_offset > s.next_aux) {
-          s.pending_losses.push_back(
-              {kLossDiscontinuity, s.next_aux, aux->aux_offset - s.next_aux});
+        uint64_t offset = aux->aux_offset;
+        std::span<const uint8_t> data = aux->data;
+        if (!s.pieces.empty() && offset > s.next_aux) {
+          s.pending_losses.push_back({kLossDiscontinuity, s.next_aux, offset - s.next_aux});
           s.break_next = true;
-        } else if (!s.pieces.empty() && aux->aux_offset < s.next_aux) {
-          s.break_next = true;  // overlap or restart: decode it as a new piece
+        } else if (!s.pieces.empty() && offset < s.next_aux && offset != 0) {
+          // Bytes the stream has already (the drain never stores a byte twice; an edited or
+          // damaged file may): only what is new is kept, so nothing is decoded twice.
+          const uint64_t seen = std::min<uint64_t>(s.next_aux - offset, data.size());
+          s.repeated_bytes += seen;
+          offset += seen;
+          data = data.subspan(seen);
+        } else if (!s.pieces.empty() && offset < s.next_aux) {
+          s.break_next = true;  // a restart at 0: decode it as a new piece
         }
-        if (s.break_next || !s.pending_losses.empty()) {
-          s.pieces.push_back({aux->aux_offset, aux->time, {}, std::move(s.pending_losses)});
-          s.pending_losses.clear();
-          s.break_next = false;
+        if (!data.empty()) {
+          if (s.break_next || !s.pending_losses.empty()) {
+            s.pieces.push_back({offset, aux->time, {}, std::move(s.pending_losses)});
+            s.pending_losses.clear();
+            s.break_next = false;
+          }
+          PTKIT_RETURN_IF_ERROR(Spool(r, options, s.pieces.back().run, data));
+          s.bytes += data.size();
+          s.next_aux = offset + data.size();
         }
-        PTKIT_RETURN_IF_ERROR(Spool(r, options, s.pieces.back().run, aux->data));
-        s.bytes += aux->data.size();
-        s.next_aux = aux->aux_offset + aux->data.size();
         // The drain writes a loss record for each flag (placed below); the flag itself only
         // says not to join what follows.
         if (aux->flags & (kAuxTruncated | kAuxCollision | kAuxPartial)) s.break_next = true;
@@ -443,6 +454,13 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
         "{}: {} damaged bytes at offset {} ({}; {} record(s) lost): what they held is missing "
         "from this decode (ptdecode info {} shows the damage)",
         path, d.bytes, d.offset, d.reason, d.records, path));
+  }
+  for (const auto& [key, stream] : r.streams) {
+    if (stream.repeated_bytes == 0) continue;
+    r.warnings.push_back(
+        fmt::format("{}: {} AUX bytes repeat offsets the stream already had: "
+                    "decoded once",
+                    StreamName(key.id), stream.repeated_bytes));
   }
   // Losses of a stream that has no trace bytes to place them in (snapshot mode keeps its
   // trace in snapshot records): not shown in any stream, so said here and counted.

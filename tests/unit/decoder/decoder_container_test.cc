@@ -1016,6 +1016,36 @@ TEST_F(ContainerTest, APieceAcrossSpoolExtentsDecodesExactly) {
   EXPECT_THAT(rec.runs[1], ElementsAreArray(truth_a_));
 }
 
+// AUX records whose offsets overlap what the stream has already: the repeated bytes are
+// dropped (and said), so the trace is decoded once, exactly.
+TEST_F(ContainerTest, OverlappingAuxBytesAreDecodedOnce) {
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_overlap.pt");
+  auto writer = NewContainer(path, nlohmann::json::object());
+  ASSERT_THAT(writer, IsOk());
+  const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
+  ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(*code_, 300, text, kTiny)}), IsOk());
+  const StreamId t300{StreamKind::kThread, 300};
+  const size_t half = bytes_a_.size() / 2, quarter = bytes_a_.size() / 4;
+  const std::vector<uint8_t> first(bytes_a_.begin(), bytes_a_.begin() + half);
+  const std::vector<uint8_t> again(bytes_a_.begin() + quarter, bytes_a_.begin() + half);
+  const std::vector<uint8_t> rest(bytes_a_.begin() + quarter, bytes_a_.end());
+  ASSERT_THAT((*writer)->AppendAux({t300, 0, 0, 10, first}), IsOk());
+  ASSERT_THAT((*writer)->AppendAux({t300, quarter, 0, 10, again}), IsOk());  // all seen
+  ASSERT_THAT((*writer)->AppendAux({t300, quarter, 0, 10, rest}), IsOk());   // half seen
+  ASSERT_THAT((*writer)->Close(), IsOk());
+  Recorder rec;
+  auto totals = DecodeContainer(path, {}, rec);
+  std::remove(path.c_str());
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(rec.errors, SizeIs(0));
+  EXPECT_THAT(rec.losses, SizeIs(0));
+  ASSERT_THAT(rec.runs, SizeIs(2));
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(truth_a_));
+  EXPECT_THAT(totals->warnings,
+              Contains(HasSubstr(
+                  fmt::format("tid 300: {} AUX bytes repeat offsets", 2 * (half - quarter)))));
+}
+
 TEST(ContainerInput, ReadBuildIdReadsTheGnuNote) {
   auto none = ReadBuildId(kTiny);  // linked with --build-id=none
   ASSERT_THAT(none, IsOk());
