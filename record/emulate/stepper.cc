@@ -41,6 +41,7 @@ struct Thread {
   bool started = false;     // its stream has begun (first stop seen)
   bool signal_to_handler = false;   // a caught signal was injected: next stop is handler entry
   bool waiting_for_parent = false;  // --filter: first stop seen before the clone event
+  bool cloned = false;              // counted in its Mm's `unstarted` until StartThread
   bool tracing = false;             // its stream is enabled (the last event was an enable)
   bool free = false;                // --filter: running at full speed (PTRACE_SYSCALL), not stepped
   std::deque<int> deferred_signals;  // signals that arrived during an injected syscall
@@ -61,6 +62,7 @@ struct Mm {
   std::vector<Span> armed;  // pages we took PROT_EXEC from (entering them faults)
   uint64_t gadget = 0;      // a SYSCALL instruction (in the vDSO) for injected mprotect
   int threads = 0;
+  int unstarted = 0;  // threads cloned into it whose first stop has not come yet
 };
 
 bool InSpans(const std::vector<Span>& spans, uint64_t ip) {
@@ -440,8 +442,11 @@ absl::Status Run::OnFreeStop(Thread& t, int sig) {
 absl::Status Run::MaybeFastForward(Thread& t, const user_regs_struct& regs) {
   Mm& mm = mms_[t.mm];
   // No regions mapped yet (a library loaded later) is fine: mmap's syscall stops watch for them.
-  if (!filtering_ || t.tracing || mm.threads != 1 || InSpans(mm.spans, regs.rip) ||
-      t.signal_to_handler || !t.deferred_signals.empty() || !SafeToInject(regs)) {
+  // One thread only, counting those cloned but not started yet: they could run into a region
+  // before their start disarms it.
+  if (!filtering_ || t.tracing || mm.threads != 1 || mm.unstarted != 0 ||
+      InSpans(mm.spans, regs.rip) || t.signal_to_handler || !t.deferred_signals.empty() ||
+      !SafeToInject(regs)) {
     return absl::OkStatus();
   }
   PTKIT_RETURN_IF_ERROR(Arm(t));
@@ -461,6 +466,7 @@ absl::Status Run::StartThread(uint32_t tid) {
   sink_.OnThreadStart(t.pid, t.stream);
   Mm& mm = mms_[t.mm];
   ++mm.threads;
+  if (t.cloned) --mm.unstarted;
   if (filtering_) {
     if (!mm.resolved) Resolve(t);
     if (!mm.armed.empty()) {
@@ -484,6 +490,7 @@ void Run::OnGone(uint32_t tid, int status) {
   auto it = threads_.find(tid);
   if (it == threads_.end()) return;
   Thread& t = it->second;
+  if (!t.started && t.cloned) --mms_[t.mm].unstarted;  // gone before its first stop
   if (t.started) {
     --mms_[t.mm].threads;
     // The step in flight was the exit syscall (or the thread was killed before it retired).
@@ -538,6 +545,10 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
       copy.threads = 0;
     } else {
       c.mm = t.mm;  // a thread, or a vfork child until it execs
+      if (!c.waiting_for_parent) {
+        c.cloned = true;
+        ++mms_[c.mm].unstarted;
+      }
       if (t.free) {
         // The address space gains a thread: everyone is stepped from here on.
         PTKIT_ASSIGN_OR_RETURN(uint64_t after, Ip(tid));
