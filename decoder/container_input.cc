@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -78,16 +79,23 @@ perf::SampleIdLayout LayoutFromMetadata(const nlohmann::json& metadata) {
   return layout;
 }
 
-// Per-CPU streams: when the trace's time says another task runs on the CPU, tells the sink
-// (a StreamInfo with context_switch) and, when its process differs, switches to its images.
-class CpuSwitcher : public ImageSwitcher {
+// All of a process's mappings over time, for images when the trace's time is unknown.
+constexpr size_t kAllEpochs = std::numeric_limits<size_t>::max();
+
+// Follows the trace's time: in a per-CPU stream, when another task runs on the CPU, tells the
+// sink (a StreamInfo with context_switch) and, when its process differs, switches to its
+// images; in any stream, when the process has exec'd (a new epoch), switches to the new
+// program's images and tells the sink the same way.
+class TaskSwitcher : public ImageSwitcher {
  public:
-  using ImageFor = std::function<ProgramImage*(uint32_t pid)>;
-  CpuSwitcher(const StreamInfo& first, uint32_t cpu, const Sideband& timeline,
-              const TscConversion& time, ImageFor image_for, Sink& sink)
+  using ImageFor = std::function<ProgramImage*(uint32_t pid, size_t epoch)>;
+  // `cpu`: the stream's CPU, or none for a per-thread stream (its task never changes).
+  TaskSwitcher(const StreamInfo& first, size_t epoch, std::optional<uint32_t> cpu,
+               const Sideband& timeline, const TscConversion& time, ImageFor image_for, Sink& sink)
       : name_(first.name),
         cpu_(cpu),
         task_{first.pid, first.tid},
+        epoch_(epoch),
         timeline_(timeline),
         time_(time),
         image_for_(std::move(image_for)),
@@ -97,21 +105,28 @@ class CpuSwitcher : public ImageSwitcher {
   const ProgramImage* current() const { return current_; }
   const ProgramImage* ImageAt(uint64_t tsc) override {
     const uint64_t t = time_.ToPerfTime(tsc);
-    std::optional<TaskId> task = timeline_.TaskOnCpu(cpu_, t);
-    if (!task || *task == task_) return nullptr;  // idle, unknown or the same thread
+    TaskId task = task_;
+    if (cpu_) {
+      std::optional<TaskId> on = timeline_.TaskOnCpu(*cpu_, t);
+      if (!on) return nullptr;  // idle or unknown
+      task = *on;
+    }
+    const size_t epoch = timeline_.EpochAt(task.pid, t);
+    if (task == task_ && epoch == epoch_) return nullptr;  // the same thread and program
     const ProgramImage* image = current_;
-    if (task->pid != task_.pid) {
-      image = image_for_(task->pid);
+    if (task.pid != task_.pid || epoch != epoch_) {
+      image = image_for_(task.pid, epoch);
       if (image == nullptr) return nullptr;
     }
     const bool new_image = image != current_;
-    task_ = *task;
+    task_ = task;
+    epoch_ = epoch;
     current_ = image;
     StreamInfo info;
     info.name = name_;
-    info.pid = task->pid;
-    info.tid = task->tid;
-    info.comm = timeline_.CommAt(task->tid, t);
+    info.pid = task.pid;
+    info.tid = task.tid;
+    info.comm = timeline_.CommAt(task.tid, t);
     info.image = image;
     info.context_switch = true;
     sink_.OnStream(info);
@@ -120,8 +135,9 @@ class CpuSwitcher : public ImageSwitcher {
 
  private:
   std::string name_;
-  uint32_t cpu_;
+  std::optional<uint32_t> cpu_;
   TaskId task_;
+  size_t epoch_;
   const Sideband& timeline_;
   TscConversion time_;
   ImageFor image_for_;
@@ -500,26 +516,27 @@ struct Selected {
   // A per-CPU stream filtered by thread that can follow the tasks (timing and time
   // conversion): only the stretches while options.tid runs.
   bool by_task = false;
+  // The program (exec epoch) its process runs at the stream's start; all of the process's
+  // mappings over time when the start's time is not known.
+  size_t epoch = kAllEpochs;
 };
 
-// The perf time a stream starts at: per-CPU PT with a time conversion, that of its first TSC
-// packet (in the first PSB+); otherwise, that of its first AUX record (written when the data
-// was drained, so possibly long after the trace began).
-uint64_t StartTime(const Recording& r, const Recording::Key& key, const Stream& stream,
-                   const TraceConfig& config) {
-  const Piece& first = stream.pieces.front();
-  if (key.id.kind != StreamKind::kCpu || !r.time || r.bts) return first.time;
-  absl::StatusOr<SpoolView> view = r.spool->Map(first.run);
-  if (!view.ok() || view->bytes().empty()) return first.time;
+// The perf time of a stream's first TSC packet (in its first PSB+), when the recording has a
+// time conversion; none without one, for BTS, or when no TSC packet comes early.
+std::optional<uint64_t> TraceStart(const Recording& r, const Stream& stream,
+                                   const TraceConfig& config) {
+  if (!r.time || r.bts) return std::nullopt;
+  absl::StatusOr<SpoolView> view = r.spool->Map(stream.pieces.front().run);
+  if (!view.ok() || view->bytes().empty()) return std::nullopt;
   absl::StatusOr<pt_config> pt = MakePtConfig(view->bytes(), config);
-  if (!pt.ok()) return first.time;
+  if (!pt.ok()) return std::nullopt;
   PacketDecoderPtr dec(pt_pkt_alloc_decoder(&*pt));
-  if (!dec || pt_pkt_sync_forward(dec.get()) < 0) return first.time;
+  if (!dec || pt_pkt_sync_forward(dec.get()) < 0) return std::nullopt;
   pt_packet packet;
   for (int i = 0; i < 4096 && pt_pkt_next(dec.get(), &packet, sizeof(packet)) >= 0; ++i) {
     if (packet.type == ppt_tsc) return r.time->ToPerfTime(packet.payload.tsc.tsc);
   }
-  return first.time;
+  return std::nullopt;
 }
 
 std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& options,
@@ -533,7 +550,10 @@ std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& 
     s.key = &key;
     s.stream = &stream;
     uint32_t pid = 0, tid = 0;
-    const uint64_t start = StartTime(r, key, stream, config);
+    // Else the time of the first AUX record: written when the data was drained, so possibly
+    // long after the trace began.
+    const std::optional<uint64_t> trace_start = TraceStart(r, stream, config);
+    const uint64_t start = trace_start.value_or(stream.pieces.front().time);
     if (id.kind == StreamKind::kThread) {
       tid = static_cast<uint32_t>(id.id);
       pid = r.timeline.PidOfTid(tid).value_or(tid);
@@ -551,30 +571,39 @@ std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& 
     s.info.tid = tid;
     s.info.comm = tid != 0 ? r.timeline.CommAt(tid, start) : "";
     s.info.bytes = stream.bytes;
+    if (trace_start) s.epoch = r.timeline.EpochAt(pid, *trace_start);
     out.push_back(std::move(s));
   }
   return out;
 }
 
-// Images per process, built when a stream first needs them: code captured in the container
-// wins over the files the MMAP2 records name (under `sysroot`).
+// Images per process and program (exec epoch; kAllEpochs: every mapping the process ever
+// had), built when a stream first needs them: code captured in the container wins over the
+// files the MMAP2 records name (under `sysroot`).
 class ImageCache {
  public:
   ImageCache(const Recording& r, const std::string& sysroot) : r_(r), sysroot_(sysroot) {}
-  absl::StatusOr<ProgramImage*> For(uint32_t pid);
+  absl::StatusOr<ProgramImage*> For(uint32_t pid, size_t epoch);
   std::vector<std::string> TakeWarnings() { return std::move(warnings_); }
 
  private:
   const Recording& r_;
   std::string sysroot_;
-  std::map<uint32_t, std::unique_ptr<ProgramImage>> images_;
+  std::map<std::pair<uint32_t, size_t>, std::unique_ptr<ProgramImage>> images_;
   std::vector<std::string> warnings_;
   std::set<std::string> warned_;
 };
 
-absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid) {
-  auto it = images_.find(pid);
+absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
+  auto it = images_.find({pid, epoch});
   if (it != images_.end()) return it->second.get();
+  // The epoch's time span: from the exec that began it to the next one.
+  const std::vector<uint64_t>& execs = r_.timeline.ExecTimes(pid);
+  uint64_t from = 0, to = kForever;
+  if (epoch != kAllEpochs) {
+    if (epoch > 0 && epoch <= execs.size()) from = execs[epoch - 1];
+    if (epoch < execs.size()) to = execs[epoch];
+  }
   PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImage> image, ProgramImage::Create());
   image->set_sysroot(sysroot_);
   static const std::vector<Captured> kNone;
@@ -584,6 +613,7 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid) {
   if (const std::vector<Mapping>* maps = r_.timeline.AllMappings(pid)) {
     for (const Mapping& m : *maps) {
       if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
+      if (m.from >= to || m.to <= from) continue;  // another program's
       bool covered = false;
       for (const Captured& c : code) {
         covered |= c.address < m.end && m.start < c.address + c.bytes.size();
@@ -605,7 +635,7 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid) {
     }
   }
   ProgramImage* raw = image.get();
-  images_.emplace(pid, std::move(image));
+  images_.emplace(std::make_pair(pid, epoch), std::move(image));
   return raw;
 }
 
@@ -629,17 +659,20 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
 
   DecodeTotals totals;
   for (Selected& s : SelectStreams(r, options, config)) {
-    PTKIT_ASSIGN_OR_RETURN(s.info.image, images.For(s.info.pid));
+    PTKIT_ASSIGN_OR_RETURN(s.info.image, images.For(s.info.pid, s.epoch));
     StreamSink out(sink, s.by_task ? options.tid : std::nullopt);
     out.Begin(s.info);
-    // A per-CPU stream follows the tasks scheduled on its CPU (needs TSC in the trace and
-    // the recording's time conversion).
-    std::unique_ptr<CpuSwitcher> switcher;
-    if (s.key->id.kind == StreamKind::kCpu && !r.bts && r.time) {
-      switcher = std::make_unique<CpuSwitcher>(
-          s.info, static_cast<uint32_t>(s.key->id.id), r.timeline, *r.time,
-          [&](uint32_t p) -> ProgramImage* {
-            auto image = images.For(p);
+    // A per-CPU stream follows the tasks scheduled on its CPU, and any stream the programs
+    // its process exec'd (needs TSC in the trace and the recording's time conversion).
+    std::unique_ptr<TaskSwitcher> switcher;
+    const bool per_cpu = s.key->id.kind == StreamKind::kCpu;
+    if (!r.bts && r.time && (per_cpu || !r.timeline.ExecTimes(s.info.pid).empty())) {
+      switcher = std::make_unique<TaskSwitcher>(
+          s.info, s.epoch,
+          per_cpu ? std::optional<uint32_t>(static_cast<uint32_t>(s.key->id.id)) : std::nullopt,
+          r.timeline, *r.time,
+          [&](uint32_t p, size_t epoch) -> ProgramImage* {
+            auto image = images.For(p, epoch);
             return image.ok() ? *image : nullptr;
           },
           out);

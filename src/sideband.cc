@@ -111,6 +111,7 @@ Sideband SidebandBuilder::Build() {
         if (c->exec) {
           ++sb.stats_.execs;
           EndAll(sb.maps_[c->pid], t);
+          sb.execs_[c->pid].push_back(t);
         }
         break;
       }
@@ -275,6 +276,17 @@ uint64_t TscConversion::ToTsc(uint64_t perf_time) const {
   uint64_t quot = t / time_mult;
   uint64_t rem = t % time_mult;
   return (quot << time_shift) + (rem << time_shift) / time_mult;
+}
+
+const std::vector<uint64_t>& Sideband::ExecTimes(uint32_t pid) const {
+  static const std::vector<uint64_t> kNone;
+  auto it = execs_.find(pid);
+  return it == execs_.end() ? kNone : it->second;
+}
+
+size_t Sideband::EpochAt(uint32_t pid, uint64_t t) const {
+  const std::vector<uint64_t>& execs = ExecTimes(pid);
+  return static_cast<size_t>(std::upper_bound(execs.begin(), execs.end(), t) - execs.begin());
 }
 
 }  // namespace ptkit

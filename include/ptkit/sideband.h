@@ -62,6 +62,10 @@ class Sideband {
   std::string CommAt(uint32_t tid, uint64_t t) const;
   // Every pid seen.
   std::vector<uint32_t> Pids() const;
+  // The times the process exec'd (COMM with COMM_EXEC), in order. Its epoch at time `t` (the
+  // program it ran) is the number of them at or before `t`.
+  const std::vector<uint64_t>& ExecTimes(uint32_t pid) const;
+  size_t EpochAt(uint32_t pid, uint64_t t) const;
 
   // Counts of records by kind that were used, and of records that could not be parsed.
   struct Stats {
@@ -83,6 +87,7 @@ class Sideband {
     std::string comm;
   };
   std::map<uint32_t, std::vector<Mapping>> maps_;      // pid -> mappings
+  std::map<uint32_t, std::vector<uint64_t>> execs_;    // pid -> exec times
   std::map<uint32_t, std::vector<CpuSlot>> schedule_;  // cpu -> time-sorted slots
   std::map<uint32_t, uint32_t> tid_pid_;
   std::map<uint32_t, std::vector<CommSlot>> comms_;  // tid -> time-sorted names

@@ -96,7 +96,8 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> NewContainer(const std::string&
 
 // The MMAP2 record of `pid` mapping the page of `code` at `text` from `file`.
 std::vector<uint8_t> MmapPage(const ElfCode& code, uint32_t pid, uint64_t text,
-                              const std::string& file, const std::vector<uint8_t>& build_id = {}) {
+                              const std::string& file, const std::vector<uint8_t>& build_id = {},
+                              uint64_t time = 6) {
   perf::Mmap2 m;
   m.build_id = build_id;
   m.pid = m.tid = pid;
@@ -105,7 +106,7 @@ std::vector<uint8_t> MmapPage(const ElfCode& code, uint32_t pid, uint64_t text,
   m.pgoff = code.FileOffset(text);
   m.prot = 5;  // PROT_READ | PROT_EXEC
   m.filename = file;
-  m.sample_id = Id(pid, pid, 6, 0);
+  m.sample_id = Id(pid, pid, time, 0);
   return perf::EncodeMmap2(m, kLayout);
 }
 
@@ -451,12 +452,17 @@ class SwitchingCpu {
     bool truncated_before = false;     // the AUX data before this run ends TRUNCATED (4096 lost)
     bool lost_records_before = false;  // PERF_RECORD_LOST (3 records) before this run
     int more_truncations = 0;  // with truncated_before: zero-size TRUNCATED records after it
+    // The process exec'd golden.elf before this run (COMM_EXEC, then its MMAP2, at the same
+    // address as tiny.elf): the run is golden's code.
+    bool exec_golden = false;
   };
   static std::string Golden() { return std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/golden.elf"; }
 
   // Writes the container to `path`; truths() gives each run's instructions. The AUX records
-  // have perf time `aux_time` (when the data was drained).
-  void Write(const std::string& path, const std::vector<Run>& runs, uint64_t aux_time = 30) {
+  // have perf time `aux_time` (when the data was drained) and belong to `stream` (cpu 0 by
+  // default; a thread's stream for a per-thread recording).
+  void Write(const std::string& path, const std::vector<Run>& runs, uint64_t aux_time = 30,
+             StreamId stream = {StreamKind::kCpu, 0}) {
     auto tiny = ElfCode::Load(kTiny);
     auto gold = ElfCode::Load(Golden());
     ASSERT_THAT(tiny, IsOk());
@@ -477,12 +483,14 @@ class SwitchingCpu {
     start.tid = runs[0].tid;
     start.sample_id = Id(runs[0].pid, runs[0].tid, 10, 0);
     add(perf::EncodeItraceStart(start, kLayout));
-    const StreamId cpu0{StreamKind::kCpu, 0};
+    const StreamId cpu0 = stream;
     std::vector<uint8_t> aux;
     uint64_t aux_offset = 0;
+    bool exec_done = false;
     for (size_t i = 0; i < runs.size(); ++i) {
       const Run& r = runs[i];
-      const bool golden = r.pid == 200;
+      exec_done |= r.exec_golden;
+      const bool golden = r.pid == 200 || exec_done;
       PtSynth synth(golden ? *gold : *tiny);
       auto truth = synth.AddSegment(
           {.entry = golden ? gold->Symbol("_start").address : tiny->Symbol("work").address,
@@ -491,7 +499,17 @@ class SwitchingCpu {
            .tsc = r.tsc});
       ASSERT_THAT(truth, IsOk());
       truths_.push_back(*truth);
-      if (i > 0) {
+      if (r.exec_golden) {
+        const uint64_t t = (runs[i - 1].tsc + r.tsc) / 2;
+        perf::Comm exec;
+        exec.pid = r.pid;
+        exec.tid = r.tid;
+        exec.comm = "golden";
+        exec.exec = true;
+        exec.sample_id = Id(r.pid, r.tid, t, 0);
+        add(perf::EncodeComm(exec, kLayout));
+        add(MmapPage(*gold, r.pid, 0x401000, Golden(), {}, t + 1));
+      } else if (i > 0) {
         const Run& prev = runs[i - 1];
         const uint64_t t = (prev.tsc + r.tsc) / 2;
         perf::Switch out;
@@ -776,6 +794,31 @@ TEST(ContainerLossTest, DamageAndAMissingFooterAreWarnings) {
   EXPECT_THAT(totals->warnings, Contains(HasSubstr("no footer")));
   EXPECT_THAT(totals->warnings, Contains(HasSubstr("damaged bytes at offset")));
   std::remove(path.c_str());
+}
+
+// A process that execs another program at the same address: the trace before the exec is
+// decoded against the first program, after it against the second (by the trace's time), in a
+// per-CPU stream and in a per-thread one.
+TEST(ContainerExecTest, CodeBeforeAndAfterAnExecUsesEachProgram) {
+  for (StreamId stream : {StreamId{StreamKind::kCpu, 0}, StreamId{StreamKind::kThread, 100}}) {
+    SCOPED_TRACE(StreamName(stream));
+    const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_exec.pt");
+    SwitchingCpu cpu;
+    cpu.Write(path,
+              {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 1},
+               {.pid = 100, .tid = 100, .tsc = 3000, .seed = 2, .exec_golden = true}},
+              30, stream);
+    Recorder rec;
+    auto totals = DecodeContainer(path, {}, rec);
+    std::remove(path.c_str());
+    ASSERT_THAT(totals, IsOk());
+    EXPECT_THAT(rec.errors, SizeIs(0));
+    ASSERT_THAT(rec.streams, SizeIs(2));
+    EXPECT_EQ(rec.streams[1].comm, "golden");  // the exec shows as a change of program
+    ASSERT_THAT(rec.runs, SizeIs(3));
+    EXPECT_THAT(rec.runs[1], ElementsAreArray(cpu.truths()[0]));
+    EXPECT_THAT(rec.runs[2], ElementsAreArray(cpu.truths()[1]));
+  }
 }
 
 TEST_F(TidFilterTest, PacketsOfATidAreThoseWhileItRuns) {
