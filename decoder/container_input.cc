@@ -112,6 +112,12 @@ class TaskSwitcher : public ImageSwitcher {
       task = *on;
     }
     const size_t epoch = timeline_.EpochAt(task.pid, t);
+    if (task == task_ && epoch_ == kAllEpochs) {
+      // The stream began without a time: it goes on with every mapping of the process, now
+      // with the program it runs known.
+      epoch_ = epoch;
+      return nullptr;
+    }
     if (task == task_ && epoch == epoch_) return nullptr;  // the same thread and program
     const ProgramImage* image = current_;
     if (task.pid != task_.pid || epoch != epoch_) {
@@ -595,10 +601,11 @@ class ImageCache {
 };
 
 absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
+  const std::vector<uint64_t>& execs = r_.timeline.ExecTimes(pid);
+  if (execs.empty()) epoch = 0;  // one program: all its mappings either way
   auto it = images_.find({pid, epoch});
   if (it != images_.end()) return it->second.get();
   // The epoch's time span: from the exec that began it to the next one.
-  const std::vector<uint64_t>& execs = r_.timeline.ExecTimes(pid);
   uint64_t from = 0, to = kForever;
   if (epoch != kAllEpochs) {
     if (epoch > 0 && epoch <= execs.size()) from = execs[epoch - 1];
