@@ -42,6 +42,7 @@ struct Thread {
   bool signal_to_handler = false;   // a caught signal was injected: next stop is handler entry
   bool waiting_for_parent = false;  // --filter: first stop seen before the clone event
   bool cloned = false;              // counted in its Mm's `unstarted` until StartThread
+  uint64_t stale_fault_disarm = 0;  // the Mm's `disarms` when it last had a stale fault
   bool tracing = false;             // its stream is enabled (the last event was an enable)
   bool free = false;                // --filter: running at full speed (PTRACE_SYSCALL), not stepped
   std::deque<int> deferred_signals;  // signals that arrived during an injected syscall
@@ -59,8 +60,10 @@ struct Mm {
   bool resolved = false;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // filter regions, run-time [start, end)
   std::vector<Span> spans;                            // the executable pages that hold them
-  std::vector<Span> armed;  // pages we took PROT_EXEC from (entering them faults)
-  uint64_t gadget = 0;      // a SYSCALL instruction (in the vDSO) for injected mprotect
+  std::vector<Span> armed;     // pages we took PROT_EXEC from (entering them faults)
+  std::vector<Span> disarmed;  // the pages the last Disarm() gave PROT_EXEC back to
+  uint64_t disarms = 0;        // Disarm() calls so far
+  uint64_t gadget = 0;         // a SYSCALL instruction (in the vDSO) for injected mprotect
   int threads = 0;
   int unstarted = 0;  // threads cloned into it whose first stop has not come yet
 };
@@ -392,6 +395,8 @@ absl::Status Run::Arm(Thread& t) {
 
 absl::Status Run::Disarm(Thread& t) {
   Mm& mm = mms_[t.mm];
+  mm.disarmed = mm.armed;
+  ++mm.disarms;
   for (const Span& s : mm.armed) {
     PTKIT_ASSIGN_OR_RETURN(int64_t rc, Inject(t, SYS_mprotect, s.start, s.end - s.start,
                                               static_cast<uint64_t>(s.prot)));
@@ -408,8 +413,18 @@ absl::StatusOr<bool> Run::OnArmedFault(Thread& t, const siginfo_t& si) {
   if (!filtering_ || si.si_signo != SIGSEGV || si.si_code != SEGV_ACCERR) return false;
   PTKIT_ASSIGN_OR_RETURN(uint64_t ip, Ip(t.tid));
   const auto addr = reinterpret_cast<uint64_t>(si.si_addr);
-  if (addr != ip || !InSpans(mms_[t.mm].armed, ip)) return false;
-  PTKIT_RETURN_IF_ERROR(Disarm(t));
+  if (addr != ip) return false;
+  Mm& mm = mms_[t.mm];
+  if (InSpans(mm.armed, ip)) {
+    PTKIT_RETURN_IF_ERROR(Disarm(t));
+  } else if (InSpans(mm.disarmed, ip) && t.stale_fault_disarm != mm.disarms) {
+    // Taken while the page was armed, reported after another thread's stop disarmed it (the
+    // threads run while we handle one): the instruction runs now. Once per thread and
+    // disarm, so that a fault of the program's own is still delivered.
+    t.stale_fault_disarm = mm.disarms;
+  } else {
+    return false;
+  }
   if (t.free) {
     t.free = false;
     Land(t, ip);
