@@ -689,10 +689,11 @@ class FlowSink : public Sink {
   void OnBlock(const pt_block& block) override {
     if (pending_call_) {
       pending_call_ = false;
-      Push(CallTarget(block.ip), pending_return_address_);
+      // A call to the next instruction (call/pop, to read the IP) enters no function.
+      if (block.ip != pending_return_address_) Push(CallTarget(block.ip), pending_return_address_);
     } else if (pending_return_) {
       pending_return_ = false;
-      Return(block.ip, /*pop_one_if_unmatched=*/true);
+      Return(block.ip);
     }
     uint32_t f = FunctionAt(block.ip);
     current_ = f;
@@ -714,21 +715,35 @@ class FlowSink : public Sink {
   void OnEvent(const pt_event& event) override {
     switch (event.type) {
       case ptev_disabled:
-      case ptev_async_disabled:
+      case ptev_async_disabled: {
+        // Where the flow went: the instruction an interrupt stopped before (async), or the
+        // untraced code it entered (sync, when the IP is not suppressed).
+        const bool async = event.type == ptev_async_disabled;
+        const bool known = async || !event.ip_suppressed;
+        const uint64_t to = async ? event.variant.async_disabled.at : event.variant.disabled.ip;
         if (pending_call_) {
-          // A call into code that is not traced; it returns where tracing resumes.
-          uint64_t target = 0;
-          bool known = event.type == ptev_disabled && !event.ip_suppressed;
-          if (known) target = event.variant.disabled.ip;
-          Push(known ? CallTarget(target) : Untraced(), pending_return_address_);
-        } else if (pending_return_ && !stack_.empty()) {
-          Pop(false);
+          // A call into code that is not traced, or interrupted at its target (e.g. a page
+          // fault on its first fetch): the callee is entered all the same.
+          if (!known || to != pending_return_address_) {
+            Push(known ? CallTarget(to) : Untraced(), pending_return_address_);
+          }
+        } else if (pending_return_) {
+          if (known) {
+            Return(to);
+          } else {
+            ReturnUnmatched();
+          }
         }
         pending_call_ = pending_return_ = false;
         break;
+      }
       case ptev_enabled:
         pending_call_ = pending_return_ = false;
-        if (!event.ip_suppressed) Return(event.variant.enabled.ip, /*pop_one_if_unmatched=*/false);
+        // Tracing resumed where it stopped (after an interrupt) is no return; otherwise it
+        // may come back from untraced code to a caller's frame.
+        if (!event.ip_suppressed && !event.variant.enabled.resumed) {
+          ReturnMatched(event.variant.enabled.ip);
+        }
         break;
       case ptev_overflow:
         // Trace was lost: the call context is unknown from here on.
@@ -913,15 +928,32 @@ class FlowSink : public Sink {
     if (!at_end && !frame.implicit) ++returns_;
     OnExit(frame, at_end);
   }
-  // A return to `target`: unwind to the frame that expects it.
-  void Return(uint64_t target, bool pop_one_if_unmatched) {
+  // A return to `target`: unwind to the frame that expects it, if one does.
+  bool ReturnMatched(uint64_t target) {
     for (size_t i = stack_.size(); i-- > 0;) {
       if (stack_[i].return_address == target) {
+        while (stack_.size() > i) Pop(false);
+        return true;
+      }
+    }
+    return false;
+  }
+  void Return(uint64_t target) {
+    if (!ReturnMatched(target)) ReturnUnmatched();
+  }
+  // A return that no frame expects: the returning function leaves through its own topmost
+  // frame; code reached by a jump from a caller entered before tracing began returns for that
+  // caller's implicit frame. Anything else (a signal handler returning to the kernel's
+  // restorer, say) leaves the stack as it is: popping some frame would misplace every later
+  // return.
+  void ReturnUnmatched() {
+    for (size_t i = stack_.size(); i-- > 0;) {
+      if (static_cast<int64_t>(stack_[i].function) == current_) {
         while (stack_.size() > i) Pop(false);
         return;
       }
     }
-    if (pop_one_if_unmatched && !stack_.empty()) Pop(false);
+    if (!stack_.empty() && stack_.back().implicit) Pop(false);
   }
 
   Disassembler disasm_;

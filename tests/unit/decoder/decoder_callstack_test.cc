@@ -1,0 +1,80 @@
+// The call stacks of the flow sinks (calls, stats, folded, timeline) on hand-made Intel PT
+// over tiny programs (tests/data/decoder/callstack_*.S, built at 0x401000): a call to the
+// next instruction, a signal handler that interrupts a callee, and an interrupt at a call's
+// target. Each case's folded stacks are what ran.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "decoder/decode.h"
+#include "decoder/image.h"
+#include "decoder/sinks.h"
+#include "gtest/gtest.h"
+#include "status_matchers.h"
+#include "test_io.h"
+
+namespace ptkit::decoder {
+namespace {
+
+using ::ptkit::testing::IsOk;
+
+const std::string kDir = PTKIT_DECODER_TEST_BINARY_DIR;
+
+// PSB, MODE.Exec 64-bit, PSBEND, TIP.PGE 0x401000 (main).
+std::vector<uint8_t> Start() {
+  std::vector<uint8_t> t;
+  for (int i = 0; i < 8; ++i) t.insert(t.end(), {0x02, 0x82});
+  t.insert(t.end(), {0x99, 0x01, 0x02, 0x23, 0x71, 0x00, 0x10, 0x40, 0x00, 0x00, 0x00});
+  return t;
+}
+
+std::string Folded(const std::string& program, const std::vector<uint8_t>& trace) {
+  auto image = ProgramImage::Create();
+  EXPECT_THAT(image, IsOk());
+  if (!image.ok()) return "";
+  EXPECT_THAT((*image)->AddElf({kDir + "/" + program, 0}), IsOk());
+  std::FILE* out = std::tmpfile();
+  auto sink = MakeFoldedSink(**image, out, {});
+  EXPECT_THAT(DecodeTrace(trace, {}, **image, *sink), IsOk());
+  const std::string text = ::ptkit::decoder::testing::ReadAll(out);
+  std::fclose(out);
+  return text;
+}
+
+// main: call 1f; 1: pop %rax; call f; nop; jmp *%rbx. The first call reads the IP and enters
+// no function: main's 5 instructions are its own, and f is called once from main.
+TEST(CallStackTest, ACallToTheNextInstructionIsNoCall) {
+  std::vector<uint8_t> t = Start();
+  t.insert(t.end(), {0x06, 0x01});  // TNT (f's compressed return), TIP.PGD (jmp *%rbx)
+  EXPECT_EQ(Folded("callstack_pic.elf", t), "main 5\nmain;f 2\n");
+}
+
+// main calls m1, m1 calls g. An interrupt in g (FUP 0x401014, TIP.PGD) runs a handler (TIP.PGE
+// 0x401019) that returns to the restorer (TIP 0x40101b), which leaves (TIP.PGD); tracing
+// resumes in g (TIP.PGE 0x401014), g returns to m1 (TIP 0x40100d), m1 calls k, k returns
+// (TIP 0x401012), m1 returns to main (TIP 0x401005). The handler's return matches no frame:
+// it must not pop g, or g's own return would pop m1 and k would land under main.
+TEST(CallStackTest, ASignalHandlerReturningDoesNotUnwindTheInterruptedCalls) {
+  std::vector<uint8_t> t = Start();
+  t.insert(t.end(), {0x7d, 0x14, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01, 0x71, 0x19, 0x10, 0x40, 0x00,
+                     0x00, 0x00, 0x6d, 0x1b, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01, 0x71, 0x14, 0x10,
+                     0x40, 0x00, 0x00, 0x00, 0x6d, 0x0d, 0x10, 0x40, 0x00, 0x00, 0x00, 0x6d, 0x12,
+                     0x10, 0x40, 0x00, 0x00, 0x00, 0x6d, 0x05, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
+  EXPECT_EQ(Folded("callstack_signal.elf", t),
+            "main 3\nmain;m1 3\nmain;m1;g 4\nmain;m1;g;handler 2\nmain;m1;g;restorer 1\n"
+            "main;m1;k 2\n");
+}
+
+// main calls m1 and an interrupt comes at m1's first instruction (FUP 0x401008, TIP.PGD),
+// as a page fault on its first fetch does; tracing resumes there (TIP.PGE 0x401008), then
+// g and k run and return (TNT) and m1 returns (TIP 0x401005). m1 is entered all the same,
+// not an "[untraced]" callee.
+TEST(CallStackTest, AnInterruptAtACallTargetStillEntersTheCallee) {
+  std::vector<uint8_t> t = Start();
+  t.insert(t.end(), {0x7d, 0x08, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01, 0x71, 0x08, 0x10, 0x40,
+                     0x00, 0x00, 0x00, 0x0e, 0x6d, 0x05, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
+  EXPECT_EQ(Folded("callstack_signal.elf", t), "main 3\nmain;m1 3\nmain;m1;g 4\nmain;m1;k 2\n");
+}
+
+}  // namespace
+}  // namespace ptkit::decoder
