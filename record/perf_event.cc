@@ -60,7 +60,7 @@ absl::StatusOr<PerfEvent> PerfEvent::Open(const perf_event_attr& attr, pid_t pid
   const long fd = syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
   if (fd < 0) return PerfEventOpenError(errno, what, read_file);
   PerfEvent e;
-  e.fd_ = static_cast<int>(fd);
+  e.fd_.reset(static_cast<int>(fd));
   e.cpu_ = cpu;
   e.pid_ = pid;
   e.attr_ = attr;
@@ -68,47 +68,29 @@ absl::StatusOr<PerfEvent> PerfEvent::Open(const perf_event_attr& attr, pid_t pid
   return e;
 }
 
-PerfEvent::PerfEvent(PerfEvent&& other) noexcept { *this = std::move(other); }
-
-PerfEvent& PerfEvent::operator=(PerfEvent&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-    cpu_ = other.cpu_;
-    pid_ = other.pid_;
-    attr_ = other.attr_;
-    what_ = std::move(other.what_);
-  }
-  return *this;
-}
-
-PerfEvent::~PerfEvent() {
-  if (fd_ >= 0) close(fd_);
-}
-
 absl::Status PerfEvent::Enable() {
-  if (ioctl(fd_, PERF_EVENT_IOC_ENABLE, 0) != 0) {
+  if (ioctl(fd_.get(), PERF_EVENT_IOC_ENABLE, 0) != 0) {
     return ErrnoStatus(Cat("ioctl(PERF_EVENT_IOC_ENABLE) ", what_));
   }
   return absl::OkStatus();
 }
 
 absl::Status PerfEvent::Disable() {
-  if (ioctl(fd_, PERF_EVENT_IOC_DISABLE, 0) != 0) {
+  if (ioctl(fd_.get(), PERF_EVENT_IOC_DISABLE, 0) != 0) {
     return ErrnoStatus(Cat("ioctl(PERF_EVENT_IOC_DISABLE) ", what_));
   }
   return absl::OkStatus();
 }
 
 absl::Status PerfEvent::SetOutput(const PerfEvent& target) {
-  if (ioctl(fd_, PERF_EVENT_IOC_SET_OUTPUT, target.fd_) != 0) {
+  if (ioctl(fd_.get(), PERF_EVENT_IOC_SET_OUTPUT, target.fd()) != 0) {
     return ErrnoStatus(Cat("ioctl(PERF_EVENT_IOC_SET_OUTPUT) ", what_, " -> ", target.what_));
   }
   return absl::OkStatus();
 }
 
 absl::Status PerfEvent::SetFilter(const std::string& filter) {
-  if (ioctl(fd_, PERF_EVENT_IOC_SET_FILTER, filter.c_str()) != 0) {
+  if (ioctl(fd_.get(), PERF_EVENT_IOC_SET_FILTER, filter.c_str()) != 0) {
     return ErrnoStatus(Cat("ioctl(PERF_EVENT_IOC_SET_FILTER, \"", filter, "\") ", what_));
   }
   return absl::OkStatus();
@@ -116,7 +98,7 @@ absl::Status PerfEvent::SetFilter(const std::string& filter) {
 
 absl::StatusOr<uint64_t> PerfEvent::Id() const {
   uint64_t id = 0;
-  if (ioctl(fd_, PERF_EVENT_IOC_ID, &id) != 0) {
+  if (ioctl(fd_.get(), PERF_EVENT_IOC_ID, &id) != 0) {
     return ErrnoStatus(Cat("ioctl(PERF_EVENT_IOC_ID) ", what_));
   }
   return id;
@@ -129,7 +111,7 @@ absl::StatusOr<CounterReading> PerfEvent::Read() const {
         Cat("read ", what_, ": read_format must be TOTAL_TIME_ENABLED|RUNNING"));
   }
   uint64_t buf[3] = {};
-  const ssize_t n = read(fd_, buf, sizeof(buf));
+  const ssize_t n = read(fd_.get(), buf, sizeof(buf));
   if (n < 0) return ErrnoStatus(Cat("read ", what_));
   if (n != sizeof(buf)) {
     return absl::DataLossError(Cat("read ", what_, ": short read of ", n, " bytes"));

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "ptkit/scoped_fd.h"
 
 namespace ptkit::record {
 
@@ -43,15 +44,12 @@ class PerfEvent {
                                         std::string what,
                                         const FileReader& read_file = ReadSystemFile);
 
-  PerfEvent() = default;
-  PerfEvent(PerfEvent&& other) noexcept;
-  PerfEvent& operator=(PerfEvent&& other) noexcept;
-  PerfEvent(const PerfEvent&) = delete;
-  PerfEvent& operator=(const PerfEvent&) = delete;
-  ~PerfEvent();
+  // Move-only (the descriptor is a ScopedFd); a moved-from event is not valid().
+  PerfEvent(PerfEvent&&) noexcept = default;
+  PerfEvent& operator=(PerfEvent&&) noexcept = default;
 
-  int fd() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
+  int fd() const { return fd_.get(); }
+  bool valid() const { return fd_.valid(); }
   const std::string& name() const { return what_; }
   const perf_event_attr& attr() const { return attr_; }
   int cpu() const { return cpu_; }
@@ -73,7 +71,9 @@ class PerfEvent {
   absl::StatusOr<CounterReading> Read() const;
 
  private:
-  int fd_ = -1;
+  PerfEvent() = default;
+
+  ScopedFd fd_;
   int cpu_ = -1;
   pid_t pid_ = -1;
   perf_event_attr attr_{};

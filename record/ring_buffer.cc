@@ -94,10 +94,10 @@ absl::StatusOr<RingBuffer> RingBuffer::Map(const PerfEvent& event, uint64_t data
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const MmapPages asked{data_pages, aux_pages};
   RingBuffer rb;
-  rb.base_len_ = (1 + data_pages) * page;
-  rb.base_ = mmap(nullptr, rb.base_len_, PROT_READ | PROT_WRITE, MAP_SHARED, event.fd(), 0);
-  if (rb.base_ == MAP_FAILED) {
-    rb.base_ = nullptr;
+  const size_t base_len = (1 + data_pages) * page;
+  rb.base_ = ScopedMmap(mmap(nullptr, base_len, PROT_READ | PROT_WRITE, MAP_SHARED, event.fd(), 0),
+                        base_len);
+  if (!rb.base_.valid()) {
     const std::string what = Cat("data ring of ", event.name());
     if (errno == EPERM) return MmapPermissionError(what, limits, asked, events);
     if (errno == EINVAL && event.attr().inherit && event.cpu() == -1) {
@@ -107,15 +107,16 @@ absl::StatusOr<RingBuffer> RingBuffer::Map(const PerfEvent& event, uint64_t data
               ": the kernel does not map inherited per-task events; open one "
               "event per CPU (pid, cpu) instead"));
     }
-    return ErrnoStatus(Cat("mmap ", what, " (", rb.base_len_, " bytes)"));
+    return ErrnoStatus(Cat("mmap ", what, " (", base_len, " bytes)"));
   }
-  rb.view_.page = static_cast<perf_event_mmap_page*>(rb.base_);
+  uint8_t* const base = static_cast<uint8_t*>(rb.base_.get());
+  rb.view_.page = reinterpret_cast<perf_event_mmap_page*>(base);
   // The kernel fills data_offset/data_size (since 4.1); older kernels put the data right
   // after the user page.
   const uint64_t data_offset = rb.view_.page->data_offset ? rb.view_.page->data_offset : page;
   const uint64_t data_size =
       rb.view_.page->data_size ? rb.view_.page->data_size : data_pages * page;
-  rb.view_.data = std::span<uint8_t>(static_cast<uint8_t*>(rb.base_) + data_offset, data_size);
+  rb.view_.data = std::span<uint8_t>(base + data_offset, data_size);
 
   if (aux_pages > 0) {
     // <linux/perf_event.h>: aux_offset >= data_offset + data_size, page aligned; set both in
@@ -124,48 +125,36 @@ absl::StatusOr<RingBuffer> RingBuffer::Map(const PerfEvent& event, uint64_t data
     // (rb->overwrite = !(vma->vm_flags & VM_WRITE) in perf_mmap()).
     rb.view_.page->aux_offset = data_offset + data_size;
     rb.view_.page->aux_size = aux_pages * page;
-    rb.aux_len_ = aux_pages * page;
+    const size_t aux_len = aux_pages * page;
     const int prot = aux_overwrite ? PROT_READ : PROT_READ | PROT_WRITE;
-    rb.aux_ = mmap(nullptr, rb.aux_len_, prot, MAP_SHARED, event.fd(),
-                   static_cast<off_t>(rb.view_.page->aux_offset));
-    if (rb.aux_ == MAP_FAILED) {
-      rb.aux_ = nullptr;
+    rb.aux_ = ScopedMmap(mmap(nullptr, aux_len, prot, MAP_SHARED, event.fd(),
+                              static_cast<off_t>(rb.view_.page->aux_offset)),
+                         aux_len);
+    if (!rb.aux_.valid()) {
       const int err = errno;
       const std::string what = Cat("AUX area of ", event.name());
       if (err == EPERM) return MmapPermissionError(what, limits, asked, events);
       if (err == EOPNOTSUPP) {
         return absl::UnimplementedError(Cat("mmap ", what, ": the event's PMU has no AUX area"));
       }
-      return absl::ErrnoToStatus(err, Cat("mmap ", what, " (", rb.aux_len_, " bytes)"));
+      return absl::ErrnoToStatus(err, Cat("mmap ", what, " (", aux_len, " bytes)"));
     }
-    rb.view_.aux = std::span<uint8_t>(static_cast<uint8_t*>(rb.aux_), rb.aux_len_);
+    rb.view_.aux = std::span<uint8_t>(static_cast<uint8_t*>(rb.aux_.get()), aux_len);
     rb.view_.aux_overwrite = aux_overwrite;
     rb.view_.aux_head_in_buffer = aux_overwrite;
   }
   return rb;
 }
 
-RingBuffer::RingBuffer(RingBuffer&& other) noexcept { *this = std::move(other); }
-
 RingBuffer& RingBuffer::operator=(RingBuffer&& other) noexcept {
   if (this != &other) {
-    Unmap();
-    base_ = std::exchange(other.base_, nullptr);
-    base_len_ = std::exchange(other.base_len_, 0);
-    aux_ = std::exchange(other.aux_, nullptr);
-    aux_len_ = std::exchange(other.aux_len_, 0);
+    // AUX before the base, as perf does (auxtrace_mmap__munmap before perf_mmap__munmap);
+    // the destructor keeps the same order (aux_ is declared after base_).
+    aux_ = std::move(other.aux_);
+    base_ = std::move(other.base_);
     view_ = std::exchange(other.view_, RingView{});
   }
   return *this;
-}
-
-RingBuffer::~RingBuffer() { Unmap(); }
-
-void RingBuffer::Unmap() {
-  // AUX before the base, as perf does (auxtrace_mmap__munmap before perf_mmap__munmap).
-  if (aux_ != nullptr) munmap(aux_, aux_len_);
-  if (base_ != nullptr) munmap(base_, base_len_);
-  aux_ = base_ = nullptr;
 }
 
 }  // namespace ptkit::record

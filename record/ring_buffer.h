@@ -8,8 +8,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 
 #include "absl/status/statusor.h"
+#include "ptkit/scoped_fd.h"
 #include "record/perf_event.h"
 #include "record/ring.h"
 
@@ -55,22 +57,17 @@ class RingBuffer {
                                         uint64_t aux_pages, bool aux_overwrite, uint64_t events = 1,
                                         const MlockLimits& limits = ReadMlockLimits());
 
-  RingBuffer() = default;
-  RingBuffer(RingBuffer&& other) noexcept;
+  RingBuffer(RingBuffer&& other) noexcept { *this = std::move(other); }
   RingBuffer& operator=(RingBuffer&& other) noexcept;
-  RingBuffer(const RingBuffer&) = delete;
-  RingBuffer& operator=(const RingBuffer&) = delete;
-  ~RingBuffer();
 
   RingView view() const { return view_; }
   perf_event_mmap_page* page() const { return view_.page; }
 
  private:
-  void Unmap();
-  void* base_ = nullptr;
-  size_t base_len_ = 0;
-  void* aux_ = nullptr;
-  size_t aux_len_ = 0;
+  RingBuffer() = default;
+
+  ScopedMmap base_;  // user page + data ring
+  ScopedMmap aux_;   // unmapped before base_ (members are destroyed in reverse order)
   RingView view_;
 };
 

@@ -21,17 +21,17 @@ absl::StatusOr<std::unique_ptr<SimulatedPmu>> SimulatedPmu::Create(const SimOpti
   }
   std::unique_ptr<SimulatedPmu> sim(new SimulatedPmu(options));
   const uint64_t page = options.page_size;
-  sim->base_len_ = (1 + options.data_pages + options.aux_pages) * page;
-  void* p =
-      mmap(nullptr, sim->base_len_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return ErrnoStatus(Cat("mmap simulated PMU (", sim->base_len_, " bytes)"));
-  sim->base_ = static_cast<uint8_t*>(p);
-  sim->event_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (sim->event_fd_ < 0) return ErrnoStatus("eventfd for simulated PMU");
+  const size_t len = (1 + options.data_pages + options.aux_pages) * page;
+  sim->mapping_ = ScopedMmap(
+      mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), len);
+  if (!sim->mapping_.valid()) return ErrnoStatus(Cat("mmap simulated PMU (", len, " bytes)"));
+  uint8_t* const base = static_cast<uint8_t*>(sim->mapping_.get());
+  sim->event_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!sim->event_fd_.valid()) return ErrnoStatus("eventfd for simulated PMU");
 
   // The same user-page fields the kernel fills (perf_mmap(), rb_alloc_aux()); aux_* are set
   // here the way a reader sets them before mapping the AUX area.
-  auto* up = reinterpret_cast<perf_event_mmap_page*>(sim->base_);
+  auto* up = reinterpret_cast<perf_event_mmap_page*>(base);
   up->version = 0;
   up->compat_version = 0;
   up->data_offset = page;
@@ -39,8 +39,8 @@ absl::StatusOr<std::unique_ptr<SimulatedPmu>> SimulatedPmu::Create(const SimOpti
   up->aux_offset = up->data_offset + up->data_size;
   up->aux_size = options.aux_pages * page;
   sim->view_.page = up;
-  sim->view_.data = std::span<uint8_t>(sim->base_ + up->data_offset, up->data_size);
-  sim->view_.aux = std::span<uint8_t>(sim->base_ + up->aux_offset, up->aux_size);
+  sim->view_.data = std::span<uint8_t>(base + up->data_offset, up->data_size);
+  sim->view_.aux = std::span<uint8_t>(base + up->aux_offset, up->aux_size);
   sim->view_.aux_overwrite = options.overwrite;
   sim->view_.aux_head_in_buffer = options.overwrite && options.masked_overwrite_head;
   {
@@ -52,20 +52,15 @@ absl::StatusOr<std::unique_ptr<SimulatedPmu>> SimulatedPmu::Create(const SimOpti
 
 SimulatedPmu::SimulatedPmu(const SimOptions& options) : options_(options) {}
 
-SimulatedPmu::~SimulatedPmu() {
-  if (base_ != nullptr) munmap(base_, base_len_);
-  if (event_fd_ >= 0) close(event_fd_);
-}
-
 void SimulatedPmu::ClearWakeup() {
   uint64_t v;
-  while (read(event_fd_, &v, sizeof(v)) == sizeof(v)) {
+  while (read(event_fd_.get(), &v, sizeof(v)) == sizeof(v)) {
   }
 }
 
 void SimulatedPmu::Wake() {
   const uint64_t one = 1;
-  (void)!write(event_fd_, &one, sizeof(one));
+  (void)!write(event_fd_.get(), &one, sizeof(one));
   ++stats_.wakeups;
 }
 

@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "ptkit/scoped_fd.h"
 #include "record/trace_source.h"
 
 namespace ptkit::record {
@@ -72,11 +73,10 @@ class SimulatedPmu : public TraceSource {
  public:
   // Errors: kInvalidArgument for page counts that are not powers of two.
   static absl::StatusOr<std::unique_ptr<SimulatedPmu>> Create(const SimOptions& options);
-  ~SimulatedPmu() override;
 
   // --- TraceSource (the reader's side) ---
   RingView ring() override { return view_; }
-  int poll_fd() const override { return event_fd_; }
+  int poll_fd() const override { return event_fd_.get(); }
   void ClearWakeup() override;
   absl::Status Enable() override;
   absl::Status Disable() override;  // overwrite mode: ends the transaction (see above)
@@ -108,10 +108,9 @@ class SimulatedPmu : public TraceSource {
   perf::SampleId NextSampleId();
 
   const SimOptions options_;
-  uint8_t* base_ = nullptr;
-  size_t base_len_ = 0;
+  ScopedMmap mapping_;  // user page + data ring + AUX area, anonymous
   RingView view_;
-  int event_fd_ = -1;
+  ScopedFd event_fd_;
 
   mutable absl::Mutex mu_;
   bool enabled_ ABSL_GUARDED_BY(mu_) = true;

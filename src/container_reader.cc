@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 
 namespace ptkit {
@@ -22,16 +23,15 @@ constexpr uint8_t kSyncBytes[4] = {0x50, 0x4b, 0x54, 0x52};  // kFrameSync, litt
 
 class FileSource final : public ByteSource {
  public:
-  FileSource(int fd, uint64_t size, std::string name)
-      : fd_(fd), size_(size), name_(std::move(name)) {}
-  ~FileSource() override { ::close(fd_); }
+  FileSource(ScopedFd fd, uint64_t size, std::string name)
+      : fd_(std::move(fd)), size_(size), name_(std::move(name)) {}
   uint64_t size() const override { return size_; }
   const std::string& name() const override { return name_; }
   absl::StatusOr<size_t> ReadAt(uint64_t offset, std::span<uint8_t> out) override {
     size_t done = 0;
     while (done < out.size()) {
-      ssize_t n =
-          ::pread(fd_, out.data() + done, out.size() - done, static_cast<off_t>(offset + done));
+      ssize_t n = ::pread(fd_.get(), out.data() + done, out.size() - done,
+                          static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
         return ErrnoStatus(absl::StrCat("read ", name_, " at offset ", offset + done));
@@ -43,7 +43,7 @@ class FileSource final : public ByteSource {
   }
 
  private:
-  int fd_;
+  ScopedFd fd_;
   uint64_t size_;
   std::string name_;
 };
@@ -78,19 +78,14 @@ bool IsKnownType(uint16_t t) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("open ", path));
+  ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open ", path));
   struct stat st;
-  if (::fstat(fd, &st) != 0) {
-    absl::Status s = ErrnoStatus(absl::StrCat("stat ", path));
-    ::close(fd);
-    return s;
-  }
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(absl::StrCat("stat ", path));
   if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
-  return std::make_unique<FileSource>(fd, static_cast<uint64_t>(st.st_size), path);
+  return std::make_unique<FileSource>(std::move(fd), static_cast<uint64_t>(st.st_size), path);
 }
 
 std::unique_ptr<ByteSource> MemorySource(std::span<const uint8_t> bytes, std::string name) {

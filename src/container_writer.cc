@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 
 namespace ptkit {
@@ -89,7 +90,7 @@ int UsableCpus() {
 }  // namespace
 
 struct ContainerWriter::State {
-  int fd = -1;
+  ScopedFd fd;
   std::string name;
   WriterOptions options;
 
@@ -159,7 +160,7 @@ struct ContainerWriter::State {
 
 void ContainerWriter::State::Fail(const absl::Status& s) {
   // Keep the file readable: cut it back to the last whole record written.
-  if (::ftruncate(fd, static_cast<off_t>(whole_size)) != 0) {
+  if (::ftruncate(fd.get(), static_cast<off_t>(whole_size)) != 0) {
     // Nothing more to do: the reader treats a cut tail as loss it reports.
   }
   buffer.clear();
@@ -196,7 +197,7 @@ absl::Status ContainerWriter::State::WriteOut(bool all) {
       }
     }
     uint64_t written = 0;
-    const absl::Status status = WriteAll(fd, iov, count, name, written);
+    const absl::Status status = WriteAll(fd.get(), iov, count, name, written);
     // Records that a failed write still completed are whole: Fail() keeps them.
     file_size += written;
     while (!record_ends.empty() && record_ends.front() <= file_size) {
@@ -366,8 +367,7 @@ void ContainerWriter::State::Run() {
       if (buffer.empty()) flushed = processed;
       UpdateStats();
       if (closing_now) {
-        if (::close(fd) != 0 && error.ok()) error = ErrnoStatus(absl::StrCat("close ", name));
-        fd = -1;
+        if (fd.Close() != 0 && error.ok()) error = ErrnoStatus(absl::StrCat("close ", name));
         closed = true;
         return;
       }
@@ -396,19 +396,17 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(
 absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
     int fd, const std::string& name, const WriterOptions& options) {
   auto state = std::make_unique<State>();
-  state->fd = fd;
+  state->fd.reset(fd);
   state->name = name;
   state->options = options;
   state->cctx.reset(ZSTD_createCCtx());
   if (state->cctx == nullptr) {
-    ::close(fd);
     return absl::ResourceExhaustedError("cannot allocate a zstd compression context");
   }
   // The context and its parameters are reused for every record; each record is still one
   // independent zstd frame (with its content size), so damage never spreads between records.
   size_t z = ZSTD_CCtx_setParameter(state->cctx.get(), ZSTD_c_compressionLevel, options.zstd_level);
   if (ZSTD_isError(z)) {
-    ::close(fd);
     return absl::InvalidArgumentError(
         absl::StrCat("zstd level ", options.zstd_level, ": ", ZSTD_getErrorName(z)));
   }
@@ -417,7 +415,6 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
   if (options.compress && threads > 1) {
     state->helper_cctx.reset(ZSTD_createCCtx());
     if (state->helper_cctx == nullptr) {
-      ::close(fd);
       return absl::ResourceExhaustedError("cannot allocate a zstd compression context");
     }
     ZSTD_CCtx_setParameter(state->helper_cctx.get(), ZSTD_c_compressionLevel, options.zstd_level);
@@ -427,10 +424,7 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
   EncodeFileHeader(header);
   iovec iov{header, kFileHeaderSize};
   uint64_t written = 0;
-  if (absl::Status s = WriteAll(fd, &iov, 1, name, written); !s.ok()) {
-    ::close(fd);
-    return s;
-  }
+  if (absl::Status s = WriteAll(fd, &iov, 1, name, written); !s.ok()) return s;
   state->file_size = state->whole_size = kFileHeaderSize;
   State* raw = state.get();
   state->thread = std::thread([raw] { raw->Run(); });

@@ -1,0 +1,33 @@
+#include "ptkit/scoped_fd.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+namespace ptkit {
+
+void ScopedFd::reset(int fd) {
+  // close(2) is not retried on EINTR: on Linux the descriptor is released whatever close
+  // returns, so a retry could close a descriptor another thread just opened.
+  if (fd_ >= 0 && fd_ != fd) ::close(fd_);
+  fd_ = fd;
+}
+
+int ScopedFd::Close() {
+  if (fd_ < 0) return 0;
+  return ::close(std::exchange(fd_, -1));
+}
+
+ScopedMmap::ScopedMmap(void* addr, size_t length) {
+  if (addr != MAP_FAILED && addr != nullptr) {
+    addr_ = addr;
+    length_ = length;
+  }
+}
+
+void ScopedMmap::reset() {
+  if (addr_ != nullptr) ::munmap(addr_, length_);
+  addr_ = nullptr;
+  length_ = 0;
+}
+
+}  // namespace ptkit
