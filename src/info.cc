@@ -4,64 +4,19 @@
 
 #include <cstring>
 #include <map>
+#include <optional>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
 #include "ptkit/container_reader.h"
+#include "ptkit/perf_records.h"
 #include "ptkit/status.h"
 
 namespace ptkit {
 namespace {
 
 using nlohmann::json;
-
-std::string PerfRecordName(uint32_t type) {
-  switch (type) {
-    case PERF_RECORD_MMAP:
-      return "MMAP";
-    case PERF_RECORD_LOST:
-      return "LOST";
-    case PERF_RECORD_COMM:
-      return "COMM";
-    case PERF_RECORD_EXIT:
-      return "EXIT";
-    case PERF_RECORD_THROTTLE:
-      return "THROTTLE";
-    case PERF_RECORD_UNTHROTTLE:
-      return "UNTHROTTLE";
-    case PERF_RECORD_FORK:
-      return "FORK";
-    case PERF_RECORD_READ:
-      return "READ";
-    case PERF_RECORD_SAMPLE:
-      return "SAMPLE";
-    case PERF_RECORD_MMAP2:
-      return "MMAP2";
-    case PERF_RECORD_AUX:
-      return "AUX";
-    case PERF_RECORD_ITRACE_START:
-      return "ITRACE_START";
-    case PERF_RECORD_LOST_SAMPLES:
-      return "LOST_SAMPLES";
-    case PERF_RECORD_SWITCH:
-      return "SWITCH";
-    case PERF_RECORD_SWITCH_CPU_WIDE:
-      return "SWITCH_CPU_WIDE";
-    case PERF_RECORD_NAMESPACES:
-      return "NAMESPACES";
-    case PERF_RECORD_KSYMBOL:
-      return "KSYMBOL";
-    case PERF_RECORD_BPF_EVENT:
-      return "BPF_EVENT";
-    case PERF_RECORD_CGROUP:
-      return "CGROUP";
-    case PERF_RECORD_TEXT_POKE:
-      return "TEXT_POKE";
-    case PERF_RECORD_AUX_OUTPUT_HW_ID:
-      return "AUX_OUTPUT_HW_ID";
-  }
-  return absl::StrCat("TYPE_", type);
-}
 
 struct KindTotals {
   uint64_t count = 0, stored = 0, raw = 0, compressed = 0;
@@ -123,17 +78,15 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
           break;
         }
         auto& per_type = sideband[sb->cpu];
-        std::span<const uint8_t> left = sb->records;
-        while (left.size() >= sizeof(perf_event_header)) {
-          perf_event_header h;
-          std::memcpy(&h, left.data(), sizeof(h));
-          if (h.size < sizeof(h) || h.size > left.size()) {
+        for (perf::RecordReader reader(sb->records);;) {
+          absl::StatusOr<std::optional<perf::RecordView>> r = reader.Next();
+          if (!r.ok()) {
             problem(absl::DataLossError(
-                absl::StrCat("sideband record of size ", h.size, " overruns its batch")));
+                absl::StrCat("sideband of cpu ", sb->cpu, ": ", r.status().message())));
             break;
           }
-          ++per_type[PerfRecordName(h.type)];
-          left = left.subspan(h.size);
+          if (!r->has_value()) break;
+          ++per_type[absl::AsciiStrToUpper(perf::RecordTypeName((*r)->type))];
         }
         break;
       }

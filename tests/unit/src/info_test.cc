@@ -105,5 +105,29 @@ TEST(InfoTest, NotAContainerIsAnErrorNamingTheFile) {
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("notes.txt")));
 }
 
+// Sideband counts use the perf record reader and its names; a batch whose last record is cut
+// (here: 5 stray bytes, less than a header) is reported, not silently dropped.
+TEST(InfoTest, SidebandRecordsAreNamedAndACutBatchIsMalformed) {
+  testing::TempDir dir;
+  std::string path = dir.File("sb.pt");
+  std::vector<uint8_t> sb = TwoPerfRecords();
+  perf_event_header odd{9999, 0, 8};
+  const auto* p = reinterpret_cast<const uint8_t*>(&odd);
+  sb.insert(sb.end(), p, p + sizeof(odd));
+  sb.insert(sb.end(), 5, 0xEE);
+  auto w = ContainerWriter::Create(path);
+  ASSERT_THAT(w, IsOk());
+  ASSERT_THAT((*w)->AppendSideband({.cpu = 2, .records = sb}), IsOk());
+  ASSERT_THAT((*w)->Close(), IsOk());
+  absl::StatusOr<nlohmann::json> info = ContainerInfo(path);
+  ASSERT_THAT(info, IsOk());
+  const nlohmann::json& records = (*info)["sideband"][0]["records"];
+  EXPECT_EQ(records["COMM"], 1);
+  EXPECT_EQ(records["EXIT"], 1);
+  EXPECT_EQ(records["TYPE-9999"], 1);
+  ASSERT_EQ((*info)["malformed"].size(), 1u);
+  EXPECT_THAT((*info)["malformed"][0]["error"].get<std::string>(), HasSubstr("sideband of cpu 2"));
+}
+
 }  // namespace
 }  // namespace ptkit
