@@ -1,12 +1,20 @@
 #!/usr/bin/env bash
-# The whole test suite from nothing: installs the Debian packages, builds with -Werror, runs
-# every test, then the sanitizer build of the byte-parsing tests and a short fuzz smoke.
+# The whole test suite from nothing: installs the Debian packages, checks that every C++ source is
+# clang-formatted, builds with -Werror, runs every test, then the sanitizer build of the
+# byte-parsing tests and a short fuzz smoke.
 #   bash scripts/test.sh            (what .ci/run calls)
 # Environment: PTKIT_FUZZ_SECONDS (default 30) for the fuzz smoke.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
+
+echo "== clang-format (check only)"
+if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+  git ls-files -z '*.cc' '*.h' ':!:third_party/*'
+else
+  find include src record decoder tests bench examples -name '*.cc' -print0 -o -name '*.h' -print0
+fi | xargs -0 clang-format --dry-run -Werror
 
 echo "== build (preset ci: RelWithDebInfo, -Werror)"
 cmake --preset ci
