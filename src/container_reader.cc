@@ -181,11 +181,16 @@ absl::Status ContainerReader::State::Resync(uint64_t from, const std::string& re
       PTKIT_ASSIGN_OR_RETURN(auto hb, Get(candidate, kFrameHeaderSize));
       auto h = ParseFrameHeader(hb.first<kFrameHeaderSize>());
       if (!h.ok() || !CheckSizes(*h).ok()) continue;
-      uint64_t records = h->sequence > expected_sequence ? h->sequence - expected_sequence : 1;
+      // The records numbered before the candidate's were lost in the skipped bytes. A
+      // candidate numbered below what is expected repeats an earlier record (a copied block
+      // after the damage): expected_sequence stays, so Next() skips it as a repeat instead of
+      // returning it, and everything after it, a second time.
+      const uint64_t records =
+          h->sequence > expected_sequence ? h->sequence - expected_sequence : 0;
       AddDamage(from, candidate - from, records,
                 absl::StrCat(reason, "; resynchronised at offset ", candidate));
       pos = candidate;
-      expected_sequence = h->sequence;
+      expected_sequence = std::max(expected_sequence, h->sequence);
       return absl::OkStatus();
     }
     if (len < kScanChunk) break;
