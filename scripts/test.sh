@@ -23,9 +23,9 @@ cmake --build --preset ci
 echo "== tests"
 ctest --preset ci
 
-echo "== ASan + UBSan: container, info and emulate stepper tests"
+echo "== ASan + UBSan: container, info, sideband and emulate stepper tests"
 cmake --preset debug-asan >/dev/null
-asan_targets=(container_test info_test step_events_test stepper_test)
+asan_targets=(container_test info_test sideband_test step_events_test stepper_test)
 cmake --build --preset debug-asan --target "${asan_targets[@]}"
 ctest --preset debug-asan
 

@@ -264,6 +264,10 @@ std::vector<uint32_t> Sideband::Pids() const {
 // The kernel's formula (perf_event_mmap_page, "time_zero"): split the TSC so the product does
 // not overflow 64 bits.
 uint64_t TscConversion::ToPerfTime(uint64_t tsc) const {
+  // A shift of 64 or more (only from a damaged or forged recording; the kernel's is at most
+  // 32) would be undefined behaviour below: the quotient is then 0 and so is the remainder's
+  // scaled product.
+  if (time_shift >= 64) return time_zero;
   uint64_t quot = tsc >> time_shift;
   uint64_t rem = tsc & ((uint64_t{1} << time_shift) - 1);
   return time_zero + quot * time_mult + ((rem * time_mult) >> time_shift);
@@ -271,7 +275,7 @@ uint64_t TscConversion::ToPerfTime(uint64_t tsc) const {
 
 // perf's perf_time_to_tsc() (tools/perf/util/tsc.c).
 uint64_t TscConversion::ToTsc(uint64_t perf_time) const {
-  if (time_mult == 0) return 0;
+  if (time_mult == 0 || time_shift >= 64) return 0;
   uint64_t t = perf_time - time_zero;
   uint64_t quot = t / time_mult;
   uint64_t rem = t % time_mult;

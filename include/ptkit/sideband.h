@@ -124,6 +124,8 @@ struct TscConversion {
   uint64_t time_zero = 0;
   uint32_t time_mult = 0;
   uint16_t time_shift = 0;
+  // Defined for every field value: a time_shift of 64 or more maps every TSC to time_zero
+  // (and ToTsc() gives 0), as the formula's limit, instead of shifting out of range.
   uint64_t ToPerfTime(uint64_t tsc) const;
   uint64_t ToTsc(uint64_t perf_time) const;  // inverse, exact up to rounding
 };

@@ -202,5 +202,19 @@ TEST(TscConversionTest, MatchesTheKernelFormulaAndInvertsIt) {
   }
 }
 
+// A recording's time_shift is data (issue 12 item 9): 64 and more must not shift out of range
+// (the ASan/UBSan run of this test catches "shift exponent 64").
+TEST(TscConversionTest, AnOutOfRangeShiftIsDefined) {
+  for (uint16_t shift : {uint16_t{64}, uint16_t{65}, uint16_t{1000}, uint16_t{65535}}) {
+    TscConversion c{.time_zero = 1000, .time_mult = 7, .time_shift = shift};
+    EXPECT_EQ(c.ToPerfTime(0), 1000u) << shift;
+    EXPECT_EQ(c.ToPerfTime(~uint64_t{0}), 1000u) << shift;
+    EXPECT_EQ(c.ToTsc(5000), 0u) << shift;
+  }
+  // The largest valid shift still follows the formula.
+  TscConversion c{.time_zero = 0, .time_mult = 3, .time_shift = 63};
+  EXPECT_EQ(c.ToPerfTime(uint64_t{1} << 63), 3u);
+}
+
 }  // namespace
 }  // namespace ptkit
