@@ -91,6 +91,11 @@ absl::StatusOr<RingBuffer> RingBuffer::Map(const PerfEvent& event, uint64_t data
     return absl::InvalidArgumentError(
         Cat("AUX area of ", event.name(), ": ", aux_pages, " pages is not a power of two"));
   }
+  if (data_pages > kMaxMmapPages || aux_pages > kMaxMmapPages) {
+    return absl::InvalidArgumentError(Cat("mmap of ", event.name(), ": ", data_pages, " data and ",
+                                          aux_pages, " AUX pages; at most ", kMaxMmapPages,
+                                          " pages each"));
+  }
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const MmapPages asked{data_pages, aux_pages};
   RingBuffer rb;

@@ -45,12 +45,17 @@ MmapPages LargestFittingPages(const MlockLimits& limits, MmapPages asked, uint64
 absl::Status MmapPermissionError(std::string_view what, const MlockLimits& limits, MmapPages asked,
                                  uint64_t events);
 
+// The most pages a data ring or an AUX area may have (16 GiB of 4 KiB pages). Larger
+// counts are refused before any size is computed from them, so no product overflows.
+inline constexpr uint64_t kMaxMmapPages = uint64_t{1} << 22;
+
 class RingBuffer {
  public:
   // Maps `event`: 1 + data_pages pages, then (aux_pages > 0) sets aux_offset/aux_size in the
   // user page and maps the AUX area writable (full-trace) or read-only (`aux_overwrite`,
   // snapshot mode). `events` is how many events will be mapped in total (for the -m hint).
-  // Errors: kInvalidArgument when a page count is not a power of two; mmap failures name
+  // Errors: kInvalidArgument when a page count is not a power of two or exceeds
+  // kMaxMmapPages; mmap failures name
   // the area ("data ring" / "AUX area") and the event; EPERM gives MmapPermissionError();
   // EOPNOTSUPP on the AUX area says the event's PMU has no AUX support.
   static absl::StatusOr<RingBuffer> Map(const PerfEvent& event, uint64_t data_pages,

@@ -60,6 +60,10 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseMmapPages(std::string_view te
                                           ": expected DATA_PAGES[,AUX_PAGES], each a power of "
                                           "two (e.g. -m 64,1024)"));
   }
+  if (out.first > kMaxMmapPages || out.second > kMaxMmapPages) {
+    return absl::InvalidArgumentError(
+        Cat("-m ", text, ": at most ", kMaxMmapPages, " pages (16 GiB of 4 KiB pages) each"));
+  }
   return out;
 }
 

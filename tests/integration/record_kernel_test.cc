@@ -49,6 +49,18 @@ TEST(RecordKernelTest, InheritedPerTaskEventCannotBeMapped) {
                                          HasSubstr("open one event per CPU")));
 }
 
+// A page count whose byte size would overflow is refused before mmap (issue 12 item 10).
+TEST(RecordKernelTest, HugePageCountsAreRefusedBeforeMapping) {
+  const perf_event_attr attr = BuildTrackingAttr({});
+  OPEN_OR_SKIP(ev, attr, 0, "dummy (self)");
+  EXPECT_THAT(RingBuffer::Map(ev, uint64_t{1} << 63, 0, false),
+              ::ptkit::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("at most 4194304 pages")));
+  EXPECT_THAT(RingBuffer::Map(ev, 1, uint64_t{1} << 52, false),
+              ::ptkit::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                         HasSubstr("at most 4194304 pages")));
+}
+
 // As a session does it: one tracking event per CPU with pid = child, inherit, enable_on_exec,
 // each with its own ring; the child execs /bin/true after the events exist.
 TEST(RecordKernelTest, DummyEventSidebandOfBinTrueIntoContainer) {

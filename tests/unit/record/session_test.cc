@@ -39,6 +39,17 @@ TEST(ParseMmapPagesTest, Forms) {
   EXPECT_THAT(ParseMmapPages("4,8,16"), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// Issue 12 item 10: 2^63 data pages overflowed (1 + pages) * page size to one page, so
+// ptrecord mapped the control page only, recorded nothing and exited 0.
+TEST(ParseMmapPagesTest, HugeCountsAreRefusedBeforeAnySizeOverflows) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(auto max, ParseMmapPages("4194304,4194304"));
+  EXPECT_EQ(max, std::make_pair(kMaxMmapPages, kMaxMmapPages));
+  EXPECT_THAT(ParseMmapPages("9223372036854775808"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most 4194304 pages")));
+  EXPECT_THAT(ParseMmapPages("1,8388608"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("at most")));
+}
+
 TEST(ParseSizeTest, Suffixes) {
   EXPECT_EQ(*ParseSize("4096"), 4096u);
   EXPECT_EQ(*ParseSize("4K"), 4096u);
