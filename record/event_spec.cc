@@ -121,6 +121,7 @@ absl::StatusOr<EventSpec> ParseEventString(std::string_view text) {
       return bad(Cat("invalid character '", std::string(1, c), "' in PMU name"));
     }
   }
+  if (!IsPmuName(spec.pmu)) return bad(Cat("\"", spec.pmu, "\" is not a PMU name"));
   std::string_view modifiers;
   if (slash != std::string_view::npos) {
     const size_t close = input.find('/', slash + 1);

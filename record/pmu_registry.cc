@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -135,7 +136,18 @@ std::string Pmu::FormatNames() const {
 
 PmuRegistry::PmuRegistry(std::string root) : root_(std::move(root)) {}
 
+bool IsPmuName(std::string_view name) {
+  if (name.empty() || name == "." || name == "..") return false;
+  for (char c : name) {
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') {
+      return false;
+    }
+  }
+  return true;
+}
+
 bool PmuRegistry::Exists(std::string_view name) const {
+  if (!IsPmuName(name)) return false;
   std::error_code ec;
   return fs::exists(fs::path(root_) / std::string(name) / "type", ec);
 }
@@ -151,6 +163,10 @@ absl::StatusOr<std::vector<std::string>> PmuRegistry::List() const {
 }
 
 absl::StatusOr<Pmu> PmuRegistry::Find(std::string_view name) const {
+  if (!IsPmuName(name)) {
+    return absl::InvalidArgumentError(
+        Cat("\"", name, "\" is not a PMU name (letters, digits, '_', '-' and '.'; e.g. intel_pt)"));
+  }
   const fs::path dir = fs::path(root_) / std::string(name);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {

@@ -62,6 +62,11 @@ struct Pmu {
 };
 
 // Reads PMUs from a sysfs root. Stateless apart from the root path: every call reads files.
+// True for a PMU name as the kernel registers them (a directory under event_source/devices:
+// intel_pt, cpu_core, uncore_imc_0, ...): letters, digits, '_', '-' and '.', and not "." or
+// "..". Anything else would make an event string name a path outside the sysfs root.
+bool IsPmuName(std::string_view name);
+
 class PmuRegistry {
  public:
   explicit PmuRegistry(std::string root = std::string(kDefaultSysfsRoot));
@@ -70,10 +75,11 @@ class PmuRegistry {
 
   // Reads <root>/<name>/{type,format/*,caps/*,max_nonturbo_ratio,tsc_art_ratio}.
   // Errors: kNotFound "no <name> PMU (<root>/<name> does not exist)" when the directory is
-  // missing; kInvalidArgument naming the file when `type` or a format spec is malformed;
-  // the errno of a failing read.
+  // missing; kInvalidArgument naming the file when `type` or a format spec is malformed, or
+  // when `name` is not a PMU name ("..", a path: nothing outside the root is read); the errno
+  // of a failing read.
   absl::StatusOr<Pmu> Find(std::string_view name) const;
-  // True when <root>/<name>/type exists.
+  // True when `name` is a PMU name and <root>/<name>/type exists.
   bool Exists(std::string_view name) const;
   // Names of every PMU directory under the root, sorted. Fails with the errno of opendir.
   absl::StatusOr<std::vector<std::string>> List() const;

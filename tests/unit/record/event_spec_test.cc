@@ -76,6 +76,10 @@ TEST(ParseEventStringTest, Errors) {
               StatusIs(kInvalidArgument, HasSubstr("invalid character")));
   EXPECT_THAT(ParseEventString("intel_pt/=1/"),
               StatusIs(kInvalidArgument, HasSubstr("has no name")));
+  // Issue 12 item 12: '..//' named <sysfs root>/.. as a PMU.
+  EXPECT_THAT(ParseEventString("..//"),
+              StatusIs(kInvalidArgument, HasSubstr("\"..\" is not a PMU name")));
+  EXPECT_THAT(ParseEventString(".//u"), StatusIs(kInvalidArgument, HasSubstr("not a PMU name")));
 }
 
 TEST_F(EventSpecTest, DefaultIsWhatPerfUses) {

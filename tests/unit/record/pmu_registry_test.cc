@@ -124,6 +124,21 @@ TEST(PmuRegistryTest, MissingPmuNamesThePath) {
                        HasSubstr("no cpu PMU (" + kFixture + "/cpu does not exist)")));
 }
 
+// Issue 12 item 12: `--event '..//'` read <root>/../type. A name that is not a PMU name is
+// refused before any path is built from it; the fixture's parent has a "sysfs" directory with
+// PMU-like children, so "../sysfs/intel_pt" would otherwise be found.
+TEST(PmuRegistryTest, NamesThatAreNotPmuNamesReadNothingOutsideTheRoot) {
+  PmuRegistry reg(kFixture + "/intel_pt/..");
+  ASSERT_TRUE(reg.Exists("intel_pt"));
+  for (std::string_view bad : {"..", ".", "", "../sysfs/intel_pt", "intel_pt/format", "a b"}) {
+    SCOPED_TRACE(bad);
+    EXPECT_FALSE(reg.Exists(bad));
+    EXPECT_THAT(reg.Find(bad),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is not a PMU name")));
+  }
+  EXPECT_THAT(reg.Find("uncore_imc_0"), StatusIs(absl::StatusCode::kNotFound));
+}
+
 TEST(PmuRegistryTest, List) {
   PmuRegistry reg(kFixture);
   PTKIT_ASSERT_OK_AND_ASSIGN(std::vector<std::string> names, reg.List());
