@@ -80,10 +80,34 @@ bool SplitTrailingNumber(std::string_view text, std::string_view* head, uint64_t
   return true;
 }
 
-// Appends the function symbols of `elf` to `out`, at st_value + bias where place(st_value,
-// &bias) says where (false: not loaded).
+// The allocated sections of `elf`, by section index: [addr, addr + size) and whether they
+// hold code; a zero-size entry for the others.
+struct SectionSpan {
+  uint64_t begin = 0, end = 0;
+  bool code = false;
+};
+std::vector<SectionSpan> SectionSpans(Elf* elf) {
+  std::vector<SectionSpan> out;
+  size_t count = 0;
+  if (elf_getshdrnum(elf, &count) != 0) return out;
+  out.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    GElf_Shdr shdr;
+    Elf_Scn* scn = elf_getscn(elf, i);
+    if (scn == nullptr || gelf_getshdr(scn, &shdr) == nullptr || !(shdr.sh_flags & SHF_ALLOC))
+      continue;
+    out[i] = {shdr.sh_addr, shdr.sh_addr + shdr.sh_size, (shdr.sh_flags & SHF_EXECINSTR) != 0};
+  }
+  return out;
+}
+
+// Appends the code symbols of `elf` to `out`, at st_value + bias where place(st_value, &bias)
+// says where (false: not loaded). Code symbols, as perf takes them: functions (STT_FUNC,
+// STT_GNU_IFUNC) and labels (STT_NOTYPE) inside a code section (ld.so's _start). A symbol of
+// size 0 ends at the end of its section (FinishSymbols also ends it at the next symbol).
 template <typename Place>
 void LoadSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<Symbol>& out) {
+  const std::vector<SectionSpan> sections = SectionSpans(elf);
   Elf_Scn* scn = nullptr;
   while ((scn = elf_nextscn(elf, scn)) != nullptr) {
     GElf_Shdr shdr;
@@ -95,9 +119,15 @@ void LoadSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<Sym
     for (size_t i = 0; i < count; ++i) {
       GElf_Sym sym;
       if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
-      int type = GELF_ST_TYPE(sym.st_info);
-      if ((type != STT_FUNC && type != STT_GNU_IFUNC) || sym.st_shndx == SHN_UNDEF ||
-          sym.st_value == 0) {
+      const int type = GELF_ST_TYPE(sym.st_info);
+      if (sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
+      const SectionSpan section =
+          sym.st_shndx < sections.size() ? sections[sym.st_shndx] : SectionSpan{};
+      const bool in_section = sym.st_value >= section.begin && sym.st_value < section.end;
+      if (type == STT_NOTYPE) {
+        // A label, not a linker-defined bound such as _etext at its section's end.
+        if (!section.code || !in_section) continue;
+      } else if (type != STT_FUNC && type != STT_GNU_IFUNC) {
         continue;
       }
       int64_t bias = 0;
@@ -105,13 +135,116 @@ void LoadSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<Sym
       const char* name = elf_strptr(elf, shdr.sh_link, sym.st_name);
       if (name == nullptr || name[0] == '\0') continue;
       uint64_t begin = sym.st_value + static_cast<uint64_t>(bias);
+      uint64_t size = sym.st_size;
+      if (size == 0) size = in_section ? section.end - sym.st_value : 1;
       // Among aliases (symbols of one address), as perf: global before weak before local,
-      // then the fewest leading underscores (malloc, not __libc_malloc or __GI___libc_malloc).
+      // then the fewest leading underscores (malloc, not __libc_malloc or __GI___libc_malloc);
+      // a function before a label.
       const int binding = GELF_ST_BIND(sym.st_info);
-      const int kind = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2;
+      int kind = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2;
+      if (type == STT_NOTYPE) kind += 3;
       const size_t underscores = std::min<size_t>(std::strspn(name, "_"), 15);
-      out.push_back({begin, begin + sym.st_size, Demangle(name), file_index,
+      out.push_back({begin, begin + size, Demangle(name), file_index,
                      static_cast<uint8_t>(kind * 16 + underscores)});
+    }
+  }
+}
+
+// The name of each PLT entry's GOT slot, from the dynamic relocations: the symbol of a
+// JUMP_SLOT or GLOB_DAT relocation; "*ABS*+0xADDEND" for an IRELATIVE one (as objdump).
+std::map<uint64_t, std::string> GotSlotNames(Elf* elf) {
+  std::map<uint64_t, std::string> out;
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_RELA) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || shdr.sh_entsize == 0) continue;
+    Elf_Scn* symtab = shdr.sh_link != 0 ? elf_getscn(elf, shdr.sh_link) : nullptr;
+    GElf_Shdr symtab_shdr;
+    Elf_Data* symbols = nullptr;
+    if (symtab != nullptr && gelf_getshdr(symtab, &symtab_shdr) != nullptr) {
+      symbols = elf_getdata(symtab, nullptr);
+    }
+    const size_t count = shdr.sh_size / shdr.sh_entsize;
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Rela rela;
+      if (gelf_getrela(data, static_cast<int>(i), &rela) == nullptr) continue;
+      const uint64_t type = GELF_R_TYPE(rela.r_info);
+      if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT && type != R_X86_64_IRELATIVE) {
+        continue;
+      }
+      std::string name;
+      GElf_Sym sym;
+      const size_t index = GELF_R_SYM(rela.r_info);
+      if (index != 0 && symbols != nullptr &&
+          gelf_getsym(symbols, static_cast<int>(index), &sym) != nullptr) {
+        const char* text = elf_strptr(elf, symtab_shdr.sh_link, sym.st_name);
+        if (text != nullptr) name = Demangle(text);
+      }
+      if (name.empty() && type != R_X86_64_IRELATIVE) continue;
+      if (name.empty()) name = "*ABS*";
+      if (rela.r_addend != 0) name += fmt::format("+{:#x}", rela.r_addend);
+      out.emplace(rela.r_offset, std::move(name));
+    }
+  }
+  return out;
+}
+
+// Appends a symbol "X@plt" for each PLT entry of `elf`, as objdump and gdb name them (BFD's
+// synthetic symbols): the entries of .plt, .plt.sec (IBT), .plt.bnd (MPX) and .plt.got
+// (-z now, -fno-plt) that jump through a GOT slot with a name (GotSlotNames). An entry jumps
+// with `[endbr64] [bnd] jmp *disp32(%rip)` at its start; .plt's first entry (the lazy binding
+// trampoline) and, with IBT, .plt's lazy entries (which the .plt.sec entries reach through the
+// GOT) do not, and stay unnamed as objdump leaves them. Placed as LoadSymbolsInto.
+template <typename Place>
+void LoadPltSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<Symbol>& out) {
+  GElf_Ehdr ehdr;
+  if (gelf_getehdr(elf, &ehdr) == nullptr || ehdr.e_machine != EM_X86_64) return;
+  size_t shstrndx = 0;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return;
+  std::map<uint64_t, std::string> slots;
+  bool have_slots = false;
+  Elf_Scn* scn = nullptr;
+  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_PROGBITS ||
+        !(shdr.sh_flags & SHF_EXECINSTR)) {
+      continue;
+    }
+    const char* section = elf_strptr(elf, shstrndx, shdr.sh_name);
+    if (section == nullptr) continue;
+    const std::string_view name(section);
+    if (name != ".plt" && name != ".plt.sec" && name != ".plt.bnd" && name != ".plt.got") {
+      continue;
+    }
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || data->d_buf == nullptr) continue;
+    if (!have_slots) {
+      slots = GotSlotNames(elf);
+      have_slots = true;
+    }
+    // ld's entries are 16 bytes, 8 in a .plt.got without IBT (its sh_entsize says so).
+    const uint64_t entry_size =
+        shdr.sh_entsize == 8 || shdr.sh_entsize == 16 ? shdr.sh_entsize : 16;
+    const auto* bytes = static_cast<const uint8_t*>(data->d_buf);
+    const size_t size = std::min<size_t>(data->d_size, shdr.sh_size);
+    for (size_t offset = 0; offset + entry_size <= size; offset += entry_size) {
+      const uint8_t* p = bytes + offset;
+      const uint8_t* end = p + entry_size;
+      if (end - p >= 4 && std::memcmp(p, "\xf3\x0f\x1e\xfa", 4) == 0) p += 4;  // endbr64
+      if (p < end && *p == 0xf2) ++p;                                          // bnd
+      if (end - p < 6 || p[0] != 0xff || p[1] != 0x25) continue;               // jmp *disp32(%rip)
+      int32_t disp = 0;
+      std::memcpy(&disp, p + 2, 4);
+      const uint64_t entry = shdr.sh_addr + offset;
+      const uint64_t next_ip = entry + static_cast<uint64_t>(p + 6 - (bytes + offset));
+      auto slot = slots.find(next_ip + static_cast<uint64_t>(static_cast<int64_t>(disp)));
+      if (slot == slots.end()) continue;
+      int64_t bias = 0;
+      if (!place(entry, &bias)) continue;
+      const uint64_t begin = entry + static_cast<uint64_t>(bias);
+      out.push_back({begin, begin + entry_size, slot->second + "@plt", file_index, 255});
     }
   }
 }
@@ -335,6 +468,7 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
           Cat(spec.path, ": cannot map segment ", i, ": ", pt_errstr(pt_errcode(err))));
     }
     AddMapping({vaddr, vaddr + phdr.p_filesz, file_index, isid, nullptr});
+    AddElfSegment({vaddr, vaddr + phdr.p_filesz, bias, file_index});
     file.bytes += phdr.p_filesz;
     ++loaded;
   }
@@ -357,6 +491,7 @@ template <typename Place>
 void ProgramImage::LoadSymbols(Elf* elf, const std::string& path, uint32_t file_index,
                                Place place) {
   LoadSymbolsInto(elf, file_index, place, symbols_);
+  LoadPltSymbolsInto(elf, file_index, place, symbols_);
   if (HasSymtab(elf)) return;
   // Stripped: the .symtab of its separate debug file (same link-time addresses).
   const std::string debug_path = FindDebugFile(elf, path, sysroot_);
@@ -372,17 +507,17 @@ void ProgramImage::LoadSymbols(Elf* elf, const std::string& path, uint32_t file_
 void ProgramImage::FinishSymbols(size_t first_new) {
   (void)first_new;
   // Sort, drop duplicates of the same start (the best ranked wins; among equals the first,
-  // .symtab before .dynsym), and give unsized symbols the room up to the next symbol.
+  // .symtab before .dynsym), and end each symbol at the next one: a symbol of size 0 (which
+  // LoadSymbolsInto ends at its section's end) never covers code with a name of its own, and
+  // the symbol of an address is always the closest one before it (SymbolAt).
   std::stable_sort(symbols_.begin(), symbols_.end(), [](const Symbol& a, const Symbol& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.rank < b.rank;
   });
   symbols_.erase(std::unique(symbols_.begin(), symbols_.end(),
                              [](const Symbol& a, const Symbol& b) { return a.begin == b.begin; }),
                  symbols_.end());
-  for (size_t i = 0; i < symbols_.size(); ++i) {
-    Symbol& s = symbols_[i];
-    uint64_t next = i + 1 < symbols_.size() ? symbols_[i + 1].begin : s.begin + 1;
-    if (s.end <= s.begin) s.end = std::max(next, s.begin + 1);
+  for (size_t i = 0; i + 1 < symbols_.size(); ++i) {
+    symbols_[i].end = std::min(symbols_[i].end, symbols_[i + 1].begin);
   }
 }
 
@@ -514,6 +649,11 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
     if (phdr.p_offset + phdr.p_filesz <= pgoff || phdr.p_offset >= to) continue;
     segments.push_back({phdr.p_vaddr, phdr.p_vaddr + phdr.p_filesz,
                         static_cast<int64_t>(start + phdr.p_offset - pgoff - phdr.p_vaddr)});
+    // The part of the segment inside the mapping.
+    const uint64_t bias = static_cast<uint64_t>(segments.back().bias);
+    const uint64_t begin = std::max(phdr.p_vaddr + bias, start);
+    const uint64_t end = std::min(phdr.p_vaddr + phdr.p_filesz + bias, start + (to - pgoff));
+    if (begin < end) AddElfSegment({begin, end, bias, file_index});
   }
   size_t first_new = symbols_.size();
   LoadSymbols(elf.get(), path, file_index, [&](uint64_t v, int64_t* bias) {
@@ -609,6 +749,26 @@ int ProgramImage::SymbolAt(uint64_t ip, AddressRange* range) const {
   }
   *range = r;
   return result;
+}
+
+void ProgramImage::AddElfSegment(const ElfSegment& segment) {
+  auto less = [](const ElfSegment& a, const ElfSegment& b) { return a.begin < b.begin; };
+  elf_segments_.insert(std::upper_bound(elf_segments_.begin(), elf_segments_.end(), segment, less),
+                       segment);
+}
+
+std::optional<uint64_t> ProgramImage::LinkAddress(uint64_t ip) const {
+  const int file = FileAt(ip);
+  if (file < 0) return std::nullopt;
+  auto it = std::upper_bound(elf_segments_.begin(), elf_segments_.end(), ip,
+                             [](uint64_t v, const ElfSegment& s) { return v < s.begin; });
+  // The segment of FileAt's file: segments of different files may overlap where their
+  // mappings do.
+  while (it != elf_segments_.begin()) {
+    --it;
+    if (ip < it->end && static_cast<int>(it->file) == file) return ip - it->bias;
+  }
+  return std::nullopt;
 }
 
 int ProgramImage::SymbolAt(uint64_t ip) const {

@@ -4,7 +4,9 @@
 // cache so each file is read once), raw files placed at an address, and page dumps (a .addr
 // list of page addresses plus a .dump of 4 KiB pages, served through pt_image_set_callback).
 // Symbols come from the ELF files' .symtab and .dynsym, C++ names demangled; for a file
-// without .symtab, also from the .symtab of its separate debug file (FindDebugFile).
+// without .symtab, also from the .symtab of its separate debug file (FindDebugFile). PLT
+// entries are named "X@plt" as objdump and gdb name them (from the PLT sections and the
+// dynamic relocations).
 #ifndef PTKIT_DECODER_IMAGE_H_
 #define PTKIT_DECODER_IMAGE_H_
 
@@ -13,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -62,7 +65,8 @@ PageDumpSpec ParsePageDumpSpec(std::string_view text);
 
 struct Symbol {
   uint64_t begin = 0;
-  uint64_t end = 0;    // exclusive
+  uint64_t end = 0;    // exclusive: begin + size, or for size 0 the end of its section; never
+                       // past the next symbol
   std::string name;    // demangled
   uint32_t image = 0;  // index into ProgramImage::files()
   uint8_t rank = 0;    // among symbols of one start, the lowest is kept (see FinishSymbols)
@@ -132,6 +136,10 @@ class ProgramImage {
   // As SymbolAt, and sets `range` to the addresses around `ip` with the same answer and the
   // same FileAt (for callers that cache lookups).
   int SymbolAt(uint64_t ip, AddressRange* range) const;
+  // The link-time address of `ip` (as the file's symbol tables and DWARF give it) when `ip`
+  // lies in a loadable segment of the ELF file FileAt(ip), added with AddElf or
+  // AddFileMapping; nullopt otherwise (raw files, page dumps, captured bytes, unmapped).
+  std::optional<uint64_t> LinkAddress(uint64_t ip) const;
 
  private:
   struct Mapping {
@@ -155,6 +163,14 @@ class ProgramImage {
   static int ReadMemory(uint8_t* buffer, size_t size, const pt_asid* asid, uint64_t ip,
                         void* context);
   const Mapping* MappingAt(uint64_t ip) const;
+  // Where a loadable segment of an ELF file lies: runtime [begin, end) = link-time + bias.
+  struct ElfSegment {
+    uint64_t begin = 0;
+    uint64_t end = 0;
+    uint64_t bias = 0;  // modulo 2^64
+    uint32_t file = 0;
+  };
+  void AddElfSegment(const ElfSegment& segment);
 
   ImagePtr image_;
   IscachePtr iscache_;
@@ -163,6 +179,7 @@ class ProgramImage {
   std::vector<Mapping> memory_mappings_;  // the page-dump subset, sorted, for the callback
   std::vector<std::unique_ptr<uint8_t[]>> memory_;
   std::vector<Symbol> symbols_;
+  std::vector<ElfSegment> elf_segments_;  // sorted by begin
   std::string sysroot_;
   mutable std::atomic<size_t> last_run_{0};  // ReadMemory's last hit in memory_mappings_
 };

@@ -7,10 +7,10 @@
 
 #include <algorithm>
 #include <deque>
+#include <optional>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "fmt/format.h"
 
 namespace ptkit::decoder {
@@ -24,48 +24,47 @@ struct DwarfFile {
   }
   int fd = -1;
   Dwarf* dbg = nullptr;
-  bool have_entries = false;
-  absl::flat_hash_set<uint64_t> entries;  // link-time entry addresses of its functions
 };
 
-int AddEntry(Dwarf_Die* func, void* arg) {
-  Dwarf_Addr low = 0;
-  if (dwarf_lowpc(func, &low) == 0 && low != 0) static_cast<DwarfFile*>(arg)->entries.insert(low);
-  return DWARF_CB_OK;
-}
-
-// The entry addresses of every function the DWARF describes (DW_TAG_subprogram with a low_pc).
-void LoadEntries(DwarfFile& file) {
-  file.have_entries = true;
+// Whether any compilation unit of `dbg` has a line table with lines.
+bool HasLines(Dwarf* dbg) {
   Dwarf_Off offset = 0, next = 0;
   size_t header_size = 0;
-  while (dwarf_nextcu(file.dbg, offset, &next, &header_size, nullptr, nullptr, nullptr) == 0) {
+  while (dwarf_nextcu(dbg, offset, &next, &header_size, nullptr, nullptr, nullptr) == 0) {
     Dwarf_Die cu;
-    if (dwarf_offdie(file.dbg, offset + header_size, &cu) != nullptr) {
-      dwarf_getfuncs(&cu, AddEntry, &file, 0);
+    Dwarf_Lines* lines = nullptr;
+    size_t count = 0;
+    if (dwarf_offdie(dbg, offset + header_size, &cu) != nullptr &&
+        dwarf_getsrclines(&cu, &lines, &count) == 0 && count > 0) {
+      return true;
     }
     offset = next;
   }
+  return false;
 }
 
 }  // namespace
 
 struct SourceLines::State {
-  // Where file `file` of an image lies: its DWARF and the bias from link-time addresses.
-  struct Placement {
-    DwarfFile* file = nullptr;
-    bool known = false;
-    uint64_t bias = 0;
-  };
-
   DwarfFile* Open(const std::string& path, const std::string& sysroot) {
     auto [it, inserted] = files.try_emplace(path, nullptr);
     if (inserted) {
       it->second = std::make_unique<DwarfFile>();
       DwarfFile& f = *it->second;
       f.fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-      if (f.fd >= 0) f.dbg = dwarf_begin(f.fd, DWARF_C_READ);
-      if (f.fd >= 0 && f.dbg == nullptr) OpenDebugFile(f, path, sysroot);
+      auto drop_without_lines = [&f] {
+        if (f.dbg != nullptr && !HasLines(f.dbg)) {
+          dwarf_end(f.dbg);
+          f.dbg = nullptr;
+        }
+      };
+      if (f.fd >= 0) {
+        f.dbg = dwarf_begin(f.fd, DWARF_C_READ);
+        drop_without_lines();
+        // Stripped: the line tables are in its separate debug file, if there is one.
+        if (f.dbg == nullptr) OpenDebugFile(f, path, sysroot);
+        drop_without_lines();
+      }
       if (f.dbg == nullptr) {
         without_lines.push_back(path);
         if (diagnostics != nullptr) {
@@ -94,51 +93,16 @@ struct SourceLines::State {
     f.dbg = dwarf_begin(f.fd, DWARF_C_READ);
   }
 
-  // The bias is the one that puts the most of the image's symbols of this file on function
-  // entries the DWARF knows; on a tie, the smallest.
-  Placement Place(const ProgramImage& image, int file_index) {
-    Placement p;
-    p.file = Open(image.files()[file_index].name, image.sysroot());
-    if (p.file->dbg == nullptr) return p;
-    if (!p.file->have_entries) LoadEntries(*p.file);
-    std::vector<uint64_t> samples;
-    for (const Symbol& s : image.symbols()) {
-      if (static_cast<int>(s.image) == file_index) samples.push_back(s.begin);
-    }
-    if (samples.empty() || p.file->entries.empty()) return p;
-    constexpr size_t kSamples = 16;
-    if (samples.size() > kSamples) {
-      std::vector<uint64_t> spread;
-      for (size_t i = 0; i < kSamples; ++i)
-        spread.push_back(samples[i * samples.size() / kSamples]);
-      samples = std::move(spread);
-    }
-    size_t best_score = 0;
-    for (uint64_t entry : p.file->entries) {
-      const uint64_t bias = samples[0] - entry;
-      size_t score = 0;
-      for (uint64_t s : samples) score += p.file->entries.contains(s - bias) ? 1 : 0;
-      const auto magnitude = [](uint64_t b) { return std::min(b, 0 - b); };
-      if (score > best_score || (score == best_score && magnitude(bias) < magnitude(p.bias))) {
-        best_score = score;
-        p.bias = bias;
-        p.known = true;
-      }
-    }
-    return p;
-  }
-
   int32_t Resolve(const ProgramImage& image, uint64_t ip) {
     const int file_index = image.FileAt(ip);
     if (file_index < 0) return -1;
-    auto [pit, inserted] = placements.try_emplace({&image, file_index});
-    if (inserted) pit->second = Place(image, file_index);
-    const Placement& p = pit->second;
-    if (!p.known) return -1;
-    const uint64_t address = ip - p.bias;
+    const DwarfFile* file = Open(image.files()[file_index].name, image.sysroot());
+    if (file->dbg == nullptr) return -1;
+    const std::optional<uint64_t> address = image.LinkAddress(ip);
+    if (!address.has_value()) return -1;
     Dwarf_Die cu;
-    if (dwarf_addrdie(p.file->dbg, address, &cu) == nullptr) return -1;
-    Dwarf_Line* line = dwarf_getsrc_die(&cu, address);
+    if (dwarf_addrdie(file->dbg, *address, &cu) == nullptr) return -1;
+    Dwarf_Line* line = dwarf_getsrc_die(&cu, *address);
     int lineno = 0;
     const char* source = line == nullptr ? nullptr : dwarf_linesrc(line, nullptr, nullptr);
     if (source == nullptr || dwarf_lineno(line, &lineno) != 0) return -1;
@@ -152,7 +116,6 @@ struct SourceLines::State {
 
   std::FILE* diagnostics = nullptr;
   absl::flat_hash_map<std::string, std::unique_ptr<DwarfFile>> files;
-  absl::flat_hash_map<std::pair<const ProgramImage*, int>, Placement> placements;
   absl::flat_hash_map<std::pair<const ProgramImage*, uint64_t>, int32_t> cache;
   absl::flat_hash_map<std::string, int32_t> text_index;
   std::deque<std::string> texts;  // stable addresses

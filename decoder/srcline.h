@@ -1,13 +1,13 @@
 // `--srcline`: "file:line" of code addresses from the DWARF line tables of the image's ELF
 // files (libdw), or of their separate debug files when they are stripped (FindDebugFile).
 //
-// Answers are cached per address. A file without DWARF line information (stripped, raw
-// bytes, page dumps, the vdso) gives no answer; it is reported once on `diagnostics`, naming
-// it, and listed in files_without_lines().
+// Answers are cached per address. A file without DWARF line information (no line table in it
+// or in its debug file: stripped, raw bytes, page dumps, the vdso) gives no answer; it is
+// reported once on `diagnostics`, naming it, and listed in files_without_lines().
 //
-// ProgramImage places each ELF file at some bias from its link-time addresses; the bias of a
-// file is found from its symbols (the image's relocated function symbols against the file's
-// own), so a file whose image has no symbols gets no answers either.
+// Addresses are turned into the file's link-time addresses by ProgramImage::LinkAddress (where
+// it placed the file's segments), so only ELF files added with AddElf or AddFileMapping get
+// answers.
 #ifndef PTKIT_DECODER_SRCLINE_H_
 #define PTKIT_DECODER_SRCLINE_H_
 

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "decoder/image.h"
 #include "decoder/sinks.h"
 #include "decoder/srcline.h"
+#include "elf_oracle.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -199,6 +201,53 @@ TEST_F(SrclineTest, InsnBranchesAndCallsPrintFileLine) {
     ++checked;
   }
   EXPECT_GT(checked, 0u);
+}
+
+// A user's own `gcc -O1 -g` program, linked with crt files that have no DWARF (_init, the
+// lowest symbol, is theirs): every instruction of its .text gets addr2line's file:line, at the
+// link addresses and mapped as ld.so maps it, and no warning is printed.
+TEST(SrclineProgramTest, AnOrdinaryProgramsLinesAreAddr2Lines) {
+  if (std::system("addr2line --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "addr2line (binutils) is not installed";
+  }
+  for (const auto& [program, base] : std::vector<std::pair<std::string, uint64_t>>{
+           {"plt_pie", 0x555555554000}, {"plt_nopie", 0}, {"plt_ibt", 0x7f0000200000}}) {
+    SCOPED_TRACE(program);
+    const std::string path = kDir + "/" + program + ".elf";
+    // Every instruction address of .text, as objdump disassembles it.
+    std::vector<uint64_t> ips;
+    std::istringstream text(testing::RunCommand("objdump -d --section=.text " + path));
+    static const std::regex kInsn("^ *([0-9a-f]+):\t.*$");
+    std::smatch m;
+    for (std::string line; std::getline(text, line);) {
+      if (std::regex_match(line, m, kInsn)) ips.push_back(std::stoull(m[1], nullptr, 16));
+    }
+    ASSERT_GT(ips.size(), 40u);
+    std::map<uint64_t, std::string> want = Addr2Line(path, ips);
+    size_t known = 0;
+    for (const auto& [ip, line] : want) known += line.empty() ? 0 : 1;
+    ASSERT_GT(known, 20u);  // main, Sum and Compare
+
+    std::unique_ptr<ProgramImage> linked = std::move(*ProgramImage::Create());
+    ASSERT_THAT(linked->AddElf({path}), IsOk());
+    std::unique_ptr<ProgramImage> mapped = testing::LoaderMappedImage(path, base);
+    ASSERT_NE(mapped, nullptr);
+    for (const auto& [image, bias] :
+         {std::pair{linked.get(), uint64_t{0}}, std::pair{mapped.get(), base}}) {
+      std::FILE* diag = std::tmpfile();
+      SourceLines lines(diag);
+      size_t answered = 0;
+      for (uint64_t ip : ips) {
+        const std::string* got = lines.Lookup(*image, ip + bias);
+        EXPECT_EQ(got == nullptr ? "" : *got, want[ip]) << fmt::format("{:#x}", ip);
+        answered += got != nullptr;
+      }
+      EXPECT_EQ(answered, known);
+      EXPECT_EQ(ReadAll(diag), "");
+      EXPECT_THAT(lines.files_without_lines(), ::testing::IsEmpty());
+      std::fclose(diag);
+    }
+  }
 }
 
 }  // namespace

@@ -4,15 +4,23 @@
 // /usr/lib/debug/.build-id or by .gnu_debuglink, as gdb and perf find them; a debug file of
 // another build is not used. tiny_split.elf is tiny_full.elf stripped, tiny_split.debug its
 // debug part (tests/unit/decoder/CMakeLists.txt).
+#include <algorithm>
+#include <cstdio>
 #include <filesystem>
+#include <map>
 #include <memory>
+#include <regex>
+#include <set>
+#include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "decoder/image.h"
 #include "decoder/srcline.h"
+#include "elf_oracle.h"
 #include "fmt/format.h"
+#include "fmt/ranges.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "status_matchers.h"
@@ -22,6 +30,11 @@ namespace ptkit::decoder {
 namespace {
 
 namespace fs = std::filesystem;
+using ::ptkit::decoder::testing::HaveBinutils;
+using ::ptkit::decoder::testing::LoaderMappedImage;
+using ::ptkit::decoder::testing::ObjdumpSections;
+using ::ptkit::decoder::testing::RunCommand;
+using ::ptkit::decoder::testing::Section;
 using ::ptkit::decoder::testing::TempPath;
 using ::ptkit::testing::IsOk;
 using ::testing::IsEmpty;
@@ -144,6 +157,174 @@ TEST(SymbolsTest, AnAliasIsNamedAsPerfNamesIt) {
   std::vector<std::string> names;
   for (const Symbol& s : image->symbols()) names.push_back(s.name);
   EXPECT_THAT(names, ::testing::UnorderedElementsAre("work", "_start"));
+}
+
+// --- Oracles: binutils' objdump and nm on the same files -----------------------------------
+
+// The `<X@plt>` labels of `objdump -d -C`: the PLT entries as gdb and objdump name them.
+std::map<uint64_t, std::string> ObjdumpPltNames(const std::string& path) {
+  std::map<uint64_t, std::string> out;
+  std::istringstream text(RunCommand("objdump -d -C " + path));
+  static const std::regex kLabel("^([0-9a-f]+) <(.*@plt)>:$");
+  std::smatch m;
+  for (std::string line; std::getline(text, line);) {
+    if (std::regex_match(line, m, kLabel)) out[std::stoull(m[1], nullptr, 16)] = m[2];
+  }
+  return out;
+}
+
+// Code symbols from `nm -C` (types t, T, w, W, i; `dynamic`: of .dynsym, nm -D): address ->
+// every name at that address, without symbol versions (as perf shows them).
+void AddNmFunctions(const std::string& path, bool dynamic,
+                    std::map<uint64_t, std::set<std::string>>& out) {
+  std::istringstream text(
+      RunCommand(std::string("nm -C --defined-only ") + (dynamic ? "-D " : "") + path));
+  static const std::regex kRow("^([0-9a-f]+) ([tTwWi]) ([^@]*)(@.*)?$");
+  std::smatch m;
+  for (std::string line; std::getline(text, line);) {
+    if (std::regex_match(line, m, kRow)) out[std::stoull(m[1], nullptr, 16)].insert(m[3]);
+  }
+}
+
+// The programs built from plt.c (tests/unit/decoder/CMakeLists.txt), one per PLT layout.
+const std::vector<std::string> kPltPrograms = {"plt_pie",       "plt_nopie", "plt_ibt",
+                                               "plt_ibt_nopie", "plt_now",   "plt_noplt"};
+
+// What ptkit names `ip`, "" when it has no symbol there.
+std::string NameAt(const ProgramImage& image, uint64_t ip) {
+  const int s = image.SymbolAt(ip);
+  return s < 0 ? "" : image.symbols()[s].name;
+}
+
+// Every `<X@plt>` that objdump prints is X@plt in ptkit, starting there; ptkit has no other
+// @plt names; no address of a PLT section has any other name (not _init, whose size is 0).
+void ExpectPltNamesAsObjdump(const ProgramImage& image, const std::string& path, int64_t bias) {
+  const std::map<uint64_t, std::string> want = ObjdumpPltNames(path);
+  for (const auto& [address, name] : want) {
+    const int s = image.SymbolAt(address + bias);
+    ASSERT_GE(s, 0) << path << ": nothing at " << name;
+    EXPECT_EQ(image.symbols()[s].name, name) << fmt::format("{}: {:#x}", path, address);
+    EXPECT_EQ(image.symbols()[s].begin, address + bias) << name;
+  }
+  size_t plt_names = 0;
+  for (const Symbol& s : image.symbols()) plt_names += s.name.ends_with("@plt") ? 1 : 0;
+  EXPECT_EQ(plt_names, want.size()) << path;
+  size_t plt_bytes = 0;
+  for (const Section& section : ObjdumpSections(path)) {
+    if (!section.name.starts_with(".plt")) continue;
+    for (uint64_t a = section.begin; a < section.end; ++a, ++plt_bytes) {
+      const std::string name = NameAt(image, a + bias);
+      if (!name.empty()) {
+        EXPECT_TRUE(name.ends_with("@plt"))
+            << fmt::format("{}: {:#x} in {} is {}", path, a, section.name, name);
+      }
+    }
+  }
+  EXPECT_GT(plt_bytes, 0u) << path;
+}
+
+TEST(PltTest, EntriesAreNamedAsObjdumpNamesThem) {
+  if (!HaveBinutils()) GTEST_SKIP() << "objdump (binutils) is not installed";
+  for (const std::string& program : kPltPrograms) {
+    SCOPED_TRACE(program);
+    const std::string path = kDir + "/" + program + ".elf";
+    auto image = ElfImage(path, "/nonexistent");
+    ASSERT_NE(image, nullptr);
+    ExpectPltNamesAsObjdump(*image, path, 0);
+  }
+}
+
+TEST(PltTest, EntriesOfAProgramMappedAsTheLoaderMapsItAreNamed) {
+  if (!HaveBinutils()) GTEST_SKIP() << "objdump (binutils) is not installed";
+  for (const std::string program : {"plt_pie", "plt_ibt", "plt_now"}) {
+    SCOPED_TRACE(program);
+    const std::string path = kDir + "/" + program + ".elf";
+    constexpr uint64_t kBase = 0x555555554000;
+    auto image = LoaderMappedImage(path, kBase);
+    ASSERT_NE(image, nullptr);
+    ExpectPltNamesAsObjdump(*image, path, kBase);
+  }
+}
+
+// Debian's own binaries: a stripped program (PLT names from .dynsym and .rela.plt only), libc
+// (IRELATIVE entries, which objdump names *ABS*+0xADDEND@plt) and ld.so.
+TEST(PltTest, EntriesOfDebianBinariesAreNamedAsObjdumpNamesThem) {
+  if (!HaveBinutils()) GTEST_SKIP() << "objdump (binutils) is not installed";
+  int checked = 0;
+  for (const std::string path : {"/usr/bin/ls", "/bin/true", "/lib/x86_64-linux-gnu/libc.so.6",
+                                 "/lib64/ld-linux-x86-64.so.2"}) {
+    if (!fs::exists(path)) continue;
+    SCOPED_TRACE(path);
+    auto image = ElfImage(path, "");
+    ASSERT_NE(image, nullptr);
+    ExpectPltNamesAsObjdump(*image, path, 0);
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no Debian binary found";
+}
+
+// Every code symbol nm prints resolves to a symbol that starts there with one of nm's names
+// for that address (perf's choice among aliases is checked by AnAliasIsNamedAsPerfNamesIt).
+// `path` is the file, `debug_path` the debug file whose .symtab the image has, or "".
+void ExpectNmFunctionsResolve(const ProgramImage& image, const std::string& path,
+                              const std::string& debug_path) {
+  const std::vector<Section> sections = ObjdumpSections(path);
+  std::map<uint64_t, std::set<std::string>> functions;
+  AddNmFunctions(debug_path.empty() ? path : debug_path, false, functions);
+  AddNmFunctions(path, true, functions);
+  size_t checked = 0;
+  for (const auto& [address, names] : functions) {
+    // Linker-defined labels past the end of their section (_etext) name no code.
+    const bool in_code = std::any_of(sections.begin(), sections.end(), [&](const Section& s) {
+      return s.code && address >= s.begin && address < s.end;
+    });
+    if (!in_code) continue;
+    const int s = image.SymbolAt(address);
+    ASSERT_GE(s, 0) << fmt::format("{:#x} {}", address, *names.begin());
+    EXPECT_EQ(image.symbols()[s].begin, address) << *names.begin();
+    EXPECT_TRUE(names.contains(image.symbols()[s].name)) << fmt::format(
+        "{:#x}: {} is not among nm's {}", address, image.symbols()[s].name, fmt::join(names, ", "));
+    ++checked;
+  }
+  EXPECT_GT(checked, 4u) << path;
+}
+
+TEST(SymbolsTest, EveryFunctionNmPrintsResolvesToItsName) {
+  if (!HaveBinutils()) GTEST_SKIP() << "nm (binutils) is not installed";
+  for (const std::string& program : kPltPrograms) {
+    SCOPED_TRACE(program);
+    const std::string path = kDir + "/" + program + ".elf";
+    auto image = ElfImage(path, "/nonexistent");
+    ASSERT_NE(image, nullptr);
+    ExpectNmFunctionsResolve(*image, path, "");
+    // _init (size 0) covers .init, and no further.
+    for (const Section& section : ObjdumpSections(path)) {
+      if (section.name != ".init") continue;
+      EXPECT_EQ(NameAt(*image, section.end - 1), "_init");
+      EXPECT_EQ(NameAt(*image, section.end), "");  // padding up to .plt
+    }
+  }
+}
+
+// ld.so's entry, _start, and where _dl_start returns to, _dl_start_user, are labels (STT_NOTYPE)
+// in its debug file's .symtab: perf and gdb name that code by them.
+TEST(SymbolsTest, LabelsInCodeNameTheLoadersEntry) {
+  if (!HaveBinutils()) GTEST_SKIP() << "nm (binutils) is not installed";
+  const std::string path = "/lib64/ld-linux-x86-64.so.2";
+  if (!fs::exists(path)) GTEST_SKIP() << path << " is not installed";
+  auto image = ElfImage(path, "");
+  ASSERT_NE(image, nullptr);
+  const std::string hex =
+      RunCommand("readelf -n " + path + " | awk '/Build ID/ {printf \"%s\", $3}'");
+  ASSERT_GT(hex.size(), 2u);
+  const std::string debug =
+      "/usr/lib/debug/.build-id/" + hex.substr(0, 2) + "/" + hex.substr(2) + ".debug";
+  if (!fs::exists(debug)) GTEST_SKIP() << "no debug file for " << path << " (libc6-dbg)";
+  ExpectNmFunctionsResolve(*image, path, debug);
+  const uint64_t entry =
+      std::stoull(RunCommand("readelf -hW " + path + " | awk '/Entry point/ {printf \"%s\", $4}'"),
+                  nullptr, 16);
+  EXPECT_EQ(NameAt(*image, entry), "_start");
 }
 
 }  // namespace
