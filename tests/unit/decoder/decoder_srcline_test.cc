@@ -216,7 +216,7 @@ TEST(SrclineProgramTest, AnOrdinaryProgramsLinesAreAddr2Lines) {
     const std::string path = kDir + "/" + program + ".elf";
     // Every instruction address of .text, as objdump disassembles it.
     std::vector<uint64_t> ips;
-    std::istringstream text(testing::RunCommand("objdump -d --section=.text " + path));
+    std::istringstream text(testing::ToolOutput({"objdump", "-d", "--section=.text", path}));
     static const std::regex kInsn("^ *([0-9a-f]+):\t.*$");
     std::smatch m;
     for (std::string line; std::getline(text, line);) {

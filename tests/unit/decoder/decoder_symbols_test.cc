@@ -32,10 +32,11 @@ namespace {
 namespace fs = std::filesystem;
 using ::ptkit::decoder::testing::HaveBinutils;
 using ::ptkit::decoder::testing::LoaderMappedImage;
+using ::ptkit::decoder::testing::ObjdumpPltNames;
 using ::ptkit::decoder::testing::ObjdumpSections;
-using ::ptkit::decoder::testing::RunCommand;
 using ::ptkit::decoder::testing::Section;
 using ::ptkit::decoder::testing::TempPath;
+using ::ptkit::decoder::testing::ToolOutput;
 using ::ptkit::testing::IsOk;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
@@ -161,24 +162,12 @@ TEST(SymbolsTest, AnAliasIsNamedAsPerfNamesIt) {
 
 // --- Oracles: binutils' objdump and nm on the same files -----------------------------------
 
-// The `<X@plt>` labels of `objdump -d -C`: the PLT entries as gdb and objdump name them.
-std::map<uint64_t, std::string> ObjdumpPltNames(const std::string& path) {
-  std::map<uint64_t, std::string> out;
-  std::istringstream text(RunCommand("objdump -d -C " + path));
-  static const std::regex kLabel("^([0-9a-f]+) <(.*@plt)>:$");
-  std::smatch m;
-  for (std::string line; std::getline(text, line);) {
-    if (std::regex_match(line, m, kLabel)) out[std::stoull(m[1], nullptr, 16)] = m[2];
-  }
-  return out;
-}
-
 // Code symbols from `nm -C` (types t, T, w, W, i; `dynamic`: of .dynsym, nm -D): address ->
 // every name at that address, without symbol versions (as perf shows them).
 void AddNmFunctions(const std::string& path, bool dynamic,
                     std::map<uint64_t, std::set<std::string>>& out) {
-  std::istringstream text(
-      RunCommand(std::string("nm -C --defined-only ") + (dynamic ? "-D " : "") + path));
+  std::istringstream text(dynamic ? ToolOutput({"nm", "-C", "--defined-only", "-D", path})
+                                  : ToolOutput({"nm", "-C", "--defined-only", path}));
   static const std::regex kRow("^([0-9a-f]+) ([tTwWi]) ([^@]*)(@.*)?$");
   std::smatch m;
   for (std::string line; std::getline(text, line);) {
@@ -314,16 +303,17 @@ TEST(SymbolsTest, LabelsInCodeNameTheLoadersEntry) {
   if (!fs::exists(path)) GTEST_SKIP() << path << " is not installed";
   auto image = ElfImage(path, "");
   ASSERT_NE(image, nullptr);
-  const std::string hex =
-      RunCommand("readelf -n " + path + " | awk '/Build ID/ {printf \"%s\", $3}'");
-  ASSERT_GT(hex.size(), 2u);
+  std::smatch m;
+  const std::string notes = ToolOutput({"readelf", "-n", path});
+  ASSERT_TRUE(std::regex_search(notes, m, std::regex("Build ID: ([0-9a-f]{3,})")));
+  const std::string hex = m[1];
   const std::string debug =
       "/usr/lib/debug/.build-id/" + hex.substr(0, 2) + "/" + hex.substr(2) + ".debug";
   if (!fs::exists(debug)) GTEST_SKIP() << "no debug file for " << path << " (libc6-dbg)";
   ExpectNmFunctionsResolve(*image, path, debug);
-  const uint64_t entry =
-      std::stoull(RunCommand("readelf -hW " + path + " | awk '/Entry point/ {printf \"%s\", $4}'"),
-                  nullptr, 16);
+  const std::string header = ToolOutput({"readelf", "-hW", path});
+  ASSERT_TRUE(std::regex_search(header, m, std::regex("Entry point address: +0x([0-9a-f]+)")));
+  const uint64_t entry = std::stoull(m[1], nullptr, 16);
   EXPECT_EQ(NameAt(*image, entry), "_start");
 }
 

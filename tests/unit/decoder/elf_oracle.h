@@ -1,11 +1,10 @@
-// Test helpers: binutils as the oracle (objdump, readelf), and a program mapped as ld.so maps
+// Test helpers: binutils as the oracle (objdump, readelf, nm), and a program mapped as ld.so maps
 // it, for the symbol and --srcline tests.
 #ifndef PTKIT_TESTS_UNIT_DECODER_ELF_ORACLE_H_
 #define PTKIT_TESTS_UNIT_DECODER_ELF_ORACLE_H_
 
 #include <cstdint>
-#include <cstdio>
-#include <cstdlib>
+#include <map>
 #include <memory>
 #include <regex>
 #include <sstream>
@@ -14,22 +13,31 @@
 
 #include "decoder/image.h"
 #include "gtest/gtest.h"
+#include "run_command.h"
 #include "status_matchers.h"
 
 namespace ptkit::decoder::testing {
 
-// The standard output of `command` (run by the shell).
-inline std::string RunCommand(const std::string& command) {
-  std::string out;
-  std::FILE* p = popen(command.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[65536];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), p)) > 0;) out.append(buf, n);
-  pclose(p);
-  return out;
+// The standard output of a binutils tool (found on PATH), "" when it fails.
+inline std::string ToolOutput(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), "/usr/bin/env");
+  ::ptkit::testing::CommandResult r = ::ptkit::testing::RunCommand(argv);
+  return r.exit_code == 0 ? r.out : "";
 }
 
-inline bool HaveBinutils() { return std::system("objdump --version >/dev/null 2>&1") == 0; }
+inline bool HaveBinutils() { return !ToolOutput({"objdump", "--version"}).empty(); }
+
+// The `<X@plt>` labels of `objdump -d -C`: the PLT entries as gdb and objdump name them.
+inline std::map<uint64_t, std::string> ObjdumpPltNames(const std::string& path) {
+  std::map<uint64_t, std::string> out;
+  std::istringstream text(ToolOutput({"objdump", "-d", "-C", path}));
+  static const std::regex kLabel("^([0-9a-f]+) <(.*@plt)>:$");
+  std::smatch m;
+  for (std::string line; std::getline(text, line);) {
+    if (std::regex_match(line, m, kLabel)) out[std::stoull(m[1], nullptr, 16)] = m[2];
+  }
+  return out;
+}
 
 struct Section {
   std::string name;
@@ -40,7 +48,7 @@ struct Section {
 // The allocated sections of `path` from `objdump -h`.
 inline std::vector<Section> ObjdumpSections(const std::string& path) {
   std::vector<Section> out;
-  std::istringstream text(RunCommand("objdump -h -w " + path));
+  std::istringstream text(ToolOutput({"objdump", "-h", "-w", path}));
   static const std::regex kRow(
       "^ *[0-9]+ +(\\S+) +([0-9a-f]+) +([0-9a-f]+) +[0-9a-f]+ +[0-9a-f]+ +\\S+ +(.*)$");
   std::smatch m;
@@ -63,7 +71,7 @@ inline std::unique_ptr<ProgramImage> LoaderMappedImage(const std::string& path, 
   EXPECT_THAT(image, ::ptkit::testing::IsOk());
   if (!image.ok()) return nullptr;
   (*image)->set_sysroot("/nonexistent");
-  std::istringstream text(RunCommand("readelf -lW " + path));
+  std::istringstream text(ToolOutput({"readelf", "-lW", path}));
   static const std::regex kLoad(
       "^ *LOAD +0x([0-9a-f]+) +0x([0-9a-f]+) +0x[0-9a-f]+ +0x([0-9a-f]+) +0x[0-9a-f]+ .*$");
   std::smatch m;
