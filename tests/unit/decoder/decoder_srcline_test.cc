@@ -18,8 +18,10 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pt_synth.h"
+#include "run_command.h"
 #include "status_matchers.h"
 #include "test_io.h"
+#include "test_paths.h"
 
 namespace ptkit::decoder {
 namespace {
@@ -133,6 +135,23 @@ TEST_F(SrclineTest, AFileWithoutDwarfIsReportedOnceAndGivesNoLines) {
   std::fclose(diag);
   EXPECT_EQ(text, "ptdecode: warning: --srcline: " + kNoDwarf +
                       " has no DWARF line information (no file:line for its code)\n");
+}
+
+// DWARF without line tables (here removed from tiny_dwarf.elf) gives no file:line either: it is
+// reported like a file without DWARF, not left silent.
+TEST_F(SrclineTest, AFileWhoseDwarfHasNoLineTableIsReported) {
+  const std::string path = ::ptkit::decoder::testing::TempPath("no_lines.elf");
+  auto strip = ::ptkit::testing::RunCommand(
+      {"/usr/bin/env", "objcopy", "--remove-section=.debug_line", kDwarf, path});
+  ASSERT_EQ(strip.exit_code, 0) << strip.err;
+  auto image = Image(path, 0);
+  std::FILE* diag = std::tmpfile();
+  SourceLines lines(diag);
+  for (uint64_t ip : ips_) EXPECT_EQ(lines.Lookup(*image, ip), nullptr);
+  EXPECT_THAT(lines.files_without_lines(), ElementsAre(path));
+  EXPECT_THAT(ReadAll(diag), HasSubstr(path + " has no DWARF line information"));
+  std::fclose(diag);
+  std::remove(path.c_str());
 }
 
 TEST_F(SrclineTest, InsnBranchesAndCallsPrintFileLine) {
