@@ -191,6 +191,9 @@ std::map<uint64_t, std::string> GotSlotNames(Elf* elf) {
   return out;
 }
 
+// endbr64, the first instruction of IBT code.
+constexpr char kEndbr64[] = "\xf3\x0f\x1e\xfa";
+
 // Appends a symbol "X@plt" for each PLT entry of `elf`, as objdump and gdb name them (BFD's
 // synthetic symbols): the entries of .plt, .plt.sec (IBT), .plt.bnd (MPX) and .plt.got
 // (-z now, -fno-plt) that jump through a GOT slot with a name (GotSlotNames). An entry jumps
@@ -224,17 +227,22 @@ void LoadPltSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<
       slots = GotSlotNames(elf);
       have_slots = true;
     }
-    // ld's entries are 16 bytes, 8 in a .plt.got without IBT (its sh_entsize says so).
-    const uint64_t entry_size =
-        shdr.sh_entsize == 8 || shdr.sh_entsize == 16 ? shdr.sh_entsize : 16;
+    // ld's entries are 16 bytes, but 8 in a .plt.got without IBT, which its sh_entsize says
+    // (older ld leaves it 0).
     const auto* bytes = static_cast<const uint8_t*>(data->d_buf);
     const size_t size = std::min<size_t>(data->d_size, shdr.sh_size);
+    uint64_t entry_size = 16;
+    if (shdr.sh_entsize == 8 || shdr.sh_entsize == 16) {
+      entry_size = shdr.sh_entsize;
+    } else if (name == ".plt.got" && !(size >= 4 && std::memcmp(bytes, kEndbr64, 4) == 0)) {
+      entry_size = 8;
+    }
     for (size_t offset = 0; offset + entry_size <= size; offset += entry_size) {
       const uint8_t* p = bytes + offset;
       const uint8_t* end = p + entry_size;
-      if (end - p >= 4 && std::memcmp(p, "\xf3\x0f\x1e\xfa", 4) == 0) p += 4;  // endbr64
-      if (p < end && *p == 0xf2) ++p;                                          // bnd
-      if (end - p < 6 || p[0] != 0xff || p[1] != 0x25) continue;               // jmp *disp32(%rip)
+      if (end - p >= 4 && std::memcmp(p, kEndbr64, 4) == 0) p += 4;
+      if (p < end && *p == 0xf2) ++p;                             // bnd
+      if (end - p < 6 || p[0] != 0xff || p[1] != 0x25) continue;  // jmp *disp32(%rip)
       int32_t disp = 0;
       std::memcpy(&disp, p + 2, 4);
       const uint64_t entry = shdr.sh_addr + offset;

@@ -4,9 +4,15 @@
 // /usr/lib/debug/.build-id or by .gnu_debuglink, as gdb and perf find them; a debug file of
 // another build is not used. tiny_split.elf is tiny_full.elf stripped, tiny_split.debug its
 // debug part (tests/unit/decoder/CMakeLists.txt).
+// Names against binutils: every <X@plt> label of objdump -d and every code symbol of nm, on
+// plt.c built with each PLT layout ld makes and on Debian's own binaries.
+#include <elf.h>
+
 #include <algorithm>
+#include <cstddef>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
@@ -233,6 +239,37 @@ TEST(PltTest, EntriesOfAProgramMappedAsTheLoaderMapsItAreNamed) {
     ASSERT_NE(image, nullptr);
     ExpectPltNamesAsObjdump(*image, path, kBase);
   }
+}
+
+// ld before 2.35 left sh_entsize 0 in a .plt.got of 8-byte entries (Debian's libXxf86vm.so.1
+// has one): the same program with that field cleared.
+TEST(PltTest, APltGotWithoutEntrySizeHasEightByteEntries) {
+  if (!HaveBinutils()) GTEST_SKIP() << "objdump (binutils) is not installed";
+  const std::string path = TempPath("old_ld.elf");
+  fs::copy_file(kDir + "/plt_pie.elf", path, fs::copy_options::overwrite_existing);
+  std::smatch m;
+  const std::string header = ToolOutput({"readelf", "-hW", path});
+  ASSERT_TRUE(std::regex_search(header, m, std::regex("Start of section headers: +([0-9]+)")));
+  const uint64_t shoff = std::stoull(m[1]);
+  const std::string sections = ToolOutput({"readelf", "-SW", path});
+  ASSERT_TRUE(std::regex_search(sections, m, std::regex("\\[ *([0-9]+)\\] \\.plt\\.got ")));
+  const uint64_t index = std::stoull(m[1]);
+  {
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(shoff + index * sizeof(Elf64_Shdr) +
+                                        offsetof(Elf64_Shdr, sh_entsize)));
+    const uint64_t zero = 0;
+    f.write(reinterpret_cast<const char*>(&zero), sizeof(zero));
+    ASSERT_TRUE(f.good());
+  }
+  ASSERT_THAT(ToolOutput({"readelf", "-SW", path}),
+              ::testing::ContainsRegex("\\.plt\\.got +PROGBITS +[0-9a-f]+ [0-9a-f]+ 000008 00 "));
+  auto image = ElfImage(path, "/nonexistent");
+  ASSERT_NE(image, nullptr);
+  ASSERT_THAT(ObjdumpPltNames(path), ::testing::Contains(::testing::Pair(
+                                         ::testing::_, std::string("__cxa_finalize@plt"))));
+  ExpectPltNamesAsObjdump(*image, path, 0);
+  fs::remove(path);
 }
 
 // Debian's own binaries: a stripped program (PLT names from .dynsym and .rela.plt only), libc
