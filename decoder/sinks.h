@@ -34,6 +34,10 @@ struct OutputOptions {
   bool srcline = false;
   std::FILE* diagnostics = stderr;  // --srcline: files without DWARF are named here, once
   FoldedWeight weight = FoldedWeight::kInstructions;
+  // stats (text): only the first N functions (0: all), and a line saying how many more.
+  size_t top_functions = 0;
+  // stats (text): list every loss and decode error at the end, with its stream.
+  bool list_problems = false;
 };
 
 // Counts instructions, blocks, events and errors, and nothing else; for tests and benches.
