@@ -1081,18 +1081,18 @@ class StatsSink : public FlowSink {
       buf.push_back('\n');
       return out_.Close();
     }
-    fmt::format_to(it,
-                   "# {}: {} bytes, {} instructions, {} blocks, {} calls, {} returns, "
-                   "{} errors ({} gaps)\n",
-                   options_.trace_name, totals.trace_bytes, totals.instructions, totals.blocks,
-                   calls_, returns_, totals.errors, totals.gaps);
+    fmt::format_to(it, "# {}: {}, {}, {}, {}, {}, {} ({})\n", options_.trace_name,
+                   Counted(totals.trace_bytes, "byte"), Counted(totals.instructions, "instruction"),
+                   Counted(totals.blocks, "block"), Counted(calls_, "call"),
+                   Counted(returns_, "return"), Counted(totals.errors, "error"),
+                   Counted(totals.gaps, "gap"));
     for (const auto& [code, count] : totals.errors_by_code) {
       fmt::format_to(it, "# error {}: {}\n", IptErrorName(code), count);
     }
     for (const std::string& w : totals.warnings) fmt::format_to(it, "# warning: {}\n", w);
     if (totals.streams != 0 || totals.losses != 0) {
-      fmt::format_to(it, "# {} streams, {} loss points, {} bytes lost\n", totals.streams,
-                     totals.losses, totals.lost_bytes);
+      fmt::format_to(it, "# {}, {}, {} lost\n", Counted(totals.streams, "stream"),
+                     Counted(totals.losses, "loss point"), Counted(totals.lost_bytes, "byte"));
     }
     const double total = totals.instructions == 0 ? 1.0 : static_cast<double>(totals.instructions);
     fmt::format_to(it, "\n{:>12} {:>7} {:>12} {:>7} {:>9}  {}\n", "self", "self%", "inclusive",
@@ -1673,6 +1673,11 @@ std::unique_ptr<Sink> MakeCallsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options) {
   return std::make_unique<CallsSink>(image, out, options);
 }
+std::string Counted(uint64_t n, std::string_view noun, std::string_view plural) {
+  if (n == 1) return fmt::format("1 {}", noun);
+  return plural.empty() ? fmt::format("{} {}s", n, noun) : fmt::format("{} {}", n, plural);
+}
+
 std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options) {
   return std::make_unique<StatsSink>(image, out, options);

@@ -47,11 +47,13 @@ int RunInfo(const std::string& path, bool json, bool decode) {
     auto d = dec::DecodeSummary(path, {});
     if (!d.ok()) return Fail(d.status());
     (*info)["decode"] = *d;
-    summary = fmt::format(
-        "decode: {} streams, {} instructions, {} errors ({} gaps), {} loss points ({} bytes)\n",
-        (*d)["streams"].get<uint64_t>(), (*d)["instructions"].get<uint64_t>(),
-        (*d)["errors"].get<uint64_t>(), (*d)["gaps"].get<uint64_t>(),
-        (*d)["losses"].get<uint64_t>(), (*d)["lost_bytes"].get<uint64_t>());
+    auto count = [&](const char* key, const char* noun) {
+      return dec::Counted((*d)[key].get<uint64_t>(), noun);
+    };
+    summary = fmt::format("decode: {}, {}, {} ({}), {} ({})\n", count("streams", "stream"),
+                          count("instructions", "instruction"), count("errors", "error"),
+                          count("gaps", "gap"), count("losses", "loss point"),
+                          count("lost_bytes", "byte"));
     for (const auto& [code, n] : (*d)["errors_by_code"].items()) {
       summary += fmt::format("  error {}: {}\n", code, n.get<uint64_t>());
     }
@@ -218,9 +220,9 @@ int CheckNotEmpty(const std::string& input, const dec::DecodeTotals& totals,
   }
   if (totals.instructions != 0) return 0;
   std::string why = fmt::format(
-      "{}: no instructions decoded ({} streams, {} bytes of trace, {} decode errors, {} loss "
-      "points)",
-      input, totals.streams, totals.trace_bytes, totals.errors, totals.losses);
+      "{}: no instructions decoded ({}, {} of trace, {}, {})", input,
+      dec::Counted(totals.streams, "stream"), dec::Counted(totals.trace_bytes, "byte"),
+      dec::Counted(totals.errors, "decode error"), dec::Counted(totals.losses, "loss point"));
   if (window != nullptr) why += "; " + window->DescribeEmpty();
   std::fprintf(stderr, "ptdecode: %s\n", why.c_str());
   return kExitRuntime;

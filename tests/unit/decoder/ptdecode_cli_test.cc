@@ -299,7 +299,7 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
   EXPECT_FALSE(nlohmann::json::parse(r.out).contains("decode"));
   r = RunPtdecode("info --decode " + path);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("decode: 1 streams, " + std::to_string(instructions_) +
+  EXPECT_THAT(r.out, HasSubstr("decode: 1 stream, " + std::to_string(instructions_) +
                                " instructions, 0 errors"));
   // packets: the stream's header line, then exactly the raw trace's dump (offsets are the
   // stream's).
@@ -332,6 +332,7 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
   ASSERT_EQ(stats.exit_code, 0);
   EXPECT_EQ(r.out, summary.out + "\n" + stats.out + "\nlosses and errors: none\n");
   EXPECT_EQ(RunPtdecode("report " + path).out, r.out);
+  EXPECT_THAT(stats.out, HasSubstr("\n# 1 stream, 0 loss points, 0 bytes lost\n"));  // "1 stream"
   r = RunPtdecode("insn " + path + " --pt " + trace_);
   EXPECT_EQ(r.exit_code, 2);
   r = RunPtdecode("insn " + path + " --elf " + kTiny);
