@@ -464,7 +464,7 @@ int main(int argc, char** argv) {
       args.insert(args.begin() + 1, kReport);
     } else if (!known) {
       return UsageError(fmt::format(
-          "unknown sub-command '{}' (and no such file); sub-commands: {}; or give a trace.pt "
+          "unknown sub-command '{}' (not a file either); sub-commands: {}; or give a trace.pt "
           "FILE for the default report",
           argv[1], names));
     }
