@@ -101,10 +101,24 @@ dec::OutputOptions MakeOutputOptions(const DecodeFlags& f, const std::string& tr
   return out;
 }
 
-void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
-  cmd->add_option("FILE", f.container, "trace.pt recording (or use --pt for a raw trace)");
+// The options that say where a trace.pt's files are and which of its streams to decode.
+void AddContainerFlags(CLI::App* cmd, DecodeFlags& f) {
   cmd->add_option("--sysroot", f.sysroot,
                   "Look for the recording's mapped files and their debug files under DIR");
+  cmd->add_option("--cpu", f.cpu,
+                  "FAMILY/MODEL[/STEPPING]: the recording CPU (errata); N: only the stream of "
+                  "CPU N (trace.pt)");
+  cmd->add_option("--tid", f.tid,
+                  "Only what thread TID ran (trace.pt): its thread streams, and the stretches "
+                  "of CPU streams while it was scheduled")
+      ->type_name("TID");
+  cmd->add_option("--snapshot", f.snapshot, "Only snapshot K (0, 1, ...) of each stream (trace.pt)")
+      ->type_name("K");
+}
+
+void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
+  cmd->add_option("FILE", f.container, "trace.pt recording (or use --pt for a raw trace)");
+  AddContainerFlags(cmd, f);
   cmd->add_option("--pt", f.pt, "Raw Intel PT trace file (ptxed/perf AUX bytes)");
   cmd->add_option("--bts", f.bts, "Raw intel_bts AUX data (24-byte branch records)");
   cmd->add_option("--elf", f.elfs,
@@ -120,17 +134,8 @@ void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
                   "(repeatable)")
       ->allow_extra_args(false)
       ->take_all();
-  cmd->add_option("--cpu", f.cpu,
-                  "FAMILY/MODEL[/STEPPING]: the recording CPU (errata); N: only the stream of "
-                  "CPU N (trace.pt)");
   cmd->add_option("--time", f.time,
                   "FROM,TO: only what ran while the trace's time (TSC) was in [FROM, TO)");
-  cmd->add_option("--tid", f.tid,
-                  "Only what thread TID ran (trace.pt): its thread streams, and the stretches "
-                  "of CPU streams while it was scheduled")
-      ->type_name("TID");
-  cmd->add_option("--snapshot", f.snapshot, "Only snapshot K (0, 1, ...) of each stream (trace.pt)")
-      ->type_name("K");
   cmd->add_option("--mtc-freq", f.mtc_freq, "IA32_RTIT_CTL.MTCFreq")->check(CLI::Range(0, 15));
   cmd->add_option("--nom-freq", f.nom_freq, "Nominal frequency (MSR_PLATFORM_INFO[15:8])")
       ->check(CLI::Range(0, 255));
@@ -440,8 +445,7 @@ int main(int argc, char** argv) {
       "The default (`ptdecode FILE`): info summary, top 20 functions of stats, every loss and "
       "error");
   report->add_option("FILE", report_flags.container, "trace.pt recording")->required();
-  report->add_option("--sysroot", report_flags.sysroot,
-                     "Look for the recording's mapped files and their debug files under DIR");
+  AddContainerFlags(report, report_flags);
   report->callback([&] { exit_code = RunReport(report_flags); });
 
   // `ptdecode FILE ...` is `ptdecode report FILE ...`, as `perf script` needs no sub-command;

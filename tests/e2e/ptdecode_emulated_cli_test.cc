@@ -218,6 +218,18 @@ TEST_F(PtdecodeEmulatedTest, AFileAloneGivesTheDefaultReport) {
   }
   EXPECT_EQ(rows, 20);
   EXPECT_THAT(r.out, HasSubstr(" more functions: ptdecode stats shows them all)\n"));
+  // With the stream filters of the decoding sub-commands: one thread, whose spin() ran
+  // once (twice in the whole recording: parent and child).
+  PerThread truth = ReadTruth(rec.truth);
+  r = RunCommand({PTDECODE_PATH, rec.trace, "--tid", std::to_string(truth.rbegin()->first)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\n# 1 stream, 0 loss points, 0 bytes lost\n"));
+  EXPECT_THAT(r.out, HasSubstr("         1  spin [emulate_fork]\n"));
+  r = RunCommand({PTDECODE_PATH, rec.trace});
+  EXPECT_THAT(r.out, HasSubstr("         2  spin [emulate_fork]\n"));
+  r = RunCommand({PTDECODE_PATH, rec.trace, "--tid", "99999"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("no stream of thread 99999; threads in this recording: "));
 }
 
 }  // namespace
