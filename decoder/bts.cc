@@ -43,6 +43,14 @@ class BtsWalker {
   }
 
   void Record(uint64_t offset, uint64_t from, uint64_t to) {
+    if (from == 0 && to == 0) return;  // no branch (perf's intel-bts decoder skips them too)
+    if (from == 0) {
+      // Tracing begins at `to` (perf: PERF_IP_FLAG_TRACE_BEGIN): nothing ran before it here.
+      ip_ = to;
+      have_ip_ = true;
+      Event(ptev_enabled, to);
+      return;
+    }
     if (!have_ip_) {
       // The first branch: its own instruction is the first we know ran.
       ip_ = from;
@@ -82,6 +90,13 @@ class BtsWalker {
       }
       ip_ += z.length;
     }
+    if (to == 0) {
+      // Tracing ends after `from` (perf: PERF_IP_FLAG_TRACE_END), e.g. at a syscall into the
+      // untraced kernel; the next record says where it begins again.
+      have_ip_ = false;
+      Event(ptev_disabled, 0);
+      return;
+    }
     ip_ = to;
     have_ip_ = true;
   }
@@ -108,6 +123,18 @@ class BtsWalker {
       sink_.OnBlock(block);
     }
     block.ninsn = 0;
+  }
+  // Tracing enabled at `ip`, or disabled (where to: not known).
+  void Event(pt_event_type type, uint64_t ip) {
+    pt_event e = {};
+    e.type = type;
+    if (type == ptev_enabled) {
+      e.variant.enabled.ip = ip;
+    } else {
+      e.ip_suppressed = 1;
+    }
+    ++totals_.events;
+    sink_.OnEvent(e);
   }
   void Error(int code, uint64_t offset, uint64_t ip) {
     DecodeError e;

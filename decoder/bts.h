@@ -4,7 +4,10 @@
 // record's `to` to the next record's `from` (Zydis for lengths and classes).
 //
 // The flow starts at the first record's `from` instruction and ends at the last record's
-// `from`: what ran before the first branch and after the last is unknown. A record whose
+// `from`: what ran before the first branch and after the last is unknown. As in perf's
+// intel-bts decoder, a `to` of 0 ends the trace after `from` (tracing disabled: a syscall
+// into the untraced kernel) and a `from` of 0 begins it at `to` (tracing enabled); they are
+// given to the sink as ptev_disabled (IP suppressed) and ptev_enabled events. A record whose
 // `from` cannot be reached from the previous `to` (code missing: a gap; the walk meets a
 // taken branch BTS did not record, or runs 1 M instructions) is reported as a decode error
 // and the walk restarts at its `to`.

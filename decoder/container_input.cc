@@ -331,6 +331,15 @@ TraceConfig TraceConfigFromMetadata(const nlohmann::json& metadata) {
   return config;
 }
 
+bool IsBtsRecording(const nlohmann::json& metadata) {
+  if (!metadata.is_object()) return false;
+  auto named = [&](const char* object, const char* key, const char* value) {
+    auto it = metadata.find(object);
+    return it != metadata.end() && it->is_object() && it->value(key, std::string()) == value;
+  };
+  return named("pmu", "name", "intel_bts") || named("emulation", "format", "bts");
+}
+
 namespace {
 
 // Everything decoding needs, from one pass over the container.
@@ -344,6 +353,7 @@ struct Recording {
   nlohmann::json metadata = nlohmann::json::object();
   Sideband timeline;
   std::map<Key, Stream> streams;
+  std::set<Key> present;  // every stream with trace bytes, selected by the options or not
   std::map<uint32_t, std::vector<Captured>> captured;  // pid -> code captured at record time
   std::optional<AuxSpool> spool;                       // created with the first AUX bytes
   std::optional<TscConversion> time;
@@ -391,6 +401,7 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
       }
       case RecordType::kAux: {
         auto aux = ParseAux(rec.payload);
+        if (aux.ok() && !aux->data.empty()) r.present.insert({aux->stream, -1});
         if (!aux.ok() || !MaySelect(options, {aux->stream, -1})) break;
         Stream& s = r.streams[{aux->stream, -1}];
         uint64_t offset = aux->aux_offset;
@@ -441,6 +452,9 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
       }
       case RecordType::kSnapshot: {
         auto snap = ParseSnapshot(rec.payload);
+        if (snap.ok() && !snap->data.empty()) {
+          r.present.insert({snap->stream, static_cast<int64_t>(snap->sequence)});
+        }
         if (!snap.ok() ||
             !MaySelect(options, {snap->stream, static_cast<int64_t>(snap->sequence)})) {
           break;
@@ -509,8 +523,7 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
         path));
   }
   r.time = TimeConversionFromMetadata(r.metadata);
-  r.bts = r.metadata.contains("pmu") && r.metadata["pmu"].is_object() &&
-          r.metadata["pmu"].value("name", std::string()) == "intel_bts";
+  r.bts = IsBtsRecording(r.metadata);
   return r;
 }
 
@@ -543,6 +556,63 @@ std::optional<uint64_t> TraceStart(const Recording& r, const Stream& stream,
     if (packet.type == ppt_tsc) return r.time->ToPerfTime(packet.payload.tsc.tsc);
   }
   return std::nullopt;
+}
+
+std::string Join(const std::set<uint64_t>& values, std::string_view prefix = "") {
+  std::string s;
+  for (uint64_t v : values) s += fmt::format("{}{}{}", s.empty() ? "" : ", ", prefix, v);
+  return s;
+}
+
+// Why the options select no stream of the recording at `path`: what they asked for and what
+// the recording has.
+std::string NothingSelected(const std::string& path, const Recording& r,
+                            const ContainerOptions& options) {
+  if (r.present.empty()) return Cat(path, ": the recording has no trace (no AUX data)");
+  std::set<uint64_t> cpus, tids, snapshots;
+  for (const Recording::Key& key : r.present) {
+    (key.id.kind == StreamKind::kCpu ? cpus : tids).insert(key.id.id);
+    if (key.snapshot >= 0) snapshots.insert(static_cast<uint64_t>(key.snapshot));
+  }
+  std::vector<std::string> why;
+  if (options.cpu && !cpus.contains(*options.cpu)) {
+    why.push_back(
+        cpus.empty()
+            ? Cat("no stream of CPU ", *options.cpu, ": this recording's streams are per thread (",
+                  Join(tids, "tid "), "), not per CPU")
+            : Cat("no stream of CPU ", *options.cpu, "; CPUs in this recording: ", Join(cpus)));
+  }
+  if (options.tid && cpus.empty() && !tids.contains(*options.tid)) {
+    why.push_back(
+        Cat("no stream of thread ", *options.tid, "; threads in this recording: ", Join(tids)));
+  }
+  if (options.snapshot && !snapshots.contains(*options.snapshot)) {
+    why.push_back(snapshots.empty()
+                      ? Cat("no snapshot ", *options.snapshot,
+                            ": this recording has no snapshots (it was not recorded with "
+                            "--snapshot)")
+                      : Cat("no snapshot ", *options.snapshot,
+                            "; snapshots in this recording: ", Join(snapshots)));
+  }
+  if (why.empty()) {
+    std::string names;
+    for (const Recording::Key& key : r.present) {
+      names += Cat(names.empty() ? "" : ", ", StreamName(key.id),
+                   key.snapshot < 0 ? "" : Cat(" snapshot ", key.snapshot));
+    }
+    std::string asked;
+    if (options.cpu) asked += Cat(" --cpu ", *options.cpu);
+    if (options.tid) asked += Cat(" --tid ", *options.tid);
+    if (options.snapshot) asked += Cat(" --snapshot ", *options.snapshot);
+    why.push_back(Cat("no stream matches", asked, "; streams in this recording: ", names));
+  }
+  std::string text = path + ": ";
+  for (size_t i = 0; i < why.size(); ++i) text += (i ? "; " : "") + why[i];
+  return text;
+}
+
+bool Filtered(const ContainerOptions& options) {
+  return options.cpu || options.tid || options.snapshot;
 }
 
 std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& options,
@@ -665,7 +735,11 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
   ImageCache images(r, options.sysroot);
 
   DecodeTotals totals;
-  for (Selected& s : SelectStreams(r, options, config)) {
+  std::vector<Selected> selected = SelectStreams(r, options, config);
+  if (selected.empty() && Filtered(options)) {
+    return absl::NotFoundError(NothingSelected(path, r, options));
+  }
+  for (Selected& s : selected) {
     PTKIT_ASSIGN_OR_RETURN(s.info.image, images.For(s.info.pid, s.epoch));
     StreamSink out(sink, s.by_task ? options.tid : std::nullopt);
     out.Begin(s.info);
@@ -714,6 +788,14 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
   totals.lost_bytes += r.unplaced.lost_bytes;
   for (std::string& w : images.TakeWarnings()) totals.warnings.push_back(std::move(w));
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
+  if (options.tid && totals.streams == 0) {
+    // Per-CPU streams followed by task: the thread never ran while they traced.
+    const std::vector<uint32_t> pids = r.timeline.Pids();
+    return absl::NotFoundError(Cat(path, ": thread ", *options.tid,
+                                   " did not run while the CPU streams traced; processes in "
+                                   "this recording: ",
+                                   Join(std::set<uint64_t>(pids.begin(), pids.end()))));
+  }
   return totals;
 }
 
@@ -725,7 +807,11 @@ absl::Status DumpContainerPackets(const std::string& path, const ContainerOption
         Cat(path, ": an intel_bts recording has branch records, not Intel PT packets"));
   }
   TraceConfig config = options.config ? *options.config : TraceConfigFromMetadata(r.metadata);
-  for (const Selected& s : SelectStreams(r, options, config)) {
+  std::vector<Selected> selected = SelectStreams(r, options, config);
+  if (selected.empty() && Filtered(options)) {
+    return absl::NotFoundError(NothingSelected(path, r, options));
+  }
+  for (const Selected& s : selected) {
     PacketContext context;
     context.stream = &s.info;
     // Filtered by task: the packets while the thread runs, by the last TSC packet's time; the

@@ -120,6 +120,11 @@ class AuxSpool {
 // ratio, CPUID 0x15. Missing members leave defaults.
 TraceConfig TraceConfigFromMetadata(const nlohmann::json& metadata);
 
+// Whether a recording's AUX data is intel_bts branch records rather than Intel PT packets:
+// the kernel path names its PMU ("pmu": {"name": "intel_bts"}), an emulated recording has no
+// PMU and says "emulation": {"format": "bts"}.
+bool IsBtsRecording(const nlohmann::json& metadata);
+
 // Decodes every stream of the container at `path` into `sink`, then calls sink.Finish.
 // Errors: those of ContainerReader::Open (not a container, ...), I/O errors, sink.Finish's.
 // Damage in the file is not an error: what can be read is decoded.

@@ -63,6 +63,13 @@ void ProgressSink::OnProgress(uint64_t offset) {
   shown_ = true;
 }
 
+std::string TimeFilterSink::DescribeEmpty() const {
+  std::string window =
+      fmt::format("--time {},{}: no instruction ran in [{}, {})", from_, to_, from_, to_);
+  if (first_ > last_) return window + ": the trace has no timing packets (no TSC, MTC or CYC)";
+  return fmt::format("{}; the trace's time (TSC) runs from {} to {}", window, first_, last_);
+}
+
 absl::Status ProgressSink::Finish(const DecodeTotals& totals) {
   if (shown_) {
     std::fprintf(err_, "\r%40s\r", "");

@@ -5,6 +5,7 @@
 #ifndef PTKIT_DECODER_PROGRESS_H_
 #define PTKIT_DECODER_PROGRESS_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <functional>
@@ -52,7 +53,9 @@ class ProgressSink : public Sink {
 
 // `--time FROM,TO`: forwards blocks, instructions and events only while the decoder's time
 // (TSC units) is in [from, to); everything else (streams, loss, errors, Finish) always.
-// Before the first timing packet the time is unknown and nothing is forwarded.
+// Before the first timing packet the time is unknown and nothing is forwarded. The totals
+// given to the inner sink's Finish count the instructions and blocks forwarded, so that a
+// report's totals agree with its rows.
 class TimeFilterSink : public Sink {
  public:
   TimeFilterSink(std::unique_ptr<Sink> inner, uint64_t from, uint64_t to)
@@ -62,6 +65,8 @@ class TimeFilterSink : public Sink {
   bool end_block_on_jump() const override { return inner_->end_block_on_jump(); }
   bool wants_time() const override { return true; }
   void OnTime(uint64_t tsc) override {
+    first_ = std::min(first_, tsc);
+    last_ = std::max(last_, tsc);
     in_ = tsc >= from_ && tsc < to_;
     if (in_) inner_->OnTime(tsc);
   }
@@ -70,21 +75,41 @@ class TimeFilterSink : public Sink {
   void OnSync(uint64_t offset) override { inner_->OnSync(offset); }
   void OnProgress(uint64_t offset) override { inner_->OnProgress(offset); }
   void OnBlock(const pt_block& block) override {
-    if (in_) inner_->OnBlock(block);
+    if (!in_) return;
+    instructions_ += block.ninsn;
+    ++blocks_;
+    inner_->OnBlock(block);
   }
   void OnInsn(const pt_insn& insn) override {
-    if (in_) inner_->OnInsn(insn);
+    if (!in_) return;
+    ++instructions_;
+    inner_->OnInsn(insn);
   }
   void OnEvent(const pt_event& event) override {
     if (in_) inner_->OnEvent(event);
   }
   void OnError(const DecodeError& error) override { inner_->OnError(error); }
-  absl::Status Finish(const DecodeTotals& totals) override { return inner_->Finish(totals); }
+  absl::Status Finish(const DecodeTotals& totals) override {
+    DecodeTotals kept = totals;
+    kept.instructions = instructions_;
+    kept.blocks = blocks_;
+    return inner_->Finish(kept);
+  }
+
+  // Instructions forwarded (in the window).
+  uint64_t instructions() const { return instructions_; }
+  // Why nothing was kept, for a message: the window and the decoder times seen ("the trace
+  // has no timing packets" when none).
+  std::string DescribeEmpty() const;
 
  private:
   std::unique_ptr<Sink> inner_;
   uint64_t from_, to_;
   bool in_ = false;
+  uint64_t instructions_ = 0;
+  uint64_t blocks_ = 0;
+  uint64_t first_ = ~0ull;  // the earliest and latest decoder time seen
+  uint64_t last_ = 0;
 };
 
 // A monotonic clock in milliseconds (CLOCK_MONOTONIC).

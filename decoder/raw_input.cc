@@ -56,11 +56,15 @@ MappedFile::~MappedFile() {
 
 absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec) {
   PTKIT_ASSIGN_OR_RETURN(MappedFile trace, MappedFile::Open(spec.pt_path));
+  if (trace.bytes().empty()) {
+    return absl::InvalidArgumentError(
+        Cat(spec.pt_path, ": empty file (0 bytes): no trace to decode"));
+  }
   if (spec.bts && trace.bytes().size() % 24 != 0) {
     return absl::InvalidArgumentError(Cat(spec.pt_path, ": ", trace.bytes().size(),
                                           " bytes: not a multiple of the 24-byte BTS record"));
   }
-  if (!spec.bts && !trace.bytes().empty()) {
+  if (!spec.bts) {
     PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace.bytes(), spec.config));
     PacketDecoderPtr dec(pt_pkt_alloc_decoder(&pt));
     if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a packet decoder");

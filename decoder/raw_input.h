@@ -48,8 +48,9 @@ struct RawInput {
 // Maps the trace, loads the images and checks that the trace has a PSB to start from (BTS:
 // that its size is a multiple of 24 bytes).
 // Errors: those of MappedFile::Open and the ProgramImage::Add* functions; kInvalidArgument
-// "<path>: no PSB packet: not an Intel PT stream" for a non-empty file without one, and
-// "<path>: N bytes: not a multiple of the 24-byte BTS record" for BTS.
+// "<path>: empty file (0 bytes): no trace to decode", "<path>: no PSB packet: not an Intel PT
+// stream" for a file without one, and "<path>: N bytes: not a multiple of the 24-byte BTS
+// record" for BTS.
 absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec);
 
 }  // namespace ptkit::decoder

@@ -981,14 +981,47 @@ class StatsSink : public FlowSink {
  public:
   StatsSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
       : FlowSink(image), out_(out), options_(options) {}
+  void OnStream(const StreamInfo& stream) override {
+    FlowSink::OnStream(stream);
+    if (options_.list_problems && !stream.context_switch) stream_ = stream.name;
+  }
+  void OnError(const DecodeError& error) override {
+    FlowSink::OnError(error);
+    if (options_.list_problems) Problem([&](Buffer& b) { AppendErrorLine(b, error, false); });
+  }
+  void OnLoss(const LossInfo& loss) override {
+    FlowSink::OnLoss(loss);
+    if (options_.list_problems) Problem([&](Buffer& b) { AppendLossLine(b, loss, false); });
+  }
 
  protected:
   absl::Status Report(const DecodeTotals& totals) override {
-    std::vector<uint32_t> order(functions_.size());
+    // One row per function of a file, as perf report's default keys (comm, dso, sym) give for
+    // a program that forks: the function's counts in every process (and program image) that
+    // ran it are added up. --tid selects one thread's.
+    auto image_name = [&](const Function& fn) {
+      return fn.file < 0 ? std::string("[unmapped]") : fn.image->files()[fn.file].name;
+    };
+    std::vector<Function> rows;
+    std::map<std::pair<std::string, std::string>, size_t> row_of;  // (image, name) -> row
+    for (const Function& fn : functions_) {
+      if (fn.self == 0 && fn.calls == 0) continue;
+      auto [it, inserted] = row_of.try_emplace({image_name(fn), fn.name}, rows.size());
+      if (inserted) {
+        rows.push_back(fn);
+        continue;
+      }
+      Function& row = rows[it->second];
+      row.self += fn.self;
+      row.inclusive += fn.inclusive;
+      row.calls += fn.calls;
+      row.address = std::min(row.address, fn.address);
+    }
+    std::vector<uint32_t> order(rows.size());
     for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
     std::sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
-      const Function& x = functions_[a];
-      const Function& y = functions_[b];
+      const Function& x = rows[a];
+      const Function& y = rows[b];
       if (x.self != y.self) return x.self > y.self;
       if (x.inclusive != y.inclusive) return x.inclusive > y.inclusive;
       return x.name < y.name;
@@ -997,11 +1030,7 @@ class StatsSink : public FlowSink {
       uint64_t instructions = 0, calls = 0, functions = 0;
     };
     std::map<std::string, ImageTotals> images;
-    auto image_name = [&](const Function& fn) {
-      return fn.file < 0 ? std::string("[unmapped]") : fn.image->files()[fn.file].name;
-    };
-    for (const Function& fn : functions_) {
-      if (fn.self == 0 && fn.calls == 0) continue;
+    for (const Function& fn : rows) {
       ImageTotals& t = images[image_name(fn)];
       t.instructions += fn.self;
       t.calls += fn.calls;
@@ -1037,8 +1066,7 @@ class StatsSink : public FlowSink {
       doc["images"] = imgs;
       nlohmann::ordered_json fns = nlohmann::ordered_json::array();
       for (uint32_t i : order) {
-        const Function& fn = functions_[i];
-        if (fn.self == 0 && fn.calls == 0) continue;
+        const Function& fn = rows[i];
         fns.push_back({{"function", fn.name},
                        {"image", image_name(fn)},
                        {"address", fmt::format("{:#x}", fn.address)},
@@ -1053,29 +1081,34 @@ class StatsSink : public FlowSink {
       buf.push_back('\n');
       return out_.Close();
     }
-    fmt::format_to(it,
-                   "# {}: {} bytes, {} instructions, {} blocks, {} calls, {} returns, "
-                   "{} errors ({} gaps)\n",
-                   options_.trace_name, totals.trace_bytes, totals.instructions, totals.blocks,
-                   calls_, returns_, totals.errors, totals.gaps);
+    fmt::format_to(it, "# {}: {}, {}, {}, {}, {}, {} ({})\n", options_.trace_name,
+                   Counted(totals.trace_bytes, "byte"), Counted(totals.instructions, "instruction"),
+                   Counted(totals.blocks, "block"), Counted(calls_, "call"),
+                   Counted(returns_, "return"), Counted(totals.errors, "error"),
+                   Counted(totals.gaps, "gap"));
     for (const auto& [code, count] : totals.errors_by_code) {
       fmt::format_to(it, "# error {}: {}\n", IptErrorName(code), count);
     }
     for (const std::string& w : totals.warnings) fmt::format_to(it, "# warning: {}\n", w);
     if (totals.streams != 0 || totals.losses != 0) {
-      fmt::format_to(it, "# {} streams, {} loss points, {} bytes lost\n", totals.streams,
-                     totals.losses, totals.lost_bytes);
+      fmt::format_to(it, "# {}, {}, {} lost\n", Counted(totals.streams, "stream"),
+                     Counted(totals.losses, "loss point"), Counted(totals.lost_bytes, "byte"));
     }
     const double total = totals.instructions == 0 ? 1.0 : static_cast<double>(totals.instructions);
     fmt::format_to(it, "\n{:>12} {:>7} {:>12} {:>7} {:>9}  {}\n", "self", "self%", "inclusive",
                    "incl%", "calls", "function [image]");
-    for (uint32_t i : order) {
-      const Function& fn = functions_[i];
-      if (fn.self == 0 && fn.calls == 0) continue;
+    const size_t shown =
+        options_.top_functions == 0 ? order.size() : std::min(order.size(), options_.top_functions);
+    for (size_t k = 0; k < shown; ++k) {
+      const Function& fn = rows[order[k]];
       fmt::format_to(it, "{:>12} {:>6.2f}% {:>12} {:>6.2f}% {:>9}  {} [{}]\n", fn.self,
                      100.0 * fn.self / total, fn.inclusive, 100.0 * fn.inclusive / total, fn.calls,
                      fn.name, Basename(image_name(fn)));
       out_.MaybeFlush();
+    }
+    if (shown < order.size()) {
+      fmt::format_to(it, "{:>12} ({} more functions: ptdecode stats shows them all)\n", "...",
+                     order.size() - shown);
     }
     fmt::format_to(it, "\n{:>12} {:>7} {:>9} {:>9}  {}\n", "instructions", "%", "calls",
                    "functions", "image");
@@ -1083,12 +1116,29 @@ class StatsSink : public FlowSink {
       fmt::format_to(it, "{:>12} {:>6.2f}% {:>9} {:>9}  {}\n", t.instructions,
                      100.0 * t.instructions / total, t.calls, t.functions, name);
     }
+    if (options_.list_problems) {
+      fmt::format_to(
+          it, "\nlosses and errors: {}\n",
+          problems_count_ == 0 ? std::string("none") : fmt::format("{}", problems_count_));
+      buf.append(std::string_view(problems_.data(), problems_.size()));
+    }
     return out_.Close();
   }
 
  private:
+  // One line "  STREAM: [what]" of the losses and errors list.
+  template <typename F>
+  void Problem(F append) {
+    ++problems_count_;
+    fmt::format_to(std::back_inserter(problems_), "  {}{}", stream_, stream_.empty() ? "" : ": ");
+    append(problems_);
+  }
+
   Output out_;
   OutputOptions options_;
+  std::string stream_;  // the current stream's name (container input)
+  Buffer problems_;     // list_problems: the lines, in trace order
+  uint64_t problems_count_ = 0;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -1356,8 +1406,11 @@ class TimelineSink : public FlowSink {
     out_.MaybeFlush();
   }
   void OnExit(const Frame& frame, bool at_end) override {
+    // Named as the "B" it closes: speedscope matches ends by name (Perfetto by nesting).
     fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"E\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
     AppendTs();
+    out_.buf().append(std::string_view(",\"name\":"));
+    AppendJsonString(out_.buf(), functions_[frame.function].name);
     out_.buf().push_back('}');
     out_.MaybeFlush();
   }
@@ -1513,6 +1566,15 @@ void AppendPacket(Buffer& buf, uint64_t offset, const pt_packet& p, bool json) {
       fmt::format_to(it, " {}={}", key, v);
     }
   };
+  // A counter (TSC, CTC, CYC): hex in text as ptdump shows it, a number in JSON (as the
+  // "tsc" of insn --json; nlohmann and most readers take 64-bit integers exactly).
+  auto counter = [&](const char* key, uint64_t v) {
+    if (json) {
+      fmt::format_to(it, ",\"{}\":{}", key, v);
+    } else {
+      fmt::format_to(it, " {}={:#x}", key, v);
+    }
+  };
   switch (p.type) {
     case ppt_fup:
     case ppt_tip:
@@ -1557,17 +1619,17 @@ void AppendPacket(Buffer& buf, uint64_t offset, const pt_packet& p, bool json) {
       field("ratio", p.payload.cbr.ratio, false);
       break;
     case ppt_tsc:
-      field("tsc", p.payload.tsc.tsc, true);
+      counter("tsc", p.payload.tsc.tsc);
       break;
     case ppt_tma:
-      field("ctc", p.payload.tma.ctc, true);
-      field("fc", p.payload.tma.fc, true);
+      counter("ctc", p.payload.tma.ctc);
+      counter("fc", p.payload.tma.fc);
       break;
     case ppt_mtc:
-      field("ctc", p.payload.mtc.ctc, true);
+      counter("ctc", p.payload.mtc.ctc);
       break;
     case ppt_cyc:
-      field("cyc", p.payload.cyc.value, true);
+      counter("cyc", p.payload.cyc.value);
       break;
     case ppt_mnt:
       field("payload", p.payload.mnt.payload, true);
@@ -1611,6 +1673,11 @@ std::unique_ptr<Sink> MakeCallsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options) {
   return std::make_unique<CallsSink>(image, out, options);
 }
+std::string Counted(uint64_t n, std::string_view noun, std::string_view plural) {
+  if (n == 1) return fmt::format("1 {}", noun);
+  return plural.empty() ? fmt::format("{} {}s", n, noun) : fmt::format("{} {}", n, plural);
+}
+
 std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options) {
   return std::make_unique<StatsSink>(image, out, options);

@@ -9,6 +9,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "decoder/decode.h"
@@ -34,7 +35,14 @@ struct OutputOptions {
   bool srcline = false;
   std::FILE* diagnostics = stderr;  // --srcline: files without DWARF are named here, once
   FoldedWeight weight = FoldedWeight::kInstructions;
+  // stats (text): only the first N functions (0: all), and a line saying how many more.
+  size_t top_functions = 0;
+  // stats (text): list every loss and decode error at the end, with its stream.
+  bool list_problems = false;
 };
+
+// "1 stream", "2 streams": `n` and the noun, plural unless n == 1 (`plural`: when not noun+s).
+std::string Counted(uint64_t n, std::string_view noun, std::string_view plural = "");
 
 // Counts instructions, blocks, events and errors, and nothing else; for tests and benches.
 class CountSink : public Sink {

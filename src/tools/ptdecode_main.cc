@@ -1,11 +1,13 @@
 // ptdecode: turns a trace.pt recording into control flow and summaries.
 // Thin main: flags are parsed here, the work happens in ptkit libraries.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "CLI/CLI.hpp"
@@ -45,11 +47,13 @@ int RunInfo(const std::string& path, bool json, bool decode) {
     auto d = dec::DecodeSummary(path, {});
     if (!d.ok()) return Fail(d.status());
     (*info)["decode"] = *d;
-    summary = fmt::format(
-        "decode: {} streams, {} instructions, {} errors ({} gaps), {} loss points ({} bytes)\n",
-        (*d)["streams"].get<uint64_t>(), (*d)["instructions"].get<uint64_t>(),
-        (*d)["errors"].get<uint64_t>(), (*d)["gaps"].get<uint64_t>(),
-        (*d)["losses"].get<uint64_t>(), (*d)["lost_bytes"].get<uint64_t>());
+    auto count = [&](const char* key, const char* noun) {
+      return dec::Counted((*d)[key].get<uint64_t>(), noun);
+    };
+    summary = fmt::format("decode: {}, {}, {} ({}), {} ({})\n", count("streams", "stream"),
+                          count("instructions", "instruction"), count("errors", "error"),
+                          count("gaps", "gap"), count("losses", "loss point"),
+                          count("lost_bytes", "byte"));
     for (const auto& [code, n] : (*d)["errors_by_code"].items()) {
       summary += fmt::format("  error {}: {}\n", code, n.get<uint64_t>());
     }
@@ -68,16 +72,18 @@ struct DecodeFlags {
   std::string bts;
   std::vector<std::string> elfs, raws, pages;
   std::string sysroot;
-  std::string cpu;   // FAMILY/MODEL[/STEPPING] (errata) or, in container mode, N (filter)
-  std::string time;  // FROM,TO in TSC units
-  int64_t tid = -1;
-  int64_t snapshot = -1;
+  std::string cpu;       // FAMILY/MODEL[/STEPPING] (errata) or, in container mode, N (filter)
+  std::string time;      // FROM,TO in TSC units
+  std::string tid;       // container mode: a thread id (parsed by MakeContainerOptions)
+  std::string snapshot;  // container mode: a snapshot number
   unsigned mtc_freq = 0, nom_freq = 0;
   uint32_t cpuid_eax = 0, cpuid_ebx = 0;
   bool json = false;
   bool disasm = false;
   bool srcline = false;         // insn, branches, calls
   std::string weight = "insn";  // folded: insn or time
+  size_t top_functions = 0;     // stats: rows shown (0: all); the default report sets it
+  bool list_problems = false;   // stats: list every loss and error (the default report)
 };
 
 // The output flags every decoding sub-command shares; `clock` turns TSC into time.
@@ -90,34 +96,46 @@ dec::OutputOptions MakeOutputOptions(const DecodeFlags& f, const std::string& tr
   out.clock = clock;
   out.srcline = f.srcline;
   out.weight = f.weight == "time" ? dec::FoldedWeight::kTime : dec::FoldedWeight::kInstructions;
+  out.top_functions = f.top_functions;
+  out.list_problems = f.list_problems;
   return out;
+}
+
+// The options that say where a trace.pt's files are and which of its streams to decode.
+void AddContainerFlags(CLI::App* cmd, DecodeFlags& f) {
+  cmd->add_option("--sysroot", f.sysroot,
+                  "Look for the recording's mapped files and their debug files under DIR");
+  cmd->add_option("--cpu", f.cpu,
+                  "FAMILY/MODEL[/STEPPING]: the recording CPU (errata); N: only the stream of "
+                  "CPU N (trace.pt)");
+  cmd->add_option("--tid", f.tid,
+                  "Only what thread TID ran (trace.pt): its thread streams, and the stretches "
+                  "of CPU streams while it was scheduled")
+      ->type_name("TID");
+  cmd->add_option("--snapshot", f.snapshot, "Only snapshot K (0, 1, ...) of each stream (trace.pt)")
+      ->type_name("K");
 }
 
 void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
   cmd->add_option("FILE", f.container, "trace.pt recording (or use --pt for a raw trace)");
-  cmd->add_option("--sysroot", f.sysroot,
-                  "Look for the recording's mapped files and their debug files under DIR");
+  AddContainerFlags(cmd, f);
   cmd->add_option("--pt", f.pt, "Raw Intel PT trace file (ptxed/perf AUX bytes)");
   cmd->add_option("--bts", f.bts, "Raw intel_bts AUX data (24-byte branch records)");
   cmd->add_option("--elf", f.elfs,
                   "ELF image FILE[:BASE] (BASE: load address of the lowest "
-                  "executable segment)")
+                  "executable segment; repeat the option for more images)")
+      ->allow_extra_args(false)
       ->take_all();
-  cmd->add_option("--raw", f.raws, "Raw image FILE[:FROM[-TO]]:ADDRESS")->take_all();
+  cmd->add_option("--raw", f.raws, "Raw image FILE[:FROM[-TO]]:ADDRESS (repeatable)")
+      ->allow_extra_args(false)
+      ->take_all();
   cmd->add_option("--pages", f.pages,
-                  "Page dump DIR (DIR/data.addr + DIR/data.dump) or ADDR_FILE,DUMP_FILE")
+                  "Page dump DIR (DIR/data.addr + DIR/data.dump) or ADDR_FILE,DUMP_FILE "
+                  "(repeatable)")
+      ->allow_extra_args(false)
       ->take_all();
-  cmd->add_option("--cpu", f.cpu,
-                  "FAMILY/MODEL[/STEPPING]: the recording CPU (errata); N: only the stream of "
-                  "CPU N (trace.pt)");
   cmd->add_option("--time", f.time,
                   "FROM,TO: only what ran while the trace's time (TSC) was in [FROM, TO)");
-  cmd->add_option("--tid", f.tid,
-                  "Only what thread TID ran (trace.pt): its thread streams, and the stretches "
-                  "of CPU streams while it was scheduled")
-      ->check(CLI::NonNegativeNumber);
-  cmd->add_option("--snapshot", f.snapshot, "Only snapshot N of each stream (trace.pt)")
-      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--mtc-freq", f.mtc_freq, "IA32_RTIT_CTL.MTCFreq")->check(CLI::Range(0, 15));
   cmd->add_option("--nom-freq", f.nom_freq, "Nominal frequency (MSR_PLATFORM_INFO[15:8])")
       ->check(CLI::Range(0, 255));
@@ -136,7 +154,8 @@ bool MakeSpec(const DecodeFlags& f, dec::RawInputSpec& spec, int& exit_code) {
     exit_code = UsageError("no input: give a trace.pt FILE, --pt FILE or --bts FILE");
     return false;
   }
-  if (f.tid >= 0 || f.snapshot >= 0 || (!f.cpu.empty() && f.cpu.find('/') == std::string::npos)) {
+  if (!f.tid.empty() || !f.snapshot.empty() ||
+      (!f.cpu.empty() && f.cpu.find('/') == std::string::npos)) {
     exit_code = UsageError(
         "--tid, --snapshot and --cpu N filter trace.pt streams; a raw trace has one (the "
         "recording CPU is --cpu FAMILY/MODEL)");
@@ -170,9 +189,11 @@ bool MakeSpec(const DecodeFlags& f, dec::RawInputSpec& spec, int& exit_code) {
 using SinkFactory = std::function<std::unique_ptr<dec::Sink>(const dec::ProgramImage&, std::FILE*,
                                                              const dec::OutputOptions&)>;
 
-// Wraps the sink for --time FROM,TO; on bad syntax prints the usage error and returns null.
+// Wraps the sink for --time FROM,TO (`window` points to the filter, null without one); on bad
+// syntax prints the usage error and returns null.
 std::unique_ptr<dec::Sink> WithTimeFilter(const DecodeFlags& f, std::unique_ptr<dec::Sink> sink,
-                                          int& exit_code) {
+                                          dec::TimeFilterSink*& window, int& exit_code) {
+  window = nullptr;
   if (f.time.empty()) return sink;
   size_t comma = f.time.find(',');
   if (comma == std::string::npos) {
@@ -185,7 +206,31 @@ std::unique_ptr<dec::Sink> WithTimeFilter(const DecodeFlags& f, std::unique_ptr<
     exit_code = UsageError(std::string((from.ok() ? to : from).status().message()));
     return nullptr;
   }
-  return std::make_unique<dec::TimeFilterSink>(std::move(sink), *from, *to);
+  if (*from >= *to) {
+    exit_code = UsageError(fmt::format(
+        "bad --time '{}': FROM must be less than TO (the window is [FROM, TO))", f.time));
+    return nullptr;
+  }
+  auto filter = std::make_unique<dec::TimeFilterSink>(std::move(sink), *from, *to);
+  window = filter.get();
+  return filter;
+}
+
+// After a decode: an empty result says why (exit 1), else 0.
+int CheckNotEmpty(const std::string& input, const dec::DecodeTotals& totals,
+                  const dec::TimeFilterSink* window) {
+  if (window != nullptr && window->instructions() == 0 && totals.instructions != 0) {
+    std::fprintf(stderr, "ptdecode: %s: %s\n", input.c_str(), window->DescribeEmpty().c_str());
+    return kExitRuntime;
+  }
+  if (totals.instructions != 0) return 0;
+  std::string why = fmt::format(
+      "{}: no instructions decoded ({}, {} of trace, {}, {})", input,
+      dec::Counted(totals.streams, "stream"), dec::Counted(totals.trace_bytes, "byte"),
+      dec::Counted(totals.errors, "decode error"), dec::Counted(totals.losses, "loss point"));
+  if (window != nullptr) why += "; " + window->DescribeEmpty();
+  std::fprintf(stderr, "ptdecode: %s\n", why.c_str());
+  return kExitRuntime;
 }
 
 // Container input: FILE is a trace.pt recording.
@@ -204,13 +249,22 @@ bool MakeContainerOptions(const DecodeFlags& f, dec::ContainerOptions& options, 
     options.cpu = *n;
     g.cpu.clear();
   }
-  if (f.tid >= 0) options.tid = static_cast<uint32_t>(f.tid);
-  if (f.snapshot >= 0) options.snapshot = static_cast<uint64_t>(f.snapshot);
+  if (!f.tid.empty()) {
+    auto tid = dec::ParseUint(f.tid, 0xffffffff, "--tid");
+    if (!tid.ok()) return exit_code = UsageError(std::string(tid.status().message())), false;
+    options.tid = static_cast<uint32_t>(*tid);
+  }
+  if (!f.snapshot.empty()) {
+    auto n = dec::ParseUint(f.snapshot, ~0ull, "--snapshot");
+    if (!n.ok()) return exit_code = UsageError(std::string(n.status().message())), false;
+    options.snapshot = *n;
+  }
   if (!g.cpu.empty() || f.mtc_freq || f.nom_freq || f.cpuid_eax || f.cpuid_ebx) {
     dec::RawInputSpec spec;
     spec.pt_path = f.container;
     DecodeFlags copy = g;
-    copy.tid = copy.snapshot = -1;  // filters, applied by DecodeContainer
+    copy.tid.clear();  // filters, applied by DecodeContainer
+    copy.snapshot.clear();
     copy.pt = f.container;
     copy.container.clear();
     if (!MakeSpec(copy, spec, exit_code)) return false;
@@ -230,7 +284,8 @@ int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
   auto empty = dec::ProgramImage::Create();
   if (!empty.ok()) return Fail(empty.status());
   int exit_code = 0;
-  auto inner = WithTimeFilter(f, make_sink(**empty, stdout, out), exit_code);
+  dec::TimeFilterSink* window = nullptr;
+  auto inner = WithTimeFilter(f, make_sink(**empty, stdout, out), window, exit_code);
   if (!inner) return exit_code;
   auto sink = std::make_unique<dec::ProgressSink>(std::move(inner), stderr,
                                                   isatty(STDERR_FILENO) == 1, 0, dec::MonotonicMs);
@@ -239,7 +294,7 @@ int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
   for (const std::string& w : totals->warnings) {
     std::fprintf(stderr, "ptdecode: warning: %s\n", w.c_str());
   }
-  return 0;
+  return CheckNotEmpty(f.container, *totals, window);
 }
 
 int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
@@ -256,7 +311,8 @@ int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
   if (!input.ok()) return Fail(input.status());
   dec::OutputOptions options =
       MakeOutputOptions(f, spec.pt_path, dec::TscClockFromConfig(input->config));
-  auto inner = WithTimeFilter(f, make_sink(*input->image, stdout, options), exit_code);
+  dec::TimeFilterSink* window = nullptr;
+  auto inner = WithTimeFilter(f, make_sink(*input->image, stdout, options), window, exit_code);
   if (!inner) return exit_code;
   auto sink =
       std::make_unique<dec::ProgressSink>(std::move(inner), stderr, isatty(STDERR_FILENO) == 1,
@@ -265,7 +321,7 @@ int RunDecode(const DecodeFlags& f, const SinkFactory& make_sink) {
                     ? dec::DecodeBts(input->trace.bytes(), *input->image, *sink)
                     : dec::DecodeTrace(input->trace.bytes(), input->config, *input->image, *sink);
   if (!totals.ok()) return Fail(totals.status());
-  return 0;
+  return CheckNotEmpty(spec.pt_path, *totals, window);
 }
 
 int RunPackets(const DecodeFlags& f) {
@@ -292,10 +348,35 @@ int RunPackets(const DecodeFlags& f) {
   return 0;
 }
 
+// Rows of `stats` in the default report.
+constexpr size_t kReportFunctions = 20;
+
+// `ptdecode FILE` (or `ptdecode report FILE`): the info summary, then the top functions of
+// stats and every loss and decode error.
+int RunReport(const DecodeFlags& f) {
+  auto info = ptkit::ContainerInfo(f.container);
+  if (!info.ok()) return Fail(info.status());
+  std::string text = ptkit::FormatInfoText(*info) + "\n";
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  DecodeFlags stats = f;
+  stats.top_functions = kReportFunctions;
+  stats.list_problems = true;
+  return RunContainer(stats, dec::MakeStatsSink);
+}
+
+bool IsRegularFile(const char* path) {
+  struct stat st;
+  return ::stat(path, &st) == 0 && S_ISREG(st.st_mode);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ptdecode: decode Intel PT recordings (trace.pt) into control flow", "ptdecode"};
+  CLI::App app{
+      "ptdecode: decode Intel PT recordings (trace.pt) into control flow.\n"
+      "`ptdecode FILE` (no sub-command) is `ptdecode report FILE`. Exit status: 0 success, 1 "
+      "runtime error or empty result (one line says why), 2 usage error.",
+      "ptdecode"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ptdecode " PTKIT_VERSION);
   int exit_code = 0;
@@ -328,7 +409,7 @@ int main(int argc, char** argv) {
       {"folded",
        "Folded stacks weighted by instructions or time (flamegraph.pl, inferno, speedscope)",
        dec::MakeFoldedSink},
-      {"timeline", "Chrome trace-event JSON (Perfetto UI), one slice per call",
+      {"timeline", "Chrome trace-event JSON (Perfetto UI, speedscope), one slice per call",
        dec::MakeTimelineSink},
   };
   std::vector<DecodeFlags> flags(commands.size() + 1);
@@ -358,8 +439,43 @@ int main(int argc, char** argv) {
   AddDecodeFlags(packets, flags.back(), true);
   packets->callback([&] { exit_code = RunPackets(flags.back()); });
 
+  DecodeFlags report_flags;
+  CLI::App* report = app.add_subcommand(
+      "report",
+      "The default (`ptdecode FILE`): info summary, top 20 functions of stats, every loss and "
+      "error");
+  report->add_option("FILE", report_flags.container, "trace.pt recording")->required();
+  AddContainerFlags(report, report_flags);
+  report->callback([&] { exit_code = RunReport(report_flags); });
+
+  // `ptdecode FILE ...` is `ptdecode report FILE ...`, as `perf script` needs no sub-command;
+  // any other first word that is no sub-command is named as such.
+  std::vector<char*> args(argv, argv + argc);
+  if (argc == 1) {
+    return UsageError(
+        "give a trace.pt FILE for the default report, or a sub-command and its input");
+  }
+  if (argv[1][0] != '-') {
+    bool known = false;
+    std::string names;
+    for (const CLI::App* sub :
+         std::as_const(app).get_subcommands([](const CLI::App*) { return true; })) {
+      known |= sub->get_name() == argv[1];
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known && IsRegularFile(argv[1])) {
+      static char kReport[] = "report";
+      args.insert(args.begin() + 1, kReport);
+    } else if (!known) {
+      return UsageError(fmt::format(
+          "unknown sub-command '{}' (not a file either); sub-commands: {}; or give a trace.pt "
+          "FILE for the default report",
+          argv[1], names));
+    }
+  }
+
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

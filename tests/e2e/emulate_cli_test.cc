@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "gmock/gmock.h"
+#include "ground_truth.h"
 #include "gtest/gtest.h"
 #include "run_command.h"
 #include "temp_dir.h"
@@ -17,35 +18,9 @@ namespace {
 using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 
-using PerThread = std::map<uint64_t, std::vector<uint64_t>>;
-
-PerThread ReadTruth(const std::string& path) {
-  PerThread truth;
-  std::ifstream in(path);
-  uint64_t tid;
-  std::string ip;
-  while (in >> tid >> ip) truth[tid].push_back(std::stoull(ip, nullptr, 16));
-  return truth;
-}
-
-// `ptdecode insn` on a container: "[stream ...]" and other bracketed marker lines, and one
-// line per instruction: "[TIME] tid TID ADDRESS symbol+offset" (ADDRESS in 16 hex digits).
-PerThread ParseInsn(const std::string& out) {
-  PerThread ips;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
-    // Optional leading columns (time) come before "tid".
-    const size_t at = line.rfind("tid ", 0) == 0 ? 0 : line.find(" tid ");
-    if (line.empty() || line[0] == '[' || at == std::string::npos) continue;
-    std::istringstream fields(line.substr(at + (at == 0 ? 4 : 5)));
-    uint64_t tid = 0;
-    std::string address;
-    fields >> tid >> address;
-    ips[tid].push_back(std::stoull(address, nullptr, 16));
-  }
-  return ips;
-}
+using ::ptkit::testing::ParseInsn;
+using ::ptkit::testing::PerThread;
+using ::ptkit::testing::ReadTruth;
 
 class EmulateCliTest : public ::testing::Test {
  protected:

@@ -84,7 +84,10 @@ TEST_F(InfoCliTest, BadInputIsOneClearLineAndTheRightExitCode) {
       {{"info", dir_.path()}, 1, "not a regular file"},
       {{"info"}, 2, "FILE is required"},
       {{"info", "--bogus", trace_}, 2, "--bogus"},
-      {{}, 2, "subcommand"},
+      {{}, 2, "give a trace.pt FILE for the default report, or a sub-command"},
+      {{"bogus", "f"}, 2, "unknown sub-command 'bogus' (not a file either); sub-commands: info,"},
+      {{dir_.path()}, 2, "unknown sub-command"},  // a directory is no trace.pt
+      {{empty}, 1, "empty.pt: empty file"},       // the default report opens it as info does
   };
   for (const BadInput& c : cases) {
     std::vector<std::string> argv = {PTDECODE_PATH};

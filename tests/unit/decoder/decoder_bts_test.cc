@@ -121,5 +121,47 @@ TEST_F(BtsTest, ARecordThatDoesNotMatchTheCodeIsAnErrorAndDecodingGoesOn) {
   EXPECT_THAT(rec.runs[1], ElementsAreArray(after));
 }
 
+TEST_F(BtsTest, ZeroAddressesEndAndBeginTheTrace) {
+  // As the emulated --bts writes a syscall, and perf's intel-bts decoder reads it: {from, 0}
+  // ends the trace after `from` (into the untraced kernel), {0, to} begins it again at `to`.
+  std::vector<uint64_t> ips = Walk(6, 3000);
+  std::vector<size_t> branches;
+  std::vector<uint8_t> bts = BtsFromWalk(*code_, ips, &branches);
+  ASSERT_GE(branches.size(), 10u);
+  const size_t split = 5;
+  uint64_t from, to, zero = 0;
+  std::memcpy(&from, bts.data() + split * 24, 8);
+  std::memcpy(&to, bts.data() + split * 24 + 8, 8);
+  std::vector<uint8_t> record(24, 0);
+  std::memcpy(record.data() + 8, &to, 8);
+  std::memcpy(bts.data() + split * 24 + 8, &zero, 8);                        // {from, 0}
+  bts.insert(bts.begin() + (split + 1) * 24, record.begin(), record.end());  // {0, to}
+  bts.insert(bts.begin(), record.begin(), record.end());                     // {0, first}
+  std::memcpy(bts.data() + 8, &ips[branches.front()], 8);
+
+  struct Events : RecordingSink {
+    void OnEvent(const pt_event& event) override {
+      events.push_back(event);
+      at.push_back(runs.back().size());
+    }
+    std::vector<pt_event> events;
+    std::vector<size_t> at;  // instructions before each event
+  } rec;
+  ASSERT_THAT(DecodeBts(bts, *image_, rec), IsOk());
+  EXPECT_THAT(rec.errors, SizeIs(0));
+  std::vector<uint64_t> expected(ips.begin() + branches.front(), ips.begin() + branches.back() + 1);
+  EXPECT_THAT(rec.runs[0], ElementsAreArray(expected));
+  ASSERT_THAT(rec.events, SizeIs(3));
+  EXPECT_EQ(rec.events[0].type, ptev_enabled);
+  EXPECT_EQ(rec.events[0].variant.enabled.ip, ips[branches.front()]);
+  EXPECT_EQ(rec.at[0], 0u);
+  EXPECT_EQ(rec.events[1].type, ptev_disabled);
+  EXPECT_TRUE(rec.events[1].ip_suppressed);
+  EXPECT_EQ(rec.at[1], branches[split] - branches.front() + 1);  // after `from`
+  EXPECT_EQ(rec.events[2].type, ptev_enabled);
+  EXPECT_EQ(rec.events[2].variant.enabled.ip, to);
+  EXPECT_EQ(rec.at[2], rec.at[1]);
+}
+
 }  // namespace
 }  // namespace ptkit::decoder

@@ -332,27 +332,39 @@ TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
   std::vector<size_t> branches;
   std::vector<uint8_t> bts = testing::BtsFromWalk(*code_, *ips, &branches);
   ASSERT_GE(branches.size(), 5u);
-  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_bts.pt");
-  auto writer = NewContainer(path, {{"pmu", {{"name", "intel_bts"}, {"type", 9}}},
-                                    {"attrs",
-                                     {{{"name", "intel_bts"},
-                                       {"type", 9},
-                                       {"sample_type", kLayout.sample_type},
-                                       {"sample_id_all", true}}}}});
-  ASSERT_THAT(writer, IsOk());
-  const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
-  ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(*code_, 300, text, kTiny)}), IsOk());
-  ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 10, bts}), IsOk());
-  ASSERT_THAT((*writer)->Close(), IsOk());
+  const nlohmann::json attr = {{"sample_type", kLayout.sample_type}, {"sample_id_all", true}};
+  nlohmann::json kernel_attr = attr;
+  kernel_attr["name"] = "intel_bts";
+  kernel_attr["type"] = 9;
+  // What the kernel path writes (the PMU it opened), and what --emulate --bts writes (no
+  // PMU: the emulation's format).
+  const std::vector<nlohmann::json> metadata = {
+      {{"pmu", {{"name", "intel_bts"}, {"type", 9}}}, {"attrs", {kernel_attr}}},
+      {{"emulated", true},
+       {"emulation", {{"format", "bts"}, {"streams", "per-thread"}}},
+       {"attrs", {attr}}}};
+  for (const nlohmann::json& meta : metadata) {
+    SCOPED_TRACE(meta.dump());
+    EXPECT_TRUE(IsBtsRecording(meta));
+    const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_bts.pt");
+    auto writer = NewContainer(path, meta);
+    ASSERT_THAT(writer, IsOk());
+    const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
+    ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(*code_, 300, text, kTiny)}), IsOk());
+    ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 10, bts}), IsOk());
+    ASSERT_THAT((*writer)->Close(), IsOk());
 
-  Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
-  ASSERT_THAT(totals, IsOk());
-  EXPECT_THAT(rec.errors, SizeIs(0));
-  ASSERT_THAT(rec.runs, SizeIs(2));
-  EXPECT_THAT(rec.runs[1], ElementsAreArray(ips->begin() + branches.front(),
-                                            ips->begin() + branches.back() + 1));
+    Recorder rec;
+    auto totals = DecodeContainer(path, {}, rec);
+    std::remove(path.c_str());
+    ASSERT_THAT(totals, IsOk());
+    EXPECT_THAT(rec.errors, SizeIs(0));
+    ASSERT_THAT(rec.runs, SizeIs(2));
+    EXPECT_THAT(rec.runs[1], ElementsAreArray(ips->begin() + branches.front(),
+                                              ips->begin() + branches.back() + 1));
+  }
+  EXPECT_FALSE(IsBtsRecording({{"emulation", {{"format", "pt"}}}}));
+  EXPECT_FALSE(IsBtsRecording({{"pmu", {{"name", "intel_pt"}}}}));
 }
 
 TEST_F(ContainerTest, FiltersSelectStreams) {
@@ -378,13 +390,36 @@ TEST_F(ContainerTest, FiltersSelectStreams) {
   EXPECT_EQ(first_task.streams[0].name, "cpu 0");
   EXPECT_EQ(whole->instructions, truth_a_.size() + truth_b_.size());
   EXPECT_EQ(whole->losses, 1u);
-  Recorder none;
-  options = {};
-  options.cpu = 7;
-  auto totals = DecodeContainer(path_, options, none);
-  ASSERT_THAT(totals, IsOk());
-  EXPECT_EQ(totals->streams, 0u);
-  EXPECT_EQ(totals->instructions, 0u);
+}
+
+TEST_F(ContainerTest, FiltersThatSelectNothingSayWhatTheRecordingHas) {
+  struct Case {
+    ContainerOptions options;
+    std::string message;
+  };
+  std::vector<Case> cases(4);
+  cases[0].options.cpu = 7;
+  cases[0].message = ": no stream of CPU 7; CPUs in this recording: 0";
+  cases[1].options.tid = 999;
+  cases[1].message = ": no stream matches --tid 999; streams in this recording: cpu 0, tid 200";
+  cases[2].options.snapshot = 3;
+  cases[2].message =
+      ": no snapshot 3: this recording has no snapshots (it was not recorded with --snapshot)";
+  cases[3].options.cpu = 7;
+  cases[3].options.snapshot = 0;
+  cases[3].message =
+      ": no stream of CPU 7; CPUs in this recording: 0; no snapshot 0: this "
+      "recording has no snapshots (it was not recorded with --snapshot)";
+  for (const Case& c : cases) {
+    Recorder none;
+    auto totals = DecodeContainer(path_, c.options, none);
+    EXPECT_THAT(totals, StatusIs(absl::StatusCode::kNotFound, path_ + c.message));
+    EXPECT_THAT(none.streams, SizeIs(0));
+    std::FILE* out = std::tmpfile();
+    EXPECT_THAT(DumpContainerPackets(path_, c.options, out, {}),
+                StatusIs(absl::StatusCode::kNotFound, path_ + c.message));
+    std::fclose(out);
+  }
 }
 
 TEST_F(ContainerTest, SnapshotsDecodeEachOnItsOwn) {
@@ -678,13 +713,13 @@ TEST_F(TidFilterTest, ATidShowsOnlyWhatThatThreadRanOnTheCpu) {
   EXPECT_THAT(t101.runs[1], ElementsAreArray(cpu_.truths()[3]));
   EXPECT_EQ(totals->instructions, Insns({3}));
 
-  Recorder none;  // a thread that never ran: nothing at all
+  Recorder none;  // a thread that never ran: nothing at all, and an error saying so
   options.tid = 999;
   totals = DecodeContainer(path_, options, none);
-  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(totals, StatusIs(absl::StatusCode::kNotFound,
+                               path_ + ": thread 999 did not run while the CPU streams traced; "
+                                       "processes in this recording: 100, 200"));
   EXPECT_THAT(none.streams, SizeIs(0));
-  EXPECT_EQ(totals->instructions, 0u);
-  EXPECT_EQ(totals->streams, 0u);
 }
 
 // The trace is truncated while 200 runs and resumes with 100, switched in during the lost
@@ -831,7 +866,7 @@ TEST_F(TidFilterTest, PacketsOfATidAreThoseWhileItRuns) {
     std::vector<uint64_t> seen;
     for (const auto& j : JsonLines(out)) {
       if (j.value("packet", "") == "tsc") {
-        seen.push_back(std::stoull(j["tsc"].get<std::string>(), nullptr, 16));
+        seen.push_back(j["tsc"].get<uint64_t>());  // a number, as in insn --json
       }
     }
     return seen;

@@ -123,11 +123,90 @@ TEST_F(PtdecodeCliTest, EveryFormRuns) {
   }
 }
 
-TEST_F(PtdecodeCliTest, TimeWindowWithoutTimingKeepsNothing) {
+TEST_F(PtdecodeCliTest, TimeWindowWithoutTimingKeepsNothingAndSaysWhy) {
   // This trace has no timing packets: no instruction has a known time.
   Result r = RunPtdecode("insn --time 0,1000000 --pt " + trace_ + " --elf " + kTiny);
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "ptdecode: " + trace_ +
+                       ": --time 0,1000000: no instruction ran in [0, 1000000): the trace has no "
+                       "timing packets (no TSC, MTC or CYC)\n");
+}
+
+TEST_F(PtdecodeCliTest, TimeWindowTotalsAgreeWithItsRows) {
+  auto code = ElfCode::Load(kTiny);
+  ASSERT_THAT(code, IsOk());
+  PtSynth synth(*code);
+  const uint64_t work = code->Symbol("work").address;
+  auto early = synth.AddSegment({.entry = work, .seed = 21, .max_insns = 3000, .tsc = 1000});
+  auto late = synth.AddSegment({.entry = work, .seed = 22, .max_insns = 2000, .tsc = 9000});
+  ASSERT_THAT(early, IsOk());
+  ASSERT_THAT(late, IsOk());
+  const std::string path = ::ptkit::decoder::testing::TempPath("cli_two_times.pt");
+  std::vector<uint8_t> bytes = synth.bytes();
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  const std::string input = " --pt " + path + " --elf " + kTiny;
+  for (const auto& [window, expected] : {std::pair<std::string, size_t>{"0,5000", early->size()},
+                                         {"5000,10000", late->size()},
+                                         {"0,10000", early->size() + late->size()}}) {
+    SCOPED_TRACE(window);
+    Result r = RunPtdecode("stats --json --time " + window + input);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto doc = nlohmann::json::parse(r.out);
+    uint64_t self = 0;
+    for (const auto& fn : doc["functions"]) self += fn["self"].get<uint64_t>();
+    EXPECT_EQ(doc["totals"]["instructions"].get<uint64_t>(), expected);
+    EXPECT_EQ(self, expected);
+    uint64_t images = 0;
+    for (const auto& image : doc["images"]) images += image["instructions"].get<uint64_t>();
+    EXPECT_EQ(images, expected);
+  }
+  Result r = RunPtdecode("stats --time 1,100" + input);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.out, StartsWith("# " + path + ": " + std::to_string(bytes.size()) +
+                                " bytes, 0 instructions, 0 blocks"));
+  EXPECT_EQ(r.err, "ptdecode: " + path +
+                       ": --time 1,100: no instruction ran in [1, 100); the trace's time (TSC) "
+                       "runs from 1000 to 9000\n");
+  for (const char* bad : {"5,1", "5,5"}) {
+    r = RunPtdecode(std::string("stats --time ") + bad + input);
+    EXPECT_EQ(r.exit_code, 2) << bad;
+    EXPECT_EQ(r.err, fmt::format("ptdecode: bad --time '{}': FROM must be less than TO (the "
+                                 "window is [FROM, TO)) (see ptdecode --help)\n",
+                                 bad));
+  }
+  std::remove(path.c_str());
+}
+
+TEST_F(PtdecodeCliTest, PacketsJsonGivesCountersAsNumbers) {
+  auto code = ElfCode::Load(kTiny);
+  ASSERT_THAT(code, IsOk());
+  PtSynth synth(*code);
+  const uint64_t tsc = 0x123456789abcull;
+  ASSERT_THAT(synth.AddSegment({.entry = code->Symbol("work").address, .tsc = tsc}), IsOk());
+  const std::string path = ::ptkit::decoder::testing::TempPath("cli_tsc.pt");
+  std::vector<uint8_t> bytes = synth.bytes();
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  Result r = RunPtdecode("packets --json --pt " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int tscs = 0;
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    auto packet = nlohmann::json::parse(line);
+    if (packet["packet"] != "tsc") continue;
+    ++tscs;
+    EXPECT_TRUE(packet["tsc"].is_number_unsigned()) << line;
+    EXPECT_EQ(packet["tsc"].get<uint64_t>(), tsc);
+  }
+  EXPECT_EQ(tscs, 1);
+  Result insn = RunPtdecode("insn --json --pt " + path + " --elf " + kTiny);  // the same form
+  ASSERT_EQ(insn.exit_code, 0) << insn.err;
+  EXPECT_THAT(insn.out, HasSubstr(fmt::format("\"tsc\":{},", tsc)));
+  std::remove(path.c_str());
 }
 
 TEST_F(PtdecodeCliTest, BtsRecordsDecodeLikeTheWalk) {
@@ -220,7 +299,7 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
   EXPECT_FALSE(nlohmann::json::parse(r.out).contains("decode"));
   r = RunPtdecode("info --decode " + path);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("decode: 1 streams, " + std::to_string(instructions_) +
+  EXPECT_THAT(r.out, HasSubstr("decode: 1 stream, " + std::to_string(instructions_) +
                                " instructions, 0 errors"));
   // packets: the stream's header line, then exactly the raw trace's dump (offsets are the
   // stream's).
@@ -231,8 +310,29 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
   ASSERT_THAT(r.out, StartsWith("[stream tid 300"));
   EXPECT_EQ(r.out.substr(r.out.find('\n') + 1), raw.out);
   r = RunPtdecode("insn " + path + " --tid 301");
-  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "ptdecode: " + path + ": no stream of thread 301; threads in this recording: 300\n");
+  r = RunPtdecode("stats " + path + " --cpu 7");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err, "ptdecode: " + path +
+                       ": no stream of CPU 7: this recording's streams are per thread (tid 300), "
+                       "not per CPU\n");
+  r = RunPtdecode("calls " + path + " --snapshot 3");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(": no snapshot 3: this recording has no snapshots"));
+  // The default report: `ptdecode FILE` is `ptdecode report FILE`: info, stats, problems.
+  r = RunPtdecode(path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  Result summary = RunPtdecode("info " + path);
+  Result stats = RunPtdecode("stats " + path);
+  ASSERT_EQ(summary.exit_code, 0);
+  ASSERT_EQ(stats.exit_code, 0);
+  EXPECT_EQ(r.out, summary.out + "\n" + stats.out + "\nlosses and errors: none\n");
+  EXPECT_EQ(RunPtdecode("report " + path).out, r.out);
+  EXPECT_THAT(stats.out, HasSubstr("\n# 1 stream, 0 loss points, 0 bytes lost\n"));  // "1 stream"
   r = RunPtdecode("insn " + path + " --pt " + trace_);
   EXPECT_EQ(r.exit_code, 2);
   r = RunPtdecode("insn " + path + " --elf " + kTiny);
@@ -299,6 +399,51 @@ TEST_F(PtdecodeCliTest, SrclineWithoutDwarfNamesTheFileOnce) {
                          " has no DWARF line information (no file:line for its code)\n");
   }
   EXPECT_EQ(RunPtdecode("stats --srcline --pt " + trace_ + " --elf " + kTiny).exit_code, 2);
+}
+
+TEST_F(PtdecodeCliTest, AnEmptyTraceFileSaysSo) {
+  const std::string empty = ::ptkit::decoder::testing::TempPath("cli_empty.pt");
+  std::ofstream(empty, std::ios::binary).close();
+  for (const char* cmd : {"insn --pt ", "stats --pt ", "packets --pt ", "stats --bts "}) {
+    Result r = RunPtdecode(cmd + empty);
+    EXPECT_EQ(r.exit_code, 1) << cmd;
+    EXPECT_EQ(r.out, "") << cmd;
+    EXPECT_EQ(r.err, "ptdecode: " + empty + ": empty file (0 bytes): no trace to decode\n") << cmd;
+  }
+  std::remove(empty.c_str());
+}
+
+TEST_F(PtdecodeCliTest, ElfTakesOneFilePerOption) {
+  // `--elf X FILE`: FILE is the trace.pt, not a second image.
+  Result r = RunPtdecode("stats --elf " + kTiny + " " + trace_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "ptdecode: --elf, --raw and --pages apply to raw traces (--pt), not to trace.pt (see "
+            "ptdecode --help)\n");
+  r = RunPtdecode("stats --elf " + kTiny + " --elf " + kTiny + " --pt " + trace_);  // repeated
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(PtdecodeCliTest, SubcommandErrorsNameTheWordAndTheChoices) {
+  Result r = RunPtdecode("bogus " + trace_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "ptdecode: unknown sub-command 'bogus' (not a file either); sub-commands: info, insn, "
+            "branches, calls, stats, folded, timeline, packets, report; or give a trace.pt FILE "
+            "for the default report (see ptdecode --help)\n");
+  for (const char* tid : {"abc", "-1", "4294967296", "1.5"}) {
+    r = RunPtdecode(std::string("stats ") + trace_ + " --tid " + tid);
+    EXPECT_EQ(r.exit_code, 2) << tid;
+    EXPECT_EQ(r.err, fmt::format("ptdecode: bad --tid '{}': expected a number up to 4294967295 "
+                                 "(see ptdecode --help)\n",
+                                 tid));
+  }
+  r = RunPtdecode(std::string("stats ") + trace_ + " --snapshot x");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, StartsWith("ptdecode: bad --snapshot 'x': expected a number"));
+  r = RunPtdecode(trace_);  // a raw trace is no trace.pt: the report says so
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(trace_));
 }
 
 TEST_F(PtdecodeCliTest, UsageErrorsExitTwoWithOneLine) {

@@ -1,0 +1,236 @@
+// ptdecode's outputs on real recordings, as users make them on a machine without Intel PT:
+//   ptrecord --emulate [--bts] --ground-truth truth.txt -o trace.pt -- PROGRAM
+// checked against oracles that are not ptdecode: the recorder's ground truth (every retired
+// instruction, per thread) and nm's symbol sizes. One recording per program and form, shared
+// by the tests (emulated recording is slow).
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "ground_truth.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "run_command.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::RunCommand;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+using ::ptkit::testing::ParseInsn;
+using ::ptkit::testing::PerThread;
+using ::ptkit::testing::ReadTruth;
+
+const std::string kFib = PROGRAM_DIR "/emulate_fib";
+const std::string kFork = PROGRAM_DIR "/emulate_fork";
+
+// [begin, end) of a function by `nm -S` (the oracle for symbol ranges).
+std::pair<uint64_t, uint64_t> NmRange(const std::string& program, const std::string& name) {
+  auto r = RunCommand({"/usr/bin/nm", "-S", "--defined-only", program});
+  std::istringstream in(r.out);
+  std::string address, size, type, symbol;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    if (fields >> address >> size >> type >> symbol && symbol == name) {
+      const uint64_t begin = std::stoull(address, nullptr, 16);
+      return {begin, begin + std::stoull(size, nullptr, 16)};
+    }
+  }
+  return {0, 0};
+}
+
+struct Recorded {
+  std::string trace, truth;
+  bool ok = false;
+  std::string why;  // when not ok
+};
+
+class PtdecodeEmulatedTest : public ::testing::Test {
+ protected:
+  static void TearDownTestSuite() {
+    recordings_.clear();
+    dir_.reset();
+  }
+  // Records `program` once (name: the key and the file stem); skips the test when ptrace or
+  // perf_event_open is denied.
+  static const Recorded& Record(const std::string& name, const std::string& program,
+                                const std::vector<std::string>& options = {}) {
+    if (!dir_) dir_ = std::make_unique<testing::TempDir>();
+    auto [it, inserted] = recordings_.try_emplace(name);
+    Recorded& rec = it->second;
+    if (!inserted) return rec;
+    rec.trace = dir_->File(name + ".pt");
+    rec.truth = dir_->File(name + ".truth");
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "--ground-truth",
+                                     rec.truth,     "-o",        rec.trace};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back("--");
+    argv.push_back(program);
+    auto r = RunCommand(argv);
+    rec.ok = r.exit_code == 0;
+    rec.why = r.err;
+    return rec;
+  }
+  static std::unique_ptr<testing::TempDir> dir_;
+  static std::map<std::string, Recorded> recordings_;
+};
+std::unique_ptr<testing::TempDir> PtdecodeEmulatedTest::dir_;
+std::map<std::string, Recorded> PtdecodeEmulatedTest::recordings_;
+
+#define PTKIT_RECORD_OR_SKIP(var, ...)                                           \
+  const Recorded& var = Record(__VA_ARGS__);                                     \
+  if (!var.ok && var.why.find("Operation not permitted") != std::string::npos) { \
+    GTEST_SKIP() << "ptrace or perf_event_open denied";                          \
+  }                                                                              \
+  ASSERT_TRUE(var.ok) << var.why
+
+TEST_F(PtdecodeEmulatedTest, AnEmulatedBtsRecordingDecodesToTheGroundTruth) {
+  PTKIT_RECORD_OR_SKIP(rec, "fib_bts", kFib, {"--bts"});
+  auto r = RunCommand({PTDECODE_PATH, "insn", rec.trace});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  PerThread truth = ReadTruth(rec.truth);
+  PerThread got = ParseInsn(r.out);
+  ASSERT_EQ(truth.size(), 1u);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_GT(truth.begin()->second.size(), 1000u);
+  EXPECT_EQ(got.begin()->second.size(), truth.begin()->second.size());
+  EXPECT_TRUE(got == truth);
+  EXPECT_THAT(r.out, Not(HasSubstr("[gap")));
+}
+
+// Every "E" closes the innermost open "B" of its track and carries its name (speedscope
+// matches ends by name; Perfetto by nesting): a stack check over the whole document.
+void ExpectEndsNameTheirSlices(const std::string& json) {
+  auto doc = nlohmann::json::parse(json);
+  std::map<uint64_t, std::vector<std::string>> open;  // per tid
+  size_t begins = 0, ends = 0;
+  for (const auto& e : doc["traceEvents"]) {
+    const std::string ph = e["ph"];
+    const uint64_t tid = e["tid"];
+    if (ph == "B") {
+      ++begins;
+      open[tid].push_back(e["name"]);
+    } else if (ph == "E") {
+      ++ends;
+      ASSERT_TRUE(e.contains("name")) << e.dump();
+      ASSERT_FALSE(open[tid].empty()) << "an end with no open slice: " << e.dump();
+      EXPECT_EQ(e["name"], open[tid].back()) << e.dump();
+      open[tid].pop_back();
+    }
+  }
+  EXPECT_GT(begins, 10u);
+  EXPECT_EQ(ends, begins);
+  for (const auto& [tid, stack] : open) EXPECT_TRUE(stack.empty()) << "tid " << tid;
+}
+
+TEST_F(PtdecodeEmulatedTest, TimelineEndsNameTheSliceTheyClose) {
+  PTKIT_RECORD_OR_SKIP(fib, "fib", kFib);
+  auto r = RunCommand({PTDECODE_PATH, "timeline", fib.trace});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectEndsNameTheirSlices(r.out);
+  PTKIT_RECORD_OR_SKIP(fork, "fork", kFork);  // two processes, two tracks
+  r = RunCommand({PTDECODE_PATH, "timeline", fork.trace});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  ExpectEndsNameTheirSlices(r.out);
+}
+
+TEST_F(PtdecodeEmulatedTest, StatsOfAForkingProgramHaveOneRowPerFunction) {
+  PTKIT_RECORD_OR_SKIP(rec, "fork", kFork);
+  PerThread truth = ReadTruth(rec.truth);
+  ASSERT_EQ(truth.size(), 2u);  // parent and child
+  auto r = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  uint64_t total = 0;
+  for (const auto& [tid, ips] : truth) total += ips.size();
+  EXPECT_EQ(doc["totals"]["instructions"].get<uint64_t>(), total);
+  std::set<std::pair<std::string, std::string>> rows;
+  for (const auto& fn : doc["functions"]) {
+    const std::string function = fn["function"], image = fn["image"];
+    EXPECT_TRUE(rows.insert({function, image}).second)
+        << "two rows for " << function << " in " << image;
+  }
+  for (const char* name : {"main", "spin"}) {
+    SCOPED_TRACE(name);
+    auto [begin, end] = NmRange(kFork, name);
+    ASSERT_LT(begin, end);
+    uint64_t self = 0, entries = 0;  // both processes
+    for (const auto& [tid, ips] : truth) {
+      for (uint64_t ip : ips) {
+        self += ip >= begin && ip < end;
+        entries += ip == begin;
+      }
+    }
+    int found = 0;
+    for (const auto& fn : doc["functions"]) {
+      if (fn["function"] != name) continue;
+      ++found;
+      EXPECT_EQ(fn["self"].get<uint64_t>(), self);
+      if (std::string(name) == "spin") {
+        EXPECT_EQ(fn["calls"].get<uint64_t>(), entries);
+      }
+    }
+    EXPECT_EQ(found, 1);
+  }
+}
+
+TEST_F(PtdecodeEmulatedTest, AFilterThatMatchesNothingNamesWhatTheRecordingHas) {
+  PTKIT_RECORD_OR_SKIP(rec, "fork", kFork);
+  PerThread truth = ReadTruth(rec.truth);
+  ASSERT_EQ(truth.size(), 2u);
+  std::string tids;
+  for (const auto& [tid, ips] : truth) tids += (tids.empty() ? "" : ", ") + std::to_string(tid);
+  for (const char* cmd : {"stats", "insn", "timeline", "packets"}) {
+    auto r = RunCommand({PTDECODE_PATH, cmd, rec.trace, "--tid", "99999"});
+    EXPECT_EQ(r.exit_code, 1) << cmd;
+    EXPECT_EQ(r.out, "") << cmd;
+    EXPECT_EQ(r.err, "ptdecode: " + rec.trace +
+                         ": no stream of thread 99999; threads in this recording: " + tids + "\n")
+        << cmd;
+  }
+  auto r = RunCommand({PTDECODE_PATH, "stats", rec.trace, "--cpu", "7"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr(": no stream of CPU 7: this recording's streams are per thread"));
+}
+
+TEST_F(PtdecodeEmulatedTest, AFileAloneGivesTheDefaultReport) {
+  PTKIT_RECORD_OR_SKIP(rec, "fork", kFork);
+  auto r = RunCommand({PTDECODE_PATH, rec.trace});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("footer:      present"));         // info
+  EXPECT_THAT(r.out, HasSubstr("  function [image]\n"));         // stats
+  EXPECT_THAT(r.out, HasSubstr("  spin [emulate_fork]\n"));      // its top function
+  EXPECT_THAT(r.out, HasSubstr("\nlosses and errors: none\n"));  // and the problems
+  int rows = 0;                                                  // function rows: self% and incl%
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    rows += std::count(line.begin(), line.end(), '%') == 2 && line.find("self%") == line.npos;
+  }
+  EXPECT_EQ(rows, 20);
+  EXPECT_THAT(r.out, HasSubstr(" more functions: ptdecode stats shows them all)\n"));
+  // With the stream filters of the decoding sub-commands: one thread, whose spin() ran
+  // once (twice in the whole recording: parent and child).
+  PerThread truth = ReadTruth(rec.truth);
+  r = RunCommand({PTDECODE_PATH, rec.trace, "--tid", std::to_string(truth.rbegin()->first)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\n# 1 stream, 0 loss points, 0 bytes lost\n"));
+  EXPECT_THAT(r.out, HasSubstr("         1  spin [emulate_fork]\n"));
+  r = RunCommand({PTDECODE_PATH, rec.trace});
+  EXPECT_THAT(r.out, HasSubstr("         2  spin [emulate_fork]\n"));
+  r = RunCommand({PTDECODE_PATH, rec.trace, "--tid", "99999"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("no stream of thread 99999; threads in this recording: "));
+}
+
+}  // namespace
+}  // namespace ptkit
