@@ -1101,9 +1101,11 @@ class StatsSink : public FlowSink {
         options_.top_functions == 0 ? order.size() : std::min(order.size(), options_.top_functions);
     for (size_t k = 0; k < shown; ++k) {
       const Function& fn = rows[order[k]];
-      fmt::format_to(it, "{:>12} {:>6.2f}% {:>12} {:>6.2f}% {:>9}  {} [{}]\n", fn.self,
+      // Code without a symbol is named "[image]" already: no second "[image]" after it.
+      const std::string image = fmt::format("[{}]", Basename(image_name(fn)));
+      fmt::format_to(it, "{:>12} {:>6.2f}% {:>12} {:>6.2f}% {:>9}  {}{}{}\n", fn.self,
                      100.0 * fn.self / total, fn.inclusive, 100.0 * fn.inclusive / total, fn.calls,
-                     fn.name, Basename(image_name(fn)));
+                     fn.name, fn.name == image ? "" : " ", fn.name == image ? "" : image);
       out_.MaybeFlush();
     }
     if (shown < order.size()) {
@@ -1179,8 +1181,10 @@ class CallsSink : public FlowSink {
         AppendJsonString(out_.buf(), fn.name);
         out_.buf().append(std::string_view("}\n"));
       } else {
-        fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}[{}]\n"), count_, "", 2 * depth,
-                       fn.name);
+        // Bracketed like a fallback name ("[libc.so.6]"), which already has its brackets.
+        const bool bracketed = fn.name.starts_with('[');
+        fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}{}{}{}\n"), count_, "", 2 * depth,
+                       bracketed ? "" : "[", fn.name, bracketed ? "" : "]");
       }
       return;
     }

@@ -113,6 +113,21 @@ TEST_F(PtdecodeCliTest, InsnPrintsOneLinePerInstructionPlusMarkers) {
   EXPECT_THAT(r.out, HasSubstr("  work+0x0\n"));
 }
 
+// Code without a symbol is named "[file]": stats and calls print that name once, not
+// "[tiny.elf] [tiny.elf]" or "[[tiny.elf]]" (issue 10 item 13).
+TEST_F(PtdecodeCliTest, CodeWithoutASymbolIsNamedByItsFileOnce) {
+  const std::string raw =
+      fmt::format("--pt {} --raw {}:{:#x}:{:#x}", trace_, kTiny, text_offset_, text_);
+  Result stats = RunPtdecode("stats " + raw);
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  EXPECT_THAT(stats.out, HasSubstr("  [tiny.elf]\n"));
+  EXPECT_THAT(stats.out, ::testing::Not(HasSubstr("[tiny.elf] [tiny.elf]")));
+  Result calls = RunPtdecode("calls " + raw);
+  ASSERT_EQ(calls.exit_code, 0) << calls.err;
+  EXPECT_THAT(calls.out, HasSubstr(" [tiny.elf]\n"));
+  EXPECT_THAT(calls.out, ::testing::Not(HasSubstr("[[")));
+}
+
 TEST_F(PtdecodeCliTest, EveryFormRuns) {
   for (const char* cmd : {"branches", "calls", "folded", "timeline", "packets", "calls --json",
                           "branches --json", "packets --json", "insn --disasm --json"}) {
