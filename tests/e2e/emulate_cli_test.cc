@@ -270,6 +270,7 @@ TEST_F(EmulateCliTest, SigtermStopsTheRecordingAndKeepsTheTrace) {
   ASSERT_TRUE(WIFEXITED(s.status)) << "ptrecord died of signal " << WTERMSIG(s.status);
   EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGTERM) << s.err;
   EXPECT_THAT(s.err, HasSubstr("stopped by SIGTERM"));
+  EXPECT_THAT(s.err, HasSubstr("(emulated): 1 thread, "));
   const std::string usr2 = "SIGUSR2 ignored: snapshots do not apply to --emulate";
   EXPECT_THAT(s.err, HasSubstr(usr2));
   EXPECT_EQ(s.err.find(usr2), s.err.rfind(usr2)) << "said more than once: " << s.err;
