@@ -310,8 +310,15 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   };
   so.before_exec = [&](pid_t pid) -> absl::Status {
     for (int cpu : cpus) {
-      PTKIT_ASSIGN_OR_RETURN(record::PerfEvent ev,
-                             record::PerfEvent::Open(tracking, pid, cpu, "tracking event"));
+      absl::StatusOr<record::PerfEvent> opened =
+          record::PerfEvent::Open(tracking, pid, cpu, "tracking event");
+      if (opened.status().code() == absl::StatusCode::kInvalidArgument && tracking.build_id) {
+        // Before Linux 5.12 attr.build_id is a reserved bit (EINVAL): the file identities
+        // still come from the code records.
+        tracking.build_id = 0;
+        opened = record::PerfEvent::Open(tracking, pid, cpu, "tracking event");
+      }
+      PTKIT_ASSIGN_OR_RETURN(record::PerfEvent ev, std::move(opened));
       PTKIT_ASSIGN_OR_RETURN(
           record::RingBuffer ring,
           record::RingBuffer::Map(ev, options.data_pages, 0, false, cpus.size()));
