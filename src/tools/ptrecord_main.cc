@@ -163,7 +163,8 @@ int main(int argc, char** argv) {
   app.add_flag("--emulate", emulate,
                "No Intel PT needed: single-step the command under ptrace and write the Intel PT "
                "(or --bts) it would produce, with the kernel's real sideband; user space, "
-               "per-thread streams, ~15k-50k instructions/s. Refuses " +
+               "per-thread streams, ~15k-50k instructions/s. SIGINT/SIGTERM stop it and keep "
+               "the trace (exit 128 + signal). Refuses " +
                    absl::StrJoin(kNotWithEmulate, ", "));
   app.add_option("--ground-truth", ground_truth,
                  "With --emulate: write every retired instruction as 'TID 0xADDRESS' lines");
