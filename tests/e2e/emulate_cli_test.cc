@@ -222,30 +222,39 @@ TEST_F(EmulateCliTest, AWorkloadKilledByASignalIsSaid) {
 }
 
 // Starts ptrecord --emulate on the endless e2e_spin in its own process group, waits until it
-// has traced a while (its ground truth grows), sends it the signals (to the group when
-// `group`, as a terminal's Ctrl-C does) and returns its wait status and stderr.
+// has traced a while (its ground truth grows past `truth_bytes`; 0: for 0.5 s), sends it the
+// signals (to the group when `group`, as a terminal's Ctrl-C does) and returns its wait
+// status and stderr. A ptrecord still running 20 s later is killed (status: SIGKILL).
 struct Stopped {
   int status = 0;
   std::string err;
 };
 Stopped RecordSpinUntil(const std::string& trace, const std::string& truth,
-                        const std::vector<int>& signals, bool group) {
+                        const std::vector<int>& signals, bool group, const std::string& filter = "",
+                        off_t truth_bytes = 64 << 10) {
   const std::string err_file = truth + ".stderr";
   const pid_t pid = ::fork();
   if (pid == 0) {
     ::setpgid(0, 0);
     const int fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 2);
-    const std::string spin = kE2e + "/e2e_spin";
-    ::execl(PTRECORD_PATH, PTRECORD_PATH, "--emulate", "--ground-truth", truth.c_str(), "-o",
-            trace.c_str(), "--overwrite-existing", "--", spin.c_str(), nullptr);
+    std::vector<std::string> args = {PTRECORD_PATH, "--emulate", "--ground-truth",      truth,
+                                     "-o",          trace,       "--overwrite-existing"};
+    if (!filter.empty()) args.insert(args.end(), {"--filter", filter});
+    args.insert(args.end(), {"--", kE2e + "/e2e_spin"});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(PTRECORD_PATH, argv.data());
     _exit(126);
   }
   ::setpgid(pid, pid);
   // 64 KiB of ground truth: some 4,000 instructions after the start.
   for (int i = 0; i < 600; ++i) {
     struct stat st;
-    if (::stat(truth.c_str(), &st) == 0 && st.st_size > (64 << 10)) break;
+    if (truth_bytes == 0 ? i == 10 : ::stat(truth.c_str(), &st) == 0 && st.st_size > truth_bytes) {
+      break;
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   for (int sig : signals) {
@@ -253,7 +262,13 @@ Stopped RecordSpinUntil(const std::string& trace, const std::string& truth,
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
   }
   Stopped s;
-  ::waitpid(pid, &s.status, 0);
+  for (int i = 0; i < 400 && ::waitpid(pid, &s.status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (::waitpid(pid, &s.status, WNOHANG) == 0) {
+    ::kill(-pid, SIGKILL);
+    ::waitpid(pid, &s.status, 0);
+  }
   std::ifstream in(err_file);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -297,6 +312,22 @@ TEST_F(EmulateCliTest, CtrlCStopsTheRecordingAndKeepsTheTrace) {
   auto info = RunCommand({PTDECODE_PATH, "info", trace_});
   EXPECT_THAT(info.out, HasSubstr("footer:      present (closed cleanly)"));
   CheckDecode(1);
+}
+
+// With --filter outside the region, the workload runs at full speed and stops nowhere:
+// SIGTERM interrupts ptrecord's wait, which ends the run.
+TEST_F(EmulateCliTest, SigtermStopsARunAtFullSpeed) {
+  Stopped s = RecordSpinUntil(trace_, truth_, {SIGTERM}, false,
+                              "filter never_called @ " + kE2e + "/e2e_spin", 0);
+  if (s.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_TRUE(WIFEXITED(s.status)) << "ptrecord did not stop: signal " << WTERMSIG(s.status);
+  EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGTERM) << s.err;
+  EXPECT_THAT(s.err, HasSubstr("0 instructions"));
+  EXPECT_THAT(s.err, HasSubstr("stopped by SIGTERM"));
+  auto info = RunCommand({PTDECODE_PATH, "info", trace_});
+  EXPECT_THAT(info.out, HasSubstr("footer:      present (closed cleanly)"));
 }
 
 TEST_F(EmulateCliTest, AMissingProgramExits127NamingIt) {
