@@ -185,8 +185,8 @@ TEST_F(EmulateCliTest, ARebuiltProgramIsAWarningNamingIt) {
   if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
   ASSERT_EQ(rec.exit_code, 3) << rec.err;
   EXPECT_THAT(CheckDecode(1), Not(HasSubstr("build-id")));
-  // "Rebuilt": another program at the same path.
-  std::filesystem::copy_file(kE2e + "/e2e_spin", prog,
+  // Rebuilt: another build-id at the same path.
+  std::filesystem::copy_file(kE2e + "/e2e_fib_rebuilt", prog,
                              std::filesystem::copy_options::overwrite_existing);
   auto dec = RunCommand({PTDECODE_PATH, "stats", trace_});
   EXPECT_THAT(dec.err, HasSubstr(prog + ": build-id "));
@@ -200,7 +200,8 @@ TEST_F(EmulateCliTest, AnArchivedRecordingNeedsNotTheProgram) {
   auto rec = Record({prog, "x"}, {"--archive"});
   if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
   ASSERT_EQ(rec.exit_code, 3) << rec.err;
-  std::filesystem::copy_file(kE2e + "/e2e_spin", prog,
+  // Replaced by other code: the archived bytes are decoded, not the file.
+  std::filesystem::copy_file(kE2e + "/e2e_crash", prog,
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_THAT(CheckDecode(1), Not(HasSubstr("build-id")));
   std::filesystem::remove(prog);
