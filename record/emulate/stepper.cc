@@ -264,6 +264,10 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
     if (!t.free && Catches(t.pid, sig)) t.signal_to_handler = true;
   }
   if (t.free) {
+    if (StopRequested(true)) {  // a signal that came while this stop was handled
+      KillAll();
+      return absl::OkStatus();
+    }
     if (::ptrace(PTRACE_SYSCALL, tid, nullptr, reinterpret_cast<void*>(sig)) != 0) {
       if (errno == ESRCH) return absl::OkStatus();
       return ErrnoStatus(absl::StrCat("ptrace(SYSCALL) of thread ", tid));
