@@ -12,9 +12,14 @@
 #include <cstdlib>
 #include <memory>
 #include <optional>
+#include <string_view>
+#include <utility>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "decoder/image.h"
 #include "ptkit/status.h"
 
 namespace ptkit::record {
@@ -31,6 +36,7 @@ struct Symbol {
 struct ElfFile {
   std::vector<Symbol> symbols;  // defined, by address
   std::vector<GElf_Phdr> loads;
+  bool stripped = false;  // no .symtab, and no debug file has one
 
   // The file offset of virtual address `vaddr`, if a PT_LOAD segment holds it.
   std::optional<uint64_t> FileOffset(uint64_t vaddr) const {
@@ -42,6 +48,29 @@ struct ElfFile {
     return std::nullopt;
   }
 };
+
+// Appends the defined symbols of `elf`'s sections of type `type` (SHT_SYMTAB or SHT_DYNSYM);
+// whether there was such a section.
+bool AddSymbols(Elf* elf, int type, std::vector<Symbol>& out) {
+  bool found = false;
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn)) != nullptr;) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || static_cast<int>(sh.sh_type) != type) continue;
+    found = true;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    const size_t n = sh.sh_entsize == 0 ? 0 : sh.sh_size / sh.sh_entsize;
+    for (size_t i = 0; data != nullptr && i < n; ++i) {
+      GElf_Sym sym;
+      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
+      const int st_type = GELF_ST_TYPE(sym.st_info);
+      if (sym.st_shndx == SHN_UNDEF || st_type == STT_SECTION || st_type == STT_FILE) continue;
+      const char* name = elf_strptr(elf, sh.sh_link, sym.st_name);
+      if (name == nullptr || *name == '\0') continue;
+      out.push_back({name, sym.st_value, sym.st_size, GELF_ST_BIND(sym.st_info) != STB_LOCAL});
+    }
+  }
+  return found;
+}
 
 absl::StatusOr<ElfFile> ReadElf(const std::string& path) {
   static const bool init = elf_version(EV_CURRENT) != EV_NONE;
@@ -66,25 +95,23 @@ absl::StatusOr<ElfFile> ReadElf(const std::string& path) {
       }
     }
   }
-  // .symtab when present (it holds .dynsym's symbols too), else .dynsym.
-  for (int want : {SHT_SYMTAB, SHT_DYNSYM}) {
-    for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf.get(), scn)) != nullptr;) {
-      GElf_Shdr sh;
-      if (gelf_getshdr(scn, &sh) == nullptr || static_cast<int>(sh.sh_type) != want) continue;
-      Elf_Data* data = elf_getdata(scn, nullptr);
-      const size_t n = sh.sh_entsize == 0 ? 0 : sh.sh_size / sh.sh_entsize;
-      for (size_t i = 0; data != nullptr && i < n; ++i) {
-        GElf_Sym sym;
-        if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
-        const int type = GELF_ST_TYPE(sym.st_info);
-        if (sym.st_shndx == SHN_UNDEF || type == STT_SECTION || type == STT_FILE) continue;
-        const char* name = elf_strptr(elf.get(), sh.sh_link, sym.st_name);
-        if (name == nullptr || *name == '\0') continue;
-        out.symbols.push_back(
-            {name, sym.st_value, sym.st_size, GELF_ST_BIND(sym.st_info) != STB_LOCAL});
+  // .symtab when present (it holds .dynsym's symbols too); else .dynsym and the .symtab of
+  // the separate debug file, found as the decoder (and gdb, perf) find it.
+  if (!AddSymbols(elf.get(), SHT_SYMTAB, out.symbols)) {
+    AddSymbols(elf.get(), SHT_DYNSYM, out.symbols);
+    bool debug_found = false;
+    const std::string debug_path = decoder::FindDebugFile(elf.get(), path, "");
+    const int debug_fd = debug_path.empty() ? -1 : open(debug_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (debug_fd >= 0) {
+      Elf* debug = elf_begin(debug_fd, ELF_C_READ_MMAP, nullptr);
+      if (debug != nullptr && elf_kind(debug) == ELF_K_ELF &&
+          AddSymbols(debug, SHT_SYMTAB, out.symbols)) {
+        debug_found = true;
       }
+      elf_end(debug);
+      close(debug_fd);
     }
-    if (!out.symbols.empty()) break;
+    out.stripped = !debug_found;
   }
   std::sort(out.symbols.begin(), out.symbols.end(), [](const Symbol& a, const Symbol& b) {
     return a.value != b.value ? a.value < b.value : a.name < b.name;
@@ -99,6 +126,56 @@ std::optional<uint64_t> ParseNumber(const std::string& s) {
   const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
   if (errno != 0 || *end != '\0') return std::nullopt;
   return v;
+}
+
+// Levenshtein distance of `a` and `b`, case-insensitive.
+size_t EditDistance(std::string_view a, std::string_view b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t above = row[j];
+      const bool same = std::tolower(static_cast<unsigned char>(a[i - 1])) ==
+                        std::tolower(static_cast<unsigned char>(b[j - 1]));
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (same ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+// What there is instead of the unknown symbol `name`: "; similar: a, b" (names within a few
+// edits, or containing it), or why there is nothing to offer.
+std::string WhatThereIs(const ElfFile& elf, const std::string& name, const std::string& file) {
+  const std::string stripped =
+      elf.stripped ? absl::StrCat("; ", file,
+                                  " is stripped (no .symtab) and no debug file was found by "
+                                  "build-id or .gnu_debuglink")
+                   : "";
+  if (elf.symbols.empty()) return absl::StrCat(stripped, ": give a file offset");
+  const std::string lower = absl::AsciiStrToLower(name);
+  const size_t max_edits = std::max<size_t>(1, name.size() / 4);
+  std::vector<std::pair<size_t, std::string>> near;  // (distance, name)
+  for (const Symbol& s : elf.symbols) {
+    const size_t d = EditDistance(name, s.name);
+    if (d <= max_edits || absl::StrContains(absl::AsciiStrToLower(s.name), lower)) {
+      near.emplace_back(d, s.name);
+    }
+  }
+  std::sort(near.begin(), near.end());
+  near.erase(std::unique(near.begin(), near.end()), near.end());
+  if (near.empty()) {
+    return absl::StrCat(stripped, "; none of its ", elf.symbols.size(), " symbols is similar (nm ",
+                        file, " lists them)");
+  }
+  constexpr size_t kShown = 8;
+  std::vector<std::string> names;
+  for (size_t i = 0; i < near.size() && i < kShown; ++i) names.push_back(near[i].second);
+  return absl::StrCat(
+      stripped, "; similar: ", absl::StrJoin(names, ", "),
+      near.size() > kShown ? absl::StrCat(" (and ", near.size() - kShown, " more)") : "");
 }
 
 // Finds "name", "name#N" (N-th in address order, from 1) or "name#0|g|G" (the global one).
@@ -117,7 +194,8 @@ absl::StatusOr<Symbol> FindSymbol(const ElfFile& elf, const std::string& spec,
   }
   auto where = [&] { return absl::StrCat(" in filter '", filter, "'"); };
   if (found.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat("no symbol '", name, "' in ", file, where()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("no symbol '", name, "' in ", file, where(), WhatThereIs(elf, name, file)));
   }
   if (select == "0" || select == "g" || select == "G") {
     std::erase_if(found, [](const Symbol* s) { return !s->global; });

@@ -101,6 +101,19 @@ absl::StatusOr<std::vector<uint8_t>> ReadOwnVdso() {
 }
 
 void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdLayout& layout) {
+  if (record.type == PERF_RECORD_FORK) {
+    absl::StatusOr<perf::Task> fork = perf::ParseTask(record, layout);
+    if (!fork.ok() || fork->pid == fork->ppid) return;  // a thread: its process's memory
+    // A new process is a copy of its parent's memory (FORK comes after the parent's MMAP2s),
+    // the vdso included, which is in no file: 8 KiB per process. (Archived file ranges are
+    // not copied: a fork-heavy workload would store its libraries once per process.)
+    std::vector<std::pair<uint32_t, uint64_t>> vdso;
+    for (const auto& [pid, addr] : vdso_) {
+      if (pid == fork->ppid) vdso.emplace_back(fork->pid, addr);
+    }
+    vdso_.insert(vdso.begin(), vdso.end());
+    return;
+  }
   if (record.type != PERF_RECORD_MMAP2) return;
   absl::StatusOr<perf::Mmap2> m = perf::ParseMmap2(record, layout);
   if (!m.ok() || !(m->prot & PROT_EXEC)) return;

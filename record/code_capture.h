@@ -9,6 +9,7 @@
 #include <map>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -33,7 +34,8 @@ class CodeCapture {
   // (ptrecord --archive), so decoding needs no file from this machine.
   explicit CodeCapture(bool archive = false) : archive_(archive) {}
 
-  // Feed every sideband record; keeps MMAP2 records of executable mappings.
+  // Feed every sideband record; keeps MMAP2 records of executable mappings. A FORK of a new
+  // process gives it its parent's vdso, which it has without an MMAP2 record of its own.
   void OnRecord(const perf::RecordView& record, const perf::SampleIdLayout& layout);
 
   // One kCodeIdentity record per distinct mapped file (path + build-id, empty when it has
@@ -60,9 +62,9 @@ class CodeCapture {
     auto operator<=>(const Range&) const = default;
   };
   bool archive_ = false;
-  std::map<std::string, FileMap> files_;  // path -> first executable mapping
-  std::map<uint32_t, uint64_t> vdso_;     // pid -> [vdso] address
-  std::set<Range> ranges_;                // every executable file mapping (archive)
+  std::map<std::string, FileMap> files_;          // path -> first executable mapping
+  std::set<std::pair<uint32_t, uint64_t>> vdso_;  // (pid, [vdso] address)
+  std::set<Range> ranges_;                        // every executable file mapping (archive)
 };
 
 }  // namespace ptkit::record

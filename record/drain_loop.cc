@@ -16,7 +16,9 @@ namespace {
 std::atomic<uint64_t> g_stop{0};
 std::atomic<uint64_t> g_child{0};
 std::atomic<uint64_t> g_snapshot{0};
+std::atomic<int> g_last_stop{0};
 static_assert(std::atomic<uint64_t>::is_always_lock_free);
+static_assert(std::atomic<int>::is_always_lock_free);
 
 constexpr int kSignals[] = {SIGINT, SIGTERM, SIGCHLD, SIGUSR2, SIGHUP};
 
@@ -29,22 +31,31 @@ void OnSignal(int sig) {
       g_snapshot.fetch_add(1, std::memory_order_relaxed);
       break;
     default:
+      g_last_stop.store(sig, std::memory_order_relaxed);
       g_stop.fetch_add(1, std::memory_order_relaxed);
       break;
   }
 }
 
+// Whether `delivery` watches signal `sig`.
+bool Watched(SignalWatcher::Delivery delivery, int sig) {
+  return sig != SIGCHLD || delivery == SignalWatcher::Delivery::kInPpoll;
+}
+
 }  // namespace
 
-SignalWatcher::SignalWatcher() {
+SignalWatcher::SignalWatcher(Delivery delivery) : delivery_(delivery) {
   sigset_t block;
   sigemptyset(&block);
-  for (int s : kSignals) sigaddset(&block, s);
+  if (delivery == Delivery::kInPpoll) {
+    for (int s : kSignals) sigaddset(&block, s);
+  }
   // Block first, then install: no signal can run a handler outside ppoll().
   pthread_sigmask(SIG_BLOCK, &block, &old_mask_);
   wait_mask_ = old_mask_;
   for (int s : kSignals) sigdelset(&wait_mask_, s);
   for (size_t i = 0; i < std::size(kSignals); ++i) {
+    if (!Watched(delivery, kSignals[i])) continue;
     struct sigaction sa;
     std::memset(&sa, 0, sizeof(sa));
     sa.sa_handler = OnSignal;
@@ -59,8 +70,9 @@ SignalWatcher::~SignalWatcher() {
   // (e.g. SIGUSR2 during the final snapshot) is counted, not delivered with the default
   // action (which ends the process) once the old handlers are back.
   pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
-  for (size_t i = 0; i < std::size(kSignals); ++i)
-    sigaction(kSignals[i], &old_actions_[i], nullptr);
+  for (size_t i = 0; i < std::size(kSignals); ++i) {
+    if (Watched(delivery_, kSignals[i])) sigaction(kSignals[i], &old_actions_[i], nullptr);
+  }
 }
 
 uint64_t SignalWatcher::stop_count() const { return g_stop.load(std::memory_order_relaxed); }
@@ -68,6 +80,7 @@ uint64_t SignalWatcher::child_count() const { return g_child.load(std::memory_or
 uint64_t SignalWatcher::snapshot_count() const {
   return g_snapshot.load(std::memory_order_relaxed);
 }
+int SignalWatcher::last_stop_signal() const { return g_last_stop.load(std::memory_order_relaxed); }
 
 absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, Drainer& drainer,
                                         const SignalWatcher& signals, const LoopOptions& options) {

@@ -21,13 +21,22 @@
 
 namespace ptkit::record {
 
-// Counts SIGINT/SIGTERM, SIGCHLD and SIGUSR2 with async-signal-safe handlers (they only bump
-// a counter). Construct it before starting other threads: it blocks the signals in the
-// calling thread, and threads started later inherit the mask. Restores the previous handlers
-// and mask on destruction. One instance at a time per process.
+// Counts SIGINT/SIGTERM/SIGHUP, SIGCHLD and SIGUSR2 with async-signal-safe handlers (they only
+// bump a counter). One instance at a time per process; restores the previous handlers and mask
+// on destruction.
 class SignalWatcher {
  public:
-  SignalWatcher();
+  enum class Delivery {
+    // The drain loop: the signals are blocked in the calling thread (construct it before
+    // starting other threads: they inherit the mask) and open only inside
+    // ppoll(wait_mask()).
+    kInPpoll,
+    // The emulation's stepping loop: nothing is blocked and SIGCHLD is not watched (a ptrace
+    // stop per instruction would each run a handler); the handlers interrupt a blocking call
+    // (waitpid fails with EINTR, no SA_RESTART) in the thread that takes the signal.
+    kInterrupting,
+  };
+  explicit SignalWatcher(Delivery delivery = Delivery::kInPpoll);
   ~SignalWatcher();
   SignalWatcher(const SignalWatcher&) = delete;
   SignalWatcher& operator=(const SignalWatcher&) = delete;
@@ -37,8 +46,11 @@ class SignalWatcher {
   uint64_t stop_count() const;
   uint64_t child_count() const;
   uint64_t snapshot_count() const;
+  // The most recent SIGINT, SIGTERM or SIGHUP (0 before the first).
+  int last_stop_signal() const;
 
  private:
+  Delivery delivery_;
   sigset_t old_mask_;
   sigset_t wait_mask_;
   struct sigaction old_actions_[5];

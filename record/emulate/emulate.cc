@@ -3,15 +3,19 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/status.h"
 #include "record/address_filter.h"
+#include "record/code_capture.h"
+#include "record/drain_loop.h"
 #include "record/event_spec.h"
 #include "record/metadata.h"
 #include "record/perf_event.h"
@@ -212,7 +216,17 @@ absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text) {
   return e;
 }
 
+std::string SignalName(int sig) {
+  const char* abbrev = sigabbrev_np(sig);
+  return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
+}
+
 absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
+  // SIGINT / SIGTERM / SIGHUP end the run cleanly; from here on they cannot kill ptrecord.
+  record::SignalWatcher signals(record::SignalWatcher::Delivery::kInterrupting);
+  const uint64_t stops0 = signals.stop_count();
+  const uint64_t snapshots0 = signals.snapshot_count();
+
   std::vector<record::AddressFilter> filters;
   if (!options.filter.empty()) {
     // A bad filter is a bad option value: ptrecord exits 2.
@@ -236,9 +250,28 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   WriterOptions wo;
   wo.compress = options.compress;
   wo.overwrite = options.overwrite_existing;
-  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer,
-                         ContainerWriter::Create(options.output, wo));
+  absl::StatusOr<std::unique_ptr<ContainerWriter>> created =
+      ContainerWriter::Create(options.output, wo);
+  if (created.status().code() == absl::StatusCode::kAlreadyExists) {
+    absl::Status s = absl::AlreadyExistsError(
+        absl::StrCat(created.status().message(), " (-o FILE, or --overwrite-existing)"));
+    s.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+    return s;
+  }
+  if (!created.ok()) return created.status();
+  std::unique_ptr<ContainerWriter> writer = *std::move(created);
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> truth(nullptr, &std::fclose);
+  // Until the workload runs, a failure leaves no file behind (it would refuse the re-run);
+  // after that, the container stays without footer (the writer is abandoned).
+  bool ran = false;
+  absl::Cleanup discard_unless_ran = [&] {
+    if (ran) return;
+    writer.reset();
+    truth.reset();
+    std::error_code ec;
+    std::filesystem::remove(options.output, ec);
+    if (!options.ground_truth.empty()) std::filesystem::remove(options.ground_truth, ec);
+  };
   if (!options.ground_truth.empty()) {
     truth.reset(std::fopen(options.ground_truth.c_str(), "w"));
     if (!truth) return ErrnoStatus(absl::StrCat("create ", options.ground_truth));
@@ -251,20 +284,41 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   // SWITCH records per instruction, which would flood the ring. The streams are per thread,
   // so the decoder needs no schedule.
   tracking.context_switch = 0;
+  // MMAP2 records carry the mapped file's build-id instead of its inode (Linux 5.12): the
+  // decoder warns when the file it reads is another build.
+  tracking.build_id = 1;
   const perf::SampleIdLayout layout{tracking.sample_type, true};
   std::vector<std::unique_ptr<KernelTraceSource>> sideband;
   // The online CPUs by number (they need not be 0..N-1).
   PTKIT_ASSIGN_OR_RETURN(std::string online_text,
                          record::ReadSystemFile("/sys/devices/system/cpu/online"));
   PTKIT_ASSIGN_OR_RETURN(std::vector<int> cpus, record::ParseCpuList(online_text));
+  nlohmann::json meta;
   StepperOptions so;
   so.argv = options.argv;
   so.max_steps = options.max_steps;
   so.filters = filters;
+  bool said_snapshot = false;
+  so.stop_requested = [&] {
+    if (signals.snapshot_count() != snapshots0 && !said_snapshot && options.notice) {
+      said_snapshot = true;
+      options.notice(
+          "SIGUSR2 ignored: snapshots do not apply to --emulate (it records the whole run; "
+          "SIGINT or SIGTERM stop it and keep what was traced)");
+    }
+    return signals.stop_count() != stops0;
+  };
   so.before_exec = [&](pid_t pid) -> absl::Status {
     for (int cpu : cpus) {
-      PTKIT_ASSIGN_OR_RETURN(record::PerfEvent ev,
-                             record::PerfEvent::Open(tracking, pid, cpu, "tracking event"));
+      absl::StatusOr<record::PerfEvent> opened =
+          record::PerfEvent::Open(tracking, pid, cpu, "tracking event");
+      if (opened.status().code() == absl::StatusCode::kInvalidArgument && tracking.build_id) {
+        // Before Linux 5.12 attr.build_id is a reserved bit (EINVAL): the file identities
+        // still come from the code records.
+        tracking.build_id = 0;
+        opened = record::PerfEvent::Open(tracking, pid, cpu, "tracking event");
+      }
+      PTKIT_ASSIGN_OR_RETURN(record::PerfEvent ev, std::move(opened));
       PTKIT_ASSIGN_OR_RETURN(
           record::RingBuffer ring,
           record::RingBuffer::Map(ev, options.data_pages, 0, false, cpus.size()));
@@ -283,7 +337,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     mi.mode = "full-trace";
     mi.data_pages = options.data_pages;
     mi.aux_pages = options.aux_pages;
-    nlohmann::json meta = record::BuildMetadata(mi);
+    meta = record::BuildMetadata(mi);
     meta["emulated"] = true;
     meta["emulation"] = {{"backend", "ptrace single-step"},
                          {"streams", "per-thread"},
@@ -296,7 +350,14 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
         meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
   };
 
-  Drainer drainer(writer.get());
+  // The build-ids of mapped files and the vdso (and with --archive the mapped code), from the
+  // kernel's MMAP2 records, as the kernel path stores them.
+  record::CodeCapture code(options.archive);
+  record::DrainOptions dopt;
+  dopt.on_record = [&code](const perf::RecordView& r, const perf::SampleIdLayout& l) {
+    code.OnRecord(r, l);
+  };
+  Drainer drainer(writer.get(), dopt);
   Recorder recorder(options, drainer, truth.get());
   // Drain the sideband rings now and then while stepping.
   struct PeriodicSink final : StepSink {
@@ -325,12 +386,9 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   };
   PeriodicSink sink(recorder, drain_sideband);
   absl::StatusOr<StepperResult> stepped = RunStepped(so, sink);
+  ran = recorder.threads() > 0;
   if (!stepped.ok()) {
-    writer->Abandon().IgnoreError();  // no footer: the recording failed
-    if (recorder.threads() == 0) {
-      std::error_code ec;
-      std::filesystem::remove(options.output, ec);  // the workload never ran: nothing to keep
-    }
+    if (writer) writer->Abandon().IgnoreError();  // no footer: the recording failed
     return stepped.status();
   }
   const StepperResult& steps = *stepped;
@@ -340,13 +398,33 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   if (truth && (std::fflush(truth.get()) != 0 || std::ferror(truth.get()))) {
     return ErrnoStatus(absl::StrCat("write ", options.ground_truth));
   }
-  PTKIT_RETURN_IF_ERROR(writer->Close());
-
   EmulateResult result;
-  result.exit_code = steps.exit_status;
+  PTKIT_ASSIGN_OR_RETURN(result.warnings, code.Write(*writer));
+
   result.steps = steps;
   result.totals = drainer.Totals();
   result.threads = recorder.threads();
+  result.exit_code = steps.exit_status;
+  // A Ctrl-C also reaches the workload (its process group), which may die of it before the
+  // stepper asks: stopped by the signal either way.
+  if (steps.stop_requested || signals.stop_count() != stops0) {
+    result.stop_signal = signals.last_stop_signal();
+    result.exit_code = 128 + result.stop_signal;
+  }
+  // How it ended, after the fact: a second metadata record (readers merge them in order).
+  nlohmann::json end = {{"instructions", steps.instructions},
+                        {"threads", result.threads},
+                        {"workload_exit_status", steps.exit_status}};
+  if (steps.exit_signal != 0) end["workload_signal"] = SignalName(steps.exit_signal);
+  if (result.stop_signal != 0) {
+    end["stopped_by"] = SignalName(result.stop_signal);
+  } else if (steps.step_limit_hit) {
+    end["stopped_by"] = "--max-steps";
+  }
+  meta["end"] = std::move(end);
+  PTKIT_RETURN_IF_ERROR(
+      writer->AppendMetadata(meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+  PTKIT_RETURN_IF_ERROR(writer->Close());
   return result;
 }
 

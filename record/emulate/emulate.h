@@ -8,6 +8,7 @@
 #define PTKIT_RECORD_EMULATE_EMULATE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,20 +30,31 @@ struct EmulateOptions {
   swpt::PtEncoderOptions pt;  // what the recorded intel_pt config would be
   std::string ground_truth;   // when set: every retired instruction, "TID 0xIP" per line
   uint64_t max_steps = 0;     // 0 = no limit
+  // Also store the bytes of every executable file mapping (ptrecord --archive).
+  bool archive = false;
   // perf's address-filter syntax (record/address_filter.h); 'filter' regions of files only.
   // Outside them a single-threaded process runs at full speed (see StepperOptions::filters).
   std::string filter;
   uint64_t data_pages = 64;               // tracking ring, per CPU
   uint64_t aux_pages = 64;                // simulated AUX ring, per thread
   std::vector<std::string> command_line;  // ptrecord's argv, for the metadata
+  // Told things the user should know while the run goes on (e.g. a SIGUSR2 that does not
+  // apply); may be empty.
+  std::function<void(const std::string&)> notice;
 };
 
 struct EmulateResult {
-  int exit_code = 0;  // the workload's
+  // The workload's exit code (128 + signal when a signal killed it), or 128 + stop_signal.
+  int exit_code = 0;
+  int stop_signal = 0;  // the SIGINT, SIGTERM or SIGHUP that stopped the recording, or 0
   StepperResult steps;
   record::StreamStats totals;
   uint64_t threads = 0;
+  std::vector<std::string> warnings;  // e.g. mapped files without a build-id
 };
+
+// "SIGSEGV" for SIGSEGV (a number for an unknown signal).
+std::string SignalName(int sig);
 
 // The trace the emulation produces for an event string as ptrecord takes it:
 // "intel_pt//u" (default), "intel_pt/noretcomp=1,psb_period=2,tsc=0/u", "intel_bts//u".
@@ -56,7 +68,14 @@ struct EmulatedEvent {
 };
 absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text);
 
-// Runs and records the workload. Errors: kNotFound for a program that cannot be executed,
+// Runs and records the workload. SIGINT, SIGTERM and SIGHUP stop it as --max-steps does (the
+// workload is killed, everything traced so far is kept, the container is closed with its
+// footer); SIGUSR2 is reported once through `notice` and otherwise ignored. The container
+// ends with a metadata record that repeats the first and adds "end": how the workload ended
+// (exit status, signal) and whether ptrecord stopped it. The build-ids of mapped files and
+// the vdso bytes are stored (record/code_capture.h), with `archive` the mapped code too.
+// Nothing is left behind when the workload never ran.
+// Errors: kNotFound for a program that cannot be executed,
 // kPermissionDenied from perf_event_open or ptrace (with what to change), the writer's I/O
 // errors, kInternal if the encoder rejects the stepped flow (a bug: the message names the
 // thread and address).

@@ -31,6 +31,17 @@ namespace ptkit::emulate {
 namespace {
 
 constexpr size_t kMaxInsn = 15;
+// StepperOptions::stop_requested is asked every this many steps.
+constexpr uint64_t kStopCheckSteps = 1024;
+
+// waitpid(), again when a signal interrupts it.
+pid_t WaitRestarting(pid_t pid, int* status, int flags) {
+  pid_t r;
+  do {
+    r = ::waitpid(pid, status, flags);
+  } while (r < 0 && errno == EINTR);
+  return r;
+}
 
 struct Thread {
   uint32_t pid = 0;
@@ -134,6 +145,9 @@ class Run {
   void Invalidate(uint32_t pid);
   // SIGKILL to every traced process (a stopped tracee wakes up to die).
   void KillAll();
+  // Whether StepperOptions::stop_requested ended the run; asks it every kStopCheckSteps steps
+  // (always with `now`).
+  bool StopRequested(bool now);
   absl::Status Resume(uint32_t tid, int sig);
   absl::Status OnStop(uint32_t tid, int status);
   void OnGone(uint32_t tid, int status);
@@ -195,6 +209,14 @@ void Run::KillAll() {
   }
 }
 
+bool Run::StopRequested(bool now) {
+  if (!result_.stop_requested && options_.stop_requested &&
+      (now || result_.steps % kStopCheckSteps == 0)) {
+    result_.stop_requested = options_.stop_requested();
+  }
+  return result_.stop_requested;
+}
+
 void Run::Invalidate(uint32_t pid) {
   code_.erase(pid);
   for (auto& [tid, t] : threads_) {
@@ -242,10 +264,18 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
     if (!t.free && Catches(t.pid, sig)) t.signal_to_handler = true;
   }
   if (t.free) {
+    if (StopRequested(true)) {  // a signal that came while this stop was handled
+      KillAll();
+      return absl::OkStatus();
+    }
     if (::ptrace(PTRACE_SYSCALL, tid, nullptr, reinterpret_cast<void*>(sig)) != 0) {
       if (errno == ESRCH) return absl::OkStatus();
       return ErrnoStatus(absl::StrCat("ptrace(SYSCALL) of thread ", tid));
     }
+    return absl::OkStatus();
+  }
+  if (StopRequested(false)) {
+    KillAll();
     return absl::OkStatus();
   }
   if (options_.max_steps != 0 && result_.steps >= options_.max_steps) {
@@ -360,7 +390,9 @@ absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_
       return ErrnoStatus(absl::StrCat("ptrace(SINGLESTEP) of thread ", t.tid));
     }
     int status = 0;
-    if (::waitpid(static_cast<pid_t>(t.tid), &status, __WALL) < 0) return ErrnoStatus("waitpid");
+    if (WaitRestarting(static_cast<pid_t>(t.tid), &status, __WALL) < 0) {
+      return ErrnoStatus("waitpid");
+    }
     if (!WIFSTOPPED(status)) {
       return absl::InternalError(absl::StrCat("thread ", t.tid, " ended in an injected syscall"));
     }
@@ -526,6 +558,7 @@ void Run::OnGone(uint32_t tid, int status) {
   }
   if (static_cast<pid_t>(tid) == leader_) {
     result_.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    result_.exit_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   }
   threads_.erase(it);
 }
@@ -692,12 +725,12 @@ absl::StatusOr<StepperResult> Run::Go() {
   int status = 0;
   auto kill_and_reap = [&](const absl::Status& s) {
     KillAll();
-    while (::waitpid(-1, &status, __WALL) > 0) {
+    while (WaitRestarting(-1, &status, __WALL) > 0) {
     }
     ::close(err_pipe[0]);
     return s;
   };
-  if (::waitpid(pid, &status, 0) != pid || !WIFSTOPPED(status)) {
+  if (WaitRestarting(pid, &status, 0) != pid || !WIFSTOPPED(status)) {
     return kill_and_reap(absl::InternalError("the workload did not stop before exec"));
   }
   constexpr long kOptions = PTRACE_O_EXITKILL | PTRACE_O_TRACECLONE | PTRACE_O_TRACEFORK |
@@ -709,7 +742,7 @@ absl::StatusOr<StepperResult> Run::Go() {
     if (absl::Status s = options_.before_exec(pid); !s.ok()) return kill_and_reap(s);
   }
   ::ptrace(PTRACE_CONT, pid, nullptr, nullptr);
-  if (::waitpid(pid, &status, 0) != pid) return kill_and_reap(ErrnoStatus("waitpid"));
+  if (WaitRestarting(pid, &status, 0) != pid) return kill_and_reap(ErrnoStatus("waitpid"));
   if (!WIFSTOPPED(status) || (status >> 16) != PTRACE_EVENT_EXEC) {
     int e = 0;
     bool exec_failed = ::read(err_pipe[0], &e, sizeof(e)) == sizeof(e);
@@ -733,7 +766,10 @@ absl::StatusOr<StepperResult> Run::Go() {
   while (!threads_.empty()) {
     pid_t tid = ::waitpid(-1, &status, __WALL);
     if (tid < 0) {
-      if (errno == EINTR) continue;
+      if (errno == EINTR) {
+        if (StopRequested(true)) KillAll();  // also a thread running at full speed (--filter)
+        continue;
+      }
       if (errno == ECHILD) break;
       return kill_and_reap(ErrnoStatus("waitpid"));
     }

@@ -45,6 +45,9 @@ struct StepperOptions {
   // here (enable_on_exec). An error aborts the run (the workload is killed).
   std::function<absl::Status(pid_t)> before_exec;
   uint64_t max_steps = 0;  // stop (kill the workload) after this many steps; 0 = no limit
+  // Asked every 1024 steps and whenever a wait is interrupted by a signal (EINTR): true ends
+  // the run as max_steps does (the workload is killed, every stream is ended). May be empty.
+  std::function<bool()> stop_requested;
   // IP filtering ('filter' regions only): only instructions inside the regions are traced and
   // reported, with TIP.PGD / TIP.PGE where execution leaves and enters them. A process with
   // one thread runs at full speed while it is outside the regions: their pages lose PROT_EXEC
@@ -60,6 +63,8 @@ struct StepperResult {
   uint64_t instructions = 0;   // instructions retired (rep iterations counted once)
   uint64_t threads = 0;
   bool step_limit_hit = false;
+  bool stop_requested = false;  // StepperOptions::stop_requested ended the run
+  int exit_signal = 0;          // the signal that killed the workload, 0 if it exited
   double seconds = 0;
 };
 

@@ -1,17 +1,20 @@
 // ptrecord: records Intel PT / BTS (or only sideband) of a command or running tasks into a
 // trace.pt container. Flags are parsed here; everything else is record/session.h.
 //
-// Exit codes: the workload's status when recording succeeded (0 without a workload);
+// Exit codes: the workload's status when recording succeeded (0 without a workload; 128 + N
+// when signal N killed it); --emulate stopped by SIGINT/SIGTERM/SIGHUP: 128 + that signal;
 // 2 usage errors; 1 runtime failures; 127 program not found.
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/str_join.h"
 #include "record/emulate/emulate.h"
 #include "record/session.h"
 
@@ -33,13 +36,22 @@ int Fail(const std::string& message, int code) {
   return code;
 }
 
+// The options --emulate refuses (usage errors): other targets, the kernel, the AUX area's
+// modes, counters, PMU descriptions. Named in --help and man/ptrecord.1.
+constexpr const char* kNotWithEmulate[] = {
+    "--pid",      "--tid",           "--all-cpus", "--cpu",           "--per-thread", "--kernel",
+    "--snapshot", "--aux-watermark", "--counters", "--sideband-only", "--sysfs-root"};
+
+// "1 thread", "2 threads".
+std::string Count(uint64_t n, const char* noun) {
+  return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
+}
+
 // --emulate: the workload runs single-stepped under ptrace and its Intel PT (or BTS) is made
 // in software (record/emulate/emulate.h).
 int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
                 const std::string& ground_truth, uint64_t max_steps, bool quiet) {
-  for (const char* flag :
-       {"--pid", "--tid", "--all-cpus", "--cpu", "--per-thread", "--kernel", "--snapshot",
-        "--aux-watermark", "--archive", "--counters", "--sideband-only", "--sysfs-root"}) {
+  for (const char* flag : kNotWithEmulate) {
     if (app.count(flag) > 0) {
       return Fail(std::string(flag) + " does not apply to --emulate (see ptrecord --help)", 2);
     }
@@ -57,24 +69,39 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   e.pt = event->pt;
   e.ground_truth = ground_truth;
   e.max_steps = max_steps;
+  e.archive = o.archive;
   e.filter = o.filter;
   e.data_pages = o.data_pages;
   if (app.count("--mmap-pages") > 0) e.aux_pages = o.aux_pages;
   e.command_line = o.command_line;
+  e.notice = [](const std::string& text) { std::fprintf(stderr, "ptrecord: %s\n", text.c_str()); };
   absl::StatusOr<ptkit::emulate::EmulateResult> r = ptkit::emulate::RecordEmulated(e);
   if (!r.ok()) return Fail(std::string(r.status().message()), ExitCodeFor(r.status()));
+  for (const std::string& w : r->warnings)
+    std::fprintf(stderr, "ptrecord: warning: %s\n", w.c_str());
+  std::string ending;
+  if (r->stop_signal != 0) {
+    ending = "; stopped by " + ptkit::emulate::SignalName(r->stop_signal) +
+             " (the workload was killed; the trace up to there is complete)";
+  } else if (r->steps.step_limit_hit) {
+    ending = "; stopped at --max-steps";
+  }
   if (!quiet) {
     std::fprintf(stderr,
-                 "ptrecord: wrote %s (emulated): %llu threads, %llu instructions in %.2f s "
+                 "ptrecord: wrote %s (emulated): %s, %s in %.2f s "
                  "(%.0f steps/s), %llu trace bytes, %llu sideband records, %llu lost records"
                  "%s\n",
-                 o.output.c_str(), static_cast<unsigned long long>(r->threads),
-                 static_cast<unsigned long long>(r->steps.instructions), r->steps.seconds,
+                 o.output.c_str(), Count(r->threads, "thread").c_str(),
+                 Count(r->steps.instructions, "instruction").c_str(), r->steps.seconds,
                  r->steps.seconds > 0 ? r->steps.steps / r->steps.seconds : 0.0,
                  static_cast<unsigned long long>(r->totals.aux_bytes),
                  static_cast<unsigned long long>(r->totals.sideband_records),
-                 static_cast<unsigned long long>(r->totals.lost_records),
-                 r->steps.step_limit_hit ? "; stopped at --max-steps" : "");
+                 static_cast<unsigned long long>(r->totals.lost_records), ending.c_str());
+  }
+  // A workload that crashed is never a quiet success, --quiet or not.
+  if (r->steps.exit_signal != 0 && r->stop_signal == 0 && !r->steps.step_limit_hit) {
+    std::fprintf(stderr, "ptrecord: workload killed by %s (exit status %d)\n",
+                 ptkit::emulate::SignalName(r->steps.exit_signal).c_str(), r->exit_code);
   }
   return r->exit_code;
 }
@@ -88,13 +115,13 @@ int main(int argc, char** argv) {
       "  ptrecord [options] -- command [args...]\n"
       "  ptrecord [options] -p PID | -t TID | -a",
       "ptrecord"};
-  app.set_version_flag("--version", PTKIT_VERSION);
+  app.set_version_flag("--version", "ptrecord " PTKIT_VERSION);
   SessionOptions o;
   std::string mmap_pages, snapshot, watermark;
   int pid = -1, tid = -1;
   bool bts = false, no_compress = false, quiet = false, emulate = false;
   std::string ground_truth;
-  uint64_t max_steps = 0;
+  int64_t max_steps = 0;
   app.add_option("-o,--output", o.output, "Output container (default trace.pt)");
   app.add_flag("--overwrite-existing", o.overwrite_existing,
                "Replace the output file if it exists");
@@ -136,11 +163,13 @@ int main(int argc, char** argv) {
   app.add_flag("--emulate", emulate,
                "No Intel PT needed: single-step the command under ptrace and write the Intel PT "
                "(or --bts) it would produce, with the kernel's real sideband; user space, "
-               "per-thread streams, ~15k-50k instructions/s");
+               "per-thread streams, ~15k-50k instructions/s. SIGINT/SIGTERM stop it and keep "
+               "the trace (exit 128 + signal). Refuses " +
+                   absl::StrJoin(kNotWithEmulate, ", "));
   app.add_option("--ground-truth", ground_truth,
                  "With --emulate: write every retired instruction as 'TID 0xADDRESS' lines");
   app.add_option("--max-steps", max_steps,
-                 "With --emulate: stop (kill the command) after this many single-steps");
+                 "With --emulate: stop (kill the command) after this many single-steps (N >= 1)");
   app.add_flag("-q,--quiet", quiet, "No summary line");
   app.prefix_command();  // everything after the first non-option is the command
 
@@ -163,6 +192,24 @@ int main(int argc, char** argv) {
     } else if (o.command.front().starts_with("-")) {
       return Fail("unknown option " + o.command.front() + " (see ptrecord --help)", 2);
     }
+  }
+  // "-o -- cmd" took "--" as the file name: a forgotten value, not a file called "--".
+  for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"-o", o.output},
+                                    {"--ground-truth", ground_truth}}) {
+    if (app.count(flag) > 0 && (value.empty() || value.front() == '-')) {
+      return Fail(std::string(flag) + " needs a file name, not '" + value +
+                      "' (a file whose name starts with '-': ./" + value + ")",
+                  2);
+    }
+  }
+  if (std::filesystem::is_directory(o.output)) {
+    return Fail(
+        "-o " + o.output + " is a directory: name a file (e.g. -o " + o.output + "/trace.pt)", 2);
+  }
+  if (app.count("--max-steps") > 0 && max_steps < 1) {
+    return Fail("--max-steps " + std::to_string(max_steps) +
+                    ": expected a number of steps >= 1 (without --max-steps there is no limit)",
+                2);
   }
   o.command_line.assign(argv, argv + argc);
   if (pid >= 0) o.pid = pid;
@@ -194,7 +241,9 @@ int main(int argc, char** argv) {
     o.aux_watermark = *w;
   }
 
-  if (emulate) return RunEmulated(app, o, bts, ground_truth, max_steps, quiet);
+  if (emulate) {
+    return RunEmulated(app, o, bts, ground_truth, static_cast<uint64_t>(max_steps), quiet);
+  }
   if (!ground_truth.empty() || max_steps != 0) {
     return Fail("--ground-truth and --max-steps need --emulate", 2);
   }

@@ -2,13 +2,24 @@
 //   ptrecord --emulate --ground-truth truth.txt -o trace.pt -- PROGRAM ...
 //   ptdecode insn trace.pt
 // The decoded instructions of every thread equal the instructions the workload retired.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "ptkit/container_reader.h"
 #include "run_command.h"
 #include "temp_dir.h"
 
@@ -17,34 +28,53 @@ namespace {
 
 using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kE2e = E2E_PROGRAM_DIR;
 
 using ::ptkit::testing::ParseInsn;
 using ::ptkit::testing::PerThread;
 using ::ptkit::testing::ReadTruth;
 
+// The metadata of a container, merged in record order (as ptkit-format(5) says).
+nlohmann::json ReadMetadata(const std::string& path) {
+  nlohmann::json merged = nlohmann::json::object();
+  auto reader = ContainerReader::Open(path);
+  if (!reader.ok()) return merged;
+  RecordView rec;
+  while (reader->Next(rec).value_or(false)) {
+    if (rec.type != RecordType::kMetadata) continue;
+    auto j = nlohmann::json::parse(rec.payload.begin(), rec.payload.end(), nullptr, false);
+    if (j.is_object()) merged.update(j);
+  }
+  return merged;
+}
+
 class EmulateCliTest : public ::testing::Test {
  protected:
-  // Records `argv` emulated and checks the decode against the ground truth; returns
-  // ptrecord's exit code.
-  int RecordAndCheck(const std::vector<std::string>& workload, size_t threads,
-                     const std::string& filter = "") {
-    std::string trace = dir_.File("trace.pt"), truth = dir_.File("truth.txt");
-    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "--ground-truth",      truth,
-                                     "-o",          trace,       "--overwrite-existing"};
-    if (!filter.empty()) {
-      argv.push_back("--filter");
-      argv.push_back(filter);
-    }
+  // Records `argv` emulated (with `extra` ptrecord options) and checks the decode against the
+  // ground truth; returns ptrecord's result.
+  ::ptkit::testing::CommandResult Record(const std::vector<std::string>& workload,
+                                         const std::vector<std::string>& extra = {}) {
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "--ground-truth",      truth_,
+                                     "-o",          trace_,      "--overwrite-existing"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
     argv.push_back("--");
     argv.insert(argv.end(), workload.begin(), workload.end());
     auto rec = RunCommand(argv);
-    if (rec.err.find("Operation not permitted") != std::string::npos) {
-      skipped_ = true;
-      return rec.exit_code;
-    }
-    auto dec = RunCommand({PTDECODE_PATH, "insn", trace});
+    if (rec.err.find("Operation not permitted") != std::string::npos) skipped_ = true;
+    return rec;
+  }
+  // `ptdecode insn` of the trace equals the ground truth, thread by thread, with no gap or
+  // error marker; returns ptdecode's stderr.
+  std::string CheckDecode(size_t threads) {
+    auto dec = RunCommand({PTDECODE_PATH, "insn", trace_});
     EXPECT_EQ(dec.exit_code, 0) << dec.err;
-    PerThread expected = ReadTruth(truth);
+    for (const char* marker : {"[gap", "[error"}) {
+      const size_t at = dec.out.find(marker);
+      EXPECT_EQ(at, std::string::npos) << dec.out.substr(at, dec.out.find('\n', at) - at);
+    }
+    PerThread expected = ReadTruth(truth_);
     PerThread got = ParseInsn(dec.out);
     EXPECT_EQ(expected.size(), threads);
     EXPECT_EQ(got.size(), expected.size());
@@ -53,9 +83,18 @@ class EmulateCliTest : public ::testing::Test {
       EXPECT_EQ(got[tid].size(), ips.size());
       EXPECT_TRUE(got[tid] == ips);
     }
+    return dec.err;
+  }
+  int RecordAndCheck(const std::vector<std::string>& workload, size_t threads,
+                     const std::string& filter = "") {
+    auto rec = Record(workload, filter.empty() ? std::vector<std::string>{}
+                                               : std::vector<std::string>{"--filter", filter});
+    if (skipped_) return rec.exit_code;
+    CheckDecode(threads);
     return rec.exit_code;
   }
   testing::TempDir dir_;
+  std::string trace_ = dir_.File("trace.pt"), truth_ = dir_.File("truth.txt");
   bool skipped_ = false;
 };
 
@@ -100,6 +139,171 @@ TEST_F(EmulateCliTest, AFilterThatCannotBeEmulatedIsAnErrorNamingIt) {
                   dir_.File("t.pt"), "--", fib});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("no_such_function"));
+}
+
+// clock_gettime() and gettimeofday() run in the vDSO, which is in no file: its bytes are in
+// the container (also for the forked child, which has no MMAP2 of it), so the decode goes
+// through them.
+TEST_F(EmulateCliTest, AProgramReadingTheClockThroughTheVdso) {
+  EXPECT_EQ(RecordAndCheck({kE2e + "/e2e_vdso"}, 2), 0);  // the program and its child
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  auto info = RunCommand({PTDECODE_PATH, "info", trace_});
+  EXPECT_THAT(info.out, Not(HasSubstr("code:        0 B captured"))) << info.out;
+}
+
+// The container names the build that ran: decoding against another file is a warning naming
+// it.
+TEST_F(EmulateCliTest, ARebuiltProgramIsAWarningNamingIt) {
+  const std::string prog = dir_.File("prog");
+  std::filesystem::copy_file(PROGRAM_DIR "/emulate_fib", prog);
+  auto rec = Record({prog, "x"});
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  ASSERT_EQ(rec.exit_code, 3) << rec.err;
+  EXPECT_THAT(CheckDecode(1), Not(HasSubstr("build-id")));
+  // Rebuilt: another build-id at the same path.
+  std::filesystem::copy_file(kE2e + "/e2e_fib_rebuilt", prog,
+                             std::filesystem::copy_options::overwrite_existing);
+  auto dec = RunCommand({PTDECODE_PATH, "stats", trace_});
+  EXPECT_THAT(dec.err, HasSubstr(prog + ": build-id "));
+  EXPECT_THAT(dec.err, HasSubstr("differs from the recorded"));
+}
+
+// --archive stores the mapped code: the recording decodes exactly without the program.
+TEST_F(EmulateCliTest, AnArchivedRecordingNeedsNotTheProgram) {
+  const std::string prog = dir_.File("prog");
+  std::filesystem::copy_file(PROGRAM_DIR "/emulate_fib", prog);
+  auto rec = Record({prog, "x"}, {"--archive"});
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  ASSERT_EQ(rec.exit_code, 3) << rec.err;
+  // Replaced by other code: the archived bytes are decoded, not the file.
+  std::filesystem::copy_file(kE2e + "/e2e_crash", prog,
+                             std::filesystem::copy_options::overwrite_existing);
+  EXPECT_THAT(CheckDecode(1), Not(HasSubstr("build-id")));
+  std::filesystem::remove(prog);
+  CheckDecode(1);
+}
+
+// A workload that dies of a signal is said on stderr (even with -q) and in the metadata;
+// ptrecord exits 128 + the signal, as the shell reports the workload.
+TEST_F(EmulateCliTest, AWorkloadKilledByASignalIsSaid) {
+  auto rec = Record({kE2e + "/e2e_crash"}, {"-q"});
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  EXPECT_EQ(rec.exit_code, 128 + SIGSEGV);
+  EXPECT_THAT(rec.err, HasSubstr("workload killed by SIGSEGV (exit status 139)"));
+  CheckDecode(1);
+  const nlohmann::json end = ReadMetadata(trace_).value("end", nlohmann::json::object());
+  EXPECT_EQ(end.value("workload_signal", ""), "SIGSEGV") << end.dump();
+  EXPECT_EQ(end.value("workload_exit_status", 0), 139);
+  EXPECT_FALSE(end.contains("stopped_by"));
+}
+
+// Starts ptrecord --emulate on the endless e2e_spin in its own process group, waits until it
+// has traced a while (its ground truth grows past `truth_bytes`; 0: for 0.5 s), sends it the
+// signals (to the group when `group`, as a terminal's Ctrl-C does) and returns its wait
+// status and stderr. A ptrecord still running 20 s later is killed (status: SIGKILL).
+struct Stopped {
+  int status = 0;
+  std::string err;
+};
+Stopped RecordSpinUntil(const std::string& trace, const std::string& truth,
+                        const std::vector<int>& signals, bool group, const std::string& filter = "",
+                        off_t truth_bytes = 64 << 10) {
+  const std::string err_file = truth + ".stderr";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    const int fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 2);
+    std::vector<std::string> args = {PTRECORD_PATH, "--emulate", "--ground-truth",      truth,
+                                     "-o",          trace,       "--overwrite-existing"};
+    if (!filter.empty()) args.insert(args.end(), {"--filter", filter});
+    args.insert(args.end(), {"--", kE2e + "/e2e_spin"});
+    std::vector<char*> argv;
+    for (std::string& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    ::execv(PTRECORD_PATH, argv.data());
+    _exit(126);
+  }
+  ::setpgid(pid, pid);
+  // 64 KiB of ground truth: some 4,000 instructions after the start.
+  for (int i = 0; i < 600; ++i) {
+    struct stat st;
+    if (truth_bytes == 0 ? i == 10 : ::stat(truth.c_str(), &st) == 0 && st.st_size > truth_bytes) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  for (int sig : signals) {
+    ::kill(group ? -pid : pid, sig);
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  Stopped s;
+  for (int i = 0; i < 400 && ::waitpid(pid, &s.status, WNOHANG) == 0; ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (::waitpid(pid, &s.status, WNOHANG) == 0) {
+    ::kill(-pid, SIGKILL);
+    ::waitpid(pid, &s.status, 0);
+  }
+  std::ifstream in(err_file);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  s.err = ss.str();
+  return s;
+}
+
+// SIGTERM to ptrecord (SIGUSR2 before it: ignored, said once) ends the recording cleanly: exit
+// 143, footer written, and everything traced up to there decodes to the ground truth.
+TEST_F(EmulateCliTest, SigtermStopsTheRecordingAndKeepsTheTrace) {
+  Stopped s = RecordSpinUntil(trace_, truth_, {SIGUSR2, SIGUSR2, SIGTERM}, false);
+  if (s.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_TRUE(WIFEXITED(s.status)) << "ptrecord died of signal " << WTERMSIG(s.status);
+  EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGTERM) << s.err;
+  EXPECT_THAT(s.err, HasSubstr("stopped by SIGTERM"));
+  EXPECT_THAT(s.err, HasSubstr("(emulated): 1 thread, "));
+  const std::string usr2 = "SIGUSR2 ignored: snapshots do not apply to --emulate";
+  EXPECT_THAT(s.err, HasSubstr(usr2));
+  EXPECT_EQ(s.err.find(usr2), s.err.rfind(usr2)) << "said more than once: " << s.err;
+  auto info = RunCommand({PTDECODE_PATH, "info", trace_});
+  EXPECT_THAT(info.out, HasSubstr("footer:      present (closed cleanly)"));
+  const PerThread truth = ReadTruth(truth_);
+  ASSERT_EQ(truth.size(), 1u);
+  EXPECT_GT(truth.begin()->second.size(), 4000u);
+  CheckDecode(1);
+  EXPECT_EQ(ReadMetadata(trace_)["end"].value("stopped_by", ""), "SIGTERM");
+}
+
+// Ctrl-C reaches ptrecord and the workload (one process group): exit 130, the trace is kept.
+TEST_F(EmulateCliTest, CtrlCStopsTheRecordingAndKeepsTheTrace) {
+  Stopped s = RecordSpinUntil(trace_, truth_, {SIGINT}, true);
+  if (s.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_TRUE(WIFEXITED(s.status)) << "ptrecord died of signal " << WTERMSIG(s.status);
+  EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGINT) << s.err;
+  EXPECT_THAT(s.err, HasSubstr("stopped by SIGINT"));
+  EXPECT_THAT(s.err, Not(HasSubstr("workload killed")));
+  auto info = RunCommand({PTDECODE_PATH, "info", trace_});
+  EXPECT_THAT(info.out, HasSubstr("footer:      present (closed cleanly)"));
+  CheckDecode(1);
+}
+
+// With --filter outside the region, the workload runs at full speed and stops nowhere:
+// SIGTERM interrupts ptrecord's wait, which ends the run.
+TEST_F(EmulateCliTest, SigtermStopsARunAtFullSpeed) {
+  Stopped s = RecordSpinUntil(trace_, truth_, {SIGTERM}, false,
+                              "filter never_called @ " + kE2e + "/e2e_spin", 0);
+  if (s.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_TRUE(WIFEXITED(s.status)) << "ptrecord did not stop: signal " << WTERMSIG(s.status);
+  EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGTERM) << s.err;
+  EXPECT_THAT(s.err, HasSubstr("0 instructions"));
+  EXPECT_THAT(s.err, HasSubstr("stopped by SIGTERM"));
+  auto info = RunCommand({PTDECODE_PATH, "info", trace_});
+  EXPECT_THAT(info.out, HasSubstr("footer:      present (closed cleanly)"));
 }
 
 TEST_F(EmulateCliTest, AMissingProgramExits127NamingIt) {

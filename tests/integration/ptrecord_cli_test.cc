@@ -75,7 +75,11 @@ TEST(PtrecordCliTest, UsageErrorsExit2WithOneLine) {
   for (const char* args :
        {"--bogus", "-m 3 -- /bin/true", "", "-a -- /bin/true", "-u -k -- /bin/true",
         "--snapshot=12Q -- /bin/true", "--bts --event intel_pt// -- /bin/true",
-        "--sideband-only -e no-such-counter -- /bin/true", "-C 9999 -a --sideband-only"}) {
+        "--sideband-only -e no-such-counter -- /bin/true", "-C 9999 -a --sideband-only",
+        // A forgotten value: "--" is no file name; no limit below 1 step; a directory.
+        "-o -- /bin/true", "--emulate --ground-truth -- /bin/true",
+        "--emulate --max-steps -5 -- /bin/true", "--emulate --max-steps 0 -- /bin/true",
+        "-o . --emulate -- /bin/true"}) {
     const CliRun r = Ptrecord(dir.path(), args);
     EXPECT_EQ(r.code, 2) << args << ": " << r.err;
     EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
@@ -96,6 +100,62 @@ TEST(PtrecordCliTest, UsageErrorsExit2WithOneLine) {
   EXPECT_EQ(filter.code, 2) << filter.err;
   EXPECT_EQ(Lines(filter.err), 1) << filter.err;
   EXPECT_THAT(filter.err, HasSubstr("no symbol 'no_such_symbol'"));
+}
+
+TEST(PtrecordCliTest, UsageErrorsSayWhatToDo) {
+  ::ptkit::testing::TempDir dir;
+  EXPECT_THAT(Ptrecord(dir.path(), "-o -- /bin/true").err,
+              HasSubstr("-o needs a file name, not '--'"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("--")));
+  EXPECT_THAT(Ptrecord(dir.path(), "--emulate --max-steps -5 -- /bin/true").err,
+              HasSubstr("--max-steps -5: expected a number of steps >= 1"));
+  EXPECT_THAT(Ptrecord(dir.path(), "-o . -- /bin/true").err, HasSubstr("-o . is a directory"));
+  // An output that exists: the option that replaces it is named.
+  std::ofstream(dir.File("old.pt")) << "x";
+  const CliRun exists = Ptrecord(dir.path(), "--emulate -o old.pt -- /bin/true");
+  EXPECT_EQ(exists.code, 2) << exists.err;
+  EXPECT_THAT(exists.err, HasSubstr("--overwrite-existing"));
+}
+
+// A ground truth that cannot be created fails before the workload runs and leaves no stub
+// container that would refuse the next run.
+TEST(PtrecordCliTest, AFailedEmulationSetupLeavesNoFile) {
+  ::ptkit::testing::TempDir dir;
+  const CliRun r = Ptrecord(dir.path(), "--emulate --ground-truth /nonexistent/x -- /bin/true");
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/nonexistent/x"));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("trace.pt")));
+}
+
+TEST(PtrecordCliTest, VersionHasTheFormOfPtdecodes) {
+  const std::string out = ::testing::TempDir() + "/ptrecord_version.txt";
+  ASSERT_EQ(std::system(("'" + kPtrecord + "' --version >'" + out + "'").c_str()), 0);
+  std::ifstream in(out);
+  std::string line;
+  std::getline(in, line);
+  EXPECT_EQ(line, "ptrecord " PTKIT_VERSION);
+}
+
+// --help names every option --emulate refuses, and each is refused.
+TEST(PtrecordCliTest, HelpNamesWhatEmulateRefuses) {
+  ::ptkit::testing::TempDir dir;
+  const std::string out = dir.File("help.txt");
+  ASSERT_EQ(std::system(("'" + kPtrecord + "' --help >'" + out + "'").c_str()), 0);
+  std::ifstream in(out);
+  std::stringstream help;
+  help << in.rdbuf();
+  const size_t refuses = help.str().find("Refuses ");
+  ASSERT_NE(refuses, std::string::npos) << help.str();
+  const std::string list = help.str().substr(refuses);
+  for (const char* option :
+       {"--pid 1", "--tid 1", "--all-cpus", "--cpu 0", "--per-thread", "--kernel", "--snapshot",
+        "--aux-watermark 4K", "--counters task-clock", "--sideband-only", "--sysfs-root /x"}) {
+    const std::string name = std::string(option).substr(0, std::string(option).find(' '));
+    EXPECT_THAT(list, HasSubstr(name));
+    const CliRun r = Ptrecord(dir.path(), std::string("--emulate ") + option + " -- /bin/true");
+    EXPECT_EQ(r.code, 2) << option << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(name + " does not apply to --emulate")) << option;
+  }
 }
 
 TEST(PtrecordCliTest, ProgramNotFoundExits127) {

@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "status_matchers.h"
+#include "temp_dir.h"
 
 extern "C" __attribute__((noinline, used)) int PtkitFilterTarget(int x) { return x * 3 + 1; }
 extern "C" __attribute__((noinline, used)) int PtkitFilterOther(int x) { return x * 5 + 2; }
@@ -110,6 +113,43 @@ TEST(AddressFilterTest, MistakesAreErrorsNamingTheFilter) {
   EXPECT_THAT(ParseAddressFilters("filter PtkitFilterTarget #9 @ " + self),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("has 1 symbols")));
   EXPECT_THAT(ParseAddressFilters(""), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// An unknown symbol: the error lists what there is, as the man page says.
+TEST(AddressFilterTest, AnUnknownSymbolListsSimilarOnes) {
+  const std::string self = SelfPath();
+  EXPECT_THAT(
+      ParseAddressFilters("filter PtkitFilterTragte @ " + self),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("similar: PtkitFilterTarget")));
+  // A part of a name finds the names that contain it.
+  EXPECT_THAT(ParseAddressFilters("filter PtkitFilter @ " + self),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("PtkitFilterOther, PtkitFilterTarget")));
+  EXPECT_THAT(ParseAddressFilters("filter qqqqqqqqqqqqqqqqqqqq @ " + self),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("is similar (nm " + self)));
+}
+
+// A stripped file: its symbols come from its separate debug file (.gnu_debuglink here; the
+// decoder's lookup, as gdb's). The oracle for the offset is the kernel's mapping of the
+// unstripped original (stripping moves no loaded byte).
+TEST(AddressFilterTest, AStrippedFileUsesItsDebugFile) {
+  ::ptkit::testing::TempDir dir;
+  const std::string debug = dir.File("self.debug"), stripped = dir.File("self");
+  const std::string self = SelfPath();
+  if (std::system(("objcopy --only-keep-debug '" + self + "' '" + debug + "' && objcopy " +
+                   "--strip-all --add-gnu-debuglink='" + debug + "' '" + self + "' '" + stripped +
+                   "'")
+                      .c_str()) != 0) {
+    GTEST_SKIP() << "objcopy failed (binutils missing?)";
+  }
+  auto f = ParseAddressFilters("filter PtkitFilterTarget @ " + stripped);
+  ASSERT_THAT(f, IsOk());
+  EXPECT_EQ((*f)[0].offset, FileOffsetOf(reinterpret_cast<void*>(&PtkitFilterTarget)));
+  // Without the debug file, nothing names it, and the error says why.
+  std::filesystem::remove(debug);
+  EXPECT_THAT(ParseAddressFilters("filter PtkitFilterTarget @ " + stripped),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("is stripped (no .symtab) and no debug file was found")));
 }
 
 }  // namespace

@@ -124,6 +124,38 @@ TEST(CodeCaptureTest, IdentitiesOfExecutableFilesAndTheVdso) {
   EXPECT_EQ(vdsos, ReadOwnVdso().ok() ? 1 : 0);
 }
 
+// A forked child has its parent's vdso without an MMAP2 of its own; a new thread is no new
+// process.
+TEST(CodeCaptureTest, AForkedProcessGetsItsParentsVdso) {
+  if (!ReadOwnVdso().ok()) GTEST_SKIP() << ReadOwnVdso().status();
+  const perf::SampleIdLayout layout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
+  CodeCapture capture;
+  auto feed = [&](const std::vector<uint8_t>& bytes) {
+    capture.OnRecord(*perf::ReadRecord(bytes), layout);
+  };
+  feed(perf::EncodeMmap2(perf::Mmap2{.pid = 10,
+                                     .addr = 0x7fff0000,
+                                     .len = 8192,
+                                     .prot = PROT_READ | PROT_EXEC,
+                                     .filename = "[vdso]"},
+                         layout));
+  feed(perf::EncodeTask(perf::Task{.pid = 11, .ppid = 10, .tid = 11, .ptid = 10}, layout));
+  feed(perf::EncodeTask(perf::Task{.pid = 10, .ppid = 10, .tid = 12, .ptid = 10}, layout));
+  ::ptkit::testing::TempDir dir;
+  PTKIT_ASSERT_OK_AND_ASSIGN(auto writer, ContainerWriter::Create(dir.File("c.pt")));
+  ASSERT_THAT(capture.Write(*writer), IsOk());
+  ASSERT_THAT(writer->Close(), IsOk());
+  PTKIT_ASSERT_OK_AND_ASSIGN(ContainerReader reader, ContainerReader::Open(dir.File("c.pt")));
+  RecordView rv;
+  std::map<uint32_t, uint64_t> vdso;  // pid -> address
+  while (*reader.Next(rv)) {
+    if (rv.type != RecordType::kCode) continue;
+    PTKIT_ASSERT_OK_AND_ASSIGN(CodeRecord c, ParseCode(rv.payload));
+    if (c.flags == kCodeVdso) vdso[c.pid] = c.address;
+  }
+  EXPECT_EQ(vdso, (std::map<uint32_t, uint64_t>{{10, 0x7fff0000}, {11, 0x7fff0000}}));
+}
+
 TEST(CodeCaptureTest, ArchiveStoresTheMappedFileBytes) {
   const perf::SampleIdLayout layout{PERF_SAMPLE_TID, true};
   CodeCapture capture(/*archive=*/true);
