@@ -19,6 +19,7 @@
 #include <map>
 
 #include "decoder/trace_config.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
@@ -35,20 +36,6 @@ std::string Demangle(const char* name) {
   std::free(out);
   return result;
 }
-
-class ScopedFd {
- public:
-  explicit ScopedFd(int fd) : fd_(fd) {}
-  ~ScopedFd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  ScopedFd(const ScopedFd&) = delete;
-  ScopedFd& operator=(const ScopedFd&) = delete;
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 struct ElfDeleter {
   void operator()(Elf* e) const { elf_end(e); }
@@ -257,48 +244,6 @@ void LoadPltSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<
   }
 }
 
-// The NT_GNU_BUILD_ID note's bytes; empty when there is none.
-std::vector<uint8_t> BuildIdOf(Elf* elf) {
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_NOTE) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr) continue;
-    size_t offset = 0, name_offset = 0, desc_offset = 0;
-    GElf_Nhdr note;
-    while ((offset = gelf_getnote(data, offset, &note, &name_offset, &desc_offset)) > 0) {
-      const char* name = static_cast<const char*>(data->d_buf) + name_offset;
-      if (note.n_type == NT_GNU_BUILD_ID && note.n_namesz == 4 &&
-          std::memcmp(name, "GNU", 4) == 0) {
-        const uint8_t* desc = static_cast<const uint8_t*>(data->d_buf) + desc_offset;
-        return std::vector<uint8_t>(desc, desc + note.n_descsz);
-      }
-    }
-  }
-  return {};
-}
-
-// The file name in .gnu_debuglink (NUL-terminated, then padding and a CRC); empty when none.
-std::string DebugLinkOf(Elf* elf) {
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return "";
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
-    const char* name = elf_strptr(elf, shstrndx, shdr.sh_name);
-    if (name == nullptr || std::strcmp(name, ".gnu_debuglink") != 0) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || data->d_buf == nullptr) return "";
-    const char* link = static_cast<const char*>(data->d_buf);
-    const size_t n = strnlen(link, data->d_size);
-    if (n == 0 || n == data->d_size || std::memchr(link, '/', n) != nullptr) return "";
-    return std::string(link, n);
-  }
-  return "";
-}
-
 bool HasSymtab(Elf* elf) {
   Elf_Scn* scn = nullptr;
   while ((scn = elf_nextscn(elf, scn)) != nullptr) {
@@ -309,50 +254,6 @@ bool HasSymtab(Elf* elf) {
 }
 
 }  // namespace
-
-absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
-  if (elf_version(EV_CURRENT) == EV_NONE) return absl::InternalError("libelf: bad version");
-  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(Cat("open ", path));
-  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd.get(), ELF_C_READ, nullptr));
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) {
-    return absl::InvalidArgumentError(Cat(path, ": not an ELF file"));
-  }
-  return BuildIdOf(elf.get());
-}
-
-std::string FindDebugFile(Elf* elf, const std::string& path, const std::string& sysroot) {
-  const std::vector<uint8_t> id = BuildIdOf(elf);
-  const std::string debug_root = sysroot + "/usr/lib/debug";
-  // The debug file must be the same build: its build-id equals the file's when both have one.
-  auto usable = [&id](const std::string& candidate) {
-    if (elf_version(EV_CURRENT) == EV_NONE) return false;
-    ScopedFd fd(open(candidate.c_str(), O_RDONLY | O_CLOEXEC));
-    if (fd.get() < 0) return false;
-    std::unique_ptr<Elf, ElfDeleter> debug(elf_begin(fd.get(), ELF_C_READ, nullptr));
-    if (!debug || elf_kind(debug.get()) != ELF_K_ELF) return false;
-    const std::vector<uint8_t> debug_id = BuildIdOf(debug.get());
-    return id.empty() || debug_id.empty() || debug_id == id;
-  };
-  if (id.size() >= 2) {
-    std::string hex;
-    for (uint8_t b : id) hex += fmt::format("{:02x}", b);
-    std::string candidate =
-        fmt::format("{}/.build-id/{}/{}.debug", debug_root, hex.substr(0, 2), hex.substr(2));
-    if (usable(candidate)) return candidate;
-  }
-  const std::string link = DebugLinkOf(elf);
-  if (link.empty()) return "";
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
-  // The file's directory as the workload saw it (without the sysroot), for the global dir.
-  const std::string seen_dir = dir.starts_with(sysroot) ? dir.substr(sysroot.size()) : dir;
-  for (const std::string& candidate :
-       {dir + "/" + link, dir + "/.debug/" + link, debug_root + seen_dir + "/" + link}) {
-    if (candidate != path && usable(candidate)) return candidate;
-  }
-  return "";
-}
 
 absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text) {
   if (text.empty()) return absl::InvalidArgumentError("bad --elf '': expected FILE[:BASE]");

@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "decoder/ipt_handles.h"
+#include "ptkit/elf_file.h"
 
 typedef struct Elf Elf;
 
@@ -47,16 +48,7 @@ struct PageDumpSpec {
   std::string dump_path;
 };
 
-// The GNU build-id (NT_GNU_BUILD_ID note) of an ELF file; empty when it has none.
-// Errors: the file cannot be opened or is not ELF, naming it.
-absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path);
-
-// The separate debug file of the ELF `elf` (read from `path`), found as gdb and perf find it:
-// SYSROOT/usr/lib/debug/.build-id/NN/REST.debug by its build-id; else through its
-// .gnu_debuglink name in the file's directory, in its .debug/ and under
-// SYSROOT/usr/lib/debug/ plus the directory (without SYSROOT). A candidate whose build-id
-// differs from the file's is skipped. Empty when there is none.
-std::string FindDebugFile(Elf* elf, const std::string& path, const std::string& sysroot);
+// ReadBuildId() and FindDebugFile() are in ptkit/elf_file.h.
 
 // Errors: kInvalidArgument naming the text and the expected syntax.
 absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text);

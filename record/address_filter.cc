@@ -19,7 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "decoder/image.h"
+#include "ptkit/elf_file.h"
 #include "ptkit/status.h"
 
 namespace ptkit::record {
@@ -100,7 +100,7 @@ absl::StatusOr<ElfFile> ReadElf(const std::string& path) {
   if (!AddSymbols(elf.get(), SHT_SYMTAB, out.symbols)) {
     AddSymbols(elf.get(), SHT_DYNSYM, out.symbols);
     bool debug_found = false;
-    const std::string debug_path = decoder::FindDebugFile(elf.get(), path, "");
+    const std::string debug_path = FindDebugFile(elf.get(), path, "");
     const int debug_fd = debug_path.empty() ? -1 : open(debug_path.c_str(), O_RDONLY | O_CLOEXEC);
     if (debug_fd >= 0) {
       Elf* debug = elf_begin(debug_fd, ELF_C_READ_MMAP, nullptr);

@@ -1,9 +1,6 @@
 #include "record/code_capture.h"
 
-#include <elf.h>
 #include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -19,64 +16,6 @@
 #include "record/text_util.h"
 
 namespace ptkit::record {
-namespace {
-
-struct ElfCloser {
-  void operator()(Elf* e) const { elf_end(e); }
-};
-
-// Searches one note buffer for NT_GNU_BUILD_ID owned by "GNU".
-bool FindBuildId(Elf_Data* data, std::vector<uint8_t>* out) {
-  GElf_Nhdr nhdr;
-  size_t name_off = 0, desc_off = 0;
-  size_t off = 0;
-  while (data != nullptr && (off = gelf_getnote(data, off, &nhdr, &name_off, &desc_off)) > 0) {
-    const char* base = static_cast<const char*>(data->d_buf);
-    if (nhdr.n_type == NT_GNU_BUILD_ID && nhdr.n_namesz == 4 &&
-        std::memcmp(base + name_off, "GNU", 4) == 0) {
-      out->assign(base + desc_off, base + desc_off + nhdr.n_descsz);
-      return true;
-    }
-  }
-  return false;
-}
-
-}  // namespace
-
-absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
-  static const bool init = elf_version(EV_CURRENT) != EV_NONE;
-  if (!init) return absl::InternalError("libelf: elf_version failed");
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(Cat("open ", path));
-  std::unique_ptr<Elf, ElfCloser> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr));
-  std::vector<uint8_t> id;
-  absl::Status result = absl::NotFoundError(Cat(path, " has no GNU build-id note"));
-  if (elf == nullptr || elf_kind(elf.get()) != ELF_K_ELF) {
-    result = absl::InvalidArgumentError(Cat(path, " is not an ELF file"));
-  } else {
-    size_t phnum = 0;
-    if (elf_getphdrnum(elf.get(), &phnum) == 0) {
-      for (size_t i = 0; i < phnum && id.empty(); ++i) {
-        GElf_Phdr ph;
-        if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) == nullptr) continue;
-        if (ph.p_type != PT_NOTE) continue;
-        FindBuildId(elf_getdata_rawchunk(elf.get(), static_cast<int64_t>(ph.p_offset), ph.p_filesz,
-                                         ELF_T_NHDR),
-                    &id);
-      }
-    }
-    for (Elf_Scn* scn = nullptr; id.empty() && (scn = elf_nextscn(elf.get(), scn)) != nullptr;) {
-      GElf_Shdr sh;
-      if (gelf_getshdr(scn, &sh) != nullptr && sh.sh_type == SHT_NOTE) {
-        FindBuildId(elf_getdata(scn, nullptr), &id);
-      }
-    }
-  }
-  elf.reset();
-  close(fd);
-  if (!id.empty()) return id;
-  return result;
-}
 
 absl::StatusOr<std::vector<uint8_t>> ReadOwnVdso() {
   const uintptr_t ehdr = getauxval(AT_SYSINFO_EHDR);

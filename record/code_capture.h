@@ -14,14 +14,10 @@
 
 #include "absl/status/statusor.h"
 #include "ptkit/container_writer.h"
+#include "ptkit/elf_file.h"  // ReadBuildId
 #include "ptkit/perf_records.h"
 
 namespace ptkit::record {
-
-// The GNU build-id of an ELF file (NT_GNU_BUILD_ID note, found through PT_NOTE segments or
-// SHT_NOTE sections). Errors: the errno of open, kInvalidArgument "not an ELF file",
-// kNotFound when the file has no build-id note.
-absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path);
 
 // The vdso of this process (the kernel maps the same image into every process): the bytes of
 // the [vdso] mapping found through getauxval(AT_SYSINFO_EHDR) and /proc/self/maps.
