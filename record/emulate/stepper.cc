@@ -75,6 +75,39 @@ bool InSpans(const std::vector<Span>& spans, uint64_t ip) {
   return false;
 }
 
+// Adds to `spans` the executable pieces of the region pages [start, end) of one mapping whose
+// /proc protection is `prot`, and to `armed` those of them still armed. The pages we armed
+// have lost their 'x' and, once the workload changes a neighbour's protection (ld.so's RELRO
+// mprotect), the kernel merges them with the file's read-only mappings into one VMA: a
+// mapping's protection says nothing about its armed pieces, which keep the protection they had
+// when armed (`was_armed`, the pieces armed before). A piece that shows 'x' again was
+// re-protected by the workload and is no longer armed.
+void AddSpans(uint64_t start, uint64_t end, int prot, const std::vector<Span>& was_armed,
+              std::vector<Span>& spans, std::vector<Span>& armed) {
+  uint64_t at = start;
+  auto add_unarmed = [&](uint64_t to) {
+    if (at < to && (prot & PROT_EXEC)) spans.push_back(Span{at, to, prot});
+  };
+  std::vector<Span> inside;
+  for (const Span& a : was_armed) {
+    if (a.end > start && a.start < end) inside.push_back(a);
+  }
+  std::sort(inside.begin(), inside.end(),
+            [](const Span& a, const Span& b) { return a.start < b.start; });
+  for (const Span& a : inside) {
+    const Span piece{std::max(a.start, start), std::min(a.end, end), a.prot};
+    add_unarmed(piece.start);
+    if (prot & PROT_EXEC) {
+      spans.push_back(Span{piece.start, piece.end, prot});  // re-protected by the workload
+    } else {
+      spans.push_back(piece);
+      armed.push_back(piece);
+    }
+    at = piece.end;
+  }
+  add_unarmed(end);
+}
+
 bool IsMapSyscall(uint64_t nr) {
   return nr == SYS_mmap || nr == SYS_munmap || nr == SYS_mprotect || nr == SYS_mremap ||
          nr == SYS_remap_file_pages;
@@ -282,7 +315,7 @@ void Run::Resolve(Thread& t) {
   Mm& mm = mms_[t.mm];
   mm.resolved = true;
   mm.ranges.clear();
-  std::vector<Span> spans;
+  std::vector<Span> spans, armed;
   std::FILE* maps = std::fopen(absl::StrCat("/proc/", t.tid, "/maps").c_str(), "re");
   if (maps == nullptr) return;  // the thread is gone; its exit is on the way
   char line[4096 + 256];
@@ -318,23 +351,19 @@ void Run::Resolve(Thread& t) {
       const uint64_t from = f.offset < pgoff ? start : start + (f.offset - pgoff);
       const uint64_t to = std::min<uint64_t>(end, start + (f.offset + f.size - pgoff));
       mm.ranges.emplace_back(from, to);
-      // Pages we armed show no 'x' now; they keep the protection they had.
-      const Span page{from & ~4095ull, std::min<uint64_t>(end, (to + 4095) & ~4095ull), 0};
-      int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
-                 (perms[2] == 'x' ? PROT_EXEC : 0);
-      for (const Span& a : mm.armed) {
-        if (a.start == page.start && a.end == page.end) prot = a.prot;
-      }
-      if (prot & PROT_EXEC) spans.push_back(Span{page.start, page.end, prot});
+      const int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+                       (perms[2] == 'x' ? PROT_EXEC : 0);
+      AddSpans(from & ~4095ull, std::min<uint64_t>(end, (to + 4095) & ~4095ull), prot, mm.armed,
+               spans, armed);
     }
   }
   std::fclose(maps);
-  std::sort(spans.begin(), spans.end(),
-            [](const Span& a, const Span& b) { return a.start < b.start; });
+  auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
+  std::sort(spans.begin(), spans.end(), by_start);
   spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
-  std::erase_if(mm.armed, [&](const Span& a) {
-    return std::find(spans.begin(), spans.end(), a) == spans.end();
-  });
+  std::sort(armed.begin(), armed.end(), by_start);
+  armed.erase(std::unique(armed.begin(), armed.end()), armed.end());
+  mm.armed = std::move(armed);
   mm.spans = std::move(spans);
 }
 

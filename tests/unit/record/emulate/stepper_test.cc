@@ -3,9 +3,11 @@
 // the stepper read), and checks the decoded instructions equal the stepped ground truth.
 #include "record/emulate/stepper.h"
 
+#include <elf.h>
 #include <intel-pt.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -248,6 +250,72 @@ TEST_P(StepperTest, AFilterTracesExactlyTheRegionAndSkipsTheRest) {
     EXPECT_TRUE(inside == truth) << inside.size() << " vs " << truth.size();
     EXPECT_GT(r->fast_forwards, 0u);
     EXPECT_LT(r->steps * 4, full->steps) << "outside the region it should run, not step";
+    ExpectDecodesToTruth(sink);
+  }
+}
+
+// The executable PT_LOAD segments of `path` as [vaddr, vaddr + filesz), with their file
+// offsets: read with <elf.h>, not with ptkit's ELF code.
+struct Segment {
+  uint64_t vaddr, offset, size;
+};
+std::vector<Segment> ExecSegments(const std::string& path) {
+  std::vector<Segment> out;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return out;
+  Elf64_Ehdr eh{};
+  if (std::fread(&eh, sizeof(eh), 1, f) == 1) {
+    for (int i = 0; i < eh.e_phnum; ++i) {
+      Elf64_Phdr ph{};
+      std::fseek(f, static_cast<long>(eh.e_phoff + i * sizeof(ph)), SEEK_SET);
+      if (std::fread(&ph, sizeof(ph), 1, f) != 1) break;
+      if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
+        out.push_back({ph.p_vaddr, ph.p_offset, ph.p_filesz});
+      }
+    }
+  }
+  std::fclose(f);
+  return out;
+}
+
+// Regions that cover more than the code pages: the whole file ('*') and the first 8 KiB of it
+// (the ELF headers' read-only page and the first code page). Arming the code pages makes the
+// kernel merge them with the file's read-only neighbours into one mapping: the regions' pages
+// must still be recognised as ours there, or they stay non-executable and the program dies of
+// SIGSEGV when it gets there. The program is static and not PIE: its run-time addresses are
+// its file's.
+TEST(StepperFilterTest, AWholeFileOrHeaderPageRegionTracesExactlyItsCode) {
+  swpt::PtEncoderOptions options;
+  options.tsc = true;
+  EncodingSink all(options);
+  auto full = Step({Program("fib"), "x"}, all);
+  ASSERT_THAT(full, IsOk());
+  const std::vector<Segment> code = ExecSegments(Program("fib"));
+  ASSERT_FALSE(code.empty());
+  struct Case {
+    std::string filter;
+    uint64_t from_offset, to_offset;  // the region, file offsets
+  };
+  for (const Case& c : {Case{"filter * @ " + Program("fib"), 0, ~0ull},
+                        Case{"filter 0x0/0x2000 @ " + Program("fib"), 0, 0x2000}}) {
+    SCOPED_TRACE(c.filter);
+    EncodingSink sink(options);
+    auto r = Step({Program("fib"), "x"}, sink, c.filter);
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->exit_status, 3);
+    ASSERT_EQ(sink.threads.size(), 1u);
+    std::vector<uint64_t> inside;
+    for (uint64_t ip : all.threads.begin()->second.truth) {
+      for (const Segment& s : code) {
+        const uint64_t off = ip - s.vaddr + s.offset;
+        if (ip >= s.vaddr && ip < s.vaddr + s.size && off >= c.from_offset && off < c.to_offset) {
+          inside.push_back(ip);
+        }
+      }
+    }
+    ASSERT_FALSE(inside.empty());
+    EXPECT_TRUE(inside == sink.threads.begin()->second.truth)
+        << inside.size() << " vs " << sink.threads.begin()->second.truth.size();
     ExpectDecodesToTruth(sink);
   }
 }
