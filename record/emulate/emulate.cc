@@ -1,5 +1,6 @@
 #include "record/emulate/emulate.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -251,6 +252,10 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   // SWITCH records per instruction, which would flood the ring. The streams are per thread,
   // so the decoder needs no schedule.
   tracking.context_switch = 0;
+  // The emulated trace's clock (see StepperOptions::clock): the sideband's timestamps and the
+  // TSC packets are both CLOCK_MONOTONIC nanoseconds, so trace and sideband order exactly.
+  tracking.use_clockid = 1;
+  tracking.clockid = CLOCK_MONOTONIC;
   const perf::SampleIdLayout layout{tracking.sample_type, true};
   std::vector<std::unique_ptr<KernelTraceSource>> sideband;
   // The online CPUs by number (they need not be 0..N-1).
@@ -261,6 +266,11 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   so.argv = options.argv;
   so.max_steps = options.max_steps;
   so.filters = filters;
+  so.clock = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+  };
   so.before_exec = [&](pid_t pid) -> absl::Status {
     for (int cpu : cpus) {
       PTKIT_ASSIGN_OR_RETURN(record::PerfEvent ev,
@@ -278,13 +288,19 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     mi.cpu = record::ReadCpuId();
     mi.event = options.bts ? "intel_bts//u (emulated)" : "intel_pt//u (emulated)";
     mi.attrs = {{"tracking", tracking}};
-    mi.time = record::ReadTimeConversion(sideband.front()->ring().page);
+    // TSC = perf time = CLOCK_MONOTONIC ns: the identity conversion, 1 GHz.
+    mi.time = record::TimeConversion{.cap_user_time = false,
+                                     .cap_user_time_zero = true,
+                                     .time_shift = 0,
+                                     .time_mult = 1,
+                                     .time_zero = 0};
     mi.page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     mi.mode = "full-trace";
     mi.data_pages = options.data_pages;
     mi.aux_pages = options.aux_pages;
     nlohmann::json meta = record::BuildMetadata(mi);
     meta["emulated"] = true;
+    meta["clock"] = "CLOCK_MONOTONIC ns (emulated: TSC packets and sideband use it)";
     meta["emulation"] = {{"backend", "ptrace single-step"},
                          {"streams", "per-thread"},
                          {"format", options.bts ? "bts" : "pt"},

@@ -46,6 +46,8 @@ struct Thread {
   bool tracing = false;             // its stream is enabled (the last event was an enable)
   bool free = false;                // --filter: running at full speed (PTRACE_SYSCALL), not stepped
   std::deque<int> deferred_signals;  // signals that arrived during an injected syscall
+  uint64_t resumed_at = 0;           // options.clock when its current step was resumed
+  uint64_t stamped = 0;              // the last time its stream was given
 };
 
 // A run of pages holding filter regions, with the protection the workload gave them.
@@ -204,6 +206,7 @@ class Run {
   std::map<uint64_t, Mm> mms_;
   uint64_t next_mm_ = 1;
   const bool filtering_ = !options_.filters.empty();
+  uint64_t now_ = 0;  // options.clock at the stop being handled
   std::vector<swpt::Event> events_;
   StepperResult result_;
 };
@@ -287,6 +290,7 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
     return absl::OkStatus();
   }
   ++result_.steps;
+  t.resumed_at = now_;
   if (::ptrace(PTRACE_SINGLESTEP, tid, nullptr, reinterpret_cast<void*>(sig)) != 0) {
     if (errno == ESRCH) return absl::OkStatus();  // killed meanwhile; waitpid reports it
     return ErrnoStatus(absl::StrCat("ptrace(SINGLESTEP) of thread ", tid));
@@ -295,6 +299,13 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
 }
 
 void Run::Emit(Thread& t, const swpt::Event& e) {
+  if (options_.clock) {
+    const uint64_t time = e.kind == swpt::EventKind::kEnable ? now_ : t.resumed_at;
+    if (time > t.stamped) {
+      sink_.OnEvent(t.stream, swpt::Event::Time(time));
+      t.stamped = time;
+    }
+  }
   if (e.kind == swpt::EventKind::kEnable) {
     t.tracing = true;
   } else if (e.kind == swpt::EventKind::kDisable || e.kind == swpt::EventKind::kAsyncDisable) {
@@ -533,6 +544,7 @@ absl::Status Run::StartThread(uint32_t tid) {
 void Run::OnGone(uint32_t tid, int status) {
   auto it = threads_.find(tid);
   if (it == threads_.end()) return;
+  if (options_.clock) now_ = options_.clock();
   Thread& t = it->second;
   if (!t.started && t.cloned) --mms_[t.mm].unstarted;  // gone before its first stop
   if (t.started) {
@@ -560,6 +572,7 @@ void Run::OnGone(uint32_t tid, int status) {
 }
 
 absl::Status Run::OnStop(uint32_t tid, int status) {
+  if (options_.clock) now_ = options_.clock();
   const int sig = WSTOPSIG(status);
   const int event = status >> 16;
   auto found = threads_.find(tid);
@@ -756,6 +769,7 @@ absl::StatusOr<StepperResult> Run::Go() {
   threads_[pid].pid = pid;
   threads_[pid].mm = next_mm_++;
   leader_ = pid;
+  if (options_.clock) now_ = options_.clock();
   if (absl::Status s = StartThread(pid); !s.ok()) return kill_and_reap(s);
   if (absl::Status s = Resume(pid, 0); !s.ok()) return kill_and_reap(s);
 

@@ -51,6 +51,13 @@ struct StepperOptions {
   // (mprotect injected into the workload), so entering one faults, and the fault becomes the
   // return to single-stepping. Processes with several threads are single-stepped throughout.
   std::vector<record::AddressFilter> filters;
+  // When set, the stepper stamps the streams with this clock (nanoseconds; give the sideband
+  // the same clock): each control-flow event is preceded by a swpt::Event::Time whenever the
+  // clock moved since the thread's last one. An event of a step carries the time the step was
+  // resumed, an enable the time of the stop that reports it, so a stream's times bracket what
+  // the kernel did meanwhile: the instructions before an execve are older than the exec's
+  // sideband, the new program's first one younger.
+  std::function<uint64_t()> clock;
 };
 
 struct StepperResult {

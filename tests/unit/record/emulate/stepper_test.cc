@@ -254,6 +254,43 @@ TEST_P(StepperTest, AFilterTracesExactlyTheRegionAndSkipsTheRest) {
   }
 }
 
+// With a clock, every stream carries TSC packets of increasing times (from its opening PSB+
+// on), and still decodes to exactly what ran.
+TEST(StepperClockTest, StreamsCarryIncreasingTimesAndStillDecodeExactly) {
+  swpt::PtEncoderOptions options;
+  options.tsc = true;
+  EncodingSink sink(options);
+  StepperOptions o;
+  o.argv = {Program("fib"), "x"};
+  uint64_t reads = 0;
+  o.clock = [&reads] { return 1000000 + 1000 * ++reads; };
+  auto r = RunStepped(o, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_status, 3);
+  ASSERT_EQ(sink.threads.size(), 1u);
+  for (auto& [tid, t] : sink.threads) {
+    pt_config cfg;
+    pt_config_init(&cfg);
+    cfg.begin = t.pt.data();
+    cfg.end = t.pt.data() + t.pt.size();
+    pt_packet_decoder* dec = pt_pkt_alloc_decoder(&cfg);
+    ASSERT_GE(pt_pkt_sync_set(dec, 0), 0);
+    std::vector<uint64_t> times;
+    pt_packet p;
+    while (pt_pkt_next(dec, &p, sizeof(p)) > 0) {
+      if (p.type == ppt_tsc) times.push_back(p.payload.tsc.tsc);
+    }
+    pt_pkt_free_decoder(dec);
+    EXPECT_GT(times.front(), 1000000u);  // the opening PSB+ has the time of the first stop
+    // Each PSB+ repeats the current time; the other TSC packets advance it.
+    EXPECT_TRUE(std::is_sorted(times.begin(), times.end()));
+    times.erase(std::unique(times.begin(), times.end()), times.end());
+    EXPECT_GT(times.size(), t.events / 4) << t.events << " events";
+    EXPECT_LE(times.back(), 1000000 + 1000 * reads);
+  }
+  ExpectDecodesToTruth(sink);
+}
+
 // The executable PT_LOAD segments of `path` as [vaddr, vaddr + filesz), with their file
 // offsets: read with <elf.h>, not with ptkit's ELF code.
 struct Segment {
