@@ -271,6 +271,17 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     ::clock_gettime(CLOCK_MONOTONIC, &ts);
     return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
   };
+  // Progress on a terminal, about once a second, on one line (cleared at the end).
+  bool progress_shown = false;
+  if (::isatty(STDERR_FILENO)) {
+    so.progress = [&progress_shown](const StepperResult& r) {
+      std::fprintf(stderr, "\rptrecord: %llu steps, %llu instructions, %.0f steps/s\033[K",
+                   static_cast<unsigned long long>(r.steps),         // NOLINT
+                   static_cast<unsigned long long>(r.instructions),  // NOLINT
+                   r.seconds > 0 ? static_cast<double>(r.steps) / r.seconds : 0.0);
+      progress_shown = true;
+    };
+  }
   so.before_exec = [&](pid_t pid) -> absl::Status {
     for (int cpu : cpus) {
       PTKIT_ASSIGN_OR_RETURN(record::PerfEvent ev,
@@ -341,6 +352,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   };
   PeriodicSink sink(recorder, drain_sideband);
   absl::StatusOr<StepperResult> stepped = RunStepped(so, sink);
+  if (progress_shown) std::fputs("\r\033[K", stderr);
   if (!stepped.ok()) {
     writer->Abandon().IgnoreError();  // no footer: the recording failed
     if (recorder.threads() == 0) {

@@ -22,6 +22,7 @@ namespace {
 using ::ptkit::testing::ReadTruth;
 using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string Program(const std::string& name) {
   return std::string(PROGRAM_DIR) + "/emulate_" + name;
@@ -66,6 +67,7 @@ TEST(EmulatedClockCliTest, TimeViewsWorkAndAForkedChildExecsIntoTheRightImages) 
                          "--", Program("fork_exec"), Program("fib"), "x"});
   if (rec.err.find("Operation not permitted") != std::string::npos) GTEST_SKIP() << rec.err;
   ASSERT_EQ(rec.exit_code, 3) << rec.err;  // fib's exit code, through the parent
+  EXPECT_THAT(rec.err, Not(HasSubstr("\r"))) << "no progress line into a pipe";
 
   auto info = RunCommand({PTDECODE_PATH, "info", trace});
   EXPECT_EQ(info.exit_code, 0) << info.err;

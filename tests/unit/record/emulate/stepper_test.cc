@@ -291,6 +291,23 @@ TEST(StepperClockTest, StreamsCarryIncreasingTimesAndStillDecodeExactly) {
   ExpectDecodesToTruth(sink);
 }
 
+TEST(StepperProgressTest, ProgressIsReportedAboutOnceASecond) {
+  EncodingSink sink({});
+  StepperOptions o;
+  o.argv = {Program("fib"), "x"};  // about 36,000 steps: 1 to 3 s here
+  std::vector<StepperResult> reports;
+  o.progress = [&reports](const StepperResult& r) { reports.push_back(r); };
+  auto r = RunStepped(o, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_LE(reports.size(), static_cast<size_t>(r->seconds) + 1);
+  EXPECT_GE(reports.size(), static_cast<size_t>(r->seconds * 0.5));
+  for (size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_GT(reports[i].steps, i == 0 ? 0 : reports[i - 1].steps);
+    EXPECT_GE(reports[i].seconds, 1.0 * static_cast<double>(i + 1) - 0.01);
+    EXPECT_LE(reports[i].instructions, r->instructions);
+  }
+}
+
 // The executable PT_LOAD segments of `path` as [vaddr, vaddr + filesz), with their file
 // offsets: read with <elf.h>, not with ptkit's ELF code.
 struct Segment {
@@ -353,6 +370,44 @@ TEST(StepperFilterTest, AWholeFileOrHeaderPageRegionTracesExactlyItsCode) {
     ASSERT_FALSE(inside.empty());
     EXPECT_TRUE(inside == sink.threads.begin()->second.truth)
         << inside.size() << " vs " << sink.threads.begin()->second.truth.size();
+    ExpectDecodesToTruth(sink);
+  }
+}
+
+// `cold` shares `hot`'s code page: with a region of `hot` alone, cold's loop (from main and
+// from hot) runs at full speed, and the trace is exactly what an unfiltered run retired in
+// hot. The instructions of hot do not depend on the loop count.
+TEST(StepperFilterTest, CodeOnARegionPageOutsideTheRegionRunsAtFullSpeed) {
+  const std::string program = Program("hot_cold");
+  auto filters = record::ParseAddressFilters("filter hot @ " + program);
+  ASSERT_THAT(filters, IsOk());
+  const std::vector<Segment> code = ExecSegments(program);
+  ASSERT_EQ(code.size(), 1u);
+  const uint64_t hot = (*filters)[0].offset - code[0].offset + code[0].vaddr;
+  const uint64_t hot_end = hot + (*filters)[0].size;
+  swpt::PtEncoderOptions options;
+  options.tsc = true;
+  EncodingSink all(options);
+  ASSERT_THAT(Step({program, "40"}, all), IsOk());
+  std::vector<uint64_t> inside;
+  for (uint64_t ip : all.threads.begin()->second.truth) {
+    if (ip >= hot && ip < hot_end) inside.push_back(ip);
+  }
+  ASSERT_GT(inside.size(), 30u);
+  for (const char* n : {"40", "4000000"}) {
+    SCOPED_TRACE(::testing::Message() << "loop count " << n);
+    EncodingSink sink(options);
+    StepperOptions o;
+    o.argv = {program, n};
+    o.filters = *filters;
+    o.max_steps = 100000;  // stepping cold's loop would take millions
+    auto r = RunStepped(o, sink);
+    ASSERT_THAT(r, IsOk());
+    EXPECT_FALSE(r->step_limit_hit);
+    EXPECT_EQ(r->exit_status, 0);
+    EXPECT_LT(r->steps, 1000u);
+    ASSERT_EQ(sink.threads.size(), 1u);
+    EXPECT_TRUE(sink.threads.begin()->second.truth == inside);
     ExpectDecodesToTruth(sink);
   }
 }
