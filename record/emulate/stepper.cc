@@ -70,6 +70,7 @@ struct Mm {
   // Region bytes overwritten with INT3 (start, original bytes), while its one thread runs at
   // full speed on a region page outside the regions: entering a region, at any byte, traps.
   std::vector<std::pair<uint64_t, std::vector<uint8_t>>> planted;
+  bool unwritable = false;  // planting failed once: step on region pages
   int threads = 0;
   int unstarted = 0;  // threads cloned into it whose first stop has not come yet
 };
@@ -637,7 +638,11 @@ absl::Status Run::MaybeFastForward(Thread& t, const user_regs_struct& regs) {
     // On a region page, outside the regions: run with INT3 over the regions' bytes, unless
     // an instruction seen here straddles a region's start (its tail would be overwritten).
     if (Traced(t, regs.rip) || StraddlesARegion(t)) return absl::OkStatus();
-    PTKIT_RETURN_IF_ERROR(Plant(t));
+    // Code that cannot be written (a shared mapping) is stepped.
+    if (mm.unwritable || !Plant(t).ok()) {
+      mm.unwritable = true;
+      return absl::OkStatus();
+    }
   } else {
     if (!SafeToInject(regs)) return absl::OkStatus();
     PTKIT_RETURN_IF_ERROR(Arm(t));
