@@ -1,5 +1,6 @@
 #include "record/emulate/emulate.h"
 
+#include <time.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -287,6 +288,10 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   // MMAP2 records carry the mapped file's build-id instead of its inode (Linux 5.12): the
   // decoder warns when the file it reads is another build.
   tracking.build_id = 1;
+  // The emulated trace's clock (see StepperOptions::clock): the sideband's timestamps and the
+  // TSC packets are both CLOCK_MONOTONIC nanoseconds, so trace and sideband order exactly.
+  tracking.use_clockid = 1;
+  tracking.clockid = CLOCK_MONOTONIC;
   const perf::SampleIdLayout layout{tracking.sample_type, true};
   std::vector<std::unique_ptr<KernelTraceSource>> sideband;
   // The online CPUs by number (they need not be 0..N-1).
@@ -308,6 +313,22 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     }
     return signals.stop_count() != stops0;
   };
+  so.clock = [] {
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+  };
+  // Progress on a terminal, about once a second, on one line (cleared at the end).
+  bool progress_shown = false;
+  if (::isatty(STDERR_FILENO)) {
+    so.progress = [&progress_shown](const StepperResult& r) {
+      std::fprintf(stderr, "\rptrecord: %llu steps, %llu instructions, %.0f steps/s\033[K",
+                   static_cast<unsigned long long>(r.steps),         // NOLINT
+                   static_cast<unsigned long long>(r.instructions),  // NOLINT
+                   r.seconds > 0 ? static_cast<double>(r.steps) / r.seconds : 0.0);
+      progress_shown = true;
+    };
+  }
   so.before_exec = [&](pid_t pid) -> absl::Status {
     for (int cpu : cpus) {
       absl::StatusOr<record::PerfEvent> opened =
@@ -332,13 +353,19 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     mi.cpu = record::ReadCpuId();
     mi.event = options.bts ? "intel_bts//u (emulated)" : "intel_pt//u (emulated)";
     mi.attrs = {{"tracking", tracking}};
-    mi.time = record::ReadTimeConversion(sideband.front()->ring().page);
+    // TSC = perf time = CLOCK_MONOTONIC ns: the identity conversion, 1 GHz.
+    mi.time = record::TimeConversion{.cap_user_time = false,
+                                     .cap_user_time_zero = true,
+                                     .time_shift = 0,
+                                     .time_mult = 1,
+                                     .time_zero = 0};
     mi.page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     mi.mode = "full-trace";
     mi.data_pages = options.data_pages;
     mi.aux_pages = options.aux_pages;
     meta = record::BuildMetadata(mi);
     meta["emulated"] = true;
+    meta["clock"] = "CLOCK_MONOTONIC ns (emulated: TSC packets and sideband use it)";
     meta["emulation"] = {{"backend", "ptrace single-step"},
                          {"streams", "per-thread"},
                          {"format", options.bts ? "bts" : "pt"},
@@ -387,6 +414,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   PeriodicSink sink(recorder, drain_sideband);
   absl::StatusOr<StepperResult> stepped = RunStepped(so, sink);
   ran = recorder.threads() > 0;
+  if (progress_shown) std::fputs("\r\033[K", stderr);
   if (!stepped.ok()) {
     if (writer) writer->Abandon().IgnoreError();  // no footer: the recording failed
     return stepped.status();

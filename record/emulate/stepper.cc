@@ -56,7 +56,10 @@ struct Thread {
   uint64_t stale_fault_disarm = 0;  // the Mm's `disarms` when it last had a stale fault
   bool tracing = false;             // its stream is enabled (the last event was an enable)
   bool free = false;                // --filter: running at full speed (PTRACE_SYSCALL), not stepped
+  bool unplanted = false;           // --filter: INT3s removed for the map syscall it is in
   std::deque<int> deferred_signals;  // signals that arrived during an injected syscall
+  uint64_t resumed_at = 0;           // options.clock when its current step was resumed
+  uint64_t stamped = 0;              // the last time its stream was given
 };
 
 // A run of pages holding filter regions, with the protection the workload gave them.
@@ -75,6 +78,10 @@ struct Mm {
   std::vector<Span> disarmed;  // the pages the last Disarm() gave PROT_EXEC back to
   uint64_t disarms = 0;        // Disarm() calls so far
   uint64_t gadget = 0;         // a SYSCALL instruction (in the vDSO) for injected mprotect
+  // Region bytes overwritten with INT3 (start, original bytes), while its one thread runs at
+  // full speed on a region page outside the regions: entering a region, at any byte, traps.
+  std::vector<std::pair<uint64_t, std::vector<uint8_t>>> planted;
+  bool unwritable = false;  // planting failed once: step on region pages
   int threads = 0;
   int unstarted = 0;  // threads cloned into it whose first stop has not come yet
 };
@@ -85,6 +92,63 @@ bool InSpans(const std::vector<Span>& spans, uint64_t ip) {
   }
   return false;
 }
+
+// Adds to `spans` the executable pieces of the region pages [start, end) of one mapping whose
+// /proc protection is `prot`, and to `armed` those of them still armed. The pages we armed
+// have lost their 'x' and, once the workload changes a neighbour's protection (ld.so's RELRO
+// mprotect), the kernel merges them with the file's read-only mappings into one VMA: a
+// mapping's protection says nothing about its armed pieces, which keep the protection they had
+// when armed (`was_armed`, the pieces armed before). A piece that shows 'x' again was
+// re-protected by the workload and is no longer armed.
+void AddSpans(uint64_t start, uint64_t end, int prot, const std::vector<Span>& was_armed,
+              std::vector<Span>& spans, std::vector<Span>& armed) {
+  uint64_t at = start;
+  auto add_unarmed = [&](uint64_t to) {
+    if (at < to && (prot & PROT_EXEC)) spans.push_back(Span{at, to, prot});
+  };
+  std::vector<Span> inside;
+  for (const Span& a : was_armed) {
+    if (a.end > start && a.start < end) inside.push_back(a);
+  }
+  std::sort(inside.begin(), inside.end(),
+            [](const Span& a, const Span& b) { return a.start < b.start; });
+  for (const Span& a : inside) {
+    const Span piece{std::max(a.start, start), std::min(a.end, end), a.prot};
+    add_unarmed(piece.start);
+    if (prot & PROT_EXEC) {
+      spans.push_back(Span{piece.start, piece.end, prot});  // re-protected by the workload
+    } else {
+      spans.push_back(piece);
+      armed.push_back(piece);
+    }
+    at = piece.end;
+  }
+  add_unarmed(end);
+}
+
+// /proc/TID/mem of a traced thread, open for reading and writing (a tracer may write its
+// tracee's read-only code through it, as debuggers do).
+class MemFile {
+ public:
+  explicit MemFile(uint32_t tid)
+      : fd_(::open(absl::StrCat("/proc/", tid, "/mem").c_str(), O_RDWR | O_CLOEXEC)) {}
+  MemFile(const MemFile&) = delete;
+  MemFile& operator=(const MemFile&) = delete;
+  ~MemFile() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  bool Read(uint64_t at, std::span<uint8_t> out) const {
+    return fd_ >= 0 && ::pread(fd_, out.data(), out.size(), static_cast<off_t>(at)) ==
+                           static_cast<ssize_t>(out.size());
+  }
+  bool Write(uint64_t at, std::span<const uint8_t> bytes) const {
+    return fd_ >= 0 && ::pwrite(fd_, bytes.data(), bytes.size(), static_cast<off_t>(at)) ==
+                           static_cast<ssize_t>(bytes.size());
+  }
+
+ private:
+  int fd_;
+};
 
 bool IsMapSyscall(uint64_t nr) {
   return nr == SYS_mmap || nr == SYS_munmap || nr == SYS_mprotect || nr == SYS_mremap ||
@@ -170,6 +234,14 @@ class Run {
   // Takes PROT_EXEC from (arm) or gives it back to (disarm) the pages of t's regions.
   absl::Status Arm(Thread& t);
   absl::Status Disarm(Thread& t);
+  // Overwrites the region bytes of t's executable region pages with INT3 (plant) or puts the
+  // original bytes back (unplant), through /proc/TID/mem.
+  absl::Status Plant(Thread& t);
+  absl::Status Unplant(Thread& t);
+  // Whether an instruction decoded in t's process begins before a region and ends inside it.
+  bool StraddlesARegion(const Thread& t);
+  // A SIGTRAP stop of a free thread at a planted INT3: unplant and step from the region byte.
+  absl::StatusOr<bool> OnPlantedTrap(Thread& t, const siginfo_t& si);
   // A SIGSEGV stop that is entry into an armed page: disarm and step from there.
   absl::StatusOr<bool> OnArmedFault(Thread& t, const siginfo_t& si);
   // A stop of a thread that runs at full speed (syscall stops, signals).
@@ -185,6 +257,10 @@ class Run {
   std::map<uint64_t, Mm> mms_;
   uint64_t next_mm_ = 1;
   const bool filtering_ = !options_.filters.empty();
+  uint64_t now_ = 0;  // options.clock at the stop being handled
+  absl::Time start_ = absl::Now();
+  absl::Time last_progress_ = start_;  // options.progress was last called
+  uint64_t stops_ = 0;
   std::vector<swpt::Event> events_;
   StepperResult result_;
 };
@@ -245,6 +321,14 @@ absl::StatusOr<const InsnInfo*> Run::Info(const Thread& t, uint64_t ip) {
     return ErrnoStatus(
         absl::StrCat("read code of thread ", t.tid, " (process ", pid, ") at 0x", absl::Hex(ip)));
   }
+  if (t.mm != 0) {
+    for (const auto& [start, original] : mms_[t.mm].planted) {  // the program's bytes, not INT3
+      for (size_t i = 0; i < got; ++i) {
+        if (ip + i >= start && ip + i < start + original.size())
+          bytes[i] = original[ip + i - start];
+      }
+    }
+  }
   PTKIT_ASSIGN_OR_RETURN(InsnInfo info, DecodeInsn(std::span<const uint8_t>(bytes, got), ip));
   sink_.OnCode(pid, ip, std::span<const uint8_t>(bytes, info.size));
   return &cache.emplace(ip, info).first->second;
@@ -284,6 +368,7 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
     return absl::OkStatus();
   }
   ++result_.steps;
+  t.resumed_at = now_;
   if (::ptrace(PTRACE_SINGLESTEP, tid, nullptr, reinterpret_cast<void*>(sig)) != 0) {
     if (errno == ESRCH) return absl::OkStatus();  // killed meanwhile; waitpid reports it
     return ErrnoStatus(absl::StrCat("ptrace(SINGLESTEP) of thread ", tid));
@@ -292,6 +377,13 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
 }
 
 void Run::Emit(Thread& t, const swpt::Event& e) {
+  if (options_.clock) {
+    const uint64_t time = e.kind == swpt::EventKind::kEnable ? now_ : t.resumed_at;
+    if (time > t.stamped) {
+      sink_.OnEvent(t.stream, swpt::Event::Time(time));
+      t.stamped = time;
+    }
+  }
   if (e.kind == swpt::EventKind::kEnable) {
     t.tracing = true;
   } else if (e.kind == swpt::EventKind::kDisable || e.kind == swpt::EventKind::kAsyncDisable) {
@@ -312,7 +404,7 @@ void Run::Resolve(Thread& t) {
   Mm& mm = mms_[t.mm];
   mm.resolved = true;
   mm.ranges.clear();
-  std::vector<Span> spans;
+  std::vector<Span> spans, armed;
   std::FILE* maps = std::fopen(absl::StrCat("/proc/", t.tid, "/maps").c_str(), "re");
   if (maps == nullptr) return;  // the thread is gone; its exit is on the way
   char line[4096 + 256];
@@ -348,23 +440,19 @@ void Run::Resolve(Thread& t) {
       const uint64_t from = f.offset < pgoff ? start : start + (f.offset - pgoff);
       const uint64_t to = std::min<uint64_t>(end, start + (f.offset + f.size - pgoff));
       mm.ranges.emplace_back(from, to);
-      // Pages we armed show no 'x' now; they keep the protection they had.
-      const Span page{from & ~4095ull, std::min<uint64_t>(end, (to + 4095) & ~4095ull), 0};
-      int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
-                 (perms[2] == 'x' ? PROT_EXEC : 0);
-      for (const Span& a : mm.armed) {
-        if (a.start == page.start && a.end == page.end) prot = a.prot;
-      }
-      if (prot & PROT_EXEC) spans.push_back(Span{page.start, page.end, prot});
+      const int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
+                       (perms[2] == 'x' ? PROT_EXEC : 0);
+      AddSpans(from & ~4095ull, std::min<uint64_t>(end, (to + 4095) & ~4095ull), prot, mm.armed,
+               spans, armed);
     }
   }
   std::fclose(maps);
-  std::sort(spans.begin(), spans.end(),
-            [](const Span& a, const Span& b) { return a.start < b.start; });
+  auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
+  std::sort(spans.begin(), spans.end(), by_start);
   spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
-  std::erase_if(mm.armed, [&](const Span& a) {
-    return std::find(spans.begin(), spans.end(), a) == spans.end();
-  });
+  std::sort(armed.begin(), armed.end(), by_start);
+  armed.erase(std::unique(armed.begin(), armed.end()), armed.end());
+  mm.armed = std::move(armed);
   mm.spans = std::move(spans);
 }
 
@@ -426,6 +514,7 @@ absl::Status Run::Arm(Thread& t) {
 }
 
 absl::Status Run::Disarm(Thread& t) {
+  PTKIT_RETURN_IF_ERROR(Unplant(t));
   Mm& mm = mms_[t.mm];
   mm.disarmed = mm.armed;
   ++mm.disarms;
@@ -439,6 +528,79 @@ absl::Status Run::Disarm(Thread& t) {
   }
   mm.armed.clear();
   return absl::OkStatus();
+}
+
+bool Run::StraddlesARegion(const Thread& t) {
+  const auto& cache = code_[t.pid];
+  for (const auto& [start, end] : mms_[t.mm].ranges) {
+    for (uint64_t back = 1; back < kMaxInsn && back <= start; ++back) {
+      auto it = cache.find(start - back);
+      if (it != cache.end() && it->second.size > back) return true;
+    }
+  }
+  return false;
+}
+
+absl::Status Run::Plant(Thread& t) {
+  Mm& mm = mms_[t.mm];
+  if (!mm.planted.empty()) return absl::OkStatus();
+  std::vector<std::pair<uint64_t, uint64_t>> code;  // the regions' bytes on executable pages
+  for (const auto& [start, end] : mm.ranges) {
+    for (const Span& s : mm.spans) {
+      const uint64_t from = std::max(start, s.start), to = std::min(end, s.end);
+      if (from < to) code.emplace_back(from, to);
+    }
+  }
+  const MemFile mem(t.tid);
+  for (const auto& [from, to] : code) {
+    std::vector<uint8_t> original(to - from);
+    const std::vector<uint8_t> traps(to - from, 0xcc);
+    if (!mem.Read(from, original) || !mem.Write(from, traps)) {
+      absl::Status failed = ErrnoStatus(absl::StrCat("--filter: write breakpoints at 0x",
+                                                     absl::Hex(from), " in process ", t.pid));
+      Unplant(t).IgnoreError();
+      return failed;
+    }
+    mm.planted.emplace_back(from, std::move(original));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Run::Unplant(Thread& t) {
+  Mm& mm = mms_[t.mm];
+  if (mm.planted.empty()) return absl::OkStatus();
+  const MemFile mem(t.tid);
+  absl::Status status;
+  for (const auto& [from, original] : mm.planted) {
+    if (!mem.Write(from, original)) {
+      if (status.ok()) {
+        status = ErrnoStatus(
+            absl::StrCat("--filter: restore code at 0x", absl::Hex(from), " in process ", t.pid));
+      }
+    }
+  }
+  mm.planted.clear();
+  return status;
+}
+
+absl::StatusOr<bool> Run::OnPlantedTrap(Thread& t, const siginfo_t& si) {
+  Mm& mm = mms_[t.mm];
+  if (mm.planted.empty() || si.si_signo != SIGTRAP || si.si_code != SI_KERNEL) return false;
+  PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(t.tid));
+  const uint64_t ip = regs.rip - 1;  // INT3 traps after itself
+  bool ours = false;
+  for (const auto& [from, original] : mm.planted) ours |= ip >= from && ip < from + original.size();
+  if (!ours) return false;  // the program's own INT3
+  PTKIT_RETURN_IF_ERROR(Unplant(t));
+  regs.rip = ip;  // the instruction there has not run
+  if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &regs) != 0) {
+    return ErrnoStatus(absl::StrCat("ptrace(SETREGS) of thread ", t.tid));
+  }
+  const bool was_free = t.free;  // else a step ran into INT3s not yet taken out
+  t.free = false;
+  Land(t, ip);
+  if (was_free && Traced(t, ip)) Emit(t, swpt::Event::Enable(ip));
+  return true;
 }
 
 absl::StatusOr<bool> Run::OnArmedFault(Thread& t, const siginfo_t& si) {
@@ -469,11 +631,18 @@ absl::Status Run::OnFreeStop(Thread& t, int sig) {
   if (sig == (SIGTRAP | 0x80)) {  // syscall entry or exit
     PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(t.tid));
     const bool exit = static_cast<int64_t>(regs.rax) != -ENOSYS;
+    if (!exit && IsMapSyscall(regs.orig_rax) && !mms_[t.mm].planted.empty()) {
+      // The mappings may change under the planted bytes: the program's own go back first, and
+      // the thread steps from the syscall's return until it can run free again.
+      PTKIT_RETURN_IF_ERROR(Unplant(t));
+      t.unplanted = true;
+    }
     if (exit && IsMapSyscall(regs.orig_rax)) {
       Invalidate(t.pid);
       Resolve(t);  // keeps only armed pages that still hold regions
-      if (mms_[t.mm].spans != mms_[t.mm].armed) {
+      if (mms_[t.mm].spans != mms_[t.mm].armed || t.unplanted) {
         // New region pages: step (outside them) until the next safe point arms them too.
+        t.unplanted = false;
         t.free = false;
         Land(t, regs.rip);
       }
@@ -482,6 +651,8 @@ absl::Status Run::OnFreeStop(Thread& t, int sig) {
   }
   siginfo_t si{};
   ::ptrace(PTRACE_GETSIGINFO, t.tid, nullptr, &si);
+  PTKIT_ASSIGN_OR_RETURN(bool trapped, OnPlantedTrap(t, si));
+  if (trapped) return Resume(t.tid, 0);
   PTKIT_ASSIGN_OR_RETURN(bool entered, OnArmedFault(t, si));
   return Resume(t.tid, entered ? 0 : sig);
 }
@@ -491,12 +662,23 @@ absl::Status Run::MaybeFastForward(Thread& t, const user_regs_struct& regs) {
   // No regions mapped yet (a library loaded later) is fine: mmap's syscall stops watch for them.
   // One thread only, counting those cloned but not started yet: they could run into a region
   // before their start disarms it.
-  if (!filtering_ || t.tracing || mm.threads != 1 || mm.unstarted != 0 ||
-      InSpans(mm.spans, regs.rip) || t.signal_to_handler || !t.deferred_signals.empty() ||
-      !SafeToInject(regs)) {
+  if (!filtering_ || t.tracing || mm.threads != 1 || mm.unstarted != 0 || t.signal_to_handler ||
+      !t.deferred_signals.empty()) {
     return absl::OkStatus();
   }
-  PTKIT_RETURN_IF_ERROR(Arm(t));
+  if (InSpans(mm.spans, regs.rip)) {
+    // On a region page, outside the regions: run with INT3 over the regions' bytes, unless
+    // an instruction seen here straddles a region's start (its tail would be overwritten).
+    if (Traced(t, regs.rip) || StraddlesARegion(t)) return absl::OkStatus();
+    // Code that cannot be written (a shared mapping) is stepped.
+    if (mm.unwritable || !Plant(t).ok()) {
+      mm.unwritable = true;
+      return absl::OkStatus();
+    }
+  } else {
+    if (!SafeToInject(regs)) return absl::OkStatus();
+    PTKIT_RETURN_IF_ERROR(Arm(t));
+  }
   t.free = true;
   ++result_.fast_forwards;
   return absl::OkStatus();
@@ -516,14 +698,14 @@ absl::Status Run::StartThread(uint32_t tid) {
   if (t.cloned) --mm.unstarted;
   if (filtering_) {
     if (!mm.resolved) Resolve(t);
-    if (!mm.armed.empty()) {
+    if (!mm.armed.empty() || !mm.planted.empty()) {
       if (mm.threads == 1) {
         t.free = true;  // a forked child of a process running at full speed
         return absl::OkStatus();
       }
       // A second thread: several threads are single-stepped throughout (one running at full
       // speed could enter a region another one opened).
-      if (!SafeToInject(regs)) {
+      if (!mm.armed.empty() && !SafeToInject(regs)) {
         return absl::InternalError(absl::StrCat("--filter: cannot disarm for new thread ", tid));
       }
       PTKIT_RETURN_IF_ERROR(Disarm(t));
@@ -536,6 +718,7 @@ absl::Status Run::StartThread(uint32_t tid) {
 void Run::OnGone(uint32_t tid, int status) {
   auto it = threads_.find(tid);
   if (it == threads_.end()) return;
+  if (options_.clock) now_ = options_.clock();
   Thread& t = it->second;
   if (!t.started && t.cloned) --mms_[t.mm].unstarted;  // gone before its first stop
   if (t.started) {
@@ -564,6 +747,15 @@ void Run::OnGone(uint32_t tid, int status) {
 }
 
 absl::Status Run::OnStop(uint32_t tid, int status) {
+  if (options_.clock) now_ = options_.clock();
+  if (options_.progress && ++stops_ % 1024 == 0) {
+    const absl::Time now = absl::Now();
+    if (now - last_progress_ >= absl::Seconds(1)) {
+      last_progress_ = now;
+      result_.seconds = absl::ToDoubleSeconds(now - start_);
+      options_.progress(result_);
+    }
+  }
   const int sig = WSTOPSIG(status);
   const int event = status >> 16;
   auto found = threads_.find(tid);
@@ -599,6 +791,7 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
       }
       if (t.free) {
         // The address space gains a thread: everyone is stepped from here on.
+        PTKIT_RETURN_IF_ERROR(Unplant(t));
         PTKIT_ASSIGN_OR_RETURN(uint64_t after, Ip(tid));
         t.free = false;
         Land(t, after - 2);  // SYSCALL; its step completes when the call returns
@@ -659,6 +852,8 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
   // handler-entry notification); an int3 in the workload is SI_KERNEL and is its own signal.
   const bool step_trap = sig == SIGTRAP && si.si_code > 0 && si.si_code != SI_KERNEL;
   if (!step_trap) {
+    PTKIT_ASSIGN_OR_RETURN(bool trapped, OnPlantedTrap(t, si));
+    if (trapped) return Resume(tid, 0);
     PTKIT_ASSIGN_OR_RETURN(bool entered, OnArmedFault(t, si));
     if (entered) return Resume(tid, 0);
     // A real signal: deliver it. If the process catches it, the next stop is at the handler.
@@ -705,7 +900,7 @@ absl::StatusOr<StepperResult> Run::Go() {
   if (options_.argv.empty()) return absl::InvalidArgumentError("no program to run");
   int err_pipe[2];
   if (::pipe2(err_pipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe");
-  absl::Time start = absl::Now();
+  start_ = last_progress_ = absl::Now();
   pid_t pid = ::fork();
   if (pid < 0) return ErrnoStatus("fork");
   if (pid == 0) {
@@ -760,6 +955,7 @@ absl::StatusOr<StepperResult> Run::Go() {
   threads_[pid].pid = pid;
   threads_[pid].mm = next_mm_++;
   leader_ = pid;
+  if (options_.clock) now_ = options_.clock();
   if (absl::Status s = StartThread(pid); !s.ok()) return kill_and_reap(s);
   if (absl::Status s = Resume(pid, 0); !s.ok()) return kill_and_reap(s);
 
@@ -781,7 +977,7 @@ absl::StatusOr<StepperResult> Run::Go() {
       return kill_and_reap(s);
     }
   }
-  result_.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+  result_.seconds = absl::ToDoubleSeconds(absl::Now() - start_);
   return result_;
 }
 

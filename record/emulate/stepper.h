@@ -39,6 +39,18 @@ class StepSink {
   virtual void OnCode(uint32_t pid, uint64_t ip, std::span<const uint8_t> bytes) {}
 };
 
+struct StepperResult {
+  int exit_status = 0;         // the workload's exit code, or 128 + signal
+  uint64_t steps = 0;          // single-steps taken
+  uint64_t fast_forwards = 0;  // --filter: times a thread left the regions to run at full speed
+  uint64_t instructions = 0;   // instructions retired (rep iterations counted once)
+  uint64_t threads = 0;
+  bool step_limit_hit = false;
+  bool stop_requested = false;  // StepperOptions::stop_requested ended the run
+  int exit_signal = 0;          // the signal that killed the workload, 0 if it exited
+  double seconds = 0;
+};
+
 struct StepperOptions {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH
   // Called with the workload's pid after it is stopped before execve: open perf events on it
@@ -50,22 +62,23 @@ struct StepperOptions {
   std::function<bool()> stop_requested;
   // IP filtering ('filter' regions only): only instructions inside the regions are traced and
   // reported, with TIP.PGD / TIP.PGE where execution leaves and enters them. A process with
-  // one thread runs at full speed while it is outside the regions: their pages lose PROT_EXEC
-  // (mprotect injected into the workload), so entering one faults, and the fault becomes the
-  // return to single-stepping. Processes with several threads are single-stepped throughout.
+  // one thread runs at full speed while it is outside the regions' bytes: off the regions'
+  // pages, those pages lose PROT_EXEC (mprotect injected into the workload), so entering one
+  // faults; on a region page outside the regions, every byte of the regions is INT3 (written
+  // through /proc/TID/mem, the program's bytes are put back before it steps there), so
+  // entering one traps. The fault or trap is the return to single-stepping. Processes with
+  // several threads are single-stepped throughout.
   std::vector<record::AddressFilter> filters;
-};
-
-struct StepperResult {
-  int exit_status = 0;         // the workload's exit code, or 128 + signal
-  uint64_t steps = 0;          // single-steps taken
-  uint64_t fast_forwards = 0;  // --filter: times a thread left the regions to run at full speed
-  uint64_t instructions = 0;   // instructions retired (rep iterations counted once)
-  uint64_t threads = 0;
-  bool step_limit_hit = false;
-  bool stop_requested = false;  // StepperOptions::stop_requested ended the run
-  int exit_signal = 0;          // the signal that killed the workload, 0 if it exited
-  double seconds = 0;
+  // When set, the stepper stamps the streams with this clock (nanoseconds; give the sideband
+  // the same clock): each control-flow event is preceded by a swpt::Event::Time whenever the
+  // clock moved since the thread's last one. An event of a step carries the time the step was
+  // resumed, an enable the time of the stop that reports it, so a stream's times bracket what
+  // the kernel did meanwhile: the instructions before an execve are older than the exec's
+  // sideband, the new program's first one younger.
+  std::function<uint64_t()> clock;
+  // When set, called about once a second while the workload runs, with the counts so far
+  // (`seconds` is the time since the start).
+  std::function<void(const StepperResult&)> progress;
 };
 
 // Runs the workload to its end. Errors: kNotFound (exit code 127 semantics) when argv[0]

@@ -35,6 +35,7 @@ void BtsWriter::Add(const Event& e) {
     case EventKind::kAsyncDisable:
     case EventKind::kModeChange:
     case EventKind::kTick:
+    case EventKind::kTime:
     case EventKind::kOverflow:
       return;
   }

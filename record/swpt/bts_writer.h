@@ -25,7 +25,8 @@ class BtsWriter {
   //  - kInterrupt: {ip (first instruction not retired), target};
   //  - kDisable: {ip, target} (target 0 when suppressed);
   //  - kEnable: {0, target} (the source is outside the traced context).
-  // Not-taken branches, kAsyncDisable, kModeChange, kTick and kOverflow write nothing.
+  // Not-taken branches, kAsyncDisable, kModeChange, kTick, kTime and kOverflow write
+  // nothing.
   void Add(const Event& event);
 
   // Records written so far, as bytes (little-endian, as the kernel writes them).

@@ -33,6 +33,9 @@ enum class EventKind : uint8_t {
                   // an untraced context, trace stop).
   kModeChange,    // CS.L/CS.D become `mode`; must be followed by kFarBranch, kInterrupt or kEnable.
   kTick,          // `target` core cycles elapsed (TSC advances by the same amount).
+  kTime,          // The TSC reads `target` now (not less than before): a TSC packet (TSCEn),
+                  // after the pending TNT bits; the timing counters advance to it. Before the
+                  // first other event it only sets the time of the opening PSB+.
   kOverflow,      // Internal buffer overflow (test injection); execution resumes at `ip`.
 };
 
@@ -63,6 +66,7 @@ struct Event {
     return {EventKind::kModeChange, false, false, mode, 0, 0, 0};
   }
   static Event Tick(uint64_t cycles) { return Simple(EventKind::kTick, 0, cycles); }
+  static Event Time(uint64_t tsc) { return Simple(EventKind::kTime, 0, tsc); }
   static Event Overflow(uint64_t resume_ip) { return Simple(EventKind::kOverflow, resume_ip, 0); }
 };
 

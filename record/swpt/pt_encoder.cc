@@ -50,6 +50,8 @@ const char* KindName(EventKind kind) {
       return "mode change";
     case EventKind::kTick:
       return "tick";
+    case EventKind::kTime:
+      return "time";
     case EventKind::kOverflow:
       return "overflow";
   }
@@ -276,6 +278,21 @@ absl::Status PtEncoder::Tick(uint64_t cycles) {
   return absl::OkStatus();
 }
 
+// SDM "Time-Stamp Counter (TSC) Packet": the TSC's value when the packet is sent. The branches
+// already retired go out first, so the packet orders them before the new time.
+absl::Status PtEncoder::Time(uint64_t tsc) {
+  if (tsc < tsc_) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("time ", tsc, " is before the current TSC ", tsc_));
+  }
+  PTKIT_RETURN_IF_ERROR(Tick(tsc - tsc_));
+  if (!options_.tsc) return absl::OkStatus();
+  PTKIT_RETURN_IF_ERROR(FlushTnt());
+  pt_packet p = MakePacket(ppt_tsc);
+  p.payload.tsc.tsc = tsc_;
+  return Emit(p);
+}
+
 // SDM "Overflow (OVF) Packet": packets were lost; the decoder resets its state. When tracing
 // continues, a FUP gives the IP where it resumes, otherwise the next TIP.PGE does. Our encoder
 // resets the last IP and the RET compression stack too, so nothing after OVF depends on state
@@ -305,6 +322,8 @@ absl::Status PtEncoder::Dispatch(const Event& e) {
   switch (e.kind) {
     case EventKind::kTick:
       return Tick(e.target);
+    case EventKind::kTime:
+      return Time(e.target);
     case EventKind::kModeChange:
       // MODE.Exec goes out with the next TIP/TIP.PGE that carries the far transfer.
       if (e.mode != mode_) {
@@ -389,6 +408,12 @@ absl::Status PtEncoder::Add(const Event& event) {
   if (!error_.ok()) return error_;
   if (finished_) return absl::FailedPreconditionError("event after Finish()");
   absl::Status status;
+  if (!started_ && event.kind == EventKind::kTime) {
+    // The time at which TraceEn is set: the opening PSB+ carries it.
+    tsc_ = event.target;
+    ++events_;
+    return absl::OkStatus();
+  }
   if (!started_) {
     // Enabling TraceEn starts the trace with a PSB+.
     started_ = true;
@@ -396,8 +421,8 @@ absl::Status PtEncoder::Add(const Event& event) {
   }
   ++events_;
   if (status.ok()) status = Dispatch(event);
-  if (status.ok() && event.kind != EventKind::kTick && event.kind != EventKind::kModeChange &&
-      offset() - last_psb_offset_ >= psb_bytes_) {
+  if (status.ok() && event.kind != EventKind::kTick && event.kind != EventKind::kTime &&
+      event.kind != EventKind::kModeChange && offset() - last_psb_offset_ >= psb_bytes_) {
     status = WritePsbPlus();
   }
   if (!status.ok()) error_ = status;

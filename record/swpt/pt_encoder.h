@@ -110,6 +110,7 @@ class PtEncoder {
   absl::Status EmitMode();
   absl::Status WritePsbPlus();
   absl::Status Tick(uint64_t cycles);
+  absl::Status Time(uint64_t tsc);
   absl::Status Overflow(uint64_t resume_ip);
   absl::Status Dispatch(const Event& e);
   void Push(uint64_t return_ip);

@@ -146,8 +146,8 @@ int main(int argc, char** argv) {
   app.add_flag("-k,--kernel", o.kernel_only, "Trace the kernel only");
   app.add_option("--filter", o.filter,
                  "Address filter in perf's syntax, e.g. 'filter main @ /bin/ls' (symbols are "
-                 "resolved to file offsets; with --emulate: 'filter' regions, full speed "
-                 "outside them)");
+                 "resolved to file offsets; with --emulate: 'filter' regions, a "
+                 "single-threaded process runs at full speed outside the regions' bytes)");
   app.add_option("--snapshot", snapshot,
                  "Snapshot mode: AUX overwrite, one snapshot per SIGUSR2 and at the end; "
                  "optional SIZE per snapshot (K/M/G), default the whole AUX area")
@@ -163,8 +163,9 @@ int main(int argc, char** argv) {
   app.add_flag("--emulate", emulate,
                "No Intel PT needed: single-step the command under ptrace and write the Intel PT "
                "(or --bts) it would produce, with the kernel's real sideband; user space, "
-               "per-thread streams, ~15k-50k instructions/s. SIGINT/SIGTERM stop it and keep "
-               "the trace (exit 128 + signal). Refuses " +
+               "per-thread streams, CLOCK_MONOTONIC time, ~15k-50k instructions/s (progress "
+               "on a terminal). SIGINT/SIGTERM stop it and keep the trace (exit 128 + signal). "
+               "Refuses " +
                    absl::StrJoin(kNotWithEmulate, ", "));
   app.add_option("--ground-truth", ground_truth,
                  "With --emulate: write every retired instruction as 'TID 0xADDRESS' lines");

@@ -4,7 +4,6 @@
 #include "record/emulate/emulate.h"
 
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <sstream>
 
@@ -13,6 +12,7 @@
 #include "decoder/decode.h"
 #include "decoder/image.h"
 #include "gmock/gmock.h"
+#include "ground_truth.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ptkit/container_reader.h"
@@ -24,6 +24,7 @@ namespace ptkit::emulate {
 namespace {
 
 using ::ptkit::testing::IsOk;
+using ::ptkit::testing::ReadTruth;
 using ::testing::Contains;
 using ::testing::HasSubstr;
 
@@ -75,15 +76,6 @@ Recording Load(const std::string& path) {
   return r;
 }
 
-std::map<uint64_t, std::vector<uint64_t>> LoadTruth(const std::string& path) {
-  std::map<uint64_t, std::vector<uint64_t>> truth;
-  std::ifstream in(path);
-  uint64_t tid;
-  std::string ip;
-  while (in >> tid >> ip) truth[tid].push_back(std::stoull(ip, nullptr, 16));
-  return truth;
-}
-
 class CollectIps : public decoder::Sink {
  public:
   decoder::DecoderKind kind() const override { return decoder::DecoderKind::kInsn; }
@@ -117,7 +109,7 @@ TEST(EmulateTest, RecordsAndDecodesExactlyWhatEachThreadRan) {
   EXPECT_THAT(rec.sideband, Contains("fork"));
   EXPECT_THAT(rec.mmap_files, Contains(HasSubstr("emulate_threads")));
 
-  auto truth = LoadTruth(o.ground_truth);
+  auto truth = ReadTruth(o.ground_truth);
   ASSERT_EQ(truth.size(), 3u);
   ASSERT_EQ(rec.aux.size(), 3u);
   auto image = decoder::ProgramImage::Create();
@@ -146,7 +138,7 @@ TEST(EmulateTest, BtsRecordsAreTheTakenBranchesOfTheGroundTruthInOrder) {
   ASSERT_THAT(r, IsOk());
   Recording rec = Load(o.output);
   EXPECT_EQ(rec.metadata["emulation"]["format"], "bts");
-  auto truth = LoadTruth(o.ground_truth);
+  auto truth = ReadTruth(o.ground_truth);
   ASSERT_EQ(rec.aux.size(), 1u);
   const std::vector<uint64_t>& ips = truth.begin()->second;
   const std::vector<uint8_t>& bytes = rec.aux.begin()->second;
@@ -218,7 +210,7 @@ TEST(EmulateTest, ADynamicProgramThatDlopensDecodesFromTheContainerAlone) {
   ASSERT_THAT(totals, IsOk());
   EXPECT_EQ(sink.errors, 0);
   EXPECT_EQ(sink.losses, 0);
-  auto truth = LoadTruth(o.ground_truth);
+  auto truth = ReadTruth(o.ground_truth);
   ASSERT_EQ(truth.size(), 1u);
   const auto& [tid, expected] = *truth.begin();
   const std::vector<uint64_t>& got = sink.ips[absl::StrCat("tid ", tid)];

@@ -3,9 +3,11 @@
 // the stepper read), and checks the decoded instructions equal the stepped ground truth.
 #include "record/emulate/stepper.h"
 
+#include <elf.h>
 #include <intel-pt.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <optional>
 #include <set>
@@ -248,6 +250,164 @@ TEST_P(StepperTest, AFilterTracesExactlyTheRegionAndSkipsTheRest) {
     EXPECT_TRUE(inside == truth) << inside.size() << " vs " << truth.size();
     EXPECT_GT(r->fast_forwards, 0u);
     EXPECT_LT(r->steps * 4, full->steps) << "outside the region it should run, not step";
+    ExpectDecodesToTruth(sink);
+  }
+}
+
+// With a clock, every stream carries TSC packets of increasing times (from its opening PSB+
+// on), and still decodes to exactly what ran.
+TEST(StepperClockTest, StreamsCarryIncreasingTimesAndStillDecodeExactly) {
+  swpt::PtEncoderOptions options;
+  options.tsc = true;
+  EncodingSink sink(options);
+  StepperOptions o;
+  o.argv = {Program("fib"), "x"};
+  uint64_t reads = 0;
+  o.clock = [&reads] { return 1000000 + 1000 * ++reads; };
+  auto r = RunStepped(o, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ(r->exit_status, 3);
+  ASSERT_EQ(sink.threads.size(), 1u);
+  for (auto& [tid, t] : sink.threads) {
+    pt_config cfg;
+    pt_config_init(&cfg);
+    cfg.begin = t.pt.data();
+    cfg.end = t.pt.data() + t.pt.size();
+    pt_packet_decoder* dec = pt_pkt_alloc_decoder(&cfg);
+    ASSERT_GE(pt_pkt_sync_set(dec, 0), 0);
+    std::vector<uint64_t> times;
+    pt_packet p;
+    while (pt_pkt_next(dec, &p, sizeof(p)) > 0) {
+      if (p.type == ppt_tsc) times.push_back(p.payload.tsc.tsc);
+    }
+    pt_pkt_free_decoder(dec);
+    EXPECT_GT(times.front(), 1000000u);  // the opening PSB+ has the time of the first stop
+    // Each PSB+ repeats the current time; the other TSC packets advance it.
+    EXPECT_TRUE(std::is_sorted(times.begin(), times.end()));
+    times.erase(std::unique(times.begin(), times.end()), times.end());
+    EXPECT_GT(times.size(), t.events / 4) << t.events << " events";
+    EXPECT_LE(times.back(), 1000000 + 1000 * reads);
+  }
+  ExpectDecodesToTruth(sink);
+}
+
+TEST(StepperProgressTest, ProgressIsReportedAboutOnceASecond) {
+  EncodingSink sink({});
+  StepperOptions o;
+  o.argv = {Program("fib"), "x"};  // about 36,000 steps: 1 to 3 s here
+  std::vector<StepperResult> reports;
+  o.progress = [&reports](const StepperResult& r) { reports.push_back(r); };
+  auto r = RunStepped(o, sink);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_LE(reports.size(), static_cast<size_t>(r->seconds) + 1);
+  EXPECT_GE(reports.size(), static_cast<size_t>(r->seconds * 0.5));
+  for (size_t i = 0; i < reports.size(); ++i) {
+    EXPECT_GT(reports[i].steps, i == 0 ? 0 : reports[i - 1].steps);
+    EXPECT_GE(reports[i].seconds, 1.0 * static_cast<double>(i + 1) - 0.01);
+    EXPECT_LE(reports[i].instructions, r->instructions);
+  }
+}
+
+// The executable PT_LOAD segments of `path` as [vaddr, vaddr + filesz), with their file
+// offsets: read with <elf.h>, not with ptkit's ELF code.
+struct Segment {
+  uint64_t vaddr, offset, size;
+};
+std::vector<Segment> ExecSegments(const std::string& path) {
+  std::vector<Segment> out;
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  if (f == nullptr) return out;
+  Elf64_Ehdr eh{};
+  if (std::fread(&eh, sizeof(eh), 1, f) == 1) {
+    for (int i = 0; i < eh.e_phnum; ++i) {
+      Elf64_Phdr ph{};
+      std::fseek(f, static_cast<long>(eh.e_phoff + i * sizeof(ph)), SEEK_SET);
+      if (std::fread(&ph, sizeof(ph), 1, f) != 1) break;
+      if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
+        out.push_back({ph.p_vaddr, ph.p_offset, ph.p_filesz});
+      }
+    }
+  }
+  std::fclose(f);
+  return out;
+}
+
+// Regions that cover more than the code pages: the whole file ('*') and the first 8 KiB of it
+// (the ELF headers' read-only page and the first code page). Arming the code pages makes the
+// kernel merge them with the file's read-only neighbours into one mapping: the regions' pages
+// must still be recognised as ours there, or they stay non-executable and the program dies of
+// SIGSEGV when it gets there. The program is static and not PIE: its run-time addresses are
+// its file's.
+TEST(StepperFilterTest, AWholeFileOrHeaderPageRegionTracesExactlyItsCode) {
+  swpt::PtEncoderOptions options;
+  options.tsc = true;
+  EncodingSink all(options);
+  auto full = Step({Program("fib"), "x"}, all);
+  ASSERT_THAT(full, IsOk());
+  const std::vector<Segment> code = ExecSegments(Program("fib"));
+  ASSERT_FALSE(code.empty());
+  struct Case {
+    std::string filter;
+    uint64_t from_offset, to_offset;  // the region, file offsets
+  };
+  for (const Case& c : {Case{"filter * @ " + Program("fib"), 0, ~0ull},
+                        Case{"filter 0x0/0x2000 @ " + Program("fib"), 0, 0x2000}}) {
+    SCOPED_TRACE(c.filter);
+    EncodingSink sink(options);
+    auto r = Step({Program("fib"), "x"}, sink, c.filter);
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ(r->exit_status, 3);
+    ASSERT_EQ(sink.threads.size(), 1u);
+    std::vector<uint64_t> inside;
+    for (uint64_t ip : all.threads.begin()->second.truth) {
+      for (const Segment& s : code) {
+        const uint64_t off = ip - s.vaddr + s.offset;
+        if (ip >= s.vaddr && ip < s.vaddr + s.size && off >= c.from_offset && off < c.to_offset) {
+          inside.push_back(ip);
+        }
+      }
+    }
+    ASSERT_FALSE(inside.empty());
+    EXPECT_TRUE(inside == sink.threads.begin()->second.truth)
+        << inside.size() << " vs " << sink.threads.begin()->second.truth.size();
+    ExpectDecodesToTruth(sink);
+  }
+}
+
+// `cold` shares `hot`'s code page: with a region of `hot` alone, cold's loop (from main and
+// from hot) runs at full speed, and the trace is exactly what an unfiltered run retired in
+// hot. The instructions of hot do not depend on the loop count.
+TEST(StepperFilterTest, CodeOnARegionPageOutsideTheRegionRunsAtFullSpeed) {
+  const std::string program = Program("hot_cold");
+  auto filters = record::ParseAddressFilters("filter hot @ " + program);
+  ASSERT_THAT(filters, IsOk());
+  const std::vector<Segment> code = ExecSegments(program);
+  ASSERT_EQ(code.size(), 1u);
+  const uint64_t hot = (*filters)[0].offset - code[0].offset + code[0].vaddr;
+  const uint64_t hot_end = hot + (*filters)[0].size;
+  swpt::PtEncoderOptions options;
+  options.tsc = true;
+  EncodingSink all(options);
+  ASSERT_THAT(Step({program, "40"}, all), IsOk());
+  std::vector<uint64_t> inside;
+  for (uint64_t ip : all.threads.begin()->second.truth) {
+    if (ip >= hot && ip < hot_end) inside.push_back(ip);
+  }
+  ASSERT_GT(inside.size(), 30u);
+  for (const char* n : {"40", "4000000"}) {
+    SCOPED_TRACE(::testing::Message() << "loop count " << n);
+    EncodingSink sink(options);
+    StepperOptions o;
+    o.argv = {program, n};
+    o.filters = *filters;
+    o.max_steps = 100000;  // stepping cold's loop would take millions
+    auto r = RunStepped(o, sink);
+    ASSERT_THAT(r, IsOk());
+    EXPECT_FALSE(r->step_limit_hit);
+    EXPECT_EQ(r->exit_status, 0);
+    EXPECT_LT(r->steps, 1000u);
+    ASSERT_EQ(sink.threads.size(), 1u);
+    EXPECT_TRUE(sink.threads.begin()->second.truth == inside);
     ExpectDecodesToTruth(sink);
   }
 }

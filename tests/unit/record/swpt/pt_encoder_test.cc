@@ -422,6 +422,33 @@ TEST(SwptPtEncoderTest, TimingPackets) {
   EXPECT_EQ(packets[2].type, ppt_tma);
 }
 
+TEST(SwptPtEncoderTest, TimeSetsThePsbTscThenWritesTscPacketsAfterPendingBranches) {
+  const auto packets = ReadPackets(Encode(
+      {
+          Event::Time(1000),  // before TraceEn: the opening PSB+ carries it
+          Event::Enable(kIp), Event::Cond(kIp, 2, true, kIp + 8), Event::Time(1500),
+          Event::Cond(kIp + 8, 2, false, kIp + 10),
+          Event::Disable(kIp + 10, 0, /*suppress_ip=*/true),
+          Event::Time(2500),  // while tracing is off, as timing packets go on
+      },
+      {.psb_period = 15, .tsc = true}));
+  EXPECT_THAT(Types(packets),
+              ElementsAre(ppt_psb, ppt_tsc, ppt_cbr, ppt_psbend, ppt_mode, ppt_tip_pge, ppt_tnt_8,
+                          ppt_tsc, ppt_tnt_8, ppt_tip_pgd, ppt_tsc));
+  EXPECT_EQ(packets[1].raw.payload.tsc.tsc, 1000u);
+  EXPECT_EQ(packets[6].raw.payload.tnt.bit_size, 1);  // the branch before the time
+  EXPECT_EQ(packets[7].raw.payload.tsc.tsc, 1500u);
+  EXPECT_EQ(packets[10].raw.payload.tsc.tsc, 2500u);
+
+  // Without TSCEn there are no TSC packets; a time going backwards is refused.
+  EXPECT_THAT(Types(ReadPackets(Encode({Event::Enable(kIp), Event::Time(5)}))),
+              ElementsAre(ppt_psb, ppt_psbend, ppt_mode, ppt_tip_pge));
+  auto enc = PtEncoder::Create({.tsc = true, .tsc_start = 100});
+  ASSERT_THAT(enc, IsOk());
+  ASSERT_THAT(enc->Add(Event::Enable(kIp)), IsOk());
+  EXPECT_THAT(enc->Add(Event::Time(99)), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 // --- Random event streams decoded with libipt's query decoder from every PSB. ---
 
 struct Flow {
@@ -612,6 +639,7 @@ std::string Replay(const std::vector<uint8_t>& pt, const std::vector<Event>& eve
       }
       case EventKind::kModeChange:
       case EventKind::kTick:
+      case EventKind::kTime:
         break;
     }
   }
