@@ -8,12 +8,14 @@
 
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zstd.h>
 
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <optional>
 #include <regex>
 #include <set>
@@ -404,10 +406,14 @@ TEST_P(RealRecordingTest, FlippedBytesNeverCrash) {
   }
 }
 
+std::vector<uint8_t> PipeHeader() {
+  return {'P', 'E', 'R', 'F', 'I', 'L', 'E', '2', 16, 0, 0, 0, 0, 0, 0, 0};
+}
+
 TEST(PerfDataTest, HostileLengthsAreDamageNotAllocations) {
   // A pipe stream: an AUXTRACE record claiming 2^63 trace bytes, then an ID_INDEX claiming 2^60
   // entries in a 24-byte record.
-  std::vector<uint8_t> f = {'P', 'E', 'R', 'F', 'I', 'L', 'E', '2', 16, 0, 0, 0, 0, 0, 0, 0};
+  std::vector<uint8_t> f = PipeHeader();
   std::vector<uint8_t> idx = RecordBuilder(kRecordIdIndex, 0).U64(1ull << 60).U64(7).Finish();
   std::vector<uint8_t> aux = RecordBuilder(kRecordAuxtrace, 0)
                                  .U64(1ull << 63)
@@ -447,6 +453,83 @@ TEST(PerfDataTest, HostileLengthsAreDamageNotAllocations) {
   EXPECT_THAT(d->records, IsEmpty());
   ASSERT_EQ(d->damage.size(), 1u);
   EXPECT_THAT(d->damage[0].reason, ::testing::HasSubstr("past the end of the file"));
+}
+
+std::vector<uint8_t> Compressed(std::span<const uint8_t> zstd) {
+  std::vector<uint8_t> r = RecordBuilder(kRecordCompressed, 0).Finish();  // 8-byte header
+  r.insert(r.end(), zstd.begin(), zstd.end());
+  const uint16_t size = static_cast<uint16_t>(r.size());
+  std::memcpy(r.data() + 6, &size, 2);
+  return r;
+}
+
+std::vector<uint8_t> Zstd(std::span<const uint8_t> in) {
+  std::vector<uint8_t> z(ZSTD_compressBound(in.size()));
+  z.resize(ZSTD_compress(z.data(), z.size(), in.data(), in.size(), 1));
+  return z;
+}
+
+// perf writes one zstd stream; a record may continue in the next COMPRESSED record.
+TEST(PerfDataTest, RecordSplitAcrossCompressedRecordsIsJoined) {
+  const SampleIdLayout none{0, false};
+  Mmap2 m;
+  m.pid = m.tid = 42;
+  m.addr = 0x400000;
+  m.len = 0x1000;
+  m.filename = "/usr/bin/split-across";
+  Comm c;
+  c.pid = c.tid = 42;
+  c.comm = "split";
+  std::vector<uint8_t> plain = EncodeMmap2(m, none);
+  const std::vector<uint8_t> comm = EncodeComm(c, none);
+  plain.insert(plain.end(), comm.begin(), comm.end());
+  // One zstd stream, flushed in the middle of the MMAP2 record: the first COMPRESSED record
+  // decompresses to a record's first half.
+  std::unique_ptr<ZSTD_CCtx, decltype(&ZSTD_freeCCtx)> cctx(ZSTD_createCCtx(), ZSTD_freeCCtx);
+  std::vector<uint8_t> f = PipeHeader();
+  const size_t half = 20;
+  for (auto [part, op] : {std::pair{std::span<const uint8_t>(plain).first(half), ZSTD_e_flush},
+                          std::pair{std::span<const uint8_t>(plain).subspan(half), ZSTD_e_end}}) {
+    std::vector<uint8_t> z(ZSTD_compressBound(part.size()) + 64);
+    ZSTD_inBuffer in{part.data(), part.size(), 0};
+    ZSTD_outBuffer out{z.data(), z.size(), 0};
+    ASSERT_EQ(ZSTD_compressStream2(cctx.get(), &out, &in, op), 0u);
+    z.resize(out.pos);
+    const std::vector<uint8_t> r = Compressed(z);
+    f.insert(f.end(), r.begin(), r.end());
+  }
+  auto src = MemorySource(f, "split");
+  absl::StatusOr<PerfData> d = ReadPerfData(*src);
+  ASSERT_THAT(d, IsOk());
+  EXPECT_THAT(d->damage, IsEmpty());
+  ASSERT_EQ(d->records.size(), 4u);  // COMPRESSED, COMPRESSED, MMAP2, COMM
+  EXPECT_EQ(d->records[2].type, PERF_RECORD_MMAP2);
+  EXPECT_TRUE(d->records[2].in_compressed);
+  EXPECT_EQ(d->records[2].offset, d->records[1].offset);  // completed by the second one
+  absl::StatusOr<Mmap2> got = ParseMmap2(d->View(2), none);
+  ASSERT_THAT(got, IsOk());
+  EXPECT_EQ(got->filename, "/usr/bin/split-across");
+  EXPECT_TRUE(std::ranges::equal(d->View(3).bytes, comm));
+}
+
+TEST(PerfDataTest, CompressedBombIsDamageNotMemory) {
+  // 80 MiB of FINISHED_ROUND records compress to a few KiB.
+  std::vector<uint8_t> plain(80u << 20, 0);
+  for (size_t i = 0; i < plain.size(); i += 8) {
+    plain[i] = kRecordFinishedRound;
+    plain[i + 6] = 8;
+  }
+  const std::vector<uint8_t> z = Zstd(plain);
+  ASSERT_LT(z.size(), 60000u);
+  std::vector<uint8_t> f = PipeHeader();
+  const std::vector<uint8_t> r = Compressed(z);
+  f.insert(f.end(), r.begin(), r.end());
+  auto src = MemorySource(f, "bomb");
+  absl::StatusOr<PerfData> d = ReadPerfData(*src);
+  ASSERT_THAT(d, IsOk());
+  EXPECT_EQ(d->records.size(), 1u);  // the COMPRESSED record only
+  ASSERT_EQ(d->damage.size(), 1u);
+  EXPECT_THAT(d->damage[0].reason, ::testing::HasSubstr("decompresses to more than"));
 }
 
 TEST(PerfDataTest, NotPerfDataIsAnError) {
