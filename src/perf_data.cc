@@ -213,6 +213,7 @@ absl::Status Parser::ReadAttrs(uint64_t attr_size, Section attrs) {
     out_.warnings.push_back(absl::StrCat("attr section of ", attrs.size,
                                          " bytes is not a multiple of the entry size ", attr_size));
   }
+  uint64_t ids_total = 0;  // all ids together fit in the file once
   for (uint64_t at = attrs.offset; attrs.offset + attrs.size - at >= attr_size; at += attr_size) {
     PTKIT_ASSIGN_OR_RETURN(std::span<const uint8_t> e, win_.Get(at, attr_size));
     std::vector<uint8_t> entry(e.begin(), e.end());
@@ -223,11 +224,13 @@ absl::Status Parser::ReadAttrs(uint64_t attr_size, Section attrs) {
     if (!ok) continue;
     const uint8_t* ids = entry.data() + attr_size - kFileSectionSize;
     Section s{Load<uint64_t>(ids), Load<uint64_t>(ids + 8)};
-    if (s.offset > size || s.size > size - s.offset || s.size % 8 != 0) {
+    if (s.offset > size || s.size > size - s.offset || s.size % 8 != 0 ||
+        s.size / 8 > size / 8 - ids_total) {
       AddDamage(s.offset, s.size,
                 absl::StrCat("ids of attr ", out_.attrs.size(), " [", s.offset, ", +", s.size,
-                             ") are not inside the file"));
+                             ") are not inside the file, or overlap the others'"));
     } else {
+      ids_total += s.size / 8;
       for (uint64_t i = 0; i < s.size; i += 8) {
         PTKIT_ASSIGN_OR_RETURN(std::span<const uint8_t> id, win_.Get(s.offset + i, 8));
         if (id.size() < 8) break;

@@ -532,6 +532,31 @@ TEST(PerfDataTest, CompressedBombIsDamageNotMemory) {
   EXPECT_THAT(d->damage[0].reason, ::testing::HasSubstr("decompresses to more than"));
 }
 
+TEST(PerfDataTest, AttrIdsCannotClaimTheFileTwice) {
+  // Two attrs whose ids both cover the whole 264-byte file: 33 ids, then damage, not 66.
+  std::vector<uint8_t> f(104 + 2 * 80, 0);
+  auto put = [&](size_t at, uint64_t v) { std::memcpy(f.data() + at, &v, 8); };
+  std::memcpy(f.data(), "PERFILE2", 8);
+  put(8, 104);
+  put(16, 80);  // attr_size: a 64-byte attr and its ids section
+  put(24, 104);
+  put(32, 160);
+  put(40, f.size());  // empty data section at the end
+  for (size_t at : {104, 184}) {
+    f[at + 4] = PERF_ATTR_SIZE_VER0;
+    put(at + 64, 0);         // ids.offset
+    put(at + 72, f.size());  // ids.size
+  }
+  auto src = MemorySource(f, "ids");
+  absl::StatusOr<PerfData> d = ReadPerfData(*src);
+  ASSERT_THAT(d, IsOk());
+  ASSERT_EQ(d->attrs.size(), 2u);
+  EXPECT_EQ(d->attrs[0].ids.size(), 33u);
+  EXPECT_THAT(d->attrs[1].ids, IsEmpty());
+  ASSERT_EQ(d->damage.size(), 1u);
+  EXPECT_THAT(d->damage[0].reason, ::testing::HasSubstr("overlap"));
+}
+
 TEST(PerfDataTest, NotPerfDataIsAnError) {
   const std::vector<uint8_t> junk(200, 'x');
   auto src = MemorySource(junk, "junk");
