@@ -89,7 +89,8 @@ enum PerfFeature : uint32_t {
 };
 
 // The largest decompressed payload of one PERF_RECORD_COMPRESSED (perf's own limit is its
-// mmap size, at most a few MiB); more is reported as damage.
+// mmap size, at most a few MiB); more is reported as damage. All COMPRESSED records of a file
+// together decompress to at most max(kMaxDecompressedBytes, 64 x the file size).
 inline constexpr uint64_t kMaxDecompressedBytes = 64ull << 20;
 
 // One event: perf_event_attr as the file has it and the sample ids that name it.
