@@ -283,10 +283,18 @@ class FileInfo:
         return None
 
     def cannot_name(self, name, off, vaddr):
-        """Why symbol `name`+off cannot be the name of vaddr (which no sized symbol or PLT
-        label covers), or None: a sized symbol ends before it, or the symbol is in another
-        section (a size-0 symbol stretched over the next section)."""
-        for start, size in self.by_name.get(name, []):
+        """Why ptdecode's `name`+off cannot name vaddr, which no sized symbol or PLT label
+        covers, or None. Allowed: no name ([image], sub_ADDRESS), or a size-0 symbol of this
+        file in the same section that is at vaddr - off. Not allowed: a sized symbol stretched
+        past its end, a size-0 symbol stretched into another section, a symbol of another
+        file, or an offset that does not lead to vaddr."""
+        base = os.path.basename(self.path)
+        if name.startswith("[") or name.startswith("sub_"):
+            return None
+        places = self.by_name.get(name)
+        if not places:
+            return f"{base} has no symbol {name}"
+        for start, size in places:
             if off is not None and start + off != vaddr:
                 continue
             if size > 0:
@@ -294,7 +302,8 @@ class FileInfo:
             if self.section(start) != self.section(vaddr):
                 return (f"{name} is in {self.section(start)}, the address in "
                         f"{self.section(vaddr)}")
-        return None
+            return None
+        return f"{name} of {base} is at {', '.join(hex(p[0]) for p in places)}"
 
     def vaddr_of_offset(self, offset):
         for off, vaddr, filesz in self.segments:
