@@ -14,7 +14,10 @@ with one oracle:
                                                           next ground-truth instruction is the
                                                           function's entry
   self          `stats --json` self per function        = ground-truth instructions per symbol
+  calls-tree    `calls`: per thread each call's callee  = the ground truth's calls (objdump) and
+                and its instruction count                 returns (a shadow stack), nm names
   stacks        `folded` stack at sampled instructions  = `gdb -batch` break there + `bt`
+  timeline      `timeline` B per call, each E named     = the ground truth's calls, nm names
   time          `folded --weight=time` and insn times   = a clock that advances (not all 0)
 
 Usage (ctest runs it; see tests/corpus/CMakeLists.txt):
@@ -103,7 +106,8 @@ PROGRAMS = {
         cmd=["{w}/dlopen", "{w}/libplugin.so"], stack_points=["main"],
         own=["{w}/dlopen", "{w}/libplugin.so"]),
 }
-CHECKS = ["insn", "symbols", "srcline", "call-targets", "calls", "self", "stacks", "time"]
+CHECKS = ["insn", "symbols", "srcline", "call-targets", "calls", "calls-tree", "self", "stacks",
+          "timeline", "time"]
 # Checks that do not apply to a program (and why).
 NOT_APPLICABLE = {
     "basename": {"srcline", "stacks"},  # no DWARF and no own functions to break in
@@ -896,6 +900,136 @@ def check_self(c):
     return f"self of {len(want)} functions and the total ({total}) as in the ground truth"
 
 
+def truth_frames(c):
+    """{tid: (first function, [(callee names, instructions of the call or None), ...])}: the
+    ground truth's calls in order, each with the instructions from the callee's first through
+    its return (callees included), found with a shadow stack of return addresses (a frame
+    left without a return, by longjmp or an exception, stays None)."""
+    result = {}
+    for tid, ips in c.truth.items():
+        first_info, first_vaddr = c.where(tid, 0)
+        sym = first_info.symbol(first_vaddr) if first_info else None
+        root = (sym[0] if sym else [], first_info, first_vaddr)
+        calls, stack = [], []  # stack: (return address, index of the callee's first, call no.)
+        for i, ip in enumerate(ips):
+            for depth in range(len(stack) - 1, -1, -1):
+                if stack[depth][0] == ip:
+                    _, first, n = stack[depth]
+                    calls[n][1] = i - first
+                    del stack[depth:]
+                    break
+            info, vaddr = c.where(tid, i)
+            if info is None or vaddr not in info.calls or i + 1 == len(ips):
+                continue
+            k = bisect.bisect_right(info.starts, vaddr)
+            ret = ip + (info.starts[k] - vaddr if k < len(info.starts) else 0)
+            t_info, t_vaddr = c.space_at(tid, i + 1).lookup(ips[i + 1])
+            names = t_info.function_at(t_vaddr) if t_info else []
+            if not names and t_info:
+                named = t_info.symbol(t_vaddr)
+                names = named[0] if named else []
+            stack.append((ret, i + 1, len(calls)))
+            calls.append([(names, t_info, t_vaddr), None])
+        result[tid] = (root, calls)
+    return result
+
+
+def names_match(name, want):
+    """Whether ptdecode's `name` names the function `want` = (oracle names, info, vaddr): one of
+    the names, or when the oracle has none, a name FileInfo.cannot_name accepts."""
+    names, info, vaddr = want
+    if names:
+        return normalize(name) in {normalize(n) for n in names}
+    return info is not None and info.cannot_name(name, None, vaddr) is None
+
+
+def describe(want):
+    names, info, vaddr = want
+    return " or ".join(names[:3]) if names else (
+        f"no symbol ({os.path.basename(info.path)}:{hex(vaddr)})" if info else "unmapped code")
+
+
+CALL_RE = re.compile(r"^\s*\d+ (\s*)([<>]) (.*?)(?: \((\d+) insns(?:, [^)]*)?\))?$")
+
+
+def check_calls_tree(c):
+    """`calls`: per thread, the calls in order, each named as nm/objdump name the callee,
+    with the instruction count of the ground truth at its return."""
+    got = collections.defaultdict(list)
+    tid = None
+    open_calls = []
+    for line in c.ptdecode("calls").stdout.splitlines():
+        m = re.match(r"^\[(?:stream|switch) .*?tid (\d+)", line)
+        if m or line.startswith("[stream"):
+            tid = int(m.group(1)) if m else None
+            open_calls = []
+            continue
+        m = CALL_RE.match(line)
+        if not m or tid is None:
+            continue
+        if m.group(2) == ">":
+            open_calls.append(len(got[tid]))
+            got[tid].append([m.group(3), None])
+        elif open_calls:
+            n = open_calls.pop()
+            got[tid][n][1] = int(m.group(4)) if m.group(4) else None
+    errors = []
+    total = 0
+    for tid, (_, want) in truth_frames(c).items():
+        have = got.get(tid, [])
+        total += len(want)
+        if len(have) != len(want):
+            errors.append(f"tid {tid}: ground truth {len(want)} calls, `calls` {len(have)}")
+        for n, ((callee, insns), (g_name, g_insns)) in enumerate(zip(want, have)):
+            if not names_match(g_name, callee) or (insns is not None and g_insns != insns):
+                errors.append(f"tid {tid} call {n}: ground truth {describe(callee)} "
+                              f"({insns} insns), `calls` {g_name} ({g_insns} insns)")
+                if len(errors) >= SHOWN:
+                    break
+    if errors:
+        raise Mismatch(errors[:SHOWN])
+    return f"{total} calls with their names and instruction counts as in the ground truth"
+
+
+def check_timeline(c):
+    """`timeline`: per thread, one B per call named as nm/objdump name the callee (after the
+    function the thread's trace starts in), and every E names the B it ends."""
+    doc = json.loads(c.ptdecode("timeline").stdout)
+    events = doc["traceEvents"] if isinstance(doc, dict) else doc
+    began = collections.defaultdict(list)
+    open_b = collections.defaultdict(list)
+    errors = []
+    unnamed_e = 0
+    for e in events:
+        if e.get("ph") == "B":
+            began[e["tid"]].append(e.get("name", ""))
+            open_b[e["tid"]].append(e.get("name", ""))
+        elif e.get("ph") == "E":
+            b = open_b[e["tid"]].pop() if open_b[e["tid"]] else None
+            if e.get("name") != b:
+                unnamed_e += 1
+                if unnamed_e <= 3:
+                    errors.append(f"tid {e['tid']}: E {json.dumps(e)} ends B '{b}'")
+    if unnamed_e > 3:
+        errors.append(f"... {unnamed_e} E events in all without the name of their B")
+    for tid, (first, want) in truth_frames(c).items():
+        have = began.get(tid, [])
+        if not have or not names_match(have[0], first):
+            errors.append(f"tid {tid}: the trace starts in {describe(first)}, timeline's "
+                          f"first B is {have[0] if have else 'missing'}")
+        have = have[1:]
+        if len(have) != len(want):
+            errors.append(f"tid {tid}: ground truth {len(want)} calls, timeline {len(have)} B")
+        for n, ((callee, _), g) in enumerate(zip(want, have)):
+            if not names_match(g, callee):
+                errors.append(f"tid {tid} call {n}: ground truth {describe(callee)}, "
+                              f"timeline B {g}")
+                break
+    if errors:
+        raise Mismatch(errors[:SHOWN])
+    return f"B/E events of {sum(map(len, began.values()))} frames as in the ground truth"
+
+
 def normalize(name):
     """A function name as gdb's bt prints it: no parameter list, no return type, no [..]."""
     name = name.strip()
@@ -1081,7 +1215,8 @@ def check_time(c):
 
 CHECK_FUNCS = {"insn": check_insn, "symbols": check_symbols, "srcline": check_srcline,
                "call-targets": check_call_targets, "calls": check_calls, "self": check_self,
-               "stacks": check_stacks, "time": check_time}
+               "stacks": check_stacks, "time": check_time, "calls-tree": check_calls_tree,
+               "timeline": check_timeline}
 
 
 def main():
