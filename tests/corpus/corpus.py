@@ -564,6 +564,15 @@ class Corpus:
     def where(self, tid, index):
         return self.space_at(tid, index).lookup(self.truth[tid][index])
 
+    def locate(self, tid, index, ip):
+        """(FileInfo, vaddr) of a decoded instruction: the index-th of thread tid in ptdecode's
+        output, at ip. Every decoded row is checked, also where the decoded stream differs
+        from the ground truth (the insn check reports that): the address space is the one
+        the ground truth's thread was in at that index (the last one past its end)."""
+        if tid not in self.space_of:
+            return self.spaces[0].lookup(ip)
+        return self.space_at(tid, min(index, len(self.truth[tid]) - 1)).lookup(ip)
+
     def own(self, info):
         return info is not None and info.path in {self.fmt(f) for f in self.spec["own"]}
 
@@ -653,11 +662,8 @@ def check_symbols(c):
     wrong = collections.Counter()
     checked = unnamed = 0
     for tid, ip, text, _, _ in rows:
-        i = index[tid]
+        info, vaddr = c.locate(tid, index[tid], ip)
         index[tid] += 1
-        if tid not in c.truth or i >= len(c.truth[tid]) or c.truth[tid][i] != ip:
-            continue  # the insn check reports stream differences
-        info, vaddr = c.where(tid, i)
         name, off = split_sym(text)
         exp = expected_symbol(info, vaddr)
         where = f"{os.path.basename(info.path) if info else '?'}:{hex(vaddr or 0)}"
@@ -672,7 +678,7 @@ def check_symbols(c):
         if name not in exp[0] or off != exp[1]:
             want = " or ".join(f"{n}+{hex(exp[1])}" for n in exp[0][:3])
             wrong[(where, want, text)] += 1
-    if checked == 0:
+    if not rows:
         wrong[("-", "names for the ground truth's instructions", "no instruction decoded")] += 1
     if wrong:
         lines = [f"{len(wrong)} addresses misnamed ({sum(wrong.values())} instructions):"]
@@ -704,11 +710,8 @@ def check_srcline(c):
     per_file = collections.defaultdict(set)
     seen = []
     for tid, ip, text, _, src in rows:
-        i = index[tid]
+        info, vaddr = c.locate(tid, index[tid], ip)
         index[tid] += 1
-        if tid not in c.truth or i >= len(c.truth[tid]) or c.truth[tid][i] != ip:
-            continue
-        info, vaddr = c.where(tid, i)
         if c.own(info):
             per_file[info.symfile].add(vaddr)
             seen.append((info, vaddr, src))
@@ -973,7 +976,7 @@ def check_calls_tree(c):
         elif open_calls:
             n = open_calls.pop()
             got[tid][n][1] = int(m.group(4)) if m.group(4) else None
-    errors = []
+    errors, named, counted = [], [], []
     total = 0
     for tid, (_, want) in truth_frames(c).items():
         have = got.get(tid, [])
@@ -981,13 +984,18 @@ def check_calls_tree(c):
         if len(have) != len(want):
             errors.append(f"tid {tid}: ground truth {len(want)} calls, `calls` {len(have)}")
         for n, ((callee, insns), (g_name, g_insns)) in enumerate(zip(want, have)):
-            if not names_match(g_name, callee) or (insns is not None and g_insns != insns):
-                errors.append(f"tid {tid} call {n}: ground truth {describe(callee)} "
-                              f"({insns} insns), `calls` {g_name} ({g_insns} insns)")
-                if len(errors) >= SHOWN:
-                    break
+            line = (f"  tid {tid} call {n}: ground truth {describe(callee)} ({insns} insns), "
+                    f"`calls` {g_name} ({g_insns} insns)")
+            if not names_match(g_name, callee):
+                named.append(line)
+            elif insns is not None and g_insns != insns:
+                counted.append(line)
+    if counted:
+        errors += [f"{len(counted)} calls with another instruction count:"] + counted[:SHOWN]
+    if named:
+        errors += [f"{len(named)} calls with another callee name:"] + named[:SHOWN]
     if errors:
-        raise Mismatch(errors[:SHOWN])
+        raise Mismatch(errors)
     return f"{total} calls with their names and instruction counts as in the ground truth"
 
 
