@@ -185,7 +185,7 @@ def load_segments(path):
 def file_oracle(path, cache_dir):
     """Symbols (nm), PLT labels and calls (objdump -d) of one ELF file."""
     st = os.stat(path)
-    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.json"
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v2.json"
     cached = os.path.join(cache_dir, key)
     os.makedirs(cache_dir, exist_ok=True)
     with open(cached + ".lock", "w") as lock:
@@ -222,7 +222,7 @@ def compute_file_oracle(path):
             syms.append([hexint(f[0]), 0, f[2], f[1]])
     syms.sort()
     # objdump -d: instruction starts, calls with their direct target, syscalls, x@plt labels.
-    starts, calls, syscalls, labels = [], {}, [], []
+    starts, calls, syscalls, rets, labels = [], {}, [], [], []
     proc = subprocess.Popen(["objdump", "-d", "-w", "--no-show-raw-insn", path],
                             stdout=subprocess.PIPE, text=True, errors="replace")
     insn_re = re.compile(r"^\s+([0-9a-f]+):\s+(\S+)\s*(.*)$")
@@ -241,6 +241,8 @@ def compute_file_oracle(path):
                 calls[str(addr)] = hexint(words[1]) if direct else None
             elif mnem == "syscall":
                 syscalls.append(addr)
+            elif mnem.startswith("ret"):
+                rets.append(addr)
             continue
         m = label_re.match(line)
         if m:
@@ -260,7 +262,7 @@ def compute_file_oracle(path):
         if m:
             sections.append([m.group(1), hexint(m.group(2)), hexint(m.group(3))])
     return dict(path=path, symfile=symfile, syms=syms, starts=starts, calls=calls,
-                syscalls=syscalls, plt=plt, segments=load_segments(path), sections=sections)
+                syscalls=syscalls, rets=rets, plt=plt, segments=load_segments(path), sections=sections)
 
 
 class FileInfo:
@@ -274,6 +276,7 @@ class FileInfo:
         self.starts = data["starts"]
         self.calls = {int(k): v for k, v in data["calls"].items()}
         self.syscalls = set(data["syscalls"])
+        self.rets = set(data["rets"])
         self.plt = data["plt"]
         self.segments = data["segments"]
         self.sized_names = {s[2] for s in self.syms if s[1] > 0}
@@ -906,22 +909,25 @@ def check_self(c):
 def truth_frames(c):
     """{tid: (first function, [(callee names, instructions of the call or None), ...])}: the
     ground truth's calls in order, each with the instructions from the callee's first through
-    its return (callees included), found with a shadow stack of return addresses (a frame
-    left without a return, by longjmp or an exception, stays None)."""
+    its return (callees included), found with a shadow stack of return addresses: a ret
+    (objdump) to the return address of a frame ends it and the frames above it (a frame left
+    without a return, by longjmp or an exception, keeps None)."""
     result = {}
     for tid, ips in c.truth.items():
         first_info, first_vaddr = c.where(tid, 0)
         sym = first_info.symbol(first_vaddr) if first_info else None
         root = (sym[0] if sym else [], first_info, first_vaddr)
         calls, stack = [], []  # stack: (return address, index of the callee's first, call no.)
+        after_ret = False
         for i, ip in enumerate(ips):
-            for depth in range(len(stack) - 1, -1, -1):
+            for depth in range(len(stack) - 1, -1, -1) if after_ret else ():
                 if stack[depth][0] == ip:
                     _, first, n = stack[depth]
                     calls[n][1] = i - first
                     del stack[depth:]
                     break
             info, vaddr = c.where(tid, i)
+            after_ret = info is not None and vaddr in info.rets
             if info is None or vaddr not in info.calls or i + 1 == len(ips):
                 continue
             k = bisect.bisect_right(info.starts, vaddr)
