@@ -486,7 +486,10 @@ class Corpus:
                 cwd=self.work, check=False)
         seconds = time.time() - t0
         if "Operation not permitted" in p.stderr:
-            print(f"skipped: ptrace or perf_event_open denied: {p.stderr.strip()}")
+            reason = f"ptrace or perf_event_open denied: {p.stderr.strip()}"
+            with open(self.path("skipped"), "w") as f:
+                f.write(reason)
+            print(f"skipped: {reason}")
             return SKIP
         if p.returncode != 0 or not os.path.exists(self.path("trace.pt")):
             raise HarnessError(f"ptrecord exited {p.returncode} for {' '.join(argv)}:\n"
@@ -522,6 +525,9 @@ class Corpus:
     # -- the oracle, loaded for checks ---------------------------------------------------------
 
     def load(self):
+        if os.path.exists(self.path("skipped")):
+            with open(self.path("skipped")) as f:
+                raise Skipped(f.read())
         if not os.path.exists(self.path("oracle.json")):
             raise HarnessError(f"{self.name} was not recorded (run the record step first)")
         with open(self.path("oracle.json")) as f:
@@ -587,6 +593,10 @@ class Corpus:
             raise Mismatch([f"ptdecode {' '.join(args)} exited {p.returncode}: "
                             f"{p.stderr.strip()[-1000:]}"])
         return p
+
+
+class Skipped(Exception):
+    """The recording was skipped (no permission): so is every check of it."""
 
 
 class Mismatch(Exception):
@@ -1265,6 +1275,9 @@ def main():
         print(f"FAIL {a.program} {a.check}:")
         print("\n".join(m.lines))
         return 1
+    except Skipped as e:
+        print(f"skipped: {e}")
+        return SKIP
     except HarnessError as e:
         print(f"harness error ({a.program} {a.check or a.command}): {e}")
         return 2
