@@ -57,55 +57,50 @@ class HarnessError(Exception):
 # (srcline and stacks are checked there). `execs` are programs the workload exec()s.
 
 CFLAGS = "-O1 -g -fno-inline"
+
+
+def built(name, compile_line, extra_steps=(), args=(), **spec):
+    """A program built in the test: `compile_line` makes {w}/NAME (as -o), then extra_steps."""
+    return dict(build=[f"{compile_line} -o {{w}}/{name}"] + list(extra_steps),
+                cmd=[f"{{w}}/{name}"] + list(args), own=[f"{{w}}/{name}"], **spec)
+
+
 PROGRAMS = {
     # Debian's own binaries (stripped; symbols from .dynsym and libc6-dbg).
     "basename": dict(cmd=["/usr/bin/basename", "a/b"], own=[]),
     "expr": dict(cmd=["/usr/bin/expr", "1", "+", "2"], own=[], long=True),
     "true": dict(cmd=["/bin/true"], own=[], long=True),
     # Small projects built here.
-    "sort_pie": dict(
-        build=[f"gcc {CFLAGS} -fPIE -pie {{src}}/sort.c -o {{w}}/sort_pie"],
-        cmd=["{w}/sort_pie"], stack_points=["report"], own=["{w}/sort_pie"]),
-    "sort_nopie": dict(
-        build=[f"gcc {CFLAGS} -fno-pie -no-pie {{src}}/sort.c -o {{w}}/sort_nopie"],
-        cmd=["{w}/sort_nopie"], stack_points=["report"], own=["{w}/sort_nopie"]),
-    "static": dict(
-        build=[f"gcc {CFLAGS} -static {{src}}/static.c -o {{w}}/static"],
-        cmd=["{w}/static"], stack_points=["say"], own=["{w}/static"]),
-    "stripped": dict(
-        build=[f"gcc {CFLAGS} -static {{src}}/static.c -o {{w}}/stripped.full",
-               "objcopy --only-keep-debug {w}/stripped.full {w}/stripped.debug",
-               "objcopy --strip-all --add-gnu-debuglink={w}/stripped.debug "
-               "{w}/stripped.full {w}/stripped",
-               "rm {w}/stripped.full"],
-        cmd=["{w}/stripped"], stack_points=["say"], own=["{w}/stripped"]),
-    "static_bts": dict(
-        build=[f"gcc {CFLAGS} -static {{src}}/static.c -o {{w}}/static"],
-        cmd=["{w}/static"], own=["{w}/static"], record=["--bts"]),
-    "cxx": dict(
-        build=[f"g++ {CFLAGS} -static-libstdc++ -static-libgcc {{src}}/cxx.cc -o {{w}}/cxx"],
-        cmd=["{w}/cxx"], stack_points=["Check(int)"], own=["{w}/cxx"]),
-    "cxx_shared": dict(
-        build=[f"g++ {CFLAGS} {{src}}/cxx.cc -o {{w}}/cxx_shared"],
-        cmd=["{w}/cxx_shared"], stack_points=["Check(int)"], own=["{w}/cxx_shared"], long=True),
-    "vdso": dict(
-        build=[f"gcc {CFLAGS} -static {{src}}/vdso.c -o {{w}}/vdso"],
-        cmd=["{w}/vdso"], stack_points=["after_clock"], own=["{w}/vdso"]),
-    "forkexec": dict(
-        build=[f"gcc {CFLAGS} -static {{src}}/forkexec.c -o {{w}}/forkexec",
-               f"gcc {CFLAGS} -static {{src}}/static.c -o {{w}}/child"],
-        cmd=["{w}/forkexec", "{w}/child"], stack_points=["after_wait"],
-        own=["{w}/forkexec", "{w}/child"],
-        execs=[["{w}/child"]]),
-    "threads": dict(
-        build=[f"gcc {CFLAGS} -static -pthread {{ex}}/threads.c -o {{w}}/threads"],
-        cmd=["{w}/threads"], stack_points=["work"], own=["{w}/threads"]),
-    "dlopen": dict(
-        build=[f"gcc {CFLAGS} {{ex}}/dlopen.c -o {{w}}/dlopen -ldl",
-               f"gcc {CFLAGS} -shared -fPIC {{ex}}/plugin.c -o {{w}}/libplugin.so"],
-        cmd=["{w}/dlopen", "{w}/libplugin.so"], stack_points=["main"],
-        own=["{w}/dlopen", "{w}/libplugin.so"]),
+    "sort_pie": built("sort_pie", f"gcc {CFLAGS} -fPIE -pie {{src}}/sort.c",
+                      stack_points=["report"]),
+    "sort_nopie": built("sort_nopie", f"gcc {CFLAGS} -fno-pie -no-pie {{src}}/sort.c",
+                        stack_points=["report"]),
+    "static": built("static", f"gcc {CFLAGS} -static {{src}}/static.c", stack_points=["say"]),
+    "stripped": built("stripped.full", f"gcc {CFLAGS} -static {{src}}/static.c",
+                      ["objcopy --only-keep-debug {w}/stripped.full {w}/stripped.debug",
+                       "objcopy --strip-all --add-gnu-debuglink={w}/stripped.debug "
+                       "{w}/stripped.full {w}/stripped", "rm {w}/stripped.full"],
+                      stack_points=["say"]),
+    "static_bts": built("static", f"gcc {CFLAGS} -static {{src}}/static.c", record=["--bts"]),
+    "cxx": built("cxx", f"g++ {CFLAGS} -static-libstdc++ -static-libgcc {{src}}/cxx.cc",
+                 stack_points=["Check(int)"]),
+    "cxx_shared": built("cxx_shared", f"g++ {CFLAGS} {{src}}/cxx.cc",
+                        stack_points=["Check(int)"], long=True),
+    "vdso": built("vdso", f"gcc {CFLAGS} -static {{src}}/vdso.c", stack_points=["after_clock"]),
+    "forkexec": built("forkexec", f"gcc {CFLAGS} -static {{src}}/forkexec.c",
+                      [f"gcc {CFLAGS} -static {{src}}/static.c -o {{w}}/child"],
+                      args=["{w}/child"], stack_points=["after_wait"], execs=[["{w}/child"]]),
+    "threads": built("threads", f"gcc {CFLAGS} -static -pthread {{ex}}/threads.c",
+                     stack_points=["work"]),
+    "dlopen": built("dlopen", f"gcc {CFLAGS} {{ex}}/dlopen.c -ldl",
+                    [f"gcc {CFLAGS} -shared -fPIC {{ex}}/plugin.c -o {{w}}/libplugin.so"],
+                    args=["{w}/libplugin.so"], stack_points=["main"]),
 }
+# The stripped program runs as {w}/stripped; the exec'd child and the plugin are the program's
+# own code too.
+PROGRAMS["stripped"].update(cmd=["{w}/stripped"], own=["{w}/stripped"])
+PROGRAMS["forkexec"]["own"].append("{w}/child")
+PROGRAMS["dlopen"]["own"].append("{w}/libplugin.so")
 CHECKS = ["insn", "symbols", "srcline", "call-targets", "calls", "calls-tree", "self", "stacks",
           "timeline", "time"]
 # Checks that do not apply to a program (and why).
@@ -262,7 +257,8 @@ def compute_file_oracle(path):
         if m:
             sections.append([m.group(1), hexint(m.group(2)), hexint(m.group(3))])
     return dict(path=path, symfile=symfile, syms=syms, starts=starts, calls=calls,
-                syscalls=syscalls, rets=rets, plt=plt, segments=load_segments(path), sections=sections)
+                syscalls=syscalls, rets=rets, plt=plt, segments=load_segments(path),
+                sections=sections)
 
 
 class FileInfo:
@@ -356,9 +352,23 @@ class FileInfo:
 # ---------------------------------------------------------------------------------------------
 # Address spaces from gdb (ASLR off, like the recording), and the ground truth.
 
-GDB_MAPS = r"""
+# gdb Python both scripts start with: resume() continues, and says whether the program lives.
+GDB_PRELUDE = r"""
 python
 import gdb
+
+
+def resume():
+    try:
+        gdb.execute("continue")
+    except gdb.error:
+        return False
+    return bool(gdb.selected_inferior().pid)
+end
+"""
+
+GDB_MAPS = GDB_PRELUDE + r"""
+python
 gdb.execute("set pagination off")
 gdb.execute("catch syscall exit_group")
 gdb.execute("catch load")
@@ -378,11 +388,7 @@ while True:
             if f and f[-1] == "[vdso]":
                 gdb.execute("dump binary memory %s %s %s" % (VDSO, f[0], f[1]))
                 dumped = True
-    try:
-        gdb.execute("continue")
-    except gdb.error:
-        break
-    if not gdb.selected_inferior().pid:
+    if not resume():
         break
 end
 """
@@ -851,6 +857,19 @@ def match_key(funcs, image, names):
     return None
 
 
+def compare_counts(want, names, funcs, member, unit, what):
+    """Lines for the functions whose `stats --json` member differs from the ground truth's
+    count (want: {(image, name): n}, names: the aliases of each)."""
+    wrong = []
+    for k, n in sorted(want.items(), key=lambda kv: -kv[1]):
+        mk = match_key(funcs, k[0], names[k])
+        have = funcs[mk][member] if mk else 0
+        if have != n:
+            wrong.append(f"  {os.path.basename(k[0])} {k[1]}: ground truth {n} {unit}, "
+                         f"{what} {have}" + ("" if mk else " (function not listed)"))
+    return wrong
+
+
 def check_calls(c):
     _, funcs = stats_functions(c)
     want = collections.Counter()
@@ -867,13 +886,7 @@ def check_calls(c):
         names[k] = entry
     if not want:
         raise Mismatch(["the ground truth has no call to a function entry (nothing to check)"])
-    wrong = []
-    for k, n in sorted(want.items(), key=lambda kv: -kv[1]):
-        mk = match_key(funcs, k[0], names[k])
-        have = funcs[mk]["calls"] if mk else 0
-        if have != n:
-            wrong.append(f"  {os.path.basename(k[0])} {k[1]}: ground truth {n} calls, "
-                         f"stats {have}" + ("" if mk else " (function not listed)"))
+    wrong = compare_counts(want, names, funcs, "calls", "calls", "stats")
     # Functions stats says were called that no call instruction in the truth entered.
     matched = {match_key(funcs, k[0], names[k]) for k in want}
     extra = [f"  {os.path.basename(img)} {fn}: ground truth 0 calls to its entry, stats "
@@ -901,13 +914,7 @@ def check_self(c):
     errors = []
     if doc["totals"]["instructions"] != total:
         errors.append(f"totals.instructions {doc['totals']['instructions']}, ground truth {total}")
-    wrong = []
-    for k, n in sorted(want.items(), key=lambda kv: -kv[1]):
-        mk = match_key(funcs, k[0], names[k])
-        have = funcs[mk]["self"] if mk else 0
-        if have != n:
-            wrong.append(f"  {os.path.basename(k[0])} {k[1]}: ground truth {n} instructions, "
-                         f"stats self {have}" + ("" if mk else " (function not listed)"))
+    wrong = compare_counts(want, names, funcs, "self", "instructions", "stats self")
     if wrong:
         errors.append(f"{len(wrong)} of {len(want)} functions with a wrong self count:")
         errors += wrong[:SHOWN]
@@ -1079,21 +1086,14 @@ def normalize(name):
     return name[cut:].strip()
 
 
-GDB_STACKS = r"""
+GDB_STACKS = GDB_PRELUDE + r"""
 python
-import gdb
 gdb.execute("set pagination off")
 gdb.execute("set backtrace past-main on")
 gdb.execute("starti")
 for a in ADDRESSES:
     gdb.execute("break *%d" % a)
-while True:
-    try:
-        gdb.execute("continue")
-    except gdb.error:
-        break
-    if not gdb.selected_inferior().pid:
-        break
+while resume():
     pc = int(gdb.parse_and_eval("$pc"))
     print("STACK-AT %d" % pc)
     print(gdb.execute("bt", to_string=True))
