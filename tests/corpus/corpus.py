@@ -180,7 +180,7 @@ def load_segments(path):
 def file_oracle(path, cache_dir):
     """Symbols (nm), PLT labels and calls (objdump -d) of one ELF file."""
     st = os.stat(path)
-    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v2.json"
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v4.json"
     cached = os.path.join(cache_dir, key)
     os.makedirs(cache_dir, exist_ok=True)
     with open(cached + ".lock", "w") as lock:
@@ -256,9 +256,38 @@ def compute_file_oracle(path):
                      r"\s+\S+\s+(\S*X\S*)\s", line)
         if m:
             sections.append([m.group(1), hexint(m.group(2)), hexint(m.group(3))])
+    plt += iplt_names(path, plt)
     return dict(path=path, symfile=symfile, syms=syms, starts=starts, calls=calls,
                 syscalls=syscalls, rets=rets, plt=plt, segments=load_segments(path),
                 sections=sections)
+
+
+def iplt_names(path, plt):
+    """[start, end, name] of the .plt entries objdump gives no label (a static program's
+    IRELATIVE entries, 8 bytes each): the GOT slot an entry's `jmp *...(%rip)` reads (objdump)
+    has an R_X86_64_IRELATIVE relocation (readelf -r) whose addend names it, as objdump names
+    such entries in shared libraries: *ABS*+0xADDEND@plt."""
+    addends = {}
+    for line in run(["readelf", "-rW", path], check=False).stdout.splitlines():
+        f = line.split()
+        if len(f) == 4 and f[2] == "R_X86_64_IRELATIVE":
+            addends[hexint(f[0])] = hexint(f[3])
+    out = run(["objdump", "-d", "-w", "--no-show-raw-insn", "-j", ".plt", path],
+              check=False).stdout
+    insns = [(hexint(m.group(1)), m.group(2)) for m in
+             re.finditer(r"^\s+([0-9a-f]+):\s+(.*)$", out, re.M)]
+    names = []
+    for k, (addr, text) in enumerate(insns):
+        m = re.match(r"^jmp\s+\*0x[0-9a-f]+\(%rip\)\s+# ([0-9a-f]+)", text)
+        if not m or hexint(m.group(1)) not in addends:
+            continue
+        end = insns[k + 1][0] if k + 1 < len(insns) else addr + 8
+        while k + 1 < len(insns) and insns[k + 1][1].startswith(("xchg", "nop")):
+            k += 1
+            end = insns[k + 1][0] if k + 1 < len(insns) else insns[k][0] + 2
+        if not any(start <= addr < e for start, e, _ in plt):
+            names.append([addr, end, f"*ABS*+{hex(addends[hexint(m.group(1))])}@plt"])
+    return names
 
 
 class FileInfo:
@@ -879,8 +908,10 @@ def check_calls(c):
         if info is None:
             continue
         entry = info.function_at(vaddr)
+        if not entry and info.symbol(vaddr) is None:
+            entry = [f"sub_{target:x}"]  # code without a symbol entered by a call (man page)
         if not entry:
-            continue  # a call into the middle of a function or to unnamed code
+            continue  # a call into the middle of a function
         k = (image_of(c, info), entry[0])
         want[k] += 1
         names[k] = entry
