@@ -180,7 +180,7 @@ def load_segments(path):
 def file_oracle(path, cache_dir):
     """Symbols (nm), PLT labels and calls (objdump -d) of one ELF file."""
     st = os.stat(path)
-    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v4.json"
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v5.json"
     cached = os.path.join(cache_dir, key)
     os.makedirs(cache_dir, exist_ok=True)
     with open(cached + ".lock", "w") as lock:
@@ -278,7 +278,7 @@ def iplt_names(path, plt):
              re.finditer(r"^\s+([0-9a-f]+):\s+(.*)$", out, re.M)]
     names = []
     for k, (addr, text) in enumerate(insns):
-        m = re.match(r"^jmp\s+\*0x[0-9a-f]+\(%rip\)\s+# ([0-9a-f]+)", text)
+        m = re.match(r"^jmp\s+\*0x[0-9a-f]+\(%rip\)\s+# (?:0x)?([0-9a-f]+)", text)
         if not m or hexint(m.group(1)) not in addends:
             continue
         end = insns[k + 1][0] if k + 1 < len(insns) else addr + 8
@@ -1207,7 +1207,9 @@ def check_stacks(c):
                     or c.space_at(tid, i) is not c.spaces[0]):
                 continue
             s = info.symbol(vaddr)
-            if s and (calls[ip - vaddr + s[1]] >= 1 or s[0][0] == "main"):
+            # Not a PLT entry: gdb unwinds a static program's IRELATIVE entries wrongly.
+            if s and not s[0][0].endswith("@plt") and (calls[ip - vaddr + s[1]] >= 1
+                                                       or s[0][0] == "main"):
                 candidates[s[0][0]].append(ip)
     # The program's own functions named in its spec (e.g. a thread's function, the code after
     # a vDSO call), then three more chosen at random with a fixed seed.
