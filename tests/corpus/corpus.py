@@ -1099,8 +1099,8 @@ def normalize(name):
         name = name[1:-1]
     name = re.sub(r"\s+const$", "", name)
     name = re.sub(r"@@?[A-Z][A-Za-z0-9_.]*$", "", name)  # symbol versions
-    # GCC clones: gdb shows foo.part for foo.part.0.
-    name = re.sub(r"(\.(?:part|isra|constprop|cold|lto_priv))(?:\.\d+)+$", r"\1", name)
+    # GCC clones (foo.part.0): gdb shows foo.part from the symbol table, foo from DWARF.
+    name = re.sub(r"(?:\.(?:part|isra|constprop|cold|lto_priv)(?:\.\d+)*)+$", "", name)
     if name.endswith(")"):
         depth = 0
         for k in range(len(name) - 1, -1, -1):
@@ -1127,7 +1127,15 @@ for a in ADDRESSES:
 while resume():
     pc = int(gdb.parse_and_eval("$pc"))
     print("STACK-AT %d" % pc)
-    print(gdb.execute("bt", to_string=True))
+    # Real frames only: gdb's DWARF inline frames and the tail-call frames it infers from
+    # call-site entries (libc6-dbg) are no calls.
+    frame, n = gdb.newest_frame(), 0
+    while frame is not None:
+        if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
+            lib = gdb.solib_name(frame.pc())
+            print("#%d  %s (%s" % (n, frame.name() or "??", " from " + lib if lib else ""))
+            n += 1
+        frame = frame.older()
     gdb.execute("delete")
     for a in ADDRESSES:
         if a != pc:
