@@ -214,14 +214,19 @@ void LoadPltSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<
       slots = GotSlotNames(elf);
       have_slots = true;
     }
-    // ld's entries are 16 bytes, but 8 in a .plt.got without IBT, which its sh_entsize says
-    // (older ld leaves it 0).
+    // ld's entries are 16 bytes, but 8 where an entry is only the jump (a .plt.got without
+    // IBT, a static program's IRELATIVE .plt, which has no lazy-binding entry 0). sh_entsize
+    // says which when it is set; older ld and static links leave it 0: then two 8-byte
+    // entries that both start with `jmp *disp32(%rip)` mean 8.
     const auto* bytes = static_cast<const uint8_t*>(data->d_buf);
     const size_t size = std::min<size_t>(data->d_size, shdr.sh_size);
+    auto jumps_through_got = [&](size_t offset) {
+      return offset + 6 <= size && bytes[offset] == 0xff && bytes[offset + 1] == 0x25;
+    };
     uint64_t entry_size = 16;
     if (shdr.sh_entsize == 8 || shdr.sh_entsize == 16) {
       entry_size = shdr.sh_entsize;
-    } else if (name == ".plt.got" && !(size >= 4 && std::memcmp(bytes, kEndbr64, 4) == 0)) {
+    } else if (jumps_through_got(0) && (size < 16 || jumps_through_got(8))) {
       entry_size = 8;
     }
     for (size_t offset = 0; offset + entry_size <= size; offset += entry_size) {
