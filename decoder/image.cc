@@ -518,6 +518,42 @@ void ProgramImage::AddBytes(const std::string& name, uint64_t address,
   auto copy = std::make_unique<uint8_t[]>(bytes.size());
   std::memcpy(copy.get(), bytes.data(), bytes.size());
   AddMemoryRun(file_index, address, std::move(copy), bytes.size());
+  LoadCapturedSymbols(name, file_index, address,
+                      std::span<uint8_t>(memory_.back().get(), bytes.size()));
+}
+
+void ProgramImage::LoadCapturedSymbols(const std::string& name, uint32_t file_index,
+                                       uint64_t address, std::span<uint8_t> bytes) {
+  if (bytes.size() < SELFMAG || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0 ||
+      elf_version(EV_CURRENT) == EV_NONE) {
+    return;
+  }
+  std::unique_ptr<Elf, ElfDeleter> elf(
+      elf_memory(reinterpret_cast<char*>(bytes.data()), bytes.size()));
+  size_t phnum = 0;
+  if (elf == nullptr || elf_kind(elf.get()) != ELF_K_ELF ||
+      elf_getphdrnum(elf.get(), &phnum) != 0) {
+    return;
+  }
+  std::vector<GElf_Phdr> loads;
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr phdr;
+    if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) != nullptr && phdr.p_type == PT_LOAD &&
+        phdr.p_offset + phdr.p_filesz <= bytes.size()) {
+      loads.push_back(phdr);
+    }
+  }
+  const size_t first_new = symbols_.size();
+  LoadSymbols(elf.get(), name, file_index, [&](uint64_t v, int64_t* bias) {
+    for (const GElf_Phdr& phdr : loads) {
+      if (v >= phdr.p_vaddr && v < phdr.p_vaddr + phdr.p_filesz) {
+        *bias = static_cast<int64_t>(address + phdr.p_offset - phdr.p_vaddr);
+        return true;
+      }
+    }
+    return false;
+  });
+  FinishSymbols(first_new);
 }
 
 void ProgramImage::AddMissing(const std::string& path, uint64_t start, uint64_t end) {

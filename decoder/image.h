@@ -99,7 +99,8 @@ class ProgramImage {
   // Errors: the file cannot be opened or is shorter than pgoff, naming the file.
   absl::Status AddFileMapping(const std::string& path, uint64_t start, uint64_t len,
                               uint64_t pgoff);
-  // Adds bytes captured at record time (e.g. the vdso); they are copied.
+  // Adds bytes captured at record time (e.g. the vdso); they are copied. An ELF image's
+  // symbols (the vdso's) are loaded too.
   void AddBytes(const std::string& name, uint64_t address, std::span<const uint8_t> bytes);
   // Records that [start, end) held `path`, which could not be loaded: gaps there name it.
   void AddMissing(const std::string& path, uint64_t start, uint64_t end);
@@ -147,6 +148,10 @@ class ProgramImage {
   template <typename Place>
   void LoadSymbols(Elf* elf, const std::string& path, uint32_t file_index, Place place);
   void AddMemoryRun(uint32_t file, uint64_t address, std::unique_ptr<uint8_t[]> bytes, size_t size);
+  // The symbols of captured bytes that are an ELF image (the vdso's .dynsym), placed through
+  // its PT_LOAD segments as laid out at `address`. Nothing for other bytes.
+  void LoadCapturedSymbols(const std::string& name, uint32_t file_index, uint64_t address,
+                           std::span<uint8_t> bytes);
   struct Missing {
     uint64_t start, end;
     std::string path;

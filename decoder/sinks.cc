@@ -69,6 +69,13 @@ std::string_view Basename(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
+// The name of code without a symbol: its file's name in brackets ("[libc.so.6]"); a name
+// that is bracketed already ("[vdso]") is not bracketed twice.
+std::string FileLabel(const std::string& path) {
+  const std::string base(Basename(path));
+  return base.starts_with('[') ? base : "[" + base + "]";
+}
+
 // --srcline: the "file:line" of `ip` when it is known: text `lead` + "(file:line)", JSON
 // ,"key":"file:line". Nothing without --srcline (`lines` null).
 void AppendSrcline(Buffer& buf, SourceLines* lines, const ProgramImage& image, uint64_t ip,
@@ -129,7 +136,7 @@ class Symbolizer {
     begin_ = ip;
     end_ = ip + 1;
     int file = image_->FileAt(ip);
-    label_ = file < 0 ? "[unmapped]" : fmt::format("[{}]", Basename(image_->files()[file].name));
+    label_ = file < 0 ? "[unmapped]" : FileLabel(image_->files()[file].name);
   }
 
   const ProgramImage* image_;
@@ -815,9 +822,8 @@ class FlowSink : public Sink {
   uint32_t Unknown(int file) {
     auto [it, inserted] = unknown_function_.try_emplace({image_, file}, 0);
     if (inserted) {
-      it->second = NewFunction(
-          file < 0 ? "[unmapped]" : fmt::format("[{}]", Basename(image_->files()[file].name)), file,
-          0, false);
+      it->second = NewFunction(file < 0 ? "[unmapped]" : FileLabel(image_->files()[file].name),
+                               file, 0, false);
     }
     return it->second;
   }
@@ -1102,7 +1108,7 @@ class StatsSink : public FlowSink {
     for (size_t k = 0; k < shown; ++k) {
       const Function& fn = rows[order[k]];
       // Code without a symbol is named "[image]" already: no second "[image]" after it.
-      const std::string image = fmt::format("[{}]", Basename(image_name(fn)));
+      const std::string image = FileLabel(image_name(fn));
       fmt::format_to(it, "{:>12} {:>6.2f}% {:>12} {:>6.2f}% {:>9}  {}{}{}\n", fn.self,
                      100.0 * fn.self / total, fn.inclusive, 100.0 * fn.inclusive / total, fn.calls,
                      fn.name, fn.name == image ? "" : " ", fn.name == image ? "" : image);

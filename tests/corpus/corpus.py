@@ -877,11 +877,19 @@ def image_of(c, info):
     return real(info.path)
 
 
+def same_image(img, image):
+    """Whether ptdecode's image name img is the oracle's file image: the same path or file
+    name; the oracle's dump of the vDSO (vdsoN.so, from gdb) is what ptdecode calls [vdso]."""
+    base = os.path.basename(image)
+    return (img == image or os.path.basename(img) == base or
+            (os.path.basename(img) == "[vdso]" and re.fullmatch(r"vdso\d+\.so", base) is not None))
+
+
 def match_key(funcs, image, names):
     """ptdecode's entry for one of the names (aliases) of a function in image."""
     for n in names:
         for (img, fn) in funcs:
-            if fn == n and (img == image or os.path.basename(img) == os.path.basename(image)):
+            if fn == n and same_image(img, image):
                 return (img, fn)
     return None
 
