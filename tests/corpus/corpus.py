@@ -112,6 +112,24 @@ NOT_APPLICABLE = {
 }
 
 
+# Known bugs the corpus found and that are not fixed yet (issue 10 notes): the check still runs
+# and must fail exactly this way (the mismatch contains the text given), so it passes as a known
+# failure; a check that then passes, or fails some other way, fails the test. Remove an entry
+# with its fix.
+KNOWN_BUGS = {
+    ("sort_pie", "stacks"): (
+        "a frame is named after its call target (qsort@plt) although the stub jumped on into "
+        "__qsort_r, which gdb and perf name the frame after", "main;qsort@plt;msort_with_tmp"),
+    ("sort_nopie", "stacks"): (
+        "a frame is named after its call target (qsort@plt) although the stub jumped on into "
+        "__qsort_r, which gdb and perf name the frame after", "main;qsort@plt;msort_with_tmp"),
+    ("forkexec", "timeline"): (
+        "the child's stream begins inside _Fork, but the timeline opens __libc_fork and then "
+        "main as calls the ground truth does not have",
+        "the trace starts in _Fork, timeline's first B is __libc_fork"),
+}
+
+
 def checks_of(name):
     return [c for c in CHECKS if c not in NOT_APPLICABLE.get(name, set())]
 
@@ -1318,11 +1336,22 @@ def main():
         c.load()
         t0 = time.time()
         summary = CHECK_FUNCS[a.check](c)
+        if (a.program, a.check) in KNOWN_BUGS:
+            print(f"FAIL {a.program} {a.check}: passes, but KNOWN_BUGS says it fails "
+                  f"({KNOWN_BUGS[(a.program, a.check)][0]}): remove the entry. {summary}")
+            return 1
         print(f"PASS {a.program} {a.check}: {summary} ({time.time() - t0:.1f} s)")
         return 0
     except Mismatch as m:
+        known = KNOWN_BUGS.get((a.program, a.check))
+        text = "\n".join(m.lines)
+        if known and known[1] in text:
+            print(f"KNOWN BUG {a.program} {a.check}: {known[0]} (tests/corpus/corpus.py "
+                  f"KNOWN_BUGS):")
+            print(text)
+            return 0
         print(f"FAIL {a.program} {a.check}:")
-        print("\n".join(m.lines))
+        print(text)
         return 1
     except Skipped as e:
         print(f"skipped: {e}")
