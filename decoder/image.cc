@@ -37,10 +37,6 @@ std::string Demangle(const char* name) {
   return result;
 }
 
-struct ElfDeleter {
-  void operator()(Elf* e) const { elf_end(e); }
-};
-
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::ErrnoToStatus(errno, Cat("open ", path));
@@ -342,7 +338,7 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
   if (elf_version(EV_CURRENT) == EV_NONE) return absl::InternalError("libelf: bad version");
   ScopedFd fd(open(spec.path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoStatus(Cat("open ELF file ", spec.path));
-  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd.get(), ELF_C_READ, nullptr));
+  ElfPtr elf(elf_begin(fd.get(), ELF_C_READ, nullptr));
   if (!elf || elf_kind(elf.get()) != ELF_K_ELF) {
     return absl::InvalidArgumentError(Cat(spec.path, ": not an ELF file"));
   }
@@ -410,12 +406,8 @@ void ProgramImage::LoadSymbols(Elf* elf, const std::string& path, uint32_t file_
   // Stripped: the .symtab of its separate debug file (same link-time addresses).
   const std::string debug_path = FindDebugFile(elf, path, sysroot_);
   if (debug_path.empty()) return;
-  ScopedFd fd(open(debug_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return;
-  std::unique_ptr<Elf, ElfDeleter> debug(elf_begin(fd.get(), ELF_C_READ, nullptr));
-  if (debug && elf_kind(debug.get()) == ELF_K_ELF) {
-    LoadSymbolsInto(debug.get(), file_index, place, symbols_);
-  }
+  absl::StatusOr<OpenedElf> debug = OpenElf(debug_path);
+  if (debug.ok()) LoadSymbolsInto(debug->elf.get(), file_index, place, symbols_);
 }
 
 void ProgramImage::FinishSymbols(size_t first_new) {
@@ -528,8 +520,7 @@ void ProgramImage::LoadCapturedSymbols(const std::string& name, uint32_t file_in
       elf_version(EV_CURRENT) == EV_NONE) {
     return;
   }
-  std::unique_ptr<Elf, ElfDeleter> elf(
-      elf_memory(reinterpret_cast<char*>(bytes.data()), bytes.size()));
+  ElfPtr elf(elf_memory(reinterpret_cast<char*>(bytes.data()), bytes.size()));
   size_t phnum = 0;
   if (elf == nullptr || elf_kind(elf.get()) != ELF_K_ELF ||
       elf_getphdrnum(elf.get(), &phnum) != 0) {
@@ -580,13 +571,11 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
   const uint32_t file_index = static_cast<uint32_t>(files_.size() - 1);
   // Symbols, when the file is ELF: a symbol at link address v in a segment whose file bytes
   // are mapped lies at start + (p_offset + v - p_vaddr - pgoff).
-  if (elf_version(EV_CURRENT) == EV_NONE) return absl::OkStatus();
-  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return absl::OkStatus();
-  std::unique_ptr<Elf, ElfDeleter> elf(elf_begin(fd.get(), ELF_C_READ, nullptr));
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return absl::OkStatus();
+  absl::StatusOr<OpenedElf> opened = OpenElf(path);
+  if (!opened.ok()) return absl::OkStatus();
+  Elf* const elf = opened->elf.get();
   size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) != 0) return absl::OkStatus();
+  if (elf_getphdrnum(elf, &phnum) != 0) return absl::OkStatus();
   struct Segment {
     uint64_t vaddr, vend;
     int64_t bias;
@@ -594,7 +583,7 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
   std::vector<Segment> segments;
   for (size_t i = 0; i < phnum; ++i) {
     GElf_Phdr phdr;
-    if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) == nullptr) continue;
+    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr) continue;
     if (phdr.p_type != PT_LOAD || phdr.p_filesz == 0) continue;
     if (phdr.p_offset + phdr.p_filesz <= pgoff || phdr.p_offset >= to) continue;
     segments.push_back({phdr.p_vaddr, phdr.p_vaddr + phdr.p_filesz,
@@ -606,7 +595,7 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
     if (begin < end) AddElfSegment({begin, end, bias, file_index});
   }
   size_t first_new = symbols_.size();
-  LoadSymbols(elf.get(), path, file_index, [&](uint64_t v, int64_t* bias) {
+  LoadSymbols(elf, path, file_index, [&](uint64_t v, int64_t* bias) {
     for (const Segment& s : segments) {
       if (v >= s.vaddr && v < s.vend) {
         *bias = s.bias;

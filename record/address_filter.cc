@@ -73,45 +73,27 @@ bool AddSymbols(Elf* elf, int type, std::vector<Symbol>& out) {
 }
 
 absl::StatusOr<ElfFile> ReadElf(const std::string& path) {
-  static const bool init = elf_version(EV_CURRENT) != EV_NONE;
-  if (!init) return absl::InternalError("libelf: elf_version failed");
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(absl::StrCat("open ", path));
-  auto close_all = [fd](Elf* e) {
-    elf_end(e);
-    close(fd);
-  };
-  std::unique_ptr<Elf, decltype(close_all)> elf(elf_begin(fd, ELF_C_READ_MMAP, nullptr), close_all);
-  if (elf == nullptr || elf_kind(elf.get()) != ELF_K_ELF) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not an ELF file"));
-  }
+  absl::StatusOr<OpenedElf> file = OpenElf(path);
+  if (!file.ok()) return file.status();
+  Elf* const elf = file->elf.get();
   ElfFile out;
   size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) == 0) {
+  if (elf_getphdrnum(elf, &phnum) == 0) {
     for (size_t i = 0; i < phnum; ++i) {
       GElf_Phdr ph;
-      if (gelf_getphdr(elf.get(), static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD) {
+      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD) {
         out.loads.push_back(ph);
       }
     }
   }
   // .symtab when present (it holds .dynsym's symbols too); else .dynsym and the .symtab of
   // the separate debug file, found as the decoder (and gdb, perf) find it.
-  if (!AddSymbols(elf.get(), SHT_SYMTAB, out.symbols)) {
-    AddSymbols(elf.get(), SHT_DYNSYM, out.symbols);
-    bool debug_found = false;
-    const std::string debug_path = FindDebugFile(elf.get(), path, "");
-    const int debug_fd = debug_path.empty() ? -1 : open(debug_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (debug_fd >= 0) {
-      Elf* debug = elf_begin(debug_fd, ELF_C_READ_MMAP, nullptr);
-      if (debug != nullptr && elf_kind(debug) == ELF_K_ELF &&
-          AddSymbols(debug, SHT_SYMTAB, out.symbols)) {
-        debug_found = true;
-      }
-      elf_end(debug);
-      close(debug_fd);
-    }
-    out.stripped = !debug_found;
+  if (!AddSymbols(elf, SHT_SYMTAB, out.symbols)) {
+    AddSymbols(elf, SHT_DYNSYM, out.symbols);
+    const std::string debug_path = FindDebugFile(elf, path, "");
+    absl::StatusOr<OpenedElf> debug =
+        debug_path.empty() ? absl::NotFoundError("no debug file") : OpenElf(debug_path);
+    out.stripped = !(debug.ok() && AddSymbols(debug->elf.get(), SHT_SYMTAB, out.symbols));
   }
   std::sort(out.symbols.begin(), out.symbols.end(), [](const Symbol& a, const Symbol& b) {
     return a.value != b.value ? a.value < b.value : a.name < b.name;

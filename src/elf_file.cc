@@ -6,7 +6,6 @@
 #include <libelf.h>
 
 #include <cstring>
-#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
@@ -15,11 +14,6 @@
 
 namespace ptkit {
 namespace {
-
-struct ElfCloser {
-  void operator()(Elf* e) const { elf_end(e); }
-};
-using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
 
 bool LibelfReady() {
   static const bool ready = elf_version(EV_CURRENT) != EV_NONE;
@@ -65,6 +59,20 @@ std::string DebugLinkOf(Elf* elf) {
 
 }  // namespace
 
+void ElfCloser::operator()(Elf* elf) const { elf_end(elf); }
+
+absl::StatusOr<OpenedElf> OpenElf(const std::string& path) {
+  if (!LibelfReady()) return absl::InternalError("libelf: elf_version failed");
+  OpenedElf out;
+  out.fd.reset(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!out.fd.valid()) return ErrnoStatus(absl::StrCat("open ", path));
+  out.elf.reset(elf_begin(out.fd.get(), ELF_C_READ_MMAP, nullptr));
+  if (out.elf == nullptr || elf_kind(out.elf.get()) != ELF_K_ELF) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not an ELF file"));
+  }
+  return out;
+}
+
 std::vector<uint8_t> ElfBuildId(Elf* elf) {
   std::vector<uint8_t> id;
   size_t phnum = 0;
@@ -87,14 +95,8 @@ std::vector<uint8_t> ElfBuildId(Elf* elf) {
 }
 
 absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
-  if (!LibelfReady()) return absl::InternalError("libelf: elf_version failed");
-  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open ", path));
-  ElfPtr elf(elf_begin(fd.get(), ELF_C_READ_MMAP, nullptr));
-  if (elf == nullptr || elf_kind(elf.get()) != ELF_K_ELF) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not an ELF file"));
-  }
-  return ElfBuildId(elf.get());
+  PTKIT_ASSIGN_OR_RETURN(OpenedElf file, OpenElf(path));
+  return ElfBuildId(file.elf.get());
 }
 
 std::string FindDebugFile(Elf* elf, const std::string& path, const std::string& sysroot) {

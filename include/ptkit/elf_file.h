@@ -6,14 +6,33 @@
 #define PTKIT_ELF_FILE_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ptkit/scoped_fd.h"
 
 struct Elf;  // libelf's handle (<libelf.h>: typedef struct Elf Elf)
 
 namespace ptkit {
+
+// libelf's handle, ended (elf_end) on destruction.
+struct ElfCloser {
+  void operator()(Elf* elf) const;
+};
+using ElfPtr = std::unique_ptr<Elf, ElfCloser>;
+
+// An ELF file open for reading: the descriptor and libelf's handle over it, released together
+// (the handle first).
+struct OpenedElf {
+  ScopedFd fd;
+  ElfPtr elf;
+};
+// Opens `path` with libelf (ELF_C_READ_MMAP). Errors: the errno of open naming it (kNotFound
+// for a missing file); kInvalidArgument "PATH: not an ELF file"; kInternal when libelf cannot
+// be initialised.
+absl::StatusOr<OpenedElf> OpenElf(const std::string& path);
 
 // The NT_GNU_BUILD_ID note of `elf`, looked for in its PT_NOTE segments (what the loader and
 // the kernel see; present even without section headers), then its SHT_NOTE sections. Empty

@@ -10,14 +10,11 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "ptkit/elf_file.h"
 #include "ptkit/status.h"
 
 namespace ptkit::swpt {
 namespace {
-
-struct ElfDeleter {
-  void operator()(Elf* e) const { elf_end(e); }
-};
 
 absl::Status ElfError(const std::string& path, const char* what) {
   return absl::InvalidArgumentError(absl::StrCat(path, ": ", what, ": ", elf_errmsg(-1)));
@@ -34,8 +31,7 @@ absl::StatusOr<CodeImage> CodeImage::Load(const std::string& path, uint64_t pie_
     image.file_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   if (elf_version(EV_CURRENT) == EV_NONE) return absl::InternalError("libelf too old");
-  std::unique_ptr<Elf, ElfDeleter> elf(
-      elf_memory(reinterpret_cast<char*>(image.file_.data()), image.file_.size()));
+  ElfPtr elf(elf_memory(reinterpret_cast<char*>(image.file_.data()), image.file_.size()));
   if (!elf || elf_kind(elf.get()) != ELF_K_ELF) return ElfError(path, "not an ELF file");
   GElf_Ehdr ehdr;
   if (!gelf_getehdr(elf.get(), &ehdr)) return ElfError(path, "no ELF header");
