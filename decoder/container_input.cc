@@ -18,6 +18,7 @@
 
 #include "decoder/bts.h"
 #include "decoder/ipt_handles.h"
+#include "decoder/packets.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"

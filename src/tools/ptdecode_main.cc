@@ -15,6 +15,7 @@
 #include "decoder/bts.h"
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
+#include "decoder/packets.h"
 #include "decoder/progress.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"

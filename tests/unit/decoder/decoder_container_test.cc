@@ -13,6 +13,7 @@
 
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
+#include "decoder/packets.h"
 #include "decoder/sinks.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"

@@ -12,6 +12,7 @@
 
 #include "decoder/decode.h"
 #include "decoder/image.h"
+#include "decoder/packets.h"
 #include "decoder/sinks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,0 +1,110 @@
+#include <fmt/compile.h>
+#include <fmt/format.h>
+
+#include <memory>
+
+#include "decoder/flow_sink.h"
+#include "decoder/output_format.h"
+#include "decoder/sinks.h"
+#include "decoder/srcline.h"
+
+namespace ptkit::decoder {
+namespace {
+
+class CallsSink : public FlowSink {
+ public:
+  CallsSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
+      : FlowSink(image), out_(out), options_(options), lines_(MakeSourceLines(options)) {
+    wants_time_ = true;
+  }
+  void OnError(const DecodeError& error) override {
+    FlowSink::OnError(error);
+    AppendErrorLine(out_.buf(), error, options_.json);
+  }
+  void OnEvent(const pt_event& event) override {
+    FlowSink::OnEvent(event);
+    if (event.type == ptev_overflow) AppendEventLine(out_.buf(), event, options_.json);
+  }
+  void OnStream(const StreamInfo& stream) override {
+    FlowSink::OnStream(stream);
+    AppendStreamLine(out_.buf(), stream, options_.json);
+  }
+  void OnLoss(const LossInfo& loss) override {
+    FlowSink::OnLoss(loss);
+    AppendLossLine(out_.buf(), loss, options_.json);
+  }
+
+ protected:
+  void OnEnter(const Frame& frame) override {
+    const Function& fn = functions_[frame.function];
+    size_t depth = stack_.size() - 1;
+    if (frame.implicit) {
+      // The function that was running when tracing began, shown as the tree's root.
+      if (options_.json) {
+        fmt::format_to(out_.it(), FMT_COMPILE("{{\"at\":{},\"depth\":{},\"running\":"), count_,
+                       depth);
+        AppendJsonString(out_.buf(), fn.name);
+        out_.buf().append(std::string_view("}\n"));
+      } else {
+        // Bracketed like a fallback name ("[libc.so.6]"), which already has its brackets.
+        const bool bracketed = fn.name.starts_with('[');
+        fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}{}{}{}\n"), count_, "", 2 * depth,
+                       bracketed ? "" : "[", fn.name, bracketed ? "" : "]");
+      }
+      return;
+    }
+    // --srcline: where the called function starts (functions are named by their entry).
+    const bool srcline = lines_ != nullptr && fn.address != 0 && fn.image != nullptr;
+    if (options_.json) {
+      fmt::format_to(out_.it(), FMT_COMPILE("{{\"at\":{},\"depth\":{},\"call\":"), count_, depth);
+      AppendJsonString(out_.buf(), fn.name);
+      fmt::format_to(out_.it(), FMT_COMPILE(",\"address\":\"{:#x}\""), fn.address);
+      if (srcline) AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, true);
+      out_.buf().append(std::string_view("}\n"));
+    } else {
+      fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}> {}"), count_, "", 2 * depth, fn.name);
+      if (srcline) AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, false);
+      out_.buf().push_back('\n');
+    }
+    out_.MaybeFlush();
+  }
+  void OnExit(const Frame& frame, bool at_end) override {
+    if (at_end || frame.implicit) return;
+    const Function& fn = functions_[frame.function];
+    size_t depth = stack_.size();
+    uint64_t insns = count_ - frame.entry_count;
+    // Elapsed TSC ticks: the decoder's time at the return minus at the call, when both are
+    // known (TSC is monotonic; a smaller value cannot be a duration).
+    const bool timed = frame.entry_timed && timed_ && tsc_ >= frame.entry_tsc;
+    const uint64_t ticks = timed ? tsc_ - frame.entry_tsc : 0;
+    if (options_.json) {
+      fmt::format_to(out_.it(), FMT_COMPILE("{{\"at\":{},\"depth\":{},\"return\":"), count_, depth);
+      AppendJsonString(out_.buf(), fn.name);
+      fmt::format_to(out_.it(), FMT_COMPILE(",\"insns\":{}"), insns);
+      if (timed) fmt::format_to(out_.it(), FMT_COMPILE(",\"ticks\":{}"), ticks);
+      out_.buf().append(std::string_view("}\n"));
+    } else if (timed) {
+      fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}< {} ({} insns, {} ticks)\n"), count_, "",
+                     2 * depth, fn.name, insns, ticks);
+    } else {
+      fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}< {} ({} insns)\n"), count_, "", 2 * depth,
+                     fn.name, insns);
+    }
+    out_.MaybeFlush();
+  }
+  absl::Status Report(const DecodeTotals& totals) override { return out_.Close(); }
+
+ private:
+  Output out_;
+  OutputOptions options_;
+  std::unique_ptr<SourceLines> lines_;  // --srcline
+};
+
+}  // namespace
+
+std::unique_ptr<Sink> MakeCallsSink(const ProgramImage& image, std::FILE* out,
+                                    const OutputOptions& options) {
+  return std::make_unique<CallsSink>(image, out, options);
+}
+
+}  // namespace ptkit::decoder

@@ -1,0 +1,123 @@
+#include <fmt/compile.h>
+#include <fmt/format.h>
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "decoder/disassembler.h"
+#include "decoder/output_format.h"
+#include "decoder/sinks.h"
+#include "decoder/srcline.h"
+
+namespace ptkit::decoder {
+namespace {
+
+class InsnSink : public Sink {
+ public:
+  InsnSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
+      : image_(&image),
+        symbols_(image),
+        out_(out),
+        options_(options),
+        lines_(MakeSourceLines(options)),
+        prefix_(options.json ? "{" : "") {}
+  DecoderKind kind() const override { return DecoderKind::kInsn; }
+  // Without timing packets the decoder never calls OnTime and lines have no time column.
+  bool wants_time() const override { return true; }
+  void OnTime(uint64_t tsc) override {
+    // Formatted once per time update, not per instruction.
+    time_.clear();
+    auto it = std::back_inserter(time_);
+    const std::optional<TscConversion>& perf = options_.clock.perf;
+    if (options_.json) {
+      fmt::format_to(it, FMT_COMPILE("\"tsc\":{},"), tsc);
+      if (perf) fmt::format_to(it, FMT_COMPILE("\"time_ns\":{},"), perf->ToPerfTime(tsc));
+    } else if (perf) {
+      fmt::format_to(it, FMT_COMPILE("{:>20} "), FormatPerfTime(perf->ToPerfTime(tsc)));
+    } else {
+      fmt::format_to(it, FMT_COMPILE("{:>16} "), tsc);
+    }
+  }
+
+  void OnInsn(const pt_insn& insn) override {
+    Buffer& buf = out_.buf();
+    if (options_.json) {
+      buf.append(std::string_view(prefix_));
+      buf.append(std::string_view(time_));
+      fmt::format_to(out_.it(), FMT_COMPILE("\"ip\":\"{:#x}\",\"sym\":"), insn.ip);
+      Buffer name;
+      symbols_.Append(name, insn.ip);
+      AppendJsonString(buf, std::string_view(name.data(), name.size()));
+      if (insn.speculative) buf.append(std::string_view(",\"speculative\":true"));
+      if (options_.disasm) {
+        Buffer text;
+        disasm_.Append(text, insn.mode, insn.raw, insn.size, insn.ip);
+        buf.append(std::string_view(",\"insn\":"));
+        AppendJsonString(buf, std::string_view(text.data(), text.size()));
+      }
+      AppendSrcline(buf, lines_.get(), *image_, insn.ip, true);
+      buf.append(std::string_view("}\n"));
+    } else {
+      buf.append(std::string_view(time_));
+      buf.append(std::string_view(prefix_));
+      fmt::format_to(out_.it(), FMT_COMPILE("{:016x}  "), insn.ip);
+      if (insn.speculative) buf.append(std::string_view("? "));
+      size_t start = buf.size();
+      symbols_.Append(buf, insn.ip);
+      if (options_.disasm) {
+        size_t width = buf.size() - start;
+        for (; width < 32; ++width) buf.push_back(' ');
+        buf.append(std::string_view("  "));
+        disasm_.Append(buf, insn.mode, insn.raw, insn.size, insn.ip);
+      }
+      AppendSrcline(buf, lines_.get(), *image_, insn.ip, false, "", "  ");
+      buf.push_back('\n');
+    }
+    out_.MaybeFlush();
+  }
+  void OnEvent(const pt_event& event) override {
+    if (event.status_update) return;
+    AppendEventLine(out_.buf(), event, options_.json);
+  }
+  void OnError(const DecodeError& error) override {
+    AppendErrorLine(out_.buf(), error, options_.json);
+  }
+  void OnStream(const StreamInfo& stream) override {
+    symbols_.SetImage(stream.image);
+    if (stream.image != nullptr) image_ = stream.image;
+    if (!stream.context_switch) time_.clear();  // another decoder: its time is not known yet
+    AppendStreamLine(out_.buf(), stream, options_.json);
+    // Container input: every line says which CPU or thread stream and which thread.
+    std::string where = stream.name;
+    if (size_t snap = where.find(" snapshot"); snap != std::string::npos) where.resize(snap);
+    if (options_.json) {
+      prefix_ = fmt::format("{{\"stream\":\"{}\",\"tid\":{},", where, stream.tid);
+    } else if (where.rfind("tid ", 0) == 0) {
+      prefix_ = fmt::format("{:<8} ", where);
+    } else {
+      prefix_ = fmt::format("{:<6} tid {:<7} ", where, stream.tid);
+    }
+  }
+  void OnLoss(const LossInfo& loss) override { AppendLossLine(out_.buf(), loss, options_.json); }
+  absl::Status Finish(const DecodeTotals& totals) override { return out_.Close(); }
+
+ private:
+  const ProgramImage* image_;  // of the current stream
+  Symbolizer symbols_;
+  Output out_;
+  OutputOptions options_;
+  Disassembler disasm_;
+  std::unique_ptr<SourceLines> lines_;  // --srcline
+  std::string prefix_;  // stream columns (container input); JSON: the opening brace and them
+  std::string time_;    // the time column (JSON: members) once the decoder has a time
+};
+
+}  // namespace
+
+std::unique_ptr<Sink> MakeInsnSink(const ProgramImage& image, std::FILE* out,
+                                   const OutputOptions& options) {
+  return std::make_unique<InsnSink>(image, out, options);
+}
+
+}  // namespace ptkit::decoder

@@ -1,0 +1,124 @@
+// Shared pieces of the output sinks (decoder/*_sink.cc, decoder/packets.cc): buffered output,
+// JSON strings, the names of addresses, and the lines for events, errors, streams and losses.
+// Internal to ptkit_decoder.
+#ifndef PTKIT_DECODER_OUTPUT_FORMAT_H_
+#define PTKIT_DECODER_OUTPUT_FORMAT_H_
+
+#include <fmt/compile.h>
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "decoder/decode.h"
+#include "decoder/image.h"
+#include "decoder/sinks.h"
+#include "decoder/srcline.h"
+
+namespace ptkit::decoder {
+
+using Buffer = fmt::memory_buffer;
+
+// Buffered writes to a FILE*, flushed in 64 KiB chunks.
+class Output {
+ public:
+  explicit Output(std::FILE* file) : file_(file) {}
+  Buffer& buf() { return buf_; }
+  auto it() { return std::back_inserter(buf_); }
+  void MaybeFlush() {
+    if (buf_.size() >= (1 << 16)) Flush();
+  }
+  void Flush() {
+    if (buf_.size() != 0 && std::fwrite(buf_.data(), 1, buf_.size(), file_) != buf_.size()) {
+      failed_ = true;
+    }
+    buf_.clear();
+  }
+  absl::Status Close() {
+    Flush();
+    if (std::fflush(file_) != 0 || failed_ || std::ferror(file_)) {
+      return absl::DataLossError("write error on output");
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  std::FILE* file_;
+  Buffer buf_;
+  bool failed_ = false;
+};
+
+void AppendJsonString(Buffer& buf, std::string_view s);
+std::string_view Basename(std::string_view path);
+// The name of code without a symbol: its file's name in brackets ("[libc.so.6]"); a name
+// that is bracketed already ("[vdso]") is not bracketed twice.
+std::string FileLabel(const std::string& path);
+// --srcline: the "file:line" of `ip` when it is known: text `lead` + "(file:line)", JSON
+// ,"key":"file:line". Nothing without --srcline (`lines` null).
+void AppendSrcline(Buffer& buf, SourceLines* lines, const ProgramImage& image, uint64_t ip,
+                   bool json, std::string_view key = "srcline", std::string_view lead = " ");
+std::unique_ptr<SourceLines> MakeSourceLines(const OutputOptions& options);
+
+// Names addresses: "symbol+0xoff", "[file]" without a symbol, "[unmapped]".
+class Symbolizer {
+ public:
+  explicit Symbolizer(const ProgramImage& image) : image_(&image) {}
+  void SetImage(const ProgramImage* image) {
+    if (image == nullptr) return;
+    image_ = image;
+    begin_ = 1;
+    end_ = 0;
+  }
+  void Append(Buffer& buf, uint64_t ip) {
+    if (!(ip >= begin_ && ip < end_)) Lookup(ip);
+    if (symbol_ != nullptr) {
+      buf.append(std::string_view(symbol_->name));
+      fmt::format_to(std::back_inserter(buf), FMT_COMPILE("+{:#x}"), ip - symbol_->begin);
+    } else {
+      buf.append(std::string_view(label_));
+    }
+  }
+  std::string Name(uint64_t ip) {
+    Buffer buf;
+    Append(buf, ip);
+    return fmt::to_string(buf);
+  }
+
+ private:
+  void Lookup(uint64_t ip) {
+    int s = image_->SymbolAt(ip);
+    if (s >= 0) {
+      symbol_ = &image_->symbols()[s];
+      begin_ = symbol_->begin;
+      end_ = symbol_->end;
+      return;
+    }
+    symbol_ = nullptr;
+    begin_ = ip;
+    end_ = ip + 1;
+    int file = image_->FileAt(ip);
+    label_ = file < 0 ? "[unmapped]" : FileLabel(image_->files()[file].name);
+  }
+
+  const ProgramImage* image_;
+  const Symbol* symbol_ = nullptr;
+  uint64_t begin_ = 1;
+  uint64_t end_ = 0;
+  std::string label_;
+};
+
+const char* EventName(const pt_event& ev);
+// The IP an event names, if any.
+bool EventIp(const pt_event& ev, uint64_t* ip);
+void AppendEventLine(Buffer& buf, const pt_event& ev, bool json);
+void AppendErrorLine(Buffer& buf, const DecodeError& e, bool json);
+void AppendStreamLine(Buffer& buf, const StreamInfo& s, bool json);
+void AppendLossLine(Buffer& buf, const LossInfo& l, bool json);
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_OUTPUT_FORMAT_H_

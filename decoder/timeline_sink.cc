@@ -1,0 +1,129 @@
+#include <fmt/compile.h>
+#include <fmt/format.h>
+
+#include <memory>
+#include <string>
+
+#include "decoder/flow_sink.h"
+#include "decoder/output_format.h"
+#include "decoder/sinks.h"
+
+namespace ptkit::decoder {
+namespace {
+
+class TimelineSink : public FlowSink {
+ public:
+  TimelineSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
+      : FlowSink(image), out_(out), options_(options) {
+    wants_time_ = true;
+    out_.buf().append(std::string_view("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"));
+    ThreadName(options.trace_name.empty() ? "trace" : options.trace_name);
+  }
+  void OnTime(uint64_t tsc) override {
+    FlowSink::OnTime(tsc);
+    last_tsc_ = tsc;
+    ever_timed_ = true;
+  }
+  void OnError(const DecodeError& error) override {
+    FlowSink::OnError(error);
+    fmt::format_to(out_.it(),
+                   FMT_COMPILE(",\n{{\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
+    AppendTs();
+    fmt::format_to(out_.it(),
+                   FMT_COMPILE(",\"name\":\"{}\",\"args\":{{\"offset\":{},\"ip\":\"{:#x}\"}}}}"),
+                   error.is_gap() ? "gap" : IptErrorName(error.code), error.offset, error.ip);
+  }
+  // Container input: one track per thread.
+  void OnStream(const StreamInfo& stream) override {
+    FlowSink::OnStream(stream);  // closes the open slices on the old track
+    uint32_t tid = stream.tid != 0 ? stream.tid : 1000000 + ++unnamed_;
+    if (tid == tid_) return;
+    tid_ = tid;
+    out_.buf().append(std::string_view(",\n"));
+    ThreadName(stream.comm.empty() ? stream.name
+                                   : fmt::format("{} ({})", stream.comm, stream.name));
+  }
+
+ protected:
+  void OnEnter(const Frame& frame) override {
+    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"B\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
+    AppendTs();
+    out_.buf().append(std::string_view(",\"name\":"));
+    AppendJsonString(out_.buf(), functions_[frame.function].name);
+    out_.buf().push_back('}');
+    out_.MaybeFlush();
+  }
+  void OnExit(const Frame& frame, bool at_end) override {
+    // Named as the "B" it closes: speedscope matches ends by name (Perfetto by nesting).
+    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"E\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
+    AppendTs();
+    out_.buf().append(std::string_view(",\"name\":"));
+    AppendJsonString(out_.buf(), functions_[frame.function].name);
+    out_.buf().push_back('}');
+    out_.MaybeFlush();
+  }
+  absl::Status Report(const DecodeTotals& totals) override {
+    if (clock_ == Clock::kUndecided) clock_ = ever_timed_ ? Clock::kTsc : Clock::kInstructions;
+    // Trace-event format: "otherData" holds free-form metadata about the trace.
+    out_.buf().append(std::string_view("\n],\"otherData\":{\"ts_unit\":"));
+    const TscClock& c = options_.clock;
+    if (clock_ == Clock::kInstructions) {
+      out_.buf().append(std::string_view("\"instructions\"}}\n"));
+    } else if (c.perf) {
+      out_.buf().append(std::string_view("\"us\",\"ts_clock\":\"perf_time\"}}\n"));
+    } else if (c.tsc_hz > 0) {
+      fmt::format_to(out_.it(),
+                     "\"us\",\"ts_clock\":\"tsc\",\"tsc_hz\":{:.0f},\"tsc_hz_source\":", c.tsc_hz);
+      AppendJsonString(out_.buf(), c.hz_source);
+      out_.buf().append(std::string_view("}}\n"));
+    } else {
+      out_.buf().append(std::string_view("\"tsc_ticks\",\"ts_clock\":\"tsc\"}}\n"));
+    }
+    return out_.Close();
+  }
+
+ private:
+  void ThreadName(const std::string& name) {
+    fmt::format_to(
+        out_.it(),
+        "{{\"ph\":\"M\",\"pid\":1,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":", tid_);
+    AppendJsonString(out_.buf(), name);
+    out_.buf().append(std::string_view("}}"));
+  }
+
+  // Which clock "ts" uses is settled at the first event written: the trace's time if the
+  // decoder has reported one by then, else instructions, for the whole output.
+  enum class Clock { kUndecided, kInstructions, kTsc };
+  void AppendTs() {
+    if (clock_ == Clock::kUndecided) clock_ = ever_timed_ ? Clock::kTsc : Clock::kInstructions;
+    auto it = out_.it();
+    const TscClock& c = options_.clock;
+    if (clock_ == Clock::kInstructions) {
+      fmt::format_to(it, FMT_COMPILE("{}"), count_);
+    } else if (c.perf) {  // microseconds of perf time, to the nanosecond
+      const uint64_t ns = c.perf->ToPerfTime(last_tsc_);
+      fmt::format_to(it, FMT_COMPILE("{}.{:03}"), ns / 1000, ns % 1000);
+    } else if (c.tsc_hz > 0) {
+      fmt::format_to(it, FMT_COMPILE("{:.3f}"), static_cast<double>(last_tsc_) * 1e6 / c.tsc_hz);
+    } else {
+      fmt::format_to(it, FMT_COMPILE("{}"), last_tsc_);
+    }
+  }
+
+  Output out_;
+  OutputOptions options_;
+  uint32_t tid_ = 1;
+  uint32_t unnamed_ = 0;
+  Clock clock_ = Clock::kUndecided;
+  bool ever_timed_ = false;
+  uint64_t last_tsc_ = 0;  // the latest decoder time (kept across streams)
+};
+
+}  // namespace
+
+std::unique_ptr<Sink> MakeTimelineSink(const ProgramImage& image, std::FILE* out,
+                                       const OutputOptions& options) {
+  return std::make_unique<TimelineSink>(image, out, options);
+}
+
+}  // namespace ptkit::decoder
