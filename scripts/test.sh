@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite from nothing: installs the Debian packages, checks that every C++ source is
 # clang-formatted, builds with -Werror, runs every test, then the sanitizer build of the
-# byte-parsing tests and a short fuzz smoke.
+# byte-parsing and decoder tests and a short fuzz smoke.
 #   bash scripts/test.sh            (what .ci/run calls)
 # Environment: PTKIT_FUZZ_SECONDS (default 30) for the fuzz smoke.
 set -euo pipefail
@@ -23,9 +23,11 @@ cmake --build --preset ci
 echo "== tests"
 ctest --preset ci
 
-echo "== ASan + UBSan: container, info, sideband and emulate stepper tests"
+echo "== ASan + UBSan: container, info, sideband, emulate stepper and decoder tests"
 cmake --preset debug-asan >/dev/null
-asan_targets=(container_test info_test sideband_test step_events_test stepper_test)
+asan_targets=(container_test info_test sideband_test step_events_test stepper_test
+  decoder_container_test decoder_golden_test decoder_callstack_test decoder_synth_test
+  decoder_bts_test decoder_time_test decoder_parse_test decoder_symbols_test)
 cmake --build --preset debug-asan --target "${asan_targets[@]}"
 ctest --preset debug-asan
 
