@@ -8,11 +8,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
 #include "ptkit/status.h"
+#include "record/proc_maps.h"
 #include "record/text_util.h"
 
 namespace ptkit::record {
@@ -20,21 +19,14 @@ namespace ptkit::record {
 absl::StatusOr<std::vector<uint8_t>> ReadOwnVdso() {
   const uintptr_t ehdr = getauxval(AT_SYSINFO_EHDR);
   if (ehdr == 0) return absl::NotFoundError("this process has no vdso (AT_SYSINFO_EHDR)");
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.find("[vdso]") == std::string::npos) continue;
-    unsigned long long lo = 0, hi = 0;
-    const size_t dash = line.find('-');
-    const size_t space = line.find(' ');
-    if (dash == std::string::npos || space == std::string::npos ||
-        !ParseUnsigned(std::string_view(line).substr(0, dash), &lo, 16) ||
-        !ParseUnsigned(std::string_view(line).substr(dash + 1, space - dash - 1), &hi, 16) ||
-        lo != ehdr || hi <= lo) {
-      break;
+  absl::StatusOr<std::vector<ProcMapping>> maps = ReadProcMaps("self");
+  if (maps.ok()) {
+    for (const ProcMapping& m : *maps) {
+      if (m.path != "[vdso]") continue;
+      if (m.start != ehdr || m.end <= m.start) break;
+      const auto* p = reinterpret_cast<const uint8_t*>(ehdr);
+      return std::vector<uint8_t>(p, p + (m.end - m.start));
     }
-    const auto* p = reinterpret_cast<const uint8_t*>(ehdr);
-    return std::vector<uint8_t>(p, p + (hi - lo));
   }
   return absl::NotFoundError("no [vdso] line in /proc/self/maps at AT_SYSINFO_EHDR");
 }

@@ -276,7 +276,12 @@ perf_event_attr BuildTrackingAttr(const TrackingAttrOptions& options) {
   attr.comm = 1;
   attr.comm_exec = 1;
   attr.task = 1;
-  attr.context_switch = 1;
+  attr.context_switch = options.context_switch ? 1 : 0;
+  attr.build_id = options.build_id ? 1 : 0;
+  if (options.clockid >= 0) {
+    attr.use_clockid = 1;
+    attr.clockid = options.clockid;
+  }
   if (options.wakeup_bytes != 0) {
     attr.watermark = 1;
     attr.wakeup_watermark = options.wakeup_bytes;

@@ -13,6 +13,7 @@
 #include "absl/strings/cord.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_writer.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 #include "record/address_filter.h"
 #include "record/code_capture.h"
@@ -95,6 +96,27 @@ absl::StatusOr<uint64_t> ParseSize(std::string_view text) {
         Cat("bad size \"", text, "\" (expected bytes with an optional K, M or G suffix)"));
   }
   return v * mult;
+}
+
+absl::StatusOr<PerfEvent> OpenTrackingEvent(perf_event_attr& attr, pid_t pid, int cpu,
+                                            const std::string& what) {
+  absl::StatusOr<PerfEvent> opened = PerfEvent::Open(attr, pid, cpu, what);
+  if (opened.status().code() == absl::StatusCode::kInvalidArgument && attr.build_id) {
+    attr.build_id = 0;
+    opened = PerfEvent::Open(attr, pid, cpu, what);
+  }
+  return opened;
+}
+
+absl::StatusOr<std::unique_ptr<KernelTraceSource>> OpenTrackingSource(
+    perf_event_attr& attr, pid_t pid, int cpu, StreamId stream, uint64_t data_pages, uint64_t rings,
+    const MlockLimits& limits, const std::string& what) {
+  PTKIT_ASSIGN_OR_RETURN(PerfEvent event, OpenTrackingEvent(attr, pid, cpu, what));
+  PTKIT_ASSIGN_OR_RETURN(RingBuffer ring,
+                         RingBuffer::Map(event, data_pages, 0, false, rings, limits));
+  return std::make_unique<KernelTraceSource>(std::move(event), std::vector<PerfEvent>{},
+                                             std::move(ring), stream, cpu,
+                                             perf::SampleIdLayout{attr.sample_type, true});
 }
 
 namespace {
@@ -261,9 +283,9 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   const uint32_t watermark =
       o.aux_watermark ? static_cast<uint32_t>(o.aux_watermark)
                       : static_cast<uint32_t>(std::min<uint64_t>(aux_pages * page / 4, 1u << 30));
-  const perf_event_attr aux_attr = BuildAuxAttr(
+  perf_event_attr aux_attr = BuildAuxAttr(
       event, {.enable_on_exec = with_workload, .inherit = inherit, .aux_watermark = watermark});
-  const perf_event_attr track_attr =
+  perf_event_attr track_attr =
       BuildTrackingAttr({.enable_on_exec = with_workload,
                          .inherit = inherit,
                          .exclude_kernel = false,
@@ -287,25 +309,32 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   std::vector<std::unique_ptr<KernelTraceSource>> sources;
   for (const Slot& s : slots) {
     const std::string where = s.cpu >= 0 ? Cat("cpu ", s.cpu) : Cat("tid ", s.pid);
-    PTKIT_ASSIGN_OR_RETURN(PerfEvent main,
-                           PerfEvent::Open(o.sideband_only ? track_attr : aux_attr, s.pid, s.cpu,
-                                           Cat(trace_name, " (", where, ")")));
-    if (!kernel_filter.empty()) PTKIT_RETURN_IF_ERROR(main.SetFilter(kernel_filter));
-    PTKIT_ASSIGN_OR_RETURN(
-        RingBuffer ring, RingBuffer::Map(main, o.data_pages, aux_pages, o.snapshot_size.has_value(),
-                                         nrings, limits));
-    std::vector<PerfEvent> redirected, peers;
+    const StreamId stream = s.cpu >= 0 ? StreamId{StreamKind::kCpu, uint64_t(s.cpu)}
+                                       : StreamId{StreamKind::kThread, uint64_t(s.pid)};
+    std::unique_ptr<KernelTraceSource> source;
     // Other threads of -p on this CPU, and the tracking event, write into the same ring.
-    auto redirect = [&](const perf_event_attr& attr, pid_t p, std::string what) -> absl::Status {
-      PTKIT_ASSIGN_OR_RETURN(PerfEvent e, PerfEvent::Open(attr, p, s.cpu, std::move(what)));
-      PTKIT_RETURN_IF_ERROR(e.SetOutput(main));
-      if (&attr == &aux_attr && !kernel_filter.empty()) {
-        PTKIT_RETURN_IF_ERROR(e.SetFilter(kernel_filter));
-      }
-      (&attr == &aux_attr ? peers : redirected).push_back(std::move(e));
+    auto redirect = [&](perf_event_attr& attr, pid_t p, const std::string& what) -> absl::Status {
+      const bool trace = &attr == &aux_attr;
+      PTKIT_ASSIGN_OR_RETURN(PerfEvent e, trace ? PerfEvent::Open(attr, p, s.cpu, what)
+                                                : OpenTrackingEvent(attr, p, s.cpu, what));
+      PTKIT_RETURN_IF_ERROR(e.SetOutput(source->aux_event()));
+      if (trace && !kernel_filter.empty()) PTKIT_RETURN_IF_ERROR(e.SetFilter(kernel_filter));
+      (trace ? source->peers() : source->redirected()).push_back(std::move(e));
       return absl::OkStatus();
     };
-    if (!o.sideband_only) {
+    if (o.sideband_only) {
+      PTKIT_ASSIGN_OR_RETURN(
+          source, OpenTrackingSource(track_attr, s.pid, s.cpu, stream, o.data_pages, nrings, limits,
+                                     Cat(trace_name, " (", where, ")")));
+    } else {
+      PTKIT_ASSIGN_OR_RETURN(PerfEvent main, PerfEvent::Open(aux_attr, s.pid, s.cpu,
+                                                             Cat(trace_name, " (", where, ")")));
+      if (!kernel_filter.empty()) PTKIT_RETURN_IF_ERROR(main.SetFilter(kernel_filter));
+      PTKIT_ASSIGN_OR_RETURN(RingBuffer ring,
+                             RingBuffer::Map(main, o.data_pages, aux_pages,
+                                             o.snapshot_size.has_value(), nrings, limits));
+      source = std::make_unique<KernelTraceSource>(std::move(main), std::vector<PerfEvent>{},
+                                                   std::move(ring), stream, s.cpu, layout);
       PTKIT_RETURN_IF_ERROR(redirect(track_attr, s.pid, Cat("tracking event (", where, ")")));
     }
     if (!o.per_thread) {
@@ -317,11 +346,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
         PTKIT_RETURN_IF_ERROR(redirect(track_attr, pids[i], Cat("tracking event (", w2, ")")));
       }
     }
-    const StreamId stream = s.cpu >= 0 ? StreamId{StreamKind::kCpu, uint64_t(s.cpu)}
-                                       : StreamId{StreamKind::kThread, uint64_t(s.pid)};
-    sources.push_back(std::make_unique<KernelTraceSource>(std::move(main), std::move(redirected),
-                                                          std::move(ring), stream, s.cpu, layout,
-                                                          std::move(peers)));
+    sources.push_back(std::move(source));
   }
 
   // Counters: one set for the task (inherited by its children), or one per CPU for -a.
@@ -385,13 +410,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     code.OnRecord(r, l);
   };
   Drainer drainer(writer.get(), dopt);
-  struct FdCloser {
-    int fd = -1;
-    void reset(int f) { fd = f; }
-    ~FdCloser() {
-      if (fd >= 0) close(fd);
-    }
-  } pidfd_holder;
+  ScopedFd pidfd_holder;
   LoopOptions lo;
   lo.snapshot_mode = o.snapshot_size.has_value();
   lo.snapshot_size = o.snapshot_size.value_or(0);

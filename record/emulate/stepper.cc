@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -23,9 +22,12 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 #include "record/emulate/step_events.h"
+#include "record/proc_maps.h"
 #include "record/session.h"
+#include "record/workload.h"
 
 namespace ptkit::emulate {
 namespace {
@@ -132,22 +134,17 @@ class MemFile {
  public:
   explicit MemFile(uint32_t tid)
       : fd_(::open(absl::StrCat("/proc/", tid, "/mem").c_str(), O_RDWR | O_CLOEXEC)) {}
-  MemFile(const MemFile&) = delete;
-  MemFile& operator=(const MemFile&) = delete;
-  ~MemFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
   bool Read(uint64_t at, std::span<uint8_t> out) const {
-    return fd_ >= 0 && ::pread(fd_, out.data(), out.size(), static_cast<off_t>(at)) ==
-                           static_cast<ssize_t>(out.size());
+    return fd_.valid() && ::pread(fd_.get(), out.data(), out.size(), static_cast<off_t>(at)) ==
+                              static_cast<ssize_t>(out.size());
   }
   bool Write(uint64_t at, std::span<const uint8_t> bytes) const {
-    return fd_ >= 0 && ::pwrite(fd_, bytes.data(), bytes.size(), static_cast<off_t>(at)) ==
-                           static_cast<ssize_t>(bytes.size());
+    return fd_.valid() && ::pwrite(fd_.get(), bytes.data(), bytes.size(), static_cast<off_t>(at)) ==
+                              static_cast<ssize_t>(bytes.size());
   }
 
  private:
-  int fd_;
+  ScopedFd fd_;
 };
 
 bool IsMapSyscall(uint64_t nr) {
@@ -405,48 +402,34 @@ void Run::Resolve(Thread& t) {
   mm.resolved = true;
   mm.ranges.clear();
   std::vector<Span> spans, armed;
-  std::FILE* maps = std::fopen(absl::StrCat("/proc/", t.tid, "/maps").c_str(), "re");
-  if (maps == nullptr) return;  // the thread is gone; its exit is on the way
-  char line[4096 + 256];
-  while (std::fgets(line, sizeof(line), maps) != nullptr) {
-    unsigned long long start = 0, end = 0, pgoff = 0;
-    char perms[8] = {};
-    int path_at = 0;
-    if (std::sscanf(line, "%llx-%llx %7s %llx %*s %*u %n", &start, &end, perms, &pgoff, &path_at) <
-            4 ||
-        path_at == 0) {
-      continue;
-    }
-    std::string path(line + path_at);
-    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
-    if (path == "[vdso]" && mm.gadget == 0) {
-      std::vector<uint8_t> vdso(end - start);
+  absl::StatusOr<std::vector<record::ProcMapping>> maps = record::ReadProcMaps(absl::StrCat(t.tid));
+  if (!maps.ok()) return;  // the thread is gone; its exit is on the way
+  for (const record::ProcMapping& m : *maps) {
+    if (m.path == "[vdso]" && mm.gadget == 0) {
+      std::vector<uint8_t> vdso(m.end - m.start);
       iovec local{vdso.data(), vdso.size()};
-      iovec remote{reinterpret_cast<void*>(start), vdso.size()};
+      iovec remote{reinterpret_cast<void*>(m.start), vdso.size()};
       ssize_t n = ::process_vm_readv(static_cast<pid_t>(t.tid), &local, 1, &remote, 1, 0);
       for (ssize_t i = 0; i + 1 < n; ++i) {
         if (vdso[i] == 0x0f && vdso[i + 1] == 0x05) {  // SYSCALL
-          mm.gadget = start + i;
+          mm.gadget = m.start + i;
           break;
         }
       }
       continue;
     }
     for (const record::AddressFilter& f : options_.filters) {
-      if (path != f.file) continue;
+      if (m.path != f.file) continue;
       // The kernel's perf_addr_filter_vma_adjust(): the filter's file offsets in this mapping.
-      const uint64_t size = end - start;
-      if (f.offset + f.size <= pgoff || f.offset >= pgoff + size) continue;
-      const uint64_t from = f.offset < pgoff ? start : start + (f.offset - pgoff);
-      const uint64_t to = std::min<uint64_t>(end, start + (f.offset + f.size - pgoff));
+      const uint64_t size = m.end - m.start;
+      if (f.offset + f.size <= m.offset || f.offset >= m.offset + size) continue;
+      const uint64_t from = f.offset < m.offset ? m.start : m.start + (f.offset - m.offset);
+      const uint64_t to = std::min<uint64_t>(m.end, m.start + (f.offset + f.size - m.offset));
       mm.ranges.emplace_back(from, to);
-      const int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
-                       (perms[2] == 'x' ? PROT_EXEC : 0);
-      AddSpans(from & ~4095ull, std::min<uint64_t>(end, (to + 4095) & ~4095ull), prot, mm.armed,
+      AddSpans(from & ~4095ull, std::min<uint64_t>(m.end, (to + 4095) & ~4095ull), m.prot, mm.armed,
                spans, armed);
     }
   }
-  std::fclose(maps);
   auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
   std::sort(spans.begin(), spans.end(), by_start);
   spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
@@ -897,32 +880,16 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
 }
 
 absl::StatusOr<StepperResult> Run::Go() {
-  if (options_.argv.empty()) return absl::InvalidArgumentError("no program to run");
-  int err_pipe[2];
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe");
   start_ = last_progress_ = absl::Now();
-  pid_t pid = ::fork();
-  if (pid < 0) return ErrnoStatus("fork");
-  if (pid == 0) {
-    ::close(err_pipe[0]);
-    std::vector<char*> args;
-    for (const std::string& a : options_.argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
-    (void)::raise(SIGSTOP);
-    ::execvp(args[0], args.data());
-    int e = errno;
-    if (::write(err_pipe[1], &e, sizeof(e)) < 0) _exit(126);
-    _exit(127);
-  }
-  ::close(err_pipe[1]);
+  PTKIT_ASSIGN_OR_RETURN(record::ParkedChild child,
+                         record::ForkParked(options_.argv, record::Park::kPtraceStop));
+  const pid_t pid = child.pid;
   leader_ = pid;
   int status = 0;
   auto kill_and_reap = [&](const absl::Status& s) {
     KillAll();
     while (WaitRestarting(-1, &status, __WALL) > 0) {
     }
-    ::close(err_pipe[0]);
     return s;
   };
   if (WaitRestarting(pid, &status, 0) != pid || !WIFSTOPPED(status)) {
@@ -939,19 +906,18 @@ absl::StatusOr<StepperResult> Run::Go() {
   ::ptrace(PTRACE_CONT, pid, nullptr, nullptr);
   if (WaitRestarting(pid, &status, 0) != pid) return kill_and_reap(ErrnoStatus("waitpid"));
   if (!WIFSTOPPED(status) || (status >> 16) != PTRACE_EVENT_EXEC) {
-    int e = 0;
-    bool exec_failed = ::read(err_pipe[0], &e, sizeof(e)) == sizeof(e);
+    absl::StatusOr<int> e = record::ReadExecErrno(child.exec_error, options_.argv[0]);
     kill_and_reap(absl::OkStatus()).IgnoreError();
-    if (exec_failed) {
+    if (e.ok() && *e != 0) {
       absl::Status not_found = absl::NotFoundError(
-          absl::StrCat(options_.argv[0], ": cannot execute: ", std::strerror(e)));
+          absl::StrCat(options_.argv[0], ": cannot execute: ", std::strerror(*e)));
       // The shell's "command not found" exit code, for ptrecord.
       not_found.SetPayload(record::kExitCodePayload, absl::Cord("127"));
       return not_found;
     }
     return absl::InternalError("the workload did not reach execve");
   }
-  ::close(err_pipe[0]);
+  child.exec_error.reset();
   threads_[pid].pid = pid;
   threads_[pid].mm = next_mm_++;
   leader_ = pid;
