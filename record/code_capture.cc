@@ -10,6 +10,7 @@
 #include <cstring>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "ptkit/status.h"
 #include "record/proc_maps.h"
 #include "record/text_util.h"
@@ -62,7 +63,8 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   for (const auto& [path, map] : files_) {
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(path);
     if (!id.ok())
-      warnings.push_back(Cat("no build-id stored for ", path, ": ", id.status().message()));
+      warnings.push_back(
+          absl::StrCat("no build-id stored for ", path, ": ", id.status().message()));
     const std::vector<uint8_t> empty;
     PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{.pid = map.pid,
                                                        .flags = kCodeIdentity,
@@ -76,7 +78,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   for (const Range& r : ranges_) {
     const int fd = open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      warnings.push_back(Cat("not archived: ", r.path, ": ", std::strerror(errno)));
+      warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", std::strerror(errno)));
       continue;
     }
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(r.path);
@@ -86,7 +88,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
       buf.resize(std::min(kPiece, r.len - done));
       const ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(r.pgoff + done));
       if (n < 0) {
-        warnings.push_back(Cat("not archived: ", r.path, ": ", std::strerror(errno)));
+        warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", std::strerror(errno)));
         break;
       }
       if (n == 0) break;  // the mapping extends past the end of the file
@@ -107,7 +109,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   if (!vdso_.empty()) {
     absl::StatusOr<std::vector<uint8_t>> vdso = ReadOwnVdso();
     if (!vdso.ok()) {
-      warnings.push_back(Cat("vdso not stored: ", vdso.status().message()));
+      warnings.push_back(absl::StrCat("vdso not stored: ", vdso.status().message()));
     } else {
       for (const auto& [pid, addr] : vdso_) {
         PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{

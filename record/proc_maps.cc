@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include "absl/strings/str_cat.h"
+#include "ptkit/numbers.h"
 #include "ptkit/status.h"
 #include "record/perf_event.h"
 #include "record/text_util.h"
@@ -51,7 +53,7 @@ std::vector<ProcMapping> ParseProcMaps(std::string_view text) {
 }
 
 absl::StatusOr<std::vector<ProcMapping>> ReadProcMaps(const std::string& task) {
-  PTKIT_ASSIGN_OR_RETURN(std::string text, ReadSystemFile(Cat("/proc/", task, "/maps")));
+  PTKIT_ASSIGN_OR_RETURN(std::string text, ReadSystemFile(absl::StrCat("/proc/", task, "/maps")));
   return ParseProcMaps(text);
 }
 

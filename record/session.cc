@@ -11,8 +11,10 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_writer.h"
+#include "ptkit/numbers.h"
 #include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 #include "record/address_filter.h"
@@ -41,8 +43,9 @@ absl::StatusOr<std::vector<int>> ParseCpuList(std::string_view text) {
                                                    : ParseUnsigned(part.substr(0, dash), &lo) &&
                                                          ParseUnsigned(part.substr(dash + 1), &hi);
     if (!ok || lo > hi || hi > 4095) {
-      return absl::InvalidArgumentError(
-          Cat("bad CPU list \"", t, "\": \"", part, "\" (expected e.g. 0-3,5)"));
+      return absl::InvalidArgumentError(absl::StrCat("bad CPU list \"", std::string(t), "\": \"",
+                                                     std::string(part),
+                                                     "\" (expected e.g. 0-3,5)"));
     }
     for (unsigned c = lo; c <= hi; ++c) cpus.push_back(static_cast<int>(c));
   }
@@ -57,13 +60,15 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseMmapPages(std::string_view te
   if (parts.size() > 2 || !ParseUnsigned(Strip(parts[0]), &out.first) || !IsPowerOfTwo(out.first) ||
       (parts.size() == 2 &&
        (!ParseUnsigned(Strip(parts[1]), &out.second) || !IsPowerOfTwo(out.second)))) {
-    return absl::InvalidArgumentError(Cat("-m ", text,
-                                          ": expected DATA_PAGES[,AUX_PAGES], each a power of "
-                                          "two (e.g. -m 64,1024)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("-m ", std::string(text),
+                     ": expected DATA_PAGES[,AUX_PAGES], each a power of "
+                     "two (e.g. -m 64,1024)"));
   }
   if (out.first > kMaxMmapPages || out.second > kMaxMmapPages) {
-    return absl::InvalidArgumentError(
-        Cat("-m ", text, ": at most ", kMaxMmapPages, " pages (16 GiB of 4 KiB pages) each"));
+    return absl::InvalidArgumentError(absl::StrCat("-m ", std::string(text), ": at most ",
+                                                   kMaxMmapPages,
+                                                   " pages (16 GiB of 4 KiB pages) each"));
   }
   return out;
 }
@@ -92,8 +97,8 @@ absl::StatusOr<uint64_t> ParseSize(std::string_view text) {
   }
   uint64_t v = 0;
   if (!ParseUnsigned(t, &v) || v > (UINT64_MAX >> 30)) {
-    return absl::InvalidArgumentError(
-        Cat("bad size \"", text, "\" (expected bytes with an optional K, M or G suffix)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad size \"", std::string(text), "\" (expected bytes with an optional K, M or G suffix)"));
   }
   return v * mult;
 }
@@ -124,13 +129,13 @@ namespace {
 absl::StatusOr<std::vector<pid_t>> ListThreads(pid_t pid) {
   std::vector<pid_t> tids;
   std::error_code ec;
-  const std::string dir = Cat("/proc/", pid, "/task");
+  const std::string dir = absl::StrCat("/proc/", pid, "/task");
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     unsigned t = 0;
     if (ParseUnsigned(e.path().filename().string(), &t)) tids.push_back(static_cast<pid_t>(t));
   }
   if (ec || tids.empty()) {
-    return absl::NotFoundError(Cat("no process ", pid, " (", dir, " not readable)"));
+    return absl::NotFoundError(absl::StrCat("no process ", pid, " (", dir, " not readable)"));
   }
   std::sort(tids.begin(), tids.end());
   return tids;
@@ -192,16 +197,16 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
         absl::InvalidArgumentError("--snapshot needs a trace event (not --sideband-only)"));
   }
   if (!IsPowerOfTwo(o.data_pages) || (!o.sideband_only && !IsPowerOfTwo(o.aux_pages))) {
-    return Usage(absl::InvalidArgumentError(
-        Cat("-m ", o.data_pages, ",", o.aux_pages, ": page counts must be powers of two")));
+    return Usage(absl::InvalidArgumentError(absl::StrCat("-m ", o.data_pages, ",", o.aux_pages,
+                                                         ": page counts must be powers of two")));
   }
   // A snapshot is one container record, so the AUX area must fit in one.
   const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   if (o.snapshot_size && !o.sideband_only && o.aux_pages * page_size > kMaxSnapshotBytes) {
-    return Usage(absl::InvalidArgumentError(
-        Cat("--snapshot: an AUX area of ", o.aux_pages, " pages (", (o.aux_pages * page_size) >> 20,
-            " MiB) is more than one snapshot can hold (", kMaxSnapshotBytes >> 20, " MiB): use -m ",
-            o.data_pages, ",", kMaxSnapshotBytes / page_size, " or less")));
+    return Usage(absl::InvalidArgumentError(absl::StrCat(
+        "--snapshot: an AUX area of ", o.aux_pages, " pages (", (o.aux_pages * page_size) >> 20,
+        " MiB) is more than one snapshot can hold (", kMaxSnapshotBytes >> 20, " MiB): use -m ",
+        o.data_pages, ",", kMaxSnapshotBytes / page_size, " or less")));
   }
 
   std::optional<Pmu> pmu;
@@ -213,8 +218,8 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     PmuRegistry registry(o.sysfs_root);
     absl::StatusOr<Pmu> found = registry.Find(spec.pmu);
     if (found.status().code() == absl::StatusCode::kNotFound) {
-      return absl::NotFoundError(Cat("no ", spec.pmu, " PMU here (", registry.root(), "/", spec.pmu,
-                                     " does not exist): ", NoPmuHint(spec.pmu)));
+      return absl::NotFoundError(absl::StrCat("no ", spec.pmu, " PMU here (", registry.root(), "/",
+                                              spec.pmu, " does not exist): ", NoPmuHint(spec.pmu)));
     }
     if (!found.ok()) return found.status();
     pmu = *std::move(found);
@@ -232,8 +237,8 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     PTKIT_ASSIGN_OR_RETURN(cpus, Usage(ParseCpuList(o.cpu_list)));
     for (int c : cpus) {
       if (!std::binary_search(online.begin(), online.end(), c)) {
-        return Usage(absl::InvalidArgumentError(
-            Cat("-C ", o.cpu_list, ": CPU ", c, " is not online (online: ", online_text, ")")));
+        return Usage(absl::InvalidArgumentError(absl::StrCat(
+            "-C ", o.cpu_list, ": CPU ", c, " is not online (online: ", online_text, ")")));
       }
     }
   }
@@ -247,7 +252,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   absl::StatusOr<std::unique_ptr<ContainerWriter>> created = ContainerWriter::Create(o.output, wo);
   if (created.status().code() == absl::StatusCode::kAlreadyExists) {
     return Usage(absl::AlreadyExistsError(
-        Cat(created.status().message(), " (-o FILE, or --overwrite-existing)")));
+        absl::StrCat(created.status().message(), " (-o FILE, or --overwrite-existing)")));
   }
   if (!created.ok()) return created.status();
   std::unique_ptr<ContainerWriter> writer = *std::move(created);
@@ -308,7 +313,8 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
 
   std::vector<std::unique_ptr<KernelTraceSource>> sources;
   for (const Slot& s : slots) {
-    const std::string where = s.cpu >= 0 ? Cat("cpu ", s.cpu) : Cat("tid ", s.pid);
+    const std::string where =
+        s.cpu >= 0 ? absl::StrCat("cpu ", s.cpu) : absl::StrCat("tid ", s.pid);
     const StreamId stream = s.cpu >= 0 ? StreamId{StreamKind::kCpu, uint64_t(s.cpu)}
                                        : StreamId{StreamKind::kThread, uint64_t(s.pid)};
     std::unique_ptr<KernelTraceSource> source;
@@ -325,25 +331,29 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     if (o.sideband_only) {
       PTKIT_ASSIGN_OR_RETURN(
           source, OpenTrackingSource(track_attr, s.pid, s.cpu, stream, o.data_pages, nrings, limits,
-                                     Cat(trace_name, " (", where, ")")));
+                                     absl::StrCat(trace_name, " (", where, ")")));
     } else {
-      PTKIT_ASSIGN_OR_RETURN(PerfEvent main, PerfEvent::Open(aux_attr, s.pid, s.cpu,
-                                                             Cat(trace_name, " (", where, ")")));
+      PTKIT_ASSIGN_OR_RETURN(
+          PerfEvent main,
+          PerfEvent::Open(aux_attr, s.pid, s.cpu, absl::StrCat(trace_name, " (", where, ")")));
       if (!kernel_filter.empty()) PTKIT_RETURN_IF_ERROR(main.SetFilter(kernel_filter));
       PTKIT_ASSIGN_OR_RETURN(RingBuffer ring,
                              RingBuffer::Map(main, o.data_pages, aux_pages,
                                              o.snapshot_size.has_value(), nrings, limits));
       source = std::make_unique<KernelTraceSource>(std::move(main), std::vector<PerfEvent>{},
                                                    std::move(ring), stream, s.cpu, layout);
-      PTKIT_RETURN_IF_ERROR(redirect(track_attr, s.pid, Cat("tracking event (", where, ")")));
+      PTKIT_RETURN_IF_ERROR(
+          redirect(track_attr, s.pid, absl::StrCat("tracking event (", where, ")")));
     }
     if (!o.per_thread) {
       for (size_t i = 1; i < pids.size(); ++i) {
-        const std::string w2 = Cat("tid ", pids[i], " cpu ", s.cpu);
+        const std::string w2 = absl::StrCat("tid ", pids[i], " cpu ", s.cpu);
         if (!o.sideband_only) {
-          PTKIT_RETURN_IF_ERROR(redirect(aux_attr, pids[i], Cat(trace_name, " (", w2, ")")));
+          PTKIT_RETURN_IF_ERROR(
+              redirect(aux_attr, pids[i], absl::StrCat(trace_name, " (", w2, ")")));
         }
-        PTKIT_RETURN_IF_ERROR(redirect(track_attr, pids[i], Cat("tracking event (", w2, ")")));
+        PTKIT_RETURN_IF_ERROR(
+            redirect(track_attr, pids[i], absl::StrCat("tracking event (", w2, ")")));
       }
     }
     sources.push_back(std::move(source));

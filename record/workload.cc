@@ -10,6 +10,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
@@ -19,10 +20,10 @@ absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Par
   if (argv.empty()) return absl::InvalidArgumentError("no program to run");
   int go[2] = {-1, -1}, err[2];
   if (park == Park::kPipe && pipe2(go, O_CLOEXEC) != 0) {
-    return ErrnoStatus("pipe2 for the workload");
+    return ErrnoStatus(errno, "pipe2 for the workload");
   }
   ScopedFd go_read(go[0]), go_write(go[1]);
-  if (pipe2(err, O_CLOEXEC) != 0) return ErrnoStatus("pipe2 for the workload");
+  if (pipe2(err, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2 for the workload");
   ScopedFd err_read(err[0]), err_write(err[1]);
   // After fork only async-signal-safe calls are allowed (the parent may be multi-threaded).
   std::vector<char*> args;
@@ -30,7 +31,7 @@ absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Par
   args.push_back(nullptr);
 
   const pid_t pid = fork();
-  if (pid < 0) return ErrnoStatus("fork the workload");
+  if (pid < 0) return ErrnoStatus(errno, "fork the workload");
   if (pid == 0) {
     if (go[1] >= 0) close(go[1]);  // so that the parent's end closing is EOF here
     close(err[0]);
@@ -64,9 +65,10 @@ absl::StatusOr<int> ReadExecErrno(const ScopedFd& exec_error, const std::string&
   do {
     n = read(exec_error.get(), &e, sizeof(e));
   } while (n < 0 && errno == EINTR);
-  if (n < 0) return ErrnoStatus(Cat("read the exec result of ", name));
+  if (n < 0) return ErrnoStatus(errno, "read the exec result of ", name);
   if (n == 0) return 0;  // CLOEXEC closed the pipe: exec succeeded
-  if (n != sizeof(e)) return absl::InternalError(Cat("start ", name, ": short errno read"));
+  if (n != sizeof(e))
+    return absl::InternalError(absl::StrCat("start ", name, ": short errno read"));
   return e;
 }
 
@@ -121,14 +123,14 @@ absl::Status Workload::Go() {
   } while (n < 0 && errno == EINTR);
   const int write_errno = errno;
   go_.reset();
-  if (n != 1) return absl::ErrnoToStatus(write_errno, Cat("start ", name_));
+  if (n != 1) return ErrnoStatus(write_errno, "start ", name_);
   absl::StatusOr<int> e = ReadExecErrno(exec_error_, name_);
   exec_error_.reset();
   if (e.ok() && *e == 0) return absl::OkStatus();
   Wait();
   if (!e.ok()) return e.status();
-  if (*e == ENOENT) return absl::NotFoundError(Cat("program not found: ", name_));
-  return absl::ErrnoToStatus(*e, Cat("execvp ", name_));
+  if (*e == ENOENT) return absl::NotFoundError(absl::StrCat("program not found: ", name_));
+  return ErrnoStatus(*e, "execvp ", name_);
 }
 
 std::optional<int> Workload::TryReap() {

@@ -275,7 +275,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   };
   if (!options.ground_truth.empty()) {
     truth.reset(std::fopen(options.ground_truth.c_str(), "w"));
-    if (!truth) return ErrnoStatus(absl::StrCat("create ", options.ground_truth));
+    if (!truth) return ErrnoStatus(errno, "create ", options.ground_truth);
   }
 
   // Real sideband: a dummy tracking event per CPU on the workload, opened while it waits to
@@ -418,7 +418,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   PTKIT_RETURN_IF_ERROR(recorder.status());
   PTKIT_RETURN_IF_ERROR(sideband_status);
   if (truth && (std::fflush(truth.get()) != 0 || std::ferror(truth.get()))) {
-    return ErrnoStatus(absl::StrCat("write ", options.ground_truth));
+    return ErrnoStatus(errno, "write ", options.ground_truth);
   }
   EmulateResult result;
   PTKIT_ASSIGN_OR_RETURN(result.warnings, code.Write(*writer));

@@ -22,6 +22,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "ptkit/numbers.h"
 #include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 #include "record/emulate/step_events.h"
@@ -184,8 +185,8 @@ bool Catches(uint32_t pid, int sig) {
     if (key == "SigCgt:") {
       std::string hex;
       in >> hex;
-      uint64_t mask = std::stoull(hex, nullptr, 16);
-      return (mask >> (sig - 1)) & 1;
+      uint64_t mask = 0;
+      return ParseUnsigned(hex, &mask, 16) && ((mask >> (sig - 1)) & 1);
     }
     in.ignore(1 << 16, '\n');
   }
@@ -265,7 +266,7 @@ class Run {
 absl::StatusOr<user_regs_struct> Run::Regs(uint32_t tid) {
   user_regs_struct regs;
   if (::ptrace(PTRACE_GETREGS, tid, nullptr, &regs) != 0) {
-    return ErrnoStatus(absl::StrCat("ptrace(GETREGS) of thread ", tid));
+    return ErrnoStatus(errno, "ptrace(GETREGS) of thread ", tid);
   }
   return regs;
 }
@@ -315,8 +316,8 @@ absl::StatusOr<const InsnInfo*> Run::Info(const Thread& t, uint64_t ip) {
     got += static_cast<size_t>(n);
   }
   if (got == 0) {
-    return ErrnoStatus(
-        absl::StrCat("read code of thread ", t.tid, " (process ", pid, ") at 0x", absl::Hex(ip)));
+    return ErrnoStatus(errno, "read code of thread ", t.tid, " (process ", pid, ") at 0x",
+                       absl::Hex(ip));
   }
   if (t.mm != 0) {
     for (const auto& [start, original] : mms_[t.mm].planted) {  // the program's bytes, not INT3
@@ -351,7 +352,7 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
     }
     if (::ptrace(PTRACE_SYSCALL, tid, nullptr, reinterpret_cast<void*>(sig)) != 0) {
       if (errno == ESRCH) return absl::OkStatus();
-      return ErrnoStatus(absl::StrCat("ptrace(SYSCALL) of thread ", tid));
+      return ErrnoStatus(errno, "ptrace(SYSCALL) of thread ", tid);
     }
     return absl::OkStatus();
   }
@@ -368,7 +369,7 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
   t.resumed_at = now_;
   if (::ptrace(PTRACE_SINGLESTEP, tid, nullptr, reinterpret_cast<void*>(sig)) != 0) {
     if (errno == ESRCH) return absl::OkStatus();  // killed meanwhile; waitpid reports it
-    return ErrnoStatus(absl::StrCat("ptrace(SINGLESTEP) of thread ", tid));
+    return ErrnoStatus(errno, "ptrace(SINGLESTEP) of thread ", tid);
   }
   return absl::OkStatus();
 }
@@ -454,15 +455,15 @@ absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_
   regs.rdx = a2;
   regs.orig_rax = ~0ull;
   if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &regs) != 0) {
-    return ErrnoStatus(absl::StrCat("ptrace(SETREGS) of thread ", t.tid));
+    return ErrnoStatus(errno, "ptrace(SETREGS) of thread ", t.tid);
   }
   for (;;) {
     if (::ptrace(PTRACE_SINGLESTEP, t.tid, nullptr, nullptr) != 0) {
-      return ErrnoStatus(absl::StrCat("ptrace(SINGLESTEP) of thread ", t.tid));
+      return ErrnoStatus(errno, "ptrace(SINGLESTEP) of thread ", t.tid);
     }
     int status = 0;
     if (WaitRestarting(static_cast<pid_t>(t.tid), &status, __WALL) < 0) {
-      return ErrnoStatus("waitpid");
+      return ErrnoStatus(errno, "waitpid");
     }
     if (!WIFSTOPPED(status)) {
       return absl::InternalError(absl::StrCat("thread ", t.tid, " ended in an injected syscall"));
@@ -476,7 +477,7 @@ absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_
         absl::StrCat("injected syscall in thread ", t.tid, " stopped at 0x", absl::Hex(after.rip)));
   }
   if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &saved) != 0) {
-    return ErrnoStatus(absl::StrCat("ptrace(SETREGS) of thread ", t.tid));
+    return ErrnoStatus(errno, "ptrace(SETREGS) of thread ", t.tid);
   }
   return static_cast<int64_t>(after.rax);
 }
@@ -539,8 +540,8 @@ absl::Status Run::Plant(Thread& t) {
     std::vector<uint8_t> original(to - from);
     const std::vector<uint8_t> traps(to - from, 0xcc);
     if (!mem.Read(from, original) || !mem.Write(from, traps)) {
-      absl::Status failed = ErrnoStatus(absl::StrCat("--filter: write breakpoints at 0x",
-                                                     absl::Hex(from), " in process ", t.pid));
+      absl::Status failed = ErrnoStatus(errno, "--filter: write breakpoints at 0x", absl::Hex(from),
+                                        " in process ", t.pid);
       Unplant(t).IgnoreError();
       return failed;
     }
@@ -557,8 +558,8 @@ absl::Status Run::Unplant(Thread& t) {
   for (const auto& [from, original] : mm.planted) {
     if (!mem.Write(from, original)) {
       if (status.ok()) {
-        status = ErrnoStatus(
-            absl::StrCat("--filter: restore code at 0x", absl::Hex(from), " in process ", t.pid));
+        status = ErrnoStatus(errno, "--filter: restore code at 0x", absl::Hex(from), " in process ",
+                             t.pid);
       }
     }
   }
@@ -577,7 +578,7 @@ absl::StatusOr<bool> Run::OnPlantedTrap(Thread& t, const siginfo_t& si) {
   PTKIT_RETURN_IF_ERROR(Unplant(t));
   regs.rip = ip;  // the instruction there has not run
   if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &regs) != 0) {
-    return ErrnoStatus(absl::StrCat("ptrace(SETREGS) of thread ", t.tid));
+    return ErrnoStatus(errno, "ptrace(SETREGS) of thread ", t.tid);
   }
   const bool was_free = t.free;  // else a step ran into INT3s not yet taken out
   t.free = false;
@@ -898,13 +899,13 @@ absl::StatusOr<StepperResult> Run::Go() {
   constexpr long kOptions = PTRACE_O_EXITKILL | PTRACE_O_TRACECLONE | PTRACE_O_TRACEFORK |
                             PTRACE_O_TRACEVFORK | PTRACE_O_TRACEEXEC | PTRACE_O_TRACESYSGOOD;
   if (::ptrace(PTRACE_SETOPTIONS, pid, nullptr, reinterpret_cast<void*>(kOptions)) != 0) {
-    return kill_and_reap(ErrnoStatus("ptrace(SETOPTIONS) of the workload"));
+    return kill_and_reap(ErrnoStatus(errno, "ptrace(SETOPTIONS) of the workload"));
   }
   if (options_.before_exec) {
     if (absl::Status s = options_.before_exec(pid); !s.ok()) return kill_and_reap(s);
   }
   ::ptrace(PTRACE_CONT, pid, nullptr, nullptr);
-  if (WaitRestarting(pid, &status, 0) != pid) return kill_and_reap(ErrnoStatus("waitpid"));
+  if (WaitRestarting(pid, &status, 0) != pid) return kill_and_reap(ErrnoStatus(errno, "waitpid"));
   if (!WIFSTOPPED(status) || (status >> 16) != PTRACE_EVENT_EXEC) {
     absl::StatusOr<int> e = record::ReadExecErrno(child.exec_error, options_.argv[0]);
     kill_and_reap(absl::OkStatus()).IgnoreError();
@@ -933,7 +934,7 @@ absl::StatusOr<StepperResult> Run::Go() {
         continue;
       }
       if (errno == ECHILD) break;
-      return kill_and_reap(ErrnoStatus("waitpid"));
+      return kill_and_reap(ErrnoStatus(errno, "waitpid"));
     }
     if (WIFEXITED(status) || WIFSIGNALED(status)) {
       OnGone(static_cast<uint32_t>(tid), status);

@@ -102,6 +102,21 @@ TEST(PtrecordCliTest, UsageErrorsExit2WithOneLine) {
   EXPECT_THAT(filter.err, HasSubstr("no symbol 'no_such_symbol'"));
 }
 
+// A negative or 0 id is a mistake, not "no -p" (it used to record nothing, or the system).
+TEST(PtrecordCliTest, ABadPidOrTidIsAUsageError) {
+  ::ptkit::testing::TempDir dir;
+  for (const char* args : {"-p -1", "-p 0", "--pid=-7", "-p 12x", "-p 4294967297"}) {
+    const CliRun r = Ptrecord(dir.path(), std::string("--sideband-only ") + args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
+    EXPECT_THAT(r.err, StartsWith("ptrecord: -p: expected a process id (a number of 1 or more)"))
+        << args;
+  }
+  const CliRun t = Ptrecord(dir.path(), "--sideband-only -t -5");
+  EXPECT_EQ(t.code, 2) << t.err;
+  EXPECT_EQ(t.err, "ptrecord: -t: expected a thread id (a number of 1 or more), not '-5'\n");
+}
+
 TEST(PtrecordCliTest, UsageErrorsSayWhatToDo) {
   ::ptkit::testing::TempDir dir;
   EXPECT_THAT(Ptrecord(dir.path(), "-o -- /bin/true").err,
