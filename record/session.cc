@@ -458,9 +458,14 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   PTKIT_ASSIGN_OR_RETURN(std::vector<std::string> code_warnings, code.Write(*writer));
   for (std::string& w : code_warnings) result.warnings.push_back(std::move(w));
   if (workload && !result.workload_exit_code) {
-    // Stopped by a signal while the workload runs: end it as perf does, then reap it.
+    // Stopped by a signal while the workload runs: end it as perf does, then reap it. The
+    // exit code is then 128 + the signal that stopped the recording, as a shell shows perf's
+    // (130 for Ctrl-C), not the workload's death by our SIGTERM.
     if (loop->stopped_by_signal) kill(workload->pid(), SIGTERM);
-    result.workload_exit_code = Workload::ExitCode(workload->Wait());
+    const int workload_code = Workload::ExitCode(workload->Wait());
+    result.workload_exit_code = loop->stopped_by_signal && signals.last_stop_signal() != 0
+                                    ? 128 + signals.last_stop_signal()
+                                    : workload_code;
   }
   PTKIT_RETURN_IF_ERROR(writer->Close());
   result.totals = drainer.Totals();

@@ -2,7 +2,7 @@
 // trace.pt container. Flags are parsed here; everything else is record/session.h.
 //
 // Exit codes: the workload's status when recording succeeded (0 without a workload; 128 + N
-// when signal N killed it); --emulate stopped by SIGINT/SIGTERM/SIGHUP: 128 + that signal;
+// when signal N killed it); stopped by SIGINT/SIGTERM/SIGHUP while it ran: 128 + that signal;
 // 2 usage errors; 1 runtime failures; 127 program not found.
 #include <unistd.h>
 

@@ -346,5 +346,32 @@ TEST(PtrecordCliTest, SystemWideStopsOnSigint) {
   EXPECT_TRUE(r.metadata);
 }
 
+// Ctrl-C while the command runs: the command gets SIGTERM (as perf sends it), the recording is
+// closed, and ptrecord exits 130 as a shell shows perf's own exit (not 143, the command's death
+// by that SIGTERM); SIGTERM gives 143.
+TEST(PtrecordCliTest, AStopSignalWhileTheCommandRunsIs128PlusThatSignal) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  for (int sig : {SIGINT, SIGTERM}) {
+    ::ptkit::testing::TempDir dir;
+    const pid_t rec = fork();
+    ASSERT_GE(rec, 0);
+    if (rec == 0) {
+      if (chdir(dir.path().c_str()) != 0) _exit(99);
+      execl(kPtrecord.c_str(), "ptrecord", "--sideband-only", "-q", "--", "/bin/sleep", "30",
+            nullptr);
+      _exit(127);
+    }
+    usleep(300000);
+    kill(rec, sig);
+    int st = 0;
+    waitpid(rec, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st)) << sig;
+    EXPECT_EQ(WEXITSTATUS(st), 128 + sig);
+    const Recorded r = ReadRecording(dir.File("trace.pt"));
+    EXPECT_TRUE(r.clean) << sig;
+    EXPECT_THAT(r.exec_comms, ::testing::Contains("sleep")) << sig;
+  }
+}
+
 }  // namespace
 }  // namespace ptkit
