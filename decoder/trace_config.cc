@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "decoder/ipt_handles.h"
+#include "ptkit/numbers.h"
 
 namespace ptkit::decoder {
 
@@ -73,22 +74,7 @@ const char* IptErrorName(int code) {
 }
 
 absl::StatusOr<uint64_t> ParseUint(std::string_view text, uint64_t max, std::string_view what) {
-  uint64_t value = 0;
-  bool ok = false;
-  int base = 10;
-  if (text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X')) {
-    text.remove_prefix(2);
-    base = 16;
-  }
-  if (!text.empty()) {
-    auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, base);
-    ok = ec == std::errc() && end == text.data() + text.size();
-  }
-  if (!ok || value > max) {
-    return absl::InvalidArgumentError(
-        Cat("bad ", what, " '", text, "': expected a number up to ", max));
-  }
-  return value;
+  return ptkit::ParseUint(text, max, what);
 }
 
 absl::StatusOr<pt_cpu> ParseCpu(std::string_view text) {

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ptkit/elf_file.h"
+#include "ptkit/numbers.h"
 #include "ptkit/status.h"
 
 namespace ptkit::record {
@@ -101,12 +102,17 @@ absl::StatusOr<ElfFile> ReadElf(const std::string& path) {
   return out;
 }
 
-std::optional<uint64_t> ParseNumber(const std::string& s) {
+// A number in a filter, decimal or 0x hex as perf writes them (never octal: "010" is ten), or
+// nullopt for a symbol name (which cannot start with a digit). Errors: a token that starts with
+// a digit but is no such number (e.g. "0x", "12k", beyond 64 bits), naming `filter`.
+absl::StatusOr<std::optional<uint64_t>> ParseNumber(const std::string& s,
+                                                    const std::string& filter) {
   if (s.empty() || !std::isdigit(static_cast<unsigned char>(s[0]))) return std::nullopt;
-  char* end = nullptr;
-  errno = 0;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 0);
-  if (errno != 0 || *end != '\0') return std::nullopt;
+  uint64_t v = 0;
+  if (!ParseUnsigned(s, &v, 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad number '", s, "' in filter '", filter,
+                                                   "' (decimal or 0x hex, at most 64 bits)"));
+  }
   return v;
 }
 
@@ -186,7 +192,7 @@ absl::StatusOr<Symbol> FindSymbol(const ElfFile& elf, const std::string& spec,
           absl::StrCat(found.size(), " global symbols '", name, "' in ", file, where()));
     }
   } else if (!select.empty()) {
-    std::optional<uint64_t> n = ParseNumber(select);
+    PTKIT_ASSIGN_OR_RETURN(std::optional<uint64_t> n, ParseNumber(select, filter));
     if (!n || *n == 0 || *n > found.size()) {
       return absl::InvalidArgumentError(absl::StrCat("'", spec, "': ", file, " has ", found.size(),
                                                      " symbols '", name, "'", where()));
@@ -236,8 +242,13 @@ absl::StatusOr<AddressFilter> ResolveOne(const std::string& action, const std::s
   }
   const bool region =
       f.action == AddressFilter::Action::kFilter || f.action == AddressFilter::Action::kTraceStop;
-  std::optional<uint64_t> start_number = ParseNumber(start);
-  std::optional<uint64_t> size_number = ParseNumber(size);
+  PTKIT_ASSIGN_OR_RETURN(std::optional<uint64_t> start_number, ParseNumber(start, filter));
+  PTKIT_ASSIGN_OR_RETURN(std::optional<uint64_t> size_number, ParseNumber(size, filter));
+  auto overflow = [&](uint64_t from, uint64_t bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("filter '", filter, "': 0x", absl::Hex(from),
+                                                   " + size 0x", absl::Hex(bytes),
+                                                   " is beyond the 64-bit address space"));
+  };
   if (!size.empty() && !size_number && f.file.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("bad size '", size, "' in filter '", filter,
                                                    "' (symbols need a file: '@FILE')"));
@@ -245,6 +256,7 @@ absl::StatusOr<AddressFilter> ResolveOne(const std::string& action, const std::s
   if (start_number && (size.empty() || size_number)) {
     f.offset = *start_number;
     f.size = size_number.value_or(0);
+    if (f.size > UINT64_MAX - f.offset) return overflow(f.offset, f.size);
     if (region && f.size == 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("filter '", filter, "' needs a size: '", action, " START/SIZE'"));
@@ -280,6 +292,7 @@ absl::StatusOr<AddressFilter> ResolveOne(const std::string& action, const std::s
   }
   if (!size.empty() && start != "*") {
     if (size_number) {
+      if (*size_number > UINT64_MAX - vstart) return overflow(vstart, *size_number);
       vend = vstart + *size_number;
     } else {
       PTKIT_ASSIGN_OR_RETURN(Symbol e, FindSymbol(elf, size, f.file, filter));

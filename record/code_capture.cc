@@ -8,11 +8,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <memory>
-#include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "ptkit/status.h"
+#include "record/proc_maps.h"
 #include "record/text_util.h"
 
 namespace ptkit::record {
@@ -20,21 +20,14 @@ namespace ptkit::record {
 absl::StatusOr<std::vector<uint8_t>> ReadOwnVdso() {
   const uintptr_t ehdr = getauxval(AT_SYSINFO_EHDR);
   if (ehdr == 0) return absl::NotFoundError("this process has no vdso (AT_SYSINFO_EHDR)");
-  std::ifstream maps("/proc/self/maps");
-  std::string line;
-  while (std::getline(maps, line)) {
-    if (line.find("[vdso]") == std::string::npos) continue;
-    unsigned long long lo = 0, hi = 0;
-    const size_t dash = line.find('-');
-    const size_t space = line.find(' ');
-    if (dash == std::string::npos || space == std::string::npos ||
-        !ParseUnsigned(std::string_view(line).substr(0, dash), &lo, 16) ||
-        !ParseUnsigned(std::string_view(line).substr(dash + 1, space - dash - 1), &hi, 16) ||
-        lo != ehdr || hi <= lo) {
-      break;
+  absl::StatusOr<std::vector<ProcMapping>> maps = ReadProcMaps("self");
+  if (maps.ok()) {
+    for (const ProcMapping& m : *maps) {
+      if (m.path != "[vdso]") continue;
+      if (m.start != ehdr || m.end <= m.start) break;
+      const auto* p = reinterpret_cast<const uint8_t*>(ehdr);
+      return std::vector<uint8_t>(p, p + (m.end - m.start));
     }
-    const auto* p = reinterpret_cast<const uint8_t*>(ehdr);
-    return std::vector<uint8_t>(p, p + (hi - lo));
   }
   return absl::NotFoundError("no [vdso] line in /proc/self/maps at AT_SYSINFO_EHDR");
 }
@@ -70,7 +63,8 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   for (const auto& [path, map] : files_) {
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(path);
     if (!id.ok())
-      warnings.push_back(Cat("no build-id stored for ", path, ": ", id.status().message()));
+      warnings.push_back(
+          absl::StrCat("no build-id stored for ", path, ": ", id.status().message()));
     const std::vector<uint8_t> empty;
     PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{.pid = map.pid,
                                                        .flags = kCodeIdentity,
@@ -84,7 +78,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   for (const Range& r : ranges_) {
     const int fd = open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      warnings.push_back(Cat("not archived: ", r.path, ": ", std::strerror(errno)));
+      warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", std::strerror(errno)));
       continue;
     }
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(r.path);
@@ -94,7 +88,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
       buf.resize(std::min(kPiece, r.len - done));
       const ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(r.pgoff + done));
       if (n < 0) {
-        warnings.push_back(Cat("not archived: ", r.path, ": ", std::strerror(errno)));
+        warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", std::strerror(errno)));
         break;
       }
       if (n == 0) break;  // the mapping extends past the end of the file
@@ -115,7 +109,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   if (!vdso_.empty()) {
     absl::StatusOr<std::vector<uint8_t>> vdso = ReadOwnVdso();
     if (!vdso.ok()) {
-      warnings.push_back(Cat("vdso not stored: ", vdso.status().message()));
+      warnings.push_back(absl::StrCat("vdso not stored: ", vdso.status().message()));
     } else {
       for (const auto& [pid, addr] : vdso_) {
         PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "absl/strings/str_cat.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
@@ -15,7 +16,7 @@ namespace {
 absl::Status InitPfm() {
   static const int rc = pfm_initialize();
   if (rc != PFM_SUCCESS) {
-    return absl::InternalError(Cat("libpfm4 pfm_initialize: ", pfm_strerror(rc)));
+    return absl::InternalError(absl::StrCat("libpfm4 pfm_initialize: ", pfm_strerror(rc)));
   }
   return absl::OkStatus();
 }
@@ -36,9 +37,9 @@ absl::StatusOr<CounterSpec> EncodeCounter(std::string_view name, bool user, bool
   const int plm = (user ? PFM_PLM3 : 0) | (kernel ? PFM_PLM0 : 0);
   const int rc = pfm_get_os_event_encoding(spec.name.c_str(), plm, PFM_OS_PERF_EVENT_EXT, &arg);
   if (rc != PFM_SUCCESS) {
-    return absl::InvalidArgumentError(
-        Cat("unknown counter event \"", name, "\" (libpfm4: ", pfm_strerror(rc),
-            "; list names with `showevtinfo` from libpfm4's examples)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown counter event \"", std::string(name), "\" (libpfm4: ", pfm_strerror(rc),
+        "; list names with `showevtinfo` from libpfm4's examples)"));
   }
   if (fstr != nullptr) {
     spec.fstr = fstr;
@@ -69,10 +70,12 @@ absl::StatusOr<CounterSet> CounterSet::Open(const std::vector<CounterSpec>& spec
     perf_event_attr attr = spec.attr;
     attr.enable_on_exec = enable_on_exec ? 1 : 0;
     attr.inherit = pid >= 0 ? 1 : 0;
-    absl::StatusOr<PerfEvent> e = PerfEvent::Open(attr, pid, cpu, Cat("counter ", spec.name));
+    absl::StatusOr<PerfEvent> e =
+        PerfEvent::Open(attr, pid, cpu, absl::StrCat("counter ", spec.name));
     if (e.status().code() == absl::StatusCode::kUnimplemented) {
-      set.warnings_.push_back(Cat("counter ", spec.name, " is not supported on this machine (",
-                                  e.status().message(), "); recording continues without it"));
+      set.warnings_.push_back(
+          absl::StrCat("counter ", spec.name, " is not supported on this machine (",
+                       e.status().message(), "); recording continues without it"));
       continue;
     }
     if (!e.ok()) return e.status();

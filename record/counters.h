@@ -51,6 +51,8 @@ class CounterSet {
   absl::StatusOr<std::vector<CounterValue>> ReadAll() const;
 
  private:
+  CounterSet() = default;
+
   std::vector<std::string> names_;
   std::vector<PerfEvent> events_;
   std::vector<std::string> warnings_;

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/strings/str_cat.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
@@ -93,8 +94,8 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
   if (head == tail) return 0;
   if (head - tail > v.data.size()) {
     StoreDataTail(v.page, head);
-    return absl::DataLossError(Cat("data ring of ", StreamName(sid), ": head ", head,
-                                   " is more than the ring size ahead of tail ", tail));
+    return absl::DataLossError(absl::StrCat("data ring of ", StreamName(sid), ": head ", head,
+                                            " is more than the ring size ahead of tail ", tail));
   }
   std::vector<uint8_t> bytes;
   AppendFromRing(v.data, tail, head - tail, bytes);

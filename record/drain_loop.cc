@@ -106,7 +106,7 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
   while (true) {
     // The only place the watched signals are deliverable.
     const int rc = ppoll(fds.data(), fds.size(), &timeout, signals.wait_mask());
-    if (rc < 0 && errno != EINTR) return ErrnoStatus("ppoll on perf event fds");
+    if (rc < 0 && errno != EINTR) return ErrnoStatus(errno, "ppoll on perf event fds");
     ++result.passes;
     for (size_t i = 0; i < fds.size(); ++i) {
       if (fds[i].revents & POLLIN) sources[i]->ClearWakeup();

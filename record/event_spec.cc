@@ -1,9 +1,13 @@
 #include "record/event_spec.h"
 
+#include <algorithm>
 #include <cctype>
 #include <cstring>
 #include <set>
 
+#include "absl/strings/str_cat.h"
+#include "fmt/format.h"
+#include "ptkit/numbers.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
@@ -36,15 +40,15 @@ uint64_t WordValue(const ResolvedEvent& e, ConfigWord w) {
 absl::Status SetTerm(const Pmu& pmu, ResolvedEvent& e, std::string_view name, uint64_t value) {
   auto it = pmu.formats.find(std::string(name));
   if (it == pmu.formats.end()) {
-    return absl::InvalidArgumentError(Cat("unknown term \"", name, "\" for ", pmu.name,
-                                          "; valid terms: ", pmu.FormatNames(),
-                                          ", config, config1, config2"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown term \"", std::string(name), "\" for ",
+                                                   pmu.name, "; valid terms: ", pmu.FormatNames(),
+                                                   ", config, config1, config2"));
   }
   uint64_t& word = Word(e, it->second.word);
   absl::StatusOr<uint64_t> v = it->second.Apply(word, value);
   if (!v.ok()) {
-    return absl::OutOfRangeError(
-        Cat(pmu.name, " term ", name, "=", value, ": ", v.status().message()));
+    return absl::OutOfRangeError(absl::StrCat(pmu.name, " term ", std::string(name), "=", value,
+                                              ": ", v.status().message()));
   }
   word = *v;
   return absl::OkStatus();
@@ -82,9 +86,9 @@ absl::Status CheckPeriod(const Pmu& pmu, const ResolvedEvent& e, std::string_vie
   if (pmu.CapOr(supported_cap, 1) == 0) valid = 0;
   valid |= 1;
   if (value < 64 && ((valid >> value) & 1)) return absl::OkStatus();
-  return absl::InvalidArgumentError(Cat("invalid ", term, "=", value, " for ", pmu.name,
-                                        "; valid values are: ", AllowedValues(valid), " (from ",
-                                        pmu.dir, "/caps/", bitmap_cap, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid ", std::string(term), "=", value, " for ", pmu.name, "; valid values are: ",
+      AllowedValues(valid), " (from ", pmu.dir, "/caps/", std::string(bitmap_cap), ")"));
 }
 
 struct FeatureCap {
@@ -103,14 +107,22 @@ constexpr FeatureCap kFeatureCaps[] = {
     {"notnt", "tnt_disable"},
 };
 
+// Whether a feature cap lets a default term be set: an absent cap reads as supported, as
+// perf reads it; one that does not parse does not (no default rests on what cannot be read:
+// only a term the user asks for needs the cap, and ResolveEvent() says what is wrong then).
+bool DefaultAllowedBy(const Pmu& pmu, std::string_view cap) {
+  absl::StatusOr<uint64_t> v = pmu.Cap(cap);
+  return v.ok() ? *v != 0 : v.status().code() == absl::StatusCode::kNotFound;
+}
+
 }  // namespace
 
 absl::StatusOr<EventSpec> ParseEventString(std::string_view text) {
   const std::string_view input = Strip(text);
   auto bad = [&](std::string_view why) {
     return absl::InvalidArgumentError(
-        Cat("bad event \"", input, "\": ", why,
-            " (expected e.g. intel_pt//u or intel_pt/cyc,psb_period=2/)"));
+        absl::StrCat("bad event \"", std::string(input), "\": ", std::string(why),
+                     " (expected e.g. intel_pt//u or intel_pt/cyc,psb_period=2/)"));
   };
   EventSpec spec;
   const size_t slash = input.find('/');
@@ -118,10 +130,10 @@ absl::StatusOr<EventSpec> ParseEventString(std::string_view text) {
   if (spec.pmu.empty()) return bad("no PMU name");
   for (char c : spec.pmu) {
     if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-' && c != '.') {
-      return bad(Cat("invalid character '", std::string(1, c), "' in PMU name"));
+      return bad(absl::StrCat("invalid character '", std::string(1, c), "' in PMU name"));
     }
   }
-  if (!IsPmuName(spec.pmu)) return bad(Cat("\"", spec.pmu, "\" is not a PMU name"));
+  if (!IsPmuName(spec.pmu)) return bad(absl::StrCat("\"", spec.pmu, "\" is not a PMU name"));
   std::string_view modifiers;
   if (slash != std::string_view::npos) {
     const size_t close = input.find('/', slash + 1);
@@ -136,15 +148,16 @@ absl::StatusOr<EventSpec> ParseEventString(std::string_view text) {
         EventTerm term;
         const size_t eq = t.find('=');
         term.name = std::string(Strip(t.substr(0, eq)));
-        if (term.name.empty()) return bad(Cat("term \"", t, "\" has no name"));
+        if (term.name.empty())
+          return bad(absl::StrCat("term \"", std::string(t), "\" has no name"));
         if (eq != std::string_view::npos) {
           const std::string_view v = Strip(t.substr(eq + 1));
           if (!ParseValue(v, &term.value)) {
-            return bad(Cat("bad value \"", v, "\" for term ", term.name));
+            return bad(absl::StrCat("bad value \"", std::string(v), "\" for term ", term.name));
           }
         }
         if (!seen.insert(term.name).second) {
-          return bad(Cat("term ", term.name, " given twice"));
+          return bad(absl::StrCat("term ", term.name, " given twice"));
         }
         spec.terms.push_back(std::move(term));
       }
@@ -158,8 +171,8 @@ absl::StatusOr<EventSpec> ParseEventString(std::string_view text) {
       } else if (c == 'k') {
         k = true;
       } else {
-        return bad(Cat("unknown modifier '", std::string(1, c),
-                       "' (supported: u = user space, k = kernel)"));
+        return bad(absl::StrCat("unknown modifier '", std::string(1, c),
+                                "' (supported: u = user space, k = kernel)"));
       }
     }
     spec.user = u;
@@ -180,14 +193,14 @@ absl::StatusOr<ResolvedEvent> DefaultConfig(const Pmu& pmu) {
   PTKIT_RETURN_IF_ERROR(set_if("tsc", 1));
   // Missing caps/mtc and caps/psb_cyc read as "supported", as perf does.
   uint64_t mtc_periods = 0;
-  if (pmu.CapOr("mtc", 1) != 0) {
+  if (DefaultAllowedBy(pmu, "mtc")) {
     mtc_periods = pmu.CapOr("mtc_periods", 0);
     if (mtc_periods != 0) {
       PTKIT_RETURN_IF_ERROR(set_if("mtc", 1));
       PTKIT_RETURN_IF_ERROR(set_if("mtc_period", PickBit(mtc_periods, 3)));
     }
   }
-  if (pmu.CapOr("psb_cyc", 1) != 0 && mtc_periods != 0) {
+  if (DefaultAllowedBy(pmu, "psb_cyc") && mtc_periods != 0) {
     const uint64_t psb_periods = pmu.CapOr("psb_periods", 0);
     if (psb_periods != 0) PTKIT_RETURN_IF_ERROR(set_if("psb_period", PickBit(psb_periods, 3)));
   }
@@ -201,7 +214,7 @@ absl::StatusOr<ResolvedEvent> DefaultConfig(const Pmu& pmu) {
 absl::StatusOr<ResolvedEvent> ResolveEvent(const Pmu& pmu, const EventSpec& spec) {
   if (spec.pmu != pmu.name) {
     return absl::InvalidArgumentError(
-        Cat("event for PMU ", spec.pmu, " resolved against PMU ", pmu.name));
+        absl::StrCat("event for PMU ", spec.pmu, " resolved against PMU ", pmu.name));
   }
   PTKIT_ASSIGN_OR_RETURN(ResolvedEvent e, DefaultConfig(pmu));
   for (const EventTerm& t : spec.terms) {
@@ -224,14 +237,24 @@ absl::StatusOr<ResolvedEvent> ResolveEvent(const Pmu& pmu, const EventSpec& spec
     PTKIT_RETURN_IF_ERROR(CheckPeriod(pmu, e, "psb_period", "psb_periods", "psb_cyc"));
     PTKIT_RETURN_IF_ERROR(CheckPeriod(pmu, e, "mtc_period", "mtc_periods", "mtc"));
     PTKIT_RETURN_IF_ERROR(CheckPeriod(pmu, e, "cyc_thresh", "cycle_thresholds", "psb_cyc"));
+    // Only the terms the user asked for: the defaults follow the caps already.
     for (const FeatureCap& fc : kFeatureCaps) {
       auto it = pmu.formats.find(fc.term);
       if (it == pmu.formats.end()) continue;
       if (it->second.Extract(WordValue(e, it->second.word)) == 0) continue;
-      if (pmu.CapOr(fc.cap, 0) == 0) {
-        return absl::FailedPreconditionError(Cat(pmu.name, " on this CPU does not support ",
-                                                 fc.term, " (", pmu.dir, "/caps/", fc.cap,
-                                                 " is 0 or missing)"));
+      if (std::none_of(spec.terms.begin(), spec.terms.end(),
+                       [&](const EventTerm& t) { return t.name == fc.term; })) {
+        continue;
+      }
+      absl::StatusOr<uint64_t> cap = pmu.Cap(fc.cap);
+      if (!cap.ok() && cap.status().code() != absl::StatusCode::kNotFound) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            pmu.name, " term ", fc.term, " needs a readable capability: ", cap.status().message()));
+      }
+      if (!cap.ok() || *cap == 0) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(pmu.name, " on this CPU does not support ", fc.term, " (", pmu.dir,
+                         "/caps/", fc.cap, " is 0 or missing)"));
       }
     }
   }
@@ -276,7 +299,12 @@ perf_event_attr BuildTrackingAttr(const TrackingAttrOptions& options) {
   attr.comm = 1;
   attr.comm_exec = 1;
   attr.task = 1;
-  attr.context_switch = 1;
+  attr.context_switch = options.context_switch ? 1 : 0;
+  attr.build_id = options.build_id ? 1 : 0;
+  if (options.clockid >= 0) {
+    attr.use_clockid = 1;
+    attr.clockid = options.clockid;
+  }
   if (options.wakeup_bytes != 0) {
     attr.watermark = 1;
     attr.wakeup_watermark = options.wakeup_bytes;
@@ -290,12 +318,12 @@ std::string DescribeEvent(const Pmu& pmu, const ResolvedEvent& event) {
   std::vector<std::string> terms;
   for (const auto& [name, field] : pmu.formats) {
     const uint64_t v = field.Extract(WordValue(event, field.word));
-    if (v != 0) terms.push_back(Cat(name, "=", v));
+    if (v != 0) terms.push_back(absl::StrCat(name, "=", v));
   }
   std::string mods;
   if (!event.exclude_user && event.exclude_kernel) mods = "u";
   if (event.exclude_user && !event.exclude_kernel) mods = "k";
-  return Cat(pmu.name, "/", fmt::format("{}", fmt::join(terms, ",")), "/", mods);
+  return absl::StrCat(pmu.name, "/", fmt::format("{}", fmt::join(terms, ",")), "/", mods);
 }
 
 }  // namespace ptkit::record

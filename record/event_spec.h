@@ -82,7 +82,10 @@ struct TrackingAttrOptions {
   bool enable_on_exec = false;
   bool inherit = false;
   bool exclude_kernel = false;
-  uint32_t wakeup_bytes = 0;  // 0 = wake on every record
+  uint32_t wakeup_bytes = 0;   // 0 = wake on every record
+  bool context_switch = true;  // SWITCH records
+  bool build_id = false;       // MMAP2 records carry build-ids, not inodes (Linux 5.12+)
+  int clockid = -1;            // the records' clock (attr.use_clockid); -1: perf's own
 };
 perf_event_attr BuildTrackingAttr(const TrackingAttrOptions& options);
 

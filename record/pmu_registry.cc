@@ -8,6 +8,9 @@
 #include <sstream>
 #include <system_error>
 
+#include "absl/strings/str_cat.h"
+#include "fmt/format.h"
+#include "ptkit/numbers.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
@@ -18,7 +21,7 @@ namespace fs = std::filesystem;
 
 absl::StatusOr<std::string> ReadTrimmed(const fs::path& path) {
   std::ifstream in(path);
-  if (!in) return absl::ErrnoToStatus(errno, Cat("read ", path.string()));
+  if (!in) return ErrnoStatus(errno, "read ", path.native());
   std::stringstream ss;
   ss << in.rdbuf();
   return std::string(Strip(ss.str()));
@@ -29,7 +32,7 @@ absl::StatusOr<uint32_t> ParseU32File(const fs::path& path) {
   uint32_t v = 0;
   if (!ParseUnsigned(text, &v)) {
     return absl::InvalidArgumentError(
-        Cat(path.string(), ": expected an unsigned integer, got \"", text, "\""));
+        absl::StrCat(path.string(), ": expected an unsigned integer, got \"", text, "\""));
   }
   return v;
 }
@@ -46,8 +49,8 @@ uint64_t FormatField::max_value() const {
 // perf's pmu_format_value(): value bit i goes to the i-th set bit of the mask, lowest first.
 absl::StatusOr<uint64_t> FormatField::Apply(uint64_t word_value, uint64_t value) const {
   if (value > max_value()) {
-    return absl::OutOfRangeError(
-        Cat("value ", value, " does not fit in ", width(), " bit(s) (max ", max_value(), ")"));
+    return absl::OutOfRangeError(absl::StrCat("value ", value, " does not fit in ", width(),
+                                              " bit(s) (max ", max_value(), ")"));
   }
   uint64_t out = word_value & ~mask;
   uint64_t m = mask;
@@ -75,8 +78,9 @@ absl::StatusOr<FormatField> ParseFormatSpec(std::string_view spec) {
   const std::string_view text = Strip(spec);
   const size_t colon = text.find(':');
   auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(Cat("bad format spec \"", text, "\": ", why,
-                                          " (expected e.g. config:10, config:14-17, config1:0-3)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad format spec \"", std::string(text), "\": ", std::string(why),
+                     " (expected e.g. config:10, config:14-17, config1:0-3)"));
   };
   if (colon == std::string_view::npos) return bad("no ':'");
   FormatField field;
@@ -88,21 +92,22 @@ absl::StatusOr<FormatField> ParseFormatSpec(std::string_view spec) {
   } else if (word == "config2") {
     field.word = ConfigWord::kConfig2;
   } else {
-    return bad(Cat("unknown word \"", word, "\""));
+    return bad(absl::StrCat("unknown word \"", std::string(word), "\""));
   }
   for (std::string_view part : Split(text.substr(colon + 1), ',')) {
     part = Strip(part);
     uint32_t lo = 0, hi = 0;
     const size_t dash = part.find('-');
     if (dash == std::string_view::npos) {
-      if (!ParseUnsigned(part, &lo)) return bad(Cat("bad bit \"", part, "\""));
+      if (!ParseUnsigned(part, &lo))
+        return bad(absl::StrCat("bad bit \"", std::string(part), "\""));
       hi = lo;
     } else if (!ParseUnsigned(part.substr(0, dash), &lo) ||
                !ParseUnsigned(part.substr(dash + 1), &hi)) {
-      return bad(Cat("bad range \"", part, "\""));
+      return bad(absl::StrCat("bad range \"", std::string(part), "\""));
     }
-    if (hi > 63) return bad(Cat("bit ", hi, " above 63"));
-    if (lo > hi) return bad(Cat("reversed range \"", part, "\""));
+    if (hi > 63) return bad(absl::StrCat("bit ", hi, " above 63"));
+    if (lo > hi) return bad(absl::StrCat("reversed range \"", std::string(part), "\""));
     for (uint32_t b = lo; b <= hi; ++b) field.mask |= uint64_t{1} << b;
   }
   if (field.mask == 0) return bad("no bits");
@@ -112,13 +117,13 @@ absl::StatusOr<FormatField> ParseFormatSpec(std::string_view spec) {
 absl::StatusOr<uint64_t> Pmu::Cap(std::string_view cap) const {
   auto it = caps.find(std::string(cap));
   if (it == caps.end()) {
-    return absl::NotFoundError(
-        Cat(name, " has no capability \"", cap, "\" (", dir, "/caps/", cap, ")"));
+    return absl::NotFoundError(absl::StrCat(name, " has no capability \"", std::string(cap), "\" (",
+                                            dir, "/caps/", std::string(cap), ")"));
   }
   uint64_t v = 0;
   if (!ParseUnsigned(it->second, &v, 16)) {
     return absl::InvalidArgumentError(
-        Cat(dir, "/caps/", cap, ": not a hex number: \"", it->second, "\""));
+        absl::StrCat(dir, "/caps/", std::string(cap), ": not a hex number: \"", it->second, "\""));
   }
   return v;
 }
@@ -155,7 +160,7 @@ bool PmuRegistry::Exists(std::string_view name) const {
 absl::StatusOr<std::vector<std::string>> PmuRegistry::List() const {
   std::error_code ec;
   fs::directory_iterator it(root_, ec);
-  if (ec) return absl::ErrnoToStatus(ec.value(), Cat("list PMUs in ", root_));
+  if (ec) return ErrnoStatus(ec.value(), "list PMUs in ", root_);
   std::vector<std::string> names;
   for (const fs::directory_entry& e : it) names.push_back(e.path().filename().string());
   std::sort(names.begin(), names.end());
@@ -165,12 +170,14 @@ absl::StatusOr<std::vector<std::string>> PmuRegistry::List() const {
 absl::StatusOr<Pmu> PmuRegistry::Find(std::string_view name) const {
   if (!IsPmuName(name)) {
     return absl::InvalidArgumentError(
-        Cat("\"", name, "\" is not a PMU name (letters, digits, '_', '-' and '.'; e.g. intel_pt)"));
+        absl::StrCat("\"", std::string(name),
+                     "\" is not a PMU name (letters, digits, '_', '-' and '.'; e.g. intel_pt)"));
   }
   const fs::path dir = fs::path(root_) / std::string(name);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) {
-    return absl::NotFoundError(Cat("no ", name, " PMU (", dir.string(), " does not exist)"));
+    return absl::NotFoundError(
+        absl::StrCat("no ", std::string(name), " PMU (", dir.string(), " does not exist)"));
   }
   Pmu pmu;
   pmu.name = std::string(name);
@@ -187,7 +194,8 @@ absl::StatusOr<Pmu> PmuRegistry::Find(std::string_view name) const {
       if (sub[0] == 'f') {
         absl::StatusOr<FormatField> f = ParseFormatSpec(text);
         if (!f.ok()) {
-          return absl::InvalidArgumentError(Cat(e.path().string(), ": ", f.status().message()));
+          return absl::InvalidArgumentError(
+              absl::StrCat(e.path().string(), ": ", f.status().message()));
         }
         pmu.formats.emplace(key, *f);
       } else {
@@ -206,8 +214,8 @@ absl::StatusOr<Pmu> PmuRegistry::Find(std::string_view name) const {
     std::vector<std::string_view> parts = Split(text, ':');
     uint32_t num = 0, den = 0;
     if (parts.size() != 2 || !ParseUnsigned(parts[0], &num) || !ParseUnsigned(parts[1], &den)) {
-      return absl::InvalidArgumentError(
-          Cat((dir / "tsc_art_ratio").string(), ": expected \"num:den\", got \"", text, "\""));
+      return absl::InvalidArgumentError(absl::StrCat((dir / "tsc_art_ratio").string(),
+                                                     ": expected \"num:den\", got \"", text, "\""));
     }
     pmu.tsc_art_numerator = num;
     pmu.tsc_art_denominator = den;

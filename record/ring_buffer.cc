@@ -8,6 +8,8 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+#include "ptkit/numbers.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
@@ -66,35 +68,35 @@ absl::Status MmapPermissionError(std::string_view what, const MlockLimits& limit
   const MmapPages fit = LargestFittingPages(limits, asked, events);
   const std::string rlimit = limits.rlimit_memlock == RLIM_INFINITY
                                  ? std::string("unlimited")
-                                 : Cat(limits.rlimit_memlock / 1024, " KiB");
-  std::string hint =
-      fit.data_pages == 0
-          ? std::string("no -m fits; raise the limits or run as root (CAP_IPC_LOCK)")
-          : (fit.aux_pages > 0 ? Cat("-m ", fit.data_pages, ",", fit.aux_pages, " would fit")
-                               : Cat("-m ", fit.data_pages, " would fit"));
-  return absl::PermissionDeniedError(
-      Cat("mmap ", what, ": Operation not permitted: ", events, " mapping(s) of -m ",
-          asked.data_pages, ",", asked.aux_pages, " lock ", bytes, " bytes, more than ",
-          "kernel.perf_event_mlock_kb (", limits.perf_event_mlock_kb, " KiB per CPU x ",
-          limits.online_cpus, " CPUs) + RLIMIT_MEMLOCK (", rlimit, ") allow; ", hint,
-          ", or raise `ulimit -l` / sysctl kernel.perf_event_mlock_kb"));
+                                 : absl::StrCat(limits.rlimit_memlock / 1024, " KiB");
+  std::string hint = fit.data_pages == 0
+                         ? std::string("no -m fits; raise the limits or run as root (CAP_IPC_LOCK)")
+                         : (fit.aux_pages > 0 ? absl::StrCat("-m ", fit.data_pages, ",",
+                                                             fit.aux_pages, " would fit")
+                                              : absl::StrCat("-m ", fit.data_pages, " would fit"));
+  return absl::PermissionDeniedError(absl::StrCat(
+      "mmap ", std::string(what), ": Operation not permitted: ", events, " mapping(s) of -m ",
+      asked.data_pages, ",", asked.aux_pages, " lock ", bytes, " bytes, more than ",
+      "kernel.perf_event_mlock_kb (", limits.perf_event_mlock_kb, " KiB per CPU x ",
+      limits.online_cpus, " CPUs) + RLIMIT_MEMLOCK (", rlimit, ") allow; ", hint,
+      ", or raise `ulimit -l` / sysctl kernel.perf_event_mlock_kb"));
 }
 
 absl::StatusOr<RingBuffer> RingBuffer::Map(const PerfEvent& event, uint64_t data_pages,
                                            uint64_t aux_pages, bool aux_overwrite, uint64_t events,
                                            const MlockLimits& limits) {
   if (!IsPowerOfTwo(data_pages)) {
-    return absl::InvalidArgumentError(
-        Cat("data ring of ", event.name(), ": ", data_pages, " pages is not a power of two"));
+    return absl::InvalidArgumentError(absl::StrCat("data ring of ", event.name(), ": ", data_pages,
+                                                   " pages is not a power of two"));
   }
   if (aux_pages != 0 && !IsPowerOfTwo(aux_pages)) {
-    return absl::InvalidArgumentError(
-        Cat("AUX area of ", event.name(), ": ", aux_pages, " pages is not a power of two"));
+    return absl::InvalidArgumentError(absl::StrCat("AUX area of ", event.name(), ": ", aux_pages,
+                                                   " pages is not a power of two"));
   }
   if (data_pages > kMaxMmapPages || aux_pages > kMaxMmapPages) {
-    return absl::InvalidArgumentError(Cat("mmap of ", event.name(), ": ", data_pages, " data and ",
-                                          aux_pages, " AUX pages; at most ", kMaxMmapPages,
-                                          " pages each"));
+    return absl::InvalidArgumentError(absl::StrCat("mmap of ", event.name(), ": ", data_pages,
+                                                   " data and ", aux_pages, " AUX pages; at most ",
+                                                   kMaxMmapPages, " pages each"));
   }
   const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   const MmapPages asked{data_pages, aux_pages};
@@ -103,16 +105,16 @@ absl::StatusOr<RingBuffer> RingBuffer::Map(const PerfEvent& event, uint64_t data
   rb.base_ = ScopedMmap(mmap(nullptr, base_len, PROT_READ | PROT_WRITE, MAP_SHARED, event.fd(), 0),
                         base_len);
   if (!rb.base_.valid()) {
-    const std::string what = Cat("data ring of ", event.name());
+    const std::string what = absl::StrCat("data ring of ", event.name());
     if (errno == EPERM) return MmapPermissionError(what, limits, asked, events);
     if (errno == EINVAL && event.attr().inherit && event.cpu() == -1) {
       // perf_mmap(): "Don't allow mmap() of inherited per-task counters."
       return absl::InvalidArgumentError(
-          Cat("mmap ", what,
-              ": the kernel does not map inherited per-task events; open one "
-              "event per CPU (pid, cpu) instead"));
+          absl::StrCat("mmap ", what,
+                       ": the kernel does not map inherited per-task events; open one "
+                       "event per CPU (pid, cpu) instead"));
     }
-    return ErrnoStatus(Cat("mmap ", what, " (", base_len, " bytes)"));
+    return ErrnoStatus(errno, "mmap ", what, " (", base_len, " bytes)");
   }
   uint8_t* const base = static_cast<uint8_t*>(rb.base_.get());
   rb.view_.page = reinterpret_cast<perf_event_mmap_page*>(base);
@@ -137,12 +139,13 @@ absl::StatusOr<RingBuffer> RingBuffer::Map(const PerfEvent& event, uint64_t data
                          aux_len);
     if (!rb.aux_.valid()) {
       const int err = errno;
-      const std::string what = Cat("AUX area of ", event.name());
+      const std::string what = absl::StrCat("AUX area of ", event.name());
       if (err == EPERM) return MmapPermissionError(what, limits, asked, events);
       if (err == EOPNOTSUPP) {
-        return absl::UnimplementedError(Cat("mmap ", what, ": the event's PMU has no AUX area"));
+        return absl::UnimplementedError(
+            absl::StrCat("mmap ", what, ": the event's PMU has no AUX area"));
       }
-      return absl::ErrnoToStatus(err, Cat("mmap ", what, " (", aux_len, " bytes)"));
+      return ErrnoStatus(err, "mmap ", what, " (", aux_len, " bytes)");
     }
     rb.view_.aux = std::span<uint8_t>(static_cast<uint8_t*>(rb.aux_.get()), aux_len);
     rb.view_.aux_overwrite = aux_overwrite;

@@ -11,8 +11,11 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_writer.h"
+#include "ptkit/numbers.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 #include "record/address_filter.h"
 #include "record/code_capture.h"
@@ -40,8 +43,9 @@ absl::StatusOr<std::vector<int>> ParseCpuList(std::string_view text) {
                                                    : ParseUnsigned(part.substr(0, dash), &lo) &&
                                                          ParseUnsigned(part.substr(dash + 1), &hi);
     if (!ok || lo > hi || hi > 4095) {
-      return absl::InvalidArgumentError(
-          Cat("bad CPU list \"", t, "\": \"", part, "\" (expected e.g. 0-3,5)"));
+      return absl::InvalidArgumentError(absl::StrCat("bad CPU list \"", std::string(t), "\": \"",
+                                                     std::string(part),
+                                                     "\" (expected e.g. 0-3,5)"));
     }
     for (unsigned c = lo; c <= hi; ++c) cpus.push_back(static_cast<int>(c));
   }
@@ -56,13 +60,15 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseMmapPages(std::string_view te
   if (parts.size() > 2 || !ParseUnsigned(Strip(parts[0]), &out.first) || !IsPowerOfTwo(out.first) ||
       (parts.size() == 2 &&
        (!ParseUnsigned(Strip(parts[1]), &out.second) || !IsPowerOfTwo(out.second)))) {
-    return absl::InvalidArgumentError(Cat("-m ", text,
-                                          ": expected DATA_PAGES[,AUX_PAGES], each a power of "
-                                          "two (e.g. -m 64,1024)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("-m ", std::string(text),
+                     ": expected DATA_PAGES[,AUX_PAGES], each a power of "
+                     "two (e.g. -m 64,1024)"));
   }
   if (out.first > kMaxMmapPages || out.second > kMaxMmapPages) {
-    return absl::InvalidArgumentError(
-        Cat("-m ", text, ": at most ", kMaxMmapPages, " pages (16 GiB of 4 KiB pages) each"));
+    return absl::InvalidArgumentError(absl::StrCat("-m ", std::string(text), ": at most ",
+                                                   kMaxMmapPages,
+                                                   " pages (16 GiB of 4 KiB pages) each"));
   }
   return out;
 }
@@ -91,10 +97,31 @@ absl::StatusOr<uint64_t> ParseSize(std::string_view text) {
   }
   uint64_t v = 0;
   if (!ParseUnsigned(t, &v) || v > (UINT64_MAX >> 30)) {
-    return absl::InvalidArgumentError(
-        Cat("bad size \"", text, "\" (expected bytes with an optional K, M or G suffix)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad size \"", std::string(text), "\" (expected bytes with an optional K, M or G suffix)"));
   }
   return v * mult;
+}
+
+absl::StatusOr<PerfEvent> OpenTrackingEvent(perf_event_attr& attr, pid_t pid, int cpu,
+                                            const std::string& what) {
+  absl::StatusOr<PerfEvent> opened = PerfEvent::Open(attr, pid, cpu, what);
+  if (opened.status().code() == absl::StatusCode::kInvalidArgument && attr.build_id) {
+    attr.build_id = 0;
+    opened = PerfEvent::Open(attr, pid, cpu, what);
+  }
+  return opened;
+}
+
+absl::StatusOr<std::unique_ptr<KernelTraceSource>> OpenTrackingSource(
+    perf_event_attr& attr, pid_t pid, int cpu, StreamId stream, uint64_t data_pages, uint64_t rings,
+    const MlockLimits& limits, const std::string& what) {
+  PTKIT_ASSIGN_OR_RETURN(PerfEvent event, OpenTrackingEvent(attr, pid, cpu, what));
+  PTKIT_ASSIGN_OR_RETURN(RingBuffer ring,
+                         RingBuffer::Map(event, data_pages, 0, false, rings, limits));
+  return std::make_unique<KernelTraceSource>(std::move(event), std::vector<PerfEvent>{},
+                                             std::move(ring), stream, cpu,
+                                             perf::SampleIdLayout{attr.sample_type, true});
 }
 
 namespace {
@@ -102,13 +129,13 @@ namespace {
 absl::StatusOr<std::vector<pid_t>> ListThreads(pid_t pid) {
   std::vector<pid_t> tids;
   std::error_code ec;
-  const std::string dir = Cat("/proc/", pid, "/task");
+  const std::string dir = absl::StrCat("/proc/", pid, "/task");
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     unsigned t = 0;
     if (ParseUnsigned(e.path().filename().string(), &t)) tids.push_back(static_cast<pid_t>(t));
   }
   if (ec || tids.empty()) {
-    return absl::NotFoundError(Cat("no process ", pid, " (", dir, " not readable)"));
+    return absl::NotFoundError(absl::StrCat("no process ", pid, " (", dir, " not readable)"));
   }
   std::sort(tids.begin(), tids.end());
   return tids;
@@ -170,16 +197,16 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
         absl::InvalidArgumentError("--snapshot needs a trace event (not --sideband-only)"));
   }
   if (!IsPowerOfTwo(o.data_pages) || (!o.sideband_only && !IsPowerOfTwo(o.aux_pages))) {
-    return Usage(absl::InvalidArgumentError(
-        Cat("-m ", o.data_pages, ",", o.aux_pages, ": page counts must be powers of two")));
+    return Usage(absl::InvalidArgumentError(absl::StrCat("-m ", o.data_pages, ",", o.aux_pages,
+                                                         ": page counts must be powers of two")));
   }
   // A snapshot is one container record, so the AUX area must fit in one.
   const uint64_t page_size = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   if (o.snapshot_size && !o.sideband_only && o.aux_pages * page_size > kMaxSnapshotBytes) {
-    return Usage(absl::InvalidArgumentError(
-        Cat("--snapshot: an AUX area of ", o.aux_pages, " pages (", (o.aux_pages * page_size) >> 20,
-            " MiB) is more than one snapshot can hold (", kMaxSnapshotBytes >> 20, " MiB): use -m ",
-            o.data_pages, ",", kMaxSnapshotBytes / page_size, " or less")));
+    return Usage(absl::InvalidArgumentError(absl::StrCat(
+        "--snapshot: an AUX area of ", o.aux_pages, " pages (", (o.aux_pages * page_size) >> 20,
+        " MiB) is more than one snapshot can hold (", kMaxSnapshotBytes >> 20, " MiB): use -m ",
+        o.data_pages, ",", kMaxSnapshotBytes / page_size, " or less")));
   }
 
   std::optional<Pmu> pmu;
@@ -191,8 +218,8 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     PmuRegistry registry(o.sysfs_root);
     absl::StatusOr<Pmu> found = registry.Find(spec.pmu);
     if (found.status().code() == absl::StatusCode::kNotFound) {
-      return absl::NotFoundError(Cat("no ", spec.pmu, " PMU here (", registry.root(), "/", spec.pmu,
-                                     " does not exist): ", NoPmuHint(spec.pmu)));
+      return absl::NotFoundError(absl::StrCat("no ", spec.pmu, " PMU here (", registry.root(), "/",
+                                              spec.pmu, " does not exist): ", NoPmuHint(spec.pmu)));
     }
     if (!found.ok()) return found.status();
     pmu = *std::move(found);
@@ -210,8 +237,8 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     PTKIT_ASSIGN_OR_RETURN(cpus, Usage(ParseCpuList(o.cpu_list)));
     for (int c : cpus) {
       if (!std::binary_search(online.begin(), online.end(), c)) {
-        return Usage(absl::InvalidArgumentError(
-            Cat("-C ", o.cpu_list, ": CPU ", c, " is not online (online: ", online_text, ")")));
+        return Usage(absl::InvalidArgumentError(absl::StrCat(
+            "-C ", o.cpu_list, ": CPU ", c, " is not online (online: ", online_text, ")")));
       }
     }
   }
@@ -225,7 +252,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   absl::StatusOr<std::unique_ptr<ContainerWriter>> created = ContainerWriter::Create(o.output, wo);
   if (created.status().code() == absl::StatusCode::kAlreadyExists) {
     return Usage(absl::AlreadyExistsError(
-        Cat(created.status().message(), " (-o FILE, or --overwrite-existing)")));
+        absl::StrCat(created.status().message(), " (-o FILE, or --overwrite-existing)")));
   }
   if (!created.ok()) return created.status();
   std::unique_ptr<ContainerWriter> writer = *std::move(created);
@@ -261,9 +288,9 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   const uint32_t watermark =
       o.aux_watermark ? static_cast<uint32_t>(o.aux_watermark)
                       : static_cast<uint32_t>(std::min<uint64_t>(aux_pages * page / 4, 1u << 30));
-  const perf_event_attr aux_attr = BuildAuxAttr(
+  perf_event_attr aux_attr = BuildAuxAttr(
       event, {.enable_on_exec = with_workload, .inherit = inherit, .aux_watermark = watermark});
-  const perf_event_attr track_attr =
+  perf_event_attr track_attr =
       BuildTrackingAttr({.enable_on_exec = with_workload,
                          .inherit = inherit,
                          .exclude_kernel = false,
@@ -286,42 +313,50 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
 
   std::vector<std::unique_ptr<KernelTraceSource>> sources;
   for (const Slot& s : slots) {
-    const std::string where = s.cpu >= 0 ? Cat("cpu ", s.cpu) : Cat("tid ", s.pid);
-    PTKIT_ASSIGN_OR_RETURN(PerfEvent main,
-                           PerfEvent::Open(o.sideband_only ? track_attr : aux_attr, s.pid, s.cpu,
-                                           Cat(trace_name, " (", where, ")")));
-    if (!kernel_filter.empty()) PTKIT_RETURN_IF_ERROR(main.SetFilter(kernel_filter));
-    PTKIT_ASSIGN_OR_RETURN(
-        RingBuffer ring, RingBuffer::Map(main, o.data_pages, aux_pages, o.snapshot_size.has_value(),
-                                         nrings, limits));
-    std::vector<PerfEvent> redirected, peers;
+    const std::string where =
+        s.cpu >= 0 ? absl::StrCat("cpu ", s.cpu) : absl::StrCat("tid ", s.pid);
+    const StreamId stream = s.cpu >= 0 ? StreamId{StreamKind::kCpu, uint64_t(s.cpu)}
+                                       : StreamId{StreamKind::kThread, uint64_t(s.pid)};
+    std::unique_ptr<KernelTraceSource> source;
     // Other threads of -p on this CPU, and the tracking event, write into the same ring.
-    auto redirect = [&](const perf_event_attr& attr, pid_t p, std::string what) -> absl::Status {
-      PTKIT_ASSIGN_OR_RETURN(PerfEvent e, PerfEvent::Open(attr, p, s.cpu, std::move(what)));
-      PTKIT_RETURN_IF_ERROR(e.SetOutput(main));
-      if (&attr == &aux_attr && !kernel_filter.empty()) {
-        PTKIT_RETURN_IF_ERROR(e.SetFilter(kernel_filter));
-      }
-      (&attr == &aux_attr ? peers : redirected).push_back(std::move(e));
+    auto redirect = [&](perf_event_attr& attr, pid_t p, const std::string& what) -> absl::Status {
+      const bool trace = &attr == &aux_attr;
+      PTKIT_ASSIGN_OR_RETURN(PerfEvent e, trace ? PerfEvent::Open(attr, p, s.cpu, what)
+                                                : OpenTrackingEvent(attr, p, s.cpu, what));
+      PTKIT_RETURN_IF_ERROR(e.SetOutput(source->aux_event()));
+      if (trace && !kernel_filter.empty()) PTKIT_RETURN_IF_ERROR(e.SetFilter(kernel_filter));
+      (trace ? source->peers() : source->redirected()).push_back(std::move(e));
       return absl::OkStatus();
     };
-    if (!o.sideband_only) {
-      PTKIT_RETURN_IF_ERROR(redirect(track_attr, s.pid, Cat("tracking event (", where, ")")));
+    if (o.sideband_only) {
+      PTKIT_ASSIGN_OR_RETURN(
+          source, OpenTrackingSource(track_attr, s.pid, s.cpu, stream, o.data_pages, nrings, limits,
+                                     absl::StrCat(trace_name, " (", where, ")")));
+    } else {
+      PTKIT_ASSIGN_OR_RETURN(
+          PerfEvent main,
+          PerfEvent::Open(aux_attr, s.pid, s.cpu, absl::StrCat(trace_name, " (", where, ")")));
+      if (!kernel_filter.empty()) PTKIT_RETURN_IF_ERROR(main.SetFilter(kernel_filter));
+      PTKIT_ASSIGN_OR_RETURN(RingBuffer ring,
+                             RingBuffer::Map(main, o.data_pages, aux_pages,
+                                             o.snapshot_size.has_value(), nrings, limits));
+      source = std::make_unique<KernelTraceSource>(std::move(main), std::vector<PerfEvent>{},
+                                                   std::move(ring), stream, s.cpu, layout);
+      PTKIT_RETURN_IF_ERROR(
+          redirect(track_attr, s.pid, absl::StrCat("tracking event (", where, ")")));
     }
     if (!o.per_thread) {
       for (size_t i = 1; i < pids.size(); ++i) {
-        const std::string w2 = Cat("tid ", pids[i], " cpu ", s.cpu);
+        const std::string w2 = absl::StrCat("tid ", pids[i], " cpu ", s.cpu);
         if (!o.sideband_only) {
-          PTKIT_RETURN_IF_ERROR(redirect(aux_attr, pids[i], Cat(trace_name, " (", w2, ")")));
+          PTKIT_RETURN_IF_ERROR(
+              redirect(aux_attr, pids[i], absl::StrCat(trace_name, " (", w2, ")")));
         }
-        PTKIT_RETURN_IF_ERROR(redirect(track_attr, pids[i], Cat("tracking event (", w2, ")")));
+        PTKIT_RETURN_IF_ERROR(
+            redirect(track_attr, pids[i], absl::StrCat("tracking event (", w2, ")")));
       }
     }
-    const StreamId stream = s.cpu >= 0 ? StreamId{StreamKind::kCpu, uint64_t(s.cpu)}
-                                       : StreamId{StreamKind::kThread, uint64_t(s.pid)};
-    sources.push_back(std::make_unique<KernelTraceSource>(std::move(main), std::move(redirected),
-                                                          std::move(ring), stream, s.cpu, layout,
-                                                          std::move(peers)));
+    sources.push_back(std::move(source));
   }
 
   // Counters: one set for the task (inherited by its children), or one per CPU for -a.
@@ -385,13 +420,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     code.OnRecord(r, l);
   };
   Drainer drainer(writer.get(), dopt);
-  struct FdCloser {
-    int fd = -1;
-    void reset(int f) { fd = f; }
-    ~FdCloser() {
-      if (fd >= 0) close(fd);
-    }
-  } pidfd_holder;
+  ScopedFd pidfd_holder;
   LoopOptions lo;
   lo.snapshot_mode = o.snapshot_size.has_value();
   lo.snapshot_size = o.snapshot_size.value_or(0);
@@ -429,9 +458,14 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   PTKIT_ASSIGN_OR_RETURN(std::vector<std::string> code_warnings, code.Write(*writer));
   for (std::string& w : code_warnings) result.warnings.push_back(std::move(w));
   if (workload && !result.workload_exit_code) {
-    // Stopped by a signal while the workload runs: end it as perf does, then reap it.
+    // Stopped by a signal while the workload runs: end it as perf does, then reap it. The
+    // exit code is then 128 + the signal that stopped the recording, as a shell shows perf's
+    // (130 for Ctrl-C), not the workload's death by our SIGTERM.
     if (loop->stopped_by_signal) kill(workload->pid(), SIGTERM);
-    result.workload_exit_code = Workload::ExitCode(workload->Wait());
+    const int workload_code = Workload::ExitCode(workload->Wait());
+    result.workload_exit_code = loop->stopped_by_signal && signals.last_stop_signal() != 0
+                                    ? 128 + signals.last_stop_signal()
+                                    : workload_code;
   }
   PTKIT_RETURN_IF_ERROR(writer->Close());
   result.totals = drainer.Totals();

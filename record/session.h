@@ -8,6 +8,7 @@
 #include <sys/types.h>
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,7 +16,10 @@
 
 #include "absl/status/statusor.h"
 #include "record/drain.h"
+#include "record/perf_event.h"
 #include "record/pmu_registry.h"
+#include "record/ring_buffer.h"
+#include "record/trace_source.h"
 
 namespace ptkit::record {
 
@@ -28,6 +32,20 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> ParseMmapPages(std::string_view te
 
 // "--snapshot=SIZE": bytes with an optional K/M/G suffix (powers of 1024).
 absl::StatusOr<uint64_t> ParseSize(std::string_view text);
+
+// Opens the sideband tracking event `attr` (BuildTrackingAttr) of `pid` on `cpu`, for
+// `what` ("tracking event (cpu 0)"). An attr.build_id the kernel rejects (a reserved bit
+// before Linux 5.12: EINVAL) is cleared in `attr` and the event opened without it (file
+// identities then come from the code records). Errors: PerfEvent::Open's.
+absl::StatusOr<PerfEvent> OpenTrackingEvent(perf_event_attr& attr, pid_t pid, int cpu,
+                                            const std::string& what);
+
+// A tracking event (OpenTrackingEvent) with a data ring of its own (`data_pages`; `rings`
+// rings in all share the mlock limits), as the sideband source of `stream`. Errors:
+// OpenTrackingEvent's, RingBuffer::Map's.
+absl::StatusOr<std::unique_ptr<KernelTraceSource>> OpenTrackingSource(
+    perf_event_attr& attr, pid_t pid, int cpu, StreamId stream, uint64_t data_pages, uint64_t rings,
+    const MlockLimits& limits, const std::string& what);
 
 struct SessionOptions {
   std::vector<std::string> command;  // the workload (`-- cmd args`)

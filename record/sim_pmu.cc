@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "absl/strings/str_cat.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
@@ -15,19 +16,19 @@ namespace ptkit::record {
 absl::StatusOr<std::unique_ptr<SimulatedPmu>> SimulatedPmu::Create(const SimOptions& options) {
   if (!IsPowerOfTwo(options.data_pages) || !IsPowerOfTwo(options.aux_pages) ||
       !IsPowerOfTwo(options.page_size)) {
-    return absl::InvalidArgumentError(Cat("simulated PMU: data pages (", options.data_pages,
-                                          "), AUX pages (", options.aux_pages,
-                                          ") and page size must be powers of two"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("simulated PMU: data pages (", options.data_pages, "), AUX pages (",
+                     options.aux_pages, ") and page size must be powers of two"));
   }
   std::unique_ptr<SimulatedPmu> sim(new SimulatedPmu(options));
   const uint64_t page = options.page_size;
   const size_t len = (1 + options.data_pages + options.aux_pages) * page;
   sim->mapping_ = ScopedMmap(
       mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0), len);
-  if (!sim->mapping_.valid()) return ErrnoStatus(Cat("mmap simulated PMU (", len, " bytes)"));
+  if (!sim->mapping_.valid()) return ErrnoStatus(errno, "mmap simulated PMU (", len, " bytes)");
   uint8_t* const base = static_cast<uint8_t*>(sim->mapping_.get());
   sim->event_fd_.reset(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
-  if (!sim->event_fd_.valid()) return ErrnoStatus("eventfd for simulated PMU");
+  if (!sim->event_fd_.valid()) return ErrnoStatus(errno, "eventfd for simulated PMU");
 
   // The same user-page fields the kernel fills (perf_mmap(), rb_alloc_aux()); aux_* are set
   // here the way a reader sets them before mapping the AUX area.

@@ -1,43 +1,13 @@
 // Small string helpers over std::string_view for record/. Debian 12's Abseil is built with its
-// own absl::string_view (ABSL_OPTION_USE_STD_STRING_VIEW 0), so absl::StrCat/StrSplit do not
-// accept std::string_view; these do.
+// own absl::string_view (ABSL_OPTION_USE_STD_STRING_VIEW 0), so absl::StripAsciiWhitespace and
+// absl::StrSplit do not accept std::string_view; these do. Numbers: ptkit/numbers.h.
 #ifndef PTKIT_RECORD_TEXT_UTIL_H_
 #define PTKIT_RECORD_TEXT_UTIL_H_
 
-#include <charconv>
-#include <cstdint>
-#include <string>
 #include <string_view>
-#include <type_traits>
 #include <vector>
 
-#include "absl/strings/string_view.h"
-#include "fmt/format.h"
-
 namespace ptkit::record {
-
-namespace text_internal {
-template <typename T>
-void AppendOne(std::string& out, const T& v) {
-  if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, char>) {
-    out += fmt::to_string(v);
-  } else if constexpr (std::is_same_v<T, char>) {
-    out += v;
-  } else if constexpr (std::is_same_v<T, absl::string_view>) {
-    out.append(v.data(), v.size());
-  } else {
-    out += std::string_view(v);
-  }
-}
-}  // namespace text_internal
-
-// Concatenates strings, std/absl string_views, C strings, chars and numbers (decimal).
-template <typename... Args>
-std::string Cat(const Args&... args) {
-  std::string out;
-  (text_internal::AppendOne(out, args), ...);
-  return out;
-}
 
 // Without leading and trailing ASCII whitespace.
 inline std::string_view Strip(std::string_view s) {
@@ -58,15 +28,6 @@ inline std::vector<std::string_view> Split(std::string_view s, char sep) {
     start = pos + 1;
   }
   return out;
-}
-
-// Parses all of `s` as an unsigned number in `base`; false on junk, sign or overflow.
-template <typename T>
-bool ParseUnsigned(std::string_view s, T* out, int base = 10) {
-  static_assert(std::is_unsigned_v<T>);
-  if (s.empty()) return false;
-  const auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), *out, base);
-  return ec == std::errc() && ptr == s.data() + s.size();
 }
 
 }  // namespace ptkit::record

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -9,109 +10,127 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
 namespace ptkit::record {
 
-absl::StatusOr<Workload> Workload::Start(std::vector<std::string> argv) {
+absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Park park) {
   if (argv.empty()) return absl::InvalidArgumentError("no program to run");
-  int go[2], err[2];
-  if (pipe2(go, O_CLOEXEC) != 0) return ErrnoStatus("pipe2 for the workload");
-  if (pipe2(err, O_CLOEXEC) != 0) {
-    const int e = errno;
-    close(go[0]);
-    close(go[1]);
-    return absl::ErrnoToStatus(e, "pipe2 for the workload");
+  int go[2] = {-1, -1}, err[2];
+  if (park == Park::kPipe && pipe2(go, O_CLOEXEC) != 0) {
+    return ErrnoStatus(errno, "pipe2 for the workload");
   }
-  // Everything the child needs is prepared before fork: after it only async-signal-safe
-  // calls are allowed (the parent may be multi-threaded).
+  ScopedFd go_read(go[0]), go_write(go[1]);
+  if (pipe2(err, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2 for the workload");
+  ScopedFd err_read(err[0]), err_write(err[1]);
+  // After fork only async-signal-safe calls are allowed (the parent may be multi-threaded).
   std::vector<char*> args;
-  for (std::string& a : argv) args.push_back(a.data());
+  for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
 
   const pid_t pid = fork();
-  if (pid < 0) {
-    const int e = errno;
-    close(go[0]);
-    close(go[1]);
-    close(err[0]);
-    close(err[1]);
-    return absl::ErrnoToStatus(e, "fork the workload");
-  }
+  if (pid < 0) return ErrnoStatus(errno, "fork the workload");
   if (pid == 0) {
-    close(go[1]);
+    if (go[1] >= 0) close(go[1]);  // so that the parent's end closing is EOF here
     close(err[0]);
     // The recorder blocks SIGINT/SIGTERM/SIGCHLD/SIGUSR2 around its loop; the workload
     // must start with a clean mask.
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
-    char c;
-    ssize_t n;
-    do {
-      n = read(go[0], &c, 1);
-    } while (n < 0 && errno == EINTR);
-    if (n != 1) _exit(127);  // the parent gave up
+    if (park == Park::kPtraceStop) {
+      ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
+      (void)raise(SIGSTOP);
+    } else {
+      char c;
+      ssize_t n;
+      do {
+        n = read(go[0], &c, 1);
+      } while (n < 0 && errno == EINTR);
+      if (n != 1) _exit(127);  // the parent gave up
+    }
     execvp(args[0], args.data());
     const int e = errno;
     (void)!write(err[1], &e, sizeof(e));
     _exit(127);
   }
-  close(go[0]);
-  close(err[1]);
+  return ParkedChild{.pid = pid, .go = std::move(go_write), .exec_error = std::move(err_read)};
+}
+
+absl::StatusOr<int> ReadExecErrno(const ScopedFd& exec_error, const std::string& name) {
+  int e = 0;
+  ssize_t n;
+  do {
+    n = read(exec_error.get(), &e, sizeof(e));
+  } while (n < 0 && errno == EINTR);
+  if (n < 0) return ErrnoStatus(errno, "read the exec result of ", name);
+  if (n == 0) return 0;  // CLOEXEC closed the pipe: exec succeeded
+  if (n != sizeof(e))
+    return absl::InternalError(absl::StrCat("start ", name, ": short errno read"));
+  return e;
+}
+
+absl::StatusOr<Workload> Workload::Start(std::vector<std::string> argv) {
+  PTKIT_ASSIGN_OR_RETURN(ParkedChild child, ForkParked(argv, Park::kPipe));
   Workload w;
-  w.pid_ = pid;
-  w.go_fd_ = go[1];
-  w.err_fd_ = err[0];
+  w.pid_ = child.pid;
+  w.go_ = std::move(child.go);
+  w.exec_error_ = std::move(child.exec_error);
   w.name_ = argv[0];
   return w;
 }
 
-Workload::Workload(Workload&& other) noexcept { *this = std::move(other); }
+Workload::Workload(Workload&& other) noexcept
+    : pid_(std::exchange(other.pid_, -1)),
+      go_(std::move(other.go_)),
+      exec_error_(std::move(other.exec_error_)),
+      status_(std::exchange(other.status_, std::nullopt)),
+      name_(std::move(other.name_)) {}
 
 Workload& Workload::operator=(Workload&& other) noexcept {
   if (this != &other) {
+    KillAndReap();
     pid_ = std::exchange(other.pid_, -1);
-    go_fd_ = std::exchange(other.go_fd_, -1);
-    err_fd_ = std::exchange(other.err_fd_, -1);
+    go_ = std::move(other.go_);
+    exec_error_ = std::move(other.exec_error_);
     status_ = std::exchange(other.status_, std::nullopt);
     name_ = std::move(other.name_);
   }
   return *this;
 }
 
-Workload::~Workload() {
-  if (go_fd_ >= 0) close(go_fd_);
-  if (err_fd_ >= 0) close(err_fd_);
+Workload::~Workload() { KillAndReap(); }
+
+void Workload::KillAndReap() {
+  go_.reset();
+  exec_error_.reset();
   if (pid_ > 0 && !status_) {
     kill(pid_, SIGKILL);
     int st;
     while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {
     }
   }
+  pid_ = -1;
 }
 
 absl::Status Workload::Go() {
   const char c = 1;
   ssize_t n;
   do {
-    n = write(go_fd_, &c, 1);
+    n = write(go_.get(), &c, 1);
   } while (n < 0 && errno == EINTR);
-  close(go_fd_);
-  go_fd_ = -1;
-  if (n != 1) return ErrnoStatus(Cat("start ", name_));
-  int e = 0;
-  do {
-    n = read(err_fd_, &e, sizeof(e));
-  } while (n < 0 && errno == EINTR);
-  close(err_fd_);
-  err_fd_ = -1;
-  if (n == 0) return absl::OkStatus();  // CLOEXEC closed the pipe: exec succeeded
+  const int write_errno = errno;
+  go_.reset();
+  if (n != 1) return ErrnoStatus(write_errno, "start ", name_);
+  absl::StatusOr<int> e = ReadExecErrno(exec_error_, name_);
+  exec_error_.reset();
+  if (e.ok() && *e == 0) return absl::OkStatus();
   Wait();
-  if (n != sizeof(e)) return absl::InternalError(Cat("start ", name_, ": short errno read"));
-  if (e == ENOENT) return absl::NotFoundError(Cat("program not found: ", name_));
-  return absl::ErrnoToStatus(e, Cat("execvp ", name_));
+  if (!e.ok()) return e.status();
+  if (*e == ENOENT) return absl::NotFoundError(absl::StrCat("program not found: ", name_));
+  return ErrnoStatus(*e, "execvp ", name_);
 }
 
 std::optional<int> Workload::TryReap() {

@@ -1,6 +1,7 @@
 // Workload: the `-- cmd args...` child. Forked stopped at a pipe so the parent can open its
 // perf events (pid = child, enable_on_exec) before it execs; exec failures come back to the
-// parent through a CLOEXEC pipe.
+// parent through a CLOEXEC pipe. ForkParked() is the fork/exec both the kernel path (Workload)
+// and the emulator's stepper (parked at a ptrace stop instead) start their workload with.
 #ifndef PTKIT_RECORD_WORKLOAD_H_
 #define PTKIT_RECORD_WORKLOAD_H_
 
@@ -11,17 +12,39 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ptkit/scoped_fd.h"
 
 namespace ptkit::record {
 
+// Where a child made by ForkParked() waits before it calls execvp.
+enum class Park {
+  kPipe,        // until a byte is written to ParkedChild::go (EOF: it exits with 127)
+  kPtraceStop,  // PTRACE_TRACEME, then a SIGSTOP stop: the tracer's PTRACE_CONT lets it exec
+};
+
+// A forked child that will execvp(argv) (PATH lookup) with an empty signal mask.
+struct ParkedChild {
+  pid_t pid = -1;
+  ScopedFd go;          // Park::kPipe only: the parent's end of the pipe the child waits at
+  ScopedFd exec_error;  // the parent's end: the child's execvp errno, or EOF once it exec'd
+};
+
+// Forks the child (nothing is reaped or killed here: the caller owns the pid). Everything the
+// child needs is prepared before fork (after it only async-signal-safe calls are made).
+// Errors: kInvalidArgument for an empty argv, the errno of pipe2/fork.
+absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Park park);
+
+// Once the child was let go: blocks until it has exec'd (0) or failed (its execvp errno).
+// Errors: kInternal on a short read, the errno of read(2), both naming `name`.
+absl::StatusOr<int> ReadExecErrno(const ScopedFd& exec_error, const std::string& name);
+
 class Workload {
  public:
-  // Forks; the child waits until Go(). Errors: kInvalidArgument for an empty argv, the errno
-  // of pipe2/fork.
+  // Forks; the child waits until Go(). Errors: those of ForkParked().
   static absl::StatusOr<Workload> Start(std::vector<std::string> argv);
 
-  Workload() = default;
   Workload(Workload&& other) noexcept;
+  // Kills (SIGKILL) and reaps the child this one holds, if not reaped, then takes `other`'s.
   Workload& operator=(Workload&& other) noexcept;
   Workload(const Workload&) = delete;
   Workload& operator=(const Workload&) = delete;
@@ -43,9 +66,12 @@ class Workload {
   static int ExitCode(int wait_status);
 
  private:
+  Workload() = default;
+  void KillAndReap();
+
   pid_t pid_ = -1;
-  int go_fd_ = -1;   // parent's end: closing/writing lets the child exec
-  int err_fd_ = -1;  // parent's end: the child's exec errno, or EOF on success
+  ScopedFd go_;          // a byte written lets the child exec; EOF makes it exit (127)
+  ScopedFd exec_error_;  // the child's exec errno, or EOF on success
   std::optional<int> status_;
   std::string name_;
 };

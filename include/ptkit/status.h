@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 
 #define PTKIT_STATUS_CONCAT_INNER_(a, b) a##b
 #define PTKIT_STATUS_CONCAT_(a, b) PTKIT_STATUS_CONCAT_INNER_(a, b)
@@ -38,8 +39,17 @@ namespace ptkit {
 // absl::StrCat and absl::Status do not take a std::string_view (wrap it in std::string, or use
 // fmt::format).
 //
-// absl::ErrnoToStatus for the current errno, with `what` naming the call and its object,
-// e.g. ErrnoStatus("mmap aux area (cpu 3)").
+// absl::ErrnoToStatus(err, absl::StrCat(what...)), `what` naming the call and its object:
+// ErrnoStatus(errno, "mmap aux area (cpu ", cpu, ")"). The errno is taken as the first
+// argument, before the message is built (building it may allocate and change errno); pass a
+// saved copy when other calls come between the failure and this one.
+template <typename... What>
+absl::Status ErrnoStatus(int err, const What&... what) {
+  return absl::ErrnoToStatus(err, absl::StrCat(what...));
+}
+
+// The same for the current errno, with a message built before the call: for callers not
+// converted yet (decoder/, src/); new code uses ErrnoStatus(errno, ...).
 inline absl::Status ErrnoStatus(const std::string& what) {
   return absl::ErrnoToStatus(errno, what);
 }

@@ -275,24 +275,26 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   };
   if (!options.ground_truth.empty()) {
     truth.reset(std::fopen(options.ground_truth.c_str(), "w"));
-    if (!truth) return ErrnoStatus(absl::StrCat("create ", options.ground_truth));
+    if (!truth) return ErrnoStatus(errno, "create ", options.ground_truth);
   }
 
   // Real sideband: a dummy tracking event per CPU on the workload, opened while it waits to
   // exec, enabled by the exec.
-  perf_event_attr tracking = record::BuildTrackingAttr({.enable_on_exec = true, .inherit = true});
-  // Every single step stops and resumes the thread: with context_switch on, that is two
-  // SWITCH records per instruction, which would flood the ring. The streams are per thread,
-  // so the decoder needs no schedule.
-  tracking.context_switch = 0;
-  // MMAP2 records carry the mapped file's build-id instead of its inode (Linux 5.12): the
-  // decoder warns when the file it reads is another build.
-  tracking.build_id = 1;
-  // The emulated trace's clock (see StepperOptions::clock): the sideband's timestamps and the
-  // TSC packets are both CLOCK_MONOTONIC nanoseconds, so trace and sideband order exactly.
-  tracking.use_clockid = 1;
-  tracking.clockid = CLOCK_MONOTONIC;
-  const perf::SampleIdLayout layout{tracking.sample_type, true};
+  perf_event_attr tracking = record::BuildTrackingAttr({
+      .enable_on_exec = true,
+      .inherit = true,
+      // Every single step stops and resumes the thread: with context_switch on, that is two
+      // SWITCH records per instruction, which would flood the ring. The streams are per
+      // thread, so the decoder needs no schedule.
+      .context_switch = false,
+      // MMAP2 records carry the mapped file's build-id instead of its inode (Linux 5.12): the
+      // decoder warns when the file it reads is another build.
+      .build_id = true,
+      // The emulated trace's clock (see StepperOptions::clock): the sideband's timestamps and
+      // the TSC packets are both CLOCK_MONOTONIC nanoseconds, so trace and sideband order
+      // exactly.
+      .clockid = CLOCK_MONOTONIC,
+  });
   std::vector<std::unique_ptr<KernelTraceSource>> sideband;
   // The online CPUs by number (they need not be 0..N-1).
   PTKIT_ASSIGN_OR_RETURN(std::string online_text,
@@ -330,22 +332,14 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     };
   }
   so.before_exec = [&](pid_t pid) -> absl::Status {
+    const record::MlockLimits limits = record::ReadMlockLimits();
     for (int cpu : cpus) {
-      absl::StatusOr<record::PerfEvent> opened =
-          record::PerfEvent::Open(tracking, pid, cpu, "tracking event");
-      if (opened.status().code() == absl::StatusCode::kInvalidArgument && tracking.build_id) {
-        // Before Linux 5.12 attr.build_id is a reserved bit (EINVAL): the file identities
-        // still come from the code records.
-        tracking.build_id = 0;
-        opened = record::PerfEvent::Open(tracking, pid, cpu, "tracking event");
-      }
-      PTKIT_ASSIGN_OR_RETURN(record::PerfEvent ev, std::move(opened));
       PTKIT_ASSIGN_OR_RETURN(
-          record::RingBuffer ring,
-          record::RingBuffer::Map(ev, options.data_pages, 0, false, cpus.size()));
-      sideband.push_back(std::make_unique<KernelTraceSource>(
-          std::move(ev), std::vector<record::PerfEvent>{}, std::move(ring),
-          StreamId{StreamKind::kCpu, static_cast<uint64_t>(cpu)}, cpu, layout));
+          std::unique_ptr<KernelTraceSource> source,
+          record::OpenTrackingSource(tracking, pid, cpu,
+                                     StreamId{StreamKind::kCpu, static_cast<uint64_t>(cpu)},
+                                     options.data_pages, cpus.size(), limits, "tracking event"));
+      sideband.push_back(std::move(source));
     }
     record::MetadataInput mi;
     mi.command_line = options.command_line;
@@ -424,7 +418,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   PTKIT_RETURN_IF_ERROR(recorder.status());
   PTKIT_RETURN_IF_ERROR(sideband_status);
   if (truth && (std::fflush(truth.get()) != 0 || std::ferror(truth.get()))) {
-    return ErrnoStatus(absl::StrCat("write ", options.ground_truth));
+    return ErrnoStatus(errno, "write ", options.ground_truth);
   }
   EmulateResult result;
   PTKIT_ASSIGN_OR_RETURN(result.warnings, code.Write(*writer));

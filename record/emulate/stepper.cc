@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <fstream>
@@ -23,9 +22,13 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "ptkit/numbers.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 #include "record/emulate/step_events.h"
+#include "record/proc_maps.h"
 #include "record/session.h"
+#include "record/workload.h"
 
 namespace ptkit::emulate {
 namespace {
@@ -132,22 +135,17 @@ class MemFile {
  public:
   explicit MemFile(uint32_t tid)
       : fd_(::open(absl::StrCat("/proc/", tid, "/mem").c_str(), O_RDWR | O_CLOEXEC)) {}
-  MemFile(const MemFile&) = delete;
-  MemFile& operator=(const MemFile&) = delete;
-  ~MemFile() {
-    if (fd_ >= 0) ::close(fd_);
-  }
   bool Read(uint64_t at, std::span<uint8_t> out) const {
-    return fd_ >= 0 && ::pread(fd_, out.data(), out.size(), static_cast<off_t>(at)) ==
-                           static_cast<ssize_t>(out.size());
+    return fd_.valid() && ::pread(fd_.get(), out.data(), out.size(), static_cast<off_t>(at)) ==
+                              static_cast<ssize_t>(out.size());
   }
   bool Write(uint64_t at, std::span<const uint8_t> bytes) const {
-    return fd_ >= 0 && ::pwrite(fd_, bytes.data(), bytes.size(), static_cast<off_t>(at)) ==
-                           static_cast<ssize_t>(bytes.size());
+    return fd_.valid() && ::pwrite(fd_.get(), bytes.data(), bytes.size(), static_cast<off_t>(at)) ==
+                              static_cast<ssize_t>(bytes.size());
   }
 
  private:
-  int fd_;
+  ScopedFd fd_;
 };
 
 bool IsMapSyscall(uint64_t nr) {
@@ -187,8 +185,8 @@ bool Catches(uint32_t pid, int sig) {
     if (key == "SigCgt:") {
       std::string hex;
       in >> hex;
-      uint64_t mask = std::stoull(hex, nullptr, 16);
-      return (mask >> (sig - 1)) & 1;
+      uint64_t mask = 0;
+      return ParseUnsigned(hex, &mask, 16) && ((mask >> (sig - 1)) & 1);
     }
     in.ignore(1 << 16, '\n');
   }
@@ -268,7 +266,7 @@ class Run {
 absl::StatusOr<user_regs_struct> Run::Regs(uint32_t tid) {
   user_regs_struct regs;
   if (::ptrace(PTRACE_GETREGS, tid, nullptr, &regs) != 0) {
-    return ErrnoStatus(absl::StrCat("ptrace(GETREGS) of thread ", tid));
+    return ErrnoStatus(errno, "ptrace(GETREGS) of thread ", tid);
   }
   return regs;
 }
@@ -318,8 +316,8 @@ absl::StatusOr<const InsnInfo*> Run::Info(const Thread& t, uint64_t ip) {
     got += static_cast<size_t>(n);
   }
   if (got == 0) {
-    return ErrnoStatus(
-        absl::StrCat("read code of thread ", t.tid, " (process ", pid, ") at 0x", absl::Hex(ip)));
+    return ErrnoStatus(errno, "read code of thread ", t.tid, " (process ", pid, ") at 0x",
+                       absl::Hex(ip));
   }
   if (t.mm != 0) {
     for (const auto& [start, original] : mms_[t.mm].planted) {  // the program's bytes, not INT3
@@ -354,7 +352,7 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
     }
     if (::ptrace(PTRACE_SYSCALL, tid, nullptr, reinterpret_cast<void*>(sig)) != 0) {
       if (errno == ESRCH) return absl::OkStatus();
-      return ErrnoStatus(absl::StrCat("ptrace(SYSCALL) of thread ", tid));
+      return ErrnoStatus(errno, "ptrace(SYSCALL) of thread ", tid);
     }
     return absl::OkStatus();
   }
@@ -371,7 +369,7 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
   t.resumed_at = now_;
   if (::ptrace(PTRACE_SINGLESTEP, tid, nullptr, reinterpret_cast<void*>(sig)) != 0) {
     if (errno == ESRCH) return absl::OkStatus();  // killed meanwhile; waitpid reports it
-    return ErrnoStatus(absl::StrCat("ptrace(SINGLESTEP) of thread ", tid));
+    return ErrnoStatus(errno, "ptrace(SINGLESTEP) of thread ", tid);
   }
   return absl::OkStatus();
 }
@@ -405,48 +403,34 @@ void Run::Resolve(Thread& t) {
   mm.resolved = true;
   mm.ranges.clear();
   std::vector<Span> spans, armed;
-  std::FILE* maps = std::fopen(absl::StrCat("/proc/", t.tid, "/maps").c_str(), "re");
-  if (maps == nullptr) return;  // the thread is gone; its exit is on the way
-  char line[4096 + 256];
-  while (std::fgets(line, sizeof(line), maps) != nullptr) {
-    unsigned long long start = 0, end = 0, pgoff = 0;
-    char perms[8] = {};
-    int path_at = 0;
-    if (std::sscanf(line, "%llx-%llx %7s %llx %*s %*u %n", &start, &end, perms, &pgoff, &path_at) <
-            4 ||
-        path_at == 0) {
-      continue;
-    }
-    std::string path(line + path_at);
-    while (!path.empty() && (path.back() == '\n' || path.back() == ' ')) path.pop_back();
-    if (path == "[vdso]" && mm.gadget == 0) {
-      std::vector<uint8_t> vdso(end - start);
+  absl::StatusOr<std::vector<record::ProcMapping>> maps = record::ReadProcMaps(absl::StrCat(t.tid));
+  if (!maps.ok()) return;  // the thread is gone; its exit is on the way
+  for (const record::ProcMapping& m : *maps) {
+    if (m.path == "[vdso]" && mm.gadget == 0) {
+      std::vector<uint8_t> vdso(m.end - m.start);
       iovec local{vdso.data(), vdso.size()};
-      iovec remote{reinterpret_cast<void*>(start), vdso.size()};
+      iovec remote{reinterpret_cast<void*>(m.start), vdso.size()};
       ssize_t n = ::process_vm_readv(static_cast<pid_t>(t.tid), &local, 1, &remote, 1, 0);
       for (ssize_t i = 0; i + 1 < n; ++i) {
         if (vdso[i] == 0x0f && vdso[i + 1] == 0x05) {  // SYSCALL
-          mm.gadget = start + i;
+          mm.gadget = m.start + i;
           break;
         }
       }
       continue;
     }
     for (const record::AddressFilter& f : options_.filters) {
-      if (path != f.file) continue;
+      if (m.path != f.file) continue;
       // The kernel's perf_addr_filter_vma_adjust(): the filter's file offsets in this mapping.
-      const uint64_t size = end - start;
-      if (f.offset + f.size <= pgoff || f.offset >= pgoff + size) continue;
-      const uint64_t from = f.offset < pgoff ? start : start + (f.offset - pgoff);
-      const uint64_t to = std::min<uint64_t>(end, start + (f.offset + f.size - pgoff));
+      const uint64_t size = m.end - m.start;
+      if (f.offset + f.size <= m.offset || f.offset >= m.offset + size) continue;
+      const uint64_t from = f.offset < m.offset ? m.start : m.start + (f.offset - m.offset);
+      const uint64_t to = std::min<uint64_t>(m.end, m.start + (f.offset + f.size - m.offset));
       mm.ranges.emplace_back(from, to);
-      const int prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
-                       (perms[2] == 'x' ? PROT_EXEC : 0);
-      AddSpans(from & ~4095ull, std::min<uint64_t>(end, (to + 4095) & ~4095ull), prot, mm.armed,
+      AddSpans(from & ~4095ull, std::min<uint64_t>(m.end, (to + 4095) & ~4095ull), m.prot, mm.armed,
                spans, armed);
     }
   }
-  std::fclose(maps);
   auto by_start = [](const Span& a, const Span& b) { return a.start < b.start; };
   std::sort(spans.begin(), spans.end(), by_start);
   spans.erase(std::unique(spans.begin(), spans.end()), spans.end());
@@ -471,15 +455,15 @@ absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_
   regs.rdx = a2;
   regs.orig_rax = ~0ull;
   if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &regs) != 0) {
-    return ErrnoStatus(absl::StrCat("ptrace(SETREGS) of thread ", t.tid));
+    return ErrnoStatus(errno, "ptrace(SETREGS) of thread ", t.tid);
   }
   for (;;) {
     if (::ptrace(PTRACE_SINGLESTEP, t.tid, nullptr, nullptr) != 0) {
-      return ErrnoStatus(absl::StrCat("ptrace(SINGLESTEP) of thread ", t.tid));
+      return ErrnoStatus(errno, "ptrace(SINGLESTEP) of thread ", t.tid);
     }
     int status = 0;
     if (WaitRestarting(static_cast<pid_t>(t.tid), &status, __WALL) < 0) {
-      return ErrnoStatus("waitpid");
+      return ErrnoStatus(errno, "waitpid");
     }
     if (!WIFSTOPPED(status)) {
       return absl::InternalError(absl::StrCat("thread ", t.tid, " ended in an injected syscall"));
@@ -493,7 +477,7 @@ absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_
         absl::StrCat("injected syscall in thread ", t.tid, " stopped at 0x", absl::Hex(after.rip)));
   }
   if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &saved) != 0) {
-    return ErrnoStatus(absl::StrCat("ptrace(SETREGS) of thread ", t.tid));
+    return ErrnoStatus(errno, "ptrace(SETREGS) of thread ", t.tid);
   }
   return static_cast<int64_t>(after.rax);
 }
@@ -556,8 +540,8 @@ absl::Status Run::Plant(Thread& t) {
     std::vector<uint8_t> original(to - from);
     const std::vector<uint8_t> traps(to - from, 0xcc);
     if (!mem.Read(from, original) || !mem.Write(from, traps)) {
-      absl::Status failed = ErrnoStatus(absl::StrCat("--filter: write breakpoints at 0x",
-                                                     absl::Hex(from), " in process ", t.pid));
+      absl::Status failed = ErrnoStatus(errno, "--filter: write breakpoints at 0x", absl::Hex(from),
+                                        " in process ", t.pid);
       Unplant(t).IgnoreError();
       return failed;
     }
@@ -574,8 +558,8 @@ absl::Status Run::Unplant(Thread& t) {
   for (const auto& [from, original] : mm.planted) {
     if (!mem.Write(from, original)) {
       if (status.ok()) {
-        status = ErrnoStatus(
-            absl::StrCat("--filter: restore code at 0x", absl::Hex(from), " in process ", t.pid));
+        status = ErrnoStatus(errno, "--filter: restore code at 0x", absl::Hex(from), " in process ",
+                             t.pid);
       }
     }
   }
@@ -594,7 +578,7 @@ absl::StatusOr<bool> Run::OnPlantedTrap(Thread& t, const siginfo_t& si) {
   PTKIT_RETURN_IF_ERROR(Unplant(t));
   regs.rip = ip;  // the instruction there has not run
   if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &regs) != 0) {
-    return ErrnoStatus(absl::StrCat("ptrace(SETREGS) of thread ", t.tid));
+    return ErrnoStatus(errno, "ptrace(SETREGS) of thread ", t.tid);
   }
   const bool was_free = t.free;  // else a step ran into INT3s not yet taken out
   t.free = false;
@@ -897,32 +881,16 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
 }
 
 absl::StatusOr<StepperResult> Run::Go() {
-  if (options_.argv.empty()) return absl::InvalidArgumentError("no program to run");
-  int err_pipe[2];
-  if (::pipe2(err_pipe, O_CLOEXEC) != 0) return ErrnoStatus("pipe");
   start_ = last_progress_ = absl::Now();
-  pid_t pid = ::fork();
-  if (pid < 0) return ErrnoStatus("fork");
-  if (pid == 0) {
-    ::close(err_pipe[0]);
-    std::vector<char*> args;
-    for (const std::string& a : options_.argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
-    (void)::raise(SIGSTOP);
-    ::execvp(args[0], args.data());
-    int e = errno;
-    if (::write(err_pipe[1], &e, sizeof(e)) < 0) _exit(126);
-    _exit(127);
-  }
-  ::close(err_pipe[1]);
+  PTKIT_ASSIGN_OR_RETURN(record::ParkedChild child,
+                         record::ForkParked(options_.argv, record::Park::kPtraceStop));
+  const pid_t pid = child.pid;
   leader_ = pid;
   int status = 0;
   auto kill_and_reap = [&](const absl::Status& s) {
     KillAll();
     while (WaitRestarting(-1, &status, __WALL) > 0) {
     }
-    ::close(err_pipe[0]);
     return s;
   };
   if (WaitRestarting(pid, &status, 0) != pid || !WIFSTOPPED(status)) {
@@ -931,27 +899,26 @@ absl::StatusOr<StepperResult> Run::Go() {
   constexpr long kOptions = PTRACE_O_EXITKILL | PTRACE_O_TRACECLONE | PTRACE_O_TRACEFORK |
                             PTRACE_O_TRACEVFORK | PTRACE_O_TRACEEXEC | PTRACE_O_TRACESYSGOOD;
   if (::ptrace(PTRACE_SETOPTIONS, pid, nullptr, reinterpret_cast<void*>(kOptions)) != 0) {
-    return kill_and_reap(ErrnoStatus("ptrace(SETOPTIONS) of the workload"));
+    return kill_and_reap(ErrnoStatus(errno, "ptrace(SETOPTIONS) of the workload"));
   }
   if (options_.before_exec) {
     if (absl::Status s = options_.before_exec(pid); !s.ok()) return kill_and_reap(s);
   }
   ::ptrace(PTRACE_CONT, pid, nullptr, nullptr);
-  if (WaitRestarting(pid, &status, 0) != pid) return kill_and_reap(ErrnoStatus("waitpid"));
+  if (WaitRestarting(pid, &status, 0) != pid) return kill_and_reap(ErrnoStatus(errno, "waitpid"));
   if (!WIFSTOPPED(status) || (status >> 16) != PTRACE_EVENT_EXEC) {
-    int e = 0;
-    bool exec_failed = ::read(err_pipe[0], &e, sizeof(e)) == sizeof(e);
+    absl::StatusOr<int> e = record::ReadExecErrno(child.exec_error, options_.argv[0]);
     kill_and_reap(absl::OkStatus()).IgnoreError();
-    if (exec_failed) {
+    if (e.ok() && *e != 0) {
       absl::Status not_found = absl::NotFoundError(
-          absl::StrCat(options_.argv[0], ": cannot execute: ", std::strerror(e)));
+          absl::StrCat(options_.argv[0], ": cannot execute: ", std::strerror(*e)));
       // The shell's "command not found" exit code, for ptrecord.
       not_found.SetPayload(record::kExitCodePayload, absl::Cord("127"));
       return not_found;
     }
     return absl::InternalError("the workload did not reach execve");
   }
-  ::close(err_pipe[0]);
+  child.exec_error.reset();
   threads_[pid].pid = pid;
   threads_[pid].mm = next_mm_++;
   leader_ = pid;
@@ -967,7 +934,7 @@ absl::StatusOr<StepperResult> Run::Go() {
         continue;
       }
       if (errno == ECHILD) break;
-      return kill_and_reap(ErrnoStatus("waitpid"));
+      return kill_and_reap(ErrnoStatus(errno, "waitpid"));
     }
     if (WIFEXITED(status) || WIFSIGNALED(status)) {
       OnGone(static_cast<uint32_t>(tid), status);

@@ -27,7 +27,7 @@ absl::StatusOr<CodeImage> CodeImage::Load(const std::string& path, uint64_t pie_
   image.path_ = path;
   {
     std::ifstream in(path, std::ios::binary);
-    if (!in) return ErrnoStatus(absl::StrCat("open ", path));
+    if (!in) return ErrnoStatus(errno, "open ", path);
     image.file_.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
   if (elf_version(EV_CURRENT) == EV_NONE) return absl::InternalError("libelf too old");

@@ -63,6 +63,8 @@ class CodeImage {
   std::optional<uint64_t> FunctionAddress(const std::string& name) const;
 
  private:
+  CodeImage() = default;
+
   std::string path_;
   std::vector<uint8_t> file_;
   bool pie_ = false;

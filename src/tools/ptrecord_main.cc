@@ -2,19 +2,23 @@
 // trace.pt container. Flags are parsed here; everything else is record/session.h.
 //
 // Exit codes: the workload's status when recording succeeded (0 without a workload; 128 + N
-// when signal N killed it); --emulate stopped by SIGINT/SIGTERM/SIGHUP: 128 + that signal;
+// when signal N killed it); stopped by SIGINT/SIGTERM/SIGHUP while it ran: 128 + that signal;
 // 2 usage errors; 1 runtime failures; 127 program not found.
 #include <unistd.h>
 
 #include <cstdio>
 #include <filesystem>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
+#include "ptkit/numbers.h"
 #include "record/emulate/emulate.h"
 #include "record/session.h"
 
@@ -118,7 +122,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "ptrecord " PTKIT_VERSION);
   SessionOptions o;
   std::string mmap_pages, snapshot, watermark;
-  int pid = -1, tid = -1;
+  std::string pid, tid;
   bool bts = false, no_compress = false, quiet = false, emulate = false;
   std::string ground_truth;
   int64_t max_steps = 0;
@@ -213,8 +217,19 @@ int main(int argc, char** argv) {
                 2);
   }
   o.command_line.assign(argv, argv + argc);
-  if (pid >= 0) o.pid = pid;
-  if (tid >= 0) o.tid = tid;
+  // -p / -t: an id of 1 or more; a negative or 0 one is a mistake, not "no -p".
+  for (const auto& [flag, text, what, out] :
+       {std::tuple<const char*, const std::string&, const char*, std::optional<pid_t>&>{
+            "--pid", pid, "-p: expected a process id", o.pid},
+        {"--tid", tid, "-t: expected a thread id", o.tid}}) {
+    if (app.count(flag) == 0) continue;
+    uint32_t id = 0;
+    if (!ptkit::ParseUnsigned(text, &id) || id == 0 ||
+        id > static_cast<uint32_t>(std::numeric_limits<pid_t>::max())) {
+      return Fail(std::string(what) + " (a number of 1 or more), not '" + text + "'", 2);
+    }
+    out = static_cast<pid_t>(id);
+  }
   if (bts) {
     if (app.count("--event") > 0) return Fail("--bts and --event exclude each other", 2);
     o.trace_event = "intel_bts//";

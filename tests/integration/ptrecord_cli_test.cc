@@ -102,6 +102,21 @@ TEST(PtrecordCliTest, UsageErrorsExit2WithOneLine) {
   EXPECT_THAT(filter.err, HasSubstr("no symbol 'no_such_symbol'"));
 }
 
+// A negative or 0 id is a mistake, not "no -p" (it used to record nothing, or the system).
+TEST(PtrecordCliTest, ABadPidOrTidIsAUsageError) {
+  ::ptkit::testing::TempDir dir;
+  for (const char* args : {"-p -1", "-p 0", "--pid=-7", "-p 12x", "-p 4294967297"}) {
+    const CliRun r = Ptrecord(dir.path(), std::string("--sideband-only ") + args);
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
+    EXPECT_THAT(r.err, StartsWith("ptrecord: -p: expected a process id (a number of 1 or more)"))
+        << args;
+  }
+  const CliRun t = Ptrecord(dir.path(), "--sideband-only -t -5");
+  EXPECT_EQ(t.code, 2) << t.err;
+  EXPECT_EQ(t.err, "ptrecord: -t: expected a thread id (a number of 1 or more), not '-5'\n");
+}
+
 TEST(PtrecordCliTest, UsageErrorsSayWhatToDo) {
   ::ptkit::testing::TempDir dir;
   EXPECT_THAT(Ptrecord(dir.path(), "-o -- /bin/true").err,
@@ -329,6 +344,33 @@ TEST(PtrecordCliTest, SystemWideStopsOnSigint) {
   const Recorded r = ReadRecording(dir.File("trace.pt"));
   EXPECT_TRUE(r.clean);
   EXPECT_TRUE(r.metadata);
+}
+
+// Ctrl-C while the command runs: the command gets SIGTERM (as perf sends it), the recording is
+// closed, and ptrecord exits 130 as a shell shows perf's own exit (not 143, the command's death
+// by that SIGTERM); SIGTERM gives 143.
+TEST(PtrecordCliTest, AStopSignalWhileTheCommandRunsIs128PlusThatSignal) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  for (int sig : {SIGINT, SIGTERM}) {
+    ::ptkit::testing::TempDir dir;
+    const pid_t rec = fork();
+    ASSERT_GE(rec, 0);
+    if (rec == 0) {
+      if (chdir(dir.path().c_str()) != 0) _exit(99);
+      execl(kPtrecord.c_str(), "ptrecord", "--sideband-only", "-q", "--", "/bin/sleep", "30",
+            nullptr);
+      _exit(127);
+    }
+    usleep(300000);
+    kill(rec, sig);
+    int st = 0;
+    waitpid(rec, &st, 0);
+    ASSERT_TRUE(WIFEXITED(st)) << sig;
+    EXPECT_EQ(WEXITSTATUS(st), 128 + sig);
+    const Recorded r = ReadRecording(dir.File("trace.pt"));
+    EXPECT_TRUE(r.clean) << sig;
+    EXPECT_THAT(r.exec_comms, ::testing::Contains("sleep")) << sig;
+  }
 }
 
 }  // namespace

@@ -115,6 +115,37 @@ TEST(AddressFilterTest, MistakesAreErrorsNamingTheFilter) {
   EXPECT_THAT(ParseAddressFilters(""), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// Numbers are decimal or 0x hex, as perf writes them: a leading 0 is no octal prefix.
+TEST(AddressFilterTest, NumbersAreDecimalOrHexNeverOctal) {
+  const std::string self = SelfPath();
+  auto f = ParseAddressFilters("filter 010/8 @ " + self + " filter 08/09 @ " + self +
+                               " filter 0x10/0X8 @ " + self);
+  ASSERT_THAT(f, IsOk());
+  ASSERT_EQ(f->size(), 3u);
+  EXPECT_EQ((*f)[0].offset, 10u);
+  EXPECT_EQ((*f)[0].size, 8u);
+  EXPECT_EQ((*f)[1].offset, 8u);  // a number, not a symbol named "08"
+  EXPECT_EQ((*f)[1].size, 9u);
+  EXPECT_EQ((*f)[2].offset, 16u);
+  EXPECT_EQ((*f)[2].size, 8u);
+  EXPECT_THAT(ParseAddressFilters("filter 99999999999999999999/8"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("bad number '99999999999999999999' in filter")));
+  EXPECT_THAT(ParseAddressFilters("filter 0x1000/12k @ " + self),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bad number '12k'")));
+}
+
+// A size that takes the range past 2^64 is said to, not taken for an empty symbol.
+TEST(AddressFilterTest, ASizeBeyondTheAddressSpaceIsAnOverflowError) {
+  const std::string self = SelfPath();
+  EXPECT_THAT(ParseAddressFilters("filter PtkitFilterTarget/0xffffffffffffffff @ " + self),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("+ size 0xffffffffffffffff is beyond the 64-bit address space")));
+  EXPECT_THAT(ParseAddressFilters("filter 0xffffffffffff0000/0x20000"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("0xffffffffffff0000 + size 0x20000 is beyond")));
+}
+
 // An unknown symbol: the error lists what there is, as the man page says.
 TEST(AddressFilterTest, AnUnknownSymbolListsSimilarOnes) {
   const std::string self = SelfPath();

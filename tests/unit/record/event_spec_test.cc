@@ -184,6 +184,21 @@ TEST_F(EventSpecTest, FeatureNeedsCapability) {
   EXPECT_THAT(Resolve(pt_, "intel_pt/notnt=0/"), ::ptkit::testing::IsOk());
 }
 
+TEST_F(EventSpecTest, AnUnreadableMtcCapMattersOnlyWhenMtcIsAskedFor) {
+  Pmu pt = pt_;
+  pt.caps["mtc"] = "zz";
+  // A plain event records without the defaults that rest on the cap (as caps/mtc = 0).
+  PTKIT_ASSERT_OK_AND_ASSIGN(ResolvedEvent e, Resolve(pt, "intel_pt//u"));
+  EXPECT_EQ(pt.formats.at("mtc").Extract(e.config), 0u);
+  EXPECT_EQ(e.config, (1u << 0) | (1u << 10) | (1u << 13));
+  // Asked for, it fails naming the file and what is in it.
+  EXPECT_THAT(Resolve(pt, "intel_pt/mtc/u"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("term mtc needs a readable capability: " + kFixture +
+                                 "/intel_pt/caps/mtc: not a hex number: \"zz\"")));
+  EXPECT_THAT(Resolve(pt, "intel_pt/mtc=0/u"), ::ptkit::testing::IsOk());
+}
+
 TEST_F(EventSpecTest, WrongPmuAndNoSpace) {
   PTKIT_ASSERT_OK_AND_ASSIGN(EventSpec spec, ParseEventString("intel_bts//"));
   EXPECT_THAT(ResolveEvent(pt_, spec), StatusIs(absl::StatusCode::kInvalidArgument));

@@ -1,7 +1,10 @@
 #include "record/workload.h"
 
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <filesystem>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -58,6 +61,39 @@ TEST(WorkloadTest, DestructorKillsUnstartedChild) {
     pid = w.pid();
   }
   EXPECT_EQ(kill(pid, 0), -1);  // reaped: no such process
+}
+
+// The descriptors this process has open.
+int OpenFds() {
+  int n = 0;
+  for ([[maybe_unused]] const auto& e : std::filesystem::directory_iterator("/proc/self/fd")) ++n;
+  return n;
+}
+
+// Whether `pid` is a child of this process not reaped yet (running or a zombie).
+bool Unreaped(pid_t pid) {
+  siginfo_t info{};
+  return waitid(P_PID, static_cast<id_t>(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0;
+}
+
+TEST(WorkloadTest, MoveAssignmentEndsTheChildItReplaces) {
+  const int fds = OpenFds();
+  pid_t first;
+  {
+    PTKIT_ASSERT_OK_AND_ASSIGN(Workload a, Workload::Start({"/bin/true"}));
+    first = a.pid();
+    PTKIT_ASSERT_OK_AND_ASSIGN(Workload b, Workload::Start({"/bin/true"}));
+    const pid_t second = b.pid();
+    EXPECT_EQ(OpenFds(), fds + 4);  // two pipe ends per workload
+    a = std::move(b);
+    EXPECT_EQ(a.pid(), second);
+    EXPECT_EQ(OpenFds(), fds + 2) << "the replaced workload's pipes are still open";
+    EXPECT_FALSE(Unreaped(first)) << "the replaced workload was not killed and reaped";
+    ASSERT_THAT(a.Go(), IsOk());
+    EXPECT_EQ(Workload::ExitCode(a.Wait()), 0);
+  }
+  EXPECT_EQ(OpenFds(), fds);
+  if (Unreaped(first)) kill(first, SIGKILL);  // without the fix: do not leave it behind
 }
 
 }  // namespace
