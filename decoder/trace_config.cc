@@ -6,11 +6,16 @@
 #include <limits>
 #include <vector>
 
+#include "decoder/decode.h"
 #include "decoder/ipt_handles.h"
 
 namespace ptkit::decoder {
 
 const char* IptErrorName(int code) {
+  switch (code < 0 ? -code : code) {
+    case kErrorLoop:
+      return "loop";
+  }
   switch (pt_errcode(code < 0 ? code : -code)) {
     case pte_ok:
       return "ok";
