@@ -313,12 +313,20 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
 }  // namespace
 
 const char* DecodeErrorText(int code) {
-  static_assert(kMaxInsnsWithoutProgress == 1048576, "the text below names the bound");
-  if (code == kErrorLoop) {
-    return "no trace progress: over 1048576 instructions decoded without reading trace (code "
-           "that loops through direct branches, or a trace of other code)";
+  static_assert(kMaxInsnsWithoutProgress == 1048576 && kMaxBtsWalk == 65536,
+                "the texts below name the bounds");
+  switch (code) {
+    case kErrorLoop:
+      return "no trace progress: over 1048576 instructions decoded without reading trace (code "
+             "that loops through direct branches, or a trace of other code)";
+    case kErrorBtsWalk:
+      return "no taken branch in 65536 instructions from the previous BTS record's target: "
+             "this record's source is not reached (records of other code?)";
+    case kErrorBtsPartial:
+      return "the piece ends in a partial 24-byte BTS record: its bytes are lost";
+    default:
+      return pt_errstr(static_cast<pt_error_code>(code));
   }
-  return pt_errstr(static_cast<pt_error_code>(code));
 }
 
 uint64_t NextIpAfter(const ProgramImage& image, uint64_t ip, pt_exec_mode mode) {

@@ -33,7 +33,18 @@ enum DecodeErrorCode : int {
   // further into the trace: the code loops through direct branches (`jmp .`), which needs no
   // trace, or the trace does not belong to the code. Decoding resumes at the next PSB.
   kErrorLoop = 1000,
+  // BTS: the walk from one record's `to` met no taken branch within kMaxBtsWalk instructions,
+  // so it never reached the next record's `from` (records of other code). The walk restarts at
+  // that record's `to`.
+  kErrorBtsWalk = 1001,
+  // BTS: the bytes at the end of a piece are not a whole 24-byte record (and not the kernel's
+  // zero padding): they are lost.
+  kErrorBtsPartial = 1002,
 };
+
+// The bound of kErrorBtsWalk: straight-line code (no jump, call or return, no taken
+// conditional branch) of this many instructions does not occur in programs.
+inline constexpr uint64_t kMaxBtsWalk = 1 << 16;
 
 // The bound of kErrorLoop. perf's decoder stops after 100,000 direct branches without a packet
 // ("Never-ending loop"); this counts instructions, which a block holds without naming its

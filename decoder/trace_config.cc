@@ -15,6 +15,10 @@ const char* IptErrorName(int code) {
   switch (code < 0 ? -code : code) {
     case kErrorLoop:
       return "loop";
+    case kErrorBtsWalk:
+      return "bts_walk";
+    case kErrorBtsPartial:
+      return "bts_partial";
   }
   switch (pt_errcode(code < 0 ? code : -code)) {
     case pte_ok:
