@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -119,6 +120,8 @@ struct ContainerReader::State {
   size_t window_len = 0;
   std::vector<uint8_t> large;  // payloads that do not fit the window
   std::vector<uint8_t> raw;    // decompressed payload
+  // XXH3 of every trace payload (AUX, snapshot) returned so far -> its record's offset.
+  std::unordered_map<uint64_t, uint64_t> trace_payloads;
 
   // Returns `n` bytes at `offset` (the caller has checked they lie inside the file), valid
   // until the next call.
@@ -343,6 +346,23 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
         s.report.warnings.push_back(
             absl::StrCat(s.size - s.pos, " bytes after the footer were ignored"));
         s.done = true;
+      }
+    }
+    if (h.type == static_cast<uint16_t>(RecordType::kAux) ||
+        h.type == static_cast<uint16_t>(RecordType::kSnapshot)) {
+      // A writer never stores the same trace bytes twice, and each trace payload names its
+      // stream, AUX offset and time: an identical payload under a new sequence number is a
+      // copied record, and returning it would have its trace decoded twice (a copy of the
+      // first AUX record would even pass for a restart of the stream at offset 0). Equal
+      // 64-bit hashes are taken as equal bytes (by chance: 1 in 2^64 per pair).
+      auto [it, fresh] =
+          s.trace_payloads.try_emplace(XXH3_64bits(payload.data(), payload.size()), at);
+      if (!fresh) {
+        s.AddDamage(at, total, 0,
+                    absl::StrFormat("record %u (%s) at offset %u is a copy of the record at "
+                                    "offset %u: skipped",
+                                    h.sequence, RecordTypeName(h.type), at, it->second));
+        continue;
       }
     }
     ++s.report.records;

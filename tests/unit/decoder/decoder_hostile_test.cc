@@ -147,37 +147,44 @@ TEST(DecoderHostileTest, LoopThroughADirectBranchInARawImageIsAnError) {
   std::remove(trace.c_str());
 }
 
+// A trace.pt: process 300 ran `code` (captured) at kCode, `trace` is thread 300's AUX data,
+// stored `copies` times (the same record under new sequence numbers).
+void WriteLoopContainer(const std::string& path, const std::vector<uint8_t>& code,
+                        const std::vector<uint8_t>& trace, int copies) {
+  const perf::SampleIdLayout layout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
+  WriterOptions options;
+  options.overwrite = true;
+  auto writer = ContainerWriter::Create(path, options);
+  ASSERT_THAT(writer, IsOk());
+  nlohmann::json metadata = {
+      {"attrs", {{{"sample_type", layout.sample_type}, {"sample_id_all", true}}}}};
+  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
+  perf::Mmap2 m;
+  m.pid = m.tid = 300;
+  m.addr = kCode;
+  m.len = 0x1000;
+  m.prot = PROT_READ | PROT_EXEC;
+  m.filename = "/loop";
+  m.sample_id.has_tid = m.sample_id.has_time = true;
+  m.sample_id.pid = m.sample_id.tid = 300;
+  m.sample_id.time = 1;
+  ASSERT_THAT((*writer)->AppendSideband({-1, perf::EncodeMmap2(m, layout)}), IsOk());
+  ASSERT_THAT((*writer)->AppendCode({.pid = 300, .address = kCode, .path = "/loop", .bytes = code}),
+              IsOk());
+  for (int i = 0; i < copies; ++i) {
+    ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 5, trace}), IsOk());
+  }
+  ASSERT_THAT((*writer)->Close(), IsOk());
+}
+
 // The same code captured in a trace.pt: every decoding sub-command ran forever.
 TEST(DecoderHostileTest, LoopThroughADirectBranchInCapturedCodeIsAnError) {
   const std::vector<uint8_t> trace = LoopTrace();
   for (const LoopCase& c : LoopCases()) {
     SCOPED_TRACE(c.name);
     const std::string path = TempPath(std::string(c.name) + ".trace.pt");
-    {
-      const perf::SampleIdLayout layout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
-      WriterOptions options;
-      options.overwrite = true;
-      auto writer = ContainerWriter::Create(path, options);
-      ASSERT_THAT(writer, IsOk());
-      nlohmann::json metadata = {
-          {"attrs", {{{"sample_type", layout.sample_type}, {"sample_id_all", true}}}}};
-      ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
-      perf::Mmap2 m;
-      m.pid = m.tid = 300;
-      m.addr = kCode;
-      m.len = 0x1000;
-      m.prot = PROT_READ | PROT_EXEC;
-      m.filename = "/loop";
-      m.sample_id.has_tid = m.sample_id.has_time = true;
-      m.sample_id.pid = m.sample_id.tid = 300;
-      m.sample_id.time = 1;
-      ASSERT_THAT((*writer)->AppendSideband({-1, perf::EncodeMmap2(m, layout)}), IsOk());
-      ASSERT_THAT(
-          (*writer)->AppendCode({.pid = 300, .address = kCode, .path = "/loop", .bytes = c.code}),
-          IsOk());
-      ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 5, trace}), IsOk());
-      ASSERT_THAT((*writer)->Close(), IsOk());
-    }
+    WriteLoopContainer(path, c.code, trace, /*copies=*/1);
+    if (HasFatalFailure()) return;
     CommandResult r = RunPtdecode("info --json --decode " + path);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto doc = nlohmann::json::parse(r.out);
@@ -197,6 +204,26 @@ TEST(DecoderHostileTest, LoopThroughADirectBranchInCapturedCodeIsAnError) {
     }
     std::remove(path.c_str());
   }
+}
+
+// A copy of the first AUX record under a new sequence number (issue 12 item 5) passed for a
+// restart of the stream at AUX offset 0 and was decoded twice, without a word.
+TEST(DecoderHostileTest, ACopiedFirstAuxRecordIsDecodedOnceWithAWarning) {
+  const std::string path = TempPath("copied_aux.trace.pt");
+  WriteLoopContainer(path, LoopCases()[0].code, LoopTrace(), /*copies=*/2);
+  if (HasFatalFailure()) return;
+  CommandResult r = RunPtdecode("stats --json " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  ExpectLoopErrorsAndResync(doc["totals"], doc["errors"]);  // one stream's worth, not two
+  ASSERT_EQ(doc["warnings"].size(), 1u) << doc["warnings"].dump();
+  EXPECT_THAT(doc["warnings"][0].get<std::string>(), HasSubstr("is a copy of the record at"));
+  EXPECT_THAT(r.err, HasSubstr("is a copy of the record at"));
+  r = RunPtdecode("info --json " + path);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["damage"].size(), 1u) << doc["damage"].dump();
+  std::remove(path.c_str());
 }
 
 }  // namespace

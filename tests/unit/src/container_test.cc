@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "container_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -338,6 +339,43 @@ TEST(ContainerReaderTest, ACopyOfAnEarlierRecordAfterDamageIsSkipped) {
     EXPECT_THAT(got.report.damage[1].reason, HasSubstr("repeats an earlier sequence number"));
     EXPECT_EQ(got.report.damage[1].records, 0u);
     EXPECT_EQ(got.report.lost_records(), 0u);
+  }
+}
+
+// A copy of an AUX record written under a new sequence number (issue 12 item 5: a copy of the
+// first one passed for a restart of the stream at offset 0 and was decoded twice): skipped as
+// damage, whether or not the copy is stored compressed. A restart with other bytes is kept.
+TEST(ContainerReaderTest, ACopiedTraceRecordUnderANewSequenceNumberIsSkipped) {
+  TempDir dir;
+  const std::vector<uint8_t> first = Pattern(3000, 1, /*compressible=*/true);
+  const std::vector<uint8_t> other = Pattern(3000, 2, /*compressible=*/false);
+  for (bool compress : {false, true}) {
+    SCOPED_TRACE(compress ? "compressed" : "stored");
+    const std::string path = dir.File("copy.pt");
+    WriterOptions options;
+    options.compress = compress;
+    options.overwrite = true;
+    auto w = ContainerWriter::Create(path, options);
+    ASSERT_THAT(w, IsOk());
+    const AuxRecord aux{
+        .stream = {StreamKind::kThread, 7}, .aux_offset = 0, .time = 5, .data = first};
+    ASSERT_THAT((*w)->AppendAux(aux), IsOk());  // record 0
+    ASSERT_THAT((*w)->AppendAux(aux), IsOk());  // record 1: the copy
+    AuxRecord restart = aux;                    // record 2: a restart at 0, other bytes
+    restart.data = other;
+    ASSERT_THAT((*w)->AppendAux(restart), IsOk());
+    ASSERT_THAT((*w)->Close(), IsOk());
+    ReadAll got = ReadBytes(ReadFile(path));
+    std::vector<uint64_t> seqs;
+    for (const Owned& r : got.records) seqs.push_back(r.sequence);
+    EXPECT_THAT(seqs, ElementsAreArray({0u, 2u, 3u}));  // 3: the footer
+    ASSERT_THAT(got.report.damage, SizeIs(1));
+    EXPECT_EQ(got.report.damage[0].offset, got.records[0].offset + got.records[0].stored_bytes);
+    EXPECT_EQ(got.report.damage[0].records, 0u);
+    EXPECT_THAT(got.report.damage[0].reason,
+                HasSubstr(absl::StrCat("record 1 (aux) at offset ", got.report.damage[0].offset,
+                                       " is a copy of the record at offset ", got.records[0].offset,
+                                       ": skipped")));
   }
 }
 
