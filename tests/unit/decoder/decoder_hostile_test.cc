@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -148,9 +149,11 @@ TEST(DecoderHostileTest, LoopThroughADirectBranchInARawImageIsAnError) {
 }
 
 // A trace.pt: process 300 ran `code` (captured) at kCode, `trace` is thread 300's AUX data,
-// stored `copies` times (the same record under new sequence numbers).
+// stored `copies` times (the same record under new sequence numbers); `sideband` (perf records)
+// follows the MMAP2.
 void WriteLoopContainer(const std::string& path, const std::vector<uint8_t>& code,
-                        const std::vector<uint8_t>& trace, int copies) {
+                        const std::vector<uint8_t>& trace, int copies,
+                        const std::vector<uint8_t>& sideband = {}) {
   const perf::SampleIdLayout layout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
   WriterOptions options;
   options.overwrite = true;
@@ -168,7 +171,9 @@ void WriteLoopContainer(const std::string& path, const std::vector<uint8_t>& cod
   m.sample_id.has_tid = m.sample_id.has_time = true;
   m.sample_id.pid = m.sample_id.tid = 300;
   m.sample_id.time = 1;
-  ASSERT_THAT((*writer)->AppendSideband({-1, perf::EncodeMmap2(m, layout)}), IsOk());
+  std::vector<uint8_t> records = perf::EncodeMmap2(m, layout);
+  records.insert(records.end(), sideband.begin(), sideband.end());
+  ASSERT_THAT((*writer)->AppendSideband({-1, records}), IsOk());
   ASSERT_THAT((*writer)->AppendCode({.pid = 300, .address = kCode, .path = "/loop", .bytes = code}),
               IsOk());
   for (int i = 0; i < copies; ++i) {
@@ -224,6 +229,57 @@ TEST(DecoderHostileTest, ACopiedFirstAuxRecordIsDecodedOnceWithAWarning) {
   doc = nlohmann::json::parse(r.out);
   ASSERT_EQ(doc["damage"].size(), 1u) << doc["damage"].dump();
   std::remove(path.c_str());
+}
+
+// Issue 12 item 6: what the reader or the sideband model knew was not shown by the decoders.
+// Two recordings in one file (`cat a.pt b.pt`: only a.pt was decoded, silently), and an MMAP2
+// whose build_id_size is 200 (of 20 at most).
+TEST(DecoderHostileTest, AppendedRecordingsAndMalformedSidebandAreWarnings) {
+  const std::string one = TempPath("one.trace.pt");
+  perf::Mmap2 m;
+  m.pid = m.tid = 300;
+  m.addr = 0x5000;
+  m.len = 0x1000;
+  m.filename = "/bad";
+  const std::vector<uint8_t> build_id(20, 0xab);
+  m.build_id = build_id;
+  m.sample_id.has_tid = m.sample_id.has_time = true;
+  m.sample_id.time = 2;
+  std::vector<uint8_t> bad = perf::EncodeMmap2(m, {PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true});
+  bad[8 + 32] = 200;  // build_id_size, after the 8-byte perf_event_header
+  WriteLoopContainer(one, LoopCases()[0].code, LoopTrace(), /*copies=*/1, bad);
+  if (HasFatalFailure()) return;
+  CommandResult r = RunPtdecode("stats --json " + one);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["warnings"].size(), 1u) << doc["warnings"].dump();
+  EXPECT_THAT(doc["warnings"][0].get<std::string>(),
+              HasSubstr("malformed sideband record: cpu -1 sideband at time 2: perf mmap2 record "
+                        "build_id_size 200 above 20: skipped"));
+  r = RunPtdecode("info --json " + one);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["malformed"].size(), 1u) << doc.dump();
+  EXPECT_THAT(doc["malformed"][0]["error"].get<std::string>(),
+              HasSubstr("build_id_size 200 above 20"));
+
+  const std::string two = TempPath("two.trace.pt");
+  WriteLoopContainer(two, LoopCases()[0].code, LoopTrace(), /*copies=*/1);
+  if (HasFatalFailure()) return;
+  const std::string both = TempPath("both.trace.pt");
+  ASSERT_EQ(std::system(("cat " + two + " " + two + " >" + both).c_str()), 0);
+  r = RunPtdecode("stats --json " + both);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  doc = nlohmann::json::parse(r.out);
+  ExpectLoopErrorsAndResync(doc["totals"], doc["errors"]);  // the first recording
+  ASSERT_EQ(doc["warnings"].size(), 1u) << doc["warnings"].dump();
+  EXPECT_THAT(doc["warnings"][0].get<std::string>(), HasSubstr("bytes after the footer at offset"));
+  r = RunPtdecode("info --json " + both);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  doc = nlohmann::json::parse(r.out);
+  ASSERT_EQ(doc["damage"].size(), 1u) << doc.dump();
+  EXPECT_EQ(doc["lost_bytes"].get<uint64_t>() * 2, doc["file_size"].get<uint64_t>());
+  for (const std::string& path : {one, two, both}) std::remove(path.c_str());
 }
 
 }  // namespace
