@@ -2,14 +2,13 @@
 
 #include <Zydis/Zydis.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
 namespace {
-
-constexpr uint64_t kMaxWalk = 1 << 20;
 
 pt_insn_class ClassOf(const ZydisDecodedInstruction& insn) {
   switch (insn.meta.category) {
@@ -83,9 +82,9 @@ class BtsWalker {
       // A branch that must have been taken unconditionally (jmp, call, ret) but has no
       // record here means the records do not describe this code.
       if (insn.iclass == ptic_jump || insn.iclass == ptic_call || insn.iclass == ptic_return ||
-          n >= kMaxWalk) {
+          n + 1 >= kMaxBtsWalk) {
         Flush(block);
-        Error(pte_nosync, offset, ip_);
+        Error(n + 1 >= kMaxBtsWalk ? int{kErrorBtsWalk} : int{pte_nosync}, offset, ip_);
         break;
       }
       ip_ += z.length;
@@ -99,6 +98,22 @@ class BtsWalker {
     }
     ip_ = to;
     have_ip_ = true;
+  }
+
+  // A decode error: a positive pt_error_code or DecodeErrorCode.
+  void Error(int code, uint64_t offset, uint64_t ip) {
+    DecodeError e;
+    e.code = code;
+    e.offset = offset_base_ + offset;
+    e.ip = ip;
+    if (code == pte_nomap) {
+      e.gap = image_.HoleAround(ip);
+      e.missing_file = image_.MissingAt(ip);
+      ++totals_.gaps;
+    }
+    ++totals_.errors;
+    ++totals_.errors_by_code[code];
+    sink_.OnError(e);
   }
 
  private:
@@ -136,21 +151,6 @@ class BtsWalker {
     ++totals_.events;
     sink_.OnEvent(e);
   }
-  void Error(int code, uint64_t offset, uint64_t ip) {
-    DecodeError e;
-    e.code = code;
-    e.offset = offset_base_ + offset;
-    e.ip = ip;
-    if (code == pte_nomap) {
-      e.gap = image_.HoleAround(ip);
-      e.missing_file = image_.MissingAt(ip);
-      ++totals_.gaps;
-    }
-    ++totals_.errors;
-    ++totals_.errors_by_code[code];
-    sink_.OnError(e);
-  }
-
   const ProgramImage& image_;
   Sink& sink_;
   DecodeTotals& totals_;
@@ -172,6 +172,12 @@ absl::Status DecodeBtsInto(std::span<const uint8_t> records, const ProgramImage&
     std::memcpy(&from, records.data() + off, 8);  // little-endian host (x86-64)
     std::memcpy(&to, records.data() + off + 8, 8);
     walker.Record(off, from, to);
+  }
+  // The kernel pads the end of each AUX buffer chunk with zeros to a whole record
+  // (arch/x86/events/intel/bts.c, bts_buffer_pad_out); anything else is part of a lost record.
+  const size_t tail = records.size() - records.size() % kBtsRecordSize;
+  if (std::any_of(records.begin() + tail, records.end(), [](uint8_t b) { return b != 0; })) {
+    walker.Error(kErrorBtsPartial, tail, 0);
   }
   return absl::OkStatus();
 }

@@ -9,8 +9,8 @@
 // into the untraced kernel) and a `from` of 0 begins it at `to` (tracing enabled); they are
 // given to the sink as ptev_disabled (IP suppressed) and ptev_enabled events. A record whose
 // `from` cannot be reached from the previous `to` (code missing: a gap; the walk meets a
-// taken branch BTS did not record, or runs 1 M instructions) is reported as a decode error
-// and the walk restarts at its `to`.
+// taken branch BTS did not record, or runs kMaxBtsWalk instructions) is reported as a decode
+// error and the walk restarts at its `to`.
 #ifndef PTKIT_DECODER_BTS_H_
 #define PTKIT_DECODER_BTS_H_
 
@@ -27,8 +27,9 @@ namespace ptkit::decoder {
 inline constexpr size_t kBtsRecordSize = 24;
 
 // Decodes `records` into `sink` (blocks or instructions, as the sink asks), adding to
-// `totals`. Error offsets are `offset_base` + the record's offset. A trailing partial record
-// is ignored. Errors: none today (decode problems are data); kept for I/O-backed sources.
+// `totals`. Error offsets are `offset_base` + the record's offset. Trailing bytes that are not
+// a whole record are a kErrorBtsPartial error unless all zero (the kernel's padding). Errors: none
+// today (decode problems are data); kept for I/O-backed sources.
 absl::Status DecodeBtsInto(std::span<const uint8_t> records, const ProgramImage& image, Sink& sink,
                            DecodeTotals& totals, uint64_t offset_base = 0);
 

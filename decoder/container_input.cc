@@ -492,6 +492,9 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
         "from this decode (ptdecode info {} shows the damage)",
         path, d.bytes, d.offset, d.reason, d.records, path));
   }
+  for (const std::string& p : r.timeline.problems()) {
+    r.warnings.push_back(fmt::format("{}: malformed sideband record: {}: skipped", path, p));
+  }
   for (const auto& [key, stream] : r.streams) {
     if (stream.repeated_bytes == 0) continue;
     r.warnings.push_back(

@@ -2,7 +2,12 @@
 
 #include <Zydis/Zydis.h>
 #include <fmt/format.h>
+#include <pthread.h>
 
+#include <cstring>
+#include <exception>
+
+#include "absl/functional/function_ref.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/status.h"
 
@@ -11,6 +16,68 @@ namespace {
 
 constexpr uint32_t kBlocksPerProgress = 4096;
 constexpr uint32_t kInsnsPerProgress = 65536;
+// The instruction loop asks the decoder's trace offset (for kErrorLoop) once per this many.
+constexpr uint32_t kInsnsPerCheck = 64;
+
+// libipt's block decoder (2.0, pt_blk_proceed_no_event_cached) recurses once per direct branch
+// it follows through its block cache, until the block's 16-bit instruction count would
+// overflow: code that loops through direct branches (`jmp .`) nests 65,535 frames of 208 bytes
+// (13.6 MB, measured with gdb), more than the main thread's 8 MB stack. The block loop runs on
+// a thread with this much stack (touched only as deep as the recursion goes).
+constexpr size_t kBlockLoopStack = size_t{32} << 20;
+
+// Runs `fn` on a new thread with a stack of `stack_bytes` and returns its status; an exception
+// it throws is rethrown here. Errors: kResourceExhausted when the thread cannot start.
+absl::Status RunWithStack(size_t stack_bytes, absl::FunctionRef<absl::Status()> fn) {
+  struct Call {
+    absl::FunctionRef<absl::Status()> fn;
+    absl::Status status;
+    std::exception_ptr exception;
+  } call{fn, absl::OkStatus(), nullptr};
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, stack_bytes);
+  pthread_t thread;
+  int err = pthread_create(
+      &thread, &attr,
+      [](void* arg) -> void* {
+        auto* c = static_cast<Call*>(arg);
+        try {
+          c->status = c->fn();
+        } catch (...) {
+          c->exception = std::current_exception();
+        }
+        return nullptr;
+      },
+      &call);
+  pthread_attr_destroy(&attr);
+  if (err != 0) {
+    return absl::ResourceExhaustedError(Cat("cannot start the block decoder's thread (",
+                                            stack_bytes >> 20, " MiB stack): ", strerror(err)));
+  }
+  pthread_join(thread, nullptr);
+  if (call.exception) std::rethrow_exception(call.exception);
+  return call.status;
+}
+
+// Counts the instructions decoded since the decoder last read further into the trace, for
+// kErrorLoop.
+class ProgressWatch {
+ public:
+  // `insns` more were decoded with the decoder at trace `offset`. False past the bound.
+  bool Add(uint64_t offset, uint64_t insns) {
+    if (offset != offset_) {
+      offset_ = offset;
+      insns_ = 0;
+    }
+    insns_ += insns;
+    return insns_ <= kMaxInsnsWithoutProgress;
+  }
+
+ private:
+  uint64_t offset_ = ~0ull;
+  uint64_t insns_ = 0;
+};
 
 // Shared error bookkeeping for both decoder loops.
 class ErrorReporter {
@@ -104,6 +171,7 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
   auto offset_of = [&] { return OffsetOf<pt_block_decoder, pt_blk_get_offset>(dec.get()); };
   TimeWatch<pt_block_decoder, pt_blk_time, pt_blk_set_image> time(dec.get(), switcher, sink);
   uint32_t progress = kBlocksPerProgress;
+  ProgressWatch watch;
 
   uint64_t sync = 0;
   for (;;) {
@@ -148,6 +216,7 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
           progress = kBlocksPerProgress;
           sink.OnProgress(offset_base + offset_of());
         }
+        if (status >= 0 && !watch.Add(offset_of(), block.ninsn)) status = -kErrorLoop;
       }
       if (status < 0) break;
       time.Check();
@@ -175,6 +244,8 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
   auto offset_of = [&] { return OffsetOf<pt_insn_decoder, pt_insn_get_offset>(dec.get()); };
   TimeWatch<pt_insn_decoder, pt_insn_time, pt_insn_set_image> time(dec.get(), switcher, sink);
   uint32_t progress = kInsnsPerProgress;
+  ProgressWatch watch;
+  uint32_t check = kInsnsPerCheck;
 
   uint64_t sync = 0;
   for (;;) {
@@ -224,6 +295,13 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
         progress = kInsnsPerProgress;
         sink.OnProgress(offset_base + offset_of());
       }
+      if (--check == 0) {
+        check = kInsnsPerCheck;
+        if (!watch.Add(offset_of(), kInsnsPerCheck)) {
+          status = -kErrorLoop;
+          break;
+        }
+      }
     }
     if (status == -pte_eos) break;
     if (status == 0) status = -pte_internal;
@@ -233,6 +311,23 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
 }
 
 }  // namespace
+
+const char* DecodeErrorText(int code) {
+  static_assert(kMaxInsnsWithoutProgress == 1048576 && kMaxBtsWalk == 65536,
+                "the texts below name the bounds");
+  switch (code) {
+    case kErrorLoop:
+      return "no trace progress: over 1048576 instructions decoded without reading trace (code "
+             "that loops through direct branches, or a trace of other code)";
+    case kErrorBtsWalk:
+      return "no taken branch in 65536 instructions from the previous BTS record's target: "
+             "this record's source is not reached (records of other code?)";
+    case kErrorBtsPartial:
+      return "the piece ends in a partial 24-byte BTS record: its bytes are lost";
+    default:
+      return pt_errstr(static_cast<pt_error_code>(code));
+  }
+}
 
 uint64_t NextIpAfter(const ProgramImage& image, uint64_t ip, pt_exec_mode mode) {
   uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
@@ -263,7 +358,8 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
   totals.trace_bytes += trace.size();
   if (trace.empty()) return absl::OkStatus();
   if (sink.kind() == DecoderKind::kBlock) {
-    return BlockLoop(pt, image, sink, totals, offset_base, switcher);
+    return RunWithStack(kBlockLoopStack,
+                        [&] { return BlockLoop(pt, image, sink, totals, offset_base, switcher); });
   }
   return InsnLoop(pt, image, sink, totals, offset_base, switcher);
 }

@@ -26,7 +26,35 @@ enum class DecoderKind {
   kInsn,   // pt_insn_*: a sink sees each instruction
 };
 
-// One decode error. `code` is a positive pt_error_code.
+// ptkit's own decode error codes, numbered after libipt's pt_error_code values. IptErrorName
+// names them ("loop") and DecodeErrorText says what they mean.
+enum DecodeErrorCode : int {
+  // More instructions decoded than kMaxInsnsWithoutProgress without the decoder reading any
+  // further into the trace: the code loops through direct branches (`jmp .`), which needs no
+  // trace, or the trace does not belong to the code. Decoding resumes at the next PSB.
+  kErrorLoop = 1000,
+  // BTS: the walk from one record's `to` met no taken branch within kMaxBtsWalk instructions,
+  // so it never reached the next record's `from` (records of other code). The walk restarts at
+  // that record's `to`.
+  kErrorBtsWalk = 1001,
+  // BTS: the bytes at the end of a piece are not a whole 24-byte record (and not the kernel's
+  // zero padding): they are lost.
+  kErrorBtsPartial = 1002,
+};
+
+// The bound of kErrorBtsWalk: straight-line code (no jump, call or return, no taken
+// conditional branch) of this many instructions does not occur in programs.
+inline constexpr uint64_t kMaxBtsWalk = 1 << 16;
+
+// The bound of kErrorLoop. perf's decoder stops after 100,000 direct branches without a packet
+// ("Never-ending loop"); this counts instructions, which a block holds without naming its
+// branches. No real trace comes near it: a TNT packet holds at most 47 branch outcomes.
+inline constexpr uint64_t kMaxInsnsWithoutProgress = 1 << 20;
+
+// What a decode error code means: libipt's pt_errstr, or the text of a DecodeErrorCode.
+const char* DecodeErrorText(int code);
+
+// One decode error. `code` is a positive pt_error_code or a DecodeErrorCode.
 struct DecodeError {
   int code = 0;
   uint64_t offset = 0;  // trace offset where the decoder stood
@@ -71,7 +99,7 @@ struct DecodeTotals {
   uint64_t streams = 0;                    // container input: streams decoded
   uint64_t losses = 0;                     // loss points reported (container input)
   uint64_t lost_bytes = 0;                 // bytes those say were lost, when known
-  std::map<int, uint64_t> errors_by_code;  // positive pt_error_code -> count
+  std::map<int, uint64_t> errors_by_code;  // DecodeError::code -> count
   std::vector<std::string> warnings;       // e.g. a build-id mismatch, naming the file
 };
 

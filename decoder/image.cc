@@ -87,7 +87,7 @@ std::vector<SectionSpan> SectionSpans(Elf* elf) {
 // Appends the code symbols of `elf` to `out`, at st_value + bias where place(st_value, &bias)
 // says where (false: not loaded). Code symbols, as perf takes them: functions (STT_FUNC,
 // STT_GNU_IFUNC) and labels (STT_NOTYPE) inside a code section (ld.so's _start). A symbol of
-// size 0 ends at the end of its section (FinishSymbols also ends it at the next symbol).
+// size 0 ends at the end of its section (SortSymbols also ends it at the next symbol).
 template <typename Place>
 void LoadSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<Symbol>& out) {
   const std::vector<SectionSpan> sections = SectionSpans(elf);
@@ -388,12 +388,11 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
   files_.push_back(std::move(file));
 
   // Function symbols from .symtab and .dynsym.
-  size_t first_new = symbols_.size();
   LoadSymbols(elf.get(), spec.path, file_index, [bias](uint64_t, int64_t* b) {
     *b = static_cast<int64_t>(bias);
     return true;
   });
-  FinishSymbols(first_new);
+  FinishSymbols();
   return absl::OkStatus();
 }
 
@@ -410,8 +409,11 @@ void ProgramImage::LoadSymbols(Elf* elf, const std::string& path, uint32_t file_
   if (debug.ok()) LoadSymbolsInto(debug->elf.get(), file_index, place, symbols_);
 }
 
-void ProgramImage::FinishSymbols(size_t first_new) {
-  (void)first_new;
+void ProgramImage::SortSymbols() const {
+  if (symbols_sorted_) return;
+  symbols_sorted_ = true;
+  // One pass for every file added since the last: the same result as a pass after each file,
+  // since ends only shrink to the next start and the stable sort keeps the first of equals.
   // Sort, drop duplicates of the same start (the best ranked wins; among equals the first,
   // .symtab before .dynsym), and end each symbol at the next one: a symbol of size 0 (which
   // LoadSymbolsInto ends at its section's end) never covers code with a name of its own, and
@@ -534,7 +536,6 @@ void ProgramImage::LoadCapturedSymbols(const std::string& name, uint32_t file_in
       loads.push_back(phdr);
     }
   }
-  const size_t first_new = symbols_.size();
   LoadSymbols(elf.get(), name, file_index, [&](uint64_t v, int64_t* bias) {
     for (const GElf_Phdr& phdr : loads) {
       if (v >= phdr.p_vaddr && v < phdr.p_vaddr + phdr.p_filesz) {
@@ -544,7 +545,7 @@ void ProgramImage::LoadCapturedSymbols(const std::string& name, uint32_t file_in
     }
     return false;
   });
-  FinishSymbols(first_new);
+  FinishSymbols();
 }
 
 void ProgramImage::AddMissing(const std::string& path, uint64_t start, uint64_t end) {
@@ -594,7 +595,6 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
     const uint64_t end = std::min(phdr.p_vaddr + phdr.p_filesz + bias, start + (to - pgoff));
     if (begin < end) AddElfSegment({begin, end, bias, file_index});
   }
-  size_t first_new = symbols_.size();
   LoadSymbols(elf, path, file_index, [&](uint64_t v, int64_t* bias) {
     for (const Segment& s : segments) {
       if (v >= s.vaddr && v < s.vend) {
@@ -604,7 +604,7 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
     }
     return false;
   });
-  FinishSymbols(first_new);
+  FinishSymbols();
   return absl::OkStatus();
 }
 
@@ -670,6 +670,7 @@ AddressRange ProgramImage::HoleAround(uint64_t ip) const {
 }
 
 int ProgramImage::SymbolAt(uint64_t ip, AddressRange* range) const {
+  SortSymbols();
   const Mapping* m = MappingAt(ip);
   AddressRange r = m != nullptr ? AddressRange{m->begin, m->end} : HoleAround(ip);
   auto it = std::upper_bound(symbols_.begin(), symbols_.end(), ip,
@@ -711,6 +712,7 @@ std::optional<uint64_t> ProgramImage::LinkAddress(uint64_t ip) const {
 }
 
 int ProgramImage::SymbolAt(uint64_t ip) const {
+  SortSymbols();
   auto it = std::upper_bound(symbols_.begin(), symbols_.end(), ip,
                              [](uint64_t v, const Symbol& s) { return v < s.begin; });
   if (it == symbols_.begin()) return -1;

@@ -61,7 +61,7 @@ struct Symbol {
                        // past the next symbol
   std::string name;    // demangled
   uint32_t image = 0;  // index into ProgramImage::files()
-  uint8_t rank = 0;    // among symbols of one start, the lowest is kept (see FinishSymbols)
+  uint8_t rank = 0;    // among symbols of one start, the lowest is kept (see SortSymbols)
 };
 
 // A source added to the image.
@@ -122,8 +122,14 @@ class ProgramImage {
   AddressRange HoleAround(uint64_t ip) const;
 
   const std::vector<ImageFile>& files() const { return files_; }
-  // Function symbols sorted by address, without overlaps of equal start.
-  const std::vector<Symbol>& symbols() const { return symbols_; }
+  // Function symbols sorted by address, without overlaps of equal start. Like SymbolAt, the
+  // first call after symbols were added sorts them (once for all the files added, not once per
+  // file: M mappings of a file of S symbols cost O(M S log(M S)), not O(M^2 S log(M S))), so
+  // an image must not be read from two threads while it is being built.
+  const std::vector<Symbol>& symbols() const {
+    SortSymbols();
+    return symbols_;
+  }
   // Index into symbols() of the symbol containing `ip`, or -1.
   int SymbolAt(uint64_t ip) const;
   // As SymbolAt, and sets `range` to the addresses around `ip` with the same answer and the
@@ -144,7 +150,9 @@ class ProgramImage {
   };
   ProgramImage(ImagePtr image, IscachePtr iscache);
   void AddMapping(const Mapping& m);
-  void FinishSymbols(size_t first_new);
+  // Symbols were appended to symbols_: sort them before the next read (SortSymbols).
+  void FinishSymbols() { symbols_sorted_ = false; }
+  void SortSymbols() const;
   template <typename Place>
   void LoadSymbols(Elf* elf, const std::string& path, uint32_t file_index, Place place);
   void AddMemoryRun(uint32_t file, uint64_t address, std::unique_ptr<uint8_t[]> bytes, size_t size);
@@ -175,7 +183,8 @@ class ProgramImage {
   std::vector<Mapping> mappings_;         // sorted by begin
   std::vector<Mapping> memory_mappings_;  // the page-dump subset, sorted, for the callback
   std::vector<std::unique_ptr<uint8_t[]>> memory_;
-  std::vector<Symbol> symbols_;
+  mutable std::vector<Symbol> symbols_;  // sorted when symbols_sorted_
+  mutable bool symbols_sorted_ = true;
   std::vector<ElfSegment> elf_segments_;  // sorted by begin
   std::string sysroot_;
   mutable std::atomic<size_t> last_run_{0};  // ReadMemory's last hit in memory_mappings_

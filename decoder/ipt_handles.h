@@ -24,7 +24,8 @@ using EncoderPtr = std::unique_ptr<pt_encoder, IptDeleter>;
 using ImagePtr = std::unique_ptr<pt_image, IptDeleter>;
 using IscachePtr = std::unique_ptr<pt_image_section_cache, IptDeleter>;
 
-// The libipt error name for a negative status or a positive pt_error_code ("nomap", ...).
+// The libipt error name for a negative status or a positive pt_error_code ("nomap", ...), or
+// the name of a DecodeErrorCode ("loop").
 const char* IptErrorName(int code);
 
 }  // namespace ptkit::decoder

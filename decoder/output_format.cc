@@ -249,7 +249,7 @@ void AppendErrorLine(Buffer& buf, const DecodeError& e, bool json) {
                    e.offset, e.ip, e.gap.begin, e.gap.end);
   } else {
     fmt::format_to(it, "[error at offset {:#x}, ip {:#x}: {}{}]\n", e.offset, e.ip,
-                   e.during_sync ? "sync: " : "", pt_errstr(static_cast<pt_error_code>(e.code)));
+                   e.during_sync ? "sync: " : "", DecodeErrorText(e.code));
   }
 }
 

@@ -6,12 +6,21 @@
 #include <limits>
 #include <vector>
 
+#include "decoder/decode.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/numbers.h"
 
 namespace ptkit::decoder {
 
 const char* IptErrorName(int code) {
+  switch (code < 0 ? -code : code) {
+    case kErrorLoop:
+      return "loop";
+    case kErrorBtsWalk:
+      return "bts_walk";
+    case kErrorBtsPartial:
+      return "bts_partial";
+  }
   switch (pt_errcode(code < 0 ? code : -code)) {
     case pte_ok:
       return "ok";

@@ -8,6 +8,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <unordered_map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -75,6 +77,26 @@ bool IsKnownType(uint16_t t) {
          t <= static_cast<uint16_t>(RecordType::kFooter);
 }
 
+// Parses a known record kind's payload; the error says what is wrong with it.
+absl::Status CheckPayload(RecordType type, std::span<const uint8_t> payload) {
+  switch (type) {
+    case RecordType::kSideband:
+      return ParseSideband(payload).status();
+    case RecordType::kAux:
+      return ParseAux(payload).status();
+    case RecordType::kLoss:
+      return ParseLoss(payload).status();
+    case RecordType::kSnapshot:
+      return ParseSnapshot(payload).status();
+    case RecordType::kCode:
+      return ParseCode(payload).status();
+    case RecordType::kCounters:
+      return ParseCounters(payload).status();
+    default:
+      return absl::OkStatus();  // metadata: JSON, read by its users; the footer: below
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
@@ -119,6 +141,11 @@ struct ContainerReader::State {
   size_t window_len = 0;
   std::vector<uint8_t> large;  // payloads that do not fit the window
   std::vector<uint8_t> raw;    // decompressed payload
+  // Record kind -> records read whole (returned, or skipped as a copy or malformed), for the
+  // footer's counts.
+  std::map<uint16_t, uint64_t> read;
+  // XXH3 of every trace payload (AUX, snapshot) returned so far -> its record's offset.
+  std::unordered_map<uint64_t, uint64_t> trace_payloads;
 
   // Returns `n` bytes at `offset` (the caller has checked they lie inside the file), valid
   // until the next call.
@@ -323,6 +350,7 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
                                " missing before offset ", at));
     }
     s.expected_sequence = h.sequence + 1;
+    ++s.read[h.type];
     if (!IsKnownType(h.type)) {
       if (s.report.unknown_types[h.type]++ == 0) {
         s.report.warnings.push_back(
@@ -334,15 +362,63 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
       s.report.footer_present = true;
       auto footer = ParseFooter(payload);
       if (!footer.ok()) {
-        s.report.warnings.push_back(std::string(footer.status().message()));
-      } else if (footer->records != h.sequence) {
-        s.report.warnings.push_back(
-            absl::StrCat("footer counts ", footer->records, " records but is record ", h.sequence));
+        s.AddDamage(at, total, 0,
+                    absl::StrCat("footer at offset ", at, ": ", footer.status().message()));
+      } else {
+        if (footer->records != h.sequence) {
+          s.AddDamage(at, 0, footer->records > h.sequence ? footer->records - h.sequence : 0,
+                      absl::StrCat("the footer counts ", footer->records, " records but is record ",
+                                   h.sequence));
+        }
+        // Per kind, what the writer says it wrote against what was read whole. Records lost to
+        // damage reported already explain a shortfall; anything else is news.
+        uint64_t missing = 0, extra = 0;
+        std::string kinds;
+        for (const FooterRecord::Kind& k : footer->kinds) {
+          const uint64_t read = s.read[k.type];
+          if (k.count == read) continue;
+          (k.count > read ? missing : extra) += k.count > read ? k.count - read : read - k.count;
+          absl::StrAppend(&kinds, kinds.empty() ? "" : ", ", RecordTypeName(k.type), " ", k.count,
+                          " (read ", read, ")");
+        }
+        const uint64_t lost = s.report.lost_records();
+        if (extra > 0 || missing > lost) {
+          s.AddDamage(at, 0, missing > lost ? missing - lost : 0,
+                      absl::StrCat("the footer's record counts disagree with the file: ", kinds));
+        }
       }
       if (s.pos < s.size) {
-        s.report.warnings.push_back(
-            absl::StrCat(s.size - s.pos, " bytes after the footer were ignored"));
+        // `cat a.pt b.pt`: another recording (or junk) after this one's end.
+        s.AddDamage(s.pos, s.size - s.pos, 0,
+                    absl::StrCat(s.size - s.pos, " bytes after the footer at offset ", at,
+                                 " (another recording appended?) are not read"));
         s.done = true;
+      }
+    }
+    if (IsKnownType(h.type) && h.type != static_cast<uint16_t>(RecordType::kFooter)) {
+      if (absl::Status bad = CheckPayload(static_cast<RecordType>(h.type), payload); !bad.ok()) {
+        // A valid checksum over a body that does not parse: the writer's bug or a forged record.
+        s.AddDamage(at, total, 1,
+                    absl::StrFormat("record %u (%s) at offset %u: malformed payload: %s",
+                                    h.sequence, RecordTypeName(h.type), at, bad.message()));
+        continue;
+      }
+    }
+    if (h.type == static_cast<uint16_t>(RecordType::kAux) ||
+        h.type == static_cast<uint16_t>(RecordType::kSnapshot)) {
+      // A writer never stores the same trace bytes twice, and each trace payload names its
+      // stream, AUX offset and time: an identical payload under a new sequence number is a
+      // copied record, and returning it would have its trace decoded twice (a copy of the
+      // first AUX record would even pass for a restart of the stream at offset 0). Equal
+      // 64-bit hashes are taken as equal bytes (by chance: 1 in 2^64 per pair).
+      auto [it, fresh] =
+          s.trace_payloads.try_emplace(XXH3_64bits(payload.data(), payload.size()), at);
+      if (!fresh) {
+        s.AddDamage(at, total, 0,
+                    absl::StrFormat("record %u (%s) at offset %u is a copy of the record at "
+                                    "offset %u: skipped",
+                                    h.sequence, RecordTypeName(h.type), at, it->second));
+        continue;
       }
     }
     ++s.report.records;

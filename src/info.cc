@@ -11,6 +11,7 @@
 #include "fmt/format.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/perf_records.h"
+#include "ptkit/sideband.h"
 #include "ptkit/status.h"
 
 namespace ptkit {
@@ -87,6 +88,10 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
           }
           if (!r->has_value()) break;
           ++per_type[absl::AsciiStrToUpper(perf::RecordTypeName((*r)->type))];
+          if (absl::Status body = CheckRecordBody(**r, {0, false}); !body.ok()) {
+            problem(absl::DataLossError(
+                absl::StrCat("sideband of cpu ", sb->cpu, ": ", body.message())));
+          }
         }
         break;
       }

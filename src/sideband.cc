@@ -39,6 +39,29 @@ void EndAll(std::vector<Mapping>& maps, uint64_t t) {
 
 }  // namespace
 
+absl::Status CheckRecordBody(const perf::RecordView& r, const perf::SampleIdLayout& layout) {
+  switch (r.type) {
+    case PERF_RECORD_MMAP2:
+      return perf::ParseMmap2(r, layout).status();
+    case PERF_RECORD_COMM:
+      return perf::ParseComm(r, layout).status();
+    case PERF_RECORD_FORK:
+    case PERF_RECORD_EXIT:
+      return perf::ParseTask(r, layout).status();
+    case PERF_RECORD_AUX:
+      return perf::ParseAux(r, layout).status();
+    case PERF_RECORD_ITRACE_START:
+      return perf::ParseItraceStart(r, layout).status();
+    case PERF_RECORD_LOST:
+      return perf::ParseLost(r, layout).status();
+    case PERF_RECORD_SWITCH:
+    case PERF_RECORD_SWITCH_CPU_WIDE:
+      return perf::ParseSwitch(r, layout).status();
+    default:
+      return absl::OkStatus();
+  }
+}
+
 void SidebandBuilder::Add(int32_t cpu, std::span<const uint8_t> records) {
   perf::RecordReader reader(records);
   for (;;) {

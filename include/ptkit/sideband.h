@@ -95,6 +95,12 @@ class Sideband {
   std::vector<std::string> problems_;
 };
 
+// Parses the body of a perf record of a kind the timeline reads (MMAP2, COMM, FORK, EXIT,
+// ITRACE_START, LOST, SWITCH*, AUX) and returns the parser's error (kDataLoss, e.g. "perf mmap2
+// record build_id_size 200 above 20"); other kinds are not looked at. Without the attrs, pass
+// an empty layout ({0, false}): only bodies wrong whatever the trailer is are refused.
+absl::Status CheckRecordBody(const perf::RecordView& r, const perf::SampleIdLayout& layout);
+
 // Collects sideband batches (as stored in the container), then builds the timeline.
 class SidebandBuilder {
  public:

@@ -15,6 +15,7 @@
 #include <set>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "container_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -339,6 +340,128 @@ TEST(ContainerReaderTest, ACopyOfAnEarlierRecordAfterDamageIsSkipped) {
     EXPECT_EQ(got.report.damage[1].records, 0u);
     EXPECT_EQ(got.report.lost_records(), 0u);
   }
+}
+
+// A copy of an AUX record written under a new sequence number (issue 12 item 5: a copy of the
+// first one passed for a restart of the stream at offset 0 and was decoded twice): skipped as
+// damage, whether or not the copy is stored compressed. A restart with other bytes is kept.
+TEST(ContainerReaderTest, ACopiedTraceRecordUnderANewSequenceNumberIsSkipped) {
+  TempDir dir;
+  const std::vector<uint8_t> first = Pattern(3000, 1, /*compressible=*/true);
+  const std::vector<uint8_t> other = Pattern(3000, 2, /*compressible=*/false);
+  for (bool compress : {false, true}) {
+    SCOPED_TRACE(compress ? "compressed" : "stored");
+    const std::string path = dir.File("copy.pt");
+    WriterOptions options;
+    options.compress = compress;
+    options.overwrite = true;
+    auto w = ContainerWriter::Create(path, options);
+    ASSERT_THAT(w, IsOk());
+    const AuxRecord aux{
+        .stream = {StreamKind::kThread, 7}, .aux_offset = 0, .time = 5, .data = first};
+    ASSERT_THAT((*w)->AppendAux(aux), IsOk());  // record 0
+    ASSERT_THAT((*w)->AppendAux(aux), IsOk());  // record 1: the copy
+    AuxRecord restart = aux;                    // record 2: a restart at 0, other bytes
+    restart.data = other;
+    ASSERT_THAT((*w)->AppendAux(restart), IsOk());
+    ASSERT_THAT((*w)->Close(), IsOk());
+    ReadAll got = ReadBytes(ReadFile(path));
+    std::vector<uint64_t> seqs;
+    for (const Owned& r : got.records) seqs.push_back(r.sequence);
+    EXPECT_THAT(seqs, ElementsAreArray({0u, 2u, 3u}));  // 3: the footer
+    ASSERT_THAT(got.report.damage, SizeIs(1));
+    EXPECT_EQ(got.report.damage[0].offset, got.records[0].offset + got.records[0].stored_bytes);
+    EXPECT_EQ(got.report.damage[0].records, 0u);
+    EXPECT_THAT(got.report.damage[0].reason,
+                HasSubstr(absl::StrCat("record 1 (aux) at offset ", got.report.damage[0].offset,
+                                       " is a copy of the record at offset ", got.records[0].offset,
+                                       ": skipped")));
+  }
+}
+
+// Frames built by hand (valid checksums) for the problems a writer never makes.
+void AppendFrame(std::vector<uint8_t>& file, RecordType type, uint64_t sequence,
+                 const std::vector<uint8_t>& payload) {
+  FrameHeader h{.type = static_cast<uint16_t>(type),
+                .sequence = sequence,
+                .stored_size = payload.size(),
+                .raw_size = payload.size(),
+                .checksum = XXH3_64bits(payload.data(), payload.size())};
+  uint8_t header[kFrameHeaderSize];
+  EncodeFrameHeader(h, header);
+  file.insert(file.end(), header, header + kFrameHeaderSize);
+  file.insert(file.end(), payload.begin(), payload.end());
+}
+
+std::vector<uint8_t> FileHeader() {
+  std::vector<uint8_t> file(kFileHeaderSize);
+  EncodeFileHeader(std::span<uint8_t, kFileHeaderSize>(file.data(), kFileHeaderSize));
+  return file;
+}
+
+// Issue 12 item 6: what the reader knew but only warned about, or not at all, is damage now
+// (info's damage section; the decoders print the damage as warnings).
+TEST(ContainerReaderTest, ARecordingAppendedAfterTheFooterIsDamage) {
+  TempDir dir;
+  std::vector<uint8_t> a = WriteSample(dir, true);
+  std::vector<uint8_t> both = a;  // cat a.pt a.pt
+  both.insert(both.end(), a.begin(), a.end());
+  ReadAll got = ReadBytes(both);
+  EXPECT_THAT(got.records, SizeIs(10));
+  ASSERT_THAT(got.report.damage, SizeIs(1));
+  EXPECT_EQ(got.report.damage[0].offset, a.size());
+  EXPECT_EQ(got.report.damage[0].bytes, a.size());
+  EXPECT_THAT(got.report.damage[0].reason,
+              HasSubstr(absl::StrCat(a.size(), " bytes after the footer at offset ")));
+  EXPECT_THAT(got.report.damage[0].reason, HasSubstr("another recording appended?"));
+}
+
+TEST(ContainerReaderTest, AFooterWhoseCountsDisagreeIsDamage) {
+  const std::vector<uint8_t> aux =
+      EncodeAux({.stream = {StreamKind::kCpu, 0}, .data = Pattern(100, 3, false)});
+  std::vector<uint8_t> file = FileHeader();
+  AppendFrame(file, RecordType::kAux, 0, aux);
+  FooterRecord footer{.records = 1,
+                      .kinds = {{.type = static_cast<uint16_t>(RecordType::kAux),
+                                 .count = 3,
+                                 .raw_bytes = 3 * aux.size()}}};
+  const uint64_t footer_at = file.size();
+  AppendFrame(file, RecordType::kFooter, 1, EncodeFooter(footer));
+  ReadAll got = ReadBytes(file);
+  EXPECT_THAT(got.records, SizeIs(2));
+  ASSERT_THAT(got.report.damage, SizeIs(1));
+  EXPECT_EQ(got.report.damage[0].offset, footer_at);
+  EXPECT_EQ(got.report.damage[0].records, 2u);
+  EXPECT_EQ(got.report.damage[0].reason,
+            "the footer's record counts disagree with the file: aux 3 (read 1)");
+
+  // Records lost to damage the reader saw already explain the footer's count: no second entry.
+  TempDir dir;
+  std::vector<uint8_t> bytes = WriteSample(dir, false);
+  ReadAll full = ReadBytes(bytes);
+  const Owned& victim = full.records[3];
+  bytes.erase(bytes.begin() + static_cast<ptrdiff_t>(victim.offset),
+              bytes.begin() + static_cast<ptrdiff_t>(victim.offset + victim.stored_bytes));
+  got = ReadBytes(bytes);
+  ASSERT_THAT(got.report.damage, SizeIs(1));
+  EXPECT_EQ(got.report.lost_records(), 1u);
+}
+
+TEST(ContainerReaderTest, AValidChecksumOverAMalformedPayloadIsDamage) {
+  std::vector<uint8_t> aux =
+      EncodeAux({.stream = {StreamKind::kCpu, 0}, .data = Pattern(100, 3, false)});
+  aux.pop_back();  // the size field says 100 data bytes: 99 follow
+  std::vector<uint8_t> file = FileHeader();
+  AppendFrame(file, RecordType::kAux, 0, aux);
+  ReadAll got = ReadBytes(file);
+  EXPECT_THAT(got.records, SizeIs(0));
+  ASSERT_THAT(got.report.damage, SizeIs(1));
+  EXPECT_EQ(got.report.damage[0].offset, kFileHeaderSize);
+  EXPECT_EQ(got.report.damage[0].bytes, kFrameHeaderSize + aux.size());
+  EXPECT_EQ(got.report.damage[0].records, 1u);
+  EXPECT_THAT(got.report.damage[0].reason,
+              HasSubstr("record 0 (aux) at offset 16: malformed payload: "));
+  EXPECT_THAT(got.report.damage[0].reason, HasSubstr("size field 100 but 99 data bytes"));
 }
 
 TEST(ContainerReaderTest, RejectsFilesThatAreNotContainers) {

@@ -18,11 +18,13 @@ using ::testing::HasSubstr;
 // Two perf records (COMM, EXIT) framed as the kernel writes them.
 std::vector<uint8_t> TwoPerfRecords() {
   std::vector<uint8_t> out;
-  for (uint32_t type : {PERF_RECORD_COMM, PERF_RECORD_EXIT}) {
-    perf_event_header h{type, 0, 24};
+  // COMM {pid, tid, "" padded to 8}; EXIT {pid, ppid, tid, ptid, time} (perf_event_open(2)).
+  for (auto [type, size] :
+       {std::pair<uint32_t, uint16_t>{PERF_RECORD_COMM, 24}, {PERF_RECORD_EXIT, 32}}) {
+    perf_event_header h{type, 0, size};
     const auto* p = reinterpret_cast<const uint8_t*>(&h);
     out.insert(out.end(), p, p + sizeof(h));
-    out.resize(out.size() + 16, 0);
+    out.resize(out.size() + size - sizeof(h), 0);
   }
   return out;
 }
