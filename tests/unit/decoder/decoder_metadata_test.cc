@@ -85,6 +85,15 @@ class MetadataTest : public ::testing::Test {
     ASSERT_THAT((*writer)->Close(), IsOk());
   }
 
+  // Decodes the container, which must give the walk's instructions; returns its warnings.
+  std::vector<std::string> DecodeWarnings() {
+    Ips sink;
+    absl::StatusOr<DecodeTotals> totals = DecodeContainer(path_, {}, sink);
+    EXPECT_THAT(totals, IsOk());
+    EXPECT_EQ(sink.ips, pt_ips_);
+    return totals.ok() ? totals->warnings : std::vector<std::string>{};
+  }
+
   static json PtMetadata() {
     return {
         {"pmu", {{"name", "intel_pt"}, {"type", 8}}},
@@ -174,14 +183,10 @@ TEST_F(MetadataTest, AMistypedInformationalMemberIsAWarning) {
   m["attrs"][0]["disabled"] = "no";
   Write({m.dump()}, pt_);
   if (HasFatalFailure()) return;
-  Ips sink;
-  auto totals = DecodeContainer(path_, {}, sink);
-  ASSERT_THAT(totals, IsOk());
-  EXPECT_EQ(sink.ips, pt_ips_);
-  EXPECT_THAT(totals->warnings,
+  const std::vector<std::string> warnings = DecodeWarnings();
+  EXPECT_THAT(warnings,
               Contains(path_ + R"(: metadata: "host" must be a string, got number 5: ignored)"));
-  EXPECT_THAT(totals->warnings,
-              Contains(HasSubstr(R"("attrs[0].disabled" must be true or false)")));
+  EXPECT_THAT(warnings, Contains(HasSubstr(R"("attrs[0].disabled" must be true or false)")));
 }
 
 // Issue 12 item 3: a record nested 100,000 levels deep is not read (it used to crash the
@@ -190,11 +195,7 @@ TEST_F(MetadataTest, ADeeplyNestedRecordIsIgnoredWithAWarning) {
   std::string deep = R"({"a":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
   Write({PtMetadata().dump(), deep}, pt_);
   if (HasFatalFailure()) return;
-  Ips sink;
-  auto totals = DecodeContainer(path_, {}, sink);
-  ASSERT_THAT(totals, IsOk());
-  EXPECT_EQ(sink.ips, pt_ips_);
-  EXPECT_THAT(totals->warnings,
+  EXPECT_THAT(DecodeWarnings(),
               Contains(HasSubstr("is ignored: metadata record nested deeper than 64 levels")));
   EXPECT_THAT(ReadTscClock(path_), IsOk());
 }
