@@ -18,6 +18,7 @@
 
 #include "decoder/bts.h"
 #include "decoder/ipt_handles.h"
+#include "decoder/metadata_config.h"
 #include "decoder/packets.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
@@ -64,20 +65,6 @@ std::string Hex(const std::vector<uint8_t>& bytes) {
   std::string out;
   for (uint8_t b : bytes) out += fmt::format("{:02x}", b);
   return out;
-}
-
-perf::SampleIdLayout LayoutFromMetadata(const nlohmann::json& metadata) {
-  perf::SampleIdLayout layout;
-  if (metadata.contains("attrs") && metadata["attrs"].is_array()) {
-    for (const auto& a : metadata["attrs"]) {
-      if (a.value("sample_id_all", false)) {
-        layout.sample_type = a.value("sample_type", uint64_t{0});
-        layout.sample_id_all = true;
-        return layout;
-      }
-    }
-  }
-  return layout;
 }
 
 // All of a process's mappings over time, for images when the trace's time is unknown.
@@ -281,68 +268,6 @@ class StreamSink : public Sink {
   DecodeTotals shown_;
 };
 
-std::optional<TscConversion> TimeConversionFromMetadata(const nlohmann::json& metadata) {
-  if (!metadata.contains("time_conversion") || !metadata["time_conversion"].is_object()) {
-    return std::nullopt;
-  }
-  const auto& tc = metadata["time_conversion"];
-  if (!tc.value("cap_user_time_zero", false)) return std::nullopt;
-  TscConversion c;
-  c.time_zero = tc.value("time_zero", uint64_t{0});
-  c.time_mult = tc.value("time_mult", 0u);
-  c.time_shift = static_cast<uint16_t>(tc.value("time_shift", 0u));
-  if (c.time_mult == 0) return std::nullopt;
-  return c;
-}
-
-}  // namespace
-
-TraceConfig TraceConfigFromMetadata(const nlohmann::json& metadata) {
-  TraceConfig config;
-  if (!metadata.is_object()) return config;
-  if (metadata.contains("cpu") && metadata["cpu"].is_object()) {
-    const auto& cpu = metadata["cpu"];
-    if (cpu.value("vendor", std::string()) == "GenuineIntel") {
-      pt_cpu c = {};
-      c.vendor = pcv_intel;
-      c.family = static_cast<uint16_t>(cpu.value("family", 0u));
-      c.model = static_cast<uint8_t>(cpu.value("model", 0u));
-      c.stepping = static_cast<uint8_t>(cpu.value("stepping", 0u));
-      pt_errata errata;
-      if (pt_cpu_errata(&errata, &c) >= 0) config.cpu = c;
-    }
-    if (cpu.contains("cpuid_15h") && cpu["cpuid_15h"].is_object()) {
-      config.cpuid_0x15_eax = cpu["cpuid_15h"].value("tsc_ratio_denominator", 0u);
-      config.cpuid_0x15_ebx = cpu["cpuid_15h"].value("tsc_ratio_numerator", 0u);
-    }
-  }
-  if (metadata.contains("pmu") && metadata["pmu"].is_object()) {
-    const auto& pmu = metadata["pmu"];
-    config.nom_freq = static_cast<uint8_t>(pmu.value("max_nonturbo_ratio", 0u));
-    uint64_t type = pmu.value("type", uint64_t{0});
-    if (metadata.contains("attrs") && metadata["attrs"].is_array()) {
-      for (const auto& a : metadata["attrs"]) {
-        if (a.value("type", uint64_t{~0ull}) == type) {
-          config.mtc_freq = static_cast<uint8_t>((a.value("config", uint64_t{0}) >> 14) & 0xf);
-          break;
-        }
-      }
-    }
-  }
-  return config;
-}
-
-bool IsBtsRecording(const nlohmann::json& metadata) {
-  if (!metadata.is_object()) return false;
-  auto named = [&](const char* object, const char* key, const char* value) {
-    auto it = metadata.find(object);
-    return it != metadata.end() && it->is_object() && it->value(key, std::string()) == value;
-  };
-  return named("pmu", "name", "intel_bts") || named("emulation", "format", "bts");
-}
-
-namespace {
-
 // Everything decoding needs, from one pass over the container.
 struct Recording {
   // AUX streams (snapshot -1) and each snapshot of a stream, decoded on their own.
@@ -351,7 +276,7 @@ struct Recording {
     int64_t snapshot = -1;
     auto operator<=>(const Key&) const = default;
   };
-  nlohmann::json metadata = nlohmann::json::object();
+  RecordingMetadata metadata;
   Sideband timeline;
   std::map<Key, Stream> streams;
   std::set<Key> present;  // every stream with trace bytes, selected by the options or not
@@ -383,20 +308,30 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
   PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
   Recording r;
   std::unique_ptr<SidebandBuilder> sideband;
+  nlohmann::json metadata = nlohmann::json::object();  // the records so far, merged
   RecordView rec;
   for (;;) {
     PTKIT_ASSIGN_OR_RETURN(bool more, reader.Next(rec));
     if (!more) break;
     switch (rec.type) {
       case RecordType::kMetadata: {
-        auto j = nlohmann::json::parse(rec.payload.begin(), rec.payload.end(), nullptr, false);
-        if (j.is_object()) r.metadata = std::move(j);
+        absl::StatusOr<nlohmann::json> j = ParseMetadataRecord(rec.payload);
+        if (j.ok()) {
+          MergeMetadata(metadata, *j);
+        } else {
+          r.warnings.push_back(fmt::format("{}: the metadata record at offset {} is ignored: {}",
+                                           path, rec.offset, std::string(j.status().message())));
+        }
         break;
       }
       case RecordType::kSideband: {
         auto sb = ParseSideband(rec.payload);
         if (!sb.ok()) break;  // info reports malformed records; decoding goes on
-        if (!sideband) sideband = std::make_unique<SidebandBuilder>(LayoutFromMetadata(r.metadata));
+        if (!sideband) {
+          // The recorder writes the metadata first: the layout is that of the attrs so far.
+          PTKIT_ASSIGN_OR_RETURN(RecordingMetadata m, ReadMergedMetadata(path, metadata));
+          sideband = std::make_unique<SidebandBuilder>(LayoutFromMetadata(m));
+        }
         sideband->Add(sb->cpu, sb->records);
         break;
       }
@@ -526,7 +461,9 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
         "is cut), so what it had not written yet is missing",
         path));
   }
-  r.time = TimeConversionFromMetadata(r.metadata);
+  PTKIT_ASSIGN_OR_RETURN(r.metadata, ReadMergedMetadata(path, metadata));
+  for (const std::string& w : r.metadata.warnings) r.warnings.push_back(path + ": " + w);
+  r.time = r.metadata.PerfTimeConversion();
   r.bts = IsBtsRecording(r.metadata);
   return r;
 }

@@ -30,6 +30,7 @@
 
 #include "absl/status/statusor.h"
 #include "decoder/decode.h"
+#include "decoder/metadata_config.h"
 #include "decoder/sinks.h"
 #include "decoder/trace_config.h"
 #include "nlohmann/json.hpp"
@@ -114,16 +115,6 @@ class AuxSpool {
   uint64_t end_ = 0;
   uint64_t page_ = 4096;
 };
-
-// The decoder configuration a recording's metadata describes: the CPU (Intel only) for
-// errata, MTC frequency from the intel_pt attr config (bits 14-17), the nominal frequency
-// ratio, CPUID 0x15. Missing members leave defaults.
-TraceConfig TraceConfigFromMetadata(const nlohmann::json& metadata);
-
-// Whether a recording's AUX data is intel_bts branch records rather than Intel PT packets:
-// the kernel path names its PMU ("pmu": {"name": "intel_bts"}), an emulated recording has no
-// PMU and says "emulation": {"format": "bts"}.
-bool IsBtsRecording(const nlohmann::json& metadata);
 
 // Decodes every stream of the container at `path` into `sink`, then calls sink.Finish.
 // Errors: those of ContainerReader::Open (not a container, ...), I/O errors, sink.Finish's.

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "decoder/trace_config.h"
 #include "nlohmann/json.hpp"
+#include "ptkit/recording_metadata.h"
 #include "ptkit/sideband.h"
 
 namespace ptkit::decoder {
@@ -26,15 +27,16 @@ struct TscClock {
   std::string hz_source;              // where tsc_hz came from ("time_conversion", ...)
 };
 
-// The clock a recording's metadata describes (missing or malformed members: unknown).
-TscClock TscClockFromMetadata(const nlohmann::json& metadata);
+// The clock a recording's metadata describes (missing members: unknown).
+TscClock TscClockFromMetadata(const RecordingMetadata& metadata);
 
 // The clock of a raw trace: the TSC frequency from config.nom_freq (x 100 MHz) when set.
 TscClock TscClockFromConfig(const TraceConfig& config);
 
-// Reads the metadata record of the trace.pt at `path` (the first records only; the file is not
-// read further) and returns its clock. A container without metadata gives an unknown clock.
-// Errors: those of ContainerReader (open, not a container, I/O).
+// Reads the metadata records of the trace.pt at `path` (every one, merged: the file is read
+// to its end) and returns their clock. A container without metadata gives an unknown clock.
+// Errors: those of ContainerReader (open, not a container, I/O) and ReadMergedMetadata (a
+// member of the wrong type or range).
 absl::StatusOr<TscClock> ReadTscClock(const std::string& path);
 
 // Perf time in nanoseconds as `perf script` prints it: "seconds.nanoseconds" (9 digits).

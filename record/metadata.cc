@@ -47,102 +47,69 @@ TimeConversion ReadTimeConversion(const perf_event_mmap_page* page) {
   // != seq);"
   do {
     seq = __atomic_load_n(&page->lock, __ATOMIC_ACQUIRE);
-    t.cap_user_time = page->cap_user_time;
-    t.cap_user_time_zero = page->cap_user_time_zero;
-    t.time_shift = page->time_shift;
-    t.time_mult = page->time_mult;
-    t.time_zero = page->time_zero;
+    t.cap_user_time = static_cast<bool>(page->cap_user_time);
+    t.cap_user_time_zero = static_cast<bool>(page->cap_user_time_zero);
+    t.time_shift = uint32_t{page->time_shift};
+    t.time_mult = uint32_t{page->time_mult};
+    t.time_zero = uint64_t{page->time_zero};
     __atomic_thread_fence(__ATOMIC_ACQUIRE);
   } while (__atomic_load_n(&page->lock, __ATOMIC_RELAXED) != seq);
   return t;
 }
 
-nlohmann::json AttrToJson(const perf_event_attr& a) {
-  return nlohmann::json{
-      {"type", a.type},
-      {"size", a.size},
-      {"config", a.config},
-      {"config1", a.config1},
-      {"config2", a.config2},
-      {"sample_type", a.sample_type},
-      {"read_format", a.read_format},
-      {"sample_id_all", static_cast<bool>(a.sample_id_all)},
-      {"disabled", static_cast<bool>(a.disabled)},
-      {"inherit", static_cast<bool>(a.inherit)},
-      {"enable_on_exec", static_cast<bool>(a.enable_on_exec)},
-      {"exclude_user", static_cast<bool>(a.exclude_user)},
-      {"exclude_kernel", static_cast<bool>(a.exclude_kernel)},
-      {"exclude_hv", static_cast<bool>(a.exclude_hv)},
-      {"mmap", static_cast<bool>(a.mmap)},
-      {"mmap2", static_cast<bool>(a.mmap2)},
-      {"comm", static_cast<bool>(a.comm)},
-      {"comm_exec", static_cast<bool>(a.comm_exec)},
-      {"task", static_cast<bool>(a.task)},
-      {"context_switch", static_cast<bool>(a.context_switch)},
-      {"aux_watermark", a.aux_watermark},
-  };
+RecordingMetadata BuildRecordingMetadata(const MetadataInput& in) {
+  RecordingMetadata m;
+  m.tool = "ptrecord";
+  m.tool_version = PTKIT_VERSION;
+  utsname u{};
+  if (uname(&u) == 0) {
+    m.host = u.nodename;
+    m.kernel_release = u.release;
+    m.machine = u.machine;
+  }
+  m.command_line = in.command_line;
+  m.workload = in.workload;
+  m.mode = in.mode;
+  m.page_size = in.page_size;
+  m.data_pages = in.data_pages;
+  m.aux_pages = in.aux_pages;
+  m.cpus = std::vector<int64_t>(in.cpus.begin(), in.cpus.end());
+  m.cpu = CpuMetadata{
+      .vendor = in.cpu.vendor,
+      .family = in.cpu.family,
+      .model = in.cpu.model,
+      .stepping = in.cpu.stepping,
+      .cpuid_15h = Cpuid15hMetadata{.tsc_ratio_numerator = in.cpu.tsc_ratio_numerator,
+                                    .tsc_ratio_denominator = in.cpu.tsc_ratio_denominator,
+                                    .crystal_hz = in.cpu.crystal_hz}};
+  if (in.pmu) {
+    PmuMetadata pmu;
+    pmu.name = in.pmu->name;
+    pmu.type = in.pmu->type;
+    pmu.caps = in.pmu->caps;
+    pmu.formats.emplace();
+    for (const auto& [name, f] : in.pmu->formats) {
+      (*pmu.formats)[name] = {.word = static_cast<uint32_t>(f.word), .mask = f.mask};
+    }
+    pmu.event = in.event;
+    if (in.pmu->max_nonturbo_ratio) {
+      pmu.max_nonturbo_ratio = *in.pmu->max_nonturbo_ratio;
+      // The nominal (non-turbo) frequency: the ratio times the 100 MHz bus clock.
+      pmu.nominal_frequency_hz = uint64_t{*in.pmu->max_nonturbo_ratio} * 100000000;
+    }
+    if (in.pmu->tsc_art_numerator) {
+      pmu.tsc_art_ratio = {*in.pmu->tsc_art_numerator, *in.pmu->tsc_art_denominator};
+    }
+    m.pmu = std::move(pmu);
+  }
+  m.attrs.emplace();
+  for (const auto& [name, attr] : in.attrs) m.attrs->push_back(AttrMetadata::FromAttr(name, attr));
+  if (in.time) m.time_conversion = *in.time;
+  return m;
 }
 
 nlohmann::json BuildMetadata(const MetadataInput& in) {
-  nlohmann::json j;
-  j["tool"] = "ptrecord";
-  j["tool_version"] = PTKIT_VERSION;
-  utsname u{};
-  if (uname(&u) == 0) {
-    j["host"] = u.nodename;
-    j["kernel_release"] = u.release;
-    j["machine"] = u.machine;
-  }
-  j["command_line"] = in.command_line;
-  j["workload"] = in.workload;
-  j["mode"] = in.mode;
-  j["page_size"] = in.page_size;
-  j["data_pages"] = in.data_pages;
-  j["aux_pages"] = in.aux_pages;
-  j["cpus"] = in.cpus;
-  j["cpu"] = {{"vendor", in.cpu.vendor},
-              {"family", in.cpu.family},
-              {"model", in.cpu.model},
-              {"stepping", in.cpu.stepping},
-              {"cpuid_15h",
-               {{"tsc_ratio_numerator", in.cpu.tsc_ratio_numerator},
-                {"tsc_ratio_denominator", in.cpu.tsc_ratio_denominator},
-                {"crystal_hz", in.cpu.crystal_hz}}}};
-  if (in.pmu) {
-    nlohmann::json formats = nlohmann::json::object();
-    for (const auto& [name, f] : in.pmu->formats) {
-      formats[name] = {{"word", static_cast<int>(f.word)}, {"mask", f.mask}};
-    }
-    nlohmann::json pmu = {{"name", in.pmu->name},
-                          {"type", in.pmu->type},
-                          {"caps", in.pmu->caps},
-                          {"formats", formats},
-                          {"event", in.event}};
-    if (in.pmu->max_nonturbo_ratio) {
-      pmu["max_nonturbo_ratio"] = *in.pmu->max_nonturbo_ratio;
-      // The nominal (non-turbo) frequency: the ratio times the 100 MHz bus clock.
-      pmu["nominal_frequency_hz"] = uint64_t{*in.pmu->max_nonturbo_ratio} * 100000000;
-    }
-    if (in.pmu->tsc_art_numerator) {
-      pmu["tsc_art_ratio"] = {*in.pmu->tsc_art_numerator, *in.pmu->tsc_art_denominator};
-    }
-    j["pmu"] = pmu;
-  }
-  nlohmann::json attrs = nlohmann::json::array();
-  for (const auto& [name, attr] : in.attrs) {
-    nlohmann::json a = AttrToJson(attr);
-    a["name"] = name;
-    attrs.push_back(a);
-  }
-  j["attrs"] = attrs;
-  if (in.time) {
-    j["time_conversion"] = {{"cap_user_time", in.time->cap_user_time},
-                            {"cap_user_time_zero", in.time->cap_user_time_zero},
-                            {"time_shift", in.time->time_shift},
-                            {"time_mult", in.time->time_mult},
-                            {"time_zero", in.time->time_zero}};
-  }
-  return j;
+  return BuildRecordingMetadata(in).ToJson();
 }
 
 }  // namespace ptkit::record

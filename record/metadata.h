@@ -1,6 +1,6 @@
 // The metadata record of a recording: who, where, what CPU and PMU, every perf_event_attr,
-// and the TSC/perf-time conversion, as one JSON object (schema: man/ptkit-format.5,
-// "metadata").
+// and the TSC/perf-time conversion (ptkit/recording_metadata.h; schema: man/ptkit-format.5,
+// "METADATA").
 #ifndef PTKIT_RECORD_METADATA_H_
 #define PTKIT_RECORD_METADATA_H_
 
@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
+#include "ptkit/recording_metadata.h"
 #include "record/pmu_registry.h"
 
 namespace ptkit::record {
@@ -27,19 +28,9 @@ struct CpuId {
 CpuId ReadCpuId();
 
 // The perf-time <-> TSC conversion fields of a user page (perf_event_mmap_page).
-struct TimeConversion {
-  bool cap_user_time = false;
-  bool cap_user_time_zero = false;
-  uint16_t time_shift = 0;
-  uint32_t time_mult = 0;
-  uint64_t time_zero = 0;
-};
+using TimeConversion = TimeConversionMetadata;
 // Reads them with the seqlock protocol of <linux/perf_event.h> (retry while `lock` changes).
 TimeConversion ReadTimeConversion(const perf_event_mmap_page* page);
-
-// The JSON of one attr: every field a decoder or a human needs (type, config words,
-// sample_type, flags, aux_watermark, ...).
-nlohmann::json AttrToJson(const perf_event_attr& attr);
 
 struct MetadataInput {
   std::vector<std::string> command_line;  // ptrecord's argv
@@ -55,8 +46,10 @@ struct MetadataInput {
   uint64_t data_pages = 0, aux_pages = 0;
 };
 
-// Builds the metadata object: inputs plus host name and kernel release (uname) and the tool
-// version. The nominal frequency is max_nonturbo_ratio x 100 MHz when the PMU gives it.
+// Builds the metadata: inputs plus host name and kernel release (uname) and the tool version.
+// The nominal frequency is max_nonturbo_ratio x 100 MHz when the PMU gives it.
+RecordingMetadata BuildRecordingMetadata(const MetadataInput& in);
+// BuildRecordingMetadata(in).ToJson().
 nlohmann::json BuildMetadata(const MetadataInput& in);
 
 }  // namespace ptkit::record

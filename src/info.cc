@@ -11,6 +11,7 @@
 #include "fmt/format.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/perf_records.h"
+#include "ptkit/recording_metadata.h"
 #include "ptkit/sideband.h"
 #include "ptkit/status.h"
 
@@ -64,11 +65,11 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
     };
     switch (rec.type) {
       case RecordType::kMetadata: {
-        json m = json::parse(rec.payload.begin(), rec.payload.end(), nullptr, false);
-        if (m.is_object()) {
-          metadata.update(m);
+        absl::StatusOr<json> m = ParseMetadataRecord(rec.payload);
+        if (m.ok()) {
+          MergeMetadata(metadata, *m);
         } else {
-          problem(absl::DataLossError("metadata record is not a JSON object"));
+          problem(m.status());
         }
         break;
       }
@@ -168,7 +169,17 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
   out["format_version"] = kFormatVersion;
   out["footer_present"] = report.footer_present;
   out["records"] = report.records;
-  out["metadata"] = metadata;
+  // The typed reading shows what decoding will say about the metadata; a member it cannot
+  // read is shown as it is.
+  std::vector<std::string> metadata_warnings;
+  if (absl::StatusOr<RecordingMetadata> typed = RecordingMetadata::FromJson(metadata); typed.ok()) {
+    out["metadata"] = typed->ToJson();
+    metadata_warnings = std::move(typed->warnings);
+  } else {
+    out["metadata"] = metadata;
+    metadata_warnings.push_back(
+        absl::StrCat(typed.status().message(), ": the decoding sub-commands stop on it"));
+  }
   uint64_t stored_total = kFileHeaderSize, raw_total = 0;
   json jkinds = json::array();
   for (const auto& [type, k] : kinds) {
@@ -229,6 +240,7 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
   for (const auto& [type, n] : report.unknown_types) unknown[std::to_string(type)] = n;
   out["unknown_kinds"] = unknown;
   out["warnings"] = report.warnings;
+  for (const std::string& w : metadata_warnings) out["warnings"].push_back(w);
   return out;
 }
 

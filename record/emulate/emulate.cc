@@ -300,7 +300,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   PTKIT_ASSIGN_OR_RETURN(std::string online_text,
                          record::ReadSystemFile("/sys/devices/system/cpu/online"));
   PTKIT_ASSIGN_OR_RETURN(std::vector<int> cpus, record::ParseCpuList(online_text));
-  nlohmann::json meta;
+  RecordingMetadata meta;
   StepperOptions so;
   so.argv = options.argv;
   so.max_steps = options.max_steps;
@@ -357,18 +357,18 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     mi.mode = "full-trace";
     mi.data_pages = options.data_pages;
     mi.aux_pages = options.aux_pages;
-    meta = record::BuildMetadata(mi);
-    meta["emulated"] = true;
-    meta["clock"] = "CLOCK_MONOTONIC ns (emulated: TSC packets and sideband use it)";
-    meta["emulation"] = {{"backend", "ptrace single-step"},
-                         {"streams", "per-thread"},
-                         {"format", options.bts ? "bts" : "pt"},
-                         {"ret_compression", options.pt.ret_compression},
-                         {"psb_period", options.pt.psb_period},
-                         {"filter", record::KernelFilterString(filters)},
-                         {"note", "software Intel PT from a single-stepped run, not hardware"}};
-    return writer->AppendMetadata(
-        meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    meta = record::BuildRecordingMetadata(mi);
+    meta.emulated = RecordingMetadata::kEmulatedStep;
+    meta.clock = "CLOCK_MONOTONIC ns (emulated: TSC packets and sideband use it)";
+    meta.emulation =
+        EmulationMetadata{.backend = "ptrace single-step",
+                          .streams = "per-thread",
+                          .format = options.bts ? "bts" : "pt",
+                          .ret_compression = options.pt.ret_compression,
+                          .psb_period = options.pt.psb_period,
+                          .filter = record::KernelFilterString(filters),
+                          .note = "software Intel PT from a single-stepped run, not hardware"};
+    return writer->AppendMetadata(meta.ToRecord());
   };
 
   // The build-ids of mapped files and the vdso (and with --archive the mapped code), from the
@@ -434,18 +434,17 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     result.exit_code = 128 + result.stop_signal;
   }
   // How it ended, after the fact: a second metadata record (readers merge them in order).
-  nlohmann::json end = {{"instructions", steps.instructions},
-                        {"threads", result.threads},
-                        {"workload_exit_status", steps.exit_status}};
-  if (steps.exit_signal != 0) end["workload_signal"] = SignalName(steps.exit_signal);
+  EndMetadata end{.instructions = steps.instructions,
+                  .threads = result.threads,
+                  .workload_exit_status = steps.exit_status};
+  if (steps.exit_signal != 0) end.workload_signal = SignalName(steps.exit_signal);
   if (result.stop_signal != 0) {
-    end["stopped_by"] = SignalName(result.stop_signal);
+    end.stopped_by = SignalName(result.stop_signal);
   } else if (steps.step_limit_hit) {
-    end["stopped_by"] = "--max-steps";
+    end.stopped_by = "--max-steps";
   }
-  meta["end"] = std::move(end);
-  PTKIT_RETURN_IF_ERROR(
-      writer->AppendMetadata(meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+  meta.end = std::move(end);
+  PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->Close());
   return result;
 }

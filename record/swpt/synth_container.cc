@@ -195,13 +195,16 @@ absl::Status WriteSynthContainer(const std::string& path, const CodeImage& image
   in.time = record::TimeConversion{true, true, 0, 1, 0};
   in.page_size = 4096;
   in.mode = "full-trace";
-  nlohmann::json meta = record::BuildMetadata(in);
-  meta["tool"] = "swpt_synth";
-  meta["emulated"] = "synthesized";
-  meta["synthesizer"] = {
-      {"elf", image.path()},       {"load_base", image.load_base()}, {"entry", options.entry},
-      {"seed", options.seed},      {"max_insns", options.max_insns}, {"insns", result.insns},
-      {"stop", result.stop_reason}};
+  RecordingMetadata meta = record::BuildRecordingMetadata(in);
+  meta.tool = "swpt_synth";
+  meta.emulated = RecordingMetadata::kEmulatedSynthesized;
+  meta.synthesizer = SynthesizerMetadata{.elf = image.path(),
+                                         .entry = options.entry,
+                                         .stop = result.stop_reason,
+                                         .load_base = image.load_base(),
+                                         .seed = options.seed,
+                                         .max_insns = options.max_insns,
+                                         .insns = result.insns};
 
   // Sideband times (= TSC): the process exists and maps its image before the trace starts.
   uint64_t t0 = pt.tsc_start > 1000 ? pt.tsc_start - 1000 : 0;
@@ -236,8 +239,7 @@ absl::Status WriteSynthContainer(const std::string& path, const CodeImage& image
   WriterOptions wopts;
   wopts.overwrite = container.overwrite;
   PTKIT_ASSIGN_OR_RETURN(auto writer, ContainerWriter::Create(path, wopts));
-  PTKIT_RETURN_IF_ERROR(
-      writer->AppendMetadata(meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+  PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->AppendSideband({-1, sb.bytes()}));
   for (const AuxRecord& r : aux) PTKIT_RETURN_IF_ERROR(writer->AppendAux(r));
   return writer->Close();

@@ -39,6 +39,13 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
+// The typed metadata of `json` (which must be valid).
+RecordingMetadata Typed(const nlohmann::json& json) {
+  absl::StatusOr<RecordingMetadata> m = RecordingMetadata::FromJson(json);
+  EXPECT_THAT(m, IsOk());
+  return m.ok() ? *std::move(m) : RecordingMetadata{};
+}
+
 const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
 const perf::SampleIdLayout kLayout{
     PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER, true};
@@ -346,7 +353,7 @@ TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
        {"attrs", {attr}}}};
   for (const nlohmann::json& meta : metadata) {
     SCOPED_TRACE(meta.dump());
-    EXPECT_TRUE(IsBtsRecording(meta));
+    EXPECT_TRUE(IsBtsRecording(Typed(meta)));
     const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_bts.pt");
     auto writer = NewContainer(path, meta);
     ASSERT_THAT(writer, IsOk());
@@ -364,8 +371,8 @@ TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
     EXPECT_THAT(rec.runs[1], ElementsAreArray(ips->begin() + branches.front(),
                                               ips->begin() + branches.back() + 1));
   }
-  EXPECT_FALSE(IsBtsRecording({{"emulation", {{"format", "pt"}}}}));
-  EXPECT_FALSE(IsBtsRecording({{"pmu", {{"name", "intel_pt"}}}}));
+  EXPECT_FALSE(IsBtsRecording(Typed({{"emulation", {{"format", "pt"}}}})));
+  EXPECT_FALSE(IsBtsRecording(Typed({{"pmu", {{"name", "intel_pt"}}}})));
 }
 
 TEST_F(ContainerTest, FiltersSelectStreams) {
@@ -1174,7 +1181,7 @@ TEST(ContainerInput, MetadataGivesTheDecoderConfiguration) {
         {"cpuid_15h", {{"tsc_ratio_numerator", 84}, {"tsc_ratio_denominator", 2}}}}},
       {"pmu", {{"type", 8}, {"max_nonturbo_ratio", 24}}},
       {"attrs", {{{"type", 1}, {"config", 0}}, {{"type", 8}, {"config", (5ull << 14) | 1}}}}};
-  TraceConfig c = TraceConfigFromMetadata(metadata);
+  TraceConfig c = TraceConfigFromMetadata(Typed(metadata));
   ASSERT_TRUE(c.cpu.has_value());
   EXPECT_EQ(c.cpu->model, 61);
   EXPECT_EQ(c.mtc_freq, 5);
@@ -1182,7 +1189,7 @@ TEST(ContainerInput, MetadataGivesTheDecoderConfiguration) {
   EXPECT_EQ(c.cpuid_0x15_eax, 2u);
   EXPECT_EQ(c.cpuid_0x15_ebx, 84u);
   metadata["cpu"]["vendor"] = "AuthenticAMD";
-  EXPECT_FALSE(TraceConfigFromMetadata(metadata).cpu.has_value());
+  EXPECT_FALSE(TraceConfigFromMetadata(Typed(metadata)).cpu.has_value());
 }
 
 TEST(ContainerInput, NotAContainerIsAnError) {

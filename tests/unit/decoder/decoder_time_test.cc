@@ -34,6 +34,13 @@ using ::ptkit::testing::StatusIs;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// The typed metadata of `json` (which must be valid).
+RecordingMetadata Typed(const nlohmann::json& json) {
+  absl::StatusOr<RecordingMetadata> m = RecordingMetadata::FromJson(json);
+  EXPECT_THAT(m, IsOk());
+  return m.ok() ? *std::move(m) : RecordingMetadata{};
+}
+
 const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
 
 using Factory =
@@ -136,7 +143,7 @@ TEST(TscClockTest, FromMetadataPrefersTheKernelConversionThenCpuidThenNominal) {
        {{"cpuid_15h",
          {{"tsc_ratio_numerator", 100}, {"tsc_ratio_denominator", 2}, {"crystal_hz", 1000}}}}},
       {"pmu", {{"nominal_frequency_hz", 2100000000}}}};
-  TscClock c = TscClockFromMetadata(m);
+  TscClock c = TscClockFromMetadata(Typed(m));
   ASSERT_TRUE(c.perf.has_value());
   EXPECT_EQ(c.perf->time_zero, 77u);
   EXPECT_EQ(c.perf->time_mult, 3u);
@@ -145,17 +152,17 @@ TEST(TscClockTest, FromMetadataPrefersTheKernelConversionThenCpuidThenNominal) {
   EXPECT_EQ(c.hz_source, "time_conversion");
 
   m["time_conversion"]["cap_user_time_zero"] = false;  // time_zero not valid: no conversion
-  c = TscClockFromMetadata(m);
+  c = TscClockFromMetadata(Typed(m));
   EXPECT_FALSE(c.perf.has_value());
   EXPECT_DOUBLE_EQ(c.tsc_hz, 1000.0 * 100 / 2);
   EXPECT_EQ(c.hz_source, "cpuid_15h");
 
   m["cpu"]["cpuid_15h"]["crystal_hz"] = 0;  // many CPUs leave the crystal out
-  c = TscClockFromMetadata(m);
+  c = TscClockFromMetadata(Typed(m));
   EXPECT_DOUBLE_EQ(c.tsc_hz, 2.1e9);
   EXPECT_EQ(c.hz_source, "nominal_frequency");
 
-  c = TscClockFromMetadata(nlohmann::json::object());
+  c = TscClockFromMetadata(RecordingMetadata{});
   EXPECT_FALSE(c.perf.has_value());
   EXPECT_EQ(c.tsc_hz, 0);
   EXPECT_EQ(TscClockFromConfig({.nom_freq = 24}).tsc_hz, 2.4e9);

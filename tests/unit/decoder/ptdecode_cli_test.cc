@@ -257,7 +257,9 @@ void WriteTinyContainer(const std::string& path, nlohmann::json metadata,
   options.overwrite = true;
   auto writer = ContainerWriter::Create(path, options);
   ASSERT_THAT(writer, IsOk());
-  metadata["attrs"] = {{{"sample_type", layout.sample_type}, {"sample_id_all", true}}};
+  if (!metadata.contains("attrs")) {
+    metadata["attrs"] = {{{"sample_type", layout.sample_type}, {"sample_id_all", true}}};
+  }
   ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
   perf::Mmap2 m;
   m.pid = m.tid = 300;
@@ -389,6 +391,59 @@ TEST_F(PtdecodeCliTest, ContainerTimeIsPerfTimeFromTheMetadata) {
   }
   r = RunPtdecode("folded --weight=time " + path);  // one segment: no interval closes
   EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::remove(path.c_str());
+}
+
+// Issue 12 item 2: a mistyped metadata member that decoding needs (one per group:
+// time_conversion, cpu, pmu, attrs[] and an attrs element that is not an object) aborted every
+// decoding sub-command (type_error.302, exit 134). Each now stops with one line naming the
+// member (exit 1); info shows the metadata and says the same as a warning (exit 0).
+TEST_F(PtdecodeCliTest, AMistypedMetadataMemberIsARuntimeErrorNamingIt) {
+  std::ifstream in(trace_, std::ios::binary);
+  std::vector<uint8_t> pt((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const nlohmann::json attr = {{"type", 8},
+                               {"config", 1},
+                               {"sample_type", PERF_SAMPLE_TID | PERF_SAMPLE_TIME},
+                               {"sample_id_all", true}};
+  const nlohmann::json good = {
+      {"cpu", {{"vendor", "GenuineIntel"}, {"family", 6}, {"model", 85}, {"stepping", 4}}},
+      {"pmu", {{"name", "intel_pt"}, {"type", 8}}},
+      {"attrs", {attr}},
+      {"time_conversion",
+       {{"cap_user_time_zero", true}, {"time_zero", 0}, {"time_mult", 1}, {"time_shift", 0}}}};
+  const std::vector<std::pair<std::string, nlohmann::json>> damage = {
+      {"/time_conversion/time_zero", "0"},
+      {"/cpu/family", "6"},
+      {"/pmu/type", "8"},
+      {"/attrs/0/config", "1"},
+      {"/attrs/0", 5},
+  };
+  const std::string path = ::ptkit::decoder::testing::TempPath("cli_mistyped.trace.pt");
+  WriteTinyContainer(path, good, pt, text_, text_offset_);
+  if (HasFatalFailure()) return;
+  ASSERT_EQ(RunPtdecode("stats " + path).exit_code, 0);
+  for (const auto& [pointer, value] : damage) {
+    SCOPED_TRACE(pointer);
+    nlohmann::json bad = good;
+    bad[nlohmann::json::json_pointer(pointer)] = value;
+    WriteTinyContainer(path, bad, pt, text_, text_offset_);
+    if (HasFatalFailure()) return;
+    std::string field = pointer.substr(1);
+    std::replace(field.begin(), field.end(), '/', '.');
+    if (field.starts_with("attrs.0")) field.replace(0, 7, "attrs[0]");
+    const std::string message = fmt::format("ptdecode: {}: metadata: \"{}\" must be", path, field);
+    for (const char* command : {"insn", "branches", "calls", "stats", "folded", "timeline",
+                                "packets", "report", "info --decode"}) {
+      SCOPED_TRACE(command);
+      Result r = RunPtdecode(fmt::format("{} {}", command, path));
+      EXPECT_EQ(r.exit_code, 1) << r.err;
+      EXPECT_THAT(r.err, StartsWith(message));
+      EXPECT_EQ(CountLines(r.err), 1) << r.err;
+    }
+    Result r = RunPtdecode("info " + path);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr(fmt::format("warning:     metadata: \"{}\" must be", field)));
+  }
   std::remove(path.c_str());
 }
 

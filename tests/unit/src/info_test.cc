@@ -131,5 +131,62 @@ TEST(InfoTest, SidebandRecordsAreNamedAndACutBatchIsMalformed) {
   EXPECT_THAT((*info)["malformed"][0]["error"].get<std::string>(), HasSubstr("sideband of cpu 2"));
 }
 
+// Writes a container at `path` whose metadata records are `records`, verbatim.
+void WriteMetadata(const std::string& path, const std::vector<std::string>& records) {
+  auto w = ContainerWriter::Create(path);
+  ASSERT_THAT(w, IsOk());
+  for (const std::string& r : records) ASSERT_THAT((*w)->AppendMetadata(r), IsOk());
+  ASSERT_THAT((*w)->Close(), IsOk());
+}
+
+// Issue 12 item 3: metadata nested 100,000 levels deep (3.7 KB) crashed the JSON serializer.
+// It is not read: a malformed record, and the other records are shown.
+TEST(InfoTest, DeeplyNestedMetadataIsMalformedNotACrash) {
+  testing::TempDir dir;
+  const std::string path = dir.File("deep.pt");
+  const std::string deep = R"({"a":)" + std::string(100000, '[') + std::string(100000, ']') + "}";
+  WriteMetadata(path, {R"({"host":"box"})", deep});
+  if (::testing::Test::HasFatalFailure()) return;
+  absl::StatusOr<nlohmann::json> info = ContainerInfo(path);
+  ASSERT_THAT(info, IsOk());
+  EXPECT_EQ((*info)["metadata"], nlohmann::json({{"host", "box"}}));
+  ASSERT_EQ((*info)["malformed"].size(), 1u);
+  EXPECT_EQ((*info)["malformed"][0]["error"],
+            "metadata record nested deeper than 64 levels: not read");
+  EXPECT_THAT(FormatInfoText(*info), HasSubstr("nested deeper than 64 levels"));
+}
+
+// The metadata records merged in order (a later member replaces an earlier one), read as the
+// decoders read them: a member of the wrong type is shown as it is, with what decoding will
+// say about it; members ptkit does not know are shown too.
+TEST(InfoTest, MetadataIsMergedAndMistypedMembersAreNamed) {
+  testing::TempDir dir;
+  const std::string path = dir.File("typed.pt");
+  WriteMetadata(path, {R"({"host":"box","cpu":{"family":6},"future":{"x":1}})",
+                       R"({"cpu":{"vendor":"GenuineIntel","family":"6"},"page_size":"4k"})"});
+  if (::testing::Test::HasFatalFailure()) return;
+  absl::StatusOr<nlohmann::json> info = ContainerInfo(path);
+  ASSERT_THAT(info, IsOk());
+  EXPECT_EQ((*info)["metadata"], nlohmann::json::parse(R"({"host":"box","future":{"x":1},
+      "cpu":{"vendor":"GenuineIntel","family":"6"},"page_size":"4k"})"));
+  EXPECT_THAT((*info)["warnings"].get<std::vector<std::string>>(),
+              ::testing::Contains(R"(metadata: "cpu.family" must be a number, got string "6": )"
+                                  "the decoding sub-commands stop on it"));
+  const std::string text = FormatInfoText(*info);
+  EXPECT_THAT(text, HasSubstr("future"));
+  EXPECT_THAT(text, HasSubstr(R"(warning:     metadata: "cpu.family" must be a number)"));
+
+  // Once the decoding member is right, the informational one is a warning only.
+  const std::string path2 = dir.File("typed2.pt");
+  WriteMetadata(path2, {R"({"cpu":{"family":6},"page_size":"4k"})"});
+  if (::testing::Test::HasFatalFailure()) return;
+  info = ContainerInfo(path2);
+  ASSERT_THAT(info, IsOk());
+  EXPECT_EQ((*info)["metadata"]["page_size"], "4k");
+  EXPECT_THAT(
+      (*info)["warnings"].get<std::vector<std::string>>(),
+      ::testing::Contains(R"(metadata: "page_size" must be a number, got string "4k": ignored)"));
+}
+
 }  // namespace
 }  // namespace ptkit

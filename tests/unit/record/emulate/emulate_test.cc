@@ -102,7 +102,7 @@ TEST(EmulateTest, RecordsAndDecodesExactlyWhatEachThreadRan) {
 
   Recording rec = Load(o.output);
   EXPECT_TRUE(rec.clean);
-  EXPECT_TRUE(rec.metadata["emulated"].get<bool>());
+  EXPECT_EQ(rec.metadata["emulated"], "step");
   // Real kernel sideband for the workload.
   EXPECT_THAT(rec.sideband, Contains("comm"));
   EXPECT_THAT(rec.sideband, Contains("exit"));
