@@ -623,12 +623,23 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
   summary.sideband_records = s.records.size();
   PTKIT_RETURN_IF_ERROR(w.AddRecord(perf::EncodeFinishedRound()));
 
+  // The reference of an AUXTRACE record is the perf time its data was read, which BTS (no
+  // timestamps in the trace) decodes at. An emulated recording's PERF_RECORD_AUX times count
+  // from 1 (the simulated PMU's clock): its threads' data is referenced to the thread's last
+  // sideband record instead (its EXIT), when the thread's maps are all known.
+  std::map<uint32_t, uint64_t> last_time;
+  for (const SidebandRef& r : s.records) {
+    if (r.id.has_tid && r.id.has_time) last_time[r.id.tid] = std::max(last_time[r.id.tid], r.time);
+  }
   for (Piece& p : s.pieces) {
     const bool thread = p.stream.kind == StreamKind::kThread;
     perf::Auxtrace a;
     a.size = p.size;
     a.offset = p.aux_offset;
     a.reference = p.time;
+    if (ev.emulated && thread && last_time.contains(static_cast<uint32_t>(p.stream.id))) {
+      a.reference = last_time[static_cast<uint32_t>(p.stream.id)];
+    }
     a.idx = idx.at(p.stream);
     a.tid = thread ? static_cast<uint32_t>(p.stream.id) : kNoCpu;
     a.cpu = thread ? kNoCpu : static_cast<uint32_t>(p.stream.id);

@@ -1,0 +1,379 @@
+// `ptdecode export --to perf.data` checked by perf 6.1 as an independent decoder: perf's own
+// Intel PT decoder on the exported file must give, thread by thread and address by address,
+// the instructions `ptdecode insn` gives on the original (and the recorder's ground truth),
+// the same taken branches as `ptdecode branches`, and no decode error where ptdecode has
+// none. ptkit's perf.data reader must find in the file the container's sideband records and
+// trace bytes unchanged. Recordings: `ptrecord --emulate` of tiny programs (one thread,
+// threads, fork; --archive with the program deleted, so that only the build-id cache the
+// export writes has its code; --bts for intel_bts). Skips when perf is not installed.
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "ground_truth.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "ptkit/container_format.h"
+#include "ptkit/container_reader.h"
+#include "ptkit/perf_data.h"
+#include "ptkit/perf_records.h"
+#include "run_command.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::ParseInsn;
+using ::ptkit::testing::PerThread;
+using ::ptkit::testing::ReadTruth;
+using ::ptkit::testing::RunCommand;
+using ::testing::HasSubstr;
+
+constexpr char kPerf[] = "/usr/bin/perf";
+const std::string kFib = PROGRAM_DIR "/emulate_fib";
+const std::string kThreads = PROGRAM_DIR "/emulate_threads";
+const std::string kFork = E2E_PROGRAM_DIR "/e2e_fork_tiny";
+
+struct Exported {
+  std::string trace, truth, data, debug_dir;
+  bool ok = false;
+  std::string why;
+};
+
+class PerfExportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::access(kPerf, X_OK) != 0) {
+      GTEST_SKIP() << kPerf << " not installed (Debian package linux-perf): no oracle";
+    }
+  }
+  static void TearDownTestSuite() {
+    exported_.clear();
+    dir_.reset();
+  }
+  static testing::TempDir& Dir() {
+    if (!dir_) dir_ = std::make_unique<testing::TempDir>();
+    return *dir_;
+  }
+  // Records `program` once with `options` and exports it to NAME.data.
+  static const Exported& Export(const std::string& name, const std::string& program,
+                                const std::vector<std::string>& options = {}) {
+    auto [it, inserted] = exported_.try_emplace(name);
+    Exported& e = it->second;
+    if (!inserted) return e;
+    e.trace = Dir().File(name + ".pt");
+    e.truth = Dir().File(name + ".truth");
+    e.data = Dir().File(name + ".data");
+    e.debug_dir = e.data + ".debug";
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "--ground-truth",
+                                     e.truth,       "-o",        e.trace};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back("--");
+    argv.push_back(program);
+    auto r = RunCommand(argv);
+    if (r.exit_code != 0) {
+      e.why = "ptrecord: " + r.err;
+      return e;
+    }
+    r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", e.trace, "-o", e.data});
+    e.ok = r.exit_code == 0;
+    e.why = "ptdecode export: " + r.err;
+    return e;
+  }
+  static std::unique_ptr<testing::TempDir> dir_;
+  static std::map<std::string, Exported> exported_;
+};
+std::unique_ptr<testing::TempDir> PerfExportTest::dir_;
+std::map<std::string, Exported> PerfExportTest::exported_;
+
+#define PTKIT_EXPORT_OR_SKIP(var, ...)                                           \
+  const Exported& var = Export(__VA_ARGS__);                                     \
+  if (!var.ok && var.why.find("Operation not permitted") != std::string::npos) { \
+    GTEST_SKIP() << "ptrace or perf_event_open denied";                          \
+  }                                                                              \
+  ASSERT_TRUE(var.ok) << var.why
+
+// perf [--buildid-dir DIR] script -i DATA ARGS...
+testing::CommandResult PerfScript(const Exported& e, std::vector<std::string> args,
+                                  bool cache = true) {
+  std::vector<std::string> argv = {kPerf};
+  if (cache) argv.insert(argv.end(), {"--buildid-dir", e.debug_dir});
+  argv.insert(argv.end(), {"script", "-i", e.data});
+  argv.insert(argv.end(), args.begin(), args.end());
+  return RunCommand(argv);
+}
+
+// `perf script -F tid,ip` lines: "TID HEX".
+PerThread ParsePerfTidIp(const std::string& out) {
+  PerThread ips;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    uint64_t tid;
+    std::string ip;
+    if (!(fields >> tid >> ip) || ip.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      continue;
+    }
+    ips[tid].push_back(std::stoull(ip, nullptr, 16));
+  }
+  return ips;
+}
+
+// Equal thread by thread, naming the first address that differs (one missing instruction
+// shifts everything after it).
+void ExpectSameFlow(const PerThread& got, const PerThread& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what << ": threads differ";
+  for (const auto& [tid, ips] : want) {
+    auto it = got.find(tid);
+    ASSERT_NE(it, got.end()) << what << ": no thread " << tid;
+    const std::vector<uint64_t>& g = it->second;
+    const auto [a, b] = std::mismatch(g.begin(), g.end(), ips.begin(), ips.end());
+    EXPECT_TRUE(a == g.end() && b == ips.end())
+        << what << ", thread " << tid << ": " << g.size() << " vs " << ips.size()
+        << " instructions, first difference at #" << (a - g.begin()) << ": "
+        << (a == g.end() ? std::string("end") : fmt::format("{:#x}", *a)) << " vs "
+        << (b == ips.end() ? std::string("end") : fmt::format("{:#x}", *b));
+  }
+}
+
+uint64_t PerfErrors(const Exported& e) {
+  auto r = PerfScript(e, {"--itrace=e"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  uint64_t n = 0;
+  for (size_t at = 0; (at = r.out.find("instruction trace error", at)) != std::string::npos; ++at) {
+    ++n;
+  }
+  return n;
+}
+
+uint64_t PtdecodeErrors(const Exported& e) {
+  auto r = RunCommand({PTDECODE_PATH, "info", "--decode", "--json", e.trace});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  return nlohmann::json::parse(r.out)["decode"]["errors"].get<uint64_t>();
+}
+
+// Taken branches (from, to) of `perf script --itrace=b`, perf's pseudo-branches from 0 (trace
+// start, back from the kernel) aside.
+std::vector<std::pair<uint64_t, uint64_t>> PerfBranches(const Exported& e) {
+  auto pb = PerfScript(e, {"--itrace=b", "-F", "ip,addr"});
+  EXPECT_EQ(pb.exit_code, 0) << pb.err;
+  std::vector<std::pair<uint64_t, uint64_t>> branches;
+  std::istringstream in(pb.out);
+  for (std::string from, arrow, to; in >> from >> arrow >> to;) {
+    if (from != "0")
+      branches.emplace_back(std::stoull(from, nullptr, 16), std::stoull(to, nullptr, 16));
+  }
+  return branches;
+}
+
+// Those of `ptdecode branches`, an untraced target ("?") as 0.
+std::vector<std::pair<uint64_t, uint64_t>> PtdecodeBranches(const Exported& e) {
+  auto db = RunCommand({PTDECODE_PATH, "branches", e.trace});
+  EXPECT_EQ(db.exit_code, 0) << db.err;
+  std::vector<std::pair<uint64_t, uint64_t>> branches;
+  std::istringstream in(db.out);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '[') continue;
+    std::istringstream f(line);
+    std::string from, sym, arrow, to;
+    f >> from >> sym >> arrow >> to;
+    branches.emplace_back(std::stoull(from, nullptr, 16),
+                          to == "?" ? 0 : std::stoull(to, nullptr, 16));
+  }
+  return branches;
+}
+
+// perf's instructions (--itrace=i0ns: every one) against ptdecode's and the ground truth;
+// errors; taken branches (perf's "tr strt" pseudo-branches from 0 aside, both name the same
+// from -> to pairs, an untraced target being 0 / "?").
+void ExpectPerfAgrees(const Exported& e, size_t threads) {
+  auto perf = PerfScript(e, {"--itrace=i0ns", "-F", "tid,ip"});
+  ASSERT_EQ(perf.exit_code, 0) << perf.err;
+  auto insn = RunCommand({PTDECODE_PATH, "insn", e.trace});
+  ASSERT_EQ(insn.exit_code, 0) << insn.err;
+  const PerThread from_perf = ParsePerfTidIp(perf.out);
+  const PerThread from_ptdecode = ParseInsn(insn.out);
+  ASSERT_EQ(from_ptdecode.size(), threads);
+  uint64_t n = 0;
+  for (const auto& [tid, ips] : from_ptdecode) n += ips.size();
+  EXPECT_GT(n, 1000u);
+  ExpectSameFlow(from_perf, from_ptdecode, "perf vs ptdecode insn");
+  ExpectSameFlow(from_perf, ReadTruth(e.truth), "perf vs the ground truth");
+  std::printf("%s: perf and ptdecode agree on %llu instructions in %zu threads\n", e.data.c_str(),
+              static_cast<unsigned long long>(n), threads);  // NOLINT
+
+  EXPECT_EQ(PtdecodeErrors(e), 0u);
+  EXPECT_EQ(PerfErrors(e), 0u);
+
+  std::vector<std::pair<uint64_t, uint64_t>> perf_branches = PerfBranches(e);
+  std::vector<std::pair<uint64_t, uint64_t>> ptdecode_branches = PtdecodeBranches(e);
+  EXPECT_GT(ptdecode_branches.size(), 100u);
+  if (threads == 1) {
+    EXPECT_TRUE(perf_branches == ptdecode_branches)
+        << perf_branches.size() << " perf branches, " << ptdecode_branches.size()
+        << " ptdecode branches";
+  } else {
+    // Streams come one after the other in ptdecode, interleaved in time in perf.
+    std::sort(perf_branches.begin(), perf_branches.end());
+    std::sort(ptdecode_branches.begin(), ptdecode_branches.end());
+    EXPECT_TRUE(perf_branches == ptdecode_branches)
+        << perf_branches.size() << " perf branches, " << ptdecode_branches.size()
+        << " ptdecode branches";
+  }
+}
+
+// intel_bts: perf's BTS decoder gives every branch record ptdecode gives, and pseudo-branches
+// from 0 where the thread comes back from the kernel; but not the thread's very last record
+// (here the exit_group syscall, "-> ?" in ptdecode), which perf 6.1 drops.
+TEST_F(PerfExportTest, PerfDecodesAnEmulatedBtsRecordingAsPtdecodeDoes) {
+  PTKIT_EXPORT_OR_SKIP(e, "fib_bts", kFib, {"--bts"});
+  std::vector<std::pair<uint64_t, uint64_t>> perf_branches = PerfBranches(e);
+  std::vector<std::pair<uint64_t, uint64_t>> ptdecode_branches = PtdecodeBranches(e);
+  ASSERT_GT(ptdecode_branches.size(), 1000u);
+  EXPECT_EQ(ptdecode_branches.back().second, 0u);
+  ptdecode_branches.pop_back();
+  EXPECT_TRUE(perf_branches == ptdecode_branches)
+      << perf_branches.size() << " perf branches, " << ptdecode_branches.size()
+      << " ptdecode branches";
+  EXPECT_EQ(PerfErrors(e), 0u);
+}
+
+TEST_F(PerfExportTest, PerfDecodesAnEmulatedSingleThreadRecordingAsPtdecodeDoes) {
+  PTKIT_EXPORT_OR_SKIP(e, "fib", kFib);
+  ExpectPerfAgrees(e, 1);
+}
+
+TEST_F(PerfExportTest, PerfDecodesAnEmulatedThreadedRecordingAsPtdecodeDoes) {
+  PTKIT_EXPORT_OR_SKIP(e, "threads", kThreads);
+  ExpectPerfAgrees(e, 3);
+}
+
+TEST_F(PerfExportTest, PerfDecodesAnEmulatedForkAsPtdecodeDoes) {
+  PTKIT_EXPORT_OR_SKIP(e, "fork", kFork);
+  ExpectPerfAgrees(e, 2);
+}
+
+// The program exists only in the recording (--archive) and the build-id cache the export
+// writes: perf decodes it from there, and cannot without it.
+TEST_F(PerfExportTest, PerfFindsArchivedCodeInTheBuildIdCache) {
+  const std::string copy = Dir().File("fib_copy");
+  std::filesystem::copy_file(kFib, copy);
+  std::filesystem::permissions(copy, std::filesystem::perms::owner_all);
+  PTKIT_EXPORT_OR_SKIP(e, "archived", copy, {"--archive"});
+  std::filesystem::remove(copy);
+  ASSERT_TRUE(std::filesystem::is_directory(e.debug_dir + "/.build-id"));
+  ExpectPerfAgrees(e, 1);
+  auto without = PerfScript(e, {"--itrace=i0ns", "-F", "tid,ip"}, /*cache=*/false);
+  const PerThread got = ParsePerfTidIp(without.out);
+  const size_t n = got.empty() ? 0 : got.begin()->second.size();
+  EXPECT_LT(n, ReadTruth(e.truth).begin()->second.size() / 10)
+      << "perf decoded the deleted program without the cache";
+}
+
+TEST_F(PerfExportTest, PerfReportsTheHeaderAndBuildIds) {
+  PTKIT_EXPORT_OR_SKIP(e, "fib", kFib);
+  auto r = RunCommand({kPerf, "report", "--header-only", "-i", e.data});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto meta = RunCommand({PTDECODE_PATH, "info", "--json", e.trace});
+  ASSERT_EQ(meta.exit_code, 0) << meta.err;
+  const auto m = nlohmann::json::parse(meta.out)["metadata"];
+  EXPECT_THAT(r.out, HasSubstr("# hostname : " + m["host"].get<std::string>() + "\n"));
+  EXPECT_THAT(r.out, HasSubstr("# os release : " + m["kernel_release"].get<std::string>()));
+  EXPECT_THAT(r.out, HasSubstr("# event : name = intel_pt//u"));
+  EXPECT_THAT(r.out, HasSubstr("# contains AUX area data"));
+  EXPECT_THAT(r.out, HasSubstr("# cmdline : " + m["command_line"][0].get<std::string>()));
+  EXPECT_THAT(r.out,
+              HasSubstr(fmt::format("# cpuid : {},{},{},{}", m["cpu"]["vendor"].get<std::string>(),
+                                    m["cpu"]["family"].get<int>(), m["cpu"]["model"].get<int>(),
+                                    m["cpu"]["stepping"].get<int>())));
+  // The build-ids perf lists are the files' own (readelf's oracle: the ELF note).
+  auto ids = RunCommand({kPerf, "buildid-list", "-i", e.data});
+  ASSERT_EQ(ids.exit_code, 0) << ids.err;
+  auto note = RunCommand({"/usr/bin/readelf", "-n", kFib});
+  const size_t at = note.out.find("Build ID: ");
+  ASSERT_NE(at, std::string::npos) << note.out;
+  const std::string id = note.out.substr(at + 10, 40);
+  EXPECT_THAT(ids.out, HasSubstr(id + " " + kFib));
+  EXPECT_THAT(ids.out, HasSubstr(" [vdso]"));
+}
+
+// ptkit's perf.data reader finds the container's sideband records byte for byte, and each
+// stream's trace bytes in its AUXTRACE records.
+TEST_F(PerfExportTest, TheFileHoldsTheRecordingsSidebandAndTraceUnchanged) {
+  PTKIT_EXPORT_OR_SKIP(e, "threads", kThreads);
+  std::multiset<std::vector<uint8_t>> want_records;
+  std::map<uint64_t, std::vector<uint8_t>> want_trace;  // by tid
+  auto reader = ContainerReader::Open(e.trace);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  for (RecordView rec;;) {
+    auto more = reader->Next(rec);
+    ASSERT_TRUE(more.ok());
+    if (!*more) break;
+    if (rec.type == RecordType::kSideband) {
+      auto sb = ParseSideband(rec.payload);
+      ASSERT_TRUE(sb.ok());
+      perf::RecordReader records(sb->records);
+      while (true) {
+        auto r = records.Next();
+        ASSERT_TRUE(r.ok());
+        if (!*r) break;
+        want_records.emplace((*r)->bytes.begin(), (*r)->bytes.end());
+      }
+    } else if (rec.type == RecordType::kAux) {
+      auto aux = ParseAux(rec.payload);
+      ASSERT_TRUE(aux.ok());
+      std::vector<uint8_t>& t = want_trace[aux->stream.id];
+      t.insert(t.end(), aux->data.begin(), aux->data.end());
+    }
+  }
+  auto src = OpenFileSource(e.data);
+  ASSERT_TRUE(src.ok());
+  auto data = perf::ReadPerfData(**src);
+  ASSERT_TRUE(data.ok()) << data.status();
+  EXPECT_TRUE(data->clean());
+  std::multiset<std::vector<uint8_t>> got_records;
+  for (size_t i = 0; i < data->records.size(); ++i) {
+    const perf::RecordView r = data->View(i);
+    if (r.type < PERF_RECORD_MAX) got_records.emplace(r.bytes.begin(), r.bytes.end());
+  }
+  EXPECT_EQ(got_records.size(), want_records.size());
+  EXPECT_TRUE(got_records == want_records);
+  std::map<uint64_t, std::vector<uint8_t>> got_trace;
+  for (const perf::Auxtrace& a : data->auxtrace) {
+    EXPECT_EQ(a.cpu, 0xffffffffu);  // per-thread streams
+    auto bytes = perf::ReadAuxtraceData(**src, a);
+    ASSERT_TRUE(bytes.ok());
+    std::vector<uint8_t>& t = got_trace[a.tid];
+    EXPECT_EQ(a.offset, t.size());
+    t.insert(t.end(), bytes->begin(), bytes->end());
+  }
+  EXPECT_EQ(got_trace.size(), 3u);
+  EXPECT_TRUE(got_trace == want_trace);
+  EXPECT_EQ(data->auxtrace_info.size(), 1u);
+  EXPECT_EQ(data->features.auxtrace_index.size(), data->auxtrace.size());
+}
+
+TEST_F(PerfExportTest, ABadInputIsAClearError) {
+  const std::string junk = Dir().File("junk.pt");
+  { std::ofstream(junk) << "not a container"; }
+  auto r = RunCommand(
+      {PTDECODE_PATH, "export", "--to", "perf.data", junk, "-o", Dir().File("junk.data")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("not a ptkit container"));
+  r = RunCommand({PTDECODE_PATH, "export", "--to", "ctf", junk, "-o", Dir().File("x")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--to"));
+}
+
+}  // namespace
+}  // namespace ptkit
