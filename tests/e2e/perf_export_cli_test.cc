@@ -6,6 +6,7 @@
 // trace bytes unchanged. Recordings: `ptrecord --emulate` of tiny programs (one thread,
 // threads, fork; --archive with the program deleted, so that only the build-id cache the
 // export writes has its code; --bts for intel_bts). Skips when perf is not installed.
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,8 +26,10 @@
 #include "nlohmann/json.hpp"
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
+#include "ptkit/container_writer.h"
 #include "ptkit/perf_data.h"
 #include "ptkit/perf_records.h"
+#include "record/swpt/synthesizer.h"
 #include "run_command.h"
 #include "temp_dir.h"
 
@@ -43,6 +46,7 @@ constexpr char kPerf[] = "/usr/bin/perf";
 const std::string kFib = PROGRAM_DIR "/emulate_fib";
 const std::string kThreads = PROGRAM_DIR "/emulate_threads";
 const std::string kFork = E2E_PROGRAM_DIR "/e2e_fork_tiny";
+const std::string kSpin = E2E_PROGRAM_DIR "/e2e_spin";
 
 struct Exported {
   std::string trace, truth, data, debug_dir;
@@ -361,6 +365,134 @@ TEST_F(PerfExportTest, TheFileHoldsTheRecordingsSidebandAndTraceUnchanged) {
   EXPECT_TRUE(got_trace == want_trace);
   EXPECT_EQ(data->auxtrace_info.size(), 1u);
   EXPECT_EQ(data->features.auxtrace_index.size(), data->auxtrace.size());
+}
+
+// A per-CPU recording with a context switch between two processes, synthesized: CPU 0 runs
+// walks of fib's code (pid 100) and of spin's (pid 200), both static programs at 0x401000, so
+// a decoder that does not follow the switch decodes the second with the wrong code. perf's
+// decoder follows SWITCH_CPU_WIDE by time as ptdecode does: both give each process its walk.
+TEST_F(PerfExportTest, PerfFollowsAContextSwitchOnACpuAsPtdecodeDoes) {
+  const perf::SampleIdLayout layout{
+      PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER, true};
+  constexpr uint64_t kTraceId = 7, kTrackingId = 8;
+  auto id = [&](uint32_t pid, uint64_t time, uint64_t event) {
+    perf::SampleId s{.has_tid = true, .has_time = true, .has_id = true, .has_cpu = true};
+    s.pid = s.tid = pid;
+    s.time = time;
+    s.id = event;
+    s.cpu = 0;
+    return s;
+  };
+  struct Run {
+    std::string program;
+    uint32_t pid;
+    uint64_t tsc;
+  };
+  const std::vector<Run> runs = {{kFib, 100, 1'000'000}, {kSpin, 200, 2'000'000}};
+  std::vector<uint8_t> sideband, trace;
+  auto add = [&](const std::vector<uint8_t>& r) {
+    sideband.insert(sideband.end(), r.begin(), r.end());
+  };
+  PerThread truth;
+  for (size_t i = 0; i < runs.size(); ++i) {
+    const Run& r = runs[i];
+    auto synth = swpt::Synthesizer::Create(r.program);
+    ASSERT_TRUE(synth.ok()) << synth.status();
+    add(perf::EncodeComm({.pid = r.pid,
+                          .tid = r.pid,
+                          .comm = "p" + std::to_string(r.pid),
+                          .sample_id = id(r.pid, 10 + i, kTrackingId)},
+                         layout));
+    for (const swpt::LoadSegment& seg : synth->image().segments()) {
+      if (!seg.exec || seg.filesz == 0) continue;
+      const uint64_t addr = seg.vaddr & ~uint64_t{0xfff};
+      perf::Mmap2 m{.pid = r.pid, .tid = r.pid, .addr = addr};
+      m.len = ((seg.vaddr + seg.memsz + 0xfff) & ~uint64_t{0xfff}) - addr;
+      m.pgoff = seg.file_offset - (seg.vaddr - addr);
+      m.prot = PROT_READ | PROT_EXEC;
+      m.flags = MAP_PRIVATE;
+      m.filename = r.program;
+      m.sample_id = id(r.pid, 20 + i, kTrackingId);
+      add(perf::EncodeMmap2(m, layout));
+    }
+    swpt::SynthOptions o;
+    o.max_insns = 3000;
+    o.seed = 5 + i;
+    o.pt.tsc = true;
+    o.pt.tsc_start = r.tsc;
+    auto walk = synth->Walk(o);
+    ASSERT_TRUE(walk.ok()) << walk.status();
+    trace.insert(trace.end(), walk->pt.begin(), walk->pt.end());
+    truth[r.pid] = walk->truth;
+  }
+  add(perf::EncodeItraceStart({.pid = 100, .tid = 100, .sample_id = id(100, 500, kTraceId)},
+                              layout));
+  const uint64_t at = 1'500'000;  // fib's walk ended (its TSC stays 1'000'000), fork's not begun
+  add(perf::EncodeSwitch({.out = true,
+                          .preempt = true,
+                          .cpu_wide = true,
+                          .next_prev_pid = 200,
+                          .next_prev_tid = 200,
+                          .sample_id = id(100, at, kTrackingId)},
+                         layout));
+  add(perf::EncodeSwitch({.cpu_wide = true,
+                          .next_prev_pid = 100,
+                          .next_prev_tid = 100,
+                          .sample_id = id(200, at, kTrackingId)},
+                         layout));
+  add(perf::EncodeAux(
+      {.aux_offset = 0, .aux_size = trace.size(), .sample_id = id(200, 3'000'000, kTraceId)},
+      layout));
+
+  const nlohmann::json pt_attr = {{"name", "intel_pt"},    {"type", 8},
+                                  {"config", 0x2401},      {"sample_type", layout.sample_type},
+                                  {"sample_id_all", true}, {"exclude_kernel", true}};
+  const nlohmann::json tracking = {{"name", "tracking"},
+                                   {"type", PERF_TYPE_SOFTWARE},
+                                   {"config", PERF_COUNT_SW_DUMMY},
+                                   {"sample_type", layout.sample_type},
+                                   {"sample_id_all", true},
+                                   {"mmap2", true},
+                                   {"comm", true},
+                                   {"task", true},
+                                   {"context_switch", true}};
+  const nlohmann::json metadata = {
+      {"tool", "perf_export_cli_test"},
+      {"host", "synth"},
+      {"kernel_release", "6.1.0"},
+      {"command_line", {"synthesized"}},
+      {"mode", "full-trace"},
+      {"cpus", {0}},
+      {"cpu", {{"vendor", "GenuineIntel"}, {"family", 6}, {"model", 0}, {"stepping", 0}}},
+      {"pmu", {{"name", "intel_pt"}, {"type", 8}}},
+      {"attrs", {pt_attr, tracking}},
+      {"time_conversion",
+       {{"cap_user_time_zero", true}, {"time_zero", 0}, {"time_mult", 1}, {"time_shift", 0}}}};
+  Exported e;
+  e.trace = Dir().File("switch.pt");
+  e.data = Dir().File("switch.data");
+  e.debug_dir = e.data + ".debug";
+  {
+    auto w = ContainerWriter::Create(e.trace);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE((*w)->AppendMetadata(metadata.dump()).ok());
+    ASSERT_TRUE((*w)->AppendSideband({0, sideband}).ok());
+    ASSERT_TRUE((*w)->AppendAux({{StreamKind::kCpu, 0}, 0, 0, 3'000'000, trace}).ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  auto r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", e.trace, "-o", e.data});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  auto perf = PerfScript(e, {"--itrace=i0ns", "-F", "tid,ip"});
+  ASSERT_EQ(perf.exit_code, 0) << perf.err;
+  auto insn = RunCommand({PTDECODE_PATH, "insn", e.trace});
+  ASSERT_EQ(insn.exit_code, 0) << insn.err;
+  EXPECT_THAT(insn.out, HasSubstr("pid 200"));
+  ExpectSameFlow(ParseInsn(insn.out), truth, "ptdecode insn vs the walks");
+  ExpectSameFlow(ParsePerfTidIp(perf.out), truth, "perf vs the walks");
+  EXPECT_EQ(truth[200].size(), 3000u);
+  EXPECT_EQ(PerfErrors(e), 0u);
+  EXPECT_EQ(PtdecodeErrors(e), 0u);
 }
 
 TEST_F(PerfExportTest, ABadInputIsAClearError) {
