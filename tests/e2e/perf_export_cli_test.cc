@@ -267,6 +267,13 @@ TEST_F(PerfExportTest, PerfDecodesAnEmulatedForkAsPtdecodeDoes) {
   ExpectPerfAgrees(e, 2);
 }
 
+// An address filter (only fib()): perf parses the filter the export passes on and decodes the
+// same stretches.
+TEST_F(PerfExportTest, PerfDecodesAFilteredRecordingAsPtdecodeDoes) {
+  PTKIT_EXPORT_OR_SKIP(e, "filtered", kFib, {"--filter", "filter fib @ " + kFib});
+  ExpectPerfAgrees(e, 1);
+}
+
 // The program exists only in the recording (--archive) and the build-id cache the export
 // writes: perf decodes it from there, and cannot without it.
 TEST_F(PerfExportTest, PerfFindsArchivedCodeInTheBuildIdCache) {
