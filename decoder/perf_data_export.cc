@@ -432,7 +432,9 @@ perf::AuxtraceInfo MakeAuxtraceInfo(const Scan& s, const Events& e, bool per_cpu
       cap_zero,
       FormatBits(m, "tsc", 1u << 10),
       FormatBits(m, "noretcomp", 1u << 11),
-      switches ? 2u : 0u,  // 2: context_switch records (1 would be sched:sched_switch)
+      // 2: the CPU's task from context_switch records (1: sched:sched_switch). Per-thread
+      // streams must say 0, as perf record does: perf would take the task from the CPU (-1).
+      per_cpu && switches ? 2u : 0u,
       snapshot ? 1u : 0u,
       per_cpu ? 1u : 0u,
       FormatBits(m, "mtc", 1u << 9),
