@@ -6,6 +6,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -301,11 +302,17 @@ uint64_t FormatBits(const nlohmann::json& metadata, const char* name, uint64_t f
 }
 
 struct Events {
-  perf::WriterEvent trace;
-  std::optional<perf::WriterEvent> tracking;
+  perf::WriterEvent trace, tracking;
   bool bts = false;
   bool emulated = false;
+  bool add_identifier = false;  // the records get PERF_SAMPLE_IDENTIFIER appended
 };
+
+// Records the trace event's ring holds (the others are the tracking event's).
+bool FromTraceEvent(uint32_t type) {
+  return type == PERF_RECORD_AUX || type == PERF_RECORD_ITRACE_START ||
+         type == PERF_RECORD_AUX_OUTPUT_HW_ID;
+}
 
 absl::StatusOr<Events> MakeEvents(const Scan& s) {
   const nlohmann::json& m = s.metadata;
@@ -359,16 +366,16 @@ absl::StatusOr<Events> MakeEvents(const Scan& s) {
   e.trace.name = fmt::format("{}//{}", e.bts ? "intel_bts" : "intel_pt",
                              e.trace.attr.exclude_kernel ? "u" : "");
   const perf::SampleIdLayout layout = LayoutOf(m);
-  // Sample ids: AUX, ITRACE_START and AUX_OUTPUT_HW_ID come from the trace event's ring.
+  // perf adds events of its own (the samples it synthesizes from the trace), and then tells
+  // records apart by their sample ids: records with a trailer but no id get
+  // PERF_SAMPLE_IDENTIFIER (ExportPerfData appends it).
+  const bool ids = (layout.sample_type & (PERF_SAMPLE_ID | PERF_SAMPLE_IDENTIFIER)) != 0;
+  e.add_identifier = layout.sample_id_all && !ids;
   std::set<uint64_t> trace_ids, tracking_ids;
-  const bool ids =
-      layout.sample_id_all && (layout.sample_type & (PERF_SAMPLE_ID | PERF_SAMPLE_IDENTIFIER)) != 0;
-  if (ids) {
+  if (layout.sample_id_all && ids) {
     for (const SidebandRef& r : s.records) {
       if (!r.id.has_id || r.id.id == 0) continue;
-      const bool trace = r.type == PERF_RECORD_AUX || r.type == PERF_RECORD_ITRACE_START ||
-                         r.type == PERF_RECORD_AUX_OUTPUT_HW_ID;
-      (trace ? trace_ids : tracking_ids).insert(r.id.id);
+      (FromTraceEvent(r.type) ? trace_ids : tracking_ids).insert(r.id.id);
     }
     for (uint64_t id : trace_ids) tracking_ids.erase(id);
   }
@@ -377,20 +384,17 @@ absl::StatusOr<Events> MakeEvents(const Scan& s) {
   for (uint64_t id : trace_ids) top = std::max(top, id);
   for (uint64_t id : tracking_ids) top = std::max(top, id);
   if (trace_ids.empty()) trace_ids.insert(++top);
+  if (tracking_ids.empty()) tracking_ids.insert(++top);
   e.trace.ids.assign(trace_ids.begin(), trace_ids.end());
   e.trace.attr.sample_period = 1;
-  if (ids) {
-    if (tracking_ids.empty()) tracking_ids.insert(++top);
-    e.tracking.emplace();
-    e.tracking->attr = *tracking;
-    e.tracking->attr.sample_period = 1;
-    e.tracking->ids.assign(tracking_ids.begin(), tracking_ids.end());
-    e.tracking->name = tracking->exclude_kernel ? "dummy:u" : "dummy";
-  } else {
-    // Without ids perf cannot tell two events' records apart: the trace event alone, with the
-    // records' layout, gets them all.
-    e.trace.attr.sample_type = layout.sample_type;
-    e.trace.attr.sample_id_all = layout.sample_id_all;
+  e.tracking.attr = *tracking;
+  e.tracking.attr.sample_period = 1;
+  e.tracking.ids.assign(tracking_ids.begin(), tracking_ids.end());
+  e.tracking.name = tracking->exclude_kernel ? "dummy:u" : "dummy";
+  // One trailer layout for both (perf requires it), as the records have it.
+  for (perf_event_attr* a : {&e.trace.attr, &e.tracking.attr}) {
+    a->sample_type = layout.sample_type | (e.add_identifier ? PERF_SAMPLE_IDENTIFIER : 0);
+    a->sample_id_all = layout.sample_id_all;
   }
   // perf prints the samples it synthesizes from the trace only with IP in the trace event's
   // sample_type (not part of the sample_id_all trailer, so the records' layout is unchanged).
@@ -519,7 +523,32 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
   PerfDataExportSummary summary;
   summary.warnings = s.warnings;
   const nlohmann::json& m = s.metadata;
-  const perf::SampleIdLayout layout = LayoutOf(m);
+  perf::SampleIdLayout layout = LayoutOf(m);
+  if (ev.add_identifier) {
+    // As the kernel lays out a record with PERF_SAMPLE_IDENTIFIER: the id last.
+    std::vector<uint8_t> rewritten;
+    rewritten.reserve(s.sideband.size() + 8 * s.records.size());
+    for (SidebandRef& r : s.records) {
+      const uint64_t id = FromTraceEvent(r.type) ? ev.trace.ids.front() : ev.tracking.ids.front();
+      const size_t begin = rewritten.size();
+      rewritten.insert(rewritten.end(), s.sideband.begin() + r.begin,
+                       s.sideband.begin() + r.begin + r.size);
+      if (r.size + 8 > 0xffff) {
+        return absl::FailedPreconditionError(fmt::format(
+            "{}: a {}-byte sideband record has no room for a sample id", input, r.size));
+      }
+      rewritten.resize(begin + r.size + 8);
+      std::memcpy(rewritten.data() + begin + r.size, &id, 8);
+      const uint16_t size = static_cast<uint16_t>(r.size + 8);
+      std::memcpy(rewritten.data() + begin + offsetof(perf_event_header, size), &size, 2);
+      r.begin = begin;
+      r.size += 8;
+      r.id.has_id = true;
+      r.id.id = id;
+    }
+    s.sideband = std::move(rewritten);
+    layout.sample_type |= PERF_SAMPLE_IDENTIFIER;
+  }
 
   // Streams in order, numbered: perf queues AUXTRACE data by idx.
   std::map<StreamId, uint32_t> idx;
@@ -591,13 +620,12 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
   }
   std::vector<perf::IdIndexEntry> known;  // perf refuses an id no attr has
   std::set<uint64_t> attr_ids(ev.trace.ids.begin(), ev.trace.ids.end());
-  if (ev.tracking) attr_ids.insert(ev.tracking->ids.begin(), ev.tracking->ids.end());
+  attr_ids.insert(ev.tracking.ids.begin(), ev.tracking.ids.end());
   for (const perf::IdIndexEntry& e : id_index) {
     if (attr_ids.contains(e.id)) known.push_back(e);
   }
 
-  std::vector<perf::WriterEvent> events = {ev.trace};
-  if (ev.tracking) events.push_back(*ev.tracking);
+  std::vector<perf::WriterEvent> events = {ev.trace, ev.tracking};
   summary.events = events.size();
   PTKIT_ASSIGN_OR_RETURN(perf::PerfDataWriter w,
                          perf::PerfDataWriter::Create(output, std::move(events)));

@@ -6,8 +6,9 @@
 //   recording, which has none, one built from the emulation's settings: pt, branch, tsc,
 //   noretcomp, psb_period) and the tracking (dummy) event, each with the sample ids its
 //   records carry (AUX / ITRACE_START records name the trace event, the others the tracking
-//   event). When the records carry no sample id, only the trace event (perf then gives every
-//   record to it).
+//   event). Records whose trailer has no sample id (TID|TIME only) get PERF_SAMPLE_IDENTIFIER
+//   appended, as the kernel would have written them: perf adds events of its own and then
+//   tells records apart by id ("non matching sample_type" otherwise).
 // - PERF_RECORD_AUXTRACE_INFO: type 1 (intel_pt) with the private words numbered as in
 //   tools/perf/util/intel-pt.h (PMU type, TSC conversion, tsc/noretcomp/mtc/cyc config bits,
 //   sched-switch kind, snapshot mode, per-CPU mmaps, MTC frequency bits, TSC:CTC ratio, max

@@ -29,6 +29,7 @@
 #include "ptkit/container_writer.h"
 #include "ptkit/perf_data.h"
 #include "ptkit/perf_records.h"
+#include "record/swpt/synth_container.h"
 #include "record/swpt/synthesizer.h"
 #include "run_command.h"
 #include "temp_dir.h"
@@ -581,6 +582,24 @@ TEST_F(PerfExportTest, PerfReportsALossWherePtdecodeDoes) {
   EXPECT_EQ(d["losses"].get<uint64_t>(), 2u);
   EXPECT_EQ(d["errors"].get<uint64_t>(), 0u);
   EXPECT_EQ(d["instructions"].get<uint64_t>(), 6000u);
+}
+
+// swpt's synthesized container (record/swpt/synth_container.h): its records' trailers are
+// TID|TIME only, no sample id, which perf needs to tell its own synthesized events from the
+// recording's: the export gives every record PERF_SAMPLE_IDENTIFIER.
+TEST_F(PerfExportTest, RecordsWithoutSampleIdsGetOne) {
+  auto synth = swpt::Synthesizer::Create(kFib);
+  ASSERT_TRUE(synth.ok()) << synth.status();
+  swpt::SynthOptions o;
+  o.max_insns = 20000;
+  o.seed = 11;
+  o.pt.tsc = true;
+  o.pt.tsc_start = 1'000'000;
+  auto walk = synth->Walk(o);
+  ASSERT_TRUE(walk.ok()) << walk.status();
+  const std::string path = Dir().File("synth.pt");
+  ASSERT_TRUE(swpt::WriteSynthContainer(path, synth->image(), o, *walk).ok());
+  ExpectBothGive(path, {{4242, walk->truth}});
 }
 
 // Snapshot mode: two snapshots of a thread's AUX ring, each from a PSB (as SIGUSR2 and the
