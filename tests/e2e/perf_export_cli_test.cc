@@ -397,6 +397,25 @@ class SynthRecording {
   void Add(const std::vector<uint8_t>& record) {
     sideband_.insert(sideband_.end(), record.begin(), record.end());
   }
+  void ItraceStart(uint32_t pid, uint64_t time) {
+    Add(perf::EncodeItraceStart({.pid = pid, .tid = pid, .sample_id = Id(pid, time, kTraceId)},
+                                kLayout));
+  }
+  // The SWITCH_CPU_WIDE pair of a switch from process `from` to `to` at `time`.
+  void Switch(uint32_t from, uint32_t to, uint64_t time) {
+    Add(perf::EncodeSwitch({.out = true,
+                            .preempt = true,
+                            .cpu_wide = true,
+                            .next_prev_pid = to,
+                            .next_prev_tid = to,
+                            .sample_id = Id(from, time, kTrackingId)},
+                           kLayout));
+    Add(perf::EncodeSwitch({.cpu_wide = true,
+                            .next_prev_pid = from,
+                            .next_prev_tid = from,
+                            .sample_id = Id(to, time, kTrackingId)},
+                           kLayout));
+  }
   // Process `pid` (COMM, MMAP2 of the program's executable segments at `time`) and a walk of
   // 3000 instructions from its main with TSC `tsc`; its PT bytes and truth.
   swpt::SynthResult Walk(const std::string& program, uint32_t pid, uint64_t time, uint64_t tsc,
@@ -505,21 +524,9 @@ TEST_F(PerfExportTest, PerfFollowsAContextSwitchOnACpuAsPtdecodeDoes) {
   std::vector<uint8_t> trace = fib.pt;
   trace.insert(trace.end(), spin.pt.begin(), spin.pt.end());
   using R = SynthRecording;
-  rec.Add(perf::EncodeItraceStart(
-      {.pid = 100, .tid = 100, .sample_id = rec.Id(100, 500, R::kTraceId)}, R::kLayout));
+  rec.ItraceStart(100, 500);
   const uint64_t at = 1'500'000;  // fib's walk ended (its TSC stays 1'000'000), spin's not begun
-  rec.Add(perf::EncodeSwitch({.out = true,
-                              .preempt = true,
-                              .cpu_wide = true,
-                              .next_prev_pid = 200,
-                              .next_prev_tid = 200,
-                              .sample_id = rec.Id(100, at, R::kTrackingId)},
-                             R::kLayout));
-  rec.Add(perf::EncodeSwitch({.cpu_wide = true,
-                              .next_prev_pid = 100,
-                              .next_prev_tid = 100,
-                              .sample_id = rec.Id(200, at, R::kTrackingId)},
-                             R::kLayout));
+  rec.Switch(100, 200, at);
   rec.Add(perf::EncodeAux(
       {.aux_offset = 0, .aux_size = trace.size(), .sample_id = rec.Id(200, 3'000'000, R::kTraceId)},
       R::kLayout));
@@ -538,21 +545,9 @@ TEST_F(PerfExportTest, PerfReportsALossWherePtdecodeDoes) {
   SynthRecording rec(0);
   swpt::SynthResult fib = rec.Walk(kFib, 100, 10, 1'000'000, 9);
   swpt::SynthResult spin = rec.Walk(kSpin, 200, 20, 2'000'000, 10);
-  using R = SynthRecording;
-  rec.Add(perf::EncodeItraceStart(
-      {.pid = 100, .tid = 100, .sample_id = rec.Id(100, 500, R::kTraceId)}, R::kLayout));
+  rec.ItraceStart(100, 500);
   const uint64_t at = 1'500'000;
-  rec.Add(perf::EncodeSwitch({.out = true,
-                              .cpu_wide = true,
-                              .next_prev_pid = 200,
-                              .next_prev_tid = 200,
-                              .sample_id = rec.Id(100, at, R::kTrackingId)},
-                             R::kLayout));
-  rec.Add(perf::EncodeSwitch({.cpu_wide = true,
-                              .next_prev_pid = 100,
-                              .next_prev_tid = 100,
-                              .sample_id = rec.Id(200, at, R::kTrackingId)},
-                             R::kLayout));
+  rec.Switch(100, 200, at);
   const std::string path = Dir().File("loss.pt");
   const StreamId cpu0{StreamKind::kCpu, 0};
   rec.Write(path, "full-trace", [&](ContainerWriter& w) {
@@ -608,9 +603,7 @@ TEST_F(PerfExportTest, PerfDecodesSnapshotsAsPtdecodeDoes) {
   SynthRecording rec(0xffffffff);
   swpt::SynthResult first = rec.Walk(kFib, 300, 10, 1'000'000, 7);
   swpt::SynthResult second = rec.Walk(kFib, 300, 20, 2'000'000, 8);
-  using R = SynthRecording;
-  rec.Add(perf::EncodeItraceStart(
-      {.pid = 300, .tid = 300, .sample_id = rec.Id(300, 500, R::kTraceId)}, R::kLayout));
+  rec.ItraceStart(300, 500);
   const std::string path = Dir().File("snapshots.pt");
   const uint64_t head = first.pt.size() + 100000 + second.pt.size();  // the ring wrapped between
   rec.Write(path, "snapshot", [&](ContainerWriter& w) {
