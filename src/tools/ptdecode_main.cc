@@ -16,6 +16,7 @@
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
 #include "decoder/packets.h"
+#include "decoder/perf_data_export.h"
 #include "decoder/progress.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
@@ -370,6 +371,27 @@ bool IsRegularFile(const char* path) {
   return ::stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+int RunExport(const std::string& input, const std::string& output,
+              const dec::PerfDataExportOptions& options) {
+  auto done = dec::ExportPerfData(input, output, options);
+  if (!done.ok()) return Fail(done.status());
+  for (const std::string& w : done->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
+  std::fprintf(stderr, "ptdecode: wrote %s: %s, %s, %s (%s), %s\n", output.c_str(),
+               dec::Counted(done->events, "event").c_str(),
+               dec::Counted(done->sideband_records, "sideband record").c_str(),
+               dec::Counted(done->auxtrace_records, "AUXTRACE record").c_str(),
+               dec::Counted(done->trace_bytes, "trace byte").c_str(),
+               dec::Counted(done->build_ids, "build-id").c_str());
+  if (!done->debug_dir.empty()) {
+    std::fprintf(stderr,
+                 "ptdecode: captured code of %s in the build-id cache %s: perf --buildid-dir %s "
+                 "script -i %s\n",
+                 dec::Counted(done->cached_files, "file").c_str(), done->debug_dir.c_str(),
+                 done->debug_dir.c_str(), output.c_str());
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -448,6 +470,19 @@ int main(int argc, char** argv) {
   report->add_option("FILE", report_flags.container, "trace.pt recording")->required();
   AddContainerFlags(report, report_flags);
   report->callback([&] { exit_code = RunReport(report_flags); });
+
+  std::string export_input, export_output, export_to;
+  dec::PerfDataExportOptions export_options;
+  CLI::App* exp = app.add_subcommand(
+      "export", "Write the recording as a perf.data that perf script / perf report decode");
+  exp->add_option("--to", export_to, "Output format: perf.data")
+      ->required()
+      ->check(CLI::IsMember({"perf.data"}));
+  exp->add_option("FILE", export_input, "trace.pt recording")->required();
+  exp->add_option("-o,--output", export_output, "The perf.data to write (overwritten)")->required();
+  exp->add_option("--debug-dir", export_options.debug_dir,
+                  "Build-id cache for captured code (vdso, --archive); default OUTPUT.debug");
+  exp->callback([&] { exit_code = RunExport(export_input, export_output, export_options); });
 
   // `ptdecode FILE ...` is `ptdecode report FILE ...`, as `perf script` needs no sub-command;
   // any other first word that is no sub-command is named as such.

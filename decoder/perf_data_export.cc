@@ -1,0 +1,766 @@
+#include "decoder/perf_data_export.h"
+
+#include <gelf.h>
+#include <libelf.h>
+#include <linux/perf_event.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "decoder/container_input.h"
+#include "fmt/format.h"
+#include "nlohmann/json.hpp"
+#include "ptkit/container_format.h"
+#include "ptkit/container_reader.h"
+#include "ptkit/elf_file.h"
+#include "ptkit/perf_data.h"
+#include "ptkit/perf_data_writer.h"
+#include "ptkit/perf_records.h"
+#include "ptkit/status.h"
+
+namespace ptkit::decoder {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The PMU types an emulated recording gets (it ran on no PMU). perf only needs them to differ
+// from the standard types and to match AUXTRACE_INFO; these are intel_pt's and intel_bts's on
+// many machines.
+constexpr uint32_t kEmulatedPtType = 8;
+constexpr uint32_t kEmulatedBtsType = 9;
+constexpr uint32_t kAuxtraceIntelPt = 1;  // enum auxtrace_type in tools/perf/util/auxtrace.h
+constexpr uint32_t kAuxtraceIntelBts = 2;
+constexpr uint32_t kNoCpu = 0xffffffff;  // cpu / tid -1 in perf records
+constexpr size_t kRoundRecords = 4096;   // sideband records between FINISHED_ROUND records
+
+// --- The recording, as the export needs it (first pass) -----------------------------------
+// Kept small and separate from the writing, so it can read a ptkit Recording instead.
+
+struct SidebandRef {
+  size_t begin = 0, size = 0;  // in Scan::sideband
+  int32_t ring_cpu = -1;
+  uint64_t time = 0;
+  uint32_t type = 0;
+  perf::SampleId id;
+};
+
+struct Piece {
+  StreamId stream;
+  uint64_t aux_offset = 0, size = 0, time = 0;
+  bool snapshot = false;
+  uint64_t data_offset = 0;  // in the output, once reserved
+};
+
+// Where the bytes of one container AUX or snapshot record go.
+struct Placement {
+  uint64_t record_offset = 0;  // the container record's file offset
+  size_t piece = 0;
+  uint64_t at = 0;    // offset in the piece
+  uint64_t skip = 0;  // leading bytes of the record not copied (already had)
+  uint64_t len = 0;
+};
+
+struct StreamState {
+  std::optional<size_t> open;  // the piece AUX bytes are appended to
+  uint64_t next_aux = 0;
+};
+
+struct Loss {
+  StreamId stream;
+  uint64_t aux_offset = 0, bytes = 0, time = 0;
+};
+
+struct Code {
+  uint32_t pid = 0, flags = 0;
+  uint64_t address = 0, pgoff = 0;
+  std::string path;
+  std::vector<uint8_t> build_id, bytes;
+};
+
+struct Scan {
+  nlohmann::json metadata = nlohmann::json::object();
+  std::vector<uint8_t> sideband;
+  std::vector<SidebandRef> records;
+  std::vector<Piece> pieces;
+  std::vector<Placement> placements;
+  std::vector<Loss> losses;  // kOther: not in the sideband
+  std::vector<Code> code;
+  std::set<StreamId> streams;
+  std::vector<std::string> warnings;
+};
+
+perf::SampleIdLayout LayoutOf(const nlohmann::json& metadata) {
+  // As container_input: the first attr with sample_id_all gives every record's trailer.
+  if (metadata.contains("attrs") && metadata["attrs"].is_array()) {
+    for (const auto& a : metadata["attrs"]) {
+      if (a.value("sample_id_all", false)) {
+        return {a.value("sample_type", uint64_t{0}), true};
+      }
+    }
+  }
+  return {0, false};
+}
+
+absl::StatusOr<Scan> ScanRecording(const std::string& path) {
+  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
+  Scan s;
+  std::map<StreamId, StreamState> state;
+  std::optional<perf::SampleIdLayout> layout;
+  RecordView rec;
+  for (;;) {
+    PTKIT_ASSIGN_OR_RETURN(bool more, reader.Next(rec));
+    if (!more) break;
+    switch (rec.type) {
+      case RecordType::kMetadata: {
+        auto j = nlohmann::json::parse(rec.payload.begin(), rec.payload.end(), nullptr, false);
+        if (j.is_object()) s.metadata.update(j);  // later records add to earlier ones
+        break;
+      }
+      case RecordType::kSideband: {
+        auto sb = ParseSideband(rec.payload);
+        if (!sb.ok()) {
+          s.warnings.push_back(fmt::format("sideband record at offset {} skipped: {}", rec.offset,
+                                           std::string(sb.status().message())));
+          break;
+        }
+        if (!layout) layout = LayoutOf(s.metadata);
+        perf::RecordReader records(sb->records);
+        for (;;) {
+          absl::StatusOr<std::optional<perf::RecordView>> r = records.Next();
+          if (!r.ok()) {
+            s.warnings.push_back(fmt::format("sideband at offset {}: {}: the rest of it skipped",
+                                             rec.offset, std::string(r.status().message())));
+            break;
+          }
+          if (!*r) break;
+          SidebandRef ref;
+          ref.begin = s.sideband.size();
+          ref.size = (*r)->bytes.size();
+          ref.ring_cpu = sb->cpu;
+          ref.type = (*r)->type;
+          if (auto id = perf::ParseSampleId(**r, *layout); id.ok()) {
+            ref.id = *id;
+            ref.time = id->time;
+          }
+          s.sideband.insert(s.sideband.end(), (*r)->bytes.begin(), (*r)->bytes.end());
+          s.records.push_back(ref);
+        }
+        break;
+      }
+      case RecordType::kAux: {
+        auto aux = ParseAux(rec.payload);
+        if (!aux.ok()) break;
+        s.streams.insert(aux->stream);
+        StreamState& st = state[aux->stream];
+        uint64_t offset = aux->aux_offset, skip = 0, len = aux->data.size();
+        if (st.open && offset < st.next_aux && offset != 0) {
+          // Bytes the stream already has (an edited or damaged file): kept once.
+          skip = std::min(st.next_aux - offset, len);
+          offset += skip;
+          len -= skip;
+        }
+        if (len != 0) {
+          if (!st.open || offset != st.next_aux) {
+            st.open = s.pieces.size();
+            s.pieces.push_back({aux->stream, offset, 0, aux->time});
+          }
+          Piece& p = s.pieces[*st.open];
+          s.placements.push_back({rec.offset, *st.open, p.size, skip, len});
+          p.size += len;
+          st.next_aux = offset + len;
+        }
+        if (aux->flags & (kAuxTruncated | kAuxCollision | kAuxPartial)) st.open.reset();
+        break;
+      }
+      case RecordType::kLoss: {
+        auto loss = ParseLoss(rec.payload);
+        if (!loss.ok()) break;
+        state[loss->stream].open.reset();
+        // The sideband has the AUX flags and LOST records the other kinds come from.
+        if (loss->kind == LossKind::kOther) {
+          s.losses.push_back({loss->stream, loss->aux_offset, loss->bytes, loss->time});
+        }
+        break;
+      }
+      case RecordType::kSnapshot: {
+        auto snap = ParseSnapshot(rec.payload);
+        if (!snap.ok() || snap->data.empty()) break;
+        s.streams.insert(snap->stream);
+        const uint64_t start =
+            snap->aux_head >= snap->data.size() ? snap->aux_head - snap->data.size() : 0;
+        s.placements.push_back({rec.offset, s.pieces.size(), 0, 0, snap->data.size()});
+        s.pieces.push_back({snap->stream, start, snap->data.size(), snap->time, true});
+        break;
+      }
+      case RecordType::kCode: {
+        auto code = ParseCode(rec.payload);
+        if (!code.ok()) break;
+        s.code.push_back({code->pid, code->flags, code->address, code->pgoff,
+                          std::string(code->path),
+                          std::vector<uint8_t>(code->build_id.begin(), code->build_id.end()),
+                          std::vector<uint8_t>(code->bytes.begin(), code->bytes.end())});
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  for (const Damage& d : reader.report().damage) {
+    s.warnings.push_back(fmt::format("{}: {} damaged bytes at offset {} ({}): not exported", path,
+                                     d.bytes, d.offset, d.reason));
+  }
+  return s;
+}
+
+// Calls `copy(placement, bytes)` for the trace bytes of every placement, reading the
+// container again in the same order.
+template <typename Copy>
+absl::Status ForEachTraceRecord(const std::string& path, const std::vector<Placement>& placements,
+                                Copy copy) {
+  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
+  size_t next = 0;
+  RecordView rec;
+  while (next < placements.size()) {
+    PTKIT_ASSIGN_OR_RETURN(bool more, reader.Next(rec));
+    if (!more) break;
+    if (rec.offset != placements[next].record_offset) continue;
+    std::span<const uint8_t> data;
+    if (rec.type == RecordType::kAux) {
+      auto aux = ParseAux(rec.payload);
+      if (aux.ok()) data = aux->data;
+    } else if (rec.type == RecordType::kSnapshot) {
+      auto snap = ParseSnapshot(rec.payload);
+      if (snap.ok()) data = snap->data;
+    }
+    const Placement& p = placements[next++];
+    if (data.size() < p.skip + p.len) {
+      return absl::DataLossError(
+          fmt::format("{}: the record at offset {} changed while exporting", path, rec.offset));
+    }
+    PTKIT_RETURN_IF_ERROR(copy(p, data.subspan(p.skip, p.len)));
+  }
+  if (next != placements.size()) {
+    return absl::DataLossError(fmt::format("{}: {} trace records vanished while exporting", path,
+                                           placements.size() - next));
+  }
+  return absl::OkStatus();
+}
+
+// --- Mapping to perf -------------------------------------------------------------------------
+
+std::string Hex(std::span<const uint8_t> bytes) {
+  std::string out;
+  for (uint8_t b : bytes) out += fmt::format("{:02x}", b);
+  return out;
+}
+
+perf_event_attr AttrFromJson(const nlohmann::json& a) {
+  perf_event_attr attr{};
+  attr.type = a.value("type", 0u);
+  attr.config = a.value("config", uint64_t{0});
+  attr.config1 = a.value("config1", uint64_t{0});
+  attr.config2 = a.value("config2", uint64_t{0});
+  attr.sample_type = a.value("sample_type", uint64_t{0});
+  attr.read_format = a.value("read_format", uint64_t{0});
+  attr.sample_period = 1;
+  attr.sample_id_all = a.value("sample_id_all", false);
+  attr.disabled = a.value("disabled", false);
+  attr.inherit = a.value("inherit", false);
+  attr.enable_on_exec = a.value("enable_on_exec", false);
+  attr.exclude_user = a.value("exclude_user", false);
+  attr.exclude_kernel = a.value("exclude_kernel", false);
+  attr.exclude_hv = a.value("exclude_hv", false);
+  attr.mmap = a.value("mmap", false);
+  attr.mmap2 = a.value("mmap2", false);
+  attr.comm = a.value("comm", false);
+  attr.comm_exec = a.value("comm_exec", false);
+  attr.task = a.value("task", false);
+  attr.context_switch = a.value("context_switch", false);
+  attr.aux_watermark = a.value("aux_watermark", 0u);
+  return attr;
+}
+
+// The bits of format field `name` in the trace PMU's config (metadata "pmu" "formats"), or
+// `fallback` (DESIGN.md's intel_pt layout) when the recording does not say.
+uint64_t FormatBits(const nlohmann::json& metadata, const char* name, uint64_t fallback) {
+  if (metadata.contains("pmu") && metadata["pmu"].is_object()) {
+    const auto& formats = metadata["pmu"].value("formats", nlohmann::json::object());
+    if (formats.contains(name) && formats[name].is_object() &&
+        formats[name].value("word", 0) == 0) {
+      return formats[name].value("mask", fallback);
+    }
+  }
+  return fallback;
+}
+
+struct Events {
+  perf::WriterEvent trace, tracking;
+  bool bts = false;
+  bool emulated = false;
+  bool add_identifier = false;  // the records get PERF_SAMPLE_IDENTIFIER appended
+};
+
+// Records the trace event's ring holds (the others are the tracking event's).
+bool FromTraceEvent(uint32_t type) {
+  return type == PERF_RECORD_AUX || type == PERF_RECORD_ITRACE_START ||
+         type == PERF_RECORD_AUX_OUTPUT_HW_ID;
+}
+
+absl::StatusOr<Events> MakeEvents(const Scan& s) {
+  const nlohmann::json& m = s.metadata;
+  Events e;
+  e.bts = IsBtsRecording(m);
+  e.emulated = m.contains("emulation");
+  // The trace event: the attr of the recorded PMU's type, else the one named after it.
+  const bool have_pmu = m.contains("pmu") && m["pmu"].is_object() && m["pmu"].contains("type");
+  const uint64_t pmu_type = have_pmu ? m["pmu"].value("type", uint64_t{0}) : 0;
+  bool have_trace = false;
+  std::optional<perf_event_attr> tracking;
+  for (const auto& a : m.value("attrs", nlohmann::json::array())) {
+    if (!a.is_object()) continue;
+    const std::string name = a.value("name", std::string());
+    const bool is_trace = have_pmu ? a.value("type", uint64_t{~0ull}) == pmu_type
+                                   : name == "intel_pt" || name == "intel_bts";
+    if (is_trace && !have_trace) {
+      e.trace.attr = AttrFromJson(a);
+      have_trace = true;
+    } else if (!tracking && a.value("type", 99u) == PERF_TYPE_SOFTWARE &&
+               a.value("config", uint64_t{99}) == PERF_COUNT_SW_DUMMY) {
+      tracking = AttrFromJson(a);
+    }
+  }
+  if (!tracking) {
+    return absl::FailedPreconditionError(
+        "the recording's metadata has no tracking (dummy) event: nothing says how its sideband "
+        "records are laid out");
+  }
+  if (!have_trace && !e.emulated) {
+    return absl::FailedPreconditionError(
+        "the recording has no intel_pt or intel_bts event (a sideband-only recording has no "
+        "trace to export)");
+  }
+  if (!have_trace) {
+    // An emulated recording ran on no PMU: the event `perf record -e intel_pt//u` would have
+    // opened, with what the emulation encoded (TSC packets; return compression; PSB period).
+    perf_event_attr& t = e.trace.attr;
+    t = *tracking;
+    t.type = e.bts ? kEmulatedBtsType : kEmulatedPtType;
+    t.config = 0;
+    t.mmap = t.mmap2 = t.comm = t.comm_exec = t.task = t.context_switch = 0;
+    t.exclude_kernel = 1;
+    if (!e.bts) {
+      const auto& em = m["emulation"];
+      t.config = 1 | (1u << 10) | (1u << 13);                        // pt, tsc, branch
+      if (!em.value("ret_compression", true)) t.config |= 1u << 11;  // noretcomp
+      t.config |= uint64_t{em.value("psb_period", 0u) & 0xfu} << 24;
+    }
+  }
+  e.trace.name = fmt::format("{}//{}", e.bts ? "intel_bts" : "intel_pt",
+                             e.trace.attr.exclude_kernel ? "u" : "");
+  const perf::SampleIdLayout layout = LayoutOf(m);
+  // perf adds events of its own (the samples it synthesizes from the trace), and then tells
+  // records apart by their sample ids: records with a trailer but no id get
+  // PERF_SAMPLE_IDENTIFIER (ExportPerfData appends it).
+  const bool ids = (layout.sample_type & (PERF_SAMPLE_ID | PERF_SAMPLE_IDENTIFIER)) != 0;
+  e.add_identifier = layout.sample_id_all && !ids;
+  std::set<uint64_t> trace_ids, tracking_ids;
+  if (layout.sample_id_all && ids) {
+    for (const SidebandRef& r : s.records) {
+      if (!r.id.has_id || r.id.id == 0) continue;
+      (FromTraceEvent(r.type) ? trace_ids : tracking_ids).insert(r.id.id);
+    }
+    for (uint64_t id : trace_ids) tracking_ids.erase(id);
+  }
+  // perf takes the id of the trace event's first id for what it synthesizes: never none.
+  uint64_t top = 0;
+  for (uint64_t id : trace_ids) top = std::max(top, id);
+  for (uint64_t id : tracking_ids) top = std::max(top, id);
+  if (trace_ids.empty()) trace_ids.insert(++top);
+  if (tracking_ids.empty()) tracking_ids.insert(++top);
+  e.trace.ids.assign(trace_ids.begin(), trace_ids.end());
+  e.trace.attr.sample_period = 1;
+  e.tracking.attr = *tracking;
+  e.tracking.attr.sample_period = 1;
+  e.tracking.ids.assign(tracking_ids.begin(), tracking_ids.end());
+  e.tracking.name = tracking->exclude_kernel ? "dummy:u" : "dummy";
+  // One trailer layout for both (perf requires it), as the records have it.
+  for (perf_event_attr* a : {&e.trace.attr, &e.tracking.attr}) {
+    a->sample_type = layout.sample_type | (e.add_identifier ? PERF_SAMPLE_IDENTIFIER : 0);
+    a->sample_id_all = layout.sample_id_all;
+  }
+  // perf prints the samples it synthesizes from the trace only with IP in the trace event's
+  // sample_type (not part of the sample_id_all trailer, so the records' layout is unchanged).
+  e.trace.attr.sample_type |= PERF_SAMPLE_IP;
+  return e;
+}
+
+perf::AuxtraceInfo MakeAuxtraceInfo(const Scan& s, const Events& e, bool per_cpu) {
+  const nlohmann::json& m = s.metadata;
+  const auto tc = m.value("time_conversion", nlohmann::json::object());
+  const uint64_t shift = tc.value("time_shift", uint64_t{0});
+  const uint64_t mult = tc.value("time_mult", uint64_t{0});
+  const uint64_t zero = tc.value("time_zero", uint64_t{0});
+  const uint64_t cap_zero = tc.value("cap_user_time_zero", false) ? 1 : 0;
+  const bool snapshot = m.value("mode", std::string()) == "snapshot";
+  perf::AuxtraceInfo info;
+  if (e.bts) {
+    info.type = kAuxtraceIntelBts;
+    info.priv = {e.trace.attr.type, shift, mult, zero, cap_zero, snapshot ? 1u : 0u};
+    return info;
+  }
+  info.type = kAuxtraceIntelPt;
+  bool switches = false;
+  for (const auto& a : m.value("attrs", nlohmann::json::array())) {
+    switches |= a.is_object() && a.value("context_switch", false);
+  }
+  const auto cpu = m.value("cpu", nlohmann::json::object());
+  const auto ratio = cpu.value("cpuid_15h", nlohmann::json::object());
+  const auto pmu = m.value("pmu", nlohmann::json::object());
+  std::string filter;
+  if (m.contains("emulation") && m["emulation"].is_object()) {
+    filter = m["emulation"].value("filter", std::string());
+  }
+  info.priv = {
+      e.trace.attr.type,
+      shift,
+      mult,
+      zero,
+      cap_zero,
+      FormatBits(m, "tsc", 1u << 10),
+      FormatBits(m, "noretcomp", 1u << 11),
+      // 2: the CPU's task from context_switch records (1: sched:sched_switch). Per-thread
+      // streams must say 0, as perf record does: perf would take the task from the CPU (-1).
+      per_cpu && switches ? 2u : 0u,
+      snapshot ? 1u : 0u,
+      per_cpu ? 1u : 0u,
+      FormatBits(m, "mtc", 1u << 9),
+      FormatBits(m, "mtc_period", 0xfu << 14),
+      ratio.value("tsc_ratio_numerator", uint64_t{0}),
+      ratio.value("tsc_ratio_denominator", uint64_t{0}),
+      FormatBits(m, "cyc", 1u << 1),
+      pmu.value("max_nonturbo_ratio", uint64_t{0}),
+      filter.size(),
+  };
+  if (!filter.empty()) {
+    // The string, NUL-terminated, in 8-byte words.
+    std::vector<uint8_t> words((filter.size() + 1 + 7) / 8 * 8, 0);
+    std::copy(filter.begin(), filter.end(), words.begin());
+    for (size_t i = 0; i < words.size(); i += 8) {
+      uint64_t w;
+      std::memcpy(&w, words.data() + i, 8);
+      info.priv.push_back(w);
+    }
+  }
+  info.priv.push_back(0);  // cap_event_trace (perf >= 5.19 reads a word after the filter)
+  return info;
+}
+
+// The build-id of ELF bytes (a captured vdso); empty when they have none.
+std::vector<uint8_t> BuildIdOfBytes(const std::vector<uint8_t>& bytes) {
+  if (elf_version(EV_CURRENT) == EV_NONE) return {};
+  Elf* elf = elf_memory(reinterpret_cast<char*>(const_cast<uint8_t*>(bytes.data())), bytes.size());
+  if (elf == nullptr) return {};
+  ElfPtr owned(elf);
+  return ElfBuildId(elf);
+}
+
+struct CacheEntry {
+  std::string path;
+  std::vector<uint8_t> build_id;
+  bool vdso = false;
+  std::vector<const Code*> ranges;
+};
+
+// perf's build-id cache layout (tools/perf/util/build-id.c): DIR/NAME/BUILDID/{elf,vdso} and
+// DIR/.build-id/NN/REST -> ../../NAME/BUILDID.
+absl::Status WriteCacheEntry(const std::string& dir, const CacheEntry& c) {
+  const std::string hex = Hex(c.build_id);
+  const std::string name = c.path[0] == '/' ? c.path.substr(1) : c.path;
+  std::error_code ec;
+  const fs::path entry = fs::path(dir) / name / hex;
+  fs::create_directories(entry, ec);
+  if (ec) return absl::InternalError(fmt::format("mkdir {}: {}", entry.string(), ec.message()));
+  const fs::path file = entry / (c.vdso ? "vdso" : "elf");
+  {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    // Each range at its file offset; what no range holds stays a hole.
+    for (const Code* r : c.ranges) {
+      out.seekp(static_cast<std::streamoff>(r->pgoff));
+      out.write(reinterpret_cast<const char*>(r->bytes.data()),
+                static_cast<std::streamsize>(r->bytes.size()));
+    }
+    if (!out) return absl::InternalError(fmt::format("write {}", file.string()));
+  }
+  const fs::path link_dir = fs::path(dir) / ".build-id" / hex.substr(0, 2);
+  fs::create_directories(link_dir, ec);
+  if (ec) return absl::InternalError(fmt::format("mkdir {}: {}", link_dir.string(), ec.message()));
+  const fs::path link = link_dir / hex.substr(2);
+  fs::remove(link, ec);
+  fs::create_directory_symlink(fs::path("../..") / name / hex, link, ec);
+  if (ec) return absl::InternalError(fmt::format("symlink {}: {}", link.string(), ec.message()));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
+                                                     const std::string& output,
+                                                     const PerfDataExportOptions& options) {
+  PTKIT_ASSIGN_OR_RETURN(Scan s, ScanRecording(input));
+  if (s.metadata.empty()) {
+    return absl::FailedPreconditionError(
+        fmt::format("{}: no metadata record: the recording cannot be described to perf", input));
+  }
+  PTKIT_ASSIGN_OR_RETURN(Events ev, MakeEvents(s));
+  PerfDataExportSummary summary;
+  summary.warnings = s.warnings;
+  const nlohmann::json& m = s.metadata;
+  perf::SampleIdLayout layout = LayoutOf(m);
+  if (ev.add_identifier) {
+    // As the kernel lays out a record with PERF_SAMPLE_IDENTIFIER: the id last.
+    std::vector<uint8_t> rewritten;
+    rewritten.reserve(s.sideband.size() + 8 * s.records.size());
+    for (SidebandRef& r : s.records) {
+      const uint64_t id = FromTraceEvent(r.type) ? ev.trace.ids.front() : ev.tracking.ids.front();
+      const size_t begin = rewritten.size();
+      rewritten.insert(rewritten.end(), s.sideband.begin() + r.begin,
+                       s.sideband.begin() + r.begin + r.size);
+      if (r.size + 8 > 0xffff) {
+        return absl::FailedPreconditionError(fmt::format(
+            "{}: a {}-byte sideband record has no room for a sample id", input, r.size));
+      }
+      rewritten.resize(begin + r.size + 8);
+      std::memcpy(rewritten.data() + begin + r.size, &id, 8);
+      const uint16_t size = static_cast<uint16_t>(r.size + 8);
+      std::memcpy(rewritten.data() + begin + offsetof(perf_event_header, size), &size, 2);
+      r.begin = begin;
+      r.size += 8;
+      r.id.has_id = true;
+      r.id.id = id;
+    }
+    s.sideband = std::move(rewritten);
+    layout.sample_type |= PERF_SAMPLE_IDENTIFIER;
+  }
+
+  // Streams in order, numbered: perf queues AUXTRACE data by idx.
+  std::map<StreamId, uint32_t> idx;
+  for (const StreamId& id : s.streams) idx.emplace(id, static_cast<uint32_t>(idx.size()));
+  bool per_cpu = !m.value("cpus", nlohmann::json::array()).empty();
+  for (const StreamId& id : s.streams) per_cpu |= id.kind == StreamKind::kCpu;
+
+  // Losses the sideband lacks, as PERF_RECORD_AUX with TRUNCATED (perf reports them as lost
+  // trace data).
+  std::map<uint32_t, uint32_t> pid_of;
+  for (const SidebandRef& r : s.records) {
+    if (r.id.has_tid) pid_of.emplace(r.id.tid, r.id.pid);
+  }
+  for (const Loss& l : s.losses) {
+    perf::SampleId id;
+    id.has_tid = layout.sample_type & PERF_SAMPLE_TID;
+    id.has_time = layout.sample_type & PERF_SAMPLE_TIME;
+    id.has_id = layout.sample_type & (PERF_SAMPLE_ID | PERF_SAMPLE_IDENTIFIER);
+    id.has_stream_id = layout.sample_type & PERF_SAMPLE_STREAM_ID;
+    id.has_cpu = layout.sample_type & PERF_SAMPLE_CPU;
+    const bool thread = l.stream.kind == StreamKind::kThread;
+    id.tid = thread ? static_cast<uint32_t>(l.stream.id) : kNoCpu;
+    id.pid = thread && pid_of.contains(id.tid) ? pid_of[id.tid] : id.tid;
+    id.time = l.time;
+    id.id = ev.trace.ids.front();
+    id.cpu = thread ? kNoCpu : static_cast<uint32_t>(l.stream.id);
+    std::vector<uint8_t> rec = perf::EncodeAux(perf::Aux{.aux_offset = l.aux_offset,
+                                                         .aux_size = l.bytes,
+                                                         .flags = PERF_AUX_FLAG_TRUNCATED,
+                                                         .sample_id = id},
+                                               layout);
+    SidebandRef ref;
+    ref.begin = s.sideband.size();
+    ref.size = rec.size();
+    ref.ring_cpu = thread ? -1 : static_cast<int32_t>(l.stream.id);
+    ref.time = l.time;
+    ref.type = PERF_RECORD_AUX;
+    ref.id = id;
+    s.sideband.insert(s.sideband.end(), rec.begin(), rec.end());
+    s.records.push_back(ref);
+  }
+  // Time order, as perf's ordered events deliver them (records without time keep theirs).
+  if (layout.sample_id_all && (layout.sample_type & PERF_SAMPLE_TIME)) {
+    std::stable_sort(s.records.begin(), s.records.end(),
+                     [](const SidebandRef& a, const SidebandRef& b) { return a.time < b.time; });
+  }
+
+  // ID_INDEX: which ring (CPU, or thread) each sample id came from.
+  std::vector<perf::IdIndexEntry> id_index;
+  std::set<uint64_t> indexed;
+  uint32_t max_cpu = 0;
+  for (const SidebandRef& r : s.records) {
+    if (r.ring_cpu >= 0) max_cpu = std::max<uint32_t>(max_cpu, r.ring_cpu);
+    if (r.id.has_cpu && r.id.cpu != kNoCpu) max_cpu = std::max(max_cpu, r.id.cpu);
+    if (!r.id.has_id || !indexed.insert(r.id.id).second) continue;
+    const StreamId stream = r.ring_cpu >= 0
+                                ? StreamId{StreamKind::kCpu, static_cast<uint64_t>(r.ring_cpu)}
+                                : StreamId{StreamKind::kThread, r.id.tid};
+    auto it = idx.find(stream);
+    id_index.push_back({r.id.id, it == idx.end() ? 0 : it->second,
+                        r.ring_cpu >= 0 ? static_cast<uint64_t>(r.ring_cpu) : ~uint64_t{0},
+                        r.ring_cpu >= 0 ? ~uint64_t{0} : r.id.tid});
+  }
+  for (const StreamId& id : s.streams) {
+    if (id.kind == StreamKind::kCpu) max_cpu = std::max<uint32_t>(max_cpu, id.id);
+  }
+  for (const auto& c : m.value("cpus", nlohmann::json::array())) {
+    if (c.is_number_unsigned()) max_cpu = std::max(max_cpu, c.get<uint32_t>());
+  }
+  std::vector<perf::IdIndexEntry> known;  // perf refuses an id no attr has
+  std::set<uint64_t> attr_ids(ev.trace.ids.begin(), ev.trace.ids.end());
+  attr_ids.insert(ev.tracking.ids.begin(), ev.tracking.ids.end());
+  for (const perf::IdIndexEntry& e : id_index) {
+    if (attr_ids.contains(e.id)) known.push_back(e);
+  }
+
+  std::vector<perf::WriterEvent> events = {ev.trace, ev.tracking};
+  summary.events = events.size();
+  PTKIT_ASSIGN_OR_RETURN(perf::PerfDataWriter w,
+                         perf::PerfDataWriter::Create(output, std::move(events)));
+  PTKIT_RETURN_IF_ERROR(w.AddRecord(perf::EncodeAuxtraceInfo(MakeAuxtraceInfo(s, ev, per_cpu))));
+  {
+    const auto tc = m.value("time_conversion", nlohmann::json::object());
+    perf::TimeConv conv;
+    conv.time_shift = tc.value("time_shift", uint64_t{0});
+    conv.time_mult = tc.value("time_mult", uint64_t{0});
+    conv.time_zero = tc.value("time_zero", uint64_t{0});
+    conv.cap_user_time_zero = tc.value("cap_user_time_zero", false);
+    conv.extended = true;
+    PTKIT_RETURN_IF_ERROR(w.AddRecord(perf::EncodeTimeConv(conv)));
+  }
+  for (const std::vector<uint8_t>& r : perf::EncodeIdIndex(known)) {
+    PTKIT_RETURN_IF_ERROR(w.AddRecord(r));
+  }
+  for (size_t i = 0; i < s.records.size(); ++i) {
+    const SidebandRef& r = s.records[i];
+    PTKIT_RETURN_IF_ERROR(
+        w.AddRecord(std::span<const uint8_t>(s.sideband).subspan(r.begin, r.size)));
+    if ((i + 1) % kRoundRecords == 0)
+      PTKIT_RETURN_IF_ERROR(w.AddRecord(perf::EncodeFinishedRound()));
+  }
+  summary.sideband_records = s.records.size();
+  PTKIT_RETURN_IF_ERROR(w.AddRecord(perf::EncodeFinishedRound()));
+
+  // The reference of an AUXTRACE record is the perf time its data was read, which BTS (no
+  // timestamps in the trace) decodes at. An emulated recording's PERF_RECORD_AUX times count
+  // from 1 (the simulated PMU's clock): its threads' data is referenced to the thread's last
+  // sideband record instead (its EXIT), when the thread's maps are all known.
+  std::map<uint32_t, uint64_t> last_time;
+  for (const SidebandRef& r : s.records) {
+    if (r.id.has_tid && r.id.has_time) last_time[r.id.tid] = std::max(last_time[r.id.tid], r.time);
+  }
+  for (Piece& p : s.pieces) {
+    const bool thread = p.stream.kind == StreamKind::kThread;
+    perf::Auxtrace a;
+    a.size = p.size;
+    a.offset = p.aux_offset;
+    a.reference = p.time;
+    if (ev.emulated && thread && last_time.contains(static_cast<uint32_t>(p.stream.id))) {
+      a.reference = last_time[static_cast<uint32_t>(p.stream.id)];
+    }
+    a.idx = idx.at(p.stream);
+    a.tid = thread ? static_cast<uint32_t>(p.stream.id) : kNoCpu;
+    a.cpu = thread ? kNoCpu : static_cast<uint32_t>(p.stream.id);
+    PTKIT_ASSIGN_OR_RETURN(p.data_offset, w.AddAuxtrace(a));
+    summary.trace_bytes += p.size;
+  }
+  summary.auxtrace_records = s.pieces.size();
+  PTKIT_RETURN_IF_ERROR(ForEachTraceRecord(
+      input, s.placements, [&](const Placement& p, std::span<const uint8_t> bytes) {
+        return w.WriteAt(s.pieces[p.piece].data_offset + p.at, bytes);
+      }));
+
+  // Build-ids: MMAP2 records that carry one, code records, the captured vdso's note.
+  std::map<std::string, std::vector<uint8_t>> build_ids;  // path -> build-id; the first wins
+  for (const SidebandRef& r : s.records) {
+    if (r.type != PERF_RECORD_MMAP2) continue;
+    auto v = perf::ReadRecord(std::span<const uint8_t>(s.sideband).subspan(r.begin, r.size));
+    if (!v.ok()) continue;
+    auto mm = perf::ParseMmap2(*v, layout);
+    if (!mm.ok() || !(mm->prot & PROT_EXEC) || mm->build_id.empty()) continue;
+    build_ids.emplace(std::string(mm->filename),
+                      std::vector<uint8_t>(mm->build_id.begin(), mm->build_id.end()));
+  }
+  std::map<std::pair<std::string, std::string>, CacheEntry> cache;  // by path and build-id
+  std::set<std::string> uncached;
+  for (const Code& c : s.code) {
+    const bool vdso = c.flags & kCodeVdso;
+    std::vector<uint8_t> id = c.build_id;
+    if (id.empty() && vdso) id = BuildIdOfBytes(c.bytes);
+    if (!id.empty()) build_ids.emplace(c.path, id);
+    if (c.bytes.empty() || (c.flags & kCodeIdentity)) continue;
+    if (id.empty()) {
+      if (uncached.insert(c.path).second) {
+        summary.warnings.push_back(fmt::format(
+            "{}: captured code without a build-id: not in the build-id cache (perf reads the "
+            "file at that path, if there is one)",
+            c.path));
+      }
+      continue;
+    }
+    CacheEntry& e = cache[{c.path, Hex(id)}];
+    e.path = c.path;
+    e.build_id = id;
+    e.vdso = vdso;
+    // The same range of another process holds the same bytes.
+    const bool have = std::any_of(e.ranges.begin(), e.ranges.end(), [&](const Code* r) {
+      return r->pgoff == c.pgoff && r->bytes.size() == c.bytes.size();
+    });
+    if (!have) e.ranges.push_back(&c);
+  }
+
+  perf::PerfFeatures f;
+  auto text = [&](const char* key) -> std::optional<std::string> {
+    if (!m.contains(key) || !m[key].is_string()) return std::nullopt;
+    return m[key].get<std::string>();
+  };
+  f.hostname = text("host");
+  f.osrelease = text("kernel_release");
+  f.arch = text("machine");
+  f.version = fmt::format("{} {} (ptdecode export)", m.value("tool", std::string("ptkit")),
+                          m.value("tool_version", std::string()));
+  f.nr_cpus_available = f.nr_cpus_online = max_cpu + 1;
+  if (m.contains("cpu") && m["cpu"].is_object() &&
+      !m["cpu"].value("vendor", std::string()).empty()) {
+    const auto& c = m["cpu"];
+    f.cpuid = fmt::format("{},{},{},{}", c.value("vendor", std::string()), c.value("family", 0u),
+                          c.value("model", 0u), c.value("stepping", 0u));
+  }
+  if (m.contains("command_line") && m["command_line"].is_array()) {
+    std::vector<std::string> args;
+    for (const auto& a : m["command_line"]) {
+      if (a.is_string()) args.push_back(a.get<std::string>());
+    }
+    f.cmdline = std::move(args);
+  }
+  for (const auto& [path, id] : build_ids) {
+    const uint16_t cpumode =
+        path.rfind("[kernel", 0) == 0 ? PERF_RECORD_MISC_KERNEL : PERF_RECORD_MISC_USER;
+    f.build_ids.push_back({-1, cpumode, id, path});  // pid -1: perf's host machine
+  }
+  summary.build_ids = f.build_ids.size();
+  PTKIT_RETURN_IF_ERROR(w.Finish(f));
+
+  if (!cache.empty()) {
+    summary.debug_dir = options.debug_dir.empty() ? output + ".debug" : options.debug_dir;
+    for (const auto& [key, entry] : cache) {
+      PTKIT_RETURN_IF_ERROR(WriteCacheEntry(summary.debug_dir, entry));
+      ++summary.cached_files;
+    }
+  }
+  return summary;
+}
+
+}  // namespace ptkit::decoder
