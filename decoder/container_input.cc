@@ -3,6 +3,8 @@
 #include <memory>
 #include <utility>
 
+#include "decoder/perf_data_input.h"
+#include "decoder/tsc_clock.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
@@ -171,8 +173,22 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
 }
 
 absl::StatusOr<Recording> OpenRecording(const std::string& path, const RecordingOptions& options) {
+  // An unreadable file gets the container reader's error.
+  if (absl::StatusOr<bool> perf = IsPerfDataFile(path); perf.ok() && *perf) {
+    PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenFileSource(path));
+    return ReadPerfDataRecording(*source, options);
+  }
   PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
   return ReadRecording(reader, options);
+}
+
+absl::StatusOr<TscClock> ReadRecordingClock(const std::string& path) {
+  if (absl::StatusOr<bool> perf = IsPerfDataFile(path); perf.ok() && *perf) {
+    PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenFileSource(path));
+    PTKIT_ASSIGN_OR_RETURN(perf::PerfData data, perf::ReadPerfData(*source));
+    return TscClockFromMetadata(PerfDataMetadata(data));
+  }
+  return ReadTscClock(path);
 }
 
 absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,

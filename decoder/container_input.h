@@ -12,6 +12,7 @@
 #include "decoder/recording.h"
 #include "decoder/sinks.h"
 #include "decoder/trace_config.h"
+#include "decoder/tsc_clock.h"
 #include "nlohmann/json.hpp"
 #include "ptkit/container_reader.h"
 
@@ -36,9 +37,14 @@ bool IsBtsRecording(const nlohmann::json& metadata);
 // not errors. Errors: I/O errors of the reader, spool errors.
 absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const RecordingOptions& options);
 
-// Opens the recording at `path` and reads it (ReadRecording). Errors: those of
-// ContainerReader::Open (not a container, ...) and of ReadRecording.
+// Opens the recording at `path` and reads it: a perf.data (recognised by its magic) with
+// ReadPerfDataRecording (perf_data_input.h), anything else with ReadRecording. Errors: those
+// of ContainerReader::Open (not a container, ...) and of the reader.
 absl::StatusOr<Recording> OpenRecording(const std::string& path, const RecordingOptions& options);
+
+// The TSC clock of the recording at `path` (trace.pt: ReadTscClock; perf.data: its metadata).
+// Errors: those of opening and reading it.
+absl::StatusOr<TscClock> ReadRecordingClock(const std::string& path);
 
 // Decodes every stream of the recording at `path` into `sink` (OpenRecording, then
 // DecodeRecording). Errors: theirs. Damage in the file is not an error: what can be read is

@@ -1,6 +1,7 @@
 #include "decoder/recording.h"
 
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include <functional>
 #include <limits>
@@ -303,6 +304,14 @@ class StreamSink : public Sink {
       shown_.gaps += error.is_gap() ? 1 : 0;
       ++shown_.errors_by_code[error.code];
     }
+    if (error.is_gap() && current_.image != nullptr) {
+      // The decoder describes a gap with the images its piece began with; after a switch
+      // (exec, another process) the images in use are the switcher's, as OnStream said.
+      DecodeError gap = error;
+      gap.gap = current_.image->HoleAround(error.ip);
+      gap.missing_file = current_.image->MissingAt(error.ip);
+      return inner_.OnError(gap);
+    }
     inner_.OnError(error);
   }
 
@@ -479,13 +488,18 @@ std::vector<Selected> SelectStreams(const Recording& r, const RecordingOptions& 
 // files the MMAP2 records name (under `sysroot`).
 class ImageCache {
  public:
-  ImageCache(const Recording& r, const std::string& sysroot) : r_(r), sysroot_(sysroot) {}
+  ImageCache(const Recording& r, const std::string& sysroot, const std::string& buildid_dir)
+      : r_(r), sysroot_(sysroot), buildid_dir_(buildid_dir) {}
   absl::StatusOr<ProgramImage*> For(uint32_t pid, size_t epoch);
   std::vector<std::string> TakeWarnings() { return std::move(warnings_); }
 
  private:
+  // The copy of the mapped file in the build-id cache, by the build-id its record or the
+  // recording names; "" when there is none.
+  std::string FromBuildIdCache(const Mapping& m) const;
   const Recording& r_;
   std::string sysroot_;
+  std::string buildid_dir_;
   std::shared_ptr<pt_image_section_cache> iscache_;  // shared by every image, as in ptxed
   std::map<std::pair<uint32_t, size_t>, std::unique_ptr<ProgramImage>> images_;
   std::vector<std::string> warnings_;
@@ -524,7 +538,11 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
       const std::string file = sysroot_ + m.path;
       absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
       if (!st.ok()) {
-        image->AddMissing(file, m.start, m.end);
+        const std::string cached = FromBuildIdCache(m);
+        if (cached.empty() ||
+            !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff).ok()) {
+          image->AddMissing(file, m.start, m.end);
+        }
       } else if (!m.build_id.empty() && warned_.insert(file).second) {
         // The recording names the build it ran; a different file decodes wrongly.
         auto id = ReadBuildId(file);
@@ -539,6 +557,25 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
   ProgramImage* raw = image.get();
   images_.emplace(std::make_pair(pid, epoch), std::move(image));
   return raw;
+}
+
+std::string ImageCache::FromBuildIdCache(const Mapping& m) const {
+  if (buildid_dir_.empty()) return "";
+  const std::vector<uint8_t>* id = &m.build_id;
+  if (id->empty()) {
+    auto it = r_.build_ids.find(m.path);
+    if (it == r_.build_ids.end()) return "";
+    id = &it->second;
+  }
+  if (id->empty()) return "";
+  // perf's layout (tools/perf/util/build-id.c): .build-id/xx/yyyy... links to the cached
+  // file's directory, which holds it as `elf`; older perf linked to the file itself.
+  const std::string hex = Hex(*id);
+  const std::string link = Cat(buildid_dir_, "/.build-id/", hex.substr(0, 2), "/", hex.substr(2));
+  struct stat st;
+  if (stat((link + "/elf").c_str(), &st) == 0 && S_ISREG(st.st_mode)) return link + "/elf";
+  if (stat(link.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return link;
+  return "";
 }
 
 void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from) {
@@ -557,7 +594,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
                                              Sink& sink) {
   const std::string& path = r.name;
   const TraceConfig config = options.config ? *options.config : r.config;
-  ImageCache images(r, options.sysroot);
+  ImageCache images(r, options.sysroot, options.buildid_dir);
 
   DecodeTotals totals;
   std::vector<Selected> selected = SelectStreams(r, options, config);

@@ -1,6 +1,6 @@
 // Recording: everything decoding needs from one recording, whatever file it came from (a
-// trace.pt through ReadRecording in container_input.h; a perf.data reader makes the same): the
-// metadata, the sideband timeline, the AUX
+// trace.pt through ReadRecording in container_input.h, a perf.data through
+// ReadPerfDataRecording in perf_data_input.h): the metadata, the sideband timeline, the AUX
 // streams with their pieces and loss points, and the code captured at record time. Readers
 // build it with a RecordingBuilder; DecodeRecording and DumpRecordingPackets only read it.
 //
@@ -10,7 +10,7 @@
 // piece is decoded on its own. The process of a stream is its thread's (per-thread streams)
 // or the task ITRACE_START / context switches name at the stream's first AUX record (per-CPU).
 // Its image: every executable MMAP2 mapping of that process, from the file system (under
-// `sysroot`) or from code captured in the recording (vdso,
+// `sysroot`, else from the build-id cache) or from code captured in the recording (vdso,
 // archived ranges), which wins. A file that cannot be loaded becomes a gap naming it.
 //
 // Per-CPU streams follow the scheduler when the trace has timing and the metadata a time
@@ -46,6 +46,10 @@ namespace ptkit::decoder {
 
 struct RecordingOptions {
   std::string sysroot;  // prefix for the paths of mapped files
+  // perf's build-id cache (~/.debug): a mapped file not found under `sysroot` is looked for
+  // as DIR/.build-id/xx/yyyy.../elf by the build-id of its MMAP2 record or of the recording's
+  // build-id list. "": not looked for.
+  std::string buildid_dir;
   // Filters: only streams of this CPU; only this snapshot (0, 1, ...) of each stream; only
   // what thread `tid` ran: its thread streams and, in per-CPU streams, the stretches while
   // it was the task on the CPU (from the sideband at each trace time; without timing in the
@@ -94,7 +98,9 @@ struct Recording {
   std::map<StreamKey, RecordedStream> streams;  // those the reader's options may select
   std::set<StreamKey> present;  // every stream with trace bytes, selected by the options or not
   std::map<uint32_t, std::vector<CapturedCode>> captured;  // pid -> code captured
-  std::optional<AuxSpool> spool;                           // created with the first AUX bytes
+  // file path -> build-id, for mappings whose record carries none (perf.data's BUILD_ID).
+  std::map<std::string, std::vector<uint8_t>> build_ids;
+  std::optional<AuxSpool> spool;  // created with the first AUX bytes
   std::optional<TscConversion> time;
   bool bts = false;  // intel_bts recordings hold 24-byte branch records, not PT packets
   std::vector<std::string> warnings;  // damage, repeated bytes, loss outside the trace, ...

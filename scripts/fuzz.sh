@@ -9,15 +9,17 @@ seconds="${1:-600}"
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz --target container_reader_fuzz perf_data_fuzz decode_fuzz
 mkdir -p build/fuzz/artifacts
-# fuzz NAME: runs build/fuzz/tests/fuzz/NAME_fuzz on tests/fuzz/corpus/NAME.
+# fuzz NAME [SEEDS...]: runs build/fuzz/tests/fuzz/NAME_fuzz on tests/fuzz/corpus/NAME (and
+# the seed folders given).
 fuzz() {
-  local work="build/fuzz/corpus/$1"
+  local name="$1" work="build/fuzz/corpus/$1"
+  shift
   mkdir -p "$work"
-  echo "fuzz: $1_fuzz for ${seconds}s"
-  "build/fuzz/tests/fuzz/$1_fuzz" "$work" "tests/fuzz/corpus/$1" \
+  echo "fuzz: ${name}_fuzz for ${seconds}s"
+  "build/fuzz/tests/fuzz/${name}_fuzz" "$work" "tests/fuzz/corpus/$name" "$@" \
     -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10 \
     -artifact_prefix=build/fuzz/artifacts/ -print_final_stats=1 2>&1 | tail -n 12
 }
 fuzz container_reader
 fuzz perf_data
-fuzz decode
+fuzz decode tests/fuzz/corpus/perf_data

@@ -1,6 +1,7 @@
-// Fuzzes decoding end to end: a recording in memory -> ReadRecording -> DecodeRecording into
-// every output sink (insn with disassembly, branches, calls, stats text and JSON, folded,
-// timeline) and the packet dump. Nothing may crash, hang or read outside its buffers.
+// Fuzzes decoding end to end: a recording in memory (a trace.pt, or a perf.data recognised by
+// its magic) -> ReadRecording / ReadPerfDataRecording -> DecodeRecording into every output sink
+// (insn with disassembly, branches, calls, stats text and JSON, folded, timeline) and the packet
+// dump. Nothing may crash, hang or read outside its buffers.
 //
 // A trace.pt input is resealed first: each frame's payload checksum and header check are
 // recomputed, so mutations reach the payload parsers, the sideband and the decoder instead of
@@ -9,6 +10,7 @@
 // archived in the container, so they decode without the recording machine's files:
 //   gcc -nostdlib -static -no-pie -o tiny tests/fuzz/decode_seed_tiny.S
 //   ptrecord --emulate [--bts] --archive --no-compress -o {pt,bts}.pt -- ./tiny
+// and the perf.data of the perf_data fuzzer's corpus (perf 6.1, file and pipe mode).
 #include <xxhash.h>
 
 #include <cstddef>
@@ -19,10 +21,12 @@
 #include <vector>
 
 #include "decoder/container_input.h"
+#include "decoder/perf_data_input.h"
 #include "decoder/recording.h"
 #include "decoder/sinks.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
+#include "ptkit/perf_data.h"
 
 namespace {
 
@@ -64,10 +68,16 @@ std::FILE* Null() {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> file(data, data + size);
-  Reseal(file);
-  auto reader = ptkit::ContainerReader::Open(ptkit::MemorySource(file, "fuzz.pt"));
-  if (!reader.ok()) return 0;
-  auto recording = dec::ReadRecording(*reader, {});
+  absl::StatusOr<dec::Recording> recording;
+  if (ptkit::perf::IsPerfData(file)) {
+    auto source = ptkit::MemorySource(file, "fuzz.data");
+    recording = dec::ReadPerfDataRecording(*source, {});
+  } else {
+    Reseal(file);
+    auto reader = ptkit::ContainerReader::Open(ptkit::MemorySource(file, "fuzz.pt"));
+    if (!reader.ok()) return 0;
+    recording = dec::ReadRecording(*reader, {});
+  }
   if (!recording.ok()) return 0;
   auto empty = dec::ProgramImage::Create();
   if (!empty.ok()) return 0;
