@@ -313,6 +313,9 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
         path, d.bytes, d.offset, d.reason, path));
   }
   for (const std::string& w : data.warnings) r.warnings.push_back(Cat(path, ": ", w));
+  for (const std::string& p : r.timeline.problems()) {
+    r.warnings.push_back(fmt::format("{}: malformed sideband record: {}: skipped", path, p));
+  }
   return builder.Finish();
 }
 
