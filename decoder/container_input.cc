@@ -1,25 +1,11 @@
 #include "decoder/container_input.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <functional>
-#include <limits>
-#include <map>
 #include <memory>
-#include <optional>
-#include <set>
 #include <utility>
-#include <vector>
 
-#include "decoder/bts.h"
-#include "decoder/ipt_handles.h"
 #include "decoder/metadata_config.h"
-#include "decoder/packets.h"
+#include "decoder/perf_data_input.h"
+#include "decoder/tsc_clock.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
@@ -28,285 +14,11 @@
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
-namespace {
 
-// Spool extents: the first of a run, and the largest (bounds the mappings per piece).
-constexpr uint64_t kFirstExtent = uint64_t{1} << 20;
-constexpr uint64_t kMaxExtent = uint64_t{64} << 20;
-// Pages behind the decoder are dropped in batches of at least this many bytes.
-constexpr uint64_t kReleaseBatch = uint64_t{16} << 20;
-
-uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
-
-// One contiguous piece of a stream's AUX bytes (in the spool), and what was lost before it.
-struct Piece {
-  uint64_t aux_offset = 0;
-  uint64_t time = 0;
-  SpoolRun run;
-  std::vector<LossInfo> losses_before;
-};
-
-struct Stream {
-  std::vector<Piece> pieces;
-  uint64_t next_aux = 0;
-  bool break_next = true;  // the next AUX record starts a new piece
-  std::vector<LossInfo> pending_losses;
-  uint64_t bytes = 0;
-  uint64_t repeated_bytes = 0;  // AUX bytes at offsets the stream already had: dropped
-};
-
-struct Captured {
-  uint64_t address = 0;
-  std::string path;
-  std::vector<uint8_t> bytes;
-};
-
-std::string Hex(const std::vector<uint8_t>& bytes) {
-  std::string out;
-  for (uint8_t b : bytes) out += fmt::format("{:02x}", b);
-  return out;
-}
-
-// All of a process's mappings over time, for images when the trace's time is unknown.
-constexpr size_t kAllEpochs = std::numeric_limits<size_t>::max();
-
-// Follows the trace's time: in a per-CPU stream, when another task runs on the CPU, tells the
-// sink (a StreamInfo with context_switch) and, when its process differs, switches to its
-// images; in any stream, when the process has exec'd (a new epoch), switches to the new
-// program's images and tells the sink the same way.
-class TaskSwitcher : public ImageSwitcher {
- public:
-  using ImageFor = std::function<ProgramImage*(uint32_t pid, size_t epoch)>;
-  // `cpu`: the stream's CPU, or none for a per-thread stream (its task never changes).
-  TaskSwitcher(const StreamInfo& first, size_t epoch, std::optional<uint32_t> cpu,
-               const Sideband& timeline, const TscConversion& time, ImageFor image_for, Sink& sink)
-      : name_(first.name),
-        cpu_(cpu),
-        task_{first.pid, first.tid},
-        epoch_(epoch),
-        timeline_(timeline),
-        time_(time),
-        image_for_(std::move(image_for)),
-        sink_(sink),
-        current_(first.image) {}
-  // The images in use now.
-  const ProgramImage* current() const { return current_; }
-  const ProgramImage* ImageAt(uint64_t tsc) override {
-    const uint64_t t = time_.ToPerfTime(tsc);
-    TaskId task = task_;
-    if (cpu_) {
-      std::optional<TaskId> on = timeline_.TaskOnCpu(*cpu_, t);
-      if (!on) return nullptr;  // idle or unknown
-      task = *on;
-    }
-    const size_t epoch = timeline_.EpochAt(task.pid, t);
-    if (task == task_ && epoch_ == kAllEpochs) {
-      // The stream began without a time: it goes on with every mapping of the process, now
-      // with the program it runs known.
-      epoch_ = epoch;
-      return nullptr;
-    }
-    if (task == task_ && epoch == epoch_) return nullptr;  // the same thread and program
-    const ProgramImage* image = current_;
-    if (task.pid != task_.pid || epoch != epoch_) {
-      image = image_for_(task.pid, epoch);
-      if (image == nullptr) return nullptr;
-    }
-    const bool new_image = image != current_;
-    task_ = task;
-    epoch_ = epoch;
-    current_ = image;
-    StreamInfo info;
-    info.name = name_;
-    info.pid = task.pid;
-    info.tid = task.tid;
-    info.comm = timeline_.CommAt(task.tid, t);
-    info.image = image;
-    info.context_switch = true;
-    sink_.OnStream(info);
-    return new_image ? image : nullptr;
-  }
-
- private:
-  std::string name_;
-  std::optional<uint32_t> cpu_;
-  TaskId task_;
-  size_t epoch_;
-  const Sideband& timeline_;
-  TscConversion time_;
-  ImageFor image_for_;
-  Sink& sink_;
-  const ProgramImage* current_;
-};
-
-// Between DecodeContainer and the caller's sink, for one stream. Forwards everything and:
-// drops the spool pages the decoder has passed (OnProgress); with `only_tid` (a per-CPU
-// stream filtered by thread), forwards the flow only while that thread runs (the switcher's
-// OnStream says who does), announces the stream when the thread first runs, and counts what
-// it forwarded, as the totals of that stream.
-class StreamSink : public Sink {
- public:
-  StreamSink(Sink& inner, std::optional<uint32_t> only_tid) : inner_(inner), only_(only_tid) {}
-
-  // The stream starts with `first` running.
-  void Begin(const StreamInfo& first) {
-    first_ = current_ = first;
-    open_ = !only_ || first.tid == *only_;
-    if (!only_) Announce();
-  }
-  // The piece being decoded (for OnProgress).
-  void SetView(SpoolView* view, uint64_t offset_base) {
-    view_ = view;
-    base_ = offset_base;
-  }
-  bool announced() const { return announced_; }
-  // What was forwarded: losses always; the flow only with `only_tid`.
-  const DecodeTotals& shown() const { return shown_; }
-
-  DecoderKind kind() const override { return inner_.kind(); }
-  bool end_block_on_call() const override { return inner_.end_block_on_call(); }
-  bool end_block_on_jump() const override { return inner_.end_block_on_jump(); }
-  bool wants_time() const override { return inner_.wants_time(); }
-  void OnStream(const StreamInfo& info) override {  // a context switch
-    current_ = info;
-    if (!only_) return inner_.OnStream(info);
-    open_ = info.tid == *only_;
-    if (open_ && announced_) inner_.OnStream(info);
-    // The thread is the first to run after a loss that came while another one ran: the lost
-    // stretch held its start.
-    if (open_ && !held_.empty()) {
-      if (!announced_) Announce();
-      for (const LossInfo& loss : held_) Forward(loss);
-      held_.clear();
-    }
-  }
-  void OnLoss(const LossInfo& loss) override {
-    if (!only_ || open_) {
-      Show();
-      return Forward(loss);
-    }
-    held_.push_back(loss);  // shown if the thread is the next to run (OnStream)
-  }
-  void OnSync(uint64_t offset) override {
-    if (!only_) return inner_.OnSync(offset);
-    sync_ = offset;  // shown with what follows it, if that is the thread's
-  }
-  void OnTime(uint64_t tsc) override {
-    if (Show()) inner_.OnTime(tsc);
-  }
-  void OnProgress(uint64_t offset) override {
-    if (view_ != nullptr && offset >= base_) view_->ReleaseBefore(offset - base_);
-    inner_.OnProgress(offset);
-  }
-  void OnBlock(const pt_block& block) override {
-    if (!Show()) return;
-    if (only_) {
-      shown_.instructions += block.ninsn;
-      ++shown_.blocks;
-    }
-    inner_.OnBlock(block);
-  }
-  void OnInsn(const pt_insn& insn) override {
-    if (!Show()) return;
-    if (only_) ++shown_.instructions;
-    inner_.OnInsn(insn);
-  }
-  void OnEvent(const pt_event& event) override {
-    if (!Show()) return;
-    if (only_) ++shown_.events;
-    inner_.OnEvent(event);
-  }
-  void OnError(const DecodeError& error) override {
-    if (!Show()) return;
-    if (only_) {
-      ++shown_.errors;
-      shown_.gaps += error.is_gap() ? 1 : 0;
-      ++shown_.errors_by_code[error.code];
-    }
-    inner_.OnError(error);
-  }
-
- private:
-  void Forward(const LossInfo& loss) {
-    ++shown_.losses;
-    shown_.lost_bytes += loss.bytes;
-    inner_.OnLoss(loss);
-  }
-  // Whether the flow is forwarded now; announces the stream and a held sync first.
-  bool Show() {
-    if (!open_) {
-      sync_.reset();  // what followed the sync was another thread's
-      held_.clear();  // the trace resumed with another thread: the loss was not this one's
-      return false;
-    }
-    if (!announced_) Announce();
-    if (sync_) {
-      ++shown_.syncs;
-      inner_.OnSync(*sync_);
-      sync_.reset();
-    }
-    return true;
-  }
-  void Announce() {
-    StreamInfo info = current_;
-    info.name = first_.name;
-    info.bytes = first_.bytes;
-    info.context_switch = false;
-    announced_ = true;
-    inner_.OnStream(info);
-  }
-
-  Sink& inner_;
-  std::optional<uint32_t> only_;
-  StreamInfo first_, current_;
-  bool open_ = true;
-  bool announced_ = false;
-  std::optional<uint64_t> sync_;
-  std::vector<LossInfo> held_;  // losses while another thread ran, until the next one runs
-  SpoolView* view_ = nullptr;
-  uint64_t base_ = 0;
-  DecodeTotals shown_;
-};
-
-// Everything decoding needs, from one pass over the container.
-struct Recording {
-  // AUX streams (snapshot -1) and each snapshot of a stream, decoded on their own.
-  struct Key {
-    StreamId id;
-    int64_t snapshot = -1;
-    auto operator<=>(const Key&) const = default;
-  };
-  RecordingMetadata metadata;
-  Sideband timeline;
-  std::map<Key, Stream> streams;
-  std::set<Key> present;  // every stream with trace bytes, selected by the options or not
-  std::map<uint32_t, std::vector<Captured>> captured;  // pid -> code captured at record time
-  std::optional<AuxSpool> spool;                       // created with the first AUX bytes
-  std::optional<TscConversion> time;
-  bool bts = false;  // intel_bts recordings hold 24-byte branch records, not PT packets
-  std::vector<std::string> warnings;  // the file's damage and a missing footer
-  DecodeTotals unplaced;              // losses of streams without trace bytes
-};
-
-absl::Status Spool(Recording& r, const ContainerOptions& options, SpoolRun& run,
-                   std::span<const uint8_t> bytes) {
-  if (!r.spool) {
-    PTKIT_ASSIGN_OR_RETURN(AuxSpool spool, AuxSpool::Create(AuxSpool::Dirs(options.spool_dir)));
-    r.spool.emplace(std::move(spool));
-  }
-  return r.spool->Append(run, bytes);
-}
-
-// Whether the options can select the stream: the AUX bytes of others are not even spooled.
-bool MaySelect(const ContainerOptions& options, const Recording::Key& key) {
-  if (options.snapshot && key.snapshot != static_cast<int64_t>(*options.snapshot)) return false;
-  if (options.cpu && (key.id.kind != StreamKind::kCpu || key.id.id != *options.cpu)) return false;
-  return !options.tid || key.id.kind != StreamKind::kThread || key.id.id == *options.tid;
-}
-
-absl::StatusOr<Recording> ReadRecording(const std::string& path, const ContainerOptions& options) {
-  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
-  Recording r;
+absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const RecordingOptions& options) {
+  const std::string& path = reader.name();
+  RecordingBuilder builder(path, options);
+  Recording& r = builder.recording();
   std::unique_ptr<SidebandBuilder> sideband;
   nlohmann::json metadata = nlohmann::json::object();  // the records so far, merged
   RecordView rec;
@@ -337,73 +49,26 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
       }
       case RecordType::kAux: {
         auto aux = ParseAux(rec.payload);
-        if (aux.ok() && !aux->data.empty()) r.present.insert({aux->stream, -1});
-        if (!aux.ok() || !MaySelect(options, {aux->stream, -1})) break;
-        Stream& s = r.streams[{aux->stream, -1}];
-        uint64_t offset = aux->aux_offset;
-        std::span<const uint8_t> data = aux->data;
-        if (!s.pieces.empty() && offset > s.next_aux) {
-          s.pending_losses.push_back({kLossDiscontinuity, s.next_aux, offset - s.next_aux});
-          s.break_next = true;
-        } else if (!s.pieces.empty() && offset < s.next_aux && offset != 0) {
-          // Bytes the stream has already (the drain never stores a byte twice; an edited or
-          // damaged file may): only what is new is kept, so nothing is decoded twice.
-          const uint64_t seen = std::min<uint64_t>(s.next_aux - offset, data.size());
-          s.repeated_bytes += seen;
-          offset += seen;
-          data = data.subspan(seen);
-        } else if (!s.pieces.empty() && offset < s.next_aux) {
-          s.break_next = true;  // a restart at 0: decode it as a new piece
-        }
-        if (!data.empty()) {
-          if (s.break_next || !s.pending_losses.empty()) {
-            s.pieces.push_back({offset, aux->time, {}, std::move(s.pending_losses)});
-            s.pending_losses.clear();
-            s.break_next = false;
-          }
-          PTKIT_RETURN_IF_ERROR(Spool(r, options, s.pieces.back().run, data));
-          s.bytes += data.size();
-          s.next_aux = offset + data.size();
-        }
-        // The drain writes a loss record for each flag (placed below); the flag itself only
-        // says not to join what follows.
-        if (aux->flags & (kAuxTruncated | kAuxCollision | kAuxPartial)) s.break_next = true;
+        if (!aux.ok()) break;
+        PTKIT_RETURN_IF_ERROR(
+            builder.AddAux(aux->stream, aux->aux_offset, aux->time, aux->data, aux->flags));
         break;
       }
       case RecordType::kLoss: {
         auto loss = ParseLoss(rec.payload);
-        if (!loss.ok() || !MaySelect(options, {loss->stream, -1})) break;
-        Stream& s = r.streams[{loss->stream, -1}];
-        std::string kind = LossKindName(loss->kind);
+        if (!loss.ok()) break;
         if (loss->kind == LossKind::kLostSideband) {
-          // Lost perf records: a PERF_RECORD_AUX among them may have said TRUNCATED, so the
-          // bytes on either side are not joined; the decoder resyncs after this point.
-          s.pending_losses.push_back({kind, s.next_aux, 0});
-          break;
+          builder.AddLostSideband(loss->stream, LossKindName(loss->kind));
+        } else {
+          builder.AddLoss(loss->stream, LossKindName(loss->kind), loss->aux_offset, loss->bytes);
         }
-        // One loss point per loss record (an AUX record's flag has its own: the drain writes
-        // it, also for a record whose bytes it had copied already or that had none).
-        s.pending_losses.push_back({kind, loss->aux_offset, loss->bytes});
         break;
       }
       case RecordType::kSnapshot: {
         auto snap = ParseSnapshot(rec.payload);
-        if (snap.ok() && !snap->data.empty()) {
-          r.present.insert({snap->stream, static_cast<int64_t>(snap->sequence)});
-        }
-        if (!snap.ok() ||
-            !MaySelect(options, {snap->stream, static_cast<int64_t>(snap->sequence)})) {
-          break;
-        }
-        Stream& s = r.streams[{snap->stream, static_cast<int64_t>(snap->sequence)}];
-        // A snapshot is the newest part of an overwritten ring: older trace is gone.
-        // Its bytes end at aux_head; an in-buffer head (Intel PT, BTS) can be smaller than the
-        // snapshot, and then where they start in the stream is not known: offsets count from 0.
-        const uint64_t start =
-            snap->aux_head >= snap->data.size() ? snap->aux_head - snap->data.size() : 0;
-        s.pieces.push_back({start, snap->time, {}, {}});
-        PTKIT_RETURN_IF_ERROR(Spool(r, options, s.pieces.back().run, snap->data));
-        s.bytes += snap->data.size();
+        if (!snap.ok()) break;
+        PTKIT_RETURN_IF_ERROR(builder.AddSnapshot(snap->stream, snap->sequence, snap->aux_head,
+                                                  snap->time, snap->data));
         break;
       }
       case RecordType::kCode: {
@@ -430,523 +95,58 @@ absl::StatusOr<Recording> ReadRecording(const std::string& path, const Container
   for (const std::string& p : r.timeline.problems()) {
     r.warnings.push_back(fmt::format("{}: malformed sideband record: {}: skipped", path, p));
   }
-  for (const auto& [key, stream] : r.streams) {
-    if (stream.repeated_bytes == 0) continue;
-    r.warnings.push_back(
-        fmt::format("{}: {} AUX bytes repeat offsets the stream already had: "
-                    "decoded once",
-                    StreamName(key.id), stream.repeated_bytes));
-  }
-  // Losses of a stream that has no trace bytes to place them in (snapshot mode keeps its
-  // trace in snapshot records): not shown in any stream, so said here and counted.
-  for (const auto& [key, stream] : r.streams) {
-    if (!stream.pieces.empty() || stream.pending_losses.empty() || !MaySelect(options, key)) {
-      continue;
-    }
-    std::map<std::string, uint64_t> kinds;
-    for (const LossInfo& l : stream.pending_losses) {
-      ++kinds[l.kind];
-      r.unplaced.lost_bytes += l.bytes;
-    }
-    r.unplaced.losses += stream.pending_losses.size();
-    std::string what;
-    for (const auto& [kind, n] : kinds)
-      what += fmt::format("{}{} {}", what.empty() ? "" : ", ", n, kind);
-    r.warnings.push_back(fmt::format("{}: {} loss point(s) outside the decoded trace ({})",
-                                     StreamName(key.id), stream.pending_losses.size(), what));
-  }
-  if (!report.footer_present) {
-    r.warnings.push_back(fmt::format(
-        "{}: no footer: the recording did not finish cleanly (ptrecord was killed or the file "
-        "is cut), so what it had not written yet is missing",
-        path));
-  }
   PTKIT_ASSIGN_OR_RETURN(r.metadata, ReadMergedMetadata(path, metadata));
   for (const std::string& w : r.metadata.warnings) r.warnings.push_back(path + ": " + w);
   r.time = r.metadata.PerfTimeConversion();
   r.bts = IsBtsRecording(r.metadata);
-  return r;
+  r.config = TraceConfigFromMetadata(r.metadata);
+  Recording done = builder.Finish();
+  if (!report.footer_present) {
+    done.warnings.push_back(fmt::format(
+        "{}: no footer: the recording did not finish cleanly (ptrecord was killed or the file "
+        "is cut), so what it had not written yet is missing",
+        path));
+  }
+  return done;
 }
 
-// A stream the options select, with the task running at its start.
-struct Selected {
-  const Recording::Key* key = nullptr;
-  const Stream* stream = nullptr;
-  StreamInfo info;  // image not set
-  // A per-CPU stream filtered by thread that can follow the tasks (timing and time
-  // conversion): only the stretches while options.tid runs.
-  bool by_task = false;
-  // The program (exec epoch) its process runs at the stream's start; all of the process's
-  // mappings over time when the start's time is not known.
-  size_t epoch = kAllEpochs;
-};
-
-// The perf time of a stream's first TSC packet (in its first PSB+), when the recording has a
-// time conversion; none without one, for BTS, or when no TSC packet comes early.
-std::optional<uint64_t> TraceStart(const Recording& r, const Stream& stream,
-                                   const TraceConfig& config) {
-  if (!r.time || r.bts) return std::nullopt;
-  absl::StatusOr<SpoolView> view = r.spool->Map(stream.pieces.front().run);
-  if (!view.ok() || view->bytes().empty()) return std::nullopt;
-  absl::StatusOr<pt_config> pt = MakePtConfig(view->bytes(), config);
-  if (!pt.ok()) return std::nullopt;
-  PacketDecoderPtr dec(pt_pkt_alloc_decoder(&*pt));
-  if (!dec || pt_pkt_sync_forward(dec.get()) < 0) return std::nullopt;
-  pt_packet packet;
-  for (int i = 0; i < 4096 && pt_pkt_next(dec.get(), &packet, sizeof(packet)) >= 0; ++i) {
-    if (packet.type == ppt_tsc) return r.time->ToPerfTime(packet.payload.tsc.tsc);
+absl::StatusOr<Recording> OpenRecording(const std::string& path, const RecordingOptions& options) {
+  // An unreadable file gets the container reader's error.
+  if (absl::StatusOr<bool> perf = IsPerfDataFile(path); perf.ok() && *perf) {
+    PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenFileSource(path));
+    return ReadPerfDataRecording(*source, options);
   }
-  return std::nullopt;
+  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
+  return ReadRecording(reader, options);
 }
 
-std::string Join(const std::set<uint64_t>& values, std::string_view prefix = "") {
-  std::string s;
-  for (uint64_t v : values) s += fmt::format("{}{}{}", s.empty() ? "" : ", ", prefix, v);
-  return s;
+absl::StatusOr<TscClock> ReadRecordingClock(const std::string& path) {
+  if (absl::StatusOr<bool> perf = IsPerfDataFile(path); perf.ok() && *perf) {
+    PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ByteSource> source, OpenFileSource(path));
+    PTKIT_ASSIGN_OR_RETURN(perf::PerfData data, perf::ReadPerfData(*source));
+    PTKIT_ASSIGN_OR_RETURN(RecordingMetadata metadata,
+                           ReadMergedMetadata(path, PerfDataMetadata(data)));
+    return TscClockFromMetadata(metadata);
+  }
+  return ReadTscClock(path);
 }
-
-// Why the options select no stream of the recording at `path`: what they asked for and what
-// the recording has.
-std::string NothingSelected(const std::string& path, const Recording& r,
-                            const ContainerOptions& options) {
-  if (r.present.empty()) return Cat(path, ": the recording has no trace (no AUX data)");
-  std::set<uint64_t> cpus, tids, snapshots;
-  for (const Recording::Key& key : r.present) {
-    (key.id.kind == StreamKind::kCpu ? cpus : tids).insert(key.id.id);
-    if (key.snapshot >= 0) snapshots.insert(static_cast<uint64_t>(key.snapshot));
-  }
-  std::vector<std::string> why;
-  if (options.cpu && !cpus.contains(*options.cpu)) {
-    why.push_back(
-        cpus.empty()
-            ? Cat("no stream of CPU ", *options.cpu, ": this recording's streams are per thread (",
-                  Join(tids, "tid "), "), not per CPU")
-            : Cat("no stream of CPU ", *options.cpu, "; CPUs in this recording: ", Join(cpus)));
-  }
-  if (options.tid && cpus.empty() && !tids.contains(*options.tid)) {
-    why.push_back(
-        Cat("no stream of thread ", *options.tid, "; threads in this recording: ", Join(tids)));
-  }
-  if (options.snapshot && !snapshots.contains(*options.snapshot)) {
-    why.push_back(snapshots.empty()
-                      ? Cat("no snapshot ", *options.snapshot,
-                            ": this recording has no snapshots (it was not recorded with "
-                            "--snapshot)")
-                      : Cat("no snapshot ", *options.snapshot,
-                            "; snapshots in this recording: ", Join(snapshots)));
-  }
-  if (why.empty()) {
-    std::string names;
-    for (const Recording::Key& key : r.present) {
-      names += Cat(names.empty() ? "" : ", ", StreamName(key.id),
-                   key.snapshot < 0 ? "" : Cat(" snapshot ", key.snapshot));
-    }
-    std::string asked;
-    if (options.cpu) asked += Cat(" --cpu ", *options.cpu);
-    if (options.tid) asked += Cat(" --tid ", *options.tid);
-    if (options.snapshot) asked += Cat(" --snapshot ", *options.snapshot);
-    why.push_back(Cat("no stream matches", asked, "; streams in this recording: ", names));
-  }
-  std::string text = path + ": ";
-  for (size_t i = 0; i < why.size(); ++i) text += (i ? "; " : "") + why[i];
-  return text;
-}
-
-bool Filtered(const ContainerOptions& options) {
-  return options.cpu || options.tid || options.snapshot;
-}
-
-std::vector<Selected> SelectStreams(const Recording& r, const ContainerOptions& options,
-                                    const TraceConfig& config) {
-  std::vector<Selected> out;
-  for (const auto& [key, stream] : r.streams) {
-    const StreamId& id = key.id;
-    if (stream.pieces.empty()) continue;
-    if (!MaySelect(options, key)) continue;
-    Selected s;
-    s.key = &key;
-    s.stream = &stream;
-    uint32_t pid = 0, tid = 0;
-    // Else the time of the first AUX record: written when the data was drained, so possibly
-    // long after the trace began.
-    const std::optional<uint64_t> trace_start = TraceStart(r, stream, config);
-    const uint64_t start = trace_start.value_or(stream.pieces.front().time);
-    if (id.kind == StreamKind::kThread) {
-      tid = static_cast<uint32_t>(id.id);
-      pid = r.timeline.PidOfTid(tid).value_or(tid);
-    } else if (auto task = r.timeline.TaskOnCpu(static_cast<uint32_t>(id.id), start)) {
-      pid = task->pid;
-      tid = task->tid;
-    } else if (std::vector<uint32_t> pids = r.timeline.Pids(); pids.size() == 1) {
-      pid = pids.front();
-    }
-    s.by_task = options.tid && id.kind == StreamKind::kCpu && r.time && !r.bts;
-    if (options.tid && !s.by_task && tid != *options.tid) continue;
-    s.info.name =
-        key.snapshot < 0 ? StreamName(id) : Cat(StreamName(id), " snapshot ", key.snapshot);
-    s.info.pid = pid;
-    s.info.tid = tid;
-    s.info.comm = tid != 0 ? r.timeline.CommAt(tid, start) : "";
-    s.info.bytes = stream.bytes;
-    if (trace_start) s.epoch = r.timeline.EpochAt(pid, *trace_start);
-    out.push_back(std::move(s));
-  }
-  return out;
-}
-
-// Images per process and program (exec epoch; kAllEpochs: every mapping the process ever
-// had), built when a stream first needs them: code captured in the container wins over the
-// files the MMAP2 records name (under `sysroot`).
-class ImageCache {
- public:
-  ImageCache(const Recording& r, const std::string& sysroot) : r_(r), sysroot_(sysroot) {}
-  absl::StatusOr<ProgramImage*> For(uint32_t pid, size_t epoch);
-  std::vector<std::string> TakeWarnings() { return std::move(warnings_); }
-
- private:
-  const Recording& r_;
-  std::string sysroot_;
-  std::map<std::pair<uint32_t, size_t>, std::unique_ptr<ProgramImage>> images_;
-  std::vector<std::string> warnings_;
-  std::set<std::string> warned_;
-};
-
-absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
-  const std::vector<uint64_t>& execs = r_.timeline.ExecTimes(pid);
-  if (execs.empty()) epoch = 0;  // one program: all its mappings either way
-  auto it = images_.find({pid, epoch});
-  if (it != images_.end()) return it->second.get();
-  // The epoch's time span: from the exec that began it to the next one.
-  uint64_t from = 0, to = kForever;
-  if (epoch != kAllEpochs) {
-    if (epoch > 0 && epoch <= execs.size()) from = execs[epoch - 1];
-    if (epoch < execs.size()) to = execs[epoch];
-  }
-  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImage> image, ProgramImage::Create());
-  image->set_sysroot(sysroot_);
-  static const std::vector<Captured> kNone;
-  auto c = r_.captured.find(pid);
-  const std::vector<Captured>& code = c == r_.captured.end() ? kNone : c->second;
-  for (const Captured& c : code) image->AddBytes(c.path, c.address, c.bytes);
-  if (const std::vector<Mapping>* maps = r_.timeline.AllMappings(pid)) {
-    for (const Mapping& m : *maps) {
-      if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
-      if (m.from >= to || m.to <= from) continue;  // another program's
-      bool covered = false;
-      for (const Captured& c : code) {
-        covered |= c.address < m.end && m.start < c.address + c.bytes.size();
-      }
-      if (covered) continue;
-      const std::string file = sysroot_ + m.path;
-      absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
-      if (!st.ok()) {
-        image->AddMissing(file, m.start, m.end);
-      } else if (!m.build_id.empty() && warned_.insert(file).second) {
-        // The recording names the build it ran; a different file decodes wrongly.
-        auto id = ReadBuildId(file);
-        if (id.ok() && *id != m.build_id) {
-          warnings_.push_back(
-              fmt::format("{}: build-id {} differs from the recorded {}; decoding may be wrong",
-                          file, id->empty() ? std::string("(none)") : Hex(*id), Hex(m.build_id)));
-        }
-      }
-    }
-  }
-  ProgramImage* raw = image.get();
-  images_.emplace(std::make_pair(pid, epoch), std::move(image));
-  return raw;
-}
-
-void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from) {
-  to.instructions += from.instructions;
-  to.blocks += from.blocks;
-  to.events += from.events;
-  to.syncs += from.syncs;
-  to.errors += from.errors;
-  to.gaps += from.gaps;
-  for (const auto& [code, n] : from.errors_by_code) to.errors_by_code[code] += n;
-}
-
-}  // namespace
 
 absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
                                              const ContainerOptions& options, Sink& sink) {
-  PTKIT_ASSIGN_OR_RETURN(Recording r, ReadRecording(path, options));
-  TraceConfig config = options.config ? *options.config : TraceConfigFromMetadata(r.metadata);
-  ImageCache images(r, options.sysroot);
-
-  DecodeTotals totals;
-  std::vector<Selected> selected = SelectStreams(r, options, config);
-  if (selected.empty() && Filtered(options)) {
-    return absl::NotFoundError(NothingSelected(path, r, options));
-  }
-  for (Selected& s : selected) {
-    PTKIT_ASSIGN_OR_RETURN(s.info.image, images.For(s.info.pid, s.epoch));
-    StreamSink out(sink, s.by_task ? options.tid : std::nullopt);
-    out.Begin(s.info);
-    // A per-CPU stream follows the tasks scheduled on its CPU, and any stream the programs
-    // its process exec'd (needs TSC in the trace and the recording's time conversion).
-    std::unique_ptr<TaskSwitcher> switcher;
-    const bool per_cpu = s.key->id.kind == StreamKind::kCpu;
-    if (!r.bts && r.time && (per_cpu || !r.timeline.ExecTimes(s.info.pid).empty())) {
-      switcher = std::make_unique<TaskSwitcher>(
-          s.info, s.epoch,
-          per_cpu ? std::optional<uint32_t>(static_cast<uint32_t>(s.key->id.id)) : std::nullopt,
-          r.timeline, *r.time,
-          [&](uint32_t p, size_t epoch) -> ProgramImage* {
-            auto image = images.For(p, epoch);
-            return image.ok() ? *image : nullptr;
-          },
-          out);
-    }
-    // Filtered by task, the stream's totals are what the sink was shown.
-    DecodeTotals decoded;
-    DecodeTotals& into = s.by_task ? decoded : totals;
-    for (const Piece& piece : s.stream->pieces) {
-      for (const LossInfo& loss : piece.losses_before) out.OnLoss(loss);
-      PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(piece.run));
-      out.SetView(&view, piece.aux_offset);
-      const ProgramImage& now = switcher ? *switcher->current() : *s.info.image;
-      if (r.bts) {
-        PTKIT_RETURN_IF_ERROR(DecodeBtsInto(view.bytes(), now, out, into, piece.aux_offset));
-      } else {
-        PTKIT_RETURN_IF_ERROR(
-            DecodeInto(view.bytes(), config, now, out, into, piece.aux_offset, switcher.get()));
-      }
-      out.SetView(nullptr, 0);
-    }
-    for (const LossInfo& loss : s.stream->pending_losses) out.OnLoss(loss);  // at the end
-    if (s.by_task) {
-      totals.trace_bytes += decoded.trace_bytes;
-      AddFlowTotals(totals, out.shown());
-    }
-    totals.losses += out.shown().losses;
-    totals.lost_bytes += out.shown().lost_bytes;
-    totals.streams += out.announced() ? 1 : 0;
-  }
-  totals.warnings = r.warnings;
-  totals.losses += r.unplaced.losses;
-  totals.lost_bytes += r.unplaced.lost_bytes;
-  for (std::string& w : images.TakeWarnings()) totals.warnings.push_back(std::move(w));
-  PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
-  if (options.tid && totals.streams == 0) {
-    // Per-CPU streams followed by task: the thread never ran while they traced.
-    const std::vector<uint32_t> pids = r.timeline.Pids();
-    return absl::NotFoundError(Cat(path, ": thread ", *options.tid,
-                                   " did not run while the CPU streams traced; processes in "
-                                   "this recording: ",
-                                   Join(std::set<uint64_t>(pids.begin(), pids.end()))));
-  }
-  return totals;
+  PTKIT_ASSIGN_OR_RETURN(Recording r, OpenRecording(path, options));
+  return DecodeRecording(r, options, sink);
 }
 
 absl::Status DumpContainerPackets(const std::string& path, const ContainerOptions& options,
                                   std::FILE* out, const OutputOptions& output) {
-  PTKIT_ASSIGN_OR_RETURN(Recording r, ReadRecording(path, options));
-  if (r.bts) {
-    return absl::InvalidArgumentError(
-        Cat(path, ": an intel_bts recording has branch records, not Intel PT packets"));
-  }
-  TraceConfig config = options.config ? *options.config : TraceConfigFromMetadata(r.metadata);
-  std::vector<Selected> selected = SelectStreams(r, options, config);
-  if (selected.empty() && Filtered(options)) {
-    return absl::NotFoundError(NothingSelected(path, r, options));
-  }
-  for (const Selected& s : selected) {
-    PacketContext context;
-    context.stream = &s.info;
-    // Filtered by task: the packets while the thread runs, by the last TSC packet's time; the
-    // stream's header only if the thread ran on it.
-    std::optional<TaskId> task;
-    bool shown = false;
-    if (s.by_task) {
-      context.stream_shown = &shown;
-      task = TaskId{s.info.pid, s.info.tid};
-      context.keep = [&, cpu = static_cast<uint32_t>(s.key->id.id)](const pt_packet& p) {
-        if (p.type == ppt_tsc) {
-          if (auto t = r.timeline.TaskOnCpu(cpu, r.time->ToPerfTime(p.payload.tsc.tsc))) task = t;
-        }
-        return task->tid == *options.tid;
-      };
-    }
-    for (const Piece& piece : s.stream->pieces) {
-      PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(piece.run));
-      context.losses = piece.losses_before;
-      context.offset_base = piece.aux_offset;
-      PTKIT_RETURN_IF_ERROR(DumpPackets(view.bytes(), config, out, output, context));
-      if (!s.by_task || shown) context.stream = nullptr;
-    }
-    if (!s.stream->pending_losses.empty()) {
-      context.losses = s.stream->pending_losses;
-      PTKIT_RETURN_IF_ERROR(DumpPackets({}, config, out, output, context));
-    }
-  }
-  return absl::OkStatus();
+  PTKIT_ASSIGN_OR_RETURN(Recording r, OpenRecording(path, options));
+  return DumpRecordingPackets(r, options, out, output);
 }
 
 absl::StatusOr<nlohmann::json> DecodeSummary(const std::string& path,
                                              const ContainerOptions& options) {
-  class Counter : public Sink {};
-  Counter sink;
-  PTKIT_ASSIGN_OR_RETURN(DecodeTotals t, DecodeContainer(path, options, sink));
-  nlohmann::json codes = nlohmann::json::object();
-  for (const auto& [code, n] : t.errors_by_code) codes[IptErrorName(code)] = n;
-  return nlohmann::json{{"streams", t.streams},   {"instructions", t.instructions},
-                        {"blocks", t.blocks},     {"syncs", t.syncs},
-                        {"errors", t.errors},     {"gaps", t.gaps},
-                        {"losses", t.losses},     {"lost_bytes", t.lost_bytes},
-                        {"errors_by_code", codes}};
-}
-
-// --- AuxSpool --------------------------------------------------------------------------------
-
-namespace {
-
-// An unlinked file in `dir`: O_TMPFILE, or mkstemp + unlink where the file system lacks it.
-absl::StatusOr<int> OpenUnlinkedFile(const std::string& dir) {
-  int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
-  if (fd >= 0) return fd;
-  if (errno != EOPNOTSUPP && errno != EISDIR) return ErrnoStatus(Cat("open(O_TMPFILE) in ", dir));
-  std::string name = dir + "/ptdecode-aux-XXXXXX";
-  fd = mkostemp(name.data(), O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(Cat("mkstemp in ", dir));
-  unlink(name.c_str());
-  return fd;
-}
-
-}  // namespace
-
-AuxSpool::AuxSpool(int fd, std::string dir) : fd_(fd), dir_(std::move(dir)) {
-  long page = sysconf(_SC_PAGESIZE);
-  if (page > 0) page_ = static_cast<uint64_t>(page);
-}
-
-std::vector<std::string> AuxSpool::Dirs(const std::string& dir) {
-  std::vector<std::string> dirs;
-  if (!dir.empty()) {
-    dirs.push_back(dir);
-  } else if (const char* tmp = std::getenv("TMPDIR"); tmp != nullptr && *tmp != '\0') {
-    dirs.push_back(tmp);
-  }
-  if (dirs.empty() || dirs.front() != "/tmp") dirs.push_back("/tmp");
-  return dirs;
-}
-
-absl::StatusOr<AuxSpool> AuxSpool::Create(const std::vector<std::string>& dirs) {
-  std::string why;
-  for (const std::string& d : dirs) {
-    absl::StatusOr<int> fd = OpenUnlinkedFile(d);
-    if (fd.ok()) return AuxSpool(*fd, d);
-    why += Cat(why.empty() ? "" : "; ", std::string(fd.status().message()));
-  }
-  return absl::FailedPreconditionError(
-      Cat("cannot create a temporary file to hold the AUX trace while it decodes (", why,
-          "); set TMPDIR to a writable directory with room for the trace"));
-}
-
-AuxSpool::AuxSpool(AuxSpool&& other) noexcept
-    : fd_(std::exchange(other.fd_, -1)),
-      dir_(std::move(other.dir_)),
-      end_(other.end_),
-      page_(other.page_) {}
-
-AuxSpool& AuxSpool::operator=(AuxSpool&& other) noexcept {
-  if (this != &other) {
-    if (fd_ >= 0) close(fd_);
-    fd_ = std::exchange(other.fd_, -1);
-    dir_ = std::move(other.dir_);
-    end_ = other.end_;
-    page_ = other.page_;
-  }
-  return *this;
-}
-
-AuxSpool::~AuxSpool() {
-  if (fd_ >= 0) close(fd_);
-}
-
-absl::Status AuxSpool::Append(SpoolRun& run, std::span<const uint8_t> bytes) {
-  while (!bytes.empty()) {
-    uint64_t filled = run.size;
-    for (size_t i = 0; i + 1 < run.extents.size(); ++i) filled -= run.extents[i].capacity;
-    if (run.extents.empty() || filled == run.extents.back().capacity) {
-      // A new extent at the end of the file; the file is sized to hold it so that a mapping
-      // of its last partial page never reaches past the end (SIGBUS).
-      const uint64_t capacity = run.extents.empty()
-                                    ? kFirstExtent
-                                    : std::min(run.extents.back().capacity * 2, kMaxExtent);
-      const uint64_t aligned = RoundUp(capacity, page_);
-      if (ftruncate(fd_, static_cast<off_t>(end_ + aligned)) != 0) {
-        return ErrnoStatus(Cat("growing the temporary AUX file in ", dir_));
-      }
-      run.extents.push_back({end_, aligned});
-      end_ += aligned;
-      filled = 0;
-    }
-    const SpoolRun::Extent& e = run.extents.back();
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), e.capacity - filled));
-    ssize_t done = pwrite(fd_, bytes.data(), n, static_cast<off_t>(e.file_offset + filled));
-    if (done < 0 && errno == EINTR) continue;
-    if (done <= 0) {
-      if (done == 0) errno = EIO;
-      return ErrnoStatus(Cat("writing the AUX trace to a temporary file in ", dir_,
-                             " (set TMPDIR to a directory with more room)"));
-    }
-    run.size += static_cast<uint64_t>(done);
-    bytes = bytes.subspan(static_cast<size_t>(done));
-  }
-  return absl::OkStatus();
-}
-
-absl::StatusOr<SpoolView> AuxSpool::Map(const SpoolRun& run) const {
-  if (run.size == 0) return SpoolView();
-  const size_t length = static_cast<size_t>(RoundUp(run.size, page_));
-  // Reserve the address range, then map each extent over its part of it.
-  void* base = mmap(nullptr, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  if (base == MAP_FAILED) return ErrnoStatus(Cat("mmap ", length, " bytes for an AUX piece"));
-  SpoolView view(static_cast<uint8_t*>(base), static_cast<size_t>(run.size), length);
-  uint64_t at = 0;
-  for (const SpoolRun::Extent& e : run.extents) {
-    if (at >= length) break;
-    const size_t n = static_cast<size_t>(std::min<uint64_t>(e.capacity, length - at));
-    void* p = mmap(view.data_ + at, n, PROT_READ, MAP_SHARED | MAP_FIXED, fd_,
-                   static_cast<off_t>(e.file_offset));
-    if (p == MAP_FAILED) return ErrnoStatus(Cat("mmap the temporary AUX file in ", dir_));
-    at += n;
-  }
-  madvise(base, length, MADV_SEQUENTIAL);
-  return view;
-}
-
-SpoolView::SpoolView(SpoolView&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
-      mapped_(std::exchange(other.mapped_, 0)),
-      released_(std::exchange(other.released_, 0)) {}
-
-SpoolView& SpoolView::operator=(SpoolView&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) munmap(data_, mapped_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-    mapped_ = std::exchange(other.mapped_, 0);
-    released_ = std::exchange(other.released_, 0);
-  }
-  return *this;
-}
-
-SpoolView::~SpoolView() {
-  if (data_ != nullptr) munmap(data_, mapped_);
-}
-
-void SpoolView::ReleaseBefore(uint64_t offset) {
-  // MADV_DONTNEED on a shared file mapping only unmaps: a later read faults the page back in
-  // from the page cache, so this can never change what is read.
-  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-  const size_t end = static_cast<size_t>(std::min<uint64_t>(offset, size_)) / page * page;
-  if (data_ == nullptr || end < released_ + kReleaseBatch) return;
-  madvise(data_ + released_, end - released_, MADV_DONTNEED);
-  released_ = end;
+  PTKIT_ASSIGN_OR_RETURN(Recording r, OpenRecording(path, options));
+  return DecodeRecordingSummary(r, options);
 }
 
 }  // namespace ptkit::decoder

@@ -309,13 +309,20 @@ PageDumpSpec ParsePageDumpSpec(std::string_view text) {
   return {dir + "/data.addr", dir + "/data.dump"};
 }
 
-ProgramImage::ProgramImage(ImagePtr image, IscachePtr iscache)
+ProgramImage::ProgramImage(ImagePtr image, std::shared_ptr<pt_image_section_cache> iscache)
     : image_(std::move(image)), iscache_(std::move(iscache)) {}
 ProgramImage::~ProgramImage() = default;
 
-absl::StatusOr<std::unique_ptr<ProgramImage>> ProgramImage::Create() {
+absl::StatusOr<std::shared_ptr<pt_image_section_cache>> ProgramImage::CreateSectionCache() {
+  std::shared_ptr<pt_image_section_cache> iscache(pt_iscache_alloc("ptdecode"), IptDeleter());
+  if (!iscache) return absl::ResourceExhaustedError("libipt: cannot allocate a section cache");
+  return iscache;
+}
+
+absl::StatusOr<std::unique_ptr<ProgramImage>> ProgramImage::Create(
+    std::shared_ptr<pt_image_section_cache> iscache) {
   ImagePtr image(pt_image_alloc("ptdecode"));
-  IscachePtr iscache(pt_iscache_alloc("ptdecode"));
+  if (!iscache) iscache.reset(pt_iscache_alloc("ptdecode"), IptDeleter());
   if (!image || !iscache) return absl::ResourceExhaustedError("libipt: cannot allocate an image");
   auto result =
       std::unique_ptr<ProgramImage>(new ProgramImage(std::move(image), std::move(iscache)));

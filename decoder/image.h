@@ -78,8 +78,13 @@ struct AddressRange {
 
 class ProgramImage {
  public:
+  // A libipt section cache that images share (as ptxed's), so a file mapped by many processes
+  // is read once. Errors: kResourceExhausted.
+  static absl::StatusOr<std::shared_ptr<pt_image_section_cache>> CreateSectionCache();
+  // An image whose ELF and raw files go into `iscache` (null: a cache of its own).
   // Errors: kResourceExhausted when libipt cannot allocate its image or section cache.
-  static absl::StatusOr<std::unique_ptr<ProgramImage>> Create();
+  static absl::StatusOr<std::unique_ptr<ProgramImage>> Create(
+      std::shared_ptr<pt_image_section_cache> iscache = nullptr);
   // Where separate debug files are looked for: SYSROOT/usr/lib/debug (default: "").
   void set_sysroot(std::string sysroot) { sysroot_ = std::move(sysroot); }
   const std::string& sysroot() const { return sysroot_; }
@@ -148,7 +153,7 @@ class ProgramImage {
     int isid = 0;                     // > 0: a section in the cache
     const uint8_t* memory = nullptr;  // page dumps: bytes in memory_
   };
-  ProgramImage(ImagePtr image, IscachePtr iscache);
+  ProgramImage(ImagePtr image, std::shared_ptr<pt_image_section_cache> iscache);
   void AddMapping(const Mapping& m);
   // Symbols were appended to symbols_: sort them before the next read (SortSymbols).
   void FinishSymbols() { symbols_sorted_ = false; }
@@ -178,7 +183,7 @@ class ProgramImage {
   void AddElfSegment(const ElfSegment& segment);
 
   ImagePtr image_;
-  IscachePtr iscache_;
+  std::shared_ptr<pt_image_section_cache> iscache_;
   std::vector<ImageFile> files_;
   std::vector<Mapping> mappings_;         // sorted by begin
   std::vector<Mapping> memory_mappings_;  // the page-dump subset, sorted, for the callback

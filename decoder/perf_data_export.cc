@@ -52,7 +52,7 @@ struct SidebandRef {
   perf::SampleId id;
 };
 
-struct Piece {
+struct AuxPiece {
   StreamId stream;
   uint64_t aux_offset = 0, size = 0, time = 0;
   bool snapshot = false;
@@ -89,7 +89,7 @@ struct Scan {
   nlohmann::json metadata = nlohmann::json::object();
   std::vector<uint8_t> sideband;
   std::vector<SidebandRef> records;
-  std::vector<Piece> pieces;
+  std::vector<AuxPiece> pieces;
   std::vector<Placement> placements;
   std::vector<Loss> losses;  // kOther: not in the sideband
   std::vector<Code> code;
@@ -120,8 +120,13 @@ absl::StatusOr<Scan> ScanRecording(const std::string& path) {
     if (!more) break;
     switch (rec.type) {
       case RecordType::kMetadata: {
-        auto j = nlohmann::json::parse(rec.payload.begin(), rec.payload.end(), nullptr, false);
-        if (j.is_object()) s.metadata.update(j);  // later records add to earlier ones
+        absl::StatusOr<nlohmann::json> j = ParseMetadataRecord(rec.payload);
+        if (j.ok()) {
+          MergeMetadata(s.metadata, *j);  // ptkit-format(5)'s rule, as every reader
+        } else {
+          s.warnings.push_back(fmt::format("metadata record at offset {} skipped: {}", rec.offset,
+                                           std::string(j.status().message())));
+        }
         break;
       }
       case RecordType::kSideband: {
@@ -172,7 +177,7 @@ absl::StatusOr<Scan> ScanRecording(const std::string& path) {
             st.open = s.pieces.size();
             s.pieces.push_back({aux->stream, offset, 0, aux->time});
           }
-          Piece& p = s.pieces[*st.open];
+          AuxPiece& p = s.pieces[*st.open];
           s.placements.push_back({rec.offset, *st.open, p.size, skip, len});
           p.size += len;
           st.next_aux = offset + len;
@@ -316,8 +321,9 @@ bool FromTraceEvent(uint32_t type) {
 
 absl::StatusOr<Events> MakeEvents(const Scan& s) {
   const nlohmann::json& m = s.metadata;
+  PTKIT_ASSIGN_OR_RETURN(RecordingMetadata typed, RecordingMetadata::FromJson(m));
   Events e;
-  e.bts = IsBtsRecording(m);
+  e.bts = IsBtsRecording(typed);
   e.emulated = m.contains("emulation");
   // The trace event: the attr of the recorded PMU's type, else the one named after it.
   const bool have_pmu = m.contains("pmu") && m["pmu"].is_object() && m["pmu"].contains("type");
@@ -661,7 +667,7 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
   for (const SidebandRef& r : s.records) {
     if (r.id.has_tid && r.id.has_time) last_time[r.id.tid] = std::max(last_time[r.id.tid], r.time);
   }
-  for (Piece& p : s.pieces) {
+  for (AuxPiece& p : s.pieces) {
     const bool thread = p.stream.kind == StreamKind::kThread;
     perf::Auxtrace a;
     a.size = p.size;

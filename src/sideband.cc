@@ -63,6 +63,11 @@ absl::Status CheckRecordBody(const perf::RecordView& r, const perf::SampleIdLayo
 }
 
 void SidebandBuilder::Add(int32_t cpu, std::span<const uint8_t> records) {
+  Add(cpu, records, layout_);
+}
+
+void SidebandBuilder::Add(int32_t cpu, std::span<const uint8_t> records,
+                          const perf::SampleIdLayout& layout) {
   perf::RecordReader reader(records);
   for (;;) {
     auto rec = reader.Next();
@@ -74,12 +79,12 @@ void SidebandBuilder::Add(int32_t cpu, std::span<const uint8_t> records) {
     if (!rec->has_value()) return;
     const perf::RecordView& r = **rec;
     uint64_t time = 0;
-    if (r.type != PERF_RECORD_SAMPLE && layout_.sample_id_all) {
-      auto id = perf::ParseSampleId(r, layout_);
+    if (r.type != PERF_RECORD_SAMPLE && layout.sample_id_all) {
+      auto id = perf::ParseSampleId(r, layout);
       if (id.ok() && id->has_time) time = id->time;
     }
-    pending_.push_back(
-        Pending{time, pending_.size(), cpu, std::vector<uint8_t>(r.bytes.begin(), r.bytes.end())});
+    pending_.push_back(Pending{time, pending_.size(), cpu,
+                               std::vector<uint8_t>(r.bytes.begin(), r.bytes.end()), layout});
   }
 }
 
@@ -104,7 +109,7 @@ Sideband SidebandBuilder::Build() {
     const uint64_t t = p.time;
     switch (r.type) {
       case PERF_RECORD_MMAP2: {
-        auto m = perf::ParseMmap2(r, layout_);
+        auto m = perf::ParseMmap2(r, p.layout);
         if (!m.ok()) {
           problem(p, m.status());
           break;
@@ -123,7 +128,7 @@ Sideband SidebandBuilder::Build() {
         break;
       }
       case PERF_RECORD_COMM: {
-        auto c = perf::ParseComm(r, layout_);
+        auto c = perf::ParseComm(r, p.layout);
         if (!c.ok()) {
           problem(p, c.status());
           break;
@@ -140,7 +145,7 @@ Sideband SidebandBuilder::Build() {
       }
       case PERF_RECORD_FORK:
       case PERF_RECORD_EXIT: {
-        auto k = perf::ParseTask(r, layout_);
+        auto k = perf::ParseTask(r, p.layout);
         if (!k.ok()) {
           problem(p, k.status());
           break;
@@ -173,7 +178,7 @@ Sideband SidebandBuilder::Build() {
         break;
       }
       case PERF_RECORD_ITRACE_START: {
-        auto s = perf::ParseItraceStart(r, layout_);
+        auto s = perf::ParseItraceStart(r, p.layout);
         if (!s.ok()) {
           problem(p, s.status());
           break;
@@ -185,7 +190,7 @@ Sideband SidebandBuilder::Build() {
       }
       case PERF_RECORD_SWITCH:
       case PERF_RECORD_SWITCH_CPU_WIDE: {
-        auto s = perf::ParseSwitch(r, layout_);
+        auto s = perf::ParseSwitch(r, p.layout);
         if (!s.ok()) {
           problem(p, s.status());
           break;
@@ -201,7 +206,7 @@ Sideband SidebandBuilder::Build() {
         break;
       }
       case PERF_RECORD_LOST: {
-        auto l = perf::ParseLost(r, layout_);
+        auto l = perf::ParseLost(r, p.layout);
         if (!l.ok()) {
           problem(p, l.status());
           break;

@@ -109,6 +109,8 @@ class SidebandBuilder {
   // Adds one batch of perf_event_header-framed records read from `cpu`'s ring (-1: per-thread
   // ring). A malformed record ends the batch; it is counted and described in problems().
   void Add(int32_t cpu, std::span<const uint8_t> records);
+  // As Add, for records whose trailer is laid out as `layout` (perf.data: each attr's own).
+  void Add(int32_t cpu, std::span<const uint8_t> records, const perf::SampleIdLayout& layout);
   Sideband Build();
 
  private:
@@ -117,6 +119,7 @@ class SidebandBuilder {
     size_t order;
     int32_t cpu;
     std::vector<uint8_t> bytes;
+    perf::SampleIdLayout layout;
   };
   perf::SampleIdLayout layout_;
   std::vector<Pending> pending_;

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
@@ -17,6 +18,7 @@
 #include "decoder/decode.h"
 #include "decoder/packets.h"
 #include "decoder/perf_data_export.h"
+#include "decoder/perf_data_input.h"
 #include "decoder/progress.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
@@ -41,8 +43,20 @@ int UsageError(const std::string& message) {
   return kExitUsage;
 }
 
+// `info` of a trace.pt or, recognised by its magic, a perf.data.
+absl::StatusOr<nlohmann::json> Info(const std::string& path, bool& perf_data) {
+  auto perf = dec::IsPerfDataFile(path);
+  perf_data = perf.ok() && *perf;
+  return perf_data ? dec::PerfDataInfo(path) : ptkit::ContainerInfo(path);
+}
+
+std::string InfoText(const nlohmann::json& info, bool perf_data) {
+  return perf_data ? dec::FormatPerfDataInfoText(info) : ptkit::FormatInfoText(info);
+}
+
 int RunInfo(const std::string& path, bool json, bool decode) {
-  auto info = ptkit::ContainerInfo(path);
+  bool perf_data = false;
+  auto info = Info(path, perf_data);
   if (!info.ok()) return Fail(info.status());
   std::string summary;
   if (decode) {  // on request only: `info` stays one cheap pass otherwise
@@ -62,7 +76,7 @@ int RunInfo(const std::string& path, bool json, bool decode) {
   }
   std::string text =
       json ? info->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
-           : ptkit::FormatInfoText(*info) + summary;
+           : InfoText(*info, perf_data) + summary;
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;
 }
@@ -74,6 +88,7 @@ struct DecodeFlags {
   std::string bts;
   std::vector<std::string> elfs, raws, pages;
   std::string sysroot;
+  std::string buildid_dir;
   std::string cpu;       // FAMILY/MODEL[/STEPPING] (errata) or, in container mode, N (filter)
   std::string time;      // FROM,TO in TSC units
   std::string tid;       // container mode: a thread id (parsed by MakeContainerOptions)
@@ -105,8 +120,12 @@ dec::OutputOptions MakeOutputOptions(const DecodeFlags& f, const std::string& tr
 
 // The options that say where a trace.pt's files are and which of its streams to decode.
 void AddContainerFlags(CLI::App* cmd, DecodeFlags& f) {
-  cmd->add_option("--sysroot", f.sysroot,
+  cmd->add_option("--sysroot,--symfs", f.sysroot,
                   "Look for the recording's mapped files and their debug files under DIR");
+  cmd->add_option("--buildid-dir", f.buildid_dir,
+                  "perf's build-id cache, where a mapped file not found is looked for by "
+                  "build-id (default: $PERF_BUILDID_DIR, else ~/.debug)")
+      ->type_name("DIR");
   cmd->add_option("--cpu", f.cpu,
                   "FAMILY/MODEL[/STEPPING]: the recording CPU (errata); N: only the stream of "
                   "CPU N (trace.pt)");
@@ -119,7 +138,8 @@ void AddContainerFlags(CLI::App* cmd, DecodeFlags& f) {
 }
 
 void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
-  cmd->add_option("FILE", f.container, "trace.pt recording (or use --pt for a raw trace)");
+  cmd->add_option("FILE", f.container,
+                  "trace.pt or perf.data recording (or use --pt for a raw trace)");
   AddContainerFlags(cmd, f);
   cmd->add_option("--pt", f.pt, "Raw Intel PT trace file (ptxed/perf AUX bytes)");
   cmd->add_option("--bts", f.bts, "Raw intel_bts AUX data (24-byte branch records)");
@@ -244,6 +264,15 @@ bool MakeContainerOptions(const DecodeFlags& f, dec::ContainerOptions& options, 
     return false;
   }
   options.sysroot = f.sysroot;
+  options.buildid_dir = f.buildid_dir;
+  if (options.buildid_dir.empty()) {
+    // As perf: $PERF_BUILDID_DIR, else ~/.debug.
+    if (const char* dir = std::getenv("PERF_BUILDID_DIR"); dir != nullptr && *dir != '\0') {
+      options.buildid_dir = dir;
+    } else if (const char* home = std::getenv("HOME"); home != nullptr && *home != '\0') {
+      options.buildid_dir = std::string(home) + "/.debug";
+    }
+  }
   DecodeFlags g = f;
   if (!f.cpu.empty() && f.cpu.find('/') == std::string::npos) {
     auto n = dec::ParseUint(f.cpu, 0xffffffff, "--cpu");
@@ -278,7 +307,7 @@ bool MakeContainerOptions(const DecodeFlags& f, dec::ContainerOptions& options, 
 int RunContainer(const DecodeFlags& f, const SinkFactory& make_sink) {
   dec::ContainerOptions options;
   if (int exit_code = 0; !MakeContainerOptions(f, options, exit_code)) return exit_code;
-  auto clock = dec::ReadTscClock(f.container);
+  auto clock = dec::ReadRecordingClock(f.container);
   if (!clock.ok()) return Fail(clock.status());
   dec::OutputOptions out = MakeOutputOptions(f, f.container, *clock);
   // The sink needs an image for symbols before streams are known: sinks look symbols up in
@@ -356,9 +385,10 @@ constexpr size_t kReportFunctions = 20;
 // `ptdecode FILE` (or `ptdecode report FILE`): the info summary, then the top functions of
 // stats and every loss and decode error.
 int RunReport(const DecodeFlags& f) {
-  auto info = ptkit::ContainerInfo(f.container);
+  bool perf_data = false;
+  auto info = Info(f.container, perf_data);
   if (!info.ok()) return Fail(info.status());
-  std::string text = ptkit::FormatInfoText(*info) + "\n";
+  std::string text = InfoText(*info, perf_data) + "\n";
   std::fwrite(text.data(), 1, text.size(), stdout);
   DecodeFlags stats = f;
   stats.top_functions = kReportFunctions;
@@ -396,7 +426,7 @@ int RunExport(const std::string& input, const std::string& output,
 
 int main(int argc, char** argv) {
   CLI::App app{
-      "ptdecode: decode Intel PT recordings (trace.pt) into control flow.\n"
+      "ptdecode: decode Intel PT recordings (trace.pt, perf.data) into control flow.\n"
       "`ptdecode FILE` (no sub-command) is `ptdecode report FILE`. Exit status: 0 success, 1 "
       "runtime error or empty result (one line says why), 2 usage error.",
       "ptdecode"};
@@ -408,7 +438,7 @@ int main(int argc, char** argv) {
   bool info_json = false;
   CLI::App* info = app.add_subcommand(
       "info", "Show metadata, record counts and bytes, streams, loss and damage of a trace.pt");
-  info->add_option("FILE", info_path, "trace.pt file")->required();
+  info->add_option("FILE", info_path, "trace.pt or perf.data file")->required();
   bool info_decode = false;
   info->add_flag("--json", info_json, "Print JSON (schema in ptdecode(1))");
   info->add_flag("--decode", info_decode,
@@ -467,7 +497,7 @@ int main(int argc, char** argv) {
       "report",
       "The default (`ptdecode FILE`): info summary, top 20 functions of stats, every loss and "
       "error");
-  report->add_option("FILE", report_flags.container, "trace.pt recording")->required();
+  report->add_option("FILE", report_flags.container, "trace.pt or perf.data recording")->required();
   AddContainerFlags(report, report_flags);
   report->callback([&] { exit_code = RunReport(report_flags); });
 

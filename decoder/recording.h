@@ -1,0 +1,173 @@
+// Recording: everything decoding needs from one recording, whatever file it came from (a
+// trace.pt through ReadRecording in container_input.h, a perf.data through
+// ReadPerfDataRecording in perf_data_input.h): the metadata, the sideband timeline, the AUX
+// streams with their pieces and loss points, and the code captured at record time. Readers
+// build it with a RecordingBuilder; DecodeRecording and DumpRecordingPackets only read it.
+//
+// Per stream (one CPU or one thread), in stream order: the AUX bytes are joined while they are
+// contiguous; a discontinuity (an AUX offset jump, a TRUNCATED / COLLISION / PARTIAL flag, a
+// loss record) starts a new piece, reported to the sink as OnLoss at that point, and each
+// piece is decoded on its own. The process of a stream is its thread's (per-thread streams)
+// or the task ITRACE_START / context switches name at the stream's first AUX record (per-CPU).
+// Its image: every executable MMAP2 mapping of that process, from the file system (under
+// `sysroot`, else from the build-id cache) or from code captured in the recording (vdso,
+// archived ranges), which wins. A file that cannot be loaded becomes a gap naming it.
+//
+// Per-CPU streams follow the scheduler when the trace has timing and the metadata a time
+// conversion: the task running is looked up in the sideband (ITRACE_START, SWITCH_CPU_WIDE)
+// at each new trace time, so a switch is seen at the first timing packet after it; every
+// thread change is an OnStream with context_switch, and the images change with the process.
+//
+// Memory stays bounded however long the trace is: AUX bytes are not kept in memory but
+// spooled into an AuxSpool, mapped piece by piece while it decodes.
+#ifndef PTKIT_DECODER_RECORDING_H_
+#define PTKIT_DECODER_RECORDING_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "decoder/aux_spool.h"
+#include "decoder/decode.h"
+#include "decoder/sinks.h"
+#include "decoder/trace_config.h"
+#include "nlohmann/json.hpp"
+#include "ptkit/container_format.h"
+#include "ptkit/recording_metadata.h"
+#include "ptkit/sideband.h"
+
+namespace ptkit::decoder {
+
+struct RecordingOptions {
+  std::string sysroot;  // prefix for the paths of mapped files
+  // perf's build-id cache (~/.debug): a mapped file not found under `sysroot` is looked for
+  // as DIR/.build-id/xx/yyyy.../elf by the build-id of its MMAP2 record or of the recording's
+  // build-id list. "": not looked for.
+  std::string buildid_dir;
+  // Filters: only streams of this CPU; only this snapshot (0, 1, ...) of each stream; only
+  // what thread `tid` ran: its thread streams and, in per-CPU streams, the stretches while
+  // it was the task on the CPU (from the sideband at each trace time; without timing in the
+  // trace or a time conversion in the metadata: the CPU streams whose first task is it).
+  std::optional<uint64_t> cpu;
+  std::optional<uint32_t> tid;
+  std::optional<uint64_t> snapshot;
+  std::optional<TraceConfig> config;  // overrides what the metadata says
+  // Where AUX bytes are spooled while decoding; "" for $TMPDIR, else /tmp.
+  std::string spool_dir;
+};
+
+// An AUX stream (snapshot -1) or one snapshot of a stream: each is decoded on its own.
+struct StreamKey {
+  StreamId id;
+  int64_t snapshot = -1;
+  auto operator<=>(const StreamKey&) const = default;
+};
+
+// One contiguous piece of a stream's AUX bytes (in the spool), and what was lost before it.
+struct Piece {
+  uint64_t aux_offset = 0;
+  uint64_t time = 0;  // perf time of the record that began it
+  SpoolRun run;
+  std::vector<LossInfo> losses_before;
+};
+
+struct RecordedStream {
+  std::vector<Piece> pieces;
+  std::vector<LossInfo> losses_after;  // after the last piece
+  uint64_t bytes = 0;
+};
+
+// Code captured at record time (the vdso, archived file ranges), mapped at `address`.
+struct CapturedCode {
+  uint64_t address = 0;
+  std::string path;
+  std::vector<uint8_t> bytes;
+};
+
+struct Recording {
+  std::string name;            // the file it was read from, for messages
+  RecordingMetadata metadata;  // merged (ptkit-format(5)), validated
+  TraceConfig config;          // what the metadata says (options.config overrides it)
+  Sideband timeline;
+  std::map<StreamKey, RecordedStream> streams;  // those the reader's options may select
+  std::set<StreamKey> present;  // every stream with trace bytes, selected by the options or not
+  std::map<uint32_t, std::vector<CapturedCode>> captured;  // pid -> code captured
+  // file path -> build-id, for mappings whose record carries none (perf.data's BUILD_ID).
+  std::map<std::string, std::vector<uint8_t>> build_ids;
+  std::optional<AuxSpool> spool;  // created with the first AUX bytes
+  std::optional<TscConversion> time;
+  bool bts = false;  // intel_bts recordings hold 24-byte branch records, not PT packets
+  std::vector<std::string> warnings;  // damage, repeated bytes, loss outside the trace, ...
+  DecodeTotals unplaced;              // losses of streams without trace bytes
+};
+
+// Whether `options` can select the stream (readers do not even spool the bytes of others).
+bool MaySelect(const RecordingOptions& options, const StreamKey& key);
+
+// Builds a Recording's streams from AUX data, loss and snapshot records in file order.
+class RecordingBuilder {
+ public:
+  RecordingBuilder(std::string name, const RecordingOptions& options);
+  // The recording being built: readers fill metadata, config, timeline, captured, time, bts.
+  Recording& recording() { return r_; }
+
+  // AUX bytes of `stream` at `aux_offset` (AUX record flags: kAuxTruncated, ...). They join
+  // the stream's last piece when they follow it; a jump is a discontinuity loss point, bytes
+  // at offsets the stream had already are dropped (counted in a warning). Errors: the spool's.
+  absl::Status AddAux(StreamId stream, uint64_t aux_offset, uint64_t time,
+                      std::span<const uint8_t> data, uint32_t flags);
+  // A loss point at `aux_offset` (`bytes` lost, 0 when unknown) before the stream's next bytes.
+  void AddLoss(StreamId stream, const std::string& kind, uint64_t aux_offset, uint64_t bytes);
+  // Lost sideband: the bytes on either side are not joined (a lost AUX record may have said
+  // TRUNCATED); a loss point where the stream is now.
+  void AddLostSideband(StreamId stream, const std::string& kind);
+  // A snapshot: the newest `data` of an overwritten ring whose head was `aux_head`.
+  absl::Status AddSnapshot(StreamId stream, uint64_t sequence, uint64_t aux_head, uint64_t time,
+                           std::span<const uint8_t> data);
+  // Adds the warnings about repeated bytes and losses outside any trace, and returns the
+  // recording.
+  Recording Finish();
+
+ private:
+  struct State {
+    uint64_t next_aux = 0;
+    bool break_next = true;  // the next AUX record starts a new piece
+    uint64_t repeated_bytes = 0;
+  };
+  absl::Status Spool(SpoolRun& run, std::span<const uint8_t> bytes);
+  RecordingOptions options_;
+  Recording r_;
+  std::map<StreamKey, State> state_;
+};
+
+// Decodes every stream of `r` that `options` select into `sink` (options.sysroot and
+// config apply; the reader applied the filters already, and they apply again
+// here), then calls sink.Finish. Errors: kNotFound when the filters select nothing (saying
+// what the recording has), spool I/O errors, sink.Finish's.
+absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const RecordingOptions& options,
+                                             Sink& sink);
+
+// `ptdecode packets`: the packets of every stream the options select (DumpPackets), each
+// stream after a header line naming it, offsets in the stream's AUX offsets, and its loss
+// points where they happened. With options.tid, a per-CPU stream shows its packets while that
+// thread runs, as the last TSC packet's time says. Errors: those of DecodeRecording,
+// kInvalidArgument for an intel_bts recording, output failures.
+absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& options,
+                                  std::FILE* out, const OutputOptions& output);
+
+// `ptdecode info --decode`: decodes every stream (counting only) and summarises:
+// {"streams", "instructions", "blocks", "syncs", "errors", "gaps", "losses", "lost_bytes",
+//  "errors_by_code": {name: count}}. Errors: those of DecodeRecording.
+absl::StatusOr<nlohmann::json> DecodeRecordingSummary(const Recording& r,
+                                                      const RecordingOptions& options);
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_RECORDING_H_

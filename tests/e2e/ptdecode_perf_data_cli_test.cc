@@ -1,0 +1,272 @@
+// perf.data input, against perf 6.1 (the Debian package linux-perf) as the oracle:
+//  - the real Intel PT recordings of ../shared/testdata/perf-data (Skylake, kernel 4.14, file
+//    and pipe mode; their binaries are not public): `info` gives the AUXTRACE bytes per CPU
+//    `perf report -D` shows, `packets` dumps every packet with no decode error, decoding
+//    names each missing binary in its gaps and nothing crashes;
+//  - perf.data files perf records here without PT (`perf record -e dummy,task-clock`, file
+//    and pipe mode, -z): the sideband ptkit reads equals `perf script --show-task-events
+//    --show-mmap-events`.
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "decoder/perf_data_input.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "ptkit/container_reader.h"
+#include "run_command.h"
+#include "status_matchers.h"
+#include "temp_dir.h"
+
+namespace ptkit::decoder {
+namespace {
+
+using ::ptkit::testing::IsOk;
+using ::ptkit::testing::RunCommand;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const std::string kData = std::string(PTKIT_SOURCE_DIR) + "/../shared/testdata/perf-data/";
+const std::string kPerf = "/usr/bin/perf";
+
+std::vector<std::string> RealRecordings() {
+  return {kData + "perf.data.intel_pt-4.14", kData + "perf.data.piped.intel_pt-4.14"};
+}
+
+#define PTKIT_NEED(path)                                                    \
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent"; \
+  if (!std::filesystem::exists(kPerf)) GTEST_SKIP() << kPerf << " is absent (linux-perf)"
+
+// AUXTRACE bytes per stream as `perf report -D` prints the records ("cpu 3" / "tid N").
+std::map<std::string, uint64_t> PerfAuxtraceBytes(const std::string& file) {
+  auto r = RunCommand({kPerf, "report", "-D", "-i", file});
+  std::map<std::string, uint64_t> bytes;
+  static const std::regex kLine(
+      R"(PERF_RECORD_AUXTRACE size: 0x([0-9a-f]+) .* tid: (-?\d+)\s+cpu: (-?\d+))");
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, kLine)) continue;
+    const std::string stream = m[3] == "-1" ? "tid " + m[2].str() : "cpu " + m[3].str();
+    bytes[stream] += std::stoull(m[1], nullptr, 16);
+  }
+  return bytes;
+}
+
+TEST(PtdecodePerfDataTest, InfoGivesTheAuxtraceBytesPerfReportShows) {
+  for (const std::string& file : RealRecordings()) {
+    PTKIT_NEED(file);
+    auto r = RunCommand({PTDECODE_PATH, "info", "--json", file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json info = nlohmann::json::parse(r.out);
+    std::map<std::string, uint64_t> ours;
+    for (const auto& a : info["auxtrace"]) ours[a["stream"]] = a["bytes"];
+    const std::map<std::string, uint64_t> perf = PerfAuxtraceBytes(file);
+    EXPECT_FALSE(perf.empty());
+    if (!info["pipe"].get<bool>()) {
+      EXPECT_EQ(ours, perf) << file;
+    } else {
+      // perf 6.1 stops reading a pipe-mode file after its first AUXTRACE ("bad event header
+      // size", in report -D, script and inject alike): what it shows, and the rest as the
+      // file-mode recording of the same command has it (both CPUs).
+      for (const auto& [stream, bytes] : perf) EXPECT_EQ(ours[stream], bytes) << stream;
+      EXPECT_EQ(ours.size(), 2u);
+      EXPECT_TRUE(ours.contains("cpu 3"));
+    }
+    EXPECT_EQ(info["auxtrace_info"]["pmu"], "intel_pt");
+    EXPECT_EQ(info["metadata"]["cpu"]["model"], 78);  // Skylake m7-6Y75: errata apply
+  }
+}
+
+TEST(PtdecodePerfDataTest, PacketsDumpsEveryStreamWithNoDecodeError) {
+  for (const std::string& file : RealRecordings()) {
+    PTKIT_NEED(file);
+    auto r = RunCommand({PTDECODE_PATH, "packets", file});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_THAT(r.out, HasSubstr("[stream cpu 0:"));
+    EXPECT_THAT(r.out, HasSubstr("[stream cpu 3:"));
+    EXPECT_THAT(r.out, Not(HasSubstr("error")));
+    EXPECT_GT(std::count(r.out.begin(), r.out.end(), '\n'), 100000);
+  }
+}
+
+TEST(PtdecodePerfDataTest, EachMissingBinaryIsAGapNamingIt) {
+  for (const std::string& file : RealRecordings()) {
+    PTKIT_NEED(file);
+    auto r = RunCommand({PTDECODE_PATH, "insn", "--sysroot", "/nonexistent", file});
+    EXPECT_EQ(r.signal, 0);
+    EXPECT_EQ(r.exit_code, 1) << r.err;  // no binary: no instruction
+    EXPECT_THAT(r.err, HasSubstr("no instructions decoded"));
+    // Every gap in user space (the files MMAP2 names after `echo` exec'd) names its file.
+    static const std::regex kGap(R"(\[gap at offset 0x[0-9a-f]+: no code at 0x([0-9a-f]+)(.*)\])");
+    std::set<std::string> named;
+    int user_gaps = 0;
+    std::istringstream in(r.out);
+    for (std::string line; std::getline(in, line);) {
+      std::smatch m;
+      if (!std::regex_search(line, m, kGap) || m[1].str().size() == 16) continue;  // kernel
+      ++user_gaps;
+      EXPECT_THAT(m[2].str(), HasSubstr("could not be loaded")) << line;
+      std::smatch f;
+      if (std::regex_search(line, f, std::regex(R"(/nonexistent(\S+) could not)"))) {
+        named.insert(f[1]);
+      }
+    }
+    EXPECT_GT(user_gaps, 0) << file;
+    EXPECT_TRUE(named.contains("/lib64/ld-2.23.so")) << file;
+  }
+}
+
+// The sideband of perf script's view: one line per record, as ptkit's timeline must have it.
+struct Side {
+  std::multiset<std::string> mmaps;                           // "pid start len pgoff path"
+  std::map<uint32_t, std::pair<uint32_t, std::string>> comm;  // tid -> pid, last name
+  int forks = 0, exits = 0, comms = 0, execs = 0;
+};
+
+Side PerfScriptSideband(const std::string& file) {
+  auto r = RunCommand({kPerf, "script", "--show-task-events", "--show-mmap-events", "-i", file});
+  Side s;
+  static const std::regex kMmap2(
+      R"(PERF_RECORD_MMAP2 (\d+)/(\d+): \[0x([0-9a-f]+)\(0x([0-9a-f]+)\) @ (0x[0-9a-f]+|\d+) .*\]: \S+ (.*)$)");
+  static const std::regex kComm(R"(PERF_RECORD_COMM( exec)?: (.*):(\d+)/(\d+))");
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, kMmap2)) {
+      s.mmaps.insert(m[1].str() + " " + std::to_string(std::stoull(m[3], nullptr, 16)) + " " +
+                     std::to_string(std::stoull(m[4], nullptr, 16)) + " " +
+                     std::to_string(std::stoull(m[5], nullptr, 0)) + " " + m[6].str());
+    } else if (std::regex_search(line, m, kComm)) {
+      ++s.comms;
+      s.execs += m[1].matched ? 1 : 0;
+      s.comm[std::stoul(m[4])] = {std::stoul(m[3]), m[2]};
+    } else if (line.find("PERF_RECORD_FORK(") != std::string::npos) {
+      ++s.forks;
+    } else if (line.find("PERF_RECORD_EXIT(") != std::string::npos) {
+      ++s.exits;
+    }
+  }
+  return s;
+}
+
+Side PtkitSideband(const std::string& file) {
+  Side s;
+  auto src = OpenFileSource(file);
+  EXPECT_THAT(src.status(), IsOk());
+  if (!src.ok()) return s;
+  auto r = ReadPerfDataRecording(**src, {});
+  EXPECT_THAT(r.status(), IsOk());
+  if (!r.ok()) return s;
+  const Sideband& t = r->timeline;
+  EXPECT_EQ(t.stats().malformed, 0u) << (t.problems().empty() ? "" : t.problems()[0]);
+  s.forks = static_cast<int>(t.stats().forks);
+  s.exits = static_cast<int>(t.stats().exits);
+  s.comms = static_cast<int>(t.stats().comms);
+  s.execs = static_cast<int>(t.stats().execs);
+  for (uint32_t pid : t.Pids()) {
+    const std::vector<Mapping>* maps = t.AllMappings(pid);
+    if (maps == nullptr) continue;
+    for (const Mapping& m : *maps) {
+      s.mmaps.insert(std::to_string(pid) + " " + std::to_string(m.start) + " " +
+                     std::to_string(m.end - m.start) + " " + std::to_string(m.pgoff) + " " +
+                     m.path);
+    }
+  }
+  return s;
+}
+
+class PerfRecordTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(PerfRecordTest, SidebandEqualsPerfScript) {
+  if (!std::filesystem::exists(kPerf)) GTEST_SKIP() << kPerf << " is absent (linux-perf)";
+  testing::TempDir dir;
+  const std::string file = dir.File("perf.data");
+  // sh forks and execs true: FORK, COMM exec, MMAP2 of both programs, EXIT.
+  std::vector<std::string> record = {kPerf, "record", "-q", "-e", "dummy,task-clock"};
+  if (GetParam() == "zstd") record.push_back("-z");
+  const bool pipe = GetParam() == "pipe";
+  record.insert(record.end(), {"-o", pipe ? "-" : file, "--", "/bin/sh", "-c", "/bin/true; :"});
+  auto r = RunCommand(record);
+  if (r.exit_code != 0 && r.err.find("ermission") != std::string::npos) {
+    GTEST_SKIP() << "perf_event_open denied: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  if (pipe) {
+    std::ofstream(file, std::ios::binary) << r.out;
+  }
+  const Side perf = PerfScriptSideband(file);
+  const Side ours = PtkitSideband(file);
+  ASSERT_FALSE(perf.mmaps.empty());
+  EXPECT_EQ(ours.forks, perf.forks);
+  EXPECT_EQ(ours.exits, perf.exits);
+  EXPECT_EQ(ours.comms, perf.comms);
+  EXPECT_EQ(ours.execs, perf.execs);
+  EXPECT_GE(perf.execs, 1);
+  // Every MMAP2 perf shows is a mapping of its process in ptkit's timeline.
+  for (const std::string& m : perf.mmaps) {
+    EXPECT_TRUE(ours.mmaps.contains(m)) << "perf script's MMAP2 " << m << " is missing";
+  }
+  auto src = OpenFileSource(file);
+  ASSERT_THAT(src.status(), IsOk());
+  auto rec = ReadPerfDataRecording(**src, {});
+  ASSERT_THAT(rec.status(), IsOk());
+  for (const auto& [tid, pc] : perf.comm) {
+    EXPECT_EQ(rec->timeline.PidOfTid(tid), pc.first) << "tid " << tid;
+    EXPECT_EQ(rec->timeline.CommAt(tid, ~0ull), pc.second) << "tid " << tid;
+  }
+  // No trace: decoding says so.
+  auto d = RunCommand({PTDECODE_PATH, "stats", file});
+  EXPECT_EQ(d.exit_code, 1) << d.err;
+  EXPECT_THAT(d.err, HasSubstr("no instructions decoded (0 streams"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, PerfRecordTest, ::testing::Values("file", "pipe", "zstd"));
+
+// A mapped file that is gone is found in perf's build-id cache by the build-id its MMAP2
+// record carries, as perf finds it (DIR/.build-id/xx/yyyy.../elf).
+TEST(PtdecodeBuildIdCacheTest, AMissingFileIsFoundByItsBuildId) {
+  testing::TempDir dir;
+  const std::string prog = dir.File("tiny");
+  auto cc = RunCommand({"/usr/bin/gcc", "-nostdlib", "-static", "-no-pie", "-Wl,--build-id", "-o",
+                        prog, std::string(PTKIT_SOURCE_DIR) + "/tests/fuzz/decode_seed_tiny.S"});
+  if (cc.exit_code != 0) GTEST_SKIP() << "gcc: " << cc.err;
+  const std::string trace = dir.File("tiny.pt");
+  auto rec = RunCommand({PTRECORD_PATH, "--emulate", "-o", trace, "--", prog});
+  if (rec.exit_code != 0 && rec.err.find("not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace denied: " << rec.err;
+  }
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  // The build-id readelf gives (the oracle), and the file moved into a build-id cache.
+  auto id = RunCommand({"/bin/sh", "-c", "readelf -n " + prog + " | sed -n 's/.*Build ID: //p'"});
+  std::string hex = id.out.substr(0, id.out.find('\n'));
+  ASSERT_EQ(hex.size(), 40u) << id.out;
+  const std::string cached = dir.File("cache/.build-id/" + hex.substr(0, 2) + "/" + hex.substr(2));
+  std::filesystem::create_directories(cached);
+  std::filesystem::rename(prog, cached + "/elf");
+
+  auto missing = RunCommand({PTDECODE_PATH, "stats", "--buildid-dir", dir.File("none"), trace});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_THAT(missing.err, HasSubstr("no instructions decoded"));
+  auto insn = RunCommand({PTDECODE_PATH, "insn", "--buildid-dir", dir.File("none"), trace});
+  EXPECT_THAT(insn.out, HasSubstr(prog + " could not be loaded"));
+
+  auto found =
+      RunCommand({PTDECODE_PATH, "stats", "--json", "--buildid-dir", dir.File("cache"), trace});
+  ASSERT_EQ(found.exit_code, 0) << found.err;
+  const nlohmann::json stats = nlohmann::json::parse(found.out);
+  EXPECT_EQ(stats["totals"]["instructions"], 37) << found.out;  // the recorder's count
+  EXPECT_EQ(stats["totals"]["errors"], 0) << found.out;
+}
+
+}  // namespace
+}  // namespace ptkit::decoder

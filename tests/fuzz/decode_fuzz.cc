@@ -1,0 +1,101 @@
+// Fuzzes decoding end to end: a recording in memory (a trace.pt, or a perf.data recognised by
+// its magic) -> ReadRecording / ReadPerfDataRecording -> DecodeRecording into every output sink
+// (insn with disassembly, branches, calls, stats text and JSON, folded, timeline) and the packet
+// dump. Nothing may crash, hang or read outside its buffers.
+//
+// A trace.pt input is resealed first: each frame's payload checksum and header check are
+// recomputed, so mutations reach the payload parsers, the sideband and the decoder instead of
+// being rejected as damage (the container reader's own checks are container_reader_fuzz's).
+// Seeds (tests/fuzz/corpus/decode/) are small uncompressed emulated recordings with their code
+// archived in the container, so they decode without the recording machine's files:
+//   gcc -nostdlib -static -no-pie -o tiny tests/fuzz/decode_seed_tiny.S
+//   ptrecord --emulate [--bts] --archive --no-compress -o {pt,bts}.pt -- ./tiny
+// and the perf.data of the perf_data fuzzer's corpus (perf 6.1, file and pipe mode).
+#include <xxhash.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include "decoder/container_input.h"
+#include "decoder/perf_data_input.h"
+#include "decoder/recording.h"
+#include "decoder/sinks.h"
+#include "ptkit/container_format.h"
+#include "ptkit/container_reader.h"
+#include "ptkit/perf_data.h"
+
+namespace {
+
+namespace dec = ::ptkit::decoder;
+
+template <typename T>
+T Load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(v));
+  return v;
+}
+
+// Recomputes the checksum and header check of every frame whose sync word is intact.
+void Reseal(std::vector<uint8_t>& file) {
+  size_t at = ptkit::kFileHeaderSize;
+  while (at + ptkit::kFrameHeaderSize <= file.size()) {
+    uint8_t* p = file.data() + at;
+    if (Load<uint32_t>(p) != ptkit::kFrameSync) return;
+    ptkit::FrameHeader h;
+    h.type = Load<uint16_t>(p + 4);
+    h.flags = Load<uint16_t>(p + 6);
+    h.sequence = Load<uint64_t>(p + 8);
+    h.stored_size = Load<uint64_t>(p + 16);
+    h.raw_size = Load<uint64_t>(p + 24);
+    const size_t left = file.size() - at - ptkit::kFrameHeaderSize;
+    if (h.stored_size > left) return;  // a cut frame stays cut
+    h.checksum = XXH3_64bits(p + ptkit::kFrameHeaderSize, h.stored_size);
+    ptkit::EncodeFrameHeader(h, std::span<uint8_t, ptkit::kFrameHeaderSize>(p, 48));
+    at += ptkit::kFrameHeaderSize + h.stored_size;
+  }
+}
+
+std::FILE* Null() {
+  static std::FILE* null = std::fopen("/dev/null", "w");
+  return null;
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  std::vector<uint8_t> file(data, data + size);
+  absl::StatusOr<dec::Recording> recording;
+  if (ptkit::perf::IsPerfData(file)) {
+    auto source = ptkit::MemorySource(file, "fuzz.data");
+    recording = dec::ReadPerfDataRecording(*source, {});
+  } else {
+    Reseal(file);
+    auto reader = ptkit::ContainerReader::Open(ptkit::MemorySource(file, "fuzz.pt"));
+    if (!reader.ok()) return 0;
+    recording = dec::ReadRecording(*reader, {});
+  }
+  if (!recording.ok()) return 0;
+  auto empty = dec::ProgramImage::Create();
+  if (!empty.ok()) return 0;
+  using Factory = std::unique_ptr<dec::Sink> (*)(const dec::ProgramImage&, std::FILE*,
+                                                 const dec::OutputOptions&);
+  const Factory factories[] = {dec::MakeInsnSink,  dec::MakeBranchesSink, dec::MakeCallsSink,
+                               dec::MakeStatsSink, dec::MakeFoldedSink,   dec::MakeTimelineSink};
+  for (int json = 0; json < 2; ++json) {
+    dec::OutputOptions out;
+    out.json = json != 0;
+    out.disasm = json == 0;
+    out.diagnostics = Null();
+    out.list_problems = true;
+    for (Factory make : factories) {
+      std::unique_ptr<dec::Sink> sink = make(**empty, Null(), out);
+      (void)dec::DecodeRecording(*recording, {}, *sink);
+    }
+    (void)dec::DumpRecordingPackets(*recording, {}, Null(), out);
+  }
+  return 0;
+}
