@@ -1,7 +1,9 @@
-// decoder/profile.h: the stats --json schema both ways, on profiles made here.
+// decoder/profile.h (the stats --json schema both ways) and decoder/diff.h over profiles made
+// here, with answers worked out by hand. Real recordings: tests/e2e/ptdecode_diff_cli_test.cc.
 #include <string>
 #include <vector>
 
+#include "decoder/diff.h"
 #include "decoder/profile.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -62,6 +64,86 @@ TEST(ProfileTest, FromJsonNamesTheBadMember) {
               HasSubstr("not valid JSON at byte"));
   // Members the schema does not know are ignored.
   EXPECT_TRUE(with("\"trace\": \"t\"", "\"trace\": \"t\", \"later\": [1]").ok());
+}
+
+TEST(DiffTest, MatchesByImageFileNameAndNameAndListsNewAndRemoved) {
+  Profile base = Make("a", {{"main", "/build-a/app", 0x1000, 100, 300, 1},
+                            {"work", "/build-a/app", 0x1100, 200, 200, 4},
+                            {"gone", "/build-a/app", 0x1300, 10, 10, 1},
+                            {"sub_1234", "/build-a/app", 0x1234, 7, 7, 1}});
+  Profile now = Make("b", {{"main", "/build-b/app", 0x2000, 100, 330, 1},
+                           {"work", "/build-b/app", 0x2100, 220, 220, 4},
+                           {"fresh", "/build-b/app", 0x2300, 3, 3, 1},
+                           {"sub_2234", "/build-b/app", 0x2234, 7, 7, 1}});
+  DiffOptions options;
+  options.fail_function_pct = 5;
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->rows.size(), 5u);
+  EXPECT_EQ(d->rows[0].function, "work");  // largest |change| first
+  EXPECT_EQ(d->rows[0].change, 20);
+  EXPECT_DOUBLE_EQ(*d->rows[0].change_pct, 10.0);
+  EXPECT_TRUE(d->rows[0].regression);
+  EXPECT_EQ(d->rows[1].function, "gone");
+  EXPECT_FALSE(d->rows[1].in_new);
+  EXPECT_EQ(d->rows[2].function, "fresh");
+  EXPECT_FALSE(d->rows[2].in_base);
+  // Code without a symbol: by its offset from the function below it (work + 0x134).
+  bool matched = false;
+  for (const DiffRow& r : d->rows) {
+    if (r.function == "work+0x134") matched = r.in_base && r.in_new && r.change == 0;
+  }
+  EXPECT_TRUE(matched);
+  ASSERT_EQ(d->reasons.size(), 1u);
+  EXPECT_THAT(d->reasons[0], HasSubstr("work [app]: self 200 -> 220 (+10.00%)"));
+  EXPECT_EQ(d->base.total, 317u);
+  EXPECT_EQ(d->now.total, 330u);
+  options.allow = {"work"};
+  EXPECT_FALSE(DiffProfiles({&base, 1}, {&now, 1}, options)->regression());
+  options.allow.clear();
+  options.min_instructions = 221;
+  EXPECT_FALSE(DiffProfiles({&base, 1}, {&now, 1}, options)->regression());
+  options = {};
+  options.fail_total_pct = 4;  // +4.10%
+  auto total = DiffProfiles({&base, 1}, {&now, 1}, options);
+  EXPECT_TRUE(total->total_regression);
+  options.fail_total_pct = 4.2;
+  EXPECT_FALSE(DiffProfiles({&base, 1}, {&now, 1}, options)->regression());
+}
+
+TEST(DiffTest, SeveralRunsGiveTheLowerMedian) {
+  std::vector<Profile> base = {Make("a1", {{"f", "/x", 0x10, 10, 10, 1}}),
+                               Make("a2", {{"f", "/x", 0x10, 30, 30, 1}}),
+                               Make("a3", {{"f", "/x", 0x10, 20, 20, 1}})};
+  std::vector<Profile> now = {Make("b1", {{"f", "/x", 0x10, 40, 40, 1}}),
+                              Make("b2", {{"f", "/x", 0x10, 25, 25, 1}})};
+  auto d = DiffProfiles(base, now, {});
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(d->rows[0].base.self, 20u);
+  EXPECT_EQ(d->rows[0].now.self, 25u);
+  EXPECT_EQ(d->base.total, 20u);
+  EXPECT_THAT(FormatDiffText(*d, {}), HasSubstr("a1, a2, a3 (3 runs, medians)"));
+}
+
+TEST(DiffTest, NothingInCommonIsAnError) {
+  Profile a = Make("a", {{"f", "/x/one", 0x10, 1, 1, 1}});
+  Profile b = Make("b", {{"f", "/x/two", 0x10, 1, 1, 1}});
+  auto d = DiffProfiles({&a, 1}, {&b, 1}, {});
+  EXPECT_EQ(d.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(d.status().message()), HasSubstr("no function in common"));
+}
+
+TEST(DiffTest, IncompleteRunsAreSaidAndFailOnRequest) {
+  Profile a = Make("a", {{"f", "/x", 0x10, 1, 1, 1}});
+  Profile b = a;
+  b.trace = "b";
+  b.totals.errors = 2;
+  DiffOptions options;
+  auto d = DiffProfiles({&a, 1}, {&b, 1}, options);
+  EXPECT_FALSE(d->regression());
+  EXPECT_THAT(FormatDiffText(*d, options), HasSubstr("# warning: new side incomplete: b: 2"));
+  options.fail_on_loss = true;
+  EXPECT_TRUE(DiffProfiles({&a, 1}, {&b, 1}, options)->regression());
 }
 
 }  // namespace
