@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "decoder/trace_config.h"
 #include "nlohmann/json.hpp"
+#include "ptkit/numbers.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
@@ -89,7 +89,7 @@ absl::StatusOr<ProfileTotals> TotalsFromJson(const Json& doc) {
 
 // "0x..." as stats writes it (ParseUint also takes decimal; the schema says hex).
 absl::StatusOr<uint64_t> ParseAddress(const std::string& where, const std::string& text) {
-  auto value = ParseUint(text, ~0ull, where);
+  auto value = ::ptkit::ParseUint(text, ~0ull, where);
   if (!value.ok() || text.rfind("0x", 0) != 0) {
     return FieldError(where, fmt::format("expected \"0x\" and hex digits, got \"{}\"", text));
   }
