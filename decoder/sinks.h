@@ -14,6 +14,7 @@
 #include "absl/status/status.h"
 #include "decoder/decode.h"
 #include "decoder/image.h"
+#include "decoder/profile.h"
 #include "decoder/trace_config.h"
 #include "decoder/tsc_clock.h"
 
@@ -82,6 +83,10 @@ std::unique_ptr<Sink> MakeCallsSink(const ProgramImage& image, std::FILE* out,
 // `stats`: per function and per image: instructions (self, inclusive), calls; totals; errors.
 std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options);
+// What `stats` computes, stored in `*profile` (which must outlive the sink) at Finish instead of
+// printed; `options.trace_name` names the trace in it.
+std::unique_ptr<Sink> MakeProfileSink(const ProgramImage& image, const OutputOptions& options,
+                                      Profile* profile);
 // `folded`: "caller;callee count" lines for flamegraph.pl, weighted by instructions or, with
 // FoldedWeight::kTime, by TSC ticks: each decoder time update closes an interval whose ticks
 // are split over the stacks that executed instructions in it, in proportion to their

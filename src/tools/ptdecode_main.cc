@@ -16,6 +16,7 @@
 #include "decoder/bts.h"
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
+#include "decoder/diff.h"
 #include "decoder/packets.h"
 #include "decoder/perf_data_export.h"
 #include "decoder/perf_data_input.h"
@@ -396,6 +397,93 @@ int RunReport(const DecodeFlags& f) {
   return RunContainer(stats, dec::MakeStatsSink);
 }
 
+// `ptdecode diff`: the flags, then loads each side's runs and compares them (decoder/diff.h).
+struct DiffFlags {
+  std::vector<std::string> sides;  // positional BASE NEW
+  std::vector<std::string> base, now;
+  std::string sysroot;
+  std::string metric = "self";
+  std::string format = "text";
+  dec::DiffOptions options;
+  double fail_total = -1, fail_function = -1;
+};
+
+constexpr int kExitRegression = 3;
+int RunDiff(DiffFlags& f) {
+  if (f.sides.size() == 2) {
+    f.base.insert(f.base.begin(), f.sides[0]);
+    f.now.insert(f.now.begin(), f.sides[1]);
+  } else if (!f.sides.empty()) {
+    return UsageError("diff takes BASE and NEW, or --base and --new options");
+  }
+  if (f.base.empty() || f.now.empty()) {
+    return UsageError("diff needs a BASE and a NEW run (trace.pt or stats --json document)");
+  }
+  f.options.metric = f.metric == "inclusive" ? dec::DiffMetric::kInclusive
+                     : f.metric == "calls"   ? dec::DiffMetric::kCalls
+                                             : dec::DiffMetric::kSelf;
+  if (f.fail_total >= 0) f.options.fail_total_pct = f.fail_total;
+  if (f.fail_function >= 0) f.options.fail_function_pct = f.fail_function;
+  dec::ContainerOptions container;
+  container.sysroot = f.sysroot;
+  std::vector<dec::Profile> base, now;
+  for (auto [paths, runs] : {std::pair{&f.base, &base}, std::pair{&f.now, &now}}) {
+    for (const std::string& path : *paths) {
+      auto profile = dec::LoadProfile(path, container);
+      if (!profile.ok()) return Fail(profile.status());
+      runs->push_back(std::move(*profile));
+    }
+  }
+  auto diff = dec::DiffProfiles(base, now, f.options);
+  if (!diff.ok()) {
+    std::fprintf(stderr, "ptdecode: %s\n", std::string(diff.status().message()).c_str());
+    return kExitUsage;
+  }
+  std::string text = f.format == "json"       ? dec::FormatDiffJson(*diff, f.options)
+                     : f.format == "markdown" ? dec::FormatDiffMarkdown(*diff, f.options)
+                                              : dec::FormatDiffText(*diff, f.options);
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout)) {
+    return Fail(absl::DataLossError("write error on output"));
+  }
+  return diff->regression() ? kExitRegression : 0;
+}
+
+void AddDiffCommand(CLI::App& app, DiffFlags& f, int& exit_code) {
+  CLI::App* cmd = app.add_subcommand(
+      "diff",
+      "Compare per-function instruction counts of two builds (trace.pt or stats --json); exit 3 "
+      "on a regression beyond --fail-total/--fail-function");
+  cmd->add_option("BASE NEW", f.sides, "The base run and the new run")->expected(0, 2);
+  cmd->add_option("--base", f.base, "A run of the base build (repeatable: medians of the runs)");
+  cmd->add_option("--new", f.now, "A run of the new build (repeatable)");
+  cmd->add_option("--metric", f.metric,
+                  "self (default): instructions in the function; inclusive: with its callees; "
+                  "calls")
+      ->check(CLI::IsMember({"self", "inclusive", "calls"}));
+  cmd->add_option("--fail-total", f.fail_total,
+                  "Exit 3 when the total grew by more than PCT percent")
+      ->type_name("PCT")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--fail-function", f.fail_function,
+                  "Exit 3 when a function grew by more than PCT percent")
+      ->type_name("PCT")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--min-instructions", f.options.min_instructions,
+                  "--fail-function checks only functions with at least N instructions")
+      ->type_name("N");
+  cmd->add_option("--allow", f.options.allow, "Accept the change of FUNCTION (repeatable)")
+      ->type_name("FUNCTION")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd->add_flag("--fail-on-loss", f.options.fail_on_loss,
+                "Exit 3 when a run had decode errors or lost trace (incomplete counts)");
+  cmd->add_option("--format", f.format, "text (default), markdown or json (schema ptkit-diff/1)")
+      ->check(CLI::IsMember({"text", "markdown", "json"}));
+  cmd->add_option("--sysroot", f.sysroot,
+                  "Look for the recordings' mapped files and their debug files under DIR");
+  cmd->callback([&] { exit_code = RunDiff(f); });
+}
+
 bool IsRegularFile(const char* path) {
   struct stat st;
   return ::stat(path, &st) == 0 && S_ISREG(st.st_mode);
@@ -428,7 +516,7 @@ int main(int argc, char** argv) {
   CLI::App app{
       "ptdecode: decode Intel PT recordings (trace.pt, perf.data) into control flow.\n"
       "`ptdecode FILE` (no sub-command) is `ptdecode report FILE`. Exit status: 0 success, 1 "
-      "runtime error or empty result (one line says why), 2 usage error.",
+      "runtime error or empty result (one line says why), 2 usage error, 3 (diff) regression.",
       "ptdecode"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "ptdecode " PTKIT_VERSION);
@@ -513,6 +601,8 @@ int main(int argc, char** argv) {
   exp->add_option("--debug-dir", export_options.debug_dir,
                   "Build-id cache for captured code (vdso, --archive); default OUTPUT.debug");
   exp->callback([&] { exit_code = RunExport(export_input, export_output, export_options); });
+  DiffFlags diff_flags;
+  AddDiffCommand(app, diff_flags, exit_code);
 
   // `ptdecode FILE ...` is `ptdecode report FILE ...`, as `perf script` needs no sub-command;
   // any other first word that is no sub-command is named as such.

@@ -26,27 +26,13 @@ using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+using ::ptkit::testing::NmRange;
 using ::ptkit::testing::ParseInsn;
 using ::ptkit::testing::PerThread;
 using ::ptkit::testing::ReadTruth;
 
 const std::string kFib = PROGRAM_DIR "/emulate_fib";
 const std::string kFork = PROGRAM_DIR "/emulate_fork";
-
-// [begin, end) of a function by `nm -S` (the oracle for symbol ranges).
-std::pair<uint64_t, uint64_t> NmRange(const std::string& program, const std::string& name) {
-  auto r = RunCommand({"/usr/bin/nm", "-S", "--defined-only", program});
-  std::istringstream in(r.out);
-  std::string address, size, type, symbol;
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream fields(line);
-    if (fields >> address >> size >> type >> symbol && symbol == name) {
-      const uint64_t begin = std::stoull(address, nullptr, 16);
-      return {begin, begin + std::stoull(size, nullptr, 16)};
-    }
-  }
-  return {0, 0};
-}
 
 struct Recorded {
   std::string trace, truth;

@@ -8,12 +8,31 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
+
+#include "run_command.h"
 
 namespace ptkit::testing {
 
 // Thread id -> instruction addresses in the order they ran.
 using PerThread = std::map<uint64_t, std::vector<uint64_t>>;
+
+// [begin, end) of function `name` in `program` by `nm -S` (the oracle for symbol ranges);
+// {0, 0} when it has none.
+inline std::pair<uint64_t, uint64_t> NmRange(const std::string& program, const std::string& name) {
+  auto r = RunCommand({"/usr/bin/nm", "-S", "--defined-only", program});
+  std::istringstream in(r.out);
+  std::string address, size, type, symbol;
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    if (fields >> address >> size >> type >> symbol && symbol == name) {
+      const uint64_t begin = std::stoull(address, nullptr, 16);
+      return {begin, begin + std::stoull(size, nullptr, 16)};
+    }
+  }
+  return {0, 0};
+}
 
 // The ground truth file: one "TID 0xADDRESS" line per retired instruction.
 inline PerThread ReadTruth(const std::string& path) {

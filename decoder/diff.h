@@ -1,0 +1,99 @@
+// `ptdecode diff BASE NEW`: per-function instruction and call counts of two builds compared,
+// with limits for CI (exit 3 on a regression beyond them). Formats documented in
+// man/ptdecode.1 (the JSON one is schema ptkit-diff/1).
+#ifndef PTKIT_DECODER_DIFF_H_
+#define PTKIT_DECODER_DIFF_H_
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "decoder/container_input.h"
+#include "decoder/profile.h"
+
+namespace ptkit::decoder {
+
+// What the limits check and the rows are sorted by.
+enum class DiffMetric {
+  kSelf,       // instructions in the function itself (the default)
+  kInclusive,  // instructions while it was on the call stack
+  kCalls,      // calls to it
+};
+
+struct DiffOptions {
+  DiffMetric metric = DiffMetric::kSelf;
+  // Regression when the total (instructions; calls for kCalls) grew by more than this percent.
+  std::optional<double> fail_total_pct;
+  // Regression when a function in both sides grew by more than this percent, unless its metric
+  // (self instructions for kCalls) is below `min_instructions` on both sides.
+  std::optional<double> fail_function_pct;
+  uint64_t min_instructions = 0;
+  // Functions (by name, as the rows show it) whose change is accepted: shown, never failing.
+  std::vector<std::string> allow;
+  // A regression when a run had decode errors or lost trace (its counts are incomplete).
+  bool fail_on_loss = false;
+};
+
+struct DiffCounts {
+  uint64_t self = 0, inclusive = 0, calls = 0;
+};
+
+// One function, matched across the sides by (image file name, name).
+struct DiffRow {
+  std::string image;     // the image's file name (no directory)
+  std::string function;  // its name; code without a symbol: "symbol+0xOFFSET" when a function
+                         // of the same image below it ran, else its "sub_ADDRESS" name
+  bool in_base = false, in_new = false;
+  DiffCounts base, now;              // each the median over the side's runs
+  int64_t change = 0;                // of the metric, new - base
+  std::optional<double> change_pct;  // none when base is 0
+  bool checked = false;              // --fail-function applied to it
+  bool allowed = false;              // named by --allow
+  bool regression = false;           // grew beyond --fail-function (and not allowed)
+};
+
+struct DiffSide {
+  std::vector<std::string> inputs;      // the names of its runs
+  uint64_t total = 0;                   // median over the runs of the total (instructions or calls)
+  std::vector<std::string> incomplete;  // runs with decode errors or lost trace, said why
+};
+
+struct DiffResult {
+  DiffMetric metric = DiffMetric::kSelf;
+  DiffSide base, now;
+  int64_t total_change = 0;
+  std::optional<double> total_change_pct;
+  bool total_regression = false;
+  std::vector<DiffRow> rows;         // sorted by |change| (descending), then image, name
+  std::vector<std::string> reasons;  // one line per limit exceeded
+  bool regression() const { return !reasons.empty(); }
+};
+
+// "self", "inclusive", "calls".
+const char* DiffMetricName(DiffMetric metric);
+
+// Compares the runs of each side (at least one each). With several runs per side each count is
+// the median of the runs (the lower middle one for an even number; a function absent from a
+// run counts 0 there). Errors: kInvalidArgument when no side is given, or when the sides have
+// no function in common (different programs).
+absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span<const Profile> now,
+                                        const DiffOptions& options);
+
+// The aligned terminal table: a header (metric, inputs, total), the functions whose metric
+// changed (new and removed ones marked), then the verdict.
+std::string FormatDiffText(const DiffResult& diff, const DiffOptions& options);
+// The same as GitHub-flavoured markdown (a pull-request comment, $GITHUB_STEP_SUMMARY).
+std::string FormatDiffMarkdown(const DiffResult& diff, const DiffOptions& options);
+// One JSON document, schema ptkit-diff/1 (every function, changed or not).
+std::string FormatDiffJson(const DiffResult& diff, const DiffOptions& options);
+
+// One side's run: a `stats --json` document (first non-blank byte '{'), or a trace.pt decoded
+// as `stats` does with `options`. Errors: unreadable file, ProfileFromJson's, DecodeContainer's.
+absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options);
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_DIFF_H_

@@ -1,0 +1,80 @@
+// A per-function and per-image instruction profile: what `ptdecode stats` computes, and what
+// `ptdecode diff` compares. Serialises to and from the `stats --json` document (schema
+// ptkit-stats/1, man/ptdecode.1) both ways.
+#ifndef PTKIT_DECODER_PROFILE_H_
+#define PTKIT_DECODER_PROFILE_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace ptkit::decoder {
+
+// The schema name of the JSON form.
+inline constexpr std::string_view kProfileSchema = "ptkit-stats/1";
+
+// One function of one image file, its counts added up over every process that ran it.
+struct ProfileFunction {
+  std::string function;    // demangled symbol name, "sub_ADDRESS" or "[image]" without one
+  std::string image;       // the image file's path, "[unmapped]" outside every file
+  uint64_t address = 0;    // the lowest run-time address it was seen at
+  uint64_t self = 0;       // instructions executed in the function itself
+  uint64_t inclusive = 0;  // instructions while it was on the call stack, each counted once
+  uint64_t calls = 0;
+  bool operator==(const ProfileFunction&) const = default;
+};
+
+// One image file: the sums of its functions' rows.
+struct ProfileImage {
+  std::string image;
+  uint64_t instructions = 0;  // sum of self
+  uint64_t calls = 0;
+  uint64_t functions = 0;  // rows
+  bool operator==(const ProfileImage&) const = default;
+};
+
+struct ProfileTotals {
+  uint64_t trace_bytes = 0;
+  uint64_t instructions = 0;
+  uint64_t blocks = 0;
+  uint64_t calls = 0;
+  uint64_t returns = 0;
+  uint64_t syncs = 0;
+  uint64_t errors = 0;  // all decode errors, gaps included
+  uint64_t gaps = 0;
+  uint64_t streams = 0;
+  uint64_t losses = 0;
+  uint64_t lost_bytes = 0;
+  bool operator==(const ProfileTotals&) const = default;
+};
+
+struct Profile {
+  std::string trace;  // the input's name, as given
+  ProfileTotals totals;
+  std::vector<std::pair<std::string, uint64_t>> errors;  // libipt error name -> count
+  std::vector<ProfileImage> images;                      // sorted by name
+  std::vector<ProfileFunction> functions;  // sorted by self, inclusive (descending), name
+  std::vector<std::string> warnings;
+  bool operator==(const Profile&) const = default;
+};
+
+// Sorts `functions` into the documented order (self, then inclusive descending, then name) and
+// rebuilds `images` from them.
+void SortProfile(Profile& profile);
+
+// The `stats --json` document (2-space indented, a final newline), as stats prints it.
+std::string ProfileToJson(const Profile& profile);
+
+// Parses a `stats --json` document. Members the schema does not know are ignored (the schema
+// may grow). Errors: kInvalidArgument naming the member ("functions[3].self: expected an
+// unsigned integer"), the JSON syntax error with its byte offset, or a schema other than
+// ptkit-stats/1 (named).
+absl::StatusOr<Profile> ProfileFromJson(std::string_view text);
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_PROFILE_H_

@@ -1,0 +1,250 @@
+// `ptdecode diff` and the stats profile on real recordings: two builds of one program
+// (programs/diff_work.c, WORK_ITERATIONS 10 and 30), recorded with
+//   ptrecord --emulate --ground-truth truth.txt -o trace.pt -- PROGRAM
+// The diff's numbers are checked against the recorder's ground truth (every retired
+// instruction) and nm's symbol ranges, not against ptdecode.
+#include <fstream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "decoder/profile.h"
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "ground_truth.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "run_command.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::NmRange;
+using ::ptkit::testing::PerThread;
+using ::ptkit::testing::ReadTruth;
+using ::ptkit::testing::RunCommand;
+using ::testing::HasSubstr;
+
+const std::string kBase = DIFF_PROGRAM_DIR "/diff_base/e2e_diff_work";
+const std::string kMore = DIFF_PROGRAM_DIR "/diff_more/e2e_diff_work";
+
+// Instructions the ground truth retired inside `name` (by nm's range).
+uint64_t TruthSelf(const std::string& program, const std::string& truth, const std::string& name) {
+  auto [begin, end] = NmRange(program, name);
+  EXPECT_LT(begin, end) << name;
+  uint64_t n = 0;
+  for (const auto& [tid, ips] : ReadTruth(truth)) {
+    for (uint64_t ip : ips) n += ip >= begin && ip < end;
+  }
+  return n;
+}
+
+uint64_t TruthTotal(const std::string& truth) {
+  uint64_t n = 0;
+  for (const auto& [tid, ips] : ReadTruth(truth)) n += ips.size();
+  return n;
+}
+
+struct Recorded {
+  std::string trace, truth, stats_json;
+  bool ok = false;
+  std::string why;
+};
+
+class PtdecodeDiffTest : public ::testing::Test {
+ protected:
+  static void TearDownTestSuite() {
+    recordings_.clear();
+    dir_.reset();
+  }
+  // Records `program` once under `name`, with its stats --json next to it.
+  static const Recorded& Record(const std::string& name, const std::string& program) {
+    if (!dir_) dir_ = std::make_unique<testing::TempDir>();
+    auto [it, inserted] = recordings_.try_emplace(name);
+    Recorded& rec = it->second;
+    if (!inserted) return rec;
+    rec.trace = dir_->File(name + ".pt");
+    rec.truth = dir_->File(name + ".truth");
+    auto r = RunCommand(
+        {PTRECORD_PATH, "--emulate", "--ground-truth", rec.truth, "-o", rec.trace, "--", program});
+    rec.why = r.err;
+    if (r.exit_code != 0) return rec;
+    auto s = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});
+    rec.why = s.err;
+    if (s.exit_code != 0) return rec;
+    rec.stats_json = dir_->File(name + ".json");
+    std::ofstream(rec.stats_json) << s.out;
+    rec.ok = true;
+    return rec;
+  }
+  static std::string Dir() { return dir_->File(""); }
+  static std::unique_ptr<testing::TempDir> dir_;
+  static std::map<std::string, Recorded> recordings_;
+};
+std::unique_ptr<testing::TempDir> PtdecodeDiffTest::dir_;
+std::map<std::string, Recorded> PtdecodeDiffTest::recordings_;
+
+#define PTKIT_RECORD_OR_SKIP(var, ...)                                           \
+  const Recorded& var = Record(__VA_ARGS__);                                     \
+  if (!var.ok && var.why.find("Operation not permitted") != std::string::npos) { \
+    GTEST_SKIP() << "ptrace or perf_event_open denied";                          \
+  }                                                                              \
+  ASSERT_TRUE(var.ok) << var.why
+
+std::string Slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const nlohmann::json* Row(const nlohmann::json& diff, const std::string& function) {
+  for (const auto& row : diff["functions"]) {
+    if (row["function"] == function) return &row;
+  }
+  return nullptr;
+}
+
+TEST_F(PtdecodeDiffTest, StatsJsonOfARecordingRoundTripsThroughTheProfile) {
+  PTKIT_RECORD_OR_SKIP(rec, "base", kBase);
+  const std::string text = Slurp(rec.stats_json);
+  auto profile = decoder::ProfileFromJson(text);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_GT(profile->functions.size(), 5u);
+  EXPECT_EQ(profile->totals.instructions, TruthTotal(rec.truth));
+  EXPECT_EQ(decoder::ProfileToJson(*profile), text);
+  auto again = decoder::ProfileFromJson(decoder::ProfileToJson(*profile));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_TRUE(*again == *profile);
+}
+
+TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
+  PTKIT_RECORD_OR_SKIP(base, "base", kBase);
+  PTKIT_RECORD_OR_SKIP(more, "more", kMore);
+  auto r = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--format", "json",
+                       "--fail-function", "10", "--min-instructions", "100"});
+  ASSERT_EQ(r.exit_code, 3) << r.err << r.out;
+  auto diff = nlohmann::json::parse(r.out);
+  EXPECT_EQ(diff["schema"], "ptkit-diff/1");
+  // The ground truth of each recording, by nm's symbol ranges.
+  const uint64_t work_base = TruthSelf(kBase, base.truth, "work");
+  const uint64_t work_more = TruthSelf(kMore, more.truth, "work");
+  ASSERT_GT(work_more, work_base);
+  const nlohmann::json* work = Row(diff, "work");
+  ASSERT_NE(work, nullptr);
+  EXPECT_EQ((*work)["image"], "e2e_diff_work");
+  EXPECT_EQ((*work)["base"]["self"].get<uint64_t>(), work_base);
+  EXPECT_EQ((*work)["new"]["self"].get<uint64_t>(), work_more);
+  EXPECT_EQ((*work)["change"].get<int64_t>(), static_cast<int64_t>(work_more - work_base));
+  EXPECT_TRUE((*work)["regression"].get<bool>());
+  const nlohmann::json* steady = Row(diff, "steady");
+  ASSERT_NE(steady, nullptr);
+  EXPECT_EQ((*steady)["base"]["self"].get<uint64_t>(), TruthSelf(kBase, base.truth, "steady"));
+  EXPECT_EQ((*steady)["change"].get<int64_t>(), 0);
+  EXPECT_FALSE((*steady)["regression"].get<bool>());
+  EXPECT_EQ(diff["total"]["base"].get<uint64_t>(), TruthTotal(base.truth));
+  EXPECT_EQ(diff["total"]["new"].get<uint64_t>(), TruthTotal(more.truth));
+  // The regressions are work's only: main's own code did not change (its inclusive count did).
+  ASSERT_EQ(diff["regressions"].size(), 1u) << diff["regressions"];
+  EXPECT_THAT(diff["regressions"][0].get<std::string>(), HasSubstr("work [e2e_diff_work]"));
+  const nlohmann::json* main_row = Row(diff, "main");
+  ASSERT_NE(main_row, nullptr);
+  EXPECT_EQ((*main_row)["change"].get<int64_t>(), 0);
+  EXPECT_EQ((*main_row)["new"]["inclusive"].get<int64_t>() -
+                (*main_row)["base"]["inclusive"].get<int64_t>(),
+            static_cast<int64_t>(work_more - work_base));
+
+  // The same numbers from the two stats --json documents.
+  auto s = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--format", "json",
+                       "--fail-function", "10", "--min-instructions", "100"});
+  ASSERT_EQ(s.exit_code, 3) << s.err;
+  auto from_json = nlohmann::json::parse(s.out);
+  EXPECT_EQ(from_json["functions"], diff["functions"]);
+  EXPECT_EQ(from_json["total"], diff["total"]);
+
+  // Text: work first (largest change), marked; exit 3.
+  auto t = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function", "10",
+                       "--min-instructions", "100"});
+  EXPECT_EQ(t.exit_code, 3);
+  EXPECT_THAT(t.out, HasSubstr(fmt::format("{:>12} {:>12} {:>12}", work_base, work_more,
+                                           "+" + std::to_string(work_more - work_base))));
+  EXPECT_THAT(t.out, HasSubstr("REGRESSION beyond --fail-function 10%"));
+
+  // Accepted by --allow; not checked under --min-instructions; inclusive shows main too.
+  EXPECT_EQ(RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function", "10",
+                        "--allow", "work"})
+                .exit_code,
+            0);
+  EXPECT_EQ(RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function", "10",
+                        "--min-instructions", std::to_string(work_more + 1)})
+                .exit_code,
+            0);
+  auto incl =
+      RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--metric", "inclusive",
+                  "--fail-function", "10", "--min-instructions", "100", "--format", "json"});
+  EXPECT_EQ(incl.exit_code, 3);
+  auto incl_doc = nlohmann::json::parse(incl.out);
+  std::vector<std::string> regressed;
+  for (const auto& row : incl_doc["functions"]) {
+    if (row["regression"].get<bool>()) regressed.push_back(row["function"]);
+  }
+  EXPECT_THAT(regressed, ::testing::IsSupersetOf({"work", "main"}));
+
+  // Markdown for $GITHUB_STEP_SUMMARY.
+  auto md = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--format",
+                        "markdown", "--fail-total", "1"});
+  EXPECT_EQ(md.exit_code, 3);
+  EXPECT_THAT(md.out, HasSubstr("### ptdecode diff: regression\n"));
+  EXPECT_THAT(md.out, HasSubstr("| `work` | e2e_diff_work | "));
+}
+
+TEST_F(PtdecodeDiffTest, TwoRecordingsOfTheSameProgramShowNoChange) {
+  PTKIT_RECORD_OR_SKIP(a, "base", kBase);
+  PTKIT_RECORD_OR_SKIP(b, "base_again", kBase);
+  auto r = RunCommand({PTDECODE_PATH, "diff", a.trace, b.trace, "--fail-total", "0",
+                       "--fail-function", "0", "--format", "json"});
+  EXPECT_EQ(r.exit_code, 0) << r.out;
+  auto diff = nlohmann::json::parse(r.out);
+  EXPECT_EQ(diff["total"]["change"].get<int64_t>(), 0);
+  for (const auto& row : diff["functions"]) {
+    EXPECT_EQ(row["status"], "same") << row.dump();
+  }
+  auto t = RunCommand({PTDECODE_PATH, "diff", a.trace, b.trace});
+  EXPECT_EQ(t.exit_code, 0);
+  EXPECT_THAT(t.out, HasSubstr("(no function changed)"));
+  // Several runs per side: medians.
+  auto runs = RunCommand({PTDECODE_PATH, "diff", "--base", a.trace, "--base", b.stats_json, "--new",
+                          b.trace, "--new", a.stats_json, "--fail-total", "0"});
+  EXPECT_EQ(runs.exit_code, 0) << runs.err;
+  EXPECT_THAT(runs.out, HasSubstr("(2 runs, medians)"));
+}
+
+TEST_F(PtdecodeDiffTest, BadInputsAreNamed) {
+  PTKIT_RECORD_OR_SKIP(a, "base", kBase);
+  const std::string future = Dir() + "future.json";
+  std::ofstream(future) << R"({"schema": "ptkit-stats/9", "functions": []})";
+  auto r = RunCommand({PTDECODE_PATH, "diff", a.stats_json, future});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("schema \"ptkit-stats/9\" is not one this ptdecode reads"));
+  EXPECT_EQ(r.out, "");
+  // Another program (here: every row's image renamed; the program is static): no function
+  // in common, a usage error.
+  std::string other = Slurp(a.stats_json);
+  for (size_t at = other.find("e2e_diff_work"); at != std::string::npos;
+       at = other.find("e2e_diff_work", at)) {
+    other.replace(at, 13, "something_els");
+  }
+  const std::string other_path = Dir() + "other.json";
+  std::ofstream(other_path) << other;
+  auto o = RunCommand({PTDECODE_PATH, "diff", a.stats_json, other_path});
+  EXPECT_EQ(o.exit_code, 2) << o.out;
+  EXPECT_THAT(o.err, HasSubstr("have no function in common"));
+  auto u = RunCommand({PTDECODE_PATH, "diff", a.stats_json});
+  EXPECT_EQ(u.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace ptkit
