@@ -75,15 +75,15 @@ class CallsSink : public FlowSink {
     uint64_t insns = count_ - frame.entry_count;
     // Elapsed TSC ticks: the decoder's time at the return minus at the call, when both are
     // known (TSC is monotonic; a smaller value cannot be a duration).
-    const bool timed = frame.entry_timed && timed_ && tsc_ >= frame.entry_tsc;
-    const uint64_t ticks = timed ? tsc_ - frame.entry_tsc : 0;
+    const bool has_ticks = frame.entry_timed && timed() && tsc() >= frame.entry_tsc;
+    const uint64_t ticks = has_ticks ? tsc() - frame.entry_tsc : 0;
     if (options_.json) {
       fmt::format_to(out_.it(), FMT_COMPILE("{{\"at\":{},\"depth\":{},\"return\":"), count_, depth);
       AppendJsonString(out_.buf(), fn.name);
       fmt::format_to(out_.it(), FMT_COMPILE(",\"insns\":{}"), insns);
-      if (timed) fmt::format_to(out_.it(), FMT_COMPILE(",\"ticks\":{}"), ticks);
+      if (has_ticks) fmt::format_to(out_.it(), FMT_COMPILE(",\"ticks\":{}"), ticks);
       out_.buf().append(std::string_view("}\n"));
-    } else if (timed) {
+    } else if (has_ticks) {
       fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}< {} ({} insns, {} ticks)\n"), count_, "",
                      2 * depth, fn.name, insns, ticks);
     } else {

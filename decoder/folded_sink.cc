@@ -22,19 +22,19 @@ class FoldedSink : public FlowSink {
     wants_time_ = by_time_;
   }
   // --weight=time: the interval since the last time update ends here.
-  void OnTime(uint64_t tsc) override {
+  void OnTime(uint64_t now) override {
     if (by_time_) {
-      if (timed_ && tsc >= tsc_) CloseInterval(tsc - tsc_);
+      if (timed() && now >= tsc()) CloseInterval(now - tsc());
       ClearInterval();
       ever_timed_ = true;
     }
-    FlowSink::OnTime(tsc);
+    FlowSink::OnTime(now);
   }
   // The time across an error, another stream or lost trace is not the program's: the open
   // interval is dropped (FlowSink forgets the time on new streams and loss).
   void OnError(const DecodeError& error) override {
     FlowSink::OnError(error);
-    timed_ = false;
+    ForgetTime();
     ClearInterval();
   }
   void OnStream(const StreamInfo& stream) override {
