@@ -82,7 +82,16 @@ void CallStack::OnEvent(const pt_event& event) {
 
 void CallStack::Reset() {
   pending_call_ = pending_return_ = false;
+  beyond_ = 0;
   while (!frames_.empty()) Pop(true);
+}
+
+std::string CallStack::DepthWarning() const {
+  if (totals_.dropped_frames == 0) return "";
+  return fmt::format(
+      "call stack deeper than {} frames: {} calls got no frame (their callees' instructions "
+      "count in the frame below; a program calling itself without returning, e.g. `call .`?)",
+      kMaxFrames, totals_.dropped_frames);
 }
 
 void CallStack::SetImage(const ProgramImage& image) {
@@ -221,6 +230,11 @@ void CallStack::Enter(uint32_t f, uint64_t return_address, bool implicit) {
     ++fn.calls;
     ++totals_.calls;
   }
+  if (frames_.size() >= kMaxFrames) {
+    ++beyond_;
+    ++totals_.dropped_frames;
+    return;
+  }
   if (fn.active++ == 0) fn.active_since = totals_.instructions;
   frames_.push_back({f, return_address, totals_.instructions, implicit, timed_, tsc_});
   if (listener_ != nullptr) listener_->OnEnter(frames_.back());
@@ -247,6 +261,11 @@ bool CallStack::ReturnMatched(uint64_t target) {
 }
 
 void CallStack::Return(uint64_t target) {
+  if (beyond_ != 0) {  // the return of a call given no frame (the innermost one)
+    --beyond_;
+    ++totals_.returns;
+    return;
+  }
   if (!ReturnMatched(target)) ReturnUnmatched();
 }
 

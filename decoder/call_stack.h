@@ -59,10 +59,17 @@ class CallStackListener {
 
 class CallStack {
  public:
+  // The most frames kept (about 2.6 MB of them). A call beyond gets no frame: its callee's
+  // instructions count in the frame on top, and its return leaves no frame. A program cannot
+  // nest deeper with an 8 MiB stack and more than 128 bytes per frame; code that calls
+  // itself in a loop (`call .`, hostile input) would otherwise grow the stack without end.
+  static constexpr size_t kMaxFrames = size_t{1} << 16;
+
   struct Totals {
     uint64_t instructions = 0;
-    uint64_t calls = 0;    // frames pushed by calls
-    uint64_t returns = 0;  // frames popped by returns
+    uint64_t calls = 0;           // calls seen (frames pushed, and calls beyond kMaxFrames)
+    uint64_t returns = 0;         // frames popped by returns
+    uint64_t dropped_frames = 0;  // calls beyond kMaxFrames, given no frame
   };
 
   // Looks code up in `image` (until SetImage); tells `listener` (may be null) of changes.
@@ -94,6 +101,8 @@ class CallStack {
   const Totals& totals() const { return totals_; }
   bool timed() const { return timed_; }
   uint64_t tsc() const { return tsc_; }
+  // The warning to show when frames were dropped (totals().dropped_frames), else "".
+  std::string DepthWarning() const;
 
  private:
   uint32_t NewFunction(std::string name, int file, uint64_t address, bool from_address);
@@ -127,6 +136,7 @@ class CallStack {
   absl::flat_hash_map<Key, uint32_t> unknown_function_;         // (image, file index)
   absl::flat_hash_map<AddressKey, uint32_t> address_function_;  // (image, call target)
   absl::flat_hash_map<AddressKey, uint8_t> call_length_;        // (image, call site)
+  uint64_t beyond_ = 0;  // calls without a frame above the top one (depth past kMaxFrames)
   int32_t untraced_ = -1;
   int64_t current_ = -1;  // function of the last block
   // The last symbol lookup: addresses in cache_ have the same symbol (or none) and file.

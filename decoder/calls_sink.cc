@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <string>
 
 #include "decoder/flow_sink.h"
 #include "decoder/output_format.h"
@@ -92,7 +93,18 @@ class CallsSink : public FlowSink {
     }
     out_.MaybeFlush();
   }
-  absl::Status Report(const DecodeTotals& totals) override { return out_.Close(); }
+  absl::Status Report(const DecodeTotals& totals) override {
+    if (const std::string warning = model_.DepthWarning(); !warning.empty()) {
+      if (options_.json) {
+        out_.buf().append(std::string_view("{\"warning\":"));
+        AppendJsonString(out_.buf(), warning);
+        out_.buf().append(std::string_view("}\n"));
+      } else {
+        fmt::format_to(out_.it(), "[warning: {}]\n", warning);
+      }
+    }
+    return out_.Close();
+  }
 
  private:
   Output out_;

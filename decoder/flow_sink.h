@@ -6,6 +6,8 @@
 #include <intel-pt.h>
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -36,9 +38,14 @@ class FlowSink : public Sink, public CallStackListener {
     model_.Reset();
     model_.ForgetTime();  // the next piece is decoded afresh
   }
+  // Reports with the model's own warning (a call stack too deep) added to the decoder's.
   absl::Status Finish(const DecodeTotals& totals) override {
     model_.Reset();
-    return Report(totals);
+    std::string warning = model_.DepthWarning();
+    if (warning.empty()) return Report(totals);
+    DecodeTotals with_warning = totals;
+    with_warning.warnings.push_back(std::move(warning));
+    return Report(with_warning);
   }
 
  protected:

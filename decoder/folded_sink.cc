@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
@@ -73,6 +74,10 @@ class FoldedSink : public FlowSink {
           "folded --weight=time: the trace has no timing packets (TSC, MTC or CYC), so there "
           "is no time to weigh stacks by; record with tsc=1 (ptrecord's default) or use "
           "--weight=insn");
+    }
+    // The folded format has no comments: the warning goes to stderr.
+    if (const std::string warning = model_.DepthWarning(); !warning.empty()) {
+      std::fprintf(stderr, "ptdecode: warning: %s\n", warning.c_str());
     }
     // Sorted output: every node's path with its own count.
     std::vector<std::pair<std::string, uint64_t>> lines;

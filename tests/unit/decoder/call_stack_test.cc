@@ -12,9 +12,11 @@
 
 #include "decoder/decode.h"
 #include "decoder/image.h"
+#include "decoder/sinks.h"
 #include "gtest/gtest.h"
 #include "hand_pt.h"
 #include "status_matchers.h"
+#include "test_io.h"
 
 namespace ptkit::decoder {
 namespace {
@@ -137,6 +139,84 @@ TEST(CallStackTest, ACallSiteAtTheSameAddressInAnotherProgramHasItsOwnLength) {
                                       "f 2", "< f", "main 2", "< main (end)"}));
   EXPECT_EQ(model.totals().calls, 4u);
   EXPECT_EQ(model.totals().returns, 4u);
+}
+
+// `call .` (E8 FB FF FF FF at 0x1000) run 70,000 times, as the block decoder reports it: one
+// block per call. The stack stops at kMaxFrames (the first call's caller, the implicit frame,
+// is one of them); the calls beyond are counted and said once.
+constexpr uint8_t kCallSelf[] = {0xe8, 0xfb, 0xff, 0xff, 0xff};
+constexpr uint64_t kCalls = 70000;
+
+pt_block CallSelfBlock() {
+  pt_block block = {};
+  block.ip = block.end_ip = 0x1000;
+  block.ninsn = 1;
+  block.iclass = ptic_call;
+  block.mode = ptem_64bit;
+  return block;
+}
+
+TEST(CallStackTest, ACallToItselfStopsGrowingTheStackAtTheLimit) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("callself.bin", 0x1000, kCallSelf);
+  CallStack model(**image);
+  for (uint64_t i = 0; i < kCalls; ++i) model.OnBlock(CallSelfBlock());
+  EXPECT_EQ(model.frames().size(), CallStack::kMaxFrames);
+  EXPECT_EQ(model.totals().calls, kCalls - 1);  // the last call's callee never ran
+  EXPECT_EQ(model.totals().dropped_frames, kCalls - CallStack::kMaxFrames);
+  EXPECT_EQ(model.DepthWarning(),
+            "call stack deeper than 65536 frames: 4464 calls got no frame (their callees' "
+            "instructions count in the frame below; a program calling itself without "
+            "returning, e.g. `call .`?)");
+  model.Reset();
+  EXPECT_TRUE(model.frames().empty());
+}
+
+// calls --json and timeline say so once too (calls' text indents each line by its depth:
+// 65,536 deep lines are gigabytes, too much for a unit test).
+TEST(CallStackTest, CallsAndTimelineWarnOnceOfDroppedFrames) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("callself.bin", 0x1000, kCallSelf);
+  const std::string warning = "call stack deeper than 65536 frames: 4464 calls got no frame";
+  for (int kind = 1; kind < 3; ++kind) {
+    std::FILE* out = std::tmpfile();
+    OutputOptions options;
+    options.json = kind == 1;
+    auto sink =
+        kind == 2 ? MakeTimelineSink(**image, out, options) : MakeCallsSink(**image, out, options);
+    for (uint64_t i = 0; i < kCalls; ++i) sink->OnBlock(CallSelfBlock());
+    ASSERT_THAT(sink->Finish(DecodeTotals{}), IsOk());
+    const std::string text = ::ptkit::decoder::testing::ReadAll(out);
+    std::fclose(out);
+    const std::string want =
+        kind == 1 ? "{\"warning\":\"" + warning : "\"otherData\":{\"warning\":\"" + warning;
+    EXPECT_NE(text.find(want), std::string::npos) << kind;
+    EXPECT_EQ(text.find(warning), text.rfind(warning)) << kind;
+  }
+}
+
+// stats says so once, in text and JSON.
+TEST(CallStackTest, StatsWarnsOnceOfDroppedFrames) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("callself.bin", 0x1000, kCallSelf);
+  for (bool json : {false, true}) {
+    std::FILE* out = std::tmpfile();
+    OutputOptions options;
+    options.json = json;
+    auto sink = MakeStatsSink(**image, out, options);
+    for (uint64_t i = 0; i < kCalls; ++i) sink->OnBlock(CallSelfBlock());
+    ASSERT_THAT(sink->Finish(DecodeTotals{}), IsOk());
+    const std::string text = ::ptkit::decoder::testing::ReadAll(out);
+    std::fclose(out);
+    const std::string warning = "call stack deeper than 65536 frames: 4464 calls got no frame";
+    EXPECT_NE(text.find(json ? "\"warnings\": [\n    \"" + warning : "# warning: " + warning),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find(warning), text.rfind(warning)) << text;
+  }
 }
 
 }  // namespace
