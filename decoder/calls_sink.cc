@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <memory>
+#include <string>
 
 #include "decoder/flow_sink.h"
 #include "decoder/output_format.h"
@@ -75,15 +76,15 @@ class CallsSink : public FlowSink {
     uint64_t insns = count_ - frame.entry_count;
     // Elapsed TSC ticks: the decoder's time at the return minus at the call, when both are
     // known (TSC is monotonic; a smaller value cannot be a duration).
-    const bool timed = frame.entry_timed && timed_ && tsc_ >= frame.entry_tsc;
-    const uint64_t ticks = timed ? tsc_ - frame.entry_tsc : 0;
+    const bool has_ticks = frame.entry_timed && timed() && tsc() >= frame.entry_tsc;
+    const uint64_t ticks = has_ticks ? tsc() - frame.entry_tsc : 0;
     if (options_.json) {
       fmt::format_to(out_.it(), FMT_COMPILE("{{\"at\":{},\"depth\":{},\"return\":"), count_, depth);
       AppendJsonString(out_.buf(), fn.name);
       fmt::format_to(out_.it(), FMT_COMPILE(",\"insns\":{}"), insns);
-      if (timed) fmt::format_to(out_.it(), FMT_COMPILE(",\"ticks\":{}"), ticks);
+      if (has_ticks) fmt::format_to(out_.it(), FMT_COMPILE(",\"ticks\":{}"), ticks);
       out_.buf().append(std::string_view("}\n"));
-    } else if (timed) {
+    } else if (has_ticks) {
       fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}< {} ({} insns, {} ticks)\n"), count_, "",
                      2 * depth, fn.name, insns, ticks);
     } else {
@@ -92,7 +93,18 @@ class CallsSink : public FlowSink {
     }
     out_.MaybeFlush();
   }
-  absl::Status Report(const DecodeTotals& totals) override { return out_.Close(); }
+  absl::Status Report(const DecodeTotals& totals) override {
+    if (const std::string warning = model_.DepthWarning(); !warning.empty()) {
+      if (options_.json) {
+        out_.buf().append(std::string_view("{\"warning\":"));
+        AppendJsonString(out_.buf(), warning);
+        out_.buf().append(std::string_view("}\n"));
+      } else {
+        fmt::format_to(out_.it(), "[warning: {}]\n", warning);
+      }
+    }
+    return out_.Close();
+  }
 
  private:
   Output out_;

@@ -1,6 +1,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <utility>
@@ -22,19 +23,19 @@ class FoldedSink : public FlowSink {
     wants_time_ = by_time_;
   }
   // --weight=time: the interval since the last time update ends here.
-  void OnTime(uint64_t tsc) override {
+  void OnTime(uint64_t now) override {
     if (by_time_) {
-      if (timed_ && tsc >= tsc_) CloseInterval(tsc - tsc_);
+      if (timed() && now >= tsc()) CloseInterval(now - tsc());
       ClearInterval();
       ever_timed_ = true;
     }
-    FlowSink::OnTime(tsc);
+    FlowSink::OnTime(now);
   }
   // The time across an error, another stream or lost trace is not the program's: the open
   // interval is dropped (FlowSink forgets the time on new streams and loss).
   void OnError(const DecodeError& error) override {
     FlowSink::OnError(error);
-    timed_ = false;
+    ForgetTime();
     ClearInterval();
   }
   void OnStream(const StreamInfo& stream) override {
@@ -73,6 +74,10 @@ class FoldedSink : public FlowSink {
           "folded --weight=time: the trace has no timing packets (TSC, MTC or CYC), so there "
           "is no time to weigh stacks by; record with tsc=1 (ptrecord's default) or use "
           "--weight=insn");
+    }
+    // The folded format has no comments: the warning goes to stderr.
+    if (const std::string warning = model_.DepthWarning(); !warning.empty()) {
+      std::fprintf(stderr, "ptdecode: warning: %s\n", warning.c_str());
     }
     // Sorted output: every node's path with its own count.
     std::vector<std::pair<std::string, uint64_t>> lines;

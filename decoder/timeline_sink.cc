@@ -65,7 +65,13 @@ class TimelineSink : public FlowSink {
   absl::Status Report(const DecodeTotals& totals) override {
     if (clock_ == Clock::kUndecided) clock_ = ever_timed_ ? Clock::kTsc : Clock::kInstructions;
     // Trace-event format: "otherData" holds free-form metadata about the trace.
-    out_.buf().append(std::string_view("\n],\"otherData\":{\"ts_unit\":"));
+    out_.buf().append(std::string_view("\n],\"otherData\":{"));
+    if (const std::string warning = model_.DepthWarning(); !warning.empty()) {
+      out_.buf().append(std::string_view("\"warning\":"));
+      AppendJsonString(out_.buf(), warning);
+      out_.buf().push_back(',');
+    }
+    out_.buf().append(std::string_view("\"ts_unit\":"));
     const TscClock& c = options_.clock;
     if (clock_ == Clock::kInstructions) {
       out_.buf().append(std::string_view("\"instructions\"}}\n"));

@@ -10,6 +10,7 @@
 #include "decoder/image.h"
 #include "decoder/sinks.h"
 #include "gtest/gtest.h"
+#include "hand_pt.h"
 #include "status_matchers.h"
 #include "test_io.h"
 
@@ -20,13 +21,7 @@ using ::ptkit::testing::IsOk;
 
 const std::string kDir = PTKIT_DECODER_TEST_BINARY_DIR;
 
-// PSB, MODE.Exec 64-bit, PSBEND, TIP.PGE 0x401000 (main).
-std::vector<uint8_t> Start() {
-  std::vector<uint8_t> t;
-  for (int i = 0; i < 8; ++i) t.insert(t.end(), {0x02, 0x82});
-  t.insert(t.end(), {0x99, 0x01, 0x02, 0x23, 0x71, 0x00, 0x10, 0x40, 0x00, 0x00, 0x00});
-  return t;
-}
+using ::ptkit::decoder::testing::StartAtMain;
 
 std::string Folded(const std::string& program, const std::vector<uint8_t>& trace) {
   auto image = ProgramImage::Create();
@@ -44,7 +39,7 @@ std::string Folded(const std::string& program, const std::vector<uint8_t>& trace
 // main: call 1f; 1: pop %rax; call f; nop; jmp *%rbx. The first call reads the IP and enters
 // no function: main's 5 instructions are its own, and f is called once from main.
 TEST(CallStackTest, ACallToTheNextInstructionIsNoCall) {
-  std::vector<uint8_t> t = Start();
+  std::vector<uint8_t> t = StartAtMain();
   t.insert(t.end(), {0x06, 0x01});  // TNT (f's compressed return), TIP.PGD (jmp *%rbx)
   EXPECT_EQ(Folded("callstack_pic.elf", t), "main 5\nmain;f 2\n");
 }
@@ -55,7 +50,7 @@ TEST(CallStackTest, ACallToTheNextInstructionIsNoCall) {
 // (TIP 0x401012), m1 returns to main (TIP 0x401005). The handler's return matches no frame:
 // it must not pop g, or g's own return would pop m1 and k would land under main.
 TEST(CallStackTest, ASignalHandlerReturningDoesNotUnwindTheInterruptedCalls) {
-  std::vector<uint8_t> t = Start();
+  std::vector<uint8_t> t = StartAtMain();
   t.insert(t.end(), {0x7d, 0x14, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01, 0x71, 0x19, 0x10, 0x40, 0x00,
                      0x00, 0x00, 0x6d, 0x1b, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01, 0x71, 0x14, 0x10,
                      0x40, 0x00, 0x00, 0x00, 0x6d, 0x0d, 0x10, 0x40, 0x00, 0x00, 0x00, 0x6d, 0x12,
@@ -70,7 +65,7 @@ TEST(CallStackTest, ASignalHandlerReturningDoesNotUnwindTheInterruptedCalls) {
 // g and k run and return (TNT) and m1 returns (TIP 0x401005). m1 is entered all the same,
 // not an "[untraced]" callee.
 TEST(CallStackTest, AnInterruptAtACallTargetStillEntersTheCallee) {
-  std::vector<uint8_t> t = Start();
+  std::vector<uint8_t> t = StartAtMain();
   t.insert(t.end(), {0x7d, 0x08, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01, 0x71, 0x08, 0x10, 0x40,
                      0x00, 0x00, 0x00, 0x0e, 0x6d, 0x05, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
   EXPECT_EQ(Folded("callstack_signal.elf", t), "main 3\nmain;m1 3\nmain;m1;g 4\nmain;m1;k 2\n");

@@ -1,0 +1,287 @@
+#include "decoder/call_stack.h"
+
+#include <Zydis/Zydis.h>
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <string>
+#include <utility>
+
+#include "decoder/output_format.h"
+
+namespace ptkit::decoder {
+
+void CallStack::OnBlock(const pt_block& block) {
+  if (pending_call_) {
+    pending_call_ = false;
+    // A call to the next instruction (call/pop, to read the IP) enters no function.
+    if (block.ip != pending_return_address_) Push(CallTarget(block.ip), pending_return_address_);
+  } else if (pending_return_) {
+    pending_return_ = false;
+    Return(block.ip);
+  }
+  uint32_t f = FunctionAt(block.ip);
+  current_ = f;
+  if (block.ninsn > 1 && !(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
+      FunctionAt(block.end_ip) != f) {
+    CountSplit(block, f);
+  } else {
+    Count(f, block.ninsn);
+  }
+  if (block.iclass == ptic_call) {
+    pending_call_ = true;
+    uint64_t size = block.truncated ? block.size : CallLength(block.end_ip, block.mode);
+    pending_return_address_ = block.end_ip + size;
+  } else if (block.iclass == ptic_return) {
+    pending_return_ = true;
+  }
+}
+
+void CallStack::OnEvent(const pt_event& event) {
+  switch (event.type) {
+    case ptev_disabled:
+    case ptev_async_disabled: {
+      // Where the flow went: the instruction an interrupt stopped before (async), or the
+      // untraced code it entered (sync, when the IP is not suppressed).
+      const bool async = event.type == ptev_async_disabled;
+      const bool known = async || !event.ip_suppressed;
+      const uint64_t to = async ? event.variant.async_disabled.at : event.variant.disabled.ip;
+      if (pending_call_) {
+        // A call into code that is not traced, or interrupted at its target (e.g. a page
+        // fault on its first fetch): the callee is entered all the same.
+        if (!known || to != pending_return_address_) {
+          Push(known ? CallTarget(to) : Untraced(), pending_return_address_);
+        }
+      } else if (pending_return_) {
+        if (known) {
+          Return(to);
+        } else {
+          ReturnUnmatched();
+        }
+      }
+      pending_call_ = pending_return_ = false;
+      break;
+    }
+    case ptev_enabled:
+      pending_call_ = pending_return_ = false;
+      // Tracing resumed where it stopped (after an interrupt) is no return; otherwise it
+      // may come back from untraced code to a caller's frame.
+      if (!event.ip_suppressed && !event.variant.enabled.resumed) {
+        ReturnMatched(event.variant.enabled.ip);
+      }
+      break;
+    case ptev_overflow:
+      // Trace was lost: the call context is unknown from here on.
+      pending_call_ = pending_return_ = false;
+      while (!frames_.empty()) Pop(true);
+      break;
+    default:
+      break;
+  }
+}
+
+void CallStack::Reset() {
+  pending_call_ = pending_return_ = false;
+  beyond_ = 0;
+  while (!frames_.empty()) Pop(true);
+}
+
+std::string CallStack::DepthWarning() const {
+  if (totals_.dropped_frames == 0) return "";
+  return fmt::format(
+      "call stack deeper than {} frames: {} calls got no frame (their callees' instructions "
+      "count in the frame below; a program calling itself without returning, e.g. `call .`?)",
+      kMaxFrames, totals_.dropped_frames);
+}
+
+void CallStack::SetImage(const ProgramImage& image) {
+  image_ = &image;
+  cache_ = {1, 0};
+}
+
+uint32_t CallStack::NewFunction(std::string name, int file, uint64_t address, bool from_address) {
+  Function fn;
+  fn.name = std::move(name);
+  fn.image = image_;
+  fn.file = file;
+  fn.address = address;
+  fn.from_address = from_address;
+  functions_.push_back(std::move(fn));
+  return static_cast<uint32_t>(functions_.size() - 1);
+}
+
+uint32_t CallStack::SymbolFunction(int s) {
+  auto [it, inserted] = symbol_function_.try_emplace({image_, s}, 0);
+  if (inserted) {
+    const Symbol& sym = image_->symbols()[s];
+    it->second = NewFunction(sym.name, static_cast<int>(sym.image), sym.begin, false);
+  }
+  return it->second;
+}
+
+uint32_t CallStack::Unknown(int file) {
+  auto [it, inserted] = unknown_function_.try_emplace({image_, file}, 0);
+  if (inserted) {
+    it->second = NewFunction(file < 0 ? "[unmapped]" : FileLabel(image_->files()[file].name), file,
+                             0, false);
+  }
+  return it->second;
+}
+
+uint32_t CallStack::Untraced() {
+  if (untraced_ < 0) untraced_ = static_cast<int32_t>(NewFunction("[untraced]", -1, 0, false));
+  return static_cast<uint32_t>(untraced_);
+}
+
+// The function a call to `ip` enters: its symbol, else one named by the address.
+uint32_t CallStack::CallTarget(uint64_t ip) {
+  int s = image_->SymbolAt(ip);
+  if (s >= 0) return SymbolFunction(s);
+  auto [it, inserted] = address_function_.try_emplace({image_, ip}, 0);
+  if (inserted) {
+    it->second = NewFunction(fmt::format("sub_{:x}", ip), image_->FileAt(ip), ip, true);
+  }
+  return it->second;
+}
+
+// The function executing at `ip`: its symbol; without one, the current frame's function
+// when that was named by its address in the same file; else "[file]".
+uint32_t CallStack::FunctionAt(uint64_t ip) {
+  if (!(ip >= cache_.begin && ip < cache_.end)) {
+    cache_symbol_ = image_->SymbolAt(ip, &cache_);
+    cache_function_ = cache_symbol_ >= 0 ? SymbolFunction(cache_symbol_) : 0;
+    cache_file_ = cache_symbol_ >= 0 ? static_cast<int>(image_->symbols()[cache_symbol_].image)
+                                     : image_->FileAt(ip);
+  }
+  if (cache_symbol_ >= 0) return cache_function_;
+  if (!frames_.empty()) {
+    const Function& top = functions_[frames_.back().function];
+    if (top.from_address && top.image == image_ && top.file == cache_file_) {
+      return frames_.back().function;
+    }
+  }
+  return Unknown(cache_file_);
+}
+
+// Call sites repeat: their lengths are cached, per image (the same address in another
+// program is another instruction).
+uint64_t CallStack::CallLength(uint64_t ip, pt_exec_mode mode) {
+  auto [it, inserted] = call_length_.try_emplace({image_, ip}, 0);
+  if (inserted) {
+    uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
+    size_t n = image_->Read(ip, bytes, sizeof(bytes));
+    ZydisDecodedInstruction insn;
+    it->second = n == 0 ? 0 : static_cast<uint8_t>(disasm_.Length(mode, bytes, n, &insn));
+  }
+  return it->second;
+}
+
+void CallStack::Count(uint32_t f, uint64_t n) {
+  Function& fn = functions_[f];
+  fn.self += n;
+  if (fn.active == 0) fn.inclusive += n;
+  totals_.instructions += n;
+  if (listener_ != nullptr) listener_->OnCount(f, n);
+}
+
+// A block that crosses into another function (fall-through, direct jump): walk it.
+void CallStack::CountSplit(const pt_block& block, uint32_t first) {
+  uint64_t ip = block.ip;
+  uint32_t current = first;
+  uint64_t run = 0;
+  for (uint32_t i = 0; i < block.ninsn; ++i) {
+    uint32_t f = FunctionAt(ip);
+    if (f != current) {
+      if (run != 0) Count(current, run);
+      current = f;
+      run = 0;
+    }
+    ++run;
+    if (i + 1 == block.ninsn) break;
+    uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
+    size_t n = image_->Read(ip, bytes, sizeof(bytes));
+    ZydisDecodedInstruction insn;
+    int len = n == 0 ? 0 : disasm_.Length(block.mode, bytes, n, &insn);
+    if (len == 0) {  // cannot follow: the rest goes to the current function
+      run += block.ninsn - i - 1;
+      break;
+    }
+    ip += len;
+    // Inside a block only direct jumps (and calls, which end our blocks) change the flow.
+    if (insn.meta.category == ZYDIS_CATEGORY_UNCOND_BR && insn.raw.imm[0].is_relative) {
+      ip += static_cast<uint64_t>(insn.raw.imm[0].value.s);
+    }
+  }
+  if (run != 0) Count(current, run);
+}
+
+void CallStack::Push(uint32_t f, uint64_t return_address) {
+  if (frames_.empty() && current_ >= 0) {
+    // The caller was entered before tracing began: give it an implicit frame so stacks
+    // read caller;callee. It is left through a return that matches no frame.
+    Enter(static_cast<uint32_t>(current_), 0, /*implicit=*/true);
+  }
+  Enter(f, return_address, /*implicit=*/false);
+}
+
+void CallStack::Enter(uint32_t f, uint64_t return_address, bool implicit) {
+  Function& fn = functions_[f];
+  if (!implicit) {
+    ++fn.calls;
+    ++totals_.calls;
+  }
+  if (frames_.size() >= kMaxFrames) {
+    ++beyond_;
+    ++totals_.dropped_frames;
+    return;
+  }
+  if (fn.active++ == 0) fn.active_since = totals_.instructions;
+  frames_.push_back({f, return_address, totals_.instructions, implicit, timed_, tsc_});
+  if (listener_ != nullptr) listener_->OnEnter(frames_.back());
+}
+
+void CallStack::Pop(bool at_end) {
+  Frame frame = frames_.back();
+  frames_.pop_back();
+  Function& fn = functions_[frame.function];
+  if (--fn.active == 0) fn.inclusive += totals_.instructions - fn.active_since;
+  if (!at_end && !frame.implicit) ++totals_.returns;
+  if (listener_ != nullptr) listener_->OnExit(frame, at_end);
+}
+
+// A return to `target`: unwind to the frame that expects it, if one does.
+bool CallStack::ReturnMatched(uint64_t target) {
+  for (size_t i = frames_.size(); i-- > 0;) {
+    if (frames_[i].return_address == target) {
+      while (frames_.size() > i) Pop(false);
+      return true;
+    }
+  }
+  return false;
+}
+
+void CallStack::Return(uint64_t target) {
+  if (beyond_ != 0) {  // the return of a call given no frame (the innermost one)
+    --beyond_;
+    ++totals_.returns;
+    return;
+  }
+  if (!ReturnMatched(target)) ReturnUnmatched();
+}
+
+// A return that no frame expects: the returning function leaves through its own topmost
+// frame; code reached by a jump from a caller entered before tracing began returns for that
+// caller's implicit frame. Anything else (a signal handler returning to the kernel's
+// restorer, say) leaves the stack as it is: popping some frame would misplace every later
+// return.
+void CallStack::ReturnUnmatched() {
+  for (size_t i = frames_.size(); i-- > 0;) {
+    if (static_cast<int64_t>(frames_[i].function) == current_) {
+      while (frames_.size() > i) Pop(false);
+      return;
+    }
+  }
+  if (!frames_.empty() && frames_.back().implicit) Pop(false);
+}
+
+}  // namespace ptkit::decoder

@@ -1,0 +1,223 @@
+// CallStack (decoder/call_stack.h) on real code: hand-made Intel PT over tiny programs
+// (tests/data/decoder/callstack_*.S, built at 0x401000), decoded by libipt's block decoder into
+// a CallStack through a minimal Sink, as any user of the model composes it.
+#include "decoder/call_stack.h"
+
+#include <fmt/format.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "decoder/decode.h"
+#include "decoder/image.h"
+#include "decoder/sinks.h"
+#include "gtest/gtest.h"
+#include "hand_pt.h"
+#include "status_matchers.h"
+#include "test_io.h"
+
+namespace ptkit::decoder {
+namespace {
+
+using ::ptkit::testing::IsOk;
+
+const std::string kDir = PTKIT_DECODER_TEST_BINARY_DIR;
+
+using ::ptkit::decoder::testing::StartAtMain;
+
+// Feeds the decoder's flow to a CallStack.
+class ModelSink : public Sink {
+ public:
+  explicit ModelSink(CallStack& model) : model_(model) {}
+  bool end_block_on_call() const override { return true; }
+  void OnBlock(const pt_block& block) override { model_.OnBlock(block); }
+  void OnEvent(const pt_event& event) override { model_.OnEvent(event); }
+  void OnError(const DecodeError& error) override { model_.Reset(); }
+
+ private:
+  CallStack& model_;
+};
+
+// Writes every change as a line: "> f ret=0x401005", "< f", "< f (end)", "f 2" (a count).
+class Log : public CallStackListener {
+ public:
+  void OnCount(uint32_t function, uint64_t n) override {
+    lines.push_back(fmt::format("{} {}", (*functions)[function].name, n));
+  }
+  void OnEnter(const Frame& frame) override {
+    lines.push_back(fmt::format("> {}{} ret={:#x}", (*functions)[frame.function].name,
+                                frame.implicit ? " (implicit)" : "", frame.return_address));
+  }
+  void OnExit(const Frame& frame, bool at_end) override {
+    lines.push_back(
+        fmt::format("< {}{}", (*functions)[frame.function].name, at_end ? " (end)" : ""));
+  }
+  const std::vector<Function>* functions = nullptr;
+  std::vector<std::string> lines;
+};
+
+std::unique_ptr<ProgramImage> Image(const std::string& program) {
+  auto image = ProgramImage::Create();
+  EXPECT_THAT(image, IsOk());
+  if (!image.ok()) return nullptr;
+  EXPECT_THAT((*image)->AddElf({kDir + "/" + program, 0}), IsOk());
+  return std::move(*image);
+}
+
+void Decode(const std::vector<uint8_t>& trace, const ProgramImage& image, CallStack& model) {
+  ModelSink sink(model);
+  EXPECT_THAT(DecodeTrace(trace, {}, image, sink), IsOk());
+  model.Reset();
+}
+
+// callstack_signal: main calls m1 (5 bytes at 0x401000), m1 calls g and k, all return
+// (TNT 1, 1, 1), main jumps away (TIP.PGD).
+std::vector<uint8_t> Call5Trace() {
+  std::vector<uint8_t> t = StartAtMain();
+  t.insert(t.end(), {0x1e, 0x01});
+  return t;
+}
+
+// callstack_call2: main calls f through %rax (2 bytes at 0x401000: TIP 0x401005), f returns
+// (TNT), main jumps away.
+std::vector<uint8_t> Call2Trace() {
+  std::vector<uint8_t> t = StartAtMain();
+  t.insert(t.end(), {0x6d, 0x05, 0x10, 0x40, 0x00, 0x00, 0x00, 0x06, 0x01});
+  return t;
+}
+
+TEST(CallStackTest, FramesCountsAndTotals) {
+  auto image = Image("callstack_signal.elf");
+  ASSERT_NE(image, nullptr);
+  Log log;
+  CallStack model(*image, &log);
+  log.functions = &model.functions();
+  Decode(Call5Trace(), *image, model);
+  EXPECT_EQ(log.lines, (std::vector<std::string>{"main 1", "> main (implicit) ret=0x0",
+                                                 "> m1 ret=0x401005", "m1 1", "> g ret=0x40100d",
+                                                 "g 4", "< g", "m1 1", "> k ret=0x401012", "k 2",
+                                                 "< k", "m1 1", "< m1", "main 2", "< main (end)"}));
+  EXPECT_EQ(model.totals().instructions, 12u);
+  EXPECT_EQ(model.totals().calls, 3u);
+  EXPECT_EQ(model.totals().returns, 3u);
+  EXPECT_TRUE(model.frames().empty());
+  struct Want {
+    std::string name;
+    uint64_t self, inclusive, calls;
+  };
+  const std::vector<Want> want = {
+      {"main", 3, 12, 0}, {"m1", 3, 9, 1}, {"g", 4, 4, 1}, {"k", 2, 2, 1}};
+  ASSERT_EQ(model.functions().size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const Function& fn = model.functions()[i];
+    EXPECT_EQ(fn.name, want[i].name);
+    EXPECT_EQ(fn.self, want[i].self) << fn.name;
+    EXPECT_EQ(fn.inclusive, want[i].inclusive) << fn.name;
+    EXPECT_EQ(fn.calls, want[i].calls) << fn.name;
+  }
+}
+
+// Two programs, each with a call at 0x401000 but of another length: after the first, the
+// second's call must still return to the instruction after its own call (0x401002), not after
+// the first program's (0x401005, which is f's entry there: the call would enter nothing).
+TEST(CallStackTest, ACallSiteAtTheSameAddressInAnotherProgramHasItsOwnLength) {
+  auto call5 = Image("callstack_signal.elf");
+  auto call2 = Image("callstack_call2.elf");
+  ASSERT_NE(call5, nullptr);
+  ASSERT_NE(call2, nullptr);
+  Log log;
+  CallStack model(*call5, &log);
+  log.functions = &model.functions();
+  Decode(Call5Trace(), *call5, model);
+  log.lines.clear();
+  model.SetImage(*call2);
+  Decode(Call2Trace(), *call2, model);
+  EXPECT_EQ(log.lines,
+            (std::vector<std::string>{"main 1", "> main (implicit) ret=0x0", "> f ret=0x401002",
+                                      "f 2", "< f", "main 2", "< main (end)"}));
+  EXPECT_EQ(model.totals().calls, 4u);
+  EXPECT_EQ(model.totals().returns, 4u);
+}
+
+// `call .` (E8 FB FF FF FF at 0x1000) run 70,000 times, as the block decoder reports it: one
+// block per call. The stack stops at kMaxFrames (the first call's caller, the implicit frame,
+// is one of them); the calls beyond are counted and said once.
+constexpr uint8_t kCallSelf[] = {0xe8, 0xfb, 0xff, 0xff, 0xff};
+constexpr uint64_t kCalls = 70000;
+
+pt_block CallSelfBlock() {
+  pt_block block = {};
+  block.ip = block.end_ip = 0x1000;
+  block.ninsn = 1;
+  block.iclass = ptic_call;
+  block.mode = ptem_64bit;
+  return block;
+}
+
+TEST(CallStackTest, ACallToItselfStopsGrowingTheStackAtTheLimit) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("callself.bin", 0x1000, kCallSelf);
+  CallStack model(**image);
+  for (uint64_t i = 0; i < kCalls; ++i) model.OnBlock(CallSelfBlock());
+  EXPECT_EQ(model.frames().size(), CallStack::kMaxFrames);
+  EXPECT_EQ(model.totals().calls, kCalls - 1);  // the last call's callee never ran
+  EXPECT_EQ(model.totals().dropped_frames, kCalls - CallStack::kMaxFrames);
+  EXPECT_EQ(model.DepthWarning(),
+            "call stack deeper than 65536 frames: 4464 calls got no frame (their callees' "
+            "instructions count in the frame below; a program calling itself without "
+            "returning, e.g. `call .`?)");
+  model.Reset();
+  EXPECT_TRUE(model.frames().empty());
+}
+
+// calls --json and timeline say so once too (calls' text indents each line by its depth:
+// 65,536 deep lines are gigabytes, too much for a unit test).
+TEST(CallStackTest, CallsAndTimelineWarnOnceOfDroppedFrames) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("callself.bin", 0x1000, kCallSelf);
+  const std::string warning = "call stack deeper than 65536 frames: 4464 calls got no frame";
+  for (int kind = 1; kind < 3; ++kind) {
+    std::FILE* out = std::tmpfile();
+    OutputOptions options;
+    options.json = kind == 1;
+    auto sink =
+        kind == 2 ? MakeTimelineSink(**image, out, options) : MakeCallsSink(**image, out, options);
+    for (uint64_t i = 0; i < kCalls; ++i) sink->OnBlock(CallSelfBlock());
+    ASSERT_THAT(sink->Finish(DecodeTotals{}), IsOk());
+    const std::string text = ::ptkit::decoder::testing::ReadAll(out);
+    std::fclose(out);
+    const std::string want =
+        kind == 1 ? "{\"warning\":\"" + warning : "\"otherData\":{\"warning\":\"" + warning;
+    EXPECT_NE(text.find(want), std::string::npos) << kind;
+    EXPECT_EQ(text.find(warning), text.rfind(warning)) << kind;
+  }
+}
+
+// stats says so once, in text and JSON.
+TEST(CallStackTest, StatsWarnsOnceOfDroppedFrames) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("callself.bin", 0x1000, kCallSelf);
+  for (bool json : {false, true}) {
+    std::FILE* out = std::tmpfile();
+    OutputOptions options;
+    options.json = json;
+    auto sink = MakeStatsSink(**image, out, options);
+    for (uint64_t i = 0; i < kCalls; ++i) sink->OnBlock(CallSelfBlock());
+    ASSERT_THAT(sink->Finish(DecodeTotals{}), IsOk());
+    const std::string text = ::ptkit::decoder::testing::ReadAll(out);
+    std::fclose(out);
+    const std::string warning = "call stack deeper than 65536 frames: 4464 calls got no frame";
+    EXPECT_NE(text.find(json ? "\"warnings\": [\n    \"" + warning : "# warning: " + warning),
+              std::string::npos)
+        << text;
+    EXPECT_EQ(text.find(warning), text.rfind(warning)) << text;
+  }
+}
+
+}  // namespace
+}  // namespace ptkit::decoder
