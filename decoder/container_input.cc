@@ -27,13 +27,7 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
     if (!more) break;
     switch (rec.type) {
       case RecordType::kMetadata: {
-        absl::StatusOr<nlohmann::json> j = ParseMetadataRecord(rec.payload);
-        if (j.ok()) {
-          MergeMetadata(metadata, *j);
-        } else {
-          r.warnings.push_back(fmt::format("{}: the metadata record at offset {} is ignored: {}",
-                                           path, rec.offset, std::string(j.status().message())));
-        }
+        MergeMetadataRecord(path, rec.offset, rec.payload, metadata, r.warnings);
         break;
       }
       case RecordType::kSideband: {

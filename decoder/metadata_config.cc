@@ -59,6 +59,17 @@ perf::SampleIdLayout LayoutFromMetadata(const RecordingMetadata& metadata) {
   return layout;
 }
 
+void MergeMetadataRecord(const std::string& path, uint64_t offset, std::span<const uint8_t> payload,
+                         nlohmann::json& merged, std::vector<std::string>& warnings) {
+  absl::StatusOr<nlohmann::json> j = ParseMetadataRecord(payload);
+  if (j.ok()) {
+    MergeMetadata(merged, *j);
+    return;
+  }
+  warnings.push_back(fmt::format("{}: the metadata record at offset {} is ignored: {}", path,
+                                 offset, std::string(j.status().message())));
+}
+
 absl::StatusOr<RecordingMetadata> ReadMergedMetadata(const std::string& path,
                                                      const nlohmann::json& merged) {
   absl::StatusOr<RecordingMetadata> m = RecordingMetadata::FromJson(merged);

@@ -4,7 +4,10 @@
 #ifndef PTKIT_DECODER_METADATA_CONFIG_H_
 #define PTKIT_DECODER_METADATA_CONFIG_H_
 
+#include <cstdint>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "decoder/trace_config.h"
@@ -29,6 +32,12 @@ bool IsBtsRecording(const RecordingMetadata& metadata);
 // The sample_id trailer of the sideband records: that of the first attr with sample_id_all
 // set; none (sample_id_all true, no fields) without one.
 perf::SampleIdLayout LayoutFromMetadata(const RecordingMetadata& metadata);
+
+// Merges the metadata record `payload`, at `offset` in the container at `path`, into `merged`
+// (ParseMetadataRecord, MergeMetadata); a record that cannot be read is ignored, with a line in
+// `warnings` saying where and why.
+void MergeMetadataRecord(const std::string& path, uint64_t offset, std::span<const uint8_t> payload,
+                         nlohmann::json& merged, std::vector<std::string>& warnings);
 
 // Reads the merged metadata JSON of the container at `path` (`merged`, as ParseMetadataRecord
 // and MergeMetadata made it). Errors: RecordingMetadata::FromJson's, prefixed with `path`.

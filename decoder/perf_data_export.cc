@@ -120,13 +120,7 @@ absl::StatusOr<Scan> ScanRecording(const std::string& path) {
     if (!more) break;
     switch (rec.type) {
       case RecordType::kMetadata: {
-        absl::StatusOr<nlohmann::json> j = ParseMetadataRecord(rec.payload);
-        if (j.ok()) {
-          MergeMetadata(s.metadata, *j);  // ptkit-format(5)'s rule, as every reader
-        } else {
-          s.warnings.push_back(fmt::format("metadata record at offset {} skipped: {}", rec.offset,
-                                           std::string(j.status().message())));
-        }
+        MergeMetadataRecord(path, rec.offset, rec.payload, s.metadata, s.warnings);
         break;
       }
       case RecordType::kSideband: {

@@ -26,8 +26,8 @@ ctest --preset ci
 echo "== ASan + UBSan: container, info, sideband, emulate stepper and decoder tests"
 cmake --preset debug-asan >/dev/null
 asan_targets=(container_test info_test sideband_test step_events_test stepper_test
-  decoder_container_test decoder_golden_test decoder_callstack_test decoder_synth_test
-  decoder_bts_test decoder_time_test decoder_parse_test decoder_symbols_test)
+  decoder_container_test decoder_callstack_test decoder_synth_test decoder_bts_test
+  decoder_parse_test)
 cmake --build --preset debug-asan --target "${asan_targets[@]}"
 ctest --preset debug-asan
 
