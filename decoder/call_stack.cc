@@ -29,7 +29,7 @@ void CallStack::OnBlock(const pt_block& block) {
     // outermost frame returned to: its callees nest below it.
     Enter(f, 0, /*implicit=*/true);
   } else if (jumped && f != current_) {
-    Jump(f);
+    Jump(f, block.ip);
   }
   current_ = f;
   if (block.ninsn > 1 && !(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
@@ -214,7 +214,7 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
     uint32_t f = FunctionAt(ip);
     if (f != current) {  // a direct jump or a fall-through into another function
       if (run != 0) Count(current, run);
-      Jump(f);
+      Jump(f, ip);
       current = f;
       current_ = f;
       run = 0;
@@ -238,12 +238,18 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
   if (run != 0) Count(current, run);
 }
 
-// Control went on into `f` by a jump (a tail call, a PLT entry jumping to its target): the
-// frame on top is f's from here, as gdb and perf name it. Its calls stay where they were
-// counted; its inclusive instructions count for f from here. A call beyond kMaxFrames got no
-// frame: the frame on top is not the running function's then.
-void CallStack::Jump(uint32_t f) {
+// Control went on into `f` at `ip` by a jump (a tail call, a PLT entry jumping to its
+// target): the frame on top is f's from here, as gdb and perf name it. Its calls stay where
+// they were counted; its inclusive instructions count for f from here. A jump into the middle
+// of a function that has a frame below (longjmp, an exception's landing pad) returns to that
+// frame instead: the frames above it were left without returning. A call beyond kMaxFrames
+// got no frame: the frame on top is not the running function's then.
+void CallStack::Jump(uint32_t f, uint64_t ip) {
   if (frames_.empty() || beyond_ != 0 || frames_.back().function == f) return;
+  if (functions_[f].active != 0 && ip != functions_[f].address) {
+    while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
+    return;
+  }
   Frame& top = frames_.back();
   const uint32_t from = top.function;
   Function& old = functions_[from];
@@ -270,12 +276,12 @@ void CallStack::Enter(uint32_t f, uint64_t return_address, bool implicit) {
   if (listener_ != nullptr) listener_->OnEnter(frames_.back());
 }
 
-void CallStack::Pop(bool at_end) {
+void CallStack::Pop(bool at_end, bool by_return) {
   Frame frame = frames_.back();
   frames_.pop_back();
   Function& fn = functions_[frame.function];
   if (--fn.active == 0) fn.inclusive += totals_.instructions - fn.active_since;
-  if (!at_end && !frame.implicit) ++totals_.returns;
+  if (!at_end && by_return && !frame.implicit) ++totals_.returns;
   if (listener_ != nullptr) listener_->OnExit(frame, at_end);
 }
 

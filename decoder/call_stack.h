@@ -57,8 +57,9 @@ class CallStackListener {
   // The frame on top (`frame`, frames().back()) ran `from` and went on into another function
   // by a jump: it is `frame.function`'s now (its entry count and time stay the call's).
   virtual void OnRename(uint32_t from, const Frame& frame) {}
-  // `frame` was popped: by a return, or (at_end) because the call context ends (end of the
-  // trace, an error, lost trace, another stream).
+  // `frame` was popped: by a return (or left without one: a longjmp or an exception jumped
+  // to a frame below), or (at_end) because the call context ends (end of the trace, an
+  // error, lost trace, another stream).
   virtual void OnExit(const Frame& frame, bool at_end) {}
 };
 
@@ -88,8 +89,9 @@ class CallStack {
   // after the outermost function returned) gets an implicit frame: the stack holds the
   // function running from its first instruction, and the callers each return reaches. A jump
   // into another function (a block that ends in a jump, or crosses into another function by
-  // a direct jump or falling through) renames the frame on top; a call, a return, tracing
-  // enabled or an interrupt does not.
+  // a direct jump or falling through) renames the frame on top, or returns to the frame below
+  // that runs the function jumped into the middle of (longjmp, an exception's landing pad); a
+  // call, a return, tracing enabled or an interrupt does not.
   void OnBlock(const pt_block& block);
   void OnEvent(const pt_event& event);
   // The decoder's time (TSC units); frames pushed from now on carry it.
@@ -124,9 +126,9 @@ class CallStack {
   uint64_t CallLength(uint64_t ip, pt_exec_mode mode);
   void Count(uint32_t f, uint64_t n);
   void CountSplit(const pt_block& block, uint32_t first);
-  void Jump(uint32_t f);
+  void Jump(uint32_t f, uint64_t ip);
   void Enter(uint32_t f, uint64_t return_address, bool implicit);
-  void Pop(bool at_end);
+  void Pop(bool at_end, bool by_return = true);
   bool ReturnMatched(uint64_t target);
   void Return(uint64_t target);
   void ReturnUnmatched();

@@ -85,7 +85,7 @@ PROGRAMS = {
                       stack_points=["say"]),
     "static_bts": built("static", f"gcc {CFLAGS} -static {{src}}/static.c", record=["--bts"]),
     "cxx": built("cxx", f"g++ {CFLAGS} -static-libstdc++ -static-libgcc {{src}}/cxx.cc",
-                 stack_points=["Check(int)"]),
+                 stack_points=["Check(int)", "__cxa_begin_catch"]),
     "cxx_shared": built("cxx_shared", f"g++ {CFLAGS} {{src}}/cxx.cc",
                         stack_points=["Check(int)"], long=True),
     "vdso": built("vdso", f"gcc {CFLAGS} -static {{src}}/vdso.c", stack_points=["after_clock"]),
@@ -1003,7 +1003,8 @@ def truth_frames(c):
     frame after the function running in it begins them (the timeline's B events): the
     function the thread's trace starts in, each callee, the function a jump goes on to from
     another one (not a call, return or syscall: a tail call, a PLT entry jumping to its target;
-    it renames the frame on top), the caller a return that matches no frame reaches (entered
+    it renames the frame on top, unless it jumps into the middle of a function that has a
+    frame below: then the frames above that one end), the caller a return that matches no frame reaches (entered
     before tracing began: the frame below), and the program an exec starts."""
     result = {}
     for tid, ips in c.truth.items():
@@ -1030,8 +1031,15 @@ def truth_frames(c):
                 else:
                     begins = not stack  # the outermost function returned to its caller
             elif after_flow and key != prev_key and tops and tops[-1] != key:
-                tops[-1] = key
-                slices.append((names, info, vaddr))
+                if key in tops and key[1] != vaddr:
+                    # Into the middle of a function with a frame below (an exception's landing
+                    # pad, longjmp): the frames above it end without a return.
+                    depth = len(tops) - 1 - tops[::-1].index(key)
+                    del tops[depth + 1:]
+                    del stack[depth:]
+                else:
+                    tops[-1] = key
+                    slices.append((names, info, vaddr))
             if begins:
                 tops = [key]
                 slices.append((names, info, vaddr))

@@ -1,7 +1,8 @@
 // Call-stack test program (call_stack_test.cc): built at 0x401000, entry main. Jumps into
 // other functions: main calls stub, which jumps on through %rax to target (as a PLT entry
 // jumps to its function); target calls leaf, then jumps (direct) on to tail (a tail call),
-// which returns to main.
+// which returns to main. An unwind: catcher calls thrower, thrower calls unwinder, which
+// jumps through %rax into the middle of catcher (as an exception reaches a landing pad).
 .text
 .globl main
 .type main,@function
@@ -32,3 +33,22 @@ tail:
   nop
   ret
 .size tail,.-tail
+.globl catcher
+.type catcher,@function
+catcher:
+  call thrower
+  nop
+  nop
+  jmp *%rbx
+.size catcher,.-catcher
+.globl thrower
+.type thrower,@function
+thrower:
+  call unwinder
+  ret
+.size thrower,.-thrower
+.globl unwinder
+.type unwinder,@function
+unwinder:
+  jmp *%rax
+.size unwinder,.-unwinder

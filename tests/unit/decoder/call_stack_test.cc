@@ -186,6 +186,25 @@ TEST(CallStackTest, AStreamThatBeginsInsideAFunctionGivesItAFrameAtOnce) {
                   {{"g", 3, 3, 0}, {"m1", 2, 4, 0}, {"k", 2, 2, 1}, {"main", 2, 2, 0}});
 }
 
+// callstack_tail's catcher calls thrower, thrower calls unwinder, and unwinder jumps (TIP
+// 0x40101a) into the middle of catcher, which has a frame below: as an exception reaches its
+// landing pad (or a longjmp its setjmp), thrower's and unwinder's frames end there without a
+// return, and catcher goes on in its own frame (gdb: main;catcher), not in a renamed one
+// above them.
+TEST(CallStackTest, AJumpIntoTheMiddleOfAFunctionBelowLeavesTheFramesAbove) {
+  std::vector<uint8_t> t = StartAtMain();
+  t[t.size() - 6] = 0x14;
+  t.insert(t.end(), {0x6d, 0x1a, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
+  Result r;
+  EXPECT_EQ(DecodeLogged("callstack_tail.elf", t, &r),
+            (std::vector<std::string>{"> catcher (implicit) ret=0x0", "catcher 1",
+                                      "> thrower ret=0x401019", "thrower 1",
+                                      "> unwinder ret=0x401022", "unwinder 1", "< unwinder",
+                                      "< thrower", "catcher 2", "< catcher (end)"}));
+  EXPECT_EQ(r.totals.calls, 2u);
+  EXPECT_EQ(r.totals.returns, 0u);
+}
+
 // Two programs, each with a call at 0x401000 but of another length: after the first, the
 // second's call must still return to the instruction after its own call (0x401002), not after
 // the first program's (0x401005, which is f's entry there: the call would enter nothing).
