@@ -246,7 +246,8 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
 // got no frame: the frame on top is not the running function's then.
 void CallStack::Jump(uint32_t f, uint64_t ip) {
   if (frames_.empty() || beyond_ != 0 || frames_.back().function == f) return;
-  if (functions_[f].active != 0 && ip != functions_[f].address) {
+  // (Code without a symbol, "[file]", has no entry to tell its middle by: it is renamed to.)
+  if (functions_[f].active != 0 && functions_[f].address != 0 && ip != functions_[f].address) {
     while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
     return;
   }

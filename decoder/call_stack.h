@@ -24,7 +24,7 @@ struct Function {
   std::string name;
   const ProgramImage* image = nullptr;  // whose files() `file` indexes
   int file = -1;                        // index into ProgramImage::files(), -1 unmapped
-  uint64_t address = 0;                 // symbol start or call target
+  uint64_t address = 0;                 // symbol start or call target (0: neither)
   uint64_t self = 0;                    // instructions executed in it
   uint64_t inclusive = 0;               // instructions while it had a frame (or ran)
   uint64_t calls = 0;                   // calls to it

@@ -1031,9 +1031,10 @@ def truth_frames(c):
                 else:
                     begins = not stack  # the outermost function returned to its caller
             elif after_flow and key != prev_key and tops and tops[-1] != key:
-                if key in tops and key[1] != vaddr:
+                if key in tops and key[1] not in (None, vaddr):
                     # Into the middle of a function with a frame below (an exception's landing
-                    # pad, longjmp): the frames above it end without a return.
+                    # pad, longjmp): the frames above it end without a return. (Code no symbol
+                    # names has no entry to tell its middle by.)
                     depth = len(tops) - 1 - tops[::-1].index(key)
                     del tops[depth + 1:]
                     del stack[depth:]

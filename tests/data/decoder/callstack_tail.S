@@ -2,7 +2,8 @@
 // other functions: main calls stub, which jumps on through %rax to target (as a PLT entry
 // jumps to its function); target calls leaf, then jumps (direct) on to tail (a tail call),
 // which returns to main. An unwind: catcher calls thrower, thrower calls unwinder, which
-// jumps through %rax into the middle of catcher (as an exception reaches a landing pad).
+// jumps through %rax into the middle of catcher (as an exception reaches a landing pad). Last,
+// code without a symbol (below).
 .text
 .globl main
 .type main,@function
@@ -52,3 +53,15 @@ thrower:
 unwinder:
   jmp *%rax
 .size unwinder,.-unwinder
+// Code no symbol covers (as in a stripped program): it calls stub2, which jumps on into more
+// such code (as a PLT entry jumps to PLT0 there), which jumps on into leaf.
+.L_nosym:
+  call stub2
+  jmp *%rbx
+.L_plt0:
+  jmp *%rcx
+.globl stub2
+.type stub2,@function
+stub2:
+  jmp .L_plt0
+.size stub2,.-stub2

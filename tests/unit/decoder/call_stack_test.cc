@@ -205,6 +205,25 @@ TEST(CallStackTest, AJumpIntoTheMiddleOfAFunctionBelowLeavesTheFramesAbove) {
   EXPECT_EQ(r.totals.returns, 0u);
 }
 
+// callstack_tail's code without a symbol (0x401025, "[callstack_tail.elf]", the stream's
+// first function) calls stub2, which jumps (direct) on into more code without a symbol, which
+// jumps (TIP 0x401011) on into leaf; leaf returns (TNT). Code without a symbol has no entry:
+// jumping into it renames stub2's frame, as into any other function, and does not return to
+// the frame below that runs such code too (as a stripped program's PLT entry jumps to PLT0).
+TEST(CallStackTest, AJumpIntoCodeWithoutASymbolRenamesTheFrame) {
+  std::vector<uint8_t> t = StartAtMain();
+  t[t.size() - 6] = 0x25;
+  t.insert(t.end(), {0x6d, 0x11, 0x10, 0x40, 0x00, 0x00, 0x00, 0x06, 0x01});
+  Result r;
+  EXPECT_EQ(DecodeLogged("callstack_tail.elf", t, &r),
+            (std::vector<std::string>{"> [callstack_tail.elf] (implicit) ret=0x0",
+                                      "[callstack_tail.elf] 1", "> stub2 ret=0x40102a", "stub2 1",
+                                      "~ stub2 -> [callstack_tail.elf]", "[callstack_tail.elf] 1",
+                                      "~ [callstack_tail.elf] -> leaf", "leaf 1", "< leaf",
+                                      "[callstack_tail.elf] 1", "< [callstack_tail.elf] (end)"}));
+  EXPECT_EQ(r.totals.returns, 1u);
+}
+
 // Two programs, each with a call at 0x401000 but of another length: after the first, the
 // second's call must still return to the instruction after its own call (0x401002), not after
 // the first program's (0x401005, which is f's entry there: the call would enter nothing).
