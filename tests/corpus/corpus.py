@@ -189,7 +189,7 @@ def load_segments(path):
 def file_oracle(path, cache_dir):
     """Symbols (nm), PLT labels and calls (objdump -d) of one ELF file."""
     st = os.stat(path)
-    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v5.json"
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v6.json"
     cached = os.path.join(cache_dir, key)
     os.makedirs(cache_dir, exist_ok=True)
     with open(cached + ".lock", "w") as lock:
@@ -227,7 +227,8 @@ def compute_file_oracle(path):
     syms.sort()
     # objdump -d: instruction starts, calls with their direct target, syscalls, x@plt labels.
     starts, calls, syscalls, rets, labels = [], {}, [], [], []
-    proc = subprocess.Popen(["objdump", "-d", "-w", "--no-show-raw-insn", path],
+    # -C: labels demangled as nm -C names (and ptdecode): <std::get_terminate()@plt>.
+    proc = subprocess.Popen(["objdump", "-d", "-C", "-w", "--no-show-raw-insn", path],
                             stdout=subprocess.PIPE, text=True, errors="replace")
     insn_re = re.compile(r"^\s+([0-9a-f]+):\s+(\S+)\s*(.*)$")
     label_re = re.compile(r"^([0-9a-f]+) <(.*)>:$")
