@@ -1005,8 +1005,9 @@ def truth_frames(c):
     function the thread's trace starts in, each callee, the function a jump goes on to from
     another one (not a call, return or syscall: a tail call, a PLT entry jumping to its target;
     it renames the frame on top, unless it jumps into the middle of a function that has a
-    frame below: then the frames above that one end), the caller a return that matches no frame reaches (entered
-    before tracing began: the frame below), and the program an exec starts."""
+    frame below: then the frames above that one end), the caller a return that matches no
+    frame reaches (entered before tracing began: the frame below), and the program an exec
+    starts."""
     result = {}
     for tid, ips in c.truth.items():
         calls, slices = [], []
