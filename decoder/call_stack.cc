@@ -12,15 +12,25 @@
 namespace ptkit::decoder {
 
 void CallStack::OnBlock(const pt_block& block) {
+  const bool jumped = flowing_;
   if (pending_call_) {
     pending_call_ = false;
     // A call to the next instruction (call/pop, to read the IP) enters no function.
-    if (block.ip != pending_return_address_) Push(CallTarget(block.ip), pending_return_address_);
+    if (block.ip != pending_return_address_) {
+      Enter(CallTarget(block.ip), pending_return_address_, /*implicit=*/false);
+    }
   } else if (pending_return_) {
     pending_return_ = false;
     Return(block.ip);
   }
   uint32_t f = FunctionAt(block.ip);
+  if (frames_.empty()) {
+    // Entered before tracing began (the stream starts here), or the caller that the
+    // outermost frame returned to: its callees nest below it.
+    Enter(f, 0, /*implicit=*/true);
+  } else if (jumped && f != current_) {
+    Jump(f, block.ip);
+  }
   current_ = f;
   if (block.ninsn > 1 && !(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
       FunctionAt(block.end_ip) != f) {
@@ -35,6 +45,12 @@ void CallStack::OnBlock(const pt_block& block) {
   } else if (block.iclass == ptic_return) {
     pending_return_ = true;
   }
+  // Anything but a call or a return goes on to the next block by a jump or in sequence (the
+  // block decoder leaves the class of an indirect jump unknown: ptic_error); far transfers
+  // (syscalls, interrupts) come with events when only user code is traced.
+  flowing_ = block.iclass != ptic_call && block.iclass != ptic_return &&
+             block.iclass != ptic_far_call && block.iclass != ptic_far_return &&
+             block.iclass != ptic_far_jump;
 }
 
 void CallStack::OnEvent(const pt_event& event) {
@@ -50,7 +66,7 @@ void CallStack::OnEvent(const pt_event& event) {
         // A call into code that is not traced, or interrupted at its target (e.g. a page
         // fault on its first fetch): the callee is entered all the same.
         if (!known || to != pending_return_address_) {
-          Push(known ? CallTarget(to) : Untraced(), pending_return_address_);
+          Enter(known ? CallTarget(to) : Untraced(), pending_return_address_, /*implicit=*/false);
         }
       } else if (pending_return_) {
         if (known) {
@@ -59,11 +75,12 @@ void CallStack::OnEvent(const pt_event& event) {
           ReturnUnmatched();
         }
       }
-      pending_call_ = pending_return_ = false;
+      pending_call_ = pending_return_ = flowing_ = false;
       break;
     }
     case ptev_enabled:
-      pending_call_ = pending_return_ = false;
+      // Tracing (re)starts here: no jump led here from the code traced before.
+      pending_call_ = pending_return_ = flowing_ = false;
       // Tracing resumed where it stopped (after an interrupt) is no return; otherwise it
       // may come back from untraced code to a caller's frame.
       if (!event.ip_suppressed && !event.variant.enabled.resumed) {
@@ -72,8 +89,12 @@ void CallStack::OnEvent(const pt_event& event) {
       break;
     case ptev_overflow:
       // Trace was lost: the call context is unknown from here on.
-      pending_call_ = pending_return_ = false;
+      pending_call_ = pending_return_ = flowing_ = false;
       while (!frames_.empty()) Pop(true);
+      break;
+    case ptev_async_branch:  // an interrupt with tracing on
+    case ptev_tsx:           // a transaction's abort goes to its fallback
+      flowing_ = false;
       break;
     default:
       break;
@@ -81,7 +102,7 @@ void CallStack::OnEvent(const pt_event& event) {
 }
 
 void CallStack::Reset() {
-  pending_call_ = pending_return_ = false;
+  pending_call_ = pending_return_ = flowing_ = false;
   beyond_ = 0;
   while (!frames_.empty()) Pop(true);
 }
@@ -191,9 +212,11 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
   uint64_t run = 0;
   for (uint32_t i = 0; i < block.ninsn; ++i) {
     uint32_t f = FunctionAt(ip);
-    if (f != current) {
+    if (f != current) {  // a direct jump or a fall-through into another function
       if (run != 0) Count(current, run);
+      Jump(f, ip);
       current = f;
+      current_ = f;
       run = 0;
     }
     ++run;
@@ -215,13 +238,27 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
   if (run != 0) Count(current, run);
 }
 
-void CallStack::Push(uint32_t f, uint64_t return_address) {
-  if (frames_.empty() && current_ >= 0) {
-    // The caller was entered before tracing began: give it an implicit frame so stacks
-    // read caller;callee. It is left through a return that matches no frame.
-    Enter(static_cast<uint32_t>(current_), 0, /*implicit=*/true);
+// Control went on into `f` at `ip` by a jump (a tail call, a PLT entry jumping to its
+// target): the frame on top is f's from here, as gdb and perf name it. Its calls stay where
+// they were counted; its inclusive instructions count for f from here. A jump into the middle
+// of a function that has a frame below (longjmp, an exception's landing pad) returns to that
+// frame instead: the frames above it were left without returning. A call beyond kMaxFrames
+// got no frame: the frame on top is not the running function's then.
+void CallStack::Jump(uint32_t f, uint64_t ip) {
+  if (frames_.empty() || beyond_ != 0 || frames_.back().function == f) return;
+  // (Code without a symbol, "[file]", has no entry to tell its middle by: it is renamed to.)
+  if (functions_[f].active != 0 && functions_[f].address != 0 && ip != functions_[f].address) {
+    while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
+    return;
   }
-  Enter(f, return_address, /*implicit=*/false);
+  Frame& top = frames_.back();
+  const uint32_t from = top.function;
+  Function& old = functions_[from];
+  if (--old.active == 0) old.inclusive += totals_.instructions - old.active_since;
+  Function& fn = functions_[f];
+  if (fn.active++ == 0) fn.active_since = totals_.instructions;
+  top.function = f;
+  if (listener_ != nullptr) listener_->OnRename(from, top);
 }
 
 void CallStack::Enter(uint32_t f, uint64_t return_address, bool implicit) {
@@ -240,12 +277,12 @@ void CallStack::Enter(uint32_t f, uint64_t return_address, bool implicit) {
   if (listener_ != nullptr) listener_->OnEnter(frames_.back());
 }
 
-void CallStack::Pop(bool at_end) {
+void CallStack::Pop(bool at_end, bool by_return) {
   Frame frame = frames_.back();
   frames_.pop_back();
   Function& fn = functions_[frame.function];
   if (--fn.active == 0) fn.inclusive += totals_.instructions - fn.active_since;
-  if (!at_end && !frame.implicit) ++totals_.returns;
+  if (!at_end && by_return && !frame.implicit) ++totals_.returns;
   if (listener_ != nullptr) listener_->OnExit(frame, at_end);
 }
 

@@ -24,7 +24,7 @@ struct Function {
   std::string name;
   const ProgramImage* image = nullptr;  // whose files() `file` indexes
   int file = -1;                        // index into ProgramImage::files(), -1 unmapped
-  uint64_t address = 0;                 // symbol start or call target
+  uint64_t address = 0;                 // symbol start or call target (0: neither)
   uint64_t self = 0;                    // instructions executed in it
   uint64_t inclusive = 0;               // instructions while it had a frame (or ran)
   uint64_t calls = 0;                   // calls to it
@@ -33,13 +33,15 @@ struct Function {
   bool from_address = false;  // named by its call target (no symbol)
 };
 
-// One frame of the stack: a call seen in the trace, or (implicit) a caller entered before
-// tracing began.
+// One frame of the stack: a call seen in the trace, or (implicit) a function entered before
+// tracing began. A frame is named after the function running in it, as gdb's and perf's
+// stacks name it: the callee, or the function it went on to by a jump (a tail call, a PLT
+// entry jumping to its target).
 struct Frame {
-  uint32_t function = 0;  // index into CallStack::functions()
+  uint32_t function = 0;  // index into CallStack::functions(): the function running in it
   uint64_t return_address = 0;
   uint64_t entry_count = 0;  // instructions executed before the call
-  bool implicit = false;     // a caller entered before tracing began (no call seen)
+  bool implicit = false;     // entered before tracing began (no call seen)
   bool entry_timed = false;  // entry_tsc is known
   uint64_t entry_tsc = 0;    // the decoder's time at the call
 };
@@ -52,8 +54,12 @@ class CallStackListener {
   virtual void OnCount(uint32_t function, uint64_t n) {}
   // `frame` was pushed (it is frames().back()).
   virtual void OnEnter(const Frame& frame) {}
-  // `frame` was popped: by a return, or (at_end) because the call context ends (end of the
-  // trace, an error, lost trace, another stream).
+  // The frame on top (`frame`, frames().back()) ran `from` and went on into another function
+  // by a jump: it is `frame.function`'s now (its entry count and time stay the call's).
+  virtual void OnRename(uint32_t from, const Frame& frame) {}
+  // `frame` was popped: by a return (or left without one: a longjmp or an exception jumped
+  // to a frame below), or (at_end) because the call context ends (end of the trace, an
+  // error, lost trace, another stream).
   virtual void OnExit(const Frame& frame, bool at_end) {}
 };
 
@@ -79,7 +85,13 @@ class CallStack {
   CallStack& operator=(const CallStack&) = delete;
 
   // The flow, in trace order: blocks of the block decoder (with end_block_on_call, so a call
-  // ends its block) and its events.
+  // ends its block) and its events. Code that runs with no frame (at the start of a stream,
+  // after the outermost function returned) gets an implicit frame: the stack holds the
+  // function running from its first instruction, and the callers each return reaches. A jump
+  // into another function (a block that ends in a jump, or crosses into another function by
+  // a direct jump or falling through) renames the frame on top, or returns to the frame below
+  // that runs the function jumped into the middle of (longjmp, an exception's landing pad); a
+  // call, a return, tracing enabled or an interrupt does not.
   void OnBlock(const pt_block& block);
   void OnEvent(const pt_event& event);
   // The decoder's time (TSC units); frames pushed from now on carry it.
@@ -114,9 +126,9 @@ class CallStack {
   uint64_t CallLength(uint64_t ip, pt_exec_mode mode);
   void Count(uint32_t f, uint64_t n);
   void CountSplit(const pt_block& block, uint32_t first);
-  void Push(uint32_t f, uint64_t return_address);
+  void Jump(uint32_t f, uint64_t ip);
   void Enter(uint32_t f, uint64_t return_address, bool implicit);
-  void Pop(bool at_end);
+  void Pop(bool at_end, bool by_return = true);
   bool ReturnMatched(uint64_t target);
   void Return(uint64_t target);
   void ReturnUnmatched();
@@ -138,7 +150,7 @@ class CallStack {
   absl::flat_hash_map<AddressKey, uint8_t> call_length_;        // (image, call site)
   uint64_t beyond_ = 0;  // calls without a frame above the top one (depth past kMaxFrames)
   int32_t untraced_ = -1;
-  int64_t current_ = -1;  // function of the last block
+  int64_t current_ = -1;  // function of the last instruction counted
   // The last symbol lookup: addresses in cache_ have the same symbol (or none) and file.
   AddressRange cache_{1, 0};
   int cache_symbol_ = -1;
@@ -146,6 +158,9 @@ class CallStack {
   uint32_t cache_function_ = 0;
   bool pending_call_ = false;
   bool pending_return_ = false;
+  // The last block ended in a jump or an instruction that falls through (not a call or
+  // return), and no event came after it: the next block is reached by that jump.
+  bool flowing_ = false;
   uint64_t pending_return_address_ = 0;
 };
 

@@ -64,6 +64,11 @@ class FoldedSink : public FlowSink {
     path_.push_back(Child(path_.empty() ? 0 : path_.back(), frame.function));
     top_ = path_.back();
   }
+  // The frame went on into another function by a jump: the stack is caller;new from here.
+  void OnRename(uint32_t from, const Frame& frame) override {
+    path_.back() = Child(path_.size() > 1 ? path_[path_.size() - 2] : 0, frame.function);
+    top_ = path_.back();
+  }
   void OnExit(const Frame& frame, bool at_end) override {
     path_.pop_back();
     top_ = path_.empty() ? 0 : path_.back();

@@ -53,14 +53,11 @@ class TimelineSink : public FlowSink {
     out_.buf().push_back('}');
     out_.MaybeFlush();
   }
-  void OnExit(const Frame& frame, bool at_end) override {
-    // Named as the "B" it closes: speedscope matches ends by name (Perfetto by nesting).
-    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"E\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
-    AppendTs();
-    out_.buf().append(std::string_view(",\"name\":"));
-    AppendJsonString(out_.buf(), functions_[frame.function].name);
-    out_.buf().push_back('}');
-    out_.MaybeFlush();
+  void OnExit(const Frame& frame, bool at_end) override { End(frame.function); }
+  // A jump into another function: its slice ends and the new function's begins.
+  void OnRename(uint32_t from, const Frame& frame) override {
+    End(from);
+    OnEnter(frame);
   }
   absl::Status Report(const DecodeTotals& totals) override {
     if (clock_ == Clock::kUndecided) clock_ = ever_timed_ ? Clock::kTsc : Clock::kInstructions;
@@ -89,6 +86,15 @@ class TimelineSink : public FlowSink {
   }
 
  private:
+  // Named as the "B" it closes: speedscope matches ends by name (Perfetto by nesting).
+  void End(uint32_t function) {
+    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"E\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
+    AppendTs();
+    out_.buf().append(std::string_view(",\"name\":"));
+    AppendJsonString(out_.buf(), functions_[function].name);
+    out_.buf().push_back('}');
+    out_.MaybeFlush();
+  }
   void ThreadName(const std::string& name) {
     fmt::format_to(
         out_.it(),

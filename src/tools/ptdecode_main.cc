@@ -550,7 +550,7 @@ int main(int argc, char** argv) {
       {"folded",
        "Folded stacks weighted by instructions or time (flamegraph.pl, inferno, speedscope)",
        dec::MakeFoldedSink},
-      {"timeline", "Chrome trace-event JSON (Perfetto UI, speedscope), one slice per call",
+      {"timeline", "Chrome trace-event JSON (Perfetto UI, speedscope), one slice per stack frame",
        dec::MakeTimelineSink},
   };
   std::vector<DecodeFlags> flags(commands.size() + 1);

@@ -17,7 +17,9 @@ with one oracle:
   calls-tree    `calls`: per thread each call's callee  = the ground truth's calls (objdump) and
                 and its instruction count                 returns (a shadow stack), nm names
   stacks        `folded` stack at sampled instructions  = `gdb -batch` break there + `bt`
-  timeline      `timeline` B per call, each E named     = the ground truth's calls, nm names
+  timeline      `timeline` B per frame, each E named    = the ground truth's calls, jumps into
+                                                          other functions, returns to callers
+                                                          entered before tracing, nm names
   time          `folded --weight=time` and insn times   = a clock that advances (not all 0)
 
 Usage (ctest runs it; see tests/corpus/CMakeLists.txt):
@@ -83,7 +85,7 @@ PROGRAMS = {
                       stack_points=["say"]),
     "static_bts": built("static", f"gcc {CFLAGS} -static {{src}}/static.c", record=["--bts"]),
     "cxx": built("cxx", f"g++ {CFLAGS} -static-libstdc++ -static-libgcc {{src}}/cxx.cc",
-                 stack_points=["Check(int)"]),
+                 stack_points=["Check(int)", "__cxa_begin_catch"]),
     "cxx_shared": built("cxx_shared", f"g++ {CFLAGS} {{src}}/cxx.cc",
                         stack_points=["Check(int)"], long=True),
     "vdso": built("vdso", f"gcc {CFLAGS} -static {{src}}/vdso.c", stack_points=["after_clock"]),
@@ -116,18 +118,7 @@ NOT_APPLICABLE = {
 # and must fail exactly this way (the mismatch contains the text given), so it passes as a known
 # failure; a check that then passes, or fails some other way, fails the test. Remove an entry
 # with its fix.
-KNOWN_BUGS = {
-    ("sort_pie", "stacks"): (
-        "a frame is named after its call target (qsort@plt) although the stub jumped on into "
-        "__qsort_r, which gdb and perf name the frame after", "main;qsort@plt;msort_with_tmp"),
-    ("sort_nopie", "stacks"): (
-        "a frame is named after its call target (qsort@plt) although the stub jumped on into "
-        "__qsort_r, which gdb and perf name the frame after", "main;qsort@plt;msort_with_tmp"),
-    ("forkexec", "timeline"): (
-        "the child's stream begins inside _Fork, but the timeline opens __libc_fork and then "
-        "main as calls the ground truth does not have",
-        "the trace starts in _Fork, timeline's first B is __libc_fork"),
-}
+KNOWN_BUGS = {}
 
 
 def checks_of(name):
@@ -198,7 +189,7 @@ def load_segments(path):
 def file_oracle(path, cache_dir):
     """Symbols (nm), PLT labels and calls (objdump -d) of one ELF file."""
     st = os.stat(path)
-    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v5.json"
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v6.json"
     cached = os.path.join(cache_dir, key)
     os.makedirs(cache_dir, exist_ok=True)
     with open(cached + ".lock", "w") as lock:
@@ -236,7 +227,8 @@ def compute_file_oracle(path):
     syms.sort()
     # objdump -d: instruction starts, calls with their direct target, syscalls, x@plt labels.
     starts, calls, syscalls, rets, labels = [], {}, [], [], []
-    proc = subprocess.Popen(["objdump", "-d", "-w", "--no-show-raw-insn", path],
+    # -C: labels demangled as nm -C names (and ptdecode): <std::get_terminate()@plt>.
+    proc = subprocess.Popen(["objdump", "-d", "-C", "-w", "--no-show-raw-insn", path],
                             stdout=subprocess.PIPE, text=True, errors="replace")
     insn_re = re.compile(r"^\s+([0-9a-f]+):\s+(\S+)\s*(.*)$")
     label_re = re.compile(r"^([0-9a-f]+) <(.*)>:$")
@@ -380,6 +372,18 @@ class FileInfo:
         for start, end, name in self.plt:
             if start <= vaddr < end:
                 return [name], start
+        return None
+
+    def label(self, vaddr):
+        """(names, start) of the size-0 symbols nearest below vaddr in its section (objdump's
+        label there), or None."""
+        i = bisect.bisect_right(self.sym_starts, vaddr)
+        for j in range(i - 1, -1, -1):
+            start, size, _, _ = self.syms[j]
+            if size == 0:
+                if self.section(start) != self.section(vaddr):
+                    return None
+                return [s[2] for s in self.syms[j:i] if s[0] == start and s[1] == 0], start
         return None
 
     def function_at(self, vaddr):
@@ -980,29 +984,74 @@ def check_self(c):
     return f"self of {len(want)} functions and the total ({total}) as in the ground truth"
 
 
+def running(info, vaddr):
+    """(names, key) of the function running at vaddr of info: its sized symbols (or x@plt
+    label), else objdump's label there (a size-0 symbol of the section), else no names (code
+    of the file no symbol names); key tells one function from another (None: unmapped)."""
+    if info is None:
+        return [], None
+    sym = info.symbol(vaddr) or info.label(vaddr)
+    return (sym[0], (info.path, sym[1])) if sym else ([], (info.path, None))
+
+
 def truth_frames(c):
-    """{tid: (first function, [(callee names, instructions of the call or None), ...])}: the
-    ground truth's calls in order, each with the instructions from the callee's first through
-    its return (callees included), found with a shadow stack of return addresses: a ret
-    (objdump) to the return address of a frame ends it and the frames above it (a frame left
-    without a return, by longjmp or an exception, keeps None)."""
+    """{tid: (calls, slices)} from the ground truth, with a shadow stack of return addresses
+    (a ret (objdump) to the return address of a frame ends it and the frames above it):
+    calls: the calls in order, each [(callee names, info, vaddr), instructions from the
+    callee's first through its return (callees included), or None for a frame left without a
+    return, by longjmp or an exception];
+    slices: (names, info, vaddr) of each frame begun, in order, as a call stack that names a
+    frame after the function running in it begins them (the timeline's B events): the
+    function the thread's trace starts in, each callee, the function a jump goes on to from
+    another one (not a call, return or syscall: a tail call, a PLT entry jumping to its target;
+    it renames the frame on top, unless it jumps into the middle of a function that has a
+    frame below: then the frames above that one end), the caller a return that matches no
+    frame reaches (entered before tracing began: the frame below), and the program an exec
+    starts."""
     result = {}
     for tid, ips in c.truth.items():
-        first_info, first_vaddr = c.where(tid, 0)
-        sym = first_info.symbol(first_vaddr) if first_info else None
-        root = (sym[0] if sym else [], first_info, first_vaddr)
-        calls, stack = [], []  # stack: (return address, index of the callee's first, call no.)
-        after_ret = False
+        calls, slices = [], []
+        stack = []  # (return address, index of the callee's first, call no.)
+        tops = []   # function_key of the function running in each frame, outermost first
+        after_ret = after_flow = False
+        space = prev_key = None
         for i, ip in enumerate(ips):
-            for depth in range(len(stack) - 1, -1, -1) if after_ret else ():
-                if stack[depth][0] == ip:
-                    _, first, n = stack[depth]
-                    calls[n][1] = i - first
-                    del stack[depth:]
-                    break
             info, vaddr = c.where(tid, i)
+            names, key = running(info, vaddr)
+            begins = False
+            if c.space_at(tid, i) is not space:  # the thread's first instruction, or an exec
+                space = c.space_at(tid, i)
+                stack, begins = [], True
+            elif after_ret:
+                for depth in range(len(stack) - 1, -1, -1):
+                    if stack[depth][0] == ip:
+                        _, first, n = stack[depth]
+                        calls[n][1] = i - first
+                        del stack[depth:]
+                        del tops[depth + 1:]
+                        break
+                else:
+                    begins = not stack  # the outermost function returned to its caller
+            elif after_flow and key != prev_key and tops and tops[-1] != key:
+                if key in tops and key[1] not in (None, vaddr):
+                    # Into the middle of a function with a frame below (an exception's landing
+                    # pad, longjmp): the frames above it end without a return. (Code no symbol
+                    # names has no entry to tell its middle by.)
+                    depth = len(tops) - 1 - tops[::-1].index(key)
+                    del tops[depth + 1:]
+                    del stack[depth:]
+                else:
+                    tops[-1] = key
+                    slices.append((names, info, vaddr))
+            if begins:
+                tops = [key]
+                slices.append((names, info, vaddr))
+            prev_key = key
             after_ret = info is not None and vaddr in info.rets
-            if info is None or vaddr not in info.calls or i + 1 == len(ips):
+            is_call = info is not None and vaddr in info.calls
+            after_flow = not after_ret and not is_call and not (info is not None
+                                                                and vaddr in info.syscalls)
+            if not is_call or i + 1 == len(ips):
                 continue
             k = bisect.bisect_right(info.starts, vaddr)
             ret = ip + (info.starts[k] - vaddr if k < len(info.starts) else 0)
@@ -1012,8 +1061,10 @@ def truth_frames(c):
                 named = t_info.symbol(t_vaddr)
                 names = named[0] if named else []
             stack.append((ret, i + 1, len(calls)))
+            tops.append(running(t_info, t_vaddr)[1])
             calls.append([(names, t_info, t_vaddr), None])
-        result[tid] = (root, calls)
+            slices.append((names, t_info, t_vaddr))
+        result[tid] = (calls, slices)
     return result
 
 
@@ -1058,7 +1109,7 @@ def check_calls_tree(c):
             got[tid][n][1] = int(m.group(4)) if m.group(4) else None
     errors, named, counted = [], [], []
     total = 0
-    for tid, (_, want) in truth_frames(c).items():
+    for tid, (want, _) in truth_frames(c).items():
         have = got.get(tid, [])
         total += len(want)
         if len(have) != len(want):
@@ -1080,8 +1131,9 @@ def check_calls_tree(c):
 
 
 def check_timeline(c):
-    """`timeline`: per thread, one B per call named as nm/objdump name the callee (after the
-    function the thread's trace starts in), and every E names the B it ends."""
+    """`timeline`: per thread, one B per frame begun (truth_frames' slices: the function the
+    trace starts in, each call, each jump on into another function, each caller returned to),
+    named as nm/objdump name the function, and every E names the B it ends."""
     doc = json.loads(c.ptdecode("timeline").stdout)
     events = doc["traceEvents"] if isinstance(doc, dict) else doc
     began = collections.defaultdict(list)
@@ -1100,18 +1152,15 @@ def check_timeline(c):
                     errors.append(f"tid {e['tid']}: E {json.dumps(e)} ends B '{b}'")
     if unnamed_e > 3:
         errors.append(f"... {unnamed_e} E events in all without the name of their B")
-    for tid, (first, want) in truth_frames(c).items():
+    for tid, (_, want) in truth_frames(c).items():
         have = began.get(tid, [])
-        if not have or not names_match(have[0], first):
-            errors.append(f"tid {tid}: the trace starts in {describe(first)}, timeline's "
-                          f"first B is {have[0] if have else 'missing'}")
-        have = have[1:]
         if len(have) != len(want):
-            errors.append(f"tid {tid}: ground truth {len(want)} calls, timeline {len(have)} B")
-        for n, ((callee, _), g) in enumerate(zip(want, have)):
-            if not names_match(g, callee):
-                errors.append(f"tid {tid} call {n}: ground truth {describe(callee)}, "
-                              f"timeline B {g}")
+            errors.append(f"tid {tid}: ground truth {len(want)} frames begun (the trace's "
+                          f"first function, calls, jumps on into another function, callers "
+                          f"returned to), timeline {len(have)} B")
+        for n, (w, g) in enumerate(zip(want, have)):
+            if not names_match(g, w):
+                errors.append(f"tid {tid} B {n}: ground truth {describe(w)}, timeline B {g}")
                 break
     if errors:
         raise Mismatch(errors[:SHOWN])
@@ -1229,7 +1278,6 @@ def check_stacks(c):
     # Points: instructions in the program's own functions (the first process's main
     # executable), chosen at random with a fixed seed.
     exe = c.fmt(c.spec["cmd"][0])
-    dynamic = elf_has_section(exe, ".interp")
     calls = collections.Counter()
     for tid, i, target in truth_calls(c):
         calls[target] += 1
@@ -1265,16 +1313,11 @@ def check_stacks(c):
         # found by scanning): not a frame of the program, left out.
         frames = [(canon.get(n, n), shared) for n, shared in bts[ip] if n != "??"]
         want = [n for n, _ in frames]
-        # A dynamic program's trace starts in ld.so, which jumps to the program's _start: the
-        # outermost frame is ld.so's there, so gdb's _start is not compared. A static program
-        # starts at its _start: the whole stack must agree.
-        exact = not dynamic
-        if dynamic and want and want[0] == "_start":
-            want = want[1:]
+        # The whole stack must agree: a dynamic program's trace starts in ld.so, whose frame
+        # is the program's _start once ld.so jumps there.
         target = canon.get(normalize(fn), normalize(fn))
         prefixes = {tuple(s[:j + 1]) for s in stacks for j, f in enumerate(s) if f == target}
-        ok = any(list(p[len(p) - len(want):]) == want for p in prefixes
-                 if len(p) >= len(want) and (not exact or len(p) == len(want)))
+        ok = any(list(p) == want for p in prefixes)
         if not ok:
             errors.append(f"at {hex(ip)} in {fn}: gdb bt {';'.join(want)}; folded has "
                           + (" | ".join(";".join(p) for p in sorted(prefixes)[:4])

@@ -26,6 +26,7 @@ using ::ptkit::testing::IsOk;
 const std::string kDir = PTKIT_DECODER_TEST_BINARY_DIR;
 
 using ::ptkit::decoder::testing::StartAtMain;
+using ::ptkit::decoder::testing::TailCallTrace;
 
 // Feeds the decoder's flow to a CallStack.
 class ModelSink : public Sink {
@@ -40,7 +41,8 @@ class ModelSink : public Sink {
   CallStack& model_;
 };
 
-// Writes every change as a line: "> f ret=0x401005", "< f", "< f (end)", "f 2" (a count).
+// Writes every change as a line: "> f ret=0x401005", "< f", "< f (end)", "f 2" (a count),
+// "~ f -> g" (the frame on top went on into g).
 class Log : public CallStackListener {
  public:
   void OnCount(uint32_t function, uint64_t n) override {
@@ -53,6 +55,10 @@ class Log : public CallStackListener {
   void OnExit(const Frame& frame, bool at_end) override {
     lines.push_back(
         fmt::format("< {}{}", (*functions)[frame.function].name, at_end ? " (end)" : ""));
+  }
+  void OnRename(uint32_t from, const Frame& frame) override {
+    lines.push_back(
+        fmt::format("~ {} -> {}", (*functions)[from].name, (*functions)[frame.function].name));
   }
   const std::vector<Function>* functions = nullptr;
   std::vector<std::string> lines;
@@ -88,35 +94,134 @@ std::vector<uint8_t> Call2Trace() {
   return t;
 }
 
-TEST(CallStackTest, FramesCountsAndTotals) {
-  auto image = Image("callstack_signal.elf");
-  ASSERT_NE(image, nullptr);
-  Log log;
-  CallStack model(*image, &log);
-  log.functions = &model.functions();
-  Decode(Call5Trace(), *image, model);
-  EXPECT_EQ(log.lines, (std::vector<std::string>{"main 1", "> main (implicit) ret=0x0",
-                                                 "> m1 ret=0x401005", "m1 1", "> g ret=0x40100d",
-                                                 "g 4", "< g", "m1 1", "> k ret=0x401012", "k 2",
-                                                 "< k", "m1 1", "< m1", "main 2", "< main (end)"}));
-  EXPECT_EQ(model.totals().instructions, 12u);
-  EXPECT_EQ(model.totals().calls, 3u);
-  EXPECT_EQ(model.totals().returns, 3u);
-  EXPECT_TRUE(model.frames().empty());
-  struct Want {
-    std::string name;
-    uint64_t self, inclusive, calls;
-  };
-  const std::vector<Want> want = {
-      {"main", 3, 12, 0}, {"m1", 3, 9, 1}, {"g", 4, 4, 1}, {"k", 2, 2, 1}};
-  ASSERT_EQ(model.functions().size(), want.size());
+struct Want {
+  std::string name;
+  uint64_t self, inclusive, calls;
+};
+
+void ExpectFunctions(const std::vector<Function>& functions, const std::vector<Want>& want) {
+  ASSERT_EQ(functions.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
-    const Function& fn = model.functions()[i];
+    const Function& fn = functions[i];
     EXPECT_EQ(fn.name, want[i].name);
     EXPECT_EQ(fn.self, want[i].self) << fn.name;
     EXPECT_EQ(fn.inclusive, want[i].inclusive) << fn.name;
     EXPECT_EQ(fn.calls, want[i].calls) << fn.name;
   }
+}
+
+// Decodes `trace` over `program` into a CallStack: its log lines, and in `result`
+// its functions and totals at the end (the stack reset).
+struct Result {
+  std::vector<Function> functions;
+  CallStack::Totals totals;
+};
+std::vector<std::string> DecodeLogged(const std::string& program, const std::vector<uint8_t>& trace,
+                                      Result* result) {
+  auto image = Image(program);
+  if (image == nullptr) return {};
+  Log log;
+  CallStack model(*image, &log);
+  log.functions = &model.functions();
+  Decode(trace, *image, model);
+  EXPECT_TRUE(model.frames().empty());
+  *result = {model.functions(), model.totals()};
+  return log.lines;
+}
+
+TEST(CallStackTest, FramesCountsAndTotals) {
+  Result r;
+  EXPECT_EQ(
+      DecodeLogged("callstack_signal.elf", Call5Trace(), &r),
+      (std::vector<std::string>{"> main (implicit) ret=0x0", "main 1", "> m1 ret=0x401005", "m1 1",
+                                "> g ret=0x40100d", "g 4", "< g", "m1 1", "> k ret=0x401012", "k 2",
+                                "< k", "m1 1", "< m1", "main 2", "< main (end)"}));
+  EXPECT_EQ(r.totals.instructions, 12u);
+  EXPECT_EQ(r.totals.calls, 3u);
+  EXPECT_EQ(r.totals.returns, 3u);
+  ExpectFunctions(r.functions,
+                  {{"main", 3, 12, 0}, {"m1", 3, 9, 1}, {"g", 4, 4, 1}, {"k", 2, 2, 1}});
+}
+
+// callstack_tail (hand_pt.h): the frame is named after the function running in it, as gdb's
+// bt and perf's call chains name it: the call enters stub, the indirect jump (a block that
+// ends in a jump) goes on into target, the direct jump (inside a block) into tail, and tail's
+// return ends that frame. The calls stay counted where they were; inclusive instructions
+// follow the frame.
+TEST(CallStackTest, AJumpIntoAnotherFunctionRenamesTheFrameOnTop) {
+  Result r;
+  EXPECT_EQ(DecodeLogged("callstack_tail.elf", TailCallTrace(), &r),
+            (std::vector<std::string>{
+                "> main (implicit) ret=0x0", "main 1", "> stub ret=0x401005", "stub 1",
+                "~ stub -> target", "target 1", "> leaf ret=0x40100f", "leaf 1", "< leaf",
+                "target 1", "~ target -> tail", "tail 2", "< tail", "main 2", "< main (end)"}));
+  EXPECT_EQ(r.totals.instructions, 9u);
+  EXPECT_EQ(r.totals.calls, 2u);
+  EXPECT_EQ(r.totals.returns, 2u);
+  ExpectFunctions(r.functions, {{"main", 3, 9, 0},
+                                {"stub", 1, 1, 1},
+                                {"target", 2, 3, 0},
+                                {"leaf", 1, 1, 1},
+                                {"tail", 2, 2, 0}});
+}
+
+// A stream that begins inside g (TIP.PGE 0x401014, as a forked child's begins inside _Fork):
+// g gets its frame at its first instruction. g returns to m1 (TIP 0x40100d), a caller entered
+// before tracing began: m1's frame opens there, not at its next call; m1 calls k, k returns
+// (TNT), m1 returns to main (TIP 0x401005), whose frame opens there, and main jumps away.
+TEST(CallStackTest, AStreamThatBeginsInsideAFunctionGivesItAFrameAtOnce) {
+  std::vector<uint8_t> t = StartAtMain();
+  t[t.size() - 6] = 0x14;
+  t.insert(t.end(), {0x6d, 0x0d, 0x10, 0x40, 0x00, 0x00, 0x00, 0x06, 0x6d, 0x05, 0x10, 0x40, 0x00,
+                     0x00, 0x00, 0x01});
+  Result r;
+  EXPECT_EQ(
+      DecodeLogged("callstack_signal.elf", t, &r),
+      (std::vector<std::string>{"> g (implicit) ret=0x0", "g 3", "< g", "> m1 (implicit) ret=0x0",
+                                "m1 1", "> k ret=0x401012", "k 2", "< k", "m1 1", "< m1",
+                                "> main (implicit) ret=0x0", "main 2", "< main (end)"}));
+  EXPECT_EQ(r.totals.calls, 1u);
+  EXPECT_EQ(r.totals.returns, 1u);  // k's: the others return for implicit frames
+  ExpectFunctions(r.functions,
+                  {{"g", 3, 3, 0}, {"m1", 2, 4, 0}, {"k", 2, 2, 1}, {"main", 2, 2, 0}});
+}
+
+// callstack_tail's catcher calls thrower, thrower calls unwinder, and unwinder jumps (TIP
+// 0x40101a) into the middle of catcher, which has a frame below: as an exception reaches its
+// landing pad (or a longjmp its setjmp), thrower's and unwinder's frames end there without a
+// return, and catcher goes on in its own frame (gdb: main;catcher), not in a renamed one
+// above them.
+TEST(CallStackTest, AJumpIntoTheMiddleOfAFunctionBelowLeavesTheFramesAbove) {
+  std::vector<uint8_t> t = StartAtMain();
+  t[t.size() - 6] = 0x14;
+  t.insert(t.end(), {0x6d, 0x1a, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
+  Result r;
+  EXPECT_EQ(DecodeLogged("callstack_tail.elf", t, &r),
+            (std::vector<std::string>{"> catcher (implicit) ret=0x0", "catcher 1",
+                                      "> thrower ret=0x401019", "thrower 1",
+                                      "> unwinder ret=0x401022", "unwinder 1", "< unwinder",
+                                      "< thrower", "catcher 2", "< catcher (end)"}));
+  EXPECT_EQ(r.totals.calls, 2u);
+  EXPECT_EQ(r.totals.returns, 0u);
+}
+
+// callstack_tail's code without a symbol (0x401025, "[callstack_tail.elf]", the stream's
+// first function) calls stub2, which jumps (direct) on into more code without a symbol, which
+// jumps (TIP 0x401011) on into leaf; leaf returns (TNT). Code without a symbol has no entry:
+// jumping into it renames stub2's frame, as into any other function, and does not return to
+// the frame below that runs such code too (as a stripped program's PLT entry jumps to PLT0).
+TEST(CallStackTest, AJumpIntoCodeWithoutASymbolRenamesTheFrame) {
+  std::vector<uint8_t> t = StartAtMain();
+  t[t.size() - 6] = 0x25;
+  t.insert(t.end(), {0x6d, 0x11, 0x10, 0x40, 0x00, 0x00, 0x00, 0x06, 0x01});
+  Result r;
+  EXPECT_EQ(DecodeLogged("callstack_tail.elf", t, &r),
+            (std::vector<std::string>{"> [callstack_tail.elf] (implicit) ret=0x0",
+                                      "[callstack_tail.elf] 1", "> stub2 ret=0x40102a", "stub2 1",
+                                      "~ stub2 -> [callstack_tail.elf]", "[callstack_tail.elf] 1",
+                                      "~ [callstack_tail.elf] -> leaf", "leaf 1", "< leaf",
+                                      "[callstack_tail.elf] 1", "< [callstack_tail.elf] (end)"}));
+  EXPECT_EQ(r.totals.returns, 1u);
 }
 
 // Two programs, each with a call at 0x401000 but of another length: after the first, the
@@ -135,7 +240,7 @@ TEST(CallStackTest, ACallSiteAtTheSameAddressInAnotherProgramHasItsOwnLength) {
   model.SetImage(*call2);
   Decode(Call2Trace(), *call2, model);
   EXPECT_EQ(log.lines,
-            (std::vector<std::string>{"main 1", "> main (implicit) ret=0x0", "> f ret=0x401002",
+            (std::vector<std::string>{"> main (implicit) ret=0x0", "main 1", "> f ret=0x401002",
                                       "f 2", "< f", "main 2", "< main (end)"}));
   EXPECT_EQ(model.totals().calls, 4u);
   EXPECT_EQ(model.totals().returns, 4u);

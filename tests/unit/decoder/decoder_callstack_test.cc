@@ -3,6 +3,8 @@
 // next instruction, a signal handler that interrupts a callee, and an interrupt at a call's
 // target. Each case's folded stacks are what ran.
 #include <cstdio>
+#include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -22,18 +24,26 @@ using ::ptkit::testing::IsOk;
 const std::string kDir = PTKIT_DECODER_TEST_BINARY_DIR;
 
 using ::ptkit::decoder::testing::StartAtMain;
+using ::ptkit::decoder::testing::TailCallTrace;
 
-std::string Folded(const std::string& program, const std::vector<uint8_t>& trace) {
+using MakeSink = std::unique_ptr<Sink> (*)(const ProgramImage&, std::FILE*, const OutputOptions&);
+
+// The output of the sink `make` makes, for `trace` over `program`.
+std::string Decoded(MakeSink make, const std::string& program, const std::vector<uint8_t>& trace) {
   auto image = ProgramImage::Create();
   EXPECT_THAT(image, IsOk());
   if (!image.ok()) return "";
   EXPECT_THAT((*image)->AddElf({kDir + "/" + program, 0}), IsOk());
   std::FILE* out = std::tmpfile();
-  auto sink = MakeFoldedSink(**image, out, {});
+  auto sink = make(**image, out, {});
   EXPECT_THAT(DecodeTrace(trace, {}, **image, *sink), IsOk());
   const std::string text = ::ptkit::decoder::testing::ReadAll(out);
   std::fclose(out);
   return text;
+}
+
+std::string Folded(const std::string& program, const std::vector<uint8_t>& trace) {
+  return Decoded(MakeFoldedSink, program, trace);
 }
 
 // main: call 1f; 1: pop %rax; call f; nop; jmp *%rbx. The first call reads the IP and enters
@@ -69,6 +79,34 @@ TEST(CallStackTest, AnInterruptAtACallTargetStillEntersTheCallee) {
   t.insert(t.end(), {0x7d, 0x08, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01, 0x71, 0x08, 0x10, 0x40,
                      0x00, 0x00, 0x00, 0x0e, 0x6d, 0x05, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
   EXPECT_EQ(Folded("callstack_signal.elf", t), "main 3\nmain;m1 3\nmain;m1;g 4\nmain;m1;k 2\n");
+}
+
+// callstack_tail (hand_pt.h): stub jumps on into target, target into tail. Each output
+// names the frame after the function running in it from the jump on, as gdb's bt and perf's
+// call chains do: folded reads main;target;leaf and main;tail, the timeline ends stub's slice
+// and begins target's at the jump, and calls shows the call as made (to stub), as
+// `perf script --call-trace` does, and its return from the function that returns (tail).
+TEST(CallStackTest, AJumpIntoAnotherFunctionRenamesTheFrameInEveryOutput) {
+  EXPECT_EQ(Folded("callstack_tail.elf", TailCallTrace()),
+            "main 3\nmain;stub 1\nmain;tail 2\nmain;target 2\nmain;target;leaf 1\n");
+  EXPECT_EQ(Decoded(MakeCallsSink, "callstack_tail.elf", TailCallTrace()),
+            "         0 [main]\n"
+            "         1   > stub\n"
+            "         3     > leaf\n"
+            "         4     < leaf (1 insns)\n"
+            "         7   < tail (6 insns)\n");
+  const std::string timeline = Decoded(MakeTimelineSink, "callstack_tail.elf", TailCallTrace());
+  // Without timing, "ts" counts instructions.
+  const std::regex event("\"ph\":\"([BE])\",\"pid\":1,\"tid\":1,\"ts\":(\\d+),\"name\":\"(\\w+)\"");
+  std::string events;
+  for (auto it = std::sregex_iterator(timeline.begin(), timeline.end(), event);
+       it != std::sregex_iterator(); ++it) {
+    events += (*it)[1].str() + " " + (*it)[3].str() + " " + (*it)[2].str() + "\n";
+  }
+  EXPECT_EQ(events,
+            "B main 0\nB stub 1\nE stub 2\nB target 2\nB leaf 3\nE leaf 4\nE target 5\n"
+            "B tail 5\nE tail 7\nE main 9\n")
+      << timeline;
 }
 
 }  // namespace

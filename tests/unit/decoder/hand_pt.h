@@ -15,6 +15,15 @@ inline std::vector<uint8_t> StartAtMain() {
   return t;
 }
 
+// Over callstack_tail.elf: main calls stub (0x401008), which jumps on through %rax
+// (TIP 0x40100a) to target; target calls leaf, leaf returns (TNT), target jumps (direct,
+// inside the block) on to tail, tail returns to main (TNT), main jumps away (TIP.PGD).
+inline std::vector<uint8_t> TailCallTrace() {
+  std::vector<uint8_t> t = StartAtMain();
+  t.insert(t.end(), {0x6d, 0x0a, 0x10, 0x40, 0x00, 0x00, 0x00, 0x0e, 0x01});
+  return t;
+}
+
 }  // namespace ptkit::decoder::testing
 
 #endif  // PTKIT_TESTS_UNIT_DECODER_HAND_PT_H_
