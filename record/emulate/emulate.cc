@@ -17,6 +17,7 @@
 #include "record/address_filter.h"
 #include "record/code_capture.h"
 #include "record/drain_loop.h"
+#include "record/emulate/qemu_backend.h"
 #include "record/event_spec.h"
 #include "record/metadata.h"
 #include "record/perf_event.h"
@@ -223,6 +224,7 @@ std::string SignalName(int sig) {
 }
 
 absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
+  if (options.backend == "qemu") return RecordQemu(options);
   // SIGINT / SIGTERM / SIGHUP end the run cleanly; from here on they cannot kill ptrecord.
   record::SignalWatcher signals(record::SignalWatcher::Delivery::kInterrupting);
   const uint64_t stops0 = signals.stop_count();

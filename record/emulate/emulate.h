@@ -22,6 +22,11 @@
 namespace ptkit::emulate {
 
 struct EmulateOptions {
+  // "step": ptrace single-step (this file); "qemu": QEMU's TCG with ptkit's plugin
+  // (qemu_backend.h).
+  std::string backend = "step";
+  std::string qemu_plugin;        // qemu: the plugin; empty = next to `self_exe`
+  std::string self_exe;           // qemu: ptrecord's own path (/proc/self/exe)
   std::vector<std::string> argv;  // the workload
   std::string output = "trace.pt";
   bool overwrite_existing = false;
@@ -68,11 +73,11 @@ struct EmulatedEvent {
 };
 absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text);
 
-// Runs and records the workload. SIGINT, SIGTERM and SIGHUP stop it as --max-steps does (the
-// workload is killed, everything traced so far is kept, the container is closed with its
-// footer); SIGUSR2 is reported once through `notice` and otherwise ignored. The container
-// ends with a metadata record that repeats the first and adds "end": how the workload ended
-// (exit status, signal) and whether ptrecord stopped it. The build-ids of mapped files and
+// Runs and records the workload (with backend "qemu": RecordQemu). SIGINT, SIGTERM and SIGHUP stop
+// it as --max-steps does (the workload is killed, everything traced so far is kept, the container
+// is closed with its footer); SIGUSR2 is reported once through `notice` and otherwise ignored. The
+// container ends with a metadata record that repeats the first and adds "end": how the workload
+// ended (exit status, signal) and whether ptrecord stopped it. The build-ids of mapped files and
 // the vdso bytes are stored (record/code_capture.h), with `archive` the mapped code too.
 // Nothing is left behind when the workload never ran.
 // Errors: kNotFound for a program that cannot be executed,
