@@ -133,6 +133,9 @@ struct Global {
   ptkit::swpt::PtEncoderOptions pt;
   int truth_fd = -1;
   std::atomic<Thread*> threads[kMaxVcpus] = {};
+  // The process is ending (exit_group, exec): running threads close their streams at their
+  // next block.
+  std::atomic<bool> closing{false};
   std::mutex mu;  // blocks, host_maps, first_process
   std::deque<Block> blocks;
   std::deque<Insn> insns;
@@ -509,8 +512,15 @@ void OnBlock(unsigned int vcpu, void* userdata) {
   // A REP string instruction ends its block and runs again from its own address once per
   // iteration; it retires once.
   if (p->last.rep && b.start == p->last_ip) return;
-  t->instructions += b.insns;
   Follow(*t, *p, b);
+  if (g->closing.load(std::memory_order_relaxed)) {
+    // The process is ending: this block does not run as far as the trace (and the ground
+    // truth) know.
+    if (t->pending) Resolve(*t, 0);
+    if (t->traced && t->enc->tracing()) Add(*t, Event::AsyncDisable(b.start));
+    return EndThread(*t);
+  }
+  t->instructions += b.insns;
   if (++t->blocks >= kCheckBlocks) {
     t->blocks = 0;
     if (t->enc->offset() - t->moved >= kChunk) {
@@ -548,10 +558,10 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
   if ((b.last_ip & 4095) > 4096 - sizeof(bytes)) {
     // QEMU 7.2 gives only the first page's bytes (and length) of an instruction that crosses
     // a page. Guest addresses are host addresses: read them (process_vm_readv stops at an
-    // unmapped page instead of faulting).
+    // unmapped page instead of faulting; by thread id: the leader may have exited).
     iovec local{bytes, sizeof(bytes)};
     iovec remote{reinterpret_cast<void*>(b.last_ip), sizeof(bytes)};
-    const ssize_t n = process_vm_readv(getpid(), &local, 1, &remote, 1, 0);
+    const ssize_t n = process_vm_readv(gettid(), &local, 1, &remote, 1, 0);
     if (n > 0) size = static_cast<size_t>(n);
   }
   absl::StatusOr<InsnInfo> info =
@@ -585,21 +595,35 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
   }
 }
 
-// Every other thread that is stopped in a system call ends with the process.
-void EndAll() {
+// Every other thread ends with the process (and the current one too with `with_current`):
+// one stopped in a system call is closed here; a running one closes its own stream at its next
+// block (its ground truth ends there too) while this waits for it (a while: a thread that does
+// not get there in time is cut, counted).
+void EndAll(bool with_current = true) {
+  g->closing.store(true, std::memory_order_relaxed);
+  const uint64_t deadline = Now() + 500000000;
   for (unsigned v = 0; v < kMaxVcpus; ++v) {
     Thread* t = g->threads[v].load(std::memory_order_acquire);
     if (t == nullptr || t == t_current) continue;
-    int expected = kInSyscall;
-    if (t->phase.compare_exchange_strong(expected, kClosed)) {
-      CloseThread(*t);
-    } else if (expected == kRunning && t->traced) {
-      // Running guest code right now: its last chunk cannot be taken from under it.
-      Header()->threads_cut.fetch_add(1);
-      t->control->state.store(ptk::kSlotDone, std::memory_order_release);
+    for (;;) {
+      int expected = kInSyscall;
+      if (t->phase.compare_exchange_strong(expected, kClosed)) {
+        CloseThread(*t);
+        break;
+      }
+      if (expected == kClosed) break;
+      if (Now() > deadline) {
+        if (t->traced) {
+          Header()->threads_cut.fetch_add(1);
+          t->control->state.store(ptk::kSlotDone, std::memory_order_release);
+        }
+        break;
+      }
+      timespec ts{0, 20000};
+      nanosleep(&ts, nullptr);
     }
   }
-  if (t_current != nullptr) EndThread(*t_current);
+  if (with_current && t_current != nullptr) EndThread(*t_current);
 }
 
 void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1, uint64_t a2,
@@ -619,8 +643,14 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
   if (num == kSysExit) return EndThread(*t);
   if (num == kSysExitGroup) return EndAll();
   if (t->traced && (num == kSysExecve || num == kSysExecveat)) {
-    // qemu-user does not follow exec: if it succeeds, this stream ends here.
+    // qemu-user does not follow exec (the new program runs natively): if it succeeds, this
+    // stream ends here. Counted until the call returns with an error.
+    // The other threads vanish with the old program: they end now (if the call fails, their
+    // traces end here anyway).
+    Header()->execs.fetch_add(1);
+    if (g->truth_fd >= 0) FlushTruth(*t);
     Move(*t);
+    EndAll(/*with_current=*/false);
   }
   t->phase.store(kInSyscall, std::memory_order_release);
 }
@@ -630,6 +660,7 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   if (t == nullptr) return;
   int expected = kInSyscall;
   if (!t->phase.compare_exchange_strong(expected, kRunning)) return;
+  if (t->traced && (num == kSysExecve || num == kSysExecveat)) Header()->execs.fetch_sub(1);
   if (!t->traced || ret < 0) return;
   const uint64_t now = Now();
   if (num == kSysMmap && (t->args[2] & PROT_EXEC) != 0) {

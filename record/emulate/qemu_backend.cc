@@ -264,8 +264,13 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   if (uint32_t n = h->threads_cut.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
         n,
-        " threads were running guest code when the process exited: their last bytes of "
-        "trace (up to one chunk) are missing"));
+        " threads did not stop within 0.5 s when their process exited or exec'd: their "
+        "last bytes of trace (up to one chunk) are missing"));
+  }
+  if (uint32_t n = h->execs.load(); n > 0) {
+    result.warnings.push_back(absl::StrCat(
+        "the trace ends at execve (", n,
+        " times): qemu-user does not follow exec, the new program ran natively, untraced"));
   }
   if (uint32_t n = h->unresolved_signals.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
