@@ -42,6 +42,7 @@ struct EmulateOptions {
   std::string filter;
   uint64_t data_pages = 64;               // tracking ring, per CPU
   uint64_t aux_pages = 64;                // simulated AUX ring, per thread
+  uint64_t qemu_aux_pages = 1024;         // the same for the qemu backend (it runs ~10^4x faster)
   std::vector<std::string> command_line;  // ptrecord's argv, for the metadata
   // Told things the user should know while the run goes on (e.g. a SIGUSR2 that does not
   // apply); may be empty.

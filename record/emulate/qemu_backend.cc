@@ -127,7 +127,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   };
 
   // The shared region: a memfd that qemu inherits (no CLOEXEC); the plugin maps and closes it.
-  const uint64_t size = QemuRegionSize(kSlots, kSlotDataPages, options.aux_pages);
+  const uint64_t size = QemuRegionSize(kSlots, kSlotDataPages, options.qemu_aux_pages);
   ScopedFd memfd(memfd_create("ptkit-qemu-ring", 0));
   if (!memfd.valid()) return ErrnoStatus(errno, "memfd_create for the QEMU ring");
   if (ftruncate(memfd.get(), static_cast<off_t>(size)) != 0) {
@@ -136,7 +136,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   ScopedMmap map(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd.get(), 0), size);
   if (!map.valid()) return ErrnoStatus(errno, "mmap the QEMU ring");
   auto* base = static_cast<uint8_t*>(map.get());
-  InitQemuRegion(base, kSlots, kSlotDataPages, options.aux_pages);
+  InitQemuRegion(base, kSlots, kSlotDataPages, options.qemu_aux_pages);
 
   ScopedFd truth;
   if (!options.ground_truth.empty()) {
@@ -168,7 +168,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   mi.page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   mi.mode = "full-trace";
   mi.data_pages = kSlotDataPages;
-  mi.aux_pages = options.aux_pages;
+  mi.aux_pages = options.qemu_aux_pages;
   RecordingMetadata meta = record::BuildRecordingMetadata(mi);
   meta.emulated = "qemu";
   meta.clock = "CLOCK_MONOTONIC ns of the host (emulated: TSC packets and sideband use it)";

@@ -96,7 +96,7 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   e.archive = o.archive;
   e.filter = o.filter;
   e.data_pages = o.data_pages;
-  if (app.count("--mmap-pages") > 0) e.aux_pages = o.aux_pages;
+  if (app.count("--mmap-pages") > 0) e.aux_pages = e.qemu_aux_pages = o.aux_pages;
   e.command_line = o.command_line;
   e.notice = [](const std::string& text) { std::fprintf(stderr, "ptrecord: %s\n", text.c_str()); };
   absl::StatusOr<ptkit::emulate::EmulateResult> r = ptkit::emulate::RecordEmulated(e);
