@@ -218,6 +218,28 @@ absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text) {
   return e;
 }
 
+record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
+                                            const perf_event_attr& tracking, uint64_t data_pages,
+                                            uint64_t aux_pages) {
+  record::MetadataInput mi;
+  mi.command_line = options.command_line;
+  mi.workload = options.argv;
+  mi.cpu = record::ReadCpuId();
+  mi.event = options.bts ? "intel_bts//u (emulated)" : "intel_pt//u (emulated)";
+  mi.attrs = {{"tracking", tracking}};
+  // TSC = perf time = CLOCK_MONOTONIC ns: the identity conversion, 1 GHz.
+  mi.time = record::TimeConversion{.cap_user_time = false,
+                                   .cap_user_time_zero = true,
+                                   .time_shift = 0,
+                                   .time_mult = 1,
+                                   .time_zero = 0};
+  mi.page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  mi.mode = "full-trace";
+  mi.data_pages = data_pages;
+  mi.aux_pages = aux_pages;
+  return mi;
+}
+
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
@@ -343,23 +365,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
                                      options.data_pages, cpus.size(), limits, "tracking event"));
       sideband.push_back(std::move(source));
     }
-    record::MetadataInput mi;
-    mi.command_line = options.command_line;
-    mi.workload = options.argv;
-    mi.cpu = record::ReadCpuId();
-    mi.event = options.bts ? "intel_bts//u (emulated)" : "intel_pt//u (emulated)";
-    mi.attrs = {{"tracking", tracking}};
-    // TSC = perf time = CLOCK_MONOTONIC ns: the identity conversion, 1 GHz.
-    mi.time = record::TimeConversion{.cap_user_time = false,
-                                     .cap_user_time_zero = true,
-                                     .time_shift = 0,
-                                     .time_mult = 1,
-                                     .time_zero = 0};
-    mi.page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-    mi.mode = "full-trace";
-    mi.data_pages = options.data_pages;
-    mi.aux_pages = options.aux_pages;
-    meta = record::BuildRecordingMetadata(mi);
+    meta = record::BuildRecordingMetadata(
+        EmulatedMetadataInput(options, tracking, options.data_pages, options.aux_pages));
     meta.emulated = RecordingMetadata::kEmulatedStep;
     meta.clock = "CLOCK_MONOTONIC ns (emulated: TSC packets and sideband use it)";
     meta.emulation =

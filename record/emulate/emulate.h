@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "record/drain.h"
 #include "record/emulate/stepper.h"
+#include "record/metadata.h"
 #include "record/swpt/bts_writer.h"
 #include "record/swpt/pt_encoder.h"
 
@@ -58,6 +59,13 @@ struct EmulateResult {
   uint64_t threads = 0;
   std::vector<std::string> warnings;  // e.g. mapped files without a build-id
 };
+
+// The metadata input both backends start from: the command, this CPU, the emulated event,
+// the tracking attr (its sample_id layout), the identity time conversion of CLOCK_MONOTONIC
+// ns, full-trace mode with the given ring sizes.
+record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
+                                            const perf_event_attr& tracking, uint64_t data_pages,
+                                            uint64_t aux_pages);
 
 // "SIGSEGV" for SIGSEGV (a number for an unknown signal).
 std::string SignalName(int sig);

@@ -154,22 +154,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   // The metadata: the per-thread sideband layout the plugin writes, the identity TSC clock.
   perf_event_attr tracking = record::BuildTrackingAttr({.clockid = CLOCK_MONOTONIC});
   tracking.sample_type = kQemuSampleType;
-  record::MetadataInput mi;
-  mi.command_line = options.command_line;
-  mi.workload = options.argv;
-  mi.cpu = record::ReadCpuId();
-  mi.event = "intel_pt//u (emulated)";
-  mi.attrs = {{"tracking", tracking}};
-  mi.time = record::TimeConversion{.cap_user_time = false,
-                                   .cap_user_time_zero = true,
-                                   .time_shift = 0,
-                                   .time_mult = 1,
-                                   .time_zero = 0};
-  mi.page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  mi.mode = "full-trace";
-  mi.data_pages = kSlotDataPages;
-  mi.aux_pages = options.qemu_aux_pages;
-  RecordingMetadata meta = record::BuildRecordingMetadata(mi);
+  RecordingMetadata meta = record::BuildRecordingMetadata(
+      EmulatedMetadataInput(options, tracking, kSlotDataPages, options.qemu_aux_pages));
   meta.emulated = "qemu";
   meta.clock = "CLOCK_MONOTONIC ns of the host (emulated: TSC packets and sideband use it)";
   meta.emulation = EmulationMetadata{
