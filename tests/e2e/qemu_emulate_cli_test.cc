@@ -145,6 +145,41 @@ TEST_F(QemuEmulateTest, GzipOfAFileDecodesToTheGroundTruth) {
   ExpectDecodedEqualsTruth("gzip", {"/bin/gzip", "-c", "-9", input});
 }
 
+// Both backends on a non-PIE program: the flow through the program's own functions is the
+// same (libc's differs: glibc picks its code paths from QEMU's CPUID).
+TEST_F(QemuEmulateTest, StepAndQemuRunTheProgramsOwnCodeAlike) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string fib = PROGRAM_DIR "/emulate_fib";
+  Recorded qemu = Record("fib_qemu", {fib});
+  ASSERT_EQ(qemu.run.exit_code, 0) << qemu.run.err;
+  const std::string step_truth = dir_->File("fib_step.truth");
+  // Filtered to those functions: the step backend runs at full speed elsewhere.
+  auto step = RunCommand({PTRECORD_PATH, "--emulate=step", "--filter",
+                          "filter main @ " + fib + ",filter fib @ " + fib, "--ground-truth",
+                          step_truth, "-o", dir_->File("fib_step.pt"), "--", fib});
+  if (step.exit_code != 0 && step.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_EQ(step.exit_code, 0) << step.err;
+  std::vector<std::pair<uint64_t, uint64_t>> own = {::ptkit::testing::NmRange(fib, "main"),
+                                                    ::ptkit::testing::NmRange(fib, "fib")};
+  ASSERT_NE(own[0].second, 0u);
+  ASSERT_NE(own[1].second, 0u);
+  auto own_code = [&](const PerThread& truth) {
+    std::vector<uint64_t> ips;
+    for (uint64_t ip : truth.begin()->second) {
+      for (const auto& [begin, end] : own) {
+        if (ip >= begin && ip < end) ips.push_back(ip);
+      }
+    }
+    return ips;
+  };
+  const std::vector<uint64_t> q = own_code(ReadTruth(qemu.truth));
+  const std::vector<uint64_t> s = own_code(ReadTruth(step_truth));
+  EXPECT_GT(q.size(), 500u);
+  EXPECT_TRUE(q == s) << q.size() << " vs " << s.size() << " instructions in main and fib";
+}
+
 // The property `ptdecode diff` needs: the same program gives the same counts.
 TEST_F(QemuEmulateTest, TwoRunsGiveTheSamePerFunctionCounts) {
   PTKIT_SKIP_WITHOUT_QEMU();
