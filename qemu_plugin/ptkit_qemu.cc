@@ -71,6 +71,8 @@ namespace ptk = ptkit::emulate;
 
 // Encoded bytes go to the ring in chunks of about this size.
 constexpr uint64_t kChunk = 64 << 10;
+// Bytes older than this are moved even if the chunk is not full.
+constexpr uint64_t kMoveNs = 20000000;
 // How often (in blocks) a thread checks whether a chunk is ready.
 constexpr uint32_t kCheckBlocks = 1024;
 constexpr unsigned kMaxVcpus = 4096;
@@ -109,7 +111,8 @@ struct Thread {
   uint64_t args[6] = {};
   std::atomic<int> phase{kRunning};
   uint64_t instructions = 0;
-  uint64_t moved = 0;  // encoder bytes handed to the ring
+  uint64_t moved = 0;     // encoder bytes handed to the ring
+  uint64_t moved_at = 0;  // Now() of the last Move
   uint32_t blocks = 0;
   std::vector<Event> events;
   // An asynchronous signal arrived after a branch whose outcome only the signal frame knows
@@ -178,10 +181,14 @@ void WriteRecord(Thread& t, const std::vector<uint8_t>& record) {
   if (!t.out->WriteRecord(record, WaitForReader)) Fail("ptrecord stopped draining");
 }
 
+void FlushTruth(Thread& t);
+
 // Hands the encoded bytes to the ring.
 void Move(Thread& t) {
   std::vector<uint8_t> bytes = t.enc->TakeBytes();
   t.moved += bytes.size();
+  t.moved_at = Now();
+  if (g->truth_fd >= 0) FlushTruth(t);  // the ground truth ends where the trace does
   if (!bytes.empty() && !t.out->WriteTrace(bytes, Now(), WaitForReader)) {
     Fail("ptrecord stopped draining");
   }
@@ -495,6 +502,8 @@ void Follow(Thread& t, const Block& p, const Block& b) {
   AddAll(t);
 }
 
+void Stop();
+
 void OnBlock(unsigned int vcpu, void* userdata) {
   const Block& b = *static_cast<const Block*>(userdata);
   if (vcpu >= kMaxVcpus) return;
@@ -513,18 +522,24 @@ void OnBlock(unsigned int vcpu, void* userdata) {
   // iteration; it retires once.
   if (p->last.rep && b.start == p->last_ip) return;
   Follow(*t, *p, b);
-  if (g->closing.load(std::memory_order_relaxed)) {
+  if (g->closing.load(std::memory_order_relaxed) ||
+      (t->blocks + 1 >= kCheckBlocks &&
+       Header()->stop_signal.load(std::memory_order_relaxed) != 0)) {
     // The process is ending: this block does not run as far as the trace (and the ground
     // truth) know.
     if (t->pending) Resolve(*t, 0);
     if (t->traced && t->enc->tracing()) Add(*t, Event::AsyncDisable(b.start));
+    if (!g->closing.load(std::memory_order_relaxed)) return Stop();
     return EndThread(*t);
   }
   t->instructions += b.insns;
   if (++t->blocks >= kCheckBlocks) {
     t->blocks = 0;
-    if (t->enc->offset() - t->moved >= kChunk) {
-      Add(*t, Event::Time(Now()));
+    // A chunk is full, or old: a process that dies of a signal runs no plugin code, so what
+    // was not moved is lost; this bounds it to about kMoveNs of the run.
+    const uint64_t now = Now();
+    if (t->enc->offset() - t->moved >= kChunk || now - t->moved_at > kMoveNs) {
+      Add(*t, Event::Time(now));
       Move(*t);
     }
   }
@@ -626,6 +641,13 @@ void EndAll(bool with_current = true) {
   if (with_current && t_current != nullptr) EndThread(*t_current);
 }
 
+// ptrecord asked to stop (SIGINT, SIGTERM, SIGHUP): every stream ends here, then the process
+// exits as that signal's 128 + N.
+void Stop() {
+  EndAll();
+  syscall(SYS_exit_group, 128 + static_cast<int>(Header()->stop_signal.load()));
+}
+
 void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1, uint64_t a2,
                uint64_t a3, uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8) {
   Thread* t = ThreadOf(vcpu);
@@ -661,6 +683,7 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   int expected = kInSyscall;
   if (!t->phase.compare_exchange_strong(expected, kRunning)) return;
   if (t->traced && (num == kSysExecve || num == kSysExecveat)) Header()->execs.fetch_sub(1);
+  if (Header()->stop_signal.load(std::memory_order_relaxed) != 0) return Stop();
   if (!t->traced || ret < 0) return;
   const uint64_t now = Now();
   if (num == kSysMmap && (t->args[2] & PROT_EXEC) != 0) {

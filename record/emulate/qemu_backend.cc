@@ -208,12 +208,23 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     return loop.status();
   }
   EmulateResult result;
+  const QemuRegionHeader* h = RegionHeader(base);
   if (!status) {
-    // Stopped by a signal: qemu passes SIGTERM to the guest, which ends it; the plugin writes
-    // what it has at exit.
-    kill(workload.pid(), SIGTERM);
-    status = workload.Wait();
+    // Stopped by a signal: the plugin ends every stream at the next block or system call
+    // return and exits; ptrecord drains meanwhile. A program that runs neither within a
+    // second (blocked in a system call) gets SIGTERM, which ends that call; then SIGKILL.
     result.stop_signal = signals.last_stop_signal();
+    RegionHeader(base)->stop_signal.store(static_cast<uint32_t>(result.stop_signal));
+    for (int step = 0; step < 3 && !status; ++step) {
+      if (step == 1) kill(workload.pid(), SIGTERM);
+      if (step == 2) kill(workload.pid(), SIGKILL);
+      for (int i = 0; i < 200 && !status; ++i) {
+        for (record::TraceSource* s : raw) drainer.DrainOnce(*s).IgnoreError();  // again below
+        status = workload.TryReap();
+        if (!status) usleep(5000);
+      }
+    }
+    if (!status) status = workload.Wait();
   }
   // What the plugin wrote after the loop's last pass.
   for (record::TraceSource* s : raw) {
@@ -222,7 +233,6 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
       return n.status();
     }
   }
-  const QemuRegionHeader* h = RegionHeader(base);
   if (h->has_error.load() != 0) {
     writer->Abandon().IgnoreError();
     return absl::InternalError(absl::StrCat("the QEMU plugin failed: ", h->error));
@@ -242,6 +252,16 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     return absl::FailedPreconditionError(absl::StrCat("qemu-x86_64 ran no guest code (exit status ",
                                                       record::Workload::ExitCode(*status),
                                                       "): see its message above"));
+  }
+  uint32_t unended = 0;
+  for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
+    unended += SlotControl(base, s)->state.load() == kSlotActive ? 1 : 0;
+  }
+  if (unended > h->execs.load()) {
+    result.warnings.push_back(absl::StrCat(
+        unended - h->execs.load(),
+        " streams end without their last bytes (up to 20 ms of the run): the process died of "
+        "a signal, and qemu-user runs no plugin code then"));
   }
   if (uint32_t n = h->threads_refused.load(); n > 0) {
     result.warnings.push_back(

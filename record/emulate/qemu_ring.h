@@ -51,7 +51,10 @@ struct QemuRegionHeader {
   std::atomic<uint32_t> threads_cut;      // streams that end without their last bytes
   // Signals after a Jcc whose handler never returned: the trace lacks that Jcc.
   std::atomic<uint32_t> unresolved_signals;
-  std::atomic<uint32_t> execs;      // successful execve calls: the new program ran untraced
+  std::atomic<uint32_t> execs;  // successful execve calls: the new program ran untraced
+  // Set by ptrecord to the signal that stops the recording: the plugin ends every stream and
+  // exits with 128 + it.
+  std::atomic<uint32_t> stop_signal;
   std::atomic<uint32_t> has_error;  // `error` is set (first error only)
   char error[1024];                 // the plugin's first error, NUL-terminated
 };

@@ -5,6 +5,9 @@
 // against what `ptdecode insn` decodes, instruction by instruction, per thread; two runs give
 // the same per-function counts; bad setups are one clear line. Skips where qemu-user is not
 // installed.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -178,6 +181,35 @@ TEST_F(QemuEmulateTest, StepAndQemuRunTheProgramsOwnCodeAlike) {
   const std::vector<uint64_t> s = own_code(ReadTruth(step_truth));
   EXPECT_GT(q.size(), 500u);
   EXPECT_TRUE(q == s) << q.size() << " vs " << s.size() << " instructions in main and fib";
+}
+
+// SIGINT stops the recording: the plugin ends every stream where the program is, and the
+// trace decodes to exactly the ground truth up to there.
+TEST_F(QemuEmulateTest, SigintEndsEveryStreamExactly) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string trace = dir_->File("spin.pt"), truth = dir_->File("spin.truth");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(PTRECORD_PATH, PTRECORD_PATH, "--emulate=qemu", "--ground-truth", truth.c_str(), "-o",
+          trace.c_str(), "--", E2E_PROGRAM_DIR "/e2e_spin", static_cast<char*>(nullptr));
+    _exit(126);
+  }
+  usleep(250000);
+  kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  auto d = RunCommand({PTDECODE_PATH, "insn", trace});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  PerThread want = ReadTruth(truth), got = ParseInsn(d.out);
+  ASSERT_EQ(want.size(), 1u);
+  EXPECT_GT(want.begin()->second.size(), 1000u);
+  EXPECT_EQ(got.begin()->second.size(), want.begin()->second.size());
+  EXPECT_TRUE(got == want);
 }
 
 // The property `ptdecode diff` needs: the same program gives the same counts.
