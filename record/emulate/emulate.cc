@@ -218,6 +218,22 @@ absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text) {
   return e;
 }
 
+absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateEmulatedWriter(
+    const EmulateOptions& options) {
+  WriterOptions wo;
+  wo.compress = options.compress;
+  wo.overwrite = options.overwrite_existing;
+  absl::StatusOr<std::unique_ptr<ContainerWriter>> created =
+      ContainerWriter::Create(options.output, wo);
+  if (created.status().code() == absl::StatusCode::kAlreadyExists) {
+    absl::Status s = absl::AlreadyExistsError(
+        absl::StrCat(created.status().message(), " (-o FILE, or --overwrite-existing)"));
+    s.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+    return s;
+  }
+  return created;
+}
+
 record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
                                             const perf_event_attr& tracking, uint64_t data_pages,
                                             uint64_t aux_pages) {
@@ -272,19 +288,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
       }
     }
   }
-  WriterOptions wo;
-  wo.compress = options.compress;
-  wo.overwrite = options.overwrite_existing;
-  absl::StatusOr<std::unique_ptr<ContainerWriter>> created =
-      ContainerWriter::Create(options.output, wo);
-  if (created.status().code() == absl::StatusCode::kAlreadyExists) {
-    absl::Status s = absl::AlreadyExistsError(
-        absl::StrCat(created.status().message(), " (-o FILE, or --overwrite-existing)"));
-    s.SetPayload(record::kExitCodePayload, absl::Cord("2"));
-    return s;
-  }
-  if (!created.ok()) return created.status();
-  std::unique_ptr<ContainerWriter> writer = *std::move(created);
+  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer, CreateEmulatedWriter(options));
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> truth(nullptr, &std::fclose);
   // Until the workload runs, a failure leaves no file behind (it would refuse the re-run);
   // after that, the container stays without footer (the writer is abandoned).

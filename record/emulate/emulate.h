@@ -9,11 +9,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ptkit/container_writer.h"
 #include "record/drain.h"
 #include "record/emulate/stepper.h"
 #include "record/metadata.h"
@@ -59,6 +61,11 @@ struct EmulateResult {
   uint64_t threads = 0;
   std::vector<std::string> warnings;  // e.g. mapped files without a build-id
 };
+
+// The container of a recording: options.output, refused (kAlreadyExists, exit 2, naming
+// --overwrite-existing) when it exists and may not be replaced; the writer's I/O errors.
+absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateEmulatedWriter(
+    const EmulateOptions& options);
 
 // The metadata input both backends start from: the command, this CPU, the emulated event,
 // the tracking attr (its sample_id layout), the identity time conversion of CLOCK_MONOTONIC

@@ -34,6 +34,8 @@ namespace {
 constexpr uint32_t kSlots = 64;
 // Each slot's sideband ring (the plugin's MMAP2/COMM/FORK/EXIT/AUX records).
 constexpr uint64_t kSlotDataPages = 64;
+// The CPU model QEMU presents (CPUID brand "QEMU TCG CPU version 2.5+" in 7.2).
+constexpr char kQemuCpu[] = "max";
 // ptrecord drains at least this often; the plugin waits when a ring is full.
 constexpr int kDrainIntervalMs = 5;
 
@@ -106,17 +108,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   // only inside the drain loop's ppoll.
   record::SignalWatcher signals;
 
-  WriterOptions wo;
-  wo.compress = options.compress;
-  wo.overwrite = options.overwrite_existing;
-  absl::StatusOr<std::unique_ptr<ContainerWriter>> created =
-      ContainerWriter::Create(options.output, wo);
-  if (created.status().code() == absl::StatusCode::kAlreadyExists) {
-    return Usage(absl::AlreadyExistsError(
-        absl::StrCat(created.status().message(), " (-o FILE, or --overwrite-existing)")));
-  }
-  if (!created.ok()) return created.status();
-  std::unique_ptr<ContainerWriter> writer = *std::move(created);
+  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer, CreateEmulatedWriter(options));
   bool ran = false;
   absl::Cleanup discard_unless_ran = [&] {
     if (ran) return;
@@ -148,7 +140,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   if (truth.valid()) absl::StrAppend(&plugin_arg, ",truth=", truth.get());
   absl::StrAppend(&plugin_arg, ",noretcomp=", options.pt.ret_compression ? 0 : 1,
                   ",psb_period=", options.pt.psb_period, ",tsc=", options.pt.tsc ? 1 : 0);
-  std::vector<std::string> argv = {setup.qemu, "-plugin", plugin_arg, program};
+  // "max", qemu-x86_64's default, named so the metadata can say what the program saw.
+  std::vector<std::string> argv = {setup.qemu, "-cpu", kQemuCpu, "-plugin", plugin_arg, program};
   argv.insert(argv.end(), options.argv.begin() + 1, options.argv.end());
 
   // The metadata: the per-thread sideband layout the plugin writes, the identity TSC clock.
@@ -168,7 +161,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
           "software Intel PT of the guest's flow under QEMU's TCG (qemu-user), not "
           "hardware: no vDSO, QEMU's CPUID and load addresses"};
   meta.emulation->extra["qemu_version"] = setup.version;
-  meta.emulation->extra["qemu_cpu"] = "qemu-x86_64 default (-cpu not given)";
+  meta.emulation->extra["qemu_cpu"] = kQemuCpu;
   meta.emulation->extra["plugin"] = setup.plugin;
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
 
@@ -291,6 +284,11 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   result.exit_code = record::Workload::ExitCode(*status);
   result.steps.exit_status = result.exit_code;
   if (WIFSIGNALED(*status)) result.steps.exit_signal = WTERMSIG(*status);
+  if (result.steps.exit_signal == SIGILL) {
+    result.warnings.push_back(
+        "SIGILL under QEMU: the program used an instruction QEMU's TCG does not implement "
+        "(e.g. AVX-512); --emulate=step runs it natively");
+  }
   if (result.stop_signal != 0) {
     result.exit_code = 128 + result.stop_signal;
     result.steps.stop_requested = true;
