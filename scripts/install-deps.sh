@@ -11,6 +11,8 @@ packages=(
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libzydis-dev libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   linux-perf
+  # ptrecord --emulate=qemu: qemu-x86_64 with TCG plugin support (not qemu-user-static)
+  qemu-user
   # tests/corpus: its oracles (objdump, nm, addr2line, gdb; libc's symbols) and harness
   binutils gdb libc6-dbg python3
 )

@@ -17,6 +17,7 @@
 #include "record/address_filter.h"
 #include "record/code_capture.h"
 #include "record/drain_loop.h"
+#include "record/emulate/qemu_backend.h"
 #include "record/event_spec.h"
 #include "record/metadata.h"
 #include "record/perf_event.h"
@@ -217,12 +218,51 @@ absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text) {
   return e;
 }
 
+absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateEmulatedWriter(
+    const EmulateOptions& options) {
+  WriterOptions wo;
+  wo.compress = options.compress;
+  wo.overwrite = options.overwrite_existing;
+  absl::StatusOr<std::unique_ptr<ContainerWriter>> created =
+      ContainerWriter::Create(options.output, wo);
+  if (created.status().code() == absl::StatusCode::kAlreadyExists) {
+    absl::Status s = absl::AlreadyExistsError(
+        absl::StrCat(created.status().message(), " (-o FILE, or --overwrite-existing)"));
+    s.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+    return s;
+  }
+  return created;
+}
+
+record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
+                                            const perf_event_attr& tracking, uint64_t data_pages,
+                                            uint64_t aux_pages) {
+  record::MetadataInput mi;
+  mi.command_line = options.command_line;
+  mi.workload = options.argv;
+  mi.cpu = record::ReadCpuId();
+  mi.event = options.bts ? "intel_bts//u (emulated)" : "intel_pt//u (emulated)";
+  mi.attrs = {{"tracking", tracking}};
+  // TSC = perf time = CLOCK_MONOTONIC ns: the identity conversion, 1 GHz.
+  mi.time = record::TimeConversion{.cap_user_time = false,
+                                   .cap_user_time_zero = true,
+                                   .time_shift = 0,
+                                   .time_mult = 1,
+                                   .time_zero = 0};
+  mi.page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  mi.mode = "full-trace";
+  mi.data_pages = data_pages;
+  mi.aux_pages = aux_pages;
+  return mi;
+}
+
 std::string SignalName(int sig) {
   const char* abbrev = sigabbrev_np(sig);
   return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
 }
 
 absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
+  if (options.backend == "qemu") return RecordQemu(options);
   // SIGINT / SIGTERM / SIGHUP end the run cleanly; from here on they cannot kill ptrecord.
   record::SignalWatcher signals(record::SignalWatcher::Delivery::kInterrupting);
   const uint64_t stops0 = signals.stop_count();
@@ -248,19 +288,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
       }
     }
   }
-  WriterOptions wo;
-  wo.compress = options.compress;
-  wo.overwrite = options.overwrite_existing;
-  absl::StatusOr<std::unique_ptr<ContainerWriter>> created =
-      ContainerWriter::Create(options.output, wo);
-  if (created.status().code() == absl::StatusCode::kAlreadyExists) {
-    absl::Status s = absl::AlreadyExistsError(
-        absl::StrCat(created.status().message(), " (-o FILE, or --overwrite-existing)"));
-    s.SetPayload(record::kExitCodePayload, absl::Cord("2"));
-    return s;
-  }
-  if (!created.ok()) return created.status();
-  std::unique_ptr<ContainerWriter> writer = *std::move(created);
+  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer, CreateEmulatedWriter(options));
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> truth(nullptr, &std::fclose);
   // Until the workload runs, a failure leaves no file behind (it would refuse the re-run);
   // after that, the container stays without footer (the writer is abandoned).
@@ -341,23 +369,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
                                      options.data_pages, cpus.size(), limits, "tracking event"));
       sideband.push_back(std::move(source));
     }
-    record::MetadataInput mi;
-    mi.command_line = options.command_line;
-    mi.workload = options.argv;
-    mi.cpu = record::ReadCpuId();
-    mi.event = options.bts ? "intel_bts//u (emulated)" : "intel_pt//u (emulated)";
-    mi.attrs = {{"tracking", tracking}};
-    // TSC = perf time = CLOCK_MONOTONIC ns: the identity conversion, 1 GHz.
-    mi.time = record::TimeConversion{.cap_user_time = false,
-                                     .cap_user_time_zero = true,
-                                     .time_shift = 0,
-                                     .time_mult = 1,
-                                     .time_zero = 0};
-    mi.page_size = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-    mi.mode = "full-trace";
-    mi.data_pages = options.data_pages;
-    mi.aux_pages = options.aux_pages;
-    meta = record::BuildRecordingMetadata(mi);
+    meta = record::BuildRecordingMetadata(
+        EmulatedMetadataInput(options, tracking, options.data_pages, options.aux_pages));
     meta.emulated = RecordingMetadata::kEmulatedStep;
     meta.clock = "CLOCK_MONOTONIC ns (emulated: TSC packets and sideband use it)";
     meta.emulation =

@@ -9,19 +9,27 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ptkit/container_writer.h"
 #include "record/drain.h"
 #include "record/emulate/stepper.h"
+#include "record/metadata.h"
 #include "record/swpt/bts_writer.h"
 #include "record/swpt/pt_encoder.h"
 
 namespace ptkit::emulate {
 
 struct EmulateOptions {
+  // "step": ptrace single-step (this file); "qemu": QEMU's TCG with ptkit's plugin
+  // (qemu_backend.h).
+  std::string backend = "step";
+  std::string qemu_plugin;        // qemu: the plugin; empty = next to `self_exe`
+  std::string self_exe;           // qemu: ptrecord's own path (/proc/self/exe)
   std::vector<std::string> argv;  // the workload
   std::string output = "trace.pt";
   bool overwrite_existing = false;
@@ -37,6 +45,7 @@ struct EmulateOptions {
   std::string filter;
   uint64_t data_pages = 64;               // tracking ring, per CPU
   uint64_t aux_pages = 64;                // simulated AUX ring, per thread
+  uint64_t qemu_aux_pages = 1024;         // the same for the qemu backend (it runs ~10^4x faster)
   std::vector<std::string> command_line;  // ptrecord's argv, for the metadata
   // Told things the user should know while the run goes on (e.g. a SIGUSR2 that does not
   // apply); may be empty.
@@ -53,6 +62,18 @@ struct EmulateResult {
   std::vector<std::string> warnings;  // e.g. mapped files without a build-id
 };
 
+// The container of a recording: options.output, refused (kAlreadyExists, exit 2, naming
+// --overwrite-existing) when it exists and may not be replaced; the writer's I/O errors.
+absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateEmulatedWriter(
+    const EmulateOptions& options);
+
+// The metadata input both backends start from: the command, this CPU, the emulated event,
+// the tracking attr (its sample_id layout), the identity time conversion of CLOCK_MONOTONIC
+// ns, full-trace mode with the given ring sizes.
+record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
+                                            const perf_event_attr& tracking, uint64_t data_pages,
+                                            uint64_t aux_pages);
+
 // "SIGSEGV" for SIGSEGV (a number for an unknown signal).
 std::string SignalName(int sig);
 
@@ -68,11 +89,11 @@ struct EmulatedEvent {
 };
 absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text);
 
-// Runs and records the workload. SIGINT, SIGTERM and SIGHUP stop it as --max-steps does (the
-// workload is killed, everything traced so far is kept, the container is closed with its
-// footer); SIGUSR2 is reported once through `notice` and otherwise ignored. The container
-// ends with a metadata record that repeats the first and adds "end": how the workload ended
-// (exit status, signal) and whether ptrecord stopped it. The build-ids of mapped files and
+// Runs and records the workload (with backend "qemu": RecordQemu). SIGINT, SIGTERM and SIGHUP stop
+// it as --max-steps does (the workload is killed, everything traced so far is kept, the container
+// is closed with its footer); SIGUSR2 is reported once through `notice` and otherwise ignored. The
+// container ends with a metadata record that repeats the first and adds "end": how the workload
+// ended (exit status, signal) and whether ptrecord stopped it. The build-ids of mapped files and
 // the vdso bytes are stored (record/code_capture.h), with `archive` the mapped code too.
 // Nothing is left behind when the workload never ran.
 // Errors: kNotFound for a program that cannot be executed,

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "ptkit/numbers.h"
 #include "record/emulate/emulate.h"
+#include "record/emulate/qemu_backend.h"
 #include "record/session.h"
 
 namespace {
@@ -51,10 +52,18 @@ std::string Count(uint64_t n, const char* noun) {
   return std::to_string(n) + " " + noun + (n == 1 ? "" : "s");
 }
 
-// --emulate: the workload runs single-stepped under ptrace and its Intel PT (or BTS) is made
-// in software (record/emulate/emulate.h).
+// The backend `--emulate` without a value means: qemu when qemu-x86_64 and the plugin are
+// there, else step.
+std::string DefaultBackend(const std::string& plugin, const std::string& self_exe) {
+  return ptkit::emulate::FindQemu(plugin, self_exe).ok() ? "qemu" : "step";
+}
+
+// --emulate: the workload runs under QEMU with ptkit's plugin (record/emulate/qemu_backend.h)
+// or single-stepped under ptrace, and its Intel PT (or BTS) is made in software
+// (record/emulate/emulate.h).
 int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
-                const std::string& ground_truth, uint64_t max_steps, bool quiet) {
+                const std::string& ground_truth, uint64_t max_steps, bool quiet,
+                std::string backend, const std::string& qemu_plugin) {
   for (const char* flag : kNotWithEmulate) {
     if (app.count(flag) > 0) {
       return Fail(std::string(flag) + " does not apply to --emulate (see ptrecord --help)", 2);
@@ -64,7 +73,18 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   absl::StatusOr<ptkit::emulate::EmulatedEvent> event =
       ptkit::emulate::ParseEmulatedEvent(bts ? "intel_bts//u" : o.trace_event);
   if (!event.ok()) return Fail(std::string(event.status().message()), 2);
+  const std::string self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
+  if (backend == "default") backend = DefaultBackend(qemu_plugin, self_exe);
+  if (backend != "qemu" && backend != "step") {
+    return Fail("--emulate=" + backend + ": expected --emulate=qemu or --emulate=step", 2);
+  }
+  if (backend == "step" && app.count("--qemu-plugin") > 0) {
+    return Fail("--qemu-plugin needs --emulate=qemu", 2);
+  }
   ptkit::emulate::EmulateOptions e;
+  e.backend = backend;
+  e.qemu_plugin = qemu_plugin;
+  e.self_exe = self_exe;
   e.argv = o.command;
   e.output = o.output;
   e.overwrite_existing = o.overwrite_existing;
@@ -76,7 +96,7 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   e.archive = o.archive;
   e.filter = o.filter;
   e.data_pages = o.data_pages;
-  if (app.count("--mmap-pages") > 0) e.aux_pages = o.aux_pages;
+  if (app.count("--mmap-pages") > 0) e.aux_pages = e.qemu_aux_pages = o.aux_pages;
   e.command_line = o.command_line;
   e.notice = [](const std::string& text) { std::fprintf(stderr, "ptrecord: %s\n", text.c_str()); };
   absl::StatusOr<ptkit::emulate::EmulateResult> r = ptkit::emulate::RecordEmulated(e);
@@ -91,16 +111,21 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
     ending = "; stopped at --max-steps";
   }
   if (!quiet) {
-    std::fprintf(stderr,
-                 "ptrecord: wrote %s (emulated): %s, %s in %.2f s "
-                 "(%.0f steps/s), %llu trace bytes, %llu sideband records, %llu lost records"
-                 "%s\n",
-                 o.output.c_str(), Count(r->threads, "thread").c_str(),
-                 Count(r->steps.instructions, "instruction").c_str(), r->steps.seconds,
-                 r->steps.seconds > 0 ? r->steps.steps / r->steps.seconds : 0.0,
-                 static_cast<unsigned long long>(r->totals.aux_bytes),
-                 static_cast<unsigned long long>(r->totals.sideband_records),
-                 static_cast<unsigned long long>(r->totals.lost_records), ending.c_str());
+    std::fprintf(
+        stderr,
+        "ptrecord: wrote %s (emulated%s): %s, %s in %.2f s "
+        "(%.0f %s/s), %llu trace bytes, %llu sideband records, %llu lost records"
+        "%s\n",
+        o.output.c_str(), backend == "qemu" ? " under qemu" : "",
+        Count(r->threads, "thread").c_str(), Count(r->steps.instructions, "instruction").c_str(),
+        r->steps.seconds,
+        r->steps.seconds > 0
+            ? (backend == "qemu" ? r->steps.instructions : r->steps.steps) / r->steps.seconds
+            : 0.0,
+        backend == "qemu" ? "instructions" : "steps",
+        static_cast<unsigned long long>(r->totals.aux_bytes),
+        static_cast<unsigned long long>(r->totals.sideband_records),
+        static_cast<unsigned long long>(r->totals.lost_records), ending.c_str());
   }
   // A workload that crashed is never a quiet success, --quiet or not.
   if (r->steps.exit_signal != 0 && r->stop_signal == 0 && !r->steps.step_limit_hit) {
@@ -123,7 +148,8 @@ int main(int argc, char** argv) {
   SessionOptions o;
   std::string mmap_pages, snapshot, watermark;
   std::string pid, tid;
-  bool bts = false, no_compress = false, quiet = false, emulate = false;
+  bool bts = false, no_compress = false, quiet = false;
+  std::string emulate, qemu_plugin;
   std::string ground_truth;
   int64_t max_steps = 0;
   app.add_option("-o,--output", o.output, "Output container (default trace.pt)");
@@ -164,13 +190,18 @@ int main(int argc, char** argv) {
                "nothing from this machine");
   app.add_option("--sysfs-root", o.sysfs_root,
                  "Where PMUs are described (default /sys/bus/event_source/devices)");
-  app.add_flag("--emulate", emulate,
-               "No Intel PT needed: single-step the command under ptrace and write the Intel PT "
-               "(or --bts) it would produce, with the kernel's real sideband; user space, "
-               "per-thread streams, CLOCK_MONOTONIC time, ~15k-50k instructions/s (progress "
-               "on a terminal). SIGINT/SIGTERM stop it and keep the trace (exit 128 + signal). "
-               "Refuses " +
+  app.add_flag("--emulate{default}", emulate,
+               "No Intel PT needed: write the Intel PT (or --bts) the command would produce, "
+               "in software; user space, per-thread streams, CLOCK_MONOTONIC time. "
+               "--emulate=qemu (the default when qemu-x86_64 is installed): runs it under "
+               "QEMU's TCG with ptkit's plugin, hundreds of millions of instructions/s, the "
+               "guest's sideband written by the plugin. --emulate=step: single-steps it under "
+               "ptrace with the kernel's real sideband, the native flow exactly, ~15k-50k "
+               "instructions/s (progress on a terminal). SIGINT/SIGTERM stop it and keep the "
+               "trace (exit 128 + signal). Refuses " +
                    absl::StrJoin(kNotWithEmulate, ", "));
+  app.add_option("--qemu-plugin", qemu_plugin,
+                 "With --emulate=qemu: the plugin (default: libptkit_qemu.so next to ptrecord)");
   app.add_option("--ground-truth", ground_truth,
                  "With --emulate: write every retired instruction as 'TID 0xADDRESS' lines");
   app.add_option("--max-steps", max_steps,
@@ -257,9 +288,11 @@ int main(int argc, char** argv) {
     o.aux_watermark = *w;
   }
 
-  if (emulate) {
-    return RunEmulated(app, o, bts, ground_truth, static_cast<uint64_t>(max_steps), quiet);
+  if (!emulate.empty()) {
+    return RunEmulated(app, o, bts, ground_truth, static_cast<uint64_t>(max_steps), quiet, emulate,
+                       qemu_plugin);
   }
+  if (!qemu_plugin.empty()) return Fail("--qemu-plugin needs --emulate=qemu", 2);
   if (!ground_truth.empty() || max_steps != 0) {
     return Fail("--ground-truth and --max-steps need --emulate", 2);
   }

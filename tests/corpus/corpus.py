@@ -537,7 +537,7 @@ class Corpus:
             run(self.fmt(step), cwd=self.work)
         argv = [self.fmt(a) for a in self.spec["cmd"]]
         t0 = time.time()
-        p = run(["setarch", "x86_64", "-R", self.args.ptrecord, "--emulate",
+        p = run(["setarch", "x86_64", "-R", self.args.ptrecord, "--emulate=step",
                  "--ground-truth", self.path("truth.txt"), "-o", self.path("trace.pt"),
                  "--overwrite-existing"] + self.spec.get("record", []) + ["--"] + argv,
                 cwd=self.work, check=False)

@@ -56,8 +56,8 @@ class EmulateCliTest : public ::testing::Test {
   // ground truth; returns ptrecord's result.
   ::ptkit::testing::CommandResult Record(const std::vector<std::string>& workload,
                                          const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "--ground-truth",      truth_,
-                                     "-o",          trace_,      "--overwrite-existing"};
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=step", "--ground-truth",      truth_,
+                                     "-o",          trace_,           "--overwrite-existing"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.push_back("--");
     argv.insert(argv.end(), workload.begin(), workload.end());
@@ -131,12 +131,12 @@ TEST_F(EmulateCliTest, AnAddressFilterTracesOnlyItsRegion) {
 
 TEST_F(EmulateCliTest, AFilterThatCannotBeEmulatedIsAnErrorNamingIt) {
   const std::string fib = PROGRAM_DIR "/emulate_fib";
-  auto r = RunCommand({PTRECORD_PATH, "--emulate", "--filter", "start main @ " + fib, "-o",
+  auto r = RunCommand({PTRECORD_PATH, "--emulate=step", "--filter", "start main @ " + fib, "-o",
                        dir_.File("t.pt"), "--", fib});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("'filter' regions"));
-  r = RunCommand({PTRECORD_PATH, "--emulate", "--filter", "filter no_such_function @ " + fib, "-o",
-                  dir_.File("t.pt"), "--", fib});
+  r = RunCommand({PTRECORD_PATH, "--emulate=step", "--filter", "filter no_such_function @ " + fib,
+                  "-o", dir_.File("t.pt"), "--", fib});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("no_such_function"));
 }
@@ -214,8 +214,9 @@ Stopped RecordSpinUntil(const std::string& trace, const std::string& truth,
     ::setpgid(0, 0);
     const int fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 2);
-    std::vector<std::string> args = {PTRECORD_PATH, "--emulate", "--ground-truth",      truth,
-                                     "-o",          trace,       "--overwrite-existing"};
+    std::vector<std::string> args = {
+        PTRECORD_PATH, "--emulate=step",      "--ground-truth", truth, "-o",
+        trace,         "--overwrite-existing"};
     if (!filter.empty()) args.insert(args.end(), {"--filter", filter});
     args.insert(args.end(), {"--", kE2e + "/e2e_spin"});
     std::vector<char*> argv;
@@ -307,15 +308,15 @@ TEST_F(EmulateCliTest, SigtermStopsARunAtFullSpeed) {
 }
 
 TEST_F(EmulateCliTest, AMissingProgramExits127NamingIt) {
-  auto r =
-      RunCommand({PTRECORD_PATH, "--emulate", "-o", dir_.File("t.pt"), "--", "/nonexistent/app"});
+  auto r = RunCommand(
+      {PTRECORD_PATH, "--emulate=step", "-o", dir_.File("t.pt"), "--", "/nonexistent/app"});
   EXPECT_EQ(r.exit_code, 127);
   EXPECT_THAT(r.err, HasSubstr("/nonexistent/app"));
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
 TEST_F(EmulateCliTest, AnEventThatCannotBeEmulatedIsAUsageError) {
-  auto r = RunCommand({PTRECORD_PATH, "--emulate", "--event", "intel_pt//k", "-o",
+  auto r = RunCommand({PTRECORD_PATH, "--emulate=step", "--event", "intel_pt//k", "-o",
                        dir_.File("t.pt"), "--", "/bin/true"});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("user space only"));

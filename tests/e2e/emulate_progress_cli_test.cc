@@ -47,7 +47,7 @@ std::string RunOnTerminal(const std::vector<std::string>& argv, int* status) {
 TEST(EmulateProgressCliTest, ProgressOnATerminalOnly) {
   ::ptkit::testing::TempDir dir;
   int status = 0;
-  std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "-o", dir.File("a.pt"), "--"};
+  std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=step", "-o", dir.File("a.pt"), "--"};
   argv.insert(argv.end(), kWorkload.begin(), kWorkload.end());
   const std::string tty = RunOnTerminal(argv, &status);
   if (tty.find("Operation not permitted") != std::string::npos) GTEST_SKIP() << tty;

@@ -63,7 +63,7 @@ PerThread ParseInsn(const std::string& out) {
 TEST(EmulatedClockCliTest, TimeViewsWorkAndAForkedChildExecsIntoTheRightImages) {
   ::ptkit::testing::TempDir dir;
   const std::string trace = dir.File("trace.pt"), truth_file = dir.File("truth.txt");
-  auto rec = RunCommand({PTRECORD_PATH, "--emulate", "--ground-truth", truth_file, "-o", trace,
+  auto rec = RunCommand({PTRECORD_PATH, "--emulate=step", "--ground-truth", truth_file, "-o", trace,
                          "--", Program("fork_exec"), Program("fib"), "x"});
   if (rec.err.find("Operation not permitted") != std::string::npos) GTEST_SKIP() << rec.err;
   ASSERT_EQ(rec.exit_code, 3) << rec.err;  // fib's exit code, through the parent

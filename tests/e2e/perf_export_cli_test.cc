@@ -80,8 +80,8 @@ class PerfExportTest : public ::testing::Test {
     e.truth = Dir().File(name + ".truth");
     e.data = Dir().File(name + ".data");
     e.debug_dir = e.data + ".debug";
-    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "--ground-truth",
-                                     e.truth,       "-o",        e.trace};
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=step", "--ground-truth", e.truth,
+                                     "-o",          e.trace};
     argv.insert(argv.end(), options.begin(), options.end());
     argv.push_back("--");
     argv.push_back(program);

@@ -68,8 +68,8 @@ class PtdecodeDiffTest : public ::testing::Test {
     if (!inserted) return rec;
     rec.trace = dir_->File(name + ".pt");
     rec.truth = dir_->File(name + ".truth");
-    auto r = RunCommand(
-        {PTRECORD_PATH, "--emulate", "--ground-truth", rec.truth, "-o", rec.trace, "--", program});
+    auto r = RunCommand({PTRECORD_PATH, "--emulate=step", "--ground-truth", rec.truth, "-o",
+                         rec.trace, "--", program});
     rec.why = r.err;
     if (r.exit_code != 0) return rec;
     auto s = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});

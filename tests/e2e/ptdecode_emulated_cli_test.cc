@@ -56,8 +56,8 @@ class PtdecodeEmulatedTest : public ::testing::Test {
     if (!inserted) return rec;
     rec.trace = dir_->File(name + ".pt");
     rec.truth = dir_->File(name + ".truth");
-    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "--ground-truth",
-                                     rec.truth,     "-o",        rec.trace};
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=step", "--ground-truth", rec.truth,
+                                     "-o",          rec.trace};
     argv.insert(argv.end(), options.begin(), options.end());
     argv.push_back("--");
     argv.push_back(program);

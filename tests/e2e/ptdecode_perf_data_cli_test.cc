@@ -241,7 +241,7 @@ TEST(PtdecodeBuildIdCacheTest, AMissingFileIsFoundByItsBuildId) {
                         prog, std::string(PTKIT_SOURCE_DIR) + "/tests/fuzz/decode_seed_tiny.S"});
   if (cc.exit_code != 0) GTEST_SKIP() << "gcc: " << cc.err;
   const std::string trace = dir.File("tiny.pt");
-  auto rec = RunCommand({PTRECORD_PATH, "--emulate", "-o", trace, "--", prog});
+  auto rec = RunCommand({PTRECORD_PATH, "--emulate=step", "-o", trace, "--", prog});
   if (rec.exit_code != 0 && rec.err.find("not permitted") != std::string::npos) {
     GTEST_SKIP() << "ptrace denied: " << rec.err;
   }

@@ -37,7 +37,7 @@ TEST(PltEndToEndTest, AnEmulatedRecordingNamesPltCallsAndTheProgramsLines) {
   fs::create_directories(dir);
   const std::string trace = dir + "/trace.pt", truth = dir + "/truth.txt";
   auto rec = RunCommand(
-      {PTRECORD_PATH, "--emulate", "--ground-truth", truth, "-o", trace, "--", kProgram});
+      {PTRECORD_PATH, "--emulate=step", "--ground-truth", truth, "-o", trace, "--", kProgram});
   if (rec.err.find("Operation not permitted") != std::string::npos) {
     GTEST_SKIP() << "ptrace is not permitted here: " << rec.err;
   }

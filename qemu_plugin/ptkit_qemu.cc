@@ -1,0 +1,810 @@
+// SPDX-License-Identifier: GPL-2.0-or-later
+//
+// ptkit's QEMU TCG plugin: the guest's control flow as genuine Intel PT, for
+// `ptrecord --emulate=qemu` (record/emulate/qemu_backend.h).
+//
+// QEMU (user mode, qemu-x86_64) calls OnBlock each time a translation block starts. A block
+// ends at its only change of flow, its last instruction, so the start of the next block a
+// thread runs says what that instruction did: a Jcc taken or not, where a RET or an indirect
+// branch went. Those are the events the step backend produces per instruction
+// (record/emulate/step_events.h: AppendStepEvents), here once per block; swpt::PtEncoder turns
+// them into PT packets, one stream per guest thread, written into that thread's slot of the
+// shared ring (record/emulate/qemu_ring.h) as a kernel writes an AUX area. System calls come
+// from the syscall callbacks: TIP.PGD at the entry (user-only tracing), TIP.PGE where the
+// thread resumes. The guest's sideband (its mappings, COMM, FORK, EXIT) is written by the
+// plugin as perf records into the same data rings, because the kernel's sideband for the qemu
+// process describes qemu, not the guest (guest addresses equal host addresses: guest_base 0).
+//
+// Options (-plugin libptkit_qemu.so,NAME=VALUE,...): fd=N the memfd of the shared region
+// (mapped, then closed); truth=FD an O_APPEND file for the exact per-instruction ground truth
+// ("TID 0xIP" lines, slow); noretcomp=1, psb_period=N, tsc=0|1, max_tnt=N as the perf terms.
+//
+// Limits of API v1 (no register access, no signal callback): an asynchronous signal shows as
+// a block that is not a successor of the last one; a fault inside a block over-counts that
+// block's remaining instructions (the ground-truth mode is exact there).
+#include <elf.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/sysmacros.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "qemu_plugin/qemu_plugin_api.h"
+#include "record/emulate/qemu_ring.h"
+#include "record/emulate/step_events.h"
+#include "record/proc_maps.h"
+#include "record/swpt/pt_encoder.h"
+
+extern "C" {
+__attribute__((visibility("default"))) int qemu_plugin_version = kQemuPluginApiVersion;
+}
+
+namespace {
+
+using ptkit::emulate::AppendStepEvents;
+using ptkit::emulate::InsnClass;
+using ptkit::emulate::InsnInfo;
+using ptkit::emulate::QemuSlotWriter;
+using ptkit::swpt::Event;
+using ptkit::swpt::EventKind;
+
+namespace ptk = ptkit::emulate;
+
+// Encoded bytes go to the ring in chunks of about this size.
+constexpr uint64_t kChunk = 64 << 10;
+// Bytes older than this are moved even if the chunk is not full.
+constexpr uint64_t kMoveNs = 20000000;
+// How often (in blocks) a thread checks whether a chunk is ready.
+constexpr uint32_t kCheckBlocks = 1024;
+constexpr unsigned kMaxVcpus = 4096;
+// x86-64 Linux system call numbers (asm/unistd_64.h).
+constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysRtSigreturn = 15, kSysExecve = 59,
+                  kSysExit = 60, kSysExitGroup = 231, kSysExecveat = 322;
+
+// One translated block, kept for the life of the process (blocks are few).
+struct Block {
+  uint64_t start = 0;
+  uint64_t last_ip = 0;  // its last instruction, the only one that may change the flow
+  uint64_t end = 0;      // the address after it
+  uint32_t insns = 0;
+  InsnInfo last;
+};
+
+// One instruction, for the ground-truth mode.
+struct Insn {
+  uint64_t ip;
+  bool rep;
+};
+
+enum Phase : int { kRunning, kInSyscall, kClosed };
+
+struct Thread {
+  uint32_t pid = 0, tid = 0;
+  uint32_t slot = 0;
+  bool traced = false;  // has a slot
+  std::optional<ptkit::swpt::PtEncoder> enc;
+  std::optional<QemuSlotWriter> out;
+  ptk::QemuSlotControl* control = nullptr;
+  const Block* prev = nullptr;  // the block that ran last
+  bool in_syscall = false;      // the next block is the return to user
+  uint64_t syscall_ip = 0;
+  int64_t syscall_num = -1;
+  uint64_t args[6] = {};
+  std::atomic<int> phase{kRunning};
+  uint64_t instructions = 0;
+  uint64_t moved = 0;     // encoder bytes handed to the ring
+  uint64_t moved_at = 0;  // Now() of the last Move
+  uint32_t blocks = 0;
+  std::vector<Event> events;
+  // An asynchronous signal arrived after a branch whose outcome only the signal frame knows
+  // (the address rt_sigreturn resumes at): the events since then wait in `held` until then.
+  struct Pending {
+    const Block* branch = nullptr;
+    uint64_t handler = 0;
+    int depth = 0;           // signals delivered on top of it, not yet returned from
+    bool returning = false;  // its rt_sigreturn is running: the next block resolves it
+  };
+  std::optional<Pending> pending;
+  std::vector<Event> held;
+  // Ground truth.
+  std::string truth;
+  uint64_t last_truth_ip = 0;
+};
+
+struct Global {
+  uint8_t* region = nullptr;
+  uint64_t region_size = 0;
+  ptkit::swpt::PtEncoderOptions pt;
+  int truth_fd = -1;
+  std::atomic<Thread*> threads[kMaxVcpus] = {};
+  // The process is ending (exit_group, exec): running threads close their streams at their
+  // next block.
+  std::atomic<bool> closing{false};
+  std::mutex mu;  // blocks, host_maps, first_process
+  std::deque<Block> blocks;
+  std::deque<Insn> insns;
+  // The host's own mappings when the plugin was installed (qemu, its libraries): everything
+  // else in /proc/self/maps at the first block is the guest's.
+  std::set<std::tuple<uint64_t, uint64_t, std::string>> host_maps;
+  bool first_process = true;  // the process qemu started: writes COMM and the mappings
+};
+Global* g = nullptr;
+thread_local Thread* t_current = nullptr;
+
+uint64_t Now() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+ptk::QemuRegionHeader* Header() { return ptk::RegionHeader(g->region); }
+
+// The first error wins; ptrecord prints it.
+void Fail(const std::string& message) {
+  if (g == nullptr || g->region == nullptr) {
+    std::fprintf(stderr, "ptkit qemu plugin: %s\n", message.c_str());
+    return;
+  }
+  if (Header()->has_error.exchange(1) == 0) {
+    std::snprintf(Header()->error, sizeof(Header()->error), "%s", message.c_str());
+  }
+}
+
+// While a ring is full: wait for ptrecord to drain it; give up when it is gone.
+bool WaitForReader() {
+  if (getppid() == 1) return false;  // ptrecord died: nobody will drain
+  timespec ts{0, 50000};
+  nanosleep(&ts, nullptr);
+  return true;
+}
+
+void WriteRecord(Thread& t, const std::vector<uint8_t>& record) {
+  if (!t.out->WriteRecord(record, WaitForReader)) Fail("ptrecord stopped draining");
+}
+
+void FlushTruth(Thread& t);
+
+// Hands the encoded bytes to the ring.
+void Move(Thread& t) {
+  std::vector<uint8_t> bytes = t.enc->TakeBytes();
+  t.moved += bytes.size();
+  t.moved_at = Now();
+  if (g->truth_fd >= 0) FlushTruth(t);  // the ground truth ends where the trace does
+  if (!bytes.empty() && !t.out->WriteTrace(bytes, Now(), WaitForReader)) {
+    Fail("ptrecord stopped draining");
+  }
+  t.control->instructions.store(t.instructions, std::memory_order_relaxed);
+}
+
+void Add(Thread& t, const Event& e) {
+  if (t.pending) {
+    t.held.push_back(e);
+    return;
+  }
+  if (absl::Status s = t.enc->Add(e); !s.ok()) {
+    Fail("encoding thread " + std::to_string(t.tid) + ": " + std::string(s.message()));
+    t.traced = false;  // this stream stops; the error is reported
+  }
+}
+
+void AddAll(Thread& t) {
+  for (const Event& e : t.events) {
+    if (!t.traced) break;
+    Add(t, e);
+  }
+  t.events.clear();
+}
+
+void FlushTruth(Thread& t) {
+  if (t.truth.empty()) return;
+  if (write(g->truth_fd, t.truth.data(), t.truth.size()) != static_cast<ssize_t>(t.truth.size())) {
+    Fail(std::string("write the ground truth: ") + std::strerror(errno));
+  }
+  t.truth.clear();
+}
+
+// MMAP2 for one guest mapping, as the kernel writes it (inode form; the decoder reads the
+// build-id from the file).
+void WriteMmap(Thread& t, uint64_t start, uint64_t len, uint64_t pgoff, uint32_t prot,
+               const std::string& path, uint64_t time) {
+  ptkit::perf::Mmap2 m;
+  m.pid = t.pid;
+  m.tid = t.tid;
+  m.addr = start;
+  m.len = len;
+  m.pgoff = pgoff;
+  struct stat st {};
+  if (!path.empty() && path[0] == '/' && stat(path.c_str(), &st) == 0) {
+    m.maj = major(st.st_dev);
+    m.min = minor(st.st_dev);
+    m.ino = st.st_ino;
+  }
+  m.prot = prot;
+  m.flags = MAP_PRIVATE;
+  m.filename = path.empty() ? std::string_view("//anon") : std::string_view(path);
+  m.sample_id = t.out->Sample(time);
+  WriteRecord(t, ptkit::perf::EncodeMmap2(m, ptk::QemuSampleLayout()));
+}
+
+// The page-aligned file ranges [from, to) of the executable PT_LOAD segments of the ELF file
+// `path` (empty when it is not a readable 64-bit ELF file).
+std::vector<std::pair<uint64_t, uint64_t>> ExecutableRanges(const std::string& path) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ranges;
+  Elf64_Ehdr eh{};
+  if (pread(fd, &eh, sizeof(eh), 0) == sizeof(eh) &&
+      std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
+      eh.e_phentsize == sizeof(Elf64_Phdr)) {
+    for (unsigned i = 0; i < eh.e_phnum; ++i) {
+      Elf64_Phdr ph{};
+      if (pread(fd, &ph, sizeof(ph), static_cast<off_t>(eh.e_phoff + i * sizeof(ph))) !=
+          sizeof(ph)) {
+        break;
+      }
+      if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0 || ph.p_filesz == 0) continue;
+      ranges.emplace_back(ph.p_offset & ~uint64_t{4095},
+                          (ph.p_offset + ph.p_filesz + 4095) & ~uint64_t{4095});
+    }
+  }
+  close(fd);
+  return ranges;
+}
+
+// The guest's executable file mappings in [lo, hi), from the host's /proc/self/maps (guest
+// addresses are host addresses) without the host's own mappings. The host maps guest code
+// without PROT_EXEC (it never runs it): the executable part of a mapping is where it maps an
+// executable segment of its ELF file.
+void WriteGuestMappings(Thread& t, uint64_t time, uint64_t lo = 0, uint64_t hi = ~0ull) {
+  absl::StatusOr<std::vector<ptkit::record::ProcMapping>> maps =
+      ptkit::record::ReadProcMaps("self");
+  if (!maps.ok()) return Fail("read /proc/self/maps: " + std::string(maps.status().message()));
+  for (const ptkit::record::ProcMapping& m : *maps) {
+    if (m.end <= lo || m.start >= hi || m.path.empty() || m.path[0] != '/') continue;
+    if (g->host_maps.count({m.start, m.end, m.path}) != 0) continue;
+    for (const auto& [from, to] : ExecutableRanges(m.path)) {
+      // The mapping's file range [m.offset, m.offset + size) against the segment's.
+      const uint64_t file_lo = std::max(from, m.offset);
+      const uint64_t file_hi = std::min(to, m.offset + (m.end - m.start));
+      if (file_lo >= file_hi) continue;
+      const uint64_t start = std::max(m.start + (file_lo - m.offset), lo);
+      const uint64_t end = std::min(m.start + (file_hi - m.offset), hi);
+      if (start >= end) continue;
+      WriteMmap(t, start, end - start, m.offset + (start - m.start), PROT_READ | PROT_EXEC, m.path,
+                time);
+    }
+  }
+}
+
+ptkit::perf::Task TaskRecord(const Thread& t, bool exit, uint32_t ppid, uint32_t ptid,
+                             uint64_t time) {
+  ptkit::perf::Task r;
+  r.exit = exit;
+  r.pid = t.pid;
+  r.ppid = ppid;
+  r.tid = t.tid;
+  r.ptid = ptid;
+  r.time = time;
+  r.sample_id = t.out->Sample(time);
+  return r;
+}
+
+// A guest thread's first block (or a fork child's first moment): claims a slot, writes the
+// sideband that introduces it and opens its PT stream. `parent` is the forking thread of a
+// new process, null for a new thread or the first process.
+Thread* StartThread(unsigned vcpu, const Thread* parent) {
+  auto* t = new Thread;
+  t->pid = static_cast<uint32_t>(getpid());
+  t->tid = static_cast<uint32_t>(gettid());
+  t_current = t;
+  g->threads[vcpu].store(t, std::memory_order_release);
+  ptk::QemuRegionHeader* h = Header();
+  const uint32_t slot = h->slots_claimed.fetch_add(1);
+  if (slot >= h->slot_count) {
+    h->threads_refused.fetch_add(1);
+    return t;
+  }
+  absl::StatusOr<ptkit::swpt::PtEncoder> enc = ptkit::swpt::PtEncoder::Create(g->pt);
+  if (!enc.ok()) {
+    Fail(std::string(enc.status().message()));
+    return t;
+  }
+  t->enc.emplace(*std::move(enc));
+  t->slot = slot;
+  t->control = ptk::SlotControl(g->region, slot);
+  t->control->pid = t->pid;
+  t->control->tid = t->tid;
+  t->control->state.store(ptk::kSlotActive, std::memory_order_release);
+  t->out.emplace(ptk::SlotRing(g->region, slot), t->pid, t->tid, slot);
+  t->traced = true;
+  const uint64_t now = Now();
+  ptkit::perf::ItraceStart is;
+  is.pid = t->pid;
+  is.tid = t->tid;
+  is.sample_id = t->out->Sample(now);
+  WriteRecord(*t, ptkit::perf::EncodeItraceStart(is, ptk::QemuSampleLayout()));
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(g->mu);
+    first = std::exchange(g->first_process, false);
+  }
+  if (first) {
+    // The program qemu loaded: as the kernel reports an exec, COMM (exec) then its mappings.
+    // Known once the program is loaded (not yet at install time).
+    const char* binary = qemu_plugin_path_to_binary();
+    std::string name = binary != nullptr ? binary : "";
+    std::free(const_cast<char*>(binary));
+    name = name.substr(name.rfind('/') + 1).substr(0, 15);  // TASK_COMM_LEN - 1
+    ptkit::perf::Comm c;
+    c.pid = t->pid;
+    c.tid = t->tid;
+    c.comm = name;
+    c.exec = true;
+    c.sample_id = t->out->Sample(now);
+    WriteRecord(*t, ptkit::perf::EncodeComm(c, ptk::QemuSampleLayout()));
+    std::lock_guard<std::mutex> lock(g->mu);
+    WriteGuestMappings(*t, now);
+  } else if (parent != nullptr) {
+    WriteRecord(*t, ptkit::perf::EncodeTask(TaskRecord(*t, false, parent->pid, parent->tid, now),
+                                            ptk::QemuSampleLayout()));
+  } else {
+    WriteRecord(*t, ptkit::perf::EncodeTask(TaskRecord(*t, false, t->pid, t->pid, now),
+                                            ptk::QemuSampleLayout()));
+  }
+  Add(*t, Event::Time(Now()));
+  return t;
+}
+
+// The thread's stream ends: pending bytes out, EXIT, slot done. Only the thread itself, or
+// anyone while the thread is stopped in a system call that never returns (exit_group, exit).
+void Resolve(Thread& t, uint64_t resume);
+
+// The caller has set the phase to kClosed (the thread never touches its state again).
+void CloseThread(Thread& t) {
+  if (g->truth_fd >= 0) FlushTruth(t);
+  if (!t.traced) return;
+  if (t.pending) Resolve(t, 0);
+  if (t.enc->tracing()) Add(t, Event::Disable(t.prev ? t.prev->last_ip : 0, 0, true));
+  if (absl::Status s = t.enc->Finish(); !s.ok()) Fail(std::string(s.message()));
+  Move(t);
+  const uint64_t now = Now();
+  WriteRecord(
+      t, ptkit::perf::EncodeTask(TaskRecord(t, true, t.pid, t.tid, now), ptk::QemuSampleLayout()));
+  t.control->instructions.store(t.instructions, std::memory_order_relaxed);
+  t.control->state.store(ptk::kSlotDone, std::memory_order_release);
+  t.traced = false;
+}
+
+void EndThread(Thread& t) {
+  if (t.phase.exchange(kClosed) != kClosed) CloseThread(t);
+}
+
+Thread* ThreadOf(unsigned vcpu) {
+  return vcpu < kMaxVcpus ? g->threads[vcpu].load(std::memory_order_acquire) : nullptr;
+}
+
+// The branch of the pending signal went to `resume` (or, with resume 0, nobody will know:
+// the handler never returned). Writes it, the signal, and the events held since.
+void Resolve(Thread& t, uint64_t resume) {
+  Thread::Pending p = *t.pending;
+  t.pending.reset();
+  const Block& b = *p.branch;
+  if (resume == 0) {
+    // Without its outcome the branch cannot be encoded: the trace says the signal came
+    // before it (one instruction short), and the run reports it.
+    Header()->unresolved_signals.fetch_add(1);
+    Add(t, Event::AsyncDisable(b.last_ip));
+  } else {
+    if (b.last.cls == InsnClass::kCondBranch && resume != b.last.target && resume != b.end) {
+      Fail("thread " + std::to_string(t.tid) + ": a signal frame resumes at 0x" +
+           absl::StrCat(absl::Hex(resume)) + ", not after the branch at 0x" +
+           absl::StrCat(absl::Hex(b.last_ip)));
+    }
+    AppendStepEvents(b.last_ip, b.last, resume, t.events);
+    t.events.push_back(Event::AsyncDisable(resume));
+    AddAll(t);
+  }
+  Add(t, Event::Enable(p.handler));
+  std::vector<Event> held = std::move(t.held);
+  t.held.clear();
+  for (const Event& e : held) Add(t, e);
+}
+
+// The block `b` follows `p`: the events of p's last instruction.
+void Follow(Thread& t, const Block& p, const Block& b) {
+  if (t.in_syscall) {
+    t.in_syscall = false;
+    if (t.pending) {
+      if (t.syscall_num == kSysRtSigreturn) {
+        if (t.pending->depth == 0) {
+          Resolve(t, b.start);
+          Add(t, Event::Enable(b.start));
+          return;
+        }
+        --t.pending->depth;
+      } else if (b.start != p.end && t.syscall_num != kSysExecve && t.syscall_num != kSysExecveat) {
+        ++t.pending->depth;  // a signal delivered at this system call's return
+      }
+    }
+    Add(t, Event::Enable(b.start));
+    return;
+  }
+  const InsnInfo& last = p.last;
+  const uint64_t next = b.start;
+  switch (last.cls) {
+    case InsnClass::kOther:
+      if (next == p.end) return;  // a block cut short (size, page): no change of flow
+      break;
+    case InsnClass::kDirectJump:
+      if (next == last.target) return;
+      break;
+    case InsnClass::kCondBranch:
+      if (next == last.target || next == p.end) {
+        Add(t, Event::Cond(p.last_ip, last.size, next != p.end, last.target));
+        return;
+      }
+      break;
+    case InsnClass::kDirectCall:
+      if (next == last.target) break;
+      // A signal after the call: it went to its target first.
+      AppendStepEvents(p.last_ip, last, last.target, t.events);
+      t.events.push_back(Event::AsyncDisable(last.target));
+      t.events.push_back(Event::Enable(next));
+      if (t.pending) ++t.pending->depth;
+      return AddAll(t);
+    case InsnClass::kIndirectJump:
+    case InsnClass::kIndirectCall:
+    case InsnClass::kReturn:
+    case InsnClass::kFarBranch:
+    case InsnClass::kSyscall:
+      break;
+  }
+  if (last.cls == InsnClass::kCondBranch) {
+    // Neither successor: a signal arrived after the branch; its frame knows where it went.
+    if (t.pending) {
+      Fail("thread " + std::to_string(t.tid) + ": a signal after the branch at 0x" +
+           absl::StrCat(absl::Hex(p.last_ip)) + " while another one is unresolved");
+    }
+    t.pending = Thread::Pending{&p, next};
+    return;
+  }
+  if (last.cls == InsnClass::kOther || last.cls == InsnClass::kDirectJump) {
+    // A signal after a plain instruction or a jump: it went where it had to first.
+    const uint64_t went = last.cls == InsnClass::kOther ? p.end : last.target;
+    if (last.cls == InsnClass::kDirectJump) {
+      t.events.push_back(Event::Simple(EventKind::kDirectJump, p.last_ip, went));
+    }
+    t.events.push_back(Event::AsyncDisable(went));
+    t.events.push_back(Event::Enable(next));
+    if (t.pending) ++t.pending->depth;
+    return AddAll(t);
+  }
+  AppendStepEvents(p.last_ip, last, next, t.events);
+  AddAll(t);
+}
+
+void Stop();
+
+void OnBlock(unsigned int vcpu, void* userdata) {
+  const Block& b = *static_cast<const Block*>(userdata);
+  if (vcpu >= kMaxVcpus) return;
+  Thread* t = g->threads[vcpu].load(std::memory_order_acquire);
+  if (t == nullptr) t = StartThread(vcpu, nullptr);
+  if (t->phase.load(std::memory_order_relaxed) == kClosed) return;
+  const Block* p = t->prev;
+  t->prev = &b;
+  if (!t->traced) return;
+  if (p == nullptr) {
+    Add(*t, Event::Enable(b.start));
+    t->instructions += b.insns;
+    return;
+  }
+  // A REP string instruction ends its block and runs again from its own address once per
+  // iteration; it retires once.
+  if (p->last.rep && b.start == p->last_ip) return;
+  Follow(*t, *p, b);
+  if (g->closing.load(std::memory_order_relaxed) ||
+      (t->blocks + 1 >= kCheckBlocks &&
+       Header()->stop_signal.load(std::memory_order_relaxed) != 0)) {
+    // The process is ending: this block does not run as far as the trace (and the ground
+    // truth) know.
+    if (t->pending) Resolve(*t, 0);
+    if (t->traced && t->enc->tracing()) Add(*t, Event::AsyncDisable(b.start));
+    if (!g->closing.load(std::memory_order_relaxed)) return Stop();
+    return EndThread(*t);
+  }
+  t->instructions += b.insns;
+  if (++t->blocks >= kCheckBlocks) {
+    t->blocks = 0;
+    // A chunk is full, or old: a process that dies of a signal runs no plugin code, so what
+    // was not moved is lost; this bounds it to about kMoveNs of the run.
+    const uint64_t now = Now();
+    if (t->enc->offset() - t->moved >= kChunk || now - t->moved_at > kMoveNs) {
+      Add(*t, Event::Time(now));
+      Move(*t);
+    }
+  }
+}
+
+void OnInsn(unsigned int vcpu, void* userdata) {
+  const Insn& i = *static_cast<const Insn*>(userdata);
+  Thread* t = ThreadOf(vcpu);
+  if (t == nullptr || t->phase.load(std::memory_order_relaxed) == kClosed) return;
+  if (i.rep && t->last_truth_ip == i.ip) return;
+  t->last_truth_ip = i.ip;
+  char line[40];
+  const int n = std::snprintf(line, sizeof(line), "%u 0x%llx\n", t->tid,
+                              static_cast<unsigned long long>(i.ip));  // NOLINT
+  t->truth.append(line, static_cast<size_t>(n));
+  if (t->truth.size() >= (64 << 10)) FlushTruth(*t);
+}
+
+void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
+  const size_t n = qemu_plugin_tb_n_insns(tb);
+  if (n == 0) return;
+  struct qemu_plugin_insn* last = qemu_plugin_tb_get_insn(tb, n - 1);
+  Block b;
+  b.start = qemu_plugin_tb_vaddr(tb);
+  b.last_ip = qemu_plugin_insn_vaddr(last);
+  b.insns = static_cast<uint32_t>(n);
+  size_t size = qemu_plugin_insn_size(last);
+  const auto* data = static_cast<const uint8_t*>(qemu_plugin_insn_data(last));
+  uint8_t bytes[15];
+  std::memcpy(bytes, data, std::min(size, sizeof(bytes)));
+  if ((b.last_ip & 4095) > 4096 - sizeof(bytes)) {
+    // QEMU 7.2 gives only the first page's bytes (and length) of an instruction that crosses
+    // a page. Guest addresses are host addresses: read them (process_vm_readv stops at an
+    // unmapped page instead of faulting; by thread id: the leader may have exited).
+    iovec local{bytes, sizeof(bytes)};
+    iovec remote{reinterpret_cast<void*>(b.last_ip), sizeof(bytes)};
+    const ssize_t n = process_vm_readv(gettid(), &local, 1, &remote, 1, 0);
+    if (n > 0) size = static_cast<size_t>(n);
+  }
+  absl::StatusOr<InsnInfo> info =
+      ptk::DecodeInsn(std::span<const uint8_t>(bytes, std::min(size, sizeof(bytes))), b.last_ip);
+  if (info.ok() && n > 1 && qemu_plugin_insn_size(last) < info->size) {
+    // QEMU 7.2 lists an instruction that crosses into the next page as the block's last, but
+    // ends the block before it (it starts the next block): the block runs on into it.
+    b.insns = static_cast<uint32_t>(n - 1);
+    b.last_ip = qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, n - 2));
+    b.end = qemu_plugin_insn_vaddr(last);
+    b.last = InsnInfo{};
+    b.last.size = static_cast<uint8_t>(b.end - b.last_ip);
+  } else if (info.ok()) {
+    b.last = *info;
+    b.end = b.last_ip + info->size;
+  } else {
+    std::string hex;
+    for (size_t i = 0; i < size; ++i) absl::StrAppend(&hex, absl::Hex(bytes[i], absl::kZeroPad2));
+    Fail(absl::StrCat(info.status().message(), " (", size, " bytes from QEMU: ", hex, ")"));
+  }
+  std::lock_guard<std::mutex> lock(g->mu);
+  g->blocks.push_back(b);
+  qemu_plugin_register_vcpu_tb_exec_cb(tb, OnBlock, QEMU_PLUGIN_CB_NO_REGS, &g->blocks.back());
+  if (g->truth_fd < 0) return;
+  for (size_t i = 0; i < b.insns; ++i) {
+    struct qemu_plugin_insn* insn = qemu_plugin_tb_get_insn(tb, i);
+    const uint64_t ip = qemu_plugin_insn_vaddr(insn);
+    const bool rep = i + 1 == b.insns && b.last.rep;
+    g->insns.push_back(Insn{ip, rep});
+    qemu_plugin_register_vcpu_insn_exec_cb(insn, OnInsn, QEMU_PLUGIN_CB_NO_REGS, &g->insns.back());
+  }
+}
+
+// Every other thread ends with the process (and the current one too with `with_current`):
+// one stopped in a system call is closed here; a running one closes its own stream at its next
+// block (its ground truth ends there too) while this waits for it (a while: a thread that does
+// not get there in time is cut, counted).
+void EndAll(bool with_current = true) {
+  g->closing.store(true, std::memory_order_relaxed);
+  const uint64_t deadline = Now() + 500000000;
+  for (unsigned v = 0; v < kMaxVcpus; ++v) {
+    Thread* t = g->threads[v].load(std::memory_order_acquire);
+    if (t == nullptr || t == t_current) continue;
+    for (;;) {
+      int expected = kInSyscall;
+      if (t->phase.compare_exchange_strong(expected, kClosed)) {
+        CloseThread(*t);
+        break;
+      }
+      if (expected == kClosed) break;
+      if (Now() > deadline) {
+        if (t->traced) {
+          Header()->threads_cut.fetch_add(1);
+          t->control->state.store(ptk::kSlotDone, std::memory_order_release);
+        }
+        break;
+      }
+      timespec ts{0, 20000};
+      nanosleep(&ts, nullptr);
+    }
+  }
+  if (with_current && t_current != nullptr) EndThread(*t_current);
+}
+
+// ptrecord asked to stop (SIGINT, SIGTERM, SIGHUP): every stream ends here, then the process
+// exits as that signal's 128 + N.
+void Stop() {
+  EndAll();
+  syscall(SYS_exit_group, 128 + static_cast<int>(Header()->stop_signal.load()));
+}
+
+void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1, uint64_t a2,
+               uint64_t a3, uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8) {
+  Thread* t = ThreadOf(vcpu);
+  if (t == nullptr || t->phase.load(std::memory_order_relaxed) == kClosed) return;
+  t_current = t;
+  t->syscall_num = num;
+  const uint64_t args[6] = {a1, a2, a3, a4, a5, a6};
+  std::memcpy(t->args, args, sizeof(args));
+  if (t->traced && t->prev != nullptr && t->enc->tracing()) {
+    // intel_pt//u: the kernel entry is TIP.PGD with suppressed IP.
+    t->syscall_ip = t->prev->last_ip;
+    Add(*t, Event::Disable(t->syscall_ip, 0, /*suppress_ip=*/true));
+    t->in_syscall = true;
+  }
+  if (num == kSysExit) return EndThread(*t);
+  if (num == kSysExitGroup) return EndAll();
+  if (t->traced && (num == kSysExecve || num == kSysExecveat)) {
+    // qemu-user does not follow exec (the new program runs natively): if it succeeds, this
+    // stream ends here. Counted until the call returns with an error.
+    // The other threads vanish with the old program: they end now (if the call fails, their
+    // traces end here anyway).
+    Header()->execs.fetch_add(1);
+    if (g->truth_fd >= 0) FlushTruth(*t);
+    Move(*t);
+    EndAll(/*with_current=*/false);
+  }
+  t->phase.store(kInSyscall, std::memory_order_release);
+}
+
+void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_t ret) {
+  Thread* t = ThreadOf(vcpu);
+  if (t == nullptr) return;
+  int expected = kInSyscall;
+  if (!t->phase.compare_exchange_strong(expected, kRunning)) return;
+  if (t->traced && (num == kSysExecve || num == kSysExecveat)) Header()->execs.fetch_sub(1);
+  if (Header()->stop_signal.load(std::memory_order_relaxed) != 0) return Stop();
+  if (!t->traced || ret < 0) return;
+  const uint64_t now = Now();
+  if (num == kSysMmap && (t->args[2] & PROT_EXEC) != 0) {
+    std::string path;
+    const int fd = static_cast<int>(t->args[4]);
+    if ((t->args[3] & MAP_ANONYMOUS) == 0 && fd >= 0) {
+      char link[64], target[4096];
+      std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+      const ssize_t n = readlink(link, target, sizeof(target) - 1);
+      if (n > 0) path.assign(target, static_cast<size_t>(n));
+    }
+    WriteMmap(*t, static_cast<uint64_t>(ret), t->args[1], t->args[5], t->args[2], path, now);
+    Add(*t, Event::Time(Now()));
+  } else if (num == kSysMprotect && (t->args[2] & PROT_EXEC) != 0) {
+    std::lock_guard<std::mutex> lock(g->mu);
+    WriteGuestMappings(*t, now, t->args[0], t->args[0] + t->args[1]);
+    Add(*t, Event::Time(Now()));
+  }
+}
+
+void OnExit(qemu_plugin_id_t id, void* userdata) { EndAll(); }
+
+// In a fork child: only the forking thread lives on, in a new process with a new stream.
+void AfterForkInChild() {
+  Thread* parent = t_current;
+  if (parent == nullptr) return;
+  unsigned vcpu = kMaxVcpus;
+  for (unsigned v = 0; v < kMaxVcpus; ++v) {
+    Thread* t = g->threads[v].load(std::memory_order_relaxed);
+    if (t == parent) vcpu = v;
+    // The other threads do not exist here; their streams belong to the parent (leaked: the
+    // child never touches them again).
+    g->threads[v].store(nullptr, std::memory_order_relaxed);
+  }
+  if (vcpu == kMaxVcpus) return;
+  parent->truth.clear();  // the parent writes its own lines
+  Thread* t = StartThread(vcpu, parent);
+  t->prev = parent->prev;
+  t->phase.store(kInSyscall);
+  t->in_syscall = true;  // the child returns from fork(): TIP.PGE at its next block
+  t->syscall_num = parent->syscall_num;
+}
+
+bool ParseOption(std::string_view arg, std::string_view name, uint64_t max, uint64_t* out) {
+  if (arg.substr(0, name.size() + 1) != std::string(name) + "=") return false;
+  const std::string value(arg.substr(name.size() + 1));
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(value.c_str(), &end, 10);  // NOLINT
+  if (value.empty() || *end != '\0' || v > max) {
+    std::fprintf(stderr, "ptkit qemu plugin: bad option '%.*s'\n", static_cast<int>(arg.size()),
+                 arg.data());
+    std::exit(1);
+  }
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_plugin_id_t id,
+                                                                          const qemu_info_t* info,
+                                                                          int argc, char** argv) {
+  if (info->system_emulation || std::string_view(info->target_name) != "x86_64") {
+    std::fprintf(stderr, "ptkit qemu plugin: needs qemu-x86_64 (user mode), not %s%s\n",
+                 info->target_name, info->system_emulation ? " system emulation" : "");
+    return 1;
+  }
+  g = new Global;
+  g->pt.tsc = true;
+  uint64_t fd = ~0ull, truth = ~0ull;
+  for (int i = 0; i < argc; ++i) {
+    const std::string_view a(argv[i]);
+    uint64_t v = 0;
+    if (ParseOption(a, "fd", 1 << 20, &fd) || ParseOption(a, "truth", 1 << 20, &truth)) {
+    } else if (ParseOption(a, "noretcomp", 1, &v)) {
+      g->pt.ret_compression = v == 0;
+    } else if (ParseOption(a, "psb_period", 15, &v)) {
+      g->pt.psb_period = static_cast<uint8_t>(v);
+    } else if (ParseOption(a, "tsc", 1, &v)) {
+      g->pt.tsc = v != 0;
+    } else if (ParseOption(a, "max_tnt", 47, &v)) {
+      g->pt.max_tnt_bits = static_cast<uint8_t>(v);
+    } else {
+      std::fprintf(stderr, "ptkit qemu plugin: unknown option '%s'\n", argv[i]);
+      return 1;
+    }
+  }
+  if (fd == ~0ull) {
+    std::fprintf(stderr,
+                 "ptkit qemu plugin: needs fd=N (run it through ptrecord --emulate=qemu)\n");
+    return 1;
+  }
+  struct stat st {};
+  if (fstat(static_cast<int>(fd), &st) != 0) {
+    std::fprintf(stderr, "ptkit qemu plugin: fd %llu: %s\n", static_cast<unsigned long long>(fd),
+                 std::strerror(errno));
+    return 1;
+  }
+  void* map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED,
+                   static_cast<int>(fd), 0);
+  close(static_cast<int>(fd));
+  if (map == MAP_FAILED) {
+    std::fprintf(stderr, "ptkit qemu plugin: mmap the shared ring: %s\n", std::strerror(errno));
+    return 1;
+  }
+  g->region = static_cast<uint8_t*>(map);
+  g->region_size = static_cast<uint64_t>(st.st_size);
+  if (absl::Status s = ptk::CheckQemuRegion(g->region, g->region_size); !s.ok()) {
+    std::fprintf(stderr, "ptkit qemu plugin: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  if (truth != ~0ull) g->truth_fd = static_cast<int>(truth);
+  if (absl::StatusOr<std::vector<ptkit::record::ProcMapping>> maps =
+          ptkit::record::ReadProcMaps("self");
+      maps.ok()) {
+    for (const ptkit::record::ProcMapping& m : *maps) g->host_maps.insert({m.start, m.end, m.path});
+  }
+  pthread_atfork(nullptr, nullptr, AfterForkInChild);
+  qemu_plugin_register_vcpu_tb_trans_cb(id, OnTranslate);
+  qemu_plugin_register_vcpu_syscall_cb(id, OnSyscall);
+  qemu_plugin_register_vcpu_syscall_ret_cb(id, OnSyscallReturn);
+  qemu_plugin_register_atexit_cb(id, OnExit, nullptr);
+  return 0;
+}

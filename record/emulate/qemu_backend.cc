@@ -1,0 +1,307 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "record/emulate/qemu_backend.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/cord.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "ptkit/container_writer.h"
+#include "ptkit/status.h"
+#include "record/code_capture.h"
+#include "record/drain_loop.h"
+#include "record/emulate/qemu_ring.h"
+#include "record/event_spec.h"
+#include "record/metadata.h"
+#include "record/session.h"
+#include "record/workload.h"
+
+namespace ptkit::emulate {
+namespace {
+
+// Streams (guest threads, over all processes of the run) the region has room for.
+constexpr uint32_t kSlots = 64;
+// Each slot's sideband ring (the plugin's MMAP2/COMM/FORK/EXIT/AUX records).
+constexpr uint64_t kSlotDataPages = 64;
+// The CPU model QEMU presents (CPUID brand "QEMU TCG CPU version 2.5+" in 7.2).
+constexpr char kQemuCpu[] = "max";
+// ptrecord drains at least this often; the plugin waits when a ring is full.
+constexpr int kDrainIntervalMs = 5;
+
+absl::Status Usage(absl::Status s) {
+  s.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+  return s;
+}
+
+// `name` on PATH (as execvp looks it up), or "" when absent.
+std::string FindOnPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
+    std::string candidate = absl::StrCat(dir.empty() ? "." : dir, "/", name);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// The first line of `qemu --version`: "qemu-x86_64 version 7.2.22 (Debian ...)".
+std::string QemuVersion(const std::string& qemu) {
+  std::string cmd = absl::StrCat("'", qemu, "' --version 2>/dev/null");
+  std::unique_ptr<FILE, int (*)(FILE*)> p(popen(cmd.c_str(), "r"), &pclose);
+  if (!p) return "";
+  char line[256] = {};
+  if (std::fgets(line, sizeof(line), p.get()) == nullptr) return "";
+  absl::string_view v = absl::StripTrailingAsciiWhitespace(line);
+  if (size_t at = v.find("version "); at != absl::string_view::npos) v = v.substr(at + 8);
+  return std::string(v);
+}
+
+}  // namespace
+
+absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string& self_exe) {
+  QemuSetup setup;
+  setup.qemu = FindOnPath("qemu-x86_64");
+  if (setup.qemu.empty()) {
+    return absl::FailedPreconditionError(
+        "--emulate=qemu needs qemu-x86_64, which is not installed (Debian: apt-get install "
+        "qemu-user; qemu-user-static cannot load plugins), or use --emulate=step");
+  }
+  setup.plugin = plugin;
+  if (setup.plugin.empty()) {
+    setup.plugin = (std::filesystem::path(self_exe).parent_path() / kQemuPluginName).string();
+  }
+  if (access(setup.plugin.c_str(), R_OK) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the QEMU plugin ", setup.plugin, " is not there (", std::strerror(errno),
+                     "): build the ptkit_qemu target, or give its path with --qemu-plugin PATH"));
+  }
+  setup.plugin = std::filesystem::absolute(setup.plugin).string();
+  setup.version = QemuVersion(setup.qemu);
+  return setup;
+}
+
+absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
+  if (options.bts || !options.filter.empty() || options.max_steps != 0) {
+    return Usage(absl::InvalidArgumentError(
+        "--emulate=qemu does not support --bts, --filter or --max-steps yet (use "
+        "--emulate=step)"));
+  }
+  PTKIT_ASSIGN_OR_RETURN(QemuSetup setup, FindQemu(options.qemu_plugin, options.self_exe));
+  const std::string program = FindOnPath(options.argv.at(0));
+  if (program.empty()) {
+    absl::Status s = absl::NotFoundError(absl::StrCat("program not found: ", options.argv[0]));
+    s.SetPayload(record::kExitCodePayload, absl::Cord("127"));
+    return s;
+  }
+  // Constructed before any thread starts (the writer's): SIGINT/SIGTERM/SIGHUP/SIGCHLD open
+  // only inside the drain loop's ppoll.
+  record::SignalWatcher signals;
+
+  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer, CreateEmulatedWriter(options));
+  bool ran = false;
+  absl::Cleanup discard_unless_ran = [&] {
+    if (ran) return;
+    writer.reset();
+    std::error_code ec;
+    std::filesystem::remove(options.output, ec);
+    if (!options.ground_truth.empty()) std::filesystem::remove(options.ground_truth, ec);
+  };
+
+  // The shared region: a memfd that qemu inherits (no CLOEXEC); the plugin maps and closes it.
+  const uint64_t size = QemuRegionSize(kSlots, kSlotDataPages, options.qemu_aux_pages);
+  ScopedFd memfd(memfd_create("ptkit-qemu-ring", 0));
+  if (!memfd.valid()) return ErrnoStatus(errno, "memfd_create for the QEMU ring");
+  if (ftruncate(memfd.get(), static_cast<off_t>(size)) != 0) {
+    return ErrnoStatus(errno, "size the QEMU ring (", size, " bytes)");
+  }
+  ScopedMmap map(mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, memfd.get(), 0), size);
+  if (!map.valid()) return ErrnoStatus(errno, "mmap the QEMU ring");
+  auto* base = static_cast<uint8_t*>(map.get());
+  InitQemuRegion(base, kSlots, kSlotDataPages, options.qemu_aux_pages);
+
+  ScopedFd truth;
+  if (!options.ground_truth.empty()) {
+    truth.reset(open(options.ground_truth.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644));
+    if (!truth.valid()) return ErrnoStatus(errno, "create ", options.ground_truth);
+  }
+
+  std::string plugin_arg = absl::StrCat(setup.plugin, ",fd=", memfd.get());
+  if (truth.valid()) absl::StrAppend(&plugin_arg, ",truth=", truth.get());
+  absl::StrAppend(&plugin_arg, ",noretcomp=", options.pt.ret_compression ? 0 : 1,
+                  ",psb_period=", options.pt.psb_period, ",tsc=", options.pt.tsc ? 1 : 0);
+  // "max", qemu-x86_64's default, named so the metadata can say what the program saw.
+  std::vector<std::string> argv = {setup.qemu, "-cpu", kQemuCpu, "-plugin", plugin_arg, program};
+  argv.insert(argv.end(), options.argv.begin() + 1, options.argv.end());
+
+  // The metadata: the per-thread sideband layout the plugin writes, the identity TSC clock.
+  perf_event_attr tracking = record::BuildTrackingAttr({.clockid = CLOCK_MONOTONIC});
+  tracking.sample_type = kQemuSampleType;
+  RecordingMetadata meta = record::BuildRecordingMetadata(
+      EmulatedMetadataInput(options, tracking, kSlotDataPages, options.qemu_aux_pages));
+  meta.emulated = "qemu";
+  meta.clock = "CLOCK_MONOTONIC ns of the host (emulated: TSC packets and sideband use it)";
+  meta.emulation = EmulationMetadata{
+      .backend = "qemu",
+      .streams = "per-thread",
+      .format = "pt",
+      .ret_compression = options.pt.ret_compression,
+      .psb_period = options.pt.psb_period,
+      .note =
+          "software Intel PT of the guest's flow under QEMU's TCG (qemu-user), not "
+          "hardware: no vDSO, QEMU's CPUID and load addresses"};
+  meta.emulation->extra["qemu_version"] = setup.version;
+  meta.emulation->extra["qemu_cpu"] = kQemuCpu;
+  meta.emulation->extra["plugin"] = setup.plugin;
+  PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
+
+  const auto started = std::chrono::steady_clock::now();
+  PTKIT_ASSIGN_OR_RETURN(record::Workload workload, record::Workload::Start(argv));
+  ran = true;
+  if (absl::Status s = workload.Go(); !s.ok()) {
+    writer->Abandon().IgnoreError();
+    return s;
+  }
+  memfd.reset();  // qemu has it
+  truth.reset();
+
+  // One source per slot, all made now: a slot nobody claimed is an empty ring.
+  std::vector<std::unique_ptr<QemuSlotSource>> sources;
+  std::vector<record::TraceSource*> raw;
+  for (uint32_t s = 0; s < kSlots; ++s) {
+    sources.push_back(std::make_unique<QemuSlotSource>(SlotRing(base, s), SlotControl(base, s)));
+    raw.push_back(sources.back().get());
+  }
+  record::CodeCapture code(options.archive);
+  record::DrainOptions dopt;
+  dopt.on_record = [&code](const perf::RecordView& r, const perf::SampleIdLayout& l) {
+    code.OnRecord(r, l);
+  };
+  record::Drainer drainer(writer.get(), dopt);
+  record::LoopOptions lo;
+  lo.poll_timeout_ms = kDrainIntervalMs;
+  std::optional<int> status;
+  lo.child_exited = [&] {
+    status = workload.TryReap();
+    return status.has_value();
+  };
+  absl::StatusOr<record::LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
+  if (!loop.ok()) {
+    writer->Abandon().IgnoreError();
+    return loop.status();
+  }
+  EmulateResult result;
+  const QemuRegionHeader* h = RegionHeader(base);
+  if (!status) {
+    // Stopped by a signal: the plugin ends every stream at the next block or system call
+    // return and exits; ptrecord drains meanwhile. A program that runs neither within a
+    // second (blocked in a system call) gets SIGTERM, which ends that call; then SIGKILL.
+    result.stop_signal = signals.last_stop_signal();
+    RegionHeader(base)->stop_signal.store(static_cast<uint32_t>(result.stop_signal));
+    for (int step = 0; step < 3 && !status; ++step) {
+      if (step == 1) kill(workload.pid(), SIGTERM);
+      if (step == 2) kill(workload.pid(), SIGKILL);
+      for (int i = 0; i < 200 && !status; ++i) {
+        for (record::TraceSource* s : raw) drainer.DrainOnce(*s).IgnoreError();  // again below
+        status = workload.TryReap();
+        if (!status) usleep(5000);
+      }
+    }
+    if (!status) status = workload.Wait();
+  }
+  // What the plugin wrote after the loop's last pass.
+  for (record::TraceSource* s : raw) {
+    if (absl::StatusOr<uint64_t> n = drainer.DrainOnce(*s); !n.ok()) {
+      writer->Abandon().IgnoreError();
+      return n.status();
+    }
+  }
+  if (h->has_error.load() != 0) {
+    writer->Abandon().IgnoreError();
+    return absl::InternalError(absl::StrCat("the QEMU plugin failed: ", h->error));
+  }
+  result.steps.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
+    const QemuSlotControl* c = SlotControl(base, s);
+    result.steps.instructions += c->instructions.load();
+    if (c->state.load() != kSlotFree) ++result.threads;
+  }
+  if (h->slots_claimed.load() == 0) {
+    // qemu never ran a guest block: it could not start the program (its message is on
+    // stderr) or refused the plugin.
+    writer->Abandon().IgnoreError();
+    ran = false;
+    return absl::FailedPreconditionError(absl::StrCat("qemu-x86_64 ran no guest code (exit status ",
+                                                      record::Workload::ExitCode(*status),
+                                                      "): see its message above"));
+  }
+  uint32_t unended = 0;
+  for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
+    unended += SlotControl(base, s)->state.load() == kSlotActive ? 1 : 0;
+  }
+  if (unended > h->execs.load()) {
+    result.warnings.push_back(absl::StrCat(
+        unended - h->execs.load(),
+        " streams end without their last bytes (up to 20 ms of the run): the process died of "
+        "a signal, and qemu-user runs no plugin code then"));
+  }
+  if (uint32_t n = h->threads_refused.load(); n > 0) {
+    result.warnings.push_back(
+        absl::StrCat(n, " guest threads were not traced: the ring has ", kSlots, " streams"));
+  }
+  if (uint32_t n = h->threads_cut.load(); n > 0) {
+    result.warnings.push_back(absl::StrCat(
+        n,
+        " threads did not stop within 0.5 s when their process exited or exec'd: their "
+        "last bytes of trace (up to one chunk) are missing"));
+  }
+  if (uint32_t n = h->execs.load(); n > 0) {
+    result.warnings.push_back(absl::StrCat(
+        "the trace ends at execve (", n,
+        " times): qemu-user does not follow exec, the new program ran natively, untraced"));
+  }
+  if (uint32_t n = h->unresolved_signals.load(); n > 0) {
+    result.warnings.push_back(absl::StrCat(
+        n,
+        " signals arrived after a conditional branch and their handler never returned: the "
+        "trace lacks that branch (one instruction each)"));
+  }
+  PTKIT_ASSIGN_OR_RETURN(std::vector<std::string> code_warnings, code.Write(*writer));
+  for (std::string& w : code_warnings) result.warnings.push_back(std::move(w));
+  result.steps.threads = result.threads;
+  result.totals = drainer.Totals();
+  result.exit_code = record::Workload::ExitCode(*status);
+  result.steps.exit_status = result.exit_code;
+  if (WIFSIGNALED(*status)) result.steps.exit_signal = WTERMSIG(*status);
+  if (result.steps.exit_signal == SIGILL) {
+    result.warnings.push_back(
+        "SIGILL under QEMU: the program used an instruction QEMU's TCG does not implement "
+        "(e.g. AVX-512); --emulate=step runs it natively");
+  }
+  if (result.stop_signal != 0) {
+    result.exit_code = 128 + result.stop_signal;
+    result.steps.stop_requested = true;
+  }
+  EndMetadata end{.instructions = result.steps.instructions,
+                  .threads = result.threads,
+                  .workload_exit_status = result.steps.exit_status};
+  if (result.steps.exit_signal != 0) end.workload_signal = SignalName(result.steps.exit_signal);
+  if (result.stop_signal != 0) end.stopped_by = SignalName(result.stop_signal);
+  meta.end = std::move(end);
+  PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
+  PTKIT_RETURN_IF_ERROR(writer->Close());
+  return result;
+}
+
+}  // namespace ptkit::emulate

@@ -1,0 +1,39 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// `ptrecord --emulate=qemu`: the workload runs under qemu-x86_64 (Debian's qemu-user) with
+// ptkit's TCG plugin (qemu_plugin/), which writes each guest thread's control flow as Intel PT
+// and the guest's sideband into a shared region laid out like per-thread perf mmaps
+// (qemu_ring.h). ptrecord drains it with the same Drainer and drain loop as kernel events.
+#ifndef PTKIT_RECORD_EMULATE_QEMU_BACKEND_H_
+#define PTKIT_RECORD_EMULATE_QEMU_BACKEND_H_
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "record/emulate/emulate.h"
+
+namespace ptkit::emulate {
+
+// What runs the workload.
+struct QemuSetup {
+  std::string qemu;     // path of qemu-x86_64
+  std::string plugin;   // path of libptkit_qemu.so
+  std::string version;  // "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"
+};
+
+// The plugin's file name, looked for next to the ptrecord executable.
+inline constexpr char kQemuPluginName[] = "libptkit_qemu.so";
+
+// Finds qemu-x86_64 on PATH and the plugin (`plugin`, else next to `self_exe`), and asks QEMU
+// its version. Errors (kFailedPrecondition, one line each): qemu-x86_64 not found (names the
+// Debian package), the plugin not found or not readable.
+absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string& self_exe);
+
+// Records the workload under QEMU (RecordEmulated with backend "qemu" calls it). The same
+// contract as RecordEmulated; in addition: --bts, --filter and --max-steps are refused
+// (kInvalidArgument, exit 2) and errors the plugin reported are returned (kInternal).
+absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options);
+
+}  // namespace ptkit::emulate
+
+#endif  // PTKIT_RECORD_EMULATE_QEMU_BACKEND_H_

@@ -1,0 +1,101 @@
+// SPDX-License-Identifier: Apache-2.0
+#include "record/emulate/qemu_ring.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace ptkit::emulate {
+
+uint64_t QemuRegionSize(uint32_t slots, uint64_t data_pages, uint64_t aux_pages) {
+  return kQemuPage + uint64_t{slots} * (2 + data_pages + aux_pages) * kQemuPage;
+}
+
+void InitQemuRegion(uint8_t* base, uint32_t slots, uint64_t data_pages, uint64_t aux_pages) {
+  QemuRegionHeader* h = RegionHeader(base);
+  h->magic = kQemuRegionMagic;
+  h->version = kQemuRegionVersion;
+  h->slot_count = slots;
+  h->slot_size = (2 + data_pages + aux_pages) * kQemuPage;
+  h->data_size = data_pages * kQemuPage;
+  h->aux_size = aux_pages * kQemuPage;
+  for (uint32_t s = 0; s < slots; ++s) {
+    // The user-page fields the kernel fills (perf_mmap(), rb_alloc_aux()), offsets from the
+    // user page as in a perf mmap.
+    auto* up =
+        reinterpret_cast<perf_event_mmap_page*>(base + kQemuPage + s * h->slot_size + kQemuPage);
+    up->data_offset = kQemuPage;
+    up->data_size = h->data_size;
+    up->aux_offset = up->data_offset + up->data_size;
+    up->aux_size = h->aux_size;
+  }
+}
+
+absl::Status CheckQemuRegion(const uint8_t* base, uint64_t size) {
+  const auto* h = reinterpret_cast<const QemuRegionHeader*>(base);
+  if (size < kQemuPage || h->magic != kQemuRegionMagic || h->version != kQemuRegionVersion) {
+    return absl::FailedPreconditionError(
+        "the shared region is not a ptkit QEMU ring of this version (plugin and ptrecord from "
+        "different builds?)");
+  }
+  if (!record::IsPowerOfTwo(h->data_size) || !record::IsPowerOfTwo(h->aux_size) ||
+      h->slot_size != 2 * kQemuPage + h->data_size + h->aux_size ||
+      QemuRegionSize(h->slot_count, h->data_size / kQemuPage, h->aux_size / kQemuPage) > size) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the shared region's layout does not fit its ", size, " bytes"));
+  }
+  return absl::OkStatus();
+}
+
+record::RingView SlotRing(uint8_t* base, uint32_t slot) {
+  uint8_t* const page = reinterpret_cast<uint8_t*>(SlotControl(base, slot)) + kQemuPage;
+  auto* up = reinterpret_cast<perf_event_mmap_page*>(page);
+  record::RingView v;
+  v.page = up;
+  v.data = std::span<uint8_t>(page + up->data_offset, up->data_size);
+  v.aux = std::span<uint8_t>(page + up->aux_offset, up->aux_size);
+  return v;
+}
+
+perf::SampleId QemuSlotWriter::Sample(uint64_t time) const {
+  perf::SampleId s;
+  s.has_tid = s.has_time = s.has_cpu = s.has_id = true;
+  s.pid = pid_;
+  s.tid = tid_;
+  s.time = time;
+  s.cpu = 0;
+  s.id = id_;
+  return s;
+}
+
+// kernel/events/ring_buffer.c: the producer checks the free space against data_tail (read
+// with acquire: the reader is done with those bytes), writes, then publishes data_head with
+// release.
+bool QemuSlotWriter::TryWriteRecord(std::span<const uint8_t> record) {
+  const uint64_t tail = record::LoadDataTail(ring_.page);
+  if (data_head_ + record.size() - tail > ring_.data.size()) return false;
+  record::CopyToRing(ring_.data, data_head_, record);
+  data_head_ += record.size();
+  record::StoreDataHead(ring_.page, data_head_);
+  return true;
+}
+
+// Full-trace mode (AUX mapped writable): never past aux_tail; the bytes are published with
+// aux_head, then described by a PERF_RECORD_AUX (perf_aux_output_end()).
+bool QemuSlotWriter::TryWriteTrace(std::span<const uint8_t> bytes, uint64_t time) {
+  const uint64_t tail = record::LoadAuxTail(ring_.page);
+  if (aux_head_ + bytes.size() - tail > ring_.aux.size()) return false;
+  perf::Aux aux;
+  aux.aux_offset = aux_head_;
+  aux.aux_size = bytes.size();
+  aux.sample_id = Sample(time);
+  const std::vector<uint8_t> record = perf::EncodeAux(aux, QemuSampleLayout());
+  const uint64_t data_tail = record::LoadDataTail(ring_.page);
+  if (data_head_ + record.size() - data_tail > ring_.data.size()) return false;
+  record::CopyToRing(ring_.aux, aux_head_, bytes);
+  aux_head_ += bytes.size();
+  record::StoreAuxHead(ring_.page, aux_head_);
+  return TryWriteRecord(record);
+}
+
+}  // namespace ptkit::emulate

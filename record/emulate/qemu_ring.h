@@ -1,0 +1,175 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// The shared memory between `ptrecord --emulate=qemu` and its QEMU plugin
+// (qemu_plugin/ptkit_qemu.cc): one region, made by ptrecord (a memfd the plugin inherits and
+// maps), holding a header page and `slot_count` slots. A slot is one guest thread's stream,
+// laid out exactly like a perf mmap of a per-thread Intel PT event after its control page:
+//
+//   [control page][perf_event_mmap_page][data ring (sideband records)][AUX ring (PT bytes)]
+//
+// so that ptrecord drains every slot with the same Drainer as a kernel event. The plugin is
+// the "kernel": it writes PT bytes into the AUX ring and PERF_RECORD_AUX / MMAP2 / COMM /
+// FORK / EXIT records into the data ring, with the kernel's ordering rules (record/ring.h).
+// Full-trace mode only: a full ring makes the plugin wait for the reader (it never
+// overwrites unread data, so nothing is lost while ptrecord drains).
+//
+// A guest thread claims the next free slot (atomic counter in the header, shared by the
+// processes a fork makes: the mapping is MAP_SHARED, so children see the same region).
+#ifndef PTKIT_RECORD_EMULATE_QEMU_RING_H_
+#define PTKIT_RECORD_EMULATE_QEMU_RING_H_
+
+#include <linux/perf_event.h>
+
+#include <atomic>
+#include <cstdint>
+#include <span>
+
+#include "absl/status/statusor.h"
+#include "ptkit/perf_records.h"
+#include "ptkit/scoped_fd.h"
+#include "record/ring.h"
+#include "record/trace_source.h"
+
+namespace ptkit::emulate {
+
+inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
+inline constexpr uint32_t kQemuRegionVersion = 1;
+inline constexpr uint64_t kQemuPage = 4096;
+
+// Slot states.
+enum QemuSlotState : uint32_t { kSlotFree = 0, kSlotActive = 1, kSlotDone = 2 };
+
+struct QemuRegionHeader {
+  uint64_t magic;
+  uint32_t version;
+  uint32_t slot_count;
+  uint64_t slot_size;                     // bytes, a multiple of the page
+  uint64_t data_size;                     // bytes of each data ring (power of two)
+  uint64_t aux_size;                      // bytes of each AUX ring (power of two)
+  std::atomic<uint32_t> slots_claimed;    // next slot to claim (may exceed slot_count)
+  std::atomic<uint32_t> threads_refused;  // threads that found no slot: not traced
+  std::atomic<uint32_t> threads_cut;      // streams that end without their last bytes
+  // Signals after a Jcc whose handler never returned: the trace lacks that Jcc.
+  std::atomic<uint32_t> unresolved_signals;
+  std::atomic<uint32_t> execs;  // successful execve calls: the new program ran untraced
+  // Set by ptrecord to the signal that stops the recording: the plugin ends every stream and
+  // exits with 128 + it.
+  std::atomic<uint32_t> stop_signal;
+  std::atomic<uint32_t> has_error;  // `error` is set (first error only)
+  char error[1024];                 // the plugin's first error, NUL-terminated
+};
+static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
+static_assert(std::atomic<uint32_t>::is_always_lock_free &&
+              std::atomic<uint64_t>::is_always_lock_free);
+
+// The first page of a slot.
+struct QemuSlotControl {
+  std::atomic<uint32_t> state;         // QemuSlotState
+  uint32_t pid, tid;                   // valid once state != kSlotFree
+  std::atomic<uint64_t> instructions;  // retired so far (published at each chunk and at the end)
+};
+static_assert(sizeof(QemuSlotControl) <= kQemuPage);
+
+// The sample_id trailer of every record the plugin writes (as the tracking event's).
+inline constexpr uint64_t kQemuSampleType =
+    PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER;
+inline perf::SampleIdLayout QemuSampleLayout() { return {kQemuSampleType, true}; }
+
+// Bytes of the region for `slots` slots with the given ring sizes (powers of two pages).
+uint64_t QemuRegionSize(uint32_t slots, uint64_t data_pages, uint64_t aux_pages);
+
+// Fills in the header and every slot's user page of a zeroed region of QemuRegionSize bytes.
+void InitQemuRegion(uint8_t* base, uint32_t slots, uint64_t data_pages, uint64_t aux_pages);
+
+// Checks the header of a mapped region of `size` bytes (magic, version, sizes). Errors:
+// kFailedPrecondition naming what does not match.
+absl::Status CheckQemuRegion(const uint8_t* base, uint64_t size);
+
+inline QemuRegionHeader* RegionHeader(uint8_t* base) {
+  return reinterpret_cast<QemuRegionHeader*>(base);
+}
+inline QemuSlotControl* SlotControl(uint8_t* base, uint32_t slot) {
+  return reinterpret_cast<QemuSlotControl*>(base + kQemuPage +
+                                            slot * RegionHeader(base)->slot_size);
+}
+// The slot's perf mmap (user page, data ring, AUX ring).
+record::RingView SlotRing(uint8_t* base, uint32_t slot);
+
+// The producer of one slot (the plugin's side). Not thread-safe: one guest thread writes it.
+class QemuSlotWriter {
+ public:
+  // `id` goes into the sample_id trailers; `wait` is called while the ring is full and must
+  // return false to give up (the reader is gone).
+  QemuSlotWriter(record::RingView ring, uint32_t pid, uint32_t tid, uint64_t id)
+      : ring_(ring), pid_(pid), tid_(tid), id_(id) {}
+
+  // The trailer of a record written at `time`.
+  perf::SampleId Sample(uint64_t time) const;
+  // Appends PT bytes to the AUX ring and a PERF_RECORD_AUX for them (time `time`), waiting
+  // while either ring has no room. False when `wait` gave up (nothing more is written).
+  template <typename Wait>
+  bool WriteTrace(std::span<const uint8_t> bytes, uint64_t time, Wait wait);
+  // Appends one encoded perf record to the data ring, waiting while it has no room.
+  template <typename Wait>
+  bool WriteRecord(std::span<const uint8_t> record, Wait wait);
+
+ private:
+  bool TryWriteRecord(std::span<const uint8_t> record);
+  bool TryWriteTrace(std::span<const uint8_t> bytes, uint64_t time);
+
+  record::RingView ring_;
+  uint32_t pid_, tid_;
+  uint64_t id_;
+  uint64_t aux_head_ = 0;
+  uint64_t data_head_ = 0;
+};
+
+template <typename Wait>
+bool QemuSlotWriter::WriteTrace(std::span<const uint8_t> bytes, uint64_t time, Wait wait) {
+  // A chunk larger than half the AUX ring is split, so every piece fits once drained.
+  const size_t max_piece = ring_.aux.size() / 2;
+  while (!bytes.empty()) {
+    const std::span<const uint8_t> piece = bytes.first(std::min(bytes.size(), max_piece));
+    while (!TryWriteTrace(piece, time)) {
+      if (!wait()) return false;
+    }
+    bytes = bytes.subspan(piece.size());
+  }
+  return true;
+}
+
+template <typename Wait>
+bool QemuSlotWriter::WriteRecord(std::span<const uint8_t> record, Wait wait) {
+  while (!TryWriteRecord(record)) {
+    if (!wait()) return false;
+  }
+  return true;
+}
+
+// The reader's side of one slot: a TraceSource for the Drainer. The plugin never truncates,
+// so Enable/Disable have nothing to do; there is no wakeup fd (ptrecord drains on a timer).
+// The stream is the thread that claimed the slot (read from its control page: the plugin
+// sets it before it writes anything).
+class QemuSlotSource final : public record::TraceSource {
+ public:
+  QemuSlotSource(record::RingView ring, const QemuSlotControl* control)
+      : ring_(ring), control_(control) {}
+  record::RingView ring() override { return ring_; }
+  int poll_fd() const override { return -1; }
+  absl::Status Enable() override { return absl::OkStatus(); }
+  absl::Status Disable() override { return absl::OkStatus(); }
+  StreamId stream() const override {
+    control_->state.load(std::memory_order_acquire);
+    return StreamId{StreamKind::kThread, control_->tid};
+  }
+  int32_t cpu() const override { return -1; }
+  perf::SampleIdLayout layout() const override { return QemuSampleLayout(); }
+
+ private:
+  record::RingView ring_;
+  const QemuSlotControl* control_;
+};
+
+}  // namespace ptkit::emulate
+
+#endif  // PTKIT_RECORD_EMULATE_QEMU_RING_H_

@@ -1,0 +1,256 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// `ptrecord --emulate=qemu` end to end: the plugin's exact per-instruction ground truth
+// (QEMU's instruction callbacks, independent of the block-level flow the PT is made from)
+// against what `ptdecode insn` decodes, instruction by instruction, per thread; two runs give
+// the same per-function counts; bad setups are one clear line. Skips where qemu-user is not
+// installed.
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "ground_truth.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "run_command.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::ParseInsn;
+using ::ptkit::testing::PerThread;
+using ::ptkit::testing::ReadTruth;
+using ::ptkit::testing::RunCommand;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+bool HaveQemu() { return access("/usr/bin/qemu-x86_64", X_OK) == 0; }
+
+#define PTKIT_SKIP_WITHOUT_QEMU() \
+  if (!HaveQemu()) GTEST_SKIP() << "qemu-user is not installed (apt-get install qemu-user)"
+
+struct Recorded {
+  std::string trace, truth;
+  testing::CommandResult run;
+};
+
+class QemuEmulateTest : public ::testing::Test {
+ protected:
+  void SetUp() override { dir_ = std::make_unique<testing::TempDir>(); }
+
+  Recorded Record(const std::string& name, const std::vector<std::string>& command,
+                  bool with_truth = true) {
+    Recorded r;
+    r.trace = dir_->File(name + ".pt");
+    r.truth = dir_->File(name + ".truth");
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=qemu", "-o", r.trace};
+    if (with_truth) {
+      argv.push_back("--ground-truth");
+      argv.push_back(r.truth);
+    }
+    argv.push_back("--");
+    argv.insert(argv.end(), command.begin(), command.end());
+    r.run = RunCommand(argv);
+    return r;
+  }
+
+  // Records `command` with the ground truth and checks every thread's decoded instructions
+  // against it; returns the truth.
+  PerThread ExpectDecodedEqualsTruth(const std::string& name,
+                                     const std::vector<std::string>& command, int expected_exit = 0,
+                                     std::string* err = nullptr) {
+    Recorded rec = Record(name, command);
+    EXPECT_EQ(rec.run.exit_code, expected_exit) << rec.run.err;
+    if (err != nullptr) *err = rec.run.err;
+    auto d = RunCommand({PTDECODE_PATH, "insn", rec.trace});
+    EXPECT_EQ(d.exit_code, 0) << d.err;
+    // (Not printed whole on failure: it is long.)
+    EXPECT_EQ(d.out.find("[gap"), std::string::npos) << d.err;
+    PerThread truth = ReadTruth(rec.truth);
+    PerThread got = ParseInsn(d.out);
+    EXPECT_FALSE(truth.empty());
+    EXPECT_EQ(got.size(), truth.size());
+    for (const auto& [tid, ips] : truth) {
+      const std::vector<uint64_t>& decoded = got[tid];
+      EXPECT_EQ(decoded.size(), ips.size()) << "thread " << tid;
+      size_t i = 0;
+      while (i < ips.size() && i < decoded.size() && ips[i] == decoded[i]) ++i;
+      EXPECT_EQ(i, ips.size()) << name << " thread " << tid << ": first difference at "
+                               << "instruction " << i << " of " << ips.size() << ": truth 0x"
+                               << std::hex << (i < ips.size() ? ips[i] : 0) << ", decoded 0x"
+                               << (i < decoded.size() ? decoded[i] : 0);
+    }
+    return truth;
+  }
+
+  std::unique_ptr<testing::TempDir> dir_;
+};
+
+TEST_F(QemuEmulateTest, AStaticProgramDecodesToTheGroundTruth) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  PerThread truth = ExpectDecodedEqualsTruth("fib", {PROGRAM_DIR "/emulate_fib"});
+  ASSERT_EQ(truth.size(), 1u);
+  EXPECT_GT(truth.begin()->second.size(), 10000u);
+}
+
+TEST_F(QemuEmulateTest, ADynamicProgramWithDlopenDecodesToTheGroundTruth) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  ExpectDecodedEqualsTruth("dlopen",
+                           {PROGRAM_DIR "/emulate_dlopen", PROGRAM_DIR "/libemulate_plugin.so"});
+}
+
+TEST_F(QemuEmulateTest, ThreadsForkAndSignalsDecodeToTheGroundTruth) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  EXPECT_GE(ExpectDecodedEqualsTruth("threads", {PROGRAM_DIR "/emulate_threads"}).size(), 2u);
+  EXPECT_EQ(ExpectDecodedEqualsTruth("fork", {PROGRAM_DIR "/emulate_fork"}).size(), 2u);
+  ExpectDecodedEqualsTruth("signal", {PROGRAM_DIR "/emulate_signal"});
+  ExpectDecodedEqualsTruth("alarm", {PROGRAM_DIR "/emulate_alarm"});
+  EXPECT_EQ(ExpectDecodedEqualsTruth("leader_exit", {PROGRAM_DIR "/emulate_leader_exit"}).size(),
+            2u);
+}
+
+// qemu-user does not follow exec: the trace ends there, and ptrecord says so.
+TEST_F(QemuEmulateTest, TheTraceEndsAtExecAndSaysSo) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  // The child's exec'd emulate_fib exits 3, which fork_exec passes on.
+  EXPECT_EQ(ExpectDecodedEqualsTruth(
+                "fork_exec", {PROGRAM_DIR "/emulate_fork_exec", PROGRAM_DIR "/emulate_fib", "x"}, 3)
+                .size(),
+            2u);
+  std::string err;
+  EXPECT_EQ(
+      ExpectDecodedEqualsTruth(
+          "thread_exec", {PROGRAM_DIR "/emulate_thread_exec", PROGRAM_DIR "/emulate_fib"}, 0, &err)
+          .size(),
+      2u);
+  EXPECT_THAT(err, HasSubstr("the trace ends at execve (1 times): qemu-user does not "
+                             "follow exec"));
+}
+
+TEST_F(QemuEmulateTest, GzipOfAFileDecodesToTheGroundTruth) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string input = dir_->File("input.txt");
+  {
+    std::ofstream out(input);
+    for (int i = 0; i < 20; ++i) out << "line " << i << " of a small file for gzip\n";
+  }
+  ExpectDecodedEqualsTruth("gzip", {"/bin/gzip", "-c", "-9", input});
+}
+
+// Both backends on a non-PIE program: the flow through the program's own functions is the
+// same (libc's differs: glibc picks its code paths from QEMU's CPUID).
+TEST_F(QemuEmulateTest, StepAndQemuRunTheProgramsOwnCodeAlike) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string fib = PROGRAM_DIR "/emulate_fib";
+  Recorded qemu = Record("fib_qemu", {fib});
+  ASSERT_EQ(qemu.run.exit_code, 0) << qemu.run.err;
+  const std::string step_truth = dir_->File("fib_step.truth");
+  // Filtered to those functions: the step backend runs at full speed elsewhere.
+  auto step = RunCommand({PTRECORD_PATH, "--emulate=step", "--filter",
+                          "filter main @ " + fib + ",filter fib @ " + fib, "--ground-truth",
+                          step_truth, "-o", dir_->File("fib_step.pt"), "--", fib});
+  if (step.exit_code != 0 && step.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_EQ(step.exit_code, 0) << step.err;
+  std::vector<std::pair<uint64_t, uint64_t>> own = {::ptkit::testing::NmRange(fib, "main"),
+                                                    ::ptkit::testing::NmRange(fib, "fib")};
+  ASSERT_NE(own[0].second, 0u);
+  ASSERT_NE(own[1].second, 0u);
+  auto own_code = [&](const PerThread& truth) {
+    std::vector<uint64_t> ips;
+    for (uint64_t ip : truth.begin()->second) {
+      for (const auto& [begin, end] : own) {
+        if (ip >= begin && ip < end) ips.push_back(ip);
+      }
+    }
+    return ips;
+  };
+  const std::vector<uint64_t> q = own_code(ReadTruth(qemu.truth));
+  const std::vector<uint64_t> s = own_code(ReadTruth(step_truth));
+  EXPECT_GT(q.size(), 500u);
+  EXPECT_TRUE(q == s) << q.size() << " vs " << s.size() << " instructions in main and fib";
+}
+
+// SIGINT stops the recording: the plugin ends every stream where the program is, and the
+// trace decodes to exactly the ground truth up to there.
+TEST_F(QemuEmulateTest, SigintEndsEveryStreamExactly) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string trace = dir_->File("spin.pt"), truth = dir_->File("spin.truth");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, 1);
+    dup2(null, 2);
+    execl(PTRECORD_PATH, PTRECORD_PATH, "--emulate=qemu", "--ground-truth", truth.c_str(), "-o",
+          trace.c_str(), "--", E2E_PROGRAM_DIR "/e2e_spin", static_cast<char*>(nullptr));
+    _exit(126);
+  }
+  usleep(250000);
+  kill(pid, SIGINT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  auto d = RunCommand({PTDECODE_PATH, "insn", trace});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  PerThread want = ReadTruth(truth), got = ParseInsn(d.out);
+  ASSERT_EQ(want.size(), 1u);
+  EXPECT_GT(want.begin()->second.size(), 1000u);
+  EXPECT_EQ(got.begin()->second.size(), want.begin()->second.size());
+  EXPECT_TRUE(got == want);
+}
+
+// The property `ptdecode diff` needs: the same program gives the same counts.
+TEST_F(QemuEmulateTest, TwoRunsGiveTheSamePerFunctionCounts) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  std::string stats[2];
+  for (int i = 0; i < 2; ++i) {
+    Recorded rec = Record("hot_cold" + std::to_string(i), {PROGRAM_DIR "/emulate_hot_cold"},
+                          /*with_truth=*/false);
+    ASSERT_EQ(rec.run.exit_code, 0) << rec.run.err;
+    auto r = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto doc = nlohmann::json::parse(r.out);
+    std::map<std::string, uint64_t> counts;
+    for (const auto& row : doc["functions"]) {
+      counts[row["function"].get<std::string>()] += row["self"].get<uint64_t>();
+    }
+    ASSERT_GT(counts.size(), 3u) << r.out;
+    stats[i] = nlohmann::json(counts).dump();
+  }
+  EXPECT_EQ(stats[0], stats[1]);
+}
+
+TEST_F(QemuEmulateTest, APluginThatIsNotThereIsOneLine) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "--qemu-plugin", "/nonexistent.so", "-o",
+                       dir_->File("x.pt"), "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_EQ(r.err,
+            "ptrecord: the QEMU plugin /nonexistent.so is not there (No such file or directory): "
+            "build the ptkit_qemu target, or give its path with --qemu-plugin PATH\n");
+  EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));
+}
+
+TEST_F(QemuEmulateTest, AMissingQemuNamesThePackage) {
+  auto r = RunCommand({"/usr/bin/env", "PATH=/nonexistent", PTRECORD_PATH, "--emulate=qemu", "-o",
+                       dir_->File("x.pt"), "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("apt-get install qemu-user"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+}
+
+}  // namespace
+}  // namespace ptkit
