@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/perf_records.h"
+#include "ptkit/recording_metadata.h"
 #include "ptkit/sideband.h"
 #include "ptkit/status.h"
 
@@ -113,10 +114,10 @@ nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
   nlohmann::json m = nlohmann::json::object();
   m["source"] = "perf.data";
   const perf::PerfFeatures& f = data.features;
-  if (f.hostname) m["host"]["hostname"] = *f.hostname;
-  if (f.osrelease) m["host"]["kernel_release"] = *f.osrelease;
+  if (f.hostname) m["host"] = *f.hostname;
+  if (f.osrelease) m["kernel_release"] = *f.osrelease;
+  if (f.arch) m["machine"] = *f.arch;
   if (f.cmdline) m["command_line"] = *f.cmdline;
-  if (f.nr_cpus_online) m["host"]["cpus_online"] = *f.nr_cpus_online;
   if (f.cpuid) {
     // x86: "GenuineIntel,6,78,3" (vendor, family, model, stepping), as perf's get_cpuid.
     std::vector<std::string> parts = absl::StrSplit(*f.cpuid, ',');
@@ -130,17 +131,27 @@ nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
     if (f.cpudesc) cpu["model_name"] = *f.cpudesc;
     m["cpu"] = std::move(cpu);
   }
-  nlohmann::json attrs = nlohmann::json::array();
+  const perf::AuxtraceInfo* info = TraceInfo(data);
+  // The attrs as trace.pt has them, named as perf names them in EVENT_DESC: the trace PMU's
+  // (AUXTRACE_INFO's type) and the tracking dummy event; export and info read them.
+  RecordingMetadata typed;
+  typed.attrs.emplace();
   for (const perf::PerfAttr& a : data.attrs) {
-    attrs.push_back({{"type", a.attr.type},
-                     {"config", static_cast<uint64_t>(a.attr.config)},
-                     {"sample_type", static_cast<uint64_t>(a.attr.sample_type)},
-                     {"sample_id_all", a.attr.sample_id_all != 0}});
+    std::string name;
+    if (info != nullptr && Word(*info, kPmuType) == a.attr.type) {
+      name = info->type == kAuxtraceIntelPt ? "intel_pt" : "intel_bts";
+    } else if (a.attr.type == PERF_TYPE_SOFTWARE && a.attr.config == PERF_COUNT_SW_DUMMY) {
+      name = "dummy";
+    }
+    typed.attrs->push_back(AttrMetadata::FromAttr(name, a.attr));
+    if (name.empty()) typed.attrs->back().name.reset();
   }
-  m["attrs"] = std::move(attrs);
+  m["attrs"] = typed.ToJson()["attrs"];
   std::optional<nlohmann::json> time;
-  if (const perf::AuxtraceInfo* info = TraceInfo(data)) {
+  if (info != nullptr) {
     const bool pt = info->type == kAuxtraceIntelPt;
+    // The words themselves, for `ptdecode export` to write them back as perf wrote them.
+    m["auxtrace_info"] = {{"type", info->type}, {"words", info->priv}};
     nlohmann::json pmu = {{"name", pt ? "intel_pt" : "intel_bts"},
                           {"type", Word(*info, kPmuType).value_or(0)}};
     if (pt) {
@@ -150,7 +161,10 @@ nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
         m["cpu"]["cpuid_15h"] = {{"tsc_ratio_numerator", *n}, {"tsc_ratio_denominator", *d}};
       }
     }
-    if (SnapshotMode(info)) pmu["snapshot"] = true;
+    if (SnapshotMode(info)) {
+      pmu["snapshot"] = true;
+      m["mode"] = "snapshot";
+    }
     m["pmu"] = std::move(pmu);
     auto mult = Word(*info, kTimeMult);
     if (mult && *mult != 0) {
@@ -199,6 +213,24 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
   std::map<StreamId, std::vector<AuxSpan>> aux_spans;
   for (size_t i = 0; i < data.records.size(); ++i) {
     const perf::RecordView rec = data.View(i);
+    if (rec.type < PERF_RECORD_MAX && rec.type != PERF_RECORD_SAMPLE) {
+      // Kept verbatim for export, batched while the ring (ID_INDEX's CPU, -1 for a
+      // per-thread one; else the trailer's) and the layout stay the same.
+      const Placed p = Place(data, rec, cpu_of_id);
+      int32_t ring = p.cpu;
+      if (p.id && p.id->has_id) {
+        auto it = cpu_of_id.find(p.id->id);
+        if (it != cpu_of_id.end())
+          ring = it->second == kNoCpu ? -1 : static_cast<int32_t>(it->second);
+      }
+      if (r.sideband.empty() || r.sideband.back().cpu != ring ||
+          r.sideband.back().layout.sample_type != p.layout.sample_type ||
+          r.sideband.back().layout.sample_id_all != p.layout.sample_id_all) {
+        r.sideband.push_back({ring, p.layout, {}});
+      }
+      std::vector<uint8_t>& batch = r.sideband.back().records;
+      batch.insert(batch.end(), rec.bytes.begin(), rec.bytes.end());
+    }
     switch (rec.type) {
       case PERF_RECORD_MMAP2:
       case PERF_RECORD_COMM:

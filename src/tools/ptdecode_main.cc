@@ -596,7 +596,7 @@ int main(int argc, char** argv) {
   exp->add_option("--to", export_to, "Output format: perf.data")
       ->required()
       ->check(CLI::IsMember({"perf.data"}));
-  exp->add_option("FILE", export_input, "trace.pt recording")->required();
+  exp->add_option("FILE", export_input, "trace.pt or perf.data recording")->required();
   exp->add_option("-o,--output", export_output, "The perf.data to write (overwritten)")->required();
   exp->add_option("--debug-dir", export_options.debug_dir,
                   "Build-id cache for captured code (vdso, --archive); default OUTPUT.debug");
