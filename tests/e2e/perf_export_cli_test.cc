@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_replace.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
@@ -577,6 +578,21 @@ TEST_F(PerfExportTest, PerfReportsALossWherePtdecodeDoes) {
   EXPECT_EQ(d["losses"].get<uint64_t>(), 2u);
   EXPECT_EQ(d["errors"].get<uint64_t>(), 0u);
   EXPECT_EQ(d["instructions"].get<uint64_t>(), 6000u);
+  // The perf.data (its AUX record with TRUNCATED) and its export back to trace.pt (a loss
+  // record) have the loss where the original has it, and the same walks on either side.
+  const std::string again = Dir().File("loss.again.pt");
+  r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", e.data, "-o", again});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const std::string& file : {e.data, again}) {
+    auto i = RunCommand({PTDECODE_PATH, "info", "--decode", "--json", file});
+    ASSERT_EQ(i.exit_code, 0) << i.err;
+    const auto d2 = nlohmann::json::parse(i.out)["decode"];
+    EXPECT_EQ(d2["losses"], d["losses"]) << file;
+    EXPECT_EQ(d2["instructions"], d["instructions"]) << file;
+    EXPECT_EQ(d2["errors"].get<uint64_t>(), 0u) << file;
+    auto insn = RunCommand({PTDECODE_PATH, "insn", file});
+    ExpectSameFlow(ParseInsn(insn.out), truth, file);
+  }
 }
 
 // swpt's synthesized container (record/swpt/synth_container.h): its records' trailers are
@@ -639,6 +655,31 @@ PerfDecode PerfDecodes(const std::string& data, const std::string& debug_dir) {
   return d;
 }
 
+// perf.data files and the build-id cache for each: `e`'s, and the real recording of
+// ../shared/testdata when it is there (with `no_cache`, an empty directory).
+std::vector<std::pair<std::string, std::string>> PerfDataInputs(const Exported& e,
+                                                                const std::string& no_cache) {
+  std::vector<std::pair<std::string, std::string>> inputs = {{e.data, e.debug_dir}};
+  const std::string real = PTKIT_SOURCE_DIR "/../shared/testdata/perf-data/perf.data.intel_pt-4.14";
+  if (std::filesystem::exists(real)) inputs.emplace_back(real, no_cache);
+  return inputs;
+}
+
+// perf decodes `got` (a copy of the perf.data `want` made by ptdecode) to the same samples, and
+// reports the same errors (at most one more: see below).
+void ExpectPerfDecodesTheSame(const std::string& want_data, const std::string& got_data,
+                              const std::string& debug_dir) {
+  const PerfDecode want = PerfDecodes(want_data, debug_dir);
+  const PerfDecode got = PerfDecodes(got_data, debug_dir);
+  EXPECT_GT(want.samples.size(), 100u) << want_data;
+  EXPECT_EQ(got.samples, want.samples) << want_data;
+  const std::set<std::string> errors(got.errors.begin(), got.errors.end());
+  for (const std::string& error : want.errors) {
+    EXPECT_TRUE(errors.contains(error)) << want_data << ": perf lost " << error;
+  }
+  EXPECT_LE(got.errors.size(), want.errors.size() + 1) << want_data;
+}
+
 // export reads any recording: a perf.data exported again gives perf the same trace to decode,
 // for an emulated recording's export and for the real Skylake recording of ../shared/testdata
 // (per-CPU, user + kernel, PERF_RECORD_MMAP and MMAP2, an old TIME_CONV, a cycles event beside
@@ -647,22 +688,66 @@ PerfDecode PerfDecodes(const std::string& data, const std::string& debug_dir) {
 // code is not there), where its flow is the same: errors are compared as a subset.
 TEST_F(PerfExportTest, APerfDataExportsAsItWas) {
   PTKIT_EXPORT_OR_SKIP(e, "fib", kFib);
-  std::vector<std::pair<std::string, std::string>> inputs = {{e.data, e.debug_dir}};
-  const std::string real = PTKIT_SOURCE_DIR "/../shared/testdata/perf-data/perf.data.intel_pt-4.14";
-  if (std::filesystem::exists(real)) inputs.emplace_back(real, Dir().File("no.debug"));
-  for (const auto& [input, debug_dir] : inputs) {
+  for (const auto& [input, debug_dir] : PerfDataInputs(e, Dir().File("no.debug"))) {
     const std::string again = Dir().File("again.data");
     auto r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", input, "-o", again});
     ASSERT_EQ(r.exit_code, 0) << input << ": " << r.err;
-    const PerfDecode want = PerfDecodes(input, debug_dir);
-    const PerfDecode got = PerfDecodes(again, debug_dir);
-    EXPECT_GT(want.samples.size(), 100u) << input;
-    EXPECT_EQ(got.samples, want.samples) << input;
-    const std::set<std::string> errors(got.errors.begin(), got.errors.end());
-    for (const std::string& error : want.errors) {
-      EXPECT_TRUE(errors.contains(error)) << input << ": perf lost " << error;
+    ExpectPerfDecodesTheSame(input, again, debug_dir);
+  }
+}
+
+// export --to trace.pt: a perf.data (the real Skylake recording; an emulated recording's
+// export) as a container, exported back to perf.data, gives perf script the same samples and
+// errors as the original, and ptdecode decodes the container as it decodes the perf.data.
+TEST_F(PerfExportTest, PerfDataToTracePtToPerfDataGivesPerfTheSame) {
+  PTKIT_EXPORT_OR_SKIP(e, "fib", kFib);
+  for (const auto& [input, debug_dir] : PerfDataInputs(e, Dir().File("no.debug"))) {
+    const std::string pt = Dir().File("imported.pt"), back = Dir().File("back.data");
+    auto r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", input, "-o", pt});
+    ASSERT_EQ(r.exit_code, 0) << input << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr("wrote " + pt));
+    r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", pt, "-o", back});
+    ASSERT_EQ(r.exit_code, 0) << input << ": " << r.err;
+    ExpectPerfDecodesTheSame(input, back, debug_dir);
+    // ptdecode: the same packets, and the same decode, from the perf.data and the container.
+    for (const std::string command : {"packets", "insn", "branches"}) {
+      auto from_data = RunCommand({PTDECODE_PATH, command, "--buildid-dir", debug_dir, input});
+      auto from_pt = RunCommand({PTDECODE_PATH, command, "--buildid-dir", debug_dir, pt});
+      EXPECT_EQ(from_pt.exit_code, from_data.exit_code) << command << " " << input;
+      EXPECT_TRUE(from_pt.out == from_data.out) << command << " " << input << ": differs";
+      // The real recording's binaries are not public: its messages say so, naming the file.
+      EXPECT_EQ(absl::StrReplaceAll(from_pt.err, {{pt, "FILE"}}),
+                absl::StrReplaceAll(from_data.err, {{input, "FILE"}}))
+          << command << " " << input;
+      if (command == "packets") {
+        EXPECT_GT(from_data.out.size(), 100000u) << input;
+      }
     }
-    EXPECT_LE(got.errors.size(), want.errors.size() + 1) << input;
+  }
+}
+
+// The other way: an emulated trace.pt exported to perf.data and imported back decodes to the
+// same instructions and the same statistics as the original (fib: one thread; threads: three;
+// fork: two processes).
+TEST_F(PerfExportTest, TracePtToPerfDataToTracePtDecodesTheSame) {
+  for (const auto& [name, program] : std::vector<std::pair<std::string, std::string>>{
+           {"fib", kFib}, {"threads", kThreads}, {"fork", kFork}}) {
+    PTKIT_EXPORT_OR_SKIP(e, name, program);
+    const std::string pt = Dir().File(name + ".again.pt");
+    auto r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", e.data, "-o", pt});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const std::string command : {"insn", "stats", "calls"}) {
+      auto want = RunCommand({PTDECODE_PATH, command, e.trace});
+      auto got = RunCommand({PTDECODE_PATH, command, "--buildid-dir", e.debug_dir, pt});
+      ASSERT_EQ(want.exit_code, 0) << want.err;
+      ASSERT_EQ(got.exit_code, 0) << got.err;
+      EXPECT_GT(want.out.size(), 1000u);
+      // stats begins with the file's name.
+      got.out = absl::StrReplaceAll(got.out, {{pt, e.trace}});
+      EXPECT_TRUE(got.out == want.out) << name << " " << command << ": differs\n"
+                                       << got.out.substr(0, 1500) << "\nvs\n"
+                                       << want.out.substr(0, 1500);
+    }
   }
 }
 
