@@ -215,6 +215,10 @@ void ExpectPerfAgrees(const Exported& e, size_t threads) {
   EXPECT_GT(n, 1000u);
   ExpectSameFlow(from_perf, from_ptdecode, "perf vs ptdecode insn");
   ExpectSameFlow(from_perf, ReadTruth(e.truth), "perf vs the ground truth");
+  // ptdecode reads the per-thread perf.data (AUXTRACE records with cpu -1) to the same flow.
+  auto insn_data = RunCommand({PTDECODE_PATH, "insn", "--buildid-dir", e.debug_dir, e.data});
+  ASSERT_EQ(insn_data.exit_code, 0) << insn_data.err;
+  ExpectSameFlow(ParseInsn(insn_data.out), from_ptdecode, "ptdecode insn of the perf.data");
   std::printf("%s: perf and ptdecode agree on %llu instructions in %zu threads\n", e.data.c_str(),
               static_cast<unsigned long long>(n), threads);  // NOLINT
 
@@ -246,6 +250,11 @@ TEST_F(PerfExportTest, PerfDecodesAnEmulatedBtsRecordingAsPtdecodeDoes) {
   std::vector<std::pair<uint64_t, uint64_t>> perf_branches = PerfBranches(e);
   std::vector<std::pair<uint64_t, uint64_t>> ptdecode_branches = PtdecodeBranches(e);
   ASSERT_GT(ptdecode_branches.size(), 1000u);
+  // ptdecode reads the intel_bts perf.data (AUXTRACE_INFO type 2, per thread) to the same
+  // branches as the container.
+  Exported data = e;
+  data.trace = e.data;
+  EXPECT_TRUE(PtdecodeBranches(data) == ptdecode_branches) << "ptdecode branches of the perf.data";
   EXPECT_EQ(ptdecode_branches.back().second, 0u);
   ptdecode_branches.pop_back();
   EXPECT_TRUE(perf_branches == ptdecode_branches)
@@ -386,6 +395,7 @@ class SynthRecording {
   static constexpr uint64_t kTraceId = 7, kTrackingId = 8;
   // `cpu`: of the trailers (-1 for a per-thread recording).
   explicit SynthRecording(uint32_t cpu) : cpu_(cpu) {}
+  bool old_mmap = false;  // Walk maps the program with PERF_RECORD_MMAP, not MMAP2
 
   perf::SampleId Id(uint32_t pid, uint64_t time, uint64_t event) const {
     perf::SampleId s{.has_tid = true, .has_time = true, .has_id = true, .has_cpu = true};
@@ -439,6 +449,18 @@ class SynthRecording {
       m.flags = MAP_PRIVATE;
       m.filename = program;
       m.sample_id = Id(pid, time + 1, kTrackingId);
+      if (old_mmap) {  // PERF_RECORD_MMAP: {pid, tid, addr, len, pgoff, filename}
+        Add(perf::RecordBuilder(PERF_RECORD_MMAP, PERF_RECORD_MISC_USER)
+                .U32(pid)
+                .U32(pid)
+                .U64(m.addr)
+                .U64(m.len)
+                .U64(m.pgoff)
+                .String(program)
+                .Trailer(kLayout, m.sample_id)
+                .Finish());
+        continue;
+      }
       Add(perf::EncodeMmap2(m, kLayout));
     }
     swpt::SynthOptions o;
@@ -496,8 +518,9 @@ class SynthRecording {
 };
 
 // Exports `trace` and expects perf and ptdecode to give each thread what `truth` says, without
-// errors.
-void ExpectBothGive(const std::string& trace, const PerThread& truth) {
+// errors; ptdecode reads the container, or the exported perf.data with `ptdecode_reads_data`.
+void ExpectBothGive(const std::string& trace, const PerThread& truth,
+                    bool ptdecode_reads_data = false) {
   Exported e;
   e.trace = trace;
   e.data = trace + ".data";
@@ -506,20 +529,20 @@ void ExpectBothGive(const std::string& trace, const PerThread& truth) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto perf = PerfScript(e, {"--itrace=i0ns", "-F", "tid,ip"});
   ASSERT_EQ(perf.exit_code, 0) << perf.err;
-  auto insn = RunCommand({PTDECODE_PATH, "insn", e.trace});
+  Exported read = e;
+  if (ptdecode_reads_data) read.trace = e.data;
+  auto insn = RunCommand({PTDECODE_PATH, "insn", read.trace});
   ASSERT_EQ(insn.exit_code, 0) << insn.err;
-  ExpectSameFlow(ParseInsn(insn.out), truth, "ptdecode insn vs the walks");
+  ExpectSameFlow(ParseInsn(insn.out), truth, "ptdecode insn of " + read.trace + " vs the walks");
   ExpectSameFlow(ParsePerfTidIp(perf.out), truth, "perf vs the walks");
   EXPECT_EQ(PerfErrors(e), 0u);
-  EXPECT_EQ(PtdecodeErrors(e), 0u);
+  EXPECT_EQ(PtdecodeErrors(read), 0u);
 }
 
-// A per-CPU recording with a context switch between two processes: CPU 0 runs a walk of fib's
-// code (pid 100), then of spin's (pid 200), both static programs at 0x401000, so a decoder
-// that does not follow the switch decodes the second with the wrong code. perf's decoder
-// follows SWITCH_CPU_WIDE by time as ptdecode does: both give each process its walk.
-TEST_F(PerfExportTest, PerfFollowsAContextSwitchOnACpuAsPtdecodeDoes) {
-  SynthRecording rec(0);
+// A per-CPU recording (`rec`, CPU 0) of a context switch between two processes: a walk of fib's
+// code (pid 100), then of spin's (pid 200), both static programs at 0x401000. Writes it at
+// `path` and returns what each process ran.
+PerThread WriteSwitchRecording(SynthRecording& rec, const std::string& path) {
   swpt::SynthResult fib = rec.Walk(kFib, 100, 10, 1'000'000, 5);
   swpt::SynthResult spin = rec.Walk(kSpin, 200, 20, 2'000'000, 6);
   std::vector<uint8_t> trace = fib.pt;
@@ -531,11 +554,30 @@ TEST_F(PerfExportTest, PerfFollowsAContextSwitchOnACpuAsPtdecodeDoes) {
   rec.Add(perf::EncodeAux(
       {.aux_offset = 0, .aux_size = trace.size(), .sample_id = rec.Id(200, 3'000'000, R::kTraceId)},
       R::kLayout));
-  const std::string path = Dir().File("switch.pt");
   rec.Write(path, "full-trace", [&](ContainerWriter& w) {
     ASSERT_TRUE(w.AppendAux({{StreamKind::kCpu, 0}, 0, 0, 3'000'000, trace}).ok());
   });
-  ExpectBothGive(path, {{100, fib.truth}, {200, spin.truth}});
+  return {{100, fib.truth}, {200, spin.truth}};
+}
+
+// The switch recording: a decoder that does not follow the switch decodes the second walk with
+// the wrong code. perf's decoder follows SWITCH_CPU_WIDE by time as ptdecode does: both give
+// each process its walk.
+TEST_F(PerfExportTest, PerfFollowsAContextSwitchOnACpuAsPtdecodeDoes) {
+  SynthRecording rec(0);
+  const std::string path = Dir().File("switch.pt");
+  const PerThread truth = WriteSwitchRecording(rec, path);
+  ExpectBothGive(path, truth);
+}
+
+// The switch recording with PERF_RECORD_MMAP (not MMAP2: kernels before 3.16) mapping the
+// programs: perf decodes its export with them, and so does ptdecode reading that perf.data.
+TEST_F(PerfExportTest, PtdecodeReadsMmapRecordsInAPerfDataAsPerfDoes) {
+  SynthRecording rec(0);
+  rec.old_mmap = true;
+  const std::string path = Dir().File("mmap.pt");
+  const PerThread truth = WriteSwitchRecording(rec, path);
+  ExpectBothGive(path, truth, /*ptdecode_reads_data=*/true);
 }
 
 // Loss: the AUX bytes between two walks are gone (4096 bytes, a loss record of kind "other",
