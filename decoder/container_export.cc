@@ -1,6 +1,9 @@
 #include "decoder/container_export.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -26,6 +29,24 @@ std::optional<LossKind> KindOf(const std::string& name) {
     if (LossKindName(k) == name) return k;
   }
   return LossKind::kOther;
+}
+
+// The bytes [pgoff, pgoff + len) of `file`, fewer at its end. Errors: kNotFound when it cannot
+// be opened, kOutOfRange when the range is past its end, kDataLoss on a short read.
+absl::StatusOr<std::vector<uint8_t>> ReadRange(const std::string& file, uint64_t pgoff,
+                                               uint64_t len) {
+  std::ifstream in(file, std::ios::binary | std::ios::ate);
+  if (!in) return absl::NotFoundError(fmt::format("{}: cannot be opened", file));
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  if (pgoff >= size) {
+    return absl::OutOfRangeError(
+        fmt::format("{}: offset {} is past its end ({} bytes)", file, pgoff, size));
+  }
+  std::vector<uint8_t> bytes(std::min(len, size - pgoff));
+  in.seekg(static_cast<std::streamoff>(pgoff));
+  in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  if (!in) return absl::DataLossError(fmt::format("{}: short read", file));
+  return bytes;
 }
 
 class Writer {
@@ -80,16 +101,17 @@ class Writer {
 }  // namespace
 
 absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
-                                                       const std::string& output) {
+                                                       const std::string& output,
+                                                       const ContainerExportOptions& options) {
   const nlohmann::json metadata = r.metadata.ToJson();
   if (metadata.empty()) {
     return absl::FailedPreconditionError(
         fmt::format("{}: no metadata: nothing says how the recording was made", r.name));
   }
-  WriterOptions options;
-  options.overwrite = true;
+  WriterOptions writer;
+  writer.overwrite = true;
   PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> w,
-                         ContainerWriter::Create(output, options));
+                         ContainerWriter::Create(output, writer));
   ContainerExportSummary summary;
   Writer out(*w, summary);
   PTKIT_RETURN_IF_ERROR(w->AppendMetadata(r.metadata.ToRecord()));
@@ -133,6 +155,45 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
                                            .build_id = c.build_id,
                                            .bytes = c.bytes}));
       ++summary.code_records;
+    }
+  }
+  if (options.archive) {
+    for (uint32_t pid : r.timeline.Pids()) {
+      const std::vector<Mapping>* maps = r.timeline.AllMappings(pid);
+      if (maps == nullptr) continue;
+      const std::vector<uint64_t>& execs = r.timeline.ExecTimes(pid);
+      const uint64_t since = execs.empty() ? 0 : execs.back();
+      auto captured = r.captured.find(pid);
+      for (const Mapping& m : *maps) {
+        if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/' || m.from < since) {
+          continue;
+        }
+        if (captured != r.captured.end() &&
+            std::any_of(captured->second.begin(), captured->second.end(),
+                        [&](const CapturedCode& c) {
+                          return c.address < m.end && m.start < c.address + c.bytes.size();
+                        })) {
+          continue;
+        }
+        absl::StatusOr<std::vector<uint8_t>> bytes =
+            ReadRange(options.sysroot + m.path, m.pgoff, m.end - m.start);
+        if (!bytes.ok()) {
+          summary.warnings.push_back(
+              fmt::format("pid {}: {}: not archived", pid, std::string(bytes.status().message())));
+          continue;
+        }
+        auto known = r.build_ids.find(m.path);
+        const std::vector<uint8_t>& id =
+            !m.build_id.empty() || known == r.build_ids.end() ? m.build_id : known->second;
+        PTKIT_RETURN_IF_ERROR(w->AppendCode({.pid = pid,
+                                             .address = m.start,
+                                             .pgoff = m.pgoff,
+                                             .path = m.path,
+                                             .build_id = id,
+                                             .bytes = *bytes}));
+        ++summary.code_records;
+        summary.archived_bytes += bytes->size();
+      }
     }
   }
   for (const auto& [path, id] : r.build_ids) {

@@ -491,25 +491,29 @@ bool IsRegularFile(const char* path) {
 }
 
 // `export --to trace.pt`: the recording (a perf.data, or a trace.pt) as one container.
-int RunExportContainer(const std::string& input, const std::string& output) {
+int RunExportContainer(const std::string& input, const std::string& output,
+                       const dec::ContainerExportOptions& options) {
   auto r = dec::OpenRecording(input, dec::RecordingOptions{});
   if (!r.ok()) return Fail(r.status());
   for (const std::string& w : r->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
-  auto done = dec::ExportContainer(*r, output);
+  auto done = dec::ExportContainer(*r, output, options);
   if (!done.ok()) return Fail(done.status());
-  std::fprintf(stderr, "ptdecode: wrote %s: %s, %s (%s), %s, %s; %s\n", output.c_str(),
-               dec::Counted(done->sideband_records, "sideband record").c_str(),
+  for (const std::string& w : done->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
+  std::fprintf(stderr, "ptdecode: wrote %s: %s, %s (%s), %s, %s (%s archived); %s\n",
+               output.c_str(), dec::Counted(done->sideband_records, "sideband record").c_str(),
                dec::Counted(done->aux_records, "AUX record").c_str(),
                dec::Counted(done->trace_bytes, "trace byte").c_str(),
                dec::Counted(done->loss_records, "loss record").c_str(),
                dec::Counted(done->code_records, "code record").c_str(),
+               dec::Counted(done->archived_bytes, "byte").c_str(),
                dec::Counted(done->file_bytes, "byte").c_str());
   return 0;
 }
 
 int RunExport(const std::string& to, const std::string& input, const std::string& output,
-              const dec::PerfDataExportOptions& options) {
-  if (to == "trace.pt") return RunExportContainer(input, output);
+              const dec::PerfDataExportOptions& options,
+              const dec::ContainerExportOptions& container_options) {
+  if (to == "trace.pt") return RunExportContainer(input, output, container_options);
   auto done = dec::ExportPerfData(input, output, options);
   if (!done.ok()) return Fail(done.status());
   for (const std::string& w : done->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
@@ -623,8 +627,16 @@ int main(int argc, char** argv) {
   exp->add_option("--debug-dir", export_options.debug_dir,
                   "(perf.data) Build-id cache for captured code (vdso, --archive); default "
                   "OUTPUT.debug");
-  exp->callback(
-      [&] { exit_code = RunExport(export_to, export_input, export_output, export_options); });
+  dec::ContainerExportOptions container_options;
+  exp->add_flag("--archive", container_options.archive,
+                "(trace.pt) Also copy in the code of every mapped file (of each process's last "
+                "program), so the trace.pt decodes without the files");
+  exp->add_option("--sysroot,--symfs", container_options.sysroot,
+                  "(trace.pt --archive) Read the mapped files under DIR");
+  exp->callback([&] {
+    exit_code =
+        RunExport(export_to, export_input, export_output, export_options, container_options);
+  });
   DiffFlags diff_flags;
   AddDiffCommand(app, diff_flags, exit_code);
 

@@ -793,6 +793,29 @@ TEST_F(PerfExportTest, TracePtToPerfDataToTracePtDecodesTheSame) {
   }
 }
 
+// export --to trace.pt --archive copies the mapped files' code in (as ptrecord --archive): the
+// trace.pt made of a perf.data decodes after the program is gone, to the ground truth; without
+// --archive the same import has a gap naming the missing file.
+TEST_F(PerfExportTest, AnArchivedImportDecodesWithoutTheFiles) {
+  const std::string copy = Dir().File("fib_import");
+  std::filesystem::copy_file(kFib, copy);
+  std::filesystem::permissions(copy, std::filesystem::perms::owner_all);
+  PTKIT_EXPORT_OR_SKIP(e, "import", copy);
+  const std::string archived = Dir().File("archived_import.pt"), plain = Dir().File("plain.pt");
+  auto r = RunCommand(
+      {PTDECODE_PATH, "export", "--to", "trace.pt", "--archive", e.data, "-o", archived});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, ::testing::ContainsRegex("code records? \\([1-9][0-9]* bytes archived\\)"));
+  r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", e.data, "-o", plain});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::filesystem::remove(copy);
+  auto insn = RunCommand({PTDECODE_PATH, "insn", archived});
+  ASSERT_EQ(insn.exit_code, 0) << insn.err;
+  ExpectSameFlow(ParseInsn(insn.out), ReadTruth(e.truth), "the archived import vs the truth");
+  auto without = RunCommand({PTDECODE_PATH, "insn", plain});
+  EXPECT_THAT(without.out + without.err, HasSubstr(copy));
+}
+
 TEST_F(PerfExportTest, ABadInputIsAClearError) {
   const std::string junk = Dir().File("junk.pt");
   { std::ofstream(junk) << "not a container"; }
