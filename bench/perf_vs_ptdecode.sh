@@ -60,20 +60,18 @@ if [[ -f ../shared/testdata/perf-data/perf.data.intel_pt-4.14 ]]; then
   data[skylake]=../shared/testdata/perf-data/perf.data.intel_pt-4.14
   debug[skylake]="$work/none.debug"
 fi
-if [[ ! -f "$work/synth.data" ]]; then
-  "$synth" --elf "$interp" --insns "$insns" --seed 7 --out "$work/synth.raw" \
-    --container "$work/synth.pt" >/dev/null
-  "$ptdecode" export --to perf.data "$work/synth.pt" -o "$work/synth.data" 2>/dev/null
-fi
-data[synth]="$work/synth.data"
-debug[synth]="$work/synth.data.debug"
-if [[ ! -f "$work/big.data" ]]; then
-  "$synth" --elf "$interp" --insns "$big_insns" --seed 7 --out "$work/big.raw" \
-    --container "$work/big.pt" >/dev/null
-  "$ptdecode" export --to perf.data "$work/big.pt" -o "$work/big.data" 2>/dev/null
-fi
-data[big]="$work/big.data"
-debug[big]="$work/big.data.debug"
+# make_synth NAME N: $work/NAME.data, a synthesized walk of N instructions exported to perf.data.
+make_synth() {
+  if [[ ! -f "$work/$1.data" ]]; then
+    "$synth" --elf "$interp" --insns "$2" --seed 7 --out "$work/$1.raw" \
+      --container "$work/$1.pt" >/dev/null
+    "$ptdecode" export --to perf.data "$work/$1.pt" -o "$work/$1.data" 2>/dev/null
+  fi
+  data[$1]="$work/$1.data"
+  debug[$1]="$work/$1.data.debug"
+}
+make_synth synth "$insns"
+make_synth big "$big_insns"
 if [[ ! -f "$work/fib.data" ]]; then
   "$ptrecord" --emulate -o "$work/fib.pt" -- "$fib" >/dev/null 2>&1
   "$ptdecode" export --to perf.data "$work/fib.pt" -o "$work/fib.data" 2>/dev/null
@@ -130,13 +128,9 @@ done
 
 if ((callgrind)); then
   command -v valgrind >/dev/null || { echo "$0: valgrind not installed" >&2; exit 1; }
-  if [[ ! -f "$work/small.data" ]]; then
-    "$synth" --elf "$interp" --insns 500000 --seed 7 --out "$work/small.raw" \
-      --container "$work/small.pt" >/dev/null
-    "$ptdecode" export --to perf.data "$work/small.pt" -o "$work/small.data" 2>/dev/null
-  fi
-  f="$work/small.data"
-  d="$work/small.data.debug"
+  make_synth small 500000
+  f="${data[small]}"
+  d="${debug[small]}"
   echo
   echo "callgrind (synth, 500,000 instructions): instructions (Ir) of the whole process, and"
   echo "each tool's top functions by self Ir"
