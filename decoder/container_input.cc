@@ -20,6 +20,7 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
   RecordingBuilder builder(path, options);
   Recording& r = builder.recording();
   std::unique_ptr<SidebandBuilder> sideband;
+  perf::SampleIdLayout layout{0, false};
   nlohmann::json metadata = nlohmann::json::object();  // the records so far, merged
   RecordView rec;
   for (;;) {
@@ -36,9 +37,12 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
         if (!sideband) {
           // The recorder writes the metadata first: the layout is that of the attrs so far.
           PTKIT_ASSIGN_OR_RETURN(RecordingMetadata m, ReadMergedMetadata(path, metadata));
-          sideband = std::make_unique<SidebandBuilder>(LayoutFromMetadata(m));
+          layout = LayoutFromMetadata(m);
+          sideband = std::make_unique<SidebandBuilder>(layout);
         }
         sideband->Add(sb->cpu, sb->records);
+        r.sideband.push_back(
+            {sb->cpu, layout, std::vector<uint8_t>(sb->records.begin(), sb->records.end())});
         break;
       }
       case RecordType::kAux: {
@@ -67,10 +71,19 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
       }
       case RecordType::kCode: {
         auto code = ParseCode(rec.payload);
-        if (!code.ok() || code->bytes.empty()) break;
+        if (!code.ok()) break;
+        if (code->bytes.empty()) {
+          // A file's identity: its build-id finds it in the build-id cache, as perf.data's.
+          if (!code->build_id.empty()) {
+            r.build_ids.emplace(std::string(code->path),
+                                std::vector<uint8_t>(code->build_id.begin(), code->build_id.end()));
+          }
+          break;
+        }
         r.captured[code->pid].push_back(
             {code->address, std::string(code->path),
-             std::vector<uint8_t>(code->bytes.begin(), code->bytes.end())});
+             std::vector<uint8_t>(code->bytes.begin(), code->bytes.end()), code->pgoff, code->flags,
+             std::vector<uint8_t>(code->build_id.begin(), code->build_id.end())});
         break;
       }
       default:

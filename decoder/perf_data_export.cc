@@ -16,6 +16,8 @@
 #include <utility>
 
 #include "decoder/container_input.h"
+#include "decoder/metadata_config.h"
+#include "decoder/recording.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
 #include "ptkit/container_format.h"
@@ -41,8 +43,7 @@ constexpr uint32_t kAuxtraceIntelBts = 2;
 constexpr uint32_t kNoCpu = 0xffffffff;  // cpu / tid -1 in perf records
 constexpr size_t kRoundRecords = 4096;   // sideband records between FINISHED_ROUND records
 
-// --- The recording, as the export needs it (first pass) -----------------------------------
-// Kept small and separate from the writing, so it can read a ptkit Recording instead.
+// --- The recording, as the export needs it ----------------------------------------------
 
 struct SidebandRef {
   size_t begin = 0, size = 0;  // in Scan::sideband
@@ -52,205 +53,71 @@ struct SidebandRef {
   perf::SampleId id;
 };
 
-struct AuxPiece {
-  StreamId stream;
-  uint64_t aux_offset = 0, size = 0, time = 0;
-  bool snapshot = false;
-  uint64_t data_offset = 0;  // in the output, once reserved
-};
-
-// Where the bytes of one container AUX or snapshot record go.
-struct Placement {
-  uint64_t record_offset = 0;  // the container record's file offset
-  size_t piece = 0;
-  uint64_t at = 0;    // offset in the piece
-  uint64_t skip = 0;  // leading bytes of the record not copied (already had)
-  uint64_t len = 0;
-};
-
-struct StreamState {
-  std::optional<size_t> open;  // the piece AUX bytes are appended to
-  uint64_t next_aux = 0;
-};
-
 struct Loss {
   StreamId stream;
   uint64_t aux_offset = 0, bytes = 0, time = 0;
 };
 
-struct Code {
-  uint32_t pid = 0, flags = 0;
-  uint64_t address = 0, pgoff = 0;
-  std::string path;
-  std::vector<uint8_t> build_id, bytes;
+// A piece of a stream's trace, as one AUXTRACE record.
+struct AuxPiece {
+  StreamId stream;
+  const Piece* piece = nullptr;
 };
 
 struct Scan {
   nlohmann::json metadata = nlohmann::json::object();
-  std::vector<uint8_t> sideband;
+  std::vector<uint8_t> sideband;  // the records, flattened
   std::vector<SidebandRef> records;
-  std::vector<AuxPiece> pieces;
-  std::vector<Placement> placements;
-  std::vector<Loss> losses;  // kOther: not in the sideband
-  std::vector<Code> code;
+  std::vector<AuxPiece> pieces;  // stream by stream, each in stream order
+  std::vector<Loss> losses;      // kOther: in no sideband record
   std::set<StreamId> streams;
   std::vector<std::string> warnings;
 };
 
-perf::SampleIdLayout LayoutOf(const nlohmann::json& metadata) {
-  // As container_input: the first attr with sample_id_all gives every record's trailer.
-  if (metadata.contains("attrs") && metadata["attrs"].is_array()) {
-    for (const auto& a : metadata["attrs"]) {
-      if (a.value("sample_id_all", false)) {
-        return {a.value("sample_type", uint64_t{0}), true};
-      }
-    }
-  }
-  return {0, false};
-}
-
-absl::StatusOr<Scan> ScanRecording(const std::string& path) {
-  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
+absl::StatusOr<Scan> ScanRecording(const Recording& r) {
   Scan s;
-  std::map<StreamId, StreamState> state;
-  std::optional<perf::SampleIdLayout> layout;
-  RecordView rec;
-  for (;;) {
-    PTKIT_ASSIGN_OR_RETURN(bool more, reader.Next(rec));
-    if (!more) break;
-    switch (rec.type) {
-      case RecordType::kMetadata: {
-        MergeMetadataRecord(path, rec.offset, rec.payload, s.metadata, s.warnings);
-        break;
+  s.metadata = r.metadata.ToJson();
+  s.warnings = r.warnings;
+  for (const RawSideband& batch : r.sideband) {
+    perf::RecordReader records(batch.records);
+    for (;;) {
+      absl::StatusOr<std::optional<perf::RecordView>> rec = records.Next();
+      if (!rec.ok() || !*rec) break;  // the reader's warnings say what was malformed
+      SidebandRef ref;
+      ref.begin = s.sideband.size();
+      ref.size = (*rec)->bytes.size();
+      ref.ring_cpu = batch.cpu;
+      ref.type = (*rec)->type;
+      if (auto id = perf::ParseSampleId(**rec, batch.layout); id.ok()) {
+        ref.id = *id;
+        ref.time = id->time;
       }
-      case RecordType::kSideband: {
-        auto sb = ParseSideband(rec.payload);
-        if (!sb.ok()) {
-          s.warnings.push_back(fmt::format("sideband record at offset {} skipped: {}", rec.offset,
-                                           std::string(sb.status().message())));
-          break;
-        }
-        if (!layout) layout = LayoutOf(s.metadata);
-        perf::RecordReader records(sb->records);
-        for (;;) {
-          absl::StatusOr<std::optional<perf::RecordView>> r = records.Next();
-          if (!r.ok()) {
-            s.warnings.push_back(fmt::format("sideband at offset {}: {}: the rest of it skipped",
-                                             rec.offset, std::string(r.status().message())));
-            break;
-          }
-          if (!*r) break;
-          SidebandRef ref;
-          ref.begin = s.sideband.size();
-          ref.size = (*r)->bytes.size();
-          ref.ring_cpu = sb->cpu;
-          ref.type = (*r)->type;
-          if (auto id = perf::ParseSampleId(**r, *layout); id.ok()) {
-            ref.id = *id;
-            ref.time = id->time;
-          }
-          s.sideband.insert(s.sideband.end(), (*r)->bytes.begin(), (*r)->bytes.end());
-          s.records.push_back(ref);
-        }
-        break;
-      }
-      case RecordType::kAux: {
-        auto aux = ParseAux(rec.payload);
-        if (!aux.ok()) break;
-        s.streams.insert(aux->stream);
-        StreamState& st = state[aux->stream];
-        uint64_t offset = aux->aux_offset, skip = 0, len = aux->data.size();
-        if (st.open && offset < st.next_aux && offset != 0) {
-          // Bytes the stream already has (an edited or damaged file): kept once.
-          skip = std::min(st.next_aux - offset, len);
-          offset += skip;
-          len -= skip;
-        }
-        if (len != 0) {
-          if (!st.open || offset != st.next_aux) {
-            st.open = s.pieces.size();
-            s.pieces.push_back({aux->stream, offset, 0, aux->time});
-          }
-          AuxPiece& p = s.pieces[*st.open];
-          s.placements.push_back({rec.offset, *st.open, p.size, skip, len});
-          p.size += len;
-          st.next_aux = offset + len;
-        }
-        if (aux->flags & (kAuxTruncated | kAuxCollision | kAuxPartial)) st.open.reset();
-        break;
-      }
-      case RecordType::kLoss: {
-        auto loss = ParseLoss(rec.payload);
-        if (!loss.ok()) break;
-        state[loss->stream].open.reset();
-        // The sideband has the AUX flags and LOST records the other kinds come from.
-        if (loss->kind == LossKind::kOther) {
-          s.losses.push_back({loss->stream, loss->aux_offset, loss->bytes, loss->time});
-        }
-        break;
-      }
-      case RecordType::kSnapshot: {
-        auto snap = ParseSnapshot(rec.payload);
-        if (!snap.ok() || snap->data.empty()) break;
-        s.streams.insert(snap->stream);
-        const uint64_t start =
-            snap->aux_head >= snap->data.size() ? snap->aux_head - snap->data.size() : 0;
-        s.placements.push_back({rec.offset, s.pieces.size(), 0, 0, snap->data.size()});
-        s.pieces.push_back({snap->stream, start, snap->data.size(), snap->time, true});
-        break;
-      }
-      case RecordType::kCode: {
-        auto code = ParseCode(rec.payload);
-        if (!code.ok()) break;
-        s.code.push_back({code->pid, code->flags, code->address, code->pgoff,
-                          std::string(code->path),
-                          std::vector<uint8_t>(code->build_id.begin(), code->build_id.end()),
-                          std::vector<uint8_t>(code->bytes.begin(), code->bytes.end())});
-        break;
-      }
-      default:
-        break;
+      s.sideband.insert(s.sideband.end(), (*rec)->bytes.begin(), (*rec)->bytes.end());
+      s.records.push_back(ref);
     }
   }
-  for (const Damage& d : reader.report().damage) {
-    s.warnings.push_back(fmt::format("{}: {} damaged bytes at offset {} ({}): not exported", path,
-                                     d.bytes, d.offset, d.reason));
+  const std::string other = LossKindName(LossKind::kOther);
+  for (const auto& [key, stream] : r.streams) {
+    if (stream.pieces.empty()) {
+      for (const LossInfo& l : stream.losses_after) {
+        if (l.kind == other) s.losses.push_back({key.id, l.aux_offset, l.bytes, 0});
+      }
+      continue;
+    }
+    s.streams.insert(key.id);
+    // A loss before a piece happened by the time of the AUX record that began it.
+    auto add_losses = [&](const std::vector<LossInfo>& losses, uint64_t time) {
+      for (const LossInfo& l : losses) {
+        if (l.kind == other) s.losses.push_back({key.id, l.aux_offset, l.bytes, time});
+      }
+    };
+    for (const Piece& p : stream.pieces) {
+      add_losses(p.losses_before, p.time);
+      s.pieces.push_back({key.id, &p});
+    }
+    add_losses(stream.losses_after, stream.pieces.back().time);
   }
   return s;
-}
-
-// Calls `copy(placement, bytes)` for the trace bytes of every placement, reading the
-// container again in the same order.
-template <typename Copy>
-absl::Status ForEachTraceRecord(const std::string& path, const std::vector<Placement>& placements,
-                                Copy copy) {
-  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
-  size_t next = 0;
-  RecordView rec;
-  while (next < placements.size()) {
-    PTKIT_ASSIGN_OR_RETURN(bool more, reader.Next(rec));
-    if (!more) break;
-    if (rec.offset != placements[next].record_offset) continue;
-    std::span<const uint8_t> data;
-    if (rec.type == RecordType::kAux) {
-      auto aux = ParseAux(rec.payload);
-      if (aux.ok()) data = aux->data;
-    } else if (rec.type == RecordType::kSnapshot) {
-      auto snap = ParseSnapshot(rec.payload);
-      if (snap.ok()) data = snap->data;
-    }
-    const Placement& p = placements[next++];
-    if (data.size() < p.skip + p.len) {
-      return absl::DataLossError(
-          fmt::format("{}: the record at offset {} changed while exporting", path, rec.offset));
-    }
-    PTKIT_RETURN_IF_ERROR(copy(p, data.subspan(p.skip, p.len)));
-  }
-  if (next != placements.size()) {
-    return absl::DataLossError(fmt::format("{}: {} trace records vanished while exporting", path,
-                                           placements.size() - next));
-  }
-  return absl::OkStatus();
 }
 
 // --- Mapping to perf -------------------------------------------------------------------------
@@ -365,7 +232,7 @@ absl::StatusOr<Events> MakeEvents(const Scan& s) {
   }
   e.trace.name = fmt::format("{}//{}", e.bts ? "intel_bts" : "intel_pt",
                              e.trace.attr.exclude_kernel ? "u" : "");
-  const perf::SampleIdLayout layout = LayoutOf(m);
+  const perf::SampleIdLayout layout = LayoutFromMetadata(typed);
   // perf adds events of its own (the samples it synthesizes from the trace), and then tells
   // records apart by their sample ids: records with a trailer but no id get
   // PERF_SAMPLE_IDENTIFIER (ExportPerfData appends it).
@@ -393,6 +260,7 @@ absl::StatusOr<Events> MakeEvents(const Scan& s) {
   e.tracking.name = tracking->exclude_kernel ? "dummy:u" : "dummy";
   // One trailer layout for both (perf requires it), as the records have it.
   for (perf_event_attr* a : {&e.trace.attr, &e.tracking.attr}) {
+    a->exclude_guest = 1;  // as perf record opens events on a host (perf names them so)
     a->sample_type = layout.sample_type | (e.add_identifier ? PERF_SAMPLE_IDENTIFIER : 0);
     a->sample_id_all = layout.sample_id_all;
   }
@@ -411,6 +279,24 @@ perf::AuxtraceInfo MakeAuxtraceInfo(const Scan& s, const Events& e, bool per_cpu
   const uint64_t cap_zero = tc.value("cap_user_time_zero", false) ? 1 : 0;
   const bool snapshot = m.value("mode", std::string()) == "snapshot";
   perf::AuxtraceInfo info;
+  // A perf.data's own words (decoder/perf_data_input.h keeps them), as perf wrote them: they
+  // say more than the metadata does (the sched_switch kind, words of later perf versions).
+  const auto recorded = m.value("auxtrace_info", nlohmann::json::object());
+  const uint32_t type = e.bts ? kAuxtraceIntelBts : kAuxtraceIntelPt;
+  if (recorded.value("type", 0u) == type && recorded.contains("words") &&
+      recorded["words"].is_array() && !recorded["words"].empty()) {
+    bool ok = true;
+    for (const auto& w : recorded["words"]) {
+      ok &= w.is_number_unsigned();
+      if (ok) info.priv.push_back(w.get<uint64_t>());
+    }
+    if (ok) {
+      info.type = type;
+      info.priv[0] = e.trace.attr.type;
+      return info;
+    }
+    info.priv.clear();
+  }
   if (e.bts) {
     info.type = kAuxtraceIntelBts;
     info.priv = {e.trace.attr.type, shift, mult, zero, cap_zero, snapshot ? 1u : 0u};
@@ -476,7 +362,7 @@ struct CacheEntry {
   std::string path;
   std::vector<uint8_t> build_id;
   bool vdso = false;
-  std::vector<const Code*> ranges;
+  std::vector<const CapturedCode*> ranges;
 };
 
 // perf's build-id cache layout (tools/perf/util/build-id.c): DIR/NAME/BUILDID/{elf,vdso} and
@@ -492,7 +378,7 @@ absl::Status WriteCacheEntry(const std::string& dir, const CacheEntry& c) {
   {
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
     // Each range at its file offset; what no range holds stays a hole.
-    for (const Code* r : c.ranges) {
+    for (const CapturedCode* r : c.ranges) {
       out.seekp(static_cast<std::streamoff>(r->pgoff));
       out.write(reinterpret_cast<const char*>(r->bytes.data()),
                 static_cast<std::streamsize>(r->bytes.size()));
@@ -511,10 +397,10 @@ absl::Status WriteCacheEntry(const std::string& dir, const CacheEntry& c) {
 
 }  // namespace
 
-absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
-                                                     const std::string& output,
+absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const std::string& output,
                                                      const PerfDataExportOptions& options) {
-  PTKIT_ASSIGN_OR_RETURN(Scan s, ScanRecording(input));
+  const std::string& input = r.name;
+  PTKIT_ASSIGN_OR_RETURN(Scan s, ScanRecording(r));
   if (s.metadata.empty()) {
     return absl::FailedPreconditionError(
         fmt::format("{}: no metadata record: the recording cannot be described to perf", input));
@@ -523,7 +409,7 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
   PerfDataExportSummary summary;
   summary.warnings = s.warnings;
   const nlohmann::json& m = s.metadata;
-  perf::SampleIdLayout layout = LayoutOf(m);
+  perf::SampleIdLayout layout = LayoutFromMetadata(r.metadata);
   if (ev.add_identifier) {
     // As the kernel lays out a record with PERF_SAMPLE_IDENTIFIER: the id last.
     std::vector<uint8_t> rewritten;
@@ -661,26 +547,24 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
   for (const SidebandRef& r : s.records) {
     if (r.id.has_tid && r.id.has_time) last_time[r.id.tid] = std::max(last_time[r.id.tid], r.time);
   }
-  for (AuxPiece& p : s.pieces) {
+  for (const AuxPiece& p : s.pieces) {
     const bool thread = p.stream.kind == StreamKind::kThread;
     perf::Auxtrace a;
-    a.size = p.size;
-    a.offset = p.aux_offset;
-    a.reference = p.time;
+    a.size = p.piece->run.size;
+    a.offset = p.piece->aux_offset;
+    a.reference = p.piece->time;
     if (ev.emulated && thread && last_time.contains(static_cast<uint32_t>(p.stream.id))) {
       a.reference = last_time[static_cast<uint32_t>(p.stream.id)];
     }
     a.idx = idx.at(p.stream);
     a.tid = thread ? static_cast<uint32_t>(p.stream.id) : kNoCpu;
     a.cpu = thread ? kNoCpu : static_cast<uint32_t>(p.stream.id);
-    PTKIT_ASSIGN_OR_RETURN(p.data_offset, w.AddAuxtrace(a));
-    summary.trace_bytes += p.size;
+    PTKIT_ASSIGN_OR_RETURN(const uint64_t at, w.AddAuxtrace(a));
+    PTKIT_ASSIGN_OR_RETURN(SpoolView bytes, r.spool->Map(p.piece->run));
+    PTKIT_RETURN_IF_ERROR(w.WriteAt(at, bytes.bytes()));
+    summary.trace_bytes += a.size;
   }
   summary.auxtrace_records = s.pieces.size();
-  PTKIT_RETURN_IF_ERROR(ForEachTraceRecord(
-      input, s.placements, [&](const Placement& p, std::span<const uint8_t> bytes) {
-        return w.WriteAt(s.pieces[p.piece].data_offset + p.at, bytes);
-      }));
 
   // Build-ids: MMAP2 records that carry one, code records, the captured vdso's note.
   std::map<std::string, std::vector<uint8_t>> build_ids;  // path -> build-id; the first wins
@@ -693,32 +577,36 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
     build_ids.emplace(std::string(mm->filename),
                       std::vector<uint8_t>(mm->build_id.begin(), mm->build_id.end()));
   }
+  // The files' own (perf.data's BUILD_ID, ptrecord's identity records).
+  for (const auto& [path, id] : r.build_ids) build_ids.emplace(path, id);
   std::map<std::pair<std::string, std::string>, CacheEntry> cache;  // by path and build-id
   std::set<std::string> uncached;
-  for (const Code& c : s.code) {
-    const bool vdso = c.flags & kCodeVdso;
-    std::vector<uint8_t> id = c.build_id;
-    if (id.empty() && vdso) id = BuildIdOfBytes(c.bytes);
-    if (!id.empty()) build_ids.emplace(c.path, id);
-    if (c.bytes.empty() || (c.flags & kCodeIdentity)) continue;
-    if (id.empty()) {
-      if (uncached.insert(c.path).second) {
-        summary.warnings.push_back(fmt::format(
-            "{}: captured code without a build-id: not in the build-id cache (perf reads the "
-            "file at that path, if there is one)",
-            c.path));
+  for (const auto& [pid, code] : r.captured) {
+    for (const CapturedCode& c : code) {
+      const bool vdso = c.flags & kCodeVdso;
+      std::vector<uint8_t> id = c.build_id;
+      if (id.empty() && vdso) id = BuildIdOfBytes(c.bytes);
+      if (!id.empty()) build_ids.emplace(c.path, id);
+      if (c.bytes.empty()) continue;
+      if (id.empty()) {
+        if (uncached.insert(c.path).second) {
+          summary.warnings.push_back(fmt::format(
+              "{}: captured code without a build-id: not in the build-id cache (perf reads the "
+              "file at that path, if there is one)",
+              c.path));
+        }
+        continue;
       }
-      continue;
+      CacheEntry& e = cache[{c.path, Hex(id)}];
+      e.path = c.path;
+      e.build_id = id;
+      e.vdso = vdso;
+      // The same range of another process holds the same bytes.
+      const bool have = std::any_of(e.ranges.begin(), e.ranges.end(), [&](const CapturedCode* r) {
+        return r->pgoff == c.pgoff && r->bytes.size() == c.bytes.size();
+      });
+      if (!have) e.ranges.push_back(&c);
     }
-    CacheEntry& e = cache[{c.path, Hex(id)}];
-    e.path = c.path;
-    e.build_id = id;
-    e.vdso = vdso;
-    // The same range of another process holds the same bytes.
-    const bool have = std::any_of(e.ranges.begin(), e.ranges.end(), [&](const Code* r) {
-      return r->pgoff == c.pgoff && r->bytes.size() == c.bytes.size();
-    });
-    if (!have) e.ranges.push_back(&c);
   }
 
   perf::PerfFeatures f;
@@ -761,6 +649,13 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
     }
   }
   return summary;
+}
+
+absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
+                                                     const std::string& output,
+                                                     const PerfDataExportOptions& options) {
+  PTKIT_ASSIGN_OR_RETURN(Recording r, OpenRecording(input, RecordingOptions{}));
+  return ExportPerfData(r, output, options);
 }
 
 }  // namespace ptkit::decoder

@@ -1,8 +1,10 @@
 #include "decoder/perf_data_input.h"
 
 #include <linux/perf_event.h>
+#include <sys/mman.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -15,6 +17,7 @@
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/perf_records.h"
+#include "ptkit/recording_metadata.h"
 #include "ptkit/sideband.h"
 #include "ptkit/status.h"
 
@@ -87,6 +90,42 @@ Placed Place(const perf::PerfData& data, const perf::RecordView& r,
   return p;
 }
 
+// PERF_RECORD_MMAP {u32 pid, tid; u64 addr, len, pgoff; char filename[]} (kernels before
+// 3.16; perf's kernel and module maps) as the PERF_RECORD_MMAP2 of the same mapping: no
+// device, inode or build-id; executable unless PERF_RECORD_MISC_MMAP_DATA says it is data
+// (attr.mmap_data); private. Errors: kDataLoss for a record too short for its fields.
+absl::StatusOr<std::vector<uint8_t>> Mmap2OfMmap(const perf::RecordView& r, const Placed& p) {
+  constexpr size_t kFields = 4 + 4 + 8 + 8 + 8;
+  const size_t trailer = p.layout.sample_id_all ? p.layout.size() : 0;
+  if (r.bytes.size() < perf::kHeaderSize + kFields + trailer) {
+    return absl::DataLossError(
+        fmt::format("perf mmap record of {} bytes: too short", r.bytes.size()));
+  }
+  const std::span<const uint8_t> body = r.body();
+  auto u32 = [&](size_t at) {
+    uint32_t v;
+    std::memcpy(&v, body.data() + at, 4);
+    return v;
+  };
+  auto u64 = [&](size_t at) {
+    uint64_t v;
+    std::memcpy(&v, body.data() + at, 8);
+    return v;
+  };
+  const std::span<const uint8_t> name = body.subspan(kFields, body.size() - kFields - trailer);
+  const char* chars = reinterpret_cast<const char*>(name.data());
+  perf::Mmap2 m{.pid = u32(0), .tid = u32(4), .addr = u64(8), .len = u64(16), .pgoff = u64(24)};
+  m.prot = PROT_READ | ((r.misc & PERF_RECORD_MISC_MMAP_DATA) ? 0 : PROT_EXEC);
+  m.flags = MAP_PRIVATE;
+  m.filename = std::string_view(chars, strnlen(chars, name.size()));
+  if (p.id) m.sample_id = *p.id;
+  std::vector<uint8_t> out = perf::EncodeMmap2(m, p.layout);
+  // The record's cpumode (user, kernel, ...) stays.
+  const uint16_t misc = r.misc & PERF_RECORD_MISC_CPUMODE_MASK;
+  std::memcpy(out.data() + offsetof(perf_event_header, misc), &misc, 2);
+  return out;
+}
+
 // A loss point perf recorded for a stream, at an AUX offset.
 struct PendingLoss {
   uint64_t aux_offset = 0;
@@ -113,10 +152,10 @@ nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
   nlohmann::json m = nlohmann::json::object();
   m["source"] = "perf.data";
   const perf::PerfFeatures& f = data.features;
-  if (f.hostname) m["host"]["hostname"] = *f.hostname;
-  if (f.osrelease) m["host"]["kernel_release"] = *f.osrelease;
+  if (f.hostname) m["host"] = *f.hostname;
+  if (f.osrelease) m["kernel_release"] = *f.osrelease;
+  if (f.arch) m["machine"] = *f.arch;
   if (f.cmdline) m["command_line"] = *f.cmdline;
-  if (f.nr_cpus_online) m["host"]["cpus_online"] = *f.nr_cpus_online;
   if (f.cpuid) {
     // x86: "GenuineIntel,6,78,3" (vendor, family, model, stepping), as perf's get_cpuid.
     std::vector<std::string> parts = absl::StrSplit(*f.cpuid, ',');
@@ -130,17 +169,27 @@ nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
     if (f.cpudesc) cpu["model_name"] = *f.cpudesc;
     m["cpu"] = std::move(cpu);
   }
-  nlohmann::json attrs = nlohmann::json::array();
+  const perf::AuxtraceInfo* info = TraceInfo(data);
+  // The attrs as trace.pt has them, named as perf names them in EVENT_DESC: the trace PMU's
+  // (AUXTRACE_INFO's type) and the tracking dummy event; export and info read them.
+  RecordingMetadata typed;
+  typed.attrs.emplace();
   for (const perf::PerfAttr& a : data.attrs) {
-    attrs.push_back({{"type", a.attr.type},
-                     {"config", static_cast<uint64_t>(a.attr.config)},
-                     {"sample_type", static_cast<uint64_t>(a.attr.sample_type)},
-                     {"sample_id_all", a.attr.sample_id_all != 0}});
+    std::string name;
+    if (info != nullptr && Word(*info, kPmuType) == a.attr.type) {
+      name = info->type == kAuxtraceIntelPt ? "intel_pt" : "intel_bts";
+    } else if (a.attr.type == PERF_TYPE_SOFTWARE && a.attr.config == PERF_COUNT_SW_DUMMY) {
+      name = "dummy";
+    }
+    typed.attrs->push_back(AttrMetadata::FromAttr(name, a.attr));
+    if (name.empty()) typed.attrs->back().name.reset();
   }
-  m["attrs"] = std::move(attrs);
+  m["attrs"] = typed.ToJson()["attrs"];
   std::optional<nlohmann::json> time;
-  if (const perf::AuxtraceInfo* info = TraceInfo(data)) {
+  if (info != nullptr) {
     const bool pt = info->type == kAuxtraceIntelPt;
+    // The words themselves, for `ptdecode export` to write them back as perf wrote them.
+    m["auxtrace_info"] = {{"type", info->type}, {"words", info->priv}};
     nlohmann::json pmu = {{"name", pt ? "intel_pt" : "intel_bts"},
                           {"type", Word(*info, kPmuType).value_or(0)}};
     if (pt) {
@@ -150,7 +199,10 @@ nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
         m["cpu"]["cpuid_15h"] = {{"tsc_ratio_numerator", *n}, {"tsc_ratio_denominator", *d}};
       }
     }
-    if (SnapshotMode(info)) pmu["snapshot"] = true;
+    if (SnapshotMode(info)) {
+      pmu["snapshot"] = true;
+      m["mode"] = "snapshot";
+    }
     m["pmu"] = std::move(pmu);
     auto mult = Word(*info, kTimeMult);
     if (mult && *mult != 0) {
@@ -199,6 +251,24 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
   std::map<StreamId, std::vector<AuxSpan>> aux_spans;
   for (size_t i = 0; i < data.records.size(); ++i) {
     const perf::RecordView rec = data.View(i);
+    if (rec.type < PERF_RECORD_MAX && rec.type != PERF_RECORD_SAMPLE) {
+      // Kept verbatim for export, batched while the ring (ID_INDEX's CPU, -1 for a
+      // per-thread one; else the trailer's) and the layout stay the same.
+      const Placed p = Place(data, rec, cpu_of_id);
+      int32_t ring = p.cpu;
+      if (p.id && p.id->has_id) {
+        auto it = cpu_of_id.find(p.id->id);
+        if (it != cpu_of_id.end())
+          ring = it->second == kNoCpu ? -1 : static_cast<int32_t>(it->second);
+      }
+      if (r.sideband.empty() || r.sideband.back().cpu != ring ||
+          r.sideband.back().layout.sample_type != p.layout.sample_type ||
+          r.sideband.back().layout.sample_id_all != p.layout.sample_id_all) {
+        r.sideband.push_back({ring, p.layout, {}});
+      }
+      std::vector<uint8_t>& batch = r.sideband.back().records;
+      batch.insert(batch.end(), rec.bytes.begin(), rec.bytes.end());
+    }
     switch (rec.type) {
       case PERF_RECORD_MMAP2:
       case PERF_RECORD_COMM:
@@ -209,6 +279,14 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
       case PERF_RECORD_SWITCH_CPU_WIDE: {
         const Placed p = Place(data, rec, cpu_of_id);
         sideband.Add(p.cpu, rec.bytes, p.layout);
+        break;
+      }
+      case PERF_RECORD_MMAP: {
+        // The timeline reads MMAP2: the same mapping as one (a malformed record is passed on
+        // as it is, for the timeline to report).
+        const Placed p = Place(data, rec, cpu_of_id);
+        absl::StatusOr<std::vector<uint8_t>> mmap2 = Mmap2OfMmap(rec, p);
+        sideband.Add(p.cpu, mmap2.ok() ? std::span<const uint8_t>(*mmap2) : rec.bytes, p.layout);
         break;
       }
       case PERF_RECORD_AUX: {

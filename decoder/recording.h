@@ -40,6 +40,7 @@
 #include "decoder/trace_config.h"
 #include "nlohmann/json.hpp"
 #include "ptkit/container_format.h"
+#include "ptkit/perf_records.h"
 #include "ptkit/recording_metadata.h"
 #include "ptkit/sideband.h"
 
@@ -89,6 +90,18 @@ struct CapturedCode {
   uint64_t address = 0;
   std::string path;
   std::vector<uint8_t> bytes;
+  uint64_t pgoff = 0;             // file offset of the bytes (archived ranges)
+  uint32_t flags = 0;             // container code flags (kCodeVdso)
+  std::vector<uint8_t> build_id;  // empty when the record names none
+};
+
+// Sideband records as read, verbatim (perf_event_header-framed, trailers included), for
+// `ptdecode export`: the ring they came from (a CPU; -1: a per-thread ring or unknown) and the
+// layout of their sample_id trailers.
+struct RawSideband {
+  int32_t cpu = -1;
+  perf::SampleIdLayout layout{0, false};
+  std::vector<uint8_t> records;
 };
 
 struct Recording {
@@ -96,6 +109,7 @@ struct Recording {
   RecordingMetadata metadata;  // merged (ptkit-format(5)), validated
   TraceConfig config;          // what the metadata says (options.config overrides it)
   Sideband timeline;
+  std::vector<RawSideband> sideband;  // the kernel records read, in file order (for export)
   std::map<StreamKey, RecordedStream> streams;  // those the reader's options may select
   std::set<StreamKey> present;  // every stream with trace bytes, selected by the options or not
   std::map<uint32_t, std::vector<CapturedCode>> captured;  // pid -> code captured

@@ -14,6 +14,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "decoder/bts.h"
+#include "decoder/container_export.h"
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
 #include "decoder/diff.h"
@@ -489,8 +490,30 @@ bool IsRegularFile(const char* path) {
   return ::stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
-int RunExport(const std::string& input, const std::string& output,
-              const dec::PerfDataExportOptions& options) {
+// `export --to trace.pt`: the recording (a perf.data, or a trace.pt) as one container.
+int RunExportContainer(const std::string& input, const std::string& output,
+                       const dec::ContainerExportOptions& options) {
+  auto r = dec::OpenRecording(input, dec::RecordingOptions{});
+  if (!r.ok()) return Fail(r.status());
+  for (const std::string& w : r->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
+  auto done = dec::ExportContainer(*r, output, options);
+  if (!done.ok()) return Fail(done.status());
+  for (const std::string& w : done->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
+  std::fprintf(stderr, "ptdecode: wrote %s: %s, %s (%s), %s, %s (%s archived); %s\n",
+               output.c_str(), dec::Counted(done->sideband_records, "sideband record").c_str(),
+               dec::Counted(done->aux_records, "AUX record").c_str(),
+               dec::Counted(done->trace_bytes, "trace byte").c_str(),
+               dec::Counted(done->loss_records, "loss record").c_str(),
+               dec::Counted(done->code_records, "code record").c_str(),
+               dec::Counted(done->archived_bytes, "byte").c_str(),
+               dec::Counted(done->file_bytes, "byte").c_str());
+  return 0;
+}
+
+int RunExport(const std::string& to, const std::string& input, const std::string& output,
+              const dec::PerfDataExportOptions& options,
+              const dec::ContainerExportOptions& container_options) {
+  if (to == "trace.pt") return RunExportContainer(input, output, container_options);
   auto done = dec::ExportPerfData(input, output, options);
   if (!done.ok()) return Fail(done.status());
   for (const std::string& w : done->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
@@ -592,15 +615,28 @@ int main(int argc, char** argv) {
   std::string export_input, export_output, export_to;
   dec::PerfDataExportOptions export_options;
   CLI::App* exp = app.add_subcommand(
-      "export", "Write the recording as a perf.data that perf script / perf report decode");
-  exp->add_option("--to", export_to, "Output format: perf.data")
+      "export",
+      "Write the recording as a perf.data that perf script / perf report decode (--to "
+      "perf.data), or as one trace.pt container (--to trace.pt: a perf.data kept as one "
+      "compressed, crash-safe ptkit file)");
+  exp->add_option("--to", export_to, "Output format: perf.data or trace.pt")
       ->required()
-      ->check(CLI::IsMember({"perf.data"}));
-  exp->add_option("FILE", export_input, "trace.pt recording")->required();
-  exp->add_option("-o,--output", export_output, "The perf.data to write (overwritten)")->required();
+      ->check(CLI::IsMember({"perf.data", "trace.pt"}));
+  exp->add_option("FILE", export_input, "trace.pt or perf.data recording")->required();
+  exp->add_option("-o,--output", export_output, "The file to write (overwritten)")->required();
   exp->add_option("--debug-dir", export_options.debug_dir,
-                  "Build-id cache for captured code (vdso, --archive); default OUTPUT.debug");
-  exp->callback([&] { exit_code = RunExport(export_input, export_output, export_options); });
+                  "(perf.data) Build-id cache for captured code (vdso, --archive); default "
+                  "OUTPUT.debug");
+  dec::ContainerExportOptions container_options;
+  exp->add_flag("--archive", container_options.archive,
+                "(trace.pt) Also copy in the code of every mapped file (of each process's last "
+                "program), so the trace.pt decodes without the files");
+  exp->add_option("--sysroot,--symfs", container_options.sysroot,
+                  "(trace.pt --archive) Read the mapped files under DIR");
+  exp->callback([&] {
+    exit_code =
+        RunExport(export_to, export_input, export_output, export_options, container_options);
+  });
   DiffFlags diff_flags;
   AddDiffCommand(app, diff_flags, exit_code);
 
