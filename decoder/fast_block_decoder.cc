@@ -213,6 +213,7 @@ void FastBlockDecoder::SetImage(const ProgramImage& image) {
   image_ = &image;
   caches_ = CachesFor(image);
   last_cache_ = nullptr;
+  no_section_ = {1, 0};
   auto& graph = graphs_[&image];
   if (!graph) graph = std::make_unique<Graph>();
   graph_ = graph.get();
@@ -499,9 +500,13 @@ FastBlockDecoder::BlockCache* FastBlockDecoder::CacheAt(uint64_t ip) {
   if (last_cache_ != nullptr && ip >= last_cache_->range.begin && ip < last_cache_->range.end) {
     return last_cache_;
   }
-  AddressRange range;
+  if (ip >= no_section_.begin && ip < no_section_.end) return nullptr;
+  AddressRange range{ip, ip + 1};
   int isid = image_->SectionAt(ip, &range);
-  if (isid <= 0) return nullptr;  // unmapped, or memory the callback serves: no section
+  if (isid <= 0) {  // unmapped, or memory the callback serves: no section
+    no_section_ = range;
+    return nullptr;
+  }
   auto& cache = caches_->by_isid[isid];
   if (!cache) {
     cache = std::make_unique<BlockCache>();

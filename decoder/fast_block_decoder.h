@@ -148,6 +148,7 @@ class FastBlockDecoder {
   absl::flat_hash_map<const ProgramImage*, std::unique_ptr<Graph>> graphs_;
   std::shared_ptr<SectionCaches> caches_;  // of image_'s section cache
   BlockCache* last_cache_ = nullptr;       // the section of the last lookup
+  AddressRange no_section_{1, 0};          // a mapping of the last lookup that is no section
   Disassembler disasm_;
   bool end_on_call_, end_on_jump_, skd022_;
   std::vector<uint64_t>* pushes_ = nullptr;  // while a Run is walked: its logged calls
