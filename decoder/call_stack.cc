@@ -184,15 +184,27 @@ void CallStack::Count(uint32_t f, uint64_t n) {
   if (listener_ != nullptr) listener_->OnCount(f, n);
 }
 
-// A block that crosses into another function (fall-through, direct jump): walk it.
+// A block that crosses into another function (fall-through, direct jump): walk it. A block
+// whose every instruction has a symbol splits the same way each time: its runs are cached.
 void CallStack::CountSplit(const pt_block& block, uint32_t first) {
+  const SplitKey key{image_, block.ip, block.end_ip, block.ninsn, block.mode};
+  if (auto it = split_.find(key); it != split_.end()) {
+    for (const auto& [f, n] : it->second) Count(f, n);
+    return;
+  }
+  std::vector<std::pair<uint32_t, uint64_t>> runs;
+  bool symbols = true;
   uint64_t ip = block.ip;
   uint32_t current = first;
   uint64_t run = 0;
   for (uint32_t i = 0; i < block.ninsn; ++i) {
     uint32_t f = FunctionAt(ip);
+    if (cache_symbol_ < 0) symbols = false;
     if (f != current) {
-      if (run != 0) Count(current, run);
+      if (run != 0) {
+        Count(current, run);
+        runs.emplace_back(current, run);
+      }
       current = f;
       run = 0;
     }
@@ -204,6 +216,7 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
     int len = n == 0 ? 0 : disasm_.Length(block.mode, bytes, n, &insn);
     if (len == 0) {  // cannot follow: the rest goes to the current function
       run += block.ninsn - i - 1;
+      symbols = false;
       break;
     }
     ip += len;
@@ -212,7 +225,11 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
       ip += static_cast<uint64_t>(insn.raw.imm[0].value.s);
     }
   }
-  if (run != 0) Count(current, run);
+  if (run != 0) {
+    Count(current, run);
+    runs.emplace_back(current, run);
+  }
+  if (symbols && !runs.empty()) split_.emplace(key, std::move(runs));
 }
 
 void CallStack::Push(uint32_t f, uint64_t return_address) {

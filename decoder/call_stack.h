@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -136,6 +137,9 @@ class CallStack {
   absl::flat_hash_map<Key, uint32_t> unknown_function_;         // (image, file index)
   absl::flat_hash_map<AddressKey, uint32_t> address_function_;  // (image, call target)
   absl::flat_hash_map<AddressKey, uint8_t> call_length_;        // (image, call site)
+  // CountSplit's runs (function, instructions) of a block all of whose code has symbols.
+  using SplitKey = std::tuple<const ProgramImage*, uint64_t, uint64_t, uint16_t, int>;
+  absl::flat_hash_map<SplitKey, std::vector<std::pair<uint32_t, uint64_t>>> split_;
   uint64_t beyond_ = 0;  // calls without a frame above the top one (depth past kMaxFrames)
   int32_t untraced_ = -1;
   int64_t current_ = -1;  // function of the last block
