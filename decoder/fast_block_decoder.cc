@@ -551,26 +551,41 @@ bool InRange(const AddressRange& r, uint64_t ip) { return ip >= r.begin && ip < 
 
 }  // namespace
 
+namespace {
+
+template <typename Bce, typename Insn>
+void SetPoint(Bce& bce, const Insn& insn) {
+  if (insn.truncated) return;  // decoded again (ProceedTruncated) each time
+  bce.has_point = true;
+  bce.point_size = insn.size;
+  bce.point_class = insn.iclass;
+  bce.point_direct = insn.is_direct;
+  bce.point_displacement = insn.displacement;
+}
+
+}  // namespace
+
 // pt_blk_proceed_no_event_fill_cache: one instruction, then (recursively) the next until a
 // decision point; on the way back each instruction gets the entry to that decision point.
 int FastBlockDecoder::FillCache(pt_block* block, BlockCache& bc, size_t steps) {
-  auto add_decode = [&](uint64_t ip, pt_exec_mode mode) {
+  auto add_decode = [&](const Insn& insn) {
     Bce bce;
     bce.ninsn = 1;
-    bce.mode = mode;
+    bce.mode = insn.mode;
     bce.qualifier = kDecode;
-    bc.entries[ip] = bce;
+    SetPoint(bce, insn);
+    bc.entries[insn.ip] = bce;
     return 0;
   };
-  auto add_trampoline = [&](uint64_t ip, uint64_t nip, pt_exec_mode mode) {
-    const int64_t disp = static_cast<int64_t>(nip - ip);
-    if (static_cast<int16_t>(disp) != disp) return add_decode(ip, mode);
+  auto add_trampoline = [&](const Insn& insn, uint64_t nip) {
+    const int64_t disp = static_cast<int64_t>(nip - insn.ip);
+    if (static_cast<int16_t>(disp) != disp) return add_decode(insn);
     Bce bce;
     bce.displacement = static_cast<int16_t>(disp);
     bce.ninsn = 1;
-    bce.mode = mode;
+    bce.mode = insn.mode;
     bce.qualifier = kAgain;
-    bc.entries[ip] = bce;
+    bc.entries[insn.ip] = bce;
     return 0;
   };
   Insn insn;
@@ -609,24 +624,25 @@ int FastBlockDecoder::FillCache(pt_block* block, BlockCache& bc, size_t steps) {
         break;
     }
     if (block->truncated) bce.qualifier = kDecode;
+    SetPoint(bce, insn);
     bc.entries[insn.ip] = bce;
     return ProceedWithTrace(insn);
   }
   const uint64_t nip = ip_;
   switch (insn.iclass) {
     case ptic_call:
-      return add_decode(insn.ip, insn.mode);
+      return add_decode(insn);
     case ptic_jump:
       if (!insn.is_direct) return -pte_internal;
-      if (insn.displacement < 0 || end_on_jump_) return add_decode(insn.ip, insn.mode);
+      if (insn.displacement < 0 || end_on_jump_) return add_decode(insn);
       [[fallthrough]];
     default:
-      if (!InRange(bc.range, nip) || block->truncated) return add_decode(insn.ip, insn.mode);
+      if (!InRange(bc.range, nip) || block->truncated) return add_decode(insn);
       break;
   }
   auto it = bc.entries.find(nip);
   if (it == bc.entries.end()) {
-    if (--steps == 0) return add_trampoline(insn.ip, nip, insn.mode);
+    if (--steps == 0) return add_trampoline(insn, nip);
     status = FillCache(block, bc, steps);
     if (status < 0) return status;
     it = bc.entries.find(nip);
@@ -638,9 +654,7 @@ int FastBlockDecoder::FillCache(pt_block* block, BlockCache& bc, size_t steps) {
   const int64_t disp = static_cast<int64_t>(dip - insn.ip);
   if (!InRange(bc.range, dip)) return 0;
   bce.ninsn = (bce.ninsn + 1) & 0xff;
-  if (bce.ninsn == 0 || static_cast<int16_t>(disp) != disp) {
-    return add_trampoline(insn.ip, nip, insn.mode);
-  }
+  if (bce.ninsn == 0 || static_cast<int16_t>(disp) != disp) return add_trampoline(insn, nip);
   bce.displacement = static_cast<int16_t>(disp);
   bc.entries[insn.ip] = bce;
   return 0;
@@ -663,6 +677,7 @@ int FastBlockDecoder::ProceedNoEventCached(pt_block* block, BlockCache& bc) {
     block->mode = bce.mode;
     int status;
     const Insn* insn = nullptr;
+    Insn point;
     switch (bce.qualifier) {
       case kAgain:
         block->iclass = ptic_error;
@@ -676,19 +691,33 @@ int FastBlockDecoder::ProceedNoEventCached(pt_block* block, BlockCache& bc) {
           status_ = status;
           uint64_t ip = ip_;
           if (taken) {
-            status = DecodeInSection(ip, bce.mode, &insn);
-            if (status < 0) return status;
-            ip += static_cast<uint64_t>(static_cast<int64_t>(insn->displacement));
+            int32_t displacement = bce.point_displacement;
+            if (!bce.has_point) {
+              status = DecodeInSection(ip, bce.mode, &insn);
+              if (status < 0) return status;
+              displacement = insn->displacement;
+            }
+            ip += static_cast<uint64_t>(static_cast<int64_t>(displacement));
           }
           ip_ = ip + bce.isize;
           return 0;
         }
         [[fallthrough]];
       case kDecode:
-        status = DecodeInSection(ip_, bce.mode, &insn);
-        if (status < 0) {
-          if (status != -pte_bad_insn) return status;
-          return ProceedTruncated(block);
+        if (bce.has_point) {
+          point.ip = ip_;
+          point.mode = bce.mode;
+          point.size = bce.point_size;
+          point.iclass = bce.point_class;
+          point.is_direct = bce.point_direct;
+          point.displacement = bce.point_displacement;
+          insn = &point;
+        } else {
+          status = DecodeInSection(ip_, bce.mode, &insn);
+          if (status < 0) {
+            if (status != -pte_bad_insn) return status;
+            return ProceedTruncated(block);
+          }
         }
         block->iclass = insn->iclass;
         LogCall(*insn);
@@ -708,6 +737,8 @@ int FastBlockDecoder::ProceedNoEventCached(pt_block* block, BlockCache& bc) {
         uint64_t ip = ip_;
         if (bce.isize != 0) {
           ip += bce.isize;
+        } else if (bce.has_point) {
+          ip += bce.point_size;
         } else {
           status = DecodeInSection(ip, bce.mode, &insn);
           if (status < 0) return status;

@@ -95,6 +95,13 @@ class FastBlockDecoder {
     pt_exec_mode mode = ptem_unknown;
     Qualifier qualifier = kDecode;
     uint8_t isize = 0;  // 3 bits in libipt: 0 when the instruction is longer than 7 bytes
+    // Not in libipt: the instruction at the decision point (libipt decodes it again each
+    // time), when known; entries leading to the same decision point share it.
+    bool has_point = false;
+    uint8_t point_size = 0;
+    pt_insn_class point_class = ptic_error;
+    bool point_direct = false;
+    int32_t point_displacement = 0;
   };
   // libipt's block cache of one section (pt_section's bcache): it lives as long as the
   // section, i.e. as long as the libipt section cache (which keeps every section mapped), and
