@@ -3,7 +3,6 @@
 // loop over the same trace and image (issue 16's target: stats fast >= 5x the bare loop).
 // Traces: ../shared/testdata/libxdc-experiments (Unzip, foo), page dumps served through
 // pt_image_set_callback, as recorded and repeated 64 times. Skips a trace that is absent.
-// bench/ptdecode_vs_bare.sh measures the same as whole processes.
 #include <intel-pt.h>
 #include <sys/resource.h>
 
