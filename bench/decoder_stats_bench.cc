@@ -1,6 +1,8 @@
-// `ptdecode stats` throughput vs a bare libipt block-decoder loop over the same trace and image
-// (target: stats >= 0.9x bare). Traces: ../shared/testdata/libxdc-experiments (Unzip, foo),
-// page dumps served through pt_image_set_callback. Skips a trace that is absent.
+// `ptdecode stats`, `folded` and `calls` through libipt's block decoder and through the fast
+// block decoder (decoder/fast_block_decoder.h), side by side with a bare libipt block-decoder
+// loop over the same trace and image (issue 16's target: stats fast >= 5x the bare loop).
+// Traces: ../shared/testdata/libxdc-experiments (Unzip, foo), page dumps served through
+// pt_image_set_callback, as recorded and repeated 64 times. Skips a trace that is absent.
 #include <intel-pt.h>
 #include <sys/resource.h>
 
@@ -66,96 +68,74 @@ uint64_t BareBlockLoop(std::span<const uint8_t> trace, const RawInput& input) {
   return insns;
 }
 
-void BM_BareBlockLoop(benchmark::State& state, const char* name) {
-  auto input = LoadTrace(name);
-  if (!input) return state.SkipWithError("trace absent");
-  uint64_t insns = 0;
-  for (auto _ : state) insns += BareBlockLoop(input->trace.bytes(), *input);
-  SetCounters(state, insns);
+// The trace repeated `copies` times (each copy starts at a PSB), decoded as one: the steady
+// state, where the fast decoder's graph is built and only followed.
+std::vector<uint8_t> Repeat(std::span<const uint8_t> trace, int64_t copies) {
+  std::vector<uint8_t> big;
+  for (int64_t i = 0; i < copies; ++i) big.insert(big.end(), trace.begin(), trace.end());
+  return big;
 }
 
-void BM_Stats(benchmark::State& state, const char* name) {
+// What is measured: 0 the bare libipt loop; 1-3 stats, folded, calls through ptdecode's sinks.
+enum Mode { kBare, kStats, kFolded, kCalls };
+
+// One measurement: `mode` over `name` repeated state.range(0) times, with the block decoder
+// `impl`. Real time: libipt's block loop runs on a thread of its own (decode.cc).
+void Run(benchmark::State& state, const char* name, Mode mode, BlockDecoderImpl impl) {
   auto input = LoadTrace(name);
   if (!input) return state.SkipWithError("trace absent");
+  const std::vector<uint8_t> trace = Repeat(input->trace.bytes(), state.range(0));
   std::FILE* null = std::fopen("/dev/null", "w");
+  SetBlockDecoderImpl(impl);
   uint64_t insns = 0;
   for (auto _ : state) {
-    auto sink = MakeStatsSink(*input->image, null, {});
-    auto totals = DecodeTrace(input->trace.bytes(), input->config, *input->image, *sink);
-    insns += totals->instructions;
+    if (mode == kBare) {
+      insns += BareBlockLoop(trace, *input);
+      continue;
+    }
+    // A fresh image each time, as a ptdecode process has (and libipt's block cache with it).
+    auto fresh = LoadTrace(name);
+    OutputOptions options;
+    auto sink = mode == kStats    ? MakeStatsSink(*fresh->image, null, options)
+                : mode == kFolded ? MakeFoldedSink(*fresh->image, null, options)
+                                  : MakeCallsSink(*fresh->image, null, options);
+    insns += DecodeTrace(trace, fresh->config, *fresh->image, *sink)->instructions;
   }
+  SetBlockDecoderImpl(BlockDecoderImpl::kFast);
   std::fclose(null);
   SetCounters(state, insns);
 }
 
-void BM_Count(benchmark::State& state, const char* name) {
-  auto input = LoadTrace(name);
-  if (!input) return state.SkipWithError("trace absent");
-  uint64_t insns = 0;
-  for (auto _ : state) {
-    CountSink sink;
-    auto totals = DecodeTrace(input->trace.bytes(), input->config, *input->image, sink);
-    insns += totals->instructions;
-  }
-  SetCounters(state, insns);
-}
-
-// The floor for stats: counting with blocks that also end at calls (stats needs those).
-class CountOnCallSink : public CountSink {
- public:
-  bool end_block_on_call() const override { return true; }
-};
-void BM_CountEndOnCall(benchmark::State& state, const char* name) {
-  auto input = LoadTrace(name);
-  if (!input) return state.SkipWithError("trace absent");
-  uint64_t insns = 0;
-  for (auto _ : state) {
-    CountOnCallSink sink;
-    auto totals = DecodeTrace(input->trace.bytes(), input->config, *input->image, sink);
-    insns += totals->instructions;
-  }
-  SetCounters(state, insns);
-}
-
-// A longer trace: the real trace repeated (each copy starts at a PSB), decoded as one.
-void BM_Repeated(benchmark::State& state, const char* name, int mode) {
-  auto input = LoadTrace(name);
-  if (!input) return state.SkipWithError("trace absent");
-  std::vector<uint8_t> big;
-  for (int i = 0; i < state.range(0); ++i) {
-    big.insert(big.end(), input->trace.bytes().begin(), input->trace.bytes().end());
-  }
-  std::FILE* null = std::fopen("/dev/null", "w");
-  uint64_t insns = 0;
-  for (auto _ : state) {
-    if (mode == 2) {
-      insns += BareBlockLoop(big, *input);
-    } else if (mode == 1) {
-      auto sink = MakeStatsSink(*input->image, null, {});
-      insns += DecodeTrace(big, input->config, *input->image, *sink)->instructions;
-    } else {
-      CountSink sink;
-      insns += DecodeTrace(big, input->config, *input->image, sink)->instructions;
+// Per trace, side by side: the bare loop, then each output through libipt and through the fast
+// decoder. Arg: copies of the trace (1: as recorded; 64: the steady state).
+int Register() {
+  struct Variant {
+    const char* label;
+    Mode mode;
+    BlockDecoderImpl impl;
+  };
+  static const Variant kVariants[] = {
+      {"bare_libipt_loop", kBare, BlockDecoderImpl::kLibipt},
+      {"stats_libipt", kStats, BlockDecoderImpl::kLibipt},
+      {"stats_fast", kStats, BlockDecoderImpl::kFast},
+      {"folded_libipt", kFolded, BlockDecoderImpl::kLibipt},
+      {"folded_fast", kFolded, BlockDecoderImpl::kFast},
+      {"calls_libipt", kCalls, BlockDecoderImpl::kLibipt},
+      {"calls_fast", kCalls, BlockDecoderImpl::kFast},
+  };
+  for (const char* trace : {"Unzip", "foo"}) {
+    for (const Variant& v : kVariants) {
+      benchmark::RegisterBenchmark((std::string(trace) + "/" + v.label).c_str(), Run, trace, v.mode,
+                                   v.impl)
+          ->Arg(1)
+          ->Arg(64)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
     }
   }
-  std::fclose(null);
-  SetCounters(state, insns);
+  return 0;
 }
-void BM_RepeatedCount(benchmark::State& state, const char* name) { BM_Repeated(state, name, 0); }
-void BM_RepeatedStats(benchmark::State& state, const char* name) { BM_Repeated(state, name, true); }
-void BM_RepeatedBare(benchmark::State& state, const char* name) { BM_Repeated(state, name, 2); }
-BENCHMARK_CAPTURE(BM_RepeatedBare, foo, "foo")->Arg(64)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_RepeatedCount, foo, "foo")->Arg(64)->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_RepeatedStats, foo, "foo")->Arg(64)->Unit(benchmark::kMillisecond);
-
-BENCHMARK_CAPTURE(BM_CountEndOnCall, Unzip, "Unzip")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_CountEndOnCall, foo, "foo")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_BareBlockLoop, Unzip, "Unzip")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Count, Unzip, "Unzip")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Stats, Unzip, "Unzip")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_BareBlockLoop, foo, "foo")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Count, foo, "foo")->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Stats, foo, "foo")->Unit(benchmark::kMillisecond);
+const int kRegistered = Register();
 
 }  // namespace
 }  // namespace ptkit::decoder

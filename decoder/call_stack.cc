@@ -205,28 +205,48 @@ void CallStack::Count(uint32_t f, uint64_t n) {
   if (listener_ != nullptr) listener_->OnCount(f, n);
 }
 
-// A block that crosses into another function (fall-through, direct jump): walk it.
+// A block that crosses into another function (fall-through, direct jump): walk it. A block
+// whose every instruction has a symbol splits the same way each time: its runs (and the jumps
+// between them) are cached and replayed.
 void CallStack::CountSplit(const pt_block& block, uint32_t first) {
+  const SplitKey key{image_, block.ip, block.end_ip, block.ninsn, block.mode};
+  if (auto it = split_.find(key); it != split_.end()) {
+    for (const SplitRun& r : it->second) {
+      if (r.jumped) {
+        Jump(r.function, r.entry);
+        current_ = r.function;
+      }
+      Count(r.function, r.instructions);
+    }
+    return;
+  }
+  std::vector<SplitRun> runs;
+  bool symbols = true;
   uint64_t ip = block.ip;
-  uint32_t current = first;
-  uint64_t run = 0;
+  SplitRun now{first, 0, block.ip, false};
+  auto close = [&] {
+    if (now.instructions == 0) return;
+    Count(now.function, now.instructions);
+    runs.push_back(now);
+  };
   for (uint32_t i = 0; i < block.ninsn; ++i) {
     uint32_t f = FunctionAt(ip);
-    if (f != current) {  // a direct jump or a fall-through into another function
-      if (run != 0) Count(current, run);
+    if (cache_symbol_ < 0) symbols = false;
+    if (f != now.function) {  // a direct jump or a fall-through into another function
+      close();
       Jump(f, ip);
-      current = f;
       current_ = f;
-      run = 0;
+      now = SplitRun{f, 0, ip, true};
     }
-    ++run;
+    ++now.instructions;
     if (i + 1 == block.ninsn) break;
     uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
     size_t n = image_->Read(ip, bytes, sizeof(bytes));
     ZydisDecodedInstruction insn;
     int len = n == 0 ? 0 : disasm_.Length(block.mode, bytes, n, &insn);
     if (len == 0) {  // cannot follow: the rest goes to the current function
-      run += block.ninsn - i - 1;
+      now.instructions += block.ninsn - i - 1;
+      symbols = false;
       break;
     }
     ip += len;
@@ -235,7 +255,8 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
       ip += static_cast<uint64_t>(insn.raw.imm[0].value.s);
     }
   }
-  if (run != 0) Count(current, run);
+  close();
+  if (symbols && !runs.empty()) split_.emplace(key, std::move(runs));
 }
 
 // Control went on into `f` at `ip` by a jump (a tail call, a PLT entry jumping to its

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -148,6 +149,16 @@ class CallStack {
   absl::flat_hash_map<Key, uint32_t> unknown_function_;         // (image, file index)
   absl::flat_hash_map<AddressKey, uint32_t> address_function_;  // (image, call target)
   absl::flat_hash_map<AddressKey, uint8_t> call_length_;        // (image, call site)
+  // CountSplit's runs (function, instructions) of a block all of whose code has symbols.
+  using SplitKey = std::tuple<const ProgramImage*, uint64_t, uint64_t, uint16_t, int>;
+  // One function's run inside a split block; `jumped`: entered at `entry` by Jump().
+  struct SplitRun {
+    uint32_t function;
+    uint64_t instructions;
+    uint64_t entry;
+    bool jumped;
+  };
+  absl::flat_hash_map<SplitKey, std::vector<SplitRun>> split_;
   uint64_t beyond_ = 0;  // calls without a frame above the top one (depth past kMaxFrames)
   int32_t untraced_ = -1;
   int64_t current_ = -1;  // function of the last instruction counted

@@ -4,10 +4,13 @@
 #include <fmt/format.h>
 #include <pthread.h>
 
+#include <atomic>
 #include <cstring>
 #include <exception>
+#include <memory>
 
 #include "absl/functional/function_ref.h"
+#include "decoder/fast_block_decoder.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/status.h"
 
@@ -108,12 +111,12 @@ class ErrorReporter {
   uint64_t offset_base_;
 };
 
-// Follows the decoder's time and swaps the image when the switcher says so.
-template <typename Dec, int (*Time)(Dec*, uint64_t*, uint32_t*, uint32_t*),
-          int (*SetImage)(Dec*, pt_image*)>
+// Follows the decoder's time and swaps the image when the switcher says so. `Dec` has
+// Time(uint64_t*) and SetImage(const ProgramImage&).
+template <typename Dec>
 class TimeWatch {
  public:
-  TimeWatch(Dec* dec, ImageSwitcher* switcher, Sink& sink)
+  TimeWatch(Dec& dec, ImageSwitcher* switcher, Sink& sink)
       : dec_(dec),
         switcher_(switcher),
         sink_(sink),
@@ -121,25 +124,53 @@ class TimeWatch {
   void Check() {
     if (!active_) return;
     uint64_t tsc = 0;
-    if (Time(dec_, &tsc, nullptr, nullptr) < 0) return;  // no timing packet yet
+    if (dec_.Time(&tsc) < 0) return;  // no timing packet yet
     Check(tsc);
   }
   void Check(uint64_t tsc) {
     if (!active_ || tsc == last_) return;
     last_ = tsc;
     if (switcher_ != nullptr) {
-      if (const ProgramImage* image = switcher_->ImageAt(tsc)) SetImage(dec_, image->image());
+      if (const ProgramImage* image = switcher_->ImageAt(tsc)) dec_.SetImage(*image);
     }
     sink_.OnTime(tsc);
   }
 
  private:
-  Dec* dec_;
+  Dec& dec_;
   ImageSwitcher* switcher_;
   Sink& sink_;
   bool active_;
   uint64_t last_ = ~0ull;
 };
+
+// libipt's block decoder under the calls BlockLoop makes (those of FastBlockDecoder).
+class LibiptBlockDecoder {
+ public:
+  explicit LibiptBlockDecoder(pt_block_decoder* dec) : dec_(dec) {}
+  int SyncForward() { return pt_blk_sync_forward(dec_); }
+  int Next(pt_block* block) { return pt_blk_next(dec_, block, sizeof(*block)); }
+  int Event(pt_event* event) { return pt_blk_event(dec_, event, sizeof(*event)); }
+  int Time(uint64_t* tsc) const { return pt_blk_time(dec_, tsc, nullptr, nullptr); }
+  int GetOffset(uint64_t* offset) const { return pt_blk_get_offset(dec_, offset); }
+  int GetSyncOffset(uint64_t* offset) const { return pt_blk_get_sync_offset(dec_, offset); }
+  void SetImage(const ProgramImage& image) { pt_blk_set_image(dec_, image.image()); }
+
+ private:
+  pt_block_decoder* dec_;
+};
+
+class LibiptInsnTime {
+ public:
+  explicit LibiptInsnTime(pt_insn_decoder* dec) : dec_(dec) {}
+  int Time(uint64_t* tsc) const { return pt_insn_time(dec_, tsc, nullptr, nullptr); }
+  void SetImage(const ProgramImage& image) { pt_insn_set_image(dec_, image.image()); }
+
+ private:
+  pt_insn_decoder* dec_;
+};
+
+std::atomic<BlockDecoderImpl> block_decoder_impl{BlockDecoderImpl::kFast};
 
 ZydisMachineMode ZydisMode(pt_exec_mode mode) {
   switch (mode) {
@@ -159,17 +190,17 @@ uint64_t OffsetOf(Dec* dec) {
   return offset;
 }
 
-absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+// The loop over a block decoder: libipt's (LibiptBlockDecoder) or FastBlockDecoder, which
+// answer the same calls the same way.
+template <typename Dec>
+absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
                        uint64_t offset_base, ImageSwitcher* switcher) {
-  pt.flags.variant.block.end_on_call = sink.end_block_on_call() ? 1 : 0;
-  pt.flags.variant.block.end_on_jump = sink.end_block_on_jump() ? 1 : 0;
-  BlockDecoderPtr dec(pt_blk_alloc_decoder(&pt));
-  if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a block decoder");
-  int err = pt_blk_set_image(dec.get(), image.image());
-  if (err < 0) return absl::InternalError(Cat("pt_blk_set_image: ", pt_errstr(pt_errcode(err))));
   ErrorReporter errors(image, sink, totals, offset_base);
-  auto offset_of = [&] { return OffsetOf<pt_block_decoder, pt_blk_get_offset>(dec.get()); };
-  TimeWatch<pt_block_decoder, pt_blk_time, pt_blk_set_image> time(dec.get(), switcher, sink);
+  auto offset_of = [&] {
+    uint64_t offset = 0;
+    return dec.GetOffset(&offset) < 0 ? 0 : offset;
+  };
+  TimeWatch<Dec> time(dec, switcher, sink);
   uint32_t progress = kBlocksPerProgress;
   ProgressWatch watch;
 
@@ -178,7 +209,7 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
     pt_block block;
     block.ip = 0;
     block.ninsn = 0;
-    int status = pt_blk_sync_forward(dec.get());
+    int status = dec.SyncForward();
     if (status < 0) {
       if (status == -pte_eos) break;
       errors.Report(status, offset_of(), block.ip, /*during_sync=*/true);
@@ -188,14 +219,14 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
       continue;
     }
     uint64_t sync_offset = 0;
-    pt_blk_get_sync_offset(dec.get(), &sync_offset);
+    dec.GetSyncOffset(&sync_offset);
     ++totals.syncs;
     sink.OnSync(offset_base + sync_offset);
     time.Check();
     for (;;) {
       while (status & pts_event_pending) {
         pt_event event;
-        status = pt_blk_event(dec.get(), &event, sizeof(event));
+        status = dec.Event(&event);
         if (status < 0) break;
         ++totals.events;
         if (event.has_tsc) time.Check(event.tsc);
@@ -206,7 +237,7 @@ absl::Status BlockLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Dec
         status = -pte_eos;
         break;
       }
-      status = pt_blk_next(dec.get(), &block, sizeof(block));
+      status = dec.Next(&block);
       // Even on error, some instructions may have been decoded.
       if (block.ninsn != 0) {
         totals.instructions += block.ninsn;
@@ -242,7 +273,8 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
   if (err < 0) return absl::InternalError(Cat("pt_insn_set_image: ", pt_errstr(pt_errcode(err))));
   ErrorReporter errors(image, sink, totals, offset_base);
   auto offset_of = [&] { return OffsetOf<pt_insn_decoder, pt_insn_get_offset>(dec.get()); };
-  TimeWatch<pt_insn_decoder, pt_insn_time, pt_insn_set_image> time(dec.get(), switcher, sink);
+  LibiptInsnTime insn_time(dec.get());
+  TimeWatch<LibiptInsnTime> time(insn_time, switcher, sink);
   uint32_t progress = kInsnsPerProgress;
   ProgressWatch watch;
   uint32_t check = kInsnsPerCheck;
@@ -329,6 +361,9 @@ const char* DecodeErrorText(int code) {
   }
 }
 
+void SetBlockDecoderImpl(BlockDecoderImpl impl) { block_decoder_impl.store(impl); }
+BlockDecoderImpl GetBlockDecoderImpl() { return block_decoder_impl.load(); }
+
 uint64_t NextIpAfter(const ProgramImage& image, uint64_t ip, pt_exec_mode mode) {
   uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
   size_t n = image.Read(ip, bytes, sizeof(bytes));
@@ -358,8 +393,24 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
   totals.trace_bytes += trace.size();
   if (trace.empty()) return absl::OkStatus();
   if (sink.kind() == DecoderKind::kBlock) {
-    return RunWithStack(kBlockLoopStack,
-                        [&] { return BlockLoop(pt, image, sink, totals, offset_base, switcher); });
+    pt.flags.variant.block.end_on_call = sink.end_block_on_call() ? 1 : 0;
+    pt.flags.variant.block.end_on_jump = sink.end_block_on_jump() ? 1 : 0;
+    if (block_decoder_impl.load(std::memory_order_relaxed) == BlockDecoderImpl::kFast &&
+        FastPathCovers(pt)) {
+      std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image);
+      if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
+      return BlockLoop(*dec, image, sink, totals, offset_base, switcher);
+    }
+    return RunWithStack(kBlockLoopStack, [&]() -> absl::Status {
+      BlockDecoderPtr dec(pt_blk_alloc_decoder(&pt));
+      if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a block decoder");
+      int err = pt_blk_set_image(dec.get(), image.image());
+      if (err < 0) {
+        return absl::InternalError(Cat("pt_blk_set_image: ", pt_errstr(pt_errcode(err))));
+      }
+      LibiptBlockDecoder libipt(dec.get());
+      return BlockLoop(libipt, image, sink, totals, offset_base, switcher);
+    });
   }
   return InsnLoop(pt, image, sink, totals, offset_base, switcher);
 }

@@ -26,6 +26,17 @@ enum class DecoderKind {
   kInsn,   // pt_insn_*: a sink sees each instruction
 };
 
+// Which block decoder DecodeInto uses for block sinks.
+enum class BlockDecoderImpl {
+  // decoder/fast_block_decoder.h: libipt's answer from a persistent graph of decoded code; a
+  // trace with what it does not model (FastPathCovers) goes to libipt. The default.
+  kFast,
+  kLibipt,  // libipt's pt_blk_* always
+};
+// Sets the block decoder for every later DecodeInto (process-wide; `ptdecode --decoder`).
+void SetBlockDecoderImpl(BlockDecoderImpl impl);
+BlockDecoderImpl GetBlockDecoderImpl();
+
 // ptkit's own decode error codes, numbered after libipt's pt_error_code values. IptErrorName
 // names them ("loop") and DecodeErrorText says what they mean.
 enum DecodeErrorCode : int {

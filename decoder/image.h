@@ -122,6 +122,13 @@ class ProgramImage {
   size_t Read(uint64_t ip, uint8_t* out, size_t size) const;
   // Index into files() of the source mapping `ip`, or -1.
   int FileAt(uint64_t ip) const;
+  // The libipt section id of the code at `ip` as the image's decoders see it (pt_insn.isid):
+  // > 0 for a file section in the cache, 0 for bytes served by the read callback (page dumps,
+  // captured bytes), -1 when `ip` is unmapped. `range`, if given, is set to the mapping's
+  // addresses.
+  int SectionAt(uint64_t ip, AddressRange* range = nullptr) const;
+  // The libipt section cache the image's file sections are in.
+  const std::shared_ptr<pt_image_section_cache>& section_cache() const { return iscache_; }
   // The unmapped range around `ip` (bounded by the neighbouring mappings); {ip, ip+1} when
   // `ip` is mapped.
   AddressRange HoleAround(uint64_t ip) const;

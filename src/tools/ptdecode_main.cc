@@ -166,6 +166,15 @@ void AddDecodeFlags(CLI::App* cmd, DecodeFlags& f, bool json) {
   cmd->add_option("--cpuid-0x15.eax", f.cpuid_eax, "CPUID leaf 0x15 eax (CTC ratio denominator)");
   cmd->add_option("--cpuid-0x15.ebx", f.cpuid_ebx, "CPUID leaf 0x15 ebx (CTC ratio numerator)");
   if (json) cmd->add_flag("--json", f.json, "Machine-readable output (see ptdecode(1))");
+  cmd->add_option_function<std::string>(
+         "--decoder",
+         [](const std::string& name) {
+           dec::SetBlockDecoderImpl(name == "libipt" ? dec::BlockDecoderImpl::kLibipt
+                                                     : dec::BlockDecoderImpl::kFast);
+         },
+         "Block decoder: fast (default; a cached graph of the code, libipt's answer exactly, "
+         "libipt for traces with TSX, PTWRITE or packet errors) or libipt (pt_blk_* always)")
+      ->check(CLI::IsMember({"fast", "libipt"}));
 }
 
 // Builds the raw-mode input spec; on a usage error prints it and returns false.

@@ -97,6 +97,23 @@ TEST_F(PtdecodeCliTest, StatsJsonCountsEveryInstruction) {
   EXPECT_EQ(doc["totals"]["errors"].get<uint64_t>(), 0u);
 }
 
+// --decoder picks the block decoder; both give the same stats, calls and folded output.
+TEST_F(PtdecodeCliTest, BothBlockDecodersGiveTheSameOutput) {
+  for (const char* form : {"stats", "stats --json", "calls", "folded"}) {
+    Result libipt =
+        RunPtdecode(fmt::format("{} --decoder libipt --pt {} --elf {}", form, trace_, kTiny));
+    Result fast =
+        RunPtdecode(fmt::format("{} --decoder fast --pt {} --elf {}", form, trace_, kTiny));
+    ASSERT_EQ(libipt.exit_code, 0) << libipt.err;
+    ASSERT_EQ(fast.exit_code, 0) << fast.err;
+    EXPECT_NE(libipt.out, "") << form;
+    EXPECT_EQ(libipt.out, fast.out) << form;
+  }
+  Result bad = RunPtdecode("stats --decoder zydis --pt " + trace_ + " --elf " + kTiny);
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--decoder"));
+}
+
 TEST_F(PtdecodeCliTest, InsnPrintsOneLinePerInstructionPlusMarkers) {
   Result r = RunPtdecode("insn --pt " + trace_ + " --elf " + kTiny);
   ASSERT_EQ(r.exit_code, 0) << r.err;

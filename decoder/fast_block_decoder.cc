@@ -1,0 +1,1043 @@
+#include "decoder/fast_block_decoder.h"
+
+#include <Zydis/Zydis.h>
+
+#include <cstring>
+#include <map>
+
+#include "absl/synchronization/mutex.h"
+#include "decoder/ipt_handles.h"
+
+namespace ptkit::decoder {
+namespace {
+
+// pt_ild's classification (pt_ild.c, pt_instruction_decode) from Zydis' decoding: the iclass,
+// the branch displacement and the instructions the block decoder treats specially.
+template <typename Insn>
+void Classify(const ZydisDecodedInstruction& z, Insn* insn) {
+  insn->iclass = ptic_other;
+  if (z.encoding != ZYDIS_INSTRUCTION_ENCODING_LEGACY) return;  // VEX, EVEX, XOP, 3DNow!
+  int map;
+  if (z.opcode_map == ZYDIS_OPCODE_MAP_DEFAULT) {
+    map = 0;
+  } else if (z.opcode_map == ZYDIS_OPCODE_MAP_0F) {
+    map = 1;
+  } else {
+    return;
+  }
+  const uint8_t op = z.opcode;
+  const uint8_t reg = z.raw.modrm.reg;
+  auto direct = [&](pt_insn_class iclass) {
+    insn->iclass = iclass;
+    insn->is_direct = true;
+    insn->displacement = static_cast<int32_t>(z.raw.imm[0].value.s);
+  };
+  if (map == 0) {
+    if (op >= 0x70 && op <= 0x7f) return direct(ptic_cond_jump);
+    switch (op) {
+      case 0x9a:
+      case 0xcd:
+      case 0xcc:
+      case 0xce:
+      case 0xf1:
+        insn->iclass = ptic_far_call;
+        return;
+      case 0xff:
+        if (reg == 2) insn->iclass = ptic_call;
+        if (reg == 3) insn->iclass = ptic_far_call;
+        if (reg == 4) insn->iclass = ptic_jump;
+        if (reg == 5) insn->iclass = ptic_far_jump;
+        return;
+      case 0xe8:
+        return direct(ptic_call);
+      case 0xe9:
+      case 0xeb:
+        return direct(ptic_jump);
+      case 0xea:
+        insn->iclass = ptic_far_jump;
+        return;
+      case 0xe0:
+      case 0xe1:
+      case 0xe2:
+      case 0xe3:
+        return direct(ptic_cond_jump);
+      case 0xc3:
+      case 0xc2:
+        insn->iclass = ptic_return;
+        return;
+      case 0xcf:
+      case 0xcb:
+      case 0xca:
+        insn->iclass = ptic_far_return;
+        return;
+      default:
+        return;
+    }
+  }
+  if (op >= 0x80 && op <= 0x8f) return direct(ptic_cond_jump);
+  switch (op) {
+    case 0x22:
+      if (reg == 3 && !z.raw.rex.R) insn->changes_cr3 = true;
+      return;
+    case 0x05:
+    case 0x34:
+      insn->iclass = ptic_far_call;
+      return;
+    case 0x35:
+    case 0x07:
+      insn->iclass = ptic_far_return;
+      return;
+    case 0x01: {
+      const uint8_t modrm =
+          static_cast<uint8_t>(z.raw.modrm.mod << 6 | z.raw.modrm.reg << 3 | z.raw.modrm.rm);
+      if (modrm == 0xc1) insn->iclass = ptic_far_call;
+      if (modrm == 0xc2 || modrm == 0xc3) {
+        insn->iclass = ptic_far_return;
+        insn->vmlaunch = true;
+      }
+      if (modrm == 0xec) insn->iclass = ptic_far_return;
+      return;
+    }
+    case 0xae:
+      if (z.mnemonic == ZYDIS_MNEMONIC_PTWRITE) insn->iclass = ptic_ptwrite;
+      return;
+    default:
+      return;
+  }
+}
+
+template <typename Insn>
+int NextIp(uint64_t* pip, const Insn& insn) {
+  uint64_t ip = insn.ip + insn.size;
+  switch (insn.iclass) {
+    case ptic_ptwrite:
+    case ptic_other:
+      break;
+    case ptic_call:
+    case ptic_jump:
+      if (insn.is_direct) {
+        ip += static_cast<uint64_t>(static_cast<int64_t>(insn.displacement));
+        break;
+      }
+      return -pte_bad_query;
+    case ptic_error:
+      return -pte_bad_insn;
+    default:
+      return -pte_bad_query;
+  }
+  if (pip != nullptr) *pip = ip;
+  return 0;
+}
+
+bool Never(const auto&) { return false; }
+bool ChangesCr3(const auto& insn) { return insn.changes_cr3; }
+
+}  // namespace
+
+bool FastPathCovers(const pt_config& pt) {
+  if (pt.flags.variant.block.enable_tick_events) return false;
+  if (pt.addr_filter.config.addr_cfg != 0 && pt.errata.skl014) return false;
+  PacketDecoderPtr dec(pt_pkt_alloc_decoder(&pt));
+  if (!dec) return false;
+  int status = pt_pkt_sync_forward(dec.get());
+  if (status == -pte_eos) return true;
+  if (status < 0) return false;
+  bool in_psb = false;
+  for (;;) {
+    pt_packet packet;
+    status = pt_pkt_next(dec.get(), &packet, sizeof(packet));
+    if (status == -pte_eos) return true;
+    if (status < 0) return false;
+    switch (packet.type) {
+      case ppt_psb:
+        in_psb = true;
+        break;
+      case ppt_psbend:
+        in_psb = false;
+        break;
+      case ppt_mode:
+        // Transactions (speculative blocks, aborts) go to libipt; MODE.TSX saying "none" (in
+        // PSB+ of every TSX-capable CPU) is modelled.
+        if (packet.payload.mode.leaf == pt_mol_tsx &&
+            (packet.payload.mode.bits.tsx.intx || packet.payload.mode.bits.tsx.abrt)) {
+          return false;
+        }
+        break;
+      case ppt_ptw:
+        return false;
+      case ppt_pip:
+      case ppt_vmcs:
+        if (!in_psb) return false;  // paging/vmcs events that may bind to an instruction
+        break;
+      case ppt_ovf:
+        in_psb = false;
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+void FastBlockDecoder::RetStack::Push(uint64_t ip) {
+  stack[top] = ip;
+  top = top == kSize ? 0 : top + 1;
+  if (bottom == top) bottom = bottom == kSize ? 0 : bottom + 1;
+}
+
+int FastBlockDecoder::RetStack::Pop(uint64_t* ip) {
+  if (top == bottom) return -pte_retstack_empty;
+  top = top == 0 ? kSize : top - 1;
+  *ip = stack[top];
+  return 0;
+}
+
+std::unique_ptr<FastBlockDecoder> FastBlockDecoder::Create(const pt_config& pt,
+                                                           const ProgramImage& image) {
+  pt_query_decoder* qry = pt_qry_alloc_decoder(&pt);
+  if (qry == nullptr) return nullptr;
+  return std::unique_ptr<FastBlockDecoder>(new FastBlockDecoder(qry, pt, image));
+}
+
+FastBlockDecoder::FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt,
+                                   const ProgramImage& image)
+    : qry_(qry),
+      end_on_call_(pt.flags.variant.block.end_on_call != 0),
+      end_on_jump_(pt.flags.variant.block.end_on_jump != 0),
+      skd022_(pt.errata.skd022 != 0) {
+  SetImage(image);
+}
+
+FastBlockDecoder::~FastBlockDecoder() { pt_qry_free_decoder(qry_); }
+
+void FastBlockDecoder::SetImage(const ProgramImage& image) {
+  image_ = &image;
+  caches_ = CachesFor(image);
+  last_cache_ = nullptr;
+  no_section_ = {1, 0};
+  auto& graph = graphs_[&image];
+  if (!graph) graph = std::make_unique<Graph>();
+  graph_ = graph.get();
+}
+
+void FastBlockDecoder::Reset() {
+  mode_ = ptem_unknown;
+  ip_ = 0;
+  status_ = 0;
+  enabled_ = false;
+  process_event_ = false;
+  std::memset(&event_, 0, sizeof(event_));
+  retstack_.Clear();
+}
+
+int FastBlockDecoder::Status(int flags) const {
+  if (!enabled_) flags |= pts_ip_suppressed;
+  if ((status_ & pts_eos) && !process_event_) flags |= pts_eos;
+  return flags;
+}
+
+int FastBlockDecoder::FetchEvent() {
+  if (process_event_) return 1;
+  if (!(status_ & pts_event_pending)) return 0;
+  int status = pt_qry_event(qry_, &event_, sizeof(event_));
+  if (status < 0) return status;
+  process_event_ = true;
+  status_ = status;
+  return 1;
+}
+
+int FastBlockDecoder::Start(int status) {
+  if (status < 0) return status;
+  status_ = status;
+  if (!(status & pts_ip_suppressed)) enabled_ = true;
+  return ProceedTrailingEvent();
+}
+
+int FastBlockDecoder::SyncForward() {
+  Reset();
+  return Start(pt_qry_sync_forward(qry_, &ip_));
+}
+
+int FastBlockDecoder::Time(uint64_t* tsc) const { return pt_qry_time(qry_, tsc, nullptr, nullptr); }
+int FastBlockDecoder::GetOffset(uint64_t* offset) const { return pt_qry_get_offset(qry_, offset); }
+int FastBlockDecoder::GetSyncOffset(uint64_t* offset) const {
+  return pt_qry_get_sync_offset(qry_, offset);
+}
+
+// pt_insn_decode: the bytes at `ip` up to the end of their section, decoded; when they end
+// inside an instruction, the rest is read from what follows (a truncated instruction).
+int FastBlockDecoder::Decode(uint64_t ip, pt_exec_mode mode, const Insn** out) {
+  auto [it, inserted] = graph_->insns.try_emplace(Key{ip, mode});
+  Insn& insn = it->second;
+  if (inserted) {
+    insn.ip = ip;
+    insn.mode = mode;
+    insn.isid = image_->SectionAt(ip);
+    size_t n = insn.isid < 0 ? 0 : image_->Read(ip, insn.raw, sizeof(insn.raw));
+    if (n == 0) {
+      graph_->insns.erase(it);
+      return -pte_nomap;
+    }
+    const size_t first = n;
+    ZydisDecodedInstruction z;
+    int len = disasm_.Length(mode, insn.raw, n, &z);
+    while (len == 0 && n < sizeof(insn.raw)) {
+      size_t more = image_->Read(ip + n, insn.raw + n, sizeof(insn.raw) - n);
+      if (more == 0) break;
+      n += more;
+      len = disasm_.Length(mode, insn.raw, n, &z);
+    }
+    if (len == 0) {
+      graph_->insns.erase(it);
+      return -pte_bad_insn;
+    }
+    insn.size = static_cast<uint8_t>(len);
+    insn.truncated = first < static_cast<size_t>(len);
+    Classify(z, &insn);
+  }
+  *out = &insn;
+  return 0;
+}
+
+void FastBlockDecoder::LogCall(const Insn& insn) {
+  if (insn.iclass != ptic_call) return;
+  if (insn.is_direct && insn.displacement == 0) return;  // call next: position-independent code
+  if (pushes_ != nullptr) {
+    pushes_->push_back(insn.ip + insn.size);
+  } else {
+    retstack_.Push(insn.ip + insn.size);
+  }
+}
+
+int FastBlockDecoder::ProceedOneInsn(pt_block* block, Insn* out) {
+  uint16_t ninsn = static_cast<uint16_t>(block->ninsn + 1);
+  if (ninsn == 0) return 0;
+  if (block->truncated) return 0;
+  const Insn* insn = nullptr;
+  int status = Decode(ip_, mode_, &insn);
+  if (status < 0) return status;
+  if (insn->isid != static_cast<int>(block->isid)) {
+    if (block->ninsn != 0) return 0;
+    block->isid = insn->isid;
+  }
+  if (insn->truncated) {
+    std::memcpy(block->raw, insn->raw, insn->size);
+    block->size = insn->size;
+    block->truncated = 1;
+  }
+  LogCall(*insn);
+  block->iclass = insn->iclass;
+  block->end_ip = insn->ip;
+  block->ninsn = ninsn;
+  *out = *insn;
+  return 1;
+}
+
+int FastBlockDecoder::ProceedToInsn(pt_block* block, Insn* insn, bool (*predicate)(const Insn&)) {
+  for (;;) {
+    int status = ProceedOneInsn(block, insn);
+    if (status <= 0) return status;
+    if (predicate(*insn)) return 1;
+    status = NextIp(&ip_, *insn);
+    if (status < 0) return status;
+    if ((end_on_call_ && insn->iclass == ptic_call) ||
+        (end_on_jump_ && insn->iclass == ptic_jump)) {
+      return 0;
+    }
+  }
+}
+
+int FastBlockDecoder::ProceedToIp(pt_block* block, Insn* insn, uint64_t ip) {
+  for (;;) {
+    if (ip_ == ip) return 1;
+    int status = ProceedOneInsn(block, insn);
+    if (status <= 0) return status;
+    status = NextIp(&ip_, *insn);
+    if (status < 0) return status;
+    if ((end_on_call_ && insn->iclass == ptic_call) ||
+        (end_on_jump_ && insn->iclass == ptic_jump)) {
+      return ip_ == ip ? 1 : 0;
+    }
+  }
+}
+
+int FastBlockDecoder::ProceedToIpWithTrace(pt_block* block, uint64_t ip) {
+  Insn insn;
+  int status = ProceedToIp(block, &insn, ip);
+  if (status != -pte_bad_query) return status;
+  return ProceedWithTrace(insn);
+}
+
+// pt_blk_next_ip: the next IP from a TNT bit (conditional branch, compressed return) or a TIP.
+int FastBlockDecoder::NextIpWithTrace(uint64_t* pip, const Insn& insn) {
+  int status;
+  switch (insn.iclass) {
+    case ptic_cond_jump: {
+      int taken = 0;
+      status = pt_qry_cond_branch(qry_, &taken);
+      if (status < 0) return status;
+      uint64_t ip = insn.ip + insn.size;
+      if (taken) ip += static_cast<uint64_t>(static_cast<int64_t>(insn.displacement));
+      *pip = ip;
+      return status;
+    }
+    case ptic_return: {
+      int taken = 0;
+      status = pt_qry_cond_branch(qry_, &taken);
+      if (status < 0) {
+        if (status != -pte_bad_query) return status;
+        break;
+      }
+      if (!taken) return -pte_bad_retcomp;
+      int err = retstack_.Pop(pip);
+      if (err < 0) return err;
+      return status;
+    }
+    case ptic_jump:
+    case ptic_call:
+      if (insn.is_direct) return -pte_internal;
+      break;
+    case ptic_far_call:
+    case ptic_far_return:
+    case ptic_far_jump:
+      break;
+    case ptic_ptwrite:
+    case ptic_other:
+      return -pte_internal;
+    case ptic_error:
+      return -pte_bad_insn;
+  }
+  return pt_qry_indirect_branch(qry_, pip);
+}
+
+int FastBlockDecoder::ProceedWithTrace(const Insn& insn) {
+  int status = NextIpWithTrace(&ip_, insn);
+  if (status < 0) return status;
+  status_ = status;
+  if (status & pts_ip_suppressed) return -pte_noip;
+  return 0;
+}
+
+// pt_blk_proceed_no_event_uncached (code outside file sections: page dumps, captured bytes).
+// On an empty block the run from ip_ comes from the graph, walked once per (IP, mode).
+int FastBlockDecoder::ProceedNoEventUncached(pt_block* block) {
+  if (block->ninsn != 0) {
+    Insn insn;
+    int status = ProceedToInsn(block, &insn, Never);
+    if (status < 0) {
+      if (status != -pte_bad_query) return status;
+      return ProceedWithTrace(insn);
+    }
+    return 0;
+  }
+  auto [it, inserted] = graph_->runs.try_emplace(Key{ip_, mode_});
+  Run& run = it->second;
+  if (inserted) {
+    const uint64_t start = ip_;
+    std::memset(&run.block, 0, sizeof(run.block));
+    run.last = Insn{};
+    pushes_ = &run.pushes;
+    int status = ProceedToInsn(&run.block, &run.last, Never);
+    pushes_ = nullptr;
+    if (status < 0 && status != -pte_bad_query) {
+      // An error (unmapped code, a bad instruction) is not cached: apply what was walked, as
+      // libipt does, and report it.
+      pt_block walked = run.block;
+      std::vector<uint64_t> pushes = std::move(run.pushes);
+      graph_->runs.erase(it);
+      for (uint64_t r : pushes) retstack_.Push(r);
+      block->ninsn = walked.ninsn;
+      block->end_ip = walked.end_ip;
+      block->iclass = walked.iclass;
+      block->isid = walked.isid;
+      if (walked.truncated) {
+        block->truncated = 1;
+        block->size = walked.size;
+        std::memcpy(block->raw, walked.raw, sizeof(block->raw));
+      }
+      return status;
+    }
+    run.status = status;
+    run.next_ip = ip_;
+    ip_ = start;
+  }
+  for (uint64_t r : run.pushes) retstack_.Push(r);
+  block->ninsn = run.block.ninsn;
+  block->end_ip = run.block.end_ip;
+  block->iclass = run.block.iclass;
+  block->isid = run.block.isid;
+  if (run.block.truncated) {
+    block->truncated = 1;
+    block->size = run.block.size;
+    std::memcpy(block->raw, run.block.raw, sizeof(block->raw));
+  }
+  ip_ = run.next_ip;
+  if (run.status == -pte_bad_query) return ProceedWithTrace(run.last);
+  return 0;
+}
+
+struct FastBlockDecoder::SectionCaches {
+  std::weak_ptr<pt_image_section_cache> owner;
+  absl::flat_hash_map<int, std::unique_ptr<BlockCache>> by_isid;
+};
+
+// One set of block caches per libipt section cache, for as long as it lives (a new cache at a
+// freed one's address starts afresh).
+std::shared_ptr<FastBlockDecoder::SectionCaches> FastBlockDecoder::CachesFor(
+    const ProgramImage& image) {
+  static absl::Mutex mu(absl::kConstInit);
+  static auto* all = new std::map<const pt_image_section_cache*, std::shared_ptr<SectionCaches>>;
+  absl::MutexLock lock(&mu);
+  std::erase_if(*all, [](const auto& e) { return e.second->owner.expired(); });
+  auto& caches = (*all)[image.section_cache().get()];
+  if (!caches) {
+    caches = std::make_shared<SectionCaches>();
+    caches->owner = image.section_cache();
+  }
+  return caches;
+}
+
+FastBlockDecoder::BlockCache* FastBlockDecoder::CacheAt(uint64_t ip) {
+  if (last_cache_ != nullptr && ip >= last_cache_->range.begin && ip < last_cache_->range.end) {
+    return last_cache_;
+  }
+  if (ip >= no_section_.begin && ip < no_section_.end) return nullptr;
+  AddressRange range{ip, ip + 1};
+  int isid = image_->SectionAt(ip, &range);
+  if (isid <= 0) {  // unmapped, or memory the callback serves: no section
+    no_section_ = range;
+    return nullptr;
+  }
+  auto& cache = caches_->by_isid[isid];
+  if (!cache) {
+    cache = std::make_unique<BlockCache>();
+    cache->isid = isid;
+    cache->range = range;
+  }
+  last_cache_ = cache.get();
+  return last_cache_;
+}
+
+// pt_blk_decode_in_section: the bytes of the section only (a truncated instruction fails).
+int FastBlockDecoder::DecodeInSection(uint64_t ip, pt_exec_mode mode, const Insn** insn) {
+  int status = Decode(ip, mode, insn);
+  if (status < 0) return status;
+  if ((*insn)->truncated) return -pte_bad_insn;
+  return 0;
+}
+
+int FastBlockDecoder::ProceedTruncated(pt_block* block) {
+  const Insn* insn = nullptr;
+  int status = Decode(ip_, mode_, &insn);
+  if (status < 0) return status;
+  if (!insn->truncated) return -pte_internal;
+  std::memcpy(block->raw, insn->raw, insn->size);
+  block->iclass = insn->iclass;
+  block->size = insn->size;
+  block->truncated = 1;
+  LogCall(*insn);
+  status = NextIp(&ip_, *insn);
+  if (status < 0) {
+    if (status != -pte_bad_query) return status;
+    return ProceedWithTrace(*insn);
+  }
+  return 0;
+}
+
+namespace {
+
+constexpr size_t kFillSteps = 0x400;  // libipt's bcache_fill_steps
+
+bool InRange(const AddressRange& r, uint64_t ip) { return ip >= r.begin && ip < r.end; }
+
+}  // namespace
+
+namespace {
+
+template <typename Bce, typename Insn>
+void SetPoint(Bce& bce, const Insn& insn) {
+  if (insn.truncated) return;  // decoded again (ProceedTruncated) each time
+  bce.has_point = true;
+  bce.point_size = insn.size;
+  bce.point_class = insn.iclass;
+  bce.point_direct = insn.is_direct;
+  bce.point_displacement = insn.displacement;
+}
+
+}  // namespace
+
+// pt_blk_proceed_no_event_fill_cache: one instruction, then (recursively) the next until a
+// decision point; on the way back each instruction gets the entry to that decision point.
+int FastBlockDecoder::FillCache(pt_block* block, BlockCache& bc, size_t steps) {
+  auto add_decode = [&](const Insn& insn) {
+    Bce bce;
+    bce.ninsn = 1;
+    bce.mode = insn.mode;
+    bce.qualifier = kDecode;
+    SetPoint(bce, insn);
+    bc.entries[insn.ip] = bce;
+    return 0;
+  };
+  auto add_trampoline = [&](const Insn& insn, uint64_t nip) {
+    const int64_t disp = static_cast<int64_t>(nip - insn.ip);
+    if (static_cast<int16_t>(disp) != disp) return add_decode(insn);
+    Bce bce;
+    bce.displacement = static_cast<int16_t>(disp);
+    bce.ninsn = 1;
+    bce.mode = insn.mode;
+    bce.qualifier = kAgain;
+    bc.entries[insn.ip] = bce;
+    return 0;
+  };
+  Insn insn;
+  int status = ProceedOneInsn(block, &insn);
+  if (status <= 0) return status;
+  status = NextIp(&ip_, insn);
+  if (status < 0) {
+    if (status != -pte_bad_query) return status;
+    Bce bce;
+    bce.ninsn = 1;
+    bce.mode = insn.mode;
+    bce.isize = insn.size <= 7 ? insn.size : 0;
+    switch (insn.iclass) {
+      case ptic_ptwrite:
+      case ptic_error:
+      case ptic_other:
+        return -pte_internal;
+      case ptic_jump:
+        if (insn.is_direct) return -pte_internal;
+        bce.qualifier = kIndirect;
+        break;
+      case ptic_call:
+        if (insn.is_direct) return -pte_internal;
+        bce.qualifier = kIndCall;
+        break;
+      case ptic_return:
+        bce.qualifier = kReturn;
+        break;
+      case ptic_cond_jump:
+        bce.qualifier = kCond;
+        break;
+      case ptic_far_call:
+      case ptic_far_return:
+      case ptic_far_jump:
+        bce.qualifier = kIndirect;
+        break;
+    }
+    if (block->truncated) bce.qualifier = kDecode;
+    SetPoint(bce, insn);
+    bc.entries[insn.ip] = bce;
+    return ProceedWithTrace(insn);
+  }
+  const uint64_t nip = ip_;
+  switch (insn.iclass) {
+    case ptic_call:
+      return add_decode(insn);
+    case ptic_jump:
+      if (!insn.is_direct) return -pte_internal;
+      if (insn.displacement < 0 || end_on_jump_) return add_decode(insn);
+      [[fallthrough]];
+    default:
+      if (!InRange(bc.range, nip) || block->truncated) return add_decode(insn);
+      break;
+  }
+  auto it = bc.entries.find(nip);
+  if (it == bc.entries.end()) {
+    if (--steps == 0) return add_trampoline(insn, nip);
+    status = FillCache(block, bc, steps);
+    if (status < 0) return status;
+    it = bc.entries.find(nip);
+    if (it == bc.entries.end()) return 0;
+  }
+  Bce bce = it->second;
+  if (bce.mode != insn.mode) return -pte_internal;
+  const uint64_t dip = nip + static_cast<uint64_t>(static_cast<int64_t>(bce.displacement));
+  const int64_t disp = static_cast<int64_t>(dip - insn.ip);
+  if (!InRange(bc.range, dip)) return 0;
+  bce.ninsn = (bce.ninsn + 1) & 0xff;
+  if (bce.ninsn == 0 || static_cast<int16_t>(disp) != disp) return add_trampoline(insn, nip);
+  bce.displacement = static_cast<int16_t>(disp);
+  bc.entries[insn.ip] = bce;
+  return 0;
+}
+
+// pt_blk_proceed_no_event_cached, its tail recursion a loop.
+int FastBlockDecoder::ProceedNoEventCached(pt_block* block, BlockCache& bc) {
+  for (;;) {
+    auto it = bc.entries.find(ip_);
+    if (it == bc.entries.end()) return FillCache(block, bc, kFillSteps);
+    const Bce bce = it->second;
+    const uint64_t nip = ip_ + static_cast<uint64_t>(static_cast<int64_t>(bce.displacement));
+    if (!InRange(bc.range, nip)) return ProceedNoEventUncached(block);
+    const uint16_t binsn = block->ninsn;
+    const uint16_t ninsn = static_cast<uint16_t>(binsn + bce.ninsn);
+    if (ninsn < binsn) return 0;
+    ip_ = nip;
+    block->end_ip = nip;
+    block->ninsn = ninsn;
+    block->mode = bce.mode;
+    int status;
+    const Insn* insn = nullptr;
+    Insn point;
+    switch (bce.qualifier) {
+      case kAgain:
+        block->iclass = ptic_error;
+        continue;
+      case kCond:
+        block->iclass = ptic_cond_jump;
+        if (bce.isize != 0) {
+          int taken = 0;
+          status = pt_qry_cond_branch(qry_, &taken);
+          if (status < 0) return status;
+          status_ = status;
+          uint64_t ip = ip_;
+          if (taken) {
+            int32_t displacement = bce.point_displacement;
+            if (!bce.has_point) {
+              status = DecodeInSection(ip, bce.mode, &insn);
+              if (status < 0) return status;
+              displacement = insn->displacement;
+            }
+            ip += static_cast<uint64_t>(static_cast<int64_t>(displacement));
+          }
+          ip_ = ip + bce.isize;
+          return 0;
+        }
+        [[fallthrough]];
+      case kDecode:
+        if (bce.has_point) {
+          point.ip = ip_;
+          point.mode = bce.mode;
+          point.size = bce.point_size;
+          point.iclass = bce.point_class;
+          point.is_direct = bce.point_direct;
+          point.displacement = bce.point_displacement;
+          insn = &point;
+        } else {
+          status = DecodeInSection(ip_, bce.mode, &insn);
+          if (status < 0) {
+            if (status != -pte_bad_insn) return status;
+            return ProceedTruncated(block);
+          }
+        }
+        block->iclass = insn->iclass;
+        LogCall(*insn);
+        status = NextIp(&ip_, *insn);
+        if (status < 0) {
+          if (status != -pte_bad_query) return status;
+          return ProceedWithTrace(*insn);
+        }
+        if ((end_on_call_ && insn->iclass == ptic_call) ||
+            (end_on_jump_ && insn->iclass == ptic_jump)) {
+          return 0;
+        }
+        if (!InRange(bc.range, ip_)) return 0;
+        continue;
+      case kIndCall: {
+        block->iclass = ptic_call;
+        uint64_t ip = ip_;
+        if (bce.isize != 0) {
+          ip += bce.isize;
+        } else if (bce.has_point) {
+          ip += bce.point_size;
+        } else {
+          status = DecodeInSection(ip, bce.mode, &insn);
+          if (status < 0) return status;
+          ip += insn->size;
+        }
+        retstack_.Push(ip);
+        status = pt_qry_indirect_branch(qry_, &ip_);
+        if (status < 0) return status;
+        status_ = status;
+        return 0;
+      }
+      case kReturn: {
+        block->iclass = ptic_return;
+        int taken = 0;
+        status = pt_qry_cond_branch(qry_, &taken);
+        if (status < 0) {
+          if (status != -pte_bad_query) return status;
+          status = pt_qry_indirect_branch(qry_, &ip_);
+          if (status < 0) return status;
+          status_ = status;
+          return 0;
+        }
+        status_ = status;
+        if (!taken) return -pte_bad_retcomp;
+        return retstack_.Pop(&ip_);
+      }
+      case kIndirect:
+        block->iclass = ptic_error;
+        status = pt_qry_indirect_branch(qry_, &ip_);
+        if (status < 0) return status;
+        status_ = status;
+        return 0;
+    }
+    return -pte_internal;
+  }
+}
+
+// pt_blk_proceed_no_event: file sections through their block cache, other code uncached.
+int FastBlockDecoder::ProceedNoEvent(pt_block* block) {
+  BlockCache* bc = CacheAt(ip_);
+  if (bc == nullptr) return ProceedNoEventUncached(block);
+  if (bc->isid != static_cast<int>(block->isid)) {
+    if (block->ninsn != 0) return 0;
+    block->isid = bc->isid;
+  }
+  return ProceedNoEventCached(block, *bc);
+}
+
+int FastBlockDecoder::HandleSkd022(pt_event* ev) {
+  const uint64_t saved = ip_;
+  const Insn* insn = nullptr;
+  int status = Decode(ev->variant.async_disabled.at, mode_, &insn);
+  ip_ = saved;
+  if (status < 0 || !insn->vmlaunch) return 0;
+  ev->type = ptev_disabled;
+  ev->variant.disabled.ip = ev->variant.async_disabled.ip;
+  return 1;
+}
+
+int FastBlockDecoder::ProceedEvent(pt_block* block) {
+  Insn insn;
+  pt_event* ev = &event_;
+  int status;
+  switch (ev->type) {
+    case ptev_enabled:
+      break;
+    case ptev_disabled:
+      if (ev->ip_suppressed) {
+        status = ProceedToInsn(block, &insn, ChangesCr3);
+      } else {
+        status = ProceedToIp(block, &insn, ev->variant.disabled.ip);
+      }
+      if (status <= 0) {
+        if (status != -pte_bad_query) return status;
+        // pt_blk_set_disable_resume_ip
+        ip_ = (insn.iclass == ptic_call || insn.iclass == ptic_far_call) ? insn.ip + insn.size : 0;
+      }
+      break;
+    case ptev_async_disabled:
+      status = ProceedToIp(block, &insn, ev->variant.async_disabled.at);
+      if (status <= 0) return status;
+      if (skd022_ && HandleSkd022(ev) != 0) return ProceedEvent(block);
+      break;
+    case ptev_async_branch:
+      status = ProceedToIp(block, &insn, ev->variant.async_branch.from);
+      if (status <= 0) return status;
+      break;
+    case ptev_paging:
+    case ptev_vmcs:
+    case ptev_ptwrite:
+      if (!enabled_) break;
+      return -pte_internal;  // binds to an instruction: FastPathCovers() sends these to libipt
+    case ptev_async_paging:
+      if (!ev->ip_suppressed) {
+        status = ProceedToIpWithTrace(block, ev->variant.async_paging.ip);
+        if (status < 0) return status;
+        if (ip_ != ev->variant.async_paging.ip) return 0;
+      }
+      break;
+    case ptev_async_vmcs:
+      if (!ev->ip_suppressed) {
+        status = ProceedToIpWithTrace(block, ev->variant.async_vmcs.ip);
+        if (status < 0) return status;
+        if (ip_ != ev->variant.async_vmcs.ip) return 0;
+      }
+      break;
+    case ptev_overflow:
+      break;
+    case ptev_exec_mode:
+      if (!ev->ip_suppressed) {
+        status = ProceedToIpWithTrace(block, ev->variant.exec_mode.ip);
+        if (status < 0) return status;
+        if (ip_ != ev->variant.exec_mode.ip) return 0;
+      }
+      break;
+    case ptev_tsx:  // never speculative nor aborted (FastPathCovers)
+      if (ev->ip_suppressed) break;
+      status = ProceedToIp(block, &insn, ev->variant.tsx.ip);
+      if (status <= 0) return status;
+      break;
+    case ptev_stop:
+      break;
+    case ptev_exstop:
+      if (!enabled_ || ev->ip_suppressed) break;
+      status = ProceedToIp(block, &insn, ev->variant.exstop.ip);
+      if (status <= 0) return status;
+      break;
+    case ptev_mwait:
+      if (!enabled_ || ev->ip_suppressed) break;
+      status = ProceedToIp(block, &insn, ev->variant.mwait.ip);
+      if (status <= 0) return status;
+      break;
+    case ptev_pwre:
+    case ptev_pwrx:
+    case ptev_tick:
+    case ptev_cbr:
+    case ptev_mnt:
+      break;
+  }
+  return Status(pts_event_pending);
+}
+
+// pt_blk_proceed_trailing_event without a postponed instruction (those come only from the
+// paging, vmcs and ptwrite bindings FastPathCovers() excludes).
+int FastBlockDecoder::ProceedTrailingEvent() {
+  int status = FetchEvent();
+  if (status <= 0) {
+    if (status < 0) return status;
+    return Status(0);
+  }
+  pt_event* ev = &event_;
+  switch (ev->type) {
+    case ptev_disabled:
+      break;
+    case ptev_enabled:
+      return Status(pts_event_pending);
+    case ptev_async_disabled:
+      if (ip_ != ev->variant.async_disabled.at) break;
+      if (skd022_ && HandleSkd022(ev) != 0) break;
+      return Status(pts_event_pending);
+    case ptev_async_branch:
+      if (ip_ != ev->variant.async_branch.from) break;
+      return Status(pts_event_pending);
+    case ptev_paging:
+    case ptev_vmcs:
+    case ptev_ptwrite:
+      if (!enabled_) return Status(pts_event_pending);
+      break;
+    case ptev_async_paging:
+      if (!ev->ip_suppressed && ip_ != ev->variant.async_paging.ip) break;
+      return Status(pts_event_pending);
+    case ptev_async_vmcs:
+      if (!ev->ip_suppressed && ip_ != ev->variant.async_vmcs.ip) break;
+      return Status(pts_event_pending);
+    case ptev_overflow:
+      return Status(pts_event_pending);
+    case ptev_exec_mode:
+      if (!ev->ip_suppressed && ip_ != ev->variant.exec_mode.ip) break;
+      return Status(pts_event_pending);
+    case ptev_tsx:  // not aborted: erratum BDM64 does not apply
+      if (!ev->ip_suppressed && ip_ != ev->variant.tsx.ip) break;
+      return Status(pts_event_pending);
+    case ptev_stop:
+      return Status(pts_event_pending);
+    case ptev_exstop:
+      if (!ev->ip_suppressed && enabled_ && ip_ != ev->variant.exstop.ip) break;
+      return Status(pts_event_pending);
+    case ptev_mwait:
+      if (!ev->ip_suppressed && enabled_ && ip_ != ev->variant.mwait.ip) break;
+      return Status(pts_event_pending);
+    case ptev_pwre:
+    case ptev_pwrx:
+    case ptev_tick:
+    case ptev_cbr:
+    case ptev_mnt:
+      return Status(pts_event_pending);
+  }
+  return Status(0);
+}
+
+int FastBlockDecoder::Proceed(pt_block* block) {
+  int status = FetchEvent();
+  if (status != 0) {
+    if (status < 0) return status;
+    return ProceedEvent(block);
+  }
+  if (!enabled_) {
+    if (status_ & pts_eos) return -pte_eos;
+    return -pte_no_enable;
+  }
+  status = ProceedNoEvent(block);
+  if (status < 0) return status;
+  return ProceedTrailingEvent();
+}
+
+int FastBlockDecoder::Next(pt_block* block) {
+  std::memset(block, 0, sizeof(*block));
+  block->ip = ip_;
+  block->mode = mode_;
+  return Proceed(block);
+}
+
+int FastBlockDecoder::Event(pt_event* out) {
+  if (!process_event_) return -pte_bad_query;
+  pt_event* ev = &event_;
+  switch (ev->type) {
+    case ptev_enabled:
+      if (ev->variant.enabled.ip == ip_) ev->variant.enabled.resumed = 1;
+      if (ev->status_update) return -pte_bad_context;
+      if (ev->ip_suppressed) return -pte_noip;
+      if (enabled_) return -pte_bad_context;
+      ip_ = ev->variant.enabled.ip;
+      enabled_ = true;
+      break;
+    case ptev_async_disabled:
+      if (ip_ != ev->variant.async_disabled.at) return -pte_bad_query;
+      [[fallthrough]];
+    case ptev_disabled:
+      if (ev->status_update || !enabled_) return -pte_bad_context;
+      enabled_ = false;
+      break;
+    case ptev_async_branch:
+      if (ip_ != ev->variant.async_branch.from) return -pte_bad_query;
+      if (ev->status_update || !enabled_) return -pte_bad_context;
+      ip_ = ev->variant.async_branch.to;
+      break;
+    case ptev_async_paging:
+      if (!ev->ip_suppressed && ip_ != ev->variant.async_paging.ip) return -pte_bad_query;
+      break;
+    case ptev_paging:
+      break;
+    case ptev_async_vmcs:
+      if (!ev->ip_suppressed && ip_ != ev->variant.async_vmcs.ip) return -pte_bad_query;
+      break;
+    case ptev_vmcs:
+      break;
+    case ptev_overflow:
+      if (ev->status_update) return -pte_bad_context;
+      if (ev->ip_suppressed) {
+        enabled_ = false;
+        ip_ = 0;
+      } else {
+        enabled_ = true;
+        ip_ = ev->variant.overflow.ip;
+      }
+      break;
+    case ptev_exec_mode: {
+      if (!ev->ip_suppressed && ip_ != ev->variant.exec_mode.ip) return -pte_bad_query;
+      pt_exec_mode mode = ev->variant.exec_mode.mode;
+      if (ev->status_update && enabled_ && mode_ != ptem_unknown && mode_ != mode) {
+        return -pte_bad_status_update;
+      }
+      mode_ = mode;
+      break;
+    }
+    case ptev_tsx:
+      if (!ev->ip_suppressed && ip_ != ev->variant.tsx.ip) return -pte_bad_query;
+      if (ev->variant.tsx.speculative) return -pte_internal;  // FastPathCovers excludes it
+      break;
+    case ptev_stop:
+      if (ev->status_update || enabled_) return -pte_bad_context;
+      break;
+    case ptev_exstop:
+      if (!ev->ip_suppressed && enabled_ && ip_ != ev->variant.exstop.ip) return -pte_bad_query;
+      break;
+    case ptev_mwait:
+      if (!ev->ip_suppressed && enabled_ && ip_ != ev->variant.mwait.ip) return -pte_bad_query;
+      break;
+    case ptev_pwre:
+    case ptev_pwrx:
+    case ptev_ptwrite:
+    case ptev_tick:
+    case ptev_cbr:
+    case ptev_mnt:
+      break;
+  }
+  process_event_ = false;
+  *out = *ev;
+  return ProceedTrailingEvent();
+}
+
+}  // namespace ptkit::decoder

@@ -1,0 +1,175 @@
+// A block decoder that gives exactly what libipt's pt_blk_* gives (every block with its fields,
+// every event, every error), from code decoded once: each instruction is read and decoded once
+// per image for the whole run (Zydis, classified as libipt's pt_ild does), a run of code outside
+// file sections is walked once, and file sections get libipt's own block cache (pt_bcache: which
+// instructions lead to which decision point), kept per section for as long as libipt keeps its
+// (the section cache's lifetime), because libipt's block boundaries depend on it. Packets,
+// events and their binding come from libipt's query decoder (pt_qry_*) as in libipt's block
+// decoder, whose logic (pt_block_decoder.c, 2.0.5) this follows step by step.
+//
+// What it does not model is found before decoding by FastPathCovers(), and such a trace goes to
+// libipt: transactions (MODE.TSX with InTX or TXAbort), PTWRITE, PIP or VMCS outside PSB+ (events
+// that bind to an instruction), SKL014 with address filters, tick events, packets that do not
+// decode. Internal to ptkit_decoder.
+#ifndef PTKIT_DECODER_FAST_BLOCK_DECODER_H_
+#define PTKIT_DECODER_FAST_BLOCK_DECODER_H_
+
+#include <intel-pt.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "decoder/disassembler.h"
+#include "decoder/image.h"
+
+namespace ptkit::decoder {
+
+// Whether FastBlockDecoder decodes `pt` (its trace, config and errata) exactly as libipt's
+// block decoder: a pass of libipt's packet decoder over the whole trace finds none of the
+// packets it does not model, and no packet error (errors go to libipt).
+bool FastPathCovers(const pt_config& pt);
+
+class FastBlockDecoder {
+ public:
+  // The same calls as pt_blk_*; `pt` and its trace must outlive the decoder. Null when libipt
+  // cannot allocate its query decoder.
+  static std::unique_ptr<FastBlockDecoder> Create(const pt_config& pt, const ProgramImage& image);
+  ~FastBlockDecoder();
+  FastBlockDecoder(const FastBlockDecoder&) = delete;
+  FastBlockDecoder& operator=(const FastBlockDecoder&) = delete;
+
+  int SyncForward();
+  int Next(pt_block* block);
+  int Event(pt_event* event);
+  int Time(uint64_t* tsc) const;
+  int GetOffset(uint64_t* offset) const;
+  int GetSyncOffset(uint64_t* offset) const;
+  // Code is read from `image` from now on; its graph is kept apart from other images'.
+  void SetImage(const ProgramImage& image);
+
+ private:
+  // One decoded instruction (pt_insn + the pt_insn_ext bits the block decoder uses).
+  struct Insn {
+    uint64_t ip = 0;
+    int32_t displacement = 0;
+    int isid = 0;
+    pt_exec_mode mode = ptem_unknown;
+    uint8_t size = 0;
+    pt_insn_class iclass = ptic_error;
+    bool is_direct = false;
+    bool changes_cr3 = false;
+    bool vmlaunch = false;   // VMLAUNCH or VMRESUME (erratum SKD022)
+    bool truncated = false;  // its bytes span two sections (raw holds them)
+    uint8_t raw[15] = {};
+  };
+  // The result of proceeding without trace from an IP on an empty block (the block decoder's
+  // no-event path up to the instruction that needs trace), cached per (IP, mode).
+  struct Run {
+    pt_block block;                // ninsn, end_ip, iclass, isid, truncated/size/raw
+    uint64_t next_ip = 0;          // decoder IP after the run
+    Insn last;                     // the last instruction reached
+    int status = 0;                // 0 (block full, call, jump, section switch) or -pte_bad_query
+    std::vector<uint64_t> pushes;  // return addresses the run's calls log
+  };
+  struct Key {
+    uint64_t ip;
+    int mode;
+    bool operator==(const Key& o) const { return ip == o.ip && mode == o.mode; }
+    template <typename H>
+    friend H AbslHashValue(H h, const Key& k) {
+      return H::combine(std::move(h), k.ip, k.mode);
+    }
+  };
+  struct Graph {
+    absl::flat_hash_map<Key, Insn> insns;
+    absl::flat_hash_map<Key, Run> runs;
+  };
+  // libipt's block cache entry (pt_bcache_entry), with its bit-field widths: how many
+  // instructions (8 bits) and how far (16 bits) to the next decision point, and what is there.
+  enum Qualifier : uint8_t { kDecode, kCond, kAgain, kIndirect, kIndCall, kReturn };
+  struct Bce {
+    int32_t displacement = 0;  // int16 in libipt
+    uint32_t ninsn = 0;        // uint8 in libipt
+    pt_exec_mode mode = ptem_unknown;
+    Qualifier qualifier = kDecode;
+    uint8_t isize = 0;  // 3 bits in libipt: 0 when the instruction is longer than 7 bytes
+    // Not in libipt: the instruction at the decision point (libipt decodes it again each
+    // time), when known; entries leading to the same decision point share it.
+    bool has_point = false;
+    uint8_t point_size = 0;
+    pt_insn_class point_class = ptic_error;
+    bool point_direct = false;
+    int32_t point_displacement = 0;
+  };
+  // libipt's block cache of one section (pt_section's bcache): it lives as long as the
+  // section, i.e. as long as the libipt section cache (which keeps every section mapped), and
+  // the block boundaries libipt reports depend on it (a direct call ends a block the first
+  // time, not once cached). So ptkit keeps one per (section cache, isid), filled the same way.
+  struct BlockCache {
+    int isid = 0;
+    AddressRange range;  // the mapped section
+    absl::flat_hash_map<uint64_t, Bce> entries;
+  };
+  struct SectionCaches;  // the block caches of one libipt section cache
+  static std::shared_ptr<SectionCaches> CachesFor(const ProgramImage& image);
+  // libipt's pt_retstack: 64 entries, the oldest overwritten.
+  struct RetStack {
+    static constexpr int kSize = 64;
+    uint64_t stack[kSize + 1] = {};
+    uint8_t top = 0, bottom = 0;
+    void Clear() { top = bottom = 0; }
+    void Push(uint64_t ip);
+    int Pop(uint64_t* ip);
+  };
+
+  FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt, const ProgramImage& image);
+  void Reset();
+  int Status(int flags) const;
+  int FetchEvent();
+  int Start(int status);
+  int Decode(uint64_t ip, pt_exec_mode mode, const Insn** insn);
+  int ProceedOneInsn(pt_block* block, Insn* insn);
+  int ProceedToInsn(pt_block* block, Insn* insn, bool (*predicate)(const Insn&));
+  int ProceedToIp(pt_block* block, Insn* insn, uint64_t ip);
+  int ProceedToIpWithTrace(pt_block* block, uint64_t ip);
+  int ProceedWithTrace(const Insn& insn);
+  int NextIpWithTrace(uint64_t* ip, const Insn& insn);
+  int ProceedNoEvent(pt_block* block);
+  int ProceedNoEventUncached(pt_block* block);
+  int ProceedNoEventCached(pt_block* block, BlockCache& bcache);
+  int FillCache(pt_block* block, BlockCache& bcache, size_t steps);
+  int ProceedTruncated(pt_block* block);
+  int DecodeInSection(uint64_t ip, pt_exec_mode mode, const Insn** insn);
+  BlockCache* CacheAt(uint64_t ip);
+  int ProceedEvent(pt_block* block);
+  int ProceedTrailingEvent();
+  int Proceed(pt_block* block);
+  int HandleSkd022(pt_event* ev);
+  void LogCall(const Insn& insn);
+
+  pt_query_decoder* qry_;
+  const ProgramImage* image_;
+  Graph* graph_;
+  absl::flat_hash_map<const ProgramImage*, std::unique_ptr<Graph>> graphs_;
+  std::shared_ptr<SectionCaches> caches_;  // of image_'s section cache
+  BlockCache* last_cache_ = nullptr;       // the section of the last lookup
+  AddressRange no_section_{1, 0};          // a mapping of the last lookup that is no section
+  Disassembler disasm_;
+  bool end_on_call_, end_on_jump_, skd022_;
+  std::vector<uint64_t>* pushes_ = nullptr;  // while a Run is walked: its logged calls
+
+  // pt_block_decoder's state.
+  pt_exec_mode mode_ = ptem_unknown;
+  uint64_t ip_ = 0;
+  int status_ = 0;
+  bool enabled_ = false;
+  bool process_event_ = false;
+  pt_event event_{};
+  RetStack retstack_;
+};
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_FAST_BLOCK_DECODER_H_
