@@ -26,8 +26,6 @@
 #include "decoder/ipt_handles.h"
 #include "ptkit/elf_file.h"
 
-typedef struct Elf Elf;
-
 namespace ptkit::decoder {
 
 // "FILE[:BASE]": BASE is where the lowest PT_LOAD segment goes; 0 = the ELF's own addresses.
@@ -47,8 +45,6 @@ struct PageDumpSpec {
   std::string addr_path;
   std::string dump_path;
 };
-
-// ReadBuildId() and FindDebugFile() are in ptkit/elf_file.h.
 
 // Errors: kInvalidArgument naming the text and the expected syntax.
 absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text);
@@ -166,7 +162,7 @@ class ProgramImage {
   void FinishSymbols() { symbols_sorted_ = false; }
   void SortSymbols() const;
   template <typename Place>
-  void LoadSymbols(Elf* elf, const std::string& path, uint32_t file_index, Place place);
+  void LoadSymbols(const ElfFile& elf, uint32_t file_index, Place place);
   void AddMemoryRun(uint32_t file, uint64_t address, std::unique_ptr<uint8_t[]> bytes, size_t size);
   // The symbols of captured bytes that are an ELF image (the vdso's .dynsym), placed through
   // its PT_LOAD segments as laid out at `address`. Nothing for other bytes.
@@ -181,13 +177,13 @@ class ProgramImage {
                         void* context);
   const Mapping* MappingAt(uint64_t ip) const;
   // Where a loadable segment of an ELF file lies: runtime [begin, end) = link-time + bias.
-  struct ElfSegment {
+  struct PlacedSegment {
     uint64_t begin = 0;
     uint64_t end = 0;
     uint64_t bias = 0;  // modulo 2^64
     uint32_t file = 0;
   };
-  void AddElfSegment(const ElfSegment& segment);
+  void AddElfSegment(const PlacedSegment& segment);
 
   ImagePtr image_;
   std::shared_ptr<pt_image_section_cache> iscache_;
@@ -197,7 +193,7 @@ class ProgramImage {
   std::vector<std::unique_ptr<uint8_t[]>> memory_;
   mutable std::vector<Symbol> symbols_;  // sorted when symbols_sorted_
   mutable bool symbols_sorted_ = true;
-  std::vector<ElfSegment> elf_segments_;  // sorted by begin
+  std::vector<PlacedSegment> elf_segments_;  // sorted by begin
   std::string sysroot_;
   mutable std::atomic<size_t> last_run_{0};  // ReadMemory's last hit in memory_mappings_
 };
