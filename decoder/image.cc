@@ -82,13 +82,11 @@ std::vector<SectionSpan> SectionSpans(const ElfFile& elf) {
   return out;
 }
 
-// Appends the code symbols of `elf` to `out`, at st_value + bias where place(st_value, &bias)
-// says where (false: not loaded). Code symbols, as perf takes them: functions (STT_FUNC,
-// STT_GNU_IFUNC) and labels (STT_NOTYPE) inside a code section (ld.so's _start). A symbol of
-// size 0 ends at the end of its section (SortSymbols also ends it at the next symbol).
-template <typename Place>
-void LoadSymbolsInto(const ElfFile& elf, uint32_t file_index, Place place,
-                     std::vector<Symbol>& out) {
+// Appends the code symbols of `elf` to `out`, at their link-time addresses. Code symbols, as
+// perf takes them: functions (STT_FUNC, STT_GNU_IFUNC) and labels (STT_NOTYPE) inside a code
+// section (ld.so's _start). A symbol of size 0 ends at the end of its section (SortSymbols
+// also ends it at the next symbol).
+void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   const std::vector<SectionSpan> sections = SectionSpans(elf);
   for (const ElfSymbol& sym : elf.Symbols()) {
     if (sym.value == 0) continue;
@@ -101,9 +99,7 @@ void LoadSymbolsInto(const ElfFile& elf, uint32_t file_index, Place place,
     } else if (sym.type != STT_FUNC && sym.type != STT_GNU_IFUNC) {
       continue;
     }
-    int64_t bias = 0;
-    if (!place(sym.value, &bias)) continue;
-    uint64_t begin = sym.value + static_cast<uint64_t>(bias);
+    const uint64_t begin = sym.value;
     uint64_t size = sym.size;
     if (size == 0) size = in_section ? section.end - sym.value : 1;
     // Among aliases (symbols of one address), as perf: global before weak before local,
@@ -115,7 +111,7 @@ void LoadSymbolsInto(const ElfFile& elf, uint32_t file_index, Place place,
         sym.name.find_first_not_of('_') == std::string_view::npos ? sym.name.size()
                                                                   : sym.name.find_first_not_of('_'),
         15);
-    out.push_back({begin, begin + size, Demangle(sym.name), file_index,
+    out.push_back({begin, begin + size, Demangle(sym.name), 0,
                    static_cast<uint8_t>(kind * 16 + underscores)});
   }
 }
@@ -146,10 +142,9 @@ constexpr char kEndbr64[] = "\xf3\x0f\x1e\xfa";
 // (-z now, -fno-plt) that jump through a GOT slot with a name (GotSlotNames). An entry jumps
 // with `[endbr64] [bnd] jmp *disp32(%rip)` at its start; .plt's first entry (the lazy binding
 // trampoline) and, with IBT, .plt's lazy entries (which the .plt.sec entries reach through the
-// GOT) do not, and stay unnamed as objdump leaves them. Placed as LoadSymbolsInto.
-template <typename Place>
-void LoadPltSymbolsInto(const ElfFile& elf, uint32_t file_index, Place place,
-                        std::vector<Symbol>& out) {
+// GOT) do not, and stay unnamed as objdump leaves them. At link-time addresses, as
+// LoadSymbolsInto.
+void LoadPltSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   if (elf.machine() != EM_X86_64) return;
   std::map<uint64_t, std::string> slots;
   bool have_slots = false;
@@ -192,10 +187,7 @@ void LoadPltSymbolsInto(const ElfFile& elf, uint32_t file_index, Place place,
       const uint64_t next_ip = entry + static_cast<uint64_t>(p + 6 - (bytes + offset));
       auto slot = slots.find(next_ip + static_cast<uint64_t>(static_cast<int64_t>(disp)));
       if (slot == slots.end()) continue;
-      int64_t bias = 0;
-      if (!place(entry, &bias)) continue;
-      const uint64_t begin = entry + static_cast<uint64_t>(bias);
-      out.push_back({begin, begin + entry_size, slot->second + "@plt", file_index, 255});
+      out.push_back({entry, entry + entry_size, slot->second + "@plt", 0, 255});
     }
   }
 }
@@ -336,25 +328,62 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
   }
   files_.push_back(std::move(file));
 
-  // Function symbols from .symtab and .dynsym.
-  LoadSymbols(elf, file_index, [bias](uint64_t, int64_t* b) {
-    *b = static_cast<int64_t>(bias);
-    return true;
-  });
-  FinishSymbols();
+  // Function symbols from .symtab and .dynsym, all at the one bias.
+  const Placement everywhere{0, std::numeric_limits<uint64_t>::max(), bias};
+  PlaceSymbols(*LinkSymbolsOf(spec.path, &elf), file_index, {&everywhere, 1});
   return absl::OkStatus();
 }
 
-template <typename Place>
-void ProgramImage::LoadSymbols(const ElfFile& elf, uint32_t file_index, Place place) {
-  LoadSymbolsInto(elf, file_index, place, symbols_);
-  LoadPltSymbolsInto(elf, file_index, place, symbols_);
-  if (elf.HasSymtab()) return;
-  // Stripped: the .symtab of its separate debug file (same link-time addresses).
-  const std::string debug_path = elf.FindDebugFile(sysroot_);
-  if (debug_path.empty()) return;
-  absl::StatusOr<ElfFile> debug = ElfFile::Open(debug_path);
-  if (debug.ok()) LoadSymbolsInto(*debug, file_index, place, symbols_);
+ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) const {
+  LinkSymbols table;
+  table.loads = elf.LoadSegments();
+  LoadSymbolsInto(elf, table.symbols);
+  LoadPltSymbolsInto(elf, table.symbols);
+  if (!elf.HasSymtab()) {
+    // Stripped: the .symtab of its separate debug file (same link-time addresses).
+    const std::string debug_path = elf.FindDebugFile(sysroot_);
+    absl::StatusOr<ElfFile> debug =
+        debug_path.empty() ? absl::NotFoundError("no debug file") : ElfFile::Open(debug_path);
+    if (debug.ok()) LoadSymbolsInto(*debug, table.symbols);
+  }
+  // Stable: among symbols of one start, the order found (SortSymbols keeps the first of equal
+  // rank), so placing a table gives what placing the symbols one by one did.
+  std::stable_sort(table.symbols.begin(), table.symbols.end(),
+                   [](const Symbol& a, const Symbol& b) { return a.begin < b.begin; });
+  return table;
+}
+
+const ProgramImage::LinkSymbols* ProgramImage::LinkSymbolsOf(const std::string& path,
+                                                             const ElfFile* opened) {
+  auto [it, inserted] = link_symbols_.try_emplace(path);
+  if (inserted) {
+    if (opened != nullptr) {
+      it->second = ReadLinkSymbols(*opened);
+    } else if (absl::StatusOr<ElfFile> elf = ElfFile::Open(path); elf.ok()) {
+      it->second = ReadLinkSymbols(*elf);
+    }
+  }
+  return it->second.has_value() ? &*it->second : nullptr;
+}
+
+void ProgramImage::PlaceSymbols(const LinkSymbols& table, uint32_t file_index,
+                                std::span<const Placement> placements) {
+  auto by_begin = [](const Symbol& s, uint64_t v) { return s.begin < v; };
+  for (size_t p = 0; p < placements.size(); ++p) {
+    const Placement& place = placements[p];
+    for (auto it =
+             std::lower_bound(table.symbols.begin(), table.symbols.end(), place.from, by_begin);
+         it != table.symbols.end() && it->begin < place.to; ++it) {
+      // A link address is placed by the first range that holds it.
+      auto holds = [v = it->begin](const Placement& q) { return v >= q.from && v < q.to; };
+      if (std::any_of(placements.begin(), placements.begin() + p, holds)) continue;
+      Symbol& s = symbols_.emplace_back(*it);
+      s.begin += place.bias;
+      s.end += place.bias;
+      s.image = file_index;
+    }
+  }
+  symbols_sorted_ = false;
 }
 
 void ProgramImage::SortSymbols() const {
@@ -469,20 +498,14 @@ void ProgramImage::LoadCapturedSymbols(const std::string& name, uint32_t file_in
   if (bytes.size() < SELFMAG || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0) return;
   absl::StatusOr<ElfFile> elf = ElfFile::FromMemory(name, bytes);
   if (!elf.ok()) return;
-  std::vector<ElfSegment> loads;
+  std::vector<Placement> placements;
   for (const ElfSegment& segment : elf->LoadSegments()) {
-    if (segment.offset + segment.filesz <= bytes.size()) loads.push_back(segment);
+    if (segment.offset + segment.filesz > bytes.size()) continue;
+    placements.push_back(
+        {segment.vaddr, segment.vaddr + segment.filesz, address + segment.offset - segment.vaddr});
   }
-  LoadSymbols(*elf, file_index, [&](uint64_t v, int64_t* bias) {
-    for (const ElfSegment& segment : loads) {
-      if (v >= segment.vaddr && v < segment.vaddr + segment.filesz) {
-        *bias = static_cast<int64_t>(address + segment.offset - segment.vaddr);
-        return true;
-      }
-    }
-    return false;
-  });
-  FinishSymbols();
+  // Not kept in link_symbols_: captured bytes are named, not identified, by `name`.
+  PlaceSymbols(ReadLinkSymbols(*elf), file_index, placements);
 }
 
 void ProgramImage::AddMissing(const std::string& path, uint64_t start, uint64_t end) {
@@ -509,34 +532,21 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
   const uint32_t file_index = static_cast<uint32_t>(files_.size() - 1);
   // Symbols, when the file is ELF: a symbol at link address v in a segment whose file bytes
   // are mapped lies at start + (p_offset + v - p_vaddr - pgoff).
-  absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
-  if (!elf.ok()) return absl::OkStatus();
-  struct Segment {
-    uint64_t vaddr, vend;
-    int64_t bias;
-  };
-  std::vector<Segment> segments;
-  for (const ElfSegment& phdr : elf->LoadSegments()) {
+  // The file's symbols are read once, for its first mapping.
+  const LinkSymbols* table = LinkSymbolsOf(path, nullptr);
+  if (table == nullptr) return absl::OkStatus();  // not an ELF file
+  std::vector<Placement> placements;
+  for (const ElfSegment& phdr : table->loads) {
     if (phdr.filesz == 0) continue;
     if (phdr.offset + phdr.filesz <= pgoff || phdr.offset >= to) continue;
-    segments.push_back({phdr.vaddr, phdr.vaddr + phdr.filesz,
-                        static_cast<int64_t>(start + phdr.offset - pgoff - phdr.vaddr)});
+    const uint64_t bias = start + phdr.offset - pgoff - phdr.vaddr;
+    placements.push_back({phdr.vaddr, phdr.vaddr + phdr.filesz, bias});
     // The part of the segment inside the mapping.
-    const uint64_t bias = static_cast<uint64_t>(segments.back().bias);
     const uint64_t begin = std::max(phdr.vaddr + bias, start);
     const uint64_t end = std::min(phdr.vaddr + phdr.filesz + bias, start + (to - pgoff));
     if (begin < end) AddElfSegment({begin, end, bias, file_index});
   }
-  LoadSymbols(*elf, file_index, [&](uint64_t v, int64_t* bias) {
-    for (const Segment& s : segments) {
-      if (v >= s.vaddr && v < s.vend) {
-        *bias = s.bias;
-        return true;
-      }
-    }
-    return false;
-  });
-  FinishSymbols();
+  PlaceSymbols(*table, file_index, placements);
   return absl::OkStatus();
 }
 
