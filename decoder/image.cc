@@ -16,6 +16,7 @@
 #include <limits>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "decoder/trace_config.h"
 #include "ptkit/status.h"
 
@@ -37,19 +38,19 @@ std::string Demangle(std::string_view mangled) {
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::ErrnoToStatus(errno, Cat("open ", path));
+  if (!in) return absl::ErrnoToStatus(errno, absl::StrCat("open ", path));
   // 64 KiB reads: a page dump is MiBs, which istreambuf_iterator copies a byte at a time
   // (30 M instructions for 1.7 MB, half of `ptdecode stats` on such an input).
   std::string data;
   char chunk[1 << 16];
   while (in.read(chunk, sizeof(chunk)) || in.gcount() > 0) data.append(chunk, in.gcount());
-  if (in.bad()) return absl::DataLossError(Cat("read ", path));
+  if (in.bad()) return absl::DataLossError(absl::StrCat("read ", path));
   return data;
 }
 
 absl::StatusOr<uint64_t> FileSize(const std::string& path) {
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(Cat("stat ", path));
+  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "stat ", path);
   if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(path + ": not a regular file");
   return static_cast<uint64_t>(st.st_size);
 }
@@ -209,7 +210,7 @@ absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text) {
 absl::StatusOr<RawSpec> ParseRawSpec(std::string_view text) {
   auto bad = [&] {
     return absl::InvalidArgumentError(
-        Cat("bad --raw '", text, "': expected FILE[:FROM[-TO]]:ADDRESS"));
+        absl::StrCat("bad --raw '", std::string(text), "': expected FILE[:FROM[-TO]]:ADDRESS"));
   };
   RawSpec spec;
   std::string_view head;
@@ -266,7 +267,7 @@ absl::StatusOr<std::unique_ptr<ProgramImage>> ProgramImage::Create(
       std::unique_ptr<ProgramImage>(new ProgramImage(std::move(image), std::move(iscache)));
   int err = pt_image_set_callback(result->image_.get(), &ProgramImage::ReadMemory, result.get());
   if (err < 0)
-    return absl::InternalError(Cat("pt_image_set_callback: ", pt_errstr(pt_errcode(err))));
+    return absl::InternalError(absl::StrCat("pt_image_set_callback: ", pt_errstr(pt_errcode(err))));
   return result;
 }
 
@@ -311,12 +312,12 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
                                    segment.filesz, vaddr);
     if (isid < 0) {
       return absl::InvalidArgumentError(
-          Cat(spec.path, ": cannot add segment ", i, ": ", pt_errstr(pt_errcode(isid))));
+          absl::StrCat(spec.path, ": cannot add segment ", i, ": ", pt_errstr(pt_errcode(isid))));
     }
     int err = pt_image_add_cached(image_.get(), iscache_.get(), isid, nullptr);
     if (err < 0) {
       return absl::InvalidArgumentError(
-          Cat(spec.path, ": cannot map segment ", i, ": ", pt_errstr(pt_errcode(err))));
+          absl::StrCat(spec.path, ": cannot map segment ", i, ": ", pt_errstr(pt_errcode(err))));
     }
     AddMapping({vaddr, vaddr + segment.filesz, file_index, isid, nullptr});
     AddElfSegment({vaddr, vaddr + segment.filesz, bias, file_index});
@@ -324,7 +325,7 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
     ++loaded;
   }
   if (loaded == 0) {
-    return absl::InvalidArgumentError(Cat(spec.path, ": no loadable segment"));
+    return absl::InvalidArgumentError(absl::StrCat(spec.path, ": no loadable segment"));
   }
   files_.push_back(std::move(file));
 
@@ -408,7 +409,7 @@ void ProgramImage::SortSymbols() const {
 
 absl::Status ProgramImage::AddRaw(const RawSpec& spec) {
   PTKIT_ASSIGN_OR_RETURN(uint64_t size, FileSize(spec.path));
-  if (access(spec.path.c_str(), R_OK) != 0) return ErrnoStatus(Cat("open ", spec.path));
+  if (access(spec.path.c_str(), R_OK) != 0) return ErrnoStatus(errno, "open ", spec.path);
   uint64_t to = spec.to == 0 ? size : spec.to;
   if (spec.from >= to || to > size) {
     return absl::InvalidArgumentError(fmt::format(
@@ -417,11 +418,11 @@ absl::Status ProgramImage::AddRaw(const RawSpec& spec) {
   int isid = pt_iscache_add_file(iscache_.get(), spec.path.c_str(), spec.from, to - spec.from,
                                  spec.address);
   if (isid < 0) {
-    return absl::InvalidArgumentError(Cat(spec.path, ": ", pt_errstr(pt_errcode(isid))));
+    return absl::InvalidArgumentError(absl::StrCat(spec.path, ": ", pt_errstr(pt_errcode(isid))));
   }
   int err = pt_image_add_cached(image_.get(), iscache_.get(), isid, nullptr);
   if (err < 0) {
-    return absl::InvalidArgumentError(Cat(spec.path, ": ", pt_errstr(pt_errcode(err))));
+    return absl::InvalidArgumentError(absl::StrCat(spec.path, ": ", pt_errstr(pt_errcode(err))));
   }
   uint32_t file_index = static_cast<uint32_t>(files_.size());
   files_.push_back({spec.path, "raw", to - spec.from});
@@ -433,14 +434,14 @@ absl::Status ProgramImage::AddPageDump(const PageDumpSpec& spec) {
   PTKIT_ASSIGN_OR_RETURN(std::string addr, ReadWholeFile(spec.addr_path));
   PTKIT_ASSIGN_OR_RETURN(std::string dump, ReadWholeFile(spec.dump_path));
   if (addr.size() % 8 != 0) {
-    return absl::InvalidArgumentError(Cat(spec.addr_path, ": size ", addr.size(),
-                                          " is not a multiple of 8 (u64 page addresses)"));
+    return absl::InvalidArgumentError(absl::StrCat(spec.addr_path, ": size ", addr.size(),
+                                                   " is not a multiple of 8 (u64 page addresses)"));
   }
   size_t slots = addr.size() / 8;
   if (dump.size() < slots * kPageSize) {
-    return absl::InvalidArgumentError(Cat(spec.dump_path, ": ", dump.size(), " bytes, but ",
-                                          spec.addr_path, " lists ", slots,
-                                          " pages of 4096 bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(spec.dump_path, ": ", dump.size(),
+                                                   " bytes, but ", spec.addr_path, " lists ", slots,
+                                                   " pages of 4096 bytes"));
   }
   // Page address -> slot; entries with any of the low 12 bits set are unmapped slots.
   std::map<uint64_t, size_t> pages;
