@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "decoder/trace_config.h"
 #include "ptkit/status.h"
 
@@ -27,10 +28,10 @@ uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 absl::StatusOr<ScopedFd> OpenUnlinkedFile(const std::string& dir) {
   int fd = open(dir.c_str(), O_TMPFILE | O_RDWR | O_EXCL | O_CLOEXEC, 0600);
   if (fd >= 0) return ScopedFd(fd);
-  if (errno != EOPNOTSUPP && errno != EISDIR) return ErrnoStatus(Cat("open(O_TMPFILE) in ", dir));
+  if (errno != EOPNOTSUPP && errno != EISDIR) return ErrnoStatus(errno, "open(O_TMPFILE) in ", dir);
   std::string name = dir + "/ptdecode-aux-XXXXXX";
   fd = mkostemp(name.data(), O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(Cat("mkstemp in ", dir));
+  if (fd < 0) return ErrnoStatus(errno, "mkstemp in ", dir);
   unlink(name.c_str());
   return ScopedFd(fd);
 }
@@ -58,11 +59,11 @@ absl::StatusOr<AuxSpool> AuxSpool::Create(const std::vector<std::string>& dirs) 
   for (const std::string& d : dirs) {
     absl::StatusOr<ScopedFd> fd = OpenUnlinkedFile(d);
     if (fd.ok()) return AuxSpool(std::move(*fd), d);
-    why += Cat(why.empty() ? "" : "; ", std::string(fd.status().message()));
+    why += absl::StrCat(why.empty() ? "" : "; ", std::string(fd.status().message()));
   }
   return absl::FailedPreconditionError(
-      Cat("cannot create a temporary file to hold the AUX trace while it decodes (", why,
-          "); set TMPDIR to a writable directory with room for the trace"));
+      absl::StrCat("cannot create a temporary file to hold the AUX trace while it decodes (", why,
+                   "); set TMPDIR to a writable directory with room for the trace"));
 }
 
 absl::Status AuxSpool::Append(SpoolRun& run, std::span<const uint8_t> bytes) {
@@ -77,7 +78,7 @@ absl::Status AuxSpool::Append(SpoolRun& run, std::span<const uint8_t> bytes) {
                                     : std::min(run.extents.back().capacity * 2, kMaxExtent);
       const uint64_t aligned = RoundUp(capacity, page_);
       if (ftruncate(fd_.get(), static_cast<off_t>(end_ + aligned)) != 0) {
-        return ErrnoStatus(Cat("growing the temporary AUX file in ", dir_));
+        return ErrnoStatus(errno, "growing the temporary AUX file in ", dir_);
       }
       run.extents.push_back({end_, aligned});
       end_ += aligned;
@@ -89,8 +90,8 @@ absl::Status AuxSpool::Append(SpoolRun& run, std::span<const uint8_t> bytes) {
     if (done < 0 && errno == EINTR) continue;
     if (done <= 0) {
       if (done == 0) errno = EIO;
-      return ErrnoStatus(Cat("writing the AUX trace to a temporary file in ", dir_,
-                             " (set TMPDIR to a directory with more room)"));
+      return ErrnoStatus(errno, "writing the AUX trace to a temporary file in ", dir_,
+                         " (set TMPDIR to a directory with more room)");
     }
     run.size += static_cast<uint64_t>(done);
     bytes = bytes.subspan(static_cast<size_t>(done));
@@ -104,7 +105,7 @@ absl::StatusOr<SpoolView> AuxSpool::Map(const SpoolRun& run) const {
   // Reserve the address range, then map each extent over its part of it.
   ScopedMmap reserved(
       mmap(nullptr, length, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0), length);
-  if (!reserved.valid()) return ErrnoStatus(Cat("mmap ", length, " bytes for an AUX piece"));
+  if (!reserved.valid()) return ErrnoStatus(errno, "mmap ", length, " bytes for an AUX piece");
   auto* base = static_cast<uint8_t*>(reserved.get());
   uint64_t at = 0;
   for (const SpoolRun::Extent& e : run.extents) {
@@ -112,7 +113,7 @@ absl::StatusOr<SpoolView> AuxSpool::Map(const SpoolRun& run) const {
     const size_t n = static_cast<size_t>(std::min<uint64_t>(e.capacity, length - at));
     void* p = mmap(base + at, n, PROT_READ, MAP_SHARED | MAP_FIXED, fd_.get(),
                    static_cast<off_t>(e.file_offset));
-    if (p == MAP_FAILED) return ErrnoStatus(Cat("mmap the temporary AUX file in ", dir_));
+    if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap the temporary AUX file in ", dir_);
     at += n;
   }
   madvise(base, length, MADV_SEQUENTIAL);

@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "absl/functional/function_ref.h"
+#include "absl/strings/str_cat.h"
 #include "decoder/fast_block_decoder.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/status.h"
@@ -55,8 +56,9 @@ absl::Status RunWithStack(size_t stack_bytes, absl::FunctionRef<absl::Status()> 
       &call);
   pthread_attr_destroy(&attr);
   if (err != 0) {
-    return absl::ResourceExhaustedError(Cat("cannot start the block decoder's thread (",
-                                            stack_bytes >> 20, " MiB stack): ", strerror(err)));
+    return absl::ResourceExhaustedError(absl::StrCat("cannot start the block decoder's thread (",
+                                                     stack_bytes >> 20,
+                                                     " MiB stack): ", strerror(err)));
   }
   pthread_join(thread, nullptr);
   if (call.exception) std::rethrow_exception(call.exception);
@@ -270,7 +272,8 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
   InsnDecoderPtr dec(pt_insn_alloc_decoder(&pt));
   if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate an instruction decoder");
   int err = pt_insn_set_image(dec.get(), image.image());
-  if (err < 0) return absl::InternalError(Cat("pt_insn_set_image: ", pt_errstr(pt_errcode(err))));
+  if (err < 0)
+    return absl::InternalError(absl::StrCat("pt_insn_set_image: ", pt_errstr(pt_errcode(err))));
   ErrorReporter errors(image, sink, totals, offset_base);
   auto offset_of = [&] { return OffsetOf<pt_insn_decoder, pt_insn_get_offset>(dec.get()); };
   LibiptInsnTime insn_time(dec.get());
@@ -406,7 +409,7 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
       if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a block decoder");
       int err = pt_blk_set_image(dec.get(), image.image());
       if (err < 0) {
-        return absl::InternalError(Cat("pt_blk_set_image: ", pt_errstr(pt_errcode(err))));
+        return absl::InternalError(absl::StrCat("pt_blk_set_image: ", pt_errstr(pt_errcode(err))));
       }
       LibiptBlockDecoder libipt(dec.get());
       return BlockLoop(libipt, image, sink, totals, offset_base, switcher);

@@ -385,7 +385,7 @@ std::string FormatDiffJson(const DiffResult& d, const DiffOptions& o) {
 
 absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoStatus(fmt::format("open {}", path));
+  if (!in) return ErrnoStatus(errno, "open ", path);
   char first = 0;
   while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
   }

@@ -1,10 +1,8 @@
 #include "decoder/image.h"
 
 #include <cxxabi.h>
-#include <fcntl.h>
+#include <elf.h>
 #include <fmt/format.h>
-#include <gelf.h>
-#include <libelf.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -18,8 +16,8 @@
 #include <limits>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "decoder/trace_config.h"
-#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
@@ -27,10 +25,11 @@ namespace {
 
 constexpr uint64_t kPageSize = 4096;
 
-std::string Demangle(const char* name) {
-  if (name[0] != '_' || name[1] != 'Z') return name;
+std::string Demangle(std::string_view mangled) {
+  std::string name(mangled);
+  if (!name.starts_with("_Z")) return name;
   int status = 0;
-  char* out = abi::__cxa_demangle(name, nullptr, nullptr, &status);
+  char* out = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
   if (status != 0 || out == nullptr) return name;
   std::string result(out);
   std::free(out);
@@ -39,19 +38,19 @@ std::string Demangle(const char* name) {
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::ErrnoToStatus(errno, Cat("open ", path));
+  if (!in) return absl::ErrnoToStatus(errno, absl::StrCat("open ", path));
   // 64 KiB reads: a page dump is MiBs, which istreambuf_iterator copies a byte at a time
   // (30 M instructions for 1.7 MB, half of `ptdecode stats` on such an input).
   std::string data;
   char chunk[1 << 16];
   while (in.read(chunk, sizeof(chunk)) || in.gcount() > 0) data.append(chunk, in.gcount());
-  if (in.bad()) return absl::DataLossError(Cat("read ", path));
+  if (in.bad()) return absl::DataLossError(absl::StrCat("read ", path));
   return data;
 }
 
 absl::StatusOr<uint64_t> FileSize(const std::string& path) {
   struct stat st;
-  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(Cat("stat ", path));
+  if (stat(path.c_str(), &st) != 0) return ErrnoStatus(errno, "stat ", path);
   if (!S_ISREG(st.st_mode)) return absl::InvalidArgumentError(path + ": not a regular file");
   return static_cast<uint64_t>(st.st_size);
 }
@@ -73,107 +72,65 @@ struct SectionSpan {
   uint64_t begin = 0, end = 0;
   bool code = false;
 };
-std::vector<SectionSpan> SectionSpans(Elf* elf) {
+std::vector<SectionSpan> SectionSpans(const ElfFile& elf) {
   std::vector<SectionSpan> out;
-  size_t count = 0;
-  if (elf_getshdrnum(elf, &count) != 0) return out;
-  out.resize(count);
-  for (size_t i = 0; i < count; ++i) {
-    GElf_Shdr shdr;
-    Elf_Scn* scn = elf_getscn(elf, i);
-    if (scn == nullptr || gelf_getshdr(scn, &shdr) == nullptr || !(shdr.sh_flags & SHF_ALLOC))
-      continue;
-    out[i] = {shdr.sh_addr, shdr.sh_addr + shdr.sh_size, (shdr.sh_flags & SHF_EXECINSTR) != 0};
+  for (const ElfSection& section : elf.Sections()) {
+    out.push_back(!(section.flags & SHF_ALLOC)
+                      ? SectionSpan{}
+                      : SectionSpan{section.addr, section.addr + section.size,
+                                    (section.flags & SHF_EXECINSTR) != 0});
   }
   return out;
 }
 
-// Appends the code symbols of `elf` to `out`, at st_value + bias where place(st_value, &bias)
-// says where (false: not loaded). Code symbols, as perf takes them: functions (STT_FUNC,
-// STT_GNU_IFUNC) and labels (STT_NOTYPE) inside a code section (ld.so's _start). A symbol of
-// size 0 ends at the end of its section (SortSymbols also ends it at the next symbol).
-template <typename Place>
-void LoadSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<Symbol>& out) {
+// Appends the code symbols of `elf` to `out`, at their link-time addresses. Code symbols, as
+// perf takes them: functions (STT_FUNC, STT_GNU_IFUNC) and labels (STT_NOTYPE) inside a code
+// section (ld.so's _start). A symbol of size 0 ends at the end of its section (SortSymbols
+// also ends it at the next symbol).
+void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   const std::vector<SectionSpan> sections = SectionSpans(elf);
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
-    if (shdr.sh_type != SHT_SYMTAB && shdr.sh_type != SHT_DYNSYM) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || shdr.sh_entsize == 0) continue;
-    size_t count = shdr.sh_size / shdr.sh_entsize;
-    for (size_t i = 0; i < count; ++i) {
-      GElf_Sym sym;
-      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
-      const int type = GELF_ST_TYPE(sym.st_info);
-      if (sym.st_shndx == SHN_UNDEF || sym.st_value == 0) continue;
-      const SectionSpan section =
-          sym.st_shndx < sections.size() ? sections[sym.st_shndx] : SectionSpan{};
-      const bool in_section = sym.st_value >= section.begin && sym.st_value < section.end;
-      if (type == STT_NOTYPE) {
-        // A label, not a linker-defined bound such as _etext at its section's end.
-        if (!section.code || !in_section) continue;
-      } else if (type != STT_FUNC && type != STT_GNU_IFUNC) {
-        continue;
-      }
-      int64_t bias = 0;
-      if (!place(sym.st_value, &bias)) continue;
-      const char* name = elf_strptr(elf, shdr.sh_link, sym.st_name);
-      if (name == nullptr || name[0] == '\0') continue;
-      uint64_t begin = sym.st_value + static_cast<uint64_t>(bias);
-      uint64_t size = sym.st_size;
-      if (size == 0) size = in_section ? section.end - sym.st_value : 1;
-      // Among aliases (symbols of one address), as perf: global before weak before local,
-      // then the fewest leading underscores (malloc, not __libc_malloc or __GI___libc_malloc);
-      // a function before a label.
-      const int binding = GELF_ST_BIND(sym.st_info);
-      int kind = binding == STB_GLOBAL ? 0 : binding == STB_WEAK ? 1 : 2;
-      if (type == STT_NOTYPE) kind += 3;
-      const size_t underscores = std::min<size_t>(std::strspn(name, "_"), 15);
-      out.push_back({begin, begin + size, Demangle(name), file_index,
-                     static_cast<uint8_t>(kind * 16 + underscores)});
+  for (const ElfSymbol& sym : elf.Symbols()) {
+    if (sym.value == 0) continue;
+    const SectionSpan section =
+        sym.section < sections.size() ? sections[sym.section] : SectionSpan{};
+    const bool in_section = sym.value >= section.begin && sym.value < section.end;
+    if (sym.type == STT_NOTYPE) {
+      // A label, not a linker-defined bound such as _etext at its section's end.
+      if (!section.code || !in_section) continue;
+    } else if (sym.type != STT_FUNC && sym.type != STT_GNU_IFUNC) {
+      continue;
     }
+    const uint64_t begin = sym.value;
+    uint64_t size = sym.size;
+    if (size == 0) size = in_section ? section.end - sym.value : 1;
+    // Among aliases (symbols of one address), as perf: global before weak before local,
+    // then the fewest leading underscores (malloc, not __libc_malloc or __GI___libc_malloc);
+    // a function before a label.
+    int kind = sym.binding == STB_GLOBAL ? 0 : sym.binding == STB_WEAK ? 1 : 2;
+    if (sym.type == STT_NOTYPE) kind += 3;
+    const size_t underscores = std::min<size_t>(
+        sym.name.find_first_not_of('_') == std::string_view::npos ? sym.name.size()
+                                                                  : sym.name.find_first_not_of('_'),
+        15);
+    out.push_back({begin, begin + size, Demangle(sym.name), 0,
+                   static_cast<uint8_t>(kind * 16 + underscores)});
   }
 }
 
 // The name of each PLT entry's GOT slot, from the dynamic relocations: the symbol of a
 // JUMP_SLOT or GLOB_DAT relocation; "*ABS*+0xADDEND" for an IRELATIVE one (as objdump).
-std::map<uint64_t, std::string> GotSlotNames(Elf* elf) {
+std::map<uint64_t, std::string> GotSlotNames(const ElfFile& elf) {
   std::map<uint64_t, std::string> out;
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_RELA) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || shdr.sh_entsize == 0) continue;
-    Elf_Scn* symtab = shdr.sh_link != 0 ? elf_getscn(elf, shdr.sh_link) : nullptr;
-    GElf_Shdr symtab_shdr;
-    Elf_Data* symbols = nullptr;
-    if (symtab != nullptr && gelf_getshdr(symtab, &symtab_shdr) != nullptr) {
-      symbols = elf_getdata(symtab, nullptr);
+  for (const ElfRelocation& rela : elf.Relocations()) {
+    if (rela.type != R_X86_64_JUMP_SLOT && rela.type != R_X86_64_GLOB_DAT &&
+        rela.type != R_X86_64_IRELATIVE) {
+      continue;
     }
-    const size_t count = shdr.sh_size / shdr.sh_entsize;
-    for (size_t i = 0; i < count; ++i) {
-      GElf_Rela rela;
-      if (gelf_getrela(data, static_cast<int>(i), &rela) == nullptr) continue;
-      const uint64_t type = GELF_R_TYPE(rela.r_info);
-      if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT && type != R_X86_64_IRELATIVE) {
-        continue;
-      }
-      std::string name;
-      GElf_Sym sym;
-      const size_t index = GELF_R_SYM(rela.r_info);
-      if (index != 0 && symbols != nullptr &&
-          gelf_getsym(symbols, static_cast<int>(index), &sym) != nullptr) {
-        const char* text = elf_strptr(elf, symtab_shdr.sh_link, sym.st_name);
-        if (text != nullptr) name = Demangle(text);
-      }
-      if (name.empty() && type != R_X86_64_IRELATIVE) continue;
-      if (name.empty()) name = "*ABS*";
-      if (rela.r_addend != 0) name += fmt::format("+{:#x}", rela.r_addend);
-      out.emplace(rela.r_offset, std::move(name));
-    }
+    std::string name = Demangle(rela.symbol);
+    if (name.empty() && rela.type != R_X86_64_IRELATIVE) continue;
+    if (name.empty()) name = "*ABS*";
+    if (rela.addend != 0) name += fmt::format("+{:#x}", rela.addend);
+    out.emplace(rela.offset, std::move(name));
   }
   return out;
 }
@@ -186,30 +143,20 @@ constexpr char kEndbr64[] = "\xf3\x0f\x1e\xfa";
 // (-z now, -fno-plt) that jump through a GOT slot with a name (GotSlotNames). An entry jumps
 // with `[endbr64] [bnd] jmp *disp32(%rip)` at its start; .plt's first entry (the lazy binding
 // trampoline) and, with IBT, .plt's lazy entries (which the .plt.sec entries reach through the
-// GOT) do not, and stay unnamed as objdump leaves them. Placed as LoadSymbolsInto.
-template <typename Place>
-void LoadPltSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<Symbol>& out) {
-  GElf_Ehdr ehdr;
-  if (gelf_getehdr(elf, &ehdr) == nullptr || ehdr.e_machine != EM_X86_64) return;
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return;
+// GOT) do not, and stay unnamed as objdump leaves them. At link-time addresses, as
+// LoadSymbolsInto.
+void LoadPltSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
+  if (elf.machine() != EM_X86_64) return;
   std::map<uint64_t, std::string> slots;
   bool have_slots = false;
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr || shdr.sh_type != SHT_PROGBITS ||
-        !(shdr.sh_flags & SHF_EXECINSTR)) {
-      continue;
-    }
-    const char* section = elf_strptr(elf, shstrndx, shdr.sh_name);
-    if (section == nullptr) continue;
-    const std::string_view name(section);
+  for (const ElfSection& shdr : elf.Sections()) {
+    if (shdr.type != SHT_PROGBITS || !(shdr.flags & SHF_EXECINSTR)) continue;
+    const std::string_view name = shdr.name;
     if (name != ".plt" && name != ".plt.sec" && name != ".plt.bnd" && name != ".plt.got") {
       continue;
     }
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || data->d_buf == nullptr) continue;
+    const std::span<const uint8_t> data = elf.SectionData(shdr);
+    if (data.empty()) continue;
     if (!have_slots) {
       slots = GotSlotNames(elf);
       have_slots = true;
@@ -218,14 +165,14 @@ void LoadPltSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<
     // IBT, a static program's IRELATIVE .plt, which has no lazy-binding entry 0). sh_entsize
     // says which when it is set; older ld and static links leave it 0: then two 8-byte
     // entries that both start with `jmp *disp32(%rip)` mean 8.
-    const auto* bytes = static_cast<const uint8_t*>(data->d_buf);
-    const size_t size = std::min<size_t>(data->d_size, shdr.sh_size);
+    const uint8_t* bytes = data.data();
+    const size_t size = std::min<size_t>(data.size(), shdr.size);
     auto jumps_through_got = [&](size_t offset) {
       return offset + 6 <= size && bytes[offset] == 0xff && bytes[offset + 1] == 0x25;
     };
     uint64_t entry_size = 16;
-    if (shdr.sh_entsize == 8 || shdr.sh_entsize == 16) {
-      entry_size = shdr.sh_entsize;
+    if (shdr.entsize == 8 || shdr.entsize == 16) {
+      entry_size = shdr.entsize;
     } else if (jumps_through_got(0) && (size < 16 || jumps_through_got(8))) {
       entry_size = 8;
     }
@@ -237,25 +184,13 @@ void LoadPltSymbolsInto(Elf* elf, uint32_t file_index, Place place, std::vector<
       if (end - p < 6 || p[0] != 0xff || p[1] != 0x25) continue;  // jmp *disp32(%rip)
       int32_t disp = 0;
       std::memcpy(&disp, p + 2, 4);
-      const uint64_t entry = shdr.sh_addr + offset;
+      const uint64_t entry = shdr.addr + offset;
       const uint64_t next_ip = entry + static_cast<uint64_t>(p + 6 - (bytes + offset));
       auto slot = slots.find(next_ip + static_cast<uint64_t>(static_cast<int64_t>(disp)));
       if (slot == slots.end()) continue;
-      int64_t bias = 0;
-      if (!place(entry, &bias)) continue;
-      const uint64_t begin = entry + static_cast<uint64_t>(bias);
-      out.push_back({begin, begin + entry_size, slot->second + "@plt", file_index, 255});
+      out.push_back({entry, entry + entry_size, slot->second + "@plt", 0, 255});
     }
   }
-}
-
-bool HasSymtab(Elf* elf) {
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) != nullptr && shdr.sh_type == SHT_SYMTAB) return true;
-  }
-  return false;
 }
 
 }  // namespace
@@ -275,7 +210,7 @@ absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text) {
 absl::StatusOr<RawSpec> ParseRawSpec(std::string_view text) {
   auto bad = [&] {
     return absl::InvalidArgumentError(
-        Cat("bad --raw '", text, "': expected FILE[:FROM[-TO]]:ADDRESS"));
+        absl::StrCat("bad --raw '", std::string(text), "': expected FILE[:FROM[-TO]]:ADDRESS"));
   };
   RawSpec spec;
   std::string_view head;
@@ -332,7 +267,7 @@ absl::StatusOr<std::unique_ptr<ProgramImage>> ProgramImage::Create(
       std::unique_ptr<ProgramImage>(new ProgramImage(std::move(image), std::move(iscache)));
   int err = pt_image_set_callback(result->image_.get(), &ProgramImage::ReadMemory, result.get());
   if (err < 0)
-    return absl::InternalError(Cat("pt_image_set_callback: ", pt_errstr(pt_errcode(err))));
+    return absl::InternalError(absl::StrCat("pt_image_set_callback: ", pt_errstr(pt_errcode(err))));
   return result;
 }
 
@@ -346,78 +281,110 @@ void ProgramImage::AddMapping(const Mapping& m) {
 }
 
 absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
-  if (elf_version(EV_CURRENT) == EV_NONE) return absl::InternalError("libelf: bad version");
-  ScopedFd fd(open(spec.path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoStatus(Cat("open ELF file ", spec.path));
-  ElfPtr elf(elf_begin(fd.get(), ELF_C_READ, nullptr));
-  if (!elf || elf_kind(elf.get()) != ELF_K_ELF) {
-    return absl::InvalidArgumentError(Cat(spec.path, ": not an ELF file"));
+  absl::StatusOr<ElfFile> opened = ElfFile::Open(spec.path);
+  if (!opened.ok()) {
+    const absl::Status& st = opened.status();
+    // The errno of open: say which option's file it was.
+    const std::string message(st.message());
+    if (message.starts_with("open ")) {
+      return absl::Status(st.code(), "open ELF file " + message.substr(5));
+    }
+    return st;
   }
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf.get(), &phnum) != 0) {
-    return absl::InvalidArgumentError(Cat(spec.path, ": bad program headers: ", elf_errmsg(-1)));
-  }
+  const ElfFile& elf = *opened;
   // As ptxed's load_elf.c: BASE is where the lowest executable PT_LOAD segment goes.
   uint64_t bias = 0;
   if (spec.base != 0) {
     uint64_t min_vaddr = std::numeric_limits<uint64_t>::max();
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr phdr;
-      if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) == nullptr) continue;
-      if (phdr.p_type == PT_LOAD && (phdr.p_flags & PF_X))
-        min_vaddr = std::min(min_vaddr, phdr.p_vaddr);
+    for (const ElfSegment& segment : elf.LoadSegments()) {
+      if (segment.flags & PF_X) min_vaddr = std::min(min_vaddr, segment.vaddr);
     }
     if (min_vaddr != std::numeric_limits<uint64_t>::max()) bias = spec.base - min_vaddr;
   }
   const uint32_t file_index = static_cast<uint32_t>(files_.size());
   ImageFile file{spec.path, "elf", 0};
   int loaded = 0;
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr phdr;
-    if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) == nullptr) continue;
-    if (phdr.p_type != PT_LOAD || phdr.p_filesz == 0) continue;
-    uint64_t vaddr = phdr.p_vaddr + bias;
-    int isid =
-        pt_iscache_add_file(iscache_.get(), spec.path.c_str(), phdr.p_offset, phdr.p_filesz, vaddr);
+  for (size_t i = 0; i < elf.LoadSegments().size(); ++i) {
+    const ElfSegment& segment = elf.LoadSegments()[i];
+    if (segment.filesz == 0) continue;
+    uint64_t vaddr = segment.vaddr + bias;
+    int isid = pt_iscache_add_file(iscache_.get(), spec.path.c_str(), segment.offset,
+                                   segment.filesz, vaddr);
     if (isid < 0) {
       return absl::InvalidArgumentError(
-          Cat(spec.path, ": cannot add segment ", i, ": ", pt_errstr(pt_errcode(isid))));
+          absl::StrCat(spec.path, ": cannot add segment ", i, ": ", pt_errstr(pt_errcode(isid))));
     }
     int err = pt_image_add_cached(image_.get(), iscache_.get(), isid, nullptr);
     if (err < 0) {
       return absl::InvalidArgumentError(
-          Cat(spec.path, ": cannot map segment ", i, ": ", pt_errstr(pt_errcode(err))));
+          absl::StrCat(spec.path, ": cannot map segment ", i, ": ", pt_errstr(pt_errcode(err))));
     }
-    AddMapping({vaddr, vaddr + phdr.p_filesz, file_index, isid, nullptr});
-    AddElfSegment({vaddr, vaddr + phdr.p_filesz, bias, file_index});
-    file.bytes += phdr.p_filesz;
+    AddMapping({vaddr, vaddr + segment.filesz, file_index, isid, nullptr});
+    AddElfSegment({vaddr, vaddr + segment.filesz, bias, file_index});
+    file.bytes += segment.filesz;
     ++loaded;
   }
   if (loaded == 0) {
-    return absl::InvalidArgumentError(Cat(spec.path, ": no loadable segment"));
+    return absl::InvalidArgumentError(absl::StrCat(spec.path, ": no loadable segment"));
   }
   files_.push_back(std::move(file));
 
-  // Function symbols from .symtab and .dynsym.
-  LoadSymbols(elf.get(), spec.path, file_index, [bias](uint64_t, int64_t* b) {
-    *b = static_cast<int64_t>(bias);
-    return true;
-  });
-  FinishSymbols();
+  // Function symbols from .symtab and .dynsym, all at the one bias.
+  const Placement everywhere{0, std::numeric_limits<uint64_t>::max(), bias};
+  PlaceSymbols(*LinkSymbolsOf(spec.path, &elf), file_index, {&everywhere, 1});
   return absl::OkStatus();
 }
 
-template <typename Place>
-void ProgramImage::LoadSymbols(Elf* elf, const std::string& path, uint32_t file_index,
-                               Place place) {
-  LoadSymbolsInto(elf, file_index, place, symbols_);
-  LoadPltSymbolsInto(elf, file_index, place, symbols_);
-  if (HasSymtab(elf)) return;
-  // Stripped: the .symtab of its separate debug file (same link-time addresses).
-  const std::string debug_path = FindDebugFile(elf, path, sysroot_);
-  if (debug_path.empty()) return;
-  absl::StatusOr<OpenedElf> debug = OpenElf(debug_path);
-  if (debug.ok()) LoadSymbolsInto(debug->elf.get(), file_index, place, symbols_);
+ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) const {
+  LinkSymbols table;
+  table.loads = elf.LoadSegments();
+  LoadSymbolsInto(elf, table.symbols);
+  LoadPltSymbolsInto(elf, table.symbols);
+  if (!elf.HasSymtab()) {
+    // Stripped: the .symtab of its separate debug file (same link-time addresses).
+    const std::string debug_path = elf.FindDebugFile(sysroot_);
+    absl::StatusOr<ElfFile> debug =
+        debug_path.empty() ? absl::NotFoundError("no debug file") : ElfFile::Open(debug_path);
+    if (debug.ok()) LoadSymbolsInto(*debug, table.symbols);
+  }
+  // Stable: among symbols of one start, the order found (SortSymbols keeps the first of equal
+  // rank), so placing a table gives what placing the symbols one by one did.
+  std::stable_sort(table.symbols.begin(), table.symbols.end(),
+                   [](const Symbol& a, const Symbol& b) { return a.begin < b.begin; });
+  return table;
+}
+
+const ProgramImage::LinkSymbols* ProgramImage::LinkSymbolsOf(const std::string& path,
+                                                             const ElfFile* opened) {
+  auto [it, inserted] = link_symbols_.try_emplace(path);
+  if (inserted) {
+    if (opened != nullptr) {
+      it->second = ReadLinkSymbols(*opened);
+    } else if (absl::StatusOr<ElfFile> elf = ElfFile::Open(path); elf.ok()) {
+      it->second = ReadLinkSymbols(*elf);
+    }
+  }
+  return it->second.has_value() ? &*it->second : nullptr;
+}
+
+void ProgramImage::PlaceSymbols(const LinkSymbols& table, uint32_t file_index,
+                                std::span<const Placement> placements) {
+  auto by_begin = [](const Symbol& s, uint64_t v) { return s.begin < v; };
+  for (size_t p = 0; p < placements.size(); ++p) {
+    const Placement& place = placements[p];
+    for (auto it =
+             std::lower_bound(table.symbols.begin(), table.symbols.end(), place.from, by_begin);
+         it != table.symbols.end() && it->begin < place.to; ++it) {
+      // A link address is placed by the first range that holds it.
+      auto holds = [v = it->begin](const Placement& q) { return v >= q.from && v < q.to; };
+      if (std::any_of(placements.begin(), placements.begin() + p, holds)) continue;
+      Symbol& s = symbols_.emplace_back(*it);
+      s.begin += place.bias;
+      s.end += place.bias;
+      s.image = file_index;
+    }
+  }
+  symbols_sorted_ = false;
 }
 
 void ProgramImage::SortSymbols() const {
@@ -442,7 +409,7 @@ void ProgramImage::SortSymbols() const {
 
 absl::Status ProgramImage::AddRaw(const RawSpec& spec) {
   PTKIT_ASSIGN_OR_RETURN(uint64_t size, FileSize(spec.path));
-  if (access(spec.path.c_str(), R_OK) != 0) return ErrnoStatus(Cat("open ", spec.path));
+  if (access(spec.path.c_str(), R_OK) != 0) return ErrnoStatus(errno, "open ", spec.path);
   uint64_t to = spec.to == 0 ? size : spec.to;
   if (spec.from >= to || to > size) {
     return absl::InvalidArgumentError(fmt::format(
@@ -451,11 +418,11 @@ absl::Status ProgramImage::AddRaw(const RawSpec& spec) {
   int isid = pt_iscache_add_file(iscache_.get(), spec.path.c_str(), spec.from, to - spec.from,
                                  spec.address);
   if (isid < 0) {
-    return absl::InvalidArgumentError(Cat(spec.path, ": ", pt_errstr(pt_errcode(isid))));
+    return absl::InvalidArgumentError(absl::StrCat(spec.path, ": ", pt_errstr(pt_errcode(isid))));
   }
   int err = pt_image_add_cached(image_.get(), iscache_.get(), isid, nullptr);
   if (err < 0) {
-    return absl::InvalidArgumentError(Cat(spec.path, ": ", pt_errstr(pt_errcode(err))));
+    return absl::InvalidArgumentError(absl::StrCat(spec.path, ": ", pt_errstr(pt_errcode(err))));
   }
   uint32_t file_index = static_cast<uint32_t>(files_.size());
   files_.push_back({spec.path, "raw", to - spec.from});
@@ -467,14 +434,14 @@ absl::Status ProgramImage::AddPageDump(const PageDumpSpec& spec) {
   PTKIT_ASSIGN_OR_RETURN(std::string addr, ReadWholeFile(spec.addr_path));
   PTKIT_ASSIGN_OR_RETURN(std::string dump, ReadWholeFile(spec.dump_path));
   if (addr.size() % 8 != 0) {
-    return absl::InvalidArgumentError(Cat(spec.addr_path, ": size ", addr.size(),
-                                          " is not a multiple of 8 (u64 page addresses)"));
+    return absl::InvalidArgumentError(absl::StrCat(spec.addr_path, ": size ", addr.size(),
+                                                   " is not a multiple of 8 (u64 page addresses)"));
   }
   size_t slots = addr.size() / 8;
   if (dump.size() < slots * kPageSize) {
-    return absl::InvalidArgumentError(Cat(spec.dump_path, ": ", dump.size(), " bytes, but ",
-                                          spec.addr_path, " lists ", slots,
-                                          " pages of 4096 bytes"));
+    return absl::InvalidArgumentError(absl::StrCat(spec.dump_path, ": ", dump.size(),
+                                                   " bytes, but ", spec.addr_path, " lists ", slots,
+                                                   " pages of 4096 bytes"));
   }
   // Page address -> slot; entries with any of the low 12 bits set are unmapped slots.
   std::map<uint64_t, size_t> pages;
@@ -529,34 +496,17 @@ void ProgramImage::AddBytes(const std::string& name, uint64_t address,
 
 void ProgramImage::LoadCapturedSymbols(const std::string& name, uint32_t file_index,
                                        uint64_t address, std::span<uint8_t> bytes) {
-  if (bytes.size() < SELFMAG || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0 ||
-      elf_version(EV_CURRENT) == EV_NONE) {
-    return;
+  if (bytes.size() < SELFMAG || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0) return;
+  absl::StatusOr<ElfFile> elf = ElfFile::FromMemory(name, bytes);
+  if (!elf.ok()) return;
+  std::vector<Placement> placements;
+  for (const ElfSegment& segment : elf->LoadSegments()) {
+    if (segment.offset + segment.filesz > bytes.size()) continue;
+    placements.push_back(
+        {segment.vaddr, segment.vaddr + segment.filesz, address + segment.offset - segment.vaddr});
   }
-  ElfPtr elf(elf_memory(reinterpret_cast<char*>(bytes.data()), bytes.size()));
-  size_t phnum = 0;
-  if (elf == nullptr || elf_kind(elf.get()) != ELF_K_ELF ||
-      elf_getphdrnum(elf.get(), &phnum) != 0) {
-    return;
-  }
-  std::vector<GElf_Phdr> loads;
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr phdr;
-    if (gelf_getphdr(elf.get(), static_cast<int>(i), &phdr) != nullptr && phdr.p_type == PT_LOAD &&
-        phdr.p_offset + phdr.p_filesz <= bytes.size()) {
-      loads.push_back(phdr);
-    }
-  }
-  LoadSymbols(elf.get(), name, file_index, [&](uint64_t v, int64_t* bias) {
-    for (const GElf_Phdr& phdr : loads) {
-      if (v >= phdr.p_vaddr && v < phdr.p_vaddr + phdr.p_filesz) {
-        *bias = static_cast<int64_t>(address + phdr.p_offset - phdr.p_vaddr);
-        return true;
-      }
-    }
-    return false;
-  });
-  FinishSymbols();
+  // Not kept in link_symbols_: captured bytes are named, not identified, by `name`.
+  PlaceSymbols(ReadLinkSymbols(*elf), file_index, placements);
 }
 
 void ProgramImage::AddMissing(const std::string& path, uint64_t start, uint64_t end) {
@@ -583,39 +533,21 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
   const uint32_t file_index = static_cast<uint32_t>(files_.size() - 1);
   // Symbols, when the file is ELF: a symbol at link address v in a segment whose file bytes
   // are mapped lies at start + (p_offset + v - p_vaddr - pgoff).
-  absl::StatusOr<OpenedElf> opened = OpenElf(path);
-  if (!opened.ok()) return absl::OkStatus();
-  Elf* const elf = opened->elf.get();
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf, &phnum) != 0) return absl::OkStatus();
-  struct Segment {
-    uint64_t vaddr, vend;
-    int64_t bias;
-  };
-  std::vector<Segment> segments;
-  for (size_t i = 0; i < phnum; ++i) {
-    GElf_Phdr phdr;
-    if (gelf_getphdr(elf, static_cast<int>(i), &phdr) == nullptr) continue;
-    if (phdr.p_type != PT_LOAD || phdr.p_filesz == 0) continue;
-    if (phdr.p_offset + phdr.p_filesz <= pgoff || phdr.p_offset >= to) continue;
-    segments.push_back({phdr.p_vaddr, phdr.p_vaddr + phdr.p_filesz,
-                        static_cast<int64_t>(start + phdr.p_offset - pgoff - phdr.p_vaddr)});
+  // The file's symbols are read once, for its first mapping.
+  const LinkSymbols* table = LinkSymbolsOf(path, nullptr);
+  if (table == nullptr) return absl::OkStatus();  // not an ELF file
+  std::vector<Placement> placements;
+  for (const ElfSegment& phdr : table->loads) {
+    if (phdr.filesz == 0) continue;
+    if (phdr.offset + phdr.filesz <= pgoff || phdr.offset >= to) continue;
+    const uint64_t bias = start + phdr.offset - pgoff - phdr.vaddr;
+    placements.push_back({phdr.vaddr, phdr.vaddr + phdr.filesz, bias});
     // The part of the segment inside the mapping.
-    const uint64_t bias = static_cast<uint64_t>(segments.back().bias);
-    const uint64_t begin = std::max(phdr.p_vaddr + bias, start);
-    const uint64_t end = std::min(phdr.p_vaddr + phdr.p_filesz + bias, start + (to - pgoff));
+    const uint64_t begin = std::max(phdr.vaddr + bias, start);
+    const uint64_t end = std::min(phdr.vaddr + phdr.filesz + bias, start + (to - pgoff));
     if (begin < end) AddElfSegment({begin, end, bias, file_index});
   }
-  LoadSymbols(elf, path, file_index, [&](uint64_t v, int64_t* bias) {
-    for (const Segment& s : segments) {
-      if (v >= s.vaddr && v < s.vend) {
-        *bias = s.bias;
-        return true;
-      }
-    }
-    return false;
-  });
-  FinishSymbols();
+  PlaceSymbols(*table, file_index, placements);
   return absl::OkStatus();
 }
 
@@ -709,8 +641,8 @@ int ProgramImage::SymbolAt(uint64_t ip, AddressRange* range) const {
   return result;
 }
 
-void ProgramImage::AddElfSegment(const ElfSegment& segment) {
-  auto less = [](const ElfSegment& a, const ElfSegment& b) { return a.begin < b.begin; };
+void ProgramImage::AddElfSegment(const PlacedSegment& segment) {
+  auto less = [](const PlacedSegment& a, const PlacedSegment& b) { return a.begin < b.begin; };
   elf_segments_.insert(std::upper_bound(elf_segments_.begin(), elf_segments_.end(), segment, less),
                        segment);
 }
@@ -719,7 +651,7 @@ std::optional<uint64_t> ProgramImage::LinkAddress(uint64_t ip) const {
   const int file = FileAt(ip);
   if (file < 0) return std::nullopt;
   auto it = std::upper_bound(elf_segments_.begin(), elf_segments_.end(), ip,
-                             [](uint64_t v, const ElfSegment& s) { return v < s.begin; });
+                             [](uint64_t v, const PlacedSegment& s) { return v < s.begin; });
   // The segment of FileAt's file: segments of different files may overlap where their
   // mappings do.
   while (it != elf_segments_.begin()) {

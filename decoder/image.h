@@ -19,14 +19,13 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/elf_file.h"
-
-typedef struct Elf Elf;
 
 namespace ptkit::decoder {
 
@@ -47,8 +46,6 @@ struct PageDumpSpec {
   std::string addr_path;
   std::string dump_path;
 };
-
-// ReadBuildId() and FindDebugFile() are in ptkit/elf_file.h.
 
 // Errors: kInvalidArgument naming the text and the expected syntax.
 absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text);
@@ -136,8 +133,9 @@ class ProgramImage {
   const std::vector<ImageFile>& files() const { return files_; }
   // Function symbols sorted by address, without overlaps of equal start. Like SymbolAt, the
   // first call after symbols were added sorts them (once for all the files added, not once per
-  // file: M mappings of a file of S symbols cost O(M S log(M S)), not O(M^2 S log(M S))), so
-  // an image must not be read from two threads while it is being built.
+  // file), so an image must not be read from two threads while it is being built. Each file's
+  // symbols are read once however often it is mapped: M mappings of a file of S symbols cost
+  // O(S log S + M log S + N log N) for the N = O(M S) symbols placed.
   const std::vector<Symbol>& symbols() const {
     SortSymbols();
     return symbols_;
@@ -162,11 +160,30 @@ class ProgramImage {
   };
   ProgramImage(ImagePtr image, std::shared_ptr<pt_image_section_cache> iscache);
   void AddMapping(const Mapping& m);
-  // Symbols were appended to symbols_: sort them before the next read (SortSymbols).
-  void FinishSymbols() { symbols_sorted_ = false; }
+  // The code symbols of one ELF file at its link-time addresses, sorted by begin, and its
+  // PT_LOAD segments. Read once per file (LinkSymbolsOf), placed for each of its mappings
+  // (PlaceSymbols): M mappings of a file of S symbols cost one read, O(S log S), then
+  // O(log S + k) per mapping placing k symbols, and one O(N log N) sort of the N placed
+  // (SortSymbols), where every mapping read and demangled the whole file before.
+  struct LinkSymbols {
+    std::vector<ElfSegment> loads;
+    std::vector<Symbol> symbols;  // image unset
+  };
+  LinkSymbols ReadLinkSymbols(const ElfFile& elf) const;
+  // The table of the file at `path` (read from `opened` when given, else opened), kept in
+  // link_symbols_; null when it is not an ELF file.
+  const LinkSymbols* LinkSymbolsOf(const std::string& path, const ElfFile* opened);
+  // Link-time addresses [from, to) placed at address + bias (modulo 2^64).
+  struct Placement {
+    uint64_t from = 0;
+    uint64_t to = 0;
+    uint64_t bias = 0;
+  };
+  // Appends to symbols_ the symbols of `table` in `placements` (a symbol in two: the first),
+  // as file `file_index`; SortSymbols sorts them before the next read.
+  void PlaceSymbols(const LinkSymbols& table, uint32_t file_index,
+                    std::span<const Placement> placements);
   void SortSymbols() const;
-  template <typename Place>
-  void LoadSymbols(Elf* elf, const std::string& path, uint32_t file_index, Place place);
   void AddMemoryRun(uint32_t file, uint64_t address, std::unique_ptr<uint8_t[]> bytes, size_t size);
   // The symbols of captured bytes that are an ELF image (the vdso's .dynsym), placed through
   // its PT_LOAD segments as laid out at `address`. Nothing for other bytes.
@@ -181,13 +198,13 @@ class ProgramImage {
                         void* context);
   const Mapping* MappingAt(uint64_t ip) const;
   // Where a loadable segment of an ELF file lies: runtime [begin, end) = link-time + bias.
-  struct ElfSegment {
+  struct PlacedSegment {
     uint64_t begin = 0;
     uint64_t end = 0;
     uint64_t bias = 0;  // modulo 2^64
     uint32_t file = 0;
   };
-  void AddElfSegment(const ElfSegment& segment);
+  void AddElfSegment(const PlacedSegment& segment);
 
   ImagePtr image_;
   std::shared_ptr<pt_image_section_cache> iscache_;
@@ -195,9 +212,10 @@ class ProgramImage {
   std::vector<Mapping> mappings_;         // sorted by begin
   std::vector<Mapping> memory_mappings_;  // the page-dump subset, sorted, for the callback
   std::vector<std::unique_ptr<uint8_t[]>> memory_;
+  std::unordered_map<std::string, std::optional<LinkSymbols>> link_symbols_;  // by path
   mutable std::vector<Symbol> symbols_;  // sorted when symbols_sorted_
   mutable bool symbols_sorted_ = true;
-  std::vector<ElfSegment> elf_segments_;  // sorted by begin
+  std::vector<PlacedSegment> elf_segments_;  // sorted by begin
   std::string sysroot_;
   mutable std::atomic<size_t> last_run_{0};  // ReadMemory's last hit in memory_mappings_
 };

@@ -1,7 +1,5 @@
 #include "decoder/perf_data_export.h"
 
-#include <gelf.h>
-#include <libelf.h>
 #include <linux/perf_event.h>
 #include <sys/mman.h>
 
@@ -351,11 +349,8 @@ perf::AuxtraceInfo MakeAuxtraceInfo(const Scan& s, const Events& e, bool per_cpu
 
 // The build-id of ELF bytes (a captured vdso); empty when they have none.
 std::vector<uint8_t> BuildIdOfBytes(const std::vector<uint8_t>& bytes) {
-  if (elf_version(EV_CURRENT) == EV_NONE) return {};
-  Elf* elf = elf_memory(reinterpret_cast<char*>(const_cast<uint8_t*>(bytes.data())), bytes.size());
-  if (elf == nullptr) return {};
-  ElfPtr owned(elf);
-  return ElfBuildId(elf);
+  absl::StatusOr<ElfFile> elf = ElfFile::FromMemory("captured code", bytes);
+  return elf.ok() ? elf->BuildId() : std::vector<uint8_t>{};
 }
 
 struct CacheEntry {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "decoder/container_input.h"
 #include "fmt/format.h"
@@ -382,7 +383,7 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
         "(ptdecode info {} shows the damage)",
         path, d.bytes, d.offset, d.reason, path));
   }
-  for (const std::string& w : data.warnings) r.warnings.push_back(Cat(path, ": ", w));
+  for (const std::string& w : data.warnings) r.warnings.push_back(absl::StrCat(path, ": ", w));
   for (const std::string& p : r.timeline.problems()) {
     r.warnings.push_back(fmt::format("{}: malformed sideband record: {}: skipped", path, p));
   }

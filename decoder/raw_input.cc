@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/status.h"
 
@@ -14,16 +15,16 @@ namespace ptkit::decoder {
 
 absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(Cat("open ", path));
+  if (fd < 0) return ErrnoStatus(errno, "open ", path);
   struct stat st;
   if (fstat(fd, &st) != 0) {
-    absl::Status status = ErrnoStatus(Cat("stat ", path));
+    absl::Status status = ErrnoStatus(errno, "stat ", path);
     close(fd);
     return status;
   }
   if (!S_ISREG(st.st_mode)) {
     close(fd);
-    return absl::InvalidArgumentError(Cat(path, ": not a regular file"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
   size_t size = static_cast<size_t>(st.st_size);
   if (size == 0) {
@@ -31,7 +32,7 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
     return MappedFile(nullptr, 0);
   }
   void* data = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  absl::Status status = data == MAP_FAILED ? ErrnoStatus(Cat("mmap ", path)) : absl::OkStatus();
+  absl::Status status = data == MAP_FAILED ? ErrnoStatus(errno, "mmap ", path) : absl::OkStatus();
   close(fd);
   if (!status.ok()) return status;
   madvise(data, size, MADV_SEQUENTIAL);
@@ -58,11 +59,12 @@ absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec) {
   PTKIT_ASSIGN_OR_RETURN(MappedFile trace, MappedFile::Open(spec.pt_path));
   if (trace.bytes().empty()) {
     return absl::InvalidArgumentError(
-        Cat(spec.pt_path, ": empty file (0 bytes): no trace to decode"));
+        absl::StrCat(spec.pt_path, ": empty file (0 bytes): no trace to decode"));
   }
   if (spec.bts && trace.bytes().size() % 24 != 0) {
-    return absl::InvalidArgumentError(Cat(spec.pt_path, ": ", trace.bytes().size(),
-                                          " bytes: not a multiple of the 24-byte BTS record"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(spec.pt_path, ": ", trace.bytes().size(),
+                     " bytes: not a multiple of the 24-byte BTS record"));
   }
   if (!spec.bts) {
     PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace.bytes(), spec.config));
@@ -70,7 +72,7 @@ absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec) {
     if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a packet decoder");
     if (pt_pkt_sync_forward(dec.get()) < 0) {
       return absl::InvalidArgumentError(
-          Cat(spec.pt_path, ": no PSB packet: not an Intel PT stream"));
+          absl::StrCat(spec.pt_path, ": no PSB packet: not an Intel PT stream"));
     }
   }
   PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImage> image, ProgramImage::Create());

@@ -8,6 +8,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "decoder/bts.h"
 #include "decoder/ipt_handles.h"
 #include "decoder/packets.h"
@@ -398,7 +399,7 @@ std::string Join(const std::set<uint64_t>& values, std::string_view prefix = "")
 // the recording has.
 std::string NothingSelected(const std::string& path, const Recording& r,
                             const RecordingOptions& options) {
-  if (r.present.empty()) return Cat(path, ": the recording has no trace (no AUX data)");
+  if (r.present.empty()) return absl::StrCat(path, ": the recording has no trace (no AUX data)");
   std::set<uint64_t> cpus, tids, snapshots;
   for (const StreamKey& key : r.present) {
     (key.id.kind == StreamKind::kCpu ? cpus : tids).insert(key.id.id);
@@ -406,35 +407,35 @@ std::string NothingSelected(const std::string& path, const Recording& r,
   }
   std::vector<std::string> why;
   if (options.cpu && !cpus.contains(*options.cpu)) {
-    why.push_back(
-        cpus.empty()
-            ? Cat("no stream of CPU ", *options.cpu, ": this recording's streams are per thread (",
-                  Join(tids, "tid "), "), not per CPU")
-            : Cat("no stream of CPU ", *options.cpu, "; CPUs in this recording: ", Join(cpus)));
+    why.push_back(cpus.empty() ? absl::StrCat("no stream of CPU ", *options.cpu,
+                                              ": this recording's streams are per thread (",
+                                              Join(tids, "tid "), "), not per CPU")
+                               : absl::StrCat("no stream of CPU ", *options.cpu,
+                                              "; CPUs in this recording: ", Join(cpus)));
   }
   if (options.tid && cpus.empty() && !tids.contains(*options.tid)) {
-    why.push_back(
-        Cat("no stream of thread ", *options.tid, "; threads in this recording: ", Join(tids)));
+    why.push_back(absl::StrCat("no stream of thread ", *options.tid,
+                               "; threads in this recording: ", Join(tids)));
   }
   if (options.snapshot && !snapshots.contains(*options.snapshot)) {
     why.push_back(snapshots.empty()
-                      ? Cat("no snapshot ", *options.snapshot,
-                            ": this recording has no snapshots (it was not recorded with "
-                            "--snapshot)")
-                      : Cat("no snapshot ", *options.snapshot,
-                            "; snapshots in this recording: ", Join(snapshots)));
+                      ? absl::StrCat("no snapshot ", *options.snapshot,
+                                     ": this recording has no snapshots (it was not recorded with "
+                                     "--snapshot)")
+                      : absl::StrCat("no snapshot ", *options.snapshot,
+                                     "; snapshots in this recording: ", Join(snapshots)));
   }
   if (why.empty()) {
     std::string names;
     for (const StreamKey& key : r.present) {
-      names += Cat(names.empty() ? "" : ", ", StreamName(key.id),
-                   key.snapshot < 0 ? "" : Cat(" snapshot ", key.snapshot));
+      names += absl::StrCat(names.empty() ? "" : ", ", StreamName(key.id),
+                            key.snapshot < 0 ? "" : absl::StrCat(" snapshot ", key.snapshot));
     }
     std::string asked;
-    if (options.cpu) asked += Cat(" --cpu ", *options.cpu);
-    if (options.tid) asked += Cat(" --tid ", *options.tid);
-    if (options.snapshot) asked += Cat(" --snapshot ", *options.snapshot);
-    why.push_back(Cat("no stream matches", asked, "; streams in this recording: ", names));
+    if (options.cpu) asked += absl::StrCat(" --cpu ", *options.cpu);
+    if (options.tid) asked += absl::StrCat(" --tid ", *options.tid);
+    if (options.snapshot) asked += absl::StrCat(" --snapshot ", *options.snapshot);
+    why.push_back(absl::StrCat("no stream matches", asked, "; streams in this recording: ", names));
   }
   std::string text = path + ": ";
   for (size_t i = 0; i < why.size(); ++i) text += (i ? "; " : "") + why[i];
@@ -471,8 +472,8 @@ std::vector<Selected> SelectStreams(const Recording& r, const RecordingOptions& 
     }
     s.by_task = options.tid && id.kind == StreamKind::kCpu && r.time && !r.bts;
     if (options.tid && !s.by_task && tid != *options.tid) continue;
-    s.info.name =
-        key.snapshot < 0 ? StreamName(id) : Cat(StreamName(id), " snapshot ", key.snapshot);
+    s.info.name = key.snapshot < 0 ? StreamName(id)
+                                   : absl::StrCat(StreamName(id), " snapshot ", key.snapshot);
     s.info.pid = pid;
     s.info.tid = tid;
     s.info.comm = tid != 0 ? r.timeline.CommAt(tid, start) : "";
@@ -571,7 +572,8 @@ std::string ImageCache::FromBuildIdCache(const Mapping& m) const {
   // perf's layout (tools/perf/util/build-id.c): .build-id/xx/yyyy... links to the cached
   // file's directory, which holds it as `elf`; older perf linked to the file itself.
   const std::string hex = Hex(*id);
-  const std::string link = Cat(buildid_dir_, "/.build-id/", hex.substr(0, 2), "/", hex.substr(2));
+  const std::string link =
+      absl::StrCat(buildid_dir_, "/.build-id/", hex.substr(0, 2), "/", hex.substr(2));
   struct stat st;
   if (stat((link + "/elf").c_str(), &st) == 0 && S_ISREG(st.st_mode)) return link + "/elf";
   if (stat(link.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return link;
@@ -653,10 +655,11 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   if (options.tid && totals.streams == 0) {
     // Per-CPU streams followed by task: the thread never ran while they traced.
     const std::vector<uint32_t> pids = r.timeline.Pids();
-    return absl::NotFoundError(Cat(path, ": thread ", *options.tid,
-                                   " did not run while the CPU streams traced; processes in "
-                                   "this recording: ",
-                                   Join(std::set<uint64_t>(pids.begin(), pids.end()))));
+    return absl::NotFoundError(
+        absl::StrCat(path, ": thread ", *options.tid,
+                     " did not run while the CPU streams traced; processes in "
+                     "this recording: ",
+                     Join(std::set<uint64_t>(pids.begin(), pids.end()))));
   }
   return totals;
 }
@@ -666,7 +669,7 @@ absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& op
   const std::string& path = r.name;
   if (r.bts) {
     return absl::InvalidArgumentError(
-        Cat(path, ": an intel_bts recording has branch records, not Intel PT packets"));
+        absl::StrCat(path, ": an intel_bts recording has branch records, not Intel PT packets"));
   }
   const TraceConfig config = options.config ? *options.config : r.config;
   std::vector<Selected> selected = SelectStreams(r, options, config);

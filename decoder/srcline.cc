@@ -1,9 +1,6 @@
 #include "decoder/srcline.h"
 
 #include <elfutils/libdw.h>
-#include <fcntl.h>
-#include <libelf.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <deque>
@@ -12,6 +9,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "fmt/format.h"
+#include "ptkit/elf_file.h"
 
 namespace ptkit::decoder {
 namespace {
@@ -19,10 +17,9 @@ namespace {
 // One ELF file's DWARF, opened once; dbg is null when it has none.
 struct DwarfFile {
   ~DwarfFile() {
-    if (dbg != nullptr) dwarf_end(dbg);
-    if (fd >= 0) close(fd);
+    if (dbg != nullptr) dwarf_end(dbg);  // before the ElfFile it reads
   }
-  int fd = -1;
+  std::optional<ElfFile> elf;
   Dwarf* dbg = nullptr;
 };
 
@@ -51,18 +48,19 @@ struct SourceLines::State {
     if (inserted) {
       it->second = std::make_unique<DwarfFile>();
       DwarfFile& f = *it->second;
-      f.fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
       auto drop_without_lines = [&f] {
         if (f.dbg != nullptr && !HasLines(f.dbg)) {
           dwarf_end(f.dbg);
           f.dbg = nullptr;
         }
       };
-      if (f.fd >= 0) {
-        f.dbg = dwarf_begin(f.fd, DWARF_C_READ);
+      absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+      if (elf.ok()) {
+        f.elf = std::move(*elf);
+        f.dbg = dwarf_begin_elf(f.elf->elf(), DWARF_C_READ, nullptr);
         drop_without_lines();
         // Stripped: the line tables are in its separate debug file, if there is one.
-        if (f.dbg == nullptr) OpenDebugFile(f, path, sysroot);
+        if (f.dbg == nullptr) OpenDebugFile(f, sysroot);
         drop_without_lines();
       }
       if (f.dbg == nullptr) {
@@ -79,18 +77,13 @@ struct SourceLines::State {
   }
 
   // A stripped file's DWARF is in its separate debug file (FindDebugFile), when there is one.
-  static void OpenDebugFile(DwarfFile& f, const std::string& path, const std::string& sysroot) {
-    if (elf_version(EV_CURRENT) == EV_NONE) return;
-    Elf* elf = elf_begin(f.fd, ELF_C_READ, nullptr);
-    if (elf == nullptr) return;
-    const std::string debug_path = FindDebugFile(elf, path, sysroot);
-    elf_end(elf);
+  static void OpenDebugFile(DwarfFile& f, const std::string& sysroot) {
+    const std::string debug_path = f.elf->FindDebugFile(sysroot);
     if (debug_path.empty()) return;
-    const int fd = open(debug_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return;
-    close(f.fd);
-    f.fd = fd;
-    f.dbg = dwarf_begin(f.fd, DWARF_C_READ);
+    absl::StatusOr<ElfFile> debug = ElfFile::Open(debug_path);
+    if (!debug.ok()) return;
+    f.elf = std::move(*debug);
+    f.dbg = dwarf_begin_elf(f.elf->elf(), DWARF_C_READ, nullptr);
   }
 
   int32_t Resolve(const ProgramImage& image, uint64_t ip) {

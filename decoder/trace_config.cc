@@ -6,6 +6,7 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "decoder/decode.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/numbers.h"
@@ -96,7 +97,7 @@ absl::StatusOr<pt_cpu> ParseCpu(std::string_view text) {
   }
   if (parts.size() < 2 || parts.size() > 3) {
     return absl::InvalidArgumentError(
-        Cat("bad --cpu '", text, "': expected FAMILY/MODEL[/STEPPING]"));
+        absl::StrCat("bad --cpu '", std::string(text), "': expected FAMILY/MODEL[/STEPPING]"));
   }
   pt_cpu cpu = {};
   cpu.vendor = pcv_intel;
@@ -124,9 +125,9 @@ absl::StatusOr<pt_config> MakePtConfig(std::span<const uint8_t> trace, const Tra
     pt.cpu = *config.cpu;
     int err = pt_cpu_errata(&pt.errata, &pt.cpu);
     if (err < 0) {
-      return absl::InvalidArgumentError(Cat("no errata for cpu ", pt.cpu.family, "/", pt.cpu.model,
-                                            "/", pt.cpu.stepping, ": ",
-                                            pt_errstr(pt_errcode(err))));
+      return absl::InvalidArgumentError(absl::StrCat("no errata for cpu ", pt.cpu.family, "/",
+                                                     pt.cpu.model, "/", pt.cpu.stepping, ": ",
+                                                     pt_errstr(pt_errcode(err))));
     }
   }
   pt.mtc_freq = config.mtc_freq;

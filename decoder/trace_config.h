@@ -15,14 +15,6 @@
 
 namespace ptkit::decoder {
 
-// Concatenates the fmt renderings of `args` (Abseil's StrCat here does not take std::string_view).
-template <typename... Args>
-std::string Cat(const Args&... args) {
-  std::string s;
-  (s.append(fmt::format("{}", args)), ...);
-  return s;
-}
-
 struct TraceConfig {
   // The recording CPU; errata come from it (pt_cpu_errata). Unset: no errata.
   std::optional<pt_cpu> cpu;

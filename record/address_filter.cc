@@ -1,9 +1,6 @@
 #include "record/address_filter.h"
 
-#include <fcntl.h>
-#include <gelf.h>
-#include <libelf.h>
-#include <unistd.h>
+#include <elf.h>
 
 #include <algorithm>
 #include <cctype>
@@ -34,67 +31,43 @@ struct Symbol {
 };
 
 // What a filter needs from an ELF file: its symbols and where its PT_LOAD segments come from.
-struct ElfFile {
+struct FilterElf {
+  ElfFile file;
   std::vector<Symbol> symbols;  // defined, by address
-  std::vector<GElf_Phdr> loads;
-  bool stripped = false;  // no .symtab, and no debug file has one
+  bool stripped = false;        // no .symtab, and no debug file has one
 
   // The file offset of virtual address `vaddr`, if a PT_LOAD segment holds it.
   std::optional<uint64_t> FileOffset(uint64_t vaddr) const {
-    for (const GElf_Phdr& ph : loads) {
-      if (vaddr >= ph.p_vaddr && vaddr < ph.p_vaddr + ph.p_filesz) {
-        return vaddr - ph.p_vaddr + ph.p_offset;
-      }
-    }
-    return std::nullopt;
+    const int64_t offset = file.FileOffset(vaddr);
+    return offset < 0 ? std::nullopt : std::optional<uint64_t>(offset);
   }
 };
 
-// Appends the defined symbols of `elf`'s sections of type `type` (SHT_SYMTAB or SHT_DYNSYM);
-// whether there was such a section.
-bool AddSymbols(Elf* elf, int type, std::vector<Symbol>& out) {
+// Appends the symbols of `elf` from .symtab (`dynamic` false) or .dynsym, but sections and
+// files; whether it has such a table.
+bool AddSymbols(const ElfFile& elf, bool dynamic, std::vector<Symbol>& out) {
   bool found = false;
-  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn)) != nullptr;) {
-    GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr || static_cast<int>(sh.sh_type) != type) continue;
-    found = true;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    const size_t n = sh.sh_entsize == 0 ? 0 : sh.sh_size / sh.sh_entsize;
-    for (size_t i = 0; data != nullptr && i < n; ++i) {
-      GElf_Sym sym;
-      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
-      const int st_type = GELF_ST_TYPE(sym.st_info);
-      if (sym.st_shndx == SHN_UNDEF || st_type == STT_SECTION || st_type == STT_FILE) continue;
-      const char* name = elf_strptr(elf, sh.sh_link, sym.st_name);
-      if (name == nullptr || *name == '\0') continue;
-      out.push_back({name, sym.st_value, sym.st_size, GELF_ST_BIND(sym.st_info) != STB_LOCAL});
-    }
+  for (const ElfSection& section : elf.Sections()) {
+    found |= section.type == (dynamic ? SHT_DYNSYM : SHT_SYMTAB);
+  }
+  for (const ElfSymbol& sym : elf.Symbols()) {
+    if (sym.dynamic != dynamic || sym.type == STT_SECTION || sym.type == STT_FILE) continue;
+    out.push_back({std::string(sym.name), sym.value, sym.size, sym.binding != STB_LOCAL});
   }
   return found;
 }
 
-absl::StatusOr<ElfFile> ReadElf(const std::string& path) {
-  absl::StatusOr<OpenedElf> file = OpenElf(path);
-  if (!file.ok()) return file.status();
-  Elf* const elf = file->elf.get();
-  ElfFile out;
-  size_t phnum = 0;
-  if (elf_getphdrnum(elf, &phnum) == 0) {
-    for (size_t i = 0; i < phnum; ++i) {
-      GElf_Phdr ph;
-      if (gelf_getphdr(elf, static_cast<int>(i), &ph) != nullptr && ph.p_type == PT_LOAD) {
-        out.loads.push_back(ph);
-      }
-    }
-  }
+absl::StatusOr<FilterElf> ReadElf(const std::string& path) {
+  PTKIT_ASSIGN_OR_RETURN(ElfFile file, ElfFile::Open(path));
+  FilterElf out{std::move(file)};
   // .symtab when present (it holds .dynsym's symbols too); else .dynsym and the .symtab of
   // the separate debug file, found as the decoder (and gdb, perf) find it.
-  if (!AddSymbols(elf, SHT_SYMTAB, out.symbols)) {
-    AddSymbols(elf, SHT_DYNSYM, out.symbols);
-    const std::string debug_path = FindDebugFile(elf, path, "");
-    absl::StatusOr<OpenedElf> debug =
-        debug_path.empty() ? absl::NotFoundError("no debug file") : OpenElf(debug_path);
-    out.stripped = !(debug.ok() && AddSymbols(debug->elf.get(), SHT_SYMTAB, out.symbols));
+  if (!AddSymbols(out.file, false, out.symbols)) {
+    AddSymbols(out.file, true, out.symbols);
+    const std::string debug_path = out.file.FindDebugFile("");
+    absl::StatusOr<ElfFile> debug =
+        debug_path.empty() ? absl::NotFoundError("no debug file") : ElfFile::Open(debug_path);
+    out.stripped = !(debug.ok() && AddSymbols(*debug, false, out.symbols));
   }
   std::sort(out.symbols.begin(), out.symbols.end(), [](const Symbol& a, const Symbol& b) {
     return a.value != b.value ? a.value < b.value : a.name < b.name;
@@ -136,7 +109,7 @@ size_t EditDistance(std::string_view a, std::string_view b) {
 
 // What there is instead of the unknown symbol `name`: "; similar: a, b" (names within a few
 // edits, or containing it), or why there is nothing to offer.
-std::string WhatThereIs(const ElfFile& elf, const std::string& name, const std::string& file) {
+std::string WhatThereIs(const FilterElf& elf, const std::string& name, const std::string& file) {
   const std::string stripped =
       elf.stripped ? absl::StrCat("; ", file,
                                   " is stripped (no .symtab) and no debug file was found by "
@@ -167,7 +140,7 @@ std::string WhatThereIs(const ElfFile& elf, const std::string& name, const std::
 }
 
 // Finds "name", "name#N" (N-th in address order, from 1) or "name#0|g|G" (the global one).
-absl::StatusOr<Symbol> FindSymbol(const ElfFile& elf, const std::string& spec,
+absl::StatusOr<Symbol> FindSymbol(const FilterElf& elf, const std::string& spec,
                                   const std::string& file, const std::string& filter) {
   std::string name = spec;
   std::string select;
@@ -268,7 +241,7 @@ absl::StatusOr<AddressFilter> ResolveOne(const std::string& action, const std::s
                                                    "' needs a file ('@FILE'); kernel filters "
                                                    "take addresses"));
   }
-  PTKIT_ASSIGN_OR_RETURN(ElfFile elf, ReadElf(f.file));
+  PTKIT_ASSIGN_OR_RETURN(FilterElf elf, ReadElf(f.file));
   uint64_t vstart = 0, vend = 0;
   if (start == "*") {
     bool any = false;

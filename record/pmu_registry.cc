@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
+#include "ptkit/bit_field.h"
 #include "ptkit/numbers.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
@@ -63,14 +64,7 @@ absl::StatusOr<uint64_t> FormatField::Apply(uint64_t word_value, uint64_t value)
 }
 
 uint64_t FormatField::Extract(uint64_t word_value) const {
-  uint64_t out = 0;
-  uint64_t m = mask;
-  for (int i = 0; m != 0; ++i) {
-    const uint64_t bit = m & -m;
-    if (word_value & bit) out |= uint64_t{1} << i;
-    m &= m - 1;
-  }
-  return out;
+  return ExtractBitField(word_value, mask);
 }
 
 // Grammar (tools/perf/util/pmu.y): WORD ':' BITS, BITS = BIT (',' BIT)*, BIT = N | N '-' N.

@@ -36,7 +36,7 @@ class FileSource final : public ByteSource {
                           static_cast<off_t>(offset + done));
       if (n < 0) {
         if (errno == EINTR) continue;
-        return ErrnoStatus(absl::StrCat("read ", name_, " at offset ", offset + done));
+        return ErrnoStatus(errno, "read ", name_, " at offset ", offset + done);
       }
       if (n == 0) break;
       done += static_cast<size_t>(n);
@@ -101,9 +101,9 @@ absl::Status CheckPayload(RecordType type, std::span<const uint8_t> payload) {
 
 absl::StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open ", path));
+  if (!fd.valid()) return ErrnoStatus(errno, "open ", path);
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(absl::StrCat("stat ", path));
+  if (::fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat ", path);
   if (!S_ISREG(st.st_mode)) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }

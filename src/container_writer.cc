@@ -60,7 +60,7 @@ absl::Status WriteAll(int fd, iovec* iov, int iovcnt, const std::string& name, u
     ssize_t n = ::writev(fd, iov, iovcnt);
     if (n < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus(absl::StrCat("write ", name));
+      return ErrnoStatus(errno, "write ", name);
     }
     written += static_cast<uint64_t>(n);
     size_t left = static_cast<size_t>(n);
@@ -367,7 +367,7 @@ void ContainerWriter::State::Run() {
       if (buffer.empty()) flushed = processed;
       UpdateStats();
       if (closing_now) {
-        if (fd.Close() != 0 && error.ok()) error = ErrnoStatus(absl::StrCat("close ", name));
+        if (fd.Close() != 0 && error.ok()) error = ErrnoStatus(errno, "close ", name);
         closed = true;
         return;
       }
@@ -388,7 +388,7 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(
       return absl::AlreadyExistsError(
           absl::StrCat(path, " already exists: remove it or allow overwriting it"));
     }
-    return ErrnoStatus(absl::StrCat("create ", path));
+    return ErrnoStatus(errno, "create ", path);
   }
   return CreateFromFd(fd, path, options);
 }

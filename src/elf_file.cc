@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
-#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 
 namespace ptkit {
@@ -36,44 +35,178 @@ bool FindBuildIdNote(Elf_Data* data, std::vector<uint8_t>* out) {
   return false;
 }
 
-// The file name in .gnu_debuglink (NUL-terminated, then padding and a CRC); empty when none or
-// when it is not a plain file name.
-std::string DebugLinkOf(Elf* elf) {
-  size_t shstrndx = 0;
-  if (elf_getshdrstrndx(elf, &shstrndx) != 0) return "";
-  Elf_Scn* scn = nullptr;
-  while ((scn = elf_nextscn(elf, scn)) != nullptr) {
-    GElf_Shdr shdr;
-    if (gelf_getshdr(scn, &shdr) == nullptr) continue;
-    const char* name = elf_strptr(elf, shstrndx, shdr.sh_name);
-    if (name == nullptr || std::strcmp(name, ".gnu_debuglink") != 0) continue;
-    Elf_Data* data = elf_getdata(scn, nullptr);
-    if (data == nullptr || data->d_buf == nullptr) return "";
-    const char* link = static_cast<const char*>(data->d_buf);
-    const size_t n = strnlen(link, data->d_size);
-    if (n == 0 || n == data->d_size || std::memchr(link, '/', n) != nullptr) return "";
-    return std::string(link, n);
-  }
-  return "";
+ElfSection ToSection(Elf* elf, size_t shstrndx, Elf_Scn* scn) {
+  GElf_Shdr sh;
+  if (gelf_getshdr(scn, &sh) == nullptr) return {};
+  const char* name = elf_strptr(elf, shstrndx, sh.sh_name);
+  return {elf_ndxscn(scn), name == nullptr ? "" : name,
+          sh.sh_type,      sh.sh_flags,
+          sh.sh_addr,      sh.sh_size,
+          sh.sh_entsize,   sh.sh_link};
+}
+
+std::string_view StringAt(Elf* elf, size_t section, size_t offset) {
+  const char* s = elf_strptr(elf, section, offset);
+  return s == nullptr ? std::string_view() : std::string_view(s);
 }
 
 }  // namespace
 
-void ElfCloser::operator()(Elf* elf) const { elf_end(elf); }
+void ElfFile::ElfCloser::operator()(Elf* elf) const { elf_end(elf); }
 
-absl::StatusOr<OpenedElf> OpenElf(const std::string& path) {
+ElfFile::~ElfFile() = default;
+
+absl::StatusOr<ElfFile> ElfFile::Open(const std::string& path) {
   if (!LibelfReady()) return absl::InternalError("libelf: elf_version failed");
-  OpenedElf out;
-  out.fd.reset(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!out.fd.valid()) return ErrnoStatus(absl::StrCat("open ", path));
-  out.elf.reset(elf_begin(out.fd.get(), ELF_C_READ_MMAP, nullptr));
-  if (out.elf == nullptr || elf_kind(out.elf.get()) != ELF_K_ELF) {
-    return absl::InvalidArgumentError(absl::StrCat(path, ": not an ELF file"));
+  ElfFile file;
+  file.path_ = path;
+  file.fd_.reset(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!file.fd_.valid()) return ErrnoStatus(errno, "open ", path);
+  file.elf_.reset(elf_begin(file.fd_.get(), ELF_C_READ_MMAP, nullptr));
+  PTKIT_RETURN_IF_ERROR(file.Init());
+  return file;
+}
+
+absl::StatusOr<ElfFile> ElfFile::FromMemory(const std::string& name,
+                                            std::span<const uint8_t> bytes) {
+  if (!LibelfReady()) return absl::InternalError("libelf: elf_version failed");
+  ElfFile file;
+  file.path_ = name;
+  // libelf reads the image in place and does not write to it (no ELF_C_RDWR).
+  file.elf_.reset(
+      elf_memory(reinterpret_cast<char*>(const_cast<uint8_t*>(bytes.data())), bytes.size()));
+  PTKIT_RETURN_IF_ERROR(file.Init());
+  return file;
+}
+
+absl::Status ElfFile::Init() {
+  Elf* const elf = elf_.get();
+  if (elf == nullptr || elf_kind(elf) != ELF_K_ELF) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": not an ELF file"));
+  }
+  GElf_Ehdr ehdr;
+  if (gelf_getehdr(elf, &ehdr) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": bad ELF header: ", elf_errmsg(-1)));
+  }
+  type_ = ehdr.e_type;
+  machine_ = ehdr.e_machine;
+  is_64bit_ = ehdr.e_ident[EI_CLASS] == ELFCLASS64;
+  size_t phnum = 0;
+  if (elf_getphdrnum(elf, &phnum) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": bad program headers: ", elf_errmsg(-1)));
+  }
+  for (size_t i = 0; i < phnum; ++i) {
+    GElf_Phdr ph;
+    if (gelf_getphdr(elf, static_cast<int>(i), &ph) == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path_, ": bad program header ", i, ": ", elf_errmsg(-1)));
+    }
+    if (ph.p_type == PT_LOAD) {
+      loads_.push_back({ph.p_vaddr, ph.p_offset, ph.p_filesz, ph.p_memsz, ph.p_flags});
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t ElfFile::FileOffset(uint64_t vaddr) const {
+  for (const ElfSegment& s : loads_) {
+    if (vaddr >= s.vaddr && vaddr < s.vaddr + s.filesz) {
+      return static_cast<int64_t>(vaddr - s.vaddr + s.offset);
+    }
+  }
+  return -1;
+}
+
+std::vector<ElfSection> ElfFile::Sections() const {
+  Elf* const elf = elf_.get();
+  std::vector<ElfSection> out;
+  size_t count = 0, shstrndx = 0;
+  if (elf_getshdrnum(elf, &count) != 0 || count == 0) return out;
+  if (elf_getshdrstrndx(elf, &shstrndx) != 0) shstrndx = 0;
+  out.resize(count);
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn)) != nullptr;) {
+    const size_t index = elf_ndxscn(scn);
+    if (index < count) out[index] = ToSection(elf, shstrndx, scn);
   }
   return out;
 }
 
-std::vector<uint8_t> ElfBuildId(Elf* elf) {
+std::span<const uint8_t> ElfFile::SectionData(const ElfSection& section) const {
+  Elf_Scn* scn = elf_getscn(elf_.get(), section.index);
+  Elf_Data* data = scn == nullptr ? nullptr : elf_getdata(scn, nullptr);
+  if (data == nullptr || data->d_buf == nullptr) return {};
+  return {static_cast<const uint8_t*>(data->d_buf), data->d_size};
+}
+
+bool ElfFile::HasSymtab() const {
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf_.get(), scn)) != nullptr;) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) != nullptr && sh.sh_type == SHT_SYMTAB) return true;
+  }
+  return false;
+}
+
+std::vector<ElfSymbol> ElfFile::Symbols() const {
+  Elf* const elf = elf_.get();
+  std::vector<ElfSymbol> out;
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn)) != nullptr;) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr) continue;
+    if (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || sh.sh_entsize == 0) continue;
+    const size_t count = sh.sh_size / sh.sh_entsize;
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Sym sym;
+      if (gelf_getsym(data, static_cast<int>(i), &sym) == nullptr) continue;
+      if (sym.st_shndx == SHN_UNDEF) continue;
+      const std::string_view name = StringAt(elf, sh.sh_link, sym.st_name);
+      if (name.empty()) continue;
+      out.push_back({name, sym.st_value, sym.st_size,
+                     static_cast<uint8_t>(GELF_ST_TYPE(sym.st_info)),
+                     static_cast<uint8_t>(GELF_ST_BIND(sym.st_info)), sym.st_shndx,
+                     sh.sh_type == SHT_DYNSYM});
+    }
+  }
+  return out;
+}
+
+std::vector<ElfRelocation> ElfFile::Relocations() const {
+  Elf* const elf = elf_.get();
+  std::vector<ElfRelocation> out;
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn)) != nullptr;) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_RELA) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr || sh.sh_entsize == 0) continue;
+    // The symbol table the entries index (sh_link), when there is one.
+    Elf_Scn* symtab = sh.sh_link != 0 ? elf_getscn(elf, sh.sh_link) : nullptr;
+    GElf_Shdr symtab_sh;
+    Elf_Data* symbols = nullptr;
+    if (symtab != nullptr && gelf_getshdr(symtab, &symtab_sh) != nullptr) {
+      symbols = elf_getdata(symtab, nullptr);
+    }
+    const size_t count = sh.sh_size / sh.sh_entsize;
+    for (size_t i = 0; i < count; ++i) {
+      GElf_Rela rela;
+      if (gelf_getrela(data, static_cast<int>(i), &rela) == nullptr) continue;
+      ElfRelocation r{
+          rela.r_offset, static_cast<uint32_t>(GELF_R_TYPE(rela.r_info)), rela.r_addend, {}};
+      GElf_Sym sym;
+      const size_t index = GELF_R_SYM(rela.r_info);
+      if (index != 0 && symbols != nullptr &&
+          gelf_getsym(symbols, static_cast<int>(index), &sym) != nullptr) {
+        r.symbol = StringAt(elf, symtab_sh.sh_link, sym.st_name);
+      }
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
+std::vector<uint8_t> ElfFile::BuildId() const {
+  Elf* const elf = elf_.get();
   std::vector<uint8_t> id;
   size_t phnum = 0;
   if (elf_getphdrnum(elf, &phnum) == 0) {
@@ -94,13 +227,8 @@ std::vector<uint8_t> ElfBuildId(Elf* elf) {
   return id;
 }
 
-absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
-  PTKIT_ASSIGN_OR_RETURN(OpenedElf file, OpenElf(path));
-  return ElfBuildId(file.elf.get());
-}
-
-std::string FindDebugFile(Elf* elf, const std::string& path, const std::string& sysroot) {
-  const std::vector<uint8_t> id = ElfBuildId(elf);
+std::string ElfFile::FindDebugFile(const std::string& sysroot) const {
+  const std::vector<uint8_t> id = BuildId();
   const std::string debug_root = sysroot + "/usr/lib/debug";
   // The debug file must be the same build: its build-id equals the file's when both have one.
   auto usable = [&id](const std::string& candidate) {
@@ -114,17 +242,33 @@ std::string FindDebugFile(Elf* elf, const std::string& path, const std::string& 
         fmt::format("{}/.build-id/{}/{}.debug", debug_root, hex.substr(0, 2), hex.substr(2));
     if (usable(candidate)) return candidate;
   }
-  const std::string link = DebugLinkOf(elf);
+  // The file name in .gnu_debuglink (NUL-terminated, then padding and a CRC), when it is a
+  // plain file name.
+  std::string link;
+  for (const ElfSection& section : Sections()) {
+    if (section.name != ".gnu_debuglink") continue;
+    const std::span<const uint8_t> data = SectionData(section);
+    if (data.empty()) break;
+    const char* text = reinterpret_cast<const char*>(data.data());
+    const size_t n = strnlen(text, data.size());
+    if (n != 0 && n != data.size() && std::memchr(text, '/', n) == nullptr) link.assign(text, n);
+    break;
+  }
   if (link.empty()) return "";
-  const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  const size_t slash = path_.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash);
   // The file's directory as the workload saw it (without the sysroot), for the global dir.
   const std::string seen_dir = dir.starts_with(sysroot) ? dir.substr(sysroot.size()) : dir;
   for (const std::string& candidate :
        {dir + "/" + link, dir + "/.debug/" + link, debug_root + seen_dir + "/" + link}) {
-    if (candidate != path && usable(candidate)) return candidate;
+    if (candidate != path_ && usable(candidate)) return candidate;
   }
   return "";
+}
+
+absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
+  PTKIT_ASSIGN_OR_RETURN(ElfFile file, ElfFile::Open(path));
+  return file.BuildId();
 }
 
 }  // namespace ptkit

@@ -101,7 +101,7 @@ absl::StatusOr<PerfDataWriter> PerfDataWriter::Create(const std::string& path,
                                                       std::vector<WriterEvent> events) {
   if (events.empty()) return absl::InvalidArgumentError("a perf.data needs at least one event");
   ScopedFd fd(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-  if (fd.get() < 0) return ErrnoStatus(absl::StrCat("create ", path));
+  if (fd.get() < 0) return ErrnoStatus(errno, "create ", path);
   PerfDataWriter w(path, std::move(fd));
   // Header (zeros until Finish), the ids of every event, the attr section, then data.
   uint64_t at = kFileHeaderSize;
@@ -137,7 +137,7 @@ absl::Status PerfDataWriter::PWrite(uint64_t offset, std::span<const uint8_t> by
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       if (n == 0) errno = EIO;
-      return ErrnoStatus(absl::StrCat("write ", path_));
+      return ErrnoStatus(errno, "write ", path_);
     }
     bytes = bytes.subspan(static_cast<size_t>(n));
     offset += static_cast<uint64_t>(n);
@@ -259,7 +259,7 @@ absl::Status PerfDataWriter::Finish(const PerfFeatures& f) {
   const uint64_t data_end = pos_;
   // Reserved AUXTRACE bytes never written read as zeros.
   if (::ftruncate(fd_.get(), static_cast<off_t>(data_end)) != 0) {
-    return ErrnoStatus(absl::StrCat("ftruncate ", path_));
+    return ErrnoStatus(errno, "ftruncate ", path_);
   }
   uint64_t body = data_end + kFileSectionSize * features.size();
   ByteWriter table(kFileSectionSize * features.size());
@@ -286,7 +286,7 @@ absl::Status PerfDataWriter::Finish(const PerfFeatures& f) {
   h.Put<uint64_t>(0);
   h.PutBytes(std::span<const uint8_t>(bitmap, sizeof(bitmap)));
   PTKIT_RETURN_IF_ERROR(PWrite(0, h.Take()));
-  if (::close(fd_.release()) != 0) return ErrnoStatus(absl::StrCat("close ", path_));
+  if (::close(fd_.release()) != 0) return ErrnoStatus(errno, "close ", path_);
   return absl::OkStatus();
 }
 

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "fmt/format.h"
+#include "ptkit/bit_field.h"
 
 namespace ptkit {
 namespace {
@@ -379,14 +380,7 @@ void MergeMetadata(json& merged, const json& later) {
 std::optional<uint64_t> PmuFormatMetadata::Extract(const perf_event_attr& attr) const {
   if (!word || !mask || *word > 2) return std::nullopt;
   const uint64_t value = *word == 0 ? attr.config : *word == 1 ? attr.config1 : attr.config2;
-  uint64_t out = 0;
-  uint64_t m = *mask;
-  for (int i = 0; m != 0; ++i) {
-    const uint64_t bit = m & -m;
-    if (value & bit) out |= uint64_t{1} << i;
-    m &= m - 1;
-  }
-  return out;
+  return ExtractBitField(value, *mask);
 }
 
 AttrMetadata AttrMetadata::FromAttr(std::string name, const perf_event_attr& a) {

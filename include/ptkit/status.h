@@ -48,12 +48,6 @@ absl::Status ErrnoStatus(int err, const What&... what) {
   return absl::ErrnoToStatus(err, absl::StrCat(what...));
 }
 
-// The same for the current errno, with a message built before the call: for callers not
-// converted yet (decoder/, src/); new code uses ErrnoStatus(errno, ...).
-inline absl::Status ErrnoStatus(const std::string& what) {
-  return absl::ErrnoToStatus(errno, what);
-}
-
 }  // namespace ptkit
 
 #endif  // PTKIT_STATUS_H_

@@ -11,13 +11,13 @@
 #include <vector>
 
 #include "decoder/profile.h"
+#include "emulated_recordings.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "run_command.h"
-#include "temp_dir.h"
 
 namespace ptkit {
 namespace {
@@ -57,42 +57,34 @@ struct Recorded {
 class PtdecodeDiffTest : public ::testing::Test {
  protected:
   static void TearDownTestSuite() {
-    recordings_.clear();
-    dir_.reset();
+    recorded_.clear();
+    recordings_.reset();
   }
   // Records `program` once under `name`, with its stats --json next to it.
   static const Recorded& Record(const std::string& name, const std::string& program) {
-    if (!dir_) dir_ = std::make_unique<testing::TempDir>();
-    auto [it, inserted] = recordings_.try_emplace(name);
+    if (!recordings_) recordings_ = std::make_unique<testing::EmulatedRecordings>(PTRECORD_PATH);
+    auto [it, inserted] = recorded_.try_emplace(name);
     Recorded& rec = it->second;
     if (!inserted) return rec;
-    rec.trace = dir_->File(name + ".pt");
-    rec.truth = dir_->File(name + ".truth");
-    auto r = RunCommand({PTRECORD_PATH, "--emulate=step", "--ground-truth", rec.truth, "-o",
-                         rec.trace, "--", program});
-    rec.why = r.err;
-    if (r.exit_code != 0) return rec;
+    const testing::EmulatedRecording& r = recordings_->Get(name, program);
+    rec.trace = r.trace;
+    rec.truth = r.truth;
+    rec.why = r.why;
+    if (!r.ok) return rec;
     auto s = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});
     rec.why = s.err;
     if (s.exit_code != 0) return rec;
-    rec.stats_json = dir_->File(name + ".json");
+    rec.stats_json = recordings_->File(name + ".json");
     std::ofstream(rec.stats_json) << s.out;
     rec.ok = true;
     return rec;
   }
-  static std::string Dir() { return dir_->File(""); }
-  static std::unique_ptr<testing::TempDir> dir_;
-  static std::map<std::string, Recorded> recordings_;
+  static std::string Dir() { return recordings_->File(""); }
+  static std::unique_ptr<testing::EmulatedRecordings> recordings_;
+  static std::map<std::string, Recorded> recorded_;
 };
-std::unique_ptr<testing::TempDir> PtdecodeDiffTest::dir_;
-std::map<std::string, Recorded> PtdecodeDiffTest::recordings_;
-
-#define PTKIT_RECORD_OR_SKIP(var, ...)                                           \
-  const Recorded& var = Record(__VA_ARGS__);                                     \
-  if (!var.ok && var.why.find("Operation not permitted") != std::string::npos) { \
-    GTEST_SKIP() << "ptrace or perf_event_open denied";                          \
-  }                                                                              \
-  ASSERT_TRUE(var.ok) << var.why
+std::unique_ptr<testing::EmulatedRecordings> PtdecodeDiffTest::recordings_;
+std::map<std::string, Recorded> PtdecodeDiffTest::recorded_;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);

@@ -12,12 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "emulated_recordings.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "run_command.h"
-#include "temp_dir.h"
 
 namespace ptkit {
 namespace {
@@ -34,50 +34,20 @@ using ::ptkit::testing::ReadTruth;
 const std::string kFib = PROGRAM_DIR "/emulate_fib";
 const std::string kFork = PROGRAM_DIR "/emulate_fork";
 
-struct Recorded {
-  std::string trace, truth;
-  bool ok = false;
-  std::string why;  // when not ok
-};
-
 class PtdecodeEmulatedTest : public ::testing::Test {
  protected:
-  static void TearDownTestSuite() {
-    recordings_.clear();
-    dir_.reset();
+  static void TearDownTestSuite() { recordings_.reset(); }
+  // Records `program` once (name: the key and the file stem); PTKIT_RECORD_OR_SKIP skips the
+  // test when ptrace or perf_event_open is denied.
+  static const testing::EmulatedRecording& Record(const std::string& name,
+                                                  const std::string& program,
+                                                  const std::vector<std::string>& options = {}) {
+    if (!recordings_) recordings_ = std::make_unique<testing::EmulatedRecordings>(PTRECORD_PATH);
+    return recordings_->Get(name, program, options);
   }
-  // Records `program` once (name: the key and the file stem); skips the test when ptrace or
-  // perf_event_open is denied.
-  static const Recorded& Record(const std::string& name, const std::string& program,
-                                const std::vector<std::string>& options = {}) {
-    if (!dir_) dir_ = std::make_unique<testing::TempDir>();
-    auto [it, inserted] = recordings_.try_emplace(name);
-    Recorded& rec = it->second;
-    if (!inserted) return rec;
-    rec.trace = dir_->File(name + ".pt");
-    rec.truth = dir_->File(name + ".truth");
-    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=step", "--ground-truth", rec.truth,
-                                     "-o",          rec.trace};
-    argv.insert(argv.end(), options.begin(), options.end());
-    argv.push_back("--");
-    argv.push_back(program);
-    auto r = RunCommand(argv);
-    rec.ok = r.exit_code == 0;
-    rec.why = r.err;
-    return rec;
-  }
-  static std::unique_ptr<testing::TempDir> dir_;
-  static std::map<std::string, Recorded> recordings_;
+  static std::unique_ptr<testing::EmulatedRecordings> recordings_;
 };
-std::unique_ptr<testing::TempDir> PtdecodeEmulatedTest::dir_;
-std::map<std::string, Recorded> PtdecodeEmulatedTest::recordings_;
-
-#define PTKIT_RECORD_OR_SKIP(var, ...)                                           \
-  const Recorded& var = Record(__VA_ARGS__);                                     \
-  if (!var.ok && var.why.find("Operation not permitted") != std::string::npos) { \
-    GTEST_SKIP() << "ptrace or perf_event_open denied";                          \
-  }                                                                              \
-  ASSERT_TRUE(var.ok) << var.why
+std::unique_ptr<testing::EmulatedRecordings> PtdecodeEmulatedTest::recordings_;
 
 TEST_F(PtdecodeEmulatedTest, AnEmulatedBtsRecordingDecodesToTheGroundTruth) {
   PTKIT_RECORD_OR_SKIP(rec, "fib_bts", kFib, {"--bts"});

@@ -142,6 +142,30 @@ TEST_F(DebugFileTest, ByBuildIdUnderTheSysrootForAFileMapping) {
   fs::remove_all(root);
 }
 
+// Issue 12 item 7: every mapping of a file read its ELF file (and looked for its debug file)
+// again. Now a file's symbols are read once, at its first mapping, and placed at each: the
+// second mapping here is named from the debug file although that is gone by then. (Read per
+// mapping, the second had no names.)
+TEST_F(DebugFileTest, AFileIsReadOnceForAllItsMappings) {
+  const std::string dir = FreshDir("readonce");
+  fs::copy_file(kDir + "/tiny_split.elf", dir + "/prog");
+  fs::create_directories(dir + "/.debug");
+  fs::copy_file(kDir + "/tiny_split.debug", dir + "/.debug/tiny_split.debug");
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->set_sysroot("/nonexistent");
+  const uint64_t size = fs::file_size(dir + "/prog");
+  constexpr uint64_t kSecond = 0x900000 + 0x1000000;
+  ASSERT_THAT((*image)->AddFileMapping(dir + "/prog", 0x900000, size, 0), IsOk());
+  fs::remove_all(dir + "/.debug");
+  ASSERT_THAT((*image)->AddFileMapping(dir + "/prog", kSecond, size, 0), IsOk());
+  Named want = expected_;
+  for (const auto& [address, name] : expected_) want.emplace_back(address + 0x1000000, name);
+  EXPECT_EQ(NamesOf(**image), want);
+  for (const Symbol& s : (*image)->symbols()) EXPECT_EQ(s.image, s.begin < kSecond ? 0u : 1u);
+  fs::remove_all(dir);
+}
+
 TEST_F(DebugFileTest, ADebugFileOfAnotherBuildIsNotUsed) {
   const std::string dir = FreshDir("otherbuild");
   fs::copy_file(kDir + "/tiny_split.elf", dir + "/prog");

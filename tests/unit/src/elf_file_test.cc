@@ -1,13 +1,19 @@
 #include "ptkit/elf_file.h"
 
 #include <elf.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
+#include "absl/strings/str_split.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -73,6 +79,205 @@ TEST(ElfFileTest, ANoteReachableOnlyThroughPtNoteIsFound) {
   absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(cut);
   ASSERT_THAT(id, IsOk());
   EXPECT_EQ(Hex(*id), want);
+}
+
+// Real files of three kinds: this test (an executable with .symtab), libc (stripped: .dynsym
+// only, many versioned symbols) and ld.so.
+std::vector<std::string> RealFiles() {
+  std::vector<std::string> out = {std::filesystem::read_symlink("/proc/self/exe")};
+  for (const char* path :
+       {"/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2", "/usr/bin/ls"}) {
+    if (access(path, R_OK) == 0) out.push_back(path);
+  }
+  return out;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  return absl::StrSplit(text, '\n', absl::SkipWhitespace());
+}
+
+uint64_t Hex(const std::string& text) { return std::strtoull(text.c_str(), nullptr, 16); }
+
+// `readelf -lW`'s LOAD lines: "LOAD 0xOFFSET 0xVADDR 0xPADDR 0xFILESZ 0xMEMSZ FLAGS 0xALIGN".
+TEST(ElfFileTest, LoadSegmentsEqualReadelfs) {
+  for (const std::string& path : RealFiles()) {
+    ::ptkit::testing::CommandResult r =
+        ::ptkit::testing::RunCommand({"/usr/bin/readelf", "-lW", path});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::string> want;
+    for (const std::string& line : Lines(r.out)) {
+      std::istringstream in(line);
+      std::string type, offset, vaddr, paddr, filesz, memsz, flags, flag;
+      in >> type >> offset >> vaddr >> paddr >> filesz >> memsz;
+      if (type != "LOAD") continue;
+      // Flags are "R E", "RW ", "R  ": up to the alignment, which starts with 0x.
+      while (in >> flag && !flag.starts_with("0x")) flags += flag;
+      want.push_back(fmt::format("{:#x} {:#x} {:#x} {:#x} {}", Hex(offset), Hex(vaddr), Hex(filesz),
+                                 Hex(memsz), flags));
+    }
+    absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+    ASSERT_THAT(elf, IsOk());
+    std::vector<std::string> got;
+    for (const ElfSegment& s : elf->LoadSegments()) {
+      std::string flags;
+      if (s.flags & PF_R) flags += "R";
+      if (s.flags & PF_W) flags += "W";
+      if (s.flags & PF_X) flags += "E";
+      got.push_back(
+          fmt::format("{:#x} {:#x} {:#x} {:#x} {}", s.offset, s.vaddr, s.filesz, s.memsz, flags));
+    }
+    EXPECT_FALSE(got.empty()) << path;
+    EXPECT_EQ(got, want) << path;
+    // FileOffset goes through them.
+    const ElfSegment& first = elf->LoadSegments().front();
+    EXPECT_EQ(elf->FileOffset(first.vaddr + 1), static_cast<int64_t>(first.offset + 1)) << path;
+    EXPECT_EQ(elf->FileOffset(~uint64_t{0}), -1) << path;
+  }
+}
+
+// `readelf -SW`: "[Nr] Name Type Address Off Size ES Flg Lk Inf Al".
+TEST(ElfFileTest, SectionsEqualReadelfs) {
+  for (const std::string& path : RealFiles()) {
+    ::ptkit::testing::CommandResult r =
+        ::ptkit::testing::RunCommand({"/usr/bin/readelf", "-SW", path});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::string> want;
+    for (const std::string& line : Lines(r.out)) {
+      const size_t close = line.find(']');
+      if (line.find('[') == std::string::npos || close == std::string::npos ||
+          line.find("Nr]") != std::string::npos) {
+        continue;
+      }
+      std::istringstream in(line.substr(close + 1));
+      std::string name, type, address, offset, size;
+      in >> name >> type >> address >> offset >> size;
+      if (name == "NULL") continue;  // entry 0: readelf leaves its name column empty
+      want.push_back(fmt::format("{} {:#x} {:#x}", name, Hex(address), Hex(size)));
+    }
+    absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+    ASSERT_THAT(elf, IsOk());
+    std::vector<std::string> got;
+    const std::vector<ElfSection> sections = elf->Sections();
+    for (size_t i = 1; i < sections.size(); ++i) {
+      EXPECT_EQ(sections[i].index, i);
+      got.push_back(
+          fmt::format("{} {:#x} {:#x}", sections[i].name, sections[i].addr, sections[i].size));
+    }
+    EXPECT_GT(got.size(), 10u) << path;
+    EXPECT_EQ(got, want) << path;
+    // The bytes of .interp (executables) or the names in .dynstr (all three) are the file's.
+    for (const ElfSection& section : sections) {
+      if (section.name != ".dynstr") continue;
+      const std::span<const uint8_t> data = elf->SectionData(section);
+      ASSERT_EQ(data.size(), section.size);
+      EXPECT_EQ(data[0], 0);  // a string table starts with the empty string
+    }
+  }
+}
+
+// `nm --defined-only` (.symtab) and `nm -D --defined-only` (.dynsym): "VALUE TYPE NAME", or
+// "TYPE NAME" without a value. nm leaves out file and section symbols, as this test does.
+TEST(ElfFileTest, SymbolsEqualNms) {
+  for (const std::string& path : RealFiles()) {
+    absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+    ASSERT_THAT(elf, IsOk());
+    for (const bool dynamic : {false, true}) {
+      std::vector<std::string> argv = {"/usr/bin/nm", "--defined-only", "--without-symbol-versions",
+                                       path};
+      if (dynamic) argv.insert(argv.begin() + 1, "-D");
+      ::ptkit::testing::CommandResult r = ::ptkit::testing::RunCommand(argv);
+      std::vector<std::pair<uint64_t, std::string>> want;
+      for (const std::string& line : Lines(r.out)) {
+        std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+        if (words.size() == 3) want.emplace_back(Hex(words[0]), words[2]);
+      }
+      std::vector<std::pair<uint64_t, std::string>> got;
+      for (const ElfSymbol& sym : elf->Symbols()) {
+        if (sym.dynamic != dynamic || sym.type == STT_FILE || sym.type == STT_SECTION) continue;
+        // ld names some .symtab entries with their version ("X@GLIBCXX_3.4"), which
+        // --without-symbol-versions drops.
+        got.emplace_back(sym.value, std::string(sym.name.substr(0, sym.name.find('@'))));
+      }
+      std::sort(want.begin(), want.end());
+      std::sort(got.begin(), got.end());
+      std::vector<std::pair<uint64_t, std::string>> only_got, only_want;
+      std::set_difference(got.begin(), got.end(), want.begin(), want.end(),
+                          std::back_inserter(only_got));
+      std::set_difference(want.begin(), want.end(), got.begin(), got.end(),
+                          std::back_inserter(only_want));
+      EXPECT_THAT(only_got, ::testing::IsEmpty()) << path << (dynamic ? " .dynsym" : " .symtab");
+      EXPECT_THAT(only_want, ::testing::IsEmpty()) << path << (dynamic ? " .dynsym" : " .symtab");
+      EXPECT_EQ(got.size(), want.size()) << path;
+      if (dynamic) {
+        EXPECT_FALSE(got.empty()) << path;
+      }
+    }
+    EXPECT_EQ(elf->HasSymtab(), path == std::filesystem::read_symlink("/proc/self/exe").string())
+        << path;
+  }
+}
+
+// `readelf -rW` lines of SHT_RELA sections: "OFFSET INFO TYPE [VALUE NAME + ADDEND | ADDEND]".
+TEST(ElfFileTest, RelocationsEqualReadelfs) {
+  for (const std::string& path : RealFiles()) {
+    ::ptkit::testing::CommandResult r =
+        ::ptkit::testing::RunCommand({"/usr/bin/readelf", "-rW", path});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    std::vector<std::string> want;
+    for (const std::string& line : Lines(r.out)) {
+      std::vector<std::string> words = absl::StrSplit(line, ' ', absl::SkipWhitespace());
+      if (words.size() < 3 || !words[2].starts_with("R_X86_64_")) continue;
+      // The symbol's name, without its version ("free@GLIBC_2.2.5").
+      std::string symbol = words.size() >= 6 ? words[4].substr(0, words[4].find('@')) : "";
+      want.push_back(fmt::format("{:#x} {}", Hex(words[0]), symbol));
+    }
+    absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+    ASSERT_THAT(elf, IsOk());
+    std::vector<std::string> got;
+    for (const ElfRelocation& rela : elf->Relocations()) {
+      got.push_back(fmt::format("{:#x} {}", rela.offset, rela.symbol));
+    }
+    EXPECT_FALSE(got.empty()) << path;
+    EXPECT_EQ(got, want) << path;
+  }
+}
+
+// The same file from memory reads the same (the vdso and the synthesizer read bytes).
+TEST(ElfFileTest, FromMemoryReadsAsOpen) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  std::ifstream in(self, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  absl::StatusOr<ElfFile> memory = ElfFile::FromMemory("self", bytes);
+  absl::StatusOr<ElfFile> file = ElfFile::Open(self);
+  ASSERT_THAT(memory, IsOk());
+  ASSERT_THAT(file, IsOk());
+  EXPECT_EQ(memory->path(), "self");
+  EXPECT_EQ(memory->BuildId(), file->BuildId());
+  EXPECT_EQ(memory->LoadSegments().size(), file->LoadSegments().size());
+  EXPECT_EQ(memory->Symbols().size(), file->Symbols().size());
+  EXPECT_EQ(memory->machine(), EM_X86_64);
+  EXPECT_TRUE(memory->is_64bit());
+  EXPECT_EQ(memory->type(), ET_DYN);  // a PIE
+  const std::vector<uint8_t> text = {'n', 'o', 't', ' ', 'E', 'L', 'F'};
+  EXPECT_THAT(ElfFile::FromMemory("bytes", text),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("bytes: not an ELF file")));
+}
+
+// A program header table beyond the end of the file is an error naming the file, not a file
+// without segments.
+TEST(ElfFileTest, ABadProgramHeaderTableIsAnError) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  std::ifstream in(self, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto* ehdr = reinterpret_cast<Elf64_Ehdr*>(bytes.data());
+  ehdr->e_phoff = bytes.size() + 4096;
+  ::ptkit::testing::TempDir dir;
+  const std::string bad = dir.File("bad-phdrs");
+  std::ofstream(bad, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  EXPECT_THAT(ElfFile::Open(bad), StatusIs(absl::StatusCode::kInvalidArgument,
+                                           HasSubstr("bad-phdrs: bad program header")));
 }
 
 TEST(ElfFileTest, ReadBuildIdErrorsNameTheFile) {
