@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -13,8 +14,12 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "decoder/ipt_handles.h"
 #include "decoder/output_format.h"
+#include "decoder/recording.h"
 #include "decoder/sinks.h"
+#include "decoder/trace_config.h"
+#include "decoder/tsc_clock.h"
 #include "nlohmann/json.hpp"
 #include "ptkit/status.h"
 
@@ -47,81 +52,170 @@ std::string MatchName(const Profile& p, const ProfileFunction& fn) {
   return fmt::format("{}+{:#x}", nearest->function, fn.address - nearest->address);
 }
 
+bool Timed(DiffMetric metric) { return metric == DiffMetric::kTime || metric == DiffMetric::kIpc; }
+
+double NsPerTick(const Profile& p) { return p.timing ? 1e9 / p.timing->tsc_hz : 0; }
+double CyclesPerTick(const Profile& p) {
+  return p.timing && p.timing->ticks != 0
+             ? static_cast<double>(p.timing->cycles) / static_cast<double>(p.timing->ticks)
+             : 0;
+}
+
 std::map<Key, DiffCounts> Keyed(const Profile& p) {
   std::map<Key, DiffCounts> out;
+  const double ns = NsPerTick(p), cycles = CyclesPerTick(p);
   for (const ProfileFunction& fn : p.functions) {
     DiffCounts& c = out[{std::string(Basename(fn.image)), MatchName(p, fn)}];
     c.self += fn.self;
     c.inclusive += fn.inclusive;
     c.calls += fn.calls;
+    c.time_ns += static_cast<double>(fn.ticks) * ns;
+    c.cycles += static_cast<double>(fn.ticks) * cycles;
   }
   return out;
 }
 
-uint64_t Median(std::vector<uint64_t> values) {
+template <typename T>
+T Median(std::vector<T> values) {
   std::sort(values.begin(), values.end());
   return values[(values.size() - 1) / 2];
 }
 
-uint64_t Metric(const DiffCounts& c, DiffMetric metric) {
+// The metric of one run's counts (kIpc: 0 where no cycles ran).
+double Metric(const DiffCounts& c, DiffMetric metric) {
   switch (metric) {
     case DiffMetric::kSelf:
-      return c.self;
+      return static_cast<double>(c.self);
     case DiffMetric::kInclusive:
-      return c.inclusive;
+      return static_cast<double>(c.inclusive);
     case DiffMetric::kCalls:
-      return c.calls;
+      return static_cast<double>(c.calls);
+    case DiffMetric::kTime:
+      return c.time_ns;
+    case DiffMetric::kIpc:
+      return c.cycles > 0 ? static_cast<double>(c.self) / c.cycles : 0;
   }
   return 0;
 }
 
-std::optional<double> Percent(uint64_t base, uint64_t now) {
+double Total(const Profile& p, DiffMetric metric) {
+  switch (metric) {
+    case DiffMetric::kCalls:
+      return static_cast<double>(p.totals.calls);
+    case DiffMetric::kTime:
+      return static_cast<double>(p.timing->ticks) * NsPerTick(p);
+    case DiffMetric::kIpc:
+      return static_cast<double>(p.totals.instructions) / static_cast<double>(p.timing->cycles);
+    default:
+      return static_cast<double>(p.totals.instructions);
+  }
+}
+
+std::optional<double> Percent(double base, double now) {
   if (base == 0) return std::nullopt;
-  return 100.0 * (static_cast<double>(now) - static_cast<double>(base)) / static_cast<double>(base);
+  return 100.0 * (now - base) / base;
+}
+
+// The change in the direction that is worse: more, or for kIpc less.
+std::optional<double> WorsePercent(const std::optional<double>& pct, DiffMetric metric) {
+  if (!pct) return std::nullopt;
+  return metric == DiffMetric::kIpc ? -*pct : *pct;
+}
+
+// kTime, kIpc: every run has what the metric needs.
+absl::Status CheckTiming(std::span<const Profile> runs, DiffMetric metric) {
+  if (!Timed(metric)) return absl::OkStatus();
+  for (const Profile& p : runs) {
+    if (!p.timing || p.timing->ticks == 0) {
+      return absl::FailedPreconditionError(fmt::format(
+          "{}: no timing for --metric {}: the trace has no timing packets (record with tsc=1, "
+          "ptrecord's default), or it is a stats --json document (give the trace.pt)",
+          p.trace, DiffMetricName(metric)));
+    }
+    if (p.timing->tsc_hz <= 0) {
+      return absl::FailedPreconditionError(fmt::format(
+          "{}: the recording's TSC frequency is unknown (no time conversion, CPUID 0x15 or "
+          "nominal frequency in its metadata), so ticks cannot become time",
+          p.trace));
+    }
+    if (metric == DiffMetric::kIpc && p.timing->cycles == 0) {
+      return absl::FailedPreconditionError(
+          fmt::format("{}: no CYC packets for --metric ipc: record with cyc=1 (e.g. ptrecord "
+                      "--event intel_pt/cyc=1/u)",
+                      p.trace));
+    }
+  }
+  return absl::OkStatus();
 }
 
 DiffSide MakeSide(std::span<const Profile> runs, DiffMetric metric) {
   DiffSide side;
-  std::vector<uint64_t> totals;
   for (const Profile& p : runs) {
     side.inputs.push_back(p.trace);
-    totals.push_back(metric == DiffMetric::kCalls ? p.totals.calls : p.totals.instructions);
+    side.totals.push_back(Total(p, metric));
     if (p.totals.errors != 0 || p.totals.losses != 0) {
       side.incomplete.push_back(fmt::format(
           "{}: {}, {} ({} lost)", p.trace, Counted(p.totals.errors, "decode error"),
           Counted(p.totals.losses, "loss point"), Counted(p.totals.lost_bytes, "byte")));
     }
   }
-  side.total = Median(std::move(totals));
+  side.total = Median(side.totals);
   return side;
 }
 
+// One key's counts on one side: the medians, and the metric of each run.
+struct SideCounts {
+  DiffCounts median;
+  std::vector<double> values;
+};
+
 // Per key, the median of each count over the runs. Every key seen in a run gets an entry in
 // `seen`, set to true when `base`.
-std::map<Key, DiffCounts> MedianCounts(std::span<const Profile> runs, std::map<Key, bool>& seen,
-                                       bool base) {
+std::map<Key, SideCounts> MedianCounts(std::span<const Profile> runs, DiffMetric metric,
+                                       std::map<Key, bool>& seen, bool base) {
   std::vector<std::map<Key, DiffCounts>> keyed;
   for (const Profile& p : runs) keyed.push_back(Keyed(p));
-  std::map<Key, DiffCounts> out;
+  std::map<Key, SideCounts> out;
   for (const auto& run : keyed) {
     for (const auto& [key, counts] : run) {
       if (out.contains(key)) continue;
       std::vector<uint64_t> self, inclusive, calls;
+      std::vector<double> time, cycles;
+      SideCounts& side = out[key];
       for (const auto& r : keyed) {
         auto it = r.find(key);
         const DiffCounts c = it == r.end() ? DiffCounts{} : it->second;
         self.push_back(c.self);
         inclusive.push_back(c.inclusive);
         calls.push_back(c.calls);
+        time.push_back(c.time_ns);
+        cycles.push_back(c.cycles);
+        side.values.push_back(Metric(c, metric));
       }
-      out[key] = {Median(self), Median(inclusive), Median(calls)};
+      side.median = {Median(self), Median(inclusive), Median(calls), Median(time), Median(cycles)};
       seen[key] |= base;
     }
   }
   return out;
 }
 
-std::string Signed(int64_t v) { return v > 0 ? fmt::format("+{}", v) : fmt::format("{}", v); }
+bool Integral(DiffMetric metric) { return !Timed(metric); }
+
+// A value of the metric: counts and ns as integers, IPC with 3 decimals.
+std::string Value(double v, DiffMetric metric) {
+  if (metric == DiffMetric::kIpc) return fmt::format("{:.3f}", v);
+  return fmt::format("{}", static_cast<int64_t>(std::llround(v)));
+}
+
+std::string Signed(double v, DiffMetric metric) {
+  const std::string text = Value(v, metric);
+  return v > 0 && text != Value(0, metric) ? "+" + text : text;
+}
+
+std::string NoiseText(const std::optional<MannWhitney>& noise) {
+  if (!noise) return "";
+  return fmt::format("p={:.3g}", noise->p);
+}
 
 std::string PercentText(const std::optional<double>& pct) {
   if (!pct) return "-";
@@ -142,7 +236,16 @@ std::string Runs(const DiffSide& side) {
 }
 
 std::string TotalName(DiffMetric metric) {
-  return metric == DiffMetric::kCalls ? "calls" : "instructions";
+  switch (metric) {
+    case DiffMetric::kCalls:
+      return "calls";
+    case DiffMetric::kTime:
+      return "time (ns)";
+    case DiffMetric::kIpc:
+      return "IPC";
+    default:
+      return "instructions";
+  }
 }
 
 bool Shown(const DiffRow& row) { return row.change != 0 || row.in_base != row.in_new; }
@@ -155,6 +258,9 @@ std::string LimitsText(const DiffOptions& o) {
                                 o.min_instructions));
   }
   if (o.fail_on_loss) parts.push_back("--fail-on-loss");
+  if (Timed(o.metric) && (o.fail_total_pct || o.fail_function_pct)) {
+    parts.push_back(fmt::format("Mann-Whitney U p < {}", o.alpha));
+  }
   if (parts.empty()) return "no limits given (--fail-total, --fail-function)";
   std::string out = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) out += ", " + parts[i];
@@ -192,8 +298,73 @@ const char* DiffMetricName(DiffMetric metric) {
       return "inclusive";
     case DiffMetric::kCalls:
       return "calls";
+    case DiffMetric::kTime:
+      return "time";
+    case DiffMetric::kIpc:
+      return "ipc";
   }
   return "?";
+}
+
+MannWhitney MannWhitneyU(std::span<const double> a, std::span<const double> b) {
+  MannWhitney r;
+  const size_t n = a.size(), m = b.size();
+  if (n == 0 || m == 0) return r;
+  // Mid-ranks of the pooled samples; U of a = its rank sum - n(n+1)/2.
+  std::vector<std::pair<double, bool>> pooled;  // (value, from a)
+  for (double v : a) pooled.emplace_back(v, true);
+  for (double v : b) pooled.emplace_back(v, false);
+  std::sort(pooled.begin(), pooled.end());
+  const size_t total = n + m;
+  double rank_sum = 0, tie_term = 0;
+  bool ties = false;
+  for (size_t i = 0; i < total;) {
+    size_t j = i;
+    while (j < total && pooled[j].first == pooled[i].first) ++j;
+    const double mid = (static_cast<double>(i + 1) + static_cast<double>(j)) / 2;
+    for (size_t k = i; k < j; ++k) rank_sum += pooled[k].second ? mid : 0;
+    const double t = static_cast<double>(j - i);
+    tie_term += t * t * t - t;
+    ties |= j - i > 1;
+    i = j;
+  }
+  const double nm = static_cast<double>(n) * static_cast<double>(m);
+  r.u = rank_sum - static_cast<double>(n) * static_cast<double>(n + 1) / 2;
+  if (!ties && n <= 50 && m <= 50) {
+    // counts[k]: arrangements of n a's and m b's with U = k, by the recurrence
+    // f(i, j, k) = f(i - 1, j, k - j) + f(i, j - 1, k) (the largest value is an a or a b).
+    std::vector<std::vector<double>> f(m + 1);
+    for (size_t j = 0; j <= m; ++j) f[j].assign(1, 1.0);  // i = 0: U = 0 only
+    for (size_t i = 1; i <= n; ++i) {
+      std::vector<std::vector<double>> g(m + 1);
+      for (size_t j = 0; j <= m; ++j) {
+        g[j].assign(i * j + 1, 0.0);
+        for (size_t k = 0; k < f[j].size(); ++k) g[j][k + j] += f[j][k];  // a largest: +j
+        if (j > 0) {
+          for (size_t k = 0; k < g[j - 1].size(); ++k) g[j][k] += g[j - 1][k];
+        }
+      }
+      f = std::move(g);
+    }
+    const std::vector<double>& counts = f[m];
+    double all = 0, below = 0, above = 0;
+    for (double c : counts) all += c;
+    const auto u = static_cast<size_t>(r.u);
+    for (size_t k = 0; k < counts.size(); ++k) {
+      if (k <= u) below += counts[k];
+      if (k >= u) above += counts[k];
+    }
+    r.p = std::min(1.0, 2 * std::min(below, above) / all);
+    r.exact = true;
+    return r;
+  }
+  const double sigma = std::sqrt(
+      nm / 12 *
+      (static_cast<double>(total + 1) - tie_term / (static_cast<double>(total) * (total - 1))));
+  if (sigma == 0) return r;  // every value equal: no difference
+  const double z = std::max(0.0, std::abs(r.u - nm / 2) - 0.5) / sigma;
+  r.p = std::min(1.0, std::erfc(z / std::sqrt(2.0)));
+  return r;
 }
 
 absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span<const Profile> now,
@@ -201,14 +372,21 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   if (base.empty() || now.empty()) {
     return absl::InvalidArgumentError("diff needs at least one run on each side (BASE and NEW)");
   }
+  const DiffMetric metric = options.metric;
+  PTKIT_RETURN_IF_ERROR(CheckTiming(base, metric));
+  PTKIT_RETURN_IF_ERROR(CheckTiming(now, metric));
   DiffResult d;
-  d.metric = options.metric;
-  d.base = MakeSide(base, options.metric);
-  d.now = MakeSide(now, options.metric);
+  d.metric = metric;
+  d.base = MakeSide(base, metric);
+  d.now = MakeSide(now, metric);
   std::map<Key, bool> in_base;
-  std::map<Key, DiffCounts> b = MedianCounts(base, in_base, true);
-  std::map<Key, DiffCounts> n = MedianCounts(now, in_base, false);
+  std::map<Key, SideCounts> b = MedianCounts(base, metric, in_base, true);
+  std::map<Key, SideCounts> n = MedianCounts(now, metric, in_base, false);
   size_t common = 0;
+  // A change beyond a limit counts for kTime / kIpc only when the runs differ beyond noise.
+  auto significant = [&](const std::optional<MannWhitney>& noise) {
+    return !noise || noise->p < options.alpha;
+  };
   for (const auto& [key, was_in_base] : in_base) {
     DiffRow row;
     row.image = key.first;
@@ -216,26 +394,31 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
     row.in_base = was_in_base;
     row.in_new = n.contains(key);
     common += row.in_base && row.in_new;
-    if (row.in_base) row.base = b[key];
-    if (row.in_new) row.now = n[key];
-    const uint64_t before = Metric(row.base, options.metric);
-    const uint64_t after = Metric(row.now, options.metric);
-    row.change = static_cast<int64_t>(after) - static_cast<int64_t>(before);
-    row.change_pct = Percent(before, after);
+    if (row.in_base) row.base = b[key].median;
+    if (row.in_new) row.now = n[key].median;
+    row.base_value = row.in_base ? Median(b[key].values) : 0;
+    row.new_value = row.in_new ? Median(n[key].values) : 0;
+    if (Timed(metric) && row.in_base && row.in_new) {
+      row.noise = MannWhitneyU(n[key].values, b[key].values);
+    }
+    row.change = row.new_value - row.base_value;
+    row.change_pct = Percent(row.base_value, row.new_value);
     row.allowed =
         std::find(options.allow.begin(), options.allow.end(), row.function) != options.allow.end();
     if (options.fail_function_pct && row.in_base && row.in_new) {
-      const DiffMetric size_metric =
-          options.metric == DiffMetric::kCalls ? DiffMetric::kSelf : options.metric;
-      row.checked = std::max(Metric(row.base, size_metric), Metric(row.now, size_metric)) >=
-                    options.min_instructions;
-      if (row.checked && !row.allowed && row.change_pct &&
-          *row.change_pct > *options.fail_function_pct) {
+      const uint64_t size = metric == DiffMetric::kInclusive
+                                ? std::max(row.base.inclusive, row.now.inclusive)
+                                : std::max(row.base.self, row.now.self);
+      row.checked = size >= options.min_instructions;
+      const std::optional<double> worse = WorsePercent(row.change_pct, metric);
+      if (row.checked && !row.allowed && worse && *worse > *options.fail_function_pct &&
+          significant(row.noise)) {
         row.regression = true;
-        d.reasons.push_back(fmt::format("{} [{}]: {} {} -> {} ({}) > --fail-function {}%",
-                                        row.function, row.image, DiffMetricName(options.metric),
-                                        before, after, PercentText(row.change_pct),
-                                        *options.fail_function_pct));
+        d.reasons.push_back(
+            fmt::format("{} [{}]: {} {} -> {} ({}{}) > --fail-function {}%", row.function,
+                        row.image, DiffMetricName(metric), Value(row.base_value, metric),
+                        Value(row.new_value, metric), PercentText(row.change_pct),
+                        row.noise ? ", " + NoiseText(row.noise) : "", *options.fail_function_pct));
       }
     }
     d.rows.push_back(std::move(row));
@@ -247,19 +430,21 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
         d.base.inputs[0], d.now.inputs[0]));
   }
   std::stable_sort(d.rows.begin(), d.rows.end(), [](const DiffRow& x, const DiffRow& y) {
-    const uint64_t ax = x.change < 0 ? -static_cast<uint64_t>(x.change) : x.change;
-    const uint64_t ay = y.change < 0 ? -static_cast<uint64_t>(y.change) : y.change;
-    return ax > ay;
+    return std::abs(x.change) > std::abs(y.change);
   });
-  d.total_change = static_cast<int64_t>(d.now.total) - static_cast<int64_t>(d.base.total);
+  d.total_change = d.now.total - d.base.total;
   d.total_change_pct = Percent(d.base.total, d.now.total);
-  if (options.fail_total_pct && d.total_change_pct &&
-      *d.total_change_pct > *options.fail_total_pct) {
+  if (Timed(metric)) d.total_noise = MannWhitneyU(d.now.totals, d.base.totals);
+  const std::optional<double> worse = WorsePercent(d.total_change_pct, metric);
+  if (options.fail_total_pct && worse && *worse > *options.fail_total_pct &&
+      significant(d.total_noise)) {
     d.total_regression = true;
-    d.reasons.insert(d.reasons.begin(),
-                     fmt::format("total {} {} -> {} ({}) > --fail-total {}%",
-                                 TotalName(options.metric), d.base.total, d.now.total,
-                                 PercentText(d.total_change_pct), *options.fail_total_pct));
+    d.reasons.insert(
+        d.reasons.begin(),
+        fmt::format("total {} {} -> {} ({}{}) > --fail-total {}%", TotalName(metric),
+                    Value(d.base.total, metric), Value(d.now.total, metric),
+                    PercentText(d.total_change_pct),
+                    d.total_noise ? ", " + NoiseText(d.total_noise) : "", *options.fail_total_pct));
   }
   if (options.fail_on_loss) {
     for (const DiffSide* side : {&d.base, &d.now}) {
@@ -271,29 +456,44 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   return d;
 }
 
+// kTime, kIpc: how the noise is judged, for the header.
+std::string NoiseNote(const DiffResult& d, const DiffOptions& o) {
+  const size_t runs = std::min(d.base.inputs.size(), d.now.inputs.size());
+  return fmt::format(
+      "{}: the median of each side's runs; a change counts only when Mann-Whitney U p < {}{}",
+      d.metric == DiffMetric::kTime ? "time in ns, each function's self time" : "IPC", o.alpha,
+      runs < 4 ? " (needs at least 4 runs a side to reach p < 0.05)" : "");
+}
+
 std::string FormatDiffText(const DiffResult& d, const DiffOptions& o) {
+  const DiffMetric m = d.metric;
   std::string out;
   auto it = std::back_inserter(out);
-  fmt::format_to(it, "# metric: {}; base: {}; new: {}\n", DiffMetricName(d.metric), Runs(d.base),
+  fmt::format_to(it, "# metric: {}; base: {}; new: {}\n", DiffMetricName(m), Runs(d.base),
                  Runs(d.now));
+  if (Timed(m)) fmt::format_to(it, "# {}\n", NoiseNote(d, o));
   for (const DiffSide* side : {&d.base, &d.now}) {
     for (const std::string& why : side->incomplete) {
       fmt::format_to(it, "# warning: {} side incomplete: {}: counts may not be comparable\n",
                      side == &d.base ? "base" : "new", why);
     }
   }
-  fmt::format_to(it, "# total {}: {} -> {} ({}, {})\n", TotalName(d.metric), d.base.total,
-                 d.now.total, Signed(d.total_change), PercentText(d.total_change_pct));
+  fmt::format_to(it, "# total {}: {} -> {} ({}, {}{})\n", TotalName(m), Value(d.base.total, m),
+                 Value(d.now.total, m), Signed(d.total_change, m), PercentText(d.total_change_pct),
+                 d.total_noise ? ", " + NoiseText(d.total_noise) : "");
   fmt::format_to(it, "# {}\n", Summary(d));
-  fmt::format_to(it, "\n{:>12} {:>12} {:>12} {:>9}  {}\n", "base", "new", "change", "change%",
-                 "function [image]");
+  const std::string noise_header = Timed(m) ? fmt::format(" {:>9}", "p") : "";
+  fmt::format_to(it, "\n{:>12} {:>12} {:>12} {:>9}{}  {}\n", "base", "new", "change", "change%",
+                 noise_header, "function [image]");
   size_t shown = 0;
   for (const DiffRow& r : d.rows) {
     if (!Shown(r)) continue;
     ++shown;
-    fmt::format_to(it, "{:>12} {:>12} {:>12} {:>9}  {} [{}]{}\n", Metric(r.base, d.metric),
-                   Metric(r.now, d.metric), Signed(r.change), ChangeText(r), r.function, r.image,
-                   r.regression ? "  REGRESSION" : (r.allowed ? "  (allowed)" : ""));
+    const std::string noise =
+        Timed(m) ? fmt::format(" {:>9}", r.noise ? fmt::format("{:.3g}", r.noise->p) : "-") : "";
+    fmt::format_to(it, "{:>12} {:>12} {:>12} {:>9}{}  {} [{}]{}\n", Value(r.base_value, m),
+                   Value(r.new_value, m), Signed(r.change, m), ChangeText(r), noise, r.function,
+                   r.image, r.regression ? "  REGRESSION" : (r.allowed ? "  (allowed)" : ""));
   }
   if (shown == 0) fmt::format_to(it, "{:>12}  (no function changed)\n", "");
   fmt::format_to(it, "\n{}\n", Verdict(d, o));
@@ -307,31 +507,37 @@ std::string FormatDiffMarkdown(const DiffResult& d, const DiffOptions& o) {
     for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
     return out;
   };
+  const DiffMetric m = d.metric;
   std::string out;
   auto it = std::back_inserter(out);
   fmt::format_to(it, "### ptdecode diff: {}\n\n", d.regression() ? "regression" : "no regression");
-  fmt::format_to(it, "Metric **{}**; base `{}`, new `{}`.\n\n", DiffMetricName(d.metric),
-                 Runs(d.base), Runs(d.now));
+  fmt::format_to(it, "Metric **{}**; base `{}`, new `{}`.\n\n", DiffMetricName(m), Runs(d.base),
+                 Runs(d.now));
+  if (Timed(m)) fmt::format_to(it, "{}.\n\n", NoiseNote(d, o));
   for (const DiffSide* side : {&d.base, &d.now}) {
     for (const std::string& why : side->incomplete) {
       fmt::format_to(it, "> **Warning**: {} side incomplete: {}: counts may not be comparable.\n\n",
                      side == &d.base ? "base" : "new", cell(why));
     }
   }
-  fmt::format_to(it, "Total {}: {} → {} ({}, {}). {}.\n\n", TotalName(d.metric), d.base.total,
-                 d.now.total, Signed(d.total_change), PercentText(d.total_change_pct), Summary(d));
-  fmt::format_to(it, "| function | image | base | new | change | change % |\n");
-  fmt::format_to(it, "|:--|:--|--:|--:|--:|--:|\n");
+  fmt::format_to(it, "Total {}: {} → {} ({}, {}{}). {}.\n\n", TotalName(m), Value(d.base.total, m),
+                 Value(d.now.total, m), Signed(d.total_change, m), PercentText(d.total_change_pct),
+                 d.total_noise ? ", " + NoiseText(d.total_noise) : "", Summary(d));
+  fmt::format_to(it, "| function | image | base | new | change | change % |{}\n",
+                 Timed(m) ? " p |" : "");
+  fmt::format_to(it, "|:--|:--|--:|--:|--:|--:|{}\n", Timed(m) ? "--:|" : "");
   size_t shown = 0;
   for (const DiffRow& r : d.rows) {
     if (!Shown(r)) continue;
     ++shown;
-    fmt::format_to(it, "| `{}`{} | {} | {} | {} | {} | {} |\n", cell(r.function),
-                   r.regression ? " **regression**" : (r.allowed ? " (allowed)" : ""),
-                   cell(r.image), Metric(r.base, d.metric), Metric(r.now, d.metric),
-                   Signed(r.change), ChangeText(r));
+    fmt::format_to(
+        it, "| `{}`{} | {} | {} | {} | {} | {} |{}\n", cell(r.function),
+        r.regression ? " **regression**" : (r.allowed ? " (allowed)" : ""), cell(r.image),
+        Value(r.base_value, m), Value(r.new_value, m), Signed(r.change, m), ChangeText(r),
+        Timed(m) ? fmt::format(" {} |", r.noise ? fmt::format("{:.3g}", r.noise->p) : "-") : "");
   }
-  if (shown == 0) fmt::format_to(it, "| (no function changed) | | | | | |\n");
+  if (shown == 0)
+    fmt::format_to(it, "| (no function changed) | | | | | |{}\n", Timed(m) ? " |" : "");
   fmt::format_to(it, "\n{}.\n", Verdict(d, o));
   for (const std::string& reason : d.reasons) fmt::format_to(it, "- {}\n", cell(reason));
   return out;
@@ -339,40 +545,60 @@ std::string FormatDiffMarkdown(const DiffResult& d, const DiffOptions& o) {
 
 std::string FormatDiffJson(const DiffResult& d, const DiffOptions& o) {
   using Json = nlohmann::ordered_json;
+  const DiffMetric m = d.metric;
   auto pct = [](const std::optional<double>& p) { return p ? Json(*p) : Json(nullptr); };
-  auto side = [](const DiffSide& s) {
-    return Json{{"inputs", s.inputs}, {"total", s.total}, {"incomplete", s.incomplete}};
+  // Counts as integers, time and IPC as numbers.
+  auto value = [m](double v) {
+    return Integral(m) ? Json(static_cast<int64_t>(std::llround(v))) : Json(v);
   };
-  auto counts = [](const DiffCounts& c) {
-    return Json{{"self", c.self}, {"inclusive", c.inclusive}, {"calls", c.calls}};
+  auto noise = [](const std::optional<MannWhitney>& w) {
+    if (!w) return Json(nullptr);
+    return Json{{"test", "mann-whitney-u"}, {"u", w->u}, {"p", w->p}, {"exact", w->exact}};
+  };
+  auto side = [&](const DiffSide& s) {
+    Json totals = Json::array();
+    for (double t : s.totals) totals.push_back(value(t));
+    Json j{{"inputs", s.inputs}, {"total", value(s.total)}, {"incomplete", s.incomplete}};
+    if (Timed(m)) j["totals"] = totals;
+    return j;
+  };
+  auto counts = [&](const DiffCounts& c) {
+    Json j{{"self", c.self}, {"inclusive", c.inclusive}, {"calls", c.calls}};
+    if (Timed(m)) {
+      j["time_ns"] = c.time_ns;
+      j["cycles"] = c.cycles;
+    }
+    return j;
   };
   Json doc;
   doc["schema"] = "ptkit-diff/1";
-  doc["metric"] = DiffMetricName(d.metric);
+  doc["metric"] = DiffMetricName(m);
   doc["base"] = side(d.base);
   doc["new"] = side(d.now);
-  doc["total"] = {{"base", d.base.total},
-                  {"new", d.now.total},
-                  {"change", d.total_change},
-                  {"change_pct", pct(d.total_change_pct)},
-                  {"regression", d.total_regression}};
+  doc["total"] = {{"base", value(d.base.total)},     {"new", value(d.now.total)},
+                  {"change", value(d.total_change)}, {"change_pct", pct(d.total_change_pct)},
+                  {"noise", noise(d.total_noise)},   {"regression", d.total_regression}};
   doc["limits"] = {{"fail_total_pct", o.fail_total_pct ? Json(*o.fail_total_pct) : Json()},
                    {"fail_function_pct", o.fail_function_pct ? Json(*o.fail_function_pct) : Json()},
                    {"min_instructions", o.min_instructions},
                    {"allow", o.allow},
-                   {"fail_on_loss", o.fail_on_loss}};
+                   {"fail_on_loss", o.fail_on_loss},
+                   {"alpha", o.alpha}};
   Json rows = Json::array();
   for (const DiffRow& r : d.rows) {
     rows.push_back({{"function", r.function},
                     {"image", r.image},
-                    {"status", !r.in_base  ? "new"
-                               : !r.in_new ? "removed"
-                               : r.change  ? "changed"
-                                           : "same"},
+                    {"status", !r.in_base      ? "new"
+                               : !r.in_new     ? "removed"
+                               : r.change != 0 ? "changed"
+                                               : "same"},
                     {"base", r.in_base ? counts(r.base) : Json()},
                     {"new", r.in_new ? counts(r.now) : Json()},
-                    {"change", r.change},
+                    {"base_value", value(r.base_value)},
+                    {"new_value", value(r.new_value)},
+                    {"change", value(r.change)},
                     {"change_pct", pct(r.change_pct)},
+                    {"noise", noise(r.noise)},
                     {"checked", r.checked},
                     {"allowed", r.allowed},
                     {"regression", r.regression}});
@@ -383,7 +609,35 @@ std::string FormatDiffJson(const DiffResult& d, const DiffOptions& o) {
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options) {
+namespace {
+
+// The core cycles of the CYC packets in every stream of `r` (0 without any).
+absl::StatusOr<uint64_t> CountCycles(const Recording& r) {
+  if (r.bts || !r.spool) return 0;
+  uint64_t cycles = 0;
+  for (const auto& [key, stream] : r.streams) {
+    for (const Piece& piece : stream.pieces) {
+      PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(piece.run));
+      if (view.bytes().empty()) continue;
+      PTKIT_ASSIGN_OR_RETURN(pt_config config, MakePtConfig(view.bytes(), r.config));
+      PacketDecoderPtr dec(pt_pkt_alloc_decoder(&config));
+      if (!dec) return absl::ResourceExhaustedError("pt_pkt_alloc_decoder");
+      pt_packet packet;
+      // Resynchronises after an error, as the decoders do.
+      while (pt_pkt_sync_forward(dec.get()) >= 0) {
+        while (pt_pkt_next(dec.get(), &packet, sizeof(packet)) >= 0) {
+          if (packet.type == ppt_cyc) cycles += packet.payload.cyc.value;
+        }
+      }
+    }
+  }
+  return cycles;
+}
+
+}  // namespace
+
+absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options,
+                                    bool timing) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoStatus(fmt::format("open {}", path));
   char first = 0;
@@ -400,17 +654,22 @@ absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOpti
     return profile;
   }
   in.close();
+  PTKIT_ASSIGN_OR_RETURN(Recording recording, OpenRecording(path, options));
   PTKIT_ASSIGN_OR_RETURN(auto empty, ProgramImage::Create());
   OutputOptions output;
   output.trace_name = path;
+  output.clock = TscClockFromMetadata(recording.metadata);
   Profile profile;
-  auto sink = MakeProfileSink(*empty, output, &profile);
-  PTKIT_ASSIGN_OR_RETURN(DecodeTotals totals, DecodeContainer(path, options, *sink));
+  auto sink = MakeProfileSink(*empty, output, &profile, timing);
+  PTKIT_ASSIGN_OR_RETURN(DecodeTotals totals, DecodeRecording(recording, options, *sink));
   if (totals.instructions == 0) {
     return absl::FailedPreconditionError(
         fmt::format("{}: no instructions decoded ({}, {} of trace, {}, {})", path,
                     Counted(totals.streams, "stream"), Counted(totals.trace_bytes, "byte"),
                     Counted(totals.errors, "decode error"), Counted(totals.losses, "loss point")));
+  }
+  if (profile.timing) {
+    PTKIT_ASSIGN_OR_RETURN(profile.timing->cycles, CountCycles(recording));
   }
   return profile;
 }

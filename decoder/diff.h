@@ -21,7 +21,21 @@ enum class DiffMetric {
   kSelf,       // instructions in the function itself (the default)
   kInclusive,  // instructions while it was on the call stack
   kCalls,      // calls to it
+  kTime,       // its self time in ns (TSC ticks split by instructions; needs timing)
+  kIpc,        // instructions per core cycle (needs CYC packets); lower is worse
 };
+
+// The two-sided Mann-Whitney U test of samples `a` against `b` (distribution-free: no
+// normality assumed; Google Benchmark's compare.py uses it too). `u` counts the pairs with
+// a > b (ties count 1/2). Without ties and with at most 50 samples a side `p` is exact (the
+// U distribution counted); otherwise the normal approximation with tie and continuity
+// correction. Either side empty: p = 1.
+struct MannWhitney {
+  double u = 0;
+  double p = 1;
+  bool exact = false;
+};
+MannWhitney MannWhitneyU(std::span<const double> a, std::span<const double> b);
 
 struct DiffOptions {
   DiffMetric metric = DiffMetric::kSelf;
@@ -35,10 +49,15 @@ struct DiffOptions {
   std::vector<std::string> allow;
   // A regression when a run had decode errors or lost trace (its counts are incomplete).
   bool fail_on_loss = false;
+  // kTime, kIpc: a change beyond a limit counts only when the runs of the two sides differ
+  // with Mann-Whitney U p < alpha.
+  double alpha = 0.05;
 };
 
 struct DiffCounts {
   uint64_t self = 0, inclusive = 0, calls = 0;
+  double time_ns = 0;  // self time (profiles with timing)
+  double cycles = 0;   // self cycles: its ticks times the run's CYC cycles per tick
 };
 
 // One function, matched across the sides by (image file name, name).
@@ -47,38 +66,43 @@ struct DiffRow {
   std::string function;  // its name; code without a symbol: "symbol+0xOFFSET" when a function
                          // of the same image below it ran, else its "sub_ADDRESS" name
   bool in_base = false, in_new = false;
-  DiffCounts base, now;              // each the median over the side's runs
-  int64_t change = 0;                // of the metric, new - base
-  std::optional<double> change_pct;  // none when base is 0
-  bool checked = false;              // --fail-function applied to it
-  bool allowed = false;              // named by --allow
-  bool regression = false;           // grew beyond --fail-function (and not allowed)
+  DiffCounts base, now;                  // each the median over the side's runs
+  double base_value = 0, new_value = 0;  // the metric (kIpc: the median of the runs' IPC)
+  double change = 0;                     // of the metric, new - base
+  std::optional<double> change_pct;      // none when base is 0
+  std::optional<MannWhitney> noise;      // kTime, kIpc: the test of the runs' values
+  bool checked = false;                  // --fail-function applied to it
+  bool allowed = false;                  // named by --allow
+  bool regression = false;               // grew beyond --fail-function (and not allowed)
 };
 
 struct DiffSide {
-  std::vector<std::string> inputs;      // the names of its runs
-  uint64_t total = 0;                   // median over the runs of the total (instructions or calls)
+  std::vector<std::string> inputs;  // the names of its runs
+  double total = 0;            // median over the runs of the total (instructions, calls, ns or IPC)
+  std::vector<double> totals;  // per run
   std::vector<std::string> incomplete;  // runs with decode errors or lost trace, said why
 };
 
 struct DiffResult {
   DiffMetric metric = DiffMetric::kSelf;
   DiffSide base, now;
-  int64_t total_change = 0;
+  double total_change = 0;
   std::optional<double> total_change_pct;
+  std::optional<MannWhitney> total_noise;  // kTime, kIpc
   bool total_regression = false;
   std::vector<DiffRow> rows;         // sorted by |change| (descending), then image, name
   std::vector<std::string> reasons;  // one line per limit exceeded
   bool regression() const { return !reasons.empty(); }
 };
 
-// "self", "inclusive", "calls".
+// "self", "inclusive", "calls", "time", "ipc".
 const char* DiffMetricName(DiffMetric metric);
 
 // Compares the runs of each side (at least one each). With several runs per side each count is
 // the median of the runs (the lower middle one for an even number; a function absent from a
 // run counts 0 there). Errors: kInvalidArgument when no side is given, or when the sides have
-// no function in common (different programs).
+// no function in common (different programs); kFailedPrecondition for kTime / kIpc when a run
+// has no timing (or no TSC frequency; kIpc: no CYC packets), naming it.
 absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span<const Profile> now,
                                         const DiffOptions& options);
 
@@ -91,8 +115,11 @@ std::string FormatDiffMarkdown(const DiffResult& diff, const DiffOptions& option
 std::string FormatDiffJson(const DiffResult& diff, const DiffOptions& options);
 
 // One side's run: a `stats --json` document (first non-blank byte '{'), or a trace.pt decoded
-// as `stats` does with `options`. Errors: unreadable file, ProfileFromJson's, DecodeContainer's.
-absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options);
+// as `stats` does with `options`; with `timing`, each function's time too and the cycles of
+// the trace's CYC packets. Errors: unreadable file, ProfileFromJson's, those of OpenRecording
+// and DecodeRecording.
+absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options,
+                                    bool timing = false);
 
 }  // namespace ptkit::decoder
 

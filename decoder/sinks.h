@@ -84,9 +84,11 @@ std::unique_ptr<Sink> MakeCallsSink(const ProgramImage& image, std::FILE* out,
 std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options);
 // What `stats` computes, stored in `*profile` (which must outlive the sink) at Finish instead of
-// printed; `options.trace_name` names the trace in it.
+// printed; `options.trace_name` names the trace in it. With `timing`, and when the trace has
+// timing packets, each function's self time in TSC ticks too (Profile::timing, its tsc_hz
+// from options.clock; a decoder time call per block).
 std::unique_ptr<Sink> MakeProfileSink(const ProgramImage& image, const OutputOptions& options,
-                                      Profile* profile);
+                                      Profile* profile, bool timing = false);
 // `folded`: "caller;callee count" lines for flamegraph.pl, weighted by instructions or, with
 // FoldedWeight::kTime, by TSC ticks: each decoder time update closes an interval whose ticks
 // are split over the stacks that executed instructions in it, in proportion to their

@@ -422,7 +422,11 @@ int RunDiff(DiffFlags& f) {
   }
   f.options.metric = f.metric == "inclusive" ? dec::DiffMetric::kInclusive
                      : f.metric == "calls"   ? dec::DiffMetric::kCalls
+                     : f.metric == "time"    ? dec::DiffMetric::kTime
+                     : f.metric == "ipc"     ? dec::DiffMetric::kIpc
                                              : dec::DiffMetric::kSelf;
+  const bool timing =
+      f.options.metric == dec::DiffMetric::kTime || f.options.metric == dec::DiffMetric::kIpc;
   if (f.fail_total >= 0) f.options.fail_total_pct = f.fail_total;
   if (f.fail_function >= 0) f.options.fail_function_pct = f.fail_function;
   dec::ContainerOptions container;
@@ -430,13 +434,16 @@ int RunDiff(DiffFlags& f) {
   std::vector<dec::Profile> base, now;
   for (auto [paths, runs] : {std::pair{&f.base, &base}, std::pair{&f.now, &now}}) {
     for (const std::string& path : *paths) {
-      auto profile = dec::LoadProfile(path, container);
+      auto profile = dec::LoadProfile(path, container, timing);
       if (!profile.ok()) return Fail(profile.status());
       runs->push_back(std::move(*profile));
     }
   }
   auto diff = dec::DiffProfiles(base, now, f.options);
   if (!diff.ok()) {
+    // No function in common is a usage error; a run without the timing the metric needs, a
+    // runtime one.
+    if (diff.status().code() != absl::StatusCode::kInvalidArgument) return Fail(diff.status());
     std::fprintf(stderr, "ptdecode: %s\n", std::string(diff.status().message()).c_str());
     return kExitUsage;
   }
@@ -459,8 +466,12 @@ void AddDiffCommand(CLI::App& app, DiffFlags& f, int& exit_code) {
   cmd->add_option("--new", f.now, "A run of the new build (repeatable)");
   cmd->add_option("--metric", f.metric,
                   "self (default): instructions in the function; inclusive: with its callees; "
-                  "calls")
-      ->check(CLI::IsMember({"self", "inclusive", "calls"}));
+                  "calls; time: self time in ns (TSC); ipc: instructions per cycle (CYC)")
+      ->check(CLI::IsMember({"self", "inclusive", "calls", "time", "ipc"}));
+  cmd->add_option("--alpha", f.options.alpha,
+                  "time, ipc: a change counts only when Mann-Whitney U p < ALPHA (0.05)")
+      ->type_name("ALPHA")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--fail-total", f.fail_total,
                   "Exit 3 when the total grew by more than PCT percent")
       ->type_name("PCT")

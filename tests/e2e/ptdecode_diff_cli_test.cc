@@ -3,6 +3,7 @@
 //   ptrecord --emulate --ground-truth truth.txt -o trace.pt -- PROGRAM
 // The diff's numbers are checked against the recorder's ground truth (every retired
 // instruction) and nm's symbol ranges, not against ptdecode.
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -61,15 +62,19 @@ class PtdecodeDiffTest : public ::testing::Test {
     dir_.reset();
   }
   // Records `program` once under `name`, with its stats --json next to it.
-  static const Recorded& Record(const std::string& name, const std::string& program) {
+  static const Recorded& Record(const std::string& name, const std::string& program,
+                                std::vector<std::string> extra = {}) {
     if (!dir_) dir_ = std::make_unique<testing::TempDir>();
     auto [it, inserted] = recordings_.try_emplace(name);
     Recorded& rec = it->second;
     if (!inserted) return rec;
     rec.trace = dir_->File(name + ".pt");
     rec.truth = dir_->File(name + ".truth");
-    auto r = RunCommand({PTRECORD_PATH, "--emulate=step", "--ground-truth", rec.truth, "-o",
-                         rec.trace, "--", program});
+    std::vector<std::string> args = {PTRECORD_PATH, "--emulate=step", "--ground-truth", rec.truth,
+                                     "-o",          rec.trace};
+    args.insert(args.end(), extra.begin(), extra.end());
+    args.insert(args.end(), {"--", program});
+    auto r = RunCommand(args);
     rec.why = r.err;
     if (r.exit_code != 0) return rec;
     auto s = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});
@@ -220,6 +225,67 @@ TEST_F(PtdecodeDiffTest, TwoRecordingsOfTheSameProgramShowNoChange) {
                           b.trace, "--new", a.stats_json, "--fail-total", "0"});
   EXPECT_EQ(runs.exit_code, 0) << runs.err;
   EXPECT_THAT(runs.out, HasSubstr("(2 runs, medians)"));
+}
+
+// Emulated recordings carry CLOCK_MONOTONIC nanoseconds as their TSC: --metric time and, with
+// cyc=1 (one cycle per nanosecond), --metric ipc.
+TEST_F(PtdecodeDiffTest, TimeAndIpcOfEmulatedRecordings) {
+  PTKIT_RECORD_OR_SKIP(base, "base", kBase);
+  PTKIT_RECORD_OR_SKIP(more, "more", kMore);
+  auto r = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--metric", "time",
+                       "--format", "json", "--fail-function", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;  // one run a side: no change beyond the noise
+  auto diff = nlohmann::json::parse(r.out);
+  EXPECT_EQ(diff["metric"], "time");
+  // Every tick is given to a function: the rows add up to the total.
+  double sum = 0;
+  for (const auto& row : diff["functions"]) {
+    if (!row["base"].is_null()) sum += row["base"]["time_ns"].get<double>();
+  }
+  const double total = diff["total"]["base"].get<double>();
+  EXPECT_GT(total, 0);
+  EXPECT_NEAR(sum, total, 1e-6 * total);
+  // folded --weight=time splits the same ticks (1 GHz: ticks are ns).
+  auto folded = RunCommand({PTDECODE_PATH, "folded", "--weight", "time", base.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  uint64_t folded_ticks = 0;
+  std::istringstream lines(folded.out);
+  for (std::string line; std::getline(lines, line);) {
+    folded_ticks += std::stoull(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_EQ(static_cast<uint64_t>(std::llround(total)), folded_ticks);
+  // Single-stepped time is noisy (ptrace, a loaded machine): only that work has some.
+  const nlohmann::json* work = Row(diff, "work");
+  ASSERT_NE(work, nullptr);
+  EXPECT_GT((*work)["new"]["time_ns"].get<double>(), 0);
+  EXPECT_GT((*work)["base"]["time_ns"].get<double>(), 0);
+  ASSERT_TRUE((*work)["noise"].is_object());
+  EXPECT_EQ((*work)["noise"]["p"].get<double>(), 1.0);
+  EXPECT_FALSE((*work)["regression"].get<bool>());
+  // A stats --json document has no time.
+  auto j = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.trace, "--metric", "time"});
+  EXPECT_EQ(j.exit_code, 1);
+  EXPECT_THAT(j.err, HasSubstr("no timing for --metric time"));
+  // IPC: the run's cycles are its CYC packets' (ptdecode packets --json lists them).
+  auto no_cyc = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--metric", "ipc"});
+  EXPECT_EQ(no_cyc.exit_code, 1);
+  EXPECT_THAT(no_cyc.err, HasSubstr("no CYC packets for --metric ipc"));
+  PTKIT_RECORD_OR_SKIP(cyc, "cyc", kBase, {"--event", "intel_pt/cyc=1/u"});
+  auto ipc = RunCommand(
+      {PTDECODE_PATH, "diff", cyc.trace, cyc.trace, "--metric", "ipc", "--format", "json"});
+  ASSERT_EQ(ipc.exit_code, 0) << ipc.err;
+  auto packets = RunCommand({PTDECODE_PATH, "packets", "--json", cyc.trace});
+  ASSERT_EQ(packets.exit_code, 0) << packets.err;
+  uint64_t cycles = 0;
+  std::istringstream packet_lines(packets.out);
+  for (std::string line; std::getline(packet_lines, line);) {
+    auto p = nlohmann::json::parse(line, nullptr, false);
+    if (p.is_object() && p.contains("cyc")) cycles += p["cyc"].get<uint64_t>();
+  }
+  ASSERT_GT(cycles, 0u);
+  auto ipc_doc = nlohmann::json::parse(ipc.out);
+  EXPECT_NEAR(ipc_doc["total"]["base"].get<double>(),
+              static_cast<double>(TruthTotal(cyc.truth)) / static_cast<double>(cycles), 1e-9);
 }
 
 TEST_F(PtdecodeDiffTest, BadInputsAreNamed) {

@@ -146,5 +146,126 @@ TEST(DiffTest, IncompleteRunsAreSaidAndFailOnRequest) {
   EXPECT_TRUE(DiffProfiles({&a, 1}, {&b, 1}, options)->regression());
 }
 
+// Known answers: the exact null distribution of U for 4 + 4 and 5 + 5 samples (counted by
+// hand from the tables in Mann & Whitney 1947; they sum to C(8,4) = 70 and C(10,5) = 252).
+TEST(MannWhitneyTest, ExactKnownAnswers) {
+  const std::vector<double> low = {1, 2, 3, 4, 5}, high = {6, 7, 8, 9, 10};
+  MannWhitney w = MannWhitneyU(high, low);
+  EXPECT_TRUE(w.exact);
+  EXPECT_DOUBLE_EQ(w.u, 25);
+  EXPECT_NEAR(w.p, 2.0 / 252, 1e-12);  // the two most extreme of 252 arrangements
+  EXPECT_NEAR(MannWhitneyU(low, high).p, 2.0 / 252, 1e-12);
+  const std::vector<double> a3 = {1, 2, 3}, b3 = {4, 5, 6};
+  EXPECT_NEAR(MannWhitneyU(a3, b3).p, 0.1, 1e-12);  // 2 of C(6,3) = 20: never below 0.05
+  const std::vector<double> odd = {1, 3, 5, 7}, even = {2, 4, 6, 8};
+  w = MannWhitneyU(odd, even);
+  EXPECT_DOUBLE_EQ(w.u, 6);
+  EXPECT_NEAR(w.p, 48.0 / 70, 1e-12);  // P(U <= 6) = (1+1+2+3+5+5+7)/70, doubled
+  // Medians 100 -> 112 but the runs overlap: U = 14, P(U >= 14) = 106/252.
+  const std::vector<double> base = {100, 150, 60, 120, 80}, now = {115, 70, 160, 112, 90};
+  w = MannWhitneyU(now, base);
+  EXPECT_DOUBLE_EQ(w.u, 14);
+  EXPECT_NEAR(w.p, 212.0 / 252, 1e-12);
+  EXPECT_DOUBLE_EQ(MannWhitneyU({}, base).p, 1);
+}
+
+// Ties: the normal approximation with tie and continuity correction (R's
+// wilcox.test(a, b, exact = FALSE, correct = TRUE) gives W = 6, p-value = 0.1988).
+TEST(MannWhitneyTest, TiesUseTheCorrectedNormalApproximation) {
+  const std::vector<double> a = {1, 2, 2, 3, 4}, b = {2, 3, 3, 5, 6};
+  MannWhitney w = MannWhitneyU(a, b);
+  EXPECT_FALSE(w.exact);
+  EXPECT_DOUBLE_EQ(w.u, 6);
+  EXPECT_NEAR(w.p, 0.198829, 1e-6);
+  const std::vector<double> same = {5, 5, 5};
+  EXPECT_DOUBLE_EQ(MannWhitneyU(same, same).p, 1);
+}
+
+// A run with timing: `ticks` per function at 1 GHz (1 tick = 1 ns); cycles = `cpt` per tick.
+Profile Timed(const std::string& trace, std::vector<ProfileFunction> functions, double cpt = 1) {
+  Profile p = Make(trace, std::move(functions));
+  p.timing = ProfileTiming{1e9};
+  for (const ProfileFunction& fn : p.functions) p.timing->ticks += fn.ticks;
+  p.timing->cycles = static_cast<uint64_t>(static_cast<double>(p.timing->ticks) * cpt);
+  return p;
+}
+
+TEST(DiffTest, TimeCountsOnlyBeyondTheNoise) {
+  // f: 100 ns a run in the base, 120 in the new build, every run (p = 2/252); g: medians 100
+  // -> 112 (+12%) but the runs overlap (p = 0.84): not a regression under --fail-function 10.
+  const std::vector<uint64_t> f_base = {100, 102, 98, 101, 99}, f_new = {120, 122, 118, 121, 119};
+  const std::vector<uint64_t> g_base = {100, 150, 60, 120, 80}, g_new = {115, 70, 160, 112, 90};
+  std::vector<Profile> base, now;
+  for (size_t i = 0; i < 5; ++i) {
+    base.push_back(Timed("a" + std::to_string(i), {{"f", "/x", 0x10, 50, 50, 1, f_base[i]},
+                                                   {"g", "/x", 0x20, 50, 50, 1, g_base[i]}}));
+    now.push_back(Timed("b" + std::to_string(i), {{"f", "/x", 0x10, 50, 50, 1, f_new[i]},
+                                                  {"g", "/x", 0x20, 50, 50, 1, g_new[i]}}));
+  }
+  DiffOptions options;
+  options.metric = DiffMetric::kTime;
+  options.fail_function_pct = 10;
+  auto d = DiffProfiles(base, now, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->rows.size(), 2u);
+  EXPECT_EQ(d->rows[0].function, "f");
+  EXPECT_DOUBLE_EQ(d->rows[0].base_value, 100);
+  EXPECT_DOUBLE_EQ(d->rows[0].new_value, 120);
+  ASSERT_TRUE(d->rows[0].noise);
+  EXPECT_NEAR(d->rows[0].noise->p, 2.0 / 252, 1e-12);
+  EXPECT_TRUE(d->rows[0].regression);
+  EXPECT_EQ(d->rows[1].function, "g");
+  EXPECT_DOUBLE_EQ(d->rows[1].change, 12);
+  EXPECT_NEAR(d->rows[1].noise->p, 212.0 / 252, 1e-12);
+  EXPECT_FALSE(d->rows[1].regression);
+  ASSERT_EQ(d->reasons.size(), 1u);
+  EXPECT_THAT(d->reasons[0], HasSubstr("f [x]: time 100 -> 120 (+20.00%, p=0.00794)"));
+  // The total (f + g per run): 200 -> 233 median, the runs overlap (p > 0.05).
+  options = {};
+  options.metric = DiffMetric::kTime;
+  options.fail_total_pct = 5;
+  d = DiffProfiles(base, now, options);
+  EXPECT_DOUBLE_EQ(d->base.total, 200);
+  EXPECT_DOUBLE_EQ(d->now.total, 233);
+  EXPECT_GT(d->total_noise->p, 0.05);
+  EXPECT_FALSE(d->regression());
+  EXPECT_THAT(FormatDiffText(*d, options), HasSubstr("Mann-Whitney U p < 0.05"));
+  // One run a side: no noise estimate, no regression by time (and the header says why).
+  options.fail_function_pct = 10;
+  d = DiffProfiles({&base[0], 1}, {&now[0], 1}, options);
+  EXPECT_FALSE(d->regression());
+  EXPECT_THAT(FormatDiffText(*d, options), HasSubstr("needs at least 4 runs a side"));
+}
+
+TEST(DiffTest, IpcFallingIsTheRegression) {
+  // f: 1000 instructions in 500 ticks at 2 cycles a tick (IPC 1.0), then in 800 (IPC 0.625).
+  std::vector<Profile> base, now;
+  for (uint64_t i = 0; i < 4; ++i) {
+    base.push_back(Timed("a", {{"f", "/x", 0x10, 1000, 1000, 1, 500 + i}}, 2));
+    now.push_back(Timed("b", {{"f", "/x", 0x10, 1000, 1000, 1, 800 + i}}, 2));
+  }
+  DiffOptions options;
+  options.metric = DiffMetric::kIpc;
+  options.fail_function_pct = 30;
+  options.fail_total_pct = 30;
+  auto d = DiffProfiles(base, now, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_NEAR(d->rows[0].base_value, 1000.0 / 1004, 1e-9);  // lower median: 502 ticks
+  EXPECT_NEAR(d->rows[0].new_value, 1000.0 / 1604, 1e-9);
+  EXPECT_NEAR(d->rows[0].noise->p, 2.0 / 70, 1e-12);
+  EXPECT_TRUE(d->rows[0].regression);
+  EXPECT_TRUE(d->total_regression);
+  // Faster is no regression.
+  EXPECT_FALSE(DiffProfiles(now, base, options)->regression());
+  // Without CYC (or without timing) the metric cannot be had: said, naming the run.
+  now[0].timing->cycles = 0;
+  EXPECT_THAT(std::string(DiffProfiles(base, now, options).status().message()),
+              HasSubstr("b: no CYC packets for --metric ipc"));
+  now[0].timing.reset();
+  options.metric = DiffMetric::kTime;
+  EXPECT_THAT(std::string(DiffProfiles(base, now, options).status().message()),
+              HasSubstr("b: no timing for --metric time"));
+}
+
 }  // namespace
 }  // namespace ptkit::decoder
