@@ -465,8 +465,16 @@ std::string NoiseNote(const DiffResult& d, const DiffOptions& o) {
       runs < 4 ? " (needs at least 4 runs a side to reach p < 0.05)" : "");
 }
 
-std::string FormatDiffText(const DiffResult& d, const DiffOptions& o) {
+std::string FormatDiffText(const DiffResult& d, const DiffOptions& o, bool color) {
   const DiffMetric m = d.metric;
+  // ANSI SGR: red for worse, green for better, bold red for what fails.
+  auto paint = [color](const std::string& text, const char* sgr) {
+    return color && !text.empty() ? fmt::format("\x1b[{}m{}\x1b[0m", sgr, text) : text;
+  };
+  constexpr const char* kRed = "31";
+  constexpr const char* kGreen = "32";
+  constexpr const char* kBoldRed = "1;31";
+  constexpr const char* kBold = "1";
   std::string out;
   auto it = std::back_inserter(out);
   fmt::format_to(it, "# metric: {}; base: {}; new: {}\n", DiffMetricName(m), Runs(d.base),
@@ -474,31 +482,65 @@ std::string FormatDiffText(const DiffResult& d, const DiffOptions& o) {
   if (Timed(m)) fmt::format_to(it, "# {}\n", NoiseNote(d, o));
   for (const DiffSide* side : {&d.base, &d.now}) {
     for (const std::string& why : side->incomplete) {
-      fmt::format_to(it, "# warning: {} side incomplete: {}: counts may not be comparable\n",
-                     side == &d.base ? "base" : "new", why);
+      fmt::format_to(it, "# {}\n",
+                     paint(fmt::format("warning: {} side incomplete: {}: counts may not be "
+                                       "comparable",
+                                       side == &d.base ? "base" : "new", why),
+                           kRed));
     }
   }
   fmt::format_to(it, "# total {}: {} -> {} ({}, {}{})\n", TotalName(m), Value(d.base.total, m),
                  Value(d.now.total, m), Signed(d.total_change, m), PercentText(d.total_change_pct),
                  d.total_noise ? ", " + NoiseText(d.total_noise) : "");
   fmt::format_to(it, "# {}\n", Summary(d));
-  const std::string noise_header = Timed(m) ? fmt::format(" {:>9}", "p") : "";
-  fmt::format_to(it, "\n{:>12} {:>12} {:>12} {:>9}{}  {}\n", "base", "new", "change", "change%",
-                 noise_header, "function [image]");
-  size_t shown = 0;
+  // The table: each number column as wide as its widest cell.
+  using Cells = std::vector<std::string>;
+  std::vector<Cells> cells = {{"base", "new", "change", "change%"}};
+  if (Timed(m)) cells[0].push_back("p");
+  std::vector<const DiffRow*> rows;
   for (const DiffRow& r : d.rows) {
     if (!Shown(r)) continue;
-    ++shown;
-    const std::string noise =
-        Timed(m) ? fmt::format(" {:>9}", r.noise ? fmt::format("{:.3g}", r.noise->p) : "-") : "";
-    fmt::format_to(it, "{:>12} {:>12} {:>12} {:>9}{}  {} [{}]{}\n", Value(r.base_value, m),
-                   Value(r.new_value, m), Signed(r.change, m), ChangeText(r), noise, r.function,
-                   r.image, r.regression ? "  REGRESSION" : (r.allowed ? "  (allowed)" : ""));
+    rows.push_back(&r);
+    cells.push_back(
+        {Value(r.base_value, m), Value(r.new_value, m), Signed(r.change, m), ChangeText(r)});
+    if (Timed(m)) cells.back().push_back(r.noise ? fmt::format("{:.3g}", r.noise->p) : "-");
   }
-  if (shown == 0) fmt::format_to(it, "{:>12}  (no function changed)\n", "");
-  fmt::format_to(it, "\n{}\n", Verdict(d, o));
+  std::vector<size_t> width = {12, 12, 12, 9, 9};  // at least; wider when a cell is
+  width.resize(cells[0].size());
+  for (const Cells& row : cells) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const Cells& row, const char* sgr, const std::string& name) {
+    std::string text;
+    for (size_t c = 0; c < row.size(); ++c) {
+      text += fmt::format("{}{:>{}}", c == 0 ? "" : " ", row[c], width[c]);
+    }
+    fmt::format_to(it, "{}  {}\n", paint(text, sgr), name);
+  };
+  out += "\n";
+  line(cells[0], kBold, "function [image]");
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const DiffRow& r = *rows[i];
+    const std::optional<double> worse = WorsePercent(r.change_pct, m);
+    const bool up = r.in_base && r.in_new ? worse.value_or(0) > 0 : !r.in_base;
+    const char* sgr = r.regression ? kBoldRed : up ? kRed : kGreen;
+    line(cells[i + 1], sgr,
+         fmt::format("{} [{}]{}", r.function, r.image,
+                     r.regression ? "  " + paint("REGRESSION", kBoldRed)
+                                  : (r.allowed ? "  (allowed)" : "")));
+  }
+  if (rows.empty()) fmt::format_to(it, "{:>{}}  (no function changed)\n", "", width[0]);
+  fmt::format_to(it, "\n{}\n", paint(Verdict(d, o), d.regression() ? kBoldRed : kGreen));
   for (const std::string& reason : d.reasons) fmt::format_to(it, "  {}\n", reason);
   return out;
+}
+
+bool DiffColor(std::string_view mode, bool is_tty, const char* no_color_env, const char* term_env) {
+  if (mode == "always") return true;
+  if (mode == "never") return false;
+  const bool no_color = no_color_env != nullptr && no_color_env[0] != '\0';
+  const bool dumb = term_env != nullptr && std::string_view(term_env) == "dumb";
+  return is_tty && !no_color && !dumb;
 }
 
 std::string FormatDiffMarkdown(const DiffResult& d, const DiffOptions& o) {

@@ -8,6 +8,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -107,8 +108,14 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
                                         const DiffOptions& options);
 
 // The aligned terminal table: a header (metric, inputs, total), the functions whose metric
-// changed (new and removed ones marked), then the verdict.
-std::string FormatDiffText(const DiffResult& diff, const DiffOptions& options);
+// changed (new and removed ones marked; each number column as wide as its widest cell), then
+// the verdict. With `color`, ANSI colours: rows that got worse red, better green, regressions
+// and a failing verdict bold red.
+std::string FormatDiffText(const DiffResult& diff, const DiffOptions& options, bool color = false);
+
+// Whether --color=MODE ("auto", "always", "never") colours the output: auto on a terminal
+// (`is_tty`), unless NO_COLOR is set (https://no-color.org) or TERM is "dumb".
+bool DiffColor(std::string_view mode, bool is_tty, const char* no_color_env, const char* term_env);
 // The same as GitHub-flavoured markdown (a pull-request comment, $GITHUB_STEP_SUMMARY).
 std::string FormatDiffMarkdown(const DiffResult& diff, const DiffOptions& options);
 // One JSON document, schema ptkit-diff/1 (every function, changed or not).

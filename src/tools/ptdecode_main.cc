@@ -405,6 +405,7 @@ struct DiffFlags {
   std::string sysroot;
   std::string metric = "self";
   std::string format = "text";
+  std::string color = "auto";
   dec::DiffOptions options;
   double fail_total = -1, fail_function = -1;
 };
@@ -447,9 +448,11 @@ int RunDiff(DiffFlags& f) {
     std::fprintf(stderr, "ptdecode: %s\n", std::string(diff.status().message()).c_str());
     return kExitUsage;
   }
+  const bool color = dec::DiffColor(f.color, ::isatty(STDOUT_FILENO) == 1, std::getenv("NO_COLOR"),
+                                    std::getenv("TERM"));
   std::string text = f.format == "json"       ? dec::FormatDiffJson(*diff, f.options)
                      : f.format == "markdown" ? dec::FormatDiffMarkdown(*diff, f.options)
-                                              : dec::FormatDiffText(*diff, f.options);
+                                              : dec::FormatDiffText(*diff, f.options, color);
   if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout)) {
     return Fail(absl::DataLossError("write error on output"));
   }
@@ -491,6 +494,10 @@ void AddDiffCommand(CLI::App& app, DiffFlags& f, int& exit_code) {
                 "Exit 3 when a run had decode errors or lost trace (incomplete counts)");
   cmd->add_option("--format", f.format, "text (default), markdown or json (schema ptkit-diff/1)")
       ->check(CLI::IsMember({"text", "markdown", "json"}));
+  cmd->add_option("--color", f.color,
+                  "Colour the text table: auto (on a terminal, unless NO_COLOR is set; the "
+                  "default), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_option("--sysroot", f.sysroot,
                   "Look for the recordings' mapped files and their debug files under DIR");
   cmd->callback([&] { exit_code = RunDiff(f); });

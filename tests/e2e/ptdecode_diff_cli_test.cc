@@ -177,6 +177,10 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
   EXPECT_THAT(t.out, HasSubstr(fmt::format("{:>12} {:>12} {:>12}", work_base, work_more,
                                            "+" + std::to_string(work_more - work_base))));
   EXPECT_THAT(t.out, HasSubstr("REGRESSION beyond --fail-function 10%"));
+  EXPECT_EQ(t.out.find('\x1b'), std::string::npos);  // not a terminal: no colour
+  auto colored = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function",
+                             "10", "--min-instructions", "100", "--color=always"});
+  EXPECT_THAT(colored.out, HasSubstr("\x1b[1;31mREGRESSION beyond --fail-function 10%"));
 
   // Accepted by --allow; not checked under --min-instructions; inclusive shows main too.
   EXPECT_EQ(RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function", "10",

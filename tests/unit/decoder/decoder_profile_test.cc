@@ -267,5 +267,45 @@ TEST(DiffTest, IpcFallingIsTheRegression) {
               HasSubstr("b: no timing for --metric time"));
 }
 
+TEST(DiffTest, TextIsAlignedAndColouredOnRequest) {
+  Profile base = Make("a", {{"slower", "/x", 0x10, 100, 100, 1},
+                            {"faster", "/x", 0x20, 50, 50, 1},
+                            {"huge", "/x", 0x30, 1'000'000'000'000, 1'000'000'000'000, 1}});
+  Profile now = Make("b", {{"slower", "/x", 0x10, 150, 150, 1},
+                           {"faster", "/x", 0x20, 40, 40, 1},
+                           {"huge", "/x", 0x30, 1'000'000'000'001, 1'000'000'000'001, 1}});
+  DiffOptions options;
+  options.fail_function_pct = 10;
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok());
+  const std::string plain = FormatDiffText(*d, options);
+  EXPECT_EQ(plain.find('\x1b'), std::string::npos);
+  // A 13-digit count widens its columns; every row's function starts in the same column.
+  EXPECT_THAT(plain, HasSubstr("\n         base           new       change   change%  function"));
+  EXPECT_THAT(plain, HasSubstr("\n          100           150          +50   +50.00%  slower [x]"));
+  EXPECT_THAT(plain, HasSubstr("\n1000000000000 1000000000001           +1    +0.00%  huge [x]"));
+  // Sorted by absolute change: slower (+50), faster (-10), huge (+1).
+  EXPECT_LT(plain.find("slower"), plain.find("faster"));
+  EXPECT_LT(plain.find("faster"), plain.find("huge"));
+  const std::string colored = FormatDiffText(*d, options, true);
+  EXPECT_THAT(colored,
+              HasSubstr("\x1b[1;31m          100           150          +50   +50.00%\x1b[0m"
+                        "  slower [x]  \x1b[1;31mREGRESSION\x1b[0m\n"));
+  EXPECT_THAT(colored, HasSubstr("\x1b[32m           50            40          -10   -20.00%\x1b[0m"
+                                 "  faster [x]\n"));
+  EXPECT_THAT(colored, HasSubstr("\x1b[31m1000000000000 1000000000001"));
+  EXPECT_THAT(colored, HasSubstr("\x1b[1;31mREGRESSION beyond --fail-function 10%"));
+}
+
+TEST(DiffTest, ColourOnATerminalUnlessSaidOtherwise) {
+  EXPECT_TRUE(DiffColor("auto", true, nullptr, "xterm-256color"));
+  EXPECT_FALSE(DiffColor("auto", false, nullptr, "xterm"));
+  EXPECT_FALSE(DiffColor("auto", true, "1", "xterm"));
+  EXPECT_TRUE(DiffColor("auto", true, "", "xterm"));  // NO_COLOR set but empty: no effect
+  EXPECT_FALSE(DiffColor("auto", true, nullptr, "dumb"));
+  EXPECT_TRUE(DiffColor("always", false, "1", "dumb"));
+  EXPECT_FALSE(DiffColor("never", true, nullptr, "xterm"));
+}
+
 }  // namespace
 }  // namespace ptkit::decoder
