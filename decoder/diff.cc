@@ -61,11 +61,24 @@ double CyclesPerTick(const Profile& p) {
              : 0;
 }
 
-std::map<Key, DiffCounts> Keyed(const Profile& p) {
+// A row's name in `group` (the key's second half).
+std::string GroupName(const Profile& p, const ProfileFunction& fn, DiffGroup group) {
+  switch (group) {
+    case DiffGroup::kImage:
+      return std::string(Basename(fn.image));
+    case DiffGroup::kSourceFile:
+      return fn.source.empty() ? std::string("[no line info]") : std::string(Basename(fn.source));
+    case DiffGroup::kFunction:
+      break;
+  }
+  return MatchName(p, fn);
+}
+
+std::map<Key, DiffCounts> Keyed(const Profile& p, const DiffOptions& options) {
   std::map<Key, DiffCounts> out;
   const double ns = NsPerTick(p), cycles = CyclesPerTick(p);
   for (const ProfileFunction& fn : p.functions) {
-    DiffCounts& c = out[{std::string(Basename(fn.image)), MatchName(p, fn)}];
+    DiffCounts& c = out[{std::string(Basename(fn.image)), GroupName(p, fn, options.group_by)}];
     c.self += fn.self;
     c.inclusive += fn.inclusive;
     c.calls += fn.calls;
@@ -171,10 +184,11 @@ struct SideCounts {
 
 // Per key, the median of each count over the runs. Every key seen in a run gets an entry in
 // `seen`, set to true when `base`.
-std::map<Key, SideCounts> MedianCounts(std::span<const Profile> runs, DiffMetric metric,
+std::map<Key, SideCounts> MedianCounts(std::span<const Profile> runs, const DiffOptions& options,
                                        std::map<Key, bool>& seen, bool base) {
+  const DiffMetric metric = options.metric;
   std::vector<std::map<Key, DiffCounts>> keyed;
-  for (const Profile& p : runs) keyed.push_back(Keyed(p));
+  for (const Profile& p : runs) keyed.push_back(Keyed(p, options));
   std::map<Key, SideCounts> out;
   for (const auto& run : keyed) {
     for (const auto& [key, counts] : run) {
@@ -278,14 +292,28 @@ size_t CountIf(const DiffResult& d, bool (*pred)(const DiffRow&)) {
   return static_cast<size_t>(std::count_if(d.rows.begin(), d.rows.end(), pred));
 }
 
+// What a row is, in words.
+const char* Noun(DiffGroup group) {
+  return group == DiffGroup::kImage        ? "image"
+         : group == DiffGroup::kSourceFile ? "source file"
+                                           : "function";
+}
+std::string Plural(DiffGroup group) { return std::string(Noun(group)) + "s"; }
+
+// A row as the text table names it: "function [image]", or the image.
+std::string RowName(const DiffResult& d, const DiffRow& r) {
+  if (d.group_by == DiffGroup::kImage) return r.image;
+  return fmt::format("{} [{}]", r.function, r.image);
+}
+
 std::string Summary(const DiffResult& d) {
   const size_t both = CountIf(d, [](const DiffRow& r) { return r.in_base && r.in_new; });
   const size_t added = CountIf(d, [](const DiffRow& r) { return !r.in_base; });
   const size_t removed = CountIf(d, [](const DiffRow& r) { return !r.in_new; });
   const size_t changed =
       CountIf(d, [](const DiffRow& r) { return r.in_base && r.in_new && r.change != 0; });
-  return fmt::format("functions: {} in both ({} changed), {} new, {} removed", both, changed, added,
-                     removed);
+  return fmt::format("{}: {} in both ({} changed), {} new, {} removed", Plural(d.group_by), both,
+                     changed, added, removed);
 }
 
 }  // namespace
@@ -302,6 +330,18 @@ const char* DiffMetricName(DiffMetric metric) {
       return "time";
     case DiffMetric::kIpc:
       return "ipc";
+  }
+  return "?";
+}
+
+const char* DiffGroupName(DiffGroup group) {
+  switch (group) {
+    case DiffGroup::kFunction:
+      return "function";
+    case DiffGroup::kImage:
+      return "image";
+    case DiffGroup::kSourceFile:
+      return "source-file";
   }
   return "?";
 }
@@ -373,15 +413,22 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
     return absl::InvalidArgumentError("diff needs at least one run on each side (BASE and NEW)");
   }
   const DiffMetric metric = options.metric;
+  if (metric == DiffMetric::kInclusive && options.group_by != DiffGroup::kFunction) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--metric inclusive with --group-by {}: the inclusive counts of a group's functions "
+        "overlap (a caller's include its callees'), so their sum means nothing; use self",
+        DiffGroupName(options.group_by)));
+  }
   PTKIT_RETURN_IF_ERROR(CheckTiming(base, metric));
   PTKIT_RETURN_IF_ERROR(CheckTiming(now, metric));
   DiffResult d;
   d.metric = metric;
+  d.group_by = options.group_by;
   d.base = MakeSide(base, metric);
   d.now = MakeSide(now, metric);
   std::map<Key, bool> in_base;
-  std::map<Key, SideCounts> b = MedianCounts(base, metric, in_base, true);
-  std::map<Key, SideCounts> n = MedianCounts(now, metric, in_base, false);
+  std::map<Key, SideCounts> b = MedianCounts(base, options, in_base, true);
+  std::map<Key, SideCounts> n = MedianCounts(now, options, in_base, false);
   size_t common = 0;
   // A change beyond a limit counts for kTime / kIpc only when the runs differ beyond noise.
   auto significant = [&](const std::optional<MannWhitney>& noise) {
@@ -415,8 +462,8 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
           significant(row.noise)) {
         row.regression = true;
         d.reasons.push_back(
-            fmt::format("{} [{}]: {} {} -> {} ({}{}) > --fail-function {}%", row.function,
-                        row.image, DiffMetricName(metric), Value(row.base_value, metric),
+            fmt::format("{}: {} {} -> {} ({}{}) > --fail-function {}%", RowName(d, row),
+                        DiffMetricName(metric), Value(row.base_value, metric),
                         Value(row.new_value, metric), PercentText(row.change_pct),
                         row.noise ? ", " + NoiseText(row.noise) : "", *options.fail_function_pct));
       }
@@ -518,18 +565,21 @@ std::string FormatDiffText(const DiffResult& d, const DiffOptions& o, bool color
     fmt::format_to(it, "{}  {}\n", paint(text, sgr), name);
   };
   out += "\n";
-  line(cells[0], kBold, "function [image]");
+  line(cells[0], kBold,
+       d.group_by == DiffGroup::kImage ? "image" : fmt::format("{} [image]", Noun(d.group_by)));
   for (size_t i = 0; i < rows.size(); ++i) {
     const DiffRow& r = *rows[i];
     const std::optional<double> worse = WorsePercent(r.change_pct, m);
     const bool up = r.in_base && r.in_new ? worse.value_or(0) > 0 : !r.in_base;
     const char* sgr = r.regression ? kBoldRed : up ? kRed : kGreen;
     line(cells[i + 1], sgr,
-         fmt::format("{} [{}]{}", r.function, r.image,
+         fmt::format("{}{}", RowName(d, r),
                      r.regression ? "  " + paint("REGRESSION", kBoldRed)
                                   : (r.allowed ? "  (allowed)" : "")));
   }
-  if (rows.empty()) fmt::format_to(it, "{:>{}}  (no function changed)\n", "", width[0]);
+  if (rows.empty()) {
+    fmt::format_to(it, "{:>{}}  (no {} changed)\n", "", width[0], Noun(d.group_by));
+  }
   fmt::format_to(it, "\n{}\n", paint(Verdict(d, o), d.regression() ? kBoldRed : kGreen));
   for (const std::string& reason : d.reasons) fmt::format_to(it, "  {}\n", reason);
   return out;
@@ -565,21 +615,26 @@ std::string FormatDiffMarkdown(const DiffResult& d, const DiffOptions& o) {
   fmt::format_to(it, "Total {}: {} → {} ({}, {}{}). {}.\n\n", TotalName(m), Value(d.base.total, m),
                  Value(d.now.total, m), Signed(d.total_change, m), PercentText(d.total_change_pct),
                  d.total_noise ? ", " + NoiseText(d.total_noise) : "", Summary(d));
-  fmt::format_to(it, "| function | image | base | new | change | change % |{}\n",
-                 Timed(m) ? " p |" : "");
-  fmt::format_to(it, "|:--|:--|--:|--:|--:|--:|{}\n", Timed(m) ? "--:|" : "");
+  // By image the image is the row's name: no image column.
+  const bool by_image = d.group_by == DiffGroup::kImage;
+  fmt::format_to(it, "| {} |{} base | new | change | change % |{}\n", Noun(d.group_by),
+                 by_image ? "" : " image |", Timed(m) ? " p |" : "");
+  fmt::format_to(it, "|:--|{}--:|--:|--:|--:|{}\n", by_image ? "" : ":--|", Timed(m) ? "--:|" : "");
   size_t shown = 0;
   for (const DiffRow& r : d.rows) {
     if (!Shown(r)) continue;
     ++shown;
     fmt::format_to(
-        it, "| `{}`{} | {} | {} | {} | {} | {} |{}\n", cell(r.function),
-        r.regression ? " **regression**" : (r.allowed ? " (allowed)" : ""), cell(r.image),
-        Value(r.base_value, m), Value(r.new_value, m), Signed(r.change, m), ChangeText(r),
+        it, "| `{}`{} |{} {} | {} | {} | {} |{}\n", cell(by_image ? r.image : r.function),
+        r.regression ? " **regression**" : (r.allowed ? " (allowed)" : ""),
+        by_image ? "" : " " + cell(r.image) + " |", Value(r.base_value, m), Value(r.new_value, m),
+        Signed(r.change, m), ChangeText(r),
         Timed(m) ? fmt::format(" {} |", r.noise ? fmt::format("{:.3g}", r.noise->p) : "-") : "");
   }
-  if (shown == 0)
-    fmt::format_to(it, "| (no function changed) | | | | | |{}\n", Timed(m) ? " |" : "");
+  if (shown == 0) {
+    fmt::format_to(it, "| (no {} changed) |{} | | | |{}\n", Noun(d.group_by), by_image ? "" : " |",
+                   Timed(m) ? " |" : "");
+  }
   fmt::format_to(it, "\n{}.\n", Verdict(d, o));
   for (const std::string& reason : d.reasons) fmt::format_to(it, "- {}\n", cell(reason));
   return out;
@@ -615,6 +670,7 @@ std::string FormatDiffJson(const DiffResult& d, const DiffOptions& o) {
   Json doc;
   doc["schema"] = "ptkit-diff/1";
   doc["metric"] = DiffMetricName(m);
+  doc["group_by"] = DiffGroupName(d.group_by);
   doc["base"] = side(d.base);
   doc["new"] = side(d.now);
   doc["total"] = {{"base", value(d.base.total)},     {"new", value(d.now.total)},
@@ -679,13 +735,18 @@ absl::StatusOr<uint64_t> CountCycles(const Recording& r) {
 }  // namespace
 
 absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options,
-                                    bool timing) {
+                                    const ProfileSinkOptions& extra) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoStatus(fmt::format("open {}", path));
   char first = 0;
   while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
   }
   if (first == '{') {
+    if (extra.timing || extra.source_files) {
+      return absl::FailedPreconditionError(
+          fmt::format("{}: a stats --json document has no {}; give the trace.pt", path,
+                      extra.timing ? "timing" : "source files"));
+    }
     std::ostringstream text;
     text << first << in.rdbuf();
     auto profile = ProfileFromJson(text.str());
@@ -702,7 +763,7 @@ absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOpti
   output.trace_name = path;
   output.clock = TscClockFromMetadata(recording.metadata);
   Profile profile;
-  auto sink = MakeProfileSink(*empty, output, &profile, timing);
+  auto sink = MakeProfileSink(*empty, output, &profile, extra);
   PTKIT_ASSIGN_OR_RETURN(DecodeTotals totals, DecodeRecording(recording, options, *sink));
   if (totals.instructions == 0) {
     return absl::FailedPreconditionError(

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "decoder/container_input.h"
 #include "decoder/profile.h"
+#include "decoder/sinks.h"
 
 namespace ptkit::decoder {
 
@@ -38,8 +39,17 @@ struct MannWhitney {
 };
 MannWhitney MannWhitneyU(std::span<const double> a, std::span<const double> b);
 
+// What a row is.
+enum class DiffGroup {
+  kFunction,    // a function, by (image file name, function name)
+  kImage,       // an image file, by its file name: the sum of its functions
+  kSourceFile,  // a source file, by (image file name, source file name) (the DWARF file of
+                // each function's first instruction; "[no line info]" for those without)
+};
+
 struct DiffOptions {
   DiffMetric metric = DiffMetric::kSelf;
+  DiffGroup group_by = DiffGroup::kFunction;
   // Regression when the total (instructions; calls for kCalls) grew by more than this percent.
   std::optional<double> fail_total_pct;
   // Regression when a function in both sides grew by more than this percent, unless its metric
@@ -61,11 +71,13 @@ struct DiffCounts {
   double cycles = 0;   // self cycles: its ticks times the run's CYC cycles per tick
 };
 
-// One function, matched across the sides by (image file name, name).
+// One function (or image, source file: DiffGroup), matched across the sides by (image file
+// name, name).
 struct DiffRow {
   std::string image;     // the image's file name (no directory)
   std::string function;  // its name; code without a symbol: "symbol+0xOFFSET" when a function
-                         // of the same image below it ran, else its "sub_ADDRESS" name
+                         // of the same image below it ran, else its "sub_ADDRESS" name.
+                         // kImage: the image's file name; kSourceFile: the source file's
   bool in_base = false, in_new = false;
   DiffCounts base, now;                  // each the median over the side's runs
   double base_value = 0, new_value = 0;  // the metric (kIpc: the median of the runs' IPC)
@@ -86,6 +98,7 @@ struct DiffSide {
 
 struct DiffResult {
   DiffMetric metric = DiffMetric::kSelf;
+  DiffGroup group_by = DiffGroup::kFunction;
   DiffSide base, now;
   double total_change = 0;
   std::optional<double> total_change_pct;
@@ -96,13 +109,17 @@ struct DiffResult {
   bool regression() const { return !reasons.empty(); }
 };
 
+// "function", "image", "source-file".
+const char* DiffGroupName(DiffGroup group);
+
 // "self", "inclusive", "calls", "time", "ipc".
 const char* DiffMetricName(DiffMetric metric);
 
 // Compares the runs of each side (at least one each). With several runs per side each count is
 // the median of the runs (the lower middle one for an even number; a function absent from a
 // run counts 0 there). Errors: kInvalidArgument when no side is given, or when the sides have
-// no function in common (different programs); kFailedPrecondition for kTime / kIpc when a run
+// no function in common (different programs), or for kInclusive with a group other than
+// kFunction (nested calls would count twice); kFailedPrecondition for kTime / kIpc when a run
 // has no timing (or no TSC frequency; kIpc: no CYC packets), naming it.
 absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span<const Profile> now,
                                         const DiffOptions& options);
@@ -122,11 +139,11 @@ std::string FormatDiffMarkdown(const DiffResult& diff, const DiffOptions& option
 std::string FormatDiffJson(const DiffResult& diff, const DiffOptions& options);
 
 // One side's run: a `stats --json` document (first non-blank byte '{'), or a trace.pt decoded
-// as `stats` does with `options`; with `timing`, each function's time too and the cycles of
-// the trace's CYC packets. Errors: unreadable file, ProfileFromJson's, those of OpenRecording
-// and DecodeRecording.
+// as `stats` does with `options` and `extra` (with timing, also the cycles of the trace's CYC
+// packets). Errors: unreadable file, ProfileFromJson's, those of OpenRecording and
+// DecodeRecording.
 absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options,
-                                    bool timing = false);
+                                    const ProfileSinkOptions& extra = {});
 
 }  // namespace ptkit::decoder
 

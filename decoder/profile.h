@@ -29,6 +29,8 @@ struct ProfileFunction {
   // With timing: the TSC ticks of its self time (each interval between two time updates split
   // over the functions that ran in it, by their instructions).
   uint64_t ticks = 0;
+  // With source files: the source file of its first instruction (DWARF), "" when unknown.
+  std::string source;
   bool operator==(const ProfileFunction&) const = default;
 };
 

@@ -83,12 +83,18 @@ std::unique_ptr<Sink> MakeCallsSink(const ProgramImage& image, std::FILE* out,
 // `stats`: per function and per image: instructions (self, inclusive), calls; totals; errors.
 std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options);
+// What the profile sink adds to what `stats` computes.
+struct ProfileSinkOptions {
+  // When the trace has timing packets, each function's self time in TSC ticks too
+  // (Profile::timing, its tsc_hz from OutputOptions::clock; a decoder time call per block).
+  bool timing = false;
+  // Each function's source file (ProfileFunction::source) from the DWARF line tables.
+  bool source_files = false;
+};
 // What `stats` computes, stored in `*profile` (which must outlive the sink) at Finish instead of
-// printed; `options.trace_name` names the trace in it. With `timing`, and when the trace has
-// timing packets, each function's self time in TSC ticks too (Profile::timing, its tsc_hz
-// from options.clock; a decoder time call per block).
+// printed; `options.trace_name` names the trace in it.
 std::unique_ptr<Sink> MakeProfileSink(const ProgramImage& image, const OutputOptions& options,
-                                      Profile* profile, bool timing = false);
+                                      Profile* profile, const ProfileSinkOptions& extra = {});
 // `folded`: "caller;callee count" lines for flamegraph.pl, weighted by instructions or, with
 // FoldedWeight::kTime, by TSC ticks: each decoder time update closes an interval whose ticks
 // are split over the stacks that executed instructions in it, in proportion to their

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -11,6 +12,7 @@
 #include "decoder/output_format.h"
 #include "decoder/profile.h"
 #include "decoder/sinks.h"
+#include "decoder/srcline.h"
 #include "decoder/tick_splitter.h"
 
 namespace ptkit::decoder {
@@ -21,9 +23,9 @@ class StatsSink : public FlowSink {
   // Prints the report to `out`, or with `profile_out` stores the profile there instead.
   // With `timing`, each function's self time too (Profile::timing), split as TickSplitter says.
   StatsSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options,
-            Profile* profile_out = nullptr, bool timing = false)
-      : FlowSink(image), out_(out), options_(options), profile_out_(profile_out) {
-    wants_time_ = timing;
+            Profile* profile_out = nullptr, const ProfileSinkOptions& extra = {})
+      : FlowSink(image), out_(out), options_(options), profile_out_(profile_out), extra_(extra) {
+    wants_time_ = extra.timing;
   }
   void OnTime(uint64_t now) override {
     if (wants_time_) ticks_.OnTime(timed(), tsc(), now);
@@ -126,6 +128,8 @@ class StatsSink : public FlowSink {
     }
     p.warnings = totals.warnings;
     if (wants_time_ && ticks_.timed()) p.timing = ProfileTiming{options_.clock.tsc_hz};
+    std::optional<SourceLines> lines;
+    if (extra_.source_files) lines.emplace(nullptr);
     std::map<std::pair<std::string, std::string>, size_t> row_of;  // (image, name) -> row
     for (uint32_t i = 0; i < functions_.size(); ++i) {
       const Function& fn = functions_[i];
@@ -137,6 +141,10 @@ class StatsSink : public FlowSink {
       if (inserted) {
         p.functions.push_back(
             {fn.name, std::move(image), fn.address, fn.self, fn.inclusive, fn.calls, ticks});
+        if (lines && fn.file >= 0) {
+          const std::string* at = lines->Lookup(*fn.image, fn.address);
+          if (at != nullptr) p.functions.back().source = at->substr(0, at->rfind(':'));
+        }
         continue;
       }
       ProfileFunction& row = p.functions[it->second];
@@ -164,6 +172,7 @@ class StatsSink : public FlowSink {
   Buffer problems_;     // list_problems: the lines, in trace order
   uint64_t problems_count_ = 0;
   Profile* profile_out_;
+  ProfileSinkOptions extra_;
   TickSplitter ticks_;  // with timing
 };
 
@@ -175,8 +184,8 @@ std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
 }
 
 std::unique_ptr<Sink> MakeProfileSink(const ProgramImage& image, const OutputOptions& options,
-                                      Profile* profile, bool timing) {
-  return std::make_unique<StatsSink>(image, nullptr, options, profile, timing);
+                                      Profile* profile, const ProfileSinkOptions& extra) {
+  return std::make_unique<StatsSink>(image, nullptr, options, profile, extra);
 }
 
 }  // namespace ptkit::decoder

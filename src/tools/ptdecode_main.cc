@@ -406,6 +406,7 @@ struct DiffFlags {
   std::string metric = "self";
   std::string format = "text";
   std::string color = "auto";
+  std::string group_by = "function";
   dec::DiffOptions options;
   double fail_total = -1, fail_function = -1;
 };
@@ -426,8 +427,13 @@ int RunDiff(DiffFlags& f) {
                      : f.metric == "time"    ? dec::DiffMetric::kTime
                      : f.metric == "ipc"     ? dec::DiffMetric::kIpc
                                              : dec::DiffMetric::kSelf;
-  const bool timing =
+  f.options.group_by = f.group_by == "image"         ? dec::DiffGroup::kImage
+                       : f.group_by == "source-file" ? dec::DiffGroup::kSourceFile
+                                                     : dec::DiffGroup::kFunction;
+  dec::ProfileSinkOptions extra;
+  extra.timing =
       f.options.metric == dec::DiffMetric::kTime || f.options.metric == dec::DiffMetric::kIpc;
+  extra.source_files = f.options.group_by == dec::DiffGroup::kSourceFile;
   if (f.fail_total >= 0) f.options.fail_total_pct = f.fail_total;
   if (f.fail_function >= 0) f.options.fail_function_pct = f.fail_function;
   dec::ContainerOptions container;
@@ -435,7 +441,7 @@ int RunDiff(DiffFlags& f) {
   std::vector<dec::Profile> base, now;
   for (auto [paths, runs] : {std::pair{&f.base, &base}, std::pair{&f.now, &now}}) {
     for (const std::string& path : *paths) {
-      auto profile = dec::LoadProfile(path, container, timing);
+      auto profile = dec::LoadProfile(path, container, extra);
       if (!profile.ok()) return Fail(profile.status());
       runs->push_back(std::move(*profile));
     }
@@ -471,6 +477,10 @@ void AddDiffCommand(CLI::App& app, DiffFlags& f, int& exit_code) {
                   "self (default): instructions in the function; inclusive: with its callees; "
                   "calls; time: self time in ns (TSC); ipc: instructions per cycle (CYC)")
       ->check(CLI::IsMember({"self", "inclusive", "calls", "time", "ipc"}));
+  cmd->add_option("--group-by", f.group_by,
+                  "Rows: function (default), image (its functions summed) or source-file (by "
+                  "the DWARF file of each function; trace.pt input)")
+      ->check(CLI::IsMember({"function", "image", "source-file"}));
   cmd->add_option("--alpha", f.options.alpha,
                   "time, ipc: a change counts only when Mann-Whitney U p < ALPHA (0.05)")
       ->type_name("ALPHA")

@@ -307,5 +307,68 @@ TEST(DiffTest, ColourOnATerminalUnlessSaidOtherwise) {
   EXPECT_FALSE(DiffColor("never", true, nullptr, "xterm"));
 }
 
+TEST(DiffTest, GroupByImageOrSourceFileSumsTheirFunctions) {
+  auto with_source = [](Profile p, const std::vector<std::string>& sources) {
+    for (ProfileFunction& fn : p.functions) {
+      for (const std::string& s : sources) {
+        if (s.starts_with(fn.function + "=")) fn.source = s.substr(fn.function.size() + 1);
+      }
+    }
+    return p;
+  };
+  const std::vector<std::string> sources = {"a=/src-1/a.c", "b=/src-1/b.c", "c=/src-1/b.c"};
+  Profile base = with_source(Make("x", {{"a", "/1/app", 0x10, 100, 100, 1},
+                                        {"b", "/1/app", 0x20, 10, 10, 1},
+                                        {"c", "/1/app", 0x30, 20, 20, 1},
+                                        {"memcpy", "/lib/libc.so.6", 0x50, 7, 7, 1}}),
+                             sources);
+  std::vector<std::string> moved = sources;
+  for (std::string& s : moved) s.replace(s.find("src-1"), 5, "src-2");  // another checkout
+  Profile now = with_source(Make("y", {{"a", "/2/app", 0x10, 100, 100, 1},
+                                       {"b", "/2/app", 0x20, 15, 15, 1},
+                                       {"c", "/2/app", 0x30, 25, 25, 1},
+                                       {"memcpy", "/lib/libc.so.6", 0x50, 9, 9, 1}}),
+                            moved);
+  DiffOptions options;
+  options.group_by = DiffGroup::kImage;
+  options.fail_function_pct = 10;
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->rows.size(), 2u);
+  EXPECT_EQ(d->rows[0].image, "app");
+  EXPECT_EQ(d->rows[0].function, "app");
+  EXPECT_EQ(d->rows[0].base.self, 130u);
+  EXPECT_EQ(d->rows[0].change, 10);
+  EXPECT_EQ(d->rows[1].function, "libc.so.6");
+  EXPECT_EQ(d->rows[1].change, 2);
+  EXPECT_TRUE(d->rows[1].regression);  // +28.57%
+  const std::string text = FormatDiffText(*d, options);
+  EXPECT_THAT(text, HasSubstr("change%  image\n"));
+  EXPECT_THAT(text, HasSubstr("+7.69%  app\n"));
+  EXPECT_THAT(text, HasSubstr("# images: 2 in both (2 changed)"));
+  EXPECT_THAT(text, HasSubstr("+28.57%  libc.so.6  REGRESSION\n"));
+  EXPECT_THAT(text, HasSubstr("\n  libc.so.6: self 7 -> 9 (+28.57%) > --fail-function 10%\n"));
+  EXPECT_THAT(FormatDiffMarkdown(*d, options), HasSubstr("| `app` | 130 | 140 | +10 | +7.69% |"));
+  EXPECT_THAT(FormatDiffJson(*d, options), HasSubstr("\"group_by\": \"image\""));
+
+  options.group_by = DiffGroup::kSourceFile;
+  d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->rows.size(), 3u);
+  EXPECT_EQ(d->rows[0].function, "b.c");  // b + c, matched across /src-1 and /src-2
+  EXPECT_EQ(d->rows[0].image, "app");
+  EXPECT_EQ(d->rows[0].change, 10);
+  EXPECT_EQ(d->rows[1].function, "[no line info]");  // memcpy
+  EXPECT_EQ(d->rows[2].function, "a.c");
+  EXPECT_EQ(d->rows[2].change, 0);
+  EXPECT_THAT(FormatDiffText(*d, options), HasSubstr("+33.33%  b.c [app]"));
+  EXPECT_THAT(FormatDiffMarkdown(*d, options),
+              HasSubstr("| `b.c` **regression** | app | 30 | 40 | +10 | +33.33% |"));
+
+  options.metric = DiffMetric::kInclusive;
+  EXPECT_THAT(std::string(DiffProfiles({&base, 1}, {&now, 1}, options).status().message()),
+              HasSubstr("--metric inclusive with --group-by source-file"));
+}
+
 }  // namespace
 }  // namespace ptkit::decoder
