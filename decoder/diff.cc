@@ -272,6 +272,11 @@ std::string LimitsText(const DiffOptions& o) {
                                 o.min_instructions));
   }
   if (o.fail_on_loss) parts.push_back("--fail-on-loss");
+  if (!o.limits_file.empty()) {
+    parts.push_back(fmt::format(
+        "the limits of {} ({})", o.limits_file,
+        Counted(o.function_limits.size() + (o.total_hard ? 1 : 0), "hard or per-function limit")));
+  }
   if (Timed(o.metric) && (o.fail_total_pct || o.fail_function_pct)) {
     parts.push_back(fmt::format("Mann-Whitney U p < {}", o.alpha));
   }
@@ -283,7 +288,7 @@ std::string LimitsText(const DiffOptions& o) {
 
 std::string Verdict(const DiffResult& d, const DiffOptions& o) {
   if (d.regression()) return fmt::format("REGRESSION beyond {}", LimitsText(o));
-  if (!o.fail_total_pct && !o.fail_function_pct && !o.fail_on_loss)
+  if (!o.fail_total_pct && !o.fail_function_pct && !o.fail_on_loss && o.limits_file.empty())
     return "no limits given: nothing checked";
   return fmt::format("no regression beyond {}", LimitsText(o));
 }
@@ -304,6 +309,22 @@ std::string Plural(DiffGroup group) { return std::string(Noun(group)) + "s"; }
 std::string RowName(const DiffResult& d, const DiffRow& r) {
   if (d.group_by == DiffGroup::kImage) return r.image;
   return fmt::format("{} [{}]", r.function, r.image);
+}
+
+// Whether `value` is beyond the hard limit `hard` (kIpc: below it).
+bool Beyond(double value, double hard, DiffMetric metric) {
+  return metric == DiffMetric::kIpc ? value < hard : value > hard;
+}
+
+// The limit for `row`: its (function, image) entry, else its function's without an image.
+const FunctionLimit* FindLimit(const std::vector<FunctionLimit>& limits, const DiffRow& row) {
+  const FunctionLimit* any_image = nullptr;
+  for (const FunctionLimit& l : limits) {
+    if (l.function != row.function) continue;
+    if (l.image == row.image) return &l;
+    if (l.image.empty() && any_image == nullptr) any_image = &l;
+  }
+  return any_image;
 }
 
 std::string Summary(const DiffResult& d) {
@@ -344,6 +365,111 @@ const char* DiffGroupName(DiffGroup group) {
       return "source-file";
   }
   return "?";
+}
+
+absl::Status ParseDiffLimits(std::string_view text, const std::string& name,
+                             const std::vector<std::string>& given, DiffOptions& options) {
+  using Json = nlohmann::json;
+  auto error = [&](const std::string& where, const std::string& what) {
+    return absl::InvalidArgumentError(fmt::format("limits file {}: {}: {}", name, where, what));
+  };
+  Json doc;
+  try {
+    doc = Json::parse(text.begin(), text.end());
+  } catch (const Json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        fmt::format("limits file {}: not valid JSON at byte {}: {}", name, e.byte, e.what()));
+  }
+  if (!doc.is_object()) return error("(document)", "expected an object");
+  // Checks that `obj` (at `where`) has only the `known` members.
+  auto only = [&](const Json& obj, const std::string& where,
+                  std::initializer_list<std::string_view> known) -> absl::Status {
+    if (!obj.is_object()) return error(where, "expected an object");
+    for (const auto& [key, value] : obj.items()) {
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        std::string names;
+        for (std::string_view k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+        return error(where.empty() ? key : where + "." + key,
+                     fmt::format("unknown member (known: {})", names));
+      }
+    }
+    return absl::OkStatus();
+  };
+  auto number = [&](const Json& obj, const std::string& where,
+                    const char* key) -> absl::StatusOr<std::optional<double>> {
+    auto it = obj.find(key);
+    if (it == obj.end()) return std::optional<double>();
+    if (!it->is_number() || it->get<double>() < 0) {
+      return error(where + "." + key, "expected a number >= 0");
+    }
+    return std::optional<double>(it->get<double>());
+  };
+  auto was_given = [&](std::string_view flag) {
+    return std::find(given.begin(), given.end(), flag) != given.end();
+  };
+  PTKIT_RETURN_IF_ERROR(only(doc, "", {"schema", "default", "total", "functions"}));
+  auto schema = doc.find("schema");
+  if (schema == doc.end() || !schema->is_string()) {
+    return error("schema", "missing (\"ptkit-diff-limits/1\")");
+  }
+  if (*schema != "ptkit-diff-limits/1") {
+    return error("schema", fmt::format("\"{}\" is not one this ptdecode reads "
+                                       "(ptkit-diff-limits/1)",
+                                       schema->get<std::string>()));
+  }
+  if (auto def = doc.find("default"); def != doc.end()) {
+    PTKIT_RETURN_IF_ERROR(only(*def, "default", {"soft_pct", "min_instructions"}));
+    PTKIT_ASSIGN_OR_RETURN(std::optional<double> soft, number(*def, "default", "soft_pct"));
+    if (soft && !was_given("fail_function")) options.fail_function_pct = soft;
+    if (auto min = def->find("min_instructions"); min != def->end()) {
+      if (!min->is_number_unsigned()) {
+        return error("default.min_instructions", "expected an unsigned integer");
+      }
+      if (!was_given("min_instructions")) options.min_instructions = min->get<uint64_t>();
+    }
+  }
+  if (auto total = doc.find("total"); total != doc.end()) {
+    PTKIT_RETURN_IF_ERROR(only(*total, "total", {"soft_pct", "hard"}));
+    PTKIT_ASSIGN_OR_RETURN(std::optional<double> soft, number(*total, "total", "soft_pct"));
+    if (soft && !was_given("fail_total")) options.fail_total_pct = soft;
+    PTKIT_ASSIGN_OR_RETURN(options.total_hard, number(*total, "total", "hard"));
+  }
+  if (auto functions = doc.find("functions"); functions != doc.end()) {
+    if (!functions->is_array()) return error("functions", "expected an array");
+    for (size_t i = 0; i < functions->size(); ++i) {
+      const Json& f = (*functions)[i];
+      const std::string where = fmt::format("functions[{}]", i);
+      PTKIT_RETURN_IF_ERROR(only(f, where, {"function", "image", "soft_pct", "hard"}));
+      FunctionLimit limit;
+      auto fn = f.find("function");
+      if (fn == f.end() || !fn->is_string() || fn->get<std::string>().empty()) {
+        return error(where + ".function", "expected a name");
+      }
+      limit.function = fn->get<std::string>();
+      if (auto image = f.find("image"); image != f.end()) {
+        if (!image->is_string()) return error(where + ".image", "expected a file name");
+        limit.image = image->get<std::string>();
+      }
+      PTKIT_ASSIGN_OR_RETURN(limit.limit.soft_pct, number(f, where, "soft_pct"));
+      PTKIT_ASSIGN_OR_RETURN(limit.limit.hard, number(f, where, "hard"));
+      if (!limit.limit.soft_pct && !limit.limit.hard) {
+        return error(where, "neither soft_pct nor hard: a limit that checks nothing");
+      }
+      options.function_limits.push_back(std::move(limit));
+    }
+  }
+  options.limits_file = name;
+  return absl::OkStatus();
+}
+
+absl::Status ReadDiffLimits(const std::string& path, const std::vector<std::string>& given,
+                            DiffOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus(fmt::format("open limits file {}", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return ErrnoStatus(fmt::format("read limits file {}", path));
+  return ParseDiffLimits(text.str(), path, given, options);
 }
 
 MannWhitney MannWhitneyU(std::span<const double> a, std::span<const double> b) {
@@ -426,6 +552,7 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   d.group_by = options.group_by;
   d.base = MakeSide(base, metric);
   d.now = MakeSide(now, metric);
+  std::vector<bool> used(options.function_limits.size());
   std::map<Key, bool> in_base;
   std::map<Key, SideCounts> b = MedianCounts(base, options, in_base, true);
   std::map<Key, SideCounts> n = MedianCounts(now, options, in_base, false);
@@ -452,21 +579,39 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
     row.change_pct = Percent(row.base_value, row.new_value);
     row.allowed =
         std::find(options.allow.begin(), options.allow.end(), row.function) != options.allow.end();
-    if (options.fail_function_pct && row.in_base && row.in_new) {
+    const FunctionLimit* limit = FindLimit(options.function_limits, row);
+    if (limit != nullptr) {
+      row.limit = limit->limit;
+      used[limit - options.function_limits.data()] = true;
+    }
+    const std::optional<double> soft = limit != nullptr && limit->limit.soft_pct
+                                           ? limit->limit.soft_pct
+                                           : options.fail_function_pct;
+    if (soft && row.in_base && row.in_new) {
       const uint64_t size = metric == DiffMetric::kInclusive
                                 ? std::max(row.base.inclusive, row.now.inclusive)
                                 : std::max(row.base.self, row.now.self);
-      row.checked = size >= options.min_instructions;
+      // A function named in the limits file is checked whatever its size.
+      row.checked = (limit != nullptr && limit->limit.soft_pct) || size >= options.min_instructions;
       const std::optional<double> worse = WorsePercent(row.change_pct, metric);
-      if (row.checked && !row.allowed && worse && *worse > *options.fail_function_pct &&
-          significant(row.noise)) {
+      if (row.checked && !row.allowed && worse && *worse > *soft && significant(row.noise)) {
         row.regression = true;
         d.reasons.push_back(
-            fmt::format("{}: {} {} -> {} ({}{}) > --fail-function {}%", RowName(d, row),
-                        DiffMetricName(metric), Value(row.base_value, metric),
-                        Value(row.new_value, metric), PercentText(row.change_pct),
-                        row.noise ? ", " + NoiseText(row.noise) : "", *options.fail_function_pct));
+            fmt::format("{}: {} {} -> {} ({}{}) > {}", RowName(d, row), DiffMetricName(metric),
+                        Value(row.base_value, metric), Value(row.new_value, metric),
+                        PercentText(row.change_pct), row.noise ? ", " + NoiseText(row.noise) : "",
+                        limit != nullptr && limit->limit.soft_pct
+                            ? fmt::format("soft limit {}% ({})", *soft, options.limits_file)
+                            : fmt::format("--fail-function {}%", *soft)));
       }
+    }
+    if (limit != nullptr && limit->limit.hard && row.in_new && !row.allowed &&
+        Beyond(row.new_value, *limit->limit.hard, metric)) {
+      row.regression = true;
+      d.reasons.push_back(fmt::format("{}: {} {} {} hard limit {} ({})", RowName(d, row),
+                                      DiffMetricName(metric), Value(row.new_value, metric),
+                                      metric == DiffMetric::kIpc ? "<" : ">",
+                                      Value(*limit->limit.hard, metric), options.limits_file));
     }
     d.rows.push_back(std::move(row));
   }
@@ -492,6 +637,20 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
                     Value(d.base.total, metric), Value(d.now.total, metric),
                     PercentText(d.total_change_pct),
                     d.total_noise ? ", " + NoiseText(d.total_noise) : "", *options.fail_total_pct));
+  }
+  if (options.total_hard && Beyond(d.now.total, *options.total_hard, metric)) {
+    d.total_regression = true;
+    d.reasons.insert(d.reasons.begin(),
+                     fmt::format("total {} {} {} hard limit {} ({})", TotalName(metric),
+                                 Value(d.now.total, metric), metric == DiffMetric::kIpc ? "<" : ">",
+                                 Value(*options.total_hard, metric), options.limits_file));
+  }
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (used[i]) continue;
+    const FunctionLimit& l = options.function_limits[i];
+    d.warnings.push_back(fmt::format("{}: no {} \"{}\"{} in either side: its limit checks nothing",
+                                     options.limits_file, Noun(options.group_by), l.function,
+                                     l.image.empty() ? "" : " [" + l.image + "]"));
   }
   if (options.fail_on_loss) {
     for (const DiffSide* side : {&d.base, &d.now}) {
@@ -527,6 +686,8 @@ std::string FormatDiffText(const DiffResult& d, const DiffOptions& o, bool color
   fmt::format_to(it, "# metric: {}; base: {}; new: {}\n", DiffMetricName(m), Runs(d.base),
                  Runs(d.now));
   if (Timed(m)) fmt::format_to(it, "# {}\n", NoiseNote(d, o));
+  for (const std::string& w : d.warnings)
+    fmt::format_to(it, "# {}\n", paint("warning: " + w, kRed));
   for (const DiffSide* side : {&d.base, &d.now}) {
     for (const std::string& why : side->incomplete) {
       fmt::format_to(it, "# {}\n",
@@ -606,6 +767,9 @@ std::string FormatDiffMarkdown(const DiffResult& d, const DiffOptions& o) {
   fmt::format_to(it, "Metric **{}**; base `{}`, new `{}`.\n\n", DiffMetricName(m), Runs(d.base),
                  Runs(d.now));
   if (Timed(m)) fmt::format_to(it, "{}.\n\n", NoiseNote(d, o));
+  for (const std::string& w : d.warnings) {
+    fmt::format_to(it, "> **Warning**: {}.\n\n", cell(w));
+  }
   for (const DiffSide* side : {&d.base, &d.now}) {
     for (const std::string& why : side->incomplete) {
       fmt::format_to(it, "> **Warning**: {} side incomplete: {}: counts may not be comparable.\n\n",
@@ -681,27 +845,35 @@ std::string FormatDiffJson(const DiffResult& d, const DiffOptions& o) {
                    {"min_instructions", o.min_instructions},
                    {"allow", o.allow},
                    {"fail_on_loss", o.fail_on_loss},
-                   {"alpha", o.alpha}};
+                   {"alpha", o.alpha},
+                   {"file", o.limits_file.empty() ? Json() : Json(o.limits_file)},
+                   {"total_hard", o.total_hard ? Json(*o.total_hard) : Json()}};
   Json rows = Json::array();
   for (const DiffRow& r : d.rows) {
-    rows.push_back({{"function", r.function},
-                    {"image", r.image},
-                    {"status", !r.in_base      ? "new"
-                               : !r.in_new     ? "removed"
-                               : r.change != 0 ? "changed"
-                                               : "same"},
-                    {"base", r.in_base ? counts(r.base) : Json()},
-                    {"new", r.in_new ? counts(r.now) : Json()},
-                    {"base_value", value(r.base_value)},
-                    {"new_value", value(r.new_value)},
-                    {"change", value(r.change)},
-                    {"change_pct", pct(r.change_pct)},
-                    {"noise", noise(r.noise)},
-                    {"checked", r.checked},
-                    {"allowed", r.allowed},
-                    {"regression", r.regression}});
+    rows.push_back(
+        {{"function", r.function},
+         {"image", r.image},
+         {"status", !r.in_base      ? "new"
+                    : !r.in_new     ? "removed"
+                    : r.change != 0 ? "changed"
+                                    : "same"},
+         {"base", r.in_base ? counts(r.base) : Json()},
+         {"new", r.in_new ? counts(r.now) : Json()},
+         {"base_value", value(r.base_value)},
+         {"new_value", value(r.new_value)},
+         {"change", value(r.change)},
+         {"change_pct", pct(r.change_pct)},
+         {"noise", noise(r.noise)},
+         {"checked", r.checked},
+         {"limit", r.limit
+                       ? Json{{"soft_pct", r.limit->soft_pct ? Json(*r.limit->soft_pct) : Json()},
+                              {"hard", r.limit->hard ? Json(*r.limit->hard) : Json()}}
+                       : Json()},
+         {"allowed", r.allowed},
+         {"regression", r.regression}});
   }
   doc["functions"] = rows;
+  doc["warnings"] = d.warnings;
   doc["regressions"] = d.reasons;
   doc["regression"] = d.regression();
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";

@@ -47,6 +47,21 @@ enum class DiffGroup {
                 // each function's first instruction; "[no line info]" for those without)
 };
 
+// A limit of the limits file (ParseDiffLimits), as gungraun's: soft in percent of the base,
+// hard in the metric's own unit (instructions, calls, ns; kIpc: the least IPC allowed).
+struct DiffLimit {
+  std::optional<double> soft_pct;
+  std::optional<double> hard;
+};
+
+// A per-function (or per-group) limit: `function` as the rows name it, `image` its image's
+// file name ("" any).
+struct FunctionLimit {
+  std::string function;
+  std::string image;
+  DiffLimit limit;
+};
+
 struct DiffOptions {
   DiffMetric metric = DiffMetric::kSelf;
   DiffGroup group_by = DiffGroup::kFunction;
@@ -63,7 +78,28 @@ struct DiffOptions {
   // kTime, kIpc: a change beyond a limit counts only when the runs of the two sides differ
   // with Mann-Whitney U p < alpha.
   double alpha = 0.05;
+  // From a limits file: the total's hard limit, and per-function limits. A function's soft
+  // limit replaces fail_function_pct for it and is checked whatever its size; its hard limit
+  // fails when its new value is beyond it (also for a new function). --allow accepts both.
+  std::optional<double> total_hard;
+  std::vector<FunctionLimit> function_limits;
+  std::string limits_file;  // its name, for the messages
 };
+
+// Reads a limits file (JSON, schema ptkit-diff-limits/1, man/ptdecode.1) into `options`:
+//   {"schema": "ptkit-diff-limits/1",
+//    "default": {"soft_pct": X, "min_instructions": N},   -- --fail-function, --min-instructions
+//    "total": {"soft_pct": X, "hard": X},                 -- --fail-total, and a hard limit
+//    "functions": [{"function": "name", "image": "file", "soft_pct": X, "hard": X}, ...]}
+// Every member is optional but the schema; options given on the command line (already in
+// `options`, `given` says which: "fail_total", "fail_function", "min_instructions") win.
+// Errors: kInvalidArgument naming the file and the member (a negative or mistyped number, an
+// unknown member, another schema), JSON syntax errors with their byte offset.
+absl::Status ParseDiffLimits(std::string_view text, const std::string& name,
+                             const std::vector<std::string>& given, DiffOptions& options);
+// ParseDiffLimits of the file at `path`. Errors: its, and the file's (open, read).
+absl::Status ReadDiffLimits(const std::string& path, const std::vector<std::string>& given,
+                            DiffOptions& options);
 
 struct DiffCounts {
   uint64_t self = 0, inclusive = 0, calls = 0;
@@ -86,6 +122,7 @@ struct DiffRow {
   std::optional<MannWhitney> noise;      // kTime, kIpc: the test of the runs' values
   bool checked = false;                  // --fail-function applied to it
   bool allowed = false;                  // named by --allow
+  std::optional<DiffLimit> limit;        // the limits file's for it
   bool regression = false;               // grew beyond --fail-function (and not allowed)
 };
 
@@ -104,8 +141,9 @@ struct DiffResult {
   std::optional<double> total_change_pct;
   std::optional<MannWhitney> total_noise;  // kTime, kIpc
   bool total_regression = false;
-  std::vector<DiffRow> rows;         // sorted by |change| (descending), then image, name
-  std::vector<std::string> reasons;  // one line per limit exceeded
+  std::vector<DiffRow> rows;          // sorted by |change| (descending), then image, name
+  std::vector<std::string> reasons;   // one line per limit exceeded
+  std::vector<std::string> warnings;  // e.g. a limit for a function neither side has
   bool regression() const { return !reasons.empty(); }
 };
 

@@ -407,6 +407,8 @@ struct DiffFlags {
   std::string format = "text";
   std::string color = "auto";
   std::string group_by = "function";
+  std::string limits;  // --limits FILE
+  bool min_instructions_given = false;
   dec::DiffOptions options;
   double fail_total = -1, fail_function = -1;
 };
@@ -436,6 +438,15 @@ int RunDiff(DiffFlags& f) {
   extra.source_files = f.options.group_by == dec::DiffGroup::kSourceFile;
   if (f.fail_total >= 0) f.options.fail_total_pct = f.fail_total;
   if (f.fail_function >= 0) f.options.fail_function_pct = f.fail_function;
+  if (!f.limits.empty()) {
+    std::vector<std::string> given;
+    if (f.fail_total >= 0) given.push_back("fail_total");
+    if (f.fail_function >= 0) given.push_back("fail_function");
+    if (f.min_instructions_given) given.push_back("min_instructions");
+    absl::Status limits = dec::ReadDiffLimits(f.limits, given, f.options);
+    if (absl::IsInvalidArgument(limits)) return UsageError(std::string(limits.message()));
+    if (!limits.ok()) return Fail(limits);
+  }
   dec::ContainerOptions container;
   container.sysroot = f.sysroot;
   std::vector<dec::Profile> base, now;
@@ -495,7 +506,12 @@ void AddDiffCommand(CLI::App& app, DiffFlags& f, int& exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--min-instructions", f.options.min_instructions,
                   "--fail-function checks only functions with at least N instructions")
-      ->type_name("N");
+      ->type_name("N")
+      ->each([&f](const std::string&) { f.min_instructions_given = true; });
+  cmd->add_option("--limits", f.limits,
+                  "JSON limits file (schema ptkit-diff-limits/1): per-function soft (%) and hard "
+                  "(absolute) limits, defaults; the flags above win over its defaults")
+      ->type_name("FILE");
   cmd->add_option("--allow", f.options.allow, "Accept the change of FUNCTION (repeatable)")
       ->type_name("FUNCTION")
       ->allow_extra_args(false)

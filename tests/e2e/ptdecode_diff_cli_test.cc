@@ -202,6 +202,27 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
   }
   EXPECT_THAT(regressed, ::testing::IsSupersetOf({"work", "main"}));
 
+  // A limits file: work's hard limit at the ground truth's count passes, one below fails.
+  for (uint64_t hard : {work_more, work_more - 1}) {
+    const std::string limits = Dir() + "limits.json";
+    std::ofstream(limits) << fmt::format(
+        R"({{"schema": "ptkit-diff-limits/1",
+            "functions": [{{"function": "work", "image": "e2e_diff_work", "hard": {}}}]}})",
+        hard);
+    auto l =
+        RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--limits", limits});
+    EXPECT_EQ(l.exit_code, hard == work_more ? 0 : 3) << l.err << l.out;
+    if (hard != work_more) {
+      EXPECT_THAT(l.out, HasSubstr(fmt::format("work [e2e_diff_work]: self {} > hard limit {}",
+                                               work_more, hard)));
+    }
+  }
+  const std::string bad = Dir() + "bad_limits.json";
+  std::ofstream(bad) << R"({"schema": "ptkit-diff-limits/1", "functions": [{"hard": 3}]})";
+  auto b = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--limits", bad});
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_THAT(b.err, HasSubstr("functions[0].function: expected a name"));
+
   // Markdown for $GITHUB_STEP_SUMMARY.
   auto md = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--format",
                         "markdown", "--fail-total", "1"});

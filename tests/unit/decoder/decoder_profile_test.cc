@@ -370,5 +370,76 @@ TEST(DiffTest, GroupByImageOrSourceFileSumsTheirFunctions) {
               HasSubstr("--metric inclusive with --group-by source-file"));
 }
 
+TEST(DiffLimitsTest, SoftAndHardLimitsPerFunctionAsGungraunHas) {
+  Profile base = Make("a", {{"parse", "/1/app", 0x10, 1000, 1000, 1},
+                            {"tiny", "/1/app", 0x20, 10, 10, 1},
+                            {"hash", "/1/app", 0x30, 500, 500, 1}});
+  Profile now = Make("b", {{"parse", "/2/app", 0x10, 1080, 1080, 1},  // +8%
+                           {"tiny", "/2/app", 0x20, 12, 12, 1},       // +20%, but tiny
+                           {"hash", "/2/app", 0x30, 510, 510, 1}});   // +2%
+  const std::string limits = R"({
+    "schema": "ptkit-diff-limits/1",
+    "default": {"soft_pct": 5, "min_instructions": 100},
+    "total": {"hard": 2000},
+    "functions": [
+      {"function": "parse", "soft_pct": 10},
+      {"function": "tiny", "image": "app", "soft_pct": 15},
+      {"function": "hash", "hard": 505},
+      {"function": "gone", "hard": 1}
+    ]})";
+  DiffOptions options;
+  ASSERT_TRUE(ParseDiffLimits(limits, "limits.json", {}, options).ok());
+  EXPECT_EQ(*options.fail_function_pct, 5);
+  EXPECT_EQ(options.min_instructions, 100u);
+  EXPECT_EQ(*options.total_hard, 2000);
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  // parse: +8% is within its own soft limit (10%), though beyond the default 5%. tiny: checked
+  // (named) despite --min-instructions, +20% > 15%. hash: +2% within 5%, 510 > hard 505.
+  // total: 1602 <= 2000.
+  std::vector<std::string> expected = {
+      "tiny [app]: self 10 -> 12 (+20.00%) > soft limit 15% (limits.json)",
+      "hash [app]: self 510 > hard limit 505 (limits.json)"};
+  EXPECT_THAT(d->reasons, ::testing::UnorderedElementsAreArray(expected));
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_THAT(d->warnings[0], HasSubstr("no function \"gone\" in either side"));
+  EXPECT_THAT(FormatDiffText(*d, options), HasSubstr("# warning: limits.json: no function"));
+  // --allow accepts both kinds; the command line wins over the file's defaults.
+  options.allow = {"tiny", "hash"};
+  EXPECT_FALSE(DiffProfiles({&base, 1}, {&now, 1}, options)->regression());
+  DiffOptions cli;
+  cli.fail_function_pct = 50;
+  ASSERT_TRUE(ParseDiffLimits(limits, "limits.json", {"fail_function"}, cli).ok());
+  EXPECT_EQ(*cli.fail_function_pct, 50);
+  // A total hard limit.
+  DiffOptions total;
+  ASSERT_TRUE(ParseDiffLimits(R"({"schema": "ptkit-diff-limits/1", "total": {"hard": 1600}})", "l",
+                              {}, total)
+                  .ok());
+  d = DiffProfiles({&base, 1}, {&now, 1}, total);
+  ASSERT_EQ(d->reasons.size(), 1u);
+  EXPECT_EQ(d->reasons[0], "total instructions 1602 > hard limit 1600 (l)");
+  EXPECT_TRUE(d->total_regression);
+}
+
+TEST(DiffLimitsTest, BadFilesAreNamed) {
+  auto error = [](const std::string& text) {
+    DiffOptions options;
+    return std::string(ParseDiffLimits(text, "l.json", {}, options).message());
+  };
+  EXPECT_THAT(error(R"({"schema": "ptkit-diff-limits/2"})"),
+              HasSubstr("limits file l.json: schema: \"ptkit-diff-limits/2\" is not one"));
+  EXPECT_THAT(error(R"({"functions": []})"), HasSubstr("schema: missing"));
+  EXPECT_THAT(error(R"({"schema": "ptkit-diff-limits/1", "functions": [{"function": "f",
+                       "sof_pct": 3}]})"),
+              HasSubstr("functions[0].sof_pct: unknown member (known: function, image, "
+                        "soft_pct, hard)"));
+  EXPECT_THAT(error(R"({"schema": "ptkit-diff-limits/1", "total": {"hard": -1}})"),
+              HasSubstr("total.hard: expected a number >= 0"));
+  EXPECT_THAT(error(R"({"schema": "ptkit-diff-limits/1", "functions": [{"function": "f"}]})"),
+              HasSubstr("functions[0]: neither soft_pct nor hard"));
+  EXPECT_THAT(error("{"), HasSubstr("limits file l.json: not valid JSON at byte"));
+}
+
 }  // namespace
 }  // namespace ptkit::decoder
