@@ -914,10 +914,12 @@ absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOpti
   while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
   }
   if (first == '{') {
-    if (extra.timing || extra.source_files) {
+    if (extra.timing || extra.source_files || !extra.only_under.empty()) {
       return absl::FailedPreconditionError(
           fmt::format("{}: a stats --json document has no {}; give the trace.pt", path,
-                      extra.timing ? "timing" : "source files"));
+                      extra.timing         ? "timing"
+                      : extra.source_files ? "source files"
+                                           : "call stacks to count under " + extra.only_under));
     }
     std::ostringstream text;
     text << first << in.rdbuf();
@@ -942,6 +944,12 @@ absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOpti
         fmt::format("{}: no instructions decoded ({}, {} of trace, {}, {})", path,
                     Counted(totals.streams, "stream"), Counted(totals.trace_bytes, "byte"),
                     Counted(totals.errors, "decode error"), Counted(totals.losses, "loss point")));
+  }
+  if (!extra.only_under.empty() && profile.totals.instructions == 0) {
+    return absl::FailedPreconditionError(
+        fmt::format("{}: nothing ran under {} ({} decoded): no call to a function of that name was "
+                    "traced (is the program stripped of its symbols?)",
+                    path, extra.only_under, Counted(totals.instructions, "instruction")));
   }
   if (profile.timing) {
     PTKIT_ASSIGN_OR_RETURN(profile.timing->cycles, CountCycles(recording));

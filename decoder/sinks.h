@@ -90,6 +90,10 @@ struct ProfileSinkOptions {
   bool timing = false;
   // Each function's source file (ProfileFunction::source) from the DWARF line tables.
   bool source_files = false;
+  // When set: count only what runs while the function of this name has a frame (e.g. "main":
+  // no start-up before it, no exit after it); totals.instructions and calls are those too,
+  // time only what its callees ran. A warning says so.
+  std::string only_under;
 };
 // What `stats` computes, stored in `*profile` (which must outlive the sink) at Finish instead of
 // printed; `options.trace_name` names the trace in it.

@@ -408,6 +408,8 @@ struct DiffFlags {
   std::string color = "auto";
   std::string group_by = "function";
   std::string limits;  // --limits FILE
+  bool exclude_startup = false;
+  std::string only_under;
   bool min_instructions_given = false;
   dec::DiffOptions options;
   double fail_total = -1, fail_function = -1;
@@ -436,6 +438,10 @@ int RunDiff(DiffFlags& f) {
   extra.timing =
       f.options.metric == dec::DiffMetric::kTime || f.options.metric == dec::DiffMetric::kIpc;
   extra.source_files = f.options.group_by == dec::DiffGroup::kSourceFile;
+  if (f.exclude_startup && !f.only_under.empty()) {
+    return UsageError("--exclude-startup is --only-under main: give one of them");
+  }
+  extra.only_under = f.exclude_startup ? "main" : f.only_under;
   if (f.fail_total >= 0) f.options.fail_total_pct = f.fail_total;
   if (f.fail_function >= 0) f.options.fail_function_pct = f.fail_function;
   if (!f.limits.empty()) {
@@ -508,6 +514,12 @@ void AddDiffCommand(CLI::App& app, DiffFlags& f, int& exit_code) {
                   "--fail-function checks only functions with at least N instructions")
       ->type_name("N")
       ->each([&f](const std::string&) { f.min_instructions_given = true; });
+  cmd->add_flag("--exclude-startup", f.exclude_startup,
+                "Count only what runs under main(): not the start-up before it (dynamic loader, "
+                "libc init, which depend on the program's path and environment) nor exit");
+  cmd->add_option("--only-under", f.only_under,
+                  "Count only what runs while FUNCTION has a frame (e.g. the benchmark's)")
+      ->type_name("FUNCTION");
   cmd->add_option("--limits", f.limits,
                   "JSON limits file (schema ptkit-diff-limits/1): per-function soft (%) and hard "
                   "(absolute) limits, defaults; the flags above win over its defaults")

@@ -4,6 +4,7 @@
 // The diff's numbers are checked against the recorder's ground truth (every retired
 // instruction) and nm's symbol ranges, not against ptdecode.
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -85,7 +86,10 @@ class PtdecodeDiffTest : public ::testing::Test {
     rec.ok = true;
     return rec;
   }
-  static std::string Dir() { return dir_->File(""); }
+  static std::string Dir() {
+    if (!dir_) dir_ = std::make_unique<testing::TempDir>();
+    return dir_->File("");
+  }
   static std::unique_ptr<testing::TempDir> dir_;
   static std::map<std::string, Recorded> recordings_;
 };
@@ -352,6 +356,78 @@ TEST_F(PtdecodeDiffTest, TimeAndIpcOfEmulatedRecordings) {
   auto ipc_doc = nlohmann::json::parse(ipc.out);
   EXPECT_NEAR(ipc_doc["total"]["base"].get<double>(),
               static_cast<double>(TruthTotal(cyc.truth)) / static_cast<double>(cycles), 1e-9);
+}
+
+// Determinism: glibc's start-up walks the environment and copies the program's directory
+// (readlink /proc/self/exe, for $ORIGIN), so two runs of one build from other directories or
+// environments differ before main. Two remedies, both checked here: the recipe (the same
+// absolute path, run as ./NAME under env -i) and --exclude-startup (count only under main).
+TEST_F(PtdecodeDiffTest, RunsFromOtherPathsAndEnvironmentsGiveTheSameCounts) {
+  const std::string short_dir = Dir() + "d";
+  const std::string long_dir = Dir() + "a_directory_with_a_much_longer_name";
+  const std::string run_dir = Dir() + "run";
+  for (const std::string& dir : {short_dir, long_dir, run_dir}) {
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(kBase, dir + "/e2e_diff_work",
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  std::vector<std::string> ci_env = {"/usr/bin/env", "-i"};  // small: a quicker recording
+  for (int i = 0; i < 40; ++i) ci_env.push_back(fmt::format("CI_VARIABLE_{}=value {}", i, i));
+  // As a CI job might: the build's absolute path, and an environment of its own.
+  std::vector<std::string> plain = ci_env;
+  plain.insert(plain.end(), {PTRECORD_PATH, "--emulate", "-q", "-o", Dir() + "plain.pt", "--",
+                             long_dir + "/e2e_diff_work"});
+  auto r = RunCommand(plain);
+  if (r.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The recipe, once from that environment and once from the test's.
+  for (bool from_ci : {true, false}) {
+    std::vector<std::string> recipe = from_ci ? ci_env : std::vector<std::string>{};
+    recipe.insert(recipe.end(),
+                  {"/bin/sh", "-c",
+                   fmt::format("cd '{}' && exec /usr/bin/env -i '{}' --emulate -q -o {}.pt -- "
+                               "./e2e_diff_work",
+                               run_dir, PTRECORD_PATH, from_ci ? "recipe_ci" : "recipe")});
+    r = RunCommand(recipe);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  const std::vector<std::string> zero = {"--fail-total", "0",   "--fail-function", "0",
+                                         "--format",     "json"};
+  auto diff = [&](const std::string& a, const std::string& b, std::vector<std::string> more) {
+    std::vector<std::string> args = {PTDECODE_PATH, "diff", a, b};
+    args.insert(args.end(), more.begin(), more.end());
+    return RunCommand(args);
+  };
+  auto recipe = diff(run_dir + "/recipe_ci.pt", run_dir + "/recipe.pt", zero);
+  EXPECT_EQ(recipe.exit_code, 0) << recipe.out;
+  EXPECT_EQ(nlohmann::json::parse(recipe.out)["total"]["change"].get<int64_t>(), 0);
+  // Without either remedy the start-up counts differ (getenv walks 40 more variables).
+  auto differ = diff(run_dir + "/recipe.pt", Dir() + "plain.pt", zero);
+  EXPECT_EQ(differ.exit_code, 3);
+  auto differ_doc = nlohmann::json::parse(differ.out);
+  EXPECT_NE(differ_doc["total"]["change"].get<int64_t>(), 0);
+  const nlohmann::json* getenv_row = Row(differ_doc, "getenv");
+  ASSERT_NE(getenv_row, nullptr);
+  EXPECT_GT((*getenv_row)["change"].get<int64_t>(), 0);
+  // --exclude-startup: the same counts, and they are the program's own (ground truth of work,
+  // steady and main, from the cached recording of the same build).
+  std::vector<std::string> excluded = zero;
+  excluded.push_back("--exclude-startup");
+  auto same = diff(run_dir + "/recipe.pt", Dir() + "plain.pt", excluded);
+  EXPECT_EQ(same.exit_code, 0) << same.out;
+  auto same_doc = nlohmann::json::parse(same.out);
+  for (const auto& row : same_doc["functions"]) EXPECT_EQ(row["status"], "same") << row.dump();
+  PTKIT_RECORD_OR_SKIP(base, "base", kBase);
+  uint64_t own = 0;
+  for (const char* name : {"work", "steady", "main"}) own += TruthSelf(kBase, base.truth, name);
+  EXPECT_EQ(same_doc["total"]["base"].get<uint64_t>(), own);
+  EXPECT_EQ(same_doc["functions"].size(), 3u);
+  // Nothing ran under a function that does not exist: said.
+  auto none = diff(Dir() + "plain.pt", Dir() + "plain.pt", {"--only-under", "no_such_function"});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_THAT(none.err, HasSubstr("nothing ran under no_such_function"));
 }
 
 TEST_F(PtdecodeDiffTest, BadInputsAreNamed) {
