@@ -430,6 +430,39 @@ TEST_F(PtdecodeDiffTest, RunsFromOtherPathsAndEnvironmentsGiveTheSameCounts) {
   EXPECT_THAT(none.err, HasSubstr("nothing ran under no_such_function"));
 }
 
+// examples/ci/perf-regression.sh, as a CI job runs it: exit 3 naming work, the markdown table in
+// $GITHUB_STEP_SUMMARY, the text one on stdout.
+TEST_F(PtdecodeDiffTest, TheCiScriptFailsOnTheRegression) {
+  const std::string summary = Dir() + "summary.md";
+  std::ofstream(summary) << "# earlier step\n";
+  auto r = RunCommand({"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "PTDECODE=" PTDECODE_PATH,
+                       "PTKIT_OUT=" + Dir() + "ci", "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh",
+                       CI_SCRIPT, kBase, kMore, "--fail-function", "10", "--fail-on-loss"});
+  if (r.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_EQ(r.exit_code, 3) << r.err << r.out;
+  EXPECT_THAT(r.out, HasSubstr("work [e2e_diff_work]  REGRESSION"));
+  EXPECT_EQ(r.out.find("incomplete"), std::string::npos) << r.out;
+  const std::string md = Slurp(summary);
+  EXPECT_THAT(md, ::testing::StartsWith("# earlier step\n### ptdecode diff: regression\n"));
+  EXPECT_THAT(md, HasSubstr("| `work` **regression** | e2e_diff_work | "));
+  // Under main only (--exclude-startup): work, steady and main, by the ground truth.
+  PTKIT_RECORD_OR_SKIP(base, "base", kBase);
+  PTKIT_RECORD_OR_SKIP(more, "more", kMore);
+  uint64_t own_base = 0, own_more = 0;
+  for (const char* name : {"work", "steady", "main"}) {
+    own_base += TruthSelf(kBase, base.truth, name);
+    own_more += TruthSelf(kMore, more.truth, name);
+  }
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("# total instructions: {} -> {}", own_base, own_more)));
+  // Not an executable: a usage error.
+  auto u = RunCommand(
+      {"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "/bin/sh", CI_SCRIPT, Dir() + "nothing", kMore});
+  EXPECT_EQ(u.exit_code, 2);
+  EXPECT_THAT(u.err, HasSubstr("not an executable program"));
+}
+
 TEST_F(PtdecodeDiffTest, BadInputsAreNamed) {
   PTKIT_RECORD_OR_SKIP(a, "base", kBase);
   const std::string future = Dir() + "future.json";
