@@ -5,15 +5,20 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "decoder/ipt_handles.h"
 #include "decoder/output_format.h"
 #include "decoder/recording.h"
@@ -561,6 +566,11 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   auto significant = [&](const std::optional<MannWhitney>& noise) {
     return !noise || noise->p < options.alpha;
   };
+  auto fail = [&d](DiffRow& row, std::string why) {
+    row.regression = true;
+    row.failures.push_back(why);
+    d.reasons.push_back(std::move(why));
+  };
   for (const auto& [key, was_in_base] : in_base) {
     DiffRow row;
     row.image = key.first;
@@ -595,23 +605,22 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
       row.checked = (limit != nullptr && limit->limit.soft_pct) || size >= options.min_instructions;
       const std::optional<double> worse = WorsePercent(row.change_pct, metric);
       if (row.checked && !row.allowed && worse && *worse > *soft && significant(row.noise)) {
-        row.regression = true;
-        d.reasons.push_back(
-            fmt::format("{}: {} {} -> {} ({}{}) > {}", RowName(d, row), DiffMetricName(metric),
-                        Value(row.base_value, metric), Value(row.new_value, metric),
-                        PercentText(row.change_pct), row.noise ? ", " + NoiseText(row.noise) : "",
-                        limit != nullptr && limit->limit.soft_pct
-                            ? fmt::format("soft limit {}% ({})", *soft, options.limits_file)
-                            : fmt::format("--fail-function {}%", *soft)));
+        fail(row,
+             fmt::format("{}: {} {} -> {} ({}{}) > {}", RowName(d, row), DiffMetricName(metric),
+                         Value(row.base_value, metric), Value(row.new_value, metric),
+                         PercentText(row.change_pct), row.noise ? ", " + NoiseText(row.noise) : "",
+                         limit != nullptr && limit->limit.soft_pct
+                             ? fmt::format("soft limit {}% ({})", *soft, options.limits_file)
+                             : fmt::format("--fail-function {}%", *soft)));
       }
     }
+    if (limit != nullptr && limit->limit.hard && row.in_new) row.checked = true;
     if (limit != nullptr && limit->limit.hard && row.in_new && !row.allowed &&
         Beyond(row.new_value, *limit->limit.hard, metric)) {
-      row.regression = true;
-      d.reasons.push_back(fmt::format("{}: {} {} {} hard limit {} ({})", RowName(d, row),
-                                      DiffMetricName(metric), Value(row.new_value, metric),
-                                      metric == DiffMetric::kIpc ? "<" : ">",
-                                      Value(*limit->limit.hard, metric), options.limits_file));
+      fail(row,
+           fmt::format("{}: {} {} {} hard limit {} ({})", RowName(d, row), DiffMetricName(metric),
+                       Value(row.new_value, metric), metric == DiffMetric::kIpc ? "<" : ">",
+                       Value(*limit->limit.hard, metric), options.limits_file));
     }
     d.rows.push_back(std::move(row));
   }
@@ -628,23 +637,23 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   d.total_change_pct = Percent(d.base.total, d.now.total);
   if (Timed(metric)) d.total_noise = MannWhitneyU(d.now.totals, d.base.totals);
   const std::optional<double> worse = WorsePercent(d.total_change_pct, metric);
+  std::vector<std::string> total_failures;
   if (options.fail_total_pct && worse && *worse > *options.fail_total_pct &&
       significant(d.total_noise)) {
-    d.total_regression = true;
-    d.reasons.insert(
-        d.reasons.begin(),
-        fmt::format("total {} {} -> {} ({}{}) > --fail-total {}%", TotalName(metric),
-                    Value(d.base.total, metric), Value(d.now.total, metric),
-                    PercentText(d.total_change_pct),
-                    d.total_noise ? ", " + NoiseText(d.total_noise) : "", *options.fail_total_pct));
+    total_failures.push_back(fmt::format(
+        "total {} {} -> {} ({}{}) > --fail-total {}%", TotalName(metric),
+        Value(d.base.total, metric), Value(d.now.total, metric), PercentText(d.total_change_pct),
+        d.total_noise ? ", " + NoiseText(d.total_noise) : "", *options.fail_total_pct));
   }
   if (options.total_hard && Beyond(d.now.total, *options.total_hard, metric)) {
-    d.total_regression = true;
-    d.reasons.insert(d.reasons.begin(),
-                     fmt::format("total {} {} {} hard limit {} ({})", TotalName(metric),
-                                 Value(d.now.total, metric), metric == DiffMetric::kIpc ? "<" : ">",
-                                 Value(*options.total_hard, metric), options.limits_file));
+    total_failures.push_back(fmt::format("total {} {} {} hard limit {} ({})", TotalName(metric),
+                                         Value(d.now.total, metric),
+                                         metric == DiffMetric::kIpc ? "<" : ">",
+                                         Value(*options.total_hard, metric), options.limits_file));
   }
+  d.total_regression = !total_failures.empty();
+  d.reasons.insert(d.reasons.begin(), total_failures.begin(), total_failures.end());
+  d.total_failures = std::move(total_failures);
   for (size_t i = 0; i < used.size(); ++i) {
     if (used[i]) continue;
     const FunctionLimit& l = options.function_limits[i];
@@ -879,6 +888,88 @@ std::string FormatDiffJson(const DiffResult& d, const DiffOptions& o) {
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
+std::string FormatDiffJunit(const DiffResult& d, const DiffOptions& o) {
+  auto xml = [](std::string_view text) {
+    std::string out;
+    for (char c : text) {
+      switch (c) {
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&quot;";
+          break;
+        default:
+          // XML 1.0 has no other control characters than tab, newline and carriage return.
+          if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+            out += '?';
+          } else {
+            out += c;
+          }
+      }
+    }
+    return out;
+  };
+  struct Case {
+    std::string classname, name, detail;
+    std::vector<std::string> failures;
+  };
+  std::vector<Case> cases;
+  const DiffMetric m = d.metric;
+  if (o.fail_total_pct || o.total_hard) {
+    cases.push_back({"total", TotalName(m),
+                     fmt::format("{} -> {} ({})", Value(d.base.total, m), Value(d.now.total, m),
+                                 PercentText(d.total_change_pct)),
+                     d.total_failures});
+  }
+  for (const DiffRow& r : d.rows) {
+    if (!r.checked) continue;
+    cases.push_back(
+        {r.image, d.group_by == DiffGroup::kImage ? r.image : r.function,
+         fmt::format("{} {} -> {} ({}){}", DiffMetricName(m), Value(r.base_value, m),
+                     Value(r.new_value, m), ChangeText(r), r.allowed ? ", allowed" : ""),
+         r.failures});
+  }
+  if (o.fail_on_loss) {
+    for (const DiffSide* side : {&d.base, &d.now}) {
+      for (size_t i = 0; i < side->inputs.size(); ++i) {
+        Case c{"complete", side->inputs[i], "no decode error or loss"};
+        for (const std::string& why : side->incomplete) {
+          if (why.starts_with(side->inputs[i] + ":")) c.failures.push_back(why);
+        }
+        cases.push_back(std::move(c));
+      }
+    }
+  }
+  if (cases.empty()) cases.push_back({"ptdecode diff", "limits", Verdict(d, o)});
+  size_t failures = 0;
+  for (const Case& c : cases) failures += !c.failures.empty();
+  std::string out;
+  auto it = std::back_inserter(out);
+  fmt::format_to(it, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  fmt::format_to(it, "<testsuites name=\"ptdecode diff\" tests=\"{}\" failures=\"{}\">\n",
+                 cases.size(), failures);
+  fmt::format_to(it, "  <testsuite name=\"ptdecode diff {}\" tests=\"{}\" failures=\"{}\">\n",
+                 xml(DiffMetricName(m)), cases.size(), failures);
+  for (const Case& c : cases) {
+    fmt::format_to(it, "    <testcase classname=\"{}\" name=\"{}\">", xml(c.classname),
+                   xml(c.name));
+    for (const std::string& f : c.failures) {
+      fmt::format_to(it, "\n      <failure message=\"{}\">{}</failure>", xml(f), xml(c.detail));
+    }
+    fmt::format_to(it, "{}<system-out>{}</system-out></testcase>\n",
+                   c.failures.empty() ? "" : "\n      ", xml(c.detail));
+  }
+  out += "  </testsuite>\n</testsuites>\n";
+  return out;
+}
+
 namespace {
 
 // The core cycles of the CYC packets in every stream of `r` (0 without any).
@@ -905,6 +996,102 @@ absl::StatusOr<uint64_t> CountCycles(const Recording& r) {
 }
 
 }  // namespace
+
+namespace {
+
+// One run's folded stacks (stack -> weight), as `ptdecode folded` prints them.
+absl::StatusOr<std::map<std::string, uint64_t>> FoldedStacks(const std::string& path,
+                                                             const ContainerOptions& options,
+                                                             const ProfileSinkOptions& extra,
+                                                             FoldedWeight weight) {
+  {
+    std::ifstream in(path, std::ios::binary);
+    char first = 0;
+    while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
+    }
+    if (first == '{') {
+      return absl::FailedPreconditionError(fmt::format(
+          "{}: a stats --json document has no call stacks for --format folded; give the "
+          "trace.pt",
+          path));
+    }
+  }
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = ::open_memstream(&text, &size);
+  if (out == nullptr) return ErrnoStatus("open_memstream");
+  std::unique_ptr<char, decltype(&std::free)> owned(nullptr, &std::free);
+  absl::Status decoded;
+  {
+    PTKIT_ASSIGN_OR_RETURN(auto empty, ProgramImage::Create());
+    OutputOptions output;
+    output.weight = weight;
+    auto sink = MakeFoldedSink(*empty, out, output);
+    decoded = DecodeContainer(path, options, *sink).status();
+  }
+  std::fclose(out);
+  owned.reset(text);
+  PTKIT_RETURN_IF_ERROR(decoded);
+  std::map<std::string, uint64_t> stacks;
+  std::istringstream lines(std::string(text, size));
+  const std::string& root = extra.only_under;
+  for (std::string line; std::getline(lines, line);) {
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    std::string stack = line.substr(0, space);
+    if (!root.empty()) {  // the stack from the root's outermost frame on
+      std::vector<std::string> frames = absl::StrSplit(stack, ';');
+      auto it = std::find(frames.begin(), frames.end(), root);
+      if (it == frames.end()) continue;
+      stack = absl::StrJoin(it, frames.end(), ";");
+    }
+    stacks[stack] += std::stoull(line.substr(space + 1));
+  }
+  return stacks;
+}
+
+// Per stack, the median of its weight over the runs (0 in a run without it).
+absl::StatusOr<std::map<std::string, uint64_t>> MedianStacks(const std::vector<std::string>& runs,
+                                                             const ContainerOptions& options,
+                                                             const ProfileSinkOptions& extra,
+                                                             FoldedWeight weight) {
+  std::vector<std::map<std::string, uint64_t>> all;
+  for (const std::string& path : runs) {
+    PTKIT_ASSIGN_OR_RETURN(auto stacks, FoldedStacks(path, options, extra, weight));
+    all.push_back(std::move(stacks));
+  }
+  std::map<std::string, uint64_t> out;
+  for (const auto& run : all) {
+    for (const auto& [stack, count] : run) {
+      if (out.contains(stack)) continue;
+      std::vector<uint64_t> values;
+      for (const auto& r : all) {
+        auto it = r.find(stack);
+        values.push_back(it == r.end() ? 0 : it->second);
+      }
+      out[stack] = Median(values);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> DiffFolded(const std::vector<std::string>& base,
+                                       const std::vector<std::string>& now,
+                                       const ContainerOptions& options,
+                                       const ProfileSinkOptions& extra, FoldedWeight weight) {
+  PTKIT_ASSIGN_OR_RETURN(auto b, MedianStacks(base, options, extra, weight));
+  PTKIT_ASSIGN_OR_RETURN(auto n, MedianStacks(now, options, extra, weight));
+  for (const auto& [stack, count] : n) b.try_emplace(stack, 0);
+  std::string out;
+  for (const auto& [stack, count] : b) {
+    auto it = n.find(stack);
+    fmt::format_to(std::back_inserter(out), "{} {} {}\n", stack, count,
+                   it == n.end() ? 0 : it->second);
+  }
+  return out;
+}
 
 absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options,
                                     const ProfileSinkOptions& extra) {

@@ -120,10 +120,11 @@ struct DiffRow {
   double change = 0;                     // of the metric, new - base
   std::optional<double> change_pct;      // none when base is 0
   std::optional<MannWhitney> noise;      // kTime, kIpc: the test of the runs' values
-  bool checked = false;                  // --fail-function applied to it
+  bool checked = false;                  // a limit applied to it (--fail-function, the limits file)
   bool allowed = false;                  // named by --allow
   std::optional<DiffLimit> limit;        // the limits file's for it
-  bool regression = false;               // grew beyond --fail-function (and not allowed)
+  bool regression = false;               // beyond a limit (and not allowed)
+  std::vector<std::string> failures;     // the limits it is beyond, one line each
 };
 
 struct DiffSide {
@@ -141,9 +142,10 @@ struct DiffResult {
   std::optional<double> total_change_pct;
   std::optional<MannWhitney> total_noise;  // kTime, kIpc
   bool total_regression = false;
-  std::vector<DiffRow> rows;          // sorted by |change| (descending), then image, name
-  std::vector<std::string> reasons;   // one line per limit exceeded
-  std::vector<std::string> warnings;  // e.g. a limit for a function neither side has
+  std::vector<std::string> total_failures;  // the total's limits exceeded, one line each
+  std::vector<DiffRow> rows;                // sorted by |change| (descending), then image, name
+  std::vector<std::string> reasons;         // one line per limit exceeded
+  std::vector<std::string> warnings;        // e.g. a limit for a function neither side has
   bool regression() const { return !reasons.empty(); }
 };
 
@@ -175,6 +177,21 @@ bool DiffColor(std::string_view mode, bool is_tty, const char* no_color_env, con
 std::string FormatDiffMarkdown(const DiffResult& diff, const DiffOptions& options);
 // One JSON document, schema ptkit-diff/1 (every function, changed or not).
 std::string FormatDiffJson(const DiffResult& diff, const DiffOptions& options);
+// JUnit XML (GitLab, Jenkins): one test case per row a limit checked (classname the image, name
+// the function), one for the total when a total limit is given, one per run --fail-on-loss
+// checked; a failure names the limits exceeded. Without limits, one passing case saying so.
+std::string FormatDiffJunit(const DiffResult& diff, const DiffOptions& options);
+
+// The differential folded stacks of FlameGraph's difffolded.pl: "caller;callee BASE NEW" lines,
+// sorted by stack, for flamegraph.pl (it colours what grew red). Each side's count of a stack
+// is the median over its runs (trace.pt only; `folded`'s weights, instructions or, with
+// `weight`, ticks). With extra.only_under, only stacks through that function, cut to start at
+// it. Errors: those of DecodeContainer and the folded sink's, a stats --json input (no stacks).
+absl::StatusOr<std::string> DiffFolded(const std::vector<std::string>& base,
+                                       const std::vector<std::string>& now,
+                                       const ContainerOptions& options,
+                                       const ProfileSinkOptions& extra,
+                                       FoldedWeight weight = FoldedWeight::kInstructions);
 
 // One side's run: a `stats --json` document (first non-blank byte '{'), or a trace.pt decoded
 // as `stats` does with `options` and `extra` (with timing, also the cycles of the trace's CYC

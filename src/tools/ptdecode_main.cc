@@ -455,6 +455,18 @@ int RunDiff(DiffFlags& f) {
   }
   dec::ContainerOptions container;
   container.sysroot = f.sysroot;
+  if (f.format == "folded") {
+    auto folded = dec::DiffFolded(f.base, f.now, container, extra,
+                                  f.options.metric == dec::DiffMetric::kTime
+                                      ? dec::FoldedWeight::kTime
+                                      : dec::FoldedWeight::kInstructions);
+    if (!folded.ok()) return Fail(folded.status());
+    if (std::fwrite(folded->data(), 1, folded->size(), stdout) != folded->size() ||
+        std::fflush(stdout)) {
+      return Fail(absl::DataLossError("write error on output"));
+    }
+    return 0;
+  }
   std::vector<dec::Profile> base, now;
   for (auto [paths, runs] : {std::pair{&f.base, &base}, std::pair{&f.now, &now}}) {
     for (const std::string& path : *paths) {
@@ -475,6 +487,7 @@ int RunDiff(DiffFlags& f) {
                                     std::getenv("TERM"));
   std::string text = f.format == "json"       ? dec::FormatDiffJson(*diff, f.options)
                      : f.format == "markdown" ? dec::FormatDiffMarkdown(*diff, f.options)
+                     : f.format == "junit"    ? dec::FormatDiffJunit(*diff, f.options)
                                               : dec::FormatDiffText(*diff, f.options, color);
   if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout)) {
     return Fail(absl::DataLossError("write error on output"));
@@ -530,8 +543,11 @@ void AddDiffCommand(CLI::App& app, DiffFlags& f, int& exit_code) {
       ->take_all();
   cmd->add_flag("--fail-on-loss", f.options.fail_on_loss,
                 "Exit 3 when a run had decode errors or lost trace (incomplete counts)");
-  cmd->add_option("--format", f.format, "text (default), markdown or json (schema ptkit-diff/1)")
-      ->check(CLI::IsMember({"text", "markdown", "json"}));
+  cmd->add_option("--format", f.format,
+                  "text (default), markdown, json (schema ptkit-diff/1), junit (JUnit XML, a "
+                  "test case per function checked) or folded (difffolded.pl's 'stack BASE NEW' "
+                  "lines for flamegraph.pl; no limits)")
+      ->check(CLI::IsMember({"text", "markdown", "json", "junit", "folded"}));
   cmd->add_option("--color", f.color,
                   "Colour the text table: auto (on a terminal, unless NO_COLOR is set; the "
                   "default), always, never")

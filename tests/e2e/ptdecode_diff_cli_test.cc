@@ -3,6 +3,7 @@
 //   ptrecord --emulate --ground-truth truth.txt -o trace.pt -- PROGRAM
 // The diff's numbers are checked against the recorder's ground truth (every retired
 // instruction) and nm's symbol ranges, not against ptdecode.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -226,6 +227,46 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
   auto b = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--limits", bad});
   EXPECT_EQ(b.exit_code, 2);
   EXPECT_THAT(b.err, HasSubstr("functions[0].function: expected a name"));
+
+  // JUnit XML, read by Python's XML parser: a case per function checked, work's failed.
+  const std::string junit = Dir() + "diff.xml";
+  auto x = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function", "10",
+                       "--min-instructions", "100", "--format", "junit"});
+  EXPECT_EQ(x.exit_code, 3);
+  std::ofstream(junit) << x.out;
+  auto parsed = RunCommand(
+      {"/usr/bin/python3", "-c",
+       "import sys, xml.etree.ElementTree as E\n"
+       "cases = E.parse(sys.argv[1]).getroot().iter('testcase')\n"
+       "for c in cases: print(c.get('classname'), c.get('name'), len(c.findall('failure')))\n",
+       junit});
+  ASSERT_EQ(parsed.exit_code, 0) << parsed.err;
+  EXPECT_THAT(parsed.out, HasSubstr("e2e_diff_work work 1\n"));
+  EXPECT_THAT(parsed.out, HasSubstr("e2e_diff_work steady 0\n"));
+  EXPECT_EQ(std::count(parsed.out.begin(), parsed.out.end(), '\n'),
+            std::count_if(diff["functions"].begin(), diff["functions"].end(),
+                          [](const nlohmann::json& row) { return row["checked"].get<bool>(); }));
+
+  // Differential folded stacks (difffolded.pl's format): under main, work's stack carries the
+  // ground truth of both builds; all of the base's stacks add up to its total.
+  auto folded = RunCommand(
+      {PTDECODE_PATH, "diff", base.trace, more.trace, "--format", "folded", "--exclude-startup"});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_THAT(folded.out, HasSubstr(fmt::format("\nmain;work {} {}\n", work_base, work_more)));
+  EXPECT_THAT(folded.out, ::testing::StartsWith("main "));
+  auto whole = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--format", "folded"});
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  uint64_t base_sum = 0, more_sum = 0;
+  std::istringstream folded_lines(whole.out);
+  for (std::string line; std::getline(folded_lines, line);) {
+    std::istringstream fields(line.substr(line.rfind(' ', line.rfind(' ') - 1) + 1));
+    uint64_t b = 0, n = 0;
+    fields >> b >> n;
+    base_sum += b;
+    more_sum += n;
+  }
+  EXPECT_EQ(base_sum, TruthTotal(base.truth));
+  EXPECT_EQ(more_sum, TruthTotal(more.truth));
 
   // Markdown for $GITHUB_STEP_SUMMARY.
   auto md = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--format",

@@ -441,5 +441,32 @@ TEST(DiffLimitsTest, BadFilesAreNamed) {
   EXPECT_THAT(error("{"), HasSubstr("limits file l.json: not valid JSON at byte"));
 }
 
+TEST(DiffTest, JunitHasACasePerFunctionChecked) {
+  Profile base = Make("a", {{"big", "/x/app", 0x10, 1000, 1000, 1},
+                            {"a<b>&\"c\"", "/x/app", 0x20, 500, 500, 1},
+                            {"tiny", "/x/app", 0x30, 5, 5, 1}});
+  Profile now = Make("b", {{"big", "/x/app", 0x10, 1010, 1010, 1},
+                           {"a<b>&\"c\"", "/x/app", 0x20, 600, 600, 1},
+                           {"tiny", "/x/app", 0x30, 50, 50, 1}});
+  DiffOptions options;
+  options.fail_function_pct = 5;
+  options.fail_total_pct = 50;
+  options.min_instructions = 100;  // tiny is not checked
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok());
+  const std::string xml = FormatDiffJunit(*d, options);
+  EXPECT_THAT(xml, HasSubstr("<testsuites name=\"ptdecode diff\" tests=\"3\" failures=\"1\">"));
+  EXPECT_THAT(xml, HasSubstr("<testcase classname=\"total\" name=\"instructions\">"
+                             "<system-out>1505 -&gt; 1660 (+10.30%)</system-out></testcase>"));
+  EXPECT_THAT(xml, HasSubstr("<testcase classname=\"app\" name=\"big\"><system-out>"));
+  EXPECT_THAT(xml, HasSubstr("<testcase classname=\"app\" name=\"a&lt;b&gt;&amp;&quot;c&quot;\">\n"
+                             "      <failure message=\"a&lt;b&gt;&amp;&quot;c&quot; [app]: self "
+                             "500 -&gt; 600 (+20.00%) &gt; --fail-function 5%\">"));
+  EXPECT_EQ(xml.find("tiny"), std::string::npos);
+  // No limits: one passing case that says so.
+  EXPECT_THAT(FormatDiffJunit(*DiffProfiles({&base, 1}, {&now, 1}, {}), {}),
+              HasSubstr("tests=\"1\" failures=\"0\""));
+}
+
 }  // namespace
 }  // namespace ptkit::decoder
