@@ -22,7 +22,8 @@
 #
 # Environment: PTRECORD, PTDECODE (the tools; default from $PATH), PTRECORD_OPTIONS (more
 # ptrecord options), PTKIT_OUT, PTKIT_BENCH_ARGS (the benchmark's arguments),
-# PTKIT_EMULATE (1: emulate even where intel_pt exists; 0: never), PTKIT_EXCLUDE_STARTUP.
+# PTKIT_EMULATE (1: emulate even where intel_pt exists, step or qemu: with that backend;
+# 0: never), PTKIT_EXCLUDE_STARTUP.
 # A benchmark that needs files next to it (plugins found through $ORIGIN) cannot be copied:
 # record it in place yourself and rely on --exclude-startup.
 set -eu
@@ -44,6 +45,7 @@ out=$(cd "$out" && pwd)
 emulate=
 case ${PTKIT_EMULATE:-} in
   1) emulate=--emulate ;;
+  step | qemu) emulate=--emulate=$PTKIT_EMULATE ;;
   0) ;;
   *) [ -d /sys/bus/event_source/devices/intel_pt ] || emulate=--emulate ;;
 esac

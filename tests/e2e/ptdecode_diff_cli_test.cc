@@ -416,7 +416,7 @@ TEST_F(PtdecodeDiffTest, RunsFromOtherPathsAndEnvironmentsGiveTheSameCounts) {
   for (int i = 0; i < 40; ++i) ci_env.push_back(fmt::format("CI_VARIABLE_{}=value {}", i, i));
   // As a CI job might: the build's absolute path, and an environment of its own.
   std::vector<std::string> plain = ci_env;
-  plain.insert(plain.end(), {PTRECORD_PATH, "--emulate", "-q", "-o", Dir() + "plain.pt", "--",
+  plain.insert(plain.end(), {PTRECORD_PATH, "--emulate=step", "-q", "-o", Dir() + "plain.pt", "--",
                              long_dir + "/e2e_diff_work"});
   auto r = RunCommand(plain);
   if (r.err.find("Operation not permitted") != std::string::npos) {
@@ -428,7 +428,7 @@ TEST_F(PtdecodeDiffTest, RunsFromOtherPathsAndEnvironmentsGiveTheSameCounts) {
     std::vector<std::string> recipe = from_ci ? ci_env : std::vector<std::string>{};
     recipe.insert(recipe.end(),
                   {"/bin/sh", "-c",
-                   fmt::format("cd '{}' && exec /usr/bin/env -i '{}' --emulate -q -o {}.pt -- "
+                   fmt::format("cd '{}' && exec /usr/bin/env -i '{}' --emulate=step -q -o {}.pt -- "
                                "./e2e_diff_work",
                                run_dir, PTRECORD_PATH, from_ci ? "recipe_ci" : "recipe")});
     r = RunCommand(recipe);
@@ -477,8 +477,9 @@ TEST_F(PtdecodeDiffTest, TheCiScriptFailsOnTheRegression) {
   const std::string summary = Dir() + "summary.md";
   std::ofstream(summary) << "# earlier step\n";
   auto r = RunCommand({"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "PTDECODE=" PTDECODE_PATH,
-                       "PTKIT_OUT=" + Dir() + "ci", "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh",
-                       CI_SCRIPT, kBase, kMore, "--fail-function", "10", "--fail-on-loss"});
+                       "PTKIT_OUT=" + Dir() + "ci", "PTKIT_EMULATE=step",
+                       "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh", CI_SCRIPT, kBase, kMore,
+                       "--fail-function", "10", "--fail-on-loss"});
   if (r.err.find("Operation not permitted") != std::string::npos) {
     GTEST_SKIP() << "ptrace or perf_event_open denied";
   }
