@@ -4,17 +4,27 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "decoder/ipt_handles.h"
 #include "decoder/output_format.h"
+#include "decoder/recording.h"
 #include "decoder/sinks.h"
+#include "decoder/trace_config.h"
+#include "decoder/tsc_clock.h"
 #include "nlohmann/json.hpp"
 #include "ptkit/status.h"
 
@@ -47,81 +57,184 @@ std::string MatchName(const Profile& p, const ProfileFunction& fn) {
   return fmt::format("{}+{:#x}", nearest->function, fn.address - nearest->address);
 }
 
-std::map<Key, DiffCounts> Keyed(const Profile& p) {
+bool Timed(DiffMetric metric) { return metric == DiffMetric::kTime || metric == DiffMetric::kIpc; }
+
+double NsPerTick(const Profile& p) { return p.timing ? 1e9 / p.timing->tsc_hz : 0; }
+double CyclesPerTick(const Profile& p) {
+  return p.timing && p.timing->ticks != 0
+             ? static_cast<double>(p.timing->cycles) / static_cast<double>(p.timing->ticks)
+             : 0;
+}
+
+// A row's name in `group` (the key's second half).
+std::string GroupName(const Profile& p, const ProfileFunction& fn, DiffGroup group) {
+  switch (group) {
+    case DiffGroup::kImage:
+      return std::string(Basename(fn.image));
+    case DiffGroup::kSourceFile:
+      return fn.source.empty() ? std::string("[no line info]") : std::string(Basename(fn.source));
+    case DiffGroup::kFunction:
+      break;
+  }
+  return MatchName(p, fn);
+}
+
+std::map<Key, DiffCounts> Keyed(const Profile& p, const DiffOptions& options) {
   std::map<Key, DiffCounts> out;
+  const double ns = NsPerTick(p), cycles = CyclesPerTick(p);
   for (const ProfileFunction& fn : p.functions) {
-    DiffCounts& c = out[{std::string(Basename(fn.image)), MatchName(p, fn)}];
+    DiffCounts& c = out[{std::string(Basename(fn.image)), GroupName(p, fn, options.group_by)}];
     c.self += fn.self;
     c.inclusive += fn.inclusive;
     c.calls += fn.calls;
+    c.time_ns += static_cast<double>(fn.ticks) * ns;
+    c.cycles += static_cast<double>(fn.ticks) * cycles;
   }
   return out;
 }
 
-uint64_t Median(std::vector<uint64_t> values) {
+template <typename T>
+T Median(std::vector<T> values) {
   std::sort(values.begin(), values.end());
   return values[(values.size() - 1) / 2];
 }
 
-uint64_t Metric(const DiffCounts& c, DiffMetric metric) {
+// The metric of one run's counts (kIpc: 0 where no cycles ran).
+double Metric(const DiffCounts& c, DiffMetric metric) {
   switch (metric) {
     case DiffMetric::kSelf:
-      return c.self;
+      return static_cast<double>(c.self);
     case DiffMetric::kInclusive:
-      return c.inclusive;
+      return static_cast<double>(c.inclusive);
     case DiffMetric::kCalls:
-      return c.calls;
+      return static_cast<double>(c.calls);
+    case DiffMetric::kTime:
+      return c.time_ns;
+    case DiffMetric::kIpc:
+      return c.cycles > 0 ? static_cast<double>(c.self) / c.cycles : 0;
   }
   return 0;
 }
 
-std::optional<double> Percent(uint64_t base, uint64_t now) {
+double Total(const Profile& p, DiffMetric metric) {
+  switch (metric) {
+    case DiffMetric::kCalls:
+      return static_cast<double>(p.totals.calls);
+    case DiffMetric::kTime:
+      return static_cast<double>(p.timing->ticks) * NsPerTick(p);
+    case DiffMetric::kIpc:
+      return static_cast<double>(p.totals.instructions) / static_cast<double>(p.timing->cycles);
+    default:
+      return static_cast<double>(p.totals.instructions);
+  }
+}
+
+std::optional<double> Percent(double base, double now) {
   if (base == 0) return std::nullopt;
-  return 100.0 * (static_cast<double>(now) - static_cast<double>(base)) / static_cast<double>(base);
+  return 100.0 * (now - base) / base;
+}
+
+// The change in the direction that is worse: more, or for kIpc less.
+std::optional<double> WorsePercent(const std::optional<double>& pct, DiffMetric metric) {
+  if (!pct) return std::nullopt;
+  return metric == DiffMetric::kIpc ? -*pct : *pct;
+}
+
+// kTime, kIpc: every run has what the metric needs.
+absl::Status CheckTiming(std::span<const Profile> runs, DiffMetric metric) {
+  if (!Timed(metric)) return absl::OkStatus();
+  for (const Profile& p : runs) {
+    if (!p.timing || p.timing->ticks == 0) {
+      return absl::FailedPreconditionError(fmt::format(
+          "{}: no timing for --metric {}: the trace has no timing packets (record with tsc=1, "
+          "ptrecord's default), or it is a stats --json document (give the trace.pt)",
+          p.trace, DiffMetricName(metric)));
+    }
+    if (p.timing->tsc_hz <= 0) {
+      return absl::FailedPreconditionError(fmt::format(
+          "{}: the recording's TSC frequency is unknown (no time conversion, CPUID 0x15 or "
+          "nominal frequency in its metadata), so ticks cannot become time",
+          p.trace));
+    }
+    if (metric == DiffMetric::kIpc && p.timing->cycles == 0) {
+      return absl::FailedPreconditionError(
+          fmt::format("{}: no CYC packets for --metric ipc: record with cyc=1 (e.g. ptrecord "
+                      "--event intel_pt/cyc=1/u)",
+                      p.trace));
+    }
+  }
+  return absl::OkStatus();
 }
 
 DiffSide MakeSide(std::span<const Profile> runs, DiffMetric metric) {
   DiffSide side;
-  std::vector<uint64_t> totals;
   for (const Profile& p : runs) {
     side.inputs.push_back(p.trace);
-    totals.push_back(metric == DiffMetric::kCalls ? p.totals.calls : p.totals.instructions);
+    side.totals.push_back(Total(p, metric));
     if (p.totals.errors != 0 || p.totals.losses != 0) {
       side.incomplete.push_back(fmt::format(
           "{}: {}, {} ({} lost)", p.trace, Counted(p.totals.errors, "decode error"),
           Counted(p.totals.losses, "loss point"), Counted(p.totals.lost_bytes, "byte")));
     }
   }
-  side.total = Median(std::move(totals));
+  side.total = Median(side.totals);
   return side;
 }
 
+// One key's counts on one side: the medians, and the metric of each run.
+struct SideCounts {
+  DiffCounts median;
+  std::vector<double> values;
+};
+
 // Per key, the median of each count over the runs. Every key seen in a run gets an entry in
 // `seen`, set to true when `base`.
-std::map<Key, DiffCounts> MedianCounts(std::span<const Profile> runs, std::map<Key, bool>& seen,
-                                       bool base) {
+std::map<Key, SideCounts> MedianCounts(std::span<const Profile> runs, const DiffOptions& options,
+                                       std::map<Key, bool>& seen, bool base) {
+  const DiffMetric metric = options.metric;
   std::vector<std::map<Key, DiffCounts>> keyed;
-  for (const Profile& p : runs) keyed.push_back(Keyed(p));
-  std::map<Key, DiffCounts> out;
+  for (const Profile& p : runs) keyed.push_back(Keyed(p, options));
+  std::map<Key, SideCounts> out;
   for (const auto& run : keyed) {
     for (const auto& [key, counts] : run) {
       if (out.contains(key)) continue;
       std::vector<uint64_t> self, inclusive, calls;
+      std::vector<double> time, cycles;
+      SideCounts& side = out[key];
       for (const auto& r : keyed) {
         auto it = r.find(key);
         const DiffCounts c = it == r.end() ? DiffCounts{} : it->second;
         self.push_back(c.self);
         inclusive.push_back(c.inclusive);
         calls.push_back(c.calls);
+        time.push_back(c.time_ns);
+        cycles.push_back(c.cycles);
+        side.values.push_back(Metric(c, metric));
       }
-      out[key] = {Median(self), Median(inclusive), Median(calls)};
+      side.median = {Median(self), Median(inclusive), Median(calls), Median(time), Median(cycles)};
       seen[key] |= base;
     }
   }
   return out;
 }
 
-std::string Signed(int64_t v) { return v > 0 ? fmt::format("+{}", v) : fmt::format("{}", v); }
+bool Integral(DiffMetric metric) { return !Timed(metric); }
+
+// A value of the metric: counts and ns as integers, IPC with 3 decimals.
+std::string Value(double v, DiffMetric metric) {
+  if (metric == DiffMetric::kIpc) return fmt::format("{:.3f}", v);
+  return fmt::format("{}", static_cast<int64_t>(std::llround(v)));
+}
+
+std::string Signed(double v, DiffMetric metric) {
+  const std::string text = Value(v, metric);
+  return v > 0 && text != Value(0, metric) ? "+" + text : text;
+}
+
+std::string NoiseText(const std::optional<MannWhitney>& noise) {
+  if (!noise) return "";
+  return fmt::format("p={:.3g}", noise->p);
+}
 
 std::string PercentText(const std::optional<double>& pct) {
   if (!pct) return "-";
@@ -142,7 +255,16 @@ std::string Runs(const DiffSide& side) {
 }
 
 std::string TotalName(DiffMetric metric) {
-  return metric == DiffMetric::kCalls ? "calls" : "instructions";
+  switch (metric) {
+    case DiffMetric::kCalls:
+      return "calls";
+    case DiffMetric::kTime:
+      return "time (ns)";
+    case DiffMetric::kIpc:
+      return "IPC";
+    default:
+      return "instructions";
+  }
 }
 
 bool Shown(const DiffRow& row) { return row.change != 0 || row.in_base != row.in_new; }
@@ -155,6 +277,14 @@ std::string LimitsText(const DiffOptions& o) {
                                 o.min_instructions));
   }
   if (o.fail_on_loss) parts.push_back("--fail-on-loss");
+  if (!o.limits_file.empty()) {
+    parts.push_back(fmt::format(
+        "the limits of {} ({})", o.limits_file,
+        Counted(o.function_limits.size() + (o.total_hard ? 1 : 0), "hard or per-function limit")));
+  }
+  if (Timed(o.metric) && (o.fail_total_pct || o.fail_function_pct)) {
+    parts.push_back(fmt::format("Mann-Whitney U p < {}", o.alpha));
+  }
   if (parts.empty()) return "no limits given (--fail-total, --fail-function)";
   std::string out = parts[0];
   for (size_t i = 1; i < parts.size(); ++i) out += ", " + parts[i];
@@ -163,7 +293,7 @@ std::string LimitsText(const DiffOptions& o) {
 
 std::string Verdict(const DiffResult& d, const DiffOptions& o) {
   if (d.regression()) return fmt::format("REGRESSION beyond {}", LimitsText(o));
-  if (!o.fail_total_pct && !o.fail_function_pct && !o.fail_on_loss)
+  if (!o.fail_total_pct && !o.fail_function_pct && !o.fail_on_loss && o.limits_file.empty())
     return "no limits given: nothing checked";
   return fmt::format("no regression beyond {}", LimitsText(o));
 }
@@ -172,14 +302,44 @@ size_t CountIf(const DiffResult& d, bool (*pred)(const DiffRow&)) {
   return static_cast<size_t>(std::count_if(d.rows.begin(), d.rows.end(), pred));
 }
 
+// What a row is, in words.
+const char* Noun(DiffGroup group) {
+  return group == DiffGroup::kImage        ? "image"
+         : group == DiffGroup::kSourceFile ? "source file"
+                                           : "function";
+}
+std::string Plural(DiffGroup group) { return std::string(Noun(group)) + "s"; }
+
+// A row as the text table names it: "function [image]", or the image.
+std::string RowName(const DiffResult& d, const DiffRow& r) {
+  if (d.group_by == DiffGroup::kImage) return r.image;
+  return fmt::format("{} [{}]", r.function, r.image);
+}
+
+// Whether `value` is beyond the hard limit `hard` (kIpc: below it).
+bool Beyond(double value, double hard, DiffMetric metric) {
+  return metric == DiffMetric::kIpc ? value < hard : value > hard;
+}
+
+// The limit for `row`: its (function, image) entry, else its function's without an image.
+const FunctionLimit* FindLimit(const std::vector<FunctionLimit>& limits, const DiffRow& row) {
+  const FunctionLimit* any_image = nullptr;
+  for (const FunctionLimit& l : limits) {
+    if (l.function != row.function) continue;
+    if (l.image == row.image) return &l;
+    if (l.image.empty() && any_image == nullptr) any_image = &l;
+  }
+  return any_image;
+}
+
 std::string Summary(const DiffResult& d) {
   const size_t both = CountIf(d, [](const DiffRow& r) { return r.in_base && r.in_new; });
   const size_t added = CountIf(d, [](const DiffRow& r) { return !r.in_base; });
   const size_t removed = CountIf(d, [](const DiffRow& r) { return !r.in_new; });
   const size_t changed =
       CountIf(d, [](const DiffRow& r) { return r.in_base && r.in_new && r.change != 0; });
-  return fmt::format("functions: {} in both ({} changed), {} new, {} removed", both, changed, added,
-                     removed);
+  return fmt::format("{}: {} in both ({} changed), {} new, {} removed", Plural(d.group_by), both,
+                     changed, added, removed);
 }
 
 }  // namespace
@@ -192,8 +352,190 @@ const char* DiffMetricName(DiffMetric metric) {
       return "inclusive";
     case DiffMetric::kCalls:
       return "calls";
+    case DiffMetric::kTime:
+      return "time";
+    case DiffMetric::kIpc:
+      return "ipc";
   }
   return "?";
+}
+
+const char* DiffGroupName(DiffGroup group) {
+  switch (group) {
+    case DiffGroup::kFunction:
+      return "function";
+    case DiffGroup::kImage:
+      return "image";
+    case DiffGroup::kSourceFile:
+      return "source-file";
+  }
+  return "?";
+}
+
+absl::Status ParseDiffLimits(std::string_view text, const std::string& name,
+                             const std::vector<std::string>& given, DiffOptions& options) {
+  using Json = nlohmann::json;
+  auto error = [&](const std::string& where, const std::string& what) {
+    return absl::InvalidArgumentError(fmt::format("limits file {}: {}: {}", name, where, what));
+  };
+  Json doc;
+  try {
+    doc = Json::parse(text.begin(), text.end());
+  } catch (const Json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        fmt::format("limits file {}: not valid JSON at byte {}: {}", name, e.byte, e.what()));
+  }
+  if (!doc.is_object()) return error("(document)", "expected an object");
+  // Checks that `obj` (at `where`) has only the `known` members.
+  auto only = [&](const Json& obj, const std::string& where,
+                  std::initializer_list<std::string_view> known) -> absl::Status {
+    if (!obj.is_object()) return error(where, "expected an object");
+    for (const auto& [key, value] : obj.items()) {
+      if (std::find(known.begin(), known.end(), key) == known.end()) {
+        std::string names;
+        for (std::string_view k : known) names += (names.empty() ? "" : ", ") + std::string(k);
+        return error(where.empty() ? key : where + "." + key,
+                     fmt::format("unknown member (known: {})", names));
+      }
+    }
+    return absl::OkStatus();
+  };
+  auto number = [&](const Json& obj, const std::string& where,
+                    const char* key) -> absl::StatusOr<std::optional<double>> {
+    auto it = obj.find(key);
+    if (it == obj.end()) return std::optional<double>();
+    if (!it->is_number() || it->get<double>() < 0) {
+      return error(where + "." + key, "expected a number >= 0");
+    }
+    return std::optional<double>(it->get<double>());
+  };
+  auto was_given = [&](std::string_view flag) {
+    return std::find(given.begin(), given.end(), flag) != given.end();
+  };
+  PTKIT_RETURN_IF_ERROR(only(doc, "", {"schema", "default", "total", "functions"}));
+  auto schema = doc.find("schema");
+  if (schema == doc.end() || !schema->is_string()) {
+    return error("schema", "missing (\"ptkit-diff-limits/1\")");
+  }
+  if (*schema != "ptkit-diff-limits/1") {
+    return error("schema", fmt::format("\"{}\" is not one this ptdecode reads "
+                                       "(ptkit-diff-limits/1)",
+                                       schema->get<std::string>()));
+  }
+  if (auto def = doc.find("default"); def != doc.end()) {
+    PTKIT_RETURN_IF_ERROR(only(*def, "default", {"soft_pct", "min_instructions"}));
+    PTKIT_ASSIGN_OR_RETURN(std::optional<double> soft, number(*def, "default", "soft_pct"));
+    if (soft && !was_given("fail_function")) options.fail_function_pct = soft;
+    if (auto min = def->find("min_instructions"); min != def->end()) {
+      if (!min->is_number_unsigned()) {
+        return error("default.min_instructions", "expected an unsigned integer");
+      }
+      if (!was_given("min_instructions")) options.min_instructions = min->get<uint64_t>();
+    }
+  }
+  if (auto total = doc.find("total"); total != doc.end()) {
+    PTKIT_RETURN_IF_ERROR(only(*total, "total", {"soft_pct", "hard"}));
+    PTKIT_ASSIGN_OR_RETURN(std::optional<double> soft, number(*total, "total", "soft_pct"));
+    if (soft && !was_given("fail_total")) options.fail_total_pct = soft;
+    PTKIT_ASSIGN_OR_RETURN(options.total_hard, number(*total, "total", "hard"));
+  }
+  if (auto functions = doc.find("functions"); functions != doc.end()) {
+    if (!functions->is_array()) return error("functions", "expected an array");
+    for (size_t i = 0; i < functions->size(); ++i) {
+      const Json& f = (*functions)[i];
+      const std::string where = fmt::format("functions[{}]", i);
+      PTKIT_RETURN_IF_ERROR(only(f, where, {"function", "image", "soft_pct", "hard"}));
+      FunctionLimit limit;
+      auto fn = f.find("function");
+      if (fn == f.end() || !fn->is_string() || fn->get<std::string>().empty()) {
+        return error(where + ".function", "expected a name");
+      }
+      limit.function = fn->get<std::string>();
+      if (auto image = f.find("image"); image != f.end()) {
+        if (!image->is_string()) return error(where + ".image", "expected a file name");
+        limit.image = image->get<std::string>();
+      }
+      PTKIT_ASSIGN_OR_RETURN(limit.limit.soft_pct, number(f, where, "soft_pct"));
+      PTKIT_ASSIGN_OR_RETURN(limit.limit.hard, number(f, where, "hard"));
+      if (!limit.limit.soft_pct && !limit.limit.hard) {
+        return error(where, "neither soft_pct nor hard: a limit that checks nothing");
+      }
+      options.function_limits.push_back(std::move(limit));
+    }
+  }
+  options.limits_file = name;
+  return absl::OkStatus();
+}
+
+absl::Status ReadDiffLimits(const std::string& path, const std::vector<std::string>& given,
+                            DiffOptions& options) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return ErrnoStatus(fmt::format("open limits file {}", path));
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return ErrnoStatus(fmt::format("read limits file {}", path));
+  return ParseDiffLimits(text.str(), path, given, options);
+}
+
+MannWhitney MannWhitneyU(std::span<const double> a, std::span<const double> b) {
+  MannWhitney r;
+  const size_t n = a.size(), m = b.size();
+  if (n == 0 || m == 0) return r;
+  // Mid-ranks of the pooled samples; U of a = its rank sum - n(n+1)/2.
+  std::vector<std::pair<double, bool>> pooled;  // (value, from a)
+  for (double v : a) pooled.emplace_back(v, true);
+  for (double v : b) pooled.emplace_back(v, false);
+  std::sort(pooled.begin(), pooled.end());
+  const size_t total = n + m;
+  double rank_sum = 0, tie_term = 0;
+  bool ties = false;
+  for (size_t i = 0; i < total;) {
+    size_t j = i;
+    while (j < total && pooled[j].first == pooled[i].first) ++j;
+    const double mid = (static_cast<double>(i + 1) + static_cast<double>(j)) / 2;
+    for (size_t k = i; k < j; ++k) rank_sum += pooled[k].second ? mid : 0;
+    const double t = static_cast<double>(j - i);
+    tie_term += t * t * t - t;
+    ties |= j - i > 1;
+    i = j;
+  }
+  const double nm = static_cast<double>(n) * static_cast<double>(m);
+  r.u = rank_sum - static_cast<double>(n) * static_cast<double>(n + 1) / 2;
+  if (!ties && n <= 50 && m <= 50) {
+    // counts[k]: arrangements of n a's and m b's with U = k, by the recurrence
+    // f(i, j, k) = f(i - 1, j, k - j) + f(i, j - 1, k) (the largest value is an a or a b).
+    std::vector<std::vector<double>> f(m + 1);
+    for (size_t j = 0; j <= m; ++j) f[j].assign(1, 1.0);  // i = 0: U = 0 only
+    for (size_t i = 1; i <= n; ++i) {
+      std::vector<std::vector<double>> g(m + 1);
+      for (size_t j = 0; j <= m; ++j) {
+        g[j].assign(i * j + 1, 0.0);
+        for (size_t k = 0; k < f[j].size(); ++k) g[j][k + j] += f[j][k];  // a largest: +j
+        if (j > 0) {
+          for (size_t k = 0; k < g[j - 1].size(); ++k) g[j][k] += g[j - 1][k];
+        }
+      }
+      f = std::move(g);
+    }
+    const std::vector<double>& counts = f[m];
+    double all = 0, below = 0, above = 0;
+    for (double c : counts) all += c;
+    const auto u = static_cast<size_t>(r.u);
+    for (size_t k = 0; k < counts.size(); ++k) {
+      if (k <= u) below += counts[k];
+      if (k >= u) above += counts[k];
+    }
+    r.p = std::min(1.0, 2 * std::min(below, above) / all);
+    r.exact = true;
+    return r;
+  }
+  const double sigma = std::sqrt(
+      nm / 12 *
+      (static_cast<double>(total + 1) - tie_term / (static_cast<double>(total) * (total - 1))));
+  if (sigma == 0) return r;  // every value equal: no difference
+  const double z = std::max(0.0, std::abs(r.u - nm / 2) - 0.5) / sigma;
+  r.p = std::min(1.0, std::erfc(z / std::sqrt(2.0)));
+  return r;
 }
 
 absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span<const Profile> now,
@@ -201,14 +543,34 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   if (base.empty() || now.empty()) {
     return absl::InvalidArgumentError("diff needs at least one run on each side (BASE and NEW)");
   }
+  const DiffMetric metric = options.metric;
+  if (metric == DiffMetric::kInclusive && options.group_by != DiffGroup::kFunction) {
+    return absl::InvalidArgumentError(fmt::format(
+        "--metric inclusive with --group-by {}: the inclusive counts of a group's functions "
+        "overlap (a caller's include its callees'), so their sum means nothing; use self",
+        DiffGroupName(options.group_by)));
+  }
+  PTKIT_RETURN_IF_ERROR(CheckTiming(base, metric));
+  PTKIT_RETURN_IF_ERROR(CheckTiming(now, metric));
   DiffResult d;
-  d.metric = options.metric;
-  d.base = MakeSide(base, options.metric);
-  d.now = MakeSide(now, options.metric);
+  d.metric = metric;
+  d.group_by = options.group_by;
+  d.base = MakeSide(base, metric);
+  d.now = MakeSide(now, metric);
+  std::vector<bool> used(options.function_limits.size());
   std::map<Key, bool> in_base;
-  std::map<Key, DiffCounts> b = MedianCounts(base, in_base, true);
-  std::map<Key, DiffCounts> n = MedianCounts(now, in_base, false);
+  std::map<Key, SideCounts> b = MedianCounts(base, options, in_base, true);
+  std::map<Key, SideCounts> n = MedianCounts(now, options, in_base, false);
   size_t common = 0;
+  // A change beyond a limit counts for kTime / kIpc only when the runs differ beyond noise.
+  auto significant = [&](const std::optional<MannWhitney>& noise) {
+    return !noise || noise->p < options.alpha;
+  };
+  auto fail = [&d](DiffRow& row, std::string why) {
+    row.regression = true;
+    row.failures.push_back(why);
+    d.reasons.push_back(std::move(why));
+  };
   for (const auto& [key, was_in_base] : in_base) {
     DiffRow row;
     row.image = key.first;
@@ -216,27 +578,49 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
     row.in_base = was_in_base;
     row.in_new = n.contains(key);
     common += row.in_base && row.in_new;
-    if (row.in_base) row.base = b[key];
-    if (row.in_new) row.now = n[key];
-    const uint64_t before = Metric(row.base, options.metric);
-    const uint64_t after = Metric(row.now, options.metric);
-    row.change = static_cast<int64_t>(after) - static_cast<int64_t>(before);
-    row.change_pct = Percent(before, after);
+    if (row.in_base) row.base = b[key].median;
+    if (row.in_new) row.now = n[key].median;
+    row.base_value = row.in_base ? Median(b[key].values) : 0;
+    row.new_value = row.in_new ? Median(n[key].values) : 0;
+    if (Timed(metric) && row.in_base && row.in_new) {
+      row.noise = MannWhitneyU(n[key].values, b[key].values);
+    }
+    row.change = row.new_value - row.base_value;
+    row.change_pct = Percent(row.base_value, row.new_value);
     row.allowed =
         std::find(options.allow.begin(), options.allow.end(), row.function) != options.allow.end();
-    if (options.fail_function_pct && row.in_base && row.in_new) {
-      const DiffMetric size_metric =
-          options.metric == DiffMetric::kCalls ? DiffMetric::kSelf : options.metric;
-      row.checked = std::max(Metric(row.base, size_metric), Metric(row.now, size_metric)) >=
-                    options.min_instructions;
-      if (row.checked && !row.allowed && row.change_pct &&
-          *row.change_pct > *options.fail_function_pct) {
-        row.regression = true;
-        d.reasons.push_back(fmt::format("{} [{}]: {} {} -> {} ({}) > --fail-function {}%",
-                                        row.function, row.image, DiffMetricName(options.metric),
-                                        before, after, PercentText(row.change_pct),
-                                        *options.fail_function_pct));
+    const FunctionLimit* limit = FindLimit(options.function_limits, row);
+    if (limit != nullptr) {
+      row.limit = limit->limit;
+      used[limit - options.function_limits.data()] = true;
+    }
+    const std::optional<double> soft = limit != nullptr && limit->limit.soft_pct
+                                           ? limit->limit.soft_pct
+                                           : options.fail_function_pct;
+    if (soft && row.in_base && row.in_new) {
+      const uint64_t size = metric == DiffMetric::kInclusive
+                                ? std::max(row.base.inclusive, row.now.inclusive)
+                                : std::max(row.base.self, row.now.self);
+      // A function named in the limits file is checked whatever its size.
+      row.checked = (limit != nullptr && limit->limit.soft_pct) || size >= options.min_instructions;
+      const std::optional<double> worse = WorsePercent(row.change_pct, metric);
+      if (row.checked && !row.allowed && worse && *worse > *soft && significant(row.noise)) {
+        fail(row,
+             fmt::format("{}: {} {} -> {} ({}{}) > {}", RowName(d, row), DiffMetricName(metric),
+                         Value(row.base_value, metric), Value(row.new_value, metric),
+                         PercentText(row.change_pct), row.noise ? ", " + NoiseText(row.noise) : "",
+                         limit != nullptr && limit->limit.soft_pct
+                             ? fmt::format("soft limit {}% ({})", *soft, options.limits_file)
+                             : fmt::format("--fail-function {}%", *soft)));
       }
+    }
+    if (limit != nullptr && limit->limit.hard && row.in_new) row.checked = true;
+    if (limit != nullptr && limit->limit.hard && row.in_new && !row.allowed &&
+        Beyond(row.new_value, *limit->limit.hard, metric)) {
+      fail(row,
+           fmt::format("{}: {} {} {} hard limit {} ({})", RowName(d, row), DiffMetricName(metric),
+                       Value(row.new_value, metric), metric == DiffMetric::kIpc ? "<" : ">",
+                       Value(*limit->limit.hard, metric), options.limits_file));
     }
     d.rows.push_back(std::move(row));
   }
@@ -247,19 +631,35 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
         d.base.inputs[0], d.now.inputs[0]));
   }
   std::stable_sort(d.rows.begin(), d.rows.end(), [](const DiffRow& x, const DiffRow& y) {
-    const uint64_t ax = x.change < 0 ? -static_cast<uint64_t>(x.change) : x.change;
-    const uint64_t ay = y.change < 0 ? -static_cast<uint64_t>(y.change) : y.change;
-    return ax > ay;
+    return std::abs(x.change) > std::abs(y.change);
   });
-  d.total_change = static_cast<int64_t>(d.now.total) - static_cast<int64_t>(d.base.total);
+  d.total_change = d.now.total - d.base.total;
   d.total_change_pct = Percent(d.base.total, d.now.total);
-  if (options.fail_total_pct && d.total_change_pct &&
-      *d.total_change_pct > *options.fail_total_pct) {
-    d.total_regression = true;
-    d.reasons.insert(d.reasons.begin(),
-                     fmt::format("total {} {} -> {} ({}) > --fail-total {}%",
-                                 TotalName(options.metric), d.base.total, d.now.total,
-                                 PercentText(d.total_change_pct), *options.fail_total_pct));
+  if (Timed(metric)) d.total_noise = MannWhitneyU(d.now.totals, d.base.totals);
+  const std::optional<double> worse = WorsePercent(d.total_change_pct, metric);
+  std::vector<std::string> total_failures;
+  if (options.fail_total_pct && worse && *worse > *options.fail_total_pct &&
+      significant(d.total_noise)) {
+    total_failures.push_back(fmt::format(
+        "total {} {} -> {} ({}{}) > --fail-total {}%", TotalName(metric),
+        Value(d.base.total, metric), Value(d.now.total, metric), PercentText(d.total_change_pct),
+        d.total_noise ? ", " + NoiseText(d.total_noise) : "", *options.fail_total_pct));
+  }
+  if (options.total_hard && Beyond(d.now.total, *options.total_hard, metric)) {
+    total_failures.push_back(fmt::format("total {} {} {} hard limit {} ({})", TotalName(metric),
+                                         Value(d.now.total, metric),
+                                         metric == DiffMetric::kIpc ? "<" : ">",
+                                         Value(*options.total_hard, metric), options.limits_file));
+  }
+  d.total_regression = !total_failures.empty();
+  d.reasons.insert(d.reasons.begin(), total_failures.begin(), total_failures.end());
+  d.total_failures = std::move(total_failures);
+  for (size_t i = 0; i < used.size(); ++i) {
+    if (used[i]) continue;
+    const FunctionLimit& l = options.function_limits[i];
+    d.warnings.push_back(fmt::format("{}: no {} \"{}\"{} in either side: its limit checks nothing",
+                                     options.limits_file, Noun(options.group_by), l.function,
+                                     l.image.empty() ? "" : " [" + l.image + "]"));
   }
   if (options.fail_on_loss) {
     for (const DiffSide* side : {&d.base, &d.now}) {
@@ -271,34 +671,96 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   return d;
 }
 
-std::string FormatDiffText(const DiffResult& d, const DiffOptions& o) {
+// kTime, kIpc: how the noise is judged, for the header.
+std::string NoiseNote(const DiffResult& d, const DiffOptions& o) {
+  const size_t runs = std::min(d.base.inputs.size(), d.now.inputs.size());
+  return fmt::format(
+      "{}: the median of each side's runs; a change counts only when Mann-Whitney U p < {}{}",
+      d.metric == DiffMetric::kTime ? "time in ns, each function's self time" : "IPC", o.alpha,
+      runs < 4 ? " (needs at least 4 runs a side to reach p < 0.05)" : "");
+}
+
+std::string FormatDiffText(const DiffResult& d, const DiffOptions& o, bool color) {
+  const DiffMetric m = d.metric;
+  // ANSI SGR: red for worse, green for better, bold red for what fails.
+  auto paint = [color](const std::string& text, const char* sgr) {
+    return color && !text.empty() ? fmt::format("\x1b[{}m{}\x1b[0m", sgr, text) : text;
+  };
+  constexpr const char* kRed = "31";
+  constexpr const char* kGreen = "32";
+  constexpr const char* kBoldRed = "1;31";
+  constexpr const char* kBold = "1";
   std::string out;
   auto it = std::back_inserter(out);
-  fmt::format_to(it, "# metric: {}; base: {}; new: {}\n", DiffMetricName(d.metric), Runs(d.base),
+  fmt::format_to(it, "# metric: {}; base: {}; new: {}\n", DiffMetricName(m), Runs(d.base),
                  Runs(d.now));
+  if (Timed(m)) fmt::format_to(it, "# {}\n", NoiseNote(d, o));
+  for (const std::string& w : d.warnings)
+    fmt::format_to(it, "# {}\n", paint("warning: " + w, kRed));
   for (const DiffSide* side : {&d.base, &d.now}) {
     for (const std::string& why : side->incomplete) {
-      fmt::format_to(it, "# warning: {} side incomplete: {}: counts may not be comparable\n",
-                     side == &d.base ? "base" : "new", why);
+      fmt::format_to(it, "# {}\n",
+                     paint(fmt::format("warning: {} side incomplete: {}: counts may not be "
+                                       "comparable",
+                                       side == &d.base ? "base" : "new", why),
+                           kRed));
     }
   }
-  fmt::format_to(it, "# total {}: {} -> {} ({}, {})\n", TotalName(d.metric), d.base.total,
-                 d.now.total, Signed(d.total_change), PercentText(d.total_change_pct));
+  fmt::format_to(it, "# total {}: {} -> {} ({}, {}{})\n", TotalName(m), Value(d.base.total, m),
+                 Value(d.now.total, m), Signed(d.total_change, m), PercentText(d.total_change_pct),
+                 d.total_noise ? ", " + NoiseText(d.total_noise) : "");
   fmt::format_to(it, "# {}\n", Summary(d));
-  fmt::format_to(it, "\n{:>12} {:>12} {:>12} {:>9}  {}\n", "base", "new", "change", "change%",
-                 "function [image]");
-  size_t shown = 0;
+  // The table: each number column as wide as its widest cell.
+  using Cells = std::vector<std::string>;
+  std::vector<Cells> cells = {{"base", "new", "change", "change%"}};
+  if (Timed(m)) cells[0].push_back("p");
+  std::vector<const DiffRow*> rows;
   for (const DiffRow& r : d.rows) {
     if (!Shown(r)) continue;
-    ++shown;
-    fmt::format_to(it, "{:>12} {:>12} {:>12} {:>9}  {} [{}]{}\n", Metric(r.base, d.metric),
-                   Metric(r.now, d.metric), Signed(r.change), ChangeText(r), r.function, r.image,
-                   r.regression ? "  REGRESSION" : (r.allowed ? "  (allowed)" : ""));
+    rows.push_back(&r);
+    cells.push_back(
+        {Value(r.base_value, m), Value(r.new_value, m), Signed(r.change, m), ChangeText(r)});
+    if (Timed(m)) cells.back().push_back(r.noise ? fmt::format("{:.3g}", r.noise->p) : "-");
   }
-  if (shown == 0) fmt::format_to(it, "{:>12}  (no function changed)\n", "");
-  fmt::format_to(it, "\n{}\n", Verdict(d, o));
+  std::vector<size_t> width = {12, 12, 12, 9, 9};  // at least; wider when a cell is
+  width.resize(cells[0].size());
+  for (const Cells& row : cells) {
+    for (size_t c = 0; c < row.size(); ++c) width[c] = std::max(width[c], row[c].size());
+  }
+  auto line = [&](const Cells& row, const char* sgr, const std::string& name) {
+    std::string text;
+    for (size_t c = 0; c < row.size(); ++c) {
+      text += fmt::format("{}{:>{}}", c == 0 ? "" : " ", row[c], width[c]);
+    }
+    fmt::format_to(it, "{}  {}\n", paint(text, sgr), name);
+  };
+  out += "\n";
+  line(cells[0], kBold,
+       d.group_by == DiffGroup::kImage ? "image" : fmt::format("{} [image]", Noun(d.group_by)));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const DiffRow& r = *rows[i];
+    const std::optional<double> worse = WorsePercent(r.change_pct, m);
+    const bool up = r.in_base && r.in_new ? worse.value_or(0) > 0 : !r.in_base;
+    const char* sgr = r.regression ? kBoldRed : up ? kRed : kGreen;
+    line(cells[i + 1], sgr,
+         fmt::format("{}{}", RowName(d, r),
+                     r.regression ? "  " + paint("REGRESSION", kBoldRed)
+                                  : (r.allowed ? "  (allowed)" : "")));
+  }
+  if (rows.empty()) {
+    fmt::format_to(it, "{:>{}}  (no {} changed)\n", "", width[0], Noun(d.group_by));
+  }
+  fmt::format_to(it, "\n{}\n", paint(Verdict(d, o), d.regression() ? kBoldRed : kGreen));
   for (const std::string& reason : d.reasons) fmt::format_to(it, "  {}\n", reason);
   return out;
+}
+
+bool DiffColor(std::string_view mode, bool is_tty, const char* no_color_env, const char* term_env) {
+  if (mode == "always") return true;
+  if (mode == "never") return false;
+  const bool no_color = no_color_env != nullptr && no_color_env[0] != '\0';
+  const bool dumb = term_env != nullptr && std::string_view(term_env) == "dumb";
+  return is_tty && !no_color && !dumb;
 }
 
 std::string FormatDiffMarkdown(const DiffResult& d, const DiffOptions& o) {
@@ -307,31 +769,45 @@ std::string FormatDiffMarkdown(const DiffResult& d, const DiffOptions& o) {
     for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
     return out;
   };
+  const DiffMetric m = d.metric;
   std::string out;
   auto it = std::back_inserter(out);
   fmt::format_to(it, "### ptdecode diff: {}\n\n", d.regression() ? "regression" : "no regression");
-  fmt::format_to(it, "Metric **{}**; base `{}`, new `{}`.\n\n", DiffMetricName(d.metric),
-                 Runs(d.base), Runs(d.now));
+  fmt::format_to(it, "Metric **{}**; base `{}`, new `{}`.\n\n", DiffMetricName(m), Runs(d.base),
+                 Runs(d.now));
+  if (Timed(m)) fmt::format_to(it, "{}.\n\n", NoiseNote(d, o));
+  for (const std::string& w : d.warnings) {
+    fmt::format_to(it, "> **Warning**: {}.\n\n", cell(w));
+  }
   for (const DiffSide* side : {&d.base, &d.now}) {
     for (const std::string& why : side->incomplete) {
       fmt::format_to(it, "> **Warning**: {} side incomplete: {}: counts may not be comparable.\n\n",
                      side == &d.base ? "base" : "new", cell(why));
     }
   }
-  fmt::format_to(it, "Total {}: {} → {} ({}, {}). {}.\n\n", TotalName(d.metric), d.base.total,
-                 d.now.total, Signed(d.total_change), PercentText(d.total_change_pct), Summary(d));
-  fmt::format_to(it, "| function | image | base | new | change | change % |\n");
-  fmt::format_to(it, "|:--|:--|--:|--:|--:|--:|\n");
+  fmt::format_to(it, "Total {}: {} → {} ({}, {}{}). {}.\n\n", TotalName(m), Value(d.base.total, m),
+                 Value(d.now.total, m), Signed(d.total_change, m), PercentText(d.total_change_pct),
+                 d.total_noise ? ", " + NoiseText(d.total_noise) : "", Summary(d));
+  // By image the image is the row's name: no image column.
+  const bool by_image = d.group_by == DiffGroup::kImage;
+  fmt::format_to(it, "| {} |{} base | new | change | change % |{}\n", Noun(d.group_by),
+                 by_image ? "" : " image |", Timed(m) ? " p |" : "");
+  fmt::format_to(it, "|:--|{}--:|--:|--:|--:|{}\n", by_image ? "" : ":--|", Timed(m) ? "--:|" : "");
   size_t shown = 0;
   for (const DiffRow& r : d.rows) {
     if (!Shown(r)) continue;
     ++shown;
-    fmt::format_to(it, "| `{}`{} | {} | {} | {} | {} | {} |\n", cell(r.function),
-                   r.regression ? " **regression**" : (r.allowed ? " (allowed)" : ""),
-                   cell(r.image), Metric(r.base, d.metric), Metric(r.now, d.metric),
-                   Signed(r.change), ChangeText(r));
+    fmt::format_to(
+        it, "| `{}`{} |{} {} | {} | {} | {} |{}\n", cell(by_image ? r.image : r.function),
+        r.regression ? " **regression**" : (r.allowed ? " (allowed)" : ""),
+        by_image ? "" : " " + cell(r.image) + " |", Value(r.base_value, m), Value(r.new_value, m),
+        Signed(r.change, m), ChangeText(r),
+        Timed(m) ? fmt::format(" {} |", r.noise ? fmt::format("{:.3g}", r.noise->p) : "-") : "");
   }
-  if (shown == 0) fmt::format_to(it, "| (no function changed) | | | | | |\n");
+  if (shown == 0) {
+    fmt::format_to(it, "| (no {} changed) |{} | | | |{}\n", Noun(d.group_by), by_image ? "" : " |",
+                   Timed(m) ? " |" : "");
+  }
   fmt::format_to(it, "\n{}.\n", Verdict(d, o));
   for (const std::string& reason : d.reasons) fmt::format_to(it, "- {}\n", cell(reason));
   return out;
@@ -339,57 +815,299 @@ std::string FormatDiffMarkdown(const DiffResult& d, const DiffOptions& o) {
 
 std::string FormatDiffJson(const DiffResult& d, const DiffOptions& o) {
   using Json = nlohmann::ordered_json;
+  const DiffMetric m = d.metric;
   auto pct = [](const std::optional<double>& p) { return p ? Json(*p) : Json(nullptr); };
-  auto side = [](const DiffSide& s) {
-    return Json{{"inputs", s.inputs}, {"total", s.total}, {"incomplete", s.incomplete}};
+  // Counts as integers, time and IPC as numbers.
+  auto value = [m](double v) {
+    return Integral(m) ? Json(static_cast<int64_t>(std::llround(v))) : Json(v);
   };
-  auto counts = [](const DiffCounts& c) {
-    return Json{{"self", c.self}, {"inclusive", c.inclusive}, {"calls", c.calls}};
+  auto noise = [](const std::optional<MannWhitney>& w) {
+    if (!w) return Json(nullptr);
+    return Json{{"test", "mann-whitney-u"}, {"u", w->u}, {"p", w->p}, {"exact", w->exact}};
+  };
+  auto side = [&](const DiffSide& s) {
+    Json totals = Json::array();
+    for (double t : s.totals) totals.push_back(value(t));
+    Json j{{"inputs", s.inputs}, {"total", value(s.total)}, {"incomplete", s.incomplete}};
+    if (Timed(m)) j["totals"] = totals;
+    return j;
+  };
+  auto counts = [&](const DiffCounts& c) {
+    Json j{{"self", c.self}, {"inclusive", c.inclusive}, {"calls", c.calls}};
+    if (Timed(m)) {
+      j["time_ns"] = c.time_ns;
+      j["cycles"] = c.cycles;
+    }
+    return j;
   };
   Json doc;
   doc["schema"] = "ptkit-diff/1";
-  doc["metric"] = DiffMetricName(d.metric);
+  doc["metric"] = DiffMetricName(m);
+  doc["group_by"] = DiffGroupName(d.group_by);
   doc["base"] = side(d.base);
   doc["new"] = side(d.now);
-  doc["total"] = {{"base", d.base.total},
-                  {"new", d.now.total},
-                  {"change", d.total_change},
-                  {"change_pct", pct(d.total_change_pct)},
-                  {"regression", d.total_regression}};
+  doc["total"] = {{"base", value(d.base.total)},     {"new", value(d.now.total)},
+                  {"change", value(d.total_change)}, {"change_pct", pct(d.total_change_pct)},
+                  {"noise", noise(d.total_noise)},   {"regression", d.total_regression}};
   doc["limits"] = {{"fail_total_pct", o.fail_total_pct ? Json(*o.fail_total_pct) : Json()},
                    {"fail_function_pct", o.fail_function_pct ? Json(*o.fail_function_pct) : Json()},
                    {"min_instructions", o.min_instructions},
                    {"allow", o.allow},
-                   {"fail_on_loss", o.fail_on_loss}};
+                   {"fail_on_loss", o.fail_on_loss},
+                   {"alpha", o.alpha},
+                   {"file", o.limits_file.empty() ? Json() : Json(o.limits_file)},
+                   {"total_hard", o.total_hard ? Json(*o.total_hard) : Json()}};
   Json rows = Json::array();
   for (const DiffRow& r : d.rows) {
-    rows.push_back({{"function", r.function},
-                    {"image", r.image},
-                    {"status", !r.in_base  ? "new"
-                               : !r.in_new ? "removed"
-                               : r.change  ? "changed"
-                                           : "same"},
-                    {"base", r.in_base ? counts(r.base) : Json()},
-                    {"new", r.in_new ? counts(r.now) : Json()},
-                    {"change", r.change},
-                    {"change_pct", pct(r.change_pct)},
-                    {"checked", r.checked},
-                    {"allowed", r.allowed},
-                    {"regression", r.regression}});
+    rows.push_back(
+        {{"function", r.function},
+         {"image", r.image},
+         {"status", !r.in_base      ? "new"
+                    : !r.in_new     ? "removed"
+                    : r.change != 0 ? "changed"
+                                    : "same"},
+         {"base", r.in_base ? counts(r.base) : Json()},
+         {"new", r.in_new ? counts(r.now) : Json()},
+         {"base_value", value(r.base_value)},
+         {"new_value", value(r.new_value)},
+         {"change", value(r.change)},
+         {"change_pct", pct(r.change_pct)},
+         {"noise", noise(r.noise)},
+         {"checked", r.checked},
+         {"limit", r.limit
+                       ? Json{{"soft_pct", r.limit->soft_pct ? Json(*r.limit->soft_pct) : Json()},
+                              {"hard", r.limit->hard ? Json(*r.limit->hard) : Json()}}
+                       : Json()},
+         {"allowed", r.allowed},
+         {"regression", r.regression}});
   }
   doc["functions"] = rows;
+  doc["warnings"] = d.warnings;
   doc["regressions"] = d.reasons;
   doc["regression"] = d.regression();
   return doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
 }
 
-absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options) {
+std::string FormatDiffJunit(const DiffResult& d, const DiffOptions& o) {
+  auto xml = [](std::string_view text) {
+    std::string out;
+    for (char c : text) {
+      switch (c) {
+        case '&':
+          out += "&amp;";
+          break;
+        case '<':
+          out += "&lt;";
+          break;
+        case '>':
+          out += "&gt;";
+          break;
+        case '"':
+          out += "&quot;";
+          break;
+        default:
+          // XML 1.0 has no other control characters than tab, newline and carriage return.
+          if (static_cast<unsigned char>(c) < 0x20 && c != '\t' && c != '\n' && c != '\r') {
+            out += '?';
+          } else {
+            out += c;
+          }
+      }
+    }
+    return out;
+  };
+  struct Case {
+    std::string classname, name, detail;
+    std::vector<std::string> failures;
+  };
+  std::vector<Case> cases;
+  const DiffMetric m = d.metric;
+  if (o.fail_total_pct || o.total_hard) {
+    cases.push_back({"total", TotalName(m),
+                     fmt::format("{} -> {} ({})", Value(d.base.total, m), Value(d.now.total, m),
+                                 PercentText(d.total_change_pct)),
+                     d.total_failures});
+  }
+  for (const DiffRow& r : d.rows) {
+    if (!r.checked) continue;
+    cases.push_back(
+        {r.image, d.group_by == DiffGroup::kImage ? r.image : r.function,
+         fmt::format("{} {} -> {} ({}){}", DiffMetricName(m), Value(r.base_value, m),
+                     Value(r.new_value, m), ChangeText(r), r.allowed ? ", allowed" : ""),
+         r.failures});
+  }
+  if (o.fail_on_loss) {
+    for (const DiffSide* side : {&d.base, &d.now}) {
+      for (size_t i = 0; i < side->inputs.size(); ++i) {
+        Case c{"complete", side->inputs[i], "no decode error or loss"};
+        for (const std::string& why : side->incomplete) {
+          if (why.starts_with(side->inputs[i] + ":")) c.failures.push_back(why);
+        }
+        cases.push_back(std::move(c));
+      }
+    }
+  }
+  if (cases.empty()) cases.push_back({"ptdecode diff", "limits", Verdict(d, o)});
+  size_t failures = 0;
+  for (const Case& c : cases) failures += !c.failures.empty();
+  std::string out;
+  auto it = std::back_inserter(out);
+  fmt::format_to(it, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n");
+  fmt::format_to(it, "<testsuites name=\"ptdecode diff\" tests=\"{}\" failures=\"{}\">\n",
+                 cases.size(), failures);
+  fmt::format_to(it, "  <testsuite name=\"ptdecode diff {}\" tests=\"{}\" failures=\"{}\">\n",
+                 xml(DiffMetricName(m)), cases.size(), failures);
+  for (const Case& c : cases) {
+    fmt::format_to(it, "    <testcase classname=\"{}\" name=\"{}\">", xml(c.classname),
+                   xml(c.name));
+    for (const std::string& f : c.failures) {
+      fmt::format_to(it, "\n      <failure message=\"{}\">{}</failure>", xml(f), xml(c.detail));
+    }
+    fmt::format_to(it, "{}<system-out>{}</system-out></testcase>\n",
+                   c.failures.empty() ? "" : "\n      ", xml(c.detail));
+  }
+  out += "  </testsuite>\n</testsuites>\n";
+  return out;
+}
+
+namespace {
+
+// The core cycles of the CYC packets in every stream of `r` (0 without any).
+absl::StatusOr<uint64_t> CountCycles(const Recording& r) {
+  if (r.bts || !r.spool) return 0;
+  uint64_t cycles = 0;
+  for (const auto& [key, stream] : r.streams) {
+    for (const Piece& piece : stream.pieces) {
+      PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(piece.run));
+      if (view.bytes().empty()) continue;
+      PTKIT_ASSIGN_OR_RETURN(pt_config config, MakePtConfig(view.bytes(), r.config));
+      PacketDecoderPtr dec(pt_pkt_alloc_decoder(&config));
+      if (!dec) return absl::ResourceExhaustedError("pt_pkt_alloc_decoder");
+      pt_packet packet;
+      // Resynchronises after an error, as the decoders do.
+      while (pt_pkt_sync_forward(dec.get()) >= 0) {
+        while (pt_pkt_next(dec.get(), &packet, sizeof(packet)) >= 0) {
+          if (packet.type == ppt_cyc) cycles += packet.payload.cyc.value;
+        }
+      }
+    }
+  }
+  return cycles;
+}
+
+}  // namespace
+
+namespace {
+
+// One run's folded stacks (stack -> weight), as `ptdecode folded` prints them.
+absl::StatusOr<std::map<std::string, uint64_t>> FoldedStacks(const std::string& path,
+                                                             const ContainerOptions& options,
+                                                             const ProfileSinkOptions& extra,
+                                                             FoldedWeight weight) {
+  {
+    std::ifstream in(path, std::ios::binary);
+    char first = 0;
+    while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
+    }
+    if (first == '{') {
+      return absl::FailedPreconditionError(fmt::format(
+          "{}: a stats --json document has no call stacks for --format folded; give the "
+          "trace.pt",
+          path));
+    }
+  }
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = ::open_memstream(&text, &size);
+  if (out == nullptr) return ErrnoStatus("open_memstream");
+  std::unique_ptr<char, decltype(&std::free)> owned(nullptr, &std::free);
+  absl::Status decoded;
+  {
+    PTKIT_ASSIGN_OR_RETURN(auto empty, ProgramImage::Create());
+    OutputOptions output;
+    output.weight = weight;
+    auto sink = MakeFoldedSink(*empty, out, output);
+    decoded = DecodeContainer(path, options, *sink).status();
+  }
+  std::fclose(out);
+  owned.reset(text);
+  PTKIT_RETURN_IF_ERROR(decoded);
+  std::map<std::string, uint64_t> stacks;
+  std::istringstream lines(std::string(text, size));
+  const std::string& root = extra.only_under;
+  for (std::string line; std::getline(lines, line);) {
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    std::string stack = line.substr(0, space);
+    if (!root.empty()) {  // the stack from the root's outermost frame on
+      std::vector<std::string> frames = absl::StrSplit(stack, ';');
+      auto it = std::find(frames.begin(), frames.end(), root);
+      if (it == frames.end()) continue;
+      stack = absl::StrJoin(it, frames.end(), ";");
+    }
+    stacks[stack] += std::stoull(line.substr(space + 1));
+  }
+  return stacks;
+}
+
+// Per stack, the median of its weight over the runs (0 in a run without it).
+absl::StatusOr<std::map<std::string, uint64_t>> MedianStacks(const std::vector<std::string>& runs,
+                                                             const ContainerOptions& options,
+                                                             const ProfileSinkOptions& extra,
+                                                             FoldedWeight weight) {
+  std::vector<std::map<std::string, uint64_t>> all;
+  for (const std::string& path : runs) {
+    PTKIT_ASSIGN_OR_RETURN(auto stacks, FoldedStacks(path, options, extra, weight));
+    all.push_back(std::move(stacks));
+  }
+  std::map<std::string, uint64_t> out;
+  for (const auto& run : all) {
+    for (const auto& [stack, count] : run) {
+      if (out.contains(stack)) continue;
+      std::vector<uint64_t> values;
+      for (const auto& r : all) {
+        auto it = r.find(stack);
+        values.push_back(it == r.end() ? 0 : it->second);
+      }
+      out[stack] = Median(values);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> DiffFolded(const std::vector<std::string>& base,
+                                       const std::vector<std::string>& now,
+                                       const ContainerOptions& options,
+                                       const ProfileSinkOptions& extra, FoldedWeight weight) {
+  PTKIT_ASSIGN_OR_RETURN(auto b, MedianStacks(base, options, extra, weight));
+  PTKIT_ASSIGN_OR_RETURN(auto n, MedianStacks(now, options, extra, weight));
+  for (const auto& [stack, count] : n) b.try_emplace(stack, 0);
+  std::string out;
+  for (const auto& [stack, count] : b) {
+    auto it = n.find(stack);
+    fmt::format_to(std::back_inserter(out), "{} {} {}\n", stack, count,
+                   it == n.end() ? 0 : it->second);
+  }
+  return out;
+}
+
+absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options,
+                                    const ProfileSinkOptions& extra) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return ErrnoStatus(errno, "open ", path);
   char first = 0;
   while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
   }
   if (first == '{') {
+    if (extra.timing || extra.source_files || !extra.only_under.empty()) {
+      return absl::FailedPreconditionError(
+          fmt::format("{}: a stats --json document has no {}; give the trace.pt", path,
+                      extra.timing         ? "timing"
+                      : extra.source_files ? "source files"
+                                           : "call stacks to count under " + extra.only_under));
+    }
     std::ostringstream text;
     text << first << in.rdbuf();
     auto profile = ProfileFromJson(text.str());
@@ -400,17 +1118,28 @@ absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOpti
     return profile;
   }
   in.close();
+  PTKIT_ASSIGN_OR_RETURN(Recording recording, OpenRecording(path, options));
   PTKIT_ASSIGN_OR_RETURN(auto empty, ProgramImage::Create());
   OutputOptions output;
   output.trace_name = path;
+  output.clock = TscClockFromMetadata(recording.metadata);
   Profile profile;
-  auto sink = MakeProfileSink(*empty, output, &profile);
-  PTKIT_ASSIGN_OR_RETURN(DecodeTotals totals, DecodeContainer(path, options, *sink));
+  auto sink = MakeProfileSink(*empty, output, &profile, extra);
+  PTKIT_ASSIGN_OR_RETURN(DecodeTotals totals, DecodeRecording(recording, options, *sink));
   if (totals.instructions == 0) {
     return absl::FailedPreconditionError(
         fmt::format("{}: no instructions decoded ({}, {} of trace, {}, {})", path,
                     Counted(totals.streams, "stream"), Counted(totals.trace_bytes, "byte"),
                     Counted(totals.errors, "decode error"), Counted(totals.losses, "loss point")));
+  }
+  if (!extra.only_under.empty() && profile.totals.instructions == 0) {
+    return absl::FailedPreconditionError(
+        fmt::format("{}: nothing ran under {} ({} decoded): no call to a function of that name was "
+                    "traced (is the program stripped of its symbols?)",
+                    path, extra.only_under, Counted(totals.instructions, "instruction")));
+  }
+  if (profile.timing) {
+    PTKIT_ASSIGN_OR_RETURN(profile.timing->cycles, CountCycles(recording));
   }
   return profile;
 }

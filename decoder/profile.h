@@ -5,6 +5,7 @@
 #define PTKIT_DECODER_PROFILE_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -25,6 +26,11 @@ struct ProfileFunction {
   uint64_t self = 0;       // instructions executed in the function itself
   uint64_t inclusive = 0;  // instructions while it was on the call stack, each counted once
   uint64_t calls = 0;
+  // With timing: the TSC ticks of its self time (each interval between two time updates split
+  // over the functions that ran in it, by their instructions).
+  uint64_t ticks = 0;
+  // With source files: the source file of its first instruction (DWARF), "" when unknown.
+  std::string source;
   bool operator==(const ProfileFunction&) const = default;
 };
 
@@ -52,9 +58,18 @@ struct ProfileTotals {
   bool operator==(const ProfileTotals&) const = default;
 };
 
+// The time of a profile made with timing (MakeProfileSink's `timing`), of a trace that had it.
+struct ProfileTiming {
+  double tsc_hz = 0;    // TSC ticks per second (the recording's clock); 0: unknown
+  uint64_t ticks = 0;   // the ticks given to functions (the sum of their `ticks`)
+  uint64_t cycles = 0;  // core cycles of the CYC packets (0: the trace has none)
+  bool operator==(const ProfileTiming&) const = default;
+};
+
 struct Profile {
   std::string trace;  // the input's name, as given
   ProfileTotals totals;
+  std::optional<ProfileTiming> timing;  // only when made with timing, of a timed trace
   std::vector<std::pair<std::string, uint64_t>> errors;  // libipt error name -> count
   std::vector<ProfileImage> images;                      // sorted by name
   std::vector<ProfileFunction> functions;  // sorted by self, inclusive (descending), name
@@ -66,7 +81,8 @@ struct Profile {
 // rebuilds `images` from them.
 void SortProfile(Profile& profile);
 
-// The `stats --json` document (2-space indented, a final newline), as stats prints it.
+// The `stats --json` document (2-space indented, a final newline), as stats prints it. The
+// timing is not part of it.
 std::string ProfileToJson(const Profile& profile);
 
 // Parses a `stats --json` document. Members the schema does not know are ignored (the schema

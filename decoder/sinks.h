@@ -83,10 +83,22 @@ std::unique_ptr<Sink> MakeCallsSink(const ProgramImage& image, std::FILE* out,
 // `stats`: per function and per image: instructions (self, inclusive), calls; totals; errors.
 std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options);
+// What the profile sink adds to what `stats` computes.
+struct ProfileSinkOptions {
+  // When the trace has timing packets, each function's self time in TSC ticks too
+  // (Profile::timing, its tsc_hz from OutputOptions::clock; a decoder time call per block).
+  bool timing = false;
+  // Each function's source file (ProfileFunction::source) from the DWARF line tables.
+  bool source_files = false;
+  // When set: count only what runs while the function of this name has a frame (e.g. "main":
+  // no start-up before it, no exit after it); totals.instructions and calls are those too,
+  // time only what its callees ran. A warning says so.
+  std::string only_under;
+};
 // What `stats` computes, stored in `*profile` (which must outlive the sink) at Finish instead of
 // printed; `options.trace_name` names the trace in it.
 std::unique_ptr<Sink> MakeProfileSink(const ProgramImage& image, const OutputOptions& options,
-                                      Profile* profile);
+                                      Profile* profile, const ProfileSinkOptions& extra = {});
 // `folded`: "caller;callee count" lines for flamegraph.pl, weighted by instructions or, with
 // FoldedWeight::kTime, by TSC ticks: each decoder time update closes an interval whose ticks
 // are split over the stacks that executed instructions in it, in proportion to their

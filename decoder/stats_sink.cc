@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,7 +11,10 @@
 #include "decoder/flow_sink.h"
 #include "decoder/output_format.h"
 #include "decoder/profile.h"
+#include "decoder/scoped_counts.h"
 #include "decoder/sinks.h"
+#include "decoder/srcline.h"
+#include "decoder/tick_splitter.h"
 
 namespace ptkit::decoder {
 namespace {
@@ -18,23 +22,45 @@ namespace {
 class StatsSink : public FlowSink {
  public:
   // Prints the report to `out`, or with `profile_out` stores the profile there instead.
+  // With `timing`, each function's self time too (Profile::timing), split as TickSplitter says.
   StatsSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options,
-            Profile* profile_out = nullptr)
-      : FlowSink(image), out_(out), options_(options), profile_out_(profile_out) {}
+            Profile* profile_out = nullptr, const ProfileSinkOptions& extra = {})
+      : FlowSink(image), out_(out), options_(options), profile_out_(profile_out), extra_(extra) {
+    wants_time_ = extra.timing;
+    if (!extra.only_under.empty()) scoped_.emplace(extra.only_under, functions_);
+  }
+  void OnTime(uint64_t now) override {
+    if (wants_time_) ticks_.OnTime(timed(), tsc(), now);
+    FlowSink::OnTime(now);
+  }
   void OnStream(const StreamInfo& stream) override {
     FlowSink::OnStream(stream);
+    if (!stream.context_switch) ticks_.Drop();
     if (options_.list_problems && !stream.context_switch) stream_ = stream.name;
   }
   void OnError(const DecodeError& error) override {
     FlowSink::OnError(error);
+    if (wants_time_) ForgetTime();  // the time across an error is not the program's
+    ticks_.Drop();
     if (options_.list_problems) Problem([&](Buffer& b) { AppendErrorLine(b, error, false); });
   }
   void OnLoss(const LossInfo& loss) override {
     FlowSink::OnLoss(loss);
+    ticks_.Drop();
     if (options_.list_problems) Problem([&](Buffer& b) { AppendLossLine(b, loss, false); });
   }
 
  protected:
+  void OnCount(uint32_t function, uint64_t n) override {
+    if (scoped_) scoped_->OnCount(function, n);
+    if (wants_time_ && (!scoped_ || scoped_->active())) ticks_.OnCount(function, n);
+  }
+  void OnEnter(const Frame& frame) override {
+    if (scoped_) scoped_->OnEnter(frame);
+  }
+  void OnExit(const Frame& frame, bool at_end) override {
+    if (scoped_) scoped_->OnExit(frame);
+  }
   absl::Status Report(const DecodeTotals& totals) override {
     Profile profile = MakeProfile(totals);
     if (profile_out_ != nullptr) {
@@ -110,20 +136,40 @@ class StatsSink : public FlowSink {
       p.errors.emplace_back(IptErrorName(code), count);
     }
     p.warnings = totals.warnings;
+    if (scoped_) {
+      p.warnings.push_back(
+          fmt::format("only what ran under {} is counted: {} of {}", scoped_->root(),
+                      Counted(scoped_->instructions(), "instruction"), totals.instructions));
+      p.totals.instructions = scoped_->instructions();
+      p.totals.calls = scoped_->calls();
+    }
+    if (wants_time_ && ticks_.timed()) p.timing = ProfileTiming{options_.clock.tsc_hz};
+    std::optional<SourceLines> lines;
+    if (extra_.source_files) lines.emplace(nullptr);
     std::map<std::pair<std::string, std::string>, size_t> row_of;  // (image, name) -> row
-    for (const Function& fn : functions_) {
-      if (fn.self == 0 && fn.calls == 0) continue;
+    for (uint32_t i = 0; i < functions_.size(); ++i) {
+      const Function& fn = functions_[i];
+      const ScopedCounts::Counts c =
+          scoped_ ? scoped_->counts(i) : ScopedCounts::Counts{fn.self, fn.inclusive, fn.calls};
+      const uint64_t ticks = ticks_.ticks(i);
+      if (p.timing) p.timing->ticks += ticks;
+      if (c.self == 0 && c.calls == 0 && ticks == 0) continue;
       std::string image = fn.file < 0 ? std::string("[unmapped]") : fn.image->files()[fn.file].name;
       auto [it, inserted] = row_of.try_emplace({image, fn.name}, p.functions.size());
       if (inserted) {
         p.functions.push_back(
-            {fn.name, std::move(image), fn.address, fn.self, fn.inclusive, fn.calls});
+            {fn.name, std::move(image), fn.address, c.self, c.inclusive, c.calls, ticks});
+        if (lines && fn.file >= 0) {
+          const std::string* at = lines->Lookup(*fn.image, fn.address);
+          if (at != nullptr) p.functions.back().source = at->substr(0, at->rfind(':'));
+        }
         continue;
       }
       ProfileFunction& row = p.functions[it->second];
-      row.self += fn.self;
-      row.inclusive += fn.inclusive;
-      row.calls += fn.calls;
+      row.self += c.self;
+      row.inclusive += c.inclusive;
+      row.calls += c.calls;
+      row.ticks += ticks;
       row.address = std::min(row.address, fn.address);
     }
     SortProfile(p);
@@ -144,6 +190,9 @@ class StatsSink : public FlowSink {
   Buffer problems_;     // list_problems: the lines, in trace order
   uint64_t problems_count_ = 0;
   Profile* profile_out_;
+  ProfileSinkOptions extra_;
+  TickSplitter ticks_;                  // with timing
+  std::optional<ScopedCounts> scoped_;  // with only_under
 };
 
 }  // namespace
@@ -154,8 +203,8 @@ std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
 }
 
 std::unique_ptr<Sink> MakeProfileSink(const ProgramImage& image, const OutputOptions& options,
-                                      Profile* profile) {
-  return std::make_unique<StatsSink>(image, nullptr, options, profile);
+                                      Profile* profile, const ProfileSinkOptions& extra) {
+  return std::make_unique<StatsSink>(image, nullptr, options, profile, extra);
 }
 
 }  // namespace ptkit::decoder

@@ -414,6 +414,12 @@ struct DiffFlags {
   std::string sysroot;
   std::string metric = "self";
   std::string format = "text";
+  std::string color = "auto";
+  std::string group_by = "function";
+  std::string limits;  // --limits FILE
+  bool exclude_startup = false;
+  std::string only_under;
+  bool min_instructions_given = false;
   dec::DiffOptions options;
   double fail_total = -1, fail_function = -1;
 };
@@ -431,27 +437,67 @@ int RunDiff(DiffFlags& f) {
   }
   f.options.metric = f.metric == "inclusive" ? dec::DiffMetric::kInclusive
                      : f.metric == "calls"   ? dec::DiffMetric::kCalls
+                     : f.metric == "time"    ? dec::DiffMetric::kTime
+                     : f.metric == "ipc"     ? dec::DiffMetric::kIpc
                                              : dec::DiffMetric::kSelf;
+  f.options.group_by = f.group_by == "image"         ? dec::DiffGroup::kImage
+                       : f.group_by == "source-file" ? dec::DiffGroup::kSourceFile
+                                                     : dec::DiffGroup::kFunction;
+  dec::ProfileSinkOptions extra;
+  extra.timing =
+      f.options.metric == dec::DiffMetric::kTime || f.options.metric == dec::DiffMetric::kIpc;
+  extra.source_files = f.options.group_by == dec::DiffGroup::kSourceFile;
+  if (f.exclude_startup && !f.only_under.empty()) {
+    return UsageError("--exclude-startup is --only-under main: give one of them");
+  }
+  extra.only_under = f.exclude_startup ? "main" : f.only_under;
   if (f.fail_total >= 0) f.options.fail_total_pct = f.fail_total;
   if (f.fail_function >= 0) f.options.fail_function_pct = f.fail_function;
+  if (!f.limits.empty()) {
+    std::vector<std::string> given;
+    if (f.fail_total >= 0) given.push_back("fail_total");
+    if (f.fail_function >= 0) given.push_back("fail_function");
+    if (f.min_instructions_given) given.push_back("min_instructions");
+    absl::Status limits = dec::ReadDiffLimits(f.limits, given, f.options);
+    if (absl::IsInvalidArgument(limits)) return UsageError(std::string(limits.message()));
+    if (!limits.ok()) return Fail(limits);
+  }
   dec::ContainerOptions container;
   container.sysroot = f.sysroot;
+  if (f.format == "folded") {
+    auto folded = dec::DiffFolded(f.base, f.now, container, extra,
+                                  f.options.metric == dec::DiffMetric::kTime
+                                      ? dec::FoldedWeight::kTime
+                                      : dec::FoldedWeight::kInstructions);
+    if (!folded.ok()) return Fail(folded.status());
+    if (std::fwrite(folded->data(), 1, folded->size(), stdout) != folded->size() ||
+        std::fflush(stdout)) {
+      return Fail(absl::DataLossError("write error on output"));
+    }
+    return 0;
+  }
   std::vector<dec::Profile> base, now;
   for (auto [paths, runs] : {std::pair{&f.base, &base}, std::pair{&f.now, &now}}) {
     for (const std::string& path : *paths) {
-      auto profile = dec::LoadProfile(path, container);
+      auto profile = dec::LoadProfile(path, container, extra);
       if (!profile.ok()) return Fail(profile.status());
       runs->push_back(std::move(*profile));
     }
   }
   auto diff = dec::DiffProfiles(base, now, f.options);
   if (!diff.ok()) {
+    // No function in common is a usage error; a run without the timing the metric needs, a
+    // runtime one.
+    if (diff.status().code() != absl::StatusCode::kInvalidArgument) return Fail(diff.status());
     std::fprintf(stderr, "ptdecode: %s\n", std::string(diff.status().message()).c_str());
     return kExitUsage;
   }
+  const bool color = dec::DiffColor(f.color, ::isatty(STDOUT_FILENO) == 1, std::getenv("NO_COLOR"),
+                                    std::getenv("TERM"));
   std::string text = f.format == "json"       ? dec::FormatDiffJson(*diff, f.options)
                      : f.format == "markdown" ? dec::FormatDiffMarkdown(*diff, f.options)
-                                              : dec::FormatDiffText(*diff, f.options);
+                     : f.format == "junit"    ? dec::FormatDiffJunit(*diff, f.options)
+                                              : dec::FormatDiffText(*diff, f.options, color);
   if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout)) {
     return Fail(absl::DataLossError("write error on output"));
   }
@@ -468,8 +514,16 @@ void AddDiffCommand(CLI::App& app, DiffFlags& f, int& exit_code) {
   cmd->add_option("--new", f.now, "A run of the new build (repeatable)");
   cmd->add_option("--metric", f.metric,
                   "self (default): instructions in the function; inclusive: with its callees; "
-                  "calls")
-      ->check(CLI::IsMember({"self", "inclusive", "calls"}));
+                  "calls; time: self time in ns (TSC); ipc: instructions per cycle (CYC)")
+      ->check(CLI::IsMember({"self", "inclusive", "calls", "time", "ipc"}));
+  cmd->add_option("--group-by", f.group_by,
+                  "Rows: function (default), image (its functions summed) or source-file (by "
+                  "the DWARF file of each function; trace.pt input)")
+      ->check(CLI::IsMember({"function", "image", "source-file"}));
+  cmd->add_option("--alpha", f.options.alpha,
+                  "time, ipc: a change counts only when Mann-Whitney U p < ALPHA (0.05)")
+      ->type_name("ALPHA")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--fail-total", f.fail_total,
                   "Exit 3 when the total grew by more than PCT percent")
       ->type_name("PCT")
@@ -480,15 +534,33 @@ void AddDiffCommand(CLI::App& app, DiffFlags& f, int& exit_code) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--min-instructions", f.options.min_instructions,
                   "--fail-function checks only functions with at least N instructions")
-      ->type_name("N");
+      ->type_name("N")
+      ->each([&f](const std::string&) { f.min_instructions_given = true; });
+  cmd->add_flag("--exclude-startup", f.exclude_startup,
+                "Count only what runs under main(): not the start-up before it (dynamic loader, "
+                "libc init, which depend on the program's path and environment) nor exit");
+  cmd->add_option("--only-under", f.only_under,
+                  "Count only what runs while FUNCTION has a frame (e.g. the benchmark's)")
+      ->type_name("FUNCTION");
+  cmd->add_option("--limits", f.limits,
+                  "JSON limits file (schema ptkit-diff-limits/1): per-function soft (%) and hard "
+                  "(absolute) limits, defaults; the flags above win over its defaults")
+      ->type_name("FILE");
   cmd->add_option("--allow", f.options.allow, "Accept the change of FUNCTION (repeatable)")
       ->type_name("FUNCTION")
       ->allow_extra_args(false)
       ->take_all();
   cmd->add_flag("--fail-on-loss", f.options.fail_on_loss,
                 "Exit 3 when a run had decode errors or lost trace (incomplete counts)");
-  cmd->add_option("--format", f.format, "text (default), markdown or json (schema ptkit-diff/1)")
-      ->check(CLI::IsMember({"text", "markdown", "json"}));
+  cmd->add_option("--format", f.format,
+                  "text (default), markdown, json (schema ptkit-diff/1), junit (JUnit XML, a "
+                  "test case per function checked) or folded (difffolded.pl's 'stack BASE NEW' "
+                  "lines for flamegraph.pl; no limits)")
+      ->check(CLI::IsMember({"text", "markdown", "json", "junit", "folded"}));
+  cmd->add_option("--color", f.color,
+                  "Colour the text table: auto (on a terminal, unless NO_COLOR is set; the "
+                  "default), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd->add_option("--sysroot", f.sysroot,
                   "Look for the recordings' mapped files and their debug files under DIR");
   cmd->callback([&] { exit_code = RunDiff(f); });

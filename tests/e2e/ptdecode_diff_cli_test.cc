@@ -3,6 +3,9 @@
 //   ptrecord --emulate --ground-truth truth.txt -o trace.pt -- PROGRAM
 // The diff's numbers are checked against the recorder's ground truth (every retired
 // instruction) and nm's symbol ranges, not against ptdecode.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -61,12 +64,12 @@ class PtdecodeDiffTest : public ::testing::Test {
     recordings_.reset();
   }
   // Records `program` once under `name`, with its stats --json next to it.
-  static const Recorded& Record(const std::string& name, const std::string& program) {
-    if (!recordings_) recordings_ = std::make_unique<testing::EmulatedRecordings>(PTRECORD_PATH);
+  static const Recorded& Record(const std::string& name, const std::string& program,
+                                std::vector<std::string> extra = {}) {
     auto [it, inserted] = recorded_.try_emplace(name);
     Recorded& rec = it->second;
     if (!inserted) return rec;
-    const testing::EmulatedRecording& r = recordings_->Get(name, program);
+    const testing::EmulatedRecording& r = Recordings().Get(name, program, extra);
     rec.trace = r.trace;
     rec.truth = r.truth;
     rec.why = r.why;
@@ -79,7 +82,11 @@ class PtdecodeDiffTest : public ::testing::Test {
     rec.ok = true;
     return rec;
   }
-  static std::string Dir() { return recordings_->File(""); }
+  static testing::EmulatedRecordings& Recordings() {
+    if (!recordings_) recordings_ = std::make_unique<testing::EmulatedRecordings>(PTRECORD_PATH);
+    return *recordings_;
+  }
+  static std::string Dir() { return Recordings().File(""); }
   static std::unique_ptr<testing::EmulatedRecordings> recordings_;
   static std::map<std::string, Recorded> recorded_;
 };
@@ -164,6 +171,10 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
   EXPECT_THAT(t.out, HasSubstr(fmt::format("{:>12} {:>12} {:>12}", work_base, work_more,
                                            "+" + std::to_string(work_more - work_base))));
   EXPECT_THAT(t.out, HasSubstr("REGRESSION beyond --fail-function 10%"));
+  EXPECT_EQ(t.out.find('\x1b'), std::string::npos);  // not a terminal: no colour
+  auto colored = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function", "10",
+                             "--min-instructions", "100", "--color=always"});
+  EXPECT_THAT(colored.out, HasSubstr("\x1b[1;31mREGRESSION beyond --fail-function 10%"));
 
   // Accepted by --allow; not checked under --min-instructions; inclusive shows main too.
   EXPECT_EQ(RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function", "10",
@@ -184,6 +195,67 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
     if (row["regression"].get<bool>()) regressed.push_back(row["function"]);
   }
   EXPECT_THAT(regressed, ::testing::IsSupersetOf({"work", "main"}));
+
+  // A limits file: work's hard limit at the ground truth's count passes, one below fails.
+  for (uint64_t hard : {work_more, work_more - 1}) {
+    const std::string limits = Dir() + "limits.json";
+    std::ofstream(limits) << fmt::format(
+        R"({{"schema": "ptkit-diff-limits/1",
+            "functions": [{{"function": "work", "image": "e2e_diff_work", "hard": {}}}]}})",
+        hard);
+    auto l =
+        RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--limits", limits});
+    EXPECT_EQ(l.exit_code, hard == work_more ? 0 : 3) << l.err << l.out;
+    if (hard != work_more) {
+      EXPECT_THAT(l.out, HasSubstr(fmt::format("work [e2e_diff_work]: self {} > hard limit {}",
+                                               work_more, hard)));
+    }
+  }
+  const std::string bad = Dir() + "bad_limits.json";
+  std::ofstream(bad) << R"({"schema": "ptkit-diff-limits/1", "functions": [{"hard": 3}]})";
+  auto b = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--limits", bad});
+  EXPECT_EQ(b.exit_code, 2);
+  EXPECT_THAT(b.err, HasSubstr("functions[0].function: expected a name"));
+
+  // JUnit XML, read by Python's XML parser: a case per function checked, work's failed.
+  const std::string junit = Dir() + "diff.xml";
+  auto x = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function", "10",
+                       "--min-instructions", "100", "--format", "junit"});
+  EXPECT_EQ(x.exit_code, 3);
+  std::ofstream(junit) << x.out;
+  auto parsed = RunCommand(
+      {"/usr/bin/python3", "-c",
+       "import sys, xml.etree.ElementTree as E\n"
+       "cases = E.parse(sys.argv[1]).getroot().iter('testcase')\n"
+       "for c in cases: print(c.get('classname'), c.get('name'), len(c.findall('failure')))\n",
+       junit});
+  ASSERT_EQ(parsed.exit_code, 0) << parsed.err;
+  EXPECT_THAT(parsed.out, HasSubstr("e2e_diff_work work 1\n"));
+  EXPECT_THAT(parsed.out, HasSubstr("e2e_diff_work steady 0\n"));
+  EXPECT_EQ(std::count(parsed.out.begin(), parsed.out.end(), '\n'),
+            std::count_if(diff["functions"].begin(), diff["functions"].end(),
+                          [](const nlohmann::json& row) { return row["checked"].get<bool>(); }));
+
+  // Differential folded stacks (difffolded.pl's format): under main, work's stack carries the
+  // ground truth of both builds; all of the base's stacks add up to its total.
+  auto folded = RunCommand(
+      {PTDECODE_PATH, "diff", base.trace, more.trace, "--format", "folded", "--exclude-startup"});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_THAT(folded.out, HasSubstr(fmt::format("\nmain;work {} {}\n", work_base, work_more)));
+  EXPECT_THAT(folded.out, ::testing::StartsWith("main "));
+  auto whole = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--format", "folded"});
+  ASSERT_EQ(whole.exit_code, 0) << whole.err;
+  uint64_t base_sum = 0, more_sum = 0;
+  std::istringstream folded_lines(whole.out);
+  for (std::string line; std::getline(folded_lines, line);) {
+    std::istringstream fields(line.substr(line.rfind(' ', line.rfind(' ') - 1) + 1));
+    uint64_t b = 0, n = 0;
+    fields >> b >> n;
+    base_sum += b;
+    more_sum += n;
+  }
+  EXPECT_EQ(base_sum, TruthTotal(base.truth));
+  EXPECT_EQ(more_sum, TruthTotal(more.truth));
 
   // Markdown for $GITHUB_STEP_SUMMARY.
   auto md = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--format",
@@ -212,6 +284,214 @@ TEST_F(PtdecodeDiffTest, TwoRecordingsOfTheSameProgramShowNoChange) {
                           b.trace, "--new", a.stats_json, "--fail-total", "0"});
   EXPECT_EQ(runs.exit_code, 0) << runs.err;
   EXPECT_THAT(runs.out, HasSubstr("(2 runs, medians)"));
+}
+
+// --group-by source-file and image; the source file of each function by addr2line.
+TEST_F(PtdecodeDiffTest, GroupedBySourceFileAndImage) {
+  PTKIT_RECORD_OR_SKIP(base, "base", kBase);
+  PTKIT_RECORD_OR_SKIP(more, "more", kMore);
+  auto r = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--group-by", "source-file",
+                       "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto diff = nlohmann::json::parse(r.out);
+  EXPECT_EQ(diff["group_by"], "source-file");
+  // The program's own functions are in diff_work.c (addr2line says so; glibc's static code
+  // has no line tables), and only work changed.
+  uint64_t own = 0;
+  for (const char* name : {"work", "steady", "main"}) {
+    auto line = RunCommand(
+        {"/usr/bin/addr2line", "-e", kBase, fmt::format("{:#x}", NmRange(kBase, name).first)});
+    EXPECT_THAT(line.out, HasSubstr("diff_work.c:")) << name;
+    own += TruthSelf(kBase, base.truth, name);
+  }
+  const nlohmann::json* file = Row(diff, "diff_work.c");
+  ASSERT_NE(file, nullptr) << r.out;
+  EXPECT_EQ((*file)["image"], "e2e_diff_work");
+  EXPECT_EQ((*file)["base"]["self"].get<uint64_t>(), own);
+  EXPECT_EQ((*file)["change"].get<int64_t>(),
+            static_cast<int64_t>(TruthSelf(kMore, more.truth, "work") -
+                                 TruthSelf(kBase, base.truth, "work")));
+  // One image (the program is static): its change is the total's.
+  auto i = RunCommand(
+      {PTDECODE_PATH, "diff", base.trace, more.trace, "--group-by", "image", "--format", "json"});
+  ASSERT_EQ(i.exit_code, 0) << i.err;
+  auto images = nlohmann::json::parse(i.out);
+  const nlohmann::json* image = Row(images, "e2e_diff_work");
+  ASSERT_NE(image, nullptr) << i.out;
+  EXPECT_EQ((*image)["base"]["self"].get<uint64_t>(), TruthTotal(base.truth));
+  EXPECT_EQ((*image)["new"]["self"].get<uint64_t>(), TruthTotal(more.truth));
+  // A stats --json document has no source files.
+  auto j =
+      RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.trace, "--group-by", "source-file"});
+  EXPECT_EQ(j.exit_code, 1);
+  EXPECT_THAT(j.err, HasSubstr("a stats --json document has no source files"));
+}
+
+// Emulated recordings carry CLOCK_MONOTONIC nanoseconds as their TSC: --metric time and, with
+// cyc=1 (one cycle per nanosecond), --metric ipc.
+TEST_F(PtdecodeDiffTest, TimeAndIpcOfEmulatedRecordings) {
+  PTKIT_RECORD_OR_SKIP(base, "base", kBase);
+  PTKIT_RECORD_OR_SKIP(more, "more", kMore);
+  auto r = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--metric", "time",
+                       "--format", "json", "--fail-function", "1"});
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;  // one run a side: no change beyond the noise
+  auto diff = nlohmann::json::parse(r.out);
+  EXPECT_EQ(diff["metric"], "time");
+  // Every tick is given to a function: the rows add up to the total.
+  double sum = 0;
+  for (const auto& row : diff["functions"]) {
+    if (!row["base"].is_null()) sum += row["base"]["time_ns"].get<double>();
+  }
+  const double total = diff["total"]["base"].get<double>();
+  EXPECT_GT(total, 0);
+  EXPECT_NEAR(sum, total, 1e-6 * total);
+  // folded --weight=time splits the same ticks (1 GHz: ticks are ns).
+  auto folded = RunCommand({PTDECODE_PATH, "folded", "--weight", "time", base.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  uint64_t folded_ticks = 0;
+  std::istringstream lines(folded.out);
+  for (std::string line; std::getline(lines, line);) {
+    folded_ticks += std::stoull(line.substr(line.rfind(' ') + 1));
+  }
+  EXPECT_EQ(static_cast<uint64_t>(std::llround(total)), folded_ticks);
+  // Single-stepped time is noisy (ptrace, a loaded machine): only that work has some.
+  const nlohmann::json* work = Row(diff, "work");
+  ASSERT_NE(work, nullptr);
+  EXPECT_GT((*work)["new"]["time_ns"].get<double>(), 0);
+  EXPECT_GT((*work)["base"]["time_ns"].get<double>(), 0);
+  ASSERT_TRUE((*work)["noise"].is_object());
+  EXPECT_EQ((*work)["noise"]["p"].get<double>(), 1.0);
+  EXPECT_FALSE((*work)["regression"].get<bool>());
+  // A stats --json document has no time.
+  auto j = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.trace, "--metric", "time"});
+  EXPECT_EQ(j.exit_code, 1);
+  EXPECT_THAT(j.err, HasSubstr("a stats --json document has no timing"));
+  // IPC: the run's cycles are its CYC packets' (ptdecode packets --json lists them).
+  auto no_cyc = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--metric", "ipc"});
+  EXPECT_EQ(no_cyc.exit_code, 1);
+  EXPECT_THAT(no_cyc.err, HasSubstr("no CYC packets for --metric ipc"));
+  PTKIT_RECORD_OR_SKIP(cyc, "cyc", kBase, {"--event", "intel_pt/cyc=1/u"});
+  auto ipc = RunCommand(
+      {PTDECODE_PATH, "diff", cyc.trace, cyc.trace, "--metric", "ipc", "--format", "json"});
+  ASSERT_EQ(ipc.exit_code, 0) << ipc.err;
+  auto packets = RunCommand({PTDECODE_PATH, "packets", "--json", cyc.trace});
+  ASSERT_EQ(packets.exit_code, 0) << packets.err;
+  uint64_t cycles = 0;
+  std::istringstream packet_lines(packets.out);
+  for (std::string line; std::getline(packet_lines, line);) {
+    auto p = nlohmann::json::parse(line, nullptr, false);
+    if (p.is_object() && p.contains("cyc")) cycles += p["cyc"].get<uint64_t>();
+  }
+  ASSERT_GT(cycles, 0u);
+  auto ipc_doc = nlohmann::json::parse(ipc.out);
+  EXPECT_NEAR(ipc_doc["total"]["base"].get<double>(),
+              static_cast<double>(TruthTotal(cyc.truth)) / static_cast<double>(cycles), 1e-9);
+}
+
+// Determinism: glibc's start-up walks the environment and copies the program's directory
+// (readlink /proc/self/exe, for $ORIGIN), so two runs of one build from other directories or
+// environments differ before main. Two remedies, both checked here: the recipe (the same
+// absolute path, run as ./NAME under env -i) and --exclude-startup (count only under main).
+TEST_F(PtdecodeDiffTest, RunsFromOtherPathsAndEnvironmentsGiveTheSameCounts) {
+  const std::string short_dir = Dir() + "d";
+  const std::string long_dir = Dir() + "a_directory_with_a_much_longer_name";
+  const std::string run_dir = Dir() + "run";
+  for (const std::string& dir : {short_dir, long_dir, run_dir}) {
+    std::filesystem::create_directories(dir);
+    std::filesystem::copy_file(kBase, dir + "/e2e_diff_work",
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  std::vector<std::string> ci_env = {"/usr/bin/env", "-i"};  // small: a quicker recording
+  for (int i = 0; i < 40; ++i) ci_env.push_back(fmt::format("CI_VARIABLE_{}=value {}", i, i));
+  // As a CI job might: the build's absolute path, and an environment of its own.
+  std::vector<std::string> plain = ci_env;
+  plain.insert(plain.end(), {PTRECORD_PATH, "--emulate=step", "-q", "-o", Dir() + "plain.pt", "--",
+                             long_dir + "/e2e_diff_work"});
+  auto r = RunCommand(plain);
+  if (r.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // The recipe, once from that environment and once from the test's.
+  for (bool from_ci : {true, false}) {
+    std::vector<std::string> recipe = from_ci ? ci_env : std::vector<std::string>{};
+    recipe.insert(recipe.end(),
+                  {"/bin/sh", "-c",
+                   fmt::format("cd '{}' && exec /usr/bin/env -i '{}' --emulate=step -q -o {}.pt -- "
+                               "./e2e_diff_work",
+                               run_dir, PTRECORD_PATH, from_ci ? "recipe_ci" : "recipe")});
+    r = RunCommand(recipe);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+  }
+  const std::vector<std::string> zero = {"--fail-total", "0",   "--fail-function", "0",
+                                         "--format",     "json"};
+  auto diff = [&](const std::string& a, const std::string& b, std::vector<std::string> more) {
+    std::vector<std::string> args = {PTDECODE_PATH, "diff", a, b};
+    args.insert(args.end(), more.begin(), more.end());
+    return RunCommand(args);
+  };
+  auto recipe = diff(run_dir + "/recipe_ci.pt", run_dir + "/recipe.pt", zero);
+  EXPECT_EQ(recipe.exit_code, 0) << recipe.out;
+  EXPECT_EQ(nlohmann::json::parse(recipe.out)["total"]["change"].get<int64_t>(), 0);
+  // Without either remedy the start-up counts differ (getenv walks 40 more variables).
+  auto differ = diff(run_dir + "/recipe.pt", Dir() + "plain.pt", zero);
+  EXPECT_EQ(differ.exit_code, 3);
+  auto differ_doc = nlohmann::json::parse(differ.out);
+  EXPECT_NE(differ_doc["total"]["change"].get<int64_t>(), 0);
+  const nlohmann::json* getenv_row = Row(differ_doc, "getenv");
+  ASSERT_NE(getenv_row, nullptr);
+  EXPECT_GT((*getenv_row)["change"].get<int64_t>(), 0);
+  // --exclude-startup: the same counts, and they are the program's own (ground truth of work,
+  // steady and main, from the cached recording of the same build).
+  std::vector<std::string> excluded = zero;
+  excluded.push_back("--exclude-startup");
+  auto same = diff(run_dir + "/recipe.pt", Dir() + "plain.pt", excluded);
+  EXPECT_EQ(same.exit_code, 0) << same.out;
+  auto same_doc = nlohmann::json::parse(same.out);
+  for (const auto& row : same_doc["functions"]) EXPECT_EQ(row["status"], "same") << row.dump();
+  PTKIT_RECORD_OR_SKIP(base, "base", kBase);
+  uint64_t own = 0;
+  for (const char* name : {"work", "steady", "main"}) own += TruthSelf(kBase, base.truth, name);
+  EXPECT_EQ(same_doc["total"]["base"].get<uint64_t>(), own);
+  EXPECT_EQ(same_doc["functions"].size(), 3u);
+  // Nothing ran under a function that does not exist: said.
+  auto none = diff(Dir() + "plain.pt", Dir() + "plain.pt", {"--only-under", "no_such_function"});
+  EXPECT_EQ(none.exit_code, 1);
+  EXPECT_THAT(none.err, HasSubstr("nothing ran under no_such_function"));
+}
+
+// examples/ci/perf-regression.sh, as a CI job runs it: exit 3 naming work, the markdown table in
+// $GITHUB_STEP_SUMMARY, the text one on stdout.
+TEST_F(PtdecodeDiffTest, TheCiScriptFailsOnTheRegression) {
+  const std::string summary = Dir() + "summary.md";
+  std::ofstream(summary) << "# earlier step\n";
+  auto r = RunCommand({"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "PTDECODE=" PTDECODE_PATH,
+                       "PTKIT_OUT=" + Dir() + "ci", "PTKIT_EMULATE=step",
+                       "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh", CI_SCRIPT, kBase, kMore,
+                       "--fail-function", "10", "--fail-on-loss"});
+  if (r.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_EQ(r.exit_code, 3) << r.err << r.out;
+  EXPECT_THAT(r.out, HasSubstr("work [e2e_diff_work]  REGRESSION"));
+  EXPECT_EQ(r.out.find("incomplete"), std::string::npos) << r.out;
+  const std::string md = Slurp(summary);
+  EXPECT_THAT(md, ::testing::StartsWith("# earlier step\n### ptdecode diff: regression\n"));
+  EXPECT_THAT(md, HasSubstr("| `work` **regression** | e2e_diff_work | "));
+  // Under main only (--exclude-startup): work, steady and main, by the ground truth.
+  PTKIT_RECORD_OR_SKIP(base, "base", kBase);
+  PTKIT_RECORD_OR_SKIP(more, "more", kMore);
+  uint64_t own_base = 0, own_more = 0;
+  for (const char* name : {"work", "steady", "main"}) {
+    own_base += TruthSelf(kBase, base.truth, name);
+    own_more += TruthSelf(kMore, more.truth, name);
+  }
+  EXPECT_THAT(r.out, HasSubstr(fmt::format("# total instructions: {} -> {}", own_base, own_more)));
+  // Not an executable: a usage error.
+  auto u = RunCommand(
+      {"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "/bin/sh", CI_SCRIPT, Dir() + "nothing", kMore});
+  EXPECT_EQ(u.exit_code, 2);
+  EXPECT_THAT(u.err, HasSubstr("not an executable program"));
 }
 
 TEST_F(PtdecodeDiffTest, BadInputsAreNamed) {

@@ -146,5 +146,327 @@ TEST(DiffTest, IncompleteRunsAreSaidAndFailOnRequest) {
   EXPECT_TRUE(DiffProfiles({&a, 1}, {&b, 1}, options)->regression());
 }
 
+// Known answers: the exact null distribution of U for 4 + 4 and 5 + 5 samples (counted by
+// hand from the tables in Mann & Whitney 1947; they sum to C(8,4) = 70 and C(10,5) = 252).
+TEST(MannWhitneyTest, ExactKnownAnswers) {
+  const std::vector<double> low = {1, 2, 3, 4, 5}, high = {6, 7, 8, 9, 10};
+  MannWhitney w = MannWhitneyU(high, low);
+  EXPECT_TRUE(w.exact);
+  EXPECT_DOUBLE_EQ(w.u, 25);
+  EXPECT_NEAR(w.p, 2.0 / 252, 1e-12);  // the two most extreme of 252 arrangements
+  EXPECT_NEAR(MannWhitneyU(low, high).p, 2.0 / 252, 1e-12);
+  const std::vector<double> a3 = {1, 2, 3}, b3 = {4, 5, 6};
+  EXPECT_NEAR(MannWhitneyU(a3, b3).p, 0.1, 1e-12);  // 2 of C(6,3) = 20: never below 0.05
+  const std::vector<double> odd = {1, 3, 5, 7}, even = {2, 4, 6, 8};
+  w = MannWhitneyU(odd, even);
+  EXPECT_DOUBLE_EQ(w.u, 6);
+  EXPECT_NEAR(w.p, 48.0 / 70, 1e-12);  // P(U <= 6) = (1+1+2+3+5+5+7)/70, doubled
+  // Medians 100 -> 112 but the runs overlap: U = 14, P(U >= 14) = 106/252.
+  const std::vector<double> base = {100, 150, 60, 120, 80}, now = {115, 70, 160, 112, 90};
+  w = MannWhitneyU(now, base);
+  EXPECT_DOUBLE_EQ(w.u, 14);
+  EXPECT_NEAR(w.p, 212.0 / 252, 1e-12);
+  EXPECT_DOUBLE_EQ(MannWhitneyU({}, base).p, 1);
+}
+
+// Ties: the normal approximation with tie and continuity correction (R's
+// wilcox.test(a, b, exact = FALSE, correct = TRUE) gives W = 6, p-value = 0.1988).
+TEST(MannWhitneyTest, TiesUseTheCorrectedNormalApproximation) {
+  const std::vector<double> a = {1, 2, 2, 3, 4}, b = {2, 3, 3, 5, 6};
+  MannWhitney w = MannWhitneyU(a, b);
+  EXPECT_FALSE(w.exact);
+  EXPECT_DOUBLE_EQ(w.u, 6);
+  EXPECT_NEAR(w.p, 0.198829, 1e-6);
+  const std::vector<double> same = {5, 5, 5};
+  EXPECT_DOUBLE_EQ(MannWhitneyU(same, same).p, 1);
+}
+
+// A run with timing: `ticks` per function at 1 GHz (1 tick = 1 ns); cycles = `cpt` per tick.
+Profile Timed(const std::string& trace, std::vector<ProfileFunction> functions, double cpt = 1) {
+  Profile p = Make(trace, std::move(functions));
+  p.timing = ProfileTiming{1e9};
+  for (const ProfileFunction& fn : p.functions) p.timing->ticks += fn.ticks;
+  p.timing->cycles = static_cast<uint64_t>(static_cast<double>(p.timing->ticks) * cpt);
+  return p;
+}
+
+TEST(DiffTest, TimeCountsOnlyBeyondTheNoise) {
+  // f: 100 ns a run in the base, 120 in the new build, every run (p = 2/252); g: medians 100
+  // -> 112 (+12%) but the runs overlap (p = 0.84): not a regression under --fail-function 10.
+  const std::vector<uint64_t> f_base = {100, 102, 98, 101, 99}, f_new = {120, 122, 118, 121, 119};
+  const std::vector<uint64_t> g_base = {100, 150, 60, 120, 80}, g_new = {115, 70, 160, 112, 90};
+  std::vector<Profile> base, now;
+  for (size_t i = 0; i < 5; ++i) {
+    base.push_back(Timed("a" + std::to_string(i), {{"f", "/x", 0x10, 50, 50, 1, f_base[i]},
+                                                   {"g", "/x", 0x20, 50, 50, 1, g_base[i]}}));
+    now.push_back(Timed("b" + std::to_string(i), {{"f", "/x", 0x10, 50, 50, 1, f_new[i]},
+                                                  {"g", "/x", 0x20, 50, 50, 1, g_new[i]}}));
+  }
+  DiffOptions options;
+  options.metric = DiffMetric::kTime;
+  options.fail_function_pct = 10;
+  auto d = DiffProfiles(base, now, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->rows.size(), 2u);
+  EXPECT_EQ(d->rows[0].function, "f");
+  EXPECT_DOUBLE_EQ(d->rows[0].base_value, 100);
+  EXPECT_DOUBLE_EQ(d->rows[0].new_value, 120);
+  ASSERT_TRUE(d->rows[0].noise);
+  EXPECT_NEAR(d->rows[0].noise->p, 2.0 / 252, 1e-12);
+  EXPECT_TRUE(d->rows[0].regression);
+  EXPECT_EQ(d->rows[1].function, "g");
+  EXPECT_DOUBLE_EQ(d->rows[1].change, 12);
+  EXPECT_NEAR(d->rows[1].noise->p, 212.0 / 252, 1e-12);
+  EXPECT_FALSE(d->rows[1].regression);
+  ASSERT_EQ(d->reasons.size(), 1u);
+  EXPECT_THAT(d->reasons[0], HasSubstr("f [x]: time 100 -> 120 (+20.00%, p=0.00794)"));
+  // The total (f + g per run): 200 -> 233 median, the runs overlap (p > 0.05).
+  options = {};
+  options.metric = DiffMetric::kTime;
+  options.fail_total_pct = 5;
+  d = DiffProfiles(base, now, options);
+  EXPECT_DOUBLE_EQ(d->base.total, 200);
+  EXPECT_DOUBLE_EQ(d->now.total, 233);
+  EXPECT_GT(d->total_noise->p, 0.05);
+  EXPECT_FALSE(d->regression());
+  EXPECT_THAT(FormatDiffText(*d, options), HasSubstr("Mann-Whitney U p < 0.05"));
+  // One run a side: no noise estimate, no regression by time (and the header says why).
+  options.fail_function_pct = 10;
+  d = DiffProfiles({&base[0], 1}, {&now[0], 1}, options);
+  EXPECT_FALSE(d->regression());
+  EXPECT_THAT(FormatDiffText(*d, options), HasSubstr("needs at least 4 runs a side"));
+}
+
+TEST(DiffTest, IpcFallingIsTheRegression) {
+  // f: 1000 instructions in 500 ticks at 2 cycles a tick (IPC 1.0), then in 800 (IPC 0.625).
+  std::vector<Profile> base, now;
+  for (uint64_t i = 0; i < 4; ++i) {
+    base.push_back(Timed("a", {{"f", "/x", 0x10, 1000, 1000, 1, 500 + i}}, 2));
+    now.push_back(Timed("b", {{"f", "/x", 0x10, 1000, 1000, 1, 800 + i}}, 2));
+  }
+  DiffOptions options;
+  options.metric = DiffMetric::kIpc;
+  options.fail_function_pct = 30;
+  options.fail_total_pct = 30;
+  auto d = DiffProfiles(base, now, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_NEAR(d->rows[0].base_value, 1000.0 / 1004, 1e-9);  // lower median: 502 ticks
+  EXPECT_NEAR(d->rows[0].new_value, 1000.0 / 1604, 1e-9);
+  EXPECT_NEAR(d->rows[0].noise->p, 2.0 / 70, 1e-12);
+  EXPECT_TRUE(d->rows[0].regression);
+  EXPECT_TRUE(d->total_regression);
+  // Faster is no regression.
+  EXPECT_FALSE(DiffProfiles(now, base, options)->regression());
+  // Without CYC (or without timing) the metric cannot be had: said, naming the run.
+  now[0].timing->cycles = 0;
+  EXPECT_THAT(std::string(DiffProfiles(base, now, options).status().message()),
+              HasSubstr("b: no CYC packets for --metric ipc"));
+  now[0].timing.reset();
+  options.metric = DiffMetric::kTime;
+  EXPECT_THAT(std::string(DiffProfiles(base, now, options).status().message()),
+              HasSubstr("b: no timing for --metric time"));
+}
+
+TEST(DiffTest, TextIsAlignedAndColouredOnRequest) {
+  Profile base = Make("a", {{"slower", "/x", 0x10, 100, 100, 1},
+                            {"faster", "/x", 0x20, 50, 50, 1},
+                            {"huge", "/x", 0x30, 1'000'000'000'000, 1'000'000'000'000, 1}});
+  Profile now = Make("b", {{"slower", "/x", 0x10, 150, 150, 1},
+                           {"faster", "/x", 0x20, 40, 40, 1},
+                           {"huge", "/x", 0x30, 1'000'000'000'001, 1'000'000'000'001, 1}});
+  DiffOptions options;
+  options.fail_function_pct = 10;
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok());
+  const std::string plain = FormatDiffText(*d, options);
+  EXPECT_EQ(plain.find('\x1b'), std::string::npos);
+  // A 13-digit count widens its columns; every row's function starts in the same column.
+  EXPECT_THAT(plain, HasSubstr("\n         base           new       change   change%  function"));
+  EXPECT_THAT(plain, HasSubstr("\n          100           150          +50   +50.00%  slower [x]"));
+  EXPECT_THAT(plain, HasSubstr("\n1000000000000 1000000000001           +1    +0.00%  huge [x]"));
+  // Sorted by absolute change: slower (+50), faster (-10), huge (+1).
+  EXPECT_LT(plain.find("slower"), plain.find("faster"));
+  EXPECT_LT(plain.find("faster"), plain.find("huge"));
+  const std::string colored = FormatDiffText(*d, options, true);
+  EXPECT_THAT(colored,
+              HasSubstr("\x1b[1;31m          100           150          +50   +50.00%\x1b[0m"
+                        "  slower [x]  \x1b[1;31mREGRESSION\x1b[0m\n"));
+  EXPECT_THAT(colored, HasSubstr("\x1b[32m           50            40          -10   -20.00%\x1b[0m"
+                                 "  faster [x]\n"));
+  EXPECT_THAT(colored, HasSubstr("\x1b[31m1000000000000 1000000000001"));
+  EXPECT_THAT(colored, HasSubstr("\x1b[1;31mREGRESSION beyond --fail-function 10%"));
+}
+
+TEST(DiffTest, ColourOnATerminalUnlessSaidOtherwise) {
+  EXPECT_TRUE(DiffColor("auto", true, nullptr, "xterm-256color"));
+  EXPECT_FALSE(DiffColor("auto", false, nullptr, "xterm"));
+  EXPECT_FALSE(DiffColor("auto", true, "1", "xterm"));
+  EXPECT_TRUE(DiffColor("auto", true, "", "xterm"));  // NO_COLOR set but empty: no effect
+  EXPECT_FALSE(DiffColor("auto", true, nullptr, "dumb"));
+  EXPECT_TRUE(DiffColor("always", false, "1", "dumb"));
+  EXPECT_FALSE(DiffColor("never", true, nullptr, "xterm"));
+}
+
+TEST(DiffTest, GroupByImageOrSourceFileSumsTheirFunctions) {
+  auto with_source = [](Profile p, const std::vector<std::string>& sources) {
+    for (ProfileFunction& fn : p.functions) {
+      for (const std::string& s : sources) {
+        if (s.starts_with(fn.function + "=")) fn.source = s.substr(fn.function.size() + 1);
+      }
+    }
+    return p;
+  };
+  const std::vector<std::string> sources = {"a=/src-1/a.c", "b=/src-1/b.c", "c=/src-1/b.c"};
+  Profile base = with_source(Make("x", {{"a", "/1/app", 0x10, 100, 100, 1},
+                                        {"b", "/1/app", 0x20, 10, 10, 1},
+                                        {"c", "/1/app", 0x30, 20, 20, 1},
+                                        {"memcpy", "/lib/libc.so.6", 0x50, 7, 7, 1}}),
+                             sources);
+  std::vector<std::string> moved = sources;
+  for (std::string& s : moved) s.replace(s.find("src-1"), 5, "src-2");  // another checkout
+  Profile now = with_source(Make("y", {{"a", "/2/app", 0x10, 100, 100, 1},
+                                       {"b", "/2/app", 0x20, 15, 15, 1},
+                                       {"c", "/2/app", 0x30, 25, 25, 1},
+                                       {"memcpy", "/lib/libc.so.6", 0x50, 9, 9, 1}}),
+                            moved);
+  DiffOptions options;
+  options.group_by = DiffGroup::kImage;
+  options.fail_function_pct = 10;
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->rows.size(), 2u);
+  EXPECT_EQ(d->rows[0].image, "app");
+  EXPECT_EQ(d->rows[0].function, "app");
+  EXPECT_EQ(d->rows[0].base.self, 130u);
+  EXPECT_EQ(d->rows[0].change, 10);
+  EXPECT_EQ(d->rows[1].function, "libc.so.6");
+  EXPECT_EQ(d->rows[1].change, 2);
+  EXPECT_TRUE(d->rows[1].regression);  // +28.57%
+  const std::string text = FormatDiffText(*d, options);
+  EXPECT_THAT(text, HasSubstr("change%  image\n"));
+  EXPECT_THAT(text, HasSubstr("+7.69%  app\n"));
+  EXPECT_THAT(text, HasSubstr("# images: 2 in both (2 changed)"));
+  EXPECT_THAT(text, HasSubstr("+28.57%  libc.so.6  REGRESSION\n"));
+  EXPECT_THAT(text, HasSubstr("\n  libc.so.6: self 7 -> 9 (+28.57%) > --fail-function 10%\n"));
+  EXPECT_THAT(FormatDiffMarkdown(*d, options), HasSubstr("| `app` | 130 | 140 | +10 | +7.69% |"));
+  EXPECT_THAT(FormatDiffJson(*d, options), HasSubstr("\"group_by\": \"image\""));
+
+  options.group_by = DiffGroup::kSourceFile;
+  d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->rows.size(), 3u);
+  EXPECT_EQ(d->rows[0].function, "b.c");  // b + c, matched across /src-1 and /src-2
+  EXPECT_EQ(d->rows[0].image, "app");
+  EXPECT_EQ(d->rows[0].change, 10);
+  EXPECT_EQ(d->rows[1].function, "[no line info]");  // memcpy
+  EXPECT_EQ(d->rows[2].function, "a.c");
+  EXPECT_EQ(d->rows[2].change, 0);
+  EXPECT_THAT(FormatDiffText(*d, options), HasSubstr("+33.33%  b.c [app]"));
+  EXPECT_THAT(FormatDiffMarkdown(*d, options),
+              HasSubstr("| `b.c` **regression** | app | 30 | 40 | +10 | +33.33% |"));
+
+  options.metric = DiffMetric::kInclusive;
+  EXPECT_THAT(std::string(DiffProfiles({&base, 1}, {&now, 1}, options).status().message()),
+              HasSubstr("--metric inclusive with --group-by source-file"));
+}
+
+TEST(DiffLimitsTest, SoftAndHardLimitsPerFunctionAsGungraunHas) {
+  Profile base = Make("a", {{"parse", "/1/app", 0x10, 1000, 1000, 1},
+                            {"tiny", "/1/app", 0x20, 10, 10, 1},
+                            {"hash", "/1/app", 0x30, 500, 500, 1}});
+  Profile now = Make("b", {{"parse", "/2/app", 0x10, 1080, 1080, 1},  // +8%
+                           {"tiny", "/2/app", 0x20, 12, 12, 1},       // +20%, but tiny
+                           {"hash", "/2/app", 0x30, 510, 510, 1}});   // +2%
+  const std::string limits = R"({
+    "schema": "ptkit-diff-limits/1",
+    "default": {"soft_pct": 5, "min_instructions": 100},
+    "total": {"hard": 2000},
+    "functions": [
+      {"function": "parse", "soft_pct": 10},
+      {"function": "tiny", "image": "app", "soft_pct": 15},
+      {"function": "hash", "hard": 505},
+      {"function": "gone", "hard": 1}
+    ]})";
+  DiffOptions options;
+  ASSERT_TRUE(ParseDiffLimits(limits, "limits.json", {}, options).ok());
+  EXPECT_EQ(*options.fail_function_pct, 5);
+  EXPECT_EQ(options.min_instructions, 100u);
+  EXPECT_EQ(*options.total_hard, 2000);
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  // parse: +8% is within its own soft limit (10%), though beyond the default 5%. tiny: checked
+  // (named) despite --min-instructions, +20% > 15%. hash: +2% within 5%, 510 > hard 505.
+  // total: 1602 <= 2000.
+  std::vector<std::string> expected = {
+      "tiny [app]: self 10 -> 12 (+20.00%) > soft limit 15% (limits.json)",
+      "hash [app]: self 510 > hard limit 505 (limits.json)"};
+  EXPECT_THAT(d->reasons, ::testing::UnorderedElementsAreArray(expected));
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_THAT(d->warnings[0], HasSubstr("no function \"gone\" in either side"));
+  EXPECT_THAT(FormatDiffText(*d, options), HasSubstr("# warning: limits.json: no function"));
+  // --allow accepts both kinds; the command line wins over the file's defaults.
+  options.allow = {"tiny", "hash"};
+  EXPECT_FALSE(DiffProfiles({&base, 1}, {&now, 1}, options)->regression());
+  DiffOptions cli;
+  cli.fail_function_pct = 50;
+  ASSERT_TRUE(ParseDiffLimits(limits, "limits.json", {"fail_function"}, cli).ok());
+  EXPECT_EQ(*cli.fail_function_pct, 50);
+  // A total hard limit.
+  DiffOptions total;
+  ASSERT_TRUE(ParseDiffLimits(R"({"schema": "ptkit-diff-limits/1", "total": {"hard": 1600}})", "l",
+                              {}, total)
+                  .ok());
+  d = DiffProfiles({&base, 1}, {&now, 1}, total);
+  ASSERT_EQ(d->reasons.size(), 1u);
+  EXPECT_EQ(d->reasons[0], "total instructions 1602 > hard limit 1600 (l)");
+  EXPECT_TRUE(d->total_regression);
+}
+
+TEST(DiffLimitsTest, BadFilesAreNamed) {
+  auto error = [](const std::string& text) {
+    DiffOptions options;
+    return std::string(ParseDiffLimits(text, "l.json", {}, options).message());
+  };
+  EXPECT_THAT(error(R"({"schema": "ptkit-diff-limits/2"})"),
+              HasSubstr("limits file l.json: schema: \"ptkit-diff-limits/2\" is not one"));
+  EXPECT_THAT(error(R"({"functions": []})"), HasSubstr("schema: missing"));
+  EXPECT_THAT(error(R"({"schema": "ptkit-diff-limits/1", "functions": [{"function": "f",
+                       "sof_pct": 3}]})"),
+              HasSubstr("functions[0].sof_pct: unknown member (known: function, image, "
+                        "soft_pct, hard)"));
+  EXPECT_THAT(error(R"({"schema": "ptkit-diff-limits/1", "total": {"hard": -1}})"),
+              HasSubstr("total.hard: expected a number >= 0"));
+  EXPECT_THAT(error(R"({"schema": "ptkit-diff-limits/1", "functions": [{"function": "f"}]})"),
+              HasSubstr("functions[0]: neither soft_pct nor hard"));
+  EXPECT_THAT(error("{"), HasSubstr("limits file l.json: not valid JSON at byte"));
+}
+
+TEST(DiffTest, JunitHasACasePerFunctionChecked) {
+  Profile base = Make("a", {{"big", "/x/app", 0x10, 1000, 1000, 1},
+                            {"a<b>&\"c\"", "/x/app", 0x20, 500, 500, 1},
+                            {"tiny", "/x/app", 0x30, 5, 5, 1}});
+  Profile now = Make("b", {{"big", "/x/app", 0x10, 1010, 1010, 1},
+                           {"a<b>&\"c\"", "/x/app", 0x20, 600, 600, 1},
+                           {"tiny", "/x/app", 0x30, 50, 50, 1}});
+  DiffOptions options;
+  options.fail_function_pct = 5;
+  options.fail_total_pct = 50;
+  options.min_instructions = 100;  // tiny is not checked
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok());
+  const std::string xml = FormatDiffJunit(*d, options);
+  EXPECT_THAT(xml, HasSubstr("<testsuites name=\"ptdecode diff\" tests=\"3\" failures=\"1\">"));
+  EXPECT_THAT(xml, HasSubstr("<testcase classname=\"total\" name=\"instructions\">"
+                             "<system-out>1505 -&gt; 1660 (+10.30%)</system-out></testcase>"));
+  EXPECT_THAT(xml, HasSubstr("<testcase classname=\"app\" name=\"big\"><system-out>"));
+  EXPECT_THAT(xml, HasSubstr("<testcase classname=\"app\" name=\"a&lt;b&gt;&amp;&quot;c&quot;\">\n"
+                             "      <failure message=\"a&lt;b&gt;&amp;&quot;c&quot; [app]: self "
+                             "500 -&gt; 600 (+20.00%) &gt; --fail-function 5%\">"));
+  EXPECT_EQ(xml.find("tiny"), std::string::npos);
+  // No limits: one passing case that says so.
+  EXPECT_THAT(FormatDiffJunit(*DiffProfiles({&base, 1}, {&now, 1}, {}), {}),
+              HasSubstr("tests=\"1\" failures=\"0\""));
+}
+
 }  // namespace
 }  // namespace ptkit::decoder

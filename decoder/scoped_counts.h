@@ -1,0 +1,94 @@
+// Per-function counts of only what runs while one function (the root, e.g. main) has a frame on
+// the call stack: the program's own work without the start-up before main and the exit after
+// it, which depend on the program's path, environment and auxv. Fed by a CallStackListener's
+// hooks (decoder/call_stack.h) with the same rules as CallStack's own counts. Internal to
+// ptkit_decoder.
+#ifndef PTKIT_DECODER_SCOPED_COUNTS_H_
+#define PTKIT_DECODER_SCOPED_COUNTS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "decoder/call_stack.h"
+
+namespace ptkit::decoder {
+
+class ScopedCounts {
+ public:
+  struct Counts {
+    uint64_t self = 0, inclusive = 0, calls = 0;
+  };
+
+  // Counts under the frames of the function named `root` in `functions` (CallStack's).
+  ScopedCounts(std::string root, const std::vector<Function>& functions)
+      : root_(std::move(root)), functions_(functions) {}
+
+  void OnCount(uint32_t f, uint64_t n) {
+    if (depth_ == 0) return;
+    Counts& c = At(f);
+    c.self += n;
+    if (active_[f] == 0) c.inclusive += n;
+    instructions_ += n;
+  }
+  void OnEnter(const Frame& frame) {
+    const uint32_t f = frame.function;
+    const bool root = IsRoot(f);
+    if (root && depth_++ == 0) root_seen_ = true;
+    under_.push_back(depth_ != 0);
+    if (depth_ == 0) return;
+    Counts& c = At(f);
+    if (!frame.implicit) {
+      ++c.calls;
+      ++calls_;
+    }
+    if (active_[f]++ == 0) since_[f] = instructions_;
+  }
+  void OnExit(const Frame& frame) {
+    const uint32_t f = frame.function;
+    const bool under = !under_.empty() && under_.back();
+    if (!under_.empty()) under_.pop_back();
+    if (under && --active_[f] == 0) At(f).inclusive += instructions_ - since_[f];
+    if (IsRoot(f) && depth_ > 0) --depth_;
+  }
+
+  // Whether a root frame is on the stack now.
+  bool active() const { return depth_ != 0; }
+  // Whether the root ever had a frame.
+  bool root_seen() const { return root_seen_; }
+  const std::string& root() const { return root_; }
+  Counts counts(uint32_t f) const { return f < counts_.size() ? counts_[f] : Counts{}; }
+  uint64_t instructions() const { return instructions_; }
+  uint64_t calls() const { return calls_; }
+
+ private:
+  Counts& At(uint32_t f) {
+    if (counts_.size() <= f) {
+      counts_.resize(f + 1);
+      active_.resize(f + 1);
+      since_.resize(f + 1);
+    }
+    return counts_[f];
+  }
+  bool IsRoot(uint32_t f) {
+    if (is_root_.size() <= f) is_root_.resize(functions_.size(), -1);
+    if (is_root_[f] < 0) is_root_[f] = functions_[f].name == root_ ? 1 : 0;
+    return is_root_[f] == 1;
+  }
+
+  std::string root_;
+  const std::vector<Function>& functions_;
+  std::vector<Counts> counts_;
+  std::vector<uint32_t> active_;  // per function: its frames under the root
+  std::vector<uint64_t> since_;   // instructions_ when the first of them was entered
+  std::vector<int8_t> is_root_;   // per function: -1 unknown, 0, 1
+  std::vector<bool> under_;       // per frame on the stack: entered under the root
+  uint32_t depth_ = 0;            // root frames on the stack
+  bool root_seen_ = false;
+  uint64_t instructions_ = 0;
+  uint64_t calls_ = 0;
+};
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_SCOPED_COUNTS_H_

@@ -1,0 +1,65 @@
+// Time per function from the decoder's time updates (Sink::OnTime): each interval between two
+// updates is split over the functions that executed instructions in it, in proportion to
+// their instructions (the rounding remainder to the last one; an interval without
+// instructions goes to the function that ran last). Internal to ptkit_decoder.
+#ifndef PTKIT_DECODER_TICK_SPLITTER_H_
+#define PTKIT_DECODER_TICK_SPLITTER_H_
+
+#include <cstdint>
+#include <vector>
+
+namespace ptkit::decoder {
+
+class TickSplitter {
+ public:
+  // `n` instructions ran in function `f` (any dense index) since the last time update.
+  void OnCount(uint32_t f, uint64_t n) {
+    if (interval_.size() <= f) interval_.resize(f + 1);
+    if (ticks_.size() <= f) ticks_.resize(f + 1);
+    if (interval_[f] == 0) touched_.push_back(f);
+    interval_[f] += n;
+    last_ = static_cast<int64_t>(f);
+  }
+  // The time changed from `then` (known when `was_timed`) to `now`: the interval ends.
+  void OnTime(bool was_timed, uint64_t then, uint64_t now) {
+    timed_ = true;
+    if (was_timed && now >= then) Split(now - then);
+    Drop();
+  }
+  // The open interval is not the program's time (an error, another stream, lost trace).
+  void Drop() {
+    for (uint32_t f : touched_) interval_[f] = 0;
+    touched_.clear();
+  }
+  // Whether any time update came.
+  bool timed() const { return timed_; }
+  uint64_t ticks(uint32_t f) const { return f < ticks_.size() ? ticks_[f] : 0; }
+
+ private:
+  void Split(uint64_t ticks) {
+    uint64_t insns = 0;
+    for (uint32_t f : touched_) insns += interval_[f];
+    if (insns == 0) {
+      if (last_ >= 0) ticks_[last_] += ticks;
+      return;
+    }
+    uint64_t given = 0;
+    for (uint32_t f : touched_) {
+      const auto share =
+          static_cast<uint64_t>(static_cast<unsigned __int128>(ticks) * interval_[f] / insns);
+      ticks_[f] += share;
+      given += share;
+    }
+    ticks_[touched_.back()] += ticks - given;
+  }
+
+  std::vector<uint64_t> interval_;  // per function: instructions since the last time update
+  std::vector<uint32_t> touched_;   // the functions with interval_ != 0
+  std::vector<uint64_t> ticks_;
+  int64_t last_ = -1;
+  bool timed_ = false;
+};
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_TICK_SPLITTER_H_
