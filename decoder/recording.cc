@@ -526,31 +526,29 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
   auto c = r_.captured.find(pid);
   const std::vector<CapturedCode>& code = c == r_.captured.end() ? kNone : c->second;
   for (const CapturedCode& c : code) image->AddBytes(c.path, c.address, c.bytes);
-  if (const std::vector<Mapping>* maps = r_.timeline.AllMappings(pid)) {
-    for (const Mapping& m : *maps) {
-      if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
-      if (m.from >= to || m.to <= from) continue;  // another program's
-      bool covered = false;
-      for (const CapturedCode& c : code) {
-        covered |= c.address < m.end && m.start < c.address + c.bytes.size();
+  for (const Mapping* mapping : r_.timeline.MappingsDuring(pid, from, to)) {
+    const Mapping& m = *mapping;
+    if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
+    bool covered = false;
+    for (const CapturedCode& c : code) {
+      covered |= c.address < m.end && m.start < c.address + c.bytes.size();
+    }
+    if (covered) continue;
+    const std::string file = sysroot_ + m.path;
+    absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
+    if (!st.ok()) {
+      const std::string cached = FromBuildIdCache(m);
+      if (cached.empty() ||
+          !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff).ok()) {
+        image->AddMissing(file, m.start, m.end);
       }
-      if (covered) continue;
-      const std::string file = sysroot_ + m.path;
-      absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
-      if (!st.ok()) {
-        const std::string cached = FromBuildIdCache(m);
-        if (cached.empty() ||
-            !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff).ok()) {
-          image->AddMissing(file, m.start, m.end);
-        }
-      } else if (!m.build_id.empty() && warned_.insert(file).second) {
-        // The recording names the build it ran; a different file decodes wrongly.
-        auto id = ReadBuildId(file);
-        if (id.ok() && *id != m.build_id) {
-          warnings_.push_back(
-              fmt::format("{}: build-id {} differs from the recorded {}; decoding may be wrong",
-                          file, id->empty() ? std::string("(none)") : Hex(*id), Hex(m.build_id)));
-        }
+    } else if (!m.build_id.empty() && warned_.insert(file).second) {
+      // The recording names the build it ran; a different file decodes wrongly.
+      auto id = ReadBuildId(file);
+      if (id.ok() && *id != m.build_id) {
+        warnings_.push_back(
+            fmt::format("{}: build-id {} differs from the recorded {}; decoding may be wrong", file,
+                        id->empty() ? std::string("(none)") : Hex(*id), Hex(m.build_id)));
       }
     }
   }
