@@ -67,10 +67,9 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
       }
       case RecordType::kCode: {
         auto code = ParseCode(rec.payload);
-        if (!code.ok() || code->bytes.empty()) break;
-        r.captured[code->pid].push_back(
-            {code->address, std::string(code->path),
-             std::vector<uint8_t>(code->bytes.begin(), code->bytes.end())});
+        if (!code.ok()) break;
+        PTKIT_RETURN_IF_ERROR(
+            builder.AddCode(code->pid, code->address, std::string(code->path), code->bytes));
         break;
       }
       default:

@@ -108,7 +108,29 @@ absl::Status RecordingBuilder::AddSnapshot(StreamId stream, uint64_t sequence, u
   return absl::OkStatus();
 }
 
+absl::Status RecordingBuilder::AddCode(uint32_t pid, uint64_t address, std::string path,
+                                       std::span<const uint8_t> bytes) {
+  if (bytes.empty()) return absl::OkStatus();
+  if (bytes.size() > options_.max_captured_code - code_bytes_) {
+    ++code_left_out_;
+    code_left_out_bytes_ += bytes.size();
+    return absl::OkStatus();
+  }
+  code_bytes_ += bytes.size();
+  CapturedCode& c = r_.captured[pid].emplace_back();
+  c.address = address;
+  c.path = std::move(path);
+  return Spool(c.run, bytes);
+}
+
 Recording RecordingBuilder::Finish() {
+  if (code_left_out_ > 0) {
+    r_.warnings.push_back(fmt::format(
+        "{}: {} code record(s) with {} bytes of captured code beyond the first {} bytes are not "
+        "used (the limit of captured code per recording): their code is read from the mapped "
+        "files (--sysroot) instead, or missing",
+        r_.name, code_left_out_, code_left_out_bytes_, options_.max_captured_code));
+  }
   for (const auto& [key, st] : state_) {
     if (st.repeated_bytes == 0) continue;
     r_.warnings.push_back(
@@ -525,13 +547,18 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
   static const std::vector<CapturedCode> kNone;
   auto c = r_.captured.find(pid);
   const std::vector<CapturedCode>& code = c == r_.captured.end() ? kNone : c->second;
-  for (const CapturedCode& c : code) image->AddBytes(c.path, c.address, c.bytes);
+  for (const CapturedCode& c : code) {
+    // Mapped, not copied: the pages are the spool's (copy-on-write for libelf's sake).
+    PTKIT_ASSIGN_OR_RETURN(SpoolView view, r_.spool->Map(c.run, /*private_copy=*/true));
+    auto owner = std::make_shared<SpoolView>(std::move(view));
+    image->AddBytes(c.path, c.address, owner->private_bytes(), owner);
+  }
   for (const Mapping* mapping : r_.timeline.MappingsDuring(pid, from, to)) {
     const Mapping& m = *mapping;
     if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
     bool covered = false;
     for (const CapturedCode& c : code) {
-      covered |= c.address < m.end && m.start < c.address + c.bytes.size();
+      covered |= c.address < m.end && m.start < c.address + c.run.size;
     }
     if (covered) continue;
     const std::string file = sysroot_ + m.path;
