@@ -162,7 +162,7 @@ TEST(PtrecordKillTest, EmulatedRecordingKilledAtRandomMomentsKeepsEveryWholeReco
     const auto delay = std::chrono::milliseconds(rng() % 1500);
     SCOPED_TRACE(::testing::Message() << "killed " << delay.count() << " ms in");
     const pid_t pid =
-        Start({PTRECORD_PATH, "--emulate", "--ground-truth", truth, "-o", trace, "--", kSpin},
+        Start({PTRECORD_PATH, "--emulate=step", "--ground-truth", truth, "-o", trace, "--", kSpin},
               dir.File("err"));
     const bool appeared = KillAfter(pid, trace, delay);
     const std::string err = ReadAll(dir.File("err"));
@@ -212,7 +212,7 @@ TEST(PtrecordKillTest, DiskFullMidRecordingKeepsEveryWholeRecord) {
   }
   const std::string trace = mnt + "/trace.pt", truth = dir.File("truth.txt");
   // AUX rings of 4 pages: AUX records of 16 KiB at most, so some fit before the disk is full.
-  const pid_t pid = Start({PTRECORD_PATH, "--emulate", "--no-compress", "-m", "16,4",
+  const pid_t pid = Start({PTRECORD_PATH, "--emulate=step", "--no-compress", "-m", "16,4",
                            "--ground-truth", truth, "-o", trace, "--", kSpin},
                           dir.File("err"));
   int status = 0;
