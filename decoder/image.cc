@@ -516,7 +516,8 @@ void ProgramImage::AddBytes(const std::string& name, uint64_t address,
   if (bytes.empty()) return;
   std::shared_ptr<uint8_t[]> copy(new uint8_t[bytes.size()]);
   std::memcpy(copy.get(), bytes.data(), bytes.size());
-  AddBytes(name, address, std::span<uint8_t>(copy.get(), bytes.size()), std::move(copy));
+  const std::span<uint8_t> mine(copy.get(), bytes.size());  // before `copy` is moved from
+  AddBytes(name, address, mine, std::move(copy));
 }
 
 void ProgramImage::AddBytes(const std::string& name, uint64_t address, std::span<uint8_t> bytes,
