@@ -61,9 +61,9 @@ absl::StatusOr<AuxSpool> AuxSpool::Create(const std::vector<std::string>& dirs) 
     if (fd.ok()) return AuxSpool(std::move(*fd), d);
     why += absl::StrCat(why.empty() ? "" : "; ", std::string(fd.status().message()));
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat("cannot create a temporary file to hold the AUX trace while it decodes (", why,
-                   "); set TMPDIR to a writable directory with room for the trace"));
+  return absl::FailedPreconditionError(absl::StrCat(
+      "cannot create a temporary file to hold the AUX trace and captured code while they decode (",
+      why, "); set TMPDIR to a writable directory with room for the trace"));
 }
 
 absl::Status AuxSpool::Append(SpoolRun& run, std::span<const uint8_t> bytes) {
@@ -99,7 +99,7 @@ absl::Status AuxSpool::Append(SpoolRun& run, std::span<const uint8_t> bytes) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<SpoolView> AuxSpool::Map(const SpoolRun& run) const {
+absl::StatusOr<SpoolView> AuxSpool::Map(const SpoolRun& run, bool private_copy) const {
   if (run.size == 0) return SpoolView();
   const size_t length = static_cast<size_t>(RoundUp(run.size, page_));
   // Reserve the address range, then map each extent over its part of it.
@@ -111,21 +111,23 @@ absl::StatusOr<SpoolView> AuxSpool::Map(const SpoolRun& run) const {
   for (const SpoolRun::Extent& e : run.extents) {
     if (at >= length) break;
     const size_t n = static_cast<size_t>(std::min<uint64_t>(e.capacity, length - at));
-    void* p = mmap(base + at, n, PROT_READ, MAP_SHARED | MAP_FIXED, fd_.get(),
+    void* p = mmap(base + at, n, private_copy ? PROT_READ | PROT_WRITE : PROT_READ,
+                   (private_copy ? MAP_PRIVATE : MAP_SHARED) | MAP_FIXED, fd_.get(),
                    static_cast<off_t>(e.file_offset));
     if (p == MAP_FAILED) return ErrnoStatus(errno, "mmap the temporary AUX file in ", dir_);
     at += n;
   }
   madvise(base, length, MADV_SEQUENTIAL);
-  return SpoolView(std::move(reserved), static_cast<size_t>(run.size));
+  return SpoolView(std::move(reserved), static_cast<size_t>(run.size), private_copy);
 }
 
 void SpoolView::ReleaseBefore(uint64_t offset) {
   // MADV_DONTNEED on a shared file mapping only unmaps: a later read faults the page back in
-  // from the page cache, so this can never change what is read.
+  // from the page cache, so this can never change what is read. (On a private one it would
+  // drop what was written: not done.)
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t end = static_cast<size_t>(std::min<uint64_t>(offset, size_)) / page * page;
-  if (!map_.valid() || end < released_ + kReleaseBatch) return;
+  if (!map_.valid() || private_ || end < released_ + kReleaseBatch) return;
   madvise(static_cast<uint8_t*>(map_.get()) + released_, end - released_, MADV_DONTNEED);
   released_ = end;
 }

@@ -1,7 +1,8 @@
-// AuxSpool: where decoding keeps a recording's AUX bytes, so memory stays bounded however long
-// the trace is. The bytes go to an unlinked temporary file (O_TMPFILE), so resident trace bytes
-// are page cache the kernel can reclaim, not anonymous memory; each piece of a stream is mapped
-// read-only while it decodes, and the pages behind the decoder are dropped as it goes.
+// AuxSpool: where decoding keeps a recording's AUX bytes and captured code, so memory stays
+// bounded however long the trace is. The bytes go to an unlinked temporary file (O_TMPFILE), so
+// resident trace bytes are page cache the kernel can reclaim, not anonymous memory; each piece of a
+// stream is mapped read-only while it decodes, and the pages behind the decoder are dropped as it
+// goes.
 #ifndef PTKIT_DECODER_AUX_SPOOL_H_
 #define PTKIT_DECODER_AUX_SPOOL_H_
 
@@ -33,16 +34,23 @@ class SpoolView {
   std::span<const uint8_t> bytes() const {
     return {static_cast<const uint8_t*>(map_.get()), map_.valid() ? size_ : 0};
   }
+  // The bytes of a view mapped copy-on-write (AuxSpool::Map's `private_copy`), writable
+  // without changing the spool; empty for a read-only view.
+  std::span<uint8_t> private_bytes() {
+    return {static_cast<uint8_t*>(map_.get()), map_.valid() && private_ ? size_ : 0};
+  }
   // Drops the mapped pages before `offset` from this process's memory (they stay in the page
   // cache and fault back in if read again), once there are enough of them to be worth it.
   void ReleaseBefore(uint64_t offset);
 
  private:
   friend class AuxSpool;
-  SpoolView(ScopedMmap map, size_t size) : map_(std::move(map)), size_(size) {}
-  ScopedMmap map_;       // size_ rounded up to a page
-  size_t size_ = 0;      // bytes of the run
-  size_t released_ = 0;  // bytes at the start already dropped
+  SpoolView(ScopedMmap map, size_t size, bool private_copy)
+      : map_(std::move(map)), size_(size), private_(private_copy) {}
+  ScopedMmap map_;        // size_ rounded up to a page
+  size_t size_ = 0;       // bytes of the run
+  bool private_ = false;  // mapped copy-on-write
+  size_t released_ = 0;   // bytes at the start already dropped
 };
 
 // Where decoding keeps AUX bytes: one unlinked temporary file however many streams. libipt
@@ -60,8 +68,10 @@ class AuxSpool {
 
   // Appends `bytes` to `run`. Errors: write failures (no space left, ...) naming the directory.
   absl::Status Append(SpoolRun& run, std::span<const uint8_t> bytes);
-  // Maps `run` as one contiguous read-only span. Errors: mmap failures.
-  absl::StatusOr<SpoolView> Map(const SpoolRun& run) const;
+  // Maps `run` as one contiguous read-only span; with `private_copy`, copy-on-write instead
+  // (for libraries that may write into their input; the pages written become private
+  // memory). Errors: mmap failures.
+  absl::StatusOr<SpoolView> Map(const SpoolRun& run, bool private_copy = false) const;
   const std::string& dir() const { return dir_; }
   // File size (address space of the sparse file, not the disk it uses).
   uint64_t size() const { return end_; }

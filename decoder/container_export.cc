@@ -147,31 +147,29 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
 
   for (const auto& [pid, code] : r.captured) {
     for (const CapturedCode& c : code) {
+      PTKIT_ASSIGN_OR_RETURN(SpoolView bytes, CapturedBytes(r, c));
       PTKIT_RETURN_IF_ERROR(w->AppendCode({.pid = pid,
                                            .flags = c.flags,
                                            .address = c.address,
                                            .pgoff = c.pgoff,
                                            .path = c.path,
                                            .build_id = c.build_id,
-                                           .bytes = c.bytes}));
+                                           .bytes = bytes.bytes()}));
       ++summary.code_records;
     }
   }
   if (options.archive) {
     for (uint32_t pid : r.timeline.Pids()) {
-      const std::vector<Mapping>* maps = r.timeline.AllMappings(pid);
-      if (maps == nullptr) continue;
       const std::vector<uint64_t>& execs = r.timeline.ExecTimes(pid);
       const uint64_t since = execs.empty() ? 0 : execs.back();
       auto captured = r.captured.find(pid);
-      for (const Mapping& m : *maps) {
-        if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/' || m.from < since) {
-          continue;
-        }
+      for (const Mapping* mapping : r.timeline.MappingsDuring(pid, since)) {
+        const Mapping& m = *mapping;
+        if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
         if (captured != r.captured.end() &&
             std::any_of(captured->second.begin(), captured->second.end(),
                         [&](const CapturedCode& c) {
-                          return c.address < m.end && m.start < c.address + c.bytes.size();
+                          return c.address < m.end && m.start < c.address + c.run.size;
                         })) {
           continue;
         }

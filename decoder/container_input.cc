@@ -80,10 +80,9 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
           }
           break;
         }
-        r.captured[code->pid].push_back(
-            {code->address, std::string(code->path),
-             std::vector<uint8_t>(code->bytes.begin(), code->bytes.end()), code->pgoff, code->flags,
-             std::vector<uint8_t>(code->build_id.begin(), code->build_id.end())});
+        PTKIT_RETURN_IF_ERROR(builder.AddCode(
+            code->pid, code->address, std::string(code->path), code->bytes, code->pgoff,
+            code->flags, std::vector<uint8_t>(code->build_id.begin(), code->build_id.end())));
         break;
       }
       default:

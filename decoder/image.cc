@@ -485,13 +485,20 @@ void ProgramImage::AddMemoryRun(uint32_t file, uint64_t address, std::unique_ptr
 void ProgramImage::AddBytes(const std::string& name, uint64_t address,
                             std::span<const uint8_t> bytes) {
   if (bytes.empty()) return;
+  std::shared_ptr<uint8_t[]> copy(new uint8_t[bytes.size()]);
+  std::memcpy(copy.get(), bytes.data(), bytes.size());
+  const std::span<uint8_t> mine(copy.get(), bytes.size());  // before `copy` is moved from
+  AddBytes(name, address, mine, std::move(copy));
+}
+
+void ProgramImage::AddBytes(const std::string& name, uint64_t address, std::span<uint8_t> bytes,
+                            std::shared_ptr<void> owner) {
+  if (bytes.empty()) return;
   uint32_t file_index = static_cast<uint32_t>(files_.size());
   files_.push_back({name, "bytes", bytes.size()});
-  auto copy = std::make_unique<uint8_t[]>(bytes.size());
-  std::memcpy(copy.get(), bytes.data(), bytes.size());
-  AddMemoryRun(file_index, address, std::move(copy), bytes.size());
-  LoadCapturedSymbols(name, file_index, address,
-                      std::span<uint8_t>(memory_.back().get(), bytes.size()));
+  AddMapping({address, address + bytes.size(), file_index, 0, bytes.data()});
+  owners_.push_back(std::move(owner));
+  LoadCapturedSymbols(name, file_index, address, bytes);
 }
 
 void ProgramImage::LoadCapturedSymbols(const std::string& name, uint32_t file_index,

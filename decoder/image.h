@@ -104,6 +104,10 @@ class ProgramImage {
   // Adds bytes captured at record time (e.g. the vdso); they are copied. An ELF image's
   // symbols (the vdso's) are loaded too.
   void AddBytes(const std::string& name, uint64_t address, std::span<const uint8_t> bytes);
+  // As AddBytes, without a copy: `bytes` stay valid while `owner` lives, and the image holds
+  // it. libelf may write into them (an ELF image's symbols are read in place).
+  void AddBytes(const std::string& name, uint64_t address, std::span<uint8_t> bytes,
+                std::shared_ptr<void> owner);
   // Records that [start, end) held `path`, which could not be loaded: gaps there name it.
   void AddMissing(const std::string& path, uint64_t start, uint64_t end);
   // The missing file recorded for `ip`, or null.
@@ -213,7 +217,8 @@ class ProgramImage {
   std::vector<Mapping> memory_mappings_;  // the page-dump subset, sorted, for the callback
   std::vector<std::unique_ptr<uint8_t[]>> memory_;
   std::unordered_map<std::string, std::optional<LinkSymbols>> link_symbols_;  // by path
-  mutable std::vector<Symbol> symbols_;  // sorted when symbols_sorted_
+  std::vector<std::shared_ptr<void>> owners_;  // what keeps AddBytes' bytes valid
+  mutable std::vector<Symbol> symbols_;        // sorted when symbols_sorted_
   mutable bool symbols_sorted_ = true;
   std::vector<PlacedSegment> elf_segments_;  // sorted by begin
   std::string sysroot_;

@@ -348,7 +348,7 @@ perf::AuxtraceInfo MakeAuxtraceInfo(const Scan& s, const Events& e, bool per_cpu
 }
 
 // The build-id of ELF bytes (a captured vdso); empty when they have none.
-std::vector<uint8_t> BuildIdOfBytes(const std::vector<uint8_t>& bytes) {
+std::vector<uint8_t> BuildIdOfBytes(std::span<const uint8_t> bytes) {
   absl::StatusOr<ElfFile> elf = ElfFile::FromMemory("captured code", bytes);
   return elf.ok() ? elf->BuildId() : std::vector<uint8_t>{};
 }
@@ -362,7 +362,7 @@ struct CacheEntry {
 
 // perf's build-id cache layout (tools/perf/util/build-id.c): DIR/NAME/BUILDID/{elf,vdso} and
 // DIR/.build-id/NN/REST -> ../../NAME/BUILDID.
-absl::Status WriteCacheEntry(const std::string& dir, const CacheEntry& c) {
+absl::Status WriteCacheEntry(const std::string& dir, const CacheEntry& c, const Recording& rec) {
   const std::string hex = Hex(c.build_id);
   const std::string name = c.path[0] == '/' ? c.path.substr(1) : c.path;
   std::error_code ec;
@@ -374,9 +374,10 @@ absl::Status WriteCacheEntry(const std::string& dir, const CacheEntry& c) {
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
     // Each range at its file offset; what no range holds stays a hole.
     for (const CapturedCode* r : c.ranges) {
+      PTKIT_ASSIGN_OR_RETURN(SpoolView view, CapturedBytes(rec, *r));
       out.seekp(static_cast<std::streamoff>(r->pgoff));
-      out.write(reinterpret_cast<const char*>(r->bytes.data()),
-                static_cast<std::streamsize>(r->bytes.size()));
+      out.write(reinterpret_cast<const char*>(view.bytes().data()),
+                static_cast<std::streamsize>(view.bytes().size()));
     }
     if (!out) return absl::InternalError(fmt::format("write {}", file.string()));
   }
@@ -580,9 +581,12 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     for (const CapturedCode& c : code) {
       const bool vdso = c.flags & kCodeVdso;
       std::vector<uint8_t> id = c.build_id;
-      if (id.empty() && vdso) id = BuildIdOfBytes(c.bytes);
+      if (id.empty() && vdso) {
+        PTKIT_ASSIGN_OR_RETURN(SpoolView bytes, CapturedBytes(r, c));
+        id = BuildIdOfBytes(bytes.bytes());
+      }
       if (!id.empty()) build_ids.emplace(c.path, id);
-      if (c.bytes.empty()) continue;
+      if (c.run.size == 0) continue;
       if (id.empty()) {
         if (uncached.insert(c.path).second) {
           summary.warnings.push_back(fmt::format(
@@ -598,7 +602,7 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
       e.vdso = vdso;
       // The same range of another process holds the same bytes.
       const bool have = std::any_of(e.ranges.begin(), e.ranges.end(), [&](const CapturedCode* r) {
-        return r->pgoff == c.pgoff && r->bytes.size() == c.bytes.size();
+        return r->pgoff == c.pgoff && r->run.size == c.run.size;
       });
       if (!have) e.ranges.push_back(&c);
     }
@@ -639,7 +643,7 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
   if (!cache.empty()) {
     summary.debug_dir = options.debug_dir.empty() ? output + ".debug" : options.debug_dir;
     for (const auto& [key, entry] : cache) {
-      PTKIT_RETURN_IF_ERROR(WriteCacheEntry(summary.debug_dir, entry));
+      PTKIT_RETURN_IF_ERROR(WriteCacheEntry(summary.debug_dir, entry, r));
       ++summary.cached_files;
     }
   }

@@ -31,6 +31,11 @@ RecordingBuilder::RecordingBuilder(std::string name, const RecordingOptions& opt
   r_.name = std::move(name);
 }
 
+absl::StatusOr<SpoolView> CapturedBytes(const Recording& r, const CapturedCode& c) {
+  if (!r.spool) return absl::InternalError("captured code without a spool");
+  return r.spool->Map(c.run);
+}
+
 absl::Status RecordingBuilder::Spool(SpoolRun& run, std::span<const uint8_t> bytes) {
   if (!r_.spool) {
     PTKIT_ASSIGN_OR_RETURN(AuxSpool spool, AuxSpool::Create(AuxSpool::Dirs(options_.spool_dir)));
@@ -109,7 +114,33 @@ absl::Status RecordingBuilder::AddSnapshot(StreamId stream, uint64_t sequence, u
   return absl::OkStatus();
 }
 
+absl::Status RecordingBuilder::AddCode(uint32_t pid, uint64_t address, std::string path,
+                                       std::span<const uint8_t> bytes, uint64_t pgoff,
+                                       uint32_t flags, std::vector<uint8_t> build_id) {
+  if (bytes.empty()) return absl::OkStatus();
+  if (bytes.size() > options_.max_captured_code - code_bytes_) {
+    ++code_left_out_;
+    code_left_out_bytes_ += bytes.size();
+    return absl::OkStatus();
+  }
+  code_bytes_ += bytes.size();
+  CapturedCode& c = r_.captured[pid].emplace_back();
+  c.address = address;
+  c.path = std::move(path);
+  c.pgoff = pgoff;
+  c.flags = flags;
+  c.build_id = std::move(build_id);
+  return Spool(c.run, bytes);
+}
+
 Recording RecordingBuilder::Finish() {
+  if (code_left_out_ > 0) {
+    r_.warnings.push_back(fmt::format(
+        "{}: {} code record(s) with {} bytes of captured code beyond the first {} bytes are not "
+        "used (the limit of captured code per recording): their code is read from the mapped "
+        "files (--sysroot) instead, or missing",
+        r_.name, code_left_out_, code_left_out_bytes_, options_.max_captured_code));
+  }
   for (const auto& [key, st] : state_) {
     if (st.repeated_bytes == 0) continue;
     r_.warnings.push_back(
@@ -526,32 +557,35 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
   static const std::vector<CapturedCode> kNone;
   auto c = r_.captured.find(pid);
   const std::vector<CapturedCode>& code = c == r_.captured.end() ? kNone : c->second;
-  for (const CapturedCode& c : code) image->AddBytes(c.path, c.address, c.bytes);
-  if (const std::vector<Mapping>* maps = r_.timeline.AllMappings(pid)) {
-    for (const Mapping& m : *maps) {
-      if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
-      if (m.from >= to || m.to <= from) continue;  // another program's
-      bool covered = false;
-      for (const CapturedCode& c : code) {
-        covered |= c.address < m.end && m.start < c.address + c.bytes.size();
+  for (const CapturedCode& c : code) {
+    // Mapped, not copied: the pages are the spool's (copy-on-write for libelf's sake).
+    PTKIT_ASSIGN_OR_RETURN(SpoolView view, r_.spool->Map(c.run, /*private_copy=*/true));
+    auto owner = std::make_shared<SpoolView>(std::move(view));
+    image->AddBytes(c.path, c.address, owner->private_bytes(), owner);
+  }
+  for (const Mapping* mapping : r_.timeline.MappingsDuring(pid, from, to)) {
+    const Mapping& m = *mapping;
+    if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
+    bool covered = false;
+    for (const CapturedCode& c : code) {
+      covered |= c.address < m.end && m.start < c.address + c.run.size;
+    }
+    if (covered) continue;
+    const std::string file = sysroot_ + m.path;
+    absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
+    if (!st.ok()) {
+      const std::string cached = FromBuildIdCache(m);
+      if (cached.empty() ||
+          !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff).ok()) {
+        image->AddMissing(file, m.start, m.end);
       }
-      if (covered) continue;
-      const std::string file = sysroot_ + m.path;
-      absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
-      if (!st.ok()) {
-        const std::string cached = FromBuildIdCache(m);
-        if (cached.empty() ||
-            !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff).ok()) {
-          image->AddMissing(file, m.start, m.end);
-        }
-      } else if (!m.build_id.empty() && warned_.insert(file).second) {
-        // The recording names the build it ran; a different file decodes wrongly.
-        auto id = ReadBuildId(file);
-        if (id.ok() && *id != m.build_id) {
-          warnings_.push_back(
-              fmt::format("{}: build-id {} differs from the recorded {}; decoding may be wrong",
-                          file, id->empty() ? std::string("(none)") : Hex(*id), Hex(m.build_id)));
-        }
+    } else if (!m.build_id.empty() && warned_.insert(file).second) {
+      // The recording names the build it ran; a different file decodes wrongly.
+      auto id = ReadBuildId(file);
+      if (id.ok() && *id != m.build_id) {
+        warnings_.push_back(
+            fmt::format("{}: build-id {} differs from the recorded {}; decoding may be wrong", file,
+                        id->empty() ? std::string("(none)") : Hex(*id), Hex(m.build_id)));
       }
     }
   }

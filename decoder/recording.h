@@ -46,6 +46,10 @@
 
 namespace ptkit::decoder {
 
+// The most captured code one recording may hold (what the spool may take for it, on the disk
+// of $TMPDIR): code records beyond it are not used, with a warning (ptdecode(1)).
+inline constexpr uint64_t kMaxCapturedCode = uint64_t{4} << 30;
+
 struct RecordingOptions {
   std::string sysroot;  // prefix for the paths of mapped files
   // perf's build-id cache (~/.debug): a mapped file not found under `sysroot` is looked for
@@ -60,8 +64,10 @@ struct RecordingOptions {
   std::optional<uint32_t> tid;
   std::optional<uint64_t> snapshot;
   std::optional<TraceConfig> config;  // overrides what the metadata says
-  // Where AUX bytes are spooled while decoding; "" for $TMPDIR, else /tmp.
+  // Where AUX bytes and captured code are spooled while decoding; "" for $TMPDIR, else /tmp.
   std::string spool_dir;
+  // Captured code kept for decoding, in bytes (tests set less).
+  uint64_t max_captured_code = kMaxCapturedCode;
 };
 
 // An AUX stream (snapshot -1) or one snapshot of a stream: each is decoded on its own.
@@ -85,11 +91,12 @@ struct RecordedStream {
   uint64_t bytes = 0;
 };
 
-// Code captured at record time (the vdso, archived file ranges), mapped at `address`.
+// Code captured at record time (the vdso, archived file ranges), mapped at `address`; its
+// run.size bytes are in the recording's spool, mapped into each image that uses them.
 struct CapturedCode {
   uint64_t address = 0;
   std::string path;
-  std::vector<uint8_t> bytes;
+  SpoolRun run;
   uint64_t pgoff = 0;             // file offset of the bytes (archived ranges)
   uint32_t flags = 0;             // container code flags (kCodeVdso)
   std::vector<uint8_t> build_id;  // empty when the record names none
@@ -122,6 +129,9 @@ struct Recording {
   DecodeTotals unplaced;              // losses of streams without trace bytes
 };
 
+// The bytes of captured code `c` of `r`, mapped from the recording's spool.
+absl::StatusOr<SpoolView> CapturedBytes(const Recording& r, const CapturedCode& c);
+
 // Whether `options` can select the stream (readers do not even spool the bytes of others).
 bool MaySelect(const RecordingOptions& options, const StreamKey& key);
 
@@ -145,8 +155,13 @@ class RecordingBuilder {
   // A snapshot: the newest `data` of an overwritten ring whose head was `aux_head`.
   absl::Status AddSnapshot(StreamId stream, uint64_t sequence, uint64_t aux_head, uint64_t time,
                            std::span<const uint8_t> data);
-  // Adds the warnings about repeated bytes and losses outside any trace, and returns the
-  // recording.
+  // Code captured in `pid` at `address` (a code record), spooled; beyond
+  // options.max_captured_code in all, left out (counted in a warning). Errors: the spool's.
+  absl::Status AddCode(uint32_t pid, uint64_t address, std::string path,
+                       std::span<const uint8_t> bytes, uint64_t pgoff = 0, uint32_t flags = 0,
+                       std::vector<uint8_t> build_id = {});
+  // Adds the warnings about repeated bytes, code left out and losses outside any trace, and
+  // returns the recording.
   Recording Finish();
 
  private:
@@ -157,6 +172,8 @@ class RecordingBuilder {
   };
   absl::Status Spool(SpoolRun& run, std::span<const uint8_t> bytes);
   RecordingOptions options_;
+  uint64_t code_bytes_ = 0;                               // captured code spooled
+  uint64_t code_left_out_ = 0, code_left_out_bytes_ = 0;  // beyond max_captured_code
   Recording r_;
   std::map<StreamKey, State> state_;
 };

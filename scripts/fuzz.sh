@@ -1,25 +1,47 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets with clang (preset `fuzz`) and runs the container reader, the
-# perf.data reader and the end-to-end decode fuzzers, SECONDS each.
-#   scripts/fuzz.sh [SECONDS]     default 600; the test command runs it for a short smoke
-# New crashes are written to build/fuzz/artifacts/. The seed corpora are tests/fuzz/corpus/*/.
+# Builds the libFuzzer targets with clang (preset `fuzz`) and runs them on their seed corpora
+# (tests/fuzz/corpus/NAME/; the working corpus grows in build/fuzz/corpus/NAME/).
+#   scripts/fuzz.sh all SECONDS      every target, SECONDS each (a long run: 3600 and more)
+#   scripts/fuzz.sh NAME SECONDS     one target (NAME: container_reader, decode, raw_pt, ...)
+#   scripts/fuzz.sh smoke [SECONDS]  every target, SECONDS shared among them (default 90): CI
+#   scripts/fuzz.sh list             the target names
+# Limits of every run: -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10. New crashes,
+# hangs and OOMs are written to build/fuzz/artifacts/ and fail the run (non-zero exit).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-seconds="${1:-600}"
+targets=(container_reader perf_data decode raw_pt bts elf_image event_spec)
+# Extra seed folders per target.
+declare -A extra=([decode]=tests/fuzz/corpus/perf_data)
+
+usage() {
+  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+  exit 2
+}
+mode="${1:-}"
+case "$mode" in
+  list) printf '%s\n' "${targets[@]}"; exit 0 ;;
+  all) [[ $# -eq 2 ]] || usage; run=("${targets[@]}"); seconds="$2" ;;
+  smoke)
+    run=("${targets[@]}")
+    seconds=$(( ${2:-90} / ${#targets[@]} ))
+    (( seconds > 0 )) || seconds=1
+    ;;
+  *)
+    [[ $# -eq 2 && " ${targets[*]} " == *" $mode "* ]] || usage
+    run=("$mode"); seconds="$2"
+    ;;
+esac
+[[ "$seconds" =~ ^[0-9]+$ ]] || usage
+
 cmake --preset fuzz >/dev/null
-cmake --build --preset fuzz --target container_reader_fuzz perf_data_fuzz decode_fuzz
+cmake --build --preset fuzz --target "${run[@]/%/_fuzz}"
 mkdir -p build/fuzz/artifacts
-# fuzz NAME [SEEDS...]: runs build/fuzz/tests/fuzz/NAME_fuzz on tests/fuzz/corpus/NAME (and
-# the seed folders given).
-fuzz() {
-  local name="$1" work="build/fuzz/corpus/$1"
-  shift
+for name in "${run[@]}"; do
+  work="build/fuzz/corpus/$name"
   mkdir -p "$work"
   echo "fuzz: ${name}_fuzz for ${seconds}s"
-  "build/fuzz/tests/fuzz/${name}_fuzz" "$work" "tests/fuzz/corpus/$name" "$@" \
+  # shellcheck disable=SC2086
+  "build/fuzz/tests/fuzz/${name}_fuzz" "$work" "tests/fuzz/corpus/$name" ${extra[$name]:-} \
     -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10 \
     -artifact_prefix=build/fuzz/artifacts/ -print_final_stats=1 2>&1 | tail -n 12
-}
-fuzz container_reader
-fuzz perf_data
-fuzz decode tests/fuzz/corpus/perf_data
+done

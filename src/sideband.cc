@@ -1,40 +1,19 @@
 #include "ptkit/sideband.h"
 
 #include <algorithm>
+#include <random>
+#include <unordered_set>
 
 #include "absl/strings/str_cat.h"
 
 namespace ptkit {
 namespace {
 
-// Ends or trims every live mapping of `maps` that overlaps [start, end) at time `t`; the parts
-// outside the range live on as new mappings.
-void Unmap(std::vector<Mapping>& maps, uint64_t start, uint64_t end, uint64_t t) {
-  std::vector<Mapping> remainders;
-  for (Mapping& m : maps) {
-    if (m.to != kForever || m.end <= start || end <= m.start) continue;
-    if (m.start < start) {
-      Mapping left = m;
-      left.end = start;
-      left.from = t;
-      remainders.push_back(left);
-    }
-    if (end < m.end) {
-      Mapping right = m;
-      right.pgoff += end - m.start;
-      right.start = end;
-      right.from = t;
-      remainders.push_back(right);
-    }
-    m.to = t;
-  }
-  maps.insert(maps.end(), remainders.begin(), remainders.end());
-}
-
-void EndAll(std::vector<Mapping>& maps, uint64_t t) {
-  for (Mapping& m : maps) {
-    if (m.to == kForever) m.to = t;
-  }
+// splitmix64's finalizer: a well-mixed priority from an index and a salt.
+uint64_t Mix(uint64_t x) {
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111eb;
+  return x ^ (x >> 31);
 }
 
 }  // namespace
@@ -88,8 +67,91 @@ void SidebandBuilder::Add(int32_t cpu, std::span<const uint8_t> records,
   }
 }
 
+uint64_t Sideband::Priority(uint32_t node) const { return Mix(nodes_[node].mapping ^ salt_); }
+
+uint32_t Sideband::Make(uint32_t mapping, uint32_t left, uint32_t right) {
+  nodes_.push_back(Node{mapping, left, right});
+  return static_cast<uint32_t>(nodes_.size() - 1);
+}
+
+uint32_t Sideband::AddMapping(Mapping m) {
+  mappings_.push_back(std::move(m));
+  return Make(static_cast<uint32_t>(mappings_.size() - 1), 0, 0);
+}
+
+std::pair<uint32_t, uint32_t> Sideband::Split(uint32_t tree, uint64_t key) {
+  if (tree == 0) return {0, 0};
+  const Node n = nodes_[tree];  // a copy: Make() may move nodes_
+  if (mappings_[n.mapping].start < key) {
+    auto [low, high] = Split(n.right, key);
+    return {Make(n.mapping, n.left, low), high};
+  }
+  auto [low, high] = Split(n.left, key);
+  return {low, Make(n.mapping, high, n.right)};
+}
+
+uint32_t Sideband::Merge(uint32_t low, uint32_t high) {
+  if (low == 0) return high;
+  if (high == 0) return low;
+  if (Priority(low) > Priority(high)) {
+    const Node n = nodes_[low];
+    return Make(n.mapping, n.left, Merge(n.right, high));
+  }
+  const Node n = nodes_[high];
+  return Make(n.mapping, Merge(low, n.left), n.right);
+}
+
+uint32_t Sideband::Map(uint32_t tree, Mapping m) {
+  // Live mappings never overlap, so only the last one starting below m.start and the last
+  // one starting inside m can reach past m's ends; the ones inside end whole.
+  auto [below, rest] = Split(tree, m.start);
+  auto [inside, above] = Split(rest, m.end);
+  auto last = [this](uint32_t t) -> const Mapping* {
+    if (t == 0) return nullptr;
+    while (nodes_[t].right != 0) t = nodes_[t].right;
+    return &mappings_[nodes_[t].mapping];
+  };
+  std::optional<Mapping> right;  // the part of a cut mapping above m
+  uint32_t middle = 0;
+  if (const Mapping* prev = last(below); prev != nullptr && prev->end > m.start) {
+    const Mapping cut = *prev;
+    below = Split(below, cut.start).first;
+    Mapping left = cut;
+    left.end = m.start;
+    middle = AddMapping(std::move(left));
+    if (cut.end > m.end) right = cut;
+  }
+  if (const Mapping* in = last(inside); in != nullptr && in->end > m.end) right = *in;
+  if (right) {
+    right->pgoff += m.end - right->start;
+    right->start = m.end;
+  }
+  middle = Merge(middle, AddMapping(std::move(m)));
+  if (right) middle = Merge(middle, AddMapping(*std::move(right)));
+  return Merge(Merge(below, middle), above);
+}
+
+void Sideband::SetRoot(uint32_t pid, uint64_t t, uint32_t root) {
+  spaces_[pid].push_back(Version{t, root});
+}
+
+uint32_t Sideband::Root(uint32_t pid) const {
+  auto it = spaces_.find(pid);
+  return it == spaces_.end() || it->second.empty() ? 0 : it->second.back().root;
+}
+
+uint32_t Sideband::RootAt(uint32_t pid, uint64_t t) const {
+  auto it = spaces_.find(pid);
+  if (it == spaces_.end()) return 0;
+  const std::vector<Version>& v = it->second;
+  auto after = std::upper_bound(v.begin(), v.end(), t,
+                                [](uint64_t x, const Version& s) { return x < s.time; });
+  return after == v.begin() ? 0 : std::prev(after)->root;
+}
+
 Sideband SidebandBuilder::Build() {
   Sideband sb;
+  sb.salt_ = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
   sb.problems_ = std::move(problems_);
   sb.stats_.malformed = malformed_;
   std::stable_sort(pending_.begin(), pending_.end(),
@@ -116,15 +178,21 @@ Sideband SidebandBuilder::Build() {
         }
         ++sb.stats_.mmaps;
         sb.tid_pid_[m->tid] = m->pid;
-        std::vector<Mapping>& maps = sb.maps_[m->pid];
-        Unmap(maps, m->addr, m->addr + m->len, t);
-        maps.push_back(Mapping{.start = m->addr,
-                               .end = m->addr + m->len,
-                               .pgoff = m->pgoff,
-                               .path = std::string(m->filename),
-                               .build_id = {m->build_id.begin(), m->build_id.end()},
-                               .prot = m->prot,
-                               .from = t});
+        // An empty mapping maps nothing (and the kernel sends none); one past the top of the
+        // address space ends there.
+        const uint64_t end = m->addr + std::min(m->len, ~uint64_t{0} - m->addr);
+        if (end == m->addr) {
+          sb.spaces_[m->pid];
+          break;
+        }
+        sb.SetRoot(
+            m->pid, t,
+            sb.Map(sb.Root(m->pid), Mapping{.start = m->addr,
+                                            .end = end,
+                                            .pgoff = m->pgoff,
+                                            .path = std::string(m->filename),
+                                            .build_id = {m->build_id.begin(), m->build_id.end()},
+                                            .prot = m->prot}));
         break;
       }
       case PERF_RECORD_COMM: {
@@ -138,7 +206,7 @@ Sideband SidebandBuilder::Build() {
         sb.comms_[c->tid].push_back({t, std::string(c->comm)});
         if (c->exec) {
           ++sb.stats_.execs;
-          EndAll(sb.maps_[c->pid], t);
+          sb.SetRoot(c->pid, t, 0);
           sb.execs_[c->pid].push_back(t);
         }
         break;
@@ -154,17 +222,9 @@ Sideband SidebandBuilder::Build() {
         if (!k->exit) {
           ++sb.stats_.forks;
           if (k->pid != k->ppid) {
-            // A new process: it starts with a copy of its parent's address space.
-            std::vector<Mapping> copy;
-            for (const Mapping& m : sb.maps_[k->ppid]) {
-              if (m.to != kForever) continue;
-              Mapping c = m;
-              c.from = t;
-              copy.push_back(std::move(c));
-            }
-            std::vector<Mapping>& child = sb.maps_[k->pid];
-            EndAll(child, t);
-            child.insert(child.end(), copy.begin(), copy.end());
+            // A new process: it starts with (a share of) its parent's address space.
+            sb.spaces_[k->ppid];
+            sb.SetRoot(k->pid, t, sb.Root(k->ppid));
           }
           auto parent_comm = sb.comms_.find(k->ptid);
           if (parent_comm != sb.comms_.end() && !parent_comm->second.empty()) {
@@ -225,30 +285,66 @@ Sideband SidebandBuilder::Build() {
 
 std::vector<const Mapping*> Sideband::MappingsAt(uint32_t pid, uint64_t t) const {
   std::vector<const Mapping*> out;
-  auto it = maps_.find(pid);
-  if (it == maps_.end()) return out;
-  for (const Mapping& m : it->second) {
-    if (m.live_at(t)) out.push_back(&m);
+  // In order, without recursion: the tree depth is only expected to be small.
+  std::vector<uint32_t> stack;
+  for (uint32_t n = RootAt(pid, t); n != 0 || !stack.empty();) {
+    if (n != 0) {
+      stack.push_back(n);
+      n = nodes_[n].left;
+      continue;
+    }
+    n = stack.back();
+    stack.pop_back();
+    out.push_back(&mappings_[nodes_[n].mapping]);
+    n = nodes_[n].right;
   }
-  std::sort(out.begin(), out.end(),
-            [](const Mapping* a, const Mapping* b) { return a->start < b->start; });
   return out;
 }
 
 const Mapping* Sideband::FindMapping(uint32_t pid, uint64_t ip, uint64_t t) const {
-  auto it = maps_.find(pid);
-  if (it == maps_.end()) return nullptr;
-  // Later records win when two live mappings overlap (they cannot after Unmap, but a record
-  // with an unknown time of 0 may).
-  for (auto m = it->second.rbegin(); m != it->second.rend(); ++m) {
-    if (m->live_at(t) && m->start <= ip && ip < m->end) return &*m;
+  const Mapping* best = nullptr;  // the last mapping starting at or below ip
+  for (uint32_t n = RootAt(pid, t); n != 0;) {
+    const Mapping& m = mappings_[nodes_[n].mapping];
+    if (m.start <= ip) {
+      best = &m;
+      n = nodes_[n].right;
+    } else {
+      n = nodes_[n].left;
+    }
   }
-  return nullptr;
+  return best != nullptr && ip < best->end ? best : nullptr;
 }
 
-const std::vector<Mapping>* Sideband::AllMappings(uint32_t pid) const {
-  auto it = maps_.find(pid);
-  return it == maps_.end() ? nullptr : &it->second;
+std::vector<const Mapping*> Sideband::MappingsDuring(uint32_t pid, uint64_t from,
+                                                     uint64_t to) const {
+  auto it = spaces_.find(pid);
+  if (it == spaces_.end()) return {};
+  const std::vector<Version>& v = it->second;
+  // Newest version first; a node seen in a later version is skipped with its whole subtree
+  // (trees are immutable), so each node is visited once. A mapping is ordered by the last
+  // version that has it: of two that overlap (so never live at once), the one the process got
+  // last is also the one it had last.
+  std::unordered_set<uint32_t> seen_nodes, seen_mappings;
+  std::vector<std::pair<size_t, uint32_t>> got;
+  std::vector<uint32_t> stack;
+  for (size_t i = v.size(); i-- > 0;) {
+    const uint64_t until = i + 1 < v.size() ? v[i + 1].time : kForever;
+    if (v[i].time >= to || until <= from) continue;  // [time, until) misses [from, to)
+    stack.push_back(v[i].root);
+    while (!stack.empty()) {
+      const uint32_t n = stack.back();
+      stack.pop_back();
+      if (n == 0 || !seen_nodes.insert(n).second) continue;
+      if (seen_mappings.insert(nodes_[n].mapping).second) got.push_back({i, nodes_[n].mapping});
+      stack.push_back(nodes_[n].left);
+      stack.push_back(nodes_[n].right);
+    }
+  }
+  std::sort(got.begin(), got.end());
+  std::vector<const Mapping*> out;
+  out.reserve(got.size());
+  for (const auto& [version, mapping] : got) out.push_back(&mappings_[mapping]);
+  return out;
 }
 
 std::optional<TaskId> Sideband::TaskOnCpu(uint32_t cpu, uint64_t t) const {
@@ -282,7 +378,7 @@ std::string Sideband::CommAt(uint32_t tid, uint64_t t) const {
 
 std::vector<uint32_t> Sideband::Pids() const {
   std::vector<uint32_t> pids;
-  for (const auto& [pid, maps] : maps_) pids.push_back(pid);
+  for (const auto& [pid, versions] : spaces_) pids.push_back(pid);
   for (const auto& [tid, pid] : tid_pid_) pids.push_back(pid);
   std::sort(pids.begin(), pids.end());
   pids.erase(std::unique(pids.begin(), pids.end()), pids.end());

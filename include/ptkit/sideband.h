@@ -13,15 +13,23 @@
 //  - ITRACE_START and SWITCH / SWITCH_CPU_WIDE (switch-in) say which task runs on a CPU from
 //    that time on; a switch-out leaves the CPU idle (no task) until the next switch-in.
 // Records from all CPUs are merged by their sample_id time (stable for equal times).
+//
+// Cost: a process's address space over time is a list of versions, each the root of a
+// persistent (path-copying) treap of its live mappings by address. A FORK shares the parent's
+// root instead of copying its mappings, so R records cost O(R log R) expected time and memory
+// whatever their mix (a mapping over k others still costs O(log R), not O(k)); each record
+// stores at most three mappings.
 #ifndef PTKIT_SIDEBAND_H_
 #define PTKIT_SIDEBAND_H_
 
 #include <cstdint>
+#include <deque>
 #include <limits>
 #include <map>
 #include <optional>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -37,8 +45,6 @@ struct Mapping {
   std::string path;
   std::vector<uint8_t> build_id;  // empty when the record carried inode data instead
   uint32_t prot = 0;
-  uint64_t from = 0, to = kForever;  // perf time the mapping is live: [from, to)
-  bool live_at(uint64_t t) const { return from <= t && t < to; }
 };
 
 struct TaskId {
@@ -52,8 +58,11 @@ class Sideband {
   std::vector<const Mapping*> MappingsAt(uint32_t pid, uint64_t t) const;
   // The mapping containing `ip` in `pid` at time `t`, or null.
   const Mapping* FindMapping(uint32_t pid, uint64_t ip, uint64_t t) const;
-  // Every mapping the process ever had (for loading images up front), in record order.
-  const std::vector<Mapping>* AllMappings(uint32_t pid) const;
+  // Every mapping the process had at some time in [from, to) (for loading images up front),
+  // each once, in the order the process got them (so a later one wins where two overlap).
+  // O(m log m) for the m tree nodes the process made or inherited in that time.
+  std::vector<const Mapping*> MappingsDuring(uint32_t pid, uint64_t from = 0,
+                                             uint64_t to = kForever) const;
   // The task running on `cpu` at time `t`; nullopt when idle or unknown.
   std::optional<TaskId> TaskOnCpu(uint32_t cpu, uint64_t t) const;
   // The process of thread `tid` (from FORK/COMM/MMAP2 records), if seen.
@@ -75,9 +84,38 @@ class Sideband {
   const Stats& stats() const { return stats_; }
   // One line per record that could not be parsed (what and where).
   const std::vector<std::string>& problems() const { return problems_; }
+  // Mappings held for every process and time: at most three per MMAP2 (it and the two parts
+  // of the mappings it cuts), whatever the forks. For tests and benchmarks.
+  size_t stored_mappings() const { return mappings_.size(); }
+  // Tree nodes held: O(log R) expected per MMAP2, none per FORK or exec.
+  size_t stored_nodes() const { return nodes_.size() - 1; }
 
  private:
   friend class SidebandBuilder;
+  // A treap node (0: none). Its key is mappings_[mapping].start; its priority is a salted
+  // hash of `mapping`, so an input cannot choose a deep tree.
+  struct Node {
+    uint32_t mapping, left, right;
+  };
+  // The live mappings from `time` on (until the next version's time).
+  struct Version {
+    uint64_t time;
+    uint32_t root;
+  };
+  uint64_t Priority(uint32_t node) const;
+  uint32_t Make(uint32_t mapping, uint32_t left, uint32_t right);
+  uint32_t AddMapping(Mapping m);
+  // Splits `tree` into the nodes with start < key and the rest, copying the paths it cuts.
+  std::pair<uint32_t, uint32_t> Split(uint32_t tree, uint64_t key);
+  // Joins two trees whose keys are all below, resp. above, each other's.
+  uint32_t Merge(uint32_t low, uint32_t high);
+  // `tree` with `m` mapped over it: the live mappings it overlaps end, their parts outside it
+  // live on. The old tree stays as it was.
+  uint32_t Map(uint32_t tree, Mapping m);
+  void SetRoot(uint32_t pid, uint64_t t, uint32_t root);
+  uint32_t Root(uint32_t pid) const;  // the latest version
+  uint32_t RootAt(uint32_t pid, uint64_t t) const;
+
   struct CpuSlot {
     uint64_t time;
     std::optional<TaskId> task;
@@ -86,7 +124,10 @@ class Sideband {
     uint64_t time;
     std::string comm;
   };
-  std::map<uint32_t, std::vector<Mapping>> maps_;      // pid -> mappings
+  std::deque<Mapping> mappings_;            // stable addresses
+  std::vector<Node> nodes_{Node{0, 0, 0}};  // [0]: no node
+  uint64_t salt_ = 0;
+  std::map<uint32_t, std::vector<Version>> spaces_;    // pid -> address space over time
   std::map<uint32_t, std::vector<uint64_t>> execs_;    // pid -> exec times
   std::map<uint32_t, std::vector<CpuSlot>> schedule_;  // cpu -> time-sorted slots
   std::map<uint32_t, uint32_t> tid_pid_;

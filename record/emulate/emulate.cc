@@ -334,7 +334,10 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   so.max_steps = options.max_steps;
   so.filters = filters;
   bool said_snapshot = false;
+  // Set once the recording failed (a full disk): stepping on would trace into nothing.
+  std::function<bool()> failed = [] { return false; };
   so.stop_requested = [&] {
+    if (failed()) return true;
     if (signals.snapshot_count() != snapshots0 && !said_snapshot && options.notice) {
       said_snapshot = true;
       options.notice(
@@ -418,6 +421,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
       if (!n.ok() && sideband_status.ok()) sideband_status = n.status();
     }
   };
+  failed = [&] { return !recorder.status().ok() || !sideband_status.ok(); };
   PeriodicSink sink(recorder, drain_sideband);
   absl::StatusOr<StepperResult> stepped = RunStepped(so, sink);
   ran = recorder.threads() > 0;

@@ -174,12 +174,10 @@ Side PtkitSideband(const std::string& file) {
   s.comms = static_cast<int>(t.stats().comms);
   s.execs = static_cast<int>(t.stats().execs);
   for (uint32_t pid : t.Pids()) {
-    const std::vector<Mapping>* maps = t.AllMappings(pid);
-    if (maps == nullptr) continue;
-    for (const Mapping& m : *maps) {
-      s.mmaps.insert(std::to_string(pid) + " " + std::to_string(m.start) + " " +
-                     std::to_string(m.end - m.start) + " " + std::to_string(m.pgoff) + " " +
-                     m.path);
+    for (const Mapping* m : t.MappingsDuring(pid)) {
+      s.mmaps.insert(std::to_string(pid) + " " + std::to_string(m->start) + " " +
+                     std::to_string(m->end - m->start) + " " + std::to_string(m->pgoff) + " " +
+                     m->path);
     }
   }
   return s;

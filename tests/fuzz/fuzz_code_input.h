@@ -1,0 +1,48 @@
+// The input of the trace fuzzers (raw_pt_fuzz, bts_fuzz): code and a trace that ran in it.
+//   u64 address, u32 code size, code size bytes of code (mapped at address), then the trace.
+// A code size beyond the input takes what is left. Seeds: scripts/fuzz.sh's corpus folders,
+// made from the decode fuzzer's emulated recordings (their archived code and AUX bytes).
+#ifndef PTKIT_TESTS_FUZZ_FUZZ_CODE_INPUT_H_
+#define PTKIT_TESTS_FUZZ_FUZZ_CODE_INPUT_H_
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <span>
+
+#include "decoder/image.h"
+
+namespace ptkit::fuzz {
+
+struct CodeInput {
+  std::unique_ptr<decoder::ProgramImage> image;
+  std::span<const uint8_t> trace;
+};
+
+// The image holds the code (copied); null image when the input is too short or libipt fails.
+inline CodeInput ReadCodeInput(const uint8_t* data, size_t size) {
+  CodeInput in;
+  if (size < 12) return in;
+  uint64_t address = 0;
+  uint32_t code_size = 0;
+  std::memcpy(&address, data, 8);
+  std::memcpy(&code_size, data + 8, 4);
+  std::span<const uint8_t> rest(data + 12, size - 12);
+  const size_t n = code_size < rest.size() ? code_size : rest.size();
+  auto image = decoder::ProgramImage::Create();
+  if (!image.ok()) return in;
+  (*image)->AddBytes("fuzz", address, rest.first(n));
+  in.image = std::move(*image);
+  in.trace = rest.subspan(n);
+  return in;
+}
+
+inline std::FILE* DevNull() {
+  static std::FILE* null = std::fopen("/dev/null", "w");
+  return null;
+}
+
+}  // namespace ptkit::fuzz
+
+#endif  // PTKIT_TESTS_FUZZ_FUZZ_CODE_INPUT_H_
