@@ -470,10 +470,10 @@ absl::Status ParseDiffLimits(std::string_view text, const std::string& name,
 absl::Status ReadDiffLimits(const std::string& path, const std::vector<std::string>& given,
                             DiffOptions& options) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return ErrnoStatus(fmt::format("open limits file {}", path));
+  if (!in) return ErrnoStatus(errno, "open limits file ", path);
   std::ostringstream text;
   text << in.rdbuf();
-  if (in.bad()) return ErrnoStatus(fmt::format("read limits file {}", path));
+  if (in.bad()) return ErrnoStatus(errno, "read limits file ", path);
   return ParseDiffLimits(text.str(), path, given, options);
 }
 
@@ -1019,7 +1019,7 @@ absl::StatusOr<std::map<std::string, uint64_t>> FoldedStacks(const std::string& 
   char* text = nullptr;
   size_t size = 0;
   std::FILE* out = ::open_memstream(&text, &size);
-  if (out == nullptr) return ErrnoStatus("open_memstream");
+  if (out == nullptr) return ErrnoStatus(errno, "open_memstream");
   std::unique_ptr<char, decltype(&std::free)> owned(nullptr, &std::free);
   absl::Status decoded;
   {
