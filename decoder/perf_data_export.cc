@@ -104,9 +104,9 @@ absl::StatusOr<Scan> ScanRecording(const Recording& r) {
     }
     s.streams.insert(key.id);
     // A loss before a piece happened by the time of the AUX record that began it.
-    auto add_losses = [&](const std::vector<LossInfo>& losses, uint64_t time) {
+    auto add_losses = [&, id = key.id](const std::vector<LossInfo>& losses, uint64_t time) {
       for (const LossInfo& l : losses) {
-        if (l.kind == other) s.losses.push_back({key.id, l.aux_offset, l.bytes, time});
+        if (l.kind == other) s.losses.push_back({id, l.aux_offset, l.bytes, time});
       }
     };
     for (const Piece& p : stream.pieces) {
