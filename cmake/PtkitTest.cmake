@@ -17,6 +17,12 @@ function(ptkit_add_test name)
     set(ARG_TIMEOUT 300)
   endif()
   add_executable(${name} ${ARG_SOURCES})
+  # Test code is compiled for speed of building, not of running: gtest/gmock code at -O2 -g
+  # is most of the build's time (27 s of CPU for one test file; -Og -g1: 11.5 s, measured).
+  # The code under test keeps the build type's flags; -g1 keeps line tables for backtraces.
+  if(CMAKE_BUILD_TYPE MATCHES "^(RelWithDebInfo|Release)$")
+    target_compile_options(${name} PRIVATE -Og -g1)
+  endif()
   target_link_libraries(${name} PRIVATE ${ARG_LIBS} ptkit_test_support GTest::gmock_main)
   target_compile_definitions(${name} PRIVATE
     PTKIT_SOURCE_DIR="${PROJECT_SOURCE_DIR}" PTKIT_BINARY_DIR="${PROJECT_BINARY_DIR}")

@@ -3,7 +3,7 @@
 # (tests/fuzz/corpus/NAME/; the working corpus grows in build/fuzz/corpus/NAME/).
 #   scripts/fuzz.sh all SECONDS      every target, SECONDS each (a long run: 3600 and more)
 #   scripts/fuzz.sh NAME SECONDS     one target (NAME: container_reader, decode, raw_pt, ...)
-#   scripts/fuzz.sh smoke [SECONDS]  every target, SECONDS shared among them (default 90): CI
+#   scripts/fuzz.sh smoke [SECONDS]  every target, SECONDS shared among them (default 60): CI
 #   scripts/fuzz.sh list             the target names
 # Limits of every run: -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10. New crashes,
 # hangs and OOMs are written to build/fuzz/artifacts/ and fail the run (non-zero exit).
@@ -23,7 +23,7 @@ case "$mode" in
   all) [[ $# -eq 2 ]] || usage; run=("${targets[@]}"); seconds="$2" ;;
   smoke)
     run=("${targets[@]}")
-    seconds=$(( ${2:-90} / ${#targets[@]} ))
+    seconds=$(( ${2:-60} / ${#targets[@]} ))
     (( seconds > 0 )) || seconds=1
     ;;
   *)

@@ -3,7 +3,7 @@
 # clang-formatted, builds with -Werror, runs every test, then the sanitizer build of the
 # byte-parsing and decoder tests and a short fuzz smoke.
 #   bash scripts/test.sh            (what .ci/run calls)
-# Environment: PTKIT_FUZZ_SECONDS (default 90): the fuzz smoke's time, shared by all targets.
+# Environment: PTKIT_FUZZ_SECONDS (default 60): the fuzz smoke's time, shared by all targets.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -23,15 +23,17 @@ cmake --build --preset ci
 echo "== tests"
 ctest --preset ci
 
-echo "== ASan + UBSan: container, info, sideband, emulate stepper and decoder tests"
-cmake --preset debug-asan >/dev/null
+echo "== ASan + UBSan (clang, preset fuzz): container, info, sideband, emulate stepper and decoder tests"
+# One sanitizer build serves both the tests and the fuzz targets (their libraries are the same).
+cmake --preset fuzz >/dev/null
 asan_targets=(container_test info_test sideband_test step_events_test stepper_test
   decoder_container_test decoder_callstack_test decoder_synth_test decoder_bts_test
   decoder_parse_test)
-cmake --build --preset debug-asan --target "${asan_targets[@]}"
-ctest --preset debug-asan
+mapfile -t fuzz_targets < <(bash scripts/fuzz.sh list | sed 's/$/_fuzz/')
+cmake --build --preset fuzz --target "${asan_targets[@]}" "${fuzz_targets[@]}"
+ctest --preset fuzz
 
 echo "== fuzz smoke"
-bash scripts/fuzz.sh smoke "${PTKIT_FUZZ_SECONDS:-90}"
+bash scripts/fuzz.sh smoke "${PTKIT_FUZZ_SECONDS:-60}"
 
 echo "test.sh: all passed"

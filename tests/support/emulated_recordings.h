@@ -1,11 +1,24 @@
-// Emulated recordings made once per test program and shared by its tests (emulated
-// recording is slow, ~17 k instructions/s):
+// Emulated recordings made once and shared by the tests (emulated recording is slow, ~17 k
+// instructions/s):
 //   ptrecord --emulate=step --ground-truth NAME.truth -o NAME.pt [OPTIONS] -- PROGRAM
+// ctest runs every test case in its own process, so a recording is kept in the build tree
+// ($PTKIT_BINARY_DIR/test-recordings/NAME-KEY.{pt,truth}) for the other processes: KEY hashes
+// the ptrecord and program files (path, size, mtime) and the options, so a rebuilt tool or
+// program is recorded again. Processes that want the same recording at once wait on a lock;
+// a failed recording is never kept. Tests read the files, they must not change them.
 #ifndef PTKIT_TESTS_SUPPORT_EMULATED_RECORDINGS_H_
 #define PTKIT_TESTS_SUPPORT_EMULATED_RECORDINGS_H_
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -31,22 +44,64 @@ class EmulatedRecordings {
     auto [it, inserted] = recordings_.try_emplace(name);
     EmulatedRecording& rec = it->second;
     if (!inserted) return rec;
-    rec.trace = dir_.File(name + ".pt");
-    rec.truth = dir_.File(name + ".truth");
-    std::vector<std::string> argv = {ptrecord_, "--emulate=step", "--ground-truth", rec.truth,
-                                     "-o",      rec.trace};
-    argv.insert(argv.end(), options.begin(), options.end());
-    argv.push_back("--");
-    argv.push_back(program);
-    CommandResult r = RunCommand(argv);
-    rec.ok = r.exit_code == 0;
-    rec.why = r.err;
+    const std::string stem = CacheDir() + "/" + name + "-" + Key(program, options);
+    rec.trace = stem + ".pt";
+    rec.truth = stem + ".truth";
+    // One process records, the others wait for it here and then find the files.
+    int lock = ::open((stem + ".lock").c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (lock >= 0) ::flock(lock, LOCK_EX);
+    std::error_code ec;
+    if (std::filesystem::exists(stem + ".done", ec)) {
+      rec.ok = true;
+    } else {
+      std::vector<std::string> argv = {
+          ptrecord_, "--emulate=step", "--ground-truth", rec.truth + "~", "-o", rec.trace + "~"};
+      argv.insert(argv.end(), options.begin(), options.end());
+      argv.push_back("--");
+      argv.push_back(program);
+      CommandResult r = RunCommand(argv);
+      rec.ok = r.exit_code == 0;
+      rec.why = r.err;
+      if (rec.ok) {
+        std::filesystem::rename(rec.trace + "~", rec.trace, ec);
+        if (!ec) std::filesystem::rename(rec.truth + "~", rec.truth, ec);
+        if (ec) {
+          rec.ok = false;
+          rec.why = "keeping the recording: " + ec.message();
+        } else if (std::FILE* done = std::fopen((stem + ".done").c_str(), "w")) {
+          std::fclose(done);
+        }
+      }
+    }
+    if (lock >= 0) ::close(lock);  // releases the lock
     return rec;
   }
   // A path in the recordings' directory.
   std::string File(const std::string& name) const { return dir_.File(name); }
 
  private:
+  static std::string CacheDir() {
+    const std::string dir = std::string(PTKIT_BINARY_DIR) + "/test-recordings";
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    return dir;
+  }
+  // What the recording depends on: the two files as they are now, and the options.
+  std::string Key(const std::string& program, const std::vector<std::string>& options) const {
+    std::string what;
+    for (const std::string& file : {ptrecord_, program}) {
+      std::error_code ec;
+      what +=
+          file + "\n" + std::to_string(std::filesystem::file_size(file, ec)) + "\n" +
+          std::to_string(std::filesystem::last_write_time(file, ec).time_since_epoch().count()) +
+          "\n";
+    }
+    for (const std::string& option : options) what += option + "\n";
+    char hex[17];
+    std::snprintf(hex, sizeof(hex), "%016zx", std::hash<std::string>{}(what));
+    return hex;
+  }
+
   std::string ptrecord_;
   TempDir dir_;
   std::map<std::string, EmulatedRecording> recordings_;
