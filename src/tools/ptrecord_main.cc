@@ -18,6 +18,7 @@
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
+#include "completion/completion.h"
 #include "ptkit/numbers.h"
 #include "record/emulate/emulate.h"
 #include "record/emulate/qemu_backend.h"
@@ -207,6 +208,7 @@ int main(int argc, char** argv) {
   app.add_option("--max-steps", max_steps,
                  "With --emulate: stop (kill the command) after this many single-steps (N >= 1)");
   app.add_flag("-q,--quiet", quiet, "No summary line");
+  ptkit::completion::AddCompletionFlag(app);
   app.prefix_command();  // everything after the first non-option is the command
 
   try {
@@ -215,6 +217,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::Success& e) {  // --completion
+    return 0;
   } catch (const CLI::ParseError& e) {
     return Fail(std::string(e.what()) + " (see ptrecord --help)", 2);
   }

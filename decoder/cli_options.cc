@@ -1,0 +1,337 @@
+#include "decoder/cli_options.h"
+
+#include <string>
+#include <utility>
+
+#include "CLI/CLI.hpp"
+#include "absl/status/status.h"
+#include "decoder/decode.h"
+#include "decoder/image.h"
+#include "decoder/trace_config.h"
+#include "fmt/format.h"
+
+namespace ptkit::decoder {
+namespace {
+
+// --cpu N (a stream filter) rather than FAMILY/MODEL[/STEPPING] (the recording CPU).
+bool IsCpuFilter(const std::string& cpu) {
+  return !cpu.empty() && cpu.find('/') == std::string::npos;
+}
+
+// The recording CPU (`cpu`: FAMILY/MODEL[/STEPPING] or "") and the timing flags.
+absl::StatusOr<TraceConfig> TraceConfigFromFlags(const DecodeFlags& f, const std::string& cpu) {
+  TraceConfig config;
+  if (!cpu.empty()) {
+    auto parsed = ParseCpu(cpu);
+    if (!parsed.ok()) return parsed.status();
+    config.cpu = *parsed;
+  }
+  config.mtc_freq = static_cast<uint8_t>(f.mtc_freq);
+  config.nom_freq = static_cast<uint8_t>(f.nom_freq);
+  config.cpuid_0x15_eax = f.cpuid_eax;
+  config.cpuid_0x15_ebx = f.cpuid_ebx;
+  return config;
+}
+
+}  // namespace
+
+void AddContainerFlags(CLI::App& cmd, DecodeFlags& f) {
+  cmd.add_option("--sysroot,--symfs", f.sysroot,
+                 "Look for the recording's mapped files and their debug files under DIR");
+  cmd.add_option("--buildid-dir", f.buildid_dir,
+                 "perf's build-id cache, where a mapped file not found is looked for by "
+                 "build-id (default: $PERF_BUILDID_DIR, else ~/.debug)")
+      ->type_name("DIR");
+  cmd.add_option("--cpu", f.cpu,
+                 "FAMILY/MODEL[/STEPPING]: the recording CPU (errata); N: only the stream of "
+                 "CPU N (trace.pt)");
+  cmd.add_option("--tid", f.tid,
+                 "Only what thread TID ran (trace.pt): its thread streams, and the stretches "
+                 "of CPU streams while it was scheduled")
+      ->type_name("TID");
+  cmd.add_option("--snapshot", f.snapshot, "Only snapshot K (0, 1, ...) of each stream (trace.pt)")
+      ->type_name("K");
+}
+
+void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
+  cmd.add_option("FILE", f.container,
+                 "trace.pt or perf.data recording (or use --pt for a raw trace)");
+  AddContainerFlags(cmd, f);
+  cmd.add_option("--pt", f.pt, "Raw Intel PT trace file (ptxed/perf AUX bytes)");
+  cmd.add_option("--bts", f.bts, "Raw intel_bts AUX data (24-byte branch records)");
+  cmd.add_option("--elf", f.elfs,
+                 "ELF image FILE[:BASE] (BASE: load address of the lowest "
+                 "executable segment; repeat the option for more images)")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd.add_option("--raw", f.raws, "Raw image FILE[:FROM[-TO]]:ADDRESS (repeatable)")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd.add_option("--pages", f.pages,
+                 "Page dump DIR (DIR/data.addr + DIR/data.dump) or ADDR_FILE,DUMP_FILE "
+                 "(repeatable)")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd.add_option("--time", f.time,
+                 "FROM,TO: only what ran while the trace's time (TSC) was in [FROM, TO)");
+  cmd.add_option("--mtc-freq", f.mtc_freq, "IA32_RTIT_CTL.MTCFreq")->check(CLI::Range(0, 15));
+  cmd.add_option("--nom-freq", f.nom_freq, "Nominal frequency (MSR_PLATFORM_INFO[15:8])")
+      ->check(CLI::Range(0, 255));
+  cmd.add_option("--cpuid-0x15.eax", f.cpuid_eax, "CPUID leaf 0x15 eax (CTC ratio denominator)");
+  cmd.add_option("--cpuid-0x15.ebx", f.cpuid_ebx, "CPUID leaf 0x15 ebx (CTC ratio numerator)");
+  if (set.json) cmd.add_flag("--json", f.json, "Machine-readable output (see ptdecode(1))");
+  cmd.add_option_function<std::string>(
+         "--decoder",
+         [](const std::string& name) {
+           SetBlockDecoderImpl(name == "libipt" ? BlockDecoderImpl::kLibipt
+                                                : BlockDecoderImpl::kFast);
+         },
+         "Block decoder: fast (default; a cached graph of the code, libipt's answer exactly, "
+         "libipt for traces with TSX, PTWRITE or packet errors) or libipt (pt_blk_* always)")
+      ->check(CLI::IsMember({"fast", "libipt"}));
+  if (set.disasm) {
+    cmd.add_flag("--disasm", f.disasm, "Disassemble each instruction (Zydis, Intel)");
+  }
+  if (set.srcline) {
+    cmd.add_flag("--srcline", f.srcline, "Add file:line of each address (DWARF line tables)");
+  }
+  if (set.weight) {
+    cmd.add_option("--weight", f.weight,
+                   "insn: weigh stacks by instructions (default); time: by TSC ticks")
+        ->check(CLI::IsMember({"insn", "time"}));
+  }
+}
+
+absl::StatusOr<RawInputSpec> RawInputSpecFromFlags(const DecodeFlags& f) {
+  if (!f.pt.empty() && !f.bts.empty()) {
+    return absl::InvalidArgumentError("give either --pt or --bts, not both");
+  }
+  if (f.pt.empty() && f.bts.empty()) {
+    return absl::InvalidArgumentError("no input: give a trace.pt FILE, --pt FILE or --bts FILE");
+  }
+  if (!f.tid.empty() || !f.snapshot.empty() || IsCpuFilter(f.cpu)) {
+    return absl::InvalidArgumentError(
+        "--tid, --snapshot and --cpu N filter trace.pt streams; a raw trace has one (the "
+        "recording CPU is --cpu FAMILY/MODEL)");
+  }
+  RawInputSpec spec;
+  spec.pt_path = f.pt.empty() ? f.bts : f.pt;
+  spec.bts = !f.bts.empty();
+  for (const std::string& s : f.elfs) {
+    auto elf = ParseElfSpec(s);
+    if (!elf.ok()) return elf.status();
+    spec.elfs.push_back(*elf);
+  }
+  for (const std::string& s : f.raws) {
+    auto raw = ParseRawSpec(s);
+    if (!raw.ok()) return raw.status();
+    spec.raws.push_back(*raw);
+  }
+  for (const std::string& s : f.pages) spec.page_dumps.push_back(ParsePageDumpSpec(s));
+  auto config = TraceConfigFromFlags(f, f.cpu);
+  if (!config.ok()) return config.status();
+  spec.config = *config;
+  return spec;
+}
+
+std::string DefaultBuildIdDir(const char* perf_buildid_dir, const char* home) {
+  if (perf_buildid_dir != nullptr && *perf_buildid_dir != '\0') return perf_buildid_dir;
+  if (home != nullptr && *home != '\0') return std::string(home) + "/.debug";
+  return "";
+}
+
+absl::StatusOr<ContainerOptions> ContainerOptionsFromFlags(const DecodeFlags& f,
+                                                           const std::string& default_buildid_dir) {
+  if (!f.elfs.empty() || !f.raws.empty() || !f.pages.empty()) {
+    return absl::InvalidArgumentError(
+        "--elf, --raw and --pages apply to raw traces (--pt), not to trace.pt");
+  }
+  ContainerOptions options;
+  options.sysroot = f.sysroot;
+  options.buildid_dir = f.buildid_dir.empty() ? default_buildid_dir : f.buildid_dir;
+  std::string cpu = f.cpu;  // FAMILY/MODEL: the configuration's
+  if (IsCpuFilter(f.cpu)) {
+    auto n = ParseUint(f.cpu, 0xffffffff, "--cpu");
+    if (!n.ok()) return n.status();
+    options.cpu = *n;
+    cpu.clear();
+  }
+  if (!f.tid.empty()) {
+    auto tid = ParseUint(f.tid, 0xffffffff, "--tid");
+    if (!tid.ok()) return tid.status();
+    options.tid = static_cast<uint32_t>(*tid);
+  }
+  if (!f.snapshot.empty()) {
+    auto n = ParseUint(f.snapshot, ~0ull, "--snapshot");
+    if (!n.ok()) return n.status();
+    options.snapshot = *n;
+  }
+  if (!cpu.empty() || f.mtc_freq || f.nom_freq || f.cpuid_eax || f.cpuid_ebx) {
+    auto config = TraceConfigFromFlags(f, cpu);
+    if (!config.ok()) return config.status();
+    options.config = *config;
+  }
+  return options;
+}
+
+absl::StatusOr<std::optional<TimeWindow>> TimeWindowFromFlags(const DecodeFlags& f) {
+  if (f.time.empty()) return std::nullopt;
+  size_t comma = f.time.find(',');
+  if (comma == std::string::npos) {
+    return absl::InvalidArgumentError("bad --time '" + f.time + "': expected FROM,TO");
+  }
+  auto from = ParseUint(f.time.substr(0, comma), ~0ull, "--time FROM");
+  if (!from.ok()) return from.status();
+  auto to = ParseUint(f.time.substr(comma + 1), ~0ull, "--time TO");
+  if (!to.ok()) return to.status();
+  if (*from >= *to) {
+    return absl::InvalidArgumentError(fmt::format(
+        "bad --time '{}': FROM must be less than TO (the window is [FROM, TO))", f.time));
+  }
+  return TimeWindow{*from, *to};
+}
+
+OutputOptions OutputOptionsFromFlags(const DecodeFlags& f, const std::string& trace_name,
+                                     const TscClock& clock) {
+  OutputOptions out;
+  out.json = f.json;
+  out.disasm = f.disasm;
+  out.trace_name = trace_name;
+  out.clock = clock;
+  out.srcline = f.srcline;
+  out.weight = f.weight == "time" ? FoldedWeight::kTime : FoldedWeight::kInstructions;
+  out.top_functions = f.top_functions;
+  out.list_problems = f.list_problems;
+  return out;
+}
+
+void AddInfoFlags(CLI::App& cmd, InfoFlags& f) {
+  cmd.add_option("FILE", f.path, "trace.pt or perf.data file")->required();
+  cmd.add_flag("--json", f.json, "Print JSON (schema in ptdecode(1))");
+  cmd.add_flag("--decode", f.decode,
+               "Also decode every stream and summarise instructions, errors and loss");
+}
+
+void AddExportFlags(CLI::App& cmd, ExportFlags& f) {
+  cmd.add_option("--to", f.to, "Output format: perf.data or trace.pt")
+      ->required()
+      ->check(CLI::IsMember({"perf.data", "trace.pt"}));
+  cmd.add_option("FILE", f.input, "trace.pt or perf.data recording")->required();
+  cmd.add_option("-o,--output", f.output, "The file to write (overwritten)")->required();
+  cmd.add_option("--debug-dir", f.perf_data.debug_dir,
+                 "(perf.data) Build-id cache for captured code (vdso, --archive); default "
+                 "OUTPUT.debug");
+  cmd.add_flag("--archive", f.container.archive,
+               "(trace.pt) Also copy in the code of every mapped file (of each process's last "
+               "program), so the trace.pt decodes without the files");
+  cmd.add_option("--sysroot,--symfs", f.container.sysroot,
+                 "(trace.pt --archive) Read the mapped files under DIR");
+}
+
+ExportFormat ExportFormatFromFlags(const ExportFlags& f) {
+  return f.to == "trace.pt" ? ExportFormat::kContainer : ExportFormat::kPerfData;
+}
+
+void AddDiffFlags(CLI::App& cmd, DiffFlags& f) {
+  cmd.add_option("BASE NEW", f.sides, "The base run and the new run")->expected(0, 2);
+  cmd.add_option("--base", f.base, "A run of the base build (repeatable: medians of the runs)");
+  cmd.add_option("--new", f.now, "A run of the new build (repeatable)");
+  cmd.add_option("--metric", f.metric,
+                 "self (default): instructions in the function; inclusive: with its callees; "
+                 "calls; time: self time in ns (TSC); ipc: instructions per cycle (CYC)")
+      ->check(CLI::IsMember({"self", "inclusive", "calls", "time", "ipc"}));
+  cmd.add_option("--group-by", f.group_by,
+                 "Rows: function (default), image (its functions summed) or source-file (by "
+                 "the DWARF file of each function; trace.pt input)")
+      ->check(CLI::IsMember({"function", "image", "source-file"}));
+  cmd.add_option("--alpha", f.options.alpha,
+                 "time, ipc: a change counts only when Mann-Whitney U p < ALPHA (0.05)")
+      ->type_name("ALPHA")
+      ->check(CLI::Range(0.0, 1.0));
+  cmd.add_option("--fail-total", f.fail_total,
+                 "Exit 3 when the total grew by more than PCT percent")
+      ->type_name("PCT")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--fail-function", f.fail_function,
+                 "Exit 3 when a function grew by more than PCT percent")
+      ->type_name("PCT")
+      ->check(CLI::NonNegativeNumber);
+  cmd.add_option("--min-instructions", f.options.min_instructions,
+                 "--fail-function checks only functions with at least N instructions")
+      ->type_name("N")
+      ->each([&f](const std::string&) { f.min_instructions_given = true; });
+  cmd.add_flag("--exclude-startup", f.exclude_startup,
+               "Count only what runs under main(): not the start-up before it (dynamic loader, "
+               "libc init, which depend on the program's path and environment) nor exit");
+  cmd.add_option("--only-under", f.only_under,
+                 "Count only what runs while FUNCTION has a frame (e.g. the benchmark's)")
+      ->type_name("FUNCTION");
+  cmd.add_option("--limits", f.limits,
+                 "JSON limits file (schema ptkit-diff-limits/1): per-function soft (%) and hard "
+                 "(absolute) limits, defaults; the flags above win over its defaults")
+      ->type_name("FILE");
+  cmd.add_option("--allow", f.options.allow, "Accept the change of FUNCTION (repeatable)")
+      ->type_name("FUNCTION")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd.add_flag("--fail-on-loss", f.options.fail_on_loss,
+               "Exit 3 when a run had decode errors or lost trace (incomplete counts)");
+  cmd.add_option("--format", f.format,
+                 "text (default), markdown, json (schema ptkit-diff/1), junit (JUnit XML, a "
+                 "test case per function checked) or folded (difffolded.pl's 'stack BASE NEW' "
+                 "lines for flamegraph.pl; no limits)")
+      ->check(CLI::IsMember({"text", "markdown", "json", "junit", "folded"}));
+  cmd.add_option("--color", f.color,
+                 "Colour the text table: auto (on a terminal, unless NO_COLOR is set; the "
+                 "default), always, never")
+      ->check(CLI::IsMember({"auto", "always", "never"}));
+  cmd.add_option("--sysroot", f.sysroot,
+                 "Look for the recordings' mapped files and their debug files under DIR");
+}
+
+absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& f) {
+  DiffPlan plan;
+  plan.base = f.base;
+  plan.now = f.now;
+  if (f.sides.size() == 2) {
+    plan.base.insert(plan.base.begin(), f.sides[0]);
+    plan.now.insert(plan.now.begin(), f.sides[1]);
+  } else if (!f.sides.empty()) {
+    return absl::InvalidArgumentError("diff takes BASE and NEW, or --base and --new options");
+  }
+  if (plan.base.empty() || plan.now.empty()) {
+    return absl::InvalidArgumentError(
+        "diff needs a BASE and a NEW run (trace.pt or stats --json document)");
+  }
+  plan.options = f.options;
+  plan.options.metric = f.metric == "inclusive" ? DiffMetric::kInclusive
+                        : f.metric == "calls"   ? DiffMetric::kCalls
+                        : f.metric == "time"    ? DiffMetric::kTime
+                        : f.metric == "ipc"     ? DiffMetric::kIpc
+                                                : DiffMetric::kSelf;
+  plan.options.group_by = f.group_by == "image"         ? DiffGroup::kImage
+                          : f.group_by == "source-file" ? DiffGroup::kSourceFile
+                                                        : DiffGroup::kFunction;
+  plan.profile.timing =
+      plan.options.metric == DiffMetric::kTime || plan.options.metric == DiffMetric::kIpc;
+  plan.profile.source_files = plan.options.group_by == DiffGroup::kSourceFile;
+  if (f.exclude_startup && !f.only_under.empty()) {
+    return absl::InvalidArgumentError("--exclude-startup is --only-under main: give one of them");
+  }
+  plan.profile.only_under = f.exclude_startup ? "main" : f.only_under;
+  if (f.fail_total >= 0) plan.options.fail_total_pct = f.fail_total;
+  if (f.fail_function >= 0) plan.options.fail_function_pct = f.fail_function;
+  plan.limits = f.limits;
+  if (f.fail_total >= 0) plan.limits_given.push_back("fail_total");
+  if (f.fail_function >= 0) plan.limits_given.push_back("fail_function");
+  if (f.min_instructions_given) plan.limits_given.push_back("min_instructions");
+  plan.container.sysroot = f.sysroot;
+  plan.format = f.format == "json"       ? DiffFormat::kJson
+                : f.format == "markdown" ? DiffFormat::kMarkdown
+                : f.format == "junit"    ? DiffFormat::kJunit
+                : f.format == "folded"   ? DiffFormat::kFolded
+                                         : DiffFormat::kText;
+  return plan;
+}
+
+}  // namespace ptkit::decoder

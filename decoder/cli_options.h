@@ -1,0 +1,154 @@
+// ptdecode's command-line flags (man/ptdecode.1) and their translation into the decoder's
+// options. Each sub-command's flags are registered on its CLI11 sub-command by an Add*Flags
+// function and held as given in a *Flags struct; the *FromFlags functions turn them into what
+// the decoder takes. Their errors are usage errors (the message says what is wrong; ptdecode
+// exits 2), in the order ptdecode has always checked them.
+#ifndef PTKIT_DECODER_CLI_OPTIONS_H_
+#define PTKIT_DECODER_CLI_OPTIONS_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "decoder/container_export.h"
+#include "decoder/container_input.h"
+#include "decoder/diff.h"
+#include "decoder/perf_data_export.h"
+#include "decoder/raw_input.h"
+#include "decoder/sinks.h"
+#include "decoder/tsc_clock.h"
+
+namespace CLI {
+class App;
+}  // namespace CLI
+
+namespace ptkit::decoder {
+
+// The flags of the decoding sub-commands (insn, branches, calls, stats, folded, timeline,
+// packets, report), as given.
+struct DecodeFlags {
+  std::string container;  // positional FILE: a trace.pt or perf.data recording
+  std::string pt;         // --pt: a raw Intel PT trace
+  std::string bts;        // --bts: raw intel_bts AUX data
+  std::vector<std::string> elfs, raws, pages;
+  std::string sysroot;
+  std::string buildid_dir;
+  std::string cpu;       // FAMILY/MODEL[/STEPPING] (errata) or, for a recording, N (a filter)
+  std::string time;      // FROM,TO in TSC units
+  std::string tid;       // recording: a thread id
+  std::string snapshot;  // recording: a snapshot number
+  unsigned mtc_freq = 0, nom_freq = 0;
+  uint32_t cpuid_eax = 0, cpuid_ebx = 0;
+  bool json = false;
+  bool disasm = false;          // insn
+  bool srcline = false;         // insn, branches, calls
+  std::string weight = "insn";  // folded: insn or time
+  size_t top_functions = 0;     // stats: rows shown (0: all); the default report sets it
+  bool list_problems = false;   // stats: list every loss and error (the default report)
+};
+
+// Which of the optional flags a decoding sub-command has, besides those all of them have.
+struct DecodeFlagSet {
+  bool json = true;      // --json
+  bool disasm = false;   // --disasm
+  bool srcline = false;  // --srcline
+  bool weight = false;   // --weight insn|time
+};
+
+// Registers --sysroot/--symfs, --buildid-dir, --cpu, --tid and --snapshot: where a
+// recording's files are and which of its streams to decode.
+void AddContainerFlags(CLI::App& cmd, DecodeFlags& flags);
+// Registers FILE, the container flags, the raw-trace flags (--pt, --bts, --elf, --raw,
+// --pages), --time, the timing flags (--mtc-freq, ...), --decoder and those `set` asks for.
+// --decoder takes effect when parsed (SetBlockDecoderImpl).
+void AddDecodeFlags(CLI::App& cmd, DecodeFlags& flags, const DecodeFlagSet& set);
+
+// The raw-trace input (--pt or --bts with --elf, --raw, --pages, --cpu FAMILY/MODEL and the
+// timing flags). Errors: both or neither of --pt and --bts; a recording's filters (--tid,
+// --snapshot, --cpu N); a bad --elf, --raw or --cpu.
+absl::StatusOr<RawInputSpec> RawInputSpecFromFlags(const DecodeFlags& flags);
+
+// Where perf keeps its build-id cache: $PERF_BUILDID_DIR, else $HOME/.debug, else "" (the
+// two variables' values, null when unset).
+std::string DefaultBuildIdDir(const char* perf_buildid_dir, const char* home);
+
+// The options of decoding a recording: --sysroot, --buildid-dir (`default_buildid_dir`
+// without it), the filters --cpu N, --tid, --snapshot, and the configuration --cpu
+// FAMILY/MODEL and the timing flags override. Errors: the raw-image flags (--elf, --raw,
+// --pages); a filter that is no number in range.
+absl::StatusOr<ContainerOptions> ContainerOptionsFromFlags(const DecodeFlags& flags,
+                                                           const std::string& default_buildid_dir);
+
+// --time FROM,TO: the window [from, to) of TSC values.
+struct TimeWindow {
+  uint64_t from = 0;
+  uint64_t to = 0;
+};
+// The --time window; nullopt without --time. Errors: no comma, a bound that is no number,
+// FROM not less than TO.
+absl::StatusOr<std::optional<TimeWindow>> TimeWindowFromFlags(const DecodeFlags& flags);
+
+// The output options the flags ask for; `clock` turns TSC into time, `trace_name` names the
+// input in the output.
+OutputOptions OutputOptionsFromFlags(const DecodeFlags& flags, const std::string& trace_name,
+                                     const TscClock& clock);
+
+// `info`.
+struct InfoFlags {
+  std::string path;
+  bool json = false;
+  bool decode = false;
+};
+void AddInfoFlags(CLI::App& cmd, InfoFlags& flags);
+
+// `export`.
+struct ExportFlags {
+  std::string input, output;
+  std::string to;  // perf.data or trace.pt
+  PerfDataExportOptions perf_data;
+  ContainerExportOptions container;
+};
+void AddExportFlags(CLI::App& cmd, ExportFlags& flags);
+enum class ExportFormat { kPerfData, kContainer };
+// What --to names.
+ExportFormat ExportFormatFromFlags(const ExportFlags& flags);
+
+// `diff`, as given.
+struct DiffFlags {
+  std::vector<std::string> sides;  // positional BASE NEW
+  std::vector<std::string> base, now;
+  std::string sysroot;
+  std::string metric = "self";
+  std::string format = "text";
+  std::string color = "auto";
+  std::string group_by = "function";
+  std::string limits;  // --limits FILE
+  bool exclude_startup = false;
+  std::string only_under;
+  bool min_instructions_given = false;
+  DiffOptions options;
+  double fail_total = -1, fail_function = -1;
+};
+void AddDiffFlags(CLI::App& cmd, DiffFlags& flags);
+
+enum class DiffFormat { kText, kMarkdown, kJson, kJunit, kFolded };
+
+// What `diff` does, from its flags.
+struct DiffPlan {
+  std::vector<std::string> base, now;  // the runs of each side
+  DiffOptions options;                 // the limits file not read yet
+  ProfileSinkOptions profile;          // what each run's profile needs
+  ContainerOptions container;
+  DiffFormat format = DiffFormat::kText;
+  std::string limits;                     // --limits FILE ("" none): for ReadDiffLimits
+  std::vector<std::string> limits_given;  // the limits the flags gave (they win over the file)
+};
+// Errors: sides other than BASE NEW or --base/--new; a side without a run; both
+// --exclude-startup and --only-under.
+absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& flags);
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_CLI_OPTIONS_H_
