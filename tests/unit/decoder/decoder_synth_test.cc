@@ -104,7 +104,8 @@ TEST_F(SynthTest, StatsCountCallsAndInstructionsPerFunction) {
   };
   std::map<std::string, ElfCode::Sym> syms = {
       {"work", work_}, {"leaf", leaf_}, {"fib", fib_}, {"collatz", collatz_}};
-  for (const auto& [name, sym] : syms) {
+  for (const auto& [name, sym_binding] : syms) {
+    const ElfCode::Sym& sym = sym_binding;  // clang 14 cannot capture a structured binding
     uint64_t self =
         std::count_if(truth->begin(), truth->end(), [&](uint64_t ip) { return in(sym, ip); });
     uint64_t entries = std::count(truth->begin(), truth->end(), sym.address);
