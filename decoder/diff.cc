@@ -1162,10 +1162,20 @@ absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOpti
   auto sink = MakeProfileSink(*empty, output, &profile, extra);
   PTKIT_ASSIGN_OR_RETURN(DecodeTotals totals, DecodeRecording(recording, options, *sink));
   if (totals.instructions == 0) {
-    return absl::FailedPreconditionError(
-        fmt::format("{}: no instructions decoded ({}, {} of trace, {}, {})", path,
-                    Counted(totals.streams, "stream"), Counted(totals.trace_bytes, "byte"),
-                    Counted(totals.errors, "decode error"), Counted(totals.losses, "loss point")));
+    std::vector<std::string> codes;
+    for (const auto& [code, count] : totals.errors_by_code) {
+      codes.push_back(fmt::format("{} {}", IptErrorName(code), count));
+    }
+    const bool nomap = totals.errors_by_code.contains(pte_nomap);
+    return absl::FailedPreconditionError(fmt::format(
+        "{}: no instructions decoded ({}, {} of trace, {}{}, {}){}", path,
+        Counted(totals.streams, "stream"), Counted(totals.trace_bytes, "byte"),
+        Counted(totals.errors, "decode error"),
+        codes.empty() ? "" : ": " + absl::StrJoin(codes, ", "),
+        Counted(totals.losses, "loss point"),
+        nomap ? "; nomap: the code at the traced addresses was not found (are the recording's "
+                "files under --sysroot DIR? `ptdecode insn` names each gap)"
+              : ""));
   }
   if (!extra.only_under.empty() && profile.totals.instructions == 0) {
     return absl::FailedPreconditionError(
