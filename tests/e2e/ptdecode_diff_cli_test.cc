@@ -232,30 +232,30 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
 
   // perf.data sides: the same recordings exported (ptdecode export --to perf.data) give the same
   // diff, alone or against the trace.pt of the other side.
-  for (const Recorded* rec : {&base, &more}) {
-    auto e = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", rec->trace, "-o",
-                         rec->trace + ".perf.data"});
+  const std::string base_perf = Dir() + "base.perf.data", more_perf = Dir() + "more.perf.data";
+  for (auto [rec, perf] : {std::pair{&base, &base_perf}, std::pair{&more, &more_perf}}) {
+    auto e = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", rec->trace, "-o", *perf});
     ASSERT_EQ(e.exit_code, 0) << e.err;
   }
-  auto p = RunCommand({PTDECODE_PATH, "diff", base.trace + ".perf.data", more.trace + ".perf.data",
-                       "--format", "json", "--fail-function", "10", "--min-instructions", "100"});
+  auto p = RunCommand({PTDECODE_PATH, "diff", base_perf, more_perf, "--format", "json",
+                       "--fail-function", "10", "--min-instructions", "100"});
   ASSERT_EQ(p.exit_code, 3) << p.err;
   auto from_perf = nlohmann::json::parse(p.out);
   EXPECT_EQ(from_perf["functions"], diff["functions"]);
   EXPECT_EQ(from_perf["total"], diff["total"]);
   auto mixed =
-      RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace + ".perf.data", "--format", "json",
+      RunCommand({PTDECODE_PATH, "diff", base.trace, more_perf, "--format", "json",
                   "--include-startup", "--fail-function", "10", "--min-instructions", "100"});
   ASSERT_EQ(mixed.exit_code, 3) << mixed.err;
   EXPECT_EQ(nlohmann::json::parse(mixed.out)["functions"], all_doc["functions"]);
-  auto same = RunCommand({PTDECODE_PATH, "diff", base.trace, base.trace + ".perf.data",
-                          "--include-startup", "--fail-total", "0", "--fail-function", "0"});
+  auto same = RunCommand({PTDECODE_PATH, "diff", base.trace, base_perf, "--include-startup",
+                          "--fail-total", "0", "--fail-function", "0"});
   EXPECT_EQ(same.exit_code, 0) << same.out;
   EXPECT_THAT(same.out, HasSubstr("(no function changed)"));
   auto folded_pt =
       RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--format", "folded"});
-  auto folded_perf = RunCommand({PTDECODE_PATH, "diff", base.trace + ".perf.data",
-                                 more.trace + ".perf.data", "--format", "folded"});
+  auto folded_perf =
+      RunCommand({PTDECODE_PATH, "diff", base_perf, more_perf, "--format", "folded"});
   ASSERT_EQ(folded_perf.exit_code, 0) << folded_perf.err;
   EXPECT_EQ(folded_perf.out, folded_pt.out);
 
