@@ -212,17 +212,22 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
   // The same numbers from the two stats --json documents (made with --exclude-startup), and
   // from the whole-run ones with --include-startup. A whole-run document cannot be cut to main
   // after the fact: said, with what to do.
-  auto s = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--format", "json",
-                       "--fail-function", "10", "--min-instructions", "100"});
-  ASSERT_EQ(s.exit_code, 3) << s.err;
-  auto from_json = nlohmann::json::parse(s.out);
+  // `diff BASE NEW --format json` with the limits above (exit 3: work's regression) and `more`.
+  auto regressing = [](const std::string& a, const std::string& b,
+                       const std::vector<std::string>& more_flags = {}) {
+    std::vector<std::string> args = {
+        PTDECODE_PATH,        "diff", a, b, "--format", "json", "--fail-function", "10",
+        "--min-instructions", "100"};
+    args.insert(args.end(), more_flags.begin(), more_flags.end());
+    auto r = RunCommand(args);
+    EXPECT_EQ(r.exit_code, 3) << a << " " << b << ": " << r.err;
+    return r.exit_code == 3 ? nlohmann::json::parse(r.out) : nlohmann::json();
+  };
+  auto from_json = regressing(base.stats_json, more.stats_json);
   EXPECT_EQ(from_json["functions"], diff["functions"]);
   EXPECT_EQ(from_json["total"], diff["total"]);
-  auto s_all =
-      RunCommand({PTDECODE_PATH, "diff", base.full_json, more.full_json, "--format", "json",
-                  "--include-startup", "--fail-function", "10", "--min-instructions", "100"});
-  ASSERT_EQ(s_all.exit_code, 3) << s_all.err;
-  EXPECT_EQ(nlohmann::json::parse(s_all.out)["functions"], all_doc["functions"]);
+  EXPECT_EQ(regressing(base.full_json, more.full_json, {"--include-startup"})["functions"],
+            all_doc["functions"]);
   auto whole_json = RunCommand({PTDECODE_PATH, "diff", base.full_json, more.stats_json});
   EXPECT_EQ(whole_json.exit_code, 1);
   EXPECT_THAT(whole_json.err,
@@ -237,17 +242,11 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
     auto e = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", rec->trace, "-o", *perf});
     ASSERT_EQ(e.exit_code, 0) << e.err;
   }
-  auto p = RunCommand({PTDECODE_PATH, "diff", base_perf, more_perf, "--format", "json",
-                       "--fail-function", "10", "--min-instructions", "100"});
-  ASSERT_EQ(p.exit_code, 3) << p.err;
-  auto from_perf = nlohmann::json::parse(p.out);
+  auto from_perf = regressing(base_perf, more_perf);
   EXPECT_EQ(from_perf["functions"], diff["functions"]);
   EXPECT_EQ(from_perf["total"], diff["total"]);
-  auto mixed =
-      RunCommand({PTDECODE_PATH, "diff", base.trace, more_perf, "--format", "json",
-                  "--include-startup", "--fail-function", "10", "--min-instructions", "100"});
-  ASSERT_EQ(mixed.exit_code, 3) << mixed.err;
-  EXPECT_EQ(nlohmann::json::parse(mixed.out)["functions"], all_doc["functions"]);
+  EXPECT_EQ(regressing(base.trace, more_perf, {"--include-startup"})["functions"],
+            all_doc["functions"]);
   auto same = RunCommand({PTDECODE_PATH, "diff", base.trace, base_perf, "--include-startup",
                           "--fail-total", "0", "--fail-function", "0"});
   EXPECT_EQ(same.exit_code, 0) << same.out;
