@@ -241,6 +241,11 @@ TEST(DiffPlanFromFlags, SidesAndDefaults) {
   EXPECT_FALSE(plan->options.fail_total_pct.has_value());
   EXPECT_THAT(plan->limits_given, IsEmpty());
   EXPECT_EQ(plan->container.sysroot, "/r");
+  // Several runs after one --base / --new, as a shell glob gives them (--base base-*.pt).
+  plan = Diff({"--base", "a1.pt", "a2.pt", "--new", "b1.pt", "b2.pt", "b3.pt"});
+  ASSERT_THAT(plan.status(), IsOk());
+  EXPECT_THAT(plan->base, ElementsAre("a1.pt", "a2.pt"));
+  EXPECT_THAT(plan->now, ElementsAre("b1.pt", "b2.pt", "b3.pt"));
   // Only what runs under main, unless --include-startup.
   EXPECT_EQ(plan->profile.only_under, "main");
   EXPECT_EQ(plan->options.only_under, "main");
