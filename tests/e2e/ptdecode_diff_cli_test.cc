@@ -626,21 +626,63 @@ TEST_F(PtdecodeDiffTest, RunsFromOtherPathsAndEnvironmentsGiveTheSameCounts) {
   EXPECT_THAT(none.err, HasSubstr("nothing ran under no_such_function"));
 }
 
-// examples/ci/perf-regression.sh, as a CI job runs it: exit 3 naming work, the markdown table in
-// $GITHUB_STEP_SUMMARY, the text one on stdout.
+// The command of a CI job file: the line that runs examples/ci/perf-regression.sh and the lines
+// it continues on (a shell "\\" in GitHub's `run: |`; a folded plain scalar in GitLab's).
+std::string JobCommand(const std::string& file) {
+  const std::string text = Slurp(file);
+  size_t at = text.find("examples/ci/perf-regression.sh");
+  if (at == std::string::npos) return "";
+  at = text.rfind('\n', at) + 1;
+  std::string command;
+  for (size_t end; (end = text.find('\n', at)) != std::string::npos; at = end + 1) {
+    std::string line = text.substr(at, end - at);
+    line.erase(0, line.find_first_not_of(' '));
+    if (command.empty() && line.starts_with("- ")) line.erase(0, 2);  // a list item
+    if (line.empty() || line.back() == ':') break;                    // the next key
+    const bool continued = line.back() == '\\';
+    if (continued) line.pop_back();
+    command += line + (continued ? "" : " ");
+    if (!continued && file.ends_with("github-actions.yml")) break;
+  }
+  while (!command.empty() && command.back() == ' ') command.pop_back();
+  return command;
+}
+
+// examples/ci/github-actions.yml's "Record and compare" command, run as the job runs it (from
+// the workspace with the base and the new checkout, BENCH set) on the two builds: exit 3 naming
+// work, the markdown table in $GITHUB_STEP_SUMMARY, the text one on stdout. GitLab's job runs
+// the same script with the same limits.
 TEST_F(PtdecodeDiffTest, TheCiScriptFailsOnTheRegression) {
+  const std::string command = JobCommand(PTKIT_SOURCE_DIR "/examples/ci/github-actions.yml");
+  ASSERT_THAT(command, ::testing::StartsWith("ptkit/examples/ci/perf-regression.sh "
+                                             "\"base/$BENCH\" \"new/$BENCH\" "));
+  const std::string limits = command.substr(command.find("--"));
+  ASSERT_EQ(limits, "--fail-function 2 --min-instructions 1000 --fail-total 1");
+  EXPECT_EQ(JobCommand(PTKIT_SOURCE_DIR "/examples/ci/gitlab-ci.yml"),
+            "examples/ci/perf-regression.sh \"../base/$BENCH\" \"$BENCH\" " + limits);
+  // The workspace: ptkit's checkout (the script) and the two checkouts' builds.
+  const std::string ws = Dir() + "workspace";
+  for (const char* dir : {"/ptkit/examples/ci", "/base/build", "/new/build"}) {
+    std::filesystem::create_directories(ws + dir);
+  }
+  std::filesystem::create_symlink(CI_SCRIPT, ws + "/ptkit/examples/ci/perf-regression.sh");
+  std::filesystem::create_symlink(kBase, ws + "/base/build/e2e_diff_work");
+  std::filesystem::create_symlink(kMore, ws + "/new/build/e2e_diff_work");
   const std::string summary = Dir() + "summary.md";
   std::ofstream(summary) << "# earlier step\n";
   auto r = RunCommand({"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "PTDECODE=" PTDECODE_PATH,
-                       "PTKIT_OUT=" + Dir() + "ci", "PTKIT_EMULATE=step",
-                       "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh", CI_SCRIPT, kBase, kMore,
-                       "--fail-function", "10", "--fail-on-loss"});
+                       "PTKIT_EMULATE=step", "BENCH=build/e2e_diff_work",
+                       "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh", "-c",
+                       "cd '" + ws + "' && " + command});
   if (r.err.find("Operation not permitted") != std::string::npos) {
     GTEST_SKIP() << "ptrace or perf_event_open denied";
   }
-  ASSERT_EQ(r.exit_code, 3) << r.err << r.out;
+  ASSERT_EQ(r.exit_code, 3) << command << "\n" << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("work [e2e_diff_work]  REGRESSION"));
+  EXPECT_THAT(r.out, HasSubstr("REGRESSION beyond --fail-total 1%, --fail-function 2% "
+                               "(--min-instructions 1000)"));
   EXPECT_EQ(r.out.find("incomplete"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(ws + "/perf-regression/report.md"));  // the artifact
   const std::string md = Slurp(summary);
   EXPECT_THAT(md, ::testing::StartsWith("# earlier step\n### ptdecode diff: regression\n"));
   EXPECT_THAT(md, HasSubstr("| `work` **regression** | e2e_diff_work | "));
