@@ -100,6 +100,15 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
                    "insn: weigh stacks by instructions (default); time: by TSC ticks")
         ->check(CLI::IsMember({"insn", "time"}));
   }
+  if (set.only_under) {
+    CLI::Option* under = cmd.add_option("--only-under", f.only_under,
+                                        "Count only what runs while FUNCTION has a frame");
+    under->type_name("FUNCTION");
+    cmd.add_flag_callback(
+           "--exclude-startup", [&f] { f.only_under = "main"; },
+           "--only-under main: not the start-up before main nor exit (as diff counts)")
+        ->excludes(under);
+  }
 }
 
 absl::StatusOr<RawInputSpec> RawInputSpecFromFlags(const DecodeFlags& f) {
@@ -202,6 +211,7 @@ OutputOptions OutputOptionsFromFlags(const DecodeFlags& f, const std::string& tr
   out.weight = f.weight == "time" ? FoldedWeight::kTime : FoldedWeight::kInstructions;
   out.top_functions = f.top_functions;
   out.list_problems = f.list_problems;
+  out.only_under = f.only_under;
   return out;
 }
 
@@ -242,7 +252,7 @@ void AddDiffFlags(CLI::App& cmd, DiffFlags& f) {
       ->check(CLI::IsMember({"self", "inclusive", "calls", "time", "ipc"}));
   cmd.add_option("--group-by", f.group_by,
                  "Rows: function (default), image (its functions summed) or source-file (by "
-                 "the DWARF file of each function; trace.pt input)")
+                 "the DWARF file of each function)")
       ->check(CLI::IsMember({"function", "image", "source-file"}));
   cmd.add_option("--alpha", f.options.alpha,
                  "time, ipc: a change counts only when Mann-Whitney U p < ALPHA (0.05)")
@@ -261,10 +271,14 @@ void AddDiffFlags(CLI::App& cmd, DiffFlags& f) {
       ->type_name("N")
       ->each([&f](const std::string&) { f.min_instructions_given = true; });
   cmd.add_flag("--exclude-startup", f.exclude_startup,
-               "Count only what runs under main(): not the start-up before it (dynamic loader, "
-               "libc init, which depend on the program's path and environment) nor exit");
+               "Count only what runs under main() (the default): not the start-up before it "
+               "(dynamic loader, libc init, which depend on the program's path and "
+               "environment) nor exit");
+  cmd.add_flag("--include-startup", f.include_startup,
+               "Count every instruction of the run, start-up and exit too");
   cmd.add_option("--only-under", f.only_under,
-                 "Count only what runs while FUNCTION has a frame (e.g. the benchmark's)")
+                 "Count only what runs while FUNCTION has a frame (e.g. the benchmark's), "
+                 "instead of main")
       ->type_name("FUNCTION");
   cmd.add_option("--limits", f.limits,
                  "JSON limits file (schema ptkit-diff-limits/1): per-function soft (%) and hard "
@@ -301,7 +315,7 @@ absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& f) {
   }
   if (plan.base.empty() || plan.now.empty()) {
     return absl::InvalidArgumentError(
-        "diff needs a BASE and a NEW run (trace.pt or stats --json document)");
+        "diff needs a BASE and a NEW run (trace.pt, perf.data or stats --json document)");
   }
   plan.options = f.options;
   plan.options.metric = f.metric == "inclusive" ? DiffMetric::kInclusive
@@ -318,7 +332,13 @@ absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& f) {
   if (f.exclude_startup && !f.only_under.empty()) {
     return absl::InvalidArgumentError("--exclude-startup is --only-under main: give one of them");
   }
-  plan.profile.only_under = f.exclude_startup ? "main" : f.only_under;
+  if (f.exclude_startup && f.include_startup) {
+    return absl::InvalidArgumentError(
+        "--exclude-startup and --include-startup: give one of them (excluding is the default)");
+  }
+  // --only-under F replaces the default, --only-under main.
+  plan.profile.only_under = !f.only_under.empty() ? f.only_under : f.include_startup ? "" : "main";
+  plan.options.only_under = plan.profile.only_under;
   if (f.fail_total >= 0) plan.options.fail_total_pct = f.fail_total;
   if (f.fail_function >= 0) plan.options.fail_function_pct = f.fail_function;
   plan.limits = f.limits;

@@ -47,14 +47,16 @@ struct DecodeFlags {
   std::string weight = "insn";  // folded: insn or time
   size_t top_functions = 0;     // stats: rows shown (0: all); the default report sets it
   bool list_problems = false;   // stats: list every loss and error (the default report)
+  std::string only_under;       // stats: --only-under FUNCTION; --exclude-startup: "main"
 };
 
 // Which of the optional flags a decoding sub-command has, besides those all of them have.
 struct DecodeFlagSet {
-  bool json = true;      // --json
-  bool disasm = false;   // --disasm
-  bool srcline = false;  // --srcline
-  bool weight = false;   // --weight insn|time
+  bool json = true;         // --json
+  bool disasm = false;      // --disasm
+  bool srcline = false;     // --srcline
+  bool weight = false;      // --weight insn|time
+  bool only_under = false;  // --only-under FUNCTION, --exclude-startup (stats)
 };
 
 // Registers --sysroot/--symfs, --buildid-dir, --cpu, --tid and --snapshot: where a
@@ -124,8 +126,9 @@ struct DiffFlags {
   std::string format = "text";
   std::string color = "auto";
   std::string group_by = "function";
-  std::string limits;  // --limits FILE
-  bool exclude_startup = false;
+  std::string limits;            // --limits FILE
+  bool exclude_startup = false;  // given (it is the default)
+  bool include_startup = false;
   std::string only_under;
   bool min_instructions_given = false;
   DiffOptions options;
@@ -145,8 +148,9 @@ struct DiffPlan {
   std::string limits;                     // --limits FILE ("" none): for ReadDiffLimits
   std::vector<std::string> limits_given;  // the limits the flags gave (they win over the file)
 };
-// Errors: sides other than BASE NEW or --base/--new; a side without a run; both
-// --exclude-startup and --only-under.
+// Only what runs under main counts unless --include-startup or --only-under says otherwise.
+// Errors: sides other than BASE NEW or --base/--new; a side without a run; --exclude-startup
+// with --only-under or --include-startup.
 absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& flags);
 
 }  // namespace ptkit::decoder

@@ -147,7 +147,7 @@ absl::Status CheckTiming(std::span<const Profile> runs, DiffMetric metric) {
     if (!p.timing || p.timing->ticks == 0) {
       return absl::FailedPreconditionError(fmt::format(
           "{}: no timing for --metric {}: the trace has no timing packets (record with tsc=1, "
-          "ptrecord's default), or it is a stats --json document (give the trace.pt)",
+          "ptrecord's default)",
           p.trace, DiffMetricName(metric)));
     }
     if (p.timing->tsc_hz <= 0) {
@@ -159,7 +159,8 @@ absl::Status CheckTiming(std::span<const Profile> runs, DiffMetric metric) {
     if (metric == DiffMetric::kIpc && p.timing->cycles == 0) {
       return absl::FailedPreconditionError(
           fmt::format("{}: no CYC packets for --metric ipc: record with cyc=1 (e.g. ptrecord "
-                      "--event intel_pt/cyc=1/u)",
+                      "--event intel_pt/cyc=1/u); a stats --json document has no cycle counts "
+                      "(give the trace.pt or perf.data)",
                       p.trace));
     }
   }
@@ -671,6 +672,16 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   return d;
 }
 
+// What the runs counted, for the header.
+std::string CountedNote(const DiffOptions& o) {
+  if (o.only_under.empty()) return "everything, start-up included (--include-startup)";
+  if (o.only_under == "main") {
+    return "only what ran under main: not the start-up before it nor exit (--exclude-startup, "
+           "the default)";
+  }
+  return fmt::format("only what ran under {} (--only-under)", o.only_under);
+}
+
 // kTime, kIpc: how the noise is judged, for the header.
 std::string NoiseNote(const DiffResult& d, const DiffOptions& o) {
   const size_t runs = std::min(d.base.inputs.size(), d.now.inputs.size());
@@ -694,6 +705,7 @@ std::string FormatDiffText(const DiffResult& d, const DiffOptions& o, bool color
   auto it = std::back_inserter(out);
   fmt::format_to(it, "# metric: {}; base: {}; new: {}\n", DiffMetricName(m), Runs(d.base),
                  Runs(d.now));
+  fmt::format_to(it, "# counted: {}\n", CountedNote(o));
   if (Timed(m)) fmt::format_to(it, "# {}\n", NoiseNote(d, o));
   for (const std::string& w : d.warnings)
     fmt::format_to(it, "# {}\n", paint("warning: " + w, kRed));
@@ -773,8 +785,8 @@ std::string FormatDiffMarkdown(const DiffResult& d, const DiffOptions& o) {
   std::string out;
   auto it = std::back_inserter(out);
   fmt::format_to(it, "### ptdecode diff: {}\n\n", d.regression() ? "regression" : "no regression");
-  fmt::format_to(it, "Metric **{}**; base `{}`, new `{}`.\n\n", DiffMetricName(m), Runs(d.base),
-                 Runs(d.now));
+  fmt::format_to(it, "Metric **{}**; base `{}`, new `{}`; counted: {}.\n\n", DiffMetricName(m),
+                 Runs(d.base), Runs(d.now), CountedNote(o));
   if (Timed(m)) fmt::format_to(it, "{}.\n\n", NoiseNote(d, o));
   for (const std::string& w : d.warnings) {
     fmt::format_to(it, "> **Warning**: {}.\n\n", cell(w));
@@ -844,6 +856,7 @@ std::string FormatDiffJson(const DiffResult& d, const DiffOptions& o) {
   doc["schema"] = "ptkit-diff/1";
   doc["metric"] = DiffMetricName(m);
   doc["group_by"] = DiffGroupName(d.group_by);
+  doc["only_under"] = o.only_under.empty() ? Json() : Json(o.only_under);
   doc["base"] = side(d.base);
   doc["new"] = side(d.now);
   doc["total"] = {{"base", value(d.base.total)},     {"new", value(d.now.total)},
@@ -1101,19 +1114,41 @@ absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOpti
   while (in.get(first) && std::isspace(static_cast<unsigned char>(first))) {
   }
   if (first == '{') {
-    if (extra.timing || extra.source_files || !extra.only_under.empty()) {
-      return absl::FailedPreconditionError(
-          fmt::format("{}: a stats --json document has no {}; give the trace.pt", path,
-                      extra.timing         ? "timing"
-                      : extra.source_files ? "source files"
-                                           : "call stacks to count under " + extra.only_under));
-    }
     std::ostringstream text;
     text << first << in.rdbuf();
     auto profile = ProfileFromJson(text.str());
     if (!profile.ok()) {
       return absl::Status(profile.status().code(),
                           fmt::format("{}: {}", path, std::string(profile.status().message())));
+    }
+    // What the document counted cannot change after the fact: it must be what is asked.
+    if (profile->only_under != extra.only_under) {
+      auto what = [](const std::string& f) {
+        return f.empty() ? std::string("everything, start-up included")
+                         : "only what ran under " + f;
+      };
+      return absl::FailedPreconditionError(fmt::format(
+          "{}: the stats --json document counts {}, the diff {}: make it with `ptdecode stats "
+          "--json{}` or give {}, or give the trace.pt",
+          path, what(profile->only_under), what(extra.only_under),
+          extra.only_under.empty()     ? ""
+          : extra.only_under == "main" ? " --exclude-startup"
+                                       : " --only-under " + extra.only_under,
+          profile->only_under.empty()     ? "--include-startup"
+          : profile->only_under == "main" ? "--exclude-startup"
+                                          : "--only-under " + profile->only_under));
+    }
+    if (extra.timing && !profile->timing) {
+      return absl::FailedPreconditionError(fmt::format(
+          "{}: a stats --json document without timing (its trace had no timing packets, or an "
+          "older ptdecode made it); give the trace.pt",
+          path));
+    }
+    if (extra.source_files && !profile->source_files) {
+      return absl::FailedPreconditionError(fmt::format(
+          "{}: a stats --json document without source files (an older ptdecode made it); give "
+          "the trace.pt",
+          path));
     }
     return profile;
   }
@@ -1127,19 +1162,39 @@ absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOpti
   auto sink = MakeProfileSink(*empty, output, &profile, extra);
   PTKIT_ASSIGN_OR_RETURN(DecodeTotals totals, DecodeRecording(recording, options, *sink));
   if (totals.instructions == 0) {
-    return absl::FailedPreconditionError(
-        fmt::format("{}: no instructions decoded ({}, {} of trace, {}, {})", path,
-                    Counted(totals.streams, "stream"), Counted(totals.trace_bytes, "byte"),
-                    Counted(totals.errors, "decode error"), Counted(totals.losses, "loss point")));
+    std::vector<std::string> codes;
+    for (const auto& [code, count] : totals.errors_by_code) {
+      codes.push_back(fmt::format("{} {}", IptErrorName(code), count));
+    }
+    const bool nomap = totals.errors_by_code.contains(pte_nomap);
+    return absl::FailedPreconditionError(fmt::format(
+        "{}: no instructions decoded ({}, {} of trace, {}{}, {}){}", path,
+        Counted(totals.streams, "stream"), Counted(totals.trace_bytes, "byte"),
+        Counted(totals.errors, "decode error"),
+        codes.empty() ? "" : ": " + absl::StrJoin(codes, ", "),
+        Counted(totals.losses, "loss point"),
+        nomap ? "; nomap: the code at the traced addresses was not found (are the recording's "
+                "files under --sysroot DIR? `ptdecode insn` names each gap)"
+              : ""));
   }
   if (!extra.only_under.empty() && profile.totals.instructions == 0) {
     return absl::FailedPreconditionError(
         fmt::format("{}: nothing ran under {} ({} decoded): no call to a function of that name was "
-                    "traced (is the program stripped of its symbols?)",
-                    path, extra.only_under, Counted(totals.instructions, "instruction")));
+                    "traced (is the program stripped of its symbols?){}",
+                    path, extra.only_under, Counted(totals.instructions, "instruction"),
+                    extra.only_under == "main"
+                        ? "; --include-startup counts everything (diff leaves out what runs "
+                          "outside main by default)"
+                        : ""));
   }
   if (profile.timing) {
-    PTKIT_ASSIGN_OR_RETURN(profile.timing->cycles, CountCycles(recording));
+    // The trace's cycles, in proportion to the ticks counted (all of them without only_under).
+    PTKIT_ASSIGN_OR_RETURN(const uint64_t cycles, CountCycles(recording));
+    const uint64_t all = profile.timing->all_ticks;
+    profile.timing->cycles = all == 0
+                                 ? cycles
+                                 : static_cast<uint64_t>(static_cast<unsigned __int128>(cycles) *
+                                                         profile.timing->ticks / all);
   }
   return profile;
 }

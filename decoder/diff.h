@@ -84,6 +84,9 @@ struct DiffOptions {
   std::optional<double> total_hard;
   std::vector<FunctionLimit> function_limits;
   std::string limits_file;  // its name, for the messages
+  // What the runs counted, for the reports: only what ran under this function ("main":
+  // --exclude-startup, diff's default), "" everything (ProfileSinkOptions::only_under).
+  std::string only_under;
 };
 
 // Reads a limits file (JSON, schema ptkit-diff-limits/1, man/ptdecode.1) into `options`:
@@ -184,7 +187,7 @@ std::string FormatDiffJunit(const DiffResult& diff, const DiffOptions& options);
 
 // The differential folded stacks of FlameGraph's difffolded.pl: "caller;callee BASE NEW" lines,
 // sorted by stack, for flamegraph.pl (it colours what grew red). Each side's count of a stack
-// is the median over its runs (trace.pt only; `folded`'s weights, instructions or, with
+// is the median over its runs (trace.pt or perf.data; `folded`'s weights, instructions or, with
 // `weight`, ticks). With extra.only_under, only stacks through that function, cut to start at
 // it. Errors: those of DecodeContainer and the folded sink's, a stats --json input (no stacks).
 absl::StatusOr<std::string> DiffFolded(const std::vector<std::string>& base,
@@ -193,9 +196,12 @@ absl::StatusOr<std::string> DiffFolded(const std::vector<std::string>& base,
                                        const ProfileSinkOptions& extra,
                                        FoldedWeight weight = FoldedWeight::kInstructions);
 
-// One side's run: a `stats --json` document (first non-blank byte '{'), or a trace.pt decoded
-// as `stats` does with `options` and `extra` (with timing, also the cycles of the trace's CYC
-// packets). Errors: unreadable file, ProfileFromJson's, those of OpenRecording and
+// One side's run: a `stats --json` document (first non-blank byte '{'), or a trace.pt or
+// perf.data (OpenRecording) decoded as `stats` does with `options` and `extra` (with timing,
+// also the cycles of the trace's CYC packets). A document must have been made as `extra` asks
+// (its only_under the same; timing, source files when asked). Errors: unreadable file,
+// ProfileFromJson's, kFailedPrecondition for a document that does not match `extra`, for
+// nothing decoded or nothing under extra.only_under, those of OpenRecording and
 // DecodeRecording.
 absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOptions& options,
                                     const ProfileSinkOptions& extra = {});

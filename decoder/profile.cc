@@ -131,6 +131,10 @@ std::string ProfileToJson(const Profile& p) {
   Json doc;
   doc["schema"] = kProfileSchema;
   doc["trace"] = p.trace;
+  // Members added after the first version: only when they say something.
+  if (!p.only_under.empty()) doc["only_under"] = p.only_under;
+  if (p.timing) doc["timing"] = {{"tsc_hz", p.timing->tsc_hz}, {"ticks", p.timing->ticks}};
+  if (p.source_files) doc["source_files"] = true;
   const ProfileTotals& t = p.totals;
   doc["totals"] = {{"trace_bytes", t.trace_bytes}, {"instructions", t.instructions},
                    {"blocks", t.blocks},           {"calls", t.calls},
@@ -151,12 +155,15 @@ std::string ProfileToJson(const Profile& p) {
   doc["images"] = images;
   Json functions = Json::array();
   for (const ProfileFunction& fn : p.functions) {
-    functions.push_back({{"function", fn.function},
-                         {"image", fn.image},
-                         {"address", fmt::format("{:#x}", fn.address)},
-                         {"self", fn.self},
-                         {"inclusive", fn.inclusive},
-                         {"calls", fn.calls}});
+    Json row = {{"function", fn.function},
+                {"image", fn.image},
+                {"address", fmt::format("{:#x}", fn.address)},
+                {"self", fn.self},
+                {"inclusive", fn.inclusive},
+                {"calls", fn.calls}};
+    if (p.timing) row["ticks"] = fn.ticks;
+    if (p.source_files) row["source"] = fn.source;
+    functions.push_back(std::move(row));
   }
   doc["functions"] = functions;
   doc["warnings"] = p.warnings;
@@ -183,6 +190,27 @@ absl::StatusOr<Profile> ProfileFromJson(std::string_view text) {
   }
   Profile p;
   PTKIT_ASSIGN_OR_RETURN(p.trace, String(doc, "", "trace"));
+  if (doc.contains("only_under")) {
+    PTKIT_ASSIGN_OR_RETURN(p.only_under, String(doc, "", "only_under"));
+  }
+  if (auto timing = doc.find("timing"); timing != doc.end()) {
+    if (!timing->is_object()) {
+      return FieldError("timing", fmt::format("expected an object, got {}", timing->type_name()));
+    }
+    PTKIT_ASSIGN_OR_RETURN(const Json* hz, Member(*timing, "timing", "tsc_hz"));
+    if (!hz->is_number() || hz->get<double>() < 0) {
+      return FieldError("timing.tsc_hz", "expected a number >= 0");
+    }
+    p.timing = ProfileTiming{hz->get<double>()};
+    PTKIT_ASSIGN_OR_RETURN(p.timing->ticks, Uint(*timing, "timing", "ticks"));
+  }
+  if (auto sources = doc.find("source_files"); sources != doc.end()) {
+    if (!sources->is_boolean()) {
+      return FieldError("source_files",
+                        fmt::format("expected true or false, got {}", sources->type_name()));
+    }
+    p.source_files = sources->get<bool>();
+  }
   PTKIT_ASSIGN_OR_RETURN(p.totals, TotalsFromJson(doc));
   PTKIT_ASSIGN_OR_RETURN(const Json* errors, Member(doc, "", "errors"));
   if (!errors->is_object()) {
@@ -218,6 +246,13 @@ absl::StatusOr<Profile> ProfileFromJson(std::string_view text) {
     PTKIT_ASSIGN_OR_RETURN(fn.self, Uint(j, where, "self"));
     PTKIT_ASSIGN_OR_RETURN(fn.inclusive, Uint(j, where, "inclusive"));
     PTKIT_ASSIGN_OR_RETURN(fn.calls, Uint(j, where, "calls"));
+    // With timing (source files), every function has its ticks (source).
+    if (p.timing) {
+      PTKIT_ASSIGN_OR_RETURN(fn.ticks, Uint(j, where, "ticks"));
+    }
+    if (p.source_files) {
+      PTKIT_ASSIGN_OR_RETURN(fn.source, String(j, where, "source"));
+    }
     p.functions.push_back(std::move(fn));
   }
   PTKIT_ASSIGN_OR_RETURN(const Json* warnings, Array(doc, "warnings", true));

@@ -62,7 +62,9 @@ struct ProfileTotals {
 struct ProfileTiming {
   double tsc_hz = 0;    // TSC ticks per second (the recording's clock); 0: unknown
   uint64_t ticks = 0;   // the ticks given to functions (the sum of their `ticks`)
-  uint64_t cycles = 0;  // core cycles of the CYC packets (0: the trace has none)
+  uint64_t cycles = 0;  // core cycles of the CYC packets during `ticks` (0: the trace has none)
+  // The ticks of the whole trace's timed intervals, also outside what was counted (only_under).
+  uint64_t all_ticks = 0;
   bool operator==(const ProfileTiming&) const = default;
 };
 
@@ -70,6 +72,10 @@ struct Profile {
   std::string trace;  // the input's name, as given
   ProfileTotals totals;
   std::optional<ProfileTiming> timing;  // only when made with timing, of a timed trace
+  bool source_files = false;            // made with source files (ProfileFunction::source)
+  // Made counting only what ran while this function had a frame ("main": --exclude-startup);
+  // "" counts everything.
+  std::string only_under;
   std::vector<std::pair<std::string, uint64_t>> errors;  // libipt error name -> count
   std::vector<ProfileImage> images;                      // sorted by name
   std::vector<ProfileFunction> functions;  // sorted by self, inclusive (descending), name
@@ -81,14 +87,16 @@ struct Profile {
 // rebuilds `images` from them.
 void SortProfile(Profile& profile);
 
-// The `stats --json` document (2-space indented, a final newline), as stats prints it. The
-// timing is not part of it.
+// The `stats --json` document (2-space indented, a final newline), as stats prints it: with
+// timing, "timing" {tsc_hz, ticks} and each function's "ticks"; with source files, each
+// function's "source"; "only_under". The cycles and all_ticks of the timing are not part of it.
 std::string ProfileToJson(const Profile& profile);
 
 // Parses a `stats --json` document. Members the schema does not know are ignored (the schema
-// may grow). Errors: kInvalidArgument naming the member ("functions[3].self: expected an
-// unsigned integer"), the JSON syntax error with its byte offset, or a schema other than
-// ptkit-stats/1 (named).
+// may grow); those added later (timing, source_files, only_under, a function's ticks and
+// source) may be missing, as in the documents of older versions. Errors: kInvalidArgument naming
+// the member ("functions[3].self: expected an unsigned integer"), the JSON syntax error with its
+// byte offset, or a schema other than ptkit-stats/1 (named).
 absl::StatusOr<Profile> ProfileFromJson(std::string_view text);
 
 }  // namespace ptkit::decoder

@@ -40,6 +40,8 @@ struct OutputOptions {
   size_t top_functions = 0;
   // stats (text): list every loss and decode error at the end, with its stream.
   bool list_problems = false;
+  // stats: count only what runs under this function (ProfileSinkOptions::only_under).
+  std::string only_under;
 };
 
 // "1 stream", "2 streams": `n` and the noun, plural unless n == 1 (`plural`: when not noun+s).
@@ -81,6 +83,7 @@ std::unique_ptr<Sink> MakeBranchesSink(const ProgramImage& image, std::FILE* out
 std::unique_ptr<Sink> MakeCallsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options);
 // `stats`: per function and per image: instructions (self, inclusive), calls; totals; errors.
+// JSON (ProfileToJson): also each function's time when the trace has timing, and its source file.
 std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options);
 // What the profile sink adds to what `stats` computes.

@@ -53,7 +53,12 @@ class StatsSink : public FlowSink {
  protected:
   void OnCount(uint32_t function, uint64_t n) override {
     if (scoped_) scoped_->OnCount(function, n);
-    if (wants_time_ && (!scoped_ || scoped_->active())) ticks_.OnCount(function, n);
+    if (!wants_time_) return;
+    if (!scoped_ || scoped_->active()) {
+      ticks_.OnCount(function, n);
+    } else {
+      ticks_.OnOutside(n);  // its share of the interval is not the counted code's
+    }
   }
   void OnEnter(const Frame& frame) override {
     if (scoped_) scoped_->OnEnter(frame);
@@ -142,10 +147,15 @@ class StatsSink : public FlowSink {
                       Counted(scoped_->instructions(), "instruction"), totals.instructions));
       p.totals.instructions = scoped_->instructions();
       p.totals.calls = scoped_->calls();
+      p.only_under = scoped_->root();
     }
-    if (wants_time_ && ticks_.timed()) p.timing = ProfileTiming{options_.clock.tsc_hz};
+    if (wants_time_ && ticks_.timed()) {
+      p.timing = ProfileTiming{options_.clock.tsc_hz};
+      p.timing->all_ticks = ticks_.all_ticks();
+    }
     std::optional<SourceLines> lines;
     if (extra_.source_files) lines.emplace(nullptr);
+    p.source_files = extra_.source_files;
     std::map<std::pair<std::string, std::string>, size_t> row_of;  // (image, name) -> row
     for (uint32_t i = 0; i < functions_.size(); ++i) {
       const Function& fn = functions_[i];
@@ -199,7 +209,12 @@ class StatsSink : public FlowSink {
 
 std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options) {
-  return std::make_unique<StatsSink>(image, out, options);
+  // The JSON document has what `diff` needs of a side: time and source files too.
+  ProfileSinkOptions extra;
+  extra.timing = options.json;
+  extra.source_files = options.json;
+  extra.only_under = options.only_under;
+  return std::make_unique<StatsSink>(image, out, options, nullptr, extra);
 }
 
 std::unique_ptr<Sink> MakeProfileSink(const ProgramImage& image, const OutputOptions& options,

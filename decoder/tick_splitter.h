@@ -1,7 +1,9 @@
 // Time per function from the decoder's time updates (Sink::OnTime): each interval between two
 // updates is split over the functions that executed instructions in it, in proportion to
 // their instructions (the rounding remainder to the last one; an interval without
-// instructions goes to the function that ran last). Internal to ptkit_decoder.
+// instructions goes to the function that ran last). Instructions that are nobody's (OnOutside:
+// outside the code counted) take their share of an interval, which is given to no function.
+// Internal to ptkit_decoder.
 #ifndef PTKIT_DECODER_TICK_SPLITTER_H_
 #define PTKIT_DECODER_TICK_SPLITTER_H_
 
@@ -20,6 +22,11 @@ class TickSplitter {
     interval_[f] += n;
     last_ = static_cast<int64_t>(f);
   }
+  // `n` instructions ran outside what is counted since the last time update.
+  void OnOutside(uint64_t n) {
+    outside_ += n;
+    last_ = -1;
+  }
   // The time changed from `then` (known when `was_timed`) to `now`: the interval ends.
   void OnTime(bool was_timed, uint64_t then, uint64_t now) {
     timed_ = true;
@@ -30,17 +37,21 @@ class TickSplitter {
   void Drop() {
     for (uint32_t f : touched_) interval_[f] = 0;
     touched_.clear();
+    outside_ = 0;
   }
   // Whether any time update came.
   bool timed() const { return timed_; }
   uint64_t ticks(uint32_t f) const { return f < ticks_.size() ? ticks_[f] : 0; }
+  // The ticks of every interval split, outside shares included.
+  uint64_t all_ticks() const { return all_ticks_; }
 
  private:
   void Split(uint64_t ticks) {
-    uint64_t insns = 0;
+    all_ticks_ += ticks;
+    uint64_t insns = outside_;
     for (uint32_t f : touched_) insns += interval_[f];
-    if (insns == 0) {
-      if (last_ >= 0) ticks_[last_] += ticks;
+    if (touched_.empty()) {
+      if (outside_ == 0 && last_ >= 0) ticks_[last_] += ticks;
       return;
     }
     uint64_t given = 0;
@@ -50,12 +61,17 @@ class TickSplitter {
       ticks_[f] += share;
       given += share;
     }
-    ticks_[touched_.back()] += ticks - given;
+    // The rounding remainder, less the outside share.
+    const auto outside =
+        static_cast<uint64_t>(static_cast<unsigned __int128>(ticks) * outside_ / insns);
+    ticks_[touched_.back()] += ticks - given - outside;
   }
 
   std::vector<uint64_t> interval_;  // per function: instructions since the last time update
   std::vector<uint32_t> touched_;   // the functions with interval_ != 0
   std::vector<uint64_t> ticks_;
+  uint64_t outside_ = 0;  // instructions outside since the last time update
+  uint64_t all_ticks_ = 0;
   int64_t last_ = -1;
   bool timed_ = false;
 };

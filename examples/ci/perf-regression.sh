@@ -12,11 +12,13 @@
 # ptrace: exact, but about 17 k instructions a second, so keep the benchmark small or record
 # only part of it with PTRECORD_OPTIONS="--filter 'filter bench_main @ ./bench'").
 # Counts must not depend on where and how each build runs: glibc's start-up walks the
-# environment and copies the program's directory. So each program is copied to a path of the
-# same length, $PTKIT_OUT/run/a/NAME and run/b/NAME, and run as ./NAME from there with an empty
-# environment (env -i), and
-# `ptdecode diff --exclude-startup` counts only what runs under main() (PTKIT_EXCLUDE_STARTUP=0
-# counts everything; a program without a main symbol needs it). The markdown report goes to
+# environment and copies the program's directory, and malloc aligns what the kernel's
+# randomised break gives it. So each program is copied to a path of the same length,
+# $PTKIT_OUT/run/a/NAME and run/b/NAME, and run as ./NAME from there with an empty environment
+# (env -i) and without address-space randomisation (setarch -R, where the kernel allows it), and
+# `ptdecode diff` counts only what runs under main() (its default, --exclude-startup;
+# PTKIT_EXCLUDE_STARTUP=0 gives --include-startup, which counts everything; a program without a
+# main symbol needs it). The markdown report goes to
 # $GITHUB_STEP_SUMMARY when it is set (GitHub Actions), the text report to standard output; the
 # recordings and reports stay in $PTKIT_OUT (default ./perf-regression).
 #
@@ -25,7 +27,7 @@
 # PTKIT_EMULATE (1: emulate even where intel_pt exists, step or qemu: with that backend;
 # 0: never), PTKIT_EXCLUDE_STARTUP.
 # A benchmark that needs files next to it (plugins found through $ORIGIN) cannot be copied:
-# record it in place yourself and rely on --exclude-startup.
+# record it in place yourself and rely on --exclude-startup (diff's default).
 set -eu
 
 if [ $# -lt 2 ]; then
@@ -50,6 +52,12 @@ case ${PTKIT_EMULATE:-} in
   *) [ -d /sys/bus/event_source/devices/intel_pt ] || emulate=--emulate ;;
 esac
 
+# No address-space randomisation where the kernel lets us (a container's seccomp may not).
+norandom=
+if setarch "$(uname -m)" -R true 2>/dev/null; then
+  norandom="$(command -v setarch) $(uname -m) -R"  # absolute: env -i clears PATH
+fi
+
 # record SIDE PROGRAM a|b: $out/SIDE.pt, the program run as $out/run/a|b/NAME.
 record() {
   if [ ! -f "$2" ] || [ ! -x "$2" ]; then
@@ -61,27 +69,24 @@ record() {
   dir=$out/run/$3
   mkdir -p "$dir"
   cp "$2" "$dir/$name"
-  echo "recording $2 -> $out/$1.pt${emulate:+ (emulated)}" >&2
+  echo "recording $2 -> $out/$1.pt${emulate:+ (emulated)}${norandom:+ (ASLR off)}" >&2
   # shellcheck disable=SC2086  # the options and arguments are meant to split into words
-  (cd "$dir" && env -i "$ptrecord" $emulate -q ${PTRECORD_OPTIONS:-} --overwrite-existing \
-     -o "$out/$1.pt" -- \
-     "./$name" ${PTKIT_BENCH_ARGS:-})
+  (cd "$dir" && env -i $norandom "$ptrecord" $emulate -q ${PTRECORD_OPTIONS:-} \
+     --overwrite-existing -o "$out/$1.pt" -- "./$name" ${PTKIT_BENCH_ARGS:-})
 }
 
 record base "$base" a
 record new "$new" b
 
 startup=--exclude-startup
-if [ "${PTKIT_EXCLUDE_STARTUP:-1}" = 0 ]; then startup=; fi
+if [ "${PTKIT_EXCLUDE_STARTUP:-1}" = 0 ]; then startup=--include-startup; fi
 status=0
-# shellcheck disable=SC2086  # $startup is one word or none
-"$ptdecode" diff $startup "$out/base.pt" "$out/new.pt" "$@" --format markdown \
+"$ptdecode" diff "$startup" "$out/base.pt" "$out/new.pt" "$@" --format markdown \
   > "$out/report.md" || status=$?
 if [ "$status" -ne 0 ] && [ "$status" -ne 3 ]; then
   exit "$status"  # ptdecode said why on stderr
 fi
-# shellcheck disable=SC2086  # $startup is one word or none
-"$ptdecode" diff $startup "$out/base.pt" "$out/new.pt" "$@" --format text > "$out/report.txt" \
+"$ptdecode" diff "$startup" "$out/base.pt" "$out/new.pt" "$@" --format text > "$out/report.txt" \
   || true
 cat "$out/report.txt"
 if [ -n "${GITHUB_STEP_SUMMARY:-}" ]; then

@@ -371,7 +371,9 @@ const Command kCommands[] = {
      DecodeFlagsOf<true, false, true, false>,
      [](const Flags& f) { return RunDecode(f.decode, dec::MakeCallsSink); }},
     {"stats", "Per function and per image: instructions (self, inclusive), calls; totals",
-     DecodeFlagsOf<true, false, false, false>,
+     [](CLI::App& cmd, Flags& f) {
+       dec::AddDecodeFlags(cmd, f.decode, {.json = true, .only_under = true});
+     },
      [](const Flags& f) { return RunDecode(f.decode, dec::MakeStatsSink); }},
     {"folded",
      "Folded stacks weighted by instructions or time (flamegraph.pl, inferno, speedscope)",
@@ -398,8 +400,8 @@ const Command kCommands[] = {
      [](CLI::App& cmd, Flags& f) { dec::AddExportFlags(cmd, f.export_); },
      [](const Flags& f) { return RunExport(f.export_); }},
     {"diff",
-     "Compare per-function instruction counts of two builds (trace.pt or stats --json); exit 3 "
-     "on a regression beyond --fail-total/--fail-function",
+     "Compare per-function instruction counts of two builds (trace.pt, perf.data or stats "
+     "--json); exit 3 on a regression beyond --fail-total/--fail-function",
      [](CLI::App& cmd, Flags& f) { dec::AddDiffFlags(cmd, f.diff); },
      [](const Flags& f) { return RunDiff(f.diff); }},
 };

@@ -1,8 +1,10 @@
-// `ptdecode diff` and the stats profile on real recordings: two builds of one program
-// (programs/diff_work.c, WORK_ITERATIONS 10 and 30), recorded with
+// `ptdecode diff` and the stats profile on real recordings: builds of one program
+// (programs/diff_work.c: WORK_ITERATIONS 10 and 30, and EXTRA_CALL), recorded with
 //   ptrecord --emulate --ground-truth truth.txt -o trace.pt -- PROGRAM
 // The diff's numbers are checked against the recorder's ground truth (every retired
-// instruction) and nm's symbol ranges, not against ptdecode.
+// instruction) and nm's symbol ranges, not against ptdecode. Each side may be a trace.pt, a
+// perf.data (ptdecode export of the same recording; perf's own decoder checks those in
+// perf_export_cli_test) or a stats --json document.
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -33,6 +35,7 @@ using ::testing::HasSubstr;
 
 const std::string kBase = DIFF_PROGRAM_DIR "/diff_base/e2e_diff_work";
 const std::string kMore = DIFF_PROGRAM_DIR "/diff_more/e2e_diff_work";
+const std::string kHalf = DIFF_PROGRAM_DIR "/diff_half/e2e_diff_work";  // +0.50% under main
 
 // Instructions the ground truth retired inside `name` (by nm's range).
 uint64_t TruthSelf(const std::string& program, const std::string& truth, const std::string& name) {
@@ -51,8 +54,18 @@ uint64_t TruthTotal(const std::string& truth) {
   return n;
 }
 
+// What runs under main (diff's default, --exclude-startup): the program's own functions (main
+// calls only them), by the ground truth.
+uint64_t TruthOwn(const std::string& program, const std::string& truth) {
+  uint64_t n = 0;
+  for (const char* name : {"work", "steady", "main"}) n += TruthSelf(program, truth, name);
+  return n;
+}
+
 struct Recorded {
-  std::string trace, truth, stats_json;
+  // stats_json: `stats --json --exclude-startup` (what diff counts by default); full_json:
+  // `stats --json`, the whole run.
+  std::string trace, truth, stats_json, full_json;
   bool ok = false;
   std::string why;
 };
@@ -74,11 +87,16 @@ class PtdecodeDiffTest : public ::testing::Test {
     rec.truth = r.truth;
     rec.why = r.why;
     if (!r.ok) return rec;
-    auto s = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});
-    rec.why = s.err;
-    if (s.exit_code != 0) return rec;
-    rec.stats_json = recordings_->File(name + ".json");
-    std::ofstream(rec.stats_json) << s.out;
+    for (bool whole : {false, true}) {
+      auto s = whole
+                   ? RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace})
+                   : RunCommand({PTDECODE_PATH, "stats", "--json", "--exclude-startup", rec.trace});
+      rec.why = s.err;
+      if (s.exit_code != 0) return rec;
+      (whole ? rec.full_json : rec.stats_json) =
+          recordings_->File(name + (whole ? ".all.json" : ".json"));
+      std::ofstream(whole ? rec.full_json : rec.stats_json) << s.out;
+    }
     rec.ok = true;
     return rec;
   }
@@ -109,7 +127,7 @@ const nlohmann::json* Row(const nlohmann::json& diff, const std::string& functio
 
 TEST_F(PtdecodeDiffTest, StatsJsonOfARecordingRoundTripsThroughTheProfile) {
   PTKIT_RECORD_OR_SKIP(rec, "base", kBase);
-  const std::string text = Slurp(rec.stats_json);
+  const std::string text = Slurp(rec.full_json);
   auto profile = decoder::ProfileFromJson(text);
   ASSERT_TRUE(profile.ok()) << profile.status();
   EXPECT_GT(profile->functions.size(), 5u);
@@ -118,6 +136,26 @@ TEST_F(PtdecodeDiffTest, StatsJsonOfARecordingRoundTripsThroughTheProfile) {
   auto again = decoder::ProfileFromJson(decoder::ProfileToJson(*profile));
   ASSERT_TRUE(again.ok()) << again.status();
   EXPECT_TRUE(*again == *profile);
+  // What diff needs of a side: timing (emulated traces have it) and source files, by
+  // addr2line.
+  ASSERT_TRUE(profile->timing);
+  EXPECT_GT(profile->timing->ticks, 0u);
+  EXPECT_DOUBLE_EQ(profile->timing->tsc_hz, 1e9);
+  EXPECT_TRUE(profile->source_files);
+  EXPECT_EQ(profile->only_under, "");
+  for (const decoder::ProfileFunction& fn : profile->functions) {
+    if (fn.function != "work") continue;
+    auto line = RunCommand({"/usr/bin/addr2line", "-e", kBase, fmt::format("{:#x}", fn.address)});
+    // The DWARF name (relative to the compilation directory, which addr2line prepends).
+    EXPECT_THAT(fn.source, ::testing::EndsWith("tests/e2e/programs/diff_work.c"));
+    EXPECT_THAT(line.out, HasSubstr(fn.source.substr(fn.source.rfind("../") + 3) + ":"));
+  }
+  // --exclude-startup: main's frames only, said in the document.
+  auto under = decoder::ProfileFromJson(Slurp(rec.stats_json));
+  ASSERT_TRUE(under.ok()) << under.status();
+  EXPECT_EQ(under->only_under, "main");
+  EXPECT_EQ(under->totals.instructions, TruthOwn(kBase, rec.truth));
+  EXPECT_EQ(under->functions.size(), 3u);
 }
 
 TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
@@ -144,8 +182,23 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
   EXPECT_EQ((*steady)["base"]["self"].get<uint64_t>(), TruthSelf(kBase, base.truth, "steady"));
   EXPECT_EQ((*steady)["change"].get<int64_t>(), 0);
   EXPECT_FALSE((*steady)["regression"].get<bool>());
-  EXPECT_EQ(diff["total"]["base"].get<uint64_t>(), TruthTotal(base.truth));
-  EXPECT_EQ(diff["total"]["new"].get<uint64_t>(), TruthTotal(more.truth));
+  // By default only what runs under main counts (--exclude-startup), as gungraun measures only
+  // the benchmark: the program's own three functions.
+  EXPECT_EQ(diff["only_under"], "main");
+  EXPECT_EQ(diff["functions"].size(), 3u);
+  EXPECT_EQ(diff["total"]["base"].get<uint64_t>(), TruthOwn(kBase, base.truth));
+  EXPECT_EQ(diff["total"]["new"].get<uint64_t>(), TruthOwn(kMore, more.truth));
+  // --include-startup: every instruction, glibc's start-up and exit too.
+  auto all =
+      RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--format", "json",
+                  "--include-startup", "--fail-function", "10", "--min-instructions", "100"});
+  ASSERT_EQ(all.exit_code, 3) << all.err;
+  auto all_doc = nlohmann::json::parse(all.out);
+  EXPECT_TRUE(all_doc["only_under"].is_null());
+  EXPECT_EQ(all_doc["total"]["base"].get<uint64_t>(), TruthTotal(base.truth));
+  EXPECT_EQ(all_doc["total"]["new"].get<uint64_t>(), TruthTotal(more.truth));
+  EXPECT_GT(all_doc["functions"].size(), 20u);
+  EXPECT_EQ((*Row(all_doc, "work"))["change"], (*work)["change"]);
   // The regressions are work's only: main's own code did not change (its inclusive count did).
   ASSERT_EQ(diff["regressions"].size(), 1u) << diff["regressions"];
   EXPECT_THAT(diff["regressions"][0].get<std::string>(), HasSubstr("work [e2e_diff_work]"));
@@ -156,13 +209,54 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
                 (*main_row)["base"]["inclusive"].get<int64_t>(),
             static_cast<int64_t>(work_more - work_base));
 
-  // The same numbers from the two stats --json documents.
-  auto s = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--format", "json",
-                       "--fail-function", "10", "--min-instructions", "100"});
-  ASSERT_EQ(s.exit_code, 3) << s.err;
-  auto from_json = nlohmann::json::parse(s.out);
+  // The same numbers from the two stats --json documents (made with --exclude-startup), and
+  // from the whole-run ones with --include-startup. A whole-run document cannot be cut to main
+  // after the fact: said, with what to do.
+  // `diff BASE NEW --format json` with the limits above (exit 3: work's regression) and `more`.
+  auto regressing = [](const std::string& a, const std::string& b,
+                       const std::vector<std::string>& more_flags = {}) {
+    std::vector<std::string> args = {
+        PTDECODE_PATH,        "diff", a, b, "--format", "json", "--fail-function", "10",
+        "--min-instructions", "100"};
+    args.insert(args.end(), more_flags.begin(), more_flags.end());
+    auto r = RunCommand(args);
+    EXPECT_EQ(r.exit_code, 3) << a << " " << b << ": " << r.err;
+    return r.exit_code == 3 ? nlohmann::json::parse(r.out) : nlohmann::json();
+  };
+  auto from_json = regressing(base.stats_json, more.stats_json);
   EXPECT_EQ(from_json["functions"], diff["functions"]);
   EXPECT_EQ(from_json["total"], diff["total"]);
+  EXPECT_EQ(regressing(base.full_json, more.full_json, {"--include-startup"})["functions"],
+            all_doc["functions"]);
+  auto whole_json = RunCommand({PTDECODE_PATH, "diff", base.full_json, more.stats_json});
+  EXPECT_EQ(whole_json.exit_code, 1);
+  EXPECT_THAT(whole_json.err,
+              HasSubstr("counts everything, start-up included, the diff only what ran under "
+                        "main: make it with `ptdecode stats --json --exclude-startup` or give "
+                        "--include-startup"));
+
+  // perf.data sides: the same recordings exported (ptdecode export --to perf.data) give the same
+  // diff, alone or against the trace.pt of the other side.
+  const std::string base_perf = Dir() + "base.perf.data", more_perf = Dir() + "more.perf.data";
+  for (auto [rec, perf] : {std::pair{&base, &base_perf}, std::pair{&more, &more_perf}}) {
+    auto e = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", rec->trace, "-o", *perf});
+    ASSERT_EQ(e.exit_code, 0) << e.err;
+  }
+  auto from_perf = regressing(base_perf, more_perf);
+  EXPECT_EQ(from_perf["functions"], diff["functions"]);
+  EXPECT_EQ(from_perf["total"], diff["total"]);
+  EXPECT_EQ(regressing(base.trace, more_perf, {"--include-startup"})["functions"],
+            all_doc["functions"]);
+  auto same = RunCommand({PTDECODE_PATH, "diff", base.trace, base_perf, "--include-startup",
+                          "--fail-total", "0", "--fail-function", "0"});
+  EXPECT_EQ(same.exit_code, 0) << same.out;
+  EXPECT_THAT(same.out, HasSubstr("(no function changed)"));
+  auto folded_pt =
+      RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--format", "folded"});
+  auto folded_perf =
+      RunCommand({PTDECODE_PATH, "diff", base_perf, more_perf, "--format", "folded"});
+  ASSERT_EQ(folded_perf.exit_code, 0) << folded_perf.err;
+  EXPECT_EQ(folded_perf.out, folded_pt.out);
 
   // Text: work first (largest change), marked; exit 3.
   auto t = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function", "10",
@@ -243,7 +337,8 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
   ASSERT_EQ(folded.exit_code, 0) << folded.err;
   EXPECT_THAT(folded.out, HasSubstr(fmt::format("\nmain;work {} {}\n", work_base, work_more)));
   EXPECT_THAT(folded.out, ::testing::StartsWith("main "));
-  auto whole = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--format", "folded"});
+  auto whole = RunCommand(
+      {PTDECODE_PATH, "diff", base.trace, more.trace, "--format", "folded", "--include-startup"});
   ASSERT_EQ(whole.exit_code, 0) << whole.err;
   uint64_t base_sum = 0, more_sum = 0;
   std::istringstream folded_lines(whole.out);
@@ -265,25 +360,71 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
   EXPECT_THAT(md.out, HasSubstr("| `work` | e2e_diff_work | "));
 }
 
-TEST_F(PtdecodeDiffTest, TwoRecordingsOfTheSameProgramShowNoChange) {
-  PTKIT_RECORD_OR_SKIP(a, "base", kBase);
-  PTKIT_RECORD_OR_SKIP(b, "base_again", kBase);
-  auto r = RunCommand({PTDECODE_PATH, "diff", a.trace, b.trace, "--fail-total", "0",
-                       "--fail-function", "0", "--format", "json"});
-  EXPECT_EQ(r.exit_code, 0) << r.out;
-  auto diff = nlohmann::json::parse(r.out);
-  EXPECT_EQ(diff["total"]["change"].get<int64_t>(), 0);
-  for (const auto& row : diff["functions"]) {
-    EXPECT_EQ(row["status"], "same") << row.dump();
+// Determinism, as CI needs it: 5 recordings of one build give the same per-function counts,
+// start-up included. Two come from examples/ci/perf-regression.sh comparing the build with
+// itself (exit 0, nothing changed, in $GITHUB_STEP_SUMMARY too); three more are recorded as the
+// script records, from its run/a and run/b directories under env -i, but with address-space
+// randomisation on (the script turns it off where it can).
+TEST_F(PtdecodeDiffTest, FiveRunsOfOneBuildGiveEqualCounts) {
+  const std::string out = Dir() + "same";
+  const std::string summary = Dir() + "same.md";
+  auto r = RunCommand({"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "PTDECODE=" PTDECODE_PATH,
+                       "PTKIT_OUT=" + out, "PTKIT_EMULATE=step", "GITHUB_STEP_SUMMARY=" + summary,
+                       "/bin/sh", CI_SCRIPT, kBase, kBase, "--fail-total", "0", "--fail-function",
+                       "0", "--fail-on-loss"});
+  if (r.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
   }
-  auto t = RunCommand({PTDECODE_PATH, "diff", a.trace, b.trace});
-  EXPECT_EQ(t.exit_code, 0);
-  EXPECT_THAT(t.out, HasSubstr("(no function changed)"));
-  // Several runs per side: medians.
-  auto runs = RunCommand({PTDECODE_PATH, "diff", "--base", a.trace, "--base", b.stats_json, "--new",
-                          b.trace, "--new", a.stats_json, "--fail-total", "0"});
-  EXPECT_EQ(runs.exit_code, 0) << runs.err;
-  EXPECT_THAT(runs.out, HasSubstr("(2 runs, medians)"));
+  ASSERT_EQ(r.exit_code, 0) << r.err << r.out;
+  EXPECT_THAT(r.out, HasSubstr("(no function changed)"));
+  const std::string md = Slurp(summary);
+  EXPECT_THAT(md, ::testing::StartsWith("### ptdecode diff: no regression\n"));
+  EXPECT_THAT(md, HasSubstr("| (no function changed) |"));
+  EXPECT_THAT(md, HasSubstr("no regression beyond --fail-total 0%"));
+  std::vector<std::string> runs = {out + "/base.pt", out + "/new.pt"};
+  for (const char* dir : {"a", "b", "a"}) {
+    runs.push_back(fmt::format("{}/run{}.pt", out, runs.size() + 1));
+    auto rec = RunCommand(
+        {"/bin/sh", "-c",
+         fmt::format("cd '{}/run/{}' && exec /usr/bin/env -i '{}' --emulate=step -q -o '{}' -- "
+                     "./e2e_diff_work",
+                     out, dir, PTRECORD_PATH, runs.back())});
+    ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  }
+  // Every function's counts (self, inclusive, calls) of the whole run, by stats --json.
+  std::vector<std::string> counts;
+  for (const std::string& run : runs) {
+    auto s = RunCommand({PTDECODE_PATH, "stats", "--json", run});
+    ASSERT_EQ(s.exit_code, 0) << s.err;
+    auto doc = nlohmann::json::parse(s.out);
+    EXPECT_EQ(doc["totals"]["errors"], 0);
+    EXPECT_EQ(doc["totals"]["losses"], 0);
+    std::string text = doc["totals"]["instructions"].dump();
+    for (const auto& fn : doc["functions"]) {
+      text += fmt::format("\n{} {} {} {}", fn["function"].get<std::string>(), fn["self"].dump(),
+                          fn["inclusive"].dump(), fn["calls"].dump());
+    }
+    counts.push_back(text);
+  }
+  EXPECT_GT(std::count(counts[0].begin(), counts[0].end(), '\n'), 20);
+  for (size_t i = 1; i < counts.size(); ++i) EXPECT_EQ(counts[i], counts[0]) << runs[i];
+  // The same as a diff of 2 runs against 3 (medians), and under main (the default).
+  for (const char* startup : {"--include-startup", "--exclude-startup"}) {
+    auto d = RunCommand({PTDECODE_PATH, "diff", "--base", runs[0], "--base", runs[1], "--new",
+                         runs[2], "--new", runs[3], "--new", runs[4], startup, "--fail-total", "0",
+                         "--fail-function", "0"});
+    EXPECT_EQ(d.exit_code, 0) << d.out;
+    EXPECT_THAT(d.out, HasSubstr("(3 runs, medians)"));
+    EXPECT_THAT(d.out, HasSubstr("(no function changed)"));
+  }
+  // Runs of a side may mix inputs: a trace.pt and a stats --json document.
+  const std::string doc = Dir() + "run3.json";
+  std::ofstream(doc)
+      << RunCommand({PTDECODE_PATH, "stats", "--json", "--exclude-startup", runs[2]}).out;
+  auto mixed = RunCommand({PTDECODE_PATH, "diff", "--base", runs[0], "--base", doc, "--new",
+                           runs[3], "--fail-total", "0"});
+  EXPECT_EQ(mixed.exit_code, 0) << mixed.err;
+  EXPECT_THAT(mixed.out, HasSubstr("(2 runs, medians)"));
 }
 
 // --group-by source-file and image; the source file of each function by addr2line.
@@ -312,19 +453,28 @@ TEST_F(PtdecodeDiffTest, GroupedBySourceFileAndImage) {
             static_cast<int64_t>(TruthSelf(kMore, more.truth, "work") -
                                  TruthSelf(kBase, base.truth, "work")));
   // One image (the program is static): its change is the total's.
-  auto i = RunCommand(
-      {PTDECODE_PATH, "diff", base.trace, more.trace, "--group-by", "image", "--format", "json"});
+  auto i = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--group-by", "image",
+                       "--format", "json", "--include-startup"});
   ASSERT_EQ(i.exit_code, 0) << i.err;
   auto images = nlohmann::json::parse(i.out);
   const nlohmann::json* image = Row(images, "e2e_diff_work");
   ASSERT_NE(image, nullptr) << i.out;
   EXPECT_EQ((*image)["base"]["self"].get<uint64_t>(), TruthTotal(base.truth));
   EXPECT_EQ((*image)["new"]["self"].get<uint64_t>(), TruthTotal(more.truth));
-  // A stats --json document has no source files.
-  auto j =
-      RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.trace, "--group-by", "source-file"});
-  EXPECT_EQ(j.exit_code, 1);
-  EXPECT_THAT(j.err, HasSubstr("a stats --json document has no source files"));
+  // A stats --json document has the source files: the same rows from it.
+  auto j = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.trace, "--group-by",
+                       "source-file", "--format", "json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  EXPECT_EQ(nlohmann::json::parse(j.out)["functions"], diff["functions"]);
+  // One of an older ptdecode, without them: said.
+  auto old = nlohmann::json::parse(Slurp(base.stats_json));
+  old.erase("source_files");
+  for (auto& fn : old["functions"]) fn.erase("source");
+  const std::string old_path = Dir() + "old.json";
+  std::ofstream(old_path) << old.dump(2);
+  auto o = RunCommand({PTDECODE_PATH, "diff", old_path, more.trace, "--group-by", "source-file"});
+  EXPECT_EQ(o.exit_code, 1);
+  EXPECT_THAT(o.err, HasSubstr("a stats --json document without source files"));
 }
 
 // Emulated recordings carry CLOCK_MONOTONIC nanoseconds as their TSC: --metric time and, with
@@ -333,7 +483,7 @@ TEST_F(PtdecodeDiffTest, TimeAndIpcOfEmulatedRecordings) {
   PTKIT_RECORD_OR_SKIP(base, "base", kBase);
   PTKIT_RECORD_OR_SKIP(more, "more", kMore);
   auto r = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--metric", "time",
-                       "--format", "json", "--fail-function", "1"});
+                       "--format", "json", "--fail-function", "1", "--include-startup"});
   ASSERT_EQ(r.exit_code, 0) << r.err << r.out;  // one run a side: no change beyond the noise
   auto diff = nlohmann::json::parse(r.out);
   EXPECT_EQ(diff["metric"], "time");
@@ -362,17 +512,36 @@ TEST_F(PtdecodeDiffTest, TimeAndIpcOfEmulatedRecordings) {
   ASSERT_TRUE((*work)["noise"].is_object());
   EXPECT_EQ((*work)["noise"]["p"].get<double>(), 1.0);
   EXPECT_FALSE((*work)["regression"].get<bool>());
-  // A stats --json document has no time.
-  auto j = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.trace, "--metric", "time"});
-  EXPECT_EQ(j.exit_code, 1);
-  EXPECT_THAT(j.err, HasSubstr("a stats --json document has no timing"));
+  // Under main (the default) only main's time counts: what `folded --weight time` gives the
+  // stacks from main (its split of each interval is over the stacks, not the functions).
+  uint64_t under_main = 0;
+  std::istringstream main_lines(folded.out);
+  for (std::string line; std::getline(main_lines, line);) {
+    const std::string stack = ";" + line.substr(0, line.rfind(' ')) + ";";
+    if (stack.find(";main;") != std::string::npos) {
+      under_main += std::stoull(line.substr(line.rfind(' ') + 1));
+    }
+  }
+  ASSERT_GT(under_main, 0u);
+  auto m = RunCommand(
+      {PTDECODE_PATH, "diff", base.trace, more.trace, "--metric", "time", "--format", "json"});
+  ASSERT_EQ(m.exit_code, 0) << m.err;
+  auto m_doc = nlohmann::json::parse(m.out);
+  EXPECT_NEAR(m_doc["total"]["base"].get<double>(), static_cast<double>(under_main), 4.0);
+  // A stats --json document has the time: the same values from it.
+  auto j = RunCommand(
+      {PTDECODE_PATH, "diff", base.stats_json, more.trace, "--metric", "time", "--format", "json"});
+  ASSERT_EQ(j.exit_code, 0) << j.err;
+  auto j_doc = nlohmann::json::parse(j.out);
+  EXPECT_EQ(j_doc["functions"], m_doc["functions"]);
+  EXPECT_EQ(j_doc["total"], m_doc["total"]);
   // IPC: the run's cycles are its CYC packets' (ptdecode packets --json lists them).
   auto no_cyc = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--metric", "ipc"});
   EXPECT_EQ(no_cyc.exit_code, 1);
   EXPECT_THAT(no_cyc.err, HasSubstr("no CYC packets for --metric ipc"));
   PTKIT_RECORD_OR_SKIP(cyc, "cyc", kBase, {"--event", "intel_pt/cyc=1/u"});
-  auto ipc = RunCommand(
-      {PTDECODE_PATH, "diff", cyc.trace, cyc.trace, "--metric", "ipc", "--format", "json"});
+  auto ipc = RunCommand({PTDECODE_PATH, "diff", cyc.trace, cyc.trace, "--metric", "ipc", "--format",
+                         "json", "--include-startup"});
   ASSERT_EQ(ipc.exit_code, 0) << ipc.err;
   auto packets = RunCommand({PTDECODE_PATH, "packets", "--json", cyc.trace});
   ASSERT_EQ(packets.exit_code, 0) << packets.err;
@@ -423,8 +592,8 @@ TEST_F(PtdecodeDiffTest, RunsFromOtherPathsAndEnvironmentsGiveTheSameCounts) {
     r = RunCommand(recipe);
     ASSERT_EQ(r.exit_code, 0) << r.err;
   }
-  const std::vector<std::string> zero = {"--fail-total", "0",   "--fail-function", "0",
-                                         "--format",     "json"};
+  const std::vector<std::string> zero = {"--fail-total", "0",    "--fail-function",  "0",
+                                         "--format",     "json", "--include-startup"};
   auto diff = [&](const std::string& a, const std::string& b, std::vector<std::string> more) {
     std::vector<std::string> args = {PTDECODE_PATH, "diff", a, b};
     args.insert(args.end(), more.begin(), more.end());
@@ -441,18 +610,15 @@ TEST_F(PtdecodeDiffTest, RunsFromOtherPathsAndEnvironmentsGiveTheSameCounts) {
   const nlohmann::json* getenv_row = Row(differ_doc, "getenv");
   ASSERT_NE(getenv_row, nullptr);
   EXPECT_GT((*getenv_row)["change"].get<int64_t>(), 0);
-  // --exclude-startup: the same counts, and they are the program's own (ground truth of work,
-  // steady and main, from the cached recording of the same build).
-  std::vector<std::string> excluded = zero;
-  excluded.push_back("--exclude-startup");
-  auto same = diff(run_dir + "/recipe.pt", Dir() + "plain.pt", excluded);
+  // --exclude-startup (the default): the same counts, and they are the program's own (ground
+  // truth of work, steady and main, from the cached recording of the same build).
+  auto same = diff(run_dir + "/recipe.pt", Dir() + "plain.pt",
+                   {"--fail-total", "0", "--fail-function", "0", "--format", "json"});
   EXPECT_EQ(same.exit_code, 0) << same.out;
   auto same_doc = nlohmann::json::parse(same.out);
   for (const auto& row : same_doc["functions"]) EXPECT_EQ(row["status"], "same") << row.dump();
   PTKIT_RECORD_OR_SKIP(base, "base", kBase);
-  uint64_t own = 0;
-  for (const char* name : {"work", "steady", "main"}) own += TruthSelf(kBase, base.truth, name);
-  EXPECT_EQ(same_doc["total"]["base"].get<uint64_t>(), own);
+  EXPECT_EQ(same_doc["total"]["base"].get<uint64_t>(), TruthOwn(kBase, base.truth));
   EXPECT_EQ(same_doc["functions"].size(), 3u);
   // Nothing ran under a function that does not exist: said.
   auto none = diff(Dir() + "plain.pt", Dir() + "plain.pt", {"--only-under", "no_such_function"});
@@ -460,21 +626,63 @@ TEST_F(PtdecodeDiffTest, RunsFromOtherPathsAndEnvironmentsGiveTheSameCounts) {
   EXPECT_THAT(none.err, HasSubstr("nothing ran under no_such_function"));
 }
 
-// examples/ci/perf-regression.sh, as a CI job runs it: exit 3 naming work, the markdown table in
-// $GITHUB_STEP_SUMMARY, the text one on stdout.
+// The command of a CI job file: the line that runs examples/ci/perf-regression.sh and the lines
+// it continues on (a shell "\\" in GitHub's `run: |`; a folded plain scalar in GitLab's).
+std::string JobCommand(const std::string& file) {
+  const std::string text = Slurp(file);
+  size_t at = text.find("examples/ci/perf-regression.sh");
+  if (at == std::string::npos) return "";
+  at = text.rfind('\n', at) + 1;
+  std::string command;
+  for (size_t end; (end = text.find('\n', at)) != std::string::npos; at = end + 1) {
+    std::string line = text.substr(at, end - at);
+    line.erase(0, line.find_first_not_of(' '));
+    if (command.empty() && line.starts_with("- ")) line.erase(0, 2);  // a list item
+    if (line.empty() || line.back() == ':') break;                    // the next key
+    const bool continued = line.back() == '\\';
+    if (continued) line.pop_back();
+    command += line + (continued ? "" : " ");
+    if (!continued && file.ends_with("github-actions.yml")) break;
+  }
+  while (!command.empty() && command.back() == ' ') command.pop_back();
+  return command;
+}
+
+// examples/ci/github-actions.yml's "Record and compare" command, run as the job runs it (from
+// the workspace with the base and the new checkout, BENCH set) on the two builds: exit 3 naming
+// work, the markdown table in $GITHUB_STEP_SUMMARY, the text one on stdout. GitLab's job runs
+// the same script with the same limits.
 TEST_F(PtdecodeDiffTest, TheCiScriptFailsOnTheRegression) {
+  const std::string command = JobCommand(PTKIT_SOURCE_DIR "/examples/ci/github-actions.yml");
+  ASSERT_THAT(command, ::testing::StartsWith("ptkit/examples/ci/perf-regression.sh "
+                                             "\"base/$BENCH\" \"new/$BENCH\" "));
+  const std::string limits = command.substr(command.find("--"));
+  ASSERT_EQ(limits, "--fail-function 2 --min-instructions 1000 --fail-total 1");
+  EXPECT_EQ(JobCommand(PTKIT_SOURCE_DIR "/examples/ci/gitlab-ci.yml"),
+            "examples/ci/perf-regression.sh \"../base/$BENCH\" \"$BENCH\" " + limits);
+  // The workspace: ptkit's checkout (the script) and the two checkouts' builds.
+  const std::string ws = Dir() + "workspace";
+  for (const char* dir : {"/ptkit/examples/ci", "/base/build", "/new/build"}) {
+    std::filesystem::create_directories(ws + dir);
+  }
+  std::filesystem::create_symlink(CI_SCRIPT, ws + "/ptkit/examples/ci/perf-regression.sh");
+  std::filesystem::create_symlink(kBase, ws + "/base/build/e2e_diff_work");
+  std::filesystem::create_symlink(kMore, ws + "/new/build/e2e_diff_work");
   const std::string summary = Dir() + "summary.md";
   std::ofstream(summary) << "# earlier step\n";
   auto r = RunCommand({"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "PTDECODE=" PTDECODE_PATH,
-                       "PTKIT_OUT=" + Dir() + "ci", "PTKIT_EMULATE=step",
-                       "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh", CI_SCRIPT, kBase, kMore,
-                       "--fail-function", "10", "--fail-on-loss"});
+                       "PTKIT_EMULATE=step", "BENCH=build/e2e_diff_work",
+                       "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh", "-c",
+                       "cd '" + ws + "' && " + command});
   if (r.err.find("Operation not permitted") != std::string::npos) {
     GTEST_SKIP() << "ptrace or perf_event_open denied";
   }
-  ASSERT_EQ(r.exit_code, 3) << r.err << r.out;
+  ASSERT_EQ(r.exit_code, 3) << command << "\n" << r.err << r.out;
   EXPECT_THAT(r.out, HasSubstr("work [e2e_diff_work]  REGRESSION"));
+  EXPECT_THAT(r.out, HasSubstr("REGRESSION beyond --fail-total 1%, --fail-function 2% "
+                               "(--min-instructions 1000)"));
   EXPECT_EQ(r.out.find("incomplete"), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(ws + "/perf-regression/report.md"));  // the artifact
   const std::string md = Slurp(summary);
   EXPECT_THAT(md, ::testing::StartsWith("# earlier step\n### ptdecode diff: regression\n"));
   EXPECT_THAT(md, HasSubstr("| `work` **regression** | e2e_diff_work | "));
@@ -487,11 +695,53 @@ TEST_F(PtdecodeDiffTest, TheCiScriptFailsOnTheRegression) {
     own_more += TruthSelf(kMore, more.truth, name);
   }
   EXPECT_THAT(r.out, HasSubstr(fmt::format("# total instructions: {} -> {}", own_base, own_more)));
+  // A change of 0.5% (EXTRA_CALL: 9 instructions more under main) passes a 1% limit, shown in
+  // the summary; the same recordings fail a limit of 0.25% (exit 3, as gungraun's).
+  const std::string half_summary = Dir() + "half.md";
+  auto h = RunCommand({"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "PTDECODE=" PTDECODE_PATH,
+                       "PTKIT_OUT=" + Dir() + "ci_half", "PTKIT_EMULATE=step",
+                       "GITHUB_STEP_SUMMARY=" + half_summary, "/bin/sh", CI_SCRIPT, kBase, kHalf,
+                       "--fail-total", "1"});
+  ASSERT_EQ(h.exit_code, 0) << h.err << h.out;
+  const std::string half_md = Slurp(half_summary);
+  EXPECT_THAT(half_md, ::testing::StartsWith("### ptdecode diff: no regression\n"));
+  EXPECT_THAT(half_md, HasSubstr(fmt::format("Total instructions: {} → {} (+9, +0.50%)", own_base,
+                                             own_base + 9)));
+  EXPECT_THAT(half_md, HasSubstr("| `work` | e2e_diff_work | "));
+  EXPECT_THAT(half_md, HasSubstr("no regression beyond --fail-total 1%."));
+  auto quarter = RunCommand({PTDECODE_PATH, "diff", Dir() + "ci_half/base.pt",
+                             Dir() + "ci_half/new.pt", "--fail-total", "0.25"});
+  EXPECT_EQ(quarter.exit_code, 3) << quarter.out;
+  EXPECT_THAT(quarter.out, HasSubstr("REGRESSION beyond --fail-total 0.25%"));
+  EXPECT_THAT(quarter.out, HasSubstr(fmt::format("total instructions {} -> {} (+0.50%) > "
+                                                 "--fail-total 0.25%",
+                                                 own_base, own_base + 9)));
   // Not an executable: a usage error.
   auto u = RunCommand(
       {"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "/bin/sh", CI_SCRIPT, Dir() + "nothing", kMore});
   EXPECT_EQ(u.exit_code, 2);
   EXPECT_THAT(u.err, HasSubstr("not an executable program"));
+}
+
+// Real hardware perf.data (Skylake, perf record -e intel_pt//, ../shared/testdata/perf-data):
+// read as a diff side, but its programs are not public, so nothing decodes; said with the
+// decode errors by code. The trace bytes are those `perf report -D` gives (its README).
+TEST_F(PtdecodeDiffTest, RealPerfDataWithoutItsFilesIsSaid) {
+  const std::string dir = PTKIT_SOURCE_DIR "/../shared/testdata/perf-data/";
+  if (!std::filesystem::exists(dir + "perf.data.intel_pt-4.14")) {
+    GTEST_SKIP() << dir << " is absent (the shared test data is not part of the repository)";
+  }
+  for (const char* startup : {"--exclude-startup", "--include-startup"}) {
+    auto r = RunCommand({PTDECODE_PATH, "diff", dir + "perf.data.intel_pt-4.14",
+                         dir + "perf.data.piped.intel_pt-4.14", startup});
+    EXPECT_EQ(r.exit_code, 1) << r.out;
+    // 0x2fd0 bytes on cpu 0 and 0x21a00 on cpu 3.
+    EXPECT_THAT(r.err, HasSubstr("perf.data.intel_pt-4.14: no instructions decoded (2 streams, "
+                                 "149968 bytes of trace, 10 decode errors: nomap 10, 0 loss "
+                                 "points); nomap: the code at the traced addresses was not "
+                                 "found (are the recording's files under --sysroot DIR?"));
+    EXPECT_EQ(r.out, "");
+  }
 }
 
 TEST_F(PtdecodeDiffTest, BadInputsAreNamed) {

@@ -189,6 +189,15 @@ TEST(OutputOptionsFromFlags, Output) {
   EXPECT_EQ(out.top_functions, 20u);
   EXPECT_TRUE(out.list_problems);
   EXPECT_EQ(OutputOptionsFromFlags(Decode({}), "", TscClock{}).weight, FoldedWeight::kInstructions);
+  // stats: --exclude-startup is --only-under main; both together are refused by the parser.
+  EXPECT_EQ(OutputOptionsFromFlags(Decode({"t.pt", "--exclude-startup"}, {.only_under = true}), "",
+                                   TscClock{})
+                .only_under,
+            "main");
+  EXPECT_EQ(Decode({"t.pt", "--only-under", "bench"}, {.only_under = true}).only_under, "bench");
+  DecodeFlags both;
+  EXPECT_FALSE(Parse({"t.pt", "--exclude-startup", "--only-under", "f"},
+                     [&](CLI::App& app) { AddDecodeFlags(app, both, {.only_under = true}); }));
 }
 
 TEST(InfoAndExportFlags, Parsed) {
@@ -232,6 +241,18 @@ TEST(DiffPlanFromFlags, SidesAndDefaults) {
   EXPECT_FALSE(plan->options.fail_total_pct.has_value());
   EXPECT_THAT(plan->limits_given, IsEmpty());
   EXPECT_EQ(plan->container.sysroot, "/r");
+  // Several runs after one --base / --new, as a shell glob gives them (--base base-*.pt).
+  plan = Diff({"--base", "a1.pt", "a2.pt", "--new", "b1.pt", "b2.pt", "b3.pt"});
+  ASSERT_THAT(plan.status(), IsOk());
+  EXPECT_THAT(plan->base, ElementsAre("a1.pt", "a2.pt"));
+  EXPECT_THAT(plan->now, ElementsAre("b1.pt", "b2.pt", "b3.pt"));
+  // Only what runs under main, unless --include-startup.
+  EXPECT_EQ(plan->profile.only_under, "main");
+  EXPECT_EQ(plan->options.only_under, "main");
+  plan = Diff({"a", "b", "--include-startup"});
+  ASSERT_THAT(plan.status(), IsOk());
+  EXPECT_EQ(plan->profile.only_under, "");
+  EXPECT_EQ(plan->options.only_under, "");
 }
 
 TEST(DiffPlanFromFlags, Translation) {
@@ -282,10 +303,15 @@ TEST(DiffPlanFromFlags, UsageErrors) {
                        "diff takes BASE and NEW, or --base and --new options"));
   EXPECT_THAT(Diff({"--base", "a"}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       "diff needs a BASE and a NEW run (trace.pt or stats --json document)"));
+                       "diff needs a BASE and a NEW run (trace.pt, perf.data or stats --json "
+                       "document)"));
   EXPECT_THAT(Diff({"a", "b", "--exclude-startup", "--only-under", "f"}).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        "--exclude-startup is --only-under main: give one of them"));
+  EXPECT_THAT(Diff({"a", "b", "--exclude-startup", "--include-startup"}).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       "--exclude-startup and --include-startup: give one of them (excluding is "
+                       "the default)"));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include "decoder/diff.h"
 #include "decoder/profile.h"
+#include "decoder/tick_splitter.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -41,6 +42,40 @@ TEST(ProfileTest, JsonRoundTripsAndSortsAsStatsDoes) {
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_TRUE(*back == p);
   EXPECT_EQ(ProfileToJson(*back), json);
+}
+
+// What diff needs of a document beyond the counts: the timing, each function's ticks and source
+// file, and what was counted (only_under).
+TEST(ProfileTest, JsonKeepsTimingSourceFilesAndWhatWasCounted) {
+  Profile p = Make("t.pt", {{"f", "/bin/app", 0x1000, 50, 70, 2, 700, "/src/app/f.c"},
+                            {"g", "/bin/app", 0x1100, 20, 20, 1, 300, ""}});
+  p.timing = ProfileTiming{2.5e9, 1000};
+  p.source_files = true;
+  p.only_under = "main";
+  const std::string json = ProfileToJson(p);
+  EXPECT_THAT(json,
+              HasSubstr("\"timing\": {\n    \"tsc_hz\": 2500000000.0,\n    \"ticks\": 1000\n"));
+  EXPECT_THAT(json, HasSubstr("\"only_under\": \"main\""));
+  EXPECT_THAT(json, HasSubstr("\"ticks\": 700,\n      \"source\": \"/src/app/f.c\""));
+  auto back = ProfileFromJson(json);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(*back == p);
+  EXPECT_EQ(ProfileToJson(*back), json);
+  // A document without them (an older ptdecode's, or a trace without timing): none of them.
+  const std::string plain = ProfileToJson(Make("t", {{"f", "/a", 0x10, 1, 1, 1}}));
+  EXPECT_EQ(plain.find("timing"), std::string::npos);
+  EXPECT_EQ(plain.find("source"), std::string::npos);
+  EXPECT_EQ(plain.find("only_under"), std::string::npos);
+  auto old = ProfileFromJson(plain);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_FALSE(old->timing);
+  EXPECT_FALSE(old->source_files);
+  EXPECT_EQ(old->only_under, "");
+  // With timing every function has its ticks.
+  std::string no_ticks = json;
+  no_ticks.replace(no_ticks.find("\"ticks\": 700"), 12, "\"tocks\": 700");
+  EXPECT_THAT(std::string(ProfileFromJson(no_ticks).status().message()),
+              HasSubstr("functions[0].ticks: missing"));
 }
 
 TEST(ProfileTest, FromJsonNamesTheBadMember) {
@@ -111,6 +146,30 @@ TEST(DiffTest, MatchesByImageFileNameAndNameAndListsNewAndRemoved) {
   EXPECT_FALSE(DiffProfiles({&base, 1}, {&now, 1}, options)->regression());
 }
 
+// As gungraun's soft limits: a change of 0.5% passes a 1% limit and fails one of 0.25%, for the
+// total and for a function.
+TEST(DiffTest, HalfAPercentPassesOnePercentAndFailsAQuarter) {
+  Profile base = Make(
+      "a", {{"main", "/x/app", 0x10, 1000, 20000, 1}, {"work", "/x/app", 0x20, 19000, 19000, 4}});
+  Profile now = Make(
+      "b", {{"main", "/x/app", 0x10, 1000, 20100, 1}, {"work", "/x/app", 0x20, 19100, 19100, 4}});
+  for (double limit : {1.0, 0.25}) {
+    DiffOptions options;
+    options.fail_total_pct = limit;
+    auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+    ASSERT_TRUE(d.ok()) << d.status();
+    EXPECT_DOUBLE_EQ(*d->total_change_pct, 0.5);
+    EXPECT_EQ(d->regression(), limit < 0.5) << limit;
+    EXPECT_THAT(FormatDiffText(*d, options), HasSubstr("20000 -> 20100 (+100, +0.50%)"));
+    options = {};
+    options.fail_function_pct = limit;  // work: +0.53%
+    d = DiffProfiles({&base, 1}, {&now, 1}, options);
+    EXPECT_EQ(d->regression(), limit < 0.5) << limit;
+    EXPECT_EQ(d->rows[0].function, "work");
+    EXPECT_EQ(d->rows[0].regression, limit < 0.5);
+  }
+}
+
 TEST(DiffTest, SeveralRunsGiveTheLowerMedian) {
   std::vector<Profile> base = {Make("a1", {{"f", "/x", 0x10, 10, 10, 1}}),
                                Make("a2", {{"f", "/x", 0x10, 30, 30, 1}}),
@@ -179,6 +238,26 @@ TEST(MannWhitneyTest, TiesUseTheCorrectedNormalApproximation) {
   EXPECT_NEAR(w.p, 0.198829, 1e-6);
   const std::vector<double> same = {5, 5, 5};
   EXPECT_DOUBLE_EQ(MannWhitneyU(same, same).p, 1);
+}
+
+// --exclude-startup's time: what ran outside main takes its share of an interval, given to no
+// function, and an interval after it with no instruction is nobody's either.
+TEST(TickSplitterTest, OutsideInstructionsTakeTheirShareForNobody) {
+  TickSplitter t;
+  t.OnTime(false, 0, 1000);
+  t.OnCount(0, 3);
+  t.OnOutside(1);
+  t.OnTime(true, 1000, 1100);  // 100 ticks: 3/4 to f, 1/4 outside
+  EXPECT_EQ(t.ticks(0), 75u);
+  t.OnCount(0, 1);
+  t.OnTime(true, 1100, 1110);  // all 10 to f
+  t.OnTime(true, 1110, 1120);  // no instruction: to the last to run, f
+  EXPECT_EQ(t.ticks(0), 95u);
+  t.OnOutside(5);
+  t.OnTime(true, 1120, 1200);
+  t.OnTime(true, 1200, 1300);  // no instruction, the last was outside: nobody's
+  EXPECT_EQ(t.ticks(0), 95u);
+  EXPECT_EQ(t.all_ticks(), 300u);
 }
 
 // A run with timing: `ticks` per function at 1 GHz (1 tick = 1 ns); cycles = `cpt` per tick.
