@@ -106,6 +106,9 @@ struct Thread {
   ptk::QemuSlotControl* control = nullptr;
   const Block* prev = nullptr;  // the block that ran last
   bool in_syscall = false;      // the next block is the return to user
+  // The next block may take FollowFast: traced, running, not in a system call, no signal
+  // pending. Set by OnBlockSlow, cleared wherever one of those changes elsewhere.
+  bool fast = false;
   uint64_t syscall_ip = 0;
   int64_t syscall_num = -1;
   uint64_t args[6] = {};
@@ -203,6 +206,7 @@ void Add(Thread& t, const Event& e) {
   if (absl::Status s = t.enc->Add(e); !s.ok()) {
     Fail("encoding thread " + std::to_string(t.tid) + ": " + std::string(s.message()));
     t.traced = false;  // this stream stops; the error is reported
+    t.fast = false;
   }
 }
 
@@ -380,6 +384,7 @@ void Resolve(Thread& t, uint64_t resume);
 
 // The caller has set the phase to kClosed (the thread never touches its state again).
 void CloseThread(Thread& t) {
+  t.fast = false;
   if (g->truth_fd >= 0) FlushTruth(t);
   if (!t.traced) return;
   if (t.pending) Resolve(t, 0);
@@ -503,12 +508,85 @@ void Follow(Thread& t, const Block& p, const Block& b) {
 }
 
 void Stop();
+void OnBlockSlow(Thread* t, unsigned int vcpu, const Block& b);
+void Periodic(Thread& t);
+
+// The thread went on into the block `b` as the last one's last instruction allows.
+[[gnu::always_inline]] inline bool Advance(Thread& t, const Block& b) {
+  t.prev = &b;
+  t.instructions += b.insns;
+  ++t.blocks;
+  return true;
+}
+
+// Advance, after that instruction's event `e` when it needs no packet now (else false: one
+// event in about six fills a packet, which Follow writes).
+[[gnu::always_inline]] inline bool AddAndAdvance(Thread& t, const Block& b, const Event& e) {
+  return t.enc->AddWithoutPacket(e) && Advance(t, b);
+}
+
+// The common case, inline: a traced thread running user code whose last block went where
+// its last instruction could go (no signal, no system call). False, with nothing done, for
+// everything else (OnBlockSlow). The events are the ones Follow writes. No calls (a tail call
+// to OnBlockSlow is OnBlock's only one: no registers to save on the fast path).
+[[gnu::always_inline]] inline bool FollowFast(Thread& t, const Block& b) {
+  // (Every kCheckBlocks-th block takes the slow path: it checks whether ptrecord asked to stop.)
+  if (!t.fast || t.blocks + 1 >= kCheckBlocks || g->closing.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  const Block& p = *t.prev;
+  const InsnInfo& last = p.last;
+  const uint64_t next = b.start;
+  switch (last.cls) {
+    case InsnClass::kOther:
+      if (next == p.end) return Advance(t, b);
+      if (last.rep && next == p.last_ip) {
+        // A REP string instruction runs again from its own address once per iteration; it
+        // retires once.
+        t.prev = &b;
+        return true;
+      }
+      return false;
+    case InsnClass::kDirectJump:
+      return next == last.target && Advance(t, b);
+    case InsnClass::kCondBranch:
+      return (next == last.target || next == p.end) &&
+             AddAndAdvance(t, b, Event::Cond(p.last_ip, last.size, next != p.end, last.target));
+    case InsnClass::kDirectCall:
+      return next == last.target &&
+             AddAndAdvance(t, b, Event::Simple(EventKind::kDirectCall, p.last_ip, next, last.size));
+    case InsnClass::kIndirectJump:
+      return AddAndAdvance(t, b, Event::Simple(EventKind::kIndirectJump, p.last_ip, next));
+    case InsnClass::kIndirectCall:
+      return AddAndAdvance(t, b,
+                           Event::Simple(EventKind::kIndirectCall, p.last_ip, next, last.size));
+    case InsnClass::kReturn:
+      return AddAndAdvance(t, b, Event::Simple(EventKind::kReturn, p.last_ip, next));
+    default:
+      return false;
+  }
+}
 
 void OnBlock(unsigned int vcpu, void* userdata) {
   const Block& b = *static_cast<const Block*>(userdata);
   if (vcpu >= kMaxVcpus) return;
   Thread* t = g->threads[vcpu].load(std::memory_order_acquire);
+  if (t != nullptr && FollowFast(*t, b)) return;
+  OnBlockSlow(t, vcpu, b);
+}
+
+void EnterBlock(Thread* t, const Block& b);
+
+// Everything FollowFast does not handle; then whether the next block may take it.
+__attribute__((noinline)) void OnBlockSlow(Thread* t, unsigned int vcpu, const Block& b) {
   if (t == nullptr) t = StartThread(vcpu, nullptr);
+  EnterBlock(t, b);
+  t->fast = t->traced && !t->in_syscall && !t->pending && t->prev != nullptr &&
+            t->phase.load(std::memory_order_relaxed) != kClosed;
+}
+
+// The thread `t` enters the block `b`: the general case.
+void EnterBlock(Thread* t, const Block& b) {
   if (t->phase.load(std::memory_order_relaxed) == kClosed) return;
   const Block* p = t->prev;
   t->prev = &b;
@@ -533,15 +611,18 @@ void OnBlock(unsigned int vcpu, void* userdata) {
     return EndThread(*t);
   }
   t->instructions += b.insns;
-  if (++t->blocks >= kCheckBlocks) {
-    t->blocks = 0;
-    // A chunk is full, or old: a process that dies of a signal runs no plugin code, so what
-    // was not moved is lost; this bounds it to about kMoveNs of the run.
-    const uint64_t now = Now();
-    if (t->enc->offset() - t->moved >= kChunk || now - t->moved_at > kMoveNs) {
-      Add(*t, Event::Time(now));
-      Move(*t);
-    }
+  if (++t->blocks >= kCheckBlocks) Periodic(*t);
+}
+
+// Every kCheckBlocks blocks.
+void Periodic(Thread& t) {
+  t.blocks = 0;
+  // A chunk is full, or old: a process that dies of a signal runs no plugin code, so what
+  // was not moved is lost; this bounds it to about kMoveNs of the run.
+  const uint64_t now = Now();
+  if (t.enc->offset() - t.moved >= kChunk || now - t.moved_at > kMoveNs) {
+    Add(t, Event::Time(now));
+    Move(t);
   }
 }
 
@@ -653,6 +734,7 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
   Thread* t = ThreadOf(vcpu);
   if (t == nullptr || t->phase.load(std::memory_order_relaxed) == kClosed) return;
   t_current = t;
+  t->fast = false;
   t->syscall_num = num;
   const uint64_t args[6] = {a1, a2, a3, a4, a5, a6};
   std::memcpy(t->args, args, sizeof(args));
