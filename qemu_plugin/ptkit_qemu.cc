@@ -77,8 +77,10 @@ constexpr uint64_t kMoveNs = 20000000;
 constexpr uint32_t kCheckBlocks = 1024;
 constexpr unsigned kMaxVcpus = 4096;
 // x86-64 Linux system call numbers (asm/unistd_64.h).
-constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysRtSigreturn = 15, kSysExecve = 59,
-                  kSysExit = 60, kSysExitGroup = 231, kSysExecveat = 322;
+constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysRtSigaction = 13, kSysRtSigreturn = 15,
+                  kSysExecve = 59, kSysExit = 60, kSysExitGroup = 231, kSysExecveat = 322;
+// Signal numbers rt_sigaction accepts (1.._NSIG - 1).
+constexpr int kSignals = 65;
 
 // One translated block, kept for the life of the process (blocks are few).
 struct Block {
@@ -112,6 +114,7 @@ struct Thread {
   uint64_t syscall_ip = 0;
   int64_t syscall_num = -1;
   uint64_t args[6] = {};
+  uint64_t new_handler = 0;  // of the rt_sigaction call running
   std::atomic<int> phase{kRunning};
   uint64_t instructions = 0;
   uint64_t moved = 0;     // encoder bytes handed to the ring
@@ -149,9 +152,29 @@ struct Global {
   // else in /proc/self/maps at the first block is the guest's.
   std::set<std::tuple<uint64_t, uint64_t, std::string>> host_maps;
   bool first_process = true;  // the process qemu started: writes COMM and the mappings
+  // The guest's signal handlers (rt_sigaction), per signal: a branch whose next block is one
+  // of them is taken for a signal delivered right after it. `handler_bits` is a filter for
+  // the fast path (bit HandlerBit(address) set for every handler ever installed).
+  std::atomic<uint64_t> handlers[kSignals] = {};
+  std::atomic<uint64_t> handler_bits[64] = {};
 };
 Global* g = nullptr;
 thread_local Thread* t_current = nullptr;
+
+unsigned HandlerBit(uint64_t address) { return (address ^ (address >> 12)) & 4095; }
+
+// Whether `address` is a signal handler the guest installed (first the filter, inline).
+bool IsHandlerSlow(uint64_t address) {
+  for (const std::atomic<uint64_t>& h : g->handlers) {
+    if (h.load(std::memory_order_relaxed) == address) return true;
+  }
+  return false;
+}
+[[gnu::always_inline]] inline bool IsHandler(uint64_t address) {
+  const unsigned bit = HandlerBit(address);
+  return (g->handler_bits[bit / 64].load(std::memory_order_relaxed) >> (bit % 64) & 1) != 0 &&
+         IsHandlerSlow(address);
+}
 
 uint64_t Now() {
   timespec ts{};
@@ -439,7 +462,10 @@ void Follow(Thread& t, const Block& p, const Block& b) {
   if (t.in_syscall) {
     t.in_syscall = false;
     if (t.pending) {
-      if (t.syscall_num == kSysRtSigreturn) {
+      if (t.syscall_num == kSysRtSigreturn && IsHandler(b.start)) {
+        // The handler returned and another signal came at once (its frame resumes where
+        // this one's did): the branch is still unresolved, at the same depth.
+      } else if (t.syscall_num == kSysRtSigreturn) {
         if (t.pending->depth == 0) {
           Resolve(t, b.start);
           Add(t, Event::Enable(b.start));
@@ -479,6 +505,18 @@ void Follow(Thread& t, const Block& p, const Block& b) {
     case InsnClass::kIndirectJump:
     case InsnClass::kIndirectCall:
     case InsnClass::kReturn:
+      // Any target is possible; a signal handler is taken for a signal that came right after
+      // the branch (a program that jumps to its handler itself is recorded wrongly: it is
+      // resolved when that handler returns by rt_sigreturn, or counted).
+      if (!IsHandler(next)) break;
+      if (t.pending) {
+        // One branch waits for its frame already: this one is recorded as going to the
+        // handler (its instructions are right, its target is not), and counted.
+        Header()->unresolved_signals.fetch_add(1);
+        break;
+      }
+      t.pending = Thread::Pending{&p, next};
+      return;
     case InsnClass::kFarBranch:
     case InsnClass::kSyscall:
       break;
@@ -555,13 +593,17 @@ void Periodic(Thread& t);
     case InsnClass::kDirectCall:
       return next == last.target &&
              AddAndAdvance(t, b, Event::Simple(EventKind::kDirectCall, p.last_ip, next, last.size));
+    // (To a signal handler: Follow decides whether a signal came right after the branch.)
     case InsnClass::kIndirectJump:
-      return AddAndAdvance(t, b, Event::Simple(EventKind::kIndirectJump, p.last_ip, next));
+      return !IsHandler(next) &&
+             AddAndAdvance(t, b, Event::Simple(EventKind::kIndirectJump, p.last_ip, next));
     case InsnClass::kIndirectCall:
-      return AddAndAdvance(t, b,
+      return !IsHandler(next) &&
+             AddAndAdvance(t, b,
                            Event::Simple(EventKind::kIndirectCall, p.last_ip, next, last.size));
     case InsnClass::kReturn:
-      return AddAndAdvance(t, b, Event::Simple(EventKind::kReturn, p.last_ip, next));
+      return !IsHandler(next) &&
+             AddAndAdvance(t, b, Event::Simple(EventKind::kReturn, p.last_ip, next));
     default:
       return false;
   }
@@ -744,6 +786,15 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
     Add(*t, Event::Disable(t->syscall_ip, 0, /*suppress_ip=*/true));
     t->in_syscall = true;
   }
+  if (num == kSysRtSigaction && a2 != 0) {
+    // struct sigaction as the kernel takes it: the handler first. Read now (the call reads
+    // it now); installed when the call succeeds.
+    uint64_t handler = 0;
+    iovec local{&handler, sizeof(handler)};
+    iovec remote{reinterpret_cast<void*>(a2), sizeof(handler)};
+    t->new_handler =
+        process_vm_readv(gettid(), &local, 1, &remote, 1, 0) == sizeof(handler) ? handler : 0;
+  }
   if (num == kSysExit) return EndThread(*t);
   if (num == kSysExitGroup) return EndAll();
   if (t->traced && (num == kSysExecve || num == kSysExecveat)) {
@@ -766,6 +817,13 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   if (!t->phase.compare_exchange_strong(expected, kRunning)) return;
   if (t->traced && (num == kSysExecve || num == kSysExecveat)) Header()->execs.fetch_sub(1);
   if (Header()->stop_signal.load(std::memory_order_relaxed) != 0) return Stop();
+  if (num == kSysRtSigaction && ret == 0 && t->args[1] != 0 && t->args[0] < kSignals) {
+    // SIG_DFL (0) and SIG_IGN (1) run no guest code.
+    const uint64_t handler = t->new_handler > 1 ? t->new_handler : 0;
+    g->handlers[t->args[0]].store(handler, std::memory_order_relaxed);
+    const unsigned bit = HandlerBit(handler);
+    if (handler != 0) g->handler_bits[bit / 64].fetch_or(uint64_t{1} << (bit % 64));
+  }
   if (!t->traced || ret < 0) return;
   const uint64_t now = Now();
   if (num == kSysMmap && (t->args[2] & PROT_EXEC) != 0) {

@@ -280,8 +280,10 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   if (uint32_t n = h->unresolved_signals.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
         n,
-        " signals arrived after a conditional branch and their handler never returned: the "
-        "trace lacks that branch (one instruction each)"));
+        " signals came right after a branch whose target only their frame knows, and the "
+        "handler never returned by rt_sigreturn (or another such branch was waiting): the "
+        "trace lacks that conditional branch (one instruction), or has that RET or indirect "
+        "branch going to the handler"));
   }
   PTKIT_ASSIGN_OR_RETURN(std::vector<std::string> code_warnings, code.Write(*writer));
   for (std::string& w : code_warnings) result.warnings.push_back(std::move(w));

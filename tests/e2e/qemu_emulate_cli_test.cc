@@ -11,10 +11,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -118,6 +121,42 @@ TEST_F(QemuEmulateTest, ThreadsForkAndSignalsDecodeToTheGroundTruth) {
   ExpectDecodedEqualsTruth("alarm", {PROGRAM_DIR "/emulate_alarm"});
   EXPECT_EQ(ExpectDecodedEqualsTruth("leader_exit", {PROGRAM_DIR "/emulate_leader_exit"}).size(),
             2u);
+}
+
+// SIGALRM every 200 us while main calls hot() over and over: signals land after hot's RET too.
+// QEMU delivers them at a block boundary, so the block after the RET is the handler; the RET
+// must still go where it went (the frame's resume address, known at rt_sigreturn), never to
+// the handler, which nothing calls (its address from nm).
+TEST_F(QemuEmulateTest, ASignalRightAfterARetKeepsTheRetTarget) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string alarm = E2E_PROGRAM_DIR "/e2e_signal_ret";
+  const auto [handler, handler_end] = ::ptkit::testing::NmRange(alarm, "on_alarm");
+  const auto [hot, hot_end] = ::ptkit::testing::NmRange(alarm, "hot");
+  ASSERT_NE(handler, 0u);
+  ASSERT_NE(hot, 0u);
+  Recorded rec = Record("alarm", {alarm}, /*with_truth=*/false);
+  ASSERT_EQ(rec.run.exit_code, 0) << rec.run.err;  // 40 signals handled
+  auto d = RunCommand({PTDECODE_PATH, "branches", rec.trace});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  // "FROM sym+off -> TO sym+off KIND" (TO is "? [untraced]" where tracing stops after it).
+  int to_handler = 0, handler_returns = 0, signals_after_hot_ret = 0;
+  bool last_was_hot_ret = false;
+  std::istringstream lines(d.out);
+  for (std::string line; std::getline(lines, line);) {
+    uint64_t from = 0, to = 0;
+    char sym[256] = {};
+    if (std::sscanf(line.c_str(), "%" SCNx64 " %255s -> %" SCNx64, &from, sym, &to) < 2) continue;
+    to_handler += to == handler ? 1 : 0;
+    const bool in_handler = from >= handler && from < handler_end;
+    handler_returns += in_handler ? 1 : 0;
+    signals_after_hot_ret += in_handler && last_was_hot_ret ? 1 : 0;
+    last_was_hot_ret = from >= hot && from < hot_end && line.ends_with(" ret");
+  }
+  EXPECT_EQ(to_handler, 0) << "branches recorded as going to the handler";
+  EXPECT_GE(handler_returns, 40);
+  EXPECT_GE(signals_after_hot_ret, 1) << "no signal came right after hot's RET this time";
+  // And instruction by instruction (signals also come right at rt_sigreturn's return).
+  ExpectDecodedEqualsTruth("signal_ret", {alarm});
 }
 
 // qemu-user does not follow exec: the trace ends there, and ptrecord says so.
