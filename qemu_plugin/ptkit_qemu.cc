@@ -25,6 +25,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -76,6 +77,8 @@ constexpr uint64_t kMoveNs = 20000000;
 // How often (in blocks) a thread checks whether a chunk is ready.
 constexpr uint32_t kCheckBlocks = 1024;
 constexpr unsigned kMaxVcpus = 4096;
+// Instructions a thread claims at once from an instruction limit (--max-steps).
+constexpr uint64_t kBudgetChunk = 1 << 16;
 // x86-64 Linux system call numbers (asm/unistd_64.h).
 constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysRtSigaction = 13, kSysRtSigreturn = 15,
                   kSysExecve = 59, kSysExit = 60, kSysExitGroup = 231, kSysExecveat = 322;
@@ -117,6 +120,9 @@ struct Thread {
   uint64_t new_handler = 0;  // of the rt_sigaction call running
   std::atomic<int> phase{kRunning};
   uint64_t instructions = 0;
+  // With an instruction limit: `instructions` may grow up to this before the thread claims
+  // more (no limit: never reached).
+  uint64_t budget_end = ~uint64_t{0};
   uint64_t moved = 0;     // encoder bytes handed to the ring
   uint64_t moved_at = 0;  // Now() of the last Move
   uint32_t blocks = 0;
@@ -145,7 +151,8 @@ struct Global {
   // The process is ending (exit_group, exec): running threads close their streams at their
   // next block.
   std::atomic<bool> closing{false};
-  std::mutex mu;  // blocks, host_maps, first_process
+  std::atomic<bool> ending{false};  // a thread ends the process (FirstToEnd)
+  std::mutex mu;                    // blocks, host_maps, first_process
   std::deque<Block> blocks;
   std::deque<Insn> insns;
   // The host's own mappings when the plugin was installed (qemu, its libraries): everything
@@ -363,6 +370,7 @@ Thread* StartThread(unsigned vcpu, const Thread* parent) {
   t->control->state.store(ptk::kSlotActive, std::memory_order_release);
   t->out.emplace(ptk::SlotRing(g->region, slot), t->pid, t->tid, slot);
   t->traced = true;
+  if (h->max_instructions != 0) t->budget_end = 0;
   const uint64_t now = Now();
   ptkit::perf::ItraceStart is;
   is.pid = t->pid;
@@ -569,7 +577,8 @@ void Periodic(Thread& t);
 // to OnBlockSlow is OnBlock's only one: no registers to save on the fast path).
 [[gnu::always_inline]] inline bool FollowFast(Thread& t, const Block& b) {
   // (Every kCheckBlocks-th block takes the slow path: it checks whether ptrecord asked to stop.)
-  if (!t.fast || t.blocks + 1 >= kCheckBlocks || g->closing.load(std::memory_order_relaxed)) {
+  if (!t.fast || t.blocks + 1 >= kCheckBlocks || t.instructions + b.insns > t.budget_end ||
+      g->closing.load(std::memory_order_relaxed)) {
     return false;
   }
   const Block& p = *t.prev;
@@ -619,6 +628,25 @@ void OnBlock(unsigned int vcpu, void* userdata) {
 
 void EnterBlock(Thread* t, const Block& b);
 
+// Whether the thread may run `insns` more instructions under the instruction limit: claims
+// them (and a chunk more, as far as the limit goes) when its budget does not cover them.
+bool ClaimBudget(Thread& t, uint64_t insns) {
+  if (t.instructions + insns <= t.budget_end) return true;
+  ptk::QemuRegionHeader* h = Header();
+  const uint64_t need = t.instructions + insns - t.budget_end;
+  uint64_t claimed = h->instructions_claimed.load();
+  uint64_t take = 0;
+  do {
+    const uint64_t left = h->max_instructions - std::min(claimed, h->max_instructions);
+    if (left < need) return false;
+    take = std::min(left, std::max(need, kBudgetChunk));
+  } while (!h->instructions_claimed.compare_exchange_weak(claimed, claimed + take));
+  t.budget_end += take;
+  return true;
+}
+
+void StopAtLimit();
+
 // Everything FollowFast does not handle; then whether the next block may take it.
 __attribute__((noinline)) void OnBlockSlow(Thread* t, unsigned int vcpu, const Block& b) {
   if (t == nullptr) t = StartThread(vcpu, nullptr);
@@ -634,6 +662,11 @@ void EnterBlock(Thread* t, const Block& b) {
   t->prev = &b;
   if (!t->traced) return;
   if (p == nullptr) {
+    if (!ClaimBudget(*t, b.insns)) {
+      // The limit is reached before the thread runs at all.
+      t->prev = nullptr;
+      return StopAtLimit();
+    }
     Add(*t, Event::Enable(b.start));
     t->instructions += b.insns;
     return;
@@ -642,15 +675,16 @@ void EnterBlock(Thread* t, const Block& b) {
   // iteration; it retires once.
   if (p->last.rep && b.start == p->last_ip) return;
   Follow(*t, *p, b);
-  if (g->closing.load(std::memory_order_relaxed) ||
+  const bool limit = !ClaimBudget(*t, b.insns);
+  if (g->closing.load(std::memory_order_relaxed) || limit ||
       (t->blocks + 1 >= kCheckBlocks &&
        Header()->stop_signal.load(std::memory_order_relaxed) != 0)) {
-    // The process is ending: this block does not run as far as the trace (and the ground
-    // truth) know.
+    // The process is ending (or the instruction limit is reached): this block does not run
+    // as far as the trace (and the ground truth) know.
     if (t->pending) Resolve(*t, 0);
     if (t->traced && t->enc->tracing()) Add(*t, Event::AsyncDisable(b.start));
-    if (!g->closing.load(std::memory_order_relaxed)) return Stop();
-    return EndThread(*t);
+    if (g->closing.load(std::memory_order_relaxed)) return EndThread(*t);
+    return limit ? StopAtLimit() : Stop();
   }
   t->instructions += b.insns;
   if (++t->blocks >= kCheckBlocks) Periodic(*t);
@@ -764,11 +798,30 @@ void EndAll(bool with_current = true) {
   if (with_current && t_current != nullptr) EndThread(*t_current);
 }
 
+// Whether this thread is the first to end the process (Stop, StopAtLimit). Another one that
+// gets there meanwhile ends only its own stream and waits to be ended with the process (the
+// first one waits for it to do that).
+bool FirstToEnd() {
+  if (!g->ending.exchange(true)) return true;
+  if (t_current != nullptr) EndThread(*t_current);
+  for (;;) pause();
+}
+
 // ptrecord asked to stop (SIGINT, SIGTERM, SIGHUP): every stream ends here, then the process
 // exits as that signal's 128 + N.
 void Stop() {
+  if (!FirstToEnd()) return;
   EndAll();
   syscall(SYS_exit_group, 128 + static_cast<int>(Header()->stop_signal.load()));
+}
+
+// The instruction limit is reached: every stream ends here, then the process dies of SIGKILL
+// (as the step backend kills the workload at --max-steps).
+void StopAtLimit() {
+  Header()->limit_hit.store(1);
+  if (!FirstToEnd()) return;
+  EndAll();
+  syscall(SYS_kill, getpid(), SIGKILL);
 }
 
 void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1, uint64_t a2,

@@ -94,10 +94,13 @@ absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string&
 }
 
 absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
-  if (options.bts || !options.filter.empty() || options.max_steps != 0) {
+  if (options.bts) {
     return Usage(absl::InvalidArgumentError(
-        "--emulate=qemu does not support --bts, --filter or --max-steps yet (use "
-        "--emulate=step)"));
+        "--emulate=qemu does not write BTS (intel_bts): use --emulate=step for it"));
+  }
+  if (!options.filter.empty()) {
+    return Usage(absl::InvalidArgumentError(
+        "--emulate=qemu does not support --filter: use --emulate=step for it"));
   }
   PTKIT_ASSIGN_OR_RETURN(QemuSetup setup, FindQemu(options.qemu_plugin, options.self_exe));
   const std::string program = FindOnPath(options.argv.at(0));
@@ -131,6 +134,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   if (!map.valid()) return ErrnoStatus(errno, "mmap the QEMU ring");
   auto* base = static_cast<uint8_t*>(map.get());
   InitQemuRegion(base, kSlots, kSlotDataPages, options.qemu_aux_pages);
+  RegionHeader(base)->max_instructions = options.max_steps;
 
   ScopedFd truth;
   if (!options.ground_truth.empty()) {
@@ -292,6 +296,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   result.exit_code = record::Workload::ExitCode(*status);
   result.steps.exit_status = result.exit_code;
   if (WIFSIGNALED(*status)) result.steps.exit_signal = WTERMSIG(*status);
+  result.steps.step_limit_hit = h->limit_hit.load() != 0;
   if (result.steps.exit_signal == SIGILL) {
     result.warnings.push_back(
         "SIGILL under QEMU: the program used an instruction QEMU's TCG does not implement "
@@ -305,7 +310,11 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
                   .threads = result.threads,
                   .workload_exit_status = result.steps.exit_status};
   if (result.steps.exit_signal != 0) end.workload_signal = SignalName(result.steps.exit_signal);
-  if (result.stop_signal != 0) end.stopped_by = SignalName(result.stop_signal);
+  if (result.stop_signal != 0) {
+    end.stopped_by = SignalName(result.stop_signal);
+  } else if (result.steps.step_limit_hit) {
+    end.stopped_by = "--max-steps";
+  }
   meta.end = std::move(end);
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->Close());

@@ -53,11 +53,12 @@ class QemuEmulateTest : public ::testing::Test {
   void SetUp() override { dir_ = std::make_unique<testing::TempDir>(); }
 
   Recorded Record(const std::string& name, const std::vector<std::string>& command,
-                  bool with_truth = true) {
+                  bool with_truth = true, const std::vector<std::string>& options = {}) {
     Recorded r;
     r.trace = dir_->File(name + ".pt");
     r.truth = dir_->File(name + ".truth");
     std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=qemu", "-o", r.trace};
+    argv.insert(argv.end(), options.begin(), options.end());
     if (with_truth) {
       argv.push_back("--ground-truth");
       argv.push_back(r.truth);
@@ -72,8 +73,9 @@ class QemuEmulateTest : public ::testing::Test {
   // against it; returns the truth.
   PerThread ExpectDecodedEqualsTruth(const std::string& name,
                                      const std::vector<std::string>& command, int expected_exit = 0,
-                                     std::string* err = nullptr) {
-    Recorded rec = Record(name, command);
+                                     std::string* err = nullptr,
+                                     const std::vector<std::string>& options = {}) {
+    Recorded rec = Record(name, command, /*with_truth=*/true, options);
     EXPECT_EQ(rec.run.exit_code, expected_exit) << rec.run.err;
     if (err != nullptr) *err = rec.run.err;
     auto d = RunCommand({PTDECODE_PATH, "insn", rec.trace});
@@ -270,6 +272,44 @@ TEST_F(QemuEmulateTest, TwoRunsGiveTheSamePerFunctionCounts) {
     stats[i] = nlohmann::json(counts).dump();
   }
   EXPECT_EQ(stats[0], stats[1]);
+}
+
+// --max-steps under QEMU: at most N instructions over all threads (the limit is applied at
+// block boundaries), every stream ends exactly (the decoded instructions equal the ground
+// truth), the workload is killed and the container says why it ended.
+TEST_F(QemuEmulateTest, MaxStepsEndsEveryStreamAtTheLimit) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  constexpr uint64_t kLimit = 20000;  // of the ~38000 it runs
+  std::string err;
+  PerThread truth =
+      ExpectDecodedEqualsTruth("threads_limit", {PROGRAM_DIR "/emulate_threads"}, 128 + SIGKILL,
+                               &err, {"--max-steps", std::to_string(kLimit)});
+  uint64_t total = 0;
+  for (const auto& [tid, ips] : truth) total += ips.size();
+  EXPECT_LE(total, kLimit);
+  EXPECT_GT(total, kLimit / 2);
+  EXPECT_THAT(err, HasSubstr("stopped at --max-steps"));
+  EXPECT_THAT(err, Not(HasSubstr("warning")));
+  auto info = RunCommand({PTDECODE_PATH, "info", dir_->File("threads_limit.pt")});
+  EXPECT_THAT(info.out, HasSubstr("\"stopped_by\":\"--max-steps\""));
+}
+
+// What the qemu backend cannot do is a usage error naming the option and the step backend.
+TEST_F(QemuEmulateTest, BtsAndFilterNameTheStepBackend) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  for (const std::vector<std::string>& option :
+       {std::vector<std::string>{"--bts"},
+        std::vector<std::string>{"--filter", "filter main @ /bin/true"}}) {
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=qemu", "-o", dir_->File("x.pt")};
+    argv.insert(argv.end(), option.begin(), option.end());
+    argv.insert(argv.end(), {"--", "/bin/true"});
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(option[0] == "--bts" ? "BTS" : "--filter"));
+    EXPECT_THAT(r.err, HasSubstr("--emulate=step"));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));
+  }
 }
 
 TEST_F(QemuEmulateTest, APluginThatIsNotThereIsOneLine) {
