@@ -25,6 +25,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -76,9 +77,13 @@ constexpr uint64_t kMoveNs = 20000000;
 // How often (in blocks) a thread checks whether a chunk is ready.
 constexpr uint32_t kCheckBlocks = 1024;
 constexpr unsigned kMaxVcpus = 4096;
+// Instructions a thread claims at once from an instruction limit (--max-steps).
+constexpr uint64_t kBudgetChunk = 1 << 16;
 // x86-64 Linux system call numbers (asm/unistd_64.h).
-constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysRtSigreturn = 15, kSysExecve = 59,
-                  kSysExit = 60, kSysExitGroup = 231, kSysExecveat = 322;
+constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysRtSigaction = 13, kSysRtSigreturn = 15,
+                  kSysExecve = 59, kSysExit = 60, kSysExitGroup = 231, kSysExecveat = 322;
+// Signal numbers rt_sigaction accepts (1.._NSIG - 1).
+constexpr int kSignals = 65;
 
 // One translated block, kept for the life of the process (blocks are few).
 struct Block {
@@ -106,11 +111,18 @@ struct Thread {
   ptk::QemuSlotControl* control = nullptr;
   const Block* prev = nullptr;  // the block that ran last
   bool in_syscall = false;      // the next block is the return to user
+  // The next block may take FollowFast: traced, running, not in a system call, no signal
+  // pending. Set by OnBlockSlow, cleared wherever one of those changes elsewhere.
+  bool fast = false;
   uint64_t syscall_ip = 0;
   int64_t syscall_num = -1;
   uint64_t args[6] = {};
+  uint64_t new_handler = 0;  // of the rt_sigaction call running
   std::atomic<int> phase{kRunning};
   uint64_t instructions = 0;
+  // With an instruction limit: `instructions` may grow up to this before the thread claims
+  // more (no limit: never reached).
+  uint64_t budget_end = ~uint64_t{0};
   uint64_t moved = 0;     // encoder bytes handed to the ring
   uint64_t moved_at = 0;  // Now() of the last Move
   uint32_t blocks = 0;
@@ -139,16 +151,37 @@ struct Global {
   // The process is ending (exit_group, exec): running threads close their streams at their
   // next block.
   std::atomic<bool> closing{false};
-  std::mutex mu;  // blocks, host_maps, first_process
+  std::atomic<bool> ending{false};  // a thread ends the process (FirstToEnd)
+  std::mutex mu;                    // blocks, host_maps, first_process
   std::deque<Block> blocks;
   std::deque<Insn> insns;
   // The host's own mappings when the plugin was installed (qemu, its libraries): everything
   // else in /proc/self/maps at the first block is the guest's.
   std::set<std::tuple<uint64_t, uint64_t, std::string>> host_maps;
   bool first_process = true;  // the process qemu started: writes COMM and the mappings
+  // The guest's signal handlers (rt_sigaction), per signal: a branch whose next block is one
+  // of them is taken for a signal delivered right after it. `handler_bits` is a filter for
+  // the fast path (bit HandlerBit(address) set for every handler ever installed).
+  std::atomic<uint64_t> handlers[kSignals] = {};
+  std::atomic<uint64_t> handler_bits[64] = {};
 };
 Global* g = nullptr;
 thread_local Thread* t_current = nullptr;
+
+unsigned HandlerBit(uint64_t address) { return (address ^ (address >> 12)) & 4095; }
+
+// Whether `address` is a signal handler the guest installed (first the filter, inline).
+bool IsHandlerSlow(uint64_t address) {
+  for (const std::atomic<uint64_t>& h : g->handlers) {
+    if (h.load(std::memory_order_relaxed) == address) return true;
+  }
+  return false;
+}
+[[gnu::always_inline]] inline bool IsHandler(uint64_t address) {
+  const unsigned bit = HandlerBit(address);
+  return (g->handler_bits[bit / 64].load(std::memory_order_relaxed) >> (bit % 64) & 1) != 0 &&
+         IsHandlerSlow(address);
+}
 
 uint64_t Now() {
   timespec ts{};
@@ -203,6 +236,7 @@ void Add(Thread& t, const Event& e) {
   if (absl::Status s = t.enc->Add(e); !s.ok()) {
     Fail("encoding thread " + std::to_string(t.tid) + ": " + std::string(s.message()));
     t.traced = false;  // this stream stops; the error is reported
+    t.fast = false;
   }
 }
 
@@ -336,6 +370,7 @@ Thread* StartThread(unsigned vcpu, const Thread* parent) {
   t->control->state.store(ptk::kSlotActive, std::memory_order_release);
   t->out.emplace(ptk::SlotRing(g->region, slot), t->pid, t->tid, slot);
   t->traced = true;
+  if (h->max_instructions != 0) t->budget_end = 0;
   const uint64_t now = Now();
   ptkit::perf::ItraceStart is;
   is.pid = t->pid;
@@ -380,6 +415,7 @@ void Resolve(Thread& t, uint64_t resume);
 
 // The caller has set the phase to kClosed (the thread never touches its state again).
 void CloseThread(Thread& t) {
+  t.fast = false;
   if (g->truth_fd >= 0) FlushTruth(t);
   if (!t.traced) return;
   if (t.pending) Resolve(t, 0);
@@ -434,7 +470,10 @@ void Follow(Thread& t, const Block& p, const Block& b) {
   if (t.in_syscall) {
     t.in_syscall = false;
     if (t.pending) {
-      if (t.syscall_num == kSysRtSigreturn) {
+      if (t.syscall_num == kSysRtSigreturn && IsHandler(b.start)) {
+        // The handler returned and another signal came at once (its frame resumes where
+        // this one's did): the branch is still unresolved, at the same depth.
+      } else if (t.syscall_num == kSysRtSigreturn) {
         if (t.pending->depth == 0) {
           Resolve(t, b.start);
           Add(t, Event::Enable(b.start));
@@ -474,6 +513,18 @@ void Follow(Thread& t, const Block& p, const Block& b) {
     case InsnClass::kIndirectJump:
     case InsnClass::kIndirectCall:
     case InsnClass::kReturn:
+      // Any target is possible; a signal handler is taken for a signal that came right after
+      // the branch (a program that jumps to its handler itself is recorded wrongly: it is
+      // resolved when that handler returns by rt_sigreturn, or counted).
+      if (!IsHandler(next)) break;
+      if (t.pending) {
+        // One branch waits for its frame already: this one is recorded as going to the
+        // handler (its instructions are right, its target is not), and counted.
+        Header()->unresolved_signals.fetch_add(1);
+        break;
+      }
+      t.pending = Thread::Pending{&p, next};
+      return;
     case InsnClass::kFarBranch:
     case InsnClass::kSyscall:
       break;
@@ -503,17 +554,119 @@ void Follow(Thread& t, const Block& p, const Block& b) {
 }
 
 void Stop();
+void OnBlockSlow(Thread* t, unsigned int vcpu, const Block& b);
+void Periodic(Thread& t);
+
+// The thread went on into the block `b` as the last one's last instruction allows.
+[[gnu::always_inline]] inline bool Advance(Thread& t, const Block& b) {
+  t.prev = &b;
+  t.instructions += b.insns;
+  ++t.blocks;
+  return true;
+}
+
+// Advance, after that instruction's event `e` when it needs no packet now (else false: one
+// event in about six fills a packet, which Follow writes).
+[[gnu::always_inline]] inline bool AddAndAdvance(Thread& t, const Block& b, const Event& e) {
+  return t.enc->AddWithoutPacket(e) && Advance(t, b);
+}
+
+// The common case, inline: a traced thread running user code whose last block went where
+// its last instruction could go (no signal, no system call). False, with nothing done, for
+// everything else (OnBlockSlow). The events are the ones Follow writes. No calls (a tail call
+// to OnBlockSlow is OnBlock's only one: no registers to save on the fast path).
+[[gnu::always_inline]] inline bool FollowFast(Thread& t, const Block& b) {
+  // (Every kCheckBlocks-th block takes the slow path: it checks whether ptrecord asked to stop.)
+  if (!t.fast || t.blocks + 1 >= kCheckBlocks || t.instructions + b.insns > t.budget_end ||
+      g->closing.load(std::memory_order_relaxed)) {
+    return false;
+  }
+  const Block& p = *t.prev;
+  const InsnInfo& last = p.last;
+  const uint64_t next = b.start;
+  switch (last.cls) {
+    case InsnClass::kOther:
+      if (next == p.end) return Advance(t, b);
+      if (last.rep && next == p.last_ip) {
+        // A REP string instruction runs again from its own address once per iteration; it
+        // retires once.
+        t.prev = &b;
+        return true;
+      }
+      return false;
+    case InsnClass::kDirectJump:
+      return next == last.target && Advance(t, b);
+    case InsnClass::kCondBranch:
+      return (next == last.target || next == p.end) &&
+             AddAndAdvance(t, b, Event::Cond(p.last_ip, last.size, next != p.end, last.target));
+    case InsnClass::kDirectCall:
+      return next == last.target &&
+             AddAndAdvance(t, b, Event::Simple(EventKind::kDirectCall, p.last_ip, next, last.size));
+    // (To a signal handler: Follow decides whether a signal came right after the branch.)
+    case InsnClass::kIndirectJump:
+      return !IsHandler(next) &&
+             AddAndAdvance(t, b, Event::Simple(EventKind::kIndirectJump, p.last_ip, next));
+    case InsnClass::kIndirectCall:
+      return !IsHandler(next) &&
+             AddAndAdvance(t, b,
+                           Event::Simple(EventKind::kIndirectCall, p.last_ip, next, last.size));
+    case InsnClass::kReturn:
+      return !IsHandler(next) &&
+             AddAndAdvance(t, b, Event::Simple(EventKind::kReturn, p.last_ip, next));
+    default:
+      return false;
+  }
+}
 
 void OnBlock(unsigned int vcpu, void* userdata) {
   const Block& b = *static_cast<const Block*>(userdata);
   if (vcpu >= kMaxVcpus) return;
   Thread* t = g->threads[vcpu].load(std::memory_order_acquire);
+  if (t != nullptr && FollowFast(*t, b)) return;
+  OnBlockSlow(t, vcpu, b);
+}
+
+void EnterBlock(Thread* t, const Block& b);
+
+// Whether the thread may run `insns` more instructions under the instruction limit: claims
+// them (and a chunk more, as far as the limit goes) when its budget does not cover them.
+bool ClaimBudget(Thread& t, uint64_t insns) {
+  if (t.instructions + insns <= t.budget_end) return true;
+  ptk::QemuRegionHeader* h = Header();
+  const uint64_t need = t.instructions + insns - t.budget_end;
+  uint64_t claimed = h->instructions_claimed.load();
+  uint64_t take = 0;
+  do {
+    const uint64_t left = h->max_instructions - std::min(claimed, h->max_instructions);
+    if (left < need) return false;
+    take = std::min(left, std::max(need, kBudgetChunk));
+  } while (!h->instructions_claimed.compare_exchange_weak(claimed, claimed + take));
+  t.budget_end += take;
+  return true;
+}
+
+void StopAtLimit();
+
+// Everything FollowFast does not handle; then whether the next block may take it.
+__attribute__((noinline)) void OnBlockSlow(Thread* t, unsigned int vcpu, const Block& b) {
   if (t == nullptr) t = StartThread(vcpu, nullptr);
+  EnterBlock(t, b);
+  t->fast = t->traced && !t->in_syscall && !t->pending && t->prev != nullptr &&
+            t->phase.load(std::memory_order_relaxed) != kClosed;
+}
+
+// The thread `t` enters the block `b`: the general case.
+void EnterBlock(Thread* t, const Block& b) {
   if (t->phase.load(std::memory_order_relaxed) == kClosed) return;
   const Block* p = t->prev;
   t->prev = &b;
   if (!t->traced) return;
   if (p == nullptr) {
+    if (!ClaimBudget(*t, b.insns)) {
+      // The limit is reached before the thread runs at all.
+      t->prev = nullptr;
+      return StopAtLimit();
+    }
     Add(*t, Event::Enable(b.start));
     t->instructions += b.insns;
     return;
@@ -522,26 +675,30 @@ void OnBlock(unsigned int vcpu, void* userdata) {
   // iteration; it retires once.
   if (p->last.rep && b.start == p->last_ip) return;
   Follow(*t, *p, b);
-  if (g->closing.load(std::memory_order_relaxed) ||
+  const bool limit = !ClaimBudget(*t, b.insns);
+  if (g->closing.load(std::memory_order_relaxed) || limit ||
       (t->blocks + 1 >= kCheckBlocks &&
        Header()->stop_signal.load(std::memory_order_relaxed) != 0)) {
-    // The process is ending: this block does not run as far as the trace (and the ground
-    // truth) know.
+    // The process is ending (or the instruction limit is reached): this block does not run
+    // as far as the trace (and the ground truth) know.
     if (t->pending) Resolve(*t, 0);
     if (t->traced && t->enc->tracing()) Add(*t, Event::AsyncDisable(b.start));
-    if (!g->closing.load(std::memory_order_relaxed)) return Stop();
-    return EndThread(*t);
+    if (g->closing.load(std::memory_order_relaxed)) return EndThread(*t);
+    return limit ? StopAtLimit() : Stop();
   }
   t->instructions += b.insns;
-  if (++t->blocks >= kCheckBlocks) {
-    t->blocks = 0;
-    // A chunk is full, or old: a process that dies of a signal runs no plugin code, so what
-    // was not moved is lost; this bounds it to about kMoveNs of the run.
-    const uint64_t now = Now();
-    if (t->enc->offset() - t->moved >= kChunk || now - t->moved_at > kMoveNs) {
-      Add(*t, Event::Time(now));
-      Move(*t);
-    }
+  if (++t->blocks >= kCheckBlocks) Periodic(*t);
+}
+
+// Every kCheckBlocks blocks.
+void Periodic(Thread& t) {
+  t.blocks = 0;
+  // A chunk is full, or old: a process that dies of a signal runs no plugin code, so what
+  // was not moved is lost; this bounds it to about kMoveNs of the run.
+  const uint64_t now = Now();
+  if (t.enc->offset() - t.moved >= kChunk || now - t.moved_at > kMoveNs) {
+    Add(t, Event::Time(now));
+    Move(t);
   }
 }
 
@@ -641,11 +798,30 @@ void EndAll(bool with_current = true) {
   if (with_current && t_current != nullptr) EndThread(*t_current);
 }
 
+// Whether this thread is the first to end the process (Stop, StopAtLimit). Another one that
+// gets there meanwhile ends only its own stream and waits to be ended with the process (the
+// first one waits for it to do that).
+bool FirstToEnd() {
+  if (!g->ending.exchange(true)) return true;
+  if (t_current != nullptr) EndThread(*t_current);
+  for (;;) pause();
+}
+
 // ptrecord asked to stop (SIGINT, SIGTERM, SIGHUP): every stream ends here, then the process
 // exits as that signal's 128 + N.
 void Stop() {
+  if (!FirstToEnd()) return;
   EndAll();
   syscall(SYS_exit_group, 128 + static_cast<int>(Header()->stop_signal.load()));
+}
+
+// The instruction limit is reached: every stream ends here, then the process dies of SIGKILL
+// (as the step backend kills the workload at --max-steps).
+void StopAtLimit() {
+  Header()->limit_hit.store(1);
+  if (!FirstToEnd()) return;
+  EndAll();
+  syscall(SYS_kill, getpid(), SIGKILL);
 }
 
 void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1, uint64_t a2,
@@ -653,6 +829,7 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
   Thread* t = ThreadOf(vcpu);
   if (t == nullptr || t->phase.load(std::memory_order_relaxed) == kClosed) return;
   t_current = t;
+  t->fast = false;
   t->syscall_num = num;
   const uint64_t args[6] = {a1, a2, a3, a4, a5, a6};
   std::memcpy(t->args, args, sizeof(args));
@@ -661,6 +838,15 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
     t->syscall_ip = t->prev->last_ip;
     Add(*t, Event::Disable(t->syscall_ip, 0, /*suppress_ip=*/true));
     t->in_syscall = true;
+  }
+  if (num == kSysRtSigaction && a2 != 0) {
+    // struct sigaction as the kernel takes it: the handler first. Read now (the call reads
+    // it now); installed when the call succeeds.
+    uint64_t handler = 0;
+    iovec local{&handler, sizeof(handler)};
+    iovec remote{reinterpret_cast<void*>(a2), sizeof(handler)};
+    t->new_handler =
+        process_vm_readv(gettid(), &local, 1, &remote, 1, 0) == sizeof(handler) ? handler : 0;
   }
   if (num == kSysExit) return EndThread(*t);
   if (num == kSysExitGroup) return EndAll();
@@ -684,6 +870,13 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   if (!t->phase.compare_exchange_strong(expected, kRunning)) return;
   if (t->traced && (num == kSysExecve || num == kSysExecveat)) Header()->execs.fetch_sub(1);
   if (Header()->stop_signal.load(std::memory_order_relaxed) != 0) return Stop();
+  if (num == kSysRtSigaction && ret == 0 && t->args[1] != 0 && t->args[0] < kSignals) {
+    // SIG_DFL (0) and SIG_IGN (1) run no guest code.
+    const uint64_t handler = t->new_handler > 1 ? t->new_handler : 0;
+    g->handlers[t->args[0]].store(handler, std::memory_order_relaxed);
+    const unsigned bit = HandlerBit(handler);
+    if (handler != 0) g->handler_bits[bit / 64].fetch_or(uint64_t{1} << (bit % 64));
+  }
   if (!t->traced || ret < 0) return;
   const uint64_t now = Now();
   if (num == kSysMmap && (t->args[2] & PROT_EXEC) != 0) {

@@ -5,6 +5,14 @@
 #include <string.h>
 #include <sys/time.h>
 
+// Built with other figures for tests (tests/e2e: a signal every 200 us, 40 of them).
+#ifndef ALARM_INTERVAL_US
+#define ALARM_INTERVAL_US 5000
+#endif
+#ifndef ALARM_TICKS
+#define ALARM_TICKS 30
+#endif
+
 static volatile long ticks;
 
 static void on_alarm(int sig) { ticks += sig == SIGALRM; }
@@ -21,12 +29,12 @@ int main(void) {
   sa.sa_handler = on_alarm;
   sa.sa_flags = SA_RESTART;
   sigaction(SIGALRM, &sa, 0);
-  struct itimerval every = {{0, 5000}, {0, 5000}};
+  struct itimerval every = {{0, ALARM_INTERVAL_US}, {0, ALARM_INTERVAL_US}};
   setitimer(ITIMER_REAL, &every, 0);
   volatile long sum = 0;
-  for (long i = 0; ticks < 30 && i < 100000000; ++i) sum += hot(i) & 1;
+  for (long i = 0; ticks < ALARM_TICKS && i < 100000000; ++i) sum += hot(i) & 1;
   struct itimerval off;
   memset(&off, 0, sizeof(off));
   setitimer(ITIMER_REAL, &off, 0);
-  return ticks >= 30 ? 0 : 1;
+  return ticks >= ALARM_TICKS ? 0 : 1;
 }

@@ -30,8 +30,11 @@ inline constexpr char kQemuPluginName[] = "libptkit_qemu.so";
 absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string& self_exe);
 
 // Records the workload under QEMU (RecordEmulated with backend "qemu" calls it). The same
-// contract as RecordEmulated; in addition: --bts, --filter and --max-steps are refused
-// (kInvalidArgument, exit 2) and errors the plugin reported are returned (kInternal).
+// contract as RecordEmulated; in addition: --bts and --filter are refused (kInvalidArgument,
+// exit 2, naming --emulate=step) and errors the plugin reported are returned (kInternal).
+// max_steps limits the guest's instructions (over all its threads and processes) at a block
+// boundary: at most that many run, every stream ends before the block that would exceed it,
+// and the workload is killed.
 absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options);
 
 }  // namespace ptkit::emulate

@@ -33,7 +33,7 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 1;
+inline constexpr uint32_t kQemuRegionVersion = 2;
 inline constexpr uint64_t kQemuPage = 4096;
 
 // Slot states.
@@ -57,6 +57,13 @@ struct QemuRegionHeader {
   std::atomic<uint32_t> stop_signal;
   std::atomic<uint32_t> has_error;  // `error` is set (first error only)
   char error[1024];                 // the plugin's first error, NUL-terminated
+  // --max-steps: set by ptrecord before qemu starts (0: no limit). The guest's threads claim
+  // instructions from it in chunks (`instructions_claimed`, shared by fork children); the
+  // block that would exceed it does not run: every stream ends before it, `limit_hit` is
+  // set and the process kills itself.
+  uint64_t max_instructions;
+  std::atomic<uint64_t> instructions_claimed;
+  std::atomic<uint32_t> limit_hit;
 };
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&

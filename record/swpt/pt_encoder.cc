@@ -309,15 +309,6 @@ absl::Status PtEncoder::Overflow(uint64_t resume_ip) {
   return absl::OkStatus();
 }
 
-// SDM "Indirect Transfer Compression for Returns": CALLs push their next IP on a 64-entry stack
-// (the oldest entry falls off; zero-length CALLs are not pushed).
-void PtEncoder::Push(uint64_t return_ip) {
-  if (!options_.ret_compression) return;
-  stack_top_ = (stack_top_ + 1) % kStackSize;
-  stack_[stack_top_] = return_ip;
-  if (stack_size_ < kStackSize) ++stack_size_;
-}
-
 absl::Status PtEncoder::Dispatch(const Event& e) {
   switch (e.kind) {
     case EventKind::kTick:
@@ -404,7 +395,7 @@ absl::Status PtEncoder::Dispatch(const Event& e) {
   }
 }
 
-absl::Status PtEncoder::Add(const Event& event) {
+absl::Status PtEncoder::AddSlow(const Event& event) {
   if (!error_.ok()) return error_;
   if (finished_) return absl::FailedPreconditionError("event after Finish()");
   absl::Status status;
@@ -426,6 +417,7 @@ absl::Status PtEncoder::Add(const Event& event) {
     status = WritePsbPlus();
   }
   if (!status.ok()) error_ = status;
+  inline_ok_ = tracing_ && error_.ok() && offset() - last_psb_offset_ < psb_bytes_;
   return status;
 }
 
@@ -433,6 +425,7 @@ absl::Status PtEncoder::Finish() {
   if (!error_.ok()) return error_;
   absl::Status status = FlushTnt();
   finished_ = true;
+  inline_ok_ = false;
   if (!status.ok()) error_ = status;
   return status;
 }

@@ -70,8 +70,47 @@ class PtEncoder {
   // Encodes one event. Fails with FailedPrecondition when the event does not fit the tracing
   // state (a branch while tracing is off, kEnable while on) or after Finish(), InvalidArgument
   // for an unknown kind, Internal if libipt rejects a packet. After a failure the encoder
-  // refuses further events.
-  absl::Status Add(const Event& event);
+  // refuses further events. Inline for the events that need no packet yet (most of them:
+  // emulators call this once per block).
+  absl::Status Add(const Event& event) {
+    if (AddWithoutPacket(event)) return absl::OkStatus();
+    return AddSlow(event);
+  }
+
+  // Add() of a conditional branch, a direct jump or call, or a return that RET compression
+  // makes a TNT bit, while tracing and when no packet is due (the TNT bit does not fill a
+  // packet) and no PSB is due (a kTime may have written past the period). False, with
+  // nothing done, for everything else: call Add() then.
+  [[gnu::always_inline]] bool AddWithoutPacket(const Event& e) {
+    if (!inline_ok_) return false;
+    switch (e.kind) {
+      case EventKind::kDirectJump:
+        break;
+      case EventKind::kDirectCall:
+        if (e.target != e.ip + e.size) Push(e.ip + e.size);
+        break;
+      case EventKind::kReturn:
+        if (!options_.ret_compression || stack_size_ == 0 || stack_[stack_top_] != e.target ||
+            tnt_count_ + 1 >= options_.max_tnt_bits) {
+          return false;
+        }
+        stack_top_ = (stack_top_ + kStackSize - 1) % kStackSize;
+        --stack_size_;
+        tnt_bits_ = (tnt_bits_ << 1) | 1;
+        ++tnt_count_;
+        break;
+      case EventKind::kCondBranch:
+        if (tnt_count_ + 1 >= options_.max_tnt_bits) return false;
+        tnt_bits_ = (tnt_bits_ << 1) | (e.taken ? 1 : 0);
+        ++tnt_count_;
+        break;
+      default:
+        return false;
+    }
+    ++events_;
+    next_ip_ = e.target;
+    return true;
+  }
 
   // Writes the pending TNT bits. The trace is complete afterwards; Add() then fails.
   absl::Status Finish();
@@ -101,6 +140,8 @@ class PtEncoder {
   explicit PtEncoder(const PtEncoderOptions& options);
   absl::Status Init();
 
+  absl::Status AddSlow(const Event& event);
+
   absl::Status Emit(const pt_packet& packet);
   void MoveScratch();
   absl::Status AddTnt(bool taken);
@@ -113,7 +154,14 @@ class PtEncoder {
   absl::Status Time(uint64_t tsc);
   absl::Status Overflow(uint64_t resume_ip);
   absl::Status Dispatch(const Event& e);
-  void Push(uint64_t return_ip);
+  // SDM "Indirect Transfer Compression for Returns": CALLs push their next IP on a 64-entry
+  // stack (the oldest entry falls off; zero-length CALLs are not pushed).
+  void Push(uint64_t return_ip) {
+    if (!options_.ret_compression) return;
+    stack_top_ = (stack_top_ + 1) % kStackSize;
+    stack_[stack_top_] = return_ip;
+    if (stack_size_ < kStackSize) ++stack_size_;
+  }
   uint64_t CtcOf(uint64_t tsc) const;
 
   PtEncoderOptions options_;
@@ -142,6 +190,9 @@ class PtEncoder {
   uint64_t events_ = 0;
   uint64_t tsc_ = 0;
   uint64_t cyc_pending_ = 0;
+  // Tracing, not finished, no error, no PSB due: AddWithoutPacket may take its events. Set
+  // after every AddSlow() (nothing else changes those).
+  bool inline_ok_ = false;
 };
 
 }  // namespace ptkit::swpt

@@ -11,10 +11,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cinttypes>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -50,11 +53,12 @@ class QemuEmulateTest : public ::testing::Test {
   void SetUp() override { dir_ = std::make_unique<testing::TempDir>(); }
 
   Recorded Record(const std::string& name, const std::vector<std::string>& command,
-                  bool with_truth = true) {
+                  bool with_truth = true, const std::vector<std::string>& options = {}) {
     Recorded r;
     r.trace = dir_->File(name + ".pt");
     r.truth = dir_->File(name + ".truth");
     std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=qemu", "-o", r.trace};
+    argv.insert(argv.end(), options.begin(), options.end());
     if (with_truth) {
       argv.push_back("--ground-truth");
       argv.push_back(r.truth);
@@ -69,8 +73,9 @@ class QemuEmulateTest : public ::testing::Test {
   // against it; returns the truth.
   PerThread ExpectDecodedEqualsTruth(const std::string& name,
                                      const std::vector<std::string>& command, int expected_exit = 0,
-                                     std::string* err = nullptr) {
-    Recorded rec = Record(name, command);
+                                     std::string* err = nullptr,
+                                     const std::vector<std::string>& options = {}) {
+    Recorded rec = Record(name, command, /*with_truth=*/true, options);
     EXPECT_EQ(rec.run.exit_code, expected_exit) << rec.run.err;
     if (err != nullptr) *err = rec.run.err;
     auto d = RunCommand({PTDECODE_PATH, "insn", rec.trace});
@@ -120,6 +125,42 @@ TEST_F(QemuEmulateTest, ThreadsForkAndSignalsDecodeToTheGroundTruth) {
             2u);
 }
 
+// SIGALRM every 200 us while main calls hot() over and over: signals land after hot's RET too.
+// QEMU delivers them at a block boundary, so the block after the RET is the handler; the RET
+// must still go where it went (the frame's resume address, known at rt_sigreturn), never to
+// the handler, which nothing calls (its address from nm).
+TEST_F(QemuEmulateTest, ASignalRightAfterARetKeepsTheRetTarget) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string alarm = E2E_PROGRAM_DIR "/e2e_signal_ret";
+  const auto [handler, handler_end] = ::ptkit::testing::NmRange(alarm, "on_alarm");
+  const auto [hot, hot_end] = ::ptkit::testing::NmRange(alarm, "hot");
+  ASSERT_NE(handler, 0u);
+  ASSERT_NE(hot, 0u);
+  Recorded rec = Record("alarm", {alarm}, /*with_truth=*/false);
+  ASSERT_EQ(rec.run.exit_code, 0) << rec.run.err;  // 40 signals handled
+  auto d = RunCommand({PTDECODE_PATH, "branches", rec.trace});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  // "FROM sym+off -> TO sym+off KIND" (TO is "? [untraced]" where tracing stops after it).
+  int to_handler = 0, handler_returns = 0, signals_after_hot_ret = 0;
+  bool last_was_hot_ret = false;
+  std::istringstream lines(d.out);
+  for (std::string line; std::getline(lines, line);) {
+    uint64_t from = 0, to = 0;
+    char sym[256] = {};
+    if (std::sscanf(line.c_str(), "%" SCNx64 " %255s -> %" SCNx64, &from, sym, &to) < 2) continue;
+    to_handler += to == handler ? 1 : 0;
+    const bool in_handler = from >= handler && from < handler_end;
+    handler_returns += in_handler ? 1 : 0;
+    signals_after_hot_ret += in_handler && last_was_hot_ret ? 1 : 0;
+    last_was_hot_ret = from >= hot && from < hot_end && line.ends_with(" ret");
+  }
+  EXPECT_EQ(to_handler, 0) << "branches recorded as going to the handler";
+  EXPECT_GE(handler_returns, 40);
+  EXPECT_GE(signals_after_hot_ret, 1) << "no signal came right after hot's RET this time";
+  // And instruction by instruction (signals also come right at rt_sigreturn's return).
+  ExpectDecodedEqualsTruth("signal_ret", {alarm});
+}
+
 // qemu-user does not follow exec: the trace ends there, and ptrecord says so.
 TEST_F(QemuEmulateTest, TheTraceEndsAtExecAndSaysSo) {
   PTKIT_SKIP_WITHOUT_QEMU();
@@ -146,6 +187,70 @@ TEST_F(QemuEmulateTest, GzipOfAFileDecodesToTheGroundTruth) {
     for (int i = 0; i < 20; ++i) out << "line " << i << " of a small file for gzip\n";
   }
   ExpectDecodedEqualsTruth("gzip", {"/bin/gzip", "-c", "-9", input});
+}
+
+// The instructions ptrecord's summary says the plugin counted ("..., N instructions in").
+uint64_t CountedInstructions(const std::string& err) {
+  const size_t end = err.find(" instructions in ");
+  if (end == std::string::npos) return 0;
+  const size_t begin = err.rfind(' ', end - 1) + 1;
+  return std::stoull(err.substr(begin, end - begin));
+}
+
+// Real interpreters from Debian under QEMU: the program's own output is right, and the trace
+// decodes without an error, gap or loss to exactly the instructions the plugin counted, with
+// the interpreter's main loop among the functions. (Instruction by instruction against the
+// ground truth: the ...Long tests below, ~25 M instructions in the slow exact mode.)
+class QemuInterpreterTest : public QemuEmulateTest {
+ protected:
+  void ExpectCountDecoded(const std::string& name, const std::vector<std::string>& command,
+                          const std::string& expected_out, const std::string& main_loop) {
+    Recorded rec = Record(name, command, /*with_truth=*/false);
+    ASSERT_EQ(rec.run.exit_code, 0) << rec.run.err;
+    EXPECT_EQ(rec.run.out, expected_out);
+    const uint64_t counted = CountedInstructions(rec.run.err);
+    EXPECT_GT(counted, 1000000u) << rec.run.err;
+    auto r = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto doc = nlohmann::json::parse(r.out);
+    const auto& totals = doc["totals"];
+    EXPECT_EQ(totals["instructions"].get<uint64_t>(), counted);
+    EXPECT_EQ(totals["errors"].get<uint64_t>(), 0u);
+    EXPECT_EQ(totals["gaps"].get<uint64_t>(), 0u);
+    EXPECT_EQ(totals["losses"].get<uint64_t>(), 0u);
+    uint64_t in_main_loop = 0;
+    for (const auto& row : doc["functions"]) {
+      if (row["function"].get<std::string>() == main_loop)
+        in_main_loop += row["self"].get<uint64_t>();
+    }
+    EXPECT_GT(in_main_loop, counted / 20) << main_loop;
+  }
+};
+
+constexpr char kPythonLoop[] = "s = 0\nfor i in range(3000): s += i * i\nprint(s)";
+
+TEST_F(QemuInterpreterTest, APythonLoopDecodesToTheCountThePluginCounted) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  ExpectCountDecoded("python", {"/usr/bin/python3", "-S", "-c", kPythonLoop}, "8995500500\n",
+                     "_PyEval_EvalFrameDefault");
+}
+
+TEST_F(QemuInterpreterTest, ASqliteQueryDecodesToTheCountThePluginCounted) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (access("/usr/bin/sqlite3", X_OK) != 0) GTEST_SKIP() << "sqlite3 is not installed";
+  ExpectCountDecoded("sqlite",
+                     {"/usr/bin/sqlite3", ":memory:",
+                      "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 3000) "
+                      "SELECT sum(x) FROM c;"},
+                     "4501500\n", "sqlite3VdbeExec");
+}
+
+// Long (25 M instructions in the exact mode: 10-65 s here): PTKIT_QEMU_LONG=1 runs it, e.g.
+//   PTKIT_QEMU_LONG=1 build/ci/tests/e2e/qemu_emulate_cli_test --gtest_filter=*Long
+TEST_F(QemuInterpreterTest, APythonLoopDecodesToTheGroundTruthLong) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (std::getenv("PTKIT_QEMU_LONG") == nullptr) GTEST_SKIP() << "long: set PTKIT_QEMU_LONG=1";
+  ExpectDecodedEqualsTruth("python_truth", {"/usr/bin/python3", "-S", "-c", kPythonLoop});
 }
 
 // Both backends on a non-PIE program: the flow through the program's own functions is the
@@ -231,6 +336,44 @@ TEST_F(QemuEmulateTest, TwoRunsGiveTheSamePerFunctionCounts) {
     stats[i] = nlohmann::json(counts).dump();
   }
   EXPECT_EQ(stats[0], stats[1]);
+}
+
+// --max-steps under QEMU: at most N instructions over all threads (the limit is applied at
+// block boundaries), every stream ends exactly (the decoded instructions equal the ground
+// truth), the workload is killed and the container says why it ended.
+TEST_F(QemuEmulateTest, MaxStepsEndsEveryStreamAtTheLimit) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  constexpr uint64_t kLimit = 20000;  // of the ~38000 it runs
+  std::string err;
+  PerThread truth =
+      ExpectDecodedEqualsTruth("threads_limit", {PROGRAM_DIR "/emulate_threads"}, 128 + SIGKILL,
+                               &err, {"--max-steps", std::to_string(kLimit)});
+  uint64_t total = 0;
+  for (const auto& [tid, ips] : truth) total += ips.size();
+  EXPECT_LE(total, kLimit);
+  EXPECT_GT(total, kLimit / 2);
+  EXPECT_THAT(err, HasSubstr("stopped at --max-steps"));
+  EXPECT_THAT(err, Not(HasSubstr("warning")));
+  auto info = RunCommand({PTDECODE_PATH, "info", dir_->File("threads_limit.pt")});
+  EXPECT_THAT(info.out, HasSubstr("\"stopped_by\":\"--max-steps\""));
+}
+
+// What the qemu backend cannot do is a usage error naming the option and the step backend.
+TEST_F(QemuEmulateTest, BtsAndFilterNameTheStepBackend) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  for (const std::vector<std::string>& option :
+       {std::vector<std::string>{"--bts"},
+        std::vector<std::string>{"--filter", "filter main @ /bin/true"}}) {
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=qemu", "-o", dir_->File("x.pt")};
+    argv.insert(argv.end(), option.begin(), option.end());
+    argv.insert(argv.end(), {"--", "/bin/true"});
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(option[0] == "--bts" ? "BTS" : "--filter"));
+    EXPECT_THAT(r.err, HasSubstr("--emulate=step"));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));
+  }
 }
 
 TEST_F(QemuEmulateTest, APluginThatIsNotThereIsOneLine) {
