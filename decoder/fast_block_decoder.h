@@ -23,19 +23,27 @@
 #include "absl/container/flat_hash_map.h"
 #include "decoder/disassembler.h"
 #include "decoder/image.h"
+#include "decoder/pt_packet_loop.h"
 
 namespace ptkit::decoder {
 
 // Whether FastBlockDecoder decodes `pt` (its trace, config and errata) exactly as libipt's
 // block decoder: a pass of libipt's packet decoder over the whole trace finds none of the
-// packets it does not model, and no packet error (errors go to libipt).
-bool FastPathCovers(const pt_config& pt);
+// packets it does not model, and no packet error (errors go to libipt); and whether it can do
+// so with its own packet loop (decoder/pt_packet_loop.h) instead of libipt's query decoder.
+struct FastPathCoverage {
+  bool blocks = false;
+  bool packets = false;  // only with `blocks`
+};
+FastPathCoverage FastPathCovers(const pt_config& pt);
 
 class FastBlockDecoder {
  public:
-  // The same calls as pt_blk_*; `pt` and its trace must outlive the decoder. Null when libipt
-  // cannot allocate its query decoder.
-  static std::unique_ptr<FastBlockDecoder> Create(const pt_config& pt, const ProgramImage& image);
+  // The same calls as pt_blk_*; `pt` and its trace must outlive the decoder. Packets are read by
+  // PacketLoop with `own_packets` (FastPathCoverage::packets), else by libipt's query decoder.
+  // Null when libipt cannot allocate its query decoder.
+  static std::unique_ptr<FastBlockDecoder> Create(const pt_config& pt, const ProgramImage& image,
+                                                  bool own_packets);
   ~FastBlockDecoder();
   FastBlockDecoder(const FastBlockDecoder&) = delete;
   FastBlockDecoder& operator=(const FastBlockDecoder&) = delete;
@@ -124,7 +132,14 @@ class FastBlockDecoder {
     int Pop(uint64_t* ip);
   };
 
-  FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt, const ProgramImage& image);
+  FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt, const ProgramImage& image,
+                   bool own_packets);
+  int QueryCondBranch(int* taken) {
+    return packets_ ? packets_->CondBranch(taken) : pt_qry_cond_branch(qry_, taken);
+  }
+  int QueryIndirectBranch(uint64_t* ip) {
+    return packets_ ? packets_->IndirectBranch(ip) : pt_qry_indirect_branch(qry_, ip);
+  }
   void Reset();
   int Status(int flags) const;
   int FetchEvent();
@@ -150,6 +165,7 @@ class FastBlockDecoder {
   void LogCall(const Insn& insn);
 
   pt_query_decoder* qry_;
+  std::unique_ptr<PacketLoop> packets_;  // instead of qry_ when set
   const ProgramImage* image_;
   Graph* graph_;
   absl::flat_hash_map<const ProgramImage*, std::unique_ptr<Graph>> graphs_;
