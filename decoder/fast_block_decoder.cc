@@ -138,9 +138,25 @@ FastPathCoverage FastPathCovers(const pt_config& pt) {
   FastPathCoverage no;
   if (pt.flags.variant.block.enable_tick_events) return no;
   if (pt.addr_filter.config.addr_cfg != 0 && pt.errata.skl014) return no;
+  FastPathCoverage yes{.blocks = true, .packets = true};
+  // PacketLoop's parser first (a fraction of libipt's packet decoder's cost); libipt's packet
+  // decoder decides what it does not model.
+  PacketLoop::Scan scan;
+  if (PacketLoop::ScanTrace(pt, &scan)) {
+    if (scan.tsx || scan.paging_outside_psb) return no;
+    yes.packets = PacketLoopModelsErrata(pt, scan.ovf);
+    return yes;
+  }
+  return FastPathCoversByLibipt(pt);
+}
+
+FastPathCoverage FastPathCoversByLibipt(const pt_config& pt) {
+  FastPathCoverage no;
+  if (pt.flags.variant.block.enable_tick_events) return no;
+  if (pt.addr_filter.config.addr_cfg != 0 && pt.errata.skl014) return no;
+  FastPathCoverage yes{.blocks = true, .packets = true};
   PacketDecoderPtr dec(pt_pkt_alloc_decoder(&pt));
   if (!dec) return no;
-  FastPathCoverage yes{.blocks = true, .packets = true};
   int status = pt_pkt_sync_forward(dec.get());
   if (status == -pte_eos) return yes;
   if (status < 0) return no;
@@ -264,9 +280,6 @@ int FastBlockDecoder::SyncForward() {
 
 int FastBlockDecoder::Time(uint64_t* tsc) const {
   return packets_ ? packets_->Time(tsc) : pt_qry_time(qry_, tsc, nullptr, nullptr);
-}
-int FastBlockDecoder::GetOffset(uint64_t* offset) const {
-  return packets_ ? packets_->GetOffset(offset) : pt_qry_get_offset(qry_, offset);
 }
 int FastBlockDecoder::GetSyncOffset(uint64_t* offset) const {
   return packets_ ? packets_->GetSyncOffset(offset) : pt_qry_get_sync_offset(qry_, offset);
@@ -438,6 +451,10 @@ int FastBlockDecoder::ProceedNoEventUncached(pt_block* block) {
     }
     return 0;
   }
+  // The last run from each of a few thousand IPs first, the graph's map behind it.
+  RunSlot& slot = graph_->slots[(ip_ ^ (ip_ >> 13)) % kRunSlots];
+  if (slot.run != nullptr && slot.ip == ip_ && slot.mode == mode_)
+    return ApplyRun(*slot.run, block);
   auto [it, inserted] = graph_->runs.try_emplace(Key{ip_, mode_});
   Run& run = it->second;
   if (inserted) {
@@ -469,6 +486,11 @@ int FastBlockDecoder::ProceedNoEventUncached(pt_block* block) {
     run.next_ip = ip_;
     ip_ = start;
   }
+  slot = RunSlot{ip_, mode_, &run};
+  return ApplyRun(run, block);
+}
+
+int FastBlockDecoder::ApplyRun(const Run& run, pt_block* block) {
   for (uint64_t r : run.pushes) retstack_.Push(r);
   block->ninsn = run.block.ninsn;
   block->end_ip = run.block.end_ip;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "decoder/disassembler.h"
 #include "decoder/image.h"
 #include "decoder/pt_packet_loop.h"
@@ -36,6 +37,9 @@ struct FastPathCoverage {
   bool packets = false;  // only with `blocks`
 };
 FastPathCoverage FastPathCovers(const pt_config& pt);
+// The same answer from libipt's packet decoder alone (FastPathCovers asks it only when its own
+// packet parser meets a packet it does not model, or one that does not read).
+FastPathCoverage FastPathCoversByLibipt(const pt_config& pt);
 
 class FastBlockDecoder {
  public:
@@ -52,7 +56,9 @@ class FastBlockDecoder {
   int Next(pt_block* block);
   int Event(pt_event* event);
   int Time(uint64_t* tsc) const;
-  int GetOffset(uint64_t* offset) const;
+  int GetOffset(uint64_t* offset) const {
+    return packets_ ? packets_->GetOffset(offset) : pt_qry_get_offset(qry_, offset);
+  }
   int GetSyncOffset(uint64_t* offset) const;
   // Code is read from `image` from now on; its graph is kept apart from other images'.
   void SetImage(const ProgramImage& image);
@@ -90,9 +96,16 @@ class FastBlockDecoder {
       return H::combine(std::move(h), k.ip, k.mode);
     }
   };
+  struct RunSlot {
+    uint64_t ip = 0;
+    pt_exec_mode mode = ptem_unknown;
+    const Run* run = nullptr;
+  };
+  static constexpr size_t kRunSlots = 4096;
   struct Graph {
     absl::flat_hash_map<Key, Insn> insns;
-    absl::flat_hash_map<Key, Run> runs;
+    absl::node_hash_map<Key, Run> runs;  // nodes: slots point into it
+    RunSlot slots[kRunSlots];            // a direct-mapped cache of runs
   };
   // libipt's block cache entry (pt_bcache_entry), with its bit-field widths: how many
   // instructions (8 bits) and how far (16 bits) to the next decision point, and what is there.
@@ -153,6 +166,7 @@ class FastBlockDecoder {
   int NextIpWithTrace(uint64_t* ip, const Insn& insn);
   int ProceedNoEvent(pt_block* block);
   int ProceedNoEventUncached(pt_block* block);
+  int ApplyRun(const Run& run, pt_block* block);
   int ProceedNoEventCached(pt_block* block, BlockCache& bcache);
   int FillCache(pt_block* block, BlockCache& bcache, size_t steps);
   int ProceedTruncated(pt_block* block);

@@ -79,8 +79,12 @@ uint8_t Inc(uint8_t i) { return static_cast<uint8_t>((i + 1) % 8); }
 
 }  // namespace
 
+bool PacketLoopModelsErrata(const pt_config& pt, bool ovf) {
+  return !pt.errata.bdm70 && !(ovf && (pt.errata.skd010 || pt.errata.apl11 || pt.errata.apl12));
+}
+
 bool PacketLoopModels(const pt_config& pt, const pt_packet& packet) {
-  if (pt.errata.bdm70) return false;
+  if (!PacketLoopModelsErrata(pt, packet.type == ppt_ovf)) return false;
   switch (packet.type) {
     case ppt_pad:
     case ppt_psb:
@@ -96,9 +100,8 @@ bool PacketLoopModels(const pt_config& pt, const pt_packet& packet) {
     case ppt_vmcs:
     case ppt_cbr:
     case ppt_tsc:
-      return true;
     case ppt_ovf:
-      return !pt.errata.skd010 && !pt.errata.apl11 && !pt.errata.apl12;
+      return true;
     default:
       return false;
   }
@@ -329,6 +332,85 @@ int SyncForwardFrom(const uint8_t** sync, const uint8_t* pos, const uint8_t* beg
 
 }  // namespace
 
+bool PacketLoop::ScanTrace(const pt_config& pt, Scan* scan) {
+  const PacketLoop loop(pt);
+  const uint8_t* pos = nullptr;
+  int status = SyncForwardFrom(&pos, pt.begin, pt.begin, pt.end);
+  if (status == -pte_eos) return true;
+  if (status < 0) return false;
+  bool in_psb = false;
+  for (;;) {
+    Kind kind;
+    status = loop.Fetch(&kind, pos);
+    if (status == -pte_eos) return true;
+    if (status < 0) return false;
+    int size = 0;
+    switch (kind) {
+      case kPad:
+        size = 1;
+        break;
+      case kPsb:
+        size = ReadPsb(pos, pt.end);
+        in_psb = true;
+        break;
+      case kPsbend:
+        size = kPsbendSize;
+        in_psb = false;
+        break;
+      case kOvf:
+        size = kOvfSize;
+        in_psb = false;
+        scan->ovf = true;
+        break;
+      case kTnt8: {
+        uint64_t bits;
+        size = TntBits(*pos >> 1, &bits);
+        if (size > 0) size = 1;
+        break;
+      }
+      case kTnt64: {
+        uint64_t bits;
+        if (pt.end < pos + kTnt64Size) return true;  // -pte_eos
+        size = TntBits(ReadValue(pos + 2, 6), &bits);
+        if (size > 0) size = kTnt64Size;
+        break;
+      }
+      case kTip:
+      case kPge:
+      case kPgd:
+      case kFup:
+        size = IpSize((*pos >> 5) & 0x7);
+        if (size >= 0) size = pt.end < pos + 1 + size ? -pte_eos : size + 1;
+        break;
+      case kMode: {
+        if (pt.end < pos + kModeSize) return true;
+        const uint8_t leaf = pos[1] & 0xe0;
+        if (leaf != pt_mol_exec && leaf != pt_mol_tsx) return false;
+        if (leaf == pt_mol_tsx && (pos[1] & 0x03) != 0) scan->tsx = true;
+        size = kModeSize;
+        break;
+      }
+      case kPip:
+      case kVmcs:
+        size = kind == kPip ? kPipSize : kVmcsSize;
+        if (pt.end < pos + size) size = -pte_eos;
+        if (!in_psb) scan->paging_outside_psb = true;
+        break;
+      case kCbr:
+        size = pt.end < pos + kCbrSize ? -pte_eos : kCbrSize;
+        break;
+      case kTsc:
+        size = pt.end < pos + kTscSize ? -pte_eos : kTscSize;
+        break;
+      default:
+        return false;  // not modelled
+    }
+    if (size == -pte_eos) return true;
+    if (size < 0) return false;
+    pos += size;
+  }
+}
+
 // pt_qry_sync_forward.
 int PacketLoop::SyncForward(uint64_t* ip) {
   const uint8_t* pos = pos_;
@@ -341,12 +423,6 @@ int PacketLoop::SyncForward(uint64_t* ip) {
   int status = SyncForwardFrom(&sync, pos, begin_, end_);
   if (status < 0) return status;
   return Start(sync, ip);
-}
-
-int PacketLoop::GetOffset(uint64_t* offset) const {
-  if (pos_ == nullptr) return -pte_nosync;
-  *offset = static_cast<uint64_t>(pos_ - begin_);
-  return 0;
 }
 
 int PacketLoop::GetSyncOffset(uint64_t* offset) const {

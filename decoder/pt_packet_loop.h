@@ -24,9 +24,21 @@ namespace ptkit::decoder {
 // configuration `pt`. PacketLoop answers as libipt's query decoder for a trace that libipt's
 // packet decoder reads without error and whose packets it all models (FastPathCovers checks).
 bool PacketLoopModels(const pt_config& pt, const pt_packet& packet);
+// Whether no erratum applies that PacketLoop does not model, to a trace with an OVF or not.
+bool PacketLoopModelsErrata(const pt_config& pt, bool ovf);
 
 class PacketLoop {
  public:
+  // What FastPathCovers needs to know of a trace, read by PacketLoop's own parser exactly as
+  // pt_pkt_sync_forward and pt_pkt_next read it, when all its packets are ones PacketLoop
+  // models. False when one is not, or does not read (libipt's packet decoder must look then).
+  struct Scan {
+    bool tsx = false;                 // a MODE.TSX with InTX or TXAbort
+    bool paging_outside_psb = false;  // PIP or VMCS outside PSB+
+    bool ovf = false;
+  };
+  static bool ScanTrace(const pt_config& pt, Scan* scan);
+
   // `pt` (its trace) must outlive the loop.
   explicit PacketLoop(const pt_config& pt);
 
@@ -47,7 +59,11 @@ class PacketLoop {
     *tsc = last_time_.tsc;
     return last_time_.have_tsc ? 0 : -pte_no_time;
   }
-  int GetOffset(uint64_t* offset) const;
+  int GetOffset(uint64_t* offset) const {
+    if (pos_ == nullptr) return -pte_nosync;
+    *offset = static_cast<uint64_t>(pos_ - begin_);
+    return 0;
+  }
   int GetSyncOffset(uint64_t* offset) const;
 
   // pt_decoder_function, by what it decodes; kNone: no packet fetched (an error, or the end).

@@ -9,6 +9,8 @@
 #include <cstdio>
 #include <functional>
 #include <memory>
+#include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -185,6 +187,50 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnSynthesizedTraces) {
       ASSERT_THAT(DecodeTrace(trace, {}, **image, make(**image)), IsOk());
     });
   }
+}
+
+// FastPathCovers reads a trace with PacketLoop's own parser first: its answer is the one
+// libipt's packet decoder gives, on every prefix of a trace (packets cut anywhere) and with
+// bytes changed at random (unknown opcodes, bad IP compression, stray PSBs, ...).
+TEST(FastBlockDecoderTest, CoverageAsLibiptPacketDecoderSays) {
+  auto code = ElfCode::Load(kTiny);
+  ASSERT_THAT(code, IsOk());
+  PtSynth synth(*code);
+  ASSERT_THAT(
+      synth.AddSegment({.entry = code->Symbol("work").address, .seed = 3, .max_insns = 300}),
+      IsOk());
+  ASSERT_THAT(synth.AddSegment({.entry = code->Symbol("fib").address,
+                                .seed = 4,
+                                .max_insns = 300,
+                                .tsc = 77,
+                                .overflow_at_branch = 3}),
+              IsOk());
+  const std::vector<uint8_t> trace = synth.bytes();
+  auto check = [](std::span<const uint8_t> bytes, pt_errata errata) {
+    auto pt = MakePtConfig(bytes, {});
+    ASSERT_THAT(pt, IsOk());
+    pt->errata = errata;
+    const FastPathCoverage fast = FastPathCovers(*pt), libipt = FastPathCoversByLibipt(*pt);
+    ASSERT_EQ(fast.blocks, libipt.blocks) << bytes.size() << " bytes";
+    ASSERT_EQ(fast.packets, libipt.packets) << bytes.size() << " bytes";
+  };
+  pt_errata none{}, skd010{};
+  skd010.skd010 = 1;
+  for (size_t n = 0; n <= trace.size(); ++n) {
+    check(std::span(trace).first(n), none);
+    check(std::span(trace).first(n), skd010);
+  }
+  std::mt19937 rng(16);
+  int modelled = 0;
+  for (int i = 0; i < 3000; ++i) {
+    std::vector<uint8_t> bytes = trace;
+    for (int k = 0; k < 1 + i % 3; ++k) bytes[rng() % bytes.size()] = static_cast<uint8_t>(rng());
+    check(bytes, none);
+    auto pt = MakePtConfig(bytes, {});
+    modelled += FastPathCovers(*pt).packets;
+  }
+  EXPECT_GT(modelled, 100);   // the changes left many traces readable
+  EXPECT_LT(modelled, 2900);  // and made many not
 }
 
 TEST(FastBlockDecoderTest, SameAsLibiptOnSynthesizedContainers) {
