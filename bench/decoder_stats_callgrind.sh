@@ -5,17 +5,21 @@
 # packet loop. Counts are stable where wall time on a shared machine is not; the ratio to the
 # bare loop is issue 16's target (stats >= 5x).
 #
-#   bench/decoder_stats_callgrind.sh BUILD_DIR [COPIES]   (COPIES of each trace: 64 by default)
+#   bench/decoder_stats_callgrind.sh BUILD_DIR [COPIES [TRACES [VARIANTS]]]
+# COPIES of each trace: 64 by default; TRACES: "Unzip foo"; VARIANTS: all of them (the first
+# one is the reference; each run of libipt's takes minutes under callgrind).
 set -eu
 build=${1:?usage: $0 BUILD_DIR [COPIES]}
 copies=${2:-64}
+traces=${3:-Unzip foo}
+variants=${4:-bare_libipt_loop stats_libipt stats_fast_libipt_packets stats_fast folded_libipt \
+folded_fast calls_libipt calls_fast}
 bench=$build/bench/decoder_stats_bench
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for trace in Unzip foo; do
+for trace in $traces; do
   bare=
-  for variant in bare_libipt_loop stats_libipt stats_fast_libipt_packets stats_fast \
-                 folded_libipt folded_fast calls_libipt calls_fast; do
+  for variant in $variants; do
     name="$trace/$variant/$copies/real_time"
     valgrind --tool=callgrind --callgrind-out-file="$tmp/out" \
       --toggle-collect='ptkit::decoder::(anonymous namespace)::Run(*' \
@@ -26,6 +30,6 @@ for trace in Unzip foo; do
     per=$((ir / iterations))
     [ -n "$bare" ] || bare=$per
     awk -v n="$name" -v per="$per" -v bare="$bare" \
-      'BEGIN { printf "%-40s %14d Ir  %6.2fx the bare loop\n", n, per, bare / per }'
+      'BEGIN { printf "%-40s %14.0f Ir  %6.2fx the bare loop\n", n, per, bare / per }'
   done
 done

@@ -527,11 +527,7 @@ std::shared_ptr<FastBlockDecoder::SectionCaches> FastBlockDecoder::CachesFor(
   return caches;
 }
 
-FastBlockDecoder::BlockCache* FastBlockDecoder::CacheAt(uint64_t ip) {
-  if (last_cache_ != nullptr && ip >= last_cache_->range.begin && ip < last_cache_->range.end) {
-    return last_cache_;
-  }
-  if (ip >= no_section_.begin && ip < no_section_.end) return nullptr;
+FastBlockDecoder::BlockCache* FastBlockDecoder::CacheAtSlow(uint64_t ip) {
   AddressRange range{ip, ip + 1};
   int isid = image_->SectionAt(ip, &range);
   if (isid <= 0) {  // unmapped, or memory the callback serves: no section
@@ -982,6 +978,8 @@ int FastBlockDecoder::Proceed(pt_block* block) {
   }
   status = ProceedNoEvent(block);
   if (status < 0) return status;
+  // ProceedTrailingEvent without an event to fetch (only it and this function fetch one).
+  if (!process_event_ && !(status_ & pts_event_pending)) return Status(0);
   return ProceedTrailingEvent();
 }
 

@@ -171,7 +171,15 @@ class FastBlockDecoder {
   int FillCache(pt_block* block, BlockCache& bcache, size_t steps);
   int ProceedTruncated(pt_block* block);
   int DecodeInSection(uint64_t ip, pt_exec_mode mode, const Insn** insn);
-  BlockCache* CacheAt(uint64_t ip);
+  // The block cache of the section at `ip`, null when no file section holds it.
+  BlockCache* CacheAt(uint64_t ip) {
+    if (last_cache_ != nullptr && ip >= last_cache_->range.begin && ip < last_cache_->range.end) {
+      return last_cache_;
+    }
+    if (ip >= no_section_.begin && ip < no_section_.end) return nullptr;
+    return CacheAtSlow(ip);
+  }
+  BlockCache* CacheAtSlow(uint64_t ip);
   int ProceedEvent(pt_block* block);
   int ProceedTrailingEvent();
   int Proceed(pt_block* block);

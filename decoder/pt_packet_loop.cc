@@ -333,17 +333,20 @@ int SyncForwardFrom(const uint8_t** sync, const uint8_t* pos, const uint8_t* beg
 }  // namespace
 
 bool PacketLoop::ScanTrace(const pt_config& pt, Scan* scan) {
-  const PacketLoop loop(pt);
   const uint8_t* pos = nullptr;
   int status = SyncForwardFrom(&pos, pt.begin, pt.begin, pt.end);
   if (status == -pte_eos) return true;
   if (status < 0) return false;
   bool in_psb = false;
   for (;;) {
-    Kind kind;
-    status = loop.Fetch(&kind, pos);
-    if (status == -pte_eos) return true;
-    if (status < 0) return false;
+    // Fetch, inline.
+    if (pos == pt.end) return true;  // -pte_eos
+    Kind kind = kOpcodeKinds[*pos];
+    if (kind == kNone) {
+      if (pos + 1 == pt.end) return true;
+      kind = kExtKinds[pos[1]];
+      if (pos[1] == 0xc3 && pos + 2 == pt.end) return true;
+    }
     int size = 0;
     switch (kind) {
       case kPad:
