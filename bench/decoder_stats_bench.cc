@@ -1,5 +1,6 @@
 // `ptdecode stats`, `folded` and `calls` through libipt's block decoder and through the fast
-// block decoder (decoder/fast_block_decoder.h), side by side with a bare libipt block-decoder
+// block decoder (decoder/fast_block_decoder.h; with its own packet loop, decoder/pt_packet_loop.h,
+// and with libipt's query decoder), side by side with a bare libipt block-decoder
 // loop over the same trace and image (issue 16's target: stats fast >= 5x the bare loop).
 // Traces: ../shared/testdata/libxdc-experiments (Unzip, foo), page dumps served through
 // pt_image_set_callback, as recorded and repeated 64 times. Skips a trace that is absent.
@@ -117,6 +118,7 @@ int Register() {
   static const Variant kVariants[] = {
       {"bare_libipt_loop", kBare, BlockDecoderImpl::kLibipt},
       {"stats_libipt", kStats, BlockDecoderImpl::kLibipt},
+      {"stats_fast_libipt_packets", kStats, BlockDecoderImpl::kFastLibiptPackets},
       {"stats_fast", kStats, BlockDecoderImpl::kFast},
       {"folded_libipt", kFolded, BlockDecoderImpl::kLibipt},
       {"folded_fast", kFolded, BlockDecoderImpl::kFast},

@@ -398,9 +398,12 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
   if (sink.kind() == DecoderKind::kBlock) {
     pt.flags.variant.block.end_on_call = sink.end_block_on_call() ? 1 : 0;
     pt.flags.variant.block.end_on_jump = sink.end_block_on_jump() ? 1 : 0;
-    if (block_decoder_impl.load(std::memory_order_relaxed) == BlockDecoderImpl::kFast &&
-        FastPathCovers(pt)) {
-      std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image);
+    FastPathCoverage fast;
+    const BlockDecoderImpl impl = block_decoder_impl.load(std::memory_order_relaxed);
+    if (impl != BlockDecoderImpl::kLibipt) fast = FastPathCovers(pt);
+    if (impl == BlockDecoderImpl::kFastLibiptPackets) fast.packets = false;
+    if (fast.blocks) {
+      std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);
       if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
       return BlockLoop(*dec, image, sink, totals, offset_base, switcher);
     }

@@ -32,6 +32,9 @@ enum class BlockDecoderImpl {
   // trace with what it does not model (FastPathCovers) goes to libipt. The default.
   kFast,
   kLibipt,  // libipt's pt_blk_* always
+  // kFast with libipt's query decoder instead of ptkit's packet loop (decoder/pt_packet_loop.h)
+  // for every trace: for tests and benchmarks (not a ptdecode choice).
+  kFastLibiptPackets,
 };
 // Sets the block decoder for every later DecodeInto (process-wide; `ptdecode --decoder`).
 void SetBlockDecoderImpl(BlockDecoderImpl impl);

@@ -134,20 +134,39 @@ bool ChangesCr3(const auto& insn) { return insn.changes_cr3; }
 
 }  // namespace
 
-bool FastPathCovers(const pt_config& pt) {
-  if (pt.flags.variant.block.enable_tick_events) return false;
-  if (pt.addr_filter.config.addr_cfg != 0 && pt.errata.skl014) return false;
+FastPathCoverage FastPathCovers(const pt_config& pt) {
+  FastPathCoverage no;
+  if (pt.flags.variant.block.enable_tick_events) return no;
+  if (pt.addr_filter.config.addr_cfg != 0 && pt.errata.skl014) return no;
+  FastPathCoverage yes{.blocks = true, .packets = true};
+  // PacketLoop's parser first (a fraction of libipt's packet decoder's cost); libipt's packet
+  // decoder decides what it does not model.
+  PacketLoop::Scan scan;
+  if (PacketLoop::ScanTrace(pt, &scan)) {
+    if (scan.tsx || scan.paging_outside_psb) return no;
+    yes.packets = PacketLoopModelsErrata(pt, scan.ovf);
+    return yes;
+  }
+  return FastPathCoversByLibipt(pt);
+}
+
+FastPathCoverage FastPathCoversByLibipt(const pt_config& pt) {
+  FastPathCoverage no;
+  if (pt.flags.variant.block.enable_tick_events) return no;
+  if (pt.addr_filter.config.addr_cfg != 0 && pt.errata.skl014) return no;
+  FastPathCoverage yes{.blocks = true, .packets = true};
   PacketDecoderPtr dec(pt_pkt_alloc_decoder(&pt));
-  if (!dec) return false;
+  if (!dec) return no;
   int status = pt_pkt_sync_forward(dec.get());
-  if (status == -pte_eos) return true;
-  if (status < 0) return false;
+  if (status == -pte_eos) return yes;
+  if (status < 0) return no;
   bool in_psb = false;
   for (;;) {
     pt_packet packet;
     status = pt_pkt_next(dec.get(), &packet, sizeof(packet));
-    if (status == -pte_eos) return true;
-    if (status < 0) return false;
+    if (status == -pte_eos) return yes;
+    if (status < 0) return no;
+    if (yes.packets && !PacketLoopModels(pt, packet)) yes.packets = false;
     switch (packet.type) {
       case ppt_psb:
         in_psb = true;
@@ -160,14 +179,14 @@ bool FastPathCovers(const pt_config& pt) {
         // PSB+ of every TSX-capable CPU) is modelled.
         if (packet.payload.mode.leaf == pt_mol_tsx &&
             (packet.payload.mode.bits.tsx.intx || packet.payload.mode.bits.tsx.abrt)) {
-          return false;
+          return no;
         }
         break;
       case ppt_ptw:
-        return false;
+        return no;
       case ppt_pip:
       case ppt_vmcs:
-        if (!in_psb) return false;  // paging/vmcs events that may bind to an instruction
+        if (!in_psb) return no;  // paging/vmcs events that may bind to an instruction
         break;
       case ppt_ovf:
         in_psb = false;
@@ -192,15 +211,17 @@ int FastBlockDecoder::RetStack::Pop(uint64_t* ip) {
 }
 
 std::unique_ptr<FastBlockDecoder> FastBlockDecoder::Create(const pt_config& pt,
-                                                           const ProgramImage& image) {
+                                                           const ProgramImage& image,
+                                                           bool own_packets) {
   pt_query_decoder* qry = pt_qry_alloc_decoder(&pt);
   if (qry == nullptr) return nullptr;
-  return std::unique_ptr<FastBlockDecoder>(new FastBlockDecoder(qry, pt, image));
+  return std::unique_ptr<FastBlockDecoder>(new FastBlockDecoder(qry, pt, image, own_packets));
 }
 
 FastBlockDecoder::FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt,
-                                   const ProgramImage& image)
+                                   const ProgramImage& image, bool own_packets)
     : qry_(qry),
+      packets_(own_packets ? std::make_unique<PacketLoop>(pt) : nullptr),
       end_on_call_(pt.flags.variant.block.end_on_call != 0),
       end_on_jump_(pt.flags.variant.block.end_on_jump != 0),
       skd022_(pt.errata.skd022 != 0) {
@@ -238,7 +259,7 @@ int FastBlockDecoder::Status(int flags) const {
 int FastBlockDecoder::FetchEvent() {
   if (process_event_) return 1;
   if (!(status_ & pts_event_pending)) return 0;
-  int status = pt_qry_event(qry_, &event_, sizeof(event_));
+  int status = packets_ ? packets_->Event(&event_) : pt_qry_event(qry_, &event_, sizeof(event_));
   if (status < 0) return status;
   process_event_ = true;
   status_ = status;
@@ -254,13 +275,14 @@ int FastBlockDecoder::Start(int status) {
 
 int FastBlockDecoder::SyncForward() {
   Reset();
-  return Start(pt_qry_sync_forward(qry_, &ip_));
+  return Start(packets_ ? packets_->SyncForward(&ip_) : pt_qry_sync_forward(qry_, &ip_));
 }
 
-int FastBlockDecoder::Time(uint64_t* tsc) const { return pt_qry_time(qry_, tsc, nullptr, nullptr); }
-int FastBlockDecoder::GetOffset(uint64_t* offset) const { return pt_qry_get_offset(qry_, offset); }
+int FastBlockDecoder::Time(uint64_t* tsc) const {
+  return packets_ ? packets_->Time(tsc) : pt_qry_time(qry_, tsc, nullptr, nullptr);
+}
 int FastBlockDecoder::GetSyncOffset(uint64_t* offset) const {
-  return pt_qry_get_sync_offset(qry_, offset);
+  return packets_ ? packets_->GetSyncOffset(offset) : pt_qry_get_sync_offset(qry_, offset);
 }
 
 // pt_insn_decode: the bytes at `ip` up to the end of their section, decoded; when they end
@@ -373,7 +395,7 @@ int FastBlockDecoder::NextIpWithTrace(uint64_t* pip, const Insn& insn) {
   switch (insn.iclass) {
     case ptic_cond_jump: {
       int taken = 0;
-      status = pt_qry_cond_branch(qry_, &taken);
+      status = QueryCondBranch(&taken);
       if (status < 0) return status;
       uint64_t ip = insn.ip + insn.size;
       if (taken) ip += static_cast<uint64_t>(static_cast<int64_t>(insn.displacement));
@@ -382,7 +404,7 @@ int FastBlockDecoder::NextIpWithTrace(uint64_t* pip, const Insn& insn) {
     }
     case ptic_return: {
       int taken = 0;
-      status = pt_qry_cond_branch(qry_, &taken);
+      status = QueryCondBranch(&taken);
       if (status < 0) {
         if (status != -pte_bad_query) return status;
         break;
@@ -406,7 +428,7 @@ int FastBlockDecoder::NextIpWithTrace(uint64_t* pip, const Insn& insn) {
     case ptic_error:
       return -pte_bad_insn;
   }
-  return pt_qry_indirect_branch(qry_, pip);
+  return QueryIndirectBranch(pip);
 }
 
 int FastBlockDecoder::ProceedWithTrace(const Insn& insn) {
@@ -429,6 +451,10 @@ int FastBlockDecoder::ProceedNoEventUncached(pt_block* block) {
     }
     return 0;
   }
+  // The last run from each of a few thousand IPs first, the graph's map behind it.
+  RunSlot& slot = graph_->slots[(ip_ ^ (ip_ >> 13)) % kRunSlots];
+  if (slot.run != nullptr && slot.ip == ip_ && slot.mode == mode_)
+    return ApplyRun(*slot.run, block);
   auto [it, inserted] = graph_->runs.try_emplace(Key{ip_, mode_});
   Run& run = it->second;
   if (inserted) {
@@ -460,6 +486,11 @@ int FastBlockDecoder::ProceedNoEventUncached(pt_block* block) {
     run.next_ip = ip_;
     ip_ = start;
   }
+  slot = RunSlot{ip_, mode_, &run};
+  return ApplyRun(run, block);
+}
+
+int FastBlockDecoder::ApplyRun(const Run& run, pt_block* block) {
   for (uint64_t r : run.pushes) retstack_.Push(r);
   block->ninsn = run.block.ninsn;
   block->end_ip = run.block.end_ip;
@@ -496,11 +527,7 @@ std::shared_ptr<FastBlockDecoder::SectionCaches> FastBlockDecoder::CachesFor(
   return caches;
 }
 
-FastBlockDecoder::BlockCache* FastBlockDecoder::CacheAt(uint64_t ip) {
-  if (last_cache_ != nullptr && ip >= last_cache_->range.begin && ip < last_cache_->range.end) {
-    return last_cache_;
-  }
-  if (ip >= no_section_.begin && ip < no_section_.end) return nullptr;
+FastBlockDecoder::BlockCache* FastBlockDecoder::CacheAtSlow(uint64_t ip) {
   AddressRange range{ip, ip + 1};
   int isid = image_->SectionAt(ip, &range);
   if (isid <= 0) {  // unmapped, or memory the callback serves: no section
@@ -686,7 +713,7 @@ int FastBlockDecoder::ProceedNoEventCached(pt_block* block, BlockCache& bc) {
         block->iclass = ptic_cond_jump;
         if (bce.isize != 0) {
           int taken = 0;
-          status = pt_qry_cond_branch(qry_, &taken);
+          status = QueryCondBranch(&taken);
           if (status < 0) return status;
           status_ = status;
           uint64_t ip = ip_;
@@ -745,7 +772,7 @@ int FastBlockDecoder::ProceedNoEventCached(pt_block* block, BlockCache& bc) {
           ip += insn->size;
         }
         retstack_.Push(ip);
-        status = pt_qry_indirect_branch(qry_, &ip_);
+        status = QueryIndirectBranch(&ip_);
         if (status < 0) return status;
         status_ = status;
         return 0;
@@ -753,10 +780,10 @@ int FastBlockDecoder::ProceedNoEventCached(pt_block* block, BlockCache& bc) {
       case kReturn: {
         block->iclass = ptic_return;
         int taken = 0;
-        status = pt_qry_cond_branch(qry_, &taken);
+        status = QueryCondBranch(&taken);
         if (status < 0) {
           if (status != -pte_bad_query) return status;
-          status = pt_qry_indirect_branch(qry_, &ip_);
+          status = QueryIndirectBranch(&ip_);
           if (status < 0) return status;
           status_ = status;
           return 0;
@@ -767,7 +794,7 @@ int FastBlockDecoder::ProceedNoEventCached(pt_block* block, BlockCache& bc) {
       }
       case kIndirect:
         block->iclass = ptic_error;
-        status = pt_qry_indirect_branch(qry_, &ip_);
+        status = QueryIndirectBranch(&ip_);
         if (status < 0) return status;
         status_ = status;
         return 0;
@@ -951,6 +978,8 @@ int FastBlockDecoder::Proceed(pt_block* block) {
   }
   status = ProceedNoEvent(block);
   if (status < 0) return status;
+  // ProceedTrailingEvent without an event to fetch (only it and this function fetch one).
+  if (!process_event_ && !(status_ & pts_event_pending)) return Status(0);
   return ProceedTrailingEvent();
 }
 

@@ -21,21 +21,33 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/node_hash_map.h"
 #include "decoder/disassembler.h"
 #include "decoder/image.h"
+#include "decoder/pt_packet_loop.h"
 
 namespace ptkit::decoder {
 
 // Whether FastBlockDecoder decodes `pt` (its trace, config and errata) exactly as libipt's
 // block decoder: a pass of libipt's packet decoder over the whole trace finds none of the
-// packets it does not model, and no packet error (errors go to libipt).
-bool FastPathCovers(const pt_config& pt);
+// packets it does not model, and no packet error (errors go to libipt); and whether it can do
+// so with its own packet loop (decoder/pt_packet_loop.h) instead of libipt's query decoder.
+struct FastPathCoverage {
+  bool blocks = false;
+  bool packets = false;  // only with `blocks`
+};
+FastPathCoverage FastPathCovers(const pt_config& pt);
+// The same answer from libipt's packet decoder alone (FastPathCovers asks it only when its own
+// packet parser meets a packet it does not model, or one that does not read).
+FastPathCoverage FastPathCoversByLibipt(const pt_config& pt);
 
 class FastBlockDecoder {
  public:
-  // The same calls as pt_blk_*; `pt` and its trace must outlive the decoder. Null when libipt
-  // cannot allocate its query decoder.
-  static std::unique_ptr<FastBlockDecoder> Create(const pt_config& pt, const ProgramImage& image);
+  // The same calls as pt_blk_*; `pt` and its trace must outlive the decoder. Packets are read by
+  // PacketLoop with `own_packets` (FastPathCoverage::packets), else by libipt's query decoder.
+  // Null when libipt cannot allocate its query decoder.
+  static std::unique_ptr<FastBlockDecoder> Create(const pt_config& pt, const ProgramImage& image,
+                                                  bool own_packets);
   ~FastBlockDecoder();
   FastBlockDecoder(const FastBlockDecoder&) = delete;
   FastBlockDecoder& operator=(const FastBlockDecoder&) = delete;
@@ -44,7 +56,9 @@ class FastBlockDecoder {
   int Next(pt_block* block);
   int Event(pt_event* event);
   int Time(uint64_t* tsc) const;
-  int GetOffset(uint64_t* offset) const;
+  int GetOffset(uint64_t* offset) const {
+    return packets_ ? packets_->GetOffset(offset) : pt_qry_get_offset(qry_, offset);
+  }
   int GetSyncOffset(uint64_t* offset) const;
   // Code is read from `image` from now on; its graph is kept apart from other images'.
   void SetImage(const ProgramImage& image);
@@ -82,9 +96,16 @@ class FastBlockDecoder {
       return H::combine(std::move(h), k.ip, k.mode);
     }
   };
+  struct RunSlot {
+    uint64_t ip = 0;
+    pt_exec_mode mode = ptem_unknown;
+    const Run* run = nullptr;
+  };
+  static constexpr size_t kRunSlots = 4096;
   struct Graph {
     absl::flat_hash_map<Key, Insn> insns;
-    absl::flat_hash_map<Key, Run> runs;
+    absl::node_hash_map<Key, Run> runs;  // nodes: slots point into it
+    RunSlot slots[kRunSlots];            // a direct-mapped cache of runs
   };
   // libipt's block cache entry (pt_bcache_entry), with its bit-field widths: how many
   // instructions (8 bits) and how far (16 bits) to the next decision point, and what is there.
@@ -124,7 +145,14 @@ class FastBlockDecoder {
     int Pop(uint64_t* ip);
   };
 
-  FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt, const ProgramImage& image);
+  FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt, const ProgramImage& image,
+                   bool own_packets);
+  int QueryCondBranch(int* taken) {
+    return packets_ ? packets_->CondBranch(taken) : pt_qry_cond_branch(qry_, taken);
+  }
+  int QueryIndirectBranch(uint64_t* ip) {
+    return packets_ ? packets_->IndirectBranch(ip) : pt_qry_indirect_branch(qry_, ip);
+  }
   void Reset();
   int Status(int flags) const;
   int FetchEvent();
@@ -138,11 +166,20 @@ class FastBlockDecoder {
   int NextIpWithTrace(uint64_t* ip, const Insn& insn);
   int ProceedNoEvent(pt_block* block);
   int ProceedNoEventUncached(pt_block* block);
+  int ApplyRun(const Run& run, pt_block* block);
   int ProceedNoEventCached(pt_block* block, BlockCache& bcache);
   int FillCache(pt_block* block, BlockCache& bcache, size_t steps);
   int ProceedTruncated(pt_block* block);
   int DecodeInSection(uint64_t ip, pt_exec_mode mode, const Insn** insn);
-  BlockCache* CacheAt(uint64_t ip);
+  // The block cache of the section at `ip`, null when no file section holds it.
+  BlockCache* CacheAt(uint64_t ip) {
+    if (last_cache_ != nullptr && ip >= last_cache_->range.begin && ip < last_cache_->range.end) {
+      return last_cache_;
+    }
+    if (ip >= no_section_.begin && ip < no_section_.end) return nullptr;
+    return CacheAtSlow(ip);
+  }
+  BlockCache* CacheAtSlow(uint64_t ip);
   int ProceedEvent(pt_block* block);
   int ProceedTrailingEvent();
   int Proceed(pt_block* block);
@@ -150,6 +187,7 @@ class FastBlockDecoder {
   void LogCall(const Insn& insn);
 
   pt_query_decoder* qry_;
+  std::unique_ptr<PacketLoop> packets_;  // instead of qry_ when set
   const ProgramImage* image_;
   Graph* graph_;
   absl::flat_hash_map<const ProgramImage*, std::unique_ptr<Graph>> graphs_;
