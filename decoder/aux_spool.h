@@ -30,7 +30,6 @@ struct SpoolRun {
 // A read-only contiguous mapping of a SpoolRun. Move-only.
 class SpoolView {
  public:
-  SpoolView() = default;
   std::span<const uint8_t> bytes() const {
     return {static_cast<const uint8_t*>(map_.get()), map_.valid() ? size_ : 0};
   }
@@ -45,6 +44,7 @@ class SpoolView {
 
  private:
   friend class AuxSpool;
+  SpoolView() = default;  // an empty run's
   SpoolView(ScopedMmap map, size_t size, bool private_copy)
       : map_(std::move(map)), size_(size), private_(private_copy) {}
   ScopedMmap map_;        // size_ rounded up to a page

@@ -28,7 +28,7 @@ uint64_t MonotonicMs() {
 
 ProgressSink::ProgressSink(std::unique_ptr<Sink> inner, std::FILE* err, bool enabled,
                            uint64_t total_bytes, std::function<uint64_t()> now_ms)
-    : inner_(std::move(inner)),
+    : ForwardingSink(std::move(inner)),
       err_(err),
       enabled_(enabled),
       total_(total_bytes),
@@ -42,11 +42,11 @@ void ProgressSink::OnStream(const StreamInfo& stream) {
     stream_bytes_ = stream.bytes;
     offset_ = 0;
   }
-  inner_->OnStream(stream);
+  inner().OnStream(stream);
 }
 
 void ProgressSink::OnProgress(uint64_t offset) {
-  inner_->OnProgress(offset);
+  inner().OnProgress(offset);
   if (!enabled_) return;
   offset_ = offset;
   uint64_t now = now_ms_();
@@ -75,7 +75,7 @@ absl::Status ProgressSink::Finish(const DecodeTotals& totals) {
     std::fprintf(err_, "\r%40s\r", "");
     std::fflush(err_);
   }
-  return inner_->Finish(totals);
+  return inner().Finish(totals);
 }
 
 }  // namespace ptkit::decoder

@@ -13,33 +13,22 @@
 #include <string>
 
 #include "decoder/decode.h"
+#include "decoder/forwarding_sink.h"
 
 namespace ptkit::decoder {
 
-class ProgressSink : public Sink {
+class ProgressSink : public ForwardingSink {
  public:
   // `total_bytes`: the trace size for a percentage (0: unknown, bytes are shown instead).
   // `now_ms`: a monotonic clock in milliseconds (injected for tests).
   ProgressSink(std::unique_ptr<Sink> inner, std::FILE* err, bool enabled, uint64_t total_bytes,
                std::function<uint64_t()> now_ms);
 
-  DecoderKind kind() const override { return inner_->kind(); }
-  bool end_block_on_call() const override { return inner_->end_block_on_call(); }
-  bool end_block_on_jump() const override { return inner_->end_block_on_jump(); }
-  bool wants_time() const override { return inner_->wants_time(); }
-  void OnTime(uint64_t tsc) override { inner_->OnTime(tsc); }
   void OnStream(const StreamInfo& stream) override;
-  void OnLoss(const LossInfo& loss) override { inner_->OnLoss(loss); }
-  void OnSync(uint64_t offset) override { inner_->OnSync(offset); }
   void OnProgress(uint64_t offset) override;
-  void OnBlock(const pt_block& block) override { inner_->OnBlock(block); }
-  void OnInsn(const pt_insn& insn) override { inner_->OnInsn(insn); }
-  void OnEvent(const pt_event& event) override { inner_->OnEvent(event); }
-  void OnError(const DecodeError& error) override { inner_->OnError(error); }
   absl::Status Finish(const DecodeTotals& totals) override;
 
  private:
-  std::unique_ptr<Sink> inner_;
   std::FILE* err_;
   bool enabled_;
   uint64_t total_;
@@ -56,44 +45,36 @@ class ProgressSink : public Sink {
 // Before the first timing packet the time is unknown and nothing is forwarded. The totals
 // given to the inner sink's Finish count the instructions and blocks forwarded, so that a
 // report's totals agree with its rows.
-class TimeFilterSink : public Sink {
+class TimeFilterSink : public ForwardingSink {
  public:
   TimeFilterSink(std::unique_ptr<Sink> inner, uint64_t from, uint64_t to)
-      : inner_(std::move(inner)), from_(from), to_(to) {}
-  DecoderKind kind() const override { return inner_->kind(); }
-  bool end_block_on_call() const override { return inner_->end_block_on_call(); }
-  bool end_block_on_jump() const override { return inner_->end_block_on_jump(); }
+      : ForwardingSink(std::move(inner)), from_(from), to_(to) {}
   bool wants_time() const override { return true; }
   void OnTime(uint64_t tsc) override {
     first_ = std::min(first_, tsc);
     last_ = std::max(last_, tsc);
     in_ = tsc >= from_ && tsc < to_;
-    if (in_) inner_->OnTime(tsc);
+    if (in_) inner().OnTime(tsc);
   }
-  void OnStream(const StreamInfo& stream) override { inner_->OnStream(stream); }
-  void OnLoss(const LossInfo& loss) override { inner_->OnLoss(loss); }
-  void OnSync(uint64_t offset) override { inner_->OnSync(offset); }
-  void OnProgress(uint64_t offset) override { inner_->OnProgress(offset); }
   void OnBlock(const pt_block& block) override {
     if (!in_) return;
     instructions_ += block.ninsn;
     ++blocks_;
-    inner_->OnBlock(block);
+    inner().OnBlock(block);
   }
   void OnInsn(const pt_insn& insn) override {
     if (!in_) return;
     ++instructions_;
-    inner_->OnInsn(insn);
+    inner().OnInsn(insn);
   }
   void OnEvent(const pt_event& event) override {
-    if (in_) inner_->OnEvent(event);
+    if (in_) inner().OnEvent(event);
   }
-  void OnError(const DecodeError& error) override { inner_->OnError(error); }
   absl::Status Finish(const DecodeTotals& totals) override {
     DecodeTotals kept = totals;
     kept.instructions = instructions_;
     kept.blocks = blocks_;
-    return inner_->Finish(kept);
+    return inner().Finish(kept);
   }
 
   // Instructions forwarded (in the window).
@@ -103,7 +84,6 @@ class TimeFilterSink : public Sink {
   std::string DescribeEmpty() const;
 
  private:
-  std::unique_ptr<Sink> inner_;
   uint64_t from_, to_;
   bool in_ = false;
   uint64_t instructions_ = 0;

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "decoder/bts.h"
+#include "decoder/forwarding_sink.h"
 #include "decoder/ipt_handles.h"
 #include "decoder/packets.h"
 #include "fmt/format.h"
@@ -257,9 +258,10 @@ class TaskSwitcher : public ImageSwitcher {
 // stream filtered by thread), forwards the flow only while that thread runs (the switcher's
 // OnStream says who does), announces the stream when the thread first runs, and counts what
 // it forwarded, as the totals of that stream.
-class StreamSink : public Sink {
+class StreamSink : public ForwardingSink {
  public:
-  StreamSink(Sink& inner, std::optional<uint32_t> only_tid) : inner_(inner), only_(only_tid) {}
+  StreamSink(Sink& inner, std::optional<uint32_t> only_tid)
+      : ForwardingSink(inner), only_(only_tid) {}
 
   // The stream starts with `first` running.
   void Begin(const StreamInfo& first) {
@@ -276,15 +278,11 @@ class StreamSink : public Sink {
   // What was forwarded: losses always; the flow only with `only_tid`.
   const DecodeTotals& shown() const { return shown_; }
 
-  DecoderKind kind() const override { return inner_.kind(); }
-  bool end_block_on_call() const override { return inner_.end_block_on_call(); }
-  bool end_block_on_jump() const override { return inner_.end_block_on_jump(); }
-  bool wants_time() const override { return inner_.wants_time(); }
   void OnStream(const StreamInfo& info) override {  // a context switch
     current_ = info;
-    if (!only_) return inner_.OnStream(info);
+    if (!only_) return inner().OnStream(info);
     open_ = info.tid == *only_;
-    if (open_ && announced_) inner_.OnStream(info);
+    if (open_ && announced_) inner().OnStream(info);
     // The thread is the first to run after a loss that came while another one ran: the lost
     // stretch held its start.
     if (open_ && !held_.empty()) {
@@ -301,15 +299,15 @@ class StreamSink : public Sink {
     held_.push_back(loss);  // shown if the thread is the next to run (OnStream)
   }
   void OnSync(uint64_t offset) override {
-    if (!only_) return inner_.OnSync(offset);
+    if (!only_) return inner().OnSync(offset);
     sync_ = offset;  // shown with what follows it, if that is the thread's
   }
   void OnTime(uint64_t tsc) override {
-    if (Show()) inner_.OnTime(tsc);
+    if (Show()) inner().OnTime(tsc);
   }
   void OnProgress(uint64_t offset) override {
     if (view_ != nullptr && offset >= base_) view_->ReleaseBefore(offset - base_);
-    inner_.OnProgress(offset);
+    inner().OnProgress(offset);
   }
   void OnBlock(const pt_block& block) override {
     if (!Show()) return;
@@ -317,17 +315,17 @@ class StreamSink : public Sink {
       shown_.instructions += block.ninsn;
       ++shown_.blocks;
     }
-    inner_.OnBlock(block);
+    inner().OnBlock(block);
   }
   void OnInsn(const pt_insn& insn) override {
     if (!Show()) return;
     if (only_) ++shown_.instructions;
-    inner_.OnInsn(insn);
+    inner().OnInsn(insn);
   }
   void OnEvent(const pt_event& event) override {
     if (!Show()) return;
     if (only_) ++shown_.events;
-    inner_.OnEvent(event);
+    inner().OnEvent(event);
   }
   void OnError(const DecodeError& error) override {
     if (!Show()) return;
@@ -342,16 +340,16 @@ class StreamSink : public Sink {
       DecodeError gap = error;
       gap.gap = current_.image->HoleAround(error.ip);
       gap.missing_file = current_.image->MissingAt(error.ip);
-      return inner_.OnError(gap);
+      return inner().OnError(gap);
     }
-    inner_.OnError(error);
+    inner().OnError(error);
   }
 
  private:
   void Forward(const LossInfo& loss) {
     ++shown_.losses;
     shown_.lost_bytes += loss.bytes;
-    inner_.OnLoss(loss);
+    inner().OnLoss(loss);
   }
   // Whether the flow is forwarded now; announces the stream and a held sync first.
   bool Show() {
@@ -363,7 +361,7 @@ class StreamSink : public Sink {
     if (!announced_) Announce();
     if (sync_) {
       ++shown_.syncs;
-      inner_.OnSync(*sync_);
+      inner().OnSync(*sync_);
       sync_.reset();
     }
     return true;
@@ -374,10 +372,9 @@ class StreamSink : public Sink {
     info.bytes = first_.bytes;
     info.context_switch = false;
     announced_ = true;
-    inner_.OnStream(info);
+    inner().OnStream(info);
   }
 
-  Sink& inner_;
   std::optional<uint32_t> only_;
   StreamInfo first_, current_;
   bool open_ = true;

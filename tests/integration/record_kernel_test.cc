@@ -1,7 +1,9 @@
 // The recorder against the real kernel without Intel PT: a software dummy tracking event on
 // a forked /bin/true delivers real MMAP2/COMM/EXIT sideband through a real ring buffer, which
 // the drain loop moves into a container; software counters count the same child.
+#include <sys/mman.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include <map>
 #include <set>
@@ -393,6 +395,51 @@ TEST(RecordKernelTest, AuxAreaOnASoftwareEventIsRefusedClearly) {
   absl::StatusOr<RingBuffer> rb = RingBuffer::Map(ev, 1, 4, false);
   EXPECT_FALSE(rb.ok());
   EXPECT_THAT(std::string(rb.status().message()), HasSubstr("AUX area of dummy event (self)"));
+}
+
+// Whether the page at `addr` is mapped in this process (mincore fails with ENOMEM otherwise).
+bool Mapped(const void* addr) {
+  unsigned char resident = 0;
+  return ::mincore(const_cast<void*>(addr), static_cast<size_t>(::sysconf(_SC_PAGESIZE)),
+                   &resident) == 0;
+}
+
+// Moving a RingBuffer moves its mappings: the target's own are unmapped, the moved-in ones
+// stay mapped and usable, the moved-from one holds nothing (its view is empty, so nothing
+// reads a mapping it no longer owns), and the last owner's destruction unmaps.
+TEST(RecordKernelTest, RingBufferMovesUnmapWhatTheyReplace) {
+  const perf_event_attr attr = BuildTrackingAttr({});
+  OPEN_OR_SKIP(ev1, attr, 0, "dummy (self) 1");
+  OPEN_OR_SKIP(ev2, attr, 0, "dummy (self) 2");
+  PTKIT_ASSERT_OK_AND_ASSIGN(RingBuffer a, RingBuffer::Map(ev1, 1, 0, false));
+  PTKIT_ASSERT_OK_AND_ASSIGN(RingBuffer b, RingBuffer::Map(ev2, 2, 0, false));
+  const void* a_page = a.page();
+  const void* b_page = b.page();
+  const size_t b_data = b.view().data.size();
+  ASSERT_TRUE(Mapped(a_page));
+  ASSERT_TRUE(Mapped(b_page));
+
+  a = std::move(b);
+  EXPECT_FALSE(Mapped(a_page)) << "the mapping move assignment replaced is unmapped";
+  EXPECT_TRUE(Mapped(b_page));
+  EXPECT_EQ(a.page(), b_page);
+  EXPECT_EQ(a.view().data.size(), b_data);
+  EXPECT_EQ(a.page()->data_size, b_data) << "the user page is readable through the new owner";
+  EXPECT_EQ(b.page(), nullptr);
+  EXPECT_TRUE(b.view().data.empty());
+
+  {
+    RingBuffer c(std::move(a));
+    EXPECT_EQ(c.page(), b_page);
+    EXPECT_EQ(a.page(), nullptr);
+    EXPECT_TRUE(a.view().data.empty());
+    EXPECT_TRUE(Mapped(b_page));
+    RingBuffer& same = c;
+    c = std::move(same);  // a self-move keeps the mappings
+    EXPECT_EQ(c.page(), b_page);
+    EXPECT_TRUE(Mapped(b_page));
+  }
+  EXPECT_FALSE(Mapped(b_page)) << "the last owner's destruction unmaps";
 }
 
 }  // namespace

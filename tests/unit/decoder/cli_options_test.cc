@@ -27,6 +27,7 @@ bool Parse(std::vector<std::string> args, AddFlags add) {
   add(app);
   args.insert(args.begin(), "ptdecode");
   std::vector<char*> argv;
+  argv.reserve(args.size());
   for (std::string& a : args) argv.push_back(a.data());
   try {
     app.parse(static_cast<int>(argv.size()), argv.data());

@@ -24,6 +24,7 @@
 #include "ptkit/perf_records.h"
 #include "ptkit/status.h"
 #include "status_matchers.h"
+#include "test_container.h"
 #include "test_io.h"
 #include "test_paths.h"
 
@@ -32,7 +33,9 @@ namespace {
 
 using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::testing::ExecMmap2;
 using ::ptkit::testing::IsOk;
+using ::ptkit::testing::NewContainer;
 using ::ptkit::testing::StatusIs;
 using ::testing::Contains;
 using ::testing::ElementsAreArray;
@@ -91,31 +94,12 @@ class Recorder : public Sink {
   std::vector<std::string> missing;
 };
 
-// A new container at `path` with `metadata`.
-absl::StatusOr<std::unique_ptr<ContainerWriter>> NewContainer(const std::string& path,
-                                                              const nlohmann::json& metadata) {
-  WriterOptions options;
-  options.overwrite = true;
-  PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer,
-                         ContainerWriter::Create(path, options));
-  PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(metadata.dump()));
-  return writer;
-}
-
 // The MMAP2 record of `pid` mapping the page of `code` at `text` from `file`.
 std::vector<uint8_t> MmapPage(const ElfCode& code, uint32_t pid, uint64_t text,
                               const std::string& file, const std::vector<uint8_t>& build_id = {},
                               uint64_t time = 6) {
-  perf::Mmap2 m;
-  m.build_id = build_id;
-  m.pid = m.tid = pid;
-  m.addr = text;
-  m.len = 0x1000;
-  m.pgoff = code.FileOffset(text);
-  m.prot = 5;  // PROT_READ | PROT_EXEC
-  m.filename = file;
-  m.sample_id = Id(pid, pid, time, 0);
-  return perf::EncodeMmap2(m, kLayout);
+  return ExecMmap2(pid, text, 0x1000, code.FileOffset(text), file, Id(pid, pid, time, 0), kLayout,
+                   build_id);
 }
 
 // The JSON lines written to `out` (closed).
@@ -153,10 +137,6 @@ class ContainerTest : public ::testing::Test {
     std::vector<uint8_t> bytes_b = b.bytes(), bytes_c = c.bytes();
 
     path_ = ::ptkit::decoder::testing::TempPath("decoder_container_test.pt");
-    WriterOptions options;
-    options.overwrite = true;
-    auto writer = ContainerWriter::Create(path_, options);
-    ASSERT_THAT(writer, IsOk());
     nlohmann::json metadata = {
         {"cpu", {{"vendor", "GenuineIntel"}, {"family", 6}, {"model", 85}, {"stepping", 4}}},
         {"pmu", {{"type", 8}, {"max_nonturbo_ratio", 20}}},
@@ -166,7 +146,8 @@ class ContainerTest : public ::testing::Test {
            {"config", (3ull << 14) | 1},
            {"sample_type", kLayout.sample_type},
            {"sample_id_all", true}}}}};
-    ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
+    auto writer = NewContainer(path_, {metadata.dump()});
+    ASSERT_THAT(writer, IsOk());
 
     std::vector<uint8_t> sb;
     auto add = [&](const std::vector<uint8_t>& r) { sb.insert(sb.end(), r.begin(), r.end()); };
@@ -355,7 +336,7 @@ TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
     SCOPED_TRACE(meta.dump());
     EXPECT_TRUE(IsBtsRecording(Typed(meta)));
     const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_bts.pt");
-    auto writer = NewContainer(path, meta);
+    auto writer = NewContainer(path, {meta.dump()});
     ASSERT_THAT(writer, IsOk());
     const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
     ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(*code_, 300, text, kTiny)}), IsOk());
@@ -441,7 +422,7 @@ TEST_F(ContainerTest, SnapshotsDecodeEachOnItsOwn) {
   std::vector<uint8_t> b0 = s0.bytes();
   d0.insert(d0.end(), b0.begin(), b0.end());
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_snap.pt");
-  auto writer = NewContainer(path, kPtMetadata);
+  auto writer = NewContainer(path, {kPtMetadata.dump()});
   ASSERT_THAT(writer, IsOk());
   const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
   std::vector<uint8_t> sb = MmapPage(*code_, 100, text, kTiny);
@@ -515,7 +496,7 @@ class SwitchingCpu {
     nlohmann::json metadata = kPtMetadata;
     metadata["time_conversion"] = {
         {"cap_user_time_zero", true}, {"time_zero", 0}, {"time_mult", 1}, {"time_shift", 0}};
-    auto writer = NewContainer(path, metadata);
+    auto writer = NewContainer(path, {metadata.dump()});
     ASSERT_THAT(writer, IsOk());
     std::vector<uint8_t> sb;
     auto add = [&](const std::vector<uint8_t>& r) { sb.insert(sb.end(), r.begin(), r.end()); };
@@ -799,7 +780,7 @@ TEST(ContainerLossTest, EveryTruncationCounts) {
 TEST(ContainerLossTest, LossesOutsideAnyTraceAreCountedAndSaid) {
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_unplaced.pt");
   {
-    auto writer = NewContainer(path, kPtMetadata);
+    auto writer = NewContainer(path, {kPtMetadata.dump()});
     ASSERT_THAT(writer, IsOk());
     const StreamId cpu1{StreamKind::kCpu, 1};
     ASSERT_THAT((*writer)->AppendLoss({cpu1, LossKind::kAuxCollision, 1, 100, 5, 0}), IsOk());
@@ -973,7 +954,7 @@ TEST(ContainerInput, AFlaggedAuxRecordAndItsLossRecordAreOneLossPoint) {
   // Both name the loss the container's way (LossKindName), so the record's flag and the loss
   // record meet at one point, with the loss record's bytes.
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_loss.pt");
-  auto writer = NewContainer(path, nlohmann::json::object());
+  auto writer = NewContainer(path, {"{}"});
   ASSERT_THAT(writer, IsOk());
   const StreamId cpu1{StreamKind::kCpu, 1};
   const std::vector<uint8_t> pad(64, 0);
@@ -1077,7 +1058,7 @@ TEST_F(ContainerTest, APieceAcrossSpoolExtentsDecodesExactly) {
   // cpu 0 holds padding that ends just before the first spool extent does, then a trace that
   // goes on in the next extent, after the extent another stream took meanwhile.
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_extents.pt");
-  auto writer = NewContainer(path, nlohmann::json::object());
+  auto writer = NewContainer(path, {"{}"});
   ASSERT_THAT(writer, IsOk());
   const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
   ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(*code_, 300, text, kTiny)}), IsOk());
@@ -1106,7 +1087,7 @@ TEST_F(ContainerTest, APieceAcrossSpoolExtentsDecodesExactly) {
 // dropped (and said), so the trace is decoded once, exactly.
 TEST_F(ContainerTest, OverlappingAuxBytesAreDecodedOnce) {
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_overlap.pt");
-  auto writer = NewContainer(path, nlohmann::json::object());
+  auto writer = NewContainer(path, {"{}"});
   ASSERT_THAT(writer, IsOk());
   const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
   ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(*code_, 300, text, kTiny)}), IsOk());
@@ -1146,7 +1127,7 @@ TEST_F(ContainerTest, ABuildIdMismatchIsAWarningNamingTheFile) {
   // The fixture's recording, plus process 300 whose MMAP2 names tiny.elf with a build-id the
   // file does not have.
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_buildid.pt");
-  auto writer = NewContainer(path, kPtMetadata);
+  auto writer = NewContainer(path, {kPtMetadata.dump()});
   ASSERT_THAT(writer, IsOk());
   const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
   const std::vector<uint8_t> recorded_id = {0xde, 0xad, 0xbe, 0xef, 1,  2,  3,  4,  5,  6,

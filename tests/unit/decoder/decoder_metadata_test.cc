@@ -16,6 +16,7 @@
 #include "ptkit/container_writer.h"
 #include "ptkit/perf_records.h"
 #include "status_matchers.h"
+#include "test_container.h"
 #include "test_paths.h"
 
 namespace ptkit::decoder {
@@ -24,7 +25,9 @@ namespace {
 using nlohmann::json;
 using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::testing::ExecMmap2;
 using ::ptkit::testing::IsOk;
+using ::ptkit::testing::NewContainer;
 using ::ptkit::testing::StatusIs;
 using ::testing::Contains;
 using ::testing::ElementsAreArray;
@@ -64,23 +67,16 @@ class MetadataTest : public ::testing::Test {
   // A trace.pt: `records` as metadata records (verbatim), tiny.elf's text mapped in process
   // 300, `aux` as thread 300's trace.
   void Write(const std::vector<std::string>& records, const std::vector<uint8_t>& aux) {
-    WriterOptions options;
-    options.overwrite = true;
-    auto writer = ContainerWriter::Create(path_, options);
+    auto writer = NewContainer(path_, records);
     ASSERT_THAT(writer, IsOk());
-    for (const std::string& r : records) ASSERT_THAT((*writer)->AppendMetadata(r), IsOk());
     const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
-    perf::Mmap2 m;
-    m.pid = m.tid = 300;
-    m.addr = text;
-    m.len = 0x1000;
-    m.pgoff = code_->FileOffset(text);
-    m.prot = 5;
-    m.filename = kTiny;
-    m.sample_id.has_tid = m.sample_id.has_time = true;
-    m.sample_id.pid = m.sample_id.tid = 300;
-    m.sample_id.time = 1;
-    ASSERT_THAT((*writer)->AppendSideband({-1, perf::EncodeMmap2(m, kLayout)}), IsOk());
+    perf::SampleId id;
+    id.has_tid = id.has_time = true;
+    id.pid = id.tid = 300;
+    id.time = 1;
+    ASSERT_THAT((*writer)->AppendSideband({-1, ExecMmap2(300, text, 0x1000, code_->FileOffset(text),
+                                                         kTiny, id, kLayout)}),
+                IsOk());
     ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 5, aux}), IsOk());
     ASSERT_THAT((*writer)->Close(), IsOk());
   }
