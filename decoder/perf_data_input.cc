@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -77,7 +78,16 @@ struct Placed {
 Placed Place(const perf::PerfData& data, const perf::RecordView& r,
              const std::map<uint64_t, uint64_t>& cpu_of_id) {
   Placed p;
-  if (const perf::PerfAttr* attr = data.AttrOf(r)) p.layout = attr->layout();
+  const perf::PerfAttr* attr = data.AttrOf(r);
+  if (attr != nullptr) p.layout = attr->layout();
+  if (r.type == PERF_RECORD_SAMPLE) {
+    // No trailer: the CPU of the ring its id was read from.
+    if (attr == nullptr) return p;
+    auto id = perf::RecordSampleId(r, attr->attr.sample_type, attr->attr.sample_id_all);
+    auto it = id ? cpu_of_id.find(*id) : cpu_of_id.end();
+    if (it != cpu_of_id.end() && it->second != kNoCpu) p.cpu = static_cast<int32_t>(it->second);
+    return p;
+  }
   if (!p.layout.sample_id_all) return p;
   auto id = perf::ParseSampleId(r, p.layout);
   if (!id.ok()) return p;
@@ -186,6 +196,16 @@ nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
     if (name.empty()) typed.attrs->back().name.reset();
   }
   m["attrs"] = typed.ToJson()["attrs"];
+  // What `ptdecode export` needs to write every event back as perf wrote it: the attr's
+  // bytes, its sample ids and its EVENT_DESC name.
+  for (size_t i = 0; i < data.attrs.size(); ++i) {
+    nlohmann::json& a = m["attrs"][i];
+    const perf::PerfAttr& attr = data.attrs[i];
+    a["perf_attr"] = absl::BytesToHexString(
+        absl::string_view(reinterpret_cast<const char*>(attr.raw.data()), attr.raw.size()));
+    a["ids"] = attr.ids;
+    if (std::string name = data.NameOf(i); !name.empty()) a["perf_name"] = name;
+  }
   std::optional<nlohmann::json> time;
   if (info != nullptr) {
     const bool pt = info->type == kAuxtraceIntelPt;
@@ -252,9 +272,10 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
   std::map<StreamId, std::vector<AuxSpan>> aux_spans;
   for (size_t i = 0; i < data.records.size(); ++i) {
     const perf::RecordView rec = data.View(i);
-    if (rec.type < PERF_RECORD_MAX && rec.type != PERF_RECORD_SAMPLE) {
-      // Kept verbatim for export, batched while the ring (ID_INDEX's CPU, -1 for a
-      // per-thread one; else the trailer's) and the layout stay the same.
+    if (rec.type < PERF_RECORD_MAX) {
+      // Kept verbatim for export (samples too: every event's records), batched while the
+      // ring (ID_INDEX's CPU, -1 for a per-thread one; else the trailer's) and the layout stay
+      // the same.
       const Placed p = Place(data, rec, cpu_of_id);
       int32_t ring = p.cpu;
       if (p.id && p.id->has_id) {

@@ -292,13 +292,16 @@ TEST_P(RealRecordingTest, AttrsIdsAndHeaderAreThoseOfPerfHeaderOnly) {
   if (!PerfWorks()) GTEST_SKIP() << kPerf << " is absent";
   testing::CommandResult r = Perf("report --header-only", path_, pipe_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::vector<std::string> perf_ids;
+  std::vector<std::string> perf_ids, perf_names;
   std::map<std::string, std::string> fields;
   for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
     if (!absl::ConsumePrefix(&line, "# ")) continue;
     if (absl::ConsumePrefix(&line, "event : ")) {
       size_t a = line.find("id = { "), b = line.find(" }", a);
       if (a != absl::string_view::npos) perf_ids.emplace_back(line.substr(a + 7, b - a - 7));
+      if (absl::ConsumePrefix(&line, "name = ")) {
+        perf_names.emplace_back(line.substr(0, line.find(',')));
+      }
       continue;
     }
     std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(" : ", 1));
@@ -307,6 +310,13 @@ TEST_P(RealRecordingTest, AttrsIdsAndHeaderAreThoseOfPerfHeaderOnly) {
   std::vector<std::string> ours;
   for (const PerfAttr& a : data_.attrs) ours.push_back(absl::StrJoin(a.ids, ", "));
   EXPECT_EQ(ours, perf_ids);
+  // The names of EVENT_DESC (a file-mode feature): intel_pt//, cycles, dummy:u, dummy:u.
+  if (!pipe_) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < data_.attrs.size(); ++i) names.push_back(data_.NameOf(i));
+    EXPECT_EQ(names, perf_names);
+    EXPECT_EQ(names.size(), 4u);
+  }
   EXPECT_EQ(*data_.features.hostname, fields["hostname"]);
   EXPECT_EQ(*data_.features.osrelease, fields["os release"]);
   EXPECT_EQ(*data_.features.arch, fields["arch"]);
