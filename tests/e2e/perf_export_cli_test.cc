@@ -28,6 +28,7 @@
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/container_writer.h"
+#include "ptkit/elf_file.h"
 #include "ptkit/perf_data.h"
 #include "ptkit/perf_records.h"
 #include "record/swpt/synth_container.h"
@@ -43,6 +44,7 @@ using ::ptkit::testing::PerThread;
 using ::ptkit::testing::ReadTruth;
 using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kPerf[] = "/usr/bin/perf";
 const std::string kFib = PROGRAM_DIR "/emulate_fib";
@@ -876,6 +878,152 @@ TEST_F(PerfExportTest, AnArchivedImportDecodesWithoutTheFiles) {
   ExpectSameFlow(ParseInsn(insn.out), ReadTruth(e.truth), "the archived import vs the truth");
   auto without = RunCommand({PTDECODE_PATH, "insn", plain});
   EXPECT_THAT(without.out + without.err, HasSubstr(copy));
+}
+
+// The code records of the container at `path`.
+struct Code {
+  uint32_t flags = 0;
+  uint64_t address = 0, pgoff = 0;
+  std::string path;
+  std::vector<uint8_t> build_id, bytes;
+};
+std::vector<Code> CodeRecords(const std::string& path) {
+  std::vector<Code> out;
+  auto reader = ContainerReader::Open(path);
+  EXPECT_TRUE(reader.ok()) << reader.status();
+  if (!reader.ok()) return out;
+  RecordView rec;
+  while (reader->Next(rec).value_or(false)) {
+    if (rec.type != RecordType::kCode) continue;
+    auto c = ParseCode(rec.payload);
+    if (!c.ok()) continue;
+    out.push_back({c->flags, c->address, c->pgoff, std::string(c->path),
+                   std::vector<uint8_t>(c->build_id.begin(), c->build_id.end()),
+                   std::vector<uint8_t>(c->bytes.begin(), c->bytes.end())});
+  }
+  return out;
+}
+
+std::vector<uint8_t> ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+// Puts `bytes` into the build-id cache `dir` as perf lays it out (tools/perf/util/build-id.c):
+// DIR/NAME/BUILDID/FILE (elf; vdso for the vDSO) and DIR/.build-id/NN/REST -> ../../NAME/BUILDID.
+void PutInCache(const std::string& dir, const std::string& name, const std::string& build_id,
+                const std::string& file, const std::vector<uint8_t>& bytes) {
+  namespace fs = std::filesystem;
+  const std::string rel = (name[0] == '/' ? name.substr(1) : name) + "/" + build_id;
+  fs::create_directories(dir + "/" + rel);
+  std::ofstream(dir + "/" + rel + "/" + file, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()),
+             static_cast<std::streamsize>(bytes.size()));
+  fs::create_directories(dir + "/.build-id/" + build_id.substr(0, 2));
+  fs::create_directory_symlink(
+      "../../" + rel, dir + "/.build-id/" + build_id.substr(0, 2) + "/" + build_id.substr(2));
+}
+
+// This process's vDSO, as perf keeps one in its build-id cache (the mapped bytes).
+std::vector<uint8_t> OwnVdso() {
+  std::ifstream maps("/proc/self/maps");
+  for (std::string line; std::getline(maps, line);) {
+    if (line.find("[vdso]") == std::string::npos) continue;
+    const uint64_t begin = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
+    const uint64_t end = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
+    const auto* p = reinterpret_cast<const uint8_t*>(begin);
+    return std::vector<uint8_t>(p, p + (end - begin));
+  }
+  return {};
+}
+
+// export --to trace.pt --archive finds code as perf does, in the build-id cache first: for the
+// real Skylake recording (whose binaries are not public), a cache the test builds holds a file
+// under the build-id the recording names for /usr/bin/coreutils, and a vDSO under [vdso]'s;
+// the container gets their bytes at the addresses the MMAP2 records give (the vDSO flagged as
+// one), and each other file is a warning naming it. Without the cache, neither is archived.
+TEST_F(PerfExportTest, AnArchiveFindsCodeInTheBuildIdCacheAsPerfDoes) {
+  const std::string real = PTKIT_SOURCE_DIR "/../shared/testdata/perf-data/perf.data.intel_pt-4.14";
+  if (!std::filesystem::exists(real)) GTEST_SKIP() << real << " not there";
+  const std::string cache = Dir().File("skylake.cache");
+  const std::vector<uint8_t> program = ReadBytes(kFib), vdso = OwnVdso();
+  ASSERT_GT(program.size(), 0x1000u);
+  ASSERT_FALSE(vdso.empty());
+  PutInCache(cache, "/usr/bin/coreutils", "c0a88cf4408ddef75343a69e41602f4d3de34e68", "elf",
+             program);
+  PutInCache(cache, "[vdso]", "2d160c5722251748ef5c2239fb6940195d3c19b7", "vdso", vdso);
+  const std::string pt = Dir().File("skylake_archived.pt");
+  auto r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", "--archive", "--buildid-dir",
+                       cache, real, "-o", pt});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/lib64/libc-2.23.so"));
+  EXPECT_THAT(r.err, Not(HasSubstr("/usr/bin/coreutils: ")));
+  std::map<std::string, Code> archived;
+  for (Code& c : CodeRecords(pt)) {
+    if (!c.bytes.empty()) archived[c.path] = std::move(c);
+  }
+  ASSERT_TRUE(archived.contains("/usr/bin/coreutils")) << r.err;
+  const Code& prog = archived["/usr/bin/coreutils"];
+  EXPECT_EQ(prog.address, 0x5cba63156000u);  // perf script --show-mmap-events
+  EXPECT_EQ(prog.pgoff, 0u);
+  EXPECT_EQ(prog.flags & kCodeVdso, 0u);
+  EXPECT_TRUE(prog.bytes == program)
+      << prog.bytes.size() << " bytes, the file has " << program.size();
+  ASSERT_TRUE(archived.contains("[vdso]")) << r.err;
+  const Code& v = archived["[vdso]"];
+  EXPECT_EQ(v.address, 0x7ffd8fdfe000u);
+  EXPECT_NE(v.flags & kCodeVdso, 0u);
+  EXPECT_TRUE(v.bytes == std::vector<uint8_t>(
+                             vdso.begin(), vdso.begin() + std::min<size_t>(vdso.size(), 0x2000)));
+  r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", "--archive", "--buildid-dir",
+                  Dir().File("no.cache"), real, "-o", pt});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("/usr/bin/coreutils"));
+  EXPECT_THAT(r.err, HasSubstr("[vdso]"));
+  for (const Code& c : CodeRecords(pt)) EXPECT_TRUE(c.bytes.empty()) << c.path << " archived";
+}
+
+// A perf.data whose program is gone (a synthesized walk of a copy of fib, the copy's build-id
+// in its BUILD_ID feature): the build-id cache perf itself fills (`perf buildid-cache --add`)
+// has it, and export --to trace.pt --archive takes it from there: the container decodes to the
+// walk. Without the cache, the file is not archived and the decode names it in a gap.
+TEST_F(PerfExportTest, AnArchiveOfAPerfDataTakesTheProgramFromPerfsBuildIdCache) {
+  const std::string copy = Dir().File("fib_cached");
+  std::filesystem::copy_file(kFib, copy, std::filesystem::copy_options::overwrite_existing);
+  auto id = ReadBuildId(copy);
+  ASSERT_TRUE(id.ok() && !id->empty()) << copy << " has no build-id";
+  SynthRecording rec(0);
+  swpt::SynthResult walk = rec.Walk(copy, 100, 10, 1'000'000, 11);
+  rec.ItraceStart(100, 500);
+  rec.Add(perf::EncodeAux({.aux_offset = 0,
+                           .aux_size = walk.pt.size(),
+                           .sample_id = rec.Id(100, 2'000'000, SynthRecording::kTraceId)},
+                          SynthRecording::kLayout));
+  const std::string pt = Dir().File("cached.pt"), data = pt + ".data", cache = data + ".cache";
+  rec.Write(pt, "full-trace", [&](ContainerWriter& w) {
+    ASSERT_TRUE(w.AppendAux({{StreamKind::kCpu, 0}, 0, 0, 2'000'000, walk.pt}).ok());
+    ASSERT_TRUE(w.AppendCode({.flags = kCodeIdentity, .path = copy, .build_id = *id}).ok());
+  });
+  auto r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", pt, "-o", data});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = RunCommand({kPerf, "--buildid-dir", cache, "buildid-cache", "--add", copy});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::filesystem::remove(copy);
+  const std::string archived = Dir().File("cached_archived.pt");
+  r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", "--archive", "--buildid-dir", cache,
+                  data, "-o", archived});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string none = Dir().File("no.cache");
+  auto insn = RunCommand({PTDECODE_PATH, "insn", "--buildid-dir", none, archived});
+  ASSERT_EQ(insn.exit_code, 0) << insn.err;
+  ExpectSameFlow(ParseInsn(insn.out), {{100, walk.truth}}, "the archived perf.data vs the walk");
+  const std::string plain = Dir().File("cached_plain.pt");
+  r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", "--archive", "--buildid-dir", none,
+                  data, "-o", plain});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(copy + ": cannot be opened"));
+  insn = RunCommand({PTDECODE_PATH, "insn", "--buildid-dir", none, plain});
+  EXPECT_THAT(insn.out + insn.err, HasSubstr(copy));
 }
 
 TEST_F(PerfExportTest, ABadInputIsAClearError) {
