@@ -1,11 +1,8 @@
 #include "decoder/perf_data_input.h"
 
 #include <linux/perf_event.h>
-#include <sys/mman.h>
 
 #include <algorithm>
-#include <cstddef>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <utility>
@@ -99,42 +96,6 @@ Placed Place(const perf::PerfData& data, const perf::RecordView& r,
     if (it != cpu_of_id.end() && it->second != kNoCpu) p.cpu = static_cast<int32_t>(it->second);
   }
   return p;
-}
-
-// PERF_RECORD_MMAP {u32 pid, tid; u64 addr, len, pgoff; char filename[]} (kernels before
-// 3.16; perf's kernel and module maps) as the PERF_RECORD_MMAP2 of the same mapping: no
-// device, inode or build-id; executable unless PERF_RECORD_MISC_MMAP_DATA says it is data
-// (attr.mmap_data); private. Errors: kDataLoss for a record too short for its fields.
-absl::StatusOr<std::vector<uint8_t>> Mmap2OfMmap(const perf::RecordView& r, const Placed& p) {
-  constexpr size_t kFields = 4 + 4 + 8 + 8 + 8;
-  const size_t trailer = p.layout.sample_id_all ? p.layout.size() : 0;
-  if (r.bytes.size() < perf::kHeaderSize + kFields + trailer) {
-    return absl::DataLossError(
-        fmt::format("perf mmap record of {} bytes: too short", r.bytes.size()));
-  }
-  const std::span<const uint8_t> body = r.body();
-  auto u32 = [&](size_t at) {
-    uint32_t v;
-    std::memcpy(&v, body.data() + at, 4);
-    return v;
-  };
-  auto u64 = [&](size_t at) {
-    uint64_t v;
-    std::memcpy(&v, body.data() + at, 8);
-    return v;
-  };
-  const std::span<const uint8_t> name = body.subspan(kFields, body.size() - kFields - trailer);
-  const char* chars = reinterpret_cast<const char*>(name.data());
-  perf::Mmap2 m{.pid = u32(0), .tid = u32(4), .addr = u64(8), .len = u64(16), .pgoff = u64(24)};
-  m.prot = PROT_READ | ((r.misc & PERF_RECORD_MISC_MMAP_DATA) ? 0 : PROT_EXEC);
-  m.flags = MAP_PRIVATE;
-  m.filename = std::string_view(chars, strnlen(chars, name.size()));
-  if (p.id) m.sample_id = *p.id;
-  std::vector<uint8_t> out = perf::EncodeMmap2(m, p.layout);
-  // The record's cpumode (user, kernel, ...) stays.
-  const uint16_t misc = r.misc & PERF_RECORD_MISC_CPUMODE_MASK;
-  std::memcpy(out.data() + offsetof(perf_event_header, misc), &misc, 2);
-  return out;
 }
 
 // A loss point perf recorded for a stream, at an AUX offset.
@@ -292,6 +253,7 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
       batch.insert(batch.end(), rec.bytes.begin(), rec.bytes.end());
     }
     switch (rec.type) {
+      case PERF_RECORD_MMAP:
       case PERF_RECORD_MMAP2:
       case PERF_RECORD_COMM:
       case PERF_RECORD_FORK:
@@ -301,14 +263,6 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
       case PERF_RECORD_SWITCH_CPU_WIDE: {
         const Placed p = Place(data, rec, cpu_of_id);
         sideband.Add(p.cpu, rec.bytes, p.layout);
-        break;
-      }
-      case PERF_RECORD_MMAP: {
-        // The timeline reads MMAP2: the same mapping as one (a malformed record is passed on
-        // as it is, for the timeline to report).
-        const Placed p = Place(data, rec, cpu_of_id);
-        absl::StatusOr<std::vector<uint8_t>> mmap2 = Mmap2OfMmap(rec, p);
-        sideband.Add(p.cpu, mmap2.ok() ? std::span<const uint8_t>(*mmap2) : rec.bytes, p.layout);
         break;
       }
       case PERF_RECORD_AUX: {

@@ -6,7 +6,7 @@
 //    when perf recorded per thread (cpu = -1); in snapshot mode (AUXTRACE_INFO) each is a
 //    snapshot. PERF_RECORD_AUX flags (TRUNCATED, COLLISION, PARTIAL) and PERF_RECORD_LOST are
 //    loss points where they happened.
-//  - Sideband: MMAP2 (MMAP as the MMAP2 of the same mapping), COMM, FORK, EXIT, ITRACE_START,
+//  - Sideband: MMAP2, MMAP (ptkit/perf_records.h: ParseMmap), COMM, FORK, EXIT, ITRACE_START,
 //    SWITCH(_CPU_WIDE), each record's sample_id trailer read with its own attr's layout; a
 //    record's CPU from its trailer, else from ID_INDEX.
 //  - Metadata (in trace.pt's schema, so the decoder configuration, the TSC clock and `info`

@@ -582,6 +582,17 @@ TEST_F(PerfExportTest, PtdecodeReadsMmapRecordsInAPerfDataAsPerfDoes) {
   ExpectBothGive(path, truth, /*ptdecode_reads_data=*/true);
 }
 
+// The same recording as a trace.pt (as `export --to trace.pt` keeps a perf.data's MMAP
+// records): ptdecode maps the programs from its MMAP records as perf does, and decodes both
+// walks.
+TEST_F(PerfExportTest, PtdecodeReadsMmapRecordsInATracePtAsPerfDoes) {
+  SynthRecording rec(0);
+  rec.old_mmap = true;
+  const std::string path = Dir().File("mmap_container.pt");
+  const PerThread truth = WriteSwitchRecording(rec, path);
+  ExpectBothGive(path, truth);
+}
+
 // Loss: the AUX bytes between two walks are gone (4096 bytes, a loss record of kind "other",
 // which has no perf record of its own: the export writes a PERF_RECORD_AUX with TRUNCATED).
 // perf reports it as lost trace data where ptdecode reports loss, and both decode the walks
