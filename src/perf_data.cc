@@ -352,7 +352,7 @@ void Parser::ParseFeature(uint32_t id, std::span<const uint8_t> data, uint64_t o
       // perf's write_event_desc(): u32 events, u32 attr size; per event the attr, u32 ids,
       // the name (a feature string), the ids.
       const uint32_t n = r.Get<uint32_t>(), attr_size = r.Get<uint32_t>();
-      if (!r.ok() || attr_size == 0 || n > r.remaining() / (attr_size + 8)) {
+      if (!r.ok() || attr_size == 0 || n > r.remaining() / (uint64_t{attr_size} + 8)) {
         return AddDamage(offset, data.size(),
                          absl::StrCat("EVENT_DESC feature: ", n, " events of ", attr_size,
                                       " bytes do not fit its ", data.size(), " bytes"));

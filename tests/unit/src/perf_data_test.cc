@@ -449,6 +449,22 @@ TEST(PerfDataTest, HostileLengthsAreDamageNotAllocations) {
   EXPECT_THAT(d->damage[1].reason, ::testing::HasSubstr("AUXTRACE trace bytes cut"));
   EXPECT_EQ(d->damage[1].offset, f.size());
 
+  // A pipe-mode EVENT_DESC feature whose attr size is 2^32 - 8 (size + 8 wraps in 32 bits).
+  std::vector<uint8_t> g = PipeHeader();
+  std::vector<uint8_t> desc = RecordBuilder(kRecordHeaderFeature, 0)
+                                  .U64(kFeatEventDesc)
+                                  .U32(1)
+                                  .U32(0xfffffff8)
+                                  .U64(0)
+                                  .Finish();
+  g.insert(g.end(), desc.begin(), desc.end());
+  auto src3 = MemorySource(g, "hostile-event-desc");
+  d = ReadPerfData(*src3);
+  ASSERT_THAT(d, IsOk());
+  EXPECT_THAT(d->features.event_desc, IsEmpty());
+  ASSERT_EQ(d->damage.size(), 1u);
+  EXPECT_THAT(d->damage[0].reason, ::testing::HasSubstr("EVENT_DESC feature"));
+
   // A file header whose data section lies far past the end.
   std::vector<uint8_t> h(104, 0);
   std::memcpy(h.data(), "PERFILE2", 8);
