@@ -49,7 +49,7 @@ interp="$build/record/swpt/programs/interp_O2_pie"
 fib="$build/examples/emulate_fib"
 [[ -x "$fib" ]] || fib="$(find "$build" -name emulate_fib -type f -perm -u+x | head -1)"
 for f in "$ptdecode" "$ptrecord" "$synth" "$interp" "$fib" /usr/bin/perf; do
-  [[ -x "$f" ]] || { echo "$0: $f missing: build ptdecode ptrecord swpt_synth swpt_programs emulate_fib" >&2; exit 1; }
+  [[ -x "$f" ]] || { echo "$0: $f missing: build ptdecode ptrecord swpt_synth ptkit_swpt_programs emulate_fib" >&2; exit 1; }
 done
 work="${keep:-$(mktemp -d)}"
 mkdir -p "$work"

@@ -105,17 +105,22 @@ class BranchesSink : public Sink {
       }
       fmt::format_to(out_.it(), FMT_COMPILE(",\"kind\":\"{}\"}}\n"), kind);
     } else {
-      fmt::format_to(out_.it(), FMT_COMPILE("{:016x} "), from);
+      AppendHex(buf, from, 16);
+      buf.push_back(' ');
       symbols_.Append(buf, from);
       AppendSrcline(buf, lines_.get(), *image_, from, false);
       if (to_known) {
-        fmt::format_to(out_.it(), FMT_COMPILE(" -> {:016x} "), to);
+        AppendText(buf, " -> ");
+        AppendHex(buf, to, 16);
+        buf.push_back(' ');
         symbols_.Append(buf, to);
         AppendSrcline(buf, lines_.get(), *image_, to, false);
       } else {
         buf.append(std::string_view(" -> ? [untraced]"));
       }
-      fmt::format_to(out_.it(), FMT_COMPILE(" {}\n"), kind);
+      buf.push_back(' ');
+      AppendText(buf, kind);
+      buf.push_back('\n');
     }
     out_.MaybeFlush();
   }

@@ -237,6 +237,9 @@ void AddExportFlags(CLI::App& cmd, ExportFlags& f) {
                "program), so the trace.pt decodes without the files");
   cmd.add_option("--sysroot,--symfs", f.container.sysroot,
                  "(trace.pt --archive) Read the mapped files under DIR");
+  cmd.add_option("--buildid-dir", f.container.buildid_dir,
+                 "(trace.pt --archive) perf's build-id cache, searched first as perf does "
+                 "(default $PERF_BUILDID_DIR, else ~/.debug)");
 }
 
 ExportFormat ExportFormatFromFlags(const ExportFlags& f) {

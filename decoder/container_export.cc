@@ -165,7 +165,8 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
       auto captured = r.captured.find(pid);
       for (const Mapping* mapping : r.timeline.MappingsDuring(pid, since)) {
         const Mapping& m = *mapping;
-        if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
+        const bool vdso = m.path == "[vdso]";
+        if (!(m.prot & PROT_EXEC) || m.path.empty() || (m.path[0] != '/' && !vdso)) continue;
         if (captured != r.captured.end() &&
             std::any_of(captured->second.begin(), captured->second.end(),
                         [&](const CapturedCode& c) {
@@ -173,8 +174,14 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
                         })) {
           continue;
         }
-        absl::StatusOr<std::vector<uint8_t>> bytes =
-            ReadRange(options.sysroot + m.path, m.pgoff, m.end - m.start);
+        // As perf reads code: the build-id cache first, then the file under the sysroot.
+        const std::string cached = BuildIdCacheFile(r, m, options.buildid_dir);
+        absl::StatusOr<std::vector<uint8_t>> bytes = absl::NotFoundError(
+            fmt::format("{}: not in the build-id cache {}", m.path,
+                        options.buildid_dir.empty() ? std::string("(none)") : options.buildid_dir));
+        if (!cached.empty()) bytes = ReadRange(cached, m.pgoff, m.end - m.start);
+        if (!bytes.ok() && !vdso)
+          bytes = ReadRange(options.sysroot + m.path, m.pgoff, m.end - m.start);
         if (!bytes.ok()) {
           summary.warnings.push_back(
               fmt::format("pid {}: {}: not archived", pid, std::string(bytes.status().message())));
@@ -184,6 +191,7 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
         const std::vector<uint8_t>& id =
             !m.build_id.empty() || known == r.build_ids.end() ? m.build_id : known->second;
         PTKIT_RETURN_IF_ERROR(w->AppendCode({.pid = pid,
+                                             .flags = vdso ? kCodeVdso : 0u,
                                              .address = m.start,
                                              .pgoff = m.pgoff,
                                              .path = m.path,

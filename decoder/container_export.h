@@ -13,7 +13,7 @@
 //   again), then its bytes as AUX records at their AUX offsets (1 MiB each at most);
 //   snapshots as snapshot records (sequence, aux_head = where the piece ends);
 // - captured code (vdso, archived ranges) as code records, with options.archive the code of
-//   the mapped files too, and every build-id the recording names (perf.data's BUILD_ID
+//   the mapped files and the vDSO too, and every build-id the recording names (perf.data's BUILD_ID
 //   feature, trace.pt's identity records) as an identity record;
 // - the footer (Close).
 // Reading the result gives the same Recording: the same metadata, timeline, streams, pieces,
@@ -32,11 +32,14 @@ namespace ptkit::decoder {
 
 struct ContainerExportOptions {
   // Also archive code, as `ptrecord --archive` does: the bytes of every executable file mapping
-  // of the program each process ran last (its mappings since its last exec), read from the
-  // file under `sysroot`, as code records, so that the container decodes without the files.
-  // Code the recording captured already wins.
+  // of the program each process ran last (its mappings since its last exec) and of its vDSO,
+  // as code records, so that the container decodes without the files. Each file is found as
+  // perf finds code (tools/perf/util/dso.c, dso__data_fd): in the build-id cache `buildid_dir`
+  // by its build-id (BuildIdCacheFile in decoder/recording.h; the vDSO as [vdso]/BUILDID/vdso),
+  // else at the mapping's path under `sysroot`. Code the recording captured already wins.
   bool archive = false;
   std::string sysroot;
+  std::string buildid_dir;  // "": no build-id cache
 };
 
 struct ContainerExportSummary {

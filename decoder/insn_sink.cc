@@ -59,10 +59,11 @@ class InsnSink : public Sink {
       AppendSrcline(buf, lines_.get(), *image_, insn.ip, true);
       buf.append(std::string_view("}\n"));
     } else {
-      buf.append(std::string_view(time_));
-      buf.append(std::string_view(prefix_));
-      fmt::format_to(out_.it(), FMT_COMPILE("{:016x}  "), insn.ip);
-      if (insn.speculative) buf.append(std::string_view("? "));
+      AppendText(buf, time_);
+      AppendText(buf, prefix_);
+      AppendHex(buf, insn.ip, 16);
+      AppendText(buf, "  ");
+      if (insn.speculative) AppendText(buf, "? ");
       size_t start = buf.size();
       symbols_.Append(buf, insn.ip);
       if (options_.disasm) {
@@ -71,7 +72,7 @@ class InsnSink : public Sink {
         buf.append(std::string_view("  "));
         disasm_.Append(buf, insn.mode, insn.raw, insn.size, insn.ip);
       }
-      AppendSrcline(buf, lines_.get(), *image_, insn.ip, false, "", "  ");
+      if (lines_) AppendSrcline(buf, lines_.get(), *image_, insn.ip, false, "", "  ");
       buf.push_back('\n');
     }
     out_.MaybeFlush();

@@ -7,8 +7,10 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include <bit>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -23,14 +25,34 @@ namespace ptkit::decoder {
 
 using Buffer = fmt::memory_buffer;
 
-// Buffered writes to a FILE*, flushed in 64 KiB chunks.
+// Appends `v` in lowercase hex with at least `digits` digits (zero-padded), as fmt's "{:0Nx}"
+// without its format-spec machinery: the per-instruction hot path of insn and branches.
+inline void AppendHex(Buffer& buf, uint64_t v, int digits = 1) {
+  const int needed = v == 0 ? 1 : (67 - std::countl_zero(v)) / 4;
+  const int n = needed > digits ? needed : digits;
+  const size_t at = buf.size();
+  buf.try_resize(at + n);
+  char* p = buf.data() + at + n;
+  for (int i = 0; i < n; ++i, v >>= 4) *--p = "0123456789abcdef"[v & 0xf];
+}
+
+// Appends `s`: one resize and one memcpy, without fmt's general append loop (hot paths).
+inline void AppendText(Buffer& buf, std::string_view s) {
+  const size_t at = buf.size();
+  buf.try_resize(at + s.size());
+  std::memcpy(buf.data() + at, s.data(), s.size());
+}
+
+// Buffered writes to a FILE*, flushed in 1 MiB chunks (one write(2) each: a line per
+// instruction makes hundreds of MB).
 class Output {
  public:
-  explicit Output(std::FILE* file) : file_(file) {}
+  static constexpr size_t kFlushBytes = size_t{1} << 20;
+  explicit Output(std::FILE* file) : file_(file) { buf_.reserve(kFlushBytes + 4096); }
   Buffer& buf() { return buf_; }
   auto it() { return std::back_inserter(buf_); }
   void MaybeFlush() {
-    if (buf_.size() >= (1 << 16)) Flush();
+    if (buf_.size() >= kFlushBytes) Flush();
   }
   void Flush() {
     if (buf_.size() != 0 && std::fwrite(buf_.data(), 1, buf_.size(), file_) != buf_.size()) {
@@ -76,10 +98,11 @@ class Symbolizer {
   void Append(Buffer& buf, uint64_t ip) {
     if (!(ip >= begin_ && ip < end_)) Lookup(ip);
     if (symbol_ != nullptr) {
-      buf.append(std::string_view(symbol_->name));
-      fmt::format_to(std::back_inserter(buf), FMT_COMPILE("+{:#x}"), ip - symbol_->begin);
+      AppendText(buf, symbol_->name);
+      AppendText(buf, "+0x");
+      AppendHex(buf, ip - symbol_->begin);
     } else {
-      buf.append(std::string_view(label_));
+      AppendText(buf, label_);
     }
   }
   std::string Name(uint64_t ip) {

@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstddef>
 #include <cstring>
 #include <filesystem>
@@ -13,6 +14,7 @@
 #include <set>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "decoder/container_input.h"
 #include "decoder/metadata_config.h"
 #include "decoder/recording.h"
@@ -49,6 +51,7 @@ struct SidebandRef {
   uint64_t time = 0;
   uint32_t type = 0;
   perf::SampleId id;
+  perf::SampleIdLayout layout{0, false};  // of its trailer
 };
 
 struct Loss {
@@ -71,52 +74,6 @@ struct Scan {
   std::set<StreamId> streams;
   std::vector<std::string> warnings;
 };
-
-absl::StatusOr<Scan> ScanRecording(const Recording& r) {
-  Scan s;
-  s.metadata = r.metadata.ToJson();
-  s.warnings = r.warnings;
-  for (const RawSideband& batch : r.sideband) {
-    perf::RecordReader records(batch.records);
-    for (;;) {
-      absl::StatusOr<std::optional<perf::RecordView>> rec = records.Next();
-      if (!rec.ok() || !*rec) break;  // the reader's warnings say what was malformed
-      SidebandRef ref;
-      ref.begin = s.sideband.size();
-      ref.size = (*rec)->bytes.size();
-      ref.ring_cpu = batch.cpu;
-      ref.type = (*rec)->type;
-      if (auto id = perf::ParseSampleId(**rec, batch.layout); id.ok()) {
-        ref.id = *id;
-        ref.time = id->time;
-      }
-      s.sideband.insert(s.sideband.end(), (*rec)->bytes.begin(), (*rec)->bytes.end());
-      s.records.push_back(ref);
-    }
-  }
-  const std::string other = LossKindName(LossKind::kOther);
-  for (const auto& [key, stream] : r.streams) {
-    if (stream.pieces.empty()) {
-      for (const LossInfo& l : stream.losses_after) {
-        if (l.kind == other) s.losses.push_back({key.id, l.aux_offset, l.bytes, 0});
-      }
-      continue;
-    }
-    s.streams.insert(key.id);
-    // A loss before a piece happened by the time of the AUX record that began it.
-    auto add_losses = [&, id = key.id](const std::vector<LossInfo>& losses, uint64_t time) {
-      for (const LossInfo& l : losses) {
-        if (l.kind == other) s.losses.push_back({id, l.aux_offset, l.bytes, time});
-      }
-    };
-    for (const Piece& p : stream.pieces) {
-      add_losses(p.losses_before, p.time);
-      s.pieces.push_back({key.id, &p});
-    }
-    add_losses(stream.losses_after, stream.pieces.back().time);
-  }
-  return s;
-}
 
 // --- Mapping to perf -------------------------------------------------------------------------
 
@@ -165,11 +122,19 @@ uint64_t FormatBits(const nlohmann::json& metadata, const char* name, uint64_t f
   return fallback;
 }
 
+// The events of the export, in the order they are written: every attr of the recording.
 struct Events {
-  perf::WriterEvent trace, tracking;
+  std::vector<perf::WriterEvent> all;
+  size_t trace_at = 0, tracking_at = 0;  // the trace and the tracking (dummy) event
   bool bts = false;
   bool emulated = false;
   bool add_identifier = false;  // the records get PERF_SAMPLE_IDENTIFIER appended
+  // A perf.data's attrs and ids, as perf wrote them: the records keep theirs.
+  bool recorded = false;
+  bool has_trace = true;  // else (a perf.data's only) trace() is another event
+  perf::WriterEvent& trace() { return all[trace_at]; }
+  const perf::WriterEvent& trace() const { return all[trace_at]; }
+  const perf::WriterEvent& tracking() const { return all[tracking_at]; }
 };
 
 // Records the trace event's ring holds (the others are the tracking event's).
@@ -178,7 +143,128 @@ bool FromTraceEvent(uint32_t type) {
          type == PERF_RECORD_AUX_OUTPUT_HW_ID;
 }
 
-absl::StatusOr<Events> MakeEvents(const Scan& s) {
+// The attr a metadata attr describes: its bytes as perf wrote them ("perf_attr", a perf.data's:
+// decoder/perf_data_input.h), else its members.
+perf_event_attr AttrOfJson(const nlohmann::json& a) {
+  perf_event_attr attr = AttrFromJson(a);
+  const std::string hex = a.value("perf_attr", std::string());
+  if (hex.size() >= 2 * PERF_ATTR_SIZE_VER0 && hex.size() % 2 == 0 &&
+      hex.find_first_not_of("0123456789abcdefABCDEF") == std::string::npos) {
+    const std::string bytes = absl::HexStringToBytes(hex);
+    attr = {};
+    std::memcpy(&attr, bytes.data(), std::min(bytes.size(), sizeof(attr)));
+  }
+  return attr;
+}
+
+// A perf.data's events, each with its attr, sample ids and name as perf wrote them; nullopt
+// when an attr has no ids (ptrecord's: the export gives them some).
+std::optional<std::vector<perf::WriterEvent>> RecordedEvents(const nlohmann::json& m) {
+  std::vector<perf::WriterEvent> out;
+  for (const auto& a : m.value("attrs", nlohmann::json::array())) {
+    if (!a.is_object() || !a.contains("ids") || !a["ids"].is_array() || a["ids"].empty()) {
+      return std::nullopt;
+    }
+    perf::WriterEvent e;
+    e.attr = AttrOfJson(a);
+    for (const auto& id : a["ids"]) {
+      if (id.is_number_unsigned()) e.ids.push_back(id.get<uint64_t>());
+    }
+    e.name = a.value("perf_name", std::string());
+    out.push_back(std::move(e));
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+// The time of a SAMPLE record of an event of `sample_type` (IDENTIFIER, IP, TID, TIME come
+// first, in this order), 0 without one.
+uint64_t SampleTime(const perf::RecordView& r, uint64_t sample_type) {
+  if (!(sample_type & PERF_SAMPLE_TIME)) return 0;
+  const size_t at =
+      perf::kHeaderSize +
+      8 * std::popcount(sample_type & (PERF_SAMPLE_IDENTIFIER | PERF_SAMPLE_IP | PERF_SAMPLE_TID));
+  uint64_t t = 0;
+  if (at + 8 <= r.bytes.size()) std::memcpy(&t, r.bytes.data() + at, 8);
+  return t;
+}
+
+// The recording's records, flattened, each with its time and sample id: read with the layout
+// of its event (`recorded`: found by its sample id, as perf finds it), else of its batch.
+absl::StatusOr<Scan> ScanRecording(const Recording& r,
+                                   const std::optional<std::vector<perf::WriterEvent>>& recorded) {
+  Scan s;
+  s.metadata = r.metadata.ToJson();
+  s.warnings = r.warnings;
+  std::map<uint64_t, perf::SampleIdLayout> layout_of_id;
+  if (recorded) {
+    for (const perf::WriterEvent& e : *recorded) {
+      for (uint64_t id : e.ids) {
+        layout_of_id.emplace(id,
+                             perf::SampleIdLayout{e.attr.sample_type, e.attr.sample_id_all != 0});
+      }
+    }
+  }
+  for (const RawSideband& batch : r.sideband) {
+    perf::RecordReader records(batch.records);
+    for (;;) {
+      absl::StatusOr<std::optional<perf::RecordView>> rec = records.Next();
+      if (!rec.ok() || !*rec) break;  // the reader's warnings say what was malformed
+      const perf::RecordView& v = **rec;
+      SidebandRef ref;
+      ref.begin = s.sideband.size();
+      ref.size = v.bytes.size();
+      ref.ring_cpu = batch.cpu;
+      ref.type = v.type;
+      perf::SampleIdLayout layout = batch.layout;
+      if (recorded) {
+        const perf_event_attr& first = recorded->front().attr;
+        std::optional<uint64_t> id =
+            perf::RecordSampleId(v, first.sample_type, first.sample_id_all);
+        auto it = id ? layout_of_id.find(*id) : layout_of_id.end();
+        if (it != layout_of_id.end()) layout = it->second;
+        if (id) {
+          ref.id.has_id = true;
+          ref.id.id = *id;
+        }
+      }
+      ref.layout = layout;
+      if (v.type == PERF_RECORD_SAMPLE) {
+        ref.time = SampleTime(v, layout.sample_type);
+      } else if (auto id = perf::ParseSampleId(v, layout); id.ok()) {
+        ref.id = *id;
+        ref.time = id->time;
+      }
+      s.sideband.insert(s.sideband.end(), v.bytes.begin(), v.bytes.end());
+      s.records.push_back(ref);
+    }
+  }
+  const std::string other = LossKindName(LossKind::kOther);
+  for (const auto& [key, stream] : r.streams) {
+    if (stream.pieces.empty()) {
+      for (const LossInfo& l : stream.losses_after) {
+        if (l.kind == other) s.losses.push_back({key.id, l.aux_offset, l.bytes, 0});
+      }
+      continue;
+    }
+    s.streams.insert(key.id);
+    // A loss before a piece happened by the time of the AUX record that began it.
+    auto add_losses = [&, id = key.id](const std::vector<LossInfo>& losses, uint64_t time) {
+      for (const LossInfo& l : losses) {
+        if (l.kind == other) s.losses.push_back({id, l.aux_offset, l.bytes, time});
+      }
+    };
+    for (const Piece& p : stream.pieces) {
+      add_losses(p.losses_before, p.time);
+      s.pieces.push_back({key.id, &p});
+    }
+    add_losses(stream.losses_after, stream.pieces.back().time);
+  }
+  return s;
+}
+
+absl::StatusOr<Events> MakeEvents(const Scan& s,
+                                  std::optional<std::vector<perf::WriterEvent>> recorded) {
   const nlohmann::json& m = s.metadata;
   PTKIT_ASSIGN_OR_RETURN(RecordingMetadata typed, RecordingMetadata::FromJson(m));
   Events e;
@@ -187,36 +273,62 @@ absl::StatusOr<Events> MakeEvents(const Scan& s) {
   // The trace event: the attr of the recorded PMU's type, else the one named after it.
   const bool have_pmu = m.contains("pmu") && m["pmu"].is_object() && m["pmu"].contains("type");
   const uint64_t pmu_type = have_pmu ? m["pmu"].value("type", uint64_t{0}) : 0;
-  bool have_trace = false;
-  std::optional<perf_event_attr> tracking;
-  for (const auto& a : m.value("attrs", nlohmann::json::array())) {
+  std::optional<size_t> trace, tracking;
+  std::vector<size_t> others;  // the other attrs (counters, a perf.data's cycles, ...)
+  const nlohmann::json attrs = m.value("attrs", nlohmann::json::array());
+  for (size_t i = 0; i < attrs.size(); ++i) {
+    const nlohmann::json& a = attrs[i];
     if (!a.is_object()) continue;
     const std::string name = a.value("name", std::string());
     const bool is_trace = have_pmu ? a.value("type", uint64_t{~0ull}) == pmu_type
                                    : name == "intel_pt" || name == "intel_bts";
-    if (is_trace && !have_trace) {
-      e.trace.attr = AttrFromJson(a);
-      have_trace = true;
+    if (is_trace && !trace) {
+      trace = i;
     } else if (!tracking && a.value("type", 99u) == PERF_TYPE_SOFTWARE &&
                a.value("config", uint64_t{99}) == PERF_COUNT_SW_DUMMY) {
-      tracking = AttrFromJson(a);
+      tracking = i;
+    } else {
+      others.push_back(i);
     }
+  }
+  if (recorded) {
+    // A perf.data's events: all of them, as perf wrote them (one without a trace event, e.g.
+    // what `perf inject --itrace` made of a trace, is copied as it is).
+    e.recorded = true;
+    e.has_trace = trace.has_value();
+    e.all = std::move(*recorded);
+    e.tracking_at = tracking.value_or(0);
+    e.trace_at = trace.value_or(e.tracking_at);
+    // perf names an event EVENT_DESC does not name itself; one named "" would stay so.
+    if (std::any_of(e.all.begin(), e.all.end(),
+                    [](const perf::WriterEvent& w) { return w.name.empty(); })) {
+      for (perf::WriterEvent& w : e.all) w.name.clear();
+    }
+    return e;
   }
   if (!tracking) {
     return absl::FailedPreconditionError(
         "the recording's metadata has no tracking (dummy) event: nothing says how its sideband "
         "records are laid out");
   }
-  if (!have_trace && !e.emulated) {
+  if (!trace && !e.emulated) {
     return absl::FailedPreconditionError(
         "the recording has no intel_pt or intel_bts event (a sideband-only recording has no "
         "trace to export)");
   }
-  if (!have_trace) {
+  e.all.resize(2);
+  e.trace_at = 0;
+  e.tracking_at = 1;
+  perf::WriterEvent& tr = e.all[0];
+  perf::WriterEvent& tk = e.all[1];
+  const perf_event_attr tracking_attr = AttrOfJson(attrs[*tracking]);
+  if (trace) {
+    tr.attr = AttrOfJson(attrs[*trace]);
+  } else {
     // An emulated recording ran on no PMU: the event `perf record -e intel_pt//u` would have
     // opened, with what the emulation encoded (TSC packets; return compression; PSB period).
-    perf_event_attr& t = e.trace.attr;
-    t = *tracking;
+    perf_event_attr& t = tr.attr;
+    t = tracking_attr;
     t.type = e.bts ? kEmulatedBtsType : kEmulatedPtType;
     t.config = 0;
     t.mmap = t.mmap2 = t.comm = t.comm_exec = t.task = t.context_switch = 0;
@@ -228,8 +340,8 @@ absl::StatusOr<Events> MakeEvents(const Scan& s) {
       t.config |= uint64_t{em.value("psb_period", 0u) & 0xfu} << 24;
     }
   }
-  e.trace.name = fmt::format("{}//{}", e.bts ? "intel_bts" : "intel_pt",
-                             e.trace.attr.exclude_kernel ? "u" : "");
+  tr.name =
+      fmt::format("{}//{}", e.bts ? "intel_bts" : "intel_pt", tr.attr.exclude_kernel ? "u" : "");
   const perf::SampleIdLayout layout = LayoutFromMetadata(typed);
   // perf adds events of its own (the samples it synthesizes from the trace), and then tells
   // records apart by their sample ids: records with a trailer but no id get
@@ -250,21 +362,31 @@ absl::StatusOr<Events> MakeEvents(const Scan& s) {
   for (uint64_t id : tracking_ids) top = std::max(top, id);
   if (trace_ids.empty()) trace_ids.insert(++top);
   if (tracking_ids.empty()) tracking_ids.insert(++top);
-  e.trace.ids.assign(trace_ids.begin(), trace_ids.end());
-  e.trace.attr.sample_period = 1;
-  e.tracking.attr = *tracking;
-  e.tracking.attr.sample_period = 1;
-  e.tracking.ids.assign(tracking_ids.begin(), tracking_ids.end());
-  e.tracking.name = tracking->exclude_kernel ? "dummy:u" : "dummy";
-  // One trailer layout for both (perf requires it), as the records have it.
-  for (perf_event_attr* a : {&e.trace.attr, &e.tracking.attr}) {
-    a->exclude_guest = 1;  // as perf record opens events on a host (perf names them so)
-    a->sample_type = layout.sample_type | (e.add_identifier ? PERF_SAMPLE_IDENTIFIER : 0);
-    a->sample_id_all = layout.sample_id_all;
+  tr.ids.assign(trace_ids.begin(), trace_ids.end());
+  tr.attr.sample_period = 1;
+  tk.attr = tracking_attr;
+  tk.attr.sample_period = 1;
+  tk.ids.assign(tracking_ids.begin(), tracking_ids.end());
+  tk.name = tracking_attr.exclude_kernel ? "dummy:u" : "dummy";
+  // The recording's other events (ptrecord's counters: they wrote no records), each with an
+  // id of its own.
+  for (size_t i : others) {
+    perf::WriterEvent w;
+    w.attr = AttrOfJson(attrs[i]);
+    w.ids = {++top};
+    w.name = attrs[i].value("name", std::string());
+    if (w.name.empty()) w.name = fmt::format("event{}", i);
+    e.all.push_back(std::move(w));
+  }
+  // One trailer layout for every event (perf requires it), as the records have it.
+  for (perf::WriterEvent& w : e.all) {
+    w.attr.exclude_guest = 1;  // as perf record opens events on a host (perf names them so)
+    w.attr.sample_type = layout.sample_type | (e.add_identifier ? PERF_SAMPLE_IDENTIFIER : 0);
+    w.attr.sample_id_all = layout.sample_id_all;
   }
   // perf prints the samples it synthesizes from the trace only with IP in the trace event's
   // sample_type (not part of the sample_id_all trailer, so the records' layout is unchanged).
-  e.trace.attr.sample_type |= PERF_SAMPLE_IP;
+  tr.attr.sample_type |= PERF_SAMPLE_IP;
   return e;
 }
 
@@ -290,14 +412,14 @@ perf::AuxtraceInfo MakeAuxtraceInfo(const Scan& s, const Events& e, bool per_cpu
     }
     if (ok) {
       info.type = type;
-      info.priv[0] = e.trace.attr.type;
+      info.priv[0] = e.trace().attr.type;
       return info;
     }
     info.priv.clear();
   }
   if (e.bts) {
     info.type = kAuxtraceIntelBts;
-    info.priv = {e.trace.attr.type, shift, mult, zero, cap_zero, snapshot ? 1u : 0u};
+    info.priv = {e.trace().attr.type, shift, mult, zero, cap_zero, snapshot ? 1u : 0u};
     return info;
   }
   info.type = kAuxtraceIntelPt;
@@ -313,7 +435,7 @@ perf::AuxtraceInfo MakeAuxtraceInfo(const Scan& s, const Events& e, bool per_cpu
     filter = m["emulation"].value("filter", std::string());
   }
   info.priv = {
-      e.trace.attr.type,
+      e.trace().attr.type,
       shift,
       mult,
       zero,
@@ -396,22 +518,28 @@ absl::Status WriteCacheEntry(const std::string& dir, const CacheEntry& c, const 
 absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const std::string& output,
                                                      const PerfDataExportOptions& options) {
   const std::string& input = r.name;
-  PTKIT_ASSIGN_OR_RETURN(Scan s, ScanRecording(r));
+  std::optional<std::vector<perf::WriterEvent>> recorded = RecordedEvents(r.metadata.ToJson());
+  PTKIT_ASSIGN_OR_RETURN(Scan s, ScanRecording(r, recorded));
   if (s.metadata.empty()) {
     return absl::FailedPreconditionError(
         fmt::format("{}: no metadata record: the recording cannot be described to perf", input));
   }
-  PTKIT_ASSIGN_OR_RETURN(Events ev, MakeEvents(s));
+  PTKIT_ASSIGN_OR_RETURN(Events ev, MakeEvents(s, std::move(recorded)));
   PerfDataExportSummary summary;
   summary.warnings = s.warnings;
   const nlohmann::json& m = s.metadata;
-  perf::SampleIdLayout layout = LayoutFromMetadata(r.metadata);
+  // The trailer layout of the records the export writes (a perf.data's: its trace event's).
+  perf::SampleIdLayout layout =
+      ev.recorded
+          ? perf::SampleIdLayout{ev.trace().attr.sample_type, ev.trace().attr.sample_id_all != 0}
+          : LayoutFromMetadata(r.metadata);
   if (ev.add_identifier) {
     // As the kernel lays out a record with PERF_SAMPLE_IDENTIFIER: the id last.
     std::vector<uint8_t> rewritten;
     rewritten.reserve(s.sideband.size() + 8 * s.records.size());
     for (SidebandRef& r : s.records) {
-      const uint64_t id = FromTraceEvent(r.type) ? ev.trace.ids.front() : ev.tracking.ids.front();
+      const uint64_t id =
+          FromTraceEvent(r.type) ? ev.trace().ids.front() : ev.tracking().ids.front();
       const size_t begin = rewritten.size();
       rewritten.insert(rewritten.end(), s.sideband.begin() + r.begin,
                        s.sideband.begin() + r.begin + r.size);
@@ -427,6 +555,7 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
       r.size += 8;
       r.id.has_id = true;
       r.id.id = id;
+      r.layout.sample_type |= PERF_SAMPLE_IDENTIFIER;
     }
     s.sideband = std::move(rewritten);
     layout.sample_type |= PERF_SAMPLE_IDENTIFIER;
@@ -455,7 +584,7 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     id.tid = thread ? static_cast<uint32_t>(l.stream.id) : kNoCpu;
     id.pid = thread && pid_of.contains(id.tid) ? pid_of[id.tid] : id.tid;
     id.time = l.time;
-    id.id = ev.trace.ids.front();
+    id.id = ev.trace().ids.front();
     id.cpu = thread ? kNoCpu : static_cast<uint32_t>(l.stream.id);
     std::vector<uint8_t> rec = perf::EncodeAux(perf::Aux{.aux_offset = l.aux_offset,
                                                          .aux_size = l.bytes,
@@ -469,6 +598,7 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     ref.time = l.time;
     ref.type = PERF_RECORD_AUX;
     ref.id = id;
+    ref.layout = layout;
     s.sideband.insert(s.sideband.end(), rec.begin(), rec.end());
     s.records.push_back(ref);
   }
@@ -485,6 +615,8 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
   for (const SidebandRef& r : s.records) {
     if (r.ring_cpu >= 0) max_cpu = std::max<uint32_t>(max_cpu, r.ring_cpu);
     if (r.id.has_cpu && r.id.cpu != kNoCpu) max_cpu = std::max(max_cpu, r.id.cpu);
+    // A sample's ring is its event's (a per-thread one's thread is in the sample, not here).
+    if (r.type == PERF_RECORD_SAMPLE) continue;
     if (!r.id.has_id || !indexed.insert(r.id.id).second) continue;
     const StreamId stream = r.ring_cpu >= 0
                                 ? StreamId{StreamKind::kCpu, static_cast<uint64_t>(r.ring_cpu)}
@@ -501,17 +633,17 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     if (c.is_number_unsigned()) max_cpu = std::max(max_cpu, c.get<uint32_t>());
   }
   std::vector<perf::IdIndexEntry> known;  // perf refuses an id no attr has
-  std::set<uint64_t> attr_ids(ev.trace.ids.begin(), ev.trace.ids.end());
-  attr_ids.insert(ev.tracking.ids.begin(), ev.tracking.ids.end());
+  std::set<uint64_t> attr_ids;
+  for (const perf::WriterEvent& w : ev.all) attr_ids.insert(w.ids.begin(), w.ids.end());
   for (const perf::IdIndexEntry& e : id_index) {
     if (attr_ids.contains(e.id)) known.push_back(e);
   }
 
-  std::vector<perf::WriterEvent> events = {ev.trace, ev.tracking};
-  summary.events = events.size();
-  PTKIT_ASSIGN_OR_RETURN(perf::PerfDataWriter w,
-                         perf::PerfDataWriter::Create(output, std::move(events)));
-  PTKIT_RETURN_IF_ERROR(w.AddRecord(perf::EncodeAuxtraceInfo(MakeAuxtraceInfo(s, ev, per_cpu))));
+  summary.events = ev.all.size();
+  PTKIT_ASSIGN_OR_RETURN(perf::PerfDataWriter w, perf::PerfDataWriter::Create(output, ev.all));
+  if (ev.has_trace) {
+    PTKIT_RETURN_IF_ERROR(w.AddRecord(perf::EncodeAuxtraceInfo(MakeAuxtraceInfo(s, ev, per_cpu))));
+  }
   {
     const auto tc = m.value("time_conversion", nlohmann::json::object());
     perf::TimeConv conv;
@@ -568,7 +700,7 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     if (r.type != PERF_RECORD_MMAP2) continue;
     auto v = perf::ReadRecord(std::span<const uint8_t>(s.sideband).subspan(r.begin, r.size));
     if (!v.ok()) continue;
-    auto mm = perf::ParseMmap2(*v, layout);
+    auto mm = perf::ParseMmap2(*v, r.layout);
     if (!mm.ok() || !(mm->prot & PROT_EXEC) || mm->build_id.empty()) continue;
     build_ids.emplace(std::string(mm->filename),
                       std::vector<uint8_t>(mm->build_id.begin(), mm->build_id.end()));

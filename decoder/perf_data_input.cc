@@ -1,16 +1,14 @@
 #include "decoder/perf_data_input.h"
 
 #include <linux/perf_event.h>
-#include <sys/mman.h>
 
 #include <algorithm>
-#include <cstddef>
-#include <cstring>
 #include <map>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -77,7 +75,16 @@ struct Placed {
 Placed Place(const perf::PerfData& data, const perf::RecordView& r,
              const std::map<uint64_t, uint64_t>& cpu_of_id) {
   Placed p;
-  if (const perf::PerfAttr* attr = data.AttrOf(r)) p.layout = attr->layout();
+  const perf::PerfAttr* attr = data.AttrOf(r);
+  if (attr != nullptr) p.layout = attr->layout();
+  if (r.type == PERF_RECORD_SAMPLE) {
+    // No trailer: the CPU of the ring its id was read from.
+    if (attr == nullptr) return p;
+    auto id = perf::RecordSampleId(r, attr->attr.sample_type, attr->attr.sample_id_all);
+    auto it = id ? cpu_of_id.find(*id) : cpu_of_id.end();
+    if (it != cpu_of_id.end() && it->second != kNoCpu) p.cpu = static_cast<int32_t>(it->second);
+    return p;
+  }
   if (!p.layout.sample_id_all) return p;
   auto id = perf::ParseSampleId(r, p.layout);
   if (!id.ok()) return p;
@@ -89,42 +96,6 @@ Placed Place(const perf::PerfData& data, const perf::RecordView& r,
     if (it != cpu_of_id.end() && it->second != kNoCpu) p.cpu = static_cast<int32_t>(it->second);
   }
   return p;
-}
-
-// PERF_RECORD_MMAP {u32 pid, tid; u64 addr, len, pgoff; char filename[]} (kernels before
-// 3.16; perf's kernel and module maps) as the PERF_RECORD_MMAP2 of the same mapping: no
-// device, inode or build-id; executable unless PERF_RECORD_MISC_MMAP_DATA says it is data
-// (attr.mmap_data); private. Errors: kDataLoss for a record too short for its fields.
-absl::StatusOr<std::vector<uint8_t>> Mmap2OfMmap(const perf::RecordView& r, const Placed& p) {
-  constexpr size_t kFields = 4 + 4 + 8 + 8 + 8;
-  const size_t trailer = p.layout.sample_id_all ? p.layout.size() : 0;
-  if (r.bytes.size() < perf::kHeaderSize + kFields + trailer) {
-    return absl::DataLossError(
-        fmt::format("perf mmap record of {} bytes: too short", r.bytes.size()));
-  }
-  const std::span<const uint8_t> body = r.body();
-  auto u32 = [&](size_t at) {
-    uint32_t v;
-    std::memcpy(&v, body.data() + at, 4);
-    return v;
-  };
-  auto u64 = [&](size_t at) {
-    uint64_t v;
-    std::memcpy(&v, body.data() + at, 8);
-    return v;
-  };
-  const std::span<const uint8_t> name = body.subspan(kFields, body.size() - kFields - trailer);
-  const char* chars = reinterpret_cast<const char*>(name.data());
-  perf::Mmap2 m{.pid = u32(0), .tid = u32(4), .addr = u64(8), .len = u64(16), .pgoff = u64(24)};
-  m.prot = PROT_READ | ((r.misc & PERF_RECORD_MISC_MMAP_DATA) ? 0 : PROT_EXEC);
-  m.flags = MAP_PRIVATE;
-  m.filename = std::string_view(chars, strnlen(chars, name.size()));
-  if (p.id) m.sample_id = *p.id;
-  std::vector<uint8_t> out = perf::EncodeMmap2(m, p.layout);
-  // The record's cpumode (user, kernel, ...) stays.
-  const uint16_t misc = r.misc & PERF_RECORD_MISC_CPUMODE_MASK;
-  std::memcpy(out.data() + offsetof(perf_event_header, misc), &misc, 2);
-  return out;
 }
 
 // A loss point perf recorded for a stream, at an AUX offset.
@@ -186,6 +157,16 @@ nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
     if (name.empty()) typed.attrs->back().name.reset();
   }
   m["attrs"] = typed.ToJson()["attrs"];
+  // What `ptdecode export` needs to write every event back as perf wrote it: the attr's
+  // bytes, its sample ids and its EVENT_DESC name.
+  for (size_t i = 0; i < data.attrs.size(); ++i) {
+    nlohmann::json& a = m["attrs"][i];
+    const perf::PerfAttr& attr = data.attrs[i];
+    a["perf_attr"] = absl::BytesToHexString(
+        absl::string_view(reinterpret_cast<const char*>(attr.raw.data()), attr.raw.size()));
+    a["ids"] = attr.ids;
+    if (std::string name = data.NameOf(i); !name.empty()) a["perf_name"] = name;
+  }
   std::optional<nlohmann::json> time;
   if (info != nullptr) {
     const bool pt = info->type == kAuxtraceIntelPt;
@@ -252,9 +233,10 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
   std::map<StreamId, std::vector<AuxSpan>> aux_spans;
   for (size_t i = 0; i < data.records.size(); ++i) {
     const perf::RecordView rec = data.View(i);
-    if (rec.type < PERF_RECORD_MAX && rec.type != PERF_RECORD_SAMPLE) {
-      // Kept verbatim for export, batched while the ring (ID_INDEX's CPU, -1 for a
-      // per-thread one; else the trailer's) and the layout stay the same.
+    if (rec.type < PERF_RECORD_MAX) {
+      // Kept verbatim for export (samples too: every event's records), batched while the
+      // ring (ID_INDEX's CPU, -1 for a per-thread one; else the trailer's) and the layout stay
+      // the same.
       const Placed p = Place(data, rec, cpu_of_id);
       int32_t ring = p.cpu;
       if (p.id && p.id->has_id) {
@@ -271,6 +253,7 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
       batch.insert(batch.end(), rec.bytes.begin(), rec.bytes.end());
     }
     switch (rec.type) {
+      case PERF_RECORD_MMAP:
       case PERF_RECORD_MMAP2:
       case PERF_RECORD_COMM:
       case PERF_RECORD_FORK:
@@ -280,14 +263,6 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
       case PERF_RECORD_SWITCH_CPU_WIDE: {
         const Placed p = Place(data, rec, cpu_of_id);
         sideband.Add(p.cpu, rec.bytes, p.layout);
-        break;
-      }
-      case PERF_RECORD_MMAP: {
-        // The timeline reads MMAP2: the same mapping as one (a malformed record is passed on
-        // as it is, for the timeline to report).
-        const Placed p = Place(data, rec, cpu_of_id);
-        absl::StatusOr<std::vector<uint8_t>> mmap2 = Mmap2OfMmap(rec, p);
-        sideband.Add(p.cpu, mmap2.ok() ? std::span<const uint8_t>(*mmap2) : rec.bytes, p.layout);
         break;
       }
       case PERF_RECORD_AUX: {

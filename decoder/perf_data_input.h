@@ -6,7 +6,7 @@
 //    when perf recorded per thread (cpu = -1); in snapshot mode (AUXTRACE_INFO) each is a
 //    snapshot. PERF_RECORD_AUX flags (TRUNCATED, COLLISION, PARTIAL) and PERF_RECORD_LOST are
 //    loss points where they happened.
-//  - Sideband: MMAP2 (MMAP as the MMAP2 of the same mapping), COMM, FORK, EXIT, ITRACE_START,
+//  - Sideband: MMAP2, MMAP (ptkit/perf_records.h: ParseMmap), COMM, FORK, EXIT, ITRACE_START,
 //    SWITCH(_CPU_WIDE), each record's sample_id trailer read with its own attr's layout; a
 //    record's CPU from its trailer, else from ID_INDEX.
 //  - Metadata (in trace.pt's schema, so the decoder configuration, the TSC clock and `info`
@@ -15,9 +15,12 @@
 //    conversion, TSC/CTC ratio, max non-turbo ratio), the attrs (MTC frequency from the PT
 //    config), the time conversion from AUXTRACE_INFO's words as perf's intel-pt decoder takes
 //    it, else from TIME_CONV; host, kernel, machine and command line from the features; every
-//    attr (named intel_pt / intel_bts / dummy where it is one); AUXTRACE_INFO's own words
-//    ("auxtrace_info": {"type", "words"}), which `ptdecode export` writes back.
-//    The kernel records (not SAMPLE) are kept verbatim in Recording::sideband, for export.
+//    attr (named intel_pt / intel_bts / dummy where it is one, with what `ptdecode export`
+//    needs to write it back as perf wrote it: "perf_attr", its bytes in hex; "ids", its sample
+//    ids; "perf_name", its EVENT_DESC name); AUXTRACE_INFO's own words ("auxtrace_info":
+//    {"type", "words"}), which `ptdecode export` writes back.
+//    The kernel records, samples of every event included, are kept verbatim in
+//    Recording::sideband, for export.
 //  - Build-ids: those of the BUILD_ID feature, by file name, for the build-id cache.
 #ifndef PTKIT_DECODER_PERF_DATA_INPUT_H_
 #define PTKIT_DECODER_PERF_DATA_INPUT_H_

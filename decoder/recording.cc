@@ -562,12 +562,22 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
   }
   for (const Mapping* mapping : r_.timeline.MappingsDuring(pid, from, to)) {
     const Mapping& m = *mapping;
-    if (!(m.prot & PROT_EXEC) || m.path.empty() || m.path[0] != '/') continue;
+    const bool vdso = m.path == "[vdso]";
+    if (!(m.prot & PROT_EXEC) || m.path.empty() || (m.path[0] != '/' && !vdso)) continue;
     bool covered = false;
     for (const CapturedCode& c : code) {
       covered |= c.address < m.end && m.start < c.address + c.run.size;
     }
     if (covered) continue;
+    if (vdso) {
+      // Not captured: perf's build-id cache may hold it ([vdso]/BUILDID/vdso), as perf finds it.
+      const std::string cached = FromBuildIdCache(m);
+      if (!cached.empty() &&
+          !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff).ok()) {
+        image->AddMissing(cached, m.start, m.end);
+      }
+      continue;
+    }
     const std::string file = sysroot_ + m.path;
     absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
     if (!st.ok()) {
@@ -592,23 +602,7 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
 }
 
 std::string ImageCache::FromBuildIdCache(const Mapping& m) const {
-  if (buildid_dir_.empty()) return "";
-  const std::vector<uint8_t>* id = &m.build_id;
-  if (id->empty()) {
-    auto it = r_.build_ids.find(m.path);
-    if (it == r_.build_ids.end()) return "";
-    id = &it->second;
-  }
-  if (id->empty()) return "";
-  // perf's layout (tools/perf/util/build-id.c): .build-id/xx/yyyy... links to the cached
-  // file's directory, which holds it as `elf`; older perf linked to the file itself.
-  const std::string hex = Hex(*id);
-  const std::string link =
-      absl::StrCat(buildid_dir_, "/.build-id/", hex.substr(0, 2), "/", hex.substr(2));
-  struct stat st;
-  if (stat((link + "/elf").c_str(), &st) == 0 && S_ISREG(st.st_mode)) return link + "/elf";
-  if (stat(link.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return link;
-  return "";
+  return BuildIdCacheFile(r_, m, buildid_dir_);
 }
 
 void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from) {
@@ -622,6 +616,26 @@ void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from) {
 }
 
 }  // namespace
+
+std::string BuildIdCacheFile(const Recording& r, const Mapping& m, const std::string& buildid_dir) {
+  if (buildid_dir.empty()) return "";
+  const std::vector<uint8_t>* id = &m.build_id;
+  if (id->empty()) {
+    auto it = r.build_ids.find(m.path);
+    if (it == r.build_ids.end()) return "";
+    id = &it->second;
+  }
+  if (id->empty()) return "";
+  const std::string hex = Hex(*id);
+  const std::string link =
+      absl::StrCat(buildid_dir, "/.build-id/", hex.substr(0, 2), "/", hex.substr(2));
+  struct stat st;
+  for (const char* name : {"/elf", "/vdso"}) {
+    if (stat((link + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) return link + name;
+  }
+  if (stat(link.c_str(), &st) == 0 && S_ISREG(st.st_mode)) return link;
+  return "";
+}
 
 absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const RecordingOptions& options,
                                              Sink& sink) {

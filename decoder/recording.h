@@ -132,6 +132,13 @@ struct Recording {
 // The bytes of captured code `c` of `r`, mapped from the recording's spool.
 absl::StatusOr<SpoolView> CapturedBytes(const Recording& r, const CapturedCode& c);
 
+// The copy of mapping `m`'s file in perf's build-id cache `buildid_dir`, found by the build-id
+// its record or the recording (build_ids) names, as perf lays the cache out
+// (tools/perf/util/build-id.c): DIR/.build-id/xx/yyyy... links to the cached file's directory,
+// which holds it as `elf` (`vdso` for the vDSO); older perf linked to the file itself. "" when
+// it is not there (or `buildid_dir` is "").
+std::string BuildIdCacheFile(const Recording& r, const Mapping& m, const std::string& buildid_dir);
+
 // Whether `options` can select the stream (readers do not even spool the bytes of others).
 bool MaySelect(const RecordingOptions& options, const StreamKey& key);
 

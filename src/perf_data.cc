@@ -275,6 +275,7 @@ absl::Status Parser::ReadFeatures(uint64_t table_offset, std::span<const uint8_t
       case kFeatCpuId:
       case kFeatTotalMem:
       case kFeatCmdline:
+      case kFeatEventDesc:
       case kFeatAuxtrace: {
         if (s.size > kMaxDecompressedBytes) {
           AddDamage(s.offset, s.size,
@@ -347,6 +348,29 @@ void Parser::ParseFeature(uint32_t id, std::span<const uint8_t> data, uint64_t o
     }
     case kFeatBuildId:
       return ParseBuildIds(data, offset);
+    case kFeatEventDesc: {
+      // perf's write_event_desc(): u32 events, u32 attr size; per event the attr, u32 ids,
+      // the name (a feature string), the ids.
+      const uint32_t n = r.Get<uint32_t>(), attr_size = r.Get<uint32_t>();
+      if (!r.ok() || attr_size == 0 || n > r.remaining() / (uint64_t{attr_size} + 8)) {
+        return AddDamage(offset, data.size(),
+                         absl::StrCat("EVENT_DESC feature: ", n, " events of ", attr_size,
+                                      " bytes do not fit its ", data.size(), " bytes"));
+      }
+      for (uint32_t i = 0; i < n; ++i) {
+        r.GetBytes(attr_size);
+        const uint32_t ids = r.Get<uint32_t>();
+        std::optional<std::string> name = GetString(r);
+        if (!name || ids > r.remaining() / 8) {
+          return AddDamage(offset, data.size(),
+                           absl::StrCat("EVENT_DESC feature cut at event ", i));
+        }
+        EventDescEntry e{std::move(*name), {}};
+        for (uint32_t k = 0; k < ids; ++k) e.ids.push_back(r.Get<uint64_t>());
+        f.event_desc.push_back(std::move(e));
+      }
+      return;
+    }
     case kFeatAuxtrace: {
       const uint64_t n = r.Get<uint64_t>();
       if (!r.ok() || n > r.remaining() / 16) {
@@ -694,41 +718,53 @@ std::map<uint32_t, uint64_t> PerfData::CountByType() const {
   return n;
 }
 
+std::optional<uint64_t> RecordSampleId(const RecordView& r, uint64_t st, bool sample_id_all) {
+  std::span<const uint8_t> body = r.body();
+  auto at = [&](size_t off) -> std::optional<uint64_t> {
+    if (off + 8 > body.size()) return std::nullopt;
+    return Load<uint64_t>(body.data() + off);
+  };
+  if (r.type == PERF_RECORD_SAMPLE) {
+    if (st & PERF_SAMPLE_IDENTIFIER) return at(0);
+    if (st & PERF_SAMPLE_ID) {
+      const int before = std::popcount(
+          st & (PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR));
+      return at(8 * before);
+    }
+  } else if (sample_id_all && r.type < PERF_RECORD_MAX) {
+    if (st & PERF_SAMPLE_IDENTIFIER) {
+      if (body.size() >= 8) return at(body.size() - 8);
+    } else if (st & PERF_SAMPLE_ID) {
+      const size_t after = 1 + std::popcount(st & (PERF_SAMPLE_STREAM_ID | PERF_SAMPLE_CPU));
+      if (body.size() >= 8 * after) return at(body.size() - 8 * after);
+    }
+  }
+  return std::nullopt;
+}
+
 const PerfAttr* PerfData::AttrOf(const RecordView& r) const {
   if (attrs.empty()) return nullptr;
   if (attrs.size() == 1) return &attrs[0];
   // As perf's evlist__event2evsel: every attr puts the id at the same place (perf checks), so
   // the first one's sample_type says where.
   const perf_event_attr& a = attrs[0].attr;
-  const uint64_t st = a.sample_type;
-  std::span<const uint8_t> body = r.body();
-  std::optional<uint64_t> id;
-  auto at = [&](size_t off) -> std::optional<uint64_t> {
-    if (off + 8 > body.size()) return std::nullopt;
-    return Load<uint64_t>(body.data() + off);
-  };
-  if (r.type == PERF_RECORD_SAMPLE) {
-    if (st & PERF_SAMPLE_IDENTIFIER) {
-      id = at(0);
-    } else if (st & PERF_SAMPLE_ID) {
-      const int before = std::popcount(
-          st & (PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_ADDR));
-      id = at(8 * before);
-    }
-  } else if (!a.sample_id_all) {
-    return &attrs[0];
-  } else if (r.type < PERF_RECORD_MAX) {
-    if (st & PERF_SAMPLE_IDENTIFIER) {
-      if (body.size() >= 8) id = at(body.size() - 8);
-    } else if (st & PERF_SAMPLE_ID) {
-      const size_t after = 1 + std::popcount(st & (PERF_SAMPLE_STREAM_ID | PERF_SAMPLE_CPU));
-      if (body.size() >= 8 * after) id = at(body.size() - 8 * after);
-    }
-  }
+  if (r.type != PERF_RECORD_SAMPLE && !a.sample_id_all) return &attrs[0];
+  const std::optional<uint64_t> id = RecordSampleId(r, a.sample_type, a.sample_id_all);
   if (!id) return nullptr;
   if (*id == 0) return &attrs[0];  // perf synthesizes records with a zero id
   auto it = attr_of_id.find(*id);
   return it == attr_of_id.end() ? nullptr : &attrs[it->second];
+}
+
+std::string PerfData::NameOf(size_t i) const {
+  const std::vector<EventDescEntry>& desc = features.event_desc;
+  if (i >= attrs.size()) return "";
+  for (const EventDescEntry& e : desc) {
+    if (!e.ids.empty() && !attrs[i].ids.empty() && e.ids.front() == attrs[i].ids.front()) {
+      return e.name;
+    }
+  }
+  return i < desc.size() && desc[i].ids.empty() ? desc[i].name : "";
 }
 
 absl::StatusOr<PerfData> ReadPerfData(ByteSource& source) {

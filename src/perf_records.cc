@@ -1,5 +1,7 @@
 #include "ptkit/perf_records.h"
 
+#include <sys/mman.h>
+
 #include <cstddef>
 #include <cstring>
 
@@ -242,6 +244,24 @@ absl::StatusOr<Mmap2> ParseMmap2(const RecordView& r, const SampleIdLayout& layo
   m.prot = Load<uint32_t>(b, offsetof(Mmap2Body, prot));
   m.flags = Load<uint32_t>(b, offsetof(Mmap2Body, flags));
   m.filename = CString(b.subspan(sizeof(Mmap2Body)));
+  return m;
+}
+
+absl::StatusOr<Mmap2> ParseMmap(const RecordView& r, const SampleIdLayout& layout) {
+  if (absl::Status s = CheckType(r, {PERF_RECORD_MMAP}); !s.ok()) return s;
+  constexpr size_t kFields = 4 + 4 + 8 + 8 + 8;  // pid, tid, addr, len, pgoff
+  Mmap2 m;
+  absl::StatusOr<std::span<const uint8_t>> body = Body(r, layout, kFields, &m.sample_id);
+  if (!body.ok()) return body.status();
+  const std::span<const uint8_t> b = *body;
+  m.pid = Load<uint32_t>(b, 0);
+  m.tid = Load<uint32_t>(b, 4);
+  m.addr = Load<uint64_t>(b, 8);
+  m.len = Load<uint64_t>(b, 16);
+  m.pgoff = Load<uint64_t>(b, 24);
+  m.prot = PROT_READ | ((r.misc & PERF_RECORD_MISC_MMAP_DATA) ? 0 : PROT_EXEC);
+  m.flags = MAP_PRIVATE;
+  m.filename = CString(b.subspan(kFields));
   return m;
 }
 

@@ -170,8 +170,10 @@ Sideband SidebandBuilder::Build() {
     const perf::RecordView& r = *view;
     const uint64_t t = p.time;
     switch (r.type) {
+      case PERF_RECORD_MMAP:
       case PERF_RECORD_MMAP2: {
-        auto m = perf::ParseMmap2(r, p.layout);
+        auto m = r.type == PERF_RECORD_MMAP ? perf::ParseMmap(r, p.layout)
+                                            : perf::ParseMmap2(r, p.layout);
         if (!m.ok()) {
           problem(p, m.status());
           break;

@@ -155,6 +155,12 @@ struct AuxtraceIndexEntry {
   uint64_t file_offset = 0, size = 0;
 };
 
+// HEADER_EVENT_DESC entry: an event's name ("intel_pt//u", "cycles") and its sample ids.
+struct EventDescEntry {
+  std::string name;
+  std::vector<uint64_t> ids;
+};
+
 struct PerfFeatures {
   std::vector<uint32_t> present;  // feature ids found (file bitmap or pipe records)
   std::optional<std::string> hostname, osrelease, version, arch, cpudesc, cpuid;
@@ -163,6 +169,7 @@ struct PerfFeatures {
   std::optional<std::vector<std::string>> cmdline;
   std::vector<BuildIdEntry> build_ids;
   std::vector<AuxtraceIndexEntry> auxtrace_index;
+  std::vector<EventDescEntry> event_desc;
 };
 
 struct PerfData {
@@ -188,8 +195,17 @@ struct PerfData {
   // sample_id_all (non-SAMPLE records), or for id 0 (records perf synthesized). nullptr when
   // the id is unknown or the record too short to hold it.
   const PerfAttr* AttrOf(const RecordView& r) const;
+  // The name EVENT_DESC gives attrs[i] (by its ids; else the i-th entry), "" when none.
+  std::string NameOf(size_t i) const;
   bool clean() const { return damage.empty(); }
 };
+
+// The sample id of record `r` where events of `sample_type` put it (SAMPLE:
+// PERF_SAMPLE_IDENTIFIER first, PERF_SAMPLE_ID after IP, TID, TIME and ADDR; other records
+// with `sample_id_all`: in the trailer), as perf's evlist__event2evsel finds it; nullopt when
+// there is none or the record is too short to hold it.
+std::optional<uint64_t> RecordSampleId(const RecordView& r, uint64_t sample_type,
+                                       bool sample_id_all);
 
 // True when `bytes` start with the perf.data magic "PERFILE2".
 bool IsPerfData(std::span<const uint8_t> bytes);

@@ -98,6 +98,11 @@ struct Mmap2 {
   SampleId sample_id;
 };
 absl::StatusOr<Mmap2> ParseMmap2(const RecordView& r, const SampleIdLayout& layout);
+// PERF_RECORD_MMAP {u32 pid, tid; u64 addr, len, pgoff; char filename[]} (kernels before
+// 3.16; perf's kernel and module maps) as the mapping an MMAP2 record would give, as perf's
+// machine__process_mmap_event takes it: no device, inode or build-id; executable unless
+// PERF_RECORD_MISC_MMAP_DATA says it is data (attr.mmap_data); private.
+absl::StatusOr<Mmap2> ParseMmap(const RecordView& r, const SampleIdLayout& layout);
 
 // PERF_RECORD_COMM; `exec` is PERF_RECORD_MISC_COMM_EXEC (the comm changed by execve).
 struct Comm {

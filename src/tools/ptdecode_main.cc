@@ -294,7 +294,12 @@ int RunExportContainer(const dec::ExportFlags& f) {
   auto r = dec::OpenRecording(f.input, dec::RecordingOptions{});
   if (!r.ok()) return Fail(r.status());
   for (const std::string& w : r->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
-  auto done = dec::ExportContainer(*r, f.output, f.container);
+  dec::ContainerExportOptions options = f.container;  // --archive looks in perf's cache too
+  if (options.buildid_dir.empty()) {
+    options.buildid_dir =
+        dec::DefaultBuildIdDir(std::getenv("PERF_BUILDID_DIR"), std::getenv("HOME"));
+  }
+  auto done = dec::ExportContainer(*r, f.output, options);
   if (!done.ok()) return Fail(done.status());
   for (const std::string& w : done->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
   std::fprintf(stderr, "ptdecode: wrote %s: %s, %s (%s), %s, %s (%s archived); %s\n",

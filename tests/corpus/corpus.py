@@ -21,13 +21,16 @@ with one oracle:
                                                           other functions, returns to callers
                                                           entered before tracing, nm names
   time          `folded --weight=time` and insn times   = a clock that advances (not all 0)
+  perf          `insn`, `branches` per thread           = perf 6.1's own decoder: `perf script
+                                                          --itrace=i0ns` / `--itrace=b` of
+                                                          `ptdecode export --to perf.data`
 
 Usage (ctest runs it; see tests/corpus/CMakeLists.txt):
   corpus.py --work DIR --ptrecord P --ptdecode D --source S record PROGRAM
   corpus.py --work DIR --ptrecord P --ptdecode D --source S check PROGRAM CHECK
-  corpus.py list            (PROGRAM CHECK LABEL lines for CMake)
+  corpus.py list            (PROGRAM CHECKS LABEL LONG_CHECKS lines for CMake)
 Exit status: 0 pass, 1 mismatch (printed), 2 harness or oracle failure, 77 skipped.
-Only the Python 3 standard library, gcc/g++, binutils, gdb and setarch are used.
+Only the Python 3 standard library, gcc/g++, binutils, gdb, setarch and perf are used.
 """
 
 import argparse
@@ -104,13 +107,15 @@ PROGRAMS["stripped"].update(cmd=["{w}/stripped"], own=["{w}/stripped"])
 PROGRAMS["forkexec"]["own"].append("{w}/child")
 PROGRAMS["dlopen"]["own"].append("{w}/libplugin.so")
 CHECKS = ["insn", "symbols", "srcline", "call-targets", "calls", "calls-tree", "self", "stacks",
-          "timeline", "time"]
+          "timeline", "time", "perf"]
 # Checks that do not apply to a program (and why).
 NOT_APPLICABLE = {
     "basename": {"srcline", "stacks"},  # no DWARF and no own functions to break in
     "expr": {"srcline", "stacks"},
     "true": {"srcline", "stacks"},
-    "static_bts": {"srcline", "stacks", "time"},
+    # perf's BTS decoder drops a thread's last branch record (tests/e2e/perf_export_cli_test.cc
+    # checks BTS exports).
+    "static_bts": {"srcline", "stacks", "time", "perf"},
 }
 
 
@@ -121,8 +126,24 @@ NOT_APPLICABLE = {
 KNOWN_BUGS = {}
 
 
+# The perf check (perf 6.1's decoder on the export; perf script costs about 20 us per
+# instruction) runs by default on these programs only: one thread, threads, fork + exec, a
+# stripped program. On the others it is a long variant (label corpus-long,
+# PTKIT_CORPUS_LONG=1). Known difference (vdso, sometimes sort_nopie): the emulation's PSB+
+# may hold a FUP with a 32-bit IP update (valid against the last IP a PSB resets to 0, as
+# libipt decodes it); perf 6.1 keeps the last IP from before the PSB, so when that was in the
+# vDSO or a library (0x7fff...) it decodes 0x7fff0040161f for 0x40161f ("Trace doesn't match
+# instruction"). Hardware sends full IPs in PSB+.
+PERF_BY_DEFAULT = {"static", "threads", "forkexec", "stripped"}
+
+
 def checks_of(name):
     return [c for c in CHECKS if c not in NOT_APPLICABLE.get(name, set())]
+
+
+def long_checks_of(name):
+    """The checks of a program that are long variants although the program is not."""
+    return {"perf"} & set(checks_of(name)) if name not in PERF_BY_DEFAULT else set()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1347,7 +1368,103 @@ def check_time(c):
     return f"{len(times)} distinct times; folded --weight=time total {weight}"
 
 
-CHECK_FUNCS = {"insn": check_insn, "symbols": check_symbols, "srcline": check_srcline,
+PERF = "/usr/bin/perf"
+TID_IP_RE = re.compile(r"^\s*(\d+)\s+([0-9a-f]+)\s*$")
+TID_BRANCH_RE = re.compile(r"^\s*(\d+)\s+([0-9a-f]+)\s+=>\s+([0-9a-f]+)\s*$")
+# The thread of the branches that follow: a stream's, or the one a switch names.
+STREAM_TID_RE = re.compile(r"^\[(?:stream|switch) .*?\btid (\d+)")
+
+
+def first_difference(what, tid, want, have):
+    """Where perf's list `have` (addresses, or (from, to) branches) first differs from `want`."""
+    i = next((k for k, (a, b) in enumerate(zip(have, want)) if a != b), min(len(have), len(want)))
+
+    def show(v):
+        if i >= len(v):
+            return "end"
+        return f"{v[i][0]:#x} -> {v[i][1]:#x}" if isinstance(v[i], tuple) else hex(v[i])
+
+    return (f"tid {tid}: {what}: ptdecode {len(want)}, perf {len(have)}; first difference at "
+            f"{i}: ptdecode {show(want)}, perf {show(have)}")
+
+
+def check_perf(c):
+    """perf 6.1's own Intel PT decoder as the oracle: the recording exported with `ptdecode
+    export --to perf.data`, `perf script --itrace=i0ns` gives each thread the instructions
+    `ptdecode insn` gives, `--itrace=b` the taken branches `ptdecode branches` gives (perf's
+    pseudo-branches from 0, trace begin and back from the kernel, aside), and perf reports no
+    decode error where ptdecode reports none."""
+    if not os.access(PERF, os.X_OK):
+        raise Skipped(f"{PERF} not installed (Debian package linux-perf): no oracle")
+    data = c.path("perf.data")
+    p = run([c.args.ptdecode, "export", "--to", "perf.data", c.path("trace.pt"), "-o", data],
+            check=False)
+    if p.returncode != 0:
+        raise Mismatch([f"ptdecode export exited {p.returncode}: {p.stderr.strip()[-1000:]}"])
+
+    def perf(*args):
+        q = run([PERF, "--buildid-dir", data + ".debug", "script", "-i", data] + list(args),
+                check=False)
+        if q.returncode != 0:
+            raise Mismatch([f"perf script {' '.join(args)} exited {q.returncode}: "
+                            f"{q.stderr.strip()[-1000:]}"])
+        return q.stdout
+
+    errors = []
+    perf_insn, perf_errors = collections.OrderedDict(), []
+    for line in perf("--itrace=i0nse", "-F", "tid,ip").splitlines():
+        m = TID_IP_RE.match(line)
+        if m:
+            perf_insn.setdefault(int(m.group(1)), []).append(hexint(m.group(2)))
+        elif "instruction trace error" in line:
+            perf_errors.append(line.strip())
+    ours = collections.OrderedDict()
+    decoded = c.ptdecode("insn").stdout
+    for tid, ip, _, _, _ in parse_insn(decoded):
+        ours.setdefault(tid, []).append(ip)
+    our_errors = [l for l in decoded.splitlines() if l.startswith(("[error", "[gap"))]
+    if set(ours) != set(perf_insn):
+        errors.append(f"threads: ptdecode {sorted(ours)}, perf {sorted(perf_insn)}")
+    for tid, want in ours.items():
+        if perf_insn.get(tid, []) != want:
+            errors.append(first_difference("instructions", tid, want, perf_insn.get(tid, [])))
+    if not our_errors and perf_errors:
+        errors.append(f"perf reports {len(perf_errors)} decode errors where ptdecode reports "
+                      f"none: {perf_errors[:3]}")
+
+    perf_branches = collections.OrderedDict()
+    for line in perf("--itrace=b", "-F", "tid,ip,addr").splitlines():
+        m = TID_BRANCH_RE.match(line)
+        if m and hexint(m.group(2)) != 0:
+            perf_branches.setdefault(int(m.group(1)), []).append(
+                (hexint(m.group(2)), hexint(m.group(3))))
+    our_branches, tid = collections.OrderedDict(), None
+    for line in c.ptdecode("branches").stdout.splitlines():
+        t = STREAM_TID_RE.match(line)
+        if t:
+            tid = int(t.group(1))
+            continue
+        m = BRANCH_RE.match(line)
+        if m and tid is not None and not line.startswith("["):
+            our_branches.setdefault(tid, []).append(
+                (hexint(m.group(1)), hexint(m.group(3)) if m.group(3) else 0))
+    for tid, want in our_branches.items():
+        if perf_branches.get(tid, []) != want:
+            errors.append(first_difference("taken branches", tid, want,
+                                           perf_branches.get(tid, [])))
+    if set(perf_branches) - set(our_branches):
+        errors.append(f"perf has branches of threads {sorted(set(perf_branches) - set(our_branches))}"
+                      f" ptdecode has none of")
+    if errors:
+        raise Mismatch(errors)
+    n = sum(map(len, ours.values()))
+    b = sum(map(len, our_branches.values()))
+    if n == 0:
+        raise Mismatch(["no instruction decoded"])
+    return f"perf 6.1 decodes the export to the same {n} instructions and {b} taken branches"
+
+
+CHECK_FUNCS = {"perf": check_perf, "insn": check_insn, "symbols": check_symbols, "srcline": check_srcline,
                "call-targets": check_call_targets, "calls": check_calls, "self": check_self,
                "stacks": check_stacks, "time": check_time, "calls-tree": check_calls_tree,
                "timeline": check_timeline}
@@ -1366,9 +1483,11 @@ def main():
     if a.command == "list":
         for name, spec in PROGRAMS.items():
             label = "corpus-long" if spec.get("long") else "corpus"
-            print(f"{name} {','.join(checks_of(name))} {label}")
+            print(f"{name} {','.join(checks_of(name))} {label} "
+                  f"{','.join(sorted(long_checks_of(name))) or '-'}")
         return 0
-    long_run = PROGRAMS.get(a.program, {}).get("long")
+    long_run = PROGRAMS.get(a.program, {}).get("long") or (
+        a.command == "check" and a.check in long_checks_of(a.program))
     if long_run and os.environ.get("PTKIT_CORPUS_LONG") != "1":
         print("skipped: long corpus variant; run with PTKIT_CORPUS_LONG=1")
         return SKIP

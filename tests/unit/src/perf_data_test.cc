@@ -292,13 +292,16 @@ TEST_P(RealRecordingTest, AttrsIdsAndHeaderAreThoseOfPerfHeaderOnly) {
   if (!PerfWorks()) GTEST_SKIP() << kPerf << " is absent";
   testing::CommandResult r = Perf("report --header-only", path_, pipe_);
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  std::vector<std::string> perf_ids;
+  std::vector<std::string> perf_ids, perf_names;
   std::map<std::string, std::string> fields;
   for (absl::string_view line : absl::StrSplit(r.out, '\n')) {
     if (!absl::ConsumePrefix(&line, "# ")) continue;
     if (absl::ConsumePrefix(&line, "event : ")) {
       size_t a = line.find("id = { "), b = line.find(" }", a);
       if (a != absl::string_view::npos) perf_ids.emplace_back(line.substr(a + 7, b - a - 7));
+      if (absl::ConsumePrefix(&line, "name = ")) {
+        perf_names.emplace_back(line.substr(0, line.find(',')));
+      }
       continue;
     }
     std::pair<std::string, std::string> kv = absl::StrSplit(line, absl::MaxSplits(" : ", 1));
@@ -307,6 +310,13 @@ TEST_P(RealRecordingTest, AttrsIdsAndHeaderAreThoseOfPerfHeaderOnly) {
   std::vector<std::string> ours;
   for (const PerfAttr& a : data_.attrs) ours.push_back(absl::StrJoin(a.ids, ", "));
   EXPECT_EQ(ours, perf_ids);
+  // The names of EVENT_DESC (a file-mode feature): intel_pt//, cycles, dummy:u, dummy:u.
+  if (!pipe_) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < data_.attrs.size(); ++i) names.push_back(data_.NameOf(i));
+    EXPECT_EQ(names, perf_names);
+    EXPECT_EQ(names.size(), 4u);
+  }
   EXPECT_EQ(*data_.features.hostname, fields["hostname"]);
   EXPECT_EQ(*data_.features.osrelease, fields["os release"]);
   EXPECT_EQ(*data_.features.arch, fields["arch"]);
@@ -438,6 +448,22 @@ TEST(PerfDataTest, HostileLengthsAreDamageNotAllocations) {
   EXPECT_THAT(d->damage[0].reason, ::testing::HasSubstr("ID_INDEX claims"));
   EXPECT_THAT(d->damage[1].reason, ::testing::HasSubstr("AUXTRACE trace bytes cut"));
   EXPECT_EQ(d->damage[1].offset, f.size());
+
+  // A pipe-mode EVENT_DESC feature whose attr size is 2^32 - 8 (size + 8 wraps in 32 bits).
+  std::vector<uint8_t> g = PipeHeader();
+  std::vector<uint8_t> desc = RecordBuilder(kRecordHeaderFeature, 0)
+                                  .U64(kFeatEventDesc)
+                                  .U32(1)
+                                  .U32(0xfffffff8)
+                                  .U64(0)
+                                  .Finish();
+  g.insert(g.end(), desc.begin(), desc.end());
+  auto src3 = MemorySource(g, "hostile-event-desc");
+  d = ReadPerfData(*src3);
+  ASSERT_THAT(d, IsOk());
+  EXPECT_THAT(d->features.event_desc, IsEmpty());
+  ASSERT_EQ(d->damage.size(), 1u);
+  EXPECT_THAT(d->damage[0].reason, ::testing::HasSubstr("EVENT_DESC feature"));
 
   // A file header whose data section lies far past the end.
   std::vector<uint8_t> h(104, 0);

@@ -1,5 +1,7 @@
 #include "ptkit/sideband.h"
 
+#include <sys/mman.h>
+
 #include <random>
 #include <set>
 #include <tuple>
@@ -117,6 +119,41 @@ TEST(SidebandTest, ExecReplacesTheAddressSpace) {
   EXPECT_EQ(sb.CommAt(100, 25), "app");
   EXPECT_EQ(sb.stats().execs, 1u);
   EXPECT_EQ(sb.stats().mmaps, 3u);
+}
+
+// PERF_RECORD_MMAP (kernels before 3.16, perf's own kernel maps) maps as perf takes it: code
+// unless PERF_RECORD_MISC_MMAP_DATA says data; a record too short for its fields is malformed.
+TEST(SidebandTest, MmapRecordsMapAsMmap2Records) {
+  auto mmap = [](uint16_t misc, uint64_t addr, std::string_view path, uint64_t t) {
+    return perf::RecordBuilder(PERF_RECORD_MMAP, misc)
+        .U32(100)
+        .U32(100)
+        .U64(addr)
+        .U64(0x2000)
+        .U64(0x1000)
+        .String(std::string(path))
+        .Trailer(kLayout, Id(100, 100, t))
+        .Finish();
+  };
+  Records r;
+  r.Append(mmap(PERF_RECORD_MISC_USER, 0x400000, "/usr/bin/app", 10))
+      .Append(mmap(PERF_RECORD_MISC_USER | PERF_RECORD_MISC_MMAP_DATA, 0x600000, "/data", 11))
+      .Append(perf::RecordBuilder(PERF_RECORD_MMAP, 0).U32(100).U32(100).U64(0).Finish());
+  SidebandBuilder b(kLayout);
+  b.Add(0, r.bytes());
+  Sideband sb = b.Build();
+  const Mapping* m = sb.FindMapping(100, 0x401234, 20);
+  ASSERT_NE(m, nullptr);
+  EXPECT_EQ(m->path, "/usr/bin/app");
+  EXPECT_EQ(m->start, 0x400000u);
+  EXPECT_EQ(m->end, 0x402000u);
+  EXPECT_EQ(m->pgoff, 0x1000u);
+  EXPECT_EQ(m->prot, unsigned{PROT_READ | PROT_EXEC});
+  const Mapping* data = sb.FindMapping(100, 0x600000, 20);
+  ASSERT_NE(data, nullptr);
+  EXPECT_EQ(data->prot, unsigned{PROT_READ});
+  EXPECT_EQ(sb.stats().mmaps, 2u);
+  EXPECT_EQ(sb.stats().malformed, 1u);
 }
 
 TEST(SidebandTest, ForkCopiesTheParentAndThenTheyDiverge) {
