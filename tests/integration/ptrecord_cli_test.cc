@@ -1,9 +1,13 @@
 // The ptrecord binary: exit codes, the one-line errors, and sideband-only recordings of real
 // processes read back from the container.
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -370,6 +374,31 @@ TEST(PtrecordCliTest, AStopSignalWhileTheCommandRunsIs128PlusThatSignal) {
     const Recorded r = ReadRecording(dir.File("trace.pt"));
     EXPECT_TRUE(r.clean) << sig;
     EXPECT_THAT(r.exec_comms, ::testing::Contains("sleep")) << sig;
+  }
+}
+
+}  // namespace
+}  // namespace ptkit
+
+namespace ptkit {
+namespace {
+
+// --aux-sample on the kernel path: its limits are checked before anything is opened (against
+// the sysfs fixture: no Intel PT is needed to be refused).
+TEST(PtrecordCliTest, AuxSampleLimitsAreUsageErrors) {
+  ::ptkit::testing::TempDir dir;
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--aux-sample=8192 -m 64,1", "larger than the AUX area (4096 bytes)"},
+           {"--aux-sample=100K", "a multiple of 8 from 8 to 61440 bytes"},
+           {"--aux-sample --bts", "--aux-sample needs intel_pt"},
+           {"--aux-sample --snapshot", "full-trace mode"},
+           {"-c 100", "need --aux-sample"},
+       }) {
+    const CliRun r =
+        Ptrecord(dir.path(), "--sysfs-root " + kFixture + " " + args + " -- /bin/true");
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(says)) << args;
   }
 }
 
