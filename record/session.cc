@@ -20,6 +20,7 @@
 #include "record/address_filter.h"
 #include "record/aux_sample.h"
 #include "record/code_capture.h"
+#include "record/control.h"
 #include "record/counters.h"
 #include "record/drain_loop.h"
 #include "record/event_spec.h"
@@ -186,6 +187,10 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
                            Usage(ParseAddressFilters(o.filter)));
     kernel_filter = KernelFilterString(filters);
   }
+  std::optional<ControlSpec> control_spec;
+  if (!o.control.empty()) {
+    PTKIT_ASSIGN_OR_RETURN(control_spec, Usage(ParseControlSpec(o.control)));
+  }
   if (o.per_thread && (o.all_cpus || !o.cpu_list.empty())) {
     return Usage(absl::InvalidArgumentError("--per-thread cannot be combined with -a or -C"));
   }
@@ -263,6 +268,11 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
             "-C ", o.cpu_list, ": CPU ", c, " is not online (online: ", online_text, ")")));
       }
     }
+  }
+
+  std::optional<ControlChannel> control;
+  if (control_spec) {
+    PTKIT_ASSIGN_OR_RETURN(control, Usage(ControlChannel::Open(*control_spec)));
   }
 
   // --- Signals first: threads created from here on inherit the blocked mask ----------------
@@ -475,6 +485,8 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   LoopOptions lo;
   lo.snapshot_mode = o.snapshot_size.has_value();
   lo.snapshot_size = o.snapshot_size.value_or(0);
+  if (control) lo.control = &*control;
+  lo.notice = [&result](const std::string& text) { result.warnings.push_back(text); };
   if (workload) {
     lo.child_exited = [&] {
       std::optional<int> st = workload->TryReap();
@@ -512,7 +524,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     // Stopped by a signal while the workload runs: end it as perf does, then reap it. The
     // exit code is then 128 + the signal that stopped the recording, as a shell shows perf's
     // (130 for Ctrl-C), not the workload's death by our SIGTERM.
-    if (loop->stopped_by_signal) kill(workload->pid(), SIGTERM);
+    if (loop->stopped_by_signal || loop->stopped_by_control) kill(workload->pid(), SIGTERM);
     const int workload_code = Workload::ExitCode(workload->Wait());
     result.workload_exit_code = loop->stopped_by_signal && signals.last_stop_signal() != 0
                                     ? 128 + signals.last_stop_signal()
@@ -521,6 +533,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   PTKIT_RETURN_IF_ERROR(writer->Close());
   result.totals = drainer.Totals();
   result.notes = std::move(notes);
+  result.stopped_by_control = loop->stopped_by_control;
   result.file_bytes = writer->stats().stored_bytes;
   return result;
 }

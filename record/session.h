@@ -70,6 +70,7 @@ struct SessionOptions {
   std::string sample_event = "cycles";
   uint64_t sample_period = 0;  // 0 = kDefaultSamplePeriod
   std::string counters;        // -e, libpfm4 names
+  std::string control;         // --control fifo:CTL[,ACK] (record/control.h)
   bool compress = true;
   bool archive = false;  // store the executable ranges of every mapped file
   std::string sysfs_root = std::string(kDefaultSysfsRoot);
@@ -84,6 +85,7 @@ struct SessionResult {
   StreamStats totals;
   std::vector<std::string> warnings;  // e.g. skipped counters
   std::vector<std::string> notes;     // settings chosen for the user (AUX sampling's PSB period)
+  bool stopped_by_control = false;    // a --control "stop" ended the recording
   uint64_t file_bytes = 0;
 };
 

@@ -48,7 +48,7 @@ int Fail(const std::string& message, int code) {
 constexpr const char* kNotWithEmulate[] = {
     "--pid",        "--tid",          "--all-cpus",      "--cpu",      "--per-thread",
     "--kernel",     "--snapshot",     "--aux-watermark", "--counters", "--sideband-only",
-    "--sysfs-root", "--sample-event"};
+    "--sysfs-root", "--sample-event", "--control"};
 
 // The default --sample-period of --emulate: instructions of a thread between AUX samples.
 constexpr uint64_t kEmulatedSamplePeriod = 1000;
@@ -212,6 +212,9 @@ int main(int argc, char** argv) {
   app.add_option("-c,--sample-period", sample_period,
                  "With --aux-sample: events between samples (default 1000000; with --emulate: "
                  "instructions, default 1000)");
+  app.add_option("--control", o.control,
+                 "fifo:CTL[,ACK]: read perf's control commands (enable, disable, snapshot, "
+                 "stop, ping) from the FIFO CTL, answer each with 'ack' on ACK");
   app.add_option("--aux-watermark", watermark,
                  "AUX bytes that wake ptrecord (K/M/G; default a quarter of the AUX area)");
   app.add_flag("--no-compress", no_compress, "Store records without zstd");

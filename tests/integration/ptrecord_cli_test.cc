@@ -400,6 +400,68 @@ TEST(PtrecordCliTest, AuxSampleLimitsAreUsageErrors) {
     EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
     EXPECT_THAT(r.err, HasSubstr(says)) << args;
   }
+  EXPECT_THAT(Ptrecord(dir.path(), "--control fd:3 --sideband-only -- /bin/true").err,
+              HasSubstr("expected fifo:CTL[,ACK]"));
+  EXPECT_THAT(Ptrecord(dir.path(), "--control fifo:nofifo --sideband-only -- /bin/true").err,
+              HasSubstr("--control: open control FIFO nofifo"));
+}
+
+// Reads a line from `fd` within `ms`; "<timeout>" appended when it does not come.
+std::string ReadLineWithin(int fd, int ms) {
+  std::string line;
+  char c;
+  while (line.empty() || line.back() != '\n') {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, ms) != 1 || read(fd, &c, 1) != 1) return line + "<timeout>";
+    line.push_back(c);
+  }
+  return line;
+}
+
+// A script drives a real recording through the FIFOs as it drives perf: ping is acked, stop
+// ends the recording (the workload, a 30 s sleep, is ended too) with a complete container.
+TEST(PtrecordCliTest, ControlFifoDrivesARecording) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  ::ptkit::testing::TempDir dir;
+  const std::string ctl = dir.File("ctl"), ack = dir.File("ack"), out = dir.File("t.pt");
+  ASSERT_EQ(mkfifo(ctl.c_str(), 0600), 0);
+  ASSERT_EQ(mkfifo(ack.c_str(), 0600), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string control = "fifo:" + ctl + "," + ack;
+    execl(kPtrecord.c_str(), "ptrecord", "-q", "--sideband-only", "--control", control.c_str(),
+          "-o", out.c_str(), "--", "/bin/sleep", "30", static_cast<char*>(nullptr));
+    _exit(126);
+  }
+  // ptrecord opens both FIFOs before it starts the workload; until then CTL has no reader.
+  int w = -1;
+  for (int i = 0; i < 1000 && w < 0; ++i) {
+    w = open(ctl.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w < 0) usleep(10000);
+  }
+  ASSERT_GE(w, 0) << "ptrecord never opened the control FIFO";
+  const int r = open(ack.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(r, 0);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(write(w, "ping\n", 5), 5);
+  EXPECT_EQ(ReadLineWithin(r, 10000), "ack\n");
+  ASSERT_EQ(write(w, "stop\n", 5), 5);
+  EXPECT_EQ(ReadLineWithin(r, 10000), "ack\n");
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(w);
+  close(r);
+  EXPECT_LT(seconds, 20) << "stop did not end the recording";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);  // the workload, ended by ptrecord
+  PTKIT_ASSERT_OK_AND_ASSIGN(ContainerReader reader, ContainerReader::Open(out));
+  RecordView rec;
+  while (reader.Next(rec).value_or(false)) {
+  }
+  EXPECT_TRUE(reader.report().footer_present);
 }
 
 }  // namespace
