@@ -70,7 +70,7 @@ class Recorder final : public StepSink {
     // A sample record is up to 64 KiB; the ring is drained after each.
     so.data_pages = sampling() ? 32 : 16;
     so.aux_pages = options_.aux_pages;
-    so.overwrite = sampling();
+    so.overwrite = sampling() || options_.snapshot_size.has_value();
     so.cpu = -1;
     so.pid = pid;
     so.tid = tid;
@@ -124,6 +124,30 @@ class Recorder final : public StepSink {
 
   absl::Status status() const { return status_; }
   uint64_t threads() const { return finished_.size() + threads_.size(); }
+
+  // Snapshot mode: a snapshot of every running thread's ring (SIGUSR2), its pending packets
+  // flushed first as the hardware's are when the event is stopped; with `ended`, of every
+  // thread that has ended (the end of the recording: all have).
+  void SnapshotThreads(bool ended) {
+    if (!status_.ok()) return;
+    auto take = [&](ThreadSource& source) {
+      const uint64_t want =
+          *options_.snapshot_size != 0 ? *options_.snapshot_size : source.ring().aux.size();
+      auto n = drainer_.Snapshot(source, want);
+      if (!n.ok()) Fail(n.status());
+    };
+    if (ended) {
+      for (auto& source : finished_) take(*source);
+      return;
+    }
+    for (auto& [tid, t] : threads_) {
+      if (t.encoder) {
+        if (absl::Status s = t.encoder->Flush(); !s.ok()) return Fail(s);
+      }
+      Move(t);
+      take(*t.source);
+    }
+  }
 
  private:
   struct Thread {
@@ -318,12 +342,24 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
       }
     }
   }
+  if (options.snapshot_size &&
+      options.aux_pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) > kMaxPayloadSize / 2) {
+    absl::Status bad = absl::InvalidArgumentError(
+        absl::StrCat("--snapshot: an AUX ring of ", options.aux_pages,
+                     " pages is more than one snapshot can hold (", (kMaxPayloadSize / 2) >> 20,
+                     " MiB): give -m a smaller AUX size"));
+    bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+    return bad;
+  }
   if (options.aux_sample_size != 0) {
     absl::Status bad = record::CheckAuxSampleSize(options.aux_sample_size,
                                                   options.aux_pages * ::sysconf(_SC_PAGESIZE));
     if (bad.ok() && options.bts) {
       bad = absl::InvalidArgumentError(
           "--aux-sample needs intel_pt (intel_bts cannot take AUX samples)");
+    }
+    if (bad.ok() && options.snapshot_size) {
+      bad = absl::InvalidArgumentError("--aux-sample and --snapshot exclude each other");
     }
     if (bad.ok() && options.sample_period == 0) {
       bad = absl::InvalidArgumentError("--aux-sample needs a sample period of 1 or more");
@@ -379,14 +415,21 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   so.max_steps = options.max_steps;
   so.filters = filters;
   bool said_snapshot = false;
+  uint64_t snapshots_seen = snapshots0;
+  std::function<void()> snapshot_threads;  // set once the recorder exists
   // Set once the recording failed (a full disk): stepping on would trace into nothing.
   std::function<bool()> failed = [] { return false; };
   so.stop_requested = [&] {
     if (failed()) return true;
-    if (signals.snapshot_count() != snapshots0 && !said_snapshot && options.notice) {
+    if (options.snapshot_size) {
+      if (signals.snapshot_count() != snapshots_seen) {
+        snapshots_seen = signals.snapshot_count();
+        snapshot_threads();
+      }
+    } else if (signals.snapshot_count() != snapshots0 && !said_snapshot && options.notice) {
       said_snapshot = true;
       options.notice(
-          "SIGUSR2 ignored: snapshots do not apply to --emulate (it records the whole run; "
+          "SIGUSR2 ignored: not recording with --snapshot (the whole run is recorded; "
           "SIGINT or SIGTERM stop it and keep what was traced)");
     }
     return signals.stop_count() != stops0;
@@ -421,6 +464,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
         EmulatedMetadataInput(options, tracking, options.data_pages, options.aux_pages));
     meta.emulated = RecordingMetadata::kEmulatedStep;
     if (options.aux_sample_size != 0) meta.mode = "aux-sample";
+    if (options.snapshot_size) meta.mode = "snapshot";
     meta.clock = "CLOCK_MONOTONIC ns (emulated: TSC packets and sideband use it)";
     meta.emulation =
         EmulationMetadata{.backend = "ptrace single-step",
@@ -469,6 +513,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     }
   };
   failed = [&] { return !recorder.status().ok() || !sideband_status.ok(); };
+  snapshot_threads = [&] { recorder.SnapshotThreads(/*ended=*/false); };
   PeriodicSink sink(recorder, drain_sideband);
   absl::StatusOr<StepperResult> stepped = RunStepped(so, sink);
   ran = recorder.threads() > 0;
@@ -479,6 +524,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   }
   const StepperResult& steps = *stepped;
   drain_sideband();
+  if (options.snapshot_size) recorder.SnapshotThreads(/*ended=*/true);
   PTKIT_RETURN_IF_ERROR(recorder.status());
   PTKIT_RETURN_IF_ERROR(sideband_status);
   if (truth && (std::fflush(truth.get()) != 0 || std::ferror(truth.get()))) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -50,6 +51,10 @@ struct EmulateOptions {
   // whole trace. 0 = no sampling.
   uint64_t aux_sample_size = 0;
   uint64_t sample_period = 0;
+  // --snapshot[=SIZE] (step backend): the threads' AUX rings are overwritten; on every SIGUSR2
+  // each running thread's newest SIZE bytes (0: the whole ring) become a snapshot, and at the
+  // end every thread's. Unset: the whole trace is kept.
+  std::optional<uint64_t> snapshot_size;
   uint64_t data_pages = 64;               // tracking ring, per CPU
   uint64_t aux_pages = 64;                // simulated AUX ring, per thread
   uint64_t qemu_aux_pages = 1024;         // the same for the qemu backend (it runs ~10^4x faster)

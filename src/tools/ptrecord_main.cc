@@ -45,10 +45,10 @@ int Fail(const std::string& message, int code) {
 
 // The options --emulate refuses (usage errors): other targets, the kernel, the AUX area's
 // modes, counters, PMU descriptions. Named in --help and man/ptrecord.1.
-constexpr const char* kNotWithEmulate[] = {
-    "--pid",        "--tid",          "--all-cpus",      "--cpu",      "--per-thread",
-    "--kernel",     "--snapshot",     "--aux-watermark", "--counters", "--sideband-only",
-    "--sysfs-root", "--sample-event", "--control"};
+constexpr const char* kNotWithEmulate[] = {"--pid",           "--tid",          "--all-cpus",
+                                           "--cpu",           "--per-thread",   "--kernel",
+                                           "--aux-watermark", "--counters",     "--sideband-only",
+                                           "--sysfs-root",    "--sample-event", "--control"};
 
 // The default --sample-period of --emulate: instructions of a thread between AUX samples.
 constexpr uint64_t kEmulatedSamplePeriod = 1000;
@@ -102,6 +102,12 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   e.archive = o.archive;
   e.filter = o.filter;
   e.data_pages = o.data_pages;
+  if (o.snapshot_size) {
+    if (backend == "qemu") {
+      return Fail("--snapshot is not available with --emulate=qemu yet: use --emulate=step", 2);
+    }
+    e.snapshot_size = o.snapshot_size;
+  }
   if (o.aux_sample_size) {
     if (backend == "qemu") {
       return Fail("--aux-sample is not available with --emulate=qemu yet: use --emulate=step", 2);
@@ -121,6 +127,7 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
     ending = "; " + Count(r->totals.samples, "AUX sample") + " of " +
              std::to_string(e.aux_sample_size) + " bytes";
   }
+  if (e.snapshot_size) ending += "; " + Count(r->totals.snapshots, "snapshot");
   if (r->stop_signal != 0) {
     ending += "; stopped by " + ptkit::emulate::SignalName(r->stop_signal) +
               " (the workload was killed; the trace up to there is complete)";

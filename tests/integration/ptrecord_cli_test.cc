@@ -167,8 +167,9 @@ TEST(PtrecordCliTest, HelpNamesWhatEmulateRefuses) {
   ASSERT_NE(refuses, std::string::npos) << help.str();
   const std::string list = help.str().substr(refuses);
   for (const char* option :
-       {"--pid 1", "--tid 1", "--all-cpus", "--cpu 0", "--per-thread", "--kernel", "--snapshot",
-        "--aux-watermark 4K", "--counters task-clock", "--sideband-only", "--sysfs-root /x"}) {
+       {"--pid 1", "--tid 1", "--all-cpus", "--cpu 0", "--per-thread", "--kernel",
+        "--aux-watermark 4K", "--counters task-clock", "--sideband-only", "--sysfs-root /x",
+        "--sample-event cycles --aux-sample", "--control fifo:x"}) {
     const std::string name = std::string(option).substr(0, std::string(option).find(' '));
     EXPECT_THAT(list, HasSubstr(name));
     const CliRun r = Ptrecord(dir.path(), std::string("--emulate ") + option + " -- /bin/true");
