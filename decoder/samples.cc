@@ -4,6 +4,8 @@
 #include <intel-pt.h>
 
 #include <algorithm>
+#include <map>
+#include <string_view>
 
 #include "decoder/decode.h"
 #include "decoder/ipt_handles.h"
@@ -12,6 +14,14 @@
 
 namespace ptkit::decoder {
 namespace {
+
+// The function containing `ip`, by name.
+std::string FunctionName(const ProgramImage& image, uint64_t ip) {
+  const int s = image.SymbolAt(ip);
+  if (s >= 0) return image.symbols()[s].name;
+  const int file = image.FileAt(ip);
+  return file < 0 ? "[unmapped]" : FileLabel(image.files()[file].name);
+}
 
 struct Insn {
   uint64_t ip = 0;
@@ -79,10 +89,29 @@ absl::StatusOr<SnippetFlow> DecodeSnippet(std::span<const uint8_t> snippet,
     const char* kind = BranchKind(a.iclass);
     if (kind == nullptr) continue;
     const uint64_t next = insns[i + 1].ip;
-    if (a.iclass == ptic_cond_jump && next == a.ip + a.size) continue;  // not taken
+    // Not taken, or a SYSCALL (libipt's far call) that returned to the next instruction.
+    if (next == a.ip + a.size) continue;
     flow.branches.push_back({a.ip, next, kind});
   }
   return flow;
+}
+
+std::vector<std::string> SampleStack(const SnippetFlow& flow, const ProgramImage& image) {
+  std::vector<std::string> frames;
+  if (flow.insns.empty()) return frames;
+  frames.push_back(FunctionName(image, flow.insns.front()));
+  for (const SampleBranch& b : flow.branches) {
+    const std::string to = FunctionName(image, b.to);
+    if (std::string_view(b.kind) == "call" || std::string_view(b.kind) == "far_call") {
+      frames.push_back(to);
+    } else if (std::string_view(b.kind) == "ret" || std::string_view(b.kind) == "far_ret") {
+      if (frames.size() > 1) frames.pop_back();
+      frames.back() = to;  // the caller, also when the snippet never saw it called
+    } else if (frames.back() != to) {
+      frames.back() = to;
+    }
+  }
+  return frames;
 }
 
 absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOptions& options,
@@ -102,8 +131,9 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
   Output out(file);
   Buffer& buf = out.buf();
   auto it = std::back_inserter(buf);
-  if (so.json) buf.append(std::string_view("{\"samples\":["));
+  if (so.json && !so.folded) buf.append(std::string_view("{\"samples\":["));
   bool first = true;
+  std::map<std::string, uint64_t> stacks;  // folded: stack -> samples
   PTKIT_ASSIGN_OR_RETURN(
       std::vector<std::string> warnings,
       ForEachSample(
@@ -119,6 +149,17 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
             ++totals.samples;
             if (!flow.synced) ++totals.unsynced;
             if (flow.synced && !flow.reached) ++totals.not_reached;
+            if (so.folded) {
+              std::vector<std::string> frames =
+                  flow.synced ? SampleStack(flow, image) : std::vector<std::string>{};
+              if (frames.empty()) {  // no history: the sample counts, under a name saying so
+                frames = {"[unsynchronised]", FunctionName(image, f.ip)};
+              }
+              std::string stack;
+              for (const std::string& frame : frames) stack += (stack.empty() ? "" : ";") + frame;
+              ++stacks[stack];
+              return absl::OkStatus();
+            }
             Symbolizer names(image);
             const bool has_cpu = s.sample_type & PERF_SAMPLE_CPU;
             const size_t shown = so.branches == 0 || flow.branches.size() < so.branches
@@ -185,7 +226,9 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
             return absl::OkStatus();
           }));
   for (const std::string& w : r.warnings) warnings.push_back(w);
-  if (so.json) {
+  if (so.folded) {
+    for (const auto& [stack, n] : stacks) fmt::format_to(it, "{} {}\n", stack, n);
+  } else if (so.json) {
     fmt::format_to(it,
                    "],\"totals\":{{\"samples\":{},\"unsynced\":{},\"not_reached\":{},"
                    "\"malformed\":{}}},\"warnings\":[",

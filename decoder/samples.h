@@ -52,7 +52,19 @@ struct SamplesOptions {
   bool json = false;
   size_t branches = 16;       // the last N taken branches shown per sample (0: all)
   bool instructions = false;  // also list the decoded instructions
+  // Instead of one entry per sample: a sampled profile in folded-stack form, "f1;f2;f3 N" per
+  // stack (flamegraph.pl), each sample's stack rebuilt from the calls and returns its snippet
+  // holds (SampleStack).
+  bool folded = false;
 };
+
+// The functions on the stack at the end of `flow` (outermost first), rebuilt from its calls
+// and returns: the function of its first instruction, a call pushes the callee, a return pops
+// (or, with nothing left to pop, replaces the outermost frame by the caller it returns into),
+// a jump into another function replaces the innermost frame (tail call). The snippet's history
+// is short: frames entered before it began are not known. Functions are named by `image`'s
+// symbols ("[file]" without one).
+std::vector<std::string> SampleStack(const SnippetFlow& flow, const ProgramImage& image);
 
 struct SamplesTotals {
   uint64_t samples = 0;  // shown (options.tid and options.cpu select them)

@@ -424,6 +424,9 @@ const Command kCommands[] = {
            ->type_name("N");
        cmd.add_flag("--instructions", f.samples.instructions,
                     "Also list every instruction decoded from each snippet");
+       cmd.add_flag("--folded", f.samples.folded,
+                    "A sampled profile instead: one 'f1;f2;f3 N' line per stack rebuilt from the "
+                    "snippets (flamegraph.pl)");
      },
      [](const Flags& f) { return RunSamples(f.decode, f.samples); }},
     {"diff",

@@ -5,6 +5,7 @@
 // (k*N)-th instruction retires, so its IP is that instruction, and the instructions its
 // snippet decodes to are exactly the ones the thread ran just before, ending there.
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -135,6 +136,45 @@ TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
   EXPECT_THAT(text.out, HasSubstr(" work+0x"));
   EXPECT_THAT(text.out, HasSubstr(std::to_string(expected_total) + " samples: " +
                                   std::to_string(expected_total) + " decoded to the sampled IP"));
+}
+
+// The sampled profile: one folded stack per distinct stack, the counts summing to the samples;
+// each stack's leaf is the function nm says holds the sampled IP, so the samples in `work`
+// (by the ground truth's IPs and nm's range of work) are exactly those whose stack ends in it,
+// and their stack is the worker threads' entry path.
+TEST_F(AuxSampleCliTest, FoldedStacksFromTheSnippets) {
+  RECORD_OR_SKIP(rec, {"--aux-sample", "-c", std::to_string(kPeriod)});
+  const testing::PerThread truth = ReadTruth(rec.truth);
+  const auto [work_begin, work_end] = testing::NmRange(kThreads, "work");
+  ASSERT_LT(work_begin, work_end);
+  uint64_t in_work = 0, total = 0;
+  for (const auto& [tid, ips] : truth) {
+    for (uint64_t k = 1; k * kPeriod <= ips.size(); ++k) {
+      const uint64_t ip = ips[k * kPeriod - 1];
+      in_work += ip >= work_begin && ip < work_end;
+      ++total;
+    }
+  }
+  ASSERT_GT(in_work, 0u);
+  auto folded = RunCommand({PTDECODE_PATH, "samples", "--folded", rec.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  uint64_t sum = 0, work_leaf = 0;
+  std::istringstream lines(folded.out);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t space = line.rfind(' ');
+    ASSERT_NE(space, std::string::npos) << line;
+    const std::string stack = line.substr(0, space);
+    const uint64_t n = std::stoull(line.substr(space + 1));
+    sum += n;
+    if (stack == "work" || stack.ends_with(";work")) {
+      work_leaf += n;
+      // clone3 starts the thread in start_thread, which calls work: nothing else is open (a
+      // SYSCALL that returned is no call, a return pops).
+      EXPECT_EQ(stack, "__clone3;start_thread;work") << line;
+    }
+  }
+  EXPECT_EQ(sum, total);
+  EXPECT_EQ(work_leaf, in_work);
 }
 
 // A snippet smaller than the PSB period mostly holds no PSB: those samples are counted and
