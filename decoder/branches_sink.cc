@@ -10,27 +10,6 @@
 namespace ptkit::decoder {
 namespace {
 
-const char* BranchKind(pt_insn_class iclass) {
-  switch (iclass) {
-    case ptic_call:
-      return "call";
-    case ptic_return:
-      return "ret";
-    case ptic_jump:
-      return "jmp";
-    case ptic_cond_jump:
-      return "jcc";
-    case ptic_far_call:
-      return "far_call";
-    case ptic_far_return:
-      return "far_ret";
-    case ptic_far_jump:
-      return "far_jmp";
-    default:
-      return nullptr;
-  }
-}
-
 class BranchesSink : public Sink {
  public:
   BranchesSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)

@@ -69,6 +69,13 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
                                                   snap->time, snap->data));
         break;
       }
+      case RecordType::kSample: {
+        auto sample = ParseSample(rec.payload);
+        if (!sample.ok()) break;
+        PTKIT_RETURN_IF_ERROR(
+            builder.AddSample(sample->stream, sample->sample_type, sample->record));
+        break;
+      }
       case RecordType::kCode: {
         auto code = ParseCode(rec.payload);
         if (!code.ok()) break;

@@ -51,6 +51,27 @@ std::unique_ptr<SourceLines> MakeSourceLines(const OutputOptions& options) {
   return options.srcline ? std::make_unique<SourceLines>(options.diagnostics) : nullptr;
 }
 
+const char* BranchKind(pt_insn_class iclass) {
+  switch (iclass) {
+    case ptic_call:
+      return "call";
+    case ptic_return:
+      return "ret";
+    case ptic_jump:
+      return "jmp";
+    case ptic_cond_jump:
+      return "jcc";
+    case ptic_far_call:
+      return "far_call";
+    case ptic_far_return:
+      return "far_ret";
+    case ptic_far_jump:
+      return "far_jmp";
+    default:
+      return nullptr;
+  }
+}
+
 const char* EventName(const pt_event& ev) {
   switch (ev.type) {
     case ptev_enabled:

@@ -134,6 +134,9 @@ class Symbolizer {
   std::string label_;
 };
 
+// The kind of a branch instruction ("jcc", "jmp", "call", "ret", "far_call", "far_ret",
+// "far_jmp"); null for an instruction that does not branch.
+const char* BranchKind(pt_insn_class iclass);
 const char* EventName(const pt_event& ev);
 // The IP an event names, if any.
 bool EventIp(const pt_event& ev, uint64_t* ip);

@@ -115,6 +115,25 @@ absl::Status RecordingBuilder::AddSnapshot(StreamId stream, uint64_t sequence, u
   return absl::OkStatus();
 }
 
+absl::Status RecordingBuilder::AddSample(StreamId stream, uint64_t sample_type,
+                                         std::span<const uint8_t> record) {
+  absl::StatusOr<perf::RecordView> view = perf::ReadRecord(record);
+  absl::StatusOr<perf::Sample> sample =
+      view.ok() ? perf::ParseSample(*view, sample_type) : view.status();
+  if (!sample.ok()) {
+    if (r_.malformed_samples++ == 0) {
+      r_.warnings.push_back(fmt::format("{}: malformed sample record ({}): skipped", r_.name,
+                                        std::string(sample.status().message())));
+    }
+    return absl::OkStatus();
+  }
+  AuxSample s{.stream = stream, .sample_type = sample_type, .fields = *sample};
+  s.fields.aux = {};
+  PTKIT_RETURN_IF_ERROR(Spool(s.snippet, sample->aux));
+  r_.samples.push_back(std::move(s));
+  return absl::OkStatus();
+}
+
 absl::Status RecordingBuilder::AddCode(uint32_t pid, uint64_t address, std::string path,
                                        std::span<const uint8_t> bytes, uint64_t pgoff,
                                        uint32_t flags, std::vector<uint8_t> build_id) {
@@ -707,6 +726,25 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
                      Join(std::set<uint64_t>(pids.begin(), pids.end()))));
   }
   return totals;
+}
+
+absl::StatusOr<std::vector<std::string>> ForEachSample(const Recording& r,
+                                                       const RecordingOptions& options,
+                                                       const SampleFn& fn) {
+  ImageCache images(r, options.sysroot, options.buildid_dir);
+  for (const AuxSample& s : r.samples) {
+    const uint32_t pid = s.fields.pid;
+    PTKIT_ASSIGN_OR_RETURN(ProgramImage * image,
+                           images.For(pid, r.timeline.EpochAt(pid, s.fields.time)));
+    std::span<const uint8_t> bytes;
+    std::optional<SpoolView> view;
+    if (s.snippet.size > 0) {
+      PTKIT_ASSIGN_OR_RETURN(view, r.spool->Map(s.snippet));
+      bytes = view->bytes();
+    }
+    PTKIT_RETURN_IF_ERROR(fn(s, *image, bytes));
+  }
+  return images.TakeWarnings();
 }
 
 absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& options,

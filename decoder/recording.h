@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <optional>
 #include <set>
@@ -39,6 +40,7 @@
 #include "decoder/sinks.h"
 #include "decoder/trace_config.h"
 #include "nlohmann/json.hpp"
+#include "ptkit/aux_sample.h"
 #include "ptkit/container_format.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/recording_metadata.h"
@@ -111,6 +113,15 @@ struct RawSideband {
   std::vector<uint8_t> records;
 };
 
+// An AUX sample (ptrecord --aux-sample; container sample record): the sample's fields (its
+// `aux` span left empty) and the trace snippet it carries, spooled.
+struct AuxSample {
+  StreamId stream;  // the ring it was drained from
+  uint64_t sample_type = 0;
+  perf::Sample fields;
+  SpoolRun snippet;
+};
+
 struct Recording {
   std::string name;            // the file it was read from, for messages
   RecordingMetadata metadata;  // merged (ptkit-format(5)), validated
@@ -127,6 +138,8 @@ struct Recording {
   bool bts = false;  // intel_bts recordings hold 24-byte branch records, not PT packets
   std::vector<std::string> warnings;  // damage, repeated bytes, loss outside the trace, ...
   DecodeTotals unplaced;              // losses of streams without trace bytes
+  std::vector<AuxSample> samples;     // in file order
+  uint64_t malformed_samples = 0;     // sample records whose PERF_RECORD_SAMPLE did not parse
 };
 
 // The bytes of captured code `c` of `r`, mapped from the recording's spool.
@@ -167,6 +180,10 @@ class RecordingBuilder {
   absl::Status AddCode(uint32_t pid, uint64_t address, std::string path,
                        std::span<const uint8_t> bytes, uint64_t pgoff = 0, uint32_t flags = 0,
                        std::vector<uint8_t> build_id = {});
+  // A sample record: the PERF_RECORD_SAMPLE `record` of `sample_type` from `stream`'s ring,
+  // its snippet spooled. One that does not parse is counted (malformed_samples) and warned
+  // about. Errors: the spool's.
+  absl::Status AddSample(StreamId stream, uint64_t sample_type, std::span<const uint8_t> record);
   // Adds the warnings about repeated bytes, code left out and losses outside any trace, and
   // returns the recording.
   Recording Finish();
@@ -191,6 +208,15 @@ class RecordingBuilder {
 // what the recording has), spool I/O errors, sink.Finish's.
 absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const RecordingOptions& options,
                                              Sink& sink);
+
+// Calls `fn` for every sample of `r` in file order, with the images of the sample's process at
+// the sample's time (its program then, as DecodeRecording picks images) and the snippet's
+// bytes. Returns the images' warnings (build-id mismatches). Errors: spool I/O errors, fn's.
+using SampleFn = std::function<absl::Status(const AuxSample& sample, const ProgramImage& image,
+                                            std::span<const uint8_t> snippet)>;
+absl::StatusOr<std::vector<std::string>> ForEachSample(const Recording& r,
+                                                       const RecordingOptions& options,
+                                                       const SampleFn& fn);
 
 // `ptdecode packets`: the packets of every stream the options select (DumpPackets), each
 // stream after a header line naming it, offsets in the stream's AUX offsets, and its loss

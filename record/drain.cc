@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "ptkit/aux_sample.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
@@ -25,6 +26,8 @@ StreamStats Drainer::Totals() const {
     t.reenables += s.reenables;
     t.snapshots += s.snapshots;
     t.snapshot_bytes += s.snapshot_bytes;
+    t.samples += s.samples;
+    t.sample_aux_bytes += s.sample_aux_bytes;
   }
   return t;
 }
@@ -82,6 +85,34 @@ absl::Status Drainer::StoreSideband(TraceSource& source, std::span<const uint8_t
   return writer_->AppendSideband(SidebandRecord{.cpu = source.cpu(), .records = bytes});
 }
 
+absl::Status Drainer::TakeSamples(TraceSource& source, std::vector<uint8_t>& bytes) {
+  StreamStats& stats = stats_[source.stream()];
+  std::vector<uint8_t> rest;
+  perf::RecordReader reader(bytes);
+  size_t done = 0;  // bytes walked
+  bool any = false;
+  for (;;) {
+    absl::StatusOr<std::optional<perf::RecordView>> next = reader.Next();
+    if (!next.ok() || !next->has_value()) break;
+    const perf::RecordView& rec = **next;
+    done = reader.offset();
+    if (rec.type != PERF_RECORD_SAMPLE) {
+      rest.insert(rest.end(), rec.bytes.begin(), rec.bytes.end());
+      continue;
+    }
+    any = true;
+    PTKIT_RETURN_IF_ERROR(writer_->AppendSample(SampleRecord{
+        .stream = source.stream(), .sample_type = options_.sample_type, .record = rec.bytes}));
+    ++stats.samples;
+    absl::StatusOr<perf::Sample> sample = perf::ParseSample(rec, options_.sample_type);
+    if (sample.ok()) stats.sample_aux_bytes += sample->aux.size();
+  }
+  if (!any) return absl::OkStatus();
+  rest.insert(rest.end(), bytes.begin() + static_cast<ptrdiff_t>(done), bytes.end());
+  bytes = std::move(rest);
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
   const RingView v = source.ring();
   const StreamId sid = source.stream();
@@ -99,9 +130,10 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
   }
   std::vector<uint8_t> bytes;
   AppendFromRing(v.data, tail, head - tail, bytes);
-  PTKIT_RETURN_IF_ERROR(StoreSideband(source, bytes));
-  stats.sideband_bytes += bytes.size();
   uint64_t stored = bytes.size();
+  if (options_.sample_type != 0) PTKIT_RETURN_IF_ERROR(TakeSamples(source, bytes));
+  if (!bytes.empty()) PTKIT_RETURN_IF_ERROR(StoreSideband(source, bytes));
+  stats.sideband_bytes += bytes.size();
   const uint64_t aux_before = stats.aux_bytes;
 
   const bool full_trace = !v.aux_overwrite && !v.aux.empty();

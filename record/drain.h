@@ -15,6 +15,8 @@
 //     was called.
 // In overwrite (snapshot) mode AUX records are kept as sideband only; Snapshot() copies the
 // newest bytes of the AUX ring instead.
+// PERF_RECORD_SAMPLE records (AUX sampling: ptkit/aux_sample.h) are taken out of the sideband
+// and stored one by one as sample records, with DrainOptions::sample_type.
 #ifndef PTKIT_RECORD_DRAIN_H_
 #define PTKIT_RECORD_DRAIN_H_
 
@@ -42,6 +44,8 @@ struct StreamStats {
   uint64_t reenables = 0;
   uint64_t snapshots = 0;
   uint64_t snapshot_bytes = 0;
+  uint64_t samples = 0;           // PERF_RECORD_SAMPLE stored as sample records
+  uint64_t sample_aux_bytes = 0;  // AUX bytes they carry (padding included)
 };
 
 struct DrainOptions {
@@ -55,6 +59,9 @@ struct DrainOptions {
   uint64_t max_sideband_batch = uint64_t{16} << 20;
   // Called for every sideband record drained (e.g. CodeCapture::OnRecord). May be empty.
   std::function<void(const perf::RecordView&, const perf::SampleIdLayout&)> on_record;
+  // The sample_type of the AUX-sampling event whose PERF_RECORD_SAMPLEs arrive in the data
+  // rings (stored with each sample record); 0 when there is none.
+  uint64_t sample_type = 0;
 };
 
 class Drainer {
@@ -98,6 +105,9 @@ class Drainer {
                         uint64_t time);
   // Stores `bytes` (perf records) as sideband batches of at most max_sideband_batch bytes.
   absl::Status StoreSideband(TraceSource& source, std::span<const uint8_t> bytes);
+  // Stores every PERF_RECORD_SAMPLE of `bytes` as a sample record and removes it from
+  // `bytes`. Records after a malformed header stay as they are (DrainOnce reports them).
+  absl::Status TakeSamples(TraceSource& source, std::vector<uint8_t>& bytes);
 
   ContainerWriter* writer_;
   DrainOptions options_;

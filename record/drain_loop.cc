@@ -87,6 +87,7 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
   LoopResult result;
   std::vector<pollfd> fds;
   for (TraceSource* s : sources) fds.push_back(pollfd{s->poll_fd(), POLLIN, 0});
+  if (options.control != nullptr) fds.push_back(pollfd{options.control->fd(), POLLIN, 0});
   const uint64_t stop0 = signals.stop_count();
   uint64_t snapshot_seen = signals.snapshot_count();
   const timespec timeout{options.poll_timeout_ms / 1000,
@@ -109,6 +110,10 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
     if (rc < 0 && errno != EINTR) return ErrnoStatus(errno, "ppoll on perf event fds");
     ++result.passes;
     for (size_t i = 0; i < fds.size(); ++i) {
+      if (i == sources.size()) {  // the control FIFO: read below
+        fds[i].revents = 0;
+        continue;
+      }
       if (fds[i].revents & POLLIN) sources[i]->ClearWakeup();
       if (fds[i].revents & POLLHUP) fds[i].fd = -1;  // the event's task is gone
       fds[i].revents = 0;
@@ -121,6 +126,32 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
     if (snaps != snapshot_seen) {
       snapshot_seen = snaps;
       if (options.snapshot_mode) PTKIT_RETURN_IF_ERROR(snapshot_all());
+    }
+    bool stop = false;
+    if (options.control != nullptr) {
+      for (absl::StatusOr<ControlCommand>& cmd : options.control->Read()) {
+        ++result.control_commands;
+        if (!cmd.ok()) {
+          if (options.notice) options.notice(std::string(cmd.status().message()));
+        } else if (*cmd == ControlCommand::kEnable || *cmd == ControlCommand::kDisable) {
+          for (TraceSource* s : sources) {
+            PTKIT_RETURN_IF_ERROR(*cmd == ControlCommand::kEnable ? s->Enable() : s->Disable());
+          }
+        } else if (*cmd == ControlCommand::kSnapshot) {
+          if (options.snapshot_mode) {
+            PTKIT_RETURN_IF_ERROR(snapshot_all());
+          } else if (options.notice) {
+            options.notice("control command 'snapshot' ignored: not recording with --snapshot");
+          }
+        } else if (*cmd == ControlCommand::kStop) {
+          stop = true;
+        }
+        PTKIT_RETURN_IF_ERROR(options.control->Ack());
+      }
+    }
+    if (stop) {
+      result.stopped_by_control = true;
+      break;
     }
     // SIGCHLD only hints; a non-blocking reap every pass also catches a workload that
     // exited between the fork and the first ppoll().

@@ -14,8 +14,10 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <string>
 
 #include "absl/status/status.h"
+#include "record/control.h"
 #include "record/drain.h"
 #include "record/trace_source.h"
 
@@ -65,13 +67,22 @@ struct LoopOptions {
   std::function<bool()> child_exited;
   // Called after every pass; true to stop (tests, --duration).
   std::function<bool()> should_stop;
+  // --control: commands read after every pass (the loop also wakes when one arrives), each
+  // acknowledged: enable / disable start and stop every source's AUX event, snapshot takes
+  // one round in snapshot mode, stop ends the loop, ping only acks. May be null.
+  ControlChannel* control = nullptr;
+  // Told what the user should know about a command (unknown, or snapshot outside snapshot
+  // mode). May be empty.
+  std::function<void(const std::string&)> notice;
 };
 
 struct LoopResult {
   uint64_t passes = 0;
   uint64_t snapshots = 0;  // snapshot rounds (each covers every source)
   bool stopped_by_signal = false;
+  bool stopped_by_control = false;  // a "stop" command
   bool workload_exited = false;
+  uint64_t control_commands = 0;  // commands read (acknowledged)
 };
 
 // Runs until a stop condition, then disables every source's AUX event, drains everything

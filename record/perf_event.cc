@@ -60,7 +60,13 @@ absl::Status PerfEventOpenError(int err, std::string_view what, const FileReader
 
 absl::StatusOr<PerfEvent> PerfEvent::Open(const perf_event_attr& attr, pid_t pid, int cpu,
                                           std::string what, const FileReader& read_file) {
-  const long fd = syscall(SYS_perf_event_open, &attr, pid, cpu, -1, PERF_FLAG_FD_CLOEXEC);
+  return OpenInGroup(attr, pid, cpu, -1, std::move(what), read_file);
+}
+
+absl::StatusOr<PerfEvent> PerfEvent::OpenInGroup(const perf_event_attr& attr, pid_t pid, int cpu,
+                                                 int group_fd, std::string what,
+                                                 const FileReader& read_file) {
+  const long fd = syscall(SYS_perf_event_open, &attr, pid, cpu, group_fd, PERF_FLAG_FD_CLOEXEC);
   if (fd < 0) return PerfEventOpenError(errno, what, read_file);
   PerfEvent e;
   e.fd_.reset(static_cast<int>(fd));

@@ -44,6 +44,12 @@ class PerfEvent {
                                         std::string what,
                                         const FileReader& read_file = ReadSystemFile);
 
+  // The same in the group of the event whose descriptor is `group_fd` (-1: no group), as an
+  // AUX-sampling event joins its trace event's group.
+  static absl::StatusOr<PerfEvent> OpenInGroup(const perf_event_attr& attr, pid_t pid, int cpu,
+                                               int group_fd, std::string what,
+                                               const FileReader& read_file = ReadSystemFile);
+
   // Move-only (the descriptor is a ScopedFd); a moved-from event is not valid().
   PerfEvent(PerfEvent&&) noexcept = default;
   PerfEvent& operator=(PerfEvent&&) noexcept = default;

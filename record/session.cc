@@ -18,7 +18,9 @@
 #include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 #include "record/address_filter.h"
+#include "record/aux_sample.h"
 #include "record/code_capture.h"
+#include "record/control.h"
 #include "record/counters.h"
 #include "record/drain_loop.h"
 #include "record/event_spec.h"
@@ -185,12 +187,21 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
                            Usage(ParseAddressFilters(o.filter)));
     kernel_filter = KernelFilterString(filters);
   }
+  std::optional<ControlSpec> control_spec;
+  if (!o.control.empty()) {
+    PTKIT_ASSIGN_OR_RETURN(control_spec, Usage(ParseControlSpec(o.control)));
+  }
   if (o.per_thread && (o.all_cpus || !o.cpu_list.empty())) {
     return Usage(absl::InvalidArgumentError("--per-thread cannot be combined with -a or -C"));
   }
   if (o.user_only && o.kernel_only) {
     return Usage(
         absl::InvalidArgumentError("-u and -k exclude each other (omit both to trace both)"));
+  }
+  if (o.aux_sample_size && (o.sideband_only || o.snapshot_size)) {
+    return Usage(absl::InvalidArgumentError(
+        "--aux-sample needs a trace event and full-trace mode (not --sideband-only or "
+        "--snapshot)"));
   }
   if (o.snapshot_size && o.sideband_only) {
     return Usage(
@@ -211,8 +222,19 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
 
   std::optional<Pmu> pmu;
   ResolvedEvent event;
+  std::vector<std::string> notes;
   if (!o.sideband_only) {
     PTKIT_ASSIGN_OR_RETURN(EventSpec spec, Usage(ParseEventString(o.trace_event)));
+    if (o.aux_sample_size) {
+      if (spec.pmu != "intel_pt") {
+        return Usage(absl::InvalidArgumentError(
+            absl::StrCat("--aux-sample needs intel_pt (", spec.pmu, " cannot take AUX samples)")));
+      }
+      PTKIT_RETURN_IF_ERROR(Usage(CheckAuxSampleSize(*o.aux_sample_size, o.aux_pages * page_size)));
+      if (std::string note = AddAuxSampleTerms(spec); !note.empty()) {
+        notes.push_back(std::move(note));
+      }
+    }
     if (o.user_only) spec.user = true, spec.kernel = false;
     if (o.kernel_only) spec.user = false, spec.kernel = true;
     PmuRegistry registry(o.sysfs_root);
@@ -224,6 +246,11 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     if (!found.ok()) return found.status();
     pmu = *std::move(found);
     PTKIT_ASSIGN_OR_RETURN(event, Usage(ResolveEvent(*pmu, spec)));
+  }
+  std::optional<CounterSpec> sampler;  // --aux-sample's sampling event
+  if (o.aux_sample_size) {
+    PTKIT_ASSIGN_OR_RETURN(sampler,
+                           Usage(EncodeCounter(o.sample_event, !o.kernel_only, !o.user_only)));
   }
   std::vector<CounterSpec> counter_specs;
   if (!o.counters.empty()) {
@@ -241,6 +268,11 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
             "-C ", o.cpu_list, ": CPU ", c, " is not online (online: ", online_text, ")")));
       }
     }
+  }
+
+  std::optional<ControlChannel> control;
+  if (control_spec) {
+    PTKIT_ASSIGN_OR_RETURN(control, Usage(ControlChannel::Open(*control_spec)));
   }
 
   // --- Signals first: threads created from here on inherit the blocked mask ----------------
@@ -296,6 +328,11 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
                          .exclude_kernel = false,
                          .wakeup_bytes = static_cast<uint32_t>(o.data_pages * page / 2)});
   const perf::SampleIdLayout layout{kSampleIdType, true};
+  const perf_event_attr sample_attr =
+      sampler ? BuildAuxSampleAttr(sampler->attr,
+                                   o.sample_period ? o.sample_period : kDefaultSamplePeriod,
+                                   o.aux_sample_size.value_or(0), inherit)
+              : perf_event_attr{};
   const std::string trace_name = o.sideband_only ? "tracking event" : DescribeEvent(*pmu, event);
 
   struct Slot {
@@ -318,6 +355,17 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     const StreamId stream = s.cpu >= 0 ? StreamId{StreamKind::kCpu, uint64_t(s.cpu)}
                                        : StreamId{StreamKind::kThread, uint64_t(s.pid)};
     std::unique_ptr<KernelTraceSource> source;
+    // --aux-sample: the sampling event joins the group of trace event `leader` (the kernel
+    // takes AUX samples from the group leader's AUX area) and writes into this slot's ring.
+    auto add_sampler = [&](const PerfEvent& leader, pid_t p, const std::string& what) {
+      PTKIT_ASSIGN_OR_RETURN(
+          PerfEvent e,
+          PerfEvent::OpenInGroup(sample_attr, p, s.cpu, leader.fd(),
+                                 absl::StrCat(sampler->name, " AUX sampling (", what, ")")));
+      if (&leader != &source->aux_event()) PTKIT_RETURN_IF_ERROR(e.SetOutput(source->aux_event()));
+      source->redirected().push_back(std::move(e));
+      return absl::OkStatus();
+    };
     // Other threads of -p on this CPU, and the tracking event, write into the same ring.
     auto redirect = [&](perf_event_attr& attr, pid_t p, const std::string& what) -> absl::Status {
       const bool trace = &attr == &aux_attr;
@@ -325,6 +373,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
                                                 : OpenTrackingEvent(attr, p, s.cpu, what));
       PTKIT_RETURN_IF_ERROR(e.SetOutput(source->aux_event()));
       if (trace && !kernel_filter.empty()) PTKIT_RETURN_IF_ERROR(e.SetFilter(kernel_filter));
+      if (trace && sampler) PTKIT_RETURN_IF_ERROR(add_sampler(e, p, what));
       (trace ? source->peers() : source->redirected()).push_back(std::move(e));
       return absl::OkStatus();
     };
@@ -337,11 +386,18 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
           PerfEvent main,
           PerfEvent::Open(aux_attr, s.pid, s.cpu, absl::StrCat(trace_name, " (", where, ")")));
       if (!kernel_filter.empty()) PTKIT_RETURN_IF_ERROR(main.SetFilter(kernel_filter));
-      PTKIT_ASSIGN_OR_RETURN(RingBuffer ring,
-                             RingBuffer::Map(main, o.data_pages, aux_pages,
-                                             o.snapshot_size.has_value(), nrings, limits));
+      // AUX sampling maps the AUX area read-only (overwrite), as perf does: only samples
+      // read it.
+      PTKIT_ASSIGN_OR_RETURN(RingBuffer ring, RingBuffer::Map(main, o.data_pages, aux_pages,
+                                                              o.snapshot_size.has_value() ||
+                                                                  o.aux_sample_size.has_value(),
+                                                              nrings, limits));
       source = std::make_unique<KernelTraceSource>(std::move(main), std::vector<PerfEvent>{},
                                                    std::move(ring), stream, s.cpu, layout);
+      if (sampler) {
+        PTKIT_RETURN_IF_ERROR(
+            add_sampler(source->aux_event(), s.pid, absl::StrCat(trace_name, " (", where, ")")));
+      }
       PTKIT_RETURN_IF_ERROR(
           redirect(track_attr, s.pid, absl::StrCat("tracking event (", where, ")")));
     }
@@ -388,10 +444,14 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   if (pmu) meta.event = DescribeEvent(*pmu, event);
   if (!o.sideband_only) meta.attrs.emplace_back("trace", aux_attr);
   meta.attrs.emplace_back("tracking", track_attr);
+  if (sampler) meta.attrs.emplace_back("aux-sample", sample_attr);
   for (const CounterSpec& c : counter_specs) meta.attrs.emplace_back(c.name, c.attr);
   meta.time = ReadTimeConversion(sources.front()->ring().page);
   meta.page_size = page;
-  meta.mode = o.sideband_only ? "sideband-only" : o.snapshot_size ? "snapshot" : "full-trace";
+  meta.mode = o.sideband_only     ? "sideband-only"
+              : o.snapshot_size   ? "snapshot"
+              : o.aux_sample_size ? "aux-sample"
+                                  : "full-trace";
   if (!o.per_thread) meta.cpus = cpus;
   meta.data_pages = o.data_pages;
   meta.aux_pages = aux_pages;
@@ -416,6 +476,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
 
   CodeCapture code(o.archive);
   DrainOptions dopt;
+  if (sampler) dopt.sample_type = sample_attr.sample_type;
   dopt.on_record = [&code](const perf::RecordView& r, const perf::SampleIdLayout& l) {
     code.OnRecord(r, l);
   };
@@ -424,6 +485,8 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   LoopOptions lo;
   lo.snapshot_mode = o.snapshot_size.has_value();
   lo.snapshot_size = o.snapshot_size.value_or(0);
+  if (control) lo.control = &*control;
+  lo.notice = [&result](const std::string& text) { result.warnings.push_back(text); };
   if (workload) {
     lo.child_exited = [&] {
       std::optional<int> st = workload->TryReap();
@@ -461,7 +524,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     // Stopped by a signal while the workload runs: end it as perf does, then reap it. The
     // exit code is then 128 + the signal that stopped the recording, as a shell shows perf's
     // (130 for Ctrl-C), not the workload's death by our SIGTERM.
-    if (loop->stopped_by_signal) kill(workload->pid(), SIGTERM);
+    if (loop->stopped_by_signal || loop->stopped_by_control) kill(workload->pid(), SIGTERM);
     const int workload_code = Workload::ExitCode(workload->Wait());
     result.workload_exit_code = loop->stopped_by_signal && signals.last_stop_signal() != 0
                                     ? 128 + signals.last_stop_signal()
@@ -469,6 +532,8 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   }
   PTKIT_RETURN_IF_ERROR(writer->Close());
   result.totals = drainer.Totals();
+  result.notes = std::move(notes);
+  result.stopped_by_control = loop->stopped_by_control;
   result.file_bytes = writer->stats().stored_bytes;
   return result;
 }

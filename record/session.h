@@ -64,17 +64,28 @@ struct SessionOptions {
   std::string output = "trace.pt";
   bool overwrite_existing = false;
   std::optional<uint64_t> snapshot_size;  // --snapshot[=SIZE]; 0 = the whole AUX area
-  std::string counters;                   // -e, libpfm4 names
+  // --aux-sample[=SIZE] (record/aux_sample.h): `sample_event` (a libpfm4 name) samples every
+  // `sample_period` events with the newest SIZE bytes of the trace.
+  std::optional<uint64_t> aux_sample_size;
+  std::string sample_event = "cycles";
+  uint64_t sample_period = 0;  // 0 = kDefaultSamplePeriod
+  std::string counters;        // -e, libpfm4 names
+  std::string control;         // --control fifo:CTL[,ACK] (record/control.h)
   bool compress = true;
   bool archive = false;  // store the executable ranges of every mapped file
   std::string sysfs_root = std::string(kDefaultSysfsRoot);
   std::vector<std::string> command_line;  // for the metadata
 };
 
+// The default --sample-period of the kernel's sampling event (events between samples).
+inline constexpr uint64_t kDefaultSamplePeriod = 1000000;
+
 struct SessionResult {
   std::optional<int> workload_exit_code;  // when a workload was run
   StreamStats totals;
   std::vector<std::string> warnings;  // e.g. skipped counters
+  std::vector<std::string> notes;     // settings chosen for the user (AUX sampling's PSB period)
+  bool stopped_by_control = false;    // a --control "stop" ended the recording
   uint64_t file_bytes = 0;
 };
 

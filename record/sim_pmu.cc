@@ -113,6 +113,23 @@ bool SimulatedPmu::WriteRecord(std::span<const uint8_t> record) {
   return WriteRecordLocked(record);
 }
 
+uint64_t SimulatedPmu::WriteSample(const perf::Sample& sample, uint64_t sample_type,
+                                   uint64_t aux_sample_size) {
+  absl::MutexLock lock(&mu_);
+  perf::Sample s = sample;
+  s.aux = {};
+  const uint64_t header = perf::EncodeSample(s, sample_type).size();
+  uint64_t size = std::min<uint64_t>(aux_sample_size, 0xffff - std::min<uint64_t>(header, 0xffff));
+  size = std::min<uint64_t>(size & ~uint64_t{7}, view_.aux.size());
+  std::vector<uint8_t> aux(size);
+  CopyFromRing(view_.aux, aux_head_ - size, aux);
+  s.aux = aux;
+  if (!WriteRecordLocked(perf::EncodeSample(s, sample_type))) return 0;
+  ++stats_.samples;
+  stats_.sample_aux_bytes += size;
+  return size;
+}
+
 bool SimulatedPmu::WriteItraceStart(uint32_t pid, uint32_t tid) {
   absl::MutexLock lock(&mu_);
   return WriteRecordLocked(perf::EncodeItraceStart(

@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "ptkit/aux_sample.h"
 #include "ptkit/scoped_fd.h"
 #include "record/trace_source.h"
 
@@ -67,6 +68,8 @@ struct SimStats {
   uint64_t records_lost = 0;  // data-ring records dropped (sum of LOST.lost written or pending)
   uint64_t lost_records = 0;  // PERF_RECORD_LOST written
   uint64_t wakeups = 0;
+  uint64_t samples = 0;           // PERF_RECORD_SAMPLE written
+  uint64_t sample_aux_bytes = 0;  // AUX bytes in them
 };
 
 class SimulatedPmu : public TraceSource {
@@ -95,6 +98,14 @@ class SimulatedPmu : public TraceSource {
   bool WriteItraceStart(uint32_t pid, uint32_t tid);
   // Any record bytes (e.g. built with perf::Encode*) into the data ring, kernel rules.
   bool WriteRecord(std::span<const uint8_t> record);
+  // AUX sampling: `sample` (its fields as the caller sets them; `aux` ignored) as a
+  // PERF_RECORD_SAMPLE of `sample_type` (with PERF_SAMPLE_AUX) whose AUX part is taken as the
+  // kernel does (perf_prepare_sample() caps aux_sample_size to what a 64 KiB record leaves,
+  // rounded down to 8, and to the AUX ring's size; pt_event_snapshot_aux() copies that many
+  // bytes ending at the hardware's current position, wrapping, so a ring not yet written that
+  // far gives its zeroed bytes). Returns the AUX bytes the record carries, or 0 when the data
+  // ring had no room (the record is then lost and counted, kernel rules).
+  uint64_t WriteSample(const perf::Sample& sample, uint64_t sample_type, uint64_t aux_sample_size);
   // The perf clock of the simulation; every record takes the next tick.
   uint64_t now() const { return time_; }
   bool enabled() const;

@@ -56,6 +56,8 @@ std::string RecordTypeName(uint16_t type) {
       return "counters";
     case RecordType::kFooter:
       return "footer";
+    case RecordType::kSample:
+      return "sample";
   }
   return absl::StrCat("unknown-", type);
 }
@@ -246,6 +248,39 @@ absl::StatusOr<SnapshotRecord> ParseSnapshot(std::span<const uint8_t> payload) {
                      absl::StrCat("size field ", size, " but ", r.remaining(), " data bytes"));
   }
   s.data = r.Rest();
+  return s;
+}
+
+std::vector<uint8_t> EncodeSample(const SampleRecord& s, std::vector<uint8_t> reuse) {
+  ByteWriter w(24 + s.record.size(), std::move(reuse));
+  PutStream(w, s.stream);
+  w.Put<uint32_t>(0);
+  w.Put<uint64_t>(s.stream.id);
+  w.Put<uint64_t>(s.sample_type);
+  w.PutBytes(s.record);
+  return w.Take();
+}
+
+absl::StatusOr<SampleRecord> ParseSample(std::span<const uint8_t> payload) {
+  ByteReader r(payload);
+  SampleRecord s;
+  uint32_t kind = r.Get<uint32_t>();
+  r.Get<uint32_t>();
+  s.stream.id = r.Get<uint64_t>();
+  s.sample_type = r.Get<uint64_t>();
+  if (!r.ok()) return Malformed("sample", "payload shorter than its 24-byte header");
+  PTKIT_ASSIGN_OR_RETURN(s.stream.kind, ParseStreamKind(kind, "sample"));
+  s.record = r.Rest();
+  // perf_event_header {u32 type; u16 misc; u16 size}: one whole PERF_RECORD_SAMPLE (9).
+  if (s.record.size() < 8) return Malformed("sample", "no perf record header");
+  const uint32_t type = Load<uint32_t>(s.record.data());
+  const uint16_t size = Load<uint16_t>(s.record.data() + 6);
+  if (type != 9 || size != s.record.size()) {
+    return Malformed("sample", absl::StrCat("perf record of type ", type, " and size ", size,
+                                            " in ", s.record.size(),
+                                            " bytes (expected one "
+                                            "PERF_RECORD_SAMPLE filling the payload)"));
+  }
   return s;
 }
 

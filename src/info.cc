@@ -9,6 +9,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
+#include "ptkit/aux_sample.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/recording_metadata.h"
@@ -50,6 +51,7 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
   json counters = json::array();
   json problems = json::array();  // malformed payloads inside valid records
   uint64_t code_bytes = 0, code_identities = 0;
+  uint64_t samples = 0, sample_aux_bytes = 0;  // AUX samples (ptrecord --aux-sample)
 
   RecordView rec;
   for (;;) {
@@ -157,6 +159,19 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
         }
         break;
       }
+      case RecordType::kSample: {
+        auto sa = ParseSample(rec.payload);
+        absl::StatusOr<perf::Sample> parsed =
+            sa.ok() ? perf::ParseSample(perf::RecordView{9, 0, sa->record}, sa->sample_type)
+                    : absl::StatusOr<perf::Sample>(sa.status());
+        if (!parsed.ok()) {
+          problem(parsed.status());
+          break;
+        }
+        ++samples;
+        sample_aux_bytes += parsed->aux.size();
+        break;
+      }
       case RecordType::kFooter:
         break;
     }
@@ -222,6 +237,7 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
   out["loss"] = jloss;
   out["loss_totals"] = {{"events", loss_total.events}, {"bytes", loss_total.bytes}};
   out["code"] = {{"bytes", code_bytes}, {"identities", code_identities}};
+  if (samples > 0) out["samples"] = {{"count", samples}, {"aux_bytes", sample_aux_bytes}};
   out["counters"] = counters;
   out["totals"] = {{"stored_bytes", stored_total},
                    {"raw_bytes", raw_total},
@@ -304,6 +320,11 @@ std::string FormatInfoText(const json& info) {
     line("code:", fmt::format("{} captured, {} file identities",
                               Bytes(info["code"]["bytes"].get<uint64_t>()),
                               info["code"]["identities"].get<uint64_t>()));
+  }
+  if (info.contains("samples")) {
+    line("samples:", fmt::format("{} AUX samples, {} of trace (ptdecode samples)",
+                                 info["samples"]["count"].get<uint64_t>(),
+                                 Bytes(info["samples"]["aux_bytes"].get<uint64_t>())));
   }
   for (const json& c : info["counters"]) {
     line(

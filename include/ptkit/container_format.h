@@ -35,6 +35,7 @@ enum class RecordType : uint16_t {
   kCode = 6,      // captured code or file identity (vdso, build-ids, --archive ranges)
   kCounters = 7,  // final counter values
   kFooter = 8,    // written once at clean close; the last record
+  kSample = 9,    // a PERF_RECORD_SAMPLE of an AUX-sampling event, with its AUX snippet
 };
 // "metadata", "sideband", ... or "unknown-N".
 std::string RecordTypeName(uint16_t type);
@@ -134,6 +135,11 @@ struct CounterValue {
   uint64_t time_running = 0;
   friend bool operator==(const CounterValue&, const CounterValue&) = default;
 };
+struct SampleRecord {
+  StreamId stream;                  // the ring the sample was drained from (CPU or thread)
+  uint64_t sample_type = 0;         // of the sampling event's perf_event_attr
+  std::span<const uint8_t> record;  // the PERF_RECORD_SAMPLE, header included, verbatim
+};
 struct FooterRecord {
   uint64_t records = 0;  // records before the footer
   struct Kind {
@@ -155,6 +161,7 @@ std::vector<uint8_t> EncodeCode(const CodeRecord& r, std::vector<uint8_t> reuse 
 std::vector<uint8_t> EncodeCounters(std::span<const CounterValue> values,
                                     std::vector<uint8_t> reuse = {});
 std::vector<uint8_t> EncodeFooter(const FooterRecord& r, std::vector<uint8_t> reuse = {});
+std::vector<uint8_t> EncodeSample(const SampleRecord& r, std::vector<uint8_t> reuse = {});
 
 // Each parser checks every length against the payload and fails with kDataLoss naming the
 // record kind and field when the payload is malformed.
@@ -165,6 +172,9 @@ absl::StatusOr<SnapshotRecord> ParseSnapshot(std::span<const uint8_t> payload);
 absl::StatusOr<CodeRecord> ParseCode(std::span<const uint8_t> payload);
 absl::StatusOr<std::vector<CounterValue>> ParseCounters(std::span<const uint8_t> payload);
 absl::StatusOr<FooterRecord> ParseFooter(std::span<const uint8_t> payload);
+// Checks the frame of the perf record too (its header's size is the rest of the payload);
+// the sample's fields are parsed with perf::ParseSample (ptkit/aux_sample.h).
+absl::StatusOr<SampleRecord> ParseSample(std::span<const uint8_t> payload);
 
 }  // namespace ptkit
 

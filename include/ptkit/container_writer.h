@@ -69,6 +69,9 @@ class ContainerWriter {
     return Append(RecordType::kAux, EncodeAux(r, RecycledBuffer()));
   }
   absl::Status AppendLoss(const LossRecord& r) { return Append(RecordType::kLoss, EncodeLoss(r)); }
+  absl::Status AppendSample(const SampleRecord& r) {
+    return Append(RecordType::kSample, EncodeSample(r, RecycledBuffer()));
+  }
   absl::Status AppendSnapshot(const SnapshotRecord& r) {
     return Append(RecordType::kSnapshot, EncodeSnapshot(r, RecycledBuffer()));
   }

@@ -15,6 +15,7 @@
 #include "ptkit/container_writer.h"
 #include "ptkit/status.h"
 #include "record/address_filter.h"
+#include "record/aux_sample.h"
 #include "record/code_capture.h"
 #include "record/drain_loop.h"
 #include "record/emulate/qemu_backend.h"
@@ -66,14 +67,17 @@ class Recorder final : public StepSink {
   void OnThreadStart(uint32_t pid, uint32_t tid) override {
     if (!status_.ok()) return;
     record::SimOptions so;
-    so.data_pages = 16;
+    // A sample record is up to 64 KiB; the ring is drained after each.
+    so.data_pages = sampling() ? 32 : 16;
     so.aux_pages = options_.aux_pages;
+    so.overwrite = sampling() || options_.snapshot_size.has_value();
     so.cpu = -1;
     so.pid = pid;
     so.tid = tid;
     auto sim = SimulatedPmu::Create(so);
     if (!sim.ok()) return Fail(sim.status());
     Thread& t = threads_[tid];
+    t.pid = pid;
     t.source = std::make_unique<ThreadSource>(*std::move(sim), tid);
     if (!options_.bts) {
       auto enc = swpt::PtEncoder::Create(options_.pt);
@@ -101,6 +105,9 @@ class Recorder final : public StepSink {
     if (truth_ != nullptr) {
       std::fprintf(truth_, "%u 0x%llx\n", tid, static_cast<unsigned long long>(ip));  // NOLINT
     }
+    if (!sampling() || !status_.ok()) return;
+    Thread& t = threads_.at(tid);
+    if (++t.instructions % options_.sample_period == 0) Sample(tid, t, ip);
   }
   void OnThreadEnd(uint32_t tid) override {
     if (!status_.ok()) return;
@@ -118,14 +125,61 @@ class Recorder final : public StepSink {
   absl::Status status() const { return status_; }
   uint64_t threads() const { return finished_.size() + threads_.size(); }
 
+  // Snapshot mode: a snapshot of every running thread's ring (SIGUSR2), its pending packets
+  // flushed first as the hardware's are when the event is stopped; with `ended`, of every
+  // thread that has ended (the end of the recording: all have).
+  void SnapshotThreads(bool ended) {
+    if (!status_.ok()) return;
+    auto take = [&](ThreadSource& source) {
+      const uint64_t want =
+          *options_.snapshot_size != 0 ? *options_.snapshot_size : source.ring().aux.size();
+      auto n = drainer_.Snapshot(source, want);
+      if (!n.ok()) Fail(n.status());
+    };
+    if (ended) {
+      for (auto& source : finished_) take(*source);
+      return;
+    }
+    for (auto& [tid, t] : threads_) {
+      if (t.encoder) {
+        if (absl::Status s = t.encoder->Flush(); !s.ok()) return Fail(s);
+      }
+      Move(t);
+      take(*t.source);
+    }
+  }
+
  private:
   struct Thread {
+    uint32_t pid = 0;
+    uint64_t instructions = 0;  // retired so far (AUX sampling counts them)
     std::unique_ptr<ThreadSource> source;
     std::optional<swpt::PtEncoder> encoder;  // Intel PT, or
     swpt::BtsWriter bts;                     // BTS when there is no encoder
   };
   void Fail(const absl::Status& s) {
     if (status_.ok()) status_ = s;
+  }
+  bool sampling() const { return options_.aux_sample_size != 0; }
+  // The instruction at `ip` is about to retire: the pending packets are flushed (the
+  // hardware's are when tracing stops for the sample) and moved into the AUX ring, and the
+  // sample takes its newest bytes, as the kernel does (SimulatedPmu::WriteSample).
+  void Sample(uint32_t tid, Thread& t, uint64_t ip) {
+    if (absl::Status s = t.encoder->Flush(); !s.ok()) return Fail(s);
+    Move(t);
+    timespec ts{};
+    ::clock_gettime(CLOCK_MONOTONIC, &ts);
+    const perf::Sample sample{
+        .ip = ip,
+        .pid = t.pid,
+        .tid = tid,
+        .time = static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec),
+    };
+    if (t.source->sim().WriteSample(sample, record::kEmulatedAuxSampleType,
+                                    options_.aux_sample_size) == 0) {
+      return Fail(absl::InternalError("simulated data ring had no room for an AUX sample"));
+    }
+    Drain(*t.source);
   }
   void Drain(TraceSource& source) {
     auto n = drainer_.DrainOnce(source);
@@ -288,6 +342,33 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
       }
     }
   }
+  if (options.snapshot_size &&
+      options.aux_pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) > kMaxPayloadSize / 2) {
+    absl::Status bad = absl::InvalidArgumentError(
+        absl::StrCat("--snapshot: an AUX ring of ", options.aux_pages,
+                     " pages is more than one snapshot can hold (", (kMaxPayloadSize / 2) >> 20,
+                     " MiB): give -m a smaller AUX size"));
+    bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+    return bad;
+  }
+  if (options.aux_sample_size != 0) {
+    absl::Status bad = record::CheckAuxSampleSize(options.aux_sample_size,
+                                                  options.aux_pages * ::sysconf(_SC_PAGESIZE));
+    if (bad.ok() && options.bts) {
+      bad = absl::InvalidArgumentError(
+          "--aux-sample needs intel_pt (intel_bts cannot take AUX samples)");
+    }
+    if (bad.ok() && options.snapshot_size) {
+      bad = absl::InvalidArgumentError("--aux-sample and --snapshot exclude each other");
+    }
+    if (bad.ok() && options.sample_period == 0) {
+      bad = absl::InvalidArgumentError("--aux-sample needs a sample period of 1 or more");
+    }
+    if (!bad.ok()) {
+      bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+      return bad;
+    }
+  }
   PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer, CreateEmulatedWriter(options));
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> truth(nullptr, &std::fclose);
   // Until the workload runs, a failure leaves no file behind (it would refuse the re-run);
@@ -334,14 +415,21 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   so.max_steps = options.max_steps;
   so.filters = filters;
   bool said_snapshot = false;
+  uint64_t snapshots_seen = snapshots0;
+  std::function<void()> snapshot_threads;  // set once the recorder exists
   // Set once the recording failed (a full disk): stepping on would trace into nothing.
   std::function<bool()> failed = [] { return false; };
   so.stop_requested = [&] {
     if (failed()) return true;
-    if (signals.snapshot_count() != snapshots0 && !said_snapshot && options.notice) {
+    if (options.snapshot_size) {
+      if (signals.snapshot_count() != snapshots_seen) {
+        snapshots_seen = signals.snapshot_count();
+        snapshot_threads();
+      }
+    } else if (signals.snapshot_count() != snapshots0 && !said_snapshot && options.notice) {
       said_snapshot = true;
       options.notice(
-          "SIGUSR2 ignored: snapshots do not apply to --emulate (it records the whole run; "
+          "SIGUSR2 ignored: not recording with --snapshot (the whole run is recorded; "
           "SIGINT or SIGTERM stop it and keep what was traced)");
     }
     return signals.stop_count() != stops0;
@@ -375,6 +463,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     meta = record::BuildRecordingMetadata(
         EmulatedMetadataInput(options, tracking, options.data_pages, options.aux_pages));
     meta.emulated = RecordingMetadata::kEmulatedStep;
+    if (options.aux_sample_size != 0) meta.mode = "aux-sample";
+    if (options.snapshot_size) meta.mode = "snapshot";
     meta.clock = "CLOCK_MONOTONIC ns (emulated: TSC packets and sideband use it)";
     meta.emulation =
         EmulationMetadata{.backend = "ptrace single-step",
@@ -391,6 +481,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   // kernel's MMAP2 records, as the kernel path stores them.
   record::CodeCapture code(options.archive);
   record::DrainOptions dopt;
+  if (options.aux_sample_size != 0) dopt.sample_type = record::kEmulatedAuxSampleType;
   dopt.on_record = [&code](const perf::RecordView& r, const perf::SampleIdLayout& l) {
     code.OnRecord(r, l);
   };
@@ -422,6 +513,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     }
   };
   failed = [&] { return !recorder.status().ok() || !sideband_status.ok(); };
+  snapshot_threads = [&] { recorder.SnapshotThreads(/*ended=*/false); };
   PeriodicSink sink(recorder, drain_sideband);
   absl::StatusOr<StepperResult> stepped = RunStepped(so, sink);
   ran = recorder.threads() > 0;
@@ -432,6 +524,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   }
   const StepperResult& steps = *stepped;
   drain_sideband();
+  if (options.snapshot_size) recorder.SnapshotThreads(/*ended=*/true);
   PTKIT_RETURN_IF_ERROR(recorder.status());
   PTKIT_RETURN_IF_ERROR(sideband_status);
   if (truth && (std::fflush(truth.get()) != 0 || std::ferror(truth.get()))) {

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -43,6 +44,17 @@ struct EmulateOptions {
   // perf's address-filter syntax (record/address_filter.h); 'filter' regions of files only.
   // Outside them a single-threaded process runs at full speed (see StepperOptions::filters).
   std::string filter;
+  // --aux-sample (step backend): every `sample_period` instructions a thread retires, a
+  // PERF_RECORD_SAMPLE of that thread with the newest `aux_sample_size` bytes of its PT, taken
+  // before the next instruction retires (its IP is the sample's). The AUX rings are then
+  // overwritten as perf's AUX-sample mode does: the container holds the samples, not the
+  // whole trace. 0 = no sampling.
+  uint64_t aux_sample_size = 0;
+  uint64_t sample_period = 0;
+  // --snapshot[=SIZE] (step backend): the threads' AUX rings are overwritten; on every SIGUSR2
+  // each running thread's newest SIZE bytes (0: the whole ring) become a snapshot, and at the
+  // end every thread's. Unset: the whole trace is kept.
+  std::optional<uint64_t> snapshot_size;
   uint64_t data_pages = 64;               // tracking ring, per CPU
   uint64_t aux_pages = 64;                // simulated AUX ring, per thread
   uint64_t qemu_aux_pages = 1024;         // the same for the qemu backend (it runs ~10^4x faster)
@@ -57,7 +69,7 @@ struct EmulateResult {
   int exit_code = 0;
   int stop_signal = 0;  // the SIGINT, SIGTERM or SIGHUP that stopped the recording, or 0
   StepperResult steps;
-  record::StreamStats totals;
+  record::StreamStats totals;  // samples and sample_aux_bytes count the AUX samples
   uint64_t threads = 0;
   std::vector<std::string> warnings;  // e.g. mapped files without a build-id
 };

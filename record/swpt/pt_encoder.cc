@@ -421,6 +421,14 @@ absl::Status PtEncoder::AddSlow(const Event& event) {
   return status;
 }
 
+absl::Status PtEncoder::Flush() {
+  if (!error_.ok()) return error_;
+  if (finished_) return absl::FailedPreconditionError("the encoder has finished");
+  absl::Status status = FlushTnt();
+  if (!status.ok()) error_ = status;
+  return status;
+}
+
 absl::Status PtEncoder::Finish() {
   if (!error_.ok()) return error_;
   absl::Status status = FlushTnt();

@@ -114,6 +114,9 @@ class PtEncoder {
 
   // Writes the pending TNT bits. The trace is complete afterwards; Add() then fails.
   absl::Status Finish();
+  // Writes the pending TNT bits now and goes on (as the hardware flushes its packets when
+  // tracing is stopped to take an AUX sample: pt_event_snapshot_aux()). Errors: as Add().
+  absl::Status Flush();
 
   // Bytes written so far and not yet taken (pending TNT bits are not included).
   const std::vector<uint8_t>& bytes();

@@ -26,6 +26,7 @@
 #include "decoder/perf_data_input.h"
 #include "decoder/progress.h"
 #include "decoder/raw_input.h"
+#include "decoder/samples.h"
 #include "decoder/sinks.h"
 #include "decoder/tsc_clock.h"
 #include "fmt/format.h"
@@ -336,12 +337,24 @@ int RunExport(const dec::ExportFlags& f) {
   return 0;
 }
 
+// `samples`: the AUX samples of a trace.pt with the branch history of each (decoder/samples.h).
+int RunSamples(const dec::DecodeFlags& f, dec::SamplesOptions so) {
+  auto options = ContainerOptions(f);
+  if (!options.ok()) return UsageError(options.status());
+  auto r = dec::OpenRecording(f.container, *options);
+  if (!r.ok()) return Fail(r.status());
+  so.json = f.json;
+  auto done = dec::PrintSamples(*r, *options, so, stdout);
+  return done.ok() ? 0 : Fail(done.status());
+}
+
 // Every sub-command's flags; each row of kCommands gets its own and fills the part it uses.
 struct Flags {
   dec::DecodeFlags decode;
   dec::InfoFlags info;
   dec::ExportFlags export_;
   dec::DiffFlags diff;
+  dec::SamplesOptions samples;
 };
 
 // A sub-command, as ninja's tool table: its name and --help line, the function registering
@@ -404,6 +417,23 @@ const Command kCommands[] = {
      "compressed, crash-safe ptkit file)",
      [](CLI::App& cmd, Flags& f) { dec::AddExportFlags(cmd, f.export_); },
      [](const Flags& f) { return RunExport(f.export_); }},
+    {"samples",
+     "AUX samples (ptrecord --aux-sample): time, cpu, tid, sampled IP and symbol, and the last "
+     "taken branches its trace snippet holds",
+     [](CLI::App& cmd, Flags& f) {
+       cmd.add_option("FILE", f.decode.container, "trace.pt recording")->required();
+       dec::AddContainerFlags(cmd, f.decode);
+       cmd.add_flag("--json", f.decode.json, "Print JSON (schema in ptdecode(1))");
+       cmd.add_option("--branches", f.samples.branches,
+                      "The last N taken branches of each sample (default 16; 0: all)")
+           ->type_name("N");
+       cmd.add_flag("--instructions", f.samples.instructions,
+                    "Also list every instruction decoded from each snippet");
+       cmd.add_flag("--folded", f.samples.folded,
+                    "A sampled profile instead: one 'f1;f2;f3 N' line per stack rebuilt from the "
+                    "snippets (flamegraph.pl)");
+     },
+     [](const Flags& f) { return RunSamples(f.decode, f.samples); }},
     {"diff",
      "Compare per-function instruction counts of two builds (trace.pt, perf.data or stats "
      "--json); exit 3 on a regression beyond --fail-total/--fail-function",

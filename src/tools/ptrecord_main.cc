@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "completion/completion.h"
 #include "ptkit/numbers.h"
+#include "record/aux_sample.h"
 #include "record/emulate/emulate.h"
 #include "record/emulate/qemu_backend.h"
 #include "record/session.h"
@@ -44,9 +45,13 @@ int Fail(const std::string& message, int code) {
 
 // The options --emulate refuses (usage errors): other targets, the kernel, the AUX area's
 // modes, counters, PMU descriptions. Named in --help and man/ptrecord.1.
-constexpr const char* kNotWithEmulate[] = {
-    "--pid",      "--tid",           "--all-cpus", "--cpu",           "--per-thread", "--kernel",
-    "--snapshot", "--aux-watermark", "--counters", "--sideband-only", "--sysfs-root"};
+constexpr const char* kNotWithEmulate[] = {"--pid",           "--tid",          "--all-cpus",
+                                           "--cpu",           "--per-thread",   "--kernel",
+                                           "--aux-watermark", "--counters",     "--sideband-only",
+                                           "--sysfs-root",    "--sample-event", "--control"};
+
+// The default --sample-period of --emulate: instructions of a thread between AUX samples.
+constexpr uint64_t kEmulatedSamplePeriod = 1000;
 
 // "1 thread", "2 threads".
 std::string Count(uint64_t n, const char* noun) {
@@ -97,6 +102,19 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   e.archive = o.archive;
   e.filter = o.filter;
   e.data_pages = o.data_pages;
+  if (o.snapshot_size) {
+    if (backend == "qemu") {
+      return Fail("--snapshot is not available with --emulate=qemu yet: use --emulate=step", 2);
+    }
+    e.snapshot_size = o.snapshot_size;
+  }
+  if (o.aux_sample_size) {
+    if (backend == "qemu") {
+      return Fail("--aux-sample is not available with --emulate=qemu yet: use --emulate=step", 2);
+    }
+    e.aux_sample_size = *o.aux_sample_size;
+    e.sample_period = o.sample_period != 0 ? o.sample_period : kEmulatedSamplePeriod;
+  }
   if (app.count("--mmap-pages") > 0) e.aux_pages = e.qemu_aux_pages = o.aux_pages;
   e.command_line = o.command_line;
   e.notice = [](const std::string& text) { std::fprintf(stderr, "ptrecord: %s\n", text.c_str()); };
@@ -105,11 +123,16 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   for (const std::string& w : r->warnings)
     std::fprintf(stderr, "ptrecord: warning: %s\n", w.c_str());
   std::string ending;
+  if (e.aux_sample_size != 0) {
+    ending = "; " + Count(r->totals.samples, "AUX sample") + " of " +
+             std::to_string(e.aux_sample_size) + " bytes";
+  }
+  if (e.snapshot_size) ending += "; " + Count(r->totals.snapshots, "snapshot");
   if (r->stop_signal != 0) {
-    ending = "; stopped by " + ptkit::emulate::SignalName(r->stop_signal) +
-             " (the workload was killed; the trace up to there is complete)";
+    ending += "; stopped by " + ptkit::emulate::SignalName(r->stop_signal) +
+              " (the workload was killed; the trace up to there is complete)";
   } else if (r->steps.step_limit_hit) {
-    ending = "; stopped at --max-steps";
+    ending += "; stopped at --max-steps";
   }
   if (!quiet) {
     std::fprintf(
@@ -147,7 +170,8 @@ int main(int argc, char** argv) {
       "ptrecord"};
   app.set_version_flag("--version", "ptrecord " PTKIT_VERSION);
   SessionOptions o;
-  std::string mmap_pages, snapshot, watermark;
+  std::string mmap_pages, snapshot, watermark, aux_sample;
+  int64_t sample_period = 0;
   std::string pid, tid;
   bool bts = false, no_compress = false, quiet = false;
   std::string emulate, qemu_plugin;
@@ -183,6 +207,21 @@ int main(int argc, char** argv) {
                  "Snapshot mode: AUX overwrite, one snapshot per SIGUSR2 and at the end; "
                  "optional SIZE per snapshot (K/M/G), default the whole AUX area")
       ->expected(0, 1);
+  app.add_option("--aux-sample", aux_sample,
+                 "AUX sampling: a sampling event (--sample-event) in the trace event's group "
+                 "whose samples carry the newest SIZE bytes of the trace (default 4K, at most "
+                 "60K, a multiple of 8); the trace itself is not stored. intel_pt gets "
+                 "psb_period=0 unless --event sets it. With --emulate=step: a sample every "
+                 "--sample-period instructions of each thread")
+      ->expected(0, 1);
+  app.add_option("--sample-event", o.sample_event,
+                 "With --aux-sample: the sampling event, a libpfm4 name (default cycles)");
+  app.add_option("-c,--sample-period", sample_period,
+                 "With --aux-sample: events between samples (default 1000000; with --emulate: "
+                 "instructions, default 1000)");
+  app.add_option("--control", o.control,
+                 "fifo:CTL[,ACK]: read perf's control commands (enable, disable, snapshot, "
+                 "stop, ping) from the FIFO CTL, answer each with 'ack' on ACK");
   app.add_option("--aux-watermark", watermark,
                  "AUX bytes that wake ptrecord (K/M/G; default a quarter of the AUX area)");
   app.add_flag("--no-compress", no_compress, "Store records without zstd");
@@ -285,6 +324,26 @@ int main(int argc, char** argv) {
       o.snapshot_size = *s;
     }
   }
+  if (app.count("--aux-sample") > 0) {
+    o.aux_sample_size = ptkit::record::kDefaultAuxSampleSize;
+    if (!aux_sample.empty()) {
+      absl::StatusOr<uint64_t> s = ptkit::record::ParseSize(aux_sample);
+      if (!s.ok()) return Fail("--aux-sample: " + std::string(s.status().message()), 2);
+      if (absl::Status bad = ptkit::record::CheckAuxSampleSize(*s, 0); !bad.ok()) {
+        return Fail(std::string(bad.message()), 2);
+      }
+      o.aux_sample_size = *s;
+    }
+  }
+  if ((app.count("--sample-period") > 0 || app.count("--sample-event") > 0) && !o.aux_sample_size) {
+    return Fail("--sample-period and --sample-event need --aux-sample", 2);
+  }
+  if (app.count("--sample-period") > 0) {
+    if (sample_period < 1) {
+      return Fail("--sample-period " + std::to_string(sample_period) + ": expected 1 or more", 2);
+    }
+    o.sample_period = static_cast<uint64_t>(sample_period);
+  }
   if (!watermark.empty()) {
     absl::StatusOr<uint64_t> w = ptkit::record::ParseSize(watermark);
     if (!w.ok() || *w == 0 || *w > (uint64_t{1} << 31)) {
@@ -306,17 +365,18 @@ int main(int argc, char** argv) {
   if (!r.ok()) return Fail(std::string(r.status().message()), ExitCodeFor(r.status()));
   for (const std::string& w : r->warnings)
     std::fprintf(stderr, "ptrecord: warning: %s\n", w.c_str());
+  for (const std::string& n : r->notes) std::fprintf(stderr, "ptrecord: %s\n", n.c_str());
   if (!quiet) {
     const ptkit::record::StreamStats& t = r->totals;
-    std::fprintf(stderr,
-                 "ptrecord: wrote %s (%llu bytes): %llu sideband records, %llu AUX bytes, "
-                 "%llu snapshots, %llu truncations, %llu lost records\n",
-                 o.output.c_str(), static_cast<unsigned long long>(r->file_bytes),
-                 static_cast<unsigned long long>(t.sideband_records),
-                 static_cast<unsigned long long>(t.aux_bytes),
-                 static_cast<unsigned long long>(t.snapshots),
-                 static_cast<unsigned long long>(t.truncated),
-                 static_cast<unsigned long long>(t.lost_records));
+    std::fprintf(
+        stderr,
+        "ptrecord: wrote %s (%llu bytes): %llu sideband records, %llu AUX bytes, "
+        "%llu snapshots, %llu AUX samples, %llu truncations, %llu lost records\n",
+        o.output.c_str(), static_cast<unsigned long long>(r->file_bytes),
+        static_cast<unsigned long long>(t.sideband_records),
+        static_cast<unsigned long long>(t.aux_bytes), static_cast<unsigned long long>(t.snapshots),
+        static_cast<unsigned long long>(t.samples), static_cast<unsigned long long>(t.truncated),
+        static_cast<unsigned long long>(t.lost_records));
   }
   return r->workload_exit_code.value_or(0);
 }

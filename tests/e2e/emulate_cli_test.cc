@@ -207,7 +207,7 @@ struct Stopped {
 };
 Stopped RecordSpinUntil(const std::string& trace, const std::string& truth,
                         const std::vector<int>& signals, bool group, const std::string& filter = "",
-                        off_t truth_bytes = 64 << 10) {
+                        off_t truth_bytes = 64 << 10, const std::vector<std::string>& extra = {}) {
   const std::string err_file = truth + ".stderr";
   const pid_t pid = ::fork();
   if (pid == 0) {
@@ -218,6 +218,7 @@ Stopped RecordSpinUntil(const std::string& trace, const std::string& truth,
         PTRECORD_PATH, "--emulate=step",      "--ground-truth", truth, "-o",
         trace,         "--overwrite-existing"};
     if (!filter.empty()) args.insert(args.end(), {"--filter", filter});
+    args.insert(args.end(), extra.begin(), extra.end());
     args.insert(args.end(), {"--", kE2e + "/e2e_spin"});
     std::vector<char*> argv;
     for (std::string& a : args) argv.push_back(a.data());
@@ -264,7 +265,7 @@ TEST_F(EmulateCliTest, SigtermStopsTheRecordingAndKeepsTheTrace) {
   EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGTERM) << s.err;
   EXPECT_THAT(s.err, HasSubstr("stopped by SIGTERM"));
   EXPECT_THAT(s.err, HasSubstr("(emulated): 1 thread, "));
-  const std::string usr2 = "SIGUSR2 ignored: snapshots do not apply to --emulate";
+  const std::string usr2 = "SIGUSR2 ignored: not recording with --snapshot";
   EXPECT_THAT(s.err, HasSubstr(usr2));
   EXPECT_EQ(s.err.find(usr2), s.err.rfind(usr2)) << "said more than once: " << s.err;
   auto info = RunCommand({PTDECODE_PATH, "info", trace_});
@@ -274,6 +275,40 @@ TEST_F(EmulateCliTest, SigtermStopsTheRecordingAndKeepsTheTrace) {
   EXPECT_GT(truth.begin()->second.size(), 4000u);
   CheckDecode(1);
   EXPECT_EQ(ReadMetadata(trace_)["end"].value("stopped_by", ""), "SIGTERM");
+}
+
+// --snapshot with the step backend: each SIGUSR2 snapshots the thread's overwritten 4 KiB
+// ring, the end once more; every snapshot decodes to a run of what the thread executed, the
+// last one to the end of the ground truth exactly.
+TEST_F(EmulateCliTest, SnapshotsOfTheEmulatedRing) {
+  Stopped s = RecordSpinUntil(trace_, truth_, {SIGUSR2, SIGUSR2, SIGTERM}, false, "", 64 << 10,
+                              {"--snapshot", "-m", "64,1"});
+  if (s.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_TRUE(WIFEXITED(s.status)) << "ptrecord died of signal " << WTERMSIG(s.status);
+  EXPECT_EQ(WEXITSTATUS(s.status), 128 + SIGTERM) << s.err;
+  EXPECT_THAT(s.err, HasSubstr("; 3 snapshots; stopped by SIGTERM"));
+  EXPECT_THAT(s.err, Not(HasSubstr("SIGUSR2 ignored")));
+  EXPECT_EQ(ReadMetadata(trace_).value("mode", ""), "snapshot");
+  const PerThread truth = ReadTruth(truth_);
+  ASSERT_EQ(truth.size(), 1u);
+  const std::vector<uint64_t>& ran = truth.begin()->second;
+  for (int k = 0; k < 3; ++k) {
+    auto dec = RunCommand({PTDECODE_PATH, "insn", "--snapshot", std::to_string(k), trace_});
+    ASSERT_EQ(dec.exit_code, 0) << dec.err;
+    EXPECT_EQ(dec.out.find("[error"), std::string::npos) << k;
+    const PerThread got = ParseInsn(dec.out);
+    ASSERT_EQ(got.size(), 1u) << k;
+    const std::vector<uint64_t>& insns = got.begin()->second;
+    ASSERT_GT(insns.size(), 100u) << k;        // 4 KiB of PT holds hundreds of instructions
+    ASSERT_LT(insns.size(), ran.size()) << k;  // and not the whole run
+    if (k == 2) {
+      EXPECT_TRUE(std::equal(insns.begin(), insns.end(), ran.end() - insns.size())) << k;
+    } else {
+      EXPECT_NE(std::search(ran.begin(), ran.end(), insns.begin(), insns.end()), ran.end()) << k;
+    }
+  }
 }
 
 // Ctrl-C reaches ptrecord and the workload (one process group): exit 130, the trace is kept.

@@ -1,9 +1,13 @@
 // The ptrecord binary: exit codes, the one-line errors, and sideband-only recordings of real
 // processes read back from the container.
+#include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -163,8 +167,9 @@ TEST(PtrecordCliTest, HelpNamesWhatEmulateRefuses) {
   ASSERT_NE(refuses, std::string::npos) << help.str();
   const std::string list = help.str().substr(refuses);
   for (const char* option :
-       {"--pid 1", "--tid 1", "--all-cpus", "--cpu 0", "--per-thread", "--kernel", "--snapshot",
-        "--aux-watermark 4K", "--counters task-clock", "--sideband-only", "--sysfs-root /x"}) {
+       {"--pid 1", "--tid 1", "--all-cpus", "--cpu 0", "--per-thread", "--kernel",
+        "--aux-watermark 4K", "--counters task-clock", "--sideband-only", "--sysfs-root /x",
+        "--sample-event cycles --aux-sample", "--control fifo:x"}) {
     const std::string name = std::string(option).substr(0, std::string(option).find(' '));
     EXPECT_THAT(list, HasSubstr(name));
     const CliRun r = Ptrecord(dir.path(), std::string("--emulate ") + option + " -- /bin/true");
@@ -371,6 +376,93 @@ TEST(PtrecordCliTest, AStopSignalWhileTheCommandRunsIs128PlusThatSignal) {
     EXPECT_TRUE(r.clean) << sig;
     EXPECT_THAT(r.exec_comms, ::testing::Contains("sleep")) << sig;
   }
+}
+
+}  // namespace
+}  // namespace ptkit
+
+namespace ptkit {
+namespace {
+
+// --aux-sample on the kernel path: its limits are checked before anything is opened (against
+// the sysfs fixture: no Intel PT is needed to be refused).
+TEST(PtrecordCliTest, AuxSampleLimitsAreUsageErrors) {
+  ::ptkit::testing::TempDir dir;
+  for (const auto& [args, says] : std::vector<std::pair<std::string, std::string>>{
+           {"--aux-sample=8192 -m 64,1", "larger than the AUX area (4096 bytes)"},
+           {"--aux-sample=100K", "a multiple of 8 from 8 to 61440 bytes"},
+           {"--aux-sample --bts", "--aux-sample needs intel_pt"},
+           {"--aux-sample --snapshot", "full-trace mode"},
+           {"-c 100", "need --aux-sample"},
+       }) {
+    const CliRun r =
+        Ptrecord(dir.path(), "--sysfs-root " + kFixture + " " + args + " -- /bin/true");
+    EXPECT_EQ(r.code, 2) << args << ": " << r.err;
+    EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(says)) << args;
+  }
+  EXPECT_THAT(Ptrecord(dir.path(), "--control fd:3 --sideband-only -- /bin/true").err,
+              HasSubstr("expected fifo:CTL[,ACK]"));
+  EXPECT_THAT(Ptrecord(dir.path(), "--control fifo:nofifo --sideband-only -- /bin/true").err,
+              HasSubstr("--control: open control FIFO nofifo"));
+}
+
+// Reads a line from `fd` within `ms`; "<timeout>" appended when it does not come.
+std::string ReadLineWithin(int fd, int ms) {
+  std::string line;
+  char c;
+  while (line.empty() || line.back() != '\n') {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, ms) != 1 || read(fd, &c, 1) != 1) return line + "<timeout>";
+    line.push_back(c);
+  }
+  return line;
+}
+
+// A script drives a real recording through the FIFOs as it drives perf: ping is acked, stop
+// ends the recording (the workload, a 30 s sleep, is ended too) with a complete container.
+TEST(PtrecordCliTest, ControlFifoDrivesARecording) {
+  if (!PerfAllowed()) GTEST_SKIP() << "perf_event_open not allowed for this user";
+  ::ptkit::testing::TempDir dir;
+  const std::string ctl = dir.File("ctl"), ack = dir.File("ack"), out = dir.File("t.pt");
+  ASSERT_EQ(mkfifo(ctl.c_str(), 0600), 0);
+  ASSERT_EQ(mkfifo(ack.c_str(), 0600), 0);
+  const pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    const std::string control = "fifo:" + ctl + "," + ack;
+    execl(kPtrecord.c_str(), "ptrecord", "-q", "--sideband-only", "--control", control.c_str(),
+          "-o", out.c_str(), "--", "/bin/sleep", "30", static_cast<char*>(nullptr));
+    _exit(126);
+  }
+  // ptrecord opens both FIFOs before it starts the workload; until then CTL has no reader.
+  int w = -1;
+  for (int i = 0; i < 1000 && w < 0; ++i) {
+    w = open(ctl.c_str(), O_WRONLY | O_NONBLOCK);
+    if (w < 0) usleep(10000);
+  }
+  ASSERT_GE(w, 0) << "ptrecord never opened the control FIFO";
+  const int r = open(ack.c_str(), O_RDONLY | O_NONBLOCK);
+  ASSERT_GE(r, 0);
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_EQ(write(w, "ping\n", 5), 5);
+  EXPECT_EQ(ReadLineWithin(r, 10000), "ack\n");
+  ASSERT_EQ(write(w, "stop\n", 5), 5);
+  EXPECT_EQ(ReadLineWithin(r, 10000), "ack\n");
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  close(w);
+  close(r);
+  EXPECT_LT(seconds, 20) << "stop did not end the recording";
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM);  // the workload, ended by ptrecord
+  PTKIT_ASSERT_OK_AND_ASSIGN(ContainerReader reader, ContainerReader::Open(out));
+  RecordView rec;
+  while (reader.Next(rec).value_or(false)) {
+  }
+  EXPECT_TRUE(reader.report().footer_present);
 }
 
 }  // namespace

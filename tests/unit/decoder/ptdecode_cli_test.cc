@@ -516,8 +516,8 @@ TEST_F(PtdecodeCliTest, SubcommandErrorsNameTheWordAndTheChoices) {
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
             "ptdecode: unknown sub-command 'bogus' (not a file either); sub-commands: info, insn, "
-            "branches, calls, stats, folded, timeline, packets, report, export, diff; or give a "
-            "trace.pt FILE for the default report (see ptdecode --help)\n");
+            "branches, calls, stats, folded, timeline, packets, report, export, samples, diff; "
+            "or give a trace.pt FILE for the default report (see ptdecode --help)\n");
   for (const char* tid : {"abc", "-1", "4294967296", "1.5"}) {
     r = RunPtdecode(std::string("stats ") + trace_ + " --tid " + tid);
     EXPECT_EQ(r.exit_code, 2) << tid;

@@ -1,0 +1,219 @@
+// AUX sampling on a machine without Intel PT, as users run it:
+//   ptrecord --emulate=step --aux-sample[=SIZE] -c N --ground-truth truth -o trace.pt -- PROGRAM
+//   ptdecode samples [--json --instructions] trace.pt
+// The oracle is the recorder's ground truth: the k-th sample of a thread is taken before its
+// (k*N)-th instruction retires, so its IP is that instruction, and the instructions its
+// snippet decodes to are exactly the ones the thread ran just before, ending there.
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "ground_truth.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "ptkit/aux_sample.h"
+#include "ptkit/container_reader.h"
+#include "run_command.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::ReadTruth;
+using ::ptkit::testing::RunCommand;
+using ::testing::HasSubstr;
+
+const std::string kThreads = std::string(PROGRAM_DIR) + "/emulate_threads";
+
+struct Recorded {
+  std::string trace, truth;
+  ::ptkit::testing::CommandResult result;
+};
+
+class AuxSampleCliTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { dir_ = new ::ptkit::testing::TempDir(); }
+  static void TearDownTestSuite() {
+    delete dir_;
+    recordings_.clear();
+  }
+  // One emulated recording per option set, shared by the tests (emulation is slow).
+  static const Recorded& Record(const std::vector<std::string>& options) {
+    std::string key;
+    for (const std::string& o : options) key += o + " ";
+    auto [it, fresh] = recordings_.try_emplace(key);
+    Recorded& r = it->second;
+    if (!fresh) return r;
+    const std::string stem = dir_->File("r" + std::to_string(recordings_.size()));
+    r.trace = stem + ".pt";
+    r.truth = stem + ".truth";
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=step", "--ground-truth", r.truth,
+                                     "-o",          r.trace};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back("--");
+    argv.push_back(kThreads);
+    r.result = RunCommand(argv);
+    return r;
+  }
+  static ::ptkit::testing::TempDir* dir_;
+  static std::map<std::string, Recorded> recordings_;
+};
+::ptkit::testing::TempDir* AuxSampleCliTest::dir_ = nullptr;
+std::map<std::string, Recorded> AuxSampleCliTest::recordings_;
+
+#define RECORD_OR_SKIP(var, ...)                                             \
+  const Recorded& var = Record(__VA_ARGS__);                                 \
+  if (var.result.err.find("Operation not permitted") != std::string::npos) { \
+    GTEST_SKIP() << "ptrace or perf_event_open denied";                      \
+  }                                                                          \
+  ASSERT_EQ(var.result.exit_code, 0) << var.result.err
+
+constexpr uint64_t kPeriod = 500;
+
+// Every sample ends exactly where the ground truth says it was taken, and its decoded
+// instructions are the ones the thread retired right before; counts and sizes are exact.
+TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
+  RECORD_OR_SKIP(rec, {"--aux-sample", "-c", std::to_string(kPeriod)});
+  EXPECT_THAT(rec.result.err, HasSubstr("AUX samples of 4096 bytes"));
+  const testing::PerThread truth = ReadTruth(rec.truth);
+  ASSERT_EQ(truth.size(), 3u);  // main and two workers
+
+  auto dec = RunCommand(
+      {PTDECODE_PATH, "samples", "--json", "--instructions", "--branches", "0", rec.trace});
+  ASSERT_EQ(dec.exit_code, 0) << dec.err;
+  const nlohmann::json j = nlohmann::json::parse(dec.out);
+  std::map<uint64_t, uint64_t> seen;  // tid -> samples so far
+  uint64_t expected_total = 0;
+  for (const auto& [tid, ips] : truth) expected_total += ips.size() / kPeriod;
+  ASSERT_EQ(j["samples"].size(), expected_total);
+  EXPECT_EQ(j["totals"]["unsynced"], 0);
+  EXPECT_EQ(j["totals"]["not_reached"], 0);
+  size_t longest = 0;
+  for (const nlohmann::json& s : j["samples"]) {
+    const uint64_t tid = s["tid"];
+    ASSERT_TRUE(truth.contains(tid)) << tid;
+    const std::vector<uint64_t>& ran = truth.at(tid);
+    const uint64_t k = ++seen[tid];
+    const size_t at = k * kPeriod - 1;  // the instruction about to retire
+    ASSERT_LT(at, ran.size());
+    EXPECT_EQ(s["ip"].get<uint64_t>(), ran[at]) << "tid " << tid << " sample " << k;
+    EXPECT_EQ(s["snippet_bytes"], 4096);
+    ASSERT_EQ(s["synced"], true);
+    ASSERT_EQ(s["reaches_ip"], true);
+    const std::vector<uint64_t> insns = s["insns"];
+    ASSERT_FALSE(insns.empty());
+    ASSERT_LE(insns.size(), at + 1);
+    const std::vector<uint64_t> want(ran.begin() + static_cast<ptrdiff_t>(at + 1 - insns.size()),
+                                     ran.begin() + static_cast<ptrdiff_t>(at + 1));
+    EXPECT_EQ(insns, want) << "tid " << tid << " sample " << k;
+    // Taken branches: the truth's non-sequential steps within the snippet, in order.
+    EXPECT_EQ(s["taken_branches"], s["branches"].size());
+    for (const nlohmann::json& b : s["branches"]) {
+      auto from = std::find(insns.begin(), insns.end(), b["from"].get<uint64_t>());
+      ASSERT_NE(from, insns.end());
+    }
+    longest = std::max(longest, insns.size());
+  }
+  for (const auto& [tid, ips] : truth) EXPECT_EQ(seen[tid], ips.size() / kPeriod) << tid;
+  RecordProperty("samples", static_cast<int>(expected_total));
+  RecordProperty("longest_snippet_insns", static_cast<int>(longest));
+
+  // The container holds the samples as their own records and no AUX stream (AUX-sample mode
+  // overwrites the ring, as perf's); info says so.
+  auto info = RunCommand({PTDECODE_PATH, "info", "--json", rec.trace});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const nlohmann::json ji = nlohmann::json::parse(info.out);
+  EXPECT_EQ(ji["samples"]["count"], expected_total);
+  EXPECT_EQ(ji["samples"]["aux_bytes"], expected_total * 4096);
+  EXPECT_EQ(ji["metadata"]["mode"], "aux-sample");
+  for (const nlohmann::json& k : ji["kinds"]) EXPECT_NE(k["kind"], "aux");
+
+  // Text: one header line per sample, the last branches, the summary.
+  auto text = RunCommand({PTDECODE_PATH, "samples", "--branches", "4", rec.trace});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr(" work+0x"));
+  EXPECT_THAT(text.out, HasSubstr(std::to_string(expected_total) + " samples: " +
+                                  std::to_string(expected_total) + " decoded to the sampled IP"));
+}
+
+// The sampled profile: one folded stack per distinct stack, the counts summing to the samples;
+// each stack's leaf is the function nm says holds the sampled IP, so the samples in `work`
+// (by the ground truth's IPs and nm's range of work) are exactly those whose stack ends in it,
+// and their stack is the worker threads' entry path.
+TEST_F(AuxSampleCliTest, FoldedStacksFromTheSnippets) {
+  RECORD_OR_SKIP(rec, {"--aux-sample", "-c", std::to_string(kPeriod)});
+  const testing::PerThread truth = ReadTruth(rec.truth);
+  const auto [work_begin, work_end] = testing::NmRange(kThreads, "work");
+  ASSERT_LT(work_begin, work_end);
+  uint64_t in_work = 0, total = 0;
+  for (const auto& [tid, ips] : truth) {
+    for (uint64_t k = 1; k * kPeriod <= ips.size(); ++k) {
+      const uint64_t ip = ips[k * kPeriod - 1];
+      in_work += ip >= work_begin && ip < work_end;
+      ++total;
+    }
+  }
+  ASSERT_GT(in_work, 0u);
+  auto folded = RunCommand({PTDECODE_PATH, "samples", "--folded", rec.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  uint64_t sum = 0, work_leaf = 0;
+  std::istringstream lines(folded.out);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t space = line.rfind(' ');
+    ASSERT_NE(space, std::string::npos) << line;
+    const std::string stack = line.substr(0, space);
+    const uint64_t n = std::stoull(line.substr(space + 1));
+    sum += n;
+    if (stack == "work" || stack.ends_with(";work")) {
+      work_leaf += n;
+      // clone3 starts the thread in start_thread, which calls work: nothing else is open (a
+      // SYSCALL that returned is no call, a return pops).
+      EXPECT_EQ(stack, "__clone3;start_thread;work") << line;
+    }
+  }
+  EXPECT_EQ(sum, total);
+  EXPECT_EQ(work_leaf, in_work);
+}
+
+// A snippet smaller than the PSB period mostly holds no PSB: those samples are counted and
+// said, not dropped.
+TEST_F(AuxSampleCliTest, SnippetsWithoutPsbAreCountedAndSaid) {
+  RECORD_OR_SKIP(rec, {"--aux-sample=64", "-c", "2000"});
+  auto dec = RunCommand({PTDECODE_PATH, "samples", "--json", rec.trace});
+  ASSERT_EQ(dec.exit_code, 0) << dec.err;
+  const nlohmann::json j = nlohmann::json::parse(dec.out);
+  uint64_t unsynced = 0;
+  for (const nlohmann::json& s : j["samples"]) {
+    EXPECT_EQ(s["snippet_bytes"], 64);
+    unsynced += s["synced"] == false;
+  }
+  EXPECT_GT(unsynced, 0u);
+  EXPECT_EQ(j["totals"]["unsynced"], unsynced);
+  auto text = RunCommand({PTDECODE_PATH, "samples", rec.trace});
+  EXPECT_THAT(text.out, HasSubstr(std::to_string(unsynced) + " could not be synchronised"));
+}
+
+TEST_F(AuxSampleCliTest, BadOptionsAreUsageErrors) {
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--aux-sample=100000"}, "from 8 to 61440 bytes"},
+           {{"--aux-sample=12"}, "multiple of 8"},
+           {{"-c", "5"}, "need --aux-sample"},
+           {{"--aux-sample", "-c", "0"}, "expected 1 or more"},
+           {{"--aux-sample", "--bts"}, "needs intel_pt"},
+           {{"--aux-sample=65536", "-m", "64,8"}, "from 8 to 61440"},
+           {{"--aux-sample=32768", "-m", "64,4"}, "larger than the AUX area"},
+       }) {
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=step", "-o", dir_->File("bad.pt")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("--");
+    argv.push_back(kThreads);
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << args[0] << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(says)) << args[0];
+  }
+}
+
+}  // namespace
+}  // namespace ptkit
