@@ -197,6 +197,7 @@ class Mutator {
         } else {
           MutateBytes(r.payload, 0, Below(64));
         }
+        if (!r.opaque) r.stored.clear();  // compressed again when written
         return;
       case 3: {  // a copy: the same bytes (same sequence number) or renumbered
         MutableRecord copy = r;
@@ -267,8 +268,11 @@ std::optional<MutableContainer> SplitContainer(std::span<const uint8_t> file) {
       r.opaque = true;
       if (h->raw_size <= kMaxRaw) {
         std::vector<uint8_t> raw(h->raw_size);
-        const size_t n = ZSTD_decompress(raw.data(), raw.size(), stored.data(), stored.size());
+        static ZSTD_DCtx* const dctx = ZSTD_createDCtx();
+        const size_t n =
+            ZSTD_decompressDCtx(dctx, raw.data(), raw.size(), stored.data(), stored.size());
         if (!ZSTD_isError(n) && n == raw.size()) {
+          r.stored = std::move(r.payload);
           r.payload = std::move(raw);
           r.opaque = false;
         }
@@ -290,10 +294,15 @@ std::vector<uint8_t> JoinContainer(const MutableContainer& c) {
     std::span<const uint8_t> stored = r.payload;
     if (r.opaque) {
       h.flags |= kFrameZstd;  // stored as it was read
+    } else if (r.zstd && !r.stored.empty()) {
+      stored = r.stored;  // unchanged: as it was read
+      h.flags |= kFrameZstd;
+      h.raw_size = r.payload.size();
     } else if (r.zstd) {
+      static ZSTD_CCtx* const cctx = ZSTD_createCCtx();
       packed.resize(ZSTD_compressBound(r.payload.size()));
-      const size_t n =
-          ZSTD_compress(packed.data(), packed.size(), r.payload.data(), r.payload.size(), 1);
+      const size_t n = ZSTD_compressCCtx(cctx, packed.data(), packed.size(), r.payload.data(),
+                                         r.payload.size(), 1);
       if (ZSTD_isError(n)) continue;
       stored = std::span<const uint8_t>(packed.data(), n);
       h.flags |= kFrameZstd;

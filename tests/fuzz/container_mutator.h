@@ -25,13 +25,16 @@
 namespace ptkit::fuzz {
 
 // One record of a container: its header (sizes and checksum are recomputed when written) and
-// its payload, decompressed when it was stored compressed and decompresses (`zstd`: compress
-// it again when written). A payload that does not decompress is kept as stored (`opaque`).
+// its payload, decompressed when it was stored compressed and decompresses (`zstd`: stored
+// compressed when written). A payload that does not decompress is kept as stored (`opaque`).
 struct MutableRecord {
   FrameHeader header;
   std::vector<uint8_t> payload;
   bool zstd = false;
   bool opaque = false;
+  // A compressed record's bytes as read, written again while `payload` is unchanged (a
+  // mutation of the payload clears it); empty otherwise.
+  std::vector<uint8_t> stored;
 };
 
 struct MutableContainer {
