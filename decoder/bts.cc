@@ -164,21 +164,41 @@ class BtsWalker {
 }  // namespace
 
 absl::Status DecodeBtsInto(std::span<const uint8_t> records, const ProgramImage& image, Sink& sink,
-                           DecodeTotals& totals, uint64_t offset_base) {
+                           DecodeTotals& totals, uint64_t offset_base, uint64_t ring_size) {
   totals.trace_bytes += records.size();
   BtsWalker walker(image, sink, totals, offset_base);
-  for (size_t off = 0; off + kBtsRecordSize <= records.size(); off += kBtsRecordSize) {
+  // Bytes that are no record: zero padding, or part of a lost record.
+  auto padding = [&](size_t from, size_t to) {
+    if (std::any_of(records.begin() + from, records.begin() + to,
+                    [](uint8_t b) { return b != 0; })) {
+      walker.Error(kErrorBtsPartial, from, 0);
+    }
+  };
+  size_t off = 0;
+  while (off + kBtsRecordSize <= records.size()) {
+    if (ring_size != 0) {
+      // arch/x86/events/intel/bts.c: the records of every buffer chunk start at ring offsets
+      // that are multiples of 24 (bts_buffer_setup_aux's displacement), and at the end of
+      // the ring the head skips what is left of it, fewer than 24 bytes the hardware never
+      // writes, to the first record at ring offset 0 (bts_buffer_reset). perf record drops
+      // them as it copies (auxtrace_mmap__read's alignment); this piece holds them.
+      const uint64_t left = ring_size - (offset_base + off) % ring_size;
+      if (left < kBtsRecordSize) {
+        const size_t end = static_cast<size_t>(std::min<uint64_t>(off + left, records.size()));
+        padding(off, end);
+        off = end;
+        continue;
+      }
+    }
     uint64_t from, to;
     std::memcpy(&from, records.data() + off, 8);  // little-endian host (x86-64)
     std::memcpy(&to, records.data() + off + 8, 8);
     walker.Record(off, from, to);
+    off += kBtsRecordSize;
   }
   // The kernel pads the end of each AUX buffer chunk with zeros to a whole record
-  // (arch/x86/events/intel/bts.c, bts_buffer_pad_out); anything else is part of a lost record.
-  const size_t tail = records.size() - records.size() % kBtsRecordSize;
-  if (std::any_of(records.begin() + tail, records.end(), [](uint8_t b) { return b != 0; })) {
-    walker.Error(kErrorBtsPartial, tail, 0);
-  }
+  // (bts_buffer_pad_out); anything else is part of a lost record.
+  padding(off, records.size());
   return absl::OkStatus();
 }
 

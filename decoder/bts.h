@@ -28,10 +28,14 @@ inline constexpr size_t kBtsRecordSize = 24;
 
 // Decodes `records` into `sink` (blocks or instructions, as the sink asks), adding to
 // `totals`. Error offsets are `offset_base` + the record's offset. Trailing bytes that are not
-// a whole record are a kErrorBtsPartial error unless all zero (the kernel's padding). Errors: none
-// today (decode problems are data); kept for I/O-backed sources.
+// a whole record are a kErrorBtsPartial error unless all zero (the kernel's padding).
+// `ring_size`: the AUX area's size when `offset_base` is an AUX offset of the kernel's
+// intel_bts (full-trace mode), else 0. The kernel skips the last bytes of the ring that do not
+// hold a whole record (fewer than 24) and goes on at its start, so records that follow a wrap
+// inside `records` are found where they are, not 24-byte steps from its first byte. Errors:
+// none today (decode problems are data); kept for I/O-backed sources.
 absl::Status DecodeBtsInto(std::span<const uint8_t> records, const ProgramImage& image, Sink& sink,
-                           DecodeTotals& totals, uint64_t offset_base = 0);
+                           DecodeTotals& totals, uint64_t offset_base = 0, uint64_t ring_size = 0);
 
 // As DecodeBtsInto, then sink.Finish. Errors: sink.Finish's.
 absl::StatusOr<DecodeTotals> DecodeBts(std::span<const uint8_t> records, const ProgramImage& image,

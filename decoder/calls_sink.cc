@@ -1,6 +1,7 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 
@@ -11,6 +12,12 @@
 
 namespace ptkit::decoder {
 namespace {
+
+// Text lines are indented two spaces per depth up to kMaxIndentDepth. A deeper line is
+// indented as at kMaxIndentDepth and says its depth ("[depth 1234] > f"): code that calls
+// itself without end fills the call stack (CallStack::kMaxFrames deep), and full indentation
+// would print 131 KB of spaces a line, gigabytes for a trace of a few bytes.
+constexpr size_t kMaxIndentDepth = 100;
 
 class CallsSink : public FlowSink {
  public:
@@ -49,8 +56,9 @@ class CallsSink : public FlowSink {
       } else {
         // Bracketed like a fallback name ("[libc.so.6]"), which already has its brackets.
         const bool bracketed = fn.name.starts_with('[');
-        fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}{}{}{}\n"), count_, "", 2 * depth,
-                       bracketed ? "" : "[", fn.name, bracketed ? "" : "]");
+        Indent(depth);
+        fmt::format_to(out_.it(), FMT_COMPILE("{}{}{}\n"), bracketed ? "" : "[", fn.name,
+                       bracketed ? "" : "]");
       }
       return;
     }
@@ -63,7 +71,8 @@ class CallsSink : public FlowSink {
       if (srcline) AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, true);
       out_.buf().append(std::string_view("}\n"));
     } else {
-      fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}> {}"), count_, "", 2 * depth, fn.name);
+      Indent(depth);
+      fmt::format_to(out_.it(), FMT_COMPILE("> {}"), fn.name);
       if (srcline) AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, false);
       out_.buf().push_back('\n');
     }
@@ -85,11 +94,11 @@ class CallsSink : public FlowSink {
       if (has_ticks) fmt::format_to(out_.it(), FMT_COMPILE(",\"ticks\":{}"), ticks);
       out_.buf().append(std::string_view("}\n"));
     } else if (has_ticks) {
-      fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}< {} ({} insns, {} ticks)\n"), count_, "",
-                     2 * depth, fn.name, insns, ticks);
+      Indent(depth);
+      fmt::format_to(out_.it(), FMT_COMPILE("< {} ({} insns, {} ticks)\n"), fn.name, insns, ticks);
     } else {
-      fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}< {} ({} insns)\n"), count_, "", 2 * depth,
-                     fn.name, insns);
+      Indent(depth);
+      fmt::format_to(out_.it(), FMT_COMPILE("< {} ({} insns)\n"), fn.name, insns);
     }
     out_.MaybeFlush();
   }
@@ -107,6 +116,13 @@ class CallsSink : public FlowSink {
   }
 
  private:
+  // A text line's start: the instruction count, then the indentation of `depth`.
+  void Indent(size_t depth) {
+    fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}"), count_, "",
+                   2 * std::min(depth, kMaxIndentDepth));
+    if (depth > kMaxIndentDepth) fmt::format_to(out_.it(), FMT_COMPILE("[depth {}] "), depth);
+  }
+
   Output out_;
   OutputOptions options_;
   std::unique_ptr<SourceLines> lines_;  // --srcline

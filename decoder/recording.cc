@@ -200,6 +200,14 @@ std::string Hex(const std::vector<uint8_t>& bytes) {
   return out;
 }
 
+// The AUX area's size in bytes of a kernel intel_bts recording, whose records skip the end of
+// the ring (DecodeBtsInto); 0 when unknown, and for emulated BTS (written without a ring).
+uint64_t KernelBtsRingSize(const RecordingMetadata& m) {
+  if (!m.pmu || m.pmu->name != "intel_bts" || m.emulated || m.emulation) return 0;
+  if (!m.aux_pages || !m.page_size || *m.aux_pages > (uint64_t{1} << 40) / *m.page_size) return 0;
+  return *m.aux_pages * *m.page_size;
+}
+
 // All of a process's mappings over time, for images when the trace's time is unknown.
 constexpr size_t kAllEpochs = std::numeric_limits<size_t>::max();
 
@@ -661,6 +669,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   const std::string& path = r.name;
   const TraceConfig config = options.config ? *options.config : r.config;
   ImageCache images(r, options.sysroot, options.buildid_dir);
+  const uint64_t bts_ring = r.bts ? KernelBtsRingSize(r.metadata) : 0;
 
   DecodeTotals totals;
   std::vector<Selected> selected = SelectStreams(r, options, config);
@@ -695,7 +704,9 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
       out.SetView(&view, piece.aux_offset);
       const ProgramImage& now = switcher ? *switcher->current() : *s.info.image;
       if (r.bts) {
-        PTKIT_RETURN_IF_ERROR(DecodeBtsInto(view.bytes(), now, out, into, piece.aux_offset));
+        // A snapshot's offsets are not the ring's (AddSnapshot).
+        const uint64_t ring = s.key->snapshot < 0 ? bts_ring : 0;
+        PTKIT_RETURN_IF_ERROR(DecodeBtsInto(view.bytes(), now, out, into, piece.aux_offset, ring));
       } else {
         PTKIT_RETURN_IF_ERROR(
             DecodeInto(view.bytes(), config, now, out, into, piece.aux_offset, switcher.get()));

@@ -7,14 +7,20 @@
 #   scripts/fuzz.sh list             the target names
 # Limits of every run: -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10. New crashes,
 # hangs and OOMs are written to build/fuzz/artifacts/ and fail the run (non-zero exit).
+# Dictionaries: tests/fuzz/*.dict, per target below. The trace.pt targets (container_reader,
+# decode) mutate records, not bytes (tests/fuzz/container_mutator.h; PTKIT_FUZZ_MUTATOR=bytes
+# turns that off). Long runs and their figures: tests/fuzz/README.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-targets=(container_reader perf_data decode raw_pt bts elf_image event_spec)
+targets=(container_reader perf_data decode raw_pt bts elf_image event_spec sideband sysfs)
 # Extra seed folders per target.
 declare -A extra=([decode]=tests/fuzz/corpus/perf_data)
+# Dictionaries per target (tests/fuzz/NAME.dict, joined into one).
+declare -A dicts=([container_reader]=container [decode]="container pt" [raw_pt]=pt
+                  [sideband]=sideband [sysfs]=sysfs [event_spec]=sysfs)
 
 usage() {
-  sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 mode="${1:-}"
@@ -39,9 +45,14 @@ mkdir -p build/fuzz/artifacts
 for name in "${run[@]}"; do
   work="build/fuzz/corpus/$name"
   mkdir -p "$work"
+  dict=()
+  if [[ -n "${dicts[$name]:-}" ]]; then
+    for d in ${dicts[$name]}; do cat "tests/fuzz/$d.dict"; done >"build/fuzz/$name.dict"
+    dict=(-dict="build/fuzz/$name.dict")
+  fi
   echo "fuzz: ${name}_fuzz for ${seconds}s"
   # shellcheck disable=SC2086
   "build/fuzz/tests/fuzz/${name}_fuzz" "$work" "tests/fuzz/corpus/$name" ${extra[$name]:-} \
-    -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10 \
+    "${dict[@]}" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10 \
     -artifact_prefix=build/fuzz/artifacts/ -print_final_stats=1 2>&1 | tail -n 12
 done

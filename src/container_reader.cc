@@ -396,6 +396,8 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
                                  " (another recording appended?) are not read"));
         s.done = true;
       }
+      // A footer that does not parse is counted as damage above: not returned as well.
+      if (!footer.ok()) continue;
     }
     if (IsKnownType(h.type) && h.type != static_cast<uint16_t>(RecordType::kFooter)) {
       if (absl::Status bad = CheckPayload(static_cast<RecordType>(h.type), payload); !bad.ok()) {

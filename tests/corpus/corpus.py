@@ -1104,7 +1104,8 @@ def describe(want):
         f"no symbol ({os.path.basename(info.path)}:{hex(vaddr)})" if info else "unmapped code")
 
 
-CALL_RE = re.compile(r"^\s*\d+ (\s*)([<>]) (.*?)(?: \((\d+) insns(?:, [^)]*)?\))?$")
+# Past 100 levels a line says its depth ("[depth 101] > f") instead of indenting further.
+CALL_RE = re.compile(r"^\s*\d+ (\s*)(?:\[depth \d+\] )?([<>]) (.*?)(?: \((\d+) insns(?:, [^)]*)?\))?$")
 
 
 def check_calls_tree(c):

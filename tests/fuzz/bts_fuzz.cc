@@ -4,23 +4,18 @@
 // records is a decode error.
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 
 #include "decoder/bts.h"
-#include "decoder/sinks.h"
 #include "fuzz_code_input.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  namespace dec = ::ptkit::decoder;
-  ptkit::fuzz::CodeInput in = ptkit::fuzz::ReadCodeInput(data, size);
+  const ptkit::fuzz::CodeInput in = ptkit::fuzz::ReadCodeInput(data, size);
   if (!in.image) return 0;
-  dec::OutputOptions out;
-  out.disasm = true;
-  out.diagnostics = ptkit::fuzz::DevNull();
-  out.list_problems = true;
-  for (auto make : {dec::MakeInsnSink, dec::MakeCallsSink, dec::MakeStatsSink}) {
-    std::unique_ptr<dec::Sink> sink = make(*in.image, ptkit::fuzz::DevNull(), out);
-    (void)dec::DecodeBts(in.trace, *in.image, *sink);
-  }
+  ptkit::fuzz::DecodeIntoSinks(in, [&](ptkit::decoder::Sink& sink) {
+    (void)ptkit::decoder::DecodeBts(in.trace, *in.image, sink);
+    // Also as a piece of a kernel recording that runs over the end of a 4 KiB AUX ring.
+    ptkit::decoder::DecodeTotals totals;
+    (void)ptkit::decoder::DecodeBtsInto(in.trace, *in.image, sink, totals, 4096 - 24 * 8, 4096);
+  });
   return 0;
 }

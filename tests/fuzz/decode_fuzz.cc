@@ -4,67 +4,30 @@
 // dump. Nothing may crash, hang or read outside its buffers.
 //
 // A trace.pt input is resealed first: each frame's payload checksum and header check are
-// recomputed, so mutations reach the payload parsers, the sideband and the decoder instead of
-// being rejected as damage (the container reader's own checks are container_reader_fuzz's).
+// recomputed (container_mutator.h's JoinContainer), so mutations reach the payload parsers,
+// the sideband and the decoder instead of being rejected as damage (the container reader's
+// own checks are container_reader_fuzz's). Mutations are record-level (container_mutator.h).
 // Seeds (tests/fuzz/corpus/decode/) are small uncompressed emulated recordings with their code
 // archived in the container, so they decode without the recording machine's files:
 //   gcc -nostdlib -static -no-pie -o tiny tests/fuzz/decode_seed_tiny.S
 //   ptrecord --emulate [--bts] --archive --no-compress -o {pt,bts}.pt -- ./tiny
 // and the perf.data of the perf_data fuzzer's corpus (perf 6.1, file and pipe mode).
-#include <xxhash.h>
-
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <memory>
 #include <vector>
 
+#include "container_mutator.h"
 #include "decoder/container_input.h"
 #include "decoder/perf_data_input.h"
 #include "decoder/recording.h"
 #include "decoder/sinks.h"
-#include "ptkit/container_format.h"
+#include "fuzz_code_input.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/perf_data.h"
 
-namespace {
-
 namespace dec = ::ptkit::decoder;
-
-template <typename T>
-T Load(const uint8_t* p) {
-  T v;
-  std::memcpy(&v, p, sizeof(v));
-  return v;
-}
-
-// Recomputes the checksum and header check of every frame whose sync word is intact.
-void Reseal(std::vector<uint8_t>& file) {
-  size_t at = ptkit::kFileHeaderSize;
-  while (at + ptkit::kFrameHeaderSize <= file.size()) {
-    uint8_t* p = file.data() + at;
-    if (Load<uint32_t>(p) != ptkit::kFrameSync) return;
-    ptkit::FrameHeader h;
-    h.type = Load<uint16_t>(p + 4);
-    h.flags = Load<uint16_t>(p + 6);
-    h.sequence = Load<uint64_t>(p + 8);
-    h.stored_size = Load<uint64_t>(p + 16);
-    h.raw_size = Load<uint64_t>(p + 24);
-    const size_t left = file.size() - at - ptkit::kFrameHeaderSize;
-    if (h.stored_size > left) return;  // a cut frame stays cut
-    h.checksum = XXH3_64bits(p + ptkit::kFrameHeaderSize, h.stored_size);
-    ptkit::EncodeFrameHeader(h, std::span<uint8_t, ptkit::kFrameHeaderSize>(p, 48));
-    at += ptkit::kFrameHeaderSize + h.stored_size;
-  }
-}
-
-std::FILE* Null() {
-  static std::FILE* null = std::fopen("/dev/null", "w");
-  return null;
-}
-
-}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::vector<uint8_t> file(data, data + size);
@@ -73,7 +36,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto source = ptkit::MemorySource(file, "fuzz.data");
     recording = dec::ReadPerfDataRecording(*source, {});
   } else {
-    Reseal(file);
+    if (auto records = ptkit::fuzz::SplitContainer(file)) {
+      file = ptkit::fuzz::JoinContainer(*records);
+    }
     auto reader = ptkit::ContainerReader::Open(ptkit::MemorySource(file, "fuzz.pt"));
     if (!reader.ok()) return 0;
     recording = dec::ReadRecording(*reader, {});
@@ -89,13 +54,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     dec::OutputOptions out;
     out.json = json != 0;
     out.disasm = json == 0;
-    out.diagnostics = Null();
+    out.diagnostics = ptkit::fuzz::DevNull();
     out.list_problems = true;
     for (Factory make : factories) {
-      std::unique_ptr<dec::Sink> sink = make(**empty, Null(), out);
+      std::unique_ptr<dec::Sink> sink = make(**empty, ptkit::fuzz::DevNull(), out);
       (void)dec::DecodeRecording(*recording, {}, *sink);
     }
-    (void)dec::DumpRecordingPackets(*recording, {}, Null(), out);
+    (void)dec::DumpRecordingPackets(*recording, {}, ptkit::fuzz::DevNull(), out);
   }
   return 0;
 }

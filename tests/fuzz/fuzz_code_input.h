@@ -2,6 +2,7 @@
 //   u64 address, u32 code size, code size bytes of code (mapped at address), then the trace.
 // A code size beyond the input takes what is left. Seeds: scripts/fuzz.sh's corpus folders,
 // made from the decode fuzzer's emulated recordings (their archived code and AUX bytes).
+// DecodeIntoSinks runs a decoder into each of the sinks both fuzz.
 #ifndef PTKIT_TESTS_FUZZ_FUZZ_CODE_INPUT_H_
 #define PTKIT_TESTS_FUZZ_FUZZ_CODE_INPUT_H_
 
@@ -12,6 +13,7 @@
 #include <span>
 
 #include "decoder/image.h"
+#include "decoder/sinks.h"
 
 namespace ptkit::fuzz {
 
@@ -41,6 +43,25 @@ inline CodeInput ReadCodeInput(const uint8_t* data, size_t size) {
 inline std::FILE* DevNull() {
   static std::FILE* null = std::fopen("/dev/null", "w");
   return null;
+}
+
+// What the trace fuzzers print: text with disassembly and every problem, to /dev/null.
+inline decoder::OutputOptions FuzzOutput() {
+  decoder::OutputOptions out;
+  out.disasm = true;
+  out.diagnostics = DevNull();
+  out.list_problems = true;
+  return out;
+}
+
+// decode(sink) into a fresh insn, calls and stats sink each, over `in`'s code.
+template <typename Decode>
+void DecodeIntoSinks(const CodeInput& in, Decode decode) {
+  const decoder::OutputOptions out = FuzzOutput();
+  for (auto make : {decoder::MakeInsnSink, decoder::MakeCallsSink, decoder::MakeStatsSink}) {
+    std::unique_ptr<decoder::Sink> sink = make(*in.image, DevNull(), out);
+    decode(*sink);
+  }
 }
 
 }  // namespace ptkit::fuzz

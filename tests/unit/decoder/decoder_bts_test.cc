@@ -18,7 +18,10 @@ namespace ptkit::decoder {
 namespace {
 
 using ::ptkit::decoder::testing::BtsFromWalk;
+using ::ptkit::decoder::testing::BtsWalks;
 using ::ptkit::decoder::testing::ElfCode;
+using ::ptkit::decoder::testing::KernelBtsLayout;
+using ::ptkit::decoder::testing::LongBtsFromWalks;
 using ::ptkit::decoder::testing::PtSynth;
 using ::ptkit::decoder::testing::RecordingSink;
 using ::ptkit::testing::IsOk;
@@ -185,6 +188,41 @@ TEST_F(BtsTest, APartialRecordAtTheEndIsAnErrorUnlessItIsPadding) {
   EXPECT_EQ(cut.errors[0].offset, whole);
   EXPECT_EQ(totals->errors_by_code[kErrorBtsPartial], 1u);
   EXPECT_EQ(cut.runs[0], rec.runs[0]);  // the whole records decode as before
+}
+
+// A piece that runs over the end of the kernel's AUX ring (issue 12 item 5): the kernel skips
+// the last bytes of the ring (4096 % 24 = 16) and goes on with a record at its start. Decoded
+// in 24-byte steps from the piece's first byte, every record after the wrap was misread.
+TEST_F(BtsTest, RecordsAfterTheKernelsRingWrapAreFoundWhereTheyAre) {
+  constexpr uint64_t kRing = 4096;
+  const BtsWalks walks = LongBtsFromWalks(*code_, code_->Symbol("work").address, 3 * kRing);
+  RecordingSink plain;
+  ASSERT_THAT(DecodeBts(walks.records, *image_, plain), IsOk());
+  ASSERT_THAT(plain.errors, SizeIs(0));
+  ASSERT_THAT(plain.runs, SizeIs(1));
+  ASSERT_THAT(plain.runs[0], ElementsAreArray(walks.flow));
+  // From the ring's start, and from an offset of a later lap (a piece after a loss).
+  for (uint64_t start : {uint64_t{0}, 5 * kRing + 24 * 100}) {
+    SCOPED_TRACE(start);
+    const std::vector<uint8_t> laid = KernelBtsLayout(walks.records, kRing, start);
+    ASSERT_GE(laid.size(), walks.records.size() + 3 * 16);  // three wraps at least
+    RecordingSink rec;
+    DecodeTotals totals;
+    ASSERT_THAT(DecodeBtsInto(laid, *image_, rec, totals, start, kRing), IsOk());
+    EXPECT_THAT(rec.errors, SizeIs(0));
+    ASSERT_THAT(rec.runs, SizeIs(1));
+    EXPECT_THAT(rec.runs[0], ElementsAreArray(walks.flow));
+    // Padding that is not zero is part of a lost record.
+    std::vector<uint8_t> dirty = laid;
+    const size_t pad = kRing - start % kRing - 16;  // the first wrap's padding
+    dirty[pad + 3] = 0x55;
+    RecordingSink lost;
+    DecodeTotals lost_totals;
+    ASSERT_THAT(DecodeBtsInto(dirty, *image_, lost, lost_totals, start, kRing), IsOk());
+    ASSERT_THAT(lost.errors, SizeIs(1));
+    EXPECT_EQ(lost.errors[0].code, kErrorBtsPartial);
+    EXPECT_EQ(lost.errors[0].offset, start + pad);
+  }
 }
 
 // Records whose source no straight-line walk from the previous target reaches, over code that

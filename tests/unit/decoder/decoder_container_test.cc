@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -313,6 +314,58 @@ TEST_F(ContainerTest, SysrootPrefixesMappedPaths) {
   EXPECT_EQ(rec.missing[0], "/no/such/root" + kTiny);
 }
 
+// The metadata of an intel_bts recording as the kernel path writes it (the PMU it opened, its
+// AUX area of one 4 KiB page), and as --emulate --bts does (no PMU: the emulation's format).
+struct BtsMetadata {
+  nlohmann::json kernel, emulated;
+};
+BtsMetadata MakeBtsMetadata() {
+  const nlohmann::json attr = {{"sample_type", kLayout.sample_type}, {"sample_id_all", true}};
+  nlohmann::json kernel_attr = attr;
+  kernel_attr["name"] = "intel_bts";
+  kernel_attr["type"] = 9;
+  BtsMetadata m;
+  m.kernel = {{"pmu", {{"name", "intel_bts"}, {"type", 9}}},
+              {"attrs", {kernel_attr}},
+              {"mode", "full-trace"},
+              {"page_size", 4096},
+              {"aux_pages", 1}};
+  m.emulated = {{"emulated", "step"}, {"emulation", {{"format", "bts"}, {"streams", "per-thread"}}},
+                {"attrs", {attr}},    {"mode", "full-trace"},
+                {"page_size", 4096},  {"aux_pages", 1}};
+  return m;
+}
+
+// A BTS recording of thread 300 running tiny.elf: `data` as AUX records that end at `splits`.
+// It must decode to `flow`.
+void ExpectBtsDecodesTo(const ElfCode& code, const nlohmann::json& metadata,
+                        std::span<const uint8_t> data, const std::vector<size_t>& splits,
+                        std::span<const uint64_t> flow) {
+  SCOPED_TRACE(metadata.dump());
+  EXPECT_TRUE(IsBtsRecording(Typed(metadata)));
+  const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_bts.pt");
+  auto writer = NewContainer(path, {metadata.dump()});
+  ASSERT_THAT(writer, IsOk());
+  const uint64_t text = code.Symbol("leaf").address & ~0xfffull;
+  ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(code, 300, text, kTiny)}), IsOk());
+  size_t from = 0;
+  for (size_t to : splits) {
+    ASSERT_THAT(
+        (*writer)->AppendAux(
+            {{StreamKind::kThread, 300}, from, 0, 10 + from, data.subspan(from, to - from)}),
+        IsOk());
+    from = to;
+  }
+  ASSERT_THAT((*writer)->Close(), IsOk());
+  Recorder rec;
+  auto totals = DecodeContainer(path, {}, rec);
+  std::remove(path.c_str());
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(rec.errors, SizeIs(0));
+  ASSERT_THAT(rec.runs, SizeIs(2));
+  EXPECT_THAT(rec.runs[1], ElementsAreArray(flow));
+}
+
 TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
   // The same sideband, an intel_bts recording of one thread.
   PtSynth walk(*code_);
@@ -321,39 +374,32 @@ TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
   std::vector<size_t> branches;
   std::vector<uint8_t> bts = testing::BtsFromWalk(*code_, *ips, &branches);
   ASSERT_GE(branches.size(), 5u);
-  const nlohmann::json attr = {{"sample_type", kLayout.sample_type}, {"sample_id_all", true}};
-  nlohmann::json kernel_attr = attr;
-  kernel_attr["name"] = "intel_bts";
-  kernel_attr["type"] = 9;
-  // What the kernel path writes (the PMU it opened), and what --emulate --bts writes (no
-  // PMU: the emulation's format).
-  const std::vector<nlohmann::json> metadata = {
-      {{"pmu", {{"name", "intel_bts"}, {"type", 9}}}, {"attrs", {kernel_attr}}},
-      {{"emulated", true},
-       {"emulation", {{"format", "bts"}, {"streams", "per-thread"}}},
-       {"attrs", {attr}}}};
-  for (const nlohmann::json& meta : metadata) {
-    SCOPED_TRACE(meta.dump());
-    EXPECT_TRUE(IsBtsRecording(Typed(meta)));
-    const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_bts.pt");
-    auto writer = NewContainer(path, {meta.dump()});
-    ASSERT_THAT(writer, IsOk());
-    const uint64_t text = code_->Symbol("leaf").address & ~0xfffull;
-    ASSERT_THAT((*writer)->AppendSideband({-1, MmapPage(*code_, 300, text, kTiny)}), IsOk());
-    ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 10, bts}), IsOk());
-    ASSERT_THAT((*writer)->Close(), IsOk());
-
-    Recorder rec;
-    auto totals = DecodeContainer(path, {}, rec);
-    std::remove(path.c_str());
-    ASSERT_THAT(totals, IsOk());
-    EXPECT_THAT(rec.errors, SizeIs(0));
-    ASSERT_THAT(rec.runs, SizeIs(2));
-    EXPECT_THAT(rec.runs[1], ElementsAreArray(ips->begin() + branches.front(),
-                                              ips->begin() + branches.back() + 1));
+  ASSERT_LT(bts.size(), 4096u);  // within the AUX area
+  const BtsMetadata meta = MakeBtsMetadata();
+  nlohmann::json older = meta.emulated;  // the stepper's older form
+  older["emulated"] = true;
+  nlohmann::json no_size = meta.kernel;  // the AUX area's size unknown
+  no_size.erase("aux_pages");
+  const std::span<const uint64_t> flow(ips->data() + branches.front(),
+                                       branches.back() - branches.front() + 1);
+  for (const nlohmann::json& m : {meta.kernel, meta.emulated, older, no_size}) {
+    ExpectBtsDecodesTo(*code_, m, bts, {bts.size()}, flow);
   }
   EXPECT_FALSE(IsBtsRecording(Typed({{"emulation", {{"format", "pt"}}}})));
   EXPECT_FALSE(IsBtsRecording(Typed({{"pmu", {{"name", "intel_pt"}}}})));
+}
+
+// The kernel's intel_bts skips the end of its AUX ring (issue 12 item 5): the recording's AUX
+// size (aux_pages x page_size) says where, for the kernel path only; emulated BTS has no ring.
+TEST_F(ContainerTest, KernelBtsRecordingsSkipTheEndOfTheirRing) {
+  constexpr uint64_t kRing = 4096;
+  const testing::BtsWalks walks = testing::LongBtsFromWalks(*code_, work_, 2 * kRing);
+  const BtsMetadata meta = MakeBtsMetadata();
+  // Two AUX records, the first ending inside the ring's second lap.
+  const std::vector<uint8_t> laid = testing::KernelBtsLayout(walks.records, kRing, 0);
+  ExpectBtsDecodesTo(*code_, meta.kernel, laid, {kRing + 1000, laid.size()}, walks.flow);
+  ExpectBtsDecodesTo(*code_, meta.emulated, walks.records, {kRing + 1000, walks.records.size()},
+                     walks.flow);
 }
 
 TEST_F(ContainerTest, FiltersSelectStreams) {

@@ -15,9 +15,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
+#include "decoder/call_stack.h"
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
 #include "decoder/image.h"
+#include "decoder/sinks.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -151,6 +153,58 @@ TEST(DecoderHostileTest, LoopThroughADirectBranchInARawImageIsAnError) {
     std::remove(image.c_str());
   }
   std::remove(trace.c_str());
+}
+
+// Counts what is written to it (bytes, lines, the longest line) and keeps its first 64 KiB.
+struct OutputShape {
+  uint64_t bytes = 0, lines = 0, longest = 0, line = 0;
+  std::string head;
+};
+
+std::FILE* ShapeFile(OutputShape& shape) {
+  cookie_io_functions_t io = {};
+  io.write = [](void* cookie, const char* buf, size_t n) -> ssize_t {
+    auto& s = *static_cast<OutputShape*>(cookie);
+    s.bytes += n;
+    s.head.append(buf, std::min(n, (size_t{64} << 10) - s.head.size()));
+    for (size_t i = 0; i < n; ++i) {
+      if (buf[i] != '\n') {
+        ++s.line;
+        continue;
+      }
+      ++s.lines;
+      s.longest = std::max(s.longest, s.line);
+      s.line = 0;
+    }
+    return static_cast<ssize_t>(n);
+  };
+  return fopencookie(&shape, "w", io);
+}
+
+// `call .` fills the call stack (CallStack::kMaxFrames frames) in each loop segment: `calls`
+// indented each line two spaces per depth, 131 KB of spaces at the deepest, 8.6 GB of output
+// for the 57-byte trace. The indentation now stops at 100 levels; deeper lines say the depth.
+TEST(DecoderHostileTest, CallsIndentationIsBoundedOnADeepStack) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("call_self", kCode, LoopCases()[1].code);
+  OutputShape shape;
+  std::FILE* out = ShapeFile(shape);
+  ASSERT_NE(out, nullptr);
+  auto sink = MakeCallsSink(**image, out, {});
+  ASSERT_THAT(DecodeTrace(LoopTrace(), {}, **image, *sink), IsOk());
+  std::fclose(out);
+  // Two segments of a call line per frame, and a few more lines (errors, the warning).
+  EXPECT_GE(shape.lines, 2 * CallStack::kMaxFrames);
+  EXPECT_LE(shape.lines, 2 * CallStack::kMaxFrames + 16);
+  EXPECT_LE(shape.longest, 11 + 200 + 40) << "longest line";
+  const std::vector<std::string> lines = absl::StrSplit(shape.head, '\n');
+  ASSERT_GT(lines.size(), 110u);
+  std::string all;
+  for (size_t i = 0; i < 110; ++i) all += lines[i] + "\n";
+  EXPECT_THAT(all, HasSubstr(std::string(200, ' ') + "> ")) << all;
+  EXPECT_THAT(all, HasSubstr(std::string(200, ' ') + "[depth 101] > ")) << all;
+  EXPECT_THAT(all, ::testing::Not(HasSubstr(std::string(202, ' ')))) << all;
 }
 
 // A trace.pt: process 300 ran `code` (captured) at kCode, `trace` is thread 300's AUX data,

@@ -268,4 +268,33 @@ std::vector<uint8_t> BtsFromWalk(const ElfCode& code, const std::vector<uint64_t
   return out;
 }
 
+BtsWalks LongBtsFromWalks(const ElfCode& code, uint64_t entry, size_t min_bytes) {
+  BtsWalks out;
+  for (uint32_t seed = 1; out.records.size() < min_bytes; ++seed) {
+    PtSynth synth(code);
+    auto ips = synth.AddSegment({.entry = entry, .seed = seed, .max_insns = 3000});
+    if (!ips.ok() || ips->empty()) std::abort();  // the walk decoded this code before
+    std::vector<size_t> branches;
+    const std::vector<uint8_t> bts = BtsFromWalk(code, *ips, &branches);
+    if (branches.empty()) continue;
+    const uint64_t enable[3] = {0, ips->front(), 0};
+    const auto* p = reinterpret_cast<const uint8_t*>(enable);
+    out.records.insert(out.records.end(), p, p + sizeof(enable));
+    out.records.insert(out.records.end(), bts.begin(), bts.end());
+    out.flow.insert(out.flow.end(), ips->begin(), ips->begin() + branches.back() + 1);
+  }
+  return out;
+}
+
+std::vector<uint8_t> KernelBtsLayout(const std::vector<uint8_t>& records, uint64_t ring_size,
+                                     uint64_t start) {
+  std::vector<uint8_t> out;
+  for (size_t i = 0; i + 24 <= records.size(); i += 24) {
+    const uint64_t left = ring_size - (start + out.size()) % ring_size;
+    if (left < 24) out.resize(out.size() + left, 0);
+    out.insert(out.end(), records.begin() + i, records.begin() + i + 24);
+  }
+  return out;
+}
+
 }  // namespace ptkit::decoder::testing

@@ -99,6 +99,23 @@ class PtSynth {
 std::vector<uint8_t> BtsFromWalk(const ElfCode& code, const std::vector<uint64_t>& ips,
                                  std::vector<size_t>* branches);
 
+// At least `min_bytes` of intel_bts records: walks from `entry` (seeds 1, 2, ...), each begun
+// by a "tracing enabled at its first instruction" record ({0, ips[0], 0}). `flow` is what they
+// decode to: each walk's instructions up to its last record's source.
+struct BtsWalks {
+  std::vector<uint8_t> records;
+  std::vector<uint64_t> flow;
+};
+BtsWalks LongBtsFromWalks(const ElfCode& code, uint64_t entry, size_t min_bytes);
+
+// `records` (whole 24-byte BTS records) as the kernel's intel_bts lays them into an AUX ring of
+// `ring_size` bytes from AUX offset `start` (a multiple of 24 in the ring) on: where fewer than
+// 24 bytes are left before the ring's end, those bytes stay zero and the next record goes at
+// the ring's start (arch/x86/events/intel/bts.c, bts_buffer_reset). The bytes as the AUX
+// offsets [start, start + size) hold them.
+std::vector<uint8_t> KernelBtsLayout(const std::vector<uint8_t>& records, uint64_t ring_size,
+                                     uint64_t start);
+
 }  // namespace ptkit::decoder::testing
 
 #endif  // PTKIT_TESTS_UNIT_DECODER_PT_SYNTH_H_
