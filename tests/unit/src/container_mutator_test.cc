@@ -64,8 +64,8 @@ TEST(ContainerMutatorTest, SplitAndJoinGiveTheFileBack) {
 }
 
 // 2000 mutants of a real emulated recording, with a byte mutator that flips one byte: seven
-// in eight are read with no checksum damage, and the record-level changes (copies under the same and a
-// new sequence number, deletions, reorderings) reach the reader's checks.
+// in eight are read with no checksum damage, and the record-level changes (copies under the same
+// and a new sequence number, deletions, reorderings) reach the reader's checks.
 TEST(ContainerMutatorTest, MutantsHaveValidChecksumsAndRecordLevelChanges) {
   const std::vector<uint8_t> seed = Seed("decode/pt.pt");
   const Read original = ReadAll(seed);
