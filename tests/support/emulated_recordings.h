@@ -54,6 +54,9 @@ class EmulatedRecordings {
     if (std::filesystem::exists(stem + ".done", ec)) {
       rec.ok = true;
     } else {
+      // What a killed or failed attempt left (ptrecord does not overwrite a file).
+      std::filesystem::remove(rec.trace + "~", ec);
+      std::filesystem::remove(rec.truth + "~", ec);
       std::vector<std::string> argv = {
           ptrecord_, "--emulate=step", "--ground-truth", rec.truth + "~", "-o", rec.trace + "~"};
       argv.insert(argv.end(), options.begin(), options.end());
