@@ -284,7 +284,7 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
 
   uint64_t sync = 0;
   for (;;) {
-    pt_insn insn;
+    pt_insn insn{};
     insn.ip = 0;
     int status = pt_insn_sync_forward(dec.get());
     if (status < 0) {
@@ -314,6 +314,9 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
         status = -pte_eos;
         break;
       }
+      // A call that fails before it decodes anything leaves `insn` as it was: never count the
+      // previous instruction (or uninitialised bytes) again.
+      insn.iclass = ptic_error;
       status = pt_insn_next(dec.get(), &insn, sizeof(insn));
       if (status < 0) {
         // The instruction may still have been decoded.

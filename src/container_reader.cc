@@ -59,7 +59,7 @@ class MemSource final : public ByteSource {
   absl::StatusOr<size_t> ReadAt(uint64_t offset, std::span<uint8_t> out) override {
     if (offset >= bytes_.size()) return 0;
     size_t n = std::min<uint64_t>(out.size(), bytes_.size() - offset);
-    std::memcpy(out.data(), bytes_.data() + offset, n);
+    if (n > 0) std::memcpy(out.data(), bytes_.data() + offset, n);  // out may be empty (null)
     return n;
   }
 
