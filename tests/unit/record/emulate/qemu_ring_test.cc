@@ -63,7 +63,7 @@ TEST(QemuRingTest, AFullRingMakesTheWriterWaitAndNothingIsLost) {
 
   constexpr uint64_t kTotal = 1 << 20, kPiece = 10000;
   std::atomic<bool> done{false};
-  uint64_t waits = 0;
+  std::atomic<uint64_t> waits{0};
   std::thread producer([&] {
     QemuSlotWriter out(SlotRing(r.base, slot), 4200, tid, slot);
     std::vector<uint8_t> piece;
@@ -78,11 +78,14 @@ TEST(QemuRingTest, AFullRingMakesTheWriterWaitAndNothingIsLost) {
     }
     done.store(true);
   });
+  // The drain starts once the writer has found the ring full (a fast drain on an idle machine
+  // would otherwise keep up and the wait would never be exercised).
+  while (waits.load() == 0 && !done.load()) std::this_thread::yield();
   while (!done.load()) ASSERT_THAT(drainer.DrainOnce(source), IsOk());
   producer.join();
   ASSERT_THAT(drainer.DrainOnce(source), IsOk());
   ASSERT_THAT((*writer)->Close(), IsOk());
-  EXPECT_GT(waits, 0u);  // the ring was full at least once
+  EXPECT_GT(waits.load(), 0u);  // the ring was full at least once
 
   absl::StatusOr<ContainerReader> reader = ContainerReader::Open(path);
   ASSERT_THAT(reader, IsOk());
