@@ -3,9 +3,9 @@
 #include <signal.h>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "ptkit/numbers.h"
 #include "record/perf_event.h"
+#include "record/text_util.h"
 
 namespace ptkit::record {
 
@@ -26,7 +26,7 @@ bool KillsByDefault(int sig) {
 }
 
 absl::StatusOr<uint64_t> ParseStatusSignalMask(std::string_view status, std::string_view key) {
-  for (std::string_view line : absl::StrSplit(status, '\n')) {
+  for (std::string_view line : Split(status, '\n')) {
     if (!line.starts_with(key)) continue;
     std::string_view value = line.substr(key.size());
     while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) {
@@ -34,11 +34,11 @@ absl::StatusOr<uint64_t> ParseStatusSignalMask(std::string_view status, std::str
     }
     uint64_t mask = 0;
     if (!ParseUnsigned(value, &mask, 16)) {
-      return absl::InvalidArgumentError(absl::StrCat("bad ", key, " value '", value, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("bad ", std::string(key), " value '", std::string(value), "'"));
     }
     return mask;
   }
-  return absl::NotFoundError(absl::StrCat("no ", key, " line"));
+  return absl::NotFoundError(absl::StrCat("no ", std::string(key), " line"));
 }
 
 bool SignalIgnored(uint32_t pid, int sig) {

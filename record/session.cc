@@ -11,6 +11,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_writer.h"
@@ -24,6 +25,7 @@
 #include "record/counters.h"
 #include "record/drain_loop.h"
 #include "record/event_spec.h"
+#include "record/kcore.h"
 #include "record/metadata.h"
 #include "record/perf_event.h"
 #include "record/ring_buffer.h"
@@ -208,6 +210,11 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     return Usage(absl::UnimplementedError(
         "--snapshot-on-crash works with --emulate=step only so far (the kernel path does not "
         "ptrace the workload)"));
+  }
+  // --kcore reads the kernel's files before anything starts (a failure leaves no file).
+  std::optional<KernelCapture> kernel;
+  if (o.kcore) {
+    PTKIT_ASSIGN_OR_RETURN(kernel, CaptureKernel());
   }
   if (o.per_thread && (o.all_cpus || !o.cpu_list.empty())) {
     return Usage(absl::InvalidArgumentError("--per-thread cannot be combined with -a or -C"));
@@ -481,6 +488,20 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   meta.aux_pages = aux_pages;
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(
       BuildMetadata(meta).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
+
+  // --kcore: the kernel's text and symbol tables, stored after the metadata.
+  if (kernel) {
+    PTKIT_RETURN_IF_ERROR(WriteKernelCapture(*writer, *kernel));
+    notes.push_back(absl::StrCat(
+        "--kcore: ", kernel->text.size(), " bytes of kernel text at 0x",
+        absl::Hex(kernel->text_address), ", ", kernel->kallsyms.size(),
+        " bytes of /proc/kallsyms, ", kernel->modules.size(), " of /proc/modules, build-id ",
+        kernel->build_id.empty() ? "none"
+                                 : absl::BytesToHexString(absl::string_view(
+                                       reinterpret_cast<const char*>(kernel->build_id.data()),
+                                       kernel->build_id.size()))));
+    for (const std::string& n : kernel->notes) notes.push_back("--kcore: " + n);
+  }
 
   // --- Go ------------------------------------------------------------------------------------
   if (workload) {

@@ -73,6 +73,7 @@ struct SessionOptions {
   std::string control;             // --control fifo:CTL[,ACK] (record/control.h)
   std::string trigger;             // --trigger uprobe:FUNC[@FILE] (record/trigger.h)
   bool snapshot_on_crash = false;  // --snapshot-on-crash (record/crash.h)
+  bool kcore = false;  // --kcore: the kernel text, kallsyms and modules (record/kcore.h)
   bool compress = true;
   bool archive = false;  // store the executable ranges of every mapped file
   std::string sysfs_root = std::string(kDefaultSysfsRoot);

@@ -8,7 +8,6 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "ptkit/aux_sample.h"
 #include "ptkit/numbers.h"
 #include "ptkit/perf_records.h"
@@ -17,6 +16,7 @@
 #include "record/address_filter.h"
 #include "record/proc_maps.h"
 #include "record/ring.h"
+#include "record/text_util.h"
 
 namespace ptkit::record {
 namespace {
@@ -28,8 +28,8 @@ constexpr uint64_t kHitSampleType = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMP
 std::string FindProgram(const std::string& name) {
   if (name.find('/') != std::string::npos) return name;
   const char* path = std::getenv("PATH");
-  for (std::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
-    std::string candidate = absl::StrCat(dir.empty() ? "." : dir, "/", name);
+  for (std::string_view dir : Split(path ? path : "/usr/bin:/bin", ':')) {
+    std::string candidate = absl::StrCat(dir.empty() ? "." : std::string(dir), "/", name);
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return name;
@@ -39,7 +39,7 @@ std::string FindProgram(const std::string& name) {
 
 absl::StatusOr<TriggerSpec> ParseTrigger(std::string_view text, const std::string& program) {
   auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("--trigger '", text, "': ", why,
+    return absl::InvalidArgumentError(absl::StrCat("--trigger '", std::string(text), "': ", std::string(why),
                                                    " (expected uprobe:FUNC or uprobe:FUNC@FILE)"));
   };
   if (!text.starts_with(kPrefix)) return bad("not a uprobe trigger");
@@ -63,7 +63,7 @@ absl::StatusOr<TriggerSpec> ParseTrigger(std::string_view text, const std::strin
       ParseAddressFilters(absl::StrCat("start ", spec.function, " @ ", file));
   if (!resolved.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--trigger '", text, "': ", resolved.status().message()));
+        absl::StrCat("--trigger '", std::string(text), "': ", resolved.status().message()));
   }
   spec.file = resolved->front().file;
   spec.offset = resolved->front().offset;
@@ -74,12 +74,14 @@ absl::StatusOr<uint32_t> ParseStatParent(std::string_view stat) {
   // "pid (comm) S ppid ...": comm ends at the last ')'.
   const size_t close = stat.rfind(')');
   if (close != std::string_view::npos) {
-    std::vector<std::string_view> fields =
-        absl::StrSplit(stat.substr(close + 1), ' ', absl::SkipEmpty());
+    std::vector<std::string_view> fields;
+    for (std::string_view f : Split(stat.substr(close + 1), ' ')) {
+      if (!f.empty()) fields.push_back(f);
+    }
     uint32_t ppid = 0;
     if (fields.size() >= 2 && ParseUnsigned(fields[1], &ppid)) return ppid;
   }
-  return absl::InvalidArgumentError(absl::StrCat("no parent pid in '", stat.substr(0, 80), "'"));
+  return absl::InvalidArgumentError(absl::StrCat("no parent pid in '", std::string(stat.substr(0, 80)), "'"));
 }
 
 bool IsDescendant(uint32_t pid, uint32_t root, const std::string& proc_root) {

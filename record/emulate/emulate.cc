@@ -565,9 +565,9 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   std::map<uint32_t, std::deque<uint64_t>> waiting_hits;  // tid -> IPs hit, not yet retired
   absl::Status trigger_status;
   uint64_t trigger_snapshots = 0;
-  if (trigger) {
+  if (options.trigger) {  // opened before the exec, so not yet here
     sink.retired = [&](uint32_t tid, uint64_t ip) {
-      if (trigger->Pending()) {
+      if (trigger && trigger->Pending()) {
         absl::StatusOr<std::vector<record::TriggerHit>> hits =
             trigger->Poll([&](uint32_t pid) { return recorder.HasProcess(pid); });
         if (!hits.ok() && trigger_status.ok()) trigger_status = hits.status();

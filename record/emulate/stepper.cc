@@ -844,11 +844,11 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
   // handler-entry notification); an int3 in the workload is SI_KERNEL and is its own signal.
   // A uprobe executes the probed instruction out of line and then, for the tracer's TF, sends
   // the task a SIGTRAP of its own (SI_USER from itself: arch/x86/kernel/uprobes.c,
-  // arch_uprobe_post_xol): that is the step's trap too.
+  // arch_uprobe_post_xol): at a probed instruction that is the step's trap too.
+  const bool probed_step = sig == SIGTRAP && (si.si_code == SI_USER || si.si_code == SI_KERNEL) &&
+                           probed_.contains({t.pid, t.pending_ip});
   const bool step_trap =
-      sig == SIGTRAP && ((si.si_code > 0 && si.si_code != SI_KERNEL) ||
-                         (si.si_code == SI_USER && static_cast<uint32_t>(si.si_pid) == t.pid &&
-                          probed_.contains({t.pid, t.pending_ip})));
+      probed_step || (sig == SIGTRAP && si.si_code > 0 && si.si_code != SI_KERNEL);
   if (!step_trap) {
     PTKIT_ASSIGN_OR_RETURN(bool trapped, OnPlantedTrap(t, si));
     if (trapped) return Resume(tid, 0);

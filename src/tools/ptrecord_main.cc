@@ -46,10 +46,10 @@ int Fail(const std::string& message, int code) {
 
 // The options --emulate refuses (usage errors): other targets, the kernel, the AUX area's
 // modes, counters, PMU descriptions. Named in --help and man/ptrecord.1.
-constexpr const char* kNotWithEmulate[] = {"--pid",           "--tid",          "--all-cpus",
-                                           "--cpu",           "--per-thread",   "--kernel",
-                                           "--aux-watermark", "--counters",     "--sideband-only",
-                                           "--sysfs-root",    "--sample-event", "--control"};
+constexpr const char* kNotWithEmulate[] = {
+    "--pid",          "--tid",           "--all-cpus", "--cpu",           "--per-thread",
+    "--kernel",       "--aux-watermark", "--counters", "--sideband-only", "--sysfs-root",
+    "--sample-event", "--control",       "--kcore"};
 
 // The default --sample-period of --emulate: instructions of a thread between AUX samples.
 constexpr uint64_t kEmulatedSamplePeriod = 1000;
@@ -250,6 +250,10 @@ int main(int argc, char** argv) {
                "When the workload dies of a signal (SIGSEGV, SIGABRT, ...), a snapshot before it "
                "is gone, labelled with the signal and thread (ptdecode info); implies "
                "--snapshot");
+  app.add_flag("--kcore", o.kcore,
+               "Also copy the kernel's text (from /proc/kcore, root), /proc/kallsyms, "
+               "/proc/modules and the kernel build-id into the container, so ptdecode decodes "
+               "and names kernel code (as perf record --kcore)");
   app.add_option("--aux-watermark", watermark,
                  "AUX bytes that wake ptrecord (K/M/G; default a quarter of the AUX area)");
   app.add_flag("--no-compress", no_compress, "Store records without zstd");

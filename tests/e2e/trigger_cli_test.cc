@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
@@ -99,13 +100,23 @@ TEST(TriggerCliTest, AUprobeSnapshotEndsAtTheFunctionsEntryInEveryThread) {
     ASSERT_NE(at, std::string::npos) << "snapshot 0 is no run of the thread's instructions";
     const size_t entry_index = static_cast<size_t>(entry - ran.begin());
     ASSERT_GE(entry_index, at);
-    ASSERT_LT(entry_index, at + got.size()) << "the snapshot ends before work's entry";
-    // After the entry only work's straight-line start (no branch has a packet yet).
+    // The decode stops where the packets end: at the call whose TIP says it enters work (or,
+    // past the entry, within work's straight-line start, where no branch has a packet yet).
+    ASSERT_LE(entry_index, at + got.size()) << "the snapshot ends before work's entry";
     for (size_t i = entry_index; i < at + got.size(); ++i) {
       EXPECT_GE(ran[i], work_begin);
       EXPECT_LT(ran[i], work_end);
     }
     EXPECT_LT(at + got.size() - entry_index, 8u);
+    // The snapshot's last packet is that TIP: work's entry.
+    auto packets = RunCommand(
+        {PTDECODE_PATH, "packets", "--tid", std::to_string(tid), "--snapshot", "0", trace});
+    ASSERT_EQ(packets.exit_code, 0) << packets.err;
+    const size_t tip = packets.out.rfind("  tip ");
+    ASSERT_NE(tip, std::string::npos) << packets.out;
+    const std::string last = packets.out.substr(tip, packets.out.find('\n', tip) - tip);
+    EXPECT_THAT(last, HasSubstr(fmt::format("0x{:x}", work_begin)));
+    EXPECT_EQ(packets.out.find('\n', tip), packets.out.size() - 1) << "packets after the TIP";
     // The end snapshot follows, and it is the thread's end.
     const std::vector<uint64_t> end = SnapshotInsns(trace, tid, 1);
     ASSERT_FALSE(end.empty());
@@ -155,15 +166,19 @@ TEST(TriggerCliTest, ACrashSnapshotNamesTheSignalAndEndsAtTheFault) {
   const auto [main_begin, main_end] = NmRange(kCrash, "main");
   EXPECT_GE(ip, main_begin);
   EXPECT_LT(ip, main_end);
-  // The fault did not retire: the ground truth ends right before it.
+  // The fault did not retire: the ground truth ends right before it. The snapshot decodes to
+  // a run of the thread's instructions that ends where its packets do: at most a few
+  // straight-line instructions of main (which need no packet) before the fault.
   const std::vector<uint64_t> got = SnapshotInsns(trace, tid, 0);
   ASSERT_FALSE(got.empty());
-  std::vector<uint64_t> to_fault = ran;
-  to_fault.push_back(ip);
-  const bool ends_before = std::equal(got.begin(), got.end(), ran.end() - got.size());
-  const bool ends_at = got.size() <= to_fault.size() &&
-                       std::equal(got.begin(), got.end(), to_fault.end() - got.size());
-  EXPECT_TRUE(ends_before || ends_at) << "the crash snapshot is not the end of the thread's run";
+  const size_t at = Find(ran, got);
+  ASSERT_NE(at, std::string::npos) << "the crash snapshot is no run of the thread's instructions";
+  const size_t end = at + got.size();
+  EXPECT_LE(ran.size() - end, 8u);
+  for (size_t i = end; i < ran.size(); ++i) {
+    EXPECT_GE(ran[i], main_begin);
+    EXPECT_LT(ran[i], main_end);
+  }
   // It is the last snapshot: no end round after the crash.
   auto second = RunCommand({PTDECODE_PATH, "insn", "--snapshot", "1", trace});
   EXPECT_NE(second.exit_code, 0);
