@@ -101,6 +101,11 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
                    "insn: weigh stacks by instructions (default); time: by TSC ticks")
         ->check(CLI::IsMember({"insn", "time"}));
   }
+  if (set.samples) {
+    cmd.add_flag("--samples", f.samples,
+                 "A sampled profile of the AUX samples (ptrecord --aux-sample), each sample's "
+                 "stack rebuilt from its trace snippet, instead of decoding the trace");
+  }
   if (set.only_under) {
     CLI::Option* under = cmd.add_option("--only-under", f.only_under,
                                         "Count only what runs while FUNCTION has a frame");
@@ -142,6 +147,31 @@ absl::StatusOr<RawInputSpec> RawInputSpecFromFlags(const DecodeFlags& f) {
   if (!config.ok()) return config.status();
   spec.config = *config;
   return spec;
+}
+
+absl::StatusOr<SamplesOptions> SampledProfileFromFlags(const DecodeFlags& f, bool stats) {
+  if (f.container.empty() || !f.pt.empty() || !f.bts.empty()) {
+    return absl::InvalidArgumentError(
+        "--samples profiles the AUX samples of a trace.pt FILE (ptrecord --aux-sample), not a "
+        "raw trace");
+  }
+  for (const auto& [given, flag] :
+       {std::pair{!f.time.empty(), "--time"}, std::pair{!f.snapshot.empty(), "--snapshot"},
+        std::pair{f.weight != "insn", "--weight time"},
+        std::pair{!f.only_under.empty(), "--only-under"}}) {
+    if (given) {
+      return absl::InvalidArgumentError(fmt::format(
+          "{} selects or weighs decoded instructions; --samples counts samples (it takes "
+          "--tid and --cpu N)",
+          f.only_under == "main" && flag == std::string_view("--only-under") ? "--exclude-startup"
+                                                                             : flag));
+    }
+  }
+  SamplesOptions options;
+  options.json = f.json;
+  options.stats = stats;
+  options.folded = !stats;
+  return options;
 }
 
 std::string DefaultBuildIdDir(const char* perf_buildid_dir, const char* home) {

@@ -17,6 +17,7 @@
 #include "decoder/diff.h"
 #include "decoder/perf_data_export.h"
 #include "decoder/raw_input.h"
+#include "decoder/samples.h"
 #include "decoder/sinks.h"
 #include "decoder/tsc_clock.h"
 
@@ -48,6 +49,7 @@ struct DecodeFlags {
   size_t top_functions = 0;     // stats: rows shown (0: all); the default report sets it
   bool list_problems = false;   // stats: list every loss and error (the default report)
   std::string only_under;       // stats: --only-under FUNCTION; --exclude-startup: "main"
+  bool samples = false;         // stats, folded: the sampled profile of the AUX samples
 };
 
 // Which of the optional flags a decoding sub-command has, besides those all of them have.
@@ -57,6 +59,7 @@ struct DecodeFlagSet {
   bool srcline = false;     // --srcline
   bool weight = false;      // --weight insn|time
   bool only_under = false;  // --only-under FUNCTION, --exclude-startup (stats)
+  bool samples = false;     // --samples (stats, folded)
 };
 
 // Registers --sysroot/--symfs, --buildid-dir, --cpu, --tid and --snapshot: where a
@@ -75,6 +78,12 @@ absl::StatusOr<RawInputSpec> RawInputSpecFromFlags(const DecodeFlags& flags);
 // Where perf keeps its build-id cache: $PERF_BUILDID_DIR, else $HOME/.debug, else "" (the
 // two variables' values, null when unset).
 std::string DefaultBuildIdDir(const char* perf_buildid_dir, const char* home);
+
+// `stats --samples` (`stats`) or `folded --samples`: the sampled profile PrintSamples makes
+// of a recording's AUX samples. Errors: a raw trace (--pt, --bts), and the flags that select
+// or weigh decoded instructions (--time, --snapshot, --weight time, --only-under,
+// --exclude-startup), which samples do not have.
+absl::StatusOr<SamplesOptions> SampledProfileFromFlags(const DecodeFlags& flags, bool stats);
 
 // The options of decoding a recording: --sysroot, --buildid-dir (`default_buildid_dir`
 // without it), the filters --cpu N, --tid, --snapshot, and the configuration --cpu

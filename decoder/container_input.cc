@@ -79,6 +79,11 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
       case RecordType::kCode: {
         auto code = ParseCode(rec.payload);
         if (!code.ok()) break;
+        if (code->flags & kCodeKernelTable) {
+          r.kernel_tables[std::string(code->path)] =
+              std::string(code->bytes.begin(), code->bytes.end());
+          break;
+        }
         if (code->bytes.empty()) {
           // A file's identity: its build-id finds it in the build-id cache, as perf.data's.
           if (!code->build_id.empty()) {

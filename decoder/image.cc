@@ -516,6 +516,19 @@ void ProgramImage::LoadCapturedSymbols(const std::string& name, uint32_t file_in
   PlaceSymbols(ReadLinkSymbols(*elf), file_index, placements);
 }
 
+void ProgramImage::AddSymbols(std::span<const Symbol> symbols) {
+  // A symbol may span several mappings (the kernel text comes in chunks): without a size it
+  // ends at the next symbol (SortSymbols), at most at the end of the mapped code.
+  const uint64_t top = mappings_.empty() ? 0 : mappings_.back().end;
+  for (Symbol s : symbols) {
+    if (SectionAt(s.begin) < 0) continue;
+    s.image = static_cast<uint32_t>(FileAt(s.begin));
+    if (s.end <= s.begin) s.end = top;
+    symbols_.push_back(std::move(s));
+    symbols_sorted_ = false;
+  }
+}
+
 void ProgramImage::AddMissing(const std::string& path, uint64_t start, uint64_t end) {
   missing_.push_back({start, end, path});
 }

@@ -108,6 +108,10 @@ class ProgramImage {
   // it. libelf may write into them (an ELF image's symbols are read in place).
   void AddBytes(const std::string& name, uint64_t address, std::span<uint8_t> bytes,
                 std::shared_ptr<void> owner);
+  // Adds function symbols of code already in the image (the kernel's, from kallsyms): each
+  // symbol's `image` becomes the file mapping its start (a symbol outside every mapping is
+  // dropped); an `end` of 0 runs to the next symbol, at most to the end of the mapped code.
+  void AddSymbols(std::span<const Symbol> symbols);
   // Records that [start, end) held `path`, which could not be loaded: gaps there name it.
   void AddMissing(const std::string& path, uint64_t start, uint64_t end);
   // The missing file recorded for `ip`, or null.

@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -14,7 +16,9 @@
 #include "decoder/ipt_handles.h"
 #include "decoder/packets.h"
 #include "fmt/format.h"
+#include "ptkit/container_format.h"
 #include "ptkit/elf_file.h"
+#include "ptkit/kallsyms.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
@@ -553,7 +557,10 @@ class ImageCache {
   // The copy of the mapped file in the build-id cache, by the build-id its record or the
   // recording names; "" when there is none.
   std::string FromBuildIdCache(const Mapping& m) const;
+  // The function symbols of the recording's /proc/kallsyms (--kcore), parsed once.
+  const std::vector<Symbol>& KernelSymbols();
   const Recording& r_;
+  std::optional<std::vector<Symbol>> kernel_symbols_;
   std::string sysroot_;
   std::string buildid_dir_;
   std::shared_ptr<pt_image_section_cache> iscache_;  // shared by every image, as in ptxed
@@ -581,12 +588,21 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
   static const std::vector<CapturedCode> kNone;
   auto c = r_.captured.find(pid);
   const std::vector<CapturedCode>& code = c == r_.captured.end() ? kNone : c->second;
-  for (const CapturedCode& c : code) {
-    // Mapped, not copied: the pages are the spool's (copy-on-write for libelf's sake).
-    PTKIT_ASSIGN_OR_RETURN(SpoolView view, r_.spool->Map(c.run, /*private_copy=*/true));
-    auto owner = std::make_shared<SpoolView>(std::move(view));
-    image->AddBytes(c.path, c.address, owner->private_bytes(), owner);
+  // ptrecord --kcore: the kernel text (code of pid 0) is in every process, named by kallsyms.
+  auto k = r_.captured.find(0);
+  const std::vector<CapturedCode>& kernel = k == r_.captured.end() || pid == 0 ? kNone : k->second;
+  bool kernel_code = false;
+  for (const std::vector<CapturedCode>* list : {&code, &kernel}) {
+    for (const CapturedCode& c : *list) {
+      if (list == &kernel && !(c.flags & kCodeKernel)) continue;
+      kernel_code |= (c.flags & kCodeKernel) != 0;
+      // Mapped, not copied: the pages are the spool's (copy-on-write for libelf's sake).
+      PTKIT_ASSIGN_OR_RETURN(SpoolView view, r_.spool->Map(c.run, /*private_copy=*/true));
+      auto owner = std::make_shared<SpoolView>(std::move(view));
+      image->AddBytes(c.path, c.address, owner->private_bytes(), owner);
+    }
   }
+  if (kernel_code) image->AddSymbols(KernelSymbols());
   for (const Mapping* mapping : r_.timeline.MappingsDuring(pid, from, to)) {
     const Mapping& m = *mapping;
     const bool vdso = m.path == "[vdso]";
@@ -626,6 +642,24 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
   ProgramImage* raw = image.get();
   images_.emplace(std::make_pair(pid, epoch), std::move(image));
   return raw;
+}
+
+const std::vector<Symbol>& ImageCache::KernelSymbols() {
+  if (kernel_symbols_) return *kernel_symbols_;
+  kernel_symbols_.emplace();
+  auto t = r_.kernel_tables.find("/proc/kallsyms");
+  if (t == r_.kernel_tables.end()) return *kernel_symbols_;
+  for (KallsymsEntry& e : ParseKallsyms(t->second)) {
+    if (!IsKallsymsText(e.type) || !e.module.empty()) continue;
+    // Of several names at one address, the one perf's choose_best_symbol() picks: global over
+    // weak and local, then the fewest leading underscores (startup_64, not _stext or _text).
+    const size_t underscores = std::min<size_t>(e.name.find_first_not_of('_'), 50);
+    const uint8_t rank = static_cast<uint8_t>(
+        underscores * 4 + (e.type == 'W' || e.type == 'w') * 2 + (std::islower(e.type) != 0));
+    kernel_symbols_->push_back(
+        {.begin = e.address, .end = 0, .name = std::move(e.name), .rank = rank});
+  }
+  return *kernel_symbols_;
 }
 
 std::string ImageCache::FromBuildIdCache(const Mapping& m) const {

@@ -139,7 +139,10 @@ struct Recording {
   std::vector<std::string> warnings;  // damage, repeated bytes, loss outside the trace, ...
   DecodeTotals unplaced;              // losses of streams without trace bytes
   std::vector<AuxSample> samples;     // in file order
-  uint64_t malformed_samples = 0;     // sample records whose PERF_RECORD_SAMPLE did not parse
+  // ptrecord --kcore: the kernel tables' text by path ("/proc/kallsyms", "/proc/modules"); the
+  // kernel text itself is captured code of pid 0 (flag kCodeKernel), mapped in every process.
+  std::map<std::string, std::string> kernel_tables;
+  uint64_t malformed_samples = 0;  // sample records whose PERF_RECORD_SAMPLE did not parse
 };
 
 // The bytes of captured code `c` of `r`, mapped from the recording's spool.

@@ -5,11 +5,13 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <string_view>
 
 #include "decoder/decode.h"
 #include "decoder/ipt_handles.h"
 #include "decoder/output_format.h"
+#include "decoder/sinks.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
@@ -28,6 +30,61 @@ struct Insn {
   uint8_t size = 0;
   pt_insn_class iclass = ptic_other;
 };
+
+// stats --samples: one function's samples.
+struct SampledFunction {
+  uint64_t self = 0;   // samples taken in it
+  uint64_t total = 0;  // samples with it on the rebuilt stack (or taken in it)
+};
+
+std::string Percent(uint64_t n, uint64_t of) {
+  return fmt::format("{:.1f}%", of ? 100.0 * static_cast<double>(n) / static_cast<double>(of) : 0);
+}
+
+// The `stats --samples` table (or its JSON document) of `functions`: by self, then total
+// (descending), then name.
+void AppendSampleStats(const std::string& trace, const SamplesTotals& totals,
+                       const std::map<std::string, SampledFunction>& functions,
+                       const std::vector<std::string>& warnings, bool json, Buffer& buf) {
+  std::vector<std::pair<std::string, SampledFunction>> rows(functions.begin(), functions.end());
+  std::stable_sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second.self, a.second.total) > std::pair(b.second.self, b.second.total);
+  });
+  auto it = std::back_inserter(buf);
+  const uint64_t n = totals.samples;
+  if (json) {
+    buf.append(std::string_view("{\"schema\":\"ptkit-sample-stats/1\",\"trace\":"));
+    AppendJsonString(buf, trace);
+    fmt::format_to(it,
+                   ",\"totals\":{{\"samples\":{},\"unsynced\":{},\"not_reached\":{},"
+                   "\"malformed\":{}}},\"functions\":[",
+                   n, totals.unsynced, totals.not_reached, totals.malformed);
+    for (size_t i = 0; i < rows.size(); ++i) {
+      buf.append(std::string_view(i ? ",{\"function\":" : "{\"function\":"));
+      AppendJsonString(buf, rows[i].first);
+      fmt::format_to(it, ",\"self\":{},\"total\":{}}}", rows[i].second.self, rows[i].second.total);
+    }
+    buf.append(std::string_view("],\"warnings\":["));
+    for (size_t i = 0; i < warnings.size(); ++i) {
+      if (i) buf.push_back(',');
+      AppendJsonString(buf, warnings[i]);
+    }
+    buf.append(std::string_view("]}\n"));
+    return;
+  }
+  fmt::format_to(it,
+                 "sampled profile of {}: {} ({} with a stack rebuilt from their snippet, {} "
+                 "unsynchronised, {} not reaching the sampled IP{})\n",
+                 trace, Counted(n, "sample"), n - totals.unsynced, totals.unsynced,
+                 totals.not_reached,
+                 totals.malformed ? fmt::format(", {} malformed (skipped)", totals.malformed) : "");
+  fmt::format_to(it, "{:>10} {:>7} {:>10} {:>7}  function\n", "self", "self%", "total", "total%");
+  for (const auto& [name, f] : rows) {
+    fmt::format_to(it, "{:>10} {:>7} {:>10} {:>7}  {}\n", f.self, Percent(f.self, n), f.total,
+                   Percent(f.total, n), name);
+  }
+  for (const std::string& w : warnings) fmt::format_to(it, "warning: {}\n", w);
+}
 
 }  // namespace
 
@@ -131,9 +188,10 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
   Output out(file);
   Buffer& buf = out.buf();
   auto it = std::back_inserter(buf);
-  if (so.json && !so.folded) buf.append(std::string_view("{\"samples\":["));
+  if (so.json && !so.folded && !so.stats) buf.append(std::string_view("{\"samples\":["));
   bool first = true;
-  std::map<std::string, uint64_t> stacks;  // folded: stack -> samples
+  std::map<std::string, uint64_t> stacks;            // folded: stack -> samples
+  std::map<std::string, SampledFunction> functions;  // stats: by name
   PTKIT_ASSIGN_OR_RETURN(
       std::vector<std::string> warnings,
       ForEachSample(
@@ -149,11 +207,20 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
             ++totals.samples;
             if (!flow.synced) ++totals.unsynced;
             if (flow.synced && !flow.reached) ++totals.not_reached;
-            if (so.folded) {
+            if (so.folded || so.stats) {
               std::vector<std::string> frames =
                   flow.synced ? SampleStack(flow, image) : std::vector<std::string>{};
+              const std::string leaf = FunctionName(image, f.ip);
+              if (so.stats) {
+                // Self: where the sample was taken (also when the flow never got there).
+                ++functions[leaf].self;
+                std::set<std::string_view> on_stack(frames.begin(), frames.end());
+                on_stack.insert(leaf);
+                for (std::string_view name : on_stack) ++functions[std::string(name)].total;
+                return absl::OkStatus();
+              }
               if (frames.empty()) {  // no history: the sample counts, under a name saying so
-                frames = {"[unsynchronised]", FunctionName(image, f.ip)};
+                frames = {"[unsynchronised]", leaf};
               }
               std::string stack;
               for (const std::string& frame : frames) stack += (stack.empty() ? "" : ";") + frame;
@@ -228,6 +295,8 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
   for (const std::string& w : r.warnings) warnings.push_back(w);
   if (so.folded) {
     for (const auto& [stack, n] : stacks) fmt::format_to(it, "{} {}\n", stack, n);
+  } else if (so.stats) {
+    AppendSampleStats(r.name, totals, functions, warnings, so.json, buf);
   } else if (so.json) {
     fmt::format_to(it,
                    "],\"totals\":{{\"samples\":{},\"unsynced\":{},\"not_reached\":{},"

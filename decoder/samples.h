@@ -54,8 +54,12 @@ struct SamplesOptions {
   bool instructions = false;  // also list the decoded instructions
   // Instead of one entry per sample: a sampled profile in folded-stack form, "f1;f2;f3 N" per
   // stack (flamegraph.pl), each sample's stack rebuilt from the calls and returns its snippet
-  // holds (SampleStack).
+  // holds (SampleStack). `samples --folded`, `folded --samples`.
   bool folded = false;
+  // Instead of one entry per sample: a sampled profile per function (`stats --samples`): the
+  // samples whose IP is in it (self) and those whose rebuilt stack holds it (total, once per
+  // sample), text or JSON (schema ptkit-sample-stats/1, ptdecode(1)).
+  bool stats = false;
 };
 
 // The functions on the stack at the end of `flow` (outermost first), rebuilt from its calls

@@ -88,6 +88,7 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
   std::vector<pollfd> fds;
   for (TraceSource* s : sources) fds.push_back(pollfd{s->poll_fd(), POLLIN, 0});
   if (options.control != nullptr) fds.push_back(pollfd{options.control->fd(), POLLIN, 0});
+  for (int fd : options.trigger_fds) fds.push_back(pollfd{fd, POLLIN, 0});
   const uint64_t stop0 = signals.stop_count();
   uint64_t snapshot_seen = signals.snapshot_count();
   const timespec timeout{options.poll_timeout_ms / 1000,
@@ -110,7 +111,7 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
     if (rc < 0 && errno != EINTR) return ErrnoStatus(errno, "ppoll on perf event fds");
     ++result.passes;
     for (size_t i = 0; i < fds.size(); ++i) {
-      if (i == sources.size()) {  // the control FIFO: read below
+      if (i >= sources.size()) {  // the control FIFO and the triggers: read below
         fds[i].revents = 0;
         continue;
       }
@@ -126,6 +127,14 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
     if (snaps != snapshot_seen) {
       snapshot_seen = snaps;
       if (options.snapshot_mode) PTKIT_RETURN_IF_ERROR(snapshot_all());
+    }
+    if (options.triggered) {
+      PTKIT_ASSIGN_OR_RETURN(uint64_t fired, options.triggered());
+      result.trigger_fires += fired;
+      if (fired != 0 && options.snapshot_mode) {
+        PTKIT_RETURN_IF_ERROR(snapshot_all());
+        ++result.trigger_snapshots;
+      }
     }
     bool stop = false;
     if (options.control != nullptr) {

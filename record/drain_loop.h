@@ -15,6 +15,7 @@
 #include <functional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "record/control.h"
@@ -71,6 +72,12 @@ struct LoopOptions {
   // acknowledged: enable / disable start and stop every source's AUX event, snapshot takes
   // one round in snapshot mode, stop ends the loop, ping only acks. May be null.
   ControlChannel* control = nullptr;
+  // Snapshot triggers (--trigger, record/trigger.h), in snapshot mode: the loop also waits on
+  // `trigger_fds`, and after every pass asks `triggered` how many times the trigger fired since
+  // it last asked; when it did, one snapshot round (hits between two passes share it). May be
+  // empty.
+  std::vector<int> trigger_fds;
+  std::function<absl::StatusOr<uint64_t>()> triggered;
   // Told what the user should know about a command (unknown, or snapshot outside snapshot
   // mode). May be empty.
   std::function<void(const std::string&)> notice;
@@ -82,7 +89,9 @@ struct LoopResult {
   bool stopped_by_signal = false;
   bool stopped_by_control = false;  // a "stop" command
   bool workload_exited = false;
-  uint64_t control_commands = 0;  // commands read (acknowledged)
+  uint64_t control_commands = 0;   // commands read (acknowledged)
+  uint64_t trigger_fires = 0;      // what `triggered` counted
+  uint64_t trigger_snapshots = 0;  // snapshot rounds they took (also counted in `snapshots`)
 };
 
 // Runs until a stop condition, then disables every source's AUX event, drains everything

@@ -11,6 +11,7 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_writer.h"
@@ -24,11 +25,13 @@
 #include "record/counters.h"
 #include "record/drain_loop.h"
 #include "record/event_spec.h"
+#include "record/kcore.h"
 #include "record/metadata.h"
 #include "record/perf_event.h"
 #include "record/ring_buffer.h"
 #include "record/text_util.h"
 #include "record/trace_source.h"
+#include "record/trigger.h"
 #include "record/workload.h"
 
 namespace ptkit::record {
@@ -191,6 +194,28 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   if (!o.control.empty()) {
     PTKIT_ASSIGN_OR_RETURN(control_spec, Usage(ParseControlSpec(o.control)));
   }
+  std::optional<TriggerSpec> trigger_spec;
+  if (!o.trigger.empty()) {
+    if (!o.snapshot_size) {
+      return Usage(absl::InvalidArgumentError("--trigger takes snapshots: it needs --snapshot"));
+    }
+    if (o.command.empty() && !o.pid) {
+      return Usage(absl::InvalidArgumentError(
+          "--trigger needs a workload (-- command) or a process (-p PID) whose hits count"));
+    }
+    PTKIT_ASSIGN_OR_RETURN(trigger_spec,
+                           Usage(ParseTrigger(o.trigger, o.command.empty() ? "" : o.command[0])));
+  }
+  if (o.snapshot_on_crash) {
+    return Usage(absl::UnimplementedError(
+        "--snapshot-on-crash works with --emulate=step only so far (the kernel path does not "
+        "ptrace the workload)"));
+  }
+  // --kcore reads the kernel's files before anything starts (a failure leaves no file).
+  std::optional<KernelCapture> kernel;
+  if (o.kcore) {
+    PTKIT_ASSIGN_OR_RETURN(kernel, CaptureKernel());
+  }
   if (o.per_thread && (o.all_cpus || !o.cpu_list.empty())) {
     return Usage(absl::InvalidArgumentError("--per-thread cannot be combined with -a or -C"));
   }
@@ -310,6 +335,12 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     pids.push_back(*o.tid);
   } else {
     pids.push_back(-1);
+  }
+
+  // --trigger: the uprobe on every traced CPU, its hits kept for the workload's processes.
+  std::optional<UprobeTrigger> trigger;
+  if (trigger_spec) {
+    PTKIT_ASSIGN_OR_RETURN(trigger, UprobeTrigger::Open(*trigger_spec, cpus));
   }
 
   // --- Events and rings ------------------------------------------------------------------
@@ -458,6 +489,20 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(
       BuildMetadata(meta).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)));
 
+  // --kcore: the kernel's text and symbol tables, stored after the metadata.
+  if (kernel) {
+    PTKIT_RETURN_IF_ERROR(WriteKernelCapture(*writer, *kernel));
+    notes.push_back(absl::StrCat(
+        "--kcore: ", kernel->text.size(), " bytes of kernel text at 0x",
+        absl::Hex(kernel->text_address), ", ", kernel->kallsyms.size(),
+        " bytes of /proc/kallsyms, ", kernel->modules.size(), " of /proc/modules, build-id ",
+        kernel->build_id.empty() ? "none"
+                                 : absl::BytesToHexString(absl::string_view(
+                                       reinterpret_cast<const char*>(kernel->build_id.data()),
+                                       kernel->build_id.size()))));
+    for (const std::string& n : kernel->notes) notes.push_back("--kcore: " + n);
+  }
+
   // --- Go ------------------------------------------------------------------------------------
   if (workload) {
     absl::Status go = workload->Go();
@@ -486,6 +531,17 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   lo.snapshot_mode = o.snapshot_size.has_value();
   lo.snapshot_size = o.snapshot_size.value_or(0);
   if (control) lo.control = &*control;
+  if (trigger) {
+    const uint32_t root = static_cast<uint32_t>(workload ? workload->pid() : *o.pid);
+    lo.trigger_fds = trigger->poll_fds();
+    lo.triggered = [&trigger, root]() -> absl::StatusOr<uint64_t> {
+      if (!trigger->Pending()) return 0;
+      PTKIT_ASSIGN_OR_RETURN(std::vector<TriggerHit> hits, trigger->Poll([root](uint32_t pid) {
+        return IsDescendant(pid, root);
+      }));
+      return hits.size();
+    };
+  }
   lo.notice = [&result](const std::string& text) { result.warnings.push_back(text); };
   if (workload) {
     lo.child_exited = [&] {
@@ -534,6 +590,17 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   result.totals = drainer.Totals();
   result.notes = std::move(notes);
   result.stopped_by_control = loop->stopped_by_control;
+  if (trigger) {
+    result.notes.push_back(absl::StrCat(
+        "--trigger ", trigger_spec->text, ": ", trigger->hits(), " hits, ", loop->trigger_snapshots,
+        " snapshots at them (hits between two drain passes share one)",
+        trigger->ignored() ? absl::StrCat("; ", trigger->ignored(), " hits of other processes")
+                           : ""));
+    if (trigger->lost() != 0) {
+      result.warnings.push_back(absl::StrCat(
+          trigger->lost(), " uprobe hits of --trigger were lost (the trigger ring was full)"));
+    }
+  }
   result.file_bytes = writer->stats().stored_bytes;
   return result;
 }

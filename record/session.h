@@ -68,9 +68,12 @@ struct SessionOptions {
   // `sample_period` events with the newest SIZE bytes of the trace.
   std::optional<uint64_t> aux_sample_size;
   std::string sample_event = "cycles";
-  uint64_t sample_period = 0;  // 0 = kDefaultSamplePeriod
-  std::string counters;        // -e, libpfm4 names
-  std::string control;         // --control fifo:CTL[,ACK] (record/control.h)
+  uint64_t sample_period = 0;      // 0 = kDefaultSamplePeriod
+  std::string counters;            // -e, libpfm4 names
+  std::string control;             // --control fifo:CTL[,ACK] (record/control.h)
+  std::string trigger;             // --trigger uprobe:FUNC[@FILE] (record/trigger.h)
+  bool snapshot_on_crash = false;  // --snapshot-on-crash (record/crash.h)
+  bool kcore = false;  // --kcore: the kernel text, kallsyms and modules (record/kcore.h)
   bool compress = true;
   bool archive = false;  // store the executable ranges of every mapped file
   std::string sysfs_root = std::string(kDefaultSysfsRoot);

@@ -118,6 +118,11 @@ struct SnapshotRecord {
 };
 inline constexpr uint32_t kCodeVdso = 0x1;      // bytes of the [vdso] mapping
 inline constexpr uint32_t kCodeIdentity = 0x2;  // path and build-id only, no bytes
+// Kernel text (ptrecord --kcore), pid 0: mapped in every process.
+inline constexpr uint32_t kCodeKernel = 0x4;
+// A kernel table (ptrecord --kcore): bytes are the text of the file named by path
+// (/proc/kallsyms, /proc/modules), address 0.
+inline constexpr uint32_t kCodeKernelTable = 0x8;
 struct CodeRecord {
   uint32_t pid = 0;
   uint32_t flags = 0;

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -147,6 +148,34 @@ class Recorder final : public StepSink {
       Move(t);
       take(*t.source);
     }
+  }
+
+  // Snapshot mode: a snapshot of thread `tid`'s ring only (--trigger), pending packets
+  // flushed. False when the thread is not running.
+  bool SnapshotThread(uint32_t tid) {
+    auto it = threads_.find(tid);
+    if (!status_.ok() || it == threads_.end()) return false;
+    Thread& t = it->second;
+    if (t.encoder) {
+      if (absl::Status s = t.encoder->Flush(); !s.ok()) {
+        Fail(s);
+        return false;
+      }
+    }
+    Move(t);
+    const uint64_t want =
+        *options_.snapshot_size != 0 ? *options_.snapshot_size : t.source->ring().aux.size();
+    auto n = drainer_.Snapshot(*t.source, want);
+    if (!n.ok()) Fail(n.status());
+    return n.ok();
+  }
+
+  // Whether a running (or ended) thread belongs to process `pid`.
+  bool HasProcess(uint32_t pid) const {
+    for (const auto& [tid, t] : threads_) {
+      if (t.pid == pid) return true;
+    }
+    return false;
   }
 
  private:
@@ -351,6 +380,12 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
     return bad;
   }
+  if ((options.trigger || options.snapshot_on_crash) && !options.snapshot_size) {
+    absl::Status bad = absl::InvalidArgumentError(
+        "--trigger and --snapshot-on-crash take snapshots: they need snapshot mode");
+    bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+    return bad;
+  }
   if (options.aux_sample_size != 0) {
     absl::Status bad = record::CheckAuxSampleSize(options.aux_sample_size,
                                                   options.aux_pages * ::sysconf(_SC_PAGESIZE));
@@ -410,6 +445,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
                          record::ReadSystemFile("/sys/devices/system/cpu/online"));
   PTKIT_ASSIGN_OR_RETURN(std::vector<int> cpus, record::ParseCpuList(online_text));
   RecordingMetadata meta;
+  std::optional<record::UprobeTrigger> trigger;  // --trigger
+  std::optional<record::CrashInfo> crash;        // --snapshot-on-crash, once it happened
   StepperOptions so;
   so.argv = options.argv;
   so.max_steps = options.max_steps;
@@ -460,6 +497,10 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
                                      options.data_pages, cpus.size(), limits, "tracking event"));
       sideband.push_back(std::move(source));
     }
+    if (options.trigger) {
+      PTKIT_ASSIGN_OR_RETURN(trigger,
+                             record::UprobeTrigger::Open(*options.trigger, cpus, CLOCK_MONOTONIC));
+    }
     meta = record::BuildRecordingMetadata(
         EmulatedMetadataInput(options, tracking, options.data_pages, options.aux_pages));
     meta.emulated = RecordingMetadata::kEmulatedStep;
@@ -501,8 +542,10 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     }
     void OnInstruction(uint32_t tid, uint64_t ip) override {
       inner.OnInstruction(tid, ip);
+      if (retired) retired(tid, ip);
       if (++count % kSidebandDrainSteps == 0) drain();
     }
+    std::function<void(uint32_t, uint64_t)> retired;  // --trigger
     void OnThreadEnd(uint32_t tid) override { inner.OnThreadEnd(tid); }
   };
   absl::Status sideband_status;
@@ -515,6 +558,34 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   failed = [&] { return !recorder.status().ok() || !sideband_status.ok(); };
   snapshot_threads = [&] { recorder.SnapshotThreads(/*ended=*/false); };
   PeriodicSink sink(recorder, drain_sideband);
+  // --trigger: the uprobe's hits, read after every retired instruction (a load of each ring's
+  // head). A hit is written while its thread steps FUNC's first instruction, so it is there
+  // when that instruction's retirement is reported: the snapshot is taken then. A hit read
+  // while another thread is reported waits for its own thread.
+  std::map<uint32_t, std::deque<uint64_t>> waiting_hits;  // tid -> IPs hit, not yet retired
+  absl::Status trigger_status;
+  uint64_t trigger_snapshots = 0;
+  if (options.trigger) {  // opened before the exec, so not yet here
+    sink.retired = [&](uint32_t tid, uint64_t ip) {
+      if (trigger && trigger->Pending()) {
+        absl::StatusOr<std::vector<record::TriggerHit>> hits =
+            trigger->Poll([&](uint32_t pid) { return recorder.HasProcess(pid); });
+        if (!hits.ok() && trigger_status.ok()) trigger_status = hits.status();
+        if (hits.ok()) {
+          for (const record::TriggerHit& h : *hits) waiting_hits[h.tid].push_back(h.ip);
+        }
+      }
+      auto w = waiting_hits.find(tid);
+      if (w == waiting_hits.end() || w->second.empty() || w->second.front() != ip) return;
+      w->second.pop_front();
+      if (recorder.SnapshotThread(tid)) ++trigger_snapshots;
+    };
+  }
+  so.on_fatal_signal = [&](uint32_t pid, uint32_t tid, int sig, uint64_t ip) {
+    if (!options.snapshot_on_crash || crash) return;
+    crash = record::CrashInfo{.pid = pid, .tid = tid, .signal = sig, .ip = ip};
+    recorder.SnapshotThreads(/*ended=*/false);
+  };
   absl::StatusOr<StepperResult> stepped = RunStepped(so, sink);
   ran = recorder.threads() > 0;
   if (progress_shown) std::fputs("\r\033[K", stderr);
@@ -524,9 +595,11 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   }
   const StepperResult& steps = *stepped;
   drain_sideband();
-  if (options.snapshot_size) recorder.SnapshotThreads(/*ended=*/true);
+  // The crash snapshot is the last round: after it the process only died.
+  if (options.snapshot_size && !crash) recorder.SnapshotThreads(/*ended=*/true);
   PTKIT_RETURN_IF_ERROR(recorder.status());
   PTKIT_RETURN_IF_ERROR(sideband_status);
+  PTKIT_RETURN_IF_ERROR(trigger_status);
   if (truth && (std::fflush(truth.get()) != 0 || std::ferror(truth.get()))) {
     return ErrnoStatus(errno, "write ", options.ground_truth);
   }
@@ -535,6 +608,24 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
 
   result.steps = steps;
   result.totals = drainer.Totals();
+  result.crash = crash;
+  uint64_t unmatched = 0;  // hits whose instruction was never reported retired
+  for (const auto& [tid, ips] : waiting_hits) unmatched += ips.size();
+  if (trigger) {
+    result.trigger_hits = trigger->hits();
+    result.trigger_snapshots = trigger_snapshots;
+    if (unmatched != 0) {
+      result.warnings.push_back(absl::StrCat(
+          unmatched, " uprobe hits of --trigger ", trigger->spec().text,
+          " took no snapshot: their thread never retired the probed instruction as a step of "
+          "its own (it ended first, or the kernel emulated the instruction)"));
+    }
+    if (trigger->lost() != 0) {
+      result.warnings.push_back(absl::StrCat(trigger->lost(), " uprobe hits of --trigger ",
+                                             trigger->spec().text,
+                                             " were lost (the trigger ring was full)"));
+    }
+  }
   result.threads = recorder.threads();
   result.exit_code = steps.exit_status;
   // A Ctrl-C also reaches the workload (its process group), which may die of it before the
@@ -552,6 +643,18 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     end.stopped_by = SignalName(result.stop_signal);
   } else if (steps.step_limit_hit) {
     end.stopped_by = "--max-steps";
+  }
+  if (trigger) {
+    end.extra["trigger"] = {
+        {"spec", trigger->spec().text},          {"file", trigger->spec().file},
+        {"offset", trigger->spec().offset},      {"hits", result.trigger_hits},
+        {"snapshots", result.trigger_snapshots}, {"other_processes_hits", trigger->ignored()}};
+  }
+  if (crash) {
+    end.extra["crash"] = {{"signal", SignalName(crash->signal)},
+                          {"pid", crash->pid},
+                          {"tid", crash->tid},
+                          {"ip", crash->ip}};
   }
   meta.end = std::move(end);
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));

@@ -17,11 +17,13 @@
 
 #include "absl/status/statusor.h"
 #include "ptkit/container_writer.h"
+#include "record/crash.h"
 #include "record/drain.h"
 #include "record/emulate/stepper.h"
 #include "record/metadata.h"
 #include "record/swpt/bts_writer.h"
 #include "record/swpt/pt_encoder.h"
+#include "record/trigger.h"
 
 namespace ptkit::emulate {
 
@@ -55,6 +57,16 @@ struct EmulateOptions {
   // each running thread's newest SIZE bytes (0: the whole ring) become a snapshot, and at the
   // end every thread's. Unset: the whole trace is kept.
   std::optional<uint64_t> snapshot_size;
+  // --trigger uprobe:FUNC (step backend, snapshot mode): a real uprobe event on FUNC
+  // (record/trigger.h); each time a thread of the workload reaches FUNC, a snapshot of that
+  // thread's ring, taken when FUNC's first instruction has retired (its pending packets
+  // flushed), so the snapshot ends at FUNC's entry.
+  std::optional<record::TriggerSpec> trigger;
+  // --snapshot-on-crash (step backend, snapshot mode): when a thread gets a signal that kills
+  // the process, a snapshot of every running thread before it is delivered; it is the
+  // recording's last snapshot round (no end round follows), and the end metadata's "crash"
+  // names the signal, the thread and its instruction.
+  bool snapshot_on_crash = false;
   uint64_t data_pages = 64;               // tracking ring, per CPU
   uint64_t aux_pages = 64;                // simulated AUX ring, per thread
   uint64_t qemu_aux_pages = 1024;         // the same for the qemu backend (it runs ~10^4x faster)
@@ -69,7 +81,10 @@ struct EmulateResult {
   int exit_code = 0;
   int stop_signal = 0;  // the SIGINT, SIGTERM or SIGHUP that stopped the recording, or 0
   StepperResult steps;
-  record::StreamStats totals;  // samples and sample_aux_bytes count the AUX samples
+  record::StreamStats totals;              // samples and sample_aux_bytes count the AUX samples
+  uint64_t trigger_hits = 0;               // --trigger: the workload's hits of FUNC
+  uint64_t trigger_snapshots = 0;          // the snapshots they took
+  std::optional<record::CrashInfo> crash;  // --snapshot-on-crash: the signal that killed it
   uint64_t threads = 0;
   std::vector<std::string> warnings;  // e.g. mapped files without a build-id
 };

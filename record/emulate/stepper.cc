@@ -16,6 +16,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -25,9 +26,11 @@
 #include "ptkit/numbers.h"
 #include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
+#include "record/crash.h"
 #include "record/emulate/step_events.h"
 #include "record/proc_maps.h"
 #include "record/session.h"
+#include "record/trigger.h"
 #include "record/workload.h"
 
 namespace ptkit::emulate {
@@ -252,6 +255,8 @@ class Run {
   pid_t leader_ = 0;
   std::map<uint32_t, Thread> threads_;
   std::map<uint32_t, std::unordered_map<uint64_t, InsnInfo>> code_;  // pid -> ip -> insn
+  // Uprobe sites met (pid, ip): the kernel's INT3 at an instruction the file has otherwise.
+  std::set<std::pair<uint32_t, uint64_t>> probed_;
   std::map<uint64_t, Mm> mms_;
   uint64_t next_mm_ = 1;
   const bool filtering_ = !options_.filters.empty();
@@ -326,6 +331,9 @@ absl::StatusOr<const InsnInfo*> Run::Info(const Thread& t, uint64_t ip) {
           bytes[i] = original[ip + i - start];
       }
     }
+  }
+  if (bytes[0] == 0xcc && record::RestoreProbedBytes(t.tid, ip, std::span(bytes, got))) {
+    probed_.insert({pid, ip});  // a uprobe's INT3 (--trigger): the program has its own byte
   }
   PTKIT_ASSIGN_OR_RETURN(InsnInfo info, DecodeInsn(std::span<const uint8_t>(bytes, got), ip));
   sink_.OnCode(pid, ip, std::span<const uint8_t>(bytes, info.size));
@@ -834,14 +842,26 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
   ::ptrace(PTRACE_GETSIGINFO, tid, nullptr, &si);
   // Single-step traps are kernel-made (TRAP_TRACE, TRAP_BRKPT after a syscall, the
   // handler-entry notification); an int3 in the workload is SI_KERNEL and is its own signal.
-  const bool step_trap = sig == SIGTRAP && si.si_code > 0 && si.si_code != SI_KERNEL;
+  // A uprobe executes the probed instruction out of line and then, for the tracer's TF, sends
+  // the task a SIGTRAP of its own (SI_USER from itself: arch/x86/kernel/uprobes.c,
+  // arch_uprobe_post_xol): at a probed instruction that is the step's trap too.
+  const bool probed_step = sig == SIGTRAP && (si.si_code == SI_USER || si.si_code == SI_KERNEL) &&
+                           probed_.contains({t.pid, t.pending_ip});
+  const bool step_trap =
+      probed_step || (sig == SIGTRAP && si.si_code > 0 && si.si_code != SI_KERNEL);
   if (!step_trap) {
     PTKIT_ASSIGN_OR_RETURN(bool trapped, OnPlantedTrap(t, si));
     if (trapped) return Resume(tid, 0);
     PTKIT_ASSIGN_OR_RETURN(bool entered, OnArmedFault(t, si));
     if (entered) return Resume(tid, 0);
     // A real signal: deliver it. If the process catches it, the next stop is at the handler.
-    if (sig != SIGSTOP && Catches(t.pid, sig)) t.signal_to_handler = true;
+    if (sig != SIGSTOP && Catches(t.pid, sig)) {
+      t.signal_to_handler = true;
+    } else if (options_.on_fatal_signal && record::KillsByDefault(sig) &&
+               !record::SignalIgnored(t.pid, sig)) {
+      // It ends the process: the last chance to see its threads as they are.
+      options_.on_fatal_signal(t.pid, t.stream, sig, t.pending_ip);
+    }
     return Resume(tid, sig);
   }
   PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(tid));

@@ -79,6 +79,10 @@ struct StepperOptions {
   // When set, called about once a second while the workload runs, with the counts so far
   // (`seconds` is the time since the start).
   std::function<void(const StepperResult&)> progress;
+  // When set, called when a thread is about to get a signal that kills its process (not
+  // caught, not ignored, fatal by default: record/crash.h), before it is delivered, with the
+  // process, the thread's stream, the signal and the instruction it stopped at.
+  std::function<void(uint32_t pid, uint32_t tid, int sig, uint64_t ip)> on_fatal_signal;
 };
 
 // Runs the workload to its end. Errors: kNotFound (exit code 127 semantics) when argv[0]

@@ -216,7 +216,7 @@ absl::Status WriteSynthContainer(const std::string& path, const CodeImage& image
   std::string comm = image.path().substr(image.path().find_last_of('/') + 1).substr(0, 15);
   sb.Comm(comm, t0);
   for (const LoadSegment& seg : image.segments()) {
-    if (!seg.exec || seg.filesz == 0) continue;
+    if (!container.map_image || !seg.exec || seg.filesz == 0) continue;
     uint64_t addr = seg.vaddr & ~uint64_t{0xfff};
     uint64_t len = ((seg.vaddr + seg.memsz + 0xfff) & ~uint64_t{0xfff}) - addr;
     sb.Mmap2(addr, len, seg.file_offset - (seg.vaddr - addr), file, t0 + 1);
@@ -242,6 +242,7 @@ absl::Status WriteSynthContainer(const std::string& path, const CodeImage& image
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->AppendSideband({-1, sb.bytes()}));
   for (const AuxRecord& r : aux) PTKIT_RETURN_IF_ERROR(writer->AppendAux(r));
+  if (container.more_records) PTKIT_RETURN_IF_ERROR(container.more_records(*writer));
   return writer->Close();
 }
 

@@ -11,10 +11,12 @@
 #define PTKIT_RECORD_SWPT_SYNTH_CONTAINER_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "ptkit/container_writer.h"
 #include "record/swpt/code_image.h"
 #include "record/swpt/synthesizer.h"
 
@@ -29,6 +31,11 @@ struct SynthContainerOptions {
   // Write the walk's BTS records (SynthOptions::bts) as an `intel_bts//u` recording instead of
   // the PT bytes.
   bool bts = false;
+  // False: no MMAP2 for the image (its code reaches the decoder otherwise, e.g. as kernel text
+  // captured by ptrecord --kcore that `more_records` writes).
+  bool map_image = true;
+  // Called with the writer after the trace records, before the footer. May be empty.
+  std::function<absl::Status(ContainerWriter&)> more_records;
 };
 
 // Writes `result` (a walk of `image` with `options`) to `path`. Fails with kInvalidArgument

@@ -19,9 +19,10 @@ namespace {
 // Where a jump or call that leaves the image goes, as far as the trace says (TIP.PGD payload).
 constexpr uint64_t kOutside = 0x7f0000001000;
 // Marks a shadow-stack entry pushed by a signal: returning through it leaves the image (the
-// sigreturn trampoline) and resumes at the interrupted instruction. User addresses never have
-// bit 63 set.
-constexpr uint64_t kSignalFrame = uint64_t{1} << 63;
+// sigreturn trampoline) and resumes at the interrupted instruction. The mark flips bit 62: a
+// canonical address (user or kernel) has bits 62 and 63 equal, a marked entry does not.
+constexpr uint64_t kSignalFrame = uint64_t{1} << 62;
+bool IsSignalFrame(uint64_t entry) { return ((entry >> 63) & 1) != ((entry >> 62) & 1); }
 constexpr uint32_t kNoTable = std::numeric_limits<uint32_t>::max();
 constexpr size_t kMaxTableEntries = 1024;
 constexpr int kTableLookBack = 16;
@@ -483,11 +484,11 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
           PTKIT_RETURN_IF_ERROR(emit(Event::Disable(ip, kOutside, false)));
           ip = next_entry();
           PTKIT_RETURN_IF_ERROR(emit(Event::Enable(ip)));
-        } else if (shadow.back() & kSignalFrame) {
+        } else if (IsSignalFrame(shadow.back())) {
           // Signal handler returns to the trampoline; rt_sigreturn resumes the interrupted code.
           ++r.exits;
           PTKIT_RETURN_IF_ERROR(emit(Event::Disable(ip, kOutside, false)));
-          ip = shadow.back() & ~kSignalFrame;
+          ip = shadow.back() ^ kSignalFrame;
           shadow.pop_back();
           PTKIT_RETURN_IF_ERROR(emit(Event::Enable(ip)));
         } else {
@@ -505,7 +506,7 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
         if (shadow.empty()) {
           ip = next_entry();
         } else {
-          ip = shadow.back() & ~kSignalFrame;
+          ip = IsSignalFrame(shadow.back()) ? shadow.back() ^ kSignalFrame : shadow.back();
           shadow.pop_back();
         }
         PTKIT_RETURN_IF_ERROR(emit(Event::Enable(ip)));
@@ -545,7 +546,7 @@ absl::StatusOr<SynthResult> Synthesizer::Walk(const SynthOptions& options) {
         PTKIT_RETURN_IF_ERROR(emit(Event::AsyncDisable(ip)));
         PTKIT_RETURN_IF_ERROR(emit(Event::Enable(handler)));
       }
-      shadow.push_back(ip | kSignalFrame);
+      shadow.push_back(ip ^ kSignalFrame);
       ip = handler;
     }
     if (overflow_left != 0 && --overflow_left == 0) overflow_due = true;

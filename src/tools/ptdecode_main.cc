@@ -348,6 +348,13 @@ int RunSamples(const dec::DecodeFlags& f, dec::SamplesOptions so) {
   return done.ok() ? 0 : Fail(done.status());
 }
 
+// `stats --samples` (`stats`), `folded --samples`: the sampled profile of the AUX samples.
+int RunSampledProfile(const dec::DecodeFlags& f, bool stats) {
+  auto so = dec::SampledProfileFromFlags(f, stats);
+  if (!so.ok()) return UsageError(so.status());
+  return RunSamples(f, *so);
+}
+
 // Every sub-command's flags; each row of kCommands gets its own and fills the part it uses.
 struct Flags {
   dec::DecodeFlags decode;
@@ -390,13 +397,21 @@ const Command kCommands[] = {
      [](const Flags& f) { return RunDecode(f.decode, dec::MakeCallsSink); }},
     {"stats", "Per function and per image: instructions (self, inclusive), calls; totals",
      [](CLI::App& cmd, Flags& f) {
-       dec::AddDecodeFlags(cmd, f.decode, {.json = true, .only_under = true});
+       dec::AddDecodeFlags(cmd, f.decode, {.json = true, .only_under = true, .samples = true});
      },
-     [](const Flags& f) { return RunDecode(f.decode, dec::MakeStatsSink); }},
+     [](const Flags& f) {
+       return f.decode.samples ? RunSampledProfile(f.decode, true)
+                               : RunDecode(f.decode, dec::MakeStatsSink);
+     }},
     {"folded",
      "Folded stacks weighted by instructions or time (flamegraph.pl, inferno, speedscope)",
-     DecodeFlagsOf<false, false, false, true>,
-     [](const Flags& f) { return RunDecode(f.decode, dec::MakeFoldedSink); }},
+     [](CLI::App& cmd, Flags& f) {
+       dec::AddDecodeFlags(cmd, f.decode, {.json = false, .weight = true, .samples = true});
+     },
+     [](const Flags& f) {
+       return f.decode.samples ? RunSampledProfile(f.decode, false)
+                               : RunDecode(f.decode, dec::MakeFoldedSink);
+     }},
     {"timeline", "Chrome trace-event JSON (Perfetto UI, speedscope), one slice per stack frame",
      DecodeFlagsOf<false, false, false, false>,
      [](const Flags& f) { return RunDecode(f.decode, dec::MakeTimelineSink); }},

@@ -24,6 +24,7 @@
 #include "record/emulate/emulate.h"
 #include "record/emulate/qemu_backend.h"
 #include "record/session.h"
+#include "record/trigger.h"
 
 namespace {
 
@@ -45,10 +46,10 @@ int Fail(const std::string& message, int code) {
 
 // The options --emulate refuses (usage errors): other targets, the kernel, the AUX area's
 // modes, counters, PMU descriptions. Named in --help and man/ptrecord.1.
-constexpr const char* kNotWithEmulate[] = {"--pid",           "--tid",          "--all-cpus",
-                                           "--cpu",           "--per-thread",   "--kernel",
-                                           "--aux-watermark", "--counters",     "--sideband-only",
-                                           "--sysfs-root",    "--sample-event", "--control"};
+constexpr const char* kNotWithEmulate[] = {
+    "--pid",          "--tid",           "--all-cpus", "--cpu",           "--per-thread",
+    "--kernel",       "--aux-watermark", "--counters", "--sideband-only", "--sysfs-root",
+    "--sample-event", "--control",       "--kcore"};
 
 // The default --sample-period of --emulate: instructions of a thread between AUX samples.
 constexpr uint64_t kEmulatedSamplePeriod = 1000;
@@ -104,10 +105,20 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   e.data_pages = o.data_pages;
   if (o.snapshot_size) {
     if (backend == "qemu") {
-      return Fail("--snapshot is not available with --emulate=qemu yet: use --emulate=step", 2);
+      return Fail(
+          "--snapshot (and --trigger, --snapshot-on-crash) is not available with --emulate=qemu "
+          "yet: use --emulate=step",
+          2);
     }
     e.snapshot_size = o.snapshot_size;
   }
+  if (!o.trigger.empty()) {
+    absl::StatusOr<ptkit::record::TriggerSpec> t =
+        ptkit::record::ParseTrigger(o.trigger, o.command.front());
+    if (!t.ok()) return Fail(std::string(t.status().message()), 2);
+    e.trigger = *t;
+  }
+  e.snapshot_on_crash = o.snapshot_on_crash;
   if (o.aux_sample_size) {
     if (backend == "qemu") {
       return Fail("--aux-sample is not available with --emulate=qemu yet: use --emulate=step", 2);
@@ -133,6 +144,14 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
               " (the workload was killed; the trace up to there is complete)";
   } else if (r->steps.step_limit_hit) {
     ending += "; stopped at --max-steps";
+  }
+  if (e.trigger) {
+    ending += "; " + Count(r->trigger_hits, "hit") + " of " + e.trigger->text + ", " +
+              Count(r->trigger_snapshots, "snapshot") + " at them";
+  }
+  if (r->crash) {
+    ending += "; crash snapshot: " + ptkit::emulate::SignalName(r->crash->signal) + " in thread " +
+              std::to_string(r->crash->tid);
   }
   if (!quiet) {
     std::fprintf(
@@ -222,6 +241,19 @@ int main(int argc, char** argv) {
   app.add_option("--control", o.control,
                  "fifo:CTL[,ACK]: read perf's control commands (enable, disable, snapshot, "
                  "stop, ping) from the FIFO CTL, answer each with 'ack' on ACK");
+  app.add_option("--trigger", o.trigger,
+                 "uprobe:FUNC[@FILE]: a snapshot each time the workload (any thread or child) "
+                 "reaches FUNC of FILE (default: the workload's program), through a uprobe perf "
+                 "event; implies --snapshot")
+      ->type_name("uprobe:FUNC[@FILE]");
+  app.add_flag("--snapshot-on-crash", o.snapshot_on_crash,
+               "When the workload dies of a signal (SIGSEGV, SIGABRT, ...), a snapshot before it "
+               "is gone, labelled with the signal and thread (ptdecode info); implies "
+               "--snapshot");
+  app.add_flag("--kcore", o.kcore,
+               "Also copy the kernel's text (from /proc/kcore, root), /proc/kallsyms, "
+               "/proc/modules and the kernel build-id into the container, so ptdecode decodes "
+               "and names kernel code (as perf record --kcore)");
   app.add_option("--aux-watermark", watermark,
                  "AUX bytes that wake ptrecord (K/M/G; default a quarter of the AUX area)");
   app.add_flag("--no-compress", no_compress, "Store records without zstd");
@@ -323,6 +355,15 @@ int main(int argc, char** argv) {
       if (!s.ok()) return Fail("--snapshot: " + std::string(s.status().message()), 2);
       o.snapshot_size = *s;
     }
+  }
+  if ((!o.trigger.empty() || o.snapshot_on_crash) && !o.snapshot_size) {
+    o.snapshot_size = 0;  // snapshot mode, the whole AUX area per snapshot
+  }
+  if (!o.trigger.empty() && o.command.empty()) {
+    return Fail("--trigger needs a workload: ptrecord --trigger uprobe:FUNC -- cmd", 2);
+  }
+  if (o.snapshot_on_crash && o.command.empty()) {
+    return Fail("--snapshot-on-crash needs a workload: ptrecord --snapshot-on-crash -- cmd", 2);
   }
   if (app.count("--aux-sample") > 0) {
     o.aux_sample_size = ptkit::record::kDefaultAuxSampleSize;

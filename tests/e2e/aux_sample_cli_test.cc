@@ -138,8 +138,98 @@ TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
                                   std::to_string(expected_total) + " decoded to the sampled IP"));
 }
 
-// The sampled profile: one folded stack per distinct stack, the counts summing to the samples;
-// each stack's leaf is the function nm says holds the sampled IP, so the samples in `work`
+// Every function symbol of a static program by `nm -S` (the oracle): start -> [end, names]
+// (aliases share a range); a symbol without a size ends at the next one (as gdb and ptkit end
+// it).
+struct NmFunction {
+  uint64_t end = 0;
+  std::vector<std::string> names;
+};
+std::map<uint64_t, NmFunction> NmFunctions(const std::string& program) {
+  auto r = RunCommand({"/usr/bin/nm", "-S", "--defined-only", program});
+  std::map<uint64_t, NmFunction> functions;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream split(line);
+    std::vector<std::string> fields;
+    for (std::string f; split >> f;) fields.push_back(f);
+    if (fields.size() != 3 && fields.size() != 4) continue;
+    const std::string& type = fields[fields.size() - 2];
+    if (type != "T" && type != "t" && type != "W" && type != "i") continue;
+    const uint64_t begin = std::stoull(fields[0], nullptr, 16);
+    NmFunction& f = functions[begin];
+    if (fields.size() == 4) {
+      f.end = std::max<uint64_t>(f.end, begin + std::stoull(fields[1], nullptr, 16));
+    }
+    f.names.push_back(fields.back());
+  }
+  for (auto it = functions.begin(); it != functions.end(); ++it) {
+    auto next = std::next(it);
+    if (it->second.end == 0 && next != functions.end()) it->second.end = next->first;
+  }
+  return functions;
+}
+
+// `stats --samples` of `rec`: per function, the samples taken in it (self) are exactly the
+// ground truth's sampled IPs that nm puts in its range; `work` calls nothing, so its total
+// equals its self; per thread (--tid) the samples are that thread's.
+void CheckSampledStats(const Recorded& rec) {
+  const testing::PerThread truth = ReadTruth(rec.truth);
+  const std::map<uint64_t, NmFunction> nm = NmFunctions(kThreads);
+  ASSERT_FALSE(nm.empty());
+  std::map<uint64_t, uint64_t> want;  // nm range start -> samples taken in it
+  uint64_t total = 0;
+  for (const auto& [tid, ips] : truth) {
+    for (uint64_t k = 1; k * kPeriod <= ips.size(); ++k) {
+      const uint64_t ip = ips[k * kPeriod - 1];
+      auto f = nm.upper_bound(ip);
+      ASSERT_NE(f, nm.begin()) << std::hex << ip;
+      --f;
+      ASSERT_LT(ip, f->second.end) << std::hex << ip << " is in no nm function";
+      ++want[f->first];
+      ++total;
+    }
+  }
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--samples", "--json", rec.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  const nlohmann::json j = nlohmann::json::parse(stats.out);
+  EXPECT_EQ(j["schema"], "ptkit-sample-stats/1");
+  EXPECT_EQ(j["totals"]["samples"], total);
+  EXPECT_EQ(j["totals"]["unsynced"], 0);
+  std::map<uint64_t, uint64_t> got;
+  for (const nlohmann::json& f : j["functions"]) {
+    const std::string name = f["function"];
+    EXPECT_GE(f["total"].get<uint64_t>(), f["self"].get<uint64_t>()) << name;
+    EXPECT_LE(f["total"].get<uint64_t>(), total) << name;
+    if (f["self"] == 0) continue;
+    auto range = std::find_if(nm.begin(), nm.end(), [&](const auto& e) {
+      return std::find(e.second.names.begin(), e.second.names.end(), name) != e.second.names.end();
+    });
+    ASSERT_NE(range, nm.end()) << name << " is no nm function";
+    got[range->first] += f["self"].get<uint64_t>();
+    if (name == "work") {
+      EXPECT_EQ(f["total"], f["self"]);
+    }
+  }
+  EXPECT_EQ(got, want);
+
+  // Text: the header and one row per function.
+  auto text = RunCommand({PTDECODE_PATH, "stats", "--samples", rec.trace});
+  ASSERT_EQ(text.exit_code, 0) << text.err;
+  EXPECT_THAT(text.out, HasSubstr(": " + std::to_string(total) + " samples (" +
+                                  std::to_string(total) + " with a stack rebuilt"));
+  EXPECT_THAT(text.out, HasSubstr("%  work\n"));
+
+  const uint64_t tid = truth.rbegin()->first;
+  auto one = RunCommand(
+      {PTDECODE_PATH, "stats", "--samples", "--json", "--tid", std::to_string(tid), rec.trace});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_EQ(nlohmann::json::parse(one.out)["totals"]["samples"], truth.at(tid).size() / kPeriod);
+}
+
+// The sampled profile (`samples --folded`, `folded --samples`, and per function `stats
+// --samples`, CheckSampledStats): one folded stack per distinct stack, the counts summing to the
+// samples; each stack's leaf is the function nm says holds the sampled IP, so the samples in `work`
 // (by the ground truth's IPs and nm's range of work) are exactly those whose stack ends in it,
 // and their stack is the worker threads' entry path.
 TEST_F(AuxSampleCliTest, FoldedStacksFromTheSnippets) {
@@ -156,25 +246,50 @@ TEST_F(AuxSampleCliTest, FoldedStacksFromTheSnippets) {
     }
   }
   ASSERT_GT(in_work, 0u);
-  auto folded = RunCommand({PTDECODE_PATH, "samples", "--folded", rec.trace});
-  ASSERT_EQ(folded.exit_code, 0) << folded.err;
-  uint64_t sum = 0, work_leaf = 0;
-  std::istringstream lines(folded.out);
-  for (std::string line; std::getline(lines, line);) {
-    const size_t space = line.rfind(' ');
-    ASSERT_NE(space, std::string::npos) << line;
-    const std::string stack = line.substr(0, space);
-    const uint64_t n = std::stoull(line.substr(space + 1));
-    sum += n;
-    if (stack == "work" || stack.ends_with(";work")) {
-      work_leaf += n;
-      // clone3 starts the thread in start_thread, which calls work: nothing else is open (a
-      // SYSCALL that returned is no call, a return pops).
-      EXPECT_EQ(stack, "__clone3;start_thread;work") << line;
+  // `samples --folded` and `folded --samples` are the same profile.
+  for (const std::vector<std::string>& command :
+       {std::vector<std::string>{"samples", "--folded"}, {"folded", "--samples"}}) {
+    std::vector<std::string> argv = {PTDECODE_PATH};
+    argv.insert(argv.end(), command.begin(), command.end());
+    argv.push_back(rec.trace);
+    auto folded = RunCommand(argv);
+    ASSERT_EQ(folded.exit_code, 0) << command[0] << ": " << folded.err;
+    uint64_t sum = 0, work_leaf = 0;
+    std::istringstream lines(folded.out);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t space = line.rfind(' ');
+      ASSERT_NE(space, std::string::npos) << line;
+      const std::string stack = line.substr(0, space);
+      const uint64_t n = std::stoull(line.substr(space + 1));
+      sum += n;
+      if (stack == "work" || stack.ends_with(";work")) {
+        work_leaf += n;
+        // clone3 starts the thread in start_thread, which calls work: nothing else is open (a
+        // SYSCALL that returned is no call, a return pops).
+        EXPECT_EQ(stack, "__clone3;start_thread;work") << line;
+      }
     }
+    EXPECT_EQ(sum, total) << command[0];
+    EXPECT_EQ(work_leaf, in_work) << command[0];
   }
-  EXPECT_EQ(sum, total);
-  EXPECT_EQ(work_leaf, in_work);
+  CheckSampledStats(rec);
+}
+
+// What --samples cannot do is a usage error that says why.
+TEST_F(AuxSampleCliTest, SampledProfileFlagErrors) {
+  const Recorded rec{.trace = dir_->File("any.pt")};  // the flags are checked before the file
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"stats", "--samples", "--time", "1,2", rec.trace}, "--time selects or weighs"},
+           {{"stats", "--samples", "--exclude-startup", rec.trace}, "--exclude-startup"},
+           {{"folded", "--samples", "--weight", "time", rec.trace}, "--weight time"},
+           {{"folded", "--samples", "--pt", rec.trace}, "not a raw trace"},
+       }) {
+    std::vector<std::string> argv = {PTDECODE_PATH};
+    argv.insert(argv.end(), args.begin(), args.end());
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << args[2] << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(says)) << args[2];
+  }
 }
 
 // A snippet smaller than the PSB period mostly holds no PSB: those samples are counted and

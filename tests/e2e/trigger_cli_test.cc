@@ -1,0 +1,188 @@
+// Snapshot triggers on the real kernel, with the emulated trace:
+//   ptrecord --emulate=step --trigger uprobe:FUNC --ground-truth truth -o trace.pt -- PROGRAM
+//   ptrecord --emulate=step --snapshot-on-crash ... -- CRASHING_PROGRAM
+// The trigger is a real uprobe perf event. The oracles are the recorder's ground truth (every
+// retired instruction per thread) and nm (FUNC's address range): a thread's k-th trigger
+// snapshot decodes to a run of what it executed that ends at its k-th entry into FUNC (and
+// the straight-line start of FUNC the decoder runs on to, without packets).
+#include <signal.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "ground_truth.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "run_command.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::NmRange;
+using ::ptkit::testing::ParseInsn;
+using ::ptkit::testing::PerThread;
+using ::ptkit::testing::ReadTruth;
+using ::ptkit::testing::RunCommand;
+using ::testing::HasSubstr;
+
+const std::string kThreads = std::string(PROGRAM_DIR) + "/emulate_threads";
+const std::string kCrash = std::string(E2E_PROGRAM_DIR) + "/e2e_crash";
+
+bool Denied(const std::string& err) {
+  return err.find("Operation not permitted") != std::string::npos ||
+         err.find("Permission denied") != std::string::npos;
+}
+
+nlohmann::json InfoJson(const std::string& trace) {
+  auto info = RunCommand({PTDECODE_PATH, "info", "--json", trace});
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  return nlohmann::json::parse(info.out, nullptr, false);
+}
+
+// The instructions of snapshot `k` of thread `tid`.
+std::vector<uint64_t> SnapshotInsns(const std::string& trace, uint64_t tid, int k) {
+  auto dec = RunCommand({PTDECODE_PATH, "insn", "--tid", std::to_string(tid), "--snapshot",
+                         std::to_string(k), trace});
+  EXPECT_EQ(dec.exit_code, 0) << dec.err;
+  EXPECT_EQ(dec.out.find("[error"), std::string::npos) << dec.out;
+  PerThread got = ParseInsn(dec.out);
+  return got[tid];
+}
+
+// Where `run` sits in `ran` (its first instruction's index), or npos.
+size_t Find(const std::vector<uint64_t>& ran, const std::vector<uint64_t>& run) {
+  auto at = std::search(ran.begin(), ran.end(), run.begin(), run.end());
+  return at == ran.end() ? std::string::npos : static_cast<size_t>(at - ran.begin());
+}
+
+// Every thread that enters `work` gets a snapshot there, and only there: the two worker
+// threads hit it once each (as the ground truth says), the main thread never.
+TEST(TriggerCliTest, AUprobeSnapshotEndsAtTheFunctionsEntryInEveryThread) {
+  testing::TempDir dir;
+  const std::string trace = dir.File("t.pt"), truth_file = dir.File("t.truth");
+  auto rec = RunCommand({PTRECORD_PATH, "--emulate=step", "--trigger", "uprobe:work",
+                         "--ground-truth", truth_file, "-o", trace, "--", kThreads});
+  if (Denied(rec.err)) GTEST_SKIP() << "perf_event_open or ptrace denied: " << rec.err;
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  const auto [work_begin, work_end] = NmRange(kThreads, "work");
+  ASSERT_LT(work_begin, work_end);
+  const PerThread truth = ReadTruth(truth_file);
+  ASSERT_EQ(truth.size(), 3u);
+  uint64_t entries = 0;
+  for (const auto& [tid, ips] : truth) entries += std::count(ips.begin(), ips.end(), work_begin);
+  ASSERT_EQ(entries, 2u);
+  EXPECT_THAT(rec.err, HasSubstr("; 2 hits of uprobe:work, 2 snapshots at them"));
+
+  const nlohmann::json info = InfoJson(trace);
+  const nlohmann::json& t = info["metadata"]["end"]["trigger"];
+  EXPECT_EQ(t["hits"], 2);
+  EXPECT_EQ(t["snapshots"], 2);
+  EXPECT_EQ(t["offset"].get<uint64_t>(), work_begin - 0x400000);  // static, linked at 0x400000
+  EXPECT_EQ(info["metadata"]["mode"], "snapshot");
+
+  for (const auto& [tid, ran] : truth) {
+    SCOPED_TRACE(::testing::Message() << "tid " << tid);
+    const auto entry = std::find(ran.begin(), ran.end(), work_begin);
+    if (entry == ran.end()) {
+      // No hit: its only snapshot is the end one, a run ending where the thread did.
+      const std::vector<uint64_t> end = SnapshotInsns(trace, tid, 0);
+      ASSERT_FALSE(end.empty());
+      EXPECT_TRUE(std::equal(end.begin(), end.end(), ran.end() - end.size()));
+      continue;
+    }
+    const std::vector<uint64_t> got = SnapshotInsns(trace, tid, 0);
+    ASSERT_FALSE(got.empty());
+    const size_t at = Find(ran, got);
+    ASSERT_NE(at, std::string::npos) << "snapshot 0 is no run of the thread's instructions";
+    const size_t entry_index = static_cast<size_t>(entry - ran.begin());
+    ASSERT_GE(entry_index, at);
+    // The decode stops where the packets end: at the call whose TIP says it enters work (or,
+    // past the entry, within work's straight-line start, where no branch has a packet yet).
+    ASSERT_LE(entry_index, at + got.size()) << "the snapshot ends before work's entry";
+    for (size_t i = entry_index; i < at + got.size(); ++i) {
+      EXPECT_GE(ran[i], work_begin);
+      EXPECT_LT(ran[i], work_end);
+    }
+    EXPECT_LT(at + got.size() - entry_index, 8u);
+    // The snapshot's last packet is that TIP: work's entry.
+    auto packets = RunCommand(
+        {PTDECODE_PATH, "packets", "--tid", std::to_string(tid), "--snapshot", "0", trace});
+    ASSERT_EQ(packets.exit_code, 0) << packets.err;
+    const size_t tip = packets.out.rfind("  tip ");
+    ASSERT_NE(tip, std::string::npos) << packets.out;
+    const std::string last = packets.out.substr(tip, packets.out.find('\n', tip) - tip);
+    EXPECT_THAT(last, HasSubstr(fmt::format("0x{:x}", work_begin)));
+    EXPECT_EQ(packets.out.find('\n', tip), packets.out.size() - 1) << "packets after the TIP";
+    // The end snapshot follows, and it is the thread's end.
+    const std::vector<uint64_t> end = SnapshotInsns(trace, tid, 1);
+    ASSERT_FALSE(end.empty());
+    EXPECT_TRUE(std::equal(end.begin(), end.end(), ran.end() - end.size()));
+  }
+}
+
+TEST(TriggerCliTest, BadTriggersAreUsageErrors) {
+  testing::TempDir dir;
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--trigger", "work"}, "not a uprobe trigger"},
+           {{"--trigger", "uprobe:"}, "no FUNC"},
+           {{"--trigger", "uprobe:no_such_function"}, "no symbol 'no_such_function'"},
+           {{"--trigger", "uprobe:work@/nonexistent"}, "not found"},
+           {{"--trigger", "uprobe:work", "--aux-sample"}, "exclude each other"},
+       }) {
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=step", "-o", dir.File("bad.pt")};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.push_back("--");
+    argv.push_back(kThreads);
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << ": " << r.err;
+    EXPECT_THAT(r.err, HasSubstr(says)) << args[1];
+  }
+}
+
+// The workload dies of SIGSEGV: the snapshot is taken before the signal is delivered, names
+// the signal, the thread and the faulting instruction (in main, by nm), and decodes to the
+// end of what the thread executed, up to the faulting store.
+TEST(TriggerCliTest, ACrashSnapshotNamesTheSignalAndEndsAtTheFault) {
+  testing::TempDir dir;
+  const std::string trace = dir.File("c.pt"), truth_file = dir.File("c.truth");
+  auto rec = RunCommand({PTRECORD_PATH, "--emulate=step", "--snapshot-on-crash", "--ground-truth",
+                         truth_file, "-o", trace, "--", kCrash});
+  if (Denied(rec.err)) GTEST_SKIP() << "ptrace or perf_event_open denied: " << rec.err;
+  EXPECT_EQ(rec.exit_code, 128 + SIGSEGV) << rec.err;
+  const PerThread truth = ReadTruth(truth_file);
+  ASSERT_EQ(truth.size(), 1u);
+  const auto& [tid, ran] = *truth.begin();
+  EXPECT_THAT(rec.err, HasSubstr("crash snapshot: SIGSEGV in thread " + std::to_string(tid)));
+
+  const nlohmann::json info = InfoJson(trace);
+  const nlohmann::json& crash = info["metadata"]["end"]["crash"];
+  EXPECT_EQ(crash["signal"], "SIGSEGV");
+  EXPECT_EQ(crash["tid"], tid);
+  const uint64_t ip = crash["ip"];
+  const auto [main_begin, main_end] = NmRange(kCrash, "main");
+  EXPECT_GE(ip, main_begin);
+  EXPECT_LT(ip, main_end);
+  // The fault did not retire: the ground truth ends right before it. The snapshot decodes to
+  // a run of the thread's instructions that ends where its packets do: at most a few
+  // straight-line instructions of main (which need no packet) before the fault.
+  const std::vector<uint64_t> got = SnapshotInsns(trace, tid, 0);
+  ASSERT_FALSE(got.empty());
+  const size_t at = Find(ran, got);
+  ASSERT_NE(at, std::string::npos) << "the crash snapshot is no run of the thread's instructions";
+  const size_t end = at + got.size();
+  EXPECT_LE(ran.size() - end, 8u);
+  for (size_t i = end; i < ran.size(); ++i) {
+    EXPECT_GE(ran[i], main_begin);
+    EXPECT_LT(ran[i], main_end);
+  }
+  // It is the last snapshot: no end round after the crash.
+  auto second = RunCommand({PTDECODE_PATH, "insn", "--snapshot", "1", trace});
+  EXPECT_NE(second.exit_code, 0);
+}
+
+}  // namespace
+}  // namespace ptkit
