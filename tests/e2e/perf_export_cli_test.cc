@@ -1101,6 +1101,48 @@ TEST_F(PerfExportTest, PerfShowsTheAuxSamplesPtdecodeShows) {
                                                 want.size(), want.size() * 500)));
 }
 
+// perf 6.1 writes attrs of its own size (PERF_ATTR_SIZE_VER7, 128 bytes), whatever size they
+// had in the file it read: `perf inject` of the real Skylake recording (attrs of 112 bytes) and
+// a recording perf makes here (`perf record -e cpu-clock`). An export gives `perf evlist -v`
+// the same attrs as perf inject does, and an emulated recording's export the size of perf's.
+TEST_F(PerfExportTest, AttrsHaveTheSizePerfWritesThem) {
+  PTKIT_EXPORT_OR_SKIP(e, "fib", kFib);
+  auto size_of = [](const std::string& evlist) {
+    std::set<std::string> sizes;
+    std::istringstream in(evlist);
+    for (std::string line; std::getline(in, line);) {
+      const size_t at = line.find(", size: ");
+      if (at != std::string::npos)
+        sizes.insert(line.substr(at + 8, line.find(',', at + 8) - at - 8));
+    }
+    return sizes;
+  };
+  const std::string own = Dir().File("cpu-clock.data");
+  auto r = RunCommand({kPerf, "record", "-q", "-e", "cpu-clock", "-o", own, "--", "/bin/true"});
+  if (r.exit_code != 0 && r.err.find("ermission") != std::string::npos) {
+    GTEST_SKIP() << "perf record denied: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto perf_own = RunCommand({kPerf, "evlist", "-v", "-i", own});
+  auto exported = RunCommand({kPerf, "evlist", "-v", "-i", e.data});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_EQ(size_of(perf_own.out), std::set<std::string>{"128"}) << perf_own.out;
+  EXPECT_EQ(size_of(exported.out), size_of(perf_own.out)) << exported.out;
+
+  const std::string real = PTKIT_SOURCE_DIR "/../shared/testdata/perf-data/perf.data.intel_pt-4.14";
+  if (!std::filesystem::exists(real)) return;
+  const std::string injected = Dir().File("real-injected.data"), ours = Dir().File("real.data");
+  r = RunCommand({kPerf, "inject", "-i", real, "-o", injected});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", real, "-o", ours});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto want = RunCommand({kPerf, "evlist", "-v", "-i", injected});
+  auto got = RunCommand({kPerf, "evlist", "-v", "-i", ours});
+  EXPECT_EQ(size_of(RunCommand({kPerf, "evlist", "-v", "-i", real}).out),
+            std::set<std::string>{"112"});
+  EXPECT_EQ(got.out, want.out);
+}
+
 TEST_F(PerfExportTest, ABadInputIsAClearError) {
   const std::string junk = Dir().File("junk.pt");
   { std::ofstream(junk) << "not a container"; }
