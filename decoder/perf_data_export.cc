@@ -270,6 +270,11 @@ absl::StatusOr<Scan> ScanRecording(const Recording& r,
   return s;
 }
 
+// An event whose samples carry AUX snippets, as perf tells them (intel_pt_sampling_mode()).
+bool IsAuxSampler(const perf_event_attr& a) {
+  return (a.sample_type & PERF_SAMPLE_AUX) && a.aux_sample_size != 0;
+}
+
 // perf's name of a hardware event (tools/perf/util/evsel.c evsel__hw_names), "" for others.
 std::string HardwareEventName(const perf_event_attr& a) {
   static constexpr const char* kNames[] = {"cycles",
@@ -794,13 +799,31 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
   for (const auto& c : m.value("cpus", nlohmann::json::array())) {
     if (c.is_number_unsigned()) max_cpu = std::max(max_cpu, c.get<uint32_t>());
   }
-  // The sampling event's ids: perf queues each sample's snippet by its id's idx and takes the
-  // snippet's CPU and thread from it (auxtrace_queues__add_sample()).
+  // The AUX-sampling events' ids: perf queues each sample's snippet by its id's idx and takes
+  // the snippet's CPU and thread from it (auxtrace_queues__add_sample()). A trace.pt's samples
+  // name their stream; a perf.data's give theirs in their CPU (else TID) field.
   {
     std::map<uint64_t, StreamId> stream_of;
     for (const auto& [key, id] : ev.sample_ids) stream_of.emplace(id, key.first);
+    std::map<uint64_t, const perf_event_attr*> sampler_of;
+    for (const perf::WriterEvent& w : ev.all) {
+      if (!IsAuxSampler(w.attr)) continue;
+      for (uint64_t id : w.ids) sampler_of.emplace(id, &w.attr);
+    }
+    for (const SidebandRef& r : s.records) {
+      if (r.type != PERF_RECORD_SAMPLE || !r.id.has_id || stream_of.contains(r.id.id)) continue;
+      auto it = sampler_of.find(r.id.id);
+      if (it == sampler_of.end()) continue;
+      auto v = perf::ReadRecord(std::span<const uint8_t>(s.sideband).subspan(r.begin, r.size));
+      auto smp = v.ok() ? perf::ParseSample(*v, it->second->sample_type) : v.status();
+      if (!smp.ok()) continue;
+      stream_of.emplace(r.id.id, (it->second->sample_type & PERF_SAMPLE_CPU)
+                                     ? StreamId{StreamKind::kCpu, smp->cpu}
+                                     : StreamId{StreamKind::kThread, smp->tid});
+    }
     uint32_t next_idx = static_cast<uint32_t>(idx.size());
     for (const auto& [id, stream] : stream_of) {
+      if (!indexed.insert(id).second) continue;
       auto it = idx.find(stream);
       if (it == idx.end()) it = idx.emplace(stream, next_idx++).first;
       const bool thread = stream.kind == StreamKind::kThread;
@@ -948,10 +971,18 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     f.build_ids.push_back({-1, cpumode, id, path});  // pid -1: perf's host machine
   }
   summary.build_ids = f.build_ids.size();
-  if (ev.sampler_at) {
-    // {trace event, sampling event}, as perf record -e '{intel_pt//u,EVENT}' --aux-sample
-    // groups them.
-    f.groups.push_back({"{anon_group}", static_cast<uint32_t>(ev.trace_at), 2});
+  if (ev.has_trace) {
+    // The AUX-sampling events after the trace event are in its group (the kernel takes AUX
+    // samples from the group leader's area only): {intel_pt//u,EVENT}, as perf record
+    // --aux-sample writes it.
+    uint32_t members = 1;
+    while (ev.trace_at + members < ev.all.size() &&
+           IsAuxSampler(ev.all[ev.trace_at + members].attr)) {
+      ++members;
+    }
+    if (members > 1) {
+      f.groups.push_back({"{anon_group}", static_cast<uint32_t>(ev.trace_at), members});
+    }
   }
   PTKIT_RETURN_IF_ERROR(w.Finish(f));
 

@@ -1099,6 +1099,17 @@ TEST_F(PerfExportTest, PerfShowsTheAuxSamplesPtdecodeShows) {
   EXPECT_THAT(report.out, HasSubstr(fmt::format("# Samples: {}  of event 'instructions:u'\n"
                                                 "# Event count (approx.): {}\n",
                                                 want.size(), want.size() * 500)));
+
+  // The export exported again (a perf.data with AUX samples): its group and the samples' ids
+  // are kept, so perf shows it as it shows the first.
+  const std::string again = Dir().File("samples-again.data");
+  auto r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", e.data, "-o", again});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(RunCommand({kPerf, "evlist", "-g", "-i", again}).out, groups.out);
+  ExpectPerfShowsTheSame(e.data, again, e.debug_dir);
+  auto errors = RunCommand(
+      {kPerf, "--buildid-dir", e.debug_dir, "script", "-i", again, "--itrace=e", "-F", "event"});
+  EXPECT_THAT(errors.out, Not(HasSubstr("error"))) << errors.out.substr(0, 1000);
 }
 
 // perf 6.1 writes attrs of its own size (PERF_ATTR_SIZE_VER7, 128 bytes), whatever size they
