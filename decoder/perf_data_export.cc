@@ -12,14 +12,17 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <utility>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
 #include "decoder/container_input.h"
 #include "decoder/metadata_config.h"
 #include "decoder/recording.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
+#include "ptkit/aux_sample.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/elf_file.h"
@@ -126,6 +129,10 @@ uint64_t FormatBits(const nlohmann::json& metadata, const char* name, uint64_t f
 struct Events {
   std::vector<perf::WriterEvent> all;
   size_t trace_at = 0, tracking_at = 0;  // the trace and the tracking (dummy) event
+  // The AUX-sampling event (recordings with samples), in the trace event's group right after
+  // it, and the sample id each of the recording's samples gets (by its stream and id).
+  std::optional<size_t> sampler_at;
+  std::map<std::pair<StreamId, uint64_t>, uint64_t> sample_ids;
   bool bts = false;
   bool emulated = false;
   bool add_identifier = false;  // the records get PERF_SAMPLE_IDENTIFIER appended
@@ -263,8 +270,124 @@ absl::StatusOr<Scan> ScanRecording(const Recording& r,
   return s;
 }
 
+// An event whose samples carry AUX snippets, as perf tells them (intel_pt_sampling_mode()).
+bool IsAuxSampler(const perf_event_attr& a) {
+  return (a.sample_type & PERF_SAMPLE_AUX) && a.aux_sample_size != 0;
+}
+
+// perf's name of a hardware event (tools/perf/util/evsel.c evsel__hw_names), "" for others.
+std::string HardwareEventName(const perf_event_attr& a) {
+  static constexpr const char* kNames[] = {"cycles",
+                                           "instructions",
+                                           "cache-references",
+                                           "cache-misses",
+                                           "branches",
+                                           "branch-misses",
+                                           "bus-cycles",
+                                           "stalled-cycles-frontend",
+                                           "stalled-cycles-backend",
+                                           "ref-cycles"};
+  if (a.type != PERF_TYPE_HARDWARE || a.config >= std::size(kNames)) return "";
+  return kNames[a.config];
+}
+
+// The sampling period of ptrecord --aux-sample: the metadata attr's, else the
+// -c / --sample-period of the recorded command line, else ptrecord's default (ptrecord(1):
+// 1000 instructions with --emulate, 1000000 events otherwise).
+uint64_t AuxSamplePeriod(const nlohmann::json& m, const nlohmann::json* recorded_attr) {
+  if (recorded_attr && recorded_attr->value("sample_period", uint64_t{0}) != 0) {
+    return (*recorded_attr)["sample_period"].get<uint64_t>();
+  }
+  std::vector<std::string> args;
+  for (const auto& a : m.value("command_line", nlohmann::json::array())) {
+    if (a.is_string()) args.push_back(a.get<std::string>());
+  }
+  std::optional<std::string> value;
+  for (size_t i = 1; i < args.size() && args[i] != "--"; ++i) {
+    const std::string& a = args[i];
+    if ((a == "-c" || a == "--sample-period") && i + 1 < args.size()) {
+      value = args[++i];
+    } else if (a.rfind("--sample-period=", 0) == 0) {
+      value = a.substr(16);
+    } else if (a.size() > 2 && a.rfind("-c", 0) == 0) {
+      value = a.substr(2);
+    }
+  }
+  uint64_t period = 0;
+  if (value && absl::SimpleAtoi(*value, &period) && period != 0) return period;
+  return m.contains("emulation") ? 1000 : 1000000;
+}
+
+// The event of the recording's AUX samples (ptrecord --aux-sample), as perf record
+// --aux-sample opens it: the recorded sampling attr ("aux-sample"; for an emulated recording,
+// which has none, instructions:u, what the emulation counts), with the samples' sample_type
+// and aux_sample_size (the recorded one, else the largest snippet). Its ids: a sample's own,
+// else one per stream (the emulation's samples have id 0, which perf cannot place).
+absl::StatusOr<perf::WriterEvent> MakeSampler(const nlohmann::json& m,
+                                              const nlohmann::json* recorded_attr,
+                                              const perf_event_attr& tracking,
+                                              std::span<const AuxSample> samples, uint64_t& top,
+                                              Events& e) {
+  perf::WriterEvent w;
+  perf_event_attr& a = w.attr;
+  if (recorded_attr) {
+    a = AttrOfJson(*recorded_attr);
+    a.aux_sample_size = recorded_attr->value("aux_sample_size", 0u);
+  } else {
+    // The emulation counts the instructions a thread retires in user space.
+    a.type = PERF_TYPE_HARDWARE;
+    a.config = PERF_COUNT_HW_INSTRUCTIONS;
+    a.exclude_kernel = 1;
+    a.exclude_hv = 1;
+    a.inherit = tracking.inherit;
+  }
+  a.sample_period = AuxSamplePeriod(m, recorded_attr);
+  // Enabled with its group leader (the kernel takes the AUX sample from the leader's area).
+  a.disabled = 0;
+  a.enable_on_exec = 0;
+  a.sample_type = samples.front().sample_type;
+  if (!(a.sample_type & PERF_SAMPLE_IDENTIFIER)) {
+    return absl::FailedPreconditionError(
+        "the recording's AUX samples have no PERF_SAMPLE_IDENTIFIER: perf could not tell "
+        "them from the other events' records");
+  }
+  if (a.aux_sample_size == 0) {
+    for (const AuxSample& smp : samples) {
+      a.aux_sample_size = std::max<uint32_t>(a.aux_sample_size, smp.snippet.size);
+    }
+  }
+  const std::string name = HardwareEventName(a);
+  w.name = name.empty() ? "aux-sample" : name;
+  if (a.exclude_kernel) w.name += ":u";
+  std::set<uint64_t> taken;
+  for (const perf::WriterEvent& other : e.all) taken.insert(other.ids.begin(), other.ids.end());
+  std::map<StreamId, uint64_t> of_stream;
+  for (const AuxSample& smp : samples) {
+    if (smp.sample_type != a.sample_type) {
+      return absl::FailedPreconditionError(fmt::format(
+          "the recording's AUX samples have two sample_types ({:#x}, {:#x}): one sampling "
+          "event cannot describe both",
+          a.sample_type, smp.sample_type));
+    }
+    auto [it, inserted] = e.sample_ids.try_emplace({smp.stream, smp.fields.id}, 0);
+    if (!inserted) continue;
+    if (smp.fields.id != 0 && taken.insert(smp.fields.id).second) {
+      it->second = smp.fields.id;
+    } else {
+      auto [s, fresh] = of_stream.try_emplace(smp.stream, 0);
+      if (fresh) s->second = ++top;
+      it->second = s->second;
+    }
+  }
+  std::set<uint64_t> ids;
+  for (const auto& [key, id] : e.sample_ids) ids.insert(id);
+  w.ids.assign(ids.begin(), ids.end());
+  return w;
+}
+
 absl::StatusOr<Events> MakeEvents(const Scan& s,
-                                  std::optional<std::vector<perf::WriterEvent>> recorded) {
+                                  std::optional<std::vector<perf::WriterEvent>> recorded,
+                                  std::span<const AuxSample> samples) {
   const nlohmann::json& m = s.metadata;
   PTKIT_ASSIGN_OR_RETURN(RecordingMetadata typed, RecordingMetadata::FromJson(m));
   Events e;
@@ -273,7 +396,7 @@ absl::StatusOr<Events> MakeEvents(const Scan& s,
   // The trace event: the attr of the recorded PMU's type, else the one named after it.
   const bool have_pmu = m.contains("pmu") && m["pmu"].is_object() && m["pmu"].contains("type");
   const uint64_t pmu_type = have_pmu ? m["pmu"].value("type", uint64_t{0}) : 0;
-  std::optional<size_t> trace, tracking;
+  std::optional<size_t> trace, tracking, sampler;
   std::vector<size_t> others;  // the other attrs (counters, a perf.data's cycles, ...)
   const nlohmann::json attrs = m.value("attrs", nlohmann::json::array());
   for (size_t i = 0; i < attrs.size(); ++i) {
@@ -284,6 +407,8 @@ absl::StatusOr<Events> MakeEvents(const Scan& s,
                                    : name == "intel_pt" || name == "intel_bts";
     if (is_trace && !trace) {
       trace = i;
+    } else if (name == "aux-sample" && !sampler) {
+      sampler = i;  // ptrecord --aux-sample (record/session.cc names it so)
     } else if (!tracking && a.value("type", 99u) == PERF_TYPE_SOFTWARE &&
                a.value("config", uint64_t{99}) == PERF_COUNT_SW_DUMMY) {
       tracking = i;
@@ -316,11 +441,15 @@ absl::StatusOr<Events> MakeEvents(const Scan& s,
         "the recording has no intel_pt or intel_bts event (a sideband-only recording has no "
         "trace to export)");
   }
-  e.all.resize(2);
+  if (sampler && samples.empty()) others.push_back(*sampler);  // an event like the others
+  // As perf record -e '{intel_pt//u,EVENT}' --aux-sample orders them: the trace event, the
+  // sampling event in its group, the tracking event, the others.
+  e.all.reserve(3 + others.size());
+  e.all.resize(samples.empty() ? 2 : 3);
   e.trace_at = 0;
-  e.tracking_at = 1;
-  perf::WriterEvent& tr = e.all[0];
-  perf::WriterEvent& tk = e.all[1];
+  e.tracking_at = e.all.size() - 1;
+  perf::WriterEvent& tr = e.all[e.trace_at];
+  perf::WriterEvent& tk = e.all[e.tracking_at];
   const perf_event_attr tracking_attr = AttrOfJson(attrs[*tracking]);
   if (trace) {
     tr.attr = AttrOfJson(attrs[*trace]);
@@ -378,11 +507,25 @@ absl::StatusOr<Events> MakeEvents(const Scan& s,
     if (w.name.empty()) w.name = fmt::format("event{}", i);
     e.all.push_back(std::move(w));
   }
-  // One trailer layout for every event (perf requires it), as the records have it.
-  for (perf::WriterEvent& w : e.all) {
+  if (!samples.empty()) {
+    PTKIT_ASSIGN_OR_RETURN(e.all[1], MakeSampler(m, sampler ? &attrs[*sampler] : nullptr,
+                                                 tracking_attr, samples, top, e));
+    e.sampler_at = 1;
+  }
+  // One trailer layout for every event (perf requires it), as the records have it; samples
+  // keep theirs (their records have no trailer, and the sample id comes first in all).
+  for (size_t i = 0; i < e.all.size(); ++i) {
+    perf::WriterEvent& w = e.all[i];
     w.attr.exclude_guest = 1;  // as perf record opens events on a host (perf names them so)
-    w.attr.sample_type = layout.sample_type | (e.add_identifier ? PERF_SAMPLE_IDENTIFIER : 0);
     w.attr.sample_id_all = layout.sample_id_all;
+    if (e.sampler_at == i) continue;
+    w.attr.sample_type = layout.sample_type | (e.add_identifier ? PERF_SAMPLE_IDENTIFIER : 0);
+  }
+  if (e.sampler_at && !((layout.sample_type | (e.add_identifier ? PERF_SAMPLE_IDENTIFIER : 0)) &
+                        PERF_SAMPLE_IDENTIFIER)) {
+    return absl::FailedPreconditionError(
+        "the recording's sideband records have no sample id trailer: perf could not tell them "
+        "from the AUX samples");
   }
   // perf prints the samples it synthesizes from the trace only with IP in the trace event's
   // sample_type (not part of the sample_id_all trailer, so the records' layout is unchanged).
@@ -524,7 +667,11 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     return absl::FailedPreconditionError(
         fmt::format("{}: no metadata record: the recording cannot be described to perf", input));
   }
-  PTKIT_ASSIGN_OR_RETURN(Events ev, MakeEvents(s, std::move(recorded)));
+  const bool recorded_events = recorded.has_value();
+  PTKIT_ASSIGN_OR_RETURN(Events ev,
+                         MakeEvents(s, std::move(recorded),
+                                    recorded_events ? std::span<const AuxSample>()
+                                                    : std::span<const AuxSample>(r.samples)));
   PerfDataExportSummary summary;
   summary.warnings = s.warnings;
   const nlohmann::json& m = s.metadata;
@@ -602,6 +749,26 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     s.sideband.insert(s.sideband.end(), rec.begin(), rec.end());
     s.records.push_back(ref);
   }
+  // The AUX samples, as the kernel writes them (the snippet after the fields), with their ids.
+  if (ev.sampler_at) {
+    for (const AuxSample& smp : r.samples) {
+      PTKIT_ASSIGN_OR_RETURN(SpoolView snippet, r.spool->Map(smp.snippet));
+      perf::Sample f = smp.fields;
+      f.id = ev.sample_ids.at({smp.stream, smp.fields.id});
+      f.aux = snippet.bytes();
+      std::vector<uint8_t> rec = perf::EncodeSample(f, smp.sample_type);
+      SidebandRef ref;
+      ref.begin = s.sideband.size();
+      ref.size = rec.size();
+      ref.ring_cpu = smp.stream.kind == StreamKind::kCpu ? static_cast<int32_t>(smp.stream.id) : -1;
+      ref.time = f.time;
+      ref.type = PERF_RECORD_SAMPLE;
+      ref.id.has_id = true;
+      ref.id.id = f.id;
+      s.sideband.insert(s.sideband.end(), rec.begin(), rec.end());
+      s.records.push_back(ref);
+    }
+  }
   // Time order, as perf's ordered events deliver them (records without time keep theirs).
   if (layout.sample_id_all && (layout.sample_type & PERF_SAMPLE_TIME)) {
     std::stable_sort(s.records.begin(), s.records.end(),
@@ -632,6 +799,38 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
   for (const auto& c : m.value("cpus", nlohmann::json::array())) {
     if (c.is_number_unsigned()) max_cpu = std::max(max_cpu, c.get<uint32_t>());
   }
+  // The AUX-sampling events' ids: perf queues each sample's snippet by its id's idx and takes
+  // the snippet's CPU and thread from it (auxtrace_queues__add_sample()). A trace.pt's samples
+  // name their stream; a perf.data's give theirs in their CPU (else TID) field.
+  {
+    std::map<uint64_t, StreamId> stream_of;
+    for (const auto& [key, id] : ev.sample_ids) stream_of.emplace(id, key.first);
+    std::map<uint64_t, const perf_event_attr*> sampler_of;
+    for (const perf::WriterEvent& w : ev.all) {
+      if (!IsAuxSampler(w.attr)) continue;
+      for (uint64_t id : w.ids) sampler_of.emplace(id, &w.attr);
+    }
+    for (const SidebandRef& r : s.records) {
+      if (r.type != PERF_RECORD_SAMPLE || !r.id.has_id || stream_of.contains(r.id.id)) continue;
+      auto it = sampler_of.find(r.id.id);
+      if (it == sampler_of.end()) continue;
+      auto v = perf::ReadRecord(std::span<const uint8_t>(s.sideband).subspan(r.begin, r.size));
+      auto smp = v.ok() ? perf::ParseSample(*v, it->second->sample_type) : v.status();
+      if (!smp.ok()) continue;
+      stream_of.emplace(r.id.id, (it->second->sample_type & PERF_SAMPLE_CPU)
+                                     ? StreamId{StreamKind::kCpu, smp->cpu}
+                                     : StreamId{StreamKind::kThread, smp->tid});
+    }
+    uint32_t next_idx = static_cast<uint32_t>(idx.size());
+    for (const auto& [id, stream] : stream_of) {
+      if (!indexed.insert(id).second) continue;
+      auto it = idx.find(stream);
+      if (it == idx.end()) it = idx.emplace(stream, next_idx++).first;
+      const bool thread = stream.kind == StreamKind::kThread;
+      id_index.push_back(
+          {id, it->second, thread ? ~uint64_t{0} : stream.id, thread ? stream.id : ~uint64_t{0}});
+    }
+  }
   std::vector<perf::IdIndexEntry> known;  // perf refuses an id no attr has
   std::set<uint64_t> attr_ids;
   for (const perf::WriterEvent& w : ev.all) attr_ids.insert(w.ids.begin(), w.ids.end());
@@ -641,9 +840,8 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
 
   summary.events = ev.all.size();
   PTKIT_ASSIGN_OR_RETURN(perf::PerfDataWriter w, perf::PerfDataWriter::Create(output, ev.all));
-  if (ev.has_trace) {
-    PTKIT_RETURN_IF_ERROR(w.AddRecord(perf::EncodeAuxtraceInfo(MakeAuxtraceInfo(s, ev, per_cpu))));
-  }
+  // In perf 6.1's order (builtin-record.c record__synthesize()): TIME_CONV, ID_INDEX, then
+  // AUXTRACE_INFO, whose processing queues the AUX samples by the ids ID_INDEX placed.
   {
     const auto tc = m.value("time_conversion", nlohmann::json::object());
     perf::TimeConv conv;
@@ -656,6 +854,9 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
   }
   for (const std::vector<uint8_t>& r : perf::EncodeIdIndex(known)) {
     PTKIT_RETURN_IF_ERROR(w.AddRecord(r));
+  }
+  if (ev.has_trace) {
+    PTKIT_RETURN_IF_ERROR(w.AddRecord(perf::EncodeAuxtraceInfo(MakeAuxtraceInfo(s, ev, per_cpu))));
   }
   for (size_t i = 0; i < s.records.size(); ++i) {
     const SidebandRef& r = s.records[i];
@@ -770,6 +971,19 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     f.build_ids.push_back({-1, cpumode, id, path});  // pid -1: perf's host machine
   }
   summary.build_ids = f.build_ids.size();
+  if (ev.has_trace) {
+    // The AUX-sampling events after the trace event are in its group (the kernel takes AUX
+    // samples from the group leader's area only): {intel_pt//u,EVENT}, as perf record
+    // --aux-sample writes it.
+    uint32_t members = 1;
+    while (ev.trace_at + members < ev.all.size() &&
+           IsAuxSampler(ev.all[ev.trace_at + members].attr)) {
+      ++members;
+    }
+    if (members > 1) {
+      f.groups.push_back({"{anon_group}", static_cast<uint32_t>(ev.trace_at), members});
+    }
+  }
   PTKIT_RETURN_IF_ERROR(w.Finish(f));
 
   if (!cache.empty()) {

@@ -243,6 +243,17 @@ absl::Status PerfDataWriter::Finish(const PerfFeatures& f) {
     }
     features.emplace_back(kFeatEventDesc, w.Take());
   }
+  if (!f.groups.empty()) {
+    // perf's write_group_desc(): u32 groups, per group its name, u32 leader index, u32 events.
+    ByteWriter w(128);
+    w.Put<uint32_t>(static_cast<uint32_t>(f.groups.size()));
+    for (const GroupDescEntry& g : f.groups) {
+      PutString(w, g.name);
+      w.Put<uint32_t>(g.leader_idx);
+      w.Put<uint32_t>(g.nr_members);
+    }
+    features.emplace_back(kFeatGroupDesc, w.Take());
+  }
   if (!index_.empty()) {
     ByteWriter w(8 + 16 * index_.size());
     w.Put<uint64_t>(index_.size());

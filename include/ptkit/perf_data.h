@@ -84,6 +84,7 @@ enum PerfFeature : uint32_t {
   kFeatTotalMem = 10,
   kFeatCmdline = 11,
   kFeatEventDesc = 12,
+  kFeatGroupDesc = 17,
   kFeatAuxtrace = 18,
   kFeatCompressed = 27,
 };
@@ -161,6 +162,15 @@ struct EventDescEntry {
   std::vector<uint64_t> ids;
 };
 
+// HEADER_GROUP_DESC entry (perf's write_group_desc()): an event group, named "{anon_group}"
+// when perf was given `-e '{a,b}'`, by the index of its leader among the attrs (its members
+// follow it) and its number of events.
+struct GroupDescEntry {
+  std::string name;
+  uint32_t leader_idx = 0;
+  uint32_t nr_members = 0;
+};
+
 struct PerfFeatures {
   std::vector<uint32_t> present;  // feature ids found (file bitmap or pipe records)
   std::optional<std::string> hostname, osrelease, version, arch, cpudesc, cpuid;
@@ -170,6 +180,7 @@ struct PerfFeatures {
   std::vector<BuildIdEntry> build_ids;
   std::vector<AuxtraceIndexEntry> auxtrace_index;
   std::vector<EventDescEntry> event_desc;
+  std::vector<GroupDescEntry> groups;  // written by PerfDataWriter; not read
 };
 
 struct PerfData {

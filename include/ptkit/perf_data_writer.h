@@ -3,7 +3,8 @@
 // the ids of every event, the attr section, the data section (records in the order they are
 // added; PERF_RECORD_AUXTRACE records with their trace bytes after them) and the feature
 // sections (HEADER_BUILD_ID, HOSTNAME, OSRELEASE, VERSION, ARCH, NRCPUS, CPUDESC, CPUID,
-// TOTAL_MEM, CMDLINE, EVENT_DESC and the HEADER_AUXTRACE index of every AUXTRACE record).
+// TOTAL_MEM, CMDLINE, EVENT_DESC, GROUP_DESC and the HEADER_AUXTRACE index of every AUXTRACE
+// record).
 //
 // Usage:
 //   PTKIT_ASSIGN_OR_RETURN(perf::PerfDataWriter w, perf::PerfDataWriter::Create(path, events));

@@ -78,6 +78,8 @@ int ChooseIpCompression(uint64_t ip, uint64_t last_ip) {
   return pt_ipc_full;
 }
 
+int FullIpCompression(uint64_t ip) { return Sext48(ip) == ip ? pt_ipc_sext_48 : pt_ipc_full; }
+
 void PtEncoder::EncoderDeleter::operator()(pt_encoder* e) const { pt_free_encoder(e); }
 
 PtEncoder::PtEncoder(const PtEncoderOptions& options) : options_(options) {}
@@ -180,6 +182,12 @@ absl::Status PtEncoder::FlushTnt() {
   return Emit(p);
 }
 
+int PtEncoder::NextIpCompression(uint64_t ip) {
+  if (!full_ip_) return ChooseIpCompression(ip, last_ip_);
+  full_ip_ = false;
+  return FullIpCompression(ip);
+}
+
 // TIP/TIP.PGE/TIP.PGD/FUP with IP compression against the last IP. A suppressed IP
 // (IPBytes=000b) leaves the last IP unchanged (SDM "IP Compression").
 absl::Status PtEncoder::EmitIp(int type, uint64_t ip, bool suppress) {
@@ -188,7 +196,7 @@ absl::Status PtEncoder::EmitIp(int type, uint64_t ip, bool suppress) {
   if (suppress) {
     p.payload.ip.ipc = pt_ipc_suppressed;
   } else {
-    p.payload.ip.ipc = static_cast<pt_ip_compression>(ChooseIpCompression(ip, last_ip_));
+    p.payload.ip.ipc = static_cast<pt_ip_compression>(NextIpCompression(ip));
     p.payload.ip.ip = ip;
     last_ip_ = ip;
   }
@@ -214,13 +222,15 @@ uint64_t PtEncoder::CtcOf(uint64_t tsc) const {
 
 // SDM "Packet Stream Boundary+": pending TNT goes out first; PSB resets the last IP to zero and
 // RET compression may only use CALLs seen after it. PSB+ then carries the status: TSC (TSCEn),
-// TMA (MTCEn with TSCEn), CBR, MODE.Exec and FUP with the current IP (PacketEn), PSBEND.
+// TMA (MTCEn with TSCEn), CBR, MODE.Exec and FUP with the current IP (PacketEn), PSBEND. As on
+// hardware, the FUP and the first IP packet after PSBEND carry the whole IP (full_ip_).
 absl::Status PtEncoder::WritePsbPlus() {
   PTKIT_RETURN_IF_ERROR(FlushTnt());
   psbs_.push_back({offset(), events_});
   last_psb_offset_ = offset();
   PTKIT_RETURN_IF_ERROR(Emit(MakePacket(ppt_psb)));
   last_ip_ = 0;
+  full_ip_ = true;
   stack_size_ = 0;
   mode_sent_ = false;
   if (options_.tsc) {
@@ -252,11 +262,12 @@ absl::Status PtEncoder::WritePsbPlus() {
     PTKIT_RETURN_IF_ERROR(Emit(mode));
     mode_sent_ = true;
     pt_packet fup = MakePacket(ppt_fup);
-    fup.payload.ip.ipc = static_cast<pt_ip_compression>(ChooseIpCompression(next_ip_, last_ip_));
+    fup.payload.ip.ipc = static_cast<pt_ip_compression>(FullIpCompression(next_ip_));
     fup.payload.ip.ip = next_ip_;
     last_ip_ = next_ip_;
     PTKIT_RETURN_IF_ERROR(Emit(fup));
   }
+  full_ip_ = true;  // The first IP packet after PSBEND too.
   return Emit(MakePacket(ppt_psbend));
 }
 
@@ -296,11 +307,12 @@ absl::Status PtEncoder::Time(uint64_t tsc) {
 // SDM "Overflow (OVF) Packet": packets were lost; the decoder resets its state. When tracing
 // continues, a FUP gives the IP where it resumes, otherwise the next TIP.PGE does. Our encoder
 // resets the last IP and the RET compression stack too, so nothing after OVF depends on state
-// from before it.
+// from before it; that next IP goes out whole (full_ip_).
 absl::Status PtEncoder::Overflow(uint64_t resume_ip) {
   PTKIT_RETURN_IF_ERROR(FlushTnt());
   PTKIT_RETURN_IF_ERROR(Emit(MakePacket(ppt_ovf)));
   last_ip_ = 0;
+  full_ip_ = true;
   stack_size_ = 0;
   if (tracing_) {
     next_ip_ = resume_ip;

@@ -58,6 +58,12 @@ struct PsbMark {
 // Returns the pt_ip_compression value.
 int ChooseIpCompression(uint64_t ip, uint64_t last_ip);
 
+// The IP compression hardware uses when the last IP is unknown to the decoder (after a PSB or
+// an OVF): the whole IP, as sign-extended 48 bits (IPBytes 011b, 6 bytes) when that gives it
+// back, else in full (110b, 8 bytes). Never an update of the last IP. Returns the
+// pt_ip_compression value.
+int FullIpCompression(uint64_t ip);
+
 class PtEncoder {
  public:
   // Fails with InvalidArgument for out-of-range options, Internal if libipt fails.
@@ -150,6 +156,8 @@ class PtEncoder {
   absl::Status AddTnt(bool taken);
   absl::Status FlushTnt();
   absl::Status EmitIp(int type, uint64_t ip, bool suppress);
+  // The compression of the next IP packet's `ip`; ends the full IPs after a PSB or OVF.
+  int NextIpCompression(uint64_t ip);
   absl::Status EmitCyc();
   absl::Status EmitMode();
   absl::Status WritePsbPlus();
@@ -183,6 +191,10 @@ class PtEncoder {
   bool mode_sent_ = false;  // MODE.Exec written since the last PSB.
   uint64_t next_ip_ = 0;    // Where execution continues after the last event.
   uint64_t last_ip_ = 0;    // SDM "last IP" for compression.
+  // Set by a PSB or OVF: IPs go out whole (FullIpCompression) up to and including the first
+  // IP packet after the PSB+ (or the OVF). perf 6.1's decoder keeps the last IP from before a
+  // PSB in some states, so an update against the reset last IP would misdecode there.
+  bool full_ip_ = false;
   uint64_t tnt_bits_ = 0;
   int tnt_count_ = 0;
   std::array<uint64_t, kStackSize> stack_{};  // Ring of CALL next-IPs since the last PSB.

@@ -128,13 +128,12 @@ KNOWN_BUGS = {}
 
 # The perf check (perf 6.1's decoder on the export; perf script costs about 20 us per
 # instruction) runs by default on these programs only: one thread, threads, fork + exec, a
-# stripped program. On the others it is a long variant (label corpus-long,
-# PTKIT_CORPUS_LONG=1). Known difference (vdso, sometimes sort_nopie): the emulation's PSB+
-# may hold a FUP with a 32-bit IP update (valid against the last IP a PSB resets to 0, as
-# libipt decodes it); perf 6.1 keeps the last IP from before the PSB, so when that was in the
-# vDSO or a library (0x7fff...) it decodes 0x7fff0040161f for 0x40161f ("Trace doesn't match
-# instruction"). Hardware sends full IPs in PSB+.
-PERF_BY_DEFAULT = {"static", "threads", "forkexec", "stripped"}
+# stripped program, the vDSO (about 1 s). On the others it is a long variant (label
+# corpus-long, PTKIT_CORPUS_LONG=1). The vDSO one found that perf 6.1 keeps the last IP from
+# before a PSB: a PSB+ FUP with a 32-bit update (valid against the last IP a PSB resets to 0)
+# after an IP in the vDSO decoded as 0x7fff0040161f for 0x40161f ("Trace doesn't match
+# instruction"). The emulation now sends whole IPs after a PSB, as hardware does.
+PERF_BY_DEFAULT = {"static", "threads", "forkexec", "stripped", "vdso"}
 
 
 def checks_of(name):

@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_replace.h"
@@ -1035,6 +1036,122 @@ TEST_F(PerfExportTest, AnArchiveOfAPerfDataTakesTheProgramFromPerfsBuildIdCache)
   EXPECT_THAT(r.err, HasSubstr(copy + ": cannot be opened"));
   insn = RunCommand({PTDECODE_PATH, "insn", "--buildid-dir", none, plain});
   EXPECT_THAT(insn.out + insn.err, HasSubstr(copy));
+}
+
+// AUX samples (ptrecord --aux-sample; emulated: every 500 instructions a thread retires, each
+// with the newest 2 KiB of its trace) exported as perf record -e '{intel_pt//u,EVENT}'
+// --aux-sample writes them: perf 6.1 lists the sampling event in the trace event's group with
+// PERF_SAMPLE_AUX and aux_sample_size, shows every sample at the time, thread and IP
+// `ptdecode samples` gives, decodes the snippets without an error, and perf report counts the
+// samples with their period.
+TEST_F(PerfExportTest, PerfShowsTheAuxSamplesPtdecodeShows) {
+  PTKIT_EXPORT_OR_SKIP(e, "samples", kThreads, {"--aux-sample=2048", "-c", "500"});
+  auto ours = RunCommand({PTDECODE_PATH, "samples", "--json", "--branches", "1", e.trace});
+  ASSERT_EQ(ours.exit_code, 0) << ours.err;
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> want;  // time, tid, ip
+  std::set<uint64_t> threads;
+  const nlohmann::json samples = nlohmann::json::parse(ours.out);
+  for (const auto& smp : samples["samples"]) {
+    want.emplace_back(smp["time"].get<uint64_t>(), smp["tid"].get<uint64_t>(),
+                      smp["ip"].get<uint64_t>());
+    threads.insert(smp["tid"].get<uint64_t>());
+  }
+  ASSERT_GT(want.size(), 40u);
+  ASSERT_GE(threads.size(), 2u) << "the samples of one thread only";
+
+  auto script = PerfScript(e, {"--ns", "-F", "event,tid,time,ip"});
+  ASSERT_EQ(script.exit_code, 0) << script.err;
+  EXPECT_EQ(script.err, "");
+  std::vector<std::tuple<uint64_t, uint64_t, uint64_t>> got;
+  std::istringstream in(script.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    uint64_t tid = 0, sec = 0, nsec = 0;
+    char dot = 0, colon = 0;
+    std::string event, ip;
+    if (!(fields >> tid >> sec >> dot >> nsec >> colon >> event >> ip) ||
+        event != "instructions:u:") {
+      continue;
+    }
+    got.emplace_back(sec * 1000000000 + nsec, tid, std::stoull(ip, nullptr, 16));
+  }
+  std::sort(want.begin(), want.end());
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(PerfErrors(e), 0u) << "perf could not decode the snippets";
+
+  auto evlist = RunCommand({kPerf, "evlist", "-v", "-i", e.data});
+  ASSERT_EQ(evlist.exit_code, 0) << evlist.err;
+  std::string sampler;  // its line
+  std::istringstream lines(evlist.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("instructions:u: ", 0) == 0) sampler = line;
+  }
+  EXPECT_THAT(sampler, HasSubstr("{ sample_period, sample_freq }: 500, "
+                                 "sample_type: IP|TID|TIME|IDENTIFIER|AUX, "))
+      << evlist.out;
+  EXPECT_THAT(sampler, HasSubstr(", aux_sample_size: 2048")) << evlist.out;
+  auto groups = RunCommand({kPerf, "evlist", "-g", "-i", e.data});
+  EXPECT_THAT(groups.out, HasSubstr("{intel_pt//u,instructions:u}\n"));
+  auto report = RunCommand({kPerf, "--buildid-dir", e.debug_dir, "report", "--stdio", "-i", e.data,
+                            "--sort", "comm,dso,sym"});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr(fmt::format("# Samples: {}  of event 'instructions:u'\n"
+                                                "# Event count (approx.): {}\n",
+                                                want.size(), want.size() * 500)));
+
+  // The export exported again (a perf.data with AUX samples): its group and the samples' ids
+  // are kept, so perf shows it as it shows the first.
+  const std::string again = Dir().File("samples-again.data");
+  auto r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", e.data, "-o", again});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(RunCommand({kPerf, "evlist", "-g", "-i", again}).out, groups.out);
+  ExpectPerfShowsTheSame(e.data, again, e.debug_dir);
+  auto errors = RunCommand(
+      {kPerf, "--buildid-dir", e.debug_dir, "script", "-i", again, "--itrace=e", "-F", "event"});
+  EXPECT_THAT(errors.out, Not(HasSubstr("error"))) << errors.out.substr(0, 1000);
+}
+
+// perf 6.1 writes attrs of its own size (PERF_ATTR_SIZE_VER7, 128 bytes), whatever size they
+// had in the file it read: `perf inject` of the real Skylake recording (attrs of 112 bytes) and
+// a recording perf makes here (`perf record -e cpu-clock`). An export gives `perf evlist -v`
+// the same attrs as perf inject does, and an emulated recording's export the size of perf's.
+TEST_F(PerfExportTest, AttrsHaveTheSizePerfWritesThem) {
+  PTKIT_EXPORT_OR_SKIP(e, "fib", kFib);
+  auto size_of = [](const std::string& evlist) {
+    std::set<std::string> sizes;
+    std::istringstream in(evlist);
+    for (std::string line; std::getline(in, line);) {
+      const size_t at = line.find(", size: ");
+      if (at != std::string::npos)
+        sizes.insert(line.substr(at + 8, line.find(',', at + 8) - at - 8));
+    }
+    return sizes;
+  };
+  const std::string own = Dir().File("cpu-clock.data");
+  auto r = RunCommand({kPerf, "record", "-q", "-e", "cpu-clock", "-o", own, "--", "/bin/true"});
+  if (r.exit_code != 0 && r.err.find("ermission") != std::string::npos) {
+    GTEST_SKIP() << "perf record denied: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto perf_own = RunCommand({kPerf, "evlist", "-v", "-i", own});
+  auto exported = RunCommand({kPerf, "evlist", "-v", "-i", e.data});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  EXPECT_EQ(size_of(perf_own.out), std::set<std::string>{"128"}) << perf_own.out;
+  EXPECT_EQ(size_of(exported.out), size_of(perf_own.out)) << exported.out;
+
+  const std::string real = PTKIT_SOURCE_DIR "/../shared/testdata/perf-data/perf.data.intel_pt-4.14";
+  if (!std::filesystem::exists(real)) return;
+  const std::string injected = Dir().File("real-injected.data"), ours = Dir().File("real.data");
+  r = RunCommand({kPerf, "inject", "-i", real, "-o", injected});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", real, "-o", ours});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto want = RunCommand({kPerf, "evlist", "-v", "-i", injected});
+  auto got = RunCommand({kPerf, "evlist", "-v", "-i", ours});
+  EXPECT_EQ(size_of(RunCommand({kPerf, "evlist", "-v", "-i", real}).out),
+            std::set<std::string>{"112"});
+  EXPECT_EQ(got.out, want.out);
 }
 
 TEST_F(PerfExportTest, ABadInputIsAClearError) {

@@ -139,8 +139,8 @@ TEST(SwptPtEncoderTest, TraceStartsWithPsbThenModeAndPge) {
   EXPECT_THAT(Types(packets), ElementsAre(ppt_psb, ppt_psbend, ppt_mode, ppt_tip_pge));
   EXPECT_EQ(packets[2].raw.payload.mode.leaf, pt_mol_exec);
   EXPECT_EQ(pt_get_exec_mode(&packets[2].raw.payload.mode.bits.exec), ptem_64bit);
-  EXPECT_EQ(packets[3].raw.payload.ip.ipc, pt_ipc_update_32);
-  EXPECT_EQ(packets[3].raw.payload.ip.ip & 0xffffffff, kIp);
+  EXPECT_EQ(packets[3].raw.payload.ip.ipc, pt_ipc_sext_48);  // The first IP after a PSB.
+  EXPECT_EQ(packets[3].raw.payload.ip.ip, kIp);
 }
 
 TEST(SwptPtEncoderTest, PacksSixBranchesIntoTnt8OldestFirst) {
@@ -210,10 +210,9 @@ TEST(SwptPtEncoderTest, CompressesIpsAgainstTheLastIp) {
     last = ApplyIp(last, p.raw.payload.ip);
     if (p.raw.payload.ip.ipc != pt_ipc_suppressed) ips.push_back(last);
   }
-  EXPECT_THAT(ipcs,
-              ElementsAre(pt_ipc_update_32, pt_ipc_update_16, pt_ipc_sext_48, pt_ipc_update_16,
-                          pt_ipc_sext_48, pt_ipc_full, pt_ipc_update_16, pt_ipc_update_48,
-                          pt_ipc_sext_48, pt_ipc_suppressed, pt_ipc_update_16));
+  EXPECT_THAT(ipcs, ElementsAre(pt_ipc_sext_48, pt_ipc_update_16, pt_ipc_sext_48, pt_ipc_update_16,
+                                pt_ipc_sext_48, pt_ipc_full, pt_ipc_update_16, pt_ipc_update_48,
+                                pt_ipc_sext_48, pt_ipc_suppressed, pt_ipc_update_16));
   std::vector<uint64_t> expected = {kIp};
   expected.insert(expected.end(), std::begin(targets), std::end(targets));
   expected.push_back(0x401010);
@@ -247,7 +246,7 @@ TEST(SwptPtEncoderTest, WritesPsbPlusEveryPeriodAndResetsLastIp) {
         uint64_t distance = marks[mark].offset - marks[mark - 1].offset;
         EXPECT_GE(distance, period_bytes);
         EXPECT_LT(distance, period_bytes + 64);  // At the next packet boundary.
-        // PSB+: TSC, TMA, CBR, MODE.Exec, FUP (IP compressed against zero), PSBEND.
+        // PSB+: TSC, TMA, CBR, MODE.Exec, FUP (the whole IP), PSBEND.
         ASSERT_LT(i + 6, packets.size());
         std::vector<pt_packet_type> plus;
         for (size_t k = i; k <= i + 6; ++k) plus.push_back(packets[k].type);
@@ -256,12 +255,83 @@ TEST(SwptPtEncoderTest, WritesPsbPlusEveryPeriodAndResetsLastIp) {
         EXPECT_EQ(packets[i + 1].raw.payload.tsc.tsc, 5000u);
         const pt_packet_ip& fup = packets[i + 5].raw.payload.ip;
         EXPECT_EQ(ApplyIp(0, fup), next_ips[marks[mark].events - 2]);
-        EXPECT_EQ(fup.ipc, pt_ipc_update_32);  // Against zero, not the previous TIP.
+        EXPECT_EQ(fup.ipc, pt_ipc_sext_48);  // Whole, not against the previous TIP.
       }
       ++mark;
     }
     EXPECT_EQ(mark, marks.size());
   }
+}
+
+TEST(SwptPtEncoderTest, TheFirstIpAfterAPsbIsWholeInTheBytes) {
+  // PSB, PSBEND, MODE.Exec 64-bit, TIP.PGE with IPBytes 011b (sign-extended 48 bits): the
+  // last IP is reset by the PSB, so no 16- or 32-bit update.
+  EXPECT_THAT(Encode({Event::Enable(kIp)}),
+              ElementsAre(0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+                          0x02, 0x82, 0x02, 0x82, 0x02, 0x23, 0x99, 0x01, 0x71, 0x00, 0x10, 0x40,
+                          0x00, 0x00, 0x00));
+  // An IP that is not a sign-extended 48-bit one goes out in full (IPBytes 110b, 8 bytes).
+  const std::vector<uint8_t> full = Encode({Event::Enable(0x1234000000401000)});
+  ASSERT_EQ(full.size(), 18u + 2 + 9);
+  EXPECT_THAT(std::vector<uint8_t>(full.begin() + 20, full.end()),
+              ElementsAre(0xd1, 0x00, 0x10, 0x40, 0x00, 0x00, 0x00, 0x34, 0x12));
+}
+
+// The bytes of an IP packet at `offset`: its IPBytes field (bits 7:5) and its payload as an
+// address (little-endian, the IPBytes' size).
+std::pair<int, uint64_t> IpBytesAt(const std::vector<uint8_t>& pt, uint64_t offset) {
+  const int ipbytes = pt[offset] >> 5;
+  const int size = ipbytes == 1 ? 2 : ipbytes == 2 ? 4 : ipbytes == 3 || ipbytes == 4 ? 6 : 8;
+  uint64_t ip = 0;
+  for (int i = 0; i < size && ipbytes != 0; ++i) ip |= uint64_t{pt[offset + 1 + i]} << (8 * i);
+  return {ipbytes, ip};
+}
+
+TEST(SwptPtEncoderTest, PsbPlusFupAndTheIpAfterItAreWholeAfterAnIpInAnotherRegion) {
+  // The vdso case: jumps between a program at 0x40xxxx and the vdso at 0x7fff...; a PSB+ FUP
+  // with a 32-bit update would be wrong for a decoder that keeps the last IP from before the
+  // PSB (perf 6.1 does), so the FUP and the next IP packet carry the whole IP (IPBytes 011b).
+  PTKIT_ASSERT_OK_AND_ASSIGN(PtEncoder enc, PtEncoder::Create({.psb_period = 0}));
+  ASSERT_THAT(enc.Add(Event::Enable(kIp)), IsOk());
+  std::mt19937_64 rng(3);
+  for (int i = 0; i < 4000; ++i) {
+    const uint64_t target = ((i / 8) % 2 ? 0x7ffff7fc1000 : 0x401000) + (rng() % 0x1000);
+    ASSERT_THAT(enc.Add(Event::Simple(EventKind::kIndirectJump, 0, target)), IsOk());
+  }
+  ASSERT_THAT(enc.Add(Event::Overflow(0x401234)), IsOk());
+  ASSERT_THAT(enc.Add(Event::Simple(EventKind::kIndirectJump, 0x401240, 0x401300)), IsOk());
+  ASSERT_THAT(enc.Finish(), IsOk());
+  const std::vector<uint8_t> pt = enc.TakeBytes();
+  const std::vector<Packet> packets = ReadPackets(pt);
+  int psbs = 0, whole = 0, after_ovf = 0, compressed = 0;
+  bool psb_plus = false, first_after = false, ovf = false;
+  for (const Packet& p : packets) {
+    if (p.type == ppt_psb) {
+      psb_plus = true;
+      ++psbs;
+    } else if (p.type == ppt_psbend) {
+      psb_plus = false;
+      first_after = true;
+    } else if (p.type == ppt_ovf) {
+      ovf = true;
+    }
+    if (p.type != ppt_fup && p.type != ppt_tip && p.type != ppt_tip_pge) continue;
+    const auto [ipbytes, ip] = IpBytesAt(pt, p.offset);
+    if (psb_plus || first_after || ovf) {
+      SCOPED_TRACE(absl::StrCat("packet at ", p.offset));
+      EXPECT_EQ(ipbytes, 3);  // sext-48: the whole IP, no update of the last IP.
+      EXPECT_EQ(ip, p.raw.payload.ip.ip);
+      ++whole;
+      if (ovf) ++after_ovf;
+    } else if (ipbytes == 1 || ipbytes == 2) {
+      ++compressed;  // Updates of the last IP again.
+    }
+    if (!psb_plus) first_after = ovf = false;
+  }
+  EXPECT_GT(psbs, 4);
+  EXPECT_EQ(after_ovf, 1);
+  EXPECT_GE(whole, 2 * (psbs - 1));  // The FUP and the TIP after every PSB+ with a FUP.
+  EXPECT_GT(compressed, 3000);
 }
 
 TEST(SwptPtEncoderTest, CompressesReturnsToCallsSeenSinceThePsb) {
@@ -346,7 +416,7 @@ TEST(SwptPtEncoderTest, OverflowIsFollowedByFupAndResetsState) {
   auto packets = AfterFirstPsb(pt);
   ASSERT_THAT(Types(packets),
               ElementsAre(ppt_mode, ppt_tip_pge, ppt_tnt_8, ppt_ovf, ppt_fup, ppt_tip));
-  EXPECT_EQ(packets[4].raw.payload.ip.ipc, pt_ipc_update_32);  // Last IP reset.
+  EXPECT_EQ(packets[4].raw.payload.ip.ipc, pt_ipc_sext_48);  // Last IP reset: the whole IP.
   EXPECT_EQ(ApplyIp(0, packets[4].raw.payload.ip), 0x405000u);
 
   // libipt's query decoder reports the overflow at the resume IP.
