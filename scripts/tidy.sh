@@ -5,9 +5,9 @@
 #   scripts/tidy.sh [-p BUILD_DIR] [-j N] [FILE...]        these files; none: every project file
 #   --list: print the files that would be checked, and stop.
 # BUILD_DIR: build/ci by default (configure it first). --changed BASE takes every .cc/.h that
-# `git diff BASE` names (commits since BASE and uncommitted edits); a header is checked through
-# one source that includes it (its own .cc or _test.cc first), as .clang-tidy's HeaderFilterRegex
-# reports findings in project headers. -j N runs N files at once (default 1).
+# `git diff BASE` names (commits since BASE, uncommitted edits) and every new one not yet added;
+# a header is checked through one source that includes it (its own .cc or _test.cc first), as
+# .clang-tidy's HeaderFilterRegex reports findings in project headers. -j N: N files at once.
 # Not part of scripts/test.sh: each file costs ~20 s of CPU (the checks parse Abseil, CLI11,
 # nlohmann/json, gtest), ~1 h for the ~160 sources. The C workload programs (examples/programs,
 # tests/*/programs) are left out: their exact code is what the tests record, and the QEMU plugin
@@ -62,7 +62,8 @@ includer() {
 if [[ -n $base ]]; then
   git rev-parse --verify -q "$base^{commit}" >/dev/null ||
     { echo "tidy.sh: --changed $base: not a git revision" >&2; exit 2; }
-  mapfile -t changed < <(git diff --name-only --diff-filter=d "$base" -- '*.cc' '*.h')
+  mapfile -t changed < <(git diff --name-only --diff-filter=d "$base" -- '*.cc' '*.h'
+    git ls-files --others --exclude-standard -- '*.cc' '*.h')
   for f in "${changed[@]}"; do
     if [[ $f == *.h ]]; then
       s=$(includer "$f")
@@ -85,11 +86,13 @@ if [[ -n $list ]]; then
   exit 0
 fi
 echo "tidy.sh: ${#files[@]} file(s), $jobs at a time" >&2
-# xargs exits 123 when a clang-tidy run failed (a finding, or a file it could not parse).
-if printf '%s\n' "${files[@]}" |
-  xargs -P "$jobs" -I{} nice -n 19 clang-tidy -p "$build" --quiet {}; then
-  echo "tidy.sh: clean" >&2
-else
-  echo "tidy.sh: findings above" >&2
-  exit 1
-fi
+# xargs exits 123 when a clang-tidy run failed (a finding, or a file it could not parse), and
+# 125 when one was killed by a signal (a crash, e.g. when a file changed while it was read).
+status=0
+printf '%s\n' "${files[@]}" |
+  xargs -P "$jobs" -I{} nice -n 19 clang-tidy -p "$build" --quiet {} || status=$?
+case $status in
+  0) echo "tidy.sh: clean" >&2 ;;
+  123) echo "tidy.sh: findings above" >&2; exit 1 ;;
+  *) echo "tidy.sh: clang-tidy was killed or could not run (xargs status $status)" >&2; exit 1 ;;
+esac
