@@ -21,7 +21,8 @@ std::string BashCompletion(const CLI::App& app);
 std::string ZshCompletion(const CLI::App& app);
 
 // Adds `--completion SHELL` (bash or zsh) to `app`: prints the script on stdout and ends the
-// parse as --help does (CLI::Success, exit 0).
+// parse as --help does (CLI::Success, exit 0); when stdout cannot take it, with a
+// CLI::RuntimeError (exit code 1) that says so.
 void AddCompletionFlag(CLI::App& app);
 
 }  // namespace ptkit::completion

@@ -59,7 +59,7 @@ void ProgressSink::OnProgress(uint64_t offset) {
   } else {
     std::fprintf(err_, "\rptdecode: %s decoded ", Size(static_cast<double>(done)).c_str());
   }
-  std::fflush(err_);
+  (void)std::fflush(err_);  // a progress line that cannot be shown is not an error
   shown_ = true;
 }
 
@@ -73,7 +73,7 @@ std::string TimeFilterSink::DescribeEmpty() const {
 absl::Status ProgressSink::Finish(const DecodeTotals& totals) {
   if (shown_) {
     std::fprintf(err_, "\r%40s\r", "");
-    std::fflush(err_);
+    (void)std::fflush(err_);
   }
   return inner().Finish(totals);
 }

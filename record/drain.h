@@ -67,7 +67,7 @@ struct DrainOptions {
 class Drainer {
  public:
   // `writer` must outlive the Drainer.
-  Drainer(ContainerWriter* writer, DrainOptions options = {});
+  explicit Drainer(ContainerWriter* writer, DrainOptions options = {});
 
   // One pass over `source` as described above. Returns the bytes stored (sideband + AUX).
   // Errors: the writer's (sticky) error; kDataLoss when the data ring holds a malformed

@@ -53,9 +53,7 @@ MmapPages LargestFittingPages(const MlockLimits& limits, MmapPages asked, uint64
       p.aux_pages /= 2;
     } else if (p.data_pages > 1) {
       p.data_pages /= 2;
-    } else if (p.aux_pages > 1) {
-      p.aux_pages /= 2;
-    } else {
+    } else {  // data_pages <= 1: aux_pages > 1 would have taken the first branch
       return MmapPages{};
     }
   }

@@ -510,6 +510,9 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::Success& e) {  // --completion
     return 0;
+  } catch (const CLI::RuntimeError& e) {  // --completion could not write
+    std::fprintf(stderr, "ptdecode: %s\n", e.what());
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "ptdecode: %s (see ptdecode --help)\n", e.what());
     return kExitUsage;

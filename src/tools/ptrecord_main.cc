@@ -291,6 +291,8 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::Success& e) {  // --completion
     return 0;
+  } catch (const CLI::RuntimeError& e) {  // --completion could not write
+    return Fail(e.what(), e.get_exit_code());
   } catch (const CLI::ParseError& e) {
     return Fail(std::string(e.what()) + " (see ptrecord --help)", 2);
   }

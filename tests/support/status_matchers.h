@@ -39,10 +39,13 @@ MATCHER_P2(StatusIs, code, message_matcher, "has status code " + ::testing::Prin
 // Asserts that a StatusOr is OK and yields its value.
 #define PTKIT_ASSERT_OK_AND_ASSIGN(lhs, expr) \
   PTKIT_ASSERT_OK_AND_ASSIGN_IMPL_(PTKIT_STATUS_CONCAT_(ptkit_assert_or_, __LINE__), lhs, expr)
+// `lhs` may be a declaration ("auto x"), so it cannot be parenthesised.
+// NOLINTBEGIN(bugprone-macro-parentheses)
 #define PTKIT_ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                                     \
   ASSERT_TRUE(tmp.ok()) << tmp.status();                 \
   lhs = std::move(tmp).value()
+// NOLINTEND(bugprone-macro-parentheses)
 
 }  // namespace ptkit::testing
 

@@ -32,8 +32,8 @@ std::vector<std::string> Complete(const std::string& script, const std::string& 
   const std::string path = dir.File("completion.bash");
   FILE* f = std::fopen(path.c_str(), "w");
   EXPECT_NE(f, nullptr);
-  std::fwrite(script.data(), 1, script.size(), f);
-  std::fclose(f);
+  EXPECT_EQ(std::fwrite(script.data(), 1, script.size(), f), script.size());
+  EXPECT_EQ(std::fclose(f), 0);
   std::vector<std::string> quoted;
   for (const std::string& w : words) quoted.push_back("'" + w + "'");
   std::string driver = "cd " + dir.path() + " && source " + path + " && COMP_WORDS=(" +
@@ -155,6 +155,17 @@ TEST(ToolCompletion, PtdecodeCompletesWhatItsHelpLists) {
   ptkit::testing::CommandResult fish =
       ptkit::testing::RunCommand({PTDECODE_PATH, "--completion", "fish"});
   EXPECT_EQ(fish.exit_code, 2);
+}
+
+// `--completion` into a full disk is a runtime error that says so, for both tools (it exited 0).
+TEST(ToolCompletion, AScriptThatCannotBeWrittenIsAnError) {
+  for (const std::string tool : {PTDECODE_PATH, PTRECORD_PATH}) {
+    ptkit::testing::CommandResult r =
+        ptkit::testing::RunCommand({"/bin/sh", "-c", tool + " --completion bash >/dev/full"});
+    EXPECT_EQ(r.exit_code, 1) << tool << ": " << r.err;
+    EXPECT_THAT(r.err, ::testing::HasSubstr("--completion: write error on standard output"))
+        << tool;
+  }
 }
 
 TEST(ToolCompletion, PtrecordCompletesWhatItsHelpLists) {

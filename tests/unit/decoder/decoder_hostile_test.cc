@@ -2,7 +2,6 @@
 // Each case must end quickly with its damage reported; ctest's TIMEOUT (CMakeLists.txt) fails
 // a case that hangs.
 #include <linux/perf_event.h>
-#include <sys/mman.h>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -29,6 +28,7 @@
 #include "ptkit/perf_records.h"
 #include "run_command.h"
 #include "status_matchers.h"
+#include "test_container.h"
 #include "test_paths.h"
 
 namespace ptkit::decoder {
@@ -38,7 +38,9 @@ using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
 using ::ptkit::decoder::testing::TempPath;
 using ::ptkit::testing::CommandResult;
+using ::ptkit::testing::ExecMmap2;
 using ::ptkit::testing::IsOk;
+using ::ptkit::testing::NewContainer;
 using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 
@@ -216,23 +218,13 @@ void WriteLoopContainer(const std::string& path, const std::vector<uint8_t>& cod
                         const std::vector<uint8_t>& sideband = {},
                         const std::vector<std::vector<uint8_t>>& more_code = {}) {
   const perf::SampleIdLayout layout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
-  WriterOptions options;
-  options.overwrite = true;
-  auto writer = ContainerWriter::Create(path, options);
-  ASSERT_THAT(writer, IsOk());
-  nlohmann::json metadata = {
+  const nlohmann::json metadata = {
       {"attrs", {{{"sample_type", layout.sample_type}, {"sample_id_all", true}}}}};
-  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
-  perf::Mmap2 m;
-  m.pid = m.tid = 300;
-  m.addr = kCode;
-  m.len = 0x1000;
-  m.prot = PROT_READ | PROT_EXEC;
-  m.filename = "/loop";
-  m.sample_id.has_tid = m.sample_id.has_time = true;
-  m.sample_id.pid = m.sample_id.tid = 300;
-  m.sample_id.time = 1;
-  std::vector<uint8_t> records = perf::EncodeMmap2(m, layout);
+  auto writer = NewContainer(path, {metadata.dump()});
+  ASSERT_THAT(writer, IsOk());
+  std::vector<uint8_t> records =
+      ExecMmap2(300, kCode, 0x1000, /*pgoff=*/0, "/loop",
+                {.has_tid = true, .has_time = true, .pid = 300, .tid = 300, .time = 1}, layout);
   records.insert(records.end(), sideband.begin(), sideband.end());
   ASSERT_THAT((*writer)->AppendSideband({-1, records}), IsOk());
   ASSERT_THAT((*writer)->AppendCode({.pid = 300, .address = kCode, .path = "/loop", .bytes = code}),
@@ -390,16 +382,11 @@ TEST(DecoderHostileTest, ManyForksBetweenTwoProcessesDecodeInNearLinearTime) {
   std::vector<uint8_t> sideband;
   for (uint32_t i = 0; i < 4000; ++i) {
     const uint32_t pid = 300 + i % 2, other = 601 - pid;
-    perf::Mmap2 m;
-    m.pid = m.tid = pid;
-    m.addr = 0x10000000 + uint64_t{i} * 0x1000;
-    m.len = 0x1000;
-    m.prot = PROT_READ | PROT_EXEC;
-    m.filename = fmt::format("/missing/l{}.so", i);
-    m.sample_id.has_tid = m.sample_id.has_time = true;
-    m.sample_id.pid = m.sample_id.tid = pid;
-    m.sample_id.time = 2 + 2 * uint64_t{i};
-    std::vector<uint8_t> r = perf::EncodeMmap2(m, layout);
+    std::vector<uint8_t> r = ExecMmap2(
+        pid, 0x10000000 + uint64_t{i} * 0x1000, 0x1000, /*pgoff=*/0,
+        fmt::format("/missing/l{}.so", i),
+        {.has_tid = true, .has_time = true, .pid = pid, .tid = pid, .time = 2 + 2 * uint64_t{i}},
+        layout);
     sideband.insert(sideband.end(), r.begin(), r.end());
     perf::Task k;
     k.pid = k.tid = other;

@@ -17,8 +17,8 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "pt_synth.h"
-#include "ptkit/container_writer.h"
 #include "status_matchers.h"
+#include "test_container.h"
 #include "test_io.h"
 #include "test_paths.h"
 
@@ -171,14 +171,11 @@ TEST(TscClockTest, FromMetadataPrefersTheKernelConversionThenCpuidThenNominal) {
 
 TEST(TscClockTest, ReadsTheMetadataOfAContainer) {
   const std::string path = ::ptkit::decoder::testing::TempPath("clock.trace.pt");
-  WriterOptions options;
-  options.overwrite = true;
-  auto writer = ContainerWriter::Create(path, options);
-  ASSERT_THAT(writer, IsOk());
-  nlohmann::json m = {
+  const nlohmann::json m = {
       {"time_conversion",
        {{"cap_user_time_zero", true}, {"time_zero", 5}, {"time_mult", 9}, {"time_shift", 3}}}};
-  ASSERT_THAT((*writer)->AppendMetadata(m.dump()), IsOk());
+  auto writer = ::ptkit::testing::NewContainer(path, {m.dump()});
+  ASSERT_THAT(writer, IsOk());
   ASSERT_THAT((*writer)->Close(), IsOk());
   auto clock = ReadTscClock(path);
   ASSERT_THAT(clock, IsOk());

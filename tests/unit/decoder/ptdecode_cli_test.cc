@@ -19,6 +19,7 @@
 #include "ptkit/container_writer.h"
 #include "ptkit/perf_records.h"
 #include "status_matchers.h"
+#include "test_container.h"
 #include "test_paths.h"
 
 namespace ptkit::decoder {
@@ -26,7 +27,9 @@ namespace {
 
 using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::testing::ExecMmap2;
 using ::ptkit::testing::IsOk;
+using ::ptkit::testing::NewContainer;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -270,25 +273,17 @@ TEST_F(PtdecodeCliTest, BtsRecordsDecodeLikeTheWalk) {
 void WriteTinyContainer(const std::string& path, nlohmann::json metadata,
                         const std::vector<uint8_t>& pt, uint64_t text, uint64_t text_offset) {
   const perf::SampleIdLayout layout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
-  WriterOptions options;
-  options.overwrite = true;
-  auto writer = ContainerWriter::Create(path, options);
-  ASSERT_THAT(writer, IsOk());
   if (!metadata.contains("attrs")) {
     metadata["attrs"] = {{{"sample_type", layout.sample_type}, {"sample_id_all", true}}};
   }
-  ASSERT_THAT((*writer)->AppendMetadata(metadata.dump()), IsOk());
-  perf::Mmap2 m;
-  m.pid = m.tid = 300;
-  m.addr = text;
-  m.len = 0x1000;
-  m.pgoff = text_offset;
-  m.prot = 5;
-  m.filename = kTiny;
-  m.sample_id.has_tid = m.sample_id.has_time = true;
-  m.sample_id.pid = m.sample_id.tid = 300;
-  m.sample_id.time = 1;
-  ASSERT_THAT((*writer)->AppendSideband({-1, perf::EncodeMmap2(m, layout)}), IsOk());
+  auto writer = NewContainer(path, {metadata.dump()});
+  ASSERT_THAT(writer, IsOk());
+  ASSERT_THAT(
+      (*writer)->AppendSideband(
+          {-1, ExecMmap2(300, text, 0x1000, text_offset, kTiny,
+                         {.has_tid = true, .has_time = true, .pid = 300, .tid = 300, .time = 1},
+                         layout)}),
+      IsOk());
   ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 5, pt}), IsOk());
   ASSERT_THAT((*writer)->Close(), IsOk());
 }
