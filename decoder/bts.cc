@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "decoder/decode_bounds.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
@@ -82,9 +83,9 @@ class BtsWalker {
       // A branch that must have been taken unconditionally (jmp, call, ret) but has no
       // record here means the records do not describe this code.
       if (insn.iclass == ptic_jump || insn.iclass == ptic_call || insn.iclass == ptic_return ||
-          n + 1 >= kMaxBtsWalk) {
+          n + 1 >= max_walk_) {
         Flush(block);
-        Error(n + 1 >= kMaxBtsWalk ? int{kErrorBtsWalk} : int{pte_nosync}, offset, ip_);
+        Error(n + 1 >= max_walk_ ? int{kErrorBtsWalk} : int{pte_nosync}, offset, ip_);
         break;
       }
       ip_ += z.length;
@@ -156,6 +157,7 @@ class BtsWalker {
   DecodeTotals& totals_;
   uint64_t offset_base_;
   bool blocks_;
+  const uint64_t max_walk_ = GetDecodeBounds().bts_walk;
   ZydisDecoder decoder_;
   uint64_t ip_ = 0;
   bool have_ip_ = false;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <exception>
@@ -11,6 +12,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
+#include "decoder/decode_bounds.h"
 #include "decoder/fast_block_decoder.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/status.h"
@@ -22,6 +24,10 @@ constexpr uint32_t kBlocksPerProgress = 4096;
 constexpr uint32_t kInsnsPerProgress = 65536;
 // The instruction loop asks the decoder's trace offset (for kErrorLoop) once per this many.
 constexpr uint32_t kInsnsPerCheck = 64;
+
+// decode_bounds.h
+std::atomic<uint64_t> insns_without_progress{kMaxInsnsWithoutProgress};
+std::atomic<uint64_t> bts_walk{kMaxBtsWalk};
 
 // libipt's block decoder (2.0, pt_blk_proceed_no_event_cached) recurses once per direct branch
 // it follows through its block cache, until the block's 16-bit instruction count would
@@ -76,10 +82,11 @@ class ProgressWatch {
       insns_ = 0;
     }
     insns_ += insns;
-    return insns_ <= kMaxInsnsWithoutProgress;
+    return insns_ <= bound_;
   }
 
  private:
+  const uint64_t bound_ = insns_without_progress.load(std::memory_order_relaxed);
   uint64_t offset_ = ~0ull;
   uint64_t insns_ = 0;
 };
@@ -366,6 +373,12 @@ const char* DecodeErrorText(int code) {
       return pt_errstr(static_cast<pt_error_code>(code));
   }
 }
+
+void SetDecodeBounds(const DecodeBounds& bounds) {
+  insns_without_progress.store(std::max<uint64_t>(bounds.insns_without_progress, 1));
+  bts_walk.store(std::max<uint64_t>(bounds.bts_walk, 1));
+}
+DecodeBounds GetDecodeBounds() { return {insns_without_progress.load(), bts_walk.load()}; }
 
 void SetBlockDecoderImpl(BlockDecoderImpl impl) { block_decoder_impl.store(impl); }
 BlockDecoderImpl GetBlockDecoderImpl() { return block_decoder_impl.load(); }

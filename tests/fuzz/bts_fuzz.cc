@@ -8,6 +8,11 @@
 #include "decoder/bts.h"
 #include "fuzz_code_input.h"
 
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  ptkit::fuzz::LowerDecodeBounds();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const ptkit::fuzz::CodeInput in = ptkit::fuzz::ReadCodeInput(data, size);
   if (!in.image) return 0;

@@ -1,0 +1,171 @@
+// decode.cc's decoder loops on hand-made packets (issue 12): a pt_insn_next that fails before
+// it decodes anything, and the work bounds (decode_bounds.h).
+#include <intel-pt.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "decoder/decode.h"
+#include "decoder/decode_bounds.h"
+#include "decoder/image.h"
+#include "fmt/format.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "pt_synth.h"
+#include "status_matchers.h"
+
+namespace ptkit::decoder {
+namespace {
+
+using ::ptkit::decoder::testing::ElfCode;
+using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::testing::IsOk;
+using ::testing::ElementsAre;
+
+constexpr uint64_t kCode = 0x1000;
+constexpr uint64_t kJumpTarget = 0x2000;
+// nop; jmp *%rax
+const std::vector<uint8_t> kNopJmpRax = {0x90, 0xff, 0xe0};
+
+// PSB, MODE.exec 64-bit, PSBEND, TIP.PGE kCode, then `more`.
+std::vector<uint8_t> TraceFromKCode(const std::vector<pt_packet>& more) {
+  ElfCode none;
+  PtSynth synth(none);
+  pt_packet p{};
+  p.type = ppt_psb;
+  synth.AddPacket(p);
+  p = {};
+  p.type = ppt_mode;
+  p.payload.mode.leaf = pt_mol_exec;
+  p.payload.mode.bits.exec.csl = 1;
+  synth.AddPacket(p);
+  p = {};
+  p.type = ppt_psbend;
+  synth.AddPacket(p);
+  p = {};
+  p.type = ppt_tip_pge;
+  p.payload.ip.ipc = pt_ipc_sext_48;
+  p.payload.ip.ip = kCode;
+  synth.AddPacket(p);
+  for (const pt_packet& m : more) synth.AddPacket(m);
+  return synth.bytes();
+}
+
+pt_packet Tnt1() {
+  pt_packet p{};
+  p.type = ppt_tnt_8;
+  p.payload.tnt.bit_size = 1;
+  p.payload.tnt.payload = 1;
+  return p;
+}
+
+// TIP.PGD with the jump's target (it binds to the indirect jump: tracing stops there, as when
+// code leaves an IP filter range), then a TNT-8 while tracing is off, which is no event, so
+// libipt's next call is pt_insn_next with tracing disabled.
+std::vector<uint8_t> DisabledThenTntTrace() {
+  pt_packet pgd{};
+  pgd.type = ppt_tip_pgd;
+  pgd.payload.ip.ipc = pt_ipc_update_16;
+  pgd.payload.ip.ip = kJumpTarget;
+  return TraceFromKCode({pgd, Tnt1()});
+}
+constexpr uint64_t kAfterPge = 16 + 2 + 2 + 7;    // PSB, MODE, PSBEND, TIP.PGE
+constexpr uint64_t kTntAfterPgd = kAfterPge + 3;  // TIP.PGD with a 16-bit IP
+
+// Every callback, as text, in order.
+class LogSink : public Sink {
+ public:
+  explicit LogSink(DecoderKind kind) : kind_(kind) {}
+  DecoderKind kind() const override { return kind_; }
+  void OnSync(uint64_t offset) override { log.push_back(fmt::format("sync {}", offset)); }
+  void OnInsn(const pt_insn& insn) override {
+    log.push_back(fmt::format("insn {:#x} class {}", insn.ip, static_cast<int>(insn.iclass)));
+  }
+  void OnBlock(const pt_block& block) override {
+    log.push_back(fmt::format("block {:#x}-{:#x} {}", block.ip, block.end_ip, block.ninsn));
+  }
+  void OnEvent(const pt_event& event) override {
+    log.push_back(fmt::format("event {}", static_cast<int>(event.type)));
+  }
+  void OnError(const DecodeError& error) override {
+    log.push_back(fmt::format("error {} at {}", DecodeErrorText(error.code), error.offset));
+  }
+  std::vector<std::string> log;
+
+ private:
+  DecoderKind kind_;
+};
+
+// libipt 2.0.5's pt_insn_next returns -pte_no_enable at once while tracing is disabled and
+// leaves the caller's pt_insn as it was: the loop looked at `insn.iclass` after the error and
+// counted the instruction before it a second time (fixed in ddb0906).
+TEST(DecodeLoopTest, AFailedInsnNextBeforeDecodingCountsNothing) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("nop_jmp_rax", kCode, kNopJmpRax);
+  const std::vector<uint8_t> trace = DisabledThenTntTrace();
+
+  LogSink insns(DecoderKind::kInsn);
+  auto totals = DecodeTrace(trace, {}, **image, insns);
+  ASSERT_THAT(totals, IsOk());
+  // Two instructions, once each; then the error where tracing is off (the TNT).
+  EXPECT_THAT(
+      insns.log,
+      ElementsAre("sync 0", fmt::format("event {}", static_cast<int>(ptev_exec_mode)),
+                  fmt::format("event {}", static_cast<int>(ptev_enabled)),
+                  fmt::format("insn {:#x} class {}", kCode, static_cast<int>(ptic_other)),
+                  fmt::format("insn {:#x} class {}", kCode + 1, static_cast<int>(ptic_jump)),
+                  fmt::format("event {}", static_cast<int>(ptev_disabled)),
+                  fmt::format("error {} at {}", pt_errstr(pte_no_enable), kTntAfterPgd)));
+  EXPECT_EQ(totals->instructions, 2u);
+  EXPECT_EQ(totals->errors, 1u);
+  EXPECT_EQ(totals->errors_by_code[pte_no_enable], 1u);
+
+  // Each block decoder counts the same two instructions.
+  for (BlockDecoderImpl impl :
+       {BlockDecoderImpl::kLibipt, BlockDecoderImpl::kFast, BlockDecoderImpl::kFastLibiptPackets}) {
+    SCOPED_TRACE(static_cast<int>(impl));
+    SetBlockDecoderImpl(impl);
+    LogSink blocks(DecoderKind::kBlock);
+    auto block_totals = DecodeTrace(trace, {}, **image, blocks);
+    ASSERT_THAT(block_totals, IsOk());
+    EXPECT_EQ(block_totals->instructions, 2u) << ::testing::PrintToString(blocks.log);
+    EXPECT_EQ(block_totals->errors_by_code[pte_no_enable], 1u);
+  }
+  SetBlockDecoderImpl(BlockDecoderImpl::kFast);
+}
+
+// `jmp .` at kCode needs no trace: the loops stop at the bound (lowered here as the fuzz
+// targets lower it) with kErrorLoop at the TNT, whatever the decoder.
+TEST(DecodeLoopTest, TheLoopBoundCanBeLowered) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("jmp_self", kCode, std::vector<uint8_t>{0xeb, 0xfe});
+  const std::vector<uint8_t> trace = TraceFromKCode({Tnt1()});
+  ASSERT_EQ(GetDecodeBounds().insns_without_progress, kMaxInsnsWithoutProgress);
+  constexpr uint64_t kBound = 5000;
+  SetDecodeBounds({.insns_without_progress = kBound, .bts_walk = kMaxBtsWalk});
+  for (DecoderKind kind : {DecoderKind::kInsn, DecoderKind::kBlock}) {
+    for (BlockDecoderImpl impl : {BlockDecoderImpl::kLibipt, BlockDecoderImpl::kFast}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "kind " << static_cast<int>(kind) << " impl " << static_cast<int>(impl));
+      SetBlockDecoderImpl(impl);
+      LogSink sink(kind);
+      auto totals = DecodeTrace(trace, {}, **image, sink);
+      ASSERT_THAT(totals, IsOk());
+      EXPECT_EQ(totals->errors_by_code[kErrorLoop], 1u);
+      // Past the bound by at most one check (64 instructions) or one block (65,535).
+      EXPECT_GT(totals->instructions, kBound);
+      EXPECT_LE(totals->instructions, kBound + (kind == DecoderKind::kInsn ? 64 : 65535));
+      ASSERT_FALSE(sink.log.empty());
+      EXPECT_EQ(sink.log.back(),
+                fmt::format("error {} at {}", DecodeErrorText(kErrorLoop), kAfterPge));
+    }
+  }
+  SetBlockDecoderImpl(BlockDecoderImpl::kFast);
+  SetDecodeBounds({});
+}
+
+}  // namespace
+}  // namespace ptkit::decoder
