@@ -257,7 +257,7 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
     }
     Synced(dec, time, sink, totals, offset_base);
     for (;;) {
-      status = DeliverEvents(dec, status, time, sink, totals);
+      if (status & pts_event_pending) status = DeliverEvents(dec, status, time, sink, totals);
       if (status < 0) break;
       if (status & pts_eos) {
         status = -pte_eos;
@@ -399,7 +399,7 @@ absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink
     }
     Synced(dec, time, sink, totals, offset_base);
     for (;;) {
-      status = DeliverEvents(dec, status, time, sink, totals);
+      if (status & pts_event_pending) status = DeliverEvents(dec, status, time, sink, totals);
       if (status < 0) break;
       if (status & pts_eos) {
         status = -pte_eos;
