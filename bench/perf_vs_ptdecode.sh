@@ -19,7 +19,9 @@
 #   stats     ptdecode stats F           perf report --itrace=i100ns --stdio (i100i, every 100
 #                                        instructions, for a trace without timing: synth)
 # For each: the best of R runs (default 3) of wall and CPU (user + sys) seconds, and the ratio
-# perf / ptdecode of CPU seconds (the machine may be shared: CPU time moves less than wall time).
+# perf / ptdecode of CPU seconds (the machine may be shared: CPU time moves less than wall time);
+# also ptdecode's CPU seconds with --decoder libipt (libipt's pt_blk_* / pt_insn_*) and perf's
+# ratio to that, the same measure before the fast path.
 # --callgrind also counts instructions (valgrind --tool=callgrind, Ir of the whole process) of
 # insn and stats on a 500,000-instruction synth, a ratio that does not move with the machine's
 # load, and prints each tool's top functions by self Ir (where the time goes).
@@ -95,8 +97,8 @@ best_of() {
 
 lines() { "$@" 2>/dev/null | wc -l; }
 
-printf "%-8s %-9s %12s %12s %9s %9s %9s %9s %8s\n" input pair ptdecode_lines perf_lines \
-  pt_wall perf_wall pt_cpu perf_cpu ratio
+printf "%-8s %-9s %12s %12s %9s %9s %9s %9s %8s %9s %8s\n" input pair ptdecode_lines perf_lines \
+  pt_wall perf_wall pt_cpu perf_cpu ratio lib_cpu lib_ratio
 for input in skylake synth big fib; do
   [[ -n "${data[$input]:-}" ]] || continue
   f="${data[$input]}"
@@ -119,10 +121,13 @@ for input in skylake synth big fib; do
     esac
     read -r ptw ptc <<<"$(best_of "${pt[@]}")"
     read -r pfw pfc <<<"$(best_of "${pf[@]}")"
+    read -r _ plc <<<"$(best_of "${pt[@]}" --decoder libipt)"
     # Below 10 ms of CPU the ratio says nothing.
     ratio=$(awk -v a="$pfc" -v b="$ptc" 'BEGIN { if (b < 0.01) print "-"; else printf "%.1fx", a / b }')
-    printf "%-8s %-9s %12s %12s %9s %9s %9s %9s %8s\n" "$input" "$pair" "$(lines "${pt[@]}")" \
-      "$(lines "${pf[@]}")" "$ptw" "$pfw" "$ptc" "$pfc" "$ratio"
+    lib_ratio=$(awk -v a="$pfc" -v b="$plc" 'BEGIN { if (b < 0.01) print "-"; else printf "%.1fx", a / b }')
+    printf "%-8s %-9s %12s %12s %9s %9s %9s %9s %8s %9s %8s\n" "$input" "$pair" \
+      "$(lines "${pt[@]}")" "$(lines "${pf[@]}")" "$ptw" "$pfw" "$ptc" "$pfc" "$ratio" "$plc" \
+      "$lib_ratio"
   done
 done
 

@@ -156,13 +156,20 @@ uint32_t CallStack::Untraced() {
 
 // The function a call to `ip` enters: its symbol, else one named by the address.
 uint32_t CallStack::CallTarget(uint64_t ip) {
-  int s = image_->SymbolAt(ip);
-  if (s >= 0) return SymbolFunction(s);
-  auto [it, inserted] = address_function_.try_emplace({image_, ip}, 0);
-  if (inserted) {
-    it->second = NewFunction(fmt::format("sub_{:x}", ip), image_->FileAt(ip), ip, true);
+  TargetSlot& slot = target_slots_[(ip ^ (ip >> 10)) % kSlots];
+  if (slot.ip == ip && slot.image == image_) return slot.function;
+  uint32_t f;
+  if (int s = image_->SymbolAt(ip); s >= 0) {
+    f = SymbolFunction(s);
+  } else {
+    auto [it, inserted] = address_function_.try_emplace({image_, ip}, 0);
+    if (inserted) {
+      it->second = NewFunction(fmt::format("sub_{:x}", ip), image_->FileAt(ip), ip, true);
+    }
+    f = it->second;
   }
-  return it->second;
+  slot = TargetSlot{image_, ip, f};
+  return f;
 }
 
 // The function executing at `ip`: its symbol; without one, the current frame's function
@@ -173,6 +180,7 @@ uint32_t CallStack::FunctionAt(uint64_t ip) {
     cache_function_ = cache_symbol_ >= 0 ? SymbolFunction(cache_symbol_) : 0;
     cache_file_ = cache_symbol_ >= 0 ? static_cast<int>(image_->symbols()[cache_symbol_].image)
                                      : image_->FileAt(ip);
+    cache_unknown_ = -1;
   }
   if (cache_symbol_ >= 0) return cache_function_;
   if (!frames_.empty()) {
@@ -181,12 +189,15 @@ uint32_t CallStack::FunctionAt(uint64_t ip) {
       return frames_.back().function;
     }
   }
-  return Unknown(cache_file_);
+  if (cache_unknown_ < 0) cache_unknown_ = Unknown(cache_file_);
+  return static_cast<uint32_t>(cache_unknown_);
 }
 
 // Call sites repeat: their lengths are cached, per image (the same address in another
 // program is another instruction).
 uint64_t CallStack::CallLength(uint64_t ip, pt_exec_mode mode) {
+  LengthSlot& slot = length_slots_[(ip ^ (ip >> 10)) % kSlots];
+  if (slot.ip == ip && slot.image == image_) return slot.length;
   auto [it, inserted] = call_length_.try_emplace({image_, ip}, 0);
   if (inserted) {
     uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
@@ -194,6 +205,7 @@ uint64_t CallStack::CallLength(uint64_t ip, pt_exec_mode mode) {
     ZydisDecodedInstruction insn;
     it->second = n == 0 ? 0 : static_cast<uint8_t>(disasm_.Length(mode, bytes, n, &insn));
   }
+  slot = LengthSlot{image_, ip, it->second};
   return it->second;
 }
 

@@ -167,6 +167,21 @@ class CallStack {
   int cache_symbol_ = -1;
   int cache_file_ = -1;
   uint32_t cache_function_ = 0;
+  int64_t cache_unknown_ = -1;  // Unknown(cache_file_), once asked
+  // The last call targets and call sites (the hash maps behind them), by address.
+  struct TargetSlot {
+    const ProgramImage* image = nullptr;
+    uint64_t ip = 0;
+    uint32_t function = 0;
+  };
+  struct LengthSlot {
+    const ProgramImage* image = nullptr;
+    uint64_t ip = 0;
+    uint8_t length = 0;
+  };
+  static constexpr size_t kSlots = 1024;
+  std::vector<TargetSlot> target_slots_ = std::vector<TargetSlot>(kSlots);
+  std::vector<LengthSlot> length_slots_ = std::vector<LengthSlot>(kSlots);
   bool pending_call_ = false;
   bool pending_return_ = false;
   // The last block ended in a jump or an instruction that falls through (not a call or

@@ -86,9 +86,9 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
            SetBlockDecoderImpl(name == "libipt" ? BlockDecoderImpl::kLibipt
                                                 : BlockDecoderImpl::kFast);
          },
-         "Block decoder: fast (default; a cached graph of the code and its own packet loop, "
+         "Decoder: fast (default; a cached graph of the code and its own packet loop, "
          "libipt's answer exactly, libipt for traces with TSX, PTWRITE or packet errors) or "
-         "libipt (pt_blk_* always)")
+         "libipt (pt_blk_*, and pt_insn_* for insn and branches, always)")
       ->check(CLI::IsMember({"fast", "libipt"}));
   if (set.disasm) {
     cmd.add_flag("--disasm", f.disasm, "Disassemble each instruction (Zydis, Intel)");

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <span>
 
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
@@ -153,6 +154,44 @@ class TimeWatch {
   uint64_t last_ = ~0ull;
 };
 
+// Gives the sink the events pending after a decoder call that returned `status`; returns the
+// status of the last Event call (`status` when none was pending).
+template <typename Dec>
+int DeliverEvents(Dec& dec, int status, TimeWatch<Dec>& time, Sink& sink, DecodeTotals& totals) {
+  while (status & pts_event_pending) {
+    pt_event event;
+    status = dec.Event(&event);
+    if (status < 0) break;
+    ++totals.events;
+    if (event.has_tsc) time.Check(event.tsc);
+    sink.OnEvent(event);
+  }
+  return status;
+}
+
+// Reports a failed SyncForward (`status`); false when decoding should stop (the decoder did not
+// get past the offset of the last failure, `*sync`).
+template <typename Dec>
+bool SyncFailed(const Dec& dec, int status, ErrorReporter& errors, uint64_t* sync) {
+  uint64_t offset = 0;
+  if (dec.GetOffset(&offset) < 0) offset = 0;
+  errors.Report(status, offset, 0, /*during_sync=*/true);
+  if (offset <= *sync) return false;  // no progress: we never will
+  *sync = offset;
+  return true;
+}
+
+// Tells the sink of a SyncForward that succeeded.
+template <typename Dec>
+void Synced(const Dec& dec, TimeWatch<Dec>& time, Sink& sink, DecodeTotals& totals,
+            uint64_t offset_base) {
+  uint64_t sync_offset = 0;
+  dec.GetSyncOffset(&sync_offset);
+  ++totals.syncs;
+  sink.OnSync(offset_base + sync_offset);
+  time.Check();
+}
+
 // libipt's block decoder under the calls BlockLoop makes (those of FastBlockDecoder).
 class LibiptBlockDecoder {
  public:
@@ -220,27 +259,12 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
     block.ninsn = 0;
     int status = dec.SyncForward();
     if (status < 0) {
-      if (status == -pte_eos) break;
-      errors.Report(status, offset_of(), block.ip, /*during_sync=*/true);
-      uint64_t new_sync = offset_of();
-      if (new_sync <= sync) break;  // no progress: we never will
-      sync = new_sync;
+      if (status == -pte_eos || !SyncFailed(dec, status, errors, &sync)) break;
       continue;
     }
-    uint64_t sync_offset = 0;
-    dec.GetSyncOffset(&sync_offset);
-    ++totals.syncs;
-    sink.OnSync(offset_base + sync_offset);
-    time.Check();
+    Synced(dec, time, sink, totals, offset_base);
     for (;;) {
-      while (status & pts_event_pending) {
-        pt_event event;
-        status = dec.Event(&event);
-        if (status < 0) break;
-        ++totals.events;
-        if (event.has_tsc) time.Check(event.tsc);
-        sink.OnEvent(event);
-      }
+      if (status & pts_event_pending) status = DeliverEvents(dec, status, time, sink, totals);
       if (status < 0) break;
       if (status & pts_eos) {
         status = -pte_eos;
@@ -355,6 +379,92 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
   return absl::OkStatus();
 }
 
+// InsnLoop's callbacks, error reports and bounds, from FastBlockDecoder's blocks: each block's
+// instructions are listed from its graph (FastBlockDecoder::Insns) where libipt's instruction
+// decoder decodes every instruction again. Within a block no trace is read, so what InsnLoop
+// sees after each instruction (time, trace offset) is what it saw after the block before, until
+// the block's last instruction.
+absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink& sink,
+                          DecodeTotals& totals, uint64_t offset_base, ImageSwitcher* switcher) {
+  ErrorReporter errors(image, sink, totals, offset_base);
+  auto offset_of = [&] {
+    uint64_t offset = 0;
+    return dec.GetOffset(&offset) < 0 ? 0 : offset;
+  };
+  TimeWatch<FastBlockDecoder> time(dec, switcher, sink);
+  uint32_t progress = kInsnsPerProgress;
+  ProgressWatch watch;
+  uint32_t check = kInsnsPerCheck;
+
+  uint64_t sync = 0;
+  for (;;) {
+    uint64_t ip = 0;  // pt_insn_next's instruction: InsnLoop's error IP
+    int status = dec.SyncForward();
+    if (status < 0) {
+      if (status == -pte_eos || !SyncFailed(dec, status, errors, &sync)) break;
+      continue;
+    }
+    Synced(dec, time, sink, totals, offset_base);
+    for (;;) {
+      if (status & pts_event_pending) status = DeliverEvents(dec, status, time, sink, totals);
+      if (status < 0) break;
+      if (status & pts_eos) {
+        status = -pte_eos;
+        break;
+      }
+      // The offset and time while the block's code runs (InsnLoop sees its time after the
+      // first instruction: an event fetched after the last block or event changed it).
+      const uint64_t before = offset_of();
+      uint64_t start_tsc = 0;
+      const bool start_timed = dec.Time(&start_tsc) >= 0;
+      pt_block block;
+      status = dec.Next(&block);
+      // pt_insn_next fails reading code after the block's last instruction, or (any other
+      // error) on its last instruction, which it still gives.
+      const bool code_error = status == -pte_nomap || status == -pte_bad_insn;
+      std::span<const pt_insn> insns;
+      if (block.ninsn != 0) insns = dec.Insns(block);
+      const size_t whole = status >= 0 || code_error ? insns.size() : insns.size() - 1;
+      for (size_t i = 0; i < insns.size(); ++i) {
+        const pt_insn& insn = insns[i];
+        ip = insn.ip;
+        ++totals.instructions;
+        sink.OnInsn(insn);
+        if (i == whole) break;  // the failing one
+        const bool last = i + 1 == insns.size();
+        if (last) {
+          time.Check();
+        } else if (i == 0 && start_timed) {
+          time.Check(start_tsc);
+        }
+        if (--progress == 0) {
+          progress = kInsnsPerProgress;
+          sink.OnProgress(offset_base + (last ? offset_of() : before));
+        }
+        if (--check == 0) {
+          check = kInsnsPerCheck;
+          if (!watch.Add(last ? offset_of() : before, kInsnsPerCheck)) {
+            status = -kErrorLoop;
+            break;
+          }
+        }
+      }
+      if (status < 0) {
+        if (status == -kErrorLoop) break;
+        // pt_insn_next gives no instruction when tracing is disabled; else the IP it stands at.
+        if (code_error || (block.ninsn == 0 && status != -pte_no_enable && status != -pte_eos)) {
+          ip = dec.ip();
+        }
+        break;
+      }
+    }
+    if (status == -pte_eos) break;
+    if (status == 0) status = -pte_internal;
+    errors.Report(status, offset_of(), ip, /*during_sync=*/false);
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 const char* DecodeErrorText(int code) {
@@ -433,6 +543,17 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
       LibiptBlockDecoder libipt(dec.get());
       return BlockLoop(libipt, image, sink, totals, offset_base, switcher);
     });
+  }
+  // Instruction sinks: from the block graph where the fast path covers the trace.
+  const BlockDecoderImpl impl = block_decoder_impl.load(std::memory_order_relaxed);
+  if (impl != BlockDecoderImpl::kLibipt) {
+    FastPathCoverage fast = FastPathCovers(pt);
+    if (impl == BlockDecoderImpl::kFastLibiptPackets) fast.packets = false;
+    if (fast.blocks) {
+      std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);
+      if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
+      return FastInsnLoop(*dec, image, sink, totals, offset_base, switcher);
+    }
   }
   return InsnLoop(pt, image, sink, totals, offset_base, switcher);
 }

@@ -2,6 +2,7 @@
 
 #include <Zydis/Zydis.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -167,6 +168,15 @@ FastPathCoverage FastPathCoversByLibipt(const pt_config& pt) {
     if (status == -pte_eos) return yes;
     if (status < 0) return no;
     if (yes.packets && !PacketLoopModels(pt, packet)) yes.packets = false;
+    // Erratum SKD007: libipt's query decoder reads such a CYC as the start of an OVF.
+    if (yes.packets && packet.type == ppt_cyc && pt.errata.skd007 && packet.size == 2 &&
+        (static_cast<uint16_t>(packet.payload.cyc.value) & ~0x1f) == 0x20) {
+      uint64_t next = 0;
+      if (pt_pkt_get_offset(dec.get(), &next) == 0 &&
+          next < static_cast<uint64_t>(pt.end - pt.begin) && pt.begin[next] == 0xf3) {
+        yes.packets = false;
+      }
+    }
     switch (packet.type) {
       case ppt_psb:
         in_psb = true;
@@ -988,6 +998,33 @@ int FastBlockDecoder::Next(pt_block* block) {
   block->ip = ip_;
   block->mode = mode_;
   return Proceed(block);
+}
+
+std::span<const pt_insn> FastBlockDecoder::Insns(const pt_block& block) {
+  auto [it, inserted] = graph_->listed.try_emplace(Key{block.ip, block.mode});
+  Listed& list = it->second;
+  if (inserted) list.next_ip = block.ip;
+  // Inside a block the flow needs no trace: each instruction leads to the next by falling
+  // through or by a direct jump or call.
+  while (list.insns.size() < block.ninsn && list.more) {
+    const Insn* insn = nullptr;
+    if (Decode(list.next_ip, block.mode, &insn) < 0) {
+      list.more = false;
+      break;
+    }
+    pt_insn& out = list.insns.emplace_back();
+    std::memset(&out, 0, sizeof(out));
+    out.ip = insn->ip;
+    out.isid = insn->isid;
+    out.mode = insn->mode;
+    out.iclass = insn->iclass;
+    std::memcpy(out.raw, insn->raw, sizeof(out.raw));
+    out.size = insn->size;
+    out.truncated = insn->truncated;
+    if (NextIp(&list.next_ip, *insn) < 0) list.more = false;
+  }
+  return std::span<const pt_insn>(list.insns)
+      .first(std::min<size_t>(list.insns.size(), block.ninsn));
 }
 
 int FastBlockDecoder::Event(pt_event* out) {

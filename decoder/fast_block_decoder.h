@@ -4,8 +4,10 @@
 // file sections is walked once, and file sections get libipt's own block cache (pt_bcache: which
 // instructions lead to which decision point), kept per section for as long as libipt keeps its
 // (the section cache's lifetime), because libipt's block boundaries depend on it. Packets,
-// events and their binding come from libipt's query decoder (pt_qry_*) as in libipt's block
-// decoder, whose logic (pt_block_decoder.c, 2.0.5) this follows step by step.
+// events and their binding come from ptkit's packet loop (decoder/pt_packet_loop.h) or libipt's
+// query decoder (pt_qry_*), as in libipt's block decoder, whose logic (pt_block_decoder.c,
+// 2.0.5) this follows step by step. The instructions of a block are listed from the same graph
+// (Insns), for the outputs that show each instruction.
 //
 // What it does not model is found before decoding by FastPathCovers(), and such a trace goes to
 // libipt: transactions (MODE.TSX with InTX or TXAbort), PTWRITE, PIP or VMCS outside PSB+ (events
@@ -18,6 +20,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -63,6 +66,15 @@ class FastBlockDecoder {
   // Code is read from `image` from now on; its graph is kept apart from other images'.
   void SetImage(const ProgramImage& image);
 
+  // The instructions of `block`, a block Next gave (with the image it was decoded from), as
+  // libipt's instruction decoder gives them (pt_insn_next; raw holds the instruction's bytes
+  // and what follows them): listed once per start IP and mode for the whole run, from the
+  // decoded code. Fewer than block.ninsn only if the code cannot be read again.
+  std::span<const pt_insn> Insns(const pt_block& block);
+  // The IP the decoder stands at: after an error from reading code (pte_nomap, pte_bad_insn),
+  // the IP that could not be read.
+  uint64_t ip() const { return ip_; }
+
  private:
   // One decoded instruction (pt_insn + the pt_insn_ext bits the block decoder uses).
   struct Insn {
@@ -96,6 +108,11 @@ class FastBlockDecoder {
       return H::combine(std::move(h), k.ip, k.mode);
     }
   };
+  struct Listed {
+    std::vector<pt_insn> insns;
+    uint64_t next_ip = 0;  // after the last one
+    bool more = true;      // whether the code after the last one could be read
+  };
   struct RunSlot {
     uint64_t ip = 0;
     pt_exec_mode mode = ptem_unknown;
@@ -106,6 +123,8 @@ class FastBlockDecoder {
     absl::flat_hash_map<Key, Insn> insns;
     absl::node_hash_map<Key, Run> runs;  // nodes: slots point into it
     RunSlot slots[kRunSlots];            // a direct-mapped cache of runs
+    // Insns(): the instructions from an IP on, as far as blocks from there went.
+    absl::flat_hash_map<Key, Listed> listed;
   };
   // libipt's block cache entry (pt_bcache_entry), with its bit-field widths: how many
   // instructions (8 bits) and how far (16 bits) to the next decision point, and what is there.

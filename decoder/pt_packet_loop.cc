@@ -9,7 +9,13 @@ namespace {
 
 // Packet sizes and opcodes (libipt's pt_opcodes.h).
 constexpr int kPsbSize = 16, kPsbendSize = 2, kTnt64Size = 8, kOvfSize = 2, kCbrSize = 4,
-              kPipSize = 8, kVmcsSize = 7, kModeSize = 2, kTscSize = 8;
+              kPipSize = 8, kVmcsSize = 7, kModeSize = 2, kTscSize = 8, kTmaSize = 7, kMtcSize = 2;
+// pt_opcodes.h: the CTC bits MTC and TMA give, the TMA fast counter bits, the TSC's bits.
+constexpr int kMtcBits = 8, kTmaCtcBits = 16;
+constexpr uint32_t kMtcMask = (1u << kMtcBits) - 1, kTmaCtcMask = (1u << kTmaCtcBits) - 1;
+constexpr uint16_t kTmaFcMask = (1u << 9) - 1;
+constexpr int kTscBits = 56;
+constexpr int kFcrShift = 8;  // pt_tcal_fcr_shr
 
 uint64_t ReadValue(const uint8_t* pos, int size) {
   uint64_t value = 0;
@@ -24,6 +30,42 @@ int ReadPsb(const uint8_t* pos, const uint8_t* end) {
     if (pos[i] != 0x02 || pos[i + 1] != 0x82) return -pte_bad_packet;
   }
   return kPsbSize;
+}
+
+// pt_pkt_read_tma: -pte_bad_packet when reserved bits are set.
+int ReadTma(const uint8_t* pos, const uint8_t* end, uint16_t* ctc, uint16_t* fc) {
+  if (end < pos + kTmaSize) return -pte_eos;
+  *ctc = static_cast<uint16_t>(pos[2] | pos[3] << 8);
+  *fc = static_cast<uint16_t>(pos[5] | pos[6] << 8);
+  if ((*fc & ~kTmaFcMask) != 0 || pos[4] != 0) return -pte_bad_packet;
+  return kTmaSize;
+}
+
+// pt_pkt_read_cyc: the packet's size.
+int ReadCyc(const uint8_t* pos, const uint8_t* end, uint64_t* value) {
+  const uint8_t* begin = pos;
+  uint8_t cyc = *pos++;
+  bool ext = (cyc & 0x04) != 0;
+  *value = cyc >> 3;
+  int shl = 5;
+  while (ext) {
+    if (end <= pos) return -pte_eos;
+    uint64_t bits = *pos++;
+    ext = (bits & 0x01) != 0;
+    bits >>= 1;
+    bits <<= shl;
+    shl += 7;
+    if (64 < shl) return -pte_bad_packet;
+    *value |= bits;
+  }
+  return static_cast<int>(pos - begin);
+}
+
+// Whether libipt's check_erratum_skd007 takes the CYC of `size` bytes at `pos` for the start of
+// an OVF.
+bool Skd007(const uint8_t* pos, const uint8_t* end, int size, uint64_t value) {
+  if (size != 2 || (static_cast<uint16_t>(value) & ~0x1f) != 0x20) return false;
+  return pos + size < end && pos[size] == 0xf3;
 }
 
 // pt_pkt_ip_size by IP compression.
@@ -80,7 +122,7 @@ uint8_t Inc(uint8_t i) { return static_cast<uint8_t>((i + 1) % 8); }
 }  // namespace
 
 bool PacketLoopModelsErrata(const pt_config& pt, bool ovf) {
-  return !pt.errata.bdm70 && !(ovf && (pt.errata.skd010 || pt.errata.apl11 || pt.errata.apl12));
+  return !(ovf && (pt.errata.skd010 || pt.errata.apl11 || pt.errata.apl12));
 }
 
 bool PacketLoopModels(const pt_config& pt, const pt_packet& packet) {
@@ -100,6 +142,9 @@ bool PacketLoopModels(const pt_config& pt, const pt_packet& packet) {
     case ppt_vmcs:
     case ppt_cbr:
     case ppt_tsc:
+    case ppt_tma:
+    case ppt_mtc:
+    case ppt_cyc:
     case ppt_ovf:
       return true;
     default:
@@ -107,7 +152,17 @@ bool PacketLoopModels(const pt_config& pt, const pt_packet& packet) {
   }
 }
 
-PacketLoop::PacketLoop(const pt_config& pt) : begin_(pt.begin), end_(pt.end) { Reset(); }
+PacketLoop::PacketLoop(const pt_config& pt)
+    : begin_(pt.begin),
+      end_(pt.end),
+      time_config_{.mtc_freq = pt.mtc_freq,
+                   .nom_freq = pt.nom_freq,
+                   .cpuid_0x15_eax = pt.cpuid_0x15_eax,
+                   .cpuid_0x15_ebx = pt.cpuid_0x15_ebx,
+                   .skl168 = pt.errata.skl168 != 0},
+      bdm70_(pt.errata.bdm70 != 0) {
+  Reset();
+}
 
 // pt_qry_reset.
 void PacketLoop::Reset() {
@@ -117,6 +172,7 @@ void PacketLoop::Reset() {
   ip_ = LastIp{};
   tnt_bits_ = tnt_index_ = 0;
   time_ = last_time_ = TimeState{};
+  tcal_ = TimeCal{};
   std::memset(&evq_, 0, sizeof(evq_));
 }
 
@@ -156,11 +212,11 @@ using KindTable = std::array<PacketLoop::Kind, 256>;
 constexpr KindTable MakeOpcodeKinds() {
   KindTable t{};
   for (int opc = 0; opc < 256; ++opc) {
-    PacketLoop::Kind k = PacketLoop::kOther;  // CYC, unknown
+    PacketLoop::Kind k = PacketLoop::kOther;  // unknown
     if ((opc & 0x01) == 0x00) {
       k = PacketLoop::kTnt8;
     } else if ((opc & 0x03) == 0x03) {
-      k = PacketLoop::kOther;  // CYC
+      k = PacketLoop::kCyc;
     } else if ((opc & 0x1f) == 0x0d) {
       k = PacketLoop::kTip;
     } else if ((opc & 0x1f) == 0x1d) {
@@ -176,12 +232,12 @@ constexpr KindTable MakeOpcodeKinds() {
   t[0x02] = PacketLoop::kNone;
   t[0x99] = PacketLoop::kMode;
   t[0x19] = PacketLoop::kTsc;
-  t[0x59] = PacketLoop::kOther;  // MTC
+  t[0x59] = PacketLoop::kMtc;
   return t;
 }
 constexpr KindTable MakeExtKinds() {
   KindTable t{};
-  for (auto& k : t) k = PacketLoop::kOther;  // TMA, STOP, MNT, EXSTOP, MWAIT, PWRx, PTW, ...
+  for (auto& k : t) k = PacketLoop::kOther;  // STOP, MNT, EXSTOP, MWAIT, PWRx, PTW, ...
   t[0x82] = PacketLoop::kPsb;
   t[0xf3] = PacketLoop::kOvf;
   t[0xa3] = PacketLoop::kTnt64;
@@ -189,10 +245,55 @@ constexpr KindTable MakeExtKinds() {
   t[0x03] = PacketLoop::kCbr;
   t[0x43] = PacketLoop::kPip;
   t[0xc8] = PacketLoop::kVmcs;
+  t[0x73] = PacketLoop::kTma;
   return t;
 }
 constexpr KindTable kOpcodeKinds = MakeOpcodeKinds();
 constexpr KindTable kExtKinds = MakeExtKinds();
+
+// The size of a packet that libipt's scans (pt_pkt_next) step over while they look for a FUP
+// or a TIP.PGE: PAD, PSBEND, PIP, VMCS, MODE, CBR, TSC, TMA, MTC, CYC; or pt_pkt_next's error.
+int SkippedSize(PacketLoop::Kind kind, const uint8_t* pos, const uint8_t* end) {
+  int size = 0;
+  switch (kind) {
+    case PacketLoop::kPad:
+      return 1;
+    case PacketLoop::kPsbend:
+      size = kPsbendSize;
+      break;
+    case PacketLoop::kPip:
+      size = kPipSize;
+      break;
+    case PacketLoop::kVmcs:
+      size = kVmcsSize;
+      break;
+    case PacketLoop::kMode: {
+      if (end < pos + kModeSize) return -pte_eos;
+      const uint8_t leaf = pos[1] & 0xe0;
+      return leaf == pt_mol_exec || leaf == pt_mol_tsx ? kModeSize : -pte_bad_packet;
+    }
+    case PacketLoop::kCbr:
+      size = kCbrSize;
+      break;
+    case PacketLoop::kTsc:
+      size = kTscSize;
+      break;
+    case PacketLoop::kMtc:
+      size = kMtcSize;
+      break;
+    case PacketLoop::kTma: {
+      uint16_t ctc, fc;
+      return ReadTma(pos, end, &ctc, &fc);
+    }
+    case PacketLoop::kCyc: {
+      uint64_t value;
+      return ReadCyc(pos, end, &value);
+    }
+    default:
+      return -pte_internal;
+  }
+  return end < pos + size ? -pte_eos : size;
+}
 
 }  // namespace
 
@@ -405,6 +506,20 @@ bool PacketLoop::ScanTrace(const pt_config& pt, Scan* scan) {
       case kTsc:
         size = pt.end < pos + kTscSize ? -pte_eos : kTscSize;
         break;
+      case kTma: {
+        uint16_t ctc, fc;
+        size = ReadTma(pos, pt.end, &ctc, &fc);  // a bad one: libipt decides (SKZ84)
+        break;
+      }
+      case kMtc:
+        size = pt.end < pos + kMtcSize ? -pte_eos : kMtcSize;
+        break;
+      case kCyc: {
+        uint64_t value;
+        size = ReadCyc(pos, pt.end, &value);
+        if (size > 0 && pt.errata.skd007 && Skd007(pos, pt.end, size, value)) return false;
+        break;
+      }
       default:
         return false;  // not modelled
     }
@@ -536,7 +651,13 @@ int PacketLoop::Decode(Kind kind) {
     case kCbr:
       return DecodeCbr(/*header=*/false);
     case kTsc:
-      return DecodeTsc();
+      return DecodeTsc(/*header=*/false);
+    case kTma:
+      return DecodeTma();
+    case kMtc:
+      return DecodeMtc();
+    case kCyc:
+      return DecodeCyc();
     case kOvf:
       return DecodeOvf();
     case kPip:   // outside PSB+: FastPathCovers sends such traces to libipt
@@ -565,7 +686,13 @@ int PacketLoop::Header(Kind kind) {
     case kCbr:
       return DecodeCbr(/*header=*/true);
     case kTsc:
-      return DecodeTsc();  // pt_qry_header_tsc: the same without time calibration
+      return DecodeTsc(/*header=*/true);
+    case kTma:
+      return DecodeTma();
+    case kMtc:
+      return DecodeMtc();
+    case kCyc:
+      return DecodeCyc();
     case kOther:
       return -pte_internal;  // not modelled (PacketLoopModels)
     default:
@@ -632,8 +759,8 @@ int PacketLoop::EventIp(uint64_t* ip, pt_event* ev) const {
 // pt_qry_event_time.
 void PacketLoop::EventTime(pt_event* ev) const {
   ev->tsc = time_.tsc;
-  ev->lost_mtc = 0;
-  ev->lost_cyc = 0;
+  ev->lost_mtc = time_.lost_mtc;
+  ev->lost_cyc = time_.lost_cyc;
   if (time_.have_tsc) ev->has_tsc = 1;
 }
 
@@ -642,13 +769,14 @@ int PacketLoop::DecodePsb() {
   const uint8_t* pos = pos_;
   int size = ReadPsb(pos, end_);
   if (size < 0) return size;
+  if (time_config_.skl168) tcal_.check_skl168 = true;  // pt_tcal_update_psb
   pos_ += size;
   ip_ = LastIp{};
   int status;
   for (;;) {
     status = Fetch(&next_, pos_);
     if (status != 0) break;
-    if (next_ == kPsbend) return 0;
+    if (next_ == kPsbend || next_ == kOvf) return 0;  // pdff_psbend
     status = Header(next_);
     if (status != 0) break;
   }
@@ -794,14 +922,57 @@ int PacketLoop::DecodeFup() {
   return 0;
 }
 
-// pt_qry_header_fup without erratum BDM70 (PacketLoopModels).
+// pt_qry_header_fup.
 int PacketLoop::HeaderFup() {
-  const bool suppressed = ((*pos_ >> 5) & 0x7) == pt_ipc_suppressed;
-  const int size = DecodeIp();
+  const int ipc = (*pos_ >> 5) & 0x7;
+  const int size = IpSize(ipc);
   if (size < 0) return size;
-  if (!suppressed) enabled_ = true;
-  pos_ += size;
+  if (end_ < pos_ + 1 + size) return -pte_eos;
+  if (bdm70_ && !enabled_) {
+    // BDM70: a FUP in PSB+ right before a TIP.PGE (timing and status packets between them)
+    // is stale: libipt skips it.
+    const int status = CheckBdm70(pos_ + 1 + size);
+    if (status < 0) return status;
+    if (status > 0) {
+      pos_ += 1 + size;
+      return 0;
+    }
+  }
+  const int status = DecodeIp();
+  if (status < 0) return status;
+  if (ipc != pt_ipc_suppressed) enabled_ = true;
+  pos_ += status;
   return 0;
+}
+
+// check_erratum_bdm70: 1 when a TIP.PGE follows `pos` with only PAD, TSC, CBR, PSBEND, PIP,
+// MODE, VMCS, TMA, MTC or CYC before it; 0 at any other packet or the end; a packet's error.
+int PacketLoop::CheckBdm70(const uint8_t* pos) const {
+  for (;;) {
+    Kind kind;
+    int status = Fetch(&kind, pos);
+    if (status < 0) return status == -pte_eos ? 0 : status;
+    switch (kind) {
+      case kPge:
+        return 1;
+      case kPad:
+      case kTsc:
+      case kCbr:
+      case kPsbend:
+      case kPip:
+      case kMode:
+      case kVmcs:
+      case kTma:
+      case kMtc:
+      case kCyc:
+        status = SkippedSize(kind, pos, end_);
+        if (status < 0) return status == -pte_eos ? 0 : status;
+        pos += status;
+        continue;
+      default:
+        return 0;
+    }
+  }
 }
 
 int PacketLoop::DecodeMode(bool header) {
@@ -857,12 +1028,15 @@ int PacketLoop::HeaderPaging(bool vmcs) {
   return 0;
 }
 
-// pt_qry_decode_cbr / pt_qry_header_cbr (time calibration aside: its only error, a zero
-// ratio, is pt_time_update_cbr's too).
+// pt_qry_decode_cbr / pt_qry_header_cbr: a CBR outside PSB+ is a frequency change, which
+// resets the calibration.
 int PacketLoop::DecodeCbr(bool header) {
   if (end_ < pos_ + kCbrSize) return -pte_eos;
   const uint8_t ratio = pos_[2];
-  if (ratio == 0) return -pte_bad_packet;
+  if (!header) tcal_ = TimeCal{};  // pt_tcal_update_cbr
+  int status = TcalHeaderCbr(ratio);
+  if (status < 0 && status != -pte_bad_config) return status;
+  if (ratio == 0) return -pte_bad_packet;  // pt_time_update_cbr
   time_.have_cbr = true;
   time_.cbr = ratio;
   pt_event* ev;
@@ -880,12 +1054,243 @@ int PacketLoop::DecodeCbr(bool header) {
   return 0;
 }
 
-// pt_qry_decode_tsc: pt_time_update_tsc without MTC and CYC.
-int PacketLoop::DecodeTsc() {
+// pt_qry_decode_tsc / pt_qry_header_tsc: only a TSC in PSB+ calibrates.
+int PacketLoop::DecodeTsc(bool header) {
   if (end_ < pos_ + kTscSize) return -pte_eos;
+  const uint64_t tsc = ReadValue(pos_ + 1, 7);
+  if (header) {
+    int status = TcalHeaderTsc(tsc);
+    if (status < 0 && status != -pte_bad_config) return status;
+  } else {  // pt_tcal_update_tsc
+    tcal_.tsc = tsc;
+    tcal_.cyc_tsc = 0;
+  }
+  // pt_time_update_tsc: the full time; earlier losses are recovered.
   time_.have_tsc = true;
-  time_.tsc = ReadValue(pos_ + 1, 7);
+  time_.have_tma = false;
+  time_.have_mtc = false;
+  time_.tsc = time_.base = tsc;
+  time_.ctc = 0;
+  time_.fc = 0;
+  time_.lost_mtc = 0;
+  time_.lost_cyc = 0;
   pos_ += kTscSize;
+  return 0;
+}
+
+// pt_qry_decode_tma (also its header function); pt_tcal_update_tma does nothing.
+int PacketLoop::DecodeTma() {
+  uint16_t ctc, fc;
+  const int size = ReadTma(pos_, end_, &ctc, &fc);
+  if (size < 0) return size;  // SKZ84's bad TMA: FastPathCovers sends it to libipt
+  int status = TimeUpdateTma(ctc, fc);
+  if (status < 0 && status != -pte_bad_config) return status;
+  pos_ += size;
+  return 0;
+}
+
+// pt_qry_decode_mtc (also its header function).
+int PacketLoop::DecodeMtc() {
+  if (end_ < pos_ + kMtcSize) return -pte_eos;
+  const uint8_t ctc = pos_[1];
+  int status = TcalUpdateMtc(ctc);
+  if (status < 0 && status != -pte_bad_config) return status;
+  status = TimeUpdateMtc(ctc);
+  if (status < 0 && status != -pte_bad_config) return status;
+  pos_ += kMtcSize;
+  return 0;
+}
+
+// pt_qry_decode_cyc (also its header function) without erratum SKD007's case (FastPathCovers).
+int PacketLoop::DecodeCyc() {
+  uint64_t cyc;
+  const int size = ReadCyc(pos_, end_, &cyc);
+  if (size < 0) return size;
+  // pt_tcal_update_cyc
+  tcal_.cyc_mtc += cyc;
+  tcal_.cyc_tsc += cyc;
+  // Without calibration yet the ratio is 0: pt_time_update_cyc counts a lost CYC.
+  const uint64_t fcr = tcal_.HaveFcr() ? tcal_.fcr : 0;
+  int status = TimeUpdateCyc(cyc, fcr);
+  if (status < 0 && status != -pte_bad_config) return status;
+  pos_ += size;
+  return 0;
+}
+
+// pt_time_ctc_delta: one wrap-around corrected.
+int PacketLoop::CtcDelta(uint32_t* delta, uint32_t ctc, uint32_t last_ctc) const {
+  if (ctc < last_ctc) {
+    ctc += 1u << (time_config_.mtc_freq + kMtcBits);
+    if (ctc < last_ctc) return -pte_bad_packet;
+  }
+  *delta = ctc - last_ctc;
+  return 0;
+}
+
+// pt_time_ctc_fc: CTC in fast counter units.
+int PacketLoop::CtcFc(uint64_t* fc, uint64_t ctc) const {
+  const uint32_t eax = time_config_.cpuid_0x15_eax, ebx = time_config_.cpuid_0x15_ebx;
+  if (eax == 0 || ebx == 0) return -pte_bad_config;
+  *fc = (ctc * ebx) / eax;
+  return 0;
+}
+
+// pt_time_update_tma.
+int PacketLoop::TimeUpdateTma(uint16_t ctc, uint16_t fc) {
+  if (!time_.have_tsc) return -pte_bad_context;
+  if (time_.have_tma) return -pte_bad_context;
+  if (time_.have_mtc) return -pte_internal;
+  const uint32_t mtc_hi = time_config_.mtc_freq + kMtcBits;
+  const uint32_t ctc_mask = (1u << mtc_hi) - 1u;
+  time_.have_tma = true;
+  time_.base -= fc;
+  time_.fc += fc;
+  if (mtc_hi <= kTmaCtcBits) time_.have_mtc = true;
+  time_.ctc = time_.ctc_cyc = ctc & ctc_mask;
+  return 0;
+}
+
+// pt_time_update_mtc.
+int PacketLoop::TimeUpdateMtc(uint8_t payload) {
+  const bool have_tsc = time_.have_tsc, have_tma = time_.have_tma, have_mtc = time_.have_mtc;
+  if (have_tsc && !have_tma) return 0;  // MTCs between TSC and TMA are ignored
+  uint64_t base = time_.base;
+  uint32_t last_ctc = time_.ctc;
+  const uint8_t mtc_freq = time_config_.mtc_freq;
+  const uint32_t ctc = static_cast<uint32_t>(payload) << mtc_freq;
+  if (time_.fc != 0 || time_.lost_cyc != 0 || !have_mtc) time_.ctc_cyc = ctc;
+  time_.have_mtc = true;
+  time_.fc = 0;
+  time_.ctc = ctc;
+  time_.lost_cyc = 0;
+  if (!have_mtc) {
+    if (!have_tma) return 0;
+    if (last_ctc & ~kTmaCtcMask) return -pte_internal;
+    const uint32_t ctc_lo = ctc & kTmaCtcMask;
+    uint32_t ctc_hi = ctc & ~kTmaCtcMask;
+    if (ctc_lo < last_ctc) {
+      ctc_hi -= 1u << kTmaCtcBits;
+      ctc_hi &= kMtcMask << mtc_freq;
+    }
+    last_ctc |= ctc_hi;
+  }
+  uint32_t ctc_delta;
+  int status = CtcDelta(&ctc_delta, ctc, last_ctc);
+  if (status < 0) {
+    time_.lost_mtc += 1;
+    return status;
+  }
+  uint64_t tsc;
+  status = CtcFc(&tsc, ctc_delta);
+  if (status < 0) return status;
+  base += tsc;
+  time_.tsc = time_.base = base;
+  return 0;
+}
+
+// pt_time_adjust_cyc: a CYC that spans MTC periods keeps only the current period's part.
+int PacketLoop::TimeAdjustCyc(uint64_t* cyc, uint64_t fcr) const {
+  const uint32_t last_ctc = time_.ctc_cyc, ctc = time_.ctc;
+  if (ctc == last_ctc) return 0;
+  uint32_t ctc_delta;
+  int status = CtcDelta(&ctc_delta, ctc, last_ctc);
+  if (status < 0) return status;
+  uint64_t fc;
+  status = CtcFc(&fc, ctc_delta);
+  if (status < 0) return status;
+  const uint64_t old_cyc = (fc << kFcrShift) / fcr;
+  uint64_t total_cyc = *cyc;
+  if (total_cyc < old_cyc) total_cyc = old_cyc;
+  *cyc = total_cyc - old_cyc;
+  return 0;
+}
+
+// pt_time_update_cyc.
+int PacketLoop::TimeUpdateCyc(uint64_t cyc, uint64_t fcr) {
+  if (fcr == 0) {
+    time_.lost_cyc += 1;
+    return 0;
+  }
+  uint64_t fc = time_.fc;
+  if (fc == 0) {
+    int status = TimeAdjustCyc(&cyc, fcr);
+    if (status < 0) return status;
+  }
+  fc += (cyc * fcr) >> kFcrShift;
+  time_.fc = fc;
+  time_.tsc = time_.base + fc;
+  return 0;
+}
+
+// pt_tcal_set_fcr.
+void PacketLoop::TimeCal::SetFcr(uint64_t value) {
+  fcr = value;
+  if (value < min_fcr) min_fcr = value;
+  if (value > max_fcr) max_fcr = value;
+}
+
+// pt_tcal_header_tsc: calibrates from the cycles between two TSCs in PSB+, unless MTCs do.
+int PacketLoop::TcalHeaderTsc(uint64_t tsc) {
+  const uint64_t last_tsc = tcal_.tsc, cyc = tcal_.cyc_tsc;
+  tcal_.tsc = tsc;
+  tcal_.cyc_tsc = 0;
+  if (last_tsc == 0 || cyc == 0) return 0;
+  if (tcal_.have_mtc) return 0;
+  if (tsc < last_tsc) {
+    tsc += uint64_t{1} << kTscBits;
+    if (tsc < last_tsc) return -pte_bad_packet;
+  }
+  const uint64_t tsc_delta = tsc - last_tsc;
+  if (tsc_delta & ~(~0ull >> kFcrShift)) return -pte_internal;
+  tcal_.SetFcr((tsc_delta << kFcrShift) / cyc);
+  return 0;
+}
+
+// pt_tcal_header_cbr: with the nominal frequency, the ratio calibrates.
+int PacketLoop::TcalHeaderCbr(uint8_t ratio) {
+  const uint64_t p1 = time_config_.nom_freq;
+  if (p1 == 0) return 0;
+  if (ratio == 0) return -pte_bad_packet;
+  tcal_.SetFcr((p1 << kFcrShift) / ratio);
+  return 0;
+}
+
+// pt_tcal_update_mtc, with erratum SKL168 (CYC dropped right before a PSB).
+int PacketLoop::TcalUpdateMtc(uint8_t payload) {
+  const uint32_t last_ctc = tcal_.ctc;
+  const bool have_mtc = tcal_.have_mtc, check_skl168 = tcal_.check_skl168;
+  const uint64_t cyc = tcal_.cyc_mtc;
+  tcal_.check_skl168 = false;
+  const uint8_t mtc_freq = time_config_.mtc_freq;
+  const uint32_t ctc = static_cast<uint32_t>(payload) << mtc_freq;
+  if (!have_mtc) {
+    tcal_.cyc_mtc = 0;
+    tcal_.ctc = ctc;
+    tcal_.have_mtc = true;
+    return 0;
+  }
+  if (cyc == 0) return 0;
+  tcal_.have_mtc = true;
+  tcal_.cyc_mtc = 0;
+  tcal_.ctc = ctc;
+  tcal_.lost_mtc += 1;
+  uint32_t ctc_delta;
+  int status = CtcDelta(&ctc_delta, ctc, last_ctc);
+  if (status < 0) return status;
+  uint64_t fc;
+  status = CtcFc(&fc, ctc_delta);
+  if (status < 0) return status;
+  if (fc & ~(~0ull >> kFcrShift)) return -pte_internal;
+  const uint64_t fcr = (fc << kFcrShift) / cyc;
+  if (check_skl168) {
+    if ((1u << mtc_freq) < ctc_delta) return 0;
+    if (mtc_freq < 10 && tcal_.HaveFcr()) {
+      const uint64_t dfc = (tcal_.fcr * (cyc + 0xf00)) >> kFcrShift;
+      if (dfc < fc) return 0;
+    }
+  }
+  tcal_.SetFcr(fcr);
+  tcal_.lost_mtc = 0;
   return 0;
 }
 
@@ -951,15 +1356,14 @@ int PacketLoop::FindOvfFup() const {
       case kFup:
         return 1;
       case kPad:
-        pos += 1;
-        continue;
       case kCbr:
-        if (end_ < pos + kCbrSize) return -pte_eos;
-        pos += kCbrSize;
-        continue;
       case kTsc:
-        if (end_ < pos + kTscSize) return -pte_eos;
-        pos += kTscSize;
+      case kMtc:
+      case kTma:
+      case kCyc:
+        status = SkippedSize(kind, pos, end_);
+        if (status < 0) return status;
+        pos += status;
         continue;
       case kPsb:
       case kPge:

@@ -4,12 +4,14 @@
 // the trace bytes, without libipt's per-packet calls: TNT bits are taken from a cache word
 // inline, TIP targets are read straight from the packet.
 //
-// It models the packets and state of traces without fine timing: PAD, PSB+ (FUP, MODE, PIP,
-// VMCS, CBR, TSC, PAD), PSBEND, TNT-8, TNT-64, TIP, TIP.PGE, TIP.PGD, FUP, MODE, CBR, TSC and
-// OVF, time from TSC packets only. What it does not model is found before decoding
-// (FastPathCovers) and such a trace is decoded with libipt's query decoder: MTC, CYC and TMA
-// (libipt's time calibration), STOP, MNT, EXSTOP, MWAIT, PWRE, PWRX, PTWRITE, unknown
-// packets, and the errata libipt works around with packet scans (BDM70, SKD010, APL11, APL12).
+// It models PAD, PSB+ (FUP, MODE, PIP, VMCS, CBR, TSC, TMA, MTC, CYC, PAD), PSBEND, TNT-8,
+// TNT-64, TIP, TIP.PGE, TIP.PGD, FUP, MODE, CBR, TSC, TMA, MTC, CYC and OVF, and time as
+// libipt's pt_time.c estimates it (TSC, TMA, MTC and CYC with its calibration, erratum SKL168).
+// What it does not model is found before decoding (FastPathCovers) and such a trace is decoded
+// with libipt's query decoder: STOP, MNT, EXSTOP, MWAIT, PWRE, PWRX, PTWRITE, unknown packets,
+// the errata libipt works around with packet scans after an OVF (SKD010, APL11, APL12), and a
+// TMA or CYC that erratum SKZ84 or SKD007 would make libipt read otherwise. Erratum BDM70 (a
+// stale FUP in PSB+) is modelled.
 // Internal to ptkit_decoder.
 #ifndef PTKIT_DECODER_PT_PACKET_LOOP_H_
 #define PTKIT_DECODER_PT_PACKET_LOOP_H_
@@ -83,8 +85,11 @@ class PacketLoop {
     kVmcs,
     kCbr,
     kTsc,
+    kTma,
+    kMtc,
+    kCyc,
     kOvf,
-    kOther,  // a packet not modelled (MTC, CYC, TMA, STOP, MNT, ..., unknown)
+    kOther,  // a packet not modelled (STOP, MNT, PTW, power events, unknown)
   };
 
  private:
@@ -101,12 +106,42 @@ class PacketLoop {
     bool have_ip = false;
     bool suppressed = false;
   };
-  // pt_time without MTC and CYC.
+  // libipt's pt_time: the time estimated from TSC, TMA, MTC and CYC.
   struct TimeState {
     uint64_t tsc = 0;
+    uint64_t base = 0;  // from TSC and MTC
+    uint64_t fc = 0;    // the fast counter since base
+    uint32_t ctc = 0;
+    uint32_t ctc_cyc = 0;  // ctc when fc was cleared
+    uint32_t lost_mtc = 0;
+    uint32_t lost_cyc = 0;
     uint8_t cbr = 0;
     bool have_tsc = false;
     bool have_cbr = false;
+    bool have_tma = false;
+    bool have_mtc = false;
+  };
+  // libipt's pt_time_cal: the fast counter to cycles ratio (fcr) that CYC needs.
+  struct TimeCal {
+    uint64_t fcr = 0;
+    uint64_t min_fcr = UINT64_MAX, max_fcr = 0;
+    uint64_t tsc = 0;
+    uint64_t cyc_tsc = 0;
+    uint64_t cyc_mtc = 0;
+    uint32_t ctc = 0;
+    uint32_t lost_mtc = 0;
+    bool have_mtc = false;
+    bool check_skl168 = false;
+    bool HaveFcr() const { return min_fcr <= max_fcr; }
+    void SetFcr(uint64_t value);
+  };
+  // What the time estimates read of pt_config.
+  struct TimeConfig {
+    uint8_t mtc_freq = 0;
+    uint8_t nom_freq = 0;
+    uint32_t cpuid_0x15_eax = 0;
+    uint32_t cpuid_0x15_ebx = 0;
+    bool skl168 = false;
   };
 
   void Reset();
@@ -131,10 +166,24 @@ class PacketLoop {
   int DecodePgd();
   int DecodeFup();
   int HeaderFup();
+  int CheckBdm70(const uint8_t* pos) const;
   int DecodeMode(bool header);
   int HeaderPaging(bool vmcs);
   int DecodeCbr(bool header);
-  int DecodeTsc();
+  int DecodeTsc(bool header);
+  int DecodeTma();
+  int DecodeMtc();
+  int DecodeCyc();
+  // pt_time_* and pt_tcal_* (pt_time.c); `ctc` is the MTC payload.
+  int CtcDelta(uint32_t* delta, uint32_t ctc, uint32_t last_ctc) const;
+  int CtcFc(uint64_t* fc, uint64_t ctc) const;
+  int TimeUpdateTma(uint16_t ctc, uint16_t fc);
+  int TimeUpdateMtc(uint8_t ctc);
+  int TimeAdjustCyc(uint64_t* cyc, uint64_t fcr) const;
+  int TimeUpdateCyc(uint64_t cyc, uint64_t fcr);
+  int TcalHeaderTsc(uint64_t tsc);
+  int TcalHeaderCbr(uint8_t ratio);
+  int TcalUpdateMtc(uint8_t ctc);
   int DecodePsbend();
   int DecodeOvf();
   int FindOvfFup() const;
@@ -158,6 +207,9 @@ class PacketLoop {
   uint64_t tnt_bits_ = 0;
   uint64_t tnt_index_ = 0;
   TimeState time_, last_time_;
+  TimeCal tcal_;
+  TimeConfig time_config_;
+  bool bdm70_;
   EventQueue evq_;
 };
 

@@ -39,8 +39,9 @@ using ::ptkit::testing::IsOk;
 // Every callback as a line, every field a block sink can read.
 class TranscriptSink : public Sink {
  public:
-  TranscriptSink(bool on_call, bool on_jump, bool time)
-      : on_call_(on_call), on_jump_(on_jump), time_(time) {}
+  TranscriptSink(bool on_call, bool on_jump, bool time, DecoderKind kind = DecoderKind::kBlock)
+      : on_call_(on_call), on_jump_(on_jump), time_(time), kind_(kind) {}
+  DecoderKind kind() const override { return kind_; }
   bool end_block_on_call() const override { return on_call_; }
   bool end_block_on_jump() const override { return on_jump_; }
   bool wants_time() const override { return time_; }
@@ -60,6 +61,12 @@ class TranscriptSink : public Sink {
                                  " n=", b.ninsn, " c=", b.iclass, " m=", b.mode, " s=", b.isid,
                                  " sp=", b.speculative, " t=", b.truncated, " ", raw));
   }
+  void OnInsn(const pt_insn& i) override {
+    std::string raw(reinterpret_cast<const char*>(i.raw), i.size);
+    lines.push_back(absl::StrCat("insn ", absl::Hex(i.ip), " s=", i.isid, " m=", i.mode,
+                                 " c=", i.iclass, " sp=", i.speculative, " t=", i.truncated, " ",
+                                 absl::CHexEscape(raw)));
+  }
   void OnEvent(const pt_event& e) override {
     std::string bytes(reinterpret_cast<const char*>(&e.variant), sizeof(e.variant));
     lines.push_back(absl::StrCat("event ", e.type, " ", e.ip_suppressed, e.status_update, e.has_tsc,
@@ -73,6 +80,7 @@ class TranscriptSink : public Sink {
 
  private:
   bool on_call_, on_jump_, time_;
+  DecoderKind kind_;
 };
 
 // Decodes a trace into the sink made for the image it decodes against: a fresh image each time,
@@ -81,9 +89,9 @@ using MakeSink = std::function<Sink&(const ProgramImage&)>;
 using Runner = std::function<void(const MakeSink&)>;
 
 std::vector<std::string> Transcript(BlockDecoderImpl impl, bool on_call, bool on_jump, bool time,
-                                    const Runner& run) {
+                                    const Runner& run, DecoderKind kind = DecoderKind::kBlock) {
   SetBlockDecoderImpl(impl);
-  TranscriptSink sink(on_call, on_jump, time);
+  TranscriptSink sink(on_call, on_jump, time, kind);
   run([&](const ProgramImage&) -> Sink& { return sink; });
   SetBlockDecoderImpl(BlockDecoderImpl::kFast);
   return sink.lines;
@@ -98,19 +106,22 @@ std::string ReadAll(std::FILE* f) {
   return text;
 }
 
-// stats (text and JSON), folded and calls through `impl`.
-std::vector<std::string> Outputs(BlockDecoderImpl impl, const Runner& run) {
+// stats (text and JSON), folded, calls and timeline through `impl`; with `timed` (a trace with
+// timing packets) also folded weighted by time.
+std::vector<std::string> Outputs(BlockDecoderImpl impl, const Runner& run, bool timed) {
   SetBlockDecoderImpl(impl);
   std::vector<std::string> outputs;
-  for (int kind = 0; kind < 4; ++kind) {
+  for (int kind = 0; kind < (timed ? 6 : 5); ++kind) {
     std::FILE* out = std::tmpfile();
     OutputOptions options;
     options.json = kind == 1;
+    if (kind == 5) options.weight = FoldedWeight::kTime;
     std::unique_ptr<Sink> sink;
     run([&](const ProgramImage& image) -> Sink& {
-      sink = kind <= 1   ? MakeStatsSink(image, out, options)
-             : kind == 2 ? MakeFoldedSink(image, out, options)
-                         : MakeCallsSink(image, out, options);
+      sink = kind <= 1                ? MakeStatsSink(image, out, options)
+             : kind == 2 || kind == 5 ? MakeFoldedSink(image, out, options)
+             : kind == 3              ? MakeCallsSink(image, out, options)
+                                      : MakeTimelineSink(image, out, options);
       return *sink;
     });
     sink.reset();
@@ -120,9 +131,44 @@ std::vector<std::string> Outputs(BlockDecoderImpl impl, const Runner& run) {
   return outputs;
 }
 
+// insn and branches (text, and JSON with disassembly) through `impl`.
+std::vector<std::string> InsnOutputs(BlockDecoderImpl impl, const Runner& run) {
+  SetBlockDecoderImpl(impl);
+  std::vector<std::string> outputs;
+  for (int kind = 0; kind < 4; ++kind) {
+    std::FILE* out = std::tmpfile();
+    OutputOptions options;
+    options.json = kind % 2 == 1;
+    options.disasm = kind == 1;
+    std::unique_ptr<Sink> sink;
+    run([&](const ProgramImage& image) -> Sink& {
+      sink = kind <= 1 ? MakeInsnSink(image, out, options) : MakeBranchesSink(image, out, options);
+      return *sink;
+    });
+    sink.reset();
+    outputs.push_back(ReadAll(out));
+  }
+  SetBlockDecoderImpl(BlockDecoderImpl::kFast);
+  return outputs;
+}
+
+void ExpectSameLines(const std::vector<std::string>& libipt, const std::vector<std::string>& fast) {
+  ASSERT_FALSE(libipt.empty());
+  for (size_t i = 0; i < std::min(libipt.size(), fast.size()); ++i) {
+    if (libipt[i] == fast[i]) continue;
+    std::string context;
+    for (size_t k = i >= 8 ? i - 8 : 0; k < std::min(fast.size(), i + 8); ++k) {
+      absl::StrAppend(&context, "\n  ", k == i ? "> " : "", libipt[k], "  |  ", fast[k]);
+    }
+    FAIL() << "callback " << i << " differs (libipt | fast):" << context;
+  }
+  ASSERT_EQ(libipt.size(), fast.size());
+}
+
 // libipt and the fast decoder (with ptkit's packet loop where it models the trace, and with
-// libipt's query decoder), every block-ending flavour, and the sinks' outputs.
-void ExpectSame(const Runner& run) {
+// libipt's query decoder), every block-ending flavour, and the sinks' outputs (`timed`: the
+// trace has timing packets, so time-weighted outputs too).
+void ExpectSame(const Runner& run, bool timed = false) {
   for (BlockDecoderImpl fast_impl :
        {BlockDecoderImpl::kFast, BlockDecoderImpl::kFastLibiptPackets}) {
     SCOPED_TRACE(fast_impl == BlockDecoderImpl::kFast ? "fast" : "fast, libipt's packets");
@@ -131,13 +177,17 @@ void ExpectSame(const Runner& run) {
       SCOPED_TRACE(absl::StrCat("end_on_call ", on_call, " end_on_jump ", on_jump));
       auto libipt = Transcript(BlockDecoderImpl::kLibipt, on_call, on_jump, flags == 1, run);
       auto fast = Transcript(fast_impl, on_call, on_jump, flags == 1, run);
-      ASSERT_FALSE(libipt.empty());
-      for (size_t i = 0; i < std::min(libipt.size(), fast.size()); ++i) {
-        ASSERT_EQ(libipt[i], fast[i]) << "callback " << i << " after " << (i ? libipt[i - 1] : "");
-      }
-      ASSERT_EQ(libipt.size(), fast.size());
+      ExpectSameLines(libipt, fast);
     }
-    EXPECT_EQ(Outputs(BlockDecoderImpl::kLibipt, run), Outputs(fast_impl, run));
+    EXPECT_EQ(Outputs(BlockDecoderImpl::kLibipt, run, timed), Outputs(fast_impl, run, timed));
+    // Instruction sinks: libipt's instruction decoder against the block graph's listing.
+    {
+      SCOPED_TRACE("instructions");
+      ExpectSameLines(
+          Transcript(BlockDecoderImpl::kLibipt, false, false, true, run, DecoderKind::kInsn),
+          Transcript(fast_impl, false, false, true, run, DecoderKind::kInsn));
+    }
+    EXPECT_EQ(InsnOutputs(BlockDecoderImpl::kLibipt, run), InsnOutputs(fast_impl, run));
   }
 }
 
@@ -180,12 +230,14 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnSynthesizedTraces) {
                 IsOk());
     std::vector<uint8_t> trace = synth.bytes();
     ExpectCovered(trace, {});
-    ExpectSame([&](const MakeSink& make) {
-      auto image = ProgramImage::Create();
-      ASSERT_THAT(image, IsOk());
-      ASSERT_THAT((*image)->AddElf({kTiny, 0}), IsOk());
-      ASSERT_THAT(DecodeTrace(trace, {}, **image, make(**image)), IsOk());
-    });
+    ExpectSame(
+        [&](const MakeSink& make) {
+          auto image = ProgramImage::Create();
+          ASSERT_THAT(image, IsOk());
+          ASSERT_THAT((*image)->AddElf({kTiny, 0}), IsOk());
+          ASSERT_THAT(DecodeTrace(trace, {}, **image, make(**image)), IsOk());
+        },
+        /*timed=*/true);
   }
 }
 
@@ -253,12 +305,143 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnSynthesizedContainers) {
       const std::string path = ::testing::TempDir() + "/fast_block_decoder_" +
                                std::to_string(getpid()) + "_" + program + ".pt";
       ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
-      ExpectSame([&](const MakeSink& make) {
-        auto image = ProgramImage::Create();  // the sinks' image; streams bring their own
-        ASSERT_THAT(image, IsOk());
-        ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
-      });
+      ExpectSame(
+          [&](const MakeSink& make) {
+            auto image = ProgramImage::Create();  // the sinks' image; streams bring their own
+            ASSERT_THAT(image, IsOk());
+            ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
+          },
+          /*timed=*/options.pt.tsc);
       unlink(path.c_str());
+    }
+  }
+}
+
+// Traces with MTC, CYC and TMA (as perf records by default, and with cyc=1): time per block,
+// folded --weight=time and the timeline come out the same through ptkit's packet loop, which
+// estimates time as libipt's pt_time.c does (calibration from CBR, from TSCs in PSB+ and from
+// MTC, CYC spanning MTC periods, lost MTC and CYC, TMA, erratum SKL168, BDM70's header FUP).
+struct TimedVariant {
+  bool mtc, cyc;
+  uint8_t mtc_freq, cyc_thresh;
+  uint64_t tick_every, overflow_every, signal_every;
+  uint8_t psb_period;
+};
+constexpr TimedVariant kTimedVariants[] = {
+    {.mtc = true,
+     .cyc = false,
+     .mtc_freq = 3,
+     .cyc_thresh = 0,
+     .tick_every = 40,
+     .overflow_every = 0,
+     .signal_every = 0,
+     .psb_period = 0},
+    {.mtc = true,
+     .cyc = true,
+     .mtc_freq = 3,
+     .cyc_thresh = 0,
+     .tick_every = 7,
+     .overflow_every = 5001,
+     .signal_every = 0,
+     .psb_period = 0},
+    {.mtc = false,
+     .cyc = true,
+     .mtc_freq = 0,
+     .cyc_thresh = 2,
+     .tick_every = 13,
+     .overflow_every = 0,
+     .signal_every = 2999,
+     .psb_period = 0},
+    {.mtc = true,
+     .cyc = true,
+     .mtc_freq = 0,
+     .cyc_thresh = 3,
+     .tick_every = 3,
+     .overflow_every = 0,
+     .signal_every = 0,
+     .psb_period = 1},
+    {.mtc = true,
+     .cyc = true,
+     .mtc_freq = 9,
+     .cyc_thresh = 1,
+     .tick_every = 101,
+     .overflow_every = 0,
+     .signal_every = 0,
+     .psb_period = 0},
+};
+
+absl::StatusOr<swpt::SynthResult> WalkTimed(swpt::Synthesizer& synth, const TimedVariant& v,
+                                            uint64_t seed, swpt::SynthOptions* options) {
+  options->max_insns = 12000;
+  options->seed = seed;
+  options->tick_every = v.tick_every;
+  options->overflow_every = v.overflow_every;
+  options->signal_every = v.signal_every;
+  options->pt.tsc = true;
+  options->pt.mtc = v.mtc;
+  options->pt.mtc_freq = v.mtc_freq;
+  options->pt.cyc = v.cyc;
+  options->pt.cyc_thresh = v.cyc_thresh;
+  options->pt.psb_period = v.psb_period;
+  options->pt.cpuid_0x15_eax = 2;
+  options->pt.cpuid_0x15_ebx = 181;
+  return synth.Walk(*options);
+}
+
+TEST(FastBlockDecoderTest, SameAsLibiptOnContainersWithMtcAndCyc) {
+  const std::string program = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/sorts_O2_pie";
+  auto synth = swpt::Synthesizer::Create(program);
+  ASSERT_THAT(synth, IsOk());
+  for (size_t i = 0; i < std::size(kTimedVariants); ++i) {
+    SCOPED_TRACE(absl::StrCat("variant ", i));
+    swpt::SynthOptions options;
+    auto r = WalkTimed(*synth, kTimedVariants[i], 40 + i, &options);
+    ASSERT_THAT(r, IsOk());
+    ExpectCovered(r->pt, {});
+    const std::string path =
+        ::testing::TempDir() + "/fast_block_decoder_timed_" + std::to_string(getpid()) + ".pt";
+    ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
+    ExpectSame(
+        [&](const MakeSink& make) {
+          auto image = ProgramImage::Create();
+          ASSERT_THAT(image, IsOk());
+          ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
+        },
+        /*timed=*/true);
+    unlink(path.c_str());
+  }
+}
+
+// The same traces raw, under configurations a container does not give: a Skylake client
+// (errata BDM70, SKL168, SKD007, SKD022; SKD010 sends a trace with OVF to libipt's packets), no
+// nominal frequency (CYC calibrated from TSCs in PSB+ and from MTC only, CYC lost before), no
+// CPUID 0x15 (MTC ignored: libipt's pte_bad_config), and a wrong MTC frequency.
+TEST(FastBlockDecoderTest, SameAsLibiptOnRawTracesWithMtcAndCycUnderOtherConfigs) {
+  const std::string program = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O0_nopie";
+  auto synth = swpt::Synthesizer::Create(program);
+  ASSERT_THAT(synth, IsOk());
+  for (size_t i = 0; i < std::size(kTimedVariants); ++i) {
+    swpt::SynthOptions options;
+    auto r = WalkTimed(*synth, kTimedVariants[i], 60 + i, &options);
+    ASSERT_THAT(r, IsOk());
+    {
+      const int c = static_cast<int>(i % 4);
+      SCOPED_TRACE(absl::StrCat("variant ", i, " config ", c));
+      TraceConfig config;
+      config.cpu = *ParseCpu(c == 0 ? "6/142/10" : "6/85/4");
+      config.mtc_freq = c == 3 ? options.pt.mtc_freq + 2 : options.pt.mtc_freq;
+      config.nom_freq = c == 0 ? options.pt.cbr : 0;
+      config.cpuid_0x15_eax = c == 2 ? 0 : options.pt.cpuid_0x15_eax;
+      config.cpuid_0x15_ebx = c == 2 ? 0 : options.pt.cpuid_0x15_ebx;
+      ExpectCovered(r->pt, config, /*packets=*/!(c == 0 && options.overflow_every != 0));
+      ExpectSame(
+          [&](const MakeSink& make) {
+            auto image = ProgramImage::Create();
+            ASSERT_THAT(image, IsOk());
+            ASSERT_THAT((*image)->AddElf({program, 0}), IsOk());
+            ASSERT_THAT(DecodeTrace(r->pt, config, **image, make(**image)), IsOk());
+          },
+          /*timed=*/true);
     }
   }
 }
@@ -292,17 +475,19 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnRealHardwareTraces) {
     {
       auto input = LoadRawInput(spec);
       ASSERT_THAT(input, IsOk());
-      // drpt2trace's trace has MTC and CYC: libipt's query decoder reads it.
-      ExpectCovered(input->trace.bytes(), input->config,
-                    /*packets=*/spec.pt_path.find("drpt2trace") == std::string::npos);
+      // drpt2trace's trace has MTC and CYC (and Skylake-SP's errata): ptkit's packet loop.
+      ExpectCovered(input->trace.bytes(), input->config);
     }
-    ExpectSame([&](const MakeSink& make) {
-      auto input = LoadRawInput(spec);
-      ASSERT_THAT(input, IsOk());
-      ASSERT_THAT(
-          DecodeTrace(input->trace.bytes(), input->config, *input->image, make(*input->image)),
-          IsOk());
-    });
+    const bool timed = spec.pt_path.find("drpt2trace") != std::string::npos;
+    ExpectSame(
+        [&](const MakeSink& make) {
+          auto input = LoadRawInput(spec);
+          ASSERT_THAT(input, IsOk());
+          ASSERT_THAT(
+              DecodeTrace(input->trace.bytes(), input->config, *input->image, make(*input->image)),
+              IsOk());
+        },
+        timed);
   }
   // perf.data of a machine whose binaries are absent: gaps (pte_nomap) all along.
   const std::string perf = TestData() + "/perf-data/perf.data.intel_pt-4.14";
