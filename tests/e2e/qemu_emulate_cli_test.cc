@@ -319,6 +319,22 @@ TEST_F(QemuEmulateTest, ExecFailuresAndScriptsBehaveAsNatively) {
   EXPECT_THAT(err, Not(HasSubstr("warning")));
 }
 
+// A shell forks and execs dynamic programs (ld.so, libc) and execs one itself: every stream
+// decodes to the ground truth through each program (~0.9 M instructions in the exact mode).
+// Long: PTKIT_QEMU_LONG=1.
+TEST_F(QemuEmulateTest, AShellExecingDynamicProgramsDecodesToTheGroundTruthLong) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (std::getenv("PTKIT_QEMU_LONG") == nullptr) GTEST_SKIP() << "long: set PTKIT_QEMU_LONG=1";
+  std::string err, out;
+  EXPECT_EQ(ExpectDecodedEqualsTruth(
+                "sh", {"/bin/sh", "-c", "/bin/true; /bin/echo hi; exec /bin/echo bye"}, 0, &err, {},
+                nullptr, &out)
+                .size(),
+            3u);
+  EXPECT_EQ(out, "hi\nbye\n");
+  EXPECT_THAT(err, Not(HasSubstr("warning")));
+}
+
 TEST_F(QemuEmulateTest, GzipOfAFileDecodesToTheGroundTruth) {
   PTKIT_SKIP_WITHOUT_QEMU();
   const std::string input = dir_->File("input.txt");
