@@ -97,7 +97,7 @@ TEST_F(QemuModesTest, Sigusr2WithoutSnapshotIsSaidOnce) {
   EXPECT_EQ(r.err.find(said), r.err.rfind(said)) << r.err;
 }
 
-constexpr uint64_t kPeriod = 500;
+constexpr uint64_t kPeriod = 1000;  // (the default; 500 would double the JSON to check)
 
 // As the step backend's test (aux_sample_cli_test): every sample's IP is the ground truth's
 // (k*N)-th instruction of its thread, and its snippet decodes to what that thread ran right
@@ -118,7 +118,7 @@ TEST_F(QemuModesTest, AuxSamplesEndAtTheSampledInstruction) {
   size_t longest = 0;
   ::ptkit::testing::ExpectSamplesMatchTruth(j, truth, kPeriod, 4096, &expected_total, &longest);
   if (HasFatalFailure()) return;
-  EXPECT_GT(expected_total, 50u);
+  EXPECT_GT(expected_total, 30u);
   auto info = RunCommand({PTDECODE_PATH, "info", "--json", trace_});
   ASSERT_EQ(info.exit_code, 0) << info.err;
   const nlohmann::json ji = nlohmann::json::parse(info.out);
