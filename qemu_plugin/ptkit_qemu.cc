@@ -1123,13 +1123,14 @@ bool SetCloseOnExec(int fd, bool on) {
 }
 
 // Runs the exec'd program under a new qemu-x86_64 with the plugin, which goes on in `t`'s slot.
-// Returns only when that execve failed (E2BIG: the native call is left to fail as well).
+// Returns only when it could not (the ring's descriptor is gone; that execve failed: E2BIG is
+// left to the native call to fail as well).
 void FollowExec(Thread& t, const Exec& e) {
   ptk::QemuRegionHeader* h = Header();
   struct stat st {};
   if (fstat(g->region_fd, &st) != 0 || st.st_ino != g->region_ino) {
-    Fail("the program closed the plugin's descriptor " + std::to_string(g->region_fd) +
-         " of the shared ring: cannot follow its execve of " + e.program);
+    // The program closed (or reused) the ring's descriptor: the new program runs natively,
+    // untraced, as one qemu cannot run (counted in `execs`, ptrecord warns).
     return;
   }
   std::vector<std::string> args = g->qemu_command;

@@ -319,6 +319,22 @@ TEST_F(QemuEmulateTest, ExecFailuresAndScriptsBehaveAsNatively) {
   EXPECT_THAT(err, Not(HasSubstr("warning")));
 }
 
+// A program that closes every descriptor before it execs takes the plugin's descriptor of the
+// ring with them: the new program runs natively (exit 3 from emulate_fib), the trace ends at
+// that exec, and ptrecord says why.
+TEST_F(QemuEmulateTest, AnExecAfterClosingEveryDescriptorRunsNativelyAndSaysSo) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded rec =
+      Record("closed", {E2E_PROGRAM_DIR "/e2e_qemu_exec", "closed", PROGRAM_DIR "/emulate_fib"},
+             /*with_truth=*/false);
+  EXPECT_EQ(rec.run.exit_code, 3) << rec.run.err;
+  EXPECT_THAT(rec.run.err, HasSubstr("the trace ends at execve (1 times)"));
+  EXPECT_THAT(rec.run.err, HasSubstr("closed the plugin's descriptor of the ring"));
+  auto d = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_GT(nlohmann::json::parse(d.out)["totals"]["instructions"].get<uint64_t>(), 1000u);
+}
+
 // A shell forks and execs dynamic programs (ld.so, libc) and execs one itself: every stream
 // decodes to the ground truth through each program (~0.9 M instructions in the exact mode).
 // Long: PTKIT_QEMU_LONG=1.

@@ -2,6 +2,7 @@
 // be the same as when it runs natively):
 //   qemu_exec args...      prints its argc and argv, exits 5 (the #! interpreter below)
 //   qemu_exec run STATIC SCRIPT NOEXEC MISSING
+//   qemu_exec closed STATIC  closes every descriptor from 3 on, then execs STATIC "x"
 // run: the execs the kernel refuses (no such file, a directory, a file without x, one that is
 // neither ELF nor #!, a #! whose interpreter is missing) print their errno and the program
 // goes on; a child execs the #! SCRIPT (its interpreter is this program with an argument) and
@@ -18,6 +19,12 @@ int main(int argc, char** argv) {
     printf("argc=%d\n", argc);
     for (int i = 0; i < argc; ++i) printf("argv[%d]=%s\n", i, argv[i]);
     return 5;
+  }
+  if (argc == 3 && strcmp(argv[1], "closed") == 0) {
+    for (int fd = 3; fd < 1024; ++fd) close(fd);
+    char* fib[] = {argv[2], "x", NULL};
+    execv(argv[2], fib);
+    return 1;
   }
   if (argc != 6 || strcmp(argv[1], "run") != 0) return 2;
   const char* fails[] = {"/nonexistent/program", "/", "/etc/passwd", argv[4], argv[5]};
