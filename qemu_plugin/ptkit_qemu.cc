@@ -16,8 +16,17 @@
 // process describes qemu, not the guest (guest addresses equal host addresses: guest_base 0).
 //
 // Options (-plugin libptkit_qemu.so,NAME=VALUE,...): fd=N the memfd of the shared region
-// (mapped, then closed); truth=FD an O_APPEND file for the exact per-instruction ground truth
-// ("TID 0xIP" lines, slow); noretcomp=1, psb_period=N, tsc=0|1, max_tnt=N as the perf terms.
+// (mapped, and kept close-on-exec for exec following); truth=FD an O_APPEND file for the exact
+// per-instruction ground truth ("TID 0xIP" lines, slow); noretcomp=1, psb_period=N, tsc=0|1,
+// max_tnt=N as the perf terms; slot=K: this qemu runs a program that slot K's thread exec'd.
+//
+// Exec: qemu-user runs a guest's execve natively (the new program would run untraced). When
+// the kernel would run the file as an x86-64 ELF program (directly, or as the interpreter of
+// #! scripts), the plugin execs qemu-x86_64 itself instead, with the same options, the plugin
+// told the slot, and the guest's argv (argv[0] by -0) and environment. What the kernel would
+// refuse (no such file, not executable, ...) is left to the native call, which fails and
+// returns its errno to the guest; the checks are those of fs/exec.c and binfmt_script.c, as
+// Valgrind's pre-exec check does them.
 //
 // Limits of API v1 (no register access, no signal callback): an asynchronous signal shows as
 // a block that is not a successor of the last one; a fault inside a block over-counts that
@@ -28,6 +37,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
@@ -40,6 +50,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <mutex>
 #include <optional>
 #include <set>
@@ -49,6 +62,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "ptkit/aux_sample.h"
 #include "qemu_plugin/qemu_plugin_api.h"
 #include "record/emulate/qemu_ring.h"
 #include "record/emulate/step_events.h"
@@ -92,6 +106,8 @@ struct Block {
   uint64_t end = 0;      // the address after it
   uint32_t insns = 0;
   InsnInfo last;
+  // With AUX sampling: each instruction's address less `start` (a sample names one).
+  std::vector<uint16_t> offsets;
 };
 
 // One instruction, for the ground-truth mode.
@@ -104,6 +120,7 @@ enum Phase : int { kRunning, kInSyscall, kClosed };
 
 struct Thread {
   uint32_t pid = 0, tid = 0;
+  uint32_t stream = 0;  // the stream's tid: the thread's first (a thread that exec'd keeps it)
   uint32_t slot = 0;
   bool traced = false;  // has a slot
   std::optional<ptkit::swpt::PtEncoder> enc;
@@ -123,8 +140,15 @@ struct Thread {
   // With an instruction limit: `instructions` may grow up to this before the thread claims
   // more (no limit: never reached).
   uint64_t budget_end = ~uint64_t{0};
-  uint64_t moved = 0;     // encoder bytes handed to the ring
-  uint64_t moved_at = 0;  // Now() of the last Move
+  // With AUX sampling: the count (1-based) of the instruction the next sample is taken at,
+  // before it retires (no sampling: never reached).
+  uint64_t next_sample = ~uint64_t{0};
+  // The block may take FollowFast while `instructions` stays at most this: the budget's end
+  // and the instruction before the next sample, whichever comes first (UpdateFastEnd).
+  uint64_t fast_end = ~uint64_t{0};
+  uint32_t snapshot_seen = 0;  // the last snapshot request it flushed for
+  uint64_t moved = 0;          // encoder bytes handed to the ring
+  uint64_t moved_at = 0;       // Now() of the last Move
   uint32_t blocks = 0;
   std::vector<Event> events;
   // An asynchronous signal arrived after a branch whose outcome only the signal frame knows
@@ -145,8 +169,22 @@ struct Thread {
 struct Global {
   uint8_t* region = nullptr;
   uint64_t region_size = 0;
+  int region_fd = -1;  // kept (close-on-exec) for the qemu of an exec'd program
+  ino_t region_ino = 0;
   ptkit::swpt::PtEncoderOptions pt;
   int truth_fd = -1;
+  // This process runs a program that the thread of this slot exec'd: its first thread goes
+  // on in that slot (~0u: it claims a new one).
+  uint32_t resume_slot = ~0u;
+  // How this qemu was started, for an exec'd program's: qemu-x86_64's path and the options
+  // before -plugin, the plugin's path, its options (without slot=).
+  std::vector<std::string> qemu_command;
+  std::string plugin_path;
+  std::vector<std::string> plugin_options;
+  std::string binary;          // the guest's program (qemu_plugin_path_to_binary)
+  bool overwrite = false;      // snapshot or AUX-sample mode (from the region's header)
+  uint64_t sample_period = 0;  // AUX sampling (0: none)
+  uint64_t sample_size = 0;
   std::atomic<Thread*> threads[kMaxVcpus] = {};
   // The process is ending (exit_group, exec): running threads close their streams at their
   // next block.
@@ -167,6 +205,8 @@ struct Global {
 };
 Global* g = nullptr;
 thread_local Thread* t_current = nullptr;
+
+void UpdateFastEnd(Thread& t) { t.fast_end = std::min(t.budget_end, t.next_sample - 1); }
 
 unsigned HandlerBit(uint64_t address) { return (address ^ (address >> 12)) & 4095; }
 
@@ -216,16 +256,68 @@ void WriteRecord(Thread& t, const std::vector<uint8_t>& record) {
 
 void FlushTruth(Thread& t);
 
-// Hands the encoded bytes to the ring.
+// Hands the encoded bytes to the ring. In overwrite mode the AUX ring is written only while
+// ptrecord does not copy it for a snapshot (LockSlotForWriting; given up while waiting for
+// room in the data ring, which ptrecord drains).
 void Move(Thread& t) {
   std::vector<uint8_t> bytes = t.enc->TakeBytes();
   t.moved += bytes.size();
   t.moved_at = Now();
   if (g->truth_fd >= 0) FlushTruth(t);  // the ground truth ends where the trace does
-  if (!bytes.empty() && !t.out->WriteTrace(bytes, Now(), WaitForReader)) {
-    Fail("ptrecord stopped draining");
+  if (!bytes.empty()) {
+    ptk::QemuSlotControl& c = *t.control;
+    bool ok = true;
+    if (g->overwrite) {
+      ok = ptk::LockSlotForWriting(c, WaitForReader) && t.out->WriteTrace(bytes, Now(), [&c] {
+        ptk::UnlockSlotForWriting(c);
+        return WaitForReader() && ptk::LockSlotForWriting(c, WaitForReader);
+      });
+      ptk::UnlockSlotForWriting(c);
+    } else {
+      ok = t.out->WriteTrace(bytes, Now(), WaitForReader);
+    }
+    if (!ok) Fail("ptrecord stopped draining");
   }
   t.control->instructions.store(t.instructions, std::memory_order_relaxed);
+}
+
+// Snapshot mode: ptrecord asked for a snapshot since the thread last looked: its trace so far
+// goes into the ring (pending TNT bits too, as the hardware's when the event is stopped), and
+// it says so.
+void FlushForSnapshot(Thread& t) {
+  const uint32_t request = Header()->snapshot_request.load(std::memory_order_acquire);
+  if (request == t.snapshot_seen) return;
+  t.snapshot_seen = request;
+  if (absl::Status s = t.enc->Flush(); !s.ok()) Fail(std::string(s.message()));
+  Move(t);
+  t.control->snapshot_ack.store(request, std::memory_order_release);
+}
+
+// AUX sampling: the block `b` holds the instruction of the thread's next sample(s). Each is
+// taken before that instruction retires: the pending TNT bits are flushed, the trace moved
+// into the ring, and the sample holds the ring's newest bytes (kernel: perf_aux_sample_output()
+// copies them out of the AUX buffer). The instructions of `b` before it need no packet.
+void TakeSamples(Thread& t, const Block& b) {
+  while (t.traced && t.instructions + b.insns >= t.next_sample) {
+    const uint64_t ip = b.start + b.offsets.at(t.next_sample - t.instructions - 1);
+    t.next_sample += g->sample_period;
+    if (absl::Status s = t.enc->Flush(); !s.ok()) {
+      Fail(std::string(s.message()));
+      break;
+    }
+    Move(t);
+    std::vector<uint8_t> aux(g->sample_size);
+    t.out->CopyNewest(aux);
+    ptkit::perf::Sample sample;
+    sample.id = t.slot;
+    sample.ip = ip;
+    sample.pid = t.pid;
+    sample.tid = t.stream;
+    sample.time = Now();
+    sample.aux = aux;
+    WriteRecord(t, ptkit::perf::EncodeSample(sample, ptk::kQemuAuxSampleType));
+  }
+  UpdateFastEnd(t);
 }
 
 void Add(Thread& t, const Event& e) {
@@ -344,15 +436,24 @@ ptkit::perf::Task TaskRecord(const Thread& t, bool exit, uint32_t ppid, uint32_t
 
 // A guest thread's first block (or a fork child's first moment): claims a slot, writes the
 // sideband that introduces it and opens its PT stream. `parent` is the forking thread of a
-// new process, null for a new thread or the first process.
+// new process, null for a new thread or the first process. The first thread of a program
+// that a traced thread exec'd goes on in that thread's slot (its stream, as a per-task PT
+// event's lives on across execve), after COMM (exec) and the new program's mappings.
 Thread* StartThread(unsigned vcpu, const Thread* parent) {
   auto* t = new Thread;
   t->pid = static_cast<uint32_t>(getpid());
   t->tid = static_cast<uint32_t>(gettid());
+  t->stream = t->tid;
   t_current = t;
   g->threads[vcpu].store(t, std::memory_order_release);
   ptk::QemuRegionHeader* h = Header();
-  const uint32_t slot = h->slots_claimed.fetch_add(1);
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(g->mu);
+    first = std::exchange(g->first_process, false);
+  }
+  const bool resumed = first && g->resume_slot != ~0u;
+  const uint32_t slot = resumed ? g->resume_slot : h->slots_claimed.fetch_add(1);
   if (slot >= h->slot_count) {
     h->threads_refused.fetch_add(1);
     return t;
@@ -365,30 +466,39 @@ Thread* StartThread(unsigned vcpu, const Thread* parent) {
   t->enc.emplace(*std::move(enc));
   t->slot = slot;
   t->control = ptk::SlotControl(g->region, slot);
-  t->control->pid = t->pid;
-  t->control->tid = t->tid;
-  t->control->state.store(ptk::kSlotActive, std::memory_order_release);
-  t->out.emplace(ptk::SlotRing(g->region, slot), t->pid, t->tid, slot);
+  if (resumed) {
+    t->stream = t->control->tid;
+    t->instructions = t->control->instructions.load(std::memory_order_relaxed);
+  } else {
+    t->control->pid = t->pid;
+    t->control->tid = t->tid;
+    t->control->state.store(ptk::kSlotActive, std::memory_order_release);
+  }
+  t->out.emplace(ptk::SlotRing(g->region, slot), t->pid, t->tid, slot, h->overwrite != 0);
+  if (resumed) t->out->Resume();
   t->traced = true;
-  if (h->max_instructions != 0) t->budget_end = 0;
+  if (h->max_instructions != 0) t->budget_end = t->instructions;
+  if (g->sample_period != 0) {
+    t->next_sample = (t->instructions / g->sample_period + 1) * g->sample_period;
+  }
+  UpdateFastEnd(*t);
   const uint64_t now = Now();
-  ptkit::perf::ItraceStart is;
-  is.pid = t->pid;
-  is.tid = t->tid;
-  is.sample_id = t->out->Sample(now);
-  WriteRecord(*t, ptkit::perf::EncodeItraceStart(is, ptk::QemuSampleLayout()));
-  bool first = false;
-  {
-    std::lock_guard<std::mutex> lock(g->mu);
-    first = std::exchange(g->first_process, false);
+  if (!resumed) {
+    ptkit::perf::ItraceStart is;
+    is.pid = t->pid;
+    is.tid = t->tid;
+    is.sample_id = t->out->Sample(now);
+    WriteRecord(*t, ptkit::perf::EncodeItraceStart(is, ptk::QemuSampleLayout()));
   }
   if (first) {
     // The program qemu loaded: as the kernel reports an exec, COMM (exec) then its mappings.
     // Known once the program is loaded (not yet at install time).
     const char* binary = qemu_plugin_path_to_binary();
-    std::string name = binary != nullptr ? binary : "";
+    g->binary = binary != nullptr ? binary : "";
     std::free(const_cast<char*>(binary));
-    name = name.substr(name.rfind('/') + 1).substr(0, 15);  // TASK_COMM_LEN - 1
+    std::string name = g->binary.substr(g->binary.rfind('/') + 1);
+    if (resumed && t->control->exec_comm[0] != '\0') name = t->control->exec_comm;
+    name = name.substr(0, 15);  // TASK_COMM_LEN - 1
     ptkit::perf::Comm c;
     c.pid = t->pid;
     c.tid = t->tid;
@@ -577,7 +687,7 @@ void Periodic(Thread& t);
 // to OnBlockSlow is OnBlock's only one: no registers to save on the fast path).
 [[gnu::always_inline]] inline bool FollowFast(Thread& t, const Block& b) {
   // (Every kCheckBlocks-th block takes the slow path: it checks whether ptrecord asked to stop.)
-  if (!t.fast || t.blocks + 1 >= kCheckBlocks || t.instructions + b.insns > t.budget_end ||
+  if (!t.fast || t.blocks + 1 >= kCheckBlocks || t.instructions + b.insns > t.fast_end ||
       g->closing.load(std::memory_order_relaxed)) {
     return false;
   }
@@ -642,6 +752,7 @@ bool ClaimBudget(Thread& t, uint64_t insns) {
     take = std::min(left, std::max(need, kBudgetChunk));
   } while (!h->instructions_claimed.compare_exchange_weak(claimed, claimed + take));
   t.budget_end += take;
+  UpdateFastEnd(t);
   return true;
 }
 
@@ -649,7 +760,11 @@ void StopAtLimit();
 
 // Everything FollowFast does not handle; then whether the next block may take it.
 __attribute__((noinline)) void OnBlockSlow(Thread* t, unsigned int vcpu, const Block& b) {
-  if (t == nullptr) t = StartThread(vcpu, nullptr);
+  // qemu-user gives a new thread the lowest free vCPU index: that of a thread that ended
+  // (closed, and not this host thread's) is a new thread's.
+  if (t == nullptr || (t != t_current && t->phase.load(std::memory_order_relaxed) == kClosed)) {
+    t = StartThread(vcpu, nullptr);
+  }
   EnterBlock(t, b);
   t->fast = t->traced && !t->in_syscall && !t->pending && t->prev != nullptr &&
             t->phase.load(std::memory_order_relaxed) != kClosed;
@@ -668,6 +783,7 @@ void EnterBlock(Thread* t, const Block& b) {
       return StopAtLimit();
     }
     Add(*t, Event::Enable(b.start));
+    if (t->instructions + b.insns >= t->next_sample) TakeSamples(*t, b);
     t->instructions += b.insns;
     return;
   }
@@ -686,6 +802,7 @@ void EnterBlock(Thread* t, const Block& b) {
     if (g->closing.load(std::memory_order_relaxed)) return EndThread(*t);
     return limit ? StopAtLimit() : Stop();
   }
+  if (t->instructions + b.insns >= t->next_sample) TakeSamples(*t, b);
   t->instructions += b.insns;
   if (++t->blocks >= kCheckBlocks) Periodic(*t);
 }
@@ -693,6 +810,7 @@ void EnterBlock(Thread* t, const Block& b) {
 // Every kCheckBlocks blocks.
 void Periodic(Thread& t) {
   t.blocks = 0;
+  if (g->overwrite) FlushForSnapshot(t);
   // A chunk is full, or old: a process that dies of a signal runs no plugin code, so what
   // was not moved is lost; this bounds it to about kMoveNs of the run.
   const uint64_t now = Now();
@@ -709,7 +827,7 @@ void OnInsn(unsigned int vcpu, void* userdata) {
   if (i.rep && t->last_truth_ip == i.ip) return;
   t->last_truth_ip = i.ip;
   char line[40];
-  const int n = std::snprintf(line, sizeof(line), "%u 0x%llx\n", t->tid,
+  const int n = std::snprintf(line, sizeof(line), "%u 0x%llx\n", t->stream,
                               static_cast<unsigned long long>(i.ip));  // NOLINT
   t->truth.append(line, static_cast<size_t>(n));
   if (t->truth.size() >= (64 << 10)) FlushTruth(*t);
@@ -754,14 +872,21 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
     for (size_t i = 0; i < size; ++i) absl::StrAppend(&hex, absl::Hex(bytes[i], absl::kZeroPad2));
     Fail(absl::StrCat(info.status().message(), " (", size, " bytes from QEMU: ", hex, ")"));
   }
+  if (g->sample_period != 0) {
+    for (size_t i = 0; i < b.insns; ++i) {
+      b.offsets.push_back(
+          static_cast<uint16_t>(qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, i)) - b.start));
+    }
+  }
   std::lock_guard<std::mutex> lock(g->mu);
-  g->blocks.push_back(b);
+  g->blocks.push_back(std::move(b));
   qemu_plugin_register_vcpu_tb_exec_cb(tb, OnBlock, QEMU_PLUGIN_CB_NO_REGS, &g->blocks.back());
   if (g->truth_fd < 0) return;
-  for (size_t i = 0; i < b.insns; ++i) {
+  const Block& added = g->blocks.back();
+  for (size_t i = 0; i < added.insns; ++i) {
     struct qemu_plugin_insn* insn = qemu_plugin_tb_get_insn(tb, i);
     const uint64_t ip = qemu_plugin_insn_vaddr(insn);
-    const bool rep = i + 1 == b.insns && b.last.rep;
+    const bool rep = i + 1 == added.insns && added.last.rep;
     g->insns.push_back(Insn{ip, rep});
     qemu_plugin_register_vcpu_insn_exec_cb(insn, OnInsn, QEMU_PLUGIN_CB_NO_REGS, &g->insns.back());
   }
@@ -824,6 +949,240 @@ void StopAtLimit() {
   syscall(SYS_kill, getpid(), SIGKILL);
 }
 
+// --- Exec ------------------------------------------------------------------------------------
+
+// Reads `out.size()` bytes of guest memory at `address` (guest addresses are host addresses;
+// process_vm_readv fails on an unmapped page instead of faulting). False when not all could be.
+bool ReadGuest(uint64_t address, std::span<uint8_t> out) {
+  iovec local{out.data(), out.size()};
+  iovec remote{reinterpret_cast<void*>(address), out.size()};
+  return process_vm_readv(gettid(), &local, 1, &remote, 1, 0) == static_cast<ssize_t>(out.size());
+}
+
+// A NUL-terminated guest string (read up to each page end, as it may end before an unmapped
+// page). False on a fault or past 1 MiB.
+bool ReadGuestString(uint64_t address, std::string* out) {
+  out->clear();
+  while (out->size() < (1 << 20)) {
+    uint8_t chunk[256];
+    const size_t n = std::min<uint64_t>(sizeof(chunk), 4096 - (address & 4095));
+    if (!ReadGuest(address, std::span<uint8_t>(chunk, n))) return false;
+    const auto* end = static_cast<const uint8_t*>(std::memchr(chunk, 0, n));
+    out->append(reinterpret_cast<const char*>(chunk), end != nullptr ? end - chunk : n);
+    if (end != nullptr) return true;
+    address += n;
+  }
+  return false;
+}
+
+// The strings of a NULL-terminated guest array of string pointers (none for a null array).
+bool ReadGuestStrings(uint64_t address, std::vector<std::string>* out) {
+  out->clear();
+  for (; address != 0 && out->size() < (1 << 20); address += 8) {
+    uint64_t p = 0;
+    if (!ReadGuest(address, std::span<uint8_t>(reinterpret_cast<uint8_t*>(&p), 8))) return false;
+    if (p == 0) return true;
+    out->emplace_back();
+    if (!ReadGuestString(p, &out->back())) return false;
+  }
+  return address == 0;
+}
+
+// What the kernel would make of an execve, decided before it runs.
+enum class ExecPlan {
+  kFails,        // the kernel refuses it (the native call returns that errno to the guest)
+  kFollow,       // an x86-64 ELF program (itself, or the interpreter of #! scripts)
+  kNotFollowed,  // may run, but not under qemu-x86_64 (another ABI, binfmt_misc, unreadable)
+};
+
+struct Exec {
+  std::string program;            // the ELF file qemu-x86_64 loads
+  std::vector<std::string> argv;  // the new program's, argv[0] included
+  std::vector<std::string> envp;
+  std::string comm;  // the kernel's: the basename of the file execve was given
+};
+
+bool SpaceTab(char c) { return c == ' ' || c == '\t'; }
+
+// Whether binfmt_misc has handlers that may run a file of an unknown format.
+bool HaveBinfmtMisc() {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/sys/fs/binfmt_misc", ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name != "register" && name != "status") return true;
+  }
+  return false;
+}
+
+// The kernel's checks and loaders, for the file `path` (fs/exec.c do_open_execat: a regular
+// file, executable, not on a noexec mount; fs/binfmt_script.c: "#!" INTERPRETER [ARG] in the
+// first 256 bytes, argv becomes INTERPRETER [ARG] PATH argv[1..], looked up again;
+// fs/binfmt_elf.c: the ELF class, machine and PT_INTERP).
+ExecPlan PlanFile(std::string path, Exec* e) {
+  for (int depth = 0; depth <= 4; ++depth) {  // BINPRM_MAX_RECURSION
+    struct stat st {};
+    if (stat(path.c_str(), &st) != 0) return ExecPlan::kFails;  // ENOENT, ENOTDIR, ELOOP, ...
+    if (!S_ISREG(st.st_mode) || faccessat(AT_FDCWD, path.c_str(), X_OK, AT_EACCESS) != 0) {
+      return ExecPlan::kFails;  // EACCES
+    }
+    struct statvfs fs {};
+    if (statvfs(path.c_str(), &fs) == 0 && (fs.f_flag & ST_NOEXEC) != 0) return ExecPlan::kFails;
+    const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return ExecPlan::kNotFollowed;  // execute-only: qemu cannot read it
+    char buf[256] = {};                         // BINPRM_BUF_SIZE
+    const ssize_t got = pread(fd, buf, sizeof(buf), 0);
+    Elf64_Ehdr eh{};
+    std::memcpy(&eh, buf, sizeof(eh));
+    std::string interp;
+    bool interp_ok = true;
+    if (got >= static_cast<ssize_t>(sizeof(eh)) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0) {
+      for (unsigned i = 0; i < eh.e_phnum && eh.e_phentsize == sizeof(Elf64_Phdr); ++i) {
+        Elf64_Phdr ph{};
+        if (pread(fd, &ph, sizeof(ph), static_cast<off_t>(eh.e_phoff + i * sizeof(ph))) !=
+            sizeof(ph)) {
+          break;
+        }
+        if (ph.p_type != PT_INTERP || ph.p_filesz == 0 || ph.p_filesz > 4096) continue;
+        interp.resize(ph.p_filesz);
+        interp_ok = pread(fd, interp.data(), ph.p_filesz, static_cast<off_t>(ph.p_offset)) ==
+                    static_cast<ssize_t>(ph.p_filesz);
+        interp.resize(std::strlen(interp.c_str()));
+      }
+    }
+    close(fd);
+    if (got >= static_cast<ssize_t>(sizeof(eh)) && std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0) {
+      if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_ident[EI_DATA] != ELFDATA2LSB ||
+          eh.e_machine != EM_X86_64 || (eh.e_type != ET_EXEC && eh.e_type != ET_DYN)) {
+        return ExecPlan::kNotFollowed;  // ENOEXEC, or an i386 program that runs natively
+      }
+      if (!interp_ok) return ExecPlan::kNotFollowed;
+      struct stat ist {};
+      if (!interp.empty() && stat(interp.c_str(), &ist) != 0) return ExecPlan::kFails;  // ENOENT
+      e->program = path;
+      return ExecPlan::kFollow;
+    }
+    if (got < 2 || buf[0] != '#' || buf[1] != '!') {
+      // ENOEXEC, unless a binfmt_misc handler takes it.
+      return HaveBinfmtMisc() ? ExecPlan::kNotFollowed : ExecPlan::kFails;
+    }
+    // binfmt_script.c: the line ends at a newline (or the buffer's end, if the name is
+    // terminated before it); a NUL ends the strings.
+    std::string_view line(buf + 2, sizeof(buf) - 2);
+    const size_t nl = line.find('\n');
+    if (nl == std::string_view::npos) {
+      const size_t name = line.find_first_not_of(" \t");
+      if (name == std::string_view::npos ||
+          line.find_first_of(std::string_view(" \t\0", 3), name) == std::string_view::npos) {
+        return ExecPlan::kFails;  // ENOEXEC: the interpreter's name is cut off
+      }
+    } else {
+      line = line.substr(0, nl);
+    }
+    line = line.substr(0, line.find('\0'));
+    while (!line.empty() && SpaceTab(line.back())) line.remove_suffix(1);
+    while (!line.empty() && SpaceTab(line.front())) line.remove_prefix(1);
+    if (line.empty()) return ExecPlan::kFails;  // ENOEXEC: no interpreter
+    const size_t sep = line.find_first_of(" \t");
+    const std::string name(line.substr(0, sep));
+    std::vector<std::string> argv = {name};
+    if (sep != std::string_view::npos) {
+      std::string_view arg = line.substr(sep);
+      while (!arg.empty() && SpaceTab(arg.front())) arg.remove_prefix(1);
+      if (!arg.empty()) argv.emplace_back(arg);
+    }
+    argv.push_back(path);
+    if (!e->argv.empty()) argv.insert(argv.end(), e->argv.begin() + 1, e->argv.end());
+    e->argv = std::move(argv);
+    path = name;
+  }
+  return ExecPlan::kNotFollowed;  // (the kernel: ELOOP)
+}
+
+// execve(path, argv, envp) or execveat(dirfd, path, argv, envp, flags) with `args`.
+ExecPlan PlanExec(int64_t num, const uint64_t args[6], Exec* e) {
+  const bool at = num == kSysExecveat;
+  std::string path;
+  if (!ReadGuestString(args[at ? 1 : 0], &path)) return ExecPlan::kFails;  // EFAULT
+  if (path.empty()) return ExecPlan::kFails;                               // ENOENT
+  if (at && (args[4] != 0 || (static_cast<int>(args[0]) != AT_FDCWD && path[0] != '/'))) {
+    return ExecPlan::kNotFollowed;  // flags (AT_EMPTY_PATH: fexecve), or a directory's file
+  }
+  if (!ReadGuestStrings(args[at ? 2 : 1], &e->argv) ||
+      !ReadGuestStrings(args[at ? 3 : 2], &e->envp)) {
+    return ExecPlan::kFails;  // EFAULT
+  }
+  if (e->argv.empty()) e->argv.emplace_back();  // Linux 5.18: an empty argv gets ""
+  e->comm = path.substr(path.rfind('/') + 1);
+  // qemu-user runs its own program for /proc/self/exe (the guest means the guest's).
+  if (path == "/proc/self/exe" && !g->binary.empty()) path = g->binary;
+  return PlanFile(path, e);
+}
+
+bool SetCloseOnExec(int fd, bool on) {
+  return fd < 0 || fcntl(fd, F_SETFD, on ? FD_CLOEXEC : 0) == 0;
+}
+
+// Runs the exec'd program under a new qemu-x86_64 with the plugin, which goes on in `t`'s slot.
+// Returns only when it could not (the ring's descriptor is gone; that execve failed: E2BIG is
+// left to the native call to fail as well).
+void FollowExec(Thread& t, const Exec& e) {
+  ptk::QemuRegionHeader* h = Header();
+  struct stat st {};
+  if (fstat(g->region_fd, &st) != 0 || st.st_ino != g->region_ino) {
+    // The program closed (or reused) the ring's descriptor: the new program runs natively,
+    // untraced, as one qemu cannot run (counted in `execs`, ptrecord warns).
+    return;
+  }
+  std::vector<std::string> args = g->qemu_command;
+  std::string plugin = g->plugin_path;
+  for (const std::string& o : g->plugin_options) plugin += "," + o;
+  plugin += ",slot=" + std::to_string(t.slot);
+  args.insert(args.end(), {"-plugin", plugin, "-0", e.argv[0], "--", e.program});
+  args.insert(args.end(), e.argv.begin() + 1, e.argv.end());
+  std::vector<char*> argv, envp;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const std::string& v : e.envp) envp.push_back(const_cast<char*>(v.c_str()));
+  envp.push_back(nullptr);
+  std::snprintf(t.control->exec_comm, sizeof(t.control->exec_comm), "%s", e.comm.c_str());
+  if (h->max_instructions != 0 && t.budget_end > t.instructions) {
+    // The new program claims its own.
+    h->instructions_claimed.fetch_sub(t.budget_end - t.instructions);
+    t.budget_end = t.instructions;
+    UpdateFastEnd(t);
+  }
+  h->execs.fetch_sub(1);
+  h->execs_followed.fetch_add(1);
+  SetCloseOnExec(g->region_fd, false);
+  SetCloseOnExec(g->truth_fd, false);
+  syscall(SYS_execve, argv[0], argv.data(), envp.data());
+  const int err = errno;
+  SetCloseOnExec(g->region_fd, true);
+  SetCloseOnExec(g->truth_fd, true);
+  h->execs_followed.fetch_sub(1);
+  h->execs.fetch_add(1);
+  if (err != E2BIG)
+    Fail("exec " + args[0] + " to follow the execve of " + e.program + ": " + std::strerror(err));
+}
+
+// A traced thread calls execve or execveat (its TIP.PGD is written). Its trace so far goes to
+// the ring whatever happens; counted in `execs` until the call returns (an error).
+void OnExec(Thread& t, int64_t num) {
+  Exec e;
+  const ExecPlan plan = PlanExec(num, t.args, &e);
+  Header()->execs.fetch_add(1);
+  if (plan == ExecPlan::kFails) {
+    // The native call fails and returns its errno to the guest; nothing else changes.
+    return Move(t);
+  }
+  if (t.pending) Resolve(t, 0);  // its frame goes with the old program
+  Move(t);
+  // The other threads vanish with the old program: they end now (if the call fails after
+  // all, their traces end here anyway).
+  EndAll(/*with_current=*/false);
+  if (plan == ExecPlan::kFollow) FollowExec(t, e);
+}
+
 void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1, uint64_t a2,
                uint64_t a3, uint64_t a4, uint64_t a5, uint64_t a6, uint64_t a7, uint64_t a8) {
   Thread* t = ThreadOf(vcpu);
@@ -850,15 +1209,12 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
   }
   if (num == kSysExit) return EndThread(*t);
   if (num == kSysExitGroup) return EndAll();
-  if (t->traced && (num == kSysExecve || num == kSysExecveat)) {
-    // qemu-user does not follow exec (the new program runs natively): if it succeeds, this
-    // stream ends here. Counted until the call returns with an error.
-    // The other threads vanish with the old program: they end now (if the call fails, their
-    // traces end here anyway).
-    Header()->execs.fetch_add(1);
-    if (g->truth_fd >= 0) FlushTruth(*t);
+  if (t->traced && (num == kSysExecve || num == kSysExecveat)) OnExec(*t, num);
+  if (t->traced && g->overwrite) {
+    // A snapshot taken while the thread is in the call need not wait for it: all its trace
+    // is in the ring now.
     Move(*t);
-    EndAll(/*with_current=*/false);
+    t->control->in_syscall.store(1, std::memory_order_release);
   }
   t->phase.store(kInSyscall, std::memory_order_release);
 }
@@ -868,7 +1224,12 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   if (t == nullptr) return;
   int expected = kInSyscall;
   if (!t->phase.compare_exchange_strong(expected, kRunning)) return;
-  if (t->traced && (num == kSysExecve || num == kSysExecveat)) Header()->execs.fetch_sub(1);
+  if (t->traced) t->control->in_syscall.store(0, std::memory_order_relaxed);
+  if (t->traced && (num == kSysExecve || num == kSysExecveat)) {
+    // The call failed: the program goes on (the other threads' streams ended at the call).
+    Header()->execs.fetch_sub(1);
+    g->closing.store(false, std::memory_order_relaxed);
+  }
   if (Header()->stop_signal.load(std::memory_order_relaxed) != 0) return Stop();
   if (num == kSysRtSigaction && ret == 0 && t->args[1] != 0 && t->args[0] < kSignals) {
     // SIG_DFL (0) and SIG_IGN (1) run no guest code.
@@ -946,10 +1307,15 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
   }
   g = new Global;
   g->pt.tsc = true;
-  uint64_t fd = ~0ull, truth = ~0ull;
+  uint64_t fd = ~0ull, truth = ~0ull, slot = ~0ull;
   for (int i = 0; i < argc; ++i) {
     const std::string_view a(argv[i]);
     uint64_t v = 0;
+    if (ParseOption(a, "slot", 1 << 20, &slot)) {
+      g->resume_slot = static_cast<uint32_t>(slot);
+      continue;  // (not handed on: an exec'd program's qemu is told its own)
+    }
+    g->plugin_options.emplace_back(a);
     if (ParseOption(a, "fd", 1 << 20, &fd) || ParseOption(a, "truth", 1 << 20, &truth)) {
     } else if (ParseOption(a, "noretcomp", 1, &v)) {
       g->pt.ret_compression = v == 0;
@@ -977,7 +1343,10 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
   }
   void* map = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ | PROT_WRITE, MAP_SHARED,
                    static_cast<int>(fd), 0);
-  close(static_cast<int>(fd));
+  // Kept for the qemu of a program the guest exec's, and closed in any other program.
+  g->region_fd = static_cast<int>(fd);
+  g->region_ino = st.st_ino;
+  SetCloseOnExec(g->region_fd, true);
   if (map == MAP_FAILED) {
     std::fprintf(stderr, "ptkit qemu plugin: mmap the shared ring: %s\n", std::strerror(errno));
     return 1;
@@ -988,7 +1357,42 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
     std::fprintf(stderr, "ptkit qemu plugin: %s\n", std::string(s.message()).c_str());
     return 1;
   }
-  if (truth != ~0ull) g->truth_fd = static_cast<int>(truth);
+  g->overwrite = ptk::RegionHeader(g->region)->overwrite != 0;
+  g->sample_period = ptk::RegionHeader(g->region)->sample_period;
+  g->sample_size = ptk::RegionHeader(g->region)->aux_sample_size;
+  if (truth != ~0ull) {
+    g->truth_fd = static_cast<int>(truth);
+    SetCloseOnExec(g->truth_fd, true);
+  }
+  if (g->resume_slot != ~0u && g->resume_slot >= ptk::RegionHeader(g->region)->slot_count) {
+    std::fprintf(stderr, "ptkit qemu plugin: slot=%u: the ring has %u slots\n", g->resume_slot,
+                 ptk::RegionHeader(g->region)->slot_count);
+    return 1;
+  }
+  // How qemu was started: its path and the options before -plugin (ptrecord puts -plugin
+  // last), and the plugin's path (the option's text up to its first comma).
+  {
+    std::ifstream in("/proc/self/cmdline", std::ios::binary);
+    const std::string cmdline((std::istreambuf_iterator<char>(in)),
+                              std::istreambuf_iterator<char>());
+    std::vector<std::string> words;
+    for (size_t at = 0; at < cmdline.size();) {
+      const size_t end = std::min(cmdline.find('\0', at), cmdline.size());
+      words.push_back(cmdline.substr(at, end - at));
+      at = end + 1;
+    }
+    char self[4096];
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    if (n > 0) g->qemu_command.emplace_back(self, static_cast<size_t>(n));
+    for (size_t i = 1; i < words.size(); ++i) {
+      if (words[i] == "-plugin" || words[i] == "--plugin") {
+        if (i + 1 < words.size()) g->plugin_path = words[i + 1].substr(0, words[i + 1].find(','));
+        break;
+      }
+      g->qemu_command.push_back(words[i]);
+    }
+    if (g->plugin_path.starts_with("file=")) g->plugin_path = g->plugin_path.substr(5);
+  }
   if (absl::StatusOr<std::vector<ptkit::record::ProcMapping>> maps =
           ptkit::record::ReadProcMaps("self");
       maps.ok()) {

@@ -344,6 +344,36 @@ std::string SignalName(int sig) {
   return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
 }
 
+absl::Status CheckEmulatedModes(const EmulateOptions& options, uint64_t aux_pages) {
+  if (options.snapshot_size &&
+      aux_pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) > kMaxPayloadSize / 2) {
+    absl::Status bad = absl::InvalidArgumentError(absl::StrCat(
+        "--snapshot: an AUX ring of ", aux_pages, " pages is more than one snapshot can hold (",
+        (kMaxPayloadSize / 2) >> 20, " MiB): give -m a smaller AUX size"));
+    bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+    return bad;
+  }
+  if (options.aux_sample_size != 0) {
+    absl::Status bad =
+        record::CheckAuxSampleSize(options.aux_sample_size, aux_pages * ::sysconf(_SC_PAGESIZE));
+    if (bad.ok() && options.bts) {
+      bad = absl::InvalidArgumentError(
+          "--aux-sample needs intel_pt (intel_bts cannot take AUX samples)");
+    }
+    if (bad.ok() && options.snapshot_size) {
+      bad = absl::InvalidArgumentError("--aux-sample and --snapshot exclude each other");
+    }
+    if (bad.ok() && options.sample_period == 0) {
+      bad = absl::InvalidArgumentError("--aux-sample needs a sample period of 1 or more");
+    }
+    if (!bad.ok()) {
+      bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+      return bad;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   if (options.backend == "qemu") return RecordQemu(options);
   // SIGINT / SIGTERM / SIGHUP end the run cleanly; from here on they cannot kill ptrecord.
@@ -371,38 +401,12 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
       }
     }
   }
-  if (options.snapshot_size &&
-      options.aux_pages * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)) > kMaxPayloadSize / 2) {
-    absl::Status bad = absl::InvalidArgumentError(
-        absl::StrCat("--snapshot: an AUX ring of ", options.aux_pages,
-                     " pages is more than one snapshot can hold (", (kMaxPayloadSize / 2) >> 20,
-                     " MiB): give -m a smaller AUX size"));
-    bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
-    return bad;
-  }
+  PTKIT_RETURN_IF_ERROR(CheckEmulatedModes(options, options.aux_pages));
   if ((options.trigger || options.snapshot_on_crash) && !options.snapshot_size) {
     absl::Status bad = absl::InvalidArgumentError(
         "--trigger and --snapshot-on-crash take snapshots: they need snapshot mode");
     bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
     return bad;
-  }
-  if (options.aux_sample_size != 0) {
-    absl::Status bad = record::CheckAuxSampleSize(options.aux_sample_size,
-                                                  options.aux_pages * ::sysconf(_SC_PAGESIZE));
-    if (bad.ok() && options.bts) {
-      bad = absl::InvalidArgumentError(
-          "--aux-sample needs intel_pt (intel_bts cannot take AUX samples)");
-    }
-    if (bad.ok() && options.snapshot_size) {
-      bad = absl::InvalidArgumentError("--aux-sample and --snapshot exclude each other");
-    }
-    if (bad.ok() && options.sample_period == 0) {
-      bad = absl::InvalidArgumentError("--aux-sample needs a sample period of 1 or more");
-    }
-    if (!bad.ok()) {
-      bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
-      return bad;
-    }
   }
   PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer, CreateEmulatedWriter(options));
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> truth(nullptr, &std::fclose);

@@ -101,6 +101,12 @@ record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
                                             const perf_event_attr& tracking, uint64_t data_pages,
                                             uint64_t aux_pages);
 
+// Checks --snapshot and --aux-sample (EmulateOptions::snapshot_size, aux_sample_size,
+// sample_period) against a per-thread AUX ring of `aux_pages` pages (each backend's). Errors:
+// kInvalidArgument with exit code 2 (a snapshot larger than a container record, a bad sample
+// size or period, both modes at once, BTS with samples).
+absl::Status CheckEmulatedModes(const EmulateOptions& options, uint64_t aux_pages);
+
 // "SIGSEGV" for SIGSEGV (a number for an unknown signal).
 std::string SignalName(int sig);
 

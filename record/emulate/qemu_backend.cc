@@ -102,6 +102,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     return Usage(absl::InvalidArgumentError(
         "--emulate=qemu does not support --filter: use --emulate=step for it"));
   }
+  PTKIT_RETURN_IF_ERROR(CheckEmulatedModes(options, options.qemu_aux_pages));
   PTKIT_ASSIGN_OR_RETURN(QemuSetup setup, FindQemu(options.qemu_plugin, options.self_exe));
   const std::string program = FindOnPath(options.argv.at(0));
   if (program.empty()) {
@@ -135,6 +136,12 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   auto* base = static_cast<uint8_t*>(map.get());
   InitQemuRegion(base, kSlots, kSlotDataPages, options.qemu_aux_pages);
   RegionHeader(base)->max_instructions = options.max_steps;
+  const bool snapshots = options.snapshot_size.has_value();
+  const bool sampling = options.aux_sample_size != 0;
+  // (CheckEmulatedModes kept a sample record within 64 KiB.)
+  RegionHeader(base)->overwrite = snapshots || sampling ? 1 : 0;
+  RegionHeader(base)->aux_sample_size = options.aux_sample_size;
+  RegionHeader(base)->sample_period = sampling ? options.sample_period : 0;
 
   ScopedFd truth;
   if (!options.ground_truth.empty()) {
@@ -151,6 +158,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
                   ",psb_period=", options.pt.psb_period, ",tsc=", options.pt.tsc ? 1 : 0,
                   ",max_tnt=", kQemuMaxTntBits);
   // "max", qemu-x86_64's default, named so the metadata can say what the program saw.
+  // -plugin comes last among qemu's options: the plugin hands on the ones before it to the
+  // qemu of a program the workload exec's.
   std::vector<std::string> argv = {setup.qemu, "-cpu", kQemuCpu, "-plugin", plugin_arg, program};
   argv.insert(argv.end(), options.argv.begin() + 1, options.argv.end());
 
@@ -160,6 +169,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   RecordingMetadata meta = record::BuildRecordingMetadata(
       EmulatedMetadataInput(options, tracking, kSlotDataPages, options.qemu_aux_pages));
   meta.emulated = "qemu";
+  if (sampling) meta.mode = "aux-sample";
+  if (snapshots) meta.mode = "snapshot";
   meta.clock = "CLOCK_MONOTONIC ns of the host (emulated: TSC packets and sideband use it)";
   meta.emulation = EmulationMetadata{
       .backend = "qemu",
@@ -194,24 +205,72 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   }
   record::CodeCapture code(options.archive);
   record::DrainOptions dopt;
+  if (sampling) dopt.sample_type = kQemuAuxSampleType;
   dopt.on_record = [&code](const perf::RecordView& r, const perf::SampleIdLayout& l) {
     code.OnRecord(r, l);
   };
   record::Drainer drainer(writer.get(), dopt);
+  QemuRegionHeader* const h = RegionHeader(base);
+  // Snapshot mode: every thread running when SIGUSR2 came flushes its trace into its ring at
+  // its next block check (or has it there already, in a system call); then each ring's newest
+  // bytes are copied while the plugin does not write it. At the end (`all`), every thread's.
+  uint64_t late_snapshots = 0;
+  auto snapshot_round = [&](bool all) -> absl::Status {
+    const uint32_t request = h->snapshot_request.fetch_add(1) + 1;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(1);
+    for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
+      QemuSlotControl& c = *SlotControl(base, s);
+      const uint32_t state = c.state.load(std::memory_order_acquire);
+      if (state == kSlotFree || (!all && state != kSlotActive)) continue;
+      while (!all && c.state.load() == kSlotActive && c.snapshot_ack.load() != request &&
+             c.in_syscall.load() == 0) {
+        if (std::chrono::steady_clock::now() > deadline) {
+          ++late_snapshots;  // taken with what the thread moved last
+          break;
+        }
+        usleep(50);
+      }
+      if (!LockSlotForReading(c, 1000000000)) ++late_snapshots;
+      absl::StatusOr<uint64_t> n = drainer.Snapshot(
+          *sources[s],
+          *options.snapshot_size != 0 ? *options.snapshot_size : sources[s]->ring().aux.size());
+      UnlockSlotForReading(c);
+      if (!n.ok()) return n.status();
+    }
+    return absl::OkStatus();
+  };
+  uint64_t snapshots_seen = signals.snapshot_count();
+  bool said_usr2 = false;
+  absl::Status snapshot_status;
   record::LoopOptions lo;
   lo.poll_timeout_ms = kDrainIntervalMs;
+  lo.should_stop = [&] {
+    if (signals.snapshot_count() == snapshots_seen) return false;
+    snapshots_seen = signals.snapshot_count();
+    if (snapshots) {
+      snapshot_status = snapshot_round(/*all=*/false);
+      return !snapshot_status.ok();
+    }
+    if (!said_usr2 && options.notice) {
+      said_usr2 = true;
+      options.notice(
+          "SIGUSR2 ignored: not recording with --snapshot (the whole run is recorded; SIGINT or "
+          "SIGTERM stop it and keep what was traced)");
+    }
+    return false;
+  };
   std::optional<int> status;
   lo.child_exited = [&] {
     status = workload.TryReap();
     return status.has_value();
   };
   absl::StatusOr<record::LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
+  if (loop.ok() && !snapshot_status.ok()) loop = snapshot_status;
   if (!loop.ok()) {
     writer->Abandon().IgnoreError();
     return loop.status();
   }
   EmulateResult result;
-  const QemuRegionHeader* h = RegionHeader(base);
   if (!status) {
     // Stopped by a signal: the plugin ends every stream at the next block or system call
     // return and exits; ptrecord drains meanwhile. A program that runs neither within a
@@ -239,6 +298,19 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   if (h->has_error.load() != 0) {
     writer->Abandon().IgnoreError();
     return absl::InternalError(absl::StrCat("the QEMU plugin failed: ", h->error));
+  }
+  if (snapshots) {
+    if (absl::Status s = snapshot_round(/*all=*/true); !s.ok()) {
+      writer->Abandon().IgnoreError();
+      return s;
+    }
+  }
+  if (late_snapshots > 0) {
+    result.warnings.push_back(absl::StrCat(
+        late_snapshots,
+        " snapshots of a thread that did not flush its trace within a second (not at a block "
+        "boundary, nor in a system call): they end where it last moved its trace, up to 20 ms "
+        "earlier"));
   }
   result.steps.seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -279,7 +351,9 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   if (uint32_t n = h->execs.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
         "the trace ends at execve (", n,
-        " times): qemu-user does not follow exec, the new program ran natively, untraced"));
+        " times): the new program is not one qemu-x86_64 runs (not an x86-64 ELF program, or "
+        "not readable), or the program closed the plugin's descriptor of the ring; it ran "
+        "natively, untraced"));
   }
   if (uint32_t n = h->unresolved_signals.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(

@@ -34,7 +34,11 @@ absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string&
 // exit 2, naming --emulate=step) and errors the plugin reported are returned (kInternal).
 // max_steps limits the guest's instructions (over all its threads and processes) at a block
 // boundary: at most that many run, every stream ends before the block that would exceed it,
-// and the workload is killed.
+// and the workload is killed. A program the workload exec's runs under a new qemu-x86_64 with
+// the plugin, in the exec'ing thread's stream (qemu_plugin/ptkit_qemu.cc says when it cannot).
+// snapshot_size: the threads' AUX rings are overwritten, a SIGUSR2 snapshots every running
+// thread's and the end every thread's (each flushed first). aux_sample_size: AUX samples
+// every sample_period instructions of each thread, as the step backend takes them.
 absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options);
 
 }  // namespace ptkit::emulate

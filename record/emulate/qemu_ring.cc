@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "record/emulate/qemu_ring.h"
 
+#include <time.h>
+
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -54,7 +56,27 @@ record::RingView SlotRing(uint8_t* base, uint32_t slot) {
   v.page = up;
   v.data = std::span<uint8_t>(page + up->data_offset, up->data_size);
   v.aux = std::span<uint8_t>(page + up->aux_offset, up->aux_size);
+  v.aux_overwrite = RegionHeader(base)->overwrite != 0;
   return v;
+}
+
+bool LockSlotForReading(QemuSlotControl& c, uint64_t timeout_ns) {
+  c.reading.store(1);
+  for (uint64_t waited = 0; c.writing.load() != 0; waited += 20000) {
+    if (waited >= timeout_ns) return false;
+    timespec ts{0, 20000};
+    nanosleep(&ts, nullptr);
+  }
+  return true;
+}
+
+void QemuSlotWriter::Resume() {
+  aux_head_ = record::LoadAuxHead(ring_.page);
+  data_head_ = record::LoadDataHead(ring_.page);
+}
+
+void QemuSlotWriter::CopyNewest(std::span<uint8_t> out) const {
+  record::CopyFromRing(ring_.aux, aux_head_ - out.size(), out);
 }
 
 perf::SampleId QemuSlotWriter::Sample(uint64_t time) const {
@@ -81,18 +103,24 @@ bool QemuSlotWriter::TryWriteRecord(std::span<const uint8_t> record) {
 }
 
 // Full-trace mode (AUX mapped writable): never past aux_tail; the bytes are published with
-// aux_head, then described by a PERF_RECORD_AUX (perf_aux_output_end()).
+// aux_head, then described by a PERF_RECORD_AUX (perf_aux_output_end()). Overwrite mode:
+// the ring wraps (only its last ring-size bytes of a longer write survive) and the record
+// says OVERWRITE with the new head as its offset, as the kernel's in perf_aux_output_end()
+// with a free-running head (record/sim_pmu.cc does the same).
 bool QemuSlotWriter::TryWriteTrace(std::span<const uint8_t> bytes, uint64_t time) {
   const uint64_t tail = record::LoadAuxTail(ring_.page);
-  if (aux_head_ + bytes.size() - tail > ring_.aux.size()) return false;
+  if (!overwrite_ && aux_head_ + bytes.size() - tail > ring_.aux.size()) return false;
   perf::Aux aux;
-  aux.aux_offset = aux_head_;
+  aux.aux_offset = overwrite_ ? aux_head_ + bytes.size() : aux_head_;
   aux.aux_size = bytes.size();
+  aux.flags = overwrite_ ? PERF_AUX_FLAG_OVERWRITE : 0;
   aux.sample_id = Sample(time);
   const std::vector<uint8_t> record = perf::EncodeAux(aux, QemuSampleLayout());
   const uint64_t data_tail = record::LoadDataTail(ring_.page);
   if (data_head_ + record.size() - data_tail > ring_.data.size()) return false;
-  record::CopyToRing(ring_.aux, aux_head_, bytes);
+  const std::span<const uint8_t> kept =
+      bytes.size() > ring_.aux.size() ? bytes.last(ring_.aux.size()) : bytes;
+  record::CopyToRing(ring_.aux, aux_head_ + (bytes.size() - kept.size()), kept);
   aux_head_ += bytes.size();
   record::StoreAuxHead(ring_.page, aux_head_);
   return TryWriteRecord(record);

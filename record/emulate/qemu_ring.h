@@ -10,11 +10,15 @@
 // so that ptrecord drains every slot with the same Drainer as a kernel event. The plugin is
 // the "kernel": it writes PT bytes into the AUX ring and PERF_RECORD_AUX / MMAP2 / COMM /
 // FORK / EXIT records into the data ring, with the kernel's ordering rules (record/ring.h).
-// Full-trace mode only: a full ring makes the plugin wait for the reader (it never
-// overwrites unread data, so nothing is lost while ptrecord drains).
+// Full-trace mode: a full ring makes the plugin wait for the reader (it never overwrites
+// unread data, so nothing is lost while ptrecord drains). Overwrite mode (--snapshot,
+// --aux-sample): the AUX rings wrap freely, as a kernel AUX area mapped read-only; the
+// sideband still never overwrites.
 //
 // A guest thread claims the next free slot (atomic counter in the header, shared by the
-// processes a fork makes: the mapping is MAP_SHARED, so children see the same region).
+// processes a fork makes: the mapping is MAP_SHARED, so children see the same region). A
+// program a traced thread exec's runs under a new qemu-x86_64 with the plugin, which is told
+// the slot and goes on writing it (as a per-task PT event lives on across execve).
 #ifndef PTKIT_RECORD_EMULATE_QEMU_RING_H_
 #define PTKIT_RECORD_EMULATE_QEMU_RING_H_
 
@@ -27,13 +31,14 @@
 #include "absl/status/statusor.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/scoped_fd.h"
+#include "record/aux_sample.h"
 #include "record/ring.h"
 #include "record/trace_source.h"
 
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 2;
+inline constexpr uint32_t kQemuRegionVersion = 3;
 inline constexpr uint64_t kQemuPage = 4096;
 
 // Slot states.
@@ -51,7 +56,10 @@ struct QemuRegionHeader {
   std::atomic<uint32_t> threads_cut;      // streams that end without their last bytes
   // Signals after a Jcc whose handler never returned: the trace lacks that Jcc.
   std::atomic<uint32_t> unresolved_signals;
-  std::atomic<uint32_t> execs;  // successful execve calls: the new program ran untraced
+  // execve calls that may succeed and were not followed (the new program is not one
+  // qemu-x86_64 runs): if one succeeds, that program runs natively, untraced.
+  std::atomic<uint32_t> execs;
+  std::atomic<uint32_t> execs_followed;  // programs exec'd under qemu with the plugin
   // Set by ptrecord to the signal that stops the recording: the plugin ends every stream and
   // exits with 128 + it.
   std::atomic<uint32_t> stop_signal;
@@ -64,6 +72,16 @@ struct QemuRegionHeader {
   uint64_t max_instructions;
   std::atomic<uint64_t> instructions_claimed;
   std::atomic<uint32_t> limit_hit;
+  // Set by ptrecord before qemu starts. overwrite: the AUX rings are overwritten (snapshot
+  // and AUX-sample modes). aux_sample_size / sample_period: --aux-sample (0: none): every
+  // sample_period instructions of a thread, a PERF_RECORD_SAMPLE (kQemuAuxSampleType) with
+  // the newest aux_sample_size bytes of its AUX ring.
+  uint32_t overwrite;
+  uint64_t aux_sample_size;
+  uint64_t sample_period;
+  // Snapshot mode: ptrecord bumps it to ask every running thread to flush its trace into
+  // its ring (each says so in QemuSlotControl::snapshot_ack).
+  std::atomic<uint32_t> snapshot_request;
 };
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
@@ -72,8 +90,19 @@ static_assert(std::atomic<uint32_t>::is_always_lock_free &&
 // The first page of a slot.
 struct QemuSlotControl {
   std::atomic<uint32_t> state;         // QemuSlotState
-  uint32_t pid, tid;                   // valid once state != kSlotFree
+  uint32_t pid, tid;                   // valid once state != kSlotFree; tid names the stream
   std::atomic<uint64_t> instructions;  // retired so far (published at each chunk and at the end)
+  // The COMM of the program the thread exec's (the kernel's: the basename of the file
+  // execve was given, also for a script), for the qemu-x86_64 that runs it.
+  char exec_comm[16];
+  // Snapshot mode. snapshot_ack: the last snapshot_request whose trace the thread has put
+  // into its ring. in_syscall: the thread is in a system call, its trace all in the ring
+  // (it writes none before it returns). writing / reading: the plugin writes the AUX ring,
+  // ptrecord copies it (each sets its flag, then waits while the other's is set).
+  std::atomic<uint32_t> snapshot_ack;
+  std::atomic<uint32_t> in_syscall;
+  std::atomic<uint32_t> writing;
+  std::atomic<uint32_t> reading;
 };
 static_assert(sizeof(QemuSlotControl) <= kQemuPage);
 
@@ -81,6 +110,8 @@ static_assert(sizeof(QemuSlotControl) <= kQemuPage);
 inline constexpr uint64_t kQemuSampleType =
     PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER;
 inline perf::SampleIdLayout QemuSampleLayout() { return {kQemuSampleType, true}; }
+// The sample_type of the AUX samples the plugin writes (those of --emulate=step).
+inline constexpr uint64_t kQemuAuxSampleType = record::kEmulatedAuxSampleType;
 
 // Bytes of the region for `slots` slots with the given ring sizes (powers of two pages).
 uint64_t QemuRegionSize(uint32_t slots, uint64_t data_pages, uint64_t aux_pages);
@@ -99,16 +130,25 @@ inline QemuSlotControl* SlotControl(uint8_t* base, uint32_t slot) {
   return reinterpret_cast<QemuSlotControl*>(base + kQemuPage +
                                             slot * RegionHeader(base)->slot_size);
 }
-// The slot's perf mmap (user page, data ring, AUX ring).
+// The slot's perf mmap (user page, data ring, AUX ring); aux_overwrite as the header says.
 record::RingView SlotRing(uint8_t* base, uint32_t slot);
 
 // The producer of one slot (the plugin's side). Not thread-safe: one guest thread writes it.
 class QemuSlotWriter {
  public:
   // `id` goes into the sample_id trailers; `wait` is called while the ring is full and must
-  // return false to give up (the reader is gone).
-  QemuSlotWriter(record::RingView ring, uint32_t pid, uint32_t tid, uint64_t id)
-      : ring_(ring), pid_(pid), tid_(tid), id_(id) {}
+  // return false to give up (the reader is gone). `overwrite`: the AUX ring wraps freely
+  // (only the data ring waits for the reader).
+  QemuSlotWriter(record::RingView ring, uint32_t pid, uint32_t tid, uint64_t id,
+                 bool overwrite = false)
+      : ring_(ring), pid_(pid), tid_(tid), id_(id), overwrite_(overwrite) {}
+
+  // Goes on after what the ring's previous writer published (its heads in the user page):
+  // the slot of a thread that exec'd, now in the new program's qemu.
+  void Resume();
+  // The newest out.size() bytes of the AUX ring, oldest first (overwrite mode: what an AUX
+  // sample holds; bytes never written are zero).
+  void CopyNewest(std::span<uint8_t> out) const;
 
   // The trailer of a record written at `time`.
   perf::SampleId Sample(uint64_t time) const;
@@ -127,6 +167,7 @@ class QemuSlotWriter {
   record::RingView ring_;
   uint32_t pid_, tid_;
   uint64_t id_;
+  bool overwrite_;
   uint64_t aux_head_ = 0;
   uint64_t data_head_ = 0;
 };
@@ -134,7 +175,7 @@ class QemuSlotWriter {
 template <typename Wait>
 bool QemuSlotWriter::WriteTrace(std::span<const uint8_t> bytes, uint64_t time, Wait wait) {
   // A chunk larger than half the AUX ring is split, so every piece fits once drained.
-  const size_t max_piece = ring_.aux.size() / 2;
+  const size_t max_piece = overwrite_ ? bytes.size() : ring_.aux.size() / 2;
   while (!bytes.empty()) {
     const std::span<const uint8_t> piece = bytes.first(std::min(bytes.size(), max_piece));
     while (!TryWriteTrace(piece, time)) {
@@ -153,6 +194,27 @@ bool QemuSlotWriter::WriteRecord(std::span<const uint8_t> record, Wait wait) {
   return true;
 }
 
+// Snapshot mode: the plugin writing a slot's AUX ring and ptrecord copying it exclude each
+// other (Dekker's algorithm over QemuSlotControl::writing / reading, sequentially
+// consistent: each side sets its flag, then looks at the other's). The writer gives way.
+// The plugin, around each write of the AUX ring; `wait` as for QemuSlotWriter (false: give
+// up, nothing locked).
+template <typename Wait>
+bool LockSlotForWriting(QemuSlotControl& c, Wait wait) {
+  c.writing.store(1);
+  while (c.reading.load() != 0) {
+    c.writing.store(0);
+    if (!wait()) return false;
+    c.writing.store(1);
+  }
+  return true;
+}
+inline void UnlockSlotForWriting(QemuSlotControl& c) { c.writing.store(0); }
+// ptrecord, around a snapshot of the slot. False when the writer kept its flag for
+// `timeout_ns` (it died while writing: the copy may be torn); the slot is locked anyway.
+bool LockSlotForReading(QemuSlotControl& c, uint64_t timeout_ns);
+inline void UnlockSlotForReading(QemuSlotControl& c) { c.reading.store(0); }
+
 // The reader's side of one slot: a TraceSource for the Drainer. The plugin never truncates,
 // so Enable/Disable have nothing to do; there is no wakeup fd (ptrecord drains on a timer).
 // The stream is the thread that claimed the slot (read from its control page: the plugin
@@ -161,6 +223,7 @@ class QemuSlotSource final : public record::TraceSource {
  public:
   QemuSlotSource(record::RingView ring, const QemuSlotControl* control)
       : ring_(ring), control_(control) {}
+  // (Snapshots lock the slot around Drainer::Snapshot: LockSlotForReading.)
   record::RingView ring() override { return ring_; }
   int poll_fd() const override { return -1; }
   absl::Status Enable() override { return absl::OkStatus(); }

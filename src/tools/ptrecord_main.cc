@@ -103,14 +103,12 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   e.archive = o.archive;
   e.filter = o.filter;
   e.data_pages = o.data_pages;
-  if (o.snapshot_size) {
-    if (backend == "qemu") {
-      return Fail(
-          "--snapshot (and --trigger, --snapshot-on-crash) is not available with --emulate=qemu "
-          "yet: use --emulate=step",
-          2);
-    }
-    e.snapshot_size = o.snapshot_size;
+  if (o.snapshot_size) e.snapshot_size = o.snapshot_size;
+  if (backend == "qemu" && (!o.trigger.empty() || o.snapshot_on_crash)) {
+    return Fail(
+        "--trigger and --snapshot-on-crash are not available with --emulate=qemu yet: use "
+        "--emulate=step",
+        2);
   }
   if (!o.trigger.empty()) {
     absl::StatusOr<ptkit::record::TriggerSpec> t =
@@ -120,9 +118,6 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   }
   e.snapshot_on_crash = o.snapshot_on_crash;
   if (o.aux_sample_size) {
-    if (backend == "qemu") {
-      return Fail("--aux-sample is not available with --emulate=qemu yet: use --emulate=step", 2);
-    }
     e.aux_sample_size = *o.aux_sample_size;
     e.sample_period = o.sample_period != 0 ? o.sample_period : kEmulatedSamplePeriod;
   }
@@ -230,7 +225,7 @@ int main(int argc, char** argv) {
                  "AUX sampling: a sampling event (--sample-event) in the trace event's group "
                  "whose samples carry the newest SIZE bytes of the trace (default 4K, at most "
                  "60K, a multiple of 8); the trace itself is not stored. intel_pt gets "
-                 "psb_period=0 unless --event sets it. With --emulate=step: a sample every "
+                 "psb_period=0 unless --event sets it. With --emulate: a sample every "
                  "--sample-period instructions of each thread")
       ->expected(0, 1);
   app.add_option("--sample-event", o.sample_event,

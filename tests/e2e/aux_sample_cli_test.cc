@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "aux_samples.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
@@ -84,39 +85,10 @@ TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
       {PTDECODE_PATH, "samples", "--json", "--instructions", "--branches", "0", rec.trace});
   ASSERT_EQ(dec.exit_code, 0) << dec.err;
   const nlohmann::json j = nlohmann::json::parse(dec.out);
-  std::map<uint64_t, uint64_t> seen;  // tid -> samples so far
   uint64_t expected_total = 0;
-  for (const auto& [tid, ips] : truth) expected_total += ips.size() / kPeriod;
-  ASSERT_EQ(j["samples"].size(), expected_total);
-  EXPECT_EQ(j["totals"]["unsynced"], 0);
-  EXPECT_EQ(j["totals"]["not_reached"], 0);
   size_t longest = 0;
-  for (const nlohmann::json& s : j["samples"]) {
-    const uint64_t tid = s["tid"];
-    ASSERT_TRUE(truth.contains(tid)) << tid;
-    const std::vector<uint64_t>& ran = truth.at(tid);
-    const uint64_t k = ++seen[tid];
-    const size_t at = k * kPeriod - 1;  // the instruction about to retire
-    ASSERT_LT(at, ran.size());
-    EXPECT_EQ(s["ip"].get<uint64_t>(), ran[at]) << "tid " << tid << " sample " << k;
-    EXPECT_EQ(s["snippet_bytes"], 4096);
-    ASSERT_EQ(s["synced"], true);
-    ASSERT_EQ(s["reaches_ip"], true);
-    const std::vector<uint64_t> insns = s["insns"];
-    ASSERT_FALSE(insns.empty());
-    ASSERT_LE(insns.size(), at + 1);
-    const std::vector<uint64_t> want(ran.begin() + static_cast<ptrdiff_t>(at + 1 - insns.size()),
-                                     ran.begin() + static_cast<ptrdiff_t>(at + 1));
-    EXPECT_EQ(insns, want) << "tid " << tid << " sample " << k;
-    // Taken branches: the truth's non-sequential steps within the snippet, in order.
-    EXPECT_EQ(s["taken_branches"], s["branches"].size());
-    for (const nlohmann::json& b : s["branches"]) {
-      auto from = std::find(insns.begin(), insns.end(), b["from"].get<uint64_t>());
-      ASSERT_NE(from, insns.end());
-    }
-    longest = std::max(longest, insns.size());
-  }
-  for (const auto& [tid, ips] : truth) EXPECT_EQ(seen[tid], ips.size() / kPeriod) << tid;
+  ::ptkit::testing::ExpectSamplesMatchTruth(j, truth, kPeriod, 4096, &expected_total, &longest);
+  if (HasFatalFailure()) return;
   RecordProperty("samples", static_cast<int>(expected_total));
   RecordProperty("longest_snippet_insns", static_cast<int>(longest));
 

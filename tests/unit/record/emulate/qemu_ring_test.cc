@@ -7,6 +7,7 @@
 #include "record/emulate/qemu_ring.h"
 
 #include <atomic>
+#include <chrono>
 #include <thread>
 #include <vector>
 
@@ -108,6 +109,100 @@ TEST(QemuRingTest, AFullRingMakesTheWriterWaitAndNothingIsLost) {
   EXPECT_EQ(loss, 0u);
   EXPECT_EQ(drainer.Totals().aux_bytes, kTotal);
   EXPECT_EQ(drainer.Totals().truncated, 0u);
+}
+
+// A writer in the new program's qemu goes on where the exec'ing one stopped: the stream's
+// offsets continue (one stream across execve, as a per-task event's).
+TEST(QemuRingTest, AResumedWriterContinuesTheStream) {
+  Region r(1, 4, 16);
+  QemuSlotControl* control = SlotControl(r.base, 0);
+  control->tid = 77;
+  control->state.store(kSlotActive);
+  auto keep = [] { return true; };
+  std::vector<uint8_t> first(3000), second(5000);
+  for (size_t i = 0; i < first.size(); ++i) first[i] = TraceByte(i);
+  for (size_t i = 0; i < second.size(); ++i) second[i] = TraceByte(first.size() + i);
+  {
+    QemuSlotWriter before(SlotRing(r.base, 0), 77, 77, 0);
+    ASSERT_TRUE(before.WriteTrace(first, 1, keep));
+  }
+  QemuSlotWriter after(SlotRing(r.base, 0), 77, 77, 0);
+  after.Resume();
+  ASSERT_TRUE(after.WriteTrace(second, 2, keep));
+  testing::TempDir dir;
+  const std::string path = dir.File("resumed.pt");
+  auto writer = ContainerWriter::Create(path, WriterOptions{});
+  ASSERT_THAT(writer, IsOk());
+  record::Drainer drainer(writer->get());
+  QemuSlotSource source(SlotRing(r.base, 0), control);
+  ASSERT_THAT(drainer.DrainOnce(source), IsOk());
+  ASSERT_THAT((*writer)->Close(), IsOk());
+  absl::StatusOr<ContainerReader> reader = ContainerReader::Open(path);
+  ASSERT_THAT(reader, IsOk());
+  uint64_t next = 0;
+  RecordView rec;
+  while (reader->Next(rec).value_or(false)) {
+    if (rec.type != RecordType::kAux) continue;
+    absl::StatusOr<AuxRecord> a = ParseAux(rec.payload);
+    ASSERT_THAT(a, IsOk());
+    ASSERT_EQ(a->aux_offset, next);
+    for (size_t k = 0; k < a->data.size(); ++k) ASSERT_EQ(a->data[k], TraceByte(next + k)) << k;
+    next += a->data.size();
+  }
+  EXPECT_EQ(next, first.size() + second.size());
+}
+
+// Overwrite mode: the writer never waits for the AUX ring (it is never drained here), a write
+// longer than the ring keeps its end, and the newest bytes are the last ones written, also
+// across the ring's end.
+TEST(QemuRingTest, AnOverwrittenRingKeepsTheNewestBytes) {
+  Region r(1, 4, 1);  // a 4 KiB AUX ring
+  RegionHeader(r.base)->overwrite = 1;
+  const record::RingView ring = SlotRing(r.base, 0);
+  EXPECT_TRUE(ring.aux_overwrite);
+  QemuSlotWriter out(ring, 1, 1, 0, /*overwrite=*/true);
+  uint64_t written = 0;
+  auto write = [&](size_t n) {
+    std::vector<uint8_t> bytes(n);
+    for (size_t i = 0; i < n; ++i) bytes[i] = TraceByte(written + i);
+    written += n;
+    // The data ring (16 KiB) takes the AUX records; it is drained here by hand.
+    return out.WriteTrace(bytes, written, [&] {
+      record::StoreDataTail(ring.page, record::LoadDataHead(ring.page));
+      return true;
+    });
+  };
+  ASSERT_TRUE(write(3000));
+  ASSERT_TRUE(write(10000));  // more than the ring
+  ASSERT_TRUE(write(1500));   // across the ring's end
+  EXPECT_EQ(record::LoadAuxHead(ring.page), written);
+  std::vector<uint8_t> newest(4096);
+  out.CopyNewest(newest);
+  for (size_t i = 0; i < newest.size(); ++i) {
+    ASSERT_EQ(newest[i], TraceByte(written - newest.size() + i)) << i;
+  }
+}
+
+// The snapshot lock: while ptrecord holds it the writer waits; a writer that holds it makes
+// ptrecord wait, and a writer that never lets go (died) makes it give up after the timeout.
+TEST(QemuRingTest, TheSnapshotLockExcludesTheWriter) {
+  QemuSlotControl c{};
+  EXPECT_TRUE(LockSlotForReading(c, 0));
+  int waits = 0;
+  EXPECT_FALSE(LockSlotForWriting(c, [&] { return ++waits < 3; }));
+  EXPECT_EQ(waits, 3);
+  EXPECT_EQ(c.writing.load(), 0u);
+  UnlockSlotForReading(c);
+  EXPECT_TRUE(LockSlotForWriting(c, [] { return false; }));
+  EXPECT_FALSE(LockSlotForReading(c, 200000));  // 0.2 ms
+  UnlockSlotForReading(c);
+  std::thread writer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    UnlockSlotForWriting(c);
+  });
+  EXPECT_TRUE(LockSlotForReading(c, 10000000000));  // waits for the unlock
+  writer.join();
+  UnlockSlotForReading(c);
 }
 
 }  // namespace

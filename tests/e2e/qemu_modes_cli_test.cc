@@ -1,0 +1,131 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// `ptrecord --emulate=qemu --snapshot` and `--aux-sample`, end to end, against the plugin's
+// exact ground truth (QEMU's per-instruction callbacks):
+//   - every snapshot (two a SIGUSR2 of the program asks for, one at the end) decodes to a run
+//     of what its thread ran, the last one to the end of it exactly;
+//   - the k-th AUX sample of a thread is taken before its (k*N)-th instruction retires: its IP
+//     is that instruction, and its snippet decodes to the instructions right before it.
+// Skips where qemu-user is not installed.
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "aux_samples.h"
+#include "gmock/gmock.h"
+#include "ground_truth.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "run_command.h"
+#include "temp_dir.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::ParseInsn;
+using ::ptkit::testing::PerThread;
+using ::ptkit::testing::ReadTruth;
+using ::ptkit::testing::RunCommand;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+#define PTKIT_SKIP_WITHOUT_QEMU()                \
+  if (access("/usr/bin/qemu-x86_64", X_OK) != 0) \
+  GTEST_SKIP() << "qemu-user is not installed (apt-get install qemu-user)"
+
+class QemuModesTest : public ::testing::Test {
+ protected:
+  // ptrecord --emulate=qemu --ground-truth with `options` on `command`.
+  testing::CommandResult Record(const std::vector<std::string>& options,
+                                const std::vector<std::string>& command) {
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=qemu", "-o",
+                                     trace_,        "--ground-truth", truth_};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back("--");
+    argv.insert(argv.end(), command.begin(), command.end());
+    return RunCommand(argv);
+  }
+  testing::TempDir dir_;
+  const std::string trace_ = dir_.File("trace.pt");
+  const std::string truth_ = dir_.File("truth");
+};
+
+// A 4 KiB ring (-m 64,1), overwritten: the program's 20 KiB of trace wraps it several times.
+TEST_F(QemuModesTest, EverySnapshotDecodesToARunOfTheGroundTruth) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  auto r = Record({"--snapshot", "-m", "64,1"}, {E2E_PROGRAM_DIR "/e2e_qemu_usr2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("; 3 snapshots"));
+  EXPECT_THAT(r.err, Not(HasSubstr("warning")));
+  const PerThread truth = ReadTruth(truth_);
+  ASSERT_EQ(truth.size(), 1u);
+  const std::vector<uint64_t>& ran = truth.begin()->second;
+  auto info = RunCommand({PTDECODE_PATH, "info", "--json", trace_});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_EQ(nlohmann::json::parse(info.out)["metadata"]["mode"], "snapshot");
+  size_t previous_end = 0;
+  for (int k = 0; k < 3; ++k) {
+    auto dec = RunCommand({PTDECODE_PATH, "insn", "--snapshot", std::to_string(k), trace_});
+    ASSERT_EQ(dec.exit_code, 0) << dec.err;
+    EXPECT_EQ(dec.out.find("[error"), std::string::npos) << k;
+    const PerThread got = ParseInsn(dec.out);
+    ASSERT_EQ(got.size(), 1u) << k;
+    const std::vector<uint64_t>& insns = got.begin()->second;
+    // 4 KiB of PT from the newest PSB on: thousands of instructions, not the whole run.
+    ASSERT_GT(insns.size(), 1000u) << k;
+    ASSERT_LT(insns.size(), ran.size() / 3) << k;
+    if (k == 2) {
+      EXPECT_TRUE(std::equal(insns.begin(), insns.end(), ran.end() - insns.size())) << k;
+      continue;
+    }
+    // The run it is, after the previous snapshot's: the snapshots are in order.
+    auto at = std::search(ran.begin() + previous_end, ran.end(), insns.begin(), insns.end());
+    ASSERT_NE(at, ran.end()) << "snapshot " << k << " is no run of the ground truth";
+    previous_end = at - ran.begin() + insns.size();
+  }
+}
+
+// Without --snapshot, the program's SIGUSR2 is said once and changes nothing.
+TEST_F(QemuModesTest, Sigusr2WithoutSnapshotIsSaidOnce) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  auto r = Record({}, {E2E_PROGRAM_DIR "/e2e_qemu_usr2"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::string said = "SIGUSR2 ignored: not recording with --snapshot";
+  EXPECT_THAT(r.err, HasSubstr(said));
+  EXPECT_EQ(r.err.find(said), r.err.rfind(said)) << r.err;
+}
+
+constexpr uint64_t kPeriod = 1000;  // (the default; 500 would double the JSON to check)
+
+// As the step backend's test (aux_sample_cli_test): every sample's IP is the ground truth's
+// (k*N)-th instruction of its thread, and its snippet decodes to what that thread ran right
+// before, ending there.
+TEST_F(QemuModesTest, AuxSamplesEndAtTheSampledInstruction) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  auto r =
+      Record({"--aux-sample", "-c", std::to_string(kPeriod)}, {PROGRAM_DIR "/emulate_threads"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("AUX samples of 4096 bytes"));
+  const PerThread truth = ReadTruth(truth_);
+  ASSERT_EQ(truth.size(), 3u);  // main and two workers
+  auto dec =
+      RunCommand({PTDECODE_PATH, "samples", "--json", "--instructions", "--branches", "0", trace_});
+  ASSERT_EQ(dec.exit_code, 0) << dec.err;
+  const nlohmann::json j = nlohmann::json::parse(dec.out);
+  uint64_t expected_total = 0;
+  size_t longest = 0;
+  ::ptkit::testing::ExpectSamplesMatchTruth(j, truth, kPeriod, 4096, &expected_total, &longest);
+  if (HasFatalFailure()) return;
+  EXPECT_GT(expected_total, 30u);
+  auto info = RunCommand({PTDECODE_PATH, "info", "--json", trace_});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const nlohmann::json ji = nlohmann::json::parse(info.out);
+  EXPECT_EQ(ji["samples"]["count"], expected_total);
+  EXPECT_EQ(ji["metadata"]["mode"], "aux-sample");
+  for (const nlohmann::json& kind : ji["kinds"]) EXPECT_NE(kind["kind"], "aux");
+}
+
+}  // namespace
+}  // namespace ptkit
