@@ -30,7 +30,7 @@ step "ASan + UBSan (clang, preset fuzz): container, info, sideband, emulate step
 cmake --preset fuzz >/dev/null
 asan_targets=(container_test info_test sideband_test step_events_test stepper_test
   decoder_container_test decoder_callstack_test decoder_synth_test decoder_bts_test
-  decoder_parse_test)
+  decoder_parse_test decode_loop_test)
 mapfile -t fuzz_targets < <(bash scripts/fuzz.sh list | sed 's/$/_fuzz/')
 cmake --build --preset fuzz --target "${asan_targets[@]}" "${fuzz_targets[@]}"
 ctest --preset fuzz
