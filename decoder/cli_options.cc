@@ -103,7 +103,8 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
          "would; the other sub-commands decode with one thread")
       ->type_name("N")
       ->check(CLI::Range(1u, 1024u));
-  // Tests only: the chunk size of -j, so that small traces make many chunks.
+  // Tests only: the chunk size of -j, so that small traces make many chunks, and what each
+  // parallel decode did (ParallelStats on stderr).
   cmd.add_option_function<uint64_t>(
          "--chunk-size",
          [](uint64_t bytes) {
@@ -114,6 +115,15 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
          "")
       ->group("")
       ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  cmd.add_flag_callback(
+         "--chunk-stats",
+         [] {
+           ParallelOptions options = GetParallelOptions();
+           options.print_stats = true;
+           SetParallelOptions(options);
+         },
+         "")
+      ->group("");
   if (set.disasm) {
     cmd.add_flag("--disasm", f.disasm, "Disassemble each instruction (Zydis, Intel)");
   }

@@ -4,8 +4,9 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <atomic>
+#include <cinttypes>
 #include <condition_variable>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -52,11 +53,11 @@ struct Records {
 // Records what DecodeInto gives, for a sink of `like`'s kind.
 class RecordSink : public Sink {
  public:
-  RecordSink(const Sink& like, Records& out, uint64_t start)
+  RecordSink(const Sink& like, bool follow_time, Records& out, uint64_t start)
       : kind_(like.kind()),
         end_on_call_(like.end_block_on_call()),
         end_on_jump_(like.end_block_on_jump()),
-        wants_time_(like.wants_time()),
+        wants_time_(like.wants_time() || follow_time),
         out_(out),
         position_(start) {}
   DecoderKind kind() const override { return kind_; }
@@ -236,8 +237,11 @@ class Replayer {
 // would record), which were given already.
 class TailSink : public Sink {
  public:
-  TailSink(const Sink& like, Replayer& replay, size_t skip)
-      : kind_(like.kind()), wants_time_(like.wants_time()), replay_(replay), skip_(skip) {}
+  TailSink(const Sink& like, bool follow_time, Replayer& replay, size_t skip)
+      : kind_(like.kind()),
+        wants_time_(like.wants_time() || follow_time),
+        replay_(replay),
+        skip_(skip) {}
   DecoderKind kind() const override { return kind_; }
   bool wants_time() const override { return wants_time_; }
   void OnSync(uint64_t offset) override {
@@ -333,15 +337,32 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
                               const ProgramImage& image,
                               std::span<const ProgramImage* const> worker_images, Sink& sink,
                               DecodeTotals& totals, uint64_t offset_base, uint64_t chunk_bytes,
-                              ParallelStats* stats) {
+                              ParallelStats* stats, bool follow_time) {
   ParallelStats local;
   ParallelStats& st = stats != nullptr ? *stats : local;
+  // Prints what this decode did, however it ends.
+  struct Printer {
+    const ParallelStats& st;
+    uint64_t bytes;
+    ~Printer() {
+      if (!GetParallelOptions().print_stats) return;
+      std::fprintf(stderr,
+                   "ptdecode: -j: %" PRIu64 " chunks, %" PRIu64 " stitched, %" PRIu64
+                   " decoded again, %" PRIu64 " bytes decoded for %" PRIu64 "\n",
+                   st.chunks, st.stitched, st.redecoded, st.bytes_decoded, bytes);
+    }
+  } printer{st, trace.size()};
   PTKIT_ASSIGN_OR_RETURN(std::vector<uint64_t> starts, ChunkStarts(trace, config, chunk_bytes));
   const size_t n = starts.size();
   st.chunks += n;
   if (n == 1 || worker_images.empty()) {
     st.bytes_decoded += trace.size();
-    return DecodeInto(trace, config, image, sink, totals, offset_base);
+    if (!follow_time) return DecodeInto(trace, config, image, sink, totals, offset_base);
+    Replayer replay(sink, totals);
+    TailSink all(sink, follow_time, replay, 0);
+    DecodeTotals ignored;
+    totals.trace_bytes += trace.size();
+    return DecodeInto(trace, config, image, all, ignored, offset_base);
   }
   // Boundary c (the start of chunk c > 0): the overlap the decoder of chunk c - 1 checks ends
   // at the next PSB (kNone: the trace's end), and that decoder ends at the PSB after it.
@@ -360,7 +381,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
 
   // Decodes the trace from chunk `c`'s start to span_end[last] with `img`.
   auto decode = [&](size_t c, size_t last, const ProgramImage& img, Records& out) {
-    RecordSink rec(sink, out, offset_base + starts[c]);
+    RecordSink rec(sink, follow_time, out, offset_base + starts[c]);
     DecodeTotals ignored;  // counted when replayed
     return DecodeInto(trace.subspan(starts[c], span_end[last] - starts[c]), config, img, rec,
                       ignored, offset_base + starts[c]);
@@ -377,7 +398,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
   std::condition_variable cv;
   size_t next_chunk = 0, merged = 0;
   bool stop = false;
-  const size_t window = 2 * worker_images.size();
+  const size_t window = worker_images.size() + 1;  // one being merged
   std::vector<std::thread> threads;
   threads.reserve(worker_images.size());
   for (const ProgramImage* img : worker_images) {
@@ -452,7 +473,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     if (c - run_start >= kMaxRunChunks) {
       // Boundaries that do not stitch, one after the other: the rest decoded serially, on
       // this thread, straight into the sink.
-      TailSink tail(sink, replay, skip);
+      TailSink tail(sink, follow_time, replay, skip);
       DecodeTotals ignored;
       PTKIT_RETURN_IF_ERROR(DecodeInto(trace.subspan(starts[run_start]), config, image, tail,
                                        ignored, offset_base + starts[run_start]));

@@ -742,6 +742,11 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
           out);
     }
     std::vector<const ProgramImage*> workers;  // made for the first piece of several chunks
+    // A switcher that never switches: a thread's stream whose program is known at its start
+    // and not exec'd after it (its tracing began at the exec). Such a stream decodes in
+    // parallel as well, told the time as the switcher has it told.
+    const bool still = switcher && !per_cpu && s.epoch != kAllEpochs &&
+                       r.timeline.EpochAt(s.info.pid, kForever) == s.epoch;
     // Filtered by task, the stream's totals are what the sink was shown.
     DecodeTotals decoded;
     DecodeTotals& into = s.by_task ? decoded : totals;
@@ -754,7 +759,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
         // A snapshot's offsets are not the ring's (AddSnapshot).
         const uint64_t ring = s.key->snapshot < 0 ? bts_ring : 0;
         PTKIT_RETURN_IF_ERROR(DecodeBtsInto(view.bytes(), now, out, into, piece.aux_offset, ring));
-      } else if (!switcher && !worker_images.empty() &&
+      } else if ((!switcher || still) && !worker_images.empty() &&
                  view.bytes().size() > parallel.chunk_bytes) {
         if (workers.empty()) {
           for (auto& cache : worker_images) {
@@ -762,7 +767,8 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
           }
         }
         PTKIT_RETURN_IF_ERROR(DecodeInParallel(view.bytes(), config, now, workers, out, into,
-                                               piece.aux_offset, parallel.chunk_bytes));
+                                               piece.aux_offset, parallel.chunk_bytes,
+                                               /*stats=*/nullptr, /*follow_time=*/still));
       } else {
         PTKIT_RETURN_IF_ERROR(
             DecodeInto(view.bytes(), config, now, out, into, piece.aux_offset, switcher.get()));

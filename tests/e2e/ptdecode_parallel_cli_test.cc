@@ -3,6 +3,8 @@
 // sideband) and the real hardware traces of ../shared/testdata (raw mode; skipped when absent).
 #include <sys/stat.h>
 
+#include <cinttypes>
+#include <cstdio>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,13 +25,33 @@ const std::string kFork = PROGRAM_DIR "/emulate_fork";
 // Each output with -j 1 and with more threads over chunks of a few PSBs: the same bytes, the
 // same exit status and messages.
 void ExpectSameWithJobs(const std::vector<std::string>& input) {
+  // The streams were decoded in chunks, and chunks were stitched (not all decoded again by
+  // the merging thread): one line per stream decoded in parallel.
+  std::vector<std::string> argv = {PTDECODE_PATH,  "insn", "-j",           "2",
+                                   "--chunk-size", "1",    "--chunk-stats"};
+  argv.insert(argv.end(), input.begin(), input.end());
+  auto stats = RunCommand(argv);
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  uint64_t chunks = 0, stitched = 0;
+  for (size_t at = 0; (at = stats.err.find("ptdecode: -j: ", at)) != std::string::npos; ++at) {
+    uint64_t c = 0, s = 0;
+    ASSERT_EQ(
+        std::sscanf(stats.err.c_str() + at, "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64, &c, &s),
+        2)
+        << stats.err;
+    chunks += c;
+    stitched += s;
+  }
+  EXPECT_GT(chunks, 10u) << stats.err;
+  EXPECT_GT(stitched, 0u) << stats.err;
+
   const std::vector<std::vector<std::string>> commands = {
       {"insn"}, {"insn", "--json"}, {"branches"}, {"branches", "--json"}};
   for (const auto& command : commands) {
     std::string serial_out, serial_err;
-    for (const std::vector<std::string> jobs : {std::vector<std::string>{"-j", "1"},
-                                                {"-j", "2", "--chunk-size", "1"},
-                                                {"-j", "4", "--chunk-size", "600"}}) {
+    for (const std::vector<std::string>& jobs : {std::vector<std::string>{"-j", "1"},
+                                                 {"-j", "2", "--chunk-size", "1"},
+                                                 {"-j", "4", "--chunk-size", "600"}}) {
       std::vector<std::string> argv = {PTDECODE_PATH};
       argv.insert(argv.end(), command.begin(), command.end());
       argv.insert(argv.end(), jobs.begin(), jobs.end());
