@@ -48,6 +48,14 @@ struct Records {
   std::vector<pt_insn> insns;
   std::vector<pt_event> events;
   std::vector<Error> errors;
+  // Empties it, keeping the memory (a chunk's recording is hundreds of MB's worth of pages
+  // faulted in again otherwise).
+  void Clear() {
+    entries.clear();
+    insns.clear();
+    events.clear();
+    errors.clear();
+  }
 };
 
 // Records what DecodeInto gives, for a sink of `like`'s kind.
@@ -399,6 +407,20 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
   size_t next_chunk = 0, merged = 0;
   bool stop = false;
   const size_t window = worker_images.size() + 1;  // one being merged
+  // Recordings merged, kept for the next chunks.
+  std::vector<std::unique_ptr<Records>> pool;
+  auto reuse = [&]() -> std::unique_ptr<Records> {
+    std::lock_guard<std::mutex> lock(mu);
+    if (pool.empty()) return std::make_unique<Records>();
+    std::unique_ptr<Records> r = std::move(pool.back());
+    pool.pop_back();
+    r->Clear();
+    return r;
+  };
+  auto recycle = [&](std::unique_ptr<Records> r) {
+    std::lock_guard<std::mutex> lock(mu);
+    pool.push_back(std::move(r));
+  };
   std::vector<std::thread> threads;
   threads.reserve(worker_images.size());
   for (const ProgramImage* img : worker_images) {
@@ -411,7 +433,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
           if (stop || next_chunk >= n) return;
           c = next_chunk++;
         }
-        auto records = std::make_unique<Records>();
+        std::unique_ptr<Records> records = reuse();
         absl::Status status = decode(c, c, *img, *records);
         std::lock_guard<std::mutex> lock(mu);
         results[c] = {true, std::move(status), std::move(records), span_end[c] - starts[c]};
@@ -456,13 +478,17 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     Result next = take(c);
     PTKIT_RETURN_IF_ERROR(next.status);
     st.bytes_decoded += next.bytes;
-    if (c <= run_last) continue;  // the run holds it
+    if (c <= run_last) {  // the run holds it
+      recycle(std::move(next.records));
+      continue;
+    }
     std::optional<Stitch> stitch =
         FindStitch(*cur, skip, offset_base + starts[c],
                    overlap_end[c] == kNone ? kNone : offset_base + overlap_end[c], *next.records);
     if (stitch) {
       ++st.stitched;
       replay.Replay(*cur, skip, stitch->first);
+      recycle(std::move(cur));
       cur = std::move(next.records);
       run_start = run_last = c;
       skip = stitch->second;
@@ -483,9 +509,11 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     // Decoded again from the run's start on this thread, through twice as many chunks: a trace
     // where no boundary stitches costs a few serial decodes, not one per chunk.
     run_last = std::min(n - 1, c + (c - run_start));
-    auto again = std::make_unique<Records>();
+    recycle(std::move(next.records));
+    std::unique_ptr<Records> again = reuse();
     PTKIT_RETURN_IF_ERROR(decode(run_start, run_last, image, *again));
     st.bytes_decoded += span_end[run_last] - starts[run_start];
+    recycle(std::move(cur));
     cur = std::move(again);
   }
   replay.Replay(*cur, skip, cur->entries.size());
