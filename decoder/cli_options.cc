@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "decoder/decode.h"
 #include "decoder/image.h"
+#include "decoder/parallel_decode.h"
 #include "decoder/trace_config.h"
 #include "fmt/format.h"
 
@@ -90,6 +91,39 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
          "libipt's answer exactly, libipt for traces with TSX, PTWRITE or packet errors) or "
          "libipt (pt_blk_*, and pt_insn_* for insn and branches, always)")
       ->check(CLI::IsMember({"fast", "libipt"}));
+  cmd.add_option_function<unsigned>(
+         "-j,--jobs",
+         [](unsigned jobs) {
+           ParallelOptions options = GetParallelOptions();
+           options.jobs = jobs;
+           SetParallelOptions(options);
+         },
+         "Decode with N threads (default: the CPUs ptdecode may run on; 1: one thread). insn and "
+         "branches split each stream at PSBs and merge in trace order, exactly as one thread "
+         "would; the other sub-commands decode with one thread")
+      ->type_name("N")
+      ->check(CLI::Range(1u, 1024u));
+  // Tests only: the chunk size of -j, so that small traces make many chunks, and what each
+  // parallel decode did (ParallelStats on stderr).
+  cmd.add_option_function<uint64_t>(
+         "--chunk-size",
+         [](uint64_t bytes) {
+           ParallelOptions options = GetParallelOptions();
+           options.chunk_bytes = bytes;
+           SetParallelOptions(options);
+         },
+         "")
+      ->group("")
+      ->check(CLI::Range(uint64_t{1}, uint64_t{1} << 40));
+  cmd.add_flag_callback(
+         "--chunk-stats",
+         [] {
+           ParallelOptions options = GetParallelOptions();
+           options.print_stats = true;
+           SetParallelOptions(options);
+         },
+         "")
+      ->group("");
   if (set.disasm) {
     cmd.add_flag("--disasm", f.disasm, "Disassemble each instruction (Zydis, Intel)");
   }

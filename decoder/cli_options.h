@@ -67,7 +67,8 @@ struct DecodeFlagSet {
 void AddContainerFlags(CLI::App& cmd, DecodeFlags& flags);
 // Registers FILE, the container flags, the raw-trace flags (--pt, --bts, --elf, --raw,
 // --pages), --time, the timing flags (--mtc-freq, ...), --decoder and those `set` asks for.
-// --decoder takes effect when parsed (SetBlockDecoderImpl).
+// --decoder takes effect when parsed (SetBlockDecoderImpl), as -j/--jobs and the hidden
+// --chunk-size (SetParallelOptions).
 void AddDecodeFlags(CLI::App& cmd, DecodeFlags& flags, const DecodeFlagSet& set);
 
 // The raw-trace input (--pt or --bts with --elf, --raw, --pages, --cpu FAMILY/MODEL and the

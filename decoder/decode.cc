@@ -312,6 +312,7 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
   uint32_t progress = kInsnsPerProgress;
   ProgressWatch watch;
   uint32_t check = kInsnsPerCheck;
+  const bool positions = sink.wants_positions();
 
   uint64_t sync = 0;
   for (;;) {
@@ -336,6 +337,7 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
         pt_event event;
         status = pt_insn_event(dec.get(), &event, sizeof(event));
         if (status < 0) break;
+        if (positions) sink.OnPosition(offset_base + offset_of());
         ++totals.events;
         if (event.has_tsc) time.Check(event.tsc);
         sink.OnEvent(event);
@@ -352,11 +354,13 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
       if (status < 0) {
         // The instruction may still have been decoded.
         if (insn.iclass != ptic_error) {
+          if (positions) sink.OnPosition(offset_base + offset_of());
           ++totals.instructions;
           sink.OnInsn(insn);
         }
         break;
       }
+      if (positions) sink.OnPosition(offset_base + offset_of());
       ++totals.instructions;
       sink.OnInsn(insn);
       time.Check();

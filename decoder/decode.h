@@ -150,6 +150,12 @@ class Sink {
   virtual void OnError(const DecodeError& error) {}
   // Called once after the last callback. Errors: output failures.
   virtual absl::Status Finish(const DecodeTotals& totals) { return absl::OkStatus(); }
+
+  // Instruction decoder, for parallel decoding (decoder/parallel_decode.h): whether OnPosition
+  // is wanted, and the decoder's trace offset (plus the offset base) just before each OnInsn
+  // and OnEvent.
+  virtual bool wants_positions() const { return false; }
+  virtual void OnPosition(uint64_t offset) {}
 };
 
 // Decodes `trace` against `image` into `sink` and returns the totals (also given to

@@ -15,6 +15,7 @@
 #include "decoder/forwarding_sink.h"
 #include "decoder/ipt_handles.h"
 #include "decoder/packets.h"
+#include "decoder/parallel_decode.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/elf_file.h"
@@ -710,8 +711,19 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   if (selected.empty() && Filtered(options)) {
     return absl::NotFoundError(NothingSelected(path, r, options));
   }
+  // -j: streams that need no switcher are decoded in parallel, each thread with images of its
+  // own (libipt's images are not thread-safe), made when a piece of several chunks needs them.
+  const ParallelOptions parallel = GetParallelOptions();
+  std::vector<std::unique_ptr<ImageCache>> worker_images;
+  if (parallel.jobs > 1 && !r.bts && CanDecodeInParallel(sink)) {
+    for (unsigned i = 0; i < parallel.jobs; ++i) {
+      worker_images.push_back(
+          std::make_unique<ImageCache>(r, options.sysroot, options.buildid_dir));
+    }
+  }
   for (Selected& s : selected) {
     PTKIT_ASSIGN_OR_RETURN(s.info.image, images.For(s.info.pid, s.epoch));
+
     StreamSink out(sink, s.by_task ? options.tid : std::nullopt);
     out.Begin(s.info);
     // A per-CPU stream follows the tasks scheduled on its CPU, and any stream the programs
@@ -729,6 +741,12 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
           },
           out);
     }
+    std::vector<const ProgramImage*> workers;  // made for the first piece of several chunks
+    // A switcher that never switches: a thread's stream whose program is known at its start
+    // and not exec'd after it (its tracing began at the exec). Such a stream decodes in
+    // parallel as well, told the time as the switcher has it told.
+    const bool still = switcher && !per_cpu && s.epoch != kAllEpochs &&
+                       r.timeline.EpochAt(s.info.pid, kForever) == s.epoch;
     // Filtered by task, the stream's totals are what the sink was shown.
     DecodeTotals decoded;
     DecodeTotals& into = s.by_task ? decoded : totals;
@@ -741,6 +759,16 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
         // A snapshot's offsets are not the ring's (AddSnapshot).
         const uint64_t ring = s.key->snapshot < 0 ? bts_ring : 0;
         PTKIT_RETURN_IF_ERROR(DecodeBtsInto(view.bytes(), now, out, into, piece.aux_offset, ring));
+      } else if ((!switcher || still) && !worker_images.empty() &&
+                 view.bytes().size() > parallel.chunk_bytes) {
+        if (workers.empty()) {
+          for (auto& cache : worker_images) {
+            PTKIT_ASSIGN_OR_RETURN(workers.emplace_back(), cache->For(s.info.pid, s.epoch));
+          }
+        }
+        PTKIT_RETURN_IF_ERROR(DecodeInParallel(view.bytes(), config, now, workers, out, into,
+                                               piece.aux_offset, parallel.chunk_bytes,
+                                               /*stats=*/nullptr, /*follow_time=*/still));
       } else {
         PTKIT_RETURN_IF_ERROR(
             DecodeInto(view.bytes(), config, now, out, into, piece.aux_offset, switcher.get()));

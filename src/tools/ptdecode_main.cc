@@ -22,6 +22,7 @@
 #include "decoder/decode.h"
 #include "decoder/diff.h"
 #include "decoder/packets.h"
+#include "decoder/parallel_decode.h"
 #include "decoder/perf_data_export.h"
 #include "decoder/perf_data_input.h"
 #include "decoder/progress.h"
@@ -178,9 +179,15 @@ int RunDecode(const dec::DecodeFlags& f, const SinkFactory& make_sink) {
   auto sink =
       std::make_unique<dec::ProgressSink>(std::move(inner), stderr, isatty(STDERR_FILENO) == 1,
                                           input->trace.bytes().size(), dec::MonotonicMs);
-  auto totals = spec->bts
-                    ? dec::DecodeBts(input->trace.bytes(), *input->image, *sink)
-                    : dec::DecodeTrace(input->trace.bytes(), input->config, *input->image, *sink);
+  // -j: each thread loads the images again (libipt's images are not thread-safe).
+  auto load_image = [&]() -> absl::StatusOr<std::unique_ptr<dec::ProgramImage>> {
+    auto again = dec::LoadRawInput(*spec);
+    if (!again.ok()) return again.status();
+    return std::move(again->image);
+  };
+  auto totals = spec->bts ? dec::DecodeBts(input->trace.bytes(), *input->image, *sink)
+                          : dec::DecodeTraceWithJobs(input->trace.bytes(), input->config,
+                                                     *input->image, load_image, *sink);
   if (!totals.ok()) return Fail(totals.status());
   return CheckNotEmpty(spec->pt_path, *totals, window);
 }
@@ -468,6 +475,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "ptdecode " PTKIT_VERSION);
   ptkit::completion::AddCompletionFlag(app);
   int exit_code = 0;
+  // -j's default: every CPU ptdecode may run on.
+  dec::SetParallelOptions({.jobs = dec::AvailableCpus()});
   std::vector<Flags> flags(std::size(kCommands));
   for (size_t i = 0; i < std::size(kCommands); ++i) {
     CLI::App* cmd = app.add_subcommand(kCommands[i].name, kCommands[i].help);

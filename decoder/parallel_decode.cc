@@ -1,0 +1,544 @@
+#include "decoder/parallel_decode.h"
+
+#include <intel-pt.h>
+#include <sched.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "decoder/ipt_handles.h"
+#include "ptkit/status.h"
+
+namespace ptkit::decoder {
+namespace {
+
+std::mutex options_mu;
+ParallelOptions parallel_options;
+
+constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();
+// The longest run (in chunks) decoded again after failed stitches; beyond it the rest of the
+// trace is decoded serially.
+constexpr size_t kMaxRunChunks = 16;
+
+// What one decoder gave, in order, each with the decoder's trace offset at the time.
+struct Records {
+  enum Kind : uint8_t { kSync, kTime, kInsn, kEvent, kError };
+  struct Entry {
+    Kind kind;
+    uint64_t position;
+    uint64_t value;  // kSync: the offset; kTime: the TSC; else an index into the vector
+  };
+  struct Error {
+    DecodeError error;
+    std::string missing_file;  // *error.missing_file (the pointer is into a worker's image)
+    bool has_missing_file = false;
+  };
+  std::vector<Entry> entries;
+  std::vector<pt_insn> insns;
+  std::vector<pt_event> events;
+  std::vector<Error> errors;
+  // Empties it, keeping the memory (a chunk's recording is hundreds of MB's worth of pages
+  // faulted in again otherwise).
+  void Clear() {
+    entries.clear();
+    insns.clear();
+    events.clear();
+    errors.clear();
+  }
+};
+
+// Records what DecodeInto gives, for a sink of `like`'s kind.
+class RecordSink : public Sink {
+ public:
+  RecordSink(const Sink& like, bool follow_time, Records& out, uint64_t start)
+      : kind_(like.kind()),
+        end_on_call_(like.end_block_on_call()),
+        end_on_jump_(like.end_block_on_jump()),
+        wants_time_(like.wants_time() || follow_time),
+        out_(out),
+        position_(start) {}
+  DecoderKind kind() const override { return kind_; }
+  bool end_block_on_call() const override { return end_on_call_; }
+  bool end_block_on_jump() const override { return end_on_jump_; }
+  bool wants_time() const override { return wants_time_; }
+  bool wants_positions() const override { return true; }
+  void OnPosition(uint64_t offset) override { position_ = offset; }
+  void OnSync(uint64_t offset) override { Add(Records::kSync, offset); }
+  void OnTime(uint64_t tsc) override { Add(Records::kTime, tsc); }
+  void OnInsn(const pt_insn& insn) override {
+    Add(Records::kInsn, out_.insns.size());
+    out_.insns.push_back(insn);
+  }
+  void OnEvent(const pt_event& event) override {
+    Add(Records::kEvent, out_.events.size());
+    out_.events.push_back(event);
+  }
+  void OnError(const DecodeError& error) override {
+    Add(Records::kError, out_.errors.size());
+    Records::Error e{error, "", error.missing_file != nullptr};
+    if (e.has_missing_file) e.missing_file = *error.missing_file;
+    out_.errors.push_back(std::move(e));
+  }
+
+ private:
+  void Add(Records::Kind kind, uint64_t value) { out_.entries.push_back({kind, position_, value}); }
+  DecoderKind kind_;
+  bool end_on_call_, end_on_jump_, wants_time_;
+  Records& out_;
+  uint64_t position_;
+};
+
+bool SameInsn(const pt_insn& a, const pt_insn& b) {
+  // Not isid: section ids are the worker's image's (no sink shows them).
+  return a.ip == b.ip && a.mode == b.mode && a.iclass == b.iclass && a.size == b.size &&
+         a.speculative == b.speculative && a.truncated == b.truncated &&
+         std::memcmp(a.raw, b.raw, std::min<size_t>(a.size, sizeof(a.raw))) == 0;
+}
+
+bool SameError(const Records::Error& a, const Records::Error& b) {
+  const DecodeError &x = a.error, &y = b.error;
+  return x.code == y.code && x.offset == y.offset && x.ip == y.ip &&
+         x.during_sync == y.during_sync && x.gap.begin == y.gap.begin && x.gap.end == y.gap.end &&
+         a.has_missing_file == b.has_missing_file && a.missing_file == b.missing_file;
+}
+
+bool Same(const Records& a, size_t i, const Records& b, size_t j) {
+  const Records::Entry &x = a.entries[i], &y = b.entries[j];
+  if (x.kind != y.kind || x.position != y.position) return false;
+  switch (x.kind) {
+    case Records::kSync:
+    case Records::kTime:
+      return x.value == y.value;
+    case Records::kInsn:
+      return SameInsn(a.insns[x.value], b.insns[y.value]);
+    case Records::kEvent:
+      // Bytewise: an event that differs in bytes no sink reads only costs a decode again.
+      return std::memcmp(&a.events[x.value], &b.events[y.value], sizeof(pt_event)) == 0;
+    case Records::kError:
+      return SameError(a.errors[x.value], b.errors[y.value]);
+  }
+  return false;
+}
+
+// A stitch of `cur` (decoded from before the boundary) to `next` (decoded from the boundary):
+// cur's records before `first` are the serial decode's, and next's from `second` on.
+struct Stitch {
+  size_t first = 0, second = 0;
+};
+
+// The stitch at the chunk boundary `boundary` whose overlap ends at the PSB `overlap_end`
+// (kNone: the trace's end, where both decoders end): the first record of cur after the
+// boundary (not before `from`) from which cur's records up to the overlap's end are next's,
+// at the same trace offsets, and next has no more records there. Records at a single offset
+// prove nothing (a loop within one packet would match at any repetition), so the overlap must
+// reach a later offset; at the trace's end both must end alike.
+std::optional<Stitch> FindStitch(const Records& cur, size_t from, uint64_t boundary,
+                                 uint64_t overlap_end, const Records& next) {
+  const auto& ce = cur.entries;
+  const auto& ne = next.entries;
+  size_t m = ce.size();
+  if (overlap_end != kNone) {
+    m = std::partition_point(ce.begin() + from, ce.end(),
+                             [&](const Records::Entry& e) { return e.position <= overlap_end; }) -
+        ce.begin();
+  }
+  size_t i = std::partition_point(ce.begin() + from, ce.begin() + m,
+                                  [&](const Records::Entry& e) { return e.position <= boundary; }) -
+             ce.begin();
+  for (; i < m; ++i) {
+    if (overlap_end != kNone && ce[m - 1].position == ce[i].position) return std::nullopt;
+    const size_t n = m - i;
+    auto [lo, hi] = std::equal_range(
+        ne.begin(), ne.end(), ce[i],
+        [](const Records::Entry& a, const Records::Entry& b) { return a.position < b.position; });
+    for (auto it = lo; it != hi; ++it) {
+      const size_t j = it - ne.begin();
+      if (j + n > ne.size()) break;
+      // Both leave the overlap at the same record: next's decoder must not give more in it
+      // (an error where the serial decoder went on, say).
+      if (overlap_end == kNone ? j + n != ne.size()
+                               : j + n == ne.size() || ne[j + n].position <= overlap_end) {
+        continue;
+      }
+      size_t k = 0;
+      while (k < n && Same(cur, i + k, next, j + k)) ++k;
+      if (k == n) return Stitch{i, j};
+    }
+  }
+  return std::nullopt;
+}
+
+// Gives records to the sink, counting them as the decoder loops do. The time is told when it
+// changes (as TimeWatch does): a decoder that synchronised at a chunk's PSB tells it again.
+class Replayer {
+ public:
+  Replayer(Sink& sink, DecodeTotals& totals) : sink_(sink), totals_(totals) {}
+  // Records [from, to) of `r`.
+  void Replay(const Records& r, size_t from, size_t to) {
+    for (size_t i = from; i < to; ++i) {
+      const Records::Entry& e = r.entries[i];
+      switch (e.kind) {
+        case Records::kSync:
+          Sync(e.value);
+          break;
+        case Records::kTime:
+          Time(e.value);
+          break;
+        case Records::kInsn:
+          Insn(r.insns[e.value]);
+          break;
+        case Records::kEvent:
+          Event(r.events[e.value]);
+          break;
+        case Records::kError: {
+          const Records::Error& err = r.errors[e.value];
+          DecodeError error = err.error;
+          error.missing_file = err.has_missing_file ? &err.missing_file : nullptr;
+          Error(error);
+          break;
+        }
+      }
+    }
+  }
+  void Sync(uint64_t offset) {
+    ++totals_.syncs;
+    sink_.OnSync(offset);
+  }
+  void Time(uint64_t tsc) {
+    if (tsc == last_time_) return;
+    last_time_ = tsc;
+    sink_.OnTime(tsc);
+  }
+  void Insn(const pt_insn& insn) {
+    ++totals_.instructions;
+    sink_.OnInsn(insn);
+  }
+  void Event(const pt_event& event) {
+    ++totals_.events;
+    sink_.OnEvent(event);
+  }
+  void Error(const DecodeError& error) {
+    ++totals_.errors;
+    if (error.is_gap()) ++totals_.gaps;
+    ++totals_.errors_by_code[error.code];
+    sink_.OnError(error);
+  }
+
+ private:
+  Sink& sink_;
+  DecodeTotals& totals_;
+  uint64_t last_time_ = ~0ull;
+};
+
+// A decode given straight to a Replayer after its first `skip` records (those RecordSink
+// would record), which were given already.
+class TailSink : public Sink {
+ public:
+  TailSink(const Sink& like, bool follow_time, Replayer& replay, size_t skip)
+      : kind_(like.kind()),
+        wants_time_(like.wants_time() || follow_time),
+        replay_(replay),
+        skip_(skip) {}
+  DecoderKind kind() const override { return kind_; }
+  bool wants_time() const override { return wants_time_; }
+  void OnSync(uint64_t offset) override {
+    if (Pass()) replay_.Sync(offset);
+  }
+  void OnTime(uint64_t tsc) override {
+    if (Pass()) replay_.Time(tsc);
+  }
+  void OnInsn(const pt_insn& insn) override {
+    if (Pass()) replay_.Insn(insn);
+  }
+  void OnEvent(const pt_event& event) override {
+    if (Pass()) replay_.Event(event);
+  }
+  void OnError(const DecodeError& error) override {
+    if (Pass()) replay_.Error(error);
+  }
+
+ private:
+  bool Pass() {
+    if (skip_ == 0) return true;
+    --skip_;
+    return false;
+  }
+  DecoderKind kind_;
+  bool wants_time_;
+  Replayer& replay_;
+  size_t skip_;
+};
+
+// The first PSB at or after `offset` of the packet decoder's trace, or kNone.
+uint64_t PsbAtOrAfter(pt_packet_decoder* dec, uint64_t offset) {
+  // pt_pkt_sync_forward looks from the position after the last sync: from `offset` with the
+  // decoder set to offset - 1 (it backs up to find a PSB the last packet cut into).
+  int status = 0;
+  if (offset == 0) {
+    status = pt_pkt_sync_set(dec, 0);
+    if (status >= 0) {
+      // A fresh search from the trace's start.
+      status = pt_pkt_sync_forward(dec);
+      uint64_t sync = 0;
+      if (status >= 0 && pt_pkt_get_sync_offset(dec, &sync) >= 0 && sync == 0) return 0;
+    }
+  }
+  status = pt_pkt_sync_set(dec, offset == 0 ? 0 : offset - 1);
+  if (status < 0) return kNone;
+  if (pt_pkt_sync_forward(dec) < 0) return kNone;
+  uint64_t sync = 0;
+  if (pt_pkt_get_sync_offset(dec, &sync) < 0 || sync < offset) return kNone;
+  return sync;
+}
+
+}  // namespace
+
+void SetParallelOptions(const ParallelOptions& options) {
+  std::lock_guard<std::mutex> lock(options_mu);
+  parallel_options = options;
+}
+
+ParallelOptions GetParallelOptions() {
+  std::lock_guard<std::mutex> lock(options_mu);
+  return parallel_options;
+}
+
+unsigned AvailableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
+bool CanDecodeInParallel(const Sink& sink) { return sink.kind() == DecoderKind::kInsn; }
+
+absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace,
+                                                  const TraceConfig& config, uint64_t chunk_bytes) {
+  std::vector<uint64_t> starts = {0};
+  if (trace.empty()) return starts;
+  PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
+  PacketDecoderPtr dec(pt_pkt_alloc_decoder(&pt));
+  if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a packet decoder");
+  for (;;) {
+    const uint64_t start = starts.back();
+    const uint64_t psb = PsbAtOrAfter(dec.get(), start + 1);  // the chunk's second PSB
+    if (psb == kNone) break;
+    const uint64_t next = PsbAtOrAfter(dec.get(), std::max(psb, start + chunk_bytes));
+    if (next == kNone) break;
+    starts.push_back(next);
+  }
+  return starts;
+}
+
+absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig& config,
+                              const ProgramImage& image,
+                              std::span<const ProgramImage* const> worker_images, Sink& sink,
+                              DecodeTotals& totals, uint64_t offset_base, uint64_t chunk_bytes,
+                              ParallelStats* stats, bool follow_time) {
+  ParallelStats local;
+  ParallelStats& st = stats != nullptr ? *stats : local;
+  // Prints what this decode did, however it ends.
+  struct Printer {
+    const ParallelStats& st;
+    uint64_t bytes;
+    ~Printer() {
+      if (!GetParallelOptions().print_stats) return;
+      std::fprintf(stderr,
+                   "ptdecode: -j: %" PRIu64 " chunks, %" PRIu64 " stitched, %" PRIu64
+                   " decoded again, %" PRIu64 " bytes decoded for %" PRIu64 "\n",
+                   st.chunks, st.stitched, st.redecoded, st.bytes_decoded, bytes);
+    }
+  } printer{st, trace.size()};
+  PTKIT_ASSIGN_OR_RETURN(std::vector<uint64_t> starts, ChunkStarts(trace, config, chunk_bytes));
+  const size_t n = starts.size();
+  st.chunks += n;
+  if (n == 1 || worker_images.empty()) {
+    st.bytes_decoded += trace.size();
+    if (!follow_time) return DecodeInto(trace, config, image, sink, totals, offset_base);
+    Replayer replay(sink, totals);
+    TailSink all(sink, follow_time, replay, 0);
+    DecodeTotals ignored;
+    totals.trace_bytes += trace.size();
+    return DecodeInto(trace, config, image, all, ignored, offset_base);
+  }
+  // Boundary c (the start of chunk c > 0): the overlap the decoder of chunk c - 1 checks ends
+  // at the next PSB (kNone: the trace's end), and that decoder ends at the PSB after it.
+  std::vector<uint64_t> overlap_end(n, kNone), span_end(n, trace.size());
+  {
+    PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
+    PacketDecoderPtr dec(pt_pkt_alloc_decoder(&pt));
+    if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a packet decoder");
+    for (size_t c = 1; c < n; ++c) {
+      overlap_end[c] = PsbAtOrAfter(dec.get(), starts[c] + 1);
+      const uint64_t after =
+          overlap_end[c] == kNone ? kNone : PsbAtOrAfter(dec.get(), overlap_end[c] + 1);
+      span_end[c - 1] = after == kNone ? trace.size() : after;
+    }
+  }
+
+  // Decodes the trace from chunk `c`'s start to span_end[last] with `img`.
+  auto decode = [&](size_t c, size_t last, const ProgramImage& img, Records& out) {
+    RecordSink rec(sink, follow_time, out, offset_base + starts[c]);
+    DecodeTotals ignored;  // counted when replayed
+    return DecodeInto(trace.subspan(starts[c], span_end[last] - starts[c]), config, img, rec,
+                      ignored, offset_base + starts[c]);
+  };
+
+  struct Result {
+    bool done = false;
+    absl::Status status;
+    std::unique_ptr<Records> records;
+    uint64_t bytes = 0;
+  };
+  std::vector<Result> results(n);
+  std::mutex mu;
+  std::condition_variable cv;
+  size_t next_chunk = 0, merged = 0;
+  bool stop = false;
+  const size_t window = worker_images.size() + 1;  // one being merged
+  // Recordings merged, kept for the next chunks.
+  std::vector<std::unique_ptr<Records>> pool;
+  auto reuse = [&]() -> std::unique_ptr<Records> {
+    std::lock_guard<std::mutex> lock(mu);
+    if (pool.empty()) return std::make_unique<Records>();
+    std::unique_ptr<Records> r = std::move(pool.back());
+    pool.pop_back();
+    r->Clear();
+    return r;
+  };
+  auto recycle = [&](std::unique_ptr<Records> r) {
+    std::lock_guard<std::mutex> lock(mu);
+    pool.push_back(std::move(r));
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(worker_images.size());
+  for (const ProgramImage* img : worker_images) {
+    threads.emplace_back([&, img] {
+      for (;;) {
+        size_t c;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return stop || next_chunk >= n || next_chunk < merged + window; });
+          if (stop || next_chunk >= n) return;
+          c = next_chunk++;
+        }
+        std::unique_ptr<Records> records = reuse();
+        absl::Status status = decode(c, c, *img, *records);
+        std::lock_guard<std::mutex> lock(mu);
+        results[c] = {true, std::move(status), std::move(records), span_end[c] - starts[c]};
+        cv.notify_all();
+      }
+    });
+  }
+  // Joins the threads however the merge ends.
+  struct Joiner {
+    std::vector<std::thread>& threads;
+    std::mutex& mu;
+    std::condition_variable& cv;
+    bool& stop;
+    ~Joiner() {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        stop = true;
+      }
+      cv.notify_all();
+      for (std::thread& t : threads) t.join();
+    }
+  } joiner{threads, mu, cv, stop};
+  auto take = [&](size_t c) -> Result {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return results[c].done; });
+    Result r = std::move(results[c]);
+    merged = c + 1;
+    cv.notify_all();
+    return r;
+  };
+
+  totals.trace_bytes += trace.size();
+  Replayer replay(sink, totals);
+  // The run being merged: decoded from chunk `run_start` through chunk `run_last`; its records
+  // before `skip` were the previous run's.
+  Result first = take(0);
+  PTKIT_RETURN_IF_ERROR(first.status);
+  st.bytes_decoded += first.bytes;
+  std::unique_ptr<Records> cur = std::move(first.records);
+  size_t run_start = 0, run_last = 0, skip = 0;
+  for (size_t c = 1; c < n; ++c) {
+    Result next = take(c);
+    PTKIT_RETURN_IF_ERROR(next.status);
+    st.bytes_decoded += next.bytes;
+    if (c <= run_last) {  // the run holds it
+      recycle(std::move(next.records));
+      continue;
+    }
+    std::optional<Stitch> stitch =
+        FindStitch(*cur, skip, offset_base + starts[c],
+                   overlap_end[c] == kNone ? kNone : offset_base + overlap_end[c], *next.records);
+    if (stitch) {
+      ++st.stitched;
+      replay.Replay(*cur, skip, stitch->first);
+      recycle(std::move(cur));
+      cur = std::move(next.records);
+      run_start = run_last = c;
+      skip = stitch->second;
+      sink.OnProgress(offset_base + starts[c]);
+      continue;
+    }
+    ++st.redecoded;
+    if (c - run_start >= kMaxRunChunks) {
+      // Boundaries that do not stitch, one after the other: the rest decoded serially, on
+      // this thread, straight into the sink.
+      TailSink tail(sink, follow_time, replay, skip);
+      DecodeTotals ignored;
+      PTKIT_RETURN_IF_ERROR(DecodeInto(trace.subspan(starts[run_start]), config, image, tail,
+                                       ignored, offset_base + starts[run_start]));
+      st.bytes_decoded += trace.size() - starts[run_start];
+      return absl::OkStatus();
+    }
+    // Decoded again from the run's start on this thread, through twice as many chunks: a trace
+    // where no boundary stitches costs a few serial decodes, not one per chunk.
+    run_last = std::min(n - 1, c + (c - run_start));
+    recycle(std::move(next.records));
+    std::unique_ptr<Records> again = reuse();
+    PTKIT_RETURN_IF_ERROR(decode(run_start, run_last, image, *again));
+    st.bytes_decoded += span_end[run_last] - starts[run_start];
+    recycle(std::move(cur));
+    cur = std::move(again);
+  }
+  replay.Replay(*cur, skip, cur->entries.size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
+                                                 const TraceConfig& config,
+                                                 const ProgramImage& image,
+                                                 const ImageLoader& load_image, Sink& sink) {
+  const ParallelOptions options = GetParallelOptions();
+  if (options.jobs <= 1 || !CanDecodeInParallel(sink) || trace.size() <= options.chunk_bytes) {
+    return DecodeTrace(trace, config, image, sink);
+  }
+  std::vector<std::unique_ptr<ProgramImage>> owned;
+  std::vector<const ProgramImage*> images;
+  for (unsigned i = 0; i < options.jobs; ++i) {
+    PTKIT_ASSIGN_OR_RETURN(owned.emplace_back(), load_image());
+    images.push_back(owned.back().get());
+  }
+  DecodeTotals totals;
+  PTKIT_RETURN_IF_ERROR(
+      DecodeInParallel(trace, config, image, images, sink, totals, 0, options.chunk_bytes));
+  PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
+  return totals;
+}
+
+}  // namespace ptkit::decoder

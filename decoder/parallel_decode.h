@@ -1,0 +1,101 @@
+// Parallel decoding (`ptdecode -j N`): one Intel PT stream split at PSB boundaries into chunks
+// that threads decode at once, merged in trace order so that the sink sees exactly what
+// DecodeInto would have given it.
+//
+// Each chunk's decoder starts at its PSB and goes on two PSBs into the next chunk. What it
+// decodes is recorded (instructions, events, errors, syncs, time, each with the decoder's trace
+// offset); the merge replays the recordings into the sink in order. Where chunk k's decoder
+// (which came from the trace before the boundary) and chunk k+1's (which synchronised at it)
+// give the same records at the same trace offsets over the whole overlap, the decoders are in
+// the same state and chunk k+1's records replace chunk k's from there: the stitch. Where they
+// do not agree (what came before the PSB still matters: an error, a return compressed across
+// it, a decoder that never synchronised), chunk k is decoded again on the merging thread
+// through chunk k+1, as the serial decode would, and the merge goes on from there. So the
+// result is the serial one always; only its speed depends on the trace.
+//
+// Only the instruction decoder (pt_insn_*: insn, branches) is decoded in parallel: libipt's
+// block decoder (and FastBlockDecoder, which gives its answer) cuts blocks where its block
+// cache, filled by everything decoded before, says, so a chunk decoded with another history
+// would give other blocks (and block counts) than the serial decode.
+#ifndef PTKIT_DECODER_PARALLEL_DECODE_H_
+#define PTKIT_DECODER_PARALLEL_DECODE_H_
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "decoder/decode.h"
+#include "decoder/image.h"
+#include "decoder/trace_config.h"
+
+namespace ptkit::decoder {
+
+// The trace bytes of a chunk, at least (it ends at the first PSB after them). A chunk's
+// recording takes about 64 bytes per instruction; at some 8 instructions per trace byte a
+// chunk of 32 KiB records about 17 MB, and jobs + 1 chunks are held at most (measured: 146 MB
+// peak RSS at -j2 for a 7 MB synthesized trace, 18 MB at -j1). Each chunk's decoder also reads
+// two PSB periods into the next chunk (at 2 KiB PSBs, 12% more trace decoded).
+inline constexpr uint64_t kDefaultChunkBytes = uint64_t{32} << 10;
+
+struct ParallelOptions {
+  unsigned jobs = 1;  // decoding threads; 1: DecodeInto on the caller's thread, as ever
+  uint64_t chunk_bytes = kDefaultChunkBytes;
+  // Tests and measurements (ptdecode's hidden --chunk-stats): each parallel decode prints its
+  // ParallelStats to stderr.
+  bool print_stats = false;
+};
+// Sets the options of every later parallel decode (process-wide; `ptdecode -j`).
+void SetParallelOptions(const ParallelOptions& options);
+ParallelOptions GetParallelOptions();
+
+// The CPUs this process may run on (sched_getaffinity), at least 1: `-j`'s default.
+unsigned AvailableCpus();
+
+// Whether `sink` can be decoded in parallel: it takes the instruction decoder.
+bool CanDecodeInParallel(const Sink& sink);
+
+// Where the chunks of `trace` start: 0, then PSB offsets at least `chunk_bytes` apart (the
+// next PSB after that many bytes).
+// Errors: kInvalidArgument for a configuration libipt rejects.
+absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace,
+                                                  const TraceConfig& config, uint64_t chunk_bytes);
+
+// What a parallel decode did (for tests and measurements).
+struct ParallelStats {
+  uint64_t chunks = 0;
+  uint64_t stitched = 0;       // chunk boundaries where the next chunk's decode was taken
+  uint64_t redecoded = 0;      // boundaries where the chunk was decoded again through the next
+  uint64_t bytes_decoded = 0;  // trace bytes decoded by every decoder, overlaps included
+};
+
+// As DecodeInto without an ImageSwitcher, into a sink CanDecodeInParallel accepts, with
+// `worker_images.size()` threads: worker i decodes with worker_images[i], the merging (calling)
+// thread with `image`. Each thread needs images of its own, equal to `image` (libipt's pt_image
+// is not thread-safe: pt_image_find reorders its section list). The sink is called on the
+// calling thread only, in trace order. With `follow_time`, as DecodeInto with an ImageSwitcher
+// that never switches: the sink is told the time (OnTime) even when it does not want it.
+// Errors: those of DecodeInto.
+absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig& config,
+                              const ProgramImage& image,
+                              std::span<const ProgramImage* const> worker_images, Sink& sink,
+                              DecodeTotals& totals, uint64_t offset_base,
+                              uint64_t chunk_bytes = kDefaultChunkBytes,
+                              ParallelStats* stats = nullptr, bool follow_time = false);
+
+// Makes an image equal to the caller's, for a worker thread.
+using ImageLoader = std::function<absl::StatusOr<std::unique_ptr<ProgramImage>>()>;
+
+// DecodeTrace with GetParallelOptions(): DecodeInParallel with `jobs` threads, each with an
+// image from `load_image`, when jobs > 1 and CanDecodeInParallel(sink); else DecodeTrace.
+// Errors: those of DecodeTrace and load_image.
+absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
+                                                 const TraceConfig& config,
+                                                 const ProgramImage& image,
+                                                 const ImageLoader& load_image, Sink& sink);
+
+}  // namespace ptkit::decoder
+
+#endif  // PTKIT_DECODER_PARALLEL_DECODE_H_

@@ -1,0 +1,107 @@
+// `ptdecode -j N`: the outputs of real recordings, decoded with many threads in small chunks,
+// are byte for byte those of -j 1: emulated recordings (ptrecord --emulate, the real kernel's
+// sideband) and the real hardware traces of ../shared/testdata (raw mode; skipped when absent).
+#include <sys/stat.h>
+
+#include <cinttypes>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "emulated_recordings.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "run_command.h"
+
+namespace ptkit {
+namespace {
+
+using ::ptkit::testing::RunCommand;
+
+const std::string kFib = PROGRAM_DIR "/emulate_fib";
+const std::string kFork = PROGRAM_DIR "/emulate_fork";
+
+// Each output with -j 1 and with more threads over chunks of a few PSBs: the same bytes, the
+// same exit status and messages.
+void ExpectSameWithJobs(const std::vector<std::string>& input) {
+  // The streams were decoded in chunks, and chunks were stitched (not all decoded again by
+  // the merging thread): one line per stream decoded in parallel.
+  std::vector<std::string> argv = {PTDECODE_PATH,  "insn", "-j",           "2",
+                                   "--chunk-size", "1",    "--chunk-stats"};
+  argv.insert(argv.end(), input.begin(), input.end());
+  auto stats = RunCommand(argv);
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  uint64_t chunks = 0, stitched = 0;
+  for (size_t at = 0; (at = stats.err.find("ptdecode: -j: ", at)) != std::string::npos; ++at) {
+    uint64_t c = 0, s = 0;
+    ASSERT_EQ(
+        std::sscanf(stats.err.c_str() + at, "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64, &c, &s),
+        2)
+        << stats.err;
+    chunks += c;
+    stitched += s;
+  }
+  EXPECT_GT(chunks, 10u) << stats.err;
+  EXPECT_GT(stitched, 0u) << stats.err;
+
+  const std::vector<std::vector<std::string>> commands = {
+      {"insn"}, {"insn", "--json"}, {"branches"}, {"branches", "--json"}};
+  for (const auto& command : commands) {
+    std::string serial_out, serial_err;
+    for (const std::vector<std::string>& jobs : {std::vector<std::string>{"-j", "1"},
+                                                 {"-j", "2", "--chunk-size", "1"},
+                                                 {"-j", "4", "--chunk-size", "600"}}) {
+      std::vector<std::string> argv = {PTDECODE_PATH};
+      argv.insert(argv.end(), command.begin(), command.end());
+      argv.insert(argv.end(), jobs.begin(), jobs.end());
+      argv.insert(argv.end(), input.begin(), input.end());
+      SCOPED_TRACE(::testing::PrintToString(argv));
+      auto r = RunCommand(argv);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      if (jobs[1] == "1") {
+        serial_out = r.out;
+        serial_err = r.err;
+        EXPECT_GT(serial_out.size(), 1000u);
+        continue;
+      }
+      EXPECT_TRUE(r.out == serial_out)
+          << "outputs differ (" << r.out.size() << " vs " << serial_out.size() << " bytes)";
+      EXPECT_EQ(r.err, serial_err);
+    }
+  }
+}
+
+class PtdecodeParallelTest : public ::testing::Test {
+ protected:
+  static void TearDownTestSuite() { recordings_.reset(); }
+  static const testing::EmulatedRecording& Record(const std::string& name,
+                                                  const std::string& program,
+                                                  const std::vector<std::string>& options = {}) {
+    if (!recordings_) recordings_ = std::make_unique<testing::EmulatedRecordings>(PTRECORD_PATH);
+    return recordings_->Get(name, program, options);
+  }
+  static std::unique_ptr<testing::EmulatedRecordings> recordings_;
+};
+std::unique_ptr<testing::EmulatedRecordings> PtdecodeParallelTest::recordings_;
+
+TEST_F(PtdecodeParallelTest, EmulatedRecordingsDecodeAlikeWithAnyJobs) {
+  PTKIT_RECORD_OR_SKIP(fib, "fib", kFib);
+  ExpectSameWithJobs({fib.trace});
+  PTKIT_RECORD_OR_SKIP(fork, "fork", kFork);  // two processes, a stream each
+  ExpectSameWithJobs({fork.trace});
+}
+
+TEST_F(PtdecodeParallelTest, RealTracesDecodeAlikeWithAnyJobs) {
+  const std::string dir = std::string(PTKIT_SOURCE_DIR) + "/../shared/testdata/libxdc-experiments";
+  struct stat st;
+  if (stat((dir + "/Unzip/trace").c_str(), &st) != 0) {
+    GTEST_SKIP() << dir << " is absent (the shared test data is not part of the repo)";
+  }
+  for (const char* set : {"Unzip", "foo"}) {
+    ExpectSameWithJobs({"--pt", dir + "/" + set + "/trace", "--pages", dir + "/" + set});
+  }
+}
+
+}  // namespace
+}  // namespace ptkit

@@ -1,0 +1,192 @@
+// Parallel decoding (decoder/parallel_decode.h) gives the serial decode's output byte for byte:
+// on the real hardware traces of ../shared/testdata (skipped when absent) and on those traces
+// damaged, so that errors and resyncs fall at chunk edges, with chunks small enough that every
+// few PSBs start one.
+#include "decoder/parallel_decode.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "decoder/decode.h"
+#include "decoder/raw_input.h"
+#include "decoder/sinks.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "status_matchers.h"
+
+namespace ptkit::decoder {
+namespace {
+
+using ::ptkit::testing::IsOk;
+
+using SinkMaker =
+    std::function<std::unique_ptr<Sink>(const ProgramImage&, std::FILE*, const OutputOptions&)>;
+
+std::string ReadAll(std::FILE* f) {
+  std::rewind(f);
+  std::string text;
+  char buf[1 << 16];
+  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
+  std::fclose(f);
+  return text;
+}
+
+class ParallelDecodeTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    const std::string dir =
+        std::string(PTKIT_SOURCE_DIR) + "/../shared/testdata/libxdc-experiments/" + GetParam();
+    struct stat st;
+    if (stat((dir + "/trace").c_str(), &st) != 0) {
+      GTEST_SKIP() << dir << "/trace is absent (the shared test data is not part of the repo)";
+    }
+    spec_.pt_path = dir + "/trace";
+    spec_.page_dumps.push_back(ParsePageDumpSpec(dir));
+    auto input = LoadRawInput(spec_);
+    ASSERT_THAT(input, IsOk());
+    input_ = std::make_unique<RawInput>(std::move(*input));
+    trace_.assign(input_->trace.bytes().begin(), input_->trace.bytes().end());
+    for (int i = 0; i < 4; ++i) {
+      auto again = LoadRawInput(spec_);
+      ASSERT_THAT(again, IsOk());
+      workers_.push_back(std::move(again->image));
+    }
+  }
+
+  // The output and totals of `make`'s sink: serially (jobs 0) or in parallel.
+  std::string Decode(const SinkMaker& make, bool json, size_t jobs, uint64_t chunk_bytes,
+                     DecodeTotals* totals_out = nullptr, ParallelStats* stats = nullptr) {
+    std::FILE* out = std::tmpfile();
+    EXPECT_NE(out, nullptr);
+    OutputOptions options;
+    options.json = json;
+    std::unique_ptr<Sink> sink = make(*input_->image, out, options);
+    DecodeTotals totals;
+    if (jobs == 0) {
+      EXPECT_THAT(DecodeInto(trace_, input_->config, *input_->image, *sink, totals), IsOk());
+    } else {
+      std::vector<const ProgramImage*> images;
+      for (size_t i = 0; i < jobs; ++i) images.push_back(workers_[i].get());
+      EXPECT_THAT(DecodeInParallel(trace_, input_->config, *input_->image, images, *sink, totals, 0,
+                                   chunk_bytes, stats),
+                  IsOk());
+    }
+    EXPECT_THAT(sink->Finish(totals), IsOk());
+    if (totals_out != nullptr) *totals_out = totals;
+    return ReadAll(out);
+  }
+
+  // Every output of the instruction decoder, serial against parallel, byte for byte; and the
+  // totals. Returns what the parallel decodes did.
+  ParallelStats ExpectSameAsSerial() {
+    ParallelStats all;
+    struct Output {
+      const char* name;
+      SinkMaker make;
+      bool json;
+    };
+    const Output outputs[] = {{"insn", MakeInsnSink, false},
+                              {"branches --json", MakeBranchesSink, true}};
+    for (const Output& o : outputs) {
+      DecodeTotals serial_totals;
+      const std::string serial = Decode(o.make, o.json, 0, 0, &serial_totals);
+      EXPECT_GT(serial.size(), 1000u);
+      for (auto [jobs, chunk] : {std::pair<size_t, uint64_t>{1, 1}, {2, 1}, {4, 700}}) {
+        {
+          SCOPED_TRACE(::testing::Message() << o.name << " -j" << jobs << " chunk " << chunk);
+          DecodeTotals totals;
+          ParallelStats stats;
+          const std::string parallel = Decode(o.make, o.json, jobs, chunk, &totals, &stats);
+          EXPECT_TRUE(parallel == serial)
+              << "outputs differ (" << parallel.size() << " vs " << serial.size() << " bytes)";
+          EXPECT_EQ(totals.instructions, serial_totals.instructions);
+          EXPECT_EQ(totals.events, serial_totals.events);
+          EXPECT_EQ(totals.syncs, serial_totals.syncs);
+          EXPECT_EQ(totals.errors, serial_totals.errors);
+          EXPECT_EQ(totals.gaps, serial_totals.gaps);
+          EXPECT_EQ(totals.errors_by_code, serial_totals.errors_by_code);
+          EXPECT_EQ(totals.trace_bytes, serial_totals.trace_bytes);
+          all.chunks += stats.chunks;
+          all.stitched += stats.stitched;
+          all.redecoded += stats.redecoded;
+        }
+      }
+    }
+    return all;
+  }
+
+  RawInputSpec spec_;
+  std::unique_ptr<RawInput> input_;
+  std::vector<std::unique_ptr<ProgramImage>> workers_;
+  std::vector<uint8_t> trace_;
+};
+
+TEST_P(ParallelDecodeTest, ChunksStartAtPsbs) {
+  const uint8_t kPsb[] = {0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+                          0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82};
+  auto is_psb = [&](uint64_t o) {
+    return o + sizeof(kPsb) <= trace_.size() && std::memcmp(&trace_[o], kPsb, sizeof(kPsb)) == 0;
+  };
+  // Chunks of 1 byte: every PSB starts one.
+  auto starts = ChunkStarts(trace_, input_->config, 1);
+  ASSERT_THAT(starts, IsOk());
+  std::vector<uint64_t> psbs = {0};
+  for (uint64_t o = 1; o < trace_.size(); ++o) {
+    if (is_psb(o)) psbs.push_back(o);
+  }
+  ASSERT_GT(psbs.size(), 10u);
+  EXPECT_EQ(*starts, psbs);
+  // 4 KiB: the first PSB at or after 4 KiB past the last start.
+  starts = ChunkStarts(trace_, input_->config, 4096);
+  ASSERT_THAT(starts, IsOk());
+  ASSERT_GT(starts->size(), 2u);
+  for (size_t i = 1; i < starts->size(); ++i) {
+    const uint64_t at = (*starts)[i];
+    EXPECT_TRUE(is_psb(at)) << at;
+    EXPECT_GE(at, (*starts)[i - 1] + 4096);
+    for (uint64_t o = (*starts)[i - 1] + 4096; o < at; ++o) EXPECT_FALSE(is_psb(o)) << o;
+  }
+  auto big = ChunkStarts(trace_, input_->config, uint64_t{1} << 30);
+  ASSERT_THAT(big, IsOk());
+  EXPECT_EQ(big->size(), 1u);
+}
+
+TEST_P(ParallelDecodeTest, OutputsEqualTheSerialDecode) {
+  ParallelStats stats = ExpectSameAsSerial();
+  // The chunks were stitched (not all decoded again on the merging thread).
+  EXPECT_GT(stats.chunks, 20u);
+  EXPECT_GT(stats.stitched, 0u) << stats.redecoded << " decoded again";
+  std::printf("%s: %lu chunks, %lu stitched, %lu decoded again\n", GetParam(),
+              static_cast<unsigned long>(stats.chunks), static_cast<unsigned long>(stats.stitched),
+              static_cast<unsigned long>(stats.redecoded));
+}
+
+// Damage in the middle of the trace: decode errors and resyncs, some at chunk edges.
+TEST_P(ParallelDecodeTest, ErrorsAtChunkEdgesAreTheSerialDecodesErrors) {
+  auto starts = ChunkStarts(trace_, input_->config, 700);
+  ASSERT_THAT(starts, IsOk());
+  ASSERT_GT(starts->size(), 4u);
+  // Just before a chunk start, on one, and inside chunks.
+  for (size_t i : {size_t{1}, starts->size() / 2}) {
+    const uint64_t at = (*starts)[i];
+    for (uint64_t o : {at - 3, at - 1, at + 20}) trace_[o] ^= 0x5a;
+  }
+  for (uint64_t o = trace_.size() / 3; o < trace_.size() / 3 + 8; ++o) trace_[o] = 0xff;
+  DecodeTotals totals;
+  Decode(MakeInsnSink, false, 0, 0, &totals);
+  EXPECT_GT(totals.errors, 0u);
+  ExpectSameAsSerial();
+}
+
+INSTANTIATE_TEST_SUITE_P(Libxdc, ParallelDecodeTest, ::testing::Values("Unzip", "foo"),
+                         [](const auto& info) { return std::string(info.param); });
+
+}  // namespace
+}  // namespace ptkit::decoder
