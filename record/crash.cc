@@ -34,7 +34,8 @@ absl::StatusOr<uint64_t> ParseStatusSignalMask(std::string_view status, std::str
     }
     uint64_t mask = 0;
     if (!ParseUnsigned(value, &mask, 16)) {
-      return absl::InvalidArgumentError(absl::StrCat("bad ", std::string(key), " value '", std::string(value), "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad ", std::string(key), " value '", std::string(value), "'"));
     }
     return mask;
   }

@@ -39,7 +39,8 @@ std::string FindProgram(const std::string& name) {
 
 absl::StatusOr<TriggerSpec> ParseTrigger(std::string_view text, const std::string& program) {
   auto bad = [&](std::string_view why) {
-    return absl::InvalidArgumentError(absl::StrCat("--trigger '", std::string(text), "': ", std::string(why),
+    return absl::InvalidArgumentError(absl::StrCat("--trigger '", std::string(text),
+                                                   "': ", std::string(why),
                                                    " (expected uprobe:FUNC or uprobe:FUNC@FILE)"));
   };
   if (!text.starts_with(kPrefix)) return bad("not a uprobe trigger");
@@ -81,7 +82,8 @@ absl::StatusOr<uint32_t> ParseStatParent(std::string_view stat) {
     uint32_t ppid = 0;
     if (fields.size() >= 2 && ParseUnsigned(fields[1], &ppid)) return ppid;
   }
-  return absl::InvalidArgumentError(absl::StrCat("no parent pid in '", std::string(stat.substr(0, 80)), "'"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("no parent pid in '", std::string(stat.substr(0, 80)), "'"));
 }
 
 bool IsDescendant(uint32_t pid, uint32_t root, const std::string& proc_root) {

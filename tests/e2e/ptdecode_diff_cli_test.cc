@@ -391,10 +391,13 @@ TEST_F(PtdecodeDiffTest, FiveRunsOfOneBuildGiveEqualCounts) {
                      out, dir, PTRECORD_PATH, runs.back())});
     ASSERT_EQ(rec.exit_code, 0) << rec.err;
   }
-  // Every function's counts (self, inclusive, calls) of the whole run, by stats --json.
+  // Every function's counts (self, inclusive, calls) under main, by stats --json. Not of the
+  // whole run: with ASLR on, the loader's and libc's start-up code scans strings at random stack
+  // addresses, and __strlen_evex's count varies with their alignment (12592 against 12589 in one
+  // run of five).
   std::vector<std::string> counts;
   for (const std::string& run : runs) {
-    auto s = RunCommand({PTDECODE_PATH, "stats", "--json", run});
+    auto s = RunCommand({PTDECODE_PATH, "stats", "--json", "--exclude-startup", run});
     ASSERT_EQ(s.exit_code, 0) << s.err;
     auto doc = nlohmann::json::parse(s.out);
     EXPECT_EQ(doc["totals"]["errors"], 0);
@@ -406,7 +409,7 @@ TEST_F(PtdecodeDiffTest, FiveRunsOfOneBuildGiveEqualCounts) {
     }
     counts.push_back(text);
   }
-  EXPECT_GT(std::count(counts[0].begin(), counts[0].end(), '\n'), 20);
+  EXPECT_GE(std::count(counts[0].begin(), counts[0].end(), '\n'), 3);  // main, work, steady
   for (size_t i = 1; i < counts.size(); ++i) EXPECT_EQ(counts[i], counts[0]) << runs[i];
   // The same as a diff of 2 runs against 3 (medians), and under main (the default).
   for (const char* startup : {"--include-startup", "--exclude-startup"}) {

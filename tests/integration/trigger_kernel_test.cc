@@ -78,7 +78,9 @@ TEST(TriggerKernelTest, TheUprobeCountsEveryThreadsHitsAndOnlyTheWorkloads) {
   }
   EXPECT_EQ(tids.size(), 2u);
   EXPECT_EQ(trigger->hits(), 2u);
-  EXPECT_EQ(trigger->ignored(), 2u);  // the other run's two
+  // The other run's two, and those of any other run of the program meanwhile (ctest runs
+  // tests that use it at the same time): the probe is system-wide.
+  EXPECT_GE(trigger->ignored(), 2u);
   EXPECT_FALSE(trigger->Pending());
 }
 
