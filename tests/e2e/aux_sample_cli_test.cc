@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "aux_samples.h"
+#include "e2e_programs.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
@@ -26,9 +27,9 @@ using ::ptkit::testing::ReadTruth;
 using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 
-const std::string kThreads = std::string(PROGRAM_DIR) + "/emulate_threads";
+using ::ptkit::testing::kThreads;
 
-struct Recorded {
+struct SampledRun {
   std::string trace, truth;
   ::ptkit::testing::CommandResult result;
 };
@@ -41,11 +42,11 @@ class AuxSampleCliTest : public ::testing::Test {
     recordings_.clear();
   }
   // One emulated recording per option set, shared by the tests (emulation is slow).
-  static const Recorded& Record(const std::vector<std::string>& options) {
+  static const SampledRun& Record(const std::vector<std::string>& options) {
     std::string key;
     for (const std::string& o : options) key += o + " ";
     auto [it, fresh] = recordings_.try_emplace(key);
-    Recorded& r = it->second;
+    SampledRun& r = it->second;
     if (!fresh) return r;
     const std::string stem = dir_->File("r" + std::to_string(recordings_.size()));
     r.trace = stem + ".pt";
@@ -59,24 +60,24 @@ class AuxSampleCliTest : public ::testing::Test {
     return r;
   }
   static ::ptkit::testing::TempDir* dir_;
-  static std::map<std::string, Recorded> recordings_;
+  static std::map<std::string, SampledRun> recordings_;
 };
 ::ptkit::testing::TempDir* AuxSampleCliTest::dir_ = nullptr;
-std::map<std::string, Recorded> AuxSampleCliTest::recordings_;
+std::map<std::string, SampledRun> AuxSampleCliTest::recordings_;
 
 #define RECORD_OR_SKIP(var, ...)                                             \
-  const Recorded& var = Record(__VA_ARGS__);                                 \
+  const SampledRun& var = Record(__VA_ARGS__);                               \
   if (var.result.err.find("Operation not permitted") != std::string::npos) { \
     GTEST_SKIP() << "ptrace or perf_event_open denied";                      \
   }                                                                          \
   ASSERT_EQ(var.result.exit_code, 0) << var.result.err
 
-constexpr uint64_t kPeriod = 500;
+constexpr uint64_t kSamplePeriod = 500;
 
 // Every sample ends exactly where the ground truth says it was taken, and its decoded
 // instructions are the ones the thread retired right before; counts and sizes are exact.
 TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
-  RECORD_OR_SKIP(rec, {"--aux-sample", "-c", std::to_string(kPeriod)});
+  RECORD_OR_SKIP(rec, {"--aux-sample", "-c", std::to_string(kSamplePeriod)});
   EXPECT_THAT(rec.result.err, HasSubstr("AUX samples of 4096 bytes"));
   const testing::PerThread truth = ReadTruth(rec.truth);
   ASSERT_EQ(truth.size(), 3u);  // main and two workers
@@ -87,7 +88,8 @@ TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
   const nlohmann::json j = nlohmann::json::parse(dec.out);
   uint64_t expected_total = 0;
   size_t longest = 0;
-  ::ptkit::testing::ExpectSamplesMatchTruth(j, truth, kPeriod, 4096, &expected_total, &longest);
+  ::ptkit::testing::ExpectSamplesMatchTruth(j, truth, kSamplePeriod, 4096, &expected_total,
+                                            &longest);
   if (HasFatalFailure()) return;
   RecordProperty("samples", static_cast<int>(expected_total));
   RecordProperty("longest_snippet_insns", static_cast<int>(longest));
@@ -145,15 +147,15 @@ std::map<uint64_t, NmFunction> NmFunctions(const std::string& program) {
 // `stats --samples` of `rec`: per function, the samples taken in it (self) are exactly the
 // ground truth's sampled IPs that nm puts in its range; `work` calls nothing, so its total
 // equals its self; per thread (--tid) the samples are that thread's.
-void CheckSampledStats(const Recorded& rec) {
+void CheckSampledStats(const SampledRun& rec) {
   const testing::PerThread truth = ReadTruth(rec.truth);
   const std::map<uint64_t, NmFunction> nm = NmFunctions(kThreads);
   ASSERT_FALSE(nm.empty());
   std::map<uint64_t, uint64_t> want;  // nm range start -> samples taken in it
   uint64_t total = 0;
   for (const auto& [tid, ips] : truth) {
-    for (uint64_t k = 1; k * kPeriod <= ips.size(); ++k) {
-      const uint64_t ip = ips[k * kPeriod - 1];
+    for (uint64_t k = 1; k * kSamplePeriod <= ips.size(); ++k) {
+      const uint64_t ip = ips[k * kSamplePeriod - 1];
       auto f = nm.upper_bound(ip);
       ASSERT_NE(f, nm.begin()) << std::hex << ip;
       --f;
@@ -196,7 +198,8 @@ void CheckSampledStats(const Recorded& rec) {
   auto one = RunCommand(
       {PTDECODE_PATH, "stats", "--samples", "--json", "--tid", std::to_string(tid), rec.trace});
   ASSERT_EQ(one.exit_code, 0) << one.err;
-  EXPECT_EQ(nlohmann::json::parse(one.out)["totals"]["samples"], truth.at(tid).size() / kPeriod);
+  EXPECT_EQ(nlohmann::json::parse(one.out)["totals"]["samples"],
+            truth.at(tid).size() / kSamplePeriod);
 }
 
 // The sampled profile (`samples --folded`, `folded --samples`, and per function `stats
@@ -205,14 +208,14 @@ void CheckSampledStats(const Recorded& rec) {
 // (by the ground truth's IPs and nm's range of work) are exactly those whose stack ends in it,
 // and their stack is the worker threads' entry path.
 TEST_F(AuxSampleCliTest, FoldedStacksFromTheSnippets) {
-  RECORD_OR_SKIP(rec, {"--aux-sample", "-c", std::to_string(kPeriod)});
+  RECORD_OR_SKIP(rec, {"--aux-sample", "-c", std::to_string(kSamplePeriod)});
   const testing::PerThread truth = ReadTruth(rec.truth);
   const auto [work_begin, work_end] = testing::NmRange(kThreads, "work");
   ASSERT_LT(work_begin, work_end);
   uint64_t in_work = 0, total = 0;
   for (const auto& [tid, ips] : truth) {
-    for (uint64_t k = 1; k * kPeriod <= ips.size(); ++k) {
-      const uint64_t ip = ips[k * kPeriod - 1];
+    for (uint64_t k = 1; k * kSamplePeriod <= ips.size(); ++k) {
+      const uint64_t ip = ips[k * kSamplePeriod - 1];
       in_work += ip >= work_begin && ip < work_end;
       ++total;
     }
@@ -249,7 +252,7 @@ TEST_F(AuxSampleCliTest, FoldedStacksFromTheSnippets) {
 
 // What --samples cannot do is a usage error that says why.
 TEST_F(AuxSampleCliTest, SampledProfileFlagErrors) {
-  const Recorded rec{.trace = dir_->File("any.pt")};  // the flags are checked before the file
+  const SampledRun rec{.trace = dir_->File("any.pt")};  // the flags are checked before the file
   for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"stats", "--samples", "--time", "1,2", rec.trace}, "--time selects or weighs"},
            {{"stats", "--samples", "--exclude-startup", rec.trace}, "--exclude-startup"},

@@ -33,11 +33,11 @@ struct Insn {
   uint64_t ip = 0;
   std::string symbol;
 };
-using PerThread = std::map<uint64_t, std::vector<Insn>>;
+using TimedPerThread = std::map<uint64_t, std::vector<Insn>>;
 
 // `ptdecode insn` lines: "SECONDS.NANOSECONDS tid TID ADDRESS symbol+offset"; markers in [].
-PerThread ParseInsn(const std::string& out) {
-  PerThread insns;
+TimedPerThread ParseTimedInsn(const std::string& out) {
+  TimedPerThread insns;
   std::istringstream in(out);
   std::string line;
   while (std::getline(in, line)) {
@@ -77,7 +77,7 @@ TEST(EmulatedClockCliTest, TimeViewsWorkAndAForkedChildExecsIntoTheRightImages) 
   // stream runs fork_exec's code, then fib's (the exec's sideband time splits it).
   auto insn = RunCommand({PTDECODE_PATH, "insn", trace});
   ASSERT_EQ(insn.exit_code, 0) << insn.err;
-  const PerThread got = ParseInsn(insn.out);
+  const TimedPerThread got = ParseTimedInsn(insn.out);
   const auto truth = ReadTruth(truth_file);
   ASSERT_EQ(truth.size(), 2u);
   ASSERT_EQ(got.size(), 2u);

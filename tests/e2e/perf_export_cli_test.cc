@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/strings/str_replace.h"
+#include "e2e_programs.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
@@ -48,10 +49,10 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 constexpr char kPerf[] = "/usr/bin/perf";
-const std::string kFib = PROGRAM_DIR "/emulate_fib";
-const std::string kThreads = PROGRAM_DIR "/emulate_threads";
-const std::string kFork = E2E_PROGRAM_DIR "/e2e_fork_tiny";
-const std::string kSpin = E2E_PROGRAM_DIR "/e2e_spin";
+using ::ptkit::testing::kFib;
+using ::ptkit::testing::kThreads;
+const std::string kForkTiny = E2E_PROGRAM_DIR "/e2e_fork_tiny";
+using ::ptkit::testing::kSpin;
 
 struct Exported {
   std::string trace, truth, data, debug_dir;
@@ -277,7 +278,7 @@ TEST_F(PerfExportTest, PerfDecodesAnEmulatedThreadedRecordingAsPtdecodeDoes) {
 }
 
 TEST_F(PerfExportTest, PerfDecodesAnEmulatedForkAsPtdecodeDoes) {
-  PTKIT_EXPORT_OR_SKIP(e, "fork", kFork);
+  PTKIT_EXPORT_OR_SKIP(e, "fork", kForkTiny);
   ExpectPerfAgrees(e, 2);
 }
 
@@ -849,7 +850,7 @@ TEST_F(PerfExportTest, PerfDataToTracePtToPerfDataGivesPerfTheSame) {
 // fork: two processes).
 TEST_F(PerfExportTest, TracePtToPerfDataToTracePtDecodesTheSame) {
   for (const auto& [name, program] : std::vector<std::pair<std::string, std::string>>{
-           {"fib", kFib}, {"threads", kThreads}, {"fork", kFork}}) {
+           {"fib", kFib}, {"threads", kThreads}, {"fork", kForkTiny}}) {
     PTKIT_EXPORT_OR_SKIP(e, name, program);
     const std::string pt = Dir().File(name + ".again.pt");
     auto r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", e.data, "-o", pt});

@@ -62,7 +62,7 @@ uint64_t TruthOwn(const std::string& program, const std::string& truth) {
   return n;
 }
 
-struct Recorded {
+struct DiffRun {
   // stats_json: `stats --json --exclude-startup` (what diff counts by default); full_json:
   // `stats --json`, the whole run.
   std::string trace, truth, stats_json, full_json;
@@ -77,10 +77,10 @@ class PtdecodeDiffTest : public ::testing::Test {
     recordings_.reset();
   }
   // Records `program` once under `name`, with its stats --json next to it.
-  static const Recorded& Record(const std::string& name, const std::string& program,
-                                std::vector<std::string> extra = {}) {
+  static const DiffRun& Record(const std::string& name, const std::string& program,
+                               std::vector<std::string> extra = {}) {
     auto [it, inserted] = recorded_.try_emplace(name);
-    Recorded& rec = it->second;
+    DiffRun& rec = it->second;
     if (!inserted) return rec;
     const testing::EmulatedRecording& r = Recordings().Get(name, program, extra);
     rec.trace = r.trace;
@@ -106,10 +106,10 @@ class PtdecodeDiffTest : public ::testing::Test {
   }
   static std::string Dir() { return Recordings().File(""); }
   static std::unique_ptr<testing::EmulatedRecordings> recordings_;
-  static std::map<std::string, Recorded> recorded_;
+  static std::map<std::string, DiffRun> recorded_;
 };
 std::unique_ptr<testing::EmulatedRecordings> PtdecodeDiffTest::recordings_;
-std::map<std::string, Recorded> PtdecodeDiffTest::recorded_;
+std::map<std::string, DiffRun> PtdecodeDiffTest::recorded_;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path);

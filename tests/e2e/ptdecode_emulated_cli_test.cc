@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "e2e_programs.h"
 #include "emulated_recordings.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
@@ -31,8 +32,8 @@ using ::ptkit::testing::ParseInsn;
 using ::ptkit::testing::PerThread;
 using ::ptkit::testing::ReadTruth;
 
-const std::string kFib = PROGRAM_DIR "/emulate_fib";
-const std::string kFork = PROGRAM_DIR "/emulate_fork";
+using ::ptkit::testing::kFib;
+using ::ptkit::testing::kFork;
 
 class PtdecodeEmulatedTest : public ::testing::Test {
  protected:

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "e2e_programs.h"
 #include "emulated_recordings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -19,8 +20,8 @@ namespace {
 
 using ::ptkit::testing::RunCommand;
 
-const std::string kFib = PROGRAM_DIR "/emulate_fib";
-const std::string kFork = PROGRAM_DIR "/emulate_fork";
+using ::ptkit::testing::kFib;
+using ::ptkit::testing::kFork;
 
 // Each output with -j 1 and with more threads over chunks of a few PSBs: the same bytes, the
 // same exit status and messages.

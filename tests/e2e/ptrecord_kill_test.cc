@@ -21,6 +21,7 @@
 #include <sstream>
 #include <thread>
 
+#include "e2e_programs.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
@@ -37,7 +38,7 @@ using ::ptkit::testing::ReadTruth;
 using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 
-const std::string kSpin = std::string(E2E_PROGRAM_DIR) + "/e2e_spin";
+using ::ptkit::testing::kSpin;
 
 std::string ReadAll(const std::string& path) {
   std::ifstream in(path);
@@ -146,10 +147,7 @@ uint32_t Seed() {
   return static_cast<uint32_t>(std::chrono::steady_clock::now().time_since_epoch().count());
 }
 
-bool Denied(const std::string& err) {
-  return err.find("Operation not permitted") != std::string::npos ||
-         err.find("Permission denied") != std::string::npos;
-}
+using ::ptkit::testing::Denied;
 
 // --emulate: the ptrace stepper, the encoder and the writer thread, killed mid-run.
 TEST(PtrecordKillTest, EmulatedRecordingKilledAtRandomMomentsKeepsEveryWholeRecord) {

@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "e2e_programs.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
@@ -40,10 +41,6 @@ using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-bool HaveQemu() { return access("/usr/bin/qemu-x86_64", X_OK) == 0; }
-
-#define PTKIT_SKIP_WITHOUT_QEMU() \
-  if (!HaveQemu()) GTEST_SKIP() << "qemu-user is not installed (apt-get install qemu-user)"
 
 struct Recorded {
   std::string trace, truth;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "aux_samples.h"
+#include "e2e_programs.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
@@ -30,10 +31,6 @@ using ::ptkit::testing::ReadTruth;
 using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-#define PTKIT_SKIP_WITHOUT_QEMU()                \
-  if (access("/usr/bin/qemu-x86_64", X_OK) != 0) \
-  GTEST_SKIP() << "qemu-user is not installed (apt-get install qemu-user)"
 
 class QemuModesTest : public ::testing::Test {
  protected:

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "e2e_programs.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
@@ -29,13 +30,10 @@ using ::ptkit::testing::ReadTruth;
 using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 
-const std::string kThreads = std::string(PROGRAM_DIR) + "/emulate_threads";
+using ::ptkit::testing::kThreads;
 const std::string kCrash = std::string(E2E_PROGRAM_DIR) + "/e2e_crash";
 
-bool Denied(const std::string& err) {
-  return err.find("Operation not permitted") != std::string::npos ||
-         err.find("Permission denied") != std::string::npos;
-}
+using ::ptkit::testing::Denied;
 
 nlohmann::json InfoJson(const std::string& trace) {
   auto info = RunCommand({PTDECODE_PATH, "info", "--json", trace});

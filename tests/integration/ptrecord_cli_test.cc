@@ -187,7 +187,7 @@ TEST(PtrecordCliTest, ProgramNotFoundExits127) {
   EXPECT_FALSE(std::filesystem::exists(dir.File("trace.pt")));
 }
 
-struct Recorded {
+struct CliRecording {
   std::map<std::string, uint64_t> counters;
   std::vector<std::string> mmaps;
   std::vector<std::string> exec_comms;
@@ -198,8 +198,8 @@ struct Recorded {
   bool clean = false;
 };
 
-Recorded ReadRecording(const std::string& path) {
-  Recorded out;
+CliRecording ReadRecording(const std::string& path) {
+  CliRecording out;
   absl::StatusOr<ContainerReader> reader = ContainerReader::Open(path);
   EXPECT_TRUE(reader.ok()) << reader.status();
   if (!reader.ok()) return out;
@@ -255,7 +255,7 @@ TEST(PtrecordCliTest, SidebandOnlyWorkloadWithCountersKeepsExitStatus) {
   EXPECT_THAT(r.err, HasSubstr("warning: counter cycles is not supported on this machine"))
       << "(only on machines without a hardware PMU)";
   EXPECT_THAT(r.err, HasSubstr("ptrecord: wrote side.pt"));
-  Recorded rec = ReadRecording(dir.File("side.pt"));
+  CliRecording rec = ReadRecording(dir.File("side.pt"));
   EXPECT_TRUE(rec.clean);
   EXPECT_TRUE(rec.metadata);
   EXPECT_GT(rec.counters["task-clock"], 0u);
@@ -272,7 +272,7 @@ TEST(PtrecordCliTest, ArchiveStoresExecutableRanges) {
   ::ptkit::testing::TempDir dir;
   const CliRun r = Ptrecord(dir.path(), "--sideband-only --archive -q -- /bin/true");
   EXPECT_EQ(r.code, 0) << r.err;
-  const Recorded rec = ReadRecording(dir.File("trace.pt"));
+  const CliRecording rec = ReadRecording(dir.File("trace.pt"));
   EXPECT_TRUE(rec.clean);
   // The text segments of true, ld-linux and libc: well over 100 KiB together.
   EXPECT_GT(rec.archived_bytes, 100u << 10);
@@ -283,7 +283,7 @@ TEST(PtrecordCliTest, PerThreadRing) {
   ::ptkit::testing::TempDir dir;
   const CliRun r = Ptrecord(dir.path(), "--sideband-only --per-thread -q -- /bin/sh -c 'exit 5'");
   EXPECT_EQ(r.code, 5) << r.err;
-  const Recorded rec = ReadRecording(dir.File("trace.pt"));
+  const CliRecording rec = ReadRecording(dir.File("trace.pt"));
   EXPECT_TRUE(rec.clean);
   EXPECT_THAT(rec.exec_comms, ::testing::Contains("sh"));
   EXPECT_THAT(rec.mmaps, ::testing::Contains(::testing::HasSubstr("libc.so")));
@@ -302,7 +302,7 @@ TEST(PtrecordCliTest, AttachToOneThreadWithT) {
   int st = 0;
   waitpid(child, &st, 0);
   EXPECT_EQ(r.code, 0) << r.err;
-  const Recorded rec = ReadRecording(dir.File("trace.pt"));
+  const CliRecording rec = ReadRecording(dir.File("trace.pt"));
   EXPECT_THAT(rec.exec_comms, ::testing::Contains("true"));
 }
 
@@ -321,7 +321,7 @@ TEST(PtrecordCliTest, AttachToRunningProcessWithP) {
   waitpid(child, &st, 0);
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.err, "");
-  const Recorded rec = ReadRecording(dir.File("trace.pt"));
+  const CliRecording rec = ReadRecording(dir.File("trace.pt"));
   EXPECT_TRUE(rec.clean);
   EXPECT_THAT(rec.exec_comms, ::testing::Contains("true"));
   EXPECT_THAT(rec.mmaps, ::testing::Contains(::testing::HasSubstr("bin/true")));
@@ -346,7 +346,7 @@ TEST(PtrecordCliTest, SystemWideStopsOnSigint) {
   waitpid(rec, &st, 0);
   ASSERT_TRUE(WIFEXITED(st));
   EXPECT_EQ(WEXITSTATUS(st), 0);
-  const Recorded r = ReadRecording(dir.File("trace.pt"));
+  const CliRecording r = ReadRecording(dir.File("trace.pt"));
   EXPECT_TRUE(r.clean);
   EXPECT_TRUE(r.metadata);
 }
@@ -372,7 +372,7 @@ TEST(PtrecordCliTest, AStopSignalWhileTheCommandRunsIs128PlusThatSignal) {
     waitpid(rec, &st, 0);
     ASSERT_TRUE(WIFEXITED(st)) << sig;
     EXPECT_EQ(WEXITSTATUS(st), 128 + sig);
-    const Recorded r = ReadRecording(dir.File("trace.pt"));
+    const CliRecording r = ReadRecording(dir.File("trace.pt"));
     EXPECT_TRUE(r.clean) << sig;
     EXPECT_THAT(r.exec_comms, ::testing::Contains("sleep")) << sig;
   }

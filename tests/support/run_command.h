@@ -12,6 +12,12 @@
 
 namespace ptkit::testing {
 
+// Whether a command's standard error says it was denied a privilege it needs.
+inline bool Denied(const std::string& err) {
+  return err.find("Operation not permitted") != std::string::npos ||
+         err.find("Permission denied") != std::string::npos;
+}
+
 struct CommandResult {
   int exit_code = -1;  // -1 when killed by a signal (then `signal` says which)
   int signal = 0;

@@ -9,11 +9,21 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "ptkit/recording_metadata.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/status.h"
 
 namespace ptkit::testing {
+
+// `json` read as RecordingMetadata; a test failure (and empty metadata) when it is not valid.
+inline RecordingMetadata TypedMetadata(const nlohmann::json& json) {
+  absl::StatusOr<RecordingMetadata> m = RecordingMetadata::FromJson(json);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return m.ok() ? *std::move(m) : RecordingMetadata{};
+}
 
 // A new container at `path` (replacing a file there) whose first records are `metadata`, as
 // given (JSON text). Errors: ContainerWriter's.

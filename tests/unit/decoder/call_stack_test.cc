@@ -17,13 +17,14 @@
 #include "hand_pt.h"
 #include "status_matchers.h"
 #include "test_io.h"
+#include "test_paths.h"
 
 namespace ptkit::decoder {
 namespace {
 
 using ::ptkit::testing::IsOk;
 
-const std::string kDir = PTKIT_DECODER_TEST_BINARY_DIR;
+using ::ptkit::decoder::testing::kDir;
 
 using ::ptkit::decoder::testing::StartAtMain;
 using ::ptkit::decoder::testing::TailCallTrace;
@@ -112,12 +113,12 @@ void ExpectFunctions(const std::vector<Function>& functions, const std::vector<W
 
 // Decodes `trace` over `program` into a CallStack: its log lines, and in `result`
 // its functions and totals at the end (the stack reset).
-struct Result {
+struct ModelResult {
   std::vector<Function> functions;
   CallStack::Totals totals;
 };
 std::vector<std::string> DecodeLogged(const std::string& program, const std::vector<uint8_t>& trace,
-                                      Result* result) {
+                                      ModelResult* result) {
   auto image = Image(program);
   if (image == nullptr) return {};
   Log log;
@@ -130,7 +131,7 @@ std::vector<std::string> DecodeLogged(const std::string& program, const std::vec
 }
 
 TEST(CallStackTest, FramesCountsAndTotals) {
-  Result r;
+  ModelResult r;
   EXPECT_EQ(
       DecodeLogged("callstack_signal.elf", Call5Trace(), &r),
       (std::vector<std::string>{"> main (implicit) ret=0x0", "main 1", "> m1 ret=0x401005", "m1 1",
@@ -149,7 +150,7 @@ TEST(CallStackTest, FramesCountsAndTotals) {
 // return ends that frame. The calls stay counted where they were; inclusive instructions
 // follow the frame.
 TEST(CallStackTest, AJumpIntoAnotherFunctionRenamesTheFrameOnTop) {
-  Result r;
+  ModelResult r;
   EXPECT_EQ(DecodeLogged("callstack_tail.elf", TailCallTrace(), &r),
             (std::vector<std::string>{
                 "> main (implicit) ret=0x0", "main 1", "> stub ret=0x401005", "stub 1",
@@ -174,7 +175,7 @@ TEST(CallStackTest, AStreamThatBeginsInsideAFunctionGivesItAFrameAtOnce) {
   t[t.size() - 6] = 0x14;
   t.insert(t.end(), {0x6d, 0x0d, 0x10, 0x40, 0x00, 0x00, 0x00, 0x06, 0x6d, 0x05, 0x10, 0x40, 0x00,
                      0x00, 0x00, 0x01});
-  Result r;
+  ModelResult r;
   EXPECT_EQ(
       DecodeLogged("callstack_signal.elf", t, &r),
       (std::vector<std::string>{"> g (implicit) ret=0x0", "g 3", "< g", "> m1 (implicit) ret=0x0",
@@ -195,7 +196,7 @@ TEST(CallStackTest, AJumpIntoTheMiddleOfAFunctionBelowLeavesTheFramesAbove) {
   std::vector<uint8_t> t = StartAtMain();
   t[t.size() - 6] = 0x14;
   t.insert(t.end(), {0x6d, 0x1a, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
-  Result r;
+  ModelResult r;
   EXPECT_EQ(DecodeLogged("callstack_tail.elf", t, &r),
             (std::vector<std::string>{"> catcher (implicit) ret=0x0", "catcher 1",
                                       "> thrower ret=0x401019", "thrower 1",
@@ -214,7 +215,7 @@ TEST(CallStackTest, AJumpIntoCodeWithoutASymbolRenamesTheFrame) {
   std::vector<uint8_t> t = StartAtMain();
   t[t.size() - 6] = 0x25;
   t.insert(t.end(), {0x6d, 0x11, 0x10, 0x40, 0x00, 0x00, 0x00, 0x06, 0x01});
-  Result r;
+  ModelResult r;
   EXPECT_EQ(DecodeLogged("callstack_tail.elf", t, &r),
             (std::vector<std::string>{"> [callstack_tail.elf] (implicit) ret=0x0",
                                       "[callstack_tail.elf] 1", "> stub2 ret=0x40102a", "stub2 1",

@@ -13,6 +13,7 @@
 #include "pt_synth.h"
 #include "recording_sink.h"
 #include "status_matchers.h"
+#include "test_paths.h"
 
 namespace ptkit::decoder {
 namespace {
@@ -28,7 +29,7 @@ using ::ptkit::testing::IsOk;
 using ::testing::ElementsAreArray;
 using ::testing::SizeIs;
 
-const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
+using ::ptkit::decoder::testing::kTiny;
 
 class BtsTest : public ::testing::Test {
  protected:

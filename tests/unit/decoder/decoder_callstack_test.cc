@@ -15,13 +15,14 @@
 #include "hand_pt.h"
 #include "status_matchers.h"
 #include "test_io.h"
+#include "test_paths.h"
 
 namespace ptkit::decoder {
 namespace {
 
 using ::ptkit::testing::IsOk;
 
-const std::string kDir = PTKIT_DECODER_TEST_BINARY_DIR;
+using ::ptkit::decoder::testing::kDir;
 
 using ::ptkit::decoder::testing::StartAtMain;
 using ::ptkit::decoder::testing::TailCallTrace;

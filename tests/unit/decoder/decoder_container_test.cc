@@ -44,13 +44,9 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 // The typed metadata of `json` (which must be valid).
-RecordingMetadata Typed(const nlohmann::json& json) {
-  absl::StatusOr<RecordingMetadata> m = RecordingMetadata::FromJson(json);
-  EXPECT_THAT(m, IsOk());
-  return m.ok() ? *std::move(m) : RecordingMetadata{};
-}
+using ::ptkit::testing::TypedMetadata;
 
-const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
+using ::ptkit::decoder::testing::kTiny;
 const perf::SampleIdLayout kLayout{
     PERF_SAMPLE_TID | PERF_SAMPLE_TIME | PERF_SAMPLE_CPU | PERF_SAMPLE_IDENTIFIER, true};
 
@@ -342,7 +338,7 @@ void ExpectBtsDecodesTo(const ElfCode& code, const nlohmann::json& metadata,
                         std::span<const uint8_t> data, const std::vector<size_t>& splits,
                         std::span<const uint64_t> flow) {
   SCOPED_TRACE(metadata.dump());
-  EXPECT_TRUE(IsBtsRecording(Typed(metadata)));
+  EXPECT_TRUE(IsBtsRecording(TypedMetadata(metadata)));
   const std::string path = ::ptkit::decoder::testing::TempPath("decoder_container_bts.pt");
   auto writer = NewContainer(path, {metadata.dump()});
   ASSERT_THAT(writer, IsOk());
@@ -385,8 +381,8 @@ TEST_F(ContainerTest, BtsRecordingsDecodeTheirBranchRecords) {
   for (const nlohmann::json& m : {meta.kernel, meta.emulated, older, no_size}) {
     ExpectBtsDecodesTo(*code_, m, bts, {bts.size()}, flow);
   }
-  EXPECT_FALSE(IsBtsRecording(Typed({{"emulation", {{"format", "pt"}}}})));
-  EXPECT_FALSE(IsBtsRecording(Typed({{"pmu", {{"name", "intel_pt"}}}})));
+  EXPECT_FALSE(IsBtsRecording(TypedMetadata({{"emulation", {{"format", "pt"}}}})));
+  EXPECT_FALSE(IsBtsRecording(TypedMetadata({{"pmu", {{"name", "intel_pt"}}}})));
 }
 
 // The kernel's intel_bts skips the end of its AUX ring (issue 12 item 5): the recording's AUX
@@ -1208,7 +1204,7 @@ TEST(ContainerInput, MetadataGivesTheDecoderConfiguration) {
         {"cpuid_15h", {{"tsc_ratio_numerator", 84}, {"tsc_ratio_denominator", 2}}}}},
       {"pmu", {{"type", 8}, {"max_nonturbo_ratio", 24}}},
       {"attrs", {{{"type", 1}, {"config", 0}}, {{"type", 8}, {"config", (5ull << 14) | 1}}}}};
-  TraceConfig c = TraceConfigFromMetadata(Typed(metadata));
+  TraceConfig c = TraceConfigFromMetadata(TypedMetadata(metadata));
   ASSERT_TRUE(c.cpu.has_value());
   EXPECT_EQ(c.cpu->model, 61);
   EXPECT_EQ(c.mtc_freq, 5);
@@ -1216,7 +1212,7 @@ TEST(ContainerInput, MetadataGivesTheDecoderConfiguration) {
   EXPECT_EQ(c.cpuid_0x15_eax, 2u);
   EXPECT_EQ(c.cpuid_0x15_ebx, 84u);
   metadata["cpu"]["vendor"] = "AuthenticAMD";
-  EXPECT_FALSE(TraceConfigFromMetadata(Typed(metadata)).cpu.has_value());
+  EXPECT_FALSE(TraceConfigFromMetadata(TypedMetadata(metadata)).cpu.has_value());
 }
 
 TEST(ContainerInput, NotAContainerIsAnError) {

@@ -33,7 +33,7 @@ using ::testing::Contains;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
-const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
+using ::ptkit::decoder::testing::kTiny;
 const perf::SampleIdLayout kLayout{PERF_SAMPLE_TID | PERF_SAMPLE_TIME, true};
 
 // Every instruction's address, one run per stream.

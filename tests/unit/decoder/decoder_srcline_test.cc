@@ -34,7 +34,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-const std::string kDir = PTKIT_DECODER_TEST_BINARY_DIR;
+using ::ptkit::decoder::testing::kDir;
 const std::string kDwarf = kDir + "/tiny_dwarf.elf";
 const std::string kNoDwarf = kDir + "/tiny.elf";
 

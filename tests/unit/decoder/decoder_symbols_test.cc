@@ -47,7 +47,7 @@ using ::ptkit::testing::IsOk;
 using ::testing::IsEmpty;
 using ::testing::SizeIs;
 
-const std::string kDir = PTKIT_DECODER_TEST_BINARY_DIR;
+using ::ptkit::decoder::testing::kDir;
 
 using Named = std::vector<std::pair<uint64_t, std::string>>;
 

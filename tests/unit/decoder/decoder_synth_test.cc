@@ -32,7 +32,7 @@ using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
-const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
+using ::ptkit::decoder::testing::kTiny;
 
 class SynthTest : public ::testing::Test {
  protected:

@@ -35,13 +35,9 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 // The typed metadata of `json` (which must be valid).
-RecordingMetadata Typed(const nlohmann::json& json) {
-  absl::StatusOr<RecordingMetadata> m = RecordingMetadata::FromJson(json);
-  EXPECT_THAT(m, IsOk());
-  return m.ok() ? *std::move(m) : RecordingMetadata{};
-}
+using ::ptkit::testing::TypedMetadata;
 
-const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
+using ::ptkit::decoder::testing::kTiny;
 
 using Factory =
     std::function<std::unique_ptr<Sink>(const ProgramImage&, std::FILE*, const OutputOptions&)>;
@@ -143,7 +139,7 @@ TEST(TscClockTest, FromMetadataPrefersTheKernelConversionThenCpuidThenNominal) {
        {{"cpuid_15h",
          {{"tsc_ratio_numerator", 100}, {"tsc_ratio_denominator", 2}, {"crystal_hz", 1000}}}}},
       {"pmu", {{"nominal_frequency_hz", 2100000000}}}};
-  TscClock c = TscClockFromMetadata(Typed(m));
+  TscClock c = TscClockFromMetadata(TypedMetadata(m));
   ASSERT_TRUE(c.perf.has_value());
   EXPECT_EQ(c.perf->time_zero, 77u);
   EXPECT_EQ(c.perf->time_mult, 3u);
@@ -152,13 +148,13 @@ TEST(TscClockTest, FromMetadataPrefersTheKernelConversionThenCpuidThenNominal) {
   EXPECT_EQ(c.hz_source, "time_conversion");
 
   m["time_conversion"]["cap_user_time_zero"] = false;  // time_zero not valid: no conversion
-  c = TscClockFromMetadata(Typed(m));
+  c = TscClockFromMetadata(TypedMetadata(m));
   EXPECT_FALSE(c.perf.has_value());
   EXPECT_DOUBLE_EQ(c.tsc_hz, 1000.0 * 100 / 2);
   EXPECT_EQ(c.hz_source, "cpuid_15h");
 
   m["cpu"]["cpuid_15h"]["crystal_hz"] = 0;  // many CPUs leave the crystal out
-  c = TscClockFromMetadata(Typed(m));
+  c = TscClockFromMetadata(TypedMetadata(m));
   EXPECT_DOUBLE_EQ(c.tsc_hz, 2.1e9);
   EXPECT_EQ(c.hz_source, "nominal_frequency");
 

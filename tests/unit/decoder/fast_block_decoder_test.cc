@@ -27,6 +27,7 @@
 #include "record/swpt/synth_container.h"
 #include "record/swpt/synthesizer.h"
 #include "status_matchers.h"
+#include "test_io.h"
 #include "test_paths.h"
 
 namespace ptkit::decoder {
@@ -97,14 +98,7 @@ std::vector<std::string> Transcript(BlockDecoderImpl impl, bool on_call, bool on
   return sink.lines;
 }
 
-std::string ReadAll(std::FILE* f) {
-  std::rewind(f);
-  std::string text;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
-  std::fclose(f);
-  return text;
-}
+using ::ptkit::decoder::testing::ReadAll;
 
 // stats (text and JSON), folded, calls and timeline through `impl`; with `timed` (a trace with
 // timing packets) also folded weighted by time.
@@ -200,7 +194,7 @@ void ExpectCovered(std::span<const uint8_t> trace, const TraceConfig& config, bo
   EXPECT_EQ(FastPathCovers(*pt).packets, packets);
 }
 
-const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
+using ::ptkit::decoder::testing::kTiny;
 
 TEST(FastBlockDecoderTest, SameAsLibiptOnSynthesizedTraces) {
   auto code = ElfCode::Load(kTiny);

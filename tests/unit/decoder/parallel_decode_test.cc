@@ -20,6 +20,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "status_matchers.h"
+#include "test_io.h"
 
 namespace ptkit::decoder {
 namespace {
@@ -29,14 +30,7 @@ using ::ptkit::testing::IsOk;
 using SinkMaker =
     std::function<std::unique_ptr<Sink>(const ProgramImage&, std::FILE*, const OutputOptions&)>;
 
-std::string ReadAll(std::FILE* f) {
-  std::rewind(f);
-  std::string text;
-  char buf[1 << 16];
-  for (size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) text.append(buf, n);
-  std::fclose(f);
-  return text;
-}
+using ::ptkit::decoder::testing::ReadAll;
 
 class ParallelDecodeTest : public ::testing::TestWithParam<const char*> {
  protected:

@@ -33,7 +33,7 @@ using ::ptkit::testing::NewContainer;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-const std::string kTiny = std::string(PTKIT_DECODER_TEST_BINARY_DIR) + "/tiny.elf";
+using ::ptkit::decoder::testing::kTiny;
 
 struct Result {
   int exit_code = -1;

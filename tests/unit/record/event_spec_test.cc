@@ -12,12 +12,12 @@ using ::ptkit::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-const std::string kFixture = std::string(PTKIT_SOURCE_DIR) + "/tests/data/sysfs";
+const std::string kSysfsFixture = std::string(PTKIT_SOURCE_DIR) + "/tests/data/sysfs";
 
 class EventSpecTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    PmuRegistry reg(kFixture);
+    PmuRegistry reg(kSysfsFixture);
     PTKIT_ASSERT_OK_AND_ASSIGN(pt_, reg.Find("intel_pt"));
     PTKIT_ASSERT_OK_AND_ASSIGN(bts_, reg.Find("intel_bts"));
   }
@@ -176,7 +176,7 @@ TEST_F(EventSpecTest, ValueTooWide) {
 TEST_F(EventSpecTest, FeatureNeedsCapability) {
   EXPECT_THAT(Resolve(pt_, "intel_pt/notnt/"),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("does not support notnt (" + kFixture +
+                       HasSubstr("does not support notnt (" + kSysfsFixture +
                                  "/intel_pt/caps/tnt_disable is 0")));
   EXPECT_THAT(Resolve(pt_, "intel_pt/event=1/"),
               StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("event_trace")));
@@ -194,7 +194,7 @@ TEST_F(EventSpecTest, AnUnreadableMtcCapMattersOnlyWhenMtcIsAskedFor) {
   // Asked for, it fails naming the file and what is in it.
   EXPECT_THAT(Resolve(pt, "intel_pt/mtc/u"),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("term mtc needs a readable capability: " + kFixture +
+                       HasSubstr("term mtc needs a readable capability: " + kSysfsFixture +
                                  "/intel_pt/caps/mtc: not a hex number: \"zz\"")));
   EXPECT_THAT(Resolve(pt, "intel_pt/mtc=0/u"), ::ptkit::testing::IsOk());
 }

@@ -28,15 +28,15 @@ using ::ptkit::testing::IsOk;
 
 // The trace byte at AUX stream offset `off`: a hash of the full 64-bit offset, so a copy from
 // the wrong lap or position cannot match by accident.
-uint8_t TraceByte(uint64_t off) {
+uint8_t StreamByte(uint64_t off) {
   uint64_t x = off * 0x9E3779B97F4A7C15ull;
   x ^= x >> 29;
   return static_cast<uint8_t>(x ^ (x >> 17));
 }
 
-std::vector<uint8_t> TraceBytes(uint64_t from, size_t n) {
+std::vector<uint8_t> StreamBytes(uint64_t from, size_t n) {
   std::vector<uint8_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = TraceByte(from + i);
+  for (size_t i = 0; i < n; ++i) v[i] = StreamByte(from + i);
   return v;
 }
 
@@ -95,14 +95,14 @@ Contents ReadBack(const std::string& path) {
   return c;
 }
 
-// Checks that the AUX records tile [0, end) in order and hold TraceByte(offset) everywhere.
+// Checks that the AUX records tile [0, end) in order and hold StreamByte(offset) everywhere.
 void ExpectAuxStream(const Contents& c, uint64_t end) {
   uint64_t next = 0;
   for (size_t i = 0; i < c.aux.size(); ++i) {
     ASSERT_EQ(c.aux[i].aux_offset, next) << "record " << i;
     const std::vector<uint8_t>& d = c.aux_data[i];
     for (size_t k = 0; k < d.size(); ++k) {
-      ASSERT_EQ(d[k], TraceByte(next + k)) << "record " << i << " byte " << k;
+      ASSERT_EQ(d[k], StreamByte(next + k)) << "record " << i << " byte " << k;
     }
     next += d.size();
   }
@@ -143,7 +143,7 @@ TEST_F(SimDrainTest, FullTraceIntegrityOverThousandsOfWraps) {
     if (ring - (pos - sim->ring().page->aux_tail) < chunk) {
       ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
     }
-    ASSERT_EQ(sim->WriteTrace(TraceBytes(pos, chunk)), chunk);
+    ASSERT_EQ(sim->WriteTrace(StreamBytes(pos, chunk)), chunk);
     pos += chunk;
     if (rng() % 8 == 0) {
       // Sideband of varying length so records wrap the data ring end at every alignment.
@@ -204,7 +204,7 @@ TEST_F(SimDrainTest, TruncationAccountingIsExact) {
     const uint64_t burst = rng() % (3 * ring);
     for (uint64_t done = 0; done < burst;) {
       const uint64_t n = std::min<uint64_t>(burst - done, 1 + rng() % 3000);
-      pos += sim->WriteTrace(TraceBytes(pos, n));
+      pos += sim->WriteTrace(StreamBytes(pos, n));
       produced += n;
       done += n;
     }
@@ -234,10 +234,10 @@ TEST_F(SimDrainTest, StaysStoppedWithoutReenable) {
   PTKIT_ASSERT_OK_AND_ASSIGN(auto sim, SimulatedPmu::Create({.data_pages = 1, .aux_pages = 1}));
   Drainer drainer(writer_.get(), {.reenable_after_truncation = false});
   const uint64_t ring = sim->ring().aux.size();
-  EXPECT_EQ(sim->WriteTrace(TraceBytes(0, ring + 100)), ring);
+  EXPECT_EQ(sim->WriteTrace(StreamBytes(0, ring + 100)), ring);
   EXPECT_FALSE(sim->enabled());
   ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
-  EXPECT_EQ(sim->WriteTrace(TraceBytes(ring, 10)), 0u);
+  EXPECT_EQ(sim->WriteTrace(StreamBytes(ring, 10)), 0u);
   EXPECT_EQ(sim->stats().aux_dropped, 110u);
   EXPECT_EQ(drainer.Totals().truncated, 1u);
   EXPECT_EQ(drainer.Totals().reenables, 0u);
@@ -256,9 +256,9 @@ TEST_F(SimDrainTest, LostSidebandCountedAndAuxStillWhole) {
     written_comms += sim->WriteRecord(
         perf::EncodeComm(perf::Comm{.pid = 1, .tid = 1, .comm = "x"}, sim->layout()));
   }
-  pos += sim->WriteTrace(TraceBytes(0, 8192));  // 8 AUX records, some lost
+  pos += sim->WriteTrace(StreamBytes(0, 8192));  // 8 AUX records, some lost
   ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
-  pos += sim->WriteTrace(TraceBytes(pos, 4096));  // these AUX records fit
+  pos += sim->WriteTrace(StreamBytes(pos, 4096));  // these AUX records fit
   ASSERT_THAT(sim->Disable(), IsOk());
   ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
   const SimStats ss = sim->stats();
@@ -287,7 +287,7 @@ void FillDataRing(SimulatedPmu& sim) {
 TEST_F(SimDrainTest, BytesWhoseAuxRecordIsLostAtTheEndAreStored) {
   PTKIT_ASSERT_OK_AND_ASSIGN(auto sim, SimulatedPmu::Create({.data_pages = 1, .aux_pages = 8}));
   Drainer drainer(writer_.get());
-  ASSERT_EQ(sim->WriteTrace(TraceBytes(0, 5000)), 5000u);  // under the watermark: no record
+  ASSERT_EQ(sim->WriteTrace(StreamBytes(0, 5000)), 5000u);  // under the watermark: no record
   FillDataRing(*sim);
   ASSERT_THAT(sim->Disable(), IsOk());
   EXPECT_GT(sim->stats().records_lost, 0u);
@@ -305,7 +305,7 @@ TEST_F(SimDrainTest, ALostTruncatedRecordStillGetsTheEventReenabled) {
   Drainer drainer(writer_.get());
   const uint64_t ring = sim->ring().aux.size();
   FillDataRing(*sim);
-  ASSERT_EQ(sim->WriteTrace(TraceBytes(0, ring + 1000)), ring);
+  ASSERT_EQ(sim->WriteTrace(StreamBytes(0, ring + 1000)), ring);
   ASSERT_FALSE(sim->enabled());
   ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
   EXPECT_EQ(drainer.Totals().aux_bytes, ring);
@@ -315,7 +315,7 @@ TEST_F(SimDrainTest, ALostTruncatedRecordStillGetsTheEventReenabled) {
   ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
   EXPECT_GT(drainer.Totals().lost_records, 0u);
   EXPECT_TRUE(sim->enabled());
-  ASSERT_EQ(sim->WriteTrace(TraceBytes(ring, 4000)), 4000u);
+  ASSERT_EQ(sim->WriteTrace(StreamBytes(ring, 4000)), 4000u);
   ASSERT_THAT(sim->Disable(), IsOk());
   drainer.Finish();
   ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
@@ -355,7 +355,7 @@ TEST_F(SimDrainTest, TheFinalPassDoesNotReenable) {
   PTKIT_ASSERT_OK_AND_ASSIGN(auto sim, SimulatedPmu::Create({.data_pages = 1, .aux_pages = 1}));
   Drainer drainer(writer_.get());
   const uint64_t ring = sim->ring().aux.size();
-  ASSERT_EQ(sim->WriteTrace(TraceBytes(0, ring + 100)), ring);  // TRUNCATED, stopped
+  ASSERT_EQ(sim->WriteTrace(StreamBytes(0, ring + 100)), ring);  // TRUNCATED, stopped
   drainer.Finish();
   ASSERT_THAT(drainer.DrainOnce(*sim), IsOk());
   EXPECT_EQ(drainer.Totals().truncated, 1u);
@@ -398,7 +398,7 @@ TEST_F(SimDrainTest, SnapshotAtEveryHeadPosition) {
   std::vector<uint64_t> wants;
   for (uint64_t head = 0; head <= 3 * ring; ++head) {
     if (head > 0) {
-      ASSERT_EQ(sim->WriteTrace(TraceBytes(head - 1, 1)), 1u);
+      ASSERT_EQ(sim->WriteTrace(StreamBytes(head - 1, 1)), 1u);
     }
     const uint64_t want = sizes[head % 4];
     PTKIT_ASSERT_OK_AND_ASSIGN(uint64_t got, drainer.Snapshot(*sim, want));
@@ -414,7 +414,7 @@ TEST_F(SimDrainTest, SnapshotAtEveryHeadPosition) {
     EXPECT_EQ(s.sequence, head);
     EXPECT_EQ(s.aux_head, head);
     const uint64_t len = std::min({wants[head], ring, head});
-    ASSERT_EQ(c.snapshot_data[head], TraceBytes(head - len, len)) << "head " << head;
+    ASSERT_EQ(c.snapshot_data[head], StreamBytes(head - len, len)) << "head " << head;
   }
   // Everything the hardware wrote that no snapshot holds is accounted as overwritten.
   uint64_t overwritten = 0;
@@ -442,7 +442,7 @@ TEST_F(SimDrainTest, SnapshotsWithInBufferHeadLikeIntelPt) {
   uint64_t written = 0;
   const uint64_t sizes[] = {ring, 1000, 5000};
   for (uint64_t step = 0; written + 61 <= 3 * ring; ++step) {
-    ASSERT_EQ(sim->WriteTrace(TraceBytes(written, 61)), 61u);
+    ASSERT_EQ(sim->WriteTrace(StreamBytes(written, 61)), 61u);
     written += 61;
     if (written > ring - 4096 && written < ring) continue;
     const uint64_t want = sizes[step % 3];
@@ -453,7 +453,7 @@ TEST_F(SimDrainTest, SnapshotsWithInBufferHeadLikeIntelPt) {
   }
   // Then a long stretch without a snapshot: most of it is overwritten.
   for (int i = 0; i < 100; ++i) {
-    ASSERT_EQ(sim->WriteTrace(TraceBytes(written, 500)), 500u);
+    ASSERT_EQ(sim->WriteTrace(StreamBytes(written, 500)), 500u);
     written += 500;
   }
   PTKIT_ASSERT_OK_AND_ASSIGN(uint64_t last_got, drainer.Snapshot(*sim, 1000));
@@ -464,7 +464,7 @@ TEST_F(SimDrainTest, SnapshotsWithInBufferHeadLikeIntelPt) {
   for (size_t i = 0; i < taken.size(); ++i) {
     const auto [w, want] = taken[i];
     const uint64_t len = std::min({want, ring, w});
-    ASSERT_EQ(c.snapshot_data[i], TraceBytes(w - len, len)) << "written " << w;
+    ASSERT_EQ(c.snapshot_data[i], StreamBytes(w - len, len)) << "written " << w;
   }
   EXPECT_GT(taken.size(), 600u);
   EXPECT_THAT(c.loss, ::testing::IsEmpty());
@@ -475,14 +475,14 @@ TEST_F(SimDrainTest, SnapshotsCountOverwrittenBytes) {
       auto sim,
       SimulatedPmu::Create({.data_pages = 8, .aux_pages = 4, .page_size = 64, .overwrite = true}));
   Drainer drainer(writer_.get());
-  sim->WriteTrace(TraceBytes(0, 1000));  // 1000 bytes into 256: 744 overwritten
+  sim->WriteTrace(StreamBytes(0, 1000));  // 1000 bytes into 256: 744 overwritten
   ASSERT_THAT(drainer.Snapshot(*sim, 256), IsOk());
-  sim->WriteTrace(TraceBytes(1000, 100));  // fits after the last snapshot
+  sim->WriteTrace(StreamBytes(1000, 100));  // fits after the last snapshot
   ASSERT_THAT(drainer.Snapshot(*sim, 256), IsOk());
   const Contents c = Finish();
   ASSERT_EQ(c.loss.size(), 1u);
   EXPECT_EQ(c.loss[0].bytes, 744u);
-  EXPECT_EQ(c.snapshot_data[1], TraceBytes(1100 - 256, 256));
+  EXPECT_EQ(c.snapshot_data[1], StreamBytes(1100 - 256, 256));
 }
 
 TEST_F(SimDrainTest, ConcurrentProducerThroughDrainLoop) {
@@ -500,7 +500,7 @@ TEST_F(SimDrainTest, ConcurrentProducerThroughDrainLoop) {
     while (produced < kTotal) {
       const uint64_t n = 1 + rng() % 8192;
       buf.resize(n);
-      for (uint64_t i = 0; i < n; ++i) buf[i] = TraceByte(p + i);
+      for (uint64_t i = 0; i < n; ++i) buf[i] = StreamByte(p + i);
       p += sim->WriteTrace(buf);
       produced += n;
       if (rng() % 64 == 0) sim->WriteItraceStart(1, 1);
@@ -535,7 +535,7 @@ TEST_F(SimDrainTest, Sigusr2TakesSnapshotsAndSigtermStops) {
       auto sim,
       SimulatedPmu::Create({.data_pages = 8, .aux_pages = 4, .page_size = 64, .overwrite = true}));
   Drainer drainer(writer_.get());
-  sim->WriteTrace(TraceBytes(0, 100));
+  sim->WriteTrace(StreamBytes(0, 100));
   const pthread_t loop_thread = pthread_self();
   std::thread sender([&] {
     for (int i = 0; i < 3; ++i) {
@@ -558,7 +558,7 @@ TEST_F(SimDrainTest, Sigusr2TakesSnapshotsAndSigtermStops) {
   EXPECT_EQ(r->snapshots, 4u);  // three signals + the one at the end
   const Contents c = Finish();
   ASSERT_EQ(c.snapshots.size(), 4u);
-  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.snapshot_data[i], TraceBytes(0, 100));
+  for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.snapshot_data[i], StreamBytes(0, 100));
 }
 
 }  // namespace

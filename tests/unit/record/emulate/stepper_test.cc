@@ -86,7 +86,7 @@ int ReadCode(uint8_t* buffer, size_t size, const pt_asid*, uint64_t ip, void* co
 }
 
 // Decodes with a bare libipt instruction-decoder loop; returns the instruction addresses.
-std::vector<uint64_t> Decode(std::vector<uint8_t>& pt, const CodeMap& code, int* errors) {
+std::vector<uint64_t> DecodeStream(std::vector<uint8_t>& pt, const CodeMap& code, int* errors) {
   std::vector<uint64_t> ips;
   pt_config cfg;
   pt_config_init(&cfg);
@@ -143,7 +143,7 @@ void ExpectDecodesToTruth(EncodingSink& sink) {
     ASSERT_TRUE(t.ended);
     ASSERT_GT(t.truth.size(), 0u);
     int errors = 0;
-    std::vector<uint64_t> decoded = Decode(t.pt, sink.code[t.pid], &errors);
+    std::vector<uint64_t> decoded = DecodeStream(t.pt, sink.code[t.pid], &errors);
     EXPECT_EQ(errors, 0);
     size_t same = 0;
     while (same < decoded.size() && same < t.truth.size() && decoded[same] == t.truth[same]) {
