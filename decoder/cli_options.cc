@@ -98,9 +98,8 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
            options.jobs = jobs;
            SetParallelOptions(options);
          },
-         "Decode with N threads (default: the CPUs ptdecode may run on; 1: one thread). insn and "
-         "branches split each stream at PSBs and merge in trace order, exactly as one thread "
-         "would; the other sub-commands decode with one thread")
+         "Decode with N threads (default: the CPUs ptdecode may run on; 1: one thread). Each "
+         "stream is split at PSBs and merged in trace order, exactly as one thread would")
       ->type_name("N")
       ->check(CLI::Range(1u, 1024u));
   // Tests only: the chunk size of -j, so that small traces make many chunks, and what each

@@ -157,12 +157,17 @@ class TimeWatch {
 // Gives the sink the events pending after a decoder call that returned `status`; returns the
 // status of the last Event call (`status` when none was pending).
 template <typename Dec>
-int DeliverEvents(Dec& dec, int status, TimeWatch<Dec>& time, Sink& sink, DecodeTotals& totals) {
+int DeliverEvents(Dec& dec, int status, TimeWatch<Dec>& time, Sink& sink, DecodeTotals& totals,
+                  uint64_t offset_base) {
   while (status & pts_event_pending) {
     pt_event event;
     status = dec.Event(&event);
     if (status < 0) break;
     ++totals.events;
+    if (sink.wants_positions()) {
+      uint64_t offset = 0;
+      sink.OnPosition(offset_base + (dec.GetOffset(&offset) < 0 ? 0 : offset));
+    }
     if (event.has_tsc) time.Check(event.tsc);
     sink.OnEvent(event);
   }
@@ -251,6 +256,7 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
   TimeWatch<Dec> time(dec, switcher, sink);
   uint32_t progress = kBlocksPerProgress;
   ProgressWatch watch;
+  const bool positions = sink.wants_positions();
 
   uint64_t sync = 0;
   for (;;) {
@@ -264,7 +270,8 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
     }
     Synced(dec, time, sink, totals, offset_base);
     for (;;) {
-      if (status & pts_event_pending) status = DeliverEvents(dec, status, time, sink, totals);
+      if (status & pts_event_pending)
+        status = DeliverEvents(dec, status, time, sink, totals, offset_base);
       if (status < 0) break;
       if (status & pts_eos) {
         status = -pte_eos;
@@ -275,6 +282,7 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
       if (block.ninsn != 0) {
         totals.instructions += block.ninsn;
         ++totals.blocks;
+        if (positions) sink.OnPosition(offset_base + offset_of());
         sink.OnBlock(block);
         if (--progress == 0) {
           progress = kBlocksPerProgress;
@@ -412,7 +420,8 @@ absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink
     }
     Synced(dec, time, sink, totals, offset_base);
     for (;;) {
-      if (status & pts_event_pending) status = DeliverEvents(dec, status, time, sink, totals);
+      if (status & pts_event_pending)
+        status = DeliverEvents(dec, status, time, sink, totals, offset_base);
       if (status < 0) break;
       if (status & pts_eos) {
         status = -pte_eos;

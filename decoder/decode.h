@@ -151,9 +151,9 @@ class Sink {
   // Called once after the last callback. Errors: output failures.
   virtual absl::Status Finish(const DecodeTotals& totals) { return absl::OkStatus(); }
 
-  // Instruction decoder, for parallel decoding (decoder/parallel_decode.h): whether OnPosition
-  // is wanted, and the decoder's trace offset (plus the offset base) just before each OnInsn
-  // and OnEvent.
+  // For parallel decoding (decoder/parallel_decode.h): whether OnPosition is wanted, and the
+  // decoder's trace offset (plus the offset base) just before each OnInsn, OnBlock and OnEvent
+  // (libipt's decoders; not BTS).
   virtual bool wants_positions() const { return false; }
   virtual void OnPosition(uint64_t offset) {}
 };

@@ -1,5 +1,6 @@
 #include "decoder/parallel_decode.h"
 
+#include <Zydis/Zydis.h>
 #include <intel-pt.h>
 #include <sched.h>
 
@@ -33,7 +34,7 @@ constexpr size_t kMaxRunChunks = 16;
 
 // What one decoder gave, in order, each with the decoder's trace offset at the time.
 struct Records {
-  enum Kind : uint8_t { kSync, kTime, kInsn, kEvent, kError };
+  enum Kind : uint8_t { kSync, kTime, kInsn, kBlock, kEvent, kError };
   struct Entry {
     Kind kind;
     uint64_t position;
@@ -46,6 +47,7 @@ struct Records {
   };
   std::vector<Entry> entries;
   std::vector<pt_insn> insns;
+  std::vector<pt_block> blocks;
   std::vector<pt_event> events;
   std::vector<Error> errors;
   // Empties it, keeping the memory (a chunk's recording is hundreds of MB's worth of pages
@@ -53,6 +55,7 @@ struct Records {
   void Clear() {
     entries.clear();
     insns.clear();
+    blocks.clear();
     events.clear();
     errors.clear();
   }
@@ -80,6 +83,10 @@ class RecordSink : public Sink {
     Add(Records::kInsn, out_.insns.size());
     out_.insns.push_back(insn);
   }
+  void OnBlock(const pt_block& block) override {
+    Add(Records::kBlock, out_.blocks.size());
+    out_.blocks.push_back(block);
+  }
   void OnEvent(const pt_event& event) override {
     Add(Records::kEvent, out_.events.size());
     out_.events.push_back(event);
@@ -106,6 +113,14 @@ bool SameInsn(const pt_insn& a, const pt_insn& b) {
          std::memcmp(a.raw, b.raw, std::min<size_t>(a.size, sizeof(a.raw))) == 0;
 }
 
+bool SameBlock(const pt_block& a, const pt_block& b) {
+  // Not isid (the worker's image's section ids).
+  return a.ip == b.ip && a.end_ip == b.end_ip && a.ninsn == b.ninsn && a.mode == b.mode &&
+         a.iclass == b.iclass && a.speculative == b.speculative && a.truncated == b.truncated &&
+         (!a.truncated ||
+          (a.size == b.size && std::memcmp(a.raw, b.raw, std::min<size_t>(a.size, 15)) == 0));
+}
+
 bool SameError(const Records::Error& a, const Records::Error& b) {
   const DecodeError &x = a.error, &y = b.error;
   return x.code == y.code && x.offset == y.offset && x.ip == y.ip &&
@@ -122,6 +137,8 @@ bool Same(const Records& a, size_t i, const Records& b, size_t j) {
       return x.value == y.value;
     case Records::kInsn:
       return SameInsn(a.insns[x.value], b.insns[y.value]);
+    case Records::kBlock:
+      return SameBlock(a.blocks[x.value], b.blocks[y.value]);
     case Records::kEvent:
       // Bytewise: an event that differs in bytes no sink reads only costs a decode again.
       return std::memcmp(&a.events[x.value], &b.events[y.value], sizeof(pt_event)) == 0;
@@ -198,6 +215,9 @@ class Replayer {
         case Records::kInsn:
           Insn(r.insns[e.value]);
           break;
+        case Records::kBlock:
+          Block(r.blocks[e.value]);
+          break;
         case Records::kEvent:
           Event(r.events[e.value]);
           break;
@@ -224,6 +244,11 @@ class Replayer {
     ++totals_.instructions;
     sink_.OnInsn(insn);
   }
+  void Block(const pt_block& block) {
+    totals_.instructions += block.ninsn;
+    ++totals_.blocks;
+    sink_.OnBlock(block);
+  }
   void Event(const pt_event& event) {
     ++totals_.events;
     sink_.OnEvent(event);
@@ -247,10 +272,14 @@ class TailSink : public Sink {
  public:
   TailSink(const Sink& like, bool follow_time, Replayer& replay, size_t skip)
       : kind_(like.kind()),
+        end_on_call_(like.end_block_on_call()),
+        end_on_jump_(like.end_block_on_jump()),
         wants_time_(like.wants_time() || follow_time),
         replay_(replay),
         skip_(skip) {}
   DecoderKind kind() const override { return kind_; }
+  bool end_block_on_call() const override { return end_on_call_; }
+  bool end_block_on_jump() const override { return end_on_jump_; }
   bool wants_time() const override { return wants_time_; }
   void OnSync(uint64_t offset) override {
     if (Pass()) replay_.Sync(offset);
@@ -260,6 +289,9 @@ class TailSink : public Sink {
   }
   void OnInsn(const pt_insn& insn) override {
     if (Pass()) replay_.Insn(insn);
+  }
+  void OnBlock(const pt_block& block) override {
+    if (Pass()) replay_.Block(block);
   }
   void OnEvent(const pt_event& event) override {
     if (Pass()) replay_.Event(event);
@@ -275,7 +307,7 @@ class TailSink : public Sink {
     return false;
   }
   DecoderKind kind_;
-  bool wants_time_;
+  bool end_on_call_, end_on_jump_, wants_time_;
   Replayer& replay_;
   size_t skip_;
 };
@@ -321,7 +353,155 @@ unsigned AvailableCpus() {
   return std::max(1, CPU_COUNT(&set));
 }
 
-bool CanDecodeInParallel(const Sink& sink) { return sink.kind() == DecoderKind::kInsn; }
+void CanonicalBlocks::SetImage(const ProgramImage& image) {
+  if (&image == image_) return;
+  Flush();
+  image_ = &image;
+  successor_.clear();
+}
+
+uint64_t CanonicalBlocks::Successor(uint64_t ip, pt_exec_mode mode) {
+  auto [it, inserted] = successor_.try_emplace({ip, static_cast<int>(mode)}, 0);
+  if (!inserted) return it->second;
+  uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
+  const size_t n = image_->Read(ip, bytes, sizeof(bytes));
+  ZydisDecodedInstruction insn;
+  const int length = n == 0 ? 0 : disasm_.Length(mode, bytes, n, &insn);
+  if (length == 0) return 0;
+  switch (insn.meta.category) {
+    case ZYDIS_CATEGORY_UNCOND_BR:
+      if (!insn.raw.imm[0].is_relative) return 0;
+      it->second = ip + length + static_cast<uint64_t>(insn.raw.imm[0].value.s);
+      return it->second;
+    case ZYDIS_CATEGORY_COND_BR:
+    case ZYDIS_CATEGORY_CALL:
+    case ZYDIS_CATEGORY_RET:
+    case ZYDIS_CATEGORY_SYSCALL:
+    case ZYDIS_CATEGORY_SYSRET:
+    case ZYDIS_CATEGORY_INTERRUPT:
+    case ZYDIS_CATEGORY_SYSTEM:
+      return 0;
+    default:
+      if (insn.meta.branch_type != ZYDIS_BRANCH_TYPE_NONE) return 0;
+      it->second = ip + length;
+      return it->second;
+  }
+}
+
+bool CanonicalBlocks::Joins(const pt_block& next) {
+  const pt_block& b = block_;
+  if (b.truncated || next.mode != b.mode || b.ninsn + uint32_t{next.ninsn} > 0xffff) return false;
+  switch (b.iclass) {
+    case ptic_other:
+    case ptic_jump:
+    case ptic_error:  // the block decoder leaves an indirect jump's class unknown
+      break;
+    default:  // needs trace, or a call
+      return false;
+  }
+  const uint64_t to = Successor(b.end_ip, b.mode);
+  return to != 0 && to == next.ip;
+}
+
+void CanonicalBlocks::OnBlock(const pt_block& block) {
+  if (held_ && Joins(block)) {
+    const uint64_t ip = block_.ip;
+    const uint32_t isid = block_.isid;
+    const uint16_t ninsn = block_.ninsn;
+    const uint32_t speculative = block_.speculative;
+    block_ = block;
+    block_.ip = ip;
+    block_.isid = isid;
+    block_.ninsn = static_cast<uint16_t>(ninsn + block.ninsn);
+    block_.speculative |= speculative;
+    block_position_ = position_;
+    ++joined_;
+    return;
+  }
+  Flush();
+  held_ = true;
+  block_ = block;
+  block_position_ = position_;
+}
+
+void CanonicalBlocks::OnPosition(uint64_t offset) {
+  position_ = offset;
+  if (!held_ && wants_positions()) inner().OnPosition(offset);
+}
+
+void CanonicalBlocks::OnTime(uint64_t tsc) {
+  if (!held_) {
+    told_ = tsc;
+    inner().OnTime(tsc);
+    return;
+  }
+  time_held_ = true;
+  time_ = tsc;
+}
+
+void CanonicalBlocks::Flush() {
+  if (!held_) return;
+  held_ = false;
+  const bool positions = wants_positions();
+  if (positions) inner().OnPosition(block_position_);
+  inner().OnBlock(block_);
+  // The decoder tells only changes; joined, the last one may be the time told before.
+  if (time_held_) {
+    time_held_ = false;
+    if (time_ != told_) {
+      told_ = time_;
+      inner().OnTime(time_);
+    }
+  }
+  if (positions) inner().OnPosition(position_);
+}
+
+// A new decoder (which tells the time again) follows a sync, a loss or a new stream.
+void CanonicalBlocks::OnStream(const StreamInfo& stream) {
+  Flush();
+  told_ = kNone;
+  if (stream.image != nullptr) SetImage(*stream.image);
+  inner().OnStream(stream);
+}
+void CanonicalBlocks::OnLoss(const LossInfo& loss) {
+  Flush();
+  told_ = kNone;
+  inner().OnLoss(loss);
+}
+void CanonicalBlocks::OnSync(uint64_t offset) {
+  Flush();
+  told_ = kNone;
+  inner().OnSync(offset);
+}
+void CanonicalBlocks::OnEvent(const pt_event& event) {
+  Flush();
+  inner().OnEvent(event);
+}
+void CanonicalBlocks::OnError(const DecodeError& error) {
+  Flush();
+  inner().OnError(error);
+}
+void CanonicalBlocks::OnInsn(const pt_insn& insn) {
+  Flush();
+  inner().OnInsn(insn);
+}
+absl::Status CanonicalBlocks::Finish(const DecodeTotals& totals) {
+  Flush();
+  return inner().Finish(totals);
+}
+
+absl::Status DecodeIntoCanonical(std::span<const uint8_t> trace, const TraceConfig& config,
+                                 const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+                                 uint64_t offset_base) {
+  if (sink.kind() != DecoderKind::kBlock) {
+    return DecodeInto(trace, config, image, sink, totals, offset_base);
+  }
+  CanonicalBlocks canonical(sink, image);
+  absl::Status status = DecodeInto(trace, config, image, canonical, totals, offset_base);
+  canonical.Flush();
+  totals.blocks -= canonical.TakeJoined();
+  return status;
+}
 
 absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace,
                                                   const TraceConfig& config, uint64_t chunk_bytes) {
@@ -365,12 +545,12 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
   st.chunks += n;
   if (n == 1 || worker_images.empty()) {
     st.bytes_decoded += trace.size();
-    if (!follow_time) return DecodeInto(trace, config, image, sink, totals, offset_base);
+    if (!follow_time) return DecodeIntoCanonical(trace, config, image, sink, totals, offset_base);
     Replayer replay(sink, totals);
     TailSink all(sink, follow_time, replay, 0);
     DecodeTotals ignored;
     totals.trace_bytes += trace.size();
-    return DecodeInto(trace, config, image, all, ignored, offset_base);
+    return DecodeIntoCanonical(trace, config, image, all, ignored, offset_base);
   }
   // Boundary c (the start of chunk c > 0): the overlap the decoder of chunk c - 1 checks ends
   // at the next PSB (kNone: the trace's end), and that decoder ends at the PSB after it.
@@ -391,8 +571,8 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
   auto decode = [&](size_t c, size_t last, const ProgramImage& img, Records& out) {
     RecordSink rec(sink, follow_time, out, offset_base + starts[c]);
     DecodeTotals ignored;  // counted when replayed
-    return DecodeInto(trace.subspan(starts[c], span_end[last] - starts[c]), config, img, rec,
-                      ignored, offset_base + starts[c]);
+    return DecodeIntoCanonical(trace.subspan(starts[c], span_end[last] - starts[c]), config, img,
+                               rec, ignored, offset_base + starts[c]);
   };
 
   struct Result {
@@ -501,8 +681,8 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
       // this thread, straight into the sink.
       TailSink tail(sink, follow_time, replay, skip);
       DecodeTotals ignored;
-      PTKIT_RETURN_IF_ERROR(DecodeInto(trace.subspan(starts[run_start]), config, image, tail,
-                                       ignored, offset_base + starts[run_start]));
+      PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace.subspan(starts[run_start]), config, image,
+                                                tail, ignored, offset_base + starts[run_start]));
       st.bytes_decoded += trace.size() - starts[run_start];
       return absl::OkStatus();
     }
@@ -525,8 +705,11 @@ absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
                                                  const ProgramImage& image,
                                                  const ImageLoader& load_image, Sink& sink) {
   const ParallelOptions options = GetParallelOptions();
-  if (options.jobs <= 1 || !CanDecodeInParallel(sink) || trace.size() <= options.chunk_bytes) {
-    return DecodeTrace(trace, config, image, sink);
+  if (options.jobs <= 1 || trace.size() <= options.chunk_bytes) {
+    DecodeTotals totals;
+    PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace, config, image, sink, totals));
+    PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
+    return totals;
   }
   std::vector<std::unique_ptr<ProgramImage>> owned;
   std::vector<const ProgramImage*> images;

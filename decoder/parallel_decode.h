@@ -13,10 +13,12 @@
 // through chunk k+1, as the serial decode would, and the merge goes on from there. So the
 // result is the serial one always; only its speed depends on the trace.
 //
-// Only the instruction decoder (pt_insn_*: insn, branches) is decoded in parallel: libipt's
-// block decoder (and FastBlockDecoder, which gives its answer) cuts blocks where its block
-// cache, filled by everything decoded before, says, so a chunk decoded with another history
-// would give other blocks (and block counts) than the serial decode.
+// Block sinks (stats, calls, folded, timeline, diff) are decoded in parallel too, through
+// CanonicalBlocks, with one thread as with many: libipt's block decoder (and FastBlockDecoder,
+// which gives its answer) cuts blocks where its block cache, filled by everything decoded
+// before, says, so a chunk decoded with another history gives other blocks; joined where
+// nothing but the cache cut them, every decode of the same flow gives the same blocks, and the
+// same time updates between them.
 #ifndef PTKIT_DECODER_PARALLEL_DECODE_H_
 #define PTKIT_DECODER_PARALLEL_DECODE_H_
 
@@ -24,14 +26,77 @@
 #include <functional>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "decoder/decode.h"
+#include "decoder/disassembler.h"
+#include "decoder/forwarding_sink.h"
 #include "decoder/image.h"
 #include "decoder/trace_config.h"
 
 namespace ptkit::decoder {
+
+// A block sink's decode with libipt's blocks joined where they were cut for no reason of the
+// flow (the block cache, a section's end, fill limits): a block that ends at an instruction
+// that needs no trace and is no call (not a branch, or a direct jump) is joined to the next one
+// where that is the instruction's successor, no event, error or sync comes between them and
+// the sum stays below 65,536 instructions. Blocks then end only at conditional and indirect
+// branches, returns, calls, far transfers, truncated instructions and events, whatever the
+// decoder's history. Time updates between joined blocks are told once, after the joined block,
+// with the last value (the decoder tells the time after each block). The sink sees the same
+// callbacks in the same order with any -j; `ptdecode stats` counts these blocks.
+class CanonicalBlocks : public ForwardingSink {
+ public:
+  // Reads the code of blocks from `image` until SetImage (or a stream with an image).
+  CanonicalBlocks(Sink& inner, const ProgramImage& image) : ForwardingSink(inner), image_(&image) {}
+  ~CanonicalBlocks() override = default;
+  void SetImage(const ProgramImage& image);
+  // Gives the held block and time to the sink: at the end of every decode.
+  void Flush();
+  // The blocks joined to the one before since the last call (subtract from the decoder's
+  // DecodeTotals::blocks).
+  uint64_t TakeJoined() { return std::exchange(joined_, 0); }
+
+  bool wants_positions() const override { return inner().wants_positions(); }
+  void OnPosition(uint64_t offset) override;
+  void OnBlock(const pt_block& block) override;
+  void OnTime(uint64_t tsc) override;
+  void OnStream(const StreamInfo& stream) override;
+  void OnLoss(const LossInfo& loss) override;
+  void OnSync(uint64_t offset) override;
+  void OnEvent(const pt_event& event) override;
+  void OnError(const DecodeError& error) override;
+  void OnInsn(const pt_insn& insn) override;
+  absl::Status Finish(const DecodeTotals& totals) override;
+
+ private:
+  // Where the instruction at `ip` goes without trace, if it needs none and is no call: the
+  // next instruction, or a direct jump's target; 0 otherwise.
+  uint64_t Successor(uint64_t ip, pt_exec_mode mode);
+  bool Joins(const pt_block& next);
+
+  const ProgramImage* image_;
+  Disassembler disasm_;
+  absl::flat_hash_map<std::pair<uint64_t, int>, uint64_t> successor_;  // (ip, mode)
+  bool held_ = false;
+  pt_block block_{};
+  uint64_t block_position_ = 0;
+  bool time_held_ = false;
+  uint64_t time_ = 0;
+  uint64_t told_ = ~uint64_t{0};  // the last time told since the decoder synchronised
+  uint64_t position_ = 0;
+  uint64_t joined_ = 0;
+};
+
+// DecodeInto without an ImageSwitcher; a block sink's blocks through CanonicalBlocks
+// (totals.blocks counts those). With a switcher, give it the CanonicalBlocks as its sink.
+// Errors: those of DecodeInto.
+absl::Status DecodeIntoCanonical(std::span<const uint8_t> trace, const TraceConfig& config,
+                                 const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+                                 uint64_t offset_base = 0);
 
 // The trace bytes of a chunk, at least (it ends at the first PSB after them). A chunk's
 // recording takes about 64 bytes per instruction; at some 8 instructions per trace byte a
@@ -54,9 +119,6 @@ ParallelOptions GetParallelOptions();
 // The CPUs this process may run on (sched_getaffinity), at least 1: `-j`'s default.
 unsigned AvailableCpus();
 
-// Whether `sink` can be decoded in parallel: it takes the instruction decoder.
-bool CanDecodeInParallel(const Sink& sink);
-
 // Where the chunks of `trace` start: 0, then PSB offsets at least `chunk_bytes` apart (the
 // next PSB after that many bytes).
 // Errors: kInvalidArgument for a configuration libipt rejects.
@@ -71,7 +133,7 @@ struct ParallelStats {
   uint64_t bytes_decoded = 0;  // trace bytes decoded by every decoder, overlaps included
 };
 
-// As DecodeInto without an ImageSwitcher, into a sink CanDecodeInParallel accepts, with
+// As DecodeIntoCanonical without an ImageSwitcher, with
 // `worker_images.size()` threads: worker i decodes with worker_images[i], the merging (calling)
 // thread with `image`. Each thread needs images of its own, equal to `image` (libipt's pt_image
 // is not thread-safe: pt_image_find reorders its section list). The sink is called on the
@@ -88,8 +150,9 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
 // Makes an image equal to the caller's, for a worker thread.
 using ImageLoader = std::function<absl::StatusOr<std::unique_ptr<ProgramImage>>()>;
 
-// DecodeTrace with GetParallelOptions(): DecodeInParallel with `jobs` threads, each with an
-// image from `load_image`, when jobs > 1 and CanDecodeInParallel(sink); else DecodeTrace.
+// DecodeTrace with GetParallelOptions() and DecodeIntoCanonical: DecodeInParallel with `jobs`
+// threads, each with an image from `load_image`, when jobs > 1 and the trace is longer than a
+// chunk.
 // Errors: those of DecodeTrace and load_image.
 absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
                                                  const TraceConfig& config,

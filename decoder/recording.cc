@@ -715,7 +715,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   // own (libipt's images are not thread-safe), made when a piece of several chunks needs them.
   const ParallelOptions parallel = GetParallelOptions();
   std::vector<std::unique_ptr<ImageCache>> worker_images;
-  if (parallel.jobs > 1 && !r.bts && CanDecodeInParallel(sink)) {
+  if (parallel.jobs > 1 && !r.bts) {
     for (unsigned i = 0; i < parallel.jobs; ++i) {
       worker_images.push_back(
           std::make_unique<ImageCache>(r, options.sysroot, options.buildid_dir));
@@ -726,6 +726,11 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
 
     StreamSink out(sink, s.by_task ? options.tid : std::nullopt);
     out.Begin(s.info);
+    // A block sink's blocks as any -j gives them (the switcher's context switches through it,
+    // in order with the blocks).
+    CanonicalBlocks canonical(out, *s.info.image);
+    Sink& flow = !r.bts && sink.kind() == DecoderKind::kBlock ? static_cast<Sink&>(canonical)
+                                                              : static_cast<Sink&>(out);
     // A per-CPU stream follows the tasks scheduled on its CPU, and any stream the programs
     // its process exec'd (needs TSC in the trace and the recording's time conversion).
     std::unique_ptr<TaskSwitcher> switcher;
@@ -739,7 +744,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
             auto image = images.For(p, epoch);
             return image.ok() ? *image : nullptr;
           },
-          out);
+          flow);
     }
     std::vector<const ProgramImage*> workers;  // made for the first piece of several chunks
     // A switcher that never switches: a thread's stream whose program is known at its start
@@ -770,8 +775,11 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
                                                piece.aux_offset, parallel.chunk_bytes,
                                                /*stats=*/nullptr, /*follow_time=*/still));
       } else {
+        canonical.SetImage(now);
         PTKIT_RETURN_IF_ERROR(
-            DecodeInto(view.bytes(), config, now, out, into, piece.aux_offset, switcher.get()));
+            DecodeInto(view.bytes(), config, now, flow, into, piece.aux_offset, switcher.get()));
+        canonical.Flush();
+        into.blocks -= canonical.TakeJoined();
       }
       out.SetView(nullptr, 0);
     }

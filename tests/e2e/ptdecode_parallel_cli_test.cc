@@ -25,33 +25,42 @@ using ::ptkit::testing::kFork;
 
 // Each output with -j 1 and with more threads over chunks of a few PSBs: the same bytes, the
 // same exit status and messages.
-void ExpectSameWithJobs(const std::vector<std::string>& input) {
+// `more`: commands for this input besides those of every input.
+void ExpectSameWithJobs(const std::vector<std::string>& input,
+                        const std::vector<std::vector<std::string>>& more = {}) {
   // The streams were decoded in chunks, and chunks were stitched (not all decoded again by
-  // the merging thread): one line per stream decoded in parallel.
-  std::vector<std::string> argv = {PTDECODE_PATH,  "insn", "-j",           "2",
-                                   "--chunk-size", "1",    "--chunk-stats"};
-  argv.insert(argv.end(), input.begin(), input.end());
-  auto stats = RunCommand(argv);
-  ASSERT_EQ(stats.exit_code, 0) << stats.err;
-  uint64_t chunks = 0, stitched = 0;
-  for (size_t at = 0; (at = stats.err.find("ptdecode: -j: ", at)) != std::string::npos; ++at) {
-    uint64_t c = 0, s = 0;
-    ASSERT_EQ(
-        std::sscanf(stats.err.c_str() + at, "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64, &c, &s),
-        2)
-        << stats.err;
-    chunks += c;
-    stitched += s;
+  // the merging thread): one line per stream decoded in parallel. With the instruction
+  // decoder and with the block decoder.
+  for (const char* command : {"insn", "stats"}) {
+    std::vector<std::string> argv = {PTDECODE_PATH,  command, "-j",           "2",
+                                     "--chunk-size", "1",     "--chunk-stats"};
+    argv.insert(argv.end(), input.begin(), input.end());
+    auto stats = RunCommand(argv);
+    ASSERT_EQ(stats.exit_code, 0) << stats.err;
+    uint64_t chunks = 0, stitched = 0;
+    for (size_t at = 0; (at = stats.err.find("ptdecode: -j: ", at)) != std::string::npos; ++at) {
+      uint64_t c = 0, s = 0;
+      ASSERT_EQ(
+          std::sscanf(stats.err.c_str() + at, "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64, &c, &s),
+          2)
+          << stats.err;
+      chunks += c;
+      stitched += s;
+    }
+    EXPECT_GT(chunks, 10u) << command << ": " << stats.err;
+    EXPECT_GT(stitched, 0u) << command << ": " << stats.err;
   }
-  EXPECT_GT(chunks, 10u) << stats.err;
-  EXPECT_GT(stitched, 0u) << stats.err;
 
-  const std::vector<std::vector<std::string>> commands = {
-      {"insn"}, {"insn", "--json"}, {"branches"}, {"branches", "--json"}};
+  std::vector<std::vector<std::string>> commands = {
+      {"insn"},    {"insn", "--json"},  {"branches"}, {"branches", "--json"},
+      {"stats"},   {"stats", "--json"}, {"calls"},    {"folded"},
+      {"timeline"}};
+  commands.insert(commands.end(), more.begin(), more.end());
   for (const auto& command : commands) {
     std::string serial_out, serial_err;
     for (const std::vector<std::string>& jobs : {std::vector<std::string>{"-j", "1"},
                                                  {"-j", "2", "--chunk-size", "1"},
+                                                 {"-j", "8", "--chunk-size", "1"},
                                                  {"-j", "4", "--chunk-size", "600"}}) {
       std::vector<std::string> argv = {PTDECODE_PATH};
       argv.insert(argv.end(), command.begin(), command.end());

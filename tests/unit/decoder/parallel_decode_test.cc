@@ -19,6 +19,7 @@
 #include "decoder/sinks.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "pt_synth.h"
 #include "status_matchers.h"
 #include "test_io.h"
 
@@ -64,7 +65,8 @@ class ParallelDecodeTest : public ::testing::TestWithParam<const char*> {
     std::unique_ptr<Sink> sink = make(*input_->image, out, options);
     DecodeTotals totals;
     if (jobs == 0) {
-      EXPECT_THAT(DecodeInto(trace_, input_->config, *input_->image, *sink, totals), IsOk());
+      EXPECT_THAT(DecodeIntoCanonical(trace_, input_->config, *input_->image, *sink, totals),
+                  IsOk());
     } else {
       std::vector<const ProgramImage*> images;
       for (size_t i = 0; i < jobs; ++i) images.push_back(workers_[i].get());
@@ -77,8 +79,8 @@ class ParallelDecodeTest : public ::testing::TestWithParam<const char*> {
     return ReadAll(out);
   }
 
-  // Every output of the instruction decoder, serial against parallel, byte for byte; and the
-  // totals. Returns what the parallel decodes did.
+  // Every output of the instruction and block decoders, serial against parallel, byte for
+  // byte; and the totals. Returns what the parallel decodes did.
   ParallelStats ExpectSameAsSerial() {
     ParallelStats all;
     struct Output {
@@ -86,8 +88,11 @@ class ParallelDecodeTest : public ::testing::TestWithParam<const char*> {
       SinkMaker make;
       bool json;
     };
-    const Output outputs[] = {{"insn", MakeInsnSink, false},
-                              {"branches --json", MakeBranchesSink, true}};
+    const Output outputs[] = {
+        {"insn", MakeInsnSink, false},        {"branches --json", MakeBranchesSink, true},
+        {"stats", MakeStatsSink, false},      {"stats --json", MakeStatsSink, true},
+        {"calls", MakeCallsSink, false},      {"folded", MakeFoldedSink, false},
+        {"timeline", MakeTimelineSink, false}};
     for (const Output& o : outputs) {
       DecodeTotals serial_totals;
       const std::string serial = Decode(o.make, o.json, 0, 0, &serial_totals);
@@ -101,6 +106,7 @@ class ParallelDecodeTest : public ::testing::TestWithParam<const char*> {
           EXPECT_TRUE(parallel == serial)
               << "outputs differ (" << parallel.size() << " vs " << serial.size() << " bytes)";
           EXPECT_EQ(totals.instructions, serial_totals.instructions);
+          EXPECT_EQ(totals.blocks, serial_totals.blocks);
           EXPECT_EQ(totals.events, serial_totals.events);
           EXPECT_EQ(totals.syncs, serial_totals.syncs);
           EXPECT_EQ(totals.errors, serial_totals.errors);
@@ -177,6 +183,106 @@ TEST_P(ParallelDecodeTest, ErrorsAtChunkEdgesAreTheSerialDecodesErrors) {
   Decode(MakeInsnSink, false, 0, 0, &totals);
   EXPECT_GT(totals.errors, 0u);
   ExpectSameAsSerial();
+}
+
+// Software PT of a real ELF program (tests/data/decoder/tiny.c), one PSB segment per walk:
+// code in file sections, which libipt's block decoder walks through its block cache.
+class SynthParallelTest : public ::testing::Test {
+ protected:
+  static constexpr char kTiny[] = PTKIT_DECODER_TEST_BINARY_DIR "/tiny.elf";
+  void SetUp() override {
+    auto code = testing::ElfCode::Load(kTiny);
+    ASSERT_THAT(code, IsOk());
+    testing::PtSynth synth(*code);
+    for (uint32_t seed = 1; seed <= 60; ++seed) {
+      ASSERT_THAT(synth.AddSegment({.entry = code->Symbol(seed % 2 ? "work" : "fib").address,
+                                    .seed = seed,
+                                    .max_insns = 3000,
+                                    .tsc = 1000 * seed}),
+                  IsOk());
+    }
+    trace_ = synth.bytes();
+  }
+  std::unique_ptr<ProgramImage> Image() {
+    auto image = ProgramImage::Create();
+    EXPECT_THAT(image, IsOk());
+    EXPECT_THAT((*image)->AddElf({kTiny, 0}), IsOk());
+    return std::move(*image);
+  }
+  std::vector<uint8_t> trace_;
+};
+
+// libipt's blocks depend on its block cache (which lives with the image's section cache): a
+// second decode with the same image gives other blocks. Joined (CanonicalBlocks), they are the
+// same blocks whatever was decoded before, and the block sinks' outputs the same bytes.
+TEST_F(SynthParallelTest, CanonicalBlocksDoNotDependOnTheBlockCache) {
+  auto image = Image();
+  auto blocks = [&](bool canonical) {
+    CountSink count;
+    DecodeTotals totals;
+    EXPECT_THAT(canonical ? DecodeIntoCanonical(trace_, {}, *image, count, totals)
+                          : DecodeInto(trace_, {}, *image, count, totals),
+                IsOk());
+    EXPECT_EQ(totals.blocks, count.blocks());
+    return std::pair(count.blocks(), count.instructions());
+  };
+  const auto cold = blocks(false);
+  const auto warm = blocks(false);
+  EXPECT_EQ(cold.second, warm.second);
+  EXPECT_NE(cold.first, warm.first) << "the block cache changed no block";
+  const auto canonical = blocks(true);
+  EXPECT_EQ(canonical, blocks(true));
+  EXPECT_EQ(canonical.second, cold.second);
+  EXPECT_LE(canonical.first, std::min(cold.first, warm.first));
+  image = Image();
+  EXPECT_EQ(blocks(true), canonical);  // a cold cache again
+}
+
+// Every block sink, serial against 1, 2 and 4 threads in chunks of one PSB each.
+TEST_F(SynthParallelTest, BlockOutputsEqualTheSerialDecode) {
+  std::vector<std::unique_ptr<ProgramImage>> workers;
+  for (int i = 0; i < 4; ++i) workers.push_back(Image());
+  auto serial_image = Image();
+  const std::pair<SinkMaker, bool> outputs[] = {{MakeStatsSink, false},
+                                                {MakeStatsSink, true},
+                                                {MakeCallsSink, false},
+                                                {MakeFoldedSink, false},
+                                                {MakeTimelineSink, false}};
+  uint64_t stitched = 0;
+  for (const auto& [make, json] : outputs) {
+    auto run = [&](size_t jobs, DecodeTotals& totals, ParallelStats* stats) {
+      std::FILE* out = std::tmpfile();
+      EXPECT_NE(out, nullptr);
+      OutputOptions options;
+      options.json = json;
+      // The serial decode's image has decoded it before: a warm block cache.
+      std::unique_ptr<Sink> sink = make(*serial_image, out, options);
+      if (jobs == 0) {
+        EXPECT_THAT(DecodeIntoCanonical(trace_, {}, *serial_image, *sink, totals), IsOk());
+      } else {
+        std::vector<const ProgramImage*> images;
+        for (size_t i = 0; i < jobs; ++i) images.push_back(workers[i].get());
+        EXPECT_THAT(DecodeInParallel(trace_, {}, *serial_image, images, *sink, totals, 0, 1, stats),
+                    IsOk());
+      }
+      EXPECT_THAT(sink->Finish(totals), IsOk());
+      return ReadAll(out);
+    };
+    DecodeTotals serial_totals;
+    const std::string serial = run(0, serial_totals, nullptr);
+    EXPECT_GT(serial.size(), 200u);
+    for (size_t jobs : {1, 2, 4}) {
+      SCOPED_TRACE(::testing::Message() << "-j" << jobs << (json ? " --json" : ""));
+      DecodeTotals totals;
+      ParallelStats stats;
+      EXPECT_EQ(run(jobs, totals, &stats), serial);
+      EXPECT_EQ(totals.blocks, serial_totals.blocks);
+      EXPECT_EQ(totals.instructions, serial_totals.instructions);
+      EXPECT_GT(stats.chunks, 50u);
+      stitched += stats.stitched;
+    }
+  }
+  EXPECT_GT(stitched, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Libxdc, ParallelDecodeTest, ::testing::Values("Unzip", "foo"),

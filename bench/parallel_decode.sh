@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# ptdecode -j: stats, folded and calls with 2 threads against 1, side by side in one run, and
+# peak RSS at -j1 and -j8 (issue 16 part 2's targets: >= 1.8x at -j2 on 2 cores; memory
+# bounded with N threads). Not part of CI.
+#
+#   bench/parallel_decode.sh [--build DIR] [--insns N] [--runs R] [--keep DIR] [--trace FILE ARGS...]
+#
+# Input: a synthesized raw trace (swpt_synth over tests/programs' interp_O2_pie, N instructions,
+# default 50,000,000, TSC and MTC packets), or --trace FILE followed by ptdecode's image arguments
+# (e.g. --pages DIR). Each command runs R times (default 3) alternating -j1 and -j2, output to
+# /dev/null; the best wall and CPU (user + sys) seconds of each, the ratio -j1 wall / -j2 wall,
+# and each run's peak RSS (GNU time's maximum resident set size). The machine's load average is
+# printed first and last: on a shared machine compare the ratios, not the seconds. The outputs
+# of -j1, -j2 and -j8 are compared byte for byte once (cmp).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=build/ci
+insns=50000000
+runs=3
+keep=""
+trace=""
+declare -a image_args=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --build) build="$2"; shift 2 ;;
+    --insns) insns="$2"; shift 2 ;;
+    --runs) runs="$2"; shift 2 ;;
+    --keep) keep="$2"; shift 2 ;;
+    --trace) trace="$2"; shift 2; image_args=("$@"); break ;;
+    *) echo "usage: $0 [--build DIR] [--insns N] [--runs R] [--keep DIR] [--trace FILE ARGS...]" >&2; exit 2 ;;
+  esac
+done
+ptdecode="$build/src/tools/ptdecode"
+synth="$build/record/swpt/tools/swpt_synth"
+interp="$build/record/swpt/programs/interp_O2_pie"
+for f in "$ptdecode" /usr/bin/time; do
+  [[ -x "$f" ]] || { echo "$0: $f missing: build ptdecode" >&2; exit 1; }
+done
+work="${keep:-$(mktemp -d)}"
+mkdir -p "$work"
+[[ -n "$keep" ]] || trap 'rm -rf "$work"' EXIT
+
+if [[ -z "$trace" ]]; then
+  for f in "$synth" "$interp"; do
+    [[ -x "$f" ]] || { echo "$0: $f missing: build swpt_synth ptkit_swpt_programs" >&2; exit 1; }
+  done
+  trace="$work/synth.pt"
+  if [[ ! -s "$trace" ]]; then
+    echo "synthesizing $insns instructions..."
+    "$synth" --elf "$interp" --insns "$insns" --seed 7 --tsc --mtc --out "$trace" >/dev/null
+  fi
+  read -r -a image_args <"$trace.args"
+fi
+echo "trace: $trace ($(stat -c %s "$trace") bytes), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# run COMMAND JOBS: "wall cpu rss_kb" of one run.
+run() {
+  local out
+  out=$( { /usr/bin/time -f '%e %U %S %M' "$ptdecode" "$1" -j "$2" --pt "$trace" "${image_args[@]}" \
+           >/dev/null 2>/dev/null; } 2>&1 | tail -1)
+  read -r wall user sys rss <<<"$out"
+  echo "$wall $(echo "$user + $sys" | bc) $rss"
+}
+
+printf '%-7s %9s %9s %9s %9s %7s %10s %10s\n' command j1_wall j1_cpu j2_wall j2_cpu ratio j1_rss_MB j2_rss_MB
+for command in stats folded calls; do
+  best1=999999 best2=999999 cpu1=0 cpu2=0 rss1=0 rss2=0
+  for ((r = 0; r < runs; r++)); do
+    read -r w c m <<<"$(run "$command" 1)"
+    if (($(echo "$w < $best1" | bc))); then best1=$w cpu1=$c; fi
+    ((m > rss1)) && rss1=$m
+    read -r w c m <<<"$(run "$command" 2)"
+    if (($(echo "$w < $best2" | bc))); then best2=$w cpu2=$c; fi
+    ((m > rss2)) && rss2=$m
+  done
+  printf '%-7s %9s %9s %9s %9s %7.2f %10d %10d\n' "$command" "$best1" "$cpu1" "$best2" "$cpu2" \
+    "$(echo "$best1 / $best2" | bc -l)" $((rss1 / 1024)) $((rss2 / 1024))
+done
+
+# Peak RSS with 8 threads, and the outputs of -j1, -j2 and -j8 byte for byte.
+for command in stats folded calls; do
+  for jobs in 1 2 8; do
+    "$ptdecode" "$command" -j "$jobs" --pt "$trace" "${image_args[@]}" >"$work/$command.j$jobs" 2>&1
+  done
+  cmp "$work/$command.j1" "$work/$command.j2"
+  cmp "$work/$command.j1" "$work/$command.j8"
+done
+read -r w c m <<<"$(run stats 8)"
+echo "stats -j8: wall $w s, cpu $c s, peak RSS $((m / 1024)) MB; outputs of -j1, -j2, -j8 identical"
+echo "load average $(cut -d' ' -f1-3 /proc/loadavg)"
