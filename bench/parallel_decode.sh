@@ -3,7 +3,8 @@
 # peak RSS at -j1 and -j8 (issue 16 part 2's targets: >= 1.8x at -j2 on 2 cores; memory
 # bounded with N threads). Not part of CI.
 #
-#   bench/parallel_decode.sh [--build DIR] [--insns N] [--runs R] [--keep DIR] [--trace FILE ARGS...]
+#   bench/parallel_decode.sh [--build DIR] [--insns N] [--runs R] [--commands "stats calls folded"]
+#                            [--keep DIR] [--trace FILE ARGS...]
 #
 # Input: a synthesized raw trace (swpt_synth over tests/programs' interp_O2_pie, N instructions,
 # default 50,000,000, TSC and MTC packets), or --trace FILE followed by ptdecode's image arguments
@@ -11,7 +12,9 @@
 # /dev/null; the best wall and CPU (user + sys) seconds of each, the ratio -j1 wall / -j2 wall,
 # and each run's peak RSS (GNU time's maximum resident set size). The machine's load average is
 # printed first and last: on a shared machine compare the ratios, not the seconds. The outputs
-# of -j1, -j2 and -j8 are compared byte for byte once (cmp).
+# of -j1, -j2 and -j8 are compared byte for byte once (cmp). The synthesizer's random walks nest
+# calls deeply (folded of 3 M instructions writes gigabytes): leave folded out of --commands for
+# them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=build/ci
@@ -19,6 +22,7 @@ insns=50000000
 runs=3
 keep=""
 trace=""
+commands="stats calls folded"
 declare -a image_args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -26,8 +30,9 @@ while [[ $# -gt 0 ]]; do
     --insns) insns="$2"; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;
+    --commands) commands="$2"; shift 2 ;;
     --trace) trace="$2"; shift 2; image_args=("$@"); break ;;
-    *) echo "usage: $0 [--build DIR] [--insns N] [--runs R] [--keep DIR] [--trace FILE ARGS...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--insns N] [--runs R] [--commands LIST] [--keep DIR] [--trace FILE ARGS...]" >&2; exit 2 ;;
   esac
 done
 ptdecode="$build/src/tools/ptdecode"
@@ -55,15 +60,14 @@ echo "trace: $trace ($(stat -c %s "$trace") bytes), $(nproc) CPUs, load average 
 
 # run COMMAND JOBS: "wall cpu rss_kb" of one run.
 run() {
-  local out
-  out=$( { /usr/bin/time -f '%e %U %S %M' "$ptdecode" "$1" -j "$2" --pt "$trace" "${image_args[@]}" \
-           >/dev/null 2>/dev/null; } 2>&1 | tail -1)
-  read -r wall user sys rss <<<"$out"
+  /usr/bin/time -o "$work/time" -f '%e %U %S %M' "$ptdecode" "$1" -j "$2" --pt "$trace" \
+    "${image_args[@]}" >/dev/null 2>/dev/null
+  read -r wall user sys rss < <(tail -1 "$work/time")
   echo "$wall $(echo "$user + $sys" | bc) $rss"
 }
 
 printf '%-7s %9s %9s %9s %9s %7s %10s %10s\n' command j1_wall j1_cpu j2_wall j2_cpu ratio j1_rss_MB j2_rss_MB
-for command in stats folded calls; do
+for command in $commands; do
   best1=999999 best2=999999 cpu1=0 cpu2=0 rss1=0 rss2=0
   for ((r = 0; r < runs; r++)); do
     read -r w c m <<<"$(run "$command" 1)"
@@ -78,7 +82,7 @@ for command in stats folded calls; do
 done
 
 # Peak RSS with 8 threads, and the outputs of -j1, -j2 and -j8 byte for byte.
-for command in stats folded calls; do
+for command in $commands; do
   for jobs in 1 2 8; do
     "$ptdecode" "$command" -j "$jobs" --pt "$trace" "${image_args[@]}" >"$work/$command.j$jobs" 2>&1
   done

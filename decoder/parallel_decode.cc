@@ -360,32 +360,35 @@ void CanonicalBlocks::SetImage(const ProgramImage& image) {
   successor_.clear();
 }
 
-uint64_t CanonicalBlocks::Successor(uint64_t ip, pt_exec_mode mode) {
-  auto [it, inserted] = successor_.try_emplace({ip, static_cast<int>(mode)}, 0);
+CanonicalBlocks::Next CanonicalBlocks::Successor(uint64_t ip, pt_exec_mode mode) {
+  auto [it, inserted] = successor_.try_emplace({ip, static_cast<int>(mode)}, Next{});
   if (!inserted) return it->second;
   uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
   const size_t n = image_->Read(ip, bytes, sizeof(bytes));
   ZydisDecodedInstruction insn;
   const int length = n == 0 ? 0 : disasm_.Length(mode, bytes, n, &insn);
-  if (length == 0) return 0;
+  if (length == 0) return it->second;
+  const uint64_t after = ip + length;
   switch (insn.meta.category) {
     case ZYDIS_CATEGORY_UNCOND_BR:
-      if (!insn.raw.imm[0].is_relative) return 0;
-      it->second = ip + length + static_cast<uint64_t>(insn.raw.imm[0].value.s);
-      return it->second;
-    case ZYDIS_CATEGORY_COND_BR:
     case ZYDIS_CATEGORY_CALL:
+      if (insn.raw.imm[0].is_relative) {
+        it->second = {after + static_cast<uint64_t>(insn.raw.imm[0].value.s),
+                      insn.meta.category == ZYDIS_CATEGORY_CALL};
+      }
+      break;
+    case ZYDIS_CATEGORY_COND_BR:
     case ZYDIS_CATEGORY_RET:
     case ZYDIS_CATEGORY_SYSCALL:
     case ZYDIS_CATEGORY_SYSRET:
     case ZYDIS_CATEGORY_INTERRUPT:
     case ZYDIS_CATEGORY_SYSTEM:
-      return 0;
+      break;
     default:
-      if (insn.meta.branch_type != ZYDIS_BRANCH_TYPE_NONE) return 0;
-      it->second = ip + length;
-      return it->second;
+      if (insn.meta.branch_type == ZYDIS_BRANCH_TYPE_NONE) it->second = {after, false};
+      break;
   }
+  return it->second;
 }
 
 bool CanonicalBlocks::Joins(const pt_block& next) {
@@ -396,11 +399,14 @@ bool CanonicalBlocks::Joins(const pt_block& next) {
     case ptic_jump:
     case ptic_error:  // the block decoder leaves an indirect jump's class unknown
       break;
-    default:  // needs trace, or a call
+    case ptic_call:  // a direct call ends libipt's block the first time only
+      if (inner().end_block_on_call()) return false;
+      break;
+    default:  // needs trace
       return false;
   }
-  const uint64_t to = Successor(b.end_ip, b.mode);
-  return to != 0 && to == next.ip;
+  const Next to = Successor(b.end_ip, b.mode);
+  return to.ip != 0 && to.ip == next.ip && (!to.call || !inner().end_block_on_call());
 }
 
 void CanonicalBlocks::OnBlock(const pt_block& block) {

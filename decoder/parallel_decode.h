@@ -41,13 +41,13 @@ namespace ptkit::decoder {
 
 // A block sink's decode with libipt's blocks joined where they were cut for no reason of the
 // flow (the block cache, a section's end, fill limits): a block that ends at an instruction
-// that needs no trace and is no call (not a branch, or a direct jump) is joined to the next one
-// where that is the instruction's successor, no event, error or sync comes between them and
-// the sum stays below 65,536 instructions. Blocks then end only at conditional and indirect
-// branches, returns, calls, far transfers, truncated instructions and events, whatever the
-// decoder's history. Time updates between joined blocks are told once, after the joined block,
-// with the last value (the decoder tells the time after each block). The sink sees the same
-// callbacks in the same order with any -j; `ptdecode stats` counts these blocks.
+// that needs no trace (not a branch, a direct jump, or a direct call when the sink does not end
+// blocks at calls) is joined to the next one where that is the instruction's successor, no event,
+// error or sync comes between them and the sum stays below 65,536 instructions. Blocks then end
+// only at conditional and indirect branches, returns, calls, far transfers, truncated instructions
+// and events, whatever the decoder's history. Time updates between joined blocks are told once,
+// after the joined block, with the last value (the decoder tells the time after each block). The
+// sink sees the same callbacks in the same order with any -j; `ptdecode stats` counts these blocks.
 class CanonicalBlocks : public ForwardingSink {
  public:
   // Reads the code of blocks from `image` until SetImage (or a stream with an image).
@@ -73,14 +73,18 @@ class CanonicalBlocks : public ForwardingSink {
   absl::Status Finish(const DecodeTotals& totals) override;
 
  private:
-  // Where the instruction at `ip` goes without trace, if it needs none and is no call: the
-  // next instruction, or a direct jump's target; 0 otherwise.
-  uint64_t Successor(uint64_t ip, pt_exec_mode mode);
+  // Where the instruction at `ip` goes without trace, if it needs none: the next instruction,
+  // a direct jump's or call's target (ip 0: it needs trace, or does not decode).
+  struct Next {
+    uint64_t ip = 0;
+    bool call = false;
+  };
+  Next Successor(uint64_t ip, pt_exec_mode mode);
   bool Joins(const pt_block& next);
 
   const ProgramImage* image_;
   Disassembler disasm_;
-  absl::flat_hash_map<std::pair<uint64_t, int>, uint64_t> successor_;  // (ip, mode)
+  absl::flat_hash_map<std::pair<uint64_t, int>, Next> successor_;  // (ip, mode)
   bool held_ = false;
   pt_block block_{};
   uint64_t block_position_ = 0;
