@@ -706,12 +706,17 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
   return absl::OkStatus();
 }
 
+bool DecodesInParallel(const Sink& sink) {
+  const ParallelOptions options = GetParallelOptions();
+  return options.jobs > 1 && (sink.kind() != DecoderKind::kBlock || options.blocks);
+}
+
 absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
                                                  const TraceConfig& config,
                                                  const ProgramImage& image,
                                                  const ImageLoader& load_image, Sink& sink) {
   const ParallelOptions options = GetParallelOptions();
-  if (options.jobs <= 1 || trace.size() <= options.chunk_bytes) {
+  if (!DecodesInParallel(sink) || trace.size() <= options.chunk_bytes) {
     DecodeTotals totals;
     PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace, config, image, sink, totals));
     PTKIT_RETURN_IF_ERROR(sink.Finish(totals));

@@ -715,7 +715,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   // own (libipt's images are not thread-safe), made when a piece of several chunks needs them.
   const ParallelOptions parallel = GetParallelOptions();
   std::vector<std::unique_ptr<ImageCache>> worker_images;
-  if (parallel.jobs > 1 && !r.bts) {
+  if (DecodesInParallel(sink) && !r.bts) {
     for (unsigned i = 0; i < parallel.jobs; ++i) {
       worker_images.push_back(
           std::make_unique<ImageCache>(r, options.sysroot, options.buildid_dir));
