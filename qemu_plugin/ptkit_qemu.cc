@@ -29,8 +29,9 @@
 // Valgrind's pre-exec check does them.
 //
 // Limits of API v1 (no register access, no signal callback): an asynchronous signal shows as
-// a block that is not a successor of the last one; a fault inside a block over-counts that
-// block's remaining instructions (the ground-truth mode is exact there).
+// a block that is not a successor of the last one (after an indirect branch or RET: a block
+// at a handler, which the handler's RET confirms or not); a fault inside a block over-counts
+// that block's remaining instructions (the ground-truth mode is exact there).
 #include <elf.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -91,8 +92,6 @@ constexpr uint64_t kMoveNs = 20000000;
 // How often (in blocks) a thread checks whether a chunk is ready.
 constexpr uint32_t kCheckBlocks = 1024;
 constexpr unsigned kMaxVcpus = 4096;
-// Instructions a thread claims at once from an instruction limit (--max-steps).
-constexpr uint64_t kBudgetChunk = 1 << 16;
 // x86-64 Linux system call numbers (asm/unistd_64.h).
 constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysRtSigaction = 13, kSysRtSigreturn = 15,
                   kSysExecve = 59, kSysExit = 60, kSysExitGroup = 231, kSysExecveat = 322;
@@ -134,7 +133,8 @@ struct Thread {
   uint64_t syscall_ip = 0;
   int64_t syscall_num = -1;
   uint64_t args[6] = {};
-  uint64_t new_handler = 0;  // of the rt_sigaction call running
+  uint64_t new_handler = 0;  // of the rt_sigaction call running, and its sa_restorer
+  uint64_t new_restorer = 0;
   std::atomic<int> phase{kRunning};
   uint64_t instructions = 0;
   // With an instruction limit: `instructions` may grow up to this before the thread claims
@@ -158,6 +158,14 @@ struct Thread {
     uint64_t handler = 0;
     int depth = 0;           // signals delivered on top of it, not yet returned from
     bool returning = false;  // its rt_sigreturn is running: the next block resolves it
+    // An indirect branch or RET to a handler may be the program's own (it calls or jumps to
+    // its handler): the handler's RET tells. A signal's frame returns to the sa_restorer
+    // (`restorer`, 0: unknown); a handler the program ran returns elsewhere. `calls`: calls
+    // minus returns since the handler began (at depth 0), so the handler's own RET is the
+    // one at 0. `own_possible`: not yet known (a branch that can only be a signal's is not).
+    uint64_t restorer = 0;
+    int64_t calls = 0;
+    bool own_possible = false;
   };
   std::optional<Pending> pending;
   std::vector<Event> held;
@@ -201,6 +209,7 @@ struct Global {
   // of them is taken for a signal delivered right after it. `handler_bits` is a filter for
   // the fast path (bit HandlerBit(address) set for every handler ever installed).
   std::atomic<uint64_t> handlers[kSignals] = {};
+  std::atomic<uint64_t> restorers[kSignals] = {};  // their sa_restorer (where their frame returns)
   std::atomic<uint64_t> handler_bits[64] = {};
 };
 Global* g = nullptr;
@@ -216,6 +225,18 @@ bool IsHandlerSlow(uint64_t address) {
     if (h.load(std::memory_order_relaxed) == address) return true;
   }
   return false;
+}
+// The sa_restorer of a signal whose handler is at `address` (0: none known, or handlers that
+// differ in it).
+uint64_t RestorerOf(uint64_t address) {
+  uint64_t restorer = 0;
+  for (int sig = 0; sig < kSignals; ++sig) {
+    if (g->handlers[sig].load(std::memory_order_relaxed) != address) continue;
+    const uint64_t r = g->restorers[sig].load(std::memory_order_relaxed);
+    if (restorer != 0 && r != restorer) return 0;
+    restorer = r;
+  }
+  return restorer;
 }
 [[gnu::always_inline]] inline bool IsHandler(uint64_t address) {
   const unsigned bit = HandlerBit(address);
@@ -575,6 +596,18 @@ void Resolve(Thread& t, uint64_t resume) {
   for (const Event& e : held) Add(t, e);
 }
 
+// The pending branch to a handler was the program's own (no signal): it went to the handler.
+// Writes it and the events held since.
+void ResolveAsBranch(Thread& t) {
+  const Thread::Pending p = *t.pending;
+  t.pending.reset();
+  AppendStepEvents(p.branch->last_ip, p.branch->last, p.handler, t.events);
+  AddAll(t);
+  std::vector<Event> held = std::move(t.held);
+  t.held.clear();
+  for (const Event& e : held) Add(t, e);
+}
+
 // The block `b` follows `p`: the events of p's last instruction.
 void Follow(Thread& t, const Block& p, const Block& b) {
   if (t.in_syscall) {
@@ -623,9 +656,8 @@ void Follow(Thread& t, const Block& p, const Block& b) {
     case InsnClass::kIndirectJump:
     case InsnClass::kIndirectCall:
     case InsnClass::kReturn:
-      // Any target is possible; a signal handler is taken for a signal that came right after
-      // the branch (a program that jumps to its handler itself is recorded wrongly: it is
-      // resolved when that handler returns by rt_sigreturn, or counted).
+      // Any target is possible; at a signal handler, a signal may have come right after the
+      // branch, or the program went there itself: the handler's RET tells (Pending).
       if (!IsHandler(next)) break;
       if (t.pending) {
         // One branch waits for its frame already: this one is recorded as going to the
@@ -634,6 +666,8 @@ void Follow(Thread& t, const Block& p, const Block& b) {
         break;
       }
       t.pending = Thread::Pending{&p, next};
+      t.pending->restorer = RestorerOf(next);
+      t.pending->own_possible = t.pending->restorer != 0;
       return;
     case InsnClass::kFarBranch:
     case InsnClass::kSyscall:
@@ -658,6 +692,19 @@ void Follow(Thread& t, const Block& p, const Block& b) {
     t.events.push_back(Event::Enable(next));
     if (t.pending) ++t.pending->depth;
     return AddAll(t);
+  }
+  if (t.pending && t.pending->own_possible && t.pending->depth == 0) {
+    if (last.cls == InsnClass::kDirectCall || last.cls == InsnClass::kIndirectCall) {
+      ++t.pending->calls;
+    } else if (last.cls == InsnClass::kReturn && t.pending->calls-- == 0) {
+      // The handler returns: to the restorer, it ran for a signal (its rt_sigreturn resolves
+      // the branch); anywhere else, the program ran it itself: the branch went to it.
+      if (next == t.pending->restorer) {
+        t.pending->own_possible = false;
+      } else {
+        ResolveAsBranch(t);
+      }
+    }
   }
   AppendStepEvents(p.last_ip, last, next, t.events);
   AddAll(t);
@@ -738,20 +785,24 @@ void OnBlock(unsigned int vcpu, void* userdata) {
 
 void EnterBlock(Thread* t, const Block& b);
 
-// Whether the thread may run `insns` more instructions under the instruction limit: claims
-// them (and a chunk more, as far as the limit goes) when its budget does not cover them.
+// Whether the thread may run `insns` more instructions under the instruction limit
+// (--max-steps): claims them from the count shared by every thread of every process of the
+// run. Each block is claimed as it starts, so no thread holds instructions another could
+// run: the run stops at the first block, of any thread, that would take the total past the
+// limit, and nothing is claimed after that (`limit_hit`; the thread's `limit_next` says how
+// many that block has). Slower than chunks (an atomic per block), only with --max-steps.
 bool ClaimBudget(Thread& t, uint64_t insns) {
   if (t.instructions + insns <= t.budget_end) return true;
   ptk::QemuRegionHeader* h = Header();
   const uint64_t need = t.instructions + insns - t.budget_end;
   uint64_t claimed = h->instructions_claimed.load();
-  uint64_t take = 0;
   do {
-    const uint64_t left = h->max_instructions - std::min(claimed, h->max_instructions);
-    if (left < need) return false;
-    take = std::min(left, std::max(need, kBudgetChunk));
-  } while (!h->instructions_claimed.compare_exchange_weak(claimed, claimed + take));
-  t.budget_end += take;
+    if (h->limit_hit.load(std::memory_order_relaxed) != 0 || claimed + need > h->max_instructions) {
+      if (h->limit_hit.exchange(1) == 0) h->limit_next.store(need);
+      return false;
+    }
+  } while (!h->instructions_claimed.compare_exchange_weak(claimed, claimed + need));
+  t.budget_end += need;
   UpdateFastEnd(t);
   return true;
 }
@@ -1199,13 +1250,13 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
     t->in_syscall = true;
   }
   if (num == kSysRtSigaction && a2 != 0) {
-    // struct sigaction as the kernel takes it: the handler first. Read now (the call reads
-    // it now); installed when the call succeeds.
-    uint64_t handler = 0;
-    iovec local{&handler, sizeof(handler)};
-    iovec remote{reinterpret_cast<void*>(a2), sizeof(handler)};
-    t->new_handler =
-        process_vm_readv(gettid(), &local, 1, &remote, 1, 0) == sizeof(handler) ? handler : 0;
+    // struct sigaction as the x86-64 kernel takes it: handler, flags, restorer, mask. Read
+    // now (the call reads it now); installed when the call succeeds.
+    constexpr uint64_t kSaRestorer = 0x04000000;
+    uint64_t sa[3] = {};
+    const bool read = ReadGuest(a2, std::span<uint8_t>(reinterpret_cast<uint8_t*>(sa), sizeof(sa)));
+    t->new_handler = read ? sa[0] : 0;
+    t->new_restorer = read && (sa[1] & kSaRestorer) != 0 ? sa[2] : 0;
   }
   if (num == kSysExit) return EndThread(*t);
   if (num == kSysExitGroup) return EndAll();
@@ -1231,10 +1282,13 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
     g->closing.store(false, std::memory_order_relaxed);
   }
   if (Header()->stop_signal.load(std::memory_order_relaxed) != 0) return Stop();
+  // Another process (or thread) reached --max-steps while this one was in the call.
+  if (Header()->limit_hit.load(std::memory_order_relaxed) != 0) return StopAtLimit();
   if (num == kSysRtSigaction && ret == 0 && t->args[1] != 0 && t->args[0] < kSignals) {
     // SIG_DFL (0) and SIG_IGN (1) run no guest code.
     const uint64_t handler = t->new_handler > 1 ? t->new_handler : 0;
     g->handlers[t->args[0]].store(handler, std::memory_order_relaxed);
+    g->restorers[t->args[0]].store(t->new_restorer, std::memory_order_relaxed);
     const unsigned bit = HandlerBit(handler);
     if (handler != 0) g->handler_bits[bit / 64].fetch_or(uint64_t{1} << (bit % 64));
   }
