@@ -26,7 +26,8 @@
 // told the slot, and the guest's argv (argv[0] by -0) and environment. What the kernel would
 // refuse (no such file, not executable, ...) is left to the native call, which fails and
 // returns its errno to the guest; the checks are those of fs/exec.c and binfmt_script.c, as
-// Valgrind's pre-exec check does them.
+// Valgrind's pre-exec check does them. execveat is followed the same way (PlanExec finds its
+// file); a file without a name (memfd, deleted) runs natively: a new qemu could not open it.
 //
 // Limits of API v1 (no register access, no signal callback): an asynchronous signal shows as
 // a block that is not a successor of the last one (after an indirect branch or RET: a block
@@ -1149,21 +1150,70 @@ ExecPlan PlanFile(std::string path, Exec* e) {
   return ExecPlan::kNotFollowed;  // (the kernel: ELOOP)
 }
 
-// execve(path, argv, envp) or execveat(dirfd, path, argv, envp, flags) with `args`.
+// The path of the file open at guest descriptor `fd` (guest descriptors are qemu's), when that
+// path still names it (not a deleted file, a memfd, a pipe). False when it does not.
+bool DescriptorPath(int fd, std::string* out) {
+  char link[64], target[4096];
+  std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(link, target, sizeof(target) - 1);
+  struct stat by_fd {
+  }, by_path{};
+  if (n <= 0 || target[0] != '/' || fstat(fd, &by_fd) != 0) return false;
+  out->assign(target, static_cast<size_t>(n));
+  return stat(out->c_str(), &by_path) == 0 && by_path.st_dev == by_fd.st_dev &&
+         by_path.st_ino == by_fd.st_ino;
+}
+
+// execve(path, argv, envp) or execveat(dirfd, path, argv, envp, flags) with `args`. The file
+// execveat names is found as the kernel finds it (fs/exec.c do_execveat_common, alloc_bprm):
+// PATH relative to DIRFD unless absolute, the descriptor's own file with AT_EMPTY_PATH and an
+// empty PATH, no symlink last with AT_SYMLINK_NOFOLLOW. COMM: the basename of PATH, or with
+// AT_EMPTY_PATH the name of the descriptor's file (its dentry's: Linux 6.12, not "N" of
+// "/dev/fd/N"). A file named /proc/self/fd/N or /dev/fd/N is that descriptor's (the kernel
+// opens it before the exec closes descriptors): followed where a path names it, else (a memfd,
+// a deleted file: qemu-x86_64 could not open it after the exec) left to run natively.
 ExecPlan PlanExec(int64_t num, const uint64_t args[6], Exec* e) {
   const bool at = num == kSysExecveat;
+  const int dirfd = at ? static_cast<int>(args[0]) : AT_FDCWD;
+  const uint64_t flags = at ? args[4] : 0;
   std::string path;
   if (!ReadGuestString(args[at ? 1 : 0], &path)) return ExecPlan::kFails;  // EFAULT
-  if (path.empty()) return ExecPlan::kFails;                               // ENOENT
-  if (at && (args[4] != 0 || (static_cast<int>(args[0]) != AT_FDCWD && path[0] != '/'))) {
-    return ExecPlan::kNotFollowed;  // flags (AT_EMPTY_PATH: fexecve), or a directory's file
+  if ((flags & ~uint64_t{AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW}) != 0) {
+    return ExecPlan::kFails;  // EINVAL
+  }
+  bool from_dentry = false;
+  if (path.empty()) {
+    if ((flags & AT_EMPTY_PATH) == 0) return ExecPlan::kFails;  // ENOENT
+    struct stat st {};
+    if (fstat(dirfd, &st) != 0) return ExecPlan::kFails;  // EBADF
+    // (fexecve of a file without a name: qemu-x86_64 cannot open it after the exec.)
+    if (!DescriptorPath(dirfd, &path)) return ExecPlan::kNotFollowed;
+    from_dentry = true;
+  } else if (path[0] != '/' && dirfd != AT_FDCWD) {
+    std::string dir;
+    struct stat st {};
+    if (fstat(dirfd, &st) != 0) return ExecPlan::kFails;              // EBADF
+    if (!S_ISDIR(st.st_mode)) return ExecPlan::kFails;                // ENOTDIR
+    if (!DescriptorPath(dirfd, &dir)) return ExecPlan::kNotFollowed;  // a deleted directory
+    e->comm = path.substr(path.rfind('/') + 1);
+    path = dir + "/" + path;
+  }
+  if ((flags & AT_SYMLINK_NOFOLLOW) != 0) {
+    struct stat st {};
+    if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) return ExecPlan::kFails;  // ELOOP
   }
   if (!ReadGuestStrings(args[at ? 2 : 1], &e->argv) ||
       !ReadGuestStrings(args[at ? 3 : 2], &e->envp)) {
     return ExecPlan::kFails;  // EFAULT
   }
   if (e->argv.empty()) e->argv.emplace_back();  // Linux 5.18: an empty argv gets ""
-  e->comm = path.substr(path.rfind('/') + 1);
+  if (e->comm.empty() || from_dentry) e->comm = path.substr(path.rfind('/') + 1);
+  for (const std::string_view dir : {"/proc/self/fd/", "/dev/fd/"}) {
+    if (!path.starts_with(dir)) continue;
+    const std::string n = path.substr(dir.size());
+    if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) break;
+    if (!DescriptorPath(std::atoi(n.c_str()), &path)) return ExecPlan::kNotFollowed;
+  }
   // qemu-user runs its own program for /proc/self/exe (the guest means the guest's).
   if (path == "/proc/self/exe" && !g->binary.empty()) path = g->binary;
   return PlanFile(path, e);

@@ -351,9 +351,9 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   if (uint32_t n = h->execs.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
         "the trace ends at execve (", n,
-        " times): the new program is not one qemu-x86_64 runs (not an x86-64 ELF program, or "
-        "not readable), or the program closed the plugin's descriptor of the ring; it ran "
-        "natively, untraced"));
+        " times): the new program is not one qemu-x86_64 runs (not an x86-64 ELF program, not "
+        "readable, or a file without a name: a memfd, a deleted file), or the program closed "
+        "the plugin's descriptor of the ring; it ran natively, untraced"));
   }
   if (uint32_t n = h->unresolved_signals.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(

@@ -355,6 +355,81 @@ TEST_F(QemuEmulateTest, ExecFailuresAndScriptsBehaveAsNatively) {
   EXPECT_THAT(err, Not(HasSubstr("warning")));
 }
 
+// The lines of `text`, without those that start with `drop` (when given).
+std::vector<std::string> Lines(const std::string& text, const std::string& drop = "") {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (drop.empty() || !line.starts_with(drop)) lines.push_back(line);
+  }
+  return lines;
+}
+
+// execveat is followed as execve is: relative to a directory's descriptor, relative to the
+// working directory, a descriptor's own file (AT_EMPTY_PATH: fexecve, also of an O_PATH
+// descriptor), through a symlink; each child's stream decodes to the ground truth through the
+// program it exec'd, and the sideband has the kernel's COMM for each exec (as the program
+// itself reads it natively from /proc/self/comm: the symlink's name, the descriptor's file's
+// name). What the kernel refuses (an empty path without AT_EMPTY_PATH, no such name, a bad
+// descriptor, bad flags, a file as the directory, a symlink with AT_SYMLINK_NOFOLLOW) returns
+// the kernel's errno as natively, or ENOSYS: qemu-user 7.2 has no execveat of its own (8.1
+// has), and the plugin cannot change a system call's result.
+TEST_F(QemuEmulateTest, ExecveatIsFollowedAsExecveIs) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_qemu_exec";
+  const std::string dir = dir_->File("bin");
+  std::filesystem::create_directory(dir);
+  std::filesystem::copy_file(program, dir + "/prog");
+  std::filesystem::create_symlink("prog", dir + "/link");
+  auto native = RunCommand({"/usr/bin/env", "PRINT_COMM=1", program, "at", dir, "prog"});
+  ASSERT_EQ(native.exit_code, 0) << native.err;
+  std::vector<std::string> comms;
+  for (const std::string& line : Lines(native.out)) {
+    if (line.starts_with("comm=")) comms.push_back(line.substr(5));
+  }
+  ASSERT_EQ(comms, (std::vector<std::string>{"prog", "prog", "prog", "prog", "prog", "link"}));
+  std::string err, out;
+  // The parent and 12 children, 6 of which exec.
+  EXPECT_EQ(ExpectDecodedEqualsTruth("at", {program, "at", dir, "prog"}, 0, &err, {}, nullptr, &out)
+                .size(),
+            13u);
+  EXPECT_THAT(err, Not(HasSubstr("warning")));
+  const std::vector<std::string> want = Lines(native.out, "comm="), got = Lines(out);
+  ASSERT_EQ(got.size(), want.size()) << out;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::string name = want[i].substr(0, want[i].find(':') + 1);
+    if (got[i] != name + " Function not implemented") {
+      EXPECT_EQ(got[i], want[i]);
+    }
+  }
+  EXPECT_THAT(out, HasSubstr("args-fexecve: exit 5\n"));
+  EXPECT_THAT(out, HasSubstr("args-link: exit 5\n"));
+  const std::vector<std::string> sideband = PerfSideband(dir_->File("at.pt"));
+  if (sideband.empty()) return;  // no perf here
+  std::vector<std::string> exec_comms;
+  for (const std::string& line : sideband) {
+    if (!line.starts_with("PERF_RECORD_COMM exec: ")) continue;
+    const std::string name = line.substr(23, line.rfind(':') - 23);
+    if (name != "e2e_qemu_exec") exec_comms.push_back(name);
+  }
+  EXPECT_EQ(exec_comms, comms);
+}
+
+// fexecve(3) of a memfd (glibc: execveat, then execve of /proc/self/fd/N): a file without a
+// name, which a new qemu-x86_64 could not open after the exec. It runs natively, as it would
+// under qemu-user alone (the same output), the trace ends at that exec, and ptrecord says so.
+TEST_F(QemuEmulateTest, AnExecOfAFileWithoutANameRunsNativelyAndSaysSo) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_qemu_exec";
+  auto native = RunCommand({program, "memfd", program});
+  ASSERT_EQ(native.exit_code, 5) << native.err;
+  Recorded rec = Record("memfd", {program, "memfd", program}, /*with_truth=*/false);
+  EXPECT_EQ(rec.run.exit_code, 5) << rec.run.err;
+  EXPECT_EQ(rec.run.out, native.out);
+  EXPECT_THAT(rec.run.err, HasSubstr("the trace ends at execve (1 times)"));
+  EXPECT_THAT(rec.run.err, HasSubstr("a file without a name"));
+}
+
 // A program that closes every descriptor before it execs takes the plugin's descriptor of the
 // ring with them: the new program runs natively (exit 3 from emulate_fib), the trace ends at
 // that exec, and ptrecord says why.
