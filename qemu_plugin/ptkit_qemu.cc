@@ -73,6 +73,9 @@
 
 extern "C" {
 __attribute__((visibility("default"))) int qemu_plugin_version = kQemuPluginApiVersion;
+__attribute__((visibility("default"), used)) ptkit::emulate::QemuPluginAbi ptkit_qemu_abi = {
+    {'p', 't', 'k', 'i', 't', '-', 'q', 'e', 'm', 'u', '-', 'a', 'b', 'i', ':', '\0'},
+    ptkit::emulate::kQemuRegionVersion};
 }
 
 namespace {

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "record/emulate/qemu_backend.h"
 
+#include <elf.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -9,8 +10,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
@@ -18,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "ptkit/container_writer.h"
+#include "ptkit/elf_file.h"
 #include "ptkit/status.h"
 #include "record/code_capture.h"
 #include "record/drain_loop.h"
@@ -71,6 +75,50 @@ std::string QemuVersion(const std::string& qemu) {
 
 }  // namespace
 
+absl::Status CheckQemuPlugin(const std::string& path) {
+  const std::string what = absl::StrCat("the QEMU plugin ", path);
+  const std::string rebuild = "build the ptkit_qemu target, or give its path with --qemu-plugin";
+  absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+  if (!elf.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is not an ELF file (", elf.status().message(), "): ", rebuild));
+  }
+  if (elf->type() != ET_DYN || elf->machine() != EM_X86_64 || !elf->is_64bit()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is not an x86-64 shared object: ", rebuild));
+  }
+  std::optional<ElfSymbol> abi;
+  bool install = false;
+  for (const ElfSymbol& s : elf->Symbols()) {
+    if (!s.dynamic) continue;
+    install |= s.name == "qemu_plugin_install";
+    if (s.name == kQemuPluginAbiSymbol) abi = s;
+  }
+  if (!install) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is not a QEMU plugin (no qemu_plugin_install): ", rebuild));
+  }
+  QemuPluginAbi value{};
+  const std::vector<ElfSection> sections = elf->Sections();
+  if (abi && abi->size == sizeof(value) && abi->section < sections.size()) {
+    const ElfSection& section = sections[abi->section];
+    std::span<const uint8_t> data = elf->SectionData(section);
+    if (abi->value >= section.addr && abi->value - section.addr + sizeof(value) <= data.size()) {
+      std::memcpy(&value, data.data() + (abi->value - section.addr), sizeof(value));
+    }
+  }
+  if (std::memcmp(value.tag, kQemuPluginAbiTag, sizeof(value.tag)) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " is a QEMU plugin but not ptkit's (no ", kQemuPluginAbiSymbol, "): ", rebuild));
+  }
+  if (value.region_version != kQemuRegionVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is from another ptkit build (its ring version ", value.region_version,
+                     ", this ptrecord's ", kQemuRegionVersion, "): ", rebuild));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string& self_exe) {
   QemuSetup setup;
   setup.qemu = FindOnPath("qemu-x86_64");
@@ -89,6 +137,7 @@ absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string&
                      "): build the ptkit_qemu target, or give its path with --qemu-plugin PATH"));
   }
   setup.plugin = std::filesystem::absolute(setup.plugin).string();
+  PTKIT_RETURN_IF_ERROR(CheckQemuPlugin(setup.plugin));
   setup.version = QemuVersion(setup.qemu);
   return setup;
 }

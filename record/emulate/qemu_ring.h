@@ -39,6 +39,15 @@ namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
 inline constexpr uint32_t kQemuRegionVersion = 4;
+
+// What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
+// plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
+struct QemuPluginAbi {
+  char tag[16];  // kQemuPluginAbiTag
+  uint32_t region_version;
+};
+inline constexpr char kQemuPluginAbiTag[16] = "ptkit-qemu-abi:";
+inline constexpr char kQemuPluginAbiSymbol[] = "ptkit_qemu_abi";
 inline constexpr uint64_t kQemuPage = 4096;
 
 // Slot states.

@@ -677,6 +677,40 @@ TEST_F(QemuEmulateTest, APluginThatIsNotThereIsOneLine) {
   EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));
 }
 
+// A file that is not this ptrecord's plugin is refused before qemu runs, in one line naming it:
+// not ELF, an ELF shared object that is no QEMU plugin, ptkit's plugin of another ring version
+// (a copy with its ptkit_qemu_abi version changed).
+TEST_F(QemuEmulateTest, APluginOfAnotherKindIsOneLine) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string text = dir_->File("text.so");
+  std::ofstream(text) << "not a plugin\n";
+  const std::string other = dir_->File("other.so");
+  {
+    const std::string plugin =
+        std::filesystem::path(PTRECORD_PATH).parent_path() / "libptkit_qemu.so";
+    std::ifstream in(plugin, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string tag("ptkit-qemu-abi:\0", 16);
+    const size_t at = bytes.find(tag);
+    ASSERT_NE(at, std::string::npos);
+    ASSERT_EQ(bytes.find(tag, at + 1), std::string::npos);
+    bytes[at + 16] = static_cast<char>(bytes[at + 16] + 1);  // the version's low byte
+    std::ofstream(other, std::ios::binary) << bytes;
+  }
+  for (const auto& [plugin, says] : std::vector<std::pair<std::string, std::string>>{
+           {text, "is not an ELF file"},
+           {PROGRAM_DIR "/libemulate_plugin.so", "is not a QEMU plugin (no qemu_plugin_install)"},
+           {other, "is from another ptkit build (its ring version "}}) {
+    auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "--qemu-plugin", plugin, "-o",
+                         dir_->File("x.pt"), "--", "/bin/true"});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ptrecord: the QEMU plugin " + plugin + " " + says));
+    EXPECT_THAT(r.err, HasSubstr("build the ptkit_qemu target"));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));
+  }
+}
+
 TEST_F(QemuEmulateTest, AMissingQemuNamesThePackage) {
   auto r = RunCommand({"/usr/bin/env", "PATH=/nonexistent", PTRECORD_PATH, "--emulate=qemu", "-o",
                        dir_->File("x.pt"), "--", "/bin/true"});
