@@ -111,6 +111,9 @@ struct Block {
   InsnInfo last;
   // With AUX sampling: each instruction's address less `start` (a sample names one).
   std::vector<uint16_t> offsets;
+  // The block ends at `end` with an instruction QEMU does not implement (it raises SIGILL
+  // there, before it; not counted in `insns`).
+  bool illegal = false;
 };
 
 // One instruction, for the ground-truth mode.
@@ -888,6 +891,27 @@ void OnInsn(unsigned int vcpu, void* userdata) {
   if (t->truth.size() >= (64 << 10)) FlushTruth(*t);
 }
 
+// A block that ends with an instruction QEMU does not implement runs: ptrecord names it if the
+// program dies of the SIGILL (the first one, with its bytes from guest memory).
+void OnIllegal(unsigned int vcpu, void* userdata) {
+  const Block& b = *static_cast<const Block*>(userdata);
+  ptk::QemuRegionHeader* h = Header();
+  if (Thread* t = ThreadOf(vcpu); t != nullptr && t == t_current && t->traced &&
+                                  t->phase.load(std::memory_order_relaxed) == kRunning) {
+    // A SIGILL that kills the program runs no plugin code: its trace so far goes to the ring
+    // now (pending TNT bits too, as for a snapshot), up to this block.
+    if (absl::Status s = t->enc->Flush(); !s.ok()) Fail(std::string(s.message()));
+    Move(*t);
+  }
+  uint64_t none = 0;
+  if (!h->illegal_ip.compare_exchange_strong(none, b.end)) return;
+  uint8_t bytes[15] = {};
+  iovec local{bytes, sizeof(bytes)};
+  iovec remote{reinterpret_cast<void*>(b.end), sizeof(bytes)};
+  const ssize_t n = process_vm_readv(gettid(), &local, 1, &remote, 1, 0);
+  if (n > 0) std::memcpy(h->illegal_bytes, bytes, static_cast<size_t>(n));
+}
+
 void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
   const size_t n = qemu_plugin_tb_n_insns(tb);
   if (n == 0) return;
@@ -923,9 +947,15 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
     b.last = *info;
     b.end = b.last_ip + info->size;
   } else {
-    std::string hex;
-    for (size_t i = 0; i < size; ++i) absl::StrAppend(&hex, absl::Hex(bytes[i], absl::kZeroPad2));
-    Fail(absl::StrCat(info.status().message(), " (", size, " bytes from QEMU: ", hex, ")"));
+    // QEMU could not decode it either (it gives the bytes it read, e.g. 1 of an EVEX
+    // instruction: AVX-512) and translated an illegal-opcode exception: the block runs up to
+    // it, then the guest gets SIGILL there.
+    b.illegal = true;
+    b.end = b.last_ip;
+    b.insns = static_cast<uint32_t>(n - 1);
+    b.last_ip = n > 1 ? qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, n - 2)) : b.start;
+    b.last = InsnInfo{};
+    b.last.size = static_cast<uint8_t>(b.end - b.last_ip);
   }
   if (g->sample_period != 0) {
     for (size_t i = 0; i < b.insns; ++i) {
@@ -936,9 +966,12 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
   std::lock_guard<std::mutex> lock(g->mu);
   g->blocks.push_back(std::move(b));
   qemu_plugin_register_vcpu_tb_exec_cb(tb, OnBlock, QEMU_PLUGIN_CB_NO_REGS, &g->blocks.back());
+  if (g->blocks.back().illegal) {
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, OnIllegal, QEMU_PLUGIN_CB_NO_REGS, &g->blocks.back());
+  }
   if (g->truth_fd < 0) return;
   const Block& added = g->blocks.back();
-  for (size_t i = 0; i < added.insns; ++i) {
+  for (size_t i = 0; i < added.insns; ++i) {  // (not an illegal one: it does not retire)
     struct qemu_plugin_insn* insn = qemu_plugin_tb_get_insn(tb, i);
     const uint64_t ip = qemu_plugin_insn_vaddr(insn);
     const bool rep = i + 1 == added.insns && added.last.rep;

@@ -420,10 +420,21 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   result.steps.exit_status = result.exit_code;
   if (WIFSIGNALED(*status)) result.steps.exit_signal = WTERMSIG(*status);
   result.steps.step_limit_hit = h->limit_hit.load() != 0;
-  if (result.steps.exit_signal == SIGILL) {
+  // The program died of SIGILL at an instruction QEMU does not implement: a setup error (exit
+  // 1) once the container, valid up to there, is closed.
+  std::string illegal;
+  if (result.steps.exit_signal == SIGILL && h->illegal_ip.load() != 0) {
+    std::string hex;
+    for (uint8_t byte : h->illegal_bytes) absl::StrAppend(&hex, absl::Hex(byte, absl::kZeroPad2));
+    illegal = absl::StrCat("the program died of SIGILL at 0x", absl::Hex(h->illegal_ip.load()),
+                           ", an instruction QEMU's TCG does not implement (bytes ",
+                           hex.substr(0, 30), h->illegal_bytes[0] == 0x62 ? ": EVEX, AVX-512" : "",
+                           "); its trace up to there is in ", options.output,
+                           "; --emulate=step runs it natively");
+  } else if (result.steps.exit_signal == SIGILL) {
     result.warnings.push_back(
         "SIGILL under QEMU: the program used an instruction QEMU's TCG does not implement "
-        "(e.g. AVX-512); --emulate=step runs it natively");
+        "(e.g. AVX-512), or raised it; --emulate=step runs it natively");
   }
   if (result.stop_signal != 0) {
     result.exit_code = 128 + result.stop_signal;
@@ -441,6 +452,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   meta.end = std::move(end);
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->Close());
+  if (!illegal.empty()) return absl::FailedPreconditionError(illegal);
   return result;
 }
 

@@ -94,6 +94,10 @@ struct QemuRegionHeader {
   // Snapshot mode: ptrecord bumps it to ask every running thread to flush its trace into
   // its ring (each says so in QemuSlotControl::snapshot_ack).
   std::atomic<uint32_t> snapshot_request;
+  // The first instruction QEMU does not implement that a block ran into (0: none; it raises
+  // SIGILL there) and its bytes (15, from guest memory).
+  std::atomic<uint64_t> illegal_ip;
+  uint8_t illegal_bytes[16];
 };
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&

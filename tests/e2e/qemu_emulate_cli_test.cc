@@ -711,6 +711,29 @@ TEST_F(QemuEmulateTest, APluginOfAnotherKindIsOneLine) {
   }
 }
 
+// An AVX-512 instruction, which QEMU's TCG does not implement: the program dies of SIGILL
+// there under QEMU. ptrecord says so in one line naming its address (the symbol's, by nm)
+// and exits 1; the trace, up to the block that ran into it, decodes to the ground truth.
+TEST_F(QemuEmulateTest, AnInstructionQemuDoesNotImplementIsOneLine) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_qemu_avx512";
+  const auto [insn, insn_end] = ::ptkit::testing::NmRange(program, "avx512_insn");
+  ASSERT_NE(insn, 0u);
+  std::string err;
+  ExpectDecodedEqualsTruth("avx512", {program}, 1, &err);
+  std::vector<std::string> ours;
+  for (const std::string& line : Lines(err)) {
+    if (line.starts_with("ptrecord:")) ours.push_back(line);
+  }
+  ASSERT_EQ(ours.size(), 1u) << err;
+  std::ostringstream at;
+  at << "ptrecord: the program died of SIGILL at 0x" << std::hex << insn
+     << ", an instruction QEMU's TCG does not implement (bytes 62";
+  EXPECT_THAT(ours[0], HasSubstr(at.str()));
+  EXPECT_THAT(ours[0], HasSubstr("EVEX, AVX-512"));
+  EXPECT_THAT(ours[0], HasSubstr("--emulate=step"));
+}
+
 TEST_F(QemuEmulateTest, AMissingQemuNamesThePackage) {
   auto r = RunCommand({"/usr/bin/env", "PATH=/nonexistent", PTRECORD_PATH, "--emulate=qemu", "-o",
                        dir_->File("x.pt"), "--", "/bin/true"});
