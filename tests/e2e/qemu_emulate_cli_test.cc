@@ -122,6 +122,37 @@ TEST_F(QemuEmulateTest, AStaticProgramDecodesToTheGroundTruth) {
   EXPECT_GT(truth.begin()->second.size(), 10000u);
 }
 
+// `--emulate` alone picks qemu where qemu-x86_64 and the plugin are there (step without
+// qemu-x86_64 on PATH), and the metadata says what ran: the backend, QEMU's version as
+// `qemu-x86_64 --version` prints it, the CPU model, the plugin, the clock of the TSC packets.
+TEST_F(QemuEmulateTest, EmulateAlonePicksQemuAndTheMetadataSaysWhatRan) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string trace = dir_->File("default.pt");
+  auto r = RunCommand({PTRECORD_PATH, "--emulate", "-o", trace, "--", PROGRAM_DIR "/emulate_fib"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("(emulated under qemu)"));
+  auto info = RunCommand({PTDECODE_PATH, "info", "--json", trace});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const nlohmann::json meta = nlohmann::json::parse(info.out)["metadata"];
+  EXPECT_EQ(meta["emulated"], "qemu");
+  EXPECT_EQ(meta["emulation"]["backend"], "qemu");
+  EXPECT_EQ(meta["emulation"]["qemu_cpu"], "max");
+  EXPECT_EQ(meta["emulation"]["plugin"],
+            (std::filesystem::path(PTRECORD_PATH).parent_path() / "libptkit_qemu.so").string());
+  const std::string version = RunCommand({"/usr/bin/qemu-x86_64", "--version"}).out;
+  const std::string first = version.substr(0, version.find('\n'));
+  EXPECT_EQ("qemu-x86_64 version " + meta["emulation"]["qemu_version"].get<std::string>(), first);
+  EXPECT_THAT(meta["clock"].get<std::string>(), HasSubstr("CLOCK_MONOTONIC"));
+  // Without qemu-x86_64 on PATH: the step backend (whose own tests are elsewhere).
+  auto step =
+      RunCommand({"/usr/bin/env", "PATH=/nonexistent", PTRECORD_PATH, "--emulate", "--max-steps",
+                  "100", "-o", dir_->File("step.pt"), "--", PROGRAM_DIR "/emulate_fib"});
+  if (step.err.find("Operation not permitted") != std::string::npos) return;
+  EXPECT_THAT(step.err, HasSubstr("(emulated)")) << step.err;
+  auto step_info = RunCommand({PTDECODE_PATH, "info", "--json", dir_->File("step.pt")});
+  EXPECT_EQ(nlohmann::json::parse(step_info.out)["metadata"]["emulated"], "step");
+}
+
 TEST_F(QemuEmulateTest, ADynamicProgramWithDlopenDecodesToTheGroundTruth) {
   PTKIT_SKIP_WITHOUT_QEMU();
   ExpectDecodedEqualsTruth("dlopen",
@@ -520,12 +551,26 @@ TEST_F(QemuInterpreterTest, ASqliteQueryDecodesToTheCountThePluginCounted) {
                      "4501500\n", "sqlite3VdbeExec");
 }
 
-// Long (25 M instructions in the exact mode: 10-65 s here): PTKIT_QEMU_LONG=1 runs it, e.g.
+// Long (25 M instructions in the exact mode: 10-65 s here; sqlite3's fewer): PTKIT_QEMU_LONG=1
+// runs them, e.g.
 //   PTKIT_QEMU_LONG=1 build/ci/tests/e2e/qemu_emulate_cli_test --gtest_filter=*Long
 TEST_F(QemuInterpreterTest, APythonLoopDecodesToTheGroundTruthLong) {
   PTKIT_SKIP_WITHOUT_QEMU();
   if (std::getenv("PTKIT_QEMU_LONG") == nullptr) GTEST_SKIP() << "long: set PTKIT_QEMU_LONG=1";
   ExpectDecodedEqualsTruth("python_truth", {"/usr/bin/python3", "-S", "-c", kPythonLoop});
+}
+
+TEST_F(QemuInterpreterTest, ASqliteQueryDecodesToTheGroundTruthLong) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (std::getenv("PTKIT_QEMU_LONG") == nullptr) GTEST_SKIP() << "long: set PTKIT_QEMU_LONG=1";
+  if (access("/usr/bin/sqlite3", X_OK) != 0) GTEST_SKIP() << "sqlite3 is not installed";
+  std::string out;
+  ExpectDecodedEqualsTruth("sqlite_truth",
+                           {"/usr/bin/sqlite3", ":memory:",
+                            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT "
+                            "3000) SELECT sum(x) FROM c;"},
+                           0, nullptr, {}, nullptr, &out);
+  EXPECT_EQ(out, "4501500\n");
 }
 
 // Both backends on a non-PIE program: the flow through the program's own functions is the
