@@ -26,11 +26,13 @@
 // told the slot, and the guest's argv (argv[0] by -0) and environment. What the kernel would
 // refuse (no such file, not executable, ...) is left to the native call, which fails and
 // returns its errno to the guest; the checks are those of fs/exec.c and binfmt_script.c, as
-// Valgrind's pre-exec check does them.
+// Valgrind's pre-exec check does them. execveat is followed the same way (PlanExec finds its
+// file); a file without a name (memfd, deleted) runs natively: a new qemu could not open it.
 //
 // Limits of API v1 (no register access, no signal callback): an asynchronous signal shows as
-// a block that is not a successor of the last one; a fault inside a block over-counts that
-// block's remaining instructions (the ground-truth mode is exact there).
+// a block that is not a successor of the last one (after an indirect branch or RET: a block
+// at a handler, which the handler's RET confirms or not); a fault inside a block over-counts
+// that block's remaining instructions (the ground-truth mode is exact there).
 #include <elf.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -71,6 +73,9 @@
 
 extern "C" {
 __attribute__((visibility("default"))) int qemu_plugin_version = kQemuPluginApiVersion;
+__attribute__((visibility("default"), used)) ptkit::emulate::QemuPluginAbi ptkit_qemu_abi = {
+    {'p', 't', 'k', 'i', 't', '-', 'q', 'e', 'm', 'u', '-', 'a', 'b', 'i', ':', '\0'},
+    ptkit::emulate::kQemuRegionVersion};
 }
 
 namespace {
@@ -91,8 +96,6 @@ constexpr uint64_t kMoveNs = 20000000;
 // How often (in blocks) a thread checks whether a chunk is ready.
 constexpr uint32_t kCheckBlocks = 1024;
 constexpr unsigned kMaxVcpus = 4096;
-// Instructions a thread claims at once from an instruction limit (--max-steps).
-constexpr uint64_t kBudgetChunk = 1 << 16;
 // x86-64 Linux system call numbers (asm/unistd_64.h).
 constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysRtSigaction = 13, kSysRtSigreturn = 15,
                   kSysExecve = 59, kSysExit = 60, kSysExitGroup = 231, kSysExecveat = 322;
@@ -108,6 +111,9 @@ struct Block {
   InsnInfo last;
   // With AUX sampling: each instruction's address less `start` (a sample names one).
   std::vector<uint16_t> offsets;
+  // The block ends at `end` with an instruction QEMU does not implement (it raises SIGILL
+  // there, before it; not counted in `insns`).
+  bool illegal = false;
 };
 
 // One instruction, for the ground-truth mode.
@@ -134,7 +140,8 @@ struct Thread {
   uint64_t syscall_ip = 0;
   int64_t syscall_num = -1;
   uint64_t args[6] = {};
-  uint64_t new_handler = 0;  // of the rt_sigaction call running
+  uint64_t new_handler = 0;  // of the rt_sigaction call running, and its sa_restorer
+  uint64_t new_restorer = 0;
   std::atomic<int> phase{kRunning};
   uint64_t instructions = 0;
   // With an instruction limit: `instructions` may grow up to this before the thread claims
@@ -158,6 +165,14 @@ struct Thread {
     uint64_t handler = 0;
     int depth = 0;           // signals delivered on top of it, not yet returned from
     bool returning = false;  // its rt_sigreturn is running: the next block resolves it
+    // An indirect branch or RET to a handler may be the program's own (it calls or jumps to
+    // its handler): the handler's RET tells. A signal's frame returns to the sa_restorer
+    // (`restorer`, 0: unknown); a handler the program ran returns elsewhere. `calls`: calls
+    // minus returns since the handler began (at depth 0), so the handler's own RET is the
+    // one at 0. `own_possible`: not yet known (a branch that can only be a signal's is not).
+    uint64_t restorer = 0;
+    int64_t calls = 0;
+    bool own_possible = false;
   };
   std::optional<Pending> pending;
   std::vector<Event> held;
@@ -201,6 +216,7 @@ struct Global {
   // of them is taken for a signal delivered right after it. `handler_bits` is a filter for
   // the fast path (bit HandlerBit(address) set for every handler ever installed).
   std::atomic<uint64_t> handlers[kSignals] = {};
+  std::atomic<uint64_t> restorers[kSignals] = {};  // their sa_restorer (where their frame returns)
   std::atomic<uint64_t> handler_bits[64] = {};
 };
 Global* g = nullptr;
@@ -216,6 +232,18 @@ bool IsHandlerSlow(uint64_t address) {
     if (h.load(std::memory_order_relaxed) == address) return true;
   }
   return false;
+}
+// The sa_restorer of a signal whose handler is at `address` (0: none known, or handlers that
+// differ in it).
+uint64_t RestorerOf(uint64_t address) {
+  uint64_t restorer = 0;
+  for (int sig = 0; sig < kSignals; ++sig) {
+    if (g->handlers[sig].load(std::memory_order_relaxed) != address) continue;
+    const uint64_t r = g->restorers[sig].load(std::memory_order_relaxed);
+    if (restorer != 0 && r != restorer) return 0;
+    restorer = r;
+  }
+  return restorer;
 }
 [[gnu::always_inline]] inline bool IsHandler(uint64_t address) {
   const unsigned bit = HandlerBit(address);
@@ -575,6 +603,18 @@ void Resolve(Thread& t, uint64_t resume) {
   for (const Event& e : held) Add(t, e);
 }
 
+// The pending branch to a handler was the program's own (no signal): it went to the handler.
+// Writes it and the events held since.
+void ResolveAsBranch(Thread& t) {
+  const Thread::Pending p = *t.pending;
+  t.pending.reset();
+  AppendStepEvents(p.branch->last_ip, p.branch->last, p.handler, t.events);
+  AddAll(t);
+  std::vector<Event> held = std::move(t.held);
+  t.held.clear();
+  for (const Event& e : held) Add(t, e);
+}
+
 // The block `b` follows `p`: the events of p's last instruction.
 void Follow(Thread& t, const Block& p, const Block& b) {
   if (t.in_syscall) {
@@ -623,9 +663,8 @@ void Follow(Thread& t, const Block& p, const Block& b) {
     case InsnClass::kIndirectJump:
     case InsnClass::kIndirectCall:
     case InsnClass::kReturn:
-      // Any target is possible; a signal handler is taken for a signal that came right after
-      // the branch (a program that jumps to its handler itself is recorded wrongly: it is
-      // resolved when that handler returns by rt_sigreturn, or counted).
+      // Any target is possible; at a signal handler, a signal may have come right after the
+      // branch, or the program went there itself: the handler's RET tells (Pending).
       if (!IsHandler(next)) break;
       if (t.pending) {
         // One branch waits for its frame already: this one is recorded as going to the
@@ -634,6 +673,8 @@ void Follow(Thread& t, const Block& p, const Block& b) {
         break;
       }
       t.pending = Thread::Pending{&p, next};
+      t.pending->restorer = RestorerOf(next);
+      t.pending->own_possible = t.pending->restorer != 0;
       return;
     case InsnClass::kFarBranch:
     case InsnClass::kSyscall:
@@ -658,6 +699,19 @@ void Follow(Thread& t, const Block& p, const Block& b) {
     t.events.push_back(Event::Enable(next));
     if (t.pending) ++t.pending->depth;
     return AddAll(t);
+  }
+  if (t.pending && t.pending->own_possible && t.pending->depth == 0) {
+    if (last.cls == InsnClass::kDirectCall || last.cls == InsnClass::kIndirectCall) {
+      ++t.pending->calls;
+    } else if (last.cls == InsnClass::kReturn && t.pending->calls-- == 0) {
+      // The handler returns: to the restorer, it ran for a signal (its rt_sigreturn resolves
+      // the branch); anywhere else, the program ran it itself: the branch went to it.
+      if (next == t.pending->restorer) {
+        t.pending->own_possible = false;
+      } else {
+        ResolveAsBranch(t);
+      }
+    }
   }
   AppendStepEvents(p.last_ip, last, next, t.events);
   AddAll(t);
@@ -738,20 +792,24 @@ void OnBlock(unsigned int vcpu, void* userdata) {
 
 void EnterBlock(Thread* t, const Block& b);
 
-// Whether the thread may run `insns` more instructions under the instruction limit: claims
-// them (and a chunk more, as far as the limit goes) when its budget does not cover them.
+// Whether the thread may run `insns` more instructions under the instruction limit
+// (--max-steps): claims them from the count shared by every thread of every process of the
+// run. Each block is claimed as it starts, so no thread holds instructions another could
+// run: the run stops at the first block, of any thread, that would take the total past the
+// limit, and nothing is claimed after that (`limit_hit`; the thread's `limit_next` says how
+// many that block has). Slower than chunks (an atomic per block), only with --max-steps.
 bool ClaimBudget(Thread& t, uint64_t insns) {
   if (t.instructions + insns <= t.budget_end) return true;
   ptk::QemuRegionHeader* h = Header();
   const uint64_t need = t.instructions + insns - t.budget_end;
   uint64_t claimed = h->instructions_claimed.load();
-  uint64_t take = 0;
   do {
-    const uint64_t left = h->max_instructions - std::min(claimed, h->max_instructions);
-    if (left < need) return false;
-    take = std::min(left, std::max(need, kBudgetChunk));
-  } while (!h->instructions_claimed.compare_exchange_weak(claimed, claimed + take));
-  t.budget_end += take;
+    if (h->limit_hit.load(std::memory_order_relaxed) != 0 || claimed + need > h->max_instructions) {
+      if (h->limit_hit.exchange(1) == 0) h->limit_next.store(need);
+      return false;
+    }
+  } while (!h->instructions_claimed.compare_exchange_weak(claimed, claimed + need));
+  t.budget_end += need;
   UpdateFastEnd(t);
   return true;
 }
@@ -833,6 +891,27 @@ void OnInsn(unsigned int vcpu, void* userdata) {
   if (t->truth.size() >= (64 << 10)) FlushTruth(*t);
 }
 
+// A block that ends with an instruction QEMU does not implement runs: ptrecord names it if the
+// program dies of the SIGILL (the first one, with its bytes from guest memory).
+void OnIllegal(unsigned int vcpu, void* userdata) {
+  const Block& b = *static_cast<const Block*>(userdata);
+  ptk::QemuRegionHeader* h = Header();
+  if (Thread* t = ThreadOf(vcpu); t != nullptr && t == t_current && t->traced &&
+                                  t->phase.load(std::memory_order_relaxed) == kRunning) {
+    // A SIGILL that kills the program runs no plugin code: its trace so far goes to the ring
+    // now (pending TNT bits too, as for a snapshot), up to this block.
+    if (absl::Status s = t->enc->Flush(); !s.ok()) Fail(std::string(s.message()));
+    Move(*t);
+  }
+  uint64_t none = 0;
+  if (!h->illegal_ip.compare_exchange_strong(none, b.end)) return;
+  uint8_t bytes[15] = {};
+  iovec local{bytes, sizeof(bytes)};
+  iovec remote{reinterpret_cast<void*>(b.end), sizeof(bytes)};
+  const ssize_t n = process_vm_readv(gettid(), &local, 1, &remote, 1, 0);
+  if (n > 0) std::memcpy(h->illegal_bytes, bytes, static_cast<size_t>(n));
+}
+
 void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
   const size_t n = qemu_plugin_tb_n_insns(tb);
   if (n == 0) return;
@@ -868,9 +947,15 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
     b.last = *info;
     b.end = b.last_ip + info->size;
   } else {
-    std::string hex;
-    for (size_t i = 0; i < size; ++i) absl::StrAppend(&hex, absl::Hex(bytes[i], absl::kZeroPad2));
-    Fail(absl::StrCat(info.status().message(), " (", size, " bytes from QEMU: ", hex, ")"));
+    // QEMU could not decode it either (it gives the bytes it read, e.g. 1 of an EVEX
+    // instruction: AVX-512) and translated an illegal-opcode exception: the block runs up to
+    // it, then the guest gets SIGILL there.
+    b.illegal = true;
+    b.end = b.last_ip;
+    b.insns = static_cast<uint32_t>(n - 1);
+    b.last_ip = n > 1 ? qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, n - 2)) : b.start;
+    b.last = InsnInfo{};
+    b.last.size = static_cast<uint8_t>(b.end - b.last_ip);
   }
   if (g->sample_period != 0) {
     for (size_t i = 0; i < b.insns; ++i) {
@@ -881,9 +966,12 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
   std::lock_guard<std::mutex> lock(g->mu);
   g->blocks.push_back(std::move(b));
   qemu_plugin_register_vcpu_tb_exec_cb(tb, OnBlock, QEMU_PLUGIN_CB_NO_REGS, &g->blocks.back());
+  if (g->blocks.back().illegal) {
+    qemu_plugin_register_vcpu_tb_exec_cb(tb, OnIllegal, QEMU_PLUGIN_CB_NO_REGS, &g->blocks.back());
+  }
   if (g->truth_fd < 0) return;
   const Block& added = g->blocks.back();
-  for (size_t i = 0; i < added.insns; ++i) {
+  for (size_t i = 0; i < added.insns; ++i) {  // (not an illegal one: it does not retire)
     struct qemu_plugin_insn* insn = qemu_plugin_tb_get_insn(tb, i);
     const uint64_t ip = qemu_plugin_insn_vaddr(insn);
     const bool rep = i + 1 == added.insns && added.last.rep;
@@ -1098,21 +1186,70 @@ ExecPlan PlanFile(std::string path, Exec* e) {
   return ExecPlan::kNotFollowed;  // (the kernel: ELOOP)
 }
 
-// execve(path, argv, envp) or execveat(dirfd, path, argv, envp, flags) with `args`.
+// The path of the file open at guest descriptor `fd` (guest descriptors are qemu's), when that
+// path still names it (not a deleted file, a memfd, a pipe). False when it does not.
+bool DescriptorPath(int fd, std::string* out) {
+  char link[64], target[4096];
+  std::snprintf(link, sizeof(link), "/proc/self/fd/%d", fd);
+  const ssize_t n = readlink(link, target, sizeof(target) - 1);
+  struct stat by_fd {
+  }, by_path{};
+  if (n <= 0 || target[0] != '/' || fstat(fd, &by_fd) != 0) return false;
+  out->assign(target, static_cast<size_t>(n));
+  return stat(out->c_str(), &by_path) == 0 && by_path.st_dev == by_fd.st_dev &&
+         by_path.st_ino == by_fd.st_ino;
+}
+
+// execve(path, argv, envp) or execveat(dirfd, path, argv, envp, flags) with `args`. The file
+// execveat names is found as the kernel finds it (fs/exec.c do_execveat_common, alloc_bprm):
+// PATH relative to DIRFD unless absolute, the descriptor's own file with AT_EMPTY_PATH and an
+// empty PATH, no symlink last with AT_SYMLINK_NOFOLLOW. COMM: the basename of PATH, or with
+// AT_EMPTY_PATH the name of the descriptor's file (its dentry's: Linux 6.12, not "N" of
+// "/dev/fd/N"). A file named /proc/self/fd/N or /dev/fd/N is that descriptor's (the kernel
+// opens it before the exec closes descriptors): followed where a path names it, else (a memfd,
+// a deleted file: qemu-x86_64 could not open it after the exec) left to run natively.
 ExecPlan PlanExec(int64_t num, const uint64_t args[6], Exec* e) {
   const bool at = num == kSysExecveat;
+  const int dirfd = at ? static_cast<int>(args[0]) : AT_FDCWD;
+  const uint64_t flags = at ? args[4] : 0;
   std::string path;
   if (!ReadGuestString(args[at ? 1 : 0], &path)) return ExecPlan::kFails;  // EFAULT
-  if (path.empty()) return ExecPlan::kFails;                               // ENOENT
-  if (at && (args[4] != 0 || (static_cast<int>(args[0]) != AT_FDCWD && path[0] != '/'))) {
-    return ExecPlan::kNotFollowed;  // flags (AT_EMPTY_PATH: fexecve), or a directory's file
+  if ((flags & ~uint64_t{AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW}) != 0) {
+    return ExecPlan::kFails;  // EINVAL
+  }
+  bool from_dentry = false;
+  if (path.empty()) {
+    if ((flags & AT_EMPTY_PATH) == 0) return ExecPlan::kFails;  // ENOENT
+    struct stat st {};
+    if (fstat(dirfd, &st) != 0) return ExecPlan::kFails;  // EBADF
+    // (fexecve of a file without a name: qemu-x86_64 cannot open it after the exec.)
+    if (!DescriptorPath(dirfd, &path)) return ExecPlan::kNotFollowed;
+    from_dentry = true;
+  } else if (path[0] != '/' && dirfd != AT_FDCWD) {
+    std::string dir;
+    struct stat st {};
+    if (fstat(dirfd, &st) != 0) return ExecPlan::kFails;              // EBADF
+    if (!S_ISDIR(st.st_mode)) return ExecPlan::kFails;                // ENOTDIR
+    if (!DescriptorPath(dirfd, &dir)) return ExecPlan::kNotFollowed;  // a deleted directory
+    e->comm = path.substr(path.rfind('/') + 1);
+    path = dir + "/" + path;
+  }
+  if ((flags & AT_SYMLINK_NOFOLLOW) != 0) {
+    struct stat st {};
+    if (lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) return ExecPlan::kFails;  // ELOOP
   }
   if (!ReadGuestStrings(args[at ? 2 : 1], &e->argv) ||
       !ReadGuestStrings(args[at ? 3 : 2], &e->envp)) {
     return ExecPlan::kFails;  // EFAULT
   }
   if (e->argv.empty()) e->argv.emplace_back();  // Linux 5.18: an empty argv gets ""
-  e->comm = path.substr(path.rfind('/') + 1);
+  if (e->comm.empty() || from_dentry) e->comm = path.substr(path.rfind('/') + 1);
+  for (const std::string_view dir : {"/proc/self/fd/", "/dev/fd/"}) {
+    if (!path.starts_with(dir)) continue;
+    const std::string n = path.substr(dir.size());
+    if (n.empty() || n.find_first_not_of("0123456789") != std::string::npos) break;
+    if (!DescriptorPath(std::atoi(n.c_str()), &path)) return ExecPlan::kNotFollowed;
+  }
   // qemu-user runs its own program for /proc/self/exe (the guest means the guest's).
   if (path == "/proc/self/exe" && !g->binary.empty()) path = g->binary;
   return PlanFile(path, e);
@@ -1199,13 +1336,13 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
     t->in_syscall = true;
   }
   if (num == kSysRtSigaction && a2 != 0) {
-    // struct sigaction as the kernel takes it: the handler first. Read now (the call reads
-    // it now); installed when the call succeeds.
-    uint64_t handler = 0;
-    iovec local{&handler, sizeof(handler)};
-    iovec remote{reinterpret_cast<void*>(a2), sizeof(handler)};
-    t->new_handler =
-        process_vm_readv(gettid(), &local, 1, &remote, 1, 0) == sizeof(handler) ? handler : 0;
+    // struct sigaction as the x86-64 kernel takes it: handler, flags, restorer, mask. Read
+    // now (the call reads it now); installed when the call succeeds.
+    constexpr uint64_t kSaRestorer = 0x04000000;
+    uint64_t sa[3] = {};
+    const bool read = ReadGuest(a2, std::span<uint8_t>(reinterpret_cast<uint8_t*>(sa), sizeof(sa)));
+    t->new_handler = read ? sa[0] : 0;
+    t->new_restorer = read && (sa[1] & kSaRestorer) != 0 ? sa[2] : 0;
   }
   if (num == kSysExit) return EndThread(*t);
   if (num == kSysExitGroup) return EndAll();
@@ -1231,10 +1368,13 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
     g->closing.store(false, std::memory_order_relaxed);
   }
   if (Header()->stop_signal.load(std::memory_order_relaxed) != 0) return Stop();
+  // Another process (or thread) reached --max-steps while this one was in the call.
+  if (Header()->limit_hit.load(std::memory_order_relaxed) != 0) return StopAtLimit();
   if (num == kSysRtSigaction && ret == 0 && t->args[1] != 0 && t->args[0] < kSignals) {
     // SIG_DFL (0) and SIG_IGN (1) run no guest code.
     const uint64_t handler = t->new_handler > 1 ? t->new_handler : 0;
     g->handlers[t->args[0]].store(handler, std::memory_order_relaxed);
+    g->restorers[t->args[0]].store(t->new_restorer, std::memory_order_relaxed);
     const unsigned bit = HandlerBit(handler);
     if (handler != 0) g->handler_bits[bit / 64].fetch_or(uint64_t{1} << (bit % 64));
   }

@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "record/emulate/qemu_backend.h"
 
+#include <elf.h>
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -9,8 +10,10 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <optional>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
@@ -18,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "ptkit/container_writer.h"
+#include "ptkit/elf_file.h"
 #include "ptkit/status.h"
 #include "record/code_capture.h"
 #include "record/drain_loop.h"
@@ -71,6 +75,50 @@ std::string QemuVersion(const std::string& qemu) {
 
 }  // namespace
 
+absl::Status CheckQemuPlugin(const std::string& path) {
+  const std::string what = absl::StrCat("the QEMU plugin ", path);
+  const std::string rebuild = "build the ptkit_qemu target, or give its path with --qemu-plugin";
+  absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+  if (!elf.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is not an ELF file (", elf.status().message(), "): ", rebuild));
+  }
+  if (elf->type() != ET_DYN || elf->machine() != EM_X86_64 || !elf->is_64bit()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is not an x86-64 shared object: ", rebuild));
+  }
+  std::optional<ElfSymbol> abi;
+  bool install = false;
+  for (const ElfSymbol& s : elf->Symbols()) {
+    if (!s.dynamic) continue;
+    install |= s.name == "qemu_plugin_install";
+    if (s.name == kQemuPluginAbiSymbol) abi = s;
+  }
+  if (!install) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is not a QEMU plugin (no qemu_plugin_install): ", rebuild));
+  }
+  QemuPluginAbi value{};
+  const std::vector<ElfSection> sections = elf->Sections();
+  if (abi && abi->size == sizeof(value) && abi->section < sections.size()) {
+    const ElfSection& section = sections[abi->section];
+    std::span<const uint8_t> data = elf->SectionData(section);
+    if (abi->value >= section.addr && abi->value - section.addr + sizeof(value) <= data.size()) {
+      std::memcpy(&value, data.data() + (abi->value - section.addr), sizeof(value));
+    }
+  }
+  if (std::memcmp(value.tag, kQemuPluginAbiTag, sizeof(value.tag)) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, " is a QEMU plugin but not ptkit's (no ", kQemuPluginAbiSymbol, "): ", rebuild));
+  }
+  if (value.region_version != kQemuRegionVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, " is from another ptkit build (its ring version ", value.region_version,
+                     ", this ptrecord's ", kQemuRegionVersion, "): ", rebuild));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string& self_exe) {
   QemuSetup setup;
   setup.qemu = FindOnPath("qemu-x86_64");
@@ -89,6 +137,7 @@ absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string&
                      "): build the ptkit_qemu target, or give its path with --qemu-plugin PATH"));
   }
   setup.plugin = std::filesystem::absolute(setup.plugin).string();
+  PTKIT_RETURN_IF_ERROR(CheckQemuPlugin(setup.plugin));
   setup.version = QemuVersion(setup.qemu);
   return setup;
 }
@@ -351,9 +400,9 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   if (uint32_t n = h->execs.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
         "the trace ends at execve (", n,
-        " times): the new program is not one qemu-x86_64 runs (not an x86-64 ELF program, or "
-        "not readable), or the program closed the plugin's descriptor of the ring; it ran "
-        "natively, untraced"));
+        " times): the new program is not one qemu-x86_64 runs (not an x86-64 ELF program, not "
+        "readable, or a file without a name: a memfd, a deleted file), or the program closed "
+        "the plugin's descriptor of the ring; it ran natively, untraced"));
   }
   if (uint32_t n = h->unresolved_signals.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
@@ -371,10 +420,21 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   result.steps.exit_status = result.exit_code;
   if (WIFSIGNALED(*status)) result.steps.exit_signal = WTERMSIG(*status);
   result.steps.step_limit_hit = h->limit_hit.load() != 0;
-  if (result.steps.exit_signal == SIGILL) {
+  // The program died of SIGILL at an instruction QEMU does not implement: a setup error (exit
+  // 1) once the container, valid up to there, is closed.
+  std::string illegal;
+  if (result.steps.exit_signal == SIGILL && h->illegal_ip.load() != 0) {
+    std::string hex;
+    for (uint8_t byte : h->illegal_bytes) absl::StrAppend(&hex, absl::Hex(byte, absl::kZeroPad2));
+    illegal = absl::StrCat("the program died of SIGILL at 0x", absl::Hex(h->illegal_ip.load()),
+                           ", an instruction QEMU's TCG does not implement (bytes ",
+                           hex.substr(0, 30), h->illegal_bytes[0] == 0x62 ? ": EVEX, AVX-512" : "",
+                           "); its trace up to there is in ", options.output,
+                           "; --emulate=step runs it natively");
+  } else if (result.steps.exit_signal == SIGILL) {
     result.warnings.push_back(
         "SIGILL under QEMU: the program used an instruction QEMU's TCG does not implement "
-        "(e.g. AVX-512); --emulate=step runs it natively");
+        "(e.g. AVX-512), or raised it; --emulate=step runs it natively");
   }
   if (result.stop_signal != 0) {
     result.exit_code = 128 + result.stop_signal;
@@ -392,6 +452,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   meta.end = std::move(end);
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->Close());
+  if (!illegal.empty()) return absl::FailedPreconditionError(illegal);
   return result;
 }
 

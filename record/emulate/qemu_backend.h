@@ -24,9 +24,15 @@ struct QemuSetup {
 // The plugin's file name, looked for next to the ptrecord executable.
 inline constexpr char kQemuPluginName[] = "libptkit_qemu.so";
 
+// Checks that the file `path` is ptkit's QEMU plugin for this ptrecord: an x86-64 shared
+// object exporting qemu_plugin_install and QemuPluginAbi (`ptkit_qemu_abi`) with this region
+// version. Errors (kFailedPrecondition, one line naming the file and what to do): not ELF,
+// not a QEMU plugin, not ptkit's, another region version.
+absl::Status CheckQemuPlugin(const std::string& path);
+
 // Finds qemu-x86_64 on PATH and the plugin (`plugin`, else next to `self_exe`), and asks QEMU
 // its version. Errors (kFailedPrecondition, one line each): qemu-x86_64 not found (names the
-// Debian package), the plugin not found or not readable.
+// Debian package), the plugin not found, not readable or not this ptrecord's (CheckQemuPlugin).
 absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string& self_exe);
 
 // Records the workload under QEMU (RecordEmulated with backend "qemu" calls it). The same

@@ -38,7 +38,16 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 3;
+inline constexpr uint32_t kQemuRegionVersion = 4;
+
+// What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
+// plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
+struct QemuPluginAbi {
+  char tag[16];  // kQemuPluginAbiTag
+  uint32_t region_version;
+};
+inline constexpr char kQemuPluginAbiTag[16] = "ptkit-qemu-abi:";
+inline constexpr char kQemuPluginAbiSymbol[] = "ptkit_qemu_abi";
 inline constexpr uint64_t kQemuPage = 4096;
 
 // Slot states.
@@ -65,13 +74,16 @@ struct QemuRegionHeader {
   std::atomic<uint32_t> stop_signal;
   std::atomic<uint32_t> has_error;  // `error` is set (first error only)
   char error[1024];                 // the plugin's first error, NUL-terminated
-  // --max-steps: set by ptrecord before qemu starts (0: no limit). The guest's threads claim
-  // instructions from it in chunks (`instructions_claimed`, shared by fork children); the
-  // block that would exceed it does not run: every stream ends before it, `limit_hit` is
-  // set and the process kills itself.
+  // --max-steps: set by ptrecord before qemu starts (0: no limit). Every thread of every
+  // process of the run claims each block's instructions from it as the block starts
+  // (`instructions_claimed`); the first block that would take the total past it does not run
+  // (`limit_next`: its instructions), nothing is claimed after it (`limit_hit`), and each
+  // process ends its streams and kills itself at its threads' next block or system call
+  // return.
   uint64_t max_instructions;
   std::atomic<uint64_t> instructions_claimed;
   std::atomic<uint32_t> limit_hit;
+  std::atomic<uint64_t> limit_next;
   // Set by ptrecord before qemu starts. overwrite: the AUX rings are overwritten (snapshot
   // and AUX-sample modes). aux_sample_size / sample_period: --aux-sample (0: none): every
   // sample_period instructions of a thread, a PERF_RECORD_SAMPLE (kQemuAuxSampleType) with
@@ -82,6 +94,10 @@ struct QemuRegionHeader {
   // Snapshot mode: ptrecord bumps it to ask every running thread to flush its trace into
   // its ring (each says so in QemuSlotControl::snapshot_ack).
   std::atomic<uint32_t> snapshot_request;
+  // The first instruction QEMU does not implement that a block ran into (0: none; it raises
+  // SIGILL there) and its bytes (15, from guest memory).
+  std::atomic<uint64_t> illegal_ip;
+  uint8_t illegal_bytes[16];
 };
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&

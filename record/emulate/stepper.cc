@@ -266,6 +266,8 @@ class Run {
   uint64_t stops_ = 0;
   std::vector<swpt::Event> events_;
   StepperResult result_;
+  // Instructions retired under single-step, traced or not (--max-steps counts them).
+  uint64_t retired_ = 0;
 };
 
 absl::StatusOr<user_regs_struct> Run::Regs(uint32_t tid) {
@@ -368,7 +370,9 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
     KillAll();
     return absl::OkStatus();
   }
-  if (options_.max_steps != 0 && result_.steps >= options_.max_steps) {
+  // --max-steps counts retired instructions (without --filter the ground truth's lines; a rep
+  // string instruction's iterations are steps of one instruction), as the qemu backend does.
+  if (options_.max_steps != 0 && retired_ >= options_.max_steps) {
     result_.step_limit_hit = true;
     KillAll();
     return absl::OkStatus();
@@ -820,6 +824,7 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     Thread& e = threads_.at(tid);
     code_.erase(e.pid);
     PTKIT_ASSIGN_OR_RETURN(uint64_t entry, Ip(tid));
+    ++retired_;
     if (e.tracing) {
       sink_.OnInstruction(e.stream, e.pending_ip);
       ++result_.instructions;
@@ -882,6 +887,7 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     return Resume(tid, 0);
   }
   const bool traced = t.tracing;  // the instruction at pending_ip is inside the filter regions
+  ++retired_;
   if (traced) {
     sink_.OnInstruction(t.stream, t.pending_ip);
     ++result_.instructions;

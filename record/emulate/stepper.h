@@ -56,7 +56,10 @@ struct StepperOptions {
   // Called with the workload's pid after it is stopped before execve: open perf events on it
   // here (enable_on_exec). An error aborts the run (the workload is killed).
   std::function<absl::Status(pid_t)> before_exec;
-  uint64_t max_steps = 0;  // stop (kill the workload) after this many steps; 0 = no limit
+  // Stop (kill every process of the workload) once this many instructions have retired over
+  // all its threads and processes (a rep string instruction once; with filters, the stepped
+  // ones outside the regions too); 0 = no limit.
+  uint64_t max_steps = 0;
   // Asked every 1024 steps and whenever a wait is interrupted by a signal (EINTR): true ends
   // the run as max_steps does (the workload is killed, every stream is ended). May be empty.
   std::function<bool()> stop_requested;

@@ -272,8 +272,9 @@ int main(int argc, char** argv) {
   app.add_option("--ground-truth", ground_truth,
                  "With --emulate: write every retired instruction as 'TID 0xADDRESS' lines");
   app.add_option("--max-steps", max_steps,
-                 "With --emulate: stop (kill the command) after this many single-steps (N >= 1; "
-                 "qemu: at most N instructions, at a block boundary)");
+                 "With --emulate: stop (kill every process of the command) once N instructions "
+                 "have retired over all its threads and processes (N >= 1; qemu: at most N, at a "
+                 "block boundary)");
   app.add_flag("-q,--quiet", quiet, "No summary line");
   ptkit::completion::AddCompletionFlag(app);
   app.prefix_command();  // everything after the first non-option is the command

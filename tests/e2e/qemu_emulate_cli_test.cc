@@ -41,6 +41,13 @@ using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
+// The instructions ptrecord's summary says the plugin counted ("..., N instructions in").
+uint64_t CountedInstructions(const std::string& err) {
+  const size_t end = err.find(" instructions in ");
+  if (end == std::string::npos) return 0;
+  const size_t begin = err.rfind(' ', end - 1) + 1;
+  return std::stoull(err.substr(begin, end - begin));
+}
 
 struct Recorded {
   std::string trace, truth;
@@ -111,6 +118,37 @@ TEST_F(QemuEmulateTest, AStaticProgramDecodesToTheGroundTruth) {
   EXPECT_GT(truth.begin()->second.size(), 10000u);
 }
 
+// `--emulate` alone picks qemu where qemu-x86_64 and the plugin are there (step without
+// qemu-x86_64 on PATH), and the metadata says what ran: the backend, QEMU's version as
+// `qemu-x86_64 --version` prints it, the CPU model, the plugin, the clock of the TSC packets.
+TEST_F(QemuEmulateTest, EmulateAlonePicksQemuAndTheMetadataSaysWhatRan) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string trace = dir_->File("default.pt");
+  auto r = RunCommand({PTRECORD_PATH, "--emulate", "-o", trace, "--", PROGRAM_DIR "/emulate_fib"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("(emulated under qemu)"));
+  auto info = RunCommand({PTDECODE_PATH, "info", "--json", trace});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const nlohmann::json meta = nlohmann::json::parse(info.out)["metadata"];
+  EXPECT_EQ(meta["emulated"], "qemu");
+  EXPECT_EQ(meta["emulation"]["backend"], "qemu");
+  EXPECT_EQ(meta["emulation"]["qemu_cpu"], "max");
+  EXPECT_EQ(meta["emulation"]["plugin"],
+            (std::filesystem::path(PTRECORD_PATH).parent_path() / "libptkit_qemu.so").string());
+  const std::string version = RunCommand({"/usr/bin/qemu-x86_64", "--version"}).out;
+  const std::string first = version.substr(0, version.find('\n'));
+  EXPECT_EQ("qemu-x86_64 version " + meta["emulation"]["qemu_version"].get<std::string>(), first);
+  EXPECT_THAT(meta["clock"].get<std::string>(), HasSubstr("CLOCK_MONOTONIC"));
+  // Without qemu-x86_64 on PATH: the step backend (whose own tests are elsewhere).
+  auto step =
+      RunCommand({"/usr/bin/env", "PATH=/nonexistent", PTRECORD_PATH, "--emulate", "--max-steps",
+                  "100", "-o", dir_->File("step.pt"), "--", PROGRAM_DIR "/emulate_fib"});
+  if (step.err.find("Operation not permitted") != std::string::npos) return;
+  EXPECT_THAT(step.err, HasSubstr("(emulated)")) << step.err;
+  auto step_info = RunCommand({PTDECODE_PATH, "info", "--json", dir_->File("step.pt")});
+  EXPECT_EQ(nlohmann::json::parse(step_info.out)["metadata"]["emulated"], "step");
+}
+
 TEST_F(QemuEmulateTest, ADynamicProgramWithDlopenDecodesToTheGroundTruth) {
   PTKIT_SKIP_WITHOUT_QEMU();
   ExpectDecodedEqualsTruth("dlopen",
@@ -162,6 +200,34 @@ TEST_F(QemuEmulateTest, ASignalRightAfterARetKeepsTheRetTarget) {
   EXPECT_GE(signals_after_hot_ret, 1) << "no signal came right after hot's RET this time";
   // And instruction by instruction (signals also come right at rt_sigreturn's return).
   ExpectDecodedEqualsTruth("signal_ret", {alarm});
+}
+
+// A program that runs its own SIGUSR1 handler by an indirect call, an indirect jump and a RET,
+// and gets the signal too: QEMU's block after each of those branches is the handler, as after
+// a signal that came right then. The handler's own RET says which it was (a signal's goes to
+// its sa_restorer): the flow is the ground truth, instruction by instruction, and no branch
+// is counted as unresolved. The handler's entries by objdump: 50 + 5 + 5 branches to it.
+TEST_F(QemuEmulateTest, AProgramRunningItsOwnHandlerIsNotTakenForASignal) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_qemu_own_handler";
+  const auto [handler, handler_end] = ::ptkit::testing::NmRange(program, "on_usr1");
+  ASSERT_NE(handler, 0u);
+  std::string err, insn, out;
+  ExpectDecodedEqualsTruth("own_handler", {program}, 0, &err, {}, &insn, &out);
+  EXPECT_EQ(out, "650\n");
+  EXPECT_THAT(err, Not(HasSubstr("warning")));
+  auto d = RunCommand({PTDECODE_PATH, "branches", dir_->File("own_handler.pt")});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  int to_handler = 0;
+  std::istringstream lines(d.out);
+  for (std::string line; std::getline(lines, line);) {
+    uint64_t from = 0, to = 0;
+    char sym[256] = {};
+    if (std::sscanf(line.c_str(), "%" SCNx64 " %255s -> %" SCNx64, &from, sym, &to) == 3) {
+      to_handler += to == handler ? 1 : 0;
+    }
+  }
+  EXPECT_EQ(to_handler, 60) << "branches to the handler (the 5 signals enter it asynchronously)";
 }
 
 // The instruction addresses of function `name` in `program` by objdump -d.
@@ -316,6 +382,81 @@ TEST_F(QemuEmulateTest, ExecFailuresAndScriptsBehaveAsNatively) {
   EXPECT_THAT(err, Not(HasSubstr("warning")));
 }
 
+// The lines of `text`, without those that start with `drop` (when given).
+std::vector<std::string> Lines(const std::string& text, const std::string& drop = "") {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (drop.empty() || !line.starts_with(drop)) lines.push_back(line);
+  }
+  return lines;
+}
+
+// execveat is followed as execve is: relative to a directory's descriptor, relative to the
+// working directory, a descriptor's own file (AT_EMPTY_PATH: fexecve, also of an O_PATH
+// descriptor), through a symlink; each child's stream decodes to the ground truth through the
+// program it exec'd, and the sideband has the kernel's COMM for each exec (as the program
+// itself reads it natively from /proc/self/comm: the symlink's name, the descriptor's file's
+// name). What the kernel refuses (an empty path without AT_EMPTY_PATH, no such name, a bad
+// descriptor, bad flags, a file as the directory, a symlink with AT_SYMLINK_NOFOLLOW) returns
+// the kernel's errno as natively, or ENOSYS: qemu-user 7.2 has no execveat of its own (8.1
+// has), and the plugin cannot change a system call's result.
+TEST_F(QemuEmulateTest, ExecveatIsFollowedAsExecveIs) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_qemu_exec";
+  const std::string dir = dir_->File("bin");
+  std::filesystem::create_directory(dir);
+  std::filesystem::copy_file(program, dir + "/prog");
+  std::filesystem::create_symlink("prog", dir + "/link");
+  auto native = RunCommand({"/usr/bin/env", "PRINT_COMM=1", program, "at", dir, "prog"});
+  ASSERT_EQ(native.exit_code, 0) << native.err;
+  std::vector<std::string> comms;
+  for (const std::string& line : Lines(native.out)) {
+    if (line.starts_with("comm=")) comms.push_back(line.substr(5));
+  }
+  ASSERT_EQ(comms, (std::vector<std::string>{"prog", "prog", "prog", "prog", "prog", "link"}));
+  std::string err, out;
+  // The parent and 12 children, 6 of which exec.
+  EXPECT_EQ(ExpectDecodedEqualsTruth("at", {program, "at", dir, "prog"}, 0, &err, {}, nullptr, &out)
+                .size(),
+            13u);
+  EXPECT_THAT(err, Not(HasSubstr("warning")));
+  const std::vector<std::string> want = Lines(native.out, "comm="), got = Lines(out);
+  ASSERT_EQ(got.size(), want.size()) << out;
+  for (size_t i = 0; i < want.size(); ++i) {
+    const std::string name = want[i].substr(0, want[i].find(':') + 1);
+    if (got[i] != name + " Function not implemented") {
+      EXPECT_EQ(got[i], want[i]);
+    }
+  }
+  EXPECT_THAT(out, HasSubstr("args-fexecve: exit 5\n"));
+  EXPECT_THAT(out, HasSubstr("args-link: exit 5\n"));
+  const std::vector<std::string> sideband = PerfSideband(dir_->File("at.pt"));
+  if (sideband.empty()) return;  // no perf here
+  std::vector<std::string> exec_comms;
+  for (const std::string& line : sideband) {
+    if (!line.starts_with("PERF_RECORD_COMM exec: ")) continue;
+    const std::string name = line.substr(23, line.rfind(':') - 23);
+    if (name != "e2e_qemu_exec") exec_comms.push_back(name);
+  }
+  EXPECT_EQ(exec_comms, comms);
+}
+
+// fexecve(3) of a memfd (glibc: execveat, then execve of /proc/self/fd/N): a file without a
+// name, which a new qemu-x86_64 could not open after the exec. It runs natively, as it would
+// under qemu-user alone (the same output), the trace ends at that exec, and ptrecord says so.
+TEST_F(QemuEmulateTest, AnExecOfAFileWithoutANameRunsNativelyAndSaysSo) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_qemu_exec";
+  auto native = RunCommand({program, "memfd", program});
+  ASSERT_EQ(native.exit_code, 5) << native.err;
+  Recorded rec = Record("memfd", {program, "memfd", program}, /*with_truth=*/false);
+  EXPECT_EQ(rec.run.exit_code, 5) << rec.run.err;
+  EXPECT_EQ(rec.run.out, native.out);
+  EXPECT_THAT(rec.run.err, HasSubstr("the trace ends at execve (1 times)"));
+  EXPECT_THAT(rec.run.err, HasSubstr("a file without a name"));
+}
+
 // A program that closes every descriptor before it execs takes the plugin's descriptor of the
 // ring with them: the new program runs natively (exit 3 from emulate_fib), the trace ends at
 // that exec, and ptrecord says why.
@@ -356,14 +497,6 @@ TEST_F(QemuEmulateTest, GzipOfAFileDecodesToTheGroundTruth) {
     for (int i = 0; i < 20; ++i) out << "line " << i << " of a small file for gzip\n";
   }
   ExpectDecodedEqualsTruth("gzip", {"/bin/gzip", "-c", "-9", input});
-}
-
-// The instructions ptrecord's summary says the plugin counted ("..., N instructions in").
-uint64_t CountedInstructions(const std::string& err) {
-  const size_t end = err.find(" instructions in ");
-  if (end == std::string::npos) return 0;
-  const size_t begin = err.rfind(' ', end - 1) + 1;
-  return std::stoull(err.substr(begin, end - begin));
 }
 
 // Real interpreters from Debian under QEMU: the program's own output is right, and the trace
@@ -414,12 +547,26 @@ TEST_F(QemuInterpreterTest, ASqliteQueryDecodesToTheCountThePluginCounted) {
                      "4501500\n", "sqlite3VdbeExec");
 }
 
-// Long (25 M instructions in the exact mode: 10-65 s here): PTKIT_QEMU_LONG=1 runs it, e.g.
+// Long (25 M instructions in the exact mode: 10-65 s here; sqlite3's fewer): PTKIT_QEMU_LONG=1
+// runs them, e.g.
 //   PTKIT_QEMU_LONG=1 build/ci/tests/e2e/qemu_emulate_cli_test --gtest_filter=*Long
 TEST_F(QemuInterpreterTest, APythonLoopDecodesToTheGroundTruthLong) {
   PTKIT_SKIP_WITHOUT_QEMU();
   if (std::getenv("PTKIT_QEMU_LONG") == nullptr) GTEST_SKIP() << "long: set PTKIT_QEMU_LONG=1";
   ExpectDecodedEqualsTruth("python_truth", {"/usr/bin/python3", "-S", "-c", kPythonLoop});
+}
+
+TEST_F(QemuInterpreterTest, ASqliteQueryDecodesToTheGroundTruthLong) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (std::getenv("PTKIT_QEMU_LONG") == nullptr) GTEST_SKIP() << "long: set PTKIT_QEMU_LONG=1";
+  if (access("/usr/bin/sqlite3", X_OK) != 0) GTEST_SKIP() << "sqlite3 is not installed";
+  std::string out;
+  ExpectDecodedEqualsTruth("sqlite_truth",
+                           {"/usr/bin/sqlite3", ":memory:",
+                            "WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT "
+                            "3000) SELECT sum(x) FROM c;"},
+                           0, nullptr, {}, nullptr, &out);
+  EXPECT_EQ(out, "4501500\n");
 }
 
 // Both backends on a non-PIE program: the flow through the program's own functions is the
@@ -507,24 +654,39 @@ TEST_F(QemuEmulateTest, TwoRunsGiveTheSamePerFunctionCounts) {
   EXPECT_EQ(stats[0], stats[1]);
 }
 
-// --max-steps under QEMU: at most N instructions over all threads (the limit is applied at
-// block boundaries), every stream ends exactly (the decoded instructions equal the ground
-// truth), the workload is killed and the container says why it ended.
+// --max-steps under QEMU counts what the step backend counts: instructions retired over all
+// threads and processes (stepper_test: exactly N there). QEMU stops at a block boundary, at
+// the first block of any thread that would take the total past N: at most N ran, and fewer
+// than one block (at most 512 instructions, TCG_MAX_INSNS) short of it. Every stream ends
+// exactly (the decoded instructions equal the ground truth), every process is killed and the
+// container says why it ended. Threads in parallel, and a fork child that execs (where the
+// limit was once applied per process: 50,448 of 70,000).
 TEST_F(QemuEmulateTest, MaxStepsEndsEveryStreamAtTheLimit) {
   PTKIT_SKIP_WITHOUT_QEMU();
-  constexpr uint64_t kLimit = 20000;  // of the ~38000 it runs
-  std::string err;
-  PerThread truth =
-      ExpectDecodedEqualsTruth("threads_limit", {PROGRAM_DIR "/emulate_threads"}, 128 + SIGKILL,
-                               &err, {"--max-steps", std::to_string(kLimit)});
-  uint64_t total = 0;
-  for (const auto& [tid, ips] : truth) total += ips.size();
-  EXPECT_LE(total, kLimit);
-  EXPECT_GT(total, kLimit / 2);
-  EXPECT_THAT(err, HasSubstr("stopped at --max-steps"));
-  EXPECT_THAT(err, Not(HasSubstr("warning")));
-  auto info = RunCommand({PTDECODE_PATH, "info", dir_->File("threads_limit.pt")});
-  EXPECT_THAT(info.out, HasSubstr("\"stopped_by\":\"--max-steps\""));
+  struct Case {
+    std::string name;
+    std::vector<std::string> command;
+    uint64_t limit;
+    size_t streams;
+  };
+  const std::string fib = PROGRAM_DIR "/emulate_fib";
+  for (const Case& c : std::vector<Case>{
+           {"threads_limit", {PROGRAM_DIR "/emulate_threads"}, 35000, 3},  // of ~38,000
+           {"fork_exec_limit", {PROGRAM_DIR "/emulate_fork_exec", fib, "x"}, 70000, 2}}) {
+    std::string err;
+    PerThread truth = ExpectDecodedEqualsTruth(c.name, c.command, 128 + SIGKILL, &err,
+                                               {"--max-steps", std::to_string(c.limit)});
+    EXPECT_EQ(truth.size(), c.streams) << c.name;
+    uint64_t total = 0;
+    for (const auto& [tid, ips] : truth) total += ips.size();
+    EXPECT_LE(total, c.limit) << c.name;
+    EXPECT_LT(c.limit - total, 512u) << c.name;
+    EXPECT_EQ(CountedInstructions(err), total) << err;
+    EXPECT_THAT(err, HasSubstr("stopped at --max-steps"));
+    EXPECT_THAT(err, Not(HasSubstr("warning")));
+    auto info = RunCommand({PTDECODE_PATH, "info", dir_->File(c.name + ".pt")});
+    EXPECT_THAT(info.out, HasSubstr("\"stopped_by\":\"--max-steps\""));
+  }
 }
 
 // What the qemu backend cannot do is a usage error naming the option and the step backend.
@@ -554,6 +716,63 @@ TEST_F(QemuEmulateTest, APluginThatIsNotThereIsOneLine) {
             "ptrecord: the QEMU plugin /nonexistent.so is not there (No such file or directory): "
             "build the ptkit_qemu target, or give its path with --qemu-plugin PATH\n");
   EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));
+}
+
+// A file that is not this ptrecord's plugin is refused before qemu runs, in one line naming it:
+// not ELF, an ELF shared object that is no QEMU plugin, ptkit's plugin of another ring version
+// (a copy with its ptkit_qemu_abi version changed).
+TEST_F(QemuEmulateTest, APluginOfAnotherKindIsOneLine) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string text = dir_->File("text.so");
+  std::ofstream(text) << "not a plugin\n";
+  const std::string other = dir_->File("other.so");
+  {
+    const std::string plugin =
+        std::filesystem::path(PTRECORD_PATH).parent_path() / "libptkit_qemu.so";
+    std::ifstream in(plugin, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string tag("ptkit-qemu-abi:\0", 16);
+    const size_t at = bytes.find(tag);
+    ASSERT_NE(at, std::string::npos);
+    ASSERT_EQ(bytes.find(tag, at + 1), std::string::npos);
+    bytes[at + 16] = static_cast<char>(bytes[at + 16] + 1);  // the version's low byte
+    std::ofstream(other, std::ios::binary) << bytes;
+  }
+  for (const auto& [plugin, says] : std::vector<std::pair<std::string, std::string>>{
+           {text, "is not an ELF file"},
+           {PROGRAM_DIR "/libemulate_plugin.so", "is not a QEMU plugin (no qemu_plugin_install)"},
+           {other, "is from another ptkit build (its ring version "}}) {
+    auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "--qemu-plugin", plugin, "-o",
+                         dir_->File("x.pt"), "--", "/bin/true"});
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_THAT(r.err, HasSubstr("ptrecord: the QEMU plugin " + plugin + " " + says));
+    EXPECT_THAT(r.err, HasSubstr("build the ptkit_qemu target"));
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+    EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));
+  }
+}
+
+// An AVX-512 instruction, which QEMU's TCG does not implement: the program dies of SIGILL
+// there under QEMU. ptrecord says so in one line naming its address (the symbol's, by nm)
+// and exits 1; the trace, up to the block that ran into it, decodes to the ground truth.
+TEST_F(QemuEmulateTest, AnInstructionQemuDoesNotImplementIsOneLine) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_qemu_avx512";
+  const auto [insn, insn_end] = ::ptkit::testing::NmRange(program, "avx512_insn");
+  ASSERT_NE(insn, 0u);
+  std::string err;
+  ExpectDecodedEqualsTruth("avx512", {program}, 1, &err);
+  std::vector<std::string> ours;
+  for (const std::string& line : Lines(err)) {
+    if (line.starts_with("ptrecord:")) ours.push_back(line);
+  }
+  ASSERT_EQ(ours.size(), 1u) << err;
+  std::ostringstream at;
+  at << "ptrecord: the program died of SIGILL at 0x" << std::hex << insn
+     << ", an instruction QEMU's TCG does not implement (bytes 62";
+  EXPECT_THAT(ours[0], HasSubstr(at.str()));
+  EXPECT_THAT(ours[0], HasSubstr("EVEX, AVX-512"));
+  EXPECT_THAT(ours[0], HasSubstr("--emulate=step"));
 }
 
 TEST_F(QemuEmulateTest, AMissingQemuNamesThePackage) {

@@ -479,6 +479,16 @@ TEST(StepperErrorsTest, TheStepLimitStopsEveryProcessOfTheWorkload) {
   EXPECT_TRUE(r->step_limit_hit);
   EXPECT_EQ(r->threads, 2u);
   EXPECT_EQ(r->exit_status, 128 + SIGKILL);
+  // Exactly N instructions over both processes (a rep string instruction's iterations are one
+  // instruction), as --emulate=qemu counts them; every stream ends.
+  EXPECT_EQ(r->instructions, 45000u);
+  uint64_t truth = 0;
+  for (const auto& [tid, t] : sink.threads) {
+    truth += t.truth.size();
+    EXPECT_TRUE(t.ended) << tid;
+  }
+  EXPECT_EQ(truth, 45000u);
+  EXPECT_GT(r->steps, r->instructions) << "no rep iterations before the limit";
 }
 
 TEST(StepperErrorsTest, AThreadThatExecsKeepsItsStreamAndTheLeaderEnds) {
@@ -505,7 +515,7 @@ TEST(StepperErrorsTest, TheStepLimitStopsTheWorkload) {
   ASSERT_THAT(r, IsOk());
   EXPECT_TRUE(r->step_limit_hit);
   EXPECT_EQ(r->exit_status, 128 + SIGKILL);
-  EXPECT_LE(r->instructions, 500u);
+  EXPECT_EQ(r->instructions, 500u);
 }
 
 }  // namespace
