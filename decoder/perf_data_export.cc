@@ -27,6 +27,7 @@
 #include "ptkit/container_reader.h"
 #include "ptkit/elf_file.h"
 #include "ptkit/perf_data.h"
+#include "ptkit/perf_data_format.h"
 #include "ptkit/perf_data_writer.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/status.h"
@@ -35,16 +36,16 @@ namespace ptkit::decoder {
 namespace {
 
 namespace fs = std::filesystem;
+using perf::kAuxtraceIntelBts;
+using perf::kAuxtraceIntelPt;
+using perf::kNoCpu;
 
 // The PMU types an emulated recording gets (it ran on no PMU). perf only needs them to differ
 // from the standard types and to match AUXTRACE_INFO; these are intel_pt's and intel_bts's on
 // many machines.
 constexpr uint32_t kEmulatedPtType = 8;
 constexpr uint32_t kEmulatedBtsType = 9;
-constexpr uint32_t kAuxtraceIntelPt = 1;  // enum auxtrace_type in tools/perf/util/auxtrace.h
-constexpr uint32_t kAuxtraceIntelBts = 2;
-constexpr uint32_t kNoCpu = 0xffffffff;  // cpu / tid -1 in perf records
-constexpr size_t kRoundRecords = 4096;   // sideband records between FINISHED_ROUND records
+constexpr size_t kRoundRecords = 4096;  // sideband records between FINISHED_ROUND records
 
 // --- The recording, as the export needs it ----------------------------------------------
 
