@@ -16,7 +16,6 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "decoder/container_input.h"
 #include "decoder/metadata_config.h"
 #include "decoder/recording.h"
@@ -26,6 +25,7 @@
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/elf_file.h"
+#include "ptkit/numbers.h"
 #include "ptkit/perf_data.h"
 #include "ptkit/perf_data_format.h"
 #include "ptkit/perf_data_writer.h"
@@ -315,7 +315,7 @@ uint64_t AuxSamplePeriod(const nlohmann::json& m, const nlohmann::json* recorded
     }
   }
   uint64_t period = 0;
-  if (value && absl::SimpleAtoi(*value, &period) && period != 0) return period;
+  if (value && ParseUnsigned(*value, &period) && period != 0) return period;
   return m.contains("emulation") ? 1000 : 1000000;
 }
 
