@@ -214,7 +214,8 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
   RecordingBuilder builder(path, options);
   Recording& r = builder.recording();
   PTKIT_ASSIGN_OR_RETURN(r.metadata, ReadMergedMetadata(path, PerfDataMetadata(data)));
-  for (const std::string& w : r.metadata.warnings) r.warnings.push_back(path + ": " + w);
+  for (const std::string& w : r.metadata.warnings)
+    r.warnings.push_back(absl::StrCat(path, ": ", w));
   r.config = TraceConfigFromMetadata(r.metadata);
   const perf::AuxtraceInfo* info = TraceInfo(data);
   r.bts = info != nullptr && info->type == kAuxtraceIntelBts;
