@@ -11,26 +11,16 @@
 #include "decoder/decode.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
+#include "libxdc_traces.h"
 
 namespace ptkit::decoder {
 namespace {
-
-std::unique_ptr<RawInput> LoadTrace(const std::string& name) {
-  std::string dir =
-      std::string(PTKIT_SOURCE_DIR) + "/../shared/testdata/libxdc-experiments/" + name;
-  RawInputSpec spec;
-  spec.pt_path = dir + "/trace";
-  spec.page_dumps.push_back(ParsePageDumpSpec(dir));
-  auto input = LoadRawInput(spec);
-  if (!input.ok()) return nullptr;
-  return std::make_unique<RawInput>(std::move(*input));
-}
 
 using Factory =
     std::function<std::unique_ptr<Sink>(const ProgramImage&, std::FILE*, const OutputOptions&)>;
 
 void Run(benchmark::State& state, const char* name, Factory make, bool json, bool disasm) {
-  auto input = LoadTrace(name);
+  auto input = LoadLibxdcTrace(name);
   if (!input) return state.SkipWithError("trace absent");
   std::FILE* null = std::fopen("/dev/null", "w");
   OutputOptions options;

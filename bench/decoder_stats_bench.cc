@@ -18,20 +18,10 @@
 #include "decoder/ipt_handles.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
+#include "libxdc_traces.h"
 
 namespace ptkit::decoder {
 namespace {
-
-std::unique_ptr<RawInput> LoadTrace(const std::string& name) {
-  std::string dir =
-      std::string(PTKIT_SOURCE_DIR) + "/../shared/testdata/libxdc-experiments/" + name;
-  RawInputSpec spec;
-  spec.pt_path = dir + "/trace";
-  spec.page_dumps.push_back(ParsePageDumpSpec(dir));
-  auto input = LoadRawInput(spec);
-  if (!input.ok()) return nullptr;
-  return std::make_unique<RawInput>(std::move(*input));
-}
 
 void SetCounters(benchmark::State& state, uint64_t insns) {
   state.counters["insn/s"] =
@@ -83,7 +73,7 @@ enum Mode { kBare, kStats, kFolded, kCalls };
 // One measurement: `mode` over `name` repeated state.range(0) times, with the block decoder
 // `impl`. Real time: libipt's block loop runs on a thread of its own (decode.cc).
 void Run(benchmark::State& state, const char* name, Mode mode, BlockDecoderImpl impl) {
-  auto input = LoadTrace(name);
+  auto input = LoadLibxdcTrace(name);
   if (!input) return state.SkipWithError("trace absent");
   const std::vector<uint8_t> trace = Repeat(input->trace.bytes(), state.range(0));
   std::FILE* null = std::fopen("/dev/null", "w");
@@ -95,7 +85,7 @@ void Run(benchmark::State& state, const char* name, Mode mode, BlockDecoderImpl 
       continue;
     }
     // A fresh image each time, as a ptdecode process has (and libipt's block cache with it).
-    auto fresh = LoadTrace(name);
+    auto fresh = LoadLibxdcTrace(name);
     OutputOptions options;
     auto sink = mode == kStats    ? MakeStatsSink(*fresh->image, null, options)
                 : mode == kFolded ? MakeFoldedSink(*fresh->image, null, options)

@@ -59,7 +59,7 @@ absl::StatusOr<AuxSpool> AuxSpool::Create(const std::vector<std::string>& dirs) 
   for (const std::string& d : dirs) {
     absl::StatusOr<ScopedFd> fd = OpenUnlinkedFile(d);
     if (fd.ok()) return AuxSpool(std::move(*fd), d);
-    why += absl::StrCat(why.empty() ? "" : "; ", std::string(fd.status().message()));
+    absl::StrAppend(&why, why.empty() ? "" : "; ", fd.status().message());
   }
   return absl::FailedPreconditionError(absl::StrCat(
       "cannot create a temporary file to hold the AUX trace and captured code while they decode (",

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "decoder/decode_bounds.h"
+#include "decoder/disassembler.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
@@ -38,9 +39,7 @@ class BtsWalker {
         sink_(sink),
         totals_(totals),
         offset_base_(offset_base),
-        blocks_(sink.kind() == DecoderKind::kBlock) {
-    ZydisDecoderInit(&decoder_, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
-  }
+        blocks_(sink.kind() == DecoderKind::kBlock) {}
 
   void Record(uint64_t offset, uint64_t from, uint64_t to) {
     if (from == 0 && to == 0) return;  // no branch (perf's intel-bts decoder skips them too)
@@ -64,8 +63,7 @@ class BtsWalker {
       pt_insn insn = {};
       ZydisDecodedInstruction z;
       size_t got = image_.Read(ip_, insn.raw, sizeof(insn.raw));
-      if (got == 0 ||
-          !ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&decoder_, nullptr, insn.raw, got, &z))) {
+      if (got == 0 || disassembler_.Length(ptem_64bit, insn.raw, got, &z) == 0) {
         Flush(block);
         Error(got == 0 ? pte_nomap : pte_bad_insn, offset, ip_);
         break;
@@ -158,7 +156,7 @@ class BtsWalker {
   uint64_t offset_base_;
   bool blocks_;
   const uint64_t max_walk_ = GetDecodeBounds().bts_walk;
-  ZydisDecoder decoder_;
+  Disassembler disassembler_;
   uint64_t ip_ = 0;
   bool have_ip_ = false;
 };

@@ -3,6 +3,7 @@
 #include <memory>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "decoder/metadata_config.h"
 #include "decoder/perf_data_input.h"
 #include "decoder/tsc_clock.h"
@@ -114,7 +115,8 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
     r.warnings.push_back(fmt::format("{}: malformed sideband record: {}: skipped", path, p));
   }
   PTKIT_ASSIGN_OR_RETURN(r.metadata, ReadMergedMetadata(path, metadata));
-  for (const std::string& w : r.metadata.warnings) r.warnings.push_back(path + ": " + w);
+  for (const std::string& w : r.metadata.warnings)
+    r.warnings.push_back(absl::StrCat(path, ": ", w));
   r.time = r.metadata.PerfTimeConversion();
   r.bts = IsBtsRecording(r.metadata);
   r.config = TraceConfigFromMetadata(r.metadata);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -26,6 +28,7 @@
 #include "decoder/trace_config.h"
 #include "decoder/tsc_clock.h"
 #include "nlohmann/json.hpp"
+#include "ptkit/numbers.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
@@ -395,7 +398,7 @@ absl::Status ParseDiffLimits(std::string_view text, const std::string& name,
       if (std::find(known.begin(), known.end(), key) == known.end()) {
         std::string names;
         for (std::string_view k : known) names += (names.empty() ? "" : ", ") + std::string(k);
-        return error(where.empty() ? key : where + "." + key,
+        return error(where.empty() ? key : fmt::format("{}.{}", where, key),
                      fmt::format("unknown member (known: {})", names));
       }
     }
@@ -776,7 +779,7 @@ bool DiffColor(std::string_view mode, bool is_tty, const char* no_color_env, con
 }
 
 std::string FormatDiffMarkdown(const DiffResult& d, const DiffOptions& o) {
-  auto cell = [](std::string s) {  // a table cell: '|' would end it
+  auto cell = [](const std::string& s) {  // a table cell: '|' would end it
     std::string out;
     for (char c : s) out += c == '|' ? std::string("\\|") : std::string(1, c);
     return out;
@@ -1042,8 +1045,10 @@ absl::StatusOr<std::map<std::string, uint64_t>> FoldedStacks(const std::string& 
     auto sink = MakeFoldedSink(*empty, out, output);
     decoded = DecodeContainer(path, options, *sink).status();
   }
-  std::fclose(out);
+  const int closed = std::fclose(out);
+  const int close_errno = errno;
   owned.reset(text);
+  if (closed != 0) return ErrnoStatus(close_errno, "close the folded output in memory");
   PTKIT_RETURN_IF_ERROR(decoded);
   std::map<std::string, uint64_t> stacks;
   std::istringstream lines(std::string(text, size));
@@ -1058,7 +1063,11 @@ absl::StatusOr<std::map<std::string, uint64_t>> FoldedStacks(const std::string& 
       if (it == frames.end()) continue;
       stack = absl::StrJoin(it, frames.end(), ";");
     }
-    stacks[stack] += std::stoull(line.substr(space + 1));
+    uint64_t count = 0;
+    if (!ParseUnsigned(std::string_view(line).substr(space + 1), &count)) {
+      return absl::InternalError(fmt::format("folded output of {}: bad line '{}'", path, line));
+    }
+    stacks[stack] += count;
   }
   return stacks;
 }

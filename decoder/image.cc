@@ -38,7 +38,7 @@ std::string Demangle(std::string_view mangled) {
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::ErrnoToStatus(errno, absl::StrCat("open ", path));
+  if (!in) return ErrnoStatus(errno, "open ", path);
   // 64 KiB reads: a page dump is MiBs, which istreambuf_iterator copies a byte at a time
   // (30 M instructions for 1.7 MB, half of `ptdecode stats` on such an input).
   std::string data;

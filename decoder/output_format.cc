@@ -77,13 +77,11 @@ const char* EventName(const pt_event& ev) {
     case ptev_enabled:
       return ev.variant.enabled.resumed ? "resumed" : "enabled";
     case ptev_disabled:
-      return "disabled";
     case ptev_async_disabled:
       return "disabled";
     case ptev_async_branch:
       return "interrupt";
     case ptev_paging:
-      return "paging";
     case ptev_async_paging:
       return "paging";
     case ptev_overflow:
@@ -97,7 +95,6 @@ const char* EventName(const pt_event& ev) {
     case ptev_stop:
       return "stop";
     case ptev_vmcs:
-      return "vmcs";
     case ptev_async_vmcs:
       return "vmcs";
     case ptev_exstop:

@@ -16,7 +16,6 @@
 #include <utility>
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "decoder/container_input.h"
 #include "decoder/metadata_config.h"
 #include "decoder/recording.h"
@@ -26,7 +25,9 @@
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/elf_file.h"
+#include "ptkit/numbers.h"
 #include "ptkit/perf_data.h"
+#include "ptkit/perf_data_format.h"
 #include "ptkit/perf_data_writer.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/status.h"
@@ -35,16 +36,16 @@ namespace ptkit::decoder {
 namespace {
 
 namespace fs = std::filesystem;
+using perf::kAuxtraceIntelBts;
+using perf::kAuxtraceIntelPt;
+using perf::kNoCpu;
 
 // The PMU types an emulated recording gets (it ran on no PMU). perf only needs them to differ
 // from the standard types and to match AUXTRACE_INFO; these are intel_pt's and intel_bts's on
 // many machines.
 constexpr uint32_t kEmulatedPtType = 8;
 constexpr uint32_t kEmulatedBtsType = 9;
-constexpr uint32_t kAuxtraceIntelPt = 1;  // enum auxtrace_type in tools/perf/util/auxtrace.h
-constexpr uint32_t kAuxtraceIntelBts = 2;
-constexpr uint32_t kNoCpu = 0xffffffff;  // cpu / tid -1 in perf records
-constexpr size_t kRoundRecords = 4096;   // sideband records between FINISHED_ROUND records
+constexpr size_t kRoundRecords = 4096;  // sideband records between FINISHED_ROUND records
 
 // --- The recording, as the export needs it ----------------------------------------------
 
@@ -314,7 +315,7 @@ uint64_t AuxSamplePeriod(const nlohmann::json& m, const nlohmann::json* recorded
     }
   }
   uint64_t period = 0;
-  if (value && absl::SimpleAtoi(*value, &period) && period != 0) return period;
+  if (value && ParseUnsigned(*value, &period) && period != 0) return period;
   return m.contains("emulation") ? 1000 : 1000000;
 }
 

@@ -15,6 +15,7 @@
 #include "decoder/container_input.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
+#include "ptkit/perf_data_format.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/recording_metadata.h"
 #include "ptkit/sideband.h"
@@ -23,9 +24,10 @@
 namespace ptkit::decoder {
 namespace {
 
-// PERF_RECORD_AUXTRACE_INFO types (tools/perf/util/auxtrace.h, enum auxtrace_type).
-constexpr uint32_t kAuxtraceIntelPt = 1;
-constexpr uint32_t kAuxtraceIntelBts = 2;
+using perf::kAuxtraceIntelBts;
+using perf::kAuxtraceIntelPt;
+using perf::kNoCpu;
+
 // The private words of AUXTRACE_INFO, as tools/perf/util/intel-pt.h and intel-bts.h number
 // them (the first five are the same in both). perf reads the optional later words only when
 // the record is long enough.
@@ -39,7 +41,6 @@ constexpr size_t kPtTscCtcN = 12;
 constexpr size_t kPtTscCtcD = 13;
 constexpr size_t kPtMaxNonturboRatio = 15;
 constexpr size_t kBtsSnapshotMode = 5;
-constexpr uint32_t kNoCpu = 0xffffffff;
 
 std::optional<uint64_t> Word(const perf::AuxtraceInfo& info, size_t i) {
   if (i >= info.priv.size()) return std::nullopt;
@@ -213,7 +214,8 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
   RecordingBuilder builder(path, options);
   Recording& r = builder.recording();
   PTKIT_ASSIGN_OR_RETURN(r.metadata, ReadMergedMetadata(path, PerfDataMetadata(data)));
-  for (const std::string& w : r.metadata.warnings) r.warnings.push_back(path + ": " + w);
+  for (const std::string& w : r.metadata.warnings)
+    r.warnings.push_back(absl::StrCat(path, ": ", w));
   r.config = TraceConfigFromMetadata(r.metadata);
   const perf::AuxtraceInfo* info = TraceInfo(data);
   r.bts = info != nullptr && info->type == kAuxtraceIntelBts;

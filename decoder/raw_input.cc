@@ -9,50 +9,25 @@
 
 #include "absl/strings/str_cat.h"
 #include "decoder/ipt_handles.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
 
 absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, "open ", path);
+  ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, "open ", path);
   struct stat st;
-  if (fstat(fd, &st) != 0) {
-    absl::Status status = ErrnoStatus(errno, "stat ", path);
-    close(fd);
-    return status;
-  }
+  if (fstat(fd.get(), &st) != 0) return ErrnoStatus(errno, "stat ", path);
   if (!S_ISREG(st.st_mode)) {
-    close(fd);
     return absl::InvalidArgumentError(absl::StrCat(path, ": not a regular file"));
   }
-  size_t size = static_cast<size_t>(st.st_size);
-  if (size == 0) {
-    close(fd);
-    return MappedFile(nullptr, 0);
-  }
-  void* data = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd, 0);
-  absl::Status status = data == MAP_FAILED ? ErrnoStatus(errno, "mmap ", path) : absl::OkStatus();
-  close(fd);
-  if (!status.ok()) return status;
+  const size_t size = static_cast<size_t>(st.st_size);
+  if (size == 0) return MappedFile(ScopedMmap());
+  void* data = mmap(nullptr, size, PROT_READ, MAP_PRIVATE, fd.get(), 0);
+  if (data == MAP_FAILED) return ErrnoStatus(errno, "mmap ", path);
   madvise(data, size, MADV_SEQUENTIAL);
-  return MappedFile(static_cast<const uint8_t*>(data), size);
-}
-
-MappedFile::MappedFile(MappedFile&& other) noexcept
-    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)) {}
-
-MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
-  if (this != &other) {
-    if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
-    data_ = std::exchange(other.data_, nullptr);
-    size_ = std::exchange(other.size_, 0);
-  }
-  return *this;
-}
-
-MappedFile::~MappedFile() {
-  if (data_ != nullptr) munmap(const_cast<uint8_t*>(data_), size_);
+  return MappedFile(ScopedMmap(data, size));
 }
 
 absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec) {

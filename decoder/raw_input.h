@@ -6,11 +6,13 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "decoder/image.h"
 #include "decoder/trace_config.h"
+#include "ptkit/scoped_fd.h"
 
 namespace ptkit::decoder {
 
@@ -19,15 +21,13 @@ class MappedFile {
  public:
   // Errors: open/fstat/mmap failures (errno), naming the path; a directory.
   static absl::StatusOr<MappedFile> Open(const std::string& path);
-  MappedFile(MappedFile&& other) noexcept;
-  MappedFile& operator=(MappedFile&& other) noexcept;
-  ~MappedFile();
-  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  std::span<const uint8_t> bytes() const {
+    return {static_cast<const uint8_t*>(map_.get()), map_.size()};
+  }
 
  private:
-  MappedFile(const uint8_t* data, size_t size) : data_(data), size_(size) {}
-  const uint8_t* data_ = nullptr;
-  size_t size_ = 0;
+  explicit MappedFile(ScopedMmap map) : map_(std::move(map)) {}
+  ScopedMmap map_;  // empty for an empty file
 };
 
 struct RawInputSpec {

@@ -689,8 +689,7 @@ std::string BuildIdCacheFile(const Recording& r, const Mapping& m, const std::st
   }
   if (id->empty()) return "";
   const std::string hex = Hex(*id);
-  const std::string link =
-      absl::StrCat(buildid_dir, "/.build-id/", hex.substr(0, 2), "/", hex.substr(2));
+  std::string link = absl::StrCat(buildid_dir, "/.build-id/", hex.substr(0, 2), "/", hex.substr(2));
   struct stat st;
   for (const char* name : {"/elf", "/vdso"}) {
     if (stat((link + name).c_str(), &st) == 0 && S_ISREG(st.st_mode)) return link + name;

@@ -76,7 +76,7 @@ struct RecordingOptions {
 struct StreamKey {
   StreamId id;
   int64_t snapshot = -1;
-  auto operator<=>(const StreamKey&) const = default;
+  auto operator<=>(const StreamKey&) const = default;  // NOLINT(modernize-use-nullptr)
 };
 
 // One contiguous piece of a stream's AUX bytes (in the spool), and what was lost before it.

@@ -55,7 +55,7 @@ class CodeCapture {
     std::string path;
     uint32_t pid = 0;
     uint64_t address = 0, pgoff = 0, len = 0;
-    auto operator<=>(const Range&) const = default;
+    auto operator<=>(const Range&) const = default;  // NOLINT(modernize-use-nullptr)
   };
   bool archive_ = false;
   std::map<std::string, FileMap> files_;          // path -> first executable mapping

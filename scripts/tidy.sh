@@ -4,10 +4,13 @@
 #   scripts/tidy.sh [-p BUILD_DIR] [-j N] --changed BASE   the files that differ from BASE
 #   scripts/tidy.sh [-p BUILD_DIR] [-j N] [FILE...]        these files; none: every project file
 #   --list: print the files that would be checked, and stop.
-# BUILD_DIR: build/ci by default (configure it first). --changed BASE takes every .cc/.h that
-# `git diff BASE` names (commits since BASE, uncommitted edits) and every new one not yet added;
-# a header is checked through one source that includes it (its own .cc or _test.cc first), as
-# .clang-tidy's HeaderFilterRegex reports findings in project headers. -j N: N files at once.
+# BUILD_DIR: build/default by default (configure it first: cmake --preset default; nothing
+# needs building). Not a unity build (the ci and fuzz presets): its compile_commands.json names
+# the batches, not the library sources, which would go unchecked.
+# --changed BASE takes every .cc/.h that `git diff BASE` names (commits since BASE, uncommitted
+# edits) and every new one not yet added; a header is checked through one source that includes
+# it (its own .cc or _test.cc first), as .clang-tidy's HeaderFilterRegex reports findings in
+# project headers. -j N: N files at once.
 # Not part of scripts/test.sh: each file costs ~20 s of CPU (the checks parse Abseil, CLI11,
 # nlohmann/json, gtest), ~1 h for the ~160 sources. The C workload programs (examples/programs,
 # tests/*/programs) are left out: their exact code is what the tests record, and the QEMU plugin
@@ -15,7 +18,7 @@
 # Prints each finding; exits 1 if any file has one (WarningsAsErrors), 2 on a usage error.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-build=build/ci
+build=build/default
 jobs=1
 base=
 list=
@@ -26,14 +29,20 @@ while (($#)); do
     -j) jobs=${2:?-j needs a number}; shift 2 ;;
     --changed) base=${2:?--changed needs a git revision}; shift 2 ;;
     --list) list=1; shift ;;
-    -h | --help) sed -n '2,15s/^# \{0,1\}//p' "$0"; exit 0 ;;
+    -h | --help) sed -n '2,18s/^# \{0,1\}//p' "$0"; exit 0 ;;
     -*) echo "tidy.sh: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) files+=("$1"); shift ;;
   esac
 done
 db=$build/compile_commands.json
 if [[ ! -f $db ]]; then
-  echo "tidy.sh: no $db: configure first (cmake --preset ci)" >&2
+  echo "tidy.sh: no $db: configure first (cmake --preset default)" >&2
+  exit 2
+fi
+if grep -q '"file": ".*/Unity/unity_[0-9]*_cxx\.cxx"' "$db"; then
+  echo "tidy.sh: $build is a unity build (PTKIT_UNITY_BUILD): its compile_commands.json names" \
+    "the batches, not the library sources; use one without (cmake --preset default; -p" \
+    "build/default)" >&2
   exit 2
 fi
 # The project's C++ sources in the build, relative to the top directory.

@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "bytes.h"
+#include "ptkit/perf_data_format.h"
 #include "ptkit/status.h"
 
 namespace ptkit::perf {
@@ -20,15 +21,8 @@ namespace {
 using internal::ByteReader;
 using internal::Load;
 
-constexpr char kMagic[8] = {'P', 'E', 'R', 'F', 'I', 'L', 'E', '2'};
-constexpr char kMagicSwapped[8] = {'2', 'E', 'L', 'I', 'F', 'R', 'E', 'P'};
-constexpr uint64_t kPipeHeaderSize = 16;
-constexpr uint64_t kFileHeaderSize = 104;  // struct perf_file_header
-constexpr uint64_t kFileSectionSize = 16;  // struct perf_file_section
-constexpr uint64_t kAuxtraceBody = 40;     // size, offset, reference, idx, tid, cpu, reserved
 constexpr size_t kWindowBytes = 1 << 20;
-constexpr uint32_t kMaxAttrSize = 4096;         // perf_event_attr is 136 bytes in 6.1
-constexpr uint16_t kBuildIdSizeMisc = 1 << 15;  // PERF_RECORD_MISC_BUILD_ID_SIZE
+constexpr uint32_t kMaxAttrSize = 4096;  // perf_event_attr is 136 bytes in 6.1
 
 struct DCtxDeleter {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
@@ -456,7 +450,7 @@ absl::Status Parser::Walk(uint64_t begin, uint64_t end) {
     const uint64_t record_offset = pos;
     pos += hdr.size;
     if (hdr.type != kRecordAuxtrace) continue;
-    if (hdr.size < kHeaderSize + kAuxtraceBody) {
+    if (hdr.size < kAuxtraceRecordSize) {
       AddDamage(record_offset, end - record_offset,
                 absl::StrCat("AUXTRACE record of ", hdr.size,
                              " bytes is shorter than 48: its trace bytes cannot be skipped"));

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bytes.h"
+#include "ptkit/perf_data_format.h"
 #include "ptkit/status.h"
 
 namespace ptkit::perf {
@@ -17,12 +18,6 @@ namespace {
 
 using internal::ByteWriter;
 
-constexpr char kMagic[8] = {'P', 'E', 'R', 'F', 'I', 'L', 'E', '2'};
-constexpr uint64_t kFileHeaderSize = 104;  // struct perf_file_header
-constexpr uint64_t kFileSectionSize = 16;  // struct perf_file_section {offset, size}
-constexpr uint16_t kAuxtraceRecordSize = 48;
-constexpr size_t kNameAlign = 64;               // NAME_ALIGN in tools/perf/util/header.c
-constexpr uint16_t kBuildIdSizeMisc = 1 << 15;  // PERF_RECORD_MISC_BUILD_ID_SIZE
 constexpr size_t kFlushBytes = 1 << 20;
 constexpr size_t kMaxRecord = 0xffff;
 

@@ -70,7 +70,7 @@ struct StreamId {
   StreamKind kind = StreamKind::kCpu;
   uint64_t id = 0;  // CPU number or TID
   friend bool operator==(const StreamId&, const StreamId&) = default;
-  friend auto operator<=>(const StreamId&, const StreamId&) = default;
+  friend auto operator<=>(const StreamId&, const StreamId&) = default;  // NOLINT
 };
 std::string StreamName(const StreamId& s);  // "cpu 3" or "tid 1234"
 

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
-#include <memory>
 #include <set>
 #include <sstream>
 #include <string>
@@ -35,20 +34,7 @@ using ::ptkit::testing::ReadTruth;
 using ::ptkit::testing::kFib;
 using ::ptkit::testing::kFork;
 
-class PtdecodeEmulatedTest : public ::testing::Test {
- protected:
-  static void TearDownTestSuite() { recordings_.reset(); }
-  // Records `program` once (name: the key and the file stem); PTKIT_RECORD_OR_SKIP skips the
-  // test when ptrace or perf_event_open is denied.
-  static const testing::EmulatedRecording& Record(const std::string& name,
-                                                  const std::string& program,
-                                                  const std::vector<std::string>& options = {}) {
-    if (!recordings_) recordings_ = std::make_unique<testing::EmulatedRecordings>(PTRECORD_PATH);
-    return recordings_->Get(name, program, options);
-  }
-  static std::unique_ptr<testing::EmulatedRecordings> recordings_;
-};
-std::unique_ptr<testing::EmulatedRecordings> PtdecodeEmulatedTest::recordings_;
+class PtdecodeEmulatedTest : public testing::SharedRecordingsTest<PtdecodeEmulatedTest> {};
 
 TEST_F(PtdecodeEmulatedTest, AnEmulatedBtsRecordingDecodesToTheGroundTruth) {
   PTKIT_RECORD_OR_SKIP(rec, "fib_bts", kFib, {"--bts"});

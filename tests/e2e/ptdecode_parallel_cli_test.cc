@@ -5,7 +5,6 @@
 
 #include <cinttypes>
 #include <cstdio>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -82,18 +81,7 @@ void ExpectSameWithJobs(const std::vector<std::string>& input,
   }
 }
 
-class PtdecodeParallelTest : public ::testing::Test {
- protected:
-  static void TearDownTestSuite() { recordings_.reset(); }
-  static const testing::EmulatedRecording& Record(const std::string& name,
-                                                  const std::string& program,
-                                                  const std::vector<std::string>& options = {}) {
-    if (!recordings_) recordings_ = std::make_unique<testing::EmulatedRecordings>(PTRECORD_PATH);
-    return recordings_->Get(name, program, options);
-  }
-  static std::unique_ptr<testing::EmulatedRecordings> recordings_;
-};
-std::unique_ptr<testing::EmulatedRecordings> PtdecodeParallelTest::recordings_;
+class PtdecodeParallelTest : public testing::SharedRecordingsTest<PtdecodeParallelTest> {};
 
 TEST_F(PtdecodeParallelTest, EmulatedRecordingsDecodeAlikeWithAnyJobs) {
   PTKIT_RECORD_OR_SKIP(fib, "fib", kFib);

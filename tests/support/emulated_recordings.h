@@ -17,11 +17,13 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
 
+#include "gtest/gtest.h"
 #include "run_command.h"
 #include "temp_dir.h"
 
@@ -109,6 +111,28 @@ class EmulatedRecordings {
   TempDir dir_;
   std::map<std::string, EmulatedRecording> recordings_;
 };
+
+#ifdef PTRECORD_PATH
+// A fixture whose tests share the recordings of one EmulatedRecordings, made with the ptrecord
+// at PTRECORD_PATH: `class MyTest : public testing::SharedRecordingsTest<MyTest> {};`, then
+// PTKIT_RECORD_OR_SKIP(rec, NAME, PROGRAM[, OPTIONS]) in its tests. Suite: the fixture, so
+// that each suite has its own names.
+template <typename Suite>
+class SharedRecordingsTest : public ::testing::Test {
+ protected:
+  static void TearDownTestSuite() { recordings_.reset(); }
+  // Records `program` once (name: the key and the file stem); PTKIT_RECORD_OR_SKIP skips the
+  // test when ptrace or perf_event_open is denied.
+  static const EmulatedRecording& Record(const std::string& name, const std::string& program,
+                                         const std::vector<std::string>& options = {}) {
+    if (!recordings_) recordings_ = std::make_unique<EmulatedRecordings>(PTRECORD_PATH);
+    return recordings_->Get(name, program, options);
+  }
+
+ private:
+  inline static std::unique_ptr<EmulatedRecordings> recordings_;
+};
+#endif  // PTRECORD_PATH
 
 }  // namespace ptkit::testing
 

@@ -20,6 +20,7 @@ namespace {
 
 using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::decoder::testing::TakenTnt;
 using ::ptkit::testing::IsOk;
 using ::testing::ElementsAre;
 
@@ -32,32 +33,9 @@ const std::vector<uint8_t> kNopJmpRax = {0x90, 0xff, 0xe0};
 std::vector<uint8_t> TraceFromKCode(const std::vector<pt_packet>& more) {
   ElfCode none;
   PtSynth synth(none);
-  pt_packet p{};
-  p.type = ppt_psb;
-  synth.AddPacket(p);
-  p = {};
-  p.type = ppt_mode;
-  p.payload.mode.leaf = pt_mol_exec;
-  p.payload.mode.bits.exec.csl = 1;
-  synth.AddPacket(p);
-  p = {};
-  p.type = ppt_psbend;
-  synth.AddPacket(p);
-  p = {};
-  p.type = ppt_tip_pge;
-  p.payload.ip.ipc = pt_ipc_sext_48;
-  p.payload.ip.ip = kCode;
-  synth.AddPacket(p);
+  synth.AddPsbPlusPge(kCode);
   for (const pt_packet& m : more) synth.AddPacket(m);
   return synth.bytes();
-}
-
-pt_packet Tnt1() {
-  pt_packet p{};
-  p.type = ppt_tnt_8;
-  p.payload.tnt.bit_size = 1;
-  p.payload.tnt.payload = 1;
-  return p;
 }
 
 // TIP.PGD with the jump's target (it binds to the indirect jump: tracing stops there, as when
@@ -68,9 +46,9 @@ std::vector<uint8_t> DisabledThenTntTrace() {
   pgd.type = ppt_tip_pgd;
   pgd.payload.ip.ipc = pt_ipc_update_16;
   pgd.payload.ip.ip = kJumpTarget;
-  return TraceFromKCode({pgd, Tnt1()});
+  return TraceFromKCode({pgd, TakenTnt()});
 }
-constexpr uint64_t kAfterPge = 16 + 2 + 2 + 7;    // PSB, MODE, PSBEND, TIP.PGE
+constexpr uint64_t kAfterPge = PtSynth::kPsbPlusPgeSize;
 constexpr uint64_t kTntAfterPgd = kAfterPge + 3;  // TIP.PGD with a 16-bit IP
 
 // Every callback, as text, in order.
@@ -142,7 +120,7 @@ TEST(DecodeLoopTest, TheLoopBoundCanBeLowered) {
   auto image = ProgramImage::Create();
   ASSERT_THAT(image, IsOk());
   (*image)->AddBytes("jmp_self", kCode, std::vector<uint8_t>{0xeb, 0xfe});
-  const std::vector<uint8_t> trace = TraceFromKCode({Tnt1()});
+  const std::vector<uint8_t> trace = TraceFromKCode({TakenTnt()});
   ASSERT_EQ(GetDecodeBounds().insns_without_progress, kMaxInsnsWithoutProgress);
   constexpr uint64_t kBound = 5000;
   SetDecodeBounds({.insns_without_progress = kBound, .bts_walk = kMaxBtsWalk});

@@ -36,6 +36,7 @@ namespace {
 
 using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
+using ::ptkit::decoder::testing::TakenTnt;
 using ::ptkit::decoder::testing::TempPath;
 using ::ptkit::testing::CommandResult;
 using ::ptkit::testing::ExecMmap2;
@@ -65,34 +66,14 @@ constexpr uint64_t kCode = 0x1000;
 std::vector<uint8_t> LoopTrace() {
   ElfCode none;
   PtSynth synth(none);
-  pt_packet p{};
   for (int segment = 0; segment < 2; ++segment) {
-    p = {};
-    p.type = ppt_psb;
-    synth.AddPacket(p);
-    p = {};
-    p.type = ppt_mode;
-    p.payload.mode.leaf = pt_mol_exec;
-    p.payload.mode.bits.exec.csl = 1;
-    synth.AddPacket(p);
-    p = {};
-    p.type = ppt_psbend;
-    synth.AddPacket(p);
-    p = {};
-    p.type = ppt_tip_pge;
-    p.payload.ip.ipc = pt_ipc_sext_48;
-    p.payload.ip.ip = kCode;
-    synth.AddPacket(p);
-    p = {};
-    p.type = ppt_tnt_8;
-    p.payload.tnt.bit_size = 1;
-    p.payload.tnt.payload = 1;
-    synth.AddPacket(p);
-    synth.AddPacket(p);
+    synth.AddPsbPlusPge(kCode);
+    synth.AddPacket(TakenTnt());
+    synth.AddPacket(TakenTnt());
   }
-  p = {};
-  p.type = ppt_psb;
-  synth.AddPacket(p);
+  pt_packet psb{};
+  psb.type = ppt_psb;
+  synth.AddPacket(psb);
   return synth.bytes();
 }
 
@@ -110,7 +91,7 @@ const std::vector<LoopCase>& LoopCases() {
 }
 
 // Where the loop errors stand: after each PSB+ and TIP.PGE, at the TNT bytes.
-constexpr uint64_t kSegment = 16 + 2 + 2 + 7 + 2;  // PSB, MODE, PSBEND, TIP.PGE, TNTs
+constexpr uint64_t kSegment = PtSynth::kPsbPlusPgeSize + 2;  // PSB+, TIP.PGE, TNTs
 constexpr uint64_t kLoopErrorOffsets[] = {kSegment - 2, 2 * kSegment - 2};
 
 // One loop error per segment, and the decoder went on to the second after the first.

@@ -111,6 +111,34 @@ void PtSynth::Emit(const pt_packet& packet) {
 
 void PtSynth::AddPacket(const pt_packet& packet) { Emit(packet); }
 
+void PtSynth::AddPsbPlusPge(uint64_t ip) {
+  pt_packet p = {};
+  p.type = ppt_psb;
+  Emit(p);
+  p = {};
+  p.type = ppt_mode;
+  p.payload.mode.leaf = pt_mol_exec;
+  p.payload.mode.bits.exec = pt_set_exec_mode(ptem_64bit);
+  Emit(p);
+  p = {};
+  p.type = ppt_psbend;
+  Emit(p);
+  p = {};
+  p.type = ppt_tip_pge;
+  p.payload.ip.ipc = pt_ipc_sext_48;
+  p.payload.ip.ip = ip & 0xffffffffffffull;
+  Emit(p);
+  last_ip_ = ip;
+}
+
+pt_packet TakenTnt() {
+  pt_packet p = {};
+  p.type = ppt_tnt_8;
+  p.payload.tnt.bit_size = 1;
+  p.payload.tnt.payload = 1;
+  return p;
+}
+
 void PtSynth::EmitIp(pt_packet_type type, uint64_t ip) {
   pt_packet p = {};
   p.type = type;

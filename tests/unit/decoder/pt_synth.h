@@ -76,6 +76,10 @@ class PtSynth {
   absl::StatusOr<std::vector<uint64_t>> AddSegment(const WalkOptions& options);
   // Appends raw packet bytes (e.g. padding) as they are.
   void AddPacket(const pt_packet& packet);
+  // Appends the start of a hand-made segment: PSB, MODE.exec (64-bit), PSBEND and TIP.PGE
+  // `ip` with a sign-extended 48-bit IP, kPsbPlusPgeSize bytes.
+  void AddPsbPlusPge(uint64_t ip);
+  static constexpr uint64_t kPsbPlusPgeSize = 16 + 2 + 2 + 7;
   // The trace so far.
   std::vector<uint8_t> bytes() const;
   uint64_t offset() const;
@@ -92,6 +96,9 @@ class PtSynth {
   uint64_t tnt_bits_ = 0;
   uint8_t tnt_count_ = 0;
 };
+
+// A TNT-8 packet of one bit: taken.
+pt_packet TakenTnt();
 
 // The intel_bts records (24 bytes: from, to, flags 0) of a walk: one per taken branch, i.e.
 // wherever the next instruction is not the one that follows in memory. `branches` gets the

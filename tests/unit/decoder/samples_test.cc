@@ -15,6 +15,7 @@
 #include "ptkit/status.h"
 #include "status_matchers.h"
 #include "temp_dir.h"
+#include "test_container.h"
 #include "test_io.h"
 
 namespace ptkit::decoder {
@@ -30,11 +31,8 @@ class SamplesTest : public ::testing::Test {
   // A container with the given sample records (perf record bytes, sample_type).
   std::string Write(const std::vector<std::pair<std::vector<uint8_t>, uint64_t>>& samples) {
     const std::string path = dir_.File("trace.pt");
-    WriterOptions wo;
-    wo.overwrite = true;
-    auto writer = ContainerWriter::Create(path, wo);
-    EXPECT_TRUE(writer.ok());
-    EXPECT_TRUE((*writer)->AppendMetadata(R"({"tool":"samples_test"})").ok());
+    auto writer = ::ptkit::testing::NewContainer(path, {R"({"tool":"samples_test"})"});
+    EXPECT_TRUE(writer.ok()) << writer.status();
     for (const auto& [record, type] : samples) {
       EXPECT_TRUE(
           (*writer)

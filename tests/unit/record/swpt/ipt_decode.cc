@@ -91,22 +91,7 @@ InsnDecode DecodeInsns(const std::vector<uint8_t>& pt, const CodeImage& image,
         pt_event ev;
         status = pt_insn_event(dec.get(), &ev, sizeof(ev));
         if (status < 0) break;
-        switch (ev.type) {
-          case ptev_enabled:
-            ++out.enabled;
-            break;
-          case ptev_disabled:
-            ++out.disabled;
-            break;
-          case ptev_async_disabled:
-            ++out.async_disabled;
-            break;
-          case ptev_overflow:
-            ++out.overflows;
-            break;
-          default:
-            break;
-        }
+        Count(ev, out);
       }
       if (status < 0) break;
       pt_insn insn;
