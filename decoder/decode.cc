@@ -156,12 +156,20 @@ class TimeWatch {
 
 // Gives the sink the events pending after a decoder call that returned `status`; returns the
 // status of the last Event call (`status` when none was pending).
+// With `positions`, the sink is told the trace offset (plus `offset_base`) before each event, as
+// InsnLoop tells it.
 template <typename Dec>
-int DeliverEvents(Dec& dec, int status, TimeWatch<Dec>& time, Sink& sink, DecodeTotals& totals) {
+int DeliverEvents(Dec& dec, int status, TimeWatch<Dec>& time, Sink& sink, DecodeTotals& totals,
+                  bool positions = false, uint64_t offset_base = 0) {
   while (status & pts_event_pending) {
     pt_event event;
     status = dec.Event(&event);
     if (status < 0) break;
+    if (positions) {
+      uint64_t offset = 0;
+      if (dec.GetOffset(&offset) < 0) offset = 0;
+      sink.OnPosition(offset_base + offset);
+    }
     ++totals.events;
     if (event.has_tsc) time.Check(event.tsc);
     sink.OnEvent(event);
@@ -388,7 +396,7 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
 // decoder decodes every instruction again. Within a block no trace is read, so what InsnLoop
 // sees after each instruction (time, trace offset) is what it saw after the block before, until
 // the block's last instruction.
-constexpr bool kFastInsnLoopIsExact = false;  // see DecodeInto
+constexpr bool kFastInsnLoopIsExact = true;  // see DecodeInto
 
 absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink& sink,
                           DecodeTotals& totals, uint64_t offset_base, ImageSwitcher* switcher) {
@@ -401,6 +409,7 @@ absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink
   uint32_t progress = kInsnsPerProgress;
   ProgressWatch watch;
   uint32_t check = kInsnsPerCheck;
+  const bool positions = sink.wants_positions();
 
   uint64_t sync = 0;
   for (;;) {
@@ -412,7 +421,9 @@ absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink
     }
     Synced(dec, time, sink, totals, offset_base);
     for (;;) {
-      if (status & pts_event_pending) status = DeliverEvents(dec, status, time, sink, totals);
+      if (status & pts_event_pending) {
+        status = DeliverEvents(dec, status, time, sink, totals, positions, offset_base);
+      }
       if (status < 0) break;
       if (status & pts_eos) {
         status = -pte_eos;
@@ -431,9 +442,13 @@ absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink
       std::span<const pt_insn> insns;
       if (block.ninsn != 0) insns = dec.Insns(block);
       const size_t whole = status >= 0 || code_error ? insns.size() : insns.size() - 1;
+      // A block reads trace (a branch's query, the events fetched after it) only at its last
+      // instruction, as pt_insn_next does for that instruction.
+      const uint64_t after = positions && !insns.empty() ? offset_of() : 0;
       for (size_t i = 0; i < insns.size(); ++i) {
         const pt_insn& insn = insns[i];
         ip = insn.ip;
+        if (positions) sink.OnPosition(offset_base + (i + 1 == insns.size() ? after : before));
         ++totals.instructions;
         sink.OnInsn(insn);
         if (i == whole) break;  // the failing one
@@ -557,12 +572,13 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
   // instructions instead of the 615 that ran). It also reports no positions to the chunks of a
   // parallel decode (Sink::wants_positions).
   const BlockDecoderImpl impl = block_decoder_impl.load(std::memory_order_relaxed);
-  if (kFastInsnLoopIsExact && impl != BlockDecoderImpl::kLibipt && !sink.wants_positions()) {
+  if (kFastInsnLoopIsExact && impl != BlockDecoderImpl::kLibipt) {
     FastPathCoverage fast = FastPathCovers(pt);
     if (impl == BlockDecoderImpl::kFastLibiptPackets) fast.packets = false;
     if (fast.blocks) {
       std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);
       if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
+      dec->SetInsnBinding(true);
       return FastInsnLoop(*dec, image, sink, totals, offset_base, switcher);
     }
   }

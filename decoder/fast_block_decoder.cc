@@ -340,7 +340,7 @@ void FastBlockDecoder::LogCall(const Insn& insn) {
   }
 }
 
-int FastBlockDecoder::ProceedOneInsn(pt_block* block, Insn* out) {
+int FastBlockDecoder::ProceedOneInsn(pt_block* block, Insn* out, bool log_call) {
   uint16_t ninsn = static_cast<uint16_t>(block->ninsn + 1);
   if (ninsn == 0) return 0;
   if (block->truncated) return 0;
@@ -356,7 +356,7 @@ int FastBlockDecoder::ProceedOneInsn(pt_block* block, Insn* out) {
     block->size = insn->size;
     block->truncated = 1;
   }
-  LogCall(*insn);
+  if (log_call) LogCall(*insn);
   block->iclass = insn->iclass;
   block->end_ip = insn->ip;
   block->ninsn = ninsn;
@@ -388,6 +388,62 @@ int FastBlockDecoder::ProceedToIp(pt_block* block, Insn* insn, uint64_t ip) {
     if ((end_on_call_ && insn->iclass == ptic_call) ||
         (end_on_jump_ && insn->iclass == ptic_jump)) {
       return ip_ == ip ? 1 : 0;
+    }
+  }
+}
+
+// pt_insn_check_insn_event's binding of a synchronous disable (pt_insn_at_disabled_event), for
+// insn_binding_: the first instruction that may have disabled tracing ends the block, with the IP
+// tracing would resume at. Up to it, each instruction is proceeded past as pt_insn_proceed does.
+int FastBlockDecoder::ProceedToDisablingInsn(pt_block* block, const pt_event& ev) {
+  for (;;) {
+    Insn insn;
+    int status = ProceedOneInsn(block, &insn, /*log_call=*/false);
+    if (status <= 0) return status;
+    bool binds = false;
+    if (ev.ip_suppressed) {
+      // A far branch (which includes every CPL change) or a CR3 write.
+      binds = insn.iclass == ptic_far_call || insn.iclass == ptic_far_return ||
+              insn.iclass == ptic_far_jump || insn.changes_cr3;
+    } else {
+      switch (insn.iclass) {
+        case ptic_ptwrite:
+        case ptic_other:
+          break;
+        case ptic_call:
+        case ptic_jump:
+          // A direct branch elsewhere than the disable's IP did not disable.
+          binds = !insn.is_direct ||
+                  insn.ip + insn.size +
+                          static_cast<uint64_t>(static_cast<int64_t>(insn.displacement)) ==
+                      ev.variant.disabled.ip;
+          break;
+        case ptic_error:
+          return -pte_bad_insn;
+        default:
+          binds = true;
+          break;
+      }
+    }
+    if (binds) {
+      status = NextIp(&ip_, insn);
+      if (status < 0) {
+        if (status != -pte_bad_query) return status;
+        ip_ = (insn.iclass == ptic_call || insn.iclass == ptic_far_call) ? insn.ip + insn.size : 0;
+      }
+      return 1;
+    }
+    LogCall(insn);
+    status = NextIp(&ip_, insn);
+    if (status < 0) {
+      if (status != -pte_bad_query) return status;
+      // With the IP suppressed, a branch that needs trace queries it (and fails, the disable
+      // being ahead of the query decoder's packets in any trace libipt takes).
+      status = ProceedWithTrace(insn);
+      return status < 0 ? status : 0;
+    }
+    if ((end_on_call_ && insn.iclass == ptic_call) || (end_on_jump_ && insn.iclass == ptic_jump)) {
+      return 0;
     }
   }
 }
@@ -843,7 +899,10 @@ int FastBlockDecoder::ProceedEvent(pt_block* block) {
     case ptev_enabled:
       break;
     case ptev_disabled:
-      if (ev->ip_suppressed) {
+      if (insn_binding_) {
+        status = ProceedToDisablingInsn(block, *ev);
+        if (status <= 0) return status;
+      } else if (ev->ip_suppressed) {
         status = ProceedToInsn(block, &insn, ChangesCr3);
       } else {
         status = ProceedToIp(block, &insn, ev->variant.disabled.ip);
