@@ -391,13 +391,12 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
   return absl::OkStatus();
 }
 
-// InsnLoop's callbacks, error reports and bounds, from FastBlockDecoder's blocks: each block's
-// instructions are listed from its graph (FastBlockDecoder::Insns) where libipt's instruction
-// decoder decodes every instruction again. Within a block no trace is read, so what InsnLoop
-// sees after each instruction (time, trace offset) is what it saw after the block before, until
-// the block's last instruction.
-constexpr bool kFastInsnLoopIsExact = true;  // see DecodeInto
-
+// InsnLoop's callbacks, positions, error reports and bounds, from FastBlockDecoder's blocks
+// (with the instruction decoder's binding of disables, FastBlockDecoder::SetInsnBinding): each
+// block's instructions are listed from its graph (FastBlockDecoder::Insns) where libipt's
+// instruction decoder decodes every instruction again. A block reads trace only at its last
+// instruction, so what InsnLoop sees after each instruction (time, trace offset) is what it saw
+// after the block before, until the block's last instruction.
 absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink& sink,
                           DecodeTotals& totals, uint64_t offset_base, ImageSwitcher* switcher) {
   ErrorReporter errors(image, sink, totals, offset_base);
@@ -565,14 +564,10 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
       return BlockLoop(libipt, image, sink, totals, offset_base, switcher);
     });
   }
-  // Instruction sinks: libipt's instruction decoder. FastInsnLoop lists them from the block
-  // graph at about twice the speed, but it is not exact yet: where a trace ends without
-  // disabling (a cut, a loss), pt_insn_next goes on through the code that needs no packet and
-  // the block decoders stop (ContainerLossTest.LostPerfRecordsAreALossPointAndABreak: 608
-  // instructions instead of the 615 that ran). It also reports no positions to the chunks of a
-  // parallel decode (Sink::wants_positions).
+  // Instruction sinks: listed from the block graph (about twice libipt's instruction decoder's
+  // speed) where the fast path models the trace, else libipt's instruction decoder.
   const BlockDecoderImpl impl = block_decoder_impl.load(std::memory_order_relaxed);
-  if (kFastInsnLoopIsExact && impl != BlockDecoderImpl::kLibipt) {
+  if (impl != BlockDecoderImpl::kLibipt) {
     FastPathCoverage fast = FastPathCovers(pt);
     if (impl == BlockDecoderImpl::kFastLibiptPackets) fast.packets = false;
     if (fast.blocks) {
