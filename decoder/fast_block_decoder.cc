@@ -400,48 +400,31 @@ int FastBlockDecoder::ProceedToDisablingInsn(pt_block* block, const pt_event& ev
     Insn insn;
     int status = ProceedOneInsn(block, &insn, /*log_call=*/false);
     if (status <= 0) return status;
-    bool binds = false;
-    if (ev.ip_suppressed) {
-      // A far branch (which includes every CPL change) or a CR3 write.
-      binds = insn.iclass == ptic_far_call || insn.iclass == ptic_far_return ||
-              insn.iclass == ptic_far_jump || insn.changes_cr3;
-    } else {
-      switch (insn.iclass) {
-        case ptic_ptwrite:
-        case ptic_other:
-          break;
-        case ptic_call:
-        case ptic_jump:
-          // A direct branch elsewhere than the disable's IP did not disable.
-          binds = !insn.is_direct ||
-                  insn.ip + insn.size +
-                          static_cast<uint64_t>(static_cast<int64_t>(insn.displacement)) ==
-                      ev.variant.disabled.ip;
-          break;
-        case ptic_error:
-          return -pte_bad_insn;
-        default:
-          binds = true;
-          break;
-      }
-    }
+    uint64_t next = 0;
+    status = NextIp(&next, insn);  // -pte_bad_query: the branch needs trace
+    if (status < 0 && status != -pte_bad_query) return status;
+    const bool binds =
+        ev.ip_suppressed
+            // A far branch (every CPL change is one) or a CR3 write.
+            ? insn.iclass == ptic_far_call || insn.iclass == ptic_far_return ||
+                  insn.iclass == ptic_far_jump || insn.changes_cr3
+            // A branch, but not a direct one elsewhere than the disable's IP.
+            : status < 0 || ((insn.iclass == ptic_call || insn.iclass == ptic_jump) &&
+                             next == ev.variant.disabled.ip);
     if (binds) {
-      status = NextIp(&ip_, insn);
-      if (status < 0) {
-        if (status != -pte_bad_query) return status;
-        ip_ = (insn.iclass == ptic_call || insn.iclass == ptic_far_call) ? insn.ip + insn.size : 0;
-      }
+      ip_ = status == 0                                                ? next
+            : insn.iclass == ptic_call || insn.iclass == ptic_far_call ? insn.ip + insn.size
+                                                                       : 0;
       return 1;
     }
     LogCall(insn);
-    status = NextIp(&ip_, insn);
     if (status < 0) {
-      if (status != -pte_bad_query) return status;
       // With the IP suppressed, a branch that needs trace queries it (and fails, the disable
       // being ahead of the query decoder's packets in any trace libipt takes).
       status = ProceedWithTrace(insn);
       return status < 0 ? status : 0;
     }
+    ip_ = next;
     if ((end_on_call_ && insn.iclass == ptic_call) || (end_on_jump_ && insn.iclass == ptic_jump)) {
       return 0;
     }
