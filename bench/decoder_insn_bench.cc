@@ -1,5 +1,7 @@
-// `ptdecode insn` to /dev/null (target >= 5 M instructions/s), plain and with --disasm, plus
-// the other per-instruction forms, over ../shared/testdata/libxdc-experiments/{Unzip,foo}.
+// `ptdecode insn` to /dev/null (issue 16: >= 30 M instructions/s per thread), plain and with
+// --disasm, plus the other per-instruction forms, over
+// ../shared/testdata/libxdc-experiments/{Unzip,foo}, each through the fast decoder (the block
+// graph) and through libipt (pt_insn_* for insn and branches, pt_blk_* for calls and folded).
 #include <sys/resource.h>
 
 #include <cstdio>
@@ -19,9 +21,11 @@ namespace {
 using Factory =
     std::function<std::unique_ptr<Sink>(const ProgramImage&, std::FILE*, const OutputOptions&)>;
 
-void Run(benchmark::State& state, const char* name, Factory make, bool json, bool disasm) {
+void Run(benchmark::State& state, const char* name, BlockDecoderImpl impl, Factory make, bool json,
+         bool disasm) {
   auto input = LoadLibxdcTrace(name);
   if (!input) return state.SkipWithError("trace absent");
+  SetBlockDecoderImpl(impl);
   std::FILE* null = std::fopen("/dev/null", "w");
   OutputOptions options;
   options.json = json;
@@ -33,6 +37,7 @@ void Run(benchmark::State& state, const char* name, Factory make, bool json, boo
     insns += totals->instructions;
   }
   std::fclose(null);
+  SetBlockDecoderImpl(BlockDecoderImpl::kFast);
   state.counters["insn/s"] =
       benchmark::Counter(static_cast<double>(insns), benchmark::Counter::kIsRate);
   struct rusage ru;
@@ -40,36 +45,40 @@ void Run(benchmark::State& state, const char* name, Factory make, bool json, boo
   state.counters["maxrss_KiB"] = static_cast<double>(ru.ru_maxrss);
 }
 
-void BM_InsnCount(benchmark::State& state, const char* name) {
+void BM_InsnCount(benchmark::State& state, const char* name, BlockDecoderImpl impl) {
   Run(
-      state, name,
+      state, name, impl,
       [](const ProgramImage&, std::FILE*, const OutputOptions&) {
         return std::make_unique<CountSink>(DecoderKind::kInsn);
       },
       false, false);
 }
-void BM_Insn(benchmark::State& state, const char* name) {
-  Run(state, name, MakeInsnSink, false, false);
+void BM_Insn(benchmark::State& state, const char* name, BlockDecoderImpl impl) {
+  Run(state, name, impl, MakeInsnSink, false, false);
 }
-void BM_InsnDisasm(benchmark::State& state, const char* name) {
-  Run(state, name, MakeInsnSink, false, true);
+void BM_InsnDisasm(benchmark::State& state, const char* name, BlockDecoderImpl impl) {
+  Run(state, name, impl, MakeInsnSink, false, true);
 }
-void BM_InsnJson(benchmark::State& state, const char* name) {
-  Run(state, name, MakeInsnSink, true, false);
+void BM_InsnJson(benchmark::State& state, const char* name, BlockDecoderImpl impl) {
+  Run(state, name, impl, MakeInsnSink, true, false);
 }
-void BM_Branches(benchmark::State& state, const char* name) {
-  Run(state, name, MakeBranchesSink, false, false);
+void BM_Branches(benchmark::State& state, const char* name, BlockDecoderImpl impl) {
+  Run(state, name, impl, MakeBranchesSink, false, false);
 }
-void BM_Calls(benchmark::State& state, const char* name) {
-  Run(state, name, MakeCallsSink, false, false);
+void BM_Calls(benchmark::State& state, const char* name, BlockDecoderImpl impl) {
+  Run(state, name, impl, MakeCallsSink, false, false);
 }
-void BM_Folded(benchmark::State& state, const char* name) {
-  Run(state, name, MakeFoldedSink, false, false);
+void BM_Folded(benchmark::State& state, const char* name, BlockDecoderImpl impl) {
+  Run(state, name, impl, MakeFoldedSink, false, false);
 }
 
-#define PTKIT_BENCH_TRACES(fn)                                          \
-  BENCHMARK_CAPTURE(fn, Unzip, "Unzip")->Unit(benchmark::kMillisecond); \
-  BENCHMARK_CAPTURE(fn, foo, "foo")->Unit(benchmark::kMillisecond)
+constexpr BlockDecoderImpl kFast = BlockDecoderImpl::kFast;
+constexpr BlockDecoderImpl kLibipt = BlockDecoderImpl::kLibipt;
+#define PTKIT_BENCH_TRACES(fn)                                                          \
+  BENCHMARK_CAPTURE(fn, Unzip_fast, "Unzip", kFast)->Unit(benchmark::kMillisecond);     \
+  BENCHMARK_CAPTURE(fn, Unzip_libipt, "Unzip", kLibipt)->Unit(benchmark::kMillisecond); \
+  BENCHMARK_CAPTURE(fn, foo_fast, "foo", kFast)->Unit(benchmark::kMillisecond);         \
+  BENCHMARK_CAPTURE(fn, foo_libipt, "foo", kLibipt)->Unit(benchmark::kMillisecond)
 
 PTKIT_BENCH_TRACES(BM_InsnCount);
 PTKIT_BENCH_TRACES(BM_Insn);

@@ -3,6 +3,7 @@
 # one run (issue 13's targets: >= 10x for each pair). Not part of CI.
 #
 #   bench/perf_vs_ptdecode.sh [--build DIR] [--insns N] [--big-insns N] [--runs R] [--callgrind] [--keep DIR]
+#                             [--inputs "skylake synth big fib"] [--pairs "insn branches calls stats"]
 #
 # Inputs (each a perf.data both tools read):
 #   skylake  ../shared/testdata/perf-data/perf.data.intel_pt-4.14 (real hardware; no binaries,
@@ -23,7 +24,8 @@
 # also ptdecode's CPU seconds with --decoder libipt (libipt's pt_blk_* / pt_insn_*) and perf's
 # ratio to that, the same measure before the fast path.
 # --callgrind also counts instructions (valgrind --tool=callgrind, Ir of the whole process) of
-# insn and stats on a 500,000-instruction synth, a ratio that does not move with the machine's
+# insn, branches and stats (ptdecode on one thread, -j 1, fast and --decoder libipt) on a
+# 500,000-instruction synth, a ratio that does not move with the machine's
 # load, and prints each tool's top functions by self Ir (where the time goes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +35,8 @@ big_insns=50000000
 runs=3
 callgrind=0
 keep=""
+only_inputs="skylake synth big fib"
+only_pairs="insn branches calls stats"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
@@ -41,7 +45,9 @@ while [[ $# -gt 0 ]]; do
     --runs) runs="$2"; shift 2 ;;
     --callgrind) callgrind=1; shift ;;
     --keep) keep="$2"; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--insns N] [--big-insns N] [--runs R] [--callgrind] [--keep DIR]" >&2; exit 2 ;;
+    --inputs) only_inputs="$2"; shift 2 ;;
+    --pairs) only_pairs="$2"; shift 2 ;;
+    *) echo "usage: $0 [--build DIR] [--insns N] [--big-insns N] [--runs R] [--callgrind] [--keep DIR] [--inputs LIST] [--pairs LIST]" >&2; exit 2 ;;
   esac
 done
 ptdecode="$build/src/tools/ptdecode"
@@ -72,9 +78,10 @@ make_synth() {
   data[$1]="$work/$1.data"
   debug[$1]="$work/$1.data.debug"
 }
-make_synth synth "$insns"
-make_synth big "$big_insns"
-if [[ ! -f "$work/fib.data" ]]; then
+wanted() { [[ " $1 " == *" $2 "* ]]; }
+wanted "$only_inputs" synth && make_synth synth "$insns"
+wanted "$only_inputs" big && make_synth big "$big_insns"
+if wanted "$only_inputs" fib && [[ ! -f "$work/fib.data" ]]; then
   "$ptrecord" --emulate -o "$work/fib.pt" -- "$fib" >/dev/null 2>&1
   "$ptdecode" export --to perf.data "$work/fib.pt" -o "$work/fib.data" 2>/dev/null
 fi
@@ -99,14 +106,15 @@ lines() { "$@" 2>/dev/null | wc -l; }
 
 printf "%-8s %-9s %12s %12s %9s %9s %9s %9s %8s %9s %8s\n" input pair ptdecode_lines perf_lines \
   pt_wall perf_wall pt_cpu perf_cpu ratio lib_cpu lib_ratio
-for input in skylake synth big fib; do
-  [[ -n "${data[$input]:-}" ]] || continue
+for input in $only_inputs; do
+  [[ -n "${data[$input]:-}" && -f "${data[$input]}" ]] || continue
   f="${data[$input]}"
   d="${debug[$input]}"
   export PERF_BUILDID_DIR="$d"
   pairs="insn branches calls stats"
   [[ $input == big ]] && pairs="branches stats"  # perf script --call-trace: minutes
   for pair in $pairs; do
+    wanted "$only_pairs" "$pair" || continue
     case "$pair" in
       insn) pt=("$ptdecode" insn --buildid-dir "$d" "$f")
             pf=(perf --buildid-dir "$d" script -i "$f" --itrace=i0ns -F tid,ip,sym) ;;
@@ -139,15 +147,22 @@ if ((callgrind)); then
   echo
   echo "callgrind (synth, 500,000 instructions): instructions (Ir) of the whole process, and"
   echo "each tool's top functions by self Ir"
-  for pair in insn stats; do
+  for pair in insn branches stats; do
+    wanted "$only_pairs" "$pair" || continue
     case "$pair" in
       insn) pt=("$ptdecode" insn --buildid-dir "$d" "$f")
             pf=(perf --buildid-dir "$d" script -i "$f" --itrace=i0ns -F tid,ip,sym) ;;
+      branches) pt=("$ptdecode" branches --buildid-dir "$d" "$f")
+                pf=(perf --buildid-dir "$d" script -i "$f" --itrace=b) ;;
       stats) pt=("$ptdecode" stats --buildid-dir "$d" "$f")
              pf=(perf --buildid-dir "$d" report -i "$f" --itrace=i100i --stdio) ;;
     esac
-    for tool in ptdecode perf; do
-      if [[ $tool == ptdecode ]]; then cmd=("${pt[@]}"); else cmd=("${pf[@]}"); fi
+    for tool in ptdecode libipt perf; do
+      case $tool in
+        ptdecode) cmd=("${pt[@]}" -j 1) ;;
+        libipt) cmd=("${pt[@]}" -j 1 --decoder libipt) ;;
+        perf) cmd=("${pf[@]}") ;;
+      esac
       out="$work/callgrind.$pair.$tool"
       valgrind --tool=callgrind --callgrind-out-file="$out" "${cmd[@]}" >/dev/null 2>&1 || true
       ir=$(grep -m1 '^summary:' "$out" | awk '{print $2}')
@@ -155,6 +170,7 @@ if ((callgrind)); then
       eval "ir_$tool=$ir"
       callgrind_annotate "$out" 2>/dev/null | grep -E '^ *[0-9,]+ \(' | sed -n 2,9p | cut -c1-150
     done
-    echo "$pair ratio perf/ptdecode (Ir): $(awk -v a="$ir_perf" -v b="$ir_ptdecode" 'BEGIN { printf "%.1f", a / b }')x"
+    echo "$pair ratio perf/ptdecode (Ir): $(awk -v a="$ir_perf" -v b="$ir_ptdecode" 'BEGIN { printf "%.1f", a / b }')x," \
+      "libipt/fast: $(awk -v a="$ir_libipt" -v b="$ir_ptdecode" 'BEGIN { printf "%.2f", a / b }')x"
   done
 fi

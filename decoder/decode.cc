@@ -391,13 +391,12 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
   return absl::OkStatus();
 }
 
-// InsnLoop's callbacks, error reports and bounds, from FastBlockDecoder's blocks: each block's
-// instructions are listed from its graph (FastBlockDecoder::Insns) where libipt's instruction
-// decoder decodes every instruction again. Within a block no trace is read, so what InsnLoop
-// sees after each instruction (time, trace offset) is what it saw after the block before, until
-// the block's last instruction.
-constexpr bool kFastInsnLoopIsExact = false;  // see DecodeInto
-
+// InsnLoop's callbacks, positions, error reports and bounds, from FastBlockDecoder's blocks
+// (with the instruction decoder's binding of disables, FastBlockDecoder::SetInsnBinding): each
+// block's instructions are listed from its graph (FastBlockDecoder::Insns) where libipt's
+// instruction decoder decodes every instruction again. A block reads trace only at its last
+// instruction, so what InsnLoop sees after each instruction (time, trace offset) is what it saw
+// after the block before, until the block's last instruction.
 absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink& sink,
                           DecodeTotals& totals, uint64_t offset_base, ImageSwitcher* switcher) {
   ErrorReporter errors(image, sink, totals, offset_base);
@@ -409,6 +408,7 @@ absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink
   uint32_t progress = kInsnsPerProgress;
   ProgressWatch watch;
   uint32_t check = kInsnsPerCheck;
+  const bool positions = sink.wants_positions();
 
   uint64_t sync = 0;
   for (;;) {
@@ -440,9 +440,13 @@ absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink
       std::span<const pt_insn> insns;
       if (block.ninsn != 0) insns = dec.Insns(block);
       const size_t whole = status >= 0 || code_error ? insns.size() : insns.size() - 1;
+      // A block reads trace (a branch's query, the events fetched after it) only at its last
+      // instruction, as pt_insn_next does for that instruction.
+      const uint64_t after = positions && !insns.empty() ? offset_of() : 0;
       for (size_t i = 0; i < insns.size(); ++i) {
         const pt_insn& insn = insns[i];
         ip = insn.ip;
+        if (positions) sink.OnPosition(offset_base + (i + 1 == insns.size() ? after : before));
         ++totals.instructions;
         sink.OnInsn(insn);
         if (i == whole) break;  // the failing one
@@ -559,19 +563,16 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
       return BlockLoop(libipt, image, sink, totals, offset_base, switcher);
     });
   }
-  // Instruction sinks: libipt's instruction decoder. FastInsnLoop lists them from the block
-  // graph at about twice the speed, but it is not exact yet: where a trace ends without
-  // disabling (a cut, a loss), pt_insn_next goes on through the code that needs no packet and
-  // the block decoders stop (ContainerLossTest.LostPerfRecordsAreALossPointAndABreak: 608
-  // instructions instead of the 615 that ran). It also reports no positions to the chunks of a
-  // parallel decode (Sink::wants_positions).
+  // Instruction sinks: listed from the block graph (about twice libipt's instruction decoder's
+  // speed) where the fast path models the trace, else libipt's instruction decoder.
   const BlockDecoderImpl impl = block_decoder_impl.load(std::memory_order_relaxed);
-  if (kFastInsnLoopIsExact && impl != BlockDecoderImpl::kLibipt && !sink.wants_positions()) {
+  if (impl != BlockDecoderImpl::kLibipt) {
     FastPathCoverage fast = FastPathCovers(pt);
     if (impl == BlockDecoderImpl::kFastLibiptPackets) fast.packets = false;
     if (fast.blocks) {
       std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);
       if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
+      dec->SetInsnBinding(true);
       return FastInsnLoop(*dec, image, sink, totals, offset_base, switcher);
     }
   }

@@ -340,7 +340,7 @@ void FastBlockDecoder::LogCall(const Insn& insn) {
   }
 }
 
-int FastBlockDecoder::ProceedOneInsn(pt_block* block, Insn* out) {
+int FastBlockDecoder::ProceedOneInsn(pt_block* block, Insn* out, bool log_call) {
   uint16_t ninsn = static_cast<uint16_t>(block->ninsn + 1);
   if (ninsn == 0) return 0;
   if (block->truncated) return 0;
@@ -356,7 +356,7 @@ int FastBlockDecoder::ProceedOneInsn(pt_block* block, Insn* out) {
     block->size = insn->size;
     block->truncated = 1;
   }
-  LogCall(*insn);
+  if (log_call) LogCall(*insn);
   block->iclass = insn->iclass;
   block->end_ip = insn->ip;
   block->ninsn = ninsn;
@@ -388,6 +388,45 @@ int FastBlockDecoder::ProceedToIp(pt_block* block, Insn* insn, uint64_t ip) {
     if ((end_on_call_ && insn->iclass == ptic_call) ||
         (end_on_jump_ && insn->iclass == ptic_jump)) {
       return ip_ == ip ? 1 : 0;
+    }
+  }
+}
+
+// pt_insn_check_insn_event's binding of a synchronous disable (pt_insn_at_disabled_event), for
+// insn_binding_: the first instruction that may have disabled tracing ends the block, with the IP
+// tracing would resume at. Up to it, each instruction is proceeded past as pt_insn_proceed does.
+int FastBlockDecoder::ProceedToDisablingInsn(pt_block* block, const pt_event& ev) {
+  for (;;) {
+    Insn insn;
+    int status = ProceedOneInsn(block, &insn, /*log_call=*/false);
+    if (status <= 0) return status;
+    uint64_t next = 0;
+    status = NextIp(&next, insn);  // -pte_bad_query: the branch needs trace
+    if (status < 0 && status != -pte_bad_query) return status;
+    const bool binds =
+        ev.ip_suppressed
+            // A far branch (every CPL change is one) or a CR3 write.
+            ? insn.iclass == ptic_far_call || insn.iclass == ptic_far_return ||
+                  insn.iclass == ptic_far_jump || insn.changes_cr3
+            // A branch, but not a direct one elsewhere than the disable's IP.
+            : status < 0 || ((insn.iclass == ptic_call || insn.iclass == ptic_jump) &&
+                             next == ev.variant.disabled.ip);
+    if (binds) {
+      ip_ = status == 0                                                ? next
+            : insn.iclass == ptic_call || insn.iclass == ptic_far_call ? insn.ip + insn.size
+                                                                       : 0;
+      return 1;
+    }
+    LogCall(insn);
+    if (status < 0) {
+      // With the IP suppressed, a branch that needs trace queries it (and fails, the disable
+      // being ahead of the query decoder's packets in any trace libipt takes).
+      status = ProceedWithTrace(insn);
+      return status < 0 ? status : 0;
+    }
+    ip_ = next;
+    if ((end_on_call_ && insn.iclass == ptic_call) || (end_on_jump_ && insn.iclass == ptic_jump)) {
+      return 0;
     }
   }
 }
@@ -843,7 +882,10 @@ int FastBlockDecoder::ProceedEvent(pt_block* block) {
     case ptev_enabled:
       break;
     case ptev_disabled:
-      if (ev->ip_suppressed) {
+      if (insn_binding_) {
+        status = ProceedToDisablingInsn(block, *ev);
+        if (status <= 0) return status;
+      } else if (ev->ip_suppressed) {
         status = ProceedToInsn(block, &insn, ChangesCr3);
       } else {
         status = ProceedToIp(block, &insn, ev->variant.disabled.ip);

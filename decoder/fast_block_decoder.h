@@ -66,6 +66,12 @@ class FastBlockDecoder {
   // Code is read from `image` from now on; its graph is kept apart from other images'.
   void SetImage(const ProgramImage& image);
 
+  // Binds a synchronous disable (TIP.PGD) as libipt's instruction decoder does, to the branch
+  // that disabled tracing (pt_insn_at_disabled_event), instead of to where its IP is reached
+  // (pt_blk_*: code that ran from the disable's IP back to the branch is not in the blocks).
+  // For the instruction outputs, which give what pt_insn_next gives.
+  void SetInsnBinding(bool on) { insn_binding_ = on; }
+
   // The instructions of `block`, a block Next gave (with the image it was decoded from), as
   // libipt's instruction decoder gives them (pt_insn_next; raw holds the instruction's bytes
   // and what follows them): listed once per start IP and mode for the whole run, from the
@@ -177,7 +183,8 @@ class FastBlockDecoder {
   int FetchEvent();
   int Start(int status);
   int Decode(uint64_t ip, pt_exec_mode mode, const Insn** insn);
-  int ProceedOneInsn(pt_block* block, Insn* insn);
+  int ProceedOneInsn(pt_block* block, Insn* insn, bool log_call = true);
+  int ProceedToDisablingInsn(pt_block* block, const pt_event& ev);
   int ProceedToInsn(pt_block* block, Insn* insn, bool (*predicate)(const Insn&));
   int ProceedToIp(pt_block* block, Insn* insn, uint64_t ip);
   int ProceedToIpWithTrace(pt_block* block, uint64_t ip);
@@ -215,6 +222,7 @@ class FastBlockDecoder {
   AddressRange no_section_{1, 0};          // a mapping of the last lookup that is no section
   Disassembler disasm_;
   bool end_on_call_, end_on_jump_, skd022_;
+  bool insn_binding_ = false;
   std::vector<uint64_t>* pushes_ = nullptr;  // while a Run is walked: its logged calls
 
   // pt_block_decoder's state.

@@ -7,6 +7,7 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <cstdio>
@@ -28,12 +29,26 @@ using Buffer = fmt::memory_buffer;
 // Appends `v` in lowercase hex with at least `digits` digits (zero-padded), as fmt's "{:0Nx}"
 // without its format-spec machinery: the per-instruction hot path of insn and branches.
 inline void AppendHex(Buffer& buf, uint64_t v, int digits = 1) {
+  // Two digits per step from a table of the 256 byte values.
+  static constexpr auto kPairs = [] {
+    std::array<char, 512> t{};
+    for (int i = 0; i < 256; ++i) {
+      t[2 * i] = "0123456789abcdef"[i >> 4];
+      t[2 * i + 1] = "0123456789abcdef"[i & 0xf];
+    }
+    return t;
+  }();
   const int needed = v == 0 ? 1 : (67 - std::countl_zero(v)) / 4;
   const int n = needed > digits ? needed : digits;
   const size_t at = buf.size();
   buf.try_resize(at + n);
   char* p = buf.data() + at + n;
-  for (int i = 0; i < n; ++i, v >>= 4) *--p = "0123456789abcdef"[v & 0xf];
+  int i = 0;
+  for (; i + 2 <= n; i += 2, v >>= 8) {
+    p -= 2;
+    std::memcpy(p, &kPairs[2 * (v & 0xff)], 2);
+  }
+  if (i < n) *--p = "0123456789abcdef"[v & 0xf];
 }
 
 // Appends `s`: one resize and one memcpy, without fmt's general append loop (hot paths).
@@ -114,17 +129,18 @@ class Symbolizer {
   }
 
  private:
+  // The answer holds for the addresses around `ip` with the same symbol and file (code
+  // without symbols, page dumps: one lookup per run of such code, not one per instruction).
   void Lookup(uint64_t ip) {
-    int s = image_->SymbolAt(ip);
+    AddressRange range;
+    int s = image_->SymbolAt(ip, &range);
+    begin_ = range.begin;
+    end_ = range.end;
     if (s >= 0) {
       symbol_ = &image_->symbols()[s];
-      begin_ = symbol_->begin;
-      end_ = symbol_->end;
       return;
     }
     symbol_ = nullptr;
-    begin_ = ip;
-    end_ = ip + 1;
     int file = image_->FileAt(ip);
     label_ = file < 0 ? "[unmapped]" : FileLabel(image_->files()[file].name);
   }

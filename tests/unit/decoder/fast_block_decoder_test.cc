@@ -46,6 +46,10 @@ class TranscriptSink : public Sink {
   bool end_block_on_call() const override { return on_call_; }
   bool end_block_on_jump() const override { return on_jump_; }
   bool wants_time() const override { return time_; }
+  // Instruction sinks: the trace offset before each instruction and event (what a parallel
+  // decode stitches chunks by).
+  bool wants_positions() const override { return kind_ == DecoderKind::kInsn; }
+  void OnPosition(uint64_t offset) override { lines.push_back(absl::StrCat("position ", offset)); }
   void OnStream(const StreamInfo& s) override {
     lines.push_back(absl::StrCat("stream ", s.name, " ", s.pid, " ", s.tid, " ", s.context_switch));
   }
@@ -233,6 +237,37 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnSynthesizedTraces) {
         },
         /*timed=*/true);
   }
+}
+
+// A segment whose last return goes back to the IP tracing is disabled at (TIP.PGD after code
+// that ran from that IP to the return): pt_insn_next gives that code, bound to the return, and
+// pt_blk_* does not (its disable binds where the IP is first reached). The instruction outputs
+// give the instruction decoder's answer, the walked instructions, through both paths.
+TEST(FastBlockDecoderTest, InstructionsUpToTheBranchThatDisabled) {
+  auto code = ElfCode::Load(kTiny);
+  ASSERT_THAT(code, IsOk());
+  PtSynth synth(*code);
+  auto truth = synth.AddSegment(
+      {.entry = code->Symbol("work").address, .seed = 2, .max_insns = 600, .tsc = 3000});
+  ASSERT_THAT(truth, IsOk());
+  const std::vector<uint8_t> trace = synth.bytes();
+  ExpectCovered(trace, {});
+  const Runner run = [&](const MakeSink& make) {
+    auto image = ProgramImage::Create();
+    ASSERT_THAT(image, IsOk());
+    ASSERT_THAT((*image)->AddElf({kTiny, 0}), IsOk());
+    ASSERT_THAT(DecodeTrace(trace, {}, **image, make(**image)), IsOk());
+  };
+  for (BlockDecoderImpl impl : {BlockDecoderImpl::kLibipt, BlockDecoderImpl::kFast}) {
+    SetBlockDecoderImpl(impl);
+    CountSink insns(DecoderKind::kInsn), blocks(DecoderKind::kBlock);
+    run([&](const ProgramImage&) -> Sink& { return insns; });
+    run([&](const ProgramImage&) -> Sink& { return blocks; });
+    SetBlockDecoderImpl(BlockDecoderImpl::kFast);
+    EXPECT_EQ(insns.instructions(), truth->size());
+    EXPECT_EQ(blocks.instructions(), truth->size() - 7);  // libipt's blocks: 7 fewer
+  }
+  ExpectSame(run, /*timed=*/true);
 }
 
 // FastPathCovers reads a trace with PacketLoop's own parser first: its answer is the one
