@@ -111,6 +111,7 @@ struct Contents {
   uint64_t records = 0, aux = 0;
   uint64_t aux_bytes = 0;
   bool aux_is_trace_bytes = true;  // every AUX byte is TraceByte(its offset)
+  bool cut_in_a_record = false;    // the file ends in the middle of a record
 };
 
 // Every record the reader returns is whole and in sequence (the reader verifies each checksum),
@@ -148,6 +149,7 @@ Contents ExpectWholeRecordsThenACut(const std::string& path) {
   for (const Damage& d : report.damage) {
     EXPECT_EQ(d.offset + d.bytes, report.file_size) << "damage before the end: " << d.reason;
   }
+  c.cut_in_a_record = !report.damage.empty();
   EXPECT_GT(c.records, 0u) << "not even the metadata";
   return c;
 }
@@ -327,12 +329,12 @@ bool WaitFor(pid_t pid, int seconds, int& status) {
   return false;
 }
 
-// The kernel path on a 64 KiB tmpfs that the sideband fills up: ptrecord stops (exit 1) with an
+// The kernel path on a 16 KiB tmpfs that the sideband fills up: ptrecord stops (exit 1) with an
 // error naming the file and ENOSPC, ends the workload, and the file keeps every whole record.
 TEST(PtrecordKillTest, KernelRecordingOnAFullDiskStopsAndKeepsEveryWholeRecord) {
   testing::TempDir dir;
   const std::string mnt = dir.File("small");
-  ScopedTmpfs tmpfs(mnt, "size=64k");
+  ScopedTmpfs tmpfs(mnt, "size=16k");
   if (!tmpfs.skipped().empty()) GTEST_SKIP() << tmpfs.skipped();
   const std::string trace = mnt + "/trace.pt";
   const pid_t pid = Start(SidebandOnly(trace), dir.File("err"));
@@ -344,6 +346,8 @@ TEST(PtrecordKillTest, KernelRecordingOnAFullDiskStopsAndKeepsEveryWholeRecord) 
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << " " << err;
   EXPECT_THAT(err, HasSubstr("write " + trace + ": No space left on device"));
   const Contents c = ExpectWholeRecordsThenACut(trace);
+  EXPECT_FALSE(c.cut_in_a_record)
+      << "the writer did not cut the file back to its last whole record";
   EXPECT_GT(c.records, 1u);
   auto info = RunCommand({PTDECODE_PATH, "info", trace});
   EXPECT_EQ(info.exit_code, 0) << info.err;
@@ -489,6 +493,8 @@ TEST(PtrecordKillTest, SimulatedPmuRecordingOnAFullDiskStopsAndKeepsEveryWholeRe
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << " " << err;
   EXPECT_THAT(err, HasSubstr("write " + trace + ": No space left on device"));
   const Contents c = ExpectWholeRecordsThenACut(trace);
+  EXPECT_FALSE(c.cut_in_a_record)
+      << "the writer did not cut the file back to its last whole record";
   EXPECT_GE(c.records, reported);
   EXPECT_GT(c.aux, 0u);
   EXPECT_TRUE(c.aux_is_trace_bytes) << "an AUX byte is not the one written at its offset";
@@ -529,6 +535,8 @@ TEST_P(DiskFullTest, DiskFullMidRecordingKeepsEveryWholeRecord) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << " " << err;
   EXPECT_THAT(err, HasSubstr("write " + trace + ": No space left on device"));
   const Contents c = ExpectWholeRecordsThenACut(trace);
+  EXPECT_FALSE(c.cut_in_a_record)
+      << "the writer did not cut the file back to its last whole record";
   EXPECT_GT(c.aux, 0u);
   ExpectDecodeSaysWhatIsMissing(trace, truth, c);
 }
