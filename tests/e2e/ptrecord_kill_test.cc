@@ -154,6 +154,13 @@ Contents ExpectWholeRecordsThenACut(const std::string& path) {
   return c;
 }
 
+// `ptdecode info` says the recording was not closed cleanly.
+void ExpectInfoSaysTheFooterIsMissing(const std::string& trace) {
+  auto info = RunCommand({PTDECODE_PATH, "info", trace});
+  EXPECT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_THAT(info.out, HasSubstr("footer:      MISSING (not closed cleanly"));
+}
+
 // The instruction addresses in `text`, in order, and the threads they ran on: `ptdecode insn`
 // lines ("[TIME] tid TID ADDRESS symbol+offset"; marker lines in brackets skipped) or ground
 // truth lines ("TID 0xADDRESS"). (ParseInsn's and ReadTruth's string streams take seconds on the
@@ -185,9 +192,7 @@ std::vector<uint64_t> Addresses(std::string_view text, std::set<uint64_t>& tids)
 // prefix of the ground truth (which the recorder wrote alongside, cut as well).
 void ExpectDecodeSaysWhatIsMissing(const std::string& trace, const std::string& truth,
                                    const Contents& c) {
-  auto info = RunCommand({PTDECODE_PATH, "info", trace});
-  EXPECT_EQ(info.exit_code, 0) << info.err;
-  EXPECT_THAT(info.out, HasSubstr("footer:      MISSING (not closed cleanly"));
+  ExpectInfoSaysTheFooterIsMissing(trace);
   // Without a ground truth to compare with, the counts say the same (and the output is small).
   auto dec = RunCommand({PTDECODE_PATH, truth.empty() ? "stats" : "insn", trace});
   if (c.aux == 0) {
@@ -223,10 +228,10 @@ int KillRuns(int fallback) {
 }
 
 // --emulate: the backend (the ptrace stepper, or QEMU with ptkit's plugin), the encoder and the
-// writer thread, killed up to 1.5 s after the first records reached the file (the writer flushes
-// every second, or every 64 KiB). The stepper (~17 k instructions/s) runs the spin loop; QEMU
-// runs a loop that sleeps 10 ms per 500 iterations (its ~10^7 instructions/s of a spin loop
-// would make millions of instructions to compare).
+// writer thread, killed up to 1.5 s (QEMU: 0.5 s) after the first records reached the file (the
+// writer flushes every second, or every 64 KiB). The stepper (~17 k instructions/s) runs the spin
+// loop; QEMU runs a loop that sleeps 10 ms per 500 iterations (its ~10^7 instructions/s of a spin
+// loop would make millions of instructions to compare).
 class EmulatedKillTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(EmulatedKillTest, KilledAtRandomMomentsKeepsEveryWholeRecord) {
@@ -240,7 +245,7 @@ TEST_P(EmulatedKillTest, KilledAtRandomMomentsKeepsEveryWholeRecord) {
   for (int run = 0, runs = KillRuns(backend == "step" ? 2 : 1); run < runs; ++run) {
     testing::TempDir dir;
     const std::string trace = dir.File("trace.pt"), truth = dir.File("truth.txt");
-    const auto delay = std::chrono::milliseconds(rng() % 1500);
+    const auto delay = std::chrono::milliseconds(rng() % (backend == "step" ? 1500 : 500));
     SCOPED_TRACE(::testing::Message() << "killed " << delay.count() << " ms in");
     std::vector<std::string> args = {
         PTRECORD_PATH, "--emulate=" + backend, "--ground-truth", truth, "-o", trace};
@@ -291,9 +296,7 @@ TEST(PtrecordKillTest, KernelRecordingKilledAtRandomMomentsKeepsEveryWholeRecord
     if (PerfDenied(err)) GTEST_SKIP() << "perf_event_open denied: " << err;
     ASSERT_TRUE(appeared) << err;
     ExpectWholeRecordsThenACut(trace);
-    auto info = RunCommand({PTDECODE_PATH, "info", trace});
-    EXPECT_EQ(info.exit_code, 0) << info.err;
-    EXPECT_THAT(info.out, HasSubstr("footer:      MISSING (not closed cleanly"));
+    ExpectInfoSaysTheFooterIsMissing(trace);
   }
 }
 
@@ -329,6 +332,19 @@ bool WaitFor(pid_t pid, int seconds, int& status) {
   return false;
 }
 
+// After a recording on a full disk: it ended by itself with exit 1 and an error naming the file
+// and ENOSPC, and the file holds whole records up to where the writer cut it back.
+Contents ExpectStoppedByTheFullDisk(bool ended, int status, const std::string& err,
+                                    const std::string& trace) {
+  EXPECT_TRUE(ended) << "still recording long after the disk filled up";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << " " << err;
+  EXPECT_THAT(err, HasSubstr("write " + trace + ": No space left on device"));
+  const Contents c = ExpectWholeRecordsThenACut(trace);
+  EXPECT_FALSE(c.cut_in_a_record)
+      << "the writer did not cut the file back to its last whole record";
+  return c;
+}
+
 // The kernel path on a 16 KiB tmpfs that the sideband fills up: ptrecord stops (exit 1) with an
 // error naming the file and ENOSPC, ends the workload, and the file keeps every whole record.
 TEST(PtrecordKillTest, KernelRecordingOnAFullDiskStopsAndKeepsEveryWholeRecord) {
@@ -342,16 +358,9 @@ TEST(PtrecordKillTest, KernelRecordingOnAFullDiskStopsAndKeepsEveryWholeRecord) 
   const bool ended = WaitFor(pid, 20, status);
   const std::string err = ReadAll(dir.File("err"));
   if (PerfDenied(err)) GTEST_SKIP() << "perf_event_open denied: " << err;
-  EXPECT_TRUE(ended) << "still recording 20 s after the disk filled up";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << " " << err;
-  EXPECT_THAT(err, HasSubstr("write " + trace + ": No space left on device"));
-  const Contents c = ExpectWholeRecordsThenACut(trace);
-  EXPECT_FALSE(c.cut_in_a_record)
-      << "the writer did not cut the file back to its last whole record";
+  const Contents c = ExpectStoppedByTheFullDisk(ended, status, err, trace);
   EXPECT_GT(c.records, 1u);
-  auto info = RunCommand({PTDECODE_PATH, "info", trace});
-  EXPECT_EQ(info.exit_code, 0) << info.err;
-  EXPECT_THAT(info.out, HasSubstr("footer:      MISSING (not closed cleanly"));
+  ExpectInfoSaysTheFooterIsMissing(trace);
 }
 
 // The recorder's kernel path on the simulated PMU (record/sim_pmu.h), in a child process: a
@@ -467,9 +476,7 @@ TEST(PtrecordKillTest, SimulatedPmuRecordingKilledAtRandomMomentsKeepsEveryWritt
     const Contents c = ExpectWholeRecordsThenACut(trace);
     EXPECT_GE(c.records, reported) << "records the writer had written are missing";
     EXPECT_TRUE(c.aux_is_trace_bytes) << "an AUX byte is not the one written at its offset";
-    auto info = RunCommand({PTDECODE_PATH, "info", trace});
-    EXPECT_EQ(info.exit_code, 0) << info.err;
-    EXPECT_THAT(info.out, HasSubstr("footer:      MISSING (not closed cleanly"));
+    ExpectInfoSaysTheFooterIsMissing(trace);
   }
 }
 
@@ -489,19 +496,12 @@ TEST(PtrecordKillTest, SimulatedPmuRecordingOnAFullDiskStopsAndKeepsEveryWholeRe
   const bool ended = WaitFor(pid, 10, status);  // the disk is full in about 70 ms
   const uint64_t reported = LastReport(report_fd);
   const std::string err = ReadAll(dir.File("err"));
-  EXPECT_TRUE(ended) << "still recording 10 s after the disk filled up";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << " " << err;
-  EXPECT_THAT(err, HasSubstr("write " + trace + ": No space left on device"));
-  const Contents c = ExpectWholeRecordsThenACut(trace);
-  EXPECT_FALSE(c.cut_in_a_record)
-      << "the writer did not cut the file back to its last whole record";
+  const Contents c = ExpectStoppedByTheFullDisk(ended, status, err, trace);
   EXPECT_GE(c.records, reported);
   EXPECT_GT(c.aux, 0u);
   EXPECT_TRUE(c.aux_is_trace_bytes) << "an AUX byte is not the one written at its offset";
   EXPECT_GT(SizeOf(trace), 128 << 10) << "the file was cut back further than the last record";
-  auto info = RunCommand({PTDECODE_PATH, "info", trace});
-  EXPECT_EQ(info.exit_code, 0) << info.err;
-  EXPECT_THAT(info.out, HasSubstr("footer:      MISSING (not closed cleanly"));
+  ExpectInfoSaysTheFooterIsMissing(trace);
 }
 
 // A 128 KiB tmpfs fills up mid-recording: ptrecord stops with the error (exit 1) instead of
@@ -531,12 +531,7 @@ TEST_P(DiskFullTest, DiskFullMidRecordingKeepsEveryWholeRecord) {
   const bool ended = WaitFor(pid, 30, status);
   const std::string err = ReadAll(dir.File("err"));
   if (Denied(err)) GTEST_SKIP() << "ptrace denied: " << err;
-  EXPECT_TRUE(ended) << "still tracing 30 s after the disk filled up";
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << " " << err;
-  EXPECT_THAT(err, HasSubstr("write " + trace + ": No space left on device"));
-  const Contents c = ExpectWholeRecordsThenACut(trace);
-  EXPECT_FALSE(c.cut_in_a_record)
-      << "the writer did not cut the file back to its last whole record";
+  const Contents c = ExpectStoppedByTheFullDisk(ended, status, err, trace);
   EXPECT_GT(c.aux, 0u);
   ExpectDecodeSaysWhatIsMissing(trace, truth, c);
 }

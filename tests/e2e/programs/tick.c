@@ -3,22 +3,15 @@
 // random moments and compares every instruction decoded with the ground truth).
 #include <time.h>
 
-static unsigned long state = 12345;
-
-__attribute__((noinline)) static unsigned long work(int n) {
-  unsigned long odd = 0;
-  for (int i = 0; i < n; ++i) {
-    state = state * 6364136223846793005ul + 1442695040888963407ul;
-    if ((state >> 33) & 1) ++odd;
-  }
-  return odd;
+__attribute__((noinline)) static unsigned long mix(unsigned long x) {
+  return x & 1 ? 3 * x + 1 : x / 2;
 }
 
 int main(void) {
-  volatile unsigned long sink = 0;
+  volatile unsigned long x = 27;
   const struct timespec pause = {0, 10 * 1000 * 1000};
-  for (;;) {
-    sink += work(500);
+  for (unsigned long round = 1;; ++round) {
+    for (int i = 0; i < 500; ++i) x = x > 1 ? mix(x) : round + 27;
     nanosleep(&pause, 0);
   }
 }
