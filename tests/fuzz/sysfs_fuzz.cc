@@ -5,8 +5,10 @@
 //   then entries "@PATH" (a line) followed by the file's contents (up to the next "@" line);
 //   PATH is relative to the tree's root, e.g. "@intel_pt/caps/psb_periods".
 // Path components are kept to PMU-name characters ("." and ".." dropped), at most 4 deep;
-// the tree is a fresh directory under /dev/shm (or /tmp) for each input.
+// the tree is a directory under /dev/shm (or /tmp), changed from one input to the next by what
+// differs (WriteTree).
 // Seeds: tests/data/sysfs in this form, and variants (tests/fuzz/corpus/sysfs/).
+#include <limits.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +17,8 @@
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <map>
+#include <set>
 #include <string>
 #include <string_view>
 #include <system_error>
@@ -69,10 +73,17 @@ fs::path SafePath(std::string_view path) {
   return out;
 }
 
-void WriteTree(std::string_view text) {
-  std::error_code ec;
-  fs::remove_all(Root(), ec);
-  fs::create_directories(Root(), ec);
+// The tree an input describes, as writing its entries in order into an empty directory leaves
+// it: relative path -> contents, and the directories. A later entry for a path replaces the
+// earlier one; an entry whose path is a directory, lies under a file or has a component longer
+// than NAME_MAX is dropped (its write would fail).
+struct Tree {
+  std::map<std::string, std::string> files;
+  std::set<std::string> dirs;
+};
+
+Tree ParseTree(std::string_view text) {
+  Tree tree;
   size_t at = 0;
   while (at < text.size()) {
     size_t end = text.find('\n', at);
@@ -91,11 +102,67 @@ void WriteTree(std::string_view text) {
     at = stop;
     const fs::path rel = SafePath(line.substr(1));
     if (rel.empty()) continue;
-    const fs::path file = Root() / rel;
-    fs::create_directories(file.parent_path(), ec);
-    std::ofstream(file, std::ios::binary)
-        .write(contents.data(), static_cast<std::streamsize>(contents.size()));
+    std::vector<std::string> prefixes;  // the directories above the file
+    bool writable = true;
+    std::string prefix;
+    for (const fs::path& part : rel) {
+      writable = writable && part.native().size() <= NAME_MAX && !tree.files.contains(prefix);
+      if (!prefix.empty()) prefixes.push_back(prefix);
+      prefix += (prefix.empty() ? "" : "/") + part.native();
+    }
+    if (!writable || tree.dirs.contains(prefix)) continue;
+    tree.dirs.insert(prefixes.begin(), prefixes.end());
+    tree.files[prefix] = std::string(contents);
   }
+  return tree;
+}
+
+// Turns the tree on disk from `was` into `now`: removes what went, creates what came, writes the
+// files whose contents changed. False when a file operation failed (the tree is then unknown).
+bool ApplyTree(const Tree& was, const Tree& now) {
+  std::error_code ec;
+  for (const auto& [path, contents] : was.files) {
+    if (!now.files.contains(path) && !fs::remove(Root() / path, ec)) return false;
+  }
+  std::vector<std::string> gone;
+  for (const std::string& dir : was.dirs) {
+    if (!now.dirs.contains(dir)) gone.push_back(dir);
+  }
+  // Deepest first: a directory is empty when it goes.
+  std::sort(gone.begin(), gone.end(), [](const std::string& a, const std::string& b) {
+    return std::count(a.begin(), a.end(), '/') > std::count(b.begin(), b.end(), '/');
+  });
+  for (const std::string& dir : gone) {
+    if (!fs::remove(Root() / dir, ec)) return false;
+  }
+  for (const std::string& dir : now.dirs) {  // a parent sorts before its children
+    if (!was.dirs.contains(dir) && !fs::create_directory(Root() / dir, ec)) return false;
+  }
+  for (const auto& [path, contents] : now.files) {
+    const auto old = was.files.find(path);
+    if (old != was.files.end() && old->second == contents) continue;
+    std::ofstream out(Root() / path, std::ios::binary | std::ios::trunc);
+    out.write(contents.data(), static_cast<std::streamsize>(contents.size()));
+    if (!out) return false;
+  }
+  return true;
+}
+
+// Makes the tree on disk the one `text` describes. Consecutive inputs differ little, so only the
+// difference is written (rewriting the whole tree per input was half of this fuzzer's time); on a
+// failure the tree is written again from an empty directory.
+void WriteTree(std::string_view text) {
+  static Tree* current = nullptr;  // what is on disk; null when unknown
+  Tree next = ParseTree(text);
+  if (current == nullptr || !ApplyTree(*current, next)) {
+    std::error_code ec;
+    fs::remove_all(Root(), ec);
+    fs::create_directories(Root(), ec);
+    delete current;
+    current = ApplyTree(Tree{}, next) ? new Tree(std::move(next)) : nullptr;
+    return;
+  }
+  *current = std::move(next);
 }
 
 }  // namespace
