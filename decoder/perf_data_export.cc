@@ -88,28 +88,16 @@ std::string Hex(std::span<const uint8_t> bytes) {
 }
 
 perf_event_attr AttrFromJson(const nlohmann::json& a) {
-  perf_event_attr attr{};
-  attr.type = a.value("type", 0u);
-  attr.config = a.value("config", uint64_t{0});
-  attr.config1 = a.value("config1", uint64_t{0});
-  attr.config2 = a.value("config2", uint64_t{0});
-  attr.sample_type = a.value("sample_type", uint64_t{0});
-  attr.read_format = a.value("read_format", uint64_t{0});
-  attr.sample_period = 1;
-  attr.sample_id_all = a.value("sample_id_all", false);
-  attr.disabled = a.value("disabled", false);
-  attr.inherit = a.value("inherit", false);
-  attr.enable_on_exec = a.value("enable_on_exec", false);
-  attr.exclude_user = a.value("exclude_user", false);
-  attr.exclude_kernel = a.value("exclude_kernel", false);
-  attr.exclude_hv = a.value("exclude_hv", false);
-  attr.mmap = a.value("mmap", false);
-  attr.mmap2 = a.value("mmap2", false);
-  attr.comm = a.value("comm", false);
-  attr.comm_exec = a.value("comm_exec", false);
-  attr.task = a.value("task", false);
-  attr.context_switch = a.value("context_switch", false);
-  attr.aux_watermark = a.value("aux_watermark", 0u);
+  // The typed reading of a metadata attr (ptkit-format(5)): every member it has, those of the
+  // sampling unions by their flags. A period of 0 (an AUX or counting event) is perf
+  // record's 1.
+  absl::StatusOr<RecordingMetadata> typed =
+      RecordingMetadata::FromJson(nlohmann::json{{"attrs", nlohmann::json::array({a})}});
+  perf_event_attr attr = typed.ok() && typed->attrs && !typed->attrs->empty()
+                             ? typed->attrs->front().ToAttr()
+                             : perf_event_attr{};
+  attr.size = 0;  // the writer's
+  if (attr.sample_period == 0) attr.sample_period = 1;
   return attr;
 }
 
@@ -332,8 +320,7 @@ absl::StatusOr<perf::WriterEvent> MakeSampler(const nlohmann::json& m,
   perf::WriterEvent w;
   perf_event_attr& a = w.attr;
   if (recorded_attr) {
-    a = AttrOfJson(*recorded_attr);
-    a.aux_sample_size = recorded_attr->value("aux_sample_size", 0u);
+    a = AttrOfJson(*recorded_attr);  // with its aux_sample_size
   } else {
     // The emulation counts the instructions a thread retires in user space.
     a.type = PERF_TYPE_HARDWARE;
@@ -972,7 +959,17 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     f.build_ids.push_back({-1, cpumode, id, path});  // pid -1: perf's host machine
   }
   summary.build_ids = f.build_ids.size();
-  if (ev.has_trace) {
+  if (ev.recorded && m.contains("perf_groups")) {
+    // A perf.data's groups (HEADER_GROUP_DESC), as perf wrote them: its events are written in
+    // its order. A group that names events the file has no attr for is left out.
+    for (const auto& g : m["perf_groups"]) {
+      if (!g.is_object()) continue;
+      const uint64_t leader = g.value("leader", uint64_t{0}), events = g.value("events", 0ull);
+      if (leader + events > ev.all.size() || events == 0) continue;
+      f.groups.push_back({g.value("name", std::string()), static_cast<uint32_t>(leader),
+                          static_cast<uint32_t>(events)});
+    }
+  } else if (ev.has_trace) {
     // The AUX-sampling events after the trace event are in its group (the kernel takes AUX
     // samples from the group leader's area only): {intel_pt//u,EVENT}, as perf record
     // --aux-sample writes it.

@@ -121,6 +121,34 @@ absl::StatusOr<bool> IsPerfDataFile(const std::string& path) {
   return got == sizeof(magic) && perf::IsPerfData(magic);
 }
 
+namespace {
+
+// HEADER_GROUP_DESC's groups: name, leader (an index into the attrs, as in the file), events
+// (the leader and the members after it), and the events' EVENT_DESC names; "missing" counts
+// the group's events the file has no attr for.
+nlohmann::json GroupsJson(const perf::PerfData& data) {
+  nlohmann::json groups = nlohmann::json::array();
+  for (const perf::GroupDescEntry& g : data.features.groups) {
+    nlohmann::json names = nlohmann::json::array();
+    uint64_t missing = 0;
+    for (uint64_t i = g.leader_idx; i < uint64_t{g.leader_idx} + g.nr_members; ++i) {
+      if (i < data.attrs.size()) {
+        names.push_back(data.NameOf(i));
+      } else {
+        ++missing;
+      }
+    }
+    groups.push_back({{"name", g.name},
+                      {"leader", g.leader_idx},
+                      {"events", g.nr_members},
+                      {"names", std::move(names)},
+                      {"missing", missing}});
+  }
+  return groups;
+}
+
+}  // namespace
+
 nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
   nlohmann::json m = nlohmann::json::object();
   m["source"] = "perf.data";
@@ -168,6 +196,8 @@ nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
     a["ids"] = attr.ids;
     if (std::string name = data.NameOf(i); !name.empty()) a["perf_name"] = name;
   }
+  // The event groups (HEADER_GROUP_DESC), for export to write them back.
+  if (!data.features.groups.empty()) m["perf_groups"] = GroupsJson(data);
   std::optional<nlohmann::json> time;
   if (info != nullptr) {
     const bool pt = info->type == kAuxtraceIntelPt;
@@ -380,9 +410,11 @@ absl::StatusOr<nlohmann::json> PerfDataInfo(const std::string& path) {
     events.push_back({{"type", a.attr.type},
                       {"config", static_cast<uint64_t>(a.attr.config)},
                       {"sample_type", static_cast<uint64_t>(a.attr.sample_type)},
-                      {"ids", a.ids.size()}});
+                      {"ids", a.ids.size()},
+                      {"name", data.NameOf(events.size())}});
   }
   j["events"] = std::move(events);
+  j["groups"] = GroupsJson(data);
   nlohmann::json records = nlohmann::json::object();
   for (const auto& [type, n] : data.CountByType()) records[perf::PerfStatsName(type)] = n;
   j["records"] = std::move(records);
@@ -465,9 +497,23 @@ std::string FormatPerfDataInfoText(const nlohmann::json& info) {
   }
   t += fmt::format("events: {}\n", info["events"].size());
   for (const auto& e : info["events"]) {
-    t += fmt::format("  type {} config {:#x} sample_type {:#x} ({} ids)\n",
-                     e["type"].get<uint64_t>(), e["config"].get<uint64_t>(),
-                     e["sample_type"].get<uint64_t>(), e["ids"].get<uint64_t>());
+    const std::string name = e.value("name", std::string());
+    t += fmt::format("  {}type {} config {:#x} sample_type {:#x} ({} ids)\n",
+                     name.empty() ? "" : name + ": ", e["type"].get<uint64_t>(),
+                     e["config"].get<uint64_t>(), e["sample_type"].get<uint64_t>(),
+                     e["ids"].get<uint64_t>());
+  }
+  for (const auto& g : info.value("groups", nlohmann::json::array())) {
+    std::string names;
+    for (const auto& n : g["names"]) {
+      names += fmt::format("{}{}", names.empty() ? "" : ",", n.get<std::string>());
+    }
+    t += fmt::format(
+        "group {}: {{{}}}, leader event {}, {}{}\n", g["name"].get<std::string>(), names,
+        g["leader"].get<uint64_t>(), Counted(g["events"].get<uint64_t>(), "event"),
+        g["missing"].get<uint64_t>() != 0
+            ? fmt::format(" ({} of them not in the file's attrs)", g["missing"].get<uint64_t>())
+            : "");
   }
   if (info.contains("auxtrace_info")) {
     const auto& a = info["auxtrace_info"];

@@ -2,11 +2,13 @@
 
 #include <fmt/format.h>
 #include <intel-pt.h>
+#include <linux/perf_event.h>
 
 #include <algorithm>
 #include <map>
 #include <set>
 #include <string_view>
+#include <vector>
 
 #include "decoder/decode.h"
 #include "decoder/ipt_handles.h"
@@ -233,12 +235,29 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
                                      ? flow.branches.size()
                                      : so.branches;
             const std::span<const SampleBranch> last = std::span(flow.branches).last(shown);
+            // PERF_SAMPLE_CALLCHAIN (ptrecord -g): the kernel's call chain, innermost first,
+            // without its context markers (PERF_CONTEXT_USER, ...).
+            std::vector<uint64_t> chain;
+            if (s.sample_type & PERF_SAMPLE_CALLCHAIN) {
+              for (uint64_t ip : f.callchain) {
+                if (ip < static_cast<uint64_t>(PERF_CONTEXT_MAX)) chain.push_back(ip);
+              }
+            }
             if (so.json) {
               if (!first) buf.push_back(',');
               fmt::format_to(it,
                              "{{\"time\":{},\"cpu\":{},\"pid\":{},\"tid\":{},\"ip\":{},\"symbol\":",
                              f.time, has_cpu ? std::to_string(f.cpu) : "null", f.pid, f.tid, f.ip);
               AppendJsonString(buf, names.Name(f.ip));
+              if (s.sample_type & PERF_SAMPLE_CALLCHAIN) {
+                buf.append(std::string_view(",\"callchain\":["));
+                for (size_t i = 0; i < chain.size(); ++i) {
+                  fmt::format_to(it, "{}{{\"ip\":{},\"symbol\":", i ? "," : "", chain[i]);
+                  AppendJsonString(buf, names.Name(chain[i]));
+                  buf.push_back('}');
+                }
+                buf.push_back(']');
+              }
               fmt::format_to(it,
                              ",\"snippet_bytes\":{},\"synced\":{},\"reaches_ip\":{},\"errors\":{},"
                              "\"instructions\":{},\"taken_branches\":{},\"branches\":[",
@@ -265,6 +284,11 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
               fmt::format_to(it, "sample time {} cpu {} pid {} tid {} ip {:#018x} {}\n", f.time,
                              has_cpu ? std::to_string(f.cpu) : "-", f.pid, f.tid, f.ip,
                              names.Name(f.ip));
+              if (s.sample_type & PERF_SAMPLE_CALLCHAIN) {
+                buf.append(std::string_view("  callchain:"));
+                for (uint64_t ip : chain) fmt::format_to(it, " {:#x} {}", ip, names.Name(ip));
+                buf.push_back('\n');
+              }
               if (!flow.synced) {
                 fmt::format_to(it,
                                "  snippet of {} bytes: no PSB to synchronise at (not decoded)\n",

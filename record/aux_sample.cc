@@ -38,13 +38,13 @@ std::string AddAuxSampleTerms(EventSpec& spec) {
 }
 
 perf_event_attr BuildAuxSampleAttr(const perf_event_attr& counter, uint64_t period, uint64_t size,
-                                   bool inherit) {
+                                   bool inherit, bool callchain) {
   perf_event_attr attr = counter;
   attr.size = sizeof(attr);
   attr.read_format = 0;
   attr.sample_period = period;
   attr.freq = 0;
-  attr.sample_type = kAuxSampleType;
+  attr.sample_type = kAuxSampleType | (callchain ? PERF_SAMPLE_CALLCHAIN : 0);
   attr.sample_id_all = 1;
   attr.aux_sample_size = static_cast<uint32_t>(size);
   attr.disabled = 0;
@@ -53,6 +53,16 @@ perf_event_attr BuildAuxSampleAttr(const perf_event_attr& counter, uint64_t peri
   attr.exclude_hv = 1;
   attr.watermark = 0;
   attr.wakeup_events = 1;
+  return attr;
+}
+
+perf_event_attr EmulatedAuxSampleAttr(uint64_t period, uint64_t size, bool inherit) {
+  perf_event_attr instructions{};
+  instructions.type = PERF_TYPE_HARDWARE;
+  instructions.config = PERF_COUNT_HW_INSTRUCTIONS;
+  instructions.exclude_kernel = 1;
+  perf_event_attr attr = BuildAuxSampleAttr(instructions, period, size, inherit);
+  attr.sample_type = kEmulatedAuxSampleType;
   return attr;
 }
 

@@ -43,9 +43,15 @@ std::string AddAuxSampleTerms(EventSpec& spec);
 // The sampling event's attr made from `counter` (a libpfm4 encoding, record/counters.h):
 // sample_period `period`, sample_type kAuxSampleType, aux_sample_size `size`, sample_id_all,
 // enabled with its group leader (disabled=0, no enable_on_exec: the leader has it), inherit as
-// given, wakeup after every sample. Pure.
+// given, wakeup after every sample; with `callchain` the samples also carry the kernel's call
+// chain (PERF_SAMPLE_CALLCHAIN, as perf record -g). Pure.
 perf_event_attr BuildAuxSampleAttr(const perf_event_attr& counter, uint64_t period, uint64_t size,
-                                   bool inherit);
+                                   bool inherit, bool callchain = false);
+
+// What the emulation's AUX samples stand for (the metadata's "aux-sample" attr of an emulated
+// recording): instructions:u sampled every `period` instructions, BuildAuxSampleAttr's with
+// sample_type kEmulatedAuxSampleType (no CPU). Pure.
+perf_event_attr EmulatedAuxSampleAttr(uint64_t period, uint64_t size, bool inherit);
 
 }  // namespace ptkit::record
 

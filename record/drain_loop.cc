@@ -162,6 +162,7 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
       result.stopped_by_control = true;
       break;
     }
+    if (options.after_pass) options.after_pass();
     // SIGCHLD only hints; a non-blocking reap every pass also catches a workload that
     // exited between the fork and the first ppoll().
     if (options.child_exited && options.child_exited()) {

@@ -68,6 +68,9 @@ struct LoopOptions {
   std::function<bool()> child_exited;
   // Called after every pass; true to stop (tests, --duration).
   std::function<bool()> should_stop;
+  // Called after every pass (so at least every poll_timeout_ms): ptrecord's status line
+  // (record/status_line.h). May be empty.
+  std::function<void()> after_pass;
   // --control: commands read after every pass (the loop also wakes when one arrives), each
   // acknowledged: enable / disable start and stop every source's AUX event, snapshot takes
   // one round in snapshot mode, stop ends the loop, ping only acks. May be null.

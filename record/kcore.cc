@@ -102,7 +102,9 @@ absl::StatusOr<std::vector<uint8_t>> ReadCoreRange(const std::string& core_path,
 
 absl::StatusOr<KernelCapture> CaptureKernel(const KcorePaths& paths) {
   KernelCapture c;
-  if (::access(paths.kcore.c_str(), F_OK) != 0) {  // before the slow read of kallsyms
+  // Before the slow read of kallsyms; a path this user may not look at (EACCES) is read below,
+  // where the error says that root is needed.
+  if (::access(paths.kcore.c_str(), F_OK) != 0 && errno == ENOENT) {
     return absl::NotFoundError(absl::StrCat(
         "--kcore: ", paths.kcore,
         " does not exist (a kernel built without CONFIG_PROC_KCORE): the kernel text cannot be "

@@ -23,12 +23,14 @@
 #include "record/code_capture.h"
 #include "record/control.h"
 #include "record/counters.h"
+#include "record/crash.h"
 #include "record/drain_loop.h"
 #include "record/event_spec.h"
 #include "record/kcore.h"
 #include "record/metadata.h"
 #include "record/perf_event.h"
 #include "record/ring_buffer.h"
+#include "record/status_line.h"
 #include "record/text_util.h"
 #include "record/trace_source.h"
 #include "record/trigger.h"
@@ -195,6 +197,9 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     PTKIT_ASSIGN_OR_RETURN(control_spec, Usage(ParseControlSpec(o.control)));
   }
   std::optional<TriggerSpec> trigger_spec;
+  if (o.trigger_count != 0 && o.trigger.empty()) {
+    return Usage(absl::InvalidArgumentError("--trigger-count needs --trigger"));
+  }
   if (!o.trigger.empty()) {
     if (!o.snapshot_size) {
       return Usage(absl::InvalidArgumentError("--trigger takes snapshots: it needs --snapshot"));
@@ -206,10 +211,9 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     PTKIT_ASSIGN_OR_RETURN(trigger_spec,
                            Usage(ParseTrigger(o.trigger, o.command.empty() ? "" : o.command[0])));
   }
-  if (o.snapshot_on_crash) {
-    return Usage(absl::UnimplementedError(
-        "--snapshot-on-crash works with --emulate=step only so far (the kernel path does not "
-        "ptrace the workload)"));
+  if (o.snapshot_on_crash && (o.command.empty() || !o.snapshot_size)) {
+    return Usage(absl::InvalidArgumentError(
+        "--snapshot-on-crash needs a workload (-- command) and snapshot mode"));
   }
   // --kcore reads the kernel's files before anything starts (a failure leaves no file).
   std::optional<KernelCapture> kernel;
@@ -324,11 +328,16 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   };
 
   std::optional<Workload> workload;
+  std::unique_ptr<CrashWatcher> crash_watcher;  // after `workload`: ends before it
   std::vector<pid_t> pids;  // the tasks events are opened for; -1 = every task (-a)
   if (!o.command.empty()) {
     PTKIT_ASSIGN_OR_RETURN(Workload w, Workload::Start(o.command));
     pids.push_back(w.pid());
     workload = std::move(w);
+    // --snapshot-on-crash: the workload is watched for the signal that ends it, from now on.
+    if (o.snapshot_on_crash) {
+      PTKIT_ASSIGN_OR_RETURN(crash_watcher, CrashWatcher::Start(workload->pid()));
+    }
   } else if (o.pid) {
     PTKIT_ASSIGN_OR_RETURN(pids, ListThreads(*o.pid));
   } else if (o.tid) {
@@ -362,7 +371,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   const perf_event_attr sample_attr =
       sampler ? BuildAuxSampleAttr(sampler->attr,
                                    o.sample_period ? o.sample_period : kDefaultSamplePeriod,
-                                   o.aux_sample_size.value_or(0), inherit)
+                                   o.aux_sample_size.value_or(0), inherit, o.sample_callchain)
               : perf_event_attr{};
   const std::string trace_name = o.sideband_only ? "tracking event" : DescribeEvent(*pmu, event);
 
@@ -534,17 +543,19 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   if (trigger) {
     const uint32_t root = static_cast<uint32_t>(workload ? workload->pid() : *o.pid);
     lo.trigger_fds = trigger->poll_fds();
-    lo.triggered = [&trigger, root]() -> absl::StatusOr<uint64_t> {
-      if (!trigger->Pending()) return 0;
-      PTKIT_ASSIGN_OR_RETURN(std::vector<TriggerHit> hits, trigger->Poll([root](uint32_t pid) {
-        return IsDescendant(pid, root);
-      }));
-      return hits.size();
-    };
+    trigger->set_snapshot_limit(o.trigger_count);
+    lo.triggered = SnapshotHitsOf(*trigger, root);
   }
   lo.notice = [&result](const std::string& text) { result.warnings.push_back(text); };
   if (workload) {
     lo.child_exited = [&] {
+      if (crash_watcher) {
+        // A thread held at its fatal signal ends the loop: its last snapshot round is the
+        // crash snapshot, taken while the workload still exists. Until the workload exits,
+        // only the watcher may wait for it.
+        if (crash_watcher->crash()) return true;
+        if (!crash_watcher->exited()) return false;
+      }
       std::optional<int> st = workload->TryReap();
       if (st) result.workload_exit_code = Workload::ExitCode(*st);
       return st.has_value();
@@ -561,9 +572,13 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
       return poll(&p, 1, 0) == 1;
     };
   }
+  // On a terminal: the status line, about once a second, erased before ptrecord's summary.
+  StatusLine status(stderr, isatty(STDERR_FILENO) == 1, SteadyClockMs);
+  lo.after_pass = [&] { status.Update(drainer.Totals(), writer->stats().stored_bytes); };
   std::vector<TraceSource*> raw;
   for (auto& s : sources) raw.push_back(s.get());
   absl::StatusOr<LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
+  status.Clear();
   if (!loop.ok()) return loop.status();
 
   std::vector<CounterValue> values;
@@ -581,10 +596,24 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     // exit code is then 128 + the signal that stopped the recording, as a shell shows perf's
     // (130 for Ctrl-C), not the workload's death by our SIGTERM.
     if (loop->stopped_by_signal || loop->stopped_by_control) kill(workload->pid(), SIGTERM);
+    if (crash_watcher) crash_watcher->Finish();  // delivers the crash's signal
     const int workload_code = Workload::ExitCode(workload->Wait());
     result.workload_exit_code = loop->stopped_by_signal && signals.last_stop_signal() != 0
                                     ? 128 + signals.last_stop_signal()
                                     : workload_code;
+  }
+  // --snapshot-on-crash: the end metadata names the crash (as the emulation's does).
+  if (std::optional<CrashInfo> crash = crash_watcher ? crash_watcher->crash() : std::nullopt) {
+    RecordingMetadata with_end = BuildRecordingMetadata(meta);
+    EndMetadata end;
+    if (result.workload_exit_code) end.workload_exit_status = *result.workload_exit_code;
+    end.workload_signal = SignalName(crash->signal);
+    end.extra["crash"] = CrashJson(*crash);
+    with_end.end = std::move(end);
+    PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(with_end.ToRecord()));
+    notes.push_back(absl::StrCat("--snapshot-on-crash: crash snapshot: ", SignalName(crash->signal),
+                                 " in thread ", crash->tid, " (pid ", crash->pid, ") at 0x",
+                                 absl::Hex(crash->ip)));
   }
   PTKIT_RETURN_IF_ERROR(writer->Close());
   result.totals = drainer.Totals();
@@ -594,6 +623,10 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     result.notes.push_back(absl::StrCat(
         "--trigger ", trigger_spec->text, ": ", trigger->hits(), " hits, ", loop->trigger_snapshots,
         " snapshots at them (hits between two drain passes share one)",
+        o.trigger_count != 0 && trigger->hits() > trigger->snapshot_hits()
+            ? absl::StrCat("; --trigger-count ", o.trigger_count, ": ",
+                           trigger->hits() - trigger->snapshot_hits(), " later hits took none")
+            : "",
         trigger->ignored() ? absl::StrCat("; ", trigger->ignored(), " hits of other processes")
                            : ""));
     if (trigger->lost() != 0) {

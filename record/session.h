@@ -69,9 +69,11 @@ struct SessionOptions {
   std::optional<uint64_t> aux_sample_size;
   std::string sample_event = "cycles";
   uint64_t sample_period = 0;      // 0 = kDefaultSamplePeriod
+  bool sample_callchain = false;   // -g: the samples carry the kernel's call chain too
   std::string counters;            // -e, libpfm4 names
   std::string control;             // --control fifo:CTL[,ACK] (record/control.h)
   std::string trigger;             // --trigger uprobe:FUNC[@FILE] (record/trigger.h)
+  uint64_t trigger_count = 0;      // --trigger-count N: only the first N hits snapshot (0: all)
   bool snapshot_on_crash = false;  // --snapshot-on-crash (record/crash.h)
   bool kcore = false;  // --kcore: the kernel text, kallsyms and modules (record/kcore.h)
   bool compress = true;

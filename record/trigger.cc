@@ -217,4 +217,19 @@ absl::StatusOr<std::vector<TriggerHit>> UprobeTrigger::Poll(
   return hits;
 }
 
+uint64_t UprobeTrigger::TakeForSnapshots(uint64_t n) {
+  const uint64_t taken = limit_ == 0 ? n : std::min(n, limit_ - std::min(limit_, snapshot_hits_));
+  snapshot_hits_ += taken;
+  return taken;
+}
+
+std::function<absl::StatusOr<uint64_t>()> SnapshotHitsOf(UprobeTrigger& trigger, uint32_t root) {
+  return [&trigger, root]() -> absl::StatusOr<uint64_t> {
+    if (!trigger.Pending()) return 0;
+    PTKIT_ASSIGN_OR_RETURN(std::vector<TriggerHit> hits,
+                           trigger.Poll([root](uint32_t pid) { return IsDescendant(pid, root); }));
+    return trigger.TakeForSnapshots(hits.size());
+  };
+}
+
 }  // namespace ptkit::record

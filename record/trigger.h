@@ -92,6 +92,15 @@ class UprobeTrigger {
   uint64_t lost() const { return lost_; }        // PERF_RECORD_LOST: hits the ring had no room for
   const TriggerSpec& spec() const { return spec_; }
 
+  // --trigger-count N: only the first `limit` kept hits take a snapshot (0: every hit, the
+  // default), as ftrace's "snapshot:N" trigger.
+  void set_snapshot_limit(uint64_t limit) { limit_ = limit; }
+  uint64_t snapshot_limit() const { return limit_; }
+  // Of `n` more kept hits, how many may still take a snapshot under the limit; counts them
+  // (snapshot_hits()).
+  uint64_t TakeForSnapshots(uint64_t n);
+  uint64_t snapshot_hits() const { return snapshot_hits_; }
+
  private:
   struct Cpu {
     PerfEvent event;
@@ -103,7 +112,13 @@ class UprobeTrigger {
   std::vector<Cpu> cpus_;
   uint64_t sample_type_ = 0;
   uint64_t hits_ = 0, ignored_ = 0, lost_ = 0;
+  uint64_t limit_ = 0, snapshot_hits_ = 0;
 };
+
+// The drain loop's LoopOptions::triggered on the kernel path: polls `trigger` (when Pending())
+// for hits of `root` and its descendants (IsDescendant) and returns how many of them take a
+// snapshot (TakeForSnapshots). `trigger` must outlive the function. Errors: Poll's.
+std::function<absl::StatusOr<uint64_t>()> SnapshotHitsOf(UprobeTrigger& trigger, uint32_t root);
 
 }  // namespace ptkit::record
 

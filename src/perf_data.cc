@@ -270,6 +270,7 @@ absl::Status Parser::ReadFeatures(uint64_t table_offset, std::span<const uint8_t
       case kFeatTotalMem:
       case kFeatCmdline:
       case kFeatEventDesc:
+      case kFeatGroupDesc:
       case kFeatAuxtrace: {
         if (s.size > kMaxDecompressedBytes) {
           AddDamage(s.offset, s.size,
@@ -362,6 +363,26 @@ void Parser::ParseFeature(uint32_t id, std::span<const uint8_t> data, uint64_t o
         EventDescEntry e{std::move(*name), {}};
         for (uint32_t k = 0; k < ids; ++k) e.ids.push_back(r.Get<uint64_t>());
         f.event_desc.push_back(std::move(e));
+      }
+      return;
+    }
+    case kFeatGroupDesc: {
+      // perf's write_group_desc(): u32 groups; per group its name (a feature string), u32
+      // leader index (among the attrs), u32 events (the leader and the members after it).
+      const uint32_t n = r.Get<uint32_t>();
+      if (!r.ok() || n > r.remaining() / 12) {
+        return AddDamage(offset, data.size(),
+                         absl::StrCat("GROUP_DESC feature: ", n, " groups do not fit its ",
+                                      data.size(), " bytes"));
+      }
+      for (uint32_t i = 0; i < n; ++i) {
+        std::optional<std::string> name = GetString(r);
+        GroupDescEntry g{name.value_or(""), r.Get<uint32_t>(), r.Get<uint32_t>()};
+        if (!name || !r.ok()) {
+          return AddDamage(offset, data.size(),
+                           absl::StrCat("GROUP_DESC feature cut at group ", i));
+        }
+        f.groups.push_back(std::move(g));
       }
       return;
     }

@@ -185,6 +185,18 @@ void Members(V& v, M& m) {
   v("task", m.task, Use::kInfo);
   v("context_switch", m.context_switch, Use::kInfo);
   v("aux_watermark", m.aux_watermark, Use::kInfo);
+  v("freq", m.freq, Use::kInfo);
+  v("sample_period", m.sample_period, Use::kInfo);
+  v("sample_freq", m.sample_freq, Use::kInfo);
+  v("aux_sample_size", m.aux_sample_size, Use::kInfo);
+  v("precise_ip", m.precise_ip, Use::kInfo);
+  v("exclude_guest", m.exclude_guest, Use::kInfo);
+  v("watermark", m.watermark, Use::kInfo);
+  v("wakeup_events", m.wakeup_events, Use::kInfo);
+  v("wakeup_watermark", m.wakeup_watermark, Use::kInfo);
+  v("use_clockid", m.use_clockid, Use::kInfo);
+  v("clockid", m.clockid, Use::kInfo);
+  v("build_id", m.build_id, Use::kInfo);
 }
 
 template <typename V, typename M>
@@ -407,6 +419,16 @@ AttrMetadata AttrMetadata::FromAttr(std::string name, const perf_event_attr& a) 
   m.task = a.task;
   m.context_switch = a.context_switch;
   m.aux_watermark = a.aux_watermark;
+  m.freq = a.freq;
+  (a.freq ? m.sample_freq : m.sample_period) = a.sample_period;
+  m.aux_sample_size = a.aux_sample_size;
+  m.precise_ip = a.precise_ip;
+  m.exclude_guest = a.exclude_guest;
+  m.watermark = a.watermark;
+  (a.watermark ? m.wakeup_watermark : m.wakeup_events) = a.wakeup_events;
+  m.use_clockid = a.use_clockid;
+  if (a.use_clockid) m.clockid = a.clockid;
+  m.build_id = a.build_id;
   return m;
 }
 
@@ -433,6 +455,16 @@ perf_event_attr AttrMetadata::ToAttr() const {
   a.task = task.value_or(false);
   a.context_switch = context_switch.value_or(false);
   a.aux_watermark = aux_watermark.value_or(0);
+  a.freq = freq.value_or(false);
+  a.sample_period = a.freq ? sample_freq.value_or(0) : sample_period.value_or(0);
+  a.aux_sample_size = aux_sample_size.value_or(0);
+  a.precise_ip = precise_ip.value_or(0) & 3;
+  a.exclude_guest = exclude_guest.value_or(false);
+  a.watermark = watermark.value_or(false);
+  a.wakeup_events = a.watermark ? wakeup_watermark.value_or(0) : wakeup_events.value_or(0);
+  a.use_clockid = use_clockid.value_or(false);
+  a.clockid = clockid.value_or(0);
+  a.build_id = build_id.value_or(false);
   return a;
 }
 

@@ -180,7 +180,7 @@ struct PerfFeatures {
   std::vector<BuildIdEntry> build_ids;
   std::vector<AuxtraceIndexEntry> auxtrace_index;
   std::vector<EventDescEntry> event_desc;
-  std::vector<GroupDescEntry> groups;  // written by PerfDataWriter; not read
+  std::vector<GroupDescEntry> groups;  // as in the file: not checked against the attrs
 };
 
 struct PerfData {

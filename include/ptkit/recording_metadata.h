@@ -82,9 +82,16 @@ struct AttrMetadata {
   std::optional<bool> sample_id_all, disabled, inherit, enable_on_exec, exclude_user,
       exclude_kernel, exclude_hv, mmap, mmap2, comm, comm_exec, task, context_switch;
   std::optional<uint32_t> aux_watermark;
+  // Sampling: the period, or with `freq` the frequency (one union in the attr); the AUX bytes
+  // each sample carries (PERF_SAMPLE_AUX); wakeups after `wakeup_events` records, or with
+  // `watermark` after `wakeup_watermark` bytes (one union too); the clock of the times.
+  std::optional<uint64_t> sample_period, sample_freq;
+  std::optional<bool> freq, watermark, use_clockid, exclude_guest, build_id;
+  std::optional<uint32_t> wakeup_events, wakeup_watermark, aux_sample_size, precise_ip;
+  std::optional<int32_t> clockid;
   nlohmann::json extra = nlohmann::json::object();
 
-  // Every member from `attr`.
+  // Every member from `attr` (of each union the member its flag selects).
   static AttrMetadata FromAttr(std::string name, const perf_event_attr& attr);
   // The config words and flags present, as an attr (absent members 0).
   perf_event_attr ToAttr() const;

@@ -326,6 +326,11 @@ record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
   mi.cpu = record::ReadCpuId();
   mi.event = options.bts ? "intel_bts//u (emulated)" : "intel_pt//u (emulated)";
   mi.attrs = {{"tracking", tracking}};
+  if (options.aux_sample_size != 0) {  // named as the kernel path names its sampler
+    mi.attrs.emplace_back(
+        "aux-sample", record::EmulatedAuxSampleAttr(options.sample_period, options.aux_sample_size,
+                                                    tracking.inherit));
+  }
   // TSC = perf time = CLOCK_MONOTONIC ns: the identity conversion, 1 GHz.
   mi.time = record::TimeConversion{.cap_user_time = false,
                                    .cap_user_time_zero = true,
@@ -337,11 +342,6 @@ record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
   mi.data_pages = data_pages;
   mi.aux_pages = aux_pages;
   return mi;
-}
-
-std::string SignalName(int sig) {
-  const char* abbrev = sigabbrev_np(sig);
-  return abbrev != nullptr ? absl::StrCat("SIG", abbrev) : absl::StrCat("signal ", sig);
 }
 
 absl::Status CheckEmulatedModes(const EmulateOptions& options, uint64_t aux_pages) {
@@ -504,6 +504,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     if (options.trigger) {
       PTKIT_ASSIGN_OR_RETURN(trigger,
                              record::UprobeTrigger::Open(*options.trigger, cpus, CLOCK_MONOTONIC));
+      trigger->set_snapshot_limit(options.trigger_count);
     }
     meta = record::BuildRecordingMetadata(
         EmulatedMetadataInput(options, tracking, options.data_pages, options.aux_pages));
@@ -582,7 +583,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
       auto w = waiting_hits.find(tid);
       if (w == waiting_hits.end() || w->second.empty() || w->second.front() != ip) return;
       w->second.pop_front();
-      if (recorder.SnapshotThread(tid)) ++trigger_snapshots;
+      if (trigger->TakeForSnapshots(1) == 1 && recorder.SnapshotThread(tid)) ++trigger_snapshots;
     };
   }
   so.on_fatal_signal = [&](uint32_t pid, uint32_t tid, int sig, uint64_t ip) {
@@ -653,12 +654,10 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
         {"spec", trigger->spec().text},          {"file", trigger->spec().file},
         {"offset", trigger->spec().offset},      {"hits", result.trigger_hits},
         {"snapshots", result.trigger_snapshots}, {"other_processes_hits", trigger->ignored()}};
+    if (options.trigger_count != 0) end.extra["trigger"]["count"] = options.trigger_count;
   }
   if (crash) {
-    end.extra["crash"] = {{"signal", SignalName(crash->signal)},
-                          {"pid", crash->pid},
-                          {"tid", crash->tid},
-                          {"ip", crash->ip}};
+    end.extra["crash"] = record::CrashJson(*crash);
   }
   meta.end = std::move(end);
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));

@@ -62,6 +62,7 @@ struct EmulateOptions {
   // thread's ring, taken when FUNC's first instruction has retired (its pending packets
   // flushed), so the snapshot ends at FUNC's entry.
   std::optional<record::TriggerSpec> trigger;
+  uint64_t trigger_count = 0;  // --trigger-count N: only the first N hits snapshot (0: all)
   // --snapshot-on-crash (step backend, snapshot mode): when a thread gets a signal that kills
   // the process, a snapshot of every running thread before it is delivered; it is the
   // recording's last snapshot round (no end round follows), and the end metadata's "crash"
@@ -107,8 +108,8 @@ record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
 // size or period, both modes at once, BTS with samples).
 absl::Status CheckEmulatedModes(const EmulateOptions& options, uint64_t aux_pages);
 
-// "SIGSEGV" for SIGSEGV (a number for an unknown signal).
-std::string SignalName(int sig);
+// "SIGSEGV" for SIGSEGV (a number for an unknown signal): record/crash.h.
+using record::SignalName;
 
 // The trace the emulation produces for an event string as ptrecord takes it:
 // "intel_pt//u" (default), "intel_pt/noretcomp=1,psb_period=2,tsc=0/u", "intel_bts//u".

@@ -29,6 +29,7 @@
 #include "record/event_spec.h"
 #include "record/metadata.h"
 #include "record/session.h"
+#include "record/status_line.h"
 #include "record/workload.h"
 
 namespace ptkit::emulate {
@@ -313,7 +314,11 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     status = workload.TryReap();
     return status.has_value();
   };
+  // On a terminal: the status line, about once a second, erased before the summary.
+  record::StatusLine status_line(stderr, ::isatty(STDERR_FILENO) == 1, record::SteadyClockMs);
+  lo.after_pass = [&] { status_line.Update(drainer.Totals(), writer->stats().stored_bytes); };
   absl::StatusOr<record::LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
+  status_line.Clear();
   if (loop.ok() && !snapshot_status.ok()) loop = snapshot_status;
   if (!loop.ok()) {
     writer->Abandon().IgnoreError();

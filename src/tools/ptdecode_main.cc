@@ -4,11 +4,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -133,8 +135,9 @@ absl::StatusOr<dec::ContainerOptions> ContainerOptions(const dec::DecodeFlags& f
       f, dec::DefaultBuildIdDir(std::getenv("PERF_BUILDID_DIR"), std::getenv("HOME")));
 }
 
-// Container input: FILE is a trace.pt (or perf.data) recording.
-int RunContainer(const dec::DecodeFlags& f, const SinkFactory& make_sink) {
+// Container input: FILE is a trace.pt (or perf.data) recording; the sink writes to `output`.
+int RunContainer(const dec::DecodeFlags& f, const SinkFactory& make_sink,
+                 std::FILE* output = stdout) {
   auto options = ContainerOptions(f);
   if (!options.ok()) return UsageError(options.status());
   auto clock = dec::ReadRecordingClock(f.container);
@@ -146,7 +149,7 @@ int RunContainer(const dec::DecodeFlags& f, const SinkFactory& make_sink) {
   if (!empty.ok()) return Fail(empty.status());
   int exit_code = 0;
   dec::TimeFilterSink* window = nullptr;
-  auto inner = WithTimeFilter(f, make_sink(**empty, stdout, out), window, exit_code);
+  auto inner = WithTimeFilter(f, make_sink(**empty, output, out), window, exit_code);
   if (!inner) return exit_code;
   auto sink = std::make_unique<dec::ProgressSink>(std::move(inner), stderr,
                                                   isatty(STDERR_FILENO) == 1, 0, dec::MonotonicMs);
@@ -216,13 +219,58 @@ int RunPackets(const dec::DecodeFlags& f) {
 // Rows of `stats` in the default report.
 constexpr size_t kReportFunctions = 20;
 
-// `ptdecode FILE` (or `ptdecode report FILE`): the info summary, then the top functions of
-// stats and every loss and decode error.
+// Branches of the crashed thread the default report shows first.
+constexpr size_t kCrashBranches = 16;
+
+// A recording made with --snapshot-on-crash (its end metadata's "crash"): the signal, the
+// thread that got it and where, and that thread's last kCrashBranches branches, which the
+// crash snapshot (its last) ends with. Empty for other recordings.
+std::string CrashText(const nlohmann::json& info, const dec::DecodeFlags& f) {
+  const nlohmann::json* crash = nullptr;
+  if (auto m = info.find("metadata"); m != info.end() && m->is_object()) {
+    if (auto e = m->find("end"); e != m->end() && e->is_object()) {
+      if (auto c = e->find("crash"); c != e->end() && c->is_object()) crash = &*c;
+    }
+  }
+  if (crash == nullptr) return "";
+  const uint64_t tid = crash->value("tid", uint64_t{0}), ip = crash->value("ip", uint64_t{0});
+  std::string text =
+      fmt::format("crash:       {} in thread {} (pid {}) at 0x{:x}\n",
+                  crash->value("signal", std::string("?")), tid, crash->value("pid", 0), ip);
+  char* buffer = nullptr;
+  size_t size = 0;
+  std::FILE* memory = open_memstream(&buffer, &size);
+  if (memory == nullptr) return text;
+  dec::DecodeFlags branches = f;
+  branches.tid = std::to_string(tid);
+  const int decoded = RunContainer(branches, dec::MakeBranchesSink, memory);
+  std::fclose(memory);
+  std::string out(buffer != nullptr ? buffer : "", size);
+  std::free(buffer);
+  std::vector<std::string_view> lines;
+  for (size_t at = 0; at < out.size();) {
+    const size_t end = std::min(out.find('\n', at), out.size());
+    lines.push_back(std::string_view(out).substr(at, end - at));
+    at = end + 1;
+  }
+  if (decoded != 0 || lines.empty()) {
+    return text + fmt::format("             (no branches of thread {} decoded)\n", tid);
+  }
+  const size_t first = lines.size() > kCrashBranches ? lines.size() - kCrashBranches : 0;
+  text += fmt::format("last {} branches of thread {} (the crash snapshot, oldest first):\n",
+                      lines.size() - first, tid);
+  for (size_t i = first; i < lines.size(); ++i) text += fmt::format("  {}\n", lines[i]);
+  return text + "\n";
+}
+
+// `ptdecode FILE` (or `ptdecode report FILE`): with --snapshot-on-crash the crash and its
+// thread's last branches (CrashText), then the info summary, the top functions of stats and
+// every loss and decode error.
 int RunReport(const dec::DecodeFlags& f) {
   bool perf_data = false;
   auto info = Info(f.container, perf_data);
   if (!info.ok()) return Fail(info.status());
-  std::string text = InfoText(*info, perf_data) + "\n";
+  std::string text = (perf_data ? "" : CrashText(*info, f)) + InfoText(*info, perf_data) + "\n";
   std::fwrite(text.data(), 1, text.size(), stdout);
   dec::DecodeFlags stats = f;
   stats.top_functions = kReportFunctions;

@@ -49,7 +49,7 @@ int Fail(const std::string& message, int code) {
 constexpr const char* kNotWithEmulate[] = {
     "--pid",          "--tid",           "--all-cpus", "--cpu",           "--per-thread",
     "--kernel",       "--aux-watermark", "--counters", "--sideband-only", "--sysfs-root",
-    "--sample-event", "--control",       "--kcore"};
+    "--sample-event", "--control",       "--kcore",    "--callchain"};
 
 // The default --sample-period of --emulate: instructions of a thread between AUX samples.
 constexpr uint64_t kEmulatedSamplePeriod = 1000;
@@ -115,6 +115,7 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
         ptkit::record::ParseTrigger(o.trigger, o.command.front());
     if (!t.ok()) return Fail(std::string(t.status().message()), 2);
     e.trigger = *t;
+    e.trigger_count = o.trigger_count;
   }
   e.snapshot_on_crash = o.snapshot_on_crash;
   if (o.aux_sample_size) {
@@ -143,6 +144,8 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   if (e.trigger) {
     ending += "; " + Count(r->trigger_hits, "hit") + " of " + e.trigger->text + ", " +
               Count(r->trigger_snapshots, "snapshot") + " at them";
+    if (e.trigger_count != 0)
+      ending += " (--trigger-count " + std::to_string(e.trigger_count) + ")";
   }
   if (r->crash) {
     ending += "; crash snapshot: " + ptkit::emulate::SignalName(r->crash->signal) + " in thread " +
@@ -185,7 +188,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "ptrecord " PTKIT_VERSION);
   SessionOptions o;
   std::string mmap_pages, snapshot, watermark, aux_sample;
-  int64_t sample_period = 0;
+  int64_t sample_period = 0, trigger_count = 0;
   std::string pid, tid;
   bool bts = false, no_compress = false, quiet = false;
   std::string emulate, qemu_plugin;
@@ -230,6 +233,10 @@ int main(int argc, char** argv) {
       ->expected(0, 1);
   app.add_option("--sample-event", o.sample_event,
                  "With --aux-sample: the sampling event, a libpfm4 name (default cycles)");
+  app.add_flag("-g,--callchain", o.sample_callchain,
+               "With --aux-sample: each sample also carries the kernel's call chain "
+               "(PERF_SAMPLE_CALLCHAIN, frame pointers, as perf record -g); ptdecode samples "
+               "shows it");
   app.add_option("-c,--sample-period", sample_period,
                  "With --aux-sample: events between samples (default 1000000; with --emulate: "
                  "instructions, default 1000)");
@@ -241,10 +248,15 @@ int main(int argc, char** argv) {
                  "reaches FUNC of FILE (default: the workload's program), through a uprobe perf "
                  "event; implies --snapshot")
       ->type_name("uprobe:FUNC[@FILE]");
+  app.add_option("--trigger-count", trigger_count,
+                 "With --trigger: only the first N hits (of any thread or child) take a "
+                 "snapshot; later ones are counted (default: every hit)")
+      ->type_name("N");
   app.add_flag("--snapshot-on-crash", o.snapshot_on_crash,
                "When the workload dies of a signal (SIGSEGV, SIGABRT, ...), a snapshot before it "
-               "is gone, labelled with the signal and thread (ptdecode info); implies "
-               "--snapshot");
+               "is gone, labelled with the signal and thread (ptdecode info; the default "
+               "report shows that thread's last branches first); implies --snapshot. The "
+               "kernel path ptrace-seizes the workload to see the signal");
   app.add_flag("--kcore", o.kcore,
                "Also copy the kernel's text (from /proc/kcore, root), /proc/kallsyms, "
                "/proc/modules and the kernel build-id into the container, so ptdecode decodes "
@@ -357,6 +369,15 @@ int main(int argc, char** argv) {
   if ((!o.trigger.empty() || o.snapshot_on_crash) && !o.snapshot_size) {
     o.snapshot_size = 0;  // snapshot mode, the whole AUX area per snapshot
   }
+  if (app.count("--trigger-count") > 0) {
+    if (o.trigger.empty()) return Fail("--trigger-count needs --trigger", 2);
+    if (trigger_count < 1) {
+      return Fail("--trigger-count " + std::to_string(trigger_count) +
+                      ": expected 1 or more (without it every hit takes a snapshot)",
+                  2);
+    }
+    o.trigger_count = static_cast<uint64_t>(trigger_count);
+  }
   if (!o.trigger.empty() && o.command.empty()) {
     return Fail("--trigger needs a workload: ptrecord --trigger uprobe:FUNC -- cmd", 2);
   }
@@ -374,8 +395,9 @@ int main(int argc, char** argv) {
       o.aux_sample_size = *s;
     }
   }
-  if ((app.count("--sample-period") > 0 || app.count("--sample-event") > 0) && !o.aux_sample_size) {
-    return Fail("--sample-period and --sample-event need --aux-sample", 2);
+  if ((app.count("--sample-period") > 0 || app.count("--sample-event") > 0 || o.sample_callchain) &&
+      !o.aux_sample_size) {
+    return Fail("--sample-period, --sample-event and --callchain need --aux-sample", 2);
   }
   if (app.count("--sample-period") > 0) {
     if (sample_period < 1) {

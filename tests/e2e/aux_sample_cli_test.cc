@@ -4,6 +4,8 @@
 // The oracle is the recorder's ground truth: the k-th sample of a thread is taken before its
 // (k*N)-th instruction retires, so its IP is that instruction, and the instructions its
 // snippet decodes to are exactly the ones the thread ran just before, ending there.
+#include <linux/perf_event.h>
+
 #include <map>
 #include <sstream>
 #include <string>
@@ -103,6 +105,22 @@ TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
   EXPECT_EQ(ji["samples"]["aux_bytes"], expected_total * 4096);
   EXPECT_EQ(ji["metadata"]["mode"], "aux-sample");
   for (const nlohmann::json& k : ji["kinds"]) EXPECT_NE(k["kind"], "aux");
+  // The attrs say what took the samples (ptkit-format(5)): instructions:u every kPeriod, with
+  // the samples' sample_type and 4096 AUX bytes each; export writes them (perf_export_cli_test).
+  const nlohmann::json* sampler = nullptr;
+  for (const nlohmann::json& a : ji["metadata"]["attrs"]) {
+    if (a.value("name", "") == "aux-sample") sampler = &a;
+  }
+  ASSERT_NE(sampler, nullptr) << ji["metadata"]["attrs"].dump();
+  EXPECT_EQ((*sampler)["type"], PERF_TYPE_HARDWARE);
+  EXPECT_EQ((*sampler)["config"], PERF_COUNT_HW_INSTRUCTIONS);
+  EXPECT_EQ((*sampler)["exclude_kernel"], true);
+  EXPECT_EQ((*sampler)["freq"], false);
+  EXPECT_EQ((*sampler)["sample_period"], kPeriod);
+  EXPECT_EQ((*sampler)["aux_sample_size"], 4096);
+  const uint64_t sample_type = (*sampler)["sample_type"];
+  EXPECT_NE(sample_type & PERF_SAMPLE_AUX, 0u);
+  EXPECT_EQ(sample_type & PERF_SAMPLE_CPU, 0u);  // the emulated samples have no CPU
 
   // Text: one header line per sample, the last branches, the summary.
   auto text = RunCommand({PTDECODE_PATH, "samples", "--branches", "4", rec.trace});
@@ -290,6 +308,8 @@ TEST_F(AuxSampleCliTest, BadOptionsAreUsageErrors) {
            {{"--aux-sample=100000"}, "from 8 to 61440 bytes"},
            {{"--aux-sample=12"}, "multiple of 8"},
            {{"-c", "5"}, "need --aux-sample"},
+           {{"-g"}, "--callchain need --aux-sample"},
+           {{"--aux-sample", "-g"}, "--callchain does not apply to --emulate"},
            {{"--aux-sample", "-c", "0"}, "expected 1 or more"},
            {{"--aux-sample", "--bts"}, "needs intel_pt"},
            {{"--aux-sample=65536", "-m", "64,8"}, "from 8 to 61440"},

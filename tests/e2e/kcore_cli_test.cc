@@ -9,6 +9,7 @@
 //    program; a synthesized PT trace through that code, stored with the capture and no mmap
 //    of the program, decodes to the synthesizer's ground truth with nm's symbol names.
 #include <elf.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -19,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
@@ -108,6 +110,43 @@ TEST(KcoreCliTest, PtrecordSaysWhyItCannotCopyTheKernel) {
   EXPECT_THAT(r.err, HasSubstr("/proc/kcore does not exist (a kernel built without "
                                "CONFIG_PROC_KCORE)"));
   EXPECT_FALSE(std::filesystem::exists(dir.File("k.pt")));
+}
+
+// Without root (a child that became nobody) the error says that root is needed: kallsyms
+// hides its addresses from it, or /proc/kcore (here a stand-in in a directory nobody may enter,
+// as /proc/kcore is root's alone) cannot be opened. It said "does not exist" for the latter.
+TEST(KcoreCliTest, WithoutRootTheErrorSaysRoot) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to become another user";
+  testing::TempDir dir;
+  const std::string core = dir.File("kcore");
+  std::ofstream(core) << "not read";
+  std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all);
+  int pipe_fds[2];
+  ASSERT_EQ(pipe(pipe_fds), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    close(pipe_fds[0]);
+    std::string said = "setresuid failed";
+    if (setresgid(65534, 65534, 65534) == 0 && setresuid(65534, 65534, 65534) == 0) {
+      absl::StatusOr<record::KernelCapture> c = record::CaptureKernel({.kcore = core});
+      said = c.ok() ? "ok"
+                    : absl::StrCat(absl::StatusCodeToString(c.status().code()), ": ",
+                                   c.status().message());
+    }
+    (void)!write(pipe_fds[1], said.data(), said.size());
+    _exit(0);
+  }
+  close(pipe_fds[1]);
+  std::string said;
+  char buf[512];
+  for (ssize_t n; (n = read(pipe_fds[0], buf, sizeof(buf))) > 0;) said.append(buf, n);
+  close(pipe_fds[0]);
+  int status = 0;
+  waitpid(child, &status, 0);
+  EXPECT_THAT(said, HasSubstr("PERMISSION_DENIED: "));
+  EXPECT_THAT(said, HasSubstr("root"));
+  EXPECT_THAT(said, ::testing::Not(HasSubstr("does not exist")));
 }
 
 // Writes an ELF core file as /proc/kcore is laid out: one PT_LOAD at `address` with `bytes`.

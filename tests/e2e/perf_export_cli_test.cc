@@ -1092,6 +1092,9 @@ TEST_F(PerfExportTest, PerfShowsTheAuxSamplesPtdecodeShows) {
                                  "sample_type: IP|TID|TIME|IDENTIFIER|AUX, "))
       << evlist.out;
   EXPECT_THAT(sampler, HasSubstr(", aux_sample_size: 2048")) << evlist.out;
+  // The recorded attr (the metadata's "aux-sample"), not one made up: its wakeup after every
+  // sample is there too.
+  EXPECT_THAT(sampler, HasSubstr(", { wakeup_events, wakeup_watermark }: 1, ")) << evlist.out;
   auto groups = RunCommand({kPerf, "evlist", "-g", "-i", e.data});
   EXPECT_THAT(groups.out, HasSubstr("{intel_pt//u,instructions:u}\n"));
   auto report = RunCommand({kPerf, "--buildid-dir", e.debug_dir, "report", "--stdio", "-i", e.data,

@@ -230,6 +230,43 @@ TEST_P(PerfRecordTest, SidebandEqualsPerfScript) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, PerfRecordTest, ::testing::Values("file", "pipe", "zstd"));
 
+// A group perf 6.1 records here (`perf record -e '{dummy,task-clock}'`, its HEADER_GROUP_DESC):
+// ptdecode info shows its leader and members as `perf evlist -g` does, and the export of the
+// file keeps it, so perf shows the same group there.
+TEST(PtdecodePerfDataTest, InfoAndExportKeepTheEventGroup) {
+  if (!std::filesystem::exists(kPerf)) GTEST_SKIP() << kPerf << " is absent (linux-perf)";
+  testing::TempDir dir;
+  const std::string file = dir.File("group.data"), exported = dir.File("exported.data");
+  auto r = RunCommand(
+      {kPerf, "record", "-q", "-e", "{dummy,task-clock}", "-o", file, "--", "/bin/true"});
+  if (r.exit_code != 0 && r.err.find("ermission") != std::string::npos) {
+    GTEST_SKIP() << "perf_event_open denied: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto groups = RunCommand({kPerf, "evlist", "-g", "-i", file});
+  ASSERT_EQ(groups.out, "{dummy,task-clock}\n") << "perf wrote no group: " << groups.err;
+  for (const std::string& f : {file, exported}) {
+    SCOPED_TRACE(f);
+    if (f == exported) {
+      auto e = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", file, "-o", exported});
+      ASSERT_EQ(e.exit_code, 0) << e.err;
+      EXPECT_EQ(RunCommand({kPerf, "evlist", "-g", "-i", exported}).out, groups.out);
+    }
+    auto info = RunCommand({PTDECODE_PATH, "info", "--json", f});
+    ASSERT_EQ(info.exit_code, 0) << info.err;
+    const nlohmann::json j = nlohmann::json::parse(info.out);
+    ASSERT_EQ(j["groups"].size(), 1u) << j.dump();
+    EXPECT_EQ(j["groups"][0]["leader"], 0);
+    EXPECT_EQ(j["groups"][0]["events"], 2);
+    EXPECT_EQ(j["groups"][0]["names"], nlohmann::json({"dummy", "task-clock"}));
+    EXPECT_EQ(j["groups"][0]["missing"], 0);
+    auto text = RunCommand({PTDECODE_PATH, "info", f});
+    EXPECT_THAT(text.out, HasSubstr("group {anon_group}: {dummy,task-clock}, leader event 0, "
+                                    "2 events\n"));
+    EXPECT_THAT(text.out, HasSubstr("  dummy: type 1 config 0x9 "));
+  }
+}
+
 // A mapped file that is gone is found in perf's build-id cache by the build-id its MMAP2
 // record carries, as perf finds it (DIR/.build-id/xx/yyyy.../elf).
 TEST(PtdecodeBuildIdCacheTest, AMissingFileIsFoundByItsBuildId) {

@@ -122,6 +122,59 @@ TEST(TriggerCliTest, AUprobeSnapshotEndsAtTheFunctionsEntryInEveryThread) {
   }
 }
 
+// --trigger-count 1: of the two worker threads' hits, only the first (in time) takes a
+// snapshot; the other thread has its end snapshot only, and both hits are counted.
+TEST(TriggerCliTest, TriggerCountSnapshotsOnlyTheFirstHitOfAnyThread) {
+  testing::TempDir dir;
+  const std::string trace = dir.File("t.pt"), truth_file = dir.File("t.truth");
+  auto rec =
+      RunCommand({PTRECORD_PATH, "--emulate=step", "--trigger", "uprobe:work", "--trigger-count",
+                  "1", "--ground-truth", truth_file, "-o", trace, "--", kThreads});
+  if (Denied(rec.err)) GTEST_SKIP() << "perf_event_open or ptrace denied: " << rec.err;
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  EXPECT_THAT(rec.err,
+              HasSubstr("; 2 hits of uprobe:work, 1 snapshot at them (--trigger-count 1)"));
+  const nlohmann::json info = InfoJson(trace);
+  const nlohmann::json& t = info["metadata"]["end"]["trigger"];
+  EXPECT_EQ(t["hits"], 2);
+  EXPECT_EQ(t["snapshots"], 1);
+  EXPECT_EQ(t["count"], 1);
+  const auto [work_begin, work_end] = NmRange(kThreads, "work");
+  const PerThread truth = ReadTruth(truth_file);
+  ASSERT_EQ(truth.size(), 3u);
+  int triggered = 0;
+  for (const auto& [tid, ran] : truth) {
+    SCOPED_TRACE(::testing::Message() << "tid " << tid);
+    const std::vector<uint64_t> first = SnapshotInsns(trace, tid, 0);
+    ASSERT_FALSE(first.empty());
+    if (std::equal(first.begin(), first.end(), ran.end() - first.size())) {
+      // Its end snapshot: nothing follows.
+      auto second = RunCommand(
+          {PTDECODE_PATH, "insn", "--tid", std::to_string(tid), "--snapshot", "1", trace});
+      EXPECT_NE(second.exit_code, 0);
+      continue;
+    }
+    // The trigger snapshot: a run of the thread's instructions that ends at its entry into work
+    // (as in AUprobeSnapshotEndsAtTheFunctionsEntryInEveryThread).
+    ++triggered;
+    const size_t at = Find(ran, first);
+    ASSERT_NE(at, std::string::npos) << "snapshot 0 is no run of the thread's instructions";
+    const auto entry = std::find(ran.begin(), ran.end(), work_begin);
+    ASSERT_NE(entry, ran.end());
+    const size_t entry_index = static_cast<size_t>(entry - ran.begin());
+    EXPECT_GE(entry_index, at);
+    EXPECT_LE(entry_index, at + first.size());
+    for (size_t i = entry_index; i < at + first.size(); ++i) {
+      EXPECT_GE(ran[i], work_begin);
+      EXPECT_LT(ran[i], work_end);
+    }
+    const std::vector<uint64_t> end = SnapshotInsns(trace, tid, 1);
+    ASSERT_FALSE(end.empty());
+    EXPECT_TRUE(std::equal(end.begin(), end.end(), ran.end() - end.size()));
+  }
+  EXPECT_EQ(triggered, 1);
+}
+
 TEST(TriggerCliTest, BadTriggersAreUsageErrors) {
   testing::TempDir dir;
   for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
@@ -130,6 +183,8 @@ TEST(TriggerCliTest, BadTriggersAreUsageErrors) {
            {{"--trigger", "uprobe:no_such_function"}, "no symbol 'no_such_function'"},
            {{"--trigger", "uprobe:work@/nonexistent"}, "not found"},
            {{"--trigger", "uprobe:work", "--aux-sample"}, "exclude each other"},
+           {{"--trigger-count", "2"}, "--trigger-count needs --trigger"},
+           {{"--trigger", "uprobe:work", "--trigger-count", "0"}, "expected 1 or more"},
        }) {
     std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=step", "-o", dir.File("bad.pt")};
     argv.insert(argv.end(), args.begin(), args.end());
@@ -180,6 +235,39 @@ TEST(TriggerCliTest, ACrashSnapshotNamesTheSignalAndEndsAtTheFault) {
   // It is the last snapshot: no end round after the crash.
   auto second = RunCommand({PTDECODE_PATH, "insn", "--snapshot", "1", trace});
   EXPECT_NE(second.exit_code, 0);
+
+  // The default report starts with the crash and the thread's last branches, the newest one
+  // the last branch the ground truth has: into the straight-line run that ends at the fault.
+  auto report = RunCommand({PTDECODE_PATH, trace});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  std::vector<std::string> lines;
+  for (size_t at = 0; at < report.out.size();) {
+    const size_t nl = std::min(report.out.find('\n', at), report.out.size());
+    lines.push_back(report.out.substr(at, nl - at));
+    at = nl + 1;
+  }
+  ASSERT_GE(lines.size(), 3u) << report.out;
+  EXPECT_EQ(lines[0], fmt::format("crash:       SIGSEGV in thread {} (pid {}) at 0x{:x}", tid,
+                                  crash["pid"].get<uint64_t>(), ip));
+  EXPECT_THAT(lines[1], HasSubstr(fmt::format("branches of thread {} (the crash snapshot", tid)));
+  size_t last = 2;
+  while (last < lines.size() && lines[last].starts_with("  ")) ++last;
+  ASSERT_GT(last, 2u) << report.out;
+  EXPECT_LE(last - 2, 16u);
+  EXPECT_EQ(lines[last], "") << "a blank line after the branches";
+  const std::string& newest = lines[last - 1];
+  const size_t arrow = newest.find(" -> ");
+  ASSERT_NE(arrow, std::string::npos) << newest;
+  const uint64_t from = std::stoull(newest.substr(2, newest.find(' ', 2) - 2), nullptr, 16);
+  const uint64_t to = std::stoull(newest.substr(arrow + 4), nullptr, 16);
+  size_t target = ran.size();
+  while (target > 1 && !(ran[target - 1] == to && ran[target - 2] == from)) --target;
+  ASSERT_GT(target, 1u) << "the newest branch " << newest << " is no step of the ground truth";
+  EXPECT_LE(ran.size() - (target - 1), 16u) << newest;
+  for (size_t i = target - 1; i < ran.size(); ++i) {
+    EXPECT_GE(ran[i], main_begin);
+    EXPECT_LT(ran[i], main_end);
+  }
 }
 
 }  // namespace

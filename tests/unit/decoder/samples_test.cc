@@ -83,6 +83,36 @@ TEST_F(SamplesTest, SnippetWithoutPsbIsCountedAndSaid) {
   EXPECT_EQ(j["totals"]["malformed"], 1);
 }
 
+// ptrecord -g: the kernel's call chain of each sample, innermost first, without its context
+// markers, in text and JSON.
+TEST_F(SamplesTest, TheCallchainIsShown) {
+  const std::vector<uint8_t> zeros(64, 0);
+  const uint64_t type = kType | PERF_SAMPLE_CALLCHAIN;
+  const std::vector<uint8_t> rec = perf::EncodeSample(
+      perf::Sample{.ip = 0x401000,
+                   .pid = 7,
+                   .tid = 7,
+                   .time = 5,
+                   .callchain = {static_cast<uint64_t>(PERF_CONTEXT_USER), 0x401000, 0x402abc},
+                   .aux = zeros},
+      type);
+  const std::string path = Write({{rec, type}});
+  std::string text;
+  PTKIT_ASSERT_OK_AND_ASSIGN(SamplesTotals t, Print(path, false, text));
+  EXPECT_EQ(t.malformed, 0u);
+  const size_t at = text.find("\n  callchain: 0x401000 ");
+  ASSERT_NE(at, std::string::npos) << text;
+  const std::string line = text.substr(at + 1, text.find('\n', at + 1) - at - 1);
+  EXPECT_THAT(line, HasSubstr(" 0x402abc ")) << line;
+  EXPECT_EQ(line.find("0xfffffffffffffe00"), std::string::npos) << "the context marker";
+  PTKIT_ASSERT_OK_AND_ASSIGN(t, Print(path, true, text));
+  nlohmann::json j = nlohmann::json::parse(text);
+  ASSERT_EQ(j["samples"].size(), 1u);
+  ASSERT_EQ(j["samples"][0]["callchain"].size(), 2u) << text;
+  EXPECT_EQ(j["samples"][0]["callchain"][0]["ip"], 0x401000);
+  EXPECT_EQ(j["samples"][0]["callchain"][1]["ip"], 0x402abc);
+}
+
 TEST_F(SamplesTest, NoSamplesSaysHowToRecordThem) {
   const std::string path = Write({});
   std::string text;

@@ -13,6 +13,7 @@
 #include "ptkit/container_writer.h"
 #include "ptkit/status.h"
 #include "record/drain.h"
+#include "record/metadata.h"
 #include "record/sim_pmu.h"
 #include "status_matchers.h"
 #include "temp_dir.h"
@@ -144,6 +145,31 @@ TEST(AuxSampleOptionsTest, SamplingAttrFollowsItsLeader) {
   EXPECT_EQ(a.read_format, 0u);
   EXPECT_EQ(a.inherit, 1u);
   EXPECT_EQ(a.sample_id_all, 1u);
+  // -g: the kernel's call chain too.
+  EXPECT_EQ(BuildAuxSampleAttr(counter, 100000, 4096, true, /*callchain=*/true).sample_type,
+            kAuxSampleType | PERF_SAMPLE_CALLCHAIN);
+}
+
+// The metadata keeps the sampling members of the attr (export writes them for perf).
+TEST(AuxSampleOptionsTest, TheMetadataKeepsThePeriodAndTheSampleSize) {
+  perf_event_attr counter{};
+  counter.type = PERF_TYPE_HARDWARE;
+  counter.config = PERF_COUNT_HW_CPU_CYCLES;
+  MetadataInput in;
+  in.attrs = {{"aux-sample", BuildAuxSampleAttr(counter, 123457, 2048, true)},
+              {"emulated", EmulatedAuxSampleAttr(500, 1024, false)}};
+  const nlohmann::json attrs = BuildMetadata(in)["attrs"];
+  ASSERT_EQ(attrs.size(), 2u);
+  EXPECT_EQ(attrs[0]["sample_period"], 123457);
+  EXPECT_EQ(attrs[0]["freq"], false);
+  EXPECT_EQ(attrs[0]["aux_sample_size"], 2048);
+  EXPECT_EQ(attrs[0]["wakeup_events"], 1);
+  EXPECT_EQ(attrs[0]["sample_type"], kAuxSampleType);
+  EXPECT_EQ(attrs[1]["config"], PERF_COUNT_HW_INSTRUCTIONS);
+  EXPECT_EQ(attrs[1]["exclude_kernel"], true);
+  EXPECT_EQ(attrs[1]["sample_period"], 500);
+  EXPECT_EQ(attrs[1]["aux_sample_size"], 1024);
+  EXPECT_EQ(attrs[1]["sample_type"], kEmulatedAuxSampleType);
 }
 
 class AuxSampleDrainTest : public ::testing::Test {

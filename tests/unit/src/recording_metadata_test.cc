@@ -39,7 +39,7 @@ json Full() {
                "exclude_user": false, "exclude_kernel": true, "exclude_hv": true,
                "mmap": false, "mmap2": false, "comm": false, "comm_exec": false,
                "task": false, "context_switch": false, "aux_watermark": 0,
-               "aux_sample_size": 0}],
+               "sample_regs_user": 0}],
     "time_conversion": {"cap_user_time": true, "cap_user_time_zero": true, "time_shift": 31,
                         "time_mult": 1234, "time_zero": 18446744073709551615,
                         "cap_user_time_short": false},
@@ -64,7 +64,7 @@ TEST(RecordingMetadataTest, ToJsonOfFromJsonGivesTheSameObjectUnknownMembersIncl
   EXPECT_EQ(m->cpu->family, 6u);
   EXPECT_EQ(m->cpu->cpuid_15h->tsc_ratio_numerator, 84u);
   EXPECT_EQ(m->cpu->extra, json({{"microcode", "0x2006e05"}}));
-  EXPECT_EQ(m->attrs->at(0).extra, json({{"aux_sample_size", 0}}));
+  EXPECT_EQ(m->attrs->at(0).extra, json({{"sample_regs_user", 0}}));
   EXPECT_EQ(m->time_conversion->time_zero, ~uint64_t{0});
   EXPECT_EQ(m->end->workload_exit_status, -1);
   EXPECT_EQ(m->extra, json({{"a_future_member", in["a_future_member"]}}));
@@ -214,6 +214,47 @@ TEST(RecordingMetadataTest, FormatFieldsExtractTheirBitsLowestFirst) {
   EXPECT_TRUE(back.exclude_kernel);
   EXPECT_FALSE(back.exclude_user);
   EXPECT_EQ(back.aux_watermark, 4096u);
+  // The sampling members, each union by the flag that selects its member.
+  attr.sample_period = 1000003;
+  attr.aux_sample_size = 2048;
+  attr.precise_ip = 2;
+  attr.exclude_guest = 1;
+  attr.wakeup_events = 7;
+  attr.use_clockid = 1;
+  attr.clockid = 1;  // CLOCK_MONOTONIC
+  attr.build_id = 1;
+  AttrMetadata m = AttrMetadata::FromAttr("aux-sample", attr);
+  EXPECT_EQ(m.sample_period, 1000003u);
+  EXPECT_EQ(m.sample_freq, std::nullopt);
+  EXPECT_EQ(m.wakeup_events, 7u);
+  EXPECT_EQ(m.wakeup_watermark, std::nullopt);
+  RecordingMetadata with_attr;
+  with_attr.attrs = {m};
+  absl::StatusOr<RecordingMetadata> through_json = RecordingMetadata::FromJson(with_attr.ToJson());
+  ASSERT_THAT(through_json, IsOk());
+  const perf_event_attr sampler = through_json->attrs->front().ToAttr();
+  EXPECT_EQ(sampler.sample_period, 1000003u);
+  EXPECT_FALSE(sampler.freq);
+  EXPECT_EQ(sampler.aux_sample_size, 2048u);
+  EXPECT_EQ(sampler.precise_ip, 2u);
+  EXPECT_TRUE(sampler.exclude_guest);
+  EXPECT_EQ(sampler.wakeup_events, 7u);
+  EXPECT_TRUE(sampler.use_clockid);
+  EXPECT_EQ(sampler.clockid, 1);
+  EXPECT_TRUE(sampler.build_id);
+  attr.freq = 1;
+  attr.sample_freq = 4000;
+  attr.watermark = 1;
+  attr.wakeup_watermark = 65536;
+  m = AttrMetadata::FromAttr("sampler", attr);
+  EXPECT_EQ(m.sample_freq, 4000u);
+  EXPECT_EQ(m.sample_period, std::nullopt);
+  EXPECT_EQ(m.wakeup_watermark, 65536u);
+  const perf_event_attr by_freq = m.ToAttr();
+  EXPECT_TRUE(by_freq.freq);
+  EXPECT_EQ(by_freq.sample_freq, 4000u);
+  EXPECT_TRUE(by_freq.watermark);
+  EXPECT_EQ(by_freq.wakeup_watermark, 65536u);
 }
 
 TEST(RecordingMetadataTest, PerfTimeConversionNeedsTimeZeroAndAMultiplier) {
