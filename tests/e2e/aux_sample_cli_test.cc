@@ -105,7 +105,7 @@ TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
   EXPECT_EQ(ji["samples"]["aux_bytes"], expected_total * 4096);
   EXPECT_EQ(ji["metadata"]["mode"], "aux-sample");
   for (const nlohmann::json& k : ji["kinds"]) EXPECT_NE(k["kind"], "aux");
-  // The attrs say what took the samples (ptkit-format(5)): instructions:u every kPeriod, with
+  // The attrs say what took the samples (ptkit-format(5)): instructions:u every kSamplePeriod, with
   // the samples' sample_type and 4096 AUX bytes each; export writes them (perf_export_cli_test).
   const nlohmann::json* sampler = nullptr;
   for (const nlohmann::json& a : ji["metadata"]["attrs"]) {
@@ -116,7 +116,7 @@ TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
   EXPECT_EQ((*sampler)["config"], PERF_COUNT_HW_INSTRUCTIONS);
   EXPECT_EQ((*sampler)["exclude_kernel"], true);
   EXPECT_EQ((*sampler)["freq"], false);
-  EXPECT_EQ((*sampler)["sample_period"], kPeriod);
+  EXPECT_EQ((*sampler)["sample_period"], kSamplePeriod);
   EXPECT_EQ((*sampler)["aux_sample_size"], 4096);
   const uint64_t sample_type = (*sampler)["sample_type"];
   EXPECT_NE(sample_type & PERF_SAMPLE_AUX, 0u);

@@ -16,7 +16,9 @@ using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
-int Lines(const std::string& s) { return static_cast<int>(std::count(s.begin(), s.end(), '\n')); }
+int LineCount(const std::string& s) {
+  return static_cast<int>(std::count(s.begin(), s.end(), '\n'));
+}
 
 class InfoCliTest : public ::testing::Test {
  protected:
@@ -98,7 +100,7 @@ TEST_F(InfoCliTest, BadInputIsOneClearLineAndTheRightExitCode) {
     EXPECT_EQ(r.signal, 0);
     EXPECT_THAT(r.err, StartsWith("ptdecode: "));
     EXPECT_THAT(r.err, HasSubstr(c.message));
-    EXPECT_EQ(Lines(r.err), 1);
+    EXPECT_EQ(LineCount(r.err), 1);
     EXPECT_EQ(r.out, "");
   }
 }
