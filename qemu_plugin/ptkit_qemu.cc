@@ -18,7 +18,8 @@
 // Options (-plugin libptkit_qemu.so,NAME=VALUE,...): fd=N the memfd of the shared region
 // (mapped, and kept close-on-exec for exec following); truth=FD an O_APPEND file for the exact
 // per-instruction ground truth ("TID 0xIP" lines, slow); noretcomp=1, psb_period=N, tsc=0|1,
-// max_tnt=N as the perf terms; slot=K: this qemu runs a program that slot K's thread exec'd.
+// max_tnt=N as the perf terms; slot=K: this qemu runs a program that slot K's thread exec'd;
+// filter=0xOFFSET/0xSIZE@FILE (one per region): --filter, as IP filtering (see FilterEvent).
 //
 // Exec: qemu-user runs a guest's execve natively (the new program would run untraced). When
 // the kernel would run the file as an x86-64 ELF program (directly, or as the interpreter of
@@ -97,8 +98,9 @@ constexpr uint64_t kMoveNs = 20000000;
 constexpr uint32_t kCheckBlocks = 1024;
 constexpr unsigned kMaxVcpus = 4096;
 // x86-64 Linux system call numbers (asm/unistd_64.h).
-constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysRtSigaction = 13, kSysRtSigreturn = 15,
-                  kSysExecve = 59, kSysExit = 60, kSysExitGroup = 231, kSysExecveat = 322;
+constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysMunmap = 11, kSysRtSigaction = 13,
+                  kSysRtSigreturn = 15, kSysMremap = 25, kSysExecve = 59, kSysExit = 60,
+                  kSysExitGroup = 231, kSysExecveat = 322;
 // Signal numbers rt_sigaction accepts (1.._NSIG - 1).
 constexpr int kSignals = 65;
 
@@ -114,6 +116,7 @@ struct Block {
   // The block ends at `end` with an instruction QEMU does not implement (it raises SIGILL
   // there, before it; not counted in `insns`).
   bool illegal = false;
+  bool in_region = false;  // --filter: `start` lies in a filter region
 };
 
 // One instruction, for the ground-truth mode.
@@ -218,6 +221,17 @@ struct Global {
   std::atomic<uint64_t> handlers[kSignals] = {};
   std::atomic<uint64_t> restorers[kSignals] = {};  // their sa_restorer (where their frame returns)
   std::atomic<uint64_t> handler_bits[64] = {};
+  // --filter: the regions as file ranges, and where the guest has them mapped ([start, end)),
+  // found again from /proc/self/maps after the guest changed its mappings (`ranges_stale`).
+  struct Filter {
+    uint64_t offset = 0, size = 0;
+    std::string file;
+  };
+  std::vector<Filter> filters;
+  bool filtering = false;
+  std::mutex filter_mu;  // ranges
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  std::atomic<bool> ranges_stale{true};
 };
 Global* g = nullptr;
 thread_local Thread* t_current = nullptr;
@@ -348,11 +362,72 @@ void TakeSamples(Thread& t, const Block& b) {
   UpdateFastEnd(t);
 }
 
-void Add(Thread& t, const Event& e) {
+// --filter: whether `ip` lies in a filter region of the guest's mappings (the host's own are
+// not the guest's: qemu links libc too). The kernel's perf_addr_filter_vma_adjust(), as the
+// step backend resolves them (record/emulate/stepper.cc).
+bool InRegion(uint64_t ip) {
+  std::lock_guard<std::mutex> lock(g->filter_mu);
+  if (g->ranges_stale.exchange(false)) {
+    g->ranges.clear();
+    absl::StatusOr<std::vector<ptkit::record::ProcMapping>> maps =
+        ptkit::record::ReadProcMaps("self");
+    if (!maps.ok()) {
+      Fail("--filter: read /proc/self/maps: " + std::string(maps.status().message()));
+      return false;
+    }
+    for (const ptkit::record::ProcMapping& m : *maps) {
+      if (g->host_maps.count({m.start, m.end, m.path}) != 0) continue;
+      for (const Global::Filter& f : g->filters) {
+        if (m.path != f.file) continue;
+        const uint64_t size = m.end - m.start;
+        if (f.offset + f.size <= m.offset || f.offset >= m.offset + size) continue;
+        const uint64_t from = f.offset < m.offset ? m.start : m.start + (f.offset - m.offset);
+        const uint64_t to = std::min<uint64_t>(m.end, m.start + (f.offset + f.size - m.offset));
+        g->ranges.emplace_back(from, to);
+      }
+    }
+  }
+  for (const auto& [from, to] : g->ranges) {
+    if (ip >= from && ip < to) return true;
+  }
+  return false;
+}
+
+// --filter, PT's IP filtering as the step backend applies it (AppendFilteredStepEvents): the
+// state changes only where the flow does, so a block (which ends at its only change of flow)
+// runs entirely traced or not. Rewrites `e` for the filter; false: it writes nothing. A branch
+// out of the regions is TIP.PGD with its target, a branch in TIP.PGE at its target; an
+// enable (return from the kernel, after a signal) only inside them.
+bool FilterEvent(const Thread& t, Event& e) {
+  const bool tracing = t.enc->tracing();
+  switch (e.kind) {
+    case EventKind::kTime:
+    case EventKind::kTick:
+      return true;
+    case EventKind::kEnable:
+      return InRegion(e.target);
+    case EventKind::kDisable:
+    case EventKind::kAsyncDisable:
+      return tracing;
+    default: {
+      const bool in = InRegion(e.target);
+      if (!tracing) {
+        if (in) e = Event::Enable(e.target);
+        return in;
+      }
+      if (!in) e = Event::Disable(e.ip, e.target, /*suppress_ip=*/false);
+      return true;
+    }
+  }
+}
+
+void Add(Thread& t, const Event& event) {
   if (t.pending) {
-    t.held.push_back(e);
+    t.held.push_back(event);
     return;
   }
+  Event e = event;
+  if (g->filtering && !FilterEvent(t, e)) return;
   if (absl::Status s = t.enc->Add(e); !s.ok()) {
     Fail("encoding thread " + std::to_string(t.tid) + ": " + std::string(s.message()));
     t.traced = false;  // this stream stops; the error is reported
@@ -644,7 +719,11 @@ void Follow(Thread& t, const Block& p, const Block& b) {
       if (next == p.end) return;  // a block cut short (size, page): no change of flow
       break;
     case InsnClass::kDirectJump:
-      if (next == last.target) return;
+      if (next == last.target) {
+        // No packet; under --filter it may enter or leave a region.
+        if (g->filtering) Add(t, Event::Simple(EventKind::kDirectJump, p.last_ip, next));
+        return;
+      }
       break;
     case InsnClass::kCondBranch:
       if (next == last.target || next == p.end) {
@@ -748,6 +827,19 @@ void Periodic(Thread& t);
   const Block& p = *t.prev;
   const InsnInfo& last = p.last;
   const uint64_t next = b.start;
+  if (g->filtering) {
+    // Outside the regions, whatever the flow does there, tracing stays off: nothing to write.
+    // Into them, or from them out of them: Follow.
+    if (!t.enc->tracing()) {
+      if (b.in_region) return false;
+      if (last.rep && next == p.last_ip) {
+        t.prev = &b;
+        return true;
+      }
+      return Advance(t, b);
+    }
+    if (!b.in_region) return false;
+  }
   switch (last.cls) {
     case InsnClass::kOther:
       if (next == p.end) return Advance(t, b);
@@ -883,6 +975,8 @@ void OnInsn(unsigned int vcpu, void* userdata) {
   Thread* t = ThreadOf(vcpu);
   if (t == nullptr || t->phase.load(std::memory_order_relaxed) == kClosed) return;
   if (i.rep && t->last_truth_ip == i.ip) return;
+  // --filter: the instructions the trace holds (the block's state was set at its start).
+  if (g->filtering && (!t->traced || !t->enc->tracing())) return;
   t->last_truth_ip = i.ip;
   char line[40];
   const int n = std::snprintf(line, sizeof(line), "%u 0x%llx\n", t->stream,
@@ -963,6 +1057,7 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
           static_cast<uint16_t>(qemu_plugin_insn_vaddr(qemu_plugin_tb_get_insn(tb, i)) - b.start));
     }
   }
+  if (g->filtering) b.in_region = InRegion(b.start);
   std::lock_guard<std::mutex> lock(g->mu);
   g->blocks.push_back(std::move(b));
   qemu_plugin_register_vcpu_tb_exec_cb(tb, OnBlock, QEMU_PLUGIN_CB_NO_REGS, &g->blocks.back());
@@ -1378,6 +1473,9 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
     const unsigned bit = HandlerBit(handler);
     if (handler != 0) g->handler_bits[bit / 64].fetch_or(uint64_t{1} << (bit % 64));
   }
+  if (num == kSysMmap || num == kSysMprotect || num == kSysMunmap || num == kSysMremap) {
+    g->ranges_stale.store(true);  // --filter: the regions may have moved
+  }
   if (!t->traced || ret < 0) return;
   const uint64_t now = Now();
   if (num == kSysMmap && (t->args[2] & PROT_EXEC) != 0) {
@@ -1465,6 +1563,21 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
       g->pt.tsc = v != 0;
     } else if (ParseOption(a, "max_tnt", 47, &v)) {
       g->pt.max_tnt_bits = static_cast<uint8_t>(v);
+    } else if (a.starts_with("filter=")) {
+      // filter=0xOFFSET/0xSIZE@FILE
+      Global::Filter f;
+      const std::string text(a.substr(7));
+      char* end = nullptr;
+      f.offset = std::strtoull(text.c_str(), &end, 16);
+      if (*end == '/') f.size = std::strtoull(end + 1, &end, 16);
+      if (*end != '@' || end[1] != '/' || f.size == 0) {
+        std::fprintf(stderr, "ptkit qemu plugin: bad option '%s' (filter=0xOFFSET/0xSIZE@/FILE)\n",
+                     argv[i]);
+        return 1;
+      }
+      f.file = end + 1;
+      g->filters.push_back(std::move(f));
+      g->filtering = true;
     } else {
       std::fprintf(stderr, "ptkit qemu plugin: unknown option '%s'\n", argv[i]);
       return 1;

@@ -374,6 +374,26 @@ absl::Status CheckEmulatedModes(const EmulateOptions& options, uint64_t aux_page
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<record::AddressFilter>> ParseEmulatedFilters(const std::string& text) {
+  if (text.empty()) return std::vector<record::AddressFilter>{};
+  // A bad filter is a bad option value: ptrecord exits 2.
+  auto usage = [](absl::Status s) {
+    s.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+    return s;
+  };
+  absl::StatusOr<std::vector<record::AddressFilter>> parsed = record::ParseAddressFilters(text);
+  if (!parsed.ok()) return usage(parsed.status());
+  for (const record::AddressFilter& f : *parsed) {
+    if (f.action != record::AddressFilter::Action::kFilter || f.file.empty()) {
+      return usage(absl::InvalidArgumentError(absl::StrCat(
+          "--emulate supports 'filter' regions of files only (not start, stop, tracestop or "
+          "kernel addresses): '",
+          text, "'")));
+    }
+  }
+  return parsed;
+}
+
 absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   if (options.backend == "qemu") return RecordQemu(options);
   // SIGINT / SIGTERM / SIGHUP end the run cleanly; from here on they cannot kill ptrecord.
@@ -381,26 +401,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   const uint64_t stops0 = signals.stop_count();
   const uint64_t snapshots0 = signals.snapshot_count();
 
-  std::vector<record::AddressFilter> filters;
-  if (!options.filter.empty()) {
-    // A bad filter is a bad option value: ptrecord exits 2.
-    auto usage = [](absl::Status s) {
-      s.SetPayload(record::kExitCodePayload, absl::Cord("2"));
-      return s;
-    };
-    absl::StatusOr<std::vector<record::AddressFilter>> parsed =
-        record::ParseAddressFilters(options.filter);
-    if (!parsed.ok()) return usage(parsed.status());
-    filters = *std::move(parsed);
-    for (const record::AddressFilter& f : filters) {
-      if (f.action != record::AddressFilter::Action::kFilter || f.file.empty()) {
-        return usage(absl::InvalidArgumentError(absl::StrCat(
-            "--emulate supports 'filter' regions of files only (not start, stop, tracestop or "
-            "kernel addresses): '",
-            options.filter, "'")));
-      }
-    }
-  }
+  PTKIT_ASSIGN_OR_RETURN(std::vector<record::AddressFilter> filters,
+                         ParseEmulatedFilters(options.filter));
   PTKIT_RETURN_IF_ERROR(CheckEmulatedModes(options, options.aux_pages));
   if ((options.trigger || options.snapshot_on_crash) && !options.snapshot_size) {
     absl::Status bad = absl::InvalidArgumentError(

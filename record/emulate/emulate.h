@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "ptkit/container_writer.h"
+#include "record/address_filter.h"
 #include "record/crash.h"
 #include "record/drain.h"
 #include "record/emulate/stepper.h"
@@ -107,6 +108,11 @@ record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
 // kInvalidArgument with exit code 2 (a snapshot larger than a container record, a bad sample
 // size or period, both modes at once, BTS with samples).
 absl::Status CheckEmulatedModes(const EmulateOptions& options, uint64_t aux_pages);
+
+// --filter for both backends: `text` parsed and resolved (record::ParseAddressFilters; empty:
+// no filter). Errors (kInvalidArgument, exit code 2): a bad filter, or one that is not a
+// 'filter' region of a file (start, stop, tracestop and kernel addresses are not emulated).
+absl::StatusOr<std::vector<record::AddressFilter>> ParseEmulatedFilters(const std::string& text);
 
 // "SIGSEGV" for SIGSEGV (a number for an unknown signal): record/crash.h.
 using record::SignalName;

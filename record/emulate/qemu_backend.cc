@@ -148,10 +148,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     return Usage(absl::InvalidArgumentError(
         "--emulate=qemu does not write BTS (intel_bts): use --emulate=step for it"));
   }
-  if (!options.filter.empty()) {
-    return Usage(absl::InvalidArgumentError(
-        "--emulate=qemu does not support --filter: use --emulate=step for it"));
-  }
+  PTKIT_ASSIGN_OR_RETURN(std::vector<record::AddressFilter> filters,
+                         ParseEmulatedFilters(options.filter));
   PTKIT_RETURN_IF_ERROR(CheckEmulatedModes(options, options.qemu_aux_pages));
   PTKIT_ASSIGN_OR_RETURN(QemuSetup setup, FindQemu(options.qemu_plugin, options.self_exe));
   const std::string program = FindOnPath(options.argv.at(0));
@@ -207,6 +205,12 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   absl::StrAppend(&plugin_arg, ",noretcomp=", options.pt.ret_compression ? 0 : 1,
                   ",psb_period=", options.pt.psb_period, ",tsc=", options.pt.tsc ? 1 : 0,
                   ",max_tnt=", kQemuMaxTntBits);
+  // --filter: the regions as file ranges; the plugin finds them in the guest's mappings. (QEMU
+  // splits the options at commas: the filter syntax has none in a file name either.)
+  for (const record::AddressFilter& f : filters) {
+    absl::StrAppend(&plugin_arg, ",filter=0x", absl::Hex(f.offset), "/0x", absl::Hex(f.size), "@",
+                    f.file);
+  }
   // "max", qemu-x86_64's default, named so the metadata can say what the program saw.
   // -plugin comes last among qemu's options: the plugin hands on the ones before it to the
   // qemu of a program the workload exec's.
@@ -228,6 +232,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
       .format = "pt",
       .ret_compression = options.pt.ret_compression,
       .psb_period = options.pt.psb_period,
+      .filter = record::KernelFilterString(filters),
       .note =
           "software Intel PT of the guest's flow under QEMU's TCG (qemu-user), not "
           "hardware: no vDSO, QEMU's CPUID and load addresses; long TNT packets (47 bits)"};

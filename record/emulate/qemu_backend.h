@@ -36,8 +36,9 @@ absl::Status CheckQemuPlugin(const std::string& path);
 absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string& self_exe);
 
 // Records the workload under QEMU (RecordEmulated with backend "qemu" calls it). The same
-// contract as RecordEmulated; in addition: --bts and --filter are refused (kInvalidArgument,
-// exit 2, naming --emulate=step) and errors the plugin reported are returned (kInternal).
+// contract as RecordEmulated; in addition: --bts is refused (kInvalidArgument, exit 2, naming
+// --emulate=step) and errors the plugin reported are returned (kInternal). --filter is the
+// step backend's (block granularity: the state changes only at branches, which end blocks).
 // max_steps limits the guest's instructions (over all its threads and processes) at a block
 // boundary: at most that many run, every stream ends before the block that would exceed it,
 // and the workload is killed. A program the workload exec's runs under a new qemu-x86_64 with

@@ -218,8 +218,9 @@ int main(int argc, char** argv) {
   app.add_flag("-k,--kernel", o.kernel_only, "Trace the kernel only");
   app.add_option("--filter", o.filter,
                  "Address filter in perf's syntax, e.g. 'filter main @ /bin/ls' (symbols are "
-                 "resolved to file offsets; with --emulate: 'filter' regions, a "
-                 "single-threaded process runs at full speed outside the regions' bytes)");
+                 "resolved to file offsets; with --emulate: 'filter' regions; step runs a "
+                 "single-threaded process at full speed outside the regions' bytes, qemu "
+                 "writes no packets outside them)");
   app.add_option("--snapshot", snapshot,
                  "Snapshot mode: AUX overwrite, one snapshot per SIGUSR2 and at the end; "
                  "optional SIZE per snapshot (K/M/G), default the whole AUX area")

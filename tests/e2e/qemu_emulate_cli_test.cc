@@ -383,7 +383,7 @@ TEST_F(QemuEmulateTest, ExecFailuresAndScriptsBehaveAsNatively) {
 }
 
 // The lines of `text`, without those that start with `drop` (when given).
-std::vector<std::string> Lines(const std::string& text, const std::string& drop = "") {
+std::vector<std::string> TextLines(const std::string& text, const std::string& drop = "") {
   std::vector<std::string> lines;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
@@ -411,7 +411,7 @@ TEST_F(QemuEmulateTest, ExecveatIsFollowedAsExecveIs) {
   auto native = RunCommand({"/usr/bin/env", "PRINT_COMM=1", program, "at", dir, "prog"});
   ASSERT_EQ(native.exit_code, 0) << native.err;
   std::vector<std::string> comms;
-  for (const std::string& line : Lines(native.out)) {
+  for (const std::string& line : TextLines(native.out)) {
     if (line.starts_with("comm=")) comms.push_back(line.substr(5));
   }
   ASSERT_EQ(comms, (std::vector<std::string>{"prog", "prog", "prog", "prog", "prog", "link"}));
@@ -421,7 +421,7 @@ TEST_F(QemuEmulateTest, ExecveatIsFollowedAsExecveIs) {
                 .size(),
             13u);
   EXPECT_THAT(err, Not(HasSubstr("warning")));
-  const std::vector<std::string> want = Lines(native.out, "comm="), got = Lines(out);
+  const std::vector<std::string> want = TextLines(native.out, "comm="), got = TextLines(out);
   ASSERT_EQ(got.size(), want.size()) << out;
   for (size_t i = 0; i < want.size(); ++i) {
     const std::string name = want[i].substr(0, want[i].find(':') + 1);
@@ -690,20 +690,50 @@ TEST_F(QemuEmulateTest, MaxStepsEndsEveryStreamAtTheLimit) {
 }
 
 // What the qemu backend cannot do is a usage error naming the option and the step backend.
-TEST_F(QemuEmulateTest, BtsAndFilterNameTheStepBackend) {
+TEST_F(QemuEmulateTest, BtsNamesTheStepBackend) {
   PTKIT_SKIP_WITHOUT_QEMU();
-  for (const std::vector<std::string>& option :
-       {std::vector<std::string>{"--bts"},
-        std::vector<std::string>{"--filter", "filter main @ /bin/true"}}) {
-    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=qemu", "-o", dir_->File("x.pt")};
-    argv.insert(argv.end(), option.begin(), option.end());
-    argv.insert(argv.end(), {"--", "/bin/true"});
-    auto r = RunCommand(argv);
-    EXPECT_EQ(r.exit_code, 2) << r.err;
-    EXPECT_THAT(r.err, HasSubstr(option[0] == "--bts" ? "BTS" : "--filter"));
-    EXPECT_THAT(r.err, HasSubstr("--emulate=step"));
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
-    EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));
+  auto r = RunCommand(
+      {PTRECORD_PATH, "--emulate=qemu", "-o", dir_->File("x.pt"), "--bts", "--", "/bin/true"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("BTS"));
+  EXPECT_THAT(r.err, HasSubstr("--emulate=step"));
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));
+}
+
+// --filter as IP filtering, as the step backend does it: a region of one function. The trace
+// decodes to the plugin's ground truth, all of it inside the function (nm -S), and to the
+// instructions the step backend records with the same filter (fib is static and non-PIE: the
+// same code at the same addresses; main's calls to fib and its return to libc leave it).
+TEST_F(QemuEmulateTest, FilterTracesOnlyItsRegionAsTheStepBackend) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string fib = PROGRAM_DIR "/emulate_fib";
+  for (const std::string function : {"fib", "main"}) {
+    const std::string filter = "filter " + function + " @ " + fib;
+    std::string insn;
+    const PerThread truth = ExpectDecodedEqualsTruth("filter_" + function, {fib}, 0, nullptr,
+                                                     {"--filter", filter}, &insn);
+    ASSERT_EQ(truth.size(), 1u) << function;
+    const std::vector<uint64_t>& ips = truth.begin()->second;
+    const auto [begin, end] = ::ptkit::testing::NmRange(fib, function);
+    ASSERT_NE(end, 0u) << function;
+    EXPECT_GT(ips.size(), 10u) << function;
+    const PerThread decoded = ParseInsn(insn);
+    for (uint64_t ip : decoded.begin()->second) {
+      ASSERT_TRUE(ip >= begin && ip < end) << function << ": decoded 0x" << std::hex << ip;
+    }
+    const std::string step_truth = dir_->File("filter_step_" + function + ".truth");
+    auto step =
+        RunCommand({PTRECORD_PATH, "--emulate=step", "--filter", filter, "--ground-truth",
+                    step_truth, "-o", dir_->File("filter_step_" + function + ".pt"), "--", fib});
+    if (step.exit_code != 0 && step.err.find("Operation not permitted") != std::string::npos) {
+      GTEST_SKIP() << "ptrace or perf_event_open denied";
+    }
+    ASSERT_EQ(step.exit_code, 0) << step.err;
+    const PerThread s = ReadTruth(step_truth);
+    ASSERT_EQ(s.size(), 1u);
+    EXPECT_TRUE(s.begin()->second == ips) << function << ": " << s.begin()->second.size()
+                                          << " instructions (step) vs " << ips.size() << " (qemu)";
   }
 }
 
@@ -763,7 +793,7 @@ TEST_F(QemuEmulateTest, AnInstructionQemuDoesNotImplementIsOneLine) {
   std::string err;
   ExpectDecodedEqualsTruth("avx512", {program}, 1, &err);
   std::vector<std::string> ours;
-  for (const std::string& line : Lines(err)) {
+  for (const std::string& line : TextLines(err)) {
     if (line.starts_with("ptrecord:")) ours.push_back(line);
   }
   ASSERT_EQ(ours.size(), 1u) << err;
