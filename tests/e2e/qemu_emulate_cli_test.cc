@@ -737,6 +737,36 @@ TEST_F(QemuEmulateTest, FilterTracesOnlyItsRegionAsTheStepBackend) {
   }
 }
 
+// --filter on a shared library's function (libc under /bin/true, PIE, loaded where QEMU puts
+// it): the region is found in the guest's mappings (not qemu's own libc). The trace decodes to
+// the ground truth, which starts at the function's entry and stays in its bytes (nm -D -S).
+TEST_F(QemuEmulateTest, FilterFindsALibrarysRegionInTheGuestsMappings) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string libc = std::filesystem::canonical("/lib/x86_64-linux-gnu/libc.so.6");
+  auto nm = RunCommand({"/usr/bin/nm", "-D", "-S", "--defined-only", libc});
+  uint64_t offset = 0, size = 0;
+  std::istringstream in(nm.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string address, length, type, symbol;
+    if (fields >> address >> length >> type >> symbol && symbol.starts_with("__libc_start_main@")) {
+      offset = std::stoull(address, nullptr, 16);
+      size = std::stoull(length, nullptr, 16);
+    }
+  }
+  if (size == 0) GTEST_SKIP() << "no __libc_start_main in " << libc;
+  const PerThread truth = ExpectDecodedEqualsTruth(
+      "filter_libc", {"/bin/true"}, 0, nullptr, {"--filter", "filter __libc_start_main @ " + libc});
+  ASSERT_EQ(truth.size(), 1u);
+  const std::vector<uint64_t>& ips = truth.begin()->second;
+  ASSERT_GT(ips.size(), 10u);
+  const uint64_t entry = ips[0];
+  EXPECT_EQ(entry % 4096, offset % 4096) << std::hex << entry;  // a page-aligned mapping of it
+  for (uint64_t ip : ips) {
+    ASSERT_TRUE(ip >= entry && ip < entry + size) << std::hex << "0x" << ip;
+  }
+}
+
 TEST_F(QemuEmulateTest, APluginThatIsNotThereIsOneLine) {
   PTKIT_SKIP_WITHOUT_QEMU();
   auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "--qemu-plugin", "/nonexistent.so", "-o",
