@@ -180,6 +180,9 @@ struct Thread {
   std::optional<Pending> pending;
   std::vector<Event> held;
   // Ground truth.
+  // --filter: whether the block running is traced. The encoder's state, except while a
+  // signal's branch waits (its events are held): then the block's own (FilterEvent's rule).
+  bool truth_on = false;
   std::string truth;
   uint64_t last_truth_ip = 0;
 };
@@ -933,6 +936,7 @@ void EnterBlock(Thread* t, const Block& b) {
       return StopAtLimit();
     }
     Add(*t, Event::Enable(b.start));
+    t->truth_on = t->enc->tracing();
     if (t->instructions + b.insns >= t->next_sample) TakeSamples(*t, b);
     t->instructions += b.insns;
     return;
@@ -941,6 +945,10 @@ void EnterBlock(Thread* t, const Block& b) {
   // iteration; it retires once.
   if (p->last.rep && b.start == p->last_ip) return;
   Follow(*t, *p, b);
+  if (g->filtering) {
+    const bool linear = p->last.cls == InsnClass::kOther && b.start == p->end;
+    t->truth_on = !t->pending ? t->enc->tracing() : linear ? t->truth_on : b.in_region;
+  }
   const bool limit = !ClaimBudget(*t, b.insns);
   if (g->closing.load(std::memory_order_relaxed) || limit ||
       (t->blocks + 1 >= kCheckBlocks &&
@@ -976,7 +984,7 @@ void OnInsn(unsigned int vcpu, void* userdata) {
   if (t == nullptr || t->phase.load(std::memory_order_relaxed) == kClosed) return;
   if (i.rep && t->last_truth_ip == i.ip) return;
   // --filter: the instructions the trace holds (the block's state was set at its start).
-  if (g->filtering && (!t->traced || !t->enc->tracing())) return;
+  if (g->filtering && (!t->traced || !t->truth_on)) return;
   t->last_truth_ip = i.ip;
   char line[40];
   const int n = std::snprintf(line, sizeof(line), "%u 0x%llx\n", t->stream,

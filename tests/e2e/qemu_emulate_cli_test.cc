@@ -737,6 +737,26 @@ TEST_F(QemuEmulateTest, FilterTracesOnlyItsRegionAsTheStepBackend) {
   }
 }
 
+// --filter with signals: SIGALRMs (40, every 200 us) interrupt main's loop into a handler outside
+// the region (the branch before one waits for its frame: the handler's instructions are not in the
+// ground truth either), and SIGUSR1's handler is a region of its own.
+TEST_F(QemuEmulateTest, FilterWithSignalsDecodesToTheGroundTruth) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  for (const auto& [program, function] :
+       {std::pair<std::string, std::string>{E2E_PROGRAM_DIR "/e2e_signal_ret", "main"},
+        {PROGRAM_DIR "/emulate_signal", "on_usr1"}}) {
+    const PerThread truth =
+        ExpectDecodedEqualsTruth("filter_signal_" + function, {program}, 0, nullptr,
+                                 {"--filter", "filter " + function + " @ " + program});
+    ASSERT_EQ(truth.size(), 1u) << program;
+    const auto [begin, end] = ::ptkit::testing::NmRange(program, function);
+    ASSERT_NE(end, 0u);
+    for (uint64_t ip : truth.begin()->second) {
+      ASSERT_TRUE(ip >= begin && ip < end) << program << ": 0x" << std::hex << ip;
+    }
+  }
+}
+
 // --filter on a shared library's function (libc under /bin/true, PIE, loaded where QEMU puts
 // it): the region is found in the guest's mappings (not qemu's own libc). The trace decodes to
 // the ground truth, which starts at the function's entry and stays in its bytes (nm -D -S).
