@@ -358,8 +358,10 @@ TEST(PtrecordKillTest, KernelRecordingOnAFullDiskStopsAndKeepsEveryWholeRecord) 
   const bool ended = WaitFor(pid, 20, status);
   const std::string err = ReadAll(dir.File("err"));
   if (PerfDenied(err)) GTEST_SKIP() << "perf_event_open denied: " << err;
+  // How many records fit before the cut depends on what the writer had batched when the disk
+  // filled (a loaded machine batches more): at least the first is whole.
   const Contents c = ExpectStoppedByTheFullDisk(ended, status, err, trace);
-  EXPECT_GT(c.records, 1u);
+  EXPECT_GE(c.records, 1u);
   ExpectInfoSaysTheFooterIsMissing(trace);
 }
 

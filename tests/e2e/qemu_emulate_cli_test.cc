@@ -667,16 +667,17 @@ TEST_F(QemuEmulateTest, MaxStepsEndsEveryStreamAtTheLimit) {
     std::string name;
     std::vector<std::string> command;
     uint64_t limit;
-    size_t streams;
+    size_t min_streams, max_streams;  // a worker thread may not have run yet at the limit
   };
   const std::string fib = PROGRAM_DIR "/emulate_fib";
   for (const Case& c : std::vector<Case>{
-           {"threads_limit", {PROGRAM_DIR "/emulate_threads"}, 35000, 3},  // of ~38,000
-           {"fork_exec_limit", {PROGRAM_DIR "/emulate_fork_exec", fib, "x"}, 70000, 2}}) {
+           {"threads_limit", {PROGRAM_DIR "/emulate_threads"}, 35000, 2, 3},  // of ~38,000
+           {"fork_exec_limit", {PROGRAM_DIR "/emulate_fork_exec", fib, "x"}, 70000, 2, 2}}) {
     std::string err;
     PerThread truth = ExpectDecodedEqualsTruth(c.name, c.command, 128 + SIGKILL, &err,
                                                {"--max-steps", std::to_string(c.limit)});
-    EXPECT_EQ(truth.size(), c.streams) << c.name;
+    EXPECT_GE(truth.size(), c.min_streams) << c.name;
+    EXPECT_LE(truth.size(), c.max_streams) << c.name;
     uint64_t total = 0;
     for (const auto& [tid, ips] : truth) total += ips.size();
     EXPECT_LE(total, c.limit) << c.name;
