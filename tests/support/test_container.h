@@ -11,9 +11,9 @@
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "ptkit/recording_metadata.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/perf_records.h"
+#include "ptkit/recording_metadata.h"
 #include "ptkit/status.h"
 
 namespace ptkit::testing {
