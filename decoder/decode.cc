@@ -14,6 +14,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "decoder/decode_bounds.h"
+#include "decoder/disassembler.h"
 #include "decoder/fast_block_decoder.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/status.h"
@@ -224,17 +225,6 @@ class LibiptInsnTime {
 };
 
 std::atomic<BlockDecoderImpl> block_decoder_impl{BlockDecoderImpl::kFast};
-
-ZydisMachineMode ZydisMode(pt_exec_mode mode) {
-  switch (mode) {
-    case ptem_16bit:
-      return ZYDIS_MACHINE_MODE_LEGACY_16;
-    case ptem_32bit:
-      return ZYDIS_MACHINE_MODE_LEGACY_32;
-    default:
-      return ZYDIS_MACHINE_MODE_LONG_64;
-  }
-}
 
 template <typename Dec, auto GetOffset>
 uint64_t OffsetOf(Dec* dec) {
@@ -513,17 +503,12 @@ void SetBlockDecoderImpl(BlockDecoderImpl impl) { block_decoder_impl.store(impl)
 BlockDecoderImpl GetBlockDecoderImpl() { return block_decoder_impl.load(); }
 
 uint64_t NextIpAfter(const ProgramImage& image, uint64_t ip, pt_exec_mode mode) {
+  static const Disassembler disassembler;
   uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
   size_t n = image.Read(ip, bytes, sizeof(bytes));
   if (n == 0) return ip;
-  ZydisDecoder decoder;
-  ZydisMachineMode machine = ZydisMode(mode);
-  ZydisDecoderInit(&decoder, machine,
-                   machine == ZYDIS_MACHINE_MODE_LONG_64     ? ZYDIS_STACK_WIDTH_64
-                   : machine == ZYDIS_MACHINE_MODE_LEGACY_32 ? ZYDIS_STACK_WIDTH_32
-                                                             : ZYDIS_STACK_WIDTH_16);
   ZydisDecodedInstruction insn;
-  if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&decoder, nullptr, bytes, n, &insn))) return ip;
+  if (disassembler.Length(mode, bytes, n, &insn) == 0) return ip;
   uint64_t next = ip + insn.length;
   if (insn.meta.category == ZYDIS_CATEGORY_COND_BR ||
       insn.meta.category == ZYDIS_CATEGORY_UNCOND_BR || insn.meta.category == ZYDIS_CATEGORY_CALL) {
