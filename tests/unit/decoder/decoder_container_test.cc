@@ -257,6 +257,14 @@ TEST_F(ContainerTest, StatsUseTheMappedFilesSymbols) {
   EXPECT_EQ(doc["totals"]["gaps"].get<uint64_t>(), 1u);
 }
 
+// Decodes the container at `path` into `rec`, then removes the file.
+absl::StatusOr<DecodeTotals> DecodeAndRemove(const std::string& path, Recorder& rec,
+                                             const ContainerOptions& options = {}) {
+  absl::StatusOr<DecodeTotals> totals = DecodeContainer(path, options, rec);
+  std::remove(path.c_str());
+  return totals;
+}
+
 std::string DecodeToText(const std::string& path, Sink& sink, std::FILE* out) {
   EXPECT_THAT(DecodeContainer(path, {}, sink), IsOk());
   std::rewind(out);
@@ -354,8 +362,7 @@ void ExpectBtsDecodesTo(const ElfCode& code, const nlohmann::json& metadata,
   }
   ASSERT_THAT((*writer)->Close(), IsOk());
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   EXPECT_THAT(rec.errors, SizeIs(0));
   ASSERT_THAT(rec.runs, SizeIs(2));
@@ -631,8 +638,7 @@ TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
              {.pid = 200, .tid = 200, .tsc = 3000, .seed = 7}},
             /*aux_time=*/5000);
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   EXPECT_THAT(rec.errors, SizeIs(0));
   ASSERT_THAT(rec.streams, SizeIs(2));
@@ -783,8 +789,7 @@ TEST(ContainerLossTest, LostPerfRecordsAreALossPointAndABreak) {
   cpu.Write(path, {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 1},
                    {.pid = 100, .tid = 100, .tsc = 3000, .seed = 2, .lost_records_before = true}});
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   ASSERT_THAT(rec.losses, SizeIs(1));
   EXPECT_EQ(rec.losses[0].kind, LossKindName(LossKind::kLostSideband));
@@ -806,8 +811,7 @@ TEST(ContainerLossTest, EveryTruncationCounts) {
                     .truncated_before = true,
                     .more_truncations = 2}});
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   ASSERT_THAT(rec.losses, SizeIs(3));
   for (const LossInfo& l : rec.losses) {
@@ -830,8 +834,7 @@ TEST(ContainerLossTest, LossesOutsideAnyTraceAreCountedAndSaid) {
     ASSERT_THAT((*writer)->Close(), IsOk());
   }
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   EXPECT_EQ(totals->losses, 2u);
   EXPECT_EQ(totals->lost_bytes, 100u);
@@ -875,8 +878,7 @@ TEST(ContainerExecTest, CodeBeforeAndAfterAnExecUsesEachProgram) {
                {.pid = 100, .tid = 100, .tsc = 3000, .seed = 2, .exec_golden = true}},
               30, stream);
     Recorder rec;
-    auto totals = DecodeContainer(path, {}, rec);
-    std::remove(path.c_str());
+    auto totals = DecodeAndRemove(path, rec);
     ASSERT_THAT(totals, IsOk());
     EXPECT_THAT(rec.errors, SizeIs(0));
     ASSERT_THAT(rec.streams, SizeIs(2));
@@ -1010,8 +1012,7 @@ TEST(ContainerInput, AFlaggedAuxRecordAndItsLossRecordAreOneLossPoint) {
   ASSERT_THAT((*writer)->AppendAux({cpu1, 1000, 0, 10, pad}), IsOk());  // a jump
   ASSERT_THAT((*writer)->Close(), IsOk());
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   ASSERT_THAT(rec.losses, SizeIs(4));
   EXPECT_EQ(rec.losses[0].kind, LossKindName(LossKind::kAuxCollision));
@@ -1117,8 +1118,7 @@ TEST_F(ContainerTest, APieceAcrossSpoolExtentsDecodesExactly) {
   Recorder rec;
   ContainerOptions options;
   options.tid = 300;
-  auto totals = DecodeContainer(path, options, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec, options);
   ASSERT_THAT(totals, IsOk());
   EXPECT_THAT(rec.errors, SizeIs(0));
   ASSERT_THAT(rec.runs, SizeIs(2));
@@ -1143,8 +1143,7 @@ TEST_F(ContainerTest, OverlappingAuxBytesAreDecodedOnce) {
   ASSERT_THAT((*writer)->AppendAux({t300, quarter, 0, 10, rest}), IsOk());   // half seen
   ASSERT_THAT((*writer)->Close(), IsOk());
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   EXPECT_THAT(rec.errors, SizeIs(0));
   EXPECT_THAT(rec.losses, SizeIs(0));
@@ -1179,8 +1178,7 @@ TEST_F(ContainerTest, ABuildIdMismatchIsAWarningNamingTheFile) {
   ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 10, bytes_a_}), IsOk());
   ASSERT_THAT((*writer)->Close(), IsOk());
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   ASSERT_THAT(totals->warnings, SizeIs(1));
   EXPECT_THAT(totals->warnings[0], ::testing::HasSubstr(kTiny));
