@@ -72,6 +72,8 @@ class Recorder : public Sink {
   void OnStream(const StreamInfo& s) override {
     streams.push_back(s);
     runs.emplace_back();
+    images.push_back(s.image);
+    caches.push_back(s.image != nullptr ? s.image->section_cache().get() : nullptr);
   }
   void OnLoss(const LossInfo& l) override {
     losses.push_back(l);
@@ -84,6 +86,9 @@ class Recorder : public Sink {
     missing.push_back(e.missing_file ? *e.missing_file : "");
   }
   std::vector<uint64_t> syncs;
+  // Each OnStream's image and that image's libipt section cache.
+  std::vector<const ProgramImage*> images;
+  std::vector<const pt_image_section_cache*> caches;
   std::vector<StreamInfo> streams;
   std::vector<LossInfo> losses;
   std::vector<std::vector<uint64_t>> runs{1};
@@ -649,6 +654,12 @@ TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
   ASSERT_THAT(rec.runs, SizeIs(3));
   EXPECT_THAT(rec.runs[1], ElementsAreArray(cpu.truths()[0]));
   EXPECT_THAT(rec.runs[2], ElementsAreArray(cpu.truths()[1]));
+  // Each process has an image of its own, and every image of the recording shares its one
+  // libipt section cache (as ptxed's): a file both map is read once.
+  ASSERT_THAT(rec.caches, SizeIs(2));
+  EXPECT_NE(rec.images[0], rec.images[1]);
+  EXPECT_NE(rec.caches[0], nullptr);
+  EXPECT_EQ(rec.caches[0], rec.caches[1]);
 }
 
 // Threads 100 and 101 of process 100 and thread 200 of process 200 take turns on CPU 0; the
