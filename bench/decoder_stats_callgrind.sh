@@ -21,8 +21,11 @@ for trace in $traces; do
   bare=
   for variant in $variants; do
     name="$trace/$variant/$copies/real_time"
+    # libipt's block loop runs on a thread of its own (decode.cc: RunWithStack), which starts
+    # with collection off: its function is toggled too, or libipt's work is not counted.
     valgrind --tool=callgrind --callgrind-out-file="$tmp/out" \
       --toggle-collect='ptkit::decoder::(anonymous namespace)::Run(*' \
+      --toggle-collect='ptkit::decoder::(anonymous namespace)::RunWithStack(*)::{lambda(void*)#1}::_FUN(*' \
       "$bench" --benchmark_filter="^$name\$" --benchmark_min_time=0 \
       --benchmark_format=json >"$tmp/json" 2>/dev/null
     iterations=$(sed -n 's/.*"iterations": \([0-9]*\).*/\1/p' "$tmp/json" | head -1)

@@ -14,6 +14,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "decoder/decode_bounds.h"
+#include "decoder/disassembler.h"
 #include "decoder/fast_block_decoder.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/status.h"
@@ -158,13 +159,13 @@ class TimeWatch {
 // status of the last Event call (`status` when none was pending).
 template <typename Dec>
 int DeliverEvents(Dec& dec, int status, TimeWatch<Dec>& time, Sink& sink, DecodeTotals& totals,
-                  uint64_t offset_base) {
+                  uint64_t offset_base, bool positions) {
   while (status & pts_event_pending) {
     pt_event event;
     status = dec.Event(&event);
     if (status < 0) break;
     ++totals.events;
-    if (sink.wants_positions()) {
+    if (positions) {
       uint64_t offset = 0;
       sink.OnPosition(offset_base + (dec.GetOffset(&offset) < 0 ? 0 : offset));
     }
@@ -174,27 +175,57 @@ int DeliverEvents(Dec& dec, int status, TimeWatch<Dec>& time, Sink& sink, Decode
   return status;
 }
 
-// Reports a failed SyncForward (`status`); false when decoding should stop (the decoder did not
-// get past the offset of the last failure, `*sync`).
+// The decoder's trace offset, 0 when it has none. Inlined: the loops ask it per block.
 template <typename Dec>
-bool SyncFailed(const Dec& dec, int status, ErrorReporter& errors, uint64_t* sync) {
+[[gnu::always_inline]] inline uint64_t OffsetOf(const Dec& dec) {
   uint64_t offset = 0;
-  if (dec.GetOffset(&offset) < 0) offset = 0;
-  errors.Report(status, offset, 0, /*during_sync=*/true);
-  if (offset <= *sync) return false;  // no progress: we never will
-  *sync = offset;
-  return true;
+  return dec.GetOffset(&offset) < 0 ? 0 : offset;
 }
 
-// Tells the sink of a SyncForward that succeeded.
-template <typename Dec>
-void Synced(const Dec& dec, TimeWatch<Dec>& time, Sink& sink, DecodeTotals& totals,
-            uint64_t offset_base) {
-  uint64_t sync_offset = 0;
-  dec.GetSyncOffset(&sync_offset);
-  ++totals.syncs;
-  sink.OnSync(offset_base + sync_offset);
-  time.Check();
+// The skeleton of every decoder loop: sync forward (a failed sync is reported, and decoding
+// stops where a sync makes no progress), tell the sink of each sync and of the events pending
+// after each decoder call, and report the error that ends a run until the next sync. `next()`
+// is the loop's own part, the decoder call after the events and what the sink gets from it; it
+// returns that call's status. `error_ip(status)` is the IP the error report names; `synced()`
+// starts a run.
+template <typename Dec, typename Synced, typename Next, typename ErrorIp>
+void SyncLoop(Dec& dec, TimeWatch<Dec>& time, ErrorReporter& errors, Sink& sink,
+              DecodeTotals& totals, uint64_t offset_base, Synced synced, Next next,
+              ErrorIp error_ip) {
+  const bool positions = sink.wants_positions();
+  uint64_t sync = 0;  // the offset of the last failed sync
+  for (;;) {
+    int status = dec.SyncForward();
+    if (status < 0) {
+      if (status == -pte_eos) break;
+      const uint64_t offset = OffsetOf(dec);
+      errors.Report(status, offset, 0, /*during_sync=*/true);
+      if (offset <= sync) break;  // no progress: we never will
+      sync = offset;
+      continue;
+    }
+    synced();
+    uint64_t sync_offset = 0;
+    dec.GetSyncOffset(&sync_offset);
+    ++totals.syncs;
+    sink.OnSync(offset_base + sync_offset);
+    time.Check();
+    for (;;) {
+      if (status & pts_event_pending) {
+        status = DeliverEvents(dec, status, time, sink, totals, offset_base, positions);
+      }
+      if (status < 0) break;
+      if (status & pts_eos) {
+        status = -pte_eos;
+        break;
+      }
+      status = next();
+      if (status < 0) break;
+    }
+    if (status == -pte_eos) break;
+    if (status == 0) status = -pte_internal;
+    errors.Report(status, OffsetOf(dec), error_ip(status), /*during_sync=*/false);
+  }
 }
 
 // libipt's block decoder under the calls BlockLoop makes (those of FastBlockDecoder).
@@ -213,10 +244,16 @@ class LibiptBlockDecoder {
   pt_block_decoder* dec_;
 };
 
-class LibiptInsnTime {
+// libipt's instruction decoder under the same calls.
+class LibiptInsnDecoder {
  public:
-  explicit LibiptInsnTime(pt_insn_decoder* dec) : dec_(dec) {}
+  explicit LibiptInsnDecoder(pt_insn_decoder* dec) : dec_(dec) {}
+  int SyncForward() { return pt_insn_sync_forward(dec_); }
+  int Next(pt_insn* insn) { return pt_insn_next(dec_, insn, sizeof(*insn)); }
+  int Event(pt_event* event) { return pt_insn_event(dec_, event, sizeof(*event)); }
   int Time(uint64_t* tsc) const { return pt_insn_time(dec_, tsc, nullptr, nullptr); }
+  int GetOffset(uint64_t* offset) const { return pt_insn_get_offset(dec_, offset); }
+  int GetSyncOffset(uint64_t* offset) const { return pt_insn_get_sync_offset(dec_, offset); }
   void SetImage(const ProgramImage& image) { pt_insn_set_image(dec_, image.image()); }
 
  private:
@@ -225,169 +262,99 @@ class LibiptInsnTime {
 
 std::atomic<BlockDecoderImpl> block_decoder_impl{BlockDecoderImpl::kFast};
 
-ZydisMachineMode ZydisMode(pt_exec_mode mode) {
-  switch (mode) {
-    case ptem_16bit:
-      return ZYDIS_MACHINE_MODE_LEGACY_16;
-    case ptem_32bit:
-      return ZYDIS_MACHINE_MODE_LEGACY_32;
-    default:
-      return ZYDIS_MACHINE_MODE_LONG_64;
-  }
-}
-
-template <typename Dec, auto GetOffset>
-uint64_t OffsetOf(Dec* dec) {
-  uint64_t offset = 0;
-  if (GetOffset(dec, &offset) < 0) return 0;
-  return offset;
-}
-
 // The loop over a block decoder: libipt's (LibiptBlockDecoder) or FastBlockDecoder, which
 // answer the same calls the same way.
 template <typename Dec>
 absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
                        uint64_t offset_base, ImageSwitcher* switcher) {
   ErrorReporter errors(image, sink, totals, offset_base);
-  auto offset_of = [&] {
-    uint64_t offset = 0;
-    return dec.GetOffset(&offset) < 0 ? 0 : offset;
-  };
   TimeWatch<Dec> time(dec, switcher, sink);
   uint32_t progress = kBlocksPerProgress;
   ProgressWatch watch;
   const bool positions = sink.wants_positions();
-
-  uint64_t sync = 0;
-  for (;;) {
-    pt_block block;
-    block.ip = 0;
-    block.ninsn = 0;
-    int status = dec.SyncForward();
-    if (status < 0) {
-      if (status == -pte_eos || !SyncFailed(dec, status, errors, &sync)) break;
-      continue;
-    }
-    Synced(dec, time, sink, totals, offset_base);
-    for (;;) {
-      if (status & pts_event_pending)
-        status = DeliverEvents(dec, status, time, sink, totals, offset_base);
-      if (status < 0) break;
-      if (status & pts_eos) {
-        status = -pte_eos;
-        break;
-      }
-      status = dec.Next(&block);
-      // Even on error, some instructions may have been decoded.
-      if (block.ninsn != 0) {
-        totals.instructions += block.ninsn;
-        ++totals.blocks;
-        if (positions) sink.OnPosition(offset_base + offset_of());
-        sink.OnBlock(block);
-        if (--progress == 0) {
-          progress = kBlocksPerProgress;
-          sink.OnProgress(offset_base + offset_of());
+  pt_block block;
+  SyncLoop(
+      dec, time, errors, sink, totals, offset_base,
+      [&] {
+        block.ip = 0;
+        block.ninsn = 0;
+      },
+      [&] {
+        int status = dec.Next(&block);
+        // Even on error, some instructions may have been decoded.
+        if (block.ninsn != 0) {
+          totals.instructions += block.ninsn;
+          ++totals.blocks;
+          if (positions) sink.OnPosition(offset_base + OffsetOf(dec));
+          sink.OnBlock(block);
+          if (--progress == 0) {
+            progress = kBlocksPerProgress;
+            sink.OnProgress(offset_base + OffsetOf(dec));
+          }
+          if (status >= 0 && !watch.Add(OffsetOf(dec), block.ninsn)) status = -kErrorLoop;
         }
-        if (status >= 0 && !watch.Add(offset_of(), block.ninsn)) status = -kErrorLoop;
-      }
-      if (status < 0) break;
-      time.Check();
-    }
-    if (status == -pte_eos) break;
-    if (status == 0) status = -pte_internal;
-    // As ptxed: the IP of the block, or the next IP after its last instruction.
-    uint64_t ip = block.ip;
-    if (block.ninsn != 0) {
-      ip = block.end_ip;
-      if (status == -pte_nomap || status == -pte_bad_insn) ip = NextIpAfter(image, ip, block.mode);
-    }
-    errors.Report(status, offset_of(), ip, /*during_sync=*/false);
-  }
+        if (status >= 0) time.Check();
+        return status;
+      },
+      [&](int status) {
+        // As ptxed: the IP of the block, or the next IP after its last instruction.
+        if (block.ninsn == 0) return block.ip;
+        if (status == -pte_nomap || status == -pte_bad_insn) {
+          return NextIpAfter(image, block.end_ip, block.mode);
+        }
+        return block.end_ip;
+      });
   return absl::OkStatus();
 }
 
 absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
                       uint64_t offset_base, ImageSwitcher* switcher) {
-  InsnDecoderPtr dec(pt_insn_alloc_decoder(&pt));
-  if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate an instruction decoder");
-  int err = pt_insn_set_image(dec.get(), image.image());
+  InsnDecoderPtr insn_decoder(pt_insn_alloc_decoder(&pt));
+  if (!insn_decoder) {
+    return absl::ResourceExhaustedError("libipt: cannot allocate an instruction decoder");
+  }
+  int err = pt_insn_set_image(insn_decoder.get(), image.image());
   if (err < 0)
     return absl::InternalError(absl::StrCat("pt_insn_set_image: ", pt_errstr(pt_errcode(err))));
+  LibiptInsnDecoder dec(insn_decoder.get());
   ErrorReporter errors(image, sink, totals, offset_base);
-  auto offset_of = [&] { return OffsetOf<pt_insn_decoder, pt_insn_get_offset>(dec.get()); };
-  LibiptInsnTime insn_time(dec.get());
-  TimeWatch<LibiptInsnTime> time(insn_time, switcher, sink);
+  TimeWatch<LibiptInsnDecoder> time(dec, switcher, sink);
   uint32_t progress = kInsnsPerProgress;
   ProgressWatch watch;
   uint32_t check = kInsnsPerCheck;
   const bool positions = sink.wants_positions();
-
-  uint64_t sync = 0;
-  for (;;) {
-    pt_insn insn{};
-    insn.ip = 0;
-    int status = pt_insn_sync_forward(dec.get());
-    if (status < 0) {
-      if (status == -pte_eos) break;
-      errors.Report(status, offset_of(), insn.ip, /*during_sync=*/true);
-      uint64_t new_sync = offset_of();
-      if (new_sync <= sync) break;
-      sync = new_sync;
-      continue;
-    }
-    uint64_t sync_offset = 0;
-    pt_insn_get_sync_offset(dec.get(), &sync_offset);
-    ++totals.syncs;
-    sink.OnSync(offset_base + sync_offset);
-    time.Check();
-    for (;;) {
-      while (status & pts_event_pending) {
-        pt_event event;
-        status = pt_insn_event(dec.get(), &event, sizeof(event));
-        if (status < 0) break;
-        if (positions) sink.OnPosition(offset_base + offset_of());
-        ++totals.events;
-        if (event.has_tsc) time.Check(event.tsc);
-        sink.OnEvent(event);
-      }
-      if (status < 0) break;
-      if (status & pts_eos) {
-        status = -pte_eos;
-        break;
-      }
-      // A call that fails before it decodes anything leaves `insn` as it was: never count the
-      // previous instruction (or uninitialised bytes) again.
-      insn.iclass = ptic_error;
-      status = pt_insn_next(dec.get(), &insn, sizeof(insn));
-      if (status < 0) {
-        // The instruction may still have been decoded.
-        if (insn.iclass != ptic_error) {
-          if (positions) sink.OnPosition(offset_base + offset_of());
-          ++totals.instructions;
-          sink.OnInsn(insn);
+  pt_insn insn{};
+  SyncLoop(
+      dec, time, errors, sink, totals, offset_base, [&] { insn = pt_insn{}; },
+      [&] {
+        // A call that fails before it decodes anything leaves `insn` as it was: never count the
+        // previous instruction (or uninitialised bytes) again.
+        insn.iclass = ptic_error;
+        const int status = dec.Next(&insn);
+        if (status < 0) {
+          // The instruction may still have been decoded.
+          if (insn.iclass != ptic_error) {
+            if (positions) sink.OnPosition(offset_base + OffsetOf(dec));
+            ++totals.instructions;
+            sink.OnInsn(insn);
+          }
+          return status;
         }
-        break;
-      }
-      if (positions) sink.OnPosition(offset_base + offset_of());
-      ++totals.instructions;
-      sink.OnInsn(insn);
-      time.Check();
-      if (--progress == 0) {
-        progress = kInsnsPerProgress;
-        sink.OnProgress(offset_base + offset_of());
-      }
-      if (--check == 0) {
-        check = kInsnsPerCheck;
-        if (!watch.Add(offset_of(), kInsnsPerCheck)) {
-          status = -kErrorLoop;
-          break;
+        if (positions) sink.OnPosition(offset_base + OffsetOf(dec));
+        ++totals.instructions;
+        sink.OnInsn(insn);
+        time.Check();
+        if (--progress == 0) {
+          progress = kInsnsPerProgress;
+          sink.OnProgress(offset_base + OffsetOf(dec));
         }
-      }
-    }
-    if (status == -pte_eos) break;
-    if (status == 0) status = -pte_internal;
-    errors.Report(status, offset_of(), insn.ip, /*during_sync=*/false);
-  }
+        if (--check == 0) {
+          check = kInsnsPerCheck;
+          if (!watch.Add(OffsetOf(dec), kInsnsPerCheck)) return -kErrorLoop;
+        }
+        return status;
+      },
+      [&](int) { return insn.ip; });
   return absl::OkStatus();
 }
 
@@ -400,87 +367,61 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
 absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink& sink,
                           DecodeTotals& totals, uint64_t offset_base, ImageSwitcher* switcher) {
   ErrorReporter errors(image, sink, totals, offset_base);
-  auto offset_of = [&] {
-    uint64_t offset = 0;
-    return dec.GetOffset(&offset) < 0 ? 0 : offset;
-  };
   TimeWatch<FastBlockDecoder> time(dec, switcher, sink);
   uint32_t progress = kInsnsPerProgress;
   ProgressWatch watch;
   uint32_t check = kInsnsPerCheck;
   const bool positions = sink.wants_positions();
-
-  uint64_t sync = 0;
-  for (;;) {
-    uint64_t ip = 0;  // pt_insn_next's instruction: InsnLoop's error IP
-    int status = dec.SyncForward();
-    if (status < 0) {
-      if (status == -pte_eos || !SyncFailed(dec, status, errors, &sync)) break;
-      continue;
-    }
-    Synced(dec, time, sink, totals, offset_base);
-    for (;;) {
-      if (status & pts_event_pending)
-        status = DeliverEvents(dec, status, time, sink, totals, offset_base);
-      if (status < 0) break;
-      if (status & pts_eos) {
-        status = -pte_eos;
-        break;
-      }
-      // The offset and time while the block's code runs (InsnLoop sees its time after the
-      // first instruction: an event fetched after the last block or event changed it).
-      const uint64_t before = offset_of();
-      uint64_t start_tsc = 0;
-      const bool start_timed = dec.Time(&start_tsc) >= 0;
-      pt_block block;
-      status = dec.Next(&block);
-      // pt_insn_next fails reading code after the block's last instruction, or (any other
-      // error) on its last instruction, which it still gives.
-      const bool code_error = status == -pte_nomap || status == -pte_bad_insn;
-      std::span<const pt_insn> insns;
-      if (block.ninsn != 0) insns = dec.Insns(block);
-      const size_t whole = status >= 0 || code_error ? insns.size() : insns.size() - 1;
-      // A block reads trace (a branch's query, the events fetched after it) only at its last
-      // instruction, as pt_insn_next does for that instruction.
-      const uint64_t after = positions && !insns.empty() ? offset_of() : 0;
-      for (size_t i = 0; i < insns.size(); ++i) {
-        const pt_insn& insn = insns[i];
-        ip = insn.ip;
-        if (positions) sink.OnPosition(offset_base + (i + 1 == insns.size() ? after : before));
-        ++totals.instructions;
-        sink.OnInsn(insn);
-        if (i == whole) break;  // the failing one
-        const bool last = i + 1 == insns.size();
-        if (last) {
-          time.Check();
-        } else if (i == 0 && start_timed) {
-          time.Check(start_tsc);
-        }
-        if (--progress == 0) {
-          progress = kInsnsPerProgress;
-          sink.OnProgress(offset_base + (last ? offset_of() : before));
-        }
-        if (--check == 0) {
-          check = kInsnsPerCheck;
-          if (!watch.Add(last ? offset_of() : before, kInsnsPerCheck)) {
-            status = -kErrorLoop;
-            break;
+  uint64_t ip = 0;  // pt_insn_next's instruction: InsnLoop's error IP
+  SyncLoop(
+      dec, time, errors, sink, totals, offset_base, [&] { ip = 0; },
+      [&] {
+        // The offset and time while the block's code runs (InsnLoop sees its time after the
+        // first instruction: an event fetched after the last block or event changed it).
+        const uint64_t before = OffsetOf(dec);
+        uint64_t start_tsc = 0;
+        const bool start_timed = dec.Time(&start_tsc) >= 0;
+        pt_block block;
+        int status = dec.Next(&block);
+        // pt_insn_next fails reading code after the block's last instruction, or (any other
+        // error) on its last instruction, which it still gives.
+        const bool code_error = status == -pte_nomap || status == -pte_bad_insn;
+        std::span<const pt_insn> insns;
+        if (block.ninsn != 0) insns = dec.Insns(block);
+        const size_t whole = status >= 0 || code_error ? insns.size() : insns.size() - 1;
+        // A block reads trace (a branch's query, the events fetched after it) only at its last
+        // instruction, as pt_insn_next does for that instruction.
+        const uint64_t after = positions && !insns.empty() ? OffsetOf(dec) : 0;
+        for (size_t i = 0; i < insns.size(); ++i) {
+          const pt_insn& insn = insns[i];
+          ip = insn.ip;
+          if (positions) sink.OnPosition(offset_base + (i + 1 == insns.size() ? after : before));
+          ++totals.instructions;
+          sink.OnInsn(insn);
+          if (i == whole) break;  // the failing one
+          const bool last = i + 1 == insns.size();
+          if (last) {
+            time.Check();
+          } else if (i == 0 && start_timed) {
+            time.Check(start_tsc);
+          }
+          if (--progress == 0) {
+            progress = kInsnsPerProgress;
+            sink.OnProgress(offset_base + (last ? OffsetOf(dec) : before));
+          }
+          if (--check == 0) {
+            check = kInsnsPerCheck;
+            if (!watch.Add(last ? OffsetOf(dec) : before, kInsnsPerCheck)) return -kErrorLoop;
           }
         }
-      }
-      if (status < 0) {
-        if (status == -kErrorLoop) break;
         // pt_insn_next gives no instruction when tracing is disabled; else the IP it stands at.
-        if (code_error || (block.ninsn == 0 && status != -pte_no_enable && status != -pte_eos)) {
+        if (status < 0 &&
+            (code_error || (block.ninsn == 0 && status != -pte_no_enable && status != -pte_eos))) {
           ip = dec.ip();
         }
-        break;
-      }
-    }
-    if (status == -pte_eos) break;
-    if (status == 0) status = -pte_internal;
-    errors.Report(status, offset_of(), ip, /*during_sync=*/false);
-  }
+        return status;
+      },
+      [&](int) { return ip; });
   return absl::OkStatus();
 }
 
@@ -513,17 +454,12 @@ void SetBlockDecoderImpl(BlockDecoderImpl impl) { block_decoder_impl.store(impl)
 BlockDecoderImpl GetBlockDecoderImpl() { return block_decoder_impl.load(); }
 
 uint64_t NextIpAfter(const ProgramImage& image, uint64_t ip, pt_exec_mode mode) {
+  static const Disassembler disassembler;
   uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
   size_t n = image.Read(ip, bytes, sizeof(bytes));
   if (n == 0) return ip;
-  ZydisDecoder decoder;
-  ZydisMachineMode machine = ZydisMode(mode);
-  ZydisDecoderInit(&decoder, machine,
-                   machine == ZYDIS_MACHINE_MODE_LONG_64     ? ZYDIS_STACK_WIDTH_64
-                   : machine == ZYDIS_MACHINE_MODE_LEGACY_32 ? ZYDIS_STACK_WIDTH_32
-                                                             : ZYDIS_STACK_WIDTH_16);
   ZydisDecodedInstruction insn;
-  if (!ZYAN_SUCCESS(ZydisDecoderDecodeInstruction(&decoder, nullptr, bytes, n, &insn))) return ip;
+  if (disassembler.Length(mode, bytes, n, &insn) == 0) return ip;
   uint64_t next = ip + insn.length;
   if (insn.meta.category == ZYDIS_CATEGORY_COND_BR ||
       insn.meta.category == ZYDIS_CATEGORY_UNCOND_BR || insn.meta.category == ZYDIS_CATEGORY_CALL) {

@@ -366,8 +366,8 @@ void TakeSamples(Thread& t, const Block& b) {
 }
 
 // --filter: whether `ip` lies in a filter region of the guest's mappings (the host's own are
-// not the guest's: qemu links libc too). The kernel's perf_addr_filter_vma_adjust(), as the
-// step backend resolves them (record/emulate/stepper.cc).
+// not the guest's: qemu links libc too), resolved as the step backend resolves them
+// (record/proc_maps.h: FileRangeInMapping, the kernel's perf_addr_filter_vma_adjust()).
 bool InRegion(uint64_t ip) {
   std::lock_guard<std::mutex> lock(g->filter_mu);
   if (g->ranges_stale.exchange(false)) {
@@ -382,11 +382,8 @@ bool InRegion(uint64_t ip) {
       if (g->host_maps.count({m.start, m.end, m.path}) != 0) continue;
       for (const Global::Filter& f : g->filters) {
         if (m.path != f.file) continue;
-        const uint64_t size = m.end - m.start;
-        if (f.offset + f.size <= m.offset || f.offset >= m.offset + size) continue;
-        const uint64_t from = f.offset < m.offset ? m.start : m.start + (f.offset - m.offset);
-        const uint64_t to = std::min<uint64_t>(m.end, m.start + (f.offset + f.size - m.offset));
-        g->ranges.emplace_back(from, to);
+        const auto range = ptkit::record::FileRangeInMapping(m, f.offset, f.size);
+        if (range) g->ranges.push_back(*range);
       }
     }
   }

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 #include "record/proc_maps.h"
 #include "record/text_util.h"
@@ -76,8 +77,8 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   constexpr uint64_t kPiece = uint64_t{16} << 20;
   std::vector<uint8_t> buf;
   for (const Range& r : ranges_) {
-    const int fd = open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) {
+    const ScopedFd fd(open(r.path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd.valid()) {
       warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", std::strerror(errno)));
       continue;
     }
@@ -86,7 +87,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
     absl::Status st;
     for (uint64_t done = 0; done < r.len;) {
       buf.resize(std::min(kPiece, r.len - done));
-      const ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(r.pgoff + done));
+      const ssize_t n = pread(fd.get(), buf.data(), buf.size(), static_cast<off_t>(r.pgoff + done));
       if (n < 0) {
         warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", std::strerror(errno)));
         break;
@@ -103,7 +104,6 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
       if (!st.ok()) break;
       done += static_cast<uint64_t>(n);
     }
-    close(fd);
     PTKIT_RETURN_IF_ERROR(st);
   }
   if (!vdso_.empty()) {

@@ -2,6 +2,8 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "ptkit/numbers.h"
 #include "ptkit/status.h"
@@ -50,6 +52,15 @@ std::vector<ProcMapping> ParseProcMaps(std::string_view text) {
     out.push_back(std::move(m));
   }
   return out;
+}
+
+std::optional<std::pair<uint64_t, uint64_t>> FileRangeInMapping(const ProcMapping& m,
+                                                                uint64_t offset, uint64_t size) {
+  const uint64_t length = m.end - m.start;
+  if (offset + size <= m.offset || offset >= m.offset + length) return std::nullopt;
+  const uint64_t from = offset < m.offset ? m.start : m.start + (offset - m.offset);
+  const uint64_t to = std::min<uint64_t>(m.end, m.start + (offset + size - m.offset));
+  return std::make_pair(from, to);
 }
 
 absl::StatusOr<std::vector<ProcMapping>> ReadProcMaps(const std::string& task) {

@@ -3,8 +3,10 @@
 #define PTKIT_RECORD_PROC_MAPS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,6 +26,12 @@ struct ProcMapping {
 // The mappings in the text of a maps file, in its order. Pure. A line without the five
 // leading fields (hex range and offset, decimal inode) is skipped.
 std::vector<ProcMapping> ParseProcMaps(std::string_view text);
+
+// Where the file range [offset, offset + size) lies in mapping `m` of that file: its run-time
+// range [first, second), clipped to the mapping, or nullopt when the mapping holds none of it.
+// The kernel's perf_addr_filter_vma_adjust() for an address filter (--filter). Pure.
+std::optional<std::pair<uint64_t, uint64_t>> FileRangeInMapping(const ProcMapping& m,
+                                                                uint64_t offset, uint64_t size);
 
 // Reads and parses /proc/TASK/maps (TASK: "self", a pid or a tid). Errors: the read's, e.g.
 // kNotFound when the task is gone.

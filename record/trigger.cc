@@ -5,7 +5,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "ptkit/aux_sample.h"
@@ -17,23 +16,13 @@
 #include "record/proc_maps.h"
 #include "record/ring.h"
 #include "record/text_util.h"
+#include "record/workload.h"
 
 namespace ptkit::record {
 namespace {
 
 constexpr std::string_view kPrefix = "uprobe:";
 constexpr uint64_t kHitSampleType = PERF_SAMPLE_IP | PERF_SAMPLE_TID | PERF_SAMPLE_TIME;
-
-// `name` as execvp finds it: a path with a '/' as is, else the first executable on PATH.
-std::string FindProgram(const std::string& name) {
-  if (name.find('/') != std::string::npos) return name;
-  const char* path = std::getenv("PATH");
-  for (std::string_view dir : Split(path ? path : "/usr/bin:/bin", ':')) {
-    std::string candidate = absl::StrCat(dir.empty() ? "." : std::string(dir), "/", name);
-    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return name;
-}
 
 }  // namespace
 
@@ -55,7 +44,9 @@ absl::StatusOr<TriggerSpec> ParseTrigger(std::string_view text, const std::strin
   } else if (program.empty()) {
     return bad("no workload to find FUNC in: name the file");
   } else {
-    file = FindProgram(program);
+    // The program as execvp finds it; as given when it does not (the uprobe then names it).
+    file = FindOnPath(program);
+    if (file.empty()) file = program;
   }
   if (rest.empty()) return bad("no FUNC");
   spec.function = std::string(rest);

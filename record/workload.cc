@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +17,16 @@
 #include "record/text_util.h"
 
 namespace ptkit::record {
+
+std::string FindOnPath(const std::string& name) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  for (std::string_view dir : Split(path ? path : "/usr/bin:/bin", ':')) {
+    std::string candidate = absl::StrCat(dir.empty() ? "." : std::string(dir), "/", name);
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
 
 absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Park park) {
   if (argv.empty()) return absl::InvalidArgumentError("no program to run");

@@ -29,6 +29,11 @@ struct ParkedChild {
   ScopedFd exec_error;  // the parent's end: the child's execvp errno, or EOF once it exec'd
 };
 
+// `name` as execvp looks it up: with a '/', `name` itself if it is executable; else the first
+// executable DIR/name for DIR on PATH (an empty DIR is ".", no PATH is "/usr/bin:/bin"). ""
+// when there is none.
+std::string FindOnPath(const std::string& name);
+
 // Forks the child (nothing is reaped or killed here: the caller owns the pid). Everything the
 // child needs is prepared before fork (after it only async-signal-safe calls are made).
 // Errors: kInvalidArgument for an empty argv, the errno of pipe2/fork.

@@ -132,9 +132,10 @@ struct SynthesizerMetadata {
 };
 
 struct RecordingMetadata {
-  // What made the trace when it is not hardware: kEmulatedStep (ptrecord --emulate, ptrace
-  // single-step) or kEmulatedSynthesized (the swpt synthesizer). Stored as "emulated":
-  // "step" / "synthesized"; the older forms true (step) and false (hardware) are read too.
+  // What made the trace when it is not hardware: kEmulatedStep (ptrecord --emulate=step,
+  // ptrace single-step), "qemu" (ptrecord --emulate=qemu, the QEMU plugin) or
+  // kEmulatedSynthesized (the swpt synthesizer). Stored as "emulated": "step" / "qemu" /
+  // "synthesized"; the older forms true (step) and false (hardware) are read too.
   static constexpr const char* kEmulatedStep = "step";
   static constexpr const char* kEmulatedSynthesized = "synthesized";
 

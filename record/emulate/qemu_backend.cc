@@ -18,7 +18,6 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/elf_file.h"
@@ -49,17 +48,6 @@ constexpr int kQemuMaxTntBits = 47;
 absl::Status Usage(absl::Status s) {
   s.SetPayload(record::kExitCodePayload, absl::Cord("2"));
   return s;
-}
-
-// `name` on PATH (as execvp looks it up), or "" when absent.
-std::string FindOnPath(const std::string& name) {
-  if (name.find('/') != std::string::npos) return access(name.c_str(), X_OK) == 0 ? name : "";
-  const char* path = std::getenv("PATH");
-  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
-    std::string candidate = absl::StrCat(dir.empty() ? "." : dir, "/", name);
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
 }
 
 // The first line of `qemu --version`: "qemu-x86_64 version 7.2.22 (Debian ...)".
@@ -122,7 +110,7 @@ absl::Status CheckQemuPlugin(const std::string& path) {
 
 absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string& self_exe) {
   QemuSetup setup;
-  setup.qemu = FindOnPath("qemu-x86_64");
+  setup.qemu = record::FindOnPath("qemu-x86_64");
   if (setup.qemu.empty()) {
     return absl::FailedPreconditionError(
         "--emulate=qemu needs qemu-x86_64, which is not installed (Debian: apt-get install "
@@ -152,7 +140,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
                          ParseEmulatedFilters(options.filter));
   PTKIT_RETURN_IF_ERROR(CheckEmulatedModes(options, options.qemu_aux_pages));
   PTKIT_ASSIGN_OR_RETURN(QemuSetup setup, FindQemu(options.qemu_plugin, options.self_exe));
-  const std::string program = FindOnPath(options.argv.at(0));
+  const std::string program = record::FindOnPath(options.argv.at(0));
   if (program.empty()) {
     absl::Status s = absl::NotFoundError(absl::StrCat("program not found: ", options.argv[0]));
     s.SetPayload(record::kExitCodePayload, absl::Cord("127"));

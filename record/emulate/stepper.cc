@@ -433,11 +433,9 @@ void Run::Resolve(Thread& t) {
     }
     for (const record::AddressFilter& f : options_.filters) {
       if (m.path != f.file) continue;
-      // The kernel's perf_addr_filter_vma_adjust(): the filter's file offsets in this mapping.
-      const uint64_t size = m.end - m.start;
-      if (f.offset + f.size <= m.offset || f.offset >= m.offset + size) continue;
-      const uint64_t from = f.offset < m.offset ? m.start : m.start + (f.offset - m.offset);
-      const uint64_t to = std::min<uint64_t>(m.end, m.start + (f.offset + f.size - m.offset));
+      const auto range = record::FileRangeInMapping(m, f.offset, f.size);
+      if (!range) continue;
+      const auto [from, to] = *range;
       mm.ranges.emplace_back(from, to);
       AddSpans(from & ~4095ull, std::min<uint64_t>(m.end, (to + 4095) & ~4095ull), m.prot, mm.armed,
                spans, armed);

@@ -145,5 +145,37 @@ TEST(DecodeLoopTest, TheLoopBoundCanBeLowered) {
   SetDecodeBounds({});
 }
 
+// NextIpAfter (the resync address after an instruction libipt cannot map or decode) on bytes
+// whose lengths and targets objdump gives: length, plus a direct branch's displacement; `ip`
+// for what does not decode or is not in the image. The three modes decode the same bytes to
+// different lengths.
+TEST(DecodeLoopTest, NextIpAfterIsLengthPlusADirectBranchsDisplacement) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("lengths", kCode,
+                     std::vector<uint8_t>{
+                         0x48, 0x8b, 0x05, 0x10, 0x00, 0x00, 0x00,  // 1000: mov 0x10(%rip),%rax
+                         0xe8, 0x00, 0x01, 0x00, 0x00,              // 1007: call 0x110c
+                         0x75, 0xf0,                                // 100c: jne 0xffe
+                         0x66, 0x0f, 0x1f, 0x44, 0x00, 0x00,        // 100e: nopw 0(%rax,%rax)
+                         0xff, 0xe0,                                // 1014: jmp *%rax
+                         0x06,                                      // 1016: (bad) in 64-bit
+                     });
+  EXPECT_EQ(NextIpAfter(**image, 0x1000, ptem_64bit), 0x1007u);
+  EXPECT_EQ(NextIpAfter(**image, 0x1007, ptem_64bit), 0x110cu);
+  EXPECT_EQ(NextIpAfter(**image, 0x100c, ptem_64bit), 0xffeu);
+  EXPECT_EQ(NextIpAfter(**image, 0x100e, ptem_64bit), 0x1014u);
+  EXPECT_EQ(NextIpAfter(**image, 0x1014, ptem_64bit), 0x1016u);
+  EXPECT_EQ(NextIpAfter(**image, 0x1016, ptem_64bit), 0x1016u);
+  EXPECT_EQ(NextIpAfter(**image, 0x5000, ptem_64bit), 0x5000u);  // not in the image
+
+  // 66 b8 01 00 00 00: mov $0x1,%ax in 64- and 32-bit mode, mov $0x1,%eax in 16-bit mode.
+  (*image)->AddBytes("modes", 0x3000, std::vector<uint8_t>{0x66, 0xb8, 0x01, 0x00, 0x00, 0x00});
+  EXPECT_EQ(NextIpAfter(**image, 0x3000, ptem_64bit), 0x3004u);
+  EXPECT_EQ(NextIpAfter(**image, 0x3000, ptem_32bit), 0x3004u);
+  EXPECT_EQ(NextIpAfter(**image, 0x3000, ptem_16bit), 0x3006u);
+  EXPECT_EQ(NextIpAfter(**image, 0x3000, ptem_unknown), 0x3004u);
+}
+
 }  // namespace
 }  // namespace ptkit::decoder

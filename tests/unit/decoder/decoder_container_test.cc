@@ -72,6 +72,8 @@ class Recorder : public Sink {
   void OnStream(const StreamInfo& s) override {
     streams.push_back(s);
     runs.emplace_back();
+    images.push_back(s.image);
+    caches.push_back(s.image != nullptr ? s.image->section_cache().get() : nullptr);
   }
   void OnLoss(const LossInfo& l) override {
     losses.push_back(l);
@@ -84,6 +86,9 @@ class Recorder : public Sink {
     missing.push_back(e.missing_file ? *e.missing_file : "");
   }
   std::vector<uint64_t> syncs;
+  // Each OnStream's image and that image's libipt section cache.
+  std::vector<const ProgramImage*> images;
+  std::vector<const pt_image_section_cache*> caches;
   std::vector<StreamInfo> streams;
   std::vector<LossInfo> losses;
   std::vector<std::vector<uint64_t>> runs{1};
@@ -257,6 +262,14 @@ TEST_F(ContainerTest, StatsUseTheMappedFilesSymbols) {
   EXPECT_EQ(doc["totals"]["gaps"].get<uint64_t>(), 1u);
 }
 
+// Decodes the container at `path` into `rec`, then removes the file.
+absl::StatusOr<DecodeTotals> DecodeAndRemove(const std::string& path, Recorder& rec,
+                                             const ContainerOptions& options = {}) {
+  absl::StatusOr<DecodeTotals> totals = DecodeContainer(path, options, rec);
+  std::remove(path.c_str());
+  return totals;
+}
+
 std::string DecodeToText(const std::string& path, Sink& sink, std::FILE* out) {
   EXPECT_THAT(DecodeContainer(path, {}, sink), IsOk());
   std::rewind(out);
@@ -354,8 +367,7 @@ void ExpectBtsDecodesTo(const ElfCode& code, const nlohmann::json& metadata,
   }
   ASSERT_THAT((*writer)->Close(), IsOk());
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   EXPECT_THAT(rec.errors, SizeIs(0));
   ASSERT_THAT(rec.runs, SizeIs(2));
@@ -631,8 +643,7 @@ TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
              {.pid = 200, .tid = 200, .tsc = 3000, .seed = 7}},
             /*aux_time=*/5000);
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   EXPECT_THAT(rec.errors, SizeIs(0));
   ASSERT_THAT(rec.streams, SizeIs(2));
@@ -643,6 +654,12 @@ TEST(ContainerSwitchTest, AContextSwitchBetweenTwoProcessesSwitchesImages) {
   ASSERT_THAT(rec.runs, SizeIs(3));
   EXPECT_THAT(rec.runs[1], ElementsAreArray(cpu.truths()[0]));
   EXPECT_THAT(rec.runs[2], ElementsAreArray(cpu.truths()[1]));
+  // Each process has an image of its own, and every image of the recording shares its one
+  // libipt section cache (as ptxed's): a file both map is read once.
+  ASSERT_THAT(rec.caches, SizeIs(2));
+  EXPECT_NE(rec.images[0], rec.images[1]);
+  EXPECT_NE(rec.caches[0], nullptr);
+  EXPECT_EQ(rec.caches[0], rec.caches[1]);
 }
 
 // Threads 100 and 101 of process 100 and thread 200 of process 200 take turns on CPU 0; the
@@ -783,8 +800,7 @@ TEST(ContainerLossTest, LostPerfRecordsAreALossPointAndABreak) {
   cpu.Write(path, {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 1},
                    {.pid = 100, .tid = 100, .tsc = 3000, .seed = 2, .lost_records_before = true}});
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   ASSERT_THAT(rec.losses, SizeIs(1));
   EXPECT_EQ(rec.losses[0].kind, LossKindName(LossKind::kLostSideband));
@@ -806,8 +822,7 @@ TEST(ContainerLossTest, EveryTruncationCounts) {
                     .truncated_before = true,
                     .more_truncations = 2}});
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   ASSERT_THAT(rec.losses, SizeIs(3));
   for (const LossInfo& l : rec.losses) {
@@ -830,8 +845,7 @@ TEST(ContainerLossTest, LossesOutsideAnyTraceAreCountedAndSaid) {
     ASSERT_THAT((*writer)->Close(), IsOk());
   }
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   EXPECT_EQ(totals->losses, 2u);
   EXPECT_EQ(totals->lost_bytes, 100u);
@@ -875,8 +889,7 @@ TEST(ContainerExecTest, CodeBeforeAndAfterAnExecUsesEachProgram) {
                {.pid = 100, .tid = 100, .tsc = 3000, .seed = 2, .exec_golden = true}},
               30, stream);
     Recorder rec;
-    auto totals = DecodeContainer(path, {}, rec);
-    std::remove(path.c_str());
+    auto totals = DecodeAndRemove(path, rec);
     ASSERT_THAT(totals, IsOk());
     EXPECT_THAT(rec.errors, SizeIs(0));
     ASSERT_THAT(rec.streams, SizeIs(2));
@@ -1010,8 +1023,7 @@ TEST(ContainerInput, AFlaggedAuxRecordAndItsLossRecordAreOneLossPoint) {
   ASSERT_THAT((*writer)->AppendAux({cpu1, 1000, 0, 10, pad}), IsOk());  // a jump
   ASSERT_THAT((*writer)->Close(), IsOk());
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   ASSERT_THAT(rec.losses, SizeIs(4));
   EXPECT_EQ(rec.losses[0].kind, LossKindName(LossKind::kAuxCollision));
@@ -1117,8 +1129,7 @@ TEST_F(ContainerTest, APieceAcrossSpoolExtentsDecodesExactly) {
   Recorder rec;
   ContainerOptions options;
   options.tid = 300;
-  auto totals = DecodeContainer(path, options, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec, options);
   ASSERT_THAT(totals, IsOk());
   EXPECT_THAT(rec.errors, SizeIs(0));
   ASSERT_THAT(rec.runs, SizeIs(2));
@@ -1143,8 +1154,7 @@ TEST_F(ContainerTest, OverlappingAuxBytesAreDecodedOnce) {
   ASSERT_THAT((*writer)->AppendAux({t300, quarter, 0, 10, rest}), IsOk());   // half seen
   ASSERT_THAT((*writer)->Close(), IsOk());
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   EXPECT_THAT(rec.errors, SizeIs(0));
   EXPECT_THAT(rec.losses, SizeIs(0));
@@ -1179,8 +1189,7 @@ TEST_F(ContainerTest, ABuildIdMismatchIsAWarningNamingTheFile) {
   ASSERT_THAT((*writer)->AppendAux({{StreamKind::kThread, 300}, 0, 0, 10, bytes_a_}), IsOk());
   ASSERT_THAT((*writer)->Close(), IsOk());
   Recorder rec;
-  auto totals = DecodeContainer(path, {}, rec);
-  std::remove(path.c_str());
+  auto totals = DecodeAndRemove(path, rec);
   ASSERT_THAT(totals, IsOk());
   ASSERT_THAT(totals->warnings, SizeIs(1));
   EXPECT_THAT(totals->warnings[0], ::testing::HasSubstr(kTiny));

@@ -3,6 +3,10 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 
+#include <cstdint>
+#include <optional>
+#include <utility>
+
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -59,6 +63,26 @@ TEST(ReadProcMapsTest, FindsThisProcesssVdso) {
   for (const ProcMapping& m : *maps) found |= m.path == "[vdso]" && m.start == vdso;
   EXPECT_TRUE(found);
   EXPECT_FALSE(ReadProcMaps("999999999").ok());
+}
+
+// --filter's file ranges at run time (the step backend and the qemu plugin): the kernel's
+// perf_addr_filter_vma_adjust() on a mapping of file bytes [0x2000, 0x6000) at 0x555555556000.
+TEST(FileRangeInMappingTest, ClipsAFileRangeToTheMapping) {
+  ProcMapping m;
+  m.start = 0x555555556000;
+  m.end = 0x55555555a000;
+  m.offset = 0x2000;
+  using Range = std::pair<uint64_t, uint64_t>;
+  // Inside: shifted by start - offset.
+  EXPECT_EQ(FileRangeInMapping(m, 0x2100, 0x40), Range(0x555555556100, 0x555555556140));
+  // Begins before the mapping: from its start.
+  EXPECT_EQ(FileRangeInMapping(m, 0x1000, 0x1100), Range(0x555555556000, 0x555555556100));
+  // Ends after it: to its end.
+  EXPECT_EQ(FileRangeInMapping(m, 0x5f00, 0x1000), Range(0x555555559f00, 0x55555555a000));
+  // Outside, on either side and touching either end.
+  EXPECT_EQ(FileRangeInMapping(m, 0x1000, 0x1000), std::nullopt);
+  EXPECT_EQ(FileRangeInMapping(m, 0x6000, 0x10), std::nullopt);
+  EXPECT_EQ(FileRangeInMapping(m, 0x0, 0x100), std::nullopt);
 }
 
 }  // namespace

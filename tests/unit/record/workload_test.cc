@@ -1,15 +1,20 @@
 #include "record/workload.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <string>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ptkit/status.h"
 #include "status_matchers.h"
+#include "temp_dir.h"
 
 namespace ptkit::record {
 namespace {
@@ -94,6 +99,39 @@ TEST(WorkloadTest, MoveAssignmentEndsTheChildItReplaces) {
   }
   EXPECT_EQ(OpenFds(), fds);
   if (Unreaped(first)) kill(first, SIGKILL);  // without the fix: do not leave it behind
+}
+
+// FindOnPath, the lookup of the qemu backend (qemu-x86_64, the workload) and of --trigger's
+// program, finds what execvp would run: the first executable DIR/name on PATH.
+TEST(WorkloadTest, FindOnPathFindsTheFirstExecutableOnPath) {
+  ::ptkit::testing::TempDir tmp;
+  const std::string a = tmp.File("a"), b = tmp.File("b");
+  std::filesystem::create_directory(a);
+  std::filesystem::create_directory(b);
+  auto make = [](const std::string& path, mode_t mode) {
+    std::ofstream(path) << "#!/bin/sh\n";
+    ASSERT_EQ(::chmod(path.c_str(), mode), 0);
+  };
+  make(a + "/prog", 0644);  // not executable: passed over
+  make(b + "/prog", 0755);
+  make(a + "/only", 0755);
+  const char* old_path = std::getenv("PATH");
+  const std::string saved = old_path != nullptr ? old_path : "";
+  ASSERT_EQ(::setenv("PATH", (a + ":" + b).c_str(), 1), 0);
+  EXPECT_EQ(FindOnPath("prog"), b + "/prog");
+  EXPECT_EQ(FindOnPath("only"), a + "/only");
+  EXPECT_EQ(FindOnPath("absent"), "");
+  // A name with a '/' is not looked up.
+  EXPECT_EQ(FindOnPath(b + "/prog"), b + "/prog");
+  EXPECT_EQ(FindOnPath(a + "/prog"), "");
+  // An empty PATH entry is the current directory.
+  const std::filesystem::path cwd = std::filesystem::current_path();
+  ASSERT_EQ(::setenv("PATH", (":" + b).c_str(), 1), 0);
+  std::filesystem::current_path(a);
+  EXPECT_EQ(FindOnPath("only"), "./only");
+  EXPECT_EQ(FindOnPath("prog"), b + "/prog");
+  std::filesystem::current_path(cwd);
+  ASSERT_EQ(::setenv("PATH", saved.c_str(), 1), 0);
 }
 
 }  // namespace
