@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "decoder/progress.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_writer.h"
@@ -117,8 +118,11 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
   PTKIT_RETURN_IF_ERROR(w->AppendMetadata(r.metadata.ToRecord()));
   for (const RawSideband& batch : r.sideband) PTKIT_RETURN_IF_ERROR(out.Sideband(batch));
 
+  ProgressLine progress(options.progress);
+  const uint64_t total = TraceBytes(r);
   for (const auto& [key, stream] : r.streams) {
     for (const Piece& p : stream.pieces) {
+      progress.Update(summary.trace_bytes, total);
       PTKIT_RETURN_IF_ERROR(out.Losses(key.id, p.losses_before, p.time));
       PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(p.run));
       const std::span<const uint8_t> bytes = view.bytes();
@@ -131,6 +135,7 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
         ++summary.aux_records;
       } else {
         for (size_t at = 0; at < bytes.size(); at += kChunk) {
+          progress.Update(summary.trace_bytes + at, total);
           PTKIT_RETURN_IF_ERROR(
               w->AppendAux({.stream = key.id,
                             .aux_offset = p.aux_offset + at,

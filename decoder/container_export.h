@@ -22,10 +22,12 @@
 #define PTKIT_DECODER_CONTAINER_EXPORT_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "decoder/progress.h"
 #include "decoder/recording.h"
 
 namespace ptkit::decoder {
@@ -40,6 +42,7 @@ struct ContainerExportOptions {
   bool archive = false;
   std::string sysroot;
   std::string buildid_dir;  // "": no build-id cache
+  ProgressOutput progress;  // progress of the trace bytes copied (decoder/progress.h)
 };
 
 struct ContainerExportSummary {

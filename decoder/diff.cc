@@ -23,6 +23,7 @@
 #include "absl/strings/str_split.h"
 #include "decoder/ipt_handles.h"
 #include "decoder/output_format.h"
+#include "decoder/progress.h"
 #include "decoder/recording.h"
 #include "decoder/sinks.h"
 #include "decoder/trace_config.h"
@@ -1042,7 +1043,7 @@ absl::StatusOr<std::map<std::string, uint64_t>> FoldedStacks(const std::string& 
     PTKIT_ASSIGN_OR_RETURN(auto empty, ProgramImage::Create());
     OutputOptions output;
     output.weight = weight;
-    auto sink = MakeFoldedSink(*empty, out, output);
+    auto sink = WithProgress(MakeFoldedSink(*empty, out, output), options.progress);
     decoded = DecodeContainer(path, options, *sink).status();
   }
   const int closed = std::fclose(out);
@@ -1168,7 +1169,8 @@ absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOpti
   output.trace_name = path;
   output.clock = TscClockFromMetadata(recording.metadata);
   Profile profile;
-  auto sink = MakeProfileSink(*empty, output, &profile, extra);
+  auto sink = WithProgress(MakeProfileSink(*empty, output, &profile, extra), options.progress,
+                           TraceBytes(recording));
   PTKIT_ASSIGN_OR_RETURN(DecodeTotals totals, DecodeRecording(recording, options, *sink));
   if (totals.instructions == 0) {
     std::vector<std::string> codes;

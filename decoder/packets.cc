@@ -199,6 +199,9 @@ void AppendPacket(Buffer& buf, uint64_t offset, const pt_packet& p, bool json) {
 
 }  // namespace
 
+// How often DumpPackets tells PacketContext::on_progress.
+constexpr uint32_t kPacketsPerProgress = 1024;
+
 absl::Status DumpPackets(std::span<const uint8_t> trace, const TraceConfig& config, std::FILE* file,
                          const OutputOptions& options, const PacketContext& context) {
   PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
@@ -217,6 +220,7 @@ absl::Status DumpPackets(std::span<const uint8_t> trace, const TraceConfig& conf
   if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a packet decoder");
   uint64_t last_sync = 0;
   bool first = true;
+  uint32_t until_progress = kPacketsPerProgress;
   for (;;) {
     int status = pt_pkt_sync_forward(dec.get());
     if (status < 0) {
@@ -251,6 +255,10 @@ absl::Status DumpPackets(std::span<const uint8_t> trace, const TraceConfig& conf
           }
         }
         break;
+      }
+      if (context.on_progress && --until_progress == 0) {
+        until_progress = kPacketsPerProgress;
+        context.on_progress(offset);
       }
       if (context.keep && !context.keep(packet)) continue;
       if (lazy_header) show_stream();

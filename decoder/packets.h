@@ -24,6 +24,8 @@ struct PacketContext {
   uint64_t offset_base = 0;          // added to every offset shown
   // Sees every packet in order and says whether to print it (all are printed when empty).
   std::function<bool(const pt_packet&)> keep;
+  // Told the offset in `trace` reached, every few thousand packets (may be empty): progress.
+  std::function<void(uint64_t)> on_progress;
 };
 
 // `packets`: every packet with its offset, like ptdump; resynchronises after errors.

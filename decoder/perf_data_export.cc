@@ -18,6 +18,7 @@
 #include "absl/strings/escaping.h"
 #include "decoder/container_input.h"
 #include "decoder/metadata_config.h"
+#include "decoder/progress.h"
 #include "decoder/recording.h"
 #include "fmt/format.h"
 #include "nlohmann/json.hpp"
@@ -864,7 +865,11 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
   for (const SidebandRef& r : s.records) {
     if (r.id.has_tid && r.id.has_time) last_time[r.id.tid] = std::max(last_time[r.id.tid], r.time);
   }
+  ProgressLine progress(options.progress);
+  uint64_t total = 0;
+  for (const AuxPiece& p : s.pieces) total += p.piece->run.size;
   for (const AuxPiece& p : s.pieces) {
+    progress.Update(summary.trace_bytes, total);
     const bool thread = p.stream.kind == StreamKind::kThread;
     perf::Auxtrace a;
     a.size = p.piece->run.size;

@@ -37,10 +37,12 @@
 #define PTKIT_DECODER_PERF_DATA_EXPORT_H_
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "decoder/progress.h"
 #include "decoder/recording.h"
 
 namespace ptkit::decoder {
@@ -49,6 +51,7 @@ struct PerfDataExportOptions {
   // The build-id cache directory for captured code; "" means OUTPUT.debug. Made only when the
   // recording holds code.
   std::string debug_dir;
+  ProgressOutput progress;  // progress of the trace bytes written (decoder/progress.h)
 };
 
 struct PerfDataExportSummary {

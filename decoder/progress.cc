@@ -26,15 +26,46 @@ uint64_t MonotonicMs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000 + static_cast<uint64_t>(ts.tv_nsec) / 1000000;
 }
 
+ProgressLine::ProgressLine(std::FILE* err, bool enabled, std::function<uint64_t()> now_ms)
+    : err_(err), enabled_(enabled), now_ms_(std::move(now_ms)) {
+  if (enabled_) last_ms_ = now_ms_();
+}
+
+ProgressLine::ProgressLine(const ProgressOutput& to)
+    : ProgressLine(to.err, to.err != nullptr, to.now_ms ? to.now_ms : MonotonicMs) {}
+
+void ProgressLine::Update(uint64_t done, uint64_t total, const std::string& noun) {
+  if (!enabled_) return;
+  const uint64_t now = now_ms_();
+  if (now - last_ms_ < kIntervalMs) return;
+  last_ms_ = now;
+  const auto count = [&noun](uint64_t n) {
+    return noun.empty() ? Size(static_cast<double>(n)) : fmt::format("{} {}", n, noun);
+  };
+  if (total != 0) {
+    std::fprintf(err_, "\rptdecode: %3.0f%% of %s ",
+                 100.0 * static_cast<double>(std::min(done, total)) / static_cast<double>(total),
+                 count(total).c_str());
+  } else {
+    std::fprintf(err_, "\rptdecode: %s%s ", count(done).c_str(), noun.empty() ? " decoded" : "");
+  }
+  (void)std::fflush(err_);  // a progress line that cannot be shown is not an error
+  shown_ = true;
+}
+
+void ProgressLine::Clear() {
+  if (!shown_) return;
+  shown_ = false;
+  std::fprintf(err_, "\r%40s\r", "");
+  (void)std::fflush(err_);
+}
+
 ProgressSink::ProgressSink(std::unique_ptr<Sink> inner, std::FILE* err, bool enabled,
                            uint64_t total_bytes, std::function<uint64_t()> now_ms)
     : ForwardingSink(std::move(inner)),
-      err_(err),
+      line_(err, enabled, std::move(now_ms)),
       enabled_(enabled),
-      total_(total_bytes),
-      now_ms_(std::move(now_ms)) {
-  if (enabled_) last_ms_ = now_ms_();
-}
+      total_(total_bytes) {}
 
 void ProgressSink::OnStream(const StreamInfo& stream) {
   if (!stream.context_switch) {
@@ -49,18 +80,14 @@ void ProgressSink::OnProgress(uint64_t offset) {
   inner().OnProgress(offset);
   if (!enabled_) return;
   offset_ = offset;
-  uint64_t now = now_ms_();
-  if (now - last_ms_ < kIntervalMs) return;
-  last_ms_ = now;
-  uint64_t done = done_before_ + std::min(offset_, stream_bytes_ ? stream_bytes_ : offset_);
-  if (total_ != 0) {
-    std::fprintf(err_, "\rptdecode: %3.0f%% of %s ", 100.0 * static_cast<double>(done) / total_,
-                 Size(static_cast<double>(total_)).c_str());
-  } else {
-    std::fprintf(err_, "\rptdecode: %s decoded ", Size(static_cast<double>(done)).c_str());
-  }
-  (void)std::fflush(err_);  // a progress line that cannot be shown is not an error
-  shown_ = true;
+  line_.Update(done_before_ + std::min(offset_, stream_bytes_ ? stream_bytes_ : offset_), total_);
+}
+
+std::unique_ptr<Sink> WithProgress(std::unique_ptr<Sink> inner, const ProgressOutput& to,
+                                   uint64_t total_bytes) {
+  if (to.err == nullptr) return inner;
+  return std::make_unique<ProgressSink>(std::move(inner), to.err, true, total_bytes,
+                                        to.now_ms ? to.now_ms : MonotonicMs);
 }
 
 std::string TimeFilterSink::DescribeEmpty() const {
@@ -71,10 +98,7 @@ std::string TimeFilterSink::DescribeEmpty() const {
 }
 
 absl::Status ProgressSink::Finish(const DecodeTotals& totals) {
-  if (shown_) {
-    std::fprintf(err_, "\r%40s\r", "");
-    (void)std::fflush(err_);
-  }
+  line_.Clear();
   return inner().Finish(totals);
 }
 

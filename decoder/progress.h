@@ -17,6 +17,38 @@
 
 namespace ptkit::decoder {
 
+// The status line itself, for the commands that walk a trace or a recording without a Sink
+// (packets, samples, export): Update() rewrites "ptdecode: 45% of 2.1 GiB" (`noun` empty:
+// bytes) or "ptdecode: 45% of 1200 samples" at most every 250 ms; with `total` 0 the count
+// done ("ptdecode: 1.5 MiB decoded", "ptdecode: 300 samples"). Nothing unless `enabled`;
+// Clear() erases a line that was shown (also at destruction).
+// Where a command that makes no ProgressSink itself shows its progress (RecordingOptions::
+// progress, the export options): on `err` (null: nowhere), by the clock `now_ms` (empty:
+// MonotonicMs; tests inject one).
+struct ProgressOutput {
+  std::FILE* err = nullptr;
+  std::function<uint64_t()> now_ms;
+};
+
+class ProgressLine {
+ public:
+  ProgressLine(std::FILE* err, bool enabled, std::function<uint64_t()> now_ms);
+  explicit ProgressLine(const ProgressOutput& to);
+  ~ProgressLine() { Clear(); }
+  ProgressLine(const ProgressLine&) = delete;
+  ProgressLine& operator=(const ProgressLine&) = delete;
+
+  void Update(uint64_t done, uint64_t total, const std::string& noun = "");
+  void Clear();
+
+ private:
+  std::FILE* err_;
+  bool enabled_;
+  std::function<uint64_t()> now_ms_;
+  uint64_t last_ms_ = 0;
+  bool shown_ = false;
+};
+
 class ProgressSink : public ForwardingSink {
  public:
   // `total_bytes`: the trace size for a percentage (0: unknown, bytes are shown instead).
@@ -29,16 +61,21 @@ class ProgressSink : public ForwardingSink {
   absl::Status Finish(const DecodeTotals& totals) override;
 
  private:
-  std::FILE* err_;
+  ProgressLine line_;
   bool enabled_;
   uint64_t total_;
-  std::function<uint64_t()> now_ms_;
-  uint64_t last_ms_ = 0;
   uint64_t done_before_ = 0;  // bytes of finished streams
   uint64_t stream_bytes_ = 0;
   uint64_t offset_ = 0;
-  bool shown_ = false;
 };
+
+// A ProgressSink around `inner` on `to` (RecordingOptions::progress) when it has a stream,
+// else `inner` itself: the decodes of diff and info --decode. `total_bytes` as ProgressSink's.
+std::unique_ptr<Sink> WithProgress(std::unique_ptr<Sink> inner, const ProgressOutput& to,
+                                   uint64_t total_bytes = 0);
+
+// A monotonic clock in milliseconds (CLOCK_MONOTONIC).
+uint64_t MonotonicMs();
 
 // `--time FROM,TO`: forwards blocks, instructions and events only while the decoder's time
 // (TSC units) is in [from, to); everything else (streams, loss, errors, Finish) always.
@@ -91,9 +128,6 @@ class TimeFilterSink : public ForwardingSink {
   uint64_t first_ = ~0ull;  // the earliest and latest decoder time seen
   uint64_t last_ = 0;
 };
-
-// A monotonic clock in milliseconds (CLOCK_MONOTONIC).
-uint64_t MonotonicMs();
 
 }  // namespace ptkit::decoder
 

@@ -16,6 +16,7 @@
 #include "decoder/ipt_handles.h"
 #include "decoder/packets.h"
 #include "decoder/parallel_decode.h"
+#include "decoder/progress.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/elf_file.h"
@@ -839,9 +840,13 @@ absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& op
   if (selected.empty() && Filtered(options)) {
     return absl::NotFoundError(NothingSelected(path, r, options));
   }
+  ProgressLine progress(options.progress);
+  uint64_t total = 0, done = 0;  // trace bytes
+  for (const Selected& s : selected) total += s.stream->bytes;
   for (const Selected& s : selected) {
     PacketContext context;
     context.stream = &s.info;
+    context.on_progress = [&](uint64_t offset) { progress.Update(done + offset, total); };
     // Filtered by task: the packets while the thread runs, by the last TSC packet's time; the
     // stream's header only if the thread ran on it.
     std::optional<TaskId> task;
@@ -861,6 +866,7 @@ absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& op
       context.losses = piece.losses_before;
       context.offset_base = piece.aux_offset;
       PTKIT_RETURN_IF_ERROR(DumpPackets(view.bytes(), config, out, output, context));
+      done += view.bytes().size();
       if (!s.by_task || shown) context.stream = nullptr;
     }
     if (!s.stream->losses_after.empty()) {
@@ -871,11 +877,18 @@ absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& op
   return absl::OkStatus();
 }
 
+uint64_t TraceBytes(const Recording& r) {
+  uint64_t total = 0;
+  for (const auto& [key, stream] : r.streams) total += stream.bytes;
+  return total;
+}
+
 absl::StatusOr<nlohmann::json> DecodeRecordingSummary(const Recording& r,
                                                       const RecordingOptions& options) {
   class Counter : public Sink {};
-  Counter sink;
-  PTKIT_ASSIGN_OR_RETURN(DecodeTotals t, DecodeRecording(r, options, sink));
+  std::unique_ptr<Sink> sink =
+      WithProgress(std::make_unique<Counter>(), options.progress, TraceBytes(r));
+  PTKIT_ASSIGN_OR_RETURN(DecodeTotals t, DecodeRecording(r, options, *sink));
   nlohmann::json codes = nlohmann::json::object();
   for (const auto& [code, n] : t.errors_by_code) codes[IptErrorName(code)] = n;
   return nlohmann::json{{"streams", t.streams},   {"instructions", t.instructions},

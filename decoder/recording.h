@@ -37,6 +37,7 @@
 #include "absl/status/statusor.h"
 #include "decoder/aux_spool.h"
 #include "decoder/decode.h"
+#include "decoder/progress.h"
 #include "decoder/sinks.h"
 #include "decoder/trace_config.h"
 #include "nlohmann/json.hpp"
@@ -70,6 +71,10 @@ struct RecordingOptions {
   std::string spool_dir;
   // Captured code kept for decoding, in bytes (tests set less).
   uint64_t max_captured_code = kMaxCapturedCode;
+  // Where the commands that make their own sinks or walk the recording themselves (diff, info
+  // --decode, samples, packets, export) show their progress (decoder/progress.h); ptdecode sets
+  // stderr when it is a terminal. Null: none.
+  ProgressOutput progress;
 };
 
 // An AUX stream (snapshot -1) or one snapshot of a stream: each is decoded on its own.
@@ -144,6 +149,9 @@ struct Recording {
   std::map<std::string, std::string> kernel_tables;
   uint64_t malformed_samples = 0;  // sample records whose PERF_RECORD_SAMPLE did not parse
 };
+
+// The trace bytes of every stream of `r` (what a decode of all of it reads: its progress).
+uint64_t TraceBytes(const Recording& r);
 
 // The bytes of captured code `c` of `r`, mapped from the recording's spool.
 absl::StatusOr<SpoolView> CapturedBytes(const Recording& r, const CapturedCode& c);

@@ -13,6 +13,7 @@
 #include "decoder/decode.h"
 #include "decoder/ipt_handles.h"
 #include "decoder/output_format.h"
+#include "decoder/progress.h"
 #include "decoder/sinks.h"
 #include "ptkit/status.h"
 
@@ -194,12 +195,15 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
   bool first = true;
   std::map<std::string, uint64_t> stacks;            // folded: stack -> samples
   std::map<std::string, SampledFunction> functions;  // stats: by name
+  ProgressLine progress(options.progress);
+  uint64_t seen = 0;
   PTKIT_ASSIGN_OR_RETURN(
       std::vector<std::string> warnings,
       ForEachSample(
           r, options,
           [&](const AuxSample& s, const ProgramImage& image,
               std::span<const uint8_t> snippet) -> absl::Status {
+            progress.Update(++seen, r.samples.size(), "samples");
             const perf::Sample& f = s.fields;
             if (options.tid && f.tid != *options.tid) return absl::OkStatus();
             if (options.cpu && (!(s.sample_type & PERF_SAMPLE_CPU) || f.cpu != *options.cpu)) {

@@ -19,7 +19,10 @@
 // (mapped, and kept close-on-exec for exec following); truth=FD an O_APPEND file for the exact
 // per-instruction ground truth ("TID 0xIP" lines, slow); noretcomp=1, psb_period=N, tsc=0|1,
 // max_tnt=N as the perf terms; slot=K: this qemu runs a program that slot K's thread exec'd;
-// filter=0xOFFSET/0xSIZE@FILE (one per region): --filter, as IP filtering (see FilterEvent).
+// filter=0xOFFSET/0xSIZE@FILE (one per region): --filter, as IP filtering (see FilterEvent);
+// trigger=0xOFFSET@FILE: --trigger, a snapshot when a thread reaches that instruction
+// (OnTrigger); crash=1: --snapshot-on-crash, the stream of the thread a fatal signal ends
+// stops at its instruction (OnFatalSignal).
 //
 // Exec: qemu-user runs a guest's execve natively (the new program would run untraced). When
 // the kernel would run the file as an x86-64 ELF program (directly, or as the interpreter of
@@ -30,12 +33,14 @@
 // Valgrind's pre-exec check does them. execveat is followed the same way (PlanExec finds its
 // file); a file without a name (memfd, deleted) runs natively: a new qemu could not open it.
 //
-// Limits of API v1 (no register access, no signal callback): an asynchronous signal shows as
+// Limits of API v1 (no register access, no signal callback; crash=1 finds a fatal signal in
+// qemu's kill() of itself, see OnFatalSignal): an asynchronous signal shows as
 // a block that is not a successor of the last one (after an indirect branch or RET: a block
 // at a handler, which the handler's RET confirms or not); a fault inside a block over-counts
 // that block's remaining instructions (the ground-truth mode is exact there).
 #include <elf.h>
 #include <fcntl.h>
+#include <link.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -47,6 +52,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -157,8 +163,10 @@ struct Thread {
   // and the instruction before the next sample, whichever comes first (UpdateFastEnd).
   uint64_t fast_end = ~uint64_t{0};
   uint32_t snapshot_seen = 0;  // the last snapshot request it flushed for
-  uint64_t moved = 0;          // encoder bytes handed to the ring
-  uint64_t moved_at = 0;       // Now() of the last Move
+  // crash=1: the address of the instruction the thread runs (OnInsnIp, called before it runs).
+  uint64_t insn_ip = 0;
+  uint64_t moved = 0;     // encoder bytes handed to the ring
+  uint64_t moved_at = 0;  // Now() of the last Move
   uint32_t blocks = 0;
   std::vector<Event> events;
   // An asynchronous signal arrived after a branch whose outcome only the signal frame knows
@@ -235,6 +243,11 @@ struct Global {
   std::mutex filter_mu;  // ranges
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   std::atomic<bool> ranges_stale{true};
+  // --trigger: the instruction as a file offset, and its addresses in the guest's mappings
+  // (found again with the filter ranges, under filter_mu).
+  std::optional<Filter> trigger;
+  std::vector<uint64_t> trigger_addresses;
+  bool crash = false;  // --snapshot-on-crash
 };
 Global* g = nullptr;
 thread_local Thread* t_current = nullptr;
@@ -365,32 +378,51 @@ void TakeSamples(Thread& t, const Block& b) {
   UpdateFastEnd(t);
 }
 
-// --filter: whether `ip` lies in a filter region of the guest's mappings (the host's own are
-// not the guest's: qemu links libc too), resolved as the step backend resolves them
-// (record/proc_maps.h: FileRangeInMapping, the kernel's perf_addr_filter_vma_adjust()).
-bool InRegion(uint64_t ip) {
-  std::lock_guard<std::mutex> lock(g->filter_mu);
-  if (g->ranges_stale.exchange(false)) {
-    g->ranges.clear();
-    absl::StatusOr<std::vector<ptkit::record::ProcMapping>> maps =
-        ptkit::record::ReadProcMaps("self");
-    if (!maps.ok()) {
-      Fail("--filter: read /proc/self/maps: " + std::string(maps.status().message()));
-      return false;
+// The guest's mappings changed (or were never read): the --filter regions and the --trigger
+// addresses are found again in /proc/self/maps, without the host's own mappings (qemu links
+// libc too). The kernel's perf_addr_filter_vma_adjust(), as the step backend resolves them
+// (record/proc_maps.h: FileRangeInMapping, as record/emulate/stepper.cc). The caller holds
+// filter_mu.
+void RefreshRanges() {
+  if (!g->ranges_stale.exchange(false)) return;
+  g->ranges.clear();
+  g->trigger_addresses.clear();
+  absl::StatusOr<std::vector<ptkit::record::ProcMapping>> maps =
+      ptkit::record::ReadProcMaps("self");
+  if (!maps.ok()) {
+    return Fail("--filter, --trigger: read /proc/self/maps: " +
+                std::string(maps.status().message()));
+  }
+  for (const ptkit::record::ProcMapping& m : *maps) {
+    if (g->host_maps.count({m.start, m.end, m.path}) != 0) continue;
+    for (const Global::Filter& f : g->filters) {
+      if (m.path != f.file) continue;
+      const auto range = ptkit::record::FileRangeInMapping(m, f.offset, f.size);
+      if (range) g->ranges.push_back(*range);
     }
-    for (const ptkit::record::ProcMapping& m : *maps) {
-      if (g->host_maps.count({m.start, m.end, m.path}) != 0) continue;
-      for (const Global::Filter& f : g->filters) {
-        if (m.path != f.file) continue;
-        const auto range = ptkit::record::FileRangeInMapping(m, f.offset, f.size);
-        if (range) g->ranges.push_back(*range);
-      }
+    if (g->trigger && m.path == g->trigger->file) {
+      const auto at = ptkit::record::FileRangeInMapping(m, g->trigger->offset, 1);
+      if (at) g->trigger_addresses.push_back(at->first);
     }
   }
+}
+
+// --filter: whether `ip` lies in a filter region of the guest's mappings.
+bool InRegion(uint64_t ip) {
+  std::lock_guard<std::mutex> lock(g->filter_mu);
+  RefreshRanges();
   for (const auto& [from, to] : g->ranges) {
     if (ip >= from && ip < to) return true;
   }
   return false;
+}
+
+// --trigger: whether the instruction at `ip` is the trigger's (in any mapping of its file).
+bool IsTrigger(uint64_t ip) {
+  std::lock_guard<std::mutex> lock(g->filter_mu);
+  RefreshRanges();
+  return std::find(g->trigger_addresses.begin(), g->trigger_addresses.end(), ip) !=
+         g->trigger_addresses.end();
 }
 
 // --filter, PT's IP filtering as the step backend applies it (AppendFilteredStepEvents): the
@@ -975,6 +1007,16 @@ void Periodic(Thread& t) {
   }
 }
 
+// The ground truth's line for the instruction at `ip`.
+struct TruthLine {
+  TruthLine(const Thread& t, uint64_t ip)
+      : size(static_cast<size_t>(std::snprintf(text, sizeof(text), "%u 0x%llx\n", t.stream,
+                                               static_cast<unsigned long long>(ip)))) {}  // NOLINT
+  std::string_view view() const { return {text, size}; }
+  char text[40];
+  size_t size;
+};
+
 void OnInsn(unsigned int vcpu, void* userdata) {
   const Insn& i = *static_cast<const Insn*>(userdata);
   Thread* t = ThreadOf(vcpu);
@@ -983,11 +1025,9 @@ void OnInsn(unsigned int vcpu, void* userdata) {
   // --filter: the instructions the trace holds (the block's state was set at its start).
   if (g->filtering && (!t->traced || !t->truth_on)) return;
   t->last_truth_ip = i.ip;
-  char line[40];
-  const int n = std::snprintf(line, sizeof(line), "%u 0x%llx\n", t->stream,
-                              static_cast<unsigned long long>(i.ip));  // NOLINT
-  t->truth.append(line, static_cast<size_t>(n));
+  // (Written before the next line is added: a fault's line can be taken back, OnFatalSignal.)
   if (t->truth.size() >= (64 << 10)) FlushTruth(*t);
+  t->truth += TruthLine(*t, i.ip).view();
 }
 
 // A block that ends with an instruction QEMU does not implement runs: ptrecord names it if the
@@ -1009,6 +1049,40 @@ void OnIllegal(unsigned int vcpu, void* userdata) {
   iovec remote{reinterpret_cast<void*>(b.end), sizeof(bytes)};
   const ssize_t n = process_vm_readv(gettid(), &local, 1, &remote, 1, 0);
   if (n > 0) std::memcpy(h->illegal_bytes, bytes, static_cast<size_t>(n));
+}
+
+// --trigger: a thread reaches the trigger's instruction (`userdata`: its address), before it
+// runs. Every hit is counted; the first trigger_limit of the run (any thread, any process)
+// take a snapshot of this thread: its trace so far goes into its ring (pending TNT bits too)
+// and it waits, writing nothing, until ptrecord has copied the ring (it polls every 5 ms).
+// The snapshot then ends with the packets of the branch into this block: at the trigger when
+// it is the block's first instruction (a function's entry), else straight-line before it.
+void OnTrigger(unsigned int vcpu, void* userdata) {
+  Thread* t = ThreadOf(vcpu);
+  if (t == nullptr || t != t_current || t->phase.load(std::memory_order_relaxed) != kRunning) {
+    return;
+  }
+  ptk::QemuRegionHeader* h = Header();
+  h->trigger_hits.fetch_add(1);
+  if (!t->traced || !g->overwrite) return;
+  uint64_t taken = h->trigger_taken.load();
+  do {
+    if (h->trigger_limit != 0 && taken >= h->trigger_limit) return;
+  } while (!h->trigger_taken.compare_exchange_weak(taken, taken + 1));
+  // (Events held for a signal's unresolved branch stay held: the snapshot ends before them.)
+  if (absl::Status s = t->enc->Flush(); !s.ok()) Fail(std::string(s.message()));
+  Move(*t);
+  const uint32_t request = t->control->trigger_request.load(std::memory_order_relaxed) + 1;
+  t->control->trigger_request.store(request, std::memory_order_release);
+  while (t->control->trigger_ack.load(std::memory_order_acquire) != request) {
+    // (ptrecord stopped: it copies no more rings but the last round's.)
+    if (h->stop_signal.load(std::memory_order_relaxed) != 0 || !WaitForReader()) break;
+  }
+}
+
+// crash=1: the thread is about to run the instruction at `userdata` (a fault ends it there).
+void OnInsnIp(unsigned int vcpu, void* userdata) {
+  if (Thread* t = ThreadOf(vcpu); t != nullptr) t->insn_ip = reinterpret_cast<uintptr_t>(userdata);
 }
 
 void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
@@ -1063,6 +1137,18 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
     }
   }
   if (g->filtering) b.in_region = InRegion(b.start);
+  // The instructions that run (an illegal one starts to: it raises SIGILL). QEMU calls an
+  // instruction's callbacks before the instruction (after the block's).
+  const size_t runs = b.insns + (b.illegal ? 1 : 0);
+  for (size_t i = 0; i < runs && (g->trigger || g->crash); ++i) {
+    struct qemu_plugin_insn* insn = qemu_plugin_tb_get_insn(tb, i);
+    void* const ip = reinterpret_cast<void*>(qemu_plugin_insn_vaddr(insn));
+    if (g->crash)
+      qemu_plugin_register_vcpu_insn_exec_cb(insn, OnInsnIp, QEMU_PLUGIN_CB_NO_REGS, ip);
+    if (g->trigger && IsTrigger(reinterpret_cast<uintptr_t>(ip))) {
+      qemu_plugin_register_vcpu_insn_exec_cb(insn, OnTrigger, QEMU_PLUGIN_CB_NO_REGS, ip);
+    }
+  }
   std::lock_guard<std::mutex> lock(g->mu);
   g->blocks.push_back(std::move(b));
   qemu_plugin_register_vcpu_tb_exec_cb(tb, OnBlock, QEMU_PLUGIN_CB_NO_REGS, &g->blocks.back());
@@ -1083,8 +1169,10 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
 // Every other thread ends with the process (and the current one too with `with_current`):
 // one stopped in a system call is closed here; a running one closes its own stream at its next
 // block (its ground truth ends there too) while this waits for it (a while: a thread that does
-// not get there in time is cut, counted).
-void EndAll(bool with_current = true) {
+// not get there in time is cut, counted). `uninstrumented`: the other threads run no plugin
+// callback again (OnExit; OnFatalSignal after a core-dumping signal): a running one is closed
+// here too, after the last block it entered.
+void EndAll(bool with_current = true, bool uninstrumented = false) {
   g->closing.store(true, std::memory_order_relaxed);
   const uint64_t deadline = Now() + 500000000;
   for (unsigned v = 0; v < kMaxVcpus; ++v) {
@@ -1092,7 +1180,9 @@ void EndAll(bool with_current = true) {
     if (t == nullptr || t == t_current) continue;
     for (;;) {
       int expected = kInSyscall;
-      if (t->phase.compare_exchange_strong(expected, kClosed)) {
+      if (t->phase.compare_exchange_strong(expected, kClosed) ||
+          (uninstrumented && expected == kRunning &&
+           t->phase.compare_exchange_strong(expected, kClosed))) {
         CloseThread(*t);
         break;
       }
@@ -1462,6 +1552,8 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   int expected = kInSyscall;
   if (!t->phase.compare_exchange_strong(expected, kRunning)) return;
   if (t->traced) t->control->in_syscall.store(0, std::memory_order_relaxed);
+  // crash=1: a signal delivered now comes after the system call (its instruction ends a block).
+  if (g->crash && t->prev != nullptr) t->insn_ip = t->prev->end;
   if (t->traced && (num == kSysExecve || num == kSysExecveat)) {
     // The call failed: the program goes on (the other threads' streams ended at the call).
     Header()->execs.fetch_sub(1);
@@ -1501,7 +1593,114 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   }
 }
 
-void OnExit(qemu_plugin_id_t id, void* userdata) { EndAll(); }
+// QEMU 7.2 (linux-user) calls the atexit callback from preexit_cleanup() (linux-user/exit.c)
+// through qemu_plugin_user_exit() (plugins/core.c), on the thread that calls exit_group, or
+// exit as the last thread (linux-user/syscall.c; OnSyscall has closed the streams then). It
+// first stops every vCPU (start_exclusive: each leaves cpu_exec at a block boundary),
+// unregisters every callback but this one and flushes the translated blocks (tb_flush): from
+// then on no plugin callback runs, so a thread still running is closed here, after the last
+// block it entered (which it ran to its end).
+void OnExit(qemu_plugin_id_t id, void* userdata) {
+  EndAll(/*with_current=*/true, /*uninstrumented=*/true);
+}
+
+// --- crash=1: a fatal signal ---------------------------------------------------------------
+//
+// QEMU 7.2 tells a plugin nothing when a guest signal ends the process: dump_core_and_abort()
+// (linux-user/signal.c), which runs on the thread that took the signal (for a fault, the
+// faulting one) when its default action ends the process, does not call preexit_cleanup()
+// (in Debian's 7.2 binary its only callers are exit and exit_group in do_syscall), so no
+// atexit callback runs. What it does: gdb_signalled(); for a core-dumping signal (SIGABRT,
+// SIGFPE, SIGILL, SIGQUIT, SIGSEGV, SIGTRAP, SIGBUS: core_dump_signal()) stop_all_tasks(),
+// i.e. start_exclusive(), which stops every other vCPU at a block boundary for good, and the
+// guest core dump (nothing is written under RLIMIT_CORE 0); then sigaction(host_sig, SIG_DFL)
+// and kill(getpid(), host_sig), through libc's kill (its PLT), so qemu dies of the guest's
+// signal (x86-64 guest and host number signals alike). qemu's only other kill() is
+// kill(getpid(), SIGSTOP) for the stop signals; the guest's kill system calls go through
+// safe_syscall, not libc. So the plugin puts KillHook in qemu-x86_64's GOT entry of kill
+// (HookQemuKill): the dying thread runs it before qemu is gone.
+
+// The signal `sig` ends the process; the current thread took it. Its stream ends at the
+// instruction it was at (OnInsnIp, called before each instruction runs: for a fault, the
+// faulting one; after the system call when the signal came at its return), as the hardware's
+// does at a fault (FUP, TIP.PGD), and its slot says so (QemuSlotControl::crashed); ptrecord
+// names the signal qemu dies of. Every other stream ends too: after a core-dumping signal the
+// other threads are stopped for good (closed here, after the last block each entered), after
+// another one they run on and close their own at their next block (EndAll).
+void OnFatalSignal(int sig) {
+  Thread* t = t_current;
+  if (t != nullptr && t->traced && !g->ending.exchange(true) && t->phase.load() == kRunning) {
+    const uint64_t ip = t->insn_ip;
+    // The instruction did not retire: the ground truth (written before it ran) drops it.
+    if (const TruthLine line(*t, ip); t->truth.ends_with(line.view())) {
+      t->truth.resize(t->truth.size() - line.size);
+    }
+    if (t->pending) Resolve(*t, 0);
+    if (t->enc->tracing() && ip != 0) Add(*t, Event::AsyncDisable(ip));
+    t->control->crash_ip = ip;
+    t->control->crashed.store(1, std::memory_order_release);
+  }
+  const bool core = sig == SIGABRT || sig == SIGFPE || sig == SIGILL || sig == SIGQUIT ||
+                    sig == SIGSEGV || sig == SIGTRAP || sig == SIGBUS;
+  EndAll(/*with_current=*/true, /*uninstrumented=*/core);
+}
+
+int KillHook(pid_t pid, int sig) {
+  if (pid == getpid() && sig != SIGSTOP && sig != 0) OnFatalSignal(sig);
+  return kill(pid, sig);  // the plugin's own reference: libc's
+}
+
+// Points qemu-x86_64's GOT entry of kill (a JUMP_SLOT or GLOB_DAT relocation of its dynamic
+// symbol "kill", in the executable: dl_iterate_phdr's first object) at KillHook. False when
+// there is none, or the page cannot be written (it is RELRO: made writable for the store).
+bool HookQemuKill() {
+  uint64_t* slot = nullptr;
+  dl_iterate_phdr(
+      [](dl_phdr_info* info, size_t, void* data) -> int {
+        const ElfW(Dyn)* dyn = nullptr;
+        for (int i = 0; i < info->dlpi_phnum; ++i) {
+          if (info->dlpi_phdr[i].p_type == PT_DYNAMIC) {
+            dyn = reinterpret_cast<const ElfW(Dyn)*>(info->dlpi_addr + info->dlpi_phdr[i].p_vaddr);
+          }
+        }
+        if (dyn == nullptr) return 1;
+        // ld.so has relocated these in place (glibc); an unrelocated one is a link-time address.
+        auto at = [info](ElfW(Addr) a) { return a < info->dlpi_addr ? a + info->dlpi_addr : a; };
+        const ElfW(Sym)* symtab = nullptr;
+        const char* strtab = nullptr;
+        std::pair<const ElfW(Rela)*, size_t> tables[2] = {};
+        for (; dyn->d_tag != DT_NULL; ++dyn) {
+          const ElfW(Addr) v = dyn->d_un.d_ptr;
+          if (dyn->d_tag == DT_SYMTAB) symtab = reinterpret_cast<const ElfW(Sym)*>(at(v));
+          if (dyn->d_tag == DT_STRTAB) strtab = reinterpret_cast<const char*>(at(v));
+          if (dyn->d_tag == DT_JMPREL) tables[0].first = reinterpret_cast<const ElfW(Rela)*>(at(v));
+          if (dyn->d_tag == DT_PLTRELSZ) tables[0].second = dyn->d_un.d_val / sizeof(ElfW(Rela));
+          if (dyn->d_tag == DT_RELA) tables[1].first = reinterpret_cast<const ElfW(Rela)*>(at(v));
+          if (dyn->d_tag == DT_RELASZ) tables[1].second = dyn->d_un.d_val / sizeof(ElfW(Rela));
+        }
+        if (symtab == nullptr || strtab == nullptr) return 1;
+        for (const auto& [rela, n] : tables) {
+          for (size_t i = 0; rela != nullptr && i < n; ++i) {
+            const uint64_t type = ELF64_R_TYPE(rela[i].r_info);
+            if (type != R_X86_64_JUMP_SLOT && type != R_X86_64_GLOB_DAT) continue;
+            if (std::strcmp(strtab + symtab[ELF64_R_SYM(rela[i].r_info)].st_name, "kill") != 0) {
+              continue;
+            }
+            *static_cast<uint64_t**>(data) =
+                reinterpret_cast<uint64_t*>(info->dlpi_addr + rela[i].r_offset);
+            return 1;
+          }
+        }
+        return 1;  // only the executable
+      },
+      &slot);
+  if (slot == nullptr) return false;
+  auto* page = reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(slot) & ~uintptr_t{4095});
+  if (mprotect(page, 4096, PROT_READ | PROT_WRITE) != 0) return false;
+  *slot = reinterpret_cast<uint64_t>(&KillHook);
+  mprotect(page, 4096, PROT_READ);  // (RELRO again; a failure leaves it writable, harmless)
+  return true;
+}
 
 // In a fork child: only the forking thread lives on, in a new process with a new stream.
 void AfterForkInChild() {
@@ -1568,6 +1767,21 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
       g->pt.tsc = v != 0;
     } else if (ParseOption(a, "max_tnt", 47, &v)) {
       g->pt.max_tnt_bits = static_cast<uint8_t>(v);
+    } else if (ParseOption(a, "crash", 1, &v)) {
+      g->crash = v != 0;
+    } else if (a.starts_with("trigger=")) {
+      // trigger=0xOFFSET@FILE
+      Global::Filter f;
+      const std::string text(a.substr(8));
+      char* end = nullptr;
+      f.offset = std::strtoull(text.c_str(), &end, 16);
+      if (end == text.c_str() || *end != '@' || end[1] != '/') {
+        std::fprintf(stderr, "ptkit qemu plugin: bad option '%s' (trigger=0xOFFSET@/FILE)\n",
+                     argv[i]);
+        return 1;
+      }
+      f.file = end + 1;
+      g->trigger = std::move(f);
     } else if (a.starts_with("filter=")) {
       // filter=0xOFFSET/0xSIZE@FILE
       Global::Filter f;
@@ -1655,6 +1869,12 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
           ptkit::record::ReadProcMaps("self");
       maps.ok()) {
     for (const ptkit::record::ProcMapping& m : *maps) g->host_maps.insert({m.start, m.end, m.path});
+  }
+  if (g->crash && !HookQemuKill()) {
+    Fail(
+        "--snapshot-on-crash: qemu-x86_64 calls no libc kill() this plugin can hook (not QEMU "
+        "7.2's linux-user?)");
+    return 1;
   }
   pthread_atfork(nullptr, nullptr, AfterForkInChild);
   qemu_plugin_register_vcpu_tb_trans_cb(id, OnTranslate);

@@ -371,7 +371,23 @@ absl::Status CheckEmulatedModes(const EmulateOptions& options, uint64_t aux_page
       return bad;
     }
   }
+  if ((options.trigger || options.snapshot_on_crash) && !options.snapshot_size) {
+    absl::Status bad = absl::InvalidArgumentError(
+        "--trigger and --snapshot-on-crash take snapshots: they need snapshot mode");
+    bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
+    return bad;
+  }
   return absl::OkStatus();
+}
+
+nlohmann::json TriggerEndJson(const EmulateOptions& options, uint64_t hits, uint64_t snapshots) {
+  nlohmann::json j = {{"spec", options.trigger->text},
+                      {"file", options.trigger->file},
+                      {"offset", options.trigger->offset},
+                      {"hits", hits},
+                      {"snapshots", snapshots}};
+  if (options.trigger_count != 0) j["count"] = options.trigger_count;
+  return j;
 }
 
 absl::StatusOr<std::vector<record::AddressFilter>> ParseEmulatedFilters(const std::string& text) {
@@ -404,12 +420,6 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   PTKIT_ASSIGN_OR_RETURN(std::vector<record::AddressFilter> filters,
                          ParseEmulatedFilters(options.filter));
   PTKIT_RETURN_IF_ERROR(CheckEmulatedModes(options, options.aux_pages));
-  if ((options.trigger || options.snapshot_on_crash) && !options.snapshot_size) {
-    absl::Status bad = absl::InvalidArgumentError(
-        "--trigger and --snapshot-on-crash take snapshots: they need snapshot mode");
-    bad.SetPayload(record::kExitCodePayload, absl::Cord("2"));
-    return bad;
-  }
   PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ContainerWriter> writer, CreateEmulatedWriter(options));
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> truth(nullptr, &std::fclose);
   // Until the workload runs, a failure leaves no file behind (it would refuse the re-run);
@@ -652,11 +662,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     end.stopped_by = "--max-steps";
   }
   if (trigger) {
-    end.extra["trigger"] = {
-        {"spec", trigger->spec().text},          {"file", trigger->spec().file},
-        {"offset", trigger->spec().offset},      {"hits", result.trigger_hits},
-        {"snapshots", result.trigger_snapshots}, {"other_processes_hits", trigger->ignored()}};
-    if (options.trigger_count != 0) end.extra["trigger"]["count"] = options.trigger_count;
+    end.extra["trigger"] = TriggerEndJson(options, result.trigger_hits, result.trigger_snapshots);
+    end.extra["trigger"]["other_processes_hits"] = trigger->ignored();
   }
   if (crash) {
     end.extra["crash"] = record::CrashJson(*crash);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "nlohmann/json.hpp"
 #include "ptkit/container_writer.h"
 #include "record/address_filter.h"
 #include "record/crash.h"
@@ -58,16 +59,17 @@ struct EmulateOptions {
   // each running thread's newest SIZE bytes (0: the whole ring) become a snapshot, and at the
   // end every thread's. Unset: the whole trace is kept.
   std::optional<uint64_t> snapshot_size;
-  // --trigger uprobe:FUNC (step backend, snapshot mode): a real uprobe event on FUNC
-  // (record/trigger.h); each time a thread of the workload reaches FUNC, a snapshot of that
-  // thread's ring, taken when FUNC's first instruction has retired (its pending packets
-  // flushed), so the snapshot ends at FUNC's entry.
+  // --trigger uprobe:FUNC (snapshot mode): each time a thread of the workload reaches FUNC, a
+  // snapshot of that thread's ring, its pending packets flushed, so the snapshot ends at
+  // FUNC's entry. Step backend: a real uprobe event on FUNC (record/trigger.h), the snapshot
+  // taken when FUNC's first instruction has retired. qemu: the plugin instruments FUNC's
+  // instruction and snapshots before it runs (qemu_backend.h).
   std::optional<record::TriggerSpec> trigger;
   uint64_t trigger_count = 0;  // --trigger-count N: only the first N hits snapshot (0: all)
-  // --snapshot-on-crash (step backend, snapshot mode): when a thread gets a signal that kills
-  // the process, a snapshot of every running thread before it is delivered; it is the
-  // recording's last snapshot round (no end round follows), and the end metadata's "crash"
-  // names the signal, the thread and its instruction.
+  // --snapshot-on-crash (snapshot mode): when a thread gets a signal that kills the process,
+  // a snapshot of every thread (step: before it is delivered; qemu: as qemu dies of it); it is
+  // the recording's last snapshot round (no end round follows), and the end metadata's
+  // "crash" names the signal, the thread and its instruction.
   bool snapshot_on_crash = false;
   uint64_t data_pages = 64;               // tracking ring, per CPU
   uint64_t aux_pages = 64;                // simulated AUX ring, per thread
@@ -106,8 +108,13 @@ record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
 // Checks --snapshot and --aux-sample (EmulateOptions::snapshot_size, aux_sample_size,
 // sample_period) against a per-thread AUX ring of `aux_pages` pages (each backend's). Errors:
 // kInvalidArgument with exit code 2 (a snapshot larger than a container record, a bad sample
-// size or period, both modes at once, BTS with samples).
+// size or period, both modes at once, BTS with samples, --trigger or --snapshot-on-crash
+// without snapshot mode).
 absl::Status CheckEmulatedModes(const EmulateOptions& options, uint64_t aux_pages);
+
+// The end metadata's "trigger" member of both backends (options.trigger set): spec, file,
+// offset, hits, snapshots, and count with --trigger-count (ptkit-format(5)).
+nlohmann::json TriggerEndJson(const EmulateOptions& options, uint64_t hits, uint64_t snapshots);
 
 // --filter for both backends: `text` parsed and resolved (record::ParseAddressFilters; empty:
 // no filter). Errors (kInvalidArgument, exit code 2): a bad filter, or one that is not a

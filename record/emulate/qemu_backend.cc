@@ -178,6 +178,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   RegionHeader(base)->overwrite = snapshots || sampling ? 1 : 0;
   RegionHeader(base)->aux_sample_size = options.aux_sample_size;
   RegionHeader(base)->sample_period = sampling ? options.sample_period : 0;
+  RegionHeader(base)->trigger_limit = options.trigger_count;
 
   ScopedFd truth;
   if (!options.ground_truth.empty()) {
@@ -199,6 +200,13 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     absl::StrAppend(&plugin_arg, ",filter=0x", absl::Hex(f.offset), "/0x", absl::Hex(f.size), "@",
                     f.file);
   }
+  // --trigger: FUNC as a file offset; the plugin finds it in the guest's mappings (the file's
+  // name has no comma: ParseTrigger found it through the filter syntax's rules).
+  if (options.trigger) {
+    absl::StrAppend(&plugin_arg, ",trigger=0x", absl::Hex(options.trigger->offset), "@",
+                    options.trigger->file);
+  }
+  if (options.snapshot_on_crash) absl::StrAppend(&plugin_arg, ",crash=1");
   // "max", qemu-x86_64's default, named so the metadata can say what the program saw.
   // -plugin comes last among qemu's options: the plugin hands on the ones before it to the
   // qemu of a program the workload exec's.
@@ -282,12 +290,33 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     }
     return absl::OkStatus();
   };
+  // --trigger: a thread that reached FUNC waits until its ring is copied (QemuSlotControl::
+  // trigger_request); done after every pass (at least every kDrainIntervalMs).
+  uint64_t trigger_snapshots = 0;
+  auto trigger_snapshots_round = [&]() -> absl::Status {
+    for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
+      QemuSlotControl& c = *SlotControl(base, s);
+      const uint32_t request = c.trigger_request.load(std::memory_order_acquire);
+      if (request == c.trigger_ack.load(std::memory_order_relaxed)) continue;
+      if (!LockSlotForReading(c, 1000000000)) ++late_snapshots;
+      absl::StatusOr<uint64_t> n = drainer.Snapshot(
+          *sources[s],
+          *options.snapshot_size != 0 ? *options.snapshot_size : sources[s]->ring().aux.size());
+      UnlockSlotForReading(c);
+      c.trigger_ack.store(request, std::memory_order_release);
+      if (!n.ok()) return n.status();
+      ++trigger_snapshots;
+    }
+    return absl::OkStatus();
+  };
   uint64_t snapshots_seen = signals.snapshot_count();
   bool said_usr2 = false;
   absl::Status snapshot_status;
   record::LoopOptions lo;
   lo.poll_timeout_ms = kDrainIntervalMs;
   lo.should_stop = [&] {
+    if (options.trigger && snapshot_status.ok()) snapshot_status = trigger_snapshots_round();
+    if (!snapshot_status.ok()) return true;
     if (signals.snapshot_count() == snapshots_seen) return false;
     snapshots_seen = signals.snapshot_count();
     if (snapshots) {
@@ -346,6 +375,26 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     writer->Abandon().IgnoreError();
     return absl::InternalError(absl::StrCat("the QEMU plugin failed: ", h->error));
   }
+  // A trigger snapshot asked for as the process ended.
+  if (absl::Status s = options.trigger ? trigger_snapshots_round() : absl::OkStatus(); !s.ok()) {
+    writer->Abandon().IgnoreError();
+    return s;
+  }
+  // --snapshot-on-crash: qemu died of the guest's fatal signal (it kills itself with it) and
+  // the plugin marked the thread that took it in the workload's process (the first; a fork
+  // child's crash is not the workload's). The end round below is then the crash snapshot.
+  if (options.snapshot_on_crash && WIFSIGNALED(*status) && result.stop_signal == 0) {
+    for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
+      const QemuSlotControl* c = SlotControl(base, s);
+      if (c->crashed.load(std::memory_order_acquire) == 0 ||
+          c->pid != static_cast<uint32_t>(workload.pid())) {
+        continue;
+      }
+      result.crash = record::CrashInfo{
+          .pid = c->pid, .tid = c->tid, .signal = WTERMSIG(*status), .ip = c->crash_ip};
+      break;
+    }
+  }
   if (snapshots) {
     if (absl::Status s = snapshot_round(/*all=*/true); !s.ok()) {
       writer->Abandon().IgnoreError();
@@ -383,7 +432,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     result.warnings.push_back(absl::StrCat(
         unended - h->execs.load(),
         " streams end without their last bytes (up to 20 ms of the run): the process died of "
-        "a signal, and qemu-user runs no plugin code then"));
+        "a signal, and qemu-user runs no plugin code then (with --snapshot-on-crash, only at "
+        "SIGKILL)"));
   }
   if (uint32_t n = h->threads_refused.load(); n > 0) {
     result.warnings.push_back(
@@ -447,6 +497,12 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   } else if (result.steps.step_limit_hit) {
     end.stopped_by = "--max-steps";
   }
+  if (options.trigger) {
+    result.trigger_hits = h->trigger_hits.load();
+    result.trigger_snapshots = trigger_snapshots;
+    end.extra["trigger"] = TriggerEndJson(options, result.trigger_hits, trigger_snapshots);
+  }
+  if (result.crash) end.extra["crash"] = record::CrashJson(*result.crash);
   meta.end = std::move(end);
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->Close());

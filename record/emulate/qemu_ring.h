@@ -38,7 +38,7 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 4;
+inline constexpr uint32_t kQemuRegionVersion = 5;
 
 // What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
 // plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
@@ -98,6 +98,12 @@ struct QemuRegionHeader {
   // SIGILL there) and its bytes (15, from guest memory).
   std::atomic<uint64_t> illegal_ip;
   uint8_t illegal_bytes[16];
+  // --trigger (the plugin's trigger=0xOFFSET@FILE option): every guest thread that reaches
+  // that instruction counts a hit; the first trigger_limit hits (0: all) of any thread or
+  // process take a snapshot of their thread (QemuSlotControl::trigger_request).
+  uint64_t trigger_limit;
+  std::atomic<uint64_t> trigger_hits;
+  std::atomic<uint64_t> trigger_taken;  // hits that took a snapshot
 };
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
@@ -119,6 +125,17 @@ struct QemuSlotControl {
   std::atomic<uint32_t> in_syscall;
   std::atomic<uint32_t> writing;
   std::atomic<uint32_t> reading;
+  // --trigger: the thread reached the trigger, put its trace into its ring and bumped
+  // trigger_request; it waits (writing nothing) until ptrecord has copied the ring as a
+  // snapshot and set trigger_ack to the same value.
+  std::atomic<uint32_t> trigger_request;
+  std::atomic<uint32_t> trigger_ack;
+  // --snapshot-on-crash (the plugin's crash=1 option): this thread took the signal that ended
+  // its process (QEMU's exit path for a fatal guest signal ran the plugin's atexit callback on
+  // it), at the instruction crash_ip; its stream ends there. The signal is the one qemu then
+  // dies of (ptrecord's waitpid).
+  std::atomic<uint32_t> crashed;
+  uint64_t crash_ip;
 };
 static_assert(sizeof(QemuSlotControl) <= kQemuPage);
 

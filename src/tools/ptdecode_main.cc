@@ -66,13 +66,21 @@ std::string InfoText(const nlohmann::json& info, bool perf_data) {
   return perf_data ? dec::FormatPerfDataInfoText(info) : ptkit::FormatInfoText(info);
 }
 
+// Where the commands that are no Sink decode (packets, samples, info --decode, diff, export)
+// show their progress: stderr when it is a terminal (as ProgressSink for the others).
+dec::ProgressOutput ProgressStream() {
+  return {.err = isatty(STDERR_FILENO) == 1 ? stderr : nullptr, .now_ms = dec::MonotonicMs};
+}
+
 int RunInfo(const dec::InfoFlags& f) {
   bool perf_data = false;
   auto info = Info(f.path, perf_data);
   if (!info.ok()) return Fail(info.status());
   std::string summary;
   if (f.decode) {  // on request only: `info` stays one cheap pass otherwise
-    auto d = dec::DecodeSummary(f.path, {});
+    dec::ContainerOptions options;
+    options.progress = ProgressStream();
+    auto d = dec::DecodeSummary(f.path, options);
     if (!d.ok()) return Fail(d.status());
     (*info)["decode"] = *d;
     auto count = [&](const char* key, const char* noun) {
@@ -131,8 +139,10 @@ int CheckNotEmpty(const std::string& input, const dec::DecodeTotals& totals,
 }
 
 absl::StatusOr<dec::ContainerOptions> ContainerOptions(const dec::DecodeFlags& f) {
-  return dec::ContainerOptionsFromFlags(
+  auto options = dec::ContainerOptionsFromFlags(
       f, dec::DefaultBuildIdDir(std::getenv("PERF_BUILDID_DIR"), std::getenv("HOME")));
+  if (options.ok()) options->progress = ProgressStream();
+  return options;
 }
 
 // Container input: FILE is a trace.pt (or perf.data) recording; the sink writes to `output`.
@@ -211,7 +221,12 @@ int RunPackets(const dec::DecodeFlags& f) {
   if (!spec.ok()) return UsageError(spec.status());
   auto input = dec::LoadRawInput(*spec);
   if (!input.ok()) return Fail(input.status());
-  absl::Status status = dec::DumpPackets(input->trace.bytes(), input->config, stdout, options);
+  dec::ProgressLine progress(ProgressStream());
+  dec::PacketContext context;
+  const uint64_t total = input->trace.bytes().size();
+  context.on_progress = [&](uint64_t offset) { progress.Update(offset, total); };
+  absl::Status status =
+      dec::DumpPackets(input->trace.bytes(), input->config, stdout, options, context);
   if (!status.ok()) return Fail(status);
   return 0;
 }
@@ -289,6 +304,7 @@ int WriteOut(const std::string& text) {
 int RunDiff(const dec::DiffFlags& f) {
   auto plan = dec::DiffPlanFromFlags(f);
   if (!plan.ok()) return UsageError(plan.status());
+  plan->container.progress = ProgressStream();
   if (!plan->limits.empty()) {
     absl::Status limits = dec::ReadDiffLimits(plan->limits, plan->limits_given, plan->options);
     if (absl::IsInvalidArgument(limits)) return UsageError(limits);
@@ -351,6 +367,7 @@ int RunExportContainer(const dec::ExportFlags& f) {
   if (!r.ok()) return Fail(r.status());
   for (const std::string& w : r->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
   dec::ContainerExportOptions options = f.container;  // --archive looks in perf's cache too
+  options.progress = ProgressStream();
   if (options.buildid_dir.empty()) {
     options.buildid_dir =
         dec::DefaultBuildIdDir(std::getenv("PERF_BUILDID_DIR"), std::getenv("HOME"));
@@ -373,7 +390,9 @@ int RunExport(const dec::ExportFlags& f) {
   if (dec::ExportFormatFromFlags(f) == dec::ExportFormat::kContainer) {
     return RunExportContainer(f);
   }
-  auto done = dec::ExportPerfData(f.input, f.output, f.perf_data);
+  dec::PerfDataExportOptions options = f.perf_data;
+  options.progress = ProgressStream();
+  auto done = dec::ExportPerfData(f.input, f.output, options);
   if (!done.ok()) return Fail(done.status());
   for (const std::string& w : done->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
   std::fprintf(stderr, "ptdecode: wrote %s: %s, %s, %s (%s), %s\n", f.output.c_str(),

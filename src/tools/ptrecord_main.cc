@@ -104,12 +104,6 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   e.filter = o.filter;
   e.data_pages = o.data_pages;
   if (o.snapshot_size) e.snapshot_size = o.snapshot_size;
-  if (backend == "qemu" && (!o.trigger.empty() || o.snapshot_on_crash)) {
-    return Fail(
-        "--trigger and --snapshot-on-crash are not available with --emulate=qemu yet: use "
-        "--emulate=step",
-        2);
-  }
   if (!o.trigger.empty()) {
     absl::StatusOr<ptkit::record::TriggerSpec> t =
         ptkit::record::ParseTrigger(o.trigger, o.command.front());
@@ -247,7 +241,8 @@ int main(int argc, char** argv) {
   app.add_option("--trigger", o.trigger,
                  "uprobe:FUNC[@FILE]: a snapshot each time the workload (any thread or child) "
                  "reaches FUNC of FILE (default: the workload's program), through a uprobe perf "
-                 "event; implies --snapshot")
+                 "event (--emulate=qemu: the plugin instruments FUNC, the thread waits until its "
+                 "snapshot is copied); implies --snapshot")
       ->type_name("uprobe:FUNC[@FILE]");
   app.add_option("--trigger-count", trigger_count,
                  "With --trigger: only the first N hits (of any thread or child) take a "
@@ -257,7 +252,8 @@ int main(int argc, char** argv) {
                "When the workload dies of a signal (SIGSEGV, SIGABRT, ...), a snapshot before it "
                "is gone, labelled with the signal and thread (ptdecode info; the default "
                "report shows that thread's last branches first); implies --snapshot. The "
-               "kernel path ptrace-seizes the workload to see the signal");
+               "kernel path ptrace-seizes the workload to see the signal; --emulate=qemu notes "
+               "each instruction's address to know where the thread stopped (slower)");
   app.add_flag("--kcore", o.kcore,
                "Also copy the kernel's text (from /proc/kcore, root), /proc/kallsyms, "
                "/proc/modules and the kernel build-id into the container, so ptdecode decodes "

@@ -34,6 +34,7 @@
 namespace ptkit {
 namespace {
 
+using ::ptkit::testing::ObjdumpInstructions;
 using ::ptkit::testing::ParseInsn;
 using ::ptkit::testing::PerThread;
 using ::ptkit::testing::ReadTruth;
@@ -228,27 +229,6 @@ TEST_F(QemuEmulateTest, AProgramRunningItsOwnHandlerIsNotTakenForASignal) {
     }
   }
   EXPECT_EQ(to_handler, 60) << "branches to the handler (the 5 signals enter it asynchronously)";
-}
-
-// The instruction addresses of function `name` in `program` by objdump -d.
-std::vector<uint64_t> ObjdumpInstructions(const std::string& program, const std::string& name) {
-  static std::map<std::string, std::string> disassembly;  // by program (objdump is slow)
-  if (!disassembly.contains(program)) {
-    disassembly[program] =
-        RunCommand({"/usr/bin/objdump", "-d", "--no-show-raw-insn", program}).out;
-  }
-  std::vector<uint64_t> addresses;
-  bool in = false;
-  std::istringstream lines(disassembly[program]);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.ends_with(">:")) in = line.ends_with("<" + name + ">:");
-    uint64_t address = 0;
-    if (in && std::sscanf(line.c_str(), " %" SCNx64 ":", &address) == 1 &&
-        line.find(':') != std::string::npos && line[0] == ' ') {
-      addresses.push_back(address);
-    }
-  }
-  return addresses;
 }
 
 // Per thread of `ptdecode insn` output, the addresses decoded in function `name` (the

@@ -1,7 +1,8 @@
-// Snapshot triggers on the real kernel, with the emulated trace:
-//   ptrecord --emulate=step --trigger uprobe:FUNC --ground-truth truth -o trace.pt -- PROGRAM
-//   ptrecord --emulate=step --snapshot-on-crash ... -- CRASHING_PROGRAM
-// The trigger is a real uprobe perf event. The oracles are the recorder's ground truth (every
+// Snapshot triggers with the emulated trace, both backends:
+//   ptrecord --emulate=step|qemu --trigger uprobe:FUNC --ground-truth truth -o trace.pt -- PROGRAM
+//   ptrecord --emulate=step|qemu --snapshot-on-crash ... -- CRASHING_PROGRAM
+// With step the trigger is a real uprobe perf event; with qemu the plugin instruments FUNC and
+// sees the fatal signal at qemu's exit. The oracles are the recorder's ground truth (every
 // retired instruction per thread) and nm (FUNC's address range): a thread's k-th trigger
 // snapshot decodes to a run of what it executed that ends at its k-th entry into FUNC (and
 // the straight-line start of FUNC the decoder runs on to, without packets).
@@ -24,6 +25,7 @@ namespace ptkit {
 namespace {
 
 using ::ptkit::testing::NmRange;
+using ::ptkit::testing::ObjdumpInstructions;
 using ::ptkit::testing::ParseInsn;
 using ::ptkit::testing::PerThread;
 using ::ptkit::testing::ReadTruth;
@@ -59,11 +61,12 @@ size_t Find(const std::vector<uint64_t>& ran, const std::vector<uint64_t>& run) 
 
 // Every thread that enters `work` gets a snapshot there, and only there: the two worker
 // threads hit it once each (as the ground truth says), the main thread never.
-TEST(TriggerCliTest, AUprobeSnapshotEndsAtTheFunctionsEntryInEveryThread) {
+void ExpectASnapshotAtEveryEntry(const std::string& backend) {
   testing::TempDir dir;
   const std::string trace = dir.File("t.pt"), truth_file = dir.File("t.truth");
-  auto rec = RunCommand({PTRECORD_PATH, "--emulate=step", "--trigger", "uprobe:work",
-                         "--ground-truth", truth_file, "-o", trace, "--", kThreads});
+  const std::string program = dir.Copy(kThreads, "threads");
+  auto rec = RunCommand({PTRECORD_PATH, "--emulate=" + backend, "--trigger", "uprobe:work",
+                         "--ground-truth", truth_file, "-o", trace, "--", program});
   if (Denied(rec.err)) GTEST_SKIP() << "perf_event_open or ptrace denied: " << rec.err;
   ASSERT_EQ(rec.exit_code, 0) << rec.err;
   const auto [work_begin, work_end] = NmRange(kThreads, "work");
@@ -122,14 +125,26 @@ TEST(TriggerCliTest, AUprobeSnapshotEndsAtTheFunctionsEntryInEveryThread) {
   }
 }
 
+TEST(TriggerCliTest, AUprobeSnapshotEndsAtTheFunctionsEntryInEveryThread) {
+  ExpectASnapshotAtEveryEntry("step");
+}
+
+// Under qemu the plugin instruments work's first instruction; the thread waits there until
+// ptrecord has copied its ring.
+TEST(TriggerCliTest, UnderQemuASnapshotEndsAtTheFunctionsEntryInEveryThread) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  ExpectASnapshotAtEveryEntry("qemu");
+}
+
 // --trigger-count 1: of the two worker threads' hits, only the first (in time) takes a
 // snapshot; the other thread has its end snapshot only, and both hits are counted.
-TEST(TriggerCliTest, TriggerCountSnapshotsOnlyTheFirstHitOfAnyThread) {
+void ExpectOnlyTheFirstHitToSnapshot(const std::string& backend) {
   testing::TempDir dir;
   const std::string trace = dir.File("t.pt"), truth_file = dir.File("t.truth");
-  auto rec =
-      RunCommand({PTRECORD_PATH, "--emulate=step", "--trigger", "uprobe:work", "--trigger-count",
-                  "1", "--ground-truth", truth_file, "-o", trace, "--", kThreads});
+  const std::string program = dir.Copy(kThreads, "threads");
+  auto rec = RunCommand({PTRECORD_PATH, "--emulate=" + backend, "--trigger", "uprobe:work",
+                         "--trigger-count", "1", "--ground-truth", truth_file, "-o", trace, "--",
+                         program});
   if (Denied(rec.err)) GTEST_SKIP() << "perf_event_open or ptrace denied: " << rec.err;
   ASSERT_EQ(rec.exit_code, 0) << rec.err;
   EXPECT_THAT(rec.err,
@@ -175,6 +190,15 @@ TEST(TriggerCliTest, TriggerCountSnapshotsOnlyTheFirstHitOfAnyThread) {
   EXPECT_EQ(triggered, 1);
 }
 
+TEST(TriggerCliTest, TriggerCountSnapshotsOnlyTheFirstHitOfAnyThread) {
+  ExpectOnlyTheFirstHitToSnapshot("step");
+}
+
+TEST(TriggerCliTest, UnderQemuTriggerCountSnapshotsOnlyTheFirstHitOfAnyThread) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  ExpectOnlyTheFirstHitToSnapshot("qemu");
+}
+
 TEST(TriggerCliTest, BadTriggersAreUsageErrors) {
   testing::TempDir dir;
   for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
@@ -196,32 +220,47 @@ TEST(TriggerCliTest, BadTriggersAreUsageErrors) {
   }
 }
 
-// The workload dies of SIGSEGV: the snapshot is taken before the signal is delivered, names
-// the signal, the thread and the faulting instruction (in main, by nm), and decodes to the
-// end of what the thread executed, up to the faulting store.
-TEST(TriggerCliTest, ACrashSnapshotNamesTheSignalAndEndsAtTheFault) {
+// The workload dies of SIGSEGV, in main or (`in_thread`) in a second thread's `fault`: the
+// snapshot names the signal, the thread and the faulting instruction (in that function, by
+// nm), and decodes to the end of what the thread executed, up to the faulting store. The
+// step backend takes it before the signal is delivered; under qemu the plugin ends the
+// thread's stream at the fault (FUP, TIP.PGD) when qemu exits for the signal, and qemu dies of
+// it as the program does natively.
+void ExpectACrashSnapshot(const std::string& backend, bool in_thread) {
   testing::TempDir dir;
   const std::string trace = dir.File("c.pt"), truth_file = dir.File("c.truth");
-  auto rec = RunCommand({PTRECORD_PATH, "--emulate=step", "--snapshot-on-crash", "--ground-truth",
-                         truth_file, "-o", trace, "--", kCrash});
+  std::vector<std::string> argv = {PTRECORD_PATH,
+                                   "--emulate=" + backend,
+                                   "--snapshot-on-crash",
+                                   "--ground-truth",
+                                   truth_file,
+                                   "-o",
+                                   trace,
+                                   "--",
+                                   kCrash};
+  if (in_thread) argv.push_back("thread");
+  auto rec = RunCommand(argv);
   if (Denied(rec.err)) GTEST_SKIP() << "ptrace or perf_event_open denied: " << rec.err;
   EXPECT_EQ(rec.exit_code, 128 + SIGSEGV) << rec.err;
+  EXPECT_THAT(rec.err, HasSubstr("workload killed by SIGSEGV"));
   const PerThread truth = ReadTruth(truth_file);
-  ASSERT_EQ(truth.size(), 1u);
-  const auto& [tid, ran] = *truth.begin();
-  EXPECT_THAT(rec.err, HasSubstr("crash snapshot: SIGSEGV in thread " + std::to_string(tid)));
+  ASSERT_EQ(truth.size(), in_thread ? 2u : 1u);
 
   const nlohmann::json info = InfoJson(trace);
   const nlohmann::json& crash = info["metadata"]["end"]["crash"];
+  ASSERT_TRUE(crash.is_object()) << info.dump();
   EXPECT_EQ(crash["signal"], "SIGSEGV");
-  EXPECT_EQ(crash["tid"], tid);
+  const uint64_t tid = crash["tid"];
+  ASSERT_EQ(truth.count(tid), 1u) << "the crash names no thread of the run";
+  const std::vector<uint64_t>& ran = truth.at(tid);
+  EXPECT_THAT(rec.err, HasSubstr("crash snapshot: SIGSEGV in thread " + std::to_string(tid)));
   const uint64_t ip = crash["ip"];
-  const auto [main_begin, main_end] = NmRange(kCrash, "main");
-  EXPECT_GE(ip, main_begin);
-  EXPECT_LT(ip, main_end);
+  const auto [fn_begin, fn_end] = NmRange(kCrash, in_thread ? "fault" : "main");
+  EXPECT_GE(ip, fn_begin);
+  EXPECT_LT(ip, fn_end);
   // The fault did not retire: the ground truth ends right before it. The snapshot decodes to
   // a run of the thread's instructions that ends where its packets do: at most a few
-  // straight-line instructions of main (which need no packet) before the fault.
+  // straight-line instructions of the function (which need no packet) before the fault.
   const std::vector<uint64_t> got = SnapshotInsns(trace, tid, 0);
   ASSERT_FALSE(got.empty());
   const size_t at = Find(ran, got);
@@ -229,11 +268,24 @@ TEST(TriggerCliTest, ACrashSnapshotNamesTheSignalAndEndsAtTheFault) {
   const size_t end = at + got.size();
   EXPECT_LE(ran.size() - end, 8u);
   for (size_t i = end; i < ran.size(); ++i) {
-    EXPECT_GE(ran[i], main_begin);
-    EXPECT_LT(ran[i], main_end);
+    EXPECT_GE(ran[i], fn_begin);
+    EXPECT_LT(ran[i], fn_end);
   }
-  // It is the last snapshot: no end round after the crash.
-  auto second = RunCommand({PTDECODE_PATH, "insn", "--snapshot", "1", trace});
+  // The function's instructions by objdump: the faulting one is the one after the thread's
+  // last (the truth's last step is in the function, straight-line to the fault).
+  const std::vector<uint64_t> fn = ObjdumpInstructions(kCrash, in_thread ? "fault" : "main");
+  auto next_of = [&fn](uint64_t address) -> uint64_t {
+    const auto it = std::find(fn.begin(), fn.end(), address);
+    return it == fn.end() || it + 1 == fn.end() ? 0 : *(it + 1);
+  };
+  EXPECT_EQ(ip, next_of(ran.back()));
+  if (backend == "qemu") {
+    // The stream ends at the fault itself (FUP, TIP.PGD): the decode is the thread's end.
+    EXPECT_EQ(end, ran.size());
+  }
+  // It is the thread's last snapshot: no end round after the crash.
+  auto second =
+      RunCommand({PTDECODE_PATH, "insn", "--tid", std::to_string(tid), "--snapshot", "1", trace});
   EXPECT_NE(second.exit_code, 0);
 
   // The default report starts with the crash and the thread's last branches, the newest one
@@ -241,10 +293,10 @@ TEST(TriggerCliTest, ACrashSnapshotNamesTheSignalAndEndsAtTheFault) {
   auto report = RunCommand({PTDECODE_PATH, trace});
   ASSERT_EQ(report.exit_code, 0) << report.err;
   std::vector<std::string> lines;
-  for (size_t at = 0; at < report.out.size();) {
-    const size_t nl = std::min(report.out.find('\n', at), report.out.size());
-    lines.push_back(report.out.substr(at, nl - at));
-    at = nl + 1;
+  for (size_t from = 0; from < report.out.size();) {
+    const size_t nl = std::min(report.out.find('\n', from), report.out.size());
+    lines.push_back(report.out.substr(from, nl - from));
+    from = nl + 1;
   }
   ASSERT_GE(lines.size(), 3u) << report.out;
   EXPECT_EQ(lines[0], fmt::format("crash:       SIGSEGV in thread {} (pid {}) at 0x{:x}", tid,
@@ -260,14 +312,31 @@ TEST(TriggerCliTest, ACrashSnapshotNamesTheSignalAndEndsAtTheFault) {
   ASSERT_NE(arrow, std::string::npos) << newest;
   const uint64_t from = std::stoull(newest.substr(2, newest.find(' ', 2) - 2), nullptr, 16);
   const uint64_t to = std::stoull(newest.substr(arrow + 4), nullptr, 16);
-  size_t target = ran.size();
-  while (target > 1 && !(ran[target - 1] == to && ran[target - 2] == from)) --target;
-  ASSERT_GT(target, 1u) << "the newest branch " << newest << " is no step of the ground truth";
-  EXPECT_LE(ran.size() - (target - 1), 16u) << newest;
-  for (size_t i = target - 1; i < ran.size(); ++i) {
-    EXPECT_GE(ran[i], main_begin);
-    EXPECT_LT(ran[i], main_end);
+  // The ground truth's last taken branch: its last step that does not go to the next
+  // instruction by objdump (or comes into the function from elsewhere).
+  size_t taken = ran.size() - 1;
+  while (taken > 0 && next_of(ran[taken - 1]) == ran[taken]) --taken;
+  ASSERT_GT(taken, 0u);
+  EXPECT_EQ(from, ran[taken - 1]) << newest;
+  EXPECT_EQ(to, ran[taken]) << newest;
+  for (size_t i = taken; i < ran.size(); ++i) {
+    EXPECT_GE(ran[i], fn_begin);
+    EXPECT_LT(ran[i], fn_end);
   }
+}
+
+TEST(TriggerCliTest, ACrashSnapshotNamesTheSignalAndEndsAtTheFault) {
+  ExpectACrashSnapshot("step", /*in_thread=*/false);
+}
+
+TEST(TriggerCliTest, UnderQemuACrashSnapshotNamesTheSignalAndEndsAtTheFault) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  ExpectACrashSnapshot("qemu", /*in_thread=*/false);
+}
+
+TEST(TriggerCliTest, UnderQemuACrashInASecondThreadNamesThatThread) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  ExpectACrashSnapshot("qemu", /*in_thread=*/true);
 }
 
 }  // namespace

@@ -58,13 +58,9 @@ absl::StatusOr<UprobeTrigger> OpenOrSkipReason(const TriggerSpec& spec, std::str
 }
 
 TEST(TriggerKernelTest, TheUprobeCountsEveryThreadsHitsAndOnlyTheWorkloads) {
-  // A copy of the program of its own: a uprobe is on a file (inode and offset), and other tests
-  // run the program at the same time.
+  // A copy of the program of its own (TempDir::Copy says why).
   testing::TempDir dir;
-  const std::string program = dir.File("threads");
-  std::filesystem::copy_file(kThreads, program);
-  std::filesystem::permissions(program, std::filesystem::perms::owner_exec,
-                               std::filesystem::perm_options::add);
+  const std::string program = dir.Copy(kThreads, "threads");
   absl::StatusOr<TriggerSpec> spec = ParseTrigger("uprobe:work", program);
   ASSERT_TRUE(spec.ok()) << spec.status();
   const auto [work, work_end] = testing::NmRange(program, "work");
@@ -111,9 +107,10 @@ struct TriggeredRun {
   uint64_t hits = 0;
 };
 void RunTriggered(uint64_t count, TriggeredRun& out, std::string& skip) {
-  absl::StatusOr<TriggerSpec> spec = ParseTrigger("uprobe:work", kThreads);
-  ASSERT_TRUE(spec.ok()) << spec.status();
   testing::TempDir dir;
+  const std::string program = dir.Copy(kThreads, "threads");
+  absl::StatusOr<TriggerSpec> spec = ParseTrigger("uprobe:work", program);
+  ASSERT_TRUE(spec.ok()) << spec.status();
   WriterOptions wo;
   absl::StatusOr<std::unique_ptr<ContainerWriter>> writer =
       ContainerWriter::Create(dir.File("t.pt"), wo);
@@ -124,7 +121,7 @@ void RunTriggered(uint64_t count, TriggeredRun& out, std::string& skip) {
   const std::vector<uint8_t> trace(1000, 0x55);
   (*sim)->WriteTrace(trace);
   SignalWatcher signals;
-  absl::StatusOr<Workload> w = Workload::Start({kThreads});
+  absl::StatusOr<Workload> w = Workload::Start({program});
   ASSERT_TRUE(w.ok()) << w.status();
   absl::StatusOr<UprobeTrigger> trigger = OpenOrSkipReason(*spec, skip);
   if (!skip.empty()) return;
@@ -189,7 +186,8 @@ TEST(TriggerKernelTest, TriggerCountLimitsTheHitsThatSnapshot) {
 }
 
 TEST(TriggerKernelTest, TakeForSnapshotsCountsUpToTheLimit) {
-  absl::StatusOr<TriggerSpec> spec = ParseTrigger("uprobe:work", kThreads);
+  testing::TempDir dir;
+  absl::StatusOr<TriggerSpec> spec = ParseTrigger("uprobe:work", dir.Copy(kThreads, "threads"));
   ASSERT_TRUE(spec.ok()) << spec.status();
   std::string skip;
   absl::StatusOr<UprobeTrigger> t = OpenOrSkipReason(*spec, skip);

@@ -3,7 +3,9 @@
 #ifndef PTKIT_TESTS_SUPPORT_GROUND_TRUTH_H_
 #define PTKIT_TESTS_SUPPORT_GROUND_TRUTH_H_
 
+#include <cinttypes>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -32,6 +34,28 @@ inline std::pair<uint64_t, uint64_t> NmRange(const std::string& program, const s
     }
   }
   return {0, 0};
+}
+
+// The instruction addresses of function `name` in `program` by objdump -d.
+inline std::vector<uint64_t> ObjdumpInstructions(const std::string& program,
+                                                 const std::string& name) {
+  static std::map<std::string, std::string> disassembly;  // by program (objdump is slow)
+  if (!disassembly.contains(program)) {
+    disassembly[program] =
+        RunCommand({"/usr/bin/objdump", "-d", "--no-show-raw-insn", program}).out;
+  }
+  std::vector<uint64_t> addresses;
+  bool in = false;
+  std::istringstream lines(disassembly[program]);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.ends_with(">:")) in = line.ends_with("<" + name + ">:");
+    uint64_t address = 0;
+    if (in && std::sscanf(line.c_str(), " %" SCNx64 ":", &address) == 1 &&
+        line.find(':') != std::string::npos && line[0] == ' ') {
+      addresses.push_back(address);
+    }
+  }
+  return addresses;
 }
 
 // The ground truth file: one "TID 0xADDRESS" line per retired instruction.

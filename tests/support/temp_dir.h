@@ -27,6 +27,17 @@ class TempDir {
 
   const std::string& path() const { return path_; }
   std::string File(const std::string& name) const { return path_ + "/" + name; }
+  // A copy of the file `from` named `name` here, executable by its owner; its path. A uprobe
+  // is on a file (inode and offset): a test that sets one runs a copy of its own, so that
+  // other tests running the program at the same time do not hit its INT3 (under qemu, which
+  // reads the code from memory, they would die of SIGTRAP).
+  std::string Copy(const std::string& from, const std::string& name) const {
+    const std::string to = File(name);
+    std::filesystem::copy_file(from, to);
+    std::filesystem::permissions(to, std::filesystem::perms::owner_exec,
+                                 std::filesystem::perm_options::add);
+    return to;
+  }
 
  private:
   std::string path_;
