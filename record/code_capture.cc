@@ -78,7 +78,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   for (const Range& r : ranges_) {
     const int fd = open(r.path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
-      warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", std::strerror(errno)));
+      warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", ErrnoText(errno)));
       continue;
     }
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(r.path);
@@ -88,7 +88,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
       buf.resize(std::min(kPiece, r.len - done));
       const ssize_t n = pread(fd, buf.data(), buf.size(), static_cast<off_t>(r.pgoff + done));
       if (n < 0) {
-        warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", std::strerror(errno)));
+        warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", ErrnoText(errno)));
         break;
       }
       if (n == 0) break;  // the mapping extends past the end of the file

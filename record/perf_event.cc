@@ -26,7 +26,7 @@ absl::StatusOr<std::string> ReadSystemFile(const std::string& path) {
 
 absl::Status PerfEventOpenError(int err, std::string_view what, const FileReader& read_file) {
   const std::string call =
-      absl::StrCat("perf_event_open ", std::string(what), ": ", std::strerror(err));
+      absl::StrCat("perf_event_open ", std::string(what), ": ", ErrnoText(err));
   switch (err) {
     case EACCES:
     case EPERM: {

@@ -30,6 +30,7 @@
 #include "record/emulate/step_events.h"
 #include "record/proc_maps.h"
 #include "record/session.h"
+#include "record/text_util.h"
 #include "record/trigger.h"
 #include "record/workload.h"
 
@@ -502,7 +503,8 @@ absl::Status Run::Arm(Thread& t) {
                                               static_cast<uint64_t>(s.prot & ~PROT_EXEC)));
     if (rc < 0) {
       return absl::InternalError(absl::StrCat("--filter: mprotect(0x", absl::Hex(s.start),
-                                              ") in process ", t.pid, ": ", std::strerror(-rc)));
+                                              ") in process ", t.pid, ": ",
+                                              record::ErrnoText(-rc)));
     }
     mm.armed.push_back(s);
   }
@@ -519,7 +521,8 @@ absl::Status Run::Disarm(Thread& t) {
                                               static_cast<uint64_t>(s.prot)));
     if (rc < 0 && rc != -ENOMEM) {  // ENOMEM: unmapped meanwhile
       return absl::InternalError(absl::StrCat("--filter: mprotect(0x", absl::Hex(s.start),
-                                              ") in process ", t.pid, ": ", std::strerror(-rc)));
+                                              ") in process ", t.pid, ": ",
+                                              record::ErrnoText(-rc)));
     }
   }
   mm.armed.clear();
@@ -937,7 +940,7 @@ absl::StatusOr<StepperResult> Run::Go() {
     kill_and_reap(absl::OkStatus()).IgnoreError();
     if (e.ok() && *e != 0) {
       absl::Status not_found = absl::NotFoundError(
-          absl::StrCat(options_.argv[0], ": cannot execute: ", std::strerror(*e)));
+          absl::StrCat(options_.argv[0], ": cannot execute: ", record::ErrnoText(*e)));
       // The shell's "command not found" exit code, for ptrecord.
       not_found.SetPayload(record::kExitCodePayload, absl::Cord("127"));
       return not_found;
