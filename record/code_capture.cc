@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "ptkit/errno_text.h"
 #include "ptkit/status.h"
 #include "record/proc_maps.h"
 #include "record/text_util.h"

@@ -4,9 +4,6 @@
 #ifndef PTKIT_RECORD_TEXT_UTIL_H_
 #define PTKIT_RECORD_TEXT_UTIL_H_
 
-#include <string.h>  // strerror_r (GNU's, returning the text)
-
-#include <string>
 #include <string_view>
 #include <vector>
 
@@ -31,13 +28,6 @@ inline std::vector<std::string_view> Split(std::string_view s, char sep) {
     start = pos + 1;
   }
   return out;
-}
-
-// The text of errno value `err`, as std::strerror gives it but without its static buffer
-// (glibc documents strerror as MT-Unsafe; recording runs threads).
-inline std::string ErrnoText(int err) {
-  char buf[256];
-  return strerror_r(err, buf, sizeof(buf));
 }
 
 }  // namespace ptkit::record
