@@ -374,7 +374,7 @@ TEST(SignalWatcherTest, ASignalPendingAtTheEndDoesNotKillTheProcess) {
     {
       SignalWatcher signals;
       before = signals.snapshot_count();
-      raise(SIGUSR2);  // blocked: pending
+      (void)raise(SIGUSR2);  // blocked: pending
     }
     SignalWatcher again;
     _exit(again.snapshot_count() == before + 1 ? 0 : 3);

@@ -850,7 +850,7 @@ TEST(ContainerWriterTest, FileSizeLimitSurfacesAsAnErrorAndLeavesAReadableFile) 
   FillUntilError(
       dir.File("limited.pt"),
       [] {
-        ::signal(SIGXFSZ, SIG_IGN);
+        (void)::signal(SIGXFSZ, SIG_IGN);
         rlimit lim{64 << 10, 64 << 10};
         ::setrlimit(RLIMIT_FSIZE, &lim);
       },
@@ -863,7 +863,7 @@ void WriteUnderFileLimit(const std::string& path, rlim_t limit, const std::vecto
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
+    (void)::signal(SIGXFSZ, SIG_IGN);
     rlimit lim{limit, limit};
     ::setrlimit(RLIMIT_FSIZE, &lim);
     WriterOptions o;
@@ -889,7 +889,7 @@ TEST(ContainerWriterTest, FileSizeLimitDuringLargeRecordsLeavesWholeRecordsOnly)
   FillUntilError(
       dir.File("limited-large.pt"),
       [] {
-        ::signal(SIGXFSZ, SIG_IGN);
+        (void)::signal(SIGXFSZ, SIG_IGN);
         rlimit lim{(512 << 10) + 1000, (512 << 10) + 1000};  // not on a page or record boundary
         ::setrlimit(RLIMIT_FSIZE, &lim);
       },
