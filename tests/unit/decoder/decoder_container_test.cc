@@ -1079,11 +1079,11 @@ TEST(AuxSpoolTest, DirectoriesAndTheErrorWhenNoneIsWritable) {
   EXPECT_THAT(AuxSpool::Dirs("/some/dir"), ElementsAreArray({"/some/dir", "/tmp"}));
   const char* old = std::getenv("TMPDIR");
   std::string saved = old ? old : "";
-  setenv("TMPDIR", "/from/env", 1);
+  setenv("TMPDIR", "/from/env", 1);  // NOLINT(concurrency-mt-unsafe): no other thread runs
   EXPECT_THAT(AuxSpool::Dirs(""), ElementsAreArray({"/from/env", "/tmp"}));
-  unsetenv("TMPDIR");
+  unsetenv("TMPDIR");  // NOLINT(concurrency-mt-unsafe): no other thread runs
   EXPECT_THAT(AuxSpool::Dirs(""), ElementsAreArray({"/tmp"}));
-  if (old) setenv("TMPDIR", saved.c_str(), 1);
+  if (old) setenv("TMPDIR", saved.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): as above
 
   auto fallback = AuxSpool::Create({"/nonexistent/ptkit", "/tmp"});
   ASSERT_THAT(fallback, IsOk());
