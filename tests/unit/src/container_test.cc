@@ -753,6 +753,7 @@ TEST(ContainerWriterTest, FourThreadsEveryRecordArrivesOnceIntact) {
     return Pattern(16 + (i * 37 + t * 101) % 4000, t * 100000 + i, i % 3 == 0);
   };
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
