@@ -109,6 +109,9 @@ if [[ -n $mode ]]; then
     printf '%s\n' "${unlisted[@]}" | sed 's/^[^ ]* //'
     exit 0
   fi
+  if ((${#unlisted[@]})); then
+    echo "tidy.sh: unlisted: $(printf '%s\n' "${unlisted[@]}" | sed 's/^[^ ]* //' | xargs)" >&2
+  fi
   passed=$(mktemp)
   trap 'rm -f "$passed"' EXIT
   # Each unlisted file: clang-tidy, then its key again; "KEY FILE" goes to $passed only when
