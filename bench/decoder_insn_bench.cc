@@ -21,8 +21,8 @@ namespace {
 using Factory =
     std::function<std::unique_ptr<Sink>(const ProgramImage&, std::FILE*, const OutputOptions&)>;
 
-void Run(benchmark::State& state, const char* name, BlockDecoderImpl impl, Factory make, bool json,
-         bool disasm) {
+void Run(benchmark::State& state, const char* name, BlockDecoderImpl impl, const Factory& make,
+         bool json, bool disasm) {
   auto input = LoadLibxdcTrace(name);
   if (!input) return state.SkipWithError("trace absent");
   SetBlockDecoderImpl(impl);
@@ -36,7 +36,7 @@ void Run(benchmark::State& state, const char* name, BlockDecoderImpl impl, Facto
     auto totals = DecodeTrace(input->trace.bytes(), input->config, *input->image, *sink);
     insns += totals->instructions;
   }
-  std::fclose(null);
+  if (std::fclose(null) != 0) state.SkipWithError("fclose /dev/null");
   SetBlockDecoderImpl(BlockDecoderImpl::kFast);
   state.counters["insn/s"] =
       benchmark::Counter(static_cast<double>(insns), benchmark::Counter::kIsRate);

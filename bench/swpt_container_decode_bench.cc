@@ -54,7 +54,7 @@ uint64_t StatusKiB(const std::string& status_path, const std::string& field) {
 // Synthesizes the container in a child (the walk holds the whole trace in memory).
 std::string Container() {
   const uint64_t mib = AuxMiB();
-  const std::string path = BenchDir() + "/decode_" + std::to_string(mib) + "mib.pt";
+  std::string path = BenchDir() + "/decode_" + std::to_string(mib) + "mib.pt";
   if (std::filesystem::exists(path)) return path;
   pid_t child = fork();
   if (child == 0) {

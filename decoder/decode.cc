@@ -17,6 +17,7 @@
 #include "decoder/disassembler.h"
 #include "decoder/fast_block_decoder.h"
 #include "decoder/ipt_handles.h"
+#include "ptkit/errno_text.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
@@ -66,7 +67,7 @@ absl::Status RunWithStack(size_t stack_bytes, absl::FunctionRef<absl::Status()> 
   if (err != 0) {
     return absl::ResourceExhaustedError(absl::StrCat("cannot start the block decoder's thread (",
                                                      stack_bytes >> 20,
-                                                     " MiB stack): ", strerror(err)));
+                                                     " MiB stack): ", ErrnoText(err)));
   }
   pthread_join(thread, nullptr);
   if (call.exception) std::rethrow_exception(call.exception);

@@ -173,6 +173,7 @@ absl::StatusOr<Symbol> FindSymbol(const FilterElf& elf, const std::string& spec,
     return *found[*n - 1];
   } else if (found.size() > 1) {
     std::vector<std::string> at;
+    at.reserve(found.size());
     for (const Symbol* s : found) at.push_back(absl::StrCat("0x", absl::Hex(s->value)));
     return absl::InvalidArgumentError(absl::StrCat("symbol '", name, "' is ambiguous in ", file,
                                                    " (at ", absl::StrJoin(at, ", "),

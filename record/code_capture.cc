@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
+#include "ptkit/errno_text.h"
 #include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 #include "record/proc_maps.h"
@@ -79,7 +80,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   for (const Range& r : ranges_) {
     const ScopedFd fd(open(r.path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) {
-      warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", std::strerror(errno)));
+      warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", ErrnoText(errno)));
       continue;
     }
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(r.path);
@@ -89,7 +90,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
       buf.resize(std::min(kPiece, r.len - done));
       const ssize_t n = pread(fd.get(), buf.data(), buf.size(), static_cast<off_t>(r.pgoff + done));
       if (n < 0) {
-        warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", std::strerror(errno)));
+        warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", ErrnoText(errno)));
         break;
       }
       if (n == 0) break;  // the mapping extends past the end of the file

@@ -1,6 +1,7 @@
 #include "record/drain.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "ptkit/aux_sample.h"
@@ -10,7 +11,7 @@
 namespace ptkit::record {
 
 Drainer::Drainer(ContainerWriter* writer, DrainOptions options)
-    : writer_(writer), options_(options) {}
+    : writer_(writer), options_(std::move(options)) {}
 
 StreamStats Drainer::Totals() const {
   StreamStats t;

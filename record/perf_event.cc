@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "ptkit/errno_text.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
@@ -26,7 +27,7 @@ absl::StatusOr<std::string> ReadSystemFile(const std::string& path) {
 
 absl::Status PerfEventOpenError(int err, std::string_view what, const FileReader& read_file) {
   const std::string call =
-      absl::StrCat("perf_event_open ", std::string(what), ": ", std::strerror(err));
+      absl::StrCat("perf_event_open ", std::string(what), ": ", ErrnoText(err));
   switch (err) {
     case EACCES:
     case EPERM: {

@@ -576,6 +576,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   StatusLine status(stderr, isatty(STDERR_FILENO) == 1, SteadyClockMs);
   lo.after_pass = [&] { status.Update(drainer.Totals(), writer->stats().stored_bytes); };
   std::vector<TraceSource*> raw;
+  raw.reserve(sources.size());
   for (auto& s : sources) raw.push_back(s.get());
   absl::StatusOr<LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
   status.Clear();

@@ -39,6 +39,7 @@ absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Par
   ScopedFd err_read(err[0]), err_write(err[1]);
   // After fork only async-signal-safe calls are allowed (the parent may be multi-threaded).
   std::vector<char*> args;
+  args.reserve(argv.size() + 1);
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
 
@@ -51,7 +52,7 @@ absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Par
     // must start with a clean mask.
     sigset_t none;
     sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
+    pthread_sigmask(SIG_SETMASK, &none, nullptr);
     if (park == Park::kPtraceStop) {
       ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
       (void)raise(SIGSTOP);

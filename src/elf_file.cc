@@ -260,7 +260,8 @@ std::string ElfFile::FindDebugFile(const std::string& sysroot) const {
   // The file's directory as the workload saw it (without the sysroot), for the global dir.
   const std::string seen_dir = dir.starts_with(sysroot) ? dir.substr(sysroot.size()) : dir;
   for (const std::string& candidate :
-       {dir + "/" + link, dir + "/.debug/" + link, debug_root + seen_dir + "/" + link}) {
+       {absl::StrCat(dir, "/", link), absl::StrCat(dir, "/.debug/", link),
+        absl::StrCat(debug_root, seen_dir, "/", link)}) {
     if (candidate != path_ && usable(candidate)) return candidate;
   }
   return "";

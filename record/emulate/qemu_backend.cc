@@ -21,6 +21,7 @@
 #include "absl/strings/strip.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/elf_file.h"
+#include "ptkit/errno_text.h"
 #include "ptkit/status.h"
 #include "record/code_capture.h"
 #include "record/drain_loop.h"
@@ -122,7 +123,7 @@ absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string&
   }
   if (access(setup.plugin.c_str(), R_OK) != 0) {
     return absl::FailedPreconditionError(
-        absl::StrCat("the QEMU plugin ", setup.plugin, " is not there (", std::strerror(errno),
+        absl::StrCat("the QEMU plugin ", setup.plugin, " is not there (", ErrnoText(errno),
                      "): build the ptkit_qemu target, or give its path with --qemu-plugin PATH"));
   }
   setup.plugin = std::filesystem::absolute(setup.plugin).string();

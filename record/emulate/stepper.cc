@@ -23,6 +23,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "ptkit/errno_text.h"
 #include "ptkit/numbers.h"
 #include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
@@ -500,7 +501,7 @@ absl::Status Run::Arm(Thread& t) {
                                               static_cast<uint64_t>(s.prot & ~PROT_EXEC)));
     if (rc < 0) {
       return absl::InternalError(absl::StrCat("--filter: mprotect(0x", absl::Hex(s.start),
-                                              ") in process ", t.pid, ": ", std::strerror(-rc)));
+                                              ") in process ", t.pid, ": ", ErrnoText(-rc)));
     }
     mm.armed.push_back(s);
   }
@@ -517,7 +518,7 @@ absl::Status Run::Disarm(Thread& t) {
                                               static_cast<uint64_t>(s.prot)));
     if (rc < 0 && rc != -ENOMEM) {  // ENOMEM: unmapped meanwhile
       return absl::InternalError(absl::StrCat("--filter: mprotect(0x", absl::Hex(s.start),
-                                              ") in process ", t.pid, ": ", std::strerror(-rc)));
+                                              ") in process ", t.pid, ": ", ErrnoText(-rc)));
     }
   }
   mm.armed.clear();
@@ -934,8 +935,8 @@ absl::StatusOr<StepperResult> Run::Go() {
     absl::StatusOr<int> e = record::ReadExecErrno(child.exec_error, options_.argv[0]);
     kill_and_reap(absl::OkStatus()).IgnoreError();
     if (e.ok() && *e != 0) {
-      absl::Status not_found = absl::NotFoundError(
-          absl::StrCat(options_.argv[0], ": cannot execute: ", std::strerror(*e)));
+      absl::Status not_found =
+          absl::NotFoundError(absl::StrCat(options_.argv[0], ": cannot execute: ", ErrnoText(*e)));
       // The shell's "command not found" exit code, for ptrecord.
       not_found.SetPayload(record::kExitCodePayload, absl::Cord("127"));
       return not_found;

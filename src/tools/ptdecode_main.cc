@@ -97,7 +97,9 @@ int RunInfo(const dec::InfoFlags& f) {
   std::string text =
       f.json ? info->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
              : InfoText(*info, perf_data) + summary;
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
+    return Fail(absl::DataLossError("write error on output"));
+  }
   return 0;
 }
 
@@ -259,8 +261,8 @@ std::string CrashText(const nlohmann::json& info, const dec::DecodeFlags& f) {
   dec::DecodeFlags branches = f;
   branches.tid = std::to_string(tid);
   const int decoded = RunContainer(branches, dec::MakeBranchesSink, memory);
-  std::fclose(memory);
-  std::string out(buffer != nullptr ? buffer : "", size);
+  const bool closed = std::fclose(memory) == 0;  // else no branches: the buffer is not whole
+  std::string out(closed && buffer != nullptr ? buffer : "", closed ? size : 0);
   std::free(buffer);
   std::vector<std::string_view> lines;
   for (size_t at = 0; at < out.size();) {
@@ -286,7 +288,9 @@ int RunReport(const dec::DecodeFlags& f) {
   auto info = Info(f.container, perf_data);
   if (!info.ok()) return Fail(info.status());
   std::string text = (perf_data ? "" : CrashText(*info, f)) + InfoText(*info, perf_data) + "\n";
-  std::fwrite(text.data(), 1, text.size(), stdout);
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
+    return Fail(absl::DataLossError("write error on output"));
+  }
   dec::DecodeFlags stats = f;
   stats.top_functions = kReportFunctions;
   stats.list_problems = true;

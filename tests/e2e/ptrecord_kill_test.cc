@@ -34,6 +34,7 @@
 #include "gtest/gtest.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/container_writer.h"
+#include "ptkit/errno_text.h"
 #include "ptkit/status.h"
 #include "record/drain.h"
 #include "record/drain_loop.h"
@@ -306,7 +307,7 @@ class ScopedTmpfs {
   ScopedTmpfs(const std::string& dir, const char* size) : dir_(dir) {
     std::filesystem::create_directory(dir);
     if (::mount("ptkit-test", dir.c_str(), "tmpfs", 0, size) != 0) {
-      why_ = std::string("cannot mount a tmpfs (") + size + "): " + std::strerror(errno) +
+      why_ = std::string("cannot mount a tmpfs (") + size + "): " + ::ptkit::ErrnoText(errno) +
              " (needs root / CAP_SYS_ADMIN)";
     }
   }
@@ -425,7 +426,7 @@ TEST(PtrecordKillTest, KernelRecordingOnAFullDiskStopsAndKeepsEveryWholeRecord) 
     return flushed;
   }();
   std::fprintf(stderr, "ptrecord: %s\n", std::string(status.message()).c_str());
-  std::fflush(stderr);
+  (void)std::fflush(stderr);  // nowhere to report its failure
   ::_exit(1);
 }
 

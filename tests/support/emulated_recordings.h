@@ -74,7 +74,7 @@ class EmulatedRecordings {
           rec.ok = false;
           rec.why = "keeping the recording: " + ec.message();
         } else if (std::FILE* done = std::fopen((stem + ".done").c_str(), "w")) {
-          std::fclose(done);
+          (void)std::fclose(done);  // without the marker, the next run records again
         }
       }
     }
@@ -103,7 +103,7 @@ class EmulatedRecordings {
     }
     for (const std::string& option : options) what += option + "\n";
     char hex[17];
-    std::snprintf(hex, sizeof(hex), "%016zx", std::hash<std::string>{}(what));
+    (void)std::snprintf(hex, sizeof(hex), "%016zx", std::hash<std::string>{}(what));
     return hex;
   }
 

@@ -36,6 +36,7 @@ inline CommandResult RunCommand(const std::vector<std::string>& argv) {
     int devnull = ::open("/dev/null", O_RDONLY);
     ::dup2(devnull, 0);
     std::vector<char*> args;
+    args.reserve(argv.size() + 1);
     for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
     ::execv(args[0], args.data());

@@ -85,7 +85,10 @@ int main(int argc, char** argv) {
       return 1;
     }
     for (uint64_t ip : result->truth) fmt::print(f, "{:x}\n", ip);
-    std::fclose(f);
+    if (std::fclose(f) != 0) {
+      fmt::print(stderr, "swpt_synth: cannot write {}\n", truth);
+      return 1;
+    }
   }
   if (!container.empty()) {
     ptkit::swpt::SynthContainerOptions copts;

@@ -294,7 +294,7 @@ TEST(CallStackTest, CallsAndTimelineWarnOnceOfDroppedFrames) {
     for (uint64_t i = 0; i < kCalls; ++i) sink->OnBlock(CallSelfBlock());
     ASSERT_THAT(sink->Finish(DecodeTotals{}), IsOk());
     const std::string text = ::ptkit::decoder::testing::ReadAll(out);
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
     const std::string want = kind == 0   ? "[warning: " + warning
                              : kind == 1 ? "{\"warning\":\"" + warning
                                          : "\"otherData\":{\"warning\":\"" + warning;
@@ -316,7 +316,7 @@ TEST(CallStackTest, StatsWarnsOnceOfDroppedFrames) {
     for (uint64_t i = 0; i < kCalls; ++i) sink->OnBlock(CallSelfBlock());
     ASSERT_THAT(sink->Finish(DecodeTotals{}), IsOk());
     const std::string text = ::ptkit::decoder::testing::ReadAll(out);
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
     const std::string warning = "call stack deeper than 65536 frames: 4464 calls got no frame";
     EXPECT_NE(text.find(json ? "\"warnings\": [\n    \"" + warning : "# warning: " + warning),
               std::string::npos)

@@ -91,7 +91,7 @@ TEST_F(BtsTest, StatsCountCallsFromBranchRecords) {
   std::string text;
   char buf[4096];
   for (size_t n; (n = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, n);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   auto doc = nlohmann::json::parse(text);
   const uint64_t leaf = code_->Symbol("leaf").address;
   uint64_t leaf_entries = 0;

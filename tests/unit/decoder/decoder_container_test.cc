@@ -107,7 +107,7 @@ std::vector<uint8_t> MmapPage(const ElfCode& code, uint32_t pid, uint64_t text,
 // The JSON lines written to `out` (closed).
 std::vector<nlohmann::json> JsonLines(std::FILE* out) {
   std::string text = ::ptkit::decoder::testing::ReadAll(out);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   std::vector<nlohmann::json> lines;
   for (size_t at = 0, nl; (nl = text.find('\n', at)) != std::string::npos; at = nl + 1) {
     lines.push_back(nlohmann::json::parse(text.substr(at, nl - at)));
@@ -188,7 +188,7 @@ class ContainerTest : public ::testing::Test {
     ASSERT_THAT((*writer)->AppendAux({cpu0, bytes_a_.size(), 0, 30, bytes_b}), IsOk());
     ASSERT_THAT((*writer)->Close(), IsOk());
   }
-  void TearDown() override { std::remove(path_.c_str()); }
+  void TearDown() override { (void)std::remove(path_.c_str()); }
 
   std::unique_ptr<ElfCode> code_;
   uint64_t work_ = 0;
@@ -243,7 +243,7 @@ TEST_F(ContainerTest, StatsUseTheMappedFilesSymbols) {
   std::string text;
   char buf[4096];
   for (size_t n; (n = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, n);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   auto doc = nlohmann::json::parse(text);
   const ElfCode::Sym work = code_->Symbol("work");
   uint64_t expected = 0;
@@ -266,7 +266,7 @@ TEST_F(ContainerTest, StatsUseTheMappedFilesSymbols) {
 absl::StatusOr<DecodeTotals> DecodeAndRemove(const std::string& path, Recorder& rec,
                                              const ContainerOptions& options = {}) {
   absl::StatusOr<DecodeTotals> totals = DecodeContainer(path, options, rec);
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
   return totals;
 }
 
@@ -276,7 +276,7 @@ std::string DecodeToText(const std::string& path, Sink& sink, std::FILE* out) {
   std::string text;
   char buf[4096];
   for (size_t n; (n = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, n);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   return text;
 }
 
@@ -461,7 +461,7 @@ TEST_F(ContainerTest, FiltersThatSelectNothingSayWhatTheRecordingHas) {
     std::FILE* out = std::tmpfile();
     EXPECT_THAT(DumpContainerPackets(path_, c.options, out, {}),
                 StatusIs(absl::StatusCode::kNotFound, path_ + c.message));
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
   }
 }
 
@@ -508,7 +508,7 @@ TEST_F(ContainerTest, SnapshotsDecodeEachOnItsOwn) {
   ContainerOptions options;
   options.snapshot = 1;
   ASSERT_THAT(DecodeContainer(path, options, one), IsOk());
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
   ASSERT_THAT(one.streams, SizeIs(1));
   EXPECT_EQ(one.streams[0].name, "cpu 0 snapshot 1");
   EXPECT_THAT(one.runs[1], ElementsAreArray(*w1));
@@ -674,7 +674,7 @@ class TidFilterTest : public ::testing::Test {
                        {.pid = 100, .tid = 101, .tsc = 7000, .seed = 4},
                        {.pid = 100, .tid = 100, .tsc = 9000, .seed = 5}});
   }
-  void TearDown() override { std::remove(path_.c_str()); }
+  void TearDown() override { (void)std::remove(path_.c_str()); }
   uint64_t Insns(std::initializer_list<size_t> runs) const {
     uint64_t n = 0;
     for (size_t r : runs) n += cpu_.truths()[r].size();
@@ -692,7 +692,7 @@ TEST_F(TidFilterTest, SwitchLinesNameTheProcessAndTheThread) {
     auto sink = MakeInsnSink(**image, out, {.json = json});
     ASSERT_THAT(DecodeContainer(path_, {}, *sink), IsOk());
     const std::string text = ::ptkit::decoder::testing::ReadAll(out);
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
     if (json) {
       EXPECT_THAT(text, ::testing::HasSubstr("{\"switch\":\"cpu 0\",\"pid\":100,\"tid\":101,"));
     } else {
@@ -789,7 +789,7 @@ TEST(TidFilterLossTest, ALossBeforeTheThreadResumesIsShownToIt) {
     EXPECT_EQ(rec.losses[0].kind, LossKindName(LossKind::kAuxTruncated));
     EXPECT_EQ(totals->losses, 1u);
   }
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 // PERF_RECORD_LOST: the lost records may have said TRUNCATED, so the decode shows the loss
@@ -873,7 +873,7 @@ TEST(ContainerLossTest, DamageAndAMissingFooterAreWarnings) {
   ASSERT_THAT(totals, IsOk());
   EXPECT_THAT(totals->warnings, Contains(HasSubstr("no footer")));
   EXPECT_THAT(totals->warnings, Contains(HasSubstr("damaged bytes at offset")));
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 // A process that execs another program at the same address: the trace before the exec is
@@ -926,7 +926,7 @@ TEST_F(TidFilterTest, PacketsOfATidAreThoseWhileItRuns) {
     std::FILE* out = std::tmpfile();
     EXPECT_THAT(DumpContainerPackets(path_, options, out, {}), IsOk());
     const std::string text = ::ptkit::decoder::testing::ReadAll(out);
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
     size_t n = 0;
     for (size_t at = text.find("[stream "); at != std::string::npos;
          at = text.find("[stream ", at + 1)) {
@@ -997,7 +997,7 @@ TEST_F(ContainerTest, PacketsAsText) {
   std::FILE* out = std::tmpfile();
   ASSERT_THAT(DumpContainerPackets(path_, {}, out, {}), IsOk());
   std::string text = ::ptkit::decoder::testing::ReadAll(out);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   EXPECT_THAT(text, ::testing::StartsWith("[stream cpu 0: pid 100 (tiny), "));
   EXPECT_THAT(text, ::testing::HasSubstr(fmt::format("[loss: aux-truncated at aux offset {:#x}, "
                                                      "4096 bytes]\n{:016x}  psb",
@@ -1091,11 +1091,11 @@ TEST(AuxSpoolTest, DirectoriesAndTheErrorWhenNoneIsWritable) {
   EXPECT_THAT(AuxSpool::Dirs("/some/dir"), ElementsAreArray({"/some/dir", "/tmp"}));
   const char* old = std::getenv("TMPDIR");
   std::string saved = old ? old : "";
-  setenv("TMPDIR", "/from/env", 1);
+  setenv("TMPDIR", "/from/env", 1);  // NOLINT(concurrency-mt-unsafe): no other thread runs
   EXPECT_THAT(AuxSpool::Dirs(""), ElementsAreArray({"/from/env", "/tmp"}));
-  unsetenv("TMPDIR");
+  unsetenv("TMPDIR");  // NOLINT(concurrency-mt-unsafe): no other thread runs
   EXPECT_THAT(AuxSpool::Dirs(""), ElementsAreArray({"/tmp"}));
-  if (old) setenv("TMPDIR", saved.c_str(), 1);
+  if (old) setenv("TMPDIR", saved.c_str(), 1);  // NOLINT(concurrency-mt-unsafe): as above
 
   auto fallback = AuxSpool::Create({"/nonexistent/ptkit", "/tmp"});
   ASSERT_THAT(fallback, IsOk());

@@ -86,7 +86,7 @@ TEST_P(GoldenTest, MatchesCheckedInOutput) {
     ASSERT_THAT(DumpPackets(*trace_, {}, out, options), IsOk());
   }
   std::string actual = ReadAll(out);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   ASSERT_FALSE(actual.empty());
 
   const std::string path = kGoldenDir + c.name;

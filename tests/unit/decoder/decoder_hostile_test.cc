@@ -144,9 +144,9 @@ TEST(DecoderHostileTest, LoopThroughADirectBranchInARawImageIsAnError) {
     const uint64_t lines = std::count(r.out.begin(), r.out.end(), '\n');
     EXPECT_GT(lines, 2 * (kMaxInsnsWithoutProgress + 2));
     EXPECT_LE(lines, 2 * (kMaxInsnsWithoutProgress + 2 + 64));
-    std::remove(image.c_str());
+    (void)std::remove(image.c_str());
   }
-  std::remove(trace.c_str());
+  (void)std::remove(trace.c_str());
 }
 
 // Counts what is written to it (bytes, lines, the longest line) and keeps its first 64 KiB.
@@ -187,7 +187,7 @@ TEST(DecoderHostileTest, CallsIndentationIsBoundedOnADeepStack) {
   ASSERT_NE(out, nullptr);
   auto sink = MakeCallsSink(**image, out, {});
   ASSERT_THAT(DecodeTrace(LoopTrace(), {}, **image, *sink), IsOk());
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   // Two segments of a call line per frame, and a few more lines (errors, the warning).
   EXPECT_GE(shape.lines, 2 * CallStack::kMaxFrames);
   EXPECT_LE(shape.lines, 2 * CallStack::kMaxFrames + 16);
@@ -259,7 +259,7 @@ TEST(DecoderHostileTest, LoopThroughADirectBranchInCapturedCodeIsAnError) {
                   HasSubstr(fmt::format("{{\"error\":\"loop\",\"offset\":{},\"ip\":\"{:#x}\"",
                                         offset, kCode)));
     }
-    std::remove(path.c_str());
+    (void)std::remove(path.c_str());
   }
 }
 
@@ -280,7 +280,7 @@ TEST(DecoderHostileTest, ACopiedFirstAuxRecordIsDecodedOnceWithAWarning) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   doc = nlohmann::json::parse(r.out);
   ASSERT_EQ(doc["damage"].size(), 1u) << doc["damage"].dump();
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 // Issue 12 item 6: what the reader or the sideband model knew was not shown by the decoders.
@@ -331,7 +331,7 @@ TEST(DecoderHostileTest, AppendedRecordingsAndMalformedSidebandAreWarnings) {
   doc = nlohmann::json::parse(r.out);
   ASSERT_EQ(doc["damage"].size(), 1u) << doc.dump();
   EXPECT_EQ(doc["lost_bytes"].get<uint64_t>() * 2, doc["file_size"].get<uint64_t>());
-  for (const std::string& path : {one, two, both}) std::remove(path.c_str());
+  for (const std::string& path : {one, two, both}) (void)std::remove(path.c_str());
 }
 
 // Issue 12 item 7: 400 MMAP2 records of libc at different addresses took 98 s, every mapping
@@ -406,7 +406,7 @@ TEST(DecoderHostileTest, ManyForksBetweenTwoProcessesDecodeInNearLinearTime) {
   CommandResult info = RunPtdecode("info --json " + forks);
   ASSERT_EQ(info.exit_code, 0) << info.err;
   EXPECT_THAT(info.out, HasSubstr("\"FORK\": 4000")) << info.out.substr(0, 2000);
-  for (const std::string& path : {plain, forks}) std::remove(path.c_str());
+  for (const std::string& path : {plain, forks}) (void)std::remove(path.c_str());
 }
 
 // Issue 12 item 8: captured code had no bound and was held twice (the records' bytes, then a
@@ -448,7 +448,7 @@ TEST(DecoderHostileTest, CapturedCodeIsSpooledOnceWithALimit) {
                   fmt::format("1 code record(s) with {} bytes of captured code beyond the first {} "
                               "bytes are not used",
                               kBig, kBig + 1000))));
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 }  // namespace

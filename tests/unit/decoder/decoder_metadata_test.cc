@@ -62,7 +62,7 @@ class MetadataTest : public ::testing::Test {
     ASSERT_GE(branches_.size(), 2u);
     path_ = ::ptkit::decoder::testing::TempPath("decoder_metadata_test.pt");
   }
-  void TearDown() override { std::remove(path_.c_str()); }
+  void TearDown() override { (void)std::remove(path_.c_str()); }
 
   // A trace.pt: `records` as metadata records (verbatim), tiny.elf's text mapped in process
   // 300, `aux` as thread 300's trace.

@@ -75,7 +75,7 @@ TEST_P(RealTraceTest, StatsAccountForEveryInstruction) {
   std::string text;
   char buf[4096];
   for (size_t n; (n = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, n);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   auto doc = nlohmann::json::parse(text);
   EXPECT_EQ(doc["schema"], "ptkit-stats/1");
   EXPECT_EQ(doc["totals"]["instructions"].get<uint64_t>(), GetParam().instructions);

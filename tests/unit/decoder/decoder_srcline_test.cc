@@ -132,7 +132,7 @@ TEST_F(SrclineTest, AFileWithoutDwarfIsReportedOnceAndGivesNoLines) {
   EXPECT_EQ(lines.Lookup(*image, 0x10), nullptr);  // unmapped
   EXPECT_THAT(lines.files_without_lines(), ElementsAre(kNoDwarf));
   std::string text = ReadAll(diag);
-  std::fclose(diag);
+  EXPECT_EQ(std::fclose(diag), 0);
   EXPECT_EQ(text, "ptdecode: warning: --srcline: " + kNoDwarf +
                       " has no DWARF line information (no file:line for its code)\n");
 }
@@ -150,8 +150,8 @@ TEST_F(SrclineTest, AFileWhoseDwarfHasNoLineTableIsReported) {
   for (uint64_t ip : ips_) EXPECT_EQ(lines.Lookup(*image, ip), nullptr);
   EXPECT_THAT(lines.files_without_lines(), ElementsAre(path));
   EXPECT_THAT(ReadAll(diag), HasSubstr(path + " has no DWARF line information"));
-  std::fclose(diag);
-  std::remove(path.c_str());
+  EXPECT_EQ(std::fclose(diag), 0);
+  (void)std::remove(path.c_str());
 }
 
 TEST_F(SrclineTest, InsnBranchesAndCallsPrintFileLine) {
@@ -167,8 +167,8 @@ TEST_F(SrclineTest, InsnBranchesAndCallsPrintFileLine) {
     EXPECT_THAT(DecodeTrace(trace_, {}, *image, *sink), IsOk());
     std::string text = ReadAll(out);
     EXPECT_EQ(ReadAll(diag), "");
-    std::fclose(out);
-    std::fclose(diag);
+    EXPECT_EQ(std::fclose(out), 0);
+    EXPECT_EQ(std::fclose(diag), 0);
     return text;
   };
   // insn: " (file:line)" ends each instruction line whose address has one.
@@ -264,7 +264,7 @@ TEST(SrclineProgramTest, AnOrdinaryProgramsLinesAreAddr2Lines) {
       EXPECT_EQ(answered, known);
       EXPECT_EQ(ReadAll(diag), "");
       EXPECT_THAT(lines.files_without_lines(), ::testing::IsEmpty());
-      std::fclose(diag);
+      EXPECT_EQ(std::fclose(diag), 0);
     }
   }
 }

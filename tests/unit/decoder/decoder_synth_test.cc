@@ -95,7 +95,7 @@ TEST_F(SynthTest, StatsCountCallsAndInstructionsPerFunction) {
   std::string text;
   char buf[4096];
   for (size_t n; (n = std::fread(buf, 1, sizeof(buf), out)) > 0;) text.append(buf, n);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   auto doc = nlohmann::json::parse(text);
 
   // Expected from the ground truth: instructions inside each symbol, entries of each callee.
@@ -258,7 +258,7 @@ TEST_F(SynthTest, OverflowIsAnEventAndDecodingResumesAtTheFupIp) {
   std::FILE* out = std::tmpfile();
   auto stats = MakeStatsSink(*image, out, {});
   auto st = DecodeTrace(synth.bytes(), {}, *image, *stats);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   ASSERT_THAT(st, IsOk());
   EXPECT_EQ(st->instructions, rec.runs[0].size() + rec.runs[1].size());
 }
@@ -285,7 +285,7 @@ TEST_F(SynthTest, ProgressOnlyOnATerminalAndForwardsEverything) {
                           [&] { return clock += 300; });
     auto totals = DecodeTrace(trace, {}, *image, progress);
     ASSERT_THAT(totals, IsOk());
-    std::fclose(err);
+    EXPECT_EQ(std::fclose(err), 0);
     std::string printed(text, size);
     std::free(text);
     EXPECT_EQ(count->instructions(), totals->instructions);
@@ -360,14 +360,14 @@ TEST_F(SynthTest, LoadRawInputRejectsAFileWithoutPsb) {
   std::FILE* f = std::fopen(path.c_str(), "wb");
   ASSERT_NE(f, nullptr);
   std::fputs("hello, this is not Intel PT at all", f);
-  std::fclose(f);
+  EXPECT_EQ(std::fclose(f), 0);
   RawInputSpec spec;
   spec.pt_path = path;
   EXPECT_THAT(LoadRawInput(spec),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("not an Intel PT stream")));
   spec.pt_path = path + ".missing";
   EXPECT_THAT(LoadRawInput(spec), StatusIs(absl::StatusCode::kNotFound, HasSubstr(".missing")));
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 TEST_F(SynthTest, AddElfRejectsAFileThatIsNotElf) {
@@ -376,12 +376,12 @@ TEST_F(SynthTest, AddElfRejectsAFileThatIsNotElf) {
   std::string path = ::ptkit::decoder::testing::TempPath("not_elf.bin");
   std::FILE* f = std::fopen(path.c_str(), "wb");
   std::fputs("plain text", f);
-  std::fclose(f);
+  EXPECT_EQ(std::fclose(f), 0);
   EXPECT_THAT((*image)->AddElf({path, 0}),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(path)));
   EXPECT_THAT((*image)->AddElf({path + ".missing", 0}),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr(".missing")));
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 TEST_F(SynthTest, ElfBaseRelocatesCodeAndSymbols) {

@@ -101,7 +101,7 @@ class TimeTest : public ::testing::Test {
       EXPECT_THAT(totals, IsOk());
     }
     std::string text = ReadAll(out);
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
     return text;
   }
 
@@ -179,7 +179,7 @@ TEST(TscClockTest, ReadsTheMetadataOfAContainer) {
   EXPECT_EQ(clock->perf->time_zero, 5u);
   EXPECT_EQ(clock->perf->time_mult, 9u);
   EXPECT_EQ(clock->perf->time_shift, 3u);
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
   EXPECT_THAT(ReadTscClock(kTiny), Not(IsOk()));  // not a container
 }
 
@@ -268,7 +268,7 @@ TEST_F(TimeTest, CallsReportTheTicksFromCallToReturn) {
     sink->OnBlock(Block(call + 5, call + 5, 2, ptic_other));
     ASSERT_THAT(sink->Finish({}), IsOk());
     std::string text = ReadAll(out);
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
     // Entered when its first block ran (time t1), left when the caller resumed (t2).
     if (json) {
       EXPECT_THAT(text, HasSubstr(fmt::format("\"return\":\"collatz\",\"insns\":4,\"ticks\":{}}}",
@@ -290,7 +290,7 @@ TEST_F(TimeTest, CallsWithoutATimeAtTheCallHaveNoTicks) {
   sink->OnBlock(Block(call + 5, call + 5, 2, ptic_other));
   ASSERT_THAT(sink->Finish({}), IsOk());
   std::string text = ReadAll(out);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   EXPECT_THAT(text, HasSubstr("< collatz (4 insns)\n"));
 }
 
@@ -322,7 +322,7 @@ TEST_F(TimeTest, FoldedTimeSplitsEachIntervalByInstructions) {
   sink->OnBlock(Block(work_.address, work_.address + 4, 5, ptic_other));
   ASSERT_THAT(sink->Finish({}), IsOk());
   auto stacks = ParseFolded(ReadAll(out));
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   ASSERT_EQ(stacks.size(), 2u);
   const uint64_t odd_work = odd * 3 / 7;  // floor share of work's 3 of 7 instructions
   EXPECT_EQ(stacks["work"], 5 * k + idle + odd_work);

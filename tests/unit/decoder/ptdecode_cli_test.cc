@@ -78,9 +78,9 @@ class PtdecodeCliTest : public ::testing::Test {
                static_cast<std::streamsize>(bytes.size()));
   }
   void TearDown() override {
-    std::remove(trace_.c_str());
-    std::remove(::ptkit::decoder::testing::TempPath("ptdecode.out").c_str());
-    std::remove(::ptkit::decoder::testing::TempPath("ptdecode.err").c_str());
+    (void)std::remove(trace_.c_str());
+    (void)std::remove(::ptkit::decoder::testing::TempPath("ptdecode.out").c_str());
+    (void)std::remove(::ptkit::decoder::testing::TempPath("ptdecode.err").c_str());
   }
   std::string trace_;
   uint64_t instructions_ = 0;
@@ -212,7 +212,7 @@ TEST_F(PtdecodeCliTest, TimeWindowTotalsAgreeWithItsRows) {
                                  "window is [FROM, TO)) (see ptdecode --help)\n",
                                  bad));
   }
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 TEST_F(PtdecodeCliTest, PacketsJsonGivesCountersAsNumbers) {
@@ -241,7 +241,7 @@ TEST_F(PtdecodeCliTest, PacketsJsonGivesCountersAsNumbers) {
   Result insn = RunPtdecode("insn --json --pt " + path + " --elf " + kTiny);  // the same form
   ASSERT_EQ(insn.exit_code, 0) << insn.err;
   EXPECT_THAT(insn.out, HasSubstr(fmt::format("\"tsc\":{},", tsc)));
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 TEST_F(PtdecodeCliTest, BtsRecordsDecodeLikeTheWalk) {
@@ -258,7 +258,7 @@ TEST_F(PtdecodeCliTest, BtsRecordsDecodeLikeTheWalk) {
   std::ofstream(path, std::ios::binary)
       .write(reinterpret_cast<const char*>(bts.data()), static_cast<std::streamsize>(bts.size()));
   Result r = RunPtdecode("insn --bts " + path + " --elf " + kTiny);
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(CountLines(r.out), static_cast<int>(branches.back() - branches.front() + 1));
   Result bad = RunPtdecode("insn --bts " + trace_ + " --elf " + kTiny);  // not 24-byte records
@@ -368,7 +368,7 @@ TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
   EXPECT_EQ(r.exit_code, 2);
   r = RunPtdecode("insn --pt " + trace_ + " --tid 3");
   EXPECT_EQ(r.exit_code, 2);
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 TEST_F(PtdecodeCliTest, ContainerTimeIsPerfTimeFromTheMetadata) {
@@ -403,7 +403,7 @@ TEST_F(PtdecodeCliTest, ContainerTimeIsPerfTimeFromTheMetadata) {
   }
   r = RunPtdecode("folded --weight=time " + path);  // one segment: no interval closes
   EXPECT_EQ(r.exit_code, 0) << r.err;
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 // Issue 12 item 2: a mistyped metadata member that decoding needs (one per group:
@@ -456,7 +456,7 @@ TEST_F(PtdecodeCliTest, AMistypedMetadataMemberIsARuntimeErrorNamingIt) {
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_THAT(r.out, HasSubstr(fmt::format("warning:     metadata: \"{}\" must be", field)));
   }
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 TEST_F(PtdecodeCliTest, FoldedByTimeWithoutTimingFailsSayingWhy) {
@@ -492,7 +492,7 @@ TEST_F(PtdecodeCliTest, AnEmptyTraceFileSaysSo) {
     EXPECT_EQ(r.out, "") << cmd;
     EXPECT_EQ(r.err, "ptdecode: " + empty + ": empty file (0 bytes): no trace to decode\n") << cmd;
   }
-  std::remove(empty.c_str());
+  (void)std::remove(empty.c_str());
 }
 
 TEST_F(PtdecodeCliTest, ElfTakesOneFilePerOption) {

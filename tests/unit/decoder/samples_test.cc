@@ -49,7 +49,7 @@ class SamplesTest : public ::testing::Test {
     absl::StatusOr<SamplesTotals> t =
         PrintSamples(r, RecordingOptions{}, SamplesOptions{.json = json}, out);
     text = testing::ReadAll(out);
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
     return t;
   }
   ::ptkit::testing::TempDir dir_;

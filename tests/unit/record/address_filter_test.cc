@@ -44,7 +44,9 @@ uint64_t FileOffsetOf(const void* addr) {
       offset = a - start + pgoff;
     }
   }
-  if (maps != nullptr) std::fclose(maps);
+  if (maps != nullptr) {
+    EXPECT_EQ(std::fclose(maps), 0);
+  }
   return offset;
 }
 

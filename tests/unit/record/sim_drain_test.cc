@@ -374,7 +374,7 @@ TEST(SignalWatcherTest, ASignalPendingAtTheEndDoesNotKillTheProcess) {
     {
       SignalWatcher signals;
       before = signals.snapshot_count();
-      raise(SIGUSR2);  // blocked: pending
+      (void)raise(SIGUSR2);  // blocked: pending
     }
     SignalWatcher again;
     _exit(again.snapshot_count() == before + 1 ? 0 : 3);
@@ -541,11 +541,12 @@ TEST_F(SimDrainTest, Sigusr2TakesSnapshotsAndSigtermStops) {
     for (int i = 0; i < 3; ++i) {
       pthread_kill(loop_thread, SIGUSR2);
       // Wait until the loop has taken it, so the three signals are not merged while pending.
-      while (drainer.Totals().snapshots < static_cast<uint64_t>(i + 1)) {
+      while (drainer.Totals().snapshots < static_cast<uint64_t>(i) + 1) {
         std::this_thread::sleep_for(std::chrono::milliseconds(1));
       }
     }
-    pthread_kill(loop_thread, SIGTERM);
+    // The stop request the loop's SignalWatcher catches: it does not end the thread.
+    pthread_kill(loop_thread, SIGTERM);  // NOLINT(bugprone-bad-signal-to-kill-thread): above
   });
   LoopOptions lo;
   lo.poll_timeout_ms = 1000;

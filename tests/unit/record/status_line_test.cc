@@ -60,7 +60,7 @@ TEST(StatusLineTest, DrawsEveryIntervalOnATerminalOnly) {
       line.Clear();
       line.Clear();  // once only
     }
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
     const std::string text(buffer, size);
     std::free(buffer);
     if (!terminal) {

@@ -16,8 +16,6 @@
 namespace ptkit::fuzz {
 namespace {
 
-using ::testing::HasSubstr;
-
 std::vector<uint8_t> Seed(const std::string& name) {
   std::ifstream in(std::string(PTKIT_SOURCE_DIR) + "/tests/fuzz/corpus/" + name, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), {}};

@@ -753,6 +753,7 @@ TEST(ContainerWriterTest, FourThreadsEveryRecordArrivesOnceIntact) {
     return Pattern(16 + (i * 37 + t * 101) % 4000, t * 100000 + i, i % 3 == 0);
   };
   std::vector<std::thread> threads;
+  threads.reserve(kThreads);
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
       for (int i = 0; i < kPerThread; ++i) {
@@ -850,7 +851,7 @@ TEST(ContainerWriterTest, FileSizeLimitSurfacesAsAnErrorAndLeavesAReadableFile) 
   FillUntilError(
       dir.File("limited.pt"),
       [] {
-        ::signal(SIGXFSZ, SIG_IGN);
+        (void)::signal(SIGXFSZ, SIG_IGN);
         rlimit lim{64 << 10, 64 << 10};
         ::setrlimit(RLIMIT_FSIZE, &lim);
       },
@@ -863,7 +864,7 @@ void WriteUnderFileLimit(const std::string& path, rlim_t limit, const std::vecto
   pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
-    ::signal(SIGXFSZ, SIG_IGN);
+    (void)::signal(SIGXFSZ, SIG_IGN);
     rlimit lim{limit, limit};
     ::setrlimit(RLIMIT_FSIZE, &lim);
     WriterOptions o;
@@ -889,7 +890,7 @@ TEST(ContainerWriterTest, FileSizeLimitDuringLargeRecordsLeavesWholeRecordsOnly)
   FillUntilError(
       dir.File("limited-large.pt"),
       [] {
-        ::signal(SIGXFSZ, SIG_IGN);
+        (void)::signal(SIGXFSZ, SIG_IGN);
         rlimit lim{(512 << 10) + 1000, (512 << 10) + 1000};  // not on a page or record boundary
         ::setrlimit(RLIMIT_FSIZE, &lim);
       },

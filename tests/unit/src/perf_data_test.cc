@@ -40,9 +40,8 @@ namespace ptkit::perf {
 namespace {
 
 using ::ptkit::testing::IsOk;
-using ::ptkit::testing::StatusIs;
+using ::ptkit::testing::StatusIs;  // NOLINT(misc-unused-using-decls): used; clang-tidy 14 misses it
 using ::testing::IsEmpty;
-using ::testing::Not;
 
 constexpr char kPerf[] = "/usr/bin/perf";
 

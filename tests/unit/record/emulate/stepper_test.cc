@@ -321,14 +321,14 @@ std::vector<Segment> ExecSegments(const std::string& path) {
   if (std::fread(&eh, sizeof(eh), 1, f) == 1) {
     for (int i = 0; i < eh.e_phnum; ++i) {
       Elf64_Phdr ph{};
-      std::fseek(f, static_cast<long>(eh.e_phoff + i * sizeof(ph)), SEEK_SET);
+      if (std::fseek(f, static_cast<long>(eh.e_phoff + i * sizeof(ph)), SEEK_SET) != 0) break;
       if (std::fread(&ph, sizeof(ph), 1, f) != 1) break;
       if (ph.p_type == PT_LOAD && (ph.p_flags & PF_X)) {
         out.push_back({ph.p_vaddr, ph.p_offset, ph.p_filesz});
       }
     }
   }
-  std::fclose(f);
+  EXPECT_EQ(std::fclose(f), 0);
   return out;
 }
 

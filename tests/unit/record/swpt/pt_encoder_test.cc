@@ -51,6 +51,7 @@ std::vector<Packet> ReadPackets(const std::vector<uint8_t>& pt) {
 
 std::vector<pt_packet_type> Types(const std::vector<Packet>& packets) {
   std::vector<pt_packet_type> t;
+  t.reserve(packets.size());
   for (const Packet& p : packets) t.push_back(p.type);
   return t;
 }
