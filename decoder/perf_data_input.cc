@@ -9,12 +9,12 @@
 #include <vector>
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "decoder/container_input.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
+#include "ptkit/numbers.h"
 #include "ptkit/perf_data_format.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/recording_metadata.h"
@@ -165,7 +165,7 @@ nlohmann::json PerfDataMetadata(const perf::PerfData& data) {
     const char* names[] = {"family", "model", "stepping"};
     for (size_t i = 0; i < 3 && i + 1 < parts.size(); ++i) {
       uint32_t v = 0;
-      if (absl::SimpleAtoi(parts[i + 1], &v)) cpu[names[i]] = v;
+      if (ParseUnsigned(parts[i + 1], &v)) cpu[names[i]] = v;
     }
     if (f.cpudesc) cpu["model_name"] = *f.cpudesc;
     m["cpu"] = std::move(cpu);
