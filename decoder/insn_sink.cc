@@ -58,6 +58,23 @@ class InsnSink : public Sink {
       }
       AppendSrcline(buf, lines_.get(), *image_, insn.ip, true);
       buf.append(std::string_view("}\n"));
+    } else if (!options_.disasm && !lines_) {
+      // The whole line is written into room reserved once (the common case).
+      const size_t room =
+          time_.size() + prefix_.size() + 16 + 2 + 2 + symbols_.Prepare(insn.ip) + 1;
+      char* p = Reserve(buf, room);
+      p = WriteText(p, time_);
+      p = WriteText(p, prefix_);
+      p = WriteHex(p, insn.ip, 16);
+      *p++ = ' ';
+      *p++ = ' ';
+      if (insn.speculative) {
+        *p++ = '?';
+        *p++ = ' ';
+      }
+      p = symbols_.Write(p, insn.ip);
+      *p++ = '\n';
+      Commit(buf, p);
     } else {
       AppendText(buf, time_);
       AppendText(buf, prefix_);

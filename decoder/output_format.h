@@ -26,9 +26,30 @@ namespace ptkit::decoder {
 
 using Buffer = fmt::memory_buffer;
 
-// Appends `v` in lowercase hex with at least `digits` digits (zero-padded), as fmt's "{:0Nx}"
-// without its format-spec machinery: the per-instruction hot path of insn and branches.
-inline void AppendHex(Buffer& buf, uint64_t v, int digits = 1) {
+// Writes `v` in lowercase hex with at least `digits` digits (zero-padded, at most 16) at `p`
+// and returns the end: fmt's "{:0Nx}" without its format-spec machinery, for the
+// per-instruction hot paths of insn and branches.
+inline char* WriteHex(char* p, uint64_t v, int digits = 1) {
+  if (digits == 16) {
+    // An address: each half's eight nibbles spread to one byte each, turned into digits
+    // all at once (no loop, no table).
+    auto eight = [](uint32_t half) {
+      uint64_t n = half;
+      n = ((n & 0xffff0000u) << 16) | (n & 0xffffu);
+      n = ((n & 0x0000ff000000ff00u) << 8) | (n & 0x000000ff000000ffu);
+      n = ((n & 0x00f000f000f000f0u) << 4) | (n & 0x000f000f000f000fu);
+      // Byte i holds nibble i; a nibble of 10 or more gets 'a' - '0' - 10 more than '0'.
+      const uint64_t letters = ((n + 0x0606060606060606u) >> 4) & 0x0101010101010101u;
+      n += 0x3030303030303030u + letters * ('a' - '0' - 10);
+      // The most significant nibble first in memory.
+      return std::endian::native == std::endian::little ? __builtin_bswap64(n) : n;
+    };
+    const uint64_t high = eight(static_cast<uint32_t>(v >> 32));
+    const uint64_t low = eight(static_cast<uint32_t>(v));
+    std::memcpy(p, &high, 8);
+    std::memcpy(p + 8, &low, 8);
+    return p + 16;
+  }
   // Two digits per step from a table of the 256 byte values.
   static constexpr auto kPairs = [] {
     std::array<char, 512> t{};
@@ -40,15 +61,36 @@ inline void AppendHex(Buffer& buf, uint64_t v, int digits = 1) {
   }();
   const int needed = v == 0 ? 1 : (67 - std::countl_zero(v)) / 4;
   const int n = needed > digits ? needed : digits;
-  const size_t at = buf.size();
-  buf.try_resize(at + n);
-  char* p = buf.data() + at + n;
+  char* const end = p + n;
+  p = end;
   int i = 0;
   for (; i + 2 <= n; i += 2, v >>= 8) {
     p -= 2;
     std::memcpy(p, &kPairs[2 * (v & 0xff)], 2);
   }
   if (i < n) *--p = "0123456789abcdef"[v & 0xf];
+  return end;
+}
+
+// Writes `s` at `p` and returns the end.
+inline char* WriteText(char* p, std::string_view s) {
+  std::memcpy(p, s.data(), s.size());
+  return p + s.size();
+}
+
+// Room for `n` more bytes at the end of `buf`; Commit(buf, end) then takes what was written
+// up to `end`. One capacity check for a whole line instead of one per piece.
+inline char* Reserve(Buffer& buf, size_t n) {
+  buf.try_reserve(buf.size() + n);
+  return buf.data() + buf.size();
+}
+inline void Commit(Buffer& buf, const char* end) {
+  buf.try_resize(static_cast<size_t>(end - buf.data()));
+}
+
+// Appends `v` in lowercase hex with at least `digits` digits (zero-padded, at most 16).
+inline void AppendHex(Buffer& buf, uint64_t v, int digits = 1) {
+  Commit(buf, WriteHex(Reserve(buf, 16), v, digits));
 }
 
 // Appends `s`: one resize and one memcpy, without fmt's general append loop (hot paths).
@@ -112,15 +154,18 @@ class Symbolizer {
     begin_ = 1;
     end_ = 0;
   }
-  void Append(Buffer& buf, uint64_t ip) {
+  void Append(Buffer& buf, uint64_t ip) { Commit(buf, Write(Reserve(buf, Prepare(ip)), ip)); }
+  // Looks `ip` up and returns the room Write needs for its name.
+  size_t Prepare(uint64_t ip) {
     if (!(ip >= begin_ && ip < end_)) Lookup(ip);
-    if (symbol_ != nullptr) {
-      AppendText(buf, symbol_->name);
-      AppendText(buf, "+0x");
-      AppendHex(buf, ip - symbol_->begin);
-    } else {
-      AppendText(buf, label_);
-    }
+    return symbol_ != nullptr ? symbol_->name.size() + 3 + 16 : label_.size();
+  }
+  // Writes the name of `ip`, the address Prepare was given last, at `p`; returns the end.
+  char* Write(char* p, uint64_t ip) const {
+    if (symbol_ == nullptr) return WriteText(p, label_);
+    p = WriteText(p, symbol_->name);
+    p = WriteText(p, "+0x");
+    return WriteHex(p, ip - symbol_->begin);
   }
   std::string Name(uint64_t ip) {
     Buffer buf;

@@ -203,9 +203,48 @@ std::vector<std::pair<uint64_t, uint64_t>> PtdecodeBranches(const Exported& e) {
   return branches;
 }
 
+// The calls of `perf script --call-trace` (-F +flags): a line per call ("comm tid time: flags
+// (dso)\tindented symbol"), flags "call" or, for a system call, "tr end  syscall"; a return
+// that leaves the traced code ("tr end  return", an address filter) and PSB and power event
+// lines (no "(dso)\t") are no calls.
+uint64_t PerfCallTraceCalls(const Exported& e) {
+  auto r = PerfScript(e, {"--call-trace", "-F", "+flags"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  uint64_t n = 0;
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    const size_t dso = line.find(")\t");
+    const size_t flags = line.find(": ");
+    if (dso == std::string::npos || flags == std::string::npos || flags > dso) continue;
+    n += line.substr(flags, line.rfind(" (", dso) - flags).find("call") != std::string::npos;
+  }
+  return n;
+}
+
+// The calls ptdecode shows: the "> f" lines of `ptdecode calls` (count, indentation, "> "),
+// and the system calls, which the call tree leaves out: `ptdecode branches`' far_call lines.
+uint64_t PtdecodeCalls(const Exported& e) {
+  auto calls = RunCommand({PTDECODE_PATH, "calls", e.trace});
+  EXPECT_EQ(calls.exit_code, 0) << calls.err;
+  auto branches = RunCommand({PTDECODE_PATH, "branches", e.trace});
+  EXPECT_EQ(branches.exit_code, 0) << branches.err;
+  uint64_t n = 0;
+  std::istringstream in(calls.out);
+  for (std::string line; std::getline(in, line);) {
+    size_t at = line.find_first_not_of(' ');
+    if (at != std::string::npos) at = line.find_first_not_of("0123456789", at);
+    if (at != std::string::npos) at = line.find_first_not_of(' ', at);
+    n += at != std::string::npos && line.compare(at, 2, "> ") == 0;
+  }
+  std::istringstream bin(branches.out);
+  for (std::string line; std::getline(bin, line);) n += line.ends_with(" far_call");
+  return n;
+}
+
 // perf's instructions (--itrace=i0ns: every one) against ptdecode's and the ground truth;
-// errors; taken branches (perf's "tr strt" pseudo-branches from 0 aside, both name the same
-// from -> to pairs, an untraced target being 0 / "?").
+// errors; calls (perf's --call-trace lines against ptdecode's calls and system calls); taken
+// branches (perf's "tr strt" pseudo-branches from 0 aside, both name the same from -> to
+// pairs, an untraced target being 0 / "?").
 void ExpectPerfAgrees(const Exported& e, size_t threads) {
   auto perf = PerfScript(e, {"--itrace=i0ns", "-F", "tid,ip"});
   ASSERT_EQ(perf.exit_code, 0) << perf.err;
@@ -228,6 +267,10 @@ void ExpectPerfAgrees(const Exported& e, size_t threads) {
 
   EXPECT_EQ(PtdecodeErrors(e), 0u);
   EXPECT_EQ(PerfErrors(e), 0u);
+
+  const uint64_t calls = PtdecodeCalls(e);
+  EXPECT_GT(calls, 10u);
+  EXPECT_EQ(PerfCallTraceCalls(e), calls) << "perf script --call-trace vs ptdecode's calls";
 
   std::vector<std::pair<uint64_t, uint64_t>> perf_branches = PerfBranches(e);
   std::vector<std::pair<uint64_t, uint64_t>> ptdecode_branches = PtdecodeBranches(e);
