@@ -140,6 +140,8 @@ struct ParallelStats {
   uint64_t chunks = 0;
   uint64_t stitched = 0;       // chunk boundaries where the next chunk's decode was taken
   uint64_t redecoded = 0;      // boundaries where the chunk was decoded again through the next
+  uint64_t summarised = 0;     // chunks given to the sink as their summary (ChunkSummary)
+  uint64_t unsummarised = 0;   // summarised chunks whose summary did not apply (decoded again)
   uint64_t bytes_decoded = 0;  // trace bytes decoded by every decoder, overlaps included
 };
 
