@@ -368,8 +368,10 @@ bool CallStack::ReturnMatched(uint64_t target, bool must) {
   // Chunk mode: a frame of B may expect it. A return goes there (checked by the merge); tracing
   // enabled there pops what it finds, which leaves C as it is only when C is empty.
   if (must) {
+    // With C empty, the merge also returns as ReturnUnmatched would when no frame expects it.
+    const int64_t returning = !frames_.empty() ? -1 : current_ < 0 ? -2 : current_;
     while (!frames_.empty()) Pop(false);
-    Underflow(ChunkOp::kReturn, target);
+    Underflow(ChunkOp::kReturn, target, returning);
     return true;
   }
   if (frames_.empty()) {
@@ -408,8 +410,8 @@ void CallStack::ReturnUnmatched() {
   if (!frames_.empty() && frames_.back().implicit) Pop(false);
 }
 
-void CallStack::Underflow(ChunkOp::Kind kind, uint64_t target) {
-  ops_.push_back({kind, target, totals_.instructions});
+void CallStack::Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning) {
+  ops_.push_back({kind, target, totals_.instructions, returning});
   ++epoch_;
 }
 
@@ -502,7 +504,17 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
       if (i > 0) {
         top = i - 1;
       } else if (op.kind == ChunkOp::kReturn) {
-        return false;  // no frame expects it: the serial model returns otherwise
+        if (op.returning == -1) return false;  // the serial model would have kept C's frames
+        // ReturnUnmatched: the returning function leaves through its topmost frame, else an
+        // implicit frame on top is left.
+        const int64_t f = op.returning < 0 ? -1 : FindFunction(chunk.keys_[op.returning]);
+        i = top;
+        while (i > 0 && (f < 0 || frames_[i - 1].function != f)) --i;
+        if (i > 0) {
+          top = i - 1;
+        } else if (top > 0 && frames_[top - 1].implicit) {
+          --top;
+        }
       }
     }
     plan.tops.push_back(top);

@@ -152,13 +152,17 @@ class CallStack {
   // A chunk's returns past its start (and stack resets), in order.
   struct ChunkOp {
     enum Kind : uint8_t {
-      kReturn,         // a return to `target`: B's frames down to the one that expects it
+      kReturn,         // a return to `target`: B's frames down to the one that expects it (else as
+                       // ReturnUnmatched when `returning` is set)
       kReturnIfFound,  // tracing enabled at `target`: as kReturn when a frame expects it
       kClear,          // the call context ended (Reset, overflow): every frame
     };
     Kind kind;
     uint64_t target;
     uint64_t at;  // the chunk's instructions before it
+    // kReturn with C empty: the function returning (current_), for a return no frame expects
+    // (ReturnUnmatched; -2: none ran yet); -1: C had frames, a frame of B must expect it.
+    int64_t returning;
   };
   const std::vector<ChunkOp>& chunk_ops() const { return ops_; }
 
@@ -180,7 +184,7 @@ class CallStack {
     epoch_of_[f] = epoch_;
     entries_.push_back({f, epoch_, functions_[f].inclusive});
   }
-  void Underflow(ChunkOp::Kind kind, uint64_t target);
+  void Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning = -1);
   uint32_t SymbolFunction(int s);
   uint32_t Unknown(int file);
   uint32_t Untraced();
