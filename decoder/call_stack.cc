@@ -26,19 +26,24 @@ void CallStack::OnBlock(const pt_block& block) {
     Return(block.ip);
   }
   uint32_t f = FunctionAt(block.ip);
-  if (frames_.empty() && !base_) {
-    // Entered before tracing began (the stream starts here), or the caller that the
-    // outermost frame returned to: its callees nest below it.
-    Enter(f, 0, /*implicit=*/true);
-  } else {
-    if (frames_.empty()) nonempty_epoch_ = epoch_;  // chunk mode: B has the frame (checked)
-    if (jumped && f != current_) Jump(f, block.ip);
+  if (frames_.empty()) {
+    if (!base_) {
+      // Entered before tracing began (the stream starts here), or the caller that the
+      // outermost frame returned to: its callees nest below it.
+      Enter(f, 0, /*implicit=*/true);
+    } else {
+      nonempty_epoch_ = epoch_;  // chunk mode: B has the frame (checked by the merge)
+      if (jumped && f != current_) Jump(f, block.ip);
+    }
+  } else if (jumped && f != current_) {
+    Jump(f, block.ip);
   }
   current_ = f;
   if (block.ninsn > 1 && !(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
       FunctionAt(block.end_ip) != f) {
     CountSplit(block, f);
   } else {
+    if (chunk_) Touch(f);
     Count(f, block.ninsn);
   }
   if (block.iclass == ptic_call) {
@@ -235,8 +240,8 @@ uint64_t CallStack::CallLength(uint64_t ip, pt_exec_mode mode) {
   return it->second;
 }
 
+// (In chunk mode its callers Touch(f) first: kept out of this hot function.)
 void CallStack::Count(uint32_t f, uint64_t n) {
-  if (chunk_) Touch(f);
   Function& fn = functions_[f];
   fn.self += n;
   if (fn.active == 0) fn.inclusive += n;
@@ -255,6 +260,7 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
         Jump(r.function, r.entry);
         current_ = r.function;
       }
+      if (chunk_) Touch(r.function);
       Count(r.function, r.instructions);
     }
     return;
@@ -265,6 +271,7 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
   SplitRun now{first, 0, block.ip, false};
   auto close = [&] {
     if (now.instructions == 0) return;
+    if (chunk_) Touch(now.function);
     Count(now.function, now.instructions);
     runs.push_back(now);
   };
@@ -343,7 +350,7 @@ void CallStack::Enter(uint32_t f, uint64_t return_address, bool implicit) {
   if (chunk_) Touch(f);
   if (fn.active++ == 0) fn.active_since = totals_.instructions;
   frames_.push_back({f, return_address, totals_.instructions, implicit, timed_, tsc_});
-  max_depth_ = std::max(max_depth_, frames_.size());
+  if (chunk_) max_depth_ = std::max(max_depth_, frames_.size());
   if (listener_ != nullptr) listener_->OnEnter(frames_.back());
 }
 
@@ -408,6 +415,13 @@ void CallStack::ReturnUnmatched() {
     return;
   }
   if (!frames_.empty() && frames_.back().implicit) Pop(false);
+}
+
+// Out of line: the serial model's Count stays small.
+__attribute__((noinline)) void CallStack::Touch(uint32_t f) {
+  if (epoch_of_[f] == epoch_) return;
+  epoch_of_[f] = epoch_;
+  entries_.push_back({f, epoch_, functions_[f].inclusive});
 }
 
 void CallStack::Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning) {

@@ -179,11 +179,7 @@ class CallStack {
   int64_t FindFunction(const FunctionKey& key) const;
   uint32_t AddressFunction(uint64_t ip);
   // Chunk mode: `f` is about to change (count, frame) in this epoch.
-  void Touch(uint32_t f) {
-    if (epoch_of_[f] == epoch_) return;
-    epoch_of_[f] = epoch_;
-    entries_.push_back({f, epoch_, functions_[f].inclusive});
-  }
+  void Touch(uint32_t f);
   void Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning = -1);
   uint32_t SymbolFunction(int s);
   uint32_t Unknown(int file);
