@@ -135,6 +135,8 @@ class CallStack {
   // model the chunk's blocks instead).
   void BeginChunk();
   bool chunk_failed() const { return failed_; }
+  // Chunk mode: the epoch (ChunkOps so far); C is empty at each epoch's start.
+  uint32_t chunk_epoch() const { return epoch_; }
 
   // How a chunk applies to this model (CheckChunk): for each of its ChunkOps, the stack size
   // after it; and the function of this model for each of the chunk's.

@@ -100,10 +100,10 @@ TEST(ParallelDecodeE2eTest, SynthesizedRecordingsDecodeAlikeWithAnyJobs) {
   }
 }
 
-// stats through chunk summaries (ChunkSummary): a walk of the O0 interpreter recurses thousands
-// of frames deep and returns past many chunk starts, which the merge resolves against the stack
-// the chunks before left (a function live several times on the stack, inclusive counts of frames
-// entered before a chunk). Raw input, so that the sink summarises (containers go through the
+// stats and folded through chunk summaries (ChunkSummary): a walk of the O0 interpreter recurses
+// thousands of frames deep and returns past many chunk starts, which the merge resolves against the
+// stack the chunks before left (a function live several times on the stack, inclusive counts of
+// frames entered before a chunk). Raw input, so that the sink summarises (containers go through the
 // records). The same bytes with 1, 2 and 8 threads and chunks of 1 byte to 64 KiB, and most
 // chunks are summaries. (Chunks that run code after the whole stack returned, which the walk
 // does when it leaves main and enters it again, or jump with no frame of their own, are given
@@ -135,18 +135,20 @@ TEST(ParallelDecodeE2eTest, StatsSummariesResolveReturnsPastChunkStarts) {
       << serial;
   EXPECT_GT(calls, returns + 1000);
   uint64_t summarised = 0, chunks = 0;
-  for (const char* jobs :
-       {"-j 2 --chunk-size 1", "-j 8 --chunk-size 5000", "-j 2 --chunk-size 65536"}) {
-    SCOPED_TRACE(jobs);
-    for (const char* command : {"stats", "stats --json"}) {
-      const std::string one =
-          Output(absl::StrCat(PTDECODE_PATH, " ", command, " -j 1", input), &exit_code);
+  for (const char* command : {"stats", "stats --json", "folded"}) {
+    SCOPED_TRACE(command);
+    const std::string one =
+        Output(absl::StrCat(PTDECODE_PATH, " ", command, " -j 1", input), &exit_code);
+    EXPECT_EQ(exit_code, 0);
+    for (const char* jobs :
+         {"-j 2 --chunk-size 1", "-j 8 --chunk-size 5000", "-j 2 --chunk-size 65536"}) {
+      SCOPED_TRACE(jobs);
       const std::string out = Output(absl::StrCat(PTDECODE_PATH, " ", command, " --chunk-stats ",
                                                   jobs, input, " 2>", path, ".err"),
                                      &exit_code);
       EXPECT_EQ(exit_code, 0);
-      EXPECT_TRUE(out == one) << command << ": outputs differ (" << out.size() << " vs "
-                              << one.size() << " bytes)";
+      EXPECT_TRUE(out == one) << "outputs differ (" << out.size() << " vs " << one.size()
+                              << " bytes)";
       const std::string err = Output(absl::StrCat("cat ", path, ".err"), &exit_code);
       uint64_t c = 0, stitched = 0, again = 0, s = 0;
       ASSERT_EQ(std::sscanf(err.c_str(),
