@@ -271,13 +271,16 @@ class Replayer {
 // would record), which were given already.
 class TailSink : public Sink {
  public:
-  TailSink(const Sink& like, bool follow_time, Replayer& replay, size_t skip)
+  // `end`: the records after the first `end` are not given either.
+  TailSink(const Sink& like, bool follow_time, Replayer& replay, size_t skip,
+           size_t end = ~size_t{0})
       : kind_(like.kind()),
         end_on_call_(like.end_block_on_call()),
         end_on_jump_(like.end_block_on_jump()),
         wants_time_(like.wants_time() || follow_time),
         replay_(replay),
-        skip_(skip) {}
+        skip_(skip),
+        left_(end - skip) {}
   DecoderKind kind() const override { return kind_; }
   bool end_block_on_call() const override { return end_on_call_; }
   bool end_block_on_jump() const override { return end_on_jump_; }
@@ -303,7 +306,7 @@ class TailSink : public Sink {
 
  private:
   bool Pass() {
-    if (skip_ == 0) return true;
+    if (skip_ == 0) return left_ > 0 && left_-- > 0;
     --skip_;
     return false;
   }
@@ -311,6 +314,7 @@ class TailSink : public Sink {
   bool end_on_call_, end_on_jump_, wants_time_;
   Replayer& replay_;
   size_t skip_;
+  size_t left_;
 };
 
 // A chunk's decode given to a ChunkSummary (on a worker thread): its head, the records at
@@ -829,12 +833,14 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
       ++st.summarised;
       AddCounted(totals, r.counted);
     } else {
+      // Its records [first, end), decoded again straight into the sink.
       ++st.unsummarised;
-      std::unique_ptr<Records> again = reuse();
-      PTKIT_RETURN_IF_ERROR(decode(c, c, image, *again));
+      TailSink range(sink, follow_time, replay, r.first, r.end);
+      DecodeTotals ignored;
+      PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace.subspan(starts[c], span_end[c] - starts[c]),
+                                                config, image, range, ignored,
+                                                offset_base + starts[c]));
       st.bytes_decoded += span_end[c] - starts[c];
-      replay.Replay(*again, r.first, r.end);
-      recycle(std::move(again));
     }
     recycle(std::move(r.records));
     recycle(std::move(r.tail));
