@@ -425,17 +425,6 @@ class SummaryTap : public Sink {
   DecodeTotals counted_;
 };
 
-// Adds what Replayer counts.
-void AddCounted(DecodeTotals& totals, const DecodeTotals& counted) {
-  totals.instructions += counted.instructions;
-  totals.blocks += counted.blocks;
-  totals.events += counted.events;
-  totals.syncs += counted.syncs;
-  totals.errors += counted.errors;
-  totals.gaps += counted.gaps;
-  for (const auto& [code, count] : counted.errors_by_code) totals.errors_by_code[code] += count;
-}
-
 // The first PSB at or after `offset` of the packet decoder's trace, or kNone.
 uint64_t PsbAtOrAfter(pt_packet_decoder* dec, uint64_t offset) {
   // pt_pkt_sync_forward looks from the position after the last sync: from `offset` with the
@@ -459,6 +448,16 @@ uint64_t PsbAtOrAfter(pt_packet_decoder* dec, uint64_t offset) {
 }
 
 }  // namespace
+
+void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from) {
+  to.instructions += from.instructions;
+  to.blocks += from.blocks;
+  to.events += from.events;
+  to.syncs += from.syncs;
+  to.errors += from.errors;
+  to.gaps += from.gaps;
+  for (const auto& [code, n] : from.errors_by_code) to.errors_by_code[code] += n;
+}
 
 std::unique_ptr<ChunkSummary> Sink::NewChunkSummary(const ProgramImage& image) { return nullptr; }
 
@@ -831,7 +830,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
   auto apply = [&](size_t c, Result& r) -> absl::Status {
     if (r.summary->ApplyTo()) {
       ++st.summarised;
-      AddCounted(totals, r.counted);
+      AddFlowTotals(totals, r.counted);
     } else {
       // Its records [first, end), decoded again straight into the sink.
       ++st.unsummarised;

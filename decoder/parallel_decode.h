@@ -167,6 +167,10 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
                               uint64_t chunk_bytes = kDefaultChunkBytes,
                               ParallelStats* stats = nullptr, bool follow_time = false);
 
+// Adds the counts of the flow (instructions, blocks, events, syncs, errors, gaps and errors by
+// code) of `from` to `to`.
+void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from);
+
 // Whether GetParallelOptions() decodes `sink` with more than one thread.
 bool DecodesInParallel(const Sink& sink);
 
