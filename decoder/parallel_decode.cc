@@ -384,6 +384,14 @@ class SummaryTap : public Sink {
   template <typename Give>
   bool Step(Give give) {
     const size_t k = index_++;
+    // The chunk's body: summarised (a summary that failed is not asked every record).
+    if (!in_head_ && position_ <= boundary_ && !past_) [[likely]] {
+      end_ = k + 1;
+      if ((k & 1023) == 0 && summary_.failed()) failed_ = true;
+      if (failed_) return false;
+      give(sink_);
+      return true;
+    }
     if (in_head_) {
       head_.OnPosition(position_);
       give(head_);  // the head, and the first record after it
@@ -406,7 +414,7 @@ class SummaryTap : public Sink {
       return false;
     }
     end_ = k + 1;
-    if (summary_.failed()) return false;  // its records will be given instead
+    if (failed_ || summary_.failed()) return false;  // its records will be given instead
     give(sink_);
     return true;
   }
@@ -416,6 +424,7 @@ class SummaryTap : public Sink {
   const uint64_t head_end_, boundary_, tail_end_;
   RecordSink head_, tail_;
   bool in_head_;
+  bool failed_ = false;
   bool tailing_ = false;
   bool past_ = false;
   uint64_t position_ = 0;
