@@ -63,13 +63,15 @@ if [[ -z "$trace" ]]; then
     "$synth" --elf "$interp" --insns "$insns" --seed 1 $timing --out "$trace" >/dev/null
   fi
   read -r -a image_args <"$trace.args"
+  image_args=("${image_args[@]:2}")  # after "--pt FILE"
 fi
 echo "trace: $trace ($(stat -c %s "$trace") bytes), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # run COMMAND JOBS: "wall cpu rss_kb" of one run.
 run() {
   /usr/bin/time -o "$work/time" -f '%e %U %S %M' "$ptdecode" "$1" -j "$2" --pt "$trace" \
-    "${image_args[@]}" >/dev/null 2>/dev/null
+    "${image_args[@]}" >/dev/null 2>"$work/err" ||
+    { echo "$0: ptdecode $1 -j $2 failed: $(head -1 "$work/err")" >&2; exit 1; }
   read -r wall user sys rss < <(tail -1 "$work/time")
   echo "$wall $(echo "$user + $sys" | bc) $rss"
 }
