@@ -4,11 +4,14 @@
 # bounded with N threads). Not part of CI.
 #
 #   bench/parallel_decode.sh [--build DIR] [--insns N] [--runs R] [--commands "stats calls folded"]
-#                            [--keep DIR] [--trace FILE ARGS...]
+#                            [--program NAME] [--timing] [--keep DIR] [--trace FILE ARGS...]
 #
-# Input: a synthesized raw trace (swpt_synth over tests/programs' interp_O2_pie, N instructions,
-# default 50,000,000, TSC and MTC packets), or --trace FILE followed by ptdecode's image arguments
-# (e.g. --pages DIR). Each command runs R times (default 3) alternating -j1 and -j2, output to
+# Input: a synthesized raw trace (swpt_synth over record/swpt/programs' NAME, default
+# interp_O0_pie, whose walks recurse thousands of frames deep and return past chunk starts;
+# N instructions, default 50,000,000; with --timing, TSC and MTC packets), or --trace FILE
+# followed by ptdecode's image arguments (e.g. --pages DIR). stats is given chunk summaries made
+# on the worker threads (decoder/parallel_decode.h); a chunk with time records is not summarised
+# (its records are), so timed traces measure the record path. Each command runs R times (default 3) alternating -j1 and -j2, output to
 # /dev/null; the best wall and CPU (user + sys) seconds of each, the ratio -j1 wall / -j2 wall,
 # and each run's peak RSS (GNU time's maximum resident set size). The machine's load average is
 # printed first and last: on a shared machine compare the ratios, not the seconds. The outputs
@@ -23,6 +26,8 @@ runs=3
 keep=""
 trace=""
 commands="stats calls folded"
+program=interp_O0_pie
+timing=""
 declare -a image_args=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -31,13 +36,15 @@ while [[ $# -gt 0 ]]; do
     --runs) runs="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;
     --commands) commands="$2"; shift 2 ;;
+    --program) program="$2"; shift 2 ;;
+    --timing) timing="--tsc --mtc"; shift ;;
     --trace) trace="$2"; shift 2; image_args=("$@"); break ;;
-    *) echo "usage: $0 [--build DIR] [--insns N] [--runs R] [--commands LIST] [--keep DIR] [--trace FILE ARGS...]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--insns N] [--runs R] [--commands LIST] [--program NAME] [--timing] [--keep DIR] [--trace FILE ARGS...]" >&2; exit 2 ;;
   esac
 done
 ptdecode="$build/src/tools/ptdecode"
 synth="$build/record/swpt/tools/swpt_synth"
-interp="$build/record/swpt/programs/interp_O2_pie"
+interp="$build/record/swpt/programs/$program"
 for f in "$ptdecode" /usr/bin/time; do
   [[ -x "$f" ]] || { echo "$0: $f missing: build ptdecode" >&2; exit 1; }
 done
@@ -52,16 +59,19 @@ if [[ -z "$trace" ]]; then
   trace="$work/synth.pt"
   if [[ ! -s "$trace" ]]; then
     echo "synthesizing $insns instructions..."
-    "$synth" --elf "$interp" --insns "$insns" --seed 7 --tsc --mtc --out "$trace" >/dev/null
+    # shellcheck disable=SC2086
+    "$synth" --elf "$interp" --insns "$insns" --seed 1 $timing --out "$trace" >/dev/null
   fi
   read -r -a image_args <"$trace.args"
+  image_args=("${image_args[@]:2}")  # after "--pt FILE"
 fi
 echo "trace: $trace ($(stat -c %s "$trace") bytes), $(nproc) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
 # run COMMAND JOBS: "wall cpu rss_kb" of one run.
 run() {
   /usr/bin/time -o "$work/time" -f '%e %U %S %M' "$ptdecode" "$1" -j "$2" --pt "$trace" \
-    "${image_args[@]}" >/dev/null 2>/dev/null
+    "${image_args[@]}" >/dev/null 2>"$work/err" ||
+    { echo "$0: ptdecode $1 -j $2 failed: $(head -1 "$work/err")" >&2; exit 1; }
   read -r wall user sys rss < <(tail -1 "$work/time")
   echo "$wall $(echo "$user + $sys" | bc) $rss"
 }

@@ -3,9 +3,11 @@
 #include <Zydis/Zydis.h>
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "decoder/output_format.h"
 
@@ -25,9 +27,14 @@ void CallStack::OnBlock(const pt_block& block) {
   }
   uint32_t f = FunctionAt(block.ip);
   if (frames_.empty()) {
-    // Entered before tracing began (the stream starts here), or the caller that the
-    // outermost frame returned to: its callees nest below it.
-    Enter(f, 0, /*implicit=*/true);
+    if (!base_) {
+      // Entered before tracing began (the stream starts here), or the caller that the
+      // outermost frame returned to: its callees nest below it.
+      Enter(f, 0, /*implicit=*/true);
+    } else {
+      nonempty_epoch_ = epoch_;  // chunk mode: B has the frame (checked by the merge)
+      if (jumped && f != current_) Jump(f, block.ip);
+    }
   } else if (jumped && f != current_) {
     Jump(f, block.ip);
   }
@@ -36,6 +43,7 @@ void CallStack::OnBlock(const pt_block& block) {
       FunctionAt(block.end_ip) != f) {
     CountSplit(block, f);
   } else {
+    if (chunk_) Touch(f);
     Count(f, block.ninsn);
   }
   if (block.iclass == ptic_call) {
@@ -84,13 +92,17 @@ void CallStack::OnEvent(const pt_event& event) {
       // Tracing resumed where it stopped (after an interrupt) is no return; otherwise it
       // may come back from untraced code to a caller's frame.
       if (!event.ip_suppressed && !event.variant.enabled.resumed) {
-        ReturnMatched(event.variant.enabled.ip);
+        ReturnMatched(event.variant.enabled.ip, /*must=*/false);
       }
       break;
     case ptev_overflow:
       // Trace was lost: the call context is unknown from here on.
       pending_call_ = pending_return_ = flowing_ = false;
       while (!frames_.empty()) Pop(true);
+      if (base_) {
+        Underflow(ChunkOp::kClear, 0);
+        base_ = false;
+      }
       break;
     case ptev_async_branch:  // an interrupt with tracing on
     case ptev_tsx:           // a transaction's abort goes to its fallback
@@ -105,6 +117,10 @@ void CallStack::Reset() {
   pending_call_ = pending_return_ = flowing_ = false;
   beyond_ = 0;
   while (!frames_.empty()) Pop(true);
+  if (base_) {
+    Underflow(ChunkOp::kClear, 0);
+    base_ = false;
+  }
 }
 
 std::string CallStack::DepthWarning() const {
@@ -120,7 +136,11 @@ void CallStack::SetImage(const ProgramImage& image) {
   cache_ = {1, 0};
 }
 
-uint32_t CallStack::NewFunction(std::string name, int file, uint64_t address, bool from_address) {
+uint32_t CallStack::NewFunction(std::string name, int file, uint64_t address, bool from_address,
+                                FunctionKey key) {
+  keys_.push_back(key);
+  // Made in a later epoch: its first change tells its inclusive count (0) at that epoch.
+  epoch_of_.push_back(epoch_ == 0 ? 0 : ~uint32_t{0});
   Function fn;
   fn.name = std::move(name);
   fn.image = image_;
@@ -135,7 +155,8 @@ uint32_t CallStack::SymbolFunction(int s) {
   auto [it, inserted] = symbol_function_.try_emplace({image_, s}, 0);
   if (inserted) {
     const Symbol& sym = image_->symbols()[s];
-    it->second = NewFunction(sym.name, static_cast<int>(sym.image), sym.begin, false);
+    it->second = NewFunction(sym.name, static_cast<int>(sym.image), sym.begin, false,
+                             {FunctionKey::kSymbol, s});
   }
   return it->second;
 }
@@ -144,13 +165,16 @@ uint32_t CallStack::Unknown(int file) {
   auto [it, inserted] = unknown_function_.try_emplace({image_, file}, 0);
   if (inserted) {
     it->second = NewFunction(file < 0 ? "[unmapped]" : FileLabel(image_->files()[file].name), file,
-                             0, false);
+                             0, false, {FunctionKey::kUnknown, file});
   }
   return it->second;
 }
 
 uint32_t CallStack::Untraced() {
-  if (untraced_ < 0) untraced_ = static_cast<int32_t>(NewFunction("[untraced]", -1, 0, false));
+  if (untraced_ < 0) {
+    untraced_ =
+        static_cast<int32_t>(NewFunction("[untraced]", -1, 0, false, {FunctionKey::kUntraced, 0}));
+  }
   return static_cast<uint32_t>(untraced_);
 }
 
@@ -162,14 +186,19 @@ uint32_t CallStack::CallTarget(uint64_t ip) {
   if (int s = image_->SymbolAt(ip); s >= 0) {
     f = SymbolFunction(s);
   } else {
-    auto [it, inserted] = address_function_.try_emplace({image_, ip}, 0);
-    if (inserted) {
-      it->second = NewFunction(fmt::format("sub_{:x}", ip), image_->FileAt(ip), ip, true);
-    }
-    f = it->second;
+    f = AddressFunction(ip);
   }
   slot = TargetSlot{image_, ip, f};
   return f;
+}
+
+uint32_t CallStack::AddressFunction(uint64_t ip) {
+  auto [it, inserted] = address_function_.try_emplace({image_, ip}, 0);
+  if (inserted) {
+    it->second = NewFunction(fmt::format("sub_{:x}", ip), image_->FileAt(ip), ip, true,
+                             {FunctionKey::kAddress, static_cast<int64_t>(ip)});
+  }
+  return it->second;
 }
 
 // The function executing at `ip`: its symbol; without one, the current frame's function
@@ -188,6 +217,8 @@ uint32_t CallStack::FunctionAt(uint64_t ip) {
     if (top.from_address && top.image == image_ && top.file == cache_file_) {
       return frames_.back().function;
     }
+  } else if (base_) {
+    failed_ = true;  // chunk mode: named by B's frame on top, perhaps
   }
   if (cache_unknown_ < 0) cache_unknown_ = Unknown(cache_file_);
   return static_cast<uint32_t>(cache_unknown_);
@@ -209,6 +240,7 @@ uint64_t CallStack::CallLength(uint64_t ip, pt_exec_mode mode) {
   return it->second;
 }
 
+// (In chunk mode its callers Touch(f) first: kept out of this hot function.)
 void CallStack::Count(uint32_t f, uint64_t n) {
   Function& fn = functions_[f];
   fn.self += n;
@@ -228,6 +260,7 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
         Jump(r.function, r.entry);
         current_ = r.function;
       }
+      if (chunk_) Touch(r.function);
       Count(r.function, r.instructions);
     }
     return;
@@ -238,6 +271,7 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
   SplitRun now{first, 0, block.ip, false};
   auto close = [&] {
     if (now.instructions == 0) return;
+    if (chunk_) Touch(now.function);
     Count(now.function, now.instructions);
     runs.push_back(now);
   };
@@ -278,12 +312,20 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
 // frame instead: the frames above it were left without returning. A call beyond kMaxFrames
 // got no frame: the frame on top is not the running function's then.
 void CallStack::Jump(uint32_t f, uint64_t ip) {
-  if (frames_.empty() || beyond_ != 0 || frames_.back().function == f) return;
-  // (Code without a symbol, "[file]", has no entry to tell its middle by: it is renamed to.)
-  if (functions_[f].active != 0 && functions_[f].address != 0 && ip != functions_[f].address) {
-    while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
+  if (frames_.empty()) {
+    if (base_) failed_ = true;  // chunk mode: renames (or returns to) a frame of B
     return;
   }
+  if (beyond_ != 0 || frames_.back().function == f) return;
+  // (Code without a symbol, "[file]", has no entry to tell its middle by: it is renamed to.)
+  if (functions_[f].address != 0 && ip != functions_[f].address) {
+    if (functions_[f].active != 0) {
+      while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
+      return;
+    }
+    if (base_) absent_.push_back({f, epoch_});  // chunk mode: as if f had no frame in B
+  }
+  if (chunk_) Touch(f);
   Frame& top = frames_.back();
   const uint32_t from = top.function;
   Function& old = functions_[from];
@@ -305,8 +347,10 @@ void CallStack::Enter(uint32_t f, uint64_t return_address, bool implicit) {
     ++totals_.dropped_frames;
     return;
   }
+  if (chunk_) Touch(f);
   if (fn.active++ == 0) fn.active_since = totals_.instructions;
   frames_.push_back({f, return_address, totals_.instructions, implicit, timed_, tsc_});
+  if (chunk_) max_depth_ = std::max(max_depth_, frames_.size());
   if (listener_ != nullptr) listener_->OnEnter(frames_.back());
 }
 
@@ -320,12 +364,27 @@ void CallStack::Pop(bool at_end, bool by_return) {
 }
 
 // A return to `target`: unwind to the frame that expects it, if one does.
-bool CallStack::ReturnMatched(uint64_t target) {
+bool CallStack::ReturnMatched(uint64_t target, bool must) {
   for (size_t i = frames_.size(); i-- > 0;) {
     if (frames_[i].return_address == target) {
       while (frames_.size() > i) Pop(false);
       return true;
     }
+  }
+  if (!base_) return false;
+  // Chunk mode: a frame of B may expect it. A return goes there (checked by the merge); tracing
+  // enabled there pops what it finds, which leaves C as it is only when C is empty.
+  if (must) {
+    // With C empty, the merge also returns as ReturnUnmatched would when no frame expects it.
+    const int64_t returning = !frames_.empty() ? -1 : current_ < 0 ? -2 : current_;
+    while (!frames_.empty()) Pop(false);
+    Underflow(ChunkOp::kReturn, target, returning);
+    return true;
+  }
+  if (frames_.empty()) {
+    Underflow(ChunkOp::kReturnIfFound, target);
+  } else {
+    failed_ = true;
   }
   return false;
 }
@@ -336,7 +395,7 @@ void CallStack::Return(uint64_t target) {
     ++totals_.returns;
     return;
   }
-  if (!ReturnMatched(target)) ReturnUnmatched();
+  if (!ReturnMatched(target, /*must=*/true)) ReturnUnmatched();
 }
 
 // A return that no frame expects: the returning function leaves through its own topmost
@@ -351,7 +410,234 @@ void CallStack::ReturnUnmatched() {
       return;
     }
   }
+  if (base_) {
+    failed_ = true;  // chunk mode: a frame of B may run it
+    return;
+  }
   if (!frames_.empty() && frames_.back().implicit) Pop(false);
+}
+
+// Out of line: the serial model's Count stays small.
+__attribute__((noinline)) void CallStack::Touch(uint32_t f) {
+  if (epoch_of_[f] == epoch_) return;
+  epoch_of_[f] = epoch_;
+  entries_.push_back({f, epoch_, functions_[f].inclusive});
+}
+
+void CallStack::Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning) {
+  ops_.push_back({kind, target, totals_.instructions, returning});
+  ++epoch_;
+}
+
+void CallStack::BeginChunk() {
+  start_ = {pending_call_, pending_return_, flowing_, pending_return_address_, current_};
+  chunk_ = base_ = true;
+  failed_ = false;
+  frames_.clear();
+  for (Function& fn : functions_) {
+    fn.self = fn.inclusive = fn.calls = 0;
+    fn.active = 0;
+    fn.active_since = 0;
+  }
+  totals_ = {};
+  timed_ = false;
+  beyond_ = 0;
+  epoch_ = 0;
+  std::fill(epoch_of_.begin(), epoch_of_.end(), 0);
+  entries_.clear();
+  ops_.clear();
+  nonempty_epoch_ = -1;
+  absent_.clear();
+  max_depth_ = 0;
+  head_functions_ = functions_.size();
+}
+
+// This model's function for `key`, or -1 (none made yet).
+int64_t CallStack::FindFunction(const FunctionKey& key) const {
+  switch (key.kind) {
+    case FunctionKey::kSymbol:
+      if (auto it = symbol_function_.find({image_, key.value}); it != symbol_function_.end()) {
+        return it->second;
+      }
+      return -1;
+    case FunctionKey::kUnknown:
+      if (auto it = unknown_function_.find({image_, key.value}); it != unknown_function_.end()) {
+        return it->second;
+      }
+      return -1;
+    case FunctionKey::kAddress:
+      if (auto it = address_function_.find({image_, static_cast<uint64_t>(key.value)});
+          it != address_function_.end()) {
+        return it->second;
+      }
+      return -1;
+    case FunctionKey::kUntraced:
+      return untraced_;
+  }
+  return -1;
+}
+
+uint32_t CallStack::FunctionFor(const FunctionKey& key) {
+  switch (key.kind) {
+    case FunctionKey::kSymbol:
+      return SymbolFunction(static_cast<int>(key.value));
+    case FunctionKey::kUnknown:
+      return Unknown(static_cast<int>(key.value));
+    case FunctionKey::kAddress:
+      return AddressFunction(static_cast<uint64_t>(key.value));
+    case FunctionKey::kUntraced:
+      break;
+  }
+  return Untraced();
+}
+
+bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
+  if (!chunk.chunk_ || chunk.failed_ || chunk_ || chunk.timed_ || timed_ || beyond_ != 0) {
+    return false;
+  }
+  const Start& s = chunk.start_;
+  if (pending_call_ != s.pending_call || pending_return_ != s.pending_return ||
+      flowing_ != s.flowing ||
+      (pending_call_ && pending_return_address_ != s.pending_return_address)) {
+    return false;
+  }
+  if ((current_ < 0) != (s.current < 0) ||
+      (current_ >= 0 && !(keys_[current_] == chunk.keys_[s.current]))) {
+    return false;
+  }
+  if (frames_.size() + chunk.max_depth_ > kMaxFrames) return false;
+  plan.start_depth = frames_.size();
+  plan.tops.clear();
+  size_t top = frames_.size();
+  for (const ChunkOp& op : chunk.ops_) {
+    if (op.kind == ChunkOp::kClear) {
+      top = 0;
+    } else {
+      size_t i = top;
+      while (i > 0 && frames_[i - 1].return_address != op.target) --i;
+      if (i > 0) {
+        top = i - 1;
+      } else if (op.kind == ChunkOp::kReturn) {
+        if (op.returning == -1) return false;  // the serial model would have kept C's frames
+        // ReturnUnmatched: the returning function leaves through its topmost frame, else an
+        // implicit frame on top is left.
+        const int64_t f = op.returning < 0 ? -1 : FindFunction(chunk.keys_[op.returning]);
+        i = top;
+        while (i > 0 && (f < 0 || frames_[i - 1].function != f)) --i;
+        if (i > 0) {
+          top = i - 1;
+        } else if (top > 0 && frames_[top - 1].implicit) {
+          --top;
+        }
+      }
+    }
+    plan.tops.push_back(top);
+  }
+  auto depth_in = [&](uint32_t epoch) {
+    return epoch == 0 ? plan.start_depth : plan.tops[epoch - 1];
+  };
+  if (chunk.nonempty_epoch_ >= 0 && depth_in(static_cast<uint32_t>(chunk.nonempty_epoch_)) == 0) {
+    return false;
+  }
+  for (const Absent& a : chunk.absent_) {
+    const int64_t f = FindFunction(chunk.keys_[a.function]);
+    if (f < 0) continue;
+    for (size_t i = 0; i < depth_in(a.epoch); ++i) {
+      if (frames_[i].function == f) return false;
+    }
+  }
+  return true;
+}
+
+std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkPlan& plan) {
+  const uint64_t t0 = totals_.instructions;
+  const uint64_t n = chunk.totals_.instructions;
+  std::vector<uint32_t> map(chunk.functions_.size());
+  absl::flat_hash_map<uint32_t, uint32_t> local;  // this model's function -> the chunk's
+  for (uint32_t i = 0; i < map.size(); ++i) {
+    map[i] = FunctionFor(chunk.keys_[i]);
+    local.emplace(map[i], i);
+  }
+  // The chunk's inclusive count of function i at its end, and after op u (C was empty then).
+  auto at_end = [&](uint32_t i) {
+    const Function& fn = chunk.functions_[i];
+    return fn.inclusive + (fn.active > 0 ? n - fn.active_since : 0);
+  };
+  std::vector<uint32_t> order(chunk.entries_.size());
+  for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
+  std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {
+    return chunk.entries_[a].function < chunk.entries_[b].function;
+  });
+  auto after_op = [&](uint32_t i, size_t u) {
+    auto it = std::lower_bound(order.begin(), order.end(), std::pair<uint32_t, uint32_t>(i, u + 1),
+                               [&](uint32_t k, const std::pair<uint32_t, uint32_t>& key) {
+                                 const EpochEntry& e = chunk.entries_[k];
+                                 return std::pair(e.function, e.epoch) < key;
+                               });
+    if (it != order.end() && chunk.entries_[*it].function == i)
+      return chunk.entries_[*it].inclusive;
+    return at_end(i);
+  };
+  // Every function with a frame in B (S, the stack at the chunk's start) or a count in the
+  // chunk: its inclusive count closed at t0, its frames recounted at the end.
+  absl::flat_hash_map<uint32_t, size_t> lowest;  // function -> its lowest frame in S
+  for (size_t i = 0; i < plan.start_depth; ++i) lowest.try_emplace(frames_[i].function, i);
+  auto close = [&](uint32_t f) {
+    Function& fn = functions_[f];
+    if (fn.active > 0) fn.inclusive += t0 - fn.active_since;
+    fn.active = 0;
+  };
+  for (const auto& [f, at] : lowest) close(f);
+  for (uint32_t i = 0; i < map.size(); ++i) {
+    close(map[i]);
+    Function& fn = functions_[map[i]];
+    const Function& c = chunk.functions_[i];
+    fn.self += c.self;
+    fn.calls += c.calls;
+    fn.inclusive += at_end(i);
+  }
+  // While a function had a frame in B, it ran the chunk's every instruction: until the op that
+  // popped its lowest frame (tops fall), else to the end.
+  for (const auto& [f, at] : lowest) {
+    const auto u = static_cast<size_t>(
+        std::partition_point(plan.tops.begin(), plan.tops.end(), [&](size_t t) { return t > at; }) -
+        plan.tops.begin());
+    const auto it = local.find(f);
+    const uint64_t until = u < plan.tops.size() ? chunk.ops_[u].at : n;
+    uint64_t counted = 0;
+    if (it != local.end())
+      counted = u < plan.tops.size() ? after_op(it->second, u) : at_end(it->second);
+    functions_[f].inclusive += until - counted;
+  }
+  // B's frames popped by returns, then C's frames on top of what is left.
+  size_t top = plan.start_depth;
+  for (size_t u = 0; u < plan.tops.size(); ++u) {
+    if (chunk.ops_[u].kind != ChunkOp::kClear) {
+      for (size_t i = plan.tops[u]; i < top; ++i) totals_.returns += frames_[i].implicit ? 0 : 1;
+    }
+    top = plan.tops[u];
+  }
+  frames_.resize(top);
+  for (Frame frame : chunk.frames_) {
+    frame.function = map[frame.function];
+    frame.entry_count += t0;
+    frames_.push_back(frame);
+  }
+  for (const Frame& frame : frames_) {
+    Function& fn = functions_[frame.function];
+    if (fn.active++ == 0) fn.active_since = t0 + n;
+  }
+  totals_.instructions += n;
+  totals_.calls += chunk.totals_.calls;
+  totals_.returns += chunk.totals_.returns;
+  totals_.dropped_frames += chunk.totals_.dropped_frames;
+  pending_call_ = chunk.pending_call_;
+  pending_return_ = chunk.pending_return_;
+  flowing_ = chunk.flowing_;
+  pending_return_address_ = chunk.pending_return_address_;
+  current_ = chunk.current_ < 0 ? -1 : map[chunk.current_];
+  beyond_ = chunk.beyond_;
+  return map;
 }
 
 }  // namespace ptkit::decoder

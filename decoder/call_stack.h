@@ -99,6 +99,7 @@ class CallStack {
   void OnTime(uint64_t tsc) {
     tsc_ = tsc;
     timed_ = true;
+    if (chunk_) failed_ = true;  // a chunk's time is not modelled (see BeginChunk)
   }
   // The time is unknown until the next OnTime (another decoder, lost trace).
   void ForgetTime() { timed_ = false; }
@@ -117,8 +118,71 @@ class CallStack {
   // The warning to show when frames were dropped (totals().dropped_frames), else "".
   std::string DepthWarning() const;
 
+  // Parallel decoding (decoder/parallel_decode.h): a chunk of the trace modelled on a worker
+  // thread, without the stack the decode before it left, then applied to the serial model.
+  //
+  // BeginChunk(): from here on the frames are only those pushed since (C), above an unknown
+  // base B (the serial stack at this point); counts, totals and frames start at zero, the
+  // state the next block depends on (a pending call or return, the function running) is kept
+  // as the blocks before (the chunk's head) left it. A return past C pops B frames the merge
+  // finds: it is recorded (ChunkOp) and starts a new epoch, so B only shrinks, and C is empty at
+  // each epoch's start. A function's inclusive count here is what it gets from C's frames and
+  // its own instructions; while it has a frame in B it gets every instruction, which the merge
+  // adds from `inclusive` when its last B frame was popped (EpochEntry). What depends on B in
+  // another way is either assumed and checked by the merge (B not empty; a function jumped into
+  // has no frame in B; the depth) or not modelled (chunk_failed(): a lookup that names code by
+  // the frame on top of B, a jump with no frame of C, time; the caller then gives the serial
+  // model the chunk's blocks instead).
+  void BeginChunk();
+  bool chunk_failed() const { return failed_; }
+  // Chunk mode: the epoch (ChunkOps so far); C is empty at each epoch's start.
+  uint32_t chunk_epoch() const { return epoch_; }
+
+  // How a chunk applies to this model (CheckChunk): for each of its ChunkOps, the stack size
+  // after it; and the function of this model for each of the chunk's.
+  struct ChunkPlan {
+    std::vector<size_t> tops;
+    size_t start_depth = 0;
+  };
+  // Whether `chunk` (a model that called BeginChunk and was given a chunk's records) applies to
+  // this model's state, which must be the state at that chunk's BeginChunk: false when an
+  // assumption of the chunk does not hold here, or the chunk failed.
+  bool CheckChunk(const CallStack& chunk, ChunkPlan& plan) const;
+  // This model as if it had been given the chunk's records (listeners are not told); after
+  // CheckChunk said yes. Returns this model's function for each of the chunk's.
+  std::vector<uint32_t> ApplyChunk(const CallStack& chunk, const ChunkPlan& plan);
+  // A chunk's returns past its start (and stack resets), in order.
+  struct ChunkOp {
+    enum Kind : uint8_t {
+      kReturn,         // a return to `target`: B's frames down to the one that expects it (else as
+                       // ReturnUnmatched when `returning` is set)
+      kReturnIfFound,  // tracing enabled at `target`: as kReturn when a frame expects it
+      kClear,          // the call context ended (Reset, overflow): every frame
+    };
+    Kind kind;
+    uint64_t target;
+    uint64_t at;  // the chunk's instructions before it
+    // kReturn with C empty: the function returning (current_), for a return no frame expects
+    // (ReturnUnmatched; -2: none ran yet); -1: C had frames, a frame of B must expect it.
+    int64_t returning;
+  };
+  const std::vector<ChunkOp>& chunk_ops() const { return ops_; }
+
  private:
-  uint32_t NewFunction(std::string name, int file, uint64_t address, bool from_address);
+  // What names a function (its lookup key, independent of the order of creation).
+  struct FunctionKey {
+    enum Kind : uint8_t { kSymbol, kUnknown, kAddress, kUntraced } kind;
+    int64_t value;  // symbol index, file index, call target
+    bool operator==(const FunctionKey&) const = default;
+  };
+  uint32_t NewFunction(std::string name, int file, uint64_t address, bool from_address,
+                       FunctionKey key);
+  uint32_t FunctionFor(const FunctionKey& key);
+  int64_t FindFunction(const FunctionKey& key) const;
+  uint32_t AddressFunction(uint64_t ip);
+  // Chunk mode: `f` is about to change (count, frame) in this epoch.
+  void Touch(uint32_t f);
+  void Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning = -1);
   uint32_t SymbolFunction(int s);
   uint32_t Unknown(int file);
   uint32_t Untraced();
@@ -130,7 +194,8 @@ class CallStack {
   void Jump(uint32_t f, uint64_t ip);
   void Enter(uint32_t f, uint64_t return_address, bool implicit);
   void Pop(bool at_end, bool by_return = true);
-  bool ReturnMatched(uint64_t target);
+  // `must`: a return (a frame of B expects it when none of C does, in chunk mode).
+  bool ReturnMatched(uint64_t target, bool must);
   void Return(uint64_t target);
   void ReturnUnmatched();
 
@@ -188,6 +253,34 @@ class CallStack {
   // return), and no event came after it: the next block is reached by that jump.
   bool flowing_ = false;
   uint64_t pending_return_address_ = 0;
+
+  std::vector<FunctionKey> keys_;  // per function
+  // Chunk mode (BeginChunk).
+  bool chunk_ = false;
+  bool base_ = false;  // frames_ are above an unknown base (no kClear yet)
+  bool failed_ = false;
+  uint32_t epoch_ = 0;
+  std::vector<uint32_t> epoch_of_;  // per function: the last epoch it changed in
+  struct EpochEntry {
+    uint32_t function;
+    uint32_t epoch;
+    uint64_t inclusive;  // at its first change in `epoch` (C is empty at an epoch's start)
+  };
+  std::vector<EpochEntry> entries_;
+  std::vector<ChunkOp> ops_;
+  int64_t nonempty_epoch_ = -1;  // the last epoch whose code ran with no frame of C
+  struct Absent {
+    uint32_t function;
+    uint32_t epoch;
+  };
+  std::vector<Absent> absent_;  // jumped into (not its entry): no frame of B in that epoch
+  size_t max_depth_ = 0;        // of C
+  size_t head_functions_ = 0;   // functions made before BeginChunk
+  struct Start {
+    bool pending_call, pending_return, flowing;
+    uint64_t pending_return_address;
+    int64_t current;
+  } start_{};
 };
 
 }  // namespace ptkit::decoder

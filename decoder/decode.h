@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -117,6 +118,8 @@ struct DecodeTotals {
   std::vector<std::string> warnings;       // e.g. a build-id mismatch, naming the file
 };
 
+class ChunkSummary;
+
 // Receives the decoded flow in trace order.
 class Sink {
  public:
@@ -156,6 +159,29 @@ class Sink {
   // (libipt's decoders; not BTS).
   virtual bool wants_positions() const { return false; }
   virtual void OnPosition(uint64_t offset) {}
+  // For parallel decoding: a summary of one chunk, to be made on a worker thread that decodes
+  // with `image` (equal to this sink's), or null (the default) when this sink cannot summarise.
+  // Must be safe to call from several threads at once.
+  virtual std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image);
+};
+
+// A chunk of a trace summarised on a worker thread and applied to its sink on the merging
+// thread (decoder/parallel_decode.h): what a sink needs to give the serial decode's answer
+// without being given the chunk's blocks.
+class ChunkSummary {
+ public:
+  virtual ~ChunkSummary() = default;
+  // Where the chunk's records go, on the worker thread.
+  virtual Sink& sink() = 0;
+  // The records given so far were the chunk's head (the chunk before gives them to the sink):
+  // they set the state the rest starts from. What is given from here on is summarised.
+  virtual void BeginSummary() = 0;
+  // The chunk met what the summary does not model: its records must be given instead.
+  virtual bool failed() const = 0;
+  // On the merging thread, once the sink that made this summary was given every record before
+  // the summarised ones: the sink as if it had been given those too. False, having changed
+  // nothing, when the sink is not in a state the summary applies to (give it the records).
+  virtual bool ApplyTo() = 0;
 };
 
 // Decodes `trace` against `image` into `sink` and returns the totals (also given to

@@ -6,6 +6,7 @@
 #include <intel-pt.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -48,6 +49,19 @@ class FlowSink : public Sink, public CallStackListener {
     return Report(with_warning);
   }
 
+  // Applies the model of a chunk (FlowChunk) to this sink's model (CallStack::ApplyChunk);
+  // false, having changed nothing, when it does not apply. `map`: this model's function for
+  // each of the chunk's; `plan`: how the chunk's returns past its start resolved.
+  bool ApplyChunkModel(const CallStack& chunk, std::vector<uint32_t>* map = nullptr,
+                       CallStack::ChunkPlan* plan = nullptr) {
+    CallStack::ChunkPlan local;
+    CallStack::ChunkPlan& p = plan != nullptr ? *plan : local;
+    if (!model_.CheckChunk(chunk, p)) return false;
+    std::vector<uint32_t> m = model_.ApplyChunk(chunk, p);
+    if (map != nullptr) *map = std::move(m);
+    return true;
+  }
+
  protected:
   // Writes the output at the end (every frame has been popped).
   virtual absl::Status Report(const DecodeTotals& totals) = 0;
@@ -64,6 +78,23 @@ class FlowSink : public Sink, public CallStackListener {
   const uint64_t& calls_ = model_.totals().calls;
   const uint64_t& returns_ = model_.totals().returns;
   bool wants_time_ = false;  // set by a subclass that uses the decoder's time
+};
+
+// A FlowSink's summary of a chunk (ChunkSummary, decoder/decode.h): the chunk's call-stack model
+// (CallStack::BeginChunk), applied by the sink that made it (ApplyTo).
+class FlowChunk : public FlowSink, public ChunkSummary {
+ public:
+  // `wants_time`: the sink's, so that the chunk sees the time records the sink would.
+  FlowChunk(const ProgramImage& image, bool wants_time) : FlowSink(image) {
+    wants_time_ = wants_time;
+  }
+  Sink& sink() override { return *this; }
+  void BeginSummary() override { model_.BeginChunk(); }
+  bool failed() const override { return model_.chunk_failed(); }
+  const CallStack& model() const { return model_; }
+
+ protected:
+  absl::Status Report(const DecodeTotals& totals) override { return absl::OkStatus(); }
 };
 
 }  // namespace ptkit::decoder

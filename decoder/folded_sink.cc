@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,92 @@ namespace {
 
 class FoldedSink : public FlowSink {
  public:
+  // A chunk's stacks are suffixes of the stack below it, the top frame of B (the stack at the
+  // chunk's start, less the frames its returns popped) in each epoch (CallStack::ChunkOp): nodes
+  // whose root is "B's top in epoch e", resolved by the merge (--weight=insn only).
+  class Chunk : public FlowChunk {
+   public:
+    Chunk(const ProgramImage& image, FoldedSink& to) : FlowChunk(image, false), to_(to) {}
+    void BeginSummary() override {
+      FlowChunk::BeginSummary();
+      nodes_.clear();  // the head's stacks are the chunk before's
+      index_.clear();
+      path_.clear();
+    }
+    bool ApplyTo() override {
+      std::vector<uint32_t> map;
+      CallStack::ChunkPlan plan;
+      if (!to_.ApplyChunkModel(model_, &map, &plan)) return false;
+      auto depth = [&](uint32_t epoch) {
+        return epoch == 0 ? plan.start_depth : plan.tops[epoch - 1];
+      };
+      std::vector<uint32_t>& path = to_.path_;
+      std::vector<uint32_t> global(nodes_.size());
+      for (size_t i = 0; i < nodes_.size(); ++i) {
+        const LocalNode& n = nodes_[i];
+        uint32_t parent;
+        if (n.parent < 0) {
+          const size_t d = depth(static_cast<uint32_t>(-1 - n.parent));
+          parent = d == 0 ? 0 : path[d - 1];
+        } else {
+          parent = global[n.parent];
+        }
+        const uint32_t f = map[n.function];
+        global[i] = n.counted_in_top && parent != 0 && to_.nodes_[parent].function == f
+                        ? parent
+                        : to_.Child(parent, f);
+        to_.nodes_[global[i]].count += n.count;
+      }
+      path.resize(plan.tops.empty() ? plan.start_depth : plan.tops.back());
+      for (int64_t node : path_) path.push_back(global[node]);
+      to_.top_ = path.empty() ? 0 : path.back();
+      return true;
+    }
+
+   protected:
+    void OnCount(uint32_t function, uint64_t n) override {
+      int64_t node;
+      if (path_.empty()) {
+        node = Node(Root(), function, true);  // B's top, or a child of it
+      } else {
+        node = path_.back();
+        if (nodes_[node].function != function) node = Node(node, function, false);
+      }
+      nodes_[node].count += n;
+    }
+    void OnEnter(const Frame& frame) override {
+      path_.push_back(Node(path_.empty() ? Root() : path_.back(), frame.function, false));
+    }
+    void OnRename(uint32_t from, const Frame& frame) override {
+      path_.back() =
+          Node(path_.size() > 1 ? path_[path_.size() - 2] : Root(), frame.function, false);
+    }
+    void OnExit(const Frame& frame, bool at_end) override { path_.pop_back(); }
+
+   private:
+    struct LocalNode {
+      int64_t parent;  // a node, or -1 - epoch: B's top in that epoch
+      uint32_t function;
+      bool counted_in_top;  // a count with no frame of C: B's top's node if it runs the function
+      uint64_t count;
+    };
+    int64_t Root() const { return -1 - static_cast<int64_t>(model_.chunk_epoch()); }
+    int64_t Node(int64_t parent, uint32_t function, bool counted_in_top) {
+      auto [it, inserted] =
+          index_.try_emplace(std::tuple(parent, function, counted_in_top), nodes_.size());
+      if (inserted) nodes_.push_back({parent, function, counted_in_top, 0});
+      return static_cast<int64_t>(it->second);
+    }
+    FoldedSink& to_;
+    std::vector<LocalNode> nodes_;  // parents before children
+    absl::flat_hash_map<std::tuple<int64_t, uint32_t, bool>, size_t> index_;
+    std::vector<int64_t> path_;  // C's frames' nodes
+  };
+  std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image) override {
+    if (by_time_) return nullptr;
+    return std::make_unique<Chunk>(image, *this);
+  }
+
   FoldedSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
       : FlowSink(image), out_(out), by_time_(options.weight == FoldedWeight::kTime) {
     nodes_.push_back({0, 0, 0});

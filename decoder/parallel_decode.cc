@@ -5,6 +5,7 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <condition_variable>
 #include <cstdio>
@@ -271,13 +272,16 @@ class Replayer {
 // would record), which were given already.
 class TailSink : public Sink {
  public:
-  TailSink(const Sink& like, bool follow_time, Replayer& replay, size_t skip)
+  // `end`: the records after the first `end` are not given either.
+  TailSink(const Sink& like, bool follow_time, Replayer& replay, size_t skip,
+           size_t end = ~size_t{0})
       : kind_(like.kind()),
         end_on_call_(like.end_block_on_call()),
         end_on_jump_(like.end_block_on_jump()),
         wants_time_(like.wants_time() || follow_time),
         replay_(replay),
-        skip_(skip) {}
+        skip_(skip),
+        left_(end - skip) {}
   DecoderKind kind() const override { return kind_; }
   bool end_block_on_call() const override { return end_on_call_; }
   bool end_block_on_jump() const override { return end_on_jump_; }
@@ -303,7 +307,7 @@ class TailSink : public Sink {
 
  private:
   bool Pass() {
-    if (skip_ == 0) return true;
+    if (skip_ == 0) return left_ > 0 && left_-- > 0;
     --skip_;
     return false;
   }
@@ -311,6 +315,124 @@ class TailSink : public Sink {
   bool end_on_call_, end_on_jump_, wants_time_;
   Replayer& replay_;
   size_t skip_;
+  size_t left_;
+};
+
+// A chunk's decode given to a ChunkSummary (on a worker thread): its head, the records at
+// offsets up to `head_end` (kNone: the first chunk, no head), sets the summary's state; the
+// records after it up to the first past `tail_end` (kNone: all) are summarised and counted as
+// Replayer counts them. The head (with the first record after it) and the tail, the records past
+// `boundary` (the next chunk's start) up to there, are recorded for the stitches.
+class SummaryTap : public Sink {
+ public:
+  SummaryTap(ChunkSummary& summary, uint64_t start, uint64_t head_end, uint64_t boundary,
+             uint64_t tail_end, Records& head, Records& tail)
+      : summary_(summary),
+        sink_(summary.sink()),
+        head_end_(head_end),
+        boundary_(boundary),
+        tail_end_(tail_end),
+        head_(sink_, false, head, start),
+        tail_(sink_, false, tail, start),
+        in_head_(head_end != kNone) {
+    if (!in_head_) summary_.BeginSummary();
+  }
+  DecoderKind kind() const override { return sink_.kind(); }
+  bool end_block_on_call() const override { return sink_.end_block_on_call(); }
+  bool end_block_on_jump() const override { return sink_.end_block_on_jump(); }
+  bool wants_time() const override { return sink_.wants_time(); }
+  bool wants_positions() const override { return true; }
+  void OnPosition(uint64_t offset) override { position_ = offset; }
+  void OnSync(uint64_t offset) override {
+    if (Step([&](Sink& s) { s.OnSync(offset); })) ++counted_.syncs;
+  }
+  void OnTime(uint64_t tsc) override {
+    Step([&](Sink& s) { s.OnTime(tsc); });
+  }
+  void OnInsn(const pt_insn& insn) override {
+    if (Step([&](Sink& s) { s.OnInsn(insn); })) ++counted_.instructions;
+  }
+  void OnBlock(const pt_block& block) override {
+    if (Step([&](Sink& s) { s.OnBlock(block); })) {
+      counted_.instructions += block.ninsn;
+      ++counted_.blocks;
+    }
+  }
+  void OnEvent(const pt_event& event) override {
+    if (Step([&](Sink& s) { s.OnEvent(event); })) ++counted_.events;
+  }
+  void OnError(const DecodeError& error) override {
+    if (Step([&](Sink& s) { s.OnError(error); })) {
+      ++counted_.errors;
+      if (error.is_gap()) ++counted_.gaps;
+      ++counted_.errors_by_code[error.code];
+    }
+  }
+
+  // Records [first(), end()) were summarised; the tail's first record is record tail_base().
+  size_t first() const { return first_; }
+  size_t end() const { return end_; }
+  size_t tail_base() const { return tail_base_; }
+  const DecodeTotals& counted() const { return counted_; }
+  // After the decode: a chunk with nothing after its head summarised nothing.
+  void Done() {
+    if (in_head_) first_ = end_ = index_;
+  }
+
+ private:
+  // Gives the record to the summary, the head and the tail as they want it; whether it was
+  // summarised.
+  template <typename Give>
+  bool Step(Give give) {
+    const size_t k = index_++;
+    // The chunk's body: summarised (a summary that failed is not asked every record).
+    if (!in_head_ && position_ <= boundary_ && !past_) [[likely]] {
+      end_ = k + 1;
+      if ((k & 1023) == 0 && summary_.failed()) failed_ = true;
+      if (failed_) return false;
+      give(sink_);
+      return true;
+    }
+    if (in_head_) {
+      head_.OnPosition(position_);
+      give(head_);  // the head, and the first record after it
+      if (position_ <= head_end_) {
+        give(sink_);
+        return false;
+      }
+      in_head_ = false;
+      first_ = end_ = k;
+      summary_.BeginSummary();
+    }
+    if (position_ > boundary_ && !past_) {
+      if (!tailing_) tail_base_ = k;
+      tailing_ = true;
+      tail_.OnPosition(position_);
+      give(tail_);
+    }
+    if (past_ || (tail_end_ != kNone && position_ > tail_end_)) {
+      past_ = true;
+      return false;
+    }
+    end_ = k + 1;
+    if (failed_ || summary_.failed()) return false;  // its records will be given instead
+    give(sink_);
+    return true;
+  }
+
+  ChunkSummary& summary_;
+  Sink& sink_;
+  const uint64_t head_end_, boundary_, tail_end_;
+  RecordSink head_, tail_;
+  bool in_head_;
+  bool failed_ = false;
+  bool tailing_ = false;
+  bool past_ = false;
+  uint64_t position_ = 0;
+  size_t index_ = 0;
+  size_t first_ = 0, end_ = 0;
+  size_t tail_base_ = 0;
+  DecodeTotals counted_;
 };
 
 // The first PSB at or after `offset` of the packet decoder's trace, or kNone.
@@ -336,6 +458,18 @@ uint64_t PsbAtOrAfter(pt_packet_decoder* dec, uint64_t offset) {
 }
 
 }  // namespace
+
+void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from) {
+  to.instructions += from.instructions;
+  to.blocks += from.blocks;
+  to.events += from.events;
+  to.syncs += from.syncs;
+  to.errors += from.errors;
+  to.gaps += from.gaps;
+  for (const auto& [code, n] : from.errors_by_code) to.errors_by_code[code] += n;
+}
+
+std::unique_ptr<ChunkSummary> Sink::NewChunkSummary(const ProgramImage& image) { return nullptr; }
 
 void SetParallelOptions(const ParallelOptions& options) {
   std::lock_guard<std::mutex> lock(options_mu);
@@ -543,8 +677,10 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
       if (!GetParallelOptions().print_stats) return;
       std::fprintf(stderr,
                    "ptdecode: -j: %" PRIu64 " chunks, %" PRIu64 " stitched, %" PRIu64
-                   " decoded again, %" PRIu64 " bytes decoded for %" PRIu64 "\n",
-                   st.chunks, st.stitched, st.redecoded, st.bytes_decoded, bytes);
+                   " decoded again, %" PRIu64 " summarised, %" PRIu64
+                   " summaries not applied, %" PRIu64 " bytes decoded for %" PRIu64 "\n",
+                   st.chunks, st.stitched, st.redecoded, st.summarised, st.unsummarised,
+                   st.bytes_decoded, bytes);
     }
   } printer{st, trace.size()};
   PTKIT_ASSIGN_OR_RETURN(std::vector<uint64_t> starts, ChunkStarts(trace, config, chunk_bytes));
@@ -581,11 +717,21 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     return DecodeIntoCanonical(trace.subspan(starts[c], span_end[last] - starts[c]), config, img,
                                rec, ignored, offset_base + starts[c]);
   };
+  // Block sinks that summarise chunks (ChunkSummary) are given each chunk's summary, made on the
+  // worker thread, instead of its records: the records from the first past the overlap at its
+  // start (`first`) to the first past the overlap at its end (`end`). Where a summary does not
+  // apply, the chunk's records are given: decoded again on the merging thread.
+  const bool summaries = !follow_time && sink.kind() == DecoderKind::kBlock;
+  std::atomic<int> failed_in_a_row{0};
 
   struct Result {
     bool done = false;
     absl::Status status;
-    std::unique_ptr<Records> records;
+    std::unique_ptr<Records> records;  // all of the chunk's, or its head (with a summary)
+    std::unique_ptr<ChunkSummary> summary;
+    std::unique_ptr<Records> tail;
+    size_t first = 0, end = 0, tail_base = 0;
+    DecodeTotals counted;
     uint64_t bytes = 0;
   };
   std::vector<Result> results(n);
@@ -605,8 +751,44 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     return r;
   };
   auto recycle = [&](std::unique_ptr<Records> r) {
+    if (r == nullptr) return;
     std::lock_guard<std::mutex> lock(mu);
     pool.push_back(std::move(r));
+  };
+  // Chunk c on a worker: summarised if the sink can (and summaries did not fail for the last
+  // chunks), else recorded.
+  auto work = [&](size_t c, const ProgramImage& img) {
+    Result r;
+    r.bytes = span_end[c] - starts[c];
+    r.records = reuse();
+    if (summaries && failed_in_a_row.load() < 2) r.summary = sink.NewChunkSummary(img);
+    if (r.summary != nullptr) {
+      r.tail = reuse();
+      const uint64_t boundary = c + 1 < n ? offset_base + starts[c + 1] : kNone;
+      const uint64_t tail_end =
+          c + 1 < n && overlap_end[c + 1] != kNone ? offset_base + overlap_end[c + 1] : kNone;
+      SummaryTap tap(*r.summary, offset_base + starts[c],
+                     c == 0 ? kNone : offset_base + overlap_end[c], boundary, tail_end, *r.records,
+                     *r.tail);
+      DecodeTotals ignored;
+      r.status = DecodeIntoCanonical(trace.subspan(starts[c], span_end[c] - starts[c]), config, img,
+                                     tap, ignored, offset_base + starts[c]);
+      tap.Done();
+      r.first = tap.first();
+      r.end = tap.end();
+      r.tail_base = tap.tail_base();
+      r.counted = tap.counted();
+      if (r.status.ok() && !r.summary->failed()) {
+        failed_in_a_row = 0;
+        return r;
+      }
+      ++failed_in_a_row;
+      r.summary.reset();
+      recycle(std::move(r.tail));
+      r.records->Clear();
+    }
+    r.status = decode(c, c, img, *r.records);
+    return r;
   };
   std::vector<std::thread> threads;
   threads.reserve(worker_images.size());
@@ -620,10 +802,10 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
           if (stop || next_chunk >= n) return;
           c = next_chunk++;
         }
-        std::unique_ptr<Records> records = reuse();
-        absl::Status status = decode(c, c, *img, *records);
+        Result r = work(c, *img);
         std::lock_guard<std::mutex> lock(mu);
-        results[c] = {true, std::move(status), std::move(records), span_end[c] - starts[c]};
+        r.done = true;
+        results[c] = std::move(r);
         cv.notify_all();
       }
     });
@@ -654,35 +836,95 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
 
   totals.trace_bytes += trace.size();
   Replayer replay(sink, totals);
-  // The run being merged: decoded from chunk `run_start` through chunk `run_last`; its records
-  // before `skip` were the previous run's.
+  // Chunk `c`'s summary given to the sink (its records, decoded again, when it does not apply).
+  auto apply = [&](size_t c, Result& r) -> absl::Status {
+    if (r.summary->ApplyTo()) {
+      ++st.summarised;
+      AddFlowTotals(totals, r.counted);
+    } else {
+      // Its records [first, end), decoded again straight into the sink.
+      ++st.unsummarised;
+      TailSink range(sink, follow_time, replay, r.first, r.end);
+      DecodeTotals ignored;
+      PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace.subspan(starts[c], span_end[c] - starts[c]),
+                                                config, image, range, ignored,
+                                                offset_base + starts[c]));
+      st.bytes_decoded += span_end[c] - starts[c];
+    }
+    recycle(std::move(r.records));
+    recycle(std::move(r.tail));
+    r.summary.reset();
+    return absl::OkStatus();
+  };
+  // Merging either a summarised chunk (`summarised`, chunk `run_start`) or a run of records:
+  // `cur`, decoded from chunk `run_start` through chunk `run_last`, whose records before `skip`
+  // were given already.
   Result first = take(0);
   PTKIT_RETURN_IF_ERROR(first.status);
   st.bytes_decoded += first.bytes;
-  std::unique_ptr<Records> cur = std::move(first.records);
+  Result summarised;
+  std::unique_ptr<Records> cur;
+  if (first.summary != nullptr) {
+    summarised = std::move(first);
+  } else {
+    cur = std::move(first.records);
+  }
   size_t run_start = 0, run_last = 0, skip = 0;
   for (size_t c = 1; c < n; ++c) {
     Result next = take(c);
     PTKIT_RETURN_IF_ERROR(next.status);
     st.bytes_decoded += next.bytes;
-    if (c <= run_last) {  // the run holds it
+    if (cur != nullptr && c <= run_last) {  // the run holds it
       recycle(std::move(next.records));
       continue;
     }
-    std::optional<Stitch> stitch =
-        FindStitch(*cur, skip, offset_base + starts[c],
-                   overlap_end[c] == kNone ? kNone : offset_base + overlap_end[c], *next.records);
+    const uint64_t boundary = offset_base + starts[c];
+    const uint64_t end = overlap_end[c] == kNone ? kNone : offset_base + overlap_end[c];
+    // The stitch, and the first record of `next` that is the serial decode's after cur's (or
+    // the summary's) last, at the first record past the overlap.
+    const Records& before = cur != nullptr ? *cur : *summarised.tail;
+    const size_t base = cur != nullptr ? 0 : summarised.tail_base;
+    const size_t from = cur != nullptr ? skip : std::max(summarised.first, base) - base;
+    std::optional<Stitch> stitch = FindStitch(before, from, boundary, end, *next.records);
+    size_t cut = 0, resume = 0;
+    if (stitch) {
+      cut = stitch->first;
+      while (cut < before.entries.size() && (end == kNone || before.entries[cut].position <= end)) {
+        ++cut;
+      }
+      resume = stitch->second + (cut - stitch->first);
+      cut += base;
+      // A summary covers what it covers: the stitch must be at its edges.
+      if ((cur == nullptr && cut != summarised.end) ||
+          (next.summary != nullptr && resume != next.first)) {
+        stitch.reset();
+      }
+    }
     if (stitch) {
       ++st.stitched;
-      replay.Replay(*cur, skip, stitch->first);
-      recycle(std::move(cur));
-      cur = std::move(next.records);
+      if (cur != nullptr) {
+        replay.Replay(*cur, skip, cut);
+        recycle(std::move(cur));
+      } else {
+        PTKIT_RETURN_IF_ERROR(apply(run_start, summarised));
+      }
       run_start = run_last = c;
-      skip = stitch->second;
-      sink.OnProgress(offset_base + starts[c]);
+      if (next.summary != nullptr) {
+        summarised = std::move(next);
+      } else {
+        cur = std::move(next.records);
+        skip = resume;
+      }
+      sink.OnProgress(boundary);
       continue;
     }
     ++st.redecoded;
+    if (cur == nullptr) {  // the summarised chunk's records, from its summary's first
+      skip = summarised.first;
+      recycle(std::move(summarised.records));
+      recycle(std::move(summarised.tail));
+      summarised.summary.reset();
+    }
     if (c - run_start >= kMaxRunChunks) {
       // Boundaries that do not stitch, one after the other: the rest decoded serially, on
       // this thread, straight into the sink.
@@ -697,13 +939,18 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     // where no boundary stitches costs a few serial decodes, not one per chunk.
     run_last = std::min(n - 1, c + (c - run_start));
     recycle(std::move(next.records));
+    recycle(std::move(next.tail));
     std::unique_ptr<Records> again = reuse();
     PTKIT_RETURN_IF_ERROR(decode(run_start, run_last, image, *again));
     st.bytes_decoded += span_end[run_last] - starts[run_start];
     recycle(std::move(cur));
     cur = std::move(again);
   }
-  replay.Replay(*cur, skip, cur->entries.size());
+  if (cur != nullptr) {
+    replay.Replay(*cur, skip, cur->entries.size());
+  } else {
+    PTKIT_RETURN_IF_ERROR(apply(run_start, summarised));
+  }
   return absl::OkStatus();
 }
 

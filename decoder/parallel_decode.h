@@ -13,6 +13,14 @@
 // through chunk k+1, as the serial decode would, and the merge goes on from there. So the
 // result is the serial one always; only its speed depends on the trace.
 //
+// A sink that can summarise a chunk (Sink::NewChunkSummary: stats, folded) is given each
+// chunk's summary, made on the worker thread that decoded it, instead of its records: the call
+// stack at a chunk's start is unknown there, so the chunk's model records the returns past it
+// and the counts that depend on the frames below it, and the merging thread resolves them against
+// the stack the chunks before left (CallStack::BeginChunk). A summary covers the chunk's records
+// from the first after the overlap at its start to the first after the overlap at its end; the
+// stitch still decides, and where a stitch or a summary fails the chunk's records are given.
+//
 // Block sinks (stats, calls, folded, timeline, diff) are decoded in parallel too, through
 // CanonicalBlocks, with one thread as with many: libipt's block decoder (and FastBlockDecoder,
 // which gives its answer) cuts blocks where its block cache, filled by everything decoded
@@ -111,11 +119,11 @@ inline constexpr uint64_t kDefaultChunkBytes = uint64_t{32} << 10;
 
 struct ParallelOptions {
   unsigned jobs = 1;  // decoding threads; 1: DecodeInto on the caller's thread, as ever
-  // Whether block sinks decode with `jobs` threads too (`ptdecode -j N` given): the fast block
-  // decoder is so fast that recording its blocks for the merge and the sink's call-stack model,
-  // which runs on the merging thread, cost more than a second thread gains (stats of a 30 M
-  // instruction synthesized trace: 0.25 s of CPU at -j 1, 0.55 s at -j 2), so by default
-  // they decode on one thread.
+  // Whether block sinks decode with `jobs` threads too (`ptdecode -j N` given): by default they
+  // decode on one thread. Recording a chunk's blocks for the merge costs more than a second
+  // thread gains; stats and folded summarise chunks instead (ChunkSummary), but a trace with
+  // time, without symbols, or whose stack empties is given as records (see the notes of
+  // CallStack::BeginChunk).
   bool blocks = false;
   uint64_t chunk_bytes = kDefaultChunkBytes;
   // Tests and measurements (ptdecode's hidden --chunk-stats): each parallel decode prints its
@@ -140,6 +148,8 @@ struct ParallelStats {
   uint64_t chunks = 0;
   uint64_t stitched = 0;       // chunk boundaries where the next chunk's decode was taken
   uint64_t redecoded = 0;      // boundaries where the chunk was decoded again through the next
+  uint64_t summarised = 0;     // chunks given to the sink as their summary (ChunkSummary)
+  uint64_t unsummarised = 0;   // summarised chunks whose summary did not apply (decoded again)
   uint64_t bytes_decoded = 0;  // trace bytes decoded by every decoder, overlaps included
 };
 
@@ -156,6 +166,10 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
                               DecodeTotals& totals, uint64_t offset_base,
                               uint64_t chunk_bytes = kDefaultChunkBytes,
                               ParallelStats* stats = nullptr, bool follow_time = false);
+
+// Adds the counts of the flow (instructions, blocks, events, syncs, errors, gaps and errors by
+// code) of `from` to `to`.
+void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from);
 
 // Whether GetParallelOptions() decodes `sink` with more than one thread.
 bool DecodesInParallel(const Sink& sink);

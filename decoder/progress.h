@@ -58,6 +58,9 @@ class ProgressSink : public ForwardingSink {
 
   void OnStream(const StreamInfo& stream) override;
   void OnProgress(uint64_t offset) override;
+  std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image) override {
+    return inner().NewChunkSummary(image);
+  }
   absl::Status Finish(const DecodeTotals& totals) override;
 
  private:

@@ -668,16 +668,6 @@ std::string ImageCache::FromBuildIdCache(const Mapping& m) const {
   return BuildIdCacheFile(r_, m, buildid_dir_);
 }
 
-void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from) {
-  to.instructions += from.instructions;
-  to.blocks += from.blocks;
-  to.events += from.events;
-  to.syncs += from.syncs;
-  to.errors += from.errors;
-  to.gaps += from.gaps;
-  for (const auto& [code, n] : from.errors_by_code) to.errors_by_code[code] += n;
-}
-
 }  // namespace
 
 std::string BuildIdCacheFile(const Recording& r, const Mapping& m, const std::string& buildid_dir) {

@@ -21,6 +21,21 @@ namespace {
 
 class StatsSink : public FlowSink {
  public:
+  // A chunk's counts are the model's (what a chunk cannot tell, time and the list of problems
+  // in order, are not summarised; --exclude-startup neither).
+  class Chunk : public FlowChunk {
+   public:
+    Chunk(const ProgramImage& image, StatsSink& to) : FlowChunk(image, to.wants_time()), to_(to) {}
+    bool ApplyTo() override { return to_.ApplyChunkModel(model_); }
+
+   private:
+    StatsSink& to_;
+  };
+  std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image) override {
+    if (scoped_ || options_.list_problems) return nullptr;
+    return std::make_unique<Chunk>(image, *this);
+  }
+
   // Prints the report to `out`, or with `profile_out` stores the profile there instead.
   // With `timing`, each function's self time too (Profile::timing), split as TickSplitter says.
   StatsSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options,

@@ -6,8 +6,11 @@
 #include <fmt/format.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "decoder/decode.h"
@@ -326,4 +329,144 @@ TEST(CallStackTest, StatsWarnsOnceOfDroppedFrames) {
 }
 
 }  // namespace
+
+namespace {
+
+// Chunk mode (CallStack::BeginChunk, for parallel decoding): R at 0x1000 is 64 calls of 5
+// bytes, to G (0x2000, a leaf) and to R itself, alternately; a random walk of calls and
+// returns over it that recurses ~60 frames deep, so that R has many frames at once while G
+// runs, and chunks return past their start.
+constexpr uint64_t kChunkR = 0x1000, kChunkG = 0x2000;
+
+std::unique_ptr<ProgramImage> ChunkImage() {
+  auto image = ProgramImage::Create();
+  EXPECT_THAT(image, IsOk());
+  std::vector<uint8_t> r;
+  for (int i = 0; i < 64; ++i) {
+    const uint64_t at = kChunkR + 5 * i;
+    const uint64_t to = i % 2 == 0 ? kChunkG : kChunkR;
+    const auto rel = static_cast<uint32_t>(to - (at + 5));
+    r.insert(r.end(), {0xe8, static_cast<uint8_t>(rel), static_cast<uint8_t>(rel >> 8),
+                       static_cast<uint8_t>(rel >> 16), static_cast<uint8_t>(rel >> 24)});
+  }
+  std::vector<uint8_t> g(16, 0x90);
+  g.back() = 0xc3;
+  (*image)->AddBytes("r.bin", kChunkR, r);
+  (*image)->AddBytes("g.bin", kChunkG, g);
+  const Symbol symbols[] = {{kChunkR, kChunkR + r.size(), "R"}, {kChunkG, kChunkG + 16, "G"}};
+  (*image)->AddSymbols(symbols);
+  return std::move(*image);
+}
+
+std::vector<pt_block> ChunkWalk(uint32_t seed, size_t steps) {
+  std::vector<pt_block> blocks;
+  auto block = [&](uint64_t ip, uint16_t ninsn, pt_insn_class iclass) {
+    pt_block b = {};
+    b.ip = ip;
+    b.end_ip = ip + (iclass == ptic_return && ip >= kChunkG ? ninsn - 1 : 0);
+    b.ninsn = ninsn;
+    b.iclass = iclass;
+    b.mode = ptem_64bit;
+    blocks.push_back(b);
+  };
+  uint32_t x = seed;
+  auto next = [&] {
+    x = x * 1103515245 + 12345;
+    return (x >> 16) & 0x7fff;
+  };
+  std::vector<uint64_t> returns;  // the walk's return addresses
+  uint64_t pc = kChunkR;
+  for (size_t s = 0; s < steps; ++s) {
+    const size_t depth = returns.size();
+    const bool deeper = depth < 8 || (depth < 60 && next() % 100 < 52);
+    if ((pc - kChunkR) / 5 >= 62 || !deeper) {
+      if (returns.empty()) break;
+      block(pc, 1 + next() % 3, ptic_return);  // a ret after straight-line code, in R
+      blocks.back().end_ip = pc;
+      pc = returns.back();
+      returns.pop_back();
+      continue;
+    }
+    block(pc, 1, ptic_call);
+    returns.push_back(pc + 5);
+    if ((pc - kChunkR) / 5 % 2 == 0) {  // G runs and returns
+      block(kChunkG, static_cast<uint16_t>(2 + next() % 14), ptic_return);
+      pc = returns.back();
+      returns.pop_back();
+    } else {
+      pc = kChunkR;
+    }
+  }
+  return blocks;
+}
+
+struct ChunkCounts {
+  std::map<std::string, std::tuple<uint64_t, uint64_t, uint64_t>> functions;  // self, incl, calls
+  uint64_t instructions, calls, returns;
+  bool operator==(const ChunkCounts&) const = default;
+};
+
+ChunkCounts CountsOf(CallStack& model) {
+  model.Reset();
+  ChunkCounts c{{}, model.totals().instructions, model.totals().calls, model.totals().returns};
+  for (const Function& fn : model.functions()) {
+    c.functions[fn.name] = {fn.self, fn.inclusive, fn.calls};
+  }
+  return c;
+}
+
+}  // namespace
+
+// The walk cut into chunks at random blocks: each chunk modelled alone from its head (the 20
+// blocks before it), then applied to the serial model, gives the serial model's frames and
+// counts exactly: the inclusive count of a function with several frames below the chunk's
+// start, returns resolved against the stack the chunks before left.
+TEST(CallStackTest, ChunksAppliedInOrderGiveTheSerialModel) {
+  auto image = ChunkImage();
+  size_t applied = 0, tried = 0, ops = 0;
+  for (uint32_t seed = 1; seed <= 20; ++seed) {
+    const std::vector<pt_block> blocks = ChunkWalk(seed, 4000);
+    ASSERT_GT(blocks.size(), 3000u);
+    CallStack all(*image);
+    for (const pt_block& b : blocks) all.OnBlock(b);
+    const std::vector<Frame> all_frames = all.frames();
+    const ChunkCounts want = CountsOf(all);
+
+    CallStack merged(*image);
+    size_t at = 0;
+    uint32_t x = seed;
+    while (at < blocks.size()) {
+      x = x * 1103515245 + 12345;
+      const size_t end = std::min(blocks.size(), at + 50 + (x >> 16) % 400);
+      CallStack chunk(*image);
+      for (size_t i = at >= 20 ? at - 20 : 0; i < at; ++i) chunk.OnBlock(blocks[i]);
+      chunk.BeginChunk();
+      for (size_t i = at; i < end; ++i) chunk.OnBlock(blocks[i]);
+      ++tried;
+      CallStack::ChunkPlan plan;
+      if (merged.CheckChunk(chunk, plan)) {
+        ++applied;
+        ops += chunk.chunk_ops().size();
+        merged.ApplyChunk(chunk, plan);
+      } else {
+        for (size_t i = at; i < end; ++i) merged.OnBlock(blocks[i]);
+      }
+      at = end;
+    }
+    ASSERT_EQ(merged.frames().size(), all_frames.size()) << "seed " << seed;
+    for (size_t i = 0; i < all_frames.size(); ++i) {
+      EXPECT_EQ(merged.functions()[merged.frames()[i].function].name,
+                all.functions()[all_frames[i].function].name);
+      EXPECT_EQ(merged.frames()[i].return_address, all_frames[i].return_address);
+      EXPECT_EQ(merged.frames()[i].entry_count, all_frames[i].entry_count);
+      EXPECT_EQ(merged.frames()[i].implicit, all_frames[i].implicit);
+    }
+    EXPECT_TRUE(CountsOf(merged) == want) << "seed " << seed;
+  }
+  // Nearly every chunk is a summary, and they returned past their starts.
+  EXPECT_GT(applied, tried * 9 / 10);
+  EXPECT_GT(ops, applied);
+  std::printf("%zu of %zu chunks applied, %zu returns past a chunk's start\n", applied, tried, ops);
+}
+
 }  // namespace ptkit::decoder

@@ -100,5 +100,72 @@ TEST(ParallelDecodeE2eTest, SynthesizedRecordingsDecodeAlikeWithAnyJobs) {
   }
 }
 
+// stats and folded through chunk summaries (ChunkSummary): a walk of the O0 interpreter recurses
+// thousands of frames deep and returns past many chunk starts, which the merge resolves against the
+// stack the chunks before left (a function live several times on the stack, inclusive counts of
+// frames entered before a chunk). Raw input, so that the sink summarises (containers go through the
+// records). The same bytes with 1, 2 and 8 threads and chunks of 1 byte to 64 KiB, and most
+// chunks are summaries. (Chunks that run code after the whole stack returned, which the walk
+// does when it leaves main and enters it again, or jump with no frame of their own, are given
+// as their records.)
+TEST(ParallelDecodeE2eTest, StatsSummariesResolveReturnsPastChunkStarts) {
+  const std::string program = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O0_pie";
+  PTKIT_ASSERT_OK_AND_ASSIGN(Synthesizer synth, Synthesizer::Create(program));
+  SynthOptions options;
+  options.max_insns = 3000000;
+  options.seed = 1;
+  options.pt.psb_period = 0;  // a PSB every 2 KiB
+  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult r, synth.Walk(options));
+  const std::string path =
+      ::testing::TempDir() + "/parallel_e2e_" + std::to_string(getpid()) + "_deep.pt";
+  FILE* f = std::fopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(std::fwrite(r.pt.data(), 1, r.pt.size(), f), r.pt.size());
+  ASSERT_EQ(std::fclose(f), 0);
+  const std::string input =
+      absl::StrCat(" --pt ", path, " --elf ", program, ":0x", absl::Hex(synth.image().exec_base()));
+  int exit_code = -1;
+  const std::string serial = Output(absl::StrCat(PTDECODE_PATH, " stats -j 1", input), &exit_code);
+  ASSERT_EQ(exit_code, 0);
+  // Deep: the walk's stack at its end (calls less returns) is thousands of frames.
+  uint64_t calls = 0, returns = 0;
+  ASSERT_EQ(std::sscanf(serial.c_str() + serial.find(" blocks, ") + 9,
+                        "%" SCNu64 " calls, %" SCNu64 " returns", &calls, &returns),
+            2)
+      << serial;
+  EXPECT_GT(calls, returns + 1000);
+  uint64_t summarised = 0, chunks = 0;
+  for (const char* command : {"stats", "stats --json", "folded"}) {
+    SCOPED_TRACE(command);
+    const std::string one =
+        Output(absl::StrCat(PTDECODE_PATH, " ", command, " -j 1", input), &exit_code);
+    EXPECT_EQ(exit_code, 0);
+    for (const char* jobs :
+         {"-j 2 --chunk-size 1", "-j 8 --chunk-size 5000", "-j 2 --chunk-size 65536"}) {
+      SCOPED_TRACE(jobs);
+      const std::string out = Output(absl::StrCat(PTDECODE_PATH, " ", command, " --chunk-stats ",
+                                                  jobs, input, " 2>", path, ".err"),
+                                     &exit_code);
+      EXPECT_EQ(exit_code, 0);
+      EXPECT_TRUE(out == one) << "outputs differ (" << out.size() << " vs " << one.size()
+                              << " bytes)";
+      const std::string err = Output(absl::StrCat("cat ", path, ".err"), &exit_code);
+      uint64_t c = 0, stitched = 0, again = 0, s = 0;
+      ASSERT_EQ(std::sscanf(err.c_str(),
+                            "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
+                            " decoded again, %" SCNu64 " summarised",
+                            &c, &stitched, &again, &s),
+                4)
+          << err;
+      chunks += c;
+      summarised += s;
+      std::printf("%s %s: %s", command, jobs, err.c_str());
+    }
+  }
+  EXPECT_GT(summarised, chunks / 2);
+  unlink((path + ".err").c_str());
+  unlink(path.c_str());
+}
+
 }  // namespace
 }  // namespace ptkit::swpt
