@@ -66,8 +66,9 @@ inline constexpr uint64_t kMaxBtsWalk = 1 << 16;
 // branches. No real trace comes near it: a TNT packet holds at most 47 branch outcomes.
 inline constexpr uint64_t kMaxInsnsWithoutProgress = 1 << 20;
 
-// What a decode error code means: libipt's pt_errstr, or the text of a DecodeErrorCode.
-const char* DecodeErrorText(int code);
+// What a decode error code means: libipt's pt_errstr, or the text of a DecodeErrorCode (which
+// names the bound in force, decode_bounds.h).
+std::string DecodeErrorText(int code);
 
 // One decode error. `code` is a positive pt_error_code or a DecodeErrorCode.
 struct DecodeError {

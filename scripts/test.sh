@@ -35,12 +35,11 @@ cmake --build --preset ci
 step "tests"
 ctest --preset ci
 
-step "ASan + UBSan (clang, preset fuzz): container, info, sideband, emulate stepper and decoder tests"
+step "ASan + UBSan (clang, preset fuzz): the src, emulate and decoder unit tests"
 # One sanitizer build serves both the tests and the fuzz targets (their libraries are the same).
+# The targets are test groups (cmake/PtkitTest.cmake): one executable each, in unity batches.
 cmake --preset fuzz >/dev/null
-asan_targets=(container_test info_test sideband_test step_events_test stepper_test
-  decoder_container_test decoder_callstack_test decoder_synth_test decoder_bts_test
-  decoder_parse_test decode_loop_test)
+asan_targets=(common_unit_tests emulate_unit_tests decoder_unit_tests decoder_bounded_tests)
 mapfile -t fuzz_targets < <(bash scripts/fuzz.sh list | sed 's/$/_fuzz/')
 cmake --build --preset fuzz --target "${asan_targets[@]}" "${fuzz_targets[@]}"
 ctest --preset fuzz

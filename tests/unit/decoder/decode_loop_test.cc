@@ -23,17 +23,18 @@ using ::ptkit::decoder::testing::PtSynth;
 using ::ptkit::decoder::testing::TakenTnt;
 using ::ptkit::testing::IsOk;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
-constexpr uint64_t kCode = 0x1000;
+constexpr uint64_t kLoopCode = 0x1000;
 constexpr uint64_t kJumpTarget = 0x2000;
 // nop; jmp *%rax
 const std::vector<uint8_t> kNopJmpRax = {0x90, 0xff, 0xe0};
 
-// PSB, MODE.exec 64-bit, PSBEND, TIP.PGE kCode, then `more`.
+// PSB, MODE.exec 64-bit, PSBEND, TIP.PGE kLoopCode, then `more`.
 std::vector<uint8_t> TraceFromKCode(const std::vector<pt_packet>& more) {
   ElfCode none;
   PtSynth synth(none);
-  synth.AddPsbPlusPge(kCode);
+  synth.AddPsbPlusPge(kLoopCode);
   for (const pt_packet& m : more) synth.AddPacket(m);
   return synth.bytes();
 }
@@ -81,7 +82,7 @@ class LogSink : public Sink {
 TEST(DecodeLoopTest, AFailedInsnNextBeforeDecodingCountsNothing) {
   auto image = ProgramImage::Create();
   ASSERT_THAT(image, IsOk());
-  (*image)->AddBytes("nop_jmp_rax", kCode, kNopJmpRax);
+  (*image)->AddBytes("nop_jmp_rax", kLoopCode, kNopJmpRax);
   const std::vector<uint8_t> trace = DisabledThenTntTrace();
 
   LogSink insns(DecoderKind::kInsn);
@@ -92,8 +93,8 @@ TEST(DecodeLoopTest, AFailedInsnNextBeforeDecodingCountsNothing) {
       insns.log,
       ElementsAre("sync 0", fmt::format("event {}", static_cast<int>(ptev_exec_mode)),
                   fmt::format("event {}", static_cast<int>(ptev_enabled)),
-                  fmt::format("insn {:#x} class {}", kCode, static_cast<int>(ptic_other)),
-                  fmt::format("insn {:#x} class {}", kCode + 1, static_cast<int>(ptic_jump)),
+                  fmt::format("insn {:#x} class {}", kLoopCode, static_cast<int>(ptic_other)),
+                  fmt::format("insn {:#x} class {}", kLoopCode + 1, static_cast<int>(ptic_jump)),
                   fmt::format("event {}", static_cast<int>(ptev_disabled)),
                   fmt::format("error {} at {}", pt_errstr(pte_no_enable), kTntAfterPgd)));
   EXPECT_EQ(totals->instructions, 2u);
@@ -114,12 +115,12 @@ TEST(DecodeLoopTest, AFailedInsnNextBeforeDecodingCountsNothing) {
   SetBlockDecoderImpl(BlockDecoderImpl::kFast);
 }
 
-// `jmp .` at kCode needs no trace: the loops stop at the bound (lowered here as the fuzz
+// `jmp .` at kLoopCode needs no trace: the loops stop at the bound (lowered here as the fuzz
 // targets lower it) with kErrorLoop at the TNT, whatever the decoder.
 TEST(DecodeLoopTest, TheLoopBoundCanBeLowered) {
   auto image = ProgramImage::Create();
   ASSERT_THAT(image, IsOk());
-  (*image)->AddBytes("jmp_self", kCode, std::vector<uint8_t>{0xeb, 0xfe});
+  (*image)->AddBytes("jmp_self", kLoopCode, std::vector<uint8_t>{0xeb, 0xfe});
   const std::vector<uint8_t> trace = TraceFromKCode({TakenTnt()});
   ASSERT_EQ(GetDecodeBounds().insns_without_progress, kMaxInsnsWithoutProgress);
   constexpr uint64_t kBound = 5000;
@@ -141,8 +142,14 @@ TEST(DecodeLoopTest, TheLoopBoundCanBeLowered) {
                 fmt::format("error {} at {}", DecodeErrorText(kErrorLoop), kAfterPge));
     }
   }
+  // The texts name the bounds in force (they said 1048576 and 65536 whatever the bound was).
+  SetDecodeBounds({.insns_without_progress = kBound, .bts_walk = 300});
+  EXPECT_THAT(DecodeErrorText(kErrorLoop), HasSubstr(" over 5000 instructions decoded "));
+  EXPECT_THAT(DecodeErrorText(kErrorBtsWalk), HasSubstr(" in 300 instructions "));
   SetBlockDecoderImpl(BlockDecoderImpl::kFast);
   SetDecodeBounds({});
+  EXPECT_THAT(DecodeErrorText(kErrorLoop), HasSubstr(" over 1048576 instructions decoded "));
+  EXPECT_THAT(DecodeErrorText(kErrorBtsWalk), HasSubstr(" in 65536 instructions "));
 }
 
 // NextIpAfter (the resync address after an instruction libipt cannot map or decode) on bytes

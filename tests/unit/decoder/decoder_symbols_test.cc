@@ -324,10 +324,12 @@ void ExpectNmFunctionsResolve(const ProgramImage& image, const std::string& path
   AddNmFunctions(path, true, functions);
   size_t checked = 0;
   for (const auto& [address, names] : functions) {
-    // Linker-defined labels past the end of their section (_etext) name no code.
-    const bool in_code = std::any_of(sections.begin(), sections.end(), [&](const Section& s) {
-      return s.code && address >= s.begin && address < s.end;
-    });
+    // Linker-defined labels past the end of their section (_etext) name no code. (clang 14,
+    // the fuzz preset's, cannot capture a structured binding: the lambda takes a copy.)
+    const bool in_code =
+        std::any_of(sections.begin(), sections.end(), [&, address = address](const Section& s) {
+          return s.code && address >= s.begin && address < s.end;
+        });
     if (!in_code) continue;
     const int s = image.SymbolAt(address);
     ASSERT_GE(s, 0) << fmt::format("{:#x} {}", address, *names.begin());
