@@ -3,8 +3,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <cstdio>
-
 namespace ptkit {
 
 void ScopedFd::reset(int fd) {
@@ -31,7 +29,5 @@ void ScopedMmap::reset() {
   addr_ = nullptr;
   length_ = 0;
 }
-
-void ScratchFinding(std::FILE* f) { std::fclose(f); }
 
 }  // namespace ptkit
