@@ -250,7 +250,8 @@ TEST_F(SynthParallelTest, BlockOutputsEqualTheSerialDecode) {
                                                 {MakeTimelineSink, false}};
   uint64_t stitched = 0;
   for (const auto& [make, json] : outputs) {
-    auto run = [&](size_t jobs, DecodeTotals& totals, ParallelStats* stats) {
+    auto run = [&, make = make, json = json](size_t jobs, DecodeTotals& totals,
+                                             ParallelStats* stats) {
       std::FILE* out = std::tmpfile();
       EXPECT_NE(out, nullptr);
       OutputOptions options;
