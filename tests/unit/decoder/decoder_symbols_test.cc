@@ -68,7 +68,7 @@ std::unique_ptr<ProgramImage> ElfImage(const std::string& path, const std::strin
 
 // A fresh directory for one test (ctest runs cases as parallel processes).
 std::string FreshDir(const std::string& name) {
-  const std::string dir = TempPath(name);
+  std::string dir = TempPath(name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;
@@ -325,9 +325,10 @@ void ExpectNmFunctionsResolve(const ProgramImage& image, const std::string& path
   size_t checked = 0;
   for (const auto& [address, names] : functions) {
     // Linker-defined labels past the end of their section (_etext) name no code.
-    const bool in_code = std::any_of(sections.begin(), sections.end(), [&](const Section& s) {
-      return s.code && address >= s.begin && address < s.end;
-    });
+    const bool in_code =
+        std::any_of(sections.begin(), sections.end(), [&, address = address](const Section& s) {
+          return s.code && address >= s.begin && address < s.end;
+        });
     if (!in_code) continue;
     const int s = image.SymbolAt(address);
     ASSERT_GE(s, 0) << fmt::format("{:#x} {}", address, *names.begin());
