@@ -49,7 +49,7 @@ class Reader {
       : object_(object), prefix_(std::move(prefix)), extra_(extra), problems_(problems) {}
   Reader(const Reader&) = delete;
   Reader& operator=(const Reader&) = delete;
-  ~Reader() {
+  ~Reader() {  // NOLINT(bugprone-exception-escape): extra_ is an object or null: no type_error
     for (const auto& [key, value] : object_.items()) {
       if (!known_.contains(key)) extra_[key] = value;
     }
@@ -325,7 +325,9 @@ std::string Convert(const json& v, std::string& path, Use use, Problems& p, T& o
     if (!v.is_object()) return "must be an object, " + Got(v);
     const std::string base = path;
     for (const auto& [key, value] : v.items()) {
-      path = base + "." + key;
+      path = base;
+      path += '.';
+      path += key;
       std::string why = Convert(value, path, use, p, out[key], max);
       if (!why.empty()) return why;
     }

@@ -536,7 +536,7 @@ const Command kCommands[] = {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; terminate says it
   CLI::App app{
       "ptdecode: decode Intel PT recordings (trace.pt, perf.data) into control flow.\n"
       "`ptdecode FILE` (no sub-command) is `ptdecode report FILE`. Exit status: 0 success, 1 "

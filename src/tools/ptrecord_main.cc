@@ -17,6 +17,7 @@
 
 #include "CLI/CLI.hpp"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "completion/completion.h"
 #include "ptkit/numbers.h"
@@ -172,7 +173,7 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; terminate says it
   CLI::App app{
       "Record Intel PT (or BTS) of a command or running tasks, with the sideband needed to "
       "decode it, into a trace.pt container.\n"
@@ -316,8 +317,8 @@ int main(int argc, char** argv) {
   for (const auto& [flag, value] : {std::pair<const char*, const std::string&>{"-o", o.output},
                                     {"--ground-truth", ground_truth}}) {
     if (app.count(flag) > 0 && (value.empty() || value.front() == '-')) {
-      return Fail(std::string(flag) + " needs a file name, not '" + value +
-                      "' (a file whose name starts with '-': ./" + value + ")",
+      return Fail(absl::StrCat(flag, " needs a file name, not '", value,
+                               "' (a file whose name starts with '-': ./", value, ")"),
                   2);
     }
   }

@@ -221,6 +221,7 @@ Stopped RecordSpinUntil(const std::string& trace, const std::string& truth,
     args.insert(args.end(), extra.begin(), extra.end());
     args.insert(args.end(), {"--", kE2e + "/e2e_spin"});
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     ::execv(PTRECORD_PATH, argv.data());

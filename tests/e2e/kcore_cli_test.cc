@@ -57,7 +57,8 @@ std::vector<uint8_t> GdbBytes(const std::string& core, uint64_t address, size_t 
     const size_t colon = line.find(':');
     if (colon == std::string::npos || line.rfind("0x", 0) != 0) continue;
     std::istringstream fields(line.substr(colon + 1));
-    for (std::string b; fields >> b;) bytes.push_back(static_cast<uint8_t>(std::stoul(b, 0, 16)));
+    for (std::string b; fields >> b;)
+      bytes.push_back(static_cast<uint8_t>(std::stoul(b, nullptr, 16)));
   }
   return bytes;
 }

@@ -86,7 +86,7 @@ class EmulatedRecordings {
 
  private:
   static std::string CacheDir() {
-    const std::string dir = std::string(PTKIT_BINARY_DIR) + "/test-recordings";
+    std::string dir = std::string(PTKIT_BINARY_DIR) + "/test-recordings";
     std::error_code ec;
     std::filesystem::create_directories(dir, ec);
     return dir;

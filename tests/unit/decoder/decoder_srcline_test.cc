@@ -232,7 +232,7 @@ TEST(SrclineProgramTest, AnOrdinaryProgramsLinesAreAddr2Lines) {
   for (const auto& [program, base] : std::vector<std::pair<std::string, uint64_t>>{
            {"plt_pie", 0x555555554000}, {"plt_nopie", 0}, {"plt_ibt", 0x7f0000200000}}) {
     SCOPED_TRACE(program);
-    const std::string path = kDir + "/" + program + ".elf";
+    const std::string path = fmt::format("{}/{}.elf", kDir, program);
     // Every instruction address of .text, as objdump disassembles it.
     std::vector<uint64_t> ips;
     std::istringstream text(testing::ToolOutput({"objdump", "-d", "--section=.text", path}));

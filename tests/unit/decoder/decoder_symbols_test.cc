@@ -68,7 +68,7 @@ std::unique_ptr<ProgramImage> ElfImage(const std::string& path, const std::strin
 
 // A fresh directory for one test (ctest runs cases as parallel processes).
 std::string FreshDir(const std::string& name) {
-  const std::string dir = TempPath(name);
+  std::string dir = TempPath(name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return dir;

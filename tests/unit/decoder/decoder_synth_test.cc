@@ -25,7 +25,6 @@ namespace {
 using ::ptkit::decoder::testing::ElfCode;
 using ::ptkit::decoder::testing::PtSynth;
 using ::ptkit::decoder::testing::RecordingSink;
-using ::ptkit::decoder::testing::WalkOptions;
 using ::ptkit::testing::IsOk;
 using ::ptkit::testing::StatusIs;
 using ::testing::ElementsAreArray;

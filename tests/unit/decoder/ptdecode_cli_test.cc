@@ -187,7 +187,7 @@ TEST_F(PtdecodeCliTest, TimeWindowTotalsAgreeWithItsRows) {
                                          {"5000,10000", late->size()},
                                          {"0,10000", early->size() + late->size()}}) {
     SCOPED_TRACE(window);
-    Result r = RunPtdecode("stats --json --time " + window + input);
+    Result r = RunPtdecode(fmt::format("stats --json --time {}{}", window, input));
     ASSERT_EQ(r.exit_code, 0) << r.err;
     auto doc = nlohmann::json::parse(r.out);
     uint64_t self = 0;

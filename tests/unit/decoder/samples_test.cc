@@ -30,7 +30,7 @@ class SamplesTest : public ::testing::Test {
  protected:
   // A container with the given sample records (perf record bytes, sample_type).
   std::string Write(const std::vector<std::pair<std::vector<uint8_t>, uint64_t>>& samples) {
-    const std::string path = dir_.File("trace.pt");
+    std::string path = dir_.File("trace.pt");
     auto writer = ::ptkit::testing::NewContainer(path, {R"({"tool":"samples_test"})"});
     EXPECT_TRUE(writer.ok()) << writer.status();
     for (const auto& [record, type] : samples) {

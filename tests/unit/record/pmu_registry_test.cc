@@ -14,7 +14,6 @@
 namespace ptkit::record {
 namespace {
 
-using ::ptkit::testing::IsOk;
 using ::ptkit::testing::StatusIs;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;

@@ -32,7 +32,7 @@ std::string Program(const std::string& name) {
   return std::string(EMULATE_PROGRAM_DIR) + "/emulate_" + name;
 }
 
-struct Recording {
+struct Recording {  // NOLINT(bugprone-exception-escape): ~json may allocate, nothing else throws
   nlohmann::json metadata;
   std::map<uint64_t, std::vector<uint8_t>> aux;  // tid -> trace bytes
   std::vector<std::string> sideband;             // perf record type names, in file order
