@@ -36,6 +36,9 @@ using ::testing::HasSubstr;
 const std::string kBase = DIFF_PROGRAM_DIR "/diff_base/e2e_diff_work";
 const std::string kMore = DIFF_PROGRAM_DIR "/diff_more/e2e_diff_work";
 const std::string kHalf = DIFF_PROGRAM_DIR "/diff_half/e2e_diff_work";  // +0.50% under main
+// The tools for the CI script, as environment assignments for /usr/bin/env.
+const std::string kPtrecordEnv = std::string("PTRECORD=") + PTRECORD_PATH;
+const std::string kPtdecodeEnv = std::string("PTDECODE=") + PTDECODE_PATH;
 
 // Instructions the ground truth retired inside `name` (by nm's range).
 uint64_t TruthSelf(const std::string& program, const std::string& truth, const std::string& name) {
@@ -78,7 +81,7 @@ class PtdecodeDiffTest : public ::testing::Test {
   }
   // Records `program` once under `name`, with its stats --json next to it.
   static const DiffRun& Record(const std::string& name, const std::string& program,
-                               std::vector<std::string> extra = {}) {
+                               const std::vector<std::string>& extra = {}) {
     auto [it, inserted] = recorded_.try_emplace(name);
     DiffRun& rec = it->second;
     if (!inserted) return rec;
@@ -368,10 +371,10 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
 TEST_F(PtdecodeDiffTest, FiveRunsOfOneBuildGiveEqualCounts) {
   const std::string out = Dir() + "same";
   const std::string summary = Dir() + "same.md";
-  auto r = RunCommand({"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "PTDECODE=" PTDECODE_PATH,
-                       "PTKIT_OUT=" + out, "PTKIT_EMULATE=step", "GITHUB_STEP_SUMMARY=" + summary,
-                       "/bin/sh", CI_SCRIPT, kBase, kBase, "--fail-total", "0", "--fail-function",
-                       "0", "--fail-on-loss"});
+  auto r =
+      RunCommand({"/usr/bin/env", kPtrecordEnv, kPtdecodeEnv, "PTKIT_OUT=" + out,
+                  "PTKIT_EMULATE=step", "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh", CI_SCRIPT,
+                  kBase, kBase, "--fail-total", "0", "--fail-function", "0", "--fail-on-loss"});
   if (r.err.find("Operation not permitted") != std::string::npos) {
     GTEST_SKIP() << "ptrace or perf_event_open denied";
   }
@@ -673,10 +676,9 @@ TEST_F(PtdecodeDiffTest, TheCiScriptFailsOnTheRegression) {
   std::filesystem::create_symlink(kMore, ws + "/new/build/e2e_diff_work");
   const std::string summary = Dir() + "summary.md";
   std::ofstream(summary) << "# earlier step\n";
-  auto r = RunCommand({"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "PTDECODE=" PTDECODE_PATH,
-                       "PTKIT_EMULATE=step", "BENCH=build/e2e_diff_work",
-                       "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh", "-c",
-                       "cd '" + ws + "' && " + command});
+  auto r = RunCommand({"/usr/bin/env", kPtrecordEnv, kPtdecodeEnv, "PTKIT_EMULATE=step",
+                       "BENCH=build/e2e_diff_work", "GITHUB_STEP_SUMMARY=" + summary, "/bin/sh",
+                       "-c", "cd '" + ws + "' && " + command});
   if (r.err.find("Operation not permitted") != std::string::npos) {
     GTEST_SKIP() << "ptrace or perf_event_open denied";
   }
@@ -701,10 +703,9 @@ TEST_F(PtdecodeDiffTest, TheCiScriptFailsOnTheRegression) {
   // A change of 0.5% (EXTRA_CALL: 9 instructions more under main) passes a 1% limit, shown in
   // the summary; the same recordings fail a limit of 0.25% (exit 3, as gungraun's).
   const std::string half_summary = Dir() + "half.md";
-  auto h = RunCommand({"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "PTDECODE=" PTDECODE_PATH,
-                       "PTKIT_OUT=" + Dir() + "ci_half", "PTKIT_EMULATE=step",
-                       "GITHUB_STEP_SUMMARY=" + half_summary, "/bin/sh", CI_SCRIPT, kBase, kHalf,
-                       "--fail-total", "1"});
+  auto h = RunCommand({"/usr/bin/env", kPtrecordEnv, kPtdecodeEnv, "PTKIT_OUT=" + Dir() + "ci_half",
+                       "PTKIT_EMULATE=step", "GITHUB_STEP_SUMMARY=" + half_summary, "/bin/sh",
+                       CI_SCRIPT, kBase, kHalf, "--fail-total", "1"});
   ASSERT_EQ(h.exit_code, 0) << h.err << h.out;
   const std::string half_md = Slurp(half_summary);
   EXPECT_THAT(half_md, ::testing::StartsWith("### ptdecode diff: no regression\n"));
@@ -720,8 +721,8 @@ TEST_F(PtdecodeDiffTest, TheCiScriptFailsOnTheRegression) {
                                                  "--fail-total 0.25%",
                                                  own_base, own_base + 9)));
   // Not an executable: a usage error.
-  auto u = RunCommand(
-      {"/usr/bin/env", "PTRECORD=" PTRECORD_PATH, "/bin/sh", CI_SCRIPT, Dir() + "nothing", kMore});
+  auto u =
+      RunCommand({"/usr/bin/env", kPtrecordEnv, "/bin/sh", CI_SCRIPT, Dir() + "nothing", kMore});
   EXPECT_EQ(u.exit_code, 2);
   EXPECT_THAT(u.err, HasSubstr("not an executable program"));
 }

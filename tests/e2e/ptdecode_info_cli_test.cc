@@ -78,7 +78,7 @@ TEST_F(InfoCliTest, BadInputIsOneClearLineAndTheRightExitCode) {
   std::string text = dir_.File("notes.txt");
   std::ofstream(text) << "not a trace\n";
   std::string empty = dir_.File("empty.pt");
-  std::ofstream{empty};
+  { std::ofstream touch(empty); }  // an empty file
   std::vector<BadInput> cases = {
       {{"info", "/nonexistent/trace.pt"}, 1, "/nonexistent/trace.pt: No such file"},
       {{"info", text}, 1, "notes.txt: not a ptkit container"},

@@ -32,7 +32,7 @@ class TempDir {
   // other tests running the program at the same time do not hit its INT3 (under qemu, which
   // reads the code from memory, they would die of SIGTRAP).
   std::string Copy(const std::string& from, const std::string& name) const {
-    const std::string to = File(name);
+    std::string to = File(name);
     std::filesystem::copy_file(from, to);
     std::filesystem::permissions(to, std::filesystem::perms::owner_exec,
                                  std::filesystem::perm_options::add);

@@ -22,6 +22,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "decoder/image.h"
 #include "decoder/srcline.h"
 #include "elf_oracle.h"
@@ -246,7 +247,7 @@ TEST(PltTest, EntriesAreNamedAsObjdumpNamesThem) {
   if (!HaveBinutils()) GTEST_SKIP() << "objdump (binutils) is not installed";
   for (const std::string& program : kPltPrograms) {
     SCOPED_TRACE(program);
-    const std::string path = kDir + "/" + program + ".elf";
+    const std::string path = absl::StrCat(kDir, "/", program, ".elf");
     auto image = ElfImage(path, "/nonexistent");
     ASSERT_NE(image, nullptr);
     ExpectPltNamesAsObjdump(*image, path, 0);
@@ -257,7 +258,7 @@ TEST(PltTest, EntriesOfAProgramMappedAsTheLoaderMapsItAreNamed) {
   if (!HaveBinutils()) GTEST_SKIP() << "objdump (binutils) is not installed";
   for (const std::string program : {"plt_pie", "plt_ibt", "plt_now"}) {
     SCOPED_TRACE(program);
-    const std::string path = kDir + "/" + program + ".elf";
+    const std::string path = absl::StrCat(kDir, "/", program, ".elf");
     constexpr uint64_t kBase = 0x555555554000;
     auto image = LoaderMappedImage(path, kBase);
     ASSERT_NE(image, nullptr);
@@ -345,7 +346,7 @@ TEST(SymbolsTest, EveryFunctionNmPrintsResolvesToItsName) {
   if (!HaveBinutils()) GTEST_SKIP() << "nm (binutils) is not installed";
   for (const std::string& program : kPltPrograms) {
     SCOPED_TRACE(program);
-    const std::string path = kDir + "/" + program + ".elf";
+    const std::string path = absl::StrCat(kDir, "/", program, ".elf");
     auto image = ElfImage(path, "/nonexistent");
     ASSERT_NE(image, nullptr);
     ExpectNmFunctionsResolve(*image, path, "");

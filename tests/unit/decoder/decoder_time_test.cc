@@ -413,8 +413,8 @@ TEST_F(TimeTest, TimelineTsIsMicrosecondsFromTheTsc) {
   hz.hz_source = "cpuid_15h";
   const std::vector<Case> cases = {
       {HalfTscClock(3000000000),
-       (3e9 + t0 / 2) / 1e3,
-       (3e9 + t1 / 2) / 1e3,
+       (3e9 + static_cast<double>(t0 >> 1)) / 1e3,
+       (3e9 + static_cast<double>(t1 >> 1)) / 1e3,
        {{"ts_unit", "us"}, {"ts_clock", "perf_time"}}},
       {hz,
        t0 / 2.5e3,

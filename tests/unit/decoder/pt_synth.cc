@@ -6,6 +6,7 @@
 #include <libelf.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 
@@ -61,7 +62,7 @@ size_t ElfCode::Read(uint64_t va, uint8_t* out, size_t size) const {
   for (const Segment& s : segments_) {
     if (va >= s.vaddr && va < s.vaddr + s.bytes.size()) {
       size_t n = std::min<size_t>(size, s.vaddr + s.bytes.size() - va);
-      std::memcpy(out, s.bytes.data() + (va - s.vaddr), n);
+      std::copy_n(s.bytes.data() + (va - s.vaddr), n, out);
       return n;
     }
   }
