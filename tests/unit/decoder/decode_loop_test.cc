@@ -157,9 +157,10 @@ TEST(DecodeLoopTest, TheLoopBoundCanBeLowered) {
 // for what does not decode or is not in the image. The three modes decode the same bytes to
 // different lengths.
 TEST(DecodeLoopTest, NextIpAfterIsLengthPlusADirectBranchsDisplacement) {
+  constexpr uint64_t kLengthsAt = 0x1000;
   auto image = ProgramImage::Create();
   ASSERT_THAT(image, IsOk());
-  (*image)->AddBytes("lengths", kCode,
+  (*image)->AddBytes("lengths", kLengthsAt,
                      std::vector<uint8_t>{
                          0x48, 0x8b, 0x05, 0x10, 0x00, 0x00, 0x00,  // 1000: mov 0x10(%rip),%rax
                          0xe8, 0x00, 0x01, 0x00, 0x00,              // 1007: call 0x110c
