@@ -599,9 +599,10 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
   // While a function had a frame in B, it ran the chunk's every instruction: until the op that
   // popped its lowest frame (tops fall), else to the end.
   for (const auto& [f, at] : lowest) {
-    const auto u = static_cast<size_t>(
-        std::partition_point(plan.tops.begin(), plan.tops.end(), [&](size_t t) { return t > at; }) -
-        plan.tops.begin());
+    const auto u =
+        static_cast<size_t>(std::partition_point(plan.tops.begin(), plan.tops.end(),
+                                                 [at = at](size_t t) { return t > at; }) -
+                            plan.tops.begin());
     const auto it = local.find(f);
     const uint64_t until = u < plan.tops.size() ? chunk.ops_[u].at : n;
     uint64_t counted = 0;
