@@ -904,7 +904,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
       ++st.stitched;
       if (cur != nullptr) {
         replay.Replay(*cur, skip, cut);
-        recycle(std::move(cur));
+        recycle(std::exchange(cur, nullptr));
       } else {
         PTKIT_RETURN_IF_ERROR(apply(run_start, summarised));
       }

@@ -47,7 +47,7 @@ Progressed WithProgressTo(bool shown,
   uint64_t clock = 0;
   Progressed p;
   p.result = run({.err = shown ? err : nullptr, .now_ms = [&clock] { return clock += 300; }});
-  std::fclose(err);
+  EXPECT_EQ(std::fclose(err), 0);
   p.line.assign(text, size);
   std::free(text);
   return p;
@@ -59,7 +59,7 @@ std::string Written(const std::function<void(std::FILE*)>& fill) {
   size_t size = 0;
   std::FILE* out = open_memstream(&text, &size);
   fill(out);
-  std::fclose(out);
+  EXPECT_EQ(std::fclose(out), 0);
   std::string s(text, size);
   std::free(text);
   return s;
