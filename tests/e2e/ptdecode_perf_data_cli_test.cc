@@ -42,8 +42,8 @@ std::vector<std::string> RealRecordings() {
   return {kData + "perf.data.intel_pt-4.14", kData + "perf.data.piped.intel_pt-4.14"};
 }
 
-#define PTKIT_NEED(path)                                                    \
-  if (!std::filesystem::exists(path)) GTEST_SKIP() << path << " is absent"; \
+#define PTKIT_NEED(path)                                                        \
+  if (!std::filesystem::exists((path))) GTEST_SKIP() << (path) << " is absent"; \
   if (!std::filesystem::exists(kPerf)) GTEST_SKIP() << kPerf << " is absent (linux-perf)"
 
 // AUXTRACE bytes per stream as `perf report -D` prints the records ("cpu 3" / "tid N").

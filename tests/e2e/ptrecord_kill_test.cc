@@ -76,6 +76,7 @@ pid_t Start(std::vector<std::string> args, const std::string& err_file) {
     const int fd = ::open(err_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     ::dup2(fd, 2);
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     ::execv(PTRECORD_PATH, argv.data());

@@ -23,6 +23,7 @@
 #include <tuple>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "e2e_programs.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
@@ -114,7 +115,7 @@ class QemuEmulateTest : public ::testing::Test {
 
 TEST_F(QemuEmulateTest, AStaticProgramDecodesToTheGroundTruth) {
   PTKIT_SKIP_WITHOUT_QEMU();
-  PerThread truth = ExpectDecodedEqualsTruth("fib", {PROGRAM_DIR "/emulate_fib"});
+  PerThread truth = ExpectDecodedEqualsTruth("fib", {::ptkit::testing::kFib});
   ASSERT_EQ(truth.size(), 1u);
   EXPECT_GT(truth.begin()->second.size(), 10000u);
 }
@@ -125,7 +126,7 @@ TEST_F(QemuEmulateTest, AStaticProgramDecodesToTheGroundTruth) {
 TEST_F(QemuEmulateTest, EmulateAlonePicksQemuAndTheMetadataSaysWhatRan) {
   PTKIT_SKIP_WITHOUT_QEMU();
   const std::string trace = dir_->File("default.pt");
-  auto r = RunCommand({PTRECORD_PATH, "--emulate", "-o", trace, "--", PROGRAM_DIR "/emulate_fib"});
+  auto r = RunCommand({PTRECORD_PATH, "--emulate", "-o", trace, "--", ::ptkit::testing::kFib});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("(emulated under qemu)"));
   auto info = RunCommand({PTDECODE_PATH, "info", "--json", trace});
@@ -143,7 +144,7 @@ TEST_F(QemuEmulateTest, EmulateAlonePicksQemuAndTheMetadataSaysWhatRan) {
   // Without qemu-x86_64 on PATH: the step backend (whose own tests are elsewhere).
   auto step =
       RunCommand({"/usr/bin/env", "PATH=/nonexistent", PTRECORD_PATH, "--emulate", "--max-steps",
-                  "100", "-o", dir_->File("step.pt"), "--", PROGRAM_DIR "/emulate_fib"});
+                  "100", "-o", dir_->File("step.pt"), "--", ::ptkit::testing::kFib});
   if (step.err.find("Operation not permitted") != std::string::npos) return;
   EXPECT_THAT(step.err, HasSubstr("(emulated)")) << step.err;
   auto step_info = RunCommand({PTDECODE_PATH, "info", "--json", dir_->File("step.pt")});
@@ -337,7 +338,7 @@ TEST_F(QemuEmulateTest, ExecFailuresAndScriptsBehaveAsNatively) {
   PTKIT_SKIP_WITHOUT_QEMU();
   const std::string program = E2E_PROGRAM_DIR "/e2e_qemu_exec";
   auto write = [&](const std::string& name, const std::string& text) {
-    const std::string path = dir_->File(name);
+    std::string path = dir_->File(name);
     std::ofstream(path) << text;
     EXPECT_EQ(chmod(path.c_str(), 0755), 0);
     return path;
@@ -345,7 +346,7 @@ TEST_F(QemuEmulateTest, ExecFailuresAndScriptsBehaveAsNatively) {
   const std::string script = write("script", "#!" + program + " args  one two \t\n");
   const std::string noexec = write("noexec", "hello\n");
   const std::string missing = write("missing", "#!/nonexistent/interpreter\n");
-  const std::vector<std::string> command = {program, "run",  PROGRAM_DIR "/emulate_fib",
+  const std::vector<std::string> command = {program, "run",  ::ptkit::testing::kFib,
                                             script,  noexec, missing};
   auto native = RunCommand(command);
   ASSERT_EQ(native.exit_code, 3) << native.err;
@@ -443,7 +444,7 @@ TEST_F(QemuEmulateTest, AnExecOfAFileWithoutANameRunsNativelyAndSaysSo) {
 TEST_F(QemuEmulateTest, AnExecAfterClosingEveryDescriptorRunsNativelyAndSaysSo) {
   PTKIT_SKIP_WITHOUT_QEMU();
   Recorded rec =
-      Record("closed", {E2E_PROGRAM_DIR "/e2e_qemu_exec", "closed", PROGRAM_DIR "/emulate_fib"},
+      Record("closed", {E2E_PROGRAM_DIR "/e2e_qemu_exec", "closed", ::ptkit::testing::kFib},
              /*with_truth=*/false);
   EXPECT_EQ(rec.run.exit_code, 3) << rec.run.err;
   EXPECT_THAT(rec.run.err, HasSubstr("the trace ends at execve (1 times)"));
@@ -690,7 +691,7 @@ TEST_F(QemuEmulateTest, FilterTracesOnlyItsRegionAsTheStepBackend) {
   PTKIT_SKIP_WITHOUT_QEMU();
   const std::string fib = PROGRAM_DIR "/emulate_fib";
   for (const std::string function : {"fib", "main"}) {
-    const std::string filter = "filter " + function + " @ " + fib;
+    const std::string filter = absl::StrCat("filter ", function, " @ ", fib);
     std::string insn;
     const PerThread truth = ExpectDecodedEqualsTruth("filter_" + function, {fib}, 0, nullptr,
                                                      {"--filter", filter}, &insn);
@@ -728,7 +729,7 @@ TEST_F(QemuEmulateTest, FilterWithSignalsDecodesToTheGroundTruth) {
         {PROGRAM_DIR "/emulate_signal", "on_usr1"}}) {
     const PerThread truth =
         ExpectDecodedEqualsTruth("filter_signal_" + function, {program}, 0, nullptr,
-                                 {"--filter", "filter " + function + " @ " + program});
+                                 {"--filter", absl::StrCat("filter ", function, " @ ", program)});
     ASSERT_EQ(truth.size(), 1u) << program;
     const auto [begin, end] = ::ptkit::testing::NmRange(program, function);
     ASSERT_NE(end, 0u);
@@ -806,7 +807,7 @@ TEST_F(QemuEmulateTest, APluginOfAnotherKindIsOneLine) {
     auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "--qemu-plugin", plugin, "-o",
                          dir_->File("x.pt"), "--", "/bin/true"});
     EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_THAT(r.err, HasSubstr("ptrecord: the QEMU plugin " + plugin + " " + says));
+    EXPECT_THAT(r.err, HasSubstr(absl::StrCat("ptrecord: the QEMU plugin ", plugin, " ", says)));
     EXPECT_THAT(r.err, HasSubstr("build the ptkit_qemu target"));
     EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
     EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));

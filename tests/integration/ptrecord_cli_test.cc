@@ -14,6 +14,7 @@
 #include <map>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ptkit/container_reader.h"
@@ -396,7 +397,7 @@ TEST(PtrecordCliTest, AuxSampleLimitsAreUsageErrors) {
            {"-c 100", "need --aux-sample"},
        }) {
     const CliRun r =
-        Ptrecord(dir.path(), "--sysfs-root " + kFixture + " " + args + " -- /bin/true");
+        Ptrecord(dir.path(), absl::StrCat("--sysfs-root ", kFixture, " ", args, " -- /bin/true"));
     EXPECT_EQ(r.code, 2) << args << ": " << r.err;
     EXPECT_EQ(Lines(r.err), 1) << args << ": " << r.err;
     EXPECT_THAT(r.err, HasSubstr(says)) << args;
