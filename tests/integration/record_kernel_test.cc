@@ -29,7 +29,6 @@ namespace ptkit::record {
 namespace {
 
 using ::ptkit::testing::IsOk;
-using ::testing::Contains;
 using ::testing::HasSubstr;
 
 // Opens `attr` on `pid`, or skips the test with the reason when perf_event_open is denied or
@@ -384,13 +383,13 @@ TEST(RecordKernelTest, RingBufferMovesUnmapWhatTheyReplace) {
   EXPECT_EQ(a.page(), b_page);
   EXPECT_EQ(a.view().data.size(), b_data);
   EXPECT_EQ(a.page()->data_size, b_data) << "the user page is readable through the new owner";
-  EXPECT_EQ(b.page(), nullptr);
+  EXPECT_EQ(b.page(), nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state
   EXPECT_TRUE(b.view().data.empty());
 
   {
     RingBuffer c(std::move(a));
     EXPECT_EQ(c.page(), b_page);
-    EXPECT_EQ(a.page(), nullptr);
+    EXPECT_EQ(a.page(), nullptr);  // NOLINT(bugprone-use-after-move): the moved-from state
     EXPECT_TRUE(a.view().data.empty());
     EXPECT_TRUE(Mapped(b_page));
     RingBuffer& same = c;

@@ -26,7 +26,7 @@ bool WriteFile(const std::string& path, const std::vector<uint8_t>& bytes) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
+int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; terminate says it
   CLI::App app{"swpt_synth: synthesize an Intel PT trace from a walk over real ELF code"};
   std::string elf, out = "walk.pt", truth, bts;
   ptkit::swpt::SynthOptions options;
