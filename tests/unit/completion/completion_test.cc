@@ -36,6 +36,7 @@ std::vector<std::string> Complete(const std::string& script, const std::string& 
   EXPECT_EQ(std::fwrite(script.data(), 1, script.size(), f), script.size());
   EXPECT_EQ(std::fclose(f), 0);
   std::vector<std::string> quoted;
+  quoted.reserve(words.size());
   for (const std::string& w : words) quoted.push_back("'" + w + "'");
   std::string driver = "cd " + dir.path() + " && source " + path + " && COMP_WORDS=(" +
                        absl::StrJoin(quoted, " ") +

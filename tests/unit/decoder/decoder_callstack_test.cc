@@ -38,7 +38,7 @@ std::string Decoded(MakeSink make, const std::string& program, const std::vector
   std::FILE* out = std::tmpfile();
   auto sink = make(**image, out, {});
   EXPECT_THAT(DecodeTrace(trace, {}, **image, *sink), IsOk());
-  const std::string text = ::ptkit::decoder::testing::ReadAll(out);
+  std::string text = ::ptkit::decoder::testing::ReadAll(out);
   EXPECT_EQ(std::fclose(out), 0);
   return text;
 }

@@ -325,7 +325,7 @@ TEST_F(ContainerTest, SysrootPrefixesMappedPaths) {
 
 // The metadata of an intel_bts recording as the kernel path writes it (the PMU it opened, its
 // AUX area of one 4 KiB page), and as --emulate --bts does (no PMU: the emulation's format).
-struct BtsMetadata {
+struct BtsMetadata {  // NOLINT(bugprone-exception-escape): ~json may allocate, nothing else throws
   nlohmann::json kernel, emulated;
 };
 BtsMetadata MakeBtsMetadata() {
