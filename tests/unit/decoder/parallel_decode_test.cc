@@ -241,6 +241,7 @@ TEST_F(SynthParallelTest, CanonicalBlocksDoNotDependOnTheBlockCache) {
 // Every block sink, serial against 1, 2 and 4 threads in chunks of one PSB each.
 TEST_F(SynthParallelTest, BlockOutputsEqualTheSerialDecode) {
   std::vector<std::unique_ptr<ProgramImage>> workers;
+  workers.reserve(4);
   for (int i = 0; i < 4; ++i) workers.push_back(Image());
   auto serial_image = Image();
   const std::pair<SinkMaker, bool> outputs[] = {{MakeStatsSink, false},
