@@ -117,8 +117,8 @@ TEST(WorkloadTest, FindOnPathFindsTheFirstExecutableOnPath) {
   make(a + "/only", 0755);
   const char* old_path = std::getenv("PATH");
   const std::string saved = old_path != nullptr ? old_path : "";
-  ASSERT_EQ(::setenv("PATH", (a + ":" + b).c_str(), 1),
-            0);  // NOLINT(concurrency-mt-unsafe): no other thread runs
+  // NOLINTNEXTLINE(concurrency-mt-unsafe): no other thread runs (nor below)
+  ASSERT_EQ(::setenv("PATH", (a + ":" + b).c_str(), 1), 0);
   EXPECT_EQ(FindOnPath("prog"), b + "/prog");
   EXPECT_EQ(FindOnPath("only"), a + "/only");
   EXPECT_EQ(FindOnPath("absent"), "");
@@ -127,14 +127,12 @@ TEST(WorkloadTest, FindOnPathFindsTheFirstExecutableOnPath) {
   EXPECT_EQ(FindOnPath(a + "/prog"), "");
   // An empty PATH entry is the current directory.
   const std::filesystem::path cwd = std::filesystem::current_path();
-  ASSERT_EQ(::setenv("PATH", (":" + b).c_str(), 1),
-            0);  // NOLINT(concurrency-mt-unsafe): no other thread runs
+  ASSERT_EQ(::setenv("PATH", (":" + b).c_str(), 1), 0);  // NOLINT(concurrency-mt-unsafe)
   std::filesystem::current_path(a);
   EXPECT_EQ(FindOnPath("only"), "./only");
   EXPECT_EQ(FindOnPath("prog"), b + "/prog");
   std::filesystem::current_path(cwd);
-  ASSERT_EQ(::setenv("PATH", saved.c_str(), 1),
-            0);  // NOLINT(concurrency-mt-unsafe): no other thread runs
+  ASSERT_EQ(::setenv("PATH", saved.c_str(), 1), 0);  // NOLINT(concurrency-mt-unsafe)
 }
 
 }  // namespace
