@@ -3,7 +3,8 @@
 # (tests/fuzz/corpus/NAME/; the working corpus grows in build/fuzz/corpus/NAME/).
 #   scripts/fuzz.sh all SECONDS      every target, SECONDS each (a long run: 3600 and more)
 #   scripts/fuzz.sh NAME SECONDS     one target (NAME: container_reader, decode, raw_pt, ...)
-#   scripts/fuzz.sh smoke [SECONDS]  every target, SECONDS shared among them (default 60), seed 1: CI
+#   scripts/fuzz.sh smoke [SECONDS]  every target, SECONDS shared among them (default 60), seed 1,
+#                                    one target per CPU at once: CI
 #   scripts/fuzz.sh list             the target names
 # Limits of every run: -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10. New crashes,
 # hangs and OOMs are written to build/fuzz/artifacts/ and fail the run (non-zero exit).
@@ -44,17 +45,41 @@ esac
 cmake --preset fuzz >/dev/null
 cmake --build --preset fuzz --target "${run[@]/%/_fuzz}"
 mkdir -p build/fuzz/artifacts
-for name in "${run[@]}"; do
-  work="build/fuzz/corpus/$name"
+
+# One target's run; its output goes to build/fuzz/NAME.log, its exit status to NAME.status.
+run_one() {
+  local name="$1" work="build/fuzz/corpus/$1" dict=() status=0
   mkdir -p "$work"
-  dict=()
   if [[ -n "${dicts[$name]:-}" ]]; then
     for d in ${dicts[$name]}; do cat "tests/fuzz/$d.dict"; done >"build/fuzz/$name.dict"
     dict=(-dict="build/fuzz/$name.dict")
   fi
-  echo "fuzz: ${name}_fuzz for ${seconds}s"
   # shellcheck disable=SC2086
   "build/fuzz/tests/fuzz/${name}_fuzz" "$work" "tests/fuzz/corpus/$name" ${extra[$name]:-} \
     "${dict[@]}" "${seed[@]}" -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10 \
-    -artifact_prefix=build/fuzz/artifacts/ -print_final_stats=1 2>&1 | tail -n 12
+    -artifact_prefix=build/fuzz/artifacts/ -print_final_stats=1 >"build/fuzz/$name.log" 2>&1 || status=$?
+  echo "$status" >"build/fuzz/$name.status"
+}
+
+# The smoke runs one target per CPU at once (each fuzzer is one process); other modes one at a
+# time. Each target's last lines are shown in order; any failure fails the run.
+parallel=1
+[[ "$mode" == smoke ]] && parallel=$(nproc)
+for name in "${run[@]}"; do
+  while (( $(jobs -rp | wc -l) >= parallel )); do wait -n || true; done
+  echo "fuzz: ${name}_fuzz for ${seconds}s"
+  rm -f "build/fuzz/$name.status"
+  run_one "$name" &
 done
+wait
+failed=0
+for name in "${run[@]}"; do
+  echo "== ${name}_fuzz"
+  tail -n 12 "build/fuzz/$name.log"
+  status=$(cat "build/fuzz/$name.status" 2>/dev/null || echo "no status")
+  if [[ "$status" != 0 ]]; then
+    echo "fuzz: ${name}_fuzz failed (exit status $status): build/fuzz/$name.log" >&2
+    failed=1
+  fi
+done
+exit "$failed"

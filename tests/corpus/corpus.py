@@ -38,6 +38,7 @@ import bisect
 import collections
 import fcntl
 import functools
+import itertools
 import json
 import os
 import random
@@ -339,6 +340,9 @@ class FileInfo:
         self.by_name = collections.defaultdict(list)
         for start, size, name, _ in self.syms:
             self.by_name[name].append((start, size))
+        # symbol() is asked once per executed instruction (300 k for basename) about a few
+        # thousand addresses: its answers are kept (the data never changes).
+        self.symbol_of = {}
 
     def section(self, vaddr):
         for name, addr, size in self.sections:
@@ -381,6 +385,11 @@ class FileInfo:
 
     def symbol(self, vaddr):
         """(names, start) of the sized symbols containing vaddr, else a x@plt label, else None."""
+        if vaddr not in self.symbol_of:
+            self.symbol_of[vaddr] = self.find_symbol(vaddr)
+        return self.symbol_of[vaddr]
+
+    def find_symbol(self, vaddr):
         i = bisect.bisect_right(self.sym_starts, vaddr)
         best = None
         for j in range(i - 1, max(-1, i - 64), -1):
@@ -514,8 +523,14 @@ class Space:
         self.maps = maps
         self.starts = [m[0] for m in maps]
         self.files = files
+        self.found = {}  # lookup's answers, by ip: it is asked once per executed instruction
 
     def lookup(self, ip):
+        if ip not in self.found:
+            self.found[ip] = self.find(ip)
+        return self.found[ip]
+
+    def find(self, ip):
         i = bisect.bisect_right(self.starts, ip) - 1
         if i < 0 or ip >= self.maps[i][1]:
             return None, None

@@ -26,6 +26,7 @@
 #include "ground_truth.h"
 #include "gtest/gtest.h"
 #include "ptkit/kallsyms.h"
+#include "read_file.h"
 #include "record/kcore.h"
 #include "record/swpt/synth_container.h"
 #include "record/swpt/synthesizer.h"
@@ -42,8 +43,7 @@ using ::testing::HasSubstr;
 const std::string kKernelText = E2E_PROGRAM_DIR "/e2e_kernel_text";
 
 std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
+  return ::ptkit::testing::ReadWholeFile<std::string>(path);
 }
 
 // The bytes gdb reads at [address, address + n) of core file `core` ("x/Nxb").

@@ -33,6 +33,7 @@
 #include "ptkit/elf_file.h"
 #include "ptkit/perf_data.h"
 #include "ptkit/perf_records.h"
+#include "read_file.h"
 #include "record/swpt/synth_container.h"
 #include "record/swpt/synthesizer.h"
 #include "run_command.h"
@@ -961,8 +962,7 @@ std::vector<Code> CodeRecords(const std::string& path) {
 }
 
 std::vector<uint8_t> ReadBytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+  return ::ptkit::testing::ReadWholeFile(path);
 }
 
 // Puts `bytes` into the build-id cache `dir` as perf lays it out (tools/perf/util/build-id.c):

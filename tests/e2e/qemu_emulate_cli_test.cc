@@ -29,6 +29,7 @@
 #include "ground_truth.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "read_file.h"
 #include "run_command.h"
 #include "temp_dir.h"
 
@@ -791,8 +792,7 @@ TEST_F(QemuEmulateTest, APluginOfAnotherKindIsOneLine) {
   {
     const std::string plugin =
         std::filesystem::path(PTRECORD_PATH).parent_path() / "libptkit_qemu.so";
-    std::ifstream in(plugin, std::ios::binary);
-    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string bytes = ::ptkit::testing::ReadWholeFile<std::string>(plugin);
     const std::string tag("ptkit-qemu-abi:\0", 16);
     const size_t at = bytes.find(tag);
     ASSERT_NE(at, std::string::npos);

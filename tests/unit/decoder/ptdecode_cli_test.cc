@@ -18,6 +18,7 @@
 #include "pt_synth.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/perf_records.h"
+#include "read_file.h"
 #include "status_matchers.h"
 #include "test_container.h"
 #include "test_paths.h"
@@ -289,8 +290,7 @@ void WriteTinyContainer(const std::string& path, nlohmann::json metadata,
 }
 
 TEST_F(PtdecodeCliTest, DecodesATracePtContainer) {
-  std::ifstream in(trace_, std::ios::binary);
-  std::vector<uint8_t> pt((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> pt = ::ptkit::testing::ReadWholeFile(trace_);
   const std::string path = ::ptkit::decoder::testing::TempPath("cli_tiny.trace.pt");
   WriteTinyContainer(path, nlohmann::json::object(), pt, text_, text_offset_);
   if (HasFatalFailure()) return;
@@ -411,8 +411,7 @@ TEST_F(PtdecodeCliTest, ContainerTimeIsPerfTimeFromTheMetadata) {
 // decoding sub-command (type_error.302, exit 134). Each now stops with one line naming the
 // member (exit 1); info shows the metadata and says the same as a warning (exit 0).
 TEST_F(PtdecodeCliTest, AMistypedMetadataMemberIsARuntimeErrorNamingIt) {
-  std::ifstream in(trace_, std::ios::binary);
-  std::vector<uint8_t> pt((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> pt = ::ptkit::testing::ReadWholeFile(trace_);
   const nlohmann::json attr = {{"type", 8},
                                {"config", 1},
                                {"sample_type", PERF_SAMPLE_TID | PERF_SAMPLE_TIME},

@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ptkit/container_reader.h"
+#include "read_file.h"
 #include "status_matchers.h"
 
 namespace ptkit::decoder {
@@ -27,8 +28,7 @@ using ::testing::SizeIs;
 const std::string kSeed = std::string(PTKIT_SOURCE_DIR) + "/tests/fuzz/corpus/decode/pt.pt";
 
 std::vector<uint8_t> ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
+  return ::ptkit::testing::ReadWholeFile(path);
 }
 
 TEST(RecordingTest, AContainerInMemoryDecodesAsTheFile) {

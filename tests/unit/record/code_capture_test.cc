@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/status.h"
+#include "read_file.h"
 #include "status_matchers.h"
 #include "temp_dir.h"
 
@@ -180,8 +181,7 @@ TEST(CodeCaptureTest, ArchiveStoresTheMappedFileBytes) {
   ASSERT_THAT(writer->Close(), IsOk());
   EXPECT_TRUE(warnings.empty());
 
-  std::ifstream in(exe, std::ios::binary);
-  std::vector<uint8_t> file((std::istreambuf_iterator<char>(in)), {});
+  std::vector<uint8_t> file = ::ptkit::testing::ReadWholeFile(exe);
   PTKIT_ASSERT_OK_AND_ASSIGN(ContainerReader reader, ContainerReader::Open(dir.File("a.pt")));
   RecordView rv;
   std::map<uint64_t, std::vector<uint8_t>> by_address;

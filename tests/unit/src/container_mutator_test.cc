@@ -12,13 +12,14 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ptkit/container_reader.h"
+#include "read_file.h"
 
 namespace ptkit::fuzz {
 namespace {
 
 std::vector<uint8_t> Seed(const std::string& name) {
-  std::ifstream in(std::string(PTKIT_SOURCE_DIR) + "/tests/fuzz/corpus/" + name, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), {}};
+  return ::ptkit::testing::ReadWholeFile(std::string(PTKIT_SOURCE_DIR) + "/tests/fuzz/corpus/" +
+                                         name);
 }
 
 struct Read {

@@ -16,17 +16,20 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "byte_matchers.h"
 #include "container_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/container_writer.h"
+#include "read_file.h"
 #include "status_matchers.h"
 #include "temp_dir.h"
 
 namespace ptkit {
 namespace {
 
+using ::ptkit::testing::BytesAre;
 using ::ptkit::testing::FillUntilError;
 using ::ptkit::testing::IsOk;
 using ::ptkit::testing::Owned;
@@ -136,11 +139,11 @@ TEST_P(RoundTripTest, EveryRecordKindComesBackIntact) {
   EXPECT_EQ(aux->aux_offset, 4096u);
   EXPECT_EQ(aux->flags, kAuxTruncated | kAuxPartial);
   EXPECT_EQ(aux->time, 777u);
-  EXPECT_THAT(aux->data, ElementsAreArray(s.aux_compressible));
+  EXPECT_THAT(aux->data, BytesAre(s.aux_compressible));
   auto aux2 = ParseAux(all.records[3].payload);
   ASSERT_THAT(aux2, IsOk());
   EXPECT_EQ(aux2->stream, (StreamId{StreamKind::kThread, 4242}));
-  EXPECT_THAT(aux2->data, ElementsAreArray(s.aux_random));
+  EXPECT_THAT(aux2->data, BytesAre(s.aux_random));
 
   auto loss = ParseLoss(all.records[4].payload);
   ASSERT_THAT(loss, IsOk());
@@ -156,7 +159,7 @@ TEST_P(RoundTripTest, EveryRecordKindComesBackIntact) {
   EXPECT_EQ(snap->sequence, 5u);
   EXPECT_EQ(snap->aux_head, 123456u);
   EXPECT_EQ(snap->time, 31337u);
-  EXPECT_THAT(snap->data, ElementsAreArray(s.snapshot));
+  EXPECT_THAT(snap->data, BytesAre(s.snapshot));
 
   auto vdso = ParseCode(all.records[6].payload);
   ASSERT_THAT(vdso, IsOk());
@@ -165,7 +168,7 @@ TEST_P(RoundTripTest, EveryRecordKindComesBackIntact) {
   EXPECT_EQ(vdso->address, 0x7fff0000u);
   EXPECT_EQ(vdso->path, "[vdso]");
   EXPECT_THAT(vdso->build_id, ElementsAreArray(s.build_id));
-  EXPECT_THAT(vdso->bytes, ElementsAreArray(s.vdso));
+  EXPECT_THAT(vdso->bytes, BytesAre(s.vdso));
   auto ident = ParseCode(all.records[7].payload);
   ASSERT_THAT(ident, IsOk());
   EXPECT_EQ(ident->path, "/usr/bin/true");
@@ -686,7 +689,7 @@ TEST(ContainerWriterTest, SmallAndLargeRecordsKeepTheirOrder) {
     auto aux = ParseAux(got.records[i].payload);
     ASSERT_THAT(aux, IsOk());
     EXPECT_EQ(aux->aux_offset, i);
-    EXPECT_THAT(aux->data, ElementsAreArray(Pattern(sizes[i], i, i % 2 == 0)));
+    EXPECT_THAT(aux->data, BytesAre(Pattern(sizes[i], i, i % 2 == 0)));
   }
 }
 
@@ -734,7 +737,7 @@ TEST(ContainerWriterTest, RecordsCutAtTheWritersBoundariesComeBackWhole) {
     EXPECT_TRUE(got.report.clean());
     ASSERT_EQ(got.records.size(), c.sizes.size() + 1);
     for (size_t i = 0; i < c.sizes.size(); ++i) {
-      EXPECT_THAT(got.records[i].payload, ElementsAreArray(Pattern(c.sizes[i], i, false)));
+      EXPECT_THAT(got.records[i].payload, BytesAre(Pattern(c.sizes[i], i, false)));
     }
     EXPECT_EQ(got.records.back().type, RecordType::kFooter);
   }
@@ -784,7 +787,7 @@ TEST(ContainerWriterTest, FourThreadsEveryRecordArrivesOnceIntact) {
     // Each producer's records arrive in its order, each exactly once.
     ASSERT_EQ(i, next[t]);
     ++next[t];
-    ASSERT_THAT(aux->data, ElementsAreArray(data_for(t, i)));
+    ASSERT_THAT(aux->data, BytesAre(data_for(t, i)));
   }
   EXPECT_THAT(next, ::testing::Each(kPerThread));
 }
@@ -809,8 +812,7 @@ TEST(ContainerWriterTest, TwoCompressionThreadsWriteTheSameFileAsOne) {
     EXPECT_GT((*w)->stats().raw_bytes, (*w)->stats().stored_bytes);  // some did compress
   }
   auto slurp = [](const std::string& path) {
-    std::ifstream in(path, std::ios::binary);
-    return std::vector<char>(std::istreambuf_iterator<char>(in), {});
+    return ::ptkit::testing::ReadWholeFile<std::vector<char>>(path);
   };
   const std::vector<char> one = slurp(files[0]);
   EXPECT_GT(one.size(), 1000u);
@@ -908,7 +910,7 @@ TEST(ContainerWriterTest, FileSizeLimitDuringLargeRecordsLeavesWholeRecordsOnly)
   EXPECT_EQ(got.report.lost_bytes(), 0u);
   ASSERT_GT(got.records.size(), 5u);
   for (uint32_t i = 0; i < got.records.size(); ++i) {
-    EXPECT_THAT(got.records[i].payload, ElementsAreArray(Pattern(sizes[i], i, false)));
+    EXPECT_THAT(got.records[i].payload, BytesAre(Pattern(sizes[i], i, false)));
   }
 }
 
@@ -929,7 +931,7 @@ TEST(ContainerWriterTest, AWriteCutShortKeepsTheRecordsItCompleted) {
   const size_t whole = (kLimit - kFileHeaderSize) / (kFrameHeaderSize + kRecord);
   ASSERT_EQ(got.records.size(), whole);
   for (uint32_t i = 0; i < whole; ++i) {
-    EXPECT_THAT(got.records[i].payload, ElementsAreArray(Pattern(kRecord, i, false)));
+    EXPECT_THAT(got.records[i].payload, BytesAre(Pattern(kRecord, i, false)));
   }
 }
 

@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "ptkit/container_reader.h"
 #include "ptkit/container_writer.h"
+#include "read_file.h"
 #include "status_matchers.h"
 
 namespace ptkit::testing {
@@ -26,8 +27,7 @@ using ::testing::HasSubstr;
 using ::testing::SizeIs;
 
 inline std::vector<uint8_t> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+  return ::ptkit::testing::ReadWholeFile(path);
 }
 
 inline std::vector<uint8_t> Pattern(size_t n, uint32_t seed, bool compressible) {

@@ -17,6 +17,7 @@
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "read_file.h"
 #include "run_command.h"
 #include "status_matchers.h"
 #include "temp_dir.h"
@@ -61,8 +62,7 @@ TEST(ElfFileTest, ANoteReachableOnlyThroughPtNoteIsFound) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe");
   const std::string want = ReadelfBuildId(self);
   if (want.empty()) GTEST_SKIP() << "no readelf, or this test was linked without a build-id";
-  std::ifstream in(self, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<char> bytes = ::ptkit::testing::ReadWholeFile<std::vector<char>>(self);
   ASSERT_GE(bytes.size(), sizeof(Elf64_Ehdr));
   auto* ehdr = reinterpret_cast<Elf64_Ehdr*>(bytes.data());
   ehdr->e_shoff = 0;
@@ -245,9 +245,7 @@ TEST(ElfFileTest, RelocationsEqualReadelfs) {
 // The same file from memory reads the same (the vdso and the synthesizer read bytes).
 TEST(ElfFileTest, FromMemoryReadsAsOpen) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe");
-  std::ifstream in(self, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes = ::ptkit::testing::ReadWholeFile(self);
   absl::StatusOr<ElfFile> memory = ElfFile::FromMemory("self", bytes);
   absl::StatusOr<ElfFile> file = ElfFile::Open(self);
   ASSERT_THAT(memory, IsOk());
@@ -268,8 +266,7 @@ TEST(ElfFileTest, FromMemoryReadsAsOpen) {
 // without segments.
 TEST(ElfFileTest, ABadProgramHeaderTableIsAnError) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe");
-  std::ifstream in(self, std::ios::binary);
-  std::vector<char> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<char> bytes = ::ptkit::testing::ReadWholeFile<std::vector<char>>(self);
   auto* ehdr = reinterpret_cast<Elf64_Ehdr*>(bytes.data());
   ehdr->e_phoff = bytes.size() + 4096;
   ::ptkit::testing::TempDir dir;

@@ -32,6 +32,7 @@
 #include "absl/strings/strip.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "read_file.h"
 #include "run_command.h"
 #include "status_matchers.h"
 #include "temp_dir.h"
@@ -156,8 +157,7 @@ bool PerfWorks() { return Exists(kPerf); }
 #ifndef PTKIT_PERF_DATA_RECORD_TESTS
 
 std::vector<uint8_t> ReadAll(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(f), {});
+  return ::ptkit::testing::ReadWholeFile(path);
 }
 
 // `perf report -D`: every "PERF_RECORD_AUXTRACE size: ..." line, as ptkit would print it.

@@ -331,11 +331,10 @@ TEST(SidebandTest, SharedAddressSpacesEqualThePlainModel) {
     EXPECT_EQ(sb.stats().malformed, 0u);
     for (uint32_t pid = 1; pid <= 3; ++pid) {
       for (uint64_t at = 0; at <= t + 1; ++at) {
-        ASSERT_EQ(At(sb, pid, at), plain.At(pid, at))
-            << "seed " << seed << " pid " << pid << " time " << at;
+        const auto live = plain.At(pid, at);
+        ASSERT_EQ(At(sb, pid, at), live) << "seed " << seed << " pid " << pid << " time " << at;
         for (uint64_t ip = 0; ip < 0x15000; ip += 0x800) {
           const Mapping* m = sb.FindMapping(pid, ip, at);
-          const auto live = plain.At(pid, at);
           std::string want;
           for (const auto& [s, e, o, path] : live) {
             if (s <= ip && ip < e) want = path;
