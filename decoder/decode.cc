@@ -490,6 +490,8 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
     if (fast.blocks) {
       std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);
       if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
+      dec->SetWalk(impl == BlockDecoderImpl::kFast && fast.packets && fast.walk &&
+                   sink.takes_walked_blocks());
       return BlockLoop(*dec, image, sink, totals, offset_base, switcher);
     }
     return RunWithStack(kBlockLoopStack, [&]() -> absl::Status {
