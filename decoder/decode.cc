@@ -235,6 +235,7 @@ class LibiptBlockDecoder {
   explicit LibiptBlockDecoder(pt_block_decoder* dec) : dec_(dec) {}
   int SyncForward() { return pt_blk_sync_forward(dec_); }
   int Next(pt_block* block) { return pt_blk_next(dec_, block, sizeof(*block)); }
+  bool walked() const { return false; }
   int Event(pt_event* event) { return pt_blk_event(dec_, event, sizeof(*event)); }
   int Time(uint64_t* tsc) const { return pt_blk_time(dec_, tsc, nullptr, nullptr); }
   int GetOffset(uint64_t* offset) const { return pt_blk_get_offset(dec_, offset); }
@@ -287,7 +288,11 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
           totals.instructions += block.ninsn;
           ++totals.blocks;
           if (positions) sink.OnPosition(offset_base + OffsetOf(dec));
-          sink.OnBlock(block);
+          if (dec.walked()) {
+            sink.OnWholeBlock(block);
+          } else {
+            sink.OnBlock(block);
+          }
           if (--progress == 0) {
             progress = kBlocksPerProgress;
             sink.OnProgress(offset_base + OffsetOf(dec));

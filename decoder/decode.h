@@ -156,6 +156,10 @@ class Sink {
   virtual void OnProgress(uint64_t offset) {}
   // Block decoder: a run of instructions (pt_block; ninsn > 0).
   virtual void OnBlock(const pt_block& block) {}
+  // A block that ends where nothing is joined to it, given where nothing joins it to the block
+  // before (a walked block, FastBlockDecoder::SetWalk): what OnBlock gets, by default through
+  // it; CanonicalBlocks passes it on without holding it.
+  virtual void OnWholeBlock(const pt_block& block) { OnBlock(block); }
   // Instruction decoder: one instruction.
   virtual void OnInsn(const pt_insn& insn) {}
   // A libipt event (enabled, disabled, overflow, exec mode, paging, tsx, ...), in order.

@@ -1132,13 +1132,23 @@ int FastBlockDecoder::Next(pt_block* block) {
   block->ip = ip_;
   block->mode = mode_;
   if (!walk_) return Proceed(block);
+  walked_last_ = false;
   if (walk_ready_ && enabled_ && !process_event_ && !(status_ & pts_event_pending)) {
     Node* node = walk_next_;
     if (node == nullptr || node->ip != ip_ || node->mode != mode_) {
-      node = NodeAt(ip_, mode_);
+      Graph::NodeSlot& slot = graph_->node_slots[(ip_ ^ (ip_ >> 13)) % kRunSlots];
+      if (slot.node != nullptr && slot.ip == ip_ && slot.mode == mode_) {
+        node = slot.node;
+      } else {
+        node = NodeAt(ip_, mode_);
+        slot = {ip_, mode_, node};
+      }
       if (walk_link_ != nullptr) *walk_link_ = node;
     }
-    if (node->ninsn != 0) return Walk(*node, block);
+    if (node->ninsn != 0) {
+      walked_last_ = true;
+      return Walk(*node, block);
+    }
   }
   walk_next_ = nullptr;
   walk_link_ = nullptr;

@@ -86,6 +86,8 @@ class FastBlockDecoder {
   void SetWalk(bool on) { walk_ = on && end_on_call_ && !end_on_jump_; }
   // Blocks given by the walk since the process started (all decoders; for tests).
   static uint64_t WalkedBlocks();
+  // Whether the last Next walked its block (Sink::OnWholeBlock).
+  bool walked() const { return walked_last_; }
 
   // Binds a synchronous disable (TIP.PGD) as libipt's instruction decoder does, to the branch
   // that disabled tracing (pt_insn_at_disabled_event), instead of to where its IP is reached
@@ -167,6 +169,14 @@ class FastBlockDecoder {
     // Insns(): the instructions from an IP on, as far as blocks from there went.
     absl::flat_hash_map<Key, Listed> listed;
     absl::node_hash_map<Key, Node> nodes;  // the walk's: links point into it
+    // The last node looked up at each of a few thousand IPs (returns and indirect branches
+    // have no link).
+    struct NodeSlot {
+      uint64_t ip = 0;
+      pt_exec_mode mode = ptem_unknown;
+      Node* node = nullptr;
+    };
+    NodeSlot node_slots[kRunSlots];
   };
   // libipt's block cache entry (pt_bcache_entry), with its bit-field widths: how many
   // instructions (8 bits) and how far (16 bits) to the next decision point, and what is there.
@@ -269,6 +279,7 @@ class FastBlockDecoder {
   Node* walk_next_ = nullptr;
   Node** walk_link_ = nullptr;
   uint64_t walked_ = 0;  // blocks walked, added to WalkedBlocks() at the end
+  bool walked_last_ = false;
 
   // pt_block_decoder's state.
   pt_exec_mode mode_ = ptem_unknown;
