@@ -82,7 +82,11 @@ class FastBlockDecoder {
   // is certain: no truncated instruction, no far transfer at the end, at most 65,535
   // instructions, each inner instruction one CanonicalBlocks joins past; elsewhere Next is
   // libipt's step, and CanonicalBlocks joins its blocks as ever. Same sink output, same
-  // decoder state after each canonical block.
+  // decoder state after each canonical block. Not the same: where ptkit's own bound of work
+  // without trace progress (kErrorLoop, decode.h) trips, since the decode loop checks it per
+  // block and libipt's blocks are finer: a trace that loops through direct branches for over
+  // 2^20 instructions may end that run one libipt block (up to 65,535 instructions) earlier
+  // or later than libipt's decode does.
   void SetWalk(bool on) { walk_ = on && end_on_call_ && !end_on_jump_; }
   // Blocks given by the walk since the process started (all decoders; for tests).
   static uint64_t WalkedBlocks();
