@@ -12,6 +12,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
@@ -218,7 +219,7 @@ Runner CanonicalRunner(
     std::function<void(const std::function<void(std::span<const uint8_t>, const TraceConfig&,
                                                 const ProgramImage&)>&)>
         with_input) {
-  return [with_input](const MakeSink& make) {
+  return [with_input = std::move(with_input)](const MakeSink& make) {
     with_input(
         [&](std::span<const uint8_t> trace, const TraceConfig& config, const ProgramImage& image) {
           const ImageLoader no_loader = []() -> absl::StatusOr<std::unique_ptr<ProgramImage>> {
