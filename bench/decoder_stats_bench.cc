@@ -1,6 +1,7 @@
-// `ptdecode stats`, `folded` and `calls` through libipt's block decoder and through the fast
-// block decoder (decoder/fast_block_decoder.h; with its own packet loop, decoder/pt_packet_loop.h,
-// and with libipt's query decoder), side by side with a bare libipt block-decoder
+// `ptdecode stats`, `folded` and `calls` (at -j1: through CanonicalBlocks) through libipt's block
+// decoder and through the fast block decoder (decoder/fast_block_decoder.h; with its walk of
+// canonical blocks, without it, with its own packet loop, decoder/pt_packet_loop.h, and with
+// libipt's query decoder), side by side with a bare libipt block-decoder
 // loop over the same trace and image (issue 16's target: stats fast >= 5x the bare loop).
 // Traces: ../shared/testdata/libxdc-experiments (Unzip, foo), page dumps served through
 // pt_image_set_callback, as recorded and repeated 64 times. Skips a trace that is absent.
@@ -16,6 +17,7 @@
 #include "benchmark/benchmark.h"
 #include "decoder/decode.h"
 #include "decoder/ipt_handles.h"
+#include "decoder/parallel_decode.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
 #include "libxdc_traces.h"
@@ -90,7 +92,11 @@ void Run(benchmark::State& state, const char* name, Mode mode, BlockDecoderImpl 
     auto sink = mode == kStats    ? MakeStatsSink(*fresh->image, null, options)
                 : mode == kFolded ? MakeFoldedSink(*fresh->image, null, options)
                                   : MakeCallsSink(*fresh->image, null, options);
-    insns += DecodeTrace(trace, fresh->config, *fresh->image, *sink)->instructions;
+    const ImageLoader one_thread = []() -> absl::StatusOr<std::unique_ptr<ProgramImage>> {
+      return absl::InternalError("one thread: no image to load");
+    };
+    insns +=
+        DecodeTraceWithJobs(trace, fresh->config, *fresh->image, one_thread, *sink)->instructions;
   }
   SetBlockDecoderImpl(BlockDecoderImpl::kFast);
   if (std::fclose(null) != 0) state.SkipWithError("fclose /dev/null");
@@ -109,10 +115,13 @@ int Register() {
       {"bare_libipt_loop", kBare, BlockDecoderImpl::kLibipt},
       {"stats_libipt", kStats, BlockDecoderImpl::kLibipt},
       {"stats_fast_libipt_packets", kStats, BlockDecoderImpl::kFastLibiptPackets},
+      {"stats_fast_blocks", kStats, BlockDecoderImpl::kFastNoWalk},
       {"stats_fast", kStats, BlockDecoderImpl::kFast},
       {"folded_libipt", kFolded, BlockDecoderImpl::kLibipt},
+      {"folded_fast_blocks", kFolded, BlockDecoderImpl::kFastNoWalk},
       {"folded_fast", kFolded, BlockDecoderImpl::kFast},
       {"calls_libipt", kCalls, BlockDecoderImpl::kLibipt},
+      {"calls_fast_blocks", kCalls, BlockDecoderImpl::kFastNoWalk},
       {"calls_fast", kCalls, BlockDecoderImpl::kFast},
   };
   for (const char* trace : {"Unzip", "foo"}) {

@@ -84,13 +84,16 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
   cmd.add_option_function<std::string>(
          "--decoder",
          [](const std::string& name) {
-           SetBlockDecoderImpl(name == "libipt" ? BlockDecoderImpl::kLibipt
-                                                : BlockDecoderImpl::kFast);
+           SetBlockDecoderImpl(name == "libipt"        ? BlockDecoderImpl::kLibipt
+                               : name == "fast-blocks" ? BlockDecoderImpl::kFastNoWalk
+                                                       : BlockDecoderImpl::kFast);
          },
          "Decoder: fast (default; a cached graph of the code and its own packet loop, "
-         "libipt's answer exactly, libipt for traces with TSX, PTWRITE or packet errors) or "
-         "libipt (pt_blk_*, and pt_insn_* for insn and branches, always)")
-      ->check(CLI::IsMember({"fast", "libipt"}));
+         "libipt's answer exactly, libipt for traces with TSX, PTWRITE or packet errors; "
+         "stats, calls, folded, timeline and report walk whole blocks of the graph where the "
+         "trace allows), fast-blocks (fast without that walk, for comparisons) or libipt "
+         "(pt_blk_*, and pt_insn_* for insn and branches, always)")
+      ->check(CLI::IsMember({"fast", "fast-blocks", "libipt"}));
   cmd.add_option_function<unsigned>(
          "-j,--jobs",
          [](unsigned jobs) {

@@ -235,6 +235,7 @@ class LibiptBlockDecoder {
   explicit LibiptBlockDecoder(pt_block_decoder* dec) : dec_(dec) {}
   int SyncForward() { return pt_blk_sync_forward(dec_); }
   int Next(pt_block* block) { return pt_blk_next(dec_, block, sizeof(*block)); }
+  bool walked() const { return false; }
   int Event(pt_event* event) { return pt_blk_event(dec_, event, sizeof(*event)); }
   int Time(uint64_t* tsc) const { return pt_blk_time(dec_, tsc, nullptr, nullptr); }
   int GetOffset(uint64_t* offset) const { return pt_blk_get_offset(dec_, offset); }
@@ -287,7 +288,11 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
           totals.instructions += block.ninsn;
           ++totals.blocks;
           if (positions) sink.OnPosition(offset_base + OffsetOf(dec));
-          sink.OnBlock(block);
+          if (dec.walked()) {
+            sink.OnWholeBlock(block);
+          } else {
+            sink.OnBlock(block);
+          }
           if (--progress == 0) {
             progress = kBlocksPerProgress;
             sink.OnProgress(offset_base + OffsetOf(dec));
@@ -490,6 +495,8 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
     if (fast.blocks) {
       std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);
       if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
+      dec->SetWalk(impl == BlockDecoderImpl::kFast && fast.packets && fast.walk &&
+                   sink.takes_walked_blocks());
       return BlockLoop(*dec, image, sink, totals, offset_base, switcher);
     }
     return RunWithStack(kBlockLoopStack, [&]() -> absl::Status {

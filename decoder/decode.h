@@ -36,6 +36,9 @@ enum class BlockDecoderImpl {
   // kFast with libipt's query decoder instead of ptkit's packet loop (decoder/pt_packet_loop.h)
   // for every trace: for tests and benchmarks (not a ptdecode choice).
   kFastLibiptPackets,
+  // kFast without the walk of canonical blocks (FastBlockDecoder::SetWalk), which kFast takes
+  // for the sinks that allow it (Sink::takes_walked_blocks): for tests and benchmarks.
+  kFastNoWalk,
 };
 // Sets the block decoder for every later DecodeInto (process-wide; `ptdecode --decoder`).
 void SetBlockDecoderImpl(BlockDecoderImpl impl);
@@ -129,6 +132,13 @@ class Sink {
   virtual DecoderKind kind() const { return DecoderKind::kBlock; }
   virtual bool end_block_on_call() const { return false; }
   virtual bool end_block_on_jump() const { return false; }
+  // Whether OnBlock reads of a block's class only whether it is a call, a return or a far
+  // transfer (an indirect jump's block may end in ptic_error or ptic_jump alike).
+  virtual bool coarse_block_class() const { return false; }
+  // Whether the block decoder may give this sink whole canonical blocks (the walk,
+  // FastBlockDecoder::SetWalk): it joins blocks as CanonicalBlocks does, and its inner sink
+  // reads block classes coarsely.
+  virtual bool takes_walked_blocks() const { return false; }
   // Whether OnTime is wanted (it costs a pt_*_time call per block or instruction).
   virtual bool wants_time() const { return false; }
 
@@ -146,6 +156,10 @@ class Sink {
   virtual void OnProgress(uint64_t offset) {}
   // Block decoder: a run of instructions (pt_block; ninsn > 0).
   virtual void OnBlock(const pt_block& block) {}
+  // A block that ends where nothing is joined to it, given where nothing joins it to the block
+  // before (a walked block, FastBlockDecoder::SetWalk): what OnBlock gets, by default through
+  // it; CanonicalBlocks passes it on without holding it.
+  virtual void OnWholeBlock(const pt_block& block) { OnBlock(block); }
   // Instruction decoder: one instruction.
   virtual void OnInsn(const pt_insn& insn) {}
   // A libipt event (enabled, disabled, overflow, exec mode, paging, tsx, ...), in order.

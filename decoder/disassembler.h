@@ -40,6 +40,34 @@ class Disassembler {
     }
     return insn->length;
   }
+  // Where the instruction in `bytes` at `ip` goes when it needs no trace: the next instruction,
+  // a direct jump's or call's target (`*call` says which was a call); 0 when it is another
+  // branch (it needs trace) or does not decode. The rule by which blocks are joined
+  // (CanonicalBlocks) and walked whole (FastBlockDecoder::SetWalk).
+  uint64_t Successor(pt_exec_mode mode, const uint8_t* bytes, size_t size, uint64_t ip,
+                     bool* call) const {
+    *call = false;
+    ZydisDecodedInstruction insn;
+    const int length = size == 0 ? 0 : Length(mode, bytes, size, &insn);
+    if (length == 0) return 0;
+    const uint64_t after = ip + length;
+    switch (insn.meta.category) {
+      case ZYDIS_CATEGORY_UNCOND_BR:
+      case ZYDIS_CATEGORY_CALL:
+        if (!insn.raw.imm[0].is_relative) return 0;
+        *call = insn.meta.category == ZYDIS_CATEGORY_CALL;
+        return after + static_cast<uint64_t>(insn.raw.imm[0].value.s);
+      case ZYDIS_CATEGORY_COND_BR:
+      case ZYDIS_CATEGORY_RET:
+      case ZYDIS_CATEGORY_SYSCALL:
+      case ZYDIS_CATEGORY_SYSRET:
+      case ZYDIS_CATEGORY_INTERRUPT:
+      case ZYDIS_CATEGORY_SYSTEM:
+        return 0;
+      default:
+        return insn.meta.branch_type == ZYDIS_BRANCH_TYPE_NONE ? after : 0;
+    }
+  }
   // Appends Intel-syntax text.
   void Append(Buffer& buf, pt_exec_mode mode, const uint8_t* bytes, size_t size, uint64_t ip) {
     ZydisDecodedInstruction insn;

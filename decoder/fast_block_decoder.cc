@@ -3,6 +3,7 @@
 #include <Zydis/Zydis.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <map>
 
@@ -131,6 +132,8 @@ int NextIp(uint64_t* pip, const Insn& insn) {
 }
 
 bool Never(const auto&) { return false; }
+
+std::atomic<uint64_t> fast_block_walked_total{0};  // FastBlockDecoder::WalkedBlocks
 bool ChangesCr3(const auto& insn) { return insn.changes_cr3; }
 
 }  // namespace
@@ -146,6 +149,7 @@ FastPathCoverage FastPathCovers(const pt_config& pt) {
   if (PacketLoop::ScanTrace(pt, &scan)) {
     if (scan.tsx || scan.paging_outside_psb) return no;
     yes.packets = PacketLoopModelsErrata(pt, scan.ovf);
+    yes.walk = yes.packets && !scan.tip_suppressed;
     return yes;
   }
   return FastPathCoversByLibipt(pt);
@@ -238,7 +242,14 @@ FastBlockDecoder::FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt,
   SetImage(image);
 }
 
-FastBlockDecoder::~FastBlockDecoder() { pt_qry_free_decoder(qry_); }
+FastBlockDecoder::~FastBlockDecoder() {
+  fast_block_walked_total.fetch_add(walked_, std::memory_order_relaxed);
+  pt_qry_free_decoder(qry_);
+}
+
+uint64_t FastBlockDecoder::WalkedBlocks() {
+  return fast_block_walked_total.load(std::memory_order_relaxed);
+}
 
 void FastBlockDecoder::SetImage(const ProgramImage& image) {
   image_ = &image;
@@ -248,6 +259,8 @@ void FastBlockDecoder::SetImage(const ProgramImage& image) {
   auto& graph = graphs_[&image];
   if (!graph) graph = std::make_unique<Graph>();
   graph_ = graph.get();
+  walk_next_ = nullptr;  // links are within a graph
+  walk_link_ = nullptr;
 }
 
 void FastBlockDecoder::Reset() {
@@ -258,6 +271,9 @@ void FastBlockDecoder::Reset() {
   process_event_ = false;
   std::memset(&event_, 0, sizeof(event_));
   retstack_.Clear();
+  walk_ready_ = true;  // a sync comes first: nothing is joined across it
+  walk_next_ = nullptr;
+  walk_link_ = nullptr;
 }
 
 int FastBlockDecoder::Status(int flags) const {
@@ -1035,11 +1051,116 @@ int FastBlockDecoder::Proceed(pt_block* block) {
   return ProceedTrailingEvent();
 }
 
+// The canonical block from (ip, mode), made once: see SetWalk for where none is made.
+FastBlockDecoder::Node* FastBlockDecoder::NodeAt(uint64_t ip, pt_exec_mode mode) {
+  auto [it, inserted] = graph_->nodes.try_emplace(Key{ip, mode});
+  Node& node = it->second;
+  if (!inserted) return &node;
+  node.ip = ip;
+  node.mode = mode;
+  uint64_t at = ip;
+  for (uint32_t n = 1; n <= 0xffff; ++n) {
+    const Insn* insn = nullptr;
+    if (Decode(at, mode, &insn) < 0 || insn->truncated) return &node;
+    if (n == 1) node.isid = insn->isid;
+    uint64_t next = 0;
+    const int status = NextIp(&next, *insn);
+    if (status == -pte_bad_query) {
+      switch (insn->iclass) {
+        case ptic_cond_jump:
+        case ptic_return:
+        case ptic_call:
+          node.iclass = insn->iclass;
+          break;
+        case ptic_jump:  // libipt's block cache leaves an indirect jump's class unknown
+          node.iclass = CacheAt(insn->ip) != nullptr ? ptic_error : ptic_jump;
+          break;
+        default:  // far transfers: libipt's class for them depends on its cache's history
+          return &node;
+      }
+      node.query = true;
+    } else if (status < 0) {
+      return &node;
+    } else if (insn->iclass == ptic_call) {
+      node.iclass = ptic_call;
+      node.target = next;
+    } else {
+      // An inner instruction: CanonicalBlocks joins a block that ends here to the next.
+      bool call = false;
+      if ((insn->iclass != ptic_other && insn->iclass != ptic_jump) ||
+          disasm_.Successor(mode, insn->raw, insn->size, insn->ip, &call) != next || call) {
+        return &node;
+      }
+      at = next;
+      continue;
+    }
+    node.last = *insn;
+    node.ninsn = n;
+    return &node;
+  }
+  return &node;
+}
+
+// One canonical block from `node`, then the branch that ends it as libipt proceeds past it
+// (ProceedNoEvent's end and Proceed's trailing event).
+int FastBlockDecoder::Walk(Node& node, pt_block* block) {
+  ++walked_;
+  block->ninsn = static_cast<uint16_t>(node.ninsn);
+  block->end_ip = node.last.ip;
+  block->iclass = node.iclass;
+  block->isid = node.isid;
+  LogCall(node.last);
+  walk_link_ = nullptr;
+  if (!node.query) {
+    ip_ = node.target;
+    walk_link_ = &node.next[0];
+  } else {
+    ip_ = node.last.ip;
+    const int status = ProceedWithTrace(node.last);
+    if (status < 0) return status;
+    if (node.last.iclass == ptic_cond_jump) {
+      walk_link_ = &node.next[ip_ != node.last.ip + node.last.size ? 1 : 0];
+    }
+  }
+  walk_next_ = walk_link_ != nullptr ? *walk_link_ : nullptr;
+  if (!process_event_ && !(status_ & pts_event_pending)) return Status(0);
+  return ProceedTrailingEvent();
+}
+
 int FastBlockDecoder::Next(pt_block* block) {
   std::memset(block, 0, sizeof(*block));
   block->ip = ip_;
   block->mode = mode_;
-  return Proceed(block);
+  if (!walk_) return Proceed(block);
+  walked_last_ = false;
+  if (walk_ready_ && enabled_ && !process_event_ && !(status_ & pts_event_pending)) {
+    Node* node = walk_next_;
+    if (node == nullptr || node->ip != ip_ || node->mode != mode_) {
+      Graph::NodeSlot& slot = graph_->node_slots[(ip_ ^ (ip_ >> 13)) % kRunSlots];
+      if (slot.node != nullptr && slot.ip == ip_ && slot.mode == mode_) {
+        node = slot.node;
+      } else {
+        node = NodeAt(ip_, mode_);
+        slot = {ip_, mode_, node};
+      }
+      if (walk_link_ != nullptr) *walk_link_ = node;
+    }
+    if (node->ninsn != 0) {
+      walked_last_ = true;
+      return Walk(*node, block);
+    }
+  }
+  walk_next_ = nullptr;
+  walk_link_ = nullptr;
+  const int status = Proceed(block);
+  // Whether CanonicalBlocks joins nothing to this block (an event or error flushes it).
+  if (status < 0 || (status & pts_event_pending)) {
+    walk_ready_ = true;
+  } else if (block->ninsn != 0) {
+    walk_ready_ = block->iclass == ptic_cond_jump || block->iclass == ptic_return ||
+                  block->iclass == ptic_call;
+  }
+  return status;
 }
 
 std::span<const pt_insn> FastBlockDecoder::Insns(const pt_block& block) {

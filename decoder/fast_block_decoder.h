@@ -38,6 +38,9 @@ namespace ptkit::decoder {
 struct FastPathCoverage {
   bool blocks = false;
   bool packets = false;  // only with `blocks`
+  // Only with `packets`: FastBlockDecoder::SetWalk may walk it (no TIP with a suppressed IP,
+  // which libipt's block decoder answers by its block cache's history).
+  bool walk = false;
 };
 FastPathCoverage FastPathCovers(const pt_config& pt);
 // The same answer from libipt's packet decoder alone (FastPathCovers asks it only when its own
@@ -65,6 +68,30 @@ class FastBlockDecoder {
   int GetSyncOffset(uint64_t* offset) const;
   // Code is read from `image` from now on; its graph is kept apart from other images'.
   void SetImage(const ProgramImage& image);
+
+  // The walk, for a sink that sees the blocks through CanonicalBlocks (decoder/parallel_decode.h)
+  // and reads of a block's class only whether it is a call, a return or a far transfer (an
+  // indirect jump's block ends in ptic_error or ptic_jump, as libipt's block cache has it): with
+  // `on` (and blocks ending at calls, not at jumps), Next gives a whole canonical block (the
+  // join of the blocks libipt would give up to the next instruction that needs trace or a call)
+  // in one step where the block before ended where CanonicalBlocks joins nothing to it (a
+  // conditional branch, a return, a call, an event) and no event is pending: from a node of
+  // the graph, decoded once per (IP, mode) for the whole run (instruction count, the
+  // instruction that ends it) with links to the nodes its branch went to, the branch's trace
+  // queried as libipt does (return compression included). A node is made only where the join
+  // is certain: no truncated instruction, no far transfer at the end, at most 65,535
+  // instructions, each inner instruction one CanonicalBlocks joins past; elsewhere Next is
+  // libipt's step, and CanonicalBlocks joins its blocks as ever. Same sink output, same
+  // decoder state after each canonical block. Not the same: where ptkit's own bound of work
+  // without trace progress (kErrorLoop, decode.h) trips, since the decode loop checks it per
+  // block and libipt's blocks are finer: a trace that loops through direct branches for over
+  // 2^20 instructions may end that run one libipt block (up to 65,535 instructions) earlier
+  // or later than libipt's decode does.
+  void SetWalk(bool on) { walk_ = on && end_on_call_ && !end_on_jump_; }
+  // Blocks given by the walk since the process started (all decoders; for tests).
+  static uint64_t WalkedBlocks();
+  // Whether the last Next walked its block (Sink::OnWholeBlock).
+  bool walked() const { return walked_last_; }
 
   // Binds a synchronous disable (TIP.PGD) as libipt's instruction decoder does, to the branch
   // that disabled tracing (pt_insn_at_disabled_event), instead of to where its IP is reached
@@ -119,6 +146,20 @@ class FastBlockDecoder {
     uint64_t next_ip = 0;  // after the last one
     bool more = true;      // whether the code after the last one could be read
   };
+  // A canonical block from (ip, mode) for the walk; ninsn 0: none from there (see SetWalk).
+  struct Node {
+    uint64_t ip = 0;
+    pt_exec_mode mode = ptem_unknown;
+    uint32_t ninsn = 0;
+    int isid = 0;
+    pt_insn_class iclass = ptic_error;  // the block's class, as libipt's block cache gives it
+    bool query = false;                 // the last instruction needs trace
+    uint64_t target = 0;                // else it is a direct call: its target
+    Insn last;
+    // The nodes the last instruction went to: a conditional branch's (not taken, taken), a
+    // direct call's target ([0]); null until first taken.
+    Node* next[2] = {nullptr, nullptr};
+  };
   struct RunSlot {
     uint64_t ip = 0;
     pt_exec_mode mode = ptem_unknown;
@@ -131,6 +172,15 @@ class FastBlockDecoder {
     RunSlot slots[kRunSlots];            // a direct-mapped cache of runs
     // Insns(): the instructions from an IP on, as far as blocks from there went.
     absl::flat_hash_map<Key, Listed> listed;
+    absl::node_hash_map<Key, Node> nodes;  // the walk's: links point into it
+    // The last node looked up at each of a few thousand IPs (returns and indirect branches
+    // have no link).
+    struct NodeSlot {
+      uint64_t ip = 0;
+      pt_exec_mode mode = ptem_unknown;
+      Node* node = nullptr;
+    };
+    NodeSlot node_slots[kRunSlots];
   };
   // libipt's block cache entry (pt_bcache_entry), with its bit-field widths: how many
   // instructions (8 bits) and how far (16 bits) to the next decision point, and what is there.
@@ -209,6 +259,8 @@ class FastBlockDecoder {
   int ProceedEvent(pt_block* block);
   int ProceedTrailingEvent();
   int Proceed(pt_block* block);
+  Node* NodeAt(uint64_t ip, pt_exec_mode mode);
+  int Walk(Node& node, pt_block* block);
   int HandleSkd022(pt_event* ev);
   void LogCall(const Insn& insn);
 
@@ -224,6 +276,14 @@ class FastBlockDecoder {
   bool end_on_call_, end_on_jump_, skd022_;
   bool insn_binding_ = false;
   std::vector<uint64_t>* pushes_ = nullptr;  // while a Run is walked: its logged calls
+  bool walk_ = false;
+  // The walk's state: the last block ended where CanonicalBlocks joins nothing to it; the
+  // node the last walked block's branch went to and the link that names it (null: none).
+  bool walk_ready_ = true;
+  Node* walk_next_ = nullptr;
+  Node** walk_link_ = nullptr;
+  uint64_t walked_ = 0;  // blocks walked, added to WalkedBlocks() at the end
+  bool walked_last_ = false;
 
   // pt_block_decoder's state.
   pt_exec_mode mode_ = ptem_unknown;

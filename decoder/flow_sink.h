@@ -23,6 +23,7 @@ class FlowSink : public Sink, public CallStackListener {
   explicit FlowSink(const ProgramImage& image) : model_(image, this) {}
   DecoderKind kind() const override { return DecoderKind::kBlock; }
   bool end_block_on_call() const override { return true; }
+  bool coarse_block_class() const override { return true; }  // CallStack::OnBlock's reading
   bool wants_time() const override { return wants_time_; }
   void OnTime(uint64_t tsc) override { model_.OnTime(tsc); }
   void OnBlock(const pt_block& block) override { model_.OnBlock(block); }

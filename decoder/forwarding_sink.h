@@ -22,6 +22,7 @@ class ForwardingSink : public Sink {
   DecoderKind kind() const override { return inner_->kind(); }
   bool end_block_on_call() const override { return inner_->end_block_on_call(); }
   bool end_block_on_jump() const override { return inner_->end_block_on_jump(); }
+  bool coarse_block_class() const override { return inner_->coarse_block_class(); }
   bool wants_time() const override { return inner_->wants_time(); }
   void OnStream(const StreamInfo& stream) override { inner_->OnStream(stream); }
   void OnLoss(const LossInfo& loss) override { inner_->OnLoss(loss); }

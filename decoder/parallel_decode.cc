@@ -500,29 +500,9 @@ CanonicalBlocks::Next CanonicalBlocks::Successor(uint64_t ip, pt_exec_mode mode)
   if (!inserted) return it->second;
   uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
   const size_t n = image_->Read(ip, bytes, sizeof(bytes));
-  ZydisDecodedInstruction insn;
-  const int length = n == 0 ? 0 : disasm_.Length(mode, bytes, n, &insn);
-  if (length == 0) return it->second;
-  const uint64_t after = ip + length;
-  switch (insn.meta.category) {
-    case ZYDIS_CATEGORY_UNCOND_BR:
-    case ZYDIS_CATEGORY_CALL:
-      if (insn.raw.imm[0].is_relative) {
-        it->second = {after + static_cast<uint64_t>(insn.raw.imm[0].value.s),
-                      insn.meta.category == ZYDIS_CATEGORY_CALL};
-      }
-      break;
-    case ZYDIS_CATEGORY_COND_BR:
-    case ZYDIS_CATEGORY_RET:
-    case ZYDIS_CATEGORY_SYSCALL:
-    case ZYDIS_CATEGORY_SYSRET:
-    case ZYDIS_CATEGORY_INTERRUPT:
-    case ZYDIS_CATEGORY_SYSTEM:
-      break;
-    default:
-      if (insn.meta.branch_type == ZYDIS_BRANCH_TYPE_NONE) it->second = {after, false};
-      break;
-  }
+  bool call = false;
+  const uint64_t to = disasm_.Successor(mode, bytes, n, ip, &call);
+  if (to != 0) it->second = {to, call};
   return it->second;
 }
 
@@ -563,6 +543,14 @@ void CanonicalBlocks::OnBlock(const pt_block& block) {
   held_ = true;
   block_ = block;
   block_position_ = position_;
+}
+
+void CanonicalBlocks::OnWholeBlock(const pt_block& block) {
+  if (wants_positions()) return OnBlock(block);
+  // The block held (if any) joins nothing, and nothing joins this one: as if held and flushed
+  // by what comes next, with the time that comes after it told as it comes.
+  Flush();
+  inner().OnBlock(block);
 }
 
 void CanonicalBlocks::OnPosition(uint64_t offset) {

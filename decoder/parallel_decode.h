@@ -69,8 +69,10 @@ class CanonicalBlocks : public ForwardingSink {
   uint64_t TakeJoined() { return std::exchange(joined_, 0); }
 
   bool wants_positions() const override { return inner().wants_positions(); }
+  bool takes_walked_blocks() const override { return inner().coarse_block_class(); }
   void OnPosition(uint64_t offset) override;
   void OnBlock(const pt_block& block) override;
+  void OnWholeBlock(const pt_block& block) override;
   void OnTime(uint64_t tsc) override;
   void OnStream(const StreamInfo& stream) override;
   void OnLoss(const LossInfo& loss) override;

@@ -483,6 +483,7 @@ bool PacketLoop::ScanTrace(const pt_config& pt, Scan* scan) {
       case kPge:
       case kPgd:
       case kFup:
+        if (kind == kTip && (*pos >> 5) == 0) scan->tip_suppressed = true;
         size = IpSize((*pos >> 5) & 0x7);
         if (size >= 0) size = pt.end < pos + 1 + size ? -pte_eos : size + 1;
         break;

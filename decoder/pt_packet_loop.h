@@ -38,6 +38,7 @@ class PacketLoop {
     bool tsx = false;                 // a MODE.TSX with InTX or TXAbort
     bool paging_outside_psb = false;  // PIP or VMCS outside PSB+
     bool ovf = false;
+    bool tip_suppressed = false;  // a TIP with a suppressed IP
   };
   static bool ScanTrace(const pt_config& pt, Scan* scan);
 

@@ -88,25 +88,31 @@ TEST_F(PtdecodeEmulatedTest, TimelineEndsNameTheSliceTheyClose) {
 }
 
 // The fast block decoder (and its packet loop) gives libipt's answer on real emulated
-// recordings: every output built on blocks, byte for byte.
+// recordings, with its walk of canonical blocks (fast) and without (fast-blocks): every output
+// built on blocks, byte for byte.
 TEST_F(PtdecodeEmulatedTest, FastDecoderGivesLibiptsOutputs) {
   PTKIT_RECORD_OR_SKIP(fib, "fib", kFib);
   PTKIT_RECORD_OR_SKIP(fork, "fork", kFork);
   for (const std::string& trace : {fib.trace, fork.trace}) {
-    for (std::vector<std::string> command :
-         {std::vector<std::string>{"stats", "--json"}, {"folded"}, {"calls"}, {"timeline"}}) {
+    for (std::vector<std::string> command : {std::vector<std::string>{"stats"},
+                                             {"stats", "--json"},
+                                             {"folded"},
+                                             {"calls"},
+                                             {"timeline"}}) {
       SCOPED_TRACE(trace + " " + command[0]);
-      std::string out[2];
-      for (int libipt = 0; libipt < 2; ++libipt) {
+      std::string out[3];
+      const char* const decoders[] = {"libipt", "fast", "fast-blocks"};
+      for (int d = 0; d < 3; ++d) {
         std::vector<std::string> argv = {PTDECODE_PATH};
         argv.insert(argv.end(), command.begin(), command.end());
-        argv.insert(argv.end(), {"--decoder", libipt ? "libipt" : "fast", trace});
+        argv.insert(argv.end(), {"--decoder", decoders[d], trace});
         auto r = RunCommand(argv);
         ASSERT_EQ(r.exit_code, 0) << r.err;
-        out[libipt] = r.out;
+        out[d] = r.out;
       }
-      EXPECT_FALSE(out[1].empty());
+      EXPECT_FALSE(out[0].empty());
       EXPECT_EQ(out[0], out[1]);
+      EXPECT_EQ(out[0], out[2]);
     }
   }
 }

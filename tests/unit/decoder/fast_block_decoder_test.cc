@@ -12,12 +12,14 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
+#include "decoder/parallel_decode.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
 #include "decoder/trace_config.h"
@@ -189,6 +191,46 @@ void ExpectSame(const Runner& run, bool timed = false) {
   }
 }
 
+// The walk (FastBlockDecoder::SetWalk, kFast for the sinks that see canonical blocks) against
+// libipt and against the fast decoder without it: stats (text and JSON), folded, calls and
+// timeline byte for byte, and at least `min_walked` blocks walked (the walk took part). `run`
+// must decode through CanonicalBlocks (DecodeContainer, DecodeTraceWithJobs).
+void ExpectWalkSame(const Runner& run, bool timed, uint64_t min_walked = 1) {
+  SCOPED_TRACE("walk");
+  const std::vector<std::string> libipt = Outputs(BlockDecoderImpl::kLibipt, run, timed);
+  const uint64_t before = FastBlockDecoder::WalkedBlocks();
+  const std::vector<std::string> walked = Outputs(BlockDecoderImpl::kFast, run, timed);
+  EXPECT_GE(FastBlockDecoder::WalkedBlocks() - before, min_walked);
+  const uint64_t after = FastBlockDecoder::WalkedBlocks();
+  const std::vector<std::string> stepped = Outputs(BlockDecoderImpl::kFastNoWalk, run, timed);
+  EXPECT_EQ(FastBlockDecoder::WalkedBlocks(), after);  // kFastNoWalk does not walk
+  ASSERT_EQ(libipt.size(), walked.size());
+  EXPECT_FALSE(libipt[0].empty());  // stats
+  for (size_t i = 0; i < libipt.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("output ", i, " (stats, stats --json, folded, calls, timeline, ",
+                              "folded by time)"));
+    EXPECT_EQ(libipt[i], walked[i]);
+    EXPECT_EQ(libipt[i], stepped[i]);
+  }
+}
+
+// A runner that decodes a raw trace as ptdecode does at -j1 (through CanonicalBlocks).
+Runner CanonicalRunner(
+    std::function<void(const std::function<void(std::span<const uint8_t>, const TraceConfig&,
+                                                const ProgramImage&)>&)>
+        with_input) {
+  return [with_input = std::move(with_input)](const MakeSink& make) {
+    with_input(
+        [&](std::span<const uint8_t> trace, const TraceConfig& config, const ProgramImage& image) {
+          const ImageLoader no_loader = []() -> absl::StatusOr<std::unique_ptr<ProgramImage>> {
+            return absl::InternalError("one thread: no image to load");
+          };
+          ASSERT_THAT(DecodeTraceWithJobs(trace, config, image, no_loader, make(image)).status(),
+                      IsOk());
+        });
+  };
+}
+
 // The fast path takes `trace` (else the comparison would only test libipt against itself), and
 // with its own packet loop when `packets`.
 void ExpectCovered(std::span<const uint8_t> trace, const TraceConfig& config, bool packets = true) {
@@ -236,6 +278,51 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnSynthesizedTraces) {
           ASSERT_THAT(DecodeTrace(trace, {}, **image, make(**image)), IsOk());
         },
         /*timed=*/true);
+    ExpectWalkSame(CanonicalRunner([&](const auto& decode) {
+                     auto image = ProgramImage::Create();
+                     ASSERT_THAT(image, IsOk());
+                     ASSERT_THAT((*image)->AddElf({kTiny, 0}), IsOk());
+                     decode(trace, {}, **image);
+                   }),
+                   /*timed=*/true);
+  }
+}
+
+// Random walks of the synthesizer (PtSynth over tiny's functions, with overflows, corrupt
+// packets and time at random places), decoded as ptdecode does: the walk gives libipt's
+// outputs.
+TEST(FastBlockDecoderTest, WalkSameAsLibiptOnRandomSynthesizedTraces) {
+  auto code = ElfCode::Load(kTiny);
+  ASSERT_THAT(code, IsOk());
+  std::mt19937 rng(1316);
+  const char* const entries[] = {"work", "fib", "collatz"};
+  for (int round = 0; round < 16; ++round) {
+    SCOPED_TRACE(absl::StrCat("round ", round));
+    PtSynth synth(*code);
+    const int segments = 1 + static_cast<int>(rng() % 4);
+    bool timed = false;
+    for (int k = 0; k < segments; ++k) {
+      ::ptkit::decoder::testing::WalkOptions segment{
+          .entry = code->Symbol(entries[rng() % 3]).address,
+          .seed = static_cast<uint32_t>(rng()),
+          .max_insns = 200 + rng() % 5000,
+          .taken_per_256 = static_cast<uint32_t>(16 + rng() % 224)};
+      if (rng() % 3 == 0) {
+        segment.tsc = 1 + rng() % 100000;
+        timed = true;
+      }
+      if (rng() % 4 == 0) segment.overflow_at_branch = 1 + static_cast<int>(rng() % 40);
+      if (rng() % 4 == 0) segment.corrupt_at_branch = 1 + static_cast<int>(rng() % 40);
+      ASSERT_THAT(synth.AddSegment(segment), IsOk());
+    }
+    const std::vector<uint8_t> trace = synth.bytes();
+    ExpectWalkSame(CanonicalRunner([&](const auto& decode) {
+                     auto image = ProgramImage::Create();
+                     ASSERT_THAT(image, IsOk());
+                     ASSERT_THAT((*image)->AddElf({kTiny, 0}), IsOk());
+                     decode(trace, {}, **image);
+                   }),
+                   timed);
   }
 }
 
@@ -341,6 +428,13 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnSynthesizedContainers) {
             ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
           },
           /*timed=*/options.pt.tsc);
+      ExpectWalkSame(
+          [&](const MakeSink& make) {
+            auto image = ProgramImage::Create();
+            ASSERT_THAT(image, IsOk());
+            ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
+          },
+          /*timed=*/options.pt.tsc, /*min_walked=*/1000);
       unlink(path.c_str());
     }
   }
@@ -437,6 +531,13 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnContainersWithMtcAndCyc) {
           ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
         },
         /*timed=*/true);
+    ExpectWalkSame(
+        [&](const MakeSink& make) {
+          auto image = ProgramImage::Create();
+          ASSERT_THAT(image, IsOk());
+          ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
+        },
+        /*timed=*/true, /*min_walked=*/100);
     unlink(path.c_str());
   }
 }
@@ -517,14 +618,23 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnRealHardwareTraces) {
               IsOk());
         },
         timed);
+    ExpectWalkSame(CanonicalRunner([&](const auto& decode) {
+                     auto input = LoadRawInput(spec);
+                     ASSERT_THAT(input, IsOk());
+                     decode(input->trace.bytes(), input->config, *input->image);
+                   }),
+                   // drpt2trace's has no TNT or TIP (its blocks end at PGE and PGD).
+                   timed, /*min_walked=*/timed ? 0 : 1000);
   }
   // perf.data of a machine whose binaries are absent: gaps (pte_nomap) all along.
   const std::string perf = TestData() + "/perf-data/perf.data.intel_pt-4.14";
-  ExpectSame([&](const MakeSink& make) {
+  const Runner run_perf = [&](const MakeSink& make) {
     auto image = ProgramImage::Create();
     ASSERT_THAT(image, IsOk());
     ASSERT_THAT(DecodeContainer(perf, {}, make(**image)), IsOk());
-  });
+  };
+  ExpectSame(run_perf);
+  ExpectWalkSame(run_perf, /*timed=*/false, /*min_walked=*/0);
 }
 
 }  // namespace
