@@ -501,6 +501,7 @@ int FastBlockDecoder::ProceedNoEventUncached(pt_block* block) {
     return 0;
   }
   // The last run from each of a few thousand IPs first, the graph's map behind it.
+  if (!graph_->slots) graph_->slots = std::make_unique<RunSlot[]>(kRunSlots);  // zeroed
   RunSlot& slot = graph_->slots[(ip_ ^ (ip_ >> 13)) % kRunSlots];
   if (slot.run != nullptr && slot.ip == ip_ && slot.mode == mode_)
     return ApplyRun(*slot.run, block);

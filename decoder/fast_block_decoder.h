@@ -119,16 +119,19 @@ class FastBlockDecoder {
     uint64_t next_ip = 0;  // after the last one
     bool more = true;      // whether the code after the last one could be read
   };
+  // Trivial, so that the slots are made zeroed in one memset (an empty slot: run null).
   struct RunSlot {
-    uint64_t ip = 0;
-    pt_exec_mode mode = ptem_unknown;
-    const Run* run = nullptr;
+    uint64_t ip;
+    pt_exec_mode mode;
+    const Run* run;
   };
   static constexpr size_t kRunSlots = 4096;
   struct Graph {
     absl::flat_hash_map<Key, Insn> insns;
     absl::node_hash_map<Key, Run> runs;  // nodes: slots point into it
-    RunSlot slots[kRunSlots];            // a direct-mapped cache of runs
+    // A direct-mapped cache of runs, made when the first run is looked up (most decodes of a
+    // short trace, and every one in file sections, look none up).
+    std::unique_ptr<RunSlot[]> slots;
     // Insns(): the instructions from an IP on, as far as blocks from there went.
     absl::flat_hash_map<Key, Listed> listed;
   };
