@@ -234,6 +234,8 @@ class RecordingImages {
   // The warnings of the images made so far (a mapped file whose build-id is not the recorded
   // one), in the order they were made.
   const std::vector<std::string>& warnings() const { return warnings_; }
+  // How many images were made so far.
+  size_t size() const { return images_.size(); }
   // Whether these are the images `options` give for `r` (the same recording, sysroot and
   // build-id cache).
   bool Fit(const Recording& r, const RecordingOptions& options) const;

@@ -74,12 +74,15 @@ TEST(RecordingTest, DecodesGivenTheSameImagesShareThemAndDecodeTheSame) {
   RecordingImages images(*r, {});
   ImageOfStreams first, second, own;
   ASSERT_THAT(DecodeRecording(*r, {}, first, &images).status(), IsOk());
+  EXPECT_EQ(images.size(), 1u);
   ASSERT_THAT(DecodeRecording(*r, {}, second, &images).status(), IsOk());
+  EXPECT_EQ(images.size(), 1u);
   ASSERT_THAT(DecodeRecording(*r, {}, own).status(), IsOk());
   ASSERT_THAT(first.images, SizeIs(1));
   ASSERT_THAT(second.images, SizeIs(1));
   ASSERT_THAT(own.images, SizeIs(1));
-  // The second decode took the image the first made; a decode without them makes its own.
+  // The second decode took the image the first made (still alive, in `images`); a decode
+  // without them makes its own.
   EXPECT_EQ(second.images[0], first.images[0]);
   EXPECT_NE(own.images[0], first.images[0]);
   for (const ImageOfStreams* sink : {&first, &second, &own}) {
