@@ -180,6 +180,7 @@ uint32_t CallStack::Untraced() {
 
 // The function a call to `ip` enters: its symbol, else one named by the address.
 uint32_t CallStack::CallTarget(uint64_t ip) {
+  if (!target_slots_) target_slots_ = std::make_unique<TargetSlot[]>(kSlots);  // zeroed
   TargetSlot& slot = target_slots_[(ip ^ (ip >> 10)) % kSlots];
   if (slot.ip == ip && slot.image == image_) return slot.function;
   uint32_t f;
@@ -227,6 +228,7 @@ uint32_t CallStack::FunctionAt(uint64_t ip) {
 // Call sites repeat: their lengths are cached, per image (the same address in another
 // program is another instruction).
 uint64_t CallStack::CallLength(uint64_t ip, pt_exec_mode mode) {
+  if (!length_slots_) length_slots_ = std::make_unique<LengthSlot[]>(kSlots);  // zeroed
   LengthSlot& slot = length_slots_[(ip ^ (ip >> 10)) % kSlots];
   if (slot.ip == ip && slot.image == image_) return slot.length;
   auto [it, inserted] = call_length_.try_emplace({image_, ip}, 0);

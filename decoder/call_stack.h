@@ -8,6 +8,7 @@
 #include <intel-pt.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -233,20 +234,22 @@ class CallStack {
   int cache_file_ = -1;
   uint32_t cache_function_ = 0;
   int64_t cache_unknown_ = -1;  // Unknown(cache_file_), once asked
-  // The last call targets and call sites (the hash maps behind them), by address.
+  // The last call targets and call sites (the hash maps behind them), by address. Trivial,
+  // so that each array is made zeroed in one memset when first used (an empty slot: image
+  // null).
   struct TargetSlot {
-    const ProgramImage* image = nullptr;
-    uint64_t ip = 0;
-    uint32_t function = 0;
+    const ProgramImage* image;
+    uint64_t ip;
+    uint32_t function;
   };
   struct LengthSlot {
-    const ProgramImage* image = nullptr;
-    uint64_t ip = 0;
-    uint8_t length = 0;
+    const ProgramImage* image;
+    uint64_t ip;
+    uint8_t length;
   };
   static constexpr size_t kSlots = 1024;
-  std::vector<TargetSlot> target_slots_ = std::vector<TargetSlot>(kSlots);
-  std::vector<LengthSlot> length_slots_ = std::vector<LengthSlot>(kSlots);
+  std::unique_ptr<TargetSlot[]> target_slots_;
+  std::unique_ptr<LengthSlot[]> length_slots_;
   bool pending_call_ = false;
   bool pending_return_ = false;
   // The last block ended in a jump or an instruction that falls through (not a call or

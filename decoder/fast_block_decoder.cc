@@ -517,6 +517,7 @@ int FastBlockDecoder::ProceedNoEventUncached(pt_block* block) {
     return 0;
   }
   // The last run from each of a few thousand IPs first, the graph's map behind it.
+  if (!graph_->slots) graph_->slots = std::make_unique<RunSlot[]>(kRunSlots);  // zeroed
   RunSlot& slot = graph_->slots[(ip_ ^ (ip_ >> 13)) % kRunSlots];
   if (slot.run != nullptr && slot.ip == ip_ && slot.mode == mode_)
     return ApplyRun(*slot.run, block);
@@ -1136,6 +1137,9 @@ int FastBlockDecoder::Next(pt_block* block) {
   if (walk_ready_ && enabled_ && !process_event_ && !(status_ & pts_event_pending)) {
     Node* node = walk_next_;
     if (node == nullptr || node->ip != ip_ || node->mode != mode_) {
+      if (!graph_->node_slots) {
+        graph_->node_slots = std::make_unique<Graph::NodeSlot[]>(kRunSlots);  // zeroed
+      }
       Graph::NodeSlot& slot = graph_->node_slots[(ip_ ^ (ip_ >> 13)) % kRunSlots];
       if (slot.node != nullptr && slot.ip == ip_ && slot.mode == mode_) {
         node = slot.node;

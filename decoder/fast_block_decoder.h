@@ -160,27 +160,31 @@ class FastBlockDecoder {
     // direct call's target ([0]); null until first taken.
     Node* next[2] = {nullptr, nullptr};
   };
+  // Trivial, so that the slots are made zeroed in one memset (an empty slot: run null).
   struct RunSlot {
-    uint64_t ip = 0;
-    pt_exec_mode mode = ptem_unknown;
-    const Run* run = nullptr;
+    uint64_t ip;
+    pt_exec_mode mode;
+    const Run* run;
   };
   static constexpr size_t kRunSlots = 4096;
   struct Graph {
     absl::flat_hash_map<Key, Insn> insns;
     absl::node_hash_map<Key, Run> runs;  // nodes: slots point into it
-    RunSlot slots[kRunSlots];            // a direct-mapped cache of runs
+    // A direct-mapped cache of runs, made when the first run is looked up (most decodes of a
+    // short trace, and every one in file sections, look none up).
+    std::unique_ptr<RunSlot[]> slots;
     // Insns(): the instructions from an IP on, as far as blocks from there went.
     absl::flat_hash_map<Key, Listed> listed;
     absl::node_hash_map<Key, Node> nodes;  // the walk's: links point into it
     // The last node looked up at each of a few thousand IPs (returns and indirect branches
     // have no link).
+    // Trivial and made on first use, as the run slots (an empty slot: node null).
     struct NodeSlot {
-      uint64_t ip = 0;
-      pt_exec_mode mode = ptem_unknown;
-      Node* node = nullptr;
+      uint64_t ip;
+      pt_exec_mode mode;
+      Node* node;
     };
-    NodeSlot node_slots[kRunSlots];
+    std::unique_ptr<NodeSlot[]> node_slots;
   };
   // libipt's block cache entry (pt_bcache_entry), with its bit-field widths: how many
   // instructions (8 bits) and how far (16 bits) to the next decision point, and what is there.

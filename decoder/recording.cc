@@ -545,33 +545,16 @@ std::vector<Selected> SelectStreams(const Recording& r, const RecordingOptions& 
   return out;
 }
 
-// Images per process and program (exec epoch; kAllEpochs: every mapping the process ever
-// had), built when a stream first needs them: code captured in the container wins over the
-// files the MMAP2 records name (under `sysroot`).
-class ImageCache {
- public:
-  ImageCache(const Recording& r, const std::string& sysroot, const std::string& buildid_dir)
-      : r_(r), sysroot_(sysroot), buildid_dir_(buildid_dir) {}
-  absl::StatusOr<ProgramImage*> For(uint32_t pid, size_t epoch);
-  std::vector<std::string> TakeWarnings() { return std::move(warnings_); }
+}  // namespace
 
- private:
-  // The copy of the mapped file in the build-id cache, by the build-id its record or the
-  // recording names; "" when there is none.
-  std::string FromBuildIdCache(const Mapping& m) const;
-  // The function symbols of the recording's /proc/kallsyms (--kcore), parsed once.
-  const std::vector<Symbol>& KernelSymbols();
-  const Recording& r_;
-  std::optional<std::vector<Symbol>> kernel_symbols_;
-  std::string sysroot_;
-  std::string buildid_dir_;
-  std::shared_ptr<pt_image_section_cache> iscache_;  // shared by every image, as in ptxed
-  std::map<std::pair<uint32_t, size_t>, std::unique_ptr<ProgramImage>> images_;
-  std::vector<std::string> warnings_;
-  std::set<std::string> warned_;
-};
+RecordingImages::RecordingImages(const Recording& r, const RecordingOptions& options)
+    : r_(r), sysroot_(options.sysroot), buildid_dir_(options.buildid_dir) {}
 
-absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
+bool RecordingImages::Fit(const Recording& r, const RecordingOptions& options) const {
+  return &r == &r_ && options.sysroot == sysroot_ && options.buildid_dir == buildid_dir_;
+}
+
+absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
   const std::vector<uint64_t>& execs = r_.timeline.ExecTimes(pid);
   if (execs.empty()) epoch = 0;  // one program: all its mappings either way
   auto it = images_.find({pid, epoch});
@@ -646,7 +629,7 @@ absl::StatusOr<ProgramImage*> ImageCache::For(uint32_t pid, size_t epoch) {
   return raw;
 }
 
-const std::vector<Symbol>& ImageCache::KernelSymbols() {
+const std::vector<Symbol>& RecordingImages::KernelSymbols() {
   if (kernel_symbols_) return *kernel_symbols_;
   kernel_symbols_.emplace();
   auto t = r_.kernel_tables.find("/proc/kallsyms");
@@ -664,11 +647,9 @@ const std::vector<Symbol>& ImageCache::KernelSymbols() {
   return *kernel_symbols_;
 }
 
-std::string ImageCache::FromBuildIdCache(const Mapping& m) const {
+std::string RecordingImages::FromBuildIdCache(const Mapping& m) const {
   return BuildIdCacheFile(r_, m, buildid_dir_);
 }
-
-}  // namespace
 
 std::string BuildIdCacheFile(const Recording& r, const Mapping& m, const std::string& buildid_dir) {
   if (buildid_dir.empty()) return "";
@@ -690,10 +671,18 @@ std::string BuildIdCacheFile(const Recording& r, const Mapping& m, const std::st
 }
 
 absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const RecordingOptions& options,
-                                             Sink& sink) {
+                                             Sink& sink, RecordingImages* shared_images) {
   const std::string& path = r.name;
   const TraceConfig config = options.config ? *options.config : r.config;
-  ImageCache images(r, options.sysroot, options.buildid_dir);
+  if (shared_images != nullptr && !shared_images->Fit(r, options)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path,
+                     ": the images given were made for another recording, sysroot or "
+                     "build-id cache"));
+  }
+  std::optional<RecordingImages> own_images;
+  RecordingImages& images =
+      shared_images != nullptr ? *shared_images : own_images.emplace(r, options);
   const uint64_t bts_ring = r.bts ? KernelBtsRingSize(r.metadata) : 0;
 
   DecodeTotals totals;
@@ -704,11 +693,10 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   // -j: streams that need no switcher are decoded in parallel, each thread with images of its
   // own (libipt's images are not thread-safe), made when a piece of several chunks needs them.
   const ParallelOptions parallel = GetParallelOptions();
-  std::vector<std::unique_ptr<ImageCache>> worker_images;
+  std::vector<std::unique_ptr<RecordingImages>> worker_images;
   if (DecodesInParallel(sink) && !r.bts) {
     for (unsigned i = 0; i < parallel.jobs; ++i) {
-      worker_images.push_back(
-          std::make_unique<ImageCache>(r, options.sysroot, options.buildid_dir));
+      worker_images.push_back(std::make_unique<RecordingImages>(r, options));
     }
   }
   for (Selected& s : selected) {
@@ -785,7 +773,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   totals.warnings = r.warnings;
   totals.losses += r.unplaced.losses;
   totals.lost_bytes += r.unplaced.lost_bytes;
-  for (std::string& w : images.TakeWarnings()) totals.warnings.push_back(std::move(w));
+  for (const std::string& w : images.warnings()) totals.warnings.push_back(w);
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   if (options.tid && totals.streams == 0) {
     // Per-CPU streams followed by task: the thread never ran while they traced.
@@ -802,7 +790,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
 absl::StatusOr<std::vector<std::string>> ForEachSample(const Recording& r,
                                                        const RecordingOptions& options,
                                                        const SampleFn& fn) {
-  ImageCache images(r, options.sysroot, options.buildid_dir);
+  RecordingImages images(r, options);
   for (const AuxSample& s : r.samples) {
     const uint32_t pid = s.fields.pid;
     PTKIT_ASSIGN_OR_RETURN(ProgramImage * image,
@@ -815,7 +803,7 @@ absl::StatusOr<std::vector<std::string>> ForEachSample(const Recording& r,
     }
     PTKIT_RETURN_IF_ERROR(fn(s, *image, bytes));
   }
-  return images.TakeWarnings();
+  return images.warnings();
 }
 
 absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& options,

@@ -27,10 +27,12 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -213,12 +215,56 @@ class RecordingBuilder {
   std::map<StreamKey, State> state_;
 };
 
+// The images of a recording's programs, one per process and program (exec epoch), each made
+// when a decode first needs it: code captured in the recording wins over the files the MMAP2
+// records name (under options.sysroot, else in options.buildid_dir). Decodes of one recording
+// given the same RecordingImages share them: the captured code is parsed as ELF once, and
+// libipt's section cache is filled once (with the block caches kept per section, so a later
+// decode may end blocks where a first one would not, as libipt's own decoder does with a warm
+// cache). Not thread-safe; must not outlive the recording.
+class RecordingImages {
+ public:
+  RecordingImages(const Recording& r, const RecordingOptions& options);
+  RecordingImages(const RecordingImages&) = delete;
+  RecordingImages& operator=(const RecordingImages&) = delete;
+
+  // The image of process `pid` in exec epoch `epoch` (SIZE_MAX: every mapping the process ever
+  // had), made on first use. Errors: libipt's, the spool's.
+  absl::StatusOr<ProgramImage*> For(uint32_t pid, size_t epoch);
+  // The warnings of the images made so far (a mapped file whose build-id is not the recorded
+  // one), in the order they were made.
+  const std::vector<std::string>& warnings() const { return warnings_; }
+  // How many images were made so far.
+  size_t size() const { return images_.size(); }
+  // Whether these are the images `options` give for `r` (the same recording, sysroot and
+  // build-id cache).
+  bool Fit(const Recording& r, const RecordingOptions& options) const;
+
+ private:
+  // The copy of the mapped file in the build-id cache, by the build-id its record or the
+  // recording names; "" when there is none.
+  std::string FromBuildIdCache(const Mapping& m) const;
+  // The function symbols of the recording's /proc/kallsyms (--kcore), parsed once.
+  const std::vector<Symbol>& KernelSymbols();
+  const Recording& r_;
+  std::optional<std::vector<Symbol>> kernel_symbols_;
+  std::string sysroot_;
+  std::string buildid_dir_;
+  std::shared_ptr<pt_image_section_cache> iscache_;  // shared by every image, as in ptxed
+  std::map<std::pair<uint32_t, size_t>, std::unique_ptr<ProgramImage>> images_;
+  std::vector<std::string> warnings_;
+  std::set<std::string> warned_;
+};
+
 // Decodes every stream of `r` that `options` select into `sink` (options.sysroot and
 // config apply; the reader applied the filters already, and they apply again
-// here), then calls sink.Finish. Errors: kNotFound when the filters select nothing (saying
-// what the recording has), spool I/O errors, sink.Finish's.
+// here), then calls sink.Finish. With `images` (made for `r` and the same sysroot and
+// buildid_dir), the images are taken from it and kept there for later decodes; the warnings
+// are then those of every image it made so far. Errors: kNotFound when the filters select
+// nothing (saying what the recording has), kInvalidArgument for `images` of another
+// recording or other options, spool I/O errors, sink.Finish's.
 absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const RecordingOptions& options,
-                                             Sink& sink);
+                                             Sink& sink, RecordingImages* images = nullptr);
 
 // Calls `fn` for every sample of `r` in file order, with the images of the sample's process at
 // the sample's time (its program then, as DecodeRecording picks images) and the snippet's

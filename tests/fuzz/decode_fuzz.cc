@@ -60,6 +60,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // Captured code decodes; a missing file is a gap. The image loader has its own fuzzer.
   dec::RecordingOptions options;
   options.sysroot = "/dev/null";
+  // The 13 decodes of this input share one image set (the captured code parsed once, one
+  // libipt section cache), as a program that decodes a recording several times would; the
+  // next input gets its own.
+  dec::RecordingImages images(*recording, options);
   for (int json = 0; json < 2; ++json) {
     dec::OutputOptions out;
     out.json = json != 0;
@@ -68,7 +72,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     out.list_problems = true;
     for (Factory make : factories) {
       std::unique_ptr<dec::Sink> sink = make(**empty, ptkit::fuzz::DevNull(), out);
-      (void)dec::DecodeRecording(*recording, options, *sink);
+      (void)dec::DecodeRecording(*recording, options, *sink, &images);
     }
     (void)dec::DumpRecordingPackets(*recording, options, ptkit::fuzz::DevNull(), out);
   }

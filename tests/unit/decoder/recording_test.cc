@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ptkit/container_reader.h"
+#include "ptkit/status.h"
 #include "read_file.h"
 #include "status_matchers.h"
 
@@ -49,6 +50,61 @@ TEST(RecordingTest, AContainerInMemoryDecodesAsTheFile) {
   CountSink from_file(DecoderKind::kInsn);
   ASSERT_THAT(DecodeContainer(kSeed, {}, from_file).status(), IsOk());
   EXPECT_EQ(from_file.instructions(), from_memory.instructions());
+}
+
+// Counts the instructions and keeps the images of the streams it was told of.
+class ImageOfStreams : public CountSink {
+ public:
+  ImageOfStreams() : CountSink(DecoderKind::kInsn) {}
+  void OnStream(const StreamInfo& stream) override { images.push_back(stream.image); }
+  std::vector<const ProgramImage*> images;
+};
+
+// The seed, read from memory (its bytes are spooled: the recording does not keep them).
+absl::StatusOr<Recording> ReadSeedFromMemory() {
+  const std::vector<uint8_t> bytes = ReadAll(kSeed);
+  PTKIT_ASSIGN_OR_RETURN(ContainerReader reader,
+                         ContainerReader::Open(MemorySource(bytes, "seed.pt")));
+  return ReadRecording(reader, {});
+}
+
+TEST(RecordingTest, DecodesGivenTheSameImagesShareThemAndDecodeTheSame) {
+  auto r = ReadSeedFromMemory();
+  ASSERT_THAT(r.status(), IsOk());
+  RecordingImages images(*r, {});
+  ImageOfStreams first, second, own;
+  ASSERT_THAT(DecodeRecording(*r, {}, first, &images).status(), IsOk());
+  EXPECT_EQ(images.size(), 1u);
+  ASSERT_THAT(DecodeRecording(*r, {}, second, &images).status(), IsOk());
+  EXPECT_EQ(images.size(), 1u);
+  ASSERT_THAT(DecodeRecording(*r, {}, own).status(), IsOk());
+  ASSERT_THAT(first.images, SizeIs(1));
+  ASSERT_THAT(second.images, SizeIs(1));
+  ASSERT_THAT(own.images, SizeIs(1));
+  // The second decode took the image the first made (still alive, in `images`); a decode
+  // without them makes its own.
+  EXPECT_EQ(second.images[0], first.images[0]);
+  EXPECT_NE(own.images[0], first.images[0]);
+  for (const ImageOfStreams* sink : {&first, &second, &own}) {
+    EXPECT_EQ(sink->instructions(), 37u);
+    EXPECT_EQ(sink->errors(), 0u);
+  }
+}
+
+TEST(RecordingTest, ImagesOfAnotherRecordingOrSysrootAreRefused) {
+  auto r = ReadSeedFromMemory();
+  ASSERT_THAT(r.status(), IsOk());
+  Recording other = RecordingBuilder("other", {}).Finish();
+  RecordingImages of_other(other, {});
+  CountSink sink;
+  auto totals = DecodeRecording(*r, {}, sink, &of_other);
+  EXPECT_EQ(totals.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(totals.status().message(), HasSubstr("another recording"));
+  RecordingImages of_this(*r, {});
+  RecordingOptions elsewhere;
+  elsewhere.sysroot = "/elsewhere";
+  EXPECT_EQ(DecodeRecording(*r, elsewhere, sink, &of_this).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(RecordingTest, ContiguousAuxBytesJoinAndAJumpIsALossPoint) {
