@@ -147,7 +147,7 @@ TEST(ToolCompletion, PtdecodeCompletesWhatItsHelpLists) {
         << sub;
   }
   EXPECT_THAT(Complete(script.out, "_ptdecode", {"ptdecode", "insn", "--decoder", ""}),
-              ElementsAre("fast", "libipt"));
+              ElementsAre("fast", "fast-blocks", "libipt"));
   EXPECT_THAT(Complete(script.out, "_ptdecode", {"ptdecode", "--completion", ""}),
               ElementsAre("bash", "zsh"));
   ptkit::testing::CommandResult zsh =
