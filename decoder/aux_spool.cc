@@ -127,6 +127,9 @@ void SpoolView::ReleaseBefore(uint64_t offset) {
   // drop what was written: not done.)
   const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   const size_t end = static_cast<size_t>(std::min<uint64_t>(offset, size_)) / page * page;
+  // Behind what was dropped: another pass over the bytes (decoding after a scan ahead of it,
+  // OnScanned), which maps them again as it reads them: drop them again behind it.
+  if (end < released_) released_ = 0;
   if (!map_.valid() || private_ || end < released_ + kReleaseBatch) return;
   madvise(static_cast<uint8_t*>(map_.get()) + released_, end - released_, MADV_DONTNEED);
   released_ = end;

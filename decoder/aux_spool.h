@@ -39,7 +39,8 @@ class SpoolView {
     return {static_cast<uint8_t*>(map_.get()), map_.valid() && private_ ? size_ : 0};
   }
   // Drops the mapped pages before `offset` from this process's memory (they stay in the page
-  // cache and fault back in if read again), once there are enough of them to be worth it.
+  // cache and fault back in if read again), once there are enough of them to be worth it. An
+  // offset behind the last one starts another pass (a decode after a scan ahead of it).
   void ReleaseBefore(uint64_t offset);
 
  private:

@@ -485,12 +485,16 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
   PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
   totals.trace_bytes += trace.size();
   if (trace.empty()) return absl::OkStatus();
+  // The fast path's check reads the whole trace before decoding: the pages behind it may go.
+  const ScanProgress scanned = [&sink, offset_base](uint64_t offset) {
+    sink.OnScanned(offset_base + offset);
+  };
   if (sink.kind() == DecoderKind::kBlock) {
     pt.flags.variant.block.end_on_call = sink.end_block_on_call() ? 1 : 0;
     pt.flags.variant.block.end_on_jump = sink.end_block_on_jump() ? 1 : 0;
     FastPathCoverage fast;
     const BlockDecoderImpl impl = block_decoder_impl.load(std::memory_order_relaxed);
-    if (impl != BlockDecoderImpl::kLibipt) fast = FastPathCovers(pt);
+    if (impl != BlockDecoderImpl::kLibipt) fast = FastPathCovers(pt, scanned);
     if (impl == BlockDecoderImpl::kFastLibiptPackets) fast.packets = false;
     if (fast.blocks) {
       std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);
@@ -514,7 +518,7 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
   // speed) where the fast path models the trace, else libipt's instruction decoder.
   const BlockDecoderImpl impl = block_decoder_impl.load(std::memory_order_relaxed);
   if (impl != BlockDecoderImpl::kLibipt) {
-    FastPathCoverage fast = FastPathCovers(pt);
+    FastPathCoverage fast = FastPathCovers(pt, scanned);
     if (impl == BlockDecoderImpl::kFastLibiptPackets) fast.packets = false;
     if (fast.blocks) {
       std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);

@@ -154,6 +154,10 @@ class Sink {
   virtual void OnTime(uint64_t tsc) {}
   // Called now and then (every few thousand blocks) with the decoder's trace offset.
   virtual void OnProgress(uint64_t offset) {}
+  // A pass over the trace ahead of decoding (the fast path's check of its packets, the search
+  // for -j's chunk starts) has read it up to `offset` (plus the offset base), every few MiB;
+  // decoding reads it again from where it starts. So that the pages behind can be dropped.
+  virtual void OnScanned(uint64_t offset) {}
   // Block decoder: a run of instructions (pt_block; ninsn > 0).
   virtual void OnBlock(const pt_block& block) {}
   // A block that ends where nothing is joined to it, given where nothing joins it to the block

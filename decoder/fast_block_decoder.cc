@@ -138,7 +138,7 @@ bool ChangesCr3(const auto& insn) { return insn.changes_cr3; }
 
 }  // namespace
 
-FastPathCoverage FastPathCovers(const pt_config& pt) {
+FastPathCoverage FastPathCovers(const pt_config& pt, const ScanProgress& scanned) {
   FastPathCoverage no;
   if (pt.flags.variant.block.enable_tick_events) return no;
   if (pt.addr_filter.config.addr_cfg != 0 && pt.errata.skl014) return no;
@@ -146,16 +146,16 @@ FastPathCoverage FastPathCovers(const pt_config& pt) {
   // PacketLoop's parser first (a fraction of libipt's packet decoder's cost); libipt's packet
   // decoder decides what it does not model.
   PacketLoop::Scan scan;
-  if (PacketLoop::ScanTrace(pt, &scan)) {
+  if (PacketLoop::ScanTrace(pt, &scan, scanned)) {
     if (scan.tsx || scan.paging_outside_psb) return no;
     yes.packets = PacketLoopModelsErrata(pt, scan.ovf);
     yes.walk = yes.packets && !scan.tip_suppressed;
     return yes;
   }
-  return FastPathCoversByLibipt(pt);
+  return FastPathCoversByLibipt(pt, scanned);
 }
 
-FastPathCoverage FastPathCoversByLibipt(const pt_config& pt) {
+FastPathCoverage FastPathCoversByLibipt(const pt_config& pt, const ScanProgress& scanned) {
   FastPathCoverage no;
   if (pt.flags.variant.block.enable_tick_events) return no;
   if (pt.addr_filter.config.addr_cfg != 0 && pt.errata.skl014) return no;
@@ -166,7 +166,13 @@ FastPathCoverage FastPathCoversByLibipt(const pt_config& pt) {
   if (status == -pte_eos) return yes;
   if (status < 0) return no;
   bool in_psb = false;
+  uint64_t report = kScanReportBytes;
   for (;;) {
+    uint64_t offset = 0;
+    if (scanned && pt_pkt_get_offset(dec.get(), &offset) == 0 && offset >= report) {
+      scanned(offset);
+      report = offset + kScanReportBytes;
+    }
     pt_packet packet;
     status = pt_pkt_next(dec.get(), &packet, sizeof(packet));
     if (status == -pte_eos) return yes;

@@ -42,10 +42,11 @@ struct FastPathCoverage {
   // which libipt's block decoder answers by its block cache's history).
   bool walk = false;
 };
-FastPathCoverage FastPathCovers(const pt_config& pt);
+// `scanned` (if set) is told how far the pass has read, every few MiB (ScanProgress).
+FastPathCoverage FastPathCovers(const pt_config& pt, const ScanProgress& scanned = {});
 // The same answer from libipt's packet decoder alone (FastPathCovers asks it only when its own
 // packet parser meets a packet it does not model, or one that does not read).
-FastPathCoverage FastPathCoversByLibipt(const pt_config& pt);
+FastPathCoverage FastPathCoversByLibipt(const pt_config& pt, const ScanProgress& scanned = {});
 
 class FastBlockDecoder {
  public:

@@ -29,6 +29,7 @@ class ForwardingSink : public Sink {
   void OnSync(uint64_t offset) override { inner_->OnSync(offset); }
   void OnTime(uint64_t tsc) override { inner_->OnTime(tsc); }
   void OnProgress(uint64_t offset) override { inner_->OnProgress(offset); }
+  void OnScanned(uint64_t offset) override { inner_->OnScanned(offset); }
   void OnBlock(const pt_block& block) override { inner_->OnBlock(block); }
   void OnInsn(const pt_insn& insn) override { inner_->OnInsn(insn); }
   void OnEvent(const pt_event& event) override { inner_->OnEvent(event); }

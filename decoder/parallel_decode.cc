@@ -633,7 +633,8 @@ absl::Status DecodeIntoCanonical(std::span<const uint8_t> trace, const TraceConf
 }
 
 absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace,
-                                                  const TraceConfig& config, uint64_t chunk_bytes) {
+                                                  const TraceConfig& config, uint64_t chunk_bytes,
+                                                  const ScanProgress& scanned) {
   std::vector<uint64_t> starts = {0};
   if (trace.empty()) return starts;
   PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
@@ -646,6 +647,7 @@ absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace
     const uint64_t next = PsbAtOrAfter(dec.get(), std::max(psb, start + chunk_bytes));
     if (next == kNone) break;
     starts.push_back(next);
+    if (scanned && next / kScanReportBytes != start / kScanReportBytes) scanned(next);
   }
   return starts;
 }
@@ -671,7 +673,13 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
                    st.bytes_decoded, bytes);
     }
   } printer{st, trace.size()};
-  PTKIT_ASSIGN_OR_RETURN(std::vector<uint64_t> starts, ChunkStarts(trace, config, chunk_bytes));
+  // Both searches below read near every chunk start (and the kernel maps the pages around what
+  // is read): the pages behind them may go.
+  const ScanProgress scanned = [&sink, offset_base](uint64_t offset) {
+    sink.OnScanned(offset_base + offset);
+  };
+  PTKIT_ASSIGN_OR_RETURN(std::vector<uint64_t> starts,
+                         ChunkStarts(trace, config, chunk_bytes, scanned));
   const size_t n = starts.size();
   st.chunks += n;
   if (n == 1 || worker_images.empty()) {
@@ -695,6 +703,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
       const uint64_t after =
           overlap_end[c] == kNone ? kNone : PsbAtOrAfter(dec.get(), overlap_end[c] + 1);
       span_end[c - 1] = after == kNone ? trace.size() : after;
+      if (starts[c] / kScanReportBytes != starts[c - 1] / kScanReportBytes) scanned(starts[c]);
     }
   }
 

@@ -43,6 +43,7 @@
 #include "decoder/disassembler.h"
 #include "decoder/forwarding_sink.h"
 #include "decoder/image.h"
+#include "decoder/pt_packet_loop.h"
 #include "decoder/trace_config.h"
 
 namespace ptkit::decoder {
@@ -140,10 +141,12 @@ ParallelOptions GetParallelOptions();
 unsigned AvailableCpus();
 
 // Where the chunks of `trace` start: 0, then PSB offsets at least `chunk_bytes` apart (the
-// next PSB after that many bytes).
+// next PSB after that many bytes). `scanned` (if set) is told how far the search has read,
+// every few MiB.
 // Errors: kInvalidArgument for a configuration libipt rejects.
 absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace,
-                                                  const TraceConfig& config, uint64_t chunk_bytes);
+                                                  const TraceConfig& config, uint64_t chunk_bytes,
+                                                  const ScanProgress& scanned = {});
 
 // What a parallel decode did (for tests and measurements).
 struct ParallelStats {

@@ -433,13 +433,21 @@ int SyncForwardFrom(const uint8_t** sync, const uint8_t* pos, const uint8_t* beg
 
 }  // namespace
 
-bool PacketLoop::ScanTrace(const pt_config& pt, Scan* scan) {
+bool PacketLoop::ScanTrace(const pt_config& pt, Scan* scan, const ScanProgress& scanned) {
   const uint8_t* pos = nullptr;
   int status = SyncForwardFrom(&pos, pt.begin, pt.begin, pt.end);
   if (status == -pte_eos) return true;
   if (status < 0) return false;
   bool in_psb = false;
+  const uint64_t length = static_cast<uint64_t>(pt.end - pt.begin);
+  const uint8_t* report =
+      scanned && length > kScanReportBytes ? pt.begin + kScanReportBytes : pt.end;
   for (;;) {
+    if (pos >= report && pos != pt.end) {  // report == pt.end: no more to tell
+      scanned(static_cast<uint64_t>(pos - pt.begin));
+      const auto left = static_cast<uint64_t>(pt.end - pos);
+      report = left > kScanReportBytes ? pos + kScanReportBytes : pt.end;
+    }
     // Fetch, inline.
     if (pos == pt.end) return true;  // -pte_eos
     Kind kind = kOpcodeKinds[*pos];

@@ -19,6 +19,7 @@
 #include <intel-pt.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace ptkit::decoder {
 
@@ -28,6 +29,11 @@ namespace ptkit::decoder {
 bool PacketLoopModels(const pt_config& pt, const pt_packet& packet);
 // Whether no erratum applies that PacketLoop does not model, to a trace with an OVF or not.
 bool PacketLoopModelsErrata(const pt_config& pt, bool ovf);
+
+// Told how far a pass over a trace ahead of decoding has read (FastPathCovers, ChunkStarts),
+// every kScanReportBytes, so that the pages behind can be dropped (Sink::OnScanned).
+using ScanProgress = std::function<void(uint64_t offset)>;
+inline constexpr uint64_t kScanReportBytes = uint64_t{4} << 20;
 
 class PacketLoop {
  public:
@@ -40,7 +46,8 @@ class PacketLoop {
     bool ovf = false;
     bool tip_suppressed = false;  // a TIP with a suppressed IP
   };
-  static bool ScanTrace(const pt_config& pt, Scan* scan);
+  // `scanned` (if set) is told the offset read up to, every kScanReportBytes.
+  static bool ScanTrace(const pt_config& pt, Scan* scan, const ScanProgress& scanned = {});
 
   // `pt` (its trace) must outlive the loop.
   explicit PacketLoop(const pt_config& pt);

@@ -287,10 +287,10 @@ class TaskSwitcher : public ImageSwitcher {
 };
 
 // Between DecodeRecording and the caller's sink, for one stream. Forwards everything and:
-// drops the spool pages the decoder has passed (OnProgress); with `only_tid` (a per-CPU
-// stream filtered by thread), forwards the flow only while that thread runs (the switcher's
-// OnStream says who does), announces the stream when the thread first runs, and counts what
-// it forwarded, as the totals of that stream.
+// drops the spool pages the decoder, or a scan ahead of it, has passed (OnProgress, OnScanned);
+// with `only_tid` (a per-CPU stream filtered by thread), forwards the flow only while that thread
+// runs (the switcher's OnStream says who does), announces the stream when the thread first runs,
+// and counts what it forwarded, as the totals of that stream.
 class StreamSink : public ForwardingSink {
  public:
   StreamSink(Sink& inner, std::optional<uint32_t> only_tid)
@@ -341,6 +341,10 @@ class StreamSink : public ForwardingSink {
   void OnProgress(uint64_t offset) override {
     if (view_ != nullptr && offset >= base_) view_->ReleaseBefore(offset - base_);
     inner().OnProgress(offset);
+  }
+  void OnScanned(uint64_t offset) override {
+    if (view_ != nullptr && offset >= base_) view_->ReleaseBefore(offset - base_);
+    inner().OnScanned(offset);
   }
   void OnBlock(const pt_block& block) override {
     if (!Show()) return;

@@ -2,13 +2,16 @@
 // it decodes anything, and the work bounds (decode_bounds.h).
 #include <intel-pt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "decoder/decode.h"
 #include "decoder/decode_bounds.h"
+#include "decoder/fast_block_decoder.h"
 #include "decoder/image.h"
+#include "decoder/trace_config.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -150,6 +153,52 @@ TEST(DecodeLoopTest, TheLoopBoundCanBeLowered) {
   SetDecodeBounds({});
   EXPECT_THAT(DecodeErrorText(kErrorLoop), HasSubstr(" over 1048576 instructions decoded "));
   EXPECT_THAT(DecodeErrorText(kErrorBtsWalk), HasSubstr(" in 65536 instructions "));
+}
+
+// The fast path reads the whole trace once before it decodes (FastPathCovers): the sink is told
+// how far that pass has read, every 4 MiB and before anything is decoded, so that the pages
+// behind it can be dropped (a recording's spool: StreamSink). libipt's decoders make no pass.
+TEST(DecodeLoopTest, ThePassAheadOfTheFastPathTellsHowFarItRead) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  (*image)->AddBytes("nop_jmp_rax", kLoopCode, kNopJmpRax);
+  std::vector<uint8_t> trace = TraceFromKCode({});
+  trace.resize(trace.size() + (uint64_t{9} << 20), 0x00);  // PAD packets
+  class ScanLog : public LogSink {
+   public:
+    using LogSink::LogSink;
+    void OnScanned(uint64_t offset) override { log.push_back(fmt::format("scanned {}", offset)); }
+  };
+  constexpr uint64_t kBase = 1000;
+  for (DecoderKind kind : {DecoderKind::kInsn, DecoderKind::kBlock}) {
+    for (BlockDecoderImpl impl : {BlockDecoderImpl::kLibipt, BlockDecoderImpl::kFast,
+                                  BlockDecoderImpl::kFastLibiptPackets}) {
+      SCOPED_TRACE(::testing::Message()
+                   << "kind " << static_cast<int>(kind) << " impl " << static_cast<int>(impl));
+      SetBlockDecoderImpl(impl);
+      ScanLog sink(kind);
+      DecodeTotals totals;
+      ASSERT_THAT(DecodeInto(trace, {}, **image, sink, totals, kBase), IsOk());
+      std::vector<std::string> scans(sink.log.begin(),
+                                     sink.log.begin() + std::min<size_t>(2, sink.log.size()));
+      if (impl == BlockDecoderImpl::kLibipt) {
+        EXPECT_THAT(sink.log, ::testing::Not(::testing::Contains(HasSubstr("scanned"))));
+      } else {
+        EXPECT_THAT(scans, ElementsAre(fmt::format("scanned {}", kBase + (uint64_t{4} << 20)),
+                                       fmt::format("scanned {}", kBase + (uint64_t{8} << 20))));
+        EXPECT_EQ(std::count_if(sink.log.begin(), sink.log.end(),
+                                [](const std::string& s) { return s.starts_with("scanned"); }),
+                  2);
+      }
+    }
+  }
+  SetBlockDecoderImpl(BlockDecoderImpl::kFast);
+  // libipt's packet decoder's pass (for what PacketLoop's parser does not read) tells it too.
+  auto pt = MakePtConfig(trace, {});
+  ASSERT_THAT(pt, IsOk());
+  std::vector<uint64_t> told;
+  EXPECT_TRUE(FastPathCoversByLibipt(*pt, [&](uint64_t offset) { told.push_back(offset); }).blocks);
+  EXPECT_THAT(told, ElementsAre(uint64_t{4} << 20, uint64_t{8} << 20));
 }
 
 // NextIpAfter (the resync address after an instruction libipt cannot map or decode) on bytes

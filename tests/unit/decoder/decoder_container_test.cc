@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <span>
 #include <string>
@@ -1085,6 +1086,48 @@ TEST(AuxSpoolTest, InterleavedRunsMapBackContiguous) {
   auto empty = spool->Map(SpoolRun{});
   ASSERT_THAT(empty, IsOk());
   EXPECT_TRUE(empty->bytes().empty());
+}
+
+// This process's resident pages of mapped files (/proc/self/status RssFile), in KiB.
+uint64_t RssFileKib() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    if (line.starts_with("RssFile:")) return std::stoull(line.substr(8));
+  }
+  return 0;
+}
+
+// Reads every page of `bytes`.
+uint64_t Touch(std::span<const uint8_t> bytes) {
+  uint64_t sum = 0;
+  for (size_t i = 0; i < bytes.size(); i += 4096) sum += bytes[i];
+  return sum;
+}
+
+// ReleaseBefore drops the pages behind the reader; a second pass over the bytes (the decode
+// after the fast path's scan of the whole trace) maps them again, and they are dropped again
+// behind it.
+TEST(AuxSpoolTest, PagesBehindASecondPassAreDroppedToo) {
+  auto spool = AuxSpool::Create(AuxSpool::Dirs(""));
+  ASSERT_THAT(spool, IsOk());
+  const std::vector<uint8_t> bytes = Pattern(size_t{48} << 20, 3);
+  SpoolRun run;
+  ASSERT_THAT(spool->Append(run, bytes), IsOk());
+  auto view = spool->Map(run);
+  ASSERT_THAT(view, IsOk());
+  const uint64_t before = RssFileKib();
+  const uint64_t sum = Touch(view->bytes());
+  EXPECT_GE(RssFileKib(), before + (40 << 10));  // 48 MiB mapped
+  view->ReleaseBefore(bytes.size());
+  EXPECT_LE(RssFileKib(), before + (8 << 10));
+  // The second pass.
+  EXPECT_EQ(Touch(view->bytes()), sum);
+  EXPECT_GE(RssFileKib(), before + (40 << 10));
+  view->ReleaseBefore(size_t{32} << 20);
+  EXPECT_LE(RssFileKib(), before + (24 << 10));  // the last 16 MiB
+  view->ReleaseBefore(bytes.size());
+  EXPECT_LE(RssFileKib(), before + (8 << 10));
 }
 
 TEST(AuxSpoolTest, DirectoriesAndTheErrorWhenNoneIsWritable) {

@@ -158,6 +158,26 @@ TEST_P(ParallelDecodeTest, ChunksStartAtPsbs) {
   EXPECT_EQ(big->size(), 1u);
 }
 
+// The search reads near every chunk start (and the kernel maps the pages around what is read):
+// it tells how far it has read each time it passes a multiple of 4 MiB, so that the pages behind
+// can be dropped (Sink::OnScanned).
+TEST(ChunkStartsTest, TellsHowFarItRead) {
+  const uint8_t kPsb[] = {0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+                          0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82};
+  // A PSB every 64 KiB, PAD packets between: 9 MiB.
+  std::vector<uint8_t> trace(uint64_t{9} << 20, 0x00);
+  for (uint64_t o = 0; o + sizeof(kPsb) <= trace.size(); o += 64 << 10) {
+    std::memcpy(&trace[o], kPsb, sizeof(kPsb));
+    trace[o + sizeof(kPsb)] = 0x02;  // PSBEND
+    trace[o + sizeof(kPsb) + 1] = 0x23;
+  }
+  std::vector<uint64_t> told;
+  auto starts = ChunkStarts(trace, {}, 32 << 10, [&](uint64_t offset) { told.push_back(offset); });
+  ASSERT_THAT(starts, IsOk());
+  EXPECT_EQ(starts->size(), 144u);
+  EXPECT_THAT(told, ::testing::ElementsAre(uint64_t{4} << 20, uint64_t{8} << 20));
+}
+
 TEST_P(ParallelDecodeTest, OutputsEqualTheSerialDecode) {
   ParallelStats stats = ExpectSameAsSerial();
   // The chunks were stitched (not all decoded again on the merging thread).
