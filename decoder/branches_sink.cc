@@ -27,6 +27,10 @@ class BranchesSink : public Sink {
     }
   }
   DecoderKind kind() const override { return DecoderKind::kInsn; }
+  // Every branch ends a block, so only a block's first and last instructions need be seen.
+  bool end_block_on_call() const override { return true; }
+  bool end_block_on_jump() const override { return true; }
+  bool branches_only() const override { return true; }
 
   // Every instruction comes here: the previous one, if it branches, is emitted when this one
   // shows where it went (a conditional jump only when taken).

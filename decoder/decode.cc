@@ -378,6 +378,7 @@ absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink
   ProgressWatch watch;
   uint32_t check = kInsnsPerCheck;
   const bool positions = sink.wants_positions();
+  const bool branches_only = sink.branches_only() && !positions;
   uint64_t ip = 0;  // pt_insn_next's instruction: InsnLoop's error IP
   SyncLoop(
       dec, time, errors, sink, totals, offset_base, [&] { ip = 0; },
@@ -398,6 +399,23 @@ absl::Status FastInsnLoop(FastBlockDecoder& dec, const ProgramImage& image, Sink
         // A block reads trace (a branch's query, the events fetched after it) only at its last
         // instruction, as pt_insn_next does for that instruction.
         const uint64_t after = positions && !insns.empty() ? OffsetOf(dec) : 0;
+        // A sink that sees only branches gets the first and the last instruction of a whole
+        // block whose inner instructions are no branch, where no bound or progress report
+        // falls inside it: what the loop below does for them, without the ones between.
+        const size_t n = insns.size();
+        if (branches_only && status >= 0 && n > 2 && n < check && n < progress &&
+            std::all_of(insns.begin() + 1, insns.end() - 1,
+                        [](const pt_insn& insn) { return insn.iclass == ptic_other; })) {
+          totals.instructions += n;
+          sink.OnInsn(insns.front());
+          if (start_timed) time.Check(start_tsc);
+          sink.OnInsn(insns.back());
+          time.Check();
+          ip = insns.back().ip;
+          progress -= static_cast<uint32_t>(n);
+          check -= static_cast<uint32_t>(n);
+          return status;
+        }
         for (size_t i = 0; i < insns.size(); ++i) {
           const pt_insn& insn = insns[i];
           ip = insn.ip;
@@ -518,6 +536,11 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
   // speed) where the fast path models the trace, else libipt's instruction decoder.
   const BlockDecoderImpl impl = block_decoder_impl.load(std::memory_order_relaxed);
   if (impl != BlockDecoderImpl::kLibipt) {
+    // Blocks that end at every branch, for a sink that sees only branches (FastInsnLoop).
+    if (sink.branches_only()) {
+      pt.flags.variant.block.end_on_call = 1;
+      pt.flags.variant.block.end_on_jump = 1;
+    }
     FastPathCoverage fast = FastPathCovers(pt, scanned);
     if (impl == BlockDecoderImpl::kFastLibiptPackets) fast.packets = false;
     if (fast.blocks) {

@@ -135,6 +135,12 @@ class Sink {
   // Whether OnBlock reads of a block's class only whether it is a call, a return or a far
   // transfer (an indirect jump's block may end in ptic_error or ptic_jump alike).
   virtual bool coarse_block_class() const { return false; }
+  // Whether OnInsn may be given only the first and the last instruction of a block of the fast
+  // decoder (with ends at calls and jumps, so that every branch ends a block) where those between
+  // are no branch and nothing else happens at them: for a sink that looks only at branches and
+  // where they went (`branches`). A sink that counts or shows every instruction must say no, and
+  // so must one between the decoder and such a sink that does (the default).
+  virtual bool branches_only() const { return false; }
   // Whether the block decoder may give this sink whole canonical blocks (the walk,
   // FastBlockDecoder::SetWalk): it joins blocks as CanonicalBlocks does, and its inner sink
   // reads block classes coarsely.

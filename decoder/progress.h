@@ -56,6 +56,7 @@ class ProgressSink : public ForwardingSink {
   ProgressSink(std::unique_ptr<Sink> inner, std::FILE* err, bool enabled, uint64_t total_bytes,
                std::function<uint64_t()> now_ms);
 
+  bool branches_only() const override { return inner().branches_only(); }
   void OnStream(const StreamInfo& stream) override;
   void OnProgress(uint64_t offset) override;
   std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image) override {

@@ -295,6 +295,8 @@ class StreamSink : public ForwardingSink {
  public:
   StreamSink(Sink& inner, std::optional<uint32_t> only_tid)
       : ForwardingSink(inner), only_(only_tid) {}
+  // With a thread filter it counts every instruction it forwards.
+  bool branches_only() const override { return !only_ && inner().branches_only(); }
 
   // The stream starts with `first` running.
   void Begin(const StreamInfo& first) {
