@@ -953,7 +953,9 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
 
 bool DecodesInParallel(const Sink& sink) {
   const ParallelOptions options = GetParallelOptions();
-  return options.jobs > 1 && (sink.kind() != DecoderKind::kBlock || options.blocks);
+  // Block sinks and branch sinks only with -j given (ParallelOptions::blocks).
+  const bool by_default = sink.kind() != DecoderKind::kBlock && !sink.branches_only();
+  return options.jobs > 1 && (by_default || options.blocks);
 }
 
 absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,

@@ -122,11 +122,14 @@ inline constexpr uint64_t kDefaultChunkBytes = uint64_t{32} << 10;
 
 struct ParallelOptions {
   unsigned jobs = 1;  // decoding threads; 1: DecodeInto on the caller's thread, as ever
-  // Whether block sinks decode with `jobs` threads too (`ptdecode -j N` given): by default they
-  // decode on one thread. Recording a chunk's blocks for the merge costs more than a second
-  // thread gains; stats and folded summarise chunks instead (ChunkSummary), but a trace with
-  // time, without symbols, or whose stack empties is given as records (see the notes of
-  // CallStack::BeginChunk).
+  // Whether block sinks, and sinks that see only branches (Sink::branches_only), decode with
+  // `jobs` threads too (`ptdecode -j N` given): by default they decode on one thread.
+  // Recording a chunk's blocks for the merge costs more than a second thread gains; stats and
+  // folded summarise chunks instead (ChunkSummary), but a trace with time, without symbols, or
+  // whose stack empties is given as records (see the notes of CallStack::BeginChunk). A branch
+  // sink is given a block's first and last instructions on one thread, every instruction as
+  // records with -j: `branches` took 2.3-2.5x the CPU at -j 2 (emu 75 M instructions: 4.86 s
+  // against 1.94 s), so no second thread can make it faster.
   bool blocks = false;
   uint64_t chunk_bytes = kDefaultChunkBytes;
   // Tests and measurements (ptdecode's hidden --chunk-stats): each parallel decode prints its
