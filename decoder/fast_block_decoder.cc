@@ -1106,6 +1106,7 @@ FastBlockDecoder::Node* FastBlockDecoder::NodeAt(uint64_t ip, pt_exec_mode mode)
 // (ProceedNoEvent's end and Proceed's trailing event).
 int FastBlockDecoder::Walk(Node& node, pt_block* block) {
   ++walked_;
+  walked_node_ = &node;
   block->ninsn = static_cast<uint16_t>(node.ninsn);
   block->end_ip = node.last.ip;
   block->iclass = node.iclass;
