@@ -34,9 +34,9 @@ uint64_t CallStack::MemoOf(const pt_block& block) {
   return 1 | length << 8 | uint64_t{SymbolFunction(s)} << 32;
 }
 
+// Step's first part: the call or return the block before ended in reaches this block.
 template <bool kFacts>
-[[gnu::always_inline]] inline void CallStack::Step(const pt_block& block, Facts facts) {
-  const bool jumped = flowing_;
+[[gnu::always_inline]] inline void CallStack::Arrive(const pt_block& block, Facts facts) {
   if (pending_call_) {
     pending_call_ = false;
     // A call to the next instruction (call/pop, to read the IP) enters no function.
@@ -48,7 +48,12 @@ template <bool kFacts>
     pending_return_ = false;
     Return(block.ip);
   }
-  const uint32_t f = kFacts ? facts.function : FunctionAt(block.ip);
+}
+
+// Step's second part, where the stack is empty or the flow went on into another function `f`
+// at `ip` (`jumped`: by a jump or in sequence). Out of line: Step's common path (a block in the
+// function of the one before) stays small.
+__attribute__((noinline)) void CallStack::Place(uint32_t f, uint64_t ip, bool jumped) {
   if (frames_.empty()) {
     if (!base_) {
       // Entered before tracing began (the stream starts here), or the caller that the
@@ -56,11 +61,19 @@ template <bool kFacts>
       Enter(f, 0, /*implicit=*/true);
     } else {
       nonempty_epoch_ = epoch_;  // chunk mode: B has the frame (checked by the merge)
-      if (jumped && f != current_) Jump(f, block.ip);
+      if (jumped && f != current_) Jump(f, ip);
     }
   } else if (jumped && f != current_) {
-    Jump(f, block.ip);
+    Jump(f, ip);
   }
+}
+
+template <bool kFacts>
+[[gnu::always_inline]] inline void CallStack::Step(const pt_block& block, Facts facts) {
+  const bool jumped = flowing_;
+  if (pending_call_ || pending_return_) Arrive<kFacts>(block, facts);
+  const uint32_t f = kFacts ? facts.function : FunctionAt(block.ip);
+  if (frames_.empty() || (jumped && f != current_)) Place(f, block.ip, jumped);
   current_ = f;
   if (!kFacts && block.ninsn > 1 && !(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
       FunctionAt(block.end_ip) != f) {

@@ -196,6 +196,9 @@ class CallStack {
   // OnBlock, with `facts` when kFacts (else looked up).
   template <bool kFacts>
   void Step(const pt_block& block, Facts facts);
+  template <bool kFacts>
+  void Arrive(const pt_block& block, Facts facts);
+  void Place(uint32_t f, uint64_t ip, bool jumped);
   // The memo of `block` (BlockMemo::value): 0 when its facts are not fixed, else 1, the call's
   // length << 8 and the function << 32.
   uint64_t MemoOf(const pt_block& block);

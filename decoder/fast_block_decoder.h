@@ -62,7 +62,9 @@ class FastBlockDecoder {
   int SyncForward();
   int Next(pt_block* block);
   int Event(pt_event* event);
-  int Time(uint64_t* tsc) const;
+  int Time(uint64_t* tsc) const {
+    return packets_ ? packets_->Time(tsc) : pt_qry_time(qry_, tsc, nullptr, nullptr);
+  }
   int GetOffset(uint64_t* offset) const {
     return packets_ ? packets_->GetOffset(offset) : pt_qry_get_offset(qry_, offset);
   }

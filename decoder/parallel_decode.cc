@@ -549,7 +549,7 @@ void CanonicalBlocks::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
   if (positions_) return OnBlock(block);
   // The block held (if any) joins nothing, and nothing joins this one: as if held and flushed
   // by what comes next, with the time that comes after it told as it comes.
-  Flush();
+  if (held_) Flush();
   whole_->OnWholeBlock(block, memo);
 }
 
