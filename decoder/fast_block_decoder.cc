@@ -1101,7 +1101,7 @@ FastBlockDecoder::Node* FastBlockDecoder::NodeAt(uint64_t ip, pt_exec_mode mode)
 
 // One canonical block from `node`, then the branch that ends it as libipt proceeds past it
 // (ProceedNoEvent's end and Proceed's trailing event).
-int FastBlockDecoder::Walk(Node& node, pt_block* block) {
+[[gnu::always_inline]] inline int FastBlockDecoder::Walk(Node& node, pt_block* block) {
   ++walked_;
   walked_node_ = &node;
   block->ninsn = static_cast<uint16_t>(node.ninsn);
