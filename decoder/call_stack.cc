@@ -13,19 +13,47 @@
 
 namespace ptkit::decoder {
 
-void CallStack::OnBlock(const pt_block& block) {
-  const bool jumped = flowing_;
+// (In chunk mode its callers Touch(f) first: kept out of this hot function.)
+inline void CallStack::Count(uint32_t f, uint64_t n) {
+  Function& fn = functions_[f];
+  fn.self += n;
+  if (fn.active == 0) fn.inclusive += n;
+  totals_.instructions += n;
+  if (count_listener_ != nullptr) count_listener_->OnCount(f, n);
+}
+
+// Facts that hold for every run of the block: its first instruction's symbol (CallTarget and
+// FunctionAt of a symbol's address name it, whatever the stack) is its last one's too (no
+// CountSplit). The function is made here, where OnBlock would make it next (CallTarget or
+// FunctionAt of block.ip make it first).
+uint64_t CallStack::MemoOf(const pt_block& block) {
+  if (block.truncated) return 0;
+  const int s = image_->SymbolAt(block.ip);
+  if (s < 0 || (block.ninsn > 1 && image_->SymbolAt(block.end_ip) != s)) return 0;
+  const uint64_t length = block.iclass == ptic_call ? CallLength(block.end_ip, block.mode) : 0;
+  return 1 | length << 8 | uint64_t{SymbolFunction(s)} << 32;
+}
+
+// Step's first part: the call or return the block before ended in reaches this block.
+template <bool kFacts>
+[[gnu::always_inline]] inline void CallStack::Arrive(const pt_block& block, Facts facts) {
   if (pending_call_) {
     pending_call_ = false;
     // A call to the next instruction (call/pop, to read the IP) enters no function.
     if (block.ip != pending_return_address_) {
-      Enter(CallTarget(block.ip), pending_return_address_, /*implicit=*/false);
+      Enter(kFacts ? facts.function : CallTarget(block.ip), pending_return_address_,
+            /*implicit=*/false);
     }
   } else if (pending_return_) {
     pending_return_ = false;
     Return(block.ip);
   }
-  uint32_t f = FunctionAt(block.ip);
+}
+
+// Step's second part, where the stack is empty or the flow went on into another function `f`
+// at `ip` (`jumped`: by a jump or in sequence). Out of line: Step's common path (a block in the
+// function of the one before) stays small.
+__attribute__((noinline)) void CallStack::Place(uint32_t f, uint64_t ip, bool jumped) {
   if (frames_.empty()) {
     if (!base_) {
       // Entered before tracing began (the stream starts here), or the caller that the
@@ -33,13 +61,21 @@ void CallStack::OnBlock(const pt_block& block) {
       Enter(f, 0, /*implicit=*/true);
     } else {
       nonempty_epoch_ = epoch_;  // chunk mode: B has the frame (checked by the merge)
-      if (jumped && f != current_) Jump(f, block.ip);
+      if (jumped && f != current_) Jump(f, ip);
     }
   } else if (jumped && f != current_) {
-    Jump(f, block.ip);
+    Jump(f, ip);
   }
+}
+
+template <bool kFacts>
+[[gnu::always_inline]] inline void CallStack::Step(const pt_block& block, Facts facts) {
+  const bool jumped = flowing_;
+  if (pending_call_ || pending_return_) Arrive<kFacts>(block, facts);
+  const uint32_t f = kFacts ? facts.function : FunctionAt(block.ip);
+  if (frames_.empty() || (jumped && f != current_)) Place(f, block.ip, jumped);
   current_ = f;
-  if (block.ninsn > 1 && !(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
+  if (!kFacts && block.ninsn > 1 && !(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
       FunctionAt(block.end_ip) != f) {
     CountSplit(block, f);
   } else {
@@ -48,7 +84,9 @@ void CallStack::OnBlock(const pt_block& block) {
   }
   if (block.iclass == ptic_call) {
     pending_call_ = true;
-    uint64_t size = block.truncated ? block.size : CallLength(block.end_ip, block.mode);
+    const uint64_t size = kFacts            ? facts.call_length
+                          : block.truncated ? block.size
+                                            : CallLength(block.end_ip, block.mode);
     pending_return_address_ = block.end_ip + size;
   } else if (block.iclass == ptic_return) {
     pending_return_ = true;
@@ -59,6 +97,20 @@ void CallStack::OnBlock(const pt_block& block) {
   flowing_ = block.iclass != ptic_call && block.iclass != ptic_return &&
              block.iclass != ptic_far_call && block.iclass != ptic_far_return &&
              block.iclass != ptic_far_jump;
+}
+
+// Out of line: OnWholeBlock's hot path stays small.
+__attribute__((noinline)) void CallStack::OnBlock(const pt_block& block) {
+  Step<false>(block, Facts{});
+}
+
+void CallStack::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
+  if (memo.owner != memo_owner_ || memo.context != image_) {
+    memo = {memo_owner_, image_, MemoOf(block)};
+  }
+  if (memo.value == 0) return OnBlock(block);
+  Step<true>(block,
+             Facts{static_cast<uint32_t>(memo.value >> 32), static_cast<uint8_t>(memo.value >> 8)});
 }
 
 void CallStack::OnEvent(const pt_event& event) {
@@ -240,15 +292,6 @@ uint64_t CallStack::CallLength(uint64_t ip, pt_exec_mode mode) {
   }
   slot = LengthSlot{image_, ip, it->second};
   return it->second;
-}
-
-// (In chunk mode its callers Touch(f) first: kept out of this hot function.)
-void CallStack::Count(uint32_t f, uint64_t n) {
-  Function& fn = functions_[f];
-  fn.self += n;
-  if (fn.active == 0) fn.inclusive += n;
-  totals_.instructions += n;
-  if (listener_ != nullptr) listener_->OnCount(f, n);
 }
 
 // A block that crosses into another function (fall-through, direct jump): walk it. A block

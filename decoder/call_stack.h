@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "decoder/decode.h"
 #include "decoder/disassembler.h"
 #include "decoder/image.h"
 
@@ -95,6 +96,10 @@ class CallStack {
   // that runs the function jumped into the middle of (longjmp, an exception's landing pad); a
   // call, a return, tracing enabled or an interrupt does not.
   void OnBlock(const pt_block& block);
+  // A walked block (Sink::OnWholeBlock): OnBlock, with what OnBlock looks up of the block's
+  // code (the function it runs in, that it stays in it, its call's length) kept in `memo` when
+  // its first instruction has a symbol and its last one the same.
+  void OnWholeBlock(const pt_block& block, BlockMemo& memo);
   void OnEvent(const pt_event& event);
   // The decoder's time (TSC units); frames pushed from now on carry it.
   void OnTime(uint64_t tsc) {
@@ -110,6 +115,9 @@ class CallStack {
   // Code is looked up in `image` from now on (another process's stream). Functions and their
   // counts are kept, per image.
   void SetImage(const ProgramImage& image);
+  // Whether the listener is told of counts (OnCount, once per block; yes unless told not):
+  // for a listener that does nothing on them.
+  void set_tell_counts(bool on) { count_listener_ = on ? listener_ : nullptr; }
 
   const std::vector<Function>& functions() const { return functions_; }
   const std::vector<Frame>& frames() const { return frames_; }
@@ -179,6 +187,21 @@ class CallStack {
   uint32_t NewFunction(std::string name, int file, uint64_t address, bool from_address,
                        FunctionKey key);
   uint32_t FunctionFor(const FunctionKey& key);
+  // What OnBlock looks up of a block, known (OnWholeBlock's memo): the function it runs in
+  // from its first instruction to its last, and the length of its call.
+  struct Facts {
+    uint32_t function;
+    uint8_t call_length;
+  };
+  // OnBlock, with `facts` when kFacts (else looked up).
+  template <bool kFacts>
+  void Step(const pt_block& block, Facts facts);
+  template <bool kFacts>
+  void Arrive(const pt_block& block, Facts facts);
+  void Place(uint32_t f, uint64_t ip, bool jumped);
+  // The memo of `block` (BlockMemo::value): 0 when its facts are not fixed, else 1, the call's
+  // length << 8 and the function << 32.
+  uint64_t MemoOf(const pt_block& block);
   int64_t FindFunction(const FunctionKey& key) const;
   uint32_t AddressFunction(uint64_t ip);
   // Chunk mode: `f` is about to change (count, frame) in this epoch.
@@ -202,6 +225,9 @@ class CallStack {
 
   const ProgramImage* image_;  // of the current stream
   CallStackListener* listener_;
+  CallStackListener* count_listener_ = listener_;  // listener_, or null (set_tell_counts)
+  // Its memos' owner (OnWholeBlock): a model made where another was has other functions.
+  const uint64_t memo_owner_ = NewBlockMemoOwner();
   std::vector<Function> functions_;
   std::vector<Frame> frames_;
   Totals totals_;

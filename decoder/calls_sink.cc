@@ -24,6 +24,7 @@ class CallsSink : public FlowSink {
   CallsSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
       : FlowSink(image), out_(out), options_(options), lines_(MakeSourceLines(options)) {
     wants_time_ = true;
+    model_.set_tell_counts(false);  // no OnCount
   }
   void OnError(const DecodeError& error) override {
     FlowSink::OnError(error);

@@ -236,6 +236,7 @@ class LibiptBlockDecoder {
   int SyncForward() { return pt_blk_sync_forward(dec_); }
   int Next(pt_block* block) { return pt_blk_next(dec_, block, sizeof(*block)); }
   bool walked() const { return false; }
+  BlockMemo& memo() { return memo_; }  // never walked: unused
   int Event(pt_event* event) { return pt_blk_event(dec_, event, sizeof(*event)); }
   int Time(uint64_t* tsc) const { return pt_blk_time(dec_, tsc, nullptr, nullptr); }
   int GetOffset(uint64_t* offset) const { return pt_blk_get_offset(dec_, offset); }
@@ -244,6 +245,7 @@ class LibiptBlockDecoder {
 
  private:
   pt_block_decoder* dec_;
+  BlockMemo memo_;
 };
 
 // libipt's instruction decoder under the same calls.
@@ -289,7 +291,7 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
           ++totals.blocks;
           if (positions) sink.OnPosition(offset_base + OffsetOf(dec));
           if (dec.walked()) {
-            sink.OnWholeBlock(block);
+            sink.OnWholeBlock(block, dec.memo());
           } else {
             sink.OnBlock(block);
           }
@@ -476,6 +478,11 @@ void SetDecodeBounds(const DecodeBounds& bounds) {
   bts_walk.store(std::max<uint64_t>(bounds.bts_walk, 1));
 }
 DecodeBounds GetDecodeBounds() { return {insns_without_progress.load(), bts_walk.load()}; }
+
+uint64_t NewBlockMemoOwner() {
+  static std::atomic<uint64_t> owners{0};
+  return owners.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 void SetBlockDecoderImpl(BlockDecoderImpl impl) { block_decoder_impl.store(impl); }
 BlockDecoderImpl GetBlockDecoderImpl() { return block_decoder_impl.load(); }

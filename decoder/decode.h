@@ -124,6 +124,19 @@ struct DecodeTotals {
 
 class ChunkSummary;
 
+// What a sink derives from a walked block (Sink::OnWholeBlock), kept by the block decoder with
+// the node of its graph the block was walked from, for as long as the decoder lives, and handed
+// back with every walk of that node: the sink looks a block's code up once per node, not once
+// per block. Only its owner reads it; `context` is the owner's too (e.g. the image it looked the
+// block up in): a memo of another owner or context is filled again.
+struct BlockMemo {
+  uint64_t owner = 0;  // who filled it, by a number unique in the process; 0: nobody yet
+  const void* context = nullptr;
+  uint64_t value = 0;  // in the owner's encoding
+};
+// A BlockMemo::owner no other caller gets.
+uint64_t NewBlockMemoOwner();
+
 // Receives the decoded flow in trace order.
 class Sink {
  public:
@@ -168,8 +181,13 @@ class Sink {
   virtual void OnBlock(const pt_block& block) {}
   // A block that ends where nothing is joined to it, given where nothing joins it to the block
   // before (a walked block, FastBlockDecoder::SetWalk): what OnBlock gets, by default through
-  // it; CanonicalBlocks passes it on without holding it.
-  virtual void OnWholeBlock(const pt_block& block) { OnBlock(block); }
+  // it; CanonicalBlocks passes it on without holding it. `memo` is the same for every walk of
+  // the same block (BlockMemo).
+  virtual void OnWholeBlock(const pt_block& block, BlockMemo& memo) { OnBlock(block); }
+  // The sink a whole block given to this one reaches unchanged: this one, or, for a layer that
+  // passes blocks on as they are (and nothing else on a block), its inner sink's. CanonicalBlocks
+  // gives walked blocks straight to its inner sink's. Must not change while a decode runs.
+  virtual Sink& whole_block_sink() { return *this; }
   // Instruction decoder: one instruction.
   virtual void OnInsn(const pt_insn& insn) {}
   // A libipt event (enabled, disabled, overflow, exec mode, paging, tsx, ...), in order.

@@ -310,9 +310,6 @@ int FastBlockDecoder::SyncForward() {
   return Start(packets_ ? packets_->SyncForward(&ip_) : pt_qry_sync_forward(qry_, &ip_));
 }
 
-int FastBlockDecoder::Time(uint64_t* tsc) const {
-  return packets_ ? packets_->Time(tsc) : pt_qry_time(qry_, tsc, nullptr, nullptr);
-}
 int FastBlockDecoder::GetSyncOffset(uint64_t* offset) const {
   return packets_ ? packets_->GetSyncOffset(offset) : pt_qry_get_sync_offset(qry_, offset);
 }
@@ -1110,8 +1107,9 @@ FastBlockDecoder::Node* FastBlockDecoder::NodeAt(uint64_t ip, pt_exec_mode mode)
 
 // One canonical block from `node`, then the branch that ends it as libipt proceeds past it
 // (ProceedNoEvent's end and Proceed's trailing event).
-int FastBlockDecoder::Walk(Node& node, pt_block* block) {
+[[gnu::always_inline]] inline int FastBlockDecoder::Walk(Node& node, pt_block* block) {
   ++walked_;
+  walked_node_ = &node;
   block->ninsn = static_cast<uint16_t>(node.ninsn);
   block->end_ip = node.last.ip;
   block->iclass = node.iclass;
@@ -1121,6 +1119,19 @@ int FastBlockDecoder::Walk(Node& node, pt_block* block) {
   if (!node.query) {
     ip_ = node.target;
     walk_link_ = &node.next[0];
+  } else if (node.last.iclass == ptic_cond_jump && packets_) {
+    // ProceedWithTrace's conditional branch, inline: most walked blocks end in one.
+    int taken = 0;
+    const int status = packets_->CondBranch(&taken);
+    if (status < 0) {
+      ip_ = node.last.ip;
+      return status;
+    }
+    ip_ = node.last.ip + node.last.size +
+          (taken ? static_cast<uint64_t>(static_cast<int64_t>(node.last.displacement)) : 0);
+    status_ = status;
+    if (status & pts_ip_suppressed) return -pte_noip;
+    walk_link_ = &node.next[taken ? 1 : 0];
   } else {
     ip_ = node.last.ip;
     const int status = ProceedWithTrace(node.last);

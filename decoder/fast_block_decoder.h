@@ -25,6 +25,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/node_hash_map.h"
+#include "decoder/decode.h"
 #include "decoder/disassembler.h"
 #include "decoder/image.h"
 #include "decoder/pt_packet_loop.h"
@@ -62,7 +63,9 @@ class FastBlockDecoder {
   int SyncForward();
   int Next(pt_block* block);
   int Event(pt_event* event);
-  int Time(uint64_t* tsc) const;
+  int Time(uint64_t* tsc) const {
+    return packets_ ? packets_->Time(tsc) : pt_qry_time(qry_, tsc, nullptr, nullptr);
+  }
   int GetOffset(uint64_t* offset) const {
     return packets_ ? packets_->GetOffset(offset) : pt_qry_get_offset(qry_, offset);
   }
@@ -93,6 +96,8 @@ class FastBlockDecoder {
   static uint64_t WalkedBlocks();
   // Whether the last Next walked its block (Sink::OnWholeBlock).
   bool walked() const { return walked_last_; }
+  // The memo of the node the last walked block came from (after walked() said yes).
+  BlockMemo& memo() { return walked_node_->memo; }
 
   // Binds a synchronous disable (TIP.PGD) as libipt's instruction decoder does, to the branch
   // that disabled tracing (pt_insn_at_disabled_event), instead of to where its IP is reached
@@ -160,6 +165,7 @@ class FastBlockDecoder {
     // The nodes the last instruction went to: a conditional branch's (not taken, taken), a
     // direct call's target ([0]); null until first taken.
     Node* next[2] = {nullptr, nullptr};
+    BlockMemo memo;  // the sink's (memo())
   };
   // Trivial, so that the slots are made zeroed in one memset (an empty slot: run null).
   struct RunSlot {
@@ -289,6 +295,7 @@ class FastBlockDecoder {
   Node** walk_link_ = nullptr;
   uint64_t walked_ = 0;  // blocks walked, added to WalkedBlocks() at the end
   bool walked_last_ = false;
+  Node* walked_node_ = nullptr;  // the last walked block's
 
   // pt_block_decoder's state.
   pt_exec_mode mode_ = ptem_unknown;

@@ -27,6 +27,9 @@ class FlowSink : public Sink, public CallStackListener {
   bool wants_time() const override { return wants_time_; }
   void OnTime(uint64_t tsc) override { model_.OnTime(tsc); }
   void OnBlock(const pt_block& block) override { model_.OnBlock(block); }
+  void OnWholeBlock(const pt_block& block, BlockMemo& memo) override {
+    model_.OnWholeBlock(block, memo);
+  }
   void OnEvent(const pt_event& event) override { model_.OnEvent(event); }
   // Decoding resumes at the next PSB with an unknown call context.
   void OnError(const DecodeError& error) override { model_.Reset(); }

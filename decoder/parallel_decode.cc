@@ -545,12 +545,12 @@ void CanonicalBlocks::OnBlock(const pt_block& block) {
   block_position_ = position_;
 }
 
-void CanonicalBlocks::OnWholeBlock(const pt_block& block) {
-  if (wants_positions()) return OnBlock(block);
+void CanonicalBlocks::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
+  if (positions_) return OnBlock(block);
   // The block held (if any) joins nothing, and nothing joins this one: as if held and flushed
   // by what comes next, with the time that comes after it told as it comes.
-  Flush();
-  inner().OnBlock(block);
+  if (held_) Flush();
+  whole_->OnWholeBlock(block, memo);
 }
 
 void CanonicalBlocks::OnPosition(uint64_t offset) {

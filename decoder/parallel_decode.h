@@ -60,7 +60,11 @@ namespace ptkit::decoder {
 class CanonicalBlocks : public ForwardingSink {
  public:
   // Reads the code of blocks from `image` until SetImage (or a stream with an image).
-  CanonicalBlocks(Sink& inner, const ProgramImage& image) : ForwardingSink(inner), image_(&image) {}
+  CanonicalBlocks(Sink& inner, const ProgramImage& image)
+      : ForwardingSink(inner),
+        image_(&image),
+        positions_(inner.wants_positions()),
+        whole_(&inner.whole_block_sink()) {}
   ~CanonicalBlocks() override = default;
   void SetImage(const ProgramImage& image);
   // Gives the held block and time to the sink: at the end of every decode.
@@ -69,11 +73,11 @@ class CanonicalBlocks : public ForwardingSink {
   // DecodeTotals::blocks).
   uint64_t TakeJoined() { return std::exchange(joined_, 0); }
 
-  bool wants_positions() const override { return inner().wants_positions(); }
+  bool wants_positions() const override { return positions_; }
   bool takes_walked_blocks() const override { return inner().coarse_block_class(); }
   void OnPosition(uint64_t offset) override;
   void OnBlock(const pt_block& block) override;
-  void OnWholeBlock(const pt_block& block) override;
+  void OnWholeBlock(const pt_block& block, BlockMemo& memo) override;
   void OnTime(uint64_t tsc) override;
   void OnStream(const StreamInfo& stream) override;
   void OnLoss(const LossInfo& loss) override;
@@ -94,6 +98,8 @@ class CanonicalBlocks : public ForwardingSink {
   bool Joins(const pt_block& next);
 
   const ProgramImage* image_;
+  const bool positions_;  // the inner sink's wants_positions()
+  Sink* whole_;           // the inner sink's whole_block_sink()
   Disassembler disasm_;
   absl::flat_hash_map<std::pair<uint64_t, int>, Next> successor_;  // (ip, mode)
   bool held_ = false;

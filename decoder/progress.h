@@ -62,6 +62,7 @@ class ProgressSink : public ForwardingSink {
   std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image) override {
     return inner().NewChunkSummary(image);
   }
+  Sink& whole_block_sink() override { return inner().whole_block_sink(); }
   absl::Status Finish(const DecodeTotals& totals) override;
 
  private:

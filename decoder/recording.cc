@@ -356,6 +356,8 @@ class StreamSink : public ForwardingSink {
     }
     inner().OnBlock(block);
   }
+  // Without a task filter every block is shown as it is (Begin announced the stream).
+  Sink& whole_block_sink() override { return only_ ? *this : inner().whole_block_sink(); }
   void OnInsn(const pt_insn& insn) override {
     if (!Show()) return;
     if (only_) ++shown_.instructions;

@@ -43,6 +43,7 @@ class StatsSink : public FlowSink {
       : FlowSink(image), out_(out), options_(options), profile_out_(profile_out), extra_(extra) {
     wants_time_ = extra.timing;
     if (!extra.only_under.empty()) scoped_.emplace(extra.only_under, functions_);
+    model_.set_tell_counts(scoped_.has_value() || wants_time_);  // what OnCount serves
   }
   void OnTime(uint64_t now) override {
     if (wants_time_) ticks_.OnTime(timed(), tsc(), now);

@@ -16,6 +16,7 @@ class TimelineSink : public FlowSink {
   TimelineSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
       : FlowSink(image), out_(out), options_(options) {
     wants_time_ = true;
+    model_.set_tell_counts(false);  // no OnCount
     out_.buf().append(std::string_view("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"));
     ThreadName(options.trace_name.empty() ? "trace" : options.trace_name);
   }

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -41,8 +42,27 @@ class ModelSink : public Sink {
   void OnEvent(const pt_event& event) override { model_.OnEvent(event); }
   void OnError(const DecodeError& error) override { model_.Reset(); }
 
- private:
+ protected:
   CallStack& model_;
+};
+
+// The memos of walked blocks (BlockMemo), one per block as the walk's decoder keeps one per
+// node, by (ip, end_ip, ninsn, iclass, mode): shared by every decode and image they are given to.
+using Memos = std::map<std::tuple<uint64_t, uint64_t, uint16_t, int, int>, BlockMemo>;
+BlockMemo& MemoOf(Memos& memos, const pt_block& b) {
+  return memos[{b.ip, b.end_ip, b.ninsn, static_cast<int>(b.iclass), static_cast<int>(b.mode)}];
+}
+
+// ModelSink giving every block as a walked one (CallStack::OnWholeBlock) with its memo.
+class WholeBlockSink : public ModelSink {
+ public:
+  WholeBlockSink(CallStack& model, Memos& memos) : ModelSink(model), memos_(memos) {}
+  void OnBlock(const pt_block& block) override {
+    model_.OnWholeBlock(block, MemoOf(memos_, block));
+  }
+
+ private:
+  Memos& memos_;
 };
 
 // Writes every change as a line: "> f ret=0x401005", "< f", "< f (end)", "f 2" (a count),
@@ -76,8 +96,13 @@ std::unique_ptr<ProgramImage> Image(const std::string& program) {
   return std::move(*image);
 }
 
-void Decode(const std::vector<uint8_t>& trace, const ProgramImage& image, CallStack& model) {
-  ModelSink sink(model);
+// With `memos`, the blocks as walked ones (WholeBlockSink).
+void Decode(const std::vector<uint8_t>& trace, const ProgramImage& image, CallStack& model,
+            Memos* memos = nullptr) {
+  ModelSink plain(model);
+  std::optional<WholeBlockSink> whole;
+  if (memos != nullptr) whole.emplace(model, *memos);
+  Sink& sink = memos != nullptr ? static_cast<Sink&>(*whole) : plain;
   EXPECT_THAT(DecodeTrace(trace, {}, image, sink), IsOk());
   model.Reset();
 }
@@ -250,6 +275,65 @@ TEST(CallStackTest, ACallSiteAtTheSameAddressInAnotherProgramHasItsOwnLength) {
   EXPECT_EQ(model.totals().returns, 4u);
 }
 
+// The traces of the tests above, each over its program.
+std::vector<std::pair<std::string, std::vector<uint8_t>>> Cases() {
+  std::vector<uint8_t> in_g = StartAtMain();
+  in_g[in_g.size() - 6] = 0x14;
+  std::vector<uint8_t> unwind = in_g;
+  in_g.insert(in_g.end(), {0x6d, 0x0d, 0x10, 0x40, 0x00, 0x00, 0x00, 0x06, 0x6d, 0x05, 0x10, 0x40,
+                           0x00, 0x00, 0x00, 0x01});
+  unwind.insert(unwind.end(), {0x6d, 0x1a, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
+  std::vector<uint8_t> nosym = StartAtMain();
+  nosym[nosym.size() - 6] = 0x25;
+  nosym.insert(nosym.end(), {0x6d, 0x11, 0x10, 0x40, 0x00, 0x00, 0x00, 0x06, 0x01});
+  return {{"callstack_signal.elf", Call5Trace()},  {"callstack_call2.elf", Call2Trace()},
+          {"callstack_tail.elf", TailCallTrace()}, {"callstack_signal.elf", in_g},
+          {"callstack_tail.elf", unwind},          {"callstack_tail.elf", nosym}};
+}
+
+// Walked blocks (CallStack::OnWholeBlock) with their memos give what OnBlock gives, where a
+// memo holds (a block in one function with a symbol) and where it must not be used: a block
+// that goes on into another function by a direct jump (callstack_tail's target jumping to
+// tail), a jump into the middle of a caller below, code without a symbol, and the same
+// addresses in another program (one model through every case, its image set to each case's,
+// the memos kept by address across them: the call at 0x401000 is 5 bytes in callstack_signal,
+// 2 in callstack_call2). Each case twice: memos filled, then used.
+TEST(CallStackTest, WalkedBlocksWithMemosGiveWhatBlocksGive) {
+  std::map<std::string, std::unique_ptr<ProgramImage>> images;
+  for (const auto& [program, trace] : Cases()) {
+    if (!images.contains(program)) images[program] = Image(program);
+    ASSERT_NE(images[program], nullptr);
+  }
+  const ProgramImage& first = *images["callstack_signal.elf"];
+  Log want_log, got_log;
+  CallStack want(first, &want_log), got(first, &got_log);
+  want_log.functions = &want.functions();
+  got_log.functions = &got.functions();
+  Memos memos;
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const auto& [program, trace] : Cases()) {
+      SCOPED_TRACE(program);
+      want.SetImage(*images[program]);
+      got.SetImage(*images[program]);
+      Decode(trace, *images[program], want);
+      Decode(trace, *images[program], got, &memos);
+      EXPECT_EQ(got_log.lines, want_log.lines);
+      want_log.lines.clear();
+      got_log.lines.clear();
+    }
+  }
+  EXPECT_GT(memos.size(), 10u);
+  ASSERT_EQ(got.functions().size(), want.functions().size());
+  for (size_t i = 0; i < want.functions().size(); ++i) {
+    const Function &g = got.functions()[i], &w = want.functions()[i];
+    EXPECT_EQ(std::tie(g.name, g.self, g.inclusive, g.calls),
+              std::tie(w.name, w.self, w.inclusive, w.calls));
+  }
+  EXPECT_EQ(got.totals().instructions, want.totals().instructions);
+  EXPECT_EQ(got.totals().calls, want.totals().calls);
+  EXPECT_EQ(got.totals().returns, want.totals().returns);
+}
+
 // `call .` (E8 FB FF FF FF at 0x1000) run 70,000 times, as the block decoder reports it: one
 // block per call. The stack stops at kMaxFrames (the first call's caller, the implicit frame,
 // is one of them); the calls beyond are counted and said once.
@@ -271,6 +355,20 @@ TEST(CallStackTest, ACallToItselfStopsGrowingTheStackAtTheLimit) {
   (*image)->AddBytes("callself.bin", 0x1000, kCallSelf);
   CallStack model(**image);
   for (uint64_t i = 0; i < kCalls; ++i) model.OnBlock(CallSelfBlock());
+  // The same with a symbol, as walked blocks with their memo.
+  auto named = ProgramImage::Create();
+  ASSERT_THAT(named, IsOk());
+  (*named)->AddBytes("callself.bin", 0x1000, kCallSelf);
+  (*named)->AddSymbols(std::vector<Symbol>{{0x1000, 0x1005, "self"}});
+  CallStack walked(**named);
+  BlockMemo memo;
+  for (uint64_t i = 0; i < kCalls; ++i) walked.OnWholeBlock(CallSelfBlock(), memo);
+  EXPECT_EQ(memo.value >> 32, 0u);  // the function "self", the call 5 bytes
+  EXPECT_EQ(memo.value & 0xff00, 0x500u);
+  EXPECT_EQ(walked.frames().size(), CallStack::kMaxFrames);
+  EXPECT_EQ(walked.totals().calls, kCalls - 1);
+  EXPECT_EQ(walked.totals().dropped_frames, kCalls - CallStack::kMaxFrames);
+  EXPECT_EQ(walked.frames().back().return_address, 0x1005u);
   EXPECT_EQ(model.frames().size(), CallStack::kMaxFrames);
   EXPECT_EQ(model.totals().calls, kCalls - 1);  // the last call's callee never ran
   EXPECT_EQ(model.totals().dropped_frames, kCalls - CallStack::kMaxFrames);
@@ -431,6 +529,11 @@ TEST(CallStackTest, ChunksAppliedInOrderGiveTheSerialModel) {
     for (const pt_block& b : blocks) all.OnBlock(b);
     const std::vector<Frame> all_frames = all.frames();
     const ChunkCounts want = CountsOf(all);
+    // The same as walked blocks with their memos, serial and in chunks.
+    Memos memos;
+    CallStack walked(*image);
+    for (const pt_block& b : blocks) walked.OnWholeBlock(b, MemoOf(memos, b));
+    EXPECT_TRUE(CountsOf(walked) == want) << "seed " << seed;
 
     CallStack merged(*image);
     size_t at = 0;
@@ -441,7 +544,13 @@ TEST(CallStackTest, ChunksAppliedInOrderGiveTheSerialModel) {
       CallStack chunk(*image);
       for (size_t i = at >= 20 ? at - 20 : 0; i < at; ++i) chunk.OnBlock(blocks[i]);
       chunk.BeginChunk();
-      for (size_t i = at; i < end; ++i) chunk.OnBlock(blocks[i]);
+      for (size_t i = at; i < end; ++i) {
+        if (i % 2 == 0) {
+          chunk.OnBlock(blocks[i]);
+        } else {
+          chunk.OnWholeBlock(blocks[i], MemoOf(memos, blocks[i]));
+        }
+      }
       ++tried;
       CallStack::ChunkPlan plan;
       if (merged.CheckChunk(chunk, plan)) {

@@ -25,6 +25,7 @@
 #include "decoder/trace_config.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "hand_pt.h"
 #include "pt_synth.h"
 #include "record/swpt/synth_container.h"
 #include "record/swpt/synthesizer.h"
@@ -324,6 +325,36 @@ TEST(FastBlockDecoderTest, WalkSameAsLibiptOnRandomSynthesizedTraces) {
                    }),
                    timed);
   }
+}
+
+// Hand-made traces over callstack_tail (hand_pt.h, call_stack_test.cc), one after another
+// three times, so that later decodes walk the nodes the first made, with the sinks' memos: a
+// block that goes on into another function by a direct jump (target into tail), a jump into
+// the middle of a caller below, code without a symbol. The walk gives libipt's outputs.
+TEST(FastBlockDecoderTest, WalkSameAsLibiptAcrossFunctions) {
+  std::vector<uint8_t> unwind = ::ptkit::decoder::testing::StartAtMain();
+  unwind[unwind.size() - 6] = 0x14;
+  std::vector<uint8_t> nosym = unwind;
+  nosym[nosym.size() - 6] = 0x25;
+  unwind.insert(unwind.end(), {0x6d, 0x1a, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
+  nosym.insert(nosym.end(), {0x6d, 0x11, 0x10, 0x40, 0x00, 0x00, 0x00, 0x06, 0x01});
+  std::vector<uint8_t> tail = ::ptkit::decoder::testing::TailCallTrace();
+  std::vector<uint8_t> trace;
+  for (int i = 0; i < 3; ++i) {
+    for (const std::vector<uint8_t>* t : {&tail, &unwind, &nosym}) {
+      trace.insert(trace.end(), t->begin(), t->end());
+    }
+  }
+  ExpectCovered(trace, {});
+  ExpectWalkSame(
+      CanonicalRunner([&](const auto& decode) {
+        auto image = ProgramImage::Create();
+        ASSERT_THAT(image, IsOk());
+        ASSERT_THAT((*image)->AddElf({::ptkit::decoder::testing::kDir + "/callstack_tail.elf", 0}),
+                    IsOk());
+        decode(trace, {}, **image);
+      }),
+      /*timed=*/false, /*min_walked=*/6);
 }
 
 // A segment whose last return goes back to the IP tracing is disabled at (TIP.PGD after code

@@ -136,5 +136,32 @@ TEST(ForwardingSink, TimeFilterSinkDropsTheFlowOutsideItsWindow) {
   EXPECT_EQ(sink.instructions(), 0u);
 }
 
+// Whole blocks (Sink::whole_block_sink, which CanonicalBlocks gives walked blocks to): a
+// ProgressSink passes them on unchanged, so they go straight to its inner sink's; a plain
+// ForwardingSink or a TimeFilterSink takes them itself, through OnBlock (the filter's window).
+TEST(ForwardingSink, WholeBlocksGoPastAProgressSinkOnly) {
+  std::vector<std::string> log;
+  LogSink inner(&log);
+  ProgressSink progress(std::make_unique<ForwardingSink>(inner), stderr, /*enabled=*/false, 0,
+                        [] { return uint64_t{0}; });
+  EXPECT_NE(&progress.whole_block_sink(), &progress);
+  EXPECT_NE(&progress.whole_block_sink(), &inner);  // the ForwardingSink, which takes them
+  ProgressSink direct(std::make_unique<LogSink>(&log), stderr, false, 0,
+                      [] { return uint64_t{0}; });
+  ForwardingSink plain(static_cast<Sink&>(direct));
+  EXPECT_EQ(&plain.whole_block_sink(), &plain);
+  TimeFilterSink window(std::make_unique<ProgressSink>(std::make_unique<LogSink>(&log), stderr,
+                                                       false, 0, [] { return uint64_t{0}; }),
+                        200, 300);
+  EXPECT_EQ(&window.whole_block_sink(), &window);
+  pt_block block{};
+  block.ninsn = 2;
+  BlockMemo memo;
+  window.OnWholeBlock(block, memo);  // before its window: dropped
+  EXPECT_TRUE(log.empty());
+  direct.whole_block_sink().OnWholeBlock(block, memo);
+  EXPECT_THAT(log, ElementsAreArray(std::vector<std::string>{"block 2"}));
+}
+
 }  // namespace
 }  // namespace ptkit::decoder
