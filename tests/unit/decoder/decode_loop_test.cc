@@ -201,6 +201,61 @@ TEST(DecodeLoopTest, ThePassAheadOfTheFastPathTellsHowFarItRead) {
   EXPECT_THAT(told, ElementsAre(uint64_t{4} << 20, uint64_t{8} << 20));
 }
 
+// A sink that sees only branches (Sink::branches_only, `branches`) is given the first and the
+// last instruction of a whole block whose inner instructions are no branch, by the fast path
+// only; the instruction count is the same.
+TEST(DecodeLoopTest, ABranchSinkGetsAWholeBlocksFirstAndLastInstructions) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  // nop; nop; nop; jmp *%rax
+  (*image)->AddBytes("nops_jmp_rax", kLoopCode, std::vector<uint8_t>{0x90, 0x90, 0x90, 0xff, 0xe0});
+  pt_packet tip{};
+  tip.type = ppt_tip;
+  tip.payload.ip.ipc = pt_ipc_update_16;
+  tip.payload.ip.ip = kLoopCode;
+  const std::vector<uint8_t> trace = TraceFromKCode({tip});
+  class BranchLog : public LogSink {
+   public:
+    using LogSink::LogSink;
+    bool branches_only() const override { return true; }
+  };
+  const std::string first =
+      fmt::format("insn {:#x} class {}", kLoopCode, static_cast<int>(ptic_other));
+  const std::string jump =
+      fmt::format("insn {:#x} class {}", kLoopCode + 3, static_cast<int>(ptic_jump));
+  for (BlockDecoderImpl impl : {BlockDecoderImpl::kLibipt, BlockDecoderImpl::kFast}) {
+    SCOPED_TRACE(static_cast<int>(impl));
+    SetBlockDecoderImpl(impl);
+    LogSink every(DecoderKind::kInsn);
+    BranchLog branches(DecoderKind::kInsn);
+    auto all = DecodeTrace(trace, {}, **image, every);
+    auto some = DecodeTrace(trace, {}, **image, branches);
+    ASSERT_THAT(all, IsOk());
+    ASSERT_THAT(some, IsOk());
+    EXPECT_EQ(some->instructions, all->instructions);
+    auto insns = [](const std::vector<std::string>& log) {
+      std::vector<std::string> out;
+      for (const std::string& line : log) {
+        if (line.starts_with("insn ")) out.push_back(line);
+      }
+      return out;
+    };
+    // The first pass through the code (the second ends at the trace's end: every instruction).
+    ASSERT_GE(insns(every.log).size(), 4u);
+    EXPECT_EQ(insns(every.log)[1],
+              fmt::format("insn {:#x} class {}", kLoopCode + 1, static_cast<int>(ptic_other)));
+    ASSERT_GE(insns(branches.log).size(), 2u);
+    EXPECT_EQ(insns(branches.log)[0], first);
+    if (impl == BlockDecoderImpl::kLibipt) {
+      EXPECT_EQ(insns(branches.log), insns(every.log));
+    } else {
+      EXPECT_EQ(insns(branches.log)[1], jump);
+      EXPECT_EQ(insns(branches.log).size() + 2, insns(every.log).size());
+    }
+  }
+  SetBlockDecoderImpl(BlockDecoderImpl::kFast);
+}
+
 // NextIpAfter (the resync address after an instruction libipt cannot map or decode) on bytes
 // whose lengths and targets objdump gives: length, plus a direct branch's displacement; `ip`
 // for what does not decode or is not in the image. The three modes decode the same bytes to
