@@ -25,7 +25,12 @@ class FlowSink : public Sink, public CallStackListener {
   bool end_block_on_call() const override { return true; }
   bool coarse_block_class() const override { return true; }  // CallStack::OnBlock's reading
   bool wants_time() const override { return wants_time_; }
-  void OnTime(uint64_t tsc) override { model_.OnTime(tsc); }
+  // A sink that does not use the time (wants_time) ignores it when told anyway (a decode that
+  // follows tasks by time): no output reads the model's time then, and a chunk's summary,
+  // which has none, applies (CallStack::CheckChunk).
+  void OnTime(uint64_t tsc) override {
+    if (wants_time_) model_.OnTime(tsc);
+  }
   void OnBlock(const pt_block& block) override { model_.OnBlock(block); }
   void OnWholeBlock(const pt_block& block, BlockMemo& memo) override {
     model_.OnWholeBlock(block, memo);

@@ -707,18 +707,23 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     }
   }
 
-  // Decodes the trace from chunk `c`'s start to span_end[last] with `img`.
-  auto decode = [&](size_t c, size_t last, const ProgramImage& img, Records& out) {
-    RecordSink rec(sink, follow_time, out, offset_base + starts[c]);
-    DecodeTotals ignored;  // counted when replayed
-    return DecodeIntoCanonical(trace.subspan(starts[c], span_end[last] - starts[c]), config, img,
-                               rec, ignored, offset_base + starts[c]);
-  };
   // Block sinks that summarise chunks (ChunkSummary) are given each chunk's summary, made on the
   // worker thread, instead of its records: the records from the first past the overlap at its
   // start (`first`) to the first past the overlap at its end (`end`). Where a summary does not
   // apply, the chunk's records are given: decoded again on the merging thread.
-  const bool summaries = !follow_time && sink.kind() == DecoderKind::kBlock;
+  // With `follow_time` the sink is told the time, which a chunk's summary does not model: only
+  // a sink that ignores it (FlowSink without wants_time) can take summaries then.
+  const bool summaries = (!follow_time || !sink.wants_time()) && sink.kind() == DecoderKind::kBlock;
+  // Whether records hold the time the sink does not want. Not with summaries: the records of a
+  // chunk, its summary's and its decode's again, are numbered alike (SummaryTap tells no time).
+  const bool told_time = follow_time && !summaries;
+  // Decodes the trace from chunk `c`'s start to span_end[last] with `img`.
+  auto decode = [&](size_t c, size_t last, const ProgramImage& img, Records& out) {
+    RecordSink rec(sink, told_time, out, offset_base + starts[c]);
+    DecodeTotals ignored;  // counted when replayed
+    return DecodeIntoCanonical(trace.subspan(starts[c], span_end[last] - starts[c]), config, img,
+                               rec, ignored, offset_base + starts[c]);
+  };
   std::atomic<int> failed_in_a_row{0};
 
   struct Result {
@@ -841,7 +846,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     } else {
       // Its records [first, end), decoded again straight into the sink.
       ++st.unsummarised;
-      TailSink range(sink, follow_time, replay, r.first, r.end);
+      TailSink range(sink, told_time, replay, r.first, r.end);
       DecodeTotals ignored;
       PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace.subspan(starts[c], span_end[c] - starts[c]),
                                                 config, image, range, ignored,
@@ -925,7 +930,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     if (c - run_start >= kMaxRunChunks) {
       // Boundaries that do not stitch, one after the other: the rest decoded serially, on
       // this thread, straight into the sink.
-      TailSink tail(sink, follow_time, replay, skip);
+      TailSink tail(sink, told_time, replay, skip);
       DecodeTotals ignored;
       PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace.subspan(starts[run_start]), config, image,
                                                 tail, ignored, offset_base + starts[run_start]));

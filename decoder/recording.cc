@@ -358,6 +358,10 @@ class StreamSink : public ForwardingSink {
   }
   // Without a task filter every block is shown as it is (Begin announced the stream).
   Sink& whole_block_sink() override { return only_ ? *this : inner().whole_block_sink(); }
+  // Without a task filter the flow reaches the sink as it is: so may a chunk's summary.
+  std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image) override {
+    return only_ ? nullptr : inner().NewChunkSummary(image);
+  }
   void OnInsn(const pt_insn& insn) override {
     if (!Show()) return;
     if (only_) ++shown_.instructions;
