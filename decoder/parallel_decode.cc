@@ -69,6 +69,7 @@ class RecordSink : public Sink {
       : kind_(like.kind()),
         end_on_call_(like.end_block_on_call()),
         end_on_jump_(like.end_block_on_jump()),
+        coarse_(like.coarse_block_class()),
         wants_time_(like.wants_time() || follow_time),
         out_(out),
         position_(start) {}
@@ -87,6 +88,10 @@ class RecordSink : public Sink {
   void OnBlock(const pt_block& block) override {
     Add(Records::kBlock, out_.blocks.size());
     out_.blocks.push_back(block);
+    // An indirect jump's block ends in ptic_error or ptic_jump as the decoder's history has it
+    // (libipt's block cache, the walk's node), which a sink that reads classes coarsely does not
+    // tell apart: recorded alike, so that decodes with other histories stitch.
+    if (coarse_ && block.iclass == ptic_jump) out_.blocks.back().iclass = ptic_error;
   }
   void OnEvent(const pt_event& event) override {
     Add(Records::kEvent, out_.events.size());
@@ -102,7 +107,7 @@ class RecordSink : public Sink {
  private:
   void Add(Records::Kind kind, uint64_t value) { out_.entries.push_back({kind, position_, value}); }
   DecoderKind kind_;
-  bool end_on_call_, end_on_jump_, wants_time_;
+  bool end_on_call_, end_on_jump_, coarse_, wants_time_;
   Records& out_;
   uint64_t position_;
 };
@@ -340,11 +345,31 @@ class SummaryTap : public Sink {
   DecoderKind kind() const override { return sink_.kind(); }
   bool end_block_on_call() const override { return sink_.end_block_on_call(); }
   bool end_block_on_jump() const override { return sink_.end_block_on_jump(); }
+  // So that the decoder walks (FastBlockDecoder::SetWalk) for a summary that reads classes so,
+  // as it does for the sink on one thread; the head and the tail record walked blocks as blocks.
+  bool coarse_block_class() const override { return sink_.coarse_block_class(); }
   bool wants_time() const override { return sink_.wants_time(); }
   bool wants_positions() const override { return true; }
   void OnPosition(uint64_t offset) override { position_ = offset; }
   void OnSync(uint64_t offset) override {
     if (Step([&](Sink& s) { s.OnSync(offset); })) ++counted_.syncs;
+  }
+  void OnWholeBlock(const pt_block& block, BlockMemo& memo) override {
+    // Most blocks: in the chunk's body, straight to the summary (Step's first case).
+    if (body_ && position_ <= boundary_) [[likely]] {
+      const size_t k = index_++;
+      end_ = k + 1;
+      if ((k & 1023) == 0 && summary_.failed()) {
+        failed_ = true;
+        body_ = false;
+        return;
+      }
+      counted_.instructions += block.ninsn;
+      ++counted_.blocks;
+      sink_.OnWholeBlock(block, memo);
+      return;
+    }
+    WholeBlockAtEdge(block, memo);
   }
   void OnTime(uint64_t tsc) override {
     Step([&](Sink& s) { s.OnTime(tsc); });
@@ -382,8 +407,22 @@ class SummaryTap : public Sink {
  private:
   // Gives the record to the summary, the head and the tail as they want it; whether it was
   // summarised.
+  // OnWholeBlock in the head, the tail or past it (out of line: the body's path saves no
+  // registers).
+  [[gnu::noinline]] void WholeBlockAtEdge(const pt_block& block, BlockMemo& memo) {
+    if (Step([&](Sink& s) { s.OnWholeBlock(block, memo); })) {
+      counted_.instructions += block.ninsn;
+      ++counted_.blocks;
+    }
+  }
   template <typename Give>
   bool Step(Give give) {
+    const bool summarised = StepIn(give);
+    body_ = !in_head_ && !past_ && !failed_;
+    return summarised;
+  }
+  template <typename Give>
+  bool StepIn(Give give) {
     const size_t k = index_++;
     // The chunk's body: summarised (a summary that failed is not asked every record).
     if (!in_head_ && position_ <= boundary_ && !past_) [[likely]] {
@@ -425,6 +464,7 @@ class SummaryTap : public Sink {
   const uint64_t head_end_, boundary_, tail_end_;
   RecordSink head_, tail_;
   bool in_head_;
+  bool body_ = !in_head_;  // neither in the head nor past the tail, nor failed
   bool failed_ = false;
   bool tailing_ = false;
   bool past_ = false;
@@ -546,16 +586,16 @@ void CanonicalBlocks::OnBlock(const pt_block& block) {
 }
 
 void CanonicalBlocks::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
-  if (positions_) return OnBlock(block);
   // The block held (if any) joins nothing, and nothing joins this one: as if held and flushed
-  // by what comes next, with the time that comes after it told as it comes.
+  // by what comes next, with the time that comes after it told as it comes. (The inner sink was
+  // told this block's position: by Flush, or by OnPosition with nothing held.)
   if (held_) Flush();
   whole_->OnWholeBlock(block, memo);
 }
 
 void CanonicalBlocks::OnPosition(uint64_t offset) {
   position_ = offset;
-  if (!held_ && wants_positions()) inner().OnPosition(offset);
+  if (!held_ && positions_) inner().OnPosition(offset);
 }
 
 void CanonicalBlocks::OnTime(uint64_t tsc) {
@@ -963,12 +1003,20 @@ bool DecodesInParallel(const Sink& sink) {
   return options.jobs > 1 && (by_default || options.blocks);
 }
 
+uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options) {
+  if (sink.kind() == DecoderKind::kBlock && sink.NewChunkSummary(image) != nullptr) {
+    return options.summary_chunk_bytes;
+  }
+  return options.chunk_bytes;
+}
+
 absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
                                                  const TraceConfig& config,
                                                  const ProgramImage& image,
                                                  const ImageLoader& load_image, Sink& sink) {
   const ParallelOptions options = GetParallelOptions();
-  if (!DecodesInParallel(sink) || trace.size() <= options.chunk_bytes) {
+  const uint64_t chunk_bytes = ChunkBytesFor(sink, image, options);
+  if (!DecodesInParallel(sink) || trace.size() <= chunk_bytes) {
     DecodeTotals totals;
     PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace, config, image, sink, totals));
     PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
@@ -982,7 +1030,7 @@ absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
   }
   DecodeTotals totals;
   PTKIT_RETURN_IF_ERROR(
-      DecodeInParallel(trace, config, image, images, sink, totals, 0, options.chunk_bytes));
+      DecodeInParallel(trace, config, image, images, sink, totals, 0, chunk_bytes));
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   return totals;
 }
