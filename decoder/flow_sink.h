@@ -61,6 +61,7 @@ class FlowSink : public Sink, public CallStackListener {
   // Applies the model of a chunk (FlowChunk) to this sink's model (CallStack::ApplyChunk);
   // false, having changed nothing, when it does not apply. `map`: this model's function for
   // each of the chunk's; `plan`: how the chunk's returns past its start resolved.
+  bool summaries_apply() const override { return model_.chunks_apply(); }
   bool ApplyChunkModel(const CallStack& chunk, std::vector<uint32_t>* map = nullptr,
                        CallStack::ChunkPlan* plan = nullptr) {
     CallStack::ChunkPlan local;

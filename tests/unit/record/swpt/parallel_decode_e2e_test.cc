@@ -33,11 +33,16 @@ std::string Output(const std::string& command, int* exit_code) {
   return out;
 }
 
+// What ptdecode's --chunk-stats says of one decode.
+struct ChunkCounts {
+  uint64_t chunks = 0, stitched = 0, again = 0, summarised = 0;
+};
+
 // `command` (ptdecode's arguments, with -j N) with --chunk-stats: expects its output to be
 // `serial`, and adds its chunks and summarised chunks to `chunks` and `summarised`. `scratch`:
-// a path for its standard error.
-void ExpectSameWithJobs(const std::string& command, const std::string& serial,
-                        const std::string& scratch, uint64_t& chunks, uint64_t& summarised) {
+// a path for its standard error. Returns its counts.
+ChunkCounts ExpectSameWithJobs(const std::string& command, const std::string& serial,
+                               const std::string& scratch, uint64_t& chunks, uint64_t& summarised) {
   int exit_code = -1;
   const std::string out =
       Output(absl::StrCat(PTDECODE_PATH, " ", command, " --chunk-stats 2>", scratch), &exit_code);
@@ -45,17 +50,18 @@ void ExpectSameWithJobs(const std::string& command, const std::string& serial,
   EXPECT_TRUE(out == serial) << "outputs differ (" << out.size() << " vs " << serial.size()
                              << " bytes)";
   const std::string err = Output(absl::StrCat("cat ", scratch), &exit_code);
-  uint64_t c = 0, stitched = 0, again = 0, s = 0;
-  ASSERT_EQ(std::sscanf(err.c_str(),
+  ChunkCounts n;
+  EXPECT_EQ(std::sscanf(err.c_str(),
                         "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
                         " decoded again, %" SCNu64 " summarised",
-                        &c, &stitched, &again, &s),
+                        &n.chunks, &n.stitched, &n.again, &n.summarised),
             4)
       << err;
-  chunks += c;
-  summarised += s;
+  chunks += n.chunks;
+  summarised += n.summarised;
   std::printf("%s: %s", command.c_str(), err.c_str());
   unlink(scratch.c_str());
+  return n;
 }
 
 struct Case {
@@ -204,6 +210,34 @@ TEST(ParallelDecodeE2eTest, RecordingsAreSummarisedToo) {
   // leaves main (no frame) in many chunks here, which are given as their records.
   EXPECT_GT(chunks, 80u);
   EXPECT_GT(summarised, chunks / 3);
+  unlink(path.c_str());
+}
+
+// A walk of the O2 interpreter calls deeper than CallStack::kMaxFrames (its fib recurses and
+// the walk takes more calls than returns): no chunk's summary applies to a stack that deep, so
+// after a few the rest is decoded on the merging thread (not every chunk twice, on a worker
+// and again on the merging thread). The same bytes.
+TEST(ParallelDecodeE2eTest, TooDeepForSummariesDecodesTheRestSerially) {
+  const std::string program = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O2_pie";
+  PTKIT_ASSERT_OK_AND_ASSIGN(Synthesizer synth, Synthesizer::Create(program));
+  SynthOptions options;
+  options.max_insns = 8000000;
+  options.seed = 7;
+  options.pt.psb_period = 0;  // a PSB every 2 KiB
+  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult r, synth.Walk(options));
+  const std::string path =
+      ::testing::TempDir() + "/parallel_e2e_" + std::to_string(getpid()) + "_too_deep.pt";
+  ASSERT_THAT(WriteSynthContainer(path, synth.image(), options, r), IsOk());
+  int exit_code = -1;
+  const std::string one = Output(absl::StrCat(PTDECODE_PATH, " stats -j 1 ", path), &exit_code);
+  EXPECT_EQ(exit_code, 0);
+  EXPECT_NE(one.find("call stack deeper than"), std::string::npos) << one;
+  uint64_t chunks = 0, summarised = 0;
+  const ChunkCounts n = ExpectSameWithJobs(absl::StrCat("stats -j 2 --chunk-size 1 ", path), one,
+                                           path + ".err", chunks, summarised);
+  EXPECT_GT(n.chunks, 20u);
+  // Boundaries neither stitched nor decoded again: those of the rest, decoded serially.
+  EXPECT_LT(n.stitched + n.again + 10, n.chunks);
   unlink(path.c_str());
 }
 
