@@ -181,21 +181,28 @@ TEST(ParallelDecodeE2eTest, StatsSummariesResolveReturnsPastChunkStarts) {
   unlink(path.c_str());
 }
 
+// Writes a recording (container) of a walk of `insns` instructions over `program` (one of
+// PTKIT_SWPT_PROGRAM_DIR's) with `seed` and a PSB every 2 KiB; `path`: the file's name's end,
+// made the file's path.
+void WriteWalk(const char* program, uint64_t insns, uint64_t seed, std::string& path) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(
+      Synthesizer synth, Synthesizer::Create(absl::StrCat(PTKIT_SWPT_PROGRAM_DIR, "/", program)));
+  SynthOptions options;
+  options.max_insns = insns;
+  options.seed = seed;
+  options.pt.psb_period = 0;
+  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult r, synth.Walk(options));
+  path = absl::StrCat(::testing::TempDir(), "/parallel_e2e_", getpid(), path);
+  ASSERT_THAT(WriteSynthContainer(path, synth.image(), options, r), IsOk());
+}
+
 // The same summaries from a recording (container input): its stream reaches the sink through
 // the recording's layers, which pass summaries on (without a task filter); else every chunk would
 // be given to the sink as its records. (Recordings whose streams follow the time, which stats
 // and folded do not use: tests/e2e/ptdecode_parallel_cli_test.cc.)
 TEST(ParallelDecodeE2eTest, RecordingsAreSummarisedToo) {
-  const std::string program = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O0_pie";
-  PTKIT_ASSERT_OK_AND_ASSIGN(Synthesizer synth, Synthesizer::Create(program));
-  SynthOptions options;
-  options.max_insns = 3000000;
-  options.seed = 1;
-  options.pt.psb_period = 0;  // a PSB every 2 KiB
-  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult r, synth.Walk(options));
-  const std::string path =
-      ::testing::TempDir() + "/parallel_e2e_" + std::to_string(getpid()) + "_rec.pt";
-  ASSERT_THAT(WriteSynthContainer(path, synth.image(), options, r), IsOk());
+  std::string path = "_rec.pt";
+  ASSERT_NO_FATAL_FAILURE(WriteWalk("interp_O0_pie", 3000000, 1, path));
   uint64_t summarised = 0, chunks = 0;
   for (const char* command : {"stats", "folded"}) {
     SCOPED_TRACE(command);
@@ -218,16 +225,8 @@ TEST(ParallelDecodeE2eTest, RecordingsAreSummarisedToo) {
 // after a few the rest is decoded on the merging thread (not every chunk twice, on a worker
 // and again on the merging thread). The same bytes.
 TEST(ParallelDecodeE2eTest, TooDeepForSummariesDecodesTheRestSerially) {
-  const std::string program = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O2_pie";
-  PTKIT_ASSERT_OK_AND_ASSIGN(Synthesizer synth, Synthesizer::Create(program));
-  SynthOptions options;
-  options.max_insns = 8000000;
-  options.seed = 7;
-  options.pt.psb_period = 0;  // a PSB every 2 KiB
-  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult r, synth.Walk(options));
-  const std::string path =
-      ::testing::TempDir() + "/parallel_e2e_" + std::to_string(getpid()) + "_too_deep.pt";
-  ASSERT_THAT(WriteSynthContainer(path, synth.image(), options, r), IsOk());
+  std::string path = "_too_deep.pt";
+  ASSERT_NO_FATAL_FAILURE(WriteWalk("interp_O2_pie", 8000000, 7, path));
   int exit_code = -1;
   const std::string one = Output(absl::StrCat(PTDECODE_PATH, " stats -j 1 ", path), &exit_code);
   EXPECT_EQ(exit_code, 0);
