@@ -128,7 +128,7 @@ inline constexpr uint64_t kDefaultChunkBytes = uint64_t{32} << 10;
 // The chunk size for a sink that summarises chunks (Sink::NewChunkSummary): a summarised chunk
 // records only the overlaps at its edges, and those (about three PSB periods per chunk, decoded
 // by both chunks' decoders) cost less the longer the chunk: callgrind Ir of `stats -j2` on an
-// emulated recording, 75 M instructions, 4.6 MB of trace: 8.21 G at 32 KiB, 7.48 G at 128 KiB
+// emulated recording, 75 M instructions, 3.7 MB of trace: 8.21 G at 32 KiB, 7.48 G at 128 KiB
 // (-j1: 5.48 G). A chunk whose summary fails on its worker is recorded: some 70 MB then.
 inline constexpr uint64_t kDefaultSummaryChunkBytes = uint64_t{128} << 10;
 

@@ -355,7 +355,7 @@ TEST_F(SynthParallelTest, SummariesAreMadeFromWalkedBlocks) {
                   : DecodeInParallel(trace_, {}, *serial_image, images, *sink, totals, 0, 1, stats),
         IsOk());
     EXPECT_THAT(sink->Finish(totals), IsOk());
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
     return FastBlockDecoder::WalkedBlocks() - before;
   };
   const uint64_t one = walked(1, nullptr);
