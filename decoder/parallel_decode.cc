@@ -368,6 +368,9 @@ class SummaryTap : public Sink {
   bool wants_time() const override { return sink_.wants_time(); }
   bool wants_positions() const override { return true; }
   void OnPosition(uint64_t offset) override { position_ = offset; }
+  // In the chunk's body only its end matters (the head and the tail record every position);
+  // past the tail none.
+  uint64_t position_limit() const override { return body_ ? boundary_ : past_ ? kNone : 0; }
   void OnSync(uint64_t offset) override {
     if (Step([&](Sink& s) { s.OnSync(offset); })) ++counted_.syncs;
   }

@@ -74,6 +74,8 @@ class CanonicalBlocks : public ForwardingSink {
   uint64_t TakeJoined() { return std::exchange(joined_, 0); }
 
   bool wants_positions() const override { return positions_; }
+  // The inner sink's: a held block's position is the last one told, which stands for it.
+  uint64_t position_limit() const override { return inner().position_limit(); }
   bool takes_walked_blocks() const override { return inner().coarse_block_class(); }
   void OnPosition(uint64_t offset) override;
   void OnBlock(const pt_block& block) override;

@@ -365,6 +365,45 @@ TEST_F(SynthParallelTest, SummariesAreMadeFromWalkedBlocks) {
   EXPECT_GT(stats.summarised, 0u);
 }
 
+// A sink that wants positions is told them before each block while they are past its
+// position_limit(), and only then (the limit is asked again after each block told): what
+// SummaryTap needs in a chunk's body is where the chunk ends. (Events are told theirs always;
+// CanonicalBlocks tells those of the blocks it held and joined.)
+TEST_F(SynthParallelTest, PositionsAreToldPastTheSinksLimit) {
+  class PositionSink : public Sink {
+   public:
+    explicit PositionSink(uint64_t limit) : limit_(limit) {}
+    bool wants_positions() const override { return true; }
+    uint64_t position_limit() const override { return limit_; }
+    void OnPosition(uint64_t offset) override {
+      ++told_;
+      if (offset <= limit_) ++told_within_;
+    }
+    uint64_t told() const { return told_; }
+    uint64_t told_within() const { return told_within_; }
+
+   private:
+    uint64_t limit_;
+    uint64_t told_ = 0, told_within_ = 0;
+  };
+  auto image = Image();
+  auto decode = [&](uint64_t limit, DecodeTotals& totals) {
+    PositionSink sink(limit);
+    EXPECT_THAT(DecodeInto(trace_, {}, *image, sink, totals), IsOk());
+    return std::pair(sink.told(), sink.told_within());
+  };
+  DecodeTotals all_totals;
+  const auto all = decode(0, all_totals);
+  EXPECT_EQ(all.first, all_totals.blocks + all_totals.events);
+  DecodeTotals half_totals;
+  const uint64_t half = trace_.size() / 2;
+  const auto some = decode(half, half_totals);
+  EXPECT_EQ(half_totals.instructions, all_totals.instructions);
+  EXPECT_LE(some.second, half_totals.events);  // within the limit: events only
+  EXPECT_LT(some.first, all.first * 2 / 3);
+  EXPECT_GT(some.first, all.first / 3);
+}
+
 INSTANTIATE_TEST_SUITE_P(Libxdc, ParallelDecodeTest, ::testing::Values("Unzip", "foo"),
                          [](const auto& info) { return std::string(info.param); });
 
