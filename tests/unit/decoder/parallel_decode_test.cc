@@ -404,6 +404,50 @@ TEST_F(SynthParallelTest, PositionsAreToldPastTheSinksLimit) {
   EXPECT_GT(some.first, all.first / 3);
 }
 
+// Summaries that fail on their workers (what a chunk held is not modelled) are not recorded
+// there: each is decoded again by the merging thread, and after four in a row the rest of the
+// trace is decoded there, once. The sink sees what one thread gives it.
+TEST_F(SynthParallelTest, SummariesThatFailOnWorkersLeaveTheRestToOneThread) {
+  class FailingSummaries : public CountSink {
+   public:
+    std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image) override {
+      class Failing : public ChunkSummary {
+       public:
+        Sink& sink() override { return sink_; }
+        void BeginSummary() override {}
+        bool failed() const override { return true; }
+        bool ApplyTo() override { return false; }
+
+       private:
+        CountSink sink_;
+      };
+      return std::make_unique<Failing>();
+    }
+  };
+  auto image = Image();
+  std::vector<std::unique_ptr<ProgramImage>> workers;
+  workers.push_back(Image());
+  workers.push_back(Image());
+  const std::vector<const ProgramImage*> images = {workers[0].get(), workers[1].get()};
+  CountSink serial;
+  DecodeTotals serial_totals;
+  ASSERT_THAT(DecodeIntoCanonical(trace_, {}, *image, serial, serial_totals), IsOk());
+  FailingSummaries sink;
+  DecodeTotals totals;
+  ParallelStats stats;
+  ASSERT_THAT(DecodeInParallel(trace_, {}, *image, images, sink, totals, 0, 1, &stats), IsOk());
+  EXPECT_EQ(sink.instructions(), serial.instructions());
+  EXPECT_EQ(sink.blocks(), serial.blocks());
+  EXPECT_EQ(totals.instructions, serial_totals.instructions);
+  EXPECT_EQ(totals.blocks, serial_totals.blocks);
+  EXPECT_GT(stats.chunks, 50u);
+  EXPECT_EQ(stats.summarised, 0u);
+  EXPECT_EQ(stats.unsummarised, 4u);
+  // Boundaries neither stitched nor decoded again: those of the rest, decoded on one thread.
+  EXPECT_LT(stats.stitched + stats.redecoded + 10, stats.chunks)
+      << stats.stitched << " stitched, " << stats.redecoded << " decoded again";
+}
+
 INSTANTIATE_TEST_SUITE_P(Libxdc, ParallelDecodeTest, ::testing::Values("Unzip", "foo"),
                          [](const auto& info) { return std::string(info.param); });
 
