@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -188,10 +189,13 @@ class CallStack {
                        FunctionKey key);
   uint32_t FunctionFor(const FunctionKey& key);
   // What OnBlock looks up of a block, known (OnWholeBlock's memo): the function it runs in
-  // from its first instruction to its last, and the length of its call.
+  // from its first instruction to its last (`by_stack`: none of its code has a symbol, and
+  // Unnamed(file) names it at each run), and the length of its call.
   struct Facts {
     uint32_t function;
     uint8_t call_length;
+    bool by_stack = false;
+    int file = -1;
   };
   // OnBlock, with `facts` when kFacts (else looked up).
   template <bool kFacts>
@@ -199,8 +203,8 @@ class CallStack {
   template <bool kFacts>
   void Arrive(const pt_block& block, Facts facts);
   void Place(uint32_t f, uint64_t ip, bool jumped);
-  // The memo of `block` (BlockMemo::value): 0 when its facts are not fixed, else 1, the call's
-  // length << 8 and the function << 32.
+  // The memo of `block` (BlockMemo::value): 0 when its facts are not fixed, else 1, 2 when
+  // named by the stack, the call's length << 8 and the function (or the file) << 32.
   uint64_t MemoOf(const pt_block& block);
   int64_t FindFunction(const FunctionKey& key) const;
   uint32_t AddressFunction(uint64_t ip);
@@ -212,6 +216,10 @@ class CallStack {
   uint32_t Untraced();
   uint32_t CallTarget(uint64_t ip);
   uint32_t FunctionAt(uint64_t ip);
+  // FunctionAt of an address without a symbol, in `file`: the function of the frame on top
+  // when that was named by its address in the same file (FrameNamedIn), else Unknown(file).
+  uint32_t Unnamed(int file);
+  std::optional<uint32_t> FrameNamedIn(int file);
   uint64_t CallLength(uint64_t ip, pt_exec_mode mode);
   void Count(uint32_t f, uint64_t n);
   void CountSplit(const pt_block& block, uint32_t first);
