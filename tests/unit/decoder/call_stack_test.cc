@@ -28,6 +28,7 @@ namespace {
 
 using ::ptkit::testing::IsOk;
 
+using ::ptkit::decoder::testing::HandBlock;
 using ::ptkit::decoder::testing::kDir;
 
 using ::ptkit::decoder::testing::StartAtMain;
@@ -344,20 +345,11 @@ TEST(CallStackTest, AWalkedBlockWithoutASymbolIsNamedByTheStackAtEachRun) {
   std::vector<uint8_t> code(0x5010);
   for (size_t i = 0; i < code.size(); i += 5) code[i] = 0xe8;  // call rel32: 5 bytes each
   (*image)->AddBytes("nosym.bin", 0x1000, code);
-  auto block = [](uint64_t ip, uint64_t end_ip, uint16_t ninsn, pt_insn_class iclass) {
-    pt_block b = {};
-    b.ip = ip;
-    b.end_ip = end_ip;
-    b.ninsn = ninsn;
-    b.iclass = iclass;
-    b.mode = ptem_64bit;
-    return b;
-  };
   const std::vector<pt_block> blocks = {
-      block(0x1000, 0x1000, 1, ptic_call),   block(0x2000, 0x2000, 1, ptic_jump),
-      block(0x5000, 0x5005, 2, ptic_return), block(0x1005, 0x1005, 1, ptic_call),
-      block(0x3000, 0x3000, 1, ptic_jump),   block(0x5000, 0x5005, 2, ptic_return),
-      block(0x100a, 0x100a, 1, ptic_jump)};
+      HandBlock(0x1000, 0x1000, 1, ptic_call),   HandBlock(0x2000, 0x2000, 1, ptic_jump),
+      HandBlock(0x5000, 0x5005, 2, ptic_return), HandBlock(0x1005, 0x1005, 1, ptic_call),
+      HandBlock(0x3000, 0x3000, 1, ptic_jump),   HandBlock(0x5000, 0x5005, 2, ptic_return),
+      HandBlock(0x100a, 0x100a, 1, ptic_jump)};
   Log want_log, got_log;
   CallStack want(**image, &want_log), got(**image, &got_log);
   want_log.functions = &want.functions();
@@ -389,14 +381,7 @@ TEST(CallStackTest, AWalkedBlockWithoutASymbolIsNamedByTheStackAtEachRun) {
 constexpr uint8_t kCallSelf[] = {0xe8, 0xfb, 0xff, 0xff, 0xff};
 constexpr uint64_t kCalls = 70000;
 
-pt_block CallSelfBlock() {
-  pt_block block = {};
-  block.ip = block.end_ip = 0x1000;
-  block.ninsn = 1;
-  block.iclass = ptic_call;
-  block.mode = ptem_64bit;
-  return block;
-}
+pt_block CallSelfBlock() { return HandBlock(0x1000, 0x1000, 1, ptic_call); }
 
 TEST(CallStackTest, ACallToItselfStopsGrowingTheStackAtTheLimit) {
   auto image = ProgramImage::Create();
