@@ -226,12 +226,16 @@ uint32_t CallStack::SymbolFunction(int s) {
 }
 
 uint32_t CallStack::Unknown(int file) {
+  if (image_ == unknown_image_ && file == unknown_file_) return unknown_;
   auto [it, inserted] = unknown_function_.try_emplace({image_, file}, 0);
   if (inserted) {
     it->second = NewFunction(file < 0 ? "[unmapped]" : FileLabel(image_->files()[file].name), file,
                              0, false, {FunctionKey::kUnknown, file});
   }
-  return it->second;
+  unknown_image_ = image_;
+  unknown_file_ = file;
+  unknown_ = it->second;
+  return unknown_;
 }
 
 uint32_t CallStack::Untraced() {
@@ -274,15 +278,12 @@ uint32_t CallStack::FunctionAt(uint64_t ip) {
     cache_function_ = cache_symbol_ >= 0 ? SymbolFunction(cache_symbol_) : 0;
     cache_file_ = cache_symbol_ >= 0 ? static_cast<int>(image_->symbols()[cache_symbol_].image)
                                      : image_->FileAt(ip);
-    cache_unknown_ = -1;
   }
   if (cache_symbol_ >= 0) return cache_function_;
-  if (std::optional<uint32_t> f = FrameNamedIn(cache_file_)) return *f;
-  if (cache_unknown_ < 0) cache_unknown_ = Unknown(cache_file_);
-  return static_cast<uint32_t>(cache_unknown_);
+  return Unnamed(cache_file_);
 }
 
-std::optional<uint32_t> CallStack::FrameNamedIn(int file) {
+uint32_t CallStack::Unnamed(int file) {
   if (!frames_.empty()) {
     const Function& top = functions_[frames_.back().function];
     if (top.from_address && top.image == image_ && top.file == file) {
@@ -291,11 +292,6 @@ std::optional<uint32_t> CallStack::FrameNamedIn(int file) {
   } else if (base_) {
     failed_ = true;  // chunk mode: named by B's frame on top, perhaps
   }
-  return std::nullopt;
-}
-
-uint32_t CallStack::Unnamed(int file) {
-  if (std::optional<uint32_t> f = FrameNamedIn(file)) return *f;
   return Unknown(file);
 }
 

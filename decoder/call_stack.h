@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -217,9 +216,8 @@ class CallStack {
   uint32_t CallTarget(uint64_t ip);
   uint32_t FunctionAt(uint64_t ip);
   // FunctionAt of an address without a symbol, in `file`: the function of the frame on top
-  // when that was named by its address in the same file (FrameNamedIn), else Unknown(file).
+  // when that was named by its address in the same file, else Unknown(file).
   uint32_t Unnamed(int file);
-  std::optional<uint32_t> FrameNamedIn(int file);
   uint64_t CallLength(uint64_t ip, pt_exec_mode mode);
   void Count(uint32_t f, uint64_t n);
   void CountSplit(const pt_block& block, uint32_t first);
@@ -267,7 +265,10 @@ class CallStack {
   int cache_symbol_ = -1;
   int cache_file_ = -1;
   uint32_t cache_function_ = 0;
-  int64_t cache_unknown_ = -1;  // Unknown(cache_file_), once asked
+  // The last Unknown: its image, file and function (code without symbols asks it per block).
+  const ProgramImage* unknown_image_ = nullptr;
+  int unknown_file_ = -1;
+  uint32_t unknown_ = 0;
   // The last call targets and call sites (the hash maps behind them), by address. Trivial,
   // so that each array is made zeroed in one memset when first used (an empty slot: image
   // null).
