@@ -84,13 +84,24 @@ template <bool kFacts>
   const uint32_t f = !kFacts          ? FunctionAt(block.ip)
                      : facts.by_stack ? Unnamed(facts.file)
                                       : facts.function;
-  if (frames_.empty() || (jumped && f != current_)) Place(f, block.ip, jumped);
+  if (jumped && f != current_) {
+    Place(f, block.ip, jumped);
+  } else if (frames_.empty()) {
+    // Chunk mode, code that runs in a frame of B (most blocks of a chunk whose code returns no
+    // further than where it began): Place's first case, inline.
+    if (base_) {
+      nonempty_epoch_ = epoch_;
+    } else {
+      Place(f, block.ip, jumped);
+    }
+  }
   current_ = f;
   if (!kFacts && block.ninsn > 1 && !(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
       FunctionAt(block.end_ip) != f) {
     CountSplit(block, f);
   } else {
-    if (chunk_) Touch(f);
+    // Touch's own check inline: most blocks run in a function changed in this epoch already.
+    if (chunk_ && epoch_of_[f] != epoch_) Touch(f);
     Count(f, block.ninsn);
   }
   if (block.iclass == ptic_call) {

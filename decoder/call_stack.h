@@ -157,6 +157,9 @@ class CallStack {
   // this model's state, which must be the state at that chunk's BeginChunk: false when an
   // assumption of the chunk does not hold here, or the chunk failed.
   bool CheckChunk(const CallStack& chunk, ChunkPlan& plan) const;
+  // False while no chunk applies whatever it holds (CheckChunk): calls beyond kMaxFrames are
+  // open (a chunk does not model them).
+  bool chunks_apply() const { return beyond_ == 0; }
   // This model as if it had been given the chunk's records (listeners are not told); after
   // CheckChunk said yes. Returns this model's function for each of the chunk's.
   std::vector<uint32_t> ApplyChunk(const CallStack& chunk, const ChunkPlan& plan);

@@ -112,6 +112,7 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
          [](uint64_t bytes) {
            ParallelOptions options = GetParallelOptions();
            options.chunk_bytes = bytes;
+           options.summary_chunk_bytes = bytes;
            SetParallelOptions(options);
          },
          "")

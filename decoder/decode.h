@@ -206,6 +206,10 @@ class Sink {
   // with `image` (equal to this sink's), or null (the default) when this sink cannot summarise.
   // Must be safe to call from several threads at once.
   virtual std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image);
+  // For parallel decoding: false when this sink is in a state no chunk's summary applies to
+  // (ChunkSummary::ApplyTo would say no), and will likely stay in (a call stack deeper than
+  // CallStack::kMaxFrames): the rest of the trace is decoded on one thread then.
+  virtual bool summaries_apply() const { return true; }
 };
 
 // A chunk of a trace summarised on a worker thread and applied to its sink on the merging

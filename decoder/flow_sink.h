@@ -25,7 +25,12 @@ class FlowSink : public Sink, public CallStackListener {
   bool end_block_on_call() const override { return true; }
   bool coarse_block_class() const override { return true; }  // CallStack::OnBlock's reading
   bool wants_time() const override { return wants_time_; }
-  void OnTime(uint64_t tsc) override { model_.OnTime(tsc); }
+  // A sink that does not use the time (wants_time) ignores it when told anyway (a decode that
+  // follows tasks by time): no output reads the model's time then, and a chunk's summary,
+  // which has none, applies (CallStack::CheckChunk).
+  void OnTime(uint64_t tsc) override {
+    if (wants_time_) model_.OnTime(tsc);
+  }
   void OnBlock(const pt_block& block) override { model_.OnBlock(block); }
   void OnWholeBlock(const pt_block& block, BlockMemo& memo) override {
     model_.OnWholeBlock(block, memo);
@@ -56,6 +61,7 @@ class FlowSink : public Sink, public CallStackListener {
   // Applies the model of a chunk (FlowChunk) to this sink's model (CallStack::ApplyChunk);
   // false, having changed nothing, when it does not apply. `map`: this model's function for
   // each of the chunk's; `plan`: how the chunk's returns past its start resolved.
+  bool summaries_apply() const override { return model_.chunks_apply(); }
   bool ApplyChunkModel(const CallStack& chunk, std::vector<uint32_t>* map = nullptr,
                        CallStack::ChunkPlan* plan = nullptr) {
     CallStack::ChunkPlan local;

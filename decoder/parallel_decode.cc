@@ -31,6 +31,9 @@ constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();
 // The longest run (in chunks) decoded again after failed stitches; beyond it the rest of the
 // trace is decoded serially.
 constexpr size_t kMaxRunChunks = 16;
+// Chunk summaries in a row that did not apply to a sink that said none would
+// (Sink::summaries_apply), after which the rest of the trace is decoded serially.
+constexpr size_t kMaxUnapplied = 4;
 
 // What one decoder gave, in order, each with the decoder's trace offset at the time.
 struct Records {
@@ -68,6 +71,7 @@ class RecordSink : public Sink {
       : kind_(like.kind()),
         end_on_call_(like.end_block_on_call()),
         end_on_jump_(like.end_block_on_jump()),
+        coarse_(like.coarse_block_class()),
         wants_time_(like.wants_time() || follow_time),
         out_(out),
         position_(start) {}
@@ -86,6 +90,10 @@ class RecordSink : public Sink {
   void OnBlock(const pt_block& block) override {
     Add(Records::kBlock, out_.blocks.size());
     out_.blocks.push_back(block);
+    // An indirect jump's block ends in ptic_error or ptic_jump as the decoder's history has it
+    // (libipt's block cache, the walk's node), which a sink that reads classes coarsely does not
+    // tell apart: recorded alike, so that decodes with other histories stitch.
+    if (coarse_ && block.iclass == ptic_jump) out_.blocks.back().iclass = ptic_error;
   }
   void OnEvent(const pt_event& event) override {
     Add(Records::kEvent, out_.events.size());
@@ -101,7 +109,7 @@ class RecordSink : public Sink {
  private:
   void Add(Records::Kind kind, uint64_t value) { out_.entries.push_back({kind, position_, value}); }
   DecoderKind kind_;
-  bool end_on_call_, end_on_jump_, wants_time_;
+  bool end_on_call_, end_on_jump_, coarse_, wants_time_;
   Records& out_;
   uint64_t position_;
 };
@@ -201,7 +209,8 @@ std::optional<Stitch> FindStitch(const Records& cur, size_t from, uint64_t bound
 // changes (as TimeWatch does): a decoder that synchronised at a chunk's PSB tells it again.
 class Replayer {
  public:
-  Replayer(Sink& sink, DecodeTotals& totals) : sink_(sink), totals_(totals) {}
+  Replayer(Sink& sink, DecodeTotals& totals)
+      : sink_(sink), whole_(sink.whole_block_sink()), totals_(totals) {}
   // Records [from, to) of `r`.
   void Replay(const Records& r, size_t from, size_t to) {
     for (size_t i = from; i < to; ++i) {
@@ -250,6 +259,12 @@ class Replayer {
     ++totals_.blocks;
     sink_.OnBlock(block);
   }
+  // A walked block (Sink::OnWholeBlock), to the sink it reaches unchanged.
+  void WholeBlock(const pt_block& block, BlockMemo& memo) {
+    totals_.instructions += block.ninsn;
+    ++totals_.blocks;
+    whole_.OnWholeBlock(block, memo);
+  }
   void Event(const pt_event& event) {
     ++totals_.events;
     sink_.OnEvent(event);
@@ -263,6 +278,7 @@ class Replayer {
 
  private:
   Sink& sink_;
+  Sink& whole_;  // sink_.whole_block_sink()
   DecodeTotals& totals_;
   uint64_t last_time_ = ~0ull;
 };
@@ -277,6 +293,7 @@ class TailSink : public Sink {
       : kind_(like.kind()),
         end_on_call_(like.end_block_on_call()),
         end_on_jump_(like.end_block_on_jump()),
+        coarse_(like.coarse_block_class()),
         wants_time_(like.wants_time() || follow_time),
         replay_(replay),
         skip_(skip),
@@ -294,8 +311,13 @@ class TailSink : public Sink {
   void OnInsn(const pt_insn& insn) override {
     if (Pass()) replay_.Insn(insn);
   }
+  // The decoder walks for a sink that reads classes coarsely, as on one thread.
+  bool coarse_block_class() const override { return coarse_; }
   void OnBlock(const pt_block& block) override {
     if (Pass()) replay_.Block(block);
+  }
+  void OnWholeBlock(const pt_block& block, BlockMemo& memo) override {
+    if (Pass()) replay_.WholeBlock(block, memo);
   }
   void OnEvent(const pt_event& event) override {
     if (Pass()) replay_.Event(event);
@@ -311,7 +333,7 @@ class TailSink : public Sink {
     return false;
   }
   DecoderKind kind_;
-  bool end_on_call_, end_on_jump_, wants_time_;
+  bool end_on_call_, end_on_jump_, coarse_, wants_time_;
   Replayer& replay_;
   size_t skip_;
   size_t left_;
@@ -339,11 +361,31 @@ class SummaryTap : public Sink {
   DecoderKind kind() const override { return sink_.kind(); }
   bool end_block_on_call() const override { return sink_.end_block_on_call(); }
   bool end_block_on_jump() const override { return sink_.end_block_on_jump(); }
+  // So that the decoder walks (FastBlockDecoder::SetWalk) for a summary that reads classes so,
+  // as it does for the sink on one thread; the head and the tail record walked blocks as blocks.
+  bool coarse_block_class() const override { return sink_.coarse_block_class(); }
   bool wants_time() const override { return sink_.wants_time(); }
   bool wants_positions() const override { return true; }
   void OnPosition(uint64_t offset) override { position_ = offset; }
   void OnSync(uint64_t offset) override {
     if (Step([&](Sink& s) { s.OnSync(offset); })) ++counted_.syncs;
+  }
+  void OnWholeBlock(const pt_block& block, BlockMemo& memo) override {
+    // Most blocks: in the chunk's body, straight to the summary (Step's first case).
+    if (body_ && position_ <= boundary_) [[likely]] {
+      const size_t k = index_++;
+      end_ = k + 1;
+      if ((k & 1023) == 0 && summary_.failed()) {
+        failed_ = true;
+        body_ = false;
+        return;
+      }
+      counted_.instructions += block.ninsn;
+      ++counted_.blocks;
+      sink_.OnWholeBlock(block, memo);
+      return;
+    }
+    WholeBlockAtEdge(block, memo);
   }
   void OnTime(uint64_t tsc) override {
     Step([&](Sink& s) { s.OnTime(tsc); });
@@ -381,8 +423,22 @@ class SummaryTap : public Sink {
  private:
   // Gives the record to the summary, the head and the tail as they want it; whether it was
   // summarised.
+  // OnWholeBlock in the head, the tail or past it (out of line: the body's path saves no
+  // registers).
+  [[gnu::noinline]] void WholeBlockAtEdge(const pt_block& block, BlockMemo& memo) {
+    if (Step([&](Sink& s) { s.OnWholeBlock(block, memo); })) {
+      counted_.instructions += block.ninsn;
+      ++counted_.blocks;
+    }
+  }
   template <typename Give>
   bool Step(Give give) {
+    const bool summarised = StepIn(give);
+    body_ = !in_head_ && !past_ && !failed_;
+    return summarised;
+  }
+  template <typename Give>
+  bool StepIn(Give give) {
     const size_t k = index_++;
     // The chunk's body: summarised (a summary that failed is not asked every record).
     if (!in_head_ && position_ <= boundary_ && !past_) [[likely]] {
@@ -424,6 +480,7 @@ class SummaryTap : public Sink {
   const uint64_t head_end_, boundary_, tail_end_;
   RecordSink head_, tail_;
   bool in_head_;
+  bool body_ = !in_head_;  // neither in the head nor past the tail, nor failed
   bool failed_ = false;
   bool tailing_ = false;
   bool past_ = false;
@@ -538,16 +595,16 @@ void CanonicalBlocks::OnBlock(const pt_block& block) {
 }
 
 void CanonicalBlocks::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
-  if (positions_) return OnBlock(block);
   // The block held (if any) joins nothing, and nothing joins this one: as if held and flushed
-  // by what comes next, with the time that comes after it told as it comes.
+  // by what comes next, with the time that comes after it told as it comes. (The inner sink was
+  // told this block's position: by Flush, or by OnPosition with nothing held.)
   if (held_) Flush();
   whole_->OnWholeBlock(block, memo);
 }
 
 void CanonicalBlocks::OnPosition(uint64_t offset) {
   position_ = offset;
-  if (!held_ && wants_positions()) inner().OnPosition(offset);
+  if (!held_ && positions_) inner().OnPosition(offset);
 }
 
 void CanonicalBlocks::OnTime(uint64_t tsc) {
@@ -699,18 +756,23 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     }
   }
 
-  // Decodes the trace from chunk `c`'s start to span_end[last] with `img`.
-  auto decode = [&](size_t c, size_t last, const ProgramImage& img, Records& out) {
-    RecordSink rec(sink, follow_time, out, offset_base + starts[c]);
-    DecodeTotals ignored;  // counted when replayed
-    return DecodeIntoCanonical(trace.subspan(starts[c], span_end[last] - starts[c]), config, img,
-                               rec, ignored, offset_base + starts[c]);
-  };
   // Block sinks that summarise chunks (ChunkSummary) are given each chunk's summary, made on the
   // worker thread, instead of its records: the records from the first past the overlap at its
   // start (`first`) to the first past the overlap at its end (`end`). Where a summary does not
   // apply, the chunk's records are given: decoded again on the merging thread.
-  const bool summaries = !follow_time && sink.kind() == DecoderKind::kBlock;
+  // With `follow_time` the sink is told the time, which a chunk's summary does not model: only
+  // a sink that ignores it (FlowSink without wants_time) can take summaries then.
+  const bool summaries = (!follow_time || !sink.wants_time()) && sink.kind() == DecoderKind::kBlock;
+  // Whether records hold the time the sink does not want. Not with summaries: the records of a
+  // chunk, its summary's and its decode's again, are numbered alike (SummaryTap tells no time).
+  const bool told_time = follow_time && !summaries;
+  // Decodes the trace from chunk `c`'s start to span_end[last] with `img`.
+  auto decode = [&](size_t c, size_t last, const ProgramImage& img, Records& out) {
+    RecordSink rec(sink, told_time, out, offset_base + starts[c]);
+    DecodeTotals ignored;  // counted when replayed
+    return DecodeIntoCanonical(trace.subspan(starts[c], span_end[last] - starts[c]), config, img,
+                               rec, ignored, offset_base + starts[c]);
+  };
   std::atomic<int> failed_in_a_row{0};
 
   struct Result {
@@ -826,14 +888,30 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
   totals.trace_bytes += trace.size();
   Replayer replay(sink, totals);
   // Chunk `c`'s summary given to the sink (its records, decoded again, when it does not apply).
+  // After kMaxUnapplied summaries in a row that did not apply to a sink in a state no summary
+  // applies to (Sink::summaries_apply: a call stack deeper than CallStack::kMaxFrames), the rest
+  // of the trace is decoded on this thread (`rest_decoded`): chunks decoded twice cost more than
+  // one thread (stats of a synthesized walk 2,000 M instructions deep, 66 MB: 39.0 CPU s at -j2,
+  // every chunk decoded again, against 8.5 s at -j1; now 9.6 s).
+  size_t unapplied_in_a_row = 0;
+  bool rest_decoded = false;
   auto apply = [&](size_t c, Result& r) -> absl::Status {
     if (r.summary->ApplyTo()) {
       ++st.summarised;
+      unapplied_in_a_row = 0;
       AddFlowTotals(totals, r.counted);
+    } else if (!sink.summaries_apply() && ++unapplied_in_a_row >= kMaxUnapplied) {
+      ++st.unsummarised;
+      TailSink rest(sink, told_time, replay, r.first);
+      DecodeTotals ignored;
+      PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace.subspan(starts[c]), config, image, rest,
+                                                ignored, offset_base + starts[c]));
+      st.bytes_decoded += trace.size() - starts[c];
+      rest_decoded = true;
     } else {
       // Its records [first, end), decoded again straight into the sink.
       ++st.unsummarised;
-      TailSink range(sink, follow_time, replay, r.first, r.end);
+      TailSink range(sink, told_time, replay, r.first, r.end);
       DecodeTotals ignored;
       PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace.subspan(starts[c], span_end[c] - starts[c]),
                                                 config, image, range, ignored,
@@ -896,6 +974,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
         recycle(std::exchange(cur, nullptr));
       } else {
         PTKIT_RETURN_IF_ERROR(apply(run_start, summarised));
+        if (rest_decoded) return absl::OkStatus();
       }
       run_start = run_last = c;
       if (next.summary != nullptr) {
@@ -917,7 +996,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     if (c - run_start >= kMaxRunChunks) {
       // Boundaries that do not stitch, one after the other: the rest decoded serially, on
       // this thread, straight into the sink.
-      TailSink tail(sink, follow_time, replay, skip);
+      TailSink tail(sink, told_time, replay, skip);
       DecodeTotals ignored;
       PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace.subspan(starts[run_start]), config, image,
                                                 tail, ignored, offset_base + starts[run_start]));
@@ -945,12 +1024,20 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
 
 bool DecodesInParallel() { return GetParallelOptions().jobs > 1; }
 
+uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options) {
+  if (sink.kind() == DecoderKind::kBlock && sink.NewChunkSummary(image) != nullptr) {
+    return options.summary_chunk_bytes;
+  }
+  return options.chunk_bytes;
+}
+
 absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
                                                  const TraceConfig& config,
                                                  const ProgramImage& image,
                                                  const ImageLoader& load_image, Sink& sink) {
   const ParallelOptions options = GetParallelOptions();
-  if (!DecodesInParallel() || trace.size() <= options.chunk_bytes) {
+  const uint64_t chunk_bytes = ChunkBytesFor(sink, image, options);
+  if (!DecodesInParallel() || trace.size() <= chunk_bytes) {
     DecodeTotals totals;
     PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace, config, image, sink, totals));
     PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
@@ -964,7 +1051,7 @@ absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
   }
   DecodeTotals totals;
   PTKIT_RETURN_IF_ERROR(
-      DecodeInParallel(trace, config, image, images, sink, totals, 0, options.chunk_bytes));
+      DecodeInParallel(trace, config, image, images, sink, totals, 0, chunk_bytes));
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   return totals;
 }

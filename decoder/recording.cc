@@ -358,6 +358,10 @@ class StreamSink : public ForwardingSink {
   }
   // Without a task filter every block is shown as it is (Begin announced the stream).
   Sink& whole_block_sink() override { return only_ ? *this : inner().whole_block_sink(); }
+  // Without a task filter the flow reaches the sink as it is: so may a chunk's summary.
+  std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image) override {
+    return only_ ? nullptr : inner().NewChunkSummary(image);
+  }
   void OnInsn(const pt_insn& insn) override {
     if (!Show()) return;
     if (only_) ++shown_.instructions;
@@ -746,19 +750,20 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
       PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(piece.run));
       out.SetView(&view, piece.aux_offset);
       const ProgramImage& now = switcher ? *switcher->current() : *s.info.image;
+      const uint64_t chunk_bytes = worker_images.empty() ? 0 : ChunkBytesFor(out, now, parallel);
       if (r.bts) {
         // A snapshot's offsets are not the ring's (AddSnapshot).
         const uint64_t ring = s.key->snapshot < 0 ? bts_ring : 0;
         PTKIT_RETURN_IF_ERROR(DecodeBtsInto(view.bytes(), now, out, into, piece.aux_offset, ring));
       } else if ((!switcher || still) && !worker_images.empty() &&
-                 view.bytes().size() > parallel.chunk_bytes) {
+                 view.bytes().size() > chunk_bytes) {
         if (workers.empty()) {
           for (auto& cache : worker_images) {
             PTKIT_ASSIGN_OR_RETURN(workers.emplace_back(), cache->For(s.info.pid, s.epoch));
           }
         }
         PTKIT_RETURN_IF_ERROR(DecodeInParallel(view.bytes(), config, now, workers, out, into,
-                                               piece.aux_offset, parallel.chunk_bytes,
+                                               piece.aux_offset, chunk_bytes,
                                                /*stats=*/nullptr, /*follow_time=*/still));
       } else {
         canonical.SetImage(now);

@@ -24,8 +24,9 @@ using ::ptkit::testing::kFork;
 
 // Each output with -j 1 and with more threads over chunks of a few PSBs: the same bytes, the
 // same exit status and messages.
-// `more`: commands for this input besides those of every input.
-void ExpectSameWithJobs(const std::vector<std::string>& input,
+// `more`: commands for this input besides those of every input. `summaries`: stats takes most
+// chunks as summaries (ChunkSummary; not without symbols).
+void ExpectSameWithJobs(const std::vector<std::string>& input, bool summaries,
                         const std::vector<std::vector<std::string>>& more = {}) {
   // The streams were decoded in chunks, and chunks were stitched (not all decoded again by
   // the merging thread): one line per stream decoded in parallel. With the instruction
@@ -36,18 +37,26 @@ void ExpectSameWithJobs(const std::vector<std::string>& input,
     argv.insert(argv.end(), input.begin(), input.end());
     auto stats = RunCommand(argv);
     ASSERT_EQ(stats.exit_code, 0) << stats.err;
-    uint64_t chunks = 0, stitched = 0;
+    uint64_t chunks = 0, stitched = 0, summarised = 0;
     for (size_t at = 0; (at = stats.err.find("ptdecode: -j: ", at)) != std::string::npos; ++at) {
-      uint64_t c = 0, s = 0;
-      ASSERT_EQ(
-          std::sscanf(stats.err.c_str() + at, "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64, &c, &s),
-          2)
+      uint64_t c = 0, s = 0, again = 0, sum = 0;
+      ASSERT_EQ(std::sscanf(stats.err.c_str() + at,
+                            "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
+                            " decoded again, %" SCNu64 " summarised",
+                            &c, &s, &again, &sum),
+                4)
           << stats.err;
       chunks += c;
       stitched += s;
+      summarised += sum;
     }
     EXPECT_GT(chunks, 10u) << command << ": " << stats.err;
     EXPECT_GT(stitched, 0u) << command << ": " << stats.err;
+    // In a recording too, whose streams are decoded following the time (an exec'd program's),
+    // which stats does not use.
+    if (summaries && std::string(command) == "stats") {
+      EXPECT_GT(summarised, chunks / 2) << stats.err;
+    }
   }
 
   std::vector<std::vector<std::string>> commands = {
@@ -85,9 +94,9 @@ class PtdecodeParallelTest : public testing::SharedRecordingsTest<PtdecodeParall
 
 TEST_F(PtdecodeParallelTest, EmulatedRecordingsDecodeAlikeWithAnyJobs) {
   PTKIT_RECORD_OR_SKIP(fib, "fib", kFib);
-  ExpectSameWithJobs({fib.trace});
+  ExpectSameWithJobs({fib.trace}, /*summaries=*/true);
   PTKIT_RECORD_OR_SKIP(fork, "fork", kFork);  // two processes, a stream each
-  ExpectSameWithJobs({fork.trace});
+  ExpectSameWithJobs({fork.trace}, /*summaries=*/true);
 }
 
 // Without -j every output decodes on one thread (the fast decoder outruns the merge): no
@@ -115,7 +124,8 @@ TEST_F(PtdecodeParallelTest, RealTracesDecodeAlikeWithAnyJobs) {
     GTEST_SKIP() << dir << " is absent (the shared test data is not part of the repo)";
   }
   for (const char* set : {"Unzip", "foo"}) {
-    ExpectSameWithJobs({"--pt", dir + "/" + set + "/trace", "--pages", dir + "/" + set});
+    ExpectSameWithJobs({"--pt", dir + "/" + set + "/trace", "--pages", dir + "/" + set},
+                       /*summaries=*/false);
   }
 }
 

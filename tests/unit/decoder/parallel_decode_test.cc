@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "decoder/decode.h"
+#include "decoder/fast_block_decoder.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
 #include "gmock/gmock.h"
@@ -306,6 +307,37 @@ TEST_F(SynthParallelTest, BlockOutputsEqualTheSerialDecode) {
     }
   }
   EXPECT_GT(stitched, 0u);
+}
+
+// A chunk's summary is made from the walk's whole blocks (FastBlockDecoder::SetWalk) as the
+// sink on one thread is, not from libipt's blocks joined: as many blocks walked with 2 threads
+// as with one (the chunks' heads and tails are walked too, and recorded; a walk of each segment
+// ends with an empty stack, so that most chunks' summaries do not apply here).
+TEST_F(SynthParallelTest, SummariesAreMadeFromWalkedBlocks) {
+  auto serial_image = Image();
+  std::vector<std::unique_ptr<ProgramImage>> workers;
+  workers.push_back(Image());
+  workers.push_back(Image());
+  const std::vector<const ProgramImage*> images = {workers[0].get(), workers[1].get()};
+  auto walked = [&](size_t jobs, ParallelStats* stats) {
+    std::FILE* out = std::tmpfile();
+    EXPECT_NE(out, nullptr);
+    std::unique_ptr<Sink> sink = MakeStatsSink(*serial_image, out, OutputOptions{});
+    DecodeTotals totals;
+    const uint64_t before = FastBlockDecoder::WalkedBlocks();
+    EXPECT_THAT(
+        jobs == 1 ? DecodeIntoCanonical(trace_, {}, *serial_image, *sink, totals)
+                  : DecodeInParallel(trace_, {}, *serial_image, images, *sink, totals, 0, 1, stats),
+        IsOk());
+    EXPECT_THAT(sink->Finish(totals), IsOk());
+    std::fclose(out);
+    return FastBlockDecoder::WalkedBlocks() - before;
+  };
+  const uint64_t one = walked(1, nullptr);
+  EXPECT_GT(one, 1000u);
+  ParallelStats stats;
+  EXPECT_GE(walked(2, &stats), one);
+  EXPECT_GT(stats.summarised, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Libxdc, ParallelDecodeTest, ::testing::Values("Unzip", "foo"),

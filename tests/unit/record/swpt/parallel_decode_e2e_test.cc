@@ -33,6 +33,37 @@ std::string Output(const std::string& command, int* exit_code) {
   return out;
 }
 
+// What ptdecode's --chunk-stats says of one decode.
+struct ChunkCounts {
+  uint64_t chunks = 0, stitched = 0, again = 0, summarised = 0;
+};
+
+// `command` (ptdecode's arguments, with -j N) with --chunk-stats: expects its output to be
+// `serial`, and adds its chunks and summarised chunks to `chunks` and `summarised`. `scratch`:
+// a path for its standard error. Returns its counts.
+ChunkCounts ExpectSameWithJobs(const std::string& command, const std::string& serial,
+                               const std::string& scratch, uint64_t& chunks, uint64_t& summarised) {
+  int exit_code = -1;
+  const std::string out =
+      Output(absl::StrCat(PTDECODE_PATH, " ", command, " --chunk-stats 2>", scratch), &exit_code);
+  EXPECT_EQ(exit_code, 0);
+  EXPECT_TRUE(out == serial) << "outputs differ (" << out.size() << " vs " << serial.size()
+                             << " bytes)";
+  const std::string err = Output(absl::StrCat("cat ", scratch), &exit_code);
+  ChunkCounts n;
+  EXPECT_EQ(std::sscanf(err.c_str(),
+                        "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
+                        " decoded again, %" SCNu64 " summarised",
+                        &n.chunks, &n.stitched, &n.again, &n.summarised),
+            4)
+      << err;
+  chunks += n.chunks;
+  summarised += n.summarised;
+  std::printf("%s: %s", command.c_str(), err.c_str());
+  unlink(scratch.c_str());
+  return n;
+}
+
 struct Case {
   const char* name;
   bool retcomp, tsc, mtc, cyc;
@@ -103,11 +134,10 @@ TEST(ParallelDecodeE2eTest, SynthesizedRecordingsDecodeAlikeWithAnyJobs) {
 // stats and folded through chunk summaries (ChunkSummary): a walk of the O0 interpreter recurses
 // thousands of frames deep and returns past many chunk starts, which the merge resolves against the
 // stack the chunks before left (a function live several times on the stack, inclusive counts of
-// frames entered before a chunk). Raw input, so that the sink summarises (containers go through the
-// records). The same bytes with 1, 2 and 8 threads and chunks of 1 byte to 64 KiB, and most
-// chunks are summaries. (Chunks that run code after the whole stack returned, which the walk
-// does when it leaves main and enters it again, or jump with no frame of their own, are given
-// as their records.)
+// frames entered before a chunk). Raw input (RecordingsAreSummarisedToo: containers). The same
+// bytes with 1, 2 and 8 threads and chunks of 1 byte to 64 KiB, and most chunks are summaries.
+// (Chunks that run code after the whole stack returned, which the walk does when it leaves main and
+// enters it again, or jump with no frame of their own, are given as their records.)
 TEST(ParallelDecodeE2eTest, StatsSummariesResolveReturnsPastChunkStarts) {
   const std::string program = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O0_pie";
   PTKIT_ASSERT_OK_AND_ASSIGN(Synthesizer synth, Synthesizer::Create(program));
@@ -143,27 +173,70 @@ TEST(ParallelDecodeE2eTest, StatsSummariesResolveReturnsPastChunkStarts) {
     for (const char* jobs :
          {"-j 2 --chunk-size 1", "-j 8 --chunk-size 5000", "-j 2 --chunk-size 65536"}) {
       SCOPED_TRACE(jobs);
-      const std::string out = Output(absl::StrCat(PTDECODE_PATH, " ", command, " --chunk-stats ",
-                                                  jobs, input, " 2>", path, ".err"),
-                                     &exit_code);
-      EXPECT_EQ(exit_code, 0);
-      EXPECT_TRUE(out == one) << "outputs differ (" << out.size() << " vs " << one.size()
-                              << " bytes)";
-      const std::string err = Output(absl::StrCat("cat ", path, ".err"), &exit_code);
-      uint64_t c = 0, stitched = 0, again = 0, s = 0;
-      ASSERT_EQ(std::sscanf(err.c_str(),
-                            "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
-                            " decoded again, %" SCNu64 " summarised",
-                            &c, &stitched, &again, &s),
-                4)
-          << err;
-      chunks += c;
-      summarised += s;
-      std::printf("%s %s: %s", command, jobs, err.c_str());
+      ExpectSameWithJobs(absl::StrCat(command, " ", jobs, input), one, path + ".err", chunks,
+                         summarised);
     }
   }
   EXPECT_GT(summarised, chunks / 2);
-  unlink((path + ".err").c_str());
+  unlink(path.c_str());
+}
+
+// Writes a recording (container) of a walk of `insns` instructions over `program` (one of
+// PTKIT_SWPT_PROGRAM_DIR's) with `seed` and a PSB every 2 KiB; `path`: the file's name's end,
+// made the file's path.
+void WriteWalk(const char* program, uint64_t insns, uint64_t seed, std::string& path) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(
+      Synthesizer synth, Synthesizer::Create(absl::StrCat(PTKIT_SWPT_PROGRAM_DIR, "/", program)));
+  SynthOptions options;
+  options.max_insns = insns;
+  options.seed = seed;
+  options.pt.psb_period = 0;
+  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult r, synth.Walk(options));
+  path = absl::StrCat(::testing::TempDir(), "/parallel_e2e_", getpid(), path);
+  ASSERT_THAT(WriteSynthContainer(path, synth.image(), options, r), IsOk());
+}
+
+// The same summaries from a recording (container input): its stream reaches the sink through
+// the recording's layers, which pass summaries on (without a task filter); else every chunk would
+// be given to the sink as its records. (Recordings whose streams follow the time, which stats
+// and folded do not use: tests/e2e/ptdecode_parallel_cli_test.cc.)
+TEST(ParallelDecodeE2eTest, RecordingsAreSummarisedToo) {
+  std::string path = "_rec.pt";
+  ASSERT_NO_FATAL_FAILURE(WriteWalk("interp_O0_pie", 3000000, 1, path));
+  uint64_t summarised = 0, chunks = 0;
+  for (const char* command : {"stats", "folded"}) {
+    SCOPED_TRACE(command);
+    int exit_code = -1;
+    const std::string one =
+        Output(absl::StrCat(PTDECODE_PATH, " ", command, " -j 1 ", path), &exit_code);
+    EXPECT_EQ(exit_code, 0);
+    ExpectSameWithJobs(absl::StrCat(command, " -j 2 --chunk-size 1 ", path), one, path + ".err",
+                       chunks, summarised);
+  }
+  // As many as from the raw trace (StatsSummariesResolveReturnsPastChunkStarts): the walk
+  // leaves main (no frame) in many chunks here, which are given as their records.
+  EXPECT_GT(chunks, 80u);
+  EXPECT_GT(summarised, chunks / 3);
+  unlink(path.c_str());
+}
+
+// A walk of the O2 interpreter calls deeper than CallStack::kMaxFrames (its fib recurses and
+// the walk takes more calls than returns): no chunk's summary applies to a stack that deep, so
+// after a few the rest is decoded on the merging thread (not every chunk twice, on a worker
+// and again on the merging thread). The same bytes.
+TEST(ParallelDecodeE2eTest, TooDeepForSummariesDecodesTheRestSerially) {
+  std::string path = "_too_deep.pt";
+  ASSERT_NO_FATAL_FAILURE(WriteWalk("interp_O2_pie", 8000000, 7, path));
+  int exit_code = -1;
+  const std::string one = Output(absl::StrCat(PTDECODE_PATH, " stats -j 1 ", path), &exit_code);
+  EXPECT_EQ(exit_code, 0);
+  EXPECT_NE(one.find("call stack deeper than"), std::string::npos) << one;
+  uint64_t chunks = 0, summarised = 0;
+  const ChunkCounts n = ExpectSameWithJobs(absl::StrCat("stats -j 2 --chunk-size 1 ", path), one,
+                                           path + ".err", chunks, summarised);
+  EXPECT_GT(n.chunks, 20u);
+  // Boundaries neither stitched nor decoded again: those of the rest, decoded serially.
+  EXPECT_LT(n.stitched + n.again + 10, n.chunks);
   unlink(path.c_str());
 }
 
