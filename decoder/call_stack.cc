@@ -26,11 +26,20 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
 // FunctionAt of a symbol's address name it, whatever the stack) is its last one's too (no
 // CountSplit). The function is made here, where OnBlock would make it next (CallTarget or
 // FunctionAt of block.ip make it first).
+// A block without a symbol at its first and last instructions, in one file, is named by the
+// stack (Unnamed) at each run, from its first instruction to its last (FunctionAt gives both
+// the same function: no CountSplit).
 uint64_t CallStack::MemoOf(const pt_block& block) {
   if (block.truncated) return 0;
   const int s = image_->SymbolAt(block.ip);
-  if (s < 0 || (block.ninsn > 1 && image_->SymbolAt(block.end_ip) != s)) return 0;
+  const int file = s < 0 ? image_->FileAt(block.ip) : -1;
+  if (block.ninsn > 1 &&
+      (s >= 0 ? image_->SymbolAt(block.end_ip) != s
+              : image_->SymbolAt(block.end_ip) >= 0 || image_->FileAt(block.end_ip) != file)) {
+    return 0;
+  }
   const uint64_t length = block.iclass == ptic_call ? CallLength(block.end_ip, block.mode) : 0;
+  if (s < 0) return 1 | 2 | length << 8 | uint64_t{static_cast<uint32_t>(file)} << 32;
   return 1 | length << 8 | uint64_t{SymbolFunction(s)} << 32;
 }
 
@@ -41,8 +50,8 @@ template <bool kFacts>
     pending_call_ = false;
     // A call to the next instruction (call/pop, to read the IP) enters no function.
     if (block.ip != pending_return_address_) {
-      Enter(kFacts ? facts.function : CallTarget(block.ip), pending_return_address_,
-            /*implicit=*/false);
+      Enter(kFacts && !facts.by_stack ? facts.function : CallTarget(block.ip),
+            pending_return_address_, /*implicit=*/false);
     }
   } else if (pending_return_) {
     pending_return_ = false;
@@ -72,7 +81,9 @@ template <bool kFacts>
 [[gnu::always_inline]] inline void CallStack::Step(const pt_block& block, Facts facts) {
   const bool jumped = flowing_;
   if (pending_call_ || pending_return_) Arrive<kFacts>(block, facts);
-  const uint32_t f = kFacts ? facts.function : FunctionAt(block.ip);
+  const uint32_t f = !kFacts          ? FunctionAt(block.ip)
+                     : facts.by_stack ? Unnamed(facts.file)
+                                      : facts.function;
   if (jumped && f != current_) {
     Place(f, block.ip, jumped);
   } else if (frames_.empty()) {
@@ -120,8 +131,9 @@ void CallStack::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
     memo = {memo_owner_, image_, MemoOf(block)};
   }
   if (memo.value == 0) return OnBlock(block);
-  Step<true>(block,
-             Facts{static_cast<uint32_t>(memo.value >> 32), static_cast<uint8_t>(memo.value >> 8)});
+  const auto high = static_cast<uint32_t>(memo.value >> 32);
+  Step<true>(block, Facts{high, static_cast<uint8_t>(memo.value >> 8), (memo.value & 2) != 0,
+                          static_cast<int>(high)});
 }
 
 void CallStack::OnEvent(const pt_event& event) {
@@ -225,12 +237,16 @@ uint32_t CallStack::SymbolFunction(int s) {
 }
 
 uint32_t CallStack::Unknown(int file) {
+  if (image_ == unknown_image_ && file == unknown_file_) return unknown_;
   auto [it, inserted] = unknown_function_.try_emplace({image_, file}, 0);
   if (inserted) {
     it->second = NewFunction(file < 0 ? "[unmapped]" : FileLabel(image_->files()[file].name), file,
                              0, false, {FunctionKey::kUnknown, file});
   }
-  return it->second;
+  unknown_image_ = image_;
+  unknown_file_ = file;
+  unknown_ = it->second;
+  return unknown_;
 }
 
 uint32_t CallStack::Untraced() {
@@ -273,19 +289,21 @@ uint32_t CallStack::FunctionAt(uint64_t ip) {
     cache_function_ = cache_symbol_ >= 0 ? SymbolFunction(cache_symbol_) : 0;
     cache_file_ = cache_symbol_ >= 0 ? static_cast<int>(image_->symbols()[cache_symbol_].image)
                                      : image_->FileAt(ip);
-    cache_unknown_ = -1;
   }
   if (cache_symbol_ >= 0) return cache_function_;
+  return Unnamed(cache_file_);
+}
+
+uint32_t CallStack::Unnamed(int file) {
   if (!frames_.empty()) {
     const Function& top = functions_[frames_.back().function];
-    if (top.from_address && top.image == image_ && top.file == cache_file_) {
+    if (top.from_address && top.image == image_ && top.file == file) {
       return frames_.back().function;
     }
   } else if (base_) {
     failed_ = true;  // chunk mode: named by B's frame on top, perhaps
   }
-  if (cache_unknown_ < 0) cache_unknown_ = Unknown(cache_file_);
-  return static_cast<uint32_t>(cache_unknown_);
+  return Unknown(file);
 }
 
 // Call sites repeat: their lengths are cached, per image (the same address in another

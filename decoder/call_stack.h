@@ -191,10 +191,13 @@ class CallStack {
                        FunctionKey key);
   uint32_t FunctionFor(const FunctionKey& key);
   // What OnBlock looks up of a block, known (OnWholeBlock's memo): the function it runs in
-  // from its first instruction to its last, and the length of its call.
+  // from its first instruction to its last (`by_stack`: none of its code has a symbol, and
+  // Unnamed(file) names it at each run), and the length of its call.
   struct Facts {
     uint32_t function;
     uint8_t call_length;
+    bool by_stack = false;
+    int file = -1;
   };
   // OnBlock, with `facts` when kFacts (else looked up).
   template <bool kFacts>
@@ -202,8 +205,8 @@ class CallStack {
   template <bool kFacts>
   void Arrive(const pt_block& block, Facts facts);
   void Place(uint32_t f, uint64_t ip, bool jumped);
-  // The memo of `block` (BlockMemo::value): 0 when its facts are not fixed, else 1, the call's
-  // length << 8 and the function << 32.
+  // The memo of `block` (BlockMemo::value): 0 when its facts are not fixed, else 1, 2 when
+  // named by the stack, the call's length << 8 and the function (or the file) << 32.
   uint64_t MemoOf(const pt_block& block);
   int64_t FindFunction(const FunctionKey& key) const;
   uint32_t AddressFunction(uint64_t ip);
@@ -215,6 +218,9 @@ class CallStack {
   uint32_t Untraced();
   uint32_t CallTarget(uint64_t ip);
   uint32_t FunctionAt(uint64_t ip);
+  // FunctionAt of an address without a symbol, in `file`: the function of the frame on top
+  // when that was named by its address in the same file, else Unknown(file).
+  uint32_t Unnamed(int file);
   uint64_t CallLength(uint64_t ip, pt_exec_mode mode);
   void Count(uint32_t f, uint64_t n);
   void CountSplit(const pt_block& block, uint32_t first);
@@ -262,7 +268,10 @@ class CallStack {
   int cache_symbol_ = -1;
   int cache_file_ = -1;
   uint32_t cache_function_ = 0;
-  int64_t cache_unknown_ = -1;  // Unknown(cache_file_), once asked
+  // The last Unknown: its image, file and function (code without symbols asks it per block).
+  const ProgramImage* unknown_image_ = nullptr;
+  int unknown_file_ = -1;
+  uint32_t unknown_ = 0;
   // The last call targets and call sites (the hash maps behind them), by address. Trivial,
   // so that each array is made zeroed in one memset when first used (an empty slot: image
   // null).

@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -57,9 +58,12 @@ class CallsSink : public FlowSink {
       } else {
         // Bracketed like a fallback name ("[libc.so.6]"), which already has its brackets.
         const bool bracketed = fn.name.starts_with('[');
-        Indent(depth);
-        fmt::format_to(out_.it(), FMT_COMPILE("{}{}{}\n"), bracketed ? "" : "[", fn.name,
-                       bracketed ? "" : "]");
+        char* p = BeginLine(depth, fn.name.size() + 3);
+        if (!bracketed) *p++ = '[';
+        p = WriteText(p, fn.name);
+        if (!bracketed) *p++ = ']';
+        *p++ = '\n';
+        Commit(out_.buf(), p);
       }
       return;
     }
@@ -72,10 +76,16 @@ class CallsSink : public FlowSink {
       if (srcline) AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, true);
       out_.buf().append(std::string_view("}\n"));
     } else {
-      Indent(depth);
-      fmt::format_to(out_.it(), FMT_COMPILE("> {}"), fn.name);
-      if (srcline) AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, false);
-      out_.buf().push_back('\n');
+      char* p = WriteText(BeginLine(depth, 2 + fn.name.size() + 1), "> ");
+      p = WriteText(p, fn.name);
+      if (srcline) {
+        Commit(out_.buf(), p);
+        AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, false);
+        out_.buf().push_back('\n');
+      } else {
+        *p++ = '\n';
+        Commit(out_.buf(), p);
+      }
     }
     out_.MaybeFlush();
   }
@@ -94,12 +104,14 @@ class CallsSink : public FlowSink {
       fmt::format_to(out_.it(), FMT_COMPILE(",\"insns\":{}"), insns);
       if (has_ticks) fmt::format_to(out_.it(), FMT_COMPILE(",\"ticks\":{}"), ticks);
       out_.buf().append(std::string_view("}\n"));
-    } else if (has_ticks) {
-      Indent(depth);
-      fmt::format_to(out_.it(), FMT_COMPILE("< {} ({} insns, {} ticks)\n"), fn.name, insns, ticks);
     } else {
-      Indent(depth);
-      fmt::format_to(out_.it(), FMT_COMPILE("< {} ({} insns)\n"), fn.name, insns);
+      // "< f (N insns)" or "< f (N insns, T ticks)".
+      char* p = WriteText(BeginLine(depth, fn.name.size() + 64), "< ");
+      p = WriteText(p, fn.name);
+      p = WriteDecimal(WriteText(p, " ("), insns);
+      if (has_ticks) p = WriteDecimal(WriteText(p, " insns, "), ticks);
+      p = WriteText(p, has_ticks ? " ticks)\n" : " insns)\n");
+      Commit(out_.buf(), p);
     }
     out_.MaybeFlush();
   }
@@ -117,11 +129,18 @@ class CallsSink : public FlowSink {
   }
 
  private:
-  // A text line's start: the instruction count, then the indentation of `depth`.
-  void Indent(size_t depth) {
-    fmt::format_to(out_.it(), FMT_COMPILE("{:>10} {:{}}"), count_, "",
-                   2 * std::min(depth, kMaxIndentDepth));
-    if (depth > kMaxIndentDepth) fmt::format_to(out_.it(), FMT_COMPILE("[depth {}] "), depth);
+  // A text line's start, with room for `rest` more bytes reserved after it (Commit the line's
+  // end): the instruction count, then the indentation of `depth`.
+  char* BeginLine(size_t depth, size_t rest) {
+    const size_t indent = 2 * std::min(depth, kMaxIndentDepth);
+    // The count (10 or up to 20 digits), a space, the indentation, "[depth N] ".
+    char* p = Reserve(out_.buf(), 21 + indent + 29 + rest);
+    p = WriteDecimal(p, count_, 10);
+    *p++ = ' ';
+    std::memset(p, ' ', indent);
+    p += indent;
+    if (depth > kMaxIndentDepth) p = WriteText(WriteDecimal(WriteText(p, "[depth "), depth), "] ");
+    return p;
   }
 
   Output out_;

@@ -99,12 +99,10 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
          [](unsigned jobs) {
            ParallelOptions options = GetParallelOptions();
            options.jobs = jobs;
-           options.blocks = true;
            SetParallelOptions(options);
          },
-         "Decode with N threads (default: the CPUs ptdecode may run on for insn, 1 for the "
-         "others; 1: one thread). Each stream is split at PSBs and merged in trace order, "
-         "exactly as one thread would")
+         "Decode with N threads (default 1: the fast decoder outruns what merging costs). Each "
+         "stream is split at PSBs and merged in trace order, exactly as one thread would")
       ->type_name("N")
       ->check(CLI::Range(1u, 1024u));
   // Tests only: the chunk size of -j, so that small traces make many chunks, and what each

@@ -1,10 +1,15 @@
 #include <fmt/compile.h>
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <array>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "decoder/disassembler.h"
 #include "decoder/output_format.h"
 #include "decoder/sinks.h"
@@ -51,10 +56,8 @@ class InsnSink : public Sink {
       AppendJsonString(buf, std::string_view(name.data(), name.size()));
       if (insn.speculative) buf.append(std::string_view(",\"speculative\":true"));
       if (options_.disasm) {
-        Buffer text;
-        disasm_.Append(text, insn.mode, insn.raw, insn.size, insn.ip);
         buf.append(std::string_view(",\"insn\":"));
-        AppendJsonString(buf, std::string_view(text.data(), text.size()));
+        AppendJsonString(buf, Disasm(insn));
       }
       AppendSrcline(buf, lines_.get(), *image_, insn.ip, true);
       buf.append(std::string_view("}\n"));
@@ -87,7 +90,7 @@ class InsnSink : public Sink {
         size_t width = buf.size() - start;
         for (; width < 32; ++width) buf.push_back(' ');
         buf.append(std::string_view("  "));
-        disasm_.Append(buf, insn.mode, insn.raw, insn.size, insn.ip);
+        AppendText(buf, Disasm(insn));
       }
       if (lines_) AppendSrcline(buf, lines_.get(), *image_, insn.ip, false, "", "  ");
       buf.push_back('\n');
@@ -121,12 +124,33 @@ class InsnSink : public Sink {
   absl::Status Finish(const DecodeTotals& totals) override { return out_.Close(); }
 
  private:
+  // --disasm: an instruction's text, formatted once per address, mode and bytes (Zydis takes
+  // some 4,000 Ir an instruction; code runs its instructions again and again). Cleared when it
+  // holds kMaxTexts, so that its memory stays bounded whatever the code.
+  static constexpr size_t kMaxTexts = size_t{1} << 20;
+  using TextKey = std::pair<uint64_t, std::array<uint8_t, sizeof(pt_insn::raw) + 2>>;
+  std::string_view Disasm(const pt_insn& insn) {
+    TextKey key{insn.ip, {}};
+    std::memcpy(key.second.data(), insn.raw, std::min<size_t>(insn.size, sizeof(insn.raw)));
+    key.second[sizeof(insn.raw)] = insn.size;
+    key.second[sizeof(insn.raw) + 1] = static_cast<uint8_t>(insn.mode);
+    if (texts_.size() >= kMaxTexts) texts_.clear();
+    auto [it, inserted] = texts_.try_emplace(key);
+    if (inserted) {
+      Buffer text;
+      disasm_.Append(text, insn.mode, insn.raw, insn.size, insn.ip);
+      it->second.assign(text.data(), text.size());
+    }
+    return it->second;
+  }
+
   const ProgramImage* image_;  // of the current stream
   Symbolizer symbols_;
   Output out_;
   OutputOptions options_;
   Disassembler disasm_;
-  std::unique_ptr<SourceLines> lines_;  // --srcline
+  absl::flat_hash_map<TextKey, std::string> texts_;  // Disasm's
+  std::unique_ptr<SourceLines> lines_;               // --srcline
   std::string prefix_;  // stream columns (container input); JSON: the opening brace and them
   std::string time_;    // the time column (JSON: members) once the decoder has a time
 };

@@ -78,6 +78,17 @@ inline char* WriteText(char* p, std::string_view s) {
   return p + s.size();
 }
 
+// Writes `v` in decimal, right-aligned in `width` characters (padded with spaces before it), at
+// `p` and returns the end: fmt's "{:>N}" without its format-spec machinery (per-line hot paths).
+inline char* WriteDecimal(char* p, uint64_t v, size_t width = 0) {
+  const fmt::format_int digits(v);
+  if (digits.size() < width) {
+    std::memset(p, ' ', width - digits.size());
+    p += width - digits.size();
+  }
+  return WriteText(p, std::string_view(digits.data(), digits.size()));
+}
+
 // Room for `n` more bytes at the end of `buf`; Commit(buf, end) then takes what was written
 // up to `end`. One capacity check for a whole line instead of one per piece.
 inline char* Reserve(Buffer& buf, size_t n) {

@@ -2,7 +2,6 @@
 
 #include <Zydis/Zydis.h>
 #include <intel-pt.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <cinttypes>
@@ -540,13 +539,6 @@ ParallelOptions GetParallelOptions() {
   return parallel_options;
 }
 
-unsigned AvailableCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return std::max(1, CPU_COUNT(&set));
-}
-
 void CanonicalBlocks::SetImage(const ProgramImage& image) {
   if (&image == image_) return;
   Flush();
@@ -1032,12 +1024,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
   return absl::OkStatus();
 }
 
-bool DecodesInParallel(const Sink& sink) {
-  const ParallelOptions options = GetParallelOptions();
-  // Block sinks and branch sinks only with -j given (ParallelOptions::blocks).
-  const bool by_default = sink.kind() != DecoderKind::kBlock && !sink.branches_only();
-  return options.jobs > 1 && (by_default || options.blocks);
-}
+bool DecodesInParallel() { return GetParallelOptions().jobs > 1; }
 
 uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options) {
   if (sink.kind() == DecoderKind::kBlock && sink.NewChunkSummary(image) != nullptr) {
@@ -1052,7 +1039,7 @@ absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
                                                  const ImageLoader& load_image, Sink& sink) {
   const ParallelOptions options = GetParallelOptions();
   const uint64_t chunk_bytes = ChunkBytesFor(sink, image, options);
-  if (!DecodesInParallel(sink) || trace.size() <= chunk_bytes) {
+  if (!DecodesInParallel() || trace.size() <= chunk_bytes) {
     DecodeTotals totals;
     PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace, config, image, sink, totals));
     PTKIT_RETURN_IF_ERROR(sink.Finish(totals));

@@ -135,16 +135,12 @@ inline constexpr uint64_t kDefaultChunkBytes = uint64_t{32} << 10;
 inline constexpr uint64_t kDefaultSummaryChunkBytes = uint64_t{128} << 10;
 
 struct ParallelOptions {
-  unsigned jobs = 1;  // decoding threads; 1: DecodeInto on the caller's thread, as ever
-  // Whether block sinks, and sinks that see only branches (Sink::branches_only), decode with
-  // `jobs` threads too (`ptdecode -j N` given): by default they decode on one thread.
-  // Recording a chunk's blocks for the merge costs more than a second thread gains; stats and
-  // folded summarise chunks instead (ChunkSummary), but a trace with time, without symbols, or
-  // whose stack empties is given as records (see the notes of CallStack::BeginChunk). A branch
-  // sink is given a block's first and last instructions on one thread, every instruction as
-  // records with -j: `branches` took 2.3-2.5x the CPU at -j 2 (emu 75 M instructions: 4.86 s
-  // against 1.94 s), so no second thread can make it faster.
-  bool blocks = false;
+  // Decoding threads; 1 (`ptdecode` without -j): DecodeInto on the caller's thread. One is the
+  // default for every output because the fast decoder outruns the merge: the merging thread
+  // replays each chunk's records and writes the output, which costs about what one thread's
+  // decode and output cost (insn of a 75 M instruction emulated recording: 1.55 s wall and
+  // 17 MB at -j 1, 1.75 s and 365 MB at -j 2 on 2 cores; branches 1.94 s of CPU against 4.86 s).
+  unsigned jobs = 1;
   uint64_t chunk_bytes = kDefaultChunkBytes;
   uint64_t summary_chunk_bytes = kDefaultSummaryChunkBytes;  // for sinks that summarise
   // Tests and measurements (ptdecode's hidden --chunk-stats): each parallel decode prints its
@@ -154,9 +150,6 @@ struct ParallelOptions {
 // Sets the options of every later parallel decode (process-wide; `ptdecode -j`).
 void SetParallelOptions(const ParallelOptions& options);
 ParallelOptions GetParallelOptions();
-
-// The CPUs this process may run on (sched_getaffinity), at least 1: `-j`'s default.
-unsigned AvailableCpus();
 
 // Where the chunks of `trace` start: 0, then PSB offsets at least `chunk_bytes` apart (the
 // next PSB after that many bytes). `scanned` (if set) is told how far the search has read,
@@ -194,8 +187,8 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
 // code) of `from` to `to`.
 void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from);
 
-// Whether GetParallelOptions() decodes `sink` with more than one thread.
-bool DecodesInParallel(const Sink& sink);
+// Whether GetParallelOptions() decodes with more than one thread.
+bool DecodesInParallel();
 
 // The chunk size of `options` for `sink`: summary_chunk_bytes for a block sink that summarises
 // chunks decoded with `image` (it makes a summary to know), else chunk_bytes.

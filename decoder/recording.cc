@@ -706,7 +706,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   // own (libipt's images are not thread-safe), made when a piece of several chunks needs them.
   const ParallelOptions parallel = GetParallelOptions();
   std::vector<std::unique_ptr<RecordingImages>> worker_images;
-  if (DecodesInParallel(sink) && !r.bts) {
+  if (DecodesInParallel() && !r.bts) {
     for (unsigned i = 0; i < parallel.jobs; ++i) {
       worker_images.push_back(std::make_unique<RecordingImages>(r, options));
     }

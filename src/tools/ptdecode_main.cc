@@ -546,8 +546,6 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
   app.set_version_flag("--version", "ptdecode " PTKIT_VERSION);
   ptkit::completion::AddCompletionFlag(app);
   int exit_code = 0;
-  // -j's default: every CPU ptdecode may run on.
-  dec::SetParallelOptions({.jobs = dec::AvailableCpus()});
   std::vector<Flags> flags(std::size(kCommands));
   for (size_t i = 0; i < std::size(kCommands); ++i) {
     CLI::App* cmd = app.add_subcommand(kCommands[i].name, kCommands[i].help);

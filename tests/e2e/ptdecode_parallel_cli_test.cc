@@ -99,6 +99,24 @@ TEST_F(PtdecodeParallelTest, EmulatedRecordingsDecodeAlikeWithAnyJobs) {
   ExpectSameWithJobs({fork.trace}, /*summaries=*/true);
 }
 
+// Without -j every output decodes on one thread (the fast decoder outruns the merge): no
+// parallel decode reports its chunks, even where the trace makes many.
+TEST_F(PtdecodeParallelTest, WithoutJobsEveryOutputDecodesOnOneThread) {
+  PTKIT_RECORD_OR_SKIP(fib, "fib", kFib);
+  for (const char* command : {"insn", "branches", "stats", "calls"}) {
+    for (const bool jobs : {false, true}) {
+      std::vector<std::string> argv = {PTDECODE_PATH, command, "--chunk-size", "1",
+                                       "--chunk-stats"};
+      if (jobs) argv.insert(argv.end(), {"-j", "2"});
+      argv.push_back(fib.trace);
+      auto r = RunCommand(argv);
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_EQ(r.err.find("ptdecode: -j: ") != std::string::npos, jobs)
+          << command << (jobs ? " -j 2" : "") << ": " << r.err;
+    }
+  }
+}
+
 TEST_F(PtdecodeParallelTest, RealTracesDecodeAlikeWithAnyJobs) {
   const std::string dir = std::string(PTKIT_SOURCE_DIR) + "/../shared/testdata/libxdc-experiments";
   struct stat st;

@@ -28,6 +28,7 @@ namespace {
 
 using ::ptkit::testing::IsOk;
 
+using ::ptkit::decoder::testing::HandBlock;
 using ::ptkit::decoder::testing::kDir;
 
 using ::ptkit::decoder::testing::StartAtMain;
@@ -334,20 +335,53 @@ TEST(CallStackTest, WalkedBlocksWithMemosGiveWhatBlocksGive) {
   EXPECT_EQ(got.totals().returns, want.totals().returns);
 }
 
+// Code without symbols (raw memory pages, a stripped library) is named by the frame on top
+// when a call named that frame by its address: a walked block there is memoised as named by
+// the stack, not by the function of its first run, so the same block (0x5000, reached by a
+// jump from two call targets) counts in sub_2000 and then in sub_3000, as OnBlock counts it.
+TEST(CallStackTest, AWalkedBlockWithoutASymbolIsNamedByTheStackAtEachRun) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  std::vector<uint8_t> code(0x5010);
+  for (size_t i = 0; i < code.size(); i += 5) code[i] = 0xe8;  // call rel32: 5 bytes each
+  (*image)->AddBytes("nosym.bin", 0x1000, code);
+  const std::vector<pt_block> blocks = {
+      HandBlock(0x1000, 0x1000, 1, ptic_call),   HandBlock(0x2000, 0x2000, 1, ptic_jump),
+      HandBlock(0x5000, 0x5005, 2, ptic_return), HandBlock(0x1005, 0x1005, 1, ptic_call),
+      HandBlock(0x3000, 0x3000, 1, ptic_jump),   HandBlock(0x5000, 0x5005, 2, ptic_return),
+      HandBlock(0x100a, 0x100a, 1, ptic_jump)};
+  Log want_log, got_log;
+  CallStack want(**image, &want_log), got(**image, &got_log);
+  want_log.functions = &want.functions();
+  got_log.functions = &got.functions();
+  Memos memos;
+  for (int pass = 0; pass < 2; ++pass) {  // memos filled, then used
+    for (const pt_block& b : blocks) {
+      want.OnBlock(b);
+      got.OnWholeBlock(b, MemoOf(memos, b));
+    }
+    want.Reset();
+    got.Reset();
+    EXPECT_EQ(got_log.lines, want_log.lines);
+    EXPECT_EQ(
+        got_log.lines,
+        (std::vector<std::string>{
+            "> [nosym.bin] (implicit) ret=0x0", "[nosym.bin] 1", "> sub_2000 ret=0x1005",
+            "sub_2000 1", "sub_2000 2", "< sub_2000", "[nosym.bin] 1", "> sub_3000 ret=0x100a",
+            "sub_3000 1", "sub_3000 2", "< sub_3000", "[nosym.bin] 1", "< [nosym.bin] (end)"}));
+    want_log.lines.clear();
+    got_log.lines.clear();
+  }
+  EXPECT_NE(MemoOf(memos, blocks[2]).value, 0u);  // the walk took the memo, not OnBlock
+}
+
 // `call .` (E8 FB FF FF FF at 0x1000) run 70,000 times, as the block decoder reports it: one
 // block per call. The stack stops at kMaxFrames (the first call's caller, the implicit frame,
 // is one of them); the calls beyond are counted and said once.
 constexpr uint8_t kCallSelf[] = {0xe8, 0xfb, 0xff, 0xff, 0xff};
 constexpr uint64_t kCalls = 70000;
 
-pt_block CallSelfBlock() {
-  pt_block block = {};
-  block.ip = block.end_ip = 0x1000;
-  block.ninsn = 1;
-  block.iclass = ptic_call;
-  block.mode = ptem_64bit;
-  return block;
-}
+pt_block CallSelfBlock() { return HandBlock(0x1000, 0x1000, 1, ptic_call); }
 
 TEST(CallStackTest, ACallToItselfStopsGrowingTheStackAtTheLimit) {
   auto image = ProgramImage::Create();

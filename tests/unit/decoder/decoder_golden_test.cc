@@ -9,6 +9,7 @@
 #include <functional>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "decoder/decode.h"
 #include "decoder/image.h"
@@ -123,6 +124,47 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name;
     });
+
+// --disasm formats each instruction once and gives the text again where the same instruction
+// runs again: the same address with other bytes (another program, code written at run time),
+// the same bytes in another mode, and a relative branch's bytes at another address must each
+// get their own text.
+TEST(InsnDisasmTest, EachInstructionHasTheTextOfItsOwnAddressModeAndBytes) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  OutputOptions options;
+  options.disasm = true;
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  auto sink = MakeInsnSink(**image, out, options);
+  auto insn = [](uint64_t ip, pt_exec_mode mode, std::initializer_list<uint8_t> bytes) {
+    pt_insn i = {};
+    i.ip = ip;
+    i.mode = mode;
+    i.iclass = ptic_other;
+    i.size = static_cast<uint8_t>(bytes.size());
+    std::copy(bytes.begin(), bytes.end(), i.raw);
+    return i;
+  };
+  for (const pt_insn& i :
+       {insn(0x1000, ptem_64bit, {0x90}), insn(0x1000, ptem_64bit, {0xc3}),
+        insn(0x1000, ptem_32bit, {0x48}), insn(0x1000, ptem_64bit, {0x90}),
+        insn(0x2000, ptem_64bit, {0xeb, 0xfe}), insn(0x3000, ptem_64bit, {0xeb, 0xfe}),
+        insn(0x2000, ptem_64bit, {0xeb, 0xfe})}) {
+    sink->OnInsn(i);
+  }
+  ASSERT_THAT(sink->Finish({}), IsOk());
+  std::vector<std::string> lines;
+  std::istringstream text(ReadAll(out));
+  EXPECT_EQ(std::fclose(out), 0);
+  for (std::string line; std::getline(text, line);) lines.push_back(line);
+  using ::testing::EndsWith;
+  EXPECT_THAT(lines,
+              ::testing::ElementsAre(EndsWith("  nop"), EndsWith("  ret"), EndsWith("  dec eax"),
+                                     EndsWith("  nop"), EndsWith("  jmp 0x0000000000002000"),
+                                     EndsWith("  jmp 0x0000000000003000"),
+                                     EndsWith("  jmp 0x0000000000002000")));
+}
 
 }  // namespace
 }  // namespace ptkit::decoder

@@ -15,6 +15,7 @@
 #include "decoder/tsc_clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "hand_pt.h"
 #include "nlohmann/json.hpp"
 #include "pt_synth.h"
 #include "status_matchers.h"
@@ -26,6 +27,7 @@ namespace ptkit::decoder {
 namespace {
 
 using ::ptkit::decoder::testing::ElfCode;
+using ::ptkit::decoder::testing::HandBlock;
 using ::ptkit::decoder::testing::PtSynth;
 using ::ptkit::decoder::testing::ReadAll;
 using ::ptkit::decoder::testing::WalkOptions;
@@ -120,16 +122,6 @@ class TimeTest : public ::testing::Test {
   std::unique_ptr<ProgramImage> image_;
   ElfCode::Sym work_, collatz_;
 };
-
-pt_block Block(uint64_t ip, uint64_t end_ip, uint32_t ninsn, pt_insn_class iclass) {
-  pt_block b = {};
-  b.ip = ip;
-  b.end_ip = end_ip;
-  b.ninsn = ninsn;
-  b.iclass = iclass;
-  b.mode = ptem_64bit;
-  return b;
-}
 
 TEST(TscClockTest, FromMetadataPrefersTheKernelConversionThenCpuidThenNominal) {
   nlohmann::json m = {
@@ -261,11 +253,11 @@ TEST_F(TimeTest, CallsReportTheTicksFromCallToReturn) {
     ASSERT_TRUE(sink->wants_time());
     const uint64_t t0 = 1000, t1 = 1300, t2 = 1750;
     sink->OnTime(t0);
-    sink->OnBlock(Block(work_.address, call, 3, ptic_call));
+    sink->OnBlock(HandBlock(work_.address, call, 3, ptic_call));
     sink->OnTime(t1);
-    sink->OnBlock(Block(collatz_.address, collatz_.address + 4, 4, ptic_return));
+    sink->OnBlock(HandBlock(collatz_.address, collatz_.address + 4, 4, ptic_return));
     sink->OnTime(t2);
-    sink->OnBlock(Block(call + 5, call + 5, 2, ptic_other));
+    sink->OnBlock(HandBlock(call + 5, call + 5, 2, ptic_other));
     ASSERT_THAT(sink->Finish({}), IsOk());
     std::string text = ReadAll(out);
     EXPECT_EQ(std::fclose(out), 0);
@@ -284,10 +276,10 @@ TEST_F(TimeTest, CallsWithoutATimeAtTheCallHaveNoTicks) {
   ASSERT_NE(call, 0u);
   std::FILE* out = std::tmpfile();
   auto sink = MakeCallsSink(*image_, out, {});
-  sink->OnBlock(Block(work_.address, call, 3, ptic_call));
-  sink->OnBlock(Block(collatz_.address, collatz_.address + 4, 4, ptic_return));
+  sink->OnBlock(HandBlock(work_.address, call, 3, ptic_call));
+  sink->OnBlock(HandBlock(collatz_.address, collatz_.address + 4, 4, ptic_return));
   sink->OnTime(500);  // known at the return only
-  sink->OnBlock(Block(call + 5, call + 5, 2, ptic_other));
+  sink->OnBlock(HandBlock(call + 5, call + 5, 2, ptic_other));
   ASSERT_THAT(sink->Finish({}), IsOk());
   std::string text = ReadAll(out);
   EXPECT_EQ(std::fclose(out), 0);
@@ -306,20 +298,20 @@ TEST_F(TimeTest, FoldedTimeSplitsEachIntervalByInstructions) {
   uint64_t t = 2000;
   sink->OnTime(t);
   // One interval: work 3 + 2 instructions, collatz 4, then k ticks per instruction.
-  sink->OnBlock(Block(work_.address, call, 3, ptic_call));
-  sink->OnBlock(Block(collatz_.address, collatz_.address + 4, 4, ptic_return));
-  sink->OnBlock(Block(call + 5, call + 5, 2, ptic_other));
+  sink->OnBlock(HandBlock(work_.address, call, 3, ptic_call));
+  sink->OnBlock(HandBlock(collatz_.address, collatz_.address + 4, 4, ptic_return));
+  sink->OnBlock(HandBlock(call + 5, call + 5, 2, ptic_other));
   sink->OnTime(t += 9 * k);
   // An interval without instructions: to the stack on top (work).
   sink->OnTime(t += idle);
   // Ticks that do not divide evenly: rounded, none lost.
-  sink->OnBlock(Block(work_.address, call, 3, ptic_call));
-  sink->OnBlock(Block(collatz_.address, collatz_.address + 4, 4, ptic_return));
+  sink->OnBlock(HandBlock(work_.address, call, 3, ptic_call));
+  sink->OnBlock(HandBlock(collatz_.address, collatz_.address + 4, 4, ptic_return));
   sink->OnTime(t += odd);
   // Lost trace: the time across it is not counted, nor what ran after the last update.
   sink->OnLoss({"truncated", 0, 0});
   sink->OnTime(t += 100000);
-  sink->OnBlock(Block(work_.address, work_.address + 4, 5, ptic_other));
+  sink->OnBlock(HandBlock(work_.address, work_.address + 4, 5, ptic_other));
   ASSERT_THAT(sink->Finish({}), IsOk());
   auto stacks = ParseFolded(ReadAll(out));
   EXPECT_EQ(std::fclose(out), 0);

@@ -2,6 +2,8 @@
 #ifndef PTKIT_TESTS_UNIT_DECODER_HAND_PT_H_
 #define PTKIT_TESTS_UNIT_DECODER_HAND_PT_H_
 
+#include <intel-pt.h>
+
 #include <cstdint>
 #include <vector>
 
@@ -22,6 +24,17 @@ inline std::vector<uint8_t> TailCallTrace() {
   std::vector<uint8_t> t = StartAtMain();
   t.insert(t.end(), {0x6d, 0x0a, 0x10, 0x40, 0x00, 0x00, 0x00, 0x0e, 0x01});
   return t;
+}
+
+// A block as the block decoder gives it (64-bit code), for sinks and models fed by hand.
+inline pt_block HandBlock(uint64_t ip, uint64_t end_ip, uint16_t ninsn, pt_insn_class iclass) {
+  pt_block b = {};
+  b.ip = ip;
+  b.end_ip = end_ip;
+  b.ninsn = ninsn;
+  b.iclass = iclass;
+  b.mode = ptem_64bit;
+  return b;
 }
 
 }  // namespace ptkit::decoder::testing

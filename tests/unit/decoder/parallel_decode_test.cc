@@ -179,31 +179,6 @@ TEST(ChunkStartsTest, TellsHowFarItRead) {
   EXPECT_THAT(told, ::testing::ElementsAre(uint64_t{4} << 20, uint64_t{8} << 20));
 }
 
-// Without -j given, insn decodes on every CPU; branches (a block's first and last instructions
-// on one thread, every instruction as records with -j) and the block outputs on one.
-TEST(DecodesInParallelTest, ByDefaultInsnOnlyWithJobsGivenEveryOutput) {
-  auto image = ProgramImage::Create();
-  ASSERT_THAT(image, IsOk());
-  const ParallelOptions before = GetParallelOptions();
-  OutputOptions out;
-  std::unique_ptr<Sink> insn = MakeInsnSink(**image, stdout, out);
-  std::unique_ptr<Sink> branches = MakeBranchesSink(**image, stdout, out);
-  std::unique_ptr<Sink> stats = MakeStatsSink(**image, stdout, out);
-  EXPECT_TRUE(branches->branches_only());
-  EXPECT_FALSE(insn->branches_only());
-  SetParallelOptions({.jobs = 4});
-  EXPECT_TRUE(DecodesInParallel(*insn));
-  EXPECT_FALSE(DecodesInParallel(*branches));
-  EXPECT_FALSE(DecodesInParallel(*stats));
-  SetParallelOptions({.jobs = 4, .blocks = true});  // -j 4 given
-  EXPECT_TRUE(DecodesInParallel(*insn));
-  EXPECT_TRUE(DecodesInParallel(*branches));
-  EXPECT_TRUE(DecodesInParallel(*stats));
-  SetParallelOptions({.jobs = 1, .blocks = true});
-  EXPECT_FALSE(DecodesInParallel(*insn));
-  SetParallelOptions(before);
-}
-
 TEST_P(ParallelDecodeTest, OutputsEqualTheSerialDecode) {
   ParallelStats stats = ExpectSameAsSerial();
   // The chunks were stitched (not all decoded again on the merging thread).
