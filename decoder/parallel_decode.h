@@ -131,7 +131,8 @@ inline constexpr uint64_t kDefaultChunkBytes = uint64_t{32} << 10;
 // records only the overlaps at its edges, and those (about three PSB periods per chunk, decoded
 // by both chunks' decoders) cost less the longer the chunk: callgrind Ir of `stats -j2` on an
 // emulated recording, 75 M instructions, 3.7 MB of trace: 8.21 G at 32 KiB, 7.48 G at 128 KiB
-// (-j1: 5.48 G). A chunk whose summary fails on its worker is recorded: some 70 MB then.
+// (-j1: 5.48 G). A summary that fails on its worker is not recorded there (some 70 MB at this
+// size) but decoded again by the merging thread (DecodeInParallel).
 inline constexpr uint64_t kDefaultSummaryChunkBytes = uint64_t{128} << 10;
 
 struct ParallelOptions {
