@@ -276,6 +276,7 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
   uint32_t progress = kBlocksPerProgress;
   ProgressWatch watch;
   const bool positions = sink.wants_positions();
+  uint64_t limit = positions ? sink.position_limit() : 0;
   pt_block block;
   SyncLoop(
       dec, time, errors, sink, totals, offset_base,
@@ -289,12 +290,20 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
         if (block.ninsn != 0) {
           totals.instructions += block.ninsn;
           ++totals.blocks;
-          if (positions) sink.OnPosition(offset_base + OffsetOf(dec));
+          bool told = false;
+          if (positions) {
+            const uint64_t at = offset_base + OffsetOf(dec);
+            if (at > limit) {
+              sink.OnPosition(at);
+              told = true;
+            }
+          }
           if (dec.walked()) {
             sink.OnWholeBlock(block, dec.memo());
           } else {
             sink.OnBlock(block);
           }
+          if (told) limit = sink.position_limit();
           if (--progress == 0) {
             progress = kBlocksPerProgress;
             sink.OnProgress(offset_base + OffsetOf(dec));

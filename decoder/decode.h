@@ -202,6 +202,11 @@ class Sink {
   // (libipt's decoders; not BTS).
   virtual bool wants_positions() const { return false; }
   virtual void OnPosition(uint64_t offset) {}
+  // With wants_positions: the block decoder may leave OnPosition out before a block while its
+  // offset is at most this (the last position told stands for it then: for a sink that only
+  // compares positions with this bound); asked again after each block whose position was told.
+  // 0 (the default): every position is told.
+  virtual uint64_t position_limit() const { return 0; }
   // For parallel decoding: a summary of one chunk, to be made on a worker thread that decodes
   // with `image` (equal to this sink's), or null (the default) when this sink cannot summarise.
   // Must be safe to call from several threads at once.

@@ -4,7 +4,6 @@
 #include <intel-pt.h>
 
 #include <algorithm>
-#include <atomic>
 #include <cinttypes>
 #include <condition_variable>
 #include <cstdio>
@@ -31,8 +30,8 @@ constexpr uint64_t kNone = std::numeric_limits<uint64_t>::max();
 // The longest run (in chunks) decoded again after failed stitches; beyond it the rest of the
 // trace is decoded serially.
 constexpr size_t kMaxRunChunks = 16;
-// Chunk summaries in a row that did not apply to a sink that said none would
-// (Sink::summaries_apply), after which the rest of the trace is decoded serially.
+// Chunk summaries in a row that failed on their worker or did not apply to a sink that said
+// none would (Sink::summaries_apply), after which the rest of the trace is decoded serially.
 constexpr size_t kMaxUnapplied = 4;
 
 // What one decoder gave, in order, each with the decoder's trace offset at the time.
@@ -367,6 +366,9 @@ class SummaryTap : public Sink {
   bool wants_time() const override { return sink_.wants_time(); }
   bool wants_positions() const override { return true; }
   void OnPosition(uint64_t offset) override { position_ = offset; }
+  // In the chunk's body only its end matters (the head and the tail record every position);
+  // past the tail none.
+  uint64_t position_limit() const override { return body_ ? boundary_ : past_ ? kNone : 0; }
   void OnSync(uint64_t offset) override {
     if (Step([&](Sink& s) { s.OnSync(offset); })) ++counted_.syncs;
   }
@@ -773,7 +775,6 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     return DecodeIntoCanonical(trace.subspan(starts[c], span_end[last] - starts[c]), config, img,
                                rec, ignored, offset_base + starts[c]);
   };
-  std::atomic<int> failed_in_a_row{0};
 
   struct Result {
     bool done = false;
@@ -812,7 +813,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     Result r;
     r.bytes = span_end[c] - starts[c];
     r.records = reuse();
-    if (summaries && failed_in_a_row.load() < 2) r.summary = sink.NewChunkSummary(img);
+    if (summaries) r.summary = sink.NewChunkSummary(img);
     if (r.summary != nullptr) {
       r.tail = reuse();
       const uint64_t boundary = c + 1 < n ? offset_base + starts[c + 1] : kNone;
@@ -829,11 +830,9 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
       r.end = tap.end();
       r.tail_base = tap.tail_base();
       r.counted = tap.counted();
-      if (r.status.ok() && !r.summary->failed()) {
-        failed_in_a_row = 0;
-        return r;
-      }
-      ++failed_in_a_row;
+      // A summary that failed here is given as one that does not apply: its records decoded
+      // again by the merging thread (not recorded here: a chunk's records are some 70 MB).
+      if (r.status.ok()) return r;
       r.summary.reset();
       recycle(std::move(r.tail));
       r.records->Clear();
@@ -888,10 +887,12 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
   totals.trace_bytes += trace.size();
   Replayer replay(sink, totals);
   // Chunk `c`'s summary given to the sink (its records, decoded again, when it does not apply).
-  // After kMaxUnapplied summaries in a row that did not apply to a sink in a state no summary
-  // applies to (Sink::summaries_apply: a call stack deeper than CallStack::kMaxFrames), the rest
-  // of the trace is decoded on this thread (`rest_decoded`): chunks decoded twice cost more than
-  // one thread (stats of a synthesized walk 2,000 M instructions deep, 66 MB: 39.0 CPU s at -j2,
+  // After kMaxUnapplied summaries in a row that failed on their worker (what the chunk held is
+  // not modelled: e.g. a jump with no frame of the chunk's own, common in optimised code with
+  // tail calls) or did not apply to a sink in a state no summary applies to
+  // (Sink::summaries_apply: a call stack deeper than CallStack::kMaxFrames), the rest of the
+  // trace is decoded on this thread (`rest_decoded`): chunks decoded twice cost more than one
+  // thread (stats of a synthesized walk 2,000 M instructions deep, 66 MB: 39.0 CPU s at -j2,
   // every chunk decoded again, against 8.5 s at -j1; now 9.6 s).
   size_t unapplied_in_a_row = 0;
   bool rest_decoded = false;
@@ -900,7 +901,8 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
       ++st.summarised;
       unapplied_in_a_row = 0;
       AddFlowTotals(totals, r.counted);
-    } else if (!sink.summaries_apply() && ++unapplied_in_a_row >= kMaxUnapplied) {
+    } else if ((r.summary->failed() || !sink.summaries_apply()) &&
+               ++unapplied_in_a_row >= kMaxUnapplied) {
       ++st.unsummarised;
       TailSink rest(sink, told_time, replay, r.first);
       DecodeTotals ignored;

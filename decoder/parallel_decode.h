@@ -74,6 +74,8 @@ class CanonicalBlocks : public ForwardingSink {
   uint64_t TakeJoined() { return std::exchange(joined_, 0); }
 
   bool wants_positions() const override { return positions_; }
+  // The inner sink's: a held block's position is the last one told, which stands for it.
+  uint64_t position_limit() const override { return inner().position_limit(); }
   bool takes_walked_blocks() const override { return inner().coarse_block_class(); }
   void OnPosition(uint64_t offset) override;
   void OnBlock(const pt_block& block) override;
@@ -128,8 +130,9 @@ inline constexpr uint64_t kDefaultChunkBytes = uint64_t{32} << 10;
 // The chunk size for a sink that summarises chunks (Sink::NewChunkSummary): a summarised chunk
 // records only the overlaps at its edges, and those (about three PSB periods per chunk, decoded
 // by both chunks' decoders) cost less the longer the chunk: callgrind Ir of `stats -j2` on an
-// emulated recording, 75 M instructions, 4.6 MB of trace: 8.21 G at 32 KiB, 7.48 G at 128 KiB
-// (-j1: 5.48 G). A chunk whose summary fails on its worker is recorded: some 70 MB then.
+// emulated recording, 75 M instructions, 3.7 MB of trace: 8.21 G at 32 KiB, 7.48 G at 128 KiB
+// (-j1: 5.48 G). A summary that fails on its worker is not recorded there (some 70 MB at this
+// size) but decoded again by the merging thread (DecodeInParallel).
 inline constexpr uint64_t kDefaultSummaryChunkBytes = uint64_t{128} << 10;
 
 struct ParallelOptions {

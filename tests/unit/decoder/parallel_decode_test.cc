@@ -330,7 +330,7 @@ TEST_F(SynthParallelTest, SummariesAreMadeFromWalkedBlocks) {
                   : DecodeInParallel(trace_, {}, *serial_image, images, *sink, totals, 0, 1, stats),
         IsOk());
     EXPECT_THAT(sink->Finish(totals), IsOk());
-    std::fclose(out);
+    EXPECT_EQ(std::fclose(out), 0);
     return FastBlockDecoder::WalkedBlocks() - before;
   };
   const uint64_t one = walked(1, nullptr);
@@ -338,6 +338,89 @@ TEST_F(SynthParallelTest, SummariesAreMadeFromWalkedBlocks) {
   ParallelStats stats;
   EXPECT_GE(walked(2, &stats), one);
   EXPECT_GT(stats.summarised, 0u);
+}
+
+// A sink that wants positions is told them before each block while they are past its
+// position_limit(), and only then (the limit is asked again after each block told): what
+// SummaryTap needs in a chunk's body is where the chunk ends. (Events are told theirs always;
+// CanonicalBlocks tells those of the blocks it held and joined.)
+TEST_F(SynthParallelTest, PositionsAreToldPastTheSinksLimit) {
+  class PositionSink : public Sink {
+   public:
+    explicit PositionSink(uint64_t limit) : limit_(limit) {}
+    bool wants_positions() const override { return true; }
+    uint64_t position_limit() const override { return limit_; }
+    void OnPosition(uint64_t offset) override {
+      ++told_;
+      if (offset <= limit_) ++told_within_;
+    }
+    uint64_t told() const { return told_; }
+    uint64_t told_within() const { return told_within_; }
+
+   private:
+    uint64_t limit_;
+    uint64_t told_ = 0, told_within_ = 0;
+  };
+  auto image = Image();
+  auto decode = [&](uint64_t limit, DecodeTotals& totals) {
+    PositionSink sink(limit);
+    EXPECT_THAT(DecodeInto(trace_, {}, *image, sink, totals), IsOk());
+    return std::pair(sink.told(), sink.told_within());
+  };
+  DecodeTotals all_totals;
+  const auto all = decode(0, all_totals);
+  EXPECT_EQ(all.first, all_totals.blocks + all_totals.events);
+  DecodeTotals half_totals;
+  const uint64_t half = trace_.size() / 2;
+  const auto some = decode(half, half_totals);
+  EXPECT_EQ(half_totals.instructions, all_totals.instructions);
+  EXPECT_LE(some.second, half_totals.events);  // within the limit: events only
+  EXPECT_LT(some.first, all.first * 2 / 3);
+  EXPECT_GT(some.first, all.first / 3);
+}
+
+// Summaries that fail on their workers (what a chunk held is not modelled) are not recorded
+// there: each is decoded again by the merging thread, and after four in a row the rest of the
+// trace is decoded there, once. The sink sees what one thread gives it.
+TEST_F(SynthParallelTest, SummariesThatFailOnWorkersLeaveTheRestToOneThread) {
+  class FailingSummaries : public CountSink {
+   public:
+    std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image) override {
+      class Failing : public ChunkSummary {
+       public:
+        Sink& sink() override { return sink_; }
+        void BeginSummary() override {}
+        bool failed() const override { return true; }
+        bool ApplyTo() override { return false; }
+
+       private:
+        CountSink sink_;
+      };
+      return std::make_unique<Failing>();
+    }
+  };
+  auto image = Image();
+  std::vector<std::unique_ptr<ProgramImage>> workers;
+  workers.push_back(Image());
+  workers.push_back(Image());
+  const std::vector<const ProgramImage*> images = {workers[0].get(), workers[1].get()};
+  CountSink serial;
+  DecodeTotals serial_totals;
+  ASSERT_THAT(DecodeIntoCanonical(trace_, {}, *image, serial, serial_totals), IsOk());
+  FailingSummaries sink;
+  DecodeTotals totals;
+  ParallelStats stats;
+  ASSERT_THAT(DecodeInParallel(trace_, {}, *image, images, sink, totals, 0, 1, &stats), IsOk());
+  EXPECT_EQ(sink.instructions(), serial.instructions());
+  EXPECT_EQ(sink.blocks(), serial.blocks());
+  EXPECT_EQ(totals.instructions, serial_totals.instructions);
+  EXPECT_EQ(totals.blocks, serial_totals.blocks);
+  EXPECT_GT(stats.chunks, 50u);
+  EXPECT_EQ(stats.summarised, 0u);
+  EXPECT_EQ(stats.unsummarised, 4u);
+  // Boundaries neither stitched nor decoded again: those of the rest, decoded on one thread.
+  EXPECT_LT(stats.stitched + stats.redecoded + 10, stats.chunks)
+      << stats.stitched << " stitched, " << stats.redecoded << " decoded again";
 }
 
 INSTANTIATE_TEST_SUITE_P(Libxdc, ParallelDecodeTest, ::testing::Values("Unzip", "foo"),
