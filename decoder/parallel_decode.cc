@@ -1038,8 +1038,9 @@ absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
                                                  const ProgramImage& image,
                                                  const ImageLoader& load_image, Sink& sink) {
   const ParallelOptions options = GetParallelOptions();
-  const uint64_t chunk_bytes = ChunkBytesFor(sink, image, options);
-  if (!DecodesInParallel() || trace.size() <= chunk_bytes) {
+  // 0: one thread (ChunkBytesFor makes a summary to ask, which one thread does not need).
+  const uint64_t chunk_bytes = DecodesInParallel() ? ChunkBytesFor(sink, image, options) : 0;
+  if (chunk_bytes == 0 || trace.size() <= chunk_bytes) {
     DecodeTotals totals;
     PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace, config, image, sink, totals));
     PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
