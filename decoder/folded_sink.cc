@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -171,21 +172,7 @@ class FoldedSink : public FlowSink {
     if (const std::string warning = model_.DepthWarning(); !warning.empty()) {
       std::fprintf(stderr, "ptdecode: warning: %s\n", warning.c_str());
     }
-    // Sorted output: every node's path with its own count.
-    std::vector<std::pair<std::string, uint64_t>> lines;
-    std::vector<std::string> names(nodes_.size());
-    for (uint32_t i = 1; i < nodes_.size(); ++i) {
-      const Node& n = nodes_[i];  // parents come before children
-      std::string name = functions_[n.function].name;
-      std::replace(name.begin(), name.end(), ';', ':');
-      names[i] = n.parent == 0 ? name : names[n.parent] + ";" + name;
-      if (n.count != 0) lines.emplace_back(names[i], n.count);
-    }
-    std::sort(lines.begin(), lines.end());
-    for (const auto& [path, count] : lines) {
-      fmt::format_to(out_.it(), "{} {}\n", path, count);
-      out_.MaybeFlush();
-    }
+    WriteLines();
     return out_.Close();
   }
 
@@ -195,6 +182,138 @@ class FoldedSink : public FlowSink {
     uint32_t function;
     uint64_t count;
   };
+  // Writes every node's path with its own count, one line each (none for a count of 0), in the
+  // order of std::sort over (path, count) pairs, in memory O(nodes + the longest line): a path
+  // is never held but the one being written (a recursion 65,536 frames deep has gigabytes of
+  // them). Nodes whose paths are the same string (two functions of one name, e.g. two static
+  // `f`, under one path) are merged into one node of a trie by name, with the counts of all;
+  // a depth-first walk of it writes the paths in order, where a node's items are each child's
+  // own lines (keyed by its name X) and its descendants' (keyed by "X;"), in the order of their
+  // keys as strings: no name holds ';', so no key begins the lines of another key, and
+  // "foo.cold" (as any name in which a byte below ';' follows "foo") comes between "foo" and
+  // "foo;child", as in a sort of the whole paths.
+  void WriteLines() {
+    // The names as written (';' is the separator), one per distinct string.
+    std::vector<uint32_t> name_of(functions_.size());
+    std::vector<std::string> names;
+    {
+      absl::flat_hash_map<std::string, uint32_t> index;
+      for (size_t f = 0; f < functions_.size(); ++f) {
+        std::string name = functions_[f].name;
+        std::replace(name.begin(), name.end(), ';', ':');
+        auto [it, inserted] = index.try_emplace(name, static_cast<uint32_t>(names.size()));
+        if (inserted) names.push_back(std::move(name));
+        name_of[f] = it->second;
+      }
+    }
+    // The rank of each key (2 * name: the name; 2 * name + 1: the name and ';') among all.
+    std::vector<uint32_t> rank(2 * names.size());
+    {
+      std::vector<uint32_t> keys(rank.size());
+      for (uint32_t k = 0; k < keys.size(); ++k) keys[k] = k;
+      auto less = [&](uint32_t a, uint32_t b) {
+        const std::string_view x = names[a / 2], y = names[b / 2];
+        const size_t n = std::min(x.size(), y.size());
+        if (const int c = x.compare(0, n, y.substr(0, n)); c != 0) return c < 0;
+        // One name begins the other: the rest, with ';' after a key that has it.
+        const std::string_view x_rest = x.substr(n), y_rest = y.substr(n);
+        const int xc = !x_rest.empty() ? static_cast<unsigned char>(x_rest[0]) : a % 2 ? ';' : -1;
+        const int yc = !y_rest.empty() ? static_cast<unsigned char>(y_rest[0]) : b % 2 ? ';' : -1;
+        return xc < yc;
+      };
+      std::sort(keys.begin(), keys.end(), less);
+      for (uint32_t r = 0; r < keys.size(); ++r) rank[keys[r]] = r;
+    }
+    // The trie by name: merged[i] is node i's node there (0, the root, for the root).
+    struct NameNode {
+      uint32_t parent;
+      uint32_t name;
+    };
+    std::vector<NameNode> trie = {{0, 0}};
+    std::vector<uint32_t> merged(nodes_.size(), 0);
+    {
+      absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint32_t> index;
+      for (uint32_t i = 1; i < nodes_.size(); ++i) {
+        const Node& n = nodes_[i];  // parents come before children
+        const NameNode key = {merged[n.parent], name_of[n.function]};
+        auto [it, inserted] =
+            index.try_emplace(std::pair(key.parent, key.name), static_cast<uint32_t>(trie.size()));
+        if (inserted) trie.push_back(key);
+        merged[i] = it->second;
+      }
+    }
+    // Each trie node's counts, ascending (equal paths sort by count): counts[first_count[m]..].
+    std::vector<std::pair<uint32_t, uint64_t>> counts;
+    for (uint32_t i = 1; i < nodes_.size(); ++i) {
+      if (nodes_[i].count != 0) counts.emplace_back(merged[i], nodes_[i].count);
+    }
+    merged = {};
+    std::sort(counts.begin(), counts.end());
+    std::vector<uint32_t> first_count(trie.size() + 1, 0);
+    for (const auto& c : counts) ++first_count[c.first + 1];
+    // Each trie node's items, sorted by key: items[first_item[m]..first_item[m + 1]).
+    std::vector<uint32_t> children(trie.size(), 0);
+    for (uint32_t m = 1; m < trie.size(); ++m) ++children[trie[m].parent];
+    std::vector<uint32_t> first_item(trie.size() + 1, 0);
+    for (uint32_t m = 1; m < trie.size(); ++m) {
+      first_item[trie[m].parent + 1] +=
+          (first_count[m + 1] != 0 ? 1 : 0) + (children[m] != 0 ? 1 : 0);
+    }
+    for (size_t m = 1; m < first_count.size(); ++m) first_count[m] += first_count[m - 1];
+    for (size_t m = 1; m < first_item.size(); ++m) first_item[m] += first_item[m - 1];
+    struct Item {
+      uint32_t rank;
+      uint32_t node_kind;  // 2 * trie node, + 1 for its descendants' lines
+    };
+    std::vector<Item> items(first_item.back());
+    {
+      std::vector<uint32_t> next(first_item.begin(), first_item.end() - 1);
+      for (uint32_t m = 1; m < trie.size(); ++m) {
+        const uint32_t key = 2 * trie[m].name;
+        if (first_count[m + 1] != first_count[m]) {
+          items[next[trie[m].parent]++] = {rank[key], 2 * m};
+        }
+        if (children[m] != 0) items[next[trie[m].parent]++] = {rank[key + 1], 2 * m + 1};
+      }
+    }
+    children = {};
+    rank = {};
+    for (uint32_t m = 0; m < trie.size(); ++m) {
+      std::sort(items.begin() + first_item[m], items.begin() + first_item[m + 1],
+                [](const Item& a, const Item& b) { return a.rank < b.rank; });
+    }
+    // The walk, without recursion (paths are 65,536 frames deep): one level per frame of the
+    // path, with the path's length before it.
+    struct Level {
+      uint32_t next, end;
+      size_t path_size;
+    };
+    std::vector<Level> levels = {{first_item[0], first_item[1], 0}};
+    std::string path;
+    while (!levels.empty()) {
+      Level& level = levels.back();
+      if (level.next == level.end) {
+        path.resize(level.path_size);
+        levels.pop_back();
+        continue;
+      }
+      const uint32_t m = items[level.next].node_kind / 2;
+      const bool descendants = items[level.next].node_kind % 2 != 0;
+      ++level.next;
+      const size_t size = path.size();
+      if (levels.size() > 1) path += ';';
+      path += names[trie[m].name];
+      if (descendants) {
+        levels.push_back({first_item[m], first_item[m + 1], size});
+        continue;
+      }
+      for (uint32_t c = first_count[m]; c < first_count[m + 1]; ++c) {
+        fmt::format_to(out_.it(), "{} {}\n", path, counts[c].second);
+        out_.MaybeFlush();
+      }
+      path.resize(size);
+    }
+  }
   uint32_t Child(uint32_t parent, uint32_t function) {
     auto [it, inserted] = children_.try_emplace({parent, function}, 0);
     if (inserted) {
