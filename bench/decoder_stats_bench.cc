@@ -116,12 +116,15 @@ int Register() {
       {"stats_libipt", kStats, BlockDecoderImpl::kLibipt},
       {"stats_fast_libipt_packets", kStats, BlockDecoderImpl::kFastLibiptPackets},
       {"stats_fast_blocks", kStats, BlockDecoderImpl::kFastNoWalk},
+      {"stats_fast_no_runs", kStats, BlockDecoderImpl::kFastNoRuns},
       {"stats_fast", kStats, BlockDecoderImpl::kFast},
       {"folded_libipt", kFolded, BlockDecoderImpl::kLibipt},
       {"folded_fast_blocks", kFolded, BlockDecoderImpl::kFastNoWalk},
+      {"folded_fast_no_runs", kFolded, BlockDecoderImpl::kFastNoRuns},
       {"folded_fast", kFolded, BlockDecoderImpl::kFast},
       {"calls_libipt", kCalls, BlockDecoderImpl::kLibipt},
       {"calls_fast_blocks", kCalls, BlockDecoderImpl::kFastNoWalk},
+      {"calls_fast_no_runs", kCalls, BlockDecoderImpl::kFastNoRuns},
       {"calls_fast", kCalls, BlockDecoderImpl::kFast},
   };
   for (const char* trace : {"Unzip", "foo"}) {

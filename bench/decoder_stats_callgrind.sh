@@ -2,7 +2,8 @@
 # Instruction counts (callgrind) of decoder_stats_bench's measurements, one iteration each, side
 # by side: the bare libipt block-decoder loop and ptdecode's stats/folded/calls through libipt,
 # through the fast decoder over libipt's query decoder, through the fast decoder with its own
-# packet loop without its walk (fast_blocks) and with it (fast). Counts are stable where wall
+# packet loop without its walk (fast_blocks), walking one block at a time (fast_no_runs) and
+# with runs of walked blocks (fast). Counts are stable where wall
 # time on a shared machine is not; the ratio to the bare loop is issue 16's target (stats >= 5x).
 #
 #   bench/decoder_stats_callgrind.sh BUILD_DIR [COPIES [TRACES [VARIANTS]]]
@@ -12,8 +13,9 @@ set -eu
 build=${1:?usage: $0 BUILD_DIR [COPIES]}
 copies=${2:-64}
 traces=${3:-Unzip foo}
-variants=${4:-bare_libipt_loop stats_libipt stats_fast_libipt_packets stats_fast_blocks stats_fast \
-folded_libipt folded_fast_blocks folded_fast calls_libipt calls_fast_blocks calls_fast}
+variants=${4:-bare_libipt_loop stats_libipt stats_fast_libipt_packets stats_fast_blocks \
+stats_fast_no_runs stats_fast folded_libipt folded_fast_blocks folded_fast_no_runs folded_fast \
+calls_libipt calls_fast_blocks calls_fast_no_runs calls_fast}
 bench=$build/bench/decoder_stats_bench
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT

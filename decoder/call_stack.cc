@@ -78,7 +78,8 @@ __attribute__((noinline)) void CallStack::Place(uint32_t f, uint64_t ip, bool ju
 }
 
 template <bool kFacts>
-[[gnu::always_inline]] inline void CallStack::Step(const pt_block& block, Facts facts) {
+[[gnu::always_inline]] inline void CallStack::Step(const pt_block& block, Facts facts,
+                                                   uint64_t ninsn) {
   const bool jumped = flowing_;
   if (pending_call_ || pending_return_) Arrive<kFacts>(block, facts);
   const uint32_t f = !kFacts          ? FunctionAt(block.ip)
@@ -102,7 +103,7 @@ template <bool kFacts>
   } else {
     // Touch's own check inline: most blocks run in a function changed in this epoch already.
     if (chunk_ && epoch_of_[f] != epoch_) Touch(f);
-    Count(f, block.ninsn);
+    Count(f, ninsn);
   }
   if (block.iclass == ptic_call) {
     pending_call_ = true;
@@ -123,7 +124,7 @@ template <bool kFacts>
 
 // Out of line: OnWholeBlock's hot path stays small.
 __attribute__((noinline)) void CallStack::OnBlock(const pt_block& block) {
-  Step<false>(block, Facts{});
+  Step<false>(block, Facts{}, block.ninsn);
 }
 
 void CallStack::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
@@ -132,8 +133,36 @@ void CallStack::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
   }
   if (memo.value == 0) return OnBlock(block);
   const auto high = static_cast<uint32_t>(memo.value >> 32);
-  Step<true>(block, Facts{high, static_cast<uint8_t>(memo.value >> 8), (memo.value & 2) != 0,
-                          static_cast<int>(high)});
+  Step<true>(block,
+             Facts{high, static_cast<uint8_t>(memo.value >> 8), (memo.value & 2) != 0,
+                   static_cast<int>(high)},
+             block.ninsn);
+}
+
+// After the run's first block, each block is in the function of the one before (Step places
+// nothing), in a frame (the first one placed it) that no call or return changes, and Count adds
+// up: the run's Step is its first block's with all its instructions. A memo named by the stack
+// (Unnamed) is left to each block's step.
+void CallStack::OnWholeRun(const WalkedRun& run) {
+  BlockMemo& memo = *run.memo;
+  if (memo.owner != memo_owner_ || memo.context != image_) {
+    uint64_t value = 0;
+    for (size_t i = 0; i < run.blocks.size(); ++i) {
+      BlockMemo& m = *run.memos[i];
+      if (m.owner != memo_owner_ || m.context != image_) {
+        m = {memo_owner_, image_, MemoOf(run.blocks[i])};
+      }
+      if (i == 0) value = m.value;
+      if (m.value != value || (value & 2) != 0) value = 0;
+    }
+    memo = {memo_owner_, image_, value};
+  }
+  if (memo.value == 0) {
+    for (size_t i = 0; i < run.blocks.size(); ++i) OnWholeBlock(run.blocks[i], *run.memos[i]);
+    return;
+  }
+  const auto high = static_cast<uint32_t>(memo.value >> 32);
+  Step<true>(run.blocks[0], Facts{high, 0, false, static_cast<int>(high)}, run.ninsn);
 }
 
 void CallStack::OnEvent(const pt_event& event) {

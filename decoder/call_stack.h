@@ -100,6 +100,10 @@ class CallStack {
   // code (the function it runs in, that it stays in it, its call's length) kept in `memo` when
   // its first instruction has a symbol and its last one the same.
   void OnWholeBlock(const pt_block& block, BlockMemo& memo);
+  // Walked blocks in a run (Sink::OnWholeRun): OnWholeBlock of each; in one step when each
+  // block's memo names the same function, from its first instruction to its last (`run.memo`
+  // keeps whether they do).
+  void OnWholeRun(const WalkedRun& run);
   void OnEvent(const pt_event& event);
   // The decoder's time (TSC units); frames pushed from now on carry it.
   void OnTime(uint64_t tsc) {
@@ -199,9 +203,10 @@ class CallStack {
     bool by_stack = false;
     int file = -1;
   };
-  // OnBlock, with `facts` when kFacts (else looked up).
+  // OnBlock, with `facts` when kFacts (else looked up); `ninsn`: block.ninsn, or (kFacts) the
+  // instructions of a run of blocks in the function of `facts`, of which `block` is the first.
   template <bool kFacts>
-  void Step(const pt_block& block, Facts facts);
+  void Step(const pt_block& block, Facts facts, uint64_t ninsn);
   template <bool kFacts>
   void Arrive(const pt_block& block, Facts facts);
   void Place(uint32_t f, uint64_t ip, bool jumped);

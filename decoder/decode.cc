@@ -87,6 +87,8 @@ class ProgressWatch {
     insns_ += insns;
     return insns_ <= bound_;
   }
+  // How many more Add may take at the last offset and stay within the bound.
+  uint64_t room() const { return insns_ <= bound_ ? bound_ - insns_ : 0; }
 
  private:
   const uint64_t bound_ = insns_without_progress.load(std::memory_order_relaxed);
@@ -236,7 +238,10 @@ class LibiptBlockDecoder {
   int SyncForward() { return pt_blk_sync_forward(dec_); }
   int Next(pt_block* block) { return pt_blk_next(dec_, block, sizeof(*block)); }
   bool walked() const { return false; }
-  BlockMemo& memo() { return memo_; }  // never walked: unused
+  BlockMemo& memo() { return memo_; }               // never walked: unused
+  const WalkedRun* run() const { return nullptr; }  // never a run
+  void set_run_room(uint64_t) {}
+  uint64_t run_offset() const { return 0; }
   int Event(pt_event* event) { return pt_blk_event(dec_, event, sizeof(*event)); }
   int Time(uint64_t* tsc) const { return pt_blk_time(dec_, tsc, nullptr, nullptr); }
   int GetOffset(uint64_t* offset) const { return pt_blk_get_offset(dec_, offset); }
@@ -288,8 +293,10 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
         int status = dec.Next(&block);
         // Even on error, some instructions may have been decoded.
         if (block.ninsn != 0) {
-          totals.instructions += block.ninsn;
-          ++totals.blocks;
+          const WalkedRun* run = dec.walked() ? dec.run() : nullptr;
+          const uint64_t ninsn = run != nullptr ? run->ninsn : block.ninsn;
+          totals.instructions += ninsn;
+          totals.blocks += run != nullptr ? run->blocks.size() : 1;
           bool told = false;
           if (positions) {
             const uint64_t at = offset_base + OffsetOf(dec);
@@ -298,7 +305,9 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
               told = true;
             }
           }
-          if (dec.walked()) {
+          if (run != nullptr) {
+            sink.OnWholeRun(*run);
+          } else if (dec.walked()) {
             sink.OnWholeBlock(block, dec.memo());
           } else {
             sink.OnBlock(block);
@@ -308,7 +317,12 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
             progress = kBlocksPerProgress;
             sink.OnProgress(offset_base + OffsetOf(dec));
           }
-          if (status >= 0 && !watch.Add(OffsetOf(dec), block.ninsn)) status = -kErrorLoop;
+          if (status >= 0) {
+            // A run's blocks but the last ran at the offset before it (within the room given).
+            if (run != nullptr) watch.Add(dec.run_offset(), ninsn - block.ninsn);
+            if (!watch.Add(OffsetOf(dec), block.ninsn)) status = -kErrorLoop;
+            dec.set_run_room(watch.room());
+          }
         }
         if (status >= 0) time.Check();
         return status;
@@ -533,8 +547,9 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
     if (fast.blocks) {
       std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);
       if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
-      dec->SetWalk(impl == BlockDecoderImpl::kFast && fast.packets && fast.walk &&
-                   sink.takes_walked_blocks());
+      dec->SetWalk((impl == BlockDecoderImpl::kFast || impl == BlockDecoderImpl::kFastNoRuns) &&
+                   fast.packets && fast.walk && sink.takes_walked_blocks());
+      dec->SetRuns(impl == BlockDecoderImpl::kFast && !sink.wants_positions());
       return BlockLoop(*dec, image, sink, totals, offset_base, switcher);
     }
     return RunWithStack(kBlockLoopStack, [&]() -> absl::Status {

@@ -39,6 +39,9 @@ enum class BlockDecoderImpl {
   // kFast without the walk of canonical blocks (FastBlockDecoder::SetWalk), which kFast takes
   // for the sinks that allow it (Sink::takes_walked_blocks): for tests and benchmarks.
   kFastNoWalk,
+  // kFast walking one block at a time, without runs of walked blocks (FastBlockDecoder::
+  // SetRuns): for tests and benchmarks.
+  kFastNoRuns,
 };
 // Sets the block decoder for every later DecodeInto (process-wide; `ptdecode --decoder`).
 void SetBlockDecoderImpl(BlockDecoderImpl impl);
@@ -137,6 +140,19 @@ struct BlockMemo {
 // A BlockMemo::owner no other caller gets.
 uint64_t NewBlockMemoOwner();
 
+// A run of walked blocks given in one step (Sink::OnWholeRun): blocks that each end in a
+// conditional branch, the branches' answers taken from one TNT packet at once, from a memo the
+// block decoder keeps of (block, the next answers) -> the blocks they lead through. Nothing
+// happens between them: no event, no time, no change of trace position.
+struct WalkedRun {
+  std::span<const pt_block> blocks;   // in order; two or more, each with ninsn > 0
+  std::span<BlockMemo* const> memos;  // each block's memo (OnWholeBlock's)
+  uint64_t ninsn = 0;                 // the blocks' instructions
+  // What a sink derives from the whole run, as BlockMemo is for a block: the same for every
+  // step of the same run while the decoder keeps it (it may forget it: filled again then).
+  BlockMemo* memo = nullptr;
+};
+
 // Receives the decoded flow in trace order.
 class Sink {
  public:
@@ -184,6 +200,11 @@ class Sink {
   // it; CanonicalBlocks passes it on without holding it. `memo` is the same for every walk of
   // the same block (BlockMemo).
   virtual void OnWholeBlock(const pt_block& block, BlockMemo& memo) { OnBlock(block); }
+  // Walked blocks in a run (WalkedRun), each as OnWholeBlock would get it (the default gives
+  // them so), where nothing comes between them. Only for a sink without wants_positions.
+  virtual void OnWholeRun(const WalkedRun& run) {
+    for (size_t i = 0; i < run.blocks.size(); ++i) OnWholeBlock(run.blocks[i], *run.memos[i]);
+  }
   // The sink a whole block given to this one reaches unchanged: this one, or, for a layer that
   // passes blocks on as they are (and nothing else on a block), its inner sink's. CanonicalBlocks
   // gives walked blocks straight to its inner sink's. Must not change while a decode runs.

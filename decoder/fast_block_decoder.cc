@@ -134,6 +134,7 @@ int NextIp(uint64_t* pip, const Insn& insn) {
 bool Never(const auto&) { return false; }
 
 std::atomic<uint64_t> fast_block_walked_total{0};  // FastBlockDecoder::WalkedBlocks
+std::atomic<uint64_t> fast_block_runs_total{0};    // FastBlockDecoder::WalkedRuns
 bool ChangesCr3(const auto& insn) { return insn.changes_cr3; }
 
 }  // namespace
@@ -250,11 +251,16 @@ FastBlockDecoder::FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt,
 
 FastBlockDecoder::~FastBlockDecoder() {
   fast_block_walked_total.fetch_add(walked_, std::memory_order_relaxed);
+  fast_block_runs_total.fetch_add(runs_given_, std::memory_order_relaxed);
   pt_qry_free_decoder(qry_);
 }
 
 uint64_t FastBlockDecoder::WalkedBlocks() {
   return fast_block_walked_total.load(std::memory_order_relaxed);
+}
+
+uint64_t FastBlockDecoder::WalkedRuns() {
+  return fast_block_runs_total.load(std::memory_order_relaxed);
 }
 
 void FastBlockDecoder::SetImage(const ProgramImage& image) {
@@ -1145,12 +1151,78 @@ FastBlockDecoder::Node* FastBlockDecoder::NodeAt(uint64_t ip, pt_exec_mode mode)
   return ProceedTrailingEvent();
 }
 
+// The run from `node` that the answers in `key` (bits of them) lead through: blocks ending in
+// conditional branches, linked as Next links them.
+void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) {
+  run.node = &node;
+  run.key = key;
+  run.blocks = 0;
+  run.ninsn = 0;
+  run.memo = {};
+  Node* n = &node;
+  for (int i = 0; i < bits; ++i) {
+    if (n->ninsn == 0 || !n->query || n->last.iclass != ptic_cond_jump || n->mode != node.mode) {
+      break;
+    }
+    pt_block& b = run.block[i];
+    std::memset(&b, 0, sizeof(b));
+    b.ip = n->ip;
+    b.mode = n->mode;
+    b.ninsn = static_cast<uint16_t>(n->ninsn);
+    b.end_ip = n->last.ip;
+    b.iclass = n->iclass;
+    b.isid = n->isid;
+    run.memos[i] = &n->memo;
+    run.ninsn += n->ninsn;
+    run.last = n;
+    ++run.blocks;
+    if (i + 1 == bits) break;
+    const bool taken = ((key >> (bits - 1 - i)) & 1) != 0;
+    const uint64_t to =
+        n->last.ip + n->last.size +
+        (taken ? static_cast<uint64_t>(static_cast<int64_t>(n->last.displacement)) : 0);
+    // A link is a hint (Next checks it): an event after the branch (an interrupt, tracing
+    // disabled and enabled elsewhere) may have moved the IP before the next node was linked.
+    Node*& link = n->next[taken ? 1 : 0];
+    if (link == nullptr || link->ip != to || link->mode != n->mode) link = NodeAt(to, n->mode);
+    n = link;
+  }
+}
+
+// Walk, or a run of walks (SetRuns) ending in `node`'s run's last block.
+int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
+  const int left = packets_->TntLeft();
+  if (left < 2) return Walk(node, block);
+  const int bits = std::min(left, kRunBits);
+  const auto key = static_cast<uint32_t>((uint64_t{1} << bits) | packets_->PeekTnt(bits));
+  if (!graph_->tnt_runs) graph_->tnt_runs = std::make_unique<TntRun[]>(kTntRunSlots);
+  TntRun& run =
+      graph_
+          ->tnt_runs[((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots];
+  if (run.node != &node || run.key != key) MakeRun(run, node, key, bits);
+  if (run.blocks < 2 || run.ninsn - run.last->ninsn > run_room_) return Walk(node, block);
+  packets_->GetOffset(&run_offset_);
+  // The answers of all but the last block at once; the last one's as Walk takes it.
+  packets_->SkipTnt(static_cast<int>(run.blocks) - 1);
+  walked_ += run.blocks - 1;
+  ++runs_given_;
+  run_.blocks = std::span<const pt_block>(run.block, run.blocks);
+  run_.memos = std::span<BlockMemo* const>(run.memos, run.blocks);
+  run_.ninsn = run.ninsn;
+  run_.memo = &run.memo;
+  run_given_ = true;
+  ip_ = run.last->ip;
+  block->ip = ip_;
+  return Walk(*run.last, block);
+}
+
 int FastBlockDecoder::Next(pt_block* block) {
   std::memset(block, 0, sizeof(*block));
   block->ip = ip_;
   block->mode = mode_;
   if (!walk_) return Proceed(block);
   walked_last_ = false;
+  run_given_ = false;
   if (walk_ready_ && enabled_ && !process_event_ && !(status_ & pts_event_pending)) {
     Node* node = walk_next_;
     if (node == nullptr || node->ip != ip_ || node->mode != mode_) {
@@ -1168,6 +1240,9 @@ int FastBlockDecoder::Next(pt_block* block) {
     }
     if (node->ninsn != 0) {
       walked_last_ = true;
+      if (runs_ && node->query && node->last.iclass == ptic_cond_jump) {
+        return WalkRun(*node, block);
+      }
       return Walk(*node, block);
     }
   }

@@ -92,8 +92,31 @@ class FastBlockDecoder {
   // 2^20 instructions may end that run one libipt block (up to 65,535 instructions) earlier
   // or later than libipt's decode does.
   void SetWalk(bool on) { walk_ = on && end_on_call_ && !end_on_jump_; }
+  // With `on` (and the walk on), Next may give a run of walked blocks in one step (run()): from
+  // a block that ends in a conditional branch whose answer is in the TNT packet being read, as
+  // many blocks ending in conditional branches as that packet's next answers (up to
+  // kRunBits) lead through, looked up in a memo of (node, those answers) made once. The same
+  // blocks, decoder state and sink output as walking them one by one; not for a sink that is
+  // told positions (its positions would be told once for the run). Only while the
+  // instructions of the run's blocks but the last fit in the room set_run_room gives: the
+  // decode loop's bound of work without trace progress (kErrorLoop) then trips where it does
+  // block by block.
+  void SetRuns(bool on) { runs_ = on && walk_; }
+  static constexpr int kRunBits = 8;
+  // After a walked Next: the run it gave, of which the block it filled is the last; null when
+  // it gave one block.
+  const WalkedRun* run() const { return run_given_ ? &run_ : nullptr; }
+  // The instructions the decode loop may still take without trace progress (see SetRuns) at
+  // the trace offset of its last check: a run's blocks but the last are given only within it.
+  void set_run_room(uint64_t insns) { run_room_ = insns; }
+  // After run(): the trace offset at which the run's blocks but the last ran (the last one's
+  // branch may have read further, as the same block walked alone would: for the decode loop's
+  // bound, which counts instructions per offset).
+  uint64_t run_offset() const { return run_offset_; }
   // Blocks given by the walk since the process started (all decoders; for tests).
   static uint64_t WalkedBlocks();
+  // Runs given (SetRuns) since the process started (all decoders; for tests).
+  static uint64_t WalkedRuns();
   // Whether the last Next walked its block (Sink::OnWholeBlock).
   bool walked() const { return walked_last_; }
   // The memo of the node the last walked block came from (after walked() said yes).
@@ -167,6 +190,19 @@ class FastBlockDecoder {
     Node* next[2] = {nullptr, nullptr};
     BlockMemo memo;  // the sink's (memo())
   };
+  // A run (SetRuns): from `node`, the answers in `key` (1 << bits | the answers, the first in
+  // bit bits - 1) lead through `blocks` blocks, each ending in a conditional branch.
+  struct TntRun {
+    const Node* node = nullptr;  // null: an empty slot
+    uint32_t key = 0;
+    uint32_t blocks = 0;   // the answers the run takes (fewer than 2: no run from there)
+    Node* last = nullptr;  // the last block's node
+    uint64_t ninsn = 0;
+    pt_block block[kRunBits];
+    BlockMemo* memos[kRunBits];
+    BlockMemo memo;  // WalkedRun::memo
+  };
+  static constexpr size_t kTntRunSlots = 2048;
   // Trivial, so that the slots are made zeroed in one memset (an empty slot: run null).
   struct RunSlot {
     uint64_t ip;
@@ -192,6 +228,9 @@ class FastBlockDecoder {
       Node* node;
     };
     std::unique_ptr<NodeSlot[]> node_slots;
+    // SetRuns' memo: a direct-mapped cache of runs by (first node, next answers), made on first
+    // use; a run that loses its slot is made again when it comes back.
+    std::unique_ptr<TntRun[]> tnt_runs;
   };
   // libipt's block cache entry (pt_bcache_entry), with its bit-field widths: how many
   // instructions (8 bits) and how far (16 bits) to the next decision point, and what is there.
@@ -272,6 +311,8 @@ class FastBlockDecoder {
   int Proceed(pt_block* block);
   Node* NodeAt(uint64_t ip, pt_exec_mode mode);
   int Walk(Node& node, pt_block* block);
+  int WalkRun(Node& node, pt_block* block);
+  void MakeRun(TntRun& run, Node& node, uint32_t key, int bits);
   int HandleSkd022(pt_event* ev);
   void LogCall(const Insn& insn);
 
@@ -296,6 +337,12 @@ class FastBlockDecoder {
   uint64_t walked_ = 0;  // blocks walked, added to WalkedBlocks() at the end
   bool walked_last_ = false;
   Node* walked_node_ = nullptr;  // the last walked block's
+  bool runs_ = false;            // SetRuns
+  bool run_given_ = false;       // the last Next gave run_
+  uint64_t run_room_ = 0;        // set_run_room
+  uint64_t run_offset_ = 0;      // run_offset
+  uint64_t runs_given_ = 0;      // added to WalkedRuns() at the end
+  WalkedRun run_;
 
   // pt_block_decoder's state.
   pt_exec_mode mode_ = ptem_unknown;

@@ -35,6 +35,7 @@ class FlowSink : public Sink, public CallStackListener {
   void OnWholeBlock(const pt_block& block, BlockMemo& memo) override {
     model_.OnWholeBlock(block, memo);
   }
+  void OnWholeRun(const WalkedRun& run) override { model_.OnWholeRun(run); }
   void OnEvent(const pt_event& event) override { model_.OnEvent(event); }
   // Decoding resumes at the next PSB with an unknown call context.
   void OnError(const DecodeError& error) override { model_.Reset(); }

@@ -604,6 +604,11 @@ void CanonicalBlocks::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
   whole_->OnWholeBlock(block, memo);
 }
 
+void CanonicalBlocks::OnWholeRun(const WalkedRun& run) {
+  if (held_) Flush();  // as OnWholeBlock
+  whole_->OnWholeRun(run);
+}
+
 void CanonicalBlocks::OnPosition(uint64_t offset) {
   position_ = offset;
   if (!held_ && positions_) inner().OnPosition(offset);

@@ -80,6 +80,7 @@ class CanonicalBlocks : public ForwardingSink {
   void OnPosition(uint64_t offset) override;
   void OnBlock(const pt_block& block) override;
   void OnWholeBlock(const pt_block& block, BlockMemo& memo) override;
+  void OnWholeRun(const WalkedRun& run) override;
   void OnTime(uint64_t tsc) override;
   void OnStream(const StreamInfo& stream) override;
   void OnLoss(const LossInfo& loss) override;

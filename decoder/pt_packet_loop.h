@@ -63,6 +63,15 @@ class PacketLoop {
     if (tnt_index_ != 0) return 0;  // pt_qry_status_flags: nothing before the cache is empty
     return StatusFlags();
   }
+  // The conditional-branch answers cached from the last TNT packet and not yet given (0-47).
+  int TntLeft() const { return tnt_index_ == 0 ? 0 : 64 - __builtin_clzll(tnt_index_); }
+  // The next `n` of them (1 <= n <= TntLeft()), the first in bit n - 1 (1: taken).
+  uint64_t PeekTnt(int n) const {
+    return (tnt_bits_ >> (TntLeft() - n)) & ((uint64_t{1} << n) - 1);
+  }
+  // Gives the next `n` (n < TntLeft()) at once, as `n` CondBranch calls would (each returns 0
+  // while answers are left).
+  void SkipTnt(int n) { tnt_index_ >>= n; }
   int IndirectBranch(uint64_t* ip);
   int Event(pt_event* event);
   int Time(uint64_t* tsc) const {

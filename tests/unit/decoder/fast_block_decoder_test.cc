@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
+#include "decoder/decode_bounds.h"
 #include "decoder/parallel_decode.h"
 #include "decoder/raw_input.h"
 #include "decoder/sinks.h"
@@ -205,6 +206,7 @@ void ExpectWalkSame(const Runner& run, bool timed, uint64_t min_walked = 1) {
   const uint64_t after = FastBlockDecoder::WalkedBlocks();
   const std::vector<std::string> stepped = Outputs(BlockDecoderImpl::kFastNoWalk, run, timed);
   EXPECT_EQ(FastBlockDecoder::WalkedBlocks(), after);  // kFastNoWalk does not walk
+  const std::vector<std::string> no_runs = Outputs(BlockDecoderImpl::kFastNoRuns, run, timed);
   ASSERT_EQ(libipt.size(), walked.size());
   EXPECT_FALSE(libipt[0].empty());  // stats
   for (size_t i = 0; i < libipt.size(); ++i) {
@@ -212,6 +214,7 @@ void ExpectWalkSame(const Runner& run, bool timed, uint64_t min_walked = 1) {
                               "folded by time)"));
     EXPECT_EQ(libipt[i], walked[i]);
     EXPECT_EQ(libipt[i], stepped[i]);
+    EXPECT_EQ(libipt[i], no_runs[i]);
   }
 }
 
@@ -325,6 +328,52 @@ TEST(FastBlockDecoderTest, WalkSameAsLibiptOnRandomSynthesizedTraces) {
                    }),
                    timed);
   }
+}
+
+// Runs of walked blocks (FastBlockDecoder::SetRuns: the answers of a TNT packet taken several
+// at once from a memo) give what libipt gives, block by block: the synthesizer's walks of a
+// program with loops, in TNT-64 and TNT-8 packets, with and without return compression. And
+// where the bound of work without trace progress (kErrorLoop) trips inside a TNT packet's
+// answers, a run does not go past the block that trips it: the walk one block at a time gives
+// the same outputs (libipt's blocks are finer there, see FastBlockDecoder::SetWalk).
+TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
+  auto synth = swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/sorts_O2_pie");
+  ASSERT_THAT(synth, IsOk());
+  const DecodeBounds bounds = GetDecodeBounds();
+  uint64_t bounded_runs = 0;
+  for (int variant = 0; variant < 4; ++variant) {
+    SCOPED_TRACE(absl::StrCat("variant ", variant));
+    swpt::SynthOptions options;
+    options.max_insns = 20000;
+    options.seed = 11 + variant;
+    options.pt.max_tnt_bits = variant % 2 == 0 ? 47 : 6;
+    options.pt.ret_compression = variant != 3;
+    auto r = synth->Walk(options);
+    ASSERT_THAT(r, IsOk());
+    ExpectCovered(r->pt, {});
+    const std::string path =
+        ::testing::TempDir() + "/fast_block_decoder_runs_" + std::to_string(getpid()) + ".pt";
+    ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
+    const Runner run = [&](const MakeSink& make) {
+      auto image = ProgramImage::Create();
+      ASSERT_THAT(image, IsOk());
+      ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
+    };
+    uint64_t before = FastBlockDecoder::WalkedRuns();
+    ExpectWalkSame(run, /*timed=*/false, /*min_walked=*/1000);
+    EXPECT_GE(FastBlockDecoder::WalkedRuns() - before, 500u);  // the runs took part
+    for (uint64_t bound : {40, 75, 130, 300}) {
+      SCOPED_TRACE(absl::StrCat("kErrorLoop past ", bound, " instructions"));
+      SetDecodeBounds({.insns_without_progress = bound});
+      before = FastBlockDecoder::WalkedRuns();
+      const std::vector<std::string> runs = Outputs(BlockDecoderImpl::kFast, run, false);
+      bounded_runs += FastBlockDecoder::WalkedRuns() - before;
+      EXPECT_EQ(runs, Outputs(BlockDecoderImpl::kFastNoRuns, run, false));
+      SetDecodeBounds(bounds);
+    }
+    unlink(path.c_str());
+  }
+  EXPECT_GT(bounded_runs, 1000u);  // runs took part where the bound trips
 }
 
 // Hand-made traces over callstack_tail (hand_pt.h, call_stack_test.cc), one after another
