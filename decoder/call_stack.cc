@@ -158,7 +158,9 @@ void CallStack::OnWholeRun(const WalkedRun& run) {
     memo = {memo_owner_, image_, value};
   }
   if (memo.value == 0) {
-    for (size_t i = 0; i < run.blocks.size(); ++i) OnWholeBlock(run.blocks[i], *run.memos[i]);
+    for (uint32_t r = 0; r < run.repeat; ++r) {
+      for (size_t i = 0; i < run.blocks.size(); ++i) OnWholeBlock(run.blocks[i], *run.memos[i]);
+    }
     return;
   }
   const auto high = static_cast<uint32_t>(memo.value >> 32);

@@ -296,7 +296,7 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
           const WalkedRun* run = dec.walked() ? dec.run() : nullptr;
           const uint64_t ninsn = run != nullptr ? run->ninsn : block.ninsn;
           totals.instructions += ninsn;
-          totals.blocks += run != nullptr ? run->blocks.size() : 1;
+          totals.blocks += run != nullptr ? run->blocks.size() * run->repeat : 1;
           bool told = false;
           if (positions) {
             const uint64_t at = offset_base + OffsetOf(dec);

@@ -147,7 +147,9 @@ uint64_t NewBlockMemoOwner();
 struct WalkedRun {
   std::span<const pt_block> blocks;   // in order; two or more, each with ninsn > 0
   std::span<BlockMemo* const> memos;  // each block's memo (OnWholeBlock's)
-  uint64_t ninsn = 0;                 // the blocks' instructions
+  // The blocks come this many times over, one after another (a loop whose answers repeat).
+  uint32_t repeat = 1;
+  uint64_t ninsn = 0;  // the instructions of all of them, repeats included
   // What a sink derives from the whole run, as BlockMemo is for a block: the same for every
   // step of the same run while the decoder keeps it (it may forget it: filled again then).
   BlockMemo* memo = nullptr;
@@ -203,7 +205,9 @@ class Sink {
   // Walked blocks in a run (WalkedRun), each as OnWholeBlock would get it (the default gives
   // them so), where nothing comes between them. Only for a sink without wants_positions.
   virtual void OnWholeRun(const WalkedRun& run) {
-    for (size_t i = 0; i < run.blocks.size(); ++i) OnWholeBlock(run.blocks[i], *run.memos[i]);
+    for (uint32_t r = 0; r < run.repeat; ++r) {
+      for (size_t i = 0; i < run.blocks.size(); ++i) OnWholeBlock(run.blocks[i], *run.memos[i]);
+    }
   }
   // The sink a whole block given to this one reaches unchanged: this one, or, for a layer that
   // passes blocks on as they are (and nothing else on a block), its inner sink's. CanonicalBlocks

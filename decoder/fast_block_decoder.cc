@@ -1201,14 +1201,32 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
           ->tnt_runs[((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots];
   if (run.node != &node || run.key != key) MakeRun(run, node, key, bits);
   if (run.blocks < 2 || run.ninsn - run.last->ninsn > run_room_) return Walk(node, block);
+  // A loop: the run took every answer of its key and its last branch goes back to `node`: while
+  // the next answers are the key's again, the same run again.
+  uint32_t repeat = 1;
+  if (static_cast<int>(run.blocks) == bits) {
+    const Insn& last = run.last->last;
+    const uint64_t back =
+        last.ip + last.size +
+        ((key & 1) != 0 ? static_cast<uint64_t>(static_cast<int64_t>(last.displacement)) : 0);
+    if (back == node.ip && run.last->mode == node.mode) {
+      const uint64_t answers = key & ((uint32_t{1} << bits) - 1);
+      while ((repeat + 1) * static_cast<uint32_t>(bits) <= static_cast<uint32_t>(left) &&
+             packets_->PeekTnt(bits, static_cast<int>(repeat) * bits) == answers &&
+             (repeat + 1) * run.ninsn - run.last->ninsn <= run_room_) {
+        ++repeat;
+      }
+    }
+  }
   packets_->GetOffset(&run_offset_);
   // The answers of all but the last block at once; the last one's as Walk takes it.
-  packets_->SkipTnt(static_cast<int>(run.blocks) - 1);
-  walked_ += run.blocks - 1;
+  packets_->SkipTnt(static_cast<int>(run.blocks * repeat) - 1);
+  walked_ += run.blocks * repeat - 1;
   ++runs_given_;
   run_.blocks = std::span<const pt_block>(run.block, run.blocks);
   run_.memos = std::span<BlockMemo* const>(run.memos, run.blocks);
-  run_.ninsn = run.ninsn;
+  run_.repeat = repeat;
+  run_.ninsn = run.ninsn * repeat;
   run_.memo = &run.memo;
   run_given_ = true;
   ip_ = run.last->ip;

@@ -65,9 +65,10 @@ class PacketLoop {
   }
   // The conditional-branch answers cached from the last TNT packet and not yet given (0-47).
   int TntLeft() const { return tnt_index_ == 0 ? 0 : 64 - __builtin_clzll(tnt_index_); }
-  // The next `n` of them (1 <= n <= TntLeft()), the first in bit n - 1 (1: taken).
-  uint64_t PeekTnt(int n) const {
-    return (tnt_bits_ >> (TntLeft() - n)) & ((uint64_t{1} << n) - 1);
+  // The `n` of them after the next `skip` (1 <= n, skip + n <= TntLeft()), the first in bit
+  // n - 1 (1: taken).
+  uint64_t PeekTnt(int n, int skip = 0) const {
+    return (tnt_bits_ >> (TntLeft() - skip - n)) & ((uint64_t{1} << n) - 1);
   }
   // Gives the next `n` (n < TntLeft()) at once, as `n` CondBranch calls would (each returns 0
   // while answers are left).

@@ -332,7 +332,8 @@ TEST(FastBlockDecoderTest, WalkSameAsLibiptOnRandomSynthesizedTraces) {
 
 // Runs of walked blocks (FastBlockDecoder::SetRuns: the answers of a TNT packet taken several
 // at once from a memo) give what libipt gives, block by block: the synthesizer's walks of a
-// program with loops, in TNT-64 and TNT-8 packets, with and without return compression. And
+// program with loops (in two, loops whose answers repeat), in TNT-64 and TNT-8 packets, with
+// and without return compression. And
 // where the bound of work without trace progress (kErrorLoop) trips inside a TNT packet's
 // answers, a run does not go past the block that trips it: the walk one block at a time gives
 // the same outputs (libipt's blocks are finer there, see FastBlockDecoder::SetWalk).
@@ -348,6 +349,12 @@ TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
     options.seed = 11 + variant;
     options.pt.max_tnt_bits = variant % 2 == 0 ? 47 : 6;
     options.pt.ret_compression = variant != 3;
+    if (variant < 2) {
+      // Loops whose bodies take the same way each time, as most do: their answers repeat, and
+      // so does their run (WalkedRun::repeat).
+      options.forward_taken = 0;
+      options.backward_taken = 0.97;
+    }
     auto r = synth->Walk(options);
     ASSERT_THAT(r, IsOk());
     ExpectCovered(r->pt, {});
@@ -361,7 +368,7 @@ TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
     };
     uint64_t before = FastBlockDecoder::WalkedRuns();
     ExpectWalkSame(run, /*timed=*/false, /*min_walked=*/1000);
-    EXPECT_GE(FastBlockDecoder::WalkedRuns() - before, 500u);  // the runs took part
+    EXPECT_GE(FastBlockDecoder::WalkedRuns() - before, 100u);  // the runs took part
     for (uint64_t bound : {40, 75, 130, 300}) {
       SCOPED_TRACE(absl::StrCat("kErrorLoop past ", bound, " instructions"));
       SetDecodeBounds({.insns_without_progress = bound});
