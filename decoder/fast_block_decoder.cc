@@ -108,6 +108,13 @@ void Classify(const ZydisDecodedInstruction& z, Insn* insn) {
   }
 }
 
+// Where the conditional branch `insn` goes: its target when taken, else the next instruction.
+template <typename Insn>
+uint64_t CondBranchTo(const Insn& insn, bool taken) {
+  return insn.ip + insn.size +
+         (taken ? static_cast<uint64_t>(static_cast<int64_t>(insn.displacement)) : 0);
+}
+
 template <typename Insn>
 int NextIp(uint64_t* pip, const Insn& insn) {
   uint64_t ip = insn.ip + insn.size;
@@ -471,9 +478,7 @@ int FastBlockDecoder::NextIpWithTrace(uint64_t* pip, const Insn& insn) {
       int taken = 0;
       status = QueryCondBranch(&taken);
       if (status < 0) return status;
-      uint64_t ip = insn.ip + insn.size;
-      if (taken) ip += static_cast<uint64_t>(static_cast<int64_t>(insn.displacement));
-      *pip = ip;
+      *pip = CondBranchTo(insn, taken != 0);
       return status;
     }
     case ptic_return: {
@@ -1133,8 +1138,7 @@ FastBlockDecoder::Node* FastBlockDecoder::NodeAt(uint64_t ip, pt_exec_mode mode)
       ip_ = node.last.ip;
       return status;
     }
-    ip_ = node.last.ip + node.last.size +
-          (taken ? static_cast<uint64_t>(static_cast<int64_t>(node.last.displacement)) : 0);
+    ip_ = CondBranchTo(node.last, taken != 0);
     status_ = status;
     if (status & pts_ip_suppressed) return -pte_noip;
     walk_link_ = &node.next[taken ? 1 : 0];
@@ -1178,9 +1182,7 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
     ++run.blocks;
     if (i + 1 == bits) break;
     const bool taken = ((key >> (bits - 1 - i)) & 1) != 0;
-    const uint64_t to =
-        n->last.ip + n->last.size +
-        (taken ? static_cast<uint64_t>(static_cast<int64_t>(n->last.displacement)) : 0);
+    const uint64_t to = CondBranchTo(n->last, taken);
     // A link is a hint (Next checks it): an event after the branch (an interrupt, tracing
     // disabled and enabled elsewhere) may have moved the IP before the next node was linked.
     Node*& link = n->next[taken ? 1 : 0];
@@ -1205,10 +1207,7 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   // the next answers are the key's again, the same run again.
   uint32_t repeat = 1;
   if (static_cast<int>(run.blocks) == bits) {
-    const Insn& last = run.last->last;
-    const uint64_t back =
-        last.ip + last.size +
-        ((key & 1) != 0 ? static_cast<uint64_t>(static_cast<int64_t>(last.displacement)) : 0);
+    const uint64_t back = CondBranchTo(run.last->last, (key & 1) != 0);
     if (back == node.ip && run.last->mode == node.mode) {
       const uint64_t answers = key & ((uint32_t{1} << bits) - 1);
       while ((repeat + 1) * static_cast<uint32_t>(bits) <= static_cast<uint32_t>(left) &&
