@@ -401,7 +401,7 @@ std::vector<uint64_t> FilteredRun(const std::vector<uint64_t>& all, const std::s
     if (i == 0 || !linear(all[i - 1], all[i])) traced = in_region(all[i]);
     if (traced) out.push_back(all[i]);
   }
-  std::fclose(f);
+  EXPECT_EQ(std::fclose(f), 0);
   return out;
 }
 
