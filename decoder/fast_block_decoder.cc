@@ -1197,10 +1197,9 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   if (left < 2) return Walk(node, block);
   const int bits = std::min(left, kRunBits);
   const auto key = static_cast<uint32_t>((uint64_t{1} << bits) | packets_->PeekTnt(bits));
-  if (!graph_->tnt_runs) graph_->tnt_runs = std::make_unique<TntRun[]>(kTntRunSlots);
+  if (!tnt_runs_) tnt_runs_ = std::make_unique<TntRun[]>(kTntRunSlots);
   TntRun& run =
-      graph_
-          ->tnt_runs[((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots];
+      tnt_runs_[((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots];
   if (run.node != &node || run.key != key) MakeRun(run, node, key, bits);
   if (run.blocks < 2 || run.ninsn - run.last->ninsn > run_room_) return Walk(node, block);
   // A loop: the run took every answer of its key and its last branch goes back to `node`: while

@@ -228,9 +228,6 @@ class FastBlockDecoder {
       Node* node;
     };
     std::unique_ptr<NodeSlot[]> node_slots;
-    // SetRuns' memo: a direct-mapped cache of runs by (first node, next answers), made on first
-    // use; a run that loses its slot is made again when it comes back.
-    std::unique_ptr<TntRun[]> tnt_runs;
   };
   // libipt's block cache entry (pt_bcache_entry), with its bit-field widths: how many
   // instructions (8 bits) and how far (16 bits) to the next decision point, and what is there.
@@ -342,6 +339,10 @@ class FastBlockDecoder {
   uint64_t run_room_ = 0;        // set_run_room
   uint64_t run_offset_ = 0;      // run_offset
   uint64_t runs_given_ = 0;      // added to WalkedRuns() at the end
+  // SetRuns' memo: a direct-mapped cache of runs by (first node, next answers), made on first
+  // use, one for all the graphs (a node is one graph's: a per-CPU trace of many processes
+  // would otherwise hold one per process); a run that loses its slot is made again.
+  std::unique_ptr<TntRun[]> tnt_runs_;
   WalkedRun run_;
 
   // pt_block_decoder's state.
