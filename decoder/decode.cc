@@ -271,6 +271,25 @@ class LibiptInsnDecoder {
 
 std::atomic<BlockDecoderImpl> block_decoder_impl{BlockDecoderImpl::kFast};
 
+// A run (Sink::OnWholeRun) for a sink told positions, where one is due within it: block by
+// block, each told the position it has when walked alone (all but the run's last block ran at
+// `first`, the run's offset; the last at `last`) where that passes the sink's limit. Returns
+// the limit after it.
+uint64_t GiveRunTold(Sink& sink, const WalkedRun& run, uint64_t first, uint64_t last,
+                     uint64_t limit) {
+  const size_t n = run.blocks.size();
+  for (uint32_t r = 0; r < run.repeat; ++r) {
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t at = r + 1 == run.repeat && i + 1 == n ? last : first;
+      const bool told = at > limit;
+      if (told) sink.OnPosition(at);
+      sink.OnWholeBlock(run.blocks[i], *run.memos[i]);
+      if (told) limit = sink.position_limit();
+    }
+  }
+  return limit;
+}
+
 // The loop over a block decoder: libipt's (LibiptBlockDecoder) or FastBlockDecoder, which
 // answer the same calls the same way.
 template <typename Dec>
@@ -298,19 +317,21 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
           totals.instructions += ninsn;
           totals.blocks += run != nullptr ? run->blocks.size() * run->repeat : 1;
           bool told = false;
-          if (positions) {
-            const uint64_t at = offset_base + OffsetOf(dec);
-            if (at > limit) {
+          const uint64_t at = positions ? offset_base + OffsetOf(dec) : 0;
+          if (run != nullptr && positions && at > limit) {
+            limit = GiveRunTold(sink, *run, offset_base + dec.run_offset(), at, limit);
+          } else if (run != nullptr) {
+            sink.OnWholeRun(*run);
+          } else {
+            if (positions && at > limit) {
               sink.OnPosition(at);
               told = true;
             }
-          }
-          if (run != nullptr) {
-            sink.OnWholeRun(*run);
-          } else if (dec.walked()) {
-            sink.OnWholeBlock(block, dec.memo());
-          } else {
-            sink.OnBlock(block);
+            if (dec.walked()) {
+              sink.OnWholeBlock(block, dec.memo());
+            } else {
+              sink.OnBlock(block);
+            }
           }
           if (told) limit = sink.position_limit();
           if (--progress == 0) {
@@ -549,7 +570,7 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
       if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
       dec->SetWalk((impl == BlockDecoderImpl::kFast || impl == BlockDecoderImpl::kFastNoRuns) &&
                    fast.packets && fast.walk && sink.takes_walked_blocks());
-      dec->SetRuns(impl == BlockDecoderImpl::kFast && !sink.wants_positions());
+      dec->SetRuns(impl == BlockDecoderImpl::kFast);
       return BlockLoop(*dec, image, sink, totals, offset_base, switcher);
     }
     return RunWithStack(kBlockLoopStack, [&]() -> absl::Status {

@@ -203,7 +203,9 @@ class Sink {
   // the same block (BlockMemo).
   virtual void OnWholeBlock(const pt_block& block, BlockMemo& memo) { OnBlock(block); }
   // Walked blocks in a run (WalkedRun), each as OnWholeBlock would get it (the default gives
-  // them so), where nothing comes between them. Only for a sink without wants_positions.
+  // them so), where nothing comes between them. A sink told positions gets a run only where no
+  // position is told within it (all its blocks' positions within position_limit); else the
+  // block loop gives its blocks one by one with their positions.
   virtual void OnWholeRun(const WalkedRun& run) {
     for (uint32_t r = 0; r < run.repeat; ++r) {
       for (size_t i = 0; i < run.blocks.size(); ++i) OnWholeBlock(run.blocks[i], *run.memos[i]);

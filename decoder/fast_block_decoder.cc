@@ -270,12 +270,21 @@ uint64_t FastBlockDecoder::WalkedRuns() {
   return fast_block_runs_total.load(std::memory_order_relaxed);
 }
 
+// A ProgramImage's graphs, one per set of block-ending flags.
+struct FastDecoderGraphs {
+  std::unique_ptr<FastBlockDecoder::Graph> by_flags[4];
+};
+
 void FastBlockDecoder::SetImage(const ProgramImage& image) {
   image_ = &image;
   caches_ = CachesFor(image);
   last_cache_ = nullptr;
   no_section_ = {1, 0};
-  auto& graph = graphs_[&image];
+  std::shared_ptr<FastDecoderGraphs>& graphs = image.fast_decoder_graphs();
+  if (!graphs) graphs = std::make_shared<FastDecoderGraphs>();
+  if (std::find(graphs_.begin(), graphs_.end(), graphs) == graphs_.end()) graphs_.push_back(graphs);
+  // Blocks end where the decoder's flags say: one graph per set of them.
+  std::unique_ptr<Graph>& graph = graphs->by_flags[(end_on_call_ ? 1 : 0) | (end_on_jump_ ? 2 : 0)];
   if (!graph) graph = std::make_unique<Graph>();
   graph_ = graph.get();
   walk_next_ = nullptr;  // links are within a graph

@@ -96,8 +96,9 @@ class FastBlockDecoder {
   // a block that ends in a conditional branch whose answer is in the TNT packet being read, as
   // many blocks ending in conditional branches as that packet's next answers (up to
   // kRunBits) lead through, looked up in a memo of (node, those answers) made once. The same
-  // blocks, decoder state and sink output as walking them one by one; not for a sink that is
-  // told positions (its positions would be told once for the run). Only while the
+  // blocks, decoder state and sink output as walking them one by one (the run's blocks but the
+  // last at run_offset, the last at the offset after it: for a sink told positions, the decode
+  // loop gives a run one by one where a position is due within it). Only while the
   // instructions of the run's blocks but the last fit in the room set_run_room gives: the
   // decode loop's bound of work without trace progress (kErrorLoop) then trips where it does
   // block by block.
@@ -138,6 +139,7 @@ class FastBlockDecoder {
   uint64_t ip() const { return ip_; }
 
  private:
+  friend struct FastDecoderGraphs;
   // One decoded instruction (pt_insn + the pt_insn_ext bits the block decoder uses).
   struct Insn {
     uint64_t ip = 0;
@@ -317,7 +319,9 @@ class FastBlockDecoder {
   std::unique_ptr<PacketLoop> packets_;  // instead of qry_ when set
   const ProgramImage* image_;
   Graph* graph_;
-  absl::flat_hash_map<const ProgramImage*, std::unique_ptr<Graph>> graphs_;
+  // The graphs of every image this decoder used (ProgramImage::fast_decoder_graphs), kept while
+  // it lives: its memo of runs names their nodes.
+  std::vector<std::shared_ptr<FastDecoderGraphs>> graphs_;
   std::shared_ptr<SectionCaches> caches_;  // of image_'s section cache
   BlockCache* last_cache_ = nullptr;       // the section of the last lookup
   AddressRange no_section_{1, 0};          // a mapping of the last lookup that is no section

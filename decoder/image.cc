@@ -272,6 +272,7 @@ absl::StatusOr<std::unique_ptr<ProgramImage>> ProgramImage::Create(
 }
 
 void ProgramImage::AddMapping(const Mapping& m) {
+  fast_decoder_graphs_.reset();  // made of the code before
   auto less = [](const Mapping& a, const Mapping& b) { return a.begin < b.begin; };
   mappings_.insert(std::upper_bound(mappings_.begin(), mappings_.end(), m, less), m);
   if (m.memory != nullptr) {

@@ -73,6 +73,8 @@ struct AddressRange {
   uint64_t end = 0;  // exclusive
 };
 
+struct FastDecoderGraphs;  // decoder/fast_block_decoder.cc
+
 class ProgramImage {
  public:
   // A libipt section cache that images share (as ptxed's), so a file mapped by many processes
@@ -134,6 +136,11 @@ class ProgramImage {
   int SectionAt(uint64_t ip, AddressRange* range = nullptr) const;
   // The libipt section cache the image's file sections are in.
   const std::shared_ptr<pt_image_section_cache>& section_cache() const { return iscache_; }
+  // What FastBlockDecoder keeps of the image's code across its decoders (the code decoded
+  // and its blocks: made once per image, not once per decoder, e.g. per -j chunk); made by the
+  // first decoder that wants it, dropped when a mapping is added. Used from one thread at a
+  // time, as libipt's decoders use the image.
+  std::shared_ptr<FastDecoderGraphs>& fast_decoder_graphs() const { return fast_decoder_graphs_; }
   // The unmapped range around `ip` (bounded by the neighbouring mappings); {ip, ip+1} when
   // `ip` is mapped.
   AddressRange HoleAround(uint64_t ip) const;
@@ -227,6 +234,7 @@ class ProgramImage {
   std::vector<PlacedSegment> elf_segments_;  // sorted by begin
   std::string sysroot_;
   mutable std::atomic<size_t> last_run_{0};  // ReadMemory's last hit in memory_mappings_
+  mutable std::shared_ptr<FastDecoderGraphs> fast_decoder_graphs_;
 };
 
 }  // namespace ptkit::decoder

@@ -264,6 +264,12 @@ class Replayer {
     ++totals_.blocks;
     whole_.OnWholeBlock(block, memo);
   }
+  // A run of walked blocks (Sink::OnWholeRun), to the sink it reaches unchanged.
+  void WholeRun(const WalkedRun& run) {
+    totals_.instructions += run.ninsn;
+    totals_.blocks += run.blocks.size() * run.repeat;
+    whole_.OnWholeRun(run);
+  }
   void Event(const pt_event& event) {
     ++totals_.events;
     sink_.OnEvent(event);
@@ -317,6 +323,13 @@ class TailSink : public Sink {
   }
   void OnWholeBlock(const pt_block& block, BlockMemo& memo) override {
     if (Pass()) replay_.WholeBlock(block, memo);
+  }
+  // In one step where all its blocks pass, else one by one.
+  void OnWholeRun(const WalkedRun& run) override {
+    const size_t n = run.blocks.size() * run.repeat;
+    if (skip_ != 0 || left_ < n) return Sink::OnWholeRun(run);
+    left_ -= n;
+    replay_.WholeRun(run);
   }
   void OnEvent(const pt_event& event) override {
     if (Pass()) replay_.Event(event);
@@ -388,6 +401,24 @@ class SummaryTap : public Sink {
       return;
     }
     WholeBlockAtEdge(block, memo);
+  }
+  // A run in the chunk's body (the block loop gives one only where no position is told within
+  // it): in one step to the summary, numbered and counted as its blocks one by one would be.
+  void OnWholeRun(const WalkedRun& run) override {
+    if (!(body_ && position_ <= boundary_)) return Sink::OnWholeRun(run);
+    const size_t k = index_;
+    const size_t n = run.blocks.size() * run.repeat;
+    index_ += n;
+    end_ = index_;
+    // The check OnWholeBlock makes at every 1024th record, if one is in the run.
+    if (((k + 1023) & ~size_t{1023}) < k + n && summary_.failed()) {
+      failed_ = true;
+      body_ = false;
+      return;
+    }
+    counted_.instructions += run.ninsn;
+    counted_.blocks += n;
+    sink_.OnWholeRun(run);
   }
   void OnTime(uint64_t tsc) override {
     Step([&](Sink& s) { s.OnTime(tsc); });

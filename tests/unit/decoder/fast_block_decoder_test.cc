@@ -28,6 +28,7 @@
 #include "gtest/gtest.h"
 #include "hand_pt.h"
 #include "pt_synth.h"
+#include "ptkit/status.h"
 #include "record/swpt/synth_container.h"
 #include "record/swpt/synthesizer.h"
 #include "status_matchers.h"
@@ -381,6 +382,141 @@ TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
     unlink(path.c_str());
   }
   EXPECT_GT(bounded_runs, 1000u);  // runs took part where the bound trips
+}
+
+// A sink told positions (-j's chunk layers) is given runs too: in one step where no position is
+// due within the run, else block by block, each block told the position it has when walked
+// alone. Its transcript (every position told, every block) is the same with runs as without,
+// whatever its limit: every position, none, a fixed offset, or one just ahead of each position
+// told (as SummaryTap's chunk end is ahead in a chunk's body). And -j 2 and 4, whose chunks'
+// summaries now take runs, give one thread's outputs.
+TEST(FastBlockDecoderTest, RunsGiveSinksToldPositionsTheBlocksOwn) {
+  class PositionTranscript : public Sink {
+   public:
+    explicit PositionTranscript(std::function<uint64_t(uint64_t)> limit)
+        : limit_(std::move(limit)) {}
+    bool end_block_on_call() const override { return true; }
+    bool takes_walked_blocks() const override { return true; }
+    bool wants_positions() const override { return true; }
+    uint64_t position_limit() const override { return limit_(told_); }
+    void OnPosition(uint64_t offset) override {
+      told_ = offset;
+      lines_.push_back(absl::StrCat("position ", offset));
+    }
+    void OnBlock(const pt_block& block) override {
+      lines_.push_back(absl::StrCat("block ", absl::Hex(block.ip), " ", block.ninsn));
+    }
+    void OnWholeRun(const WalkedRun& run) override {
+      ++runs_;
+      Sink::OnWholeRun(run);
+    }
+    void OnEvent(const pt_event& event) override {
+      lines_.push_back(absl::StrCat("event ", event.type));
+    }
+    void OnError(const DecodeError& error) override {
+      lines_.push_back(absl::StrCat("error ", error.code, " at ", error.offset));
+    }
+    const std::vector<std::string>& lines() const { return lines_; }
+    uint64_t runs() const { return runs_; }
+
+   private:
+    std::function<uint64_t(uint64_t)> limit_;
+    uint64_t told_ = 0;
+    std::vector<std::string> lines_;
+    uint64_t runs_ = 0;
+  };
+  const std::string program = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/sorts_O2_pie";
+  auto synth = swpt::Synthesizer::Create(program);
+  ASSERT_THAT(synth, IsOk());
+  // TNT-64 and TNT-8 packets: in the latter a run often takes all of a packet's answers, and
+  // its last block's position is the next packet's.
+  for (int tnt_bits : {47, 6}) {
+    SCOPED_TRACE(absl::StrCat("TNT bits ", tnt_bits));
+    swpt::SynthOptions options;
+    options.max_insns = 200000;
+    options.seed = 5;
+    options.pt.max_tnt_bits = tnt_bits;
+    auto r = synth->Walk(options);
+    ASSERT_THAT(r, IsOk());
+    ExpectCovered(r->pt, {});
+    auto load = [&]() -> absl::StatusOr<std::unique_ptr<ProgramImage>> {
+      PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImage> image, ProgramImage::Create());
+      PTKIT_RETURN_IF_ERROR(image->AddElf({program, synth->image().exec_base()}));
+      return image;
+    };
+    auto image = load();
+    ASSERT_THAT(image, IsOk());
+    const BlockDecoderImpl impl = GetBlockDecoderImpl();
+    const uint64_t size = r->pt.size();
+    const std::pair<const char*, std::function<uint64_t(uint64_t)>> limits[] = {
+        {"every position", [](uint64_t) { return uint64_t{0}; }},
+        {"none", [](uint64_t) { return ~uint64_t{0}; }},
+        {"past the middle", [size](uint64_t) { return size / 2; }},
+        {"61 bytes ahead of the last", [](uint64_t told) { return told + 61; }}};
+    for (const auto& [name, limit] : limits) {
+      SCOPED_TRACE(name);
+      auto transcript = [&, limit = limit](BlockDecoderImpl with, uint64_t* runs) {
+        SetBlockDecoderImpl(with);
+        PositionTranscript sink(limit);
+        DecodeTotals totals;
+        EXPECT_THAT(DecodeInto(r->pt, {}, **image, sink, totals), IsOk());
+        SetBlockDecoderImpl(impl);
+        *runs = sink.runs();
+        return sink.lines();
+      };
+      uint64_t runs = 0, none = 0;
+      const uint64_t before = FastBlockDecoder::WalkedRuns();
+      const std::vector<std::string> with_runs = transcript(BlockDecoderImpl::kFast, &runs);
+      EXPECT_GT(FastBlockDecoder::WalkedRuns() - before, 1000u);  // the decoder gave runs
+      {
+        SCOPED_TRACE("left: one block at a time; right: with runs");
+        ExpectSameLines(transcript(BlockDecoderImpl::kFastNoRuns, &none), with_runs);
+      }
+      EXPECT_EQ(none, 0u);
+      EXPECT_GT(with_runs.size(), 1000u);
+      // Where every position is due, no run is given in one step; where none is, most are.
+      if (name == limits[0].first) {
+        EXPECT_EQ(runs, 0u);
+      } else {
+        EXPECT_GT(runs, 100u);
+      }
+    }
+    std::vector<std::unique_ptr<ProgramImage>> workers;
+    for (int i = 0; i < 4; ++i) {
+      auto w = load();
+      ASSERT_THAT(w, IsOk());
+      workers.push_back(std::move(*w));
+    }
+    for (const auto& make : {MakeStatsSink, MakeFoldedSink}) {
+      auto output = [&, make = make](size_t jobs, ParallelStats* stats) {
+        std::FILE* out = std::tmpfile();
+        EXPECT_NE(out, nullptr);
+        std::unique_ptr<Sink> sink = make(**image, out, OutputOptions{});
+        DecodeTotals totals;
+        if (jobs == 1) {
+          EXPECT_THAT(DecodeIntoCanonical(r->pt, {}, **image, *sink, totals), IsOk());
+        } else {
+          std::vector<const ProgramImage*> images;
+          for (size_t i = 0; i < jobs; ++i) images.push_back(workers[i].get());
+          EXPECT_THAT(DecodeInParallel(r->pt, {}, **image, images, *sink, totals, 0, 1, stats),
+                      IsOk());
+        }
+        EXPECT_THAT(sink->Finish(totals), IsOk());
+        return ReadAll(out);
+      };
+      const std::string serial = output(1, nullptr);
+      EXPECT_GT(serial.size(), 100u);
+      for (size_t jobs : {2, 4}) {
+        SCOPED_TRACE(absl::StrCat("-j", jobs));
+        ParallelStats stats;
+        const uint64_t before = FastBlockDecoder::WalkedRuns();
+        EXPECT_EQ(output(jobs, &stats), serial);
+        EXPECT_GT(FastBlockDecoder::WalkedRuns() - before, 1000u);
+        EXPECT_GT(stats.chunks, 8u);  // 23.6 KB of trace, a PSB every 2 KiB
+        EXPECT_GT(stats.summarised, 0u);
+      }
+    }
+  }
 }
 
 // Hand-made traces over callstack_tail (hand_pt.h, call_stack_test.cc), one after another
