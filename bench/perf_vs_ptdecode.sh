@@ -3,7 +3,8 @@
 # one run (issue 13's targets: >= 10x for each pair). Not part of CI. Figures: bench/README.md.
 #
 #   bench/perf_vs_ptdecode.sh [--build DIR] [--rounds R] [--synth-insns N] [--runs K]
-#                             [--callgrind] [--perf PATH] [--keep DIR]
+#                             [--callgrind] [--callgrind-rounds R] [--callgrind-synth-insns N]
+#                             [--perf PATH] [--keep DIR]
 #                             [--inputs "emu synth skylake"] [--pairs "insn branches calls stats"]
 #
 # Inputs (each a perf.data both tools read, written by `ptdecode export --to perf.data`):
@@ -27,8 +28,11 @@
 # and of ptdecode at its default -j, and the ratios perf / ptdecode.
 # --callgrind also counts the instructions (valgrind --tool=callgrind, Ir of the whole process)
 # of every pair on small inputs that perf finishes under valgrind in minutes (emu at 50 rounds
-# on 1 thread and synth at 2,000,000 instructions: about 2 M each), perf and ptdecode -j1,
-# the ratio, and each tool's top functions by self Ir (where the time goes). Debian's perf has
+# on 1 thread and synth at 2,000,000 instructions: about 2 M each; --callgrind-rounds and
+# --callgrind-synth-insns make them larger, e.g. 1000 and 60000000 for the stable Ir ratio of
+# stats and calls at the timed inputs' size, minutes under valgrind), perf and ptdecode -j1,
+# the ratio, and each tool's top functions by self Ir (where the time goes), for the --inputs
+# among emu and synth. Debian's perf has
 # no symbols (its callgrind profile is addresses); --perf PATH runs another perf for every
 # measure, e.g. one built with symbols from Debian's linux-source-6.1 (tar xJf
 # /usr/src/linux-source-6.1.tar.xz; make -C tools/perf NO_LIBPYTHON=1 NO_LIBPERL=1
@@ -41,6 +45,8 @@ rounds=1000
 synth_insns=60000000
 runs=1
 callgrind=0
+callgrind_rounds=50
+callgrind_synth_insns=2000000
 keep=""
 perf=/usr/bin/perf
 only_inputs="emu synth skylake"
@@ -52,11 +58,13 @@ while [[ $# -gt 0 ]]; do
     --synth-insns) synth_insns="$2"; shift 2 ;;
     --runs) runs="$2"; shift 2 ;;
     --callgrind) callgrind=1; shift ;;
+    --callgrind-rounds) callgrind_rounds="$2"; shift 2 ;;
+    --callgrind-synth-insns) callgrind_synth_insns="$2"; shift 2 ;;
     --perf) perf="$2"; shift 2 ;;
     --keep) keep="$2"; shift 2 ;;
     --inputs) only_inputs="$2"; shift 2 ;;
     --pairs) only_pairs="$2"; shift 2 ;;
-    *) echo "usage: $0 [--build DIR] [--rounds R] [--synth-insns N] [--runs K] [--callgrind] [--perf PATH] [--keep DIR] [--inputs LIST] [--pairs LIST]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--build DIR] [--rounds R] [--synth-insns N] [--runs K] [--callgrind] [--callgrind-rounds R] [--callgrind-synth-insns N] [--perf PATH] [--keep DIR] [--inputs LIST] [--pairs LIST]" >&2; exit 2 ;;
   esac
 done
 ptdecode="$build/src/tools/ptdecode"
@@ -146,12 +154,13 @@ done
 
 if ((callgrind)); then
   command -v valgrind >/dev/null || { echo "$0: valgrind not installed" >&2; exit 1; }
-  make_emu emu_small 50 1
-  make_synth synth_small 2000000
+  wanted "$only_inputs" emu && make_emu "emu_small$callgrind_rounds" "$callgrind_rounds" 1
+  wanted "$only_inputs" synth && make_synth "synth_small$callgrind_synth_insns" "$callgrind_synth_insns"
   echo
   echo "callgrind: instructions (Ir) of the whole process, perf and ptdecode -j1, and each"
   echo "tool's top functions by self Ir"
-  for input in emu_small synth_small; do
+  for input in "emu_small$callgrind_rounds" "synth_small$callgrind_synth_insns"; do
+    wanted "$only_inputs" "${input%%_small*}" || continue
     export PERF_BUILDID_DIR="${data[$input]}.debug"
     for pair in $only_pairs; do
       commands "$input" "$pair"
