@@ -519,6 +519,44 @@ TEST(FastBlockDecoderTest, RunsGiveSinksToldPositionsTheBlocksOwn) {
   }
 }
 
+// The code graph a decoder makes is kept with the image (ProgramImage::fast_decoder_graphs): a
+// second decode with the same image uses the same graphs and gives what the first (cold) one
+// gave; adding a mapping drops them (code the graphs saw unmapped may be mapped now).
+TEST(FastBlockDecoderTest, GraphsAreKeptWithTheImageUntilAMappingIsAdded) {
+  const std::string program = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/sorts_O2_pie";
+  auto synth = swpt::Synthesizer::Create(program);
+  ASSERT_THAT(synth, IsOk());
+  swpt::SynthOptions options;
+  options.max_insns = 20000;
+  auto r = synth->Walk(options);
+  ASSERT_THAT(r, IsOk());
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  ASSERT_THAT((*image)->AddElf({program, synth->image().exec_base()}), IsOk());
+  auto stats = [&]() {
+    std::FILE* out = std::tmpfile();
+    EXPECT_NE(out, nullptr);
+    std::unique_ptr<Sink> sink = MakeStatsSink(**image, out, OutputOptions{});
+    DecodeTotals totals;
+    EXPECT_THAT(DecodeIntoCanonical(r->pt, {}, **image, *sink, totals), IsOk());
+    EXPECT_THAT(sink->Finish(totals), IsOk());
+    return ReadAll(out);
+  };
+  EXPECT_EQ((*image)->fast_decoder_graphs(), nullptr);
+  const uint64_t before = FastBlockDecoder::WalkedBlocks();
+  const std::string cold = stats();
+  EXPECT_GT(FastBlockDecoder::WalkedBlocks() - before, 1000u);
+  const std::shared_ptr<FastDecoderGraphs> graphs = (*image)->fast_decoder_graphs();
+  EXPECT_NE(graphs, nullptr);
+  EXPECT_GT(cold.size(), 100u);
+  EXPECT_EQ(stats(), cold);
+  EXPECT_EQ((*image)->fast_decoder_graphs(), graphs);
+  const uint8_t nop = 0x90;
+  (*image)->AddBytes("elsewhere", 0x1000, std::span<const uint8_t>(&nop, 1));
+  EXPECT_EQ((*image)->fast_decoder_graphs(), nullptr);
+  EXPECT_EQ(stats(), cold);
+}
+
 // Hand-made traces over callstack_tail (hand_pt.h, call_stack_test.cc), one after another
 // three times, so that later decodes walk the nodes the first made, with the sinks' memos: a
 // block that goes on into another function by a direct jump (target into tail), a jump into
