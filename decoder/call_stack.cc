@@ -139,10 +139,11 @@ void CallStack::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
              block.ninsn);
 }
 
-// After the run's first block, each block is in the function of the one before (Step places
-// nothing), in a frame (the first one placed it) that no call or return changes, and Count adds
-// up: the run's Step is its first block's with all its instructions. A memo named by the stack
-// (Unnamed) is left to each block's step.
+// Where every block ends in a conditional branch and runs in the function of the one before
+// (Step places nothing after the first), in a frame (the first one placed it) that no call or
+// return changes, Count adds up: the run's Step is its first block's with all its
+// instructions. A run with calls or returns, or a memo named by the stack (Unnamed), is left to
+// each block's step.
 void CallStack::OnWholeRun(const WalkedRun& run) {
   BlockMemo& memo = *run.memo;
   if (memo.owner != memo_owner_ || memo.context != image_) {
@@ -153,7 +154,9 @@ void CallStack::OnWholeRun(const WalkedRun& run) {
         m = {memo_owner_, image_, MemoOf(run.blocks[i])};
       }
       if (i == 0) value = m.value;
-      if (m.value != value || (value & 2) != 0) value = 0;
+      if (m.value != value || (value & 2) != 0 || run.blocks[i].iclass != ptic_cond_jump) {
+        value = 0;
+      }
     }
     memo = {memo_owner_, image_, value};
   }

@@ -141,7 +141,8 @@ struct BlockMemo {
 uint64_t NewBlockMemoOwner();
 
 // A run of walked blocks given in one step (Sink::OnWholeRun): blocks that each end in a
-// conditional branch, the branches' answers taken from one TNT packet at once, from a memo the
+// conditional branch, a direct call or a compressed return (a repeated run: only conditional
+// branches), the answers taken from one TNT packet at once, from a memo the
 // block decoder keeps of (block, the next answers) -> the blocks they lead through. Nothing
 // happens between them: no event, no time, no change of trace position.
 struct WalkedRun {

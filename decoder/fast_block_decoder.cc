@@ -140,8 +140,9 @@ int NextIp(uint64_t* pip, const Insn& insn) {
 
 bool Never(const auto&) { return false; }
 
-std::atomic<uint64_t> fast_block_walked_total{0};  // FastBlockDecoder::WalkedBlocks
-std::atomic<uint64_t> fast_block_runs_total{0};    // FastBlockDecoder::WalkedRuns
+std::atomic<uint64_t> fast_block_walked_total{0};     // FastBlockDecoder::WalkedBlocks
+std::atomic<uint64_t> fast_block_runs_total{0};       // FastBlockDecoder::WalkedRuns
+std::atomic<uint64_t> fast_block_call_runs_total{0};  // FastBlockDecoder::WalkedCallRuns
 bool ChangesCr3(const auto& insn) { return insn.changes_cr3; }
 
 }  // namespace
@@ -259,6 +260,7 @@ FastBlockDecoder::FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt,
 FastBlockDecoder::~FastBlockDecoder() {
   fast_block_walked_total.fetch_add(walked_, std::memory_order_relaxed);
   fast_block_runs_total.fetch_add(runs_given_, std::memory_order_relaxed);
+  fast_block_call_runs_total.fetch_add(call_runs_given_, std::memory_order_relaxed);
   pt_qry_free_decoder(qry_);
 }
 
@@ -268,6 +270,10 @@ uint64_t FastBlockDecoder::WalkedBlocks() {
 
 uint64_t FastBlockDecoder::WalkedRuns() {
   return fast_block_runs_total.load(std::memory_order_relaxed);
+}
+
+uint64_t FastBlockDecoder::WalkedCallRuns() {
+  return fast_block_call_runs_total.load(std::memory_order_relaxed);
 }
 
 // A ProgramImage's graphs, one per set of block-ending flags.
@@ -1164,18 +1170,38 @@ FastBlockDecoder::Node* FastBlockDecoder::NodeAt(uint64_t ip, pt_exec_mode mode)
   return ProceedTrailingEvent();
 }
 
-// The run from `node` that the answers in `key` (bits of them) lead through: blocks ending in
-// conditional branches, linked as Next links them.
+// The run from `node` that the answers in `key` (bits of them) lead through, linked as Next
+// links them (TntRun).
 void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) {
   run.node = &node;
   run.key = key;
   run.blocks = 0;
+  run.answers = 0;
+  run.flat = true;
   run.ninsn = 0;
+  run.push_mask = run.pop_mask = 0;
   run.memo = {};
+  // The run so far up to its last block that took an answer: where it ends.
+  uint32_t end_blocks = 0;
+  uint64_t end_ninsn = 0;
+  Node* end_last = nullptr;
+  bool end_flat = true;
+  // The return addresses the run's calls pushed and no return of it popped yet.
+  uint64_t stack[kRunBlocks];
+  int depth = 0;
   Node* n = &node;
-  for (int i = 0; i < bits; ++i) {
-    if (n->ninsn == 0 || !n->query || n->last.iclass != ptic_cond_jump || n->mode != node.mode) {
-      break;
+  for (int i = 0; i < kRunBlocks; ++i) {
+    if (n->ninsn == 0 || n->mode != node.mode) break;
+    const bool cond = n->query && n->last.iclass == ptic_cond_jump;
+    const bool ret = n->query && n->last.iclass == ptic_return;
+    const bool call = !n->query;  // NodeAt: a node that needs no trace ends in a direct call
+    if (!cond && !ret && !call) break;
+    bool taken = false;
+    if (cond || ret) {
+      if (static_cast<int>(run.answers) == bits) break;
+      taken = ((key >> (bits - 1 - static_cast<int>(run.answers))) & 1) != 0;
+      // Not taken: no compressed return (Walk says what is wrong with it).
+      if (ret && !taken) break;
     }
     pt_block& b = run.block[i];
     std::memset(&b, 0, sizeof(b));
@@ -1188,9 +1214,39 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
     run.memos[i] = &n->memo;
     run.ninsn += n->ninsn;
     run.last = n;
-    ++run.blocks;
-    if (i + 1 == bits) break;
-    const bool taken = ((key >> (bits - 1 - i)) & 1) != 0;
+    run.blocks = static_cast<uint32_t>(i) + 1;
+    if (call) {
+      run.flat = false;
+      // As LogCall: `call next` (position-independent code) pushes nothing.
+      if (!(n->last.is_direct && n->last.displacement == 0)) {
+        const uint64_t back = n->last.ip + n->last.size;
+        run.push_mask |= 1u << i;
+        run.pushes[i] = back;
+        stack[depth++] = back;
+      }
+      Node*& link = n->next[0];
+      if (link == nullptr || link->ip != n->target || link->mode != n->mode) {
+        link = NodeAt(n->target, n->mode);
+      }
+      n = link;
+      continue;
+    }
+    ++run.answers;
+    end_blocks = run.blocks;
+    end_ninsn = run.ninsn;
+    end_last = n;
+    end_flat = run.flat && cond;
+    if (ret) {
+      run.flat = false;
+      run.pop_mask |= 1u << i;
+      // A return to a call before the run: its last block (the return stack says where).
+      if (depth == 0) break;
+    }
+    if (static_cast<int>(run.answers) == bits) break;
+    if (ret) {
+      n = NodeAt(stack[--depth], n->mode);
+      continue;
+    }
     const uint64_t to = CondBranchTo(n->last, taken);
     // A link is a hint (Next checks it): an event after the branch (an interrupt, tracing
     // disabled and enabled elsewhere) may have moved the IP before the next node was linked.
@@ -1198,6 +1254,10 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
     if (link == nullptr || link->ip != to || link->mode != n->mode) link = NodeAt(to, n->mode);
     n = link;
   }
+  run.blocks = end_blocks;
+  run.ninsn = end_ninsn;
+  run.last = end_last;
+  run.flat = end_flat;
 }
 
 // Walk, or a run of walks (SetRuns) ending in `node`'s run's last block.
@@ -1214,7 +1274,7 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   // A loop: the run took every answer of its key and its last branch goes back to `node`: while
   // the next answers are the key's again, the same run again.
   uint32_t repeat = 1;
-  if (static_cast<int>(run.blocks) == bits) {
+  if (run.flat && static_cast<int>(run.blocks) == bits) {
     const uint64_t back = CondBranchTo(run.last->last, (key & 1) != 0);
     if (back == node.ip && run.last->mode == node.mode) {
       const uint64_t answers = key & ((uint32_t{1} << bits) - 1);
@@ -1227,7 +1287,18 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   }
   packets_->GetOffset(&run_offset_);
   // The answers of all but the last block at once; the last one's as Walk takes it.
-  packets_->SkipTnt(static_cast<int>(run.blocks * repeat) - 1);
+  packets_->SkipTnt(static_cast<int>(run.answers * repeat) - 1);
+  if (!run.flat) {
+    ++call_runs_given_;
+    for (uint32_t i = 0; i + 1 < run.blocks; ++i) {
+      if ((run.push_mask >> i) & 1) {
+        retstack_.Push(run.pushes[i]);
+      } else if ((run.pop_mask >> i) & 1) {
+        uint64_t back = 0;
+        retstack_.Pop(&back);  // what block i's call pushed
+      }
+    }
+  }
   walked_ += run.blocks * repeat - 1;
   ++runs_given_;
   run_.blocks = std::span<const pt_block>(run.block, run.blocks);
@@ -1265,7 +1336,7 @@ int FastBlockDecoder::Next(pt_block* block) {
     }
     if (node->ninsn != 0) {
       walked_last_ = true;
-      if (runs_ && node->query && node->last.iclass == ptic_cond_jump) {
+      if (runs_ && (!node->query || node->last.iclass == ptic_cond_jump)) {
         return WalkRun(*node, block);
       }
       return Walk(*node, block);

@@ -93,9 +93,11 @@ class FastBlockDecoder {
   // or later than libipt's decode does.
   void SetWalk(bool on) { walk_ = on && end_on_call_ && !end_on_jump_; }
   // With `on` (and the walk on), Next may give a run of walked blocks in one step (run()): from
-  // a block that ends in a conditional branch whose answer is in the TNT packet being read, as
-  // many blocks ending in conditional branches as that packet's next answers (up to
-  // kRunBits) lead through, looked up in a memo of (node, those answers) made once. The same
+  // a block that ends in a conditional branch or a direct call, where the TNT packet being read
+  // has two answers or more, the blocks that the packet's next answers (up to kRunBits) lead
+  // through, up to kRunBlocks of them, each ending in a conditional branch, a direct call or
+  // a compressed return (all but the last return to a call in the run), looked up in a memo of
+  // (node, those answers) made once. The same
   // blocks, decoder state and sink output as walking them one by one (the run's blocks but the
   // last at run_offset, the last at the offset after it: for a sink told positions, the decode
   // loop gives a run one by one where a position is due within it). Only while the
@@ -118,6 +120,8 @@ class FastBlockDecoder {
   static uint64_t WalkedBlocks();
   // Runs given (SetRuns) since the process started (all decoders; for tests).
   static uint64_t WalkedRuns();
+  // Of those, the runs with a call or a return (for tests).
+  static uint64_t WalkedCallRuns();
   // Whether the last Next walked its block (Sink::OnWholeBlock).
   bool walked() const { return walked_last_; }
   // The memo of the node the last walked block came from (after walked() said yes).
@@ -193,15 +197,24 @@ class FastBlockDecoder {
     BlockMemo memo;  // the sink's (memo())
   };
   // A run (SetRuns): from `node`, the answers in `key` (1 << bits | the answers, the first in
-  // bit bits - 1) lead through `blocks` blocks, each ending in a conditional branch.
+  // bit bits - 1) lead through `blocks` blocks, each ending in a conditional branch, a direct
+  // call or a compressed return; the last one takes an answer (a conditional branch or a
+  // return). Every return but the last one's returns from a call in the run: where it goes is
+  // known. The return stack changes as the blocks walked one by one change it: the pushes and
+  // pops of the blocks but the last, in order (the last block's Walk makes its own).
+  static constexpr int kRunBlocks = 16;
   struct TntRun {
     const Node* node = nullptr;  // null: an empty slot
     uint32_t key = 0;
-    uint32_t blocks = 0;   // the answers the run takes (fewer than 2: no run from there)
+    uint32_t blocks = 0;   // fewer than 2: no run from there
+    uint32_t answers = 0;  // the answers its blocks take
+    bool flat = true;      // every block ends in a conditional branch (no push or pop)
     Node* last = nullptr;  // the last block's node
     uint64_t ninsn = 0;
-    pt_block block[kRunBits];
-    BlockMemo* memos[kRunBits];
+    uint32_t push_mask = 0, pop_mask = 0;  // bit i: block i (not the last) pushes, pops
+    uint64_t pushes[kRunBlocks];           // block i's pushed return address
+    pt_block block[kRunBlocks];
+    BlockMemo* memos[kRunBlocks];
     BlockMemo memo;  // WalkedRun::memo
   };
   static constexpr size_t kTntRunSlots = 2048;
@@ -337,12 +350,13 @@ class FastBlockDecoder {
   Node** walk_link_ = nullptr;
   uint64_t walked_ = 0;  // blocks walked, added to WalkedBlocks() at the end
   bool walked_last_ = false;
-  Node* walked_node_ = nullptr;  // the last walked block's
-  bool runs_ = false;            // SetRuns
-  bool run_given_ = false;       // the last Next gave run_
-  uint64_t run_room_ = 0;        // set_run_room
-  uint64_t run_offset_ = 0;      // run_offset
-  uint64_t runs_given_ = 0;      // added to WalkedRuns() at the end
+  Node* walked_node_ = nullptr;   // the last walked block's
+  bool runs_ = false;             // SetRuns
+  bool run_given_ = false;        // the last Next gave run_
+  uint64_t run_room_ = 0;         // set_run_room
+  uint64_t run_offset_ = 0;       // run_offset
+  uint64_t runs_given_ = 0;       // added to WalkedRuns() at the end
+  uint64_t call_runs_given_ = 0;  // added to WalkedCallRuns() at the end
   // SetRuns' memo: a direct-mapped cache of runs by (first node, next answers), made on first
   // use, one for all the graphs (a node is one graph's: a per-CPU trace of many processes
   // would otherwise hold one per process); a run that loses its slot is made again.

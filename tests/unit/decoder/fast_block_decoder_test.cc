@@ -384,6 +384,38 @@ TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
   EXPECT_GT(bounded_runs, 1000u);  // runs took part where the bound trips
 }
 
+// Runs go through direct calls and compressed returns (FastBlockDecoder::TntRun): the
+// synthesizer's walks of interp_O2_pie, whose recursive `fib` calls or returns every few
+// instructions, give what libipt gives, and what the walk one block at a time gives, in TNT-64
+// and TNT-8 packets, with return compression (returns in runs) and without (TIPs end them).
+TEST(FastBlockDecoderTest, RunsThroughCallsAndReturnsSameAsLibipt) {
+  auto synth = swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O2_pie");
+  ASSERT_THAT(synth, IsOk());
+  for (int variant = 0; variant < 3; ++variant) {
+    SCOPED_TRACE(absl::StrCat("variant ", variant));
+    swpt::SynthOptions options;
+    options.max_insns = 30000;
+    options.seed = 5 + variant;
+    options.pt.max_tnt_bits = variant == 1 ? 6 : 47;
+    options.pt.ret_compression = variant != 2;
+    auto r = synth->Walk(options);
+    ASSERT_THAT(r, IsOk());
+    ExpectCovered(r->pt, {});
+    const std::string path =
+        ::testing::TempDir() + "/fast_block_decoder_call_runs_" + std::to_string(getpid()) + ".pt";
+    ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
+    const Runner run = [&](const MakeSink& make) {
+      auto image = ProgramImage::Create();
+      ASSERT_THAT(image, IsOk());
+      ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
+    };
+    const uint64_t before = FastBlockDecoder::WalkedCallRuns();
+    ExpectWalkSame(run, /*timed=*/false, /*min_walked=*/1000);
+    EXPECT_GE(FastBlockDecoder::WalkedCallRuns() - before, 100u);  // runs with calls took part
+    unlink(path.c_str());
+  }
+}
+
 // A sink told positions (-j's chunk layers) is given runs too: in one step where no position is
 // due within the run, else block by block, each block told the position it has when walked
 // alone. Its transcript (every position told, every block) is the same with runs as without,
