@@ -140,9 +140,10 @@ int NextIp(uint64_t* pip, const Insn& insn) {
 
 bool Never(const auto&) { return false; }
 
-std::atomic<uint64_t> fast_block_walked_total{0};     // FastBlockDecoder::WalkedBlocks
-std::atomic<uint64_t> fast_block_runs_total{0};       // FastBlockDecoder::WalkedRuns
-std::atomic<uint64_t> fast_block_call_runs_total{0};  // FastBlockDecoder::WalkedCallRuns
+std::atomic<uint64_t> fast_block_walked_total{0};         // FastBlockDecoder::WalkedBlocks
+std::atomic<uint64_t> fast_block_runs_total{0};           // FastBlockDecoder::WalkedRuns
+std::atomic<uint64_t> fast_block_call_runs_total{0};      // FastBlockDecoder::WalkedCallRuns
+std::atomic<uint64_t> fast_block_crossing_runs_total{0};  // FastBlockDecoder::WalkedCrossingRuns
 bool ChangesCr3(const auto& insn) { return insn.changes_cr3; }
 
 }  // namespace
@@ -261,6 +262,7 @@ FastBlockDecoder::~FastBlockDecoder() {
   fast_block_walked_total.fetch_add(walked_, std::memory_order_relaxed);
   fast_block_runs_total.fetch_add(runs_given_, std::memory_order_relaxed);
   fast_block_call_runs_total.fetch_add(call_runs_given_, std::memory_order_relaxed);
+  fast_block_crossing_runs_total.fetch_add(crossing_runs_given_, std::memory_order_relaxed);
   pt_qry_free_decoder(qry_);
 }
 
@@ -274,6 +276,10 @@ uint64_t FastBlockDecoder::WalkedRuns() {
 
 uint64_t FastBlockDecoder::WalkedCallRuns() {
   return fast_block_call_runs_total.load(std::memory_order_relaxed);
+}
+
+uint64_t FastBlockDecoder::WalkedCrossingRuns() {
+  return fast_block_crossing_runs_total.load(std::memory_order_relaxed);
 }
 
 // A ProgramImage's graphs, one per set of block-ending flags.
@@ -1263,18 +1269,30 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
 // Walk, or a run of walks (SetRuns) ending in `node`'s run's last block.
 int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   const int left = packets_->TntLeft();
-  if (left < 2) return Walk(node, block);
-  const int bits = std::min(left, kRunBits);
-  const auto key = static_cast<uint32_t>((uint64_t{1} << bits) | packets_->PeekTnt(bits));
+  int bits = std::min(left, kRunBits);
+  uint64_t answers = bits > 0 ? packets_->PeekTnt(bits) : 0;
+  // Where all the cached answers fit in the key, the next TNT packet's first one too: the run's
+  // last block may take it (its Walk reads that packet, as the block walked alone would; the
+  // blocks before it ran at the offset the decoder is at now). TNT-8 packets (real hardware's)
+  // hold at most 6 answers: else runs would end at each one's end.
+  if (bits < kRunBits) {
+    const int next = packets_->NextPacketTnt();
+    if (next >= 0) {
+      answers = answers << 1 | static_cast<uint64_t>(next);
+      ++bits;
+    }
+  }
+  if (bits < 2) return Walk(node, block);
+  const auto key = static_cast<uint32_t>((uint64_t{1} << bits) | answers);
   if (!tnt_runs_) tnt_runs_ = std::make_unique<TntRun[]>(kTntRunSlots);
   TntRun& run =
       tnt_runs_[((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots];
   if (run.node != &node || run.key != key) MakeRun(run, node, key, bits);
   if (run.blocks < 2 || run.ninsn - run.last->ninsn > run_room_) return Walk(node, block);
   // A loop: the run took every answer of its key and its last branch goes back to `node`: while
-  // the next answers are the key's again, the same run again.
+  // the next answers are the key's again, the same run again (all of them cached).
   uint32_t repeat = 1;
-  if (run.flat && static_cast<int>(run.blocks) == bits) {
+  if (run.flat && static_cast<int>(run.blocks) == bits && bits <= left) {
     const uint64_t back = CondBranchTo(run.last->last, (key & 1) != 0);
     if (back == node.ip && run.last->mode == node.mode) {
       const uint64_t answers = key & ((uint32_t{1} << bits) - 1);
@@ -1287,7 +1305,9 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   }
   packets_->GetOffset(&run_offset_);
   // The answers of all but the last block at once; the last one's as Walk takes it.
+  // All the cached answers where the last block takes the next packet's first.
   packets_->SkipTnt(static_cast<int>(run.answers * repeat) - 1);
+  if (static_cast<int>(run.answers) > left) ++crossing_runs_given_;
   if (!run.flat) {
     ++call_runs_given_;
     for (uint32_t i = 0; i + 1 < run.blocks; ++i) {

@@ -93,11 +93,12 @@ class FastBlockDecoder {
   // or later than libipt's decode does.
   void SetWalk(bool on) { walk_ = on && end_on_call_ && !end_on_jump_; }
   // With `on` (and the walk on), Next may give a run of walked blocks in one step (run()): from
-  // a block that ends in a conditional branch or a direct call, where the TNT packet being read
-  // has two answers or more, the blocks that the packet's next answers (up to kRunBits) lead
-  // through, up to kRunBlocks of them, each ending in a conditional branch, a direct call or
-  // a compressed return (all but the last return to a call in the run), looked up in a memo of
-  // (node, those answers) made once. The same
+  // a block that ends in a conditional branch or a direct call, where two answers or more are
+  // to be read, the blocks that the next answers (up to kRunBits: those of the TNT packet being
+  // read and, where they are fewer, the next TNT packet's first, which only the run's last
+  // block may take) lead through, up to kRunBlocks of them, each ending in a conditional
+  // branch, a direct call or a compressed return (all but the last return to a call in the
+  // run), looked up in a memo of (node, those answers) made once. The same
   // blocks, decoder state and sink output as walking them one by one (the run's blocks but the
   // last at run_offset, the last at the offset after it: for a sink told positions, the decode
   // loop gives a run one by one where a position is due within it). Only while the
@@ -122,6 +123,8 @@ class FastBlockDecoder {
   static uint64_t WalkedRuns();
   // Of those, the runs with a call or a return (for tests).
   static uint64_t WalkedCallRuns();
+  // Of those, the runs whose last block took the next TNT packet's first answer (for tests).
+  static uint64_t WalkedCrossingRuns();
   // Whether the last Next walked its block (Sink::OnWholeBlock).
   bool walked() const { return walked_last_; }
   // The memo of the node the last walked block came from (after walked() said yes).
@@ -350,13 +353,14 @@ class FastBlockDecoder {
   Node** walk_link_ = nullptr;
   uint64_t walked_ = 0;  // blocks walked, added to WalkedBlocks() at the end
   bool walked_last_ = false;
-  Node* walked_node_ = nullptr;   // the last walked block's
-  bool runs_ = false;             // SetRuns
-  bool run_given_ = false;        // the last Next gave run_
-  uint64_t run_room_ = 0;         // set_run_room
-  uint64_t run_offset_ = 0;       // run_offset
-  uint64_t runs_given_ = 0;       // added to WalkedRuns() at the end
-  uint64_t call_runs_given_ = 0;  // added to WalkedCallRuns() at the end
+  Node* walked_node_ = nullptr;       // the last walked block's
+  bool runs_ = false;                 // SetRuns
+  bool run_given_ = false;            // the last Next gave run_
+  uint64_t run_room_ = 0;             // set_run_room
+  uint64_t run_offset_ = 0;           // run_offset
+  uint64_t runs_given_ = 0;           // added to WalkedRuns() at the end
+  uint64_t call_runs_given_ = 0;      // added to WalkedCallRuns() at the end
+  uint64_t crossing_runs_given_ = 0;  // added to WalkedCrossingRuns() at the end
   // SetRuns' memo: a direct-mapped cache of runs by (first node, next answers), made on first
   // use, one for all the graphs (a node is one graph's: a per-CPU trace of many processes
   // would otherwise hold one per process); a run that loses its slot is made again.

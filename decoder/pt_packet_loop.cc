@@ -579,6 +579,21 @@ int PacketLoop::CacheTnt() {
   return 0;
 }
 
+int PacketLoop::NextPacketTnt() const {
+  uint64_t payload = 0;
+  if (next_ == kTnt8) {
+    payload = *pos_ >> 1;
+  } else if (next_ == kTnt64 && end_ >= pos_ + kTnt64Size) {
+    payload = ReadValue(pos_ + 2, 6);
+  } else {
+    return -1;
+  }
+  uint64_t bits = 0;
+  const int size = TntBits(payload, &bits);
+  if (size <= 0) return -1;
+  return static_cast<int>((bits >> (size - 1)) & 1);
+}
+
 // pt_qry_indirect_branch.
 int PacketLoop::IndirectBranch(uint64_t* addr) {
   int flags = 0;

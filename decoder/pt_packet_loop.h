@@ -71,8 +71,13 @@ class PacketLoop {
     return (tnt_bits_ >> (TntLeft() - skip - n)) & ((uint64_t{1} << n) - 1);
   }
   // Gives the next `n` (n < TntLeft()) at once, as `n` CondBranch calls would (each returns 0
-  // while answers are left).
+  // while answers are left); or all of them (n == TntLeft()) where NextPacketTnt() says the
+  // next packet is a TNT packet (then the last call returns 0 too: no event, no end is next).
   void SkipTnt(int n) { tnt_index_ >>= n; }
+  // The first answer (1: taken) of the packet after the cached answers, the one CondBranch
+  // reads when they are all given, where that is a TNT packet (with or without timing packets
+  // before it, which do not change what CondBranch tells); -1 where it is none.
+  int NextPacketTnt() const;
   int IndirectBranch(uint64_t* ip);
   int Event(pt_event* event);
   int Time(uint64_t* tsc) const {

@@ -387,7 +387,8 @@ TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
 // Runs go through direct calls and compressed returns (FastBlockDecoder::TntRun): the
 // synthesizer's walks of interp_O2_pie, whose recursive `fib` calls or returns every few
 // instructions, give what libipt gives, and what the walk one block at a time gives, in TNT-64
-// and TNT-8 packets, with return compression (returns in runs) and without (TIPs end them).
+// and TNT-8 packets (where a run's last block may take the next packet's first answer), with
+// return compression (returns in runs) and without (TIPs end them).
 TEST(FastBlockDecoderTest, RunsThroughCallsAndReturnsSameAsLibipt) {
   auto synth = swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O2_pie");
   ASSERT_THAT(synth, IsOk());
@@ -410,8 +411,13 @@ TEST(FastBlockDecoderTest, RunsThroughCallsAndReturnsSameAsLibipt) {
       ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
     };
     const uint64_t before = FastBlockDecoder::WalkedCallRuns();
+    const uint64_t crossing = FastBlockDecoder::WalkedCrossingRuns();
     ExpectWalkSame(run, /*timed=*/false, /*min_walked=*/1000);
     EXPECT_GE(FastBlockDecoder::WalkedCallRuns() - before, 100u);  // runs with calls took part
+    // And in TNT-8 packets, runs whose last block takes the next packet's first answer.
+    if (variant == 1) {
+      EXPECT_GE(FastBlockDecoder::WalkedCrossingRuns() - crossing, 100u);
+    }
     unlink(path.c_str());
   }
 }
@@ -460,8 +466,8 @@ TEST(FastBlockDecoderTest, RunsGiveSinksToldPositionsTheBlocksOwn) {
   const std::string program = std::string(PTKIT_SWPT_PROGRAM_DIR) + "/sorts_O2_pie";
   auto synth = swpt::Synthesizer::Create(program);
   ASSERT_THAT(synth, IsOk());
-  // TNT-64 and TNT-8 packets: in the latter a run often takes all of a packet's answers, and
-  // its last block's position is the next packet's.
+  // TNT-64 and TNT-8 packets: in the latter a run often takes all of a packet's answers and
+  // the next one's first, and its last block's position is the next packet's.
   for (int tnt_bits : {47, 6}) {
     SCOPED_TRACE(absl::StrCat("TNT bits ", tnt_bits));
     swpt::SynthOptions options;
@@ -498,8 +504,13 @@ TEST(FastBlockDecoderTest, RunsGiveSinksToldPositionsTheBlocksOwn) {
       };
       uint64_t runs = 0, none = 0;
       const uint64_t before = FastBlockDecoder::WalkedRuns();
+      const uint64_t crossing = FastBlockDecoder::WalkedCrossingRuns();
       const std::vector<std::string> with_runs = transcript(BlockDecoderImpl::kFast, &runs);
       EXPECT_GT(FastBlockDecoder::WalkedRuns() - before, 1000u);  // the decoder gave runs
+      // In TNT-8 packets many runs' last blocks take the next packet's first answer.
+      if (tnt_bits == 6) {
+        EXPECT_GT(FastBlockDecoder::WalkedCrossingRuns() - crossing, 1000u);
+      }
       {
         SCOPED_TRACE("left: one block at a time; right: with runs");
         ExpectSameLines(transcript(BlockDecoderImpl::kFastNoRuns, &none), with_runs);
