@@ -22,6 +22,26 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
   if (count_listener_ != nullptr) count_listener_->OnCount(f, n);
 }
 
+// Inline: runs' programs (RunOps) enter a function every few blocks.
+[[gnu::always_inline]] inline void CallStack::Enter(uint32_t f, uint64_t return_address,
+                                                    bool implicit) {
+  Function& fn = functions_[f];
+  if (!implicit) {
+    ++fn.calls;
+    ++totals_.calls;
+  }
+  if (frames_.size() >= kMaxFrames) {
+    ++beyond_;
+    ++totals_.dropped_frames;
+    return;
+  }
+  if (chunk_) Touch(f);
+  if (fn.active++ == 0) fn.active_since = totals_.instructions;
+  frames_.push_back({f, return_address, totals_.instructions, implicit, timed_, tsc_});
+  if (chunk_) max_depth_ = std::max(max_depth_, frames_.size());
+  if (listener_ != nullptr) listener_->OnEnter(frames_.back());
+}
+
 // Facts that hold for every run of the block: its first instruction's symbol (CallTarget and
 // FunctionAt of a symbol's address name it, whatever the stack) is its last one's too (no
 // CountSplit). The function is made here, where OnBlock would make it next (CallTarget or
@@ -142,25 +162,126 @@ void CallStack::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
 // Where every block ends in a conditional branch and runs in the function of the one before
 // (Step places nothing after the first), in a frame (the first one placed it) that no call or
 // return changes, Count adds up: the run's Step is its first block's with all its
-// instructions. A run with calls or returns, or a memo named by the stack (Unnamed), is left to
-// each block's step.
+// instructions. Where blocks go into other functions by the run's calls and returns, the run's
+// program does what the blocks' steps after the first would (RunProgram). A memo named by the
+// stack (Unnamed) or a jump into another function is left to each block's step.
+uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
+  uint64_t one = 0;   // the first memo's, while every block's is the same and a branch's
+  bool fixed = true;  // every memo names its function
+  for (size_t i = 0; i < run.blocks.size(); ++i) {
+    BlockMemo& m = *run.memos[i];
+    if (m.owner != memo_owner_ || m.context != image_) {
+      m = {memo_owner_, image_, MemoOf(run.blocks[i])};
+    }
+    if (i == 0) one = m.value;
+    if (m.value != one || (one & 2) != 0 || run.blocks[i].iclass != ptic_cond_jump) one = 0;
+    if (m.value == 0 || (m.value & 2) != 0) fixed = false;
+  }
+  if (one != 0) return one;
+  if (!fixed || run.blocks.size() > kRunOps + 1) return 0;
+  RunProgram p{};
+  auto function = [&](size_t i) { return static_cast<uint32_t>(run.memos[i]->value >> 32); };
+  auto call_length = [&](size_t i) { return static_cast<uint8_t>(run.memos[i]->value >> 8); };
+  p.first = Facts{function(0), call_length(0), false, static_cast<int>(function(0))};
+  p.first_ninsn = run.blocks[0].ninsn;
+  bool in_first = true;  // the blocks so far are the first one's Step
+  for (size_t i = 1; i < run.blocks.size(); ++i) {
+    const pt_block& before = run.blocks[i - 1];
+    const pt_block& block = run.blocks[i];
+    const uint32_t f = function(i);
+    if (before.iclass == ptic_cond_jump) {
+      if (f != function(i - 1)) return 0;  // a jump into another function (Jump)
+      if (in_first) {
+        p.first_ninsn += block.ninsn;
+      } else {
+        p.ops[p.size - 1].ninsn += block.ninsn;
+      }
+      continue;
+    }
+    if (before.iclass == ptic_call) {
+      const uint64_t return_address = before.end_ip + call_length(i - 1);
+      if (block.ip == return_address) return 0;  // a call to the next instruction: no frame
+      p.ops[p.size++] = {true, f, return_address, block.ninsn};
+    } else if (before.iclass == ptic_return) {
+      p.ops[p.size++] = {false, f, block.ip, block.ninsn};
+    } else {
+      return 0;
+    }
+    in_first = false;
+  }
+  const pt_block& last = run.blocks.back();
+  p.pending_call = last.iclass == ptic_call;
+  p.pending_return = last.iclass == ptic_return;
+  p.flowing = !p.pending_call && !p.pending_return;
+  // The last call's (the steps leave it so, pending or not).
+  for (size_t i = run.blocks.size(); i-- > 0;) {
+    if (run.blocks[i].iclass == ptic_call) {
+      p.sets_address = true;
+      p.pending_return_address = run.blocks[i].end_ip + call_length(i);
+      break;
+    }
+  }
+  if (programs_.size() == kMaxPrograms && !program_of_.contains(run.memo)) {
+    // As many as the decoders fed to this model have had runs: forget them all (and every
+    // memo made so far, whose values may name them) and start again.
+    programs_.clear();
+    program_of_.clear();
+    memo_owner_ = NewBlockMemoOwner();
+    return RunMemoOf(run);
+  }
+  auto [it, inserted] = program_of_.try_emplace(run.memo, programs_.size());
+  if (inserted) {
+    programs_.push_back(p);
+  } else {
+    programs_[it->second] = p;
+  }
+  return 4 | uint64_t{it->second} << 32;
+}
+
+// Each op as the steps of the blocks it comes from do it (Arrive; Place where a return left no
+// frame; Count), in order.
+void CallStack::RunOps(const RunProgram& program) {
+  for (uint32_t k = 0; k < program.size; ++k) {
+    const RunOp& op = program.ops[k];
+    if (op.call) {
+      Enter(op.function, op.address, /*implicit=*/false);
+    } else {
+      if (beyond_ == 0 && !frames_.empty() && frames_.back().return_address == op.address) {
+        Pop(false);  // Return's most common case: the run's call on top
+      } else {
+        Return(op.address);
+      }
+      if (frames_.empty()) {
+        if (base_) {
+          nonempty_epoch_ = epoch_;
+        } else {
+          Place(op.function, 0, /*jumped=*/false);
+        }
+      }
+    }
+    current_ = op.function;
+    if (chunk_ && epoch_of_[op.function] != epoch_) Touch(op.function);
+    Count(op.function, op.ninsn);
+  }
+  pending_call_ = program.pending_call;
+  pending_return_ = program.pending_return;
+  flowing_ = program.flowing;
+  if (program.sets_address) pending_return_address_ = program.pending_return_address;
+}
+
 void CallStack::OnWholeRun(const WalkedRun& run) {
   BlockMemo& memo = *run.memo;
   if (memo.owner != memo_owner_ || memo.context != image_) {
-    uint64_t value = 0;
-    for (size_t i = 0; i < run.blocks.size(); ++i) {
-      BlockMemo& m = *run.memos[i];
-      if (m.owner != memo_owner_ || m.context != image_) {
-        m = {memo_owner_, image_, MemoOf(run.blocks[i])};
-      }
-      if (i == 0) value = m.value;
-      if (m.value != value || (value & 2) != 0 || run.blocks[i].iclass != ptic_cond_jump) {
-        value = 0;
-      }
-    }
+    const uint64_t value = RunMemoOf(run);  // (may renew memo_owner_)
     memo = {memo_owner_, image_, value};
   }
-  if (memo.value == 0) {
+  if ((memo.value & 4) != 0 && run.repeat == 1) {
+    const RunProgram& program = programs_[memo.value >> 32];
+    Step<true>(run.blocks[0], program.first, program.first_ninsn);
+    pending_call_ = pending_return_ = false;  // the program arrives where the first block went
+    return RunOps(program);
+  }
+  if ((memo.value & 1) == 0) {
     for (uint32_t r = 0; r < run.repeat; ++r) {
       for (size_t i = 0; i < run.blocks.size(); ++i) OnWholeBlock(run.blocks[i], *run.memos[i]);
     }
@@ -442,24 +563,6 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   if (fn.active++ == 0) fn.active_since = totals_.instructions;
   top.function = f;
   if (listener_ != nullptr) listener_->OnRename(from, top);
-}
-
-void CallStack::Enter(uint32_t f, uint64_t return_address, bool implicit) {
-  Function& fn = functions_[f];
-  if (!implicit) {
-    ++fn.calls;
-    ++totals_.calls;
-  }
-  if (frames_.size() >= kMaxFrames) {
-    ++beyond_;
-    ++totals_.dropped_frames;
-    return;
-  }
-  if (chunk_) Touch(f);
-  if (fn.active++ == 0) fn.active_since = totals_.instructions;
-  frames_.push_back({f, return_address, totals_.instructions, implicit, timed_, tsc_});
-  if (chunk_) max_depth_ = std::max(max_depth_, frames_.size());
-  if (listener_ != nullptr) listener_->OnEnter(frames_.back());
 }
 
 void CallStack::Pop(bool at_end, bool by_return) {

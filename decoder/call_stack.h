@@ -101,8 +101,9 @@ class CallStack {
   // its first instruction has a symbol and its last one the same.
   void OnWholeBlock(const pt_block& block, BlockMemo& memo);
   // Walked blocks in a run (Sink::OnWholeRun): OnWholeBlock of each; in one step when each
-  // block's memo names the same function, from its first instruction to its last (`run.memo`
-  // keeps whether they do).
+  // block's memo names the same function, from its first instruction to its last; else, when
+  // each names one function and the run goes into another only by its calls and returns, by the
+  // run's program (RunProgram). `run.memo` keeps which.
   void OnWholeRun(const WalkedRun& run);
   void OnEvent(const pt_event& event);
   // The decoder's time (TSC units); frames pushed from now on carry it.
@@ -213,6 +214,36 @@ class CallStack {
   // The memo of `block` (BlockMemo::value): 0 when its facts are not fixed, else 1, 2 when
   // named by the stack, the call's length << 8 and the function (or the file) << 32.
   uint64_t MemoOf(const pt_block& block);
+  // What the steps of a run's blocks do after its first block's (OnWholeRun), made once per run:
+  // the calls and returns between them and the instructions each function runs, in order. Made
+  // where every block's memo names its function and a block after a conditional branch runs in
+  // the function of the one before (no jump into another function): then each block's step
+  // places nothing, and the stack changes only by the run's calls and returns.
+  // A block after a call or a return and the blocks after it in its function: how it is
+  // reached (the call entering `function` and returning to `address`, or the return to
+  // `address`) and the instructions they run.
+  struct RunOp {
+    bool call;
+    uint32_t function;
+    uint64_t address;
+    uint64_t ninsn;
+  };
+  static constexpr size_t kRunOps = 16;
+  static constexpr size_t kMaxPrograms = 8192;
+  struct RunProgram {
+    Facts first;           // the first block's
+    uint64_t first_ninsn;  // its instructions and those of the blocks after it in its function
+    uint32_t size;         // of ops
+    // The state the last block leaves (Step's end): pending a call or a return, or flowing on;
+    // the return address of the run's last call (sets_address: it has one).
+    bool pending_call, pending_return, flowing, sets_address;
+    uint64_t pending_return_address;
+    RunOp ops[kRunOps];
+  };
+  // The run's memo value (OnWholeRun): 0 (each block's step), its first memo's (one function)
+  // or 4 | the index of its program in programs_ << 32.
+  uint64_t RunMemoOf(const WalkedRun& run);
+  void RunOps(const RunProgram& program);
   int64_t FindFunction(const FunctionKey& key) const;
   uint32_t AddressFunction(uint64_t ip);
   // Chunk mode: `f` is about to change (count, frame) in this epoch.
@@ -241,7 +272,8 @@ class CallStack {
   CallStackListener* listener_;
   CallStackListener* count_listener_ = listener_;  // listener_, or null (set_tell_counts)
   // Its memos' owner (OnWholeBlock): a model made where another was has other functions.
-  const uint64_t memo_owner_ = NewBlockMemoOwner();
+  // (Renewed when the programs of runs are forgotten: every memo is made again.)
+  uint64_t memo_owner_ = NewBlockMemoOwner();
   std::vector<Function> functions_;
   std::vector<Frame> frames_;
   Totals totals_;
@@ -265,6 +297,10 @@ class CallStack {
     bool jumped;
   };
   absl::flat_hash_map<SplitKey, std::vector<SplitRun>> split_;
+  // The runs' programs, and which one each run memo had (a run made again in the same slot
+  // takes its place: as many as the decoders keep runs; at most kMaxPrograms, ~4.5 MB).
+  std::vector<RunProgram> programs_;
+  absl::flat_hash_map<const BlockMemo*, uint32_t> program_of_;
   uint64_t beyond_ = 0;  // calls without a frame above the top one (depth past kMaxFrames)
   int32_t untraced_ = -1;
   int64_t current_ = -1;  // function of the last instruction counted

@@ -219,6 +219,21 @@ void ExpectWalkSame(const Runner& run, bool timed, uint64_t min_walked = 1) {
   }
 }
 
+// A temporary file's path for this process.
+std::string TempPath(const std::string& prefix) {
+  return ::testing::TempDir() + "/" + prefix + std::to_string(getpid()) + ".pt";
+}
+
+// A runner that decodes the container at `path` (as ptdecode does, to its default -j; the
+// sinks get an empty image: the streams bring their own).
+Runner ContainerRunner(const std::string& path) {
+  return [path](const MakeSink& make) {
+    auto image = ProgramImage::Create();
+    ASSERT_THAT(image, IsOk());
+    ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
+  };
+}
+
 // A runner that decodes a raw trace as ptdecode does at -j1 (through CanonicalBlocks).
 Runner CanonicalRunner(
     std::function<void(const std::function<void(std::span<const uint8_t>, const TraceConfig&,
@@ -359,14 +374,9 @@ TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
     auto r = synth->Walk(options);
     ASSERT_THAT(r, IsOk());
     ExpectCovered(r->pt, {});
-    const std::string path =
-        ::testing::TempDir() + "/fast_block_decoder_runs_" + std::to_string(getpid()) + ".pt";
+    const std::string path = TempPath("fast_block_decoder_runs_");
     ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
-    const Runner run = [&](const MakeSink& make) {
-      auto image = ProgramImage::Create();
-      ASSERT_THAT(image, IsOk());
-      ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
-    };
+    const Runner run = ContainerRunner(path);
     uint64_t before = FastBlockDecoder::WalkedRuns();
     ExpectWalkSame(run, /*timed=*/false, /*min_walked=*/1000);
     EXPECT_GE(FastBlockDecoder::WalkedRuns() - before, 100u);  // the runs took part
@@ -402,14 +412,9 @@ TEST(FastBlockDecoderTest, RunsThroughCallsAndReturnsSameAsLibipt) {
     auto r = synth->Walk(options);
     ASSERT_THAT(r, IsOk());
     ExpectCovered(r->pt, {});
-    const std::string path =
-        ::testing::TempDir() + "/fast_block_decoder_call_runs_" + std::to_string(getpid()) + ".pt";
+    const std::string path = TempPath("fast_block_decoder_call_runs_");
     ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
-    const Runner run = [&](const MakeSink& make) {
-      auto image = ProgramImage::Create();
-      ASSERT_THAT(image, IsOk());
-      ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
-    };
+    const Runner run = ContainerRunner(path);
     const uint64_t before = FastBlockDecoder::WalkedCallRuns();
     const uint64_t crossing = FastBlockDecoder::WalkedCrossingRuns();
     ExpectWalkSame(run, /*timed=*/false, /*min_walked=*/1000);
@@ -420,6 +425,43 @@ TEST(FastBlockDecoderTest, RunsThroughCallsAndReturnsSameAsLibipt) {
     }
     unlink(path.c_str());
   }
+}
+
+// A walk that calls deeper than CallStack::kMaxFrames (the synthesizer's random walk of
+// interp_O2_pie's `fib` calls more often than it returns): calls beyond get no frame and their
+// returns pop none, in runs too (CallStack's programs of runs), as libipt's blocks one by one
+// give them. Stats only: folded's stacks of 65,536 frames would be gigabytes.
+TEST(FastBlockDecoderTest, RunsBeyondTheDeepestStackSameAsLibipt) {
+  auto synth = swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O2_pie");
+  ASSERT_THAT(synth, IsOk());
+  swpt::SynthOptions options;
+  options.max_insns = 4000000;
+  options.seed = 7;
+  options.pt.max_tnt_bits = 6;
+  auto r = synth->Walk(options);
+  ASSERT_THAT(r, IsOk());
+  const std::string path = TempPath("fast_block_decoder_deep_runs_");
+  ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
+  const Runner run = ContainerRunner(path);
+  auto stats = [&](BlockDecoderImpl impl) {
+    SetBlockDecoderImpl(impl);
+    std::FILE* out = std::tmpfile();
+    std::unique_ptr<Sink> sink;
+    run([&](const ProgramImage& image) -> Sink& {
+      sink = MakeStatsSink(image, out, OutputOptions{});
+      return *sink;
+    });
+    sink.reset();
+    SetBlockDecoderImpl(BlockDecoderImpl::kFast);
+    return ReadAll(out);
+  };
+  const std::string libipt = stats(BlockDecoderImpl::kLibipt);
+  EXPECT_THAT(libipt, ::testing::HasSubstr("calls got no frame"));
+  const uint64_t before = FastBlockDecoder::WalkedCallRuns();
+  EXPECT_EQ(stats(BlockDecoderImpl::kFast), libipt);
+  EXPECT_GE(FastBlockDecoder::WalkedCallRuns() - before, 10000u);
+  EXPECT_EQ(stats(BlockDecoderImpl::kFastNoRuns), libipt);
+  unlink(path.c_str());
 }
 
 // A sink told positions (-j's chunk layers) is given runs too: in one step where no position is
@@ -725,20 +767,10 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnSynthesizedContainers) {
       const std::string path = ::testing::TempDir() + "/fast_block_decoder_" +
                                std::to_string(getpid()) + "_" + program + ".pt";
       ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
-      ExpectSame(
-          [&](const MakeSink& make) {
-            auto image = ProgramImage::Create();  // the sinks' image; streams bring their own
-            ASSERT_THAT(image, IsOk());
-            ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
-          },
-          /*timed=*/options.pt.tsc);
-      ExpectWalkSame(
-          [&](const MakeSink& make) {
-            auto image = ProgramImage::Create();
-            ASSERT_THAT(image, IsOk());
-            ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
-          },
-          /*timed=*/options.pt.tsc, /*min_walked=*/1000);
+      ExpectSame(ContainerRunner(path),
+                 /*timed=*/options.pt.tsc);
+      ExpectWalkSame(ContainerRunner(path),
+                     /*timed=*/options.pt.tsc, /*min_walked=*/1000);
       unlink(path.c_str());
     }
   }
@@ -825,23 +857,12 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnContainersWithMtcAndCyc) {
     auto r = WalkTimed(*synth, kTimedVariants[i], 40 + i, &options);
     ASSERT_THAT(r, IsOk());
     ExpectCovered(r->pt, {});
-    const std::string path =
-        ::testing::TempDir() + "/fast_block_decoder_timed_" + std::to_string(getpid()) + ".pt";
+    const std::string path = TempPath("fast_block_decoder_timed_");
     ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
-    ExpectSame(
-        [&](const MakeSink& make) {
-          auto image = ProgramImage::Create();
-          ASSERT_THAT(image, IsOk());
-          ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
-        },
-        /*timed=*/true);
-    ExpectWalkSame(
-        [&](const MakeSink& make) {
-          auto image = ProgramImage::Create();
-          ASSERT_THAT(image, IsOk());
-          ASSERT_THAT(DecodeContainer(path, {}, make(**image)), IsOk());
-        },
-        /*timed=*/true, /*min_walked=*/100);
+    ExpectSame(ContainerRunner(path),
+               /*timed=*/true);
+    ExpectWalkSame(ContainerRunner(path),
+                   /*timed=*/true, /*min_walked=*/100);
     unlink(path.c_str());
   }
 }
