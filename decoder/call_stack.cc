@@ -538,8 +538,10 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
 // target): the frame on top is f's from here, as gdb and perf name it. Its calls stay where
 // they were counted; its inclusive instructions count for f from here. A jump into the middle
 // of a function that has a frame below (longjmp, an exception's landing pad) returns to that
-// frame instead: the frames above it were left without returning. A call beyond kMaxFrames
-// got no frame: the frame on top is not the running function's then.
+// frame instead: the frames above it were left without returning; but not a jump back into the
+// function the frame ran before its last jump (a compiler's cold part of f, `f.cold`, jumping
+// back into f, in a recursive f too): that renames it back. A call beyond kMaxFrames got no
+// frame: the frame on top is not the running function's then.
 void CallStack::Jump(uint32_t f, uint64_t ip) {
   if (frames_.empty()) {
     if (base_) failed_ = true;  // chunk mode: renames (or returns to) a frame of B
@@ -547,7 +549,8 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   }
   if (beyond_ != 0 || frames_.back().function == f) return;
   // (Code without a symbol, "[file]", has no entry to tell its middle by: it is renamed to.)
-  if (functions_[f].address != 0 && ip != functions_[f].address) {
+  if (functions_[f].address != 0 && ip != functions_[f].address &&
+      frames_.back().renamed_from != f) {
     if (functions_[f].active != 0) {
       while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
       return;
@@ -562,6 +565,7 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   Function& fn = functions_[f];
   if (fn.active++ == 0) fn.active_since = totals_.instructions;
   top.function = f;
+  top.renamed_from = from;
   if (listener_ != nullptr) listener_->OnRename(from, top);
 }
 
@@ -832,6 +836,7 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
   frames_.resize(top);
   for (Frame frame : chunk.frames_) {
     frame.function = map[frame.function];
+    if (frame.renamed_from != Frame::kNone) frame.renamed_from = map[frame.renamed_from];
     frame.entry_count += t0;
     frames_.push_back(frame);
   }

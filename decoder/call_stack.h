@@ -47,6 +47,9 @@ struct Frame {
   bool implicit = false;     // entered before tracing began (no call seen)
   bool entry_timed = false;  // entry_tsc is known
   uint64_t entry_tsc = 0;    // the decoder's time at the call
+  // The function it ran before the last jump renamed it (kNone: never renamed).
+  static constexpr uint32_t kNone = ~uint32_t{0};
+  uint32_t renamed_from = kNone;
 };
 
 // Told of every change of a CallStack, as it happens.

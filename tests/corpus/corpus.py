@@ -81,6 +81,8 @@ PROGRAMS = {
                       stack_points=["report"]),
     "sort_nopie": built("sort_nopie", f"gcc {CFLAGS} -fno-pie -no-pie {{src}}/sort.c",
                         stack_points=["report"]),
+    # -O2 as distributions build: a recursive function's cold part jumps back into it.
+    "cold": built("cold", "gcc -O2 -g {src}/cold.c", stack_points=["note_unusual"]),
     "static": built("static", f"gcc {CFLAGS} -static {{src}}/static.c", stack_points=["say"]),
     "stripped": built("stripped.full", f"gcc {CFLAGS} -static {{src}}/static.c",
                       ["objcopy --only-keep-debug {w}/stripped.full {w}/stripped.debug",
@@ -1040,7 +1042,9 @@ def truth_frames(c):
     function the thread's trace starts in, each callee, the function a jump goes on to from
     another one (not a call, return or syscall: a tail call, a PLT entry jumping to its target;
     it renames the frame on top, unless it jumps into the middle of a function that has a
-    frame below: then the frames above that one end), the caller a return that matches no
+    frame below: then the frames above that one end; but a jump back into the function the
+    frame on top ran before it was renamed, a cold part `f.cold` going back into f, renames it
+    back), the caller a return that matches no
     frame reaches (entered before tracing began: the frame below), and the program an exec
     starts."""
     result = {}
@@ -1048,6 +1052,7 @@ def truth_frames(c):
         calls, slices = [], []
         stack = []  # (return address, index of the callee's first, call no.)
         tops = []   # function_key of the function running in each frame, outermost first
+        before = []  # per frame: the function_key it ran before its last rename (or None)
         after_ret = after_flow = False
         space = prev_key = None
         for i, ip in enumerate(ips):
@@ -1064,22 +1069,26 @@ def truth_frames(c):
                         calls[n][1] = i - first
                         del stack[depth:]
                         del tops[depth + 1:]
+                        del before[depth + 1:]
                         break
                 else:
                     begins = not stack  # the outermost function returned to its caller
             elif after_flow and key != prev_key and tops and tops[-1] != key:
-                if key in tops and key[1] not in (None, vaddr):
+                if key in tops and key[1] not in (None, vaddr) and before[-1] != key:
                     # Into the middle of a function with a frame below (an exception's landing
                     # pad, longjmp): the frames above it end without a return. (Code no symbol
                     # names has no entry to tell its middle by.)
                     depth = len(tops) - 1 - tops[::-1].index(key)
                     del tops[depth + 1:]
+                    del before[depth + 1:]
                     del stack[depth:]
                 else:
+                    before[-1] = tops[-1]
                     tops[-1] = key
                     slices.append((names, info, vaddr))
             if begins:
                 tops = [key]
+                before = [None]
                 slices.append((names, info, vaddr))
             prev_key = key
             after_ret = info is not None and vaddr in info.rets
@@ -1097,6 +1106,7 @@ def truth_frames(c):
                 names = named[0] if named else []
             stack.append((ret, i + 1, len(calls)))
             tops.append(running(t_info, t_vaddr)[1])
+            before.append(None)
             calls.append([(names, t_info, t_vaddr), None])
             slices.append((names, t_info, t_vaddr))
         result[tid] = (calls, slices)
