@@ -92,6 +92,9 @@ PROGRAMS = {
     "static_bts": built("static", f"gcc {CFLAGS} -static {{src}}/static.c", record=["--bts"]),
     "cxx": built("cxx", f"g++ {CFLAGS} -static-libstdc++ -static-libgcc {{src}}/cxx.cc",
                  stack_points=["Check(int)", "__cxa_begin_catch"]),
+    # -O2: Check's throw in its cold part, `Check(int) [clone .cold]`.
+    "cxx_o2": built("cxx_o2", "g++ -O2 -g -static-libstdc++ -static-libgcc {src}/cxx.cc",
+                    stack_points=["Check(int)", "__cxa_begin_catch"]),
     "cxx_shared": built("cxx_shared", f"g++ {CFLAGS} {{src}}/cxx.cc",
                         stack_points=["Check(int)"], long=True),
     "vdso": built("vdso", f"gcc {CFLAGS} -static {{src}}/vdso.c", stack_points=["after_clock"]),
@@ -1220,8 +1223,10 @@ def normalize(name):
         name = name[1:-1]
     name = re.sub(r"\s+const$", "", name)
     name = re.sub(r"@@?[A-Z][A-Za-z0-9_.]*$", "", name)  # symbol versions
-    # GCC clones (foo.part.0): gdb shows foo.part from the symbol table, foo from DWARF.
+    # GCC clones (foo.part.0): gdb shows foo.part from the symbol table, foo from DWARF; and
+    # demangled, `Check(int) [clone .cold]`.
     name = re.sub(r"(?:\.(?:part|isra|constprop|cold|lto_priv)(?:\.\d+)*)+$", "", name)
+    name = re.sub(r"(?:\s*\[clone \.[^\]]*\])+$", "", name)
     if name.endswith(")"):
         depth = 0
         for k in range(len(name) - 1, -1, -1):
