@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <cstring>
 #include <map>
 
@@ -1310,10 +1311,14 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   if (static_cast<int>(run.answers) > left) ++crossing_runs_given_;
   if (!run.flat) {
     ++call_runs_given_;
-    for (uint32_t i = 0; i + 1 < run.blocks; ++i) {
+    // Only the blocks that push or pop, but the last (the masks may name blocks from it on:
+    // MakeRun went on past where the run ends).
+    const uint32_t before_last = (uint32_t{1} << (run.blocks - 1)) - 1;
+    for (uint32_t m = (run.push_mask | run.pop_mask) & before_last; m != 0; m &= m - 1) {
+      const int i = std::countr_zero(m);
       if ((run.push_mask >> i) & 1) {
         retstack_.Push(run.pushes[i]);
-      } else if ((run.pop_mask >> i) & 1) {
+      } else {
         uint64_t back = 0;
         retstack_.Pop(&back);  // what block i's call pushed
       }
