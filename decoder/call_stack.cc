@@ -345,6 +345,9 @@ void CallStack::OnEvent(const pt_event& event) {
 
 void CallStack::Reset() {
   pending_call_ = pending_return_ = flowing_ = false;
+  // Nothing reads the function that ran last until a block runs (no return is pending): as a
+  // model just made, so that a chunk at another stream's start applies (CheckChunk).
+  current_ = -1;
   beyond_ = 0;
   while (!frames_.empty()) Pop(true);
   if (base_) {
@@ -645,8 +648,11 @@ void CallStack::Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning
 }
 
 void CallStack::BeginChunk() {
-  start_ = {pending_call_, pending_return_, flowing_, pending_return_address_, current_};
-  chunk_ = base_ = true;
+  const bool fresh = functions_.empty() && frames_.empty() && totals_.instructions == 0 &&
+                     !pending_call_ && !pending_return_ && !flowing_ && current_ < 0;
+  start_ = {fresh, pending_call_, pending_return_, flowing_, pending_return_address_, current_};
+  chunk_ = true;
+  base_ = !fresh;
   failed_ = false;
   frames_.clear();
   for (Function& fn : functions_) {
@@ -711,6 +717,7 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
     return false;
   }
   const Start& s = chunk.start_;
+  if (s.empty_base && !frames_.empty()) return false;
   if (pending_call_ != s.pending_call || pending_return_ != s.pending_return ||
       flowing_ != s.flowing ||
       (pending_call_ && pending_return_address_ != s.pending_return_address)) {

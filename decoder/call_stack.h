@@ -149,7 +149,9 @@ class CallStack {
   // another way is either assumed and checked by the merge (B not empty; a function jumped into
   // has no frame in B; the depth) or not modelled (chunk_failed(): a lookup that names code by
   // the frame on top of B, a jump with no frame of C, time; the caller then gives the serial
-  // model the chunk's blocks instead).
+  // model the chunk's blocks instead). A model given nothing before BeginChunk (a stream's
+  // first chunk, whose serial model was just Reset) takes B as empty instead, as the serial
+  // model would (implicit frames, unmatched returns); the merge checks that it is.
   void BeginChunk();
   bool chunk_failed() const { return failed_; }
   // Chunk mode: the epoch (ChunkOps so far); C is empty at each epoch's start.
@@ -362,6 +364,7 @@ class CallStack {
   size_t max_depth_ = 0;        // of C
   size_t head_functions_ = 0;   // functions made before BeginChunk
   struct Start {
+    bool empty_base;  // B taken as empty (a model given nothing before BeginChunk)
     bool pending_call, pending_return, flowing;
     uint64_t pending_return_address;
     int64_t current;

@@ -1062,9 +1062,16 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
 
 bool DecodesInParallel() { return GetParallelOptions().jobs > 1; }
 
-uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options) {
+uint64_t SummaryChunkBytes(uint64_t trace_bytes, unsigned jobs) {
+  return std::clamp(trace_bytes / (uint64_t{8} * std::max(jobs, 1u)), kMinSummaryChunkBytes,
+                    kMaxSummaryChunkBytes);
+}
+
+uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options,
+                       uint64_t trace_bytes) {
   if (sink.kind() == DecoderKind::kBlock && sink.NewChunkSummary(image) != nullptr) {
-    return options.summary_chunk_bytes;
+    return options.summary_chunk_bytes != 0 ? options.summary_chunk_bytes
+                                            : SummaryChunkBytes(trace_bytes, options.jobs);
   }
   return options.chunk_bytes;
 }
@@ -1075,7 +1082,8 @@ absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
                                                  const ImageLoader& load_image, Sink& sink) {
   const ParallelOptions options = GetParallelOptions();
   // 0: one thread (ChunkBytesFor makes a summary to ask, which one thread does not need).
-  const uint64_t chunk_bytes = DecodesInParallel() ? ChunkBytesFor(sink, image, options) : 0;
+  const uint64_t chunk_bytes =
+      DecodesInParallel() ? ChunkBytesFor(sink, image, options, trace.size()) : 0;
   if (chunk_bytes == 0 || trace.size() <= chunk_bytes) {
     DecodeTotals totals;
     PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace, config, image, sink, totals));

@@ -128,13 +128,17 @@ absl::Status DecodeIntoCanonical(std::span<const uint8_t> trace, const TraceConf
 // peak RSS at -j2 for a 7 MB synthesized trace, 18 MB at -j1). Each chunk's decoder also reads
 // two PSB periods into the next chunk (at 2 KiB PSBs, 12% more trace decoded).
 inline constexpr uint64_t kDefaultChunkBytes = uint64_t{32} << 10;
-// The chunk size for a sink that summarises chunks (Sink::NewChunkSummary): a summarised chunk
-// records only the overlaps at its edges, and those (about three PSB periods per chunk, decoded
-// by both chunks' decoders) cost less the longer the chunk: callgrind Ir of `stats -j2` on an
-// emulated recording, 75 M instructions, 3.7 MB of trace: 8.21 G at 32 KiB, 7.48 G at 128 KiB
-// (-j1: 5.48 G). A summary that fails on its worker is not recorded there (some 70 MB at this
-// size) but decoded again by the merging thread (DecodeInParallel).
-inline constexpr uint64_t kDefaultSummaryChunkBytes = uint64_t{128} << 10;
+// The chunk size for a sink that summarises chunks (Sink::NewChunkSummary), by default: a
+// summarised chunk records only the overlaps at its edges, and those and each chunk's set-up
+// (its decoder, its runs and the summary's memos made anew) cost less the longer the chunk, so
+// a trace is cut into some 8 chunks per thread (enough to keep the threads busy to the end),
+// of 128 KiB to 4 MiB. callgrind Ir of `stats -j2` on an emulated recording, 755 M
+// instructions, 37 MB of trace (-j1 10.19 G): 13.95 G at 128 KiB (285 chunks), 11.93 G at
+// 1 MiB. A summary that fails on its worker is not recorded there but decoded again by the
+// merging thread (DecodeInParallel).
+inline constexpr uint64_t kMinSummaryChunkBytes = uint64_t{128} << 10;
+inline constexpr uint64_t kMaxSummaryChunkBytes = uint64_t{4} << 20;
+uint64_t SummaryChunkBytes(uint64_t trace_bytes, unsigned jobs);
 
 struct ParallelOptions {
   // Decoding threads; 1 (`ptdecode` without -j): DecodeInto on the caller's thread. One is the
@@ -144,7 +148,8 @@ struct ParallelOptions {
   // 17 MB at -j 1, 1.75 s and 365 MB at -j 2 on 2 cores; branches 1.94 s of CPU against 4.86 s).
   unsigned jobs = 1;
   uint64_t chunk_bytes = kDefaultChunkBytes;
-  uint64_t summary_chunk_bytes = kDefaultSummaryChunkBytes;  // for sinks that summarise
+  // For sinks that summarise; 0: SummaryChunkBytes of the trace.
+  uint64_t summary_chunk_bytes = 0;
   // Tests and measurements (ptdecode's hidden --chunk-stats): each parallel decode prints its
   // ParallelStats to stderr.
   bool print_stats = false;
@@ -192,9 +197,11 @@ void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from);
 // Whether GetParallelOptions() decodes with more than one thread.
 bool DecodesInParallel();
 
-// The chunk size of `options` for `sink`: summary_chunk_bytes for a block sink that summarises
-// chunks decoded with `image` (it makes a summary to know), else chunk_bytes.
-uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options);
+// The chunk size of `options` for `sink` and a trace of `trace_bytes`: summary_chunk_bytes (or
+// SummaryChunkBytes) for a block sink that summarises chunks decoded with `image` (it makes a
+// summary to know), else chunk_bytes.
+uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options,
+                       uint64_t trace_bytes);
 
 // Makes an image equal to the caller's, for a worker thread.
 using ImageLoader = std::function<absl::StatusOr<std::unique_ptr<ProgramImage>>()>;

@@ -750,7 +750,8 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
       PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(piece.run));
       out.SetView(&view, piece.aux_offset);
       const ProgramImage& now = switcher ? *switcher->current() : *s.info.image;
-      const uint64_t chunk_bytes = worker_images.empty() ? 0 : ChunkBytesFor(out, now, parallel);
+      const uint64_t chunk_bytes =
+          worker_images.empty() ? 0 : ChunkBytesFor(out, now, parallel, view.bytes().size());
       if (r.bts) {
         // A snapshot's offsets are not the ring's (AddSnapshot).
         const uint64_t ring = s.key->snapshot < 0 ? bts_ring : 0;

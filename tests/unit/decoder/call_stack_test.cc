@@ -613,3 +613,45 @@ TEST(CallStackTest, ChunksAppliedInOrderGiveTheSerialModel) {
 }
 
 }  // namespace ptkit::decoder
+
+namespace ptkit::decoder {
+
+// A stream's first chunk (a model given nothing before BeginChunk) is modelled from an empty
+// stack, as the serial model is after another stream (Reset): it applies there, and gives what
+// the serial model gives; it does not apply to a model with frames.
+TEST(CallStackTest, AStreamsFirstChunkAppliesAfterAnotherStream) {
+  auto image = ChunkImage();
+  const std::vector<pt_block> first = ChunkWalk(1, 2000), second = ChunkWalk(2, 2000);
+  ASSERT_GT(second.size(), 1000u);
+  CallStack all(*image);
+  for (const pt_block& b : first) all.OnBlock(b);
+  all.Reset();  // another stream (FlowSink::OnStream)
+  for (const pt_block& b : second) all.OnBlock(b);
+  const std::vector<Frame> all_frames = all.frames();
+  const ChunkCounts want = CountsOf(all);
+
+  CallStack chunk(*image);
+  chunk.BeginChunk();
+  for (size_t i = 0; i < 500; ++i) chunk.OnBlock(second[i]);
+  CallStack::ChunkPlan plan;
+  CallStack with_frames(*image);
+  for (const pt_block& b : first) with_frames.OnBlock(b);
+  ASSERT_FALSE(with_frames.frames().empty());
+  EXPECT_FALSE(with_frames.CheckChunk(chunk, plan));
+
+  CallStack merged(*image);
+  for (const pt_block& b : first) merged.OnBlock(b);
+  merged.Reset();
+  ASSERT_TRUE(merged.CheckChunk(chunk, plan));
+  merged.ApplyChunk(chunk, plan);
+  for (size_t i = 500; i < second.size(); ++i) merged.OnBlock(second[i]);
+  ASSERT_EQ(merged.frames().size(), all_frames.size());
+  for (size_t i = 0; i < all_frames.size(); ++i) {
+    EXPECT_EQ(merged.frames()[i].return_address, all_frames[i].return_address);
+    EXPECT_EQ(merged.frames()[i].entry_count, all_frames[i].entry_count);
+    EXPECT_EQ(merged.frames()[i].implicit, all_frames[i].implicit);
+  }
+  EXPECT_TRUE(CountsOf(merged) == want);
+}
+
+}  // namespace ptkit::decoder
