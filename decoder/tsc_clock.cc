@@ -48,6 +48,7 @@ TscClock TscClockFromConfig(const TraceConfig& config) {
 
 absl::StatusOr<TscClock> ReadTscClock(const std::string& path) {
   PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
+  reader.ReadOnly(RecordType::kMetadata);  // the trace is decompressed once, by the decode
   nlohmann::json merged = nlohmann::json::object();
   RecordView record;
   for (;;) {

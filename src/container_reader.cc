@@ -134,6 +134,7 @@ struct ContainerReader::State {
   uint64_t pos = kFileHeaderSize;
   uint64_t expected_sequence = 0;
   bool done = false;
+  int only = -1;  // ReadOnly's type, or -1
   ReadReport report;
   std::unique_ptr<ZSTD_DCtx, DCtxDeleter> dctx;
 
@@ -318,6 +319,10 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
                                   h.sequence, RecordTypeName(h.type), at, s.expected_sequence));
       continue;
     }
+    if (s.only >= 0 && h.type != s.only) {
+      s.expected_sequence = h.sequence + 1;
+      continue;
+    }
     PTKIT_ASSIGN_OR_RETURN(auto stored, s.Get(at + kFrameHeaderSize, h.stored_size));
     auto damaged = [&](const std::string& why) {
       uint64_t records = h.sequence > s.expected_sequence ? h.sequence - s.expected_sequence : 0;
@@ -436,6 +441,8 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
   }
   return false;
 }
+
+void ContainerReader::ReadOnly(RecordType type) { state_->only = static_cast<int>(type); }
 
 const ReadReport& ContainerReader::report() const { return state_->report; }
 const std::string& ContainerReader::name() const { return state_->src->name(); }

@@ -78,6 +78,10 @@ class ContainerReader {
   // Reads the next valid record into `out` and returns true, or returns false at the end.
   // Damage is not an error: it is skipped and added to report(). Errors are I/O failures only.
   absl::StatusOr<bool> Next(RecordView& out);
+  // From here on Next returns records of `type` only and skips the others unread (neither
+  // checksummed nor decompressed; their damage is not reported): for a reader that wants one
+  // kind, such as the metadata, without decompressing the trace.
+  void ReadOnly(RecordType type);
 
   const ReadReport& report() const;
   const std::string& name() const;
