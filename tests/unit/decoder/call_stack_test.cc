@@ -5,6 +5,7 @@
 
 #include <fmt/format.h>
 
+#include <array>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -652,6 +653,55 @@ TEST(CallStackTest, AStreamsFirstChunkAppliesAfterAnotherStream) {
     EXPECT_EQ(merged.frames()[i].implicit, all_frames[i].implicit);
   }
   EXPECT_TRUE(CountsOf(merged) == want);
+}
+
+}  // namespace ptkit::decoder
+
+namespace ptkit::decoder {
+
+// Runs' programs are kept per run memo, at most CallStack::kMaxPrograms: past that every one is
+// forgotten and made again (with every memo). 9,000 runs of three blocks (R calls G, G returns,
+// R calls R: the stack grows by one a run), each with a memo of its own and G's length its own,
+// twice over: the counts and frames of one block at a time.
+TEST(CallStackTest, RunsPastTheProgramsKeptGiveWhatBlocksGive) {
+  auto image = ChunkImage();
+  auto block = [](uint64_t ip, uint64_t end_ip, uint16_t ninsn, pt_insn_class iclass) {
+    pt_block b = {};
+    b.ip = ip;
+    b.end_ip = end_ip;
+    b.ninsn = ninsn;
+    b.iclass = iclass;
+    b.mode = ptem_64bit;
+    return b;
+  };
+  constexpr size_t kRuns = 9000;
+  std::vector<std::array<pt_block, 3>> runs;
+  for (size_t i = 0; i < kRuns; ++i) {
+    const auto g = static_cast<uint16_t>(2 + i % 14);
+    runs.push_back({block(kChunkR, kChunkR, 1, ptic_call),
+                    block(kChunkG, kChunkG + g - 1, g, ptic_return),
+                    block(kChunkR + 5, kChunkR + 5, 1, ptic_call)});
+  }
+  Memos memos;
+  std::vector<BlockMemo> run_memos(kRuns);
+  CallStack by_runs(*image), by_blocks(*image);
+  for (int pass = 0; pass < 2; ++pass) {
+    for (size_t i = 0; i < kRuns; ++i) {
+      std::array<BlockMemo*, 3> m;
+      for (size_t k = 0; k < 3; ++k) m[k] = &MemoOf(memos, runs[i][k]);
+      WalkedRun run;
+      run.blocks = runs[i];
+      run.memos = m;
+      run.ninsn = runs[i][0].ninsn + runs[i][1].ninsn + runs[i][2].ninsn;
+      run.memo = &run_memos[i];
+      by_runs.OnWholeRun(run);
+      for (const pt_block& b : runs[i]) by_blocks.OnBlock(b);
+    }
+  }
+  ASSERT_EQ(by_runs.frames().size(), by_blocks.frames().size());
+  EXPECT_EQ(by_runs.frames().size(),
+            2 * kRuns);  // R entered before, then each call of R but the last
+  EXPECT_TRUE(CountsOf(by_runs) == CountsOf(by_blocks));
 }
 
 }  // namespace ptkit::decoder
