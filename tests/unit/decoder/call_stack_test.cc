@@ -665,22 +665,13 @@ namespace ptkit::decoder {
 // twice over: the counts and frames of one block at a time.
 TEST(CallStackTest, RunsPastTheProgramsKeptGiveWhatBlocksGive) {
   auto image = ChunkImage();
-  auto block = [](uint64_t ip, uint64_t end_ip, uint16_t ninsn, pt_insn_class iclass) {
-    pt_block b = {};
-    b.ip = ip;
-    b.end_ip = end_ip;
-    b.ninsn = ninsn;
-    b.iclass = iclass;
-    b.mode = ptem_64bit;
-    return b;
-  };
   constexpr size_t kRuns = 9000;
   std::vector<std::array<pt_block, 3>> runs;
   for (size_t i = 0; i < kRuns; ++i) {
     const auto g = static_cast<uint16_t>(2 + i % 14);
-    runs.push_back({block(kChunkR, kChunkR, 1, ptic_call),
-                    block(kChunkG, kChunkG + g - 1, g, ptic_return),
-                    block(kChunkR + 5, kChunkR + 5, 1, ptic_call)});
+    runs.push_back({HandBlock(kChunkR, kChunkR, 1, ptic_call),
+                    HandBlock(kChunkG, kChunkG + g - 1, g, ptic_return),
+                    HandBlock(kChunkR + 5, kChunkR + 5, 1, ptic_call)});
   }
   Memos memos;
   std::vector<BlockMemo> run_memos(kRuns);
