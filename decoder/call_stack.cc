@@ -37,7 +37,12 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
   }
   if (chunk_) Touch(f);
   if (fn.active++ == 0) fn.active_since = totals_.instructions;
-  frames_.push_back({f, return_address, totals_.instructions, implicit, timed_, tsc_});
+  frames_.push_back({.function = f,
+                     .return_address = return_address,
+                     .entry_count = totals_.instructions,
+                     .implicit = implicit,
+                     .entry_timed = timed_,
+                     .entry_tsc = tsc_});
   if (chunk_) max_depth_ = std::max(max_depth_, frames_.size());
   if (listener_ != nullptr) listener_->OnEnter(frames_.back());
 }
@@ -270,6 +275,22 @@ void CallStack::RunOps(const RunProgram& program) {
 }
 
 void CallStack::OnWholeRun(const WalkedRun& run) {
+  // The common case: a run of conditional branches in one function (its memo's case 1, named
+  // by a symbol) that goes on in the function of the block before, in a frame, with no call or
+  // return to arrive: Step<true> of its first block with the run's instructions comes to this.
+  const BlockMemo& memo = *run.memo;
+  if ((memo.value & 7) == 1 && memo.owner == memo_owner_ && memo.context == image_) {
+    const auto f = static_cast<uint32_t>(memo.value >> 32);
+    if (f == current_ && !pending_call_ && !pending_return_ && !frames_.empty() &&
+        !(chunk_ && epoch_of_[f] != epoch_)) {
+      flowing_ = true;  // the run's last block ends in a conditional branch
+      return Count(f, run.ninsn);
+    }
+  }
+  RunStepped(run);
+}
+
+__attribute__((noinline)) void CallStack::RunStepped(const WalkedRun& run) {
   BlockMemo& memo = *run.memo;
   if (memo.owner != memo_owner_ || memo.context != image_) {
     const uint64_t value = RunMemoOf(run);  // (may renew memo_owner_)

@@ -46,10 +46,10 @@ struct Frame {
   uint64_t entry_count = 0;  // instructions executed before the call
   bool implicit = false;     // entered before tracing began (no call seen)
   bool entry_timed = false;  // entry_tsc is known
-  uint64_t entry_tsc = 0;    // the decoder's time at the call
   // The function it ran before the last jump renamed it (kNone: never renamed).
   static constexpr uint32_t kNone = ~uint32_t{0};
   uint32_t renamed_from = kNone;
+  uint64_t entry_tsc = 0;  // the decoder's time at the call
 };
 
 // Told of every change of a CallStack, as it happens.
@@ -248,6 +248,9 @@ class CallStack {
   // The run's memo value (OnWholeRun): 0 (each block's step), its first memo's (one function)
   // or 4 | the index of its program in programs_ << 32.
   uint64_t RunMemoOf(const WalkedRun& run);
+  // OnWholeRun but for its common case (out of line, so that the common case saves no
+  // registers).
+  void RunStepped(const WalkedRun& run);
   void RunOps(const RunProgram& program);
   int64_t FindFunction(const FunctionKey& key) const;
   uint32_t AddressFunction(uint64_t ip);

@@ -405,20 +405,16 @@ class SummaryTap : public Sink {
   // A run in the chunk's body (the block loop gives one only where no position is told within
   // it): in one step to the summary, numbered and counted as its blocks one by one would be.
   void OnWholeRun(const WalkedRun& run) override {
-    if (!(body_ && position_ <= boundary_)) return Sink::OnWholeRun(run);
+    if (!(body_ && position_ <= boundary_)) [[unlikely]]
+      return RunAtEdge(run);
     const size_t k = index_;
     const size_t n = run.blocks.size() * run.repeat;
     index_ += n;
     end_ = index_;
     // The check OnWholeBlock makes at every 1024th record, if one is in the run.
-    if (((k + 1023) & ~size_t{1023}) < k + n && summary_.failed()) {
-      failed_ = true;
-      body_ = false;
-      return;
-    }
-    counted_.instructions += run.ninsn;
-    counted_.blocks += n;
-    sink_.OnWholeRun(run);
+    if (((k + 1023) & ~size_t{1023}) < k + n) [[unlikely]]
+      return RunAtCheck(run, n);
+    GiveRun(run, n);
   }
   void OnTime(uint64_t tsc) override {
     Step([&](Sink& s) { s.OnTime(tsc); });
@@ -463,6 +459,24 @@ class SummaryTap : public Sink {
       counted_.instructions += block.ninsn;
       ++counted_.blocks;
     }
+  }
+  // OnWholeRun where OnWholeBlock would not take the body's path: block by block (out of line,
+  // as WholeBlockAtEdge, so that the body's path ends in a tail call).
+  [[gnu::noinline]] void RunAtEdge(const WalkedRun& run) { Sink::OnWholeRun(run); }
+  // A run of the body (`n` blocks, numbered) where a 1024th record is: given unless the summary
+  // failed (out of line, as RunAtEdge).
+  [[gnu::noinline]] void RunAtCheck(const WalkedRun& run, size_t n) {
+    if (summary_.failed()) {
+      failed_ = true;
+      body_ = false;
+      return;
+    }
+    GiveRun(run, n);
+  }
+  [[gnu::always_inline]] void GiveRun(const WalkedRun& run, size_t n) {
+    counted_.instructions += run.ninsn;
+    counted_.blocks += n;
+    sink_.OnWholeRun(run);
   }
   template <typename Give>
   bool Step(Give give) {
@@ -635,8 +649,18 @@ void CanonicalBlocks::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
   whole_->OnWholeBlock(block, memo);
 }
 
+namespace {
+// CanonicalBlocks::OnWholeRun with a block held (out of line: the common path saves no
+// registers and ends in a tail call).
+[[gnu::noinline]] void FlushAndGiveRun(CanonicalBlocks& blocks, Sink& whole, const WalkedRun& run) {
+  blocks.Flush();
+  whole.OnWholeRun(run);
+}
+}  // namespace
+
 void CanonicalBlocks::OnWholeRun(const WalkedRun& run) {
-  if (held_) Flush();  // as OnWholeBlock
+  if (held_) [[unlikely]]
+    return FlushAndGiveRun(*this, *whole_, run);  // as OnWholeBlock
   whole_->OnWholeRun(run);
 }
 

@@ -613,6 +613,40 @@ TEST(CallStackTest, ChunksAppliedInOrderGiveTheSerialModel) {
   std::printf("%zu of %zu chunks applied, %zu returns past a chunk's start\n", applied, tried, ops);
 }
 
+// A run of conditional branches in the function the block before ran (OnWholeRun's common
+// case) after a far transfer, then a jump into the middle of the caller: the run leaves the flow
+// going on by a jump, as its blocks do, so that the jump ends the callee's frame (a longjmp).
+TEST(CallStackTest, AOneFunctionRunGoesOnAsItsBlocks) {
+  auto image = ChunkImage();
+  const pt_block call = HandBlock(kChunkR, kChunkR, 1, ptic_call);
+  const pt_block syscall = HandBlock(kChunkG, kChunkG + 1, 2, ptic_far_call);
+  const std::array<pt_block, 2> branches = {HandBlock(kChunkG + 2, kChunkG + 3, 2, ptic_cond_jump),
+                                            HandBlock(kChunkG + 4, kChunkG + 4, 1, ptic_cond_jump)};
+  const pt_block back = HandBlock(kChunkR + 10, kChunkR + 10, 1, ptic_call);
+  Memos memos;
+  BlockMemo run_memo;
+  std::array<BlockMemo*, 2> m = {&MemoOf(memos, branches[0]), &MemoOf(memos, branches[1])};
+  WalkedRun run;
+  run.blocks = branches;
+  run.memos = m;
+  run.ninsn = 3;
+  run.memo = &run_memo;
+  CallStack by_run(*image), by_blocks(*image);
+  by_run.OnWholeBlock(call, MemoOf(memos, call));
+  by_blocks.OnWholeBlock(call, MemoOf(memos, call));
+  for (int pass = 0; pass < 2; ++pass) {  // the run's memo made, then read
+    by_run.OnWholeBlock(syscall, MemoOf(memos, syscall));
+    by_blocks.OnWholeBlock(syscall, MemoOf(memos, syscall));
+    by_run.OnWholeRun(run);
+    for (const pt_block& b : branches) by_blocks.OnWholeBlock(b, MemoOf(memos, b));
+  }
+  by_run.OnWholeBlock(back, MemoOf(memos, back));
+  by_blocks.OnWholeBlock(back, MemoOf(memos, back));
+  ASSERT_EQ(by_blocks.frames().size(), 1u);  // R's: the jump back into R ended G's frame
+  EXPECT_EQ(by_run.frames().size(), 1u);
+  EXPECT_TRUE(CountsOf(by_run) == CountsOf(by_blocks));
+}
+
 }  // namespace ptkit::decoder
 
 namespace ptkit::decoder {
