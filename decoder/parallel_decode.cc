@@ -1097,7 +1097,8 @@ uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOpti
     return options.summary_chunk_bytes != 0 ? options.summary_chunk_bytes
                                             : SummaryChunkBytes(trace_bytes, options.jobs);
   }
-  return options.chunk_bytes;
+  if (options.chunk_bytes != 0) return options.chunk_bytes;
+  return GetBlockDecoderImpl() == BlockDecoderImpl::kLibipt ? kDefaultChunkBytes : 0;
 }
 
 absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,

@@ -756,8 +756,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
         // A snapshot's offsets are not the ring's (AddSnapshot).
         const uint64_t ring = s.key->snapshot < 0 ? bts_ring : 0;
         PTKIT_RETURN_IF_ERROR(DecodeBtsInto(view.bytes(), now, out, into, piece.aux_offset, ring));
-      } else if ((!switcher || still) && !worker_images.empty() &&
-                 view.bytes().size() > chunk_bytes) {
+      } else if ((!switcher || still) && chunk_bytes != 0 && view.bytes().size() > chunk_bytes) {
         if (workers.empty()) {
           for (auto& cache : worker_images) {
             PTKIT_ASSIGN_OR_RETURN(workers.emplace_back(), cache->For(s.info.pid, s.epoch));

@@ -117,6 +117,37 @@ TEST_F(PtdecodeParallelTest, WithoutJobsEveryOutputDecodesOnOneThread) {
   }
 }
 
+// With -j and the fast decoder, only the outputs that summarise chunks (stats, folded) decode in
+// parallel; the others decode on one thread, which outruns merging their records, unless the
+// chunk size is given (tests) or the decoder is libipt's.
+TEST_F(PtdecodeParallelTest, JobsDecodeInParallelWhereItPays) {
+  PTKIT_RECORD_OR_SKIP(fib, "fib", kFib);
+  struct Case {
+    std::vector<std::string> args;
+    bool parallel;
+  };
+  const Case cases[] = {
+      {{"stats", "--chunk-size", "1"}, true},
+      {{"folded", "--chunk-size", "1"}, true},
+      {{"calls"}, false},
+      {{"timeline"}, false},
+      {{"insn"}, false},
+      {{"branches"}, false},
+      {{"calls", "--chunk-size", "1"}, true},
+      {{"calls", "--decoder", "libipt"}, true},
+      {{"insn", "--decoder", "libipt"}, true},
+  };
+  for (const Case& c : cases) {
+    std::vector<std::string> argv = {PTDECODE_PATH};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    argv.insert(argv.end(), {"-j", "2", "--chunk-stats", fib.trace});
+    SCOPED_TRACE(::testing::PrintToString(argv));
+    auto r = RunCommand(argv);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err.find("ptdecode: -j: ") != std::string::npos, c.parallel) << r.err;
+  }
+}
+
 TEST_F(PtdecodeParallelTest, RealTracesDecodeAlikeWithAnyJobs) {
   const std::string dir = std::string(PTKIT_SOURCE_DIR) + "/../shared/testdata/libxdc-experiments";
   struct stat st;
