@@ -339,9 +339,12 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
             sink.OnProgress(offset_base + OffsetOf(dec));
           }
           if (status >= 0) {
-            // A run's blocks but the last ran at the offset before it (within the room given).
-            if (run != nullptr) watch.Add(dec.run_offset(), ninsn - block.ninsn);
-            if (!watch.Add(OffsetOf(dec), block.ninsn)) status = -kErrorLoop;
+            // A run's blocks but the last ran at the offset before it (within the room given):
+            // counted at this offset only where it is that one (elsewhere a count at it would
+            // be reset by the last block's at this one).
+            const uint64_t offset = OffsetOf(dec);
+            const bool same = run != nullptr && dec.run_offset() == offset;
+            if (!watch.Add(offset, same ? ninsn : block.ninsn)) status = -kErrorLoop;
             dec.set_run_room(watch.room());
           }
         }
