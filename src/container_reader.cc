@@ -147,7 +147,8 @@ struct ContainerReader::State {
   // Record kind -> records read whole (returned, or skipped as a copy or malformed), for the
   // footer's counts.
   std::map<uint16_t, uint64_t> read;
-  // XXH3 of every trace payload (AUX, snapshot) returned so far -> its record's offset.
+  // The checksum (XXH3 of the stored bytes) of every trace record (AUX, snapshot) returned so far
+  // -> its offset.
   std::unordered_map<uint64_t, uint64_t> trace_payloads;
 
   // Returns `n` bytes at `offset` (the caller has checked they lie inside the file), valid
@@ -418,10 +419,12 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
       // A writer never stores the same trace bytes twice, and each trace payload names its
       // stream, AUX offset and time: an identical payload under a new sequence number is a
       // copied record, and returning it would have its trace decoded twice (a copy of the
-      // first AUX record would even pass for a restart of the stream at offset 0). Equal
-      // 64-bit hashes are taken as equal bytes (by chance: 1 in 2^64 per pair).
-      auto [it, fresh] =
-          s.trace_payloads.try_emplace(XXH3_64bits(payload.data(), payload.size()), at);
+      // first AUX record would even pass for a restart of the stream at offset 0). A copy's
+      // stored bytes are the original's, so the checksum checked above (XXH3 of them) names
+      // them: equal 64-bit hashes are taken as equal bytes (by chance: 1 in 2^64 per pair).
+      // (Hashing the payload instead took 44 M of the 164 M instructions of reading a 37 MB
+      // trace compressed 16x.)
+      auto [it, fresh] = s.trace_payloads.try_emplace(h.checksum, at);
       if (!fresh) {
         s.AddDamage(at, total, 0,
                     absl::StrFormat("record %u (%s) at offset %u is a copy of the record at "
