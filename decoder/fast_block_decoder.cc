@@ -1265,6 +1265,14 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
   run.ninsn = end_ninsn;
   run.last = end_last;
   run.flat = end_flat;
+  if (run.blocks < 2) return;
+  run.head_ninsn = run.ninsn - run.last->ninsn;
+  run.loops = run.flat && static_cast<int>(run.blocks) == bits &&
+              CondBranchTo(run.last->last, (key & 1) != 0) == node.ip &&
+              run.last->mode == node.mode;
+  run.given.blocks = std::span<const pt_block>(run.block, run.blocks);
+  run.given.memos = std::span<BlockMemo* const>(run.memos, run.blocks);
+  run.given.memo = &run.memo;
 }
 
 // Walk, or a run of walks (SetRuns) ending in `node`'s run's last block.
@@ -1289,19 +1297,16 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   TntRun& run =
       tnt_runs_[((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots];
   if (run.node != &node || run.key != key) MakeRun(run, node, key, bits);
-  if (run.blocks < 2 || run.ninsn - run.last->ninsn > run_room_) return Walk(node, block);
-  // A loop: the run took every answer of its key and its last branch goes back to `node`: while
-  // the next answers are the key's again, the same run again (all of them cached).
+  if (run.blocks < 2 || run.head_ninsn > run_room_) return Walk(node, block);
+  // A loop (TntRun::loops) whose answers all come from this packet: while the next answers are
+  // the key's again, the same run again (all of them cached).
   uint32_t repeat = 1;
-  if (run.flat && static_cast<int>(run.blocks) == bits && bits <= left) {
-    const uint64_t back = CondBranchTo(run.last->last, (key & 1) != 0);
-    if (back == node.ip && run.last->mode == node.mode) {
-      const uint64_t answers = key & ((uint32_t{1} << bits) - 1);
-      while ((repeat + 1) * static_cast<uint32_t>(bits) <= static_cast<uint32_t>(left) &&
-             packets_->PeekTnt(bits, static_cast<int>(repeat) * bits) == answers &&
-             (repeat + 1) * run.ninsn - run.last->ninsn <= run_room_) {
-        ++repeat;
-      }
+  if (run.loops && bits <= left) {
+    const uint64_t answers = key & ((uint32_t{1} << bits) - 1);
+    while ((repeat + 1) * static_cast<uint32_t>(bits) <= static_cast<uint32_t>(left) &&
+           packets_->PeekTnt(bits, static_cast<int>(repeat) * bits) == answers &&
+           repeat * run.ninsn + run.head_ninsn <= run_room_) {
+      ++repeat;
     }
   }
   packets_->GetOffset(&run_offset_);
@@ -1326,12 +1331,9 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   }
   walked_ += run.blocks * repeat - 1;
   ++runs_given_;
-  run_.blocks = std::span<const pt_block>(run.block, run.blocks);
-  run_.memos = std::span<BlockMemo* const>(run.memos, run.blocks);
-  run_.repeat = repeat;
-  run_.ninsn = run.ninsn * repeat;
-  run_.memo = &run.memo;
-  run_given_ = true;
+  run.given.repeat = repeat;
+  run.given.ninsn = run.ninsn * repeat;
+  run_given_ = &run.given;
   ip_ = run.last->ip;
   block->ip = ip_;
   return Walk(*run.last, block);
@@ -1343,7 +1345,7 @@ int FastBlockDecoder::Next(pt_block* block) {
   block->mode = mode_;
   if (!walk_) return Proceed(block);
   walked_last_ = false;
-  run_given_ = false;
+  run_given_ = nullptr;
   if (walk_ready_ && enabled_ && !process_event_ && !(status_ & pts_event_pending)) {
     Node* node = walk_next_;
     if (node == nullptr || node->ip != ip_ || node->mode != mode_) {

@@ -109,7 +109,7 @@ class FastBlockDecoder {
   static constexpr int kRunBits = 8;
   // After a walked Next: the run it gave, of which the block it filled is the last; null when
   // it gave one block.
-  const WalkedRun* run() const { return run_given_ ? &run_ : nullptr; }
+  const WalkedRun* run() const { return run_given_; }
   // The instructions the decode loop may still take without trace progress (see SetRuns) at
   // the trace offset of its last check: a run's blocks but the last are given only within it.
   void set_run_room(uint64_t insns) { run_room_ = insns; }
@@ -214,11 +214,16 @@ class FastBlockDecoder {
     bool flat = true;      // every block ends in a conditional branch (no push or pop)
     Node* last = nullptr;  // the last block's node
     uint64_t ninsn = 0;
+    uint64_t head_ninsn = 0;  // the instructions of its blocks but the last
+    // Flat, taking every answer of its key, and its last branch goes back to `node`: a loop
+    // that WalkRun repeats while the next answers are the key's again.
+    bool loops = false;
     uint32_t push_mask = 0, pop_mask = 0;  // bit i: block i (not the last) pushes, pops
     uint64_t pushes[kRunBlocks];           // block i's pushed return address
     pt_block block[kRunBlocks];
     BlockMemo* memos[kRunBlocks];
-    BlockMemo memo;  // WalkedRun::memo
+    BlockMemo memo;   // WalkedRun::memo
+    WalkedRun given;  // what run() gives: its blocks, memos and memo; repeat and ninsn per walk
   };
   static constexpr size_t kTntRunSlots = 2048;
   // Trivial, so that the slots are made zeroed in one memset (an empty slot: run null).
@@ -353,19 +358,18 @@ class FastBlockDecoder {
   Node** walk_link_ = nullptr;
   uint64_t walked_ = 0;  // blocks walked, added to WalkedBlocks() at the end
   bool walked_last_ = false;
-  Node* walked_node_ = nullptr;       // the last walked block's
-  bool runs_ = false;                 // SetRuns
-  bool run_given_ = false;            // the last Next gave run_
-  uint64_t run_room_ = 0;             // set_run_room
-  uint64_t run_offset_ = 0;           // run_offset
-  uint64_t runs_given_ = 0;           // added to WalkedRuns() at the end
-  uint64_t call_runs_given_ = 0;      // added to WalkedCallRuns() at the end
-  uint64_t crossing_runs_given_ = 0;  // added to WalkedCrossingRuns() at the end
+  Node* walked_node_ = nullptr;           // the last walked block's
+  bool runs_ = false;                     // SetRuns
+  const WalkedRun* run_given_ = nullptr;  // the run the last Next gave (TntRun::given)
+  uint64_t run_room_ = 0;                 // set_run_room
+  uint64_t run_offset_ = 0;               // run_offset
+  uint64_t runs_given_ = 0;               // added to WalkedRuns() at the end
+  uint64_t call_runs_given_ = 0;          // added to WalkedCallRuns() at the end
+  uint64_t crossing_runs_given_ = 0;      // added to WalkedCrossingRuns() at the end
   // SetRuns' memo: a direct-mapped cache of runs by (first node, next answers), made on first
   // use, one for all the graphs (a node is one graph's: a per-CPU trace of many processes
   // would otherwise hold one per process); a run that loses its slot is made again.
   std::unique_ptr<TntRun[]> tnt_runs_;
-  WalkedRun run_;
 
   // pt_block_decoder's state.
   pt_exec_mode mode_ = ptem_unknown;
