@@ -1,6 +1,7 @@
 #include "decoder/pt_packet_loop.h"
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstring>
 
@@ -21,6 +22,14 @@ uint64_t ReadValue(const uint8_t* pos, int size) {
   uint64_t value = 0;
   for (int i = 0; i < size; ++i) value |= static_cast<uint64_t>(pos[i]) << (i * 8);
   return value;
+}
+
+// The 6-byte payload of the long TNT packet at `packet` (its 8 bytes present): one load.
+uint64_t Tnt64Payload(const uint8_t* packet) {
+  uint64_t value;
+  std::memcpy(&value, packet, sizeof(value));
+  if constexpr (std::endian::native == std::endian::big) value = __builtin_bswap64(value);
+  return value >> 16;
 }
 
 // pt_pkt_read_psb.
@@ -483,7 +492,7 @@ bool PacketLoop::ScanTrace(const pt_config& pt, Scan* scan, const ScanProgress& 
       case kTnt64: {
         uint64_t bits;
         if (pt.end < pos + kTnt64Size) return true;  // -pte_eos
-        size = TntBits(ReadValue(pos + 2, 6), &bits);
+        size = TntBits(Tnt64Payload(pos), &bits);
         if (size > 0) size = kTnt64Size;
         break;
       }
@@ -584,7 +593,7 @@ int PacketLoop::NextPacketTnt() const {
   if (next_ == kTnt8) {
     payload = *pos_ >> 1;
   } else if (next_ == kTnt64 && end_ >= pos_ + kTnt64Size) {
-    payload = ReadValue(pos_ + 2, 6);
+    payload = Tnt64Payload(pos_);
   } else {
     return -1;
   }
@@ -661,7 +670,7 @@ int PacketLoop::Decode(Kind kind) {
       return DecodeTnt(*pos_ >> 1, 1);
     case kTnt64:
       if (end_ < pos_ + kTnt64Size) return -pte_eos;
-      return DecodeTnt(ReadValue(pos_ + 2, 6), kTnt64Size);
+      return DecodeTnt(Tnt64Payload(pos_), kTnt64Size);
     case kTip:
       return DecodeTip();
     case kPge:
