@@ -25,7 +25,9 @@ class StatsSink : public FlowSink {
   // in order, are not summarised; --exclude-startup neither).
   class Chunk : public FlowChunk {
    public:
-    Chunk(const ProgramImage& image, StatsSink& to) : FlowChunk(image, to.wants_time()), to_(to) {}
+    Chunk(const ProgramImage& image, StatsSink& to) : FlowChunk(image, to.wants_time()), to_(to) {
+      model_.set_tell_counts(false);  // nothing here listens to counts
+    }
     bool ApplyTo() override { return to_.ApplyChunkModel(model_); }
 
    private:
