@@ -99,12 +99,14 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
          [](unsigned jobs) {
            ParallelOptions options = GetParallelOptions();
            options.jobs = jobs;
+           options.jobs_for_records = true;
            SetParallelOptions(options);
          },
-         "Decode with N threads (default 1). With the fast decoder only stats and folded (their "
-         "chunks summarised on each thread); other outputs decode on one thread, which outruns "
-         "merging their records. Each stream is split at PSBs and merged in trace order, exactly "
-         "as one thread would")
+         "Decode with N threads (default: the CPUs ptdecode may run on, at most 16, for stats and "
+         "folded; 1 for the rest). With the fast decoder only stats and folded (their chunks "
+         "summarised on each thread); other outputs decode on one thread, which outruns merging "
+         "their records. Each stream is split at PSBs and merged in trace order, exactly as one "
+         "thread would")
       ->type_name("N")
       ->check(CLI::Range(1u, 1024u));
   // Tests only: the chunk size of -j, so that small traces make many chunks, and what each

@@ -1097,6 +1097,7 @@ uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOpti
     return options.summary_chunk_bytes != 0 ? options.summary_chunk_bytes
                                             : SummaryChunkBytes(trace_bytes, options.jobs);
   }
+  if (!options.jobs_for_records) return 0;
   if (options.chunk_bytes != 0) return options.chunk_bytes;
   return GetBlockDecoderImpl() == BlockDecoderImpl::kLibipt ? kDefaultChunkBytes : 0;
 }

@@ -141,12 +141,13 @@ inline constexpr uint64_t kMaxSummaryChunkBytes = uint64_t{4} << 20;
 uint64_t SummaryChunkBytes(uint64_t trace_bytes, unsigned jobs);
 
 struct ParallelOptions {
-  // Decoding threads; 1 (`ptdecode` without -j): DecodeInto on the caller's thread. One is the
-  // default for every output because the fast decoder outruns the merge: the merging thread
-  // replays each chunk's records and writes the output, which costs about what one thread's
-  // decode and output cost (insn of a 75 M instruction emulated recording: 1.55 s wall and
-  // 17 MB at -j 1, 1.75 s and 365 MB at -j 2 on 2 cores; branches 1.94 s of CPU against 4.86 s).
+  // Decoding threads; 1: DecodeInto on the caller's thread (the default here; ptdecode's
+  // without -j is the CPUs it may run on, with jobs_for_records false).
   unsigned jobs = 1;
+  // Whether sinks that do not summarise chunks decode with `jobs` threads too (where their
+  // chunk size below is not 0): `ptdecode -j N`. Without -j, ptdecode's default (the CPUs it may
+  // run on) is for the sinks that summarise only.
+  bool jobs_for_records = true;
   // For sinks that do not summarise. 0 (the default): kDefaultChunkBytes with libipt's
   // decoders; with the fast decoder such a sink decodes on one thread whatever `jobs` is (the
   // merging thread replays every block to it, block by block where one thread walks: calls of
@@ -205,7 +206,7 @@ bool DecodesInParallel();
 // The chunk size of `options` for `sink` and a trace of `trace_bytes`: summary_chunk_bytes (or
 // SummaryChunkBytes) for a block sink that summarises chunks decoded with `image` (it makes a
 // summary to know), else chunk_bytes (if 0: kDefaultChunkBytes with libipt's decoders, 0 with
-// the fast one). 0: decode on one thread.
+// the fast one) where jobs_for_records, else 0. 0: decode on one thread.
 uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options,
                        uint64_t trace_bytes);
 

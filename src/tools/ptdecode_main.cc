@@ -1,6 +1,7 @@
 // ptdecode: turns a trace.pt recording into control flow and summaries.
 // Thin main: each sub-command is one row of kCommands (its flags: decoder/cli_options.h); the
 // work happens in ptkit libraries.
+#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -534,6 +535,16 @@ const Command kCommands[] = {
      [](const Flags& f) { return RunDiff(f.diff); }},
 };
 
+// ptdecode's default -j: the CPUs this process may run on, at most 16 (each thread holds its
+// images and decoder: some 10 MB).
+unsigned DefaultJobs() {
+  constexpr unsigned kMaxDefaultJobs = 16;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::clamp(static_cast<unsigned>(CPU_COUNT(&set)), 1u, kMaxDefaultJobs);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; terminate says it
@@ -545,6 +556,14 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
   app.require_subcommand(1);
   app.set_version_flag("--version", "ptdecode " PTKIT_VERSION);
   ptkit::completion::AddCompletionFlag(app);
+  // Without -j: the outputs that summarise chunks (stats, folded) decode on the CPUs this
+  // process may run on (DefaultJobs); the others on one thread.
+  {
+    ptkit::decoder::ParallelOptions parallel = ptkit::decoder::GetParallelOptions();
+    parallel.jobs = DefaultJobs();
+    parallel.jobs_for_records = false;
+    ptkit::decoder::SetParallelOptions(parallel);
+  }
   int exit_code = 0;
   std::vector<Flags> flags(std::size(kCommands));
   for (size_t i = 0; i < std::size(kCommands); ++i) {
