@@ -179,6 +179,16 @@ TEST(ChunkStartsTest, TellsHowFarItRead) {
   EXPECT_THAT(told, ::testing::ElementsAre(uint64_t{4} << 20, uint64_t{8} << 20));
 }
 
+// A summarising sink's chunks: the trace / (8 x threads), within 128 KiB and 4 MiB.
+TEST(SummaryChunkBytesTest, AnEighthOfTheTracePerThreadWithinItsBounds) {
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{37} << 20, 2), (uint64_t{37} << 20) / 16);
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{8} << 20, 1), uint64_t{1} << 20);
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{8} << 20, 0), uint64_t{1} << 20);  // 0 threads: as 1
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{1} << 20, 2), kMinSummaryChunkBytes);
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{1} << 30, 2), kMaxSummaryChunkBytes);
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{1} << 30, 64), uint64_t{2} << 20);
+}
+
 TEST_P(ParallelDecodeTest, OutputsEqualTheSerialDecode) {
   ParallelStats stats = ExpectSameAsSerial();
   // The chunks were stitched (not all decoded again on the merging thread).
