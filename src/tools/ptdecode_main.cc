@@ -1,7 +1,6 @@
 // ptdecode: turns a trace.pt recording into control flow and summaries.
 // Thin main: each sub-command is one row of kCommands (its flags: decoder/cli_options.h); the
 // work happens in ptkit libraries.
-#include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,6 +34,7 @@
 #include "decoder/tsc_clock.h"
 #include "fmt/format.h"
 #include "ptkit/info.h"
+#include "ptkit/usable_cpus.h"
 
 namespace {
 
@@ -538,11 +538,8 @@ const Command kCommands[] = {
 // ptdecode's default -j: the CPUs this process may run on, at most 16 (each thread holds its
 // images and decoder: some 10 MB).
 unsigned DefaultJobs() {
-  constexpr unsigned kMaxDefaultJobs = 16;
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
-  return std::clamp(static_cast<unsigned>(CPU_COUNT(&set)), 1u, kMaxDefaultJobs);
+  constexpr int kMaxDefaultJobs = 16;
+  return static_cast<unsigned>(std::clamp(ptkit::UsableCpus(), 1, kMaxDefaultJobs));
 }
 
 }  // namespace
