@@ -553,7 +553,8 @@ uint64_t NextIpAfter(const ProgramImage& image, uint64_t ip, pt_exec_mode mode) 
 
 absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& config,
                         const ProgramImage& image, Sink& sink, DecodeTotals& totals,
-                        uint64_t offset_base, ImageSwitcher* switcher) {
+                        uint64_t offset_base, ImageSwitcher* switcher,
+                        const FastPathCoverage* coverage) {
   PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
   totals.trace_bytes += trace.size();
   if (trace.empty()) return absl::OkStatus();
@@ -566,7 +567,9 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
     pt.flags.variant.block.end_on_jump = sink.end_block_on_jump() ? 1 : 0;
     FastPathCoverage fast;
     const BlockDecoderImpl impl = block_decoder_impl.load(std::memory_order_relaxed);
-    if (impl != BlockDecoderImpl::kLibipt) fast = FastPathCovers(pt, scanned);
+    if (impl != BlockDecoderImpl::kLibipt) {
+      fast = coverage != nullptr ? *coverage : FastPathCovers(pt, scanned);
+    }
     if (impl == BlockDecoderImpl::kFastLibiptPackets) fast.packets = false;
     if (fast.blocks) {
       std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);
@@ -596,7 +599,7 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
       pt.flags.variant.block.end_on_call = 1;
       pt.flags.variant.block.end_on_jump = 1;
     }
-    FastPathCoverage fast = FastPathCovers(pt, scanned);
+    FastPathCoverage fast = coverage != nullptr ? *coverage : FastPathCovers(pt, scanned);
     if (impl == BlockDecoderImpl::kFastLibiptPackets) fast.packets = false;
     if (fast.blocks) {
       std::unique_ptr<FastBlockDecoder> dec = FastBlockDecoder::Create(pt, image, fast.packets);

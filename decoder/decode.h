@@ -279,11 +279,23 @@ class ImageSwitcher {
   virtual const ProgramImage* ImageAt(uint64_t tsc) = 0;
 };
 
+// What the fast decoder models of a trace (FastPathCovers, decoder/fast_block_decoder.h).
+struct FastPathCoverage {
+  bool blocks = false;   // FastBlockDecoder decodes it as libipt's block decoder does
+  bool packets = false;  // only with `blocks`: with ptkit's packet loop
+  // Only with `packets`: FastBlockDecoder::SetWalk may walk it (no TIP with a suppressed IP,
+  // which libipt's block decoder answers by its block cache's history).
+  bool walk = false;
+};
+
 // As DecodeTrace, without calling sink.Finish: adds to `totals`. Error offsets are reported
-// as `offset_base` + the offset in `trace` (for a piece of a longer stream).
+// as `offset_base` + the offset in `trace` (for a piece of a longer stream). `coverage`:
+// FastPathCovers' answer for `trace` and `config` where the caller has it already (it reads
+// the whole trace).
 absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& config,
                         const ProgramImage& image, Sink& sink, DecodeTotals& totals,
-                        uint64_t offset_base = 0, ImageSwitcher* switcher = nullptr);
+                        uint64_t offset_base = 0, ImageSwitcher* switcher = nullptr,
+                        const FastPathCoverage* coverage = nullptr);
 
 // The address of the instruction after the one at `ip` as ptxed computes it for error
 // reports (length plus the displacement of a direct branch); `ip` when it cannot be decoded.

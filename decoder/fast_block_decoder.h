@@ -33,16 +33,10 @@
 namespace ptkit::decoder {
 
 // Whether FastBlockDecoder decodes `pt` (its trace, config and errata) exactly as libipt's
-// block decoder: a pass of libipt's packet decoder over the whole trace finds none of the
-// packets it does not model, and no packet error (errors go to libipt); and whether it can do
-// so with its own packet loop (decoder/pt_packet_loop.h) instead of libipt's query decoder.
-struct FastPathCoverage {
-  bool blocks = false;
-  bool packets = false;  // only with `blocks`
-  // Only with `packets`: FastBlockDecoder::SetWalk may walk it (no TIP with a suppressed IP,
-  // which libipt's block decoder answers by its block cache's history).
-  bool walk = false;
-};
+// block decoder (FastPathCoverage, decoder/decode.h): a pass of libipt's packet decoder over the
+// whole trace finds none of the packets it does not model, and no packet error (errors go to
+// libipt); and whether it can do so with its own packet loop (decoder/pt_packet_loop.h)
+// instead of libipt's query decoder.
 // `scanned` (if set) is told how far the pass has read, every few MiB (ScanProgress).
 FastPathCoverage FastPathCovers(const pt_config& pt, const ScanProgress& scanned = {});
 // The same answer from libipt's packet decoder alone (FastPathCovers asks it only when its own

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "decoder/fast_block_decoder.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/status.h"
 
@@ -732,12 +733,13 @@ absl::Status CanonicalBlocks::Finish(const DecodeTotals& totals) {
 
 absl::Status DecodeIntoCanonical(std::span<const uint8_t> trace, const TraceConfig& config,
                                  const ProgramImage& image, Sink& sink, DecodeTotals& totals,
-                                 uint64_t offset_base) {
+                                 uint64_t offset_base, const FastPathCoverage* coverage) {
   if (sink.kind() != DecoderKind::kBlock) {
-    return DecodeInto(trace, config, image, sink, totals, offset_base);
+    return DecodeInto(trace, config, image, sink, totals, offset_base, nullptr, coverage);
   }
   CanonicalBlocks canonical(sink, image);
-  absl::Status status = DecodeInto(trace, config, image, canonical, totals, offset_base);
+  absl::Status status =
+      DecodeInto(trace, config, image, canonical, totals, offset_base, nullptr, coverage);
   canonical.Flush();
   totals.blocks -= canonical.TakeJoined();
   return status;
@@ -763,11 +765,15 @@ absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace
   return starts;
 }
 
-absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig& config,
-                              const ProgramImage& image,
-                              std::span<const ProgramImage* const> worker_images, Sink& sink,
-                              DecodeTotals& totals, uint64_t offset_base, uint64_t chunk_bytes,
-                              ParallelStats* stats, bool follow_time) {
+namespace {
+
+// DecodeInParallel, and with `alone` DecodeInChunksAlone: the merging thread decodes each chunk
+// itself, as a worker would, when it needs it (worker_images is empty then).
+absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& config,
+                          const ProgramImage& image,
+                          std::span<const ProgramImage* const> worker_images, Sink& sink,
+                          DecodeTotals& totals, uint64_t offset_base, uint64_t chunk_bytes,
+                          ParallelStats* stats, bool follow_time, bool alone) {
   ParallelStats local;
   ParallelStats& st = stats != nullptr ? *stats : local;
   // Prints what this decode did, however it ends.
@@ -793,7 +799,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
                          ChunkStarts(trace, config, chunk_bytes, scanned));
   const size_t n = starts.size();
   st.chunks += n;
-  if (n == 1 || worker_images.empty()) {
+  if (n == 1 || (worker_images.empty() && !alone)) {
     st.bytes_decoded += trace.size();
     if (!follow_time) return DecodeIntoCanonical(trace, config, image, sink, totals, offset_base);
     Replayer replay(sink, totals);
@@ -936,6 +942,7 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
     }
   } joiner{threads, mu, cv, stop};
   auto take = [&](size_t c) -> Result {
+    if (alone) return work(c, image);
     std::unique_lock<std::mutex> lock(mu);
     cv.wait(lock, [&] { return results[c].done; });
     Result r = std::move(results[c]);
@@ -1084,6 +1091,45 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
   return absl::OkStatus();
 }
 
+}  // namespace
+
+absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig& config,
+                              const ProgramImage& image,
+                              std::span<const ProgramImage* const> worker_images, Sink& sink,
+                              DecodeTotals& totals, uint64_t offset_base, uint64_t chunk_bytes,
+                              ParallelStats* stats, bool follow_time) {
+  return DecodeChunks(trace, config, image, worker_images, sink, totals, offset_base, chunk_bytes,
+                      stats, follow_time, /*alone=*/false);
+}
+
+absl::Status DecodeInChunksAlone(std::span<const uint8_t> trace, const TraceConfig& config,
+                                 const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+                                 uint64_t offset_base, uint64_t chunk_bytes, ParallelStats* stats,
+                                 bool follow_time) {
+  return DecodeChunks(trace, config, image, {}, sink, totals, offset_base, chunk_bytes, stats,
+                      follow_time, /*alone=*/true);
+}
+
+OneThread PlanOneThread(std::span<const uint8_t> trace, const TraceConfig& config, Sink& sink,
+                        const ProgramImage& image, uint64_t offset_base) {
+  OneThread plan;
+  if (GetBlockDecoderImpl() == BlockDecoderImpl::kLibipt || sink.kind() != DecoderKind::kBlock ||
+      sink.NewChunkSummary(image) == nullptr) {
+    return plan;
+  }
+  const ParallelOptions options = GetParallelOptions();
+  const uint64_t chunk_bytes = options.summary_chunk_bytes != 0
+                                   ? options.summary_chunk_bytes
+                                   : SummaryChunkBytes(trace.size(), 1);
+  if (trace.size() <= chunk_bytes) return plan;
+  absl::StatusOr<pt_config> pt = MakePtConfig(trace, config);
+  if (!pt.ok()) return plan;  // DecodeInto says why
+  plan.coverage = FastPathCovers(
+      *pt, [&sink, offset_base](uint64_t offset) { sink.OnScanned(offset_base + offset); });
+  if (!plan.coverage->blocks) plan.chunk_bytes = chunk_bytes;
+  return plan;
+}
+
 bool DecodesInParallel() { return GetParallelOptions().jobs > 1; }
 
 uint64_t SummaryChunkBytes(uint64_t trace_bytes, unsigned jobs) {
@@ -1112,7 +1158,14 @@ absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
       DecodesInParallel() ? ChunkBytesFor(sink, image, options, trace.size()) : 0;
   if (chunk_bytes == 0 || trace.size() <= chunk_bytes) {
     DecodeTotals totals;
-    PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace, config, image, sink, totals));
+    const OneThread plan = PlanOneThread(trace, config, sink, image);
+    if (plan.chunk_bytes != 0) {
+      PTKIT_RETURN_IF_ERROR(
+          DecodeInChunksAlone(trace, config, image, sink, totals, 0, plan.chunk_bytes));
+    } else {
+      PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace, config, image, sink, totals, 0,
+                                                plan.coverage ? &*plan.coverage : nullptr));
+    }
     PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
     return totals;
   }

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <utility>
 #include <vector>
@@ -120,7 +121,8 @@ class CanonicalBlocks : public ForwardingSink {
 // Errors: those of DecodeInto.
 absl::Status DecodeIntoCanonical(std::span<const uint8_t> trace, const TraceConfig& config,
                                  const ProgramImage& image, Sink& sink, DecodeTotals& totals,
-                                 uint64_t offset_base = 0);
+                                 uint64_t offset_base = 0,
+                                 const FastPathCoverage* coverage = nullptr);
 
 // The trace bytes of a chunk, at least (it ends at the first PSB after them). A chunk's
 // recording takes about 64 bytes per instruction; at some 8 instructions per trace byte a
@@ -195,6 +197,30 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
                               DecodeTotals& totals, uint64_t offset_base,
                               uint64_t chunk_bytes = kDefaultChunkBytes,
                               ParallelStats* stats = nullptr, bool follow_time = false);
+
+// One thread's decode of a trace that the fast decoder does not model all of (FastPathCovers:
+// a transaction, a PTWRITE, ... somewhere in it), for a sink that summarises chunks: as
+// DecodeInParallel with no worker, the calling thread decoding each chunk when the merge needs
+// it. Each chunk goes to the fast decoder where it models the chunk and to libipt where it does
+// not, so libipt decodes from the PSB that starts the chunk, not the whole trace; the merge
+// (stitches, summaries, chunks decoded again) gives what DecodeIntoCanonical would, as with
+// threads. `chunk_bytes`: PlanOneThread's.
+// Errors: those of DecodeInto.
+absl::Status DecodeInChunksAlone(std::span<const uint8_t> trace, const TraceConfig& config,
+                                 const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+                                 uint64_t offset_base, uint64_t chunk_bytes,
+                                 ParallelStats* stats = nullptr, bool follow_time = false);
+// How one thread decodes a trace for `sink`: in chunks (DecodeInChunksAlone, `chunk_bytes`: the
+// summary chunk size of one thread) where the fast decoder is chosen (GetBlockDecoderImpl),
+// `sink` summarises chunks decoded with `image`, the trace is longer than a chunk and the fast
+// decoder does not model all of it (FastPathCovers, whose answer is kept in `coverage` for
+// DecodeInto when it was asked); else whole (chunk_bytes 0).
+struct OneThread {
+  uint64_t chunk_bytes = 0;
+  std::optional<FastPathCoverage> coverage;
+};
+OneThread PlanOneThread(std::span<const uint8_t> trace, const TraceConfig& config, Sink& sink,
+                        const ProgramImage& image, uint64_t offset_base = 0);
 
 // Adds the counts of the flow (instructions, blocks, events, syncs, errors, gaps and errors by
 // code) of `from` to `to`.

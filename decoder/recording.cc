@@ -765,10 +765,19 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
         PTKIT_RETURN_IF_ERROR(DecodeInParallel(view.bytes(), config, now, workers, out, into,
                                                piece.aux_offset, chunk_bytes,
                                                /*stats=*/nullptr, /*follow_time=*/still));
+      } else if (const OneThread plan =
+                     !switcher || still
+                         ? PlanOneThread(view.bytes(), config, out, now, piece.aux_offset)
+                         : OneThread{};
+                 plan.chunk_bytes != 0) {
+        PTKIT_RETURN_IF_ERROR(DecodeInChunksAlone(view.bytes(), config, now, out, into,
+                                                  piece.aux_offset, plan.chunk_bytes,
+                                                  /*stats=*/nullptr, /*follow_time=*/still));
       } else {
         canonical.SetImage(now);
-        PTKIT_RETURN_IF_ERROR(
-            DecodeInto(view.bytes(), config, now, flow, into, piece.aux_offset, switcher.get()));
+        PTKIT_RETURN_IF_ERROR(DecodeInto(view.bytes(), config, now, flow, into, piece.aux_offset,
+                                         switcher.get(),
+                                         plan.coverage ? &*plan.coverage : nullptr));
         canonical.Flush();
         into.blocks -= canonical.TakeJoined();
       }

@@ -6,6 +6,7 @@
 
 #include <cinttypes>
 #include <cstdio>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -13,7 +14,9 @@
 #include "emulated_recordings.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "read_file.h"
 #include "run_command.h"
+#include "temp_dir.h"
 
 namespace ptkit {
 namespace {
@@ -152,6 +155,54 @@ TEST_F(PtdecodeParallelTest, JobsDecodeInParallelWhereItPays) {
     auto r = RunCommand(argv);
     ASSERT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.err.find("ptdecode: -j: ") != std::string::npos, c.parallel) << r.err;
+  }
+}
+
+// A recording whose trace holds a packet the fast decoder does not model (a PTWRITE) is decoded
+// by libipt only where it must be: stats and folded at -j 1 decode its stream chunk by chunk on
+// one thread, libipt taking the chunk with the packet, and print what libipt gives for it all.
+TEST_F(PtdecodeParallelTest, OneThreadGivesLibiptOnlyTheChunksThatNeedIt) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  testing::TempDir dir;
+  const std::string trace = dir.File("hot_cold.pt"), data = dir.File("hot_cold.data");
+  auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--",
+                       std::string(PROGRAM_DIR) + "/emulate_hot_cold", "100000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", trace, "-o", data});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // A TNT-64 packet before a PSB in the middle of the trace made a PTWRITE and two PADs.
+  std::string bytes = testing::ReadWholeFile<std::string>(data);
+  std::string psb;
+  for (int i = 0; i < 8; ++i) psb += "\x02\x82";
+  std::vector<size_t> at;
+  for (size_t i = bytes.find(psb); i != std::string::npos; i = bytes.find(psb, i + 1)) {
+    if (i >= 8 && bytes.compare(i - 8, 2, "\x02\xa3") == 0) at.push_back(i);
+  }
+  ASSERT_GT(at.size(), 4u) << "too few PSBs after a TNT-64 packet";
+  bytes.replace(at[at.size() / 2] - 8, 8, std::string("\x02\x12\x34\x12\x00\x00\x00\x00", 8));
+  const std::string ptw = dir.File("ptw.data");
+  std::ofstream(ptw, std::ios::binary) << bytes;
+  for (const char* command : {"stats", "folded"}) {
+    SCOPED_TRACE(command);
+    auto libipt = RunCommand({PTDECODE_PATH, command, "-j", "1", "--decoder", "libipt", ptw});
+    ASSERT_EQ(libipt.exit_code, 0) << libipt.err;
+    auto alone = RunCommand(
+        {PTDECODE_PATH, command, "-j", "1", "--chunk-size", "2048", "--chunk-stats", ptw});
+    ASSERT_EQ(alone.exit_code, 0) << alone.err;
+    EXPECT_TRUE(alone.out == libipt.out) << alone.out << "\nlibipt:\n" << libipt.out;
+    uint64_t chunks = 0, stitched = 0;
+    ASSERT_EQ(
+        std::sscanf(alone.err.c_str(), "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched",
+                    &chunks, &stitched),
+        2)
+        << alone.err;
+    EXPECT_GT(chunks, 4u);
+    EXPECT_GT(stitched, 0u);
+    // Without the packet: one decode, not in chunks.
+    auto clean = RunCommand(
+        {PTDECODE_PATH, command, "-j", "1", "--chunk-size", "2048", "--chunk-stats", data});
+    ASSERT_EQ(clean.exit_code, 0) << clean.err;
+    EXPECT_EQ(clean.err.find("ptdecode: -j: "), std::string::npos) << clean.err;
   }
 }
 

@@ -221,18 +221,28 @@ TEST_P(ParallelDecodeTest, ErrorsAtChunkEdgesAreTheSerialDecodesErrors) {
 class SynthParallelTest : public ::testing::Test {
  protected:
   static constexpr char kTiny[] = PTKIT_DECODER_TEST_BINARY_DIR "/tiny.elf";
-  void SetUp() override {
+  void SetUp() override { trace_ = Walks(60); }
+  // `n` walks, a PSB segment each; after walk `ptw_after` (1-based; 0: none) a PTWRITE packet.
+  static std::vector<uint8_t> Walks(uint32_t n, uint32_t ptw_after = 0) {
     auto code = testing::ElfCode::Load(kTiny);
-    ASSERT_THAT(code, IsOk());
+    EXPECT_THAT(code, IsOk());
+    if (!code.ok()) return {};
     testing::PtSynth synth(*code);
-    for (uint32_t seed = 1; seed <= 60; ++seed) {
-      ASSERT_THAT(synth.AddSegment({.entry = code->Symbol(seed % 2 ? "work" : "fib").address,
+    for (uint32_t seed = 1; seed <= n; ++seed) {
+      EXPECT_THAT(synth.AddSegment({.entry = code->Symbol(seed % 2 ? "work" : "fib").address,
                                     .seed = seed,
                                     .max_insns = 3000,
                                     .tsc = 1000 * seed}),
                   IsOk());
+      if (seed == ptw_after) {
+        pt_packet ptw{};
+        ptw.type = ppt_ptw;
+        ptw.payload.ptw.plc = 0;
+        ptw.payload.ptw.payload = 0x1234;
+        synth.AddPacket(ptw);
+      }
     }
-    trace_ = synth.bytes();
+    return synth.bytes();
   }
   std::unique_ptr<ProgramImage> Image() {
     auto image = ProgramImage::Create();
@@ -431,6 +441,62 @@ TEST_F(SynthParallelTest, SummariesThatFailOnWorkersLeaveTheRestToOneThread) {
   // Boundaries neither stitched nor decoded again: those of the rest, decoded on one thread.
   EXPECT_LT(stats.stitched + stats.redecoded + 10, stats.chunks)
       << stats.stitched << " stitched, " << stats.redecoded << " decoded again";
+}
+
+// A trace with a packet the fast decoder does not model (a PTWRITE between two walks) goes to
+// libipt whole on one thread, unless the sink summarises chunks: then it is decoded chunk by
+// chunk on the calling thread (DecodeInChunksAlone), libipt taking only the chunk that holds the
+// packet, and the output is the serial decode's, byte for byte.
+TEST_F(SynthParallelTest, OneThreadGivesLibiptOnlyTheChunkItNeeds) {
+  const std::vector<uint8_t> trace = Walks(40, 20);
+  auto pt = MakePtConfig(trace, {});
+  ASSERT_THAT(pt, IsOk());
+  ASSERT_FALSE(FastPathCovers(*pt).blocks);
+  ASSERT_GT(trace.size(), 2000u);
+  const uint64_t chunk = 1;  // a chunk per walk
+  SetParallelOptions({.summary_chunk_bytes = chunk});
+  auto image = Image();
+  for (const SinkMaker& make : {SinkMaker(MakeStatsSink), SinkMaker(MakeFoldedSink)}) {
+    // Serial: libipt decodes it all. Alone: chunk by chunk, each checked by FastPathCovers.
+    auto run = [&](bool alone, uint64_t* walked, ParallelStats* stats) {
+      std::FILE* out = std::tmpfile();
+      EXPECT_NE(out, nullptr);
+      std::unique_ptr<Sink> sink = make(*image, out, OutputOptions{});
+      DecodeTotals totals;
+      const uint64_t before = FastBlockDecoder::WalkedBlocks();
+      if (alone) {
+        EXPECT_EQ(PlanOneThread(trace, {}, *sink, *image).chunk_bytes, chunk);
+        EXPECT_THAT(DecodeInChunksAlone(trace, {}, *image, *sink, totals, 0, chunk, stats), IsOk());
+      } else {
+        EXPECT_THAT(DecodeIntoCanonical(trace, {}, *image, *sink, totals), IsOk());
+      }
+      *walked = FastBlockDecoder::WalkedBlocks() - before;
+      EXPECT_THAT(sink->Finish(totals), IsOk());
+      return ReadAll(out);
+    };
+    uint64_t serial_walked = 0, alone_walked = 0;
+    ParallelStats stats;
+    const std::string serial = run(false, &serial_walked, nullptr);
+    EXPECT_GT(serial.size(), 200u);
+    EXPECT_EQ(run(true, &alone_walked, &stats), serial);
+    EXPECT_EQ(serial_walked, 0u);
+    EXPECT_GT(alone_walked, 1000u);  // the fast decoder took the other chunks
+    EXPECT_EQ(stats.chunks, 40u);
+    EXPECT_GT(stats.stitched, 0u);
+    EXPECT_GT(stats.summarised, 0u);
+  }
+  // Not for a trace the fast decoder models all of, a sink that does not summarise, libipt.
+  std::unique_ptr<Sink> stats_sink = MakeStatsSink(*image, stdout, OutputOptions{});
+  std::unique_ptr<Sink> calls_sink = MakeCallsSink(*image, stdout, OutputOptions{});
+  const OneThread covered = PlanOneThread(trace_, {}, *stats_sink, *image);
+  EXPECT_EQ(covered.chunk_bytes, 0u);
+  ASSERT_TRUE(covered.coverage.has_value());  // for DecodeInto, which need not read it again
+  EXPECT_TRUE(covered.coverage->blocks);
+  EXPECT_EQ(PlanOneThread(trace, {}, *calls_sink, *image).chunk_bytes, 0u);
+  SetBlockDecoderImpl(BlockDecoderImpl::kLibipt);
+  EXPECT_EQ(PlanOneThread(trace, {}, *stats_sink, *image).chunk_bytes, 0u);
+  SetBlockDecoderImpl(BlockDecoderImpl::kFast);
+  SetParallelOptions({});
 }
 
 INSTANTIATE_TEST_SUITE_P(Libxdc, ParallelDecodeTest, ::testing::Values("Unzip", "foo"),
