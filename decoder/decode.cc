@@ -320,6 +320,8 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
           const uint64_t at = positions ? offset_base + OffsetOf(dec) : 0;
           if (run != nullptr && positions && at > limit) {
             limit = GiveRunTold(sink, *run, offset_base + dec.run_offset(), at, limit);
+            if (limit == Sink::kStopDecoding) [[unlikely]]
+              return -pte_eos;
           } else if (run != nullptr) {
             sink.OnWholeRun(*run);
           } else {
@@ -333,7 +335,11 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
               sink.OnBlock(block);
             }
           }
-          if (told) limit = sink.position_limit();
+          if (told) {
+            limit = sink.position_limit();
+            if (limit == Sink::kStopDecoding) [[unlikely]]
+              return -pte_eos;
+          }
           if (--progress == 0) {
             progress = kBlocksPerProgress;
             sink.OnProgress(offset_base + OffsetOf(dec));

@@ -233,8 +233,10 @@ class Sink {
   // With wants_positions: the block decoder may leave OnPosition out before a block while its
   // offset is at most this (the last position told stands for it then: for a sink that only
   // compares positions with this bound); asked again after each block whose position was told.
-  // 0 (the default): every position is told.
+  // 0 (the default): every position is told. kStopDecoding: the sink wants nothing more of
+  // this decode, which the block decoder's loop ends there as at the trace's end.
   virtual uint64_t position_limit() const { return 0; }
+  static constexpr uint64_t kStopDecoding = ~uint64_t{0} - 1;
   // For parallel decoding: a summary of one chunk, to be made on a worker thread that decodes
   // with `image` (equal to this sink's), or null (the default) when this sink cannot summarise.
   // Must be safe to call from several threads at once.

@@ -381,8 +381,9 @@ class SummaryTap : public Sink {
   bool wants_positions() const override { return true; }
   void OnPosition(uint64_t offset) override { position_ = offset; }
   // In the chunk's body only its end matters (the head and the tail record every position);
-  // past the tail none.
-  uint64_t position_limit() const override { return body_ ? boundary_ : past_ ? kNone : 0; }
+  // past the tail nothing: the decode ends there (the rest of its span is the next chunk's,
+  // decoded there; its first record past the tail is all the stitch needs, and it is the tail's).
+  uint64_t position_limit() const override { return body_ ? boundary_ : past_ ? kStopDecoding : 0; }
   void OnSync(uint64_t offset) override {
     if (Step([&](Sink& s) { s.OnSync(offset); })) ++counted_.syncs;
   }
@@ -1132,16 +1133,37 @@ OneThread PlanOneThread(std::span<const uint8_t> trace, const TraceConfig& confi
 
 bool DecodesInParallel() { return GetParallelOptions().jobs > 1; }
 
-uint64_t SummaryChunkBytes(uint64_t trace_bytes, unsigned jobs) {
-  return std::clamp(trace_bytes / (uint64_t{8} * std::max(jobs, 1u)), kMinSummaryChunkBytes,
-                    kMaxSummaryChunkBytes);
+uint64_t SummaryChunkBytes(uint64_t trace_bytes, unsigned jobs, uint64_t psb_spacing) {
+  const uint64_t threads = std::max(jobs, 1u);
+  const uint64_t least = std::max(kMinSummaryChunkBytes, kMinPsbsPerSummaryChunk * psb_spacing);
+  const uint64_t per_thread = std::clamp<uint64_t>(trace_bytes / (threads * least), 1, 8);
+  const uint64_t bytes = std::max(trace_bytes / (threads * per_thread), least);
+  return std::min(bytes, std::max(kMaxSummaryChunkBytes, 2 * least));
+}
+
+uint64_t PsbSpacing(std::span<const uint8_t> trace, const TraceConfig& config) {
+  absl::StatusOr<pt_config> pt = MakePtConfig(trace, config);
+  if (!pt.ok()) return 0;
+  PacketDecoderPtr dec(pt_pkt_alloc_decoder(&*pt));
+  if (!dec) return 0;
+  const uint64_t first = PsbAtOrAfter(dec.get(), 0);
+  if (first == kNone) return 0;
+  uint64_t last = first;
+  int n = 0;
+  for (; n < 16; ++n) {
+    const uint64_t next = PsbAtOrAfter(dec.get(), last + 1);
+    if (next == kNone) break;
+    last = next;
+  }
+  return n == 0 ? 0 : (last - first) / n;
 }
 
 uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options,
-                       uint64_t trace_bytes) {
+                       std::span<const uint8_t> trace, const TraceConfig& config) {
   if (sink.kind() == DecoderKind::kBlock && sink.NewChunkSummary(image) != nullptr) {
-    return options.summary_chunk_bytes != 0 ? options.summary_chunk_bytes
-                                            : SummaryChunkBytes(trace_bytes, options.jobs);
+    return options.summary_chunk_bytes != 0
+               ? options.summary_chunk_bytes
+               : SummaryChunkBytes(trace.size(), options.jobs, PsbSpacing(trace, config));
   }
   if (!options.jobs_for_records) return 0;
   if (options.chunk_bytes != 0) return options.chunk_bytes;
@@ -1155,7 +1177,7 @@ absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
   const ParallelOptions options = GetParallelOptions();
   // 0: one thread (ChunkBytesFor makes a summary to ask, which one thread does not need).
   const uint64_t chunk_bytes =
-      DecodesInParallel() ? ChunkBytesFor(sink, image, options, trace.size()) : 0;
+      DecodesInParallel() ? ChunkBytesFor(sink, image, options, trace, config) : 0;
   if (chunk_bytes == 0 || trace.size() <= chunk_bytes) {
     DecodeTotals totals;
     const OneThread plan = PlanOneThread(trace, config, sink, image);

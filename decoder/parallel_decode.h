@@ -133,14 +133,23 @@ inline constexpr uint64_t kDefaultChunkBytes = uint64_t{32} << 10;
 // The chunk size for a sink that summarises chunks (Sink::NewChunkSummary), by default: a
 // summarised chunk records only the overlaps at its edges, and those and each chunk's set-up
 // (its decoder, its runs and the summary's memos made anew) cost less the longer the chunk, so
-// a trace is cut into some 8 chunks per thread (enough to keep the threads busy to the end),
-// of 128 KiB to 4 MiB. callgrind Ir of `stats -j2` on an emulated recording, 755 M
-// instructions, 37 MB of trace (-j1 10.19 G): 13.95 G at 128 KiB (285 chunks), 11.93 G at
-// 1 MiB. A summary that fails on its worker is not recorded there but decoded again by the
-// merging thread (DecodeInParallel).
+// a trace is cut into up to 8 chunks per thread (enough to keep the threads busy to the end),
+// each at least kMinPsbsPerSummaryChunk PSB periods (`psb_spacing`, 0 when not known) and
+// 128 KiB, at most 4 MiB or twice that least, whichever is more. callgrind Ir of `stats -j2`
+// on an emulated recording, 755 M instructions, 37 MB of trace (-j1 10.19 G): 13.95 G at
+// 128 KiB (285 chunks), 11.93 G at 1 MiB. A summary that fails on its worker is not recorded
+// there but decoded again by the merging thread (DecodeInParallel).
 inline constexpr uint64_t kMinSummaryChunkBytes = uint64_t{128} << 10;
 inline constexpr uint64_t kMaxSummaryChunkBytes = uint64_t{4} << 20;
-uint64_t SummaryChunkBytes(uint64_t trace_bytes, unsigned jobs);
+// The edges of a chunk (the PSB period before its start and two after its end, decoded by both
+// chunks beside them and recorded block by block) cost ~4x the instructions of its body per
+// block: chunks of fewer PSB periods lose to one thread. An emulated recording (150 M
+// instructions, 2 KiB PSB periods, two streams of 3.7 MB) at -j 2: 16 chunks a stream 1.08x
+// -j 1's speed, 4 chunks 1.20x, 2 chunks (of ~900 PSB periods) 1.31x.
+inline constexpr uint64_t kMinPsbsPerSummaryChunk = 512;
+uint64_t SummaryChunkBytes(uint64_t trace_bytes, unsigned jobs, uint64_t psb_spacing = 0);
+// The mean distance between the first 17 PSBs of `trace` (0: fewer than two).
+uint64_t PsbSpacing(std::span<const uint8_t> trace, const TraceConfig& config);
 
 struct ParallelOptions {
   // Decoding threads; 1: DecodeInto on the caller's thread (the default here; ptdecode's
@@ -229,12 +238,12 @@ void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from);
 // Whether GetParallelOptions() decodes with more than one thread.
 bool DecodesInParallel();
 
-// The chunk size of `options` for `sink` and a trace of `trace_bytes`: summary_chunk_bytes (or
-// SummaryChunkBytes) for a block sink that summarises chunks decoded with `image` (it makes a
-// summary to know), else chunk_bytes (if 0: kDefaultChunkBytes with libipt's decoders, 0 with
-// the fast one) where jobs_for_records, else 0. 0: decode on one thread.
+// The chunk size of `options` for `sink` and `trace`: summary_chunk_bytes (or SummaryChunkBytes
+// with the trace's PsbSpacing) for a block sink that summarises chunks decoded with `image` (it
+// makes a summary to know), else chunk_bytes (if 0: kDefaultChunkBytes with libipt's decoders,
+// 0 with the fast one) where jobs_for_records, else 0. 0: decode on one thread.
 uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options,
-                       uint64_t trace_bytes);
+                       std::span<const uint8_t> trace, const TraceConfig& config);
 
 // Makes an image equal to the caller's, for a worker thread.
 using ImageLoader = std::function<absl::StatusOr<std::unique_ptr<ProgramImage>>()>;

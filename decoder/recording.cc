@@ -751,7 +751,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
       out.SetView(&view, piece.aux_offset);
       const ProgramImage& now = switcher ? *switcher->current() : *s.info.image;
       const uint64_t chunk_bytes =
-          worker_images.empty() ? 0 : ChunkBytesFor(out, now, parallel, view.bytes().size());
+          worker_images.empty() ? 0 : ChunkBytesFor(out, now, parallel, view.bytes(), config);
       if (r.bts) {
         // A snapshot's offsets are not the ring's (AddSnapshot).
         const uint64_t ring = s.key->snapshot < 0 ? bts_ring : 0;

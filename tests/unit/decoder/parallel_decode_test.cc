@@ -6,6 +6,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <functional>
@@ -189,6 +190,19 @@ TEST(SummaryChunkBytesTest, AnEighthOfTheTracePerThreadWithinItsBounds) {
   EXPECT_EQ(SummaryChunkBytes(uint64_t{1} << 30, 64), uint64_t{2} << 20);
 }
 
+// ... and at least 512 PSB periods: fewer chunks per thread where the trace is short for them.
+TEST(SummaryChunkBytesTest, AtLeast512PsbPeriods) {
+  // 2 KiB PSB periods: at least 1 MiB.
+  EXPECT_EQ(SummaryChunkBytes(3'700'000, 2, 2048), 1'850'000u);  // a chunk per thread
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{5} << 20, 2, 2048), (uint64_t{5} << 20) / 4);
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{37} << 20, 2, 2048), (uint64_t{37} << 20) / 16);
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{1} << 20, 2, 2048), uint64_t{1} << 20);  // one chunk
+  // 16 KiB periods: at least 8 MiB, over 4 MiB.
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{37} << 20, 2, 16384), (uint64_t{37} << 20) / 4);
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{1} << 30, 2, 16384), uint64_t{16} << 20);
+  EXPECT_EQ(SummaryChunkBytes(uint64_t{1} << 30, 2, 0), kMaxSummaryChunkBytes);
+}
+
 TEST_P(ParallelDecodeTest, OutputsEqualTheSerialDecode) {
   ParallelStats stats = ExpectSameAsSerial();
   // The chunks were stitched (not all decoded again on the merging thread).
@@ -252,6 +266,20 @@ class SynthParallelTest : public ::testing::Test {
   }
   std::vector<uint8_t> trace_;
 };
+
+// PsbSpacing: the mean distance of the first 17 PSBs, as a search for their bytes finds them.
+TEST_F(SynthParallelTest, PsbSpacingOfTheFirstPsbs) {
+  const std::vector<uint8_t> psb = {0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
+                                    0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82};
+  std::vector<uint64_t> at;
+  for (auto it = trace_.begin();
+       (it = std::search(it, trace_.end(), psb.begin(), psb.end())) != trace_.end(); ++it) {
+    at.push_back(it - trace_.begin());
+  }
+  ASSERT_GT(at.size(), 17u);
+  EXPECT_EQ(PsbSpacing(trace_, {}), (at[16] - at[0]) / 16);
+  EXPECT_EQ(PsbSpacing(std::span(trace_).first(at[1]), {}), 0u);  // one PSB
+}
 
 // libipt's blocks depend on its block cache (which lives with the image's section cache): a
 // second decode with the same image gives other blocks. Joined (CanonicalBlocks), they are the
@@ -397,6 +425,27 @@ TEST_F(SynthParallelTest, PositionsAreToldPastTheSinksLimit) {
   EXPECT_LE(some.second, half_totals.events);  // within the limit: events only
   EXPECT_LT(some.first, all.first * 2 / 3);
   EXPECT_GT(some.first, all.first / 3);
+}
+
+// A sink whose position_limit says kStopDecoding ends the decode there, as the trace's end would
+// (SummaryTap past its chunk's tail): no error, no more blocks than the run it was in.
+TEST_F(SynthParallelTest, ASinkCanStopTheDecode) {
+  class Stopping : public CountSink {
+   public:
+    bool wants_positions() const override { return true; }
+    uint64_t position_limit() const override { return blocks() >= 100 ? kStopDecoding : 0; }
+  };
+  auto image = Image();
+  CountSink all;
+  DecodeTotals all_totals;
+  ASSERT_THAT(DecodeInto(trace_, {}, *image, all, all_totals), IsOk());
+  Stopping stopping;
+  DecodeTotals totals;
+  ASSERT_THAT(DecodeInto(trace_, {}, *image, stopping, totals), IsOk());
+  EXPECT_GE(stopping.blocks(), 100u);
+  EXPECT_LT(stopping.blocks(), 200u);
+  EXPECT_GT(all.blocks(), 10 * stopping.blocks());
+  EXPECT_EQ(totals.errors, 0u);
 }
 
 // Summaries that fail on their workers (what a chunk held is not modelled) are not recorded
