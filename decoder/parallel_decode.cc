@@ -1114,15 +1114,14 @@ absl::Status DecodeInChunksAlone(std::span<const uint8_t> trace, const TraceConf
 OneThread PlanOneThread(std::span<const uint8_t> trace, const TraceConfig& config, Sink& sink,
                         const ProgramImage& image, uint64_t offset_base) {
   OneThread plan;
-  if (GetBlockDecoderImpl() == BlockDecoderImpl::kLibipt || sink.kind() != DecoderKind::kBlock ||
-      sink.NewChunkSummary(image) == nullptr) {
-    return plan;
-  }
   const ParallelOptions options = GetParallelOptions();
   const uint64_t chunk_bytes = options.summary_chunk_bytes != 0
                                    ? options.summary_chunk_bytes
                                    : SummaryChunkBytes(trace.size(), 1);
-  if (trace.size() <= chunk_bytes) return plan;
+  if (trace.size() <= chunk_bytes || GetBlockDecoderImpl() == BlockDecoderImpl::kLibipt ||
+      sink.kind() != DecoderKind::kBlock || sink.NewChunkSummary(image) == nullptr) {
+    return plan;
+  }
   absl::StatusOr<pt_config> pt = MakePtConfig(trace, config);
   if (!pt.ok()) return plan;  // DecodeInto says why
   plan.coverage = FastPathCovers(
@@ -1161,9 +1160,10 @@ uint64_t PsbSpacing(std::span<const uint8_t> trace, const TraceConfig& config) {
 uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options,
                        std::span<const uint8_t> trace, const TraceConfig& config) {
   if (sink.kind() == DecoderKind::kBlock && sink.NewChunkSummary(image) != nullptr) {
-    return options.summary_chunk_bytes != 0
-               ? options.summary_chunk_bytes
-               : SummaryChunkBytes(trace.size(), options.jobs, PsbSpacing(trace, config));
+    if (options.summary_chunk_bytes != 0) return options.summary_chunk_bytes;
+    // A trace of one chunk at most needs no PSB spacing (its PSBs may be all of it).
+    if (trace.size() <= kMinSummaryChunkBytes) return kMinSummaryChunkBytes;
+    return SummaryChunkBytes(trace.size(), options.jobs, PsbSpacing(trace, config));
   }
   if (!options.jobs_for_records) return 0;
   if (options.chunk_bytes != 0) return options.chunk_bytes;
