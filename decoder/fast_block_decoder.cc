@@ -1186,7 +1186,8 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
   run.answers = 0;
   run.flat = true;
   run.ninsn = 0;
-  run.push_mask = run.pop_mask = 0;
+  uint32_t push_mask = 0, pop_mask = 0;  // bit i: block i pushes, pops
+  uint64_t pushes[kRunBlocks];           // block i's pushed return address
   run.memo = {};
   // The run so far up to its last block that took an answer: where it ends.
   uint32_t end_blocks = 0;
@@ -1227,8 +1228,8 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
       // As LogCall: `call next` (position-independent code) pushes nothing.
       if (!(n->last.is_direct && n->last.displacement == 0)) {
         const uint64_t back = n->last.ip + n->last.size;
-        run.push_mask |= 1u << i;
-        run.pushes[i] = back;
+        push_mask |= 1u << i;
+        pushes[i] = back;
         stack[depth++] = back;
       }
       Node*& link = n->next[0];
@@ -1245,7 +1246,7 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
     end_flat = run.flat && cond;
     if (ret) {
       run.flat = false;
-      run.pop_mask |= 1u << i;
+      pop_mask |= 1u << i;
       // A return to a call before the run: its last block (the return stack says where).
       if (depth == 0) break;
     }
@@ -1267,6 +1268,17 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
   run.flat = end_flat;
   if (run.blocks < 2) return;
   run.head_ninsn = run.ninsn - run.last->ninsn;
+  // The blocks but the last (the masks may name blocks from it on: the loop went on past where
+  // the run ends): the return addresses they leave pushed, and the most at once.
+  run.kept_count = run.peak = 0;
+  for (uint32_t i = 0; i + 1 < run.blocks; ++i) {
+    if ((push_mask >> i) & 1) {
+      run.kept[run.kept_count++] = pushes[i];
+      run.peak = std::max(run.peak, run.kept_count);
+    } else if ((pop_mask >> i) & 1) {
+      --run.kept_count;  // a return before the last block returns to a call of the run
+    }
+  }
   run.loops = run.flat && static_cast<int>(run.blocks) == bits &&
               CondBranchTo(run.last->last, (key & 1) != 0) == node.ip &&
               run.last->mode == node.mode;
@@ -1316,18 +1328,11 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   if (static_cast<int>(run.answers) > left) ++crossing_runs_given_;
   if (!run.flat) {
     ++call_runs_given_;
-    // Only the blocks that push or pop, but the last (the masks may name blocks from it on:
-    // MakeRun went on past where the run ends).
-    const uint32_t before_last = (uint32_t{1} << (run.blocks - 1)) - 1;
-    for (uint32_t m = (run.push_mask | run.pop_mask) & before_last; m != 0; m &= m - 1) {
-      const int i = std::countr_zero(m);
-      if ((run.push_mask >> i) & 1) {
-        retstack_.Push(run.pushes[i]);
-      } else {
-        uint64_t back = 0;
-        retstack_.Pop(&back);  // what block i's call pushed
-      }
-    }
+    // As the blocks' calls and returns one by one: where the run's deepest point passes the
+    // 64 entries, its pushes forget the oldest (only those from before the run: it is at most
+    // kRunBlocks deep); the run leaves its kept pushes on top.
+    retstack_.Drop(std::max(0, retstack_.size() + static_cast<int>(run.peak) - RetStack::kSize));
+    for (uint32_t k = 0; k < run.kept_count; ++k) retstack_.Push(run.kept[k]);
   }
   walked_ += run.blocks * repeat - 1;
   ++runs_given_;

@@ -212,8 +212,12 @@ class FastBlockDecoder {
     // Flat, taking every answer of its key, and its last branch goes back to `node`: a loop
     // that WalkRun repeats while the next answers are the key's again.
     bool loops = false;
-    uint32_t push_mask = 0, pop_mask = 0;  // bit i: block i (not the last) pushes, pops
-    uint64_t pushes[kRunBlocks];           // block i's pushed return address
+    // What the calls and returns of its blocks but the last do to the return stack (each
+    // return takes what a call of the run pushed): `kept` return addresses pushed, oldest
+    // first, the stack at most `peak` entries above where it began.
+    uint64_t kept[kRunBlocks];
+    uint32_t kept_count = 0;
+    uint32_t peak = 0;
     pt_block block[kRunBlocks];
     BlockMemo* memos[kRunBlocks];
     BlockMemo memo;   // WalkedRun::memo
@@ -282,6 +286,9 @@ class FastBlockDecoder {
     void Clear() { top = bottom = 0; }
     void Push(uint64_t ip);
     int Pop(uint64_t* ip);
+    int size() const { return top >= bottom ? top - bottom : top + kSize + 1 - bottom; }
+    // Forgets the `n` oldest entries (n <= size()), as n pushes onto a full stack do.
+    void Drop(int n) { bottom = static_cast<uint8_t>((bottom + n) % (kSize + 1)); }
   };
 
   FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt, const ProgramImage& image,

@@ -464,6 +464,53 @@ TEST(FastBlockDecoderTest, RunsBeyondTheDeepestStackSameAsLibipt) {
   unlink(path.c_str());
 }
 
+// The return stack in runs: libipt's holds 64 return addresses and a call onto a full one
+// forgets the oldest. A run whose call and return (its blocks but the last) push and pop while
+// the stack is full forgets one as the blocks one by one do (FastBlockDecoder::RetStack::Drop),
+// so that a compressed return past the 64 is an error at the same block as libipt's. Code at
+// 0x1000: `jz ret; call 0x1000; ret`: not taken recurses, taken returns. Answers: not taken
+// `depth` times, then taken 80 times (the jz, then returns); the stack runs out at the 64th
+// return. Several depths, so that the turn falls at each place in a TNT-8 packet's six answers.
+TEST(FastBlockDecoderTest, RunsForgetTheOldestReturnAddressesAsLibiptDoes) {
+  constexpr uint64_t kCode = 0x1000;
+  const std::vector<uint8_t> code = {0x74, 0x05, 0xe8, 0xf9, 0xff, 0xff, 0xff, 0xc3};
+  for (int depth = 90; depth < 96; ++depth) {
+    SCOPED_TRACE(absl::StrCat("depth ", depth));
+    std::vector<bool> answers(depth, false);
+    answers.insert(answers.end(), 80, true);
+    ElfCode none;
+    PtSynth synth(none);
+    synth.AddPsbPlusPge(kCode);
+    for (size_t i = 0; i < answers.size(); i += 6) {
+      pt_packet tnt = {};
+      tnt.type = ppt_tnt_8;
+      for (size_t k = i; k < std::min(answers.size(), i + 6); ++k) {
+        tnt.payload.tnt.payload = tnt.payload.tnt.payload << 1 | (answers[k] ? 1 : 0);
+        ++tnt.payload.tnt.bit_size;
+      }
+      synth.AddPacket(tnt);
+    }
+    pt_packet psb = {};
+    psb.type = ppt_psb;
+    synth.AddPacket(psb);
+    const std::vector<uint8_t> trace = synth.bytes();
+    ExpectCovered(trace, {});
+    const Runner run = CanonicalRunner([&](const auto& decode) {
+      auto image = ProgramImage::Create();
+      ASSERT_THAT(image, IsOk());
+      (*image)->AddBytes("recurse", kCode, code);
+      decode(trace, {}, **image);
+    });
+    const uint64_t before = FastBlockDecoder::WalkedCallRuns();
+    ExpectWalkSame(run, /*timed=*/false, /*min_walked=*/100);
+    EXPECT_GE(FastBlockDecoder::WalkedCallRuns() - before, 10u);
+    // libipt's answer: 64 returns, then an empty return stack.
+    const std::string stats = Outputs(BlockDecoderImpl::kLibipt, run, false)[1];
+    EXPECT_THAT(stats, ::testing::HasSubstr("\"errors\": 1,")) << stats;
+    EXPECT_THAT(stats, ::testing::HasSubstr("\"returns\": 64,")) << stats;
+  }
+}
+
 // A sink told positions (-j's chunk layers) is given runs too: in one step where no position is
 // due within the run, else block by block, each block told the position it has when walked
 // alone. Its transcript (every position told, every block) is the same with runs as without,
