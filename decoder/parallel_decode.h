@@ -186,11 +186,13 @@ absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace
 // What a parallel decode did (for tests and measurements).
 struct ParallelStats {
   uint64_t chunks = 0;
-  uint64_t stitched = 0;       // chunk boundaries where the next chunk's decode was taken
-  uint64_t redecoded = 0;      // boundaries where the chunk was decoded again through the next
-  uint64_t summarised = 0;     // chunks given to the sink as their summary (ChunkSummary)
-  uint64_t unsummarised = 0;   // summarised chunks whose summary did not apply (decoded again)
-  uint64_t bytes_decoded = 0;  // trace bytes decoded by every decoder, overlaps included
+  uint64_t stitched = 0;      // chunk boundaries where the next chunk's decode was taken
+  uint64_t redecoded = 0;     // boundaries where the chunk was decoded again through the next
+  uint64_t summarised = 0;    // chunks given to the sink as their summary (ChunkSummary)
+  uint64_t unsummarised = 0;  // summarised chunks whose summary did not apply (decoded again)
+  // Trace bytes given to every decoder, overlaps included: an upper bound of what they read, as
+  // a summarised chunk's decode ends once past its tail (Sink::kStopDecoding).
+  uint64_t bytes_decoded = 0;
 };
 
 // As DecodeIntoCanonical without an ImageSwitcher, with
