@@ -569,6 +569,24 @@ int PacketLoop::GetSyncOffset(uint64_t* offset) const {
 
 // pt_qry_cache_tnt.
 int PacketLoop::CacheTnt() {
+  if (next_ == kTnt8) {
+    // The common case, the loop's and ReadAhead's steps for it inline: a TNT-8 packet (no
+    // event binds to one), then a TNT-8 or TIP packet, where the read-ahead stops.
+    event_ = nullptr;
+    int status = DecodeTnt(*pos_ >> 1, 1);
+    if (status != 0) return status;
+    last_time_ = time_;
+    if (pos_ < end_ && *pos_ != 0x02) {
+      const Kind kind = kOpcodeKinds[*pos_];
+      if (kind == kTnt8 || kind == kTip) {
+        next_ = kind;
+        return 0;
+      }
+    }
+    status = ReadAhead();
+    if (status < 0 && status != -pte_eos) return status;
+    return 0;
+  }
   for (;;) {
     if (next_ == kNone) return ProvokeFetchError();
     if (WillEvent()) return -pte_bad_query;
