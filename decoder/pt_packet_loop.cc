@@ -606,7 +606,7 @@ int PacketLoop::CacheTnt() {
   return 0;
 }
 
-int PacketLoop::NextPacketTnt() const {
+int PacketLoop::NextPacketTntSlow() const {
   uint64_t payload = 0;
   if (next_ == kTnt8) {
     payload = *pos_ >> 1;

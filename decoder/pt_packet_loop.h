@@ -77,7 +77,13 @@ class PacketLoop {
   // The first answer (1: taken) of the packet after the cached answers, the one CondBranch
   // reads when they are all given, where that is a TNT packet (with or without timing packets
   // before it, which do not change what CondBranch tells); -1 where it is none.
-  int NextPacketTnt() const;
+  int NextPacketTnt() const {
+    if (next_ != kTnt8) return NextPacketTntSlow();
+    // A TNT-8 packet's answers are the bits below its highest set bit, after the header bit.
+    const unsigned payload = *pos_ >> 1u;
+    if (payload <= 1) return -1;
+    return static_cast<int>((payload >> (30 - __builtin_clz(payload))) & 1u);
+  }
   int IndirectBranch(uint64_t* ip);
   int Event(pt_event* event);
   int Time(uint64_t* tsc) const {
@@ -176,6 +182,7 @@ class PacketLoop {
   int ReadAhead();
   int Start(const uint8_t* pos, uint64_t* ip);
   int CacheTnt();
+  int NextPacketTntSlow() const;  // NextPacketTnt but for a TNT-8 packet
   int Decode(Kind kind);
   int Header(Kind kind);
   int LastIpQuery(uint64_t* ip) const;
