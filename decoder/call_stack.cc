@@ -168,8 +168,13 @@ void CallStack::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
 // (Step places nothing after the first), in a frame (the first one placed it) that no call or
 // return changes, Count adds up: the run's Step is its first block's with all its
 // instructions. Where blocks go into other functions by the run's calls and returns, the run's
-// program does what the blocks' steps after the first would (RunProgram). A memo named by the
-// stack (Unnamed) or a jump into another function is left to each block's step.
+// program does what the blocks' steps after the first would (RunProgram). Code of one file
+// without a symbol (a stripped binary), named by the stack (Unnamed), is one step too where
+// every block ends in a conditional branch: after the first block's step (which may place the
+// function it names) the frame on top runs that function, or one that Unnamed does not name
+// (not named by an address in the file), so Unnamed names the same function for each block
+// after it. Such code with calls and returns, or a jump into another function, is left to each
+// block's step.
 uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
   uint64_t one = 0;   // the first memo's, while every block's is the same and a branch's
   bool fixed = true;  // every memo names its function
@@ -179,7 +184,7 @@ uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
       m = {memo_owner_, image_, MemoOf(run.blocks[i])};
     }
     if (i == 0) one = m.value;
-    if (m.value != one || (one & 2) != 0 || run.blocks[i].iclass != ptic_cond_jump) one = 0;
+    if (m.value != one || run.blocks[i].iclass != ptic_cond_jump) one = 0;
     if (m.value == 0 || (m.value & 2) != 0) fixed = false;
   }
   if (one != 0) return one;
@@ -309,7 +314,8 @@ __attribute__((noinline)) void CallStack::RunStepped(const WalkedRun& run) {
     return;
   }
   const auto high = static_cast<uint32_t>(memo.value >> 32);
-  Step<true>(run.blocks[0], Facts{high, 0, false, static_cast<int>(high)}, run.ninsn);
+  Step<true>(run.blocks[0], Facts{high, 0, (memo.value & 2) != 0, static_cast<int>(high)},
+             run.ninsn);
 }
 
 void CallStack::OnEvent(const pt_event& event) {

@@ -104,7 +104,8 @@ class CallStack {
   // its first instruction has a symbol and its last one the same.
   void OnWholeBlock(const pt_block& block, BlockMemo& memo);
   // Walked blocks in a run (Sink::OnWholeRun): OnWholeBlock of each; in one step when each
-  // block's memo names the same function, from its first instruction to its last; else, when
+  // block's memo names the same function (or the same file's code without a symbol) from its
+  // first instruction to its last and ends in a conditional branch; else, when
   // each names one function and the run goes into another only by its calls and returns, by the
   // run's program (RunProgram). `run.memo` keeps which.
   void OnWholeRun(const WalkedRun& run);
