@@ -185,14 +185,16 @@ uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
     }
     if (i == 0) one = m.value;
     if (m.value != one || run.blocks[i].iclass != ptic_cond_jump) one = 0;
-    if (m.value == 0 || (m.value & 2) != 0) fixed = false;
+    if (m.value == 0) fixed = false;
   }
   if (one != 0) return one;
   if (!fixed || run.blocks.size() > kRunOps + 1) return 0;
   RunProgram p{};
+  // A block's function, or (by_stack) its file.
   auto function = [&](size_t i) { return static_cast<uint32_t>(run.memos[i]->value >> 32); };
+  auto by_stack = [&](size_t i) { return (run.memos[i]->value & 2) != 0; };
   auto call_length = [&](size_t i) { return static_cast<uint8_t>(run.memos[i]->value >> 8); };
-  p.first = Facts{function(0), call_length(0), false, static_cast<int>(function(0))};
+  p.first = Facts{function(0), call_length(0), by_stack(0), static_cast<int>(function(0))};
   p.first_ninsn = run.blocks[0].ninsn;
   bool in_first = true;  // the blocks so far are the first one's Step
   for (size_t i = 1; i < run.blocks.size(); ++i) {
@@ -200,7 +202,8 @@ uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
     const pt_block& block = run.blocks[i];
     const uint32_t f = function(i);
     if (before.iclass == ptic_cond_jump) {
-      if (f != function(i - 1)) return 0;  // a jump into another function (Jump)
+      // A jump into another function (Jump), or from code named one way to code named the other.
+      if (f != function(i - 1) || by_stack(i) != by_stack(i - 1)) return 0;
       if (in_first) {
         p.first_ninsn += block.ninsn;
       } else {
@@ -211,9 +214,11 @@ uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
     if (before.iclass == ptic_call) {
       const uint64_t return_address = before.end_ip + call_length(i - 1);
       if (block.ip == return_address) return 0;  // a call to the next instruction: no frame
-      p.ops[p.size++] = {true, f, return_address, block.ninsn};
+      // Code without a symbol enters the function its address names (Arrive).
+      p.ops[p.size++] = {true, by_stack(i),    by_stack(i) ? CallTarget(block.ip) : f,
+                         f,    return_address, block.ninsn};
     } else if (before.iclass == ptic_return) {
-      p.ops[p.size++] = {false, f, block.ip, block.ninsn};
+      p.ops[p.size++] = {false, by_stack(i), f, f, block.ip, block.ninsn};
     } else {
       return 0;
     }
@@ -253,25 +258,28 @@ uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
 void CallStack::RunOps(const RunProgram& program) {
   for (uint32_t k = 0; k < program.size; ++k) {
     const RunOp& op = program.ops[k];
+    uint32_t f = op.function;
     if (op.call) {
       Enter(op.function, op.address, /*implicit=*/false);
+      if (op.by_stack) f = Unnamed(static_cast<int>(op.file));
     } else {
       if (beyond_ == 0 && !frames_.empty() && frames_.back().return_address == op.address) {
         Pop(false);  // Return's most common case: the run's call on top
       } else {
         Return(op.address);
       }
+      if (op.by_stack) f = Unnamed(static_cast<int>(op.file));
       if (frames_.empty()) {
         if (base_) {
           nonempty_epoch_ = epoch_;
         } else {
-          Place(op.function, 0, /*jumped=*/false);
+          Place(f, 0, /*jumped=*/false);
         }
       }
     }
-    current_ = op.function;
-    if (chunk_ && epoch_of_[op.function] != epoch_) Touch(op.function);
-    Count(op.function, op.ninsn);
+    current_ = f;
+    if (chunk_ && epoch_of_[f] != epoch_) Touch(f);
+    Count(f, op.ninsn);
   }
   pending_call_ = program.pending_call;
   pending_return_ = program.pending_return;

@@ -227,10 +227,13 @@ class CallStack {
   // places nothing, and the stack changes only by the run's calls and returns.
   // A block after a call or a return and the blocks after it in its function: how it is
   // reached (the call entering `function` and returning to `address`, or the return to
-  // `address`) and the instructions they run.
+  // `address`) and the instructions they run. Code without a symbol (`by_stack`) runs in the
+  // function Unnamed(file) names after the call or the return, as its blocks' steps have it.
   struct RunOp {
     bool call;
+    bool by_stack;
     uint32_t function;
+    uint32_t file;
     uint64_t address;
     uint64_t ninsn;
   };
