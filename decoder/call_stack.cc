@@ -173,8 +173,9 @@ void CallStack::OnWholeBlock(const pt_block& block, BlockMemo& memo) {
 // every block ends in a conditional branch: after the first block's step (which may place the
 // function it names) the frame on top runs that function, or one that Unnamed does not name
 // (not named by an address in the file), so Unnamed names the same function for each block
-// after it. Such code with calls and returns, or a jump into another function, is left to each
-// block's step.
+// after it. Such code with calls and returns gets a program too, whose ops name the function
+// with Unnamed after each call or return (RunOp::by_stack). A jump into another function, or
+// between code named by a symbol and code named by the stack, is left to each block's step.
 uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
   uint64_t one = 0;   // the first memo's, while every block's is the same and a branch's
   bool fixed = true;  // every memo names its function

@@ -105,8 +105,8 @@ class CallStack {
   void OnWholeBlock(const pt_block& block, BlockMemo& memo);
   // Walked blocks in a run (Sink::OnWholeRun): OnWholeBlock of each; in one step when each
   // block's memo names the same function (or the same file's code without a symbol) from its
-  // first instruction to its last and ends in a conditional branch; else, when
-  // each names one function and the run goes into another only by its calls and returns, by the
+  // first instruction to its last and ends in a conditional branch; else, when each names one
+  // function (or file) and the run goes into another only by its calls and returns, by the
   // run's program (RunProgram). `run.memo` keeps which.
   void OnWholeRun(const WalkedRun& run);
   void OnEvent(const pt_event& event);
@@ -222,9 +222,10 @@ class CallStack {
   uint64_t MemoOf(const pt_block& block);
   // What the steps of a run's blocks do after its first block's (OnWholeRun), made once per run:
   // the calls and returns between them and the instructions each function runs, in order. Made
-  // where every block's memo names its function and a block after a conditional branch runs in
-  // the function of the one before (no jump into another function): then each block's step
-  // places nothing, and the stack changes only by the run's calls and returns.
+  // where every block's memo names its function (or its file's code without a symbol) and a
+  // block after a conditional branch runs in the function of the one before (no jump into
+  // another function): then each block's step places nothing, and the stack changes only by
+  // the run's calls and returns.
   // A block after a call or a return and the blocks after it in its function: how it is
   // reached (the call entering `function` and returning to `address`, or the return to
   // `address`) and the instructions they run. Code without a symbol (`by_stack`) runs in the
