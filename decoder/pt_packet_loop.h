@@ -182,7 +182,7 @@ class PacketLoop {
   int ReadAhead();
   int Start(const uint8_t* pos, uint64_t* ip);
   int CacheTnt();
-  int NextPacketTntSlow() const;  // NextPacketTnt but for a TNT-8 packet
+  int NextPacketTntSlow() const;  // NextPacketTnt where the next packet is not TNT-8
   int Decode(Kind kind);
   int Header(Kind kind);
   int LastIpQuery(uint64_t* ip) const;
