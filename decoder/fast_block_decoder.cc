@@ -1306,9 +1306,20 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   if (bits < 2) return Walk(node, block);
   const auto key = static_cast<uint32_t>((uint64_t{1} << bits) | answers);
   if (!tnt_runs_) tnt_runs_ = std::make_unique<TntRun[]>(kTntRunSlots);
-  TntRun& run =
-      tnt_runs_[((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots];
-  if (run.node != &node || run.key != key) MakeRun(run, node, key, bits);
+  // Two ways: the run is looked for in a pair of slots, and made in the one used less lately.
+  const size_t slot = ((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots;
+  TntRun* found = &tnt_runs_[slot];
+  if (found->node != &node || found->key != key) {
+    TntRun* other = &tnt_runs_[slot ^ 1];
+    if (other->node == &node && other->key == key) {
+      found = other;
+    } else {
+      if (other->used < found->used) found = other;
+      MakeRun(*found, node, key, bits);
+    }
+  }
+  TntRun& run = *found;
+  run.used = ++runs_looked_up_;
   if (run.blocks < 2 || run.head_ninsn > run_room_) return Walk(node, block);
   // A loop (TntRun::loops) whose answers all come from this packet: while the next answers are
   // the key's again, the same run again (all of them cached).

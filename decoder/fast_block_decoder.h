@@ -203,6 +203,7 @@ class FastBlockDecoder {
   struct TntRun {
     const Node* node = nullptr;  // null: an empty slot
     uint32_t key = 0;
+    uint64_t used = 0;     // when last looked up (WalkRun's count), to pick which of two to replace
     uint32_t blocks = 0;   // fewer than 2: no run from there
     uint32_t answers = 0;  // the answers its blocks take
     bool flat = true;      // every block ends in a conditional branch (no push or pop)
@@ -371,6 +372,7 @@ class FastBlockDecoder {
   // use, one for all the graphs (a node is one graph's: a per-CPU trace of many processes
   // would otherwise hold one per process); a run that loses its slot is made again.
   std::unique_ptr<TntRun[]> tnt_runs_;
+  uint64_t runs_looked_up_ = 0;
 
   // pt_block_decoder's state.
   pt_exec_mode mode_ = ptem_unknown;
