@@ -368,11 +368,11 @@ class FastBlockDecoder {
   uint64_t runs_given_ = 0;               // added to WalkedRuns() at the end
   uint64_t call_runs_given_ = 0;          // added to WalkedCallRuns() at the end
   uint64_t crossing_runs_given_ = 0;      // added to WalkedCrossingRuns() at the end
-  // SetRuns' memo: a direct-mapped cache of runs by (first node, next answers), made on first
+  // SetRuns' memo: a two-way cache of runs by (first node, next answers), made on first
   // use, one for all the graphs (a node is one graph's: a per-CPU trace of many processes
   // would otherwise hold one per process); a run that loses its slot is made again.
   std::unique_ptr<TntRun[]> tnt_runs_;
-  uint64_t runs_looked_up_ = 0;
+  uint64_t runs_looked_up_ = 0;  // WalkRun's lookups so far (TntRun::used)
 
   // pt_block_decoder's state.
   pt_exec_mode mode_ = ptem_unknown;
