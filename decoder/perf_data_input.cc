@@ -129,15 +129,14 @@ namespace {
 nlohmann::json GroupsJson(const perf::PerfData& data) {
   nlohmann::json groups = nlohmann::json::array();
   for (const perf::GroupDescEntry& g : data.features.groups) {
+    // The members are attrs leader_idx .. leader_idx + nr_members - 1; those past the attrs
+    // are counted, not walked (nr_members is the file's, up to 2^32).
     nlohmann::json names = nlohmann::json::array();
-    uint64_t missing = 0;
-    for (uint64_t i = g.leader_idx; i < uint64_t{g.leader_idx} + g.nr_members; ++i) {
-      if (i < data.attrs.size()) {
-        names.push_back(data.NameOf(i));
-      } else {
-        ++missing;
-      }
-    }
+    const uint64_t first = g.leader_idx;
+    const uint64_t end = first + g.nr_members;
+    const uint64_t named_end = std::max(first, std::min<uint64_t>(end, data.attrs.size()));
+    for (uint64_t i = first; i < named_end; ++i) names.push_back(data.NameOf(i));
+    const uint64_t missing = g.nr_members - (named_end - first);
     groups.push_back({{"name", g.name},
                       {"leader", g.leader_idx},
                       {"events", g.nr_members},

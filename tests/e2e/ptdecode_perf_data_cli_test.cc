@@ -6,9 +6,11 @@
 //  - perf.data files perf records here without PT (`perf record -e dummy,task-clock`, file
 //    and pipe mode, -z): the sideband ptkit reads equals `perf script --show-task-events
 //    --show-mmap-events`.
+#include <linux/perf_event.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,6 +25,9 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ptkit/container_reader.h"
+#include "ptkit/perf_data.h"
+#include "ptkit/perf_data_writer.h"
+#include "ptkit/perf_records.h"
 #include "run_command.h"
 #include "status_matchers.h"
 #include "temp_dir.h"
@@ -265,6 +270,39 @@ TEST(PtdecodePerfDataTest, InfoAndExportKeepTheEventGroup) {
                                     "2 events\n"));
     EXPECT_THAT(text.out, HasSubstr("  dummy: type 1 config 0x9 "));
   }
+}
+
+// A HEADER_GROUP_DESC from another machine may claim 2^32 - 1 members of a group whose leader
+// is any index: the members past the attrs are counted, not walked. A fuzzed perf.data with
+// such a group took 30 s per decode (tests/fuzz/corpus/decode/group_desc_huge.data); 1,000 of
+// them would take hours walked one by one.
+TEST(PtdecodePerfDataTest, AGroupOfBillionsOfMissingEventsIsCountedNotWalked) {
+  testing::TempDir dir;
+  const std::string file = dir.File("groups.data");
+  perf::WriterEvent dummy;
+  dummy.attr.type = PERF_TYPE_SOFTWARE;
+  dummy.attr.config = PERF_COUNT_SW_DUMMY;
+  dummy.ids = {7};
+  dummy.name = "dummy:u";
+  PTKIT_ASSERT_OK_AND_ASSIGN(perf::PerfDataWriter w,
+                             perf::PerfDataWriter::Create(file, {dummy, dummy}));
+  ASSERT_THAT(w.AddRecord(perf::EncodeFinishedRound()), IsOk());  // a data section
+  perf::PerfFeatures f;
+  f.groups.push_back({"{anon_group}", 1, 0xffffffff});
+  for (int i = 0; i < 1000; ++i) f.groups.push_back({"huge", 0xfffffffe, 0xffffffff});
+  ASSERT_THAT(w.Finish(f), IsOk());
+  const auto start = std::chrono::steady_clock::now();
+  auto info = RunCommand({PTDECODE_PATH, "info", "--json", file});
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_LT(seconds, 20.0);
+  const nlohmann::json j = nlohmann::json::parse(info.out);
+  ASSERT_EQ(j["groups"].size(), 1001u);
+  EXPECT_EQ(j["groups"][0]["names"], nlohmann::json({"dummy:u"}));
+  EXPECT_EQ(j["groups"][0]["missing"], 0xfffffffeu);
+  EXPECT_EQ(j["groups"][1000]["names"], nlohmann::json::array());
+  EXPECT_EQ(j["groups"][1000]["missing"], 0xffffffffu);
 }
 
 // A mapped file that is gone is found in perf's build-id cache by the build-id its MMAP2
