@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <atomic>
 #include <bit>
+#include <cstdlib>
 #include <cstring>
 #include <map>
+#include <new>
+#include <type_traits>
 
 #include "absl/synchronization/mutex.h"
 #include "decoder/ipt_handles.h"
@@ -1305,7 +1308,11 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   }
   if (bits < 2) return Walk(node, block);
   const auto key = static_cast<uint32_t>((uint64_t{1} << bits) | answers);
-  if (!tnt_runs_) tnt_runs_ = std::make_unique<TntRun[]>(kTntRunSlots);
+  if (!tnt_runs_) {
+    static_assert(std::is_trivially_copyable_v<TntRun> && std::is_aggregate_v<TntRun>);
+    tnt_runs_.reset(static_cast<TntRun*>(std::calloc(kTntRunSlots, sizeof(TntRun))));
+    if (!tnt_runs_) throw std::bad_alloc();
+  }
   // Two ways: the run is looked for in a pair of slots, and made in the one used less lately.
   const size_t slot = ((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots;
   TntRun* found = &tnt_runs_[slot];

@@ -19,6 +19,7 @@
 #include <intel-pt.h>
 
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
 #include <span>
 #include <vector>
@@ -370,8 +371,13 @@ class FastBlockDecoder {
   uint64_t crossing_runs_given_ = 0;      // added to WalkedCrossingRuns() at the end
   // SetRuns' memo: a two-way cache of runs by (first node, next answers), made on first
   // use, one for all the graphs (a node is one graph's: a per-CPU trace of many processes
-  // would otherwise hold one per process); a run that loses its slot is made again.
-  std::unique_ptr<TntRun[]> tnt_runs_;
+  // would otherwise hold one per process); a run that loses its slot is made again. Made by
+  // calloc (an empty slot: node null; MakeRun sets what it reads): its ~2 MiB are pages the
+  // kernel zeroes as they are first touched, so a short trace does not clear them all.
+  struct FreeDeleter {
+    void operator()(void* p) const { std::free(p); }
+  };
+  std::unique_ptr<TntRun[], FreeDeleter> tnt_runs_;
   uint64_t runs_looked_up_ = 0;  // WalkRun's lookups so far (TntRun::used)
 
   // pt_block_decoder's state.
