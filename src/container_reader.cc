@@ -123,8 +123,11 @@ uint64_t ReadReport::lost_bytes() const {
 }
 
 uint64_t ReadReport::lost_records() const {
+  // Saturating: each count is bounded by the file's size, their sum by nothing.
   uint64_t n = 0;
-  for (const Damage& d : damage) n += d.records;
+  for (const Damage& d : damage) {
+    n = d.records > UINT64_MAX - n ? UINT64_MAX : n + d.records;
+  }
   return n;
 }
 
@@ -162,6 +165,13 @@ struct ContainerReader::State {
   }
   // Checks a frame header's sizes against the format limits.
   static absl::Status CheckSizes(const FrameHeader& h);
+  // A sequence number further past the expected one than the whole file has room for records
+  // (each at least a frame header): its field is damaged (or forged) with a header check that
+  // still holds. Taken as the lost records' count, it would also make every later record a
+  // repeat to skip.
+  bool ImplausibleJump(uint64_t sequence) const {
+    return sequence > expected_sequence && sequence - expected_sequence > size / kFrameHeaderSize;
+  }
 };
 
 absl::StatusOr<std::span<const uint8_t>> ContainerReader::State::Get(uint64_t offset, size_t n) {
@@ -216,12 +226,17 @@ absl::Status ContainerReader::State::Resync(uint64_t from, const std::string& re
       // candidate numbered below what is expected repeats an earlier record (a copied block
       // after the damage): expected_sequence stays, so Next() skips it as a repeat instead of
       // returning it, and everything after it, a second time.
-      const uint64_t records =
-          h->sequence > expected_sequence ? h->sequence - expected_sequence : 0;
+      // An implausible number (ImplausibleJump): Next() says so and reads the record as the
+      // next expected one; the records lost in the skipped bytes are unknown then.
+      const uint64_t records = h->sequence > expected_sequence && !ImplausibleJump(h->sequence)
+                                   ? h->sequence - expected_sequence
+                                   : 0;
       AddDamage(from, candidate - from, records,
                 absl::StrCat(reason, "; resynchronised at offset ", candidate));
       pos = candidate;
-      expected_sequence = std::max(expected_sequence, h->sequence);
+      if (!ImplausibleJump(h->sequence)) {
+        expected_sequence = std::max(expected_sequence, h->sequence);
+      }
       return absl::OkStatus();
     }
     if (len < kScanChunk) break;
@@ -300,7 +315,7 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
           at, absl::StrCat("damaged record header at offset ", at, " (", sizes.message(), ")")));
       continue;
     }
-    const FrameHeader h = *parsed;
+    FrameHeader h = *parsed;
     uint64_t total = kFrameHeaderSize + h.stored_size;
     if (h.stored_size > s.size - at - kFrameHeaderSize) {
       s.AddDamage(at, s.size - at, 1,
@@ -311,6 +326,16 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
       break;
     }
     s.pos = at + total;
+    if (s.ImplausibleJump(h.sequence)) {
+      s.AddDamage(
+          at, 0, 0,
+          absl::StrFormat("record %u (%s) at offset %u: a sequence number %u past the "
+                          "expected %u, more records than the file's %u bytes hold "
+                          "(a damaged header): read as record %u",
+                          h.sequence, RecordTypeName(h.type), at, h.sequence - s.expected_sequence,
+                          s.expected_sequence, s.size, s.expected_sequence));
+      h.sequence = s.expected_sequence;
+    }
     if (h.sequence < s.expected_sequence) {
       // A writer numbers its records in order, so this one repeats an earlier one (a copied
       // frame): returning it would have its contents decoded twice.

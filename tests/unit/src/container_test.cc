@@ -509,6 +509,53 @@ TEST(ContainerReaderTest, AFooterThatDoesNotParseIsDamageNotARecord) {
   EXPECT_EQ(got.records[0].stored_bytes + got.report.lost_bytes(), file.size() - kFileHeaderSize);
 }
 
+// A record whose header (its check holds: forged, or damaged by chance) numbers it 2^64 - 2
+// records past the one expected, directly or where the reader resynchronises after junk: the
+// file cannot have held that many records, so its sequence field is damaged. It is read as the
+// expected record and the records after it are read too (they were skipped as repeats of an
+// earlier number), and no absurd loss is counted (ptdecode info said "18446744073709551614
+// records lost").
+TEST(ContainerReaderTest, AnImplausibleSequenceJumpIsADamagedHeaderNotLostRecords) {
+  for (bool junk : {false, true}) {
+    SCOPED_TRACE(junk ? "after junk" : "in order");
+    std::vector<uint8_t> file = FileHeader();
+    std::vector<std::vector<uint8_t>> payloads;
+    for (uint32_t i = 0; i < 4; ++i) {
+      payloads.push_back(
+          EncodeAux({.stream = {StreamKind::kCpu, 0}, .data = Pattern(100, i + 1, false)}));
+    }
+    AppendFrame(file, RecordType::kAux, 0, payloads[0]);
+    if (junk) file.insert(file.end(), 64, 0xAA);
+    const uint64_t forged_at = file.size();
+    AppendFrame(file, RecordType::kAux, ~uint64_t{0} - 1, payloads[1]);
+    AppendFrame(file, RecordType::kAux, 2, payloads[2]);
+    AppendFrame(file, RecordType::kAux, 3, payloads[3]);
+    ReadAll got = ReadBytes(file);
+    ASSERT_THAT(got.records, SizeIs(4));
+    for (uint64_t i = 0; i < 4; ++i) {
+      EXPECT_EQ(got.records[i].sequence, i);
+      EXPECT_EQ(got.records[i].payload, payloads[i]);
+    }
+    EXPECT_EQ(got.report.lost_records(), 0u);
+    ASSERT_THAT(got.report.damage, SizeIs(junk ? 2 : 1));
+    const Damage& d = got.report.damage.back();
+    EXPECT_EQ(d.offset, forged_at);
+    EXPECT_EQ(d.records, 0u);
+    EXPECT_THAT(d.reason,
+                HasSubstr(absl::StrCat("record 18446744073709551614 (aux) at offset ", forged_at,
+                                       ": a sequence number "
+                                       "18446744073709551613 past the expected 1")));
+    EXPECT_THAT(d.reason, HasSubstr("(a damaged header): read as record 1"));
+  }
+}
+
+TEST(ContainerReaderTest, LostRecordsSaturateInsteadOfWrapping) {
+  ReadReport report;
+  report.damage.push_back({.records = ~uint64_t{0} - 1});
+  report.damage.push_back({.records = 5});
+  EXPECT_EQ(report.lost_records(), ~uint64_t{0});
+}
+
 // The fuzzer's accounting check over its corpus (findings included): every byte of a file is
 // in a record returned or in the damage, never in both.
 TEST(ContainerReaderTest, NoByteOfTheFuzzCorpusIsCountedTwice) {
