@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include "ptkit/status.h"
 #include "record/code_capture.h"
 #include "record/drain_loop.h"
+#include "record/emulate/exec_plan.h"
 #include "record/emulate/qemu_ring.h"
 #include "record/event_spec.h"
 #include "record/metadata.h"
@@ -147,6 +149,23 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     s.SetPayload(record::kExitCodePayload, absl::Cord("127"));
     return s;
   }
+  // What the kernel would load (PlanFile): qemu-x86_64 loads only ELF programs (given a #!
+  // script it exits 1 without a word), so a script runs as the kernel runs it, its
+  // interpreter with the script's path in its argv.
+  Exec exec;
+  exec.argv = options.argv;
+  if (const ExecPlan plan = PlanFile(program, &exec); plan != ExecPlan::kFollow) {
+    absl::Status s = absl::FailedPreconditionError(absl::StrCat(
+        program,
+        plan == ExecPlan::kFails
+            ? ": the kernel would not run it (not an executable regular file, on a noexec "
+              "mount, not a program nor a #! script, or its interpreter is missing)"
+            : ": not an x86-64 ELF program nor a #! script of one, so qemu-x86_64 cannot run it "
+              "(an i386 program, a format binfmt_misc runs, or a file it cannot read); record it "
+              "without --emulate where the CPU has Intel PT"));
+    s.SetPayload(record::kExitCodePayload, absl::Cord("126"));
+    return s;
+  }
   // Constructed before any thread starts (the writer's): SIGINT/SIGTERM/SIGHUP/SIGCHLD open
   // only inside the drain loop's ppoll.
   record::SignalWatcher signals;
@@ -180,6 +199,11 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   RegionHeader(base)->aux_sample_size = options.aux_sample_size;
   RegionHeader(base)->sample_period = sampling ? options.sample_period : 0;
   RegionHeader(base)->trigger_limit = options.trigger_count;
+  // The kernel's COMM: the basename of the file it was asked to run (the script, not its
+  // interpreter).
+  const std::string comm = program.substr(program.rfind('/') + 1);
+  std::memcpy(RegionHeader(base)->workload_comm, comm.data(),
+              std::min(comm.size(), sizeof(RegionHeader(base)->workload_comm)));
 
   ScopedFd truth;
   if (!options.ground_truth.empty()) {
@@ -211,8 +235,10 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   // "max", qemu-x86_64's default, named so the metadata can say what the program saw.
   // -plugin comes last among qemu's options: the plugin hands on the ones before it to the
   // qemu of a program the workload exec's.
-  std::vector<std::string> argv = {setup.qemu, "-cpu", kQemuCpu, "-plugin", plugin_arg, program};
-  argv.insert(argv.end(), options.argv.begin() + 1, options.argv.end());
+  // -0: the program's argv[0] is the one it was given (qemu's would be the file it loads).
+  std::vector<std::string> argv = {setup.qemu, "-cpu",       kQemuCpu, "-plugin",   plugin_arg,
+                                   "-0",       exec.argv[0], "--",     exec.program};
+  argv.insert(argv.end(), exec.argv.begin() + 1, exec.argv.end());
 
   // The metadata: the per-thread sideband layout the plugin writes, the identity TSC clock.
   perf_event_attr tracking = record::BuildTrackingAttr({.clockid = CLOCK_MONOTONIC});

@@ -38,7 +38,7 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 5;
+inline constexpr uint32_t kQemuRegionVersion = 6;
 
 // What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
 // plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
@@ -104,6 +104,10 @@ struct QemuRegionHeader {
   uint64_t trigger_limit;
   std::atomic<uint64_t> trigger_hits;
   std::atomic<uint64_t> trigger_taken;  // hits that took a snapshot
+  // Set by ptrecord before qemu starts: the workload's COMM as the kernel would set it, the
+  // basename of the file it was asked to run (a #! script's, where qemu loads its interpreter;
+  // not NUL-terminated at 16 bytes). Empty: the loaded program's.
+  char workload_comm[16];
 };
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&

@@ -35,6 +35,7 @@ int ExitCodeFor(const absl::Status& s) {
   if (absl::optional<absl::Cord> p = s.GetPayload(ptkit::record::kExitCodePayload)) {
     const std::string v(*p);
     if (v == "2") return 2;
+    if (v == "126") return 126;
     if (v == "127") return 127;
   }
   return 1;
