@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -107,7 +108,9 @@ void SortProfile(Profile& profile) {
     const ProfileFunction& y = rows[b];
     if (x.self != y.self) return x.self > y.self;
     if (x.inclusive != y.inclusive) return x.inclusive > y.inclusive;
-    return x.function < y.function;
+    // Then by name, image and address: the same order whatever order the decode met them in
+    // (the fast decoder and libipt's meet functions of equal counts in different orders).
+    return std::tie(x.function, x.image, x.address) < std::tie(y.function, y.image, y.address);
   });
   std::vector<ProfileFunction> sorted;
   sorted.reserve(rows.size());

@@ -44,6 +44,24 @@ TEST(ProfileTest, JsonRoundTripsAndSortsAsStatsDoes) {
   EXPECT_EQ(ProfileToJson(*back), json);
 }
 
+// Equal counts and names (a function of two images, e.g. __read_nocancel of libc and ld.so):
+// ordered by image, then address, whatever order the decode met them in (the fast decoder and
+// libipt's met them in different orders: stats of Debian's grep differed in two lines).
+TEST(ProfileTest, TiesOfNameAndCountsAreOrderedByImageThenAddress) {
+  const ProfileFunction libc{"__read_nocancel", "/lib/libc.so.6", 0x7000, 10, 10, 0};
+  const ProfileFunction ld{"__read_nocancel", "/lib/ld-linux-x86-64.so.2", 0x9000, 10, 10, 2};
+  const ProfileFunction low{"f", "/bin/app", 0x1000, 10, 10, 0};
+  const ProfileFunction high{"f", "/bin/app", 0x2000, 10, 10, 0};
+  for (const Profile& p :
+       {Make("t.pt", {libc, ld, high, low}), Make("t.pt", {low, ld, high, libc})}) {
+    ASSERT_EQ(p.functions.size(), 4u);
+    EXPECT_EQ(p.functions[0].image, "/lib/ld-linux-x86-64.so.2");
+    EXPECT_EQ(p.functions[1].image, "/lib/libc.so.6");
+    EXPECT_EQ(p.functions[2].address, 0x1000u);
+    EXPECT_EQ(p.functions[3].address, 0x2000u);
+  }
+}
+
 // What diff needs of a document beyond the counts: the timing, each function's ticks and source
 // file, and what was counted (only_under).
 TEST(ProfileTest, JsonKeepsTimingSourceFilesAndWhatWasCounted) {
