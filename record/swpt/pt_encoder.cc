@@ -370,12 +370,18 @@ absl::Status PtEncoder::Dispatch(const Event& e) {
       return EmitIp(ppt_tip, e.target, false);
     case EventKind::kReturn:
       // A RET whose target is the top of the stack (a CALL since the last PSB) is a taken TNT
-      // bit; any other RET is a TIP and leaves the stack alone (as libipt's decoder does).
+      // bit; any other RET is a TIP and empties the stack. Decoders disagree on what such a
+      // RET does to theirs: libipt's leaves it alone, perf's pops it (as at every RET; it also
+      // empties it at each PSB, as this stack is). A RET compressed against an entry from
+      // before the TIP would decode in one and not the other (a signal handler's RET to its
+      // restorer, then the interrupted function's RET: perf 6.1 went astray on an emulated
+      // dash); against entries pushed after it, both stacks agree.
       if (options_.ret_compression && stack_size_ > 0 && stack_[stack_top_] == e.target) {
         stack_top_ = (stack_top_ + kStackSize - 1) % kStackSize;
         --stack_size_;
         return AddTnt(true);
       }
+      stack_size_ = 0;
       PTKIT_RETURN_IF_ERROR(FlushTnt());
       return EmitIp(ppt_tip, e.target, false);
     case EventKind::kFarBranch:

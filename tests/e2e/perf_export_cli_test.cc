@@ -53,6 +53,7 @@ constexpr char kPerf[] = "/usr/bin/perf";
 using ::ptkit::testing::kFib;
 using ::ptkit::testing::kThreads;
 const std::string kForkTiny = E2E_PROGRAM_DIR "/e2e_fork_tiny";
+const std::string kSignal = PROGRAM_DIR "/emulate_signal";
 using ::ptkit::testing::kSpin;
 
 struct Exported {
@@ -324,6 +325,16 @@ TEST_F(PerfExportTest, PerfDecodesAnEmulatedThreadedRecordingAsPtdecodeDoes) {
 TEST_F(PerfExportTest, PerfDecodesAnEmulatedForkAsPtdecodeDoes) {
   PTKIT_EXPORT_OR_SKIP(e, "fork", kForkTiny);
   ExpectPerfAgrees(e, 2);
+}
+
+// A signal handler (raise(SIGUSR1)): its RET goes to the restorer, not to the return stack's
+// top, and perf's decoder pops its stack at such a RET where libipt's does not. The encoder
+// empties its stack there, so the interrupted functions' RETs after it are TIPs and both
+// decode the same flow (compressed against the stack as libipt keeps it, perf 6.1 went astray
+// at the first of them, on an emulated dash; seen failing here before the change).
+TEST_F(PerfExportTest, PerfDecodesASignalHandlerAsPtdecodeDoes) {
+  PTKIT_EXPORT_OR_SKIP(e, "signal", kSignal);
+  ExpectPerfAgrees(e, 1);
 }
 
 // An address filter (only fib()): perf parses the filter the export passes on and decodes the

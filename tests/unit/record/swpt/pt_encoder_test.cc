@@ -347,10 +347,17 @@ TEST(SwptPtEncoderTest, CompressesReturnsToCallsSeenSinceThePsb) {
   packets = AfterFirstPsb(
       Encode({Event::Enable(kCall), call(kCall), ret(kCall + 5)}, {.ret_compression = false}));
   EXPECT_THAT(Types(packets), ElementsAre(ppt_mode, ppt_tip_pge, ppt_tip));
-  // Target is not the top of the stack: a TIP, and the stack is left alone.
+  // Target is not the top of the stack (a signal handler's RET to its restorer): a TIP, and
+  // the stack is emptied, so the RET to the call's next IP after it is a TIP too (libipt's
+  // decoder would pop that entry there, perf's had popped it at the first RET). A call after
+  // it is compressed again.
   packets =
       AfterFirstPsb(Encode({Event::Enable(kCall), call(kCall), ret(0x409999), ret(kCall + 5)}));
-  EXPECT_THAT(Types(packets), ElementsAre(ppt_mode, ppt_tip_pge, ppt_tip, ppt_tnt_8));
+  EXPECT_THAT(Types(packets), ElementsAre(ppt_mode, ppt_tip_pge, ppt_tip, ppt_tip));
+  packets =
+      AfterFirstPsb(Encode({Event::Enable(kCall), call(kCall), call(kCall + 0x20), ret(0x409999),
+                            call(kCall + 0x40), ret(kCall + 0x45), ret(kCall + 5)}));
+  EXPECT_THAT(Types(packets), ElementsAre(ppt_mode, ppt_tip_pge, ppt_tip, ppt_tnt_8, ppt_tip));
   // Zero-length call (call to the next instruction) is not pushed.
   packets = AfterFirstPsb(
       Encode({Event::Enable(kCall), Event::Simple(EventKind::kDirectCall, kCall, kCall + 5, 5),
