@@ -49,11 +49,21 @@ class BranchesSink : public Sink {
     if (event.type == ptev_async_branch) {
       Emit(event.variant.async_branch.from, event.variant.async_branch.to, true, "interrupt");
       prev_kind_ = {};
-    } else if (event.type == ptev_disabled || event.type == ptev_async_disabled) {
+    } else if (event.type == ptev_async_disabled) {
+      // An interrupt out of the traced code (a signal or an interrupt, the kernel untraced) at
+      // `at`, before the instruction there ran: where a branch before it went, then the
+      // interrupt (perf's "tr end async").
+      const uint64_t at = event.variant.async_disabled.at;
+      if (!prev_kind_.empty() && (!prev_cond_ || at != prev_next_)) {
+        Emit(prev_ip_, at, true, prev_kind_);
+      }
+      Emit(at, 0, false, "interrupt");
+      prev_kind_ = {};
+    } else if (event.type == ptev_disabled) {
       // A branch out of the traced code: its target is the disable IP when known.
       if (!prev_kind_.empty()) {
         uint64_t to = 0;
-        bool known = EventIp(event, &to) && event.type == ptev_disabled;
+        bool known = EventIp(event, &to);
         Emit(prev_ip_, to, known, prev_kind_);
       }
       prev_kind_ = {};

@@ -193,13 +193,19 @@ TEST_F(QemuEmulateTest, ASignalRightAfterARetKeepsTheRetTarget) {
   auto d = RunCommand({PTDECODE_PATH, "branches", rec.trace});
   ASSERT_EQ(d.exit_code, 0) << d.err;
   // "FROM sym+off -> TO sym+off KIND" (TO is "? [untraced]" where tracing stops after it).
-  int to_handler = 0, handler_returns = 0, signals_after_hot_ret = 0;
+  // Each signal is an interrupt out of the traced code ("FROM sym+off -> ? [untraced]
+  // interrupt", where it came), between the branch before it and the handler's first.
+  int to_handler = 0, handler_returns = 0, signals_after_hot_ret = 0, interrupts = 0;
   bool last_was_hot_ret = false;
   std::istringstream lines(d.out);
   for (std::string line; std::getline(lines, line);) {
     uint64_t from = 0, to = 0;
     char sym[256] = {};
     if (std::sscanf(line.c_str(), "%" SCNx64 " %255s -> %" SCNx64, &from, sym, &to) < 2) continue;
+    if (line.ends_with(" interrupt")) {
+      ++interrupts;
+      continue;
+    }
     to_handler += to == handler ? 1 : 0;
     const bool in_handler = from >= handler && from < handler_end;
     handler_returns += in_handler ? 1 : 0;
@@ -208,6 +214,7 @@ TEST_F(QemuEmulateTest, ASignalRightAfterARetKeepsTheRetTarget) {
   }
   EXPECT_EQ(to_handler, 0) << "branches recorded as going to the handler";
   EXPECT_GE(handler_returns, 40);
+  EXPECT_GE(interrupts, 40);
   EXPECT_GE(signals_after_hot_ret, 1) << "no signal came right after hot's RET this time";
   // And instruction by instruction (signals also come right at rt_sigreturn's return).
   ExpectDecodedEqualsTruth("signal_ret", {alarm});
