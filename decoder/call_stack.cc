@@ -469,7 +469,10 @@ uint32_t CallStack::CallTarget(uint64_t ip) {
 uint32_t CallStack::AddressFunction(uint64_t ip) {
   auto [it, inserted] = address_function_.try_emplace({image_, ip}, 0);
   if (inserted) {
-    it->second = NewFunction(fmt::format("sub_{:x}", ip), image_->FileAt(ip), ip, true,
+    // Named by its address in its ELF file (as objdump, addr2line and perf report show it; the
+    // same in every run of a PIE program), else by its run-time address.
+    it->second = NewFunction(fmt::format("sub_{:x}", image_->LinkAddress(ip).value_or(ip)),
+                             image_->FileAt(ip), ip, true,
                              {FunctionKey::kAddress, static_cast<int64_t>(ip)});
   }
   return it->second;

@@ -979,7 +979,8 @@ def check_calls(c):
             continue
         entry = info.function_at(vaddr)
         if not entry and info.symbol(vaddr) is None:
-            entry = [f"sub_{target:x}"]  # code without a symbol entered by a call (man page)
+            # Code without a symbol entered by a call: its address in the ELF file (man page).
+            entry = [f"sub_{vaddr:x}"]
         if not entry:
             continue  # a call into the middle of a function
         k = (image_of(c, info), entry[0])

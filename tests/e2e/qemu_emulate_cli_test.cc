@@ -18,6 +18,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -371,6 +372,53 @@ TEST_F(QemuEmulateTest, ExecFailuresAndScriptsBehaveAsNatively) {
   EXPECT_EQ(ExpectDecodedEqualsTruth("qemu_exec", command, 3, &err, {}, nullptr, &out).size(), 2u);
   EXPECT_EQ(out, native.out);
   EXPECT_THAT(err, Not(HasSubstr("warning")));
+}
+
+// Debian's expr is a stripped PIE; qemu-x86_64 loads it at 0x4000000000 (the kernel at a random
+// address). Code without a symbol entered by a call is named by its address in the ELF file
+// (sub_ADDRESS, as objdump shows it; the same in every run), not by its run-time address: each
+// name is an instruction objdump disassembles there, and most are a function's start in the
+// file's .eh_frame (readelf; the rest are crt code and .init, which have no FDE).
+TEST_F(QemuEmulateTest, StrippedPieCodeIsNamedByItsAddressInTheFile) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string expr = "/usr/bin/expr";
+  if (!std::filesystem::exists(expr)) GTEST_SKIP() << expr << " is absent";
+  Recorded r = Record("expr", {expr, "3", "+", "4"}, /*with_truth=*/false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", r.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  std::set<uint64_t> named;
+  const nlohmann::json doc = nlohmann::json::parse(stats.out);
+  for (const auto& fn : doc["functions"]) {
+    const std::string name = fn["function"];
+    if (name.starts_with("sub_") && fn["image"] == expr) {
+      named.insert(std::stoull(name.substr(4), nullptr, 16));
+      EXPECT_GT(std::stoull(fn["address"].get<std::string>(), nullptr, 16), 0x4000000000u);
+    }
+  }
+  ASSERT_GE(named.size(), 5u) << stats.out.substr(0, 2000);
+  auto objdump = RunCommand({"/usr/bin/objdump", "-d", "--no-show-raw-insn", expr});
+  ASSERT_EQ(objdump.exit_code, 0) << objdump.err;
+  std::set<uint64_t> instructions;
+  std::istringstream lines(objdump.out);
+  for (std::string line; std::getline(lines, line);) {
+    uint64_t at = 0;
+    if (std::sscanf(line.c_str(), " %" SCNx64 ":", &at) == 1) instructions.insert(at);
+  }
+  auto frames = RunCommand({"/usr/bin/readelf", "-W", "--debug-dump=frames", expr});
+  std::set<uint64_t> fde_starts;
+  std::istringstream fdes(frames.out);
+  for (std::string line; std::getline(fdes, line);) {
+    const size_t pc =
+        line.find(" FDE ") == std::string::npos ? std::string::npos : line.find("pc=");
+    if (pc != std::string::npos) fde_starts.insert(std::stoull(line.substr(pc + 3), nullptr, 16));
+  }
+  size_t at_fde = 0;
+  for (uint64_t address : named) {
+    EXPECT_TRUE(instructions.contains(address)) << "sub_" << std::hex << address;
+    at_fde += fde_starts.contains(address) ? 1 : 0;
+  }
+  EXPECT_GE(at_fde * 2, named.size()) << at_fde << " of " << named.size() << " at an FDE's start";
 }
 
 // COMMAND itself a #! script: qemu-x86_64 loads only ELF programs (given a script it exited 1
