@@ -639,7 +639,7 @@ Thread* StartThread(unsigned vcpu, const Thread* parent) {
     if (resumed && t->control->exec_comm[0] != '\0') name = t->control->exec_comm;
     const char* workload_comm = Header()->workload_comm;
     if (!resumed && workload_comm[0] != '\0') {
-      name.assign(workload_comm, strnlen(workload_comm, sizeof(Header()->workload_comm)));
+      name.assign(workload_comm, strnlen(workload_comm, sizeof(Header()->workload_comm) - 1));
     }
     name = name.substr(0, 15);  // TASK_COMM_LEN - 1
     ptkit::perf::Comm c;

@@ -202,8 +202,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   // The kernel's COMM: the basename of the file it was asked to run (the script, not its
   // interpreter).
   const std::string comm = program.substr(program.rfind('/') + 1);
-  std::memcpy(RegionHeader(base)->workload_comm, comm.data(),
-              std::min(comm.size(), sizeof(RegionHeader(base)->workload_comm)));
+  // 15 bytes at most, as the kernel keeps; the rest of the field is the new ring's zeros.
+  comm.copy(RegionHeader(base)->workload_comm, sizeof(RegionHeader(base)->workload_comm) - 1);
 
   ScopedFd truth;
   if (!options.ground_truth.empty()) {

@@ -105,8 +105,8 @@ struct QemuRegionHeader {
   std::atomic<uint64_t> trigger_hits;
   std::atomic<uint64_t> trigger_taken;  // hits that took a snapshot
   // Set by ptrecord before qemu starts: the workload's COMM as the kernel would set it, the
-  // basename of the file it was asked to run (a #! script's, where qemu loads its interpreter;
-  // not NUL-terminated at 16 bytes). Empty: the loaded program's.
+  // basename of the file it was asked to run (a #! script's, where qemu loads its interpreter),
+  // NUL-terminated. Empty: the loaded program's.
   char workload_comm[16];
 };
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
