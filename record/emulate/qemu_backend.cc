@@ -456,11 +456,11 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     unended += SlotControl(base, s)->state.load() == kSlotActive ? 1 : 0;
   }
   if (unended > h->execs.load()) {
+    const uint32_t n = unended - h->execs.load();
     result.warnings.push_back(absl::StrCat(
-        unended - h->execs.load(),
-        " streams end without their last bytes (up to 20 ms of the run): the process died of "
-        "a signal, and qemu-user runs no plugin code then (with --snapshot-on-crash, only at "
-        "SIGKILL)"));
+        n, n == 1 ? " stream ends without its" : " streams end without their",
+        " last bytes (up to 20 ms of the run): the process died of a signal, and qemu-user runs "
+        "no plugin code then (with --snapshot-on-crash, only at SIGKILL)"));
   }
   if (uint32_t n = h->threads_refused.load(); n > 0) {
     result.warnings.push_back(

@@ -421,6 +421,18 @@ TEST_F(QemuEmulateTest, StrippedPieCodeIsNamedByItsAddressInTheFile) {
   EXPECT_GE(at_fde * 2, named.size()) << at_fde << " of " << named.size() << " at an FDE's start";
 }
 
+// A workload that dies of a signal: ptrecord says so, exits as a shell would (128 + 11), and
+// warns that its one stream lacks its last bytes (qemu runs no plugin code at a fatal signal),
+// in the singular.
+TEST_F(QemuEmulateTest, AWorkloadKilledByASignalIsSaid) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded r = Record("killed", {"/bin/sh", "-c", "kill -SEGV $$"}, /*with_truth=*/false);
+  EXPECT_EQ(r.run.exit_code, 139) << r.run.err;
+  EXPECT_THAT(r.run.err, HasSubstr("ptrecord: workload killed by SIGSEGV (exit status 139)"));
+  EXPECT_THAT(r.run.err, HasSubstr("warning: 1 stream ends without its last bytes"));
+  EXPECT_TRUE(std::filesystem::exists(r.trace));
+}
+
 // COMMAND itself a #! script: qemu-x86_64 loads only ELF programs (given a script it exited 1
 // without a word and ptrecord said "qemu-x86_64 ran no guest code"). It runs as the kernel runs
 // it: the interpreter, with the kernel's argv (the same output as natively) and COMM (the
