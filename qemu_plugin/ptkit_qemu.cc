@@ -206,6 +206,11 @@ struct Global {
   ino_t region_ino = 0;
   ptkit::swpt::PtEncoderOptions pt;
   int truth_fd = -1;
+  // The ground truth's file, to open it again where the guest closed (or reused) truth_fd: a
+  // program may close every descriptor (Python's subprocess in its child before the exec).
+  dev_t truth_dev = 0;
+  ino_t truth_ino = 0;
+  std::string truth_path;
   // This process runs a program that the thread of this slot exec'd: its first thread goes
   // on in that slot (~0u: it claims a new one).
   uint32_t resume_slot = ~0u;
@@ -479,8 +484,27 @@ void AddAll(Thread& t) {
   t.events.clear();
 }
 
+// truth_fd, opened again by its path (O_APPEND, as ptrecord opened it) when it no longer
+// names the ground truth's file: the guest closed it, or closed it and opened another file
+// there. The guest's descriptor of that number is left alone.
+void CheckTruthFd() {
+  struct stat st {};
+  if (fstat(g->truth_fd, &st) == 0 && st.st_dev == g->truth_dev && st.st_ino == g->truth_ino) {
+    return;
+  }
+  const int fd = open(g->truth_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
+  if (fd < 0 || fstat(fd, &st) != 0 || st.st_dev != g->truth_dev || st.st_ino != g->truth_ino) {
+    Fail("the program closed the ground truth's descriptor and " + g->truth_path +
+         " cannot be opened again: " + std::strerror(fd < 0 ? errno : ENOENT));
+    if (fd >= 0) close(fd);
+    return;
+  }
+  g->truth_fd = fd;
+}
+
 void FlushTruth(Thread& t) {
   if (t.truth.empty()) return;
+  CheckTruthFd();
   if (write(g->truth_fd, t.truth.data(), t.truth.size()) != static_cast<ssize_t>(t.truth.size())) {
     Fail(std::string("write the ground truth: ") + std::strerror(errno));
   }
@@ -1360,7 +1384,10 @@ void FollowExec(Thread& t, const Exec& e) {
   }
   std::vector<std::string> args = g->qemu_command;
   std::string plugin = g->plugin_path;
-  for (const std::string& o : g->plugin_options) plugin += "," + o;
+  if (g->truth_fd >= 0) CheckTruthFd();  // (opened again: another number)
+  for (const std::string& o : g->plugin_options) {
+    plugin += "," + (o.starts_with("truth=") ? "truth=" + std::to_string(g->truth_fd) : o);
+  }
   plugin += ",slot=" + std::to_string(t.slot);
   args.insert(args.end(), {"-plugin", plugin, "-0", e.argv[0], "--", e.program});
   args.insert(args.end(), e.argv.begin() + 1, e.argv.end());
@@ -1733,6 +1760,17 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
   if (truth != ~0ull) {
     g->truth_fd = static_cast<int>(truth);
     SetCloseOnExec(g->truth_fd, true);
+    struct stat tst {};
+    char link[64], target[4096];
+    std::snprintf(link, sizeof(link), "/proc/self/fd/%d", g->truth_fd);
+    const ssize_t n = readlink(link, target, sizeof(target) - 1);
+    if (fstat(g->truth_fd, &tst) != 0 || n <= 0) {
+      std::fprintf(stderr, "ptkit qemu plugin: truth=%d: %s\n", g->truth_fd, std::strerror(errno));
+      return 1;
+    }
+    g->truth_dev = tst.st_dev;
+    g->truth_ino = tst.st_ino;
+    g->truth_path.assign(target, static_cast<size_t>(n));
   }
   if (g->resume_slot != ~0u && g->resume_slot >= ptk::RegionHeader(g->region)->slot_count) {
     std::fprintf(stderr, "ptkit qemu plugin: slot=%u: the ring has %u slots\n", g->resume_slot,

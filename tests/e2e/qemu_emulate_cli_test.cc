@@ -421,6 +421,20 @@ TEST_F(QemuEmulateTest, StrippedPieCodeIsNamedByItsAddressInTheFile) {
   EXPECT_GE(at_fde * 2, named.size()) << at_fde << " of " << named.size() << " at an FDE's start";
 }
 
+// A fork child closes every descriptor and opens files in their place (Python's subprocess
+// does so before its exec): the plugin's ground-truth descriptor goes, and its number may then
+// name the child's own file. The plugin opens the ground truth's file again (before, the
+// child's truth write failed with EBADF and the whole recording with it: "no footer"), and
+// writes nothing into the child's file: every thread decodes to its ground truth.
+TEST_F(QemuEmulateTest, AChildClosingEveryDescriptorKeepsItsGroundTruth) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  std::string err;
+  EXPECT_EQ(ExpectDecodedEqualsTruth("close_fds", {E2E_PROGRAM_DIR "/e2e_qemu_close_fds"}, 0, &err)
+                .size(),
+            2u);
+  EXPECT_THAT(err, Not(HasSubstr("failed")));
+}
+
 // A workload that dies of a signal: ptrecord says so, exits as a shell would (128 + 11), and
 // warns that its one stream lacks its last bytes (qemu runs no plugin code at a fatal signal),
 // in the singular.
