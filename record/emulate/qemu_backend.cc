@@ -474,8 +474,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   }
   if (uint32_t n = h->execs.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
-        "the trace ends at execve (", n,
-        " times): the new program is not one qemu-x86_64 runs (not an x86-64 ELF program, not "
+        "the trace ends at execve (", n, n == 1 ? " time" : " times",
+        "): the new program is not one qemu-x86_64 runs (not an x86-64 ELF program, not "
         "readable, or a file without a name: a memfd, a deleted file), or the program closed "
         "the plugin's descriptor of the ring; it ran natively, untraced"));
   }

@@ -549,7 +549,7 @@ TEST_F(QemuEmulateTest, AnExecOfAFileWithoutANameRunsNativelyAndSaysSo) {
   Recorded rec = Record("memfd", {program, "memfd", program}, /*with_truth=*/false);
   EXPECT_EQ(rec.run.exit_code, 5) << rec.run.err;
   EXPECT_EQ(rec.run.out, native.out);
-  EXPECT_THAT(rec.run.err, HasSubstr("the trace ends at execve (1 times)"));
+  EXPECT_THAT(rec.run.err, HasSubstr("the trace ends at execve (1 time)"));
   EXPECT_THAT(rec.run.err, HasSubstr("a file without a name"));
 }
 
@@ -562,7 +562,7 @@ TEST_F(QemuEmulateTest, AnExecAfterClosingEveryDescriptorRunsNativelyAndSaysSo) 
       Record("closed", {E2E_PROGRAM_DIR "/e2e_qemu_exec", "closed", ::ptkit::testing::kFib},
              /*with_truth=*/false);
   EXPECT_EQ(rec.run.exit_code, 3) << rec.run.err;
-  EXPECT_THAT(rec.run.err, HasSubstr("the trace ends at execve (1 times)"));
+  EXPECT_THAT(rec.run.err, HasSubstr("the trace ends at execve (1 time)"));
   EXPECT_THAT(rec.run.err, HasSubstr("closed the plugin's descriptor of the ring"));
   auto d = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});
   ASSERT_EQ(d.exit_code, 0) << d.err;
