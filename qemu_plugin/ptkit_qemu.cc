@@ -211,6 +211,8 @@ struct Global {
   dev_t truth_dev = 0;
   ino_t truth_ino = 0;
   std::string truth_path;
+  std::mutex truth_mu;  // truth_fd's checks, opening again and writes (threads flush at once)
+  bool truth = false;   // truth_fd is set (fixed at install: truth_fd may change)
   // This process runs a program that the thread of this slot exec'd: its first thread goes
   // on in that slot (~0u: it claims a new one).
   uint32_t resume_slot = ~0u;
@@ -330,7 +332,7 @@ void Move(Thread& t) {
   std::vector<uint8_t> bytes = t.enc->TakeBytes();
   t.moved += bytes.size();
   t.moved_at = Now();
-  if (g->truth_fd >= 0) FlushTruth(t);  // the ground truth ends where the trace does
+  if (g->truth) FlushTruth(t);  // the ground truth ends where the trace does
   if (!bytes.empty()) {
     ptk::QemuSlotControl& c = *t.control;
     bool ok = true;
@@ -486,7 +488,7 @@ void AddAll(Thread& t) {
 
 // truth_fd, opened again by its path (O_APPEND, as ptrecord opened it) when it no longer
 // names the ground truth's file: the guest closed it, or closed it and opened another file
-// there. The guest's descriptor of that number is left alone.
+// there. The guest's descriptor of that number is left alone. Under truth_mu.
 void CheckTruthFd() {
   struct stat st {};
   if (fstat(g->truth_fd, &st) == 0 && st.st_dev == g->truth_dev && st.st_ino == g->truth_ino) {
@@ -504,6 +506,7 @@ void CheckTruthFd() {
 
 void FlushTruth(Thread& t) {
   if (t.truth.empty()) return;
+  std::lock_guard<std::mutex> lock(g->truth_mu);
   CheckTruthFd();
   if (write(g->truth_fd, t.truth.data(), t.truth.size()) != static_cast<ssize_t>(t.truth.size())) {
     Fail(std::string("write the ground truth: ") + std::strerror(errno));
@@ -693,7 +696,7 @@ void Resolve(Thread& t, uint64_t resume);
 // The caller has set the phase to kClosed (the thread never touches its state again).
 void CloseThread(Thread& t) {
   t.fast = false;
-  if (g->truth_fd >= 0) FlushTruth(t);
+  if (g->truth) FlushTruth(t);
   if (!t.traced) return;
   if (t.pending) Resolve(t, 0);
   if (t.enc->tracing()) Add(t, Event::Disable(t.prev ? t.prev->last_ip : 0, 0, true));
@@ -1187,7 +1190,7 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
   if (g->blocks.back().illegal) {
     qemu_plugin_register_vcpu_tb_exec_cb(tb, OnIllegal, QEMU_PLUGIN_CB_NO_REGS, &g->blocks.back());
   }
-  if (g->truth_fd < 0) return;
+  if (!g->truth) return;
   const Block& added = g->blocks.back();
   for (size_t i = 0; i < added.insns; ++i) {  // (not an illegal one: it does not retire)
     struct qemu_plugin_insn* insn = qemu_plugin_tb_get_insn(tb, i);
@@ -1384,9 +1387,12 @@ void FollowExec(Thread& t, const Exec& e) {
   }
   std::vector<std::string> args = g->qemu_command;
   std::string plugin = g->plugin_path;
-  if (g->truth_fd >= 0) CheckTruthFd();  // (opened again: another number)
-  for (const std::string& o : g->plugin_options) {
-    plugin += "," + (o.starts_with("truth=") ? "truth=" + std::to_string(g->truth_fd) : o);
+  {
+    std::lock_guard<std::mutex> lock(g->truth_mu);
+    if (g->truth) CheckTruthFd();  // (opened again: another number)
+    for (const std::string& o : g->plugin_options) {
+      plugin += "," + (o.starts_with("truth=") ? "truth=" + std::to_string(g->truth_fd) : o);
+    }
   }
   plugin += ",slot=" + std::to_string(t.slot);
   args.insert(args.end(), {"-plugin", plugin, "-0", e.argv[0], "--", e.program});
@@ -1759,6 +1765,7 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
   g->sample_size = ptk::RegionHeader(g->region)->aux_sample_size;
   if (truth != ~0ull) {
     g->truth_fd = static_cast<int>(truth);
+    g->truth = true;
     SetCloseOnExec(g->truth_fd, true);
     struct stat tst {};
     char link[64], target[4096];
