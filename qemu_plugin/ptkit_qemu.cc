@@ -45,7 +45,6 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/statvfs.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
@@ -497,7 +496,8 @@ void CheckTruthFd() {
   const int fd = open(g->truth_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0 || fstat(fd, &st) != 0 || st.st_dev != g->truth_dev || st.st_ino != g->truth_ino) {
     Fail("the program closed the ground truth's descriptor and " + g->truth_path +
-         " cannot be opened again: " + std::strerror(fd < 0 ? errno : ENOENT));
+         (fd < 0 ? std::string(" cannot be opened again: ") + std::strerror(errno)
+                 : std::string(" is another file now")));
     if (fd >= 0) close(fd);
     return;
   }
