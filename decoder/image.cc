@@ -1,5 +1,6 @@
 #include "decoder/image.h"
 
+#include <Zydis/Zydis.h>
 #include <cxxabi.h>
 #include <elf.h>
 #include <fmt/format.h>
@@ -193,6 +194,75 @@ void LoadPltSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   }
 }
 
+// A symbol "main" for a stripped x86-64 executable, found as Ghidra and radare2 find it: glibc's
+// _start (the entry point) loads main's address into %rdi (`lea main(%rip),%rdi` in PIE code,
+// `mov $main,%rdi` otherwise) and then calls __libc_start_main. Its extent is its .eh_frame
+// FDE's (ElfFile::FdeSize), which GCC and Clang write for every function; without one nothing is
+// added, since a symbol of unknown size would name the code after it. Nothing either when the
+// entry code is not glibc's (no such load before the first call, or it points outside code).
+void LoadEntryMainInto(const ElfFile& elf, std::vector<Symbol>& out) {
+  if (elf.machine() != EM_X86_64 || (elf.type() != ET_EXEC && elf.type() != ET_DYN) ||
+      elf.entry() == 0) {
+    return;
+  }
+  const std::vector<ElfSection> sections = elf.Sections();
+  auto code_at = [&](uint64_t address) -> std::span<const uint8_t> {
+    for (const ElfSection& s : sections) {
+      if (s.type != SHT_PROGBITS || !(s.flags & SHF_EXECINSTR) || address < s.addr ||
+          address >= s.addr + s.size) {
+        continue;
+      }
+      const std::span<const uint8_t> data = elf.SectionData(s);
+      const uint64_t at = address - s.addr;
+      return at < data.size() ? data.subspan(at) : std::span<const uint8_t>{};
+    }
+    return {};
+  };
+  const std::span<const uint8_t> start = code_at(elf.entry());
+  ZydisDecoder decoder;
+  ZydisDecoderInit(&decoder, ZYDIS_MACHINE_MODE_LONG_64, ZYDIS_STACK_WIDTH_64);
+  uint64_t main = 0;
+  size_t at = 0;
+  bool called = false;
+  for (int i = 0; i < 24 && at < start.size(); ++i) {
+    ZydisDecodedInstruction insn;
+    ZydisDecodedOperand ops[ZYDIS_MAX_OPERAND_COUNT];
+    if (!ZYAN_SUCCESS(
+            ZydisDecoderDecodeFull(&decoder, start.data() + at, start.size() - at, &insn, ops))) {
+      return;
+    }
+    const uint64_t ip = elf.entry() + at;
+    at += insn.length;
+    if (insn.meta.category == ZYDIS_CATEGORY_CALL) {
+      called = true;
+      break;
+    }
+    if (insn.meta.branch_type != ZYDIS_BRANCH_TYPE_NONE) return;  // not glibc's _start
+    for (uint8_t k = 0; k < insn.operand_count_visible; ++k) {
+      const ZydisDecodedOperand& op = ops[k];
+      if (op.type != ZYDIS_OPERAND_TYPE_REGISTER ||
+          !(op.actions & ZYDIS_OPERAND_ACTION_MASK_WRITE) ||
+          ZydisRegisterGetLargestEnclosing(ZYDIS_MACHINE_MODE_LONG_64, op.reg.value) !=
+              ZYDIS_REGISTER_RDI) {
+        continue;
+      }
+      main = 0;  // %rdi written: only a load of an address counts
+      const ZydisDecodedOperand& src = ops[1];
+      if (k != 0 || insn.operand_count_visible != 2) continue;
+      ZyanU64 address = 0;
+      if (insn.mnemonic == ZYDIS_MNEMONIC_MOV && src.type == ZYDIS_OPERAND_TYPE_IMMEDIATE) {
+        main = src.imm.value.u;
+      } else if (insn.mnemonic == ZYDIS_MNEMONIC_LEA && src.type == ZYDIS_OPERAND_TYPE_MEMORY &&
+                 src.mem.base == ZYDIS_REGISTER_RIP &&
+                 ZYAN_SUCCESS(ZydisCalcAbsoluteAddress(&insn, &src, ip, &address))) {
+        main = address;
+      }
+    }
+  }
+  if (!called || main == 0 || code_at(main).empty()) return;
+  if (const uint64_t size = elf.FdeSize(main)) out.push_back({main, main + size, "main", 0, 0});
+}
+
 }  // namespace
 
 absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text) {
@@ -347,6 +417,10 @@ ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) cons
     absl::StatusOr<ElfFile> debug =
         debug_path.empty() ? absl::NotFoundError("no debug file") : ElfFile::Open(debug_path);
     if (debug.ok()) LoadSymbolsInto(*debug, table.symbols);
+  }
+  if (std::none_of(table.symbols.begin(), table.symbols.end(),
+                   [](const Symbol& s) { return s.name == "main"; })) {
+    LoadEntryMainInto(elf, table.symbols);
   }
   // Stable: among symbols of one start, the order found (SortSymbols keeps the first of equal
   // rank), so placing a table gives what placing the symbols one by one did.

@@ -6,6 +6,8 @@
 #include <libelf.h>
 
 #include <cstring>
+#include <map>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
@@ -89,6 +91,7 @@ absl::Status ElfFile::Init() {
     return absl::InvalidArgumentError(absl::StrCat(path_, ": bad ELF header: ", elf_errmsg(-1)));
   }
   type_ = ehdr.e_type;
+  entry_ = ehdr.e_entry;
   machine_ = ehdr.e_machine;
   is_64bit_ = ehdr.e_ident[EI_CLASS] == ELFCLASS64;
   size_t phnum = 0;
@@ -145,6 +148,121 @@ bool ElfFile::HasSymtab() const {
     if (gelf_getshdr(scn, &sh) != nullptr && sh.sh_type == SHT_SYMTAB) return true;
   }
   return false;
+}
+
+uint64_t ElfFile::FdeSize(uint64_t pc) const {
+  const std::vector<ElfSection> sections = Sections();
+  const ElfSection* frames = nullptr;
+  for (const ElfSection& s : sections) {
+    if (s.name == ".eh_frame" && s.type == SHT_PROGBITS) frames = &s;
+  }
+  if (frames == nullptr) return 0;
+  const std::span<const uint8_t> data = SectionData(*frames);
+  // Reads from `at` up to `end`; a read past `end` sets `bad`.
+  struct Reader {
+    std::span<const uint8_t> data;
+    uint64_t at, end;
+    bool bad = false;
+    uint64_t Fixed(size_t n) {
+      if (bad || end - at < n) {
+        bad = true;
+        return 0;
+      }
+      uint64_t v = 0;
+      std::memcpy(&v, data.data() + at, n);  // little-endian
+      at += n;
+      return v;
+    }
+    uint64_t Uleb() {
+      uint64_t v = 0;
+      for (int shift = 0; !bad; shift += 7) {
+        const uint64_t byte = Fixed(1);
+        if (shift < 64) v |= (byte & 0x7f) << shift;
+        if (!(byte & 0x80)) break;
+      }
+      return v;
+    }
+  };
+  // The bytes of a pointer of DWARF encoding `enc` (DW_EH_PE_*: the low nibble), 0 if unknown.
+  auto width = [](uint8_t enc) -> size_t {
+    switch (enc & 0x0f) {
+      case 0x00:
+        return 8;  // absptr
+      case 0x02:
+      case 0x0a:
+        return 2;  // udata2, sdata2
+      case 0x03:
+      case 0x0b:
+        return 4;  // udata4, sdata4
+      case 0x04:
+      case 0x0c:
+        return 8;  // udata8, sdata8
+      default:
+        return 0;
+    }
+  };
+  auto sign_extend = [](uint64_t v, size_t bytes) {
+    const int shift = static_cast<int>(64 - 8 * bytes);
+    return shift == 0 ? v : static_cast<uint64_t>(static_cast<int64_t>(v << shift) >> shift);
+  };
+  std::map<uint64_t, int> fde_encoding;  // by CIE offset; -1: not readable
+  auto cie_encoding = [&](uint64_t cie) -> int {
+    auto [it, inserted] = fde_encoding.try_emplace(cie, -1);
+    if (!inserted) return it->second;
+    Reader r{data, cie, data.size()};
+    const uint64_t length = r.Fixed(4);
+    if (r.bad || length == 0 || length == 0xffffffff || length > data.size() - r.at) return -1;
+    r.end = r.at + length;
+    if (r.Fixed(4) != 0) return -1;  // not a CIE
+    const uint64_t version = r.Fixed(1);
+    std::string augmentation;
+    for (uint64_t c = r.Fixed(1); c != 0 && !r.bad; c = r.Fixed(1))
+      augmentation += static_cast<char>(c);
+    if (augmentation.find("eh") != std::string::npos) r.Fixed(8);
+    r.Uleb();                              // code alignment
+    r.Uleb();                              // data alignment (sleb: only skipped)
+    version == 1 ? r.Fixed(1) : r.Uleb();  // return address register
+    int encoding = 0;                      // absptr without 'R'
+    if (!augmentation.empty() && augmentation[0] == 'z') {
+      r.Uleb();
+      for (char c : augmentation.substr(1)) {
+        if (c == 'R') {
+          encoding = static_cast<int>(r.Fixed(1));
+        } else if (c == 'L') {
+          r.Fixed(1);
+        } else if (c == 'P') {
+          const uint8_t enc = static_cast<uint8_t>(r.Fixed(1));
+          if (width(enc) == 0) return -1;
+          r.Fixed(width(enc));
+        } else if (c != 'S' && c != 'B') {
+          return -1;  // unknown: the rest cannot be read
+        }
+      }
+    }
+    if (r.bad) return -1;
+    return it->second = encoding;
+  };
+  for (uint64_t at = 0; data.size() - at >= 8;) {
+    Reader r{data, at, data.size()};
+    const uint64_t length = r.Fixed(4);
+    if (length == 0 || length == 0xffffffff || length > data.size() - r.at) break;  // the end
+    const uint64_t next = r.at + length;
+    const uint64_t id_at = r.at;
+    const uint64_t cie_pointer = r.Fixed(4);
+    at = next;
+    if (cie_pointer == 0 || cie_pointer > id_at) continue;  // a CIE
+    const int enc = cie_encoding(id_at - cie_pointer);
+    const size_t bytes = enc < 0 ? 0 : width(static_cast<uint8_t>(enc));
+    const int application = enc & 0x70;
+    if (bytes == 0 || (application != 0x00 && application != 0x10)) continue;  // absptr, pcrel
+    r.end = next;
+    const uint64_t field = frames->addr + r.at;
+    uint64_t begin = sign_extend(r.Fixed(bytes), (enc & 0x08) ? bytes : 8);
+    if (application == 0x10) begin += field;
+    const uint64_t range = r.Fixed(bytes);
+    if (!r.bad && begin == pc) return range;
+  }
+  return 0;
 }
 
 std::vector<ElfSymbol> ElfFile::Symbols() const {

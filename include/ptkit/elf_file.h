@@ -82,6 +82,7 @@ class ElfFile {
   const std::string& path() const { return path_; }
   uint16_t type() const { return type_; }        // e_type: ET_EXEC, ET_DYN, ...
   uint16_t machine() const { return machine_; }  // e_machine: EM_X86_64, ...
+  uint64_t entry() const { return entry_; }      // e_entry: the link-time entry point
   bool is_64bit() const { return is_64bit_; }    // ELFCLASS64
   // libelf's handle, for what this class does not read (DWARF through dwarf_begin_elf).
   Elf* elf() const { return elf_.get(); }
@@ -102,6 +103,12 @@ class ElfFile {
   // The defined, named symbols of every SHT_SYMTAB and SHT_DYNSYM section, in section order,
   // each table in its own order.
   std::vector<ElfSymbol> Symbols() const;
+  // The size of the code that the .eh_frame FDE starting at link address `pc` covers (its
+  // pc_range); 0 when no FDE starts there. A scan of .eh_frame (a static program has no
+  // .eh_frame_hdr table), each FDE's start decoded by its CIE's pointer encoding (augmentation
+  // "z...R...": absolute or pc-relative, 2, 4 or 8 bytes, as GCC, Clang and the assemblers write
+  // them; an FDE of another encoding is passed over).
+  uint64_t FdeSize(uint64_t pc) const;
   // The entries of every SHT_RELA section, in section order.
   std::vector<ElfRelocation> Relocations() const;
 
@@ -129,6 +136,7 @@ class ElfFile {
   std::unique_ptr<Elf, ElfCloser> elf_;
   uint16_t type_ = 0;
   uint16_t machine_ = 0;
+  uint64_t entry_ = 0;
   bool is_64bit_ = false;
   std::vector<ElfSegment> loads_;
 };

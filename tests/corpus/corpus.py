@@ -215,7 +215,7 @@ def load_segments(path):
 def file_oracle(path, cache_dir):
     """Symbols (nm), PLT labels and calls (objdump -d) of one ELF file."""
     st = os.stat(path)
-    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v6.json"
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v7.json"
     cached = os.path.join(cache_dir, key)
     os.makedirs(cache_dir, exist_ok=True)
     with open(cached + ".lock", "w") as lock:
@@ -235,6 +235,38 @@ PREFIXES = {"bnd", "notrack", "addr32", "data16", "rex", "rex.W", "cs", "ds", "l
             "repz", "repnz", "repe", "repne"}
 
 
+def entry_main(path):
+    """[[start, size, "main", "T"]] for an executable with no main symbol whose entry code (glibc's
+    _start) loads main's address into %rdi before its first call (objdump -d from the entry), as
+    long as the .eh_frame FDE that starts there (readelf --debug-dump=frames); else []."""
+    m = re.search(r"Type:\s+(EXEC|DYN).*?Entry point address:\s+0x([0-9a-f]+)",
+                  run(["readelf", "-hW", path]).stdout, re.S)
+    if not m or hexint(m.group(2)) == 0:
+        return []
+    entry = hexint(m.group(2))
+    text = run(["objdump", "-d", "-w", "--no-show-raw-insn", f"--start-address={entry:#x}",
+                f"--stop-address={entry + 128:#x}", path], check=False).stdout
+    main = None
+    for line in text.splitlines():
+        m = re.match(r"^\s+[0-9a-f]+:\s+(.*)$", line)
+        if not m:
+            continue
+        insn = m.group(1)
+        if re.match(r"(addr32 )?call", insn):
+            break
+        if re.search(r",%(rdi|edi)\b", insn):
+            lea = re.match(r"lea\s+-?0x[0-9a-f]+\(%rip\),%rdi\s+# ([0-9a-f]+)", insn)
+            mov = re.match(r"mov\s+\$0x([0-9a-f]+),%(rdi|edi)$", insn.strip())
+            main = hexint(lea.group(1)) if lea else hexint(mov.group(1)) if mov else None
+    else:
+        return []  # no call: not glibc's entry
+    if main is None:
+        return []
+    frames = run(["readelf", "--debug-dump=frames", path], check=False).stdout
+    m = re.search(rf"FDE cie=[0-9a-f]+ pc=0*{main:x}\.\.([0-9a-f]+)", frames)
+    return [[main, hexint(m.group(1)) - main, "main", "T"]] if m else []
+
+
 def compute_file_oracle(path):
     symfile = path
     if not elf_has_section(path, ".symtab"):
@@ -250,6 +282,8 @@ def compute_file_oracle(path):
             syms.append([hexint(f[0]), hexint(f[1]), f[3], f[2]])
         elif len(f) == 3 and f[1] in "TtWwi":  # size-0 symbol (no size column)
             syms.append([hexint(f[0]), 0, f[2], f[1]])
+    if not any(s[2] == "main" for s in syms):
+        syms += entry_main(path)
     syms.sort()
     # objdump -d: instruction starts, calls with their direct target, syscalls, x@plt labels.
     starts, calls, syscalls, rets, labels = [], {}, [], [], []

@@ -381,5 +381,90 @@ TEST(SymbolsTest, LabelsInCodeNameTheLoadersEntry) {
   EXPECT_EQ(NameAt(*image, entry), "_start");
 }
 
+// The symbols of `image` named `name`.
+std::vector<Symbol> SymbolsNamed(const ProgramImage& image, const std::string& name) {
+  std::vector<Symbol> out;
+  for (const Symbol& s : image.symbols()) {
+    if (s.name == name) out.push_back(s);
+  }
+  return out;
+}
+
+// A stripped program has no symbol for main, so nothing ran "under main" (ptdecode diff's
+// default) and its frame had no name. ptkit finds main where _start passes it to
+// __libc_start_main, its extent in its .eh_frame FDE: for each way gcc links plt.c, main of the
+// stripped copy is where, and as long as, the unstripped program's own symbol says (nm -S).
+TEST(SymbolsTest, AStrippedProgramsMainIsFoundFromItsEntryCode) {
+  if (!HaveBinutils()) GTEST_SKIP() << "nm and objcopy (binutils) are not installed";
+  const std::string dir = FreshDir("stripped_main");
+  std::vector<std::string> programs = kPltPrograms;
+  programs.insert(programs.end(), {"plt_static", "plt_static_pie"});
+  for (const std::string& program : programs) {
+    SCOPED_TRACE(program);
+    const std::string path = absl::StrCat(kDir, "/", program, ".elf");
+    std::smatch m;
+    const std::string nm = ToolOutput({"nm", "-S", "--defined-only", path});
+    ASSERT_TRUE(std::regex_search(nm, m, std::regex("\\n([0-9a-f]+) ([0-9a-f]+) T main\\n")));
+    const uint64_t address = std::stoull(m[1], nullptr, 16);
+    const uint64_t size = std::stoull(m[2], nullptr, 16);
+    const std::string stripped = absl::StrCat(dir, "/", program);
+    ToolOutput({"objcopy", "--strip-all", path, stripped});
+    ASSERT_TRUE(fs::exists(stripped));
+    ASSERT_EQ(ToolOutput({"nm", stripped}), "");  // no symbols
+    auto image = ElfImage(stripped, "/nonexistent");
+    ASSERT_NE(image, nullptr);
+    const std::vector<Symbol> mains = SymbolsNamed(*image, "main");
+    ASSERT_THAT(mains, SizeIs(1));
+    EXPECT_EQ(mains[0].begin, address);
+    EXPECT_EQ(mains[0].end, address + size);
+    // The unstripped program's own main, once.
+    auto full = ElfImage(path, "/nonexistent");
+    ASSERT_NE(full, nullptr);
+    EXPECT_THAT(SymbolsNamed(*full, "main"), SizeIs(1));
+  }
+}
+
+// Debian's programs are all stripped: main is the address _start loads into %rdi before its
+// call (objdump's annotation of the lea), up to the end of the FDE that starts there (readelf's
+// .eh_frame dump). A library has no main (libc's entry prints its version).
+TEST(SymbolsTest, ADebianProgramsMainIsWhereStartPassesItAndEndsWithItsFde) {
+  if (!HaveBinutils()) GTEST_SKIP() << "objdump and readelf (binutils) are not installed";
+  int checked = 0;
+  for (const std::string path : {"/usr/bin/expr", "/usr/bin/ls", "/bin/true", "/usr/bin/sort"}) {
+    if (!fs::exists(path)) continue;
+    SCOPED_TRACE(path);
+    std::smatch m;
+    const std::string header = ToolOutput({"readelf", "-hW", path});
+    ASSERT_TRUE(std::regex_search(header, m, std::regex("Entry point address: +0x([0-9a-f]+)")));
+    const uint64_t entry = std::stoull(m[1], nullptr, 16);
+    const std::string start =
+        ToolOutput({"objdump", "-d", fmt::format("--start-address={:#x}", entry),
+                    fmt::format("--stop-address={:#x}", entry + 48), path});
+    ASSERT_TRUE(
+        std::regex_search(start, m, std::regex("lea +-?0x[0-9a-f]+\\(%rip\\),%rdi +# ([0-9a-f]+)")))
+        << start;
+    const uint64_t address = std::stoull(m[1], nullptr, 16);
+    const std::string frames = ToolOutput({"readelf", "--debug-dump=frames", path});
+    ASSERT_TRUE(std::regex_search(
+        frames, m,
+        std::regex(fmt::format("FDE cie=[0-9a-f]+ pc=0*{:x}\\.\\.([0-9a-f]+)", address))));
+    const uint64_t end = std::stoull(m[1], nullptr, 16);
+    auto image = ElfImage(path, "/nonexistent");
+    ASSERT_NE(image, nullptr);
+    const std::vector<Symbol> mains = SymbolsNamed(*image, "main");
+    ASSERT_THAT(mains, SizeIs(1));
+    EXPECT_EQ(mains[0].begin, address);
+    EXPECT_EQ(mains[0].end, end);
+    ++checked;
+  }
+  if (checked == 0) GTEST_SKIP() << "no Debian program found";
+  const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6";
+  if (fs::exists(libc)) {
+    auto image = ElfImage(libc, "/nonexistent");
+    ASSERT_NE(image, nullptr);
+    EXPECT_THAT(SymbolsNamed(*image, "main"), IsEmpty());
+  }
+}
+
 }  // namespace
 }  // namespace ptkit::decoder

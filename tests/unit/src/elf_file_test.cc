@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -171,6 +172,39 @@ TEST(ElfFileTest, SectionsEqualReadelfs) {
       const std::span<const uint8_t> data = elf->SectionData(section);
       ASSERT_EQ(data.size(), section.size);
       EXPECT_EQ(data[0], 0);  // a string table starts with the empty string
+    }
+  }
+}
+
+// Every FDE readelf dumps from .eh_frame ("... FDE cie=... pc=BEGIN..END"), up to 400 spread over
+// the file: FdeSize(BEGIN) is END - BEGIN, and no FDE starts a byte after BEGIN.
+TEST(ElfFileTest, FdeSizesEqualReadelfs) {
+  for (const std::string& path : RealFiles()) {
+    ::ptkit::testing::CommandResult r =
+        ::ptkit::testing::RunCommand({"/usr/bin/readelf", "--debug-dump=frames", path});
+    // (readelf 2.40 exits 1 after dumping libc's and ld.so's frames, saying nothing: the count
+    // below is the check that it dumped them.)
+    std::vector<std::pair<uint64_t, uint64_t>> fdes;  // begin, end
+    std::set<uint64_t> begins;
+    for (const std::string& line : Lines(r.out)) {
+      const size_t pc = line.find(" FDE cie=");
+      const size_t at = line.find(" pc=");
+      const size_t dots = line.find("..", at);
+      if (pc == std::string::npos || at == std::string::npos || dots == std::string::npos) continue;
+      const uint64_t begin = std::stoull(line.substr(at + 4, dots - at - 4), nullptr, 16);
+      fdes.emplace_back(begin, std::stoull(line.substr(dots + 2), nullptr, 16));
+      begins.insert(begin);
+    }
+    ASSERT_GT(fdes.size(), 100u) << path;
+    absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+    ASSERT_THAT(elf, IsOk());
+    const size_t step = std::max<size_t>(1, fdes.size() / 400);
+    for (size_t i = 0; i < fdes.size(); i += step) {
+      const auto [begin, end] = fdes[i];
+      EXPECT_EQ(elf->FdeSize(begin), end - begin) << fmt::format("{} FDE at {:#x}", path, begin);
+      if (!begins.contains(begin + 1)) {
+        EXPECT_EQ(elf->FdeSize(begin + 1), 0u) << path;
+      }
     }
   }
 }
