@@ -324,15 +324,15 @@ void WriteRecord(Thread& t, const std::vector<uint8_t>& record) {
 
 void FlushTruth(Thread& t);
 
-// Hands the encoded bytes to the ring. In overwrite mode the AUX ring is written only while
-// ptrecord does not copy it for a snapshot (LockSlotForWriting; given up while waiting for
-// room in the data ring, which ptrecord drains).
-void Move(Thread& t) {
-  std::vector<uint8_t> bytes = t.enc->TakeBytes();
+// Hands `bytes`, taken from the encoder, to the ring with a PERF_RECORD_AUX for them and for
+// those staged before them (Stage); Move hands all the encoded bytes. In overwrite mode the AUX
+// ring is written only while ptrecord does not copy it for a snapshot (LockSlotForWriting; given up
+// while waiting for room in the data ring, which ptrecord drains).
+void MoveBytes(Thread& t, std::vector<uint8_t> bytes) {
   t.moved += bytes.size();
   t.moved_at = Now();
   if (g->truth) FlushTruth(t);  // the ground truth ends where the trace does
-  if (!bytes.empty()) {
+  if (!bytes.empty() || t.out->staged() != 0) {
     ptk::QemuSlotControl& c = *t.control;
     bool ok = true;
     if (g->overwrite) {
@@ -345,8 +345,27 @@ void Move(Thread& t) {
       ok = t.out->WriteTrace(bytes, Now(), WaitForReader);
     }
     if (!ok) Fail("ptrecord stopped draining");
+    t.control->aux_recorded.store(t.out->recorded(), std::memory_order_release);
   }
   t.control->instructions.store(t.instructions, std::memory_order_relaxed);
+}
+void Move(Thread& t) { MoveBytes(t, t.enc->TakeBytes()); }
+
+// At a system call (full-trace mode): the encoded bytes go into the AUX ring at once, with no
+// record for them (QemuSlotWriter::StageTrace; the next Move's record covers them), so that a
+// signal that ends the process in the call (SIGPIPE from a write, SIGTERM or SIGKILL while it
+// waits) loses none of its trace, though qemu then runs no plugin code: ptrecord writes their
+// record. A record per system call would cost more than the call (dd bs=1: 2.5x). Where they
+// do not fit, a Move.
+void Stage(Thread& t) {
+  std::vector<uint8_t> bytes = t.enc->TakeBytes();
+  if (bytes.empty() || t.out->StageTrace(bytes)) {
+    t.moved += bytes.size();
+    if (g->truth) FlushTruth(t);
+    t.control->instructions.store(t.instructions, std::memory_order_relaxed);
+    return;
+  }
+  MoveBytes(t, std::move(bytes));
 }
 
 // Snapshot mode: ptrecord asked for a snapshot since the thread last looked: its trace so far
@@ -641,7 +660,10 @@ Thread* StartThread(unsigned vcpu, const Thread* parent) {
     t->control->state.store(ptk::kSlotActive, std::memory_order_release);
   }
   t->out.emplace(ptk::SlotRing(g->region, slot), t->pid, t->tid, slot, h->overwrite != 0);
-  if (resumed) t->out->Resume();
+  if (resumed) {
+    t->out->Resume(t->control->aux_recorded.load(std::memory_order_acquire));
+    t->control->in_syscall.store(0, std::memory_order_relaxed);  // the execve that led here
+  }
   t->traced = true;
   if (h->max_instructions != 0) t->budget_end = t->instructions;
   if (g->sample_period != 0) {
@@ -761,6 +783,7 @@ void ResolveAsBranch(Thread& t) {
 void Follow(Thread& t, const Block& p, const Block& b) {
   if (t.in_syscall) {
     t.in_syscall = false;
+    if (t.traced) t.control->in_syscall.store(0, std::memory_order_release);
     if (t.pending) {
       if (t.syscall_num == kSysRtSigreturn && IsHandler(b.start)) {
         // The handler returned and another signal came at once (its frame resumes where
@@ -1468,10 +1491,10 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
   if (num == kSysExit) return EndThread(*t);
   if (num == kSysExitGroup) return EndAll();
   if (t->traced && (num == kSysExecve || num == kSysExecveat)) OnExec(*t, num);
-  if (t->traced && g->overwrite) {
-    // A snapshot taken while the thread is in the call need not wait for it: all its trace
-    // is in the ring now.
-    Move(*t);
+  if (t->traced) {
+    // All its trace goes into the ring now (Stage), and a snapshot taken while the thread is in
+    // the call need not wait for it.
+    g->overwrite ? Move(*t) : Stage(*t);
     t->control->in_syscall.store(1, std::memory_order_release);
   }
   t->phase.store(kInSyscall, std::memory_order_release);
@@ -1482,7 +1505,8 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   if (t == nullptr) return;
   int expected = kInSyscall;
   if (!t->phase.compare_exchange_strong(expected, kRunning)) return;
-  if (t->traced) t->control->in_syscall.store(0, std::memory_order_relaxed);
+  // (control->in_syscall stays set until the next block runs, in Follow: a signal delivered at
+  // the return that ends the process leaves nothing but the ring's bytes.)
   // crash=1: a signal delivered now comes after the system call (its instruction ends a block).
   if (g->crash && t->prev != nullptr) t->insn_ip = t->prev->end;
   if (t->traced && (num == kSysExecve || num == kSysExecveat)) {

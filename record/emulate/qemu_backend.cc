@@ -391,6 +391,29 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     }
     if (!status) status = workload.Wait();
   }
+  // A thread that died with its process in a system call (qemu-user runs no plugin code at a
+  // fatal signal) left the trace it staged there (QemuSlotWriter::StageTrace) with no
+  // PERF_RECORD_AUX: written now in the plugin's place, once its slot's data ring is drained.
+  if (RegionHeader(base)->overwrite == 0) {
+    for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
+      const QemuSlotControl* c = SlotControl(base, s);
+      if (c->state.load() != kSlotActive) continue;
+      QemuSlotWriter late(SlotRing(base, s), c->pid, c->tid, s);
+      late.Resume(c->aux_recorded.load());
+      if (late.staged() == 0) continue;
+      if (absl::Status d = drainer.DrainOnce(*raw[s]).status(); !d.ok()) {
+        writer->Abandon().IgnoreError();
+        return d;
+      }
+      const uint64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                               std::chrono::steady_clock::now().time_since_epoch())
+                               .count();
+      if (!late.RecordStaged(now)) {
+        writer->Abandon().IgnoreError();
+        return absl::InternalError(absl::StrCat("no room in slot ", s, "'s drained data ring"));
+      }
+    }
+  }
   // What the plugin wrote after the loop's last pass.
   for (record::TraceSource* s : raw) {
     if (absl::StatusOr<uint64_t> n = drainer.DrainOnce(*s); !n.ok()) {
@@ -451,16 +474,19 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
                                                       record::Workload::ExitCode(*status),
                                                       "): see its message above"));
   }
-  uint32_t unended = 0;
+  // A thread that never ended died with its process of a signal (qemu-user then runs no plugin
+  // code) or went on natively after an execve (`execs`, below). One in a system call had put
+  // all its trace into the ring first; one in user code had not.
+  uint32_t cut = 0;
   for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
-    unended += SlotControl(base, s)->state.load() == kSlotActive ? 1 : 0;
+    const QemuSlotControl* c = SlotControl(base, s);
+    cut += c->state.load() == kSlotActive && c->in_syscall.load() == 0 ? 1 : 0;
   }
-  if (unended > h->execs.load()) {
-    const uint32_t n = unended - h->execs.load();
+  if (cut > 0) {
     result.warnings.push_back(absl::StrCat(
-        n, n == 1 ? " stream ends without its" : " streams end without their",
-        " last bytes (up to 20 ms of the run): the process died of a signal, and qemu-user runs "
-        "no plugin code then (with --snapshot-on-crash, only at SIGKILL)"));
+        cut, cut == 1 ? " stream ends without its" : " streams end without their",
+        " last bytes (up to 20 ms of the run): the process died of a signal in user code, and "
+        "qemu-user runs no plugin code then (with --snapshot-on-crash, only at SIGKILL)"));
   }
   if (uint32_t n = h->threads_refused.load(); n > 0) {
     result.warnings.push_back(

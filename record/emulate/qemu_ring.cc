@@ -70,9 +70,23 @@ bool LockSlotForReading(QemuSlotControl& c, uint64_t timeout_ns) {
   return true;
 }
 
-void QemuSlotWriter::Resume() {
+void QemuSlotWriter::Resume(uint64_t recorded) {
   aux_head_ = record::LoadAuxHead(ring_.page);
+  recorded_ = overwrite_ ? aux_head_ : std::min(recorded, aux_head_);
   data_head_ = record::LoadDataHead(ring_.page);
+}
+
+bool QemuSlotWriter::StageTrace(std::span<const uint8_t> bytes) {
+  if (overwrite_) return false;
+  const uint64_t tail = record::LoadAuxTail(ring_.page);
+  if (staged() + bytes.size() > ring_.aux.size() / 4 ||
+      aux_head_ + bytes.size() - tail > ring_.aux.size()) {
+    return false;
+  }
+  record::CopyToRing(ring_.aux, aux_head_, bytes);
+  aux_head_ += bytes.size();
+  record::StoreAuxHead(ring_.page, aux_head_);
+  return true;
 }
 
 void QemuSlotWriter::CopyNewest(std::span<uint8_t> out) const {
@@ -111,8 +125,8 @@ bool QemuSlotWriter::TryWriteTrace(std::span<const uint8_t> bytes, uint64_t time
   const uint64_t tail = record::LoadAuxTail(ring_.page);
   if (!overwrite_ && aux_head_ + bytes.size() - tail > ring_.aux.size()) return false;
   perf::Aux aux;
-  aux.aux_offset = overwrite_ ? aux_head_ + bytes.size() : aux_head_;
-  aux.aux_size = bytes.size();
+  aux.aux_offset = overwrite_ ? aux_head_ + bytes.size() : recorded_;
+  aux.aux_size = staged() + bytes.size();
   aux.flags = overwrite_ ? PERF_AUX_FLAG_OVERWRITE : 0;
   aux.sample_id = Sample(time);
   const std::vector<uint8_t> record = perf::EncodeAux(aux, QemuSampleLayout());
@@ -123,7 +137,9 @@ bool QemuSlotWriter::TryWriteTrace(std::span<const uint8_t> bytes, uint64_t time
   record::CopyToRing(ring_.aux, aux_head_ + (bytes.size() - kept.size()), kept);
   aux_head_ += bytes.size();
   record::StoreAuxHead(ring_.page, aux_head_);
-  return TryWriteRecord(record);
+  if (!TryWriteRecord(record)) return false;
+  recorded_ = aux_head_;
+  return true;
 }
 
 }  // namespace ptkit::emulate

@@ -38,7 +38,7 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 6;
+inline constexpr uint32_t kQemuRegionVersion = 7;
 
 // What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
 // plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
@@ -140,6 +140,11 @@ struct QemuSlotControl {
   // dies of (ptrecord's waitpid).
   std::atomic<uint32_t> crashed;
   uint64_t crash_ip;
+  // The AUX bytes that PERF_RECORD_AUX records in the data ring cover; those after it up to
+  // the user page's aux_head were staged (QemuSlotWriter::StageTrace) at a system call: the
+  // next record covers them, or ptrecord writes one (RecordStaged) when the process died in
+  // that call (qemu-user runs no plugin code at a fatal signal).
+  std::atomic<uint64_t> aux_recorded;
 };
 static_assert(sizeof(QemuSlotControl) <= kQemuPage);
 
@@ -180,9 +185,10 @@ class QemuSlotWriter {
                  bool overwrite = false)
       : ring_(ring), pid_(pid), tid_(tid), id_(id), overwrite_(overwrite) {}
 
-  // Goes on after what the ring's previous writer published (its heads in the user page):
-  // the slot of a thread that exec'd, now in the new program's qemu.
-  void Resume();
+  // Goes on after what the ring's previous writer published (its heads in the user page; the
+  // AUX bytes its records cover, QemuSlotControl::aux_recorded): the slot of a thread that
+  // exec'd, now in the new program's qemu, or ptrecord's RecordStaged after qemu died.
+  void Resume(uint64_t recorded);
   // The newest out.size() bytes of the AUX ring, oldest first (overwrite mode: what an AUX
   // sample holds; bytes never written are zero).
   void CopyNewest(std::span<uint8_t> out) const;
@@ -193,6 +199,15 @@ class QemuSlotWriter {
   // while either ring has no room. False when `wait` gave up (nothing more is written).
   template <typename Wait>
   bool WriteTrace(std::span<const uint8_t> bytes, uint64_t time, Wait wait);
+  // Appends PT bytes to the AUX ring with no record for them yet (not in overwrite mode): the
+  // next WriteTrace's record covers them too. False, writing nothing, where they do not fit now
+  // or would make the staged bytes more than a quarter of the ring (WriteTrace's pieces of up
+  // to half of it still fit once drained).
+  bool StageTrace(std::span<const uint8_t> bytes);
+  // A PERF_RECORD_AUX for the staged bytes (time `time`); false when the data ring is full.
+  bool RecordStaged(uint64_t time) { return staged() == 0 || TryWriteTrace({}, time); }
+  uint64_t staged() const { return aux_head_ - recorded_; }
+  uint64_t recorded() const { return recorded_; }
   // Appends one encoded perf record to the data ring, waiting while it has no room.
   template <typename Wait>
   bool WriteRecord(std::span<const uint8_t> record, Wait wait);
@@ -206,6 +221,7 @@ class QemuSlotWriter {
   uint64_t id_;
   bool overwrite_;
   uint64_t aux_head_ = 0;
+  uint64_t recorded_ = 0;  // AUX bytes the records written cover (aux_head_ in overwrite mode)
   uint64_t data_head_ = 0;
 };
 

@@ -111,45 +111,95 @@ TEST(QemuRingTest, AFullRingMakesTheWriterWaitAndNothingIsLost) {
   EXPECT_EQ(drainer.Totals().truncated, 0u);
 }
 
+// The AUX records drained from slot 0 of `r` into a container: every byte in order from offset
+// 0, each as TraceByte gives it; how many.
+uint64_t DrainedTraceBytes(Region& r) {
+  testing::TempDir dir;
+  const std::string path = dir.File("drained.pt");
+  auto writer = ContainerWriter::Create(path, WriterOptions{});
+  EXPECT_THAT(writer, IsOk());
+  if (!writer.ok()) return 0;
+  record::Drainer drainer(writer->get());
+  QemuSlotSource source(SlotRing(r.base, 0), SlotControl(r.base, 0));
+  EXPECT_THAT(drainer.DrainOnce(source), IsOk());
+  EXPECT_THAT((*writer)->Close(), IsOk());
+  absl::StatusOr<ContainerReader> reader = ContainerReader::Open(path);
+  EXPECT_THAT(reader, IsOk());
+  if (!reader.ok()) return 0;
+  uint64_t next = 0;
+  RecordView rec;
+  while (reader->Next(rec).value_or(false)) {
+    if (rec.type != RecordType::kAux) continue;
+    absl::StatusOr<AuxRecord> a = ParseAux(rec.payload);
+    EXPECT_THAT(a, IsOk());
+    if (!a.ok()) return next;
+    EXPECT_EQ(a->aux_offset, next);
+    for (size_t k = 0; k < a->data.size(); ++k) {
+      if (a->data[k] != TraceByte(next + k)) {
+        ADD_FAILURE() << "byte " << next + k;
+        return next;
+      }
+    }
+    next += a->data.size();
+  }
+  return next;
+}
+
 // A writer in the new program's qemu goes on where the exec'ing one stopped: the stream's
-// offsets continue (one stream across execve, as a per-task event's).
+// offsets continue (one stream across execve, as a per-task event's), and bytes staged before
+// the exec (at the execve call) go into the resumed writer's first record.
 TEST(QemuRingTest, AResumedWriterContinuesTheStream) {
   Region r(1, 4, 16);
   QemuSlotControl* control = SlotControl(r.base, 0);
   control->tid = 77;
   control->state.store(kSlotActive);
   auto keep = [] { return true; };
-  std::vector<uint8_t> first(3000), second(5000);
+  std::vector<uint8_t> first(3000), staged(1000), second(5000);
   for (size_t i = 0; i < first.size(); ++i) first[i] = TraceByte(i);
-  for (size_t i = 0; i < second.size(); ++i) second[i] = TraceByte(first.size() + i);
+  for (size_t i = 0; i < staged.size(); ++i) staged[i] = TraceByte(first.size() + i);
+  for (size_t i = 0; i < second.size(); ++i) {
+    second[i] = TraceByte(first.size() + staged.size() + i);
+  }
   {
     QemuSlotWriter before(SlotRing(r.base, 0), 77, 77, 0);
     ASSERT_TRUE(before.WriteTrace(first, 1, keep));
+    ASSERT_TRUE(before.StageTrace(staged));
+    EXPECT_EQ(before.staged(), staged.size());
+    control->aux_recorded.store(before.recorded());
   }
   QemuSlotWriter after(SlotRing(r.base, 0), 77, 77, 0);
-  after.Resume();
+  after.Resume(control->aux_recorded.load());
+  EXPECT_EQ(after.staged(), staged.size());
   ASSERT_TRUE(after.WriteTrace(second, 2, keep));
-  testing::TempDir dir;
-  const std::string path = dir.File("resumed.pt");
-  auto writer = ContainerWriter::Create(path, WriterOptions{});
-  ASSERT_THAT(writer, IsOk());
-  record::Drainer drainer(writer->get());
-  QemuSlotSource source(SlotRing(r.base, 0), control);
-  ASSERT_THAT(drainer.DrainOnce(source), IsOk());
-  ASSERT_THAT((*writer)->Close(), IsOk());
-  absl::StatusOr<ContainerReader> reader = ContainerReader::Open(path);
-  ASSERT_THAT(reader, IsOk());
-  uint64_t next = 0;
-  RecordView rec;
-  while (reader->Next(rec).value_or(false)) {
-    if (rec.type != RecordType::kAux) continue;
-    absl::StatusOr<AuxRecord> a = ParseAux(rec.payload);
-    ASSERT_THAT(a, IsOk());
-    ASSERT_EQ(a->aux_offset, next);
-    for (size_t k = 0; k < a->data.size(); ++k) ASSERT_EQ(a->data[k], TraceByte(next + k)) << k;
-    next += a->data.size();
+  EXPECT_EQ(after.staged(), 0u);
+  EXPECT_EQ(DrainedTraceBytes(r), first.size() + staged.size() + second.size());
+}
+
+// A process that died in a system call (qemu runs no plugin code at a fatal signal) left bytes
+// staged with no record: ptrecord's RecordStaged describes them, and they drain. Staging stops
+// at a quarter of the ring (a record of them and a WriteTrace piece still fit once drained).
+TEST(QemuRingTest, StagedBytesOfAWriterThatDiedAreRecordedAfterIt) {
+  Region r(1, 4, 4);  // a 16 KiB AUX ring
+  QemuSlotControl* control = SlotControl(r.base, 0);
+  control->tid = 5;
+  control->state.store(kSlotActive);
+  auto keep = [] { return true; };
+  std::vector<uint8_t> first(2000), staged(4096), more(1);
+  for (size_t i = 0; i < first.size(); ++i) first[i] = TraceByte(i);
+  for (size_t i = 0; i < staged.size(); ++i) staged[i] = TraceByte(first.size() + i);
+  {
+    QemuSlotWriter dying(SlotRing(r.base, 0), 5, 5, 0);
+    ASSERT_TRUE(dying.WriteTrace(first, 1, keep));
+    control->aux_recorded.store(dying.recorded());
+    ASSERT_TRUE(dying.StageTrace(staged));
+    EXPECT_FALSE(dying.StageTrace(more));  // past a quarter of the ring
   }
-  EXPECT_EQ(next, first.size() + second.size());
+  QemuSlotWriter after(SlotRing(r.base, 0), 5, 5, 0);
+  after.Resume(control->aux_recorded.load());
+  EXPECT_EQ(after.staged(), staged.size());
+  ASSERT_TRUE(after.RecordStaged(3));
+  EXPECT_EQ(after.staged(), 0u);
+  EXPECT_EQ(DrainedTraceBytes(r), first.size() + staged.size());
 }
 
 // Overwrite mode: the writer never waits for the AUX ring (it is never drained here), a write
