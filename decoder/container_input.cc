@@ -42,6 +42,7 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
           sideband = std::make_unique<SidebandBuilder>(layout);
         }
         sideband->Add(sb->cpu, sb->records);
+        PTKIT_RETURN_IF_ERROR(builder.AddTextPokes(sb->records, layout));
         r.sideband.push_back(
             {sb->cpu, layout, std::vector<uint8_t>(sb->records.begin(), sb->records.end())});
         break;

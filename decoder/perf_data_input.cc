@@ -296,6 +296,13 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
         sideband.Add(p.cpu, rec.bytes, p.layout);
         break;
       }
+      case PERF_RECORD_TEXT_POKE: {
+        // The kernel's own text pokes are passed over; a user address's is JIT code an
+        // export of an --emulate=qemu recording carries (RecordingBuilder::AddTextPokes).
+        const Placed p = Place(data, rec, cpu_of_id);
+        PTKIT_RETURN_IF_ERROR(builder.AddTextPokes(rec.bytes, p.layout));
+        break;
+      }
       case PERF_RECORD_AUX: {
         const Placed p = Place(data, rec, cpu_of_id);
         auto aux = perf::ParseAux(rec, p.layout);

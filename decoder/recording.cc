@@ -121,6 +121,29 @@ absl::Status RecordingBuilder::AddSnapshot(StreamId stream, uint64_t sequence, u
   return absl::OkStatus();
 }
 
+absl::Status RecordingBuilder::AddTextPokes(std::span<const uint8_t> records,
+                                            const perf::SampleIdLayout& layout) {
+  if (!(layout.sample_type & PERF_SAMPLE_TID)) return absl::OkStatus();
+  perf::RecordReader reader(records);
+  for (;;) {
+    absl::StatusOr<std::optional<perf::RecordView>> rec = reader.Next();
+    if (!rec.ok() || !rec->has_value()) return absl::OkStatus();
+    if ((*rec)->type != PERF_RECORD_TEXT_POKE) continue;
+    absl::StatusOr<perf::TextPoke> poke = perf::ParseTextPoke(**rec, layout);
+    // User space ends below 2^47 (x86-64's canonical lower half).
+    if (!poke.ok() || poke->new_bytes.empty() || poke->addr >= (uint64_t{1} << 47)) continue;
+    const size_t hash = std::hash<std::string_view>{}(std::string_view(
+        reinterpret_cast<const char*>(poke->new_bytes.data()), poke->new_bytes.size()));
+    auto [it, inserted] = poked_.try_emplace({poke->sample_id.pid, poke->addr}, hash);
+    if (!inserted && it->second != hash) {
+      if (repokes_++ == 0) repoked_ = it->first;
+      it->second = hash;
+    }
+    PTKIT_RETURN_IF_ERROR(
+        AddCode(poke->sample_id.pid, poke->addr, "//anon", poke->new_bytes, 0, kCodeTextPoke));
+  }
+}
+
 absl::Status RecordingBuilder::AddSample(StreamId stream, uint64_t sample_type,
                                          std::span<const uint8_t> record) {
   absl::StatusOr<perf::RecordView> view = perf::ReadRecord(record);
@@ -160,6 +183,14 @@ absl::Status RecordingBuilder::AddCode(uint32_t pid, uint64_t address, std::stri
 }
 
 Recording RecordingBuilder::Finish() {
+  if (repoked_) {
+    r_.warnings.push_back(fmt::format(
+        "{}: code run from no file (JIT code) was written again at the same address {} (first "
+        "at {:#x} in pid {}): the decode uses the bytes written last at each address for the "
+        "whole run, so instructions there before may be wrong",
+        r_.name, repokes_ == 1 ? std::string("once") : fmt::format("{} times", repokes_),
+        repoked_->second, repoked_->first));
+  }
   if (code_left_out_ > 0) {
     r_.warnings.push_back(fmt::format(
         "{}: {} code record(s) with {} bytes of captured code beyond the first {} bytes are not "
@@ -606,6 +637,8 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
     if (!(m.prot & PROT_EXEC) || m.path.empty() || (m.path[0] != '/' && !vdso)) continue;
     bool covered = false;
     for (const CapturedCode& c : code) {
+      // Code from text pokes (JIT code) replaces no file's.
+      if ((c.flags & kCodeTextPoke) && m.path[0] == '/' && m.path != "//anon") continue;
       covered |= c.address < m.end && m.start < c.address + c.run.size;
     }
     if (covered) continue;

@@ -193,6 +193,11 @@ class RecordingBuilder {
   absl::Status AddCode(uint32_t pid, uint64_t address, std::string path,
                        std::span<const uint8_t> bytes, uint64_t pgoff = 0, uint32_t flags = 0,
                        std::vector<uint8_t> build_id = {});
+  // The PERF_RECORD_TEXT_POKE records of user addresses among the perf records `records`
+  // (sample_id trailers of `layout`, which must give the pid): code the guest ran from no file
+  // (ptrecord --emulate=qemu: JIT code), added as AddCode adds (flag kCodeTextPoke). Kernel
+  // text pokes and records that do not parse are passed over. Errors: the spool's.
+  absl::Status AddTextPokes(std::span<const uint8_t> records, const perf::SampleIdLayout& layout);
   // A sample record: the PERF_RECORD_SAMPLE `record` of `sample_type` from `stream`'s ring,
   // its snippet spooled. One that does not parse is counted (malformed_samples) and warned
   // about. Errors: the spool's.
@@ -211,6 +216,11 @@ class RecordingBuilder {
   RecordingOptions options_;
   uint64_t code_bytes_ = 0;                               // captured code spooled
   uint64_t code_left_out_ = 0, code_left_out_bytes_ = 0;  // beyond max_captured_code
+  // AddTextPokes: a hash of the bytes poked at each (pid, address); code poked again with
+  // other bytes (the first such place, how many).
+  std::map<std::pair<uint32_t, uint64_t>, size_t> poked_;
+  std::optional<std::pair<uint32_t, uint64_t>> repoked_;
+  uint64_t repokes_ = 0;
   Recording r_;
   std::map<StreamKey, State> state_;
 };

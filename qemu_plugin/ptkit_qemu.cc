@@ -258,6 +258,18 @@ struct Global {
   std::optional<Filter> trigger;
   std::vector<uint64_t> trigger_addresses;
   bool crash = false;  // --snapshot-on-crash
+  // Code the guest runs from no file (JIT code): each translated block's bytes go into the
+  // sideband as a PERF_RECORD_TEXT_POKE (CaptureCode), once per start, size and bytes; those of
+  // a thread not started yet wait in `pokes` (its StartThread writes them). `file_code`: the
+  // executable file ranges of the MMAP2 records written, [start, end) by start.
+  std::mutex code_mu;  // file_code, poked, pokes
+  std::map<uint64_t, uint64_t> file_code;
+  std::map<uint64_t, std::vector<uint8_t>> poked;  // start -> the bytes sent
+  struct Poke {
+    uint64_t addr = 0, time = 0;
+    std::vector<uint8_t> bytes;
+  };
+  std::vector<Poke> pokes;
 };
 Global* g = nullptr;
 thread_local Thread* t_current = nullptr;
@@ -554,6 +566,55 @@ void WriteMmap(Thread& t, uint64_t start, uint64_t len, uint64_t pgoff, uint32_t
   m.filename = path.empty() ? std::string_view("//anon") : std::string_view(path);
   m.sample_id = t.out->Sample(time);
   WriteRecord(t, ptkit::perf::EncodeMmap2(m, ptk::QemuSampleLayout()));
+  if (!path.empty() && path[0] == '/') {
+    std::lock_guard<std::mutex> lock(g->code_mu);
+    uint64_t& end = g->file_code[start];
+    end = std::max(end, start + len);
+  }
+}
+
+void WritePoke(Thread& t, const Global::Poke& p) {
+  ptkit::perf::TextPoke poke;
+  poke.addr = p.addr;
+  poke.new_bytes = p.bytes;
+  poke.sample_id = t.out->Sample(p.time);
+  WriteRecord(t, ptkit::perf::EncodeTextPoke(poke, ptk::QemuSampleLayout()));
+}
+
+// The block [start, end) was translated: where it is no file's code (JIT code, in anonymous
+// memory), its bytes go into the sideband as a PERF_RECORD_TEXT_POKE (no old bytes), so that
+// the decoder has them though no file does (the kernel path has no such record: perf's jitdump
+// is its way). Once per start, size and bytes: code written again at the same place (a JIT
+// reusing its memory) is sent again.
+bool InFileCode(uint64_t address) {
+  std::lock_guard<std::mutex> lock(g->code_mu);
+  auto it = g->file_code.upper_bound(address);
+  return it != g->file_code.begin() && address < std::prev(it)->second;
+}
+
+void CaptureCode(uint64_t start, uint64_t end) {
+  if (end <= start || end - start > 0xffff || InFileCode(start)) return;
+  Global::Poke p{start, Now(), std::vector<uint8_t>(end - start)};
+  // Guest addresses are host addresses (OnTranslate reads them so too). (A block a thread
+  // translates before its StartThread waits in `pokes`; that one checks again against the
+  // mappings it writes.)
+  iovec local{p.bytes.data(), p.bytes.size()};
+  iovec remote{reinterpret_cast<void*>(start), p.bytes.size()};
+  if (process_vm_readv(gettid(), &local, 1, &remote, 1, 0) !=
+      static_cast<ssize_t>(p.bytes.size())) {
+    return;
+  }
+  Thread* t = t_current;
+  const bool now = t != nullptr && t->traced && t->pid == static_cast<uint32_t>(getpid()) &&
+                   t->tid == static_cast<uint32_t>(gettid());
+  {
+    std::lock_guard<std::mutex> lock(g->code_mu);
+    auto [it, inserted] = g->poked.try_emplace(start, p.bytes);
+    if (!inserted && it->second == p.bytes) return;
+    it->second = p.bytes;
+    if (!now) return g->pokes.push_back(std::move(p));
+  }
+  WritePoke(*t, p);
 }
 
 // The page-aligned file ranges [from, to) of the executable PT_LOAD segments of the ELF file
@@ -706,6 +767,16 @@ Thread* StartThread(unsigned vcpu, const Thread* parent) {
   } else {
     WriteRecord(*t, ptkit::perf::EncodeTask(TaskRecord(*t, false, t->pid, t->pid, now),
                                             ptk::QemuSampleLayout()));
+  }
+  // Code captured before the thread could write it (before its first block; a process's first
+  // blocks, translated before its mappings were written: file code after all, dropped).
+  std::vector<Global::Poke> pokes;
+  {
+    std::lock_guard<std::mutex> lock(g->code_mu);
+    pokes.swap(g->pokes);
+  }
+  for (const Global::Poke& p : pokes) {
+    if (!InFileCode(p.addr)) WritePoke(*t, p);
   }
   Add(*t, Event::Time(Now()));
   return t;
@@ -1195,6 +1266,7 @@ void OnTranslate(qemu_plugin_id_t id, struct qemu_plugin_tb* tb) {
     }
   }
   if (g->filtering) b.in_region = InRegion(b.start);
+  CaptureCode(b.start, b.end);
   // The instructions that run (an illegal one starts to: it raises SIGILL). QEMU calls an
   // instruction's callbacks before the instruction (after the block's).
   const size_t runs = b.insns + (b.illegal ? 1 : 0);

@@ -55,7 +55,8 @@ void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdL
     vdso_.emplace(m->pid, m->addr);
     return;
   }
-  if (m->filename.empty() || m->filename.front() != '/') return;  // anon, [stack], ...
+  // Anonymous memory (perf's "//anon", JIT code), [stack], ...: no file.
+  if (m->filename.empty() || m->filename.front() != '/' || m->filename.starts_with("//")) return;
   files_.emplace(std::string(m->filename), FileMap{m->pid, m->addr, m->pgoff});
   if (archive_) ranges_.insert(Range{std::string(m->filename), m->pid, m->addr, m->pgoff, m->len});
 }

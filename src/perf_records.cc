@@ -2,6 +2,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 
@@ -312,6 +313,22 @@ absl::StatusOr<ItraceStart> ParseItraceStart(const RecordView& r, const SampleId
   return i;
 }
 
+absl::StatusOr<TextPoke> ParseTextPoke(const RecordView& r, const SampleIdLayout& layout) {
+  if (absl::Status s = CheckType(r, {PERF_RECORD_TEXT_POKE}); !s.ok()) return s;
+  TextPoke t;
+  absl::StatusOr<std::span<const uint8_t>> body = Body(r, layout, 12, &t.sample_id);
+  if (!body.ok()) return body.status();
+  t.addr = Load<uint64_t>(*body, 0);
+  const size_t old_len = Load<uint16_t>(*body, 8);
+  const size_t new_len = Load<uint16_t>(*body, 10);
+  if (body->size() < 12 + old_len + new_len) {
+    return Short(r, "its old and new bytes", kHeaderSize + 12 + old_len + new_len + layout.size());
+  }
+  t.old_bytes = body->subspan(12, old_len);
+  t.new_bytes = body->subspan(12 + old_len, new_len);
+  return t;
+}
+
 absl::StatusOr<Lost> ParseLost(const RecordView& r, const SampleIdLayout& layout) {
   if (absl::Status s = CheckType(r, {PERF_RECORD_LOST}); !s.ok()) return s;
   Lost l;
@@ -404,6 +421,24 @@ std::vector<uint8_t> EncodeItraceStart(const ItraceStart& s, const SampleIdLayou
       .U32(s.pid)
       .U32(s.tid)
       .Trailer(layout, s.sample_id)
+      .Finish();
+}
+
+std::vector<uint8_t> EncodeTextPoke(const TextPoke& t, const SampleIdLayout& layout) {
+  const std::span<const uint8_t> old_bytes =
+      t.old_bytes.first(std::min<size_t>(t.old_bytes.size(), 0xffff));
+  const std::span<const uint8_t> new_bytes =
+      t.new_bytes.first(std::min<size_t>(t.new_bytes.size(), 0xffff));
+  // The bytes padded to 8 with the two lengths before them (perf_event_text_poke_output).
+  const size_t tot = 4 + old_bytes.size() + new_bytes.size();
+  const std::vector<uint8_t> pad((8 - tot % 8) % 8, 0);
+  return RecordBuilder(PERF_RECORD_TEXT_POKE, 0)
+      .U64(t.addr)
+      .U32(static_cast<uint32_t>(old_bytes.size()) | static_cast<uint32_t>(new_bytes.size()) << 16)
+      .Bytes(old_bytes)
+      .Bytes(new_bytes)
+      .Bytes(pad)
+      .Trailer(layout, t.sample_id)
       .Finish();
 }
 

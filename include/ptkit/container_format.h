@@ -123,6 +123,9 @@ inline constexpr uint32_t kCodeKernel = 0x4;
 // A kernel table (ptrecord --kcore): bytes are the text of the file named by path
 // (/proc/kallsyms, /proc/modules), address 0.
 inline constexpr uint32_t kCodeKernelTable = 0x8;
+// Not in code records: ptdecode's flag for code from a sideband PERF_RECORD_TEXT_POKE of a
+// user address (ptrecord --emulate=qemu's JIT code), which covers no file's mapping.
+inline constexpr uint32_t kCodeTextPoke = 0x10;
 struct CodeRecord {
   uint32_t pid = 0;
   uint32_t flags = 0;

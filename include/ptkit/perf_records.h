@@ -159,6 +159,16 @@ struct Switch {
 };
 absl::StatusOr<Switch> ParseSwitch(const RecordView& r, const SampleIdLayout& layout);
 
+// PERF_RECORD_TEXT_POKE: the code at `addr` changed from `old_bytes` to `new_bytes` (the
+// kernel's, for its own text; ptkit's QEMU plugin writes one for code the guest runs from no
+// file, JIT code, with no old bytes). Views into the record.
+struct TextPoke {
+  uint64_t addr = 0;
+  std::span<const uint8_t> old_bytes, new_bytes;
+  SampleId sample_id;
+};
+absl::StatusOr<TextPoke> ParseTextPoke(const RecordView& r, const SampleIdLayout& layout);
+
 // Builds records the way the kernel lays them out: body fields in order, strings NUL-padded
 // to 8 bytes, then the sample_id trailer for `layout`, header size filled in by Finish().
 // Used by the simulated PMU and by tests.
@@ -184,6 +194,8 @@ std::vector<uint8_t> EncodeComm(const Comm& c, const SampleIdLayout& layout);
 std::vector<uint8_t> EncodeTask(const Task& t, const SampleIdLayout& layout);
 std::vector<uint8_t> EncodeMmap2(const Mmap2& m, const SampleIdLayout& layout);
 std::vector<uint8_t> EncodeSwitch(const Switch& s, const SampleIdLayout& layout);
+// At most 65,535 bytes each of old_bytes and new_bytes (u16 lengths): longer ones are cut.
+std::vector<uint8_t> EncodeTextPoke(const TextPoke& t, const SampleIdLayout& layout);
 
 }  // namespace ptkit::perf
 

@@ -1,0 +1,66 @@
+// JIT code, as a regex engine or a language runtime makes it: machine code written at run time
+// into anonymous memory and called. Two ways to get it executable: an RWX mapping, and an RW
+// mapping made RX by mprotect (W^X). The code is a loop with a conditional branch (the sum of
+// 0..n-1); a second function calls the first. Prints the results (qemu_emulate_cli_test: the
+// decode of its recording equals the ground truth; no gap). With an argument, it then writes
+// other code over the first function (n * 2) and calls that too: the decoder warns.
+#include <stdio.h>
+#include <string.h>
+#include <sys/mman.h>
+
+// int sum(int n) { int s = 0; for (int i = 0; i < n; ++i) s += i; return s; }
+static const unsigned char kSum[] = {
+    0x31, 0xc0,  // xor eax, eax
+    0x31, 0xc9,  // xor ecx, ecx
+    0x39, 0xf9,  // loop: cmp ecx, edi
+    0x7d, 0x06,  // jge done
+    0x01, 0xc8,  // add eax, ecx
+    0xff, 0xc1,  // inc ecx
+    0xeb, 0xf6,  // jmp loop
+    0xc3,        // done: ret
+};
+
+typedef int (*Fn)(int);
+
+int main(int argc, char** argv) {
+  (void)argv;
+  unsigned char* rwx =
+      mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  unsigned char* wx = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (rwx == MAP_FAILED || wx == MAP_FAILED) return 1;
+  memcpy(rwx, kSum, sizeof(kSum));
+  // At wx + 64: call rwx's sum (mov rax, imm64; call rax), add 1, return.
+  memcpy(wx, kSum, sizeof(kSum));
+  unsigned char* p = wx + 64;
+  *p++ = 0x48;  // sub rsp, 8 (keeps the stack aligned for the call)
+  *p++ = 0x83;
+  *p++ = 0xec;
+  *p++ = 0x08;
+  *p++ = 0x48;  // mov rax, imm64
+  *p++ = 0xb8;
+  memcpy(p, &rwx, 8);
+  p += 8;
+  *p++ = 0xff;  // call rax
+  *p++ = 0xd0;
+  *p++ = 0xff;  // inc eax
+  *p++ = 0xc0;
+  *p++ = 0x48;  // add rsp, 8
+  *p++ = 0x83;
+  *p++ = 0xc4;
+  *p++ = 0x08;
+  *p++ = 0xc3;  // ret
+  if (mprotect(wx, 4096, PROT_READ | PROT_EXEC) != 0) return 1;
+  long total = 0;
+  for (int round = 0; round < 20; ++round) {
+    total += ((Fn)rwx)(100 + round);
+    total += ((Fn)wx)(50);
+    total += ((Fn)(wx + 64))(10);
+  }
+  if (argc > 1) {
+    static const unsigned char kTwice[] = {0x8d, 0x04, 0x3f, 0xc3};  // lea eax, [rdi + rdi]; ret
+    memcpy(rwx, kTwice, sizeof(kTwice));
+    total += ((Fn)rwx)(21);
+  }
+  printf("%ld\n", total);
+  return 0;
+}
