@@ -625,12 +625,28 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
   const uint64_t to = std::min(size, pgoff + len);
   PTKIT_RETURN_IF_ERROR(AddRaw({path, pgoff, to, start}));
   files_.back().kind = "file";
-  const uint32_t file_index = static_cast<uint32_t>(files_.size() - 1);
+  PlaceFileSymbols(path, static_cast<uint32_t>(files_.size() - 1), start, pgoff, to);
+  return absl::OkStatus();
+}
+
+void ProgramImage::AddArchivedBytes(const std::string& path, uint64_t address,
+                                    std::span<uint8_t> bytes, std::shared_ptr<void> owner,
+                                    uint64_t pgoff, const std::string& symbols) {
+  if (bytes.empty()) return;
+  AddBytes(path, address, bytes, std::move(owner));
+  if (!symbols.empty()) {
+    PlaceFileSymbols(symbols, static_cast<uint32_t>(files_.size() - 1), address, pgoff,
+                     pgoff + bytes.size());
+  }
+}
+
+void ProgramImage::PlaceFileSymbols(const std::string& path, uint32_t file_index, uint64_t start,
+                                    uint64_t pgoff, uint64_t to) {
   // Symbols, when the file is ELF: a symbol at link address v in a segment whose file bytes
   // are mapped lies at start + (p_offset + v - p_vaddr - pgoff).
   // The file's symbols are read once, for its first mapping.
   const LinkSymbols* table = LinkSymbolsOf(path, nullptr);
-  if (table == nullptr) return absl::OkStatus();  // not an ELF file
+  if (table == nullptr) return;  // not an ELF file
   std::vector<Placement> placements;
   for (const ElfSegment& phdr : table->loads) {
     if (phdr.filesz == 0) continue;
@@ -643,7 +659,6 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
     if (begin < end) AddElfSegment({begin, end, bias, file_index});
   }
   PlaceSymbols(*table, file_index, placements);
-  return absl::OkStatus();
 }
 
 int ProgramImage::ReadMemory(uint8_t* buffer, size_t size, const pt_asid* /*asid*/, uint64_t ip,

@@ -110,6 +110,12 @@ class ProgramImage {
   // it. libelf may write into them (an ELF image's symbols are read in place).
   void AddBytes(const std::string& name, uint64_t address, std::span<uint8_t> bytes,
                 std::shared_ptr<void> owner);
+  // Bytes of the file `path` archived at record time (ptrecord --archive: its file range
+  // [pgoff, pgoff + size) mapped at `address`), as AddBytes; with `symbols`, that file found
+  // on this machine (the caller checks its build-id), its symbols are placed and its ELF
+  // addresses known as for AddFileMapping.
+  void AddArchivedBytes(const std::string& path, uint64_t address, std::span<uint8_t> bytes,
+                        std::shared_ptr<void> owner, uint64_t pgoff, const std::string& symbols);
   // Adds function symbols of code already in the image (the kernel's, from kallsyms): each
   // symbol's `image` becomes the file mapping its start (a symbol outside every mapping is
   // dropped); an `end` of 0 runs to the next symbol, at most to the end of the mapped code.
@@ -199,6 +205,10 @@ class ProgramImage {
   void PlaceSymbols(const LinkSymbols& table, uint32_t file_index,
                     std::span<const Placement> placements);
   void SortSymbols() const;
+  // The symbols and ELF segments of the ELF file `path` whose file range [pgoff, to) is mapped
+  // at `start`, as file `file_index` (nothing when it is not ELF).
+  void PlaceFileSymbols(const std::string& path, uint32_t file_index, uint64_t start,
+                        uint64_t pgoff, uint64_t to);
   void AddMemoryRun(uint32_t file, uint64_t address, std::unique_ptr<uint8_t[]> bytes, size_t size);
   // The symbols of captured bytes that are an ELF image (the vdso's .dynsym), placed through
   // its PT_LOAD segments as laid out at `address`. Nothing for other bytes.

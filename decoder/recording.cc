@@ -627,6 +627,13 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
       // Mapped, not copied: the pages are the spool's (copy-on-write for libelf's sake).
       PTKIT_ASSIGN_OR_RETURN(SpoolView view, r_.spool->Map(c.run, /*private_copy=*/true));
       auto owner = std::make_shared<SpoolView>(std::move(view));
+      if (c.flags == 0 && !c.path.empty() && c.path[0] == '/') {
+        // An archived file range (--archive): its names from the file where this machine has
+        // the same one (the container holds no symbol table).
+        image->AddArchivedBytes(c.path, c.address, owner->private_bytes(), owner, c.pgoff,
+                                ArchivedFileHere(c));
+        continue;
+      }
       image->AddBytes(c.path, c.address, owner->private_bytes(), owner);
     }
   }
@@ -672,6 +679,16 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
   ProgramImage* raw = image.get();
   images_.emplace(std::make_pair(pid, epoch), std::move(image));
   return raw;
+}
+
+std::string RecordingImages::ArchivedFileHere(const CapturedCode& c) {
+  auto [it, inserted] = archived_here_.try_emplace(c.path);
+  if (inserted) {
+    const std::string file = sysroot_ + c.path;
+    absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(file);
+    if (id.ok() && (c.build_id.empty() || *id == c.build_id)) it->second = file;
+  }
+  return it->second;
 }
 
 const std::vector<Symbol>& RecordingImages::KernelSymbols() {

@@ -256,6 +256,10 @@ class RecordingImages {
   std::string FromBuildIdCache(const Mapping& m) const;
   // The function symbols of the recording's /proc/kallsyms (--kcore), parsed once.
   const std::vector<Symbol>& KernelSymbols();
+  // The file on this machine (under the sysroot) that archived code `c` came from, by its
+  // path and build-id; "" when there is none.
+  std::string ArchivedFileHere(const CapturedCode& c);
+  std::map<std::string, std::string> archived_here_;  // ArchivedFileHere's, by path
   const Recording& r_;
   std::optional<std::vector<Symbol>> kernel_symbols_;
   std::string sysroot_;

@@ -446,6 +446,31 @@ TEST_F(QemuEmulateTest, AChildClosingEveryDescriptorKeepsItsGroundTruth) {
   EXPECT_THAT(err, Not(HasSubstr("failed")));
 }
 
+// --archive: the code is decoded from the container, and its names come from the file where
+// this machine has the same one (same path and build-id): the profile is the one without
+// --archive (before, every function was sub_<run-time address>). A file rebuilt since lends
+// no names.
+TEST_F(QemuEmulateTest, AnArchivedRecordingIsNamedFromTheFileWhereItIsHere) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string prog = dir_->File("fib");
+  std::filesystem::copy_file(::ptkit::testing::kFib, prog);
+  Recorded archived = Record("archived", {prog}, false, {"--archive"});
+  Recorded plain = Record("plain", {prog}, false);
+  ASSERT_EQ(archived.run.exit_code, plain.run.exit_code) << archived.run.err;
+  auto a = RunCommand({PTDECODE_PATH, "stats", archived.trace});
+  auto p = RunCommand({PTDECODE_PATH, "stats", plain.trace});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_EQ(a.out.substr(a.out.find("\n#")), p.out.substr(p.out.find("\n#")));
+  EXPECT_THAT(a.out, HasSubstr(" fib [fib]\n"));
+  EXPECT_THAT(a.out, Not(HasSubstr("sub_")));
+  std::filesystem::copy_file(E2E_PROGRAM_DIR "/e2e_crash", prog,
+                             std::filesystem::copy_options::overwrite_existing);
+  a = RunCommand({PTDECODE_PATH, "stats", archived.trace});
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  EXPECT_THAT(a.out, Not(HasSubstr(" fib [fib]\n")));
+  EXPECT_THAT(a.out, HasSubstr(" sub_"));
+}
+
 // JIT code (e2e_qemu_jit: machine code written at run time into an RWX mapping and into one
 // made RX by mprotect, a loop and a call between them): the plugin sends each block of it as a
 // PERF_RECORD_TEXT_POKE, so the decode equals the ground truth with no gap (before: "no code
