@@ -341,6 +341,7 @@ void CallStack::OnEvent(const pt_event& event) {
         // fault on its first fetch): the callee is entered all the same.
         if (!known || to != pending_return_address_) {
           Enter(known ? CallTarget(to) : Untraced(), pending_return_address_, /*implicit=*/false);
+          left_by_call_ = true;
         }
       } else if (pending_return_) {
         if (known) {
@@ -350,16 +351,22 @@ void CallStack::OnEvent(const pt_event& event) {
         }
       }
       pending_call_ = pending_return_ = flowing_ = false;
+      async_disabled_ = async;
       break;
     }
     case ptev_enabled:
       // Tracing (re)starts here: no jump led here from the code traced before.
       pending_call_ = pending_return_ = flowing_ = false;
-      // Tracing resumed where it stopped (after an interrupt) is no return; otherwise it
-      // may come back from untraced code to a caller's frame.
-      if (!event.ip_suppressed && !event.variant.enabled.resumed) {
-        ReturnMatched(event.variant.enabled.ip, /*must=*/false);
+      // Tracing resumed where an interrupt stopped it is no return. Otherwise it may come back
+      // from untraced code to a caller's frame: at its return address (which libipt flags
+      // `resumed` too after a call whose target only the TIP.PGD told), or into the middle of
+      // a function with a frame below (a longjmp or an exception).
+      if (!event.ip_suppressed && !(event.variant.enabled.resumed && async_disabled_) &&
+          !ReturnMatched(event.variant.enabled.ip, /*must=*/false) && left_by_call_) {
+        EnabledInto(event.variant.enabled.ip);
       }
+      // (Only between a disable and the enable after it.)
+      async_disabled_ = left_by_call_ = false;
       break;
     case ptev_overflow:
       // Trace was lost: the call context is unknown from here on.
@@ -380,7 +387,7 @@ void CallStack::OnEvent(const pt_event& event) {
 }
 
 void CallStack::Reset() {
-  pending_call_ = pending_return_ = flowing_ = false;
+  pending_call_ = pending_return_ = flowing_ = async_disabled_ = left_by_call_ = false;
   // Nothing reads the function that ran last until a block runs (no return is pending): as a
   // model just made, so that a chunk at another stream's start applies (CheckChunk).
   current_ = -1;
@@ -646,6 +653,19 @@ bool CallStack::ReturnMatched(uint64_t target, bool must) {
   return false;
 }
 
+void CallStack::EnabledInto(uint64_t ip) {
+  if (image_ == nullptr || beyond_ != 0 || failed_ || frames_.empty()) return;
+  const uint32_t f = FunctionAt(ip);
+  const Function& fn = functions_[f];
+  // (An entry is a call's target; code without a symbol has no entry to tell its middle by.)
+  if (fn.address == 0 || ip == fn.address || frames_.back().function == f) return;
+  if (fn.active != 0) {
+    while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
+  } else if (base_) {
+    failed_ = true;  // chunk mode: a frame of B may run it
+  }
+}
+
 void CallStack::Return(uint64_t target) {
   if (beyond_ != 0) {  // the return of a call given no frame (the innermost one)
     --beyond_;
@@ -689,7 +709,8 @@ void CallStack::Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning
 void CallStack::BeginChunk() {
   const bool fresh = functions_.empty() && frames_.empty() && totals_.instructions == 0 &&
                      !pending_call_ && !pending_return_ && !flowing_ && current_ < 0;
-  start_ = {fresh, pending_call_, pending_return_, flowing_, pending_return_address_, current_};
+  start_ = {fresh,           pending_call_, pending_return_,         flowing_,
+            async_disabled_, left_by_call_, pending_return_address_, current_};
   chunk_ = true;
   base_ = !fresh;
   failed_ = false;
@@ -758,7 +779,8 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
   const Start& s = chunk.start_;
   if (s.empty_base && !frames_.empty()) return false;
   if (pending_call_ != s.pending_call || pending_return_ != s.pending_return ||
-      flowing_ != s.flowing ||
+      flowing_ != s.flowing || async_disabled_ != s.async_disabled ||
+      left_by_call_ != s.left_by_call ||
       (pending_call_ && pending_return_address_ != s.pending_return_address)) {
     return false;
   }
@@ -897,6 +919,8 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
   pending_call_ = chunk.pending_call_;
   pending_return_ = chunk.pending_return_;
   flowing_ = chunk.flowing_;
+  async_disabled_ = chunk.async_disabled_;
+  left_by_call_ = chunk.left_by_call_;
   pending_return_address_ = chunk.pending_return_address_;
   current_ = chunk.current_ < 0 ? -1 : map[chunk.current_];
   beyond_ = chunk.beyond_;

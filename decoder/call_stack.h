@@ -278,6 +278,10 @@ class CallStack {
   void Pop(bool at_end, bool by_return = true);
   // `must`: a return (a frame of B expects it when none of C does, in chunk mode).
   bool ReturnMatched(uint64_t target, bool must);
+  // Tracing enabled at `ip` after a call into untraced code, returning to no frame: in the
+  // middle of a function that has a frame below the top (a longjmp or an exception out of the
+  // untraced code) it ends the frames above that one, as Jump does.
+  void EnabledInto(uint64_t ip);
   void Return(uint64_t target);
   void ReturnUnmatched();
 
@@ -348,6 +352,10 @@ class CallStack {
   // return), and no event came after it: the next block is reached by that jump.
   bool flowing_ = false;
   uint64_t pending_return_address_ = 0;
+  // The last disable was an interrupt's: tracing that resumes where it stopped returns nowhere.
+  bool async_disabled_ = false;
+  // The last disable was at a call into untraced code, whose frame is on top.
+  bool left_by_call_ = false;
 
   std::vector<FunctionKey> keys_;  // per function
   // Chunk mode (BeginChunk).
@@ -373,7 +381,7 @@ class CallStack {
   size_t head_functions_ = 0;   // functions made before BeginChunk
   struct Start {
     bool empty_base;  // B taken as empty (a model given nothing before BeginChunk)
-    bool pending_call, pending_return, flowing;
+    bool pending_call, pending_return, flowing, async_disabled, left_by_call;
     uint64_t pending_return_address;
     int64_t current;
   } start_{};

@@ -446,6 +446,39 @@ TEST_F(QemuEmulateTest, AChildClosingEveryDescriptorKeepsItsGroundTruth) {
   EXPECT_THAT(err, Not(HasSubstr("failed")));
 }
 
+// Calls out of a filtered region (e2e_filter_calls: traced() calls by_pointer() through a
+// pointer, direct(), and leaves(), which longjmps back into traced() every other time): each
+// returns, or is left, where tracing resumes in traced(), with no instruction of its own. Before,
+// the indirect call's frame never returned (libipt flags tracing that resumes at its return
+// address `resumed`, which was taken for an interrupt's) nor did a longjmp's, so frames piled
+// up ("traced;by_pointer;leaves;by_pointer;...", 1 GB of folded stacks on a qsort callback).
+// Every decoder and -j agree.
+TEST_F(QemuEmulateTest, CallsOutOfAFilteredRegionReturnWhereTracingResumes) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string prog = E2E_PROGRAM_DIR "/e2e_filter_calls";
+  Recorded r = Record("filter_calls", {prog}, false, {"--filter", "filter traced @ " + prog});
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_EQ(folded.out, "traced 158\n");  // every traced instruction (insn: 158) in traced()
+  auto calls = RunCommand({PTDECODE_PATH, "calls", r.trace});
+  ASSERT_EQ(calls.exit_code, 0) << calls.err;
+  std::istringstream lines(calls.out);
+  std::string prev;
+  int entered = 0;
+  for (std::string line; std::getline(lines, line); prev = line) {
+    if (line.find("  > ") != std::string::npos) ++entered;
+    if (prev.find("  > ") == std::string::npos) continue;
+    const std::string callee = prev.substr(prev.find("  > ") + 4);
+    EXPECT_NE(line.find("  < " + callee + " (0 insns"), std::string::npos) << prev << "\n" << line;
+  }
+  EXPECT_EQ(entered, 6 * 4);  // by_pointer, direct, _setjmp, leaves, 6 times
+  for (const char* job : {"-j2", "--decoder=libipt"}) {
+    EXPECT_EQ(RunCommand({PTDECODE_PATH, "calls", job, r.trace}).out, calls.out) << job;
+    EXPECT_EQ(RunCommand({PTDECODE_PATH, "folded", job, r.trace}).out, folded.out) << job;
+  }
+}
+
 // --archive: the code is decoded from the container, and its names come from the file where
 // this machine has the same one (same path and build-id): the profile is the one without
 // --archive (before, every function was sub_<run-time address>). A file rebuilt since lends
