@@ -26,7 +26,7 @@ constexpr size_t kChunk = size_t{1} << 20;  // AUX and sideband bytes per record
 std::optional<LossKind> KindOf(const std::string& name) {
   if (name == kLossDiscontinuity) return std::nullopt;
   for (LossKind k : {LossKind::kLostSideband, LossKind::kAuxTruncated, LossKind::kAuxCollision,
-                     LossKind::kAuxPartial, LossKind::kAuxOverwritten}) {
+                     LossKind::kAuxPartial, LossKind::kAuxOverwritten, LossKind::kKilled}) {
     if (LossKindName(k) == name) return k;
   }
   return LossKind::kOther;

@@ -666,13 +666,14 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
           !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff).ok()) {
         image->AddMissing(file, m.start, m.end);
       }
-    } else if (!m.build_id.empty() && warned_.insert(file).second) {
+    } else if (const std::vector<uint8_t>& recorded = RecordedBuildId(m);
+               !recorded.empty() && warned_.insert(file).second) {
       // The recording names the build it ran; a different file decodes wrongly.
       auto id = ReadBuildId(file);
-      if (id.ok() && *id != m.build_id) {
+      if (id.ok() && *id != recorded) {
         warnings_.push_back(
             fmt::format("{}: build-id {} differs from the recorded {}; decoding may be wrong", file,
-                        id->empty() ? std::string("(none)") : Hex(*id), Hex(m.build_id)));
+                        id->empty() ? std::string("(none)") : Hex(*id), Hex(recorded)));
       }
     }
   }
@@ -707,6 +708,13 @@ const std::vector<Symbol>& RecordingImages::KernelSymbols() {
         {.begin = e.address, .end = 0, .name = std::move(e.name), .rank = rank});
   }
   return *kernel_symbols_;
+}
+
+const std::vector<uint8_t>& RecordingImages::RecordedBuildId(const Mapping& m) const {
+  if (!m.build_id.empty()) return m.build_id;
+  static const std::vector<uint8_t> kNone;
+  auto it = r_.build_ids.find(m.path);
+  return it == r_.build_ids.end() ? kNone : it->second;
 }
 
 std::string RecordingImages::FromBuildIdCache(const Mapping& m) const {

@@ -254,6 +254,9 @@ class RecordingImages {
   // The copy of the mapped file in the build-id cache, by the build-id its record or the
   // recording names; "" when there is none.
   std::string FromBuildIdCache(const Mapping& m) const;
+  // The build-id the recording gives the mapped file: its MMAP2 record's, else its identity
+  // record's (ptrecord --emulate=qemu writes MMAP2 records without one); empty when neither.
+  const std::vector<uint8_t>& RecordedBuildId(const Mapping& m) const;
   // The function symbols of the recording's /proc/kallsyms (--kcore), parsed once.
   const std::vector<Symbol>& KernelSymbols();
   // The file on this machine (under the sysroot) that archived code `c` came from, by its

@@ -78,6 +78,8 @@ std::string LossKindName(LossKind k) {
       return "aux-partial";
     case LossKind::kAuxOverwritten:
       return "aux-overwritten";
+    case LossKind::kKilled:
+      return "killed";
     case LossKind::kOther:
       return "other";
   }

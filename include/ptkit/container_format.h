@@ -98,6 +98,9 @@ enum class LossKind : uint32_t {
   kAuxCollision = 3,    // trace data collided with the hardware (PERF_AUX_FLAG_COLLISION)
   kAuxPartial = 4,      // PERF_AUX_FLAG_PARTIAL: a record covering an incomplete snapshot
   kAuxOverwritten = 5,  // snapshot ring wrapped: older bytes than the snapshot are gone
+  // The stream's last bytes are missing: its process died of a signal while the thread ran
+  // its own code (ptrecord --emulate=qemu: qemu-user runs no plugin code then; up to 20 ms).
+  kKilled = 6,
   kOther = 15,
 };
 std::string LossKindName(LossKind k);

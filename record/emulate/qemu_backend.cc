@@ -477,10 +477,25 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   // A thread that never ended died with its process of a signal (qemu-user then runs no plugin
   // code) or went on natively after an execve (`execs`, below). One in a system call had put
   // all its trace into the ring first; one in user code had not.
+  // The loss is recorded where the stream ends, so that every decode shows it.
   uint32_t cut = 0;
   for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
     const QemuSlotControl* c = SlotControl(base, s);
-    cut += c->state.load() == kSlotActive && c->in_syscall.load() == 0 ? 1 : 0;
+    if (c->state.load() != kSlotActive || c->in_syscall.load() != 0) continue;
+    ++cut;
+    const record::RingView ring = SlotRing(base, s);
+    if (absl::Status st = writer->AppendLoss(LossRecord{
+            .stream = StreamId{StreamKind::kThread, c->tid},
+            .kind = LossKind::kKilled,
+            .count = 1,
+            .time = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                              std::chrono::steady_clock::now().time_since_epoch())
+                                              .count()),
+            .aux_offset = record::LoadAuxHead(ring.page)});
+        !st.ok()) {
+      writer->Abandon().IgnoreError();
+      return st;
+    }
   }
   if (cut > 0) {
     result.warnings.push_back(absl::StrCat(

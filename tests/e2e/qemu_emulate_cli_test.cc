@@ -504,6 +504,22 @@ TEST_F(QemuEmulateTest, AnArchivedRecordingIsNamedFromTheFileWhereItIsHere) {
   EXPECT_THAT(a.out, HasSubstr(" sub_"));
 }
 
+// The plugin's MMAP2 records carry no build-id, but the container's identity records do: a
+// file rebuilt since the recording is warned about, as for the kernel path's recordings.
+TEST_F(QemuEmulateTest, AFileRebuiltSinceIsWarnedAbout) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string prog = dir_->File("fib_rebuilt");
+  std::filesystem::copy_file(::ptkit::testing::kFib, prog);
+  Recorded r = Record("rebuilt", {prog}, false);
+  auto before = RunCommand({PTDECODE_PATH, "stats", r.trace});
+  EXPECT_THAT(before.err, Not(HasSubstr("build-id")));
+  std::filesystem::copy_file(E2E_PROGRAM_DIR "/e2e_fib_rebuilt", prog,
+                             std::filesystem::copy_options::overwrite_existing);
+  auto after = RunCommand({PTDECODE_PATH, "stats", r.trace});
+  EXPECT_THAT(after.err, HasSubstr(prog + ": build-id "));
+  EXPECT_THAT(after.err, HasSubstr("differs from the recorded"));
+}
+
 // JIT code (e2e_qemu_jit: machine code written at run time into an RWX mapping and into one
 // made RX by mprotect, a loop and a call between them): the plugin sends each block of it as a
 // PERF_RECORD_TEXT_POKE, so the decode equals the ground truth with no gap (before: "no code
@@ -578,7 +594,12 @@ TEST_F(QemuEmulateTest, AWorkloadKilledByASignalIsSaid) {
   EXPECT_EQ(r.run.exit_code, 139) << r.run.err;
   EXPECT_THAT(r.run.err, HasSubstr("warning: 1 stream ends without its last bytes"));
   EXPECT_THAT(r.run.err, HasSubstr("died of a signal in user code"));
-  EXPECT_TRUE(std::filesystem::exists(r.trace));
+  // And the container says so, so that every decode does: a loss of kind "killed" where the
+  // stream ends (before, info said "loss: none recorded").
+  auto info = RunCommand({PTDECODE_PATH, "info", r.trace});
+  EXPECT_THAT(info.out, HasSubstr("killed"));
+  auto insn = RunCommand({PTDECODE_PATH, "insn", r.trace});
+  EXPECT_NE(insn.out.find("[loss: killed at aux offset "), std::string::npos);
 }
 
 // A pipeline's writer killed by SIGPIPE in write(2) (`head` exits first) and a program killed
