@@ -452,9 +452,15 @@ absl::StatusOr<Events> MakeEvents(const Scan& s,
     t.mmap = t.mmap2 = t.comm = t.comm_exec = t.task = t.context_switch = 0;
     t.exclude_kernel = 1;
     if (!e.bts) {
+      // (Before the timing terms were stored, emulated traces had TSC packets only.)
       const auto& em = m["emulation"];
-      t.config = 1 | (1u << 10) | (1u << 13);                        // pt, tsc, branch
+      t.config = 1 | (1u << 13);                                     // pt, branch
+      if (em.value("tsc", true)) t.config |= 1u << 10;               // tsc
       if (!em.value("ret_compression", true)) t.config |= 1u << 11;  // noretcomp
+      if (em.value("mtc", false)) t.config |= 1u << 9;               // mtc
+      t.config |= uint64_t{em.value("mtc_period", 3u) & 0xfu} << 14;
+      if (em.value("cyc", false)) t.config |= 1u << 1;  // cyc
+      t.config |= uint64_t{em.value("cyc_thresh", 0u) & 0xfu} << 19;
       t.config |= uint64_t{em.value("psb_period", 0u) & 0xfu} << 24;
     }
   }

@@ -218,6 +218,11 @@ void Members(V& v, M& m) {
   v("format", m.format, Use::kDecoding);
   v("ret_compression", m.ret_compression, Use::kInfo);
   v("psb_period", m.psb_period, Use::kInfo);
+  v("tsc", m.tsc, Use::kInfo);
+  v("mtc", m.mtc, Use::kInfo);
+  v("mtc_period", m.mtc_period, Use::kInfo, 15);
+  v("cyc", m.cyc, Use::kInfo);
+  v("cyc_thresh", m.cyc_thresh, Use::kInfo, 15);
   v("filter", m.filter, Use::kInfo);
   v("note", m.note, Use::kInfo);
 }

@@ -112,6 +112,10 @@ struct EmulationMetadata {
   std::optional<std::string> format;  // "pt" or "bts"
   std::optional<bool> ret_compression;
   std::optional<uint32_t> psb_period;
+  // The timing packets written (the --event terms tsc, mtc, mtc_period, cyc, cyc_thresh);
+  // absent in recordings before they were stored: TSC only.
+  std::optional<bool> tsc, mtc, cyc;
+  std::optional<uint32_t> mtc_period, cyc_thresh;
   std::optional<std::string> filter, note;
   nlohmann::json extra = nlohmann::json::object();
 };

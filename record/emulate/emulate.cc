@@ -530,6 +530,11 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
                           .format = options.bts ? "bts" : "pt",
                           .ret_compression = options.pt.ret_compression,
                           .psb_period = options.pt.psb_period,
+                          .tsc = options.pt.tsc,
+                          .mtc = options.pt.mtc,
+                          .cyc = options.pt.cyc,
+                          .mtc_period = options.pt.mtc_freq,
+                          .cyc_thresh = options.pt.cyc_thresh,
                           .filter = record::KernelFilterString(filters),
                           .note = "software Intel PT from a single-stepped run, not hardware"};
     return writer->AppendMetadata(meta.ToRecord());

@@ -142,6 +142,12 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   PTKIT_ASSIGN_OR_RETURN(std::vector<record::AddressFilter> filters,
                          ParseEmulatedFilters(options.filter));
   PTKIT_RETURN_IF_ERROR(CheckEmulatedModes(options, options.qemu_aux_pages));
+  if (options.pt.mtc || options.pt.cyc) {
+    // The plugin writes TSC packets only (it has no cycle count to time MTC or CYC by).
+    return absl::InvalidArgumentError(
+        "--emulate=qemu writes no MTC or CYC packets (intel_pt terms mtc, cyc): use "
+        "--emulate=step for them");
+  }
   PTKIT_ASSIGN_OR_RETURN(QemuSetup setup, FindQemu(options.qemu_plugin, options.self_exe));
   const std::string program = record::FindOnPath(options.argv.at(0));
   if (program.empty()) {
@@ -255,6 +261,9 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
       .format = "pt",
       .ret_compression = options.pt.ret_compression,
       .psb_period = options.pt.psb_period,
+      .tsc = options.pt.tsc,
+      .mtc = false,
+      .cyc = false,
       .filter = record::KernelFilterString(filters),
       .note =
           "software Intel PT of the guest's flow under QEMU's TCG (qemu-user), not "

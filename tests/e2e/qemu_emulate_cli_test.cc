@@ -504,6 +504,36 @@ TEST_F(QemuEmulateTest, AnArchivedRecordingIsNamedFromTheFileWhereItIsHere) {
   EXPECT_THAT(a.out, HasSubstr(" sub_"));
 }
 
+// `--event intel_pt/tsc=0/u`: a trace without TSC packets. Its perf.data export says so in the
+// event's config (perf 6.1 decoded nothing from it, without an error, when the config had the
+// TSC bit), so perf's instructions are ptdecode's. MTC and CYC the plugin cannot write: refused.
+TEST_F(QemuEmulateTest, ATraceWithoutTscExportsAsPerfDecodesIt) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (access("/usr/bin/perf", X_OK) != 0) GTEST_SKIP() << "perf (linux-perf) is not installed";
+  Recorded r = Record("notsc", {E2E_PROGRAM_DIR "/e2e_filter_calls"}, false,
+                      {"--event", "intel_pt/tsc=0/u"});
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  const std::string data = dir_->File("notsc.data");
+  ASSERT_EQ(
+      RunCommand({PTDECODE_PATH, "export", r.trace, "--to", "perf.data", "-o", data}).exit_code, 0);
+  auto perf = RunCommand({"/usr/bin/perf", "--buildid-dir", data + ".debug", "script", "-i", data,
+                          "--itrace=i0ns", "-F", "ip"});
+  auto insn = RunCommand({PTDECODE_PATH, "insn", r.trace});
+  std::vector<uint64_t> theirs, ours;
+  std::istringstream p(perf.out), o(insn.out);
+  for (std::string line; std::getline(p, line);) theirs.push_back(std::stoull(line, nullptr, 16));
+  for (std::string line; std::getline(o, line);) {
+    uint64_t tid = 0, ip = 0;
+    if (std::sscanf(line.c_str(), "tid %" SCNu64 " %" SCNx64, &tid, &ip) == 2) ours.push_back(ip);
+  }
+  EXPECT_GT(ours.size(), 10000u);
+  EXPECT_EQ(theirs, ours) << perf.err;
+  Recorded mtc =
+      Record("mtc", {E2E_PROGRAM_DIR "/e2e_filter_calls"}, false, {"--event", "intel_pt/mtc/u"});
+  EXPECT_NE(mtc.run.exit_code, 0);
+  EXPECT_THAT(mtc.run.err, HasSubstr("writes no MTC or CYC packets"));
+}
+
 // The plugin's MMAP2 records carry no build-id, but the container's identity records do: a
 // file rebuilt since the recording is warned about, as for the kernel path's recordings.
 TEST_F(QemuEmulateTest, AFileRebuiltSinceIsWarnedAbout) {
