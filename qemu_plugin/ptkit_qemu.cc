@@ -218,6 +218,8 @@ struct Global {
   // How this qemu was started, for an exec'd program's: qemu-x86_64's path and the options
   // before -plugin, the plugin's path, its options (without slot=).
   std::vector<std::string> qemu_command;
+  // The variables of qemu-x86_64's own environment that act on qemu itself (ForTheHost).
+  std::vector<std::string> host_env;
   std::string plugin_path;
   std::vector<std::string> plugin_options;
   std::string binary;          // the guest's program (qemu_plugin_path_to_binary)
@@ -1469,6 +1471,44 @@ bool SetCloseOnExec(int fd, bool on) {
   return fd < 0 || fcntl(fd, F_SETFD, on ? FD_CLOEXEC : 0) == 0;
 }
 
+// Whether the environment variable `var` ("NAME=VALUE") acts on qemu-x86_64 itself, a
+// dynamically linked program that reads QEMU_* options: the dynamic loader's LD_* and glibc's
+// tunables.
+bool ForTheHost(std::string_view var) {
+  const std::string_view name = var.substr(0, var.find('='));
+  return name.starts_with("LD_") || name.starts_with("QEMU_") || name == "GLIBC_TUNABLES";
+}
+
+// The new qemu-x86_64's environment and options for an exec'd program whose environment is
+// `guest`: as native, the program sees `guest`, and qemu sees its own variables that act on it
+// (ForTheHost), not the program's (`ldd` sets LD_TRACE_LOADED_OBJECTS for the program it runs,
+// stdbuf LD_PRELOAD): the guest's go to it by -E, and qemu's own that it lacks are unset by
+// -U. (-E splits its argument at commas: a value with one goes into qemu's environment.)
+void GuestEnvironment(const std::vector<std::string>& guest, std::vector<std::string>& env,
+                      std::vector<std::string>& options) {
+  std::set<std::string_view> names;
+  for (const std::string& v : guest) {
+    if (!ForTheHost(v) || v.find(',') != std::string::npos) {
+      env.push_back(v);
+      if (ForTheHost(v)) names.insert(std::string_view(v).substr(0, v.find('=')));
+      continue;
+    }
+    names.insert(std::string_view(v).substr(0, v.find('=')));
+    if (std::find(g->host_env.begin(), g->host_env.end(), v) == g->host_env.end()) {
+      options.insert(options.end(), {"-E", v});
+    }
+  }
+  for (const std::string& v : g->host_env) {
+    const std::string name = v.substr(0, v.find('='));
+    if (std::any_of(env.begin(), env.end(),
+                    [&](const std::string& e) { return e.substr(0, e.find('=')) == name; })) {
+      continue;  // the guest's own, with a comma
+    }
+    env.push_back(v);
+    if (!names.contains(name)) options.insert(options.end(), {"-U", name});
+  }
+}
+
 // Runs the exec'd program under a new qemu-x86_64 with the plugin, which goes on in `t`'s slot.
 // Returns only when it could not (the ring's descriptor is gone; that execve failed: E2BIG is
 // left to the native call to fail as well).
@@ -1490,12 +1530,14 @@ void FollowExec(Thread& t, const Exec& e) {
     }
   }
   plugin += ",slot=" + std::to_string(t.slot);
+  std::vector<std::string> env;
+  GuestEnvironment(e.envp, env, args);
   args.insert(args.end(), {"-plugin", plugin, "-0", e.argv[0], "--", e.program});
   args.insert(args.end(), e.argv.begin() + 1, e.argv.end());
   std::vector<char*> argv, envp;
   for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
-  for (const std::string& v : e.envp) envp.push_back(const_cast<char*>(v.c_str()));
+  for (const std::string& v : env) envp.push_back(const_cast<char*>(v.c_str()));
   envp.push_back(nullptr);
   std::snprintf(t.control->exec_comm, sizeof(t.control->exec_comm), "%s", e.comm.c_str());
   if (h->max_instructions != 0 && t.budget_end > t.instructions) {
@@ -1900,7 +1942,14 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
         if (i + 1 < words.size()) g->plugin_path = words[i + 1].substr(0, words[i + 1].find(','));
         break;
       }
+      if (words[i] == "-E" || words[i] == "-U") {
+        ++i;  // the guest environment FollowExec gave this qemu: the next one gets its own
+        continue;
+      }
       g->qemu_command.push_back(words[i]);
+    }
+    for (char** v = environ; *v != nullptr; ++v) {
+      if (ForTheHost(*v)) g->host_env.emplace_back(*v);
     }
     if (g->plugin_path.starts_with("file=")) g->plugin_path = g->plugin_path.substr(5);
   }

@@ -504,6 +504,29 @@ TEST_F(QemuEmulateTest, AnArchivedRecordingIsNamedFromTheFileWhereItIsHere) {
   EXPECT_THAT(a.out, HasSubstr(" sub_"));
 }
 
+// A program exec'd under qemu runs under a new qemu-x86_64, a dynamically linked program that
+// reads LD_* and QEMU_* variables itself: they must act on the program, as natively, not on
+// qemu (ldd's LD_TRACE_LOADED_OBJECTS listed qemu's 20 libraries; QEMU_STRACE traced; a
+// program's LD_PRELOAD ran twice), and what the program unsets is unset for it.
+TEST_F(QemuEmulateTest, AnExecdProgramsLoaderVariablesActOnItNotOnQemu) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded list =
+      Record("ld_trace", {"/usr/bin/env", "LD_TRACE_LOADED_OBJECTS=1", "/bin/true"}, false);
+  ASSERT_EQ(list.run.exit_code, 0) << list.run.err;
+  EXPECT_THAT(list.run.out, HasSubstr("libc.so.6 => "));
+  EXPECT_THAT(list.run.out, Not(HasSubstr("libglib")));  // qemu-x86_64's
+  Recorded strace = Record("qemu_strace", {"/usr/bin/env", "QEMU_STRACE=1", "/bin/true"}, false);
+  ASSERT_EQ(strace.run.exit_code, 0) << strace.run.err;
+  EXPECT_THAT(strace.run.err, Not(HasSubstr("exit_group")));
+  const std::string trace = dir_->File("ld_env.pt");
+  auto unset =
+      RunCommand({"/usr/bin/env", "LD_PTKIT_TEST=1", PTRECORD_PATH, "--emulate=qemu", "-q", "-o",
+                  trace, "--", "/usr/bin/env", "-u", "LD_PTKIT_TEST", "/bin/sh", "-c",
+                  "echo \"[$LD_PTKIT_TEST]\"; LD_PTKIT_TEST=2 /bin/sh -c 'echo $LD_PTKIT_TEST'"});
+  ASSERT_EQ(unset.exit_code, 0) << unset.err;
+  EXPECT_EQ(unset.out, "[]\n2\n");
+}
+
 // `--event intel_pt/tsc=0/u`: a trace without TSC packets. Its perf.data export says so in the
 // event's config (perf 6.1 decoded nothing from it, without an error, when the config had the
 // TSC bit), so perf's instructions are ptdecode's. MTC and CYC the plugin cannot write: refused.
