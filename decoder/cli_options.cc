@@ -54,33 +54,7 @@ void AddContainerFlags(CLI::App& cmd, DecodeFlags& f) {
       ->type_name("K");
 }
 
-void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
-  cmd.add_option("FILE", f.container,
-                 "trace.pt or perf.data recording (or use --pt for a raw trace)");
-  AddContainerFlags(cmd, f);
-  cmd.add_option("--pt", f.pt, "Raw Intel PT trace file (ptxed/perf AUX bytes)");
-  cmd.add_option("--bts", f.bts, "Raw intel_bts AUX data (24-byte branch records)");
-  cmd.add_option("--elf", f.elfs,
-                 "ELF image FILE[:BASE] (BASE: load address of the lowest "
-                 "executable segment; repeat the option for more images)")
-      ->allow_extra_args(false)
-      ->take_all();
-  cmd.add_option("--raw", f.raws, "Raw image FILE[:FROM[-TO]]:ADDRESS (repeatable)")
-      ->allow_extra_args(false)
-      ->take_all();
-  cmd.add_option("--pages", f.pages,
-                 "Page dump DIR (DIR/data.addr + DIR/data.dump) or ADDR_FILE,DUMP_FILE "
-                 "(repeatable)")
-      ->allow_extra_args(false)
-      ->take_all();
-  cmd.add_option("--time", f.time,
-                 "FROM,TO: only what ran while the trace's time (TSC) was in [FROM, TO)");
-  cmd.add_option("--mtc-freq", f.mtc_freq, "IA32_RTIT_CTL.MTCFreq")->check(CLI::Range(0, 15));
-  cmd.add_option("--nom-freq", f.nom_freq, "Nominal frequency (MSR_PLATFORM_INFO[15:8])")
-      ->check(CLI::Range(0, 255));
-  cmd.add_option("--cpuid-0x15.eax", f.cpuid_eax, "CPUID leaf 0x15 eax (CTC ratio denominator)");
-  cmd.add_option("--cpuid-0x15.ebx", f.cpuid_ebx, "CPUID leaf 0x15 ebx (CTC ratio numerator)");
-  if (set.json) cmd.add_flag("--json", f.json, "Machine-readable output (see ptdecode(1))");
+void AddDecoderFlags(CLI::App& cmd) {
   cmd.add_option_function<std::string>(
          "--decoder",
          [](const std::string& name) {
@@ -131,6 +105,36 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
          },
          "")
       ->group("");
+}
+
+void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
+  cmd.add_option("FILE", f.container,
+                 "trace.pt or perf.data recording (or use --pt for a raw trace)");
+  AddContainerFlags(cmd, f);
+  cmd.add_option("--pt", f.pt, "Raw Intel PT trace file (ptxed/perf AUX bytes)");
+  cmd.add_option("--bts", f.bts, "Raw intel_bts AUX data (24-byte branch records)");
+  cmd.add_option("--elf", f.elfs,
+                 "ELF image FILE[:BASE] (BASE: load address of the lowest "
+                 "executable segment; repeat the option for more images)")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd.add_option("--raw", f.raws, "Raw image FILE[:FROM[-TO]]:ADDRESS (repeatable)")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd.add_option("--pages", f.pages,
+                 "Page dump DIR (DIR/data.addr + DIR/data.dump) or ADDR_FILE,DUMP_FILE "
+                 "(repeatable)")
+      ->allow_extra_args(false)
+      ->take_all();
+  cmd.add_option("--time", f.time,
+                 "FROM,TO: only what ran while the trace's time (TSC) was in [FROM, TO)");
+  cmd.add_option("--mtc-freq", f.mtc_freq, "IA32_RTIT_CTL.MTCFreq")->check(CLI::Range(0, 15));
+  cmd.add_option("--nom-freq", f.nom_freq, "Nominal frequency (MSR_PLATFORM_INFO[15:8])")
+      ->check(CLI::Range(0, 255));
+  cmd.add_option("--cpuid-0x15.eax", f.cpuid_eax, "CPUID leaf 0x15 eax (CTC ratio denominator)");
+  cmd.add_option("--cpuid-0x15.ebx", f.cpuid_ebx, "CPUID leaf 0x15 ebx (CTC ratio numerator)");
+  if (set.json) cmd.add_flag("--json", f.json, "Machine-readable output (see ptdecode(1))");
+  AddDecoderFlags(cmd);
   if (set.disasm) {
     cmd.add_flag("--disasm", f.disasm, "Disassemble each instruction (Zydis, Intel)");
   }

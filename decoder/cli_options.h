@@ -70,6 +70,9 @@ void AddContainerFlags(CLI::App& cmd, DecodeFlags& flags);
 // --decoder takes effect when parsed (SetBlockDecoderImpl), as -j/--jobs and the hidden
 // --chunk-size (SetParallelOptions).
 void AddDecodeFlags(CLI::App& cmd, DecodeFlags& flags, const DecodeFlagSet& set);
+// --decoder and -j (and the tests' --chunk-size, --chunk-stats): process-wide settings of
+// every decode (AddDecodeFlags adds them; report, diff and info --decode decode too).
+void AddDecoderFlags(CLI::App& cmd);
 
 // The raw-trace input (--pt or --bts with --elf, --raw, --pages, --cpu FAMILY/MODEL and the
 // timing flags). Errors: both or neither of --pt and --bts; a recording's filters (--tid,

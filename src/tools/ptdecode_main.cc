@@ -462,7 +462,10 @@ void DecodeFlagsOf(CLI::App& cmd, Flags& f) {
 // In --help order. Add a sub-command by adding a row.
 const Command kCommands[] = {
     {"info", "Show metadata, record counts and bytes, streams, loss and damage of a trace.pt",
-     [](CLI::App& cmd, Flags& f) { dec::AddInfoFlags(cmd, f.info); },
+     [](CLI::App& cmd, Flags& f) {
+       dec::AddInfoFlags(cmd, f.info);
+       dec::AddDecoderFlags(cmd);
+     },
      [](const Flags& f) { return RunInfo(f.info); }},
     {"insn",
      "One line per instruction: time, address, symbol+offset, --disasm; events, gaps, errors",
@@ -503,6 +506,7 @@ const Command kCommands[] = {
      [](CLI::App& cmd, Flags& f) {
        cmd.add_option("FILE", f.decode.container, "trace.pt or perf.data recording")->required();
        dec::AddContainerFlags(cmd, f.decode);
+       dec::AddDecoderFlags(cmd);
      },
      [](const Flags& f) { return RunReport(f.decode); }},
     {"export",
@@ -531,7 +535,10 @@ const Command kCommands[] = {
     {"diff",
      "Compare per-function instruction counts of two builds (trace.pt, perf.data or stats "
      "--json); exit 3 on a regression beyond --fail-total/--fail-function",
-     [](CLI::App& cmd, Flags& f) { dec::AddDiffFlags(cmd, f.diff); },
+     [](CLI::App& cmd, Flags& f) {
+       dec::AddDiffFlags(cmd, f.diff);
+       dec::AddDecoderFlags(cmd);
+     },
      [](const Flags& f) { return RunDiff(f.diff); }},
 };
 

@@ -176,6 +176,28 @@ TEST_F(PtdecodeEmulatedTest, AFilterThatMatchesNothingNamesWhatTheRecordingHas) 
   EXPECT_THAT(r.err, HasSubstr(": no stream of CPU 7: this recording's streams are per thread"));
 }
 
+// --decoder and -j are every decoding sub-command's, as the man page says: report, diff and
+// info --decode too (they were usage errors there), with the same output.
+TEST_F(PtdecodeEmulatedTest, ReportDiffAndInfoTakeTheDecoderAndJobs) {
+  PTKIT_RECORD_OR_SKIP(rec, "fork", kFork);
+  const std::vector<std::vector<std::string>> commands = {
+      {PTDECODE_PATH, "report", rec.trace},
+      {PTDECODE_PATH, "diff", rec.trace, rec.trace},
+      {PTDECODE_PATH, "info", "--decode", rec.trace}};
+  for (const std::vector<std::string>& command : commands) {
+    auto plain = RunCommand(command);
+    ASSERT_EQ(plain.exit_code, 0) << command[1] << ": " << plain.err;
+    for (const std::vector<std::string>& extra :
+         std::vector<std::vector<std::string>>{{"--decoder", "libipt"}, {"-j", "2"}}) {
+      std::vector<std::string> argv = command;
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      auto r = RunCommand(argv);
+      EXPECT_EQ(r.exit_code, 0) << command[1] << " " << extra[0] << ": " << r.err;
+      EXPECT_EQ(r.out, plain.out) << command[1] << " " << extra[0];
+    }
+  }
+}
+
 TEST_F(PtdecodeEmulatedTest, AFileAloneGivesTheDefaultReport) {
   PTKIT_RECORD_OR_SKIP(rec, "fork", kFork);
   auto r = RunCommand({PTDECODE_PATH, rec.trace});
