@@ -583,17 +583,18 @@ void WritePoke(Thread& t, const Global::Poke& p) {
   WriteRecord(t, ptkit::perf::EncodeTextPoke(poke, ptk::QemuSampleLayout()));
 }
 
-// The block [start, end) was translated: where it is no file's code (JIT code, in anonymous
-// memory), its bytes go into the sideband as a PERF_RECORD_TEXT_POKE (no old bytes), so that
-// the decoder has them though no file does (the kernel path has no such record: perf's jitdump
-// is its way). Once per start, size and bytes: code written again at the same place (a JIT
-// reusing its memory) is sent again.
+// Whether `address` is in an executable file range of the MMAP2 records written.
 bool InFileCode(uint64_t address) {
   std::lock_guard<std::mutex> lock(g->code_mu);
   auto it = g->file_code.upper_bound(address);
   return it != g->file_code.begin() && address < std::prev(it)->second;
 }
 
+// The block [start, end) was translated: where it is no file's code (JIT code, in anonymous
+// memory), its bytes go into the sideband as a PERF_RECORD_TEXT_POKE (no old bytes), so that
+// the decoder has them though no file does (the kernel path has no such record: perf's jitdump
+// is its way). Once per start, size and bytes: code written again at the same place (a JIT
+// reusing its memory) is sent again.
 void CaptureCode(uint64_t start, uint64_t end) {
   if (end <= start || end - start > 0xffff || InFileCode(start)) return;
   Global::Poke p{start, Now(), std::vector<uint8_t>(end - start)};
@@ -771,11 +772,16 @@ Thread* StartThread(unsigned vcpu, const Thread* parent) {
                                             ptk::QemuSampleLayout()));
   }
   // Code captured before the thread could write it (before its first block; a process's first
-  // blocks, translated before its mappings were written: file code after all, dropped).
+  // blocks, translated before its mappings were written: file code after all, dropped). A fork
+  // child has its parent's JIT code, whose blocks qemu does not translate again: sent again
+  // for the child's process.
   std::vector<Global::Poke> pokes;
   {
     std::lock_guard<std::mutex> lock(g->code_mu);
     pokes.swap(g->pokes);
+    if (parent != nullptr && parent->pid != t->pid) {
+      for (const auto& [start, bytes] : g->poked) pokes.push_back({start, now, bytes});
+    }
   }
   for (const Global::Poke& p : pokes) {
     if (!InFileCode(p.addr)) WritePoke(*t, p);

@@ -585,6 +585,9 @@ TEST_F(QemuEmulateTest, JitCodeDecodesToTheGroundTruth) {
   EXPECT_THAT(err, Not(HasSubstr("//anon")));
   EXPECT_EQ(insn.find("gap"), std::string::npos);
   EXPECT_NE(insn.find("  [anon]\n"), std::string::npos);  // its image, as perf's //anon
+  // A fork child runs its parent's JIT code, which qemu does not translate again.
+  EXPECT_EQ(ExpectDecodedEqualsTruth("jit_fork", {E2E_PROGRAM_DIR "/e2e_qemu_jit", "fork"}).size(),
+            2u);
   // The records as perf 6.1 reads them from the export (`perf script
   // --show-text-poke-events`: "PERF_RECORD_TEXT_POKE ADDR old len 0 new len N"), and the export
   // read back decodes alike (perf itself does not decode JIT code without a jitdump).

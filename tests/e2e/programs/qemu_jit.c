@@ -2,11 +2,14 @@
 // into anonymous memory and called. Two ways to get it executable: an RWX mapping, and an RW
 // mapping made RX by mprotect (W^X). The code is a loop with a conditional branch (the sum of
 // 0..n-1); a second function calls the first. Prints the results (qemu_emulate_cli_test: the
-// decode of its recording equals the ground truth; no gap). With an argument, it then writes
-// other code over the first function (n * 2) and calls that too: the decoder warns.
+// decode of its recording equals the ground truth; no gap). With the argument "rewrite", it then
+// writes other code over the first function (n * 2) and calls that too: the decoder warns.
+// With "fork", a child calls both functions again (the parent's JIT code is the child's too).
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 // int sum(int n) { int s = 0; for (int i = 0; i < n; ++i) s += i; return s; }
 static const unsigned char kSum[] = {
@@ -23,7 +26,6 @@ static const unsigned char kSum[] = {
 typedef int (*Fn)(int);
 
 int main(int argc, char** argv) {
-  (void)argv;
   unsigned char* rwx =
       mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   unsigned char* wx = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -56,7 +58,12 @@ int main(int argc, char** argv) {
     total += ((Fn)wx)(50);
     total += ((Fn)(wx + 64))(10);
   }
-  if (argc > 1) {
+  if (argc > 1 && strcmp(argv[1], "fork") == 0) {
+    const pid_t child = fork();
+    if (child == 0) _exit(((Fn)rwx)(7) + ((Fn)(wx + 64))(3) == 21 + 4 ? 0 : 1);
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return 1;
+  } else if (argc > 1) {
     static const unsigned char kTwice[] = {0x8d, 0x04, 0x3f, 0xc3};  // lea eax, [rdi + rdi]; ret
     memcpy(rwx, kTwice, sizeof(kTwice));
     total += ((Fn)rwx)(21);
