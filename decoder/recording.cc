@@ -666,7 +666,7 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
           !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff).ok()) {
         image->AddMissing(file, m.start, m.end);
       }
-    } else if (const std::vector<uint8_t>& recorded = RecordedBuildId(m);
+    } else if (const std::vector<uint8_t>& recorded = RecordedBuildId(r_, m);
                !recorded.empty() && warned_.insert(file).second) {
       // The recording names the build it ran; a different file decodes wrongly.
       auto id = ReadBuildId(file);
@@ -683,7 +683,7 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
 }
 
 std::string RecordingImages::ArchivedFileHere(const CapturedCode& c) {
-  auto [it, inserted] = archived_here_.try_emplace(c.path);
+  auto [it, inserted] = archived_here_.try_emplace({c.path, c.build_id});
   if (inserted) {
     const std::string file = sysroot_ + c.path;
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(file);
@@ -710,11 +710,11 @@ const std::vector<Symbol>& RecordingImages::KernelSymbols() {
   return *kernel_symbols_;
 }
 
-const std::vector<uint8_t>& RecordingImages::RecordedBuildId(const Mapping& m) const {
+const std::vector<uint8_t>& RecordedBuildId(const Recording& r, const Mapping& m) {
   if (!m.build_id.empty()) return m.build_id;
   static const std::vector<uint8_t> kNone;
-  auto it = r_.build_ids.find(m.path);
-  return it == r_.build_ids.end() ? kNone : it->second;
+  auto it = r.build_ids.find(m.path);
+  return it == r.build_ids.end() ? kNone : it->second;
 }
 
 std::string RecordingImages::FromBuildIdCache(const Mapping& m) const {
@@ -723,14 +723,9 @@ std::string RecordingImages::FromBuildIdCache(const Mapping& m) const {
 
 std::string BuildIdCacheFile(const Recording& r, const Mapping& m, const std::string& buildid_dir) {
   if (buildid_dir.empty()) return "";
-  const std::vector<uint8_t>* id = &m.build_id;
-  if (id->empty()) {
-    auto it = r.build_ids.find(m.path);
-    if (it == r.build_ids.end()) return "";
-    id = &it->second;
-  }
-  if (id->empty()) return "";
-  const std::string hex = Hex(*id);
+  const std::vector<uint8_t>& id = RecordedBuildId(r, m);
+  if (id.empty()) return "";
+  const std::string hex = Hex(id);
   std::string link = absl::StrCat(buildid_dir, "/.build-id/", hex.substr(0, 2), "/", hex.substr(2));
   struct stat st;
   for (const char* name : {"/elf", "/vdso"}) {

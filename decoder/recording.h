@@ -164,6 +164,9 @@ absl::StatusOr<SpoolView> CapturedBytes(const Recording& r, const CapturedCode& 
 // which holds it as `elf` (`vdso` for the vDSO); older perf linked to the file itself. "" when
 // it is not there (or `buildid_dir` is "").
 std::string BuildIdCacheFile(const Recording& r, const Mapping& m, const std::string& buildid_dir);
+// The build-id `r` gives the mapped file: its MMAP2 record's, else its identity record's
+// (ptrecord --emulate=qemu writes MMAP2 records without one); empty when neither.
+const std::vector<uint8_t>& RecordedBuildId(const Recording& r, const Mapping& m);
 
 // Whether `options` can select the stream (readers do not even spool the bytes of others).
 bool MaySelect(const RecordingOptions& options, const StreamKey& key);
@@ -254,15 +257,13 @@ class RecordingImages {
   // The copy of the mapped file in the build-id cache, by the build-id its record or the
   // recording names; "" when there is none.
   std::string FromBuildIdCache(const Mapping& m) const;
-  // The build-id the recording gives the mapped file: its MMAP2 record's, else its identity
-  // record's (ptrecord --emulate=qemu writes MMAP2 records without one); empty when neither.
-  const std::vector<uint8_t>& RecordedBuildId(const Mapping& m) const;
   // The function symbols of the recording's /proc/kallsyms (--kcore), parsed once.
   const std::vector<Symbol>& KernelSymbols();
   // The file on this machine (under the sysroot) that archived code `c` came from, by its
   // path and build-id; "" when there is none.
   std::string ArchivedFileHere(const CapturedCode& c);
-  std::map<std::string, std::string> archived_here_;  // ArchivedFileHere's, by path
+  // ArchivedFileHere's, by path and build-id.
+  std::map<std::pair<std::string, std::vector<uint8_t>>, std::string> archived_here_;
   const Recording& r_;
   std::optional<std::vector<Symbol>> kernel_symbols_;
   std::string sysroot_;
