@@ -65,6 +65,13 @@ std::string QemuVersion(const std::string& qemu) {
   return std::string(v);
 }
 
+// Now on the clock of the plugin's records (CLOCK_MONOTONIC ns: steady_clock on Linux).
+uint64_t MonotonicNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
+}
+
 }  // namespace
 
 absl::Status CheckQemuPlugin(const std::string& path) {
@@ -414,10 +421,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
         writer->Abandon().IgnoreError();
         return d;
       }
-      const uint64_t now = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                               std::chrono::steady_clock::now().time_since_epoch())
-                               .count();
-      if (!late.RecordStaged(now)) {
+      if (!late.RecordStaged(MonotonicNs())) {
         writer->Abandon().IgnoreError();
         return absl::InternalError(absl::StrCat("no room in slot ", s, "'s drained data ring"));
       }
@@ -493,14 +497,12 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     if (c->state.load() != kSlotActive || c->in_syscall.load() != 0) continue;
     ++cut;
     const record::RingView ring = SlotRing(base, s);
-    if (absl::Status st = writer->AppendLoss(LossRecord{
-            .stream = StreamId{StreamKind::kThread, c->tid},
-            .kind = LossKind::kKilled,
-            .count = 1,
-            .time = static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                              std::chrono::steady_clock::now().time_since_epoch())
-                                              .count()),
-            .aux_offset = record::LoadAuxHead(ring.page)});
+    if (absl::Status st =
+            writer->AppendLoss(LossRecord{.stream = StreamId{StreamKind::kThread, c->tid},
+                                          .kind = LossKind::kKilled,
+                                          .count = 1,
+                                          .time = MonotonicNs(),
+                                          .aux_offset = record::LoadAuxHead(ring.page)});
         !st.ok()) {
       writer->Abandon().IgnoreError();
       return st;
