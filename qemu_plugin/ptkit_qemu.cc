@@ -1192,8 +1192,9 @@ void OnIllegal(unsigned int vcpu, void* userdata) {
 // runs. Every hit is counted; the first trigger_limit of the run (any thread, any process)
 // take a snapshot of this thread: its trace so far goes into its ring (pending TNT bits too)
 // and it waits, writing nothing, until ptrecord has copied the ring (it polls every 5 ms).
-// The snapshot then ends with the packets of the branch into this block: at the trigger when
-// it is the block's first instruction (a function's entry), else straight-line before it.
+// The thread's trace is disabled at the trigger first (FUP, TIP.PGD) and enabled there again
+// after, as the hardware's is around the uprobe's trap into the untraced kernel: the snapshot
+// ends exactly at the trigger, even after a direct call (which has no packet of its own).
 void OnTrigger(unsigned int vcpu, void* userdata) {
   Thread* t = ThreadOf(vcpu);
   if (t == nullptr || t != t_current || t->phase.load(std::memory_order_relaxed) != kRunning) {
@@ -1206,7 +1207,11 @@ void OnTrigger(unsigned int vcpu, void* userdata) {
   do {
     if (h->trigger_limit != 0 && taken >= h->trigger_limit) return;
   } while (!h->trigger_taken.compare_exchange_weak(taken, taken + 1));
-  // (Events held for a signal's unresolved branch stay held: the snapshot ends before them.)
+  // (Events held for a signal's unresolved branch stay held: the snapshot ends before them,
+  // at the last packet.)
+  const uint64_t ip = reinterpret_cast<uintptr_t>(userdata);
+  const bool pause = !t->pending && t->enc->tracing();
+  if (pause) Add(*t, Event::AsyncDisable(ip));
   if (absl::Status s = t->enc->Flush(); !s.ok()) Fail(std::string(s.message()));
   Move(*t);
   const uint32_t request = t->control->trigger_request.load(std::memory_order_relaxed) + 1;
@@ -1215,6 +1220,7 @@ void OnTrigger(unsigned int vcpu, void* userdata) {
     // (ptrecord stopped: it copies no more rings but the last round's.)
     if (h->stop_signal.load(std::memory_order_relaxed) != 0 || !WaitForReader()) break;
   }
+  if (pause && t->traced) Add(*t, Event::Enable(ip));
 }
 
 // crash=1: the thread is about to run the instruction at `userdata` (a fault ends it there).

@@ -150,14 +150,20 @@ class Recorder final : public StepSink {
     }
   }
 
-  // Snapshot mode: a snapshot of thread `tid`'s ring only (--trigger), pending packets
-  // flushed. False when the thread is not running.
-  bool SnapshotThread(uint32_t tid) {
+  // Snapshot mode: a snapshot of thread `tid`'s ring only (--trigger), taken as the thread
+  // stops at `ip` (the probed function's entry; the instruction there not yet run in the
+  // trace): its trace is disabled there first and enabled again after, as the hardware's is
+  // around the uprobe's trap into the untraced kernel, so the snapshot ends exactly at `ip`
+  // (FUP, TIP.PGD) instead of at the last packet before it. False when the thread is not
+  // running.
+  bool SnapshotThread(uint32_t tid, uint64_t ip) {
     auto it = threads_.find(tid);
     if (!status_.ok() || it == threads_.end()) return false;
     Thread& t = it->second;
-    if (t.encoder) {
-      if (absl::Status s = t.encoder->Flush(); !s.ok()) {
+    const bool tracing = t.encoder && t.encoder->tracing();
+    const swpt::ExecMode mode = tracing ? t.encoder->mode() : swpt::ExecMode::k64Bit;
+    if (tracing) {
+      if (absl::Status s = t.encoder->Add(swpt::Event::AsyncDisable(ip)); !s.ok()) {
         Fail(s);
         return false;
       }
@@ -167,7 +173,10 @@ class Recorder final : public StepSink {
         *options_.snapshot_size != 0 ? *options_.snapshot_size : t.source->ring().aux.size();
     auto n = drainer_.Snapshot(*t.source, want);
     if (!n.ok()) Fail(n.status());
-    return n.ok();
+    if (tracing) {
+      if (absl::Status s = t.encoder->Add(swpt::Event::Enable(ip, mode)); !s.ok()) Fail(s);
+    }
+    return n.ok() && status_.ok();
   }
 
   // Whether a running (or ended) thread belongs to process `pid`.
@@ -600,7 +609,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
       auto w = waiting_hits.find(tid);
       if (w == waiting_hits.end() || w->second.empty() || w->second.front() != ip) return;
       w->second.pop_front();
-      if (trigger->TakeForSnapshots(1) == 1 && recorder.SnapshotThread(tid)) ++trigger_snapshots;
+      if (trigger->TakeForSnapshots(1) == 1 && recorder.SnapshotThread(tid, ip))
+        ++trigger_snapshots;
     };
   }
   so.on_fatal_signal = [&](uint32_t pid, uint32_t tid, int sig, uint64_t ip) {

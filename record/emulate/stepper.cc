@@ -863,7 +863,11 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
       t.signal_to_handler = true;
     } else if (options_.on_fatal_signal && record::KillsByDefault(sig) &&
                !record::SignalIgnored(t.pid, sig)) {
-      // It ends the process: the last chance to see its threads as they are.
+      // It ends the process: the instruction at pending_ip never retires and the thread's
+      // trace ends there, as the hardware's does when the thread enters the kernel (FUP,
+      // TIP.PGD; OnGone would say the same later). Said now, so the crash snapshot holds
+      // everything up to that instruction; then the last chance to see the threads as they are.
+      if (t.tracing) Emit(t, swpt::Event::AsyncDisable(t.pending_ip));
       options_.on_fatal_signal(t.pid, t.stream, sig, t.pending_ip);
     }
     return Resume(tid, sig);

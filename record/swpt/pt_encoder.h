@@ -136,6 +136,7 @@ class PtEncoder {
   // Events accepted so far.
   uint64_t events() const { return events_; }
   bool tracing() const { return tracing_; }
+  ExecMode mode() const { return mode_; }  // of the code traced last
   const PtEncoderOptions& options() const { return options_; }
 
  private:

@@ -4,8 +4,9 @@
 // With step the trigger is a real uprobe perf event; with qemu the plugin instruments FUNC and
 // sees the fatal signal at qemu's exit. The oracles are the recorder's ground truth (every
 // retired instruction per thread) and nm (FUNC's address range): a thread's k-th trigger
-// snapshot decodes to a run of what it executed that ends at its k-th entry into FUNC (and
-// the straight-line start of FUNC the decoder runs on to, without packets).
+// snapshot decodes to a run of what it executed that ends right before its k-th entry into
+// FUNC, where the trace is disabled (FUP FUNC, TIP.PGD) as the hardware's is by the uprobe's
+// trap; a crash snapshot ends likewise at the faulting instruction.
 #include <signal.h>
 
 #include <algorithm>
@@ -59,6 +60,19 @@ size_t Find(const std::vector<uint64_t>& ran, const std::vector<uint64_t>& run) 
   return at == ran.end() ? std::string::npos : static_cast<size_t>(at - ran.begin());
 }
 
+// Snapshot `k` of thread `tid` ends with FUP `ip`, TIP.PGD: the thread's trace is disabled
+// at `ip` (the instruction there has not run), which `ptdecode branches` shows as its last
+// branch: an interrupt from `ip` into untraced code.
+void ExpectEndsDisabledAt(const std::string& trace, uint64_t tid, int k, uint64_t ip) {
+  auto branches = RunCommand({PTDECODE_PATH, "branches", "--tid", std::to_string(tid),
+                              "--snapshot", std::to_string(k), trace});
+  ASSERT_EQ(branches.exit_code, 0) << branches.err;
+  ASSERT_TRUE(branches.out.ends_with(" -> ? [untraced] interrupt\n")) << branches.out;
+  const size_t last = branches.out.rfind('\n', branches.out.size() - 2) + 1;
+  EXPECT_TRUE(branches.out.substr(last).starts_with(fmt::format("{:016x} ", ip)))
+      << branches.out.substr(last);
+}
+
 // Every thread that enters `work` gets a snapshot there, and only there: the two worker
 // threads hit it once each (as the ground truth says), the main thread never.
 void ExpectASnapshotAtEveryEntry(const std::string& backend) {
@@ -100,24 +114,10 @@ void ExpectASnapshotAtEveryEntry(const std::string& backend) {
     const size_t at = Find(ran, got);
     ASSERT_NE(at, std::string::npos) << "snapshot 0 is no run of the thread's instructions";
     const size_t entry_index = static_cast<size_t>(entry - ran.begin());
-    ASSERT_GE(entry_index, at);
-    // The decode stops where the packets end: at the call whose TIP says it enters work (or,
-    // past the entry, within work's straight-line start, where no branch has a packet yet).
-    ASSERT_LE(entry_index, at + got.size()) << "the snapshot ends before work's entry";
-    for (size_t i = entry_index; i < at + got.size(); ++i) {
-      EXPECT_GE(ran[i], work_begin);
-      EXPECT_LT(ran[i], work_end);
-    }
-    EXPECT_LT(at + got.size() - entry_index, 8u);
-    // The snapshot's last packet is that TIP: work's entry.
-    auto packets = RunCommand(
-        {PTDECODE_PATH, "packets", "--tid", std::to_string(tid), "--snapshot", "0", trace});
-    ASSERT_EQ(packets.exit_code, 0) << packets.err;
-    const size_t tip = packets.out.rfind("  tip ");
-    ASSERT_NE(tip, std::string::npos) << packets.out;
-    const std::string last = packets.out.substr(tip, packets.out.find('\n', tip) - tip);
-    EXPECT_THAT(last, HasSubstr(fmt::format("0x{:x}", work_begin)));
-    EXPECT_EQ(packets.out.find('\n', tip), packets.out.size() - 1) << "packets after the TIP";
+    // The decode ends right before work's entry, which has not run in the trace yet: the
+    // thread's trace is disabled there (FUP work, TIP.PGD), its last packets.
+    EXPECT_EQ(at + got.size(), entry_index) << "the snapshot does not end at work's entry";
+    ExpectEndsDisabledAt(trace, tid, 0, work_begin);
     // The end snapshot follows, and it is the thread's end.
     const std::vector<uint64_t> end = SnapshotInsns(trace, tid, 1);
     ASSERT_FALSE(end.empty());
@@ -177,17 +177,54 @@ void ExpectOnlyTheFirstHitToSnapshot(const std::string& backend) {
     const auto entry = std::find(ran.begin(), ran.end(), work_begin);
     ASSERT_NE(entry, ran.end());
     const size_t entry_index = static_cast<size_t>(entry - ran.begin());
-    EXPECT_GE(entry_index, at);
-    EXPECT_LE(entry_index, at + first.size());
-    for (size_t i = entry_index; i < at + first.size(); ++i) {
-      EXPECT_GE(ran[i], work_begin);
-      EXPECT_LT(ran[i], work_end);
-    }
+    EXPECT_EQ(at + first.size(), entry_index);
     const std::vector<uint64_t> end = SnapshotInsns(trace, tid, 1);
     ASSERT_FALSE(end.empty());
     EXPECT_TRUE(std::equal(end.begin(), end.end(), ran.end() - end.size()));
   }
   EXPECT_EQ(triggered, 1);
+}
+
+// FUNC entered by a direct call (no packet of its own): e2e_filter_calls' traced() calls
+// direct() six times. The first entry's snapshot ends with that call, at direct's entry (it
+// ended at the last conditional branch's packet before, short of the call).
+void ExpectASnapshotAtADirectCall(const std::string& backend) {
+  testing::TempDir dir;
+  const std::string trace = dir.File("t.pt"), truth_file = dir.File("t.truth");
+  const std::string program = dir.Copy(E2E_PROGRAM_DIR "/e2e_filter_calls", "calls");
+  auto rec = RunCommand({PTRECORD_PATH, "--emulate=" + backend, "--trigger", "uprobe:direct",
+                         "--trigger-count", "1", "--ground-truth", truth_file, "-o", trace, "--",
+                         program});
+  if (Denied(rec.err)) GTEST_SKIP() << "perf_event_open or ptrace denied: " << rec.err;
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  EXPECT_THAT(rec.err, HasSubstr("; 6 hits of uprobe:direct, 1 snapshot at them"));
+  const PerThread truth = ReadTruth(truth_file);
+  ASSERT_EQ(truth.size(), 1u);
+  const auto& [tid, ran] = *truth.begin();
+  const uint64_t direct = NmRange(program, "direct").first;
+  const auto [traced_begin, traced_end] = NmRange(program, "traced");
+  const auto entry = std::find(ran.begin(), ran.end(), direct);
+  ASSERT_NE(entry, ran.end());
+  ASSERT_NE(entry, ran.begin());
+  const uint64_t call = *(entry - 1);  // the call in traced(), by the ground truth
+  EXPECT_GE(call, traced_begin);
+  EXPECT_LT(call, traced_end);
+  const std::vector<uint64_t> got = SnapshotInsns(trace, tid, 0);
+  ASSERT_FALSE(got.empty());
+  EXPECT_EQ(got.back(), call);
+  const size_t at = Find(ran, got);
+  ASSERT_NE(at, std::string::npos) << "snapshot 0 is no run of the thread's instructions";
+  EXPECT_EQ(at + got.size(), static_cast<size_t>(entry - ran.begin()));
+  ExpectEndsDisabledAt(trace, tid, 0, direct);
+}
+
+TEST(TriggerCliTest, ASnapshotAtADirectlyCalledFunctionEndsWithTheCall) {
+  ExpectASnapshotAtADirectCall("step");
+}
+
+TEST(TriggerCliTest, UnderQemuASnapshotAtADirectlyCalledFunctionEndsWithTheCall) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  ExpectASnapshotAtADirectCall("qemu");
 }
 
 TEST(TriggerCliTest, TriggerCountSnapshotsOnlyTheFirstHitOfAnyThread) {
@@ -259,18 +296,13 @@ void ExpectACrashSnapshot(const std::string& backend, bool in_thread) {
   EXPECT_GE(ip, fn_begin);
   EXPECT_LT(ip, fn_end);
   // The fault did not retire: the ground truth ends right before it. The snapshot decodes to
-  // a run of the thread's instructions that ends where its packets do: at most a few
-  // straight-line instructions of the function (which need no packet) before the fault.
+  // a run of the thread's instructions that ends there too.
   const std::vector<uint64_t> got = SnapshotInsns(trace, tid, 0);
   ASSERT_FALSE(got.empty());
   const size_t at = Find(ran, got);
   ASSERT_NE(at, std::string::npos) << "the crash snapshot is no run of the thread's instructions";
-  const size_t end = at + got.size();
-  EXPECT_LE(ran.size() - end, 8u);
-  for (size_t i = end; i < ran.size(); ++i) {
-    EXPECT_GE(ran[i], fn_begin);
-    EXPECT_LT(ran[i], fn_end);
-  }
+  // The stream ends at the fault itself (FUP, TIP.PGD): the decode is the thread's end.
+  EXPECT_EQ(at + got.size(), ran.size());
   // The function's instructions by objdump: the faulting one is the one after the thread's
   // last (the truth's last step is in the function, straight-line to the fault).
   const std::vector<uint64_t> fn = ObjdumpInstructions(kCrash, in_thread ? "fault" : "main");
@@ -279,10 +311,7 @@ void ExpectACrashSnapshot(const std::string& backend, bool in_thread) {
     return it == fn.end() || it + 1 == fn.end() ? 0 : *(it + 1);
   };
   EXPECT_EQ(ip, next_of(ran.back()));
-  if (backend == "qemu") {
-    // The stream ends at the fault itself (FUP, TIP.PGD): the decode is the thread's end.
-    EXPECT_EQ(end, ran.size());
-  }
+  ExpectEndsDisabledAt(trace, tid, 0, ip);
   // It is the thread's last snapshot: no end round after the crash.
   auto second =
       RunCommand({PTDECODE_PATH, "insn", "--tid", std::to_string(tid), "--snapshot", "1", trace});
