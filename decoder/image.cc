@@ -341,14 +341,73 @@ absl::StatusOr<std::unique_ptr<ProgramImage>> ProgramImage::Create(
   return result;
 }
 
-void ProgramImage::AddMapping(const Mapping& m) {
-  fast_decoder_graphs_.reset();  // made of the code before
-  auto less = [](const Mapping& a, const Mapping& b) { return a.begin < b.begin; };
-  mappings_.insert(std::upper_bound(mappings_.begin(), mappings_.end(), m, less), m);
-  if (m.memory != nullptr) {
-    memory_mappings_.insert(
-        std::upper_bound(memory_mappings_.begin(), memory_mappings_.end(), m, less), m);
+namespace {
+
+// [begin, end) of `m` as a mapping of its own (memory bytes from there on).
+template <typename M>
+M Part(const M& m, uint64_t begin, uint64_t end) {
+  M part = m;
+  if (part.memory != nullptr) part.memory += begin - m.begin;
+  part.begin = begin;
+  part.end = end;
+  return part;
+}
+
+// Puts `m` into `list` (sorted by begin, no two overlapping) in place of what it overlaps:
+// the mappings it covers go, one it covers in part keeps the rest. Calls `replaced(old, begin,
+// end)` for each part it takes. O(log n + k) for k overlapped, plus the insertion's move.
+template <typename M, typename F>
+void Overlay(std::vector<M>& list, const M& m, F&& replaced) {
+  auto first =
+      std::partition_point(list.begin(), list.end(), [&](const M& e) { return e.end <= m.begin; });
+  auto last = first;
+  while (last != list.end() && last->begin < m.end) ++last;
+  std::vector<M> in{};
+  if (first != last && first->begin < m.begin) in.push_back(Part(*first, first->begin, m.begin));
+  for (auto it = first; it != last; ++it) {
+    replaced(*it, std::max(it->begin, m.begin), std::min(it->end, m.end));
   }
+  in.push_back(m);
+  if (first != last && std::prev(last)->end > m.end) {
+    in.push_back(Part(*std::prev(last), m.end, std::prev(last)->end));
+  }
+  const auto at = list.erase(first, last);
+  list.insert(at, in.begin(), in.end());
+}
+
+}  // namespace
+
+// The rule of libipt's image (pt_image_add: sections that the new one overlaps are shrunk or
+// split; the read callback serves only addresses no section holds), kept here too so that the
+// fast decoder and symbols see the same code as libipt's decoders: a file section replaces
+// what it overlaps, captured bytes fill only what no file section holds and replace older
+// captured bytes.
+void ProgramImage::AddMapping(const Mapping& m) {
+  if (m.begin >= m.end) return;
+  fast_decoder_graphs_.reset();  // made of the code before
+  auto note = [&](const Mapping& old, uint64_t begin, uint64_t end) {
+    if (files_[old.file].name != files_[m.file].name) {
+      overlaps_.push_back({begin, end, old.file, m.file});
+    }
+  };
+  if (m.memory == nullptr) {
+    // (The callback's runs under it stay in memory_mappings_: libipt no longer asks for them.)
+    Overlay(mappings_, m, note);
+    return;
+  }
+  Overlay(memory_mappings_, m, [](const Mapping&, uint64_t, uint64_t) {});
+  // In mappings_, only the parts of m outside every file section.
+  uint64_t from = m.begin;
+  std::vector<Mapping> holes;
+  auto it = std::partition_point(mappings_.begin(), mappings_.end(),
+                                 [&](const Mapping& e) { return e.end <= m.begin; });
+  for (; it != mappings_.end() && it->begin < m.end; ++it) {
+    if (it->memory != nullptr) continue;
+    if (it->begin > from) holes.push_back(Part(m, from, it->begin));
+    from = std::max(from, it->end);
+  }
+  if (from < m.end) holes.push_back(Part(m, from, m.end));
+  for (const Mapping& h : holes) Overlay(mappings_, h, note);
 }
 
 absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
@@ -477,6 +536,14 @@ void ProgramImage::SortSymbols() const {
   symbols_.erase(std::unique(symbols_.begin(), symbols_.end(),
                              [](const Symbol& a, const Symbol& b) { return a.begin == b.begin; }),
                  symbols_.end());
+  // A symbol whose code a later mapping of another file replaced (AddMapping) names that
+  // file's code no more.
+  if (!overlaps_.empty()) {
+    std::erase_if(symbols_, [this](const Symbol& s) {
+      const int file = FileAt(s.begin);
+      return file >= 0 && files_[static_cast<size_t>(file)].name != files_[s.image].name;
+    });
+  }
   for (size_t i = 0; i + 1 < symbols_.size(); ++i) {
     symbols_[i].end = std::min(symbols_[i].end, symbols_[i + 1].begin);
   }
@@ -686,13 +753,9 @@ int ProgramImage::ReadMemory(uint8_t* buffer, size_t size, const pt_asid* /*asid
 const ProgramImage::Mapping* ProgramImage::MappingAt(uint64_t ip) const {
   auto it = std::upper_bound(mappings_.begin(), mappings_.end(), ip,
                              [](uint64_t v, const Mapping& m) { return v < m.begin; });
-  while (it != mappings_.begin()) {
-    --it;
-    if (ip < it->end) return &*it;
-    // Mappings rarely overlap; look one further back in case an earlier one is longer.
-    if (it != mappings_.begin() && std::prev(it)->end <= ip) break;
-  }
-  return nullptr;
+  if (it == mappings_.begin()) return nullptr;
+  --it;  // mappings_ never overlap (AddMapping)
+  return ip < it->end ? &*it : nullptr;
 }
 
 size_t ProgramImage::Read(uint64_t ip, uint8_t* out, size_t size) const {

@@ -152,6 +152,13 @@ class ProgramImage {
   AddressRange HoleAround(uint64_t ip) const;
 
   const std::vector<ImageFile>& files() const { return files_; }
+  // Where a mapping replaced part of an earlier mapping of another file (the code there is
+  // the later file's, for every decoder: AddMapping), in the order added.
+  struct Overlap {
+    uint64_t begin = 0, end = 0;
+    uint32_t replaced = 0, by = 0;  // indexes into files()
+  };
+  const std::vector<Overlap>& overlaps() const { return overlaps_; }
   // Function symbols sorted by address, without overlaps of equal start. Like SymbolAt, the
   // first call after symbols were added sorts them (once for all the files added, not once per
   // file), so an image must not be read from two threads while it is being built. Each file's
@@ -234,8 +241,9 @@ class ProgramImage {
   ImagePtr image_;
   std::shared_ptr<pt_image_section_cache> iscache_;
   std::vector<ImageFile> files_;
-  std::vector<Mapping> mappings_;         // sorted by begin
-  std::vector<Mapping> memory_mappings_;  // the page-dump subset, sorted, for the callback
+  std::vector<Mapping> mappings_;         // sorted by begin, no two overlapping (AddMapping)
+  std::vector<Mapping> memory_mappings_;  // the bytes in memory, sorted, for the callback
+  std::vector<Overlap> overlaps_;
   std::vector<std::unique_ptr<uint8_t[]>> memory_;
   std::unordered_map<std::string, std::optional<LinkSymbols>> link_symbols_;  // by path
   std::vector<std::shared_ptr<void>> owners_;  // what keeps AddBytes' bytes valid

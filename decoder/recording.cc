@@ -677,6 +677,19 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
       }
     }
   }
+  // Code of two files at one address in one image: the later mapping's is decoded throughout.
+  for (const ProgramImage::Overlap& o : image->overlaps()) {
+    const std::string& replaced = image->files()[o.replaced].name;
+    const std::string& by = image->files()[o.by].name;
+    if (!warned_.insert(fmt::format("overlap {} {}\n{}", pid, replaced, by)).second) continue;
+    warnings_.push_back(fmt::format(
+        "process {}: {} was mapped at {:#x}-{:#x} where {} was before; {} the code there is "
+        "decoded as {}'s throughout, so what ran there of {} decodes wrongly",
+        pid, by, o.begin, o.end, replaced,
+        epoch == kAllEpochs ? "without timestamps in the trace (tsc=0) to tell its programs apart,"
+                            : "one image holds every mapping of a program:",
+        by, replaced));
+  }
   ProgramImage* raw = image.get();
   images_.emplace(std::make_pair(pid, epoch), std::move(image));
   return raw;

@@ -167,6 +167,79 @@ TEST_F(DebugFileTest, AFileIsReadOnceForAllItsMappings) {
   fs::remove_all(dir);
 }
 
+// Bytes [offset, offset + n) of the file at `path`, read with ifstream (the oracle).
+std::vector<uint8_t> FileBytes(const std::string& path, uint64_t offset, size_t n) {
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(static_cast<std::streamoff>(offset));
+  std::vector<uint8_t> out(n);
+  in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(n));
+  EXPECT_TRUE(in) << path;
+  return out;
+}
+
+std::vector<uint8_t> ImageBytes(const ProgramImage& image, uint64_t address, size_t n) {
+  std::vector<uint8_t> out(n);
+  EXPECT_EQ(image.Read(address, out.data(), n), n) << std::hex << address;
+  return out;
+}
+
+// Two files mapped at one address range in one image (a program and the one it execs, in a
+// recording without time; a library and the one dlopen'd where it was): the later mapping's
+// code is read there, the earlier one's around it, as libipt's image does (pt_image_add
+// splits the sections a new one overlaps); captured bytes fill only what no file holds.
+// Before, the fast decoder read the earlier file (the first mapping starting at or below the
+// address) while libipt read the later one.
+TEST_F(DebugFileTest, AMappingReplacesWhatItOverlapsOfAnEarlierOne) {
+  auto image = ProgramImage::Create();
+  ASSERT_THAT(image, IsOk());
+  ProgramImage& im = **image;
+  const std::string a = kDir + "/tiny_full.elf", b = "/usr/bin/true";
+  const uint64_t a_size = fs::file_size(a);
+  constexpr uint64_t kBase = 0x900000;  // where tiny_full.elf is linked
+  // true's bytes [0x1000, 0x1040) over a's, inside a's code (leaf, collatz, fib, work, _start
+  // from 0x901000 by nm).
+  constexpr uint64_t kFrom = kBase + 0x1000, kTo = kBase + 0x1040;
+  ASSERT_GE(a_size, 0x1100u);
+  ASSERT_THAT(im.AddFileMapping(a, kBase, a_size, 0), IsOk());
+  const size_t a_symbols = im.symbols().size();
+  ASSERT_THAT(im.AddFileMapping(b, kFrom, kTo - kFrom, 0x1000), IsOk());
+  EXPECT_EQ(ImageBytes(im, kFrom - 16, 16), FileBytes(a, 0xff0, 16));
+  EXPECT_EQ(ImageBytes(im, kFrom, 16), FileBytes(b, 0x1000, 16));
+  EXPECT_EQ(ImageBytes(im, kTo - 16, 16), FileBytes(b, 0x1030, 16));
+  EXPECT_EQ(ImageBytes(im, kTo, 16), FileBytes(a, 0x1040, 16));
+  EXPECT_EQ(im.FileAt(kFrom - 1), 0);
+  EXPECT_EQ(im.FileAt(kFrom), 1);
+  EXPECT_EQ(im.FileAt(kTo), 0);
+  ASSERT_THAT(im.overlaps(), SizeIs(1u));
+  EXPECT_EQ(im.overlaps()[0].begin, kFrom);
+  EXPECT_EQ(im.overlaps()[0].end, kTo);
+  EXPECT_EQ(im.overlaps()[0].replaced, 0u);
+  EXPECT_EQ(im.overlaps()[0].by, 1u);
+  // a's symbols starting in the replaced range name its code no more; the others stay.
+  size_t inside = 0;
+  for (const Symbol& s : full_->symbols()) inside += s.begin >= kFrom && s.begin < kTo;
+  ASSERT_GT(inside, 0u);
+  EXPECT_EQ(im.symbols().size(), a_symbols - inside);
+  for (const Symbol& s : im.symbols()) {
+    EXPECT_TRUE(s.begin < kFrom || s.begin >= kTo) << s.name;
+  }
+  // Captured bytes over a file and a hole: the file keeps its part, the hole gets the rest.
+  const uint64_t end_of_a = kBase + a_size;
+  im.AddBytes("captured", end_of_a - 0x100, std::vector<uint8_t>(0x200, 0xcc));
+  EXPECT_EQ(ImageBytes(im, end_of_a - 16, 16), FileBytes(a, a_size - 16, 16));
+  EXPECT_EQ(im.FileAt(end_of_a - 1), 0);
+  EXPECT_EQ(im.FileAt(end_of_a), 2);
+  EXPECT_EQ(ImageBytes(im, end_of_a, 4), std::vector<uint8_t>(4, 0xcc));
+  // Later captured bytes replace earlier ones.
+  im.AddBytes("again", end_of_a + 8, std::vector<uint8_t>(8, 0x90));
+  EXPECT_EQ(ImageBytes(im, end_of_a + 4, 4), std::vector<uint8_t>(4, 0xcc));
+  EXPECT_EQ(ImageBytes(im, end_of_a + 8, 8), std::vector<uint8_t>(8, 0x90));
+  EXPECT_EQ(ImageBytes(im, end_of_a + 16, 4), std::vector<uint8_t>(4, 0xcc));
+  EXPECT_EQ(im.FileAt(end_of_a + 8), 3);
+  EXPECT_EQ(im.FileAt(end_of_a + 16), 2);
+  EXPECT_THAT(im.overlaps(), SizeIs(2u));  // "again" over "captured"
+}
+
 TEST_F(DebugFileTest, ADebugFileOfAnotherBuildIsNotUsed) {
   const std::string dir = FreshDir("otherbuild");
   fs::copy_file(kDir + "/tiny_split.elf", dir + "/prog");
