@@ -514,11 +514,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
 
   // --- Go ------------------------------------------------------------------------------------
   if (workload) {
-    absl::Status go = workload->Go();
-    if (go.code() == absl::StatusCode::kNotFound) {
-      go.SetPayload(kExitCodePayload, absl::Cord("127"));  // the file is removed on return
-    }
-    PTKIT_RETURN_IF_ERROR(go);
+    PTKIT_RETURN_IF_ERROR(workload->Go());  // (the file is removed on return)
   } else {
     for (auto& s : sources) {
       PTKIT_RETURN_IF_ERROR(s->Enable());  // the trace event and its peers

@@ -20,6 +20,7 @@
 #include "record/pmu_registry.h"
 #include "record/ring_buffer.h"
 #include "record/trace_source.h"
+#include "record/workload.h"
 
 namespace ptkit::record {
 
@@ -102,10 +103,6 @@ struct SessionResult {
 //  - kPermissionDenied from perf_event_open / mmap with the paranoid/mlock explanation;
 //  - I/O errors of the output file.
 absl::StatusOr<SessionResult> RunSession(const SessionOptions& options);
-
-// Errors that map to a specific process exit code carry it as a payload under this URL
-// (e.g. "127" for program not found).
-inline constexpr char kExitCodePayload[] = "ptkit.dev/exit-code";
 
 }  // namespace ptkit::record
 

@@ -12,7 +12,9 @@
 #include <string_view>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "ptkit/errno_text.h"
 #include "ptkit/status.h"
 #include "record/text_util.h"
 
@@ -26,6 +28,25 @@ std::string FindOnPath(const std::string& name) {
     if (::access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
+}
+
+absl::Status ExecFailure(const std::string& name, int err) {
+  absl::Status s;
+  if (err == ENOENT && name.find('/') != std::string::npos && ::access(name.c_str(), F_OK) == 0) {
+    // The file is there: what it needs to run is not.
+    s = absl::NotFoundError(absl::StrCat(
+        name,
+        ": cannot execute: its interpreter (#! line, or the ELF program's loader) does "
+        "not exist"));
+  } else if (err == ENOENT) {
+    s = absl::NotFoundError(absl::StrCat("program not found: ", name));
+  } else {
+    const std::string text = absl::StrCat(name, ": cannot execute: ", ErrnoText(err));
+    s = err == EACCES || err == EPERM ? absl::PermissionDeniedError(text)
+                                      : absl::FailedPreconditionError(text);
+  }
+  s.SetPayload(kExitCodePayload, absl::Cord(err == ENOENT ? "127" : "126"));
+  return s;
 }
 
 absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Park park) {
@@ -142,8 +163,7 @@ absl::Status Workload::Go() {
   if (e.ok() && *e == 0) return absl::OkStatus();
   Wait();
   if (!e.ok()) return e.status();
-  if (*e == ENOENT) return absl::NotFoundError(absl::StrCat("program not found: ", name_));
-  return ErrnoStatus(*e, "execvp ", name_);
+  return ExecFailure(name_, *e);
 }
 
 std::optional<int> Workload::TryReap() {

@@ -34,6 +34,16 @@ struct ParkedChild {
 // when there is none.
 std::string FindOnPath(const std::string& name);
 
+// Errors that map to a specific process exit code carry it as a payload under this URL
+// (e.g. "127" for program not found).
+inline constexpr char kExitCodePayload[] = "ptkit.dev/exit-code";
+
+// The error for a workload `name` whose execve/execvp failed with `err`, with env(1)'s exit
+// codes: kNotFound with 127 for ENOENT ("program not found: NAME", or for a file that is there
+// "NAME: cannot execute: its interpreter ... does not exist"); else "NAME: cannot execute:
+// REASON" with 126 (kPermissionDenied for EACCES and EPERM, kFailedPrecondition otherwise).
+absl::Status ExecFailure(const std::string& name, int err);
+
 // Forks the child (nothing is reaped or killed here: the caller owns the pid). Everything the
 // child needs is prepared before fork (after it only async-signal-safe calls are made).
 // Errors: kInvalidArgument for an empty argv, the errno of pipe2/fork.
@@ -59,8 +69,7 @@ class Workload {
   pid_t pid() const { return pid_; }
 
   // Lets the child exec (execvp: PATH lookup) and waits until it has either exec'd or
-  // failed. Errors: kNotFound "program not found: NAME" (ENOENT), kPermissionDenied
-  // (EACCES), other exec errnos; the child is reaped in that case.
+  // failed. Errors: ExecFailure's for the exec's errno; the child is reaped in that case.
   absl::Status Go();
 
   // Non-blocking: the exit status once the child has exited (waitpid WNOHANG), else nullopt.

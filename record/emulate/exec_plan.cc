@@ -6,6 +6,7 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <string_view>
@@ -29,14 +30,18 @@ bool HaveBinfmtMisc() {
 }  // namespace
 
 ExecPlan PlanFile(std::string path, Exec* e) {
+  auto fails = [e](int err) {
+    e->error = err;
+    return ExecPlan::kFails;
+  };
   for (int depth = 0; depth <= 4; ++depth) {  // BINPRM_MAX_RECURSION
     struct stat st {};
-    if (stat(path.c_str(), &st) != 0) return ExecPlan::kFails;  // ENOENT, ENOTDIR, ELOOP, ...
+    if (stat(path.c_str(), &st) != 0) return fails(errno);  // ENOENT, ENOTDIR, ELOOP, ...
     if (!S_ISREG(st.st_mode) || faccessat(AT_FDCWD, path.c_str(), X_OK, AT_EACCESS) != 0) {
-      return ExecPlan::kFails;  // EACCES
+      return fails(EACCES);
     }
     struct statvfs fs {};
-    if (statvfs(path.c_str(), &fs) == 0 && (fs.f_flag & ST_NOEXEC) != 0) return ExecPlan::kFails;
+    if (statvfs(path.c_str(), &fs) == 0 && (fs.f_flag & ST_NOEXEC) != 0) return fails(EACCES);
     const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return ExecPlan::kNotFollowed;  // execute-only: qemu cannot read it
     char buf[256] = {};                         // BINPRM_BUF_SIZE
@@ -67,13 +72,13 @@ ExecPlan PlanFile(std::string path, Exec* e) {
       }
       if (!interp_ok) return ExecPlan::kNotFollowed;
       struct stat ist {};
-      if (!interp.empty() && stat(interp.c_str(), &ist) != 0) return ExecPlan::kFails;  // ENOENT
+      if (!interp.empty() && stat(interp.c_str(), &ist) != 0) return fails(ENOENT);
       e->program = path;
       return ExecPlan::kFollow;
     }
     if (got < 2 || buf[0] != '#' || buf[1] != '!') {
       // ENOEXEC, unless a binfmt_misc handler takes it.
-      return HaveBinfmtMisc() ? ExecPlan::kNotFollowed : ExecPlan::kFails;
+      return HaveBinfmtMisc() ? ExecPlan::kNotFollowed : fails(ENOEXEC);
     }
     // binfmt_script.c: the line ends at a newline (or the buffer's end, if the name is
     // terminated before it); a NUL ends the strings.
@@ -83,7 +88,7 @@ ExecPlan PlanFile(std::string path, Exec* e) {
       const size_t name = line.find_first_not_of(" \t");
       if (name == std::string_view::npos ||
           line.find_first_of(std::string_view(" \t\0", 3), name) == std::string_view::npos) {
-        return ExecPlan::kFails;  // ENOEXEC: the interpreter's name is cut off
+        return fails(ENOEXEC);  // the interpreter's name is cut off
       }
     } else {
       line = line.substr(0, nl);
@@ -91,7 +96,7 @@ ExecPlan PlanFile(std::string path, Exec* e) {
     line = line.substr(0, line.find('\0'));
     while (!line.empty() && SpaceTab(line.back())) line.remove_suffix(1);
     while (!line.empty() && SpaceTab(line.front())) line.remove_prefix(1);
-    if (line.empty()) return ExecPlan::kFails;  // ENOEXEC: no interpreter
+    if (line.empty()) return fails(ENOEXEC);  // no interpreter
     const size_t sep = line.find_first_of(" \t");
     const std::string name(line.substr(0, sep));
     std::vector<std::string> argv = {name};

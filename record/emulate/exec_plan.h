@@ -21,13 +21,14 @@ struct Exec {
   std::vector<std::string> argv;  // the new program's, argv[0] included
   std::vector<std::string> envp;
   std::string comm;  // the kernel's: the basename of the file execve was given
+  int error = 0;     // PlanFile's kFails: the errno execve returns (ENOEXEC: not a program)
 };
 
 // The kernel's checks and loaders, for the file `path` (fs/exec.c do_open_execat: a regular
 // file, executable, not on a noexec mount; fs/binfmt_script.c: "#!" INTERPRETER [ARG] in the
 // first 256 bytes, argv becomes INTERPRETER [ARG] PATH argv[1..], looked up again;
 // fs/binfmt_elf.c: the ELF class, machine and PT_INTERP). Sets e->program and, for a script,
-// e->argv (e->argv holds the argv execve was given).
+// e->argv (e->argv holds the argv execve was given); for kFails, e->error.
 ExecPlan PlanFile(std::string path, Exec* e);
 
 }  // namespace ptkit::emulate

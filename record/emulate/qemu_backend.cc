@@ -156,26 +156,30 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
         "--emulate=step for them");
   }
   PTKIT_ASSIGN_OR_RETURN(QemuSetup setup, FindQemu(options.qemu_plugin, options.self_exe));
-  const std::string program = record::FindOnPath(options.argv.at(0));
-  if (program.empty()) {
-    absl::Status s = absl::NotFoundError(absl::StrCat("program not found: ", options.argv[0]));
-    s.SetPayload(record::kExitCodePayload, absl::Cord("127"));
-    return s;
-  }
+  // As execvp finds it: a name with a '/' is itself (execve says what is wrong with it).
+  const std::string& name = options.argv.at(0);
+  std::string program = record::FindOnPath(name);
+  if (program.empty() && name.find('/') != std::string::npos) program = name;
+  if (program.empty()) return record::ExecFailure(name, ENOENT);
   // What the kernel would load (PlanFile): qemu-x86_64 loads only ELF programs (given a #!
   // script it exits 1 without a word), so a script runs as the kernel runs it, its
-  // interpreter with the script's path in its argv.
+  // interpreter with the script's path in its argv. A file the kernel refuses as no program
+  // (ENOEXEC) execvp runs with /bin/sh, as a shell script (glibc's maybe_script_execute).
   Exec exec;
   exec.argv = options.argv;
-  if (const ExecPlan plan = PlanFile(program, &exec); plan != ExecPlan::kFollow) {
+  ExecPlan plan = PlanFile(program, &exec);
+  if (plan == ExecPlan::kFails && exec.error == ENOEXEC) {
+    exec.argv.insert(exec.argv.begin() + 1, program);
+    exec.argv[0] = "/bin/sh";
+    plan = PlanFile("/bin/sh", &exec);
+  }
+  if (plan == ExecPlan::kFails) return record::ExecFailure(name, exec.error);
+  if (plan == ExecPlan::kNotFollowed) {
     absl::Status s = absl::FailedPreconditionError(absl::StrCat(
         program,
-        plan == ExecPlan::kFails
-            ? ": the kernel would not run it (not an executable regular file, on a noexec "
-              "mount, not a program nor a #! script, or its interpreter is missing)"
-            : ": not an x86-64 ELF program nor a #! script of one, so qemu-x86_64 cannot run it "
-              "(an i386 program, a format binfmt_misc runs, or a file it cannot read); record it "
-              "without --emulate where the CPU has Intel PT"));
+        ": not an x86-64 ELF program nor a #! script of one, so qemu-x86_64 cannot run it "
+        "(an i386 program, a format binfmt_misc runs, or a file it cannot read); record it "
+        "without --emulate where the CPU has Intel PT"));
     s.SetPayload(record::kExitCodePayload, absl::Cord("126"));
     return s;
   }

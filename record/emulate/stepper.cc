@@ -938,13 +938,7 @@ absl::StatusOr<StepperResult> Run::Go() {
   if (!WIFSTOPPED(status) || (status >> 16) != PTRACE_EVENT_EXEC) {
     absl::StatusOr<int> e = record::ReadExecErrno(child.exec_error, options_.argv[0]);
     kill_and_reap(absl::OkStatus()).IgnoreError();
-    if (e.ok() && *e != 0) {
-      absl::Status not_found =
-          absl::NotFoundError(absl::StrCat(options_.argv[0], ": cannot execute: ", ErrnoText(*e)));
-      // The shell's "command not found" exit code, for ptrecord.
-      not_found.SetPayload(record::kExitCodePayload, absl::Cord("127"));
-      return not_found;
-    }
+    if (e.ok() && *e != 0) return record::ExecFailure(options_.argv[0], *e);
     return absl::InternalError("the workload did not reach execve");
   }
   child.exec_error.reset();

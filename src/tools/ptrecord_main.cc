@@ -3,7 +3,7 @@
 //
 // Exit codes: the workload's status when recording succeeded (0 without a workload; 128 + N
 // when signal N killed it); stopped by SIGINT/SIGTERM/SIGHUP while it ran: 128 + that signal;
-// 2 usage errors; 1 runtime failures; 127 program not found.
+// 2 usage errors; 1 runtime failures; 126 found but cannot execute; 127 program not found.
 #include <unistd.h>
 
 #include <cstdio>

@@ -351,6 +351,50 @@ TEST_F(EmulateCliTest, AMissingProgramExits127NamingIt) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
+// The workload runs as execvp runs it, and what cannot run fails as env(1) says it, with
+// every recorder: the kernel's path (--sideband-only here, no PT) and both emulations. A file
+// without #! that the kernel refuses (ENOEXEC) runs as a /bin/sh script (under qemu it was
+// refused, exit 126); a file without x is 126 "Permission denied" (it was 127, "program not
+// found" under qemu); a script whose interpreter is missing, 127 saying so.
+TEST_F(EmulateCliTest, EveryRecorderRunsWhatExecvpRunsAndFailsAsEnvDoes) {
+  auto write = [&](const std::string& name, const std::string& text, mode_t mode) {
+    const std::string path = dir_.File(name);
+    std::ofstream(path) << text;
+    EXPECT_EQ(chmod(path.c_str(), mode), 0);
+    return path;
+  };
+  const std::string text = write("text", "echo \"ran $0 $1\"\n", 0755);
+  const std::string noexec = write("noexec", "#!/bin/sh\necho no\n", 0644);
+  const std::string missing = write("missing", "#!/nonexistent/interpreter\n", 0755);
+  auto env = [](const std::string& path) { return RunCommand({"/usr/bin/env", path, "arg"}); };
+  const auto native = env(text);
+  ASSERT_EQ(native.exit_code, 0) << native.err;
+  ASSERT_EQ(native.out, "ran " + text + " arg\n");
+  EXPECT_EQ(env(noexec).exit_code, 126);
+  EXPECT_EQ(env(missing).exit_code, 127);
+  for (const std::string recorder : {"--sideband-only", "--emulate=step", "--emulate=qemu"}) {
+    SCOPED_TRACE(recorder);
+    if (recorder == "--emulate=qemu" && access("/usr/bin/qemu-x86_64", X_OK) != 0) continue;
+    auto run = [&](const std::string& path) {
+      return RunCommand(
+          {PTRECORD_PATH, recorder, "-o", trace_, "--overwrite-existing", "--", path, "arg"});
+    };
+    auto r = run(text);
+    if (r.err.find("Operation not permitted") != std::string::npos) GTEST_SKIP() << r.err;
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.out, native.out);
+    r = run(noexec);
+    EXPECT_EQ(r.exit_code, 126) << r.err;
+    EXPECT_EQ(r.err, "ptrecord: " + noexec + ": cannot execute: Permission denied\n");
+    r = run(missing);
+    EXPECT_EQ(r.exit_code, 127) << r.err;
+    EXPECT_THAT(r.err, HasSubstr(missing + ": cannot execute: its interpreter"));
+    r = run(dir_.File("nonexistent"));
+    EXPECT_EQ(r.exit_code, 127) << r.err;
+    EXPECT_EQ(r.err, "ptrecord: program not found: " + dir_.File("nonexistent") + "\n");
+  }
+}
+
 TEST_F(EmulateCliTest, AnEventThatCannotBeEmulatedIsAUsageError) {
   auto r = RunCommand({PTRECORD_PATH, "--emulate=step", "--event", "intel_pt//k", "-o",
                        dir_.File("t.pt"), "--", "/bin/true"});
