@@ -298,7 +298,10 @@ class TaskSwitcher : public ImageSwitcher {
     info.name = name_;
     info.pid = task.pid;
     info.tid = task.tid;
-    info.comm = timeline_.CommAt(task.tid, t);
+    // A per-thread stream switches only at an exec, after which its thread is the process's
+    // only one and has the leader's tid (ptrace(2), "execve(2) under ptrace"): the exec's
+    // COMM is the leader's. The thread keeps its tid here, as perf shows it.
+    info.comm = timeline_.CommAt(cpu_ ? task.tid : task.pid, t);
     info.image = image;
     info.context_switch = true;
     sink_.OnStream(info);

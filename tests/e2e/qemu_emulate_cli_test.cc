@@ -323,6 +323,11 @@ TEST_F(QemuEmulateTest, ExecIsFollowedInTheThreadsStream) {
     PerThread truth = ExpectDecodedEqualsTruth(c.name, c.command, c.exit_code, &err, {}, &insn);
     EXPECT_EQ(truth.size(), 2u) << c.name;
     EXPECT_THAT(err, Not(HasSubstr("the trace ends at execve"))) << c.name;
+    // The stream goes on as the new program's (its COMM, the kernel's for the exec: a thread
+    // other than the leader that execs becomes the leader; it was named by its old COMM).
+    EXPECT_THAT(insn, ::testing::ContainsRegex("\\[switch tid [0-9]+: pid [0-9]+ tid [0-9]+ "
+                                               "\\(emulate_fib\\)\\]"))
+        << c.name;
     for (const auto& [program, function] :
          std::vector<std::pair<std::string, std::string>>{{c.command[0], c.before}, {fib, "fib"}}) {
       const auto [start, end] = ::ptkit::testing::NmRange(program, function);
