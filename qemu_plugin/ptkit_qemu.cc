@@ -1476,6 +1476,7 @@ ExecPlan PlanExec(int64_t num, const uint64_t args[6], Exec* e) {
   }
   // qemu-user runs its own program for /proc/self/exe (the guest means the guest's).
   if (path == "/proc/self/exe" && !g->binary.empty()) path = g->binary;
+  e->program = path;  // (PlanFile's when it follows; else the file, for the warning)
   return PlanFile(path, e);
 }
 
@@ -1522,6 +1523,17 @@ void GuestEnvironment(const std::vector<std::string>& guest, std::vector<std::st
 }
 
 // Runs the exec'd program under a new qemu-x86_64 with the plugin, which goes on in `t`'s slot.
+// The first program exec'd natively, untraced (the region's unfollowed_program), for
+// ptrecord's warning.
+void NameUnfollowed(const std::string& program) {
+  if (program.empty()) return;
+  ptk::QemuRegionHeader* h = Header();
+  uint32_t none = 0;
+  if (!h->unfollowed_named.compare_exchange_strong(none, 1)) return;
+  std::snprintf(h->unfollowed_program, sizeof(h->unfollowed_program), "%s", program.c_str());
+  h->unfollowed_named.store(2, std::memory_order_release);
+}
+
 // Returns only when it could not (the ring's descriptor is gone; that execve failed: E2BIG is
 // left to the native call to fail as well).
 void FollowExec(Thread& t, const Exec& e) {
@@ -1530,6 +1542,7 @@ void FollowExec(Thread& t, const Exec& e) {
   if (fstat(g->region_fd, &st) != 0 || st.st_ino != g->region_ino) {
     // The program closed (or reused) the ring's descriptor: the new program runs natively,
     // untraced, as one qemu cannot run (counted in `execs`, ptrecord warns).
+    NameUnfollowed(e.program);
     return;
   }
   std::vector<std::string> args = g->qemu_command;
@@ -1577,11 +1590,13 @@ void FollowExec(Thread& t, const Exec& e) {
 void OnExec(Thread& t, int64_t num) {
   Exec e;
   const ExecPlan plan = PlanExec(num, t.args, &e);
-  Header()->execs.fetch_add(1);
+  ptk::QemuRegionHeader* h = Header();
+  h->execs.fetch_add(1);
   if (plan == ExecPlan::kFails) {
     // The native call fails and returns its errno to the guest; nothing else changes.
     return Move(t);
   }
+  if (plan == ExecPlan::kNotFollowed) NameUnfollowed(e.program);
   if (t.pending) Resolve(t, 0);  // its frame goes with the old program
   Move(t);
   // The other threads vanish with the old program: they end now (if the call fails after

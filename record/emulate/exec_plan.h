@@ -17,7 +17,8 @@ enum class ExecPlan {
 };
 
 struct Exec {
-  std::string program;            // the ELF file qemu-x86_64 loads
+  std::string program;  // the ELF file qemu-x86_64 loads (kFollow; else the plugin puts the
+                        // file execve was given there)
   std::vector<std::string> argv;  // the new program's, argv[0] included
   std::vector<std::string> envp;
   std::string comm;  // the kernel's: the basename of the file execve was given

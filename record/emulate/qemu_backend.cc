@@ -529,8 +529,15 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
         "last bytes of trace (up to one chunk) are missing"));
   }
   if (uint32_t n = h->execs.load(); n > 0) {
+    std::string first;
+    if (h->unfollowed_named.load(std::memory_order_acquire) == 2) {
+      first = absl::StrCat(
+          " of ", std::string(h->unfollowed_program,
+                              strnlen(h->unfollowed_program, sizeof(h->unfollowed_program))));
+    }
     result.warnings.push_back(absl::StrCat(
-        "the trace ends at execve (", n, n == 1 ? " time" : " times",
+        "the trace ends at execve", first, " (", n, n == 1 ? " time" : " times",
+        n > 1 && !first.empty() ? ", the first named" : "",
         "): the new program is not one qemu-x86_64 runs (not an x86-64 ELF program, not "
         "readable, or a file without a name: a memfd, a deleted file), or the program closed "
         "the plugin's descriptor of the ring; it ran natively, untraced"));

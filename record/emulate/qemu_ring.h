@@ -38,7 +38,7 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 7;
+inline constexpr uint32_t kQemuRegionVersion = 8;
 
 // What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
 // plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
@@ -108,6 +108,10 @@ struct QemuRegionHeader {
   // basename of the file it was asked to run (a #! script's, where qemu loads its interpreter),
   // NUL-terminated. Empty: the loaded program's.
   char workload_comm[16];
+  // The program of the first execve counted in `execs` (NUL-terminated, cut at 255 bytes), set
+  // once by whoever sets unfollowed_named from 0 to 1 (then 2 when written).
+  std::atomic<uint32_t> unfollowed_named;
+  char unfollowed_program[256];
 };
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
