@@ -70,10 +70,18 @@ struct AuxPiece {
   const Piece* piece = nullptr;
 };
 
+// JIT code as a file of its own (kExportedJitDir), for perf.
+struct JitFile {
+  std::string path;
+  std::vector<uint8_t> build_id;
+  std::vector<uint8_t> bytes;
+};
+
 struct Scan {
   nlohmann::json metadata = nlohmann::json::object();
   std::vector<uint8_t> sideband;  // the records, flattened
   std::vector<SidebandRef> records;
+  std::vector<JitFile> jit;      // an MMAP2 in `records` maps each
   std::vector<AuxPiece> pieces;  // stream by stream, each in stream order
   std::vector<Loss> losses;      // kOther: in no sideband record
   std::set<StreamId> streams;
@@ -188,12 +196,64 @@ uint64_t SampleTime(const perf::RecordView& r, uint64_t sample_type) {
 
 // The recording's records, flattened, each with its time and sample id: read with the layout
 // of its event (`recorded`: found by its sample id, as perf finds it), else of its batch.
+// The mappings of a process so far: start -> (end, time of its record).
+using Maps = std::map<uint64_t, std::pair<uint64_t, uint64_t>>;
+
+// perf 6.1 decodes code from mapped files only (JIT code through perf inject's files made
+// from a jitdump). For a text poke of a user address (ptrecord --emulate=qemu's JIT code, as
+// RecordingBuilder::AddTextPokes takes them): an MMAP2 with the poke's sample id, mapping its
+// bytes from a file of their own, added to `jit` (its build-id: a hash of the bytes, the
+// address and its number, 20 bytes as a SHA-1's). Its time is that of the mapping the code is
+// in (`maps`, the JIT's anonymous memory), not the poke's: the poke is written when qemu
+// translates the code, after the trace's last timestamp before it runs, and perf would decode
+// that code before it saw the mapping. So every version of code at one address is mapped from
+// the start, the last one on top, as ptdecode takes the last bytes for the whole run.
+// Nothing for other records.
+std::optional<std::vector<uint8_t>> JitMapping(const perf::RecordView& v,
+                                               const perf::SampleIdLayout& layout, const Maps& maps,
+                                               std::vector<JitFile>& jit, uint64_t* time) {
+  if (!(layout.sample_type & PERF_SAMPLE_TID)) return std::nullopt;
+  absl::StatusOr<perf::TextPoke> poke = perf::ParseTextPoke(v, layout);
+  if (!poke.ok() || poke->new_bytes.empty() || poke->addr >= (uint64_t{1} << 47)) {
+    return std::nullopt;
+  }
+  if (auto in = maps.upper_bound(poke->addr); in != maps.begin() &&
+                                              poke->addr < std::prev(in)->second.first &&
+                                              (layout.sample_type & PERF_SAMPLE_TIME)) {
+    poke->sample_id.time = std::min(poke->sample_id.time, std::prev(in)->second.second);
+  }
+  *time = poke->sample_id.time;
+  JitFile f;
+  f.path = fmt::format("{}jitted-{}-{}.so", kExportedJitDir, poke->sample_id.pid, jit.size());
+  f.bytes.assign(poke->new_bytes.begin(), poke->new_bytes.end());
+  uint64_t hash = 0xcbf29ce484222325;  // FNV-1a
+  for (uint8_t b : f.bytes) hash = (hash ^ b) * 0x100000001b3;
+  const uint32_t n = static_cast<uint32_t>(jit.size());
+  f.build_id.resize(20);
+  std::memcpy(f.build_id.data(), &hash, 8);
+  std::memcpy(f.build_id.data() + 8, &poke->addr, 8);
+  std::memcpy(f.build_id.data() + 16, &n, 4);
+  perf::Mmap2 m;
+  m.pid = poke->sample_id.pid;
+  m.tid = poke->sample_id.tid;
+  m.addr = poke->addr;
+  m.len = f.bytes.size();
+  m.build_id = f.build_id;
+  m.prot = PROT_READ | PROT_EXEC;
+  m.flags = MAP_PRIVATE;
+  m.filename = f.path;
+  m.sample_id = poke->sample_id;
+  jit.push_back(std::move(f));
+  return perf::EncodeMmap2(m, layout);
+}
+
 absl::StatusOr<Scan> ScanRecording(const Recording& r,
                                    const std::optional<std::vector<perf::WriterEvent>>& recorded) {
   Scan s;
   s.metadata = r.metadata.ToJson();
   s.warnings = r.warnings;
   std::map<uint64_t, perf::SampleIdLayout> layout_of_id;
+  std::map<uint32_t, Maps> maps;  // by pid (JitMapping)
   if (recorded) {
     for (const perf::WriterEvent& e : *recorded) {
       for (uint64_t id : e.ids) {
@@ -232,8 +292,26 @@ absl::StatusOr<Scan> ScanRecording(const Recording& r,
         ref.id = *id;
         ref.time = id->time;
       }
+      if (v.type == PERF_RECORD_MMAP2) {
+        auto mm = perf::ParseMmap2(v, layout);
+        // An earlier export's mapping of JIT code: made again below, from its text poke.
+        if (mm.ok() && mm->filename.starts_with(kExportedJitDir)) continue;
+        if (mm.ok()) maps[mm->pid][mm->addr] = {mm->addr + mm->len, ref.time};
+      }
       s.sideband.insert(s.sideband.end(), v.bytes.begin(), v.bytes.end());
       s.records.push_back(ref);
+      if (v.type == PERF_RECORD_TEXT_POKE) {
+        auto pid = perf::ParseSampleId(v, layout);
+        if (std::optional<std::vector<uint8_t>> mmap =
+                JitMapping(v, layout, maps[pid.ok() ? pid->pid : 0], s.jit, &ref.time)) {
+          ref.id.time = ref.time;
+          ref.begin = s.sideband.size();
+          ref.size = mmap->size();
+          ref.type = PERF_RECORD_MMAP2;
+          s.sideband.insert(s.sideband.end(), mmap->begin(), mmap->end());
+          s.records.push_back(ref);
+        }
+      }
     }
   }
   const std::string other = LossKindName(LossKind::kOther);
@@ -618,6 +696,7 @@ struct CacheEntry {
   std::vector<uint8_t> build_id;
   bool vdso = false;
   std::vector<const CapturedCode*> ranges;
+  std::span<const uint8_t> bytes;  // else: the whole file (JIT code)
 };
 
 // perf's build-id cache layout (tools/perf/util/build-id.c): DIR/NAME/BUILDID/{elf,vdso} and
@@ -632,6 +711,8 @@ absl::Status WriteCacheEntry(const std::string& dir, const CacheEntry& c, const 
   const fs::path file = entry / (c.vdso ? "vdso" : "elf");
   {
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(c.bytes.data()),
+              static_cast<std::streamsize>(c.bytes.size()));
     // Each range at its file offset; what no range holds stays a hole.
     for (const CapturedCode* r : c.ranges) {
       PTKIT_ASSIGN_OR_RETURN(SpoolView view, CapturedBytes(rec, *r));
@@ -909,8 +990,15 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
   for (const auto& [path, id] : r.build_ids) build_ids.emplace(path, id);
   std::map<std::pair<std::string, std::string>, CacheEntry> cache;  // by path and build-id
   std::set<std::string> uncached;
+  for (const JitFile& j : s.jit) {
+    CacheEntry& e = cache[{j.path, Hex(j.build_id)}];
+    e.path = j.path;
+    e.build_id = j.build_id;
+    e.bytes = j.bytes;
+  }
   for (const auto& [pid, code] : r.captured) {
     for (const CapturedCode& c : code) {
+      if (c.flags & kCodeTextPoke) continue;  // in s.jit
       const bool vdso = c.flags & kCodeVdso;
       std::vector<uint8_t> id = c.build_id;
       if (id.empty() && vdso) {

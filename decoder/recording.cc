@@ -647,8 +647,11 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
     if (!(m.prot & PROT_EXEC) || m.path.empty() || (m.path[0] != '/' && !vdso)) continue;
     bool covered = false;
     for (const CapturedCode& c : code) {
-      // Code from text pokes (JIT code) replaces no file's.
-      if ((c.flags & kCodeTextPoke) && m.path[0] == '/' && m.path != "//anon") continue;
+      // Code from text pokes (JIT code) replaces no file's but the export's files of it.
+      if ((c.flags & kCodeTextPoke) && m.path[0] == '/' && m.path != "//anon" &&
+          !m.path.starts_with(kExportedJitDir)) {
+        continue;
+      }
       covered |= c.address < m.end && m.start < c.address + c.run.size;
     }
     if (covered) continue;

@@ -648,13 +648,22 @@ std::vector<std::pair<uint64_t, uint64_t>> ExecutableRanges(const std::string& p
 // The guest's executable file mappings in [lo, hi), from the host's /proc/self/maps (guest
 // addresses are host addresses) without the host's own mappings. The host maps guest code
 // without PROT_EXEC (it never runs it): the executable part of a mapping is where it maps an
-// executable segment of its ELF file.
-void WriteGuestMappings(Thread& t, uint64_t time, uint64_t lo = 0, uint64_t hi = ~0ull) {
+// executable segment of its ELF file. With `anonymous` (the guest made [lo, hi) executable by
+// mprotect, as the kernel's MMAP2 says for a mapping that becomes executable), its anonymous
+// memory there too, as //anon (JIT code: W^X).
+void WriteGuestMappings(Thread& t, uint64_t time, uint64_t lo = 0, uint64_t hi = ~0ull,
+                        bool anonymous = false) {
   absl::StatusOr<std::vector<ptkit::record::ProcMapping>> maps =
       ptkit::record::ReadProcMaps("self");
   if (!maps.ok()) return Fail("read /proc/self/maps: " + std::string(maps.status().message()));
   for (const ptkit::record::ProcMapping& m : *maps) {
-    if (m.end <= lo || m.start >= hi || m.path.empty() || m.path[0] != '/') continue;
+    if (m.end <= lo || m.start >= hi) continue;
+    if (m.path.empty() && anonymous) {
+      const uint64_t start = std::max(m.start, lo), end = std::min(m.end, hi);
+      WriteMmap(t, start, end - start, 0, PROT_READ | PROT_EXEC, "", time);
+      continue;
+    }
+    if (m.path.empty() || m.path[0] != '/') continue;
     if (g->host_maps.count({m.start, m.end, m.path}) != 0) continue;
     for (const auto& [from, to] : ExecutableRanges(m.path)) {
       // The mapping's file range [m.offset, m.offset + size) against the segment's.
@@ -1684,7 +1693,7 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
     Add(*t, Event::Time(Now()));
   } else if (num == kSysMprotect && (t->args[2] & PROT_EXEC) != 0) {
     std::lock_guard<std::mutex> lock(g->mu);
-    WriteGuestMappings(*t, now, t->args[0], t->args[0] + t->args[1]);
+    WriteGuestMappings(*t, now, t->args[0], t->args[0] + t->args[1], /*anonymous=*/true);
     Add(*t, Event::Time(Now()));
   }
 }
