@@ -75,6 +75,11 @@ class BranchesSink : public Sink {
     prev_kind_ = {};
     AppendErrorLine(out_.buf(), error, options_.json);
   }
+  void OnImage(const ProgramImage& image) override {
+    from_names_.SetImage(&image);
+    to_names_.SetImage(&image);
+    image_ = &image;
+  }
   void OnStream(const StreamInfo& stream) override {
     prev_kind_ = {};
     from_names_.SetImage(stream.image);

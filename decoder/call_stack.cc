@@ -407,9 +407,54 @@ std::string CallStack::DepthWarning() const {
       kMaxFrames, totals_.dropped_frames);
 }
 
-void CallStack::SetImage(const ProgramImage& image) {
+void CallStack::SetImage(const ProgramImage& image, bool same_program) {
+  if (same_program && image_ != nullptr && image_ != &image) followed_.try_emplace(&image, image_);
   image_ = &image;
   cache_ = {1, 0};
+}
+
+int64_t CallStack::CarriedSymbol(const Symbol& sym) const {
+  const std::string& file = image_->files()[sym.image].name;
+  for (auto p = followed_.find(image_); p != followed_.end(); p = followed_.find(p->second)) {
+    const ProgramImage& before = *p->second;
+    const int o = before.SymbolAt(sym.begin);
+    if (o < 0) continue;
+    const Symbol& old = before.symbols()[o];
+    if (old.begin != sym.begin || old.name != sym.name || before.files()[old.image].name != file) {
+      continue;
+    }
+    if (auto f = symbol_function_.find({&before, o}); f != symbol_function_.end()) return f->second;
+  }
+  return -1;
+}
+
+int64_t CallStack::CarriedAddress(uint64_t ip) const {
+  const int file = image_->FileAt(ip);
+  for (auto p = followed_.find(image_); p != followed_.end(); p = followed_.find(p->second)) {
+    const ProgramImage& before = *p->second;
+    const int old = before.FileAt(ip);
+    if (file < 0 || old < 0 || before.files()[old].name != image_->files()[file].name) continue;
+    if (auto f = address_function_.find({&before, ip}); f != address_function_.end()) {
+      return f->second;
+    }
+  }
+  return -1;
+}
+
+int64_t CallStack::CarriedUnknown(int file) const {
+  if (file < 0) return -1;
+  const std::string& name = image_->files()[file].name;
+  for (auto p = followed_.find(image_); p != followed_.end(); p = followed_.find(p->second)) {
+    const ProgramImage& before = *p->second;
+    for (size_t i = 0; i < before.files().size(); ++i) {
+      if (before.files()[i].name != name) continue;
+      if (auto f = unknown_function_.find({&before, static_cast<int64_t>(i)});
+          f != unknown_function_.end()) {
+        return f->second;
+      }
+    }
+  }
+  return -1;
 }
 
 uint32_t CallStack::NewFunction(std::string name, int file, uint64_t address, bool from_address,
@@ -431,8 +476,10 @@ uint32_t CallStack::SymbolFunction(int s) {
   auto [it, inserted] = symbol_function_.try_emplace({image_, s}, 0);
   if (inserted) {
     const Symbol& sym = image_->symbols()[s];
-    it->second = NewFunction(sym.name, static_cast<int>(sym.image), sym.begin, false,
-                             {FunctionKey::kSymbol, s});
+    const int64_t carried = followed_.empty() ? -1 : CarriedSymbol(sym);
+    it->second = carried >= 0 ? static_cast<uint32_t>(carried)
+                              : NewFunction(sym.name, static_cast<int>(sym.image), sym.begin, false,
+                                            {FunctionKey::kSymbol, s});
   }
   return it->second;
 }
@@ -441,8 +488,11 @@ uint32_t CallStack::Unknown(int file) {
   if (image_ == unknown_image_ && file == unknown_file_) return unknown_;
   auto [it, inserted] = unknown_function_.try_emplace({image_, file}, 0);
   if (inserted) {
-    it->second = NewFunction(file < 0 ? "[unmapped]" : FileLabel(image_->files()[file].name), file,
-                             0, false, {FunctionKey::kUnknown, file});
+    const int64_t carried = followed_.empty() ? -1 : CarriedUnknown(file);
+    it->second = carried >= 0
+                     ? static_cast<uint32_t>(carried)
+                     : NewFunction(file < 0 ? "[unmapped]" : FileLabel(image_->files()[file].name),
+                                   file, 0, false, {FunctionKey::kUnknown, file});
   }
   unknown_image_ = image_;
   unknown_file_ = file;
@@ -478,9 +528,12 @@ uint32_t CallStack::AddressFunction(uint64_t ip) {
   if (inserted) {
     // Named by its address in its ELF file (as objdump, addr2line and perf report show it; the
     // same in every run of a PIE program), else by its run-time address.
-    it->second = NewFunction(fmt::format("sub_{:x}", image_->LinkAddress(ip).value_or(ip)),
-                             image_->FileAt(ip), ip, true,
-                             {FunctionKey::kAddress, static_cast<int64_t>(ip)});
+    const int64_t carried = followed_.empty() ? -1 : CarriedAddress(ip);
+    it->second = carried >= 0
+                     ? static_cast<uint32_t>(carried)
+                     : NewFunction(fmt::format("sub_{:x}", image_->LinkAddress(ip).value_or(ip)),
+                                   image_->FileAt(ip), ip, true,
+                                   {FunctionKey::kAddress, static_cast<int64_t>(ip)});
   }
   return it->second;
 }

@@ -122,8 +122,11 @@ class CallStack {
   // every frame is popped (at_end).
   void Reset();
   // Code is looked up in `image` from now on (another process's stream). Functions and their
-  // counts are kept, per image.
-  void SetImage(const ProgramImage& image);
+  // counts are kept, per image. With `same_program` (the program goes on with other code
+  // mapped over some of its code: Sink::OnImage), a function whose code is the same in both
+  // images (the same file, start and name) stays one function, so that the frames on the
+  // stack go on counting as they were.
+  void SetImage(const ProgramImage& image, bool same_program = false);
   // Whether the listener is told of counts (OnCount, once per block; yes unless told not):
   // for a listener that does nothing on them.
   void set_tell_counts(bool on) { count_listener_ = on ? listener_ : nullptr; }
@@ -304,6 +307,12 @@ class CallStack {
   absl::flat_hash_map<Key, uint32_t> unknown_function_;         // (image, file index)
   absl::flat_hash_map<AddressKey, uint32_t> address_function_;  // (image, call target)
   absl::flat_hash_map<AddressKey, uint8_t> call_length_;        // (image, call site)
+  // SetImage's `same_program`: each image -> the one it followed. The function already made
+  // for the same code in one of those, or -1 (SymbolFunction, AddressFunction, Unknown).
+  absl::flat_hash_map<const ProgramImage*, const ProgramImage*> followed_;
+  int64_t CarriedSymbol(const Symbol& sym) const;
+  int64_t CarriedAddress(uint64_t ip) const;
+  int64_t CarriedUnknown(int file) const;
   // CountSplit's runs (function, instructions) of a block all of whose code has symbols.
   using SplitKey = std::tuple<const ProgramImage*, uint64_t, uint64_t, uint16_t, int>;
   // One function's run inside a split block; `jumped`: entered at `entry` by Jump().

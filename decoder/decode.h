@@ -183,6 +183,9 @@ class Sink {
   // Container input: a new stream (or, with context_switch, a new task on the same CPU).
   // The callbacks that follow belong to it and use its image.
   virtual void OnStream(const StreamInfo& stream) {}
+  // The stream's images changed, its task and program did not (code mapped over other code:
+  // a library dlopen'd where a dlclose'd one was): the callbacks that follow use `image`.
+  virtual void OnImage(const ProgramImage& image) {}
   // Trace lost at this point (container input); decoding restarts at the next PSB.
   virtual void OnLoss(const LossInfo& loss) {}
   // The decoder synchronised at the PSB at this trace offset (first sync, after errors).

@@ -45,6 +45,9 @@ class FlowSink : public Sink, public CallStackListener {
     if (!stream.context_switch) model_.ForgetTime();  // another decoder: no time yet
     if (stream.image != nullptr) model_.SetImage(*stream.image);
   }
+  void OnImage(const ProgramImage& image) override {
+    model_.SetImage(image, /*same_program=*/true);
+  }
   void OnLoss(const LossInfo& loss) override {
     model_.Reset();
     model_.ForgetTime();  // the next piece is decoded afresh

@@ -25,6 +25,7 @@ class ForwardingSink : public Sink {
   bool coarse_block_class() const override { return inner_->coarse_block_class(); }
   bool wants_time() const override { return inner_->wants_time(); }
   void OnStream(const StreamInfo& stream) override { inner_->OnStream(stream); }
+  void OnImage(const ProgramImage& image) override { inner_->OnImage(image); }
   void OnLoss(const LossInfo& loss) override { inner_->OnLoss(loss); }
   void OnSync(uint64_t offset) override { inner_->OnSync(offset); }
   void OnTime(uint64_t tsc) override { inner_->OnTime(tsc); }

@@ -104,6 +104,10 @@ class InsnSink : public Sink {
   void OnError(const DecodeError& error) override {
     AppendErrorLine(out_.buf(), error, options_.json);
   }
+  void OnImage(const ProgramImage& image) override {
+    symbols_.SetImage(&image);
+    image_ = &image;
+  }
   void OnStream(const StreamInfo& stream) override {
     symbols_.SetImage(stream.image);
     if (stream.image != nullptr) image_ = stream.image;

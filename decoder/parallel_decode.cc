@@ -698,6 +698,12 @@ void CanonicalBlocks::Flush() {
   if (positions) inner().OnPosition(position_);
 }
 
+// The blocks held were read from the image before.
+void CanonicalBlocks::OnImage(const ProgramImage& image) {
+  Flush();
+  SetImage(image);
+  inner().OnImage(image);
+}
 // A new decoder (which tells the time again) follows a sync, a loss or a new stream.
 void CanonicalBlocks::OnStream(const StreamInfo& stream) {
   Flush();

@@ -83,6 +83,7 @@ class CanonicalBlocks : public ForwardingSink {
   void OnWholeBlock(const pt_block& block, BlockMemo& memo) override;
   void OnWholeRun(const WalkedRun& run) override;
   void OnTime(uint64_t tsc) override;
+  void OnImage(const ProgramImage& image) override;
   void OnStream(const StreamInfo& stream) override;
   void OnLoss(const LossInfo& loss) override;
   void OnSync(uint64_t offset) override;

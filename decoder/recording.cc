@@ -290,6 +290,14 @@ class TaskSwitcher : public ImageSwitcher {
       image = image_for_(task.pid, epoch);
       if (image == nullptr) return nullptr;
     }
+    if (task == task_ && epoch > epoch_ && !ExecBetween(task.pid, epoch_, epoch)) {
+      // Only code mapped over other code (a library dlopen'd where another was): the same
+      // thread and program go on with the new images.
+      epoch_ = epoch;
+      current_ = image;
+      sink_.OnImage(*image);
+      return image;
+    }
     const bool new_image = image != current_;
     task_ = task;
     epoch_ = epoch;
@@ -309,6 +317,15 @@ class TaskSwitcher : public ImageSwitcher {
   }
 
  private:
+  // Whether `pid` exec'd in epochs (from, to].
+  bool ExecBetween(uint32_t pid, size_t from, size_t to) const {
+    const std::vector<Sideband::EpochStart>& starts = timeline_.EpochStarts(pid);
+    for (size_t e = from + 1; e <= to && e <= starts.size(); ++e) {
+      if (starts[e - 1].exec) return true;
+    }
+    return false;
+  }
+
   std::string name_;
   std::optional<uint32_t> cpu_;
   TaskId task_;
@@ -347,6 +364,10 @@ class StreamSink : public ForwardingSink {
   // What was forwarded: losses always; the flow only with `only_tid`.
   const DecodeTotals& shown() const { return shown_; }
 
+  void OnImage(const ProgramImage& image) override {
+    current_.image = &image;
+    if (!only_ || open_) inner().OnImage(image);
+  }
   void OnStream(const StreamInfo& info) override {  // a context switch
     current_ = info;
     if (!only_) return inner().OnStream(info);
@@ -601,15 +622,15 @@ bool RecordingImages::Fit(const Recording& r, const RecordingOptions& options) c
 }
 
 absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
-  const std::vector<uint64_t>& execs = r_.timeline.ExecTimes(pid);
-  if (execs.empty()) epoch = 0;  // one program: all its mappings either way
+  const std::vector<Sideband::EpochStart>& starts = r_.timeline.EpochStarts(pid);
+  if (starts.empty()) epoch = 0;  // one program: all its mappings either way
   auto it = images_.find({pid, epoch});
   if (it != images_.end()) return it->second.get();
-  // The epoch's time span: from the exec that began it to the next one.
+  // The epoch's time span: from the exec (or code mapped over code) that began it to the next.
   uint64_t from = 0, to = kForever;
   if (epoch != kAllEpochs) {
-    if (epoch > 0 && epoch <= execs.size()) from = execs[epoch - 1];
-    if (epoch < execs.size()) to = execs[epoch];
+    if (epoch > 0 && epoch <= starts.size()) from = starts[epoch - 1].time;
+    if (epoch < starts.size()) to = starts[epoch].time;
   }
   if (!iscache_) {
     PTKIT_ASSIGN_OR_RETURN(iscache_, ProgramImage::CreateSectionCache());
@@ -797,7 +818,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
     // its process exec'd (needs TSC in the trace and the recording's time conversion).
     std::unique_ptr<TaskSwitcher> switcher;
     const bool per_cpu = s.key->id.kind == StreamKind::kCpu;
-    if (!r.bts && r.time && (per_cpu || !r.timeline.ExecTimes(s.info.pid).empty())) {
+    if (!r.bts && r.time && (per_cpu || !r.timeline.EpochStarts(s.info.pid).empty())) {
       switcher = std::make_unique<TaskSwitcher>(
           s.info, s.epoch,
           per_cpu ? std::optional<uint32_t>(static_cast<uint32_t>(s.key->id.id)) : std::nullopt,

@@ -102,12 +102,6 @@ struct RecordedStream {
 
 // Code captured at record time (the vdso, archived file ranges), mapped at `address`; its
 // run.size bytes are in the recording's spool, mapped into each image that uses them.
-// Where `ptdecode export --to perf.data` maps the JIT code of text pokes (PERF_RECORD_TEXT_POKE
-// of user addresses), so that perf decodes it: an MMAP2 of a file named
-// kExportedJitDir "jitted-PID-N.so" (no such file; its bytes are in the export's build-id
-// cache). Reading such an export back, the text pokes' captured code stands for those files.
-inline constexpr char kExportedJitDir[] = "/ptkit-jit/";
-
 struct CapturedCode {
   uint64_t address = 0;
   std::string path;

@@ -1,5 +1,7 @@
 #include "ptkit/sideband.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
 #include <random>
 #include <unordered_set>
@@ -101,7 +103,7 @@ uint32_t Sideband::Merge(uint32_t low, uint32_t high) {
   return Make(n.mapping, Merge(low, n.left), n.right);
 }
 
-uint32_t Sideband::Map(uint32_t tree, Mapping m) {
+uint32_t Sideband::Map(uint32_t tree, Mapping m, bool* replaces_code) {
   // Live mappings never overlap, so only the last one starting below m.start and the last
   // one starting inside m can reach past m's ends; the ones inside end whole.
   auto [below, rest] = Split(tree, m.start);
@@ -111,9 +113,31 @@ uint32_t Sideband::Map(uint32_t tree, Mapping m) {
     while (nodes_[t].right != 0) t = nodes_[t].right;
     return &mappings_[nodes_[t].mapping];
   };
+  // A file's code over other code: another file's, or the same file's at another offset.
+  auto file = [](const Mapping& x) {
+    return (x.prot & PROT_EXEC) && x.path.starts_with('/') && !x.path.starts_with("//") &&
+           !x.path.starts_with(kExportedJitDir);
+  };
+  auto other_code = [&](const Mapping& old) {
+    return file(m) && file(old) &&
+           (old.path != m.path || old.start - old.pgoff != m.start - m.pgoff);
+  };
+  if (replaces_code != nullptr) {
+    *replaces_code = false;
+    std::vector<uint32_t> stack = {inside};
+    while (!stack.empty() && !*replaces_code) {
+      const uint32_t n = stack.back();
+      stack.pop_back();
+      if (n == 0) continue;
+      *replaces_code = other_code(mappings_[nodes_[n].mapping]);
+      stack.push_back(nodes_[n].left);
+      stack.push_back(nodes_[n].right);
+    }
+  }
   std::optional<Mapping> right;  // the part of a cut mapping above m
   uint32_t middle = 0;
   if (const Mapping* prev = last(below); prev != nullptr && prev->end > m.start) {
+    if (replaces_code != nullptr && other_code(*prev)) *replaces_code = true;
     const Mapping cut = *prev;
     below = Split(below, cut.start).first;
     Mapping left = cut;
@@ -187,14 +211,19 @@ Sideband SidebandBuilder::Build() {
           sb.spaces_[m->pid];
           break;
         }
-        sb.SetRoot(
-            m->pid, t,
-            sb.Map(sb.Root(m->pid), Mapping{.start = m->addr,
-                                            .end = end,
-                                            .pgoff = m->pgoff,
-                                            .path = std::string(m->filename),
-                                            .build_id = {m->build_id.begin(), m->build_id.end()},
-                                            .prot = m->prot}));
+        bool replaces_code = false;
+        sb.SetRoot(m->pid, t,
+                   sb.Map(sb.Root(m->pid),
+                          Mapping{.start = m->addr,
+                                  .end = end,
+                                  .pgoff = m->pgoff,
+                                  .path = std::string(m->filename),
+                                  .build_id = {m->build_id.begin(), m->build_id.end()},
+                                  .prot = m->prot},
+                          &replaces_code));
+        // Code where other code was (a library dlopen'd where a dlclose'd one was): from
+        // now on another program image, as after an exec.
+        if (replaces_code) sb.epochs_[m->pid].push_back({t, false});
         break;
       }
       case PERF_RECORD_COMM: {
@@ -210,6 +239,7 @@ Sideband SidebandBuilder::Build() {
           ++sb.stats_.execs;
           sb.SetRoot(c->pid, t, 0);
           sb.execs_[c->pid].push_back(t);
+          sb.epochs_[c->pid].push_back({t, true});
         }
         break;
       }
@@ -414,9 +444,18 @@ const std::vector<uint64_t>& Sideband::ExecTimes(uint32_t pid) const {
   return it == execs_.end() ? kNone : it->second;
 }
 
+const std::vector<Sideband::EpochStart>& Sideband::EpochStarts(uint32_t pid) const {
+  static const std::vector<EpochStart> kNone;
+  auto it = epochs_.find(pid);
+  return it == epochs_.end() ? kNone : it->second;
+}
+
 size_t Sideband::EpochAt(uint32_t pid, uint64_t t) const {
-  const std::vector<uint64_t>& execs = ExecTimes(pid);
-  return static_cast<size_t>(std::upper_bound(execs.begin(), execs.end(), t) - execs.begin());
+  const std::vector<EpochStart>& starts = EpochStarts(pid);
+  return static_cast<size_t>(
+      std::upper_bound(starts.begin(), starts.end(), t,
+                       [](uint64_t v, const EpochStart& e) { return v < e.time; }) -
+      starts.begin());
 }
 
 }  // namespace ptkit

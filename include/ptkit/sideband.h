@@ -39,6 +39,13 @@ namespace ptkit {
 
 inline constexpr uint64_t kForever = std::numeric_limits<uint64_t>::max();
 
+// Where `ptdecode export --to perf.data` maps the JIT code of text pokes (PERF_RECORD_TEXT_POKE
+// of user addresses), so that perf decodes it: an MMAP2 of a file named
+// kExportedJitDir "jitted-PID-N.so" (no such file; its bytes are in the export's build-id
+// cache). Reading such an export back, the text pokes' captured code stands for those files,
+// and they start no epoch (Sideband::EpochStarts).
+inline constexpr char kExportedJitDir[] = "/ptkit-jit/";
+
 struct Mapping {
   uint64_t start = 0, end = 0;  // [start, end)
   uint64_t pgoff = 0;           // file offset of `start`
@@ -71,9 +78,19 @@ class Sideband {
   std::string CommAt(uint32_t tid, uint64_t t) const;
   // Every pid seen.
   std::vector<uint32_t> Pids() const;
-  // The times the process exec'd (COMM with COMM_EXEC), in order. Its epoch at time `t` (the
-  // program it ran) is the number of them at or before `t`.
+  // The times the process exec'd (COMM with COMM_EXEC), in order.
   const std::vector<uint64_t>& ExecTimes(uint32_t pid) const;
+  // Where the process's code changed, in order: each exec, and each MMAP2 of an executable
+  // file over executable code of another file (or of the same file at another offset: a
+  // library dlopen'd where a dlclose'd one was; perf has no record of the munmap). Anonymous
+  // memory (//anon: JIT code, whose bytes come from text pokes for the whole run) and
+  // kExportedJitDir files start none. Its epoch at time `t` (the code it ran: the mappings
+  // live between two starts) is the number of them at or before `t`.
+  struct EpochStart {
+    uint64_t time;
+    bool exec;  // else code mapped over other code
+  };
+  const std::vector<EpochStart>& EpochStarts(uint32_t pid) const;
   size_t EpochAt(uint32_t pid, uint64_t t) const;
 
   // Counts of records by kind that were used, and of records that could not be parsed.
@@ -110,8 +127,9 @@ class Sideband {
   // Joins two trees whose keys are all below, resp. above, each other's.
   uint32_t Merge(uint32_t low, uint32_t high);
   // `tree` with `m` mapped over it: the live mappings it overlaps end, their parts outside it
-  // live on. The old tree stays as it was.
-  uint32_t Map(uint32_t tree, Mapping m);
+  // live on. The old tree stays as it was. With `replaces_code`, says whether m is executable
+  // and overlaps executable code of another file or offset.
+  uint32_t Map(uint32_t tree, Mapping m, bool* replaces_code = nullptr);
   void SetRoot(uint32_t pid, uint64_t t, uint32_t root);
   uint32_t Root(uint32_t pid) const;  // the latest version
   uint32_t RootAt(uint32_t pid, uint64_t t) const;
@@ -127,9 +145,10 @@ class Sideband {
   std::deque<Mapping> mappings_;            // stable addresses
   std::vector<Node> nodes_{Node{0, 0, 0}};  // [0]: no node
   uint64_t salt_ = 0;
-  std::map<uint32_t, std::vector<Version>> spaces_;    // pid -> address space over time
-  std::map<uint32_t, std::vector<uint64_t>> execs_;    // pid -> exec times
-  std::map<uint32_t, std::vector<CpuSlot>> schedule_;  // cpu -> time-sorted slots
+  std::map<uint32_t, std::vector<Version>> spaces_;     // pid -> address space over time
+  std::map<uint32_t, std::vector<uint64_t>> execs_;     // pid -> exec times
+  std::map<uint32_t, std::vector<EpochStart>> epochs_;  // pid -> EpochStarts
+  std::map<uint32_t, std::vector<CpuSlot>> schedule_;   // cpu -> time-sorted slots
   std::map<uint32_t, uint32_t> tid_pid_;
   std::map<uint32_t, std::vector<CommSlot>> comms_;  // tid -> time-sorted names
   Stats stats_;

@@ -31,14 +31,14 @@ perf::SampleId Id(uint32_t pid, uint32_t tid, uint64_t time, uint32_t cpu = 0) {
 class Records {
  public:
   Records& Mmap(uint32_t pid, uint64_t addr, uint64_t len, uint64_t pgoff, std::string_view path,
-                uint64_t t) {
+                uint64_t t, uint32_t prot = 5) {
     perf::Mmap2 m;
     m.pid = m.tid = pid;
     m.addr = addr;
     m.len = len;
     m.pgoff = pgoff;
     m.filename = path;
-    m.prot = 5;
+    m.prot = prot;
     m.sample_id = Id(pid, pid, t);
     return Append(perf::EncodeMmap2(m, kLayout));
   }
@@ -119,6 +119,45 @@ TEST(SidebandTest, ExecReplacesTheAddressSpace) {
   EXPECT_EQ(sb.CommAt(100, 25), "app");
   EXPECT_EQ(sb.stats().execs, 1u);
   EXPECT_EQ(sb.stats().mmaps, 3u);
+}
+
+// Epochs: the program a process runs changes at each exec, and its code where a mapping of
+// code lands on code of another file or offset (perf records no munmap: a library dlclose'd and
+// another dlopen'd at its address), not where the same file is mapped again at the same bias
+// (ld.so's segments over its reservation, an mprotect), nor for data.
+TEST(SidebandTest, EpochsStartAtExecsAndWhereCodeLandsOnOtherCode) {
+  Records r;
+  r.Mmap(100, 0x400000, 0x3000, 0, "/bin/app", 10)
+      .Mmap(100, 0x7f0000000000, 0x2000, 0, "/lib/liba.so", 11)
+      .Mmap(100, 0x7f0000001000, 0x1000, 0x1000, "/lib/liba.so", 12)  // the same bytes
+      .Mmap(100, 0x7f0000010000, 0x1000, 0, "/lib/data", 13, 3)       // data
+      .Mmap(100, 0x7f0000010000, 0x1000, 0, "/lib/other", 14, 3)
+      .Mmap(100, 0x7f0000000000, 0x1000, 0, "/lib/libb.so", 15)  // over liba's code
+      .Mmap(100, 0x7f0000001000, 0x1000, 0, "/lib/liba.so", 16)  // liba at another offset
+      .Exec(100, "next", 20)
+      .Mmap(100, 0x400000, 0x1000, 0, "/bin/next", 21);
+  SidebandBuilder b(kLayout);
+  b.Add(0, r.bytes());
+  Sideband sb = b.Build();
+  std::vector<std::pair<uint64_t, bool>> starts;
+  for (const Sideband::EpochStart& e : sb.EpochStarts(100)) starts.push_back({e.time, e.exec});
+  EXPECT_THAT(starts, ElementsAre(std::pair<uint64_t, bool>{15, false},
+                                  std::pair<uint64_t, bool>{16, false},
+                                  std::pair<uint64_t, bool>{20, true}));
+  EXPECT_THAT(sb.ExecTimes(100), ElementsAre(20u));
+  EXPECT_EQ(sb.EpochAt(100, 14), 0u);
+  EXPECT_EQ(sb.EpochAt(100, 15), 1u);
+  EXPECT_EQ(sb.EpochAt(100, 25), 3u);
+  // An epoch's mappings: those live in it.
+  auto paths = [&sb](uint64_t from, uint64_t to) {
+    std::vector<std::string> out;
+    for (const Mapping* m : sb.MappingsDuring(100, from, to)) out.push_back(m->path);
+    return out;
+  };
+  EXPECT_THAT(paths(0, 15), ::testing::Not(::testing::Contains("/lib/libb.so")));
+  EXPECT_THAT(paths(15, 16), ::testing::Contains("/lib/libb.so"));
+  EXPECT_THAT(paths(15, 16), ::testing::Contains("/bin/app"));
+  EXPECT_TRUE(sb.EpochStarts(200).empty());
 }
 
 // PERF_RECORD_MMAP (kernels before 3.16, perf's own kernel maps) maps as perf takes it: code
