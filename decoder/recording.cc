@@ -710,11 +710,12 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
     const std::string& by = image->files()[o.by].name;
     if (!warned_.insert(fmt::format("overlap {} {}\n{}", pid, replaced, by)).second) continue;
     warnings_.push_back(fmt::format(
-        "process {}: {} was mapped at {:#x}-{:#x} where {} was before; {} the code there is "
+        "process {}: {} was mapped at {:#x}-{:#x} where {} was before, and {}: the code there is "
         "decoded as {}'s throughout, so what ran there of {} decodes wrongly",
         pid, by, o.begin, o.end, replaced,
-        epoch == kAllEpochs ? "without timestamps in the trace (tsc=0) to tell its programs apart,"
-                            : "one image holds every mapping of a program:",
+        epoch != kAllEpochs ? "one image holds every mapping of a program"
+        : r_.bts            ? "BTS records have no timestamps to tell its programs apart"
+                            : "the trace has no timestamps (tsc=0) to tell its programs apart",
         by, replaced));
   }
   ProgramImage* raw = image.get();

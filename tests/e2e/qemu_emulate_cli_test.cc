@@ -579,9 +579,10 @@ TEST_F(QemuEmulateTest, WithoutTimeAnExecdProgramOverlappingTheFirstDecodesAlike
     if (libipt) argv.insert(argv.begin() + 2, {"--decoder", "libipt"});
     auto d = RunCommand(argv);
     ASSERT_EQ(d.exit_code, 0) << d.err;
-    EXPECT_THAT(d.err, ::testing::ContainsRegex(
-                           "warning: process [0-9]+: /usr/bin/true was mapped at 0x[0-9a-f]+-0x"
-                           "[0-9a-f]+ where /usr/bin/dash was before; without timestamps"));
+    EXPECT_THAT(d.err,
+                ::testing::ContainsRegex(
+                    "warning: process [0-9]+: /usr/bin/true was mapped at 0x[0-9a-f]+-0x"
+                    "[0-9a-f]+ where /usr/bin/dash was before, and the trace has no timestamps"));
     const nlohmann::json j = nlohmann::json::parse(d.out);
     counts[libipt] = j["functions"].dump();
     EXPECT_GT(j["totals"]["instructions"].get<uint64_t>(), 250000u);
