@@ -70,7 +70,8 @@ perf::SampleId SimulatedPmu::NextSampleId() {
   s.has_tid = s.has_time = s.has_cpu = s.has_id = true;
   s.pid = options_.pid;
   s.tid = options_.tid;
-  s.time = ++time_;
+  time_ = options_.clock != nullptr ? std::max(options_.clock(), time_) : time_ + 1;
+  s.time = time_;
   s.cpu = static_cast<uint32_t>(options_.cpu);
   s.id = options_.id;
   return s;

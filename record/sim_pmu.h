@@ -57,6 +57,9 @@ struct SimOptions {
   // does in snapshot mode (pt_event_stop(): handle.head = buf->data_size), instead of a
   // free-running count.
   bool masked_overwrite_head = false;
+  // The perf time of each record (the emulations': CLOCK_MONOTONIC ns, as their sideband);
+  // without it, a simulated clock that ticks once per record.
+  uint64_t (*clock)() = nullptr;
 };
 
 // Ground truth kept by the simulation.
@@ -106,7 +109,8 @@ class SimulatedPmu : public TraceSource {
   // far gives its zeroed bytes). Returns the AUX bytes the record carries, or 0 when the data
   // ring had no room (the record is then lost and counted, kernel rules).
   uint64_t WriteSample(const perf::Sample& sample, uint64_t sample_type, uint64_t aux_sample_size);
-  // The perf clock of the simulation; every record takes the next tick.
+  // The perf time of the last record (SimOptions::clock; else every record takes the next
+  // tick).
   uint64_t now() const { return time_; }
   bool enabled() const;
   SimStats stats() const;

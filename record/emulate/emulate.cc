@@ -3,6 +3,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <deque>
@@ -75,6 +76,7 @@ class Recorder final : public StepSink {
     so.cpu = -1;
     so.pid = pid;
     so.tid = tid;
+    so.clock = MonotonicNs;  // the sideband's and the trace's clock
     auto sim = SimulatedPmu::Create(so);
     if (!sim.ok()) return Fail(sim.status());
     Thread& t = threads_[tid];
@@ -205,14 +207,7 @@ class Recorder final : public StepSink {
   void Sample(uint32_t tid, Thread& t, uint64_t ip) {
     if (absl::Status s = t.encoder->Flush(); !s.ok()) return Fail(s);
     Move(t);
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    const perf::Sample sample{
-        .ip = ip,
-        .pid = t.pid,
-        .tid = tid,
-        .time = static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec),
-    };
+    const perf::Sample sample{.ip = ip, .pid = t.pid, .tid = tid, .time = MonotonicNs()};
     if (t.source->sim().WriteSample(sample, record::kEmulatedAuxSampleType,
                                     options_.aux_sample_size) == 0) {
       return Fail(absl::InternalError("simulated data ring had no room for an AUX sample"));
@@ -308,6 +303,12 @@ absl::StatusOr<EmulatedEvent> ParseEmulatedEvent(std::string_view text) {
     }
   }
   return e;
+}
+
+uint64_t MonotonicNs() {
+  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                   std::chrono::steady_clock::now().time_since_epoch())
+                                   .count());
 }
 
 absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateEmulatedWriter(
@@ -496,11 +497,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     }
     return signals.stop_count() != stops0;
   };
-  so.clock = [] {
-    timespec ts{};
-    ::clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
-  };
+  so.clock = MonotonicNs;
   // Progress on a terminal, about once a second, on one line (cleared at the end).
   bool progress_shown = false;
   if (::isatty(STDERR_FILENO)) {

@@ -93,6 +93,10 @@ struct EmulateResult {
   std::vector<std::string> warnings;  // e.g. mapped files without a build-id
 };
 
+// Now on the clock of both emulations' trace and records: CLOCK_MONOTONIC ns (the tracking
+// event's clockid; steady_clock on Linux).
+uint64_t MonotonicNs();
+
 // The container of a recording: options.output, refused (kAlreadyExists, exit 2, naming
 // --overwrite-existing) when it exists and may not be replaced; the writer's I/O errors.
 absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateEmulatedWriter(

@@ -65,13 +65,6 @@ std::string QemuVersion(const std::string& qemu) {
   return std::string(v);
 }
 
-// Now on the clock of the plugin's records (CLOCK_MONOTONIC ns: steady_clock on Linux).
-uint64_t MonotonicNs() {
-  return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                   std::chrono::steady_clock::now().time_since_epoch())
-                                   .count());
-}
-
 }  // namespace
 
 absl::Status CheckQemuPlugin(const std::string& path) {

@@ -115,6 +115,37 @@ TEST_F(EmulateCliTest, AProgramWithASignalHandler) {
   if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
 }
 
+// The trace's PERF_RECORD_AUX records are on the sideband's clock (CLOCK_MONOTONIC ns), as a
+// kernel's are on its events' clock: perf 6.1 reads the export's (`perf script -D`: "CPU TIME
+// OFFSET [SIZE]: PERF_RECORD_AUX") after the workload's exec and before its exit (they counted
+// 1, 2, 3... before, so perf ordered every AUX record before all the sideband).
+TEST_F(EmulateCliTest, TheAuxRecordsAreOnTheSidebandsClock) {
+  if (access("/usr/bin/perf", X_OK) != 0) GTEST_SKIP() << "perf (linux-perf) is not installed";
+  auto rec = Record({PROGRAM_DIR "/emulate_fib", "x"});
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  const std::string data = dir_.File("t.data");
+  ASSERT_EQ(
+      RunCommand({PTDECODE_PATH, "export", trace_, "--to", "perf.data", "-o", data}).exit_code, 0);
+  auto dump = RunCommand({"/usr/bin/perf", "script", "-i", data, "-D"});
+  ASSERT_EQ(dump.exit_code, 0) << dump.err;
+  uint64_t exec = 0, exit = 0;
+  std::vector<uint64_t> aux;
+  std::istringstream lines(dump.out);
+  for (std::string line; std::getline(lines, line);) {
+    unsigned long long cpu = 0, time = 0;
+    if (std::sscanf(line.c_str(), "%llu %llu 0x", &cpu, &time) != 2) continue;
+    if (line.find("PERF_RECORD_COMM exec") != std::string::npos) exec = time;
+    if (line.find("PERF_RECORD_EXIT") != std::string::npos) exit = time;
+    if (line.find("PERF_RECORD_AUX ") != std::string::npos) aux.push_back(time);
+  }
+  ASSERT_GT(exec, 0u) << dump.out.substr(0, 3000);
+  ASSERT_FALSE(aux.empty());
+  for (uint64_t t : aux) {
+    EXPECT_GT(t, exec);
+    if (exit != 0) EXPECT_LE(t, exit + 1000000000u);
+  }
+}
+
 TEST_F(EmulateCliTest, ADynamicProgramThatDlopensALibrary) {
   EXPECT_EQ(RecordAndCheck({PROGRAM_DIR "/emulate_dlopen", PROGRAM_DIR "/libemulate_plugin.so"}, 1),
             0);
