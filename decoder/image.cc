@@ -719,11 +719,14 @@ void ProgramImage::PlaceFileSymbols(const std::string& path, uint32_t file_index
     if (phdr.filesz == 0) continue;
     if (phdr.offset + phdr.filesz <= pgoff || phdr.offset >= to) continue;
     const uint64_t bias = start + phdr.offset - pgoff - phdr.vaddr;
-    placements.push_back({phdr.vaddr, phdr.vaddr + phdr.filesz, bias});
-    // The part of the segment inside the mapping.
+    // The part of the segment inside the mapping, and only its symbols: a mapping of the page
+    // a segment shares with its neighbour in the file (lld lays segments out in one file page,
+    // a virtual page apart) would place every symbol of that neighbour a page off.
     const uint64_t begin = std::max(phdr.vaddr + bias, start);
     const uint64_t end = std::min(phdr.vaddr + phdr.filesz + bias, start + (to - pgoff));
-    if (begin < end) AddElfSegment({begin, end, bias, file_index});
+    if (begin >= end) continue;
+    placements.push_back({begin - bias, end - bias, bias});
+    AddElfSegment({begin, end, bias, file_index});
   }
   PlaceSymbols(*table, file_index, placements);
 }
