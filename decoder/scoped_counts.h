@@ -35,7 +35,7 @@ class ScopedCounts {
     const uint32_t f = frame.function;
     const bool root = IsRoot(f);
     if (root && depth_++ == 0) root_seen_ = true;
-    under_.push_back(depth_ != 0);
+    frames_.push_back({depth_ != 0, root});
     if (depth_ == 0) return;
     Counts& c = At(f);
     if (!frame.implicit) {
@@ -44,12 +44,30 @@ class ScopedCounts {
     }
     if (active_[f]++ == 0) since_[f] = instructions_;
   }
-  void OnExit(const Frame& frame) {
+  // The frame on top went on into another function by a jump (a PLT entry into the library's
+  // function, a tail call): its counts go on as that function's, as CallStack's do. A frame
+  // that becomes the root's (qsort entered through qsort@plt) is a root frame from here; a
+  // root frame stays one until it returns, whatever it jumps to (--only-under qsort@plt).
+  void OnRename(uint32_t from, const Frame& frame) {
+    if (frames_.empty()) return;
+    FrameState& top = frames_.back();
     const uint32_t f = frame.function;
-    const bool under = !under_.empty() && under_.back();
-    if (!under_.empty()) under_.pop_back();
-    if (under && --active_[f] == 0) At(f).inclusive += instructions_ - since_[f];
-    if (IsRoot(f) && depth_ > 0) --depth_;
+    if (!top.root && IsRoot(f)) {
+      top.root = true;
+      if (depth_++ == 0) root_seen_ = true;
+    }
+    if (top.under) Leave(from);
+    top.under = depth_ != 0;
+    if (!top.under) return;
+    At(f);  // sized
+    if (active_[f]++ == 0) since_[f] = instructions_;
+  }
+  void OnExit(const Frame& frame) {
+    if (frames_.empty()) return;
+    const FrameState top = frames_.back();
+    frames_.pop_back();
+    if (top.under) Leave(frame.function);
+    if (top.root && depth_ > 0) --depth_;
   }
 
   // Whether a root frame is on the stack now.
@@ -62,6 +80,17 @@ class ScopedCounts {
   uint64_t calls() const { return calls_; }
 
  private:
+  // Per frame on the stack: entered (or renamed) under the root; the root's own frame.
+  struct FrameState {
+    bool under = false;
+    bool root = false;
+  };
+  // One frame of `f` under the root ends (a return, or a jump into another function).
+  void Leave(uint32_t f) {
+    if (f < active_.size() && active_[f] > 0 && --active_[f] == 0) {
+      At(f).inclusive += instructions_ - since_[f];
+    }
+  }
   Counts& At(uint32_t f) {
     if (counts_.size() <= f) {
       counts_.resize(f + 1);
@@ -82,8 +111,8 @@ class ScopedCounts {
   std::vector<uint32_t> active_;  // per function: its frames under the root
   std::vector<uint64_t> since_;   // instructions_ when the first of them was entered
   std::vector<int8_t> is_root_;   // per function: -1 unknown, 0, 1
-  std::vector<bool> under_;       // per frame on the stack: entered under the root
-  uint32_t depth_ = 0;            // root frames on the stack
+  std::vector<FrameState> frames_;
+  uint32_t depth_ = 0;  // root frames on the stack
   bool root_seen_ = false;
   uint64_t instructions_ = 0;
   uint64_t calls_ = 0;

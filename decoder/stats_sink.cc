@@ -81,6 +81,9 @@ class StatsSink : public FlowSink {
   void OnEnter(const Frame& frame) override {
     if (scoped_) scoped_->OnEnter(frame);
   }
+  void OnRename(uint32_t from, const Frame& frame) override {
+    if (scoped_) scoped_->OnRename(from, frame);
+  }
   void OnExit(const Frame& frame, bool at_end) override {
     if (scoped_) scoped_->OnExit(frame);
   }

@@ -591,6 +591,61 @@ TEST_F(QemuEmulateTest, WithoutTimeAnExecdProgramOverlappingTheFirstDecodesAlike
   EXPECT_EQ(counts[0], counts[1]) << "the fast decoder and libipt decode the overlap differently";
 }
 
+// Counting only under a function (--only-under, and --exclude-startup: under main) follows a
+// frame that jumps into another function, as the unscoped counts do: a call through a PLT
+// entry (printf@plt, its lazy binding, then printf) is printf's from the jump on. Before,
+// the scoped counts lost track at each such jump: functions got an inclusive count below
+// their self count (0 for some), --only-under printf counted nothing and --only-under
+// printf@plt went on counting after printf returned.
+TEST_F(QemuEmulateTest, ScopedCountsFollowCallsThroughThePlt) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded r =
+      Record("plt", {E2E_PROGRAM_DIR "/e2e_dl_swap", PROGRAM_DIR "/libemulate_plugin.so"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto stats = [&](const std::vector<std::string>& options) {
+    std::vector<std::string> argv = {PTDECODE_PATH, "stats", "--json"};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back(r.trace);
+    auto d = RunCommand(argv);
+    EXPECT_EQ(d.exit_code, 0) << d.err;
+    std::map<std::string, std::pair<uint64_t, uint64_t>> rows;  // self, inclusive
+    const nlohmann::json j = nlohmann::json::parse(d.out);
+    for (const auto& f : j["functions"]) {
+      auto& row = rows[f["function"].get<std::string>() + " " + f["image"].get<std::string>()];
+      row.first += f["self"].get<uint64_t>();
+      row.second += f["inclusive"].get<uint64_t>();
+    }
+    return std::make_pair(rows, j["totals"]["instructions"].get<uint64_t>());
+  };
+  const auto [all, total] = stats({});
+  const auto [in_main, main_total] = stats({"--exclude-startup"});
+  ASSERT_GT(main_total, 1000u);
+  for (const auto& [name, row] : in_main) {
+    EXPECT_GE(row.second, row.first) << name << ": inclusive below self";
+  }
+  // printf and plugin_work run under main only: their counts are the unscoped ones.
+  std::string printf_row;
+  for (const auto& [name, row] : all) {
+    if (name.starts_with("printf ") || name.starts_with("plugin_work ")) {
+      EXPECT_EQ(in_main.at(name), row) << name;
+      if (name.starts_with("printf ")) printf_row = name;
+    }
+  }
+  ASSERT_FALSE(printf_row.empty());
+  // Under printf: what ran while a frame was printf's, its inclusive count.
+  const auto [under_printf, printf_total] = stats({"--only-under", "printf"});
+  EXPECT_EQ(printf_total, all.at(printf_row).second);
+  // Under printf@plt: the same calls from their PLT entry on, nothing after they return (the
+  // exit handlers ran after the last printf).
+  const auto [under_plt, plt_total] = stats({"--only-under", "printf@plt"});
+  EXPECT_GE(plt_total, printf_total);
+  for (const auto& [name, row] : under_plt) {
+    EXPECT_FALSE(name.starts_with("_dl_fini ") || name.starts_with("__libc_start_call_main ") ||
+                 name.starts_with("exit "))
+        << name;
+  }
+}
+
 // The plugin's MMAP2 records carry no build-id, but the container's identity records do: a
 // file rebuilt since the recording is warned about, as for the kernel path's recordings.
 TEST_F(QemuEmulateTest, AFileRebuiltSinceIsWarnedAbout) {
