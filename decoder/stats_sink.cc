@@ -163,9 +163,12 @@ class StatsSink : public FlowSink {
     }
     p.warnings = totals.warnings;
     if (scoped_) {
-      p.warnings.push_back(
-          fmt::format("only what ran under {} is counted: {} of {}", scoped_->root(),
-                      Counted(scoped_->instructions(), "instruction"), totals.instructions));
+      p.warnings.push_back(fmt::format(
+          "only what ran under {} is counted: {} of {}{}", scoped_->root(),
+          Counted(scoped_->instructions(), "instruction"), totals.instructions,
+          scoped_->root_seen() ? ""
+                               : ": no call to a function of that name was traced (is the "
+                                 "program stripped of its symbols, or the name misspelt?)"));
       p.totals.instructions = scoped_->instructions();
       p.totals.calls = scoped_->calls();
       p.only_under = scoped_->root();

@@ -644,6 +644,10 @@ TEST_F(QemuEmulateTest, ScopedCountsFollowCallsThroughThePlt) {
                  name.starts_with("exit "))
         << name;
   }
+  // A root that never ran: the empty result says why.
+  auto none = RunCommand({PTDECODE_PATH, "stats", "--only-under", "no_such_function", r.trace});
+  EXPECT_THAT(none.out, HasSubstr("0 instructions of "));
+  EXPECT_THAT(none.out, HasSubstr("no call to a function of that name was traced"));
 }
 
 // The plugin's MMAP2 records carry no build-id, but the container's identity records do: a
