@@ -26,7 +26,63 @@ namespace {
 
 constexpr uint64_t kPageSize = 4096;
 
+// Rust's legacy mangling is Itanium's with the path's punctuation escaped ($LT$, $u20$, "..")
+// and a last component "h" + 16 hex digits, a hash that changes with every build: a demangled
+// name shown as rustc-demangle (and perf) show it, without the hash.
+bool RustLegacy(std::string_view mangled) {
+  if (!mangled.starts_with("_ZN") || !mangled.ends_with("E") || mangled.size() < 24) return false;
+  const std::string_view hash = mangled.substr(mangled.size() - 20, 19);  // 17h + 16 digits
+  return hash.starts_with("17h") &&
+         hash.substr(3).find_first_not_of("0123456789abcdef") == std::string_view::npos;
+}
+
+std::string RustUnescape(std::string_view demangled) {
+  if (const size_t h = demangled.rfind("::h"); h != std::string_view::npos) {
+    demangled = demangled.substr(0, h);
+  }
+  static constexpr std::pair<std::string_view, std::string_view> kEscapes[] = {
+      {"$SP$", "@"}, {"$BP$", "*"}, {"$RF$", "&"}, {"$LT$", "<"},
+      {"$GT$", ">"}, {"$LP$", "("}, {"$RP$", ")"}, {"$C$", ","}};
+  std::string out;
+  for (size_t i = 0; i < demangled.size();) {
+    if (demangled.substr(i).starts_with("..")) {
+      out += "::";
+      i += 2;
+      continue;
+    }
+    bool escaped = false;
+    if (demangled[i] == '$') {
+      for (const auto& [from, to] : kEscapes) {
+        if (demangled.substr(i).starts_with(from)) {
+          out += to;
+          i += from.size();
+          escaped = true;
+          break;
+        }
+      }
+      // $uXX$: the character of that hex code.
+      if (const size_t end = demangled.find('$', i + 1);
+          !escaped && end != std::string_view::npos && demangled[i + 1] == 'u' && end - i <= 8) {
+        const std::string hex(demangled.substr(i + 2, end - i - 2));
+        char* stop = nullptr;
+        const unsigned long c = std::strtoul(hex.c_str(), &stop, 16);
+        if (!hex.empty() && *stop == '\0' && c < 0x80) {
+          out += static_cast<char>(c);
+          i = end + 1;
+          escaped = true;
+        }
+      }
+    }
+    if (!escaped) out += demangled[i++];
+  }
+  return out;
+}
+
 std::string Demangle(std::string_view mangled) {
+  // LLVM's suffix for a function it cloned or promoted (ThinLTO): no part of the name.
+  if (const size_t llvm = mangled.find(".llvm."); llvm != std::string_view::npos) {
+    mangled = mangled.substr(0, llvm);
+  }
   std::string name(mangled);
   if (!name.starts_with("_Z")) return name;
   int status = 0;
@@ -34,7 +90,7 @@ std::string Demangle(std::string_view mangled) {
   if (status != 0 || out == nullptr) return name;
   std::string result(out);
   std::free(out);
-  return result;
+  return RustLegacy(mangled) ? RustUnescape(result) : result;
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {

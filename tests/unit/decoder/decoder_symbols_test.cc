@@ -270,6 +270,46 @@ TEST_F(DebugFileTest, AMappingNamesOnlyTheCodeItMaps) {
   }
 }
 
+// Rust's legacy mangling (every Rust program's standard library; rustc's default for a
+// program's own code before v0) is named as c++filt names it, without the last component's
+// build hash ("h" + 16 hex digits: main::fib::h42af...), which perf leaves out too and which
+// would make every function of a rebuilt program a new one for `ptdecode diff`; LLVM's
+// ".llvm.N" suffix (ThinLTO clones) is no part of the name (such names were not demangled).
+TEST(SymbolsTest, RustLegacyNamesAreDemangledWithoutTheirHash) {
+  if (!HaveBinutils()) GTEST_SKIP() << "binutils (c++filt) not installed";
+  const std::string dir = FreshDir("rust_names");
+  const std::vector<std::string> mangled = {
+      "_ZN4main3fib17h42af1a01a5cac11cE",
+      "_ZN4core3fmt5Write10write_char17h720cda75b3d14958E.llvm.10654020189794219422",
+      "_ZN4core3ptr85drop_in_place$LT$std..rt..lang_start$LT$$LP$$RP$$GT$..$u7b$$u7b$closure"
+      "$u7d$$u7d$$GT$17h0123456789abcdefE",
+      "_ZN3foo3barEv"};
+  {
+    std::ofstream c(dir + "/names.c");
+    for (size_t i = 0; i < mangled.size(); ++i) {
+      c << "void f" << i << "(void) __asm__(\"" << mangled[i] << "\");\nvoid f" << i
+        << "(void) {}\n";
+    }
+    c << "void _start(void) { for (;;) {} }\n";
+  }
+  auto cc = ::ptkit::testing::RunCommand({"/usr/bin/env", "gcc", "-O0", "-nostdlib", "-static",
+                                          "-o", dir + "/names", dir + "/names.c"});
+  ASSERT_EQ(cc.exit_code, 0) << cc.err;
+  auto image = ElfImage(dir + "/names", "");
+  ASSERT_NE(image, nullptr);
+  std::set<std::string> got;
+  for (const Symbol& s : image->symbols()) got.insert(s.name);
+  for (const std::string& m : mangled) {
+    std::string want = ToolOutput({"c++filt", m});
+    while (!want.empty() && want.back() == '\n') want.pop_back();
+    if (const size_t h = want.rfind("::h"); h != std::string::npos && want.size() - h == 19) {
+      want.resize(h);
+    }
+    EXPECT_TRUE(got.contains(want)) << m << " -> " << want << "; got " << fmt::format("{}", got);
+  }
+  fs::remove_all(dir);
+}
+
 TEST_F(DebugFileTest, ADebugFileOfAnotherBuildIsNotUsed) {
   const std::string dir = FreshDir("otherbuild");
   fs::copy_file(kDir + "/tiny_split.elf", dir + "/prog");
