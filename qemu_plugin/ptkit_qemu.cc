@@ -620,13 +620,24 @@ void CaptureCode(uint64_t start, uint64_t end) {
   WritePoke(*t, p);
 }
 
-// The page-aligned file ranges [from, to) of the executable PT_LOAD segments of the ELF file
-// `path` (empty when it is not a readable 64-bit ELF file).
-std::vector<std::pair<uint64_t, uint64_t>> ExecutableRanges(const std::string& path) {
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+// The executable PT_LOAD segments of the ELF file `path`, page-aligned as the loaders map them
+// (file range [from, to); `delta`: the address of file offset 0 in a mapping of it, less the
+// load bias), and the first PT_LOAD's page-aligned offset and address (where the bias is
+// read). None when it is not a readable 64-bit ELF file.
+struct ExecSegment {
+  uint64_t from = 0, to = 0, delta = 0;
+};
+struct ExecLayout {
+  std::vector<ExecSegment> segments;
+  uint64_t first_offset = 0, first_vaddr = 0;
+};
+ExecLayout ExecutableRanges(const std::string& path) {
+  ExecLayout layout;
   const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ranges;
+  if (fd < 0) return layout;
+  constexpr uint64_t kPageMask = ~uint64_t{4095};
   Elf64_Ehdr eh{};
+  bool first = true;
   if (pread(fd, &eh, sizeof(eh), 0) == sizeof(eh) &&
       std::memcmp(eh.e_ident, ELFMAG, SELFMAG) == 0 && eh.e_ident[EI_CLASS] == ELFCLASS64 &&
       eh.e_phentsize == sizeof(Elf64_Phdr)) {
@@ -636,13 +647,20 @@ std::vector<std::pair<uint64_t, uint64_t>> ExecutableRanges(const std::string& p
           sizeof(ph)) {
         break;
       }
-      if (ph.p_type != PT_LOAD || (ph.p_flags & PF_X) == 0 || ph.p_filesz == 0) continue;
-      ranges.emplace_back(ph.p_offset & ~uint64_t{4095},
-                          (ph.p_offset + ph.p_filesz + 4095) & ~uint64_t{4095});
+      if (ph.p_type != PT_LOAD) continue;
+      if (first) {
+        layout.first_offset = ph.p_offset & kPageMask;
+        layout.first_vaddr = ph.p_vaddr & kPageMask;
+        first = false;
+      }
+      if ((ph.p_flags & PF_X) == 0 || ph.p_filesz == 0) continue;
+      layout.segments.push_back({ph.p_offset & kPageMask,
+                                 (ph.p_offset + ph.p_filesz + 4095) & kPageMask,
+                                 (ph.p_vaddr & kPageMask) - (ph.p_offset & kPageMask)});
     }
   }
   close(fd);
-  return ranges;
+  return layout;
 }
 
 // The guest's executable file mappings in [lo, hi), from the host's /proc/self/maps (guest
@@ -665,7 +683,23 @@ void WriteGuestMappings(Thread& t, uint64_t time, uint64_t lo = 0, uint64_t hi =
     }
     if (m.path.empty() || m.path[0] != '/') continue;
     if (g->host_maps.count({m.start, m.end, m.path}) != 0) continue;
-    for (const auto& [from, to] : ExecutableRanges(m.path)) {
+    const ExecLayout layout = ExecutableRanges(m.path);
+    // The load biases of the file's copies: where a mapping of its first segment's page is (not
+    // a writable one: a data segment that shares that file page, mapped a page above).
+    std::vector<uint64_t> biases;
+    for (const ptkit::record::ProcMapping& z : *maps) {
+      if (z.path == m.path && z.offset == layout.first_offset && !(z.prot & PROT_WRITE)) {
+        biases.push_back(z.start - layout.first_vaddr);
+      }
+    }
+    for (const auto& [from, to, delta] : layout.segments) {
+      // A mapping holds the segment where it maps its file bytes at the segment's addresses
+      // (not a neighbour segment's page that shares a file page with it: lld's layout).
+      const uint64_t at = m.start - m.offset;
+      if (!biases.empty() &&
+          std::none_of(biases.begin(), biases.end(), [&](uint64_t b) { return at == b + delta; })) {
+        continue;
+      }
       // The mapping's file range [m.offset, m.offset + size) against the segment's.
       const uint64_t file_lo = std::max(from, m.offset);
       const uint64_t file_hi = std::min(to, m.offset + (m.end - m.start));

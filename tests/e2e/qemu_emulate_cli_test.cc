@@ -591,6 +591,65 @@ TEST_F(QemuEmulateTest, WithoutTimeAnExecdProgramOverlappingTheFirstDecodesAlike
   EXPECT_EQ(counts[0], counts[1]) << "the fast decoder and libipt decode the overlap differently";
 }
 
+// The program's code as the plugin's MMAP2 records give it: its executable segment's pages
+// only, as readelf lists them, not a data segment's page that shares a file page with the
+// code (GNU ld -z noseparate-code; lld lays out every program so): that page, mapped a page
+// above, was given as code too, and its symbols placed a page off (DebugFileTest.
+// AMappingNamesOnlyTheCodeItMaps).
+TEST_F(QemuEmulateTest, OnlyTheCodeSegmentsPagesAreMappedAsCode) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (access("/usr/bin/perf", X_OK) != 0) GTEST_SKIP() << "perf (linux-perf) is not installed";
+  const std::string source = dir_->File("shared_page.c"), program = dir_->File("shared_page");
+  std::ofstream(source) << "int x = 3;\nint main(void) { return x - 3; }\n";
+  auto cc =
+      RunCommand({"/usr/bin/env", "gcc", "-O1", "-Wl,-z,noseparate-code", "-o", program, source});
+  ASSERT_EQ(cc.exit_code, 0) << cc.err;
+  // readelf: the executable PT_LOAD (offset, file size), and that the data one shares its page.
+  auto readelf = RunCommand({"/usr/bin/env", "readelf", "-lW", program});
+  std::istringstream phdrs(readelf.out);
+  uint64_t code_offset = ~0ull, code_size = 0, data_offset = ~0ull;
+  for (std::string line; std::getline(phdrs, line);) {
+    unsigned long long offset = 0, vaddr = 0, paddr = 0, filesz = 0, memsz = 0;
+    char flags[8] = {};
+    if (std::sscanf(line.c_str(), " LOAD 0x%llx 0x%llx 0x%llx 0x%llx 0x%llx %7[RWE ]", &offset,
+                    &vaddr, &paddr, &filesz, &memsz, flags) != 6) {
+      continue;
+    }
+    if (std::string(flags).find('E') != std::string::npos) {
+      code_offset = offset;
+      code_size = filesz;
+    } else if (std::string(flags).find('W') != std::string::npos) {
+      data_offset = offset;
+    }
+  }
+  ASSERT_NE(code_offset, ~0ull) << readelf.out;
+  if (data_offset / 4096 != (code_offset + code_size - 1) / 4096) {
+    GTEST_SKIP() << "the data segment shares no file page with the code here: " << readelf.out;
+  }
+  Recorded r = Record("shared_page", {program}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  const std::string data = dir_->File("shared_page.data");
+  ASSERT_EQ(
+      RunCommand({PTDECODE_PATH, "export", r.trace, "--to", "perf.data", "-o", data}).exit_code, 0);
+  auto mmaps =
+      RunCommand({"/usr/bin/perf", "script", "-i", data, "--show-mmap-events", "--itrace="});
+  std::istringstream lines(mmaps.out);
+  std::vector<std::pair<uint64_t, uint64_t>> code;  // (length, pgoff) of r-x MMAP2s of it
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.ends_with("r-xp " + program)) continue;
+    const size_t at = line.find("PERF_RECORD_MMAP2");
+    unsigned long long start = 0, length = 0, pgoff = 0;
+    ASSERT_EQ(std::sscanf(line.c_str() + line.find('[', at), "[0x%llx(0x%llx) @ %lli", &start,
+                          &length, &pgoff),
+              3)
+        << line;
+    code.emplace_back(length, pgoff);
+  }
+  const uint64_t first = code_offset / 4096 * 4096;
+  const uint64_t last = (code_offset + code_size + 4095) / 4096 * 4096;
+  EXPECT_EQ(code, (std::vector<std::pair<uint64_t, uint64_t>>{{last - first, first}})) << mmaps.out;
+}
+
 // Counting only under a function (--only-under, and --exclude-startup: under main) follows a
 // frame that jumps into another function, as the unscoped counts do: a call through a PLT
 // entry (printf@plt, its lazy binding, then printf) is printf's from the jump on. Before,
