@@ -195,7 +195,7 @@ TEST_F(EmulateCliTest, ALibraryLoadedWhereAnotherWasDecodesToTheGroundTruth) {
     last_main = i;
   }
   ASSERT_LT(first_main, ran.size());
-  for (const std::vector<std::string> decoder :
+  for (const std::vector<std::string>& decoder :
        {std::vector<std::string>{}, std::vector<std::string>{"--decoder", "libipt"},
         std::vector<std::string>{"-j", "2"}}) {
     std::vector<std::string> argv = {PTDECODE_PATH, "stats", "--json", trace_};
@@ -451,7 +451,7 @@ TEST_F(EmulateCliTest, AMissingProgramExits127NamingIt) {
 // found" under qemu); a script whose interpreter is missing, 127 saying so.
 TEST_F(EmulateCliTest, EveryRecorderRunsWhatExecvpRunsAndFailsAsEnvDoes) {
   auto write = [&](const std::string& name, const std::string& text, mode_t mode) {
-    const std::string path = dir_.File(name);
+    std::string path = dir_.File(name);
     std::ofstream(path) << text;
     EXPECT_EQ(chmod(path.c_str(), mode), 0);
     return path;

@@ -64,8 +64,8 @@ size_t Find(const std::vector<uint64_t>& ran, const std::vector<uint64_t>& run) 
 // at `ip` (the instruction there has not run), which `ptdecode branches` shows as its last
 // branch: an interrupt from `ip` into untraced code.
 void ExpectEndsDisabledAt(const std::string& trace, uint64_t tid, int k, uint64_t ip) {
-  auto branches = RunCommand({PTDECODE_PATH, "branches", "--tid", std::to_string(tid),
-                              "--snapshot", std::to_string(k), trace});
+  auto branches = RunCommand({PTDECODE_PATH, "branches", "--tid", std::to_string(tid), "--snapshot",
+                              std::to_string(k), trace});
   ASSERT_EQ(branches.exit_code, 0) << branches.err;
   ASSERT_TRUE(branches.out.ends_with(" -> ? [untraced] interrupt\n")) << branches.out;
   const size_t last = branches.out.rfind('\n', branches.out.size() - 2) + 1;
