@@ -142,7 +142,9 @@ TEST_F(EmulateCliTest, TheAuxRecordsAreOnTheSidebandsClock) {
   ASSERT_FALSE(aux.empty());
   for (uint64_t t : aux) {
     EXPECT_GT(t, exec);
-    if (exit != 0) EXPECT_LE(t, exit + 1000000000u);
+    if (exit != 0) {
+      EXPECT_LE(t, exit + 1000000000u);
+    }
   }
 }
 
@@ -206,7 +208,9 @@ TEST_F(EmulateCliTest, ALibraryLoadedWhereAnotherWasDecodesToTheGroundTruth) {
     const nlohmann::json json = nlohmann::json::parse(stats.out);
     for (const auto& f : json["functions"]) {
       if (f["function"] == "plugin_work") images.insert(f["image"].get<std::string>());
-      if (f["function"] == "main") EXPECT_EQ(f["inclusive"], last_main - first_main + 1);
+      if (f["function"] == "main") {
+        EXPECT_EQ(f["inclusive"], last_main - first_main + 1);
+      }
     }
     EXPECT_EQ(images, (std::set<std::string>{first, second})) << stats.out.substr(0, 2000);
   }
