@@ -441,10 +441,9 @@ void Overlay(std::vector<M>& list, const M& m, F&& replaced) {
 void ProgramImage::AddMapping(const Mapping& m) {
   if (m.begin >= m.end) return;
   fast_decoder_graphs_.reset();  // made of the code before
+  // (By index: a file may be listed in files_ only after its mappings are added, AddElf.)
   auto note = [&](const Mapping& old, uint64_t begin, uint64_t end) {
-    if (files_[old.file].name != files_[m.file].name) {
-      overlaps_.push_back({begin, end, old.file, m.file});
-    }
+    if (old.file != m.file) overlaps_.push_back({begin, end, old.file, m.file});
   };
   if (m.memory == nullptr) {
     // (The callback's runs under it stay in memory_mappings_: libipt no longer asks for them.)

@@ -152,8 +152,9 @@ class ProgramImage {
   AddressRange HoleAround(uint64_t ip) const;
 
   const std::vector<ImageFile>& files() const { return files_; }
-  // Where a mapping replaced part of an earlier mapping of another file (the code there is
-  // the later file's, for every decoder: AddMapping), in the order added.
+  // Where a mapping replaced part of an earlier mapping of another source (the code there is
+  // the later one's, for every decoder: AddMapping), in the order added; sources of one file
+  // name (the same file mapped again) are listed too.
   struct Overlap {
     uint64_t begin = 0, end = 0;
     uint32_t replaced = 0, by = 0;  // indexes into files()

@@ -708,6 +708,7 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
   for (const ProgramImage::Overlap& o : image->overlaps()) {
     const std::string& replaced = image->files()[o.replaced].name;
     const std::string& by = image->files()[o.by].name;
+    if (replaced == by) continue;  // the same file again: the same code
     if (!warned_.insert(fmt::format("overlap {} {}\n{}", pid, replaced, by)).second) continue;
     warnings_.push_back(fmt::format(
         "process {}: {} was mapped at {:#x}-{:#x} where {} was before, and {}: the code there is "
