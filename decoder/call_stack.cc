@@ -690,7 +690,9 @@ bool CallStack::ReturnMatched(uint64_t target, bool must) {
   }
   if (!base_) return false;
   // Chunk mode: a frame of B may expect it. A return goes there (checked by the merge); tracing
-  // enabled there pops what it finds, which leaves C as it is only when C is empty.
+  // enabled there pops what it finds, which leaves C as it is only when C is empty, so over
+  // frames of C the merge checks that none of B does (after a syscall, say: nothing returns
+  // there).
   if (must) {
     // With C empty, the merge also returns as ReturnUnmatched would when no frame expects it.
     const int64_t returning = !frames_.empty() ? -1 : current_ < 0 ? -2 : current_;
@@ -701,7 +703,11 @@ bool CallStack::ReturnMatched(uint64_t target, bool must) {
   if (frames_.empty()) {
     Underflow(ChunkOp::kReturnIfFound, target);
   } else {
-    failed_ = true;
+    if (unexpected_.empty() || unexpected_.back().target != target ||
+        unexpected_.back().epoch != epoch_) {
+      unexpected_.push_back({target, epoch_});  // checked by the merge (CheckChunk)
+      if (unexpected_.size() > kMaxUnexpected) failed_ = true;
+    }
   }
   return false;
 }
@@ -782,6 +788,7 @@ void CallStack::BeginChunk() {
   ops_.clear();
   nonempty_epoch_ = -1;
   absent_.clear();
+  unexpected_.clear();
   max_depth_ = 0;
   head_functions_ = functions_.size();
 }
@@ -880,6 +887,11 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
     if (f < 0) continue;
     for (size_t i = 0; i < depth_in(a.epoch); ++i) {
       if (frames_[i].function == f) return false;
+    }
+  }
+  for (const Unexpected& u : chunk.unexpected_) {
+    for (size_t i = 0; i < depth_in(u.epoch); ++i) {
+      if (frames_[i].return_address == u.target) return false;
     }
   }
   return true;

@@ -151,7 +151,8 @@ class CallStack {
   // its own instructions; while it has a frame in B it gets every instruction, which the merge
   // adds from `inclusive` when its last B frame was popped (EpochEntry). What depends on B in
   // another way is either assumed and checked by the merge (B not empty; a function jumped into
-  // has no frame in B; the depth) or not modelled (chunk_failed(): a lookup that names code by
+  // has no frame in B; no frame of B returns where tracing was enabled over frames of C, after
+  // a system call say; the depth) or not modelled (chunk_failed(): a lookup that names code by
   // the frame on top of B, a jump with no frame of C, time; the caller then gives the serial
   // model the chunk's blocks instead). A model given nothing before BeginChunk (a stream's
   // first chunk, whose serial model was just Reset) takes B as empty instead, as the serial
@@ -386,8 +387,16 @@ class CallStack {
     uint32_t epoch;
   };
   std::vector<Absent> absent_;  // jumped into (not its entry): no frame of B in that epoch
-  size_t max_depth_ = 0;        // of C
-  size_t head_functions_ = 0;   // functions made before BeginChunk
+  struct Unexpected {
+    uint64_t target;
+    uint32_t epoch;
+  };
+  // Tracing enabled at `target` over frames of C none of which returns there: no frame of B in
+  // that epoch may (the serial model would have unwound to it).
+  std::vector<Unexpected> unexpected_;
+  static constexpr size_t kMaxUnexpected = 4096;  // more: the chunk is decoded again instead
+  size_t max_depth_ = 0;                          // of C
+  size_t head_functions_ = 0;                     // functions made before BeginChunk
   struct Start {
     bool empty_base;  // B taken as empty (a model given nothing before BeginChunk)
     bool pending_call, pending_return, flowing, async_disabled, left_by_call;

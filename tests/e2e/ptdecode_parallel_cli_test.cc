@@ -103,6 +103,34 @@ TEST_F(PtdecodeParallelTest, EmulatedRecordingsDecodeAlikeWithAnyJobs) {
   ExpectSameWithJobs({fork.trace}, /*summaries=*/true);
 }
 
+// Tracing stops at every system call and resumes after it, with frames of the chunk on the call
+// stack and perhaps one below the chunk's start expecting a return there: the merge checks that
+// none does, so the chunks' summaries apply (they failed on their worker, and after four in a row
+// the rest was decoded on one thread: 1 of 200 chunks summarised).
+TEST_F(PtdecodeParallelTest, ChunksWithSystemCallsAreSummarised) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  testing::TempDir dir;
+  const std::string trace = dir.File("write_loop.pt");
+  auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--",
+                       E2E_PROGRAM_DIR "/e2e_write_loop", "10000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  for (const char* command : {"stats", "folded"}) {
+    r = RunCommand(
+        {PTDECODE_PATH, command, "-j", "2", "--chunk-size", "1", "--chunk-stats", trace});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    uint64_t chunks = 0, stitched = 0, again = 0, summarised = 0;
+    ASSERT_EQ(std::sscanf(r.err.c_str(),
+                          "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
+                          " decoded again, %" SCNu64 " summarised",
+                          &chunks, &stitched, &again, &summarised),
+              4)
+        << r.err;
+    EXPECT_GT(chunks, 50u) << command << ": " << r.err;
+    EXPECT_GT(summarised, chunks * 3 / 4) << command << ": " << r.err;
+  }
+  ExpectSameWithJobs({trace}, /*summaries=*/true);
+}
+
 // Without -j, stats and folded decode on the CPUs ptdecode may run on (their chunks
 // summarised), every other output on one thread (the fast decoder outruns merging its records),
 // even where the trace makes many chunks; with -j 2 as -j says.

@@ -689,6 +689,58 @@ TEST(CallStackTest, AStreamsFirstChunkAppliesAfterAnotherStream) {
   EXPECT_TRUE(CountsOf(merged) == want);
 }
 
+// Tracing stopped (a system call) and enabled again with a frame of the chunk on the stack and
+// none of them expecting a return there: the chunk applies where no frame below its start
+// expects one either (tracing resumed after the system call: the serial model's counts), and
+// not where one does (the serial model unwinds to it: the chunk's records are given instead).
+TEST(CallStackTest, AChunkWithTracingEnabledOverItsFramesAppliesWhereNoFrameBelowReturnsThere) {
+  auto image = ChunkImage();
+  pt_event disabled = {}, enabled = {};
+  disabled.type = ptev_disabled;
+  disabled.ip_suppressed = 1;
+  enabled.type = ptev_enabled;
+  // Before the chunk: R calls G (a frame returning to R + 5).
+  const std::array<pt_block, 2> before = {HandBlock(kChunkR, kChunkR, 1, ptic_call),
+                                          HandBlock(kChunkG, kChunkG + 3, 4, ptic_cond_jump)};
+  // In it: G calls R (a frame returning to G + 5), which makes a system call at R + 10.
+  const std::array<pt_block, 2> in = {HandBlock(kChunkG + 4, kChunkG + 4, 1, ptic_call),
+                                      HandBlock(kChunkR + 10, kChunkR + 10, 1, ptic_far_call)};
+  for (const uint64_t resume : {kChunkR + 12, kChunkR + 5}) {
+    SCOPED_TRACE(resume);
+    auto feed = [&](CallStack& m) {
+      for (const pt_block& b : in) m.OnBlock(b);
+      m.OnEvent(disabled);
+      enabled.variant.enabled.ip = resume;
+      m.OnEvent(enabled);
+    };
+    CallStack all(*image);
+    for (const pt_block& b : before) all.OnBlock(b);
+    feed(all);
+    const size_t depth = all.frames().size();
+    EXPECT_EQ(depth, resume == kChunkR + 5 ? 1u : 3u);  // R's implicit frame below
+    const ChunkCounts want = CountsOf(all);
+
+    CallStack chunk(*image);
+    for (const pt_block& b : before) chunk.OnBlock(b);
+    chunk.BeginChunk();
+    feed(chunk);
+    EXPECT_FALSE(chunk.chunk_failed());
+    CallStack merged(*image);
+    for (const pt_block& b : before) merged.OnBlock(b);
+    CallStack::ChunkPlan plan;
+    const bool applies = merged.CheckChunk(chunk, plan);
+    // R + 5 is where G's frame, below the chunk, returns: the serial model unwinds to it.
+    EXPECT_EQ(applies, resume != kChunkR + 5);
+    if (applies) {
+      merged.ApplyChunk(chunk, plan);
+    } else {
+      feed(merged);
+    }
+    EXPECT_EQ(merged.frames().size(), depth);
+    EXPECT_TRUE(CountsOf(merged) == want);
+  }
+}
+
 }  // namespace ptkit::decoder
 
 namespace ptkit::decoder {
