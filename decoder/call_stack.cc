@@ -12,6 +12,19 @@
 #include "decoder/output_format.h"
 
 namespace ptkit::decoder {
+namespace {
+
+// A function of a chunk with nothing counted there.
+bool Unused(const Function& fn) {
+  return fn.self == 0 && fn.calls == 0 && fn.inclusive == 0 && fn.active == 0;
+}
+
+// The epoch of a chunk's kBaseTop key.
+uint32_t BaseTopEpoch(const auto& key) {
+  return static_cast<uint32_t>(static_cast<uint64_t>(key.value) >> 32);
+}
+
+}  // namespace
 
 // (In chunk mode its callers Touch(f) first: kept out of this hot function.)
 inline void CallStack::Count(uint32_t f, uint64_t n) {
@@ -558,9 +571,28 @@ uint32_t CallStack::Unnamed(int file) {
       return frames_.back().function;
     }
   } else if (base_) {
-    failed_ = true;  // chunk mode: named by B's frame on top, perhaps
+    return BaseTop(file);  // chunk mode: named by B's frame on top, perhaps
   }
   return Unknown(file);
+}
+
+uint32_t CallStack::BaseTop(int file) {
+  const int64_t value = static_cast<int64_t>(uint64_t{epoch_} << 32 | static_cast<uint32_t>(file));
+  auto [it, inserted] = base_top_function_.try_emplace(value, 0);
+  if (inserted) {
+    it->second = NewFunction("[B's top]", file, 0, false, {FunctionKey::kBaseTop, value});
+  }
+  return it->second;
+}
+
+int64_t CallStack::BaseTopFunction(const FunctionKey& key, size_t depth) const {
+  const auto file = static_cast<int32_t>(static_cast<uint32_t>(key.value));
+  if (depth > 0) {
+    const uint32_t f = frames_[depth - 1].function;
+    const Function& top = functions_[f];
+    if (top.from_address && top.image == image_ && top.file == file) return f;
+  }
+  return FindFunction({FunctionKey::kUnknown, file});
 }
 
 // Call sites repeat: their lengths are cached, per image (the same address in another
@@ -768,8 +800,6 @@ void CallStack::Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning
 void CallStack::BeginChunk() {
   const bool fresh = functions_.empty() && frames_.empty() && totals_.instructions == 0 &&
                      !pending_call_ && !pending_return_ && !flowing_ && current_ < 0;
-  start_ = {fresh,           pending_call_, pending_return_,         flowing_,
-            async_disabled_, left_by_call_, pending_return_address_, current_};
   chunk_ = true;
   base_ = !fresh;
   failed_ = false;
@@ -791,6 +821,15 @@ void CallStack::BeginChunk() {
   unexpected_.clear();
   max_depth_ = 0;
   head_functions_ = functions_.size();
+  // A function the head may have named by its own stack (code without a symbol: named by an
+  // address, or the file) is, at the chunk's start, what B's top names (checked by the merge):
+  // the code after it, named by the stack, runs in the same function as far as Step can tell.
+  if (base_ && current_ >= 0 &&
+      (functions_[current_].from_address || keys_[current_].kind == FunctionKey::kUnknown)) {
+    current_ = BaseTop(functions_[current_].file);
+  }
+  start_ = {!base_,          pending_call_, pending_return_,         flowing_,
+            async_disabled_, left_by_call_, pending_return_address_, current_};
 }
 
 // This model's function for `key`, or -1 (none made yet).
@@ -814,6 +853,8 @@ int64_t CallStack::FindFunction(const FunctionKey& key) const {
       return -1;
     case FunctionKey::kUntraced:
       return untraced_;
+    case FunctionKey::kBaseTop:  // another chunk's (CheckChunk and ApplyChunk resolve them)
+      return -1;
   }
   return -1;
 }
@@ -828,6 +869,8 @@ uint32_t CallStack::FunctionFor(const FunctionKey& key) {
       return AddressFunction(static_cast<uint64_t>(key.value));
     case FunctionKey::kUntraced:
       break;
+    case FunctionKey::kBaseTop:  // (ApplyChunk resolves a chunk's first) Unnamed's with no frame
+      return Unknown(static_cast<int32_t>(static_cast<uint32_t>(key.value)));
   }
   return Untraced();
 }
@@ -844,9 +887,13 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
       (pending_call_ && pending_return_address_ != s.pending_return_address)) {
     return false;
   }
-  if ((current_ < 0) != (s.current < 0) ||
-      (current_ >= 0 && !(keys_[current_] == chunk.keys_[s.current]))) {
-    return false;
+  if ((current_ < 0) != (s.current < 0)) return false;
+  if (current_ >= 0) {
+    const FunctionKey& key = chunk.keys_[s.current];
+    if (key.kind == FunctionKey::kBaseTop ? BaseTopFunction(key, frames_.size()) != current_
+                                          : !(keys_[current_] == key)) {
+      return false;
+    }
   }
   if (frames_.size() + chunk.max_depth_ > kMaxFrames) return false;
   plan.start_depth = frames_.size();
@@ -864,7 +911,13 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
         if (op.returning == -1) return false;  // the serial model would have kept C's frames
         // ReturnUnmatched: the returning function leaves through its topmost frame, else an
         // implicit frame on top is left.
-        const int64_t f = op.returning < 0 ? -1 : FindFunction(chunk.keys_[op.returning]);
+        int64_t f = -1;
+        if (op.returning >= 0) {
+          const FunctionKey& key = chunk.keys_[op.returning];
+          f = key.kind == FunctionKey::kBaseTop
+                  ? BaseTopFunction(key, plan.DepthIn(BaseTopEpoch(key)))
+                  : FindFunction(key);
+        }
         i = top;
         while (i > 0 && (f < 0 || frames_[i - 1].function != f)) --i;
         if (i > 0) {
@@ -876,9 +929,7 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
     }
     plan.tops.push_back(top);
   }
-  auto depth_in = [&](uint32_t epoch) {
-    return epoch == 0 ? plan.start_depth : plan.tops[epoch - 1];
-  };
+  auto depth_in = [&](uint32_t epoch) { return plan.DepthIn(epoch); };
   if (chunk.nonempty_epoch_ >= 0 && depth_in(static_cast<uint32_t>(chunk.nonempty_epoch_)) == 0) {
     return false;
   }
@@ -901,10 +952,36 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
   const uint64_t t0 = totals_.instructions;
   const uint64_t n = chunk.totals_.instructions;
   std::vector<uint32_t> map(chunk.functions_.size());
-  absl::flat_hash_map<uint32_t, uint32_t> local;  // this model's function -> the chunk's
+  // This model's function -> the chunk's. Code named by B's top (kBaseTop) names a function the
+  // chunk may have under its own key too, or under another epoch's: such functions' counts add
+  // up, as their instructions are apart (one counts only with no frame of C, and never has one;
+  // the other's instructions, its own and under its frames of C, come with frames of C or
+  // while it runs).
+  absl::flat_hash_map<uint32_t, uint32_t> local;
+  std::vector<std::pair<uint32_t, uint32_t>> more;  // (this model's, the chunk's) after the first
+  // A function of the chunk with nothing counted (made by its head, which may have named code
+  // without a symbol otherwise than this model) is made here only where the chunk still uses it.
+  std::vector<bool> used(map.size());
+  for (uint32_t i = 0; i < map.size(); ++i) used[i] = !Unused(chunk.functions_[i]);
+  if (chunk.current_ >= 0) used[chunk.current_] = true;
+  for (const Frame& frame : chunk.frames_) {
+    used[frame.function] = true;
+    if (frame.renamed_from != Frame::kNone) used[frame.renamed_from] = true;
+  }
   for (uint32_t i = 0; i < map.size(); ++i) {
-    map[i] = FunctionFor(chunk.keys_[i]);
-    local.emplace(map[i], i);
+    const FunctionKey& key = chunk.keys_[i];
+    if (!used[i]) {
+      const int64_t f = key.kind == FunctionKey::kBaseTop ? -1 : FindFunction(key);
+      map[i] = f >= 0 ? static_cast<uint32_t>(f) : kNoFunction;
+      continue;
+    }
+    if (key.kind == FunctionKey::kBaseTop) {
+      const int64_t f = BaseTopFunction(key, plan.DepthIn(BaseTopEpoch(key)));
+      map[i] = f >= 0 ? static_cast<uint32_t>(f) : FunctionFor(key);
+    } else {
+      map[i] = FunctionFor(key);
+    }
+    if (!local.emplace(map[i], i).second) more.emplace_back(map[i], i);
   }
   // The chunk's inclusive count of function i at its end, and after op u (C was empty then).
   auto at_end = [&](uint32_t i) {
@@ -937,6 +1014,7 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
   };
   for (const auto& [f, at] : lowest) close(f);
   for (uint32_t i = 0; i < map.size(); ++i) {
+    if (!used[i]) continue;
     close(map[i]);
     Function& fn = functions_[map[i]];
     const Function& c = chunk.functions_[i];
@@ -951,11 +1029,13 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
         static_cast<size_t>(std::partition_point(plan.tops.begin(), plan.tops.end(),
                                                  [at = at](size_t t) { return t > at; }) -
                             plan.tops.begin());
-    const auto it = local.find(f);
     const uint64_t until = u < plan.tops.size() ? chunk.ops_[u].at : n;
     uint64_t counted = 0;
-    if (it != local.end())
-      counted = u < plan.tops.size() ? after_op(it->second, u) : at_end(it->second);
+    auto count = [&](uint32_t i) { counted += u < plan.tops.size() ? after_op(i, u) : at_end(i); };
+    if (const auto it = local.find(f); it != local.end()) count(it->second);
+    for (const auto& [g, i] : more) {
+      if (g == f) count(i);
+    }
     functions_[f].inclusive += until - counted;
   }
   // B's frames popped by returns, then C's frames on top of what is left.

@@ -167,6 +167,8 @@ class CallStack {
   struct ChunkPlan {
     std::vector<size_t> tops;
     size_t start_depth = 0;
+    // The size of B in `epoch` (after that many ChunkOps).
+    size_t DepthIn(uint32_t epoch) const { return epoch == 0 ? start_depth : tops[epoch - 1]; }
   };
   // Whether `chunk` (a model that called BeginChunk and was given a chunk's records) applies to
   // this model's state, which must be the state at that chunk's BeginChunk: false when an
@@ -176,8 +178,10 @@ class CallStack {
   // open (a chunk does not model them).
   bool chunks_apply() const { return beyond_ == 0; }
   // This model as if it had been given the chunk's records (listeners are not told); after
-  // CheckChunk said yes. Returns this model's function for each of the chunk's.
+  // CheckChunk said yes. Returns this model's function for each of the chunk's (kNoFunction for
+  // one that counted nothing there and that this model does not have).
   std::vector<uint32_t> ApplyChunk(const CallStack& chunk, const ChunkPlan& plan);
+  static constexpr uint32_t kNoFunction = ~uint32_t{0};
   // A chunk's returns past its start (and stack resets), in order.
   struct ChunkOp {
     enum Kind : uint8_t {
@@ -198,8 +202,10 @@ class CallStack {
  private:
   // What names a function (its lookup key, independent of the order of creation).
   struct FunctionKey {
-    enum Kind : uint8_t { kSymbol, kUnknown, kAddress, kUntraced } kind;
-    int64_t value;  // symbol index, file index, call target
+    // kBaseTop (chunk mode): code without a symbol run with no frame of C, which the frame on
+    // top of B in an epoch names (Unnamed): resolved by the merge (BaseTopFunction).
+    enum Kind : uint8_t { kSymbol, kUnknown, kAddress, kUntraced, kBaseTop } kind;
+    int64_t value;  // symbol index, file index, call target; kBaseTop: epoch << 32 | file
     bool operator==(const FunctionKey&) const = default;
   };
   uint32_t NewFunction(std::string name, int file, uint64_t address, bool from_address,
@@ -272,8 +278,13 @@ class CallStack {
   uint32_t CallTarget(uint64_t ip);
   uint32_t FunctionAt(uint64_t ip);
   // FunctionAt of an address without a symbol, in `file`: the function of the frame on top
-  // when that was named by its address in the same file, else Unknown(file).
+  // when that was named by its address in the same file, else Unknown(file). Chunk mode, with
+  // no frame of C: BaseTop(file), which the merge resolves.
   uint32_t Unnamed(int file);
+  uint32_t BaseTop(int file);
+  // The function of this model that a chunk's kBaseTop key names where B is its frames below
+  // `depth` (Unnamed's answer with those frames); -1: Unknown(file), not made yet.
+  int64_t BaseTopFunction(const FunctionKey& key, size_t depth) const;
   uint64_t CallLength(uint64_t ip, pt_exec_mode mode);
   void Count(uint32_t f, uint64_t n);
   void CountSplit(const pt_block& block, uint32_t first);
@@ -367,7 +378,8 @@ class CallStack {
   // The last disable was at a call into untraced code, whose frame is on top.
   bool left_by_call_ = false;
 
-  std::vector<FunctionKey> keys_;  // per function
+  std::vector<FunctionKey> keys_;                             // per function
+  absl::flat_hash_map<int64_t, uint32_t> base_top_function_;  // kBaseTop key value -> function
   // Chunk mode (BeginChunk).
   bool chunk_ = false;
   bool base_ = false;  // frames_ are above an unknown base (no kClear yet)

@@ -471,7 +471,9 @@ namespace {
 // runs, and chunks return past their start.
 constexpr uint64_t kChunkR = 0x1000, kChunkG = 0x2000;
 
-std::unique_ptr<ProgramImage> ChunkImage() {
+// `symbols`: R and G named by symbols; without, stripped code (named by the addresses calls
+// enter, and in frames of B by B's top: the chunk's kBaseTop functions).
+std::unique_ptr<ProgramImage> ChunkImage(bool symbols = true) {
   auto image = ProgramImage::Create();
   EXPECT_THAT(image, IsOk());
   std::vector<uint8_t> r;
@@ -486,8 +488,8 @@ std::unique_ptr<ProgramImage> ChunkImage() {
   g.back() = 0xc3;
   (*image)->AddBytes("r.bin", kChunkR, r);
   (*image)->AddBytes("g.bin", kChunkG, g);
-  const Symbol symbols[] = {{kChunkR, kChunkR + r.size(), "R"}, {kChunkG, kChunkG + 16, "G"}};
-  (*image)->AddSymbols(symbols);
+  const Symbol named[] = {{kChunkR, kChunkR + r.size(), "R"}, {kChunkG, kChunkG + 16, "G"}};
+  if (symbols) (*image)->AddSymbols(named);
   return std::move(*image);
 }
 
@@ -555,62 +557,66 @@ ChunkCounts CountsOf(CallStack& model) {
 // counts exactly: the inclusive count of a function with several frames below the chunk's
 // start, returns resolved against the stack the chunks before left.
 TEST(CallStackTest, ChunksAppliedInOrderGiveTheSerialModel) {
-  auto image = ChunkImage();
-  size_t applied = 0, tried = 0, ops = 0;
-  for (uint32_t seed = 1; seed <= 20; ++seed) {
-    const std::vector<pt_block> blocks = ChunkWalk(seed, 4000);
-    ASSERT_GT(blocks.size(), 3000u);
-    CallStack all(*image);
-    for (const pt_block& b : blocks) all.OnBlock(b);
-    const std::vector<Frame> all_frames = all.frames();
-    const ChunkCounts want = CountsOf(all);
-    // The same as walked blocks with their memos, serial and in chunks.
-    Memos memos;
-    CallStack walked(*image);
-    for (const pt_block& b : blocks) walked.OnWholeBlock(b, MemoOf(memos, b));
-    EXPECT_TRUE(CountsOf(walked) == want) << "seed " << seed;
+  for (const bool symbols : {true, false}) {
+    SCOPED_TRACE(symbols ? "with symbols" : "stripped");
+    auto image = ChunkImage(symbols);
+    size_t applied = 0, tried = 0, ops = 0;
+    for (uint32_t seed = 1; seed <= 20; ++seed) {
+      const std::vector<pt_block> blocks = ChunkWalk(seed, 4000);
+      ASSERT_GT(blocks.size(), 3000u);
+      CallStack all(*image);
+      for (const pt_block& b : blocks) all.OnBlock(b);
+      const std::vector<Frame> all_frames = all.frames();
+      const ChunkCounts want = CountsOf(all);
+      // The same as walked blocks with their memos, serial and in chunks.
+      Memos memos;
+      CallStack walked(*image);
+      for (const pt_block& b : blocks) walked.OnWholeBlock(b, MemoOf(memos, b));
+      EXPECT_TRUE(CountsOf(walked) == want) << "seed " << seed;
 
-    CallStack merged(*image);
-    size_t at = 0;
-    uint32_t x = seed;
-    while (at < blocks.size()) {
-      x = x * 1103515245 + 12345;
-      const size_t end = std::min(blocks.size(), at + 50 + (x >> 16) % 400);
-      CallStack chunk(*image);
-      for (size_t i = at >= 20 ? at - 20 : 0; i < at; ++i) chunk.OnBlock(blocks[i]);
-      chunk.BeginChunk();
-      for (size_t i = at; i < end; ++i) {
-        if (i % 2 == 0) {
-          chunk.OnBlock(blocks[i]);
-        } else {
-          chunk.OnWholeBlock(blocks[i], MemoOf(memos, blocks[i]));
+      CallStack merged(*image);
+      size_t at = 0;
+      uint32_t x = seed;
+      while (at < blocks.size()) {
+        x = x * 1103515245 + 12345;
+        const size_t end = std::min(blocks.size(), at + 50 + (x >> 16) % 400);
+        CallStack chunk(*image);
+        for (size_t i = at >= 20 ? at - 20 : 0; i < at; ++i) chunk.OnBlock(blocks[i]);
+        chunk.BeginChunk();
+        for (size_t i = at; i < end; ++i) {
+          if (i % 2 == 0) {
+            chunk.OnBlock(blocks[i]);
+          } else {
+            chunk.OnWholeBlock(blocks[i], MemoOf(memos, blocks[i]));
+          }
         }
+        ++tried;
+        CallStack::ChunkPlan plan;
+        if (merged.CheckChunk(chunk, plan)) {
+          ++applied;
+          ops += chunk.chunk_ops().size();
+          merged.ApplyChunk(chunk, plan);
+        } else {
+          for (size_t i = at; i < end; ++i) merged.OnBlock(blocks[i]);
+        }
+        at = end;
       }
-      ++tried;
-      CallStack::ChunkPlan plan;
-      if (merged.CheckChunk(chunk, plan)) {
-        ++applied;
-        ops += chunk.chunk_ops().size();
-        merged.ApplyChunk(chunk, plan);
-      } else {
-        for (size_t i = at; i < end; ++i) merged.OnBlock(blocks[i]);
+      ASSERT_EQ(merged.frames().size(), all_frames.size()) << "seed " << seed;
+      for (size_t i = 0; i < all_frames.size(); ++i) {
+        EXPECT_EQ(merged.functions()[merged.frames()[i].function].name,
+                  all.functions()[all_frames[i].function].name);
+        EXPECT_EQ(merged.frames()[i].return_address, all_frames[i].return_address);
+        EXPECT_EQ(merged.frames()[i].entry_count, all_frames[i].entry_count);
+        EXPECT_EQ(merged.frames()[i].implicit, all_frames[i].implicit);
       }
-      at = end;
+      EXPECT_TRUE(CountsOf(merged) == want) << "seed " << seed;
     }
-    ASSERT_EQ(merged.frames().size(), all_frames.size()) << "seed " << seed;
-    for (size_t i = 0; i < all_frames.size(); ++i) {
-      EXPECT_EQ(merged.functions()[merged.frames()[i].function].name,
-                all.functions()[all_frames[i].function].name);
-      EXPECT_EQ(merged.frames()[i].return_address, all_frames[i].return_address);
-      EXPECT_EQ(merged.frames()[i].entry_count, all_frames[i].entry_count);
-      EXPECT_EQ(merged.frames()[i].implicit, all_frames[i].implicit);
-    }
-    EXPECT_TRUE(CountsOf(merged) == want) << "seed " << seed;
+    // Nearly every chunk is a summary, and they returned past their starts.
+    EXPECT_GT(applied, tried * 9 / 10);
+    EXPECT_GT(ops, applied);
+    std::printf("%s: %zu of %zu chunks applied, %zu returns past a chunk's start\n",
+                symbols ? "with symbols" : "stripped", applied, tried, ops);
   }
-  // Nearly every chunk is a summary, and they returned past their starts.
-  EXPECT_GT(applied, tried * 9 / 10);
-  EXPECT_GT(ops, applied);
-  std::printf("%zu of %zu chunks applied, %zu returns past a chunk's start\n", applied, tried, ops);
 }
 
 // A run of conditional branches in the function the block before ran (OnWholeRun's common
