@@ -37,7 +37,7 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
 
 // Inline: runs' programs (RunOps) enter a function every few blocks.
 [[gnu::always_inline]] inline void CallStack::Enter(uint32_t f, uint64_t return_address,
-                                                    bool implicit) {
+                                                    bool implicit, bool signal) {
   Function& fn = functions_[f];
   if (!implicit) {
     ++fn.calls;
@@ -54,6 +54,7 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
                      .return_address = return_address,
                      .entry_count = totals_.instructions,
                      .implicit = implicit,
+                     .signal = signal,
                      .entry_timed = timed_,
                      .entry_tsc = tsc_});
   if (chunk_) max_depth_ = std::max(max_depth_, frames_.size());
@@ -365,11 +366,18 @@ void CallStack::OnEvent(const pt_event& event) {
       }
       pending_call_ = pending_return_ = flowing_ = false;
       async_disabled_ = async;
+      disabled_ = true;
+      if (async) disabled_at_ = event.variant.async_disabled.at;
       break;
     }
     case ptev_enabled:
       // Tracing (re)starts here: no jump led here from the code traced before.
       pending_call_ = pending_return_ = flowing_ = false;
+      if (disabled_ && !event.ip_suppressed && !event.variant.enabled.resumed &&
+          SignalTransfer(event.variant.enabled.ip)) {
+        async_disabled_ = left_by_call_ = disabled_ = false;
+        break;
+      }
       // Tracing resumed where an interrupt stopped it is no return. Otherwise it may come back
       // from untraced code to a caller's frame: at its return address (which libipt flags
       // `resumed` too after a call whose target only the TIP.PGD told), or into the middle of
@@ -379,11 +387,12 @@ void CallStack::OnEvent(const pt_event& event) {
         EnabledInto(event.variant.enabled.ip);
       }
       // (Only between a disable and the enable after it.)
-      async_disabled_ = left_by_call_ = false;
+      async_disabled_ = left_by_call_ = disabled_ = false;
       break;
     case ptev_overflow:
       // Trace was lost: the call context is unknown from here on.
       pending_call_ = pending_return_ = flowing_ = false;
+      signals_.clear();
       while (!frames_.empty()) Pop(true);
       if (base_) {
         Underflow(ChunkOp::kClear, 0);
@@ -399,8 +408,43 @@ void CallStack::OnEvent(const pt_event& event) {
   }
 }
 
+// Tracing enabled elsewhere than where it stopped, with frames on the stack: the kernel ran a
+// signal's handler, which starts at a function's entry, or returned from one (rt_sigreturn) to
+// where its signal stopped the flow (the interrupted instruction, or the instruction after the
+// system call the signal came at: where the handler's entry was not told, any instruction that
+// is not a function's entry). The handler runs in a frame of its own on top of the frames it
+// interrupted, as gdb shows it (its return to the signal's restorer matches no frame and pops
+// it: ReturnUnmatched), entered as by a call; returning from the handler pops what is left above
+// the interrupted frames.
+bool CallStack::SignalTransfer(uint64_t ip) {
+  if (image_ == nullptr) return false;
+  // Chunk mode with no handler of C running: what B's do is assumed, and checked by the merge.
+  const bool of_base = chunk_ && base_ && signals_.empty();
+  const bool resumes =
+      !signals_.empty() && signals_.back().resume_known && signals_.back().resume == ip;
+  if (!resumes) {
+    const int s = image_->SymbolAt(ip);
+    if (s >= 0 && image_->symbols()[s].begin == ip && (!frames_.empty() || base_)) {
+      if (of_base) base_signal_entries_.push_back(ip);  // no handler of B resumes at ip
+      if (frames_.empty()) nonempty_epoch_ = epoch_;    // chunk mode: B has the frames
+      signals_.push_back({disabled_at_, async_disabled_, frames_.size()});
+      Enter(SymbolFunction(s), 0, /*implicit=*/false, /*signal=*/true);
+      return true;
+    }
+    if (signals_.empty()) {
+      if (of_base) no_base_signal_ = true;  // no handler of B runs
+      return false;
+    }
+  }
+  while (frames_.size() > signals_.back().depth) Pop(/*at_end=*/false, /*by_return=*/false);
+  signals_.pop_back();
+  return true;
+}
+
 void CallStack::Reset() {
   pending_call_ = pending_return_ = flowing_ = async_disabled_ = left_by_call_ = false;
+  disabled_ = false;
+  signals_.clear();
   // Nothing reads the function that ran last until a block runs (no return is pending): as a
   // model just made, so that a chunk at another stream's start applies (CheckChunk).
   current_ = -1;
@@ -793,6 +837,7 @@ __attribute__((noinline)) void CallStack::Touch(uint32_t f) {
 }
 
 void CallStack::Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning) {
+  if (!signals_.empty()) failed_ = true;  // a handler's frames below C's: not modelled
   ops_.push_back({kind, target, totals_.instructions, returning});
   ++epoch_;
 }
@@ -819,6 +864,8 @@ void CallStack::BeginChunk() {
   nonempty_epoch_ = -1;
   absent_.clear();
   unexpected_.clear();
+  base_signal_entries_.clear();
+  no_base_signal_ = false;
   max_depth_ = 0;
   head_functions_ = functions_.size();
   // A function the head may have named by its own stack (code without a symbol: named by an
@@ -828,8 +875,9 @@ void CallStack::BeginChunk() {
       (functions_[current_].from_address || keys_[current_].kind == FunctionKey::kUnknown)) {
     current_ = BaseTop(functions_[current_].file);
   }
-  start_ = {!base_,          pending_call_, pending_return_,         flowing_,
-            async_disabled_, left_by_call_, pending_return_address_, current_};
+  start_ = {!base_,        pending_call_, pending_return_,         flowing_, async_disabled_,
+            left_by_call_, disabled_,     pending_return_address_, current_};
+  signals_.clear();  // B's
 }
 
 // This model's function for `key`, or -1 (none made yet).
@@ -883,7 +931,7 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
   if (s.empty_base && !frames_.empty()) return false;
   if (pending_call_ != s.pending_call || pending_return_ != s.pending_return ||
       flowing_ != s.flowing || async_disabled_ != s.async_disabled ||
-      left_by_call_ != s.left_by_call ||
+      left_by_call_ != s.left_by_call || disabled_ != s.disabled ||
       (pending_call_ && pending_return_address_ != s.pending_return_address)) {
     return false;
   }
@@ -939,6 +987,13 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
     for (size_t i = 0; i < depth_in(a.epoch); ++i) {
       if (frames_[i].function == f) return false;
     }
+  }
+  if (!signals_.empty() &&
+      (chunk.no_base_signal_ ||
+       (signals_.back().resume_known &&
+        std::find(chunk.base_signal_entries_.begin(), chunk.base_signal_entries_.end(),
+                  signals_.back().resume) != chunk.base_signal_entries_.end()))) {
+    return false;
   }
   for (const Unexpected& u : chunk.unexpected_) {
     for (size_t i = 0; i < depth_in(u.epoch); ++i) {
@@ -1066,6 +1121,12 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
   flowing_ = chunk.flowing_;
   async_disabled_ = chunk.async_disabled_;
   left_by_call_ = chunk.left_by_call_;
+  disabled_ = chunk.disabled_;
+  disabled_at_ = chunk.disabled_at_;
+  for (Signal signal : chunk.signals_) {  // C's, above what is left of B (no op after them)
+    signal.depth += top;
+    signals_.push_back(signal);
+  }
   pending_return_address_ = chunk.pending_return_address_;
   current_ = chunk.current_ < 0 ? -1 : map[chunk.current_];
   beyond_ = chunk.beyond_;

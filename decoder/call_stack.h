@@ -45,6 +45,7 @@ struct Frame {
   uint64_t return_address = 0;
   uint64_t entry_count = 0;  // instructions executed before the call
   bool implicit = false;     // entered before tracing began (no call seen)
+  bool signal = false;       // entered by the kernel to run a signal's handler (no call)
   bool entry_timed = false;  // entry_tsc is known
   // The function it ran before the last jump renamed it (kNone: never renamed).
   static constexpr uint32_t kNone = ~uint32_t{0};
@@ -289,7 +290,7 @@ class CallStack {
   void Count(uint32_t f, uint64_t n);
   void CountSplit(const pt_block& block, uint32_t first);
   void Jump(uint32_t f, uint64_t ip);
-  void Enter(uint32_t f, uint64_t return_address, bool implicit);
+  void Enter(uint32_t f, uint64_t return_address, bool implicit, bool signal = false);
   void Pop(bool at_end, bool by_return = true);
   // `must`: a return (a frame of B expects it when none of C does, in chunk mode).
   bool ReturnMatched(uint64_t target, bool must);
@@ -297,6 +298,9 @@ class CallStack {
   // middle of a function that has a frame below the top (a longjmp or an exception out of the
   // untraced code) it ends the frames above that one, as Jump does.
   void EnabledInto(uint64_t ip);
+  // Tracing enabled at `ip`, not where it was disabled: a signal's handler entered, or left by
+  // rt_sigreturn; false: neither (or chunk mode cannot tell: failed).
+  bool SignalTransfer(uint64_t ip);
   void Return(uint64_t target);
   void ReturnUnmatched();
 
@@ -377,6 +381,17 @@ class CallStack {
   bool async_disabled_ = false;
   // The last disable was at a call into untraced code, whose frame is on top.
   bool left_by_call_ = false;
+  // Tracing is disabled (since the last disable; an interrupt's at disabled_at_).
+  bool disabled_ = false;
+  uint64_t disabled_at_ = 0;
+  // Signal handlers running (SignalTransfer): where the flow they interrupted resumes, when
+  // known (an interrupt's instruction), and the frames below the handler's. Chunk mode: C's.
+  struct Signal {
+    uint64_t resume;
+    bool resume_known;
+    size_t depth;
+  };
+  std::vector<Signal> signals_;
 
   std::vector<FunctionKey> keys_;                             // per function
   absl::flat_hash_map<int64_t, uint32_t> base_top_function_;  // kBaseTop key value -> function
@@ -406,12 +421,17 @@ class CallStack {
   // Tracing enabled at `target` over frames of C none of which returns there: no frame of B in
   // that epoch may (the serial model would have unwound to it).
   std::vector<Unexpected> unexpected_;
+  // Handlers entered (SignalTransfer) at these addresses with none of C running: no handler of
+  // B resumes its flow there. Tracing enabled elsewhere not where it was disabled, with none of C
+  // running: no handler of B runs (else that was its return).
+  std::vector<uint64_t> base_signal_entries_;
+  bool no_base_signal_ = false;
   static constexpr size_t kMaxUnexpected = 4096;  // more: the chunk is decoded again instead
   size_t max_depth_ = 0;                          // of C
   size_t head_functions_ = 0;                     // functions made before BeginChunk
   struct Start {
     bool empty_base;  // B taken as empty (a model given nothing before BeginChunk)
-    bool pending_call, pending_return, flowing, async_disabled, left_by_call;
+    bool pending_call, pending_return, flowing, async_disabled, left_by_call, disabled;
     uint64_t pending_return_address;
     int64_t current;
   } start_{};

@@ -73,11 +73,14 @@ class CallsSink : public FlowSink {
       fmt::format_to(out_.it(), FMT_COMPILE("{{\"at\":{},\"depth\":{},\"call\":"), count_, depth);
       AppendJsonString(out_.buf(), fn.name);
       fmt::format_to(out_.it(), FMT_COMPILE(",\"address\":\"{:#x}\""), fn.address);
+      if (frame.signal) out_.buf().append(std::string_view(",\"signal\":true"));
       if (srcline) AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, true);
       out_.buf().append(std::string_view("}\n"));
     } else {
-      char* p = WriteText(BeginLine(depth, 2 + fn.name.size() + 1), "> ");
+      // A signal's handler: "> h (signal)" (entered by the kernel, not called).
+      char* p = WriteText(BeginLine(depth, 2 + fn.name.size() + 10), "> ");
       p = WriteText(p, fn.name);
+      if (frame.signal) p = WriteText(p, " (signal)");
       if (srcline) {
         Commit(out_.buf(), p);
         AppendSrcline(out_.buf(), lines_.get(), *fn.image, fn.address, false);

@@ -225,8 +225,9 @@ uint64_t PerfCallTraceCalls(const Exported& e) {
   return n;
 }
 
-// The calls ptdecode shows: the "> f" lines of `ptdecode calls` (count, indentation, "> "),
-// and the system calls, which the call tree leaves out: `ptdecode branches`' far_call lines.
+// The calls ptdecode shows: the "> f" lines of `ptdecode calls` (count, indentation, "> ")
+// but a signal's handler ("> h (signal)": entered by the kernel, no call instruction), and the
+// system calls, which the call tree leaves out: `ptdecode branches`' far_call lines.
 uint64_t PtdecodeCalls(const Exported& e) {
   auto calls = RunCommand({PTDECODE_PATH, "calls", e.trace});
   EXPECT_EQ(calls.exit_code, 0) << calls.err;
@@ -238,7 +239,7 @@ uint64_t PtdecodeCalls(const Exported& e) {
     size_t at = line.find_first_not_of(' ');
     if (at != std::string::npos) at = line.find_first_not_of("0123456789", at);
     if (at != std::string::npos) at = line.find_first_not_of(' ', at);
-    n += at != std::string::npos && line.compare(at, 2, "> ") == 0;
+    n += at != std::string::npos && line.compare(at, 2, "> ") == 0 && !line.ends_with(" (signal)");
   }
   std::istringstream bin(branches.out);
   for (std::string line; std::getline(bin, line);) n += line.ends_with(" far_call");

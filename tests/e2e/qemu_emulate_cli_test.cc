@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "e2e_programs.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
@@ -1249,6 +1250,76 @@ TEST_F(QemuEmulateTest, FilterTracesOnlyItsRegionAsTheStepBackend) {
     EXPECT_TRUE(s.begin()->second == ips) << function << ": " << s.begin()->second.size()
                                           << " instructions (step) vs " << ips.size() << " (qemu)";
   }
+}
+
+// A signal's handler runs in a frame of its own, on top of the frames it interrupted, as gdb
+// shows it: its calls nest under it (not under the interrupted function), and its inclusive count
+// is what ran from its entry until it returned to the signal's restorer (the ground truth).
+TEST_F(QemuEmulateTest, ASignalHandlerGetsAFrameOfItsOwn) {
+  const std::string program = E2E_PROGRAM_DIR "/e2e_signal_calls";
+  ExpectDecodedEqualsTruth("signal_calls", {program});
+  const std::string trace = dir_->File("signal_calls.pt");
+  // The handler's entries and the instructions from each to the restorer, in the ground truth.
+  auto nm = RunCommand({"/usr/bin/nm", program});
+  ASSERT_EQ(nm.exit_code, 0) << nm.err;
+  std::map<std::string, uint64_t> address;
+  std::istringstream lines(nm.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string value, kind, name;
+    if (fields >> value >> kind >> name) address[name] = std::stoull(value, nullptr, 16);
+  }
+  ASSERT_TRUE(address.contains("on_signal") && address.contains("__restore_rt")) << nm.out;
+  uint64_t entries = 0, inside = 0;
+  for (const auto& [tid, ips] : ReadTruth(dir_->File("signal_calls.truth"))) {
+    for (size_t i = 0; i < ips.size(); ++i) {
+      if (ips[i] != address["on_signal"]) continue;
+      ++entries;
+      size_t j = i;
+      while (j < ips.size() && ips[j] != address["__restore_rt"]) ++j;
+      inside += j - i;
+    }
+  }
+  ASSERT_EQ(entries, 3u);
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  bool found = false;
+  const nlohmann::json report = nlohmann::json::parse(stats.out);
+  for (const auto& f : report["functions"]) {
+    if (f["function"] != "on_signal") continue;
+    found = true;
+    EXPECT_EQ(f["calls"].get<uint64_t>(), entries);
+    EXPECT_EQ(f["inclusive"].get<uint64_t>(), inside);
+  }
+  EXPECT_TRUE(found) << stats.out;
+  // gdb at leaf: leaf <- on_signal <- <signal handler called> <- the interrupted function.
+  auto gdb =
+      RunCommand({"/usr/bin/gdb", "-batch", "-nx", "-ex", "handle SIGUSR1 nostop noprint pass",
+                  "-ex", "break leaf", "-ex", "run", "-ex", "bt", program});
+  std::vector<std::string> frames;
+  std::istringstream bt(gdb.out);
+  for (std::string line; std::getline(bt, line);) {
+    if (!line.starts_with("#")) continue;
+    std::istringstream fields(line);
+    std::string number, name;
+    fields >> number >> name;
+    if (name.starts_with("0x")) fields >> name >> name;  // "#3  0x... in name (...)"
+    frames.push_back(name == "<signal" ? "<signal>" : name);
+  }
+  ASSERT_GE(frames.size(), 4u) << gdb.out << gdb.err;
+  ASSERT_EQ(frames[0], "leaf") << gdb.out;
+  ASSERT_EQ(frames[1], "on_signal") << gdb.out;
+  ASSERT_EQ(frames[2], "<signal>") << gdb.out;
+  const std::string stack = frames[3] + ";on_signal;leaf ";
+  auto folded = RunCommand({PTDECODE_PATH, "folded", trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_NE(folded.out.find(stack), std::string::npos) << stack << " in\n" << folded.out;
+  EXPECT_NE(folded.out.find(";main;"), std::string::npos) << folded.out;
+  // The calls view names the handler as one ("> on_signal (signal)"), its calls under it.
+  auto calls = RunCommand({PTDECODE_PATH, "calls", trace});
+  ASSERT_EQ(calls.exit_code, 0) << calls.err;
+  const std::vector<std::string> parts = absl::StrSplit(calls.out, "> on_signal (signal)\n");
+  EXPECT_EQ(parts.size(), 4u) << calls.out;
 }
 
 // --filter with signals: SIGALRMs (40, every 200 us) interrupt main's loop into a handler outside
