@@ -19,6 +19,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/elf_file.h"
@@ -63,6 +64,17 @@ std::string QemuVersion(const std::string& qemu) {
   absl::string_view v = absl::StripTrailingAsciiWhitespace(line);
   if (size_t at = v.find("version "); at != absl::string_view::npos) v = v.substr(at + 8);
   return std::string(v);
+}
+
+// Whether process `pid` runs (not gone, not a zombie): /proc/PID/stat's state.
+bool ProcessRuns(uint32_t pid) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(
+      std::fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r"), &std::fclose);
+  if (!f) return false;
+  char text[512] = {};
+  const size_t n = std::fread(text, 1, sizeof(text) - 1, f.get());
+  const char* close = static_cast<const char*>(memrchr(text, ')', n));  // comm may hold ')'
+  return close != nullptr && close + 2 < text + n && close[2] != 'Z' && close[2] != 'X';
 }
 
 }  // namespace
@@ -372,9 +384,35 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     return false;
   };
   std::optional<int> status;
+  // The processes of the run still tracing after the command exited (a daemon's grandchild, a
+  // fork child still working): their slots are open and their processes run. ptrecord waits for
+  // them, as --emulate=step does (their trace was cut, and ended as killed, before).
+  auto tracing = [&] {
+    std::vector<uint32_t> pids;
+    for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
+      const QemuSlotControl* c = SlotControl(base, s);
+      if (c->state.load() == kSlotActive && ProcessRuns(c->pid) &&
+          std::find(pids.begin(), pids.end(), c->pid) == pids.end()) {
+        pids.push_back(c->pid);
+      }
+    }
+    return pids;
+  };
+  bool said_waiting = false;
   lo.child_exited = [&] {
-    status = workload.TryReap();
-    return status.has_value();
+    if (!status) status = workload.TryReap();
+    if (!status) return false;
+    const std::vector<uint32_t> left = tracing();
+    if (left.empty()) return true;
+    if (!said_waiting && options.notice) {
+      said_waiting = true;
+      options.notice(absl::StrCat(
+          "the command exited; waiting for ",
+          left.size() == 1 ? "a process" : absl::StrCat(left.size(), " processes"),
+          " it started that still run (pid ", absl::StrJoin(left, ", "),
+          "), as their trace goes on (SIGINT or SIGTERM stop the recording and keep it)"));
+    }
+    return false;
   };
   // On a terminal: the status line, about once a second, erased before the summary.
   record::StatusLine status_line(stderr, ::isatty(STDERR_FILENO) == 1, record::SteadyClockMs);
@@ -387,19 +425,25 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     return loop.status();
   }
   EmulateResult result;
-  if (!status) {
+  if (!status || !tracing().empty()) {
     // Stopped by a signal: the plugin ends every stream at the next block or system call
-    // return and exits; ptrecord drains meanwhile. A program that runs neither within a
+    // return and exits; ptrecord drains meanwhile. A process that runs neither within a
     // second (blocked in a system call) gets SIGTERM, which ends that call; then SIGKILL.
     result.stop_signal = signals.last_stop_signal();
     RegionHeader(base)->stop_signal.store(static_cast<uint32_t>(result.stop_signal));
-    for (int step = 0; step < 3 && !status; ++step) {
-      if (step == 1) kill(workload.pid(), SIGTERM);
-      if (step == 2) kill(workload.pid(), SIGKILL);
-      for (int i = 0; i < 200 && !status; ++i) {
+    auto done = [&] {
+      if (!status) status = workload.TryReap();
+      return status.has_value() && tracing().empty();
+    };
+    for (int step = 0; step < 3 && !done(); ++step) {
+      if (step > 0) {
+        const int signal = step == 1 ? SIGTERM : SIGKILL;
+        if (!status) kill(workload.pid(), signal);
+        for (uint32_t pid : tracing()) kill(static_cast<pid_t>(pid), signal);
+      }
+      for (int i = 0; i < 200 && !done(); ++i) {
         for (record::TraceSource* s : raw) drainer.DrainOnce(*s).IgnoreError();  // again below
-        status = workload.TryReap();
-        if (!status) usleep(5000);
+        usleep(5000);
       }
     }
     if (!status) status = workload.Wait();

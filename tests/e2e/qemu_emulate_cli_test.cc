@@ -1252,6 +1252,23 @@ TEST_F(QemuEmulateTest, FilterTracesOnlyItsRegionAsTheStepBackend) {
   }
 }
 
+// A daemon (fork, setsid, fork) outlives the command: ptrecord waits for it, as --emulate=step
+// does, and its trace is whole (it was cut where the command exited, silently, and the middle
+// process's ordinary exit was a loss "killed").
+TEST_F(QemuEmulateTest, ADaemonStartedByTheCommandIsTracedToItsEnd) {
+  const std::string done = dir_->File("daemon.done");
+  std::string err;
+  const PerThread truth =
+      ExpectDecodedEqualsTruth("daemon", {E2E_PROGRAM_DIR "/e2e_daemon", done}, 0, &err);
+  EXPECT_EQ(truth.size(), 3u);
+  // Written by the daemon at its end, before ptrecord returned.
+  EXPECT_EQ(testing::ReadWholeFile<std::string>(done), "1249975000\n");
+  EXPECT_NE(err.find("the command exited; waiting for "), std::string::npos) << err;
+  auto info = RunCommand({PTDECODE_PATH, "info", dir_->File("daemon.pt")});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_NE(info.out.find("loss:        none recorded"), std::string::npos) << info.out;
+}
+
 // A signal's handler runs in a frame of its own, on top of the frames it interrupted, as gdb
 // shows it: its calls nest under it (not under the interrupted function), and its inclusive count
 // is what ran from its entry until it returned to the signal's restorer (the ground truth).
