@@ -120,6 +120,7 @@ struct DecodeTotals {
   uint64_t gaps = 0;                       // pte_nomap errors
   uint64_t streams = 0;                    // container input: streams decoded
   uint64_t losses = 0;                     // loss points reported (container input)
+  uint64_t unknown_size_losses = 0;        // of them, those whose size is unknown (bytes 0)
   uint64_t lost_bytes = 0;                 // bytes those say were lost, when known
   std::map<int, uint64_t> errors_by_code;  // DecodeError::code -> count
   std::vector<std::string> warnings;       // e.g. a build-id mismatch, naming the file

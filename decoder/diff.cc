@@ -177,9 +177,10 @@ DiffSide MakeSide(std::span<const Profile> runs, DiffMetric metric) {
     side.inputs.push_back(p.trace);
     side.totals.push_back(Total(p, metric));
     if (p.totals.errors != 0 || p.totals.losses != 0) {
-      side.incomplete.push_back(fmt::format(
-          "{}: {}, {} ({} lost)", p.trace, Counted(p.totals.errors, "decode error"),
-          Counted(p.totals.losses, "loss point"), Counted(p.totals.lost_bytes, "byte")));
+      side.incomplete.push_back(
+          fmt::format("{}: {}, {} ({} lost{})", p.trace, Counted(p.totals.errors, "decode error"),
+                      Counted(p.totals.losses, "loss point"), Counted(p.totals.lost_bytes, "byte"),
+                      UnknownSizeLosses(p.totals.unknown_size_losses)));
     }
   }
   side.total = Median(side.totals);

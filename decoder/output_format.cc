@@ -311,6 +311,10 @@ void AppendLossLine(Buffer& buf, const LossInfo& l, bool json) {
   }
 }
 
+std::string UnknownSizeLosses(uint64_t k) {
+  return k == 0 ? "" : fmt::format(" (+ {} of unknown size)", k);
+}
+
 std::string Counted(uint64_t n, std::string_view noun, std::string_view plural) {
   if (n == 1) return fmt::format("1 {}", noun);
   return plural.empty() ? fmt::format("{} {}s", n, noun) : fmt::format("{} {}", n, plural);

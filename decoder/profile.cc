@@ -85,6 +85,9 @@ absl::StatusOr<ProfileTotals> TotalsFromJson(const Json& doc) {
   for (const Field& f : kFields) {
     PTKIT_ASSIGN_OR_RETURN(totals.*f.member, Uint(*t, "totals", f.key));
   }
+  if (t->contains("unknown_size_losses")) {  // (written only when not 0)
+    PTKIT_ASSIGN_OR_RETURN(totals.unknown_size_losses, Uint(*t, "totals", "unknown_size_losses"));
+  }
   return totals;
 }
 
@@ -145,6 +148,7 @@ std::string ProfileToJson(const Profile& p) {
                    {"errors", t.errors},           {"gaps", t.gaps},
                    {"streams", t.streams},         {"losses", t.losses},
                    {"lost_bytes", t.lost_bytes}};
+  if (t.unknown_size_losses != 0) doc["totals"]["unknown_size_losses"] = t.unknown_size_losses;
   Json errors = Json::object();
   for (const auto& [name, count] : p.errors) errors[name] = count;
   doc["errors"] = errors;

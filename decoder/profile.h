@@ -55,6 +55,7 @@ struct ProfileTotals {
   uint64_t streams = 0;
   uint64_t losses = 0;
   uint64_t lost_bytes = 0;
+  uint64_t unknown_size_losses = 0;  // losses of unknown size (in `losses`, none in lost_bytes)
   bool operator==(const ProfileTotals&) const = default;
 };
 

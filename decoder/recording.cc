@@ -215,6 +215,7 @@ Recording RecordingBuilder::Finish() {
     for (const LossInfo& l : stream.losses_after) {
       ++kinds[l.kind];
       r_.unplaced.lost_bytes += l.bytes;
+      r_.unplaced.unknown_size_losses += l.bytes == 0 ? 1 : 0;
     }
     r_.unplaced.losses += stream.losses_after.size();
     std::string what;
@@ -449,6 +450,7 @@ class StreamSink : public ForwardingSink {
   void Forward(const LossInfo& loss) {
     ++shown_.losses;
     shown_.lost_bytes += loss.bytes;
+    shown_.unknown_size_losses += loss.bytes == 0 ? 1 : 0;
     inner().OnLoss(loss);
   }
   // Whether the flow is forwarded now; announces the stream and a held sync first.
@@ -885,11 +887,13 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
     }
     totals.losses += out.shown().losses;
     totals.lost_bytes += out.shown().lost_bytes;
+    totals.unknown_size_losses += out.shown().unknown_size_losses;
     totals.streams += out.announced() ? 1 : 0;
   }
   totals.warnings = r.warnings;
   totals.losses += r.unplaced.losses;
   totals.lost_bytes += r.unplaced.lost_bytes;
+  totals.unknown_size_losses += r.unplaced.unknown_size_losses;
   for (const std::string& w : images.warnings()) totals.warnings.push_back(w);
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   if (options.tid && totals.streams == 0) {

@@ -46,6 +46,9 @@ struct OutputOptions {
 
 // "1 stream", "2 streams": `n` and the noun, plural unless n == 1 (`plural`: when not noun+s).
 std::string Counted(uint64_t n, std::string_view noun, std::string_view plural = "");
+// After "N bytes lost": " (+ K of unknown size)" for K losses whose size is unknown (a process
+// killed before its trace was flushed, a truncated AUX area); "" for none.
+std::string UnknownSizeLosses(uint64_t k);
 
 // Counts instructions, blocks, events and errors, and nothing else; for tests and benches.
 class CountSink : public Sink {

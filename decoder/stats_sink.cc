@@ -110,8 +110,9 @@ class StatsSink : public FlowSink {
     }
     for (const std::string& w : profile.warnings) fmt::format_to(it, "# warning: {}\n", w);
     if (t.streams != 0 || t.losses != 0) {
-      fmt::format_to(it, "# {}, {}, {} lost\n", Counted(t.streams, "stream"),
-                     Counted(t.losses, "loss point"), Counted(t.lost_bytes, "byte"));
+      fmt::format_to(it, "# {}, {}, {} lost{}\n", Counted(t.streams, "stream"),
+                     Counted(t.losses, "loss point"), Counted(t.lost_bytes, "byte"),
+                     UnknownSizeLosses(t.unknown_size_losses));
     }
     const double total = t.instructions == 0 ? 1.0 : static_cast<double>(t.instructions);
     fmt::format_to(it, "\n{:>12} {:>7} {:>12} {:>7} {:>9}  {}\n", "self", "self%", "inclusive",
@@ -155,9 +156,10 @@ class StatsSink : public FlowSink {
   Profile MakeProfile(const DecodeTotals& totals) const {
     Profile p;
     p.trace = options_.trace_name;
-    p.totals = {totals.trace_bytes, totals.instructions, totals.blocks,    calls_,
-                returns_,           totals.syncs,        totals.errors,    totals.gaps,
-                totals.streams,     totals.losses,       totals.lost_bytes};
+    p.totals = {
+        totals.trace_bytes, totals.instructions, totals.blocks,     calls_,
+        returns_,           totals.syncs,        totals.errors,     totals.gaps,
+        totals.streams,     totals.losses,       totals.lost_bytes, totals.unknown_size_losses};
     for (const auto& [code, count] : totals.errors_by_code) {
       p.errors.emplace_back(IptErrorName(code), count);
     }

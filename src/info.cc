@@ -335,13 +335,21 @@ std::string FormatInfoText(const json& info) {
   if (info["loss"].empty()) {
     line("loss:", "none recorded");
   } else {
-    line("loss:",
-         fmt::format("{} events, {} in total", info["loss_totals"]["events"].get<uint64_t>(),
-                     Bytes(info["loss_totals"]["bytes"].get<uint64_t>())));
+    // A loss record says 0 bytes where the size is unknown (a process killed before its
+    // trace was flushed, a truncated AUX area): said so, not counted as none.
+    uint64_t unknown = 0;
     for (const json& l : info["loss"]) {
+      if (l["bytes"].get<uint64_t>() == 0) unknown += l["events"].get<uint64_t>();
+    }
+    line("loss:",
+         fmt::format("{} events, {} in total{}", info["loss_totals"]["events"].get<uint64_t>(),
+                     Bytes(info["loss_totals"]["bytes"].get<uint64_t>()),
+                     unknown == 0 ? "" : fmt::format(" (+ {} of unknown size)", unknown)));
+    for (const json& l : info["loss"]) {
+      const uint64_t bytes = l["bytes"].get<uint64_t>();
       s += fmt::format("  {}: {} x{}, {}\n", l["stream"].get<std::string>(),
                        l["kind"].get<std::string>(), l["events"].get<uint64_t>(),
-                       Bytes(l["bytes"].get<uint64_t>()));
+                       bytes == 0 ? "size unknown" : Bytes(bytes));
     }
   }
   if (info["damage"].empty()) {

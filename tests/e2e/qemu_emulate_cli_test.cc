@@ -828,6 +828,13 @@ TEST_F(QemuEmulateTest, AWorkloadKilledByASignalIsSaid) {
   EXPECT_THAT(info.out, HasSubstr("killed"));
   auto insn = RunCommand({PTDECODE_PATH, "insn", r.trace});
   EXPECT_NE(insn.out.find("[loss: killed at aux offset "), std::string::npos);
+  // Its size is unknown (the trace not flushed), not none (info and stats said "0 B" lost).
+  EXPECT_THAT(info.out, HasSubstr("killed x1, size unknown"));
+  EXPECT_THAT(info.out, HasSubstr("in total (+ 1 of unknown size)"));
+  auto stats = RunCommand({PTDECODE_PATH, "stats", r.trace});
+  EXPECT_THAT(stats.out, HasSubstr("1 loss point, 0 bytes lost (+ 1 of unknown size)\n"));
+  stats = RunCommand({PTDECODE_PATH, "stats", "--json", r.trace});
+  EXPECT_THAT(stats.out, HasSubstr("\"unknown_size_losses\": 1"));
 }
 
 // A pipeline's writer killed by SIGPIPE in write(2) (`head` exits first) and a program killed
