@@ -62,11 +62,16 @@ class ScopedCounts {
     At(f);  // sized
     if (active_[f]++ == 0) since_[f] = instructions_;
   }
-  void OnExit(const Frame& frame) {
+  // `returns`: the returns the model counted since the last call (this frame's, when a return
+  // popped it).
+  void OnExit(const Frame& frame, uint64_t returns) {
     if (frames_.empty()) return;
     const FrameState top = frames_.back();
     frames_.pop_back();
-    if (top.under) Leave(frame.function);
+    if (top.under) {
+      Leave(frame.function);
+      returns_ += returns;
+    }
     if (top.root && depth_ > 0) --depth_;
   }
 
@@ -78,6 +83,7 @@ class ScopedCounts {
   Counts counts(uint32_t f) const { return f < counts_.size() ? counts_[f] : Counts{}; }
   uint64_t instructions() const { return instructions_; }
   uint64_t calls() const { return calls_; }
+  uint64_t returns() const { return returns_; }
 
  private:
   // Per frame on the stack: entered (or renamed) under the root; the root's own frame.
@@ -116,6 +122,7 @@ class ScopedCounts {
   bool root_seen_ = false;
   uint64_t instructions_ = 0;
   uint64_t calls_ = 0;
+  uint64_t returns_ = 0;
 };
 
 }  // namespace ptkit::decoder

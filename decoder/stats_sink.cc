@@ -85,7 +85,10 @@ class StatsSink : public FlowSink {
     if (scoped_) scoped_->OnRename(from, frame);
   }
   void OnExit(const Frame& frame, bool at_end) override {
-    if (scoped_) scoped_->OnExit(frame);
+    if (scoped_) {
+      scoped_->OnExit(frame, returns_ - returns_told_);
+      returns_told_ = returns_;
+    }
   }
   absl::Status Report(const DecodeTotals& totals) override {
     Profile profile = MakeProfile(totals);
@@ -173,6 +176,7 @@ class StatsSink : public FlowSink {
                                  "program stripped of its symbols, or the name misspelt?)"));
       p.totals.instructions = scoped_->instructions();
       p.totals.calls = scoped_->calls();
+      p.totals.returns = scoped_->returns();
       p.only_under = scoped_->root();
     }
     if (wants_time_ && ticks_.timed()) {
@@ -229,6 +233,7 @@ class StatsSink : public FlowSink {
   ProfileSinkOptions extra_;
   TickSplitter ticks_;                  // with timing
   std::optional<ScopedCounts> scoped_;  // with only_under
+  uint64_t returns_told_ = 0;           // the model's returns when scoped_ last heard
 };
 
 }  // namespace

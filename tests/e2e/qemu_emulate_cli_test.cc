@@ -1316,6 +1316,14 @@ TEST_F(QemuEmulateTest, ASignalHandlerGetsAFrameOfItsOwn) {
     EXPECT_EQ(f["inclusive"].get<uint64_t>(), inside);
   }
   EXPECT_TRUE(found) << stats.out;
+  // Only what ran under it: the same instructions; its 3 entries and its calls of work and leaf,
+  // each returning (the totals' returns were the whole run's, 700 and more).
+  stats = RunCommand({PTDECODE_PATH, "stats", "--json", "--only-under", "on_signal", trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  const nlohmann::json scoped = nlohmann::json::parse(stats.out)["totals"];
+  EXPECT_EQ(scoped["instructions"].get<uint64_t>(), inside);
+  EXPECT_EQ(scoped["calls"].get<uint64_t>(), 9u);
+  EXPECT_EQ(scoped["returns"].get<uint64_t>(), 9u);
   // gdb at leaf: leaf <- on_signal <- <signal handler called> <- the interrupted function.
   auto gdb =
       RunCommand({"/usr/bin/gdb", "-batch", "-nx", "-ex", "handle SIGUSR1 nostop noprint pass",
