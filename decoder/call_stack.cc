@@ -460,7 +460,8 @@ std::string CallStack::DepthWarning() const {
   if (totals_.dropped_frames == 0) return "";
   return fmt::format(
       "call stack deeper than {} frames: {} calls got no frame (their callees' instructions "
-      "count in the frame below; a program calling itself without returning, e.g. `call .`?)",
+      "count in the frame below: a recursion that deep, or code calling itself without returning, "
+      "e.g. `call .`)",
       kMaxFrames, totals_.dropped_frames);
 }
 

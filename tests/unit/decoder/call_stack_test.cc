@@ -409,8 +409,8 @@ TEST(CallStackTest, ACallToItselfStopsGrowingTheStackAtTheLimit) {
   EXPECT_EQ(model.totals().dropped_frames, kCalls - CallStack::kMaxFrames);
   EXPECT_EQ(model.DepthWarning(),
             "call stack deeper than 65536 frames: 4464 calls got no frame (their callees' "
-            "instructions count in the frame below; a program calling itself without "
-            "returning, e.g. `call .`?)");
+            "instructions count in the frame below: a recursion that deep, or code calling "
+            "itself without returning, e.g. `call .`)");
   model.Reset();
   EXPECT_TRUE(model.frames().empty());
 }
