@@ -120,10 +120,12 @@ template <bool kFacts>
 [[gnu::always_inline]] inline void CallStack::Step(const pt_block& block, Facts facts,
                                                    uint64_t ninsn) {
   const bool jumped = flowing_;
+  const bool returned = pending_return_;
   if (pending_call_ || pending_return_) Arrive<kFacts>(block, facts);
   const uint32_t f = !kFacts          ? FunctionAt(block.ip)
                      : facts.by_stack ? Unnamed(facts.file)
                                       : facts.function;
+  if (returned) FellInto(f, block.ip);
   if (jumped && f != current_) {
     Place(f, block.ip, jumped);
   } else if (frames_.empty()) {
@@ -280,10 +282,12 @@ void CallStack::RunOps(const RunProgram& program) {
     } else {
       if (beyond_ == 0 && !frames_.empty() && frames_.back().return_address == op.address) {
         Pop(false);  // Return's most common case: the run's call on top
+        return_matched_ = true;
       } else {
         Return(op.address);
       }
       if (op.by_stack) f = Unnamed(static_cast<int>(op.file));
+      FellInto(f, op.address);
       if (frames_.empty()) {
         if (base_) {
           nonempty_epoch_ = epoch_;
@@ -803,12 +807,29 @@ void CallStack::EnabledInto(uint64_t ip) {
 }
 
 void CallStack::Return(uint64_t target) {
+  return_matched_ = false;
   if (beyond_ != 0) {  // the return of a call given no frame (the innermost one)
     --beyond_;
     ++totals_.returns;
     return;
   }
-  if (!ReturnMatched(target, /*must=*/true)) ReturnUnmatched();
+  return_matched_ = ReturnMatched(target, /*must=*/true);
+  if (!return_matched_) ReturnUnmatched();
+}
+
+// After a return to the frame that expected it, at `ip`, in `f`: where the call was its
+// function's last instruction (ld.so's _start calling _dl_start, then going on in
+// _dl_start_user), the flow goes on into the next function in sequence, which names the frame
+// as any fall-through does. Chunk mode with no frame of C: B's top, which the chunk cannot
+// rename (failed).
+void CallStack::FellInto(uint32_t f, uint64_t ip) {
+  const Function& fn = functions_[f];
+  if (!return_matched_ || fn.address != ip || fn.from_address) return;
+  if (frames_.empty()) {
+    if (base_) failed_ = true;
+    return;
+  }
+  if (frames_.back().function != f) Jump(f, ip);
 }
 
 // A return that no frame expects: the returning function leaves through its own topmost

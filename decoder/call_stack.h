@@ -302,6 +302,7 @@ class CallStack {
   // rt_sigreturn; false: neither (or chunk mode cannot tell: failed).
   bool SignalTransfer(uint64_t ip);
   void Return(uint64_t target);
+  void FellInto(uint32_t f, uint64_t ip);
   void ReturnUnmatched();
 
   const ProgramImage* image_;  // of the current stream
@@ -381,6 +382,7 @@ class CallStack {
   bool async_disabled_ = false;
   // The last disable was at a call into untraced code, whose frame is on top.
   bool left_by_call_ = false;
+  bool return_matched_ = false;  // the last Return popped to the frame that expected it
   // Tracing is disabled (since the last disable; an interrupt's at disabled_at_).
   bool disabled_ = false;
   uint64_t disabled_at_ = 0;

@@ -1079,7 +1079,9 @@ def truth_frames(c):
     frame after the function running in it begins them (the timeline's B events): the
     function the thread's trace starts in, each callee, the function a jump goes on to from
     another one (not a call, return or syscall: a tail call, a PLT entry jumping to its target;
-    it renames the frame on top, unless it jumps into the middle of a function that has a
+    it renames the frame on top, as a return to a call that was its function's last instruction
+    does where the flow goes on into the next function; unless it jumps into the middle of a
+    function that has a
     frame below: then the frames above that one end; but a jump back into the function the
     frame on top ran before it was renamed, a cold part `f.cold` going back into f, renames it
     back), the caller a return that matches no
@@ -1108,6 +1110,13 @@ def truth_frames(c):
                         del stack[depth:]
                         del tops[depth + 1:]
                         del before[depth + 1:]
+                        if key[1] is not None and key[1] == vaddr and tops[-1] != key:
+                            # The call was its function's last instruction (ld.so's _start
+                            # calling _dl_start): the flow goes on in sequence into the next
+                            # function, which renames the frame as any fall-through does.
+                            before[-1] = tops[-1]
+                            tops[-1] = key
+                            slices.append((names, info, vaddr))
                         break
                 else:
                     begins = not stack  # the outermost function returned to its caller
