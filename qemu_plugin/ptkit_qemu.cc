@@ -109,7 +109,8 @@ constexpr unsigned kMaxVcpus = 4096;
 // x86-64 Linux system call numbers (asm/unistd_64.h).
 constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysMunmap = 11, kSysRtSigaction = 13,
                   kSysRtSigreturn = 15, kSysMremap = 25, kSysExecve = 59, kSysExit = 60,
-                  kSysExitGroup = 231, kSysExecveat = 322;
+                  kSysPrctl = 157, kSysExitGroup = 231, kSysExecveat = 322;
+constexpr uint64_t kPrSetName = 15;  // prctl(PR_SET_NAME, name): the thread's COMM
 // Signal numbers rt_sigaction accepts (1.._NSIG - 1).
 constexpr int kSignals = 65;
 
@@ -1729,6 +1730,18 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
     std::lock_guard<std::mutex> lock(g->mu);
     WriteGuestMappings(*t, now, t->args[0], t->args[0] + t->args[1], /*anonymous=*/true);
     Add(*t, Event::Time(Now()));
+  } else if (num == kSysPrctl && t->args[0] == kPrSetName) {
+    // The thread renamed itself: a COMM record, as the kernel writes one (not an exec's). The
+    // name was read by the call (guest addresses are host addresses), at most 15 bytes.
+    const char* name = reinterpret_cast<const char*>(t->args[1]);
+    ptkit::perf::Comm c;
+    c.pid = t->pid;
+    c.tid = t->tid;
+    c.comm = std::string_view(name, strnlen(name, 15));
+    c.exec = false;
+    c.sample_id = t->out->Sample(now);
+    WriteRecord(*t, ptkit::perf::EncodeComm(c, ptk::QemuSampleLayout()));
+    Add(*t, Event::Time(Now()));  // the instructions after it are timed after it (perf's comm)
   }
 }
 

@@ -349,6 +349,31 @@ TEST_F(PerfExportTest, PerfDecodesLongjmpExceptionsAndContextSwitchesAsPtdecodeD
   ExpectPerfAgrees(e, 1);
 }
 
+// A task that renames itself (prctl PR_SET_NAME): the kernel writes a COMM record (not an
+// exec's), which the step backend records from the kernel and the qemu plugin writes itself
+// (it wrote none: perf named every instruction by the program's name). perf shows the new name
+// from there on, under both.
+TEST_F(PerfExportTest, PerfSeesATaskRenameAsTheKernelRecordsIt) {
+  const std::string program = E2E_PROGRAM_DIR "/e2e_rename";
+  std::vector<std::vector<std::string>> backends = {{"--emulate=step"}};
+  if (testing::HaveQemu()) backends.push_back({"--emulate=qemu"});
+  for (const auto& backend : backends) {
+    SCOPED_TRACE(backend[0]);
+    PTKIT_EXPORT_OR_SKIP(e, "rename" + backend[0], program, backend);
+    auto events = PerfScript(e, {"--show-task-events", "-F", "comm,tid,event"});
+    ASSERT_EQ(events.exit_code, 0) << events.err;
+    EXPECT_THAT(events.out, HasSubstr("PERF_RECORD_COMM: renamed-task:")) << events.out;
+    auto insns = PerfScript(e, {"--itrace=i0ns", "-F", "comm"});
+    ASSERT_EQ(insns.exit_code, 0) << insns.err;
+    // work(3000) after the rename: some 15,000 instructions under the new name.
+    size_t renamed = 0;
+    std::istringstream in(insns.out);
+    for (std::string line; std::getline(in, line);)
+      renamed += line.find("renamed-task") != std::string::npos;
+    EXPECT_GT(renamed, 15000u);
+  }
+}
+
 // An address filter (only fib()): perf parses the filter the export passes on and decodes the
 // same stretches.
 TEST_F(PerfExportTest, PerfDecodesAFilteredRecordingAsPtdecodeDoes) {
