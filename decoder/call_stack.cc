@@ -354,6 +354,10 @@ void CallStack::OnEvent(const pt_event& event) {
       const bool async = event.type == ptev_async_disabled;
       const bool known = async || !event.ip_suppressed;
       const uint64_t to = async ? event.variant.async_disabled.at : event.variant.disabled.ip;
+      // Where the kernel may deliver a signal: at an interrupt, or at a system call (the block
+      // before ended in a far transfer: no call, return or jump pending), not where the flow
+      // went into untraced code by a call, a jump (a PLT entry) or a return.
+      disabled_far_ = async || (!pending_call_ && !pending_return_ && !flowing_);
       if (pending_call_) {
         // A call into code that is not traced, or interrupted at its target (e.g. a page
         // fault on its first fetch): the callee is entered all the same.
@@ -374,25 +378,37 @@ void CallStack::OnEvent(const pt_event& event) {
       if (async) disabled_at_ = event.variant.async_disabled.at;
       break;
     }
-    case ptev_enabled:
+    case ptev_enabled: {
       // Tracing (re)starts here: no jump led here from the code traced before.
       pending_call_ = pending_return_ = flowing_ = false;
-      if (disabled_ && !event.ip_suppressed && !event.variant.enabled.resumed &&
-          SignalTransfer(event.variant.enabled.ip)) {
-        async_disabled_ = left_by_call_ = disabled_ = false;
-        break;
-      }
       // Tracing resumed where an interrupt stopped it is no return. Otherwise it may come back
       // from untraced code to a caller's frame: at its return address (which libipt flags
       // `resumed` too after a call whose target only the TIP.PGD told), or into the middle of
-      // a function with a frame below (a longjmp or an exception).
-      if (!event.ip_suppressed && !(event.variant.enabled.resumed && async_disabled_) &&
-          !ReturnMatched(event.variant.enabled.ip, /*must=*/false) && left_by_call_) {
-        EnabledInto(event.variant.enabled.ip);
+      // a function with a frame below (a longjmp or an exception). Else, where it stopped
+      // otherwise than at a call into untraced code (an interrupt, a system call, a return)
+      // and resumes elsewhere: a signal's handler, or its return (SignalTransfer).
+      const uint64_t ip = event.variant.enabled.ip;
+      const bool resumed = event.variant.enabled.resumed;
+      if (!event.ip_suppressed && !(resumed && async_disabled_)) {
+        const bool elsewhere = disabled_ && disabled_far_ && !resumed && !left_by_call_;
+        // Chunk mode with no frame of C: whether a frame of B matches is the merge's to find
+        // (kReturnIfFound), so nothing may depend on it not matching.
+        const bool of_base = chunk_ && base_ && frames_.empty();
+        if (elsewhere && SignalReturnsAt(ip)) {
+          // rt_sigreturn to where an interrupt stopped the flow (first: in a recursion that
+          // address may also be a frame's return address).
+        } else if (!ReturnMatched(ip, /*must=*/false)) {
+          if (left_by_call_) {
+            EnabledInto(ip);
+          } else if (elsewhere && SignalTransfer(ip) && of_base) {
+            failed_ = true;
+          }
+        }
       }
       // (Only between a disable and the enable after it.)
-      async_disabled_ = left_by_call_ = disabled_ = false;
+      async_disabled_ = left_by_call_ = disabled_ = disabled_far_ = false;
       break;
+    }
     case ptev_overflow:
       // Trace was lost: the call context is unknown from here on.
       pending_call_ = pending_return_ = flowing_ = false;
@@ -412,7 +428,8 @@ void CallStack::OnEvent(const pt_event& event) {
   }
 }
 
-// Tracing enabled elsewhere than where it stopped, with frames on the stack: the kernel ran a
+// Tracing enabled elsewhere than where it stopped (not after a call into untraced code, and
+// where no frame returns), with frames on the stack: the kernel ran a
 // signal's handler, which starts at a function's entry, or returned from one (rt_sigreturn) to
 // where its signal stopped the flow (the interrupted instruction, or the instruction after the
 // system call the signal came at: where the handler's entry was not told, any instruction that
@@ -422,32 +439,46 @@ void CallStack::OnEvent(const pt_event& event) {
 // the interrupted frames.
 bool CallStack::SignalTransfer(uint64_t ip) {
   if (image_ == nullptr) return false;
-  // Chunk mode with no handler of C running: what B's do is assumed, and checked by the merge.
-  const bool of_base = chunk_ && base_ && signals_.empty();
-  const bool resumes =
-      !signals_.empty() && signals_.back().resume_known && signals_.back().resume == ip;
-  if (!resumes) {
-    const int s = image_->SymbolAt(ip);
-    if (s >= 0 && image_->symbols()[s].begin == ip && (!frames_.empty() || base_)) {
-      if (of_base) base_signal_entries_.push_back(ip);  // no handler of B resumes at ip
-      if (frames_.empty()) nonempty_epoch_ = epoch_;    // chunk mode: B has the frames
-      signals_.push_back({disabled_at_, async_disabled_, frames_.size()});
-      Enter(SymbolFunction(s), 0, /*implicit=*/false, /*signal=*/true);
-      return true;
-    }
-    if (signals_.empty()) {
-      if (of_base) no_base_signal_ = true;  // no handler of B runs
-      return false;
-    }
+  const int s = image_->SymbolAt(ip);
+  if (s >= 0 && image_->symbols()[s].begin == ip && (!frames_.empty() || base_)) {
+    // Chunk mode with no handler of C running: no handler of B resumes at ip (the merge checks).
+    if (chunk_ && base_ && signals_.empty()) base_signal_entries_.push_back(ip);
+    if (frames_.empty()) nonempty_epoch_ = epoch_;  // chunk mode: B has the frames
+    signals_.push_back({disabled_at_, async_disabled_, frames_.size()});
+    Enter(SymbolFunction(s), 0, /*implicit=*/false, /*signal=*/true);
+    return true;
   }
-  while (frames_.size() > signals_.back().depth) Pop(/*at_end=*/false, /*by_return=*/false);
-  signals_.pop_back();
+  if (signals_.empty()) {
+    if (chunk_ && base_) no_base_signal_ = true;  // chunk mode: no handler of B runs
+    return false;
+  }
+  LeaveSignal();
   return true;
+}
+
+// Tracing enabled at `ip`, where the interrupt the running handler's signal came at stopped
+// the flow: its rt_sigreturn.
+bool CallStack::SignalReturnsAt(uint64_t ip) {
+  if (signals_.empty()) {
+    // Chunk mode: no handler of B resumes at ip (the merge checks).
+    if (chunk_ && base_) base_signal_entries_.push_back(ip);
+    return false;
+  }
+  if (!signals_.back().resume_known || signals_.back().resume != ip) return false;
+  LeaveSignal();
+  return true;
+}
+
+// The running handler's signal returns: the frames above the ones it interrupted end.
+void CallStack::LeaveSignal() {
+  const size_t depth = signals_.back().depth;
+  signals_.pop_back();
+  while (frames_.size() > depth) Pop(/*at_end=*/false, /*by_return=*/false);
 }
 
 void CallStack::Reset() {
   pending_call_ = pending_return_ = flowing_ = async_disabled_ = left_by_call_ = false;
-  disabled_ = false;
+  disabled_ = disabled_far_ = false;
   signals_.clear();
   // Nothing reads the function that ran last until a block runs (no return is pending): as a
   // model just made, so that a chunk at another stream's start applies (CheckChunk).
@@ -755,6 +786,10 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
 void CallStack::Pop(bool at_end, bool by_return) {
   Frame frame = frames_.back();
   frames_.pop_back();
+  // A handler's frame left without returning (siglongjmp, an exception): no rt_sigreturn comes.
+  if (frame.signal && !by_return && !signals_.empty() && signals_.back().depth == frames_.size()) {
+    signals_.pop_back();
+  }
   Function& fn = functions_[frame.function];
   if (--fn.active == 0) fn.inclusive += totals_.instructions - fn.active_since;
   if (!at_end && by_return && !frame.implicit) ++totals_.returns;
@@ -794,7 +829,15 @@ bool CallStack::ReturnMatched(uint64_t target, bool must) {
 }
 
 void CallStack::EnabledInto(uint64_t ip) {
-  if (image_ == nullptr || beyond_ != 0 || failed_ || frames_.empty()) return;
+  if (image_ == nullptr || beyond_ != 0 || failed_) return;
+  if (frames_.empty()) {
+    // Chunk mode: into the middle of a function, which may have a frame in B (not modelled).
+    if (base_) {
+      const Function& fn = functions_[FunctionAt(ip)];
+      if (fn.address != 0 && ip != fn.address) failed_ = true;
+    }
+    return;
+  }
   const uint32_t f = FunctionAt(ip);
   const Function& fn = functions_[f];
   // (An entry is a call's target; code without a symbol has no entry to tell its middle by.)
@@ -897,8 +940,9 @@ void CallStack::BeginChunk() {
       (functions_[current_].from_address || keys_[current_].kind == FunctionKey::kUnknown)) {
     current_ = BaseTop(functions_[current_].file);
   }
-  start_ = {!base_,        pending_call_, pending_return_,         flowing_, async_disabled_,
-            left_by_call_, disabled_,     pending_return_address_, current_};
+  start_ = {
+      !base_,    pending_call_, pending_return_,         flowing_, async_disabled_, left_by_call_,
+      disabled_, disabled_far_, pending_return_address_, current_};
   signals_.clear();  // B's
 }
 
@@ -954,6 +998,7 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
   if (pending_call_ != s.pending_call || pending_return_ != s.pending_return ||
       flowing_ != s.flowing || async_disabled_ != s.async_disabled ||
       left_by_call_ != s.left_by_call || disabled_ != s.disabled ||
+      disabled_far_ != s.disabled_far ||
       (pending_call_ && pending_return_address_ != s.pending_return_address)) {
     return false;
   }
@@ -1144,7 +1189,13 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
   async_disabled_ = chunk.async_disabled_;
   left_by_call_ = chunk.left_by_call_;
   disabled_ = chunk.disabled_;
+  disabled_far_ = chunk.disabled_far_;
   disabled_at_ = chunk.disabled_at_;
+  // The serial model forgot its handlers where the chunk cleared the stack (an overflow, an
+  // error, another stream).
+  for (const ChunkOp& op : chunk.ops_) {
+    if (op.kind == ChunkOp::kClear) signals_.clear();
+  }
   for (Signal signal : chunk.signals_) {  // C's, above what is left of B (no op after them)
     signal.depth += top;
     signals_.push_back(signal);

@@ -301,6 +301,8 @@ class CallStack {
   // Tracing enabled at `ip`, not where it was disabled: a signal's handler entered, or left by
   // rt_sigreturn; false: neither (or chunk mode cannot tell: failed).
   bool SignalTransfer(uint64_t ip);
+  bool SignalReturnsAt(uint64_t ip);
+  void LeaveSignal();
   void Return(uint64_t target);
   void FellInto(uint32_t f, uint64_t ip);
   void ReturnUnmatched();
@@ -385,6 +387,7 @@ class CallStack {
   bool return_matched_ = false;  // the last Return popped to the frame that expected it
   // Tracing is disabled (since the last disable; an interrupt's at disabled_at_).
   bool disabled_ = false;
+  bool disabled_far_ = false;  // at an interrupt or a system call (where signals come)
   uint64_t disabled_at_ = 0;
   // Signal handlers running (SignalTransfer): where the flow they interrupted resumes, when
   // known (an interrupt's instruction), and the frames below the handler's. Chunk mode: C's.
@@ -433,7 +436,8 @@ class CallStack {
   size_t head_functions_ = 0;                     // functions made before BeginChunk
   struct Start {
     bool empty_base;  // B taken as empty (a model given nothing before BeginChunk)
-    bool pending_call, pending_return, flowing, async_disabled, left_by_call, disabled;
+    bool pending_call, pending_return, flowing, async_disabled, left_by_call, disabled,
+        disabled_far;
     uint64_t pending_return_address;
     int64_t current;
   } start_{};

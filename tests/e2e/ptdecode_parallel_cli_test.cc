@@ -111,8 +111,8 @@ TEST_F(PtdecodeParallelTest, ChunksWithSystemCallsAreSummarised) {
   PTKIT_SKIP_WITHOUT_QEMU();
   testing::TempDir dir;
   const std::string trace = dir.File("write_loop.pt");
-  auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--",
-                       E2E_PROGRAM_DIR "/e2e_write_loop", "10000"});
+  const std::string program = E2E_PROGRAM_DIR "/e2e_write_loop";
+  auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--", program, "10000"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (const char* command : {"stats", "folded"}) {
     r = RunCommand(

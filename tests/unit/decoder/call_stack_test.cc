@@ -788,3 +788,107 @@ TEST(CallStackTest, RunsPastTheProgramsKeptGiveWhatBlocksGive) {
 }
 
 }  // namespace ptkit::decoder
+
+namespace ptkit::decoder {
+namespace {
+
+// IP filtering (review of be4d497). main calls untraced code (sub_500000, the TIP.PGD's target),
+// which calls back into g (tracing enabled at g's entry, not resumed); g returns into the untraced
+// code; tracing resumes at main's return address 0x401005: the untraced frame must be popped.
+TEST(CallStackTest, ACallbackFromUntracedCodeIsNoSignalHandler) {
+  auto image = Image("callstack_signal.elf");
+  ASSERT_NE(image, nullptr);
+  CallStack m(*image);
+  pt_event dis = {}, en = {};
+  dis.type = ptev_disabled;
+  en.type = ptev_enabled;
+  m.OnBlock(HandBlock(0x401000, 0x401000, 1, ptic_call));  // main: call (into untraced code)
+  dis.variant.disabled.ip = 0x500000;
+  m.OnEvent(dis);
+  ASSERT_EQ(m.frames().size(), 2u);  // main (implicit), sub_500000
+  en.variant.enabled.ip = 0x401013;  // the callback g
+  m.OnEvent(en);
+  m.OnBlock(HandBlock(0x401013, 0x401016, 4, ptic_return));
+  dis.variant.disabled.ip = 0x500010;  // back into the untraced code
+  m.OnEvent(dis);
+  en.variant.enabled.ip = 0x401005;  // the untraced code returns to main
+  m.OnEvent(en);
+  m.OnBlock(HandBlock(0x401005, 0x401005, 1, ptic_cond_jump));
+  EXPECT_EQ(m.frames().size(), 1u)
+      << "frames left: " << m.frames().size() << ", returns " << m.totals().returns;
+  for (const Frame& f : m.frames()) EXPECT_FALSE(f.signal) << m.functions()[f.function].name;
+}
+
+// The same through a PLT entry: its jump (not a call) takes the flow into untraced code, which
+// calls back into g: no signal (they come at an interrupt or a system call), no "(signal)" frame.
+TEST(CallStackTest, ACallbackAfterAJumpIntoUntracedCodeIsNoSignalHandler) {
+  auto image = Image("callstack_signal.elf");
+  ASSERT_NE(image, nullptr);
+  CallStack m(*image);
+  pt_event dis = {}, en = {};
+  dis.type = ptev_disabled;
+  en.type = ptev_enabled;
+  m.OnBlock(HandBlock(0x401000, 0x401000, 1, ptic_call));  // main calls m1
+  m.OnBlock(HandBlock(0x401008, 0x401008, 1, ptic_jump));  // m1 jumps into untraced code
+  dis.variant.disabled.ip = 0x500000;
+  m.OnEvent(dis);
+  en.variant.enabled.ip = 0x401013;  // which calls g
+  m.OnEvent(en);
+  m.OnBlock(HandBlock(0x401013, 0x401016, 4, ptic_return));
+  ASSERT_FALSE(m.frames().empty());
+  for (const Frame& f : m.frames()) EXPECT_FALSE(f.signal) << m.functions()[f.function].name;
+  EXPECT_EQ(m.totals().calls, 1u);
+}
+
+// A chunk with a kClear (overflow) applied over a model with a signal handler
+// running: the serial model forgets the signal, the merged one keeps it.
+TEST(CallStackTest, AChunkThatClearsTheStackClearsTheSignals) {
+  auto image = Image("callstack_signal.elf");
+  ASSERT_NE(image, nullptr);
+  pt_event adis = {}, dis = {}, en = {}, ovf = {};
+  adis.type = ptev_async_disabled;
+  adis.variant.async_disabled.at = 0x401005;
+  dis.type = ptev_disabled;
+  dis.ip_suppressed = 1;
+  en.type = ptev_enabled;
+  ovf.type = ptev_overflow;
+  auto head = [&](CallStack& m) {
+    m.OnBlock(HandBlock(0x401005, 0x401005, 1, ptic_cond_jump));  // main (implicit)
+    m.OnEvent(adis);
+    en.variant.enabled.ip = 0x401019;  // handler's entry
+    m.OnEvent(en);
+  };
+  auto body = [&](CallStack& m) {
+    m.OnBlock(HandBlock(0x401019, 0x401019, 1, ptic_cond_jump));
+    m.OnEvent(ovf);
+    m.OnBlock(HandBlock(0x401000, 0x401000, 1, ptic_call));  // main calls m1
+    m.OnBlock(HandBlock(0x401008, 0x401008, 1, ptic_call));  // m1 calls g
+    m.OnBlock(HandBlock(0x401013, 0x401013, 1, ptic_cond_jump));
+  };
+  CallStack all(*image);
+  head(all);
+  ASSERT_EQ(all.frames().size(), 2u);
+  body(all);
+  CallStack chunk(*image);
+  head(chunk);
+  chunk.BeginChunk();
+  body(chunk);
+  ASSERT_FALSE(chunk.chunk_failed());
+  CallStack merged(*image);
+  head(merged);
+  CallStack::ChunkPlan plan;
+  ASSERT_TRUE(merged.CheckChunk(chunk, plan));
+  merged.ApplyChunk(chunk, plan);
+  ASSERT_EQ(merged.frames().size(), all.frames().size());
+  // Tracing enabled where a frame returns (0x40100d, after m1's call of g), not resumed.
+  all.OnEvent(dis);
+  merged.OnEvent(dis);
+  en.variant.enabled.ip = 0x40100d;
+  all.OnEvent(en);
+  merged.OnEvent(en);
+  EXPECT_EQ(merged.frames().size(), all.frames().size());
+  EXPECT_EQ(merged.totals().returns, all.totals().returns);
+}
+
+}  // namespace
+}  // namespace ptkit::decoder
