@@ -94,6 +94,26 @@ void ExpectSameWithJobs(const std::vector<std::string>& input, bool summaries,
   }
 }
 
+// stats and folded of `trace` with -j 2 in 1-PSB chunks: more than `min_chunks` chunks, more
+// than three in four of them summarised; and every output the same with any -j.
+void ExpectMostChunksSummarised(const std::string& trace, uint64_t min_chunks) {
+  for (const char* command : {"stats", "folded"}) {
+    auto r = RunCommand(
+        {PTDECODE_PATH, command, "-j", "2", "--chunk-size", "1", "--chunk-stats", trace});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    uint64_t chunks = 0, stitched = 0, again = 0, summarised = 0;
+    ASSERT_EQ(std::sscanf(r.err.c_str(),
+                          "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
+                          " decoded again, %" SCNu64 " summarised",
+                          &chunks, &stitched, &again, &summarised),
+              4)
+        << r.err;
+    EXPECT_GT(chunks, min_chunks) << command << ": " << r.err;
+    EXPECT_GT(summarised, chunks * 3 / 4) << command << ": " << r.err;
+  }
+  ExpectSameWithJobs({trace}, /*summaries=*/true);
+}
+
 class PtdecodeParallelTest : public testing::SharedRecordingsTest<PtdecodeParallelTest> {};
 
 TEST_F(PtdecodeParallelTest, EmulatedRecordingsDecodeAlikeWithAnyJobs) {
@@ -114,21 +134,7 @@ TEST_F(PtdecodeParallelTest, ChunksWithSystemCallsAreSummarised) {
   const std::string program = E2E_PROGRAM_DIR "/e2e_write_loop";
   auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--", program, "10000"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* command : {"stats", "folded"}) {
-    r = RunCommand(
-        {PTDECODE_PATH, command, "-j", "2", "--chunk-size", "1", "--chunk-stats", trace});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    uint64_t chunks = 0, stitched = 0, again = 0, summarised = 0;
-    ASSERT_EQ(std::sscanf(r.err.c_str(),
-                          "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
-                          " decoded again, %" SCNu64 " summarised",
-                          &chunks, &stitched, &again, &summarised),
-              4)
-        << r.err;
-    EXPECT_GT(chunks, 50u) << command << ": " << r.err;
-    EXPECT_GT(summarised, chunks * 3 / 4) << command << ": " << r.err;
-  }
-  ExpectSameWithJobs({trace}, /*summaries=*/true);
+  ExpectMostChunksSummarised(trace, 50u);
 }
 
 // Debian's programs are stripped: code without a symbol, in a frame below the chunk's start, is
@@ -147,21 +153,7 @@ TEST_F(PtdecodeParallelTest, ChunksOfStrippedProgramsAreSummarised) {
   auto r =
       RunCommand({PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--", "/usr/bin/gzip", "-c", text});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* command : {"stats", "folded"}) {
-    r = RunCommand(
-        {PTDECODE_PATH, command, "-j", "2", "--chunk-size", "1", "--chunk-stats", trace});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    uint64_t chunks = 0, stitched = 0, again = 0, summarised = 0;
-    ASSERT_EQ(std::sscanf(r.err.c_str(),
-                          "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
-                          " decoded again, %" SCNu64 " summarised",
-                          &chunks, &stitched, &again, &summarised),
-              4)
-        << r.err;
-    EXPECT_GT(chunks, 30u) << command << ": " << r.err;
-    EXPECT_GT(summarised, chunks * 3 / 4) << command << ": " << r.err;
-  }
-  ExpectSameWithJobs({trace}, /*summaries=*/true);
+  ExpectMostChunksSummarised(trace, 30u);
 }
 
 // Without -j, stats and folded decode on the CPUs ptdecode may run on (their chunks
