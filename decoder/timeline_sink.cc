@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "decoder/flow_sink.h"
 #include "decoder/output_format.h"
 #include "decoder/sinks.h"
@@ -18,7 +19,7 @@ class TimelineSink : public FlowSink {
     wants_time_ = true;
     model_.set_tell_counts(false);  // no OnCount
     out_.buf().append(std::string_view("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n"));
-    ThreadName(options.trace_name.empty() ? "trace" : options.trace_name);
+    Metadata("thread_name", options.trace_name.empty() ? "trace" : options.trace_name);
   }
   void OnTime(uint64_t tsc) override {
     FlowSink::OnTime(tsc);
@@ -28,26 +29,45 @@ class TimelineSink : public FlowSink {
   void OnError(const DecodeError& error) override {
     FlowSink::OnError(error);
     fmt::format_to(out_.it(),
-                   FMT_COMPILE(",\n{{\"ph\":\"i\",\"s\":\"t\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
+                   FMT_COMPILE(",\n{{\"ph\":\"i\",\"s\":\"t\",\"pid\":{},\"tid\":{},\"ts\":"), pid_,
+                   tid_);
     AppendTs();
     fmt::format_to(out_.it(),
                    FMT_COMPILE(",\"name\":\"{}\",\"args\":{{\"offset\":{},\"ip\":\"{:#x}\"}}}}"),
                    error.is_gap() ? "gap" : IptErrorName(error.code), error.offset, error.ip);
   }
-  // Container input: one track per thread.
+  // Container input: one track per thread, in its process (the track of the trace's name, pid 1
+  // tid 1, holds what comes before any stream and a raw trace). A thread or a process whose
+  // name changes (an exec; a thread's prctl(PR_SET_NAME) as a per-CPU stream's switch tells it)
+  // is named again: Perfetto and chrome://tracing show the last name, the one it ended with.
   void OnStream(const StreamInfo& stream) override {
     FlowSink::OnStream(stream);  // closes the open slices on the old track
-    uint32_t tid = stream.tid != 0 ? stream.tid : 1000000 + ++unnamed_;
-    if (tid == tid_) return;
+    const bool known = stream.tid != 0;
+    const uint32_t tid = known ? stream.tid : 1000000 + ++unnamed_;
+    const uint32_t pid = known && stream.pid != 0 ? stream.pid : 1;
     tid_ = tid;
+    pid_ = pid;
+    if (!stream.comm.empty() && (tid == pid || !process_names_.contains(pid))) {
+      std::string& name = process_names_[pid];
+      if (name != stream.comm) {
+        name = stream.comm;
+        out_.buf().append(std::string_view(",\n"));
+        Metadata("process_name", stream.comm);  // viewers show the pid beside it
+      }
+    }
+    const std::string where = known ? fmt::format("tid {}", tid) : stream.name;
+    std::string name = stream.comm.empty() ? where : fmt::format("{} ({})", stream.comm, where);
+    std::string& named = thread_names_[tid];
+    if (named == name) return;
+    named = name;
     out_.buf().append(std::string_view(",\n"));
-    ThreadName(stream.comm.empty() ? stream.name
-                                   : fmt::format("{} ({})", stream.comm, stream.name));
+    Metadata("thread_name", name);
   }
 
  protected:
   void OnEnter(const Frame& frame) override {
-    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"B\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
+    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"B\",\"pid\":{},\"tid\":{},\"ts\":"), pid_,
+                   tid_);
     AppendTs();
     out_.buf().append(std::string_view(",\"name\":"));
     AppendJsonString(out_.buf(), functions_[frame.function].name);
@@ -89,17 +109,19 @@ class TimelineSink : public FlowSink {
  private:
   // Named as the "B" it closes: speedscope matches ends by name (Perfetto by nesting).
   void End(uint32_t function) {
-    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"E\",\"pid\":1,\"tid\":{},\"ts\":"), tid_);
+    fmt::format_to(out_.it(), FMT_COMPILE(",\n{{\"ph\":\"E\",\"pid\":{},\"tid\":{},\"ts\":"), pid_,
+                   tid_);
     AppendTs();
     out_.buf().append(std::string_view(",\"name\":"));
     AppendJsonString(out_.buf(), functions_[function].name);
     out_.buf().push_back('}');
     out_.MaybeFlush();
   }
-  void ThreadName(const std::string& name) {
-    fmt::format_to(
-        out_.it(),
-        "{{\"ph\":\"M\",\"pid\":1,\"tid\":{},\"name\":\"thread_name\",\"args\":{{\"name\":", tid_);
+  // A metadata event of the track: "thread_name" or "process_name".
+  void Metadata(std::string_view what, const std::string& name) {
+    fmt::format_to(out_.it(),
+                   "{{\"ph\":\"M\",\"pid\":{},\"tid\":{},\"name\":\"{}\",\"args\":{{\"name\":",
+                   pid_, tid_, what);
     AppendJsonString(out_.buf(), name);
     out_.buf().append(std::string_view("}}"));
   }
@@ -125,8 +147,11 @@ class TimelineSink : public FlowSink {
 
   Output out_;
   OutputOptions options_;
+  uint32_t pid_ = 1;
   uint32_t tid_ = 1;
   uint32_t unnamed_ = 0;
+  absl::flat_hash_map<uint32_t, std::string> thread_names_;   // by tid: the last name given
+  absl::flat_hash_map<uint32_t, std::string> process_names_;  // by pid: the comm last named
   Clock clock_ = Clock::kUndecided;
   bool ever_timed_ = false;
   uint64_t last_tsc_ = 0;  // the latest decoder time (kept across streams)

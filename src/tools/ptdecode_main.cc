@@ -494,7 +494,9 @@ const Command kCommands[] = {
        return f.decode.samples ? RunSampledProfile(f.decode, false)
                                : RunDecode(f.decode, dec::MakeFoldedSink);
      }},
-    {"timeline", "Chrome trace-event JSON (Perfetto UI, speedscope), one slice per stack frame",
+    {"timeline",
+     "Chrome trace-event JSON (Perfetto UI, speedscope), a track per thread in its process, one "
+     "slice per stack frame",
      DecodeFlagsOf<false, false, false, false>,
      [](const Flags& f) { return RunDecode(f.decode, dec::MakeTimelineSink); }},
     {"packets",

@@ -9,8 +9,11 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <span>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "decoder/container_input.h"
@@ -301,16 +304,17 @@ TEST_F(ContainerTest, CallsAndTimelineShowStreamsLossAndGapsOnly) {
   auto timeline = MakeTimelineSink(**empty, out, options);
   auto doc = nlohmann::json::parse(DecodeToText(path_, *timeline, out));
   std::map<int, int> depth;  // tid -> open slices
-  int names = 0, gaps = 0;
+  std::vector<std::string> names;
+  int gaps = 0;
   for (const auto& e : doc["traceEvents"]) {
-    if (e["ph"] == "M") ++names;
+    if (e["ph"] == "M") names.push_back(e["args"]["name"]);
     if (e["ph"] == "B") ++depth[e["tid"].get<int>()];
     if (e["ph"] == "E") {
       EXPECT_GE(--depth[e["tid"].get<int>()], 0);
     }
     if (e["ph"] == "i") gaps += e["name"] == "gap";
   }
-  EXPECT_EQ(names, 3);  // the trace, thread 100, thread 200
+  EXPECT_THAT(names, ElementsAreArray({"t.pt", "tiny", "tiny (tid 100)", "tid 200"}));
   EXPECT_EQ(gaps, 1);
   for (const auto& [tid, d] : depth) EXPECT_EQ(d, 0) << "tid " << tid;
 }
@@ -562,6 +566,17 @@ class SwitchingCpu {
     start.tid = runs[0].tid;
     start.sample_id = Id(runs[0].pid, runs[0].tid, 10, 0);
     add(perf::EncodeItraceStart(start, kLayout));
+    // Each thread's name, as ptrecord's synthesized COMM records give it before the trace.
+    std::set<std::pair<uint32_t, uint32_t>> named;
+    for (const Run& r : runs) {
+      if (!named.emplace(r.pid, r.tid).second) continue;
+      perf::Comm comm;
+      comm.pid = r.pid;
+      comm.tid = r.tid;
+      comm.comm = r.pid == 200 ? "golden" : "tiny";
+      comm.sample_id = Id(r.pid, r.tid, 5, 0);
+      add(perf::EncodeComm(comm, kLayout));
+    }
     const StreamId cpu0 = stream;
     std::vector<uint8_t> aux;
     uint64_t aux_offset = 0;
@@ -877,6 +892,38 @@ TEST(ContainerLossTest, DamageAndAMissingFooterAreWarnings) {
   (void)std::remove(path.c_str());
 }
 
+// The timeline's metadata events and every slice's (pid, tid), in order.
+struct TimelineTracks {
+  std::vector<std::tuple<std::string, uint32_t, uint32_t, std::string>> names;  // ph "M"
+  std::set<std::pair<uint32_t, uint32_t>> slices;                               // B and E
+  // The last name of `what` ("thread_name", "process_name") given to (pid, tid).
+  std::string Last(const std::string& what, uint32_t pid, uint32_t tid) const {
+    std::string last;
+    for (const auto& [w, p, t, name] : names) {
+      if (w == what && p == pid && t == tid) last = name;
+    }
+    return last;
+  }
+};
+TimelineTracks DecodeTimeline(const std::string& path) {
+  auto image = ProgramImage::Create();
+  EXPECT_THAT(image, IsOk());
+  std::FILE* out = std::tmpfile();
+  auto sink = MakeTimelineSink(**image, out, {});
+  const std::string text = DecodeToText(path, *sink, out);
+  TimelineTracks tracks;
+  const nlohmann::json doc = nlohmann::json::parse(text);
+  for (const auto& e : doc["traceEvents"]) {
+    const std::string ph = e["ph"];
+    if (ph == "M") {
+      tracks.names.emplace_back(e["name"], e["pid"], e["tid"], e["args"]["name"]);
+    } else if (ph == "B" || ph == "E") {
+      tracks.slices.emplace(e["pid"], e["tid"]);
+    }
+  }
+  return tracks;
+}
+
 // A process that execs another program at the same address: the trace before the exec is
 // decoded against the first program, after it against the second (by the trace's time), in a
 // per-CPU stream and in a per-thread one.
@@ -889,6 +936,13 @@ TEST(ContainerExecTest, CodeBeforeAndAfterAnExecUsesEachProgram) {
               {{.pid = 100, .tid = 100, .tsc = 1000, .seed = 1},
                {.pid = 100, .tid = 100, .tsc = 3000, .seed = 2, .exec_golden = true}},
               30, stream);
+    // The timeline names the process and its thread by the program it exec'd (their last
+    // names, which the viewers show).
+    const TimelineTracks tracks = DecodeTimeline(path);
+    ASSERT_THAT(tracks.names, SizeIs(5));             // the trace; before the exec and after it
+    EXPECT_EQ(std::get<3>(tracks.names[1]), "tiny");  // the process before the exec
+    EXPECT_EQ(tracks.Last("thread_name", 100, 100), "golden (tid 100)");
+    EXPECT_EQ(tracks.Last("process_name", 100, 100), "golden");
     Recorder rec;
     auto totals = DecodeAndRemove(path, rec);
     ASSERT_THAT(totals, IsOk());
@@ -899,6 +953,19 @@ TEST(ContainerExecTest, CodeBeforeAndAfterAnExecUsesEachProgram) {
     EXPECT_THAT(rec.runs[1], ElementsAreArray(cpu.truths()[0]));
     EXPECT_THAT(rec.runs[2], ElementsAreArray(cpu.truths()[1]));
   }
+}
+
+// Perfetto groups a trace-event file's tracks by "pid": each thread's track is in its process,
+// which is named.
+TEST_F(TidFilterTest, TimelineTracksAreThreadsOfTheirProcesses) {
+  const TimelineTracks tracks = DecodeTimeline(path_);
+  using Track = std::pair<uint32_t, uint32_t>;
+  EXPECT_THAT(tracks.slices, ElementsAreArray({Track{100, 100}, Track{100, 101}, Track{200, 200}}));
+  EXPECT_EQ(tracks.Last("process_name", 100, 100), "tiny");
+  EXPECT_EQ(tracks.Last("process_name", 200, 200), "golden");
+  EXPECT_EQ(tracks.Last("thread_name", 100, 100), "tiny (tid 100)");
+  EXPECT_EQ(tracks.Last("thread_name", 100, 101), "tiny (tid 101)");
+  EXPECT_EQ(tracks.Last("thread_name", 200, 200), "golden (tid 200)");
 }
 
 TEST_F(TidFilterTest, PacketsOfATidAreThoseWhileItRuns) {
