@@ -1,6 +1,6 @@
 # Every dependency comes from a Debian 12 package (scripts/install-deps.sh installs them).
 # Packages with CMake config files are found with find_package; the others (libipt, libpfm4,
-# libelf, libdw, xxhash) through pkg-config or find_library, wrapped in ptkit:: imported targets.
+# libelf, libdw, xxhash, libiberty) through pkg-config or find_library, wrapped in ptkit:: imported targets.
 find_package(PkgConfig REQUIRED)
 find_package(Threads REQUIRED)
 find_package(absl CONFIG REQUIRED)
@@ -17,7 +17,7 @@ add_library(ptkit::elf ALIAS PkgConfig::LIBELF)
 add_library(ptkit::dw ALIAS PkgConfig::LIBDW)
 add_library(ptkit::xxhash ALIAS PkgConfig::XXHASH)
 
-# libipt-dev and libpfm4-dev ship neither a .pc file nor a CMake config.
+# libipt-dev, libpfm4-dev and libiberty-dev ship neither a .pc file nor a CMake config.
 function(ptkit_find_plain_library target header lib package)
   find_path(${target}_INCLUDE_DIR ${header})
   find_library(${target}_LIBRARY ${lib})
@@ -32,6 +32,7 @@ function(ptkit_find_plain_library target header lib package)
 endfunction()
 ptkit_find_plain_library(ipt intel-pt.h ipt libipt-dev)
 ptkit_find_plain_library(pfm perfmon/pfmlib_perf_event.h pfm libpfm4-dev)
+ptkit_find_plain_library(iberty libiberty/demangle.h iberty libiberty-dev)
 
 if(PTKIT_BUILD_TESTS OR PTKIT_FUZZ)
   find_package(GTest CONFIG REQUIRED)

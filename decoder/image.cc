@@ -4,6 +4,9 @@
 #include <cxxabi.h>
 #include <elf.h>
 #include <fmt/format.h>
+// libiberty.h (which demangle.h includes) declares basename unless told string.h has.
+#define HAVE_DECL_BASENAME 1  // NOLINT(cppcoreguidelines-macro-usage)
+#include <libiberty/demangle.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -84,6 +87,15 @@ std::string Demangle(std::string_view mangled) {
     mangled = mangled.substr(0, llvm);
   }
   std::string name(mangled);
+  if (name.starts_with("_R")) {
+    // Rust's v0 mangling (rustc's standard library since 1.9x, every program's): libiberty's
+    // demangler, as binutils' nm -C and c++filt -i name it (no crate disambiguators).
+    char* rust = cplus_demangle(name.c_str(), DMGL_PARAMS | DMGL_ANSI | DMGL_RUST);
+    if (rust == nullptr) return name;
+    std::string result(rust);
+    std::free(rust);
+    return result;
+  }
   if (!name.starts_with("_Z")) return name;
   int status = 0;
   char* out = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);

@@ -10,6 +10,8 @@ packages=(
   libipt-dev libpfm4-dev libelf-dev libdw-dev libzstd-dev zstd
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libzydis-dev libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev
+  # Rust's v0 symbol names (cplus_demangle): libstdc++'s __cxa_demangle reads C++ only
+  libiberty-dev
   linux-perf
   # ptrecord --emulate=qemu: qemu-x86_64 with TCG plugin support (not qemu-user-static)
   qemu-user

@@ -106,6 +106,12 @@ PROGRAMS = {
     "dlopen": built("dlopen", f"gcc {CFLAGS} {{ex}}/dlopen.c -ldl",
                     [f"gcc {CFLAGS} -shared -fPIC {{ex}}/plugin.c -o {{w}}/libplugin.so"],
                     args=["{w}/libplugin.so"], stack_points=["main"]),
+    # Rust (rustup's toolchain, where installed: its standard library's symbols are in Rust's
+    # v0 mangling, the program's own too with -C symbol-mangling-version=v0): trait objects,
+    # generics, closures, panics caught by catch_unwind (unwinding through frames).
+    "rust": built("rust", "rustc -C opt-level=1 -g -C symbol-mangling-version=v0 "
+                  "{src}/traits.rs", stack_points=["traits::checked"], needs="rustc",
+                  stacks_by_symbol=True),
 }
 # The stripped program runs as {w}/stripped; the exec'd child and the plugin are the program's
 # own code too.
@@ -607,6 +613,12 @@ class Corpus:
         if os.path.isdir(self.work):
             shutil.rmtree(self.work)
         os.makedirs(self.work)
+        if self.spec.get("needs") and shutil.which(self.spec["needs"]) is None:
+            reason = f"{self.spec['needs']} not installed"
+            with open(self.path("skipped"), "w") as f:
+                f.write(reason)
+            print(f"skipped: {reason}")
+            return SKIP
         for step in self.spec.get("build", []):
             run(self.fmt(step), cwd=self.work)
         argv = [self.fmt(a) for a in self.spec["cmd"]]
@@ -1303,7 +1315,15 @@ while resume():
     while frame is not None:
         if frame.type() not in (gdb.INLINE_FRAME, gdb.TAILCALL_FRAME):
             lib = gdb.solib_name(frame.pc())
-            print("#%d  %s (%s" % (n, frame.name() or "??", " from " + lib if lib else ""))
+            name = frame.name() or "??"
+            if BY_SYMBOL:
+                # The ELF symbol's name (gdb's minimal symbol, demangled) of the frame's code:
+                # a caller's return address less one (a call at a function's end).
+                code = frame.pc() - (0 if n == 0 else 1)
+                sym = gdb.execute("info symbol %d" % code, to_string=True)
+                name = sym.split(" + ")[0].split(" in section ")[0].strip() \
+                    if not sym.startswith("No symbol") else "??"
+            print("#%d  %s (%s" % (n, name, " from " + lib if lib else ""))
             n += 1
         frame = frame.older()
     gdb.execute("delete")
@@ -1317,12 +1337,15 @@ end
 """
 
 
-def gdb_stacks(argv, addresses, cwd):
+def gdb_stacks(argv, addresses, cwd, by_symbol=False):
     """{address: [(function, in a shared library)] outermost first}: gdb's bt the first time
-    the program executes each address (one gdb run, a breakpoint at each)."""
+    the program executes each address (one gdb run, a breakpoint at each). `by_symbol`: each
+    frame named by the ELF symbol of its code (gdb's `info symbol`), not by its DWARF name (Rust's
+    DWARF names differ in form from its symbols': `f::{closure#0}<T>` for `f::<T>::{closure#0}`)."""
     script = os.path.join(cwd, "stacks.gdb")
     with open(script, "w") as f:
-        f.write(GDB_STACKS.replace("ADDRESSES", repr(list(addresses))))
+        f.write(GDB_STACKS.replace("ADDRESSES", repr(list(addresses)))
+                .replace("BY_SYMBOL", repr(by_symbol)))
     p = run(["gdb", "-batch", "-nx", "-x", script, "--args"] + argv, cwd=cwd, check=False)
     stacks = {}
     at = None
@@ -1331,9 +1354,13 @@ def gdb_stacks(argv, addresses, cwd):
             at = int(line.split()[1])
             stacks[at] = []
             continue
-        m = re.match(r"^#(\d+)\s+(?:0x[0-9a-f]+ in )?(.+?) \(", line)
+        # The last " (": a Rust name has its own (`<fn(), ()>`).
+        m = re.match(r"^#(\d+)\s+(?:0x[0-9a-f]+ in )?(.+) \(", line)
         if m and at is not None:
-            stacks[at].insert(0, (normalize(m.group(2)), " from /" in line))
+            # gdb's minimal symbols keep Rust's crate disambiguators (std[e28293b1aa0f68bd]::),
+            # which c++filt -i and nm -C leave out.
+            name = re.sub(r"\[[0-9a-f]{16}\]", "", m.group(2)) if by_symbol else m.group(2)
+            stacks[at].insert(0, (normalize(name), " from /" in line))
     missing = [hex(a) for a in addresses if not stacks.get(a)]
     if missing:
         raise HarnessError(f"gdb gave no backtrace at {missing}:\n{p.stdout[-1500:]}"
@@ -1401,7 +1428,8 @@ def check_stacks(c):
         raise HarnessError("no function of the program to sample")
     checked = []
     ips = {fn: rng.choice(candidates[fn]) for fn in points}
-    bts = gdb_stacks(c.meta["argv"], sorted(set(ips.values())), c.work)
+    bts = gdb_stacks(c.meta["argv"], sorted(set(ips.values())), c.work,
+                     c.spec.get("stacks_by_symbol", False))
     for fn in points:
         ip = ips[fn]
         # gdb names a frame it cannot place '??' (e.g. between call_fini and a destructor it

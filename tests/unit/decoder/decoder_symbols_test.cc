@@ -270,20 +270,13 @@ TEST_F(DebugFileTest, AMappingNamesOnlyTheCodeItMaps) {
   }
 }
 
-// Rust's legacy mangling (every Rust program's standard library; rustc's default for a
-// program's own code before v0) is named as c++filt names it, without the last component's
-// build hash ("h" + 16 hex digits: main::fib::h42af...), which perf leaves out too and which
-// would make every function of a rebuilt program a new one for `ptdecode diff`; LLVM's
-// ".llvm.N" suffix (ThinLTO clones) is no part of the name (such names were not demangled).
-TEST(SymbolsTest, RustLegacyNamesAreDemangledWithoutTheirHash) {
+// The names ElfImage gives functions whose symbols are `mangled` (a static program made of
+// them by gcc, their names as asm labels) against c++filt's `options` for each, less the
+// last component's Rust build hash ("h" + 16 hex digits).
+void ExpectNamedAsCxxFilt(const std::string& dir_name, const std::vector<std::string>& mangled,
+                          const std::vector<std::string>& options = {}) {
   if (!HaveBinutils()) GTEST_SKIP() << "binutils (c++filt) not installed";
-  const std::string dir = FreshDir("rust_names");
-  const std::vector<std::string> mangled = {
-      "_ZN4main3fib17h42af1a01a5cac11cE",
-      "_ZN4core3fmt5Write10write_char17h720cda75b3d14958E.llvm.10654020189794219422",
-      "_ZN4core3ptr85drop_in_place$LT$std..rt..lang_start$LT$$LP$$RP$$GT$..$u7b$$u7b$closure"
-      "$u7d$$u7d$$GT$17h0123456789abcdefE",
-      "_ZN3foo3barEv"};
+  const std::string dir = FreshDir(dir_name);
   {
     std::ofstream c(dir + "/names.c");
     for (size_t i = 0; i < mangled.size(); ++i) {
@@ -300,14 +293,49 @@ TEST(SymbolsTest, RustLegacyNamesAreDemangledWithoutTheirHash) {
   std::set<std::string> got;
   for (const Symbol& s : image->symbols()) got.insert(s.name);
   for (const std::string& m : mangled) {
-    std::string want = ToolOutput({"c++filt", m});
+    std::vector<std::string> argv = {"c++filt"};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back(m);
+    std::string want = ToolOutput(argv);
     while (!want.empty() && want.back() == '\n') want.pop_back();
     if (const size_t h = want.rfind("::h"); h != std::string::npos && want.size() - h == 19) {
       want.resize(h);
     }
+    EXPECT_NE(want, m);
     EXPECT_TRUE(got.contains(want)) << m << " -> " << want << "; got " << fmt::format("{}", got);
   }
   fs::remove_all(dir);
+}
+
+// Rust's legacy mangling (rustc's default for a program's own code; the standard library's
+// before v0) is named as c++filt names it, without the last component's
+// build hash ("h" + 16 hex digits: main::fib::h42af...), which perf leaves out too and which
+// would make every function of a rebuilt program a new one for `ptdecode diff`; LLVM's
+// ".llvm.N" suffix (ThinLTO clones) is no part of the name (such names were not demangled).
+TEST(SymbolsTest, RustLegacyNamesAreDemangledWithoutTheirHash) {
+  ExpectNamedAsCxxFilt(
+      "rust_names",
+      {"_ZN4main3fib17h42af1a01a5cac11cE",
+       "_ZN4core3fmt5Write10write_char17h720cda75b3d14958E.llvm.10654020189794219422",
+       "_ZN4core3ptr85drop_in_place$LT$std..rt..lang_start$LT$$LP$$RP$$GT$..$u7b$$u7b$closure"
+       "$u7d$$u7d$$GT$17h0123456789abcdefE",
+       "_ZN3foo3barEv"});
+}
+
+// Rust's v0 mangling (rustc 1.9x's standard library: every Rust program's) is named as
+// c++filt -i (and nm -C) names it: without the crates' disambiguators (std[e28293b1aa0f68bd]).
+// Names from a real rustc 1.95 program: a function, a trait method of a generic type, a
+// closure in a generic function, a trait object's impl.
+TEST(SymbolsTest, RustV0NamesAreDemangledAsNmNamesThem) {
+  ExpectNamedAsCxxFilt(
+      "rust_v0_names",
+      {"_RNvCskK7mfDs1mzF_1m3fib", "_RNvNtCsjrHSEGnQ3l9_3std2rt19lang_start_internal",
+       "_RINvMNtCsgEmfK2I1SDS_4core5sliceSh11copy_withinINtNtNtB5_3ops5range14RangeInclusive"
+       "jEECsfEOYDRpO4Ta_11miniz_oxide",
+       "_RNvXsi_NtNtCsjrHSEGnQ3l9_3std2io5stdioNtB5_10StdoutLockNtB7_5Write9write_all",
+       "_RNvYNvNtNtNtCsjrHSEGnQ3l9_3std3sys2fs4unix4statINtNtNtCsgEmfK2I1SDS_4core3ops8function"
+       "2FnTRNtNtNtBQ_3ffi5c_str4CStrEE4callBa_"},
+      {"-i"});
 }
 
 TEST_F(DebugFileTest, ADebugFileOfAnotherBuildIsNotUsed) {
