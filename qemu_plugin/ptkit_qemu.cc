@@ -197,6 +197,9 @@ struct Thread {
   bool truth_on = false;
   std::string truth;
   uint64_t last_truth_ip = 0;
+  // Where the lines of the block running (`prev`) begin in `truth` (npos: flushed since):
+  // a fatal signal without crash=1 takes them back (OnFatalSignal).
+  size_t block_truth = std::string::npos;
 };
 
 struct Global {
@@ -1206,8 +1209,17 @@ void OnInsn(unsigned int vcpu, void* userdata) {
   // --filter: the instructions the trace holds (the block's state was set at its start).
   if (g->filtering && (!t->traced || !t->truth_on)) return;
   t->last_truth_ip = i.ip;
-  // (Written before the next line is added: a fault's line can be taken back, OnFatalSignal.)
-  if (t->truth.size() >= (64 << 10)) FlushTruth(*t);
+  // Flushed where a block begins, so that the lines of the block running are in `truth`: a
+  // fatal signal takes back the faulting instruction's line, or without crash=1 the block's
+  // (OnFatalSignal). (A block that never begins at its first instruction here, --filter's,
+  // flushes at 1 MiB.)
+  if (t->prev != nullptr && i.ip == t->prev->start) {
+    if (t->truth.size() >= (64 << 10)) FlushTruth(*t);
+    t->block_truth = t->truth.size();
+  } else if (t->truth.size() >= (1 << 20)) {
+    FlushTruth(*t);
+    t->block_truth = std::string::npos;
+  }
   t->truth += TruthLine(*t, i.ip).view();
 }
 
@@ -1779,18 +1791,33 @@ void OnExit(qemu_plugin_id_t id, void* userdata) {
 // names the signal qemu dies of. Every other stream ends too: after a core-dumping signal the
 // other threads are stopped for good (closed here, after the last block each entered), after
 // another one they run on and close their own at their next block (EndAll).
+//
+// Without crash=1 (full-trace recordings: no callback per instruction, which costs) the plugin
+// does not know which instruction of the block running took the signal: the stream ends where
+// that block began, its instructions (those before the fault retired) neither counted nor in
+// the ground truth, and ptrecord says so (crash_ip, crashed 2). Before, such a stream lost up
+// to 20 ms of its end (the trace not yet moved to the ring): the crash path.
 void OnFatalSignal(int sig) {
   Thread* t = t_current;
   if (t != nullptr && t->traced && !g->ending.exchange(true) && t->phase.load() == kRunning) {
-    const uint64_t ip = t->insn_ip;
-    // The instruction did not retire: the ground truth (written before it ran) drops it.
-    if (const TruthLine line(*t, ip); t->truth.ends_with(line.view())) {
-      t->truth.resize(t->truth.size() - line.size);
+    uint64_t ip = t->insn_ip;
+    if (g->crash) {
+      // The instruction did not retire: the ground truth (written before it ran) drops it.
+      if (const TruthLine line(*t, ip); t->truth.ends_with(line.view())) {
+        t->truth.resize(t->truth.size() - line.size);
+      }
+    } else if (t->prev != nullptr) {
+      ip = t->prev->start;
+      t->instructions -= std::min<uint64_t>(t->instructions, t->prev->insns);
+      if (g->truth && t->block_truth != std::string::npos && t->last_truth_ip >= ip &&
+          t->last_truth_ip < t->prev->end) {
+        t->truth.resize(std::min(t->truth.size(), t->block_truth));
+      }
     }
     if (t->pending) Resolve(*t, 0);
     if (t->enc->tracing() && ip != 0) Add(*t, Event::AsyncDisable(ip));
     t->control->crash_ip = ip;
-    t->control->crashed.store(1, std::memory_order_release);
+    t->control->crashed.store(g->crash ? 1 : 2, std::memory_order_release);
   }
   const bool core = sig == SIGABRT || sig == SIGFPE || sig == SIGILL || sig == SIGQUIT ||
                     sig == SIGSEGV || sig == SIGTRAP || sig == SIGBUS;
@@ -2041,7 +2068,9 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
       maps.ok()) {
     for (const ptkit::record::ProcMapping& m : *maps) g->host_maps.insert({m.start, m.end, m.path});
   }
-  if (g->crash && !HookQemuKill()) {
+  // Every recording hooks qemu's kill (a fatal signal's trace flushed); only --snapshot-on-crash
+  // needs it (without, a fatal signal loses the stream's last bytes, and ptrecord says so).
+  if (!HookQemuKill() && g->crash) {
     Fail(
         "--snapshot-on-crash: qemu-x86_64 calls no libc kill() this plugin can hook (not QEMU "
         "7.2's linux-user?)");

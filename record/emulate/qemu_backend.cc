@@ -19,6 +19,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "ptkit/container_writer.h"
@@ -26,6 +27,7 @@
 #include "ptkit/errno_text.h"
 #include "ptkit/status.h"
 #include "record/code_capture.h"
+#include "record/crash.h"
 #include "record/drain_loop.h"
 #include "record/emulate/exec_plan.h"
 #include "record/emulate/qemu_ring.h"
@@ -499,6 +501,20 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
       break;
     }
   }
+  // A fatal signal in user code without --snapshot-on-crash: the plugin ended the stream where
+  // the block the thread took it in began.
+  for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
+    const QemuSlotControl* c = SlotControl(base, s);
+    if (c->crashed.load(std::memory_order_acquire) != 2) continue;
+    const bool workload_signal =
+        c->pid == static_cast<uint32_t>(workload.pid()) && WIFSIGNALED(*status);
+    result.warnings.push_back(absl::StrCat(
+        "thread ", c->tid, " died of ",
+        workload_signal ? record::SignalName(WTERMSIG(*status)) : "a fatal signal",
+        absl::StrFormat(" in the block at %#x: its trace ends where that block began", c->crash_ip),
+        " (the block's instructions before the fault are not in it; --snapshot-on-crash ends it "
+        "at the faulting instruction)"));
+  }
   if (snapshots) {
     if (absl::Status s = snapshot_round(/*all=*/true); !s.ok()) {
       writer->Abandon().IgnoreError();
@@ -528,10 +544,11 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
                                                       record::Workload::ExitCode(*status),
                                                       "): see its message above"));
   }
-  // A thread that never ended died with its process of a signal (qemu-user then runs no plugin
-  // code) or went on natively after an execve (`execs`, below). One in a system call had put
-  // all its trace into the ring first; one in user code had not.
-  // The loss is recorded where the stream ends, so that every decode shows it.
+  // A thread that never ended died with its process of a signal no code of qemu's sees
+  // (SIGKILL; the plugin's hook of qemu's kill() ends the others' streams) or went on natively
+  // after an execve (`execs`, below). One in a system call had put all its trace into the ring
+  // first; one in user code had not. The loss is recorded where the stream ends, so that every
+  // decode shows it.
   uint32_t cut = 0;
   for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
     const QemuSlotControl* c = SlotControl(base, s);
@@ -552,8 +569,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   if (cut > 0) {
     result.warnings.push_back(absl::StrCat(
         cut, cut == 1 ? " stream ends without its" : " streams end without their",
-        " last bytes (up to 20 ms of the run): the process died of a signal in user code, and "
-        "qemu-user runs no plugin code then (with --snapshot-on-crash, only at SIGKILL)"));
+        " last bytes (up to 20 ms of the run): the process died of a signal in user code that "
+        "no code of qemu's sees (SIGKILL)"));
   }
   if (uint32_t n = h->threads_refused.load(); n > 0) {
     result.warnings.push_back(

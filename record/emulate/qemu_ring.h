@@ -138,10 +138,11 @@ struct QemuSlotControl {
   // snapshot and set trigger_ack to the same value.
   std::atomic<uint32_t> trigger_request;
   std::atomic<uint32_t> trigger_ack;
-  // --snapshot-on-crash (the plugin's crash=1 option): this thread took the signal that ended
-  // its process (QEMU's exit path for a fatal guest signal ran the plugin's atexit callback on
-  // it), at the instruction crash_ip; its stream ends there. The signal is the one qemu then
-  // dies of (ptrecord's waitpid).
+  // This thread took the signal that ended its process (QEMU's exit path for a fatal guest
+  // signal ran the plugin's hook of its kill() on it). 1 (--snapshot-on-crash, the plugin's
+  // crash=1 option): at the instruction crash_ip, where its stream ends. 2 (without): in the
+  // block that begins at crash_ip, where its stream ends (the plugin does not know the
+  // instruction). The signal is the one qemu then dies of (ptrecord's waitpid).
   std::atomic<uint32_t> crashed;
   uint64_t crash_ip;
   // The AUX bytes that PERF_RECORD_AUX records in the data ring cover; those after it up to
