@@ -363,7 +363,9 @@ void CallStack::OnEvent(const pt_event& event) {
         // fault on its first fetch): the callee is entered all the same.
         if (!known || to != pending_return_address_) {
           Enter(known ? CallTarget(to) : Untraced(), pending_return_address_, /*implicit=*/false);
-          left_by_call_ = true;
+          // An interrupt at the target is no call into untraced code: what tracing resumes at
+          // next may be a signal's handler (SignalTransfer), on top of the callee.
+          left_by_call_ = !async;
         }
       } else if (pending_return_) {
         if (known) {
@@ -444,7 +446,17 @@ bool CallStack::SignalTransfer(uint64_t ip) {
     // Chunk mode with no handler of C running: no handler of B resumes at ip (the merge checks).
     if (chunk_ && base_ && signals_.empty()) base_signal_entries_.push_back(ip);
     if (frames_.empty()) nonempty_epoch_ = epoch_;  // chunk mode: B has the frames
-    signals_.push_back({disabled_at_, async_disabled_, frames_.size()});
+    Signal next{disabled_at_, async_disabled_, frames_.size()};
+    if (!signals_.empty() && !async_disabled_ && frames_.size() == signals_.back().depth) {
+      // The running handler's frame is gone (it returned to its restorer) and tracing stopped
+      // at a system call: its rt_sigreturn, at which the kernel delivered the next signal, over
+      // the flow the last one interrupted (not nested in its handler): this handler's return
+      // resumes that flow where the last one's would have.
+      next.resume = signals_.back().resume;
+      next.resume_known = signals_.back().resume_known;
+      signals_.pop_back();
+    }
+    signals_.push_back(next);
     Enter(SymbolFunction(s), 0, /*implicit=*/false, /*signal=*/true);
     return true;
   }

@@ -211,6 +211,7 @@ TEST_F(QemuEmulateTest, ASignalRightAfterARetKeepsTheRetTarget) {
     if (line.ends_with(" interrupt")) {
       ++interrupts;
       last_was_interrupt = true;
+      last_was_syscall = false;  // (a signal right after a system call's return: the interrupt's)
       continue;
     }
     to_handler += to == handler ? 1 : 0;
@@ -1311,6 +1312,37 @@ TEST_F(QemuEmulateTest, ADaemonStartedByTheCommandIsTracedToItsEnd) {
 // A signal's handler runs in a frame of its own, on top of the frames it interrupted, as gdb
 // shows it: its calls nest under it (not under the interrupted function), and its inclusive count
 // is what ran from its entry until it returned to the signal's restorer (the ground truth).
+// Signals at a callee's first instruction (right after the call), at a function's entry a
+// tail call jumps to, and back to back at a handler's rt_sigreturn (e2e_signal_tail): every
+// handler runs in a frame of its own and every interrupted function resumes in its own, so the
+// calls are the program's: t1 called 2,000,000 times, t2 and t3 never (entered by jumps), the
+// handler as many times as it ran (its calls of in_h, which the program prints). (Sweep 26
+// N3: an interrupt at a call's target was taken for a call into untraced code, the handler for
+// a callback from it, and a resumption at a function's entry after back-to-back signals for
+// another handler: calls of t2 and t3, 275 calls of t1 too many, the handler's missing.)
+TEST_F(QemuEmulateTest, SignalsAtCallTargetsAndBackToBackKeepTheCalls) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded r = Record("signal_tail", {E2E_PROGRAM_DIR "/e2e_signal_tail"}, /*with_truth=*/false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  const uint64_t ticks = std::stoull(r.run.out);
+  EXPECT_GT(ticks, 10u);
+  std::string serial;
+  for (const char* jobs : {"1", "2"}) {
+    auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", "-j", jobs, r.trace});
+    ASSERT_EQ(stats.exit_code, 0) << stats.err;
+    if (serial.empty()) serial = stats.out;
+    EXPECT_EQ(stats.out, serial) << "-j " << jobs;
+  }
+  std::map<std::string, uint64_t> calls;
+  const nlohmann::json report = nlohmann::json::parse(serial);
+  for (const auto& f : report["functions"]) calls[f["function"]] += f["calls"].get<uint64_t>();
+  EXPECT_EQ(calls["t1"], 2000000u);
+  EXPECT_EQ(calls["t2"], 0u);
+  EXPECT_EQ(calls["t3"], 0u);
+  EXPECT_EQ(calls["on_alarm"], ticks);
+  EXPECT_EQ(calls["in_h"], ticks);
+}
+
 TEST_F(QemuEmulateTest, ASignalHandlerGetsAFrameOfItsOwn) {
   const std::string program = E2E_PROGRAM_DIR "/e2e_signal_calls";
   ExpectDecodedEqualsTruth("signal_calls", {program});

@@ -39,3 +39,10 @@ handler:
 restorer:
   jmp *%rbx
 .size restorer,.-restorer
+// A restorer that leaves by rt_sigreturn's system call (a far transfer: where the kernel may
+// deliver the next signal at once).
+.globl sigreturn
+.type sigreturn,@function
+sigreturn:
+  syscall
+.size sigreturn,.-sigreturn

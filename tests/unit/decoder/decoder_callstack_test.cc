@@ -82,6 +82,52 @@ TEST(CallStackTest, AnInterruptAtACallTargetStillEntersTheCallee) {
   EXPECT_EQ(Folded("callstack_signal.elf", t), "main 3\nmain;m1 3\nmain;m1;g 4\nmain;m1;k 2\n");
 }
 
+// main calls m1 and a signal comes at m1's first instruction (FUP 0x401008, TIP.PGD: an
+// interrupt at the call's target, not a call into untraced code): its handler (TIP.PGE
+// 0x401019) runs on top of m1, returns to the restorer (TIP 0x40101b), which leaves (TIP.PGD);
+// m1 resumes at its entry (TIP.PGE 0x401008), g and k return (TNT), m1 returns (TIP
+// 0x401005). (Sweep 26 N3: the handler was taken for a callback from untraced code m1 had
+// called, and m1's resumption for a signal's handler.)
+TEST(CallStackTest, ASignalAtACallTargetRunsItsHandlerOnTopOfTheCallee) {
+  std::vector<uint8_t> t = StartAtMain();
+  t.insert(t.end(), {0x7d, 0x08, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01, 0x71, 0x19, 0x10, 0x40, 0x00,
+                     0x00, 0x00, 0x6d, 0x1b, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01, 0x71, 0x08, 0x10,
+                     0x40, 0x00, 0x00, 0x00, 0x0e, 0x6d, 0x05, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
+  EXPECT_EQ(Folded("callstack_signal.elf", t),
+            "main 3\nmain;m1 3\nmain;m1;g 4\nmain;m1;handler 2\nmain;m1;k 2\n"
+            "main;m1;restorer 1\n");
+  const std::string calls = Decoded(&MakeCallsSink, "callstack_signal.elf", t);
+  EXPECT_THAT(calls, ::testing::HasSubstr("> handler (signal)"));
+  EXPECT_THAT(calls, ::testing::Not(::testing::HasSubstr("> m1 (signal)")));
+}
+
+// A second signal delivered as the first one's handler leaves (at its restorer's rt_sigreturn
+// system call, before the interrupted code resumes): the kernel runs the next handler over the
+// same interrupted flow. An interrupt at g's entry (FUP 0x401013, TIP.PGD, after m1's call);
+// the handler (TIP.PGE 0x401019) returns to the restorer `sigreturn` (TIP 0x40101d), whose
+// system call leaves (TIP.PGD); the handler again (TIP.PGE 0x401019, TIP 0x40101d, TIP.PGD); g
+// resumes at its entry (TIP.PGE 0x401013) and returns (TIP 0x40100d), k returns (TIP
+// 0x401012), m1 returns (TIP 0x401005). Both handlers run on top of g; neither nests in the
+// other, and g's resumption at its entry is no handler. (Sweep 26 N3, variant B: "> t2
+// (signal)" at the resumption.)
+TEST(CallStackTest, ASignalDeliveredAtTheLastOnesReturnRunsOverTheSameFlow) {
+  std::vector<uint8_t> t = StartAtMain();
+  const std::vector<uint8_t> handler = {0x71, 0x19, 0x10, 0x40, 0x00, 0x00, 0x00,  // TIP.PGE
+                                        0x6d, 0x1d, 0x10, 0x40, 0x00, 0x00, 0x00,  // TIP
+                                        0x01};                                     // TIP.PGD
+  t.insert(t.end(), {0x7d, 0x13, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
+  t.insert(t.end(), handler.begin(), handler.end());
+  t.insert(t.end(), handler.begin(), handler.end());
+  t.insert(t.end(), {0x71, 0x13, 0x10, 0x40, 0x00, 0x00, 0x00, 0x6d, 0x0d, 0x10,
+                     0x40, 0x00, 0x00, 0x00, 0x6d, 0x12, 0x10, 0x40, 0x00, 0x00,
+                     0x00, 0x6d, 0x05, 0x10, 0x40, 0x00, 0x00, 0x00, 0x01});
+  EXPECT_EQ(Folded("callstack_signal.elf", t),
+            "main 3\nmain;m1 3\nmain;m1;g 4\nmain;m1;g;handler 4\nmain;m1;g;sigreturn 2\n"
+            "main;m1;k 2\n");
+  const std::string calls = Decoded(&MakeCallsSink, "callstack_signal.elf", t);
+  EXPECT_THAT(calls, ::testing::Not(::testing::HasSubstr("> g (signal)")));
+}
+
 // callstack_tail (hand_pt.h): stub jumps on into target, target into tail. Each output
 // names the frame after the function running in it from the jump on, as gdb's bt and perf's
 // call chains do: folded reads main;target;leaf and main;tail, the timeline ends stub's slice
