@@ -144,9 +144,13 @@ class StatsSink : public FlowSink {
                      100.0 * image.instructions / total, image.calls, image.functions, image.image);
     }
     if (options_.list_problems) {
+      // (The recording's and the decode's warnings are the header's "# warning:" lines.)
       fmt::format_to(
-          it, "\nlosses and errors: {}\n",
-          problems_count_ == 0 ? std::string("none") : fmt::format("{}", problems_count_));
+          it, "\nlosses and errors: {}{}\n",
+          problems_count_ == 0 ? std::string("none") : fmt::format("{}", problems_count_),
+          totals.warnings.empty() ? std::string()
+                                  : fmt::format("; {} warning{} (above)", totals.warnings.size(),
+                                                totals.warnings.size() == 1 ? "" : "s"));
       buf.append(std::string_view(problems_.data(), problems_.size()));
     }
     return out_.Close();

@@ -16,7 +16,10 @@
 // process describes qemu, not the guest (guest addresses equal host addresses: guest_base 0).
 //
 // Options (-plugin libptkit_qemu.so,NAME=VALUE,...): fd=N the memfd of the shared region
-// (mapped, and kept close-on-exec for exec following); truth=FD an O_APPEND file for the exact
+// (mapped, and kept close-on-exec for exec following); ring=PATH where to open that memfd
+// again when the guest closed or reused fd N before an execve (ptrecord's /proc/PID/fd/M, which
+// it keeps open: Python's subprocess closes every descriptor, a shell's `exec 4>f` reuses it);
+// truth=FD an O_APPEND file for the exact
 // per-instruction ground truth ("TID 0xIP" lines, slow); noretcomp=1, psb_period=N, tsc=0|1,
 // max_tnt=N as the perf terms; slot=K: this qemu runs a program that slot K's thread exec'd;
 // filter=0xOFFSET/0xSIZE@FILE (one per region): --filter, as IP filtering (see FilterEvent);
@@ -108,8 +111,9 @@ constexpr uint32_t kCheckBlocks = 1024;
 constexpr unsigned kMaxVcpus = 4096;
 // x86-64 Linux system call numbers (asm/unistd_64.h).
 constexpr int64_t kSysMmap = 9, kSysMprotect = 10, kSysMunmap = 11, kSysRtSigaction = 13,
-                  kSysRtSigreturn = 15, kSysMremap = 25, kSysExecve = 59, kSysExit = 60,
-                  kSysPrctl = 157, kSysExitGroup = 231, kSysExecveat = 322;
+                  kSysRtSigreturn = 15, kSysMremap = 25, kSysClone = 56, kSysFork = 57,
+                  kSysVfork = 58, kSysExecve = 59, kSysExit = 60, kSysClone3 = 435, kSysPrctl = 157,
+                  kSysExitGroup = 231, kSysExecveat = 322;
 constexpr uint64_t kPrSetName = 15;  // prctl(PR_SET_NAME, name): the thread's COMM
 // Signal numbers rt_sigaction accepts (1.._NSIG - 1).
 constexpr int kSignals = 65;
@@ -214,8 +218,9 @@ struct Global {
   dev_t truth_dev = 0;
   ino_t truth_ino = 0;
   std::string truth_path;
-  std::mutex truth_mu;  // truth_fd's checks, opening again and writes (threads flush at once)
-  bool truth = false;   // truth_fd is set (fixed at install: truth_fd may change)
+  std::string region_path;  // ring=: where the region's memfd opens again
+  std::mutex truth_mu;      // truth_fd's checks, opening again and writes (threads flush at once)
+  bool truth = false;       // truth_fd is set (fixed at install: truth_fd may change)
   // This process runs a program that the thread of this slot exec'd: its first thread goes
   // on in that slot (~0u: it claims a new one).
   uint32_t resume_slot = ~0u;
@@ -1590,14 +1595,29 @@ void NameUnfollowed(const std::string& program) {
   h->unfollowed_named.store(2, std::memory_order_release);
 }
 
+// Whether g->region_fd is the ring's memfd, opened again from `ring=` (another number) where
+// the guest closed it or put another file there.
+bool RegionFdOpen() {
+  struct stat st {};
+  if (fstat(g->region_fd, &st) == 0 && st.st_ino == g->region_ino) return true;
+  if (g->region_path.empty()) return false;
+  const int fd = open(g->region_path.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0 || fstat(fd, &st) != 0 || st.st_ino != g->region_ino) {
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  g->region_fd = fd;
+  return true;
+}
+
 // Returns only when it could not (the ring's descriptor is gone; that execve failed: E2BIG is
 // left to the native call to fail as well).
 void FollowExec(Thread& t, const Exec& e) {
   ptk::QemuRegionHeader* h = Header();
-  struct stat st {};
-  if (fstat(g->region_fd, &st) != 0 || st.st_ino != g->region_ino) {
-    // The program closed (or reused) the ring's descriptor: the new program runs natively,
-    // untraced, as one qemu cannot run (counted in `execs`, ptrecord warns).
+  if (!RegionFdOpen()) {
+    // The program closed (or reused) the ring's descriptor, and it cannot be opened again: the
+    // new program runs natively, untraced, as one qemu cannot run (counted in `execs`,
+    // ptrecord warns).
     NameUnfollowed(e.program);
     return;
   }
@@ -1607,7 +1627,9 @@ void FollowExec(Thread& t, const Exec& e) {
     std::lock_guard<std::mutex> lock(g->truth_mu);
     if (g->truth) CheckTruthFd();  // (opened again: another number)
     for (const std::string& o : g->plugin_options) {
-      plugin += "," + (o.starts_with("truth=") ? "truth=" + std::to_string(g->truth_fd) : o);
+      plugin += "," + (o.starts_with("truth=") ? "truth=" + std::to_string(g->truth_fd)
+                       : o.starts_with("fd=")  ? "fd=" + std::to_string(g->region_fd)
+                                               : o);
     }
   }
   plugin += ",slot=" + std::to_string(t.slot);
@@ -1724,6 +1746,14 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   }
   if (num == kSysMmap || num == kSysMprotect || num == kSysMunmap || num == kSysMremap) {
     g->ranges_stale.store(true);  // --filter: the regions may have moved
+  }
+  // A process forked (a thread's clone returns its tid; a thread's clone3, whose flags are in
+  // memory, is counted too: waiting for a thread of a running process costs nothing): ptrecord
+  // waits for it while it runs, also before it claims its slot.
+  if (ret > 0 && (num == kSysFork || num == kSysVfork || num == kSysClone3 ||
+                  (num == kSysClone && (t->args[0] & CLONE_THREAD) == 0))) {
+    ptk::QemuRegionHeader* h = Header();
+    h->forked_pids[h->forks.fetch_add(1) % ptk::kQemuForkedPids].store(static_cast<uint32_t>(ret));
   }
   if (!t->traced || ret < 0) return;
   const uint64_t now = Now();
@@ -1937,7 +1967,9 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
       continue;  // (not handed on: an exec'd program's qemu is told its own)
     }
     g->plugin_options.emplace_back(a);
-    if (ParseOption(a, "fd", 1 << 20, &fd) || ParseOption(a, "truth", 1 << 20, &truth)) {
+    if (a.starts_with("ring=")) {
+      g->region_path = std::string(a.substr(5));
+    } else if (ParseOption(a, "fd", 1 << 20, &fd) || ParseOption(a, "truth", 1 << 20, &truth)) {
     } else if (ParseOption(a, "noretcomp", 1, &v)) {
       g->pt.ret_compression = v == 0;
     } else if (ParseOption(a, "psb_period", 15, &v)) {

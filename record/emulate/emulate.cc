@@ -680,6 +680,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   if (crash) {
     end.extra["crash"] = record::CrashJson(*crash);
   }
+  // What ptrecord warned of stays with the recording: every decode says it too.
+  if (!result.warnings.empty()) end.extra["warnings"] = result.warnings;
   meta.end = std::move(end);
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->Close());

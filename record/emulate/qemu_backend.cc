@@ -79,6 +79,14 @@ bool ProcessRuns(uint32_t pid) {
   return close != nullptr && close + 2 < text + n && close[2] != 'Z' && close[2] != 'X';
 }
 
+// Whether process `pid` runs the program `exe` (its /proc/PID/exe).
+bool RunsQemu(uint32_t pid, const std::string& exe) {
+  std::error_code ec;
+  const std::filesystem::path target =
+      std::filesystem::read_symlink(absl::StrCat("/proc/", pid, "/exe"), ec);
+  return !ec && target == exe;
+}
+
 }  // namespace
 
 absl::Status CheckQemuPlugin(const std::string& path) {
@@ -235,7 +243,10 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     if (!truth.valid()) return ErrnoStatus(errno, "create ", options.ground_truth);
   }
 
-  std::string plugin_arg = absl::StrCat(setup.plugin, ",fd=", memfd.get());
+  // ring=: where the plugin opens the memfd again for an exec'd program's qemu when the guest
+  // closed its descriptor (kept open here until the run ends).
+  std::string plugin_arg = absl::StrCat(setup.plugin, ",fd=", memfd.get(), ",ring=/proc/", getpid(),
+                                        "/fd/", memfd.get());
   if (truth.valid()) absl::StrAppend(&plugin_arg, ",truth=", truth.get());
   // Long TNT (up to 47 branches a packet, SDM "Long TNT Packet"): a packet per 47 conditional
   // branches instead of 6 makes the plugin's fast path take 98% of them (bench/
@@ -298,8 +309,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     writer->Abandon().IgnoreError();
     return s;
   }
-  memfd.reset();  // qemu has it
-  truth.reset();
+  truth.reset();  // qemu has it (the memfd stays open: the plugin's ring=)
 
   // One source per slot, all made now: a slot nobody claimed is an empty ring.
   std::vector<std::unique_ptr<QemuSlotSource>> sources;
@@ -389,14 +399,31 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   // The processes of the run still tracing after the command exited (a daemon's grandchild, a
   // fork child still working): their slots are open and their processes run. ptrecord waits for
   // them, as --emulate=step does (their trace was cut, and ended as killed, before).
+  std::error_code exe_error;
+  const std::string qemu_exe = std::filesystem::canonical(setup.qemu, exe_error).string();
+  // A process forked but not yet run (its slot unclaimed) counts too (QemuRegionHeader::
+  // forked_pids): its parent may have exited first.
   auto tracing = [&] {
     std::vector<uint32_t> pids;
+    auto add = [&](uint32_t pid) {
+      if (pid != 0 && std::find(pids.begin(), pids.end(), pid) == pids.end() && ProcessRuns(pid)) {
+        pids.push_back(pid);
+      }
+    };
     for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
       const QemuSlotControl* c = SlotControl(base, s);
-      if (c->state.load() == kSlotActive && ProcessRuns(c->pid) &&
-          std::find(pids.begin(), pids.end(), c->pid) == pids.end()) {
-        pids.push_back(c->pid);
+      if (c->state.load() == kSlotActive) add(c->pid);
+    }
+    for (uint32_t i = 0; i < std::min(kQemuForkedPids, h->forks.load()); ++i) {
+      const uint32_t pid = h->forked_pids[i].load();
+      // Claimed and ended (its slot done): not waited for again.
+      bool ended = false;
+      for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()) && !ended; ++s) {
+        const QemuSlotControl* c = SlotControl(base, s);
+        ended = c->pid == pid && c->state.load() == kSlotDone;
       }
+      // And still qemu (not a pid used again since by another program).
+      if (!ended && RunsQemu(pid, qemu_exe)) add(pid);
     }
     return pids;
   };
@@ -594,7 +621,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
         n > 1 && !first.empty() ? ", the first named" : "",
         "): the new program is not one qemu-x86_64 runs (not an x86-64 ELF program, not "
         "readable, or a file without a name: a memfd, a deleted file), or the program closed "
-        "the plugin's descriptor of the ring; it ran natively, untraced"));
+        "the plugin's descriptor of the ring and it could not be opened again; it ran natively, "
+        "untraced"));
   }
   if (uint32_t n = h->unresolved_signals.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
@@ -647,6 +675,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     end.extra["trigger"] = TriggerEndJson(options, result.trigger_hits, trigger_snapshots);
   }
   if (result.crash) end.extra["crash"] = record::CrashJson(*result.crash);
+  // What ptrecord warned of stays with the recording: every decode says it too.
+  if (!result.warnings.empty()) end.extra["warnings"] = result.warnings;
   meta.end = std::move(end);
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->Close());

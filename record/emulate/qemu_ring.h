@@ -38,7 +38,7 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 8;
+inline constexpr uint32_t kQemuRegionVersion = 9;
 
 // What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
 // plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
@@ -112,7 +112,15 @@ struct QemuRegionHeader {
   // once by whoever sets unfollowed_named from 0 to 1 (then 2 when written).
   std::atomic<uint32_t> unfollowed_named;
   char unfollowed_program[256];
+  // The processes the guest forked, as the parent's fork, vfork or clone (not of a thread)
+  // returned their pids: entry forks % kQemuForkedPids. A child claims its slot only when it
+  // first runs (AfterForkInChild), after its parent may have exited: ptrecord waits for these
+  // too while they run (a daemon's grandchild under load). Recent forks only: it matters until
+  // the child has its slot.
+  std::atomic<uint32_t> forks;
+  std::atomic<uint32_t> forked_pids[64];
 };
+inline constexpr uint32_t kQemuForkedPids = 64;
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
               std::atomic<uint64_t>::is_always_lock_free);

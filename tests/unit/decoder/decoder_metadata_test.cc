@@ -30,6 +30,7 @@ using ::ptkit::testing::IsOk;
 using ::ptkit::testing::NewContainer;
 using ::ptkit::testing::StatusIs;
 using ::testing::Contains;
+using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
@@ -173,6 +174,20 @@ TEST_F(MetadataTest, AMistypedMemberDecodingNeedsIsAnErrorNamingIt) {
 }
 
 // A mistyped member only people read does not stop decoding: a warning, and it is ignored.
+// What ptrecord warned of at the end of a recording (a thread it could not trace, a stream cut
+// short) is in the end metadata's "warnings": every decode says it, as a warning of its own.
+TEST_F(MetadataTest, TheRecordersWarningsAreTheDecodesToo) {
+  Write({PtMetadata().dump(),
+         R"({"end":{"threads":64,"warnings":["8 guest threads were not traced", 3]}})"},
+        pt_);
+  if (HasFatalFailure()) return;
+  Ips sink;
+  auto totals = DecodeContainer(path_, {}, sink);
+  ASSERT_THAT(totals, IsOk());
+  EXPECT_THAT(totals->warnings,
+              ElementsAre(HasSubstr("recorded with a warning: 8 guest threads were not traced")));
+}
+
 TEST_F(MetadataTest, AMistypedInformationalMemberIsAWarning) {
   json m = PtMetadata();
   m["host"] = 5;
