@@ -627,6 +627,32 @@ std::vector<Selected> SelectStreams(const Recording& r, const RecordingOptions& 
   return out;
 }
 
+// An emulated recording counts the instructions it traced (end.instructions): a decode of all
+// of it that finds another number, with no loss or error to say why, says so. A loop of direct
+// jumps only (`for (;;) x++;` at -O0) writes no packet, so Intel PT cannot tell how many times
+// it went round: the decode follows it once, up to where tracing stopped.
+std::string CountMismatch(const Recording& r, const RecordingOptions& options,
+                          const DecodeTotals& totals) {
+  const RecordingMetadata& m = r.metadata;
+  if (!m.end || !m.end->instructions || !m.emulated ||
+      *m.emulated == RecordingMetadata::kEmulatedSynthesized || options.cpu || options.tid ||
+      options.snapshot || m.mode.value_or("full-trace") != "full-trace" ||
+      (m.emulation && m.emulation->filter && !m.emulation->filter->empty()) || totals.losses != 0 ||
+      totals.errors != 0 || *m.end->instructions == totals.instructions) {
+    return "";
+  }
+  const uint64_t counted = *m.end->instructions;
+  if (counted > totals.instructions) {
+    return fmt::format(
+        "{}: the recorder counted {} instructions and the trace holds {}: {} ran where the trace "
+        "cannot show them (a loop of direct jumps only makes no packet, so how many times it "
+        "went round is not in the trace; or a thread's last block, cut short by its end)",
+        r.name, counted, totals.instructions, counted - totals.instructions);
+  }
+  return fmt::format("{}: the recorder counted {} instructions and the decode finds {} ({} more)",
+                     r.name, counted, totals.instructions, totals.instructions - counted);
+}
+
 }  // namespace
 
 RecordingImages::RecordingImages(const Recording& r, const RecordingOptions& options)
@@ -908,6 +934,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   totals.lost_bytes += r.unplaced.lost_bytes;
   totals.unknown_size_losses += r.unplaced.unknown_size_losses;
   for (const std::string& w : images.warnings()) totals.warnings.push_back(w);
+  if (std::string w = CountMismatch(r, options, totals); !w.empty()) totals.warnings.push_back(w);
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   if (options.tid && totals.streams == 0) {
     // Per-CPU streams followed by task: the thread never ran while they traced.

@@ -1360,6 +1360,25 @@ TEST_F(QemuEmulateTest, ThreadsTheRingCouldNotTraceAreSaidByEveryDecode) {
   EXPECT_THAT(json.out, HasSubstr("guest threads were not traced"));
 }
 
+// A thread that goes round a loop of direct jumps only until its process exits (sweep 26 N4):
+// the trace has no packet for the rounds, so the decode follows the loop once. The recorder
+// counted every round: every decode says how many instructions the trace cannot show (it said
+// nothing, with "0 loss points").
+TEST_F(QemuEmulateTest, InstructionsTheTraceCannotShowAreSaid) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded r = Record("jump_loop", {E2E_PROGRAM_DIR "/e2e_jump_loop"}, /*with_truth=*/false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto stats = RunCommand({PTDECODE_PATH, "stats", r.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  EXPECT_THAT(stats.err, ::testing::ContainsRegex("the recorder counted [0-9]+ instructions and "
+                                                  "the trace holds [0-9]+: [0-9]+ ran where the "
+                                                  "trace cannot show them"));
+  // And a recording whose count the trace holds says nothing.
+  Recorded fib = Record("fib_count", {::ptkit::testing::kFib}, /*with_truth=*/false);
+  stats = RunCommand({PTDECODE_PATH, "stats", fib.trace});
+  EXPECT_EQ(stats.err, "");
+}
+
 // Signals at a callee's first instruction (right after the call), at a function's entry a
 // tail call jumps to, and back to back at a handler's rt_sigreturn (e2e_signal_tail): every
 // handler runs in a frame of its own and every interrupted function resumes in its own, so the
