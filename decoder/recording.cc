@@ -628,7 +628,8 @@ std::vector<Selected> SelectStreams(const Recording& r, const RecordingOptions& 
 }
 
 // An emulated recording counts the instructions it traced (end.instructions): a decode of all
-// of it that finds another number, with no loss or error to say why, says so. A loop of direct
+// of it that finds another number says so (with losses too: how much they took is not known
+// otherwise; a SIGKILL in a loop with no packet took the whole loop). A loop of direct
 // jumps only (`for (;;) x++;` at -O0) writes no packet, so Intel PT cannot tell how many times
 // it went round: the decode follows it once, up to where tracing stopped.
 std::string CountMismatch(const Recording& r, const RecordingOptions& options,
@@ -637,17 +638,19 @@ std::string CountMismatch(const Recording& r, const RecordingOptions& options,
   if (!m.end || !m.end->instructions || !m.emulated ||
       *m.emulated == RecordingMetadata::kEmulatedSynthesized || options.cpu || options.tid ||
       options.snapshot || m.mode.value_or("full-trace") != "full-trace" ||
-      (m.emulation && m.emulation->filter && !m.emulation->filter->empty()) || totals.losses != 0 ||
-      totals.errors != 0 || *m.end->instructions == totals.instructions) {
+      (m.emulation && m.emulation->filter && !m.emulation->filter->empty()) ||
+      *m.end->instructions == totals.instructions) {
     return "";
   }
   const uint64_t counted = *m.end->instructions;
   if (counted > totals.instructions) {
+    // (With losses or errors: those, and maybe also what follows.)
     return fmt::format(
         "{}: the recorder counted {} instructions and the trace holds {}: {} ran where the trace "
-        "cannot show them (a loop of direct jumps only makes no packet, so how many times it "
+        "cannot show them ({}a loop of direct jumps only makes no packet, so how many times it "
         "went round is not in the trace; or a thread's last block, cut short by its end)",
-        r.name, counted, totals.instructions, counted - totals.instructions);
+        r.name, counted, totals.instructions, counted - totals.instructions,
+        totals.losses + totals.errors != 0 ? "the losses and errors said; " : "");
   }
   return fmt::format("{}: the recorder counted {} instructions and the decode finds {} ({} more)",
                      r.name, counted, totals.instructions, totals.instructions - counted);

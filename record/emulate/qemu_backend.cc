@@ -596,8 +596,9 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   if (cut > 0) {
     result.warnings.push_back(absl::StrCat(
         cut, cut == 1 ? " stream ends without its" : " streams end without their",
-        " last bytes (up to 20 ms of the run): the process died of a signal in user code that "
-        "no code of qemu's sees (SIGKILL)"));
+        " last bytes (those of up to its last 20 ms; the instructions they held may be many more, "
+        "in a loop that writes no packet): the process died of a signal in user code that no "
+        "code of qemu's sees (SIGKILL)"));
   }
   if (uint32_t n = h->threads_refused.load(); n > 0) {
     result.warnings.push_back(
