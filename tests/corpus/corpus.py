@@ -171,6 +171,16 @@ def run(cmd, cwd=None, check=True, env=None, timeout=600):
     return p
 
 
+def tool_runs(tool):
+    """Whether `tool --version` runs (rustup's rustc is there but fails without a toolchain)."""
+    if shutil.which(tool) is None:
+        return False
+    try:
+        return subprocess.run([tool, "--version"], capture_output=True, timeout=60).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
 def hexint(text):
     return int(text, 16)
 
@@ -613,8 +623,8 @@ class Corpus:
         if os.path.isdir(self.work):
             shutil.rmtree(self.work)
         os.makedirs(self.work)
-        if self.spec.get("needs") and shutil.which(self.spec["needs"]) is None:
-            reason = f"{self.spec['needs']} not installed"
+        if self.spec.get("needs") and not tool_runs(self.spec["needs"]):
+            reason = f"{self.spec['needs']} not installed (or `{self.spec['needs']} --version` fails)"
             with open(self.path("skipped"), "w") as f:
                 f.write(reason)
             print(f"skipped: {reason}")

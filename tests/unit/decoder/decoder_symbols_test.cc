@@ -327,14 +327,16 @@ TEST(SymbolsTest, RustLegacyNamesAreDemangledWithoutTheirHash) {
 // Names from a real rustc 1.95 program: a function, a trait method of a generic type, a
 // closure in a generic function, a trait object's impl.
 TEST(SymbolsTest, RustV0NamesAreDemangledAsNmNamesThem) {
+  const std::string generic =
+      "_RINvMNtCsgEmfK2I1SDS_4core5sliceSh11copy_withinINtNtNtB5_3ops5range14RangeInclusive"
+      "jEECsfEOYDRpO4Ta_11miniz_oxide";
+  const std::string closure =
+      "_RNvYNvNtNtNtCsjrHSEGnQ3l9_3std3sys2fs4unix4statINtNtNtCsgEmfK2I1SDS_4core3ops8function"
+      "2FnTRNtNtNtBQ_3ffi5c_str4CStrEE4callBa_";
   ExpectNamedAsCxxFilt(
       "rust_v0_names",
-      {"_RNvCskK7mfDs1mzF_1m3fib", "_RNvNtCsjrHSEGnQ3l9_3std2rt19lang_start_internal",
-       "_RINvMNtCsgEmfK2I1SDS_4core5sliceSh11copy_withinINtNtNtB5_3ops5range14RangeInclusive"
-       "jEECsfEOYDRpO4Ta_11miniz_oxide",
-       "_RNvXsi_NtNtCsjrHSEGnQ3l9_3std2io5stdioNtB5_10StdoutLockNtB7_5Write9write_all",
-       "_RNvYNvNtNtNtCsjrHSEGnQ3l9_3std3sys2fs4unix4statINtNtNtCsgEmfK2I1SDS_4core3ops8function"
-       "2FnTRNtNtNtBQ_3ffi5c_str4CStrEE4callBa_"},
+      {"_RNvCskK7mfDs1mzF_1m3fib", "_RNvNtCsjrHSEGnQ3l9_3std2rt19lang_start_internal", generic,
+       "_RNvXsi_NtNtCsjrHSEGnQ3l9_3std2io5stdioNtB5_10StdoutLockNtB7_5Write9write_all", closure},
       {"-i"});
 }
 
