@@ -5,7 +5,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -191,10 +190,7 @@ class StatsSink : public FlowSink {
     std::optional<SourceLines> lines;
     if (extra_.source_files) lines.emplace(nullptr);
     p.source_files = extra_.source_files;
-    // (image, name, address in the file) -> row: two functions of one name in a file (static
-    // functions of two sources) are two rows, as perf report's sym key gives them; the same
-    // function in every process and program image that ran it is one.
-    std::map<std::tuple<std::string, std::string, uint64_t>, size_t> row_of;
+    std::map<std::pair<std::string, std::string>, size_t> row_of;  // (image, name) -> row
     for (uint32_t i = 0; i < functions_.size(); ++i) {
       const Function& fn = functions_[i];
       const ScopedCounts::Counts c =
@@ -203,9 +199,7 @@ class StatsSink : public FlowSink {
       if (p.timing) p.timing->ticks += ticks;
       if (c.self == 0 && c.calls == 0 && ticks == 0) continue;
       std::string image = fn.file < 0 ? std::string("[unmapped]") : fn.image->files()[fn.file].name;
-      const uint64_t in_file =
-          fn.file < 0 || fn.address == 0 ? 0 : fn.image->LinkAddress(fn.address).value_or(0);
-      auto [it, inserted] = row_of.try_emplace({image, fn.name, in_file}, p.functions.size());
+      auto [it, inserted] = row_of.try_emplace({image, fn.name}, p.functions.size());
       if (inserted) {
         p.functions.push_back(
             {fn.name, std::move(image), fn.address, c.self, c.inclusive, c.calls, ticks});
