@@ -113,7 +113,8 @@ void SortProfile(Profile& profile) {
     if (x.inclusive != y.inclusive) return x.inclusive > y.inclusive;
     // Then by name, image and address: the same order whatever order the decode met them in
     // (the fast decoder and libipt's meet functions of equal counts in different orders).
-    return std::tie(x.function, x.image, x.address) < std::tie(y.function, y.image, y.address);
+    return std::tie(x.function, x.image, x.address, x.calls, x.ticks) <
+           std::tie(y.function, y.image, y.address, y.calls, y.ticks);
   });
   std::vector<ProfileFunction> sorted;
   sorted.reserve(rows.size());

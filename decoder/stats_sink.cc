@@ -5,6 +5,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -190,24 +191,26 @@ class StatsSink : public FlowSink {
     std::optional<SourceLines> lines;
     if (extra_.source_files) lines.emplace(nullptr);
     p.source_files = extra_.source_files;
-    std::map<std::pair<std::string, std::string>, size_t> row_of;  // (image, name) -> row
-    for (uint32_t i = 0; i < functions_.size(); ++i) {
+    // Rows are keyed by (image, name, address in the file): two functions of one name in a
+    // file (static functions of two sources) are two rows, as perf report's sym key gives
+    // them, and the same function in every process and program image that ran it is one (the
+    // address in the file does not move with ASLR). A function whose address the image cannot
+    // place in its file (overlapping mappings) joins the row of its name with the lowest
+    // address, after every placed one: the rows do not depend on the order the decode met them.
+    using RowKey = std::tuple<std::string, std::string, uint64_t>;
+    std::map<RowKey, size_t> row_of;
+    std::vector<uint32_t> unplaced;
+    const auto add = [&](uint32_t i, const ScopedCounts::Counts& c, uint64_t ticks, RowKey key) {
       const Function& fn = functions_[i];
-      const ScopedCounts::Counts c =
-          scoped_ ? scoped_->counts(i) : ScopedCounts::Counts{fn.self, fn.inclusive, fn.calls};
-      const uint64_t ticks = ticks_.ticks(i);
-      if (p.timing) p.timing->ticks += ticks;
-      if (c.self == 0 && c.calls == 0 && ticks == 0) continue;
-      std::string image = fn.file < 0 ? std::string("[unmapped]") : fn.image->files()[fn.file].name;
-      auto [it, inserted] = row_of.try_emplace({image, fn.name}, p.functions.size());
+      auto [it, inserted] = row_of.try_emplace(key, p.functions.size());
       if (inserted) {
         p.functions.push_back(
-            {fn.name, std::move(image), fn.address, c.self, c.inclusive, c.calls, ticks});
+            {fn.name, std::get<0>(key), fn.address, c.self, c.inclusive, c.calls, ticks});
         if (lines && fn.file >= 0) {
           const std::string* at = lines->Lookup(*fn.image, fn.address);
           if (at != nullptr) p.functions.back().source = at->substr(0, at->rfind(':'));
         }
-        continue;
+        return;
       }
       ProfileFunction& row = p.functions[it->second];
       row.self += c.self;
@@ -215,6 +218,35 @@ class StatsSink : public FlowSink {
       row.calls += c.calls;
       row.ticks += ticks;
       row.address = std::min(row.address, fn.address);
+    };
+    const auto counts = [&](uint32_t i) {
+      const Function& fn = functions_[i];
+      return scoped_ ? scoped_->counts(i) : ScopedCounts::Counts{fn.self, fn.inclusive, fn.calls};
+    };
+    const auto image_name = [&](const Function& fn) {
+      return fn.file < 0 ? std::string("[unmapped]") : fn.image->files()[fn.file].name;
+    };
+    for (uint32_t i = 0; i < functions_.size(); ++i) {
+      const Function& fn = functions_[i];
+      const ScopedCounts::Counts c = counts(i);
+      const uint64_t ticks = ticks_.ticks(i);
+      if (p.timing) p.timing->ticks += ticks;
+      if (c.self == 0 && c.calls == 0 && ticks == 0) continue;
+      std::optional<uint64_t> in_file = 0;
+      if (fn.file >= 0 && fn.address != 0) in_file = fn.image->LinkAddress(fn.address);
+      if (!in_file) {
+        unplaced.push_back(i);
+        continue;
+      }
+      add(i, c, ticks, {image_name(fn), fn.name, *in_file});
+    }
+    for (uint32_t i : unplaced) {
+      const Function& fn = functions_[i];
+      std::string image = image_name(fn);
+      auto it = row_of.lower_bound({image, fn.name, 0});
+      const bool named = it != row_of.end() && std::get<0>(it->first) == image &&
+                         std::get<1>(it->first) == fn.name;
+      add(i, counts(i), ticks_.ticks(i), named ? it->first : RowKey{image, fn.name, 0});
     }
     SortProfile(p);
     return p;

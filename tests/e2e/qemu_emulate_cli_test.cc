@@ -1384,6 +1384,34 @@ TEST_F(QemuEmulateTest, InstructionsTheTraceCannotShowAreSaid) {
   EXPECT_EQ(stats.err, "");
 }
 
+// Two static functions of one name in two sources (e2e_same_name): two rows of stats, each
+// with its own calls (10 and 3), as perf report shows them (sweep 26 N8: one row of 13).
+// nm gives their addresses.
+TEST_F(QemuEmulateTest, FunctionsOfOneNameInAFileAreRowsOfTheirOwn) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string prog = E2E_PROGRAM_DIR "/e2e_same_name";
+  Recorded r = Record("same_name", {prog}, /*with_truth=*/false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto nm = RunCommand({"/usr/bin/nm", prog});
+  std::set<uint64_t> helpers;
+  std::istringstream lines(nm.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.ends_with(" t helper")) helpers.insert(std::stoull(line, nullptr, 16));
+  }
+  ASSERT_EQ(helpers.size(), 2u) << nm.out;
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", r.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  std::map<uint64_t, uint64_t> calls;  // address -> calls
+  const nlohmann::json report = nlohmann::json::parse(stats.out);
+  for (const auto& f : report["functions"]) {
+    if (f["function"] == "helper") {
+      calls[std::stoull(f["address"].get<std::string>(), nullptr, 16)] +=
+          f["calls"].get<uint64_t>();
+    }
+  }
+  EXPECT_EQ(calls, (std::map<uint64_t, uint64_t>{{*helpers.begin(), 10}, {*helpers.rbegin(), 3}}));
+}
+
 // Signals at a callee's first instruction (right after the call), at a function's entry a
 // tail call jumps to, and back to back at a handler's rt_sigreturn (e2e_signal_tail): every
 // handler runs in a frame of its own and every interrupted function resumes in its own, so the
