@@ -846,13 +846,38 @@ Thread* StartThread(unsigned vcpu, const Thread* parent) {
 // anyone while the thread is stopped in a system call that never returns (exit_group, exit).
 void Resolve(Thread& t, uint64_t resume);
 
+// Where the block `b` goes next when its last instruction needs no trace to say it (0: it
+// does, or it is a system call).
+uint64_t KnownSuccessor(const Block& b) {
+  switch (b.last.cls) {
+    case InsnClass::kOther:
+      return b.end;
+    case InsnClass::kDirectJump:
+    case InsnClass::kDirectCall:
+      return b.last.target;
+    default:
+      return 0;
+  }
+}
+
 // The caller has set the phase to kClosed (the thread never touches its state again).
-void CloseThread(Thread& t) {
+// `running`: the thread is stopped between two blocks (EndAll's uninstrumented case: qemu stops
+// a running vCPU only there), its last block run whole.
+void CloseThread(Thread& t, bool running = false) {
   t.fast = false;
   if (g->truth) FlushTruth(t);
   if (!t.traced) return;
   if (t.pending) Resolve(t, 0);
-  if (t.enc->tracing()) Add(t, Event::Disable(t.prev ? t.prev->last_ip : 0, 0, true));
+  if (t.enc->tracing()) {
+    // In a system call: the kernel entry, its IP suppressed. Stopped after a block that ends in
+    // an instruction the decoder follows without trace (a direct jump, say): the trace stops
+    // before the next block (FUP, TIP.PGD), else the decoder would walk on into it (sweep 27:
+    // a thread stopped by another's crash right after pthread_join's jump decoded 6-12
+    // instructions the thread never ran, 1 run in 12).
+    const uint64_t next = running && t.prev != nullptr ? KnownSuccessor(*t.prev) : 0;
+    Add(t, next != 0 ? Event::AsyncDisable(next)
+                     : Event::Disable(t.prev ? t.prev->last_ip : 0, 0, true));
+  }
   if (absl::Status s = t.enc->Finish(); !s.ok()) Fail(std::string(s.message()));
   Move(t);
   const uint64_t now = Now();
@@ -1385,10 +1410,13 @@ void EndAll(bool with_current = true, bool uninstrumented = false) {
     if (t == nullptr || t == t_current) continue;
     for (;;) {
       int expected = kInSyscall;
-      if (t->phase.compare_exchange_strong(expected, kClosed) ||
-          (uninstrumented && expected == kRunning &&
-           t->phase.compare_exchange_strong(expected, kClosed))) {
+      if (t->phase.compare_exchange_strong(expected, kClosed)) {
         CloseThread(*t);
+        break;
+      }
+      if (uninstrumented && expected == kRunning &&
+          t->phase.compare_exchange_strong(expected, kClosed)) {
+        CloseThread(*t, /*running=*/true);
         break;
       }
       if (expected == kClosed) break;
@@ -1826,12 +1854,20 @@ void OnExit(qemu_plugin_id_t id, void* userdata) {
 // does not know which instruction of the block running took the signal: the stream ends where
 // that block began, its instructions (those before the fault retired) neither counted nor in
 // the ground truth, and ptrecord says so (crash_ip, crashed 2). Before, such a stream lost up
-// to 20 ms of its end (the trace not yet moved to the ring): the crash path.
+// to 20 ms of its end (the trace not yet moved to the ring): the crash path. A signal
+// delivered at a system call's return (abort(), SIGPIPE) comes after a whole block: the
+// stream is whole (crashed 1, crash_ip after the call).
 void OnFatalSignal(int sig) {
   Thread* t = t_current;
   if (t != nullptr && t->traced && !g->ending.exchange(true) && t->phase.load() == kRunning) {
     uint64_t ip = t->insn_ip;
-    if (g->crash) {
+    // At a system call's return (abort()'s tgkill, SIGPIPE from write(2), a signal from
+    // outside while it waited; the next block has not begun): the block that made the call
+    // retired, and its trace is in the ring. The thread died right after it.
+    const bool at_return = t->in_syscall && t->prev != nullptr;
+    if (at_return) {
+      ip = t->prev->end;
+    } else if (g->crash) {
       // The instruction did not retire: the ground truth (written before it ran) drops it.
       if (const TruthLine line(*t, ip); t->truth.ends_with(line.view())) {
         t->truth.resize(t->truth.size() - line.size);
@@ -1847,7 +1883,7 @@ void OnFatalSignal(int sig) {
     if (t->pending) Resolve(*t, 0);
     if (t->enc->tracing() && ip != 0) Add(*t, Event::AsyncDisable(ip));
     t->control->crash_ip = ip;
-    t->control->crashed.store(g->crash ? 1 : 2, std::memory_order_release);
+    t->control->crashed.store(g->crash || at_return ? 1 : 2, std::memory_order_release);
   }
   const bool core = sig == SIGABRT || sig == SIGFPE || sig == SIGILL || sig == SIGQUIT ||
                     sig == SIGSEGV || sig == SIGTRAP || sig == SIGBUS;

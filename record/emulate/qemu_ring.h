@@ -148,7 +148,8 @@ struct QemuSlotControl {
   std::atomic<uint32_t> trigger_ack;
   // This thread took the signal that ended its process (QEMU's exit path for a fatal guest
   // signal ran the plugin's hook of its kill() on it). 1 (--snapshot-on-crash, the plugin's
-  // crash=1 option): at the instruction crash_ip, where its stream ends. 2 (without): in the
+  // crash=1 option), or at a system call's return (the call's block retired): at the
+  // instruction crash_ip, where its stream ends. 2 (without crash=1, elsewhere): in the
   // block that begins at crash_ip, where its stream ends (the plugin does not know the
   // instruction). The signal is the one qemu then dies of (ptrecord's waitpid).
   std::atomic<uint32_t> crashed;

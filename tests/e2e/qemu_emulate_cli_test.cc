@@ -900,10 +900,14 @@ TEST_F(QemuEmulateTest, AWorkloadKilledByASignalIsSaid) {
   EXPECT_THAT(stats.out, HasSubstr("\"unknown_size_losses\": 1"));
 }
 
-// A pipeline's writer killed by SIGPIPE in write(2) (`head` exits first) and a program killed
-// by SIGTERM while it sleeps (timeout): every stream whole, as the ground truth (up to 20 ms of
-// each was missing, with a warning, before the plugin put its trace into the ring at each
-// system call).
+// A pipeline's writer killed by SIGPIPE in write(2) (`head` exits first), a program killed
+// by SIGTERM while it sleeps (timeout) and one that calls abort() (SIGABRT at the return of
+// the tgkill that raises it): every stream whole, as the ground truth (up to 20 ms of each was
+// missing, with a warning, before the plugin put its trace into the ring at each system call),
+// and nothing said lost: sweep 27 S1, a signal delivered at a system call's return was taken
+// for one in the next block ("died of SIGABRT in the block at ...: its trace ends where that
+// block began"), the recorder's count short by the call's block, and every decode warned that
+// it found more instructions than the recorder counted.
 TEST_F(QemuEmulateTest, ProcessesKilledInASystemCallKeepTheirWholeTrace) {
   PTKIT_SKIP_WITHOUT_QEMU();
   std::string err;
@@ -912,11 +916,28 @@ TEST_F(QemuEmulateTest, ProcessesKilledInASystemCallKeepTheirWholeTrace) {
           .size(),
       3u);
   EXPECT_THAT(err, Not(HasSubstr("without")));
+  EXPECT_THAT(err, Not(HasSubstr("died of")));
   EXPECT_EQ(
       ExpectDecodedEqualsTruth("sigterm", {"/usr/bin/timeout", "0.3", "/bin/sleep", "2"}, 124, &err)
           .size(),
       2u);
   EXPECT_THAT(err, Not(HasSubstr("without")));
+  const std::vector<std::string> abort = {E2E_PROGRAM_DIR "/e2e_crash", "abort"};
+  EXPECT_EQ(ExpectDecodedEqualsTruth("abort", abort, 128 + SIGABRT, &err).size(), 1u);
+  EXPECT_THAT(err, HasSubstr("workload killed by SIGABRT"));
+  EXPECT_THAT(err, Not(HasSubstr("died of")));
+  // Without the ground truth (no callback per instruction): the recorder's count is the
+  // decode's, and no decode says otherwise.
+  Recorded r = Record("abort_bare", abort, /*with_truth=*/false);
+  EXPECT_EQ(r.run.exit_code, 128 + SIGABRT) << r.run.err;
+  EXPECT_THAT(r.run.err, Not(HasSubstr("died of")));
+  auto info = RunCommand({PTDECODE_PATH, "info", "--json", r.trace});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", r.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  EXPECT_EQ(nlohmann::json::parse(stats.out)["totals"]["instructions"],
+            nlohmann::json::parse(info.out)["metadata"]["end"]["instructions"]);
+  EXPECT_THAT(stats.err, Not(HasSubstr("the recorder counted")));
 }
 
 // COMMAND itself a #! script: qemu-x86_64 loads only ELF programs (given a script it exited 1

@@ -1,8 +1,11 @@
 // Dies of SIGSEGV after a little work: a store through a null pointer (read from a volatile,
-// so the compiler cannot drop it). With an argument, a second thread makes the store (in
-// fault()) while main waits for it.
+// so the compiler cannot drop it). With the argument "thread", a second thread makes the store
+// (in fault()) while main waits for it; with "abort", main calls abort() (SIGABRT, delivered at
+// the return of the tgkill system call that raises it) instead of the store.
 #include <pthread.h>
 #include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
 
 static int* volatile target;
 
@@ -14,8 +17,7 @@ static void* fault(void* arg) {
 }
 
 int main(int argc, char** argv) {
-  (void)argv;
-  if (argc > 1) {
+  if (argc > 1 && strcmp(argv[1], "thread") == 0) {
     pthread_t t;
     if (pthread_create(&t, NULL, fault, NULL) != 0) return 1;
     pthread_join(t, NULL);
@@ -23,6 +25,7 @@ int main(int argc, char** argv) {
   }
   volatile int sum = 0;
   for (int i = 0; i < 10; ++i) sum += i;
+  if (argc > 1 && strcmp(argv[1], "abort") == 0) abort();
   *target = sum;
   return 0;
 }
