@@ -480,7 +480,8 @@ bool IsTrigger(uint64_t ip) {
 // --filter, PT's IP filtering as the step backend applies it (AppendFilteredStepEvents): the
 // state changes only where the flow does, so a block (which ends at its only change of flow)
 // runs entirely traced or not. Rewrites `e` for the filter; false: it writes nothing. A branch
-// out of the regions is TIP.PGD with its target, a branch in TIP.PGE at its target; an
+// out of the regions is TIP.PGD with its target (a CALL's pushing its return address), a
+// branch in TIP.PGE at its target; an
 // enable (return from the kernel, after a signal) only inside them.
 bool FilterEvent(const Thread& t, Event& e) {
   const bool tracing = t.enc->tracing();
@@ -499,7 +500,12 @@ bool FilterEvent(const Thread& t, Event& e) {
         if (in) e = Event::Enable(e.target);
         return in;
       }
-      if (!in) e = Event::Disable(e.ip, e.target, /*suppress_ip=*/false);
+      if (!in) {
+        // A CALL's TIP.PGD still pushes its return address (AppendFilteredStepEvents).
+        const bool pushes = (e.kind == EventKind::kDirectCall && e.target != e.ip + e.size) ||
+                            e.kind == EventKind::kIndirectCall;
+        e = Event::Disable(e.ip, e.target, /*suppress_ip=*/false, pushes ? e.size : 0);
+      }
       return true;
     }
   }

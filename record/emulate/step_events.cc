@@ -130,9 +130,13 @@ void AppendFilteredStepEvents(uint64_t ip, const InsnInfo& info, uint64_t next_i
     out.pop_back();
     return;
   }
-  // A branch out of the regions is itself the TIP.PGD, with its target (a Jcc has no TNT bit).
+  // A branch out of the regions is itself the TIP.PGD, with its target (a Jcc has no TNT bit);
+  // a CALL's still pushes its return address (as it does in the decoders), but a direct CALL
+  // to the next instruction (PIC's, which pushes none).
+  const bool pushes = (info.cls == InsnClass::kDirectCall && next_ip != ip + info.size) ||
+                      info.cls == InsnClass::kIndirectCall;
   out.resize(first);
-  out.push_back(Event::Disable(ip, next_ip, /*suppress_ip=*/false));
+  out.push_back(Event::Disable(ip, next_ip, /*suppress_ip=*/false, pushes ? info.size : 0));
 }
 
 }  // namespace ptkit::emulate

@@ -29,6 +29,8 @@ enum class EventKind : uint8_t {
   kDisable,       // The branch at `ip` leaves the traced context for `target`; with
                   // `suppress_ip` the target is not reported (CPL change, e.g. SYSCALL with
                   // user-only tracing). The branch itself must not be reported separately.
+                  // `size`: not 0 for a near CALL (of `size` bytes) that pushes its next IP
+                  // for RET compression (a CALL out of the filter regions).
   kAsyncDisable,  // Tracing stops asynchronously before the instruction at `ip` (interrupt into
                   // an untraced context, trace stop).
   kModeChange,    // CS.L/CS.D become `mode`; must be followed by kFarBranch, kInterrupt or kEnable.
@@ -44,7 +46,8 @@ struct Event {
   bool taken = false;                // kCondBranch only.
   bool suppress_ip = false;          // kDisable only.
   ExecMode mode = ExecMode::k64Bit;  // kEnable, kModeChange.
-  uint8_t size = 0;  // Instruction length for kCondBranch and calls (next IP = ip + size).
+  uint8_t size =
+      0;  // Instruction length for kCondBranch and calls (next IP = ip + size); kDisable's.
   uint64_t ip = 0;
   uint64_t target = 0;
 
@@ -58,8 +61,8 @@ struct Event {
   static Event Enable(uint64_t target, ExecMode mode = ExecMode::k64Bit) {
     return {EventKind::kEnable, false, false, mode, 0, 0, target};
   }
-  static Event Disable(uint64_t ip, uint64_t target, bool suppress_ip) {
-    return {EventKind::kDisable, false, suppress_ip, ExecMode::k64Bit, 0, ip, target};
+  static Event Disable(uint64_t ip, uint64_t target, bool suppress_ip, uint8_t call_size = 0) {
+    return {EventKind::kDisable, false, suppress_ip, ExecMode::k64Bit, call_size, ip, target};
   }
   static Event AsyncDisable(uint64_t ip) { return Simple(EventKind::kAsyncDisable, ip, 0); }
   static Event ModeChange(ExecMode mode) {

@@ -396,7 +396,10 @@ absl::Status PtEncoder::Dispatch(const Event& e) {
       return EmitIp(ppt_tip, e.target, false);
     case EventKind::kDisable:
       // TIP.PGD binds to the branch; its IP is suppressed when it would reveal an address out
-      // of context (SDM: TIP.PGD on SYSCALL when tracing user only).
+      // of context (SDM: TIP.PGD on SYSCALL when tracing user only). A near CALL out of the
+      // filter regions pushes its next IP as any CALL does: the SDM's decoder algorithm, perf's
+      // and libipt's block decoder push it (libipt's instruction decoder does not).
+      if (e.size != 0) Push(e.ip + e.size);
       PTKIT_RETURN_IF_ERROR(FlushTnt());
       tracing_ = false;
       return EmitIp(ppt_tip_pgd, e.target, e.suppress_ip);

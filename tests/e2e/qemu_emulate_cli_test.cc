@@ -512,6 +512,51 @@ TEST_F(QemuEmulateTest, CallsOutOfAFilteredRegionReturnWhereTracingResumes) {
   }
 }
 
+// A filtered function that recurses through a pointer and calls out of its region at every
+// level (e2e_filter_calls' recurse()): a CALL out of the region is TIP.PGD, and it pushes its
+// return address for RET compression as the decoders push it (the SDM's algorithm, perf's,
+// libipt's block decoder). Sweep 27 S4: it did not, so a later return within the region was
+// compressed against another entry: stats 101 calls of 134 (outside() 44 of 77) and 864
+// instructions of 881, perf on the export a wrong path; insn (libipt's instruction decoder)
+// alone was right. Oracles: the program's own counts and the ground truth; perf 6.1.
+TEST_F(QemuEmulateTest, ReturnsAfterCallsOutOfAFilteredRegionDecodeAsTheyRan) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string prog = E2E_PROGRAM_DIR "/e2e_filter_calls";
+  Recorded r = Record("filter_rec", {prog}, true, {"--filter", "filter recurse @ " + prog});
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  int sum = 0, recursed = 0, outside = 0;
+  ASSERT_EQ(std::sscanf(r.run.out.substr(r.run.out.find('\n') + 1).c_str(),
+                        "%d recurse %d outside %d", &sum, &recursed, &outside),
+            3)
+      << r.run.out;
+  uint64_t truth = 0;
+  for (const auto& [tid, ips] : ReadTruth(r.truth)) truth += ips.size();
+  for (const char* decoder : {"--decoder=fast", "--decoder=libipt"}) {
+    SCOPED_TRACE(decoder);
+    auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", decoder, r.trace});
+    ASSERT_EQ(stats.exit_code, 0) << stats.err;
+    const nlohmann::json report = nlohmann::json::parse(stats.out);
+    EXPECT_EQ(report["totals"]["instructions"].get<uint64_t>(), truth);
+    std::map<std::string, uint64_t> calls;
+    for (const auto& f : report["functions"]) {
+      calls[f["function"].get<std::string>()] += f["calls"].get<uint64_t>();
+    }
+    // main's 20 calls enter the region (TIP.PGE): no call in the trace.
+    EXPECT_EQ(calls["recurse"], static_cast<uint64_t>(recursed - 20));
+    EXPECT_EQ(calls["outside"], static_cast<uint64_t>(outside));
+  }
+  if (access("/usr/bin/perf", X_OK) != 0) return;
+  const std::string data = dir_->File("filter_rec.data");
+  ASSERT_EQ(
+      RunCommand({PTDECODE_PATH, "export", r.trace, "--to", "perf.data", "-o", data}).exit_code, 0);
+  auto perf = RunCommand({"/usr/bin/perf", "--buildid-dir", data + ".debug", "script", "-i", data,
+                          "--itrace=i0ns", "-F", "ip"});
+  std::vector<uint64_t> theirs;
+  std::istringstream p(perf.out);
+  for (std::string line; std::getline(p, line);) theirs.push_back(std::stoull(line, nullptr, 16));
+  EXPECT_EQ(theirs, ReadTruth(r.truth).begin()->second) << perf.err;
+}
+
 // --archive: the code is decoded from the container, and its names come from the file where
 // this machine has the same one (same path and build-id): the profile is the one without
 // --archive (before, every function was sub_<run-time address>). A file rebuilt since lends

@@ -27,7 +27,25 @@ __attribute__((noinline)) int traced(int (*volatile f)(int), int n) {
   return s;
 }
 
+// Its own filter region: recurses through a pointer and calls out of the region at every
+// level, so that returns within the region follow calls out of it. The counts are the test's
+// oracle.
+static int recursed, outside_calls;
+__attribute__((noinline)) int outside(int x) {
+  ++outside_calls;
+  return x * 7;
+}
+int (*volatile again)(int);
+__attribute__((noinline)) int recurse(int n) {
+  ++recursed;
+  return n <= 0 ? outside(n) : again(n - 1) + outside(n);
+}
+
 int main(void) {
   printf("%d\n", traced(by_pointer, 6));
+  again = recurse;
+  int s = 0;
+  for (int i = 0; i < 20; ++i) s += recurse(i % 7);
+  printf("%d recurse %d outside %d\n", s, recursed, outside_calls);
   return 0;
 }

@@ -95,7 +95,14 @@ TEST(AppendFilteredStepEventsTest, LeavingIsTipPgdWithTheTargetAndEnteringIsTipP
     EXPECT_EQ(ev[0].kind, EventKind::kDisable);
     EXPECT_FALSE(ev[0].suppress_ip);
     EXPECT_EQ(ev[0].target, 0x7000u);
+    // A CALL's TIP.PGD pushes its return address for RET compression, as decoders push it.
+    EXPECT_EQ(ev[0].size, cls == InsnClass::kDirectCall ? 5 : 0);
   }
+  ev.clear();
+  AppendFilteredStepEvents(0x1000, {InsnClass::kIndirectCall, 2}, 0x7000, true, false, ev);
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, EventKind::kDisable);
+  EXPECT_EQ(ev[0].size, 2);
 
   // Linear code crossing a region's edge keeps the state until the next branch.
   ev.clear();
