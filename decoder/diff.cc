@@ -148,11 +148,18 @@ std::optional<double> WorsePercent(const std::optional<double>& pct, DiffMetric 
 absl::Status CheckTiming(std::span<const Profile> runs, DiffMetric metric) {
   if (!Timed(metric)) return absl::OkStatus();
   for (const Profile& p : runs) {
-    if (!p.timing || p.timing->ticks == 0) {
+    if (!p.timing) {
       return absl::FailedPreconditionError(fmt::format(
           "{}: no timing for --metric {}: the trace has no timing packets (record with tsc=1, "
           "ptrecord's default)",
           p.trace, DiffMetricName(metric)));
+    }
+    if (p.timing->ticks == 0) {
+      return absl::FailedPreconditionError(fmt::format(
+          "{}: no time was counted{} for --metric {}: the trace's time did not advance while "
+          "those instructions ran (too short a run between its timing packets?); --metric "
+          "instructions counts them",
+          p.trace, p.only_under.empty() ? "" : " under " + p.only_under, DiffMetricName(metric)));
     }
     if (p.timing->tsc_hz <= 0) {
       return absl::FailedPreconditionError(fmt::format(

@@ -881,6 +881,7 @@ void CloseThread(Thread& t, bool running = false) {
     // a thread stopped by another's crash right after pthread_join's jump decoded 6-12
     // instructions the thread never ran, 1 run in 12).
     const uint64_t next = running && t.prev != nullptr ? KnownSuccessor(*t.prev) : 0;
+    Add(t, Event::Time(Now()));  // the last instructions' time (OnSyscall says why)
     Add(t, next != 0 ? Event::AsyncDisable(next)
                      : Event::Disable(t.prev ? t.prev->last_ip : 0, 0, true));
   }
@@ -1727,8 +1728,11 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
   const uint64_t args[6] = {a1, a2, a3, a4, a5, a6};
   std::memcpy(t->args, args, sizeof(args));
   if (t->traced && t->prev != nullptr && t->enc->tracing()) {
-    // intel_pt//u: the kernel entry is TIP.PGD with suppressed IP.
+    // intel_pt//u: the kernel entry is TIP.PGD with suppressed IP. The time first (a TSC
+    // packet): the emulation writes no MTC, so without it the instructions since the last TSC
+    // (a short program's whole main, a thread's last ones before exit) would get no time.
     t->syscall_ip = t->prev->last_ip;
+    Add(*t, Event::Time(Now()));
     Add(*t, Event::Disable(t->syscall_ip, 0, /*suppress_ip=*/true));
     t->in_syscall = true;
   }

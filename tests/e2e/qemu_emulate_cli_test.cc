@@ -557,6 +557,32 @@ TEST_F(QemuEmulateTest, ReturnsAfterCallsOutOfAFilteredRegionDecodeAsTheyRan) {
   EXPECT_EQ(theirs, ReadTruth(r.truth).begin()->second) << perf.err;
 }
 
+// The emulation writes no MTC, so a stretch of a stream after its last TSC packet had no time:
+// sweep 27 S2, a short program's main got 0 ticks, `folded --weight=time` had no stack through
+// main and `diff --metric time` (under main) refused: "the trace has no timing packets". Now a
+// TSC packet comes at every system call's entry and at a stream's end: main has its time.
+TEST_F(QemuEmulateTest, AStreamsLastInstructionsHaveTheirTime) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string prog = E2E_PROGRAM_DIR "/diff_base/e2e_diff_work";
+  Recorded a = Record("time_a", {prog}, false);
+  Recorded b = Record("time_b", {prog}, false);
+  ASSERT_EQ(a.run.exit_code, 0) << a.run.err;
+  ASSERT_EQ(b.run.exit_code, 0) << b.run.err;
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", a.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  uint64_t main_ticks = 0;
+  const nlohmann::json report = nlohmann::json::parse(stats.out);
+  for (const auto& f : report["functions"]) {
+    if (f["function"] == "main") main_ticks = f["ticks"].get<uint64_t>();
+  }
+  EXPECT_GT(main_ticks, 0u);
+  auto folded = RunCommand({PTDECODE_PATH, "folded", "--weight", "time", a.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_THAT(folded.out, HasSubstr(";main"));
+  auto diff = RunCommand({PTDECODE_PATH, "diff", a.trace, b.trace, "--metric", "time"});
+  EXPECT_EQ(diff.exit_code, 0) << diff.err;
+}
+
 // --archive: the code is decoded from the container, and its names come from the file where
 // this machine has the same one (same path and build-id): the profile is the one without
 // --archive (before, every function was sub_<run-time address>). A file rebuilt since lends

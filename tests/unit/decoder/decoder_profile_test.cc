@@ -358,8 +358,14 @@ TEST(DiffTest, IpcFallingIsTheRegression) {
   now[0].timing->cycles = 0;
   EXPECT_THAT(std::string(DiffProfiles(base, now, options).status().message()),
               HasSubstr("b: no CYC packets for --metric ipc"));
-  now[0].timing.reset();
   options.metric = DiffMetric::kTime;
+  // Timing packets, but no time counted where it counts (sweep 27 S2: it said "no timing
+  // packets", of a trace that had them).
+  now[0].timing->ticks = 0;
+  now[0].only_under = "main";
+  EXPECT_THAT(std::string(DiffProfiles(base, now, options).status().message()),
+              HasSubstr("b: no time was counted under main for --metric time"));
+  now[0].timing.reset();
   EXPECT_THAT(std::string(DiffProfiles(base, now, options).status().message()),
               HasSubstr("b: no timing for --metric time"));
 }
