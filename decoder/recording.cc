@@ -736,6 +736,16 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
       if (cached.empty() ||
           !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff).ok()) {
         image->AddMissing(file, m.start, m.end);
+        // Said once, by every decode (a gap's error code alone did not name it: sweep 27 S3),
+        // of a file (not perf's //anon, a memfd, a device or shared memory: no file to find).
+        const bool a_file = !m.path.starts_with("//") && !m.path.starts_with("/memfd:") &&
+                            !m.path.starts_with("/dev/") && !m.path.starts_with("/SYSV");
+        if (a_file && warned_.insert("missing\n" + file).second) {
+          warnings_.push_back(
+              fmt::format("{} could not be loaded ({}): what ran in it is a gap{}", file,
+                          std::string(st.message()),
+                          sysroot_.empty() ? " (--sysroot DIR where it is elsewhere)" : ""));
+        }
       }
     } else if (const std::vector<uint8_t>& recorded = RecordedBuildId(r_, m);
                !recorded.empty() && warned_.insert(file).second) {

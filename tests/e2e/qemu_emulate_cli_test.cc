@@ -583,6 +583,23 @@ TEST_F(QemuEmulateTest, AStreamsLastInstructionsHaveTheirTime) {
   EXPECT_EQ(diff.exit_code, 0) << diff.err;
 }
 
+// A program file gone since the recording: every decode names it (sweep 27 S3: stats said only
+// "error nomap: 1", and the program's functions were missing from its rows without a word).
+TEST_F(QemuEmulateTest, AProgramFileGoneSinceTheRecordingIsNamed) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string prog = dir_->File("gone");
+  std::filesystem::copy_file(::ptkit::testing::kFib, prog);
+  Recorded r = Record("gone", {prog}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  std::filesystem::remove(prog);
+  const std::string said = prog + " could not be loaded (stat " + prog;
+  // (All its code was the program's, a static one: nothing decodes, and exit 1 says so.)
+  for (const char* command : {"stats", "folded", "calls"}) {
+    auto d = RunCommand({PTDECODE_PATH, command, r.trace});
+    EXPECT_THAT(d.err, HasSubstr("warning: " + said)) << command;
+  }
+}
+
 // --archive: the code is decoded from the container, and its names come from the file where
 // this machine has the same one (same path and build-id): the profile is the one without
 // --archive (before, every function was sub_<run-time address>). A file rebuilt since lends

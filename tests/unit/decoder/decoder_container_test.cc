@@ -1307,10 +1307,13 @@ TEST_F(ContainerTest, ABuildIdMismatchIsAWarningNamingTheFile) {
   // It still decodes with the file it has.
   EXPECT_THAT(rec.runs[1], ElementsAreArray(truth_a_));
 
-  Recorder clean;  // the fixture's recording has no build-ids: no warning
+  Recorder clean;  // the fixture's recording has no build-ids: no build-id warning
   auto ok = DecodeContainer(path_, {}, clean);
   ASSERT_THAT(ok, IsOk());
-  EXPECT_THAT(ok->warnings, SizeIs(0));
+  EXPECT_THAT(ok->warnings, ::testing::Each(::testing::Not(::testing::HasSubstr("build-id"))));
+  // (Its mapping of a file this machine does not have is said: sweep 27 S3.)
+  EXPECT_THAT(ok->warnings,
+              ::testing::Contains(::testing::HasSubstr("could not be loaded (stat ")));
 }
 
 TEST(ContainerInput, MetadataGivesTheDecoderConfiguration) {
