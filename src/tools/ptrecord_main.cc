@@ -160,7 +160,9 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
             ? (backend == "qemu" ? r->steps.instructions : r->steps.steps) / r->steps.seconds
             : 0.0,
         backend == "qemu" ? "instructions" : "steps",
-        static_cast<unsigned long long>(r->totals.aux_bytes),
+        // Every trace byte stored: the full trace's, the snapshots' and the AUX samples'.
+        static_cast<unsigned long long>(r->totals.aux_bytes + r->totals.snapshot_bytes +
+                                        r->totals.sample_aux_bytes),
         static_cast<unsigned long long>(r->totals.sideband_records),
         static_cast<unsigned long long>(r->totals.lost_records), ending.c_str());
   }
