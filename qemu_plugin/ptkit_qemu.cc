@@ -486,9 +486,9 @@ bool IsTrigger(uint64_t ip) {
 // --filter, PT's IP filtering as the step backend applies it (AppendFilteredStepEvents): the
 // state changes only where the flow does, so a block (which ends at its only change of flow)
 // runs entirely traced or not. Rewrites `e` for the filter; false: it writes nothing. A branch
-// out of the regions is TIP.PGD with its target (a CALL's pushing its return address), a
-// branch in TIP.PGE at its target; an
-// enable (return from the kernel, after a signal) only inside them.
+// out of the regions is TIP.PGD with its target (a CALL's pushing an entry on the encoder's
+// RET-compression stack), a branch in TIP.PGE at its target; an enable (return from the
+// kernel, after a signal) only inside them.
 bool FilterEvent(const Thread& t, Event& e) {
   const bool tracing = t.enc->tracing();
   switch (e.kind) {
@@ -507,7 +507,7 @@ bool FilterEvent(const Thread& t, Event& e) {
         return in;
       }
       if (!in) {
-        // A CALL's TIP.PGD still pushes its return address (AppendFilteredStepEvents).
+        // A CALL's TIP.PGD still pushes a stack entry (AppendFilteredStepEvents).
         const bool pushes = (e.kind == EventKind::kDirectCall && e.target != e.ip + e.size) ||
                             e.kind == EventKind::kIndirectCall;
         e = Event::Disable(e.ip, e.target, /*suppress_ip=*/false, pushes ? e.size : 0);

@@ -131,8 +131,8 @@ void AppendFilteredStepEvents(uint64_t ip, const InsnInfo& info, uint64_t next_i
     return;
   }
   // A branch out of the regions is itself the TIP.PGD, with its target (a Jcc has no TNT bit);
-  // a CALL's still pushes its return address (as it does in the decoders), but a direct CALL
-  // to the next instruction (PIC's, which pushes none).
+  // a CALL's still pushes an entry on the encoder's RET-compression stack (swpt::PtEncoder's
+  // kDisable says why), but a direct CALL to the next instruction (PIC's, which pushes none).
   const bool pushes = (info.cls == InsnClass::kDirectCall && next_ip != ip + info.size) ||
                       info.cls == InsnClass::kIndirectCall;
   out.resize(first);

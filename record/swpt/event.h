@@ -29,8 +29,8 @@ enum class EventKind : uint8_t {
   kDisable,       // The branch at `ip` leaves the traced context for `target`; with
                   // `suppress_ip` the target is not reported (CPL change, e.g. SYSCALL with
                   // user-only tracing). The branch itself must not be reported separately.
-                  // `size`: not 0 for a near CALL (of `size` bytes) that pushes its next IP
-                  // for RET compression (a CALL out of the filter regions).
+                  // `size`: not 0 for a near CALL (of `size` bytes) that pushes an entry on
+                  // the RET-compression stack (a CALL out of the filter regions).
   kAsyncDisable,  // Tracing stops asynchronously before the instruction at `ip` (interrupt into
                   // an untraced context, trace stop).
   kModeChange,    // CS.L/CS.D become `mode`; must be followed by kFarBranch, kInterrupt or kEnable.

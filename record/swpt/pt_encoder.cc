@@ -397,9 +397,13 @@ absl::Status PtEncoder::Dispatch(const Event& e) {
     case EventKind::kDisable:
       // TIP.PGD binds to the branch; its IP is suppressed when it would reveal an address out
       // of context (SDM: TIP.PGD on SYSCALL when tracing user only). A near CALL out of the
-      // filter regions pushes its next IP as any CALL does: the SDM's decoder algorithm, perf's
-      // and libipt's block decoder push it (libipt's instruction decoder does not).
-      if (e.size != 0) Push(e.ip + e.size);
+      // filter regions: the SDM's decoder algorithm, perf's and libipt's block decoder push its
+      // next IP, libipt's instruction decoder does not. An entry no RET matches stands for it,
+      // so that no RET is compressed where the two would differ: not against the entries below
+      // it (a RET to the caller's caller: those push it, sweep 27 S4), nor against it (code the
+      // untraced callee jumps to returns there: this does not push it, sweep 27 T1). Those RETs
+      // are TIPs, which every decoder follows.
+      if (e.size != 0) Push(kNoReturn);
       PTKIT_RETURN_IF_ERROR(FlushTnt());
       tracing_ = false;
       return EmitIp(ppt_tip_pgd, e.target, e.suppress_ip);

@@ -146,6 +146,8 @@ class PtEncoder {
   static constexpr size_t kScratchSize = 4096;
   static constexpr size_t kMaxPacket = 32;
   static constexpr int kStackSize = 64;
+  // A stack entry no RET's target is (a CALL out of the filter regions pushes it: kDisable).
+  static constexpr uint64_t kNoReturn = ~uint64_t{0};
 
   explicit PtEncoder(const PtEncoderOptions& options);
   absl::Status Init();

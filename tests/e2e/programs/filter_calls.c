@@ -41,8 +41,27 @@ __attribute__((noinline)) int recurse(int n) {
   return n <= 0 ? outside(n) : again(n - 1) + outside(n);
 }
 
+// Its own filter regions (region_top, region_mid and region_back): region_mid calls away(),
+// outside, which jumps (a tail call) to region_back, inside, whose RET returns to region_mid
+// across the call that left the regions.
+__attribute__((noinline)) int region_back(int x) { return x + 1; }
+int away(int x);  // region_back(x * 2) as a tail call, whatever the compiler's options
+__asm__(
+    ".text\n"
+    ".globl away\n"
+    ".type away, @function\n"
+    "away:\n"
+    "  addl %edi, %edi\n"
+    "  jmp region_back\n"
+    ".size away, .-away\n");
+__attribute__((noinline)) int region_mid(int x) { return away(x) + 3; }
+__attribute__((noinline)) int region_top(int x) { return region_mid(x) * 5; }
+
 int main(void) {
   printf("%d\n", traced(by_pointer, 6));
+  int t = 0;
+  for (int i = 0; i < 10; ++i) t += region_top(i);
+  printf("%d\n", t);
   again = recurse;
   int s = 0;
   for (int i = 0; i < 20; ++i) s += recurse(i % 7);
