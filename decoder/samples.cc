@@ -78,8 +78,8 @@ void AppendSampleStats(const std::string& trace, const SamplesTotals& totals,
   fmt::format_to(it,
                  "sampled profile of {}: {} ({} with a stack rebuilt from their snippet, {} "
                  "unsynchronised, {} not reaching the sampled IP{})\n",
-                 trace, Counted(n, "sample"), n - totals.unsynced, totals.unsynced,
-                 totals.not_reached,
+                 trace, Counted(n, "sample"), n - totals.unsynced - totals.not_reached,
+                 totals.unsynced, totals.not_reached,
                  totals.malformed ? fmt::format(", {} malformed (skipped)", totals.malformed) : "");
   fmt::format_to(it, "{:>10} {:>7} {:>10} {:>7}  function\n", "self", "self%", "total", "total%");
   for (const auto& [name, f] : rows) {
@@ -103,10 +103,14 @@ absl::StatusOr<SnippetFlow> DecodeSnippet(std::span<const uint8_t> snippet,
     return absl::InternalError(fmt::format("pt_insn_set_image: {}", pt_errstr(pt_errcode(err))));
   }
   std::vector<Insn> insns;
+  // Where a branch out of the filter regions stopped tracing (TIP.PGD with its target): before
+  // insns[first], at `second`.
+  std::vector<std::pair<size_t, uint64_t>> disabled;
   int status = pt_insn_sync_forward(dec.get());
   while (status >= 0) {
     flow.synced = true;
     insns.clear();  // the flow before an error is not continuous with what follows
+    disabled.clear();
     // Unlike a whole-trace decode, pts_eos does not stop the walk: the instructions after the
     // last packet, up to the next branch that needs one, lead to the sampled IP.
     for (;;) {
@@ -114,6 +118,9 @@ absl::StatusOr<SnippetFlow> DecodeSnippet(std::span<const uint8_t> snippet,
         pt_event event;
         status = pt_insn_event(dec.get(), &event, sizeof(event));
         if (status < 0) break;
+        if (event.type == ptev_disabled && !event.ip_suppressed && !insns.empty()) {
+          disabled.emplace_back(insns.size(), event.variant.disabled.ip);
+        }
       }
       if (status < 0) break;
       pt_insn insn;
@@ -142,13 +149,22 @@ absl::StatusOr<SnippetFlow> DecodeSnippet(std::span<const uint8_t> snippet,
     }
   }
   insns.resize(end);
+  auto out = disabled.begin();
   for (size_t i = 0; i < insns.size(); ++i) {
     flow.insns.push_back(insns[i].ip);
     if (i + 1 == insns.size()) break;
     const Insn& a = insns[i];
     const char* kind = BranchKind(a.iclass);
-    if (kind == nullptr) continue;
     const uint64_t next = insns[i + 1].ip;
+    while (out != disabled.end() && out->first <= i) ++out;
+    if (out != disabled.end() && out->first == i + 1) {
+      // The branch went out of the regions (to the TIP.PGD's target); the flow resumed at next.
+      if (kind != nullptr) flow.branches.push_back({a.ip, out->second, kind});
+      const bool call = a.iclass == ptic_call || a.iclass == ptic_far_call;
+      flow.branches.push_back({out->second, next, "untraced", call && next == a.ip + a.size});
+      continue;
+    }
+    if (kind == nullptr) continue;
     // Not taken, or a SYSCALL (libipt's far call) that returned to the next instruction.
     if (next == a.ip + a.size) continue;
     flow.branches.push_back({a.ip, next, kind});
@@ -162,7 +178,14 @@ std::vector<std::string> SampleStack(const SnippetFlow& flow, const ProgramImage
   frames.push_back(FunctionName(image, flow.insns.front()));
   for (const SampleBranch& b : flow.branches) {
     const std::string to = FunctionName(image, b.to);
-    if (std::string_view(b.kind) == "call" || std::string_view(b.kind) == "far_call") {
+    if (std::string_view(b.kind) == "untraced") {
+      if (!b.call_returned) {
+        frames = {"[not traced]", to};  // what ran outside the regions is not known
+        continue;
+      }
+      if (frames.size() > 1) frames.pop_back();
+      frames.back() = to;
+    } else if (std::string_view(b.kind) == "call" || std::string_view(b.kind) == "far_call") {
       frames.push_back(to);
     } else if (std::string_view(b.kind) == "ret" || std::string_view(b.kind) == "far_ret") {
       if (frames.size() > 1) frames.pop_back();
@@ -214,19 +237,22 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
             if (!flow.synced) ++totals.unsynced;
             if (flow.synced && !flow.reached) ++totals.not_reached;
             if (so.folded || so.stats) {
+              // A flow that never reaches the sampled IP (it ran outside the filter regions)
+              // has the stack of another place: the sample has none.
               std::vector<std::string> frames =
-                  flow.synced ? SampleStack(flow, image) : std::vector<std::string>{};
+                  flow.reached ? SampleStack(flow, image) : std::vector<std::string>{};
               const std::string leaf = FunctionName(image, f.ip);
               if (so.stats) {
                 // Self: where the sample was taken (also when the flow never got there).
                 ++functions[leaf].self;
                 std::set<std::string_view> on_stack(frames.begin(), frames.end());
                 on_stack.insert(leaf);
+                on_stack.erase("[not traced]");  // not a function
                 for (std::string_view name : on_stack) ++functions[std::string(name)].total;
                 return absl::OkStatus();
               }
               if (frames.empty()) {  // no history: the sample counts, under a name saying so
-                frames = {"[unsynchronised]", leaf};
+                frames = {flow.synced ? "[not traced]" : "[unsynchronised]", leaf};
               }
               std::string stack;
               for (const std::string& frame : frames) stack += (stack.empty() ? "" : ";") + frame;

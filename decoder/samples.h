@@ -23,7 +23,10 @@ namespace ptkit::decoder {
 
 struct SampleBranch {
   uint64_t from = 0, to = 0;
-  const char* kind = "";  // "jcc", "jmp", "call", "ret", "far_jmp", ...
+  // "jcc", "jmp", "call", "ret", "far_jmp", ...; "untraced": tracing stopped at `from` (a branch
+  // out of the filter regions went there) and resumed at `to`, where the flow came back.
+  const char* kind = "";
+  bool call_returned = false;  // "untraced" after a CALL out, resumed at its return address
   friend bool operator==(const SampleBranch& a, const SampleBranch& b) {
     return a.from == b.from && a.to == b.to;
   }
@@ -65,7 +68,9 @@ struct SamplesOptions {
 // The functions on the stack at the end of `flow` (outermost first), rebuilt from its calls
 // and returns: the function of its first instruction, a call pushes the callee, a return pops
 // (or, with nothing left to pop, replaces the outermost frame by the caller it returns into),
-// a jump into another function replaces the innermost frame (tail call). The snippet's history
+// a jump into another function replaces the innermost frame (tail call); where tracing
+// resumes after code outside the filter regions ran ("untraced"), the call out returned, or
+// the stack is "[not traced]" and the function it resumed in. The snippet's history
 // is short: frames entered before it began are not known. Functions are named by `image`'s
 // symbols ("[file]" without one).
 std::vector<std::string> SampleStack(const SnippetFlow& flow, const ProgramImage& image);
