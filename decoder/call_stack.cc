@@ -843,17 +843,22 @@ bool CallStack::ReturnMatched(uint64_t target, bool must) {
 void CallStack::EnabledInto(uint64_t ip) {
   if (image_ == nullptr || beyond_ != 0 || failed_) return;
   if (frames_.empty()) {
-    // Chunk mode: into the middle of a function, which may have a frame in B (not modelled).
-    if (base_) {
-      const Function& fn = functions_[FunctionAt(ip)];
-      if (fn.address != 0 && ip != fn.address) failed_ = true;
-    }
+    // Chunk mode: into the middle of a function, which may have a frame in B (not modelled),
+    // or at its entry, which has a frame of its own where B has frames (below).
+    if (base_ && functions_[FunctionAt(ip)].address != 0) failed_ = true;
     return;
   }
   const uint32_t f = FunctionAt(ip);
   const Function& fn = functions_[f];
-  // (An entry is a call's target; code without a symbol has no entry to tell its middle by.)
-  if (fn.address == 0 || ip == fn.address || frames_.back().function == f) return;
+  if (fn.address == 0 || frames_.back().function == f) return;
+  if (ip == fn.address) {
+    // An entry: the untraced code called it (a callback: qsort's comparator; recursion across
+    // the regions' edge): a frame of its own, as gdb's stack has, no call seen (sweep 27 T4: it
+    // ran in the untraced callee's frame, and its return out closed its function's outermost
+    // frame, with every frame above it).
+    Enter(f, 0, /*implicit=*/true, /*signal=*/false);
+    return;
+  }
   if (fn.active != 0) {
     while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
   } else if (base_) {

@@ -294,9 +294,11 @@ class CallStack {
   void Pop(bool at_end, bool by_return = true);
   // `must`: a return (a frame of B expects it when none of C does, in chunk mode).
   bool ReturnMatched(uint64_t target, bool must);
-  // Tracing enabled at `ip` after a call into untraced code, returning to no frame: in the
-  // middle of a function that has a frame below the top (a longjmp or an exception out of the
-  // untraced code) it ends the frames above that one, as Jump does.
+  // Tracing enabled at `ip` after a call into untraced code, returning to no frame: at a
+  // function's entry, the untraced code called it (a callback, a recursion across the filter
+  // regions' edge): a frame of its own, no call counted; in the middle of a function that has
+  // a frame below the top (a longjmp or an exception out of the untraced code) it ends the
+  // frames above that one, as Jump does.
   void EnabledInto(uint64_t ip);
   // Tracing enabled at `ip`, not where it was disabled: a signal's handler entered, or left by
   // rt_sigreturn; false: neither (or chunk mode cannot tell: failed).

@@ -615,6 +615,39 @@ TEST_F(QemuEmulateTest, AFilteredHandlerOfSignalsOutsideTheRegionsDecodesToTheGr
   EXPECT_THAT(stats.err, Not(HasSubstr("warning")));
 }
 
+// A function entered from untraced code that a traced one called (recursion across the
+// regions' edge, e2e_filter_calls' cross_a -> cross_b -> cross_a, `filter cross_a`) runs in a
+// frame of its own, as gdb's stack has it: sweep 27 T4, it ran in the untraced callee's frame
+// (folded "cross_a;cross_b;cross_b;cross_a") and its return out closed the outermost frame of
+// its function with every frame above it (cross_a(2)'s last instructions charged to the root).
+// cross_a(4) and cross_a(2) run the same instructions, cross_a(0) fewer; the three frames sum
+// to the ground truth; -j 2 in 1 KiB chunks gives the same.
+TEST_F(QemuEmulateTest, ARecursionAcrossTheRegionsEdgeHasAFramePerCall) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string prog = E2E_PROGRAM_DIR "/e2e_filter_calls";
+  Recorded r = Record("cross", {prog}, true, {"--filter", "filter cross_a @ " + prog});
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  uint64_t truth = 0;
+  for (const auto& [tid, ips] : ReadTruth(r.truth)) truth += ips.size();
+  auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  std::map<std::string, uint64_t> stacks;
+  uint64_t sum = 0;
+  std::istringstream lines(folded.out);
+  for (std::string line; std::getline(lines, line);) {
+    const uint64_t n = std::stoull(line.substr(line.rfind(' ') + 1));
+    stacks[line.substr(0, line.rfind(' '))] = n;
+    sum += n;
+  }
+  EXPECT_EQ(sum, truth);
+  const std::string a = "cross_a", ab = a + ";cross_b;";
+  ASSERT_EQ(stacks.size(), 3u) << folded.out;
+  EXPECT_EQ(stacks[a], stacks[ab + a]) << folded.out;
+  EXPECT_LT(stacks[ab + ab + a], stacks[a]) << folded.out;
+  EXPECT_EQ(RunCommand({PTDECODE_PATH, "folded", "-j", "2", "--chunk-size", "1024", r.trace}).out,
+            folded.out);
+}
+
 // The emulation writes no MTC, so a stretch of a stream after its last TSC packet had no time:
 // sweep 27 S2, a short program's main got 0 ticks, `folded --weight=time` had no stack through
 // main and `diff --metric time` (under main) refused: "the trace has no timing packets". Now a

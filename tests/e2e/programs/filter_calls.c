@@ -57,8 +57,15 @@ __asm__(
 __attribute__((noinline)) int region_mid(int x) { return away(x) + 3; }
 __attribute__((noinline)) int region_top(int x) { return region_mid(x) * 5; }
 
+// Recursion across a filter region's edge (`filter cross_a`): cross_a(4) -> cross_b(3) ->
+// cross_a(2) -> cross_b(1) -> cross_a(0); cross_b runs untraced.
+int cross_b(int n);
+__attribute__((noinline)) int cross_a(int n) { return n <= 0 ? 1 : cross_b(n - 1) + 1; }
+__attribute__((noinline)) int cross_b(int n) { return n <= 0 ? 2 : cross_a(n - 1) * 2; }
+
 int main(void) {
   printf("%d\n", traced(by_pointer, 6));
+  printf("%d\n", cross_a(4));
   int t = 0;
   for (int i = 0; i < 10; ++i) t += region_top(i);
   printf("%d\n", t);
