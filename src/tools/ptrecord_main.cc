@@ -190,6 +190,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
   std::string pid, tid;
   bool bts = false, no_compress = false, quiet = false;
   std::string emulate, qemu_plugin;
+  std::vector<std::string> filters;  // --filter, each of them (joined into o.filter)
   std::string ground_truth;
   int64_t max_steps = 0;
   app.add_option("-o,--output", o.output, "Output container (default trace.pt)");
@@ -214,11 +215,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
                  "DATA_PAGES[,AUX_PAGES], powers of two (default 64,1024)");
   app.add_flag("-u,--user", o.user_only, "Trace user space only");
   app.add_flag("-k,--kernel", o.kernel_only, "Trace the kernel only");
-  app.add_option("--filter", o.filter,
+  app.add_option("--filter", filters,
                  "Address filter in perf's syntax, e.g. 'filter main @ /bin/ls' (symbols are "
-                 "resolved to file offsets; with --emulate: 'filter' regions; step runs a "
-                 "single-threaded process at full speed outside the regions' bytes, qemu "
-                 "writes no packets outside them)");
+                 "resolved to file offsets; several: comma-separated, or the option repeated; "
+                 "with --emulate: 'filter' regions; step runs a single-threaded process at full "
+                 "speed outside the regions' bytes, qemu writes no packets outside them)");
   app.add_option("--snapshot", snapshot,
                  "Snapshot mode: AUX overwrite, one snapshot per SIGUSR2 and at the end; "
                  "optional SIZE per snapshot (K/M/G), default the whole AUX area")
@@ -306,6 +307,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
     return Fail(std::string(e.what()) + " (see ptrecord --help)", 2);
   }
 
+  o.filter = absl::StrJoin(filters, ", ");  // repeated --filter: one filter of them all
   // prefix_command() leaves the first unknown argument and everything after it; an option
   // there is a typo, not a command (a command starting with '-' needs "--").
   o.command = app.remaining();

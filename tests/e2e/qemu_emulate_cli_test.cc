@@ -584,6 +584,16 @@ TEST_F(QemuEmulateTest, ATailCallBackIntoTheRegionsDecodesAlikeEverywhere) {
     EXPECT_EQ(nlohmann::json::parse(stats.out)["totals"]["instructions"].get<uint64_t>(),
               ran.size());
   }
+  // The option repeated, one region each, is the same filter (it was refused: "At Most 1
+  // required but received 3").
+  Recorded repeated =
+      Record("tail_back_repeated", {prog}, false,
+             {"--filter", "filter region_top @ " + prog, "--filter", "filter region_mid @ " + prog,
+              "--filter", "filter region_back @ " + prog});
+  ASSERT_EQ(repeated.run.exit_code, 0) << repeated.run.err;
+  auto once = RunCommand({PTDECODE_PATH, "stats", trace});
+  auto thrice = RunCommand({PTDECODE_PATH, "stats", repeated.trace});
+  EXPECT_EQ(thrice.out.substr(thrice.out.find('\n')), once.out.substr(once.out.find('\n')));
   if (access("/usr/bin/perf", X_OK) != 0) return;
   const std::string data = dir_->File("tail_back.data");
   ASSERT_EQ(RunCommand({PTDECODE_PATH, "export", trace, "--to", "perf.data", "-o", data}).exit_code,
