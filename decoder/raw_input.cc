@@ -5,10 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <span>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "decoder/ipt_handles.h"
+#include "ptkit/container_format.h"
+#include "ptkit/perf_data.h"
 #include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 
@@ -35,6 +39,16 @@ absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec) {
   if (trace.bytes().empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(spec.pt_path, ": empty file (0 bytes): no trace to decode"));
+  }
+  // A recording given as raw trace (--pt, --bts): say what it is (sweep 27 T6: "no PSB", or
+  // a perf.data, whose AUX bytes hold PSBs, decoded as one stream of gaps).
+  const std::span<const uint8_t> b = trace.bytes();
+  const bool container =
+      b.size() >= kFileMagic.size() && std::equal(kFileMagic.begin(), kFileMagic.end(), b.begin());
+  if (container || perf::IsPerfData(b)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.pt_path, ": ", container ? "a ptkit trace.pt container" : "a perf.data file",
+        ", not a raw trace: give it without --pt/--bts (its sideband names the code)"));
   }
   if (spec.bts && trace.bytes().size() % 24 != 0) {
     return absl::InvalidArgumentError(

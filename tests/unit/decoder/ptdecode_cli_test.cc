@@ -552,6 +552,22 @@ TEST_F(PtdecodeCliTest, RuntimeErrorsExitOneNamingTheInput) {
   EXPECT_THAT(r.err, HasSubstr("not an Intel PT stream"));
   EXPECT_THAT(r.err, HasSubstr(kTiny));
 
+  // A recording given as raw trace is named for what it is (a perf.data's AUX bytes hold PSBs:
+  // it was decoded as one stream of gaps; a trace.pt said "no PSB").
+  for (const auto& [magic, said] :
+       {std::pair<std::string, std::string>{std::string("PTKIT\0\r\n", 8), "a ptkit trace.pt"},
+        {"PERFILE2", "a perf.data file"}}) {
+    const std::string file = ::ptkit::decoder::testing::TempPath("recording_as_raw");
+    std::ofstream(file, std::ios::binary) << magic << std::string(64, '\x02');
+    for (const char* kind : {"--pt", "--bts"}) {
+      r = RunPtdecode(std::string("stats ") + kind + " " + file);
+      EXPECT_EQ(r.exit_code, 1) << kind;
+      EXPECT_THAT(r.err, HasSubstr(file + ": " + said)) << kind;
+      EXPECT_THAT(r.err, HasSubstr("give it without --pt/--bts")) << kind;
+    }
+    (void)std::remove(file.c_str());
+  }
+
   r = RunPtdecode("stats --pt " + trace_ + " --elf " + trace_);  // a PT file is not ELF
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr(trace_ + ": not an ELF file"));
