@@ -137,6 +137,12 @@ int CheckNotEmpty(const std::string& input, const dec::DecodeTotals& totals,
       dec::Counted(totals.streams, "stream"), dec::Counted(totals.trace_bytes, "byte"),
       dec::Counted(totals.errors, "decode error"), dec::Counted(totals.losses, "loss point"));
   if (window != nullptr) why += "; " + window->DescribeEmpty();
+  if (totals.streams == 0 && totals.trace_bytes == 0) {
+    // E.g. `perf record -e dummy,task-clock`: a perf.data of sideband and samples only.
+    why +=
+        ": the recording holds no trace (record an intel_pt or intel_bts event: ptrecord, "
+        "or perf record -e intel_pt//u)";
+  }
   std::fprintf(stderr, "ptdecode: %s\n", why.c_str());
   return kExitRuntime;
 }

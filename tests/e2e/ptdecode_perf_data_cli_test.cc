@@ -231,6 +231,7 @@ TEST_P(PerfRecordTest, SidebandEqualsPerfScript) {
   auto d = RunCommand({PTDECODE_PATH, "stats", file});
   EXPECT_EQ(d.exit_code, 1) << d.err;
   EXPECT_THAT(d.err, HasSubstr("no instructions decoded (0 streams"));
+  EXPECT_THAT(d.err, HasSubstr("the recording holds no trace (record an intel_pt or intel_bts"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, PerfRecordTest, ::testing::Values("file", "pipe", "zstd"));
