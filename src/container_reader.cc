@@ -102,6 +102,11 @@ absl::Status CheckPayload(RecordType type, std::span<const uint8_t> payload) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ByteSource>> OpenFileSource(const std::string& path) {
+  if (path == "-") {  // perf's name for standard input (perf script -i -)
+    return absl::InvalidArgumentError(
+        "-: a recording is not read from standard input (it is read at random offsets): write "
+        "it to a file first (e.g. perf record -o - ... > perf.data)");
+  }
   ScopedFd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoStatus(errno, "open ", path);
   struct stat st;

@@ -547,6 +547,10 @@ TEST_F(PtdecodeCliTest, RuntimeErrorsExitOneNamingTheInput) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr(missing));
 
+  r = RunPtdecode("info -");  // perf's name for standard input
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("-: a recording is not read from standard input"));
+
   r = RunPtdecode("stats --pt " + kTiny);  // an ELF file is not a PT stream
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("not an Intel PT stream"));
