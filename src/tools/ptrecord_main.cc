@@ -148,6 +148,9 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
               std::to_string(r->crash->tid);
   }
   if (!quiet) {
+    // Every trace byte stored: the full trace's, the snapshots' and the AUX samples'.
+    const uint64_t trace_bytes =
+        r->totals.aux_bytes + r->totals.snapshot_bytes + r->totals.sample_aux_bytes;
     std::fprintf(
         stderr,
         "ptrecord: wrote %s (emulated%s): %s, %s in %.2f s "
@@ -159,10 +162,7 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
         r->steps.seconds > 0
             ? (backend == "qemu" ? r->steps.instructions : r->steps.steps) / r->steps.seconds
             : 0.0,
-        backend == "qemu" ? "instructions" : "steps",
-        // Every trace byte stored: the full trace's, the snapshots' and the AUX samples'.
-        static_cast<unsigned long long>(r->totals.aux_bytes + r->totals.snapshot_bytes +
-                                        r->totals.sample_aux_bytes),
+        backend == "qemu" ? "instructions" : "steps", static_cast<unsigned long long>(trace_bytes),
         static_cast<unsigned long long>(r->totals.sideband_records),
         static_cast<unsigned long long>(r->totals.lost_records), ending.c_str());
   }
