@@ -563,10 +563,11 @@ TEST_F(PtdecodeCliTest, RuntimeErrorsExitOneNamingTheInput) {
         {"PERFILE2", "a perf.data file"}}) {
     const std::string file = ::ptkit::decoder::testing::TempPath("recording_as_raw");
     std::ofstream(file, std::ios::binary) << magic << std::string(64, '\x02');
+    const std::string named = fmt::format("{}: {}", file, said);
     for (const char* kind : {"--pt", "--bts"}) {
-      r = RunPtdecode(std::string("stats ") + kind + " " + file);
+      r = RunPtdecode(fmt::format("stats {} {}", kind, file));
       EXPECT_EQ(r.exit_code, 1) << kind;
-      EXPECT_THAT(r.err, HasSubstr(file + ": " + said)) << kind;
+      EXPECT_THAT(r.err, HasSubstr(named)) << kind;
       EXPECT_THAT(r.err, HasSubstr("give it without --pt/--bts")) << kind;
     }
     (void)std::remove(file.c_str());
