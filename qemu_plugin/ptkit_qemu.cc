@@ -507,12 +507,7 @@ bool FilterEvent(const Thread& t, Event& e) {
         if (in) e = Event::Enable(e.target);
         return in;
       }
-      if (!in) {
-        // A CALL's TIP.PGD still pushes a stack entry (AppendFilteredStepEvents).
-        const bool pushes = (e.kind == EventKind::kDirectCall && e.target != e.ip + e.size) ||
-                            e.kind == EventKind::kIndirectCall;
-        e = Event::Disable(e.ip, e.target, /*suppress_ip=*/false, pushes ? e.size : 0);
-      }
+      if (!in) e = Event::DisableAt(e);  // a CALL's still pushes a stack entry
       return true;
     }
   }

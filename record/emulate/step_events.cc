@@ -130,13 +130,11 @@ void AppendFilteredStepEvents(uint64_t ip, const InsnInfo& info, uint64_t next_i
     out.pop_back();
     return;
   }
-  // A branch out of the regions is itself the TIP.PGD, with its target (a Jcc has no TNT bit);
-  // a CALL's still pushes an entry on the encoder's RET-compression stack (swpt::PtEncoder's
-  // kDisable says why), but a direct CALL to the next instruction (PIC's, which pushes none).
-  const bool pushes = (info.cls == InsnClass::kDirectCall && next_ip != ip + info.size) ||
-                      info.cls == InsnClass::kIndirectCall;
+  // A branch out of the regions (the one event left) is itself the TIP.PGD, with its target (a
+  // Jcc has no TNT bit; a CALL still pushes: swpt::Event::DisableAt).
+  const Event branch = out.back();
   out.resize(first);
-  out.push_back(Event::Disable(ip, next_ip, /*suppress_ip=*/false, pushes ? info.size : 0));
+  out.push_back(Event::DisableAt(branch));
 }
 
 }  // namespace ptkit::emulate

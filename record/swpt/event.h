@@ -46,8 +46,8 @@ struct Event {
   bool taken = false;                // kCondBranch only.
   bool suppress_ip = false;          // kDisable only.
   ExecMode mode = ExecMode::k64Bit;  // kEnable, kModeChange.
-  uint8_t size =
-      0;  // Instruction length for kCondBranch and calls (next IP = ip + size); kDisable's.
+  // Instruction length for kCondBranch and calls (next IP = ip + size); for kDisable, see there.
+  uint8_t size = 0;
   uint64_t ip = 0;
   uint64_t target = 0;
 
@@ -64,6 +64,12 @@ struct Event {
   static Event Disable(uint64_t ip, uint64_t target, bool suppress_ip, uint8_t call_size = 0) {
     return {EventKind::kDisable, false, suppress_ip, ExecMode::k64Bit, call_size, ip, target};
   }
+  // The TIP.PGD of `branch` (a near branch at which tracing stops: it leaves the filter
+  // regions): its target reported, a CALL's entry still pushed (kDisable).
+  static Event DisableAt(const Event& branch) {
+    return Disable(branch.ip, branch.target, /*suppress_ip=*/false,
+                   branch.PushesReturn() ? branch.size : 0);
+  }
   static Event AsyncDisable(uint64_t ip) { return Simple(EventKind::kAsyncDisable, ip, 0); }
   static Event ModeChange(ExecMode mode) {
     return {EventKind::kModeChange, false, false, mode, 0, 0, 0};
@@ -71,6 +77,13 @@ struct Event {
   static Event Tick(uint64_t cycles) { return Simple(EventKind::kTick, 0, cycles); }
   static Event Time(uint64_t tsc) { return Simple(EventKind::kTime, 0, tsc); }
   static Event Overflow(uint64_t resume_ip) { return Simple(EventKind::kOverflow, resume_ip, 0); }
+
+  // Whether the branch pushes its next IP on the RET-compression stack: a near CALL, but a
+  // direct CALL to the next instruction (PIC's way to read its IP; the SDM leaves it out).
+  bool PushesReturn() const {
+    return (kind == EventKind::kDirectCall && target != ip + size) ||
+           kind == EventKind::kIndirectCall;
+  }
 };
 
 }  // namespace ptkit::swpt

@@ -359,7 +359,7 @@ absl::Status PtEncoder::Dispatch(const Event& e) {
     case EventKind::kDirectJump:
       return absl::OkStatus();
     case EventKind::kDirectCall:
-      if (e.target != e.ip + e.size) Push(e.ip + e.size);
+      if (e.PushesReturn()) Push(e.ip + e.size);
       return absl::OkStatus();
     case EventKind::kIndirectCall:
       Push(e.ip + e.size);
