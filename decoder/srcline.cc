@@ -14,13 +14,55 @@
 namespace ptkit::decoder {
 namespace {
 
+// An address range of a compilation unit (its DIE's offset).
+struct UnitRange {
+  Dwarf_Addr begin = 0;
+  Dwarf_Addr end = 0;
+  Dwarf_Off die = 0;
+};
+
 // One ELF file's DWARF, opened once; dbg is null when it has none.
 struct DwarfFile {
   ~DwarfFile() {
     if (dbg != nullptr) dwarf_end(dbg);  // before the ElfFile it reads
   }
+  // The compilation unit whose code holds `address`: .debug_aranges' answer (dwarf_addrdie),
+  // else the units' own ranges. Files built by clang have no .debug_aranges unless asked
+  // (-gdwarf-aranges), and elfutils 0.188's dwarf_addrdie reads only that section.
+  bool UnitAt(Dwarf_Addr address, Dwarf_Die& cu) {
+    if (dwarf_addrdie(dbg, address, &cu) != nullptr) return true;
+    if (!ranges_read) ReadUnitRanges();
+    auto it = std::upper_bound(ranges.begin(), ranges.end(), address,
+                               [](Dwarf_Addr a, const UnitRange& r) { return a < r.begin; });
+    if (it == ranges.begin() || address >= (--it)->end) return false;
+    return dwarf_offdie(dbg, it->die, &cu) != nullptr;
+  }
+
   std::optional<ElfFile> elf;
   Dwarf* dbg = nullptr;
+
+ private:
+  // DW_AT_low_pc/high_pc or DW_AT_ranges of every unit, by address.
+  void ReadUnitRanges() {
+    ranges_read = true;
+    Dwarf_Off offset = 0, next = 0;
+    size_t header_size = 0;
+    while (dwarf_nextcu(dbg, offset, &next, &header_size, nullptr, nullptr, nullptr) == 0) {
+      Dwarf_Die die;
+      if (dwarf_offdie(dbg, offset + header_size, &die) != nullptr) {
+        Dwarf_Addr base = 0, begin = 0, end = 0;
+        for (ptrdiff_t at = 0; (at = dwarf_ranges(&die, at, &base, &begin, &end)) > 0;) {
+          if (begin < end) ranges.push_back({begin, end, dwarf_dieoffset(&die)});
+        }
+      }
+      offset = next;
+    }
+    std::sort(ranges.begin(), ranges.end(),
+              [](const UnitRange& a, const UnitRange& b) { return a.begin < b.begin; });
+  }
+
+  bool ranges_read = false;
+  std::vector<UnitRange> ranges;
 };
 
 // Whether any compilation unit of `dbg` has a line table with lines.
@@ -89,12 +131,12 @@ struct SourceLines::State {
   int32_t Resolve(const ProgramImage& image, uint64_t ip) {
     const int file_index = image.FileAt(ip);
     if (file_index < 0) return -1;
-    const DwarfFile* file = Open(image.files()[file_index].name, image.sysroot());
+    DwarfFile* file = Open(image.files()[file_index].name, image.sysroot());
     if (file->dbg == nullptr) return -1;
     const std::optional<uint64_t> address = image.LinkAddress(ip);
     if (!address.has_value()) return -1;
     Dwarf_Die cu;
-    if (dwarf_addrdie(file->dbg, *address, &cu) == nullptr) return -1;
+    if (!file->UnitAt(*address, cu)) return -1;
     Dwarf_Line* line = dwarf_getsrc_die(&cu, *address);
     int lineno = 0;
     const char* source = line == nullptr ? nullptr : dwarf_linesrc(line, nullptr, nullptr);

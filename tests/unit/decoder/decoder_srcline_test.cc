@@ -84,6 +84,15 @@ class SrclineTest : public ::testing::Test {
     return std::move(*image);
   }
 
+  // A copy of tiny_dwarf.elf without `section`, at a temporary path named `name` ("": failed).
+  static std::string WithoutSection(const std::string& section, const std::string& name) {
+    const std::string path = ::ptkit::decoder::testing::TempPath(name);
+    auto strip = ::ptkit::testing::RunCommand(
+        {"/usr/bin/env", "objcopy", "--remove-section=" + section, kDwarf, path});
+    EXPECT_EQ(strip.exit_code, 0) << strip.err;
+    return strip.exit_code == 0 ? path : "";
+  }
+
   std::unique_ptr<ElfCode> code_;
   std::vector<uint8_t> trace_;
   std::map<uint64_t, bool> unique_;
@@ -140,10 +149,8 @@ TEST_F(SrclineTest, AFileWithoutDwarfIsReportedOnceAndGivesNoLines) {
 // DWARF without line tables (here removed from tiny_dwarf.elf) gives no file:line either: it is
 // reported like a file without DWARF, not left silent.
 TEST_F(SrclineTest, AFileWhoseDwarfHasNoLineTableIsReported) {
-  const std::string path = ::ptkit::decoder::testing::TempPath("no_lines.elf");
-  auto strip = ::ptkit::testing::RunCommand(
-      {"/usr/bin/env", "objcopy", "--remove-section=.debug_line", kDwarf, path});
-  ASSERT_EQ(strip.exit_code, 0) << strip.err;
+  const std::string path = WithoutSection(".debug_line", "no_lines.elf");
+  ASSERT_FALSE(path.empty());
   auto image = Image(path, 0);
   std::FILE* diag = std::tmpfile();
   SourceLines lines(diag);
@@ -151,6 +158,25 @@ TEST_F(SrclineTest, AFileWhoseDwarfHasNoLineTableIsReported) {
   EXPECT_THAT(lines.files_without_lines(), ElementsAre(path));
   EXPECT_THAT(ReadAll(diag), HasSubstr(path + " has no DWARF line information"));
   EXPECT_EQ(std::fclose(diag), 0);
+  (void)std::remove(path.c_str());
+}
+
+// Without .debug_aranges (clang writes none unless -gdwarf-aranges; here removed from
+// tiny_dwarf.elf), the units' own address ranges find the line: addr2line's answers still.
+TEST_F(SrclineTest, AFileWithoutDebugArangesStillGivesItsLines) {
+  const std::string path = WithoutSection(".debug_aranges", "no_aranges.elf");
+  ASSERT_FALSE(path.empty());
+  auto image = Image(path, 0);
+  SourceLines lines(nullptr);
+  size_t known = 0;
+  for (uint64_t ip : ips_) {
+    const std::string* text = lines.Lookup(*image, ip);
+    EXPECT_EQ(text == nullptr ? "" : *text, expected_[ip]) << fmt::format("{:#x}", ip);
+    known += text == nullptr ? 0 : 1;
+  }
+  EXPECT_GT(known, ips_.size() / 2);
+  EXPECT_EQ(lines.Lookup(*image, 0x10), nullptr);  // unmapped
+  EXPECT_TRUE(lines.files_without_lines().empty());
   (void)std::remove(path.c_str());
 }
 
