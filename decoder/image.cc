@@ -152,6 +152,18 @@ std::vector<SectionSpan> SectionSpans(const ElfFile& elf) {
   return out;
 }
 
+}  // namespace
+
+uint16_t AliasRank(std::string_view name, bool sized, bool label, bool weak, bool global) {
+  const size_t underscores = std::min<size_t>(name.find_first_not_of('_'), name.size());
+  const bool versioned = name.find('@') != std::string_view::npos;
+  return static_cast<uint16_t>(versioned << 15 | (!sized) << 14 | label << 13 | weak << 12 |
+                               (!global) << 11 | std::min<size_t>(underscores, 7) << 8 |
+                               (255 - std::min<size_t>(name.size(), 255)));
+}
+
+namespace {
+
 // Appends the code symbols of `elf` to `out`, at their link-time addresses. Code symbols, as
 // perf takes them: functions (STT_FUNC, STT_GNU_IFUNC) and labels (STT_NOTYPE) inside a code
 // section (ld.so's _start). A symbol of size 0 ends at the end of its section (SortSymbols
@@ -172,17 +184,9 @@ void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
     const uint64_t begin = sym.value;
     uint64_t size = sym.size;
     if (size == 0) size = in_section ? section.end - sym.value : 1;
-    // Among aliases (symbols of one address), as perf: global before weak before local,
-    // then the fewest leading underscores (malloc, not __libc_malloc or __GI___libc_malloc);
-    // a function before a label.
-    int kind = sym.binding == STB_GLOBAL ? 0 : sym.binding == STB_WEAK ? 1 : 2;
-    if (sym.type == STT_NOTYPE) kind += 3;
-    const size_t underscores = std::min<size_t>(
-        sym.name.find_first_not_of('_') == std::string_view::npos ? sym.name.size()
-                                                                  : sym.name.find_first_not_of('_'),
-        15);
     out.push_back({begin, begin + size, Demangle(sym.name), 0,
-                   static_cast<uint8_t>(kind * 16 + underscores)});
+                   AliasRank(sym.name, sym.size != 0, sym.type == STT_NOTYPE,
+                             sym.binding == STB_WEAK, sym.binding == STB_GLOBAL)});
   }
 }
 
@@ -257,7 +261,7 @@ void LoadPltSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
       const uint64_t next_ip = entry + static_cast<uint64_t>(p + 6 - (bytes + offset));
       auto slot = slots.find(next_ip + static_cast<uint64_t>(static_cast<int64_t>(disp)));
       if (slot == slots.end()) continue;
-      out.push_back({entry, entry + entry_size, slot->second + "@plt", 0, 255});
+      out.push_back({entry, entry + entry_size, slot->second + "@plt", 0, kLastRank});
     }
   }
 }

@@ -58,8 +58,18 @@ struct Symbol {
                        // past the next symbol
   std::string name;    // demangled
   uint32_t image = 0;  // index into ProgramImage::files()
-  uint8_t rank = 0;    // among symbols of one start, the lowest is kept (see SortSymbols)
+  uint16_t rank = 0;   // among symbols of one start, the lowest is kept (see SortSymbols)
 };
+
+// The rank (Symbol::rank) of a name among the names of one address, as perf 6.1's
+// choose_best_symbol() orders them: one with a size before one without, a function before a
+// label (perf since 6.14), not weak before weak, global before local, then the fewest leading
+// underscores, then the longest name (memmove, not memcpy; strchr, not index). But first a
+// name without a symbol version before one with (glibc's free, where perf 6.1 shows its
+// compatibility alias cfree@GLIBC_2.2.5).
+uint16_t AliasRank(std::string_view name, bool sized, bool label, bool weak, bool global);
+// The rank of a name that every other name of its address replaces (X@plt, made by ptkit).
+inline constexpr uint16_t kLastRank = 0xffff;
 
 // A source added to the image.
 struct ImageFile {

@@ -795,11 +795,11 @@ const std::vector<Symbol>& RecordingImages::KernelSymbols() {
   if (t == r_.kernel_tables.end()) return *kernel_symbols_;
   for (KallsymsEntry& e : ParseKallsyms(t->second)) {
     if (!IsKallsymsText(e.type) || !e.module.empty()) continue;
-    // Of several names at one address, the one perf's choose_best_symbol() picks: global over
-    // weak and local, then the fewest leading underscores (startup_64, not _stext or _text).
-    const size_t underscores = std::min<size_t>(e.name.find_first_not_of('_'), 50);
-    const uint8_t rank = static_cast<uint8_t>(
-        underscores * 4 + (e.type == 'W' || e.type == 'w') * 2 + (std::islower(e.type) != 0));
+    // Of several names at one address, the one perf picks (AliasRank: startup_64, not _stext
+    // or _text). kallsyms gives no sizes: perf's symbols from it have none either.
+    const uint16_t rank =
+        AliasRank(e.name, /*sized=*/false, /*label=*/false, e.type == 'W' || e.type == 'w',
+                  std::isupper(e.type) != 0 && e.type != 'W');
     kernel_symbols_->push_back(
         {.begin = e.address, .end = 0, .name = std::move(e.name), .rank = rank});
   }
