@@ -4,6 +4,7 @@
 // Exit codes: the workload's status when recording succeeded (0 without a workload; 128 + N
 // when signal N killed it); stopped by SIGINT/SIGTERM/SIGHUP while it ran: 128 + that signal;
 // 2 usage errors; 1 runtime failures; 126 found but cannot execute; 127 program not found.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -330,6 +331,24 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
   if (std::filesystem::is_directory(o.output)) {
     return Fail(
         "-o " + o.output + " is a directory: name a file (e.g. -o " + o.output + "/trace.pt)", 2);
+  }
+  // The command writes to the standard output and error ptrecord has: a container there (-o
+  // /dev/stdout, or `-o t.pt ... > t.pt` with --overwrite-existing) would hold its output too
+  // (not a device: /dev/null takes both).
+  if (!o.command.empty()) {
+    struct stat out {};
+    if (::stat(o.output.c_str(), &out) == 0 && !S_ISCHR(out.st_mode)) {
+      for (const auto& [fd, name] : {std::pair{1, "output"}, std::pair{2, "error"}}) {
+        struct stat stream {};
+        if (::fstat(fd, &stream) == 0 && stream.st_dev == out.st_dev &&
+            stream.st_ino == out.st_ino) {
+          return Fail(absl::StrCat("-o ", o.output, " is the command's standard ", name,
+                                   " too: what the command writes there would go into the "
+                                   "container; write it to a file of its own (-o FILE)"),
+                      2);
+        }
+      }
+    }
   }
   if (app.count("--max-steps") > 0 && max_steps < 1) {
     return Fail("--max-steps " + std::to_string(max_steps) +

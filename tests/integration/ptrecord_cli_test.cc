@@ -137,6 +137,33 @@ TEST(PtrecordCliTest, UsageErrorsSayWhatToDo) {
   EXPECT_THAT(exists.err, HasSubstr("--overwrite-existing"));
 }
 
+// A container where the command writes (its standard output or error: -o /dev/stdout into a
+// pipe, or -o t.pt with `> t.pt`) would hold the command's output too: refused before it runs
+// (it used to write "hi" over the container's magic, exit 0).
+TEST(PtrecordCliTest, AnOutputThatIsTheCommandsStandardOutputIsRefused) {
+  ::ptkit::testing::TempDir dir;
+  const std::string ptrecord = "'" + kPtrecord + "' --emulate -q ";
+  // Each runs in `dir`, its status in code.txt, ptrecord's stderr in the file named second.
+  for (const auto& [run, err_file] : std::vector<std::pair<std::string, std::string>>{
+           {"--overwrite-existing -o t.pt -- /bin/echo hi >t.pt 2>err.txt", "err.txt"},
+           {"-o t.pt -- /bin/echo hi 2>t.pt >/dev/null", "t.pt"},
+           {"--overwrite-existing -o /dev/stdout -- /bin/echo hi 2>err.txt", "err.txt"}}) {
+    std::filesystem::remove(dir.File("t.pt"));
+    const std::string cmd = "cd '" + dir.path() + "' && { " + ptrecord + run +
+                            "; echo $? >code.txt; } | cat >piped.txt";
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::stringstream code, err;
+    code << std::ifstream(dir.File("code.txt")).rdbuf();
+    err << std::ifstream(dir.File(err_file)).rdbuf();
+    EXPECT_EQ(code.str(), "2\n") << run << ": " << err.str();
+    EXPECT_THAT(err.str(), HasSubstr("is the command's standard ")) << run;
+    EXPECT_THAT(err.str(), ::testing::Not(HasSubstr("hi"))) << run;
+  }
+  // /dev/null takes both.
+  EXPECT_EQ(
+      Ptrecord(dir.path(), "--emulate -q --overwrite-existing -o /dev/null -- /bin/true").code, 0);
+}
+
 // A ground truth that cannot be created fails before the workload runs and leaves no stub
 // container that would refuse the next run.
 TEST(PtrecordCliTest, AFailedEmulationSetupLeavesNoFile) {
