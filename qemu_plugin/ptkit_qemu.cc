@@ -1815,6 +1815,10 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   // A process forked (a thread's clone returns its tid; a thread's clone3, whose flags are in
   // memory, is counted too: waiting for a thread of a running process costs nothing): ptrecord
   // waits for it while it runs, also before it claims its slot.
+  if (num == kSysClone && ret == -EINVAL &&
+      (t->args[0] & (CLONE_VM | CLONE_THREAD | CLONE_VFORK)) == CLONE_VM) {
+    Header()->clones_refused.fetch_add(1);
+  }
   if (ret > 0 && (num == kSysFork || num == kSysVfork || num == kSysClone3 ||
                   (num == kSysClone && (t->args[0] & CLONE_THREAD) == 0))) {
     ptk::QemuRegionHeader* h = Header();

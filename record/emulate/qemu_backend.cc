@@ -625,6 +625,13 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
         "the plugin's descriptor of the ring and it could not be opened again; it ran natively, "
         "untraced"));
   }
+  if (uint32_t n = h->clones_refused.load(); n > 0) {
+    result.warnings.push_back(absl::StrCat(
+        n, n == 1 ? " clone call" : " clone calls",
+        " with CLONE_VM but not CLONE_THREAD failed with EINVAL under qemu-x86_64, which creates "
+        "no such process (a native run would have): the program went on without it; "
+        "--emulate=step records it as it runs natively"));
+  }
   if (uint32_t n = h->unresolved_signals.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
         n,

@@ -38,7 +38,7 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 9;
+inline constexpr uint32_t kQemuRegionVersion = 10;
 
 // What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
 // plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
@@ -119,6 +119,9 @@ struct QemuRegionHeader {
   // the child has its slot.
   std::atomic<uint32_t> forks;
   std::atomic<uint32_t> forked_pids[64];
+  // clone calls with CLONE_VM but not CLONE_THREAD (nor CLONE_VFORK, which qemu runs as a
+  // fork) that failed with EINVAL: qemu-user creates no such process, the kernel would have.
+  std::atomic<uint32_t> clones_refused;
 };
 inline constexpr uint32_t kQemuForkedPids = 64;
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);

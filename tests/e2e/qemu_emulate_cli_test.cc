@@ -479,6 +479,24 @@ TEST_F(QemuEmulateTest, AChildClosingEveryDescriptorKeepsItsGroundTruth) {
   EXPECT_THAT(err, Not(HasSubstr("failed")));
 }
 
+// A process sharing its parent's memory (clone with CLONE_VM, not CLONE_THREAD) runs
+// natively, but qemu-user refuses to create it (EINVAL) and the program takes another path:
+// ptrecord says so and names the backend that records it (before, nothing was said).
+TEST_F(QemuEmulateTest, AProcessSharingItsParentsMemoryThatQemuRefusesIsSaid) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_clone_vm";
+  auto native = RunCommand({program});
+  ASSERT_EQ(native.exit_code, 0) << native.err;
+  EXPECT_EQ(native.out, "shared=499500\n");
+  auto r = RunCommand(
+      {PTRECORD_PATH, "--emulate=qemu", "-q", "-o", dir_->File("clone_vm.pt"), "--", program});
+  EXPECT_EQ(r.exit_code, 1) << r.err;  // the program's own exit status: its clone failed
+  EXPECT_THAT(r.err, HasSubstr("clone: Invalid argument"));
+  EXPECT_THAT(r.err, HasSubstr("1 clone call with CLONE_VM but not CLONE_THREAD failed with "
+                               "EINVAL under qemu-x86_64"));
+  EXPECT_THAT(r.err, HasSubstr("--emulate=step records it"));
+}
+
 // Calls out of a filtered region (e2e_filter_calls: traced() calls by_pointer() through a
 // pointer, direct(), and leaves(), which longjmps back into traced() every other time): each
 // returns, or is left, where tracing resumes in traced(), with no instruction of its own. Before,
