@@ -14,6 +14,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "ptkit/container_writer.h"
 #include "ptkit/status.h"
 #include "record/address_filter.h"
@@ -311,6 +312,15 @@ uint64_t MonotonicNs() {
                                    .count());
 }
 
+std::string WaitingNotice(const std::vector<uint32_t>& pids) {
+  return absl::StrCat("the command exited; waiting for ",
+                      pids.size() == 1
+                          ? "a process it started that still runs"
+                          : absl::StrCat(pids.size(), " processes it started that still run"),
+                      " (pid ", absl::StrJoin(pids, ", "),
+                      "), as its trace goes on (SIGINT or SIGTERM stop the recording and keep it)");
+}
+
 absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateEmulatedWriter(
     const EmulateOptions& options) {
   WriterOptions wo;
@@ -498,6 +508,11 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     return signals.stop_count() != stops0;
   };
   so.clock = MonotonicNs;
+  if (options.notice) {
+    so.command_exited = [&options](const std::vector<uint32_t>& pids) {
+      options.notice(WaitingNotice(pids));
+    };
+  }
   // Progress on a terminal, about once a second, on one line (cleared at the end).
   bool progress_shown = false;
   if (::isatty(STDERR_FILENO)) {

@@ -97,6 +97,10 @@ struct EmulateResult {
 // event's clockid; steady_clock on Linux).
 uint64_t MonotonicNs();
 
+// What both backends say once when the command exits while processes it started still run
+// (`pids`: a daemon's), whose trace goes on: ptrecord waits for them.
+std::string WaitingNotice(const std::vector<uint32_t>& pids);
+
 // The container of a recording: options.output, refused (kAlreadyExists, exit 2, naming
 // --overwrite-existing) when it exists and may not be replaced; the writer's I/O errors.
 absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateEmulatedWriter(

@@ -435,11 +435,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     if (left.empty()) return true;
     if (!said_waiting && options.notice) {
       said_waiting = true;
-      options.notice(absl::StrCat(
-          "the command exited; waiting for ",
-          left.size() == 1 ? "a process" : absl::StrCat(left.size(), " processes"),
-          " it started that still run (pid ", absl::StrJoin(left, ", "),
-          "), as their trace goes on (SIGINT or SIGTERM stop the recording and keep it)"));
+      options.notice(WaitingNotice(left));
     }
     return false;
   };

@@ -734,11 +734,22 @@ void Run::OnGone(uint32_t tid, int status) {
     }
     sink_.OnThreadEnd(t.stream);
   }
-  if (static_cast<pid_t>(tid) == leader_) {
+  const bool leader = static_cast<pid_t>(tid) == leader_;
+  if (leader) {
     result_.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     result_.exit_signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   }
+  const uint32_t pid = it->second.pid;
   threads_.erase(it);
+  if (leader && options_.command_exited) {
+    std::vector<uint32_t> left;
+    for (const auto& [other, thread] : threads_) {
+      if (thread.pid != pid) left.push_back(thread.pid);
+    }
+    std::sort(left.begin(), left.end());
+    left.erase(std::unique(left.begin(), left.end()), left.end());
+    if (!left.empty()) options_.command_exited(left);
+  }
 }
 
 absl::Status Run::OnStop(uint32_t tid, int status) {

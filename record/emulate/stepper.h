@@ -86,6 +86,9 @@ struct StepperOptions {
   // caught, not ignored, fatal by default: record/crash.h), before it is delivered, with the
   // process, the thread's stream, the signal and the instruction it stopped at.
   std::function<void(uint32_t pid, uint32_t tid, int sig, uint64_t ip)> on_fatal_signal;
+  // When set, called once when the command's process exits while processes it started still
+  // run (a daemon's), with their pids: they are stepped to their end.
+  std::function<void(const std::vector<uint32_t>& pids)> command_exited;
 };
 
 // Runs the workload to its end. Errors: kNotFound (exit code 127 semantics) when argv[0]

@@ -121,7 +121,11 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   }
   if (app.count("--mmap-pages") > 0) e.aux_pages = e.qemu_aux_pages = o.aux_pages;
   e.command_line = o.command_line;
-  e.notice = [](const std::string& text) { std::fprintf(stderr, "ptrecord: %s\n", text.c_str()); };
+  if (!quiet) {
+    e.notice = [](const std::string& text) {
+      std::fprintf(stderr, "ptrecord: %s\n", text.c_str());
+    };
+  }
   absl::StatusOr<ptkit::emulate::EmulateResult> r = ptkit::emulate::RecordEmulated(e);
   if (!r.ok()) return Fail(std::string(r.status().message()), ExitCodeFor(r.status()));
   for (const std::string& w : r->warnings)
@@ -290,7 +294,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
                  "With --emulate: stop (kill every process of the command) once N instructions "
                  "have retired over all its threads and processes (N >= 1; qemu: at most N, at a "
                  "block boundary)");
-  app.add_flag("-q,--quiet", quiet, "No summary line");
+  app.add_flag("-q,--quiet", quiet,
+               "No summary line, and with --emulate no notices (waiting for a daemon, SIGUSR2 "
+               "ignored); warnings and errors are still printed");
   ptkit::completion::AddCompletionFlag(app);
   app.prefix_command();  // everything after the first non-option is the command
 

@@ -22,6 +22,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "ptkit/container_reader.h"
+#include "read_file.h"
 #include "run_command.h"
 #include "temp_dir.h"
 
@@ -241,6 +242,27 @@ TEST_F(EmulateCliTest, AFilterThatCannotBeEmulatedIsAnErrorNamingIt) {
 // clock_gettime() and gettimeofday() run in the vDSO, which is in no file: its bytes are in
 // the container (also for the forked child, which has no MMAP2 of it), so the decode goes
 // through them.
+// A daemon (fork, setsid, fork) outlives the command: every process is stepped to its end, and
+// ptrecord says once that it waits (as the qemu backend does; it said nothing), but not with -q.
+TEST_F(EmulateCliTest, ADaemonStartedByTheCommandIsSteppedToItsEndAndSaid) {
+  const std::string done = dir_.File("daemon.done");
+  auto rec = Record({E2E_PROGRAM_DIR "/e2e_daemon", done});
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  EXPECT_EQ(rec.exit_code, 0) << rec.err;
+  CheckDecode(3);
+  EXPECT_EQ(testing::ReadWholeFile<std::string>(done), "1249975000\n");
+  EXPECT_THAT(rec.err, HasSubstr("ptrecord: the command exited; waiting for "));
+  EXPECT_THAT(rec.err, HasSubstr("it started that still run"));
+  EXPECT_THAT(rec.err, HasSubstr("(SIGINT or SIGTERM stop the recording and keep it)"));
+  // -q: no notice (qemu's the same: the notice is the backends' one WaitingNotice).
+  auto quiet = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-q", "-o", dir_.File("q.pt"), "--",
+                           E2E_PROGRAM_DIR "/e2e_daemon", done});
+  if (quiet.err.find("qemu-x86_64") == std::string::npos) {  // (no qemu: nothing to check)
+    EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
+    EXPECT_EQ(quiet.err, "");
+  }
+}
+
 TEST_F(EmulateCliTest, AProgramReadingTheClockThroughTheVdso) {
   EXPECT_EQ(RecordAndCheck({kE2e + "/e2e_vdso"}, 2), 0);  // the program and its child
   if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
