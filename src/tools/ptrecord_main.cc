@@ -47,6 +47,20 @@ int Fail(const std::string& message, int code) {
   return code;
 }
 
+// A recording that failed: its error; one that failed writing its output (a full disk) also
+// says what became of the command and of the file.
+int FailRecording(const absl::Status& status, const SessionOptions& o) {
+  std::string message(status.message());
+  if (message.starts_with("write " + o.output + ": ")) {
+    message +=
+        absl::StrCat("; the recording stopped there",
+                     o.command.empty() ? "" : ", and the command with it (killed)", ": ", o.output,
+                     " keeps every record written before (ptdecode decodes them; ptdecode "
+                     "info says where it was cut)");
+  }
+  return Fail(message, ExitCodeFor(status));
+}
+
 // The options --emulate refuses (usage errors): other targets, the kernel, the AUX area's
 // modes, counters, PMU descriptions. Named in --help and man/ptrecord.1.
 constexpr const char* kNotWithEmulate[] = {
@@ -127,7 +141,7 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
     };
   }
   absl::StatusOr<ptkit::emulate::EmulateResult> r = ptkit::emulate::RecordEmulated(e);
-  if (!r.ok()) return Fail(std::string(r.status().message()), ExitCodeFor(r.status()));
+  if (!r.ok()) return FailRecording(r.status(), o);
   for (const std::string& w : r->warnings)
     std::fprintf(stderr, "ptrecord: warning: %s\n", w.c_str());
   std::string ending;
@@ -451,7 +465,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
   }
 
   absl::StatusOr<ptkit::record::SessionResult> r = ptkit::record::RunSession(o);
-  if (!r.ok()) return Fail(std::string(r.status().message()), ExitCodeFor(r.status()));
+  if (!r.ok()) return FailRecording(r.status(), o);
   for (const std::string& w : r->warnings)
     std::fprintf(stderr, "ptrecord: warning: %s\n", w.c_str());
   for (const std::string& n : r->notes) std::fprintf(stderr, "ptrecord: %s\n", n.c_str());

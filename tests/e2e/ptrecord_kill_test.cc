@@ -347,6 +347,15 @@ Contents ExpectStoppedByTheFullDisk(bool ended, int status, const std::string& e
   return c;
 }
 
+// ptrecord's error also says what became of the command and of the file (sweep 28b F5: it
+// said only the write's).
+void ExpectSaysTheCommandStoppedAndTheFileKeepsItsRecords(const std::string& err,
+                                                          const std::string& trace) {
+  EXPECT_THAT(err, HasSubstr("No space left on device; the recording stopped there, and the "
+                             "command with it (killed): " +
+                             trace + " keeps every record written before"));
+}
+
 // The kernel path on a 16 KiB tmpfs that the sideband fills up: ptrecord stops (exit 1) with an
 // error naming the file and ENOSPC, ends the workload, and the file keeps every whole record.
 TEST(PtrecordKillTest, KernelRecordingOnAFullDiskStopsAndKeepsEveryWholeRecord) {
@@ -364,6 +373,7 @@ TEST(PtrecordKillTest, KernelRecordingOnAFullDiskStopsAndKeepsEveryWholeRecord) 
   // filled (a loaded machine batches more): at least the first is whole.
   const Contents c = ExpectStoppedByTheFullDisk(ended, status, err, trace);
   EXPECT_GE(c.records, 1u);
+  ExpectSaysTheCommandStoppedAndTheFileKeepsItsRecords(err, trace);
   ExpectInfoSaysTheFooterIsMissing(trace);
 }
 
@@ -537,6 +547,7 @@ TEST_P(DiskFullTest, DiskFullMidRecordingKeepsEveryWholeRecord) {
   if (Denied(err)) GTEST_SKIP() << "ptrace denied: " << err;
   const Contents c = ExpectStoppedByTheFullDisk(ended, status, err, trace);
   EXPECT_GT(c.aux, 0u);
+  ExpectSaysTheCommandStoppedAndTheFileKeepsItsRecords(err, trace);
   ExpectDecodeSaysWhatIsMissing(trace, truth, c);
 }
 
