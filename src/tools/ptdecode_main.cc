@@ -591,13 +591,22 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
     return UsageError(
         "give a trace.pt FILE for the default report, or a sub-command and its input");
   }
-  if (argv[1][0] != '-') {
-    bool known = false;
-    std::string names;
-    for (const Command& c : kCommands) {
-      known |= c.name == std::string_view(argv[1]);
-      names += (names.empty() ? "" : ", ") + std::string(c.name);
+  std::string names;
+  for (const Command& c : kCommands) names += (names.empty() ? "" : ", ") + std::string(c.name);
+  const std::string_view first = argv[1];
+  if (first.starts_with('-')) {
+    // ptdecode's own options; any other is a sub-command's, given before the sub-command
+    // (`ptdecode --pt t.raw --elf prog`): CLI11 would say only "A subcommand is required".
+    const std::string_view option = first.substr(0, first.find('='));
+    if (option != "-h" && option != "--help" && option != "--version" && option != "--completion") {
+      return UsageError(fmt::format(
+          "{} is an option of a sub-command: give the sub-command first (ptdecode SUB-COMMAND "
+          "{} ...); sub-commands: {}",
+          option, option, names));
     }
+  } else {
+    bool known = false;
+    for (const Command& c : kCommands) known |= c.name == first;
     if (!known && IsRegularFile(argv[1])) {
       static char kReport[] = "report";
       args.insert(args.begin() + 1, kReport);

@@ -522,6 +522,14 @@ TEST_F(PtdecodeCliTest, SubcommandErrorsNameTheWordAndTheChoices) {
   r = RunPtdecode(std::string("stats ") + trace_ + " --snapshot x");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, StartsWith("ptdecode: bad --snapshot 'x': expected a number"));
+  // A sub-command's option before any sub-command (it was CLI11's "A subcommand is required").
+  r = RunPtdecode("--pt " + trace_ + " --elf " + kTiny);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "ptdecode: --pt is an option of a sub-command: give the sub-command first (ptdecode "
+            "SUB-COMMAND --pt ...); sub-commands: info, insn, branches, calls, stats, folded, "
+            "timeline, packets, report, export, samples, diff (see ptdecode --help)\n");
+  EXPECT_THAT(RunPtdecode("--jobs=2 " + trace_).err, HasSubstr("ptdecode: --jobs is an option"));
   r = RunPtdecode(trace_);  // a raw trace is no trace.pt: the report says so
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr(trace_));
