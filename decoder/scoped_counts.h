@@ -1,8 +1,10 @@
 // Per-function counts of only what runs while one function (the root, e.g. main) has a frame on
 // the call stack: the program's own work without the start-up before main and the exit after
-// it, which depend on the program's path, environment and auxv. Fed by a CallStackListener's
-// hooks (decoder/call_stack.h) with the same rules as CallStack's own counts. Internal to
-// ptkit_decoder.
+// it, which depend on the program's path, environment and auxv. Under main, a process's other
+// threads (started by it) count whole: their stacks never hold main (the owner tells each
+// thread with OnThread; sweep 28c F1: a worker's doubled work was not in `ptdecode diff`).
+// Fed by a CallStackListener's hooks (decoder/call_stack.h) with the same rules as CallStack's
+// own counts. Internal to ptkit_decoder.
 #ifndef PTKIT_DECODER_SCOPED_COUNTS_H_
 #define PTKIT_DECODER_SCOPED_COUNTS_H_
 
@@ -25,7 +27,7 @@ class ScopedCounts {
       : root_(std::move(root)), functions_(functions) {}
 
   void OnCount(uint32_t f, uint64_t n) {
-    if (depth_ == 0) return;
+    if (!active()) return;
     Counts& c = At(f);
     c.self += n;
     if (active_[f] == 0) c.inclusive += n;
@@ -35,8 +37,8 @@ class ScopedCounts {
     const uint32_t f = frame.function;
     const bool root = IsRoot(f);
     if (root && depth_++ == 0) root_seen_ = true;
-    frames_.push_back({depth_ != 0, root});
-    if (depth_ == 0) return;
+    frames_.push_back({active(), root});
+    if (!active()) return;
     Counts& c = At(f);
     if (!frame.implicit) {
       ++c.calls;
@@ -57,7 +59,7 @@ class ScopedCounts {
       if (depth_++ == 0) root_seen_ = true;
     }
     if (top.under) Leave(from);
-    top.under = depth_ != 0;
+    top.under = active();
     if (!top.under) return;
     At(f);  // sized
     if (active_[f]++ == 0) since_[f] = instructions_;
@@ -75,8 +77,10 @@ class ScopedCounts {
     if (top.root && depth_ > 0) --depth_;
   }
 
-  // Whether a root frame is on the stack now.
-  bool active() const { return depth_ != 0; }
+  // Whether what runs now is counted: a root frame is on the stack, or the thread counts whole.
+  bool active() const { return depth_ != 0 || whole_thread_; }
+  // Whether the thread that runs from now on counts whole.
+  void OnThread(bool whole) { whole_thread_ = whole; }
   // Whether the root ever had a frame.
   bool root_seen() const { return root_seen_; }
   const std::string& root() const { return root_; }
@@ -119,6 +123,7 @@ class ScopedCounts {
   std::vector<int8_t> is_root_;   // per function: -1 unknown, 0, 1
   std::vector<FrameState> frames_;
   uint32_t depth_ = 0;  // root frames on the stack
+  bool whole_thread_ = false;
   bool root_seen_ = false;
   uint64_t instructions_ = 0;
   uint64_t calls_ = 0;

@@ -161,6 +161,30 @@ TEST_F(PtdecodeDiffTest, StatsJsonOfARecordingRoundTripsThroughTheProfile) {
   EXPECT_EQ(under->functions.size(), 3u);
 }
 
+// Under main (the default), a process's other threads count whole: a worker's stack never
+// holds main, and its work was left out, so diff did not see a worker's doubled work (sweep 28c
+// F1). examples/programs/threads.c: `work` runs only in two threads.
+TEST_F(PtdecodeDiffTest, ThreadsOtherThanMainsCountWholeUnderMain) {
+  PTKIT_RECORD_OR_SKIP(rec, "threads", THREADS_PROGRAM);
+  auto under = decoder::ProfileFromJson(Slurp(rec.stats_json));
+  ASSERT_TRUE(under.ok()) << under.status();
+  EXPECT_EQ(under->only_under, "main");
+  const uint64_t work = TruthSelf(THREADS_PROGRAM, rec.truth, "work");
+  ASSERT_GT(work, 500u);
+  uint64_t counted = 0;
+  for (const decoder::ProfileFunction& fn : under->functions) {
+    if (fn.function == "work") counted += fn.self;
+  }
+  EXPECT_EQ(counted, work);
+  // Each worker thread (not the first) whole: its start in libc, work, its exit.
+  const std::map<uint64_t, std::vector<uint64_t>> truth = ReadTruth(rec.truth);
+  ASSERT_EQ(truth.size(), 3u);
+  uint64_t workers = 0;
+  for (auto it = std::next(truth.begin()); it != truth.end(); ++it) workers += it->second.size();
+  EXPECT_GT(under->totals.instructions, workers);
+  EXPECT_LT(under->totals.instructions, TruthTotal(rec.truth));
+}
+
 TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
   PTKIT_RECORD_OR_SKIP(base, "base", kBase);
   PTKIT_RECORD_OR_SKIP(more, "more", kMore);
