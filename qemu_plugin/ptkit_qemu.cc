@@ -2035,6 +2035,7 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
   }
   g = new Global;
   g->pt.tsc = true;
+  g->pt.clock = Now;  // time is given at system calls only: each PSB+ reads the clock
   uint64_t fd = ~0ull, truth = ~0ull, slot = ~0ull;
   for (int i = 0; i < argc; ++i) {
     const std::string_view a(argv[i]);

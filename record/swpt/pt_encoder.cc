@@ -226,6 +226,10 @@ uint64_t PtEncoder::CtcOf(uint64_t tsc) const {
 // hardware, the FUP and the first IP packet after PSBEND carry the whole IP (full_ip_).
 absl::Status PtEncoder::WritePsbPlus() {
   PTKIT_RETURN_IF_ERROR(FlushTnt());
+  if (options_.clock != nullptr) {
+    const uint64_t now = options_.clock();
+    if (now > tsc_) PTKIT_RETURN_IF_ERROR(Tick(now - tsc_));
+  }
   psbs_.push_back({offset(), events_});
   last_psb_offset_ = offset();
   PTKIT_RETURN_IF_ERROR(Emit(MakePacket(ppt_psb)));
@@ -292,6 +296,7 @@ absl::Status PtEncoder::Tick(uint64_t cycles) {
 // SDM "Time-Stamp Counter (TSC) Packet": the TSC's value when the packet is sent. The branches
 // already retired go out first, so the packet orders them before the new time.
 absl::Status PtEncoder::Time(uint64_t tsc) {
+  if (options_.clock != nullptr) tsc = std::max(tsc, tsc_);  // a PSB+ read the clock since
   if (tsc < tsc_) {
     return absl::InvalidArgumentError(
         absl::StrCat("time ", tsc, " is before the current TSC ", tsc_));

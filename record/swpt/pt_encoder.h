@@ -44,6 +44,11 @@ struct PtEncoderOptions {
   uint32_t cpuid_0x15_eax = 1;
   uint32_t cpuid_0x15_ebx = 100;
   uint64_t tsc_start = 0;  // TSC at the first event; ticks advance it.
+  // When set, read at each PSB+: the TSC moves to it if it is later, and a kTime event before
+  // the TSC is no error (the clock passed it). For a recorder that gives the time only at some
+  // events (qemu's plugin: system calls): every PSB+ then carries the time it was written,
+  // which decoders use to join overlapping pieces of trace (perf: AUX samples, snapshots).
+  uint64_t (*clock)() = nullptr;
 };
 
 // Where a PSB was written: decoding can start at `offset`; it describes the state after the

@@ -527,6 +527,38 @@ TEST(SwptPtEncoderTest, TimeSetsThePsbTscThenWritesTscPacketsAfterPendingBranche
   EXPECT_THAT(enc->Add(Event::Time(99)), StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
+// With a clock (qemu's plugin, which gives the time at system calls only), each PSB+ carries the
+// clock's time when it is later than the last, and a time the clock has passed is no error:
+// every PSB+ of a stretch without system calls had the same TSC (sweep 28d).
+uint64_t g_clock = 0;
+uint64_t TestClock() { return g_clock; }
+
+TEST(SwptPtEncoderTest, WithAClockEachPsbCarriesItsTime) {
+  g_clock = 2000;
+  auto enc =
+      PtEncoder::Create({.psb_period = 0, .tsc = true, .tsc_start = 100, .clock = TestClock});
+  ASSERT_THAT(enc, IsOk());
+  ASSERT_THAT(enc->Add(Event::Enable(kIp)), IsOk());  // the opening PSB+: 2000
+  uint64_t ip = kIp;
+  for (int i = 0; i < 6000; ++i, ip += 8) {  // indirect jumps: a PSB+ every 2 KiB
+    if (i == 3000) g_clock = 7000;
+    ASSERT_THAT(enc->Add(Event::Simple(EventKind::kIndirectJump, ip, ip + 8)), IsOk());
+  }
+  EXPECT_THAT(enc->Add(Event::Time(5000)), IsOk());  // the clock passed it: 7000 stays
+  ASSERT_THAT(enc->Finish(), IsOk());
+  std::vector<uint64_t> psb_tscs, tscs;
+  const std::vector<Packet> packets = ReadPackets(enc->TakeBytes());
+  for (size_t i = 0; i + 1 < packets.size(); ++i) {
+    if (packets[i + 1].type != ppt_tsc) continue;
+    (packets[i].type == ppt_psb ? psb_tscs : tscs).push_back(packets[i + 1].raw.payload.tsc.tsc);
+  }
+  ASSERT_GT(psb_tscs.size(), 4u);
+  EXPECT_EQ(psb_tscs.front(), 2000u);
+  EXPECT_EQ(psb_tscs.back(), 7000u);
+  EXPECT_TRUE(std::is_sorted(psb_tscs.begin(), psb_tscs.end()));
+  EXPECT_THAT(tscs, ElementsAre(7000u));
+}
+
 // --- Random event streams decoded with libipt's query decoder from every PSB. ---
 
 struct Flow {
