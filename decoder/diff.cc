@@ -189,6 +189,9 @@ DiffSide MakeSide(std::span<const Profile> runs, DiffMetric metric) {
                       Counted(p.totals.losses, "loss point"), Counted(p.totals.lost_bytes, "byte"),
                       UnknownSizeLosses(p.totals.unknown_size_losses)));
     }
+    // What the input lacks (a file cut short by a CI timeout: the decode of what is there).
+    const size_t said = std::min<size_t>(p.totals.input_warnings, p.warnings.size());
+    for (size_t i = 0; i < said; ++i) side.incomplete.push_back(p.warnings[i]);
   }
   side.total = Median(side.totals);
   return side;

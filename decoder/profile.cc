@@ -85,8 +85,13 @@ absl::StatusOr<ProfileTotals> TotalsFromJson(const Json& doc) {
   for (const Field& f : kFields) {
     PTKIT_ASSIGN_OR_RETURN(totals.*f.member, Uint(*t, "totals", f.key));
   }
-  if (t->contains("unknown_size_losses")) {  // (written only when not 0)
-    PTKIT_ASSIGN_OR_RETURN(totals.unknown_size_losses, Uint(*t, "totals", "unknown_size_losses"));
+  // (Written only when not 0.)
+  for (const auto& [key, member] :
+       {std::pair{"unknown_size_losses", &ProfileTotals::unknown_size_losses},
+        std::pair{"input_warnings", &ProfileTotals::input_warnings}}) {
+    if (t->contains(key)) {
+      PTKIT_ASSIGN_OR_RETURN(totals.*member, Uint(*t, "totals", key));
+    }
   }
   return totals;
 }
@@ -150,6 +155,7 @@ std::string ProfileToJson(const Profile& p) {
                    {"streams", t.streams},         {"losses", t.losses},
                    {"lost_bytes", t.lost_bytes}};
   if (t.unknown_size_losses != 0) doc["totals"]["unknown_size_losses"] = t.unknown_size_losses;
+  if (t.input_warnings != 0) doc["totals"]["input_warnings"] = t.input_warnings;
   Json errors = Json::object();
   for (const auto& [name, count] : p.errors) errors[name] = count;
   doc["errors"] = errors;

@@ -56,6 +56,9 @@ struct ProfileTotals {
   uint64_t losses = 0;
   uint64_t lost_bytes = 0;
   uint64_t unknown_size_losses = 0;  // losses of unknown size (in `losses`, none in lost_bytes)
+  // The recording's and the decode's warnings, the first of Profile::warnings: what the input
+  // lacks (damaged bytes, a file cut short, threads not traced, a file not found, ...).
+  uint64_t input_warnings = 0;
   bool operator==(const ProfileTotals&) const = default;
 };
 

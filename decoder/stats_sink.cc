@@ -177,6 +177,7 @@ class StatsSink : public FlowSink {
       p.errors.emplace_back(IptErrorName(code), count);
     }
     p.warnings = totals.warnings;
+    p.totals.input_warnings = totals.warnings.size();
     if (scoped_) {
       p.warnings.push_back(fmt::format(
           "only what ran under {} is counted: {} of {}{}", scoped_->root(),

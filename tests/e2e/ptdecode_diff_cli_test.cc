@@ -185,6 +185,37 @@ TEST_F(PtdecodeDiffTest, ThreadsOtherThanMainsCountWholeUnderMain) {
   EXPECT_LT(under->totals.instructions, TruthTotal(rec.truth));
 }
 
+// A recording cut short (ptrecord killed by a CI timeout, an artifact truncated) decodes to a
+// part of the run: diff names the new side incomplete with the reader's damage and missing
+// footer, and --fail-on-loss fails (a file cut to 6,000 of 8,121 bytes showed -85% with no
+// word, exit 0: sweep 28c F3).
+// Its stats --json says how many of its warnings are the input's.
+TEST_F(PtdecodeDiffTest, ARecordingCutShortIsIncompleteAndFailsOnLoss) {
+  PTKIT_RECORD_OR_SKIP(base, "base", kBase);
+  const std::string cut = Dir() + "cut.pt";
+  {
+    std::ifstream in(base.trace, std::ios::binary);
+    std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    ASSERT_GT(bytes.size(), 4000u);
+    std::ofstream(cut, std::ios::binary) << bytes.substr(0, bytes.size() - 200);
+  }
+  auto r = RunCommand({PTDECODE_PATH, "diff", base.trace, cut, "--format", "json"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const nlohmann::json doc = nlohmann::json::parse(r.out);
+  EXPECT_TRUE(doc["base"]["incomplete"].empty());
+  const std::string said = doc["new"]["incomplete"].dump();
+  EXPECT_THAT(said, HasSubstr(cut + ": no footer"));
+  r = RunCommand({PTDECODE_PATH, "diff", base.trace, cut, "--fail-on-loss"});
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_THAT(r.out, HasSubstr("# warning: new side incomplete: " + cut + ": no footer"));
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", cut});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  auto profile = decoder::ProfileFromJson(stats.out);
+  ASSERT_TRUE(profile.ok()) << profile.status();
+  EXPECT_GE(profile->totals.input_warnings, 1u);
+  EXPECT_EQ(decoder::ProfileToJson(*profile), stats.out);
+}
+
 TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
   PTKIT_RECORD_OR_SKIP(base, "base", kBase);
   PTKIT_RECORD_OR_SKIP(more, "more", kMore);
