@@ -12,6 +12,7 @@
 #include <iterator>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <string_view>
@@ -59,6 +60,15 @@ std::string MatchName(const Profile& p, const ProfileFunction& fn) {
   }
   if (nearest == nullptr) return fn.function;
   return fmt::format("{}+{:#x}", nearest->function, fn.address - nearest->address);
+}
+
+// Whether a row's name is MatchName's offset form ("main+0x1a0"): code without a symbol, matched
+// between the sides by where it lies, which a change of the code before it moves.
+bool ByOffset(const std::string& name) {
+  const size_t at = name.rfind("+0x");
+  return at != std::string::npos && at + 3 < name.size() &&
+         std::all_of(name.begin() + static_cast<std::ptrdiff_t>(at) + 3, name.end(),
+                     [](char c) { return std::isxdigit(static_cast<unsigned char>(c)) != 0; });
 }
 
 bool Timed(DiffMetric metric) { return metric == DiffMetric::kTime || metric == DiffMetric::kIpc; }
@@ -577,7 +587,7 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   std::map<Key, bool> in_base;
   std::map<Key, SideCounts> b = MedianCounts(base, options, in_base, true);
   std::map<Key, SideCounts> n = MedianCounts(now, options, in_base, false);
-  size_t common = 0;
+  size_t common = 0, by_offset = 0;
   // A change beyond a limit counts for kTime / kIpc only when the runs differ beyond noise.
   auto significant = [&](const std::optional<MannWhitney>& noise) {
     return !noise || noise->p < options.alpha;
@@ -617,8 +627,12 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
       const uint64_t size = metric == DiffMetric::kInclusive
                                 ? std::max(row.base.inclusive, row.now.inclusive)
                                 : std::max(row.base.self, row.now.self);
-      // A function named in the limits file is checked whatever its size.
-      row.checked = (limit != nullptr && limit->limit.soft_pct) || size >= options.min_instructions;
+      // A function named in the limits file is checked whatever its size; code without a
+      // symbol matched by its offset is not by --fail-function (a removed function before it
+      // pairs it with another: a false regression, sweep 28c F2): its cost is in the total.
+      row.checked = (limit != nullptr && limit->limit.soft_pct) ||
+                    (size >= options.min_instructions && !ByOffset(row.function));
+      by_offset += ByOffset(row.function) && !row.checked;
       const std::optional<double> worse = WorsePercent(row.change_pct, metric);
       if (row.checked && !row.allowed && worse && *worse > *soft && significant(row.noise)) {
         fail(row,
@@ -639,6 +653,35 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
                        Value(*limit->limit.hard, metric), options.limits_file));
     }
     d.rows.push_back(std::move(row));
+  }
+  if (by_offset != 0 && options.fail_function_pct) {
+    d.warnings.push_back(fmt::format(
+        "functions without a symbol (a stripped program's; {} in both sides) are matched by "
+        "their offset from a function with one, which code added or removed before them moves: "
+        "they are listed, not checked by --fail-function (the total is); a build with symbols "
+        "(or its debug file) is compared function by function",
+        by_offset));
+  }
+  // Images matched by file name: a program named otherwise on each side (bench-base,
+  // bench-new) has only new and removed functions, none checked.
+  if (options.group_by != DiffGroup::kSourceFile) {
+    std::set<std::string> only_base, only_new;
+    for (const DiffRow& row : d.rows) {
+      if (row.in_base != row.in_new) (row.in_base ? only_base : only_new).insert(row.image);
+    }
+    for (const DiffRow& row : d.rows) {
+      if (row.in_base && row.in_new) {
+        only_base.erase(row.image);
+        only_new.erase(row.image);
+      }
+    }
+    if (!only_base.empty() && !only_new.empty()) {
+      d.warnings.push_back(fmt::format(
+          "{} only in the base and {} only in the new side: images are matched by file name, so "
+          "their functions are new and removed, not compared; give the programs one name on "
+          "both sides (examples/ci/perf-regression.sh copies each build to the same path)",
+          absl::StrJoin(only_base, ", "), absl::StrJoin(only_new, ", ")));
+    }
   }
   if (common == 0) {
     return absl::InvalidArgumentError(fmt::format(

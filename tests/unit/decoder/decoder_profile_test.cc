@@ -188,6 +188,49 @@ TEST(DiffTest, HalfAPercentPassesOnePercentAndFailsAQuarter) {
   }
 }
 
+// A stripped program's functions are matched by their offset from a named one: removing one
+// (gone_fn's 1,000) pairs the next with another (sq 3,000 with helper 5,007: +66.9%). Such rows
+// are listed, not checked by --fail-function, and said; the total still is (sweep 28c F2).
+TEST(DiffTest, FunctionsMatchedByOffsetAreListedNotChecked) {
+  Profile base = Make("a", {{"main", "/x/prog", 0x1000, 100, 9107, 1},
+                            {"sub_1100", "/x/prog", 0x1100, 1000, 1000, 1},
+                            {"sub_1200", "/x/prog", 0x1200, 3000, 3000, 1},
+                            {"sub_1300", "/x/prog", 0x1300, 5007, 5007, 1}});
+  Profile now = Make("b", {{"main", "/x/prog", 0x1000, 100, 8107, 1},
+                           {"sub_1100", "/x/prog", 0x1100, 3000, 3000, 1},
+                           {"sub_1200", "/x/prog", 0x1200, 5007, 5007, 1}});
+  DiffOptions options;
+  options.fail_function_pct = 5;
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->regression()) << d->reasons[0];
+  for (const DiffRow& r : d->rows) {
+    if (r.function == "main+0x200") EXPECT_TRUE(r.in_base && r.in_new && r.change_pct > 60);
+    EXPECT_FALSE(r.checked && r.function != "main") << r.function;
+  }
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_THAT(d->warnings[0], HasSubstr("functions without a symbol (a stripped program's; 2 in "
+                                        "both sides) are matched by their offset"));
+  options.fail_total_pct = 5;  // -10.98%: better, and -20% is no regression either
+  EXPECT_FALSE(DiffProfiles({&base, 1}, {&now, 1}, options)->regression());
+  EXPECT_TRUE(DiffProfiles({&now, 1}, {&base, 1}, options)->total_regression);
+}
+
+// A program named otherwise on each side (bench-base, bench-new): its functions are new and
+// removed, none compared; said (libc's in common kept it from being an error: sweep 28c F5).
+TEST(DiffTest, AProgramNamedOtherwiseOnEachSideIsSaid) {
+  Profile base = Make("a", {{"work", "/x/bench-base", 0x10, 7007, 7007, 1},
+                            {"memcpy", "/lib/libc.so.6", 0x20, 50, 50, 1}});
+  Profile now = Make("b", {{"work", "/x/bench-new", 0x10, 17008, 17008, 1},
+                           {"memcpy", "/lib/libc.so.6", 0x20, 50, 50, 1}});
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, {});
+  ASSERT_TRUE(d.ok()) << d.status();
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_THAT(d->warnings[0], HasSubstr("bench-base only in the base and bench-new only in the "
+                                        "new side: images are matched by file name"));
+  EXPECT_THAT(FormatDiffText(*d, {}), HasSubstr("# warning: bench-base only in the base"));
+}
+
 TEST(DiffTest, SeveralRunsGiveTheLowerMedian) {
   std::vector<Profile> base = {Make("a1", {{"f", "/x", 0x10, 10, 10, 1}}),
                                Make("a2", {{"f", "/x", 0x10, 30, 30, 1}}),
