@@ -8,9 +8,10 @@
 #   examples/ci/perf-regression.sh ../base/build/bench build/bench --fail-function 2 \
 #       --min-instructions 1000
 #
-# Hardware Intel PT when the machine has it, else `ptrecord --emulate` (single-stepped under
-# ptrace: exact, but about 17 k instructions a second, so keep the benchmark small or record
-# only part of it with PTRECORD_OPTIONS="--filter 'filter bench_main @ ./bench'").
+# Hardware Intel PT when the machine has it, else `ptrecord --emulate` (under QEMU with ptkit's
+# plugin where qemu-user is installed: exact and fast; else single-stepped under ptrace: exact,
+# but about 17 k instructions a second, so keep the benchmark small or record only part of it
+# with PTRECORD_OPTIONS="--filter 'filter bench_main @ ./bench'").
 # Counts must not depend on where and how each build runs: glibc's start-up walks the
 # environment and copies the program's directory, and malloc aligns what the kernel's
 # randomised break gives it. So each program is copied to a path of the same length,
