@@ -1096,7 +1096,8 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
 absl::StatusOr<PerfDataExportSummary> ExportPerfData(const std::string& input,
                                                      const std::string& output,
                                                      const PerfDataExportOptions& options) {
-  PTKIT_ASSIGN_OR_RETURN(Recording r, OpenRecording(input, RecordingOptions{}));
+  PTKIT_ASSIGN_OR_RETURN(Recording r,
+                         OpenRecording(input, RecordingOptions{.keep_snapshots = true}));
   return ExportPerfData(r, output, options);
 }
 

@@ -73,6 +73,10 @@ struct RecordingOptions {
   std::string spool_dir;
   // Captured code kept for decoding, in bytes (tests set less).
   uint64_t max_captured_code = kMaxCapturedCode;
+  // Each snapshot as recorded (export). By default (and without `snapshot`) a snapshot that
+  // begins with the end of the stream's snapshots before it is joined to them
+  // (RecordingBuilder::AddSnapshot), so what they share is decoded once, as perf does.
+  bool keep_snapshots = false;
   // Where the commands that make their own sinks or walk the recording themselves (diff, info
   // --decode, samples, packets, export) show their progress (decoder/progress.h); ptdecode sets
   // stderr when it is a terminal. Null: none.
@@ -188,7 +192,11 @@ class RecordingBuilder {
   // Lost sideband: the bytes on either side are not joined (a lost AUX record may have said
   // TRUNCATED); a loss point where the stream is now.
   void AddLostSideband(StreamId stream, const std::string& kind);
-  // A snapshot: the newest `data` of an overwritten ring whose head was `aux_head`.
+  // A snapshot: the newest `data` of an overwritten ring whose head was `aux_head`. Unless
+  // options.snapshot or keep_snapshots, one that begins with the end of the stream's snapshot
+  // before it (the ring read again before it wrapped past what was read) adds only its new
+  // bytes to that one: the overlap is found by content (from a PSB of `data`, whose packets
+  // the earlier bytes must hold byte for byte), as perf finds it.
   absl::Status AddSnapshot(StreamId stream, uint64_t sequence, uint64_t aux_head, uint64_t time,
                            std::span<const uint8_t> data);
   // Code captured in `pid` at `address` (a code record), spooled; beyond
@@ -224,8 +232,11 @@ class RecordingBuilder {
   std::map<std::pair<uint32_t, uint64_t>, size_t> poked_;
   std::optional<std::pair<uint32_t, uint64_t>> repoked_;
   uint64_t repokes_ = 0;
+  // The bytes at the start of `data` that are the last of `run` (0: none found).
+  absl::StatusOr<uint64_t> SharedWithEnd(const SpoolRun& run, std::span<const uint8_t> data);
   Recording r_;
   std::map<StreamKey, State> state_;
+  std::map<StreamId, StreamKey> joined_;  // each stream's snapshot the next ones may join
 };
 
 // The images of a recording's programs, one per process and program (exec epoch), each made

@@ -374,7 +374,7 @@ bool IsRegularFile(const char* path) {
 
 // `export --to trace.pt`: the recording (a perf.data, or a trace.pt) as one container.
 int RunExportContainer(const dec::ExportFlags& f) {
-  auto r = dec::OpenRecording(f.input, dec::RecordingOptions{});
+  auto r = dec::OpenRecording(f.input, dec::RecordingOptions{.keep_snapshots = true});
   if (!r.ok()) return Fail(r.status());
   for (const std::string& w : r->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
   dec::ContainerExportOptions options = f.container;  // --archive looks in perf's cache too

@@ -861,6 +861,29 @@ TEST_F(PerfExportTest, PerfDecodesSnapshotsAsPtdecodeDoes) {
   ExpectBothGive(path, {{300, both}});
 }
 
+// Snapshots of a ring read again before it wrapped: the second holds the first's bytes and
+// what came after. Each was decoded on its own, the shared trace counted twice (five snapshots
+// of one run: 4.6x the instructions, sweep 28d); perf joins them where they overlap, and so
+// does ptdecode now: both give the walk once. (--snapshot K still decodes snapshot K alone.)
+TEST_F(PerfExportTest, OverlappingSnapshotsAreDecodedOnceAsPerfDoes) {
+  SynthRecording rec(0xffffffff);
+  swpt::SynthResult walk = rec.Walk(kFib, 300, 10, 1'000'000, 9);
+  rec.ItraceStart(300, 500);
+  const std::string path = Dir().File("overlapping.pt");
+  const size_t cut = walk.pt.size() * 3 / 5;
+  rec.Write(path, "snapshot", [&](ContainerWriter& w) {
+    const StreamId tid{StreamKind::kThread, 300};
+    const std::vector<uint8_t> first(walk.pt.begin(), walk.pt.begin() + cut);
+    ASSERT_TRUE(w.AppendSnapshot({tid, 0, cut, 1'500'000, first}).ok());
+    ASSERT_TRUE(w.AppendSnapshot({tid, 1, walk.pt.size(), 2'500'000, walk.pt}).ok());
+  });
+  ExpectBothGive(path, {{300, walk.truth}});
+  auto one = RunCommand({PTDECODE_PATH, "stats", "--json", "--snapshot", "0", path});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  EXPECT_LT(nlohmann::json::parse(one.out)["totals"]["instructions"].get<uint64_t>(),
+            walk.truth.size());
+}
+
 // What perf decodes from `data`: the samples it synthesizes (--itrace=ib: instructions every
 // 1000, branches; each with its event, task, CPU, time and addresses), the recording's own
 // samples (cycles) aside, and its instruction trace errors (time, CPU, task, ip, code).
