@@ -114,17 +114,22 @@ absl::StatusOr<uint64_t> RecordingBuilder::SharedWithEnd(const SpoolRun& run,
   const size_t first = static_cast<size_t>(psb - data.begin());
   PTKIT_ASSIGN_OR_RETURN(SpoolView view, r_.spool->Map(run));
   const std::span<const uint8_t> before = view.bytes();
-  // Each PSB of `before` where data's first one may be, earliest first (the longest overlap).
-  for (auto at = before.begin() + static_cast<std::ptrdiff_t>(std::min(first, before.size()));;
+  // Each PSB of `before` where data's first one may be, earliest first (the longest overlap:
+  // it cannot start before the end of `before` less data's size). The bytes compared are
+  // bounded (a crafted file of PSBs that differ only at the end), past that no join.
+  const size_t earliest =
+      std::max(first, first + before.size() - std::min(before.size(), data.size()));
+  uint64_t budget = 16 * uint64_t{data.size()} + (uint64_t{1} << 20);
+  for (auto at = before.begin() + static_cast<std::ptrdiff_t>(std::min(earliest, before.size()));;
        ++at) {
     at = std::search(at, before.end(), std::begin(kPsb), std::end(kPsb));
     if (at == before.end()) return 0;
-    const size_t start = static_cast<size_t>(at - before.begin()) - first;
-    const size_t shared = before.size() - start;
-    if (shared <= data.size() && std::equal(before.begin() + static_cast<std::ptrdiff_t>(start),
-                                            before.end(), data.begin())) {
-      return shared;
-    }
+    const auto start = at - static_cast<std::ptrdiff_t>(first);
+    const auto differ = std::mismatch(start, before.end(), data.begin()).first;
+    if (differ == before.end()) return static_cast<uint64_t>(before.end() - start);
+    const auto compared = static_cast<uint64_t>(differ - start) + 1;
+    if (compared >= budget) return 0;
+    budget -= compared;
   }
 }
 

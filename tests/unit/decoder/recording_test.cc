@@ -3,6 +3,7 @@
 // pieces and marks every discontinuity.
 #include "decoder/recording.h"
 
+#include <chrono>
 #include <fstream>
 #include <iterator>
 #include <string>
@@ -129,6 +130,54 @@ TEST(RecordingTest, ContiguousAuxBytesJoinAndAJumpIsALossPoint) {
   EXPECT_EQ(s.bytes, 14u);
   ASSERT_THAT(r.warnings, SizeIs(1));
   EXPECT_THAT(r.warnings[0], HasSubstr("2 AUX bytes repeat"));
+}
+
+// A snapshot whose bytes from a PSB on are the end of the snapshot before goes on in that one's
+// stream with its new bytes; one that is not (or only partly) stays on its own. A crafted pair
+// of PSB runs that differ only at their end joins nothing, in bounded time (each of the ~2^19
+// places a PSB starts used to be compared to the end: 2^38 byte comparisons).
+TEST(RecordingTest, SnapshotsThatOverlapJoinByContent) {
+  const std::vector<uint8_t> psb = {2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82,
+                                    2, 0x82, 2, 0x82, 2, 0x82, 2, 0x82};
+  std::vector<uint8_t> a = {7, 7, 7};  // a snapshot begins anywhere
+  for (int i = 0; i < 3; ++i) {
+    a.insert(a.end(), psb.begin(), psb.end());
+    for (uint8_t k = 0; k < 40; ++k) a.push_back(static_cast<uint8_t>(i * 40 + k));
+  }
+  // b: a's bytes from its second PSB on, less the first 5 of them, then new ones.
+  const size_t second = 3 + 56;
+  std::vector<uint8_t> b(a.begin() + second - 5, a.end());
+  for (uint8_t k = 0; k < 30; ++k) b.push_back(200 + k % 50);
+  std::vector<uint8_t> c = b;  // the same place, other bytes after the PSB: no join
+  c[40] ^= 1;
+  RecordingBuilder builder("test", {});
+  const StreamId tid{StreamKind::kThread, 9};
+  ASSERT_THAT(builder.AddSnapshot(tid, 0, a.size(), 10, a), IsOk());
+  ASSERT_THAT(builder.AddSnapshot(tid, 1, a.size() + 30, 20, b), IsOk());
+  ASSERT_THAT(builder.AddSnapshot(tid, 2, a.size() + 60, 30, c), IsOk());
+  // Runs of PSBs, the second one's last byte differing.
+  const StreamId other{StreamKind::kThread, 10};
+  std::vector<uint8_t> runs;
+  for (int i = 0; i < (1 << 16); ++i) runs.insert(runs.end(), psb.begin(), psb.end());
+  std::vector<uint8_t> altered = runs;
+  altered.back() = 0x99;
+  ASSERT_THAT(builder.AddSnapshot(other, 0, runs.size(), 10, altered), IsOk());
+  const auto start = std::chrono::steady_clock::now();
+  ASSERT_THAT(builder.AddSnapshot(other, 1, runs.size(), 20, runs), IsOk());
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  Recording r = builder.Finish();
+  ASSERT_THAT(r.streams, SizeIs(4));
+  EXPECT_EQ(r.streams.at({tid, 0}).bytes, a.size() + 30);  // b's new bytes only
+  EXPECT_FALSE(r.streams.contains({tid, 1}));
+  EXPECT_EQ(r.streams.at({tid, 2}).bytes, c.size());
+  EXPECT_EQ(r.streams.at({other, 1}).bytes, runs.size());
+  // --snapshot 1: snapshot 1 alone, whole.
+  RecordingOptions one;
+  one.snapshot = 1;
+  RecordingBuilder only("test", one);
+  ASSERT_THAT(only.AddSnapshot(tid, 0, a.size(), 10, a), IsOk());
+  ASSERT_THAT(only.AddSnapshot(tid, 1, a.size() + 30, 20, b), IsOk());
+  EXPECT_EQ(only.Finish().streams.at({tid, 1}).bytes, b.size());
 }
 
 TEST(RecordingTest, StreamsTheOptionsCannotSelectAreNotKept) {
