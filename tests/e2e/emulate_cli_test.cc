@@ -255,8 +255,9 @@ TEST_F(EmulateCliTest, ADaemonStartedByTheCommandIsSteppedToItsEndAndSaid) {
   EXPECT_THAT(rec.err, HasSubstr("it started that still run"));
   EXPECT_THAT(rec.err, HasSubstr("(SIGINT or SIGTERM stop the recording and keep it)"));
   // -q: no notice (qemu's the same: the notice is the backends' one WaitingNotice).
-  auto quiet = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-q", "-o", dir_.File("q.pt"), "--",
-                           E2E_PROGRAM_DIR "/e2e_daemon", done});
+  const std::string daemon = E2E_PROGRAM_DIR "/e2e_daemon";
+  auto quiet = RunCommand(
+      {PTRECORD_PATH, "--emulate=qemu", "-q", "-o", dir_.File("q.pt"), "--", daemon, done});
   if (quiet.err.find("qemu-x86_64") == std::string::npos) {  // (no qemu: nothing to check)
     EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
     EXPECT_EQ(quiet.err, "");

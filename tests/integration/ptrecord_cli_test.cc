@@ -149,8 +149,8 @@ TEST(PtrecordCliTest, AnOutputThatIsTheCommandsStandardOutputIsRefused) {
            {"-o t.pt -- /bin/echo hi 2>t.pt >/dev/null", "t.pt"},
            {"--overwrite-existing -o /dev/stdout -- /bin/echo hi 2>err.txt", "err.txt"}}) {
     std::filesystem::remove(dir.File("t.pt"));
-    const std::string cmd = "cd '" + dir.path() + "' && { " + ptrecord + run +
-                            "; echo $? >code.txt; } | cat >piped.txt";
+    const std::string cmd = absl::StrCat("cd '", dir.path(), "' && { ", ptrecord, run,
+                                         "; echo $? >code.txt; } | cat >piped.txt");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
     std::stringstream code, err;
     code << std::ifstream(dir.File("code.txt")).rdbuf();
