@@ -205,7 +205,9 @@ TEST(DiffTest, FunctionsMatchedByOffsetAreListedNotChecked) {
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_FALSE(d->regression()) << d->reasons[0];
   for (const DiffRow& r : d->rows) {
-    if (r.function == "main+0x200") EXPECT_TRUE(r.in_base && r.in_new && r.change_pct > 60);
+    if (r.function == "main+0x200") {
+      EXPECT_TRUE(r.in_base && r.in_new && r.change_pct > 60);
+    }
     EXPECT_FALSE(r.checked && r.function != "main") << r.function;
   }
   ASSERT_EQ(d->warnings.size(), 1u);
