@@ -1314,9 +1314,11 @@ python
 gdb.execute("set pagination off")
 gdb.execute("set backtrace past-main on")
 gdb.execute("starti")
-for a in ADDRESSES:
+# One list, named once: the placeholder is replaced by a list literal, a new list at each use.
+addresses = ADDRESSES
+for a in addresses:
     gdb.execute("break *%d" % a)
-while resume():
+while addresses and resume():
     pc = int(gdb.parse_and_eval("$pc"))
     print("STACK-AT %d" % pc)
     # Real frames only: gdb's DWARF inline frames and the tail-call frames it infers from
@@ -1337,12 +1339,10 @@ while resume():
             n += 1
         frame = frame.older()
     gdb.execute("delete")
-    for a in ADDRESSES:
-        if a != pc:
-            gdb.execute("break *%d" % a)
-    ADDRESSES.remove(pc)
-    if not ADDRESSES:
-        break
+    if pc in addresses:
+        addresses.remove(pc)
+    for a in addresses:
+        gdb.execute("break *%d" % a)
 end
 """
 
@@ -1361,7 +1361,10 @@ def gdb_stacks(argv, addresses, cwd, by_symbol=False):
     at = None
     for line in p.stdout.splitlines():
         if line.startswith("STACK-AT "):
+            # The first time only (the script breaks at each address once).
             at = int(line.split()[1])
+            if at in stacks:
+                raise HarnessError(f"gdb stopped at {hex(at)} twice:\n{p.stdout[-1500:]}")
             stacks[at] = []
             continue
         # The last " (": a Rust name has its own (`<fn(), ()>`).
