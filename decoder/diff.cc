@@ -94,10 +94,25 @@ std::string GroupName(const Profile& p, const ProfileFunction& fn, DiffGroup gro
 }
 
 std::map<Key, DiffCounts> Keyed(const Profile& p, const DiffOptions& options) {
+  std::vector<Key> keys;
+  std::map<Key, int> named;
+  for (const ProfileFunction& fn : p.functions) {
+    keys.emplace_back(Basename(fn.image), GroupName(p, fn, options.group_by));
+    ++named[keys.back()];
+  }
+  // Two functions of one name in one image (static functions of two sources) are told apart by
+  // their source files where known: "helper (two.c)".
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const ProfileFunction& fn = p.functions[i];
+    if (options.group_by == DiffGroup::kFunction && named[keys[i]] > 1 && !fn.source.empty()) {
+      keys[i].second = fmt::format("{} ({})", keys[i].second, Basename(fn.source));
+    }
+  }
   std::map<Key, DiffCounts> out;
   const double ns = NsPerTick(p), cycles = CyclesPerTick(p);
-  for (const ProfileFunction& fn : p.functions) {
-    DiffCounts& c = out[{std::string(Basename(fn.image)), GroupName(p, fn, options.group_by)}];
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const ProfileFunction& fn = p.functions[i];
+    DiffCounts& c = out[keys[i]];
     c.self += fn.self;
     c.inclusive += fn.inclusive;
     c.calls += fn.calls;
@@ -295,12 +310,22 @@ std::string TotalName(DiffMetric metric) {
 
 bool Shown(const DiffRow& row) { return row.change != 0 || row.in_base != row.in_new; }
 
+// The soft limit of the total or of every function, named as given: "--fail-total 5%", or the
+// limits file's "total soft limit 5% (limits.json)".
+std::string SoftLimitName(const DiffOptions& o, bool total) {
+  const double pct = total ? *o.fail_total_pct : *o.fail_function_pct;
+  if (total ? o.total_from_file : o.function_from_file) {
+    return fmt::format("{} soft limit {}% ({})", total ? "total" : "default", pct, o.limits_file);
+  }
+  return fmt::format("{} {}%", total ? "--fail-total" : "--fail-function", pct);
+}
+
 std::string LimitsText(const DiffOptions& o) {
   std::vector<std::string> parts;
-  if (o.fail_total_pct) parts.push_back(fmt::format("--fail-total {}%", *o.fail_total_pct));
+  if (o.fail_total_pct) parts.push_back(SoftLimitName(o, true));
   if (o.fail_function_pct) {
-    parts.push_back(fmt::format("--fail-function {}% (--min-instructions {})", *o.fail_function_pct,
-                                o.min_instructions));
+    parts.push_back(
+        fmt::format("{} (--min-instructions {})", SoftLimitName(o, false), o.min_instructions));
   }
   if (o.fail_on_loss) parts.push_back("--fail-on-loss");
   if (!o.limits_file.empty()) {
@@ -348,10 +373,18 @@ bool Beyond(double value, double hard, DiffMetric metric) {
 }
 
 // The limit for `row`: its (function, image) entry, else its function's without an image.
+// Whether a row is the function `name` (--allow, the limits file): its name, or one of the
+// functions of that name told apart by source file ("helper" names "helper (two.c)").
+bool NamedAs(const DiffRow& row, const std::string& name) {
+  return row.function == name ||
+         (row.function.size() > name.size() + 3 && row.function.starts_with(name) &&
+          row.function.compare(name.size(), 2, " (") == 0 && row.function.ends_with(')'));
+}
+
 const FunctionLimit* FindLimit(const std::vector<FunctionLimit>& limits, const DiffRow& row) {
   const FunctionLimit* any_image = nullptr;
   for (const FunctionLimit& l : limits) {
-    if (l.function != row.function) continue;
+    if (!NamedAs(row, l.function)) continue;
     if (l.image == row.image) return &l;
     if (l.image.empty() && any_image == nullptr) any_image = &l;
   }
@@ -451,7 +484,10 @@ absl::Status ParseDiffLimits(std::string_view text, const std::string& name,
   if (auto def = doc.find("default"); def != doc.end()) {
     PTKIT_RETURN_IF_ERROR(only(*def, "default", {"soft_pct", "min_instructions"}));
     PTKIT_ASSIGN_OR_RETURN(std::optional<double> soft, number(*def, "default", "soft_pct"));
-    if (soft && !was_given("fail_function")) options.fail_function_pct = soft;
+    if (soft && !was_given("fail_function")) {
+      options.fail_function_pct = soft;
+      options.function_from_file = true;
+    }
     if (auto min = def->find("min_instructions"); min != def->end()) {
       if (!min->is_number_unsigned()) {
         return error("default.min_instructions", "expected an unsigned integer");
@@ -462,7 +498,10 @@ absl::Status ParseDiffLimits(std::string_view text, const std::string& name,
   if (auto total = doc.find("total"); total != doc.end()) {
     PTKIT_RETURN_IF_ERROR(only(*total, "total", {"soft_pct", "hard"}));
     PTKIT_ASSIGN_OR_RETURN(std::optional<double> soft, number(*total, "total", "soft_pct"));
-    if (soft && !was_given("fail_total")) options.fail_total_pct = soft;
+    if (soft && !was_given("fail_total")) {
+      options.fail_total_pct = soft;
+      options.total_from_file = true;
+    }
     PTKIT_ASSIGN_OR_RETURN(options.total_hard, number(*total, "total", "hard"));
   }
   if (auto functions = doc.find("functions"); functions != doc.end()) {
@@ -613,8 +652,8 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
     }
     row.change = row.new_value - row.base_value;
     row.change_pct = Percent(row.base_value, row.new_value);
-    row.allowed =
-        std::find(options.allow.begin(), options.allow.end(), row.function) != options.allow.end();
+    row.allowed = std::any_of(options.allow.begin(), options.allow.end(),
+                              [&](const std::string& name) { return NamedAs(row, name); });
     const FunctionLimit* limit = FindLimit(options.function_limits, row);
     if (limit != nullptr) {
       row.limit = limit->limit;
@@ -641,7 +680,7 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
                          PercentText(row.change_pct), row.noise ? ", " + NoiseText(row.noise) : "",
                          limit != nullptr && limit->limit.soft_pct
                              ? fmt::format("soft limit {}% ({})", *soft, options.limits_file)
-                             : fmt::format("--fail-function {}%", *soft)));
+                             : SoftLimitName(options, false)));
       }
     }
     if (limit != nullptr && limit->limit.hard && row.in_new) row.checked = true;
@@ -700,9 +739,9 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   if (options.fail_total_pct && worse && *worse > *options.fail_total_pct &&
       significant(d.total_noise)) {
     total_failures.push_back(fmt::format(
-        "total {} {} -> {} ({}{}) > --fail-total {}%", TotalName(metric),
-        Value(d.base.total, metric), Value(d.now.total, metric), PercentText(d.total_change_pct),
-        d.total_noise ? ", " + NoiseText(d.total_noise) : "", *options.fail_total_pct));
+        "total {} {} -> {} ({}{}) > {}", TotalName(metric), Value(d.base.total, metric),
+        Value(d.now.total, metric), PercentText(d.total_change_pct),
+        d.total_noise ? ", " + NoiseText(d.total_noise) : "", SoftLimitName(options, true)));
   }
   if (options.total_hard && Beyond(d.now.total, *options.total_hard, metric)) {
     total_failures.push_back(fmt::format("total {} {} {} hard limit {} ({})", TotalName(metric),
@@ -1233,20 +1272,21 @@ absl::StatusOr<Profile> LoadProfile(const std::string& path, const ContainerOpti
     }
     const bool nomap = totals.errors_by_code.contains(pte_nomap);
     return absl::FailedPreconditionError(fmt::format(
-        "{}: no instructions decoded ({}, {} of trace, {}{}, {}){}", path,
+        "{}: no instructions decoded ({}, {} of trace, {}{}, {}){}{}", path,
         Counted(totals.streams, "stream"), Counted(totals.trace_bytes, "byte"),
         Counted(totals.errors, "decode error"),
         codes.empty() ? "" : ": " + absl::StrJoin(codes, ", "),
         Counted(totals.losses, "loss point"),
         nomap ? "; nomap: the code at the traced addresses was not found (are the recording's "
                 "files under --sysroot DIR? `ptdecode insn` names each gap)"
-              : ""));
+              : "",
+        totals.warnings.empty() ? "" : "; the input is incomplete: " + totals.warnings[0]));
   }
   if (!extra.only_under.empty() && profile.totals.instructions == 0) {
     return absl::FailedPreconditionError(
-        fmt::format("{}: nothing ran under {} ({} decoded): no call to a function of that name was "
-                    "traced (is the program stripped of its symbols?){}",
-                    path, extra.only_under, Counted(totals.instructions, "instruction"),
+        fmt::format("{}: nothing ran under {} ({} decoded){}{}", path, extra.only_under,
+                    Counted(totals.instructions, "instruction"),
+                    RootNotTracedReason(extra.only_under, totals.warnings, totals.losses),
                     extra.only_under == "main"
                         ? "; --include-startup counts everything (diff leaves out what runs "
                           "outside main by default)"

@@ -84,6 +84,9 @@ struct DiffOptions {
   std::optional<double> total_hard;
   std::vector<FunctionLimit> function_limits;
   std::string limits_file;  // its name, for the messages
+  // fail_total_pct, fail_function_pct (and min_instructions) are the limits file's ("total",
+  // "default"), not the command line's: the messages name them so.
+  bool total_from_file = false, function_from_file = false;
   // What the runs counted, for the reports: only what ran under this function ("main":
   // --exclude-startup, diff's default), "" everything (ProfileSinkOptions::only_under).
   std::string only_under;

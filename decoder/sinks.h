@@ -101,6 +101,11 @@ struct ProfileSinkOptions {
   // time only what its callees ran. A warning says so.
   std::string only_under;
 };
+// Why nothing ran under `root` (ProfileSinkOptions::only_under) when no call to it was traced:
+// a trace that ends before it (`input_warnings`: a file cut short, damage; `losses`), else a
+// name the symbols do not have. Starts with ": ".
+std::string RootNotTracedReason(std::string_view root,
+                                const std::vector<std::string>& input_warnings, uint64_t losses);
 // What `stats` computes, stored in `*profile` (which must outlive the sink) at Finish instead of
 // printed; `options.trace_name` names the trace in it.
 std::unique_ptr<Sink> MakeProfileSink(const ProgramImage& image, const OutputOptions& options,

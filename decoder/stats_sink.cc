@@ -179,12 +179,12 @@ class StatsSink : public FlowSink {
     p.warnings = totals.warnings;
     p.totals.input_warnings = totals.warnings.size();
     if (scoped_) {
-      p.warnings.push_back(fmt::format(
-          "only what ran under {} is counted: {} of {}{}", scoped_->root(),
-          Counted(scoped_->instructions(), "instruction"), totals.instructions,
-          scoped_->root_seen() ? ""
-                               : ": no call to a function of that name was traced (is the "
-                                 "program stripped of its symbols, or the name misspelt?)"));
+      p.warnings.push_back(
+          fmt::format("only what ran under {} is counted: {} of {}{}", scoped_->root(),
+                      Counted(scoped_->instructions(), "instruction"), totals.instructions,
+                      scoped_->root_seen()
+                          ? ""
+                          : RootNotTracedReason(scoped_->root(), totals.warnings, totals.losses)));
       p.totals.instructions = scoped_->instructions();
       p.totals.calls = scoped_->calls();
       p.totals.returns = scoped_->returns();
@@ -195,7 +195,6 @@ class StatsSink : public FlowSink {
       p.timing->all_ticks = ticks_.all_ticks();
     }
     std::optional<SourceLines> lines;
-    if (extra_.source_files) lines.emplace(nullptr);
     p.source_files = extra_.source_files;
     // Rows are keyed by (image, name, address in the file): two functions of one name in a
     // file (static functions of two sources) are two rows, as perf report's sym key gives
@@ -205,6 +204,7 @@ class StatsSink : public FlowSink {
     // address, after every placed one: the rows do not depend on the order the decode met them.
     using RowKey = std::tuple<std::string, std::string, uint64_t>;
     std::map<RowKey, size_t> row_of;
+    std::vector<const Function*> first_of_row;  // per row of p.functions
     std::vector<uint32_t> unplaced;
     const auto add = [&](uint32_t i, const ScopedCounts::Counts& c, uint64_t ticks, RowKey key) {
       const Function& fn = functions_[i];
@@ -212,10 +212,7 @@ class StatsSink : public FlowSink {
       if (inserted) {
         p.functions.push_back(
             {fn.name, std::get<0>(key), fn.address, c.self, c.inclusive, c.calls, ticks});
-        if (lines && fn.file >= 0) {
-          const std::string* at = lines->Lookup(*fn.image, fn.address);
-          if (at != nullptr) p.functions.back().source = at->substr(0, at->rfind(':'));
-        }
+        first_of_row.push_back(&fn);
         return;
       }
       ProfileFunction& row = p.functions[it->second];
@@ -254,6 +251,19 @@ class StatsSink : public FlowSink {
                          std::get<1>(it->first) == fn.name;
       add(i, counts(i), ticks_.ticks(i), named ? it->first : RowKey{image, fn.name, 0});
     }
+    // Each row's source file: with source files, every row's; without, those of the rows that
+    // share their image and name with another (`diff` tells two static functions of one name
+    // apart by it).
+    std::map<std::pair<std::string_view, std::string_view>, int> named;
+    for (const ProfileFunction& fn : p.functions) ++named[{fn.image, fn.function}];
+    for (size_t row = 0; row < p.functions.size(); ++row) {
+      ProfileFunction& out = p.functions[row];
+      const Function& fn = *first_of_row[row];
+      if (fn.file < 0 || (!extra_.source_files && named[{out.image, out.function}] < 2)) continue;
+      if (!lines) lines.emplace(nullptr);
+      const std::string* at = lines->Lookup(*fn.image, fn.address);
+      if (at != nullptr) out.source = at->substr(0, at->rfind(':'));
+    }
     SortProfile(p);
     return p;
   }
@@ -279,6 +289,20 @@ class StatsSink : public FlowSink {
 };
 
 }  // namespace
+
+std::string RootNotTracedReason(std::string_view root,
+                                const std::vector<std::string>& input_warnings, uint64_t losses) {
+  if (input_warnings.empty() && losses == 0) {
+    return ": no call to a function of that name was traced (is the program stripped of its "
+           "symbols, or the name misspelt?)";
+  }
+  return fmt::format(
+      ": no call to a function of that name was traced, and the input is incomplete ({}): the "
+      "trace may end before {} was called",
+      input_warnings.empty() ? Counted(losses, "loss point")
+                             : Counted(input_warnings.size(), "warning"),
+      root);
+}
 
 std::unique_ptr<Sink> MakeStatsSink(const ProgramImage& image, std::FILE* out,
                                     const OutputOptions& options) {

@@ -214,6 +214,29 @@ TEST_F(PtdecodeDiffTest, ARecordingCutShortIsIncompleteAndFailsOnLoss) {
   ASSERT_TRUE(profile.ok()) << profile.status();
   EXPECT_GE(profile->totals.input_warnings, 1u);
   EXPECT_EQ(decoder::ProfileToJson(*profile), stats.out);
+  // Cut before main was called (a recording of small AUX records, cut after each): the reason
+  // is the cut, not a stripped program (sweep 28c F6).
+  PTKIT_RECORD_OR_SKIP(small, "base_small_aux", kBase, {"-m", "64,1"});
+  std::ifstream in(small.trace, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  int before_main = 0, no_instructions = 0;
+  for (size_t size = 500; size < bytes.size(); size += 250) {
+    std::ofstream(cut, std::ios::binary | std::ios::trunc) << bytes.substr(0, size);
+    auto d = RunCommand({PTDECODE_PATH, "diff", cut, small.trace});
+    if (d.err.find("no instructions decoded") != std::string::npos) {
+      ++no_instructions;
+      EXPECT_THAT(d.err, HasSubstr("; the input is incomplete: " + cut + ": "));
+    }
+    if (d.exit_code != 1 || d.err.find("nothing ran under main") == std::string::npos) continue;
+    ++before_main;
+    EXPECT_THAT(d.err, ::testing::MatchesRegex(".*the input is incomplete \\([12] warnings?\\): "
+                                               "the trace may end before main was called.*"));
+    EXPECT_THAT(d.err, ::testing::Not(HasSubstr("stripped")));
+    auto st = RunCommand({PTDECODE_PATH, "stats", "--exclude-startup", cut});
+    EXPECT_THAT(st.out, HasSubstr("the trace may end before main was called"));
+  }
+  EXPECT_GT(before_main, 0) << "no cut of " << bytes.size() << " bytes ends before main";
+  EXPECT_GT(no_instructions, 0) << "no cut of " << bytes.size() << " bytes has no trace";
 }
 
 TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
@@ -362,6 +385,25 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
       EXPECT_THAT(l.out, HasSubstr(fmt::format("work [e2e_diff_work]: self {} > hard limit {}",
                                                work_more, hard)));
     }
+  }
+  // The file's default and total soft limits are named as the file's, not as options that
+  // were not given (sweep 28c F6: "> --fail-function 5%" with no --fail-function).
+  {
+    const std::string limits = Dir() + "soft_limits.json";
+    std::ofstream(limits) << R"({"schema": "ptkit-diff-limits/1",
+                                 "default": {"soft_pct": 5}, "total": {"soft_pct": 1}})";
+    auto l =
+        RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--limits", limits});
+    EXPECT_EQ(l.exit_code, 3) << l.err << l.out;
+    EXPECT_THAT(l.out, ::testing::Not(HasSubstr("--fail-")));
+    EXPECT_THAT(l.out, HasSubstr("> default soft limit 5% (" + limits + ")"));
+    EXPECT_THAT(l.out, HasSubstr("> total soft limit 1% (" + limits + ")"));
+    // Options given win, and are named as options.
+    auto o = RunCommand({PTDECODE_PATH, "diff", base.stats_json, more.stats_json, "--limits",
+                         limits, "--fail-function", "6"});
+    EXPECT_EQ(o.exit_code, 3) << o.err << o.out;
+    EXPECT_THAT(o.out, HasSubstr("> --fail-function 6%"));
+    EXPECT_THAT(o.out, HasSubstr("> total soft limit 1% (" + limits + ")"));
   }
   const std::string bad = Dir() + "bad_limits.json";
   std::ofstream(bad) << R"({"schema": "ptkit-diff-limits/1", "functions": [{"hard": 3}]})";
@@ -536,6 +578,56 @@ TEST_F(PtdecodeDiffTest, GroupedBySourceFileAndImage) {
   auto o = RunCommand({PTDECODE_PATH, "diff", old_path, more.trace, "--group-by", "source-file"});
   EXPECT_EQ(o.exit_code, 1);
   EXPECT_THAT(o.err, HasSubstr("a stats --json document without source files"));
+}
+
+// Two static functions of one name in one program (e2e_same_name: same_name_a.c's helper called
+// 10 times, same_name_b.c's 3; its _more build: 9) are rows of their own, named by their source
+// files (addr2line's), so the one that changed is the regression, with its own figures (sweep
+// 28c F4: one row "helper" of both, +50% where b's grew +200%); --allow helper names both.
+TEST_F(PtdecodeDiffTest, FunctionsOfOneNameAreToldApartByTheirSourceFiles) {
+  const std::string base_prog = DIFF_PROGRAM_DIR "/e2e_same_name";
+  const std::string more_prog = DIFF_PROGRAM_DIR "/same_name_more/e2e_same_name";
+  PTKIT_RECORD_OR_SKIP(base, "same_name", base_prog);
+  PTKIT_RECORD_OR_SKIP(more, "same_name_more", more_prog);
+  // The source file of each helper by nm and addr2line.
+  auto files = [](const std::string& prog) {
+    std::map<std::string, uint64_t> out;  // file name -> address
+    std::istringstream lines(RunCommand({"/usr/bin/nm", prog}).out);
+    for (std::string line; std::getline(lines, line);) {
+      if (!line.ends_with(" t helper")) continue;
+      const uint64_t at = std::stoull(line, nullptr, 16);
+      std::string where =
+          RunCommand({"/usr/bin/addr2line", "-e", prog, fmt::format("{:#x}", at)}).out;
+      where = where.substr(0, where.rfind(':'));
+      out[where.substr(where.rfind('/') + 1)] = at;
+    }
+    return out;
+  };
+  const std::map<std::string, uint64_t> at = files(base_prog);
+  ASSERT_EQ(at.size(), 2u);
+  ASSERT_TRUE(at.contains("same_name_a.c") && at.contains("same_name_b.c"));
+  for (const std::string& side : {base.trace, base.stats_json}) {
+    auto r = RunCommand({PTDECODE_PATH, "diff", side, more.trace, "--format", "json",
+                         "--fail-function", "100", "--metric", "calls"});
+    EXPECT_EQ(r.exit_code, 3) << r.err;
+    auto diff = nlohmann::json::parse(r.out);
+    const nlohmann::json* a = Row(diff, "helper (same_name_a.c)");
+    const nlohmann::json* b = Row(diff, "helper (same_name_b.c)");
+    ASSERT_TRUE(a != nullptr && b != nullptr) << r.out;
+    EXPECT_EQ(Row(diff, "helper"), nullptr);
+    EXPECT_EQ((*a)["base"]["calls"], 10);
+    EXPECT_EQ((*a)["new"]["calls"], 10);
+    EXPECT_EQ((*a)["regression"], false);
+    EXPECT_EQ((*b)["base"]["calls"], 3);
+    EXPECT_EQ((*b)["new"]["calls"], 9);
+    EXPECT_EQ((*b)["regression"], true);
+    EXPECT_EQ(diff["regressions"].size(), 1u) << r.out;
+  }
+  // --allow and a limits file name the function as the source says it.
+  auto allowed = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function",
+                             "100", "--metric", "calls", "--allow", "helper"});
+  EXPECT_EQ(allowed.exit_code, 0) << allowed.out << allowed.err;
+  EXPECT_THAT(allowed.out, HasSubstr("helper (same_name_b.c) [e2e_same_name]"));
 }
 
 // Emulated recordings carry CLOCK_MONOTONIC nanoseconds as their TSC: --metric time and, with
