@@ -143,7 +143,13 @@ absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string&
   }
   setup.plugin = plugin;
   if (setup.plugin.empty()) {
-    setup.plugin = (std::filesystem::path(self_exe).parent_path() / kQemuPluginName).string();
+    const std::filesystem::path bin = std::filesystem::path(self_exe).parent_path();
+    setup.plugin = (bin / kQemuPluginName).string();
+    const std::string installed =
+        (bin / PTKIT_QEMU_PLUGIN_INSTALLED / kQemuPluginName).lexically_normal().string();
+    if (access(setup.plugin.c_str(), F_OK) != 0 && access(installed.c_str(), F_OK) == 0) {
+      setup.plugin = installed;
+    }
   }
   if (access(setup.plugin.c_str(), R_OK) != 0) {
     return absl::FailedPreconditionError(

@@ -21,7 +21,8 @@ struct QemuSetup {
   std::string version;  // "7.2.22 (Debian 1:7.2+dfsg-7+deb12u18+b3)"
 };
 
-// The plugin's file name, looked for next to the ptrecord executable.
+// The plugin's file name, looked for next to the ptrecord executable (the build tree), then
+// where `cmake --install` puts it (LIBEXECDIR/ptkit, relative to ptrecord's BINDIR).
 inline constexpr char kQemuPluginName[] = "libptkit_qemu.so";
 
 // Checks that the file `path` is ptkit's QEMU plugin for this ptrecord: an x86-64 shared
@@ -30,7 +31,8 @@ inline constexpr char kQemuPluginName[] = "libptkit_qemu.so";
 // not a QEMU plugin, not ptkit's, another region version.
 absl::Status CheckQemuPlugin(const std::string& path);
 
-// Finds qemu-x86_64 on PATH and the plugin (`plugin`, else next to `self_exe`), and asks QEMU
+// Finds qemu-x86_64 on PATH and the plugin (`plugin`, else next to `self_exe`, else installed
+// beside it), and asks QEMU
 // its version. Errors (kFailedPrecondition, one line each): qemu-x86_64 not found (names the
 // Debian package), the plugin not found, not readable or not this ptrecord's (CheckQemuPlugin).
 absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string& self_exe);

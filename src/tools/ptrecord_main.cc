@@ -77,9 +77,18 @@ std::string Count(uint64_t n, const char* noun) {
 }
 
 // The backend `--emulate` without a value means: qemu when qemu-x86_64 and the plugin are
-// there, else step.
-std::string DefaultBackend(const std::string& plugin, const std::string& self_exe) {
-  return ptkit::emulate::FindQemu(plugin, self_exe).ok() ? "qemu" : "step";
+// there, else step, which is thousands of times slower: said (but with --quiet), with what is
+// missing (a CI job that built ptrecord without the plugin single-stepped without a word).
+std::string DefaultBackend(const std::string& plugin, const std::string& self_exe, bool quiet) {
+  absl::StatusOr<ptkit::emulate::QemuSetup> qemu = ptkit::emulate::FindQemu(plugin, self_exe);
+  if (qemu.ok()) return "qemu";
+  if (!quiet) {
+    std::fprintf(stderr,
+                 "ptrecord: --emulate single-steps the command under ptrace (tens of thousands "
+                 "of instructions/s), not under QEMU: %s\n",
+                 std::string(qemu.status().message()).c_str());
+  }
+  return "step";
 }
 
 // --emulate: the workload runs under QEMU with ptkit's plugin (record/emulate/qemu_backend.h)
@@ -98,7 +107,7 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
       ptkit::emulate::ParseEmulatedEvent(bts ? "intel_bts//u" : o.trace_event);
   if (!event.ok()) return Fail(std::string(event.status().message()), 2);
   const std::string self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
-  if (backend == "default") backend = DefaultBackend(qemu_plugin, self_exe);
+  if (backend == "default") backend = DefaultBackend(qemu_plugin, self_exe, quiet);
   if (backend != "qemu" && backend != "step") {
     return Fail("--emulate=" + backend + ": expected --emulate=qemu or --emulate=step", 2);
   }
@@ -300,8 +309,10 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
                "instructions/s (progress on a terminal). SIGINT/SIGTERM stop it and keep the "
                "trace (exit 128 + signal). Refuses " +
                    absl::StrJoin(kNotWithEmulate, ", "));
-  app.add_option("--qemu-plugin", qemu_plugin,
-                 "With --emulate=qemu: the plugin (default: libptkit_qemu.so next to ptrecord)");
+  app.add_option(
+      "--qemu-plugin", qemu_plugin,
+      "With --emulate=qemu: the plugin (default: libptkit_qemu.so next to ptrecord, else in "
+      "../libexec/ptkit/ from it, where cmake --install puts it)");
   app.add_option("--ground-truth", ground_truth,
                  "With --emulate: write every retired instruction as 'TID 0xADDRESS' lines");
   app.add_option("--max-steps", max_steps,

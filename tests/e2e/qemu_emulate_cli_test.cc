@@ -1834,6 +1834,42 @@ TEST_F(QemuEmulateTest, APluginThatIsNotThereIsOneLine) {
   EXPECT_FALSE(std::filesystem::exists(dir_->File("x.pt")));
 }
 
+// Where `cmake --install` puts them (bin/ptrecord, libexec/ptkit/libptkit_qemu.so), --emulate
+// finds the plugin; a ptrecord without it says that it single-steps and why (sweep 29a F1: the
+// CI example built ptrecord alone and every benchmark single-stepped without a word, 19 s
+// instead of 0.05 s), but with -q.
+TEST_F(QemuEmulateTest, TheInstalledPluginIsFoundAndAMissingOneIsSaid) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::filesystem::path root = dir_->File("install");
+  std::filesystem::create_directories(root / "bin");
+  std::filesystem::create_directories(root / "libexec/ptkit");
+  std::filesystem::copy_file(PTRECORD_PATH, root / "bin/ptrecord");
+  const auto run = [&](std::vector<std::string> options) {
+    std::vector<std::string> argv = {(root / "bin/ptrecord").string(), "--emulate",
+                                     "--overwrite-existing", "-o", dir_->File("i.pt")};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.insert(argv.end(), {"--", "/bin/true"});
+    return RunCommand(argv);
+  };
+  auto alone = run({});
+  EXPECT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_THAT(alone.err, HasSubstr("ptrecord: --emulate single-steps the command under ptrace "
+                                   "(tens of thousands of instructions/s), not under QEMU: the "
+                                   "QEMU plugin " +
+                                   (root / "bin/libptkit_qemu.so").string() + " is not there"));
+  EXPECT_THAT(alone.err, HasSubstr("(emulated)"));
+  auto quiet = run({"-q"});
+  EXPECT_EQ(quiet.exit_code, 0) << quiet.err;
+  EXPECT_EQ(quiet.err, "");
+  std::filesystem::copy_file(
+      std::filesystem::path(PTRECORD_PATH).parent_path() / "libptkit_qemu.so",
+      root / "libexec/ptkit/libptkit_qemu.so");
+  auto installed = run({});
+  EXPECT_EQ(installed.exit_code, 0) << installed.err;
+  EXPECT_THAT(installed.err, HasSubstr("(emulated under qemu)"));
+  EXPECT_THAT(installed.err, ::testing::Not(HasSubstr("single-steps")));
+}
+
 // A file that is not this ptrecord's plugin is refused before qemu runs, in one line naming it:
 // not ELF, an ELF shared object that is no QEMU plugin, ptkit's plugin of another ring version
 // (a copy with its ptkit_qemu_abi version changed).
