@@ -754,7 +754,7 @@ const std::string* ProgramImage::MissingAt(uint64_t ip) const {
 }
 
 absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t start, uint64_t len,
-                                          uint64_t pgoff) {
+                                          uint64_t pgoff, const std::string& name) {
   PTKIT_ASSIGN_OR_RETURN(uint64_t size, FileSize(path));
   if (pgoff >= size) {
     return absl::InvalidArgumentError(fmt::format(
@@ -763,6 +763,10 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
   const uint64_t to = std::min(size, pgoff + len);
   PTKIT_RETURN_IF_ERROR(AddRaw({path, pgoff, to, start}));
   files_.back().kind = "file";
+  if (!name.empty() && name != path) {
+    files_.back().path = path;
+    files_.back().name = name;
+  }
   PlaceFileSymbols(path, static_cast<uint32_t>(files_.size() - 1), start, pgoff, to);
   return absl::OkStatus();
 }

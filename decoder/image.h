@@ -73,9 +73,10 @@ inline constexpr uint16_t kLastRank = 0xffff;
 
 // A source added to the image.
 struct ImageFile {
-  std::string name;    // the path as given
+  std::string name;    // the path as given (AddFileMapping: the name given)
   std::string kind;    // "elf", "raw" or "pages"
   uint64_t bytes = 0;  // mapped bytes
+  std::string path;    // where its bytes and DWARF were read, when not `name`
 };
 
 struct AddressRange {
@@ -110,9 +111,11 @@ class ProgramImage {
   absl::Status AddRaw(const RawSpec& spec);
   // Adds a file mapping as the kernel makes it (perf MMAP2): file bytes [pgoff, pgoff + len)
   // at `start`; symbols of an ELF file are relocated to where its segments landed.
-  // Errors: the file cannot be opened or is shorter than pgoff, naming the file.
-  absl::Status AddFileMapping(const std::string& path, uint64_t start, uint64_t len,
-                              uint64_t pgoff);
+  // Errors: the file cannot be opened or is shorter than pgoff, naming the file. `name`: what
+  // the file is called (ImageFile::name) when not `path` (the recorded build of a file found
+  // in a build-id cache is named by the path it ran from).
+  absl::Status AddFileMapping(const std::string& path, uint64_t start, uint64_t len, uint64_t pgoff,
+                              const std::string& name = "");
   // Adds bytes captured at record time (e.g. the vdso); they are copied. An ELF image's
   // symbols (the vdso's) are loaded too.
   void AddBytes(const std::string& name, uint64_t address, std::span<const uint8_t> bytes);

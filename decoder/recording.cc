@@ -772,11 +772,32 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
       continue;
     }
     const std::string file = sysroot_ + m.path;
+    // The file at the path, unless it is another build than the recording's and the build-id
+    // cache has that one (as perf looks in its cache first): the file rebuilt since.
+    const std::vector<uint8_t>& recorded = RecordedBuildId(r_, m);
+    std::optional<std::vector<uint8_t>> other_build;
+    if (!recorded.empty()) {
+      if (const auto& id = BuildIdOf(file); id.ok() && *id != recorded) other_build = *id;
+    }
+    if (other_build) {
+      const std::string cached = FromBuildIdCache(m);
+      if (!cached.empty() &&
+          image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff, file).ok()) {
+        continue;
+      }
+      if (warned_.insert(file).second) {
+        warnings_.push_back(fmt::format(
+            "{}: build-id {} differs from the recorded {} (rebuilt since?): decoding with it may "
+            "be wrong; put the recorded build in a build-id cache (--buildid-dir DIR; perf "
+            "buildid-cache -a FILE) or under --sysroot DIR, or record with --archive",
+            file, other_build->empty() ? std::string("(none)") : Hex(*other_build), Hex(recorded)));
+      }
+    }
     absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
     if (!st.ok()) {
       const std::string cached = FromBuildIdCache(m);
       if (cached.empty() ||
-          !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff).ok()) {
+          !image->AddFileMapping(cached, m.start, m.end - m.start, m.pgoff, file).ok()) {
         image->AddMissing(file, m.start, m.end);
         // Said once, by every decode (a gap's error code alone did not name it: sweep 27 S3),
         // of a file (not perf's //anon, a memfd, a device or shared memory: no file to find).
@@ -788,15 +809,6 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
                           std::string(st.message()),
                           sysroot_.empty() ? " (--sysroot DIR where it is elsewhere)" : ""));
         }
-      }
-    } else if (const std::vector<uint8_t>& recorded = RecordedBuildId(r_, m);
-               !recorded.empty() && warned_.insert(file).second) {
-      // The recording names the build it ran; a different file decodes wrongly.
-      auto id = ReadBuildId(file);
-      if (id.ok() && *id != recorded) {
-        warnings_.push_back(
-            fmt::format("{}: build-id {} differs from the recorded {}; decoding may be wrong", file,
-                        id->empty() ? std::string("(none)") : Hex(*id), Hex(recorded)));
       }
     }
   }
@@ -818,6 +830,12 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
   ProgramImage* raw = image.get();
   images_.emplace(std::make_pair(pid, epoch), std::move(image));
   return raw;
+}
+
+const absl::StatusOr<std::vector<uint8_t>>& RecordingImages::BuildIdOf(const std::string& path) {
+  auto it = build_ids_.find(path);
+  if (it == build_ids_.end()) it = build_ids_.emplace(path, ReadBuildId(path)).first;
+  return it->second;
 }
 
 std::string RecordingImages::ArchivedFileHere(const CapturedCode& c) {

@@ -275,6 +275,9 @@ class RecordingImages {
   std::string ArchivedFileHere(const CapturedCode& c);
   // ArchivedFileHere's, by path and build-id.
   std::map<std::pair<std::string, std::vector<uint8_t>>, std::string> archived_here_;
+  // The build-id of the file at `path` (empty: none), read once; errors: the file's.
+  const absl::StatusOr<std::vector<uint8_t>>& BuildIdOf(const std::string& path);
+  std::map<std::string, absl::StatusOr<std::vector<uint8_t>>> build_ids_;
   const Recording& r_;
   std::optional<std::vector<Symbol>> kernel_symbols_;
   std::string sysroot_;

@@ -131,7 +131,8 @@ struct SourceLines::State {
   int32_t Resolve(const ProgramImage& image, uint64_t ip) {
     const int file_index = image.FileAt(ip);
     if (file_index < 0) return -1;
-    DwarfFile* file = Open(image.files()[file_index].name, image.sysroot());
+    const ImageFile& f = image.files()[file_index];
+    DwarfFile* file = Open(f.path.empty() ? f.name : f.path, image.sysroot());
     if (file->dbg == nullptr) return -1;
     const std::optional<uint64_t> address = image.LinkAddress(ip);
     if (!address.has_value()) return -1;
