@@ -137,7 +137,11 @@ int CheckNotEmpty(const std::string& input, const dec::DecodeTotals& totals,
       dec::Counted(totals.streams, "stream"), dec::Counted(totals.trace_bytes, "byte"),
       dec::Counted(totals.errors, "decode error"), dec::Counted(totals.losses, "loss point"));
   if (window != nullptr) why += "; " + window->DescribeEmpty();
-  if (totals.streams == 0 && totals.trace_bytes == 0) {
+  if (totals.streams == 0 && totals.trace_bytes == 0 && !totals.warnings.empty()) {
+    // A file cut before its first trace data (sweep 29b M1: "holds no trace" was said).
+    why += fmt::format(": the input is incomplete ({} above): its trace may be in what is missing",
+                       dec::Counted(totals.warnings.size(), "warning"));
+  } else if (totals.streams == 0 && totals.trace_bytes == 0) {
     // E.g. `perf record -e dummy,task-clock`: a perf.data of sideband and samples only.
     why +=
         ": the recording holds no trace (record an intel_pt or intel_bts event: ptrecord, "
