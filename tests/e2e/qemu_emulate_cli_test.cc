@@ -1903,6 +1903,28 @@ TEST_F(QemuEmulateTest, APluginOfAnotherKindIsOneLine) {
   }
 }
 
+// A workload killed by a real-time signal: qemu-x86_64 dies of the host's number for it (the
+// guest's + 2), which ptrecord reported (sweep 29c F1: exit 167 for bash's native 165). The
+// native run of the same command is the oracle.
+TEST_F(QemuEmulateTest, ARealTimeSignalIsTheGuestsNumber) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::vector<std::string> command = {"/bin/bash", "-c", "kill -s RTMIN+3 $$"};
+  // The shell's $? of the native run.
+  auto native = RunCommand({"/bin/sh", "-c", "/bin/bash -c 'kill -s RTMIN+3 $$'; echo $?"});
+  ASSERT_EQ(native.out, "165\n") << native.err;
+  std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=qemu", "-o", dir_->File("rt.pt"),
+                                   "--"};
+  argv.insert(argv.end(), command.begin(), command.end());
+  auto r = RunCommand(argv);
+  EXPECT_EQ(r.exit_code, 165) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("ptrecord: workload killed by signal 37 (exit status 165)"));
+  auto info = RunCommand({PTDECODE_PATH, "info", "--json", dir_->File("rt.pt")});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const nlohmann::json end = nlohmann::json::parse(info.out)["metadata"]["end"];
+  EXPECT_EQ(end["workload_exit_status"], 165) << end;
+  EXPECT_EQ(end["workload_signal"], "signal 37") << end;
+}
+
 // An AVX-512 instruction, which QEMU's TCG does not implement: the program dies of SIGILL
 // there under QEMU. ptrecord says so in one line naming its address (the symbol's, by nm)
 // and exits 1; the trace, up to the block that ran into it, decodes to the ground truth.
