@@ -56,6 +56,16 @@ SignalWatcher::SignalWatcher(Delivery delivery) : delivery_(delivery) {
   for (int s : kSignals) sigdelset(&wait_mask_, s);
   for (size_t i = 0; i < std::size(kSignals); ++i) {
     if (!Watched(delivery, kSignals[i])) continue;
+    // A stop signal ignored on entry stays ignored, by ptrecord and by the command it starts
+    // (which inherits SIG_IGN through exec, not a handler), as shells do: `nohup ptrecord --
+    // cmd` outlives a hangup, a background job ignores SIGINT (sweep 29c F2).
+    if (kSignals[i] == SIGINT || kSignals[i] == SIGTERM || kSignals[i] == SIGHUP) {
+      struct sigaction now;
+      if (sigaction(kSignals[i], nullptr, &now) == 0 && now.sa_handler == SIG_IGN) {
+        ignored_[i] = true;
+        continue;
+      }
+    }
     struct sigaction sa;
     std::memset(&sa, 0, sizeof(sa));
     sa.sa_handler = OnSignal;
@@ -71,7 +81,9 @@ SignalWatcher::~SignalWatcher() {
   // action (which ends the process) once the old handlers are back.
   pthread_sigmask(SIG_SETMASK, &old_mask_, nullptr);
   for (size_t i = 0; i < std::size(kSignals); ++i) {
-    if (Watched(delivery_, kSignals[i])) sigaction(kSignals[i], &old_actions_[i], nullptr);
+    if (Watched(delivery_, kSignals[i]) && !ignored_[i]) {
+      sigaction(kSignals[i], &old_actions_[i], nullptr);
+    }
   }
 }
 

@@ -25,8 +25,9 @@
 namespace ptkit::record {
 
 // Counts SIGINT/SIGTERM/SIGHUP, SIGCHLD and SIGUSR2 with async-signal-safe handlers (they only
-// bump a counter). One instance at a time per process; restores the previous handlers and mask
-// on destruction.
+// bump a counter); SIGINT, SIGTERM or SIGHUP ignored on entry (nohup, a shell's background
+// job) stay ignored, and so inherited by a command started meanwhile. One instance at a time
+// per process; restores the previous handlers and mask on destruction.
 class SignalWatcher {
  public:
   enum class Delivery {
@@ -57,6 +58,7 @@ class SignalWatcher {
   sigset_t old_mask_;
   sigset_t wait_mask_;
   struct sigaction old_actions_[5];
+  bool ignored_[5] = {};  // ignored on entry: left so (SIGINT, SIGTERM, SIGHUP)
 };
 
 struct LoopOptions {
