@@ -553,7 +553,10 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
         if (!crash_watcher->exited()) return false;
       }
       std::optional<int> st = workload->TryReap();
-      if (st) result.workload_exit_code = Workload::ExitCode(*st);
+      if (st) {
+        result.workload_exit_code = Workload::ExitCode(*st);
+        if (WIFSIGNALED(*st)) result.workload_signal = WTERMSIG(*st);
+      }
       return st.has_value();
     };
   } else if (o.pid || o.tid) {
@@ -594,20 +597,34 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     // (130 for Ctrl-C), not the workload's death by our SIGTERM.
     if (loop->stopped_by_signal || loop->stopped_by_control) kill(workload->pid(), SIGTERM);
     if (crash_watcher) crash_watcher->Finish();  // delivers the crash's signal
-    const int workload_code = Workload::ExitCode(workload->Wait());
-    result.workload_exit_code = loop->stopped_by_signal && signals.last_stop_signal() != 0
-                                    ? 128 + signals.last_stop_signal()
-                                    : workload_code;
+    const int status = workload->Wait();
+    const bool stopped = loop->stopped_by_signal && signals.last_stop_signal() != 0;
+    result.workload_exit_code =
+        stopped ? 128 + signals.last_stop_signal() : Workload::ExitCode(status);
+    if (stopped) result.stop_signal = signals.last_stop_signal();
+    if (!stopped && !loop->stopped_by_control && WIFSIGNALED(status)) {
+      result.workload_signal = WTERMSIG(status);
+    }
   }
-  // --snapshot-on-crash: the end metadata names the crash (as the emulation's does).
-  if (std::optional<CrashInfo> crash = crash_watcher ? crash_watcher->crash() : std::nullopt) {
+  // The command's end, as the emulation's end metadata has it (a crash too, with
+  // --snapshot-on-crash): a recording of a command that died of a signal says so (sweep 29c
+  // F3: only ptrecord's exit status did).
+  std::optional<CrashInfo> crash = crash_watcher ? crash_watcher->crash() : std::nullopt;
+  if (workload && result.workload_exit_code) {
     RecordingMetadata with_end = BuildRecordingMetadata(meta);
     EndMetadata end;
-    if (result.workload_exit_code) end.workload_exit_status = *result.workload_exit_code;
-    end.workload_signal = SignalName(crash->signal);
-    end.extra["crash"] = CrashJson(*crash);
+    end.workload_exit_status = *result.workload_exit_code;
+    if (crash) {
+      end.workload_signal = SignalName(crash->signal);
+      end.extra["crash"] = CrashJson(*crash);
+    } else if (result.workload_signal != 0) {
+      end.workload_signal = SignalName(result.workload_signal);
+    }
+    if (result.stop_signal != 0) end.stopped_by = SignalName(result.stop_signal);
     with_end.end = std::move(end);
     PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(with_end.ToRecord()));
+  }
+  if (crash) {
     notes.push_back(absl::StrCat("--snapshot-on-crash: crash snapshot: ", SignalName(crash->signal),
                                  " in thread ", crash->tid, " (pid ", crash->pid, ") at 0x",
                                  absl::Hex(crash->ip)));

@@ -88,6 +88,8 @@ inline constexpr uint64_t kDefaultSamplePeriod = 1000000;
 
 struct SessionResult {
   std::optional<int> workload_exit_code;  // when a workload was run
+  int workload_signal = 0;                // the signal it died of (not one ptrecord sent it)
+  int stop_signal = 0;  // the SIGINT, SIGTERM or SIGHUP that stopped the recording, or 0
   StreamStats totals;
   std::vector<std::string> warnings;  // e.g. skipped counters
   std::vector<std::string> notes;     // settings chosen for the user (AUX sampling's PSB period)

@@ -485,12 +485,22 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
     std::fprintf(
         stderr,
         "ptrecord: wrote %s (%llu bytes): %llu sideband records, %llu AUX bytes, "
-        "%llu snapshots, %llu AUX samples, %llu truncations, %llu lost records\n",
+        "%llu snapshots, %llu AUX samples, %llu truncations, %llu lost records%s\n",
         o.output.c_str(), static_cast<unsigned long long>(r->file_bytes),
         static_cast<unsigned long long>(t.sideband_records),
         static_cast<unsigned long long>(t.aux_bytes), static_cast<unsigned long long>(t.snapshots),
         static_cast<unsigned long long>(t.samples), static_cast<unsigned long long>(t.truncated),
-        static_cast<unsigned long long>(t.lost_records));
+        static_cast<unsigned long long>(t.lost_records),
+        r->stop_signal != 0 ? ("; stopped by " + ptkit::emulate::SignalName(r->stop_signal) +
+                               " (the command was sent SIGTERM)")
+                                  .c_str()
+                            : "");
+  }
+  // A workload that crashed is never a quiet success, --quiet or not (as with --emulate).
+  if (r->workload_signal != 0) {
+    std::fprintf(stderr, "ptrecord: workload killed by %s (exit status %d)\n",
+                 ptkit::emulate::SignalName(r->workload_signal).c_str(),
+                 r->workload_exit_code.value_or(0));
   }
   return r->workload_exit_code.value_or(0);
 }

@@ -292,6 +292,42 @@ TEST_F(EmulateCliTest, SignalsIgnoredOnEntryStayIgnored) {
   }
 }
 
+// The kernel path (--sideband-only: the same session as intel_pt//) says a command that died of
+// a signal, in a line and in the end metadata, as --emulate does (sweep 29c F3: only the exit
+// status said it), and a recording stopped by SIGTERM says so. e2e_crash dies of SIGSEGV (the
+// shell's $? is the oracle).
+TEST_F(EmulateCliTest, TheKernelPathSaysACommandKilledByASignal) {
+  const std::string crash = kE2e + "/e2e_crash";
+  auto native = RunCommand({"/bin/sh", "-c", crash + "; echo $?"});
+  ASSERT_EQ(native.out, "139\n");
+  auto r =
+      RunCommand({PTRECORD_PATH, "--sideband-only", "-q", "-o", dir_.File("segv.pt"), "--", crash});
+  if (r.err.find("perf_event_open") != std::string::npos) GTEST_SKIP() << r.err;
+  EXPECT_EQ(r.exit_code, 139) << r.err;
+  EXPECT_EQ(r.err, "ptrecord: workload killed by SIGSEGV (exit status 139)\n");
+  const auto end = [this](const std::string& name) {
+    auto info = RunCommand({PTDECODE_PATH, "info", "--json", dir_.File(name)});
+    EXPECT_EQ(info.exit_code, 0) << info.err;
+    return nlohmann::json::parse(info.out)["metadata"]["end"];
+  };
+  EXPECT_EQ(end("segv.pt"), nlohmann::json::parse(
+                                R"({"workload_exit_status": 139, "workload_signal": "SIGSEGV"})"));
+  auto ok = RunCommand(
+      {PTRECORD_PATH, "--sideband-only", "-q", "-o", dir_.File("true.pt"), "--", "/bin/true"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+  EXPECT_EQ(ok.err, "");
+  EXPECT_EQ(end("true.pt"), nlohmann::json::parse(R"({"workload_exit_status": 0})"));
+  // Stopped by SIGTERM (ptrecord's own, sent by the command): the command is sent SIGTERM,
+  // which is not its death to report.
+  auto stopped = RunCommand({PTRECORD_PATH, "--sideband-only", "-o", dir_.File("term.pt"), "--",
+                             "/bin/sh", "-c", "kill -TERM $PPID; exec sleep 5"});
+  EXPECT_EQ(stopped.exit_code, 143) << stopped.err;
+  EXPECT_THAT(stopped.err, HasSubstr("; stopped by SIGTERM (the command was sent SIGTERM)"));
+  EXPECT_THAT(stopped.err, Not(HasSubstr("workload killed")));
+  EXPECT_EQ(end("term.pt"),
+            nlohmann::json::parse(R"({"workload_exit_status": 143, "stopped_by": "SIGTERM"})"));
+}
+
 TEST_F(EmulateCliTest, AProgramReadingTheClockThroughTheVdso) {
   EXPECT_EQ(RecordAndCheck({kE2e + "/e2e_vdso"}, 2), 0);  // the program and its child
   if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
