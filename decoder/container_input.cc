@@ -112,6 +112,11 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
         "from this decode (ptdecode info {} shows the damage)",
         path, d.bytes, d.offset, d.reason, d.records, path));
   }
+  // Records of a kind this ptdecode does not know (a newer ptkit's), skipped.
+  for (const std::string& w : report.warnings) {
+    r.warnings.push_back(fmt::format(
+        "{}: {}: what it held is not in this decode (a newer ptdecode may read it)", path, w));
+  }
   for (const std::string& p : r.timeline.problems()) {
     r.warnings.push_back(fmt::format("{}: malformed sideband record: {}: skipped", path, p));
   }
@@ -159,9 +164,13 @@ absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
 }
 
 absl::Status DumpContainerPackets(const std::string& path, const ContainerOptions& options,
-                                  std::FILE* out, const OutputOptions& output) {
+                                  std::FILE* out, const OutputOptions& output,
+                                  PacketsSummary* summary) {
   PTKIT_ASSIGN_OR_RETURN(Recording r, OpenRecording(path, options));
-  return DumpRecordingPackets(r, options, out, output);
+  uint64_t bytes = 0;
+  PTKIT_RETURN_IF_ERROR(DumpRecordingPackets(r, options, out, output, &bytes));
+  if (summary != nullptr) *summary = {bytes, r.warnings};
+  return absl::OkStatus();
 }
 
 absl::StatusOr<nlohmann::json> DecodeSummary(const std::string& path,

@@ -43,9 +43,18 @@ absl::StatusOr<TscClock> ReadRecordingClock(const std::string& path);
 absl::StatusOr<DecodeTotals> DecodeContainer(const std::string& path,
                                              const ContainerOptions& options, Sink& sink);
 
-// `ptdecode packets trace.pt`: OpenRecording, then DumpRecordingPackets.
+// What `ptdecode packets` dumped: its bytes of trace, and the recording's warnings (damage, a
+// missing footer, ...), which the other sub-commands print.
+struct PacketsSummary {
+  uint64_t trace_bytes = 0;
+  std::vector<std::string> warnings;
+};
+
+// `ptdecode packets trace.pt`: OpenRecording, then DumpRecordingPackets; `summary` (optional)
+// gets what it dumped.
 absl::Status DumpContainerPackets(const std::string& path, const ContainerOptions& options,
-                                  std::FILE* out, const OutputOptions& output);
+                                  std::FILE* out, const OutputOptions& output,
+                                  PacketsSummary* summary = nullptr);
 
 // `ptdecode info --decode`: OpenRecording, then DecodeRecordingSummary.
 absl::StatusOr<nlohmann::json> DecodeSummary(const std::string& path,

@@ -1041,7 +1041,8 @@ absl::StatusOr<std::vector<std::string>> ForEachSample(const Recording& r,
 }
 
 absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& options,
-                                  std::FILE* out, const OutputOptions& output) {
+                                  std::FILE* out, const OutputOptions& output,
+                                  uint64_t* trace_bytes) {
   const std::string& path = r.name;
   if (r.bts) {
     return absl::InvalidArgumentError(
@@ -1055,6 +1056,7 @@ absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& op
   ProgressLine progress(options.progress);
   uint64_t total = 0, done = 0;  // trace bytes
   for (const Selected& s : selected) total += s.stream->bytes;
+  if (trace_bytes != nullptr) *trace_bytes = total;
   for (const Selected& s : selected) {
     PacketContext context;
     context.stream = &s.info;

@@ -311,9 +311,11 @@ absl::StatusOr<std::vector<std::string>> ForEachSample(const Recording& r,
 // stream after a header line naming it, offsets in the stream's AUX offsets, and its loss
 // points where they happened. With options.tid, a per-CPU stream shows its packets while that
 // thread runs, as the last TSC packet's time says. Errors: those of DecodeRecording,
-// kInvalidArgument for an intel_bts recording, output failures.
+// kInvalidArgument for an intel_bts recording, output failures. `trace_bytes`: set to the
+// bytes of trace of the streams dumped.
 absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& options,
-                                  std::FILE* out, const OutputOptions& output);
+                                  std::FILE* out, const OutputOptions& output,
+                                  uint64_t* trace_bytes = nullptr);
 
 // `ptdecode info --decode`: decodes every stream (counting only) and summarises:
 // {"streams", "instructions", "blocks", "syncs", "errors", "gaps", "losses", "lost_bytes",

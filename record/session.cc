@@ -167,7 +167,7 @@ std::string NoPmuHint(std::string_view pmu) {
   if (pmu == "intel_pt" || pmu == "intel_bts") {
     return "this CPU or VM does not expose Intel PT/BTS; record on a machine that has it "
            "(Intel Broadwell or newer, bare metal or a VM with PT passed through), or use "
-           "--emulate (software Intel PT from a single-stepped run, slow but exact) or "
+           "--emulate (software Intel PT, exact: under QEMU, or single-stepped) or "
            "--sideband-only (sideband and counters without a trace)";
   }
   return "check the event's PMU name";

@@ -11,7 +11,8 @@
 # Hardware Intel PT when the machine has it, else `ptrecord --emulate` (under QEMU with ptkit's
 # plugin where qemu-user is installed: exact and fast; else single-stepped under ptrace: exact,
 # but about 17 k instructions a second, so keep the benchmark small or record only part of it
-# with PTRECORD_OPTIONS="--filter 'filter bench_main @ ./bench'").
+# with PTKIT_FILTER='filter bench_main @ ./bench', ptrecord's --filter: then main is not in
+# the trace, so the diff counts everything recorded unless PTKIT_EXCLUDE_STARTUP=1).
 # Counts must not depend on where and how each build runs: glibc's start-up walks the
 # environment and copies the program's directory, and malloc aligns what the kernel's
 # randomised break gives it. So each program is copied to a path of the same length,
@@ -24,7 +25,8 @@
 # recordings and reports stay in $PTKIT_OUT (default ./perf-regression).
 #
 # Environment: PTRECORD, PTDECODE (the tools; default from $PATH), PTRECORD_OPTIONS (more
-# ptrecord options), PTKIT_OUT, PTKIT_BENCH_ARGS (the benchmark's arguments),
+# ptrecord options, split into words at spaces), PTKIT_FILTER (one --filter, spaces kept),
+# PTKIT_OUT, PTKIT_BENCH_ARGS (the benchmark's arguments),
 # PTKIT_EMULATE (1: emulate even where intel_pt exists, step or qemu: with that backend;
 # 0: never), PTKIT_EXCLUDE_STARTUP.
 # A benchmark that needs files next to it (plugins found through $ORIGIN) cannot be copied:
@@ -73,14 +75,16 @@ record() {
   echo "recording $2 -> $out/$1.pt${emulate:+ (emulated)}${norandom:+ (ASLR off)}" >&2
   # shellcheck disable=SC2086  # the options and arguments are meant to split into words
   (cd "$dir" && env -i $norandom "$ptrecord" $emulate -q ${PTRECORD_OPTIONS:-} \
-     --overwrite-existing -o "$out/$1.pt" -- "./$name" ${PTKIT_BENCH_ARGS:-})
+     ${PTKIT_FILTER:+--filter "$PTKIT_FILTER"} --overwrite-existing -o "$out/$1.pt" -- \
+     "./$name" ${PTKIT_BENCH_ARGS:-})
 }
 
 record base "$base" a
 record new "$new" b
 
+# A filtered trace has no main unless the filter keeps it: everything recorded counts.
 startup=--exclude-startup
-if [ "${PTKIT_EXCLUDE_STARTUP:-1}" = 0 ]; then startup=--include-startup; fi
+if [ "${PTKIT_EXCLUDE_STARTUP:-${PTKIT_FILTER:+0}}" = 0 ]; then startup=--include-startup; fi
 status=0
 "$ptdecode" diff "$startup" "$out/base.pt" "$out/new.pt" "$@" --format markdown \
   > "$out/report.md" || status=$?

@@ -226,8 +226,25 @@ int RunPackets(const dec::DecodeFlags& f) {
     if (!f.pt.empty()) return UsageError("give either a trace.pt FILE or --pt FILE, not both");
     auto container = ContainerOptions(f);
     if (!container.ok()) return UsageError(container.status());
-    absl::Status status = dec::DumpContainerPackets(f.container, *container, stdout, options);
+    dec::PacketsSummary summary;
+    absl::Status status =
+        dec::DumpContainerPackets(f.container, *container, stdout, options, &summary);
     if (!status.ok()) return Fail(status);
+    // As every decoding sub-command: what the input lacks, and why nothing was shown.
+    for (const std::string& w : summary.warnings) {
+      std::fprintf(stderr, "ptdecode: warning: %s\n", w.c_str());
+    }
+    if (summary.trace_bytes == 0) {
+      std::fprintf(stderr, "ptdecode: %s: no trace bytes%s\n", f.container.c_str(),
+                   !summary.warnings.empty()
+                       ? fmt::format(": the input is incomplete ({} above): its trace may be in "
+                                     "what is missing",
+                                     dec::Counted(summary.warnings.size(), "warning"))
+                             .c_str()
+                       : ": the recording holds no trace (record an intel_pt event: ptrecord, or "
+                         "perf record -e intel_pt//u)");
+      return kExitRuntime;
+    }
     return 0;
   }
   auto spec = dec::RawInputSpecFromFlags(f);

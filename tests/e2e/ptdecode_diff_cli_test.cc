@@ -874,6 +874,16 @@ TEST_F(PtdecodeDiffTest, TheCiScriptFailsOnTheRegression) {
   EXPECT_THAT(quarter.out, HasSubstr(fmt::format("total instructions {} -> {} (+0.50%) > "
                                                  "--fail-total 0.25%",
                                                  own_base, own_base + 9)));
+  // PTKIT_FILTER: one --filter with its spaces (PTRECORD_OPTIONS split it into words: sweep 29a
+  // F2), and the diff counts what was recorded (main is not in it): work's self by the truth.
+  auto f = RunCommand({"/usr/bin/env", kPtrecordEnv, kPtdecodeEnv, "PTKIT_OUT=" + Dir() + "ci_f",
+                       "PTKIT_EMULATE=step", "PTKIT_FILTER=filter work @ ./e2e_diff_work",
+                       "/bin/sh", CI_SCRIPT, kBase, kMore, "--fail-function", "2"});
+  EXPECT_EQ(f.exit_code, 3) << f.err << f.out;
+  EXPECT_THAT(f.out, HasSubstr(fmt::format("# total instructions: {} -> {}",
+                                           TruthSelf(kBase, base.truth, "work"),
+                                           TruthSelf(kMore, more.truth, "work"))));
+  EXPECT_THAT(f.out, HasSubstr("work [e2e_diff_work]  REGRESSION"));
   // Not an executable: a usage error.
   auto u =
       RunCommand({"/usr/bin/env", kPtrecordEnv, "/bin/sh", CI_SCRIPT, Dir() + "nothing", kMore});
