@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -49,7 +50,8 @@ absl::Status ExecFailure(const std::string& name, int err) {
   return s;
 }
 
-absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Park park) {
+absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Park park,
+                                       bool die_with_parent) {
   if (argv.empty()) return absl::InvalidArgumentError("no program to run");
   int go[2] = {-1, -1}, err[2];
   if (park == Park::kPipe && pipe2(go, O_CLOEXEC) != 0) {
@@ -64,9 +66,14 @@ absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Par
   for (const std::string& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
 
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return ErrnoStatus(errno, "fork the workload");
   if (pid == 0) {
+    if (die_with_parent) {
+      (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);  // the parent died before prctl
+    }
     if (go[1] >= 0) close(go[1]);  // so that the parent's end closing is EOF here
     close(err[0]);
     // The recorder blocks SIGINT/SIGTERM/SIGCHLD/SIGUSR2 around its loop; the workload
@@ -106,8 +113,8 @@ absl::StatusOr<int> ReadExecErrno(const ScopedFd& exec_error, const std::string&
   return e;
 }
 
-absl::StatusOr<Workload> Workload::Start(std::vector<std::string> argv) {
-  PTKIT_ASSIGN_OR_RETURN(ParkedChild child, ForkParked(argv, Park::kPipe));
+absl::StatusOr<Workload> Workload::Start(std::vector<std::string> argv, bool die_with_parent) {
+  PTKIT_ASSIGN_OR_RETURN(ParkedChild child, ForkParked(argv, Park::kPipe, die_with_parent));
   Workload w;
   w.pid_ = child.pid;
   w.go_ = std::move(child.go);

@@ -46,8 +46,11 @@ absl::Status ExecFailure(const std::string& name, int err);
 
 // Forks the child (nothing is reaped or killed here: the caller owns the pid). Everything the
 // child needs is prepared before fork (after it only async-signal-safe calls are made).
+// `die_with_parent`: the child gets SIGKILL when the forking thread ends (PR_SET_PDEATHSIG),
+// for a child that is only the recorder's means (qemu running the command).
 // Errors: kInvalidArgument for an empty argv, the errno of pipe2/fork.
-absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Park park);
+absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Park park,
+                                       bool die_with_parent = false);
 
 // Once the child was let go: blocks until it has exec'd (0) or failed (its execvp errno).
 // Errors: kInternal on a short read, the errno of read(2), both naming `name`.
@@ -56,7 +59,8 @@ absl::StatusOr<int> ReadExecErrno(const ScopedFd& exec_error, const std::string&
 class Workload {
  public:
   // Forks; the child waits until Go(). Errors: those of ForkParked().
-  static absl::StatusOr<Workload> Start(std::vector<std::string> argv);
+  static absl::StatusOr<Workload> Start(std::vector<std::string> argv,
+                                        bool die_with_parent = false);
 
   Workload(Workload&& other) noexcept;
   // Kills (SIGKILL) and reaps the child this one holds, if not reaped, then takes `other`'s.

@@ -317,7 +317,10 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
 
   const auto started = std::chrono::steady_clock::now();
-  PTKIT_ASSIGN_OR_RETURN(record::Workload workload, record::Workload::Start(argv));
+  // qemu is only the recorder's means: it goes with ptrecord (a SIGUSR1 or SIGKILL to
+  // ptrecord left the command running untraced: sweep 29c F5).
+  PTKIT_ASSIGN_OR_RETURN(record::Workload workload,
+                         record::Workload::Start(argv, /*die_with_parent=*/true));
   ran = true;
   if (absl::Status s = workload.Go(); !s.ok()) {
     writer->Abandon().IgnoreError();

@@ -1903,6 +1903,26 @@ TEST_F(QemuEmulateTest, APluginOfAnotherKindIsOneLine) {
   }
 }
 
+// ptrecord killed by a signal it does not handle (SIGUSR1, SIGKILL): qemu, running the command
+// for it, goes too, instead of running on orphaned and untraced (sweep 29c F5). e2e_tick runs
+// until killed; a copy with a name of its own, so that pgrep finds only this one.
+TEST_F(QemuEmulateTest, TheCommandGoesWithAKilledPtrecord) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  for (const char* signal : {"USR1", "KILL"}) {
+    SCOPED_TRACE(signal);
+    const std::string tick = dir_->File(std::string("tick_with_") + signal);
+    std::filesystem::copy_file(E2E_PROGRAM_DIR "/e2e_tick", tick,
+                               std::filesystem::copy_options::overwrite_existing);
+    auto r =
+        RunCommand({"/bin/sh", "-c",
+                    absl::StrCat("'", PTRECORD_PATH, "' --emulate=qemu -q -o '", dir_->File("k.pt"),
+                                 "' --overwrite-existing -- '", tick, "' & p=$!; sleep 1; kill -",
+                                 signal, " $p; wait $p; sleep 0.3; pgrep -f '^[^ ]*qemu-x86_64 .*",
+                                 tick, "' || echo gone")});
+    EXPECT_EQ(r.out, "gone\n") << r.err;
+  }
+}
+
 // A workload killed by a real-time signal: qemu-x86_64 dies of the host's number for it (the
 // guest's + 2), which ptrecord reported (sweep 29c F1: exit 167 for bash's native 165). The
 // native run of the same command is the oracle.
