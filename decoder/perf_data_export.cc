@@ -315,10 +315,21 @@ absl::StatusOr<Scan> ScanRecording(const Recording& r,
     }
   }
   const std::string other = LossKindName(LossKind::kOther);
+  // Losses no sideband record holds: kOther, and a jump of the AUX offsets that no loss record
+  // explains (an AUX record of the container damaged: sweep 29b S5, perf decoded across the
+  // hole and reported "Trace doesn't match instruction", no loss).
+  auto unrecorded = [&](const std::vector<LossInfo>& losses, const LossInfo& l) {
+    if (l.kind == other) return true;
+    return l.kind == kLossDiscontinuity &&
+           std::all_of(losses.begin(), losses.end(),
+                       [](const LossInfo& x) { return x.kind == kLossDiscontinuity; });
+  };
   for (const auto& [key, stream] : r.streams) {
     if (stream.pieces.empty()) {
       for (const LossInfo& l : stream.losses_after) {
-        if (l.kind == other) s.losses.push_back({key.id, l.aux_offset, l.bytes, 0});
+        if (unrecorded(stream.losses_after, l)) {
+          s.losses.push_back({key.id, l.aux_offset, l.bytes, 0});
+        }
       }
       continue;
     }
@@ -326,7 +337,7 @@ absl::StatusOr<Scan> ScanRecording(const Recording& r,
     // A loss before a piece happened by the time of the AUX record that began it.
     auto add_losses = [&, id = key.id](const std::vector<LossInfo>& losses, uint64_t time) {
       for (const LossInfo& l : losses) {
-        if (l.kind == other) s.losses.push_back({id, l.aux_offset, l.bytes, time});
+        if (unrecorded(losses, l)) s.losses.push_back({id, l.aux_offset, l.bytes, time});
       }
     };
     for (const Piece& p : stream.pieces) {
