@@ -34,6 +34,30 @@ absl::StatusOr<MappedFile> MappedFile::Open(const std::string& path) {
   return MappedFile(ScopedMmap(data, size));
 }
 
+std::string UnusedTimingWarning(const std::string& name, std::span<const uint8_t> trace,
+                                const TraceConfig& config) {
+  const bool mtc_usable =
+      config.mtc_freq != 0 && config.cpuid_0x15_eax != 0 && config.cpuid_0x15_ebx != 0;
+  if (mtc_usable || config.nom_freq != 0 || trace.empty()) return "";
+  absl::StatusOr<pt_config> pt = MakePtConfig(trace, config);
+  if (!pt.ok()) return "";
+  PacketDecoderPtr dec(pt_pkt_alloc_decoder(&*pt));
+  if (!dec) return "";
+  uint64_t mtc = 0, cyc = 0;
+  pt_packet packet;
+  while (pt_pkt_sync_forward(dec.get()) >= 0) {
+    while (pt_pkt_next(dec.get(), &packet, sizeof(packet)) >= 0) {
+      mtc += packet.type == ppt_mtc;
+      cyc += packet.type == ppt_cyc;
+    }
+  }
+  if (mtc == 0 && cyc == 0) return "";
+  return absl::StrCat(name, ": ", mtc, " MTC and ", cyc,
+                      " CYC packets are not used: without --mtc-freq and --cpuid-0x15.eax/ebx "
+                      "(MTC) or --nom-freq (CYC) of the recording CPU, every instruction between "
+                      "two TSC packets has the first one's time");
+}
+
 absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec) {
   PTKIT_ASSIGN_OR_RETURN(MappedFile trace, MappedFile::Open(spec.pt_path));
   if (trace.bytes().empty()) {

@@ -53,6 +53,12 @@ struct RawInput {
 // record" for BTS.
 absl::StatusOr<RawInput> LoadRawInput(const RawInputSpec& spec);
 
+// A raw trace's timing packets that `config` cannot use: MTC and CYC packets when neither MTC's
+// parameters (mtc_freq and CPUID 0x15) nor CYC's (nom_freq) are given, so every instruction
+// between two TSC packets gets the first one's time. "" when there are none, or they are usable.
+std::string UnusedTimingWarning(const std::string& name, std::span<const uint8_t> trace,
+                                const TraceConfig& config);
+
 }  // namespace ptkit::decoder
 
 #endif  // PTKIT_DECODER_RAW_INPUT_H_

@@ -196,6 +196,12 @@ int RunDecode(const dec::DecodeFlags& f, const SinkFactory& make_sink) {
   if (!spec.ok()) return UsageError(spec.status());
   auto input = dec::LoadRawInput(*spec);
   if (!input.ok()) return Fail(input.status());
+  // Times the trace has but the options do not let the decoder compute (sweep 29b S3).
+  if (!spec->bts) {
+    const std::string timing =
+        dec::UnusedTimingWarning(spec->pt_path, input->trace.bytes(), input->config);
+    if (!timing.empty()) std::fprintf(stderr, "ptdecode: warning: %s\n", timing.c_str());
+  }
   dec::OutputOptions options =
       dec::OutputOptionsFromFlags(f, spec->pt_path, dec::TscClockFromConfig(input->config));
   int exit_code = 0;

@@ -1009,5 +1009,34 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnRealHardwareTraces) {
   ExpectWalkSame(run_perf, /*timed=*/false, /*min_walked=*/0);
 }
 
+// drpt2trace's raw trace has MTC and CYC packets: without the parameters to use them (its
+// README's) they are said to be unused (sweep 29b S3: every instruction got the one TSC
+// packet's time without a word); with MTC's or CYC's, or for a trace without them, nothing.
+TEST(FastBlockDecoderTest, RawTimingPacketsWithoutTheirParametersAreSaid) {
+  const std::string dir = TestData() + "/dynamorio-drpt2trace";
+  RawInputSpec spec;
+  spec.pt_path = dir + "/pt.bin";
+  spec.elfs.push_back({dir + "/hello", 0});
+  auto input = LoadRawInput(spec);
+  ASSERT_THAT(input, IsOk());
+  TraceConfig config;
+  EXPECT_EQ(UnusedTimingWarning("pt.bin", input->trace.bytes(), config),
+            "pt.bin: 538 MTC and 545 CYC packets are not used: without --mtc-freq and "
+            "--cpuid-0x15.eax/ebx (MTC) or --nom-freq (CYC) of the recording CPU, every "
+            "instruction between two TSC packets has the first one's time");
+  config.mtc_freq = 3;  // not enough for MTC without CPUID 0x15
+  EXPECT_NE(UnusedTimingWarning("pt.bin", input->trace.bytes(), config), "");
+  config.cpuid_0x15_eax = 2;
+  config.cpuid_0x15_ebx = 308;
+  EXPECT_EQ(UnusedTimingWarning("pt.bin", input->trace.bytes(), config), "");
+  EXPECT_EQ(UnusedTimingWarning("pt.bin", input->trace.bytes(), TraceConfig{.nom_freq = 37}), "");
+  RawInputSpec unzip;
+  unzip.pt_path = TestData() + "/libxdc-experiments/Unzip/trace";
+  unzip.page_dumps.push_back(ParsePageDumpSpec(TestData() + "/libxdc-experiments/Unzip"));
+  auto plain = LoadRawInput(unzip);
+  ASSERT_THAT(plain, IsOk());
+  EXPECT_EQ(UnusedTimingWarning("trace", plain->trace.bytes(), TraceConfig{}), "");
+}
+
 }  // namespace
 }  // namespace ptkit::decoder
