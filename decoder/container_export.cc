@@ -6,6 +6,8 @@
 #include <fstream>
 #include <memory>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -164,6 +166,7 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
     }
   }
   if (options.archive) {
+    std::set<std::string> archived_files;
     for (uint32_t pid : r.timeline.Pids()) {
       const std::vector<uint64_t>& execs = r.timeline.ExecTimes(pid);
       const uint64_t since = execs.empty() ? 0 : execs.back();
@@ -204,6 +207,17 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
                                              .bytes = *bytes}));
         ++summary.code_records;
         summary.archived_bytes += bytes->size();
+        // The file whole once (its symbols and line tables), from where its bytes came.
+        if (!vdso && archived_files.insert(m.path).second) {
+          const std::string from = !cached.empty() ? cached : options.sysroot + m.path;
+          absl::Status st = AppendArchivedFile(*w, m.path, from, id);
+          if (st.ok()) {
+            ++summary.code_records;
+          } else {
+            summary.warnings.push_back(
+                fmt::format("{}: symbols not archived: {}", m.path, std::string(st.message())));
+          }
+        }
       }
     }
   }

@@ -81,6 +81,12 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
       case RecordType::kCode: {
         auto code = ParseCode(rec.payload);
         if (!code.ok()) break;
+        if (code->flags & kCodeArchivedFile) {
+          PTKIT_RETURN_IF_ERROR(builder.AddArchivedFile(
+              std::string(code->path),
+              std::vector<uint8_t>(code->build_id.begin(), code->build_id.end()), code->bytes));
+          break;
+        }
         if (code->flags & kCodeKernelTable) {
           r.kernel_tables[std::string(code->path)] =
               std::string(code->bytes.begin(), code->bytes.end());

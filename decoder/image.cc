@@ -776,6 +776,7 @@ void ProgramImage::AddArchivedBytes(const std::string& path, uint64_t address,
                                     uint64_t pgoff, const std::string& symbols) {
   if (bytes.empty()) return;
   AddBytes(path, address, bytes, std::move(owner));
+  if (!symbols.empty() && symbols != path) files_.back().path = symbols;  // its DWARF too
   if (!symbols.empty()) {
     PlaceFileSymbols(symbols, static_cast<uint32_t>(files_.size() - 1), address, pgoff,
                      pgoff + bytes.size());

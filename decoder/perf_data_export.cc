@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <map>
 #include <optional>
 #include <set>
@@ -1037,6 +1038,17 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
       });
       if (!have) e.ranges.push_back(&c);
     }
+  }
+  // An archived file whole (ptrecord --archive): the cache's copy is it, symbols and all.
+  std::list<SpoolView> whole_files;  // mapped while the entries are written
+  for (const auto& [key, run] : r.archived_files) {
+    const auto& [path, id] = key;
+    if (id.empty() || !r.spool) continue;
+    PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(run));
+    CacheEntry& e = cache[{path, Hex(id)}];
+    e.path = path;
+    e.build_id = id;
+    e.bytes = whole_files.emplace_back(std::move(view)).bytes();
   }
 
   perf::PerfFeatures f;

@@ -2,9 +2,13 @@
 
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -21,6 +25,7 @@
 #include "ptkit/container_format.h"
 #include "ptkit/elf_file.h"
 #include "ptkit/kallsyms.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 
 namespace ptkit::decoder {
@@ -203,6 +208,19 @@ absl::Status RecordingBuilder::AddSample(StreamId stream, uint64_t sample_type,
   PTKIT_RETURN_IF_ERROR(Spool(s.snippet, sample->aux));
   r_.samples.push_back(std::move(s));
   return absl::OkStatus();
+}
+
+absl::Status RecordingBuilder::AddArchivedFile(std::string path, std::vector<uint8_t> build_id,
+                                               std::span<const uint8_t> bytes) {
+  if (bytes.size() > options_.max_captured_code - code_bytes_) {
+    ++code_left_out_;
+    code_left_out_bytes_ += bytes.size();
+    return absl::OkStatus();
+  }
+  code_bytes_ += bytes.size();
+  SpoolRun& run = r_.archived_files[{std::move(path), std::move(build_id)}];
+  if (run.size != 0) return absl::OkStatus();  // the same file again
+  return Spool(run, bytes);
 }
 
 absl::Status RecordingBuilder::AddCode(uint32_t pid, uint64_t address, std::string path,
@@ -843,9 +861,37 @@ std::string RecordingImages::ArchivedFileHere(const CapturedCode& c) {
   if (inserted) {
     const std::string file = sysroot_ + c.path;
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(file);
-    if (id.ok() && (c.build_id.empty() || *id == c.build_id)) it->second = file;
+    if (id.ok() && (c.build_id.empty() || *id == c.build_id)) {
+      it->second = file;
+    } else if (auto a = r_.archived_files.find({c.path, c.build_id});
+               a != r_.archived_files.end() && r_.spool) {
+      // Not here: the recording's copy, written out for libelf (symbols, line tables).
+      it->second = WriteOut(a->second, c.path);
+    }
   }
   return it->second;
+}
+
+std::string RecordingImages::WriteOut(const SpoolRun& run, const std::string& path) {
+  absl::StatusOr<SpoolView> view = r_.spool->Map(run);
+  if (!view.ok()) return "";
+  const std::filesystem::path base = std::filesystem::path(path).filename();
+  std::error_code ec;
+  std::string file =
+      (std::filesystem::temp_directory_path(ec) / ("ptdecode-XXXXXX-" + base.string())).string();
+  ScopedFd fd(::mkstemps(file.data(), static_cast<int>(base.string().size()) + 1));
+  if (!fd.valid()) return "";
+  ::unlink(file.c_str());
+  std::span<const uint8_t> bytes = view->bytes();
+  while (!bytes.empty()) {
+    const ssize_t n = ::write(fd.get(), bytes.data(), bytes.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return "";
+    bytes = bytes.subspan(static_cast<size_t>(n));
+  }
+  const std::string name = absl::StrCat("/proc/self/fd/", fd.get());
+  written_out_.push_back(std::move(fd));
+  return name;
 }
 
 const std::vector<Symbol>& RecordingImages::KernelSymbols() {

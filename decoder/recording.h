@@ -47,6 +47,7 @@
 #include "ptkit/container_format.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/recording_metadata.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/sideband.h"
 
 namespace ptkit::decoder {
@@ -153,6 +154,9 @@ struct Recording {
   // ptrecord --kcore: the kernel tables' text by path ("/proc/kallsyms", "/proc/modules"); the
   // kernel text itself is captured code of pid 0 (flag kCodeKernel), mapped in every process.
   std::map<std::string, std::string> kernel_tables;
+  // ptrecord --archive: each archived file whole (kCodeArchivedFile), by path and build-id:
+  // its symbols and line tables where this machine does not have the file.
+  std::map<std::pair<std::string, std::vector<uint8_t>>, SpoolRun> archived_files;
   uint64_t malformed_samples = 0;  // sample records whose PERF_RECORD_SAMPLE did not parse
 };
 
@@ -204,6 +208,10 @@ class RecordingBuilder {
   absl::Status AddCode(uint32_t pid, uint64_t address, std::string path,
                        std::span<const uint8_t> bytes, uint64_t pgoff = 0, uint32_t flags = 0,
                        std::vector<uint8_t> build_id = {});
+  // An archived file whole (a code record with kCodeArchivedFile), spooled; within the same
+  // limit as AddCode. Errors: the spool's.
+  absl::Status AddArchivedFile(std::string path, std::vector<uint8_t> build_id,
+                               std::span<const uint8_t> bytes);
   // The PERF_RECORD_TEXT_POKE records of user addresses among the perf records `records`
   // (sample_id trailers of `layout`, which must give the pid): code the guest ran from no file
   // (ptrecord --emulate=qemu: JIT code), added as AddCode adds (flag kCodeTextPoke). Kernel
@@ -273,8 +281,14 @@ class RecordingImages {
   // The file on this machine (under the sysroot) that archived code `c` came from, by its
   // path and build-id; "" when there is none.
   std::string ArchivedFileHere(const CapturedCode& c);
+  // The spooled bytes `run` of the archived file `path` in a temporary file, as a
+  // /proc/self/fd path; "" when it cannot be written.
+  std::string WriteOut(const SpoolRun& run, const std::string& path);
   // ArchivedFileHere's, by path and build-id.
   std::map<std::pair<std::string, std::vector<uint8_t>>, std::string> archived_here_;
+  // Archived files written out for libelf (their symbols, DWARF): unlinked at once (nothing
+  // left behind, also by a ptdecode killed), read as /proc/self/fd/N while these are open.
+  std::vector<ScopedFd> written_out_;
   // The build-id of the file at `path` (empty: none), read once; errors: the file's.
   const absl::StatusOr<std::vector<uint8_t>>& BuildIdOf(const std::string& path);
   std::map<std::string, absl::StatusOr<std::vector<uint8_t>>> build_ids_;

@@ -9,6 +9,9 @@
 #include <cerrno>
 #include <cstring>
 #include <memory>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "ptkit/errno_text.h"
@@ -107,6 +110,16 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
       done += static_cast<uint64_t>(n);
     }
     PTKIT_RETURN_IF_ERROR(st);
+  }
+  // Each archived file whole once: its symbols and line tables, for names where it is not.
+  std::set<std::string> whole;
+  for (const Range& r : ranges_) {
+    if (!whole.insert(r.path).second) continue;
+    absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(r.path);
+    // (A writer's error comes back at its Close too.)
+    absl::Status st =
+        AppendArchivedFile(writer, r.path, r.path, id.ok() ? *id : std::vector<uint8_t>{});
+    if (!st.ok()) warnings.push_back(absl::StrCat("symbols not archived: ", st.message()));
   }
   if (!vdso_.empty()) {
     absl::StatusOr<std::vector<uint8_t>> vdso = ReadOwnVdso();

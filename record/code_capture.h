@@ -39,8 +39,9 @@ class CodeCapture {
   // record per process that mapped a [vdso], with this machine's vdso bytes at that
   // process's address. With `archive`, one record (flags 0, build-id set) per distinct
   // executable mapping holding the file bytes [pgoff, pgoff + len) at its address, split in
-  // 16 MiB pieces; a file shorter than the mapping gives what the file has. Returns the
-  // warnings (unreadable files); errors are the writer's.
+  // 16 MiB pieces; a file shorter than the mapping gives what the file has; and each such
+  // file whole (AppendArchivedFile: its symbols and line tables). Returns the warnings
+  // (unreadable files); errors are the writer's.
   absl::StatusOr<std::vector<std::string>> Write(ContainerWriter& writer) const;
 
   size_t files() const { return files_.size(); }

@@ -509,4 +509,34 @@ WriterStats ContainerWriter::stats() const {
   return state_->stats;
 }
 
+absl::Status AppendArchivedFile(ContainerWriter& writer, const std::string& path,
+                                const std::string& read_from,
+                                const std::vector<uint8_t>& build_id) {
+  const ScopedFd fd(open(read_from.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, read_from);
+  const off_t size = lseek(fd.get(), 0, SEEK_END);
+  if (size < 0) return ErrnoStatus(errno, read_from);
+  // The record's header, path and build-id besides the bytes.
+  if (static_cast<uint64_t>(size) + path.size() + build_id.size() + 64 > kMaxPayloadSize) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        read_from, ": ", size, " bytes, more than a record holds (", kMaxPayloadSize, ")"));
+  }
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));
+  for (size_t done = 0; done < bytes.size();) {
+    const ssize_t n =
+        pread(fd.get(), bytes.data() + done, bytes.size() - done, static_cast<off_t>(done));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, read_from);
+    if (n == 0) return absl::DataLossError(absl::StrCat(read_from, ": shorter than its size"));
+    done += static_cast<size_t>(n);
+  }
+  return writer.AppendCode(CodeRecord{.pid = 0,
+                                      .flags = kCodeArchivedFile,
+                                      .address = 0,
+                                      .pgoff = 0,
+                                      .path = path,
+                                      .build_id = build_id,
+                                      .bytes = bytes});
+}
+
 }  // namespace ptkit

@@ -129,6 +129,9 @@ inline constexpr uint32_t kCodeKernelTable = 0x8;
 // Not in code records: ptdecode's flag for code from a sideband PERF_RECORD_TEXT_POKE of a
 // user address (ptrecord --emulate=qemu's JIT code), which covers no file's mapping.
 inline constexpr uint32_t kCodeTextPoke = 0x10;
+// An archived file whole (ptrecord --archive): bytes are the file named by path (its symbols and
+// debug information; its executable mappings are records of their own), pid 0, address 0.
+inline constexpr uint32_t kCodeArchivedFile = 0x20;
 struct CodeRecord {
   uint32_t pid = 0;
   uint32_t flags = 0;

@@ -39,6 +39,15 @@ struct WriterStats {
   uint64_t producer_waits = 0;  // times a producer waited for queue space
 };
 
+class ContainerWriter;
+
+// --archive: the whole file `read_from` as one code record with kCodeArchivedFile (pid 0,
+// address 0) named `path` with `build_id`, so that a decoder without the file has its symbols
+// and line tables. Errors: kResourceExhausted for a file larger than a record holds, the
+// file's (open, read, naming it), the writer's.
+absl::Status AppendArchivedFile(ContainerWriter& writer, const std::string& path,
+                                const std::string& read_from, const std::vector<uint8_t>& build_id);
+
 class ContainerWriter {
  public:
   // Creates `path` and writes the file header. Fails (kAlreadyExists) when the file exists

@@ -373,12 +373,23 @@ TEST_F(EmulateCliTest, AnArchivedRecordingNeedsNotTheProgram) {
   auto rec = Record({prog, "x"}, {"--archive"});
   if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
   ASSERT_EQ(rec.exit_code, 3) << rec.err;
+  // Names and source lines as where the program is (from its file), also without it: the
+  // archive holds the file whole (sweep 29b S8: every function was sub_ADDRESS).
+  const auto names = [this] {
+    return RunCommand({PTDECODE_PATH, "stats", trace_}).out +
+           RunCommand({PTDECODE_PATH, "calls", "--srcline", trace_}).out;
+  };
+  const std::string here = names();
+  EXPECT_THAT(here, HasSubstr(" fib [prog]"));
+  EXPECT_THAT(here, HasSubstr("fib.c:"));
   // Replaced by other code: the archived bytes are decoded, not the file.
   std::filesystem::copy_file(kE2e + "/e2e_crash", prog,
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_THAT(CheckDecode(1), Not(HasSubstr("build-id")));
+  EXPECT_EQ(names(), here);
   std::filesystem::remove(prog);
   CheckDecode(1);
+  EXPECT_EQ(names(), here);
 }
 
 // A workload that dies of a signal is said on stderr (even with -q) and in the metadata;

@@ -1200,11 +1200,15 @@ TEST_F(PerfExportTest, AnArchiveFindsCodeInTheBuildIdCacheAsPerfDoes) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, HasSubstr("/lib64/libc-2.23.so"));
   EXPECT_THAT(r.err, Not(HasSubstr("/usr/bin/coreutils: ")));
-  std::map<std::string, Code> archived;
+  std::map<std::string, Code> archived, whole;
   for (Code& c : CodeRecords(pt)) {
-    if (!c.bytes.empty()) archived[c.path] = std::move(c);
+    if (!c.bytes.empty()) ((c.flags & kCodeArchivedFile) ? whole : archived)[c.path] = std::move(c);
   }
   ASSERT_TRUE(archived.contains("/usr/bin/coreutils")) << r.err;
+  // And the file whole (its symbols), once.
+  ASSERT_TRUE(whole.contains("/usr/bin/coreutils")) << r.err;
+  EXPECT_TRUE(whole["/usr/bin/coreutils"].bytes == program);
+  EXPECT_EQ(whole.size(), 1u);
   const Code& prog = archived["/usr/bin/coreutils"];
   EXPECT_EQ(prog.address, 0x5cba63156000u);  // perf script --show-mmap-events
   EXPECT_EQ(prog.pgoff, 0u);
