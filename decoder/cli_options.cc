@@ -1,6 +1,8 @@
 #include "decoder/cli_options.h"
 
+#include <filesystem>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "CLI/CLI.hpp"
@@ -10,6 +12,7 @@
 #include "decoder/parallel_decode.h"
 #include "decoder/trace_config.h"
 #include "fmt/format.h"
+#include "ptkit/status.h"
 
 namespace ptkit::decoder {
 namespace {
@@ -225,6 +228,20 @@ std::string DefaultBuildIdDir(const char* perf_buildid_dir, const char* home) {
   return "";
 }
 
+namespace {
+
+// A directory option given (not "") that names no directory: a usage error naming it (sweep
+// 29b U3: --sysroot /does/not/exist was taken, and every file was then "not found").
+absl::Status CheckDirectory(std::string_view option, const std::string& dir) {
+  std::error_code ec;
+  if (dir.empty() || std::filesystem::is_directory(dir, ec)) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      fmt::format("{} {}: {}", option, dir,
+                  std::filesystem::exists(dir, ec) ? "not a directory" : "no such directory"));
+}
+
+}  // namespace
+
 absl::StatusOr<ContainerOptions> ContainerOptionsFromFlags(const DecodeFlags& f,
                                                            const std::string& default_buildid_dir) {
   if (!f.elfs.empty() || !f.raws.empty() || !f.pages.empty()) {
@@ -232,6 +249,7 @@ absl::StatusOr<ContainerOptions> ContainerOptionsFromFlags(const DecodeFlags& f,
         "--elf, --raw and --pages apply to raw traces (--pt), not to trace.pt");
   }
   ContainerOptions options;
+  PTKIT_RETURN_IF_ERROR(CheckDirectory("--sysroot", f.sysroot));
   options.sysroot = f.sysroot;
   options.buildid_dir = f.buildid_dir.empty() ? default_buildid_dir : f.buildid_dir;
   std::string cpu = f.cpu;  // FAMILY/MODEL: the configuration's
@@ -378,7 +396,7 @@ void AddDiffFlags(CLI::App& cmd, DiffFlags& f) {
                  "Colour the text table: auto (on a terminal, unless NO_COLOR is set; the "
                  "default), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
-  cmd.add_option("--sysroot", f.sysroot,
+  cmd.add_option("--sysroot,--symfs", f.sysroot,
                  "Look for the recordings' mapped files and their debug files under DIR");
 }
 
@@ -424,6 +442,7 @@ absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& f) {
   if (f.fail_total >= 0) plan.limits_given.push_back("fail_total");
   if (f.fail_function >= 0) plan.limits_given.push_back("fail_function");
   if (f.min_instructions_given) plan.limits_given.push_back("min_instructions");
+  PTKIT_RETURN_IF_ERROR(CheckDirectory("--sysroot", f.sysroot));
   plan.container.sysroot = f.sysroot;
   plan.format = f.format == "json"       ? DiffFormat::kJson
                 : f.format == "markdown" ? DiffFormat::kMarkdown

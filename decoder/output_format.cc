@@ -256,7 +256,13 @@ void AppendErrorLine(Buffer& buf, const DecodeError& e, bool json) {
     buf.append(std::string_view("}\n"));
     return;
   }
-  if (e.is_gap() && e.missing_file != nullptr) {
+  if (e.is_gap() && e.missing_file == nullptr && e.ip >= 0xffff800000000000ull) {
+    // Kernel code the recording has not (sweep 29b M2: "no image is loaded").
+    fmt::format_to(it,
+                   "[gap at offset {:#x}: no code at {:#x}: kernel code, not in the recording "
+                   "(ptrecord --kcore, perf record --kcore)]\n",
+                   e.offset, e.ip);
+  } else if (e.is_gap() && e.missing_file != nullptr) {
     fmt::format_to(it, "[gap at offset {:#x}: no code at {:#x}: {} could not be loaded]\n",
                    e.offset, e.ip, *e.missing_file);
   } else if (e.is_gap() && e.gap.begin == 0 && e.gap.end == ~0ull) {

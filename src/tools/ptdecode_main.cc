@@ -196,6 +196,13 @@ int RunDecode(const dec::DecodeFlags& f, const SinkFactory& make_sink) {
   if (!spec.ok()) return UsageError(spec.status());
   auto input = dec::LoadRawInput(*spec);
   if (!input.ok()) return Fail(input.status());
+  if (spec->elfs.empty() && spec->raws.empty() && spec->page_dumps.empty()) {
+    // Nothing to follow the trace through (sweep 29b M4: "0 streams, 2272 bytes of trace").
+    return UsageError(absl::InvalidArgumentError(
+        "--pt/--bts: no code given: a raw trace decodes against the code it ran, given with "
+        "--elf FILE[:BASE], --raw FILE[:FROM[-TO]]:ADDRESS or --pages DIR (ptdecode packets needs "
+        "none)"));
+  }
   // Times the trace has but the options do not let the decoder compute (sweep 29b S3).
   if (!spec->bts) {
     const std::string timing =

@@ -100,12 +100,24 @@ TEST(DefaultBuildIdDir, AsPerf) {
   EXPECT_EQ(DefaultBuildIdDir(nullptr, nullptr), "");
 }
 
+// A --sysroot that names no directory is a usage error naming it (sweep 29b U3: it was taken,
+// and every file was then "could not be loaded").
+TEST(ContainerOptionsFromFlags, ASysrootThatIsNoDirectoryIsAUsageError) {
+  auto missing = ContainerOptionsFromFlags(
+      Decode({"trace.pt", "--sysroot", "/nonexistent-sysroot"}), "/default");
+  EXPECT_THAT(missing.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                         "--sysroot /nonexistent-sysroot: no such directory"));
+  auto file = ContainerOptionsFromFlags(Decode({"trace.pt", "--symfs", "/etc/passwd"}), "/default");
+  EXPECT_THAT(file.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      "--sysroot /etc/passwd: not a directory"));
+}
+
 TEST(ContainerOptionsFromFlags, Filters) {
   auto options = ContainerOptionsFromFlags(
-      Decode({"trace.pt", "--cpu", "2", "--tid", "0x10", "--snapshot", "1", "--sysroot", "/r"}),
+      Decode({"trace.pt", "--cpu", "2", "--tid", "0x10", "--snapshot", "1", "--sysroot", "/usr"}),
       "/default");
   ASSERT_THAT(options.status(), IsOk());
-  EXPECT_EQ(options->sysroot, "/r");
+  EXPECT_EQ(options->sysroot, "/usr");
   EXPECT_EQ(options->buildid_dir, "/default");
   EXPECT_EQ(options->cpu, 2u);
   EXPECT_EQ(options->tid, 16u);
@@ -230,8 +242,19 @@ absl::StatusOr<DiffPlan> Diff(std::vector<std::string> args) {
   return DiffPlanFromFlags(f);
 }
 
+// diff takes --symfs as the other sub-commands do, and a --sysroot that is no directory is a
+// usage error there too (sweep 29a F9: "BASE NEW: At Most 2 required but received 3").
+TEST(DiffPlanFromFlags, ASysrootThatIsNoDirectoryIsAUsageError) {
+  auto diff = Diff({"a.pt", "b.pt", "--symfs", "/nonexistent-sysroot"});
+  EXPECT_THAT(diff.status(), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      "--sysroot /nonexistent-sysroot: no such directory"));
+  auto ok = Diff({"a.pt", "b.pt", "--symfs", "/usr"});
+  ASSERT_THAT(ok.status(), IsOk());
+  EXPECT_EQ(ok->container.sysroot, "/usr");
+}
+
 TEST(DiffPlanFromFlags, SidesAndDefaults) {
-  auto plan = Diff({"a.pt", "b.pt", "--base", "a2.pt", "--new", "b2.pt", "--sysroot", "/r"});
+  auto plan = Diff({"a.pt", "b.pt", "--base", "a2.pt", "--new", "b2.pt", "--sysroot", "/usr"});
   ASSERT_THAT(plan.status(), IsOk());
   EXPECT_THAT(plan->base, ElementsAre("a.pt", "a2.pt"));
   EXPECT_THAT(plan->now, ElementsAre("b.pt", "b2.pt"));
@@ -241,7 +264,7 @@ TEST(DiffPlanFromFlags, SidesAndDefaults) {
   EXPECT_FALSE(plan->profile.timing);
   EXPECT_FALSE(plan->options.fail_total_pct.has_value());
   EXPECT_THAT(plan->limits_given, IsEmpty());
-  EXPECT_EQ(plan->container.sysroot, "/r");
+  EXPECT_EQ(plan->container.sysroot, "/usr");
   // Several runs after one --base / --new, as a shell glob gives them (--base base-*.pt).
   plan = Diff({"--base", "a1.pt", "a2.pt", "--new", "b1.pt", "b2.pt", "b3.pt"});
   ASSERT_THAT(plan.status(), IsOk());

@@ -535,6 +535,18 @@ TEST_F(PtdecodeCliTest, SubcommandErrorsNameTheWordAndTheChoices) {
   EXPECT_THAT(r.err, HasSubstr(trace_));
 }
 
+// A raw trace without code to follow it through: said (sweep 29b M4: "no instructions decoded
+// (0 streams, 2272 bytes of trace, ...)" and no reason); packets needs none.
+TEST_F(PtdecodeCliTest, ARawTraceWithoutCodeIsAUsageError) {
+  Result r = RunPtdecode("stats --pt " + trace_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "ptdecode: --pt/--bts: no code given: a raw trace decodes against the code it ran, "
+            "given with --elf FILE[:BASE], --raw FILE[:FROM[-TO]]:ADDRESS or --pages DIR "
+            "(ptdecode packets needs none) (see ptdecode --help)\n");
+  EXPECT_EQ(RunPtdecode("packets --pt " + trace_).exit_code, 0);
+}
+
 TEST_F(PtdecodeCliTest, UsageErrorsExitTwoWithOneLine) {
   for (const std::string& args : {std::string("stats --pt ") + trace_ + " --raw nonsense",
                                   std::string("stats --pt ") + trace_ + " --time 5",
