@@ -1,13 +1,17 @@
 #include "decoder/srcline.h"
 
+#include <dwarf.h>
 #include <elfutils/libdw.h>
 
 #include <algorithm>
 #include <deque>
 #include <optional>
+#include <string>
+#include <string_view>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "fmt/format.h"
 #include "ptkit/elf_file.h"
 
@@ -141,8 +145,21 @@ struct SourceLines::State {
     Dwarf_Line* line = dwarf_getsrc_die(&cu, *address);
     int lineno = 0;
     const char* source = line == nullptr ? nullptr : dwarf_linesrc(line, nullptr, nullptr);
-    if (source == nullptr || dwarf_lineno(line, &lineno) != 0) return -1;
-    auto [tit, added] = text_index.try_emplace(fmt::format("{}:{}", source, lineno), 0);
+    // Line 0: code of no source line (compiler-made), as addr2line's "?" (sweep 28a F3:
+    // "stdlib.h:0" was printed).
+    if (source == nullptr || dwarf_lineno(line, &lineno) != 0 || lineno == 0) return -1;
+    // As addr2line prints it: a relative name joined to the unit's compilation directory (a
+    // name relative to where it was built means nothing where it is decoded; sweep 28a F3:
+    // "src/inl.c").
+    std::string path = source;
+    if (!path.empty() && path[0] != '/') {
+      Dwarf_Attribute attr;
+      const char* dir = dwarf_formstring(dwarf_attr(&cu, DW_AT_comp_dir, &attr));
+      if (dir != nullptr && dir[0] == '/') {
+        path = absl::StrCat(dir, std::string_view(dir).ends_with('/') ? "" : "/", path);
+      }
+    }
+    auto [tit, added] = text_index.try_emplace(fmt::format("{}:{}", path, lineno), 0);
     if (added) {
       tit->second = static_cast<int32_t>(texts.size());
       texts.push_back(tit->first);

@@ -1,6 +1,8 @@
 // --srcline: file:line from DWARF (decoder/srcline.h), checked against binutils' addr2line on
 // the same program built with -g (tiny_dwarf.elf), at its own addresses and relocated.
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
@@ -293,6 +295,58 @@ TEST(SrclineProgramTest, AnOrdinaryProgramsLinesAreAddr2Lines) {
       EXPECT_EQ(std::fclose(diag), 0);
     }
   }
+}
+
+// A program built from a relative source path (`gcc -g src/rel.c` in its directory): each line
+// as addr2line prints it, the name joined to the compilation directory; none where addr2line
+// knows no line ("FILE:?", "??:0"; sweep 28a F3: "src/rel.c:8", line-0 rows as "FILE:0").
+TEST(SrclineProgramTest, RelativeSourcesAreJoinedToTheirDirectoryAsAddr2LineDoes) {
+  if (std::system("addr2line --version >/dev/null 2>&1") != 0 ||
+      std::system("gcc --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "addr2line or gcc is not installed";
+  }
+  const std::string dir = std::filesystem::path(::ptkit::decoder::testing::TempPath("srcline_rel"))
+                              .lexically_normal()
+                              .string();
+  std::filesystem::create_directories(dir + "/src");
+  std::ofstream(dir + "/src/rel.c") << R"(#include <stdlib.h>
+__attribute__((noinline)) static int twice(int x) { return x * 2; }
+int main(int argc, char** argv) {
+  int s = 0;
+  for (int i = 0; i < argc * 100; ++i) s += twice(i) + (argv[0][i % 3] == 'x');
+  if (s == 42) abort();
+  return s & 1;
+}
+)";
+  auto cc = ::ptkit::testing::RunCommand(
+      {"/bin/sh", "-c", "cd '" + dir + "' && gcc -O2 -g src/rel.c -o rel"});
+  ASSERT_EQ(cc.exit_code, 0) << cc.err;
+  const std::string path = dir + "/rel";
+  std::vector<uint64_t> ips;
+  std::istringstream text(testing::ToolOutput({"objdump", "-d", "--section=.text", path}));
+  static const std::regex kInsn("^ *([0-9a-f]+):\t.*$");
+  std::smatch m;
+  for (std::string line; std::getline(text, line);) {
+    if (std::regex_match(line, m, kInsn)) ips.push_back(std::stoull(m[1], nullptr, 16));
+  }
+  std::string cmd = "addr2line -e " + path;
+  for (uint64_t a : ips) cmd += fmt::format(" {:#x}", a);
+  std::istringstream want(testing::ToolOutput({"/bin/sh", "-c", cmd}));
+  std::unique_ptr<ProgramImage> image = std::move(*ProgramImage::Create());
+  ASSERT_THAT(image->AddElf({path}), IsOk());
+  SourceLines lines(nullptr);
+  size_t joined = 0;
+  for (uint64_t ip : ips) {
+    std::string expected;
+    ASSERT_TRUE(std::getline(want, expected));
+    expected = expected.substr(0, expected.find(" ("));  // " (discriminator N)"
+    if (expected.starts_with("??") || expected.ends_with(":?")) expected.clear();
+    const std::string* got = lines.Lookup(*image, ip);
+    EXPECT_EQ(got == nullptr ? "" : *got, expected) << fmt::format("{:#x}", ip);
+    joined += expected.starts_with(dir + "/src/rel.c:");
+  }
+  EXPECT_GT(joined, 5u);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
