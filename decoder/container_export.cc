@@ -152,6 +152,16 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
     PTKIT_RETURN_IF_ERROR(out.Losses(key.id, stream.losses_after, last));
   }
 
+  // The archived files whole (their symbols and line tables), as the source has them.
+  for (const auto& [key, run] : r.archived_files) {
+    if (!r.spool) break;
+    PTKIT_ASSIGN_OR_RETURN(SpoolView bytes, r.spool->Map(run));
+    PTKIT_RETURN_IF_ERROR(w->AppendCode({.flags = kCodeArchivedFile,
+                                         .path = key.first,
+                                         .build_id = key.second,
+                                         .bytes = bytes.bytes()}));
+    ++summary.code_records;
+  }
   for (const auto& [pid, code] : r.captured) {
     for (const CapturedCode& c : code) {
       PTKIT_ASSIGN_OR_RETURN(SpoolView bytes, CapturedBytes(r, c));

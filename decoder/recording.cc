@@ -861,7 +861,10 @@ std::string RecordingImages::ArchivedFileHere(const CapturedCode& c) {
   if (inserted) {
     const std::string file = sysroot_ + c.path;
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(file);
-    if (id.ok() && (c.build_id.empty() || *id == c.build_id)) {
+    const bool archived = r_.archived_files.contains({c.path, c.build_id});
+    // The file here when its build-id confirms it, or (no build-id recorded) when the archive
+    // has no copy of its own.
+    if (id.ok() && (c.build_id.empty() ? !archived : *id == c.build_id)) {
       it->second = file;
     } else if (auto a = r_.archived_files.find({c.path, c.build_id});
                a != r_.archived_files.end() && r_.spool) {

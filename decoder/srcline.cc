@@ -89,7 +89,9 @@ bool HasLines(Dwarf* dbg) {
 }  // namespace
 
 struct SourceLines::State {
-  DwarfFile* Open(const std::string& path, const std::string& sysroot) {
+  // `path`: where to read it; `name`: what to call it (a written-out archived file's path is
+  // /proc/self/fd/N).
+  DwarfFile* Open(const std::string& path, const std::string& sysroot, const std::string& name) {
     auto [it, inserted] = files.try_emplace(path, nullptr);
     if (inserted) {
       it->second = std::make_unique<DwarfFile>();
@@ -110,12 +112,12 @@ struct SourceLines::State {
         drop_without_lines();
       }
       if (f.dbg == nullptr) {
-        without_lines.push_back(path);
+        without_lines.push_back(name);
         if (diagnostics != nullptr) {
           std::fprintf(diagnostics,
                        "ptdecode: warning: --srcline: %s has no DWARF line information (no "
                        "file:line for its code)\n",
-                       path.c_str());
+                       name.c_str());
         }
       }
     }
@@ -136,7 +138,7 @@ struct SourceLines::State {
     const int file_index = image.FileAt(ip);
     if (file_index < 0) return -1;
     const ImageFile& f = image.files()[file_index];
-    DwarfFile* file = Open(f.path.empty() ? f.name : f.path, image.sysroot());
+    DwarfFile* file = Open(f.path.empty() ? f.name : f.path, image.sysroot(), f.name);
     if (file->dbg == nullptr) return -1;
     const std::optional<uint64_t> address = image.LinkAddress(ip);
     if (!address.has_value()) return -1;

@@ -133,11 +133,13 @@ absl::Status CheckQemuPlugin(const std::string& path) {
   return absl::OkStatus();
 }
 
-int GuestWaitStatus(int host_status) {
+int GuestWaitStatus(int host_status, const std::string& version) {
   // qemu-user 7.2 (linux-user/signal.c) keeps the host's first real-time signals for itself
   // and maps guest signal 32 + k to host 34 + k (guest 63 and 64 have none: qemu ignores
   // them); when the guest dies of one, qemu kills itself with the host's number.
-  if (!WIFSIGNALED(host_status) || WTERMSIG(host_status) < 34) return host_status;
+  if (!version.starts_with("7.") || !WIFSIGNALED(host_status) || WTERMSIG(host_status) < 34) {
+    return host_status;
+  }
   return (host_status & ~0x7f) | (WTERMSIG(host_status) - 2);
 }
 
@@ -490,7 +492,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     }
     if (!status) status = workload.Wait();
   }
-  *status = GuestWaitStatus(*status);
+  *status = GuestWaitStatus(*status, setup.version);
   // A thread that died with its process in a system call (qemu-user runs no plugin code at a
   // fatal signal) left the trace it staged there (QemuSlotWriter::StageTrace) with no
   // PERF_RECORD_AUX: written now in the plugin's place, once its slot's data ring is drained.

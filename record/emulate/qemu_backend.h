@@ -34,7 +34,8 @@ absl::Status CheckQemuPlugin(const std::string& path);
 // The wait status the guest would have given natively, from qemu-x86_64's: qemu dies of the
 // host's number of the guest's fatal signal, which for real-time signals is the guest's + 2
 // (sweep 29c F1: SIGRTMIN+3, 37, was reported as 39, exit 167 for 165).
-int GuestWaitStatus(int host_status);
+// Only for QEMU 7 (`version` as QemuSetup's): other versions map otherwise.
+int GuestWaitStatus(int host_status, const std::string& version);
 
 // Finds qemu-x86_64 on PATH and the plugin (`plugin`, else next to `self_exe`, else installed
 // beside it), and asks QEMU

@@ -347,6 +347,7 @@ TEST_F(EmulateCliTest, ARebuiltProgramIsAWarningNamingIt) {
   if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
   ASSERT_EQ(rec.exit_code, 3) << rec.err;
   EXPECT_THAT(CheckDecode(1), Not(HasSubstr("build-id")));
+  if (access("/usr/bin/perf", X_OK) != 0) GTEST_SKIP() << "perf is not installed";
   const std::string cache = dir_.File("cache");
   auto add = RunCommand({"/usr/bin/perf", "--buildid-dir", cache, "buildid-cache", "-a", prog});
   ASSERT_EQ(add.exit_code, 0) << add.err;
@@ -375,21 +376,27 @@ TEST_F(EmulateCliTest, AnArchivedRecordingNeedsNotTheProgram) {
   ASSERT_EQ(rec.exit_code, 3) << rec.err;
   // Names and source lines as where the program is (from its file), also without it: the
   // archive holds the file whole (sweep 29b S8: every function was sub_ADDRESS).
-  const auto names = [this] {
-    return RunCommand({PTDECODE_PATH, "stats", trace_}).out +
-           RunCommand({PTDECODE_PATH, "calls", "--srcline", trace_}).out;
+  const auto names = [](const std::string& trace) {
+    return RunCommand({PTDECODE_PATH, "stats", trace}).out +
+           RunCommand({PTDECODE_PATH, "calls", "--srcline", trace}).out;
   };
-  const std::string here = names();
+  const std::string here = names(trace_);
+  // An export to trace.pt keeps the archived files (with their names).
+  const std::string again = dir_.File("again.pt");
+  auto exported = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", trace_, "-o", again});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
   EXPECT_THAT(here, HasSubstr(" fib [prog]"));
   EXPECT_THAT(here, HasSubstr("fib.c:"));
   // Replaced by other code: the archived bytes are decoded, not the file.
   std::filesystem::copy_file(kE2e + "/e2e_crash", prog,
                              std::filesystem::copy_options::overwrite_existing);
   EXPECT_THAT(CheckDecode(1), Not(HasSubstr("build-id")));
-  EXPECT_EQ(names(), here);
+  EXPECT_EQ(names(trace_), here);
   std::filesystem::remove(prog);
   CheckDecode(1);
-  EXPECT_EQ(names(), here);
+  EXPECT_EQ(names(trace_), here);
+  const std::string from_export = names(again);
+  EXPECT_EQ(from_export.substr(from_export.find('\n')), here.substr(here.find('\n')));
 }
 
 // A workload that dies of a signal is said on stderr (even with -q) and in the metadata;

@@ -1916,9 +1916,13 @@ TEST_F(QemuEmulateTest, TheCommandGoesWithAKilledPtrecord) {
     auto r =
         RunCommand({"/bin/sh", "-c",
                     absl::StrCat("'", PTRECORD_PATH, "' --emulate=qemu -q -o '", dir_->File("k.pt"),
-                                 "' --overwrite-existing -- '", tick, "' & p=$!; sleep 1; kill -",
-                                 signal, " $p; wait $p; sleep 0.3; pgrep -f '^[^ ]*qemu-x86_64 .*",
-                                 tick, "' || echo gone")});
+                                 "' --overwrite-existing -- '", tick,
+                                 // Once qemu runs it (a loaded machine may take a while).
+                                 "' & p=$!; i=0; until pgrep -f '^[^ ]*qemu-x86_64 .*", tick,
+                                 "' >/dev/null || [ $i -ge 100 ]; do sleep 0.1; i=$((i+1)); done; ",
+                                 "sleep 0.3; kill -", signal,
+                                 " $p; wait $p; sleep 0.3; pgrep -f '^[^ ]*qemu-x86_64 .*", tick,
+                                 "' || echo gone")});
     EXPECT_EQ(r.out, "gone\n") << r.err;
   }
 }
