@@ -93,19 +93,36 @@ std::string GroupName(const Profile& p, const ProfileFunction& fn, DiffGroup gro
   return MatchName(p, fn);
 }
 
-std::map<Key, DiffCounts> Keyed(const Profile& p, const DiffOptions& options) {
+// The names that stand for several functions of one image (static functions of two sources),
+// over every run of both sides, so that a run that ran one of them names it as a run that ran
+// both does: a name two rows of a run have, or one the profile sink looked the source file up
+// for without being asked for every row's (it does for a name its file's symbols share).
+std::set<Key> SharedNames(std::span<const Profile> base, std::span<const Profile> now,
+                          const DiffOptions& options) {
+  std::set<Key> out;
+  if (options.group_by != DiffGroup::kFunction) return out;
+  for (std::span<const Profile> side : {base, now}) {
+    for (const Profile& p : side) {
+      std::set<Key> seen;
+      for (const ProfileFunction& fn : p.functions) {
+        Key key(Basename(fn.image), MatchName(p, fn));
+        if (!seen.insert(key).second || (!p.source_files && !fn.source.empty())) {
+          out.insert(std::move(key));
+        }
+      }
+    }
+  }
+  return out;
+}
+
+std::map<Key, DiffCounts> Keyed(const Profile& p, const DiffOptions& options,
+                                const std::set<Key>& shared) {
   std::vector<Key> keys;
-  std::map<Key, int> named;
   for (const ProfileFunction& fn : p.functions) {
     keys.emplace_back(Basename(fn.image), GroupName(p, fn, options.group_by));
-    ++named[keys.back()];
-  }
-  // Two functions of one name in one image (static functions of two sources) are told apart by
-  // their source files where known: "helper (two.c)".
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const ProfileFunction& fn = p.functions[i];
-    if (options.group_by == DiffGroup::kFunction && named[keys[i]] > 1 && !fn.source.empty()) {
-      keys[i].second = fmt::format("{} ({})", keys[i].second, Basename(fn.source));
+    // Told apart by their source files where known: "helper (two.c)".
+    if (!fn.source.empty() && shared.contains(keys.back())) {
+      keys.back().second = fmt::format("{} ({})", keys.back().second, Basename(fn.source));
     }
   }
   std::map<Key, DiffCounts> out;
@@ -231,10 +248,11 @@ struct SideCounts {
 // Per key, the median of each count over the runs. Every key seen in a run gets an entry in
 // `seen`, set to true when `base`.
 std::map<Key, SideCounts> MedianCounts(std::span<const Profile> runs, const DiffOptions& options,
-                                       std::map<Key, bool>& seen, bool base) {
+                                       const std::set<Key>& shared, std::map<Key, bool>& seen,
+                                       bool base) {
   const DiffMetric metric = options.metric;
   std::vector<std::map<Key, DiffCounts>> keyed;
-  for (const Profile& p : runs) keyed.push_back(Keyed(p, options));
+  for (const Profile& p : runs) keyed.push_back(Keyed(p, options, shared));
   std::map<Key, SideCounts> out;
   for (const auto& run : keyed) {
     for (const auto& [key, counts] : run) {
@@ -624,8 +642,9 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   d.now = MakeSide(now, metric);
   std::vector<bool> used(options.function_limits.size());
   std::map<Key, bool> in_base;
-  std::map<Key, SideCounts> b = MedianCounts(base, options, in_base, true);
-  std::map<Key, SideCounts> n = MedianCounts(now, options, in_base, false);
+  const std::set<Key> shared = SharedNames(base, now, options);
+  std::map<Key, SideCounts> b = MedianCounts(base, options, shared, in_base, true);
+  std::map<Key, SideCounts> n = MedianCounts(now, options, shared, in_base, false);
   size_t common = 0, by_offset = 0;
   // A change beyond a limit counts for kTime / kIpc only when the runs differ beyond noise.
   auto significant = [&](const std::optional<MannWhitney>& noise) {

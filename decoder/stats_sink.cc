@@ -4,6 +4,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -251,15 +252,27 @@ class StatsSink : public FlowSink {
                          std::get<1>(it->first) == fn.name;
       add(i, counts(i), ticks_.ticks(i), named ? it->first : RowKey{image, fn.name, 0});
     }
-    // Each row's source file: with source files, every row's; without, those of the rows that
-    // share their image and name with another (`diff` tells two static functions of one name
-    // apart by it).
-    std::map<std::pair<std::string_view, std::string_view>, int> named;
-    for (const ProfileFunction& fn : p.functions) ++named[{fn.image, fn.function}];
+    // Each row's source file: with source files, every row's; without, those of the functions
+    // whose name another function of their file has (`diff` tells two static functions of one
+    // name apart by it).
+    // Shared by the symbol table, not only by the rows: a run that ran one of two `helper`s
+    // names it by its source too, as the run that ran both does (a review of 464a889).
+    std::map<const ProgramImage*, std::set<std::pair<uint32_t, std::string_view>>> shared;
+    const auto ambiguous = [&](const Function& fn) {
+      auto [it, added] = shared.try_emplace(fn.image);
+      if (added) {
+        std::map<std::pair<uint32_t, std::string_view>, uint64_t> first;  // -> its address
+        for (const Symbol& s : fn.image->symbols()) {
+          auto [f, fresh] = first.try_emplace({s.image, s.name}, s.begin);
+          if (!fresh && f->second != s.begin) it->second.insert(f->first);
+        }
+      }
+      return it->second.contains({static_cast<uint32_t>(fn.file), fn.name});
+    };
     for (size_t row = 0; row < p.functions.size(); ++row) {
       ProfileFunction& out = p.functions[row];
       const Function& fn = *first_of_row[row];
-      if (fn.file < 0 || (!extra_.source_files && named[{out.image, out.function}] < 2)) continue;
+      if (fn.file < 0 || (!extra_.source_files && !ambiguous(fn))) continue;
       if (!lines) lines.emplace(nullptr);
       const std::string* at = lines->Lookup(*fn.image, fn.address);
       if (at != nullptr) out.source = at->substr(0, at->rfind(':'));

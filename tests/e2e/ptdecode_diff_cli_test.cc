@@ -630,6 +630,24 @@ TEST_F(PtdecodeDiffTest, FunctionsOfOneNameAreToldApartByTheirSourceFiles) {
     EXPECT_EQ((*b)["regression"], true);
     EXPECT_EQ(diff["regressions"].size(), 1u) << r.out;
   }
+  // A run that ran only one of them (e2e_same_name_none: b.c's never) names it as the run that
+  // ran both (a review: "helper" removed, "helper (a.c)" new, a.c's never compared).
+  const std::string none_prog = DIFF_PROGRAM_DIR "/same_name_none/e2e_same_name";
+  PTKIT_RECORD_OR_SKIP(none, "same_name_none", none_prog);
+  for (const std::string& side : {none.trace, none.stats_json}) {
+    auto r = RunCommand(
+        {PTDECODE_PATH, "diff", base.trace, side, "--format", "json", "--metric", "calls"});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto diff = nlohmann::json::parse(r.out);
+    const nlohmann::json* a = Row(diff, "helper (same_name_a.c)");
+    const nlohmann::json* b = Row(diff, "helper (same_name_b.c)");
+    ASSERT_TRUE(a != nullptr && b != nullptr) << r.out;
+    EXPECT_EQ(Row(diff, "helper"), nullptr) << r.out;
+    EXPECT_EQ((*a)["new"]["calls"], 10) << side;
+    EXPECT_EQ((*a)["change"], 0) << side;
+    EXPECT_EQ((*b)["base"]["calls"], 3) << side;
+    EXPECT_EQ((*b)["status"], "removed") << *b;
+  }
   // --allow and a limits file name the function as the source says it.
   auto allowed = RunCommand({PTDECODE_PATH, "diff", base.trace, more.trace, "--fail-function",
                              "100", "--metric", "calls", "--allow", "helper"});
