@@ -892,7 +892,7 @@ std::string RecordingImages::WriteOut(const SpoolRun& run, const std::string& pa
     if (n <= 0) return "";
     bytes = bytes.subspan(static_cast<size_t>(n));
   }
-  const std::string name = absl::StrCat("/proc/self/fd/", fd.get());
+  std::string name = absl::StrCat("/proc/self/fd/", fd.get());
   written_out_.push_back(std::move(fd));
   return name;
 }
