@@ -350,8 +350,8 @@ TEST(DecoderHostileTest, ChunksOfALoopWithinOnePacketStitchInLinearTime) {
   std::string out[2];
   for (int j : {0, 1}) {
     const auto start = std::chrono::steady_clock::now();
-    CommandResult r = RunPtdecode("insn --disasm --sysroot " + sysroot + " " +
-                                  (j == 0 ? "-j 1 " : "-j 2 --chunk-size 1024 ") + input);
+    CommandResult r = RunPtdecode(fmt::format("insn --disasm --sysroot {} {}{}", sysroot,
+                                              j == 0 ? "-j 1 " : "-j 2 --chunk-size 1024 ", input));
     seconds[j] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ASSERT_EQ(r.exit_code, 0) << r.err;
     out[j] = r.out;
