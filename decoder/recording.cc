@@ -1154,11 +1154,11 @@ absl::StatusOr<nlohmann::json> DecodeRecordingSummary(const Recording& r,
   PTKIT_ASSIGN_OR_RETURN(DecodeTotals t, DecodeRecording(r, options, *sink));
   nlohmann::json codes = nlohmann::json::object();
   for (const auto& [code, n] : t.errors_by_code) codes[IptErrorName(code)] = n;
-  return nlohmann::json{{"streams", t.streams},   {"instructions", t.instructions},
-                        {"blocks", t.blocks},     {"syncs", t.syncs},
-                        {"errors", t.errors},     {"gaps", t.gaps},
-                        {"losses", t.losses},     {"lost_bytes", t.lost_bytes},
-                        {"errors_by_code", codes}};
+  return nlohmann::json{{"streams", t.streams},    {"instructions", t.instructions},
+                        {"blocks", t.blocks},      {"syncs", t.syncs},
+                        {"errors", t.errors},      {"gaps", t.gaps},
+                        {"losses", t.losses},      {"lost_bytes", t.lost_bytes},
+                        {"errors_by_code", codes}, {"warnings", t.warnings}};
 }
 
 }  // namespace ptkit::decoder

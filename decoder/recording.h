@@ -333,7 +333,9 @@ absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& op
 
 // `ptdecode info --decode`: decodes every stream (counting only) and summarises:
 // {"streams", "instructions", "blocks", "syncs", "errors", "gaps", "losses", "lost_bytes",
-//  "errors_by_code": {name: count}}. Errors: those of DecodeRecording.
+//  "errors_by_code": {name: count}, "warnings": [what every decode warns of: the input's
+//  damage, files not found, instructions the trace cannot show]}. Errors: those of
+//  DecodeRecording.
 absl::StatusOr<nlohmann::json> DecodeRecordingSummary(const Recording& r,
                                                       const RecordingOptions& options);
 

@@ -94,6 +94,11 @@ int RunInfo(const dec::InfoFlags& f) {
     for (const auto& [code, n] : (*d)["errors_by_code"].items()) {
       summary += fmt::format("  error {}: {}\n", code, n.get<uint64_t>());
     }
+    // What every decode warns of (sweep 29c F6: info --decode was silent where stats said the
+    // trace cannot show 24 M instructions).
+    for (const auto& w : (*d)["warnings"]) {
+      summary += fmt::format("  warning: {}\n", w.get<std::string>());
+    }
   }
   std::string text =
       f.json ? info->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"

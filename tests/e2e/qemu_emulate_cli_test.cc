@@ -1633,6 +1633,15 @@ TEST_F(QemuEmulateTest, InstructionsTheTraceCannotShowAreSaid) {
   EXPECT_THAT(stats.err, ::testing::ContainsRegex("the recorder counted [0-9]+ instructions and "
                                                   "the trace holds [0-9]+: [0-9]+ ran where the "
                                                   "trace cannot show them"));
+  // info --decode too, in its summary and its JSON (sweep 29c F6).
+  auto info = RunCommand({PTDECODE_PATH, "info", "--decode", r.trace});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  EXPECT_THAT(info.out, ::testing::ContainsRegex("\n  warning: [^\n]*the recorder counted [0-9]+ "
+                                                 "instructions and the trace holds"));
+  auto json = RunCommand({PTDECODE_PATH, "info", "--decode", "--json", r.trace});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  EXPECT_THAT(nlohmann::json::parse(json.out)["decode"]["warnings"].dump(),
+              HasSubstr("the recorder counted"));
   // And a recording whose count the trace holds says nothing.
   Recorded fib = Record("fib_count", {::ptkit::testing::kFib}, /*with_truth=*/false);
   stats = RunCommand({PTDECODE_PATH, "stats", fib.trace});
