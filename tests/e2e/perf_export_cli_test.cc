@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <vector>
 
@@ -767,6 +768,13 @@ TEST_F(PerfExportTest, PtdecodeReadsMmapRecordsInATracePtAsPerfDoes) {
   ExpectBothGive(path, truth);
 }
 
+// How many times `what` is in `text`.
+size_t Occurrences(const std::string& text, std::string_view what) {
+  size_t n = 0;
+  for (size_t at = 0; (at = text.find(what, at)) != std::string::npos; at += what.size()) ++n;
+  return n;
+}
+
 // Loss: the AUX bytes between two walks are gone (4096 bytes, a loss record of kind "other",
 // which has no perf record of its own: the export writes a PERF_RECORD_AUX with TRUNCATED).
 // perf reports it as lost trace data where ptdecode reports loss, and both decode the walks
@@ -794,10 +802,7 @@ TEST_F(PerfExportTest, PerfReportsALossWherePtdecodeDoes) {
   ASSERT_EQ(perf.exit_code, 0) << perf.err;
   const PerThread truth = {{100, fib.truth}, {200, spin.truth}};
   ExpectSameFlow(ParsePerfTidIp(perf.out), truth, "perf vs the walks");
-  size_t lost = 0;
-  for (size_t at = 0; (at = perf.out.find("Lost trace data", at)) != std::string::npos; ++at) {
-    ++lost;
-  }
+  const size_t lost = Occurrences(perf.out, "Lost trace data");
   EXPECT_EQ(lost, 1u) << perf.out.substr(0, 2000);
   auto info = RunCommand({PTDECODE_PATH, "info", "--decode", "--json", e.trace});
   ASSERT_EQ(info.exit_code, 0) << info.err;
@@ -849,10 +854,7 @@ TEST_F(PerfExportTest, PerfReportsAHoleInTheAuxOffsetsAsALoss) {
   ASSERT_EQ(perf.exit_code, 0) << perf.err;
   ExpectSameFlow(ParsePerfTidIp(perf.out), {{100, fib.truth}, {200, spin.truth}},
                  "perf vs the walks");
-  size_t lost = 0;
-  for (size_t at = 0; (at = perf.out.find("Lost trace data", at)) != std::string::npos; ++at) {
-    ++lost;
-  }
+  const size_t lost = Occurrences(perf.out, "Lost trace data");
   EXPECT_EQ(lost, 1u) << perf.out.substr(0, 2000);
   auto info = RunCommand({PTDECODE_PATH, "info", "--decode", "--json", e.trace});
   ASSERT_EQ(info.exit_code, 0) << info.err;

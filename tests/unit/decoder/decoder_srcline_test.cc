@@ -59,6 +59,18 @@ std::map<uint64_t, std::string> Addr2Line(const std::string& elf,
   return out;
 }
 
+// Every instruction address of the .text of `elf`, as objdump disassembles it.
+std::vector<uint64_t> TextAddresses(const std::string& elf) {
+  std::vector<uint64_t> ips;
+  std::istringstream text(testing::ToolOutput({"objdump", "-d", "--section=.text", elf}));
+  static const std::regex kInsn("^ *([0-9a-f]+):\t.*$");
+  std::smatch m;
+  for (std::string line; std::getline(text, line);) {
+    if (std::regex_match(line, m, kInsn)) ips.push_back(std::stoull(m[1], nullptr, 16));
+  }
+  return ips;
+}
+
 class SrclineTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -261,14 +273,7 @@ TEST(SrclineProgramTest, AnOrdinaryProgramsLinesAreAddr2Lines) {
            {"plt_pie", 0x555555554000}, {"plt_nopie", 0}, {"plt_ibt", 0x7f0000200000}}) {
     SCOPED_TRACE(program);
     const std::string path = fmt::format("{}/{}.elf", kDir, program);
-    // Every instruction address of .text, as objdump disassembles it.
-    std::vector<uint64_t> ips;
-    std::istringstream text(testing::ToolOutput({"objdump", "-d", "--section=.text", path}));
-    static const std::regex kInsn("^ *([0-9a-f]+):\t.*$");
-    std::smatch m;
-    for (std::string line; std::getline(text, line);) {
-      if (std::regex_match(line, m, kInsn)) ips.push_back(std::stoull(m[1], nullptr, 16));
-    }
+    const std::vector<uint64_t> ips = TextAddresses(path);
     ASSERT_GT(ips.size(), 40u);
     std::map<uint64_t, std::string> want = Addr2Line(path, ips);
     size_t known = 0;
@@ -322,13 +327,7 @@ int main(int argc, char** argv) {
       {"/bin/sh", "-c", "cd '" + dir + "' && gcc -O2 -g src/rel.c -o rel"});
   ASSERT_EQ(cc.exit_code, 0) << cc.err;
   const std::string path = dir + "/rel";
-  std::vector<uint64_t> ips;
-  std::istringstream text(testing::ToolOutput({"objdump", "-d", "--section=.text", path}));
-  static const std::regex kInsn("^ *([0-9a-f]+):\t.*$");
-  std::smatch m;
-  for (std::string line; std::getline(text, line);) {
-    if (std::regex_match(line, m, kInsn)) ips.push_back(std::stoull(m[1], nullptr, 16));
-  }
+  const std::vector<uint64_t> ips = TextAddresses(path);
   std::string cmd = "addr2line -e " + path;
   for (uint64_t a : ips) cmd += fmt::format(" {:#x}", a);
   std::istringstream want(testing::ToolOutput({"/bin/sh", "-c", cmd}));
