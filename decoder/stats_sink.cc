@@ -24,7 +24,8 @@ namespace {
 class StatsSink : public FlowSink {
  public:
   // A chunk's counts are the model's (what a chunk cannot tell, time and the list of problems
-  // in order, are not summarised; --exclude-startup neither).
+  // in order, are not summarised; --exclude-startup neither: such a stats decodes on one thread
+  // with the fast decoder, which outruns -j's per-chunk records of every block).
   class Chunk : public FlowChunk {
    public:
     Chunk(const ProgramImage& image, StatsSink& to) : FlowChunk(image, to.wants_time()), to_(to) {
@@ -36,7 +37,7 @@ class StatsSink : public FlowSink {
     StatsSink& to_;
   };
   std::unique_ptr<ChunkSummary> NewChunkSummary(const ProgramImage& image) override {
-    if (scoped_ || options_.list_problems) return nullptr;
+    if (scoped_ || options_.list_problems || wants_time_) return nullptr;
     return std::make_unique<Chunk>(image, *this);
   }
 
