@@ -235,6 +235,12 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
     PTKIT_RETURN_IF_ERROR(w->AppendCode({.flags = kCodeIdentity, .path = path, .build_id = id}));
     ++summary.code_records;
   }
+  for (const auto& [path, hash] : r.content_hashes) {
+    PTKIT_RETURN_IF_ERROR(w->AppendCode({.flags = kCodeIdentity | kCodeContentHash,
+                                         .path = path,
+                                         .build_id = EncodeContentHash(hash)}));
+    ++summary.code_records;
+  }
   PTKIT_RETURN_IF_ERROR(w->Close());
   summary.file_bytes = w->stats().stored_bytes;
   return summary;

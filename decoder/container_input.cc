@@ -93,8 +93,13 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
           break;
         }
         if (code->bytes.empty()) {
-          // A file's identity: its build-id finds it in the build-id cache, as perf.data's.
-          if (!code->build_id.empty()) {
+          // A file's identity: its build-id finds it in the build-id cache, as perf.data's; a
+          // file without one has the hash of its bytes.
+          if (code->flags & kCodeContentHash) {
+            if (std::optional<uint64_t> hash = DecodeContentHash(code->build_id)) {
+              r.content_hashes.emplace(std::string(code->path), *hash);
+            }
+          } else if (!code->build_id.empty()) {
             r.build_ids.emplace(std::string(code->path),
                                 std::vector<uint8_t>(code->build_id.begin(), code->build_id.end()));
           }

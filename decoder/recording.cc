@@ -810,6 +810,15 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
             "buildid-cache -a FILE) or under --sysroot DIR, or record with --archive",
             file, other_build->empty() ? std::string("(none)") : Hex(*other_build), Hex(recorded)));
       }
+    } else if (recorded.empty() && ChangedSinceRecorded(file, m.path) &&
+               warned_.insert(file).second) {
+      // No build-id to look the recorded one up by: only said (sweep 29b S1: the profile of
+      // a rebuilt program, its branches swapped, was wrong with no word).
+      warnings_.push_back(fmt::format(
+          "{}: not the file that was recorded (it has no build-id, and its content differs from "
+          "the recorded file's: rebuilt since?): decoding with it may be wrong; put the recorded "
+          "file under --sysroot DIR, or record with --archive",
+          file));
     }
     absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
     if (!st.ok()) {
@@ -848,6 +857,18 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
   ProgramImage* raw = image.get();
   images_.emplace(std::make_pair(pid, epoch), std::move(image));
   return raw;
+}
+
+bool RecordingImages::ChangedSinceRecorded(const std::string& path,
+                                           const std::string& recorded_path) {
+  auto recorded = r_.content_hashes.find(recorded_path);
+  if (recorded == r_.content_hashes.end()) return false;
+  auto [it, inserted] = changed_.try_emplace(path, false);
+  if (inserted) {
+    absl::StatusOr<uint64_t> hash = ContentHash(path);
+    it->second = hash.ok() && *hash != recorded->second;
+  }
+  return it->second;
 }
 
 const absl::StatusOr<std::vector<uint8_t>>& RecordingImages::BuildIdOf(const std::string& path) {

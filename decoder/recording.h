@@ -145,6 +145,9 @@ struct Recording {
   std::map<uint32_t, std::vector<CapturedCode>> captured;  // pid -> code captured
   // file path -> build-id, for mappings whose record carries none (perf.data's BUILD_ID).
   std::map<std::string, std::vector<uint8_t>> build_ids;
+  // file path -> ContentHash of the file that ran, for files with no build-id (a trace.pt's
+  // kCodeContentHash identity records).
+  std::map<std::string, uint64_t> content_hashes;
   std::optional<AuxSpool> spool;  // created with the first AUX bytes
   std::optional<TscConversion> time;
   bool bts = false;  // intel_bts recordings hold 24-byte branch records, not PT packets
@@ -292,6 +295,10 @@ class RecordingImages {
   // The build-id of the file at `path` (empty: none), read once; errors: the file's.
   const absl::StatusOr<std::vector<uint8_t>>& BuildIdOf(const std::string& path);
   std::map<std::string, absl::StatusOr<std::vector<uint8_t>>> build_ids_;
+  // Whether the file at `path` (a file with no build-id) is not the one recorded, by its
+  // ContentHash against Recording::content_hashes; read once. False when nothing tells.
+  bool ChangedSinceRecorded(const std::string& path, const std::string& recorded_path);
+  std::map<std::string, bool> changed_;
   const Recording& r_;
   std::optional<std::vector<Symbol>> kernel_symbols_;
   std::string sysroot_;

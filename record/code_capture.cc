@@ -71,13 +71,22 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
     if (!id.ok())
       warnings.push_back(
           absl::StrCat("no build-id stored for ", path, ": ", id.status().message()));
-    const std::vector<uint8_t> empty;
+    std::vector<uint8_t> identity = id.ok() ? *id : std::vector<uint8_t>{};
+    uint32_t flags = kCodeIdentity;
+    if (identity.empty()) {
+      // No build-id (linked with --build-id=none, Go's linker, ...): the hash of its bytes, so
+      // that a decode tells a file rebuilt since from the one that ran (sweep 29b S1).
+      if (absl::StatusOr<uint64_t> hash = ContentHash(path); hash.ok()) {
+        identity = EncodeContentHash(*hash);
+        flags |= kCodeContentHash;
+      }
+    }
     PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{.pid = map.pid,
-                                                       .flags = kCodeIdentity,
+                                                       .flags = flags,
                                                        .address = map.address,
                                                        .pgoff = map.pgoff,
                                                        .path = path,
-                                                       .build_id = id.ok() ? *id : empty}));
+                                                       .build_id = identity}));
   }
   constexpr uint64_t kPiece = uint64_t{16} << 20;
   std::vector<uint8_t> buf;

@@ -286,6 +286,17 @@ absl::StatusOr<SampleRecord> ParseSample(std::span<const uint8_t> payload) {
   return s;
 }
 
+std::vector<uint8_t> EncodeContentHash(uint64_t hash) {
+  std::vector<uint8_t> out(sizeof(hash));
+  Store<uint64_t>(out.data(), hash);
+  return out;
+}
+
+std::optional<uint64_t> DecodeContentHash(std::span<const uint8_t> bytes) {
+  if (bytes.size() != sizeof(uint64_t)) return std::nullopt;
+  return Load<uint64_t>(bytes.data());
+}
+
 std::vector<uint8_t> EncodeCode(const CodeRecord& c, std::vector<uint8_t> reuse) {
   ByteWriter w(40 + c.path.size() + c.build_id.size() + c.bytes.size(), std::move(reuse));
   w.Put<uint32_t>(c.pid);

@@ -4,6 +4,8 @@
 #include <fcntl.h>
 #include <gelf.h>
 #include <libelf.h>
+#include <unistd.h>
+#include <xxhash.h>
 
 #include <cstring>
 #include <map>
@@ -11,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "fmt/format.h"
+#include "ptkit/errno_text.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 
 namespace ptkit {
@@ -388,6 +392,27 @@ std::string ElfFile::FindDebugFile(const std::string& sysroot) const {
 absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {
   PTKIT_ASSIGN_OR_RETURN(ElfFile file, ElfFile::Open(path));
   return file.BuildId();
+}
+
+absl::StatusOr<uint64_t> ContentHash(const std::string& path) {
+  const ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return ErrnoStatus(errno, "cannot open ", path);
+  }
+  std::unique_ptr<XXH3_state_t, decltype(&XXH3_freeState)> state(XXH3_createState(),
+                                                                 &XXH3_freeState);
+  if (!state || XXH3_64bits_reset(state.get()) != XXH_OK) {
+    return absl::ResourceExhaustedError("out of memory for a hash state");
+  }
+  std::vector<uint8_t> buf(size_t{1} << 20);
+  for (;;) {
+    const ssize_t n = read(fd.get(), buf.data(), buf.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "cannot read ", path);
+    if (n == 0) break;
+    XXH3_64bits_update(state.get(), buf.data(), static_cast<size_t>(n));
+  }
+  return XXH3_64bits_digest(state.get());
 }
 
 }  // namespace ptkit

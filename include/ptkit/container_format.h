@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -132,6 +133,13 @@ inline constexpr uint32_t kCodeTextPoke = 0x10;
 // An archived file whole (ptrecord --archive): bytes are the file named by path (its symbols and
 // debug information; its executable mappings are records of their own), pid 0, address 0.
 inline constexpr uint32_t kCodeArchivedFile = 0x20;
+// With kCodeIdentity, for a file that has no build-id: `build_id` holds ContentHash's 8 bytes
+// (little-endian) of the file as it was recorded, not a build-id, so that a decode can tell
+// whether the file at the path is still that one.
+inline constexpr uint32_t kCodeContentHash = 0x40;
+// A content hash as kCodeContentHash stores it, and back (nullopt: not 8 bytes).
+std::vector<uint8_t> EncodeContentHash(uint64_t hash);
+std::optional<uint64_t> DecodeContentHash(std::span<const uint8_t> bytes);
 struct CodeRecord {
   uint32_t pid = 0;
   uint32_t flags = 0;

@@ -145,6 +145,10 @@ class ElfFile {
 // BuildId(). Errors: Open's.
 absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path);
 
+// The XXH3 64-bit hash of every byte of the file at `path`: what identifies a file without a
+// build-id (kCodeContentHash). Errors: kNotFound / kInvalidArgument naming the path and errno.
+absl::StatusOr<uint64_t> ContentHash(const std::string& path);
+
 }  // namespace ptkit
 
 #endif  // PTKIT_ELF_FILE_H_

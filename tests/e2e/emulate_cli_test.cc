@@ -367,6 +367,36 @@ TEST_F(EmulateCliTest, ARebuiltProgramIsAWarningNamingIt) {
   EXPECT_THAT(cached.out, HasSubstr(" fib [prog]"));
 }
 
+// A program without a build-id is known by the hash of its bytes: decoding against another
+// file at its path is a warning naming it (sweep 29b S1: a rebuilt program's profile was wrong
+// with no word), the same file none, and an export to trace.pt keeps the hash.
+TEST_F(EmulateCliTest, ARebuiltProgramWithoutBuildIdIsAWarningNamingIt) {
+  const std::string prog = dir_.File("prog");
+  std::filesystem::copy_file(kE2e + "/e2e_fib_noid", prog);
+  auto rec = Record({prog, "x"});
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  ASSERT_EQ(rec.exit_code, 3) << rec.err;
+  EXPECT_THAT(CheckDecode(1), Not(HasSubstr("not the file that was recorded")));
+  const std::string again = dir_.File("again.pt");
+  auto exported = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", trace_, "-o", again});
+  ASSERT_EQ(exported.exit_code, 0) << exported.err;
+  std::filesystem::copy_file(kE2e + "/e2e_fib_noid_rebuilt", prog,
+                             std::filesystem::copy_options::overwrite_existing);
+  for (const std::string& trace : {trace_, again}) {
+    auto dec = RunCommand({PTDECODE_PATH, "stats", trace});
+    EXPECT_THAT(dec.err, HasSubstr(prog + ": not the file that was recorded (it has no build-id"))
+        << trace;
+    EXPECT_THAT(dec.err, HasSubstr("put the recorded file under --sysroot DIR")) << trace;
+  }
+  // The recorded file under --sysroot: no warning.
+  const std::string root = dir_.File("root");
+  std::filesystem::create_directories(root + dir_.File(""));
+  std::filesystem::copy_file(kE2e + "/e2e_fib_noid", root + prog);
+  auto rooted = RunCommand({PTDECODE_PATH, "stats", "--sysroot", root, trace_});
+  EXPECT_EQ(rooted.exit_code, 0) << rooted.err;
+  EXPECT_EQ(rooted.err, "");
+}
+
 // --archive stores the mapped code: the recording decodes exactly without the program.
 TEST_F(EmulateCliTest, AnArchivedRecordingNeedsNotTheProgram) {
   const std::string prog = dir_.File("prog");
