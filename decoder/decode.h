@@ -228,6 +228,9 @@ class Sink {
   virtual void OnError(const DecodeError& error) {}
   // Called once after the last callback. Errors: output failures.
   virtual absl::Status Finish(const DecodeTotals& totals) { return absl::OkStatus(); }
+  // After Finish: why the output counts nothing though the decode gave instructions (a selection
+  // of the sink's own: stats --only-under a function never called); "" when it counts some.
+  virtual std::string EmptyResult() const { return ""; }
 
   // For parallel decoding (decoder/parallel_decode.h): whether OnPosition is wanted, and the
   // decoder's trace offset (plus the offset base) just before each OnInsn, OnBlock and OnEvent

@@ -36,6 +36,7 @@ class ForwardingSink : public Sink {
   void OnEvent(const pt_event& event) override { inner_->OnEvent(event); }
   void OnError(const DecodeError& error) override { inner_->OnError(error); }
   absl::Status Finish(const DecodeTotals& totals) override { return inner_->Finish(totals); }
+  std::string EmptyResult() const override { return inner_->EmptyResult(); }
   bool summaries_apply() const override { return inner_->summaries_apply(); }
 
  protected:

@@ -98,7 +98,12 @@ class StatsSink : public FlowSink {
       returns_told_ = returns_;
     }
   }
+  std::string EmptyResult() const override { return empty_; }
   absl::Status Report(const DecodeTotals& totals) override {
+    // Nothing under --only-under F is an empty result, said on stderr (exit 1) too.
+    if (scoped_ && scoped_->instructions() == 0 && totals.instructions != 0) {
+      empty_ = ScopedWarning(totals);
+    }
     Profile profile = MakeProfile(totals);
     if (profile_out_ != nullptr) {
       *profile_out_ = std::move(profile);
@@ -168,6 +173,14 @@ class StatsSink : public FlowSink {
   // One row per function of a file, as perf report's default keys (comm, dso, sym) give for
   // a program that forks: the function's counts in every process (and program image) that
   // ran it are added up. --tid selects one thread's.
+  // What --only-under counted of the decode, and why nothing where it counted nothing.
+  std::string ScopedWarning(const DecodeTotals& totals) const {
+    return fmt::format("only what ran under {} is counted: {} of {}{}", scoped_->root(),
+                       Counted(scoped_->instructions(), "instruction"), totals.instructions,
+                       scoped_->root_seen()
+                           ? ""
+                           : RootNotTracedReason(scoped_->root(), totals.warnings, totals.losses));
+  }
   Profile MakeProfile(const DecodeTotals& totals) const {
     Profile p;
     p.trace = options_.trace_name;
@@ -181,12 +194,7 @@ class StatsSink : public FlowSink {
     p.warnings = totals.warnings;
     p.totals.input_warnings = totals.warnings.size();
     if (scoped_) {
-      p.warnings.push_back(
-          fmt::format("only what ran under {} is counted: {} of {}{}", scoped_->root(),
-                      Counted(scoped_->instructions(), "instruction"), totals.instructions,
-                      scoped_->root_seen()
-                          ? ""
-                          : RootNotTracedReason(scoped_->root(), totals.warnings, totals.losses)));
+      p.warnings.push_back(ScopedWarning(totals));
       p.totals.instructions = scoped_->instructions();
       p.totals.calls = scoped_->calls();
       p.totals.returns = scoped_->returns();
@@ -300,6 +308,7 @@ class StatsSink : public FlowSink {
   TickSplitter ticks_;                  // with timing
   std::optional<ScopedCounts> scoped_;  // with only_under
   uint64_t returns_told_ = 0;           // the model's returns when scoped_ last heard
+  std::string empty_;                   // EmptyResult()
 };
 
 }  // namespace

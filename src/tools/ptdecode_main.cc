@@ -129,14 +129,19 @@ std::unique_ptr<dec::Sink> WithTimeFilter(const dec::DecodeFlags& f,
   return filter;
 }
 
-// After a decode: an empty result says why (exit 1), else 0.
+// After a decode into `sink`: an empty result says why (exit 1), else 0.
 int CheckNotEmpty(const std::string& input, const dec::DecodeTotals& totals,
-                  const dec::TimeFilterSink* window) {
+                  const dec::TimeFilterSink* window, const dec::Sink& sink) {
   if (window != nullptr && window->instructions() == 0 && totals.instructions != 0) {
     std::fprintf(stderr, "ptdecode: %s: %s\n", input.c_str(), window->DescribeEmpty().c_str());
     return kExitRuntime;
   }
-  if (totals.instructions != 0) return 0;
+  if (totals.instructions != 0) {
+    const std::string empty = sink.EmptyResult();
+    if (empty.empty()) return 0;
+    std::fprintf(stderr, "ptdecode: %s: %s\n", input.c_str(), empty.c_str());
+    return kExitRuntime;
+  }
   std::string why = fmt::format(
       "{}: no instructions decoded ({}, {} of trace, {}, {})", input,
       dec::Counted(totals.streams, "stream"), dec::Counted(totals.trace_bytes, "byte"),
@@ -186,7 +191,7 @@ int RunContainer(const dec::DecodeFlags& f, const SinkFactory& make_sink,
   for (const std::string& w : totals->warnings) {
     std::fprintf(stderr, "ptdecode: warning: %s\n", w.c_str());
   }
-  return CheckNotEmpty(f.container, *totals, window);
+  return CheckNotEmpty(f.container, *totals, window, *sink);
 }
 
 // insn, branches, calls, stats, folded, timeline: a recording or a raw trace into `make_sink`.
@@ -233,7 +238,7 @@ int RunDecode(const dec::DecodeFlags& f, const SinkFactory& make_sink) {
                           : dec::DecodeTraceWithJobs(input->trace.bytes(), input->config,
                                                      *input->image, load_image, *sink);
   if (!totals.ok()) return Fail(totals.status());
-  return CheckNotEmpty(spec->pt_path, *totals, window);
+  return CheckNotEmpty(spec->pt_path, *totals, window, *sink);
 }
 
 int RunPackets(const dec::DecodeFlags& f) {
@@ -490,6 +495,34 @@ struct Flags {
 
 // A sub-command, as ninja's tool table: its name and --help line, the function registering
 // its flags, and the one running it (returning the exit status).
+// For `args` (ptdecode SUB-COMMAND ...) that SUB-COMMAND did not take: the first option in them
+// that SUB-COMMAND does not have and others do, named with those ("" when there is none).
+std::string OptionOfOthers(CLI::App& app, const std::vector<char*>& args) {
+  const CLI::App* sub = nullptr;
+  for (const CLI::App* c : app.get_subcommands({})) {
+    if (c->get_name() == args[1]) sub = c;
+  }
+  if (sub == nullptr) return "";
+  for (size_t i = 2; i < args.size(); ++i) {
+    const std::string_view arg = args[i];
+    if (arg == "--") break;
+    if (!arg.starts_with("--")) continue;
+    const std::string option(arg.substr(0, arg.find('=')));
+    if (sub->get_option_no_throw(option) != nullptr) continue;
+    std::string others;
+    for (const CLI::App* other : app.get_subcommands({})) {
+      if (other != sub && other->get_option_no_throw(option) != nullptr) {
+        others += (others.empty() ? "" : ", ") + other->get_name();
+      }
+    }
+    if (!others.empty()) {
+      return fmt::format("{} has no {} option (sub-commands that have it: {})", args[1], option,
+                         others);
+    }
+  }
+  return "";
+}
+
 struct Command {
   const char* name;
   const char* help;
@@ -670,6 +703,13 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
   } catch (const CLI::RuntimeError& e) {  // --completion could not write
     std::fprintf(stderr, "ptdecode: %s\n", e.what());
     return e.get_exit_code();
+  } catch (const CLI::ExtrasError& e) {
+    // An option of other sub-commands: named as such (sweep 29b U1: `folded --only-under F t.pt`
+    // said only that "t.pt --only-under" were not expected).
+    const std::string elsewhere = OptionOfOthers(app, args);
+    std::fprintf(stderr, "ptdecode: %s (see ptdecode %s --help)\n",
+                 elsewhere.empty() ? e.what() : elsewhere.c_str(), args[1]);
+    return kExitUsage;
   } catch (const CLI::ParseError& e) {
     std::fprintf(stderr, "ptdecode: %s (see ptdecode --help)\n", e.what());
     return kExitUsage;

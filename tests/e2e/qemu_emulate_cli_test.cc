@@ -964,10 +964,20 @@ TEST_F(QemuEmulateTest, ScopedCountsFollowCallsThroughThePlt) {
                  name.starts_with("exit "))
         << name;
   }
-  // A root that never ran: the empty result says why.
-  auto none = RunCommand({PTDECODE_PATH, "stats", "--only-under", "no_such_function", r.trace});
-  EXPECT_THAT(none.out, HasSubstr("0 instructions of "));
-  EXPECT_THAT(none.out, HasSubstr("no call to a function of that name was traced"));
+  // A root that never ran: the empty result says why, on stderr too, and exits 1 (sweep 29b
+  // U1: exit 0, the reason on stdout only), with --json as well.
+  for (const bool json : {false, true}) {
+    std::vector<std::string> argv = {PTDECODE_PATH, "stats", "--only-under", "no_such_function"};
+    if (json) argv.push_back("--json");
+    argv.push_back(r.trace);
+    auto none = RunCommand(argv);
+    EXPECT_EQ(none.exit_code, 1) << none.err;
+    EXPECT_THAT(none.out, HasSubstr("0 instructions of "));
+    EXPECT_THAT(none.out, HasSubstr("no call to a function of that name was traced"));
+    EXPECT_THAT(none.err, HasSubstr(r.trace + ": only what ran under no_such_function is counted: "
+                                              "0 instructions of "));
+    EXPECT_THAT(none.err, HasSubstr("no call to a function of that name was traced"));
+  }
 }
 
 // The plugin's MMAP2 records carry no build-id, but the container's identity records do: a

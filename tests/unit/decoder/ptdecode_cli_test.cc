@@ -530,6 +530,18 @@ TEST_F(PtdecodeCliTest, SubcommandErrorsNameTheWordAndTheChoices) {
             "SUB-COMMAND --pt ...); sub-commands: info, insn, branches, calls, stats, folded, "
             "timeline, packets, report, export, samples, diff (see ptdecode --help)\n");
   EXPECT_THAT(RunPtdecode("--jobs=2 " + trace_).err, HasSubstr("ptdecode: --jobs is an option"));
+  // Another sub-command's option: named as such (sweep 29b U1: "The following arguments were
+  // not expected: FILE --only-under" blamed the file too).
+  r = RunPtdecode("folded --only-under main " + trace_);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "ptdecode: folded has no --only-under option (sub-commands that have it: stats, diff) "
+            "(see ptdecode folded --help)\n");
+  r = RunPtdecode("folded --bogus " + trace_);  // no sub-command's: CLI11's words
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.err,
+            "ptdecode: The following argument was not expected: --bogus (see ptdecode folded "
+            "--help)\n");
   r = RunPtdecode(trace_);  // a raw trace is no trace.pt: the report says so
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr(trace_));
