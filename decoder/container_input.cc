@@ -58,7 +58,7 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
         auto loss = ParseLoss(rec.payload);
         if (!loss.ok()) break;
         if (loss->kind == LossKind::kLostSideband) {
-          builder.AddLostSideband(loss->stream, LossKindName(loss->kind));
+          builder.AddLostSideband(loss->stream, LossKindName(loss->kind), loss->count);
         } else {
           builder.AddLoss(loss->stream, LossKindName(loss->kind), loss->aux_offset, loss->bytes);
         }

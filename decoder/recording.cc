@@ -21,6 +21,7 @@
 #include "decoder/packets.h"
 #include "decoder/parallel_decode.h"
 #include "decoder/progress.h"
+#include "decoder/sinks.h"
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/elf_file.h"
@@ -102,7 +103,9 @@ void RecordingBuilder::AddLoss(StreamId stream, const std::string& kind, uint64_
   r_.streams[key].losses_after.push_back({kind, aux_offset, bytes});
 }
 
-void RecordingBuilder::AddLostSideband(StreamId stream, const std::string& kind) {
+void RecordingBuilder::AddLostSideband(StreamId stream, const std::string& kind, uint64_t records) {
+  ++lost_sideband_;
+  lost_sideband_records_ += records;
   const StreamKey key{stream, -1};
   if (!MaySelect(options_, key)) return;
   // Lost perf records: a PERF_RECORD_AUX among them may have said TRUNCATED, so the
@@ -263,6 +266,18 @@ Recording RecordingBuilder::Finish() {
         "whole run, so instructions there before may be wrong",
         r_.name, repokes_ == 1 ? std::string("once") : fmt::format("{} times", repokes_),
         repoked_->second, repoked_->first));
+  }
+  if (lost_sideband_ > 0) {
+    // Sweep 29b M3: only "1 loss point" was said of 7 records lost.
+    r_.warnings.push_back(fmt::format(
+        "{}: {} lost by the kernel, its data ring full {}: mappings, comms, exits or context "
+        "switches among them are missing, so code after that may decode as gaps, under wrong "
+        "names or in the wrong process; record with a larger data ring (ptrecord or perf "
+        "record -m PAGES)",
+        r_.name,
+        lost_sideband_records_ > 0 ? Counted(lost_sideband_records_, "sideband record")
+                                   : std::string("sideband records"),
+        lost_sideband_ == 1 ? std::string("once") : fmt::format("{} times", lost_sideband_)));
   }
   if (code_left_out_ > 0) {
     r_.warnings.push_back(fmt::format(

@@ -196,9 +196,10 @@ class RecordingBuilder {
                       std::span<const uint8_t> data, uint32_t flags);
   // A loss point at `aux_offset` (`bytes` lost, 0 when unknown) before the stream's next bytes.
   void AddLoss(StreamId stream, const std::string& kind, uint64_t aux_offset, uint64_t bytes);
-  // Lost sideband: the bytes on either side are not joined (a lost AUX record may have said
-  // TRUNCATED); a loss point where the stream is now.
-  void AddLostSideband(StreamId stream, const std::string& kind);
+  // Lost sideband (`records` perf records, 0: unknown): the bytes on either side are not joined
+  // (a lost AUX record may have said TRUNCATED); a loss point where the stream is now. Finish
+  // warns of what such losses do to the decode.
+  void AddLostSideband(StreamId stream, const std::string& kind, uint64_t records);
   // A snapshot: the newest `data` of an overwritten ring whose head was `aux_head`. Unless
   // options.snapshot or keep_snapshots, one that begins with the end of the stream's snapshot
   // before it (the ring read again before it wrapped past what was read) adds only its new
@@ -236,8 +237,9 @@ class RecordingBuilder {
   };
   absl::Status Spool(SpoolRun& run, std::span<const uint8_t> bytes);
   RecordingOptions options_;
-  uint64_t code_bytes_ = 0;                               // captured code spooled
-  uint64_t code_left_out_ = 0, code_left_out_bytes_ = 0;  // beyond max_captured_code
+  uint64_t code_bytes_ = 0;                                 // captured code spooled
+  uint64_t code_left_out_ = 0, code_left_out_bytes_ = 0;    // beyond max_captured_code
+  uint64_t lost_sideband_ = 0, lost_sideband_records_ = 0;  // AddLostSideband's, in all
   // AddTextPokes: a hash of the bytes poked at each (pid, address); code poked again with
   // other bytes (the first such place, how many).
   std::map<std::pair<uint32_t, uint64_t>, size_t> poked_;

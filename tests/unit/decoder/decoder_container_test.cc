@@ -830,6 +830,11 @@ TEST(ContainerLossTest, LostPerfRecordsAreALossPointAndABreak) {
   EXPECT_EQ(totals->losses, 1u);
   EXPECT_THAT(rec.errors, SizeIs(0));
   EXPECT_EQ(totals->instructions, cpu.truths()[0].size() + cpu.truths()[1].size());
+  // What was lost and what it does is said (sweep 29b M3: only "1 loss point" of 3 records).
+  EXPECT_THAT(totals->warnings,
+              Contains(HasSubstr(": 3 sideband records lost by the kernel, its data ring full "
+                                 "once: mappings, comms, exits or context switches among them "
+                                 "are missing")));
 }
 
 // Each loss record is a loss point: truncations with no AUX bytes between them (the event
