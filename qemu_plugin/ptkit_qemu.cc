@@ -199,9 +199,14 @@ struct Thread {
     uint64_t restorer = 0;
     int64_t calls = 0;
     bool own_possible = false;
+    std::vector<Event> held;  // the thread's events since, written once it is resolved
   };
-  std::optional<Pending> pending;
-  std::vector<Event> held;
+  // Signals' branches waiting for their frames, oldest first: a signal after a conditional
+  // branch may come while another one's handler runs (SA_NODEFER, two timers) or after a
+  // handler that never returned (siglongjmp). Each holds the events after it; the newest is
+  // resolved first, its events then held by the one below. At most kMaxPending, each holding
+  // at most kMaxHeld events: beyond that the oldest is given up (Resolve with 0: counted).
+  std::vector<Pending> pending;
   // Ground truth.
   // --filter: whether the block running is traced. The encoder's state, except while a
   // signal's branch waits (its events are held): then the block's own (FilterEvent's rule).
@@ -515,9 +520,15 @@ bool FilterEvent(const Thread& t, Event& e) {
 
 void GiveTime(Thread& t, bool always = false);
 
+// Signals' branches that may wait for their frames at once, and events each may hold.
+constexpr size_t kMaxPending = 16;
+constexpr size_t kMaxHeld = size_t{1} << 20;
+void GiveUpOldest(Thread& t);
+
 void Add(Thread& t, const Event& event) {
-  if (t.pending) {
-    t.held.push_back(event);
+  if (!t.pending.empty()) {
+    t.pending.back().held.push_back(event);
+    if (t.pending.back().held.size() > kMaxHeld) GiveUpOldest(t);
     return;
   }
   Event e = event;
@@ -890,7 +901,7 @@ void CloseThread(Thread& t, bool running = false) {
   t.fast = false;
   if (g->truth) FlushTruth(t);
   if (!t.traced) return;
-  if (t.pending) Resolve(t, 0);
+  while (!t.pending.empty()) Resolve(t, 0);
   if (t.enc->tracing()) {
     // In a system call: the kernel entry, its IP suppressed. Stopped after a block that ends in
     // an instruction the decoder follows without trace (a direct jump, say): the trace stops
@@ -920,66 +931,78 @@ Thread* ThreadOf(unsigned vcpu) {
   return vcpu < kMaxVcpus ? g->threads[vcpu].load(std::memory_order_acquire) : nullptr;
 }
 
-// The branch of the pending signal went to `resume` (or, with resume 0, nobody will know:
-// the handler never returned). Writes it, the signal, and the events held since.
+// The branch of the newest pending signal went to `resume` (or, with resume 0, nobody will
+// know: the handler never returned). Writes it, the signal, and the events held since (held in
+// turn by the pending signal below, if any).
 void Resolve(Thread& t, uint64_t resume) {
-  Thread::Pending p = *t.pending;
-  t.pending.reset();
+  Thread::Pending p = std::move(t.pending.back());
+  t.pending.pop_back();
   const Block& b = *p.branch;
+  if (resume != 0 && b.last.cls == InsnClass::kCondBranch && resume != b.last.target &&
+      resume != b.end) {
+    // Not this signal's frame (its handler left by siglongjmp, and another signal's
+    // rt_sigreturn came at its depth): its branch stays unknown.
+    resume = 0;
+  }
   if (resume == 0) {
     // Without its outcome the branch cannot be encoded: the trace says the signal came
     // before it (one instruction short), and the run reports it.
     Header()->unresolved_signals.fetch_add(1);
     Add(t, Event::AsyncDisable(b.last_ip));
   } else {
-    if (b.last.cls == InsnClass::kCondBranch && resume != b.last.target && resume != b.end) {
-      Fail("thread " + std::to_string(t.tid) + ": a signal frame resumes at 0x" +
-           absl::StrCat(absl::Hex(resume)) + ", not after the branch at 0x" +
-           absl::StrCat(absl::Hex(b.last_ip)));
-    }
     AppendStepEvents(b.last_ip, b.last, resume, t.events);
     t.events.push_back(Event::AsyncDisable(resume));
     AddAll(t);
   }
   Add(t, Event::Enable(p.handler));
-  std::vector<Event> held = std::move(t.held);
-  t.held.clear();
-  for (const Event& e : held) Add(t, e);
+  for (const Event& e : p.held) Add(t, e);
+}
+
+// Too many signals' branches wait, or one holds too many events (a handler that never returns
+// keeps them all): the oldest is resolved as unknown, writing what it held (the trace lacks
+// its branch, one instruction, counted).
+void GiveUpOldest(Thread& t) {
+  std::vector<Thread::Pending> newer(std::make_move_iterator(t.pending.begin() + 1),
+                                     std::make_move_iterator(t.pending.end()));
+  t.pending.resize(1);
+  Resolve(t, 0);  // no pending now: its events go to the encoder
+  t.pending = std::move(newer);
 }
 
 // The pending branch to a handler was the program's own (no signal): it went to the handler.
 // Writes it and the events held since.
 void ResolveAsBranch(Thread& t) {
-  const Thread::Pending p = *t.pending;
-  t.pending.reset();
+  const Thread::Pending p = std::move(t.pending.back());
+  t.pending.pop_back();
   AppendStepEvents(p.branch->last_ip, p.branch->last, p.handler, t.events);
   AddAll(t);
-  std::vector<Event> held = std::move(t.held);
-  t.held.clear();
-  for (const Event& e : held) Add(t, e);
+  for (const Event& e : p.held) Add(t, e);
 }
 
 // --filter, and the thread runs outside the regions (tracing off, no signal's branch pending).
-bool OutsideTheRegions(const Thread& t) { return g->filtering && !t.pending && !t.enc->tracing(); }
+bool OutsideTheRegions(const Thread& t) {
+  return g->filtering && t.pending.empty() && !t.enc->tracing();
+}
 
 // The block `b` follows `p`: the events of p's last instruction.
 void Follow(Thread& t, const Block& p, const Block& b) {
   if (t.in_syscall) {
     t.in_syscall = false;
     if (t.traced) t.control->in_syscall.store(0, std::memory_order_release);
-    if (t.pending) {
+    if (!t.pending.empty()) {
+      Thread::Pending& top = t.pending.back();
       if (t.syscall_num == kSysRtSigreturn && IsHandler(b.start)) {
         // The handler returned and another signal came at once (its frame resumes where
         // this one's did): the branch is still unresolved, at the same depth.
       } else if (t.syscall_num == kSysRtSigreturn) {
-        if (t.pending->depth == 0) {
+        if (top.depth == 0) {
           Resolve(t, b.start);
           Add(t, Event::Enable(b.start));
           return;
         }
-        --t.pending->depth;
+        --top.depth;
       } else if (b.start != p.end && t.syscall_num != kSysExecve && t.syscall_num != kSysExecveat) {
-        ++t.pending->depth;  // a signal delivered at this system call's return
+        ++top.depth;  // a signal delivered at this system call's return
       }
     }
     Add(t, Event::Enable(b.start));
@@ -1010,7 +1033,7 @@ void Follow(Thread& t, const Block& p, const Block& b) {
       AppendStepEvents(p.last_ip, last, last.target, t.events);
       t.events.push_back(Event::AsyncDisable(last.target));
       t.events.push_back(Event::Enable(next));
-      if (t.pending) ++t.pending->depth;
+      if (!t.pending.empty()) ++t.pending.back().depth;
       return AddAll(t);
     case InsnClass::kIndirectJump:
     case InsnClass::kIndirectCall:
@@ -1020,15 +1043,15 @@ void Follow(Thread& t, const Block& p, const Block& b) {
       // the filter regions nothing is written of the branch: either way tracing resumes at
       // the handler where it is in them (FilterEvent).
       if (!IsHandler(next) || OutsideTheRegions(t)) break;
-      if (t.pending) {
+      if (!t.pending.empty()) {
         // One branch waits for its frame already: this one is recorded as going to the
         // handler (its instructions are right, its target is not), and counted.
         Header()->unresolved_signals.fetch_add(1);
         break;
       }
-      t.pending = Thread::Pending{&p, next};
-      t.pending->restorer = RestorerOf(next);
-      t.pending->own_possible = t.pending->restorer != 0;
+      t.pending.push_back(Thread::Pending{&p, next});
+      t.pending.back().restorer = RestorerOf(next);
+      t.pending.back().own_possible = t.pending.back().restorer != 0;
       return;
     case InsnClass::kFarBranch:
     case InsnClass::kSyscall:
@@ -1040,11 +1063,10 @@ void Follow(Thread& t, const Block& p, const Block& b) {
     // where it is in them (sweep 27 T2: the pending branch was never resolved, as the
     // handler's rt_sigreturn ran untraced; the plugin failed at the next such signal).
     if (OutsideTheRegions(t)) return Add(t, Event::Enable(next));
-    if (t.pending) {
-      Fail("thread " + std::to_string(t.tid) + ": a signal after the branch at 0x" +
-           absl::StrCat(absl::Hex(p.last_ip)) + " while another one is unresolved");
-    }
-    t.pending = Thread::Pending{&p, next};
+    // Another one may wait (sweep 30c F1: the recording failed at the second such signal
+    // while a handler ran, or after one that siglongjmp'ed out).
+    t.pending.push_back(Thread::Pending{&p, next});
+    if (t.pending.size() > kMaxPending) GiveUpOldest(t);
     return;
   }
   if (last.cls == InsnClass::kOther || last.cls == InsnClass::kDirectJump) {
@@ -1055,17 +1077,18 @@ void Follow(Thread& t, const Block& p, const Block& b) {
     }
     t.events.push_back(Event::AsyncDisable(went));
     t.events.push_back(Event::Enable(next));
-    if (t.pending) ++t.pending->depth;
+    if (!t.pending.empty()) ++t.pending.back().depth;
     return AddAll(t);
   }
-  if (t.pending && t.pending->own_possible && t.pending->depth == 0) {
+  if (!t.pending.empty() && t.pending.back().own_possible && t.pending.back().depth == 0) {
+    Thread::Pending& top = t.pending.back();
     if (last.cls == InsnClass::kDirectCall || last.cls == InsnClass::kIndirectCall) {
-      ++t.pending->calls;
-    } else if (last.cls == InsnClass::kReturn && t.pending->calls-- == 0) {
+      ++top.calls;
+    } else if (last.cls == InsnClass::kReturn && top.calls-- == 0) {
       // The handler returns: to the restorer, it ran for a signal (its rt_sigreturn resolves
       // the branch); anywhere else, the program ran it itself: the branch went to it.
-      if (next == t.pending->restorer) {
-        t.pending->own_possible = false;
+      if (next == top.restorer) {
+        top.own_possible = false;
       } else {
         ResolveAsBranch(t);
       }
@@ -1195,7 +1218,7 @@ __attribute__((noinline)) void OnBlockSlow(Thread* t, unsigned int vcpu, const B
     t = StartThread(vcpu, nullptr);
   }
   EnterBlock(t, b);
-  t->fast = t->traced && !t->in_syscall && !t->pending && t->prev != nullptr &&
+  t->fast = t->traced && !t->in_syscall && t->pending.empty() && t->prev != nullptr &&
             t->phase.load(std::memory_order_relaxed) != kClosed;
 }
 
@@ -1223,7 +1246,7 @@ void EnterBlock(Thread* t, const Block& b) {
   Follow(*t, *p, b);
   if (g->filtering) {
     const bool linear = p->last.cls == InsnClass::kOther && b.start == p->end;
-    t->truth_on = !t->pending ? t->enc->tracing() : linear ? t->truth_on : b.in_region;
+    t->truth_on = t->pending.empty() ? t->enc->tracing() : linear ? t->truth_on : b.in_region;
   }
   const bool limit = !ClaimBudget(*t, b.insns);
   if (g->closing.load(std::memory_order_relaxed) || limit ||
@@ -1231,7 +1254,7 @@ void EnterBlock(Thread* t, const Block& b) {
        Header()->stop_signal.load(std::memory_order_relaxed) != 0)) {
     // The process is ending (or the instruction limit is reached): this block does not run
     // as far as the trace (and the ground truth) know.
-    if (t->pending) Resolve(*t, 0);
+    while (!t->pending.empty()) Resolve(*t, 0);
     if (t->traced && t->enc->tracing()) Add(*t, Event::AsyncDisable(b.start));
     if (g->closing.load(std::memory_order_relaxed)) return EndThread(*t);
     return limit ? StopAtLimit() : Stop();
@@ -1329,7 +1352,7 @@ void OnTrigger(unsigned int vcpu, void* userdata) {
   // (Events held for a signal's unresolved branch stay held: the snapshot ends before them,
   // at the last packet.)
   const uint64_t ip = reinterpret_cast<uintptr_t>(userdata);
-  const bool pause = !t->pending && t->enc->tracing();
+  const bool pause = t->pending.empty() && t->enc->tracing();
   if (pause) Add(*t, Event::AsyncDisable(ip));
   if (absl::Status s = t->enc->Flush(); !s.ok()) Fail(std::string(s.message()));
   Move(*t);
@@ -1736,7 +1759,7 @@ void OnExec(Thread& t, int64_t num) {
     return Move(t);
   }
   if (plan == ExecPlan::kNotFollowed) NameUnfollowed(e.program);
-  if (t.pending) Resolve(t, 0);  // its frame goes with the old program
+  while (!t.pending.empty()) Resolve(t, 0);  // their frames go with the old program
   Move(t);
   // The other threads vanish with the old program: they end now (if the call fails after
   // all, their traces end here anyway).
@@ -1921,7 +1944,7 @@ void OnFatalSignal(int sig) {
         t->truth.resize(std::min(t->truth.size(), t->block_truth));
       }
     }
-    if (t->pending) Resolve(*t, 0);
+    while (!t->pending.empty()) Resolve(*t, 0);
     if (t->enc->tracing() && ip != 0) Add(*t, Event::AsyncDisable(ip));
     t->control->crash_ip = ip;
     t->control->crashed.store(g->crash || at_return ? 1 : 2, std::memory_order_release);

@@ -652,7 +652,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     result.warnings.push_back(absl::StrCat(
         n,
         " signals came right after a branch whose target only their frame knows, and the "
-        "handler never returned by rt_sigreturn (or another such branch was waiting): the "
+        "handler never returned by rt_sigreturn (siglongjmp), or too many waited at once: the "
         "trace lacks that conditional branch (one instruction), or has that RET or indirect "
         "branch going to the handler"));
   }

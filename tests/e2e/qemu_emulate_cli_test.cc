@@ -1717,6 +1717,57 @@ TEST_F(QemuEmulateTest, SignalsAtCallTargetsAndBackToBackKeepTheCalls) {
   EXPECT_EQ(calls["in_h"], ticks);
 }
 
+// Signals that come after a conditional branch while another such signal waits for its
+// handler's rt_sigreturn (which tells where the branch went): one while a handler runs
+// (SA_NODEFER), or after a handler left by siglongjmp (it never returns). Sweep 30c F1: the
+// plugin failed the whole recording at the second (exit 1, no footer, the rest of the trace
+// lost). Now each waits in turn; one whose handler never returns is given up, its branch (one
+// instruction) missing from the trace and counted. The decode is the ground truth less those,
+// with no error, and the handler's calls are the program's own count.
+TEST_F(QemuEmulateTest, SignalsWhileAnotherWaitsForItsFrameAreRecorded) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_signal_nested";
+  for (const auto& [mode, handler] :
+       {std::pair<std::string, std::string>{"longjmp", "leaving_handler"},
+        {"nested", "nested_handler"}}) {
+    SCOPED_TRACE(mode);
+    Recorded r = Record(mode, {program, mode, mode == "longjmp" ? "3" : "20"}, true);
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    int handlers = 0;
+    ASSERT_EQ(std::sscanf(r.run.out.c_str(), "handlers=%d", &handlers), 1) << r.run.out;
+    uint64_t unresolved = 0;
+    std::sscanf(r.run.err.c_str(), "ptrecord: warning: %" SCNu64 " signals came", &unresolved);
+    if (mode == "longjmp") {
+      EXPECT_EQ(unresolved, 3u) << r.run.err;
+    }
+    auto d = RunCommand({PTDECODE_PATH, "insn", r.trace});
+    ASSERT_EQ(d.exit_code, 0) << d.err;
+    EXPECT_EQ(d.out.find("[error"), std::string::npos);
+    PerThread truth = ReadTruth(r.truth);
+    PerThread got = ParseInsn(d.out);
+    ASSERT_EQ(truth.size(), 1u);
+    const std::vector<uint64_t>& all = truth.begin()->second;
+    const std::vector<uint64_t>& decoded = got[truth.begin()->first];
+    // The decode is the ground truth less at most `unresolved` instructions.
+    size_t i = 0, skipped = 0;
+    for (uint64_t ip : decoded) {
+      while (i < all.size() && all[i] != ip) ++i, ++skipped;
+      ASSERT_LT(i, all.size()) << "decoded 0x" << std::hex << ip << " is not in the truth";
+      ++i;
+    }
+    skipped += all.size() - i;
+    EXPECT_LE(skipped, unresolved) << all.size() << " " << decoded.size();
+    auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", r.trace});
+    ASSERT_EQ(stats.exit_code, 0) << stats.err;
+    uint64_t calls = 0;
+    const nlohmann::json report = nlohmann::json::parse(stats.out);
+    for (const auto& f : report["functions"]) {
+      if (f["function"] == handler) calls = f["calls"].get<uint64_t>();
+    }
+    EXPECT_EQ(calls, static_cast<uint64_t>(handlers));
+  }
+}
+
 TEST_F(QemuEmulateTest, ASignalHandlerGetsAFrameOfItsOwn) {
   const std::string program = E2E_PROGRAM_DIR "/e2e_signal_calls";
   ExpectDecodedEqualsTruth("signal_calls", {program});
