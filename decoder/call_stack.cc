@@ -24,6 +24,14 @@ uint32_t BaseTopEpoch(const auto& key) {
   return static_cast<uint32_t>(static_cast<uint64_t>(key.value) >> 32);
 }
 
+// Functions that return twice, a jump to where their call returns coming back to the frame
+// that called them (longjmp, siglongjmp, setcontext), by name (their PLT entries too).
+bool ReturnsTwice(std::string_view name) {
+  if (name.ends_with("@plt")) name.remove_suffix(4);
+  return name == "setjmp" || name == "_setjmp" || name == "__setjmp" || name == "sigsetjmp" ||
+         name == "__sigsetjmp" || name == "getcontext" || name == "__getcontext";
+}
+
 }  // namespace
 
 // (In chunk mode its callers Touch(f) first: kept out of this hot function.)
@@ -42,6 +50,9 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
   if (!implicit) {
     ++fn.calls;
     ++totals_.calls;
+    if (fn.returns_twice && !frames_.empty() && beyond_ == 0) {
+      frames_.back().setjmp_return = return_address;
+    }
   }
   if (frames_.size() >= kMaxFrames) {
     ++beyond_;
@@ -573,6 +584,7 @@ uint32_t CallStack::NewFunction(std::string name, int file, uint64_t address, bo
   fn.file = file;
   fn.address = address;
   fn.from_address = from_address;
+  fn.returns_twice = ReturnsTwice(fn.name);
   functions_.push_back(std::move(fn));
   return static_cast<uint32_t>(functions_.size() - 1);
 }
@@ -773,11 +785,37 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
     if (base_) failed_ = true;  // chunk mode: renames (or returns to) a frame of B
     return;
   }
-  if (beyond_ != 0 || frames_.back().function == f) return;
   // (Code without a symbol, "[file]", has no entry to tell its middle by: it is renamed to.)
-  if (functions_[f].address != 0 && ip != functions_[f].address &&
-      frames_.back().renamed_from != f) {
+  const bool middle =
+      functions_[f].address != 0 && ip != functions_[f].address && frames_.back().renamed_from != f;
+  if (beyond_ != 0) {
+    // Calls beyond kMaxFrames got no frame: a jump into a function with one ends them all (a
+    // runaway recursion left by longjmp; sweep 30c F3: everything after stayed 65,536 deep).
+    if (!middle || functions_[f].active == 0) return;
+    beyond_ = 0;
+  }
+  if (frames_.back().function == f) return;
+  if (middle) {
     if (functions_[f].active != 0) {
+      // Into a frame below: a longjmp to where setjmp returned lands in the frame that called
+      // it (sweep 30c F2: in a recursive function, the innermost frame of it was taken, the
+      // frames between left open, 7 more per longjmp of an interpreter's error loop); else
+      // (an exception's landing pad) the innermost frame of f.
+      size_t target = frames_.size();
+      for (size_t i = frames_.size(); i-- > 0;) {
+        if (frames_[i].setjmp_return == ip) {
+          target = i;
+          break;
+        }
+      }
+      if (target == frames_.size() && base_ && AfterReturnsTwiceCall(ip)) {
+        failed_ = true;  // chunk mode: the frame that called setjmp may be B's
+        return;
+      }
+      if (target < frames_.size() && frames_[target].function == f) {
+        while (frames_.size() > target + 1) Pop(/*at_end=*/false, /*by_return=*/false);
+        return;
+      }
       while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
       return;
     }
@@ -793,6 +831,17 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   top.function = f;
   top.renamed_from = from;
   if (listener_ != nullptr) listener_->OnRename(from, top);
+}
+
+bool CallStack::AfterReturnsTwiceCall(uint64_t ip) {
+  uint8_t call[5];
+  if (ip < sizeof(call) || image_->Read(ip - sizeof(call), call, sizeof(call)) != sizeof(call) ||
+      call[0] != 0xe8) {
+    return false;
+  }
+  int32_t rel = 0;
+  std::memcpy(&rel, call + 1, sizeof(rel));
+  return functions_[CallTarget(ip + static_cast<int64_t>(rel))].returns_twice;
 }
 
 void CallStack::Pop(bool at_end, bool by_return) {

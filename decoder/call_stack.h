@@ -34,6 +34,9 @@ struct Function {
   uint32_t active = 0;                  // frames on the stack
   uint64_t active_since = 0;
   bool from_address = false;  // named by its call target (no symbol)
+  // setjmp, sigsetjmp, getcontext (or their PLT entries): a later jump to the return address
+  // of a call to it (longjmp) lands in the frame that called it.
+  bool returns_twice = false;
 };
 
 // One frame of the stack: a call seen in the trace, or (implicit) a function entered before
@@ -51,6 +54,9 @@ struct Frame {
   static constexpr uint32_t kNone = ~uint32_t{0};
   uint32_t renamed_from = kNone;
   uint64_t entry_tsc = 0;  // the decoder's time at the call
+  // The return address of its last call of a Function::returns_twice one (0: none): where a
+  // longjmp to this frame lands.
+  uint64_t setjmp_return = 0;
 };
 
 // Told of every change of a CallStack, as it happens.
@@ -282,6 +288,8 @@ class CallStack {
   // when that was named by its address in the same file, else Unknown(file). Chunk mode, with
   // no frame of C: BaseTop(file), which the merge resolves.
   uint32_t Unnamed(int file);
+  // Whether the instruction before `ip` is a direct call of a Function::returns_twice one.
+  bool AfterReturnsTwiceCall(uint64_t ip);
   uint32_t BaseTop(int file);
   // The function of this model that a chunk's kBaseTop key names where B is its frames below
   // `depth` (Unnamed's answer with those frames); -1: Unknown(file), not made yet.

@@ -1768,6 +1768,56 @@ TEST_F(QemuEmulateTest, SignalsWhileAnotherWaitsForItsFrameAreRecorded) {
   }
 }
 
+// A longjmp lands in the frame that called setjmp, also in a recursion of one function (sweep
+// 30c F2: f(10) longjmping to f(3)'s setjmp left f(4)..f(10) open, "main;f x 10;landed" where
+// gdb has "main;f;f;f;landed", 7 more stale frames per longjmp of an interpreter's error loop),
+// and out of a recursion beyond the 65,536 frames the model keeps (F3: everything after it
+// stayed under the recursion's frames, counted in rec's inclusive count).
+TEST_F(QemuEmulateTest, ALongjmpLandsInTheFrameThatCalledSetjmp) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_longjmp_frames";
+  Recorded r = Record("recursive", {program, "recursive", "50"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  std::istringstream lines(folded.out);
+  int landed = 0;
+  size_t deepest = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const std::string stack = line.substr(0, line.rfind(' '));
+    size_t fs = 0;
+    for (size_t at = stack.find(";f;"); at != std::string::npos; at = stack.find(";f;", at + 1)) {
+      ++fs;
+    }
+    deepest = std::max(deepest, fs + (stack.ends_with(";f") ? 1 : 0));
+    if (stack.ends_with(";landed")) {
+      ++landed;
+      EXPECT_TRUE(stack.ends_with(";main;f;f;f;landed")) << line;
+    }
+  }
+  EXPECT_EQ(landed, 1) << folded.out;
+  EXPECT_EQ(deepest, 10u) << folded.out.substr(0, 4000);
+  // A chunk that cannot tell which frame called setjmp (it may be before the chunk) is decoded
+  // again by the merge: -j 2 in small chunks gives the same.
+  auto chunked = RunCommand({PTDECODE_PATH, "folded", "-j", "2", "--chunk-size", "256", r.trace});
+  EXPECT_EQ(chunked.out, folded.out);
+
+  r = Record("deep", {program, "deep", "70000"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", r.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  std::map<std::string, nlohmann::json> row;
+  const nlohmann::json report = nlohmann::json::parse(stats.out);
+  for (const auto& f : report["functions"]) row[f["function"].get<std::string>()] = f;
+  ASSERT_TRUE(row.contains("rec") && row.contains("mid") && row.contains("main")) << stats.out;
+  EXPECT_EQ(row["mid"]["calls"], 5);
+  // What ran after the longjmp (mid, leaf, printf, exit) is main's, not rec's.
+  EXPECT_LE(row["rec"]["inclusive"].get<uint64_t>() + row["mid"]["inclusive"].get<uint64_t>(),
+            row["main"]["inclusive"].get<uint64_t>());
+  // (Its inclusive count is its own and the longjmp's: 59 instructions; 2,153 before.)
+  EXPECT_LT(row["rec"]["inclusive"].get<uint64_t>(), row["rec"]["self"].get<uint64_t>() + 100);
+}
+
 TEST_F(QemuEmulateTest, ASignalHandlerGetsAFrameOfItsOwn) {
   const std::string program = E2E_PROGRAM_DIR "/e2e_signal_calls";
   ExpectDecodedEqualsTruth("signal_calls", {program});

@@ -1,0 +1,58 @@
+// SPDX-License-Identifier: Apache-2.0
+//
+// longjmp back into a frame further down the stack (qemu_emulate_cli_test; sweep 30c F2, F3):
+//   longjmp_frames recursive N  f(1) recurses to f(10); f(3) called setjmp, f(10) longjmps to
+//                               it, then landed(); N times
+//   longjmp_frames deep D       rec(D) recurses D deep and longjmps back to main, which then
+//                               calls mid() (which calls leaf()) 5 times
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+static jmp_buf env;
+static volatile int landings, leaves;
+
+__attribute__((noinline)) void landed(void) { ++landings; }
+
+__attribute__((noinline)) void f(int d) {
+  if (d == 3) {
+    if (setjmp(env) == 0) {
+      f(d + 1);
+    } else {
+      landed();
+    }
+    return;
+  }
+  if (d < 10) {
+    f(d + 1);
+  } else {
+    longjmp(env, 1);
+  }
+  __asm__ volatile("");
+}
+
+__attribute__((noinline)) void rec(int d) {
+  if (d < 0) return;  // (never: a way out for the compiler's sake)
+  if (d > 0) {
+    rec(d - 1);
+  } else {
+    longjmp(env, 1);
+  }
+  __asm__ volatile("");
+}
+
+__attribute__((noinline)) void leaf(void) { ++leaves; }
+__attribute__((noinline)) void mid(void) { leaf(); }
+
+int main(int argc, char** argv) {
+  if (argc != 3) return 2;
+  const int n = atoi(argv[2]);
+  if (argv[1][0] == 'r') {
+    for (int i = 0; i < n; ++i) f(1);
+  } else {
+    if (setjmp(env) == 0) rec(n);
+    for (int i = 0; i < 5; ++i) mid();
+  }
+  printf("landings=%d leaves=%d\n", landings, leaves);
+  return 0;
+}
