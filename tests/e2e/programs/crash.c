@@ -1,11 +1,15 @@
 // Dies of SIGSEGV after a little work: a store through a null pointer (read from a volatile,
 // so the compiler cannot drop it). With the argument "thread", a second thread makes the store
 // (in fault()) while main waits for it; with "abort", main calls abort() (SIGABRT, delivered at
-// the return of the tgkill system call that raises it) instead of the store.
+// the return of the tgkill system call that raises it) instead of the store; with "child", a
+// forked child makes the store while main waits for it, then works on and exits 0.
 #include <pthread.h>
+#include <signal.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static int* volatile target;
 
@@ -17,6 +21,15 @@ static void* fault(void* arg) {
 }
 
 int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "child") == 0) {
+    const pid_t child = fork();
+    if (child == 0) fault(NULL);
+    int status = 0;
+    if (child < 0 || waitpid(child, &status, 0) != child) return 1;
+    volatile int sum = 0;
+    for (int i = 0; i < 100; ++i) sum += i;
+    return WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV ? 0 : 1;
+  }
   if (argc > 1 && strcmp(argv[1], "thread") == 0) {
     pthread_t t;
     if (pthread_create(&t, NULL, fault, NULL) != 0) return 1;
