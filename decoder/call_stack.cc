@@ -828,6 +828,10 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   if (--old.active == 0) old.inclusive += totals_.instructions - old.active_since;
   Function& fn = functions_[f];
   if (fn.active++ == 0) fn.active_since = totals_.instructions;
+  // Entered at its first instruction: a call of it that went on in the caller's frame (a tail
+  // call, a PLT entry's jump to its function), counted as callgrind counts it (sweep 30b F3:
+  // every library function called through its PLT entry had 0 calls, memcmp@plt all of them).
+  if (ip == fn.address) ++fn.calls;
   top.function = f;
   top.renamed_from = from;
   if (listener_ != nullptr) listener_->OnRename(from, top);

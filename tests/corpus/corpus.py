@@ -1042,6 +1042,16 @@ def check_calls(c):
         k = (image_of(c, info), entry[0])
         want[k] += 1
         names[k] = entry
+    # A function the frame on top goes on into at its first instruction (a tail call, a PLT
+    # entry jumping to its function) is counted a call too.
+    for tid, (_, _, entered) in truth_frames(c).items():
+        for _, info, vaddr in entered:
+            entry = info.function_at(vaddr) if info else []
+            if not entry:
+                continue
+            k = (image_of(c, info), entry[0])
+            want[k] += 1
+            names[k] = entry
     if not want:
         raise Mismatch(["the ground truth has no call to a function entry (nothing to check)"])
     wrong = compare_counts(want, names, funcs, "calls", "calls", "stats")
@@ -1108,10 +1118,11 @@ def truth_frames(c):
     frame on top ran before it was renamed, a cold part `f.cold` going back into f, renames it
     back), the caller a return that matches no
     frame reaches (entered before tracing began: the frame below), and the program an exec
-    starts."""
+    starts; entered: (names, info, vaddr) of each of those renames that goes on at a function's
+    first instruction (stats counts them as calls of it: a tail call, a PLT entry's jump)."""
     result = {}
     for tid, ips in c.truth.items():
-        calls, slices = [], []
+        calls, slices, entered = [], [], []
         stack = []  # (return address, index of the callee's first, call no.)
         tops = []   # function_key of the function running in each frame, outermost first
         before = []  # per frame: the function_key it ran before its last rename (or None)
@@ -1139,6 +1150,7 @@ def truth_frames(c):
                             before[-1] = tops[-1]
                             tops[-1] = key
                             slices.append((names, info, vaddr))
+                            entered.append((names, info, vaddr))
                         break
                 else:
                     begins = not stack  # the outermost function returned to its caller
@@ -1155,6 +1167,8 @@ def truth_frames(c):
                     before[-1] = tops[-1]
                     tops[-1] = key
                     slices.append((names, info, vaddr))
+                    if key[1] == vaddr:
+                        entered.append((names, info, vaddr))
             if begins:
                 tops = [key]
                 before = [None]
@@ -1178,7 +1192,7 @@ def truth_frames(c):
             before.append(None)
             calls.append([(names, t_info, t_vaddr), None])
             slices.append((names, t_info, t_vaddr))
-        result[tid] = (calls, slices)
+        result[tid] = (calls, slices, entered)
     return result
 
 
@@ -1224,7 +1238,7 @@ def check_calls_tree(c):
             got[tid][n][1] = int(m.group(4)) if m.group(4) else None
     errors, named, counted = [], [], []
     total = 0
-    for tid, (want, _) in truth_frames(c).items():
+    for tid, (want, _, _) in truth_frames(c).items():
         have = got.get(tid, [])
         total += len(want)
         if len(have) != len(want):
@@ -1267,7 +1281,7 @@ def check_timeline(c):
                     errors.append(f"tid {e['tid']}: E {json.dumps(e)} ends B '{b}'")
     if unnamed_e > 3:
         errors.append(f"... {unnamed_e} E events in all without the name of their B")
-    for tid, (_, want) in truth_frames(c).items():
+    for tid, (_, want, _) in truth_frames(c).items():
         have = began.get(tid, [])
         if len(have) != len(want):
             errors.append(f"tid {tid}: ground truth {len(want)} frames begun (the trace's "

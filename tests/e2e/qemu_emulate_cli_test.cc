@@ -1689,7 +1689,7 @@ TEST_F(QemuEmulateTest, FunctionsOfOneNameInAFileAreRowsOfTheirOwn) {
 // Signals at a callee's first instruction (right after the call), at a function's entry a
 // tail call jumps to, and back to back at a handler's rt_sigreturn (e2e_signal_tail): every
 // handler runs in a frame of its own and every interrupted function resumes in its own, so the
-// calls are the program's: t1 called 2,000,000 times, t2 and t3 never (entered by jumps), the
+// calls are the program's: t1 called 2,000,000 times, t2 and t3 entered by its tail calls, the
 // handler as many times as it ran (its calls of in_h, which the program prints). (Sweep 26
 // N3: an interrupt at a call's target was taken for a call into untraced code, the handler for
 // a callback from it, and a resumption at a function's entry after back-to-back signals for
@@ -1711,8 +1711,13 @@ TEST_F(QemuEmulateTest, SignalsAtCallTargetsAndBackToBackKeepTheCalls) {
   const nlohmann::json report = nlohmann::json::parse(serial);
   for (const auto& f : report["functions"]) calls[f["function"]] += f["calls"].get<uint64_t>();
   EXPECT_EQ(calls["t1"], 2000000u);
-  EXPECT_EQ(calls["t2"], 0u);
-  EXPECT_EQ(calls["t3"], 0u);
+  // t2 and t3 are entered by tail calls (jumps to their first instruction), each counted as a
+  // call, but for a signal that came between the jump and the function's first instruction
+  // (the frame goes on unrenamed after the handler: one entry uncounted per signal at most).
+  EXPECT_LE(calls["t2"], 2000000u);
+  EXPECT_GE(calls["t2"], 2000000u - ticks);
+  EXPECT_LE(calls["t3"], 2000000u);
+  EXPECT_GE(calls["t3"], 2000000u - ticks);
   EXPECT_EQ(calls["on_alarm"], ticks);
   EXPECT_EQ(calls["in_h"], ticks);
 }
