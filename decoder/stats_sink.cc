@@ -158,12 +158,18 @@ class StatsSink : public FlowSink {
     }
     if (options_.list_problems) {
       // (The recording's and the decode's warnings are the header's "# warning:" lines.)
-      fmt::format_to(
-          it, "\nlosses and errors: {}{}\n",
-          problems_count_ == 0 ? std::string("none") : fmt::format("{}", problems_count_),
-          totals.warnings.empty() ? std::string()
-                                  : fmt::format("; {} warning{} (above)", totals.warnings.size(),
-                                                totals.warnings.size() == 1 ? "" : "s"));
+      // Losses outside the decoded streams (snapshot mode's) are warnings, not listed here
+      // (sweep 30a F7: "none" under "3 loss points").
+      const uint64_t listed = problems_count_, all = totals.losses + totals.errors;
+      fmt::format_to(it, "\nlosses and errors: {}{}\n",
+                     listed == 0 && all == 0 ? std::string("none")
+                     : listed == 0 ? fmt::format("none in the decoded streams ({} outside them)",
+                                                 Counted(totals.losses, "loss point"))
+                                   : fmt::format("{}", listed),
+                     totals.warnings.empty()
+                         ? std::string()
+                         : fmt::format("; {} warning{} (above)", totals.warnings.size(),
+                                       totals.warnings.size() == 1 ? "" : "s"));
       buf.append(std::string_view(problems_.data(), problems_.size()));
     }
     return out_.Close();

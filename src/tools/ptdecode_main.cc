@@ -169,8 +169,10 @@ absl::StatusOr<dec::ContainerOptions> ContainerOptions(const dec::DecodeFlags& f
 }
 
 // Container input: FILE is a trace.pt (or perf.data) recording; the sink writes to `output`.
+// `quiet`: the input's warnings and an empty result's reason are not said (a part of a report
+// whose whole decode says them), only the exit status tells.
 int RunContainer(const dec::DecodeFlags& f, const SinkFactory& make_sink,
-                 std::FILE* output = stdout) {
+                 std::FILE* output = stdout, bool quiet = false) {
   auto options = ContainerOptions(f);
   if (!options.ok()) return UsageError(options.status());
   auto clock = dec::ReadRecordingClock(f.container);
@@ -188,6 +190,7 @@ int RunContainer(const dec::DecodeFlags& f, const SinkFactory& make_sink,
                                                   isatty(STDERR_FILENO) == 1, 0, dec::MonotonicMs);
   auto totals = dec::DecodeContainer(f.container, *options, *sink);
   if (!totals.ok()) return Fail(totals.status());
+  if (quiet) return totals->instructions == 0 ? kExitRuntime : 0;
   for (const std::string& w : totals->warnings) {
     std::fprintf(stderr, "ptdecode: warning: %s\n", w.c_str());
   }
@@ -311,7 +314,8 @@ std::string CrashText(const nlohmann::json& info, const dec::DecodeFlags& f) {
   if (memory == nullptr) return text;
   dec::DecodeFlags branches = f;
   branches.tid = std::to_string(tid);
-  const int decoded = RunContainer(branches, dec::MakeBranchesSink, memory);
+  // (Quiet: the report's decode below says the warnings, of every thread.)
+  const int decoded = RunContainer(branches, dec::MakeBranchesSink, memory, /*quiet=*/true);
   const bool closed = std::fclose(memory) == 0;  // else no branches: the buffer is not whole
   std::string out(closed && buffer != nullptr ? buffer : "", closed ? size : 0);
   std::free(buffer);
@@ -322,7 +326,10 @@ std::string CrashText(const nlohmann::json& info, const dec::DecodeFlags& f) {
     at = end + 1;
   }
   if (decoded != 0 || lines.empty()) {
-    return text + fmt::format("             (no branches of thread {} decoded)\n", tid);
+    return text + fmt::format(
+                      "             (no branches of thread {} decoded: its crash snapshot holds "
+                      "none; the warnings below say what is missing)\n",
+                      tid);
   }
   const size_t first = lines.size() > kCrashBranches ? lines.size() - kCrashBranches : 0;
   text += fmt::format("last {} branches of thread {} (the crash snapshot, oldest first):\n",

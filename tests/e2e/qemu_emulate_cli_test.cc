@@ -1844,6 +1844,20 @@ TEST_F(QemuEmulateTest, ASystemCallsTimeIsItsOwn) {
   EXPECT_LT(working, 50'000'000u) << folded.out;
 }
 
+// A snapshot recording's overwritten trace is a loss outside the decoded streams: the default
+// report's list says so, not "none" under "1 loss point" (sweep 30a F7).
+TEST_F(QemuEmulateTest, TheReportSaysLossesOutsideTheDecodedStreams) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded r =
+      Record("snap", {PROGRAM_DIR "/emulate_hot_cold", "1000000"}, false, {"--snapshot=4K"});
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto report = RunCommand({PTDECODE_PATH, r.trace});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  EXPECT_THAT(report.out, HasSubstr("\n# 1 stream, 1 loss point, "));
+  EXPECT_THAT(report.out, HasSubstr("\nlosses and errors: none in the decoded streams (1 loss "
+                                    "point outside them); 1 warning (above)\n"));
+}
+
 TEST_F(QemuEmulateTest, ASignalHandlerGetsAFrameOfItsOwn) {
   const std::string program = E2E_PROGRAM_DIR "/e2e_signal_calls";
   ExpectDecodedEqualsTruth("signal_calls", {program});
