@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "ptkit/aux_sample.h"
 #include "ptkit/numbers.h"
 #include "ptkit/perf_records.h"
@@ -54,8 +55,12 @@ absl::StatusOr<TriggerSpec> ParseTrigger(std::string_view text, const std::strin
   absl::StatusOr<std::vector<AddressFilter>> resolved =
       ParseAddressFilters(absl::StrCat("start ", spec.function, " @ ", file));
   if (!resolved.ok()) {
+    // (Said without the filter it was resolved as: sweep 30a F9.)
+    const std::string message = absl::StrReplaceAll(
+        resolved.status().message(),
+        {{absl::StrCat(" in filter 'start ", spec.function, " @ ", file, "'"), ""}});
     return absl::InvalidArgumentError(
-        absl::StrCat("--trigger '", std::string(text), "': ", resolved.status().message()));
+        absl::StrCat("--trigger '", std::string(text), "': ", message));
   }
   spec.file = resolved->front().file;
   spec.offset = resolved->front().offset;

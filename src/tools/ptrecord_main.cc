@@ -416,6 +416,18 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
     if (!snapshot.empty()) {
       absl::StatusOr<uint64_t> s = ptkit::record::ParseSize(snapshot);
       if (!s.ok()) return Fail("--snapshot: " + std::string(s.status().message()), 2);
+      // (Sweep 30a F9: 0 took the whole area, a size beyond it was cut to it, unsaid.)
+      if (*s == 0) {
+        return Fail("--snapshot 0: give a size above 0, or none for the whole AUX area", 2);
+      }
+      const uint64_t area = o.aux_pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+      if (*s > area) {
+        return Fail(
+            absl::StrCat("--snapshot ", snapshot, ": larger than the AUX area (", area >> 10,
+                         " KiB: -m DATA_PAGES,AUX_PAGES sets it); give at most ", area >> 10,
+                         "K, or a larger area"),
+            2);
+      }
       o.snapshot_size = *s;
     }
   }

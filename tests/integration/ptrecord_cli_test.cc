@@ -79,7 +79,8 @@ TEST(PtrecordCliTest, UsageErrorsExit2WithOneLine) {
   ::ptkit::testing::TempDir dir;
   for (const char* args :
        {"--bogus", "-m 3 -- /bin/true", "", "-a -- /bin/true", "-u -k -- /bin/true",
-        "--snapshot=12Q -- /bin/true", "--bts --event intel_pt// -- /bin/true",
+        "--snapshot=12Q -- /bin/true", "--snapshot=0 -- /bin/true",
+        "-m 64,16 --snapshot=65K -- /bin/true", "--bts --event intel_pt// -- /bin/true",
         "--sideband-only -e no-such-counter -- /bin/true", "-C 9999 -a --sideband-only",
         // A forgotten value: "--" is no file name; no limit below 1 step; a directory.
         "-o -- /bin/true", "--emulate --ground-truth -- /bin/true",

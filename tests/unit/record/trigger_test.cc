@@ -34,6 +34,12 @@ TEST(TriggerTest, SpecsThatAreNoUprobeSayTheForm) {
     EXPECT_THAT(t.status().message(), HasSubstr("uprobe:FUNC@FILE"));
   }
   EXPECT_THAT(ParseTrigger("uprobe:main", "").status().message(), HasSubstr("name the file"));
+  // A function the file has not: said of the trigger, not of the filter it is resolved as
+  // (sweep 30a F9: "... in filter 'start nosuchfn @ /bin/true'").
+  const std::string unknown(ParseTrigger("uprobe:no_such_fn@/bin/true", "").status().message());
+  EXPECT_THAT(unknown,
+              HasSubstr("--trigger 'uprobe:no_such_fn@/bin/true': no symbol 'no_such_fn'"));
+  EXPECT_THAT(unknown, ::testing::Not(HasSubstr("filter")));
 }
 
 TEST(TriggerTest, StatParentSkipsACommWithSpacesAndParentheses) {
