@@ -28,6 +28,7 @@ struct Symbol {
   uint64_t value = 0;
   uint64_t size = 0;
   bool global = false;
+  bool ifunc = false;  // STT_GNU_IFUNC: its address is the resolver's
 };
 
 // What a filter needs from an ELF file: its symbols and where its PT_LOAD segments come from.
@@ -52,7 +53,8 @@ bool AddSymbols(const ElfFile& elf, bool dynamic, std::vector<Symbol>& out) {
   }
   for (const ElfSymbol& sym : elf.Symbols()) {
     if (sym.dynamic != dynamic || sym.type == STT_SECTION || sym.type == STT_FILE) continue;
-    out.push_back({std::string(sym.name), sym.value, sym.size, sym.binding != STB_LOCAL});
+    out.push_back({std::string(sym.name), sym.value, sym.size, sym.binding != STB_LOCAL,
+                   sym.type == STT_GNU_IFUNC});
   }
   return found;
 }
@@ -140,6 +142,31 @@ std::string WhatThereIs(const FilterElf& elf, const std::string& name, const std
 }
 
 // Finds "name", "name#N" (N-th in address order, from 1) or "name#0|g|G" (the global one).
+// `s`, unless it is an IFUNC symbol: its address is the resolver's, which runs once, at load, to
+// pick the implementation that runs at each call (sweep 30a F6: --trigger uprobe:cos@libm
+// took 4 snapshots in the resolver for 8 calls of cos). Errors: the implementations to name.
+absl::StatusOr<Symbol> IfuncChecked(const FilterElf& elf, const Symbol& s, const std::string& file,
+                                    const std::string& filter) {
+  if (!s.ifunc) return s;
+  std::vector<std::string> like;
+  for (const Symbol& o : elf.symbols) {
+    // glibc's implementations: __cos_fma, __memcpy_avx_unaligned_erms, ...
+    const bool named = o.name.starts_with(absl::StrCat("__", s.name, "_")) ||
+                       o.name.starts_with(absl::StrCat(s.name, "_"));
+    if (!o.ifunc && o.size != 0 && named && like.size() < 6 &&
+        std::find(like.begin(), like.end(), o.name) == like.end()) {
+      like.push_back(o.name);
+    }
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("'", s.name, "' in ", file,
+                   " is an IFUNC symbol: its address is its resolver's, which runs "
+                   "once at load to pick the code each call runs; name that code instead",
+                   like.empty() ? std::string(" (nm lists the symbols)")
+                                : absl::StrCat(" (perhaps ", absl::StrJoin(like, ", "), ")"),
+                   " in filter '", filter, "'"));
+}
+
 absl::StatusOr<Symbol> FindSymbol(const FilterElf& elf, const std::string& spec,
                                   const std::string& file, const std::string& filter) {
   std::string name = spec;
@@ -170,7 +197,7 @@ absl::StatusOr<Symbol> FindSymbol(const FilterElf& elf, const std::string& spec,
       return absl::InvalidArgumentError(absl::StrCat("'", spec, "': ", file, " has ", found.size(),
                                                      " symbols '", name, "'", where()));
     }
-    return *found[*n - 1];
+    return IfuncChecked(elf, *found[*n - 1], file, filter);
   } else if (found.size() > 1) {
     std::vector<std::string> at;
     at.reserve(found.size());
@@ -179,7 +206,7 @@ absl::StatusOr<Symbol> FindSymbol(const FilterElf& elf, const std::string& spec,
                                                    " (at ", absl::StrJoin(at, ", "),
                                                    "): select one with '", name, " #N'", where()));
   }
-  return *found[0];
+  return IfuncChecked(elf, *found[0], file, filter);
 }
 
 // Splits "action start[/size][@file]" (tokens already joined without blanks) and resolves it.

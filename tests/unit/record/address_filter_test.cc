@@ -17,6 +17,10 @@
 
 extern "C" __attribute__((noinline, used)) int PtkitFilterTarget(int x) { return x * 3 + 1; }
 extern "C" __attribute__((noinline, used)) int PtkitFilterOther(int x) { return x * 5 + 2; }
+// An IFUNC symbol, as glibc's memcpy or libm's cos: its address is the resolver's.
+extern "C" __attribute__((noinline, used)) int PtkitIfunc_impl(int x) { return x + 7; }
+extern "C" __attribute__((used)) int (*PtkitIfuncResolver())(int) { return &PtkitIfunc_impl; }
+extern "C" int PtkitIfunc(int x) __attribute__((ifunc("PtkitIfuncResolver")));
 
 namespace ptkit::record {
 namespace {
@@ -118,6 +122,20 @@ TEST(AddressFilterTest, MistakesAreErrorsNamingTheFilter) {
 }
 
 // Numbers are decimal or 0x hex, as perf writes them: a leading 0 is no octal prefix.
+// An IFUNC symbol's address is its resolver's, which runs once at load: a filter (or trigger)
+// on it would cover the resolver, not the code each call runs (sweep 30a F6). An error says so
+// and names the implementations.
+TEST(AddressFilterTest, AnIfuncSymbolIsAnErrorNamingItsImplementations) {
+  EXPECT_EQ(PtkitIfunc(1), 8);
+  const std::string self = SelfPath();
+  EXPECT_THAT(ParseAddressFilters("filter PtkitIfunc @ " + self),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'PtkitIfunc' in " + self + " is an IFUNC symbol")));
+  EXPECT_THAT(ParseAddressFilters("start PtkitIfunc @ " + self),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("(perhaps PtkitIfunc_impl)")));
+  EXPECT_THAT(ParseAddressFilters("filter PtkitIfunc_impl @ " + self), IsOk());
+}
+
 TEST(AddressFilterTest, NumbersAreDecimalOrHexNeverOctal) {
   const std::string self = SelfPath();
   auto f = ParseAddressFilters("filter 010/8 @ " + self + " filter 08/09 @ " + self +
