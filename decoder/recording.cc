@@ -723,7 +723,8 @@ std::string CountMismatch(const Recording& r, const RecordingOptions& options,
     return fmt::format(
         "{}: the recorder counted {} instructions and the trace holds {}: {} ran where the trace "
         "cannot show them ({}a loop of direct jumps only makes no packet, so how many times it "
-        "went round is not in the trace; or a thread's last block, cut short by its end)",
+        "went round is not in the trace; or a thread's last block, cut short by its end; or, "
+        "under qemu, a block a fault cut short, counted whole)",
         r.name, counted, totals.instructions, counted - totals.instructions,
         totals.losses + totals.errors != 0 ? "the losses and errors said; " : "");
   }

@@ -940,13 +940,21 @@ void Resolve(Thread& t, uint64_t resume) {
   Thread::Pending p = std::move(t.pending.back());
   t.pending.pop_back();
   const Block& b = *p.branch;
-  if (resume != 0 && b.last.cls == InsnClass::kCondBranch && resume != b.last.target &&
+  // The frame resumes inside the block, before its branch (and not at a conditional branch's
+  // target there): a fault there (a SIGSEGV that the handler fixed), the faulting instruction
+  // run again. The trace stops before it, the branch never ran (sweep 30c F4: the block's RET
+  // was written before the handler, ending a live frame). (Its block was counted whole.)
+  const bool fault = resume > b.start && resume <= b.last_ip &&
+                     !(b.last.cls == InsnClass::kCondBranch && resume == b.last.target);
+  if (resume != 0 && !fault && b.last.cls == InsnClass::kCondBranch && resume != b.last.target &&
       resume != b.end) {
     // Not this signal's frame (its handler left by siglongjmp, and another signal's
     // rt_sigreturn came at its depth): its branch stays unknown.
     resume = 0;
   }
-  if (resume == 0) {
+  if (fault) {
+    Add(t, Event::AsyncDisable(resume));
+  } else if (resume == 0) {
     // Without its outcome the branch cannot be encoded: the trace says the signal came
     // before it (one instruction short), and the run reports it.
     Header()->unresolved_signals.fetch_add(1);

@@ -1858,6 +1858,30 @@ TEST_F(QemuEmulateTest, TheReportSaysLossesOutsideTheDecodedStreams) {
                                     "point outside them); 1 warning (above)\n"));
 }
 
+// A fault that a handler fixes, in a block that ends in RET: the trace stops at the faulting
+// store, the handler runs on top of writer(0)'s frame as gdb shows it, and the RET comes after
+// (sweep 30c F4: the RET was written before the handler, which ran one writer frame short).
+TEST_F(QemuEmulateTest, AFaultInsideABlockStopsTheTraceThere) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded r = Record("fault", {E2E_PROGRAM_DIR "/e2e_fault_block"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  EXPECT_EQ(r.run.out, "handled=3 writes=15\n");
+  auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_THAT(folded.out, HasSubstr(";main;writer;writer;writer;writer;writer;on_segv "));
+  EXPECT_THAT(folded.out, Not(HasSubstr(";main;writer;writer;writer;writer;on_segv ")));
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", r.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  const nlohmann::json report = nlohmann::json::parse(stats.out);
+  for (const auto& f : report["functions"]) {
+    if (f["function"] == "writer") {
+      EXPECT_EQ(f["calls"], 15);
+    } else if (f["function"] == "on_segv") {
+      EXPECT_EQ(f["calls"], 3);
+    }
+  }
+}
+
 TEST_F(QemuEmulateTest, ASignalHandlerGetsAFrameOfItsOwn) {
   const std::string program = E2E_PROGRAM_DIR "/e2e_signal_calls";
   ExpectDecodedEqualsTruth("signal_calls", {program});
