@@ -632,7 +632,9 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     // as the crash, its snapshot the last, the command's trace after it dropped unsaid).
     if (!options.snapshot_on_crash || crash || pid != static_cast<uint32_t>(workload)) return;
     crash = record::CrashInfo{.pid = pid, .tid = tid, .signal = sig, .ip = ip};
-    recorder.SnapshotThreads(/*ended=*/false);
+    // Its snapshot is the end round below: each thread's ring stays as it ended, and the
+    // process's other threads end their streams where they stopped (sweep 30a F3: a snapshot
+    // taken here left them without their last instructions, 5 and 8 in the sweep, unsaid).
   };
   absl::StatusOr<StepperResult> stepped = RunStepped(so, sink);
   ran = recorder.threads() > 0;
@@ -643,8 +645,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   }
   const StepperResult& steps = *stepped;
   drain_sideband();
-  // The crash snapshot is the last round: after it the process only died.
-  if (options.snapshot_size && !crash) recorder.SnapshotThreads(/*ended=*/true);
+  // The end round (with a crash: its snapshot, the last round).
+  if (options.snapshot_size) recorder.SnapshotThreads(/*ended=*/true);
   PTKIT_RETURN_IF_ERROR(recorder.status());
   PTKIT_RETURN_IF_ERROR(sideband_status);
   PTKIT_RETURN_IF_ERROR(trigger_status);

@@ -375,6 +375,31 @@ TEST(TriggerCliTest, UnderQemuACrashInASecondThreadNamesThatThread) {
   ExpectACrashSnapshot("qemu", /*in_thread=*/true);
 }
 
+// The crash snapshot holds every thread of the process to its end: a thread that was running
+// user code when another crashed ends where it stopped (sweep 30a F3: under step, its snapshot
+// was taken at the signal, before its stream ended, and lost its last 5 to 8 instructions).
+TEST(TriggerCliTest, TheCrashSnapshotHoldsEveryThreadToItsEnd) {
+  for (const std::string backend : {"step", "qemu"}) {
+    SCOPED_TRACE(backend);
+    if (backend == "qemu" && access("/usr/bin/qemu-x86_64", X_OK) != 0) continue;
+    testing::TempDir dir;
+    const std::string trace = dir.File("c.pt"), truth_file = dir.File("c.truth");
+    auto rec = RunCommand({PTRECORD_PATH, "--emulate=" + backend, "--snapshot-on-crash",
+                           "--ground-truth", truth_file, "-o", trace, "--", kCrash, "spinning"});
+    if (Denied(rec.err)) GTEST_SKIP() << "ptrace or perf_event_open denied: " << rec.err;
+    EXPECT_EQ(rec.exit_code, 128 + SIGSEGV) << rec.err;
+    const PerThread truth = ReadTruth(truth_file);
+    ASSERT_EQ(truth.size(), 3u);
+    auto dec = RunCommand({PTDECODE_PATH, "insn", trace});
+    ASSERT_EQ(dec.exit_code, 0) << dec.err;
+    PerThread got = ParseInsn(dec.out);
+    for (const auto& [tid, ips] : truth) {
+      EXPECT_EQ(got[tid].size(), ips.size()) << "tid " << tid;
+      EXPECT_TRUE(got[tid] == ips) << "tid " << tid;
+    }
+  }
+}
+
 // A forked child that dies of SIGSEGV is no crash of the workload, which goes on and exits 0:
 // no crash snapshot, and the workload's trace whole to its end (sweep 30a F1: the step backend
 // took the child's signal as the crash, its snapshot the last, and the parent's last 6,478
