@@ -375,6 +375,25 @@ TEST(TriggerCliTest, UnderQemuACrashInASecondThreadNamesThatThread) {
   ExpectACrashSnapshot("qemu", /*in_thread=*/true);
 }
 
+// One run of crash.c in `mode` with --snapshot-on-crash under `backend` (false: skip it),
+// its ground truth in `truth`, and the decode of every thread in `got`.
+struct CrashRun {
+  testing::TempDir dir;
+  std::string trace = dir.File("c.pt"), truth_file = dir.File("c.truth");
+  testing::CommandResult rec;
+  PerThread truth, got;
+};
+bool RunCrash(const std::string& backend, const std::string& mode, CrashRun& run) {
+  run.rec = RunCommand({PTRECORD_PATH, "--emulate=" + backend, "--snapshot-on-crash",
+                        "--ground-truth", run.truth_file, "-o", run.trace, "--", kCrash, mode});
+  if (Denied(run.rec.err)) return false;
+  run.truth = ReadTruth(run.truth_file);
+  auto dec = RunCommand({PTDECODE_PATH, "insn", run.trace});
+  EXPECT_EQ(dec.exit_code, 0) << dec.err;
+  run.got = ParseInsn(dec.out);
+  return true;
+}
+
 // The crash snapshot holds every thread of the process to its end: a thread that was running
 // user code when another crashed ends where it stopped (sweep 30a F3: under step, its snapshot
 // was taken at the signal, before its stream ended, and lost its last 5 to 8 instructions).
@@ -382,20 +401,13 @@ TEST(TriggerCliTest, TheCrashSnapshotHoldsEveryThreadToItsEnd) {
   for (const std::string backend : {"step", "qemu"}) {
     SCOPED_TRACE(backend);
     if (backend == "qemu" && access("/usr/bin/qemu-x86_64", X_OK) != 0) continue;
-    testing::TempDir dir;
-    const std::string trace = dir.File("c.pt"), truth_file = dir.File("c.truth");
-    auto rec = RunCommand({PTRECORD_PATH, "--emulate=" + backend, "--snapshot-on-crash",
-                           "--ground-truth", truth_file, "-o", trace, "--", kCrash, "spinning"});
-    if (Denied(rec.err)) GTEST_SKIP() << "ptrace or perf_event_open denied: " << rec.err;
-    EXPECT_EQ(rec.exit_code, 128 + SIGSEGV) << rec.err;
-    const PerThread truth = ReadTruth(truth_file);
-    ASSERT_EQ(truth.size(), 3u);
-    auto dec = RunCommand({PTDECODE_PATH, "insn", trace});
-    ASSERT_EQ(dec.exit_code, 0) << dec.err;
-    PerThread got = ParseInsn(dec.out);
-    for (const auto& [tid, ips] : truth) {
-      EXPECT_EQ(got[tid].size(), ips.size()) << "tid " << tid;
-      EXPECT_TRUE(got[tid] == ips) << "tid " << tid;
+    CrashRun run;
+    if (!RunCrash(backend, "spinning", run)) GTEST_SKIP() << "ptrace or perf_event_open denied";
+    EXPECT_EQ(run.rec.exit_code, 128 + SIGSEGV) << run.rec.err;
+    ASSERT_EQ(run.truth.size(), 3u);
+    for (const auto& [tid, ips] : run.truth) {
+      EXPECT_EQ(run.got[tid].size(), ips.size()) << "tid " << tid;
+      EXPECT_TRUE(run.got[tid] == ips) << "tid " << tid;
     }
   }
 }
@@ -408,23 +420,16 @@ TEST(TriggerCliTest, AForkedChildsCrashIsNotTheWorkloads) {
   for (const std::string backend : {"step", "qemu"}) {
     SCOPED_TRACE(backend);
     if (backend == "qemu" && access("/usr/bin/qemu-x86_64", X_OK) != 0) continue;
-    testing::TempDir dir;
-    const std::string trace = dir.File("c.pt"), truth_file = dir.File("c.truth");
-    auto rec = RunCommand({PTRECORD_PATH, "--emulate=" + backend, "--snapshot-on-crash",
-                           "--ground-truth", truth_file, "-o", trace, "--", kCrash, "child"});
-    if (Denied(rec.err)) GTEST_SKIP() << "ptrace or perf_event_open denied: " << rec.err;
-    EXPECT_EQ(rec.exit_code, 0) << rec.err;
-    EXPECT_THAT(rec.err, Not(HasSubstr("crash snapshot")));
-    const nlohmann::json info = InfoJson(trace);
+    CrashRun run;
+    if (!RunCrash(backend, "child", run)) GTEST_SKIP() << "ptrace or perf_event_open denied";
+    EXPECT_EQ(run.rec.exit_code, 0) << run.rec.err;
+    EXPECT_THAT(run.rec.err, Not(HasSubstr("crash snapshot")));
+    const nlohmann::json info = InfoJson(run.trace);
     EXPECT_FALSE(info["metadata"]["end"].contains("crash")) << info["metadata"]["end"].dump();
-    const PerThread truth = ReadTruth(truth_file);
-    ASSERT_EQ(truth.size(), 2u);
-    auto dec = RunCommand({PTDECODE_PATH, "insn", trace});
-    ASSERT_EQ(dec.exit_code, 0) << dec.err;
-    PerThread got = ParseInsn(dec.out);
-    const uint64_t parent = std::min(truth.begin()->first, std::next(truth.begin())->first);
-    EXPECT_EQ(got[parent].size(), truth.at(parent).size());
-    EXPECT_TRUE(got[parent] == truth.at(parent));
+    ASSERT_EQ(run.truth.size(), 2u);
+    const uint64_t parent = run.truth.begin()->first;  // (the child's pid is the later one)
+    EXPECT_EQ(run.got[parent].size(), run.truth.at(parent).size());
+    EXPECT_TRUE(run.got[parent] == run.truth.at(parent));
   }
 }
 
