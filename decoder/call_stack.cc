@@ -50,8 +50,12 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
   if (!implicit) {
     ++fn.calls;
     ++totals_.calls;
-    if (fn.returns_twice && !frames_.empty() && beyond_ == 0) {
-      frames_.back().setjmp_return = return_address;
+    if (fn.returns_twice && beyond_ == 0) {
+      if (!frames_.empty()) {
+        frames_.back().setjmp_return = return_address;
+      } else if (base_) {
+        failed_ = true;  // chunk mode: the caller's frame is B's, which this chunk cannot mark
+      }
     }
   }
   if (frames_.size() >= kMaxFrames) {
@@ -789,9 +793,15 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   const bool middle =
       functions_[f].address != 0 && ip != functions_[f].address && frames_.back().renamed_from != f;
   if (beyond_ != 0) {
-    // Calls beyond kMaxFrames got no frame: a jump into a function with one ends them all (a
-    // runaway recursion left by longjmp; sweep 30c F3: everything after stayed 65,536 deep).
-    if (!middle || functions_[f].active == 0) return;
+    // Calls beyond kMaxFrames got no frame, so the frame on top is not the running function's:
+    // only a longjmp to where a frame called setjmp ends them all (a runaway recursion left by
+    // longjmp; sweep 30c F3: everything after stayed 65,536 deep), not a cold part's jump back
+    // into its function (review: it ended them, and their returns popped real frames).
+    if (!middle || functions_[f].active == 0 ||
+        std::none_of(frames_.begin(), frames_.end(),
+                     [ip](const Frame& fr) { return fr.setjmp_return == ip; })) {
+      return;
+    }
     beyond_ = 0;
   }
   if (frames_.back().function == f) return;
@@ -831,7 +841,8 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   // Entered at its first instruction: a call of it that went on in the caller's frame (a tail
   // call, a PLT entry's jump to its function), counted as callgrind counts it (sweep 30b F3:
   // every library function called through its PLT entry had 0 calls, memcmp@plt all of them).
-  if (ip == fn.address) ++fn.calls;
+  top.entered = ip == fn.address;
+  if (top.entered) ++fn.calls;
   top.function = f;
   top.renamed_from = from;
   if (listener_ != nullptr) listener_->OnRename(from, top);

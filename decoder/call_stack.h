@@ -53,6 +53,8 @@ struct Frame {
   // The function it ran before the last jump renamed it (kNone: never renamed).
   static constexpr uint32_t kNone = ~uint32_t{0};
   uint32_t renamed_from = kNone;
+  // Its last rename went on at the function's first instruction, counted as a call of it.
+  bool entered = false;
   uint64_t entry_tsc = 0;  // the decoder's time at the call
   // The return address of its last call of a Function::returns_twice one (0: none): where a
   // longjmp to this frame lands.

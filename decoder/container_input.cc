@@ -58,7 +58,8 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
         auto loss = ParseLoss(rec.payload);
         if (!loss.ok()) break;
         if (loss->kind == LossKind::kLostSideband) {
-          builder.AddLostSideband(loss->stream, LossKindName(loss->kind), loss->count);
+          builder.CountLostSideband(loss->count);
+          builder.AddLostSideband(loss->stream, LossKindName(loss->kind));
         } else {
           builder.AddLoss(loss->stream, LossKindName(loss->kind), loss->aux_offset, loss->bytes);
         }

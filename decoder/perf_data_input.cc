@@ -105,7 +105,6 @@ struct PendingLoss {
   std::string kind;
   uint64_t bytes = 0;
   bool sideband = false;
-  uint64_t records = 0;  // sideband: the records lost (PERF_RECORD_LOST's count)
 };
 
 // The AUX records of a stream, for the time of an AUXTRACE piece.
@@ -332,8 +331,8 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
         // perf had seen of it by then.
         const uint64_t at = aux_spans[stream].empty() ? 0 : aux_spans[stream].back().end;
         auto lost = perf::ParseLost(rec, p.layout);
-        losses[stream].push_back(
-            {at, LossKindName(LossKind::kLostSideband), 0, true, lost.ok() ? lost->lost : 0});
+        builder.CountLostSideband(lost.ok() ? lost->lost : 0);  // (snapshot mode places none)
+        losses[stream].push_back({at, LossKindName(LossKind::kLostSideband), 0, true});
         break;
       }
       default:
@@ -357,7 +356,7 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
     size_t& n = placed[stream];
     for (; n < l.size() && l[n].aux_offset <= upto; ++n) {
       if (l[n].sideband) {
-        builder.AddLostSideband(stream, l[n].kind, l[n].records);
+        builder.AddLostSideband(stream, l[n].kind);
       } else {
         builder.AddLoss(stream, l[n].kind, l[n].aux_offset, l[n].bytes);
       }

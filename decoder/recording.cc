@@ -103,9 +103,12 @@ void RecordingBuilder::AddLoss(StreamId stream, const std::string& kind, uint64_
   r_.streams[key].losses_after.push_back({kind, aux_offset, bytes});
 }
 
-void RecordingBuilder::AddLostSideband(StreamId stream, const std::string& kind, uint64_t records) {
+void RecordingBuilder::CountLostSideband(uint64_t records) {
   ++lost_sideband_;
   lost_sideband_records_ += records;
+}
+
+void RecordingBuilder::AddLostSideband(StreamId stream, const std::string& kind) {
   const StreamKey key{stream, -1};
   if (!MaySelect(options_, key)) return;
   // Lost perf records: a PERF_RECORD_AUX among them may have said TRUNCATED, so the

@@ -196,10 +196,12 @@ class RecordingBuilder {
                       std::span<const uint8_t> data, uint32_t flags);
   // A loss point at `aux_offset` (`bytes` lost, 0 when unknown) before the stream's next bytes.
   void AddLoss(StreamId stream, const std::string& kind, uint64_t aux_offset, uint64_t bytes);
-  // Lost sideband (`records` perf records, 0: unknown): the bytes on either side are not joined
-  // (a lost AUX record may have said TRUNCATED); a loss point where the stream is now. Finish
-  // warns of what such losses do to the decode.
-  void AddLostSideband(StreamId stream, const std::string& kind, uint64_t records);
+  // Lost sideband: the bytes on either side are not joined (a lost AUX record may have said
+  // TRUNCATED); a loss point where the stream is now.
+  void AddLostSideband(StreamId stream, const std::string& kind);
+  // `records` perf records lost by the kernel (0: unknown), once per PERF_RECORD_LOST: Finish
+  // warns of what they do to the decode (whether or not a stream has a loss point for it).
+  void CountLostSideband(uint64_t records);
   // A snapshot: the newest `data` of an overwritten ring whose head was `aux_head`. Unless
   // options.snapshot or keep_snapshots, one that begins with the end of the stream's snapshot
   // before it (the ring read again before it wrapped past what was read) adds only its new

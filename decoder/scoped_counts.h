@@ -61,7 +61,8 @@ class ScopedCounts {
     if (top.under) Leave(from);
     top.under = active();
     if (!top.under) return;
-    At(f);  // sized
+    Counts& c = At(f);
+    if (frame.entered) ++c.calls;  // as CallStack counts it (not a call instruction: calls_)
     if (active_[f]++ == 0) since_[f] = instructions_;
   }
   // `returns`: the returns the model counted since the last call (this frame's, when a return

@@ -147,6 +147,8 @@ struct Insn {
 
 enum Phase : int { kRunning, kInSyscall, kClosed };
 
+uint64_t Now();  // CLOCK_MONOTONIC ns (below)
+
 struct Thread {
   uint32_t pid = 0, tid = 0;
   uint32_t stream = 0;  // the stream's tid: the thread's first (a thread that exec'd keeps it)
@@ -200,6 +202,7 @@ struct Thread {
     int64_t calls = 0;
     bool own_possible = false;
     std::vector<Event> held;  // the thread's events since, written once it is resolved
+    uint64_t time = Now();    // when the signal came: the time of its handler's first block
   };
   // Signals' branches waiting for their frames, oldest first: a signal after a conditional
   // branch may come while another one's handler runs (SA_NODEFER, two timers) or after a
@@ -207,6 +210,7 @@ struct Thread {
   // resolved first, its events then held by the one below. At most kMaxPending, each holding
   // at most kMaxHeld events: beyond that the oldest is given up (Resolve with 0: counted).
   std::vector<Pending> pending;
+  bool replaying = false;  // Replay is adding held events (their times are among them)
   // Ground truth.
   // --filter: whether the block running is traced. The encoder's state, except while a
   // signal's branch waits (its events are held): then the block's own (FilterEvent's rule).
@@ -529,6 +533,9 @@ void Add(Thread& t, const Event& event) {
   if (!t.pending.empty()) {
     t.pending.back().held.push_back(event);
     if (t.pending.back().held.size() > kMaxHeld) GiveUpOldest(t);
+    // Its time is now, held with it (review of a149bab: given when the held events were
+    // written, a late time clamped every older one after it).
+    if (event.kind == EventKind::kEnable && !t.replaying) GiveTime(t);
     return;
   }
   Event e = event;
@@ -544,7 +551,7 @@ void Add(Thread& t, const Event& event) {
   // signal's delivery, or under --filter code that ran untraced (its system calls gave no time:
   // OnSyscall gives it only while tracing; sweep 27 T5: a filtered run's time advanced once per
   // 64 KiB of trace). The time now, unless given less than kTimeNs ago.
-  if (e.kind == EventKind::kEnable) GiveTime(t);
+  if (e.kind == EventKind::kEnable && !t.replaying) GiveTime(t);
 }
 
 // The time now as a TSC packet, if kTimeNs passed since the last one given here (or `always`).
@@ -933,6 +940,14 @@ Thread* ThreadOf(unsigned vcpu) {
   return vcpu < kMaxVcpus ? g->threads[vcpu].load(std::memory_order_acquire) : nullptr;
 }
 
+// Adds the events a pending signal held, with the times they were given then (GiveTime).
+void Replay(Thread& t, const std::vector<Event>& held) {
+  const bool was = t.replaying;
+  t.replaying = true;
+  for (const Event& e : held) Add(t, e);
+  t.replaying = was;
+}
+
 // The branch of the newest pending signal went to `resume` (or, with resume 0, nobody will
 // know: the handler never returned). Writes it, the signal, and the events held since (held in
 // turn by the pending signal below, if any).
@@ -964,8 +979,13 @@ void Resolve(Thread& t, uint64_t resume) {
     t.events.push_back(Event::AsyncDisable(resume));
     AddAll(t);
   }
+  // The handler's entry and its time: when the signal came, before what it held.
+  const bool was = t.replaying;
+  t.replaying = true;
   Add(t, Event::Enable(p.handler));
-  for (const Event& e : p.held) Add(t, e);
+  Add(t, Event::Time(p.time));
+  t.replaying = was;
+  Replay(t, p.held);
 }
 
 // Too many signals' branches wait, or one holds too many events (a handler that never returns
@@ -986,7 +1006,7 @@ void ResolveAsBranch(Thread& t) {
   t.pending.pop_back();
   AppendStepEvents(p.branch->last_ip, p.branch->last, p.handler, t.events);
   AddAll(t);
-  for (const Event& e : p.held) Add(t, e);
+  Replay(t, p.held);
 }
 
 // --filter, and the thread runs outside the regions (tracing off, no signal's branch pending).
@@ -1055,8 +1075,10 @@ void Follow(Thread& t, const Block& p, const Block& b) {
       if (!IsHandler(next) || OutsideTheRegions(t)) break;
       if (!t.pending.empty()) {
         // One branch waits for its frame already: this one is recorded as going to the
-        // handler (its instructions are right, its target is not), and counted.
+        // handler (its instructions are right, its target is not), and counted. Its signal's
+        // rt_sigreturn is not the waiting one's (review of 9ceff33).
         Header()->unresolved_signals.fetch_add(1);
+        ++t.pending.back().depth;
         break;
       }
       t.pending.push_back(Thread::Pending{&p, next});

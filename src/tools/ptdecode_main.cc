@@ -326,10 +326,12 @@ std::string CrashText(const nlohmann::json& info, const dec::DecodeFlags& f) {
     at = end + 1;
   }
   if (decoded != 0 || lines.empty()) {
-    return text + fmt::format(
-                      "             (no branches of thread {} decoded: its crash snapshot holds "
-                      "none; the warnings below say what is missing)\n",
-                      tid);
+    return text +
+           fmt::format("             (no branches of thread {} decoded{})\n", tid,
+                       decoded == 0 || decoded == kExitRuntime
+                           ? ": its crash snapshot holds none; the warnings below say what is "
+                             "missing"
+                           : "");
   }
   const size_t first = lines.size() > kCrashBranches ? lines.size() - kCrashBranches : 0;
   text += fmt::format("last {} branches of thread {} (the crash snapshot, oldest first):\n",

@@ -420,8 +420,9 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
       if (*s == 0) {
         return Fail("--snapshot 0: give a size above 0, or none for the whole AUX area", 2);
       }
+      // (Against the kernel's AUX area; the emulated rings: CheckEmulatedModes.)
       const uint64_t area = o.aux_pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-      if (*s > area) {
+      if (emulate.empty() && *s > area) {
         return Fail(
             absl::StrCat("--snapshot ", snapshot, ": larger than the AUX area (", area >> 10,
                          " KiB: -m DATA_PAGES,AUX_PAGES sets it); give at most ", area >> 10,

@@ -80,8 +80,9 @@ TEST(PtrecordCliTest, UsageErrorsExit2WithOneLine) {
   for (const char* args :
        {"--bogus", "-m 3 -- /bin/true", "", "-a -- /bin/true", "-u -k -- /bin/true",
         "--snapshot=12Q -- /bin/true", "--snapshot=0 -- /bin/true",
-        "-m 64,16 --snapshot=65K -- /bin/true", "--bts --event intel_pt// -- /bin/true",
-        "--sideband-only -e no-such-counter -- /bin/true", "-C 9999 -a --sideband-only",
+        "-m 64,16 --snapshot=65K -- /bin/true", "--emulate=step --snapshot=1M -- /bin/true",
+        "--bts --event intel_pt// -- /bin/true", "--sideband-only -e no-such-counter -- /bin/true",
+        "-C 9999 -a --sideband-only",
         // A forgotten value: "--" is no file name; no limit below 1 step; a directory.
         "-o -- /bin/true", "--emulate --ground-truth -- /bin/true",
         "--emulate --max-steps -5 -- /bin/true", "--emulate --max-steps 0 -- /bin/true",

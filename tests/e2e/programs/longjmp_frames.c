@@ -3,8 +3,14 @@
 // longjmp back into a frame further down the stack (qemu_emulate_cli_test; sweep 30c F2, F3):
 //   longjmp_frames recursive N  f(1) recurses to f(10); f(3) called setjmp, f(10) longjmps to
 //                               it, then landed(); N times
+//                               (f(3) works a while before its setjmp and f(10) before its
+//                               longjmp, so that -j's chunks begin inside them)
 //   longjmp_frames deep D       rec(D) recurses D deep and longjmps back to main, which then
 //                               calls mid() (which calls leaf()) 5 times
+//   longjmp_frames cold D       cold_rec(D) recurses D deep, every 1000th frame through its
+//                               cold part (cold_rec.cold, which jumps back into it), and
+//                               returns; then mid() 5 times (built with
+//                               -freorder-blocks-and-partition)
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,8 +20,11 @@ static volatile int landings, leaves;
 
 __attribute__((noinline)) void landed(void) { ++landings; }
 
+static volatile long sink;
+
 __attribute__((noinline)) void f(int d) {
   if (d == 3) {
+    for (int k = 0; k < 20000; ++k) sink += k;
     if (setjmp(env) == 0) {
       f(d + 1);
     } else {
@@ -26,6 +35,7 @@ __attribute__((noinline)) void f(int d) {
   if (d < 10) {
     f(d + 1);
   } else {
+    for (int k = 0; k < 3000; ++k) sink ^= k;  // (the longjmp in a later chunk than the setjmp)
     longjmp(env, 1);
   }
   __asm__ volatile("");
@@ -41,6 +51,18 @@ __attribute__((noinline)) void rec(int d) {
   __asm__ volatile("");
 }
 
+__attribute__((cold, noinline)) void report(int d) { sink += d; }
+
+__attribute__((noinline)) void cold_rec(int d) {
+  if (__builtin_expect(d % 1000 == 999, 0)) {
+    report(d);
+    sink += 2;
+  }
+  if (d > 0) cold_rec(d - 1);
+  __asm__ volatile("");
+  ++sink;
+}
+
 __attribute__((noinline)) void leaf(void) { ++leaves; }
 __attribute__((noinline)) void mid(void) { leaf(); }
 
@@ -49,6 +71,9 @@ int main(int argc, char** argv) {
   const int n = atoi(argv[2]);
   if (argv[1][0] == 'r') {
     for (int i = 0; i < n; ++i) f(1);
+  } else if (argv[1][0] == 'c') {
+    cold_rec(n);
+    for (int i = 0; i < 5; ++i) mid();
   } else {
     if (setjmp(env) == 0) rec(n);
     for (int i = 0; i < 5; ++i) mid();
