@@ -980,11 +980,7 @@ void Resolve(Thread& t, uint64_t resume) {
     AddAll(t);
   }
   // The handler's entry and its time: when the signal came, before what it held.
-  const bool was = t.replaying;
-  t.replaying = true;
-  Add(t, Event::Enable(p.handler));
-  Add(t, Event::Time(p.time));
-  t.replaying = was;
+  Replay(t, {Event::Enable(p.handler), Event::Time(p.time)});
   Replay(t, p.held);
 }
 
