@@ -122,6 +122,11 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
     const int rc = ppoll(fds.data(), fds.size(), &timeout, signals.wait_mask());
     if (rc < 0 && errno != EINTR) return ErrnoStatus(errno, "ppoll on perf event fds");
     ++result.passes;
+    // SIGCHLD only hints; a non-blocking reap every pass also catches a workload that
+    // exited between the fork and the first ppoll(). Asked before the rings and the triggers
+    // are read: once the workload is gone, every hit of it is in the triggers' rings, and this
+    // pass's read counts it (asked after, a hit between the read and the exit was lost).
+    const bool exited = options.child_exited && options.child_exited();
     for (size_t i = 0; i < fds.size(); ++i) {
       if (i >= sources.size()) {  // the control FIFO and the triggers: read below
         fds[i].revents = 0;
@@ -175,9 +180,7 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
       break;
     }
     if (options.after_pass) options.after_pass();
-    // SIGCHLD only hints; a non-blocking reap every pass also catches a workload that
-    // exited between the fork and the first ppoll().
-    if (options.child_exited && options.child_exited()) {
+    if (exited) {
       result.workload_exited = true;
       break;
     }

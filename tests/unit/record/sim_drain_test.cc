@@ -8,6 +8,7 @@
 #include <atomic>
 #include <random>
 #include <thread>
+#include <utility>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -560,6 +561,36 @@ TEST_F(SimDrainTest, Sigusr2TakesSnapshotsAndSigtermStops) {
   const Contents c = Finish();
   ASSERT_EQ(c.snapshots.size(), 4u);
   for (size_t i = 0; i < 4; ++i) EXPECT_EQ(c.snapshot_data[i], StreamBytes(0, 100));
+}
+
+// A trigger hit that lands just before the workload exits (the last thread's hit, then its
+// exit, both between the loop's reads): the pass that sees the exit still reads the trigger and
+// counts the hit (was lost: the exit was asked after the trigger's read, then the loop ended).
+TEST_F(SimDrainTest, AHitJustBeforeTheWorkloadExitsIsCounted) {
+  SignalWatcher signals;
+  PTKIT_ASSERT_OK_AND_ASSIGN(
+      auto sim,
+      SimulatedPmu::Create({.data_pages = 8, .aux_pages = 4, .page_size = 64, .overwrite = true}));
+  Drainer drainer(writer_.get());
+  sim->WriteTrace(StreamBytes(0, 100));
+  uint64_t unread_hits = 0;
+  int passes = 0;
+  LoopOptions lo;
+  lo.poll_timeout_ms = 1;
+  lo.snapshot_mode = true;
+  lo.triggered = [&]() -> absl::StatusOr<uint64_t> { return std::exchange(unread_hits, 0); };
+  lo.child_exited = [&] {
+    if (++passes < 3) return false;
+    ++unread_hits;  // the hit, then the exit
+    return true;
+  };
+  TraceSource* sources[] = {sim.get()};
+  absl::StatusOr<LoopResult> r = RunDrainLoop(sources, drainer, signals, lo);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_TRUE(r->workload_exited);
+  EXPECT_EQ(r->trigger_fires, 1u);
+  EXPECT_EQ(r->trigger_snapshots, 1u);
+  EXPECT_EQ(r->snapshots, 2u);  // the hit's and the end round
 }
 
 }  // namespace
