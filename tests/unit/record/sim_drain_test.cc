@@ -530,13 +530,18 @@ TEST_F(SimDrainTest, ConcurrentProducerThroughDrainLoop) {
   RecordProperty("truncations", static_cast<int>(ss.truncations));
 }
 
+// A snapshot-mode (overwritten) AUX ring holding StreamBytes(0, 100).
+absl::StatusOr<std::unique_ptr<SimulatedPmu>> OverwrittenRingOf100Bytes() {
+  absl::StatusOr<std::unique_ptr<SimulatedPmu>> sim =
+      SimulatedPmu::Create({.data_pages = 8, .aux_pages = 4, .page_size = 64, .overwrite = true});
+  if (sim.ok()) (*sim)->WriteTrace(StreamBytes(0, 100));
+  return sim;
+}
+
 TEST_F(SimDrainTest, Sigusr2TakesSnapshotsAndSigtermStops) {
   SignalWatcher signals;
-  PTKIT_ASSERT_OK_AND_ASSIGN(
-      auto sim,
-      SimulatedPmu::Create({.data_pages = 8, .aux_pages = 4, .page_size = 64, .overwrite = true}));
+  PTKIT_ASSERT_OK_AND_ASSIGN(auto sim, OverwrittenRingOf100Bytes());
   Drainer drainer(writer_.get());
-  sim->WriteTrace(StreamBytes(0, 100));
   const pthread_t loop_thread = pthread_self();
   std::thread sender([&] {
     for (int i = 0; i < 3; ++i) {
@@ -568,11 +573,8 @@ TEST_F(SimDrainTest, Sigusr2TakesSnapshotsAndSigtermStops) {
 // counts the hit (was lost: the exit was asked after the trigger's read, then the loop ended).
 TEST_F(SimDrainTest, AHitJustBeforeTheWorkloadExitsIsCounted) {
   SignalWatcher signals;
-  PTKIT_ASSERT_OK_AND_ASSIGN(
-      auto sim,
-      SimulatedPmu::Create({.data_pages = 8, .aux_pages = 4, .page_size = 64, .overwrite = true}));
+  PTKIT_ASSERT_OK_AND_ASSIGN(auto sim, OverwrittenRingOf100Bytes());
   Drainer drainer(writer_.get());
-  sim->WriteTrace(StreamBytes(0, 100));
   uint64_t unread_hits = 0;
   int passes = 0;
   LoopOptions lo;
