@@ -806,30 +806,16 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   }
   if (frames_.back().function == f) return;
   if (middle) {
-    if (functions_[f].active != 0) {
-      // Into a frame below: a longjmp to where setjmp returned lands in the frame that called
-      // it (sweep 30c F2: in a recursive function, the innermost frame of it was taken, the
-      // frames between left open, 7 more per longjmp of an interpreter's error loop); else
-      // (an exception's landing pad) the innermost frame of f.
-      size_t target = frames_.size();
-      for (size_t i = frames_.size(); i-- > 0;) {
-        if (frames_[i].setjmp_return == ip) {
-          target = i;
-          break;
-        }
-      }
-      if (target == frames_.size() && base_ && AfterReturnsTwiceCall(ip)) {
-        failed_ = true;  // chunk mode: the frame that called setjmp may be B's
-        return;
-      }
-      if (target < frames_.size() && frames_[target].function == f) {
-        while (frames_.size() > target + 1) Pop(/*at_end=*/false, /*by_return=*/false);
-        return;
-      }
-      while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
-      return;
+    // Into a frame below (a longjmp, an exception): the frames above it were left.
+    const size_t target = LandingFrame(f, ip);
+    if (failed_) return;
+    if (target < frames_.size()) {
+      while (frames_.size() > target + 1) Pop(/*at_end=*/false, /*by_return=*/false);
+      // (A landing pad in the function's cold part, f.cold: the frame is renamed to it below.)
+      if (frames_.back().function == f) return;
     }
-    if (base_) absent_.push_back({f, epoch_});  // chunk mode: as if f had no frame in B
+    if (base_ && functions_[f].active == 0)
+      absent_.push_back({f, epoch_});  // chunk mode: as if f had no frame in B
   }
   if (chunk_) Touch(f);
   Frame& top = frames_.back();
@@ -846,6 +832,47 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   top.function = f;
   top.renamed_from = from;
   if (listener_ != nullptr) listener_->OnRename(from, top);
+}
+
+size_t CallStack::LandingFrame(uint32_t f, uint64_t ip) {
+  const size_t n = frames_.size();
+  if (functions_[f].active != 0) {
+    // A longjmp to where setjmp returned lands in the frame that called it (sweep 30c F2: in a
+    // recursive function, the innermost frame of it was taken, the frames between left open,
+    // 7 more per longjmp of an interpreter's error loop).
+    for (size_t i = n; i-- > 0;) {
+      if (frames_[i].setjmp_return == ip) {
+        if (frames_[i].function == f) return i;
+        break;
+      }
+    }
+    if (base_ && AfterReturnsTwiceCall(ip)) {
+      failed_ = true;  // chunk mode: the frame that called setjmp may be B's
+      return n;
+    }
+  }
+  // An exception lands in the innermost frame whose call's call site has that landing pad, as
+  // the personality routine found it (sweep 30c F2: caught in parse(3) of a recursion 10 deep,
+  // the innermost parse frame was taken; destructors run at each level the same). A pad may
+  // be in the function's cold part (f.cold), not the frame's function.
+  if (landing_pads_.IsPad(*image_, ip)) {
+    for (size_t i = n; i-- > 0;) {
+      if (landing_pads_.PadOf(*image_, frames_[i].return_address) != ip) continue;
+      if (i > 0) return i - 1;
+      if (base_) failed_ = true;  // chunk mode: the frame is B's top
+      return n;
+    }
+    if (base_) {
+      failed_ = true;  // chunk mode: the frame may be B's
+      return n;
+    }
+  }
+  // Else the innermost frame of f (an exception whose call sites are not known).
+  if (functions_[f].active == 0) return n;
+  for (size_t i = n; i-- > 0;) {
+    if (frames_[i].function == f) return i;
+  }
+  return n;
 }
 
 bool CallStack::AfterReturnsTwiceCall(uint64_t ip) {
@@ -923,8 +950,10 @@ void CallStack::EnabledInto(uint64_t ip) {
     Enter(f, 0, /*implicit=*/true, /*signal=*/false);
     return;
   }
-  if (fn.active != 0) {
-    while (frames_.back().function != f) Pop(/*at_end=*/false, /*by_return=*/false);
+  const size_t target = LandingFrame(f, ip);
+  if (failed_) return;
+  if (target < frames_.size()) {
+    while (frames_.size() > target + 1) Pop(/*at_end=*/false, /*by_return=*/false);
   } else if (base_) {
     failed_ = true;  // chunk mode: a frame of B may run it
   }

@@ -18,6 +18,7 @@
 #include "decoder/decode.h"
 #include "decoder/disassembler.h"
 #include "decoder/image.h"
+#include "decoder/landing_pads.h"
 
 namespace ptkit::decoder {
 
@@ -290,6 +291,11 @@ class CallStack {
   // when that was named by its address in the same file, else Unknown(file). Chunk mode, with
   // no frame of C: BaseTop(file), which the merge resolves.
   uint32_t Unnamed(int file);
+  // The frame a jump into the middle of `f` at `ip` lands in: the one that called setjmp
+  // returning there (a longjmp), else the innermost one whose call's call site has `ip` as its
+  // landing pad (an exception), else f's innermost one; frames_.size() when none. Chunk mode:
+  // sets failed_ where the frame may be one of B's.
+  size_t LandingFrame(uint32_t f, uint64_t ip);
   // Whether the instruction before `ip` is a direct call of a Function::returns_twice one.
   bool AfterReturnsTwiceCall(uint64_t ip);
   uint32_t BaseTop(int file);
@@ -327,6 +333,7 @@ class CallStack {
   uint64_t memo_owner_ = NewBlockMemoOwner();
   std::vector<Function> functions_;
   std::vector<Frame> frames_;
+  LandingPads landing_pads_;  // LandingFrame's, read when an exception lands
   Totals totals_;
   bool timed_ = false;  // tsc_ is the decoder's current time
   uint64_t tsc_ = 0;

@@ -7,8 +7,10 @@
 #include <unistd.h>
 #include <xxhash.h>
 
+#include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -154,41 +156,70 @@ bool ElfFile::HasSymtab() const {
   return false;
 }
 
-uint64_t ElfFile::FdeSize(uint64_t pc) const {
-  const std::vector<ElfSection> sections = Sections();
-  const ElfSection* frames = nullptr;
-  for (const ElfSection& s : sections) {
-    if (s.name == ".eh_frame" && s.type == SHT_PROGBITS) frames = &s;
+namespace {
+
+// Reads little-endian DWARF data from `at` up to `end`; a read past `end` sets `bad`.
+struct DwarfReader {
+  std::span<const uint8_t> data;
+  uint64_t at, end;
+  bool bad = false;
+  uint64_t Fixed(size_t n) {
+    if (bad || end - at < n) {
+      bad = true;
+      return 0;
+    }
+    uint64_t v = 0;
+    std::memcpy(&v, data.data() + at, n);  // little-endian
+    at += n;
+    return v;
   }
-  if (frames == nullptr) return 0;
-  const std::span<const uint8_t> data = SectionData(*frames);
-  // Reads from `at` up to `end`; a read past `end` sets `bad`.
-  struct Reader {
-    std::span<const uint8_t> data;
-    uint64_t at, end;
-    bool bad = false;
-    uint64_t Fixed(size_t n) {
-      if (bad || end - at < n) {
-        bad = true;
-        return 0;
-      }
-      uint64_t v = 0;
-      std::memcpy(&v, data.data() + at, n);  // little-endian
-      at += n;
-      return v;
+  uint64_t Uleb() {
+    uint64_t v = 0;
+    for (int shift = 0; !bad; shift += 7) {
+      const uint64_t byte = Fixed(1);
+      if (shift < 64) v |= (byte & 0x7f) << shift;
+      if (!(byte & 0x80)) break;
     }
-    uint64_t Uleb() {
-      uint64_t v = 0;
-      for (int shift = 0; !bad; shift += 7) {
-        const uint64_t byte = Fixed(1);
-        if (shift < 64) v |= (byte & 0x7f) << shift;
-        if (!(byte & 0x80)) break;
-      }
-      return v;
+    return v;
+  }
+  int64_t Sleb() {
+    uint64_t v = 0;
+    int shift = 0;
+    uint64_t byte = 0x80;
+    while (!bad && (byte & 0x80)) {
+      byte = Fixed(1);
+      if (shift < 64) v |= (byte & 0x7f) << shift;
+      shift += 7;
     }
-  };
-  // The bytes of a pointer of DWARF encoding `enc` (DW_EH_PE_*: the low nibble), 0 if unknown.
-  auto width = [](uint8_t enc) -> size_t {
+    if (shift < 64 && (byte & 0x40)) v |= ~uint64_t{0} << shift;
+    return static_cast<int64_t>(v);
+  }
+  // A pointer of DWARF encoding `enc` (DW_EH_PE_*) whose field is at link address
+  // `field_address`: absolute or pc-relative; nullopt (and the bytes skipped when their size is
+  // known) for another application (datarel, textrel, funcrel, indirect) or an unknown format.
+  std::optional<uint64_t> Encoded(uint8_t enc, uint64_t field_address) {
+    const size_t n = EncodedWidth(enc);
+    uint64_t v = 0;
+    if ((enc & 0x0f) == 0x01) {
+      v = Uleb();
+    } else if ((enc & 0x0f) == 0x09) {
+      v = static_cast<uint64_t>(Sleb());
+    } else if (n == 0) {
+      bad = true;
+      return std::nullopt;
+    } else {
+      v = Fixed(n);
+      if ((enc & 0x08) && n < 8) {  // sdata2, sdata4: sign-extended
+        const int shift = static_cast<int>(64 - 8 * n);
+        v = static_cast<uint64_t>(static_cast<int64_t>(v << shift) >> shift);
+      }
+    }
+    const int application = enc & 0xf0;
+    if (bad || (application != 0x00 && application != 0x10)) return std::nullopt;
+    return application == 0x10 ? v + field_address : v;
+  }
+  // The bytes of a fixed-size pointer format (the low nibble of `enc`), 0 if not fixed.
+  static size_t EncodedWidth(uint8_t enc) {
     switch (enc & 0x0f) {
       case 0x00:
         return 8;  // absptr
@@ -204,50 +235,71 @@ uint64_t ElfFile::FdeSize(uint64_t pc) const {
       default:
         return 0;
     }
+  }
+};
+
+constexpr uint8_t kOmit = 0xff;  // DW_EH_PE_omit
+
+}  // namespace
+
+std::vector<ElfFde> ElfFile::Fdes() const {
+  std::vector<ElfFde> out;
+  const std::vector<ElfSection> sections = Sections();
+  const ElfSection* frames = nullptr;
+  for (const ElfSection& s : sections) {
+    if (s.name == ".eh_frame" && s.type == SHT_PROGBITS) frames = &s;
+  }
+  if (frames == nullptr) return out;
+  const std::span<const uint8_t> data = SectionData(*frames);
+  // What an FDE's CIE says of it: the encoding of its start, of its LSDA pointer (kOmit: it has
+  // none), whether it has augmentation data; readable: false when the CIE is not understood.
+  struct Cie {
+    bool readable = false;
+    uint8_t fde_encoding = 0;  // absptr without 'R'
+    uint8_t lsda_encoding = kOmit;
+    bool z = false;
   };
-  auto sign_extend = [](uint64_t v, size_t bytes) {
-    const int shift = static_cast<int>(64 - 8 * bytes);
-    return shift == 0 ? v : static_cast<uint64_t>(static_cast<int64_t>(v << shift) >> shift);
-  };
-  std::map<uint64_t, int> fde_encoding;  // by CIE offset; -1: not readable
-  auto cie_encoding = [&](uint64_t cie) -> int {
-    auto [it, inserted] = fde_encoding.try_emplace(cie, -1);
+  std::map<uint64_t, Cie> cies;  // by offset
+  auto cie_at = [&](uint64_t offset) -> const Cie& {
+    auto [it, inserted] = cies.try_emplace(offset);
     if (!inserted) return it->second;
-    Reader r{data, cie, data.size()};
+    Cie& cie = it->second;
+    DwarfReader r{data, offset, data.size()};
     const uint64_t length = r.Fixed(4);
-    if (r.bad || length == 0 || length == 0xffffffff || length > data.size() - r.at) return -1;
+    if (r.bad || length == 0 || length == 0xffffffff || length > data.size() - r.at) return cie;
     r.end = r.at + length;
-    if (r.Fixed(4) != 0) return -1;  // not a CIE
+    if (r.Fixed(4) != 0) return cie;  // not a CIE
     const uint64_t version = r.Fixed(1);
     std::string augmentation;
     for (uint64_t c = r.Fixed(1); c != 0 && !r.bad; c = r.Fixed(1))
       augmentation += static_cast<char>(c);
     if (augmentation.find("eh") != std::string::npos) r.Fixed(8);
     r.Uleb();                              // code alignment
-    r.Uleb();                              // data alignment (sleb: only skipped)
+    r.Sleb();                              // data alignment
     version == 1 ? r.Fixed(1) : r.Uleb();  // return address register
-    int encoding = 0;                      // absptr without 'R'
+    Cie read;
     if (!augmentation.empty() && augmentation[0] == 'z') {
+      read.z = true;
       r.Uleb();
       for (char c : augmentation.substr(1)) {
         if (c == 'R') {
-          encoding = static_cast<int>(r.Fixed(1));
+          read.fde_encoding = static_cast<uint8_t>(r.Fixed(1));
         } else if (c == 'L') {
-          r.Fixed(1);
+          read.lsda_encoding = static_cast<uint8_t>(r.Fixed(1));
         } else if (c == 'P') {
           const uint8_t enc = static_cast<uint8_t>(r.Fixed(1));
-          if (width(enc) == 0) return -1;
-          r.Fixed(width(enc));
+          r.Encoded(enc & 0x0f, 0);  // the personality routine: only skipped
         } else if (c != 'S' && c != 'B') {
-          return -1;  // unknown: the rest cannot be read
+          return cie;  // unknown: the rest cannot be read
         }
       }
     }
-    if (r.bad) return -1;
-    return it->second = encoding;
+    if (r.bad) return cie;
+    read.readable = true;
+    return cie = read;
   };
   for (uint64_t at = 0; data.size() - at >= 8;) {
-    Reader r{data, at, data.size()};
+    DwarfReader r{data, at, data.size()};
     const uint64_t length = r.Fixed(4);
     if (length == 0 || length == 0xffffffff || length > data.size() - r.at) break;  // the end
     const uint64_t next = r.at + length;
@@ -255,18 +307,80 @@ uint64_t ElfFile::FdeSize(uint64_t pc) const {
     const uint64_t cie_pointer = r.Fixed(4);
     at = next;
     if (cie_pointer == 0 || cie_pointer > id_at) continue;  // a CIE
-    const int enc = cie_encoding(id_at - cie_pointer);
-    const size_t bytes = enc < 0 ? 0 : width(static_cast<uint8_t>(enc));
-    const int application = enc & 0x70;
-    if (bytes == 0 || (application != 0x00 && application != 0x10)) continue;  // absptr, pcrel
+    const Cie& cie = cie_at(id_at - cie_pointer);
+    // Absolute or pc-relative starts of a fixed size, as GCC, Clang and the assemblers write
+    // them; an FDE of another encoding is passed over.
+    if (!cie.readable || DwarfReader::EncodedWidth(cie.fde_encoding) == 0) continue;
     r.end = next;
-    const uint64_t field = frames->addr + r.at;
-    uint64_t begin = sign_extend(r.Fixed(bytes), (enc & 0x08) ? bytes : 8);
-    if (application == 0x10) begin += field;
-    const uint64_t range = r.Fixed(bytes);
-    if (!r.bad && begin == pc) return range;
+    const std::optional<uint64_t> begin = r.Encoded(cie.fde_encoding, frames->addr + r.at);
+    const uint64_t size = r.Fixed(DwarfReader::EncodedWidth(cie.fde_encoding));
+    if (!begin || r.bad) continue;
+    ElfFde fde{*begin, size, 0};
+    if (cie.z) {
+      const uint64_t augmentation_length = r.Uleb();
+      if (cie.lsda_encoding != kOmit && augmentation_length != 0 && !r.bad) {
+        const std::optional<uint64_t> lsda = r.Encoded(cie.lsda_encoding, frames->addr + r.at);
+        if (lsda && !r.bad) fde.lsda = *lsda;
+      }
+    }
+    out.push_back(fde);
+  }
+  return out;
+}
+
+uint64_t ElfFile::FdeSize(uint64_t pc) const {
+  for (const ElfFde& fde : Fdes()) {
+    if (fde.begin == pc) return fde.size;
   }
   return 0;
+}
+
+std::vector<ElfCallSite> ElfFile::CallSites() const {
+  std::vector<ElfCallSite> out;
+  const std::vector<ElfSection> sections = Sections();
+  for (const ElfFde& fde : Fdes()) {
+    if (fde.lsda == 0) continue;
+    // The allocated section holding the LSDA (.gcc_except_table).
+    const ElfSection* in = nullptr;
+    for (const ElfSection& s : sections) {
+      if (s.type == SHT_PROGBITS && (s.flags & SHF_ALLOC) && fde.lsda >= s.addr &&
+          fde.lsda - s.addr < s.size) {
+        in = &s;
+      }
+    }
+    if (in == nullptr) continue;
+    const std::span<const uint8_t> data = SectionData(*in);
+    DwarfReader r{data, fde.lsda - in->addr, data.size()};
+    // The header: where landing pads are counted from (the function's start unless given),
+    // the type table's offset (skipped), the call sites' encoding and table length.
+    uint64_t lp_start = fde.begin;
+    const uint8_t lp_start_encoding = static_cast<uint8_t>(r.Fixed(1));
+    if (lp_start_encoding != kOmit) {
+      const std::optional<uint64_t> v = r.Encoded(lp_start_encoding, in->addr + r.at);
+      if (!v) continue;
+      lp_start = *v;
+    }
+    if (static_cast<uint8_t>(r.Fixed(1)) != kOmit) r.Uleb();
+    const uint8_t call_site_encoding = static_cast<uint8_t>(r.Fixed(1));
+    const uint64_t table_length = r.Uleb();
+    if (r.bad || table_length > r.end - r.at) continue;
+    r.end = r.at + table_length;
+    // Each call site: its start and length from the function's start, its landing pad from
+    // lp_start (0: none), its action (skipped). Offsets: only the format of the encoding.
+    const uint8_t format = call_site_encoding & 0x0f;
+    while (r.at < r.end) {
+      const std::optional<uint64_t> start = r.Encoded(format, 0);
+      const std::optional<uint64_t> length = r.Encoded(format, 0);
+      const std::optional<uint64_t> pad = r.Encoded(format, 0);
+      r.Uleb();
+      if (!start || !length || !pad || r.bad) break;
+      if (*pad != 0)
+        out.push_back({fde.begin + *start, fde.begin + *start + *length, lp_start + *pad});
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const ElfCallSite& a, const ElfCallSite& b) { return a.begin < b.begin; });
+  return out;
 }
 
 std::vector<ElfSymbol> ElfFile::Symbols() const {

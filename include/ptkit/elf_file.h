@@ -41,6 +41,22 @@ struct ElfSection {
   uint32_t link = 0;
 };
 
+// An FDE of .eh_frame: the code [begin, begin + size) it covers, its LSDA's address (0: none),
+// link addresses.
+struct ElfFde {
+  uint64_t begin = 0;
+  uint64_t size = 0;
+  uint64_t lsda = 0;
+};
+
+// A call site of an LSDA: an exception thrown through a call whose return address - 1 lies in
+// [begin, end) lands at `landing_pad` (link addresses).
+struct ElfCallSite {
+  uint64_t begin = 0;
+  uint64_t end = 0;
+  uint64_t landing_pad = 0;
+};
+
 // A defined symbol (st_shndx != SHN_UNDEF) with a name, from .symtab or .dynsym.
 struct ElfSymbol {
   std::string_view name;  // as in the file (mangled)
@@ -103,12 +119,18 @@ class ElfFile {
   // The defined, named symbols of every SHT_SYMTAB and SHT_DYNSYM section, in section order,
   // each table in its own order.
   std::vector<ElfSymbol> Symbols() const;
-  // The size of the code that the .eh_frame FDE starting at link address `pc` covers (its
-  // pc_range); 0 when no FDE starts there. A scan of .eh_frame (a static program has no
+  // The FDEs of .eh_frame, in its order. A scan of the section (a static program has no
   // .eh_frame_hdr table), each FDE's start decoded by its CIE's pointer encoding (augmentation
   // "z...R...": absolute or pc-relative, 2, 4 or 8 bytes, as GCC, Clang and the assemblers write
   // them; an FDE of another encoding is passed over).
+  std::vector<ElfFde> Fdes() const;
+  // The size of the code that the .eh_frame FDE starting at link address `pc` covers (its
+  // pc_range); 0 when no FDE starts there.
   uint64_t FdeSize(uint64_t pc) const;
+  // The call sites of every FDE's LSDA (C++ exceptions: the call-site tables of
+  // .gcc_except_table, as the personality routine reads them) that have a landing pad, sorted
+  // by start. An LSDA of an encoding other than absolute or pc-relative is passed over.
+  std::vector<ElfCallSite> CallSites() const;
   // The entries of every SHT_RELA section, in section order.
   std::vector<ElfRelocation> Relocations() const;
 

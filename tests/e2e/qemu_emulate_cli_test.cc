@@ -1849,6 +1849,80 @@ TEST_F(QemuEmulateTest, ALongjmpLandsInTheFrameThatCalledSetjmp) {
   EXPECT_LE(calls - returns, 10u) << stats.out.substr(0, 400);
 }
 
+// A C++ exception lands in the frame whose call's call site has its landing pad (the LSDA's
+// call-site table), as gdb's backtrace in the handler shows, also in a lower frame of a
+// recursion (sweep 30c F2: the innermost parse frame was taken, "main;parse x 10;caught" where
+// gdb has main;parse;parse;parse;caught, and an interpreter's error loop grew 7 frames per
+// error: 544 MB of folded stacks for 200 errors). At -O2 the landing pads are in the functions'
+// cold parts (f.cold), as ptdecode names the frame from there on.
+TEST_F(QemuEmulateTest, AnExceptionLandsInTheFrameWhoseCallSiteHasItsLandingPad) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_exception_frames";
+  // Each folded line's stack, without "(anonymous namespace)::", "(int)" and the cold parts'
+  // " [clone .cold]", and its count.
+  auto stacks = [](const std::string& trace) {
+    auto folded = RunCommand({PTDECODE_PATH, "folded", trace});
+    EXPECT_EQ(folded.exit_code, 0) << folded.err;
+    for (const char* bytes : {"256", "4096"}) {
+      auto chunked = RunCommand({PTDECODE_PATH, "folded", "-j", "2", "--chunk-size", bytes, trace});
+      EXPECT_TRUE(chunked.out == folded.out) << "-j 2 --chunk-size " << bytes << " differs";
+    }
+    std::vector<std::string> out;
+    std::istringstream lines(folded.out);
+    for (std::string line; std::getline(lines, line);) {
+      std::string stack = line.substr(0, line.rfind(' '));
+      for (const std::string cut : {"(anonymous namespace)::", "(int)", " [clone .cold]", "()"}) {
+        for (size_t at; (at = stack.find(cut)) != std::string::npos;) stack.erase(at, cut.size());
+      }
+      out.push_back(stack);
+    }
+    return out;
+  };
+  auto count = [](const std::string& stack, const std::string& name) {
+    size_t n = 0;
+    for (size_t at = 0; (at = (";" + stack + ";").find(";" + name + ";", at)) != std::string::npos;
+         ++at) {
+      ++n;
+    }
+    return n;
+  };
+
+  // parse(3) catches what parse(10) throws.
+  Recorded r = Record("catch", {program, "catch", "10"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  int caught = 0;
+  for (const std::string& stack : stacks(r.trace)) {
+    if (!stack.ends_with(";caught")) continue;
+    ++caught;
+    EXPECT_TRUE(stack.ends_with(";main;parse;parse;parse;caught")) << stack;
+  }
+  EXPECT_EQ(caught, 1);
+
+  // Destructors run level by level (each landing pad, then _Unwind_Resume to the next).
+  r = Record("cleanup", {program, "cleanup", "6"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  std::set<size_t> levels;
+  for (const std::string& stack : stacks(r.trace)) {
+    if (!stack.ends_with(";cleaned")) continue;
+    EXPECT_TRUE(levels.insert(count(stack, "parse_guarded")).second) << stack;
+  }
+  EXPECT_EQ(levels, (std::set<size_t>{1, 2, 3, 4, 5, 6}));
+
+  // An interpreter's error loop: eval(3) catches 200 errors thrown by eval(10).
+  r = Record("loop", {program, "loop", "200"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  int reported = 0;
+  size_t deepest = 0;
+  for (const std::string& stack : stacks(r.trace)) {
+    deepest = std::max(deepest, count(stack, "eval"));
+    if (!stack.ends_with(";report_error")) continue;
+    ++reported;
+    EXPECT_TRUE(stack.ends_with(";main;eval;eval;eval;report_error")) << stack;
+  }
+  EXPECT_EQ(reported, 1);
+  EXPECT_EQ(deepest, 10u);
+}
+
 // The time a system call took is its own: tracing resumes after it with the time of its
 // return (sweep 30a F2: the TIP.PGE had the TSC of its entry, so folded --weight=time gave a
 // 500 ms nanosleep 12 ms and the 100 iterations after it 483 ms).

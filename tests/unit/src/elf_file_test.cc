@@ -8,10 +8,12 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_split.h"
@@ -206,6 +208,92 @@ TEST(ElfFileTest, FdeSizesEqualReadelfs) {
         EXPECT_EQ(elf->FdeSize(begin + 1), 0u) << path;
       }
     }
+  }
+}
+
+// C++ code with exceptions: libstdc++ (its LSDAs), and this test itself.
+std::vector<std::string> CxxFiles() {
+  std::vector<std::string> out = {std::filesystem::read_symlink("/proc/self/exe")};
+  for (const char* path : {"/usr/lib/x86_64-linux-gnu/libstdc++.so.6"}) {
+    if (access(path, R_OK) == 0) out.push_back(path);
+  }
+  return out;
+}
+
+// readelf's FDEs with an LSDA ("Augmentation data: B0 B1 B2 B3" after "OFFSET LENGTH CIE FDE
+// cie=... pc=BEGIN..END", GCC's pc-relative sdata4 pointers): the LSDA is at the field's
+// address (.eh_frame's address + OFFSET + 17: length, CIE pointer, start, size, augmentation
+// length) plus the signed value, which Fdes() says.
+TEST(ElfFileTest, LsdaPointersEqualReadelfs) {
+  for (const std::string& path : CxxFiles()) {
+    absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+    ASSERT_THAT(elf, IsOk());
+    uint64_t eh_frame = 0;
+    for (const ElfSection& s : elf->Sections()) {
+      if (s.name == ".eh_frame") eh_frame = s.addr;
+    }
+    ASSERT_NE(eh_frame, 0u) << path;
+    std::map<uint64_t, uint64_t> lsda_of;  // by FDE start
+    for (const ElfFde& fde : elf->Fdes()) {
+      if (fde.lsda != 0) lsda_of[fde.begin] = fde.lsda;
+    }
+    ::ptkit::testing::CommandResult r =
+        ::ptkit::testing::RunCommand({"/usr/bin/readelf", "--debug-dump=frames", path});
+    size_t checked = 0;
+    uint64_t offset = 0, begin = 0;
+    for (const std::string& line : Lines(r.out)) {
+      const size_t at = line.find(" pc=");
+      if (line.find(" FDE cie=") != std::string::npos && at != std::string::npos) {
+        offset = Hex(line.substr(0, line.find(' ')));
+        begin = Hex(line.substr(at + 4));
+        continue;
+      }
+      const size_t data = line.find("Augmentation data:");
+      if (data == std::string::npos || offset == 0) continue;
+      const std::vector<std::string> bytes =
+          absl::StrSplit(line.substr(data + 18), ' ', absl::SkipWhitespace());
+      const uint64_t fde = std::exchange(offset, 0);  // (a CIE's data follows no FDE line)
+      if (bytes.size() != 4) continue;
+      uint32_t value = 0;
+      for (size_t i = 0; i < 4; ++i) value |= static_cast<uint32_t>(Hex(bytes[i])) << (8 * i);
+      const uint64_t lsda = eh_frame + fde + 17 + static_cast<int64_t>(static_cast<int32_t>(value));
+      EXPECT_EQ(lsda_of[begin], lsda) << fmt::format("{} FDE at {:#x}", path, begin);
+      ++checked;
+    }
+    EXPECT_GT(checked, 0u) << path;
+    EXPECT_EQ(checked, lsda_of.size()) << path;
+  }
+}
+
+// Every call site with a landing pad lies in the code of an FDE that has an LSDA, and its pad
+// in the code of an FDE (the function's, or its cold part's); the test's own exceptions (it
+// catches, gtest's try blocks) have some.
+TEST(ElfFileTest, CallSitesLieInFunctionsThatHaveLsdas) {
+  for (const std::string& path : CxxFiles()) {
+    absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+    ASSERT_THAT(elf, IsOk());
+    std::map<uint64_t, ElfFde> fdes;  // by start
+    for (const ElfFde& fde : elf->Fdes()) fdes[fde.begin] = fde;
+    auto fde_at = [&](uint64_t address) -> const ElfFde* {
+      auto it = fdes.upper_bound(address);
+      if (it == fdes.begin()) return nullptr;
+      --it;
+      return address < it->second.begin + it->second.size ? &it->second : nullptr;
+    };
+    const std::vector<ElfCallSite> sites = elf->CallSites();
+    EXPECT_GT(sites.size(), 20u) << path;
+    for (const ElfCallSite& site : sites) {
+      const ElfFde* in = fde_at(site.begin);
+      ASSERT_NE(in, nullptr) << fmt::format("{} call site at {:#x}", path, site.begin);
+      EXPECT_NE(in->lsda, 0u) << path;
+      EXPECT_LT(site.begin, site.end);
+      EXPECT_LE(site.end, in->begin + in->size) << fmt::format("{} {:#x}", path, site.begin);
+      EXPECT_NE(fde_at(site.landing_pad), nullptr)
+          << fmt::format("{} pad {:#x} of {:#x}", path, site.landing_pad, site.begin);
+    }
+    EXPECT_TRUE(std::is_sorted(
+        sites.begin(), sites.end(),
+        [](const ElfCallSite& a, const ElfCallSite& b) { return a.begin < b.begin; }));
   }
 }
 
