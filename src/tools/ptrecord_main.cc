@@ -250,7 +250,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
                  "speed outside the regions' bytes, qemu writes no packets outside them)");
   app.add_option("--snapshot", snapshot,
                  "Snapshot mode: AUX overwrite, one snapshot per SIGUSR2 and at the end; "
-                 "optional SIZE per snapshot (K/M/G), default the whole AUX area")
+                 "optional SIZE per snapshot (K/M/G), default the whole AUX area (0 or above it: "
+                 "a usage error; the AUX area at most 128M)")
       ->expected(0, 1);
   app.add_option("--aux-sample", aux_sample,
                  "AUX sampling: a sampling event (--sample-event) in the trace event's group "
