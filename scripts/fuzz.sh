@@ -6,8 +6,9 @@
 #   scripts/fuzz.sh smoke [SECONDS]  every target, SECONDS shared among them (default 60), seed 1,
 #                                    one target per CPU at once: CI
 #   scripts/fuzz.sh list             the target names
-# Limits of every run: -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10. New crashes,
-# hangs and OOMs are written to build/fuzz/artifacts/ and fail the run (non-zero exit).
+# Limits of every run: -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10 (PTKIT_FUZZ_TIMEOUT
+# seconds instead: libFuzzer's timeout is wall time, and a long run shares the machine). New
+# crashes, hangs and OOMs are written to build/fuzz/artifacts/ and fail the run (non-zero exit).
 # Dictionaries: tests/fuzz/*.dict, per target below. The trace.pt targets (container_reader,
 # decode) mutate records, not bytes (tests/fuzz/container_mutator.h; PTKIT_FUZZ_MUTATOR=bytes
 # turns that off). Long runs and their figures: tests/fuzz/README.md.
@@ -66,7 +67,7 @@ run_one() {
   # shellcheck disable=SC2086
   ASAN_OPTIONS="${asan[$name]:-${ASAN_OPTIONS:-}}" \
     "build/fuzz/tests/fuzz/${name}_fuzz" "$work" "tests/fuzz/corpus/$name" ${extra[$name]:-} \
-    "${dict[@]}" "${seed[@]}" ${options[$name]:-} -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10 \
+    "${dict[@]}" "${seed[@]}" ${options[$name]:-} -max_total_time="$seconds" -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout="${PTKIT_FUZZ_TIMEOUT:-10}" \
     -artifact_prefix=build/fuzz/artifacts/ -print_final_stats=1 >"build/fuzz/$name.log" 2>&1 || status=$?
   echo "$status" >"build/fuzz/$name.status"
 }

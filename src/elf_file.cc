@@ -164,7 +164,7 @@ struct DwarfReader {
   uint64_t at, end;
   bool bad = false;
   uint64_t Fixed(size_t n) {
-    if (bad || end - at < n) {
+    if (bad || at > end || end - at < n || end > data.size()) {
       bad = true;
       return 0;
     }
@@ -363,7 +363,7 @@ std::vector<ElfCallSite> ElfFile::CallSites() const {
     if (static_cast<uint8_t>(r.Fixed(1)) != kOmit) r.Uleb();
     const uint8_t call_site_encoding = static_cast<uint8_t>(r.Fixed(1));
     const uint64_t table_length = r.Uleb();
-    if (r.bad || table_length > r.end - r.at) continue;
+    if (r.bad || table_length > r.end - r.at) continue;  // (Fixed: r.at <= r.end)
     r.end = r.at + table_length;
     // Each call site: its start and length from the function's start, its landing pad from
     // lp_start (0: none), its action (skipped). Offsets: only the format of the encoding.
@@ -374,8 +374,10 @@ std::vector<ElfCallSite> ElfFile::CallSites() const {
       const std::optional<uint64_t> pad = r.Encoded(format, 0);
       r.Uleb();
       if (!start || !length || !pad || r.bad) break;
-      if (*pad != 0)
-        out.push_back({fde.begin + *start, fde.begin + *start + *length, lp_start + *pad});
+      const uint64_t begin = fde.begin + *start;
+      if (*pad != 0 && begin + *length > begin) {  // (none at the top of the address space)
+        out.push_back({begin, begin + *length, lp_start + *pad});
+      }
     }
   }
   std::sort(out.begin(), out.end(),

@@ -1,7 +1,8 @@
 // Fuzzes the image loader on an ELF file (the input, in a memfd): ProgramImage::AddElf,
 // AddFileMapping (MMAP2-style, symbols relocated through the segments) and AddBytes (captured
-// code: an ELF image's symbols read in place), then symbol lookups, link addresses and code
-// reads over what was loaded. Bad files must be errors, never crashes or reads outside the file.
+// code: an ELF image's symbols read in place), then symbol lookups, link addresses, code
+// reads and exceptions' landing pads (ElfFile::CallSites: .eh_frame and the LSDAs) over what
+// was loaded. Bad files must be errors, never crashes or reads outside the file.
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -10,6 +11,8 @@
 #include <string>
 
 #include "decoder/image.h"
+#include "decoder/landing_pads.h"
+#include "ptkit/elf_file.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   namespace dec = ::ptkit::decoder;
@@ -29,6 +32,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     (void)im.AddFileMapping(path, 0x7f1000000000, 0x1000, 0x1000);
     im.AddBytes("fuzz", 0x7f2000000000, std::span<const uint8_t>(data, size));
     uint8_t buf[16];
+    dec::LandingPads pads;
     for (const dec::Symbol& s : im.symbols()) {
       for (uint64_t ip : {s.begin, s.end - 1, s.end}) {
         dec::AddressRange range;
@@ -37,7 +41,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         (void)im.Read(ip, buf, sizeof(buf));
         (void)im.HoleAround(ip);
         (void)im.FileAt(ip);
+        (void)pads.IsPad(im, ip);
+        (void)pads.PadOf(im, ip);
       }
+    }
+  }
+  absl::StatusOr<ptkit::ElfFile> elf = ptkit::ElfFile::Open(path);
+  if (elf.ok()) {
+    uint64_t last = 0;
+    for (const ptkit::ElfCallSite& site : elf->CallSites()) {
+      if (site.begin >= site.end || site.begin < last) __builtin_trap();  // sorted ranges
+      last = site.begin;
     }
   }
   close(fd);

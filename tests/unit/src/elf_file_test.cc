@@ -399,6 +399,34 @@ TEST(ElfFileTest, ABadProgramHeaderTableIsAnError) {
                                            HasSubstr("bad-phdrs: bad program header")));
 }
 
+// An LSDA in a section whose bytes are not in the file (.gcc_except_table's offset past the
+// end): no call sites from it, and no read (the elf_image fuzzer's first find: a read at an
+// offset from null).
+TEST(ElfFileTest, AnLsdaWithoutBytesGivesNoCallSites) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe");
+  absl::StatusOr<ElfFile> elf = ElfFile::Open(self);
+  ASSERT_THAT(elf, IsOk());
+  ASSERT_FALSE(elf->CallSites().empty());
+  size_t index = 0;
+  for (const ElfSection& s : elf->Sections()) {
+    if (s.name == ".gcc_except_table") index = s.index;
+  }
+  ASSERT_NE(index, 0u);
+  std::vector<char> bytes = ::ptkit::testing::ReadWholeFile<std::vector<char>>(self);
+  const auto* ehdr = reinterpret_cast<const Elf64_Ehdr*>(bytes.data());
+  auto* shdr =
+      reinterpret_cast<Elf64_Shdr*>(bytes.data() + ehdr->e_shoff + index * ehdr->e_shentsize);
+  shdr->sh_offset = bytes.size() + 4096;
+  ::ptkit::testing::TempDir dir;
+  const std::string bad = dir.File("lsda-past-the-end");
+  std::ofstream(bad, std::ios::binary)
+      .write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  absl::StatusOr<ElfFile> patched = ElfFile::Open(bad);
+  ASSERT_THAT(patched, IsOk());
+  EXPECT_TRUE(patched->CallSites().empty());
+  EXPECT_EQ(patched->Fdes().size(), elf->Fdes().size());
+}
+
 TEST(ElfFileTest, ReadBuildIdErrorsNameTheFile) {
   EXPECT_THAT(ReadBuildId("/nonexistent/file"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("open /nonexistent/file")));
