@@ -321,10 +321,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   // refused by it); a failure later leaves the file without footer (the writer is abandoned).
   bool started = false;
   absl::Cleanup remove_unless_started = [&] {
-    if (started) return;
-    writer.reset();
-    std::error_code ec;
-    std::filesystem::remove(o.output, ec);
+    if (!started) writer->Discard();
   };
 
   std::optional<Workload> workload;
@@ -523,6 +520,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     for (CounterSet& c : counter_sets) PTKIT_RETURN_IF_ERROR(c.EnableAll());
   }
   started = true;
+  PTKIT_RETURN_IF_ERROR(writer->Publish());
 
   CodeCapture code(o.archive);
   DrainOptions dopt;

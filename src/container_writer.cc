@@ -1,6 +1,7 @@
 #include "ptkit/container_writer.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -10,7 +11,9 @@
 #include <deque>
 #include <map>
 #include <span>
+#include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -82,6 +85,9 @@ absl::Status WriteAll(int fd, iovec* iov, int iovcnt, const std::string& name, u
 struct ContainerWriter::State {
   ScopedFd fd;
   std::string name;
+  // The file Create() made, until Publish(): `name`, or (replaces) a new one beside it.
+  std::string created;
+  bool replaces = false;
   WriterOptions options;
 
   // Shared between producers and the writer thread.
@@ -367,20 +373,70 @@ void ContainerWriter::State::Run() {
 
 ContainerWriter::ContainerWriter(std::unique_ptr<State> state) : state_(std::move(state)) {}
 
-ContainerWriter::~ContainerWriter() { Abandon().IgnoreError(); }
+ContainerWriter::~ContainerWriter() {
+  if (state_->replaces) {
+    Discard();  // (no-op once published)
+  } else {
+    Abandon().IgnoreError();
+  }
+}
 
 absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(
     const std::string& path, const WriterOptions& options) {
-  int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (options.overwrite ? O_TRUNC : O_EXCL);
-  int fd = ::open(path.c_str(), flags, 0644);
-  if (fd < 0) {
-    if (errno == EEXIST) {
-      return absl::AlreadyExistsError(
-          absl::StrCat(path, " already exists: remove it or allow overwriting it"));
-    }
-    return ErrnoStatus(errno, "create ", path);
+  struct stat st {};
+  const bool exists = ::lstat(path.c_str(), &st) == 0;
+  std::string temp;
+  int fd = -1;
+  if (exists && options.overwrite && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
+    // A device, a FIFO: written as it is, never created, replaced or removed (sweep 31c F1:
+    // a failed start removed -o /dev/null).
+    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) return ErrnoStatus(errno, "open ", path);
+    return CreateFromFd(fd, path, options);
   }
-  return CreateFromFd(fd, path, options);
+  if (exists && options.overwrite) {
+    // A file (or a link) to replace: the recording goes to a new file beside it, which takes
+    // its place at Publish(); until then it stays as it was (sweep 31c F1, F3: a failed start
+    // lost it, a second recording to the same path truncated the first's file as it wrote).
+    for (int attempt = 0; fd < 0 && attempt < 100; ++attempt) {
+      temp = absl::StrCat(path, ".ptrecord-", ::getpid(), "-", attempt);
+      fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (fd < 0 && errno != EEXIST) return ErrnoStatus(errno, "create ", temp);
+    }
+    if (fd < 0) return ErrnoStatus(EEXIST, "create ", temp);
+  } else {
+    fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    if (fd < 0) {
+      if (errno == EEXIST) {
+        return absl::AlreadyExistsError(
+            absl::StrCat(path, " already exists: remove it or allow overwriting it"));
+      }
+      return ErrnoStatus(errno, "create ", path);
+    }
+  }
+  absl::StatusOr<std::unique_ptr<ContainerWriter>> writer = CreateFromFd(fd, path, options);
+  if (!writer.ok()) {
+    ::unlink(temp.empty() ? path.c_str() : temp.c_str());
+    return writer.status();
+  }
+  (*writer)->state_->created = temp.empty() ? path : temp;
+  (*writer)->state_->replaces = !temp.empty();
+  return writer;
+}
+
+absl::Status ContainerWriter::Publish() {
+  State& s = *state_;
+  if (s.created.empty()) return absl::OkStatus();
+  const std::string created = std::exchange(s.created, "");
+  if (s.replaces && ::rename(created.c_str(), s.name.c_str()) != 0) {
+    return ErrnoStatus(errno, "rename ", created, " to ", s.name);
+  }
+  return absl::OkStatus();
+}
+
+void ContainerWriter::Discard() {
+  Abandon().IgnoreError();
+  if (!state_->created.empty()) ::unlink(std::exchange(state_->created, "").c_str());
 }
 
 absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::CreateFromFd(
@@ -469,7 +525,11 @@ absl::Status ContainerWriter::Flush() {
   return s.error;
 }
 
-absl::Status ContainerWriter::Close() { return Finish(/*footer=*/true); }
+absl::Status ContainerWriter::Close() {
+  absl::Status status = Finish(/*footer=*/true);
+  absl::Status published = Publish();
+  return status.ok() ? published : status;
+}
 
 absl::Status ContainerWriter::Abandon() { return Finish(/*footer=*/false); }
 

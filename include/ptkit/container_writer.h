@@ -51,15 +51,25 @@ absl::Status AppendArchivedFile(ContainerWriter& writer, const std::string& path
 class ContainerWriter {
  public:
   // Creates `path` and writes the file header. Fails (kAlreadyExists) when the file exists
-  // and `options.overwrite` is false, or with the errno of open/write.
+  // and `options.overwrite` is false, or with the errno of open/write. With
+  // `options.overwrite`, a file (or symbolic link) at `path` stays until Publish(): the
+  // recording is written to a new file beside it, which takes its place then; a device or
+  // FIFO is written as it is.
   static absl::StatusOr<std::unique_ptr<ContainerWriter>> Create(const std::string& path,
                                                                  const WriterOptions& options = {});
+  // The recording started: the file Create() made takes its path (a file there is replaced).
+  // Errors: rename's. A no-op for CreateFromFd's writers and after Publish() or Discard().
+  absl::Status Publish();
+  // The recording did not start: Abandon(), and the file Create() made is removed (what was
+  // at the path before stays). A no-op for the file after Publish().
+  void Discard();
   // Writes to an already open file descriptor (taken over, closed by the writer).
   static absl::StatusOr<std::unique_ptr<ContainerWriter>> CreateFromFd(
       int fd, const std::string& name, const WriterOptions& options = {});
 
   // Abandon()s if neither Close() nor Abandon() was called: a writer that goes away on an
-  // error path leaves a file without footer, which readers report as not closed cleanly.
+  // error path leaves a file without footer, which readers report as not closed cleanly (but
+  // Discard()s a file that was to replace another and was not published).
   ~ContainerWriter();
   ContainerWriter(const ContainerWriter&) = delete;
   ContainerWriter& operator=(const ContainerWriter&) = delete;
@@ -92,8 +102,8 @@ class ContainerWriter {
   // Waits until every record queued before the call is written to the file (write(2); not
   // fsync). Returns the sticky error if any.
   absl::Status Flush();
-  // Drains the queue, writes the footer, closes the file and joins the writer thread.
-  // Idempotent; returns the first error seen.
+  // Drains the queue, writes the footer, closes the file and joins the writer thread; then
+  // Publish(). Idempotent; returns the first error seen.
   absl::Status Close();
   // As Close() but without the footer: for recordings that failed. Everything queued is still
   // written. Idempotent (and a no-op after Close()).

@@ -458,10 +458,9 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   bool ran = false;
   absl::Cleanup discard_unless_ran = [&] {
     if (ran) return;
-    writer.reset();
+    writer->Discard();
     truth.reset();
     std::error_code ec;
-    std::filesystem::remove(options.output, ec);
     if (!options.ground_truth.empty()) std::filesystem::remove(options.ground_truth, ec);
   };
   if (!options.ground_truth.empty()) {
@@ -535,6 +534,8 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
       progress_shown = true;
     };
   }
+  // The command runs: the container takes its path (a file it replaces goes).
+  so.after_exec = [&] { return writer->Publish(); };
   pid_t workload = 0;  // the command's process (before_exec)
   so.before_exec = [&](pid_t pid) -> absl::Status {
     workload = pid;

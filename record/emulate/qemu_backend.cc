@@ -222,9 +222,8 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   bool ran = false;
   absl::Cleanup discard_unless_ran = [&] {
     if (ran) return;
-    writer.reset();
+    writer->Discard();
     std::error_code ec;
-    std::filesystem::remove(options.output, ec);
     if (!options.ground_truth.empty()) std::filesystem::remove(options.ground_truth, ec);
   };
 
@@ -324,6 +323,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   PTKIT_ASSIGN_OR_RETURN(record::Workload workload,
                          record::Workload::Start(argv, /*die_with_parent=*/true));
   ran = true;
+  PTKIT_RETURN_IF_ERROR(writer->Publish());
   if (absl::Status s = workload.Go(); !s.ok()) {
     writer->Abandon().IgnoreError();
     return s;

@@ -961,6 +961,9 @@ absl::StatusOr<StepperResult> Run::Go() {
     return absl::InternalError("the workload did not reach execve");
   }
   child.exec_error.reset();
+  if (options_.after_exec) {
+    if (absl::Status s = options_.after_exec(); !s.ok()) return kill_and_reap(s);
+  }
   threads_[pid].pid = pid;
   threads_[pid].mm = next_mm_++;
   leader_ = pid;

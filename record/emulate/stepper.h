@@ -56,6 +56,9 @@ struct StepperOptions {
   // Called with the workload's pid after it is stopped before execve: open perf events on it
   // here (enable_on_exec). An error aborts the run (the workload is killed).
   std::function<absl::Status(pid_t)> before_exec;
+  // Called once the workload's execve succeeded, before its first instruction; an error stops
+  // the run (the workload is killed).
+  std::function<absl::Status()> after_exec;
   // Stop (kill every process of the workload) once this many instructions have retired over
   // all its threads and processes (a rep string instruction once; with filters, the stepped
   // ones outside the regions too); 0 = no limit.

@@ -657,15 +657,27 @@ TEST_F(EmulateCliTest, EveryRecorderRunsWhatExecvpRunsAndFailsAsEnvDoes) {
     if (r.err.find("Operation not permitted") != std::string::npos) GTEST_SKIP() << r.err;
     EXPECT_EQ(r.exit_code, 0) << r.err;
     EXPECT_EQ(r.out, native.out);
+    // A start that fails leaves the recording --overwrite-existing was to replace, and no
+    // other file (sweep 31c F1: it was removed).
+    const std::string recorded = ::ptkit::testing::ReadWholeFile<std::string>(trace_);
+    auto kept = [&] {
+      EXPECT_TRUE(::ptkit::testing::ReadWholeFile<std::string>(trace_) == recorded);
+      for (const auto& e : std::filesystem::directory_iterator(dir_.path())) {
+        EXPECT_EQ(e.path().string().find(".ptrecord-"), std::string::npos) << e.path();
+      }
+    };
     r = run(noexec);
     EXPECT_EQ(r.exit_code, 126) << r.err;
     EXPECT_EQ(r.err, "ptrecord: " + noexec + ": cannot execute: Permission denied\n");
+    kept();
     r = run(missing);
     EXPECT_EQ(r.exit_code, 127) << r.err;
     EXPECT_THAT(r.err, HasSubstr(missing + ": cannot execute: its interpreter"));
+    kept();
     r = run(dir_.File("nonexistent"));
     EXPECT_EQ(r.exit_code, 127) << r.err;
     EXPECT_EQ(r.err, "ptrecord: program not found: " + dir_.File("nonexistent") + "\n");
+    kept();
   }
 }
 

@@ -4,6 +4,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <xxhash.h>
@@ -686,6 +687,66 @@ TEST(ContainerWriterTest, RefusesToReplaceAFileUnlessAsked) {
   EXPECT_THAT(ContainerWriter::Create(path, o), IsOk());
 }
 
+// A file that --overwrite-existing is to replace stays as it was until the recording starts
+// (Publish; Close publishes too): a failed start (Discard) leaves it and no other file, a
+// second writer to the same path does not cut the first's file (sweep 31c F1, F3: a failed
+// start removed it, and -o /dev/null; two recordings at once both said they wrote it, the
+// file held the second followed by the first's tail). A device is written as it is.
+TEST(ContainerWriterTest, AFileToReplaceStaysUntilTheRecordingStarts) {
+  TempDir dir;
+  const std::string path = dir.File("t.pt");
+  std::ofstream(path) << "old";
+  auto in_dir = [&] {
+    std::set<std::string> names;
+    for (const auto& e : std::filesystem::directory_iterator(dir.path())) {
+      names.insert(e.path().filename().string());
+    }
+    return names;
+  };
+  WriterOptions o;
+  o.overwrite = true;
+  auto failed = ContainerWriter::Create(path, o);
+  ASSERT_THAT(failed, IsOk());
+  ASSERT_THAT((*failed)->AppendMetadata("{}"), IsOk());
+  (*failed)->Discard();
+  EXPECT_EQ(ReadFile(path), std::vector<uint8_t>({'o', 'l', 'd'}));
+  EXPECT_EQ(in_dir(), std::set<std::string>{"t.pt"});
+  failed->reset();
+  EXPECT_EQ(in_dir(), std::set<std::string>{"t.pt"});
+
+  // Two at once: each its own file until it starts, the last started one's at the end.
+  auto first = ContainerWriter::Create(path, o);
+  auto second = ContainerWriter::Create(path, o);
+  ASSERT_THAT(first, IsOk());
+  ASSERT_THAT(second, IsOk());
+  ASSERT_THAT((*first)->AppendMetadata(R"({"who":"first"})"), IsOk());
+  ASSERT_THAT((*second)->AppendMetadata(R"({"who":"second"})"), IsOk());
+  ASSERT_THAT((*first)->Flush(), IsOk());
+  ASSERT_THAT((*second)->Flush(), IsOk());
+  EXPECT_EQ(ReadFile(path), std::vector<uint8_t>({'o', 'l', 'd'}));  // neither started yet
+  ASSERT_THAT((*first)->Publish(), IsOk());
+  ASSERT_THAT((*first)->Close(), IsOk());
+  ASSERT_THAT((*second)->Close(), IsOk());
+  EXPECT_EQ(in_dir(), std::set<std::string>{"t.pt"});
+  auto reader = ContainerReader::Open(path);
+  ASSERT_THAT(reader, IsOk());
+  RecordView rec;
+  std::string metadata;
+  while (reader->Next(rec).value_or(false)) {
+    if (rec.type == RecordType::kMetadata) metadata.assign(rec.payload.begin(), rec.payload.end());
+  }
+  EXPECT_EQ(metadata, R"({"who":"second"})");
+  EXPECT_TRUE(reader->report().clean());
+
+  // A device: written, never removed.
+  auto device = ContainerWriter::Create("/dev/null", o);
+  ASSERT_THAT(device, IsOk());
+  (*device)->Discard();
+  struct stat st {};
+  ASSERT_EQ(::stat("/dev/null", &st), 0);
+  EXPECT_TRUE(S_ISCHR(st.st_mode));
+}
+
 TEST(ContainerWriterTest, RejectsWorkAfterCloseAndOversizedRecords) {
   TempDir dir;
   auto w = ContainerWriter::Create(dir.File("t.pt"));
@@ -807,6 +868,7 @@ TEST(ContainerWriterTest, RecordsCutAtTheWritersBoundariesComeBackWhole) {
     o.overwrite = true;
     auto w = ContainerWriter::Create(path, o);
     ASSERT_THAT(w, IsOk());
+    ASSERT_THAT((*w)->Publish(), IsOk());  // the last case's file goes: read this one's there
     for (size_t i = 0; i < c.sizes.size(); ++i) {
       ASSERT_THAT((*w)->Append(RecordType::kMetadata, Pattern(c.sizes[i], i, false)), IsOk());
       if (!c.flush_after.contains(i)) continue;
