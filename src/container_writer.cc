@@ -387,9 +387,10 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(
   const bool exists = ::lstat(path.c_str(), &st) == 0;
   std::string temp;
   int fd = -1;
-  if (exists && options.overwrite && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
-    // A device, a FIFO: written as it is, never created, replaced or removed (sweep 31c F1:
-    // a failed start removed -o /dev/null).
+  if (exists && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+    // A device, a FIFO: written as it is (no file to overwrite), never created, replaced or
+    // removed (sweep 31c F1: -o /dev/null needed --overwrite-existing, then a failed start
+    // removed /dev/null).
     fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
     if (fd < 0) return ErrnoStatus(errno, "open ", path);
     return CreateFromFd(fd, path, options);

@@ -53,8 +53,8 @@ class ContainerWriter {
   // Creates `path` and writes the file header. Fails (kAlreadyExists) when the file exists
   // and `options.overwrite` is false, or with the errno of open/write. With
   // `options.overwrite`, a file (or symbolic link) at `path` stays until Publish(): the
-  // recording is written to a new file beside it, which takes its place then; a device or
-  // FIFO is written as it is.
+  // recording is written to a new file beside it, which takes its place then. A character
+  // device or FIFO is written as it is, with or without `options.overwrite`.
   static absl::StatusOr<std::unique_ptr<ContainerWriter>> Create(const std::string& path,
                                                                  const WriterOptions& options = {});
   // The recording started: the file Create() made takes its path (a file there is replaced).

@@ -137,6 +137,17 @@ TEST(PtrecordCliTest, UsageErrorsSayWhatToDo) {
   const CliRun exists = Ptrecord(dir.path(), "--emulate -o old.pt -- /bin/true");
   EXPECT_EQ(exists.code, 2) << exists.err;
   EXPECT_THAT(exists.err, HasSubstr("--overwrite-existing"));
+  // A path stat cannot check is the file's error, not an abort (sweep 31c F9: SIGABRT, exit
+  // 134, from an exception of std::filesystem::is_directory).
+  std::filesystem::create_symlink("loop-b", dir.File("loop-a"));
+  std::filesystem::create_symlink("loop-a", dir.File("loop-b"));
+  const CliRun loop = Ptrecord(dir.path(), "--emulate -o loop-a -- /bin/true");
+  EXPECT_EQ(loop.code, 2) << loop.err;
+  EXPECT_THAT(loop.err, HasSubstr("loop-a already exists"));
+  const CliRun long_name =
+      Ptrecord(dir.path(), "--emulate -o " + std::string(300, 'x') + " -- /bin/true");
+  EXPECT_EQ(long_name.code, 1) << long_name.err;
+  EXPECT_THAT(long_name.err, HasSubstr("File name too long"));
 }
 
 // A container where the command writes (its standard output or error: -o /dev/stdout into a

@@ -738,8 +738,8 @@ TEST(ContainerWriterTest, AFileToReplaceStaysUntilTheRecordingStarts) {
   EXPECT_EQ(metadata, R"({"who":"second"})");
   EXPECT_TRUE(reader->report().clean());
 
-  // A device: written, never removed.
-  auto device = ContainerWriter::Create("/dev/null", o);
+  // A device: written (no file to overwrite), never removed.
+  auto device = ContainerWriter::Create("/dev/null");
   ASSERT_THAT(device, IsOk());
   (*device)->Discard();
   struct stat st {};
