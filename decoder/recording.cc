@@ -185,13 +185,43 @@ absl::Status RecordingBuilder::AddTextPokes(std::span<const uint8_t> records,
     absl::StatusOr<perf::TextPoke> poke = perf::ParseTextPoke(**rec, layout);
     // User space ends below 2^47 (x86-64's canonical lower half).
     if (!poke.ok() || poke->new_bytes.empty() || poke->addr >= (uint64_t{1} << 47)) continue;
-    const size_t hash = std::hash<std::string_view>{}(std::string_view(
-        reinterpret_cast<const char*>(poke->new_bytes.data()), poke->new_bytes.size()));
-    auto [it, inserted] = poked_.try_emplace({poke->sample_id.pid, poke->addr}, hash);
-    if (!inserted && it->second != hash) {
-      if (repokes_++ == 0) repoked_ = it->first;
-      it->second = hash;
+    // Over code poked before with other bytes (any overlap: sweep 31a F2, a block written over
+    // the middle of an earlier one went unsaid; the same bytes again, a block poked from an
+    // address inside another, are no rewrite). The pokes are kept as runs that do not overlap:
+    // what a new one covers of earlier ones is its.
+    const uint32_t pid = poke->sample_id.pid;
+    const uint64_t begin = poke->addr, end = begin + poke->new_bytes.size();
+    const std::span<const uint8_t> bytes = poke->new_bytes;
+    auto it = poked_.lower_bound({pid, begin});
+    if (it != poked_.begin() && std::prev(it)->first.first == pid &&
+        std::prev(it)->first.second + std::prev(it)->second.size() > begin) {
+      --it;
     }
+    bool again = false;
+    std::vector<std::pair<uint64_t, std::vector<uint8_t>>> kept;  // the parts outside [begin, end)
+    while (it != poked_.end() && it->first.first == pid && it->first.second < end) {
+      const uint64_t at = it->first.second;
+      const std::vector<uint8_t>& old = it->second;
+      if (at + old.size() <= begin) {
+        ++it;
+        continue;
+      }
+      const uint64_t from = std::max(at, begin), to = std::min<uint64_t>(at + old.size(), end);
+      again |= !std::equal(old.begin() + static_cast<ptrdiff_t>(from - at),
+                           old.begin() + static_cast<ptrdiff_t>(to - at),
+                           bytes.begin() + static_cast<ptrdiff_t>(from - begin));
+      if (at < begin)
+        kept.emplace_back(at, std::vector<uint8_t>(
+                                  old.begin(), old.begin() + static_cast<ptrdiff_t>(begin - at)));
+      if (at + old.size() > end) {
+        kept.emplace_back(
+            end, std::vector<uint8_t>(old.begin() + static_cast<ptrdiff_t>(end - at), old.end()));
+      }
+      it = poked_.erase(it);
+    }
+    for (auto& [at, part] : kept) poked_[{pid, at}] = std::move(part);
+    poked_[{pid, begin}] = std::vector<uint8_t>(bytes.begin(), bytes.end());
+    if (again && repokes_++ == 0) repoked_ = std::pair{pid, begin};
     PTKIT_RETURN_IF_ERROR(
         AddCode(poke->sample_id.pid, poke->addr, "//anon", poke->new_bytes, 0, kCodeTextPoke));
   }
@@ -264,9 +294,9 @@ Recording RecordingBuilder::Finish() {
   }
   if (repoked_) {
     r_.warnings.push_back(fmt::format(
-        "{}: code run from no file (JIT code) was written again at the same address {} (first "
-        "at {:#x} in pid {}): the decode uses the bytes written last at each address for the "
-        "whole run, so instructions there before may be wrong",
+        "{}: code run from no file (JIT code) was written again over code written before {} "
+        "(first at {:#x} in pid {}): the decode uses the bytes written last at each address for "
+        "the whole run, so instructions there before may be wrong",
         r_.name, repokes_ == 1 ? std::string("once") : fmt::format("{} times", repokes_),
         repoked_->second, repoked_->first));
   }

@@ -242,9 +242,9 @@ class RecordingBuilder {
   uint64_t code_bytes_ = 0;                                 // captured code spooled
   uint64_t code_left_out_ = 0, code_left_out_bytes_ = 0;    // beyond max_captured_code
   uint64_t lost_sideband_ = 0, lost_sideband_records_ = 0;  // AddLostSideband's, in all
-  // AddTextPokes: a hash of the bytes poked at each (pid, address); code poked again with
-  // other bytes (the first such place, how many).
-  std::map<std::pair<uint32_t, uint64_t>, size_t> poked_;
+  // AddTextPokes: the bytes poked last at each (pid, address), in runs that do not overlap;
+  // code poked again over code poked before with other bytes (the first such place, how many).
+  std::map<std::pair<uint32_t, uint64_t>, std::vector<uint8_t>> poked_;
   std::optional<std::pair<uint32_t, uint64_t>> repoked_;
   uint64_t repokes_ = 0;
   // The bytes at the start of `data` that are the last of `run` (0: none found).

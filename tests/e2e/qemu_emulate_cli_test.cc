@@ -1068,16 +1068,20 @@ TEST_F(QemuEmulateTest, JitCodeDecodesToTheGroundTruth) {
   EXPECT_EQ(back.out.substr(back.out.find("\n#")), stats.out.substr(stats.out.find("\n#")));
 }
 
-// JIT code written again at the same address (e2e_qemu_jit rewrite): the decoder has one set
-// of bytes per address for the whole run (the last), so it warns that the code there before
-// may decode wrongly.
+// JIT code written again over code it wrote before (e2e_qemu_jit rewrite: at the same address;
+// rewrite_inside: into the middle of it, sweep 31a F2, unsaid): the decoder has one set of
+// bytes per address for the whole run (the last), so it warns that the code there before may
+// decode wrongly.
 TEST_F(QemuEmulateTest, JitCodeWrittenAgainIsWarnedAbout) {
   PTKIT_SKIP_WITHOUT_QEMU();
-  Recorded r = Record("jit_rewrite", {E2E_PROGRAM_DIR "/e2e_qemu_jit", "rewrite"}, false);
-  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
-  EXPECT_EQ(r.run.out, "144602\n");  // 144560 + 42
-  auto d = RunCommand({PTDECODE_PATH, "stats", r.trace});
-  EXPECT_THAT(d.err, HasSubstr("was written again at the same address once (first at 0x"));
+  for (const std::string mode : {"rewrite", "rewrite_inside"}) {
+    SCOPED_TRACE(mode);
+    Recorded r = Record("jit_" + mode, {E2E_PROGRAM_DIR "/e2e_qemu_jit", mode}, false);
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    EXPECT_EQ(r.run.out, "144602\n");  // 144560 + 42
+    auto d = RunCommand({PTDECODE_PATH, "stats", r.trace});
+    EXPECT_THAT(d.err, HasSubstr("was written again over code written before once (first at 0x"));
+  }
 }
 
 // A workload that dies of a signal: ptrecord says so and exits as a shell would (128 + 11).

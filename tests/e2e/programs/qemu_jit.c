@@ -3,7 +3,8 @@
 // mapping made RX by mprotect (W^X). The code is a loop with a conditional branch (the sum of
 // 0..n-1); a second function calls the first. Prints the results (qemu_emulate_cli_test: the
 // decode of its recording equals the ground truth; no gap). With the argument "rewrite", it then
-// writes other code over the first function (n * 2) and calls that too: the decoder warns.
+// writes other code over the first function (n * 2) and calls that too: the decoder warns; with
+// "rewrite_inside", the same 5 bytes into the first function.
 // With "fork", a child calls both functions again (the parent's JIT code is the child's too).
 #include <stdio.h>
 #include <string.h>
@@ -64,9 +65,12 @@ int main(int argc, char** argv) {
     int status = 0;
     if (child < 0 || waitpid(child, &status, 0) != child || status != 0) return 1;
   } else if (argc > 1) {
+    // "rewrite": over the first function; "rewrite_inside": 5 bytes into it (no block of it
+    // starts there).
     static const unsigned char kTwice[] = {0x8d, 0x04, 0x3f, 0xc3};  // lea eax, [rdi + rdi]; ret
-    memcpy(rwx, kTwice, sizeof(kTwice));
-    total += ((Fn)rwx)(21);
+    unsigned char* at = strcmp(argv[1], "rewrite_inside") == 0 ? rwx + 5 : rwx;
+    memcpy(at, kTwice, sizeof(kTwice));
+    total += ((Fn)at)(21);
   }
   printf("%ld\n", total);
   return 0;
