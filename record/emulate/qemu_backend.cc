@@ -652,9 +652,10 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     result.warnings.push_back(absl::StrCat(
         n,
         " signals came right after a branch whose target only their frame knows, and the "
-        "handler never returned by rt_sigreturn (siglongjmp), or too many waited at once: the "
-        "trace lacks that conditional branch (one instruction), or has that RET or indirect "
-        "branch going to the handler"));
+        "handler never returned by rt_sigreturn (siglongjmp), returned elsewhere than the "
+        "branch's target (a handler that changes where the thread resumes: Go's asynchronous "
+        "preemption), or too many waited at once: the trace lacks that conditional branch (one "
+        "instruction), or has that RET or indirect branch going to the handler"));
   }
   PTKIT_ASSIGN_OR_RETURN(std::vector<std::string> code_warnings, code.Write(*writer));
   for (std::string& w : code_warnings) result.warnings.push_back(std::move(w));
