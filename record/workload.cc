@@ -10,14 +10,20 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <map>
+#include <set>
 #include <string_view>
 #include <utility>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "ptkit/errno_text.h"
+#include "ptkit/numbers.h"
 #include "ptkit/status.h"
+#include "record/perf_event.h"
 #include "record/text_util.h"
+#include "record/trigger.h"
 
 namespace ptkit::record {
 
@@ -144,10 +150,50 @@ Workload& Workload::operator=(Workload&& other) noexcept {
 
 Workload::~Workload() { KillAndReap(); }
 
+std::vector<pid_t> Descendants(pid_t root, const std::string& proc_root) {
+  std::multimap<pid_t, pid_t> children;  // by parent
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(proc_root, ec)) {
+    uint32_t pid = 0;
+    if (!ParseUnsigned(e.path().filename().string(), &pid)) continue;
+    absl::StatusOr<std::string> stat = ReadSystemFile(absl::StrCat(proc_root, "/", pid, "/stat"));
+    absl::StatusOr<uint32_t> parent =
+        stat.ok() ? ParseStatParent(*stat) : absl::StatusOr<uint32_t>(stat.status());
+    if (parent.ok()) children.emplace(static_cast<pid_t>(*parent), static_cast<pid_t>(pid));
+  }
+  std::vector<pid_t> out;
+  std::vector<pid_t> next = {root};
+  while (!next.empty() && out.size() < 100000) {
+    const pid_t p = next.back();
+    next.pop_back();
+    for (auto [it, end] = children.equal_range(p); it != end; ++it) {
+      out.push_back(it->second);
+      next.push_back(it->second);
+    }
+  }
+  return out;
+}
+
 void Workload::KillAndReap() {
   go_.reset();
   exec_error_.reset();
   if (pid_ > 0 && !status_) {
+    // The processes it started go with it (sweep 31c F2: a recording that failed killed the
+    // command's process only, "the command with it (killed)", and its children ran on; under
+    // qemu they were the qemus of the command's forked processes). Stopped until no new one
+    // shows, then killed.
+    kill(pid_, SIGSTOP);
+    std::set<pid_t> stopped;
+    for (int round = 0; round < 8; ++round) {
+      bool more = false;
+      for (pid_t d : Descendants(pid_)) {
+        if (!stopped.insert(d).second) continue;
+        kill(d, SIGSTOP);
+        more = true;
+      }
+      if (!more) break;
+    }
+    for (pid_t d : stopped) kill(d, SIGKILL);
     kill(pid_, SIGKILL);
     int st;
     while (waitpid(pid_, &st, 0) < 0 && errno == EINTR) {

@@ -56,6 +56,10 @@ absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Par
 // Errors: kInternal on a short read, the errno of read(2), both naming `name`.
 absl::StatusOr<int> ReadExecErrno(const ScopedFd& exec_error, const std::string& name);
 
+// The live descendants of `root` (its children, theirs, ...), by the parents /proc/PID/stat
+// gives, read from `proc_root`.
+std::vector<pid_t> Descendants(pid_t root, const std::string& proc_root = "/proc");
+
 class Workload {
  public:
   // Forks; the child waits until Go(). Errors: those of ForkParked().
@@ -63,11 +67,13 @@ class Workload {
                                         bool die_with_parent = false);
 
   Workload(Workload&& other) noexcept;
-  // Kills (SIGKILL) and reaps the child this one holds, if not reaped, then takes `other`'s.
+  // Kills (SIGKILL, with its descendants) and reaps the child this one holds, if not reaped,
+  // then takes `other`'s.
   Workload& operator=(Workload&& other) noexcept;
   Workload(const Workload&) = delete;
   Workload& operator=(const Workload&) = delete;
-  // Kills (SIGKILL) and reaps a child that was never reaped.
+  // Kills (SIGKILL) and reaps a child that was never reaped, and the processes it started
+  // that are still its descendants (stopped first, so that none forks away meanwhile).
   ~Workload();
 
   pid_t pid() const { return pid_; }

@@ -384,10 +384,11 @@ ContainerWriter::~ContainerWriter() {
 absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(
     const std::string& path, const WriterOptions& options) {
   struct stat st {};
-  const bool exists = ::lstat(path.c_str(), &st) == 0;
+  const bool target = ::stat(path.c_str(), &st) == 0;  // (through links: /dev/fd/N, a pipe)
+  const bool exists = target || ::lstat(path.c_str(), &st) == 0;
   std::string temp;
   int fd = -1;
-  if (exists && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
+  if (target && (S_ISCHR(st.st_mode) || S_ISFIFO(st.st_mode))) {
     // A device, a FIFO: written as it is (no file to overwrite), never created, replaced or
     // removed (sweep 31c F1: -o /dev/null needed --overwrite-existing, then a failed start
     // removed /dev/null).

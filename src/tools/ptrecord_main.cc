@@ -4,6 +4,7 @@
 // Exit codes: the workload's status when recording succeeded (0 without a workload; 128 + N
 // when signal N killed it); stopped by SIGINT/SIGTERM/SIGHUP while it ran: 128 + that signal;
 // 2 usage errors; 1 runtime failures; 126 found but cannot execute; 127 program not found.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -202,9 +203,27 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   return r->exit_code;
 }
 
+// SIGPIPE (-o a pipe whose reader went away) and SIGXFSZ (ulimit -f) ended ptrecord without a
+// word (sweep 31c F4, F5: exit 141 or 153, the command left running): with a handler that does
+// nothing, the write fails instead (EPIPE, EFBIG) and ptrecord says so, as for a full disk. A
+// handler, unlike SIG_IGN, is the default again after exec, so the command starts with what
+// ptrecord was given; one that was ignored stays ignored (the write fails the same).
+void FailWritesInsteadOfDying() {
+  for (int sig : {SIGPIPE, SIGXFSZ}) {
+    struct sigaction old {};
+    if (sigaction(sig, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+    struct sigaction sa {};
+    sa.sa_handler = [](int) {};
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;
+    sigaction(sig, &sa, nullptr);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; terminate says it
+  FailWritesInsteadOfDying();
   CLI::App app{
       "Record Intel PT (or BTS) of a command or running tasks, with the sideband needed to "
       "decode it, into a trace.pt container.\n"

@@ -13,6 +13,7 @@
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -175,6 +176,44 @@ TEST(PtrecordCliTest, AnOutputThatIsTheCommandsStandardOutputIsRefused) {
   // /dev/null takes both.
   EXPECT_EQ(
       Ptrecord(dir.path(), "--emulate -q --overwrite-existing -o /dev/null -- /bin/true").code, 0);
+}
+
+// An output that takes no more (ulimit -f; a pipe whose reader went away) is a write error that
+// ptrecord says, exit 1, not a silent death by SIGXFSZ or SIGPIPE (sweep 31c F4, F5: exit 153
+// and 141, nothing said, the command left running). The command still starts with neither
+// ignored nor caught (ptrecord's handlers go at exec).
+TEST(PtrecordCliTest, AnOutputThatTakesNoMoreIsSaidNotASilentDeath) {
+  ::ptkit::testing::TempDir dir;
+  const std::string ptrecord = "'" + kPtrecord + "' --emulate=step -q ";
+  auto run = [&](const std::string& script) {
+    const std::string cmd = absl::StrCat("cd '", dir.path(), "' && bash -c '", script, "'");
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::stringstream code, err;
+    code << std::ifstream(dir.File("code.txt")).rdbuf();
+    err << std::ifstream(dir.File("err.txt")).rdbuf();
+    return std::pair{code.str(), err.str()};
+  };
+  // 16 KiB: a step recording of /bin/true is about 230 KB.
+  auto [code, err] =
+      run("ulimit -f 16; " + ptrecord + "-o big.pt -- /bin/true 2>err.txt; echo $? >code.txt");
+  EXPECT_EQ(code, "1\n") << err;
+  EXPECT_THAT(err, HasSubstr("big.pt: File too large")) << err;
+  std::tie(code, err) = run(ptrecord +
+                            "-o /dev/fd/3 -- /bin/true 3>&1 >/dev/null 2>err.txt | head -c 100 "
+                            ">/dev/null; echo ${PIPESTATUS[0]} >code.txt");
+  EXPECT_EQ(code, "1\n") << err;
+  EXPECT_THAT(err, HasSubstr("/dev/fd/3: Broken pipe")) << err;
+  // SigIgn and SigCgt of the command: bits 13 (SIGPIPE) and 25 (SIGXFSZ) clear.
+  std::tie(code, err) =
+      run("'" + kPtrecord +
+          "' --sideband-only -q -o sig.pt -- /bin/grep -E \"^Sig(Ign|Cgt)\" /proc/self/status "
+          ">code.txt 2>err.txt");
+  for (const std::string& line :
+       {code.substr(0, code.find('\n')), code.substr(code.find('\n') + 1)}) {
+    ASSERT_GT(line.size(), 8u) << code << err;
+    const uint64_t mask = std::stoull(line.substr(8), nullptr, 16);
+    EXPECT_EQ(mask & ((uint64_t{1} << (SIGPIPE - 1)) | (uint64_t{1} << (SIGXFSZ - 1))), 0u) << line;
+  }
 }
 
 // A ground truth that cannot be created fails before the workload runs and leaves no stub

@@ -69,6 +69,32 @@ TEST(WorkloadTest, DestructorKillsUnstartedChild) {
   EXPECT_EQ(kill(pid, 0), -1);  // reaped: no such process
 }
 
+// A workload that goes away unreaped (a recording that failed) takes what it started with it:
+// its children and theirs (sweep 31c F2: they ran on, untraced, while ptrecord said the
+// command was killed). The oracle: /proc says they are gone (or zombies of init).
+TEST(WorkloadTest, DestructorKillsTheChildsDescendants) {
+  std::vector<pid_t> started;
+  {
+    PTKIT_ASSERT_OK_AND_ASSIGN(
+        Workload w, Workload::Start({"/bin/sh", "-c", "sleep 60 & (sleep 60 & wait) & wait"}));
+    ASSERT_THAT(w.Go(), IsOk());
+    for (int i = 0; i < 500 && started.size() < 3; ++i) {  // a subshell, two sleeps
+      usleep(10000);
+      started = Descendants(w.pid());
+    }
+    ASSERT_EQ(started.size(), 3u);
+  }
+  for (pid_t pid : started) {
+    // Gone, or a zombie until init reaps it.
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string text;
+    std::getline(stat, text);
+    const size_t close = text.rfind(')');
+    EXPECT_TRUE(close == std::string::npos || text.substr(close + 2, 1) == "Z")
+        << pid << ": " << text;
+  }
+}
+
 // The descriptors this process has open.
 int OpenFds() {
   int n = 0;
