@@ -60,37 +60,70 @@ void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdL
   }
   // Anonymous memory (perf's "//anon", JIT code), [stack], ...: no file.
   if (m->filename.empty() || m->filename.front() != '/' || m->filename.starts_with("//")) return;
-  files_.emplace(std::string(m->filename), FileMap{m->pid, m->addr, m->pgoff});
+  auto [it, first] = files_.emplace(std::string(m->filename), FileMap{m->pid, m->addr, m->pgoff});
+  if (first) {
+    // Its identity now, not at the end: a file replaced while the command runs (a library
+    // reinstalled, a plugin written over) was stored as the new file, and decoded as it with no
+    // warning (sweep 31a F3).
+    if (!m->build_id.empty()) {
+      it->second.mapped.bytes.assign(m->build_id.begin(), m->build_id.end());
+    } else {
+      it->second.mapped = IdentityOf(it->first);
+    }
+  }
   if (archive_) ranges_.insert(Range{std::string(m->filename), m->pid, m->addr, m->pgoff, m->len});
+}
+
+CodeCapture::Identity CodeCapture::IdentityOf(const std::string& path) {
+  Identity out;
+  absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(path);
+  if (!id.ok()) {
+    out.error = std::string(id.status().message());
+    return out;
+  }
+  out.bytes = *id;
+  if (out.bytes.empty()) {
+    // No build-id (linked with --build-id=none, Go's linker, ...): the hash of its bytes, so
+    // that a decode tells a file rebuilt since from the one that ran (sweep 29b S1).
+    if (absl::StatusOr<uint64_t> hash = ContentHash(path); hash.ok()) {
+      out.bytes = EncodeContentHash(*hash);
+      out.flags |= kCodeContentHash;
+    }
+  }
+  return out;
 }
 
 absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& writer) const {
   std::vector<std::string> warnings;
+  std::set<std::string> changed;  // files not as they were mapped: not archived
   for (const auto& [path, map] : files_) {
-    absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(path);
-    if (!id.ok())
-      warnings.push_back(
-          absl::StrCat("no build-id stored for ", path, ": ", id.status().message()));
-    std::vector<uint8_t> identity = id.ok() ? *id : std::vector<uint8_t>{};
-    uint32_t flags = kCodeIdentity;
-    if (identity.empty()) {
-      // No build-id (linked with --build-id=none, Go's linker, ...): the hash of its bytes, so
-      // that a decode tells a file rebuilt since from the one that ran (sweep 29b S1).
-      if (absl::StatusOr<uint64_t> hash = ContentHash(path); hash.ok()) {
-        identity = EncodeContentHash(*hash);
-        flags |= kCodeContentHash;
-      }
+    const Identity now = IdentityOf(path);
+    Identity stored = map.mapped;
+    if (stored.bytes.empty() && stored.error.empty()) stored = now;  // (not read: no file then)
+    if (stored.bytes.empty()) {
+      warnings.push_back(absl::StrCat("no build-id stored for ", path, ": ",
+                                      stored.error.empty() ? now.error : stored.error));
+    } else if (now.error.empty() && (now.bytes != stored.bytes || now.flags != stored.flags)) {
+      changed.insert(path);
+      warnings.push_back(absl::StrCat(
+          path,
+          " changed while the command ran (replaced or written again): the identity of "
+          "the file it mapped is stored, so a decode with the file as it is now says it is not "
+          "the file that was recorded",
+          archive_ ? "; its code is not archived" : "",
+          " (keep the file as it ran until the recording ends, or record a copy of it)"));
     }
     PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{.pid = map.pid,
-                                                       .flags = flags,
+                                                       .flags = stored.flags,
                                                        .address = map.address,
                                                        .pgoff = map.pgoff,
                                                        .path = path,
-                                                       .build_id = identity}));
+                                                       .build_id = stored.bytes}));
   }
   constexpr uint64_t kPiece = uint64_t{16} << 20;
   std::vector<uint8_t> buf;
   for (const Range& r : ranges_) {
+    if (changed.contains(r.path)) continue;
     const ScopedFd fd(open(r.path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) {
       warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", ErrnoText(errno)));
@@ -123,7 +156,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   // Each archived file whole once: its symbols and line tables, for names where it is not.
   std::set<std::string> whole;
   for (const Range& r : ranges_) {
-    if (!whole.insert(r.path).second) continue;
+    if (changed.contains(r.path) || !whole.insert(r.path).second) continue;
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(r.path);
     // (A writer's error comes back at its Close too.)
     absl::Status st =

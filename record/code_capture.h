@@ -34,8 +34,10 @@ class CodeCapture {
   // process gives it its parent's vdso, which it has without an MMAP2 record of its own.
   void OnRecord(const perf::RecordView& record, const perf::SampleIdLayout& layout);
 
-  // One kCodeIdentity record per distinct mapped file (path + build-id, empty when it has
-  // none or is unreadable: a warning is returned for each such file) and one kCodeVdso
+  // One kCodeIdentity record per distinct mapped file (path + build-id, or content hash, of
+  // the file as it was mapped: the MMAP2's build-id, or the file read when its first mapping
+  // was seen; empty when unreadable: a warning is returned for each such file; a file that
+  // changed since is said, and not archived) and one kCodeVdso
   // record per process that mapped a [vdso], with this machine's vdso bytes at that
   // process's address. With `archive`, one record (flags 0, build-id set) per distinct
   // executable mapping holding the file bytes [pgoff, pgoff + len) at its address, split in
@@ -47,10 +49,20 @@ class CodeCapture {
   size_t files() const { return files_.size(); }
 
  private:
+  // What identifies a file (kCodeIdentity's flags and bytes: its build-id, or its content
+  // hash when it has none; empty when unreadable), or the error reading it.
+  struct Identity {
+    uint32_t flags = kCodeIdentity;
+    std::vector<uint8_t> bytes;
+    std::string error;
+  };
+  static Identity IdentityOf(const std::string& path);
   struct FileMap {
     uint32_t pid = 0;
     uint64_t address = 0;
     uint64_t pgoff = 0;
+    // The mapped file's identity: the MMAP2's build-id, else read when the mapping was seen.
+    Identity mapped;
   };
   struct Range {
     std::string path;

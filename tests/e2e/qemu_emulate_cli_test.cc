@@ -1084,6 +1084,38 @@ TEST_F(QemuEmulateTest, JitCodeWrittenAgainIsWarnedAbout) {
   }
 }
 
+// A library replaced while the command runs (after the program that mapped it ended, as a
+// reinstall would): the recording keeps the identity of the file that was mapped, says the file
+// changed, and a decode with the file as it is now warns that it is not the one recorded; with
+// --archive its new bytes are not stored as the code that ran (sweep 31a F3: the identity and
+// the archive were read at the end, the new library's, and the decode used it without a word:
+// names that never ran, calls of 0).
+TEST_F(QemuEmulateTest, ALibraryReplacedWhileTheCommandRunsIsSaid) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  for (const bool archive : {false, true}) {
+    SCOPED_TRACE(archive ? "--archive" : "");
+    const std::string lib = dir_->File("lib.so"), other = dir_->File("other.so");
+    std::filesystem::copy_file(PROGRAM_DIR "/libemulate_plugin.so", lib,
+                               std::filesystem::copy_options::overwrite_existing);
+    std::filesystem::copy_file(E2E_PROGRAM_DIR "/libe2e_dl_swap_other.so", other,
+                               std::filesystem::copy_options::overwrite_existing);
+    Recorded r =
+        Record(archive ? "replaced_archive" : "replaced",
+               {"/bin/sh", "-c",
+                std::string(E2E_PROGRAM_DIR "/e2e_dl_swap ") + lib + " && mv " + other + " " + lib},
+               false, archive ? std::vector<std::string>{"--archive"} : std::vector<std::string>{});
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    EXPECT_THAT(r.run.err, HasSubstr(lib + " changed while the command ran"));
+    if (archive) {
+      EXPECT_THAT(r.run.err, HasSubstr("its code is not archived"));
+    }
+    auto d = RunCommand({PTDECODE_PATH, "stats", r.trace});
+    EXPECT_THAT(d.err,
+                ::testing::ContainsRegex(lib + ": build-id [0-9a-f]+ differs from the recorded"))
+        << d.err;
+  }
+}
+
 // A workload that dies of a signal: ptrecord says so and exits as a shell would (128 + 11).
 // The plugin hooks qemu's kill() of itself at a fatal signal, so a thread's trace is whole up
 // to where it took the signal: at a system call (the shell's kill of itself) the whole stream,
