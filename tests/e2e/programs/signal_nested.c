@@ -37,13 +37,17 @@ __attribute__((noinline)) void leaving_handler(int sig) {
   siglongjmp(env, 1);
 }
 
-// Conditional branches only, until a signal's handler leaves it.
+// Conditional branches only, until a signal's handler leaves it (the outer loop's too: a
+// signal after an unconditional jump is no such signal, and the test counts them).
+static volatile int forever = 1;
 __attribute__((noinline)) void loop(void) {
-  for (long i = 0;; ++i) {
+  long i = 0;
+  do {
     long x = i;
     for (int k = 0; k < 40; ++k) x = x * 31 + k;
     spin += x;
-  }
+    ++i;
+  } while (forever);
 }
 
 int main(int argc, char** argv) {
