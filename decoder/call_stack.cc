@@ -32,6 +32,13 @@ bool ReturnsTwice(std::string_view name) {
          name == "__sigsetjmp" || name == "getcontext" || name == "__getcontext";
 }
 
+// Functions whose jump or return out goes on another stack (Function::switches_stack): Go's
+// gogo (runtime.gogo before Go 1.17) resuming a goroutine, ucontext's swapcontext and setcontext.
+bool SwitchesStack(std::string_view name) {
+  return name == "gogo" || name == "runtime.gogo" || name == "swapcontext" ||
+         name == "__swapcontext" || name == "setcontext" || name == "__setcontext";
+}
+
 }  // namespace
 
 // (In chunk mode its callers Touch(f) first: kept out of this hot function.)
@@ -117,11 +124,22 @@ template <bool kFacts>
 // at `ip` (`jumped`: by a jump or in sequence). Out of line: Step's common path (a block in the
 // function of the one before) stays small.
 __attribute__((noinline)) void CallStack::Place(uint32_t f, uint64_t ip, bool jumped) {
+  // Go's gogo jumping to a goroutine parked by runtime.mcall, or to a new one's function: its
+  // frames are not the ones on the stack (sweep 31a F1: every goroutine's stack was stacked on
+  // the one before: `main.produce;runtime.chansend;runtime.chanrecv`). Its jumps to its own
+  // stack (a recover, after morestack) land in a frame as any longjmp does (Jump).
+  bool entered = false;
+  if (jumped && current_ >= 0 && functions_[current_].switches_stack &&
+      (ip == functions_[f].address || AfterCallOf(ip, &Function::parks))) {
+    LeaveStack();
+    entered = ip == functions_[f].address;
+  }
   if (frames_.empty()) {
     if (!base_) {
       // Entered before tracing began (the stream starts here), or the caller that the
       // outermost frame returned to: its callees nest below it.
       Enter(f, 0, /*implicit=*/true);
+      if (entered) ++functions_[f].calls;  // a goroutine started: a call, as a tail call's
     } else {
       nonempty_epoch_ = epoch_;  // chunk mode: B has the frame (checked by the merge)
       if (jumped && f != current_) Jump(f, ip);
@@ -250,6 +268,10 @@ uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
       p.ops[p.size++] = {true, by_stack(i),    by_stack(i) ? CallTarget(block.ip) : f,
                          f,    return_address, block.ninsn};
     } else if (before.iclass == ptic_return) {
+      // (A return out of swapcontext goes on another stack: Return's to tell.)
+      if (!by_stack(i - 1) && functions_[function(i - 1)].switches_stack) {
+        return 0;
+      }
       p.ops[p.size++] = {false, by_stack(i), f, f, block.ip, block.ninsn};
     } else {
       return 0;
@@ -439,12 +461,7 @@ void CallStack::OnEvent(const pt_event& event) {
     case ptev_overflow:
       // Trace was lost: the call context is unknown from here on.
       pending_call_ = pending_return_ = flowing_ = false;
-      signals_.clear();
-      while (!frames_.empty()) Pop(true);
-      if (base_) {
-        Underflow(ChunkOp::kClear, 0);
-        base_ = false;
-      }
+      LeaveStack();
       break;
     case ptev_async_branch:  // an interrupt with tracing on
     case ptev_tsx:           // a transaction's abort goes to its fallback
@@ -599,6 +616,8 @@ uint32_t CallStack::NewFunction(std::string name, int file, uint64_t address, bo
   fn.address = address;
   fn.from_address = from_address;
   fn.returns_twice = ReturnsTwice(fn.name);
+  fn.switches_stack = SwitchesStack(fn.name);
+  fn.parks = fn.name == "runtime.mcall";
   functions_.push_back(std::move(fn));
   return static_cast<uint32_t>(functions_.size() - 1);
 }
@@ -856,7 +875,7 @@ size_t CallStack::LandingFrame(uint32_t f, uint64_t ip) {
         break;
       }
     }
-    if (base_ && AfterReturnsTwiceCall(ip)) {
+    if (base_ && AfterCallOf(ip, &Function::returns_twice)) {
       failed_ = true;  // chunk mode: the frame that called setjmp may be B's
       return n;
     }
@@ -885,7 +904,17 @@ size_t CallStack::LandingFrame(uint32_t f, uint64_t ip) {
   return n;
 }
 
-bool CallStack::AfterReturnsTwiceCall(uint64_t ip) {
+void CallStack::LeaveStack() {
+  signals_.clear();
+  beyond_ = 0;
+  while (!frames_.empty()) Pop(true);
+  if (base_) {
+    Underflow(ChunkOp::kClear, 0);
+    base_ = false;
+  }
+}
+
+bool CallStack::AfterCallOf(uint64_t ip, bool Function::*is) {
   uint8_t call[5];
   if (ip < sizeof(call) || image_->Read(ip - sizeof(call), call, sizeof(call)) != sizeof(call) ||
       call[0] != 0xe8) {
@@ -893,7 +922,7 @@ bool CallStack::AfterReturnsTwiceCall(uint64_t ip) {
   }
   int32_t rel = 0;
   std::memcpy(&rel, call + 1, sizeof(rel));
-  return functions_[CallTarget(ip + static_cast<int64_t>(rel))].returns_twice;
+  return functions_[CallTarget(ip + static_cast<int64_t>(rel))].*is;
 }
 
 void CallStack::Pop(bool at_end, bool by_return) {
@@ -971,6 +1000,14 @@ void CallStack::EnabledInto(uint64_t ip) {
 
 void CallStack::Return(uint64_t target) {
   return_matched_ = false;
+  // swapcontext and setcontext return on the stack they load: to where another context called
+  // swapcontext, or a makecontext function's entry; not to a frame of this stack (sweep 30c F5),
+  // unless to where getcontext returned (a longjmp, as such).
+  if (current_ >= 0 && functions_[current_].switches_stack &&
+      !AfterCallOf(target, &Function::returns_twice)) {
+    LeaveStack();
+    return;
+  }
   if (beyond_ != 0) {  // the return of a call given no frame (the innermost one)
     --beyond_;
     ++totals_.returns;

@@ -38,6 +38,12 @@ struct Function {
   // setjmp, sigsetjmp, getcontext (or their PLT entries): a later jump to the return address
   // of a call to it (longjmp) lands in the frame that called it.
   bool returns_twice = false;
+  // Go's gogo, ucontext's swapcontext and setcontext: the jump (gogo) or return (the others)
+  // that leaves it goes on on another stack (a goroutine's, a coroutine's), not this one's.
+  bool switches_stack = false;
+  // Go's runtime.mcall: a goroutine that calls it gives up its stack there; some goroutine
+  // (which, the trace cannot tell) resumes at the return address of a call to it.
+  bool parks = false;
 };
 
 // One frame of the stack: a call seen in the trace, or (implicit) a function entered before
@@ -296,8 +302,11 @@ class CallStack {
   // landing pad (an exception), else f's innermost one; frames_.size() when none. Chunk mode:
   // sets failed_ where the frame may be one of B's.
   size_t LandingFrame(uint32_t f, uint64_t ip);
-  // Whether the instruction before `ip` is a direct call of a Function::returns_twice one.
-  bool AfterReturnsTwiceCall(uint64_t ip);
+  // Whether the instruction before `ip` is a direct call of a function that `is`.
+  bool AfterCallOf(uint64_t ip, bool Function::*is);
+  // Control left a Function::switches_stack one for another stack: every frame is left (the
+  // call context ends there, as when trace is lost); the code after gets implicit frames.
+  void LeaveStack();
   uint32_t BaseTop(int file);
   // The function of this model that a chunk's kBaseTop key names where B is its frames below
   // `depth` (Unnamed's answer with those frames); -1: Unknown(file), not made yet.

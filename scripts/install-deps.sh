@@ -17,6 +17,8 @@ packages=(
   qemu-user
   # tests/corpus: its oracles (objdump, nm, addr2line, gdb; libc's symbols) and harness
   binutils gdb libc6-dbg python3
+  # tests/e2e: a Go program (goroutines switching stacks)
+  golang-go
 )
 
 missing=()

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <set>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "e2e_programs.h"
 #include "gmock/gmock.h"
@@ -2304,5 +2306,89 @@ TEST_F(QemuEmulateTest, AMissingQemuNamesThePackage) {
   EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << r.err;
 }
 
+// gdb's backtrace at `function`'s first run (`run_args`: the program's arguments), innermost
+// first, up to the first frame gdb cannot name.
+std::vector<std::string> GdbStack(const std::string& program,
+                                  const std::vector<std::string>& run_args,
+                                  const std::string& function) {
+  std::vector<std::string> argv = {"/usr/bin/gdb", "-batch", "-nx", "-ex", "break " + function,
+                                   "-ex",          "run",    "-ex", "bt",  "--args",
+                                   program};
+  argv.insert(argv.end(), run_args.begin(), run_args.end());
+  auto gdb = RunCommand(argv);
+  std::vector<std::string> frames;
+  std::istringstream bt(gdb.out);
+  for (std::string line; std::getline(bt, line);) {
+    if (!line.starts_with("#")) continue;
+    std::istringstream fields(line);
+    std::string number, name;
+    fields >> number >> name;
+    if (name.starts_with("0x")) fields >> name >> name;  // "#3  0x... in name (...)"
+    if (name == "??") break;
+    frames.push_back(name);
+  }
+  return frames;
+}
+
+// Each folded stack through `function` is, from it outwards, the stack gdb shows there for as
+// deep as both go (a goroutine's or a coroutine's frames from before its stack was switched to
+// are not known to the decode); the deepest has at least `depth` frames of it.
+void ExpectStacksAsGdbs(const std::string& folded, const std::string& function,
+                        const std::vector<std::string>& gdb, size_t depth) {
+  ASSERT_GE(gdb.size(), depth) << function;
+  ASSERT_EQ(gdb[0], function);
+  size_t deepest = 0;
+  std::istringstream lines(folded);
+  for (std::string line; std::getline(lines, line);) {
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    std::vector<std::string> frames = absl::StrSplit(line.substr(0, space), ';');
+    const auto it = std::find(frames.rbegin(), frames.rend(), function);
+    if (it == frames.rend()) continue;
+    std::vector<std::string> inward(it, frames.rend());  // function first
+    const size_t n = std::min(inward.size(), gdb.size());
+    EXPECT_TRUE(std::equal(inward.begin(), inward.begin() + n, gdb.begin()))
+        << line << "\ngdb: " << absl::StrJoin(gdb, ";");
+    deepest = std::max(deepest, n);
+  }
+  EXPECT_GE(deepest, depth) << function << " in\n" << folded;
+}
+
+// Stacks switched by the program itself: each goroutine's or coroutine's frames are its own
+// (sweeps 31a F1, 30c F5: each one's were stacked on the other's, `main.produce;...;
+// runtime.chansend;runtime.chanrecv`, `ping;yield_to;pong;leaf_pong`): where gdb's backtrace
+// has main.consume under main.fold, so do the folded stacks, serial and parallel alike.
+TEST_F(QemuEmulateTest, GoroutinesAndCoroutinesHaveTheirOwnStacks) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  struct Case {
+    std::string name, program, arg;
+    std::vector<std::pair<std::string, size_t>> functions;  // and the depth gdb and ptkit share
+  };
+  std::vector<Case> cases = {{"coroutines",
+                              E2E_PROGRAM_DIR "/e2e_coroutines",
+                              "200",
+                              {{"leaf_ping", 2}, {"leaf_pong", 2}}}};
+  if (std::string(GO_PROGRAM).empty()) {
+    std::cerr << "no Go program: the go tool was not installed (scripts/install-deps.sh)\n";
+  } else {
+    cases.push_back({"goroutines", GO_PROGRAM, "300", {{"main.fold", 2}, {"main.square", 2}}});
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    Recorded r = Record(c.name, {c.program, c.arg}, /*with_truth=*/false);
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+    ASSERT_EQ(folded.exit_code, 0) << folded.err;
+    for (const auto& [function, depth] : c.functions) {
+      ExpectStacksAsGdbs(folded.out, function, GdbStack(c.program, {c.arg}, function), depth);
+    }
+    auto parallel = RunCommand({PTDECODE_PATH, "folded", "-j2", r.trace});
+    ASSERT_EQ(parallel.exit_code, 0) << parallel.err;
+    EXPECT_EQ(parallel.out, folded.out);
+  }
+}
+
 }  // namespace
+
 }  // namespace ptkit
+
