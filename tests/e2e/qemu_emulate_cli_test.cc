@@ -2024,6 +2024,23 @@ TEST_F(QemuEmulateTest, AFaultInsideABlockStopsTheTraceThere) {
   }
 }
 
+// The frames of gdb's `bt` in `out`, innermost first ("<signal>" for a signal handler's
+// caller), up to the first frame gdb cannot name.
+std::vector<std::string> GdbFrames(const std::string& out) {
+  std::vector<std::string> frames;
+  std::istringstream bt(out);
+  for (std::string line; std::getline(bt, line);) {
+    if (!line.starts_with("#")) continue;
+    std::istringstream fields(line);
+    std::string number, name;
+    fields >> number >> name;
+    if (name.starts_with("0x")) fields >> name >> name;  // "#3  0x... in name (...)"
+    if (name == "??") break;
+    frames.push_back(name == "<signal" ? "<signal>" : name);
+  }
+  return frames;
+}
+
 TEST_F(QemuEmulateTest, ASignalHandlerGetsAFrameOfItsOwn) {
   const std::string program = E2E_PROGRAM_DIR "/e2e_signal_calls";
   ExpectDecodedEqualsTruth("signal_calls", {program});
@@ -2073,16 +2090,7 @@ TEST_F(QemuEmulateTest, ASignalHandlerGetsAFrameOfItsOwn) {
   auto gdb =
       RunCommand({"/usr/bin/gdb", "-batch", "-nx", "-ex", "handle SIGUSR1 nostop noprint pass",
                   "-ex", "break leaf", "-ex", "run", "-ex", "bt", program});
-  std::vector<std::string> frames;
-  std::istringstream bt(gdb.out);
-  for (std::string line; std::getline(bt, line);) {
-    if (!line.starts_with("#")) continue;
-    std::istringstream fields(line);
-    std::string number, name;
-    fields >> number >> name;
-    if (name.starts_with("0x")) fields >> name >> name;  // "#3  0x... in name (...)"
-    frames.push_back(name == "<signal" ? "<signal>" : name);
-  }
+  const std::vector<std::string> frames = GdbFrames(gdb.out);
   ASSERT_GE(frames.size(), 4u) << gdb.out << gdb.err;
   ASSERT_EQ(frames[0], "leaf") << gdb.out;
   ASSERT_EQ(frames[1], "on_signal") << gdb.out;
@@ -2315,19 +2323,7 @@ std::vector<std::string> GdbStack(const std::string& program,
                                    "-ex",          "run",    "-ex", "bt",  "--args",
                                    program};
   argv.insert(argv.end(), run_args.begin(), run_args.end());
-  auto gdb = RunCommand(argv);
-  std::vector<std::string> frames;
-  std::istringstream bt(gdb.out);
-  for (std::string line; std::getline(bt, line);) {
-    if (!line.starts_with("#")) continue;
-    std::istringstream fields(line);
-    std::string number, name;
-    fields >> number >> name;
-    if (name.starts_with("0x")) fields >> name >> name;  // "#3  0x... in name (...)"
-    if (name == "??") break;
-    frames.push_back(name);
-  }
-  return frames;
+  return GdbFrames(RunCommand(argv).out);
 }
 
 // Each folded stack through `function` is, from it outwards, the stack gdb shows there for as
@@ -2391,4 +2387,3 @@ TEST_F(QemuEmulateTest, GoroutinesAndCoroutinesHaveTheirOwnStacks) {
 }  // namespace
 
 }  // namespace ptkit
-
