@@ -9,6 +9,7 @@
 
 #include <array>
 #include <bit>
+#include <cerrno>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -17,10 +18,12 @@
 #include <string_view>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "decoder/decode.h"
 #include "decoder/image.h"
 #include "decoder/sinks.h"
 #include "decoder/srcline.h"
+#include "ptkit/errno_text.h"
 
 namespace ptkit::decoder {
 
@@ -125,23 +128,27 @@ class Output {
     if (buf_.size() >= kFlushBytes) Flush();
   }
   void Flush() {
-    if (buf_.size() != 0 && std::fwrite(buf_.data(), 1, buf_.size(), file_) != buf_.size()) {
-      failed_ = true;
+    if (buf_.size() != 0 && std::fwrite(buf_.data(), 1, buf_.size(), file_) != buf_.size() &&
+        error_ == 0) {
+      error_ = errno != 0 ? errno : EIO;
     }
     buf_.clear();
   }
   absl::Status Close() {
     Flush();
-    if (std::fflush(file_) != 0 || failed_ || std::ferror(file_)) {
-      return absl::DataLossError("write error on output");
-    }
+    if (std::fflush(file_) != 0 && error_ == 0) error_ = errno != 0 ? errno : EIO;
+    if (error_ != 0 || std::ferror(file_)) return WriteError(error_ != 0 ? error_ : EIO);
     return absl::OkStatus();
+  }
+  // The error of a write to the output that failed with `err` (errno).
+  static absl::Status WriteError(int err) {
+    return absl::DataLossError(absl::StrCat("write error on output: ", ErrnoText(err)));
   }
 
  private:
   std::FILE* file_;
   Buffer buf_;
-  bool failed_ = false;
+  int error_ = 0;  // errno of the first write that failed
 };
 
 void AppendJsonString(Buffer& buf, std::string_view s);

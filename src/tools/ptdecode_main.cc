@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -23,6 +25,7 @@
 #include "decoder/container_input.h"
 #include "decoder/decode.h"
 #include "decoder/diff.h"
+#include "decoder/output_format.h"
 #include "decoder/packets.h"
 #include "decoder/parallel_decode.h"
 #include "decoder/perf_data_export.h"
@@ -104,7 +107,7 @@ int RunInfo(const dec::InfoFlags& f) {
       f.json ? info->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
              : InfoText(*info, perf_data) + summary;
   if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
-    return Fail(absl::DataLossError("write error on output"));
+    return Fail(dec::Output::WriteError(errno));
   }
   return 0;
 }
@@ -349,7 +352,7 @@ int RunReport(const dec::DecodeFlags& f) {
   if (!info.ok()) return Fail(info.status());
   std::string text = (perf_data ? "" : CrashText(*info, f)) + InfoText(*info, perf_data) + "\n";
   if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
-    return Fail(absl::DataLossError("write error on output"));
+    return Fail(dec::Output::WriteError(errno));
   }
   dec::DecodeFlags stats = f;
   stats.top_functions = kReportFunctions;
@@ -359,7 +362,7 @@ int RunReport(const dec::DecodeFlags& f) {
 
 int WriteOut(const std::string& text) {
   if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout)) {
-    return Fail(absl::DataLossError("write error on output"));
+    return Fail(dec::Output::WriteError(errno));
   }
   return 0;
 }
@@ -657,6 +660,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
     parallel.jobs_for_records = false;
     ptkit::decoder::SetParallelOptions(parallel);
   }
+  // A reader that went away (`ptdecode insn t.pt | head`) ends ptdecode as it ends other
+  // tools, also where SIGPIPE was ignored by whoever started it (a CI runner, a service): with
+  // it ignored, the writes failed and the whole trace was still decoded before the error came
+  // (sweep 31b F2).
+  std::signal(SIGPIPE, SIG_DFL);
   int exit_code = 0;
   std::vector<Flags> flags(std::size(kCommands));
   for (size_t i = 0; i < std::size(kCommands); ++i) {

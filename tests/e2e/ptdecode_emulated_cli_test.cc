@@ -277,5 +277,21 @@ TEST_F(PtdecodeEmulatedTest, AFileAloneGivesTheDefaultReport) {
   EXPECT_THAT(r.err, HasSubstr("no stream of thread 99999; threads in this recording: "));
 }
 
+// A reader that goes away ends ptdecode by SIGPIPE, as it ends other tools, also where whoever
+// started it ignored SIGPIPE (sweep 31b F2: the writes failed, the whole trace was decoded, and
+// then "write error on output", exit 1). A write that fails otherwise says why.
+TEST_F(PtdecodeEmulatedTest, AReaderThatGoesAwayEndsTheDecode) {
+  PTKIT_RECORD_OR_SKIP(rec, "fib", kFib);
+  auto r = RunCommand({"/bin/bash", "-c",
+                       "trap '' PIPE; \"$0\" insn \"$1\" | head -c 100 > /dev/null; "
+                       "echo ${PIPESTATUS[0]}",
+                       PTDECODE_PATH, rec.trace});
+  EXPECT_EQ(r.out, "141\n") << r.err;
+  EXPECT_EQ(r.err, "");
+  r = RunCommand({"/bin/bash", "-c", "\"$0\" insn \"$1\" > /dev/full", PTDECODE_PATH, rec.trace});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.err, HasSubstr("write error on output: No space left on device"));
+}
+
 }  // namespace
 }  // namespace ptkit
