@@ -391,7 +391,7 @@ PageDumpSpec ParsePageDumpSpec(std::string_view text) {
 }
 
 ProgramImage::ProgramImage(ImagePtr image, std::shared_ptr<pt_image_section_cache> iscache)
-    : image_(std::move(image)), iscache_(std::move(iscache)) {}
+    : image_(std::move(image)), iscache_(std::move(iscache)), link_symbols_(NewLinkSymbolCache()) {}
 ProgramImage::~ProgramImage() = default;
 
 absl::StatusOr<std::shared_ptr<pt_image_section_cache>> ProgramImage::CreateSectionCache() {
@@ -559,9 +559,17 @@ ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) cons
   return table;
 }
 
+struct ProgramImage::LinkSymbolCache {
+  std::unordered_map<std::string, std::optional<LinkSymbols>> by_path;
+};
+
+std::shared_ptr<ProgramImage::LinkSymbolCache> ProgramImage::NewLinkSymbolCache() {
+  return std::make_shared<LinkSymbolCache>();
+}
+
 const ProgramImage::LinkSymbols* ProgramImage::LinkSymbolsOf(const std::string& path,
                                                              const ElfFile* opened) {
-  auto [it, inserted] = link_symbols_.try_emplace(path);
+  auto [it, inserted] = link_symbols_->by_path.try_emplace(path);
   if (inserted) {
     if (opened != nullptr) {
       it->second = ReadLinkSymbols(*opened);

@@ -97,6 +97,16 @@ class ProgramImage {
       std::shared_ptr<pt_image_section_cache> iscache = nullptr);
   // Where separate debug files are looked for: SYSROOT/usr/lib/debug (default: "").
   void set_sysroot(std::string sysroot) { sysroot_ = std::move(sysroot); }
+  // The symbol tables of the ELF files mapped (by path, read once), which the images of one
+  // recording's processes share, all with one sysroot (a file mapped by many processes, e.g.
+  // cc1 by each compile of a build, is read and kept once: sweep 31b F1). Each image has one
+  // of its own until given a shared one, before its first mapping.
+  struct LinkSymbolCache;
+  static std::shared_ptr<LinkSymbolCache> NewLinkSymbolCache();
+  void set_link_symbol_cache(std::shared_ptr<LinkSymbolCache> cache) {
+    link_symbols_ = std::move(cache);
+  }
+  const std::shared_ptr<LinkSymbolCache>& link_symbol_cache() const { return link_symbols_; }
   const std::string& sysroot() const { return sysroot_; }
   ~ProgramImage();
   ProgramImage(const ProgramImage&) = delete;
@@ -259,7 +269,7 @@ class ProgramImage {
   std::vector<Mapping> memory_mappings_;  // the bytes in memory, sorted, for the callback
   std::vector<Overlap> overlaps_;
   std::vector<std::unique_ptr<uint8_t[]>> memory_;
-  std::unordered_map<std::string, std::optional<LinkSymbols>> link_symbols_;  // by path
+  std::shared_ptr<LinkSymbolCache> link_symbols_;
   std::vector<std::shared_ptr<void>> owners_;  // what keeps AddBytes' bytes valid
   mutable std::vector<Symbol> symbols_;        // sorted when symbols_sorted_
   mutable bool symbols_sorted_ = true;

@@ -275,6 +275,9 @@ class RecordingImages {
   const std::vector<std::string>& warnings() const { return warnings_; }
   // How many images were made so far.
   size_t size() const { return images_.size(); }
+  // Drops what the fast decoder keeps of the code of process `pid`'s images (made again when
+  // a decoder wants it): for a process whose streams were all decoded.
+  void DropGraphs(uint32_t pid);
   // Whether these are the images `options` give for `r` (the same recording, sysroot and
   // build-id cache).
   bool Fit(const Recording& r, const RecordingOptions& options) const;
@@ -308,6 +311,7 @@ class RecordingImages {
   std::string sysroot_;
   std::string buildid_dir_;
   std::shared_ptr<pt_image_section_cache> iscache_;  // shared by every image, as in ptxed
+  std::shared_ptr<ProgramImage::LinkSymbolCache> link_symbols_;  // shared by every image
   std::map<std::pair<uint32_t, size_t>, std::unique_ptr<ProgramImage>> images_;
   std::vector<std::string> warnings_;
   std::set<std::string> warned_;
