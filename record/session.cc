@@ -175,7 +175,11 @@ std::string NoPmuHint(std::string_view pmu) {
 
 }  // namespace
 
-absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
+namespace {
+
+// RunSession, with `ended` set once the command has exited (its errors after that are not the
+// command's end).
+absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& ended) {
   // --- Validate everything before touching the system --------------------------------------
   const int targets = (!o.command.empty()) + o.pid.has_value() + o.tid.has_value() + o.all_cpus;
   if (targets == 0) {
@@ -552,6 +556,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
       }
       std::optional<int> st = workload->TryReap();
       if (st) {
+        ended = true;
         result.workload_exit_code = Workload::ExitCode(*st);
         if (WIFSIGNALED(*st)) result.workload_signal = WTERMSIG(*st);
       }
@@ -596,6 +601,7 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
     if (loop->stopped_by_signal || loop->stopped_by_control) kill(workload->pid(), SIGTERM);
     if (crash_watcher) crash_watcher->Finish();  // delivers the crash's signal
     const int status = workload->Wait();
+    ended = true;
     const bool stopped = loop->stopped_by_signal && signals.last_stop_signal() != 0;
     result.workload_exit_code =
         stopped ? 128 + signals.last_stop_signal() : Workload::ExitCode(status);
@@ -648,6 +654,15 @@ absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
   }
   result.file_bytes = writer->stats().stored_bytes;
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<SessionResult> RunSession(const SessionOptions& o) {
+  bool ended = false;
+  absl::StatusOr<SessionResult> r = RunSessionUntilEnd(o, ended);
+  if (!r.ok() && ended) return AfterCommandEnded(r.status());
+  return r;
 }
 
 }  // namespace ptkit::record

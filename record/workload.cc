@@ -174,6 +174,19 @@ std::vector<pid_t> Descendants(pid_t root, const std::string& proc_root) {
   return out;
 }
 
+namespace {
+constexpr char kCommandEnded[] = "ptkit/command-ended";
+}  // namespace
+
+absl::Status AfterCommandEnded(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kCommandEnded, absl::Cord("1"));
+  return status;
+}
+
+bool CommandHadEnded(const absl::Status& status) {
+  return status.GetPayload(kCommandEnded).has_value();
+}
+
 void Workload::KillAndReap() {
   go_.reset();
   exec_error_.reset();

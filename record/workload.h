@@ -60,6 +60,13 @@ absl::StatusOr<int> ReadExecErrno(const ScopedFd& exec_error, const std::string&
 // gives, read from `proc_root`.
 std::vector<pid_t> Descendants(pid_t root, const std::string& proc_root = "/proc");
 
+// A recording's error that came once the command had ended by itself (nothing of it was killed
+// for the error: a full disk as the code and the end metadata are written), marked so (a status
+// payload) for the message that reports it (CommandHadEnded). Sweep 31c F6: such an error said
+// "and the command with it (killed)" of a command that had exited.
+absl::Status AfterCommandEnded(absl::Status status);
+bool CommandHadEnded(const absl::Status& status);
+
 class Workload {
  public:
   // Forks; the child waits until Go(). Errors: those of ForkParked().

@@ -29,6 +29,7 @@
 #include "record/session.h"
 #include "record/sim_pmu.h"
 #include "record/trace_source.h"
+#include "record/workload.h"
 
 namespace ptkit::emulate {
 namespace {
@@ -441,8 +442,11 @@ absl::StatusOr<std::vector<record::AddressFilter>> ParseEmulatedFilters(const st
   return parsed;
 }
 
-absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
-  if (options.backend == "qemu") return RecordQemu(options);
+namespace {
+
+// RecordEmulated's single-stepping, with `ended` set once the command has exited (its errors
+// after that are not the command's end).
+absl::StatusOr<EmulateResult> RecordStepped(const EmulateOptions& options, bool& ended) {
   // SIGINT / SIGTERM / SIGHUP end the run cleanly; from here on they cannot kill ptrecord.
   record::SignalWatcher signals(record::SignalWatcher::Delivery::kInterrupting);
   const uint64_t stops0 = signals.stop_count();
@@ -656,6 +660,7 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
     return stepped.status();
   }
   const StepperResult& steps = *stepped;
+  ended = !steps.stop_requested;  // (else stopped, and the workload killed, for a failed write)
   drain_sideband();
   // The end round (with a crash: its snapshot, the last round).
   if (options.snapshot_size) recorder.SnapshotThreads(/*ended=*/true);
@@ -719,6 +724,16 @@ absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->Close());
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<EmulateResult> RecordEmulated(const EmulateOptions& options) {
+  if (options.backend == "qemu") return RecordQemu(options);
+  bool ended = false;
+  absl::StatusOr<EmulateResult> r = RecordStepped(options, ended);
+  if (!r.ok() && ended) return record::AfterCommandEnded(r.status());
+  return r;
 }
 
 }  // namespace ptkit::emulate

@@ -172,7 +172,11 @@ absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string&
   return setup;
 }
 
-absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
+namespace {
+
+// RecordQemu, with `ended` set once the command has exited (its errors after that are not the
+// command's end).
+absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, bool& ended) {
   if (options.bts) {
     return Usage(absl::InvalidArgumentError(
         "--emulate=qemu does not write BTS (intel_bts): use --emulate=step for it"));
@@ -492,6 +496,7 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
     }
     if (!status) status = workload.Wait();
   }
+  ended = true;
   *status = GuestWaitStatus(*status, setup.version);
   // A thread that died with its process in a system call (qemu-user runs no plugin code at a
   // fatal signal) left the trace it staged there (QemuSlotWriter::StageTrace) with no
@@ -707,6 +712,15 @@ absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
   PTKIT_RETURN_IF_ERROR(writer->Close());
   if (!illegal.empty()) return absl::FailedPreconditionError(illegal);
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<EmulateResult> RecordQemu(const EmulateOptions& options) {
+  bool ended = false;
+  absl::StatusOr<EmulateResult> r = RecordQemuUntilEnd(options, ended);
+  if (!r.ok() && ended) return record::AfterCommandEnded(r.status());
+  return r;
 }
 
 }  // namespace ptkit::emulate

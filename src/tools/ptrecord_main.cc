@@ -28,6 +28,7 @@
 #include "record/emulate/qemu_backend.h"
 #include "record/session.h"
 #include "record/trigger.h"
+#include "record/workload.h"
 
 namespace {
 
@@ -53,11 +54,13 @@ int Fail(const std::string& message, int code) {
 int FailRecording(const absl::Status& status, const SessionOptions& o) {
   std::string message(status.message());
   if (message.starts_with("write " + o.output + ": ")) {
-    message +=
-        absl::StrCat("; the recording stopped there",
-                     o.command.empty() ? "" : ", and the command with it (killed)", ": ", o.output,
-                     " keeps every record written before (ptdecode decodes them; ptdecode "
-                     "info says where it was cut)");
+    const char* command = o.command.empty() ? ""
+                          : ptkit::record::CommandHadEnded(status)
+                              ? " (the command had ended)"
+                              : ", and the command with it (killed)";
+    message += absl::StrCat("; the recording stopped there", command, ": ", o.output,
+                            " keeps every record written before (ptdecode decodes them; ptdecode "
+                            "info says where it was cut)");
   }
   return Fail(message, ExitCodeFor(status));
 }

@@ -551,6 +551,28 @@ TEST_P(DiskFullTest, DiskFullMidRecordingKeepsEveryWholeRecord) {
   ExpectDecodeSaysWhatIsMissing(trace, truth, c);
 }
 
+// A disk that fills up only once the command has ended (--archive's files, written at the end,
+// do not fit) says so, not that the command was killed with the recording (sweep 31c F6).
+TEST(PtrecordKillTest, ADiskFullOnceTheCommandEndedSaysItHadEnded) {
+  if (!HaveQemu()) GTEST_SKIP() << "qemu-user is not installed (apt-get install qemu-user)";
+  testing::TempDir dir;
+  const std::string mnt = dir.File("small");
+  ScopedTmpfs tmpfs(mnt, "size=256k");
+  if (!tmpfs.skipped().empty()) GTEST_SKIP() << tmpfs.skipped();
+  const std::string trace = mnt + "/trace.pt";
+  const pid_t pid =
+      Start({PTRECORD_PATH, "--emulate=qemu", "--archive", "-o", trace, "--", "/bin/true"},
+            dir.File("err"));
+  int status = 0;
+  const bool ended = WaitFor(pid, 30, status);
+  const std::string err = ReadAll(dir.File("err"));
+  ExpectStoppedByTheFullDisk(ended, status, err, trace);
+  EXPECT_THAT(err, HasSubstr("No space left on device; the recording stopped there (the command "
+                             "had ended): " +
+                             trace + " keeps every record written before"));
+  EXPECT_THAT(err, Not(HasSubstr("killed")));
+}
+
 INSTANTIATE_TEST_SUITE_P(Backends, DiskFullTest, ::testing::Values("step", "qemu"),
                          [](const ::testing::TestParamInfo<const char*>& p) {
                            return std::string(p.param);
