@@ -124,13 +124,15 @@ template <bool kFacts>
 // at `ip` (`jumped`: by a jump or in sequence). Out of line: Step's common path (a block in the
 // function of the one before) stays small.
 __attribute__((noinline)) void CallStack::Place(uint32_t f, uint64_t ip, bool jumped) {
-  // Go's gogo jumping to a goroutine parked by runtime.mcall, or to a new one's function: its
-  // frames are not the ones on the stack (sweep 31a F1: every goroutine's stack was stacked on
-  // the one before: `main.produce;runtime.chansend;runtime.chanrecv`). Its jumps to its own
-  // stack (a recover, after morestack) land in a frame as any longjmp does (Jump).
+  // Go's gogo called by the scheduler (runtime.execute), jumping to a goroutine parked by
+  // runtime.mcall or in a function's prologue (preempted, or its stack scanned by the GC), or
+  // to a new one's function: its frames are not the ones on the stack (sweeps 31a F1, 32a F1:
+  // every goroutine's stack was stacked on the one before, `main.produce;runtime.chansend;
+  // runtime.chanrecv`, `main.workA;main.step;main.leafB`). Its other jumps, to the goroutine's
+  // own stack (a recover, after morestack grew it), land in a frame as any longjmp does (Jump).
   bool entered = false;
   if (jumped && current_ >= 0 && functions_[current_].switches_stack &&
-      (ip == functions_[f].address || AfterCallOf(ip, &Function::parks))) {
+      (ip == functions_[f].address || AfterCallOf(ip, &Function::parks) || Scheduled())) {
     LeaveStack();
     entered = ip == functions_[f].address;
   }
@@ -618,6 +620,7 @@ uint32_t CallStack::NewFunction(std::string name, int file, uint64_t address, bo
   fn.returns_twice = ReturnsTwice(fn.name);
   fn.switches_stack = SwitchesStack(fn.name);
   fn.parks = fn.name == "runtime.mcall";
+  fn.schedules = fn.name == "runtime.execute";
   functions_.push_back(std::move(fn));
   return static_cast<uint32_t>(functions_.size() - 1);
 }
@@ -904,6 +907,31 @@ size_t CallStack::LandingFrame(uint32_t f, uint64_t ip) {
   return n;
 }
 
+bool CallStack::Scheduled() {
+  if (frames_.size() >= 2) return functions_[frames_[frames_.size() - 2].function].schedules;
+  if (base_) failed_ = true;  // chunk mode: the caller's frame may be B's
+  return false;
+}
+
+bool CallStack::WhereGetcontextReturned(uint64_t target) {
+  if (AfterCallOf(target, &Function::returns_twice)) return true;
+  // An indirect call (-fno-plt's through the GOT: sweep 32a F2) is told by the frame that made
+  // it, which Enter marked.
+  if (std::any_of(frames_.begin(), frames_.end(),
+                  [target](const Frame& fr) { return fr.setjmp_return == target; })) {
+    return true;
+  }
+  if (base_ && AfterIndirectCall(target)) failed_ = true;  // chunk mode: a frame of B may have
+  return false;
+}
+
+bool CallStack::AfterIndirectCall(uint64_t ip) {
+  // call *disp32(%rip) (ff 15), call *%reg (ff d0+r, 41 ff d0+r).
+  uint8_t b[6];
+  if (ip < sizeof(b) || image_->Read(ip - sizeof(b), b, sizeof(b)) != sizeof(b)) return false;
+  return (b[0] == 0xff && b[1] == 0x15) || (b[4] == 0xff && (b[5] & 0xf8) == 0xd0);
+}
+
 void CallStack::LeaveStack() {
   signals_.clear();
   beyond_ = 0;
@@ -1003,8 +1031,7 @@ void CallStack::Return(uint64_t target) {
   // swapcontext and setcontext return on the stack they load: to where another context called
   // swapcontext, or a makecontext function's entry; not to a frame of this stack (sweep 30c F5),
   // unless to where getcontext returned (a longjmp, as such).
-  if (current_ >= 0 && functions_[current_].switches_stack &&
-      !AfterCallOf(target, &Function::returns_twice)) {
+  if (current_ >= 0 && functions_[current_].switches_stack && !WhereGetcontextReturned(target)) {
     LeaveStack();
     return;
   }

@@ -44,6 +44,8 @@ struct Function {
   // Go's runtime.mcall: a goroutine that calls it gives up its stack there; some goroutine
   // (which, the trace cannot tell) resumes at the return address of a call to it.
   bool parks = false;
+  // Go's runtime.execute: the gogo it calls resumes some goroutine, not the one that ran.
+  bool schedules = false;
 };
 
 // One frame of the stack: a call seen in the trace, or (implicit) a function entered before
@@ -307,6 +309,15 @@ class CallStack {
   // Control left a Function::switches_stack one for another stack: every frame is left (the
   // call context ends there, as when trace is lost); the code after gets implicit frames.
   void LeaveStack();
+  // Whether the frame below the top is a Function::schedules one's (chunk mode, where it may
+  // be B's: failed).
+  bool Scheduled();
+  // Whether `target` is where a call of a Function::returns_twice one returned (a direct call
+  // before it, or a frame's call of one: setjmp_return). Chunk mode: failed where an indirect
+  // call before it may be one of B's frames'.
+  bool WhereGetcontextReturned(uint64_t target);
+  // Whether the instruction before `ip` is an indirect call of the usual forms.
+  bool AfterIndirectCall(uint64_t ip);
   uint32_t BaseTop(int file);
   // The function of this model that a chunk's kBaseTop key names where B is its frames below
   // `depth` (Unnamed's answer with those frames); -1: Unknown(file), not made yet.

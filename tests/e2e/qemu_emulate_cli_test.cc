@@ -2328,12 +2328,13 @@ std::vector<std::string> GdbStack(const std::string& program,
 
 // Each folded stack through `function` is, from it outwards, the stack gdb shows there for as
 // deep as both go (a goroutine's or a coroutine's frames from before its stack was switched to
-// are not known to the decode); the deepest has at least `depth` frames of it.
+// are not known to the decode); the deepest has at least `deepest` frames of it, and each at
+// least `each`.
 void ExpectStacksAsGdbs(const std::string& folded, const std::string& function,
-                        const std::vector<std::string>& gdb, size_t depth) {
-  ASSERT_GE(gdb.size(), depth) << function;
+                        const std::vector<std::string>& gdb, size_t deepest, size_t each) {
+  ASSERT_GE(gdb.size(), deepest) << function;
   ASSERT_EQ(gdb[0], function);
-  size_t deepest = 0;
+  size_t most = 0;
   std::istringstream lines(folded);
   for (std::string line; std::getline(lines, line);) {
     const size_t space = line.rfind(' ');
@@ -2345,38 +2346,65 @@ void ExpectStacksAsGdbs(const std::string& folded, const std::string& function,
     const size_t n = std::min(inward.size(), gdb.size());
     EXPECT_TRUE(std::equal(inward.begin(), inward.begin() + n, gdb.begin()))
         << line << "\ngdb: " << absl::StrJoin(gdb, ";");
-    deepest = std::max(deepest, n);
+    EXPECT_GE(n, each) << line << "\ngdb: " << absl::StrJoin(gdb, ";");
+    most = std::max(most, n);
   }
-  EXPECT_GE(deepest, depth) << function << " in\n" << folded;
+  EXPECT_GE(most, deepest) << function << " in\n" << folded;
 }
 
 // Stacks switched by the program itself: each goroutine's or coroutine's frames are its own
-// (sweeps 31a F1, 30c F5: each one's were stacked on the other's, `main.produce;...;
-// runtime.chansend;runtime.chanrecv`, `ping;yield_to;pong;leaf_pong`): where gdb's backtrace
-// has main.consume under main.fold, so do the folded stacks, serial and parallel alike.
+// (sweeps 31a F1, 32a F1, 30c F5: each one's were stacked on the other's, `main.produce;...;
+// runtime.chansend;runtime.chanrecv`, `main.workA;main.step;main.leafB` after a preemption,
+// `ping;yield_to;pong;leaf_pong`), and a setcontext back to where getcontext returned keeps
+// them, also called through the GOT (sweep 32a F2): where gdb's backtrace has main.consume
+// under main.fold, so do the folded stacks, serial and parallel alike.
 TEST_F(QemuEmulateTest, GoroutinesAndCoroutinesHaveTheirOwnStacks) {
   PTKIT_SKIP_WITHOUT_QEMU();
-  struct Case {
-    std::string name, program, arg;
-    std::vector<std::pair<std::string, size_t>> functions;  // and the depth gdb and ptkit share
+  struct Function {
+    std::string name;
+    size_t deepest, each;  // frames gdb and ptkit share: in one stack at least, in every one
   };
-  std::vector<Case> cases = {{"coroutines",
-                              E2E_PROGRAM_DIR "/e2e_coroutines",
-                              "200",
-                              {{"leaf_ping", 2}, {"leaf_pong", 2}}}};
+  struct Case {
+    std::string name, program;
+    std::vector<std::string> args, env;
+    std::vector<Function> functions;
+  };
+  std::vector<Case> cases;
+  for (const char* program : {"e2e_coroutines", "e2e_coroutines_noplt"}) {
+    cases.push_back({program,
+                     absl::StrCat(E2E_PROGRAM_DIR, "/", program),
+                     {"200"},
+                     {},
+                     {{"leaf_ping", 2, 1}, {"leaf_pong", 2, 1}, {"leaf_again", 3, 3}}});
+  }
   if (std::string(GO_PROGRAM).empty()) {
     std::cerr << "no Go program: the go tool was not installed (scripts/install-deps.sh)\n";
   } else {
-    cases.push_back({"goroutines", GO_PROGRAM, "300", {{"main.fold", 2}, {"main.square", 2}}});
+    cases.push_back({"goroutines",
+                     GO_PROGRAM,
+                     {"chan", "300"},
+                     {},
+                     {{"main.fold", 2, 1}, {"main.square", 2, 1}}});
+    // About 50 M instructions: preempted every 10 ms, several times under qemu.
+    cases.push_back({"preempted",
+                     GO_PROGRAM,
+                     {"preempt", "1000000"},
+                     {"GOMAXPROCS=1"},
+                     {{"main.leafA", 3, 1}, {"main.leafB", 3, 1}}});
   }
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
-    Recorded r = Record(c.name, {c.program, c.arg}, /*with_truth=*/false);
+    std::vector<std::string> command = {"/usr/bin/env"};
+    command.insert(command.end(), c.env.begin(), c.env.end());
+    command.push_back(c.program);
+    command.insert(command.end(), c.args.begin(), c.args.end());
+    Recorded r = Record(c.name, command, /*with_truth=*/false);
     ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
     auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
     ASSERT_EQ(folded.exit_code, 0) << folded.err;
-    for (const auto& [function, depth] : c.functions) {
-      ExpectStacksAsGdbs(folded.out, function, GdbStack(c.program, {c.arg}, function), depth);
+    for (const Function& f : c.functions) {
+      ExpectStacksAsGdbs(folded.out, f.name, GdbStack(c.program, c.args, f.name), f.deepest,
+                         f.each);
     }
     auto parallel = RunCommand({PTDECODE_PATH, "folded", "-j2", r.trace});
     ASSERT_EQ(parallel.exit_code, 0) << parallel.err;

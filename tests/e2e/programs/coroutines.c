@@ -3,7 +3,9 @@
 // Two coroutines on stacks of their own (ucontext: makecontext, swapcontext), switching N times
 // each way through one yield function, so that both stacks have a frame with the same return
 // address (qemu_emulate_cli_test; sweep 30c F5: the decoder stacked each coroutine's frames on
-// the other's, `ping;yield_to;pong;leaf_pong`):
+// the other's, `ping;yield_to;pong;leaf_pong`); then a loop of 5 rounds by setcontext back to
+// where getcontext returned (a longjmp: the frames stay; sweep 32a F2, built with -fno-plt, the
+// call through the GOT was taken for a switch):
 //   coroutines N
 // Prints "rounds=N".
 #include <stdio.h>
@@ -33,6 +35,16 @@ __attribute__((noinline)) void pong(void) {
   }
 }
 
+__attribute__((noinline)) void leaf_again(int i) { sink += i * 7; }
+
+__attribute__((noinline)) void again(void) {
+  static ucontext_t loop_ctx;
+  static volatile int k;
+  getcontext(&loop_ctx);
+  leaf_again(k);
+  if (++k < 5) setcontext(&loop_ctx);
+}
+
 int main(int argc, char** argv) {
   if (argc != 2) return 2;
   rounds = atoi(argv[1]);
@@ -48,6 +60,7 @@ int main(int argc, char** argv) {
   pong_ctx.uc_link = &main_ctx;
   makecontext(&pong_ctx, pong, 0);
   swapcontext(&main_ctx, &ping_ctx);
+  again();
   printf("rounds=%d\n", rounds);
   return 0;
 }
