@@ -160,7 +160,8 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
     under->type_name("FUNCTION");
     cmd.add_flag_callback(
            "--exclude-startup", [&f] { f.only_under = "main"; },
-           "--only-under main: not the start-up before main nor exit (as diff counts)")
+           "--only-under main: not the start-up before main nor exit (as diff counts; Go: "
+           "main.main, then all its process runs)")
         ->excludes(under);
   }
 }

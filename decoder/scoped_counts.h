@@ -9,7 +9,9 @@
 #define PTKIT_DECODER_SCOPED_COUNTS_H_
 
 #include <cstdint>
+#include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "decoder/call_stack.h"
@@ -36,7 +38,7 @@ class ScopedCounts {
   void OnEnter(const Frame& frame) {
     const uint32_t f = frame.function;
     const bool root = IsRoot(f);
-    if (root && depth_++ == 0) root_seen_ = true;
+    if (root && depth_++ == 0) RootEntered(f);
     frames_.push_back({active(), root});
     if (!active()) return;
     Counts& c = At(f);
@@ -56,7 +58,7 @@ class ScopedCounts {
     const uint32_t f = frame.function;
     if (!top.root && IsRoot(f)) {
       top.root = true;
-      if (depth_++ == 0) root_seen_ = true;
+      if (depth_++ == 0) RootEntered(f);
     }
     if (top.under) Leave(from);
     top.under = active();
@@ -78,10 +80,15 @@ class ScopedCounts {
     if (top.root && depth_ > 0) --depth_;
   }
 
-  // Whether what runs now is counted: a root frame is on the stack, or the thread counts whole.
-  bool active() const { return depth_ != 0 || whole_thread_; }
-  // Whether the thread that runs from now on counts whole.
-  void OnThread(bool whole) { whole_thread_ = whole; }
+  // Whether what runs now is counted: a root frame is on the stack, or the thread counts whole,
+  // or its process is a Go program whose main.main began.
+  bool active() const { return depth_ != 0 || whole_thread_ || go_main_; }
+  // The thread of process `pid` runs from now on; `whole`: it counts whole.
+  void OnThread(uint32_t pid, bool whole) {
+    whole_thread_ = whole;
+    pid_ = pid;
+    go_main_ = go_main_pids_.contains(pid);
+  }
   // Whether the root ever had a frame.
   bool root_seen() const { return root_seen_; }
   const std::string& root() const { return root_; }
@@ -110,11 +117,26 @@ class ScopedCounts {
     }
     return counts_[f];
   }
+  // The root, or (root "main": --exclude-startup) a Go program's main.main.
   bool IsRoot(uint32_t f) {
     if (is_root_.size() <= f) is_root_.resize(functions_.size(), -1);
-    if (is_root_[f] < 0) is_root_[f] = functions_[f].name == root_ ? 1 : 0;
+    if (is_root_[f] < 0) {
+      const std::string& name = functions_[f].name;
+      is_root_[f] = name == root_ || (root_ == "main" && name == kGoMain) ? 1 : 0;
+    }
     return is_root_[f] == 1;
   }
+  // A Go program's goroutines run on its threads in turn, each switch ending the frames there
+  // (CallStack::LeaveStack): once its main.main began, everything its process runs counts
+  // (sweep 32a N1: --exclude-startup, diff's default, counted nothing of a Go program).
+  void RootEntered(uint32_t f) {
+    root_seen_ = true;
+    if (functions_[f].name == kGoMain && !go_main_) {
+      go_main_ = true;
+      go_main_pids_.insert(pid_);
+    }
+  }
+  static constexpr std::string_view kGoMain = "main.main";
 
   std::string root_;
   const std::vector<Function>& functions_;
@@ -126,6 +148,9 @@ class ScopedCounts {
   uint32_t depth_ = 0;  // root frames on the stack
   bool whole_thread_ = false;
   bool root_seen_ = false;
+  uint32_t pid_ = 0;
+  bool go_main_ = false;             // pid_'s
+  std::set<uint32_t> go_main_pids_;  // Go programs whose main.main began
   uint64_t instructions_ = 0;
   uint64_t calls_ = 0;
   uint64_t returns_ = 0;

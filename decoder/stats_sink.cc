@@ -58,8 +58,8 @@ class StatsSink : public FlowSink {
     FlowSink::OnStream(stream);
     // Under main: a thread of the process other than its first counts whole (ScopedCounts).
     if (scoped_) {
-      scoped_->OnThread(scoped_->root() == "main" && stream.tid != 0 && stream.pid != 0 &&
-                        stream.tid != stream.pid);
+      scoped_->OnThread(stream.pid, scoped_->root() == "main" && stream.tid != 0 &&
+                                        stream.pid != 0 && stream.tid != stream.pid);
     }
     if (!stream.context_switch) ticks_.Drop();
     if (options_.list_problems && !stream.context_switch) stream_ = stream.name;

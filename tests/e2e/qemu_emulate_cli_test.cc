@@ -2412,6 +2412,39 @@ TEST_F(QemuEmulateTest, GoroutinesAndCoroutinesHaveTheirOwnStacks) {
   }
 }
 
+// A Go program's start-up is its runtime's before main.main: --exclude-startup (diff's default)
+// counts everything its process runs from there, every goroutine's work on every thread (sweep
+// 32a N1: it counted nothing of the main thread: Go has no `main`, and goroutine switches end
+// the frames).
+TEST_F(QemuEmulateTest, AGoProgramsStartupEndsAtMainMain) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (std::string(GO_PROGRAM).empty()) GTEST_SKIP() << "the go tool was not installed";
+  Recorded r = Record("gostart", {GO_PROGRAM, "chan", "300"}, /*with_truth=*/false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto functions = [&](const std::vector<std::string>& options) {
+    std::vector<std::string> argv = {PTDECODE_PATH, "stats", "--json"};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back(r.trace);
+    auto stats = RunCommand(argv);
+    EXPECT_EQ(stats.exit_code, 0) << stats.err;
+    const nlohmann::json report = nlohmann::json::parse(stats.out);
+    std::map<std::string, uint64_t> self;
+    for (const auto& f : report["functions"]) {
+      self[f["function"].get<std::string>()] += f["self"].get<uint64_t>();
+    }
+    return self;
+  };
+  const std::map<std::string, uint64_t> all = functions({});
+  const std::map<std::string, uint64_t> after = functions({"--exclude-startup"});
+  for (const char* f : {"main.main", "main.produce", "main.consume", "main.fold", "main.square"}) {
+    ASSERT_TRUE(all.contains(f)) << f;
+    EXPECT_GT(all.at(f), 0u) << f;
+    EXPECT_EQ(after.contains(f) ? after.at(f) : 0, all.at(f)) << f;
+  }
+  EXPECT_GT(all.at("runtime.schedinit"), 0u);
+  EXPECT_FALSE(after.contains("runtime.schedinit"));
+}
+
 }  // namespace
 
 }  // namespace ptkit
