@@ -98,7 +98,15 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
                                         const SignalWatcher& signals, const LoopOptions& options) {
   LoopResult result;
   std::vector<pollfd> fds;
-  for (TraceSource* s : sources) fds.push_back(pollfd{s->poll_fd(), POLLIN, 0});
+  // Only the sources that have a descriptor: poll counts every entry against the open-file limit
+  // (sweep 31c F8: the qemu backend's 64 rings, polled by the timeout, made ppoll fail with EINVAL
+  // under ulimit -n 48).
+  std::vector<TraceSource*> polled;  // fds[i]'s source, for i < polled.size()
+  for (TraceSource* s : sources) {
+    if (s->poll_fd() < 0) continue;
+    fds.push_back(pollfd{s->poll_fd(), POLLIN, 0});
+    polled.push_back(s);
+  }
   if (options.control != nullptr) fds.push_back(pollfd{options.control->fd(), POLLIN, 0});
   for (int fd : options.trigger_fds) fds.push_back(pollfd{fd, POLLIN, 0});
   const uint64_t stop0 = signals.stop_count();
@@ -128,11 +136,11 @@ absl::StatusOr<LoopResult> RunDrainLoop(std::span<TraceSource* const> sources, D
     // pass's read counts it (asked after, a hit between the read and the exit was lost).
     const bool exited = options.child_exited && options.child_exited();
     for (size_t i = 0; i < fds.size(); ++i) {
-      if (i >= sources.size()) {  // the control FIFO and the triggers: read below
+      if (i >= polled.size()) {  // the control FIFO and the triggers: read below
         fds[i].revents = 0;
         continue;
       }
-      if (fds[i].revents & POLLIN) sources[i]->ClearWakeup();
+      if (fds[i].revents & POLLIN) polled[i]->ClearWakeup();
       if (fds[i].revents & POLLHUP) fds[i].fd = -1;  // the event's task is gone
       fds[i].revents = 0;
     }

@@ -4,6 +4,8 @@
 #ifndef PTKIT_STATUS_H_
 #define PTKIT_STATUS_H_
 
+#include <sys/resource.h>
+
 #include <cerrno>
 #include <string>
 
@@ -43,9 +45,17 @@ namespace ptkit {
 // ErrnoStatus(errno, "mmap aux area (cpu ", cpu, ")"). The errno is taken as the first
 // argument, before the message is built (building it may allocate and change errno); pass a
 // saved copy when other calls come between the failure and this one.
+// EMFILE's also says the limit (sweep 31c F8: "Too many open files" under a low ulimit -n
+// did not say which limit).
 template <typename... What>
 absl::Status ErrnoStatus(int err, const What&... what) {
-  return absl::ErrnoToStatus(err, absl::StrCat(what...));
+  absl::Status status = absl::ErrnoToStatus(err, absl::StrCat(what...));
+  if (rlimit limit{}; err == EMFILE && getrlimit(RLIMIT_NOFILE, &limit) == 0) {
+    status = absl::Status(status.code(),
+                          absl::StrCat(status.message(), " (the open-file limit, ulimit -n, is ",
+                                       limit.rlim_cur, "; raise it)"));
+  }
+  return status;
 }
 
 }  // namespace ptkit

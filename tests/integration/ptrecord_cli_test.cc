@@ -216,6 +216,30 @@ TEST(PtrecordCliTest, AnOutputThatTakesNoMoreIsSaidNotASilentDeath) {
   }
 }
 
+// A low open-file limit: the qemu backend records under ulimit -n 16 (its 64 rings have no
+// descriptor to poll; sweep 31c F8: ppoll failed with EINVAL below 64), and a limit too low for
+// anything says which limit it is.
+TEST(PtrecordCliTest, ALowOpenFileLimitIsSaidOrDoesNotMatter) {
+  ::ptkit::testing::TempDir dir;
+  auto run = [&](int limit) {
+    // (The limit in a subshell, set after its redirections: bash needs descriptors for them.)
+    const std::string cmd = absl::StrCat("cd '", dir.path(), "' && bash -c '(ulimit -n ", limit,
+                                         "; exec \"", kPtrecord, "\" --emulate -q -o fd", limit,
+                                         ".pt -- /bin/true) 2>err.txt; echo $? >code.txt'");
+    EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    std::stringstream code, err;
+    code << std::ifstream(dir.File("code.txt")).rdbuf();
+    err << std::ifstream(dir.File("err.txt")).rdbuf();
+    return std::pair{code.str(), err.str()};
+  };
+  auto [code, err] = run(16);
+  EXPECT_EQ(code, "0\n") << err;
+  std::tie(code, err) = run(5);
+  EXPECT_EQ(code, "1\n") << err;
+  EXPECT_THAT(err,
+              HasSubstr("Too many open files (the open-file limit, ulimit -n, is 5; raise it)"));
+}
+
 // A ground truth that cannot be created fails before the workload runs and leaves no stub
 // container that would refuse the next run.
 TEST(PtrecordCliTest, AFailedEmulationSetupLeavesNoFile) {
