@@ -353,6 +353,11 @@ Recording RecordingBuilder::Finish() {
 
 namespace {
 
+// An archived file range (ptrecord --archive): file bytes, not a process's own code.
+bool IsArchivedRange(const CapturedCode& c) {
+  return c.flags == 0 && !c.path.empty() && c.path[0] == '/';
+}
+
 std::string Hex(const std::vector<uint8_t>& bytes) {
   std::string out;
   for (uint8_t b : bytes) out += fmt::format("{:02x}", b);
@@ -802,17 +807,11 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
   for (const std::vector<CapturedCode>* list : {&code, &kernel}) {
     for (const CapturedCode& c : *list) {
       if (list == &kernel && !(c.flags & kCodeKernel)) continue;
+      if (IsArchivedRange(c)) continue;  // placed by the mappings of this epoch (below)
       kernel_code |= (c.flags & kCodeKernel) != 0;
       // Mapped, not copied: the pages are the spool's (copy-on-write for libelf's sake).
       PTKIT_ASSIGN_OR_RETURN(SpoolView view, r_.spool->Map(c.run, /*private_copy=*/true));
       auto owner = std::make_shared<SpoolView>(std::move(view));
-      if (c.flags == 0 && !c.path.empty() && c.path[0] == '/') {
-        // An archived file range (--archive): its names from the file where this machine has
-        // the same one (the container holds no symbol table).
-        image->AddArchivedBytes(c.path, c.address, owner->private_bytes(), owner, c.pgoff,
-                                ArchivedFileHere(c));
-        continue;
-      }
       image->AddBytes(c.path, c.address, owner->private_bytes(), owner);
     }
   }
@@ -821,8 +820,15 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
     const Mapping& m = *mapping;
     const bool vdso = m.path == "[vdso]";
     if (!(m.prot & PROT_EXEC) || m.path.empty() || (m.path[0] != '/' && !vdso)) continue;
+    // The file's archived bytes (--archive) where it is mapped in this program: by the file, not
+    // by the process that archived them (sweep 32b F1, F2: a program exec'd at the addresses of
+    // the one before had that one's code, each in the other's image; a forked child, which
+    // archived nothing of its own, had none).
+    PTKIT_ASSIGN_OR_RETURN(bool archived, AddArchived(*image, m));
+    if (archived) continue;
     bool covered = false;
     for (const CapturedCode& c : code) {
+      if (IsArchivedRange(c)) continue;
       // Code from text pokes (JIT code) replaces no file's but the export's files of it.
       if ((c.flags & kCodeTextPoke) && m.path[0] == '/' && m.path != "//anon" &&
           !m.path.starts_with(kExportedJitDir)) {
@@ -926,6 +932,41 @@ const absl::StatusOr<std::vector<uint8_t>>& RecordingImages::BuildIdOf(const std
   auto it = build_ids_.find(path);
   if (it == build_ids_.end()) it = build_ids_.emplace(path, ReadBuildId(path)).first;
   return it->second;
+}
+
+absl::StatusOr<bool> RecordingImages::AddArchived(ProgramImage& image, const Mapping& m) {
+  if (!archived_ranges_) {
+    // Each archived range of a file once (every process that mapped it archived it).
+    archived_ranges_.emplace();
+    std::set<std::tuple<std::string, std::vector<uint8_t>, uint64_t, uint64_t>> seen;
+    for (const auto& [pid, list] : r_.captured) {
+      for (const CapturedCode& c : list) {
+        if (IsArchivedRange(c) && seen.emplace(c.path, c.build_id, c.pgoff, c.run.size).second) {
+          (*archived_ranges_)[c.path].push_back(&c);
+        }
+      }
+    }
+  }
+  auto it = archived_ranges_->find(m.path);
+  if (it == archived_ranges_->end()) return false;
+  const std::vector<uint8_t>& recorded = RecordedBuildId(r_, m);
+  const uint64_t from = m.pgoff, to = m.pgoff + (m.end - m.start);  // file offsets mapped
+  bool added = false;
+  for (const CapturedCode* c : it->second) {
+    if (!recorded.empty() && !c->build_id.empty() && c->build_id != recorded) continue;
+    const uint64_t lo = std::max(from, c->pgoff), hi = std::min(to, c->pgoff + c->run.size);
+    if (lo >= hi) continue;
+    // Mapped, not copied: the pages are the spool's (copy-on-write for libelf's sake).
+    PTKIT_ASSIGN_OR_RETURN(SpoolView view, r_.spool->Map(c->run, /*private_copy=*/true));
+    auto owner = std::make_shared<SpoolView>(std::move(view));
+    // Its names from the file where this machine has the same one (the container holds no
+    // symbol table).
+    image.AddArchivedBytes(c->path, m.start + (lo - from),
+                           owner->private_bytes().subspan(lo - c->pgoff, hi - lo), owner, lo,
+                           ArchivedFileHere(*c));
+    added = true;
+  }
+  return added;
 }
 
 std::string RecordingImages::ArchivedFileHere(const CapturedCode& c) {

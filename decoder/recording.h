@@ -294,6 +294,11 @@ class RecordingImages {
   // The spooled bytes `run` of the archived file `path` in a temporary file, as a
   // /proc/self/fd path; "" when it cannot be written.
   std::string WriteOut(const SpoolRun& run, const std::string& path);
+  // The archived bytes (--archive) of the file mapping `m` at its address, from any process's
+  // archive of that file (by path, and build-id where both have one); false when it has none.
+  absl::StatusOr<bool> AddArchived(ProgramImage& image, const Mapping& m);
+  // Every process's archived ranges, each once, by path (made on first use).
+  std::optional<std::map<std::string, std::vector<const CapturedCode*>>> archived_ranges_;
   // ArchivedFileHere's, by path and build-id.
   std::map<std::pair<std::string, std::vector<uint8_t>>, std::string> archived_here_;
   // Archived files written out for libelf (their symbols, DWARF): unlinked at once (nothing

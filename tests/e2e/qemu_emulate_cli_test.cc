@@ -94,12 +94,19 @@ class QemuEmulateTest : public ::testing::Test {
     EXPECT_EQ(rec.run.exit_code, expected_exit) << rec.run.err;
     if (err != nullptr) *err = rec.run.err;
     if (out != nullptr) *out = rec.run.out;
-    auto d = RunCommand({PTDECODE_PATH, "insn", rec.trace});
+    return ExpectTraceDecodesToTruth(name, rec.trace, rec.truth, insn);
+  }
+
+  // Checks every thread's decoded instructions of `trace` against the ground truth in `truth`;
+  // returns the truth.
+  PerThread ExpectTraceDecodesToTruth(const std::string& name, const std::string& trace,
+                                      const std::string& truth_file, std::string* insn = nullptr) {
+    auto d = RunCommand({PTDECODE_PATH, "insn", trace});
     if (insn != nullptr) *insn = d.out;
     EXPECT_EQ(d.exit_code, 0) << d.err;
     // (Not printed whole on failure: it is long.)
     EXPECT_EQ(d.out.find("[gap"), std::string::npos) << d.err;
-    PerThread truth = ReadTruth(rec.truth);
+    PerThread truth = ReadTruth(truth_file);
     PerThread got = ParseInsn(d.out);
     EXPECT_FALSE(truth.empty());
     EXPECT_EQ(got.size(), truth.size());
@@ -771,6 +778,24 @@ TEST_F(QemuEmulateTest, AnArchivedRecordingIsNamedFromTheFileWhereItIsHere) {
   ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.err;
   EXPECT_EQ(rebuilt.out, a.out);
   EXPECT_THAT(rebuilt.out, Not(HasSubstr("sub_")));
+}
+
+// --archive: each program's code is decoded from the container by the file it maps, in the
+// program that maps it: a program exec'd where the one before was mapped decodes as itself, and
+// a forked child as its parent's program, also without the files (sweep 32b F1, F2: every
+// archived range of a process went into each of its programs, env's bytes decoding true's
+// code; a child, which archived nothing of its own, was a gap once the program was moved away).
+TEST_F(QemuEmulateTest, AnArchivedExecAndForkDecodeToTheGroundTruthWithoutTheirFiles) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  // env and true: PIE, both loaded at 0x4000000000 by qemu-x86_64.
+  ExpectDecodedEqualsTruth("archived_exec", {"/usr/bin/env", "/bin/true"}, 0, nullptr,
+                           {"--archive"});
+  const std::string prog = dir_->File("fork");
+  std::filesystem::copy_file(PROGRAM_DIR "/emulate_fork", prog);
+  Recorded r = Record("archived_fork", {prog}, /*with_truth=*/true, {"--archive"});
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  std::filesystem::remove(prog);
+  EXPECT_EQ(ExpectTraceDecodesToTruth("archived_fork", r.trace, r.truth).size(), 2u);
 }
 
 // A program exec'd under qemu runs under a new qemu-x86_64, a dynamically linked program that
