@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -691,12 +692,18 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
       row.checked = (limit != nullptr && limit->limit.soft_pct) ||
                     (size >= options.min_instructions && !ByOffset(row.function));
       by_offset += ByOffset(row.function) && !row.checked;
-      const std::optional<double> worse = WorsePercent(row.change_pct, metric);
+      std::optional<double> worse = WorsePercent(row.change_pct, metric);
+      // From 0 (a function that ran in fewer than half the base runs: its median is 0) to more:
+      // beyond any percentage (sweep 32b F3: 0 -> 100,005 instructions passed every limit).
+      if (!worse && row.base_value == 0 && row.new_value > 0 && metric != DiffMetric::kIpc) {
+        worse = std::numeric_limits<double>::infinity();
+      }
       if (row.checked && !row.allowed && worse && *worse > *soft && significant(row.noise)) {
         fail(row,
              fmt::format("{}: {} {} -> {} ({}{}) > {}", RowName(d, row), DiffMetricName(metric),
                          Value(row.base_value, metric), Value(row.new_value, metric),
-                         PercentText(row.change_pct), row.noise ? ", " + NoiseText(row.noise) : "",
+                         row.change_pct ? PercentText(row.change_pct) : "from 0",
+                         row.noise ? ", " + NoiseText(row.noise) : "",
                          limit != nullptr && limit->limit.soft_pct
                              ? fmt::format("soft limit {}% ({})", *soft, options.limits_file)
                              : SoftLimitName(options, false)));

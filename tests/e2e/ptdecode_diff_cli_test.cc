@@ -956,5 +956,36 @@ TEST_F(PtdecodeDiffTest, BadInputsAreNamed) {
   EXPECT_EQ(u.exit_code, 2);
 }
 
+// Several runs a side: a function that ran in fewer than half the base runs has a base median
+// of 0; growing from there is beyond any percentage (sweep 32b F3: 0 -> 100,005 instructions
+// passed --fail-function 10 and a limits file naming it, exit 0). e2e_same_name_none calls b.c's
+// helper once per argument.
+TEST_F(PtdecodeDiffTest, AFunctionGrownFromABaseMedianOfZeroIsARegression) {
+  const std::string program = DIFF_PROGRAM_DIR "/same_name_none/e2e_same_name";
+  const std::string dir = Dir() + "/from_zero";
+  std::filesystem::create_directories(dir);
+  std::vector<std::string> base, now;
+  auto record = [&](const std::string& name, int args) {
+    const std::string trace = dir + "/" + name + ".pt";
+    std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "-q", "--overwrite-existing",
+                                     "-o",          trace,       "--", program};
+    for (int i = 0; i < args; ++i) argv.push_back("x");
+    auto r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return trace;
+  };
+  base = {record("b1", 0), record("b2", 0), record("b3", 1)};
+  now = {record("n1", 40), record("n2", 40), record("n3", 40)};
+  std::vector<std::string> argv = {PTDECODE_PATH, "diff", "--base"};
+  argv.insert(argv.end(), base.begin(), base.end());
+  argv.push_back("--new");
+  argv.insert(argv.end(), now.begin(), now.end());
+  argv.insert(argv.end(), {"--fail-function", "10", "--min-instructions", "1"});
+  auto r = RunCommand(argv);
+  EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
+  EXPECT_THAT(r.out + r.err, HasSubstr("helper (same_name_b.c) [e2e_same_name]: self 0 -> "));
+  EXPECT_THAT(r.out + r.err, HasSubstr("(from 0) > "));
+}
+
 }  // namespace
 }  // namespace ptkit
