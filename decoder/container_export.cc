@@ -152,6 +152,18 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
     PTKIT_RETURN_IF_ERROR(out.Losses(key.id, stream.losses_after, last));
   }
 
+  // The AUX samples (ptrecord or perf record --aux-sample), as the kernel wrote them (sweep 32b
+  // F4: a perf.data's were dropped).
+  for (const AuxSample& smp : r.samples) {
+    PTKIT_ASSIGN_OR_RETURN(SpoolView snippet, r.spool->Map(smp.snippet));
+    perf::Sample fields = smp.fields;
+    fields.aux = snippet.bytes();
+    const std::vector<uint8_t> record = perf::EncodeSample(fields, smp.sample_type);
+    PTKIT_RETURN_IF_ERROR(
+        w->AppendSample({.stream = smp.stream, .sample_type = smp.sample_type, .record = record}));
+    ++summary.sample_records;
+  }
+
   // The archived files whole (their symbols and line tables), as the source has them.
   for (const auto& [key, run] : r.archived_files) {
     if (!r.spool) break;

@@ -50,7 +50,8 @@ struct ContainerExportSummary {
   uint64_t aux_records = 0;  // AUX and snapshot records
   uint64_t trace_bytes = 0;
   uint64_t loss_records = 0;
-  uint64_t code_records = 0;  // captured or archived code, and identities
+  uint64_t sample_records = 0;  // AUX samples
+  uint64_t code_records = 0;    // captured or archived code, and identities
   uint64_t archived_bytes = 0;
   uint64_t file_bytes = 0;            // the container's size, compressed
   std::vector<std::string> warnings;  // files that could not be archived

@@ -442,11 +442,14 @@ int RunExportContainer(const dec::ExportFlags& f) {
   auto done = dec::ExportContainer(*r, f.output, options);
   if (!done.ok()) return Fail(done.status());
   for (const std::string& w : done->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
-  std::fprintf(stderr, "ptdecode: wrote %s: %s, %s (%s), %s, %s (%s archived); %s\n",
+  std::fprintf(stderr, "ptdecode: wrote %s: %s, %s (%s), %s, %s%s (%s archived); %s\n",
                f.output.c_str(), dec::Counted(done->sideband_records, "sideband record").c_str(),
                dec::Counted(done->aux_records, "AUX record").c_str(),
                dec::Counted(done->trace_bytes, "trace byte").c_str(),
                dec::Counted(done->loss_records, "loss record").c_str(),
+               done->sample_records == 0
+                   ? ""
+                   : (dec::Counted(done->sample_records, "AUX sample") + ", ").c_str(),
                dec::Counted(done->code_records, "code record").c_str(),
                dec::Counted(done->archived_bytes, "byte").c_str(),
                dec::Counted(done->file_bytes, "byte").c_str());

@@ -1363,6 +1363,18 @@ TEST_F(PerfExportTest, PerfShowsTheAuxSamplesPtdecodeShows) {
   auto errors = RunCommand(
       {kPerf, "--buildid-dir", e.debug_dir, "script", "-i", again, "--itrace=e", "-F", "event"});
   EXPECT_THAT(errors.out, Not(HasSubstr("error"))) << errors.out.substr(0, 1000);
+
+  // ptdecode reads them from the perf.data as from the trace.pt, and keeps them in a trace.pt
+  // made of it (sweep 32b F4: "the recording has no AUX samples").
+  const std::string container = Dir().File("samples-again.pt");
+  r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", e.data, "-o", container});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr(fmt::format(", {} AUX samples, ", want.size())));
+  for (const std::string& input : {e.data, container}) {
+    auto theirs = RunCommand({PTDECODE_PATH, "samples", "--json", "--branches", "1", input});
+    ASSERT_EQ(theirs.exit_code, 0) << theirs.err;
+    EXPECT_EQ(nlohmann::json::parse(theirs.out)["samples"], samples["samples"]) << input;
+  }
 }
 
 // perf 6.1 writes attrs of its own size (PERF_ATTR_SIZE_VER7, 128 bytes), whatever size they
