@@ -382,8 +382,10 @@ void AddDiffFlags(CLI::App& cmd, DiffFlags& f) {
                  "JSON limits file (schema ptkit-diff-limits/1): per-function soft (%) and hard "
                  "(absolute) limits, defaults; the flags above win over its defaults")
       ->type_name("FILE");
+  // One FUNCTION per --allow, each kept (sweep 32b L2: the help said FUNCTION ...).
   cmd.add_option("--allow", f.options.allow, "Accept the change of FUNCTION (repeatable)")
       ->type_name("FUNCTION")
+      ->expected(1)
       ->allow_extra_args(false)
       ->take_all();
   cmd.add_flag("--fail-on-loss", f.options.fail_on_loss,
