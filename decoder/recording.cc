@@ -1282,7 +1282,11 @@ uint64_t TraceBytes(const Recording& r) {
 
 absl::StatusOr<nlohmann::json> DecodeRecordingSummary(const Recording& r,
                                                       const RecordingOptions& options) {
-  class Counter : public Sink {};
+  // Blocks as stats, calls and folded count them: a call ends one (sweep 31b F3: info --decode
+  // said 4-15% fewer blocks than stats of the same recording).
+  class Counter : public Sink {
+    bool end_block_on_call() const override { return true; }
+  };
   std::unique_ptr<Sink> sink =
       WithProgress(std::make_unique<Counter>(), options.progress, TraceBytes(r));
   PTKIT_ASSIGN_OR_RETURN(DecodeTotals t, DecodeRecording(r, options, *sink));

@@ -321,5 +321,21 @@ TEST_F(PtdecodeEmulatedTest, ADecodedProcessLetsGoOfItsGraphsAndSharesItsSymbols
   }
 }
 
+// info --decode's totals are those of stats: instructions, blocks (a call ends one, as stats
+// counts them: sweep 31b F3, 4-15% fewer), errors.
+TEST_F(PtdecodeEmulatedTest, InfoDecodeCountsAsStatsDoes) {
+  PTKIT_RECORD_OR_SKIP(rec, "fork", kFork);
+  auto info = RunCommand({PTDECODE_PATH, "info", "--decode", "--json", rec.trace});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", rec.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  const nlohmann::json decode = nlohmann::json::parse(info.out)["decode"];
+  const nlohmann::json totals = nlohmann::json::parse(stats.out)["totals"];
+  for (const char* key : {"instructions", "blocks", "errors", "streams"}) {
+    EXPECT_EQ(decode[key], totals[key]) << key;
+  }
+  EXPECT_GT(decode["blocks"].get<uint64_t>(), 0u);
+}
+
 }  // namespace
 }  // namespace ptkit
