@@ -705,9 +705,13 @@ uint32_t CallStack::FunctionAt(uint64_t ip) {
 }
 
 uint32_t CallStack::Unnamed(int file) {
+  // One file however many pieces it came in (sweep 31a F4: each block of JIT code captured on
+  // its own was [anon], not the function its frame was named by).
+  if (file >= 0) file = static_cast<int>(image_->FirstOfName(static_cast<uint32_t>(file)));
   if (!frames_.empty()) {
     const Function& top = functions_[frames_.back().function];
-    if (top.from_address && top.image == image_ && top.file == file) {
+    if (top.from_address && top.image == image_ && top.file >= 0 &&
+        static_cast<int>(image_->FirstOfName(static_cast<uint32_t>(top.file))) == file) {
       return frames_.back().function;
     }
   } else if (base_) {
@@ -730,7 +734,10 @@ int64_t CallStack::BaseTopFunction(const FunctionKey& key, size_t depth) const {
   if (depth > 0) {
     const uint32_t f = frames_[depth - 1].function;
     const Function& top = functions_[f];
-    if (top.from_address && top.image == image_ && top.file == file) return f;
+    if (top.from_address && top.image == image_ && top.file >= 0 &&
+        static_cast<int>(image_->FirstOfName(static_cast<uint32_t>(top.file))) == file) {
+      return f;
+    }
   }
   return FindFunction({FunctionKey::kUnknown, file});
 }

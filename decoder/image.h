@@ -175,6 +175,15 @@ class ProgramImage {
   AddressRange HoleAround(uint64_t ip) const;
 
   const std::vector<ImageFile>& files() const { return files_; }
+  // The first of files() with the name of `file`: the same file mapped, archived or captured in
+  // pieces (JIT code, a block at a time) is one file to name its code by.
+  uint32_t FirstOfName(uint32_t file) const {
+    while (first_of_name_.size() < files_.size()) {
+      const auto i = static_cast<uint32_t>(first_of_name_.size());
+      first_of_name_.push_back(index_of_name_.try_emplace(files_[i].name, i).first->second);
+    }
+    return first_of_name_[file];
+  }
   // Where a mapping replaced part of an earlier mapping of another source (the code there is
   // the later one's, for every decoder: AddMapping), in the order added; sources of one file
   // name (the same file mapped again) are listed too.
@@ -265,6 +274,8 @@ class ProgramImage {
   ImagePtr image_;
   std::shared_ptr<pt_image_section_cache> iscache_;
   std::vector<ImageFile> files_;
+  mutable std::vector<uint32_t> first_of_name_;                      // FirstOfName's, by file
+  mutable std::unordered_map<std::string, uint32_t> index_of_name_;  // the first file of a name
   std::vector<Mapping> mappings_;         // sorted by begin, no two overlapping (AddMapping)
   std::vector<Mapping> memory_mappings_;  // the bytes in memory, sorted, for the callback
   std::vector<Overlap> overlaps_;
