@@ -32,11 +32,17 @@ bool ReturnsTwice(std::string_view name) {
          name == "__sigsetjmp" || name == "getcontext" || name == "__getcontext";
 }
 
-// Functions whose jump or return out goes on another stack (Function::switches_stack): Go's
-// gogo (runtime.gogo before Go 1.17) resuming a goroutine, ucontext's swapcontext and setcontext.
-bool SwitchesStack(std::string_view name) {
-  return name == "gogo" || name == "runtime.gogo" || name == "swapcontext" ||
-         name == "__swapcontext" || name == "setcontext" || name == "__setcontext";
+// ucontext's functions whose return goes on the stack they load (Function::switches_context).
+bool SwitchesContext(std::string_view name) {
+  return name == "swapcontext" || name == "__swapcontext" || name == "setcontext" ||
+         name == "__setcontext";
+}
+
+// Functions a call of which gives up the stack, another context resuming at its return address
+// (Function::parks): Go's runtime.mcall, swapcontext (its PLT entry too).
+bool Parks(std::string_view name) {
+  if (name.ends_with("@plt")) name.remove_suffix(4);
+  return name == "runtime.mcall" || name == "swapcontext" || name == "__swapcontext";
 }
 
 }  // namespace
@@ -131,7 +137,7 @@ __attribute__((noinline)) void CallStack::Place(uint32_t f, uint64_t ip, bool ju
   // runtime.chanrecv`, `main.workA;main.step;main.leafB`). Its other jumps, to the goroutine's
   // own stack (a recover, after morestack grew it), land in a frame as any longjmp does (Jump).
   bool entered = false;
-  if (jumped && current_ >= 0 && functions_[current_].switches_stack &&
+  if (jumped && current_ >= 0 && functions_[current_].gogo && InGoGogo() &&
       (ip == functions_[f].address || AfterCallOf(ip, &Function::parks) || Scheduled())) {
     LeaveStack();
     entered = ip == functions_[f].address;
@@ -271,7 +277,7 @@ uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
                          f,    return_address, block.ninsn};
     } else if (before.iclass == ptic_return) {
       // (A return out of swapcontext goes on another stack: Return's to tell.)
-      if (!by_stack(i - 1) && functions_[function(i - 1)].switches_stack) {
+      if (!by_stack(i - 1) && functions_[function(i - 1)].switches_context) {
         return 0;
       }
       p.ops[p.size++] = {false, by_stack(i), f, f, block.ip, block.ninsn};
@@ -618,8 +624,9 @@ uint32_t CallStack::NewFunction(std::string name, int file, uint64_t address, bo
   fn.address = address;
   fn.from_address = from_address;
   fn.returns_twice = ReturnsTwice(fn.name);
-  fn.switches_stack = SwitchesStack(fn.name);
-  fn.parks = fn.name == "runtime.mcall";
+  fn.gogo = fn.name == "gogo" || fn.name == "runtime.gogo";  // (runtime.gogo.abi0 jumps to gogo)
+  fn.switches_context = SwitchesContext(fn.name);
+  fn.parks = Parks(fn.name);
   fn.schedules = fn.name == "runtime.execute";
   functions_.push_back(std::move(fn));
   return static_cast<uint32_t>(functions_.size() - 1);
@@ -920,23 +927,40 @@ bool CallStack::Scheduled() {
   return false;
 }
 
-bool CallStack::WhereGetcontextReturned(uint64_t target) {
-  if (AfterCallOf(target, &Function::returns_twice)) return true;
-  // An indirect call (-fno-plt's through the GOT: sweep 32a F2) is told by the frame that made
-  // it, which Enter marked.
-  if (std::any_of(frames_.begin(), frames_.end(),
-                  [target](const Frame& fr) { return fr.setjmp_return == target; })) {
-    return true;
+bool CallStack::InGoGogo() {
+  // runtime.gogo (before Go 1.17), or gogo jumped to from runtime.gogo.abi0: not a C function
+  // of that name (a review: one that returned or tail-called ended every frame).
+  if (functions_[current_].name != "gogo") return true;
+  if (frames_.empty()) {
+    if (base_) failed_ = true;  // chunk mode: the frame is B's
+    return false;
   }
-  if (base_ && AfterIndirectCall(target)) failed_ = true;  // chunk mode: a frame of B may have
-  return false;
+  const uint32_t from = frames_.back().renamed_from;
+  return from != Frame::kNone && functions_[from].name.starts_with("runtime.gogo");
 }
 
-bool CallStack::AfterIndirectCall(uint64_t ip) {
-  // call *disp32(%rip) (ff 15), call *%reg (ff d0+r, 41 ff d0+r).
-  uint8_t b[6];
-  if (ip < sizeof(b) || image_->Read(ip - sizeof(b), b, sizeof(b)) != sizeof(b)) return false;
-  return (b[0] == 0xff && b[1] == 0x15) || (b[4] == 0xff && (b[5] & 0xf8) == 0xd0);
+bool CallStack::ContextReturn(uint64_t target) {
+  // To where getcontext returned (setcontext as a longjmp): the frames above the one that
+  // called it are left, also from a deeper function (a review: they stayed, growing each round).
+  for (size_t i = frames_.size(); i-- > 0;) {
+    if (frames_[i].setjmp_return != target) continue;
+    while (frames_.size() > i + 1) Pop(/*at_end=*/false, /*by_return=*/false);
+    return true;
+  }
+  if (AfterCallOf(target, &Function::returns_twice)) {
+    if (base_) failed_ = true;  // chunk mode: the frame that called it may be B's
+    return false;               // (else its frame is gone: an ordinary return, as before)
+  }
+  // Chunk mode: a frame of B may have called getcontext there (through a pointer, the GOT),
+  // unless it is where a swapcontext call returns (a coroutine resumed) or a function's entry
+  // (a makecontext one started).
+  if (base_ && !AfterCallOf(target, &Function::parks) &&
+      functions_[FunctionAt(target)].address != target) {
+    failed_ = true;
+    return true;
+  }
+  LeaveStack();
+  return true;
 }
 
 void CallStack::LeaveStack() {
@@ -1038,10 +1062,7 @@ void CallStack::Return(uint64_t target) {
   // swapcontext and setcontext return on the stack they load: to where another context called
   // swapcontext, or a makecontext function's entry; not to a frame of this stack (sweep 30c F5),
   // unless to where getcontext returned (a longjmp, as such).
-  if (current_ >= 0 && functions_[current_].switches_stack && !WhereGetcontextReturned(target)) {
-    LeaveStack();
-    return;
-  }
+  if (current_ >= 0 && functions_[current_].switches_context && ContextReturn(target)) return;
   if (beyond_ != 0) {  // the return of a call given no frame (the innermost one)
     --beyond_;
     ++totals_.returns;

@@ -38,10 +38,12 @@ struct Function {
   // setjmp, sigsetjmp, getcontext (or their PLT entries): a later jump to the return address
   // of a call to it (longjmp) lands in the frame that called it.
   bool returns_twice = false;
-  // Go's gogo, ucontext's swapcontext and setcontext: the jump (gogo) or return (the others)
-  // that leaves it goes on on another stack (a goroutine's, a coroutine's), not this one's.
-  bool switches_stack = false;
-  // Go's runtime.mcall: a goroutine that calls it gives up its stack there; some goroutine
+  // Go's gogo (runtime.gogo before Go 1.17): a jump out of it may go on on another goroutine's
+  // stack.
+  bool gogo = false;
+  // ucontext's swapcontext and setcontext: the return out of it goes on on the stack it loads.
+  bool switches_context = false;
+  // Go's runtime.mcall, swapcontext: a call of it gives up its stack; some goroutine or context
   // (which, the trace cannot tell) resumes at the return address of a call to it.
   bool parks = false;
   // Go's runtime.execute: the gogo it calls resumes some goroutine, not the one that ran.
@@ -306,18 +308,19 @@ class CallStack {
   size_t LandingFrame(uint32_t f, uint64_t ip);
   // Whether the instruction before `ip` is a direct call of a function that `is`.
   bool AfterCallOf(uint64_t ip, bool Function::*is);
-  // Control left a Function::switches_stack one for another stack: every frame is left (the
+  // Control left Go's gogo or a context switch for another stack: every frame is left (the
   // call context ends there, as when trace is lost); the code after gets implicit frames.
   void LeaveStack();
   // Whether the frame below the top is a Function::schedules one's (chunk mode, where it may
   // be B's: failed).
   bool Scheduled();
-  // Whether `target` is where a call of a Function::returns_twice one returned (a direct call
-  // before it, or a frame's call of one: setjmp_return). Chunk mode: failed where an indirect
-  // call before it may be one of B's frames'.
-  bool WhereGetcontextReturned(uint64_t target);
-  // Whether the instruction before `ip` is an indirect call of the usual forms.
-  bool AfterIndirectCall(uint64_t ip);
+  // Whether current_, a function named gogo, is Go's (jumped to from runtime.gogo.abi0).
+  bool InGoGogo();
+  // A return out of swapcontext or setcontext to `target`: to where getcontext returned, the
+  // frames above the one that called it are left; elsewhere (another context) every frame is
+  // left. False: an ordinary return (getcontext's frame is gone). Chunk mode: failed where a
+  // frame of B may be the one.
+  bool ContextReturn(uint64_t target);
   uint32_t BaseTop(int file);
   // The function of this model that a chunk's kBaseTop key names where B is its frames below
   // `depth` (Unnamed's answer with those frames); -1: Unknown(file), not made yet.

@@ -2407,7 +2407,11 @@ TEST_F(QemuEmulateTest, GoroutinesAndCoroutinesHaveTheirOwnStacks) {
                      absl::StrCat(E2E_PROGRAM_DIR, "/", program),
                      {"200"},
                      {},
-                     {{"leaf_ping", 2, 1}, {"leaf_pong", 2, 1}, {"leaf_again", 3, 3}}});
+                     {{"leaf_ping", 2, 1},
+                      {"leaf_pong", 2, 1},
+                      {"leaf_again", 3, 3},
+                      {"leaf_pointer", 3, 3},
+                      {"leaf_gogo", 3, 3}}});
   }
   if (std::string(GO_PROGRAM).empty()) {
     std::cerr << "no Go program: the go tool was not installed (scripts/install-deps.sh)\n";
@@ -2438,7 +2442,9 @@ TEST_F(QemuEmulateTest, GoroutinesAndCoroutinesHaveTheirOwnStacks) {
       ExpectStacksAsGdbs(folded.out, f.name, GdbStack(c.program, c.args, f.name), f.deepest,
                          f.each);
     }
-    auto parallel = RunCommand({PTDECODE_PATH, "folded", "-j2", r.trace});
+    // Chunks of 512 bytes (--chunk-size, for tests): these traces are a few KB, and the
+    // default chunks of 128 KiB would decode them whole, as -j1 (a review).
+    auto parallel = RunCommand({PTDECODE_PATH, "folded", "-j2", "--chunk-size", "512", r.trace});
     ASSERT_EQ(parallel.exit_code, 0) << parallel.err;
     EXPECT_EQ(parallel.out, folded.out);
   }

@@ -3,9 +3,12 @@
 // Two coroutines on stacks of their own (ucontext: makecontext, swapcontext), switching N times
 // each way through one yield function, so that both stacks have a frame with the same return
 // address (qemu_emulate_cli_test; sweep 30c F5: the decoder stacked each coroutine's frames on
-// the other's, `ping;yield_to;pong;leaf_pong`); then a loop of 5 rounds by setcontext back to
-// where getcontext returned (a longjmp: the frames stay; sweep 32a F2, built with -fno-plt, the
-// call through the GOT was taken for a switch):
+// the other's, `ping;yield_to;pong;leaf_pong`); then loops of 5 rounds by setcontext back to
+// where getcontext returned (a longjmp: the frames below stay; sweep 32a F2, built with -fno-plt,
+// the call through the GOT was taken for a switch), from a deeper function (a review: the
+// frames between stayed, growing each round), and with getcontext called through a pointer
+// (a review: -j differed); and a C function named gogo, as Go's, that returns as any (a review:
+// its return ended every frame):
 //   coroutines N
 // Prints "rounds=N".
 #include <stdio.h>
@@ -37,12 +40,39 @@ __attribute__((noinline)) void pong(void) {
 
 __attribute__((noinline)) void leaf_again(int i) { sink += i * 7; }
 
+static ucontext_t loop_ctx;
+
+__attribute__((noinline)) void bounce(void) { setcontext(&loop_ctx); }
+
 __attribute__((noinline)) void again(void) {
-  static ucontext_t loop_ctx;
   static volatile int k;
   getcontext(&loop_ctx);
   leaf_again(k);
+  if (++k < 5) bounce();
+}
+
+__attribute__((noinline)) void leaf_pointer(int i) { sink += i * 11; }
+
+// getcontext called through a table of pointers (call *8(%rax)).
+struct ContextOps {
+  void* unused;
+  int (*get)(ucontext_t*);
+};
+static struct ContextOps context_ops = {0, getcontext};
+static struct ContextOps* volatile ops = &context_ops;
+
+__attribute__((noinline)) void again_by_pointer(void) {
+  static volatile int k;
+  ops->get(&loop_ctx);
+  leaf_pointer(k);
   if (++k < 5) setcontext(&loop_ctx);
+}
+
+__attribute__((noinline)) int gogo(int i) { return i * 2 + 1; }
+__attribute__((noinline)) void leaf_gogo(int i) { sink += i; }
+
+__attribute__((noinline)) void run_gogo(void) {
+  for (int i = 0; i < 5; ++i) leaf_gogo(gogo(i));
 }
 
 int main(int argc, char** argv) {
@@ -61,6 +91,8 @@ int main(int argc, char** argv) {
   makecontext(&pong_ctx, pong, 0);
   swapcontext(&main_ctx, &ping_ctx);
   again();
+  again_by_pointer();
+  run_gogo();
   printf("rounds=%d\n", rounds);
   return 0;
 }
