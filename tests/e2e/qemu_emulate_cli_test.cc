@@ -2014,7 +2014,9 @@ TEST_F(QemuEmulateTest, ASystemCallsTimeIsItsOwn) {
       if (stack.ends_with(";main;work")) working += ns;
     }
     EXPECT_GE(asleep, 250'000'000u) << folded.out;
-    EXPECT_LT(working, 50'000'000u) << folded.out;
+    // (Under qemu on a loaded machine the work itself takes tens of ms: before, it had the
+    // sleep's 483 ms.)
+    EXPECT_LT(working, 150'000'000u) << folded.out;
   }
 }
 
