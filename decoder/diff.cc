@@ -693,9 +693,11 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
                     (size >= options.min_instructions && !ByOffset(row.function));
       by_offset += ByOffset(row.function) && !row.checked;
       std::optional<double> worse = WorsePercent(row.change_pct, metric);
-      // From 0 (a function that ran in fewer than half the base runs: its median is 0) to more:
-      // beyond any percentage (sweep 32b F3: 0 -> 100,005 instructions passed every limit).
-      if (!worse && row.base_value == 0 && row.new_value > 0 && metric != DiffMetric::kIpc) {
+      // From 0 instructions (a function that ran in fewer than half the base runs: its median is
+      // 0) to more: beyond any percentage (sweep 32b F3: 0 -> 100,005 instructions passed every
+      // limit). Not 0 calls (code only jumped into) nor 0 ns (too short to be timed).
+      if (!worse && row.base_value == 0 && row.new_value > 0 &&
+          (metric == DiffMetric::kSelf || metric == DiffMetric::kInclusive)) {
         worse = std::numeric_limits<double>::infinity();
       }
       if (row.checked && !row.allowed && worse && *worse > *soft && significant(row.noise)) {
@@ -799,8 +801,9 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
 std::string CountedNote(const DiffOptions& o) {
   if (o.only_under.empty()) return "everything, start-up included (--include-startup)";
   if (o.only_under == "main") {
-    return "only what ran under main and in the threads it started: not the start-up before it "
-           "nor exit (--exclude-startup, the default)";
+    return "only what ran under main and in the threads it started (a Go program: all once "
+           "main.main began): not the start-up before it nor exit (--exclude-startup, the "
+           "default)";
   }
   return fmt::format("only what ran under {} (--only-under)", o.only_under);
 }
@@ -1171,8 +1174,16 @@ absl::StatusOr<std::map<std::string, uint64_t>> FoldedStacks(const std::string& 
   if (closed != 0) return ErrnoStatus(close_errno, "close the folded output in memory");
   PTKIT_RETURN_IF_ERROR(decoded);
   std::map<std::string, uint64_t> stacks;
-  std::istringstream lines(std::string(text, size));
-  const std::string& root = extra.only_under;
+  const std::string all(text, size);
+  std::string root = extra.only_under;
+  // A Go program (--exclude-startup's main is its main.main; a review: the flame graph was
+  // empty): its goroutines share the threads, each switch ending the frames there, so its stacks
+  // are kept whole, as stats counts all its process runs once main.main began (ScopedCounts).
+  if (root == "main" && all.find(";main;") == std::string::npos && !all.starts_with("main;") &&
+      all.find("main.main") != std::string::npos) {
+    root.clear();
+  }
+  std::istringstream lines(all);
   for (std::string line; std::getline(lines, line);) {
     const size_t space = line.rfind(' ');
     if (space == std::string::npos) continue;

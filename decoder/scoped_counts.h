@@ -131,7 +131,8 @@ class ScopedCounts {
   // (sweep 32a N1: --exclude-startup, diff's default, counted nothing of a Go program).
   void RootEntered(uint32_t f) {
     root_seen_ = true;
-    if (functions_[f].name == kGoMain && !go_main_) {
+    // (Only as --exclude-startup's root: --only-under main.main counts what is under it.)
+    if (root_ == "main" && functions_[f].name == kGoMain && !go_main_) {
       go_main_ = true;
       go_main_pids_.insert(pid_);
     }

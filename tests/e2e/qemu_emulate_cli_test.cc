@@ -2483,6 +2483,14 @@ TEST_F(QemuEmulateTest, AGoProgramsStartupEndsAtMainMain) {
   }
   EXPECT_GT(all.at("runtime.schedinit"), 0u);
   EXPECT_FALSE(after.contains("runtime.schedinit"));
+  // --only-under main.main is what its frames hold, not the goroutine it started (a review).
+  const std::map<std::string, uint64_t> under = functions({"--only-under", "main.main"});
+  EXPECT_FALSE(under.contains("main.produce"));
+  EXPECT_GT(under.at("main.consume"), 0u);
+  // diff's flame graph of it is its stacks, not empty (a review: no frame is named main).
+  auto folded = RunCommand({PTDECODE_PATH, "diff", "--format", "folded", r.trace, r.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_THAT(folded.out, HasSubstr("main.fold "));
 }
 
 }  // namespace
