@@ -331,11 +331,17 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
             attr->attr.aux_sample_size == 0) {
           break;
         }
-        const Placed p = Place(data, rec, cpu_of_id);
-        StreamId stream{StreamKind::kCpu, static_cast<uint64_t>(p.cpu)};
-        if (p.cpu < 0) {
-          auto fields = perf::ParseSample(rec, attr->attr.sample_type);
-          stream = {StreamKind::kThread, fields.ok() ? fields->tid : 0};
+        // The ring: its id's (ID_INDEX: a CPU, or a thread's), else the sample's CPU field,
+        // else its thread's.
+        const uint64_t type = attr->attr.sample_type;
+        auto fields = perf::ParseSample(rec, type);
+        auto id = perf::RecordSampleId(rec, type, attr->attr.sample_id_all);
+        auto indexed = id ? cpu_of_id.find(*id) : cpu_of_id.end();
+        StreamId stream{StreamKind::kThread, fields.ok() ? fields->tid : 0};
+        if (indexed != cpu_of_id.end()) {
+          if (indexed->second != kNoCpu) stream = {StreamKind::kCpu, indexed->second};
+        } else if (fields.ok() && (type & PERF_SAMPLE_CPU)) {
+          stream = {StreamKind::kCpu, fields->cpu};
         }
         PTKIT_RETURN_IF_ERROR(builder.AddSample(stream, attr->attr.sample_type, rec.bytes));
         break;
