@@ -667,7 +667,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
   // tools, also where SIGPIPE was ignored by whoever started it (a CI runner, a service): with
   // it ignored, the writes failed and the whole trace was still decoded before the error came
   // (sweep 31b F2).
-  std::signal(SIGPIPE, SIG_DFL);
+  (void)std::signal(SIGPIPE, SIG_DFL);
   int exit_code = 0;
   std::vector<Flags> flags(std::size(kCommands));
   for (size_t i = 0; i < std::size(kCommands); ++i) {

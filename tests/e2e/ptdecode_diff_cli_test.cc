@@ -966,7 +966,7 @@ TEST_F(PtdecodeDiffTest, AFunctionGrownFromABaseMedianOfZeroIsARegression) {
   std::filesystem::create_directories(dir);
   std::vector<std::string> base, now;
   auto record = [&](const std::string& name, int args) {
-    const std::string trace = dir + "/" + name + ".pt";
+    std::string trace = dir + "/" + name + ".pt";
     std::vector<std::string> argv = {PTRECORD_PATH, "--emulate", "-q", "--overwrite-existing",
                                      "-o",          trace,       "--", program};
     for (int i = 0; i < args; ++i) argv.push_back("x");

@@ -286,10 +286,9 @@ TEST_F(PtdecodeEmulatedTest, AFileAloneGivesTheDefaultReport) {
 // then "write error on output", exit 1). A write that fails otherwise says why.
 TEST_F(PtdecodeEmulatedTest, AReaderThatGoesAwayEndsTheDecode) {
   PTKIT_RECORD_OR_SKIP(rec, "fib", kFib);
-  auto r = RunCommand({"/bin/bash", "-c",
-                       "trap '' PIPE; \"$0\" insn \"$1\" | head -c 100 > /dev/null; "
-                       "echo ${PIPESTATUS[0]}",
-                       PTDECODE_PATH, rec.trace});
+  const std::string script =
+      "trap '' PIPE; \"$0\" insn \"$1\" | head -c 100 > /dev/null; echo ${PIPESTATUS[0]}";
+  auto r = RunCommand({"/bin/bash", "-c", script, PTDECODE_PATH, rec.trace});
   EXPECT_EQ(r.out, "141\n") << r.err;
   EXPECT_EQ(r.err, "");
   r = RunCommand({"/bin/bash", "-c", "\"$0\" insn \"$1\" > /dev/full", PTDECODE_PATH, rec.trace});

@@ -1136,7 +1136,7 @@ TEST_F(QemuEmulateTest, ALibraryReplacedWhileTheCommandRunsIsSaid) {
     Recorded r =
         Record(archive ? "replaced_archive" : "replaced",
                {"/bin/sh", "-c",
-                std::string(E2E_PROGRAM_DIR "/e2e_dl_swap ") + lib + " && mv " + other + " " + lib},
+                absl::StrCat(E2E_PROGRAM_DIR "/e2e_dl_swap ", lib, " && mv ", other, " ", lib)},
                false, archive ? std::vector<std::string>{"--archive"} : std::vector<std::string>{});
     ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
     EXPECT_THAT(r.run.err, HasSubstr(lib + " changed while the command ran"));
