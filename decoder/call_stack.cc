@@ -954,10 +954,12 @@ bool CallStack::ContextReturn(uint64_t target) {
   // Chunk mode: a frame of B may have called getcontext there (through a pointer, the GOT),
   // unless it is where a swapcontext call returns (a coroutine resumed) or a function's entry
   // (a makecontext one started).
-  if (base_ && !AfterCallOf(target, &Function::parks) &&
-      functions_[FunctionAt(target)].address != target) {
-    failed_ = true;
-    return true;
+  if (base_ && !AfterCallOf(target, &Function::parks)) {
+    const int s = image_->SymbolAt(target);  // (not FunctionAt: it may make B's top function)
+    if (s < 0 || image_->symbols()[s].begin != target) {
+      failed_ = true;
+      return true;
+    }
   }
   LeaveStack();
   return true;
