@@ -106,7 +106,7 @@ uint64_t CallStack::MemoOf(const pt_block& block) {
     return 0;
   }
   const uint64_t length = block.iclass == ptic_call ? CallLength(block.end_ip, block.mode) : 0;
-  if (s < 0) return 1 | 2 | length << 8 | uint64_t{static_cast<uint32_t>(file)} << 32;
+  if (s < 0) return 1 | 2 | length << 8 | uint64_t{static_cast<uint32_t>(OneFile(file))} << 32;
   return 1 | length << 8 | uint64_t{SymbolFunction(s)} << 32;
 }
 
@@ -692,7 +692,7 @@ uint32_t CallStack::AddressFunction(uint64_t ip) {
     it->second = carried >= 0
                      ? static_cast<uint32_t>(carried)
                      : NewFunction(fmt::format("sub_{:x}", image_->LinkAddress(ip).value_or(ip)),
-                                   image_->FileAt(ip), ip, true,
+                                   OneFile(image_->FileAt(ip)), ip, true,
                                    {FunctionKey::kAddress, static_cast<int64_t>(ip)});
   }
   return it->second;
@@ -705,20 +705,23 @@ uint32_t CallStack::FunctionAt(uint64_t ip) {
     cache_symbol_ = image_->SymbolAt(ip, &cache_);
     cache_function_ = cache_symbol_ >= 0 ? SymbolFunction(cache_symbol_) : 0;
     cache_file_ = cache_symbol_ >= 0 ? static_cast<int>(image_->symbols()[cache_symbol_].image)
-                                     : image_->FileAt(ip);
+                                     : OneFile(image_->FileAt(ip));
   }
   if (cache_symbol_ >= 0) return cache_function_;
   return Unnamed(cache_file_);
 }
 
+// One file however many pieces it came in (sweep 31a F4: each block of JIT code captured on its
+// own was [anon], not the function its frame was named by): the file Unnamed and the functions
+// named by an address are given, once per lookup (the memo's, FunctionAt's cache), not per block.
+int CallStack::OneFile(int file) const {
+  return file < 0 ? file : static_cast<int>(image_->FirstOfName(static_cast<uint32_t>(file)));
+}
+
 uint32_t CallStack::Unnamed(int file) {
-  // One file however many pieces it came in (sweep 31a F4: each block of JIT code captured on
-  // its own was [anon], not the function its frame was named by).
-  if (file >= 0) file = static_cast<int>(image_->FirstOfName(static_cast<uint32_t>(file)));
   if (!frames_.empty()) {
     const Function& top = functions_[frames_.back().function];
-    if (top.from_address && top.image == image_ && top.file >= 0 &&
-        static_cast<int>(image_->FirstOfName(static_cast<uint32_t>(top.file))) == file) {
+    if (top.from_address && top.image == image_ && top.file == file) {
       return frames_.back().function;
     }
   } else if (base_) {
@@ -741,10 +744,7 @@ int64_t CallStack::BaseTopFunction(const FunctionKey& key, size_t depth) const {
   if (depth > 0) {
     const uint32_t f = frames_[depth - 1].function;
     const Function& top = functions_[f];
-    if (top.from_address && top.image == image_ && top.file >= 0 &&
-        static_cast<int>(image_->FirstOfName(static_cast<uint32_t>(top.file))) == file) {
-      return f;
-    }
+    if (top.from_address && top.image == image_ && top.file == file) return f;
   }
   return FindFunction({FunctionKey::kUnknown, file});
 }

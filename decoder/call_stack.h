@@ -297,8 +297,11 @@ class CallStack {
   uint32_t Untraced();
   uint32_t CallTarget(uint64_t ip);
   uint32_t FunctionAt(uint64_t ip);
-  // FunctionAt of an address without a symbol, in `file`: the function of the frame on top
-  // when that was named by its address in the same file, else Unknown(file). Chunk mode, with
+  // The first file of `file`'s name (ProgramImage::FirstOfName), or `file` when < 0: the file
+  // code without a symbol is named by.
+  int OneFile(int file) const;
+  // FunctionAt of an address without a symbol, in `file` (OneFile's): the function of the frame on
+  // top when that was named by its address in the same file, else Unknown(file). Chunk mode, with
   // no frame of C: BaseTop(file), which the merge resolves.
   uint32_t Unnamed(int file);
   // The frame a jump into the middle of `f` at `ip` lands in: the one that called setjmp
