@@ -184,6 +184,8 @@ struct Thread {
   uint64_t moved = 0;     // encoder bytes handed to the ring
   uint64_t moved_at = 0;  // Now() of the last Move
   uint64_t timed_at = 0;  // Now() of the last TSC packet of GiveTime
+  // Now() at the entry of the system call it is in, when that entry gave no time (else 0).
+  uint64_t untimed_call_at = 0;
   uint32_t blocks = 0;
   std::vector<Event> events;
   // An asynchronous signal arrived after a branch whose outcome only the signal frame knows
@@ -522,7 +524,7 @@ bool FilterEvent(const Thread& t, Event& e) {
   }
 }
 
-void GiveTime(Thread& t, bool always = false);
+bool GiveTime(Thread& t, bool always = false, uint64_t now = Now());
 
 // Signals' branches that may wait for their frames at once, and events each may hold.
 constexpr size_t kMaxPending = 16;
@@ -554,12 +556,13 @@ void Add(Thread& t, const Event& event) {
   if (e.kind == EventKind::kEnable && !t.replaying) GiveTime(t);
 }
 
-// The time now as a TSC packet, if kTimeNs passed since the last one given here (or `always`).
-void GiveTime(Thread& t, bool always) {
-  const uint64_t now = Now();
-  if (!always && now - t.timed_at < kTimeNs) return;
+// The time `now` as a TSC packet, if kTimeNs passed since the last one given here (or
+// `always`). Whether it gave one.
+bool GiveTime(Thread& t, bool always, uint64_t now) {
+  if (!always && now - t.timed_at < kTimeNs) return false;
   t.timed_at = now;
   Add(t, Event::Time(now));
+  return true;
 }
 
 void AddAll(Thread& t) {
@@ -1810,7 +1813,9 @@ void OnSyscall(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, uint64_t a1,
     // instructions since the last TSC (a short program's whole main, a thread's last ones
     // before exit) would get no time.
     t->syscall_ip = t->prev->last_ip;
-    GiveTime(*t, /*always=*/num == kSysExit || num == kSysExitGroup);
+    const uint64_t now = Now();
+    const bool timed = GiveTime(*t, /*always=*/num == kSysExit || num == kSysExitGroup, now);
+    t->untimed_call_at = timed ? 0 : now;
     Add(*t, Event::Disable(t->syscall_ip, 0, /*suppress_ip=*/true));
     t->in_syscall = true;
   }
@@ -1875,8 +1880,18 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
     ptk::QemuRegionHeader* h = Header();
     h->forked_pids[h->forks.fetch_add(1) % ptk::kQemuForkedPids].store(static_cast<uint32_t>(ret));
   }
-  if (!t->traced || ret < 0) return;
   const uint64_t now = Now();
+  if (t->traced && t->untimed_call_at != 0 && now - t->untimed_call_at >= kTimeNs) {
+    // A call that waited (nanosleep, read) whose entry gave no time, the last TSC being less
+    // than kTimeNs before it: the entry's time now, between its TIP.PGD and the TIP.PGE, so that
+    // the wait is the call's. Without it the time from that TSC to the return went to the
+    // instructions before the call (a 300 ms nanosleep soon after a sigprocmask: 274 ms went
+    // to the 500 instructions between them, 8 ms to nanosleep).
+    t->timed_at = t->untimed_call_at;
+    Add(*t, Event::Time(t->untimed_call_at));
+  }
+  t->untimed_call_at = 0;
+  if (!t->traced || ret < 0) return;
   if (num == kSysMmap && (t->args[2] & PROT_EXEC) != 0) {
     std::string path;
     const int fd = static_cast<int>(t->args[4]);

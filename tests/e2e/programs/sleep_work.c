@@ -3,7 +3,9 @@
 // A little work, 300 ms asleep in nanosleep, a little work (qemu_emulate_cli_test: the time
 // of a system call's return; sweep 30a F2). With the argument "longjmp", first a SIGALRM in a
 // loop of conditional branches whose handler siglongjmps out (its branch never resolved: the
-// plugin holds the events after it, with their times).
+// plugin holds the events after it, with their times). With "again", first a 1 ms nap and
+// the work again, so that the long nap comes soon after the short one's return: its entry
+// gives no time (the plugin's last TSC is less than 100 us before it).
 #include <setjmp.h>
 #include <signal.h>
 #include <string.h>
@@ -42,6 +44,11 @@ int main(int argc, char** argv) {
   }
   const struct timespec nap = {0, 300 * 1000 * 1000};
   work(100);
+  if (argc > 1 && strcmp(argv[1], "again") == 0) {
+    const struct timespec short_nap = {0, 1000 * 1000};
+    nanosleep(&short_nap, 0);
+    work(100);
+  }
   nanosleep(&nap, 0);
   work(100);
   return 0;
