@@ -22,16 +22,17 @@ bool IsCpuFilter(const std::string& cpu) {
   return !cpu.empty() && cpu.find('/') == std::string::npos;
 }
 
-// The recording CPU (`cpu`: FAMILY/MODEL[/STEPPING] or "") and the timing flags.
-absl::StatusOr<TraceConfig> TraceConfigFromFlags(const DecodeFlags& f, const std::string& cpu) {
-  TraceConfig config;
+// The recording CPU (`cpu`: FAMILY/MODEL[/STEPPING] or "") and the timing flags given.
+absl::StatusOr<TraceConfigOverride> TraceConfigFromFlags(const DecodeFlags& f,
+                                                         const std::string& cpu) {
+  TraceConfigOverride config;
   if (!cpu.empty()) {
     auto parsed = ParseCpu(cpu);
     if (!parsed.ok()) return parsed.status();
     config.cpu = *parsed;
   }
-  config.mtc_freq = static_cast<uint8_t>(f.mtc_freq);
-  config.nom_freq = static_cast<uint8_t>(f.nom_freq);
+  if (f.mtc_freq) config.mtc_freq = static_cast<uint8_t>(*f.mtc_freq);
+  if (f.nom_freq) config.nom_freq = static_cast<uint8_t>(*f.nom_freq);
   config.cpuid_0x15_eax = f.cpuid_eax;
   config.cpuid_0x15_ebx = f.cpuid_ebx;
   return config;
@@ -194,7 +195,7 @@ absl::StatusOr<RawInputSpec> RawInputSpecFromFlags(const DecodeFlags& f) {
   for (const std::string& s : f.pages) spec.page_dumps.push_back(ParsePageDumpSpec(s));
   auto config = TraceConfigFromFlags(f, f.cpu);
   if (!config.ok()) return config.status();
-  spec.config = *config;
+  spec.config = config->Over(TraceConfig{});  // a raw trace has no metadata
   return spec;
 }
 
@@ -270,11 +271,9 @@ absl::StatusOr<ContainerOptions> ContainerOptionsFromFlags(const DecodeFlags& f,
     if (!n.ok()) return n.status();
     options.snapshot = *n;
   }
-  if (!cpu.empty() || f.mtc_freq || f.nom_freq || f.cpuid_eax || f.cpuid_ebx) {
-    auto config = TraceConfigFromFlags(f, cpu);
-    if (!config.ok()) return config.status();
-    options.config = *config;
-  }
+  auto config = TraceConfigFromFlags(f, cpu);
+  if (!config.ok()) return config.status();
+  options.config = *config;
   return options;
 }
 

@@ -40,8 +40,9 @@ struct DecodeFlags {
   std::string time;      // FROM,TO in TSC units
   std::string tid;       // recording: a thread id
   std::string snapshot;  // recording: a snapshot number
-  unsigned mtc_freq = 0, nom_freq = 0;
-  uint32_t cpuid_eax = 0, cpuid_ebx = 0;
+  // Given or not (a recording's metadata says them otherwise).
+  std::optional<unsigned> mtc_freq, nom_freq;
+  std::optional<uint32_t> cpuid_eax, cpuid_ebx;
   bool json = false;
   bool disasm = false;          // insn
   bool srcline = false;         // insn, branches, calls

@@ -292,6 +292,26 @@ Recording RecordingBuilder::Finish() {
       }
     }
   }
+  if (const RecordingMetadata& m = r_.metadata; !r_.bts && m.pmu && m.pmu->name == "intel_pt" &&
+                                                !m.emulated && !m.emulation && !m.synthesizer &&
+                                                !options_.config.Over(r_.config).cpu &&
+                                                (!m.cpu || !m.cpu->family || !m.cpu->model)) {
+    // A trace of hardware, decoded without the errata of its CPU (sweep 29b S7: a perf.data
+    // whose CPUID was cut or garbled said nothing of it). Another vendor's CPU with a family
+    // and model ran no Intel PT (an emulated recording exported to perf.data): no errata.
+    const std::string said = m.cpu && m.cpu->vendor
+                                 ? fmt::format(
+                                       "it names \"{}\", not a CPU's vendor, family "
+                                       "and model",
+                                       *m.cpu->vendor)
+                                 : std::string("it names none");
+    r_.warnings.push_back(fmt::format(
+        "{}: the recording CPU is not known ({}): decoded without the workarounds for its "
+        "Intel PT errata, so a trace of a CPU with errata may give decode errors; give it: "
+        "--cpu FAMILY/MODEL[/STEPPING] (\"cpu family\", \"model\" and \"stepping\" in "
+        "/proc/cpuinfo of the machine that recorded it)",
+        r_.name, said));
+  }
   if (repoked_) {
     r_.warnings.push_back(fmt::format(
         "{}: code run from no file (JIT code) was written again over code written before {} "
@@ -1063,7 +1083,7 @@ void RecordingImages::DropGraphs(uint32_t pid) {
 absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const RecordingOptions& options,
                                              Sink& sink, RecordingImages* shared_images) {
   const std::string& path = r.name;
-  const TraceConfig config = options.config ? *options.config : r.config;
+  const TraceConfig config = options.config.Over(r.config);
   if (shared_images != nullptr && !shared_images->Fit(r, options)) {
     return absl::InvalidArgumentError(
         absl::StrCat(path,
@@ -1231,7 +1251,7 @@ absl::Status DumpRecordingPackets(const Recording& r, const RecordingOptions& op
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": an intel_bts recording has branch records, not Intel PT packets"));
   }
-  const TraceConfig config = options.config ? *options.config : r.config;
+  const TraceConfig config = options.config.Over(r.config);
   std::vector<Selected> selected = SelectStreams(r, options, config);
   if (selected.empty() && Filtered(options)) {
     return absl::NotFoundError(NothingSelected(path, r, options));

@@ -69,7 +69,7 @@ struct RecordingOptions {
   std::optional<uint64_t> cpu;
   std::optional<uint32_t> tid;
   std::optional<uint64_t> snapshot;
-  std::optional<TraceConfig> config;  // overrides what the metadata says
+  TraceConfigOverride config;  // over what the metadata says
   // Where AUX bytes and captured code are spooled while decoding; "" for $TMPDIR, else /tmp.
   std::string spool_dir;
   // Captured code kept for decoding, in bytes (tests set less).
@@ -137,7 +137,7 @@ struct AuxSample {
 struct Recording {
   std::string name;            // the file it was read from, for messages
   RecordingMetadata metadata;  // merged (ptkit-format(5)), validated
-  TraceConfig config;          // what the metadata says (options.config overrides it)
+  TraceConfig config;          // what the metadata says (options.config goes over it)
   Sideband timeline;
   std::vector<RawSideband> sideband;  // the kernel records read, in file order (for export)
   std::map<StreamKey, RecordedStream> streams;  // those the reader's options may select

@@ -210,7 +210,7 @@ absl::StatusOr<SamplesTotals> PrintSamples(const Recording& r, const RecordingOp
     return absl::InvalidArgumentError(
         fmt::format("{}: samples of an intel_bts recording cannot be decoded", r.name));
   }
-  const TraceConfig config = options.config ? *options.config : r.config;
+  const TraceConfig config = options.config.Over(r.config);
   Output out(file);
   Buffer& buf = out.buf();
   auto it = std::back_inserter(buf);

@@ -87,6 +87,15 @@ absl::StatusOr<uint64_t> ParseUint(std::string_view text, uint64_t max, std::str
   return ptkit::ParseUint(text, max, what);
 }
 
+TraceConfig TraceConfigOverride::Over(TraceConfig recorded) const {
+  if (cpu) recorded.cpu = cpu;
+  if (mtc_freq) recorded.mtc_freq = *mtc_freq;
+  if (nom_freq) recorded.nom_freq = *nom_freq;
+  if (cpuid_0x15_eax) recorded.cpuid_0x15_eax = *cpuid_0x15_eax;
+  if (cpuid_0x15_ebx) recorded.cpuid_0x15_ebx = *cpuid_0x15_ebx;
+  return recorded;
+}
+
 absl::StatusOr<pt_cpu> ParseCpu(std::string_view text) {
   std::vector<std::string_view> parts;
   for (size_t start = 0;;) {

@@ -24,6 +24,17 @@ struct TraceConfig {
   uint32_t cpuid_0x15_ebx = 0;
 };
 
+// What decode options say of the configuration, over what a recording's metadata says: each
+// field given replaces the recording's, the others keep it (`--cpu 6/78` on a perf.data with MTC
+// packets kept its MTC period and CTC ratio: the time changed).
+struct TraceConfigOverride {
+  std::optional<pt_cpu> cpu;
+  std::optional<uint8_t> mtc_freq, nom_freq;
+  std::optional<uint32_t> cpuid_0x15_eax, cpuid_0x15_ebx;
+
+  TraceConfig Over(TraceConfig recorded) const;
+};
+
 // Parses "FAMILY/MODEL[/STEPPING]" (decimal or 0x-hex) into an Intel pt_cpu.
 // Errors: kInvalidArgument naming the text.
 absl::StatusOr<pt_cpu> ParseCpu(std::string_view text);

@@ -251,6 +251,31 @@ INSTANTIATE_TEST_SUITE_P(Modes, PerfRecordTest, ::testing::Values("file", "pipe"
 // A group perf 6.1 records here (`perf record -e '{dummy,task-clock}'`, its HEADER_GROUP_DESC):
 // ptdecode info shows its leader and members as `perf evlist -g` does, and the export of the
 // file keeps it, so perf shows the same group there.
+// A hardware recording whose CPU is not known decodes without errata workarounds, and says so
+// with what to do (sweep 29b S7: a garbled CPUID feature said nothing); --cpu names it.
+TEST(PtdecodePerfDataTest, AnUnknownCpuIsSaidWithWhatToDo) {
+  const std::string file = kData + "perf.data.intel_pt-4.14";
+  PTKIT_NEED(file);
+  auto r = RunCommand({PTDECODE_PATH, "stats", file});
+  EXPECT_THAT(r.err, Not(HasSubstr("CPU is not known"))) << "it has GenuineIntel,6,78,3";
+  std::ifstream in(file, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t at = bytes.find("GenuineIntel,6,78,3");
+  ASSERT_NE(at, std::string::npos);
+  bytes.replace(at, 19, std::string(19, '?'));
+  testing::TempDir dir;
+  const std::string garbled = dir.File("garbled.data");
+  std::ofstream(garbled, std::ios::binary) << bytes;
+  r = RunCommand({PTDECODE_PATH, "stats", garbled});
+  EXPECT_THAT(r.err, HasSubstr("garbled.data: the recording CPU is not known (it names "
+                               "\"???????????????????\", not a CPU's vendor, family and model): "
+                               "decoded without the workarounds for its Intel PT errata"))
+      << r.err;
+  EXPECT_THAT(r.err, HasSubstr("give it: --cpu FAMILY/MODEL[/STEPPING]"));
+  r = RunCommand({PTDECODE_PATH, "stats", "--cpu", "6/78/3", garbled});
+  EXPECT_THAT(r.err, Not(HasSubstr("CPU is not known"))) << r.err;
+}
+
 TEST(PtdecodePerfDataTest, InfoAndExportKeepTheEventGroup) {
   if (!std::filesystem::exists(kPerf)) GTEST_SKIP() << kPerf << " is absent (linux-perf)";
   testing::TempDir dir;

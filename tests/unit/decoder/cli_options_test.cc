@@ -122,7 +122,8 @@ TEST(ContainerOptionsFromFlags, Filters) {
   EXPECT_EQ(options->cpu, 2u);
   EXPECT_EQ(options->tid, 16u);
   EXPECT_EQ(options->snapshot, 1u);
-  EXPECT_FALSE(options->config.has_value()) << "no configuration flag: the metadata's";
+  EXPECT_FALSE(options->config.cpu.has_value()) << "no configuration flag: the metadata's";
+  EXPECT_FALSE(options->config.mtc_freq.has_value());
 }
 
 TEST(ContainerOptionsFromFlags, ConfigurationOverridesTheMetadata) {
@@ -131,15 +132,18 @@ TEST(ContainerOptionsFromFlags, ConfigurationOverridesTheMetadata) {
   ASSERT_THAT(options.status(), IsOk());
   EXPECT_EQ(options->buildid_dir, "/mine");
   EXPECT_FALSE(options->cpu.has_value()) << "FAMILY/MODEL is the recording CPU, no filter";
-  ASSERT_TRUE(options->config.has_value());
-  ASSERT_TRUE(options->config->cpu.has_value());
-  EXPECT_EQ(options->config->cpu->model, 142);
+  ASSERT_TRUE(options->config.cpu.has_value());
+  EXPECT_EQ(options->config.cpu->model, 142);
+  EXPECT_FALSE(options->config.mtc_freq.has_value()) << "the recording's";
 
   options = ContainerOptionsFromFlags(Decode({"trace.pt", "--mtc-freq", "3"}), "");
   ASSERT_THAT(options.status(), IsOk());
-  ASSERT_TRUE(options->config.has_value());
-  EXPECT_EQ(options->config->mtc_freq, 3);
-  EXPECT_FALSE(options->config->cpu.has_value());
+  EXPECT_EQ(options->config.mtc_freq, 3);
+  EXPECT_FALSE(options->config.cpu.has_value());
+  // 0 is a period too (MTC at every crystal clock tick), given or not.
+  options = ContainerOptionsFromFlags(Decode({"trace.pt", "--mtc-freq", "0"}), "");
+  ASSERT_THAT(options.status(), IsOk());
+  EXPECT_EQ(options->config.mtc_freq, 0);
 }
 
 TEST(ContainerOptionsFromFlags, UsageErrors) {

@@ -68,5 +68,42 @@ TEST(SwptPtdecodeE2eTest, SynthesizedContainerDecodesToTheGroundTruth) {
   }
 }
 
+// Runs `command` and returns its standard output.
+std::string Output(const std::string& command) {
+  std::string out;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (!pipe) return out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) out.append(buf, n);
+  pclose(pipe);
+  return out;
+}
+
+// A decode option of the configuration replaces only what it names: --cpu (the errata) keeps
+// the recording's MTC period and CTC ratio (they were reset to 0, and the time of a trace timed
+// by MTC packets changed: main 4350 -> 4262 ticks of folded --weight=time).
+TEST(SwptPtdecodeE2eTest, CpuGivenKeepsTheRecordedTiming) {
+  PTKIT_ASSERT_OK_AND_ASSIGN(
+      Synthesizer synth,
+      Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O2_pie"));
+  SynthOptions options;
+  options.max_insns = 200000;
+  options.seed = 3;
+  options.tick_every = 50;
+  options.pt.tsc = true;
+  options.pt.mtc = true;
+  PTKIT_ASSERT_OK_AND_ASSIGN(SynthResult r, synth.Walk(options));
+  const std::string path =
+      ::testing::TempDir() + "/swpt_e2e_" + std::to_string(getpid()) + "_mtc.pt";
+  ASSERT_THAT(WriteSynthContainer(path, synth.image(), options, r), IsOk());
+  const std::string folded = absl::StrCat(PTDECODE_PATH, " folded --weight=time ");
+  const std::string recorded = Output(folded + path);
+  ASSERT_THAT(recorded, ::testing::HasSubstr("main;eval_tree "));
+  EXPECT_EQ(Output(folded + "--cpu 6/78/3 " + path), recorded);
+  // (The MTC period matters: another one gives other times.)
+  EXPECT_NE(Output(folded + "--mtc-freq 5 " + path), recorded);
+  unlink(path.c_str());
+}
+
 }  // namespace
 }  // namespace ptkit::swpt
