@@ -85,10 +85,16 @@ TEST(WorkloadTest, DestructorKillsTheChildsDescendants) {
     ASSERT_EQ(started.size(), 3u);
   }
   for (pid_t pid : started) {
-    // Gone, or a zombie until init reaps it.
-    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    // Gone, or a zombie until init reaps it (the SIGKILL is sent; under load a process may
+    // take a moment to die of it: up to 5 s).
     std::string text;
-    std::getline(stat, text);
+    for (int i = 0; i < 500; ++i, usleep(10000)) {
+      std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+      text.clear();
+      std::getline(stat, text);
+      const size_t close = text.rfind(')');
+      if (close == std::string::npos || text.substr(close + 2, 1) == "Z") break;
+    }
     const size_t close = text.rfind(')');
     EXPECT_TRUE(close == std::string::npos || text.substr(close + 2, 1) == "Z")
         << pid << ": " << text;
