@@ -1158,13 +1158,18 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
       PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(piece.run));
       out.SetView(&view, piece.aux_offset);
       const ProgramImage& now = switcher ? *switcher->current() : *s.info.image;
+      // The switcher is at the stream's program (a trace whose time is before the exec, e.g.
+      // damaged, starts at the one before: it would switch, and the workers' images, the
+      // stream's, would not be the merge's; fuzzer: UBSan in CallStack::Unknown, a file index
+      // of one image into the other's empty list).
+      const bool stays = still && &now == s.info.image;
       const uint64_t chunk_bytes =
           worker_images.empty() ? 0 : ChunkBytesFor(out, now, parallel, view.bytes(), config);
       if (r.bts) {
         // A snapshot's offsets are not the ring's (AddSnapshot).
         const uint64_t ring = s.key->snapshot < 0 ? bts_ring : 0;
         PTKIT_RETURN_IF_ERROR(DecodeBtsInto(view.bytes(), now, out, into, piece.aux_offset, ring));
-      } else if ((!switcher || still) && chunk_bytes != 0 && view.bytes().size() > chunk_bytes) {
+      } else if ((!switcher || stays) && chunk_bytes != 0 && view.bytes().size() > chunk_bytes) {
         if (workers.empty()) {
           for (auto& cache : worker_images) {
             PTKIT_ASSIGN_OR_RETURN(workers.emplace_back(), cache->For(s.info.pid, s.epoch));
@@ -1172,15 +1177,15 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
         }
         PTKIT_RETURN_IF_ERROR(DecodeInParallel(view.bytes(), config, now, workers, out, into,
                                                piece.aux_offset, chunk_bytes,
-                                               /*stats=*/nullptr, /*follow_time=*/still));
+                                               /*stats=*/nullptr, /*follow_time=*/stays));
       } else if (const OneThread plan =
-                     !switcher || still
+                     !switcher || stays
                          ? PlanOneThread(view.bytes(), config, out, now, piece.aux_offset)
                          : OneThread{};
                  plan.chunk_bytes != 0) {
         PTKIT_RETURN_IF_ERROR(DecodeInChunksAlone(view.bytes(), config, now, out, into,
                                                   piece.aux_offset, plan.chunk_bytes,
-                                                  /*stats=*/nullptr, /*follow_time=*/still));
+                                                  /*stats=*/nullptr, /*follow_time=*/stays));
       } else {
         canonical.SetImage(now);
         PTKIT_RETURN_IF_ERROR(DecodeInto(view.bytes(), config, now, flow, into, piece.aux_offset,

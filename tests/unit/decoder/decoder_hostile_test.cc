@@ -362,6 +362,32 @@ TEST(DecoderHostileTest, ChunksOfALoopWithinOnePacketStitchInLinearTime) {
   std::filesystem::remove_all(sysroot);
 }
 
+// A decode fuzzer input (tests/fuzz/corpus/decode/switcher_before_exec.pt, 12 KB): a thread's
+// stream of its last program whose trace time is before that program's exec. It was decoded in
+// parallel (a stream whose program never changes) though the switcher started at the program
+// before: the workers decoded with the stream's image (one file), the merge's model had the
+// other (none), and a chunk's file index went into its empty list (UBSan; SIGSEGV in
+// `folded -j 2 --chunk-size 1024`). Such a stream decodes on one thread, with the switcher.
+TEST(DecoderHostileTest, AStreamTimedBeforeItsExecDecodesAsOnOneThread) {
+  const std::string input = FUZZ_CORPUS_DIR "/decode/switcher_before_exec.pt";
+  const std::string sysroot = ::ptkit::decoder::testing::TempPath("empty_sysroot_exec");
+  std::filesystem::create_directories(sysroot);
+  for (const char* output : {"folded", "stats", "calls"}) {
+    SCOPED_TRACE(output);
+    std::string out[2];
+    for (int j : {0, 1}) {
+      CommandResult r =
+          RunPtdecode(fmt::format("{} --sysroot {} {}{}", output, sysroot,
+                                  j == 0 ? "-j 1 " : "-j 2 --chunk-size 1024 ", input));
+      ASSERT_EQ(r.exit_code, 0) << r.err;
+      out[j] = r.out;
+    }
+    EXPECT_FALSE(out[0].empty());
+    EXPECT_EQ(out[0], out[1]) << "-j 2 decoded otherwise";
+  }
+  std::filesystem::remove_all(sysroot);
+}
+
 // Issue 12 item 7: 400 MMAP2 records of libc at different addresses took 98 s, every mapping
 // re-sorting all the symbols so far (quadratic). The symbols are now sorted once, at the first
 // lookup; ctest's TIMEOUT fails the quadratic version. nm names the oracle addresses.
