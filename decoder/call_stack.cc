@@ -66,6 +66,7 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
     if (fn.returns_twice && beyond_ == 0) {
       if (!frames_.empty()) {
         frames_.back().setjmp_return = return_address;
+        frames_.back().setjmp_landed = false;
       } else if (base_) {
         failed_ = true;  // chunk mode: the caller's frame is B's, which this chunk cannot mark
       }
@@ -885,16 +886,27 @@ size_t CallStack::LandingFrame(uint32_t f, uint64_t ip) {
   if (functions_[f].active != 0) {
     // A longjmp to where setjmp returned lands in the frame that called it (sweep 30c F2: in a
     // recursive function, the innermost frame of it was taken, the frames between left open,
-    // 7 more per longjmp of an interpreter's error loop).
+    // 7 more per longjmp of an interpreter's error loop): the innermost one no longjmp landed in
+    // since its setjmp (sweep 33a F1: a TRY/FINALLY chain's rethrow to the level below, and C
+    // cleanup handlers under pthread_exit, each longjmp to the next frame's setjmp at the same
+    // address, all landed in the innermost: "main;level x 5;finally_" for every level).
     for (size_t i = n; i-- > 0;) {
-      if (frames_[i].setjmp_return == ip) {
-        if (frames_[i].function == f) return i;
-        break;
+      if (frames_[i].setjmp_return == ip && !frames_[i].setjmp_landed) {
+        if (frames_[i].function != f) break;
+        frames_[i].setjmp_landed = true;
+        return i;
       }
     }
     if (base_ && AfterCallOf(ip, &Function::returns_twice)) {
       failed_ = true;  // chunk mode: the frame that called setjmp may be B's
       return n;
+    }
+    // Else where one landed before (setjmp once, longjmp again and again).
+    for (size_t i = n; i-- > 0;) {
+      if (frames_[i].setjmp_return == ip) {
+        if (frames_[i].function == f) return i;
+        break;
+      }
     }
   }
   // An exception lands in the innermost frame whose call's call site has that landing pad, as

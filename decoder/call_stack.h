@@ -66,6 +66,10 @@ struct Frame {
   uint32_t renamed_from = kNone;
   // Its last rename went on at the function's first instruction, counted as a call of it.
   bool entered = false;
+  // A longjmp landed at setjmp_return since that call: the next one there goes to a frame below
+  // that called setjmp since (a TRY/FINALLY chain rethrowing level by level, C cleanup handlers
+  // under pthread_exit), if any; else here again (an error loop's one setjmp).
+  bool setjmp_landed = false;
   uint64_t entry_tsc = 0;  // the decoder's time at the call
   // The return address of its last call of a Function::returns_twice one (0: none): where a
   // longjmp to this frame lands.

@@ -1917,6 +1917,48 @@ TEST_F(QemuEmulateTest, ALongjmpLandsInTheFrameThatCalledSetjmp) {
   EXPECT_LE(calls - returns, 10u) << stats.out.substr(0, 400);
 }
 
+// Every stack gdb shows at each hit of a breakpoint at `function`, outermost first from the
+// first frame named `root` ("main", "start_thread"), as folded writes them.
+std::set<std::string> GdbStacksAtEachHit(const std::string& script_path,
+                                         const std::vector<std::string>& command,
+                                         const std::string& function, const std::string& root);
+
+// A longjmp to the setjmp of a frame below lands there, not in the innermost frame whose setjmp
+// was at the same address: a TRY/FINALLY chain rethrowing level by level, and the C cleanup
+// handlers pthread_exit runs (glibc longjmps to each level's pthread_cleanup_push in turn; sweep
+// 33a F1: every FINALLY and cleanup ran at the innermost level, "main;level x 5;finally_" for
+// each of the five, and every frame the longjmps left stayed). As gdb's stacks at each hit.
+TEST_F(QemuEmulateTest, EachLongjmpOfAChainLandsInItsOwnFrame) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_longjmp_frames";
+  struct Case {
+    std::string mode, function, root;
+  };
+  for (const Case& c : {Case{"chain", "finally_", "main"}, Case{"cleanup", "cleanup", "worker"}}) {
+    SCOPED_TRACE(c.mode);
+    Recorded r = Record(c.mode, {program, c.mode, "2"}, false);
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+    ASSERT_EQ(folded.exit_code, 0) << folded.err;
+    std::set<std::string> decoded;
+    std::istringstream lines(folded.out);
+    for (std::string line; std::getline(lines, line);) {
+      const std::string stack = line.substr(0, line.rfind(' '));
+      if (!stack.ends_with(";" + c.function)) continue;
+      const size_t root = stack.find(";" + c.root + ";");
+      ASSERT_NE(root, std::string::npos) << line;
+      decoded.insert(stack.substr(root + 1));
+    }
+    const std::set<std::string> gdb =
+        GdbStacksAtEachHit(dir_->File(c.mode + ".gdb"), {program, c.mode, "1"}, c.function, c.root);
+    EXPECT_EQ(gdb.size(), c.mode == "chain" ? 5u : 6u) << absl::StrJoin(gdb, "\n");
+    EXPECT_EQ(decoded, gdb) << folded.out;
+    auto parallel = RunCommand({PTDECODE_PATH, "folded", "-j2", "--chunk-size", "512", r.trace});
+    ASSERT_EQ(parallel.exit_code, 0) << parallel.err;
+    EXPECT_EQ(parallel.out, folded.out);
+  }
+}
+
 // A C++ exception lands in the frame whose call's call site has its landing pad (the LSDA's
 // call-site table), as gdb's backtrace in the handler shows, also in a lower frame of a
 // recursion (sweep 30c F2: the innermost parse frame was taken, "main;parse x 10;caught" where
@@ -2075,6 +2117,32 @@ std::vector<std::string> GdbFrames(const std::string& out) {
     frames.push_back(name == "<signal" ? "<signal>" : name);
   }
   return frames;
+}
+
+std::set<std::string> GdbStacksAtEachHit(const std::string& script_path,
+                                         const std::vector<std::string>& command,
+                                         const std::string& function, const std::string& root) {
+  std::ofstream(script_path) << "set pagination off\nbreak " << function
+                             << "\ncommands\nsilent\nbt\ncont\nend\nrun\n";
+  std::vector<std::string> argv = {"/usr/bin/gdb", "-q",        "-batch", "-nx",
+                                   "-x",           script_path, "--args"};
+  argv.insert(argv.end(), command.begin(), command.end());
+  const std::string out = RunCommand(argv).out;
+  std::set<std::string> stacks;
+  // Each hit's frames begin at its "#0 ".
+  for (size_t at = out.find("#0 "); at != std::string::npos;) {
+    const size_t next = out.find("\n#0 ", at);
+    const std::string one =
+        out.substr(at, next == std::string::npos ? std::string::npos : next + 1 - at);
+    std::vector<std::string> frames = GdbFrames(one);  // innermost first
+    const auto r = std::find(frames.begin(), frames.end(), root);
+    if (r != frames.end()) {
+      std::vector<std::string> outward(std::make_reverse_iterator(r + 1), frames.rend());
+      stacks.insert(absl::StrJoin(outward, ";"));
+    }
+    at = next == std::string::npos ? next : next + 1;
+  }
+  return stacks;
 }
 
 TEST_F(QemuEmulateTest, ASignalHandlerGetsAFrameOfItsOwn) {

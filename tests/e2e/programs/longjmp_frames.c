@@ -11,9 +11,19 @@
 //                               cold part (cold_rec.cold, which jumps back into it), and
 //                               returns; then mid() 5 times (built with
 //                               -freorder-blocks-and-partition)
+//   longjmp_frames chain N      level(4) recurses to level(0), each level's setjmp a TRY; the
+//                               innermost throws, and each level's FINALLY (finally_) runs and
+//                               rethrows to the level below, as C exception libraries and
+//                               interpreters' ensure chains do; N times (sweep 33a F1)
+//   longjmp_frames cleanup N    a thread's inner(5) recurses to inner(0), each with a C cleanup
+//                               handler (pthread_cleanup_push: a setjmp); inner(0) calls
+//                               pthread_exit, whose unwinding longjmps to each level's handler
+//                               in turn; N threads one after the other
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 static jmp_buf env;
 static volatile int landings, leaves;
@@ -63,6 +73,52 @@ __attribute__((noinline)) void cold_rec(int d) {
   ++sink;
 }
 
+// A TRY frame: its jmp_buf and the one below (the chain a throw unwinds).
+struct try_frame {
+  jmp_buf jb;
+  struct try_frame* prev;
+};
+static struct try_frame* top;
+
+__attribute__((noinline, noreturn)) void throw_(int code) {
+  struct try_frame* f = top;
+  top = f->prev;
+  longjmp(f->jb, code);
+}
+
+__attribute__((noinline)) void finally_(int d) { sink += d; }
+
+__attribute__((noinline)) int level(int d) {
+  struct try_frame f;
+  f.prev = top;
+  top = &f;
+  const int code = setjmp(f.jb);
+  if (code == 0) {
+    if (d == 0) throw_(42);
+    level(d - 1);
+    top = f.prev;
+    return 0;
+  }
+  finally_(d);
+  if (d < 4) throw_(code);
+  return code;
+}
+
+__attribute__((noinline)) void cleanup(void* d) { sink += (long)d; }
+
+__attribute__((noinline)) void inner(int d) {
+  pthread_cleanup_push(cleanup, (void*)(long)d);
+  if (d == 0) pthread_exit(0);
+  if (d > 0) inner(d - 1);  // (always: the compiler's sake)
+  pthread_cleanup_pop(0);
+}
+
+__attribute__((noinline)) void* worker(void* arg) {
+  (void)arg;
+  inner(5);
+  return 0;
+}
+
 __attribute__((noinline)) void leaf(void) { ++leaves; }
 __attribute__((noinline)) void mid(void) { leaf(); }
 
@@ -71,6 +127,13 @@ int main(int argc, char** argv) {
   const int n = atoi(argv[2]);
   if (argv[1][0] == 'r') {
     for (int i = 0; i < n; ++i) f(1);
+  } else if (strcmp(argv[1], "chain") == 0) {
+    for (int i = 0; i < n; ++i) landings += level(4) == 42;
+  } else if (strcmp(argv[1], "cleanup") == 0) {
+    for (int i = 0; i < n; ++i) {
+      pthread_t t;
+      if (pthread_create(&t, 0, worker, 0) != 0 || pthread_join(t, 0) != 0) return 1;
+    }
   } else if (argv[1][0] == 'c') {
     cold_rec(n);
     for (int i = 0; i < 5; ++i) mid();
