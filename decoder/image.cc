@@ -48,6 +48,14 @@ std::string RustUnescape(std::string_view demangled) {
       {"$GT$", ">"}, {"$LP$", "("}, {"$RP$", ")"}, {"$C$", ","}};
   std::string out;
   for (size_t i = 0; i < demangled.size();) {
+    // A path element that begins with '$' is written with a '_' before it, which is no part of
+    // the name (rustc-demangle drops it: "_$LT$p..G$u20$as$u20$...$GT$" is "<p::G as ...>";
+    // sweep 33a F4: every Rust program's stacks had std::rt::lang_start::_{{closure}}).
+    if ((i == 0 || (i >= 2 && demangled.substr(i - 2, 2) == "::")) &&
+        demangled.substr(i).starts_with("_$")) {
+      ++i;
+      continue;
+    }
     if (demangled.substr(i).starts_with("..")) {
       out += "::";
       i += 2;
