@@ -164,12 +164,17 @@ template <bool kFacts>
   const bool jumped = flowing_;
   const bool returned = pending_return_;
   if (pending_call_ || pending_return_) Arrive<kFacts>(block, facts);
-  const uint32_t f = !kFacts          ? FunctionAt(block.ip)
-                     : facts.by_stack ? Unnamed(facts.file)
-                                      : facts.function;
+  uint32_t f = !kFacts          ? FunctionAt(block.ip)
+               : facts.by_stack ? Unnamed(facts.file)
+                                : facts.function;
   if (returned) FellInto(f, block.ip);
   if (jumped && f != current_) {
     Place(f, block.ip, jumped);
+    // Code without a symbol where a longjmp or an exception landed, in a frame named by its
+    // call target: that frame's code (as Unnamed names it from here).
+    if (!frames_.empty() && frames_.back().function != f && RunsIn(frames_.back(), f)) {
+      f = frames_.back().function;
+    }
   } else if (frames_.empty()) {
     // Chunk mode, code that runs in a frame of B (most blocks of a chunk whose code returns no
     // further than where it began): Place's first case, inline.
@@ -836,9 +841,19 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
     if (base_) failed_ = true;  // chunk mode: renames (or returns to) a frame of B
     return;
   }
-  // (Code without a symbol, "[file]", has no entry to tell its middle by: it is renamed to.)
+  // (Code without a symbol, "[file]", has no entry to tell its middle by: it is renamed to,
+  // unless a longjmp or an exception lands there: where a frame called setjmp, or a landing pad
+  // (sweep 33a F7, F8: a stripped C++ program's catch in its .cold part, a stripped static
+  // function's setjmp, ran on top of every frame the throw or longjmp left, __cxa_throw's).)
+  const Function& to = functions_[f];
   const bool middle =
-      functions_[f].address != 0 && ip != functions_[f].address && frames_.back().renamed_from != f;
+      to.address != 0
+          ? ip != to.address && frames_.back().renamed_from != f
+          : !to.from_address && frames_.back().renamed_from != f &&
+                (std::any_of(frames_.begin(), frames_.end(),
+                             [ip](const Frame& fr) { return fr.setjmp_return == ip; }) ||
+                 AfterCallOf(ip, &Function::returns_twice) ||  // (chunk mode: B's frame's)
+                 landing_pads_.IsPad(*image_, ip));
   if (beyond_ != 0) {
     // Calls beyond kMaxFrames got no frame, so the frame on top is not the running function's:
     // only a longjmp to where a frame called setjmp ends them all (a runaway recursion left by
@@ -859,9 +874,9 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
     if (target < frames_.size()) {
       while (frames_.size() > target + 1) Pop(/*at_end=*/false, /*by_return=*/false);
       // (A landing pad in the function's cold part, f.cold: the frame is renamed to it below.)
-      if (frames_.back().function == f) return;
+      if (RunsIn(frames_.back(), f)) return;
     }
-    if (base_ && functions_[f].active == 0)
+    if (base_ && functions_[f].active == 0 && to.address != 0)
       absent_.push_back({f, epoch_});  // chunk mode: as if f had no frame in B
   }
   if (chunk_) Touch(f);
@@ -881,9 +896,18 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   if (listener_ != nullptr) listener_->OnRename(from, top);
 }
 
+bool CallStack::RunsIn(const Frame& frame, uint32_t f) const {
+  if (frame.function == f) return true;
+  const Function& fn = functions_[f];
+  if (fn.address != 0 || fn.from_address) return false;
+  const Function& runs = functions_[frame.function];
+  return runs.from_address && runs.image == fn.image && runs.file == fn.file;
+}
+
 size_t CallStack::LandingFrame(uint32_t f, uint64_t ip) {
   const size_t n = frames_.size();
-  if (functions_[f].active != 0) {
+  // (Code without a symbol runs in a frame named by its call target: RunsIn.)
+  if (functions_[f].active != 0 || functions_[f].address == 0) {
     // A longjmp to where setjmp returned lands in the frame that called it (sweep 30c F2: in a
     // recursive function, the innermost frame of it was taken, the frames between left open,
     // 7 more per longjmp of an interpreter's error loop): the innermost one no longjmp landed in
@@ -892,7 +916,7 @@ size_t CallStack::LandingFrame(uint32_t f, uint64_t ip) {
     // address, all landed in the innermost: "main;level x 5;finally_" for every level).
     for (size_t i = n; i-- > 0;) {
       if (frames_[i].setjmp_return == ip && !frames_[i].setjmp_landed) {
-        if (frames_[i].function != f) break;
+        if (!RunsIn(frames_[i], f)) break;
         frames_[i].setjmp_landed = true;
         return i;
       }
@@ -904,7 +928,7 @@ size_t CallStack::LandingFrame(uint32_t f, uint64_t ip) {
     // Else where one landed before (setjmp once, longjmp again and again).
     for (size_t i = n; i-- > 0;) {
       if (frames_[i].setjmp_return == ip) {
-        if (frames_[i].function == f) return i;
+        if (RunsIn(frames_[i], f)) return i;
         break;
       }
     }

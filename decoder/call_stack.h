@@ -313,6 +313,9 @@ class CallStack {
   // landing pad (an exception), else f's innermost one; frames_.size() when none. Chunk mode:
   // sets failed_ where the frame may be one of B's.
   size_t LandingFrame(uint32_t f, uint64_t ip);
+  // Whether `frame` runs `f` as the stack names code: f itself, or, for code without a symbol
+  // (Unknown's), a frame named by its call target in the same file (Unnamed names it so).
+  bool RunsIn(const Frame& frame, uint32_t f) const;
   // Whether the instruction before `ip` is a direct call of a function that `is`.
   bool AfterCallOf(uint64_t ip, bool Function::*is);
   // Control left Go's gogo or a context switch for another stack: every frame is left (the

@@ -1849,6 +1849,34 @@ TEST_F(QemuEmulateTest, SignalsWhileAnotherWaitsForItsFrameAreRecorded) {
   }
 }
 
+// The names nm -C gives the functions of `program`, by the names a stripped copy of it (the
+// same code at the same addresses) has in ptdecode's stacks: "sub_1290" -> "parse(int)".
+std::map<std::string, std::string> SubNames(const std::string& program) {
+  std::map<std::string, std::string> names;
+  std::istringstream lines(RunCommand({"/usr/bin/nm", "-C", program}).out);
+  for (std::string line; std::getline(lines, line);) {
+    // "0000000000001290 t (anonymous namespace)::parse(int)"
+    if (line.size() < 20 || line[16] != ' ' ||
+        std::string("tTwW").find(line[17]) == std::string::npos) {
+      continue;
+    }
+    const size_t digits = line.find_first_not_of('0');
+    if (digits >= 16) continue;
+    names.emplace("sub_" + line.substr(digits, 16 - digits), line.substr(19));
+  }
+  return names;
+}
+
+// `stack` (folded, ';' between frames) with each frame named sub_ADDR as `names` names it.
+std::string NameSubs(const std::string& stack, const std::map<std::string, std::string>& names) {
+  if (names.empty()) return stack;
+  std::vector<std::string> frames = absl::StrSplit(stack, ';');
+  for (std::string& frame : frames) {
+    if (auto it = names.find(frame); it != names.end()) frame = it->second;
+  }
+  return absl::StrJoin(frames, ";");
+}
+
 // A longjmp lands in the frame that called setjmp, also in a recursion of one function (sweep
 // 30c F2: f(10) longjmping to f(3)'s setjmp left f(4)..f(10) open, "main;f x 10;landed" where
 // gdb has "main;f;f;f;landed", 7 more stale frames per longjmp of an interpreter's error loop),
@@ -1857,6 +1885,28 @@ TEST_F(QemuEmulateTest, SignalsWhileAnotherWaitsForItsFrameAreRecorded) {
 TEST_F(QemuEmulateTest, ALongjmpLandsInTheFrameThatCalledSetjmp) {
   PTKIT_SKIP_WITHOUT_QEMU();
   const std::string program = E2E_PROGRAM_DIR "/e2e_longjmp_frames";
+  // Also stripped (dynamic: a static program's longjmp would be code without a symbol too),
+  // where the setjmp's frame runs code without a symbol (sweep 33a F7: the longjmp was taken for
+  // a jump, its frames stayed); named by an unstripped build's symbols.
+  {
+    const std::string stripped = program + "_stripped";
+    Recorded r = Record("recursive_stripped", {stripped, "recursive", "50"}, false);
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+    ASSERT_EQ(folded.exit_code, 0) << folded.err;
+    const auto names = SubNames(program + "_unstripped");
+    int landed = 0;
+    std::istringstream lines(folded.out);
+    for (std::string line; std::getline(lines, line);) {
+      const std::string stack = NameSubs(line.substr(0, line.rfind(' ')), names);
+      if (!stack.ends_with(";landed")) continue;
+      ++landed;
+      EXPECT_TRUE(stack.ends_with(";main;f;f;f;landed")) << line;
+    }
+    EXPECT_EQ(landed, 1) << folded.out;
+    auto chunked = RunCommand({PTDECODE_PATH, "folded", "-j", "2", "--chunk-size", "256", r.trace});
+    EXPECT_TRUE(chunked.out == folded.out) << "-j 2 --chunk-size 256 differs";
+  }
   Recorded r = Record("recursive", {program, "recursive", "50"}, false);
   ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
   auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
@@ -1967,70 +2017,80 @@ TEST_F(QemuEmulateTest, EachLongjmpOfAChainLandsInItsOwnFrame) {
 // cold parts (f.cold), as ptdecode names the frame from there on.
 TEST_F(QemuEmulateTest, AnExceptionLandsInTheFrameWhoseCallSiteHasItsLandingPad) {
   PTKIT_SKIP_WITHOUT_QEMU();
-  const std::string program = E2E_PROGRAM_DIR "/e2e_exception_frames";
-  // Each folded line's stack, without "(anonymous namespace)::", "(int)" and the cold parts'
-  // " [clone .cold]", and its count.
-  auto stacks = [](const std::string& trace) {
-    auto folded = RunCommand({PTDECODE_PATH, "folded", trace});
-    EXPECT_EQ(folded.exit_code, 0) << folded.err;
-    for (const char* bytes : {"256", "4096"}) {
-      auto chunked = RunCommand({PTDECODE_PATH, "folded", "-j", "2", "--chunk-size", bytes, trace});
-      EXPECT_TRUE(chunked.out == folded.out) << "-j 2 --chunk-size " << bytes << " differs";
-    }
-    std::vector<std::string> out;
-    std::istringstream lines(folded.out);
-    for (std::string line; std::getline(lines, line);) {
-      std::string stack = line.substr(0, line.rfind(' '));
-      for (const std::string cut : {"(anonymous namespace)::", "(int)", " [clone .cold]", "()"}) {
-        for (size_t at; (at = stack.find(cut)) != std::string::npos;) stack.erase(at, cut.size());
+  const std::string unstripped = E2E_PROGRAM_DIR "/e2e_exception_frames";
+  // Stripped, the pads are in code without a symbol, named by the stack (sweep 33a F8: not
+  // taken for landing pads, the catch ran on top of __cxa_throw's frames, every frame between
+  // left open); its functions sub_ADDR are named by the unstripped build's symbols.
+  for (const std::string& program : {unstripped, unstripped + "_stripped"}) {
+    SCOPED_TRACE(program);
+    const std::string tag = program == unstripped ? "" : "stripped_";
+    const std::map<std::string, std::string> names =
+        program == unstripped ? std::map<std::string, std::string>{} : SubNames(unstripped);
+    // Each folded line's stack, without "(anonymous namespace)::", "(int)" and the cold parts'
+    // " [clone .cold]", and its count.
+    auto stacks = [&](const std::string& trace) {
+      auto folded = RunCommand({PTDECODE_PATH, "folded", trace});
+      EXPECT_EQ(folded.exit_code, 0) << folded.err;
+      for (const char* bytes : {"256", "4096"}) {
+        auto chunked =
+            RunCommand({PTDECODE_PATH, "folded", "-j", "2", "--chunk-size", bytes, trace});
+        EXPECT_TRUE(chunked.out == folded.out) << "-j 2 --chunk-size " << bytes << " differs";
       }
-      out.push_back(stack);
+      std::vector<std::string> out;
+      std::istringstream lines(folded.out);
+      for (std::string line; std::getline(lines, line);) {
+        std::string stack = NameSubs(line.substr(0, line.rfind(' ')), names);
+        for (const std::string cut : {"(anonymous namespace)::", "(int)", " [clone .cold]", "()"}) {
+          for (size_t at; (at = stack.find(cut)) != std::string::npos;) stack.erase(at, cut.size());
+        }
+        out.push_back(stack);
+      }
+      return out;
+    };
+    auto count = [](const std::string& stack, const std::string& name) {
+      size_t n = 0;
+      for (size_t at = 0;
+           (at = (";" + stack + ";").find(";" + name + ";", at)) != std::string::npos; ++at) {
+        ++n;
+      }
+      return n;
+    };
+
+    // parse(3) catches what parse(10) throws.
+    Recorded r = Record(tag + "catch", {program, "catch", "10"}, false);
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    int caught = 0;
+    for (const std::string& stack : stacks(r.trace)) {
+      if (!stack.ends_with(";caught")) continue;
+      ++caught;
+      EXPECT_TRUE(stack.ends_with(";main;parse;parse;parse;caught")) << stack;
     }
-    return out;
-  };
-  auto count = [](const std::string& stack, const std::string& name) {
-    size_t n = 0;
-    for (size_t at = 0; (at = (";" + stack + ";").find(";" + name + ";", at)) != std::string::npos;
-         ++at) {
-      ++n;
+    EXPECT_EQ(caught, 1);
+
+    // Destructors run level by level (each landing pad, then _Unwind_Resume to the next).
+    r = Record(tag + "cleanup", {program, "cleanup", "6"}, false);
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    std::set<size_t> levels;
+    for (const std::string& stack : stacks(r.trace)) {
+      if (!stack.ends_with(";cleaned")) continue;
+      EXPECT_TRUE(levels.insert(count(stack, "parse_guarded")).second) << stack;
     }
-    return n;
-  };
+    EXPECT_EQ(levels, (std::set<size_t>{1, 2, 3, 4, 5, 6}));
 
-  // parse(3) catches what parse(10) throws.
-  Recorded r = Record("catch", {program, "catch", "10"}, false);
-  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
-  int caught = 0;
-  for (const std::string& stack : stacks(r.trace)) {
-    if (!stack.ends_with(";caught")) continue;
-    ++caught;
-    EXPECT_TRUE(stack.ends_with(";main;parse;parse;parse;caught")) << stack;
+    // An interpreter's error loop: eval(3) catches 200 errors thrown by eval(10).
+    r = Record(tag + "loop", {program, "loop", "200"}, false);
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    int reported = 0;
+    size_t deepest = 0;
+    for (const std::string& stack : stacks(r.trace)) {
+      deepest = std::max(deepest, count(stack, "eval"));
+      if (!stack.ends_with(";report_error")) continue;
+      ++reported;
+      EXPECT_TRUE(stack.ends_with(";main;eval;eval;eval;report_error")) << stack;
+    }
+    EXPECT_EQ(reported, 1);
+    EXPECT_EQ(deepest, 10u);
   }
-  EXPECT_EQ(caught, 1);
-
-  // Destructors run level by level (each landing pad, then _Unwind_Resume to the next).
-  r = Record("cleanup", {program, "cleanup", "6"}, false);
-  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
-  std::set<size_t> levels;
-  for (const std::string& stack : stacks(r.trace)) {
-    if (!stack.ends_with(";cleaned")) continue;
-    EXPECT_TRUE(levels.insert(count(stack, "parse_guarded")).second) << stack;
-  }
-  EXPECT_EQ(levels, (std::set<size_t>{1, 2, 3, 4, 5, 6}));
-
-  // An interpreter's error loop: eval(3) catches 200 errors thrown by eval(10).
-  r = Record("loop", {program, "loop", "200"}, false);
-  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
-  int reported = 0;
-  size_t deepest = 0;
-  for (const std::string& stack : stacks(r.trace)) {
-    deepest = std::max(deepest, count(stack, "eval"));
-    if (!stack.ends_with(";report_error")) continue;
-    ++reported;
-    EXPECT_TRUE(stack.ends_with(";main;eval;eval;eval;report_error")) << stack;
-  }
-  EXPECT_EQ(reported, 1);
-  EXPECT_EQ(deepest, 10u);
 }
 
 // The time a system call took is its own: tracing resumes after it with the time of its
