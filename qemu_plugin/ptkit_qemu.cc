@@ -326,6 +326,14 @@ uint64_t RestorerOf(uint64_t address) {
   }
   return restorer;
 }
+// Whether `address` is the handler of a signal that a fault raises.
+bool IsFaultHandler(uint64_t address) {
+  for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP}) {
+    if (g->handlers[sig].load(std::memory_order_relaxed) == address) return true;
+  }
+  return false;
+}
+
 [[gnu::always_inline]] inline bool IsHandler(uint64_t address) {
   const unsigned bit = HandlerBit(address);
   return (g->handler_bits[bit / 64].load(std::memory_order_relaxed) >> (bit % 64) & 1) != 0 &&
@@ -962,10 +970,13 @@ void Resolve(Thread& t, uint64_t resume) {
   // target there): a fault there (a SIGSEGV that the handler fixed), the faulting instruction
   // run again. The trace stops before it, the branch never ran (sweep 30c F4: the block's RET
   // was written before the handler, ending a live frame). (Its block was counted whole.)
-  const bool fault = resume > b.start && resume <= b.last_ip &&
-                     !(b.last.cls == InsnClass::kCondBranch && resume == b.last.target);
-  if (resume != 0 && !fault && b.last.cls == InsnClass::kCondBranch && resume != b.last.target &&
-      resume != b.end) {
+  // A block that ends in a direct call may fault at its first instruction too.
+  const bool call = b.last.cls == InsnClass::kDirectCall;
+  const bool fault = (resume > b.start || (call && resume == b.start)) && resume <= b.last_ip &&
+                     !((b.last.cls == InsnClass::kCondBranch || call) && resume == b.last.target);
+  if (resume != 0 && !fault &&
+      ((b.last.cls == InsnClass::kCondBranch && resume != b.last.target && resume != b.end) ||
+       (call && resume != b.last.target))) {
     // Not this signal's frame (its handler left by siglongjmp, and another signal's
     // rt_sigreturn came at its depth): its branch stays unknown.
     resume = 0;
@@ -1058,6 +1069,16 @@ void Follow(Thread& t, const Block& p, const Block& b) {
       break;
     case InsnClass::kDirectCall:
       if (next == last.target) break;
+      if (IsFaultHandler(next) && !OutsideTheRegions(t)) {
+        // A fault's handler: a fault in the block stopped it before its call (a store that
+        // faults; sweep 33a F2: the call was written, and the handler ran on a frame of a
+        // callee never entered, the code run again after it above that frame), or a signal
+        // came after the call. Its rt_sigreturn tells (Resolve): inside the block, or at the
+        // call's target.
+        t.pending.push_back(Thread::Pending{&p, next});
+        if (t.pending.size() > kMaxPending) GiveUpOldest(t);
+        return;
+      }
       // A signal after the call: it went to its target first.
       AppendStepEvents(p.last_ip, last, last.target, t.events);
       t.events.push_back(Event::AsyncDisable(last.target));

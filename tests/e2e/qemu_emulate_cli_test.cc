@@ -2188,6 +2188,28 @@ TEST_F(QemuEmulateTest, AFaultInsideABlockStopsTheTraceThere) {
       EXPECT_EQ(f["calls"], 3);
     }
   }
+
+  // The faulting store in a block that ends in a direct call: the call had not run, the
+  // handler runs on the storing function's frame (as gdb's bt: store_then_call;<signal
+  // handler called>;on_segv), and the call runs once, after it (sweep 33a F2: written as run,
+  // "store_then_call;after;on_segv", the store run again above the phantom frame, after
+  // called 6 times for 3).
+  r = Record("fault_call", {E2E_PROGRAM_DIR "/e2e_fault_block", "call"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  EXPECT_EQ(r.run.out, "handled=3 writes=3\n");
+  folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_THAT(folded.out, HasSubstr(";main;store_then_call;on_segv "));
+  EXPECT_THAT(folded.out, HasSubstr(";main;store_then_call;after "));
+  EXPECT_THAT(folded.out, Not(HasSubstr(";after;")));
+  stats = RunCommand({PTDECODE_PATH, "stats", "--json", r.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  for (const auto& f : nlohmann::json::parse(stats.out)["functions"]) {
+    if (f["function"] == "after" || f["function"] == "on_segv") {
+      EXPECT_EQ(f["calls"], 3) << f;
+    }
+  }
+  EXPECT_THAT(r.run.err, Not(HasSubstr("warning")));
 }
 
 // The frames of gdb's `bt` in `out`, innermost first ("<signal>" for a signal handler's
