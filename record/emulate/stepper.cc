@@ -987,6 +987,12 @@ absl::StatusOr<StepperResult> Run::Go() {
       continue;
     }
     if (absl::Status s = OnStop(static_cast<uint32_t>(tid), status); !s.ok()) {
+      // Killed meanwhile (a thread's crash ends its process, SIGKILL to every thread): it left
+      // its ptrace-stop, and a ptrace call on it failed with ESRCH; waitpid reports its end
+      // (trigger_cli_test under load: "ptrace(GETREGS) of thread N: No such process" failed the
+      // recording of a crash).
+      errno = 0;
+      if (::ptrace(PTRACE_PEEKUSER, tid, nullptr, nullptr) == -1 && errno == ESRCH) continue;
       return kill_and_reap(s);
     }
   }
