@@ -97,6 +97,9 @@ struct StreamInfo {
   uint64_t bytes = 0;
   const ProgramImage* image = nullptr;  // the images (and symbols) of this stream
   bool context_switch = false;          // not a new stream: another thread now runs on the CPU
+  // The process runs the program another traced process forked it with (no exec since): all
+  // it runs is in that program's main, whose frames it does not see (--exclude-startup).
+  bool forked = false;
 };
 // LossInfo::kind of a jump in a stream's AUX offsets (no container loss record says why).
 inline constexpr char kLossDiscontinuity[] = "discontinuity";

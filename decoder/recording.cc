@@ -459,6 +459,7 @@ class TaskSwitcher : public ImageSwitcher {
     info.comm = timeline_.CommAt(cpu_ ? task.tid : task.pid, t);
     info.image = image;
     info.context_switch = true;
+    info.forked = timeline_.RunsForkedProgram(task.pid, t);
     sink_.OnStream(info);
     return new_image ? image : nullptr;
   }
@@ -753,6 +754,7 @@ std::vector<Selected> SelectStreams(const Recording& r, const RecordingOptions& 
     s.info.pid = pid;
     s.info.tid = tid;
     s.info.comm = tid != 0 ? r.timeline.CommAt(tid, start) : "";
+    s.info.forked = pid != 0 && r.timeline.RunsForkedProgram(pid, start);
     s.info.bytes = stream.bytes;
     if (trace_start) s.epoch = r.timeline.EpochAt(pid, *trace_start);
     out.push_back(std::move(s));

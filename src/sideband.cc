@@ -257,6 +257,7 @@ Sideband SidebandBuilder::Build() {
             // A new process: it starts with (a share of) its parent's address space.
             sb.spaces_[k->ppid];
             sb.SetRoot(k->pid, t, sb.Root(k->ppid));
+            sb.forked_[k->pid] = t;
           }
           auto parent_comm = sb.comms_.find(k->ptid);
           if (parent_comm != sb.comms_.end() && !parent_comm->second.empty()) {
@@ -442,6 +443,14 @@ const std::vector<uint64_t>& Sideband::ExecTimes(uint32_t pid) const {
   static const std::vector<uint64_t> kNone;
   auto it = execs_.find(pid);
   return it == execs_.end() ? kNone : it->second;
+}
+
+bool Sideband::RunsForkedProgram(uint32_t pid, uint64_t t) const {
+  auto fork = forked_.find(pid);
+  if (fork == forked_.end() || fork->second > t) return false;
+  const std::vector<uint64_t>& execs = ExecTimes(pid);
+  return std::none_of(execs.begin(), execs.end(),
+                      [&](uint64_t e) { return e >= fork->second && e <= t; });
 }
 
 const std::vector<Sideband::EpochStart>& Sideband::EpochStarts(uint32_t pid) const {

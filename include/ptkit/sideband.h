@@ -80,6 +80,9 @@ class Sideband {
   std::vector<uint32_t> Pids() const;
   // The times the process exec'd (COMM with COMM_EXEC), in order.
   const std::vector<uint64_t>& ExecTimes(uint32_t pid) const;
+  // Whether at time `t` the process runs a program it inherited by a FORK from another one
+  // (no exec since).
+  bool RunsForkedProgram(uint32_t pid, uint64_t t) const;
   // Where the process's code changed, in order: each exec, and each MMAP2 of an executable
   // file over executable code of another file (or of the same file at another offset: a
   // library dlopen'd where a dlclose'd one was; perf has no record of the munmap). Anonymous
@@ -147,6 +150,7 @@ class Sideband {
   uint64_t salt_ = 0;
   std::map<uint32_t, std::vector<Version>> spaces_;     // pid -> address space over time
   std::map<uint32_t, std::vector<uint64_t>> execs_;     // pid -> exec times
+  std::map<uint32_t, uint64_t> forked_;                 // pid -> time another process forked it
   std::map<uint32_t, std::vector<EpochStart>> epochs_;  // pid -> EpochStarts
   std::map<uint32_t, std::vector<CpuSlot>> schedule_;   // cpu -> time-sorted slots
   std::map<uint32_t, uint32_t> tid_pid_;

@@ -2147,6 +2147,32 @@ TEST_F(QemuEmulateTest, HandlersOfTwoSignalSourcesKeepTheirFrames) {
   EXPECT_LE(impossible, 3u) << folded.out.substr(0, 2000);
 }
 
+// --exclude-startup (diff's default) counts what a process forked below main runs until it
+// execs: its stack begins inside the fork, and it may never return into main (sweep 33b F1:
+// workers that _exit were not counted; a doubled worker gave "no function changed", exit 0).
+TEST_F(QemuEmulateTest, ExcludeStartupCountsTheProcessesMainForked) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded r = Record("forked", {E2E_PROGRAM_DIR "/e2e_fork_worker", "10000"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto row = [&](const std::vector<std::string>& options) {
+    std::vector<std::string> argv = {PTDECODE_PATH, "stats", "--json"};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back(r.trace);
+    auto stats = RunCommand(argv);
+    EXPECT_EQ(stats.exit_code, 0) << stats.err;
+    const nlohmann::json report = nlohmann::json::parse(stats.out);
+    for (const auto& f : report["functions"]) {
+      if (f["function"] == "cwork") return f;
+    }
+    return nlohmann::json();
+  };
+  const nlohmann::json all = row({}), scoped = row({"--exclude-startup"});
+  ASSERT_FALSE(scoped.is_null());
+  EXPECT_EQ(all["calls"], 4);
+  EXPECT_EQ(scoped["calls"], 4);
+  EXPECT_EQ(scoped["self"], all["self"]);
+}
+
 // The time a system call took is its own: tracing resumes after it with the time of its
 // return (sweep 30a F2: the TIP.PGE had the TSC of its entry, so folded --weight=time gave a
 // 500 ms nanosleep 12 ms and the 100 iterations after it 483 ms).
