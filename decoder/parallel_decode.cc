@@ -173,6 +173,9 @@ std::optional<Stitch> FindStitch(const Records& cur, size_t from, uint64_t bound
                                  uint64_t overlap_end, const Records& next) {
   const auto& ce = cur.entries;
   const auto& ne = next.entries;
+  // (A summary whose tail holds fewer records than its first one's index: nothing to stitch
+  // at; decode fuzzer: an offset into an empty tail, UBSan.)
+  if (from > ce.size()) return std::nullopt;
   size_t m = ce.size();
   // Next's records end the overlap at e: all of next's records in it, and (but at the trace's
   // end) at least one after it.
