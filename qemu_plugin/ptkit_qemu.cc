@@ -952,12 +952,28 @@ Thread* ThreadOf(unsigned vcpu) {
   return vcpu < kMaxVcpus ? g->threads[vcpu].load(std::memory_order_acquire) : nullptr;
 }
 
-// Adds the events a pending signal held, with the times they were given then (GiveTime).
-void Replay(Thread& t, const std::vector<Event>& held) {
+// While Replay writes held events: the time of the last of them (their PSB+s' time).
+thread_local const uint64_t* t_replay_time = nullptr;
+
+// The encoders' clock (PtEncoderOptions::clock, read at each PSB+): now, or while held events
+// are written, their time (a PSB+ among them gave the time they were written, at the end of a
+// handler that siglongjmp'd: every older time after it was clamped to it, and a 300 ms
+// nanosleep among them got none, 2 runs in 120 under load).
+uint64_t EncoderClock() { return t_replay_time != nullptr ? *t_replay_time : Now(); }
+
+// Adds the events a pending signal held, with the times they were given then (GiveTime);
+// `time`: when the first of them came.
+void Replay(Thread& t, const std::vector<Event>& held, uint64_t time) {
   const bool was = t.replaying;
+  const uint64_t* was_time = t_replay_time;
   t.replaying = true;
-  for (const Event& e : held) Add(t, e);
+  t_replay_time = &time;
+  for (const Event& e : held) {
+    if (e.kind == EventKind::kTime) time = e.target;
+    Add(t, e);
+  }
   t.replaying = was;
+  t_replay_time = was_time;
 }
 
 // The branch of the newest pending signal went to `resume` (or, with resume 0, nobody will
@@ -997,8 +1013,8 @@ void Resolve(Thread& t, uint64_t resume) {
     AddAll(t);
   }
   // The handler's entry and its time: when the signal came, before what it held.
-  Replay(t, {Event::Enable(p.handler), Event::Time(p.time)});
-  Replay(t, p.held);
+  Replay(t, {Event::Enable(p.handler), Event::Time(p.time)}, p.time);
+  Replay(t, p.held, p.time);
 }
 
 // Too many signals' branches wait, or one holds too many events (a handler that never returns
@@ -1019,7 +1035,7 @@ void ResolveAsBranch(Thread& t) {
   t.pending.pop_back();
   AppendStepEvents(p.branch->last_ip, p.branch->last, p.handler, t.events);
   AddAll(t);
-  Replay(t, p.held);
+  Replay(t, p.held, p.time);
 }
 
 // --filter, and the thread runs outside the regions (tracing off, no signal's branch pending).
@@ -2137,7 +2153,7 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
   }
   g = new Global;
   g->pt.tsc = true;
-  g->pt.clock = Now;  // time is given at system calls only: each PSB+ reads the clock
+  g->pt.clock = EncoderClock;  // time is given at system calls only: each PSB+ reads the clock
   uint64_t fd = ~0ull, truth = ~0ull, slot = ~0ull;
   for (int i = 0; i < argc; ++i) {
     const std::string_view a(argv[i]);

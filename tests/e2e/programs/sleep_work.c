@@ -3,7 +3,8 @@
 // A little work, 300 ms asleep in nanosleep, a little work (qemu_emulate_cli_test: the time
 // of a system call's return; sweep 30a F2). With the argument "longjmp", first a SIGALRM in a
 // loop of conditional branches whose handler siglongjmps out (its branch never resolved: the
-// plugin holds the events after it, with their times). With "again", first a 1 ms nap and
+// plugin holds the events after it, with their times); "longjmp_work" the same with 100,000
+// rounds of work after it instead of 100 (more trace held). With "again", first a 1 ms nap and
 // the work again, so that the long nap comes soon after the short one's return: its entry
 // gives no time (the plugin's last TSC is less than 100 us before it).
 #include <setjmp.h>
@@ -31,7 +32,9 @@ __attribute__((noinline)) void loop(void) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && strcmp(argv[1], "longjmp") == 0) {
+  // "longjmp_work": the same with more work after the handler (more trace held: PSBs in it).
+  const int more = argc > 1 && strcmp(argv[1], "longjmp_work") == 0;
+  if (argc > 1 && (strcmp(argv[1], "longjmp") == 0 || more)) {
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_alarm;
@@ -43,7 +46,7 @@ int main(int argc, char** argv) {
     }
   }
   const struct timespec nap = {0, 300 * 1000 * 1000};
-  work(100);
+  work(more ? 100000 : 100);
   if (argc > 1 && strcmp(argv[1], "again") == 0) {
     const struct timespec short_nap = {0, 1000 * 1000};
     nanosleep(&short_nap, 0);
