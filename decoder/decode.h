@@ -94,6 +94,9 @@ struct StreamInfo {
   uint32_t pid = 0;  // the process whose images decode it (0: unknown)
   uint32_t tid = 0;  // the thread running (0: unknown)
   std::string comm;
+  // The name the thread has last in this program (before the process's next exec): a worker
+  // names itself after it starts (pthread_setname_np); "" when unknown.
+  std::string last_comm;
   uint64_t bytes = 0;
   const ProgramImage* image = nullptr;  // the images (and symbols) of this stream
   bool context_switch = false;          // not a new stream: another thread now runs on the CPU

@@ -373,6 +373,21 @@ Recording RecordingBuilder::Finish() {
 
 namespace {
 
+// The name thread `tid` of `pid` has last in the program it runs at time `t` (before the
+// process's next exec): a thread that names itself after it starts (pthread_setname_np,
+// prctl(PR_SET_NAME)) is shown by that name (sweep 33b L1: every worker's timeline track had its
+// creator's name, where perf shows each worker-N).
+std::string LastCommInProgram(const Sideband& timeline, uint32_t pid, uint32_t tid, uint64_t t) {
+  uint64_t until = kForever;
+  for (const uint64_t exec : timeline.ExecTimes(pid)) {
+    if (exec > t) {
+      until = exec - 1;
+      break;
+    }
+  }
+  return timeline.CommAt(tid, until);
+}
+
 // An archived file range (ptrecord --archive): file bytes, not a process's own code.
 bool IsArchivedRange(const CapturedCode& c) {
   return c.flags == 0 && !c.path.empty() && c.path[0] == '/';
@@ -457,6 +472,7 @@ class TaskSwitcher : public ImageSwitcher {
     // only one and has the leader's tid (ptrace(2), "execve(2) under ptrace"): the exec's
     // COMM is the leader's. The thread keeps its tid here, as perf shows it.
     info.comm = timeline_.CommAt(cpu_ ? task.tid : task.pid, t);
+    info.last_comm = LastCommInProgram(timeline_, task.pid, cpu_ ? task.tid : task.pid, t);
     info.image = image;
     info.context_switch = true;
     info.forked = timeline_.RunsForkedProgram(task.pid, t);
@@ -754,6 +770,7 @@ std::vector<Selected> SelectStreams(const Recording& r, const RecordingOptions& 
     s.info.pid = pid;
     s.info.tid = tid;
     s.info.comm = tid != 0 ? r.timeline.CommAt(tid, start) : "";
+    s.info.last_comm = tid != 0 ? LastCommInProgram(r.timeline, pid, tid, start) : "";
     s.info.forked = pid != 0 && r.timeline.RunsForkedProgram(pid, start);
     s.info.bytes = stream.bytes;
     if (trace_start) s.epoch = r.timeline.EpochAt(pid, *trace_start);

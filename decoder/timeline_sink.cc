@@ -56,7 +56,8 @@ class TimelineSink : public FlowSink {
       }
     }
     const std::string where = known ? fmt::format("tid {}", tid) : stream.name;
-    std::string name = stream.comm.empty() ? where : fmt::format("{} ({})", stream.comm, where);
+    const std::string& comm = stream.last_comm.empty() ? stream.comm : stream.last_comm;
+    std::string name = comm.empty() ? where : fmt::format("{} ({})", comm, where);
     std::string& named = thread_names_[tid];
     if (named == name) return;
     named = name;

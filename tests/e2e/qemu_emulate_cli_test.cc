@@ -2173,6 +2173,25 @@ TEST_F(QemuEmulateTest, ExcludeStartupCountsTheProcessesMainForked) {
   EXPECT_EQ(scoped["self"], all["self"]);
 }
 
+// A thread that names itself after it starts (prctl(PR_SET_NAME), pthread_setname_np) has
+// that name on its timeline track, as perf shows it after the COMM record (sweep 33b L1: the
+// name it started with, every worker of a pool its creator's); the process keeps its
+// program's.
+TEST_F(QemuEmulateTest, ATimelineTrackHasTheNameItsThreadTookLast) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded r = Record("rename", {E2E_PROGRAM_DIR "/e2e_rename"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto timeline = RunCommand({PTDECODE_PATH, "timeline", r.trace});
+  ASSERT_EQ(timeline.exit_code, 0) << timeline.err;
+  std::map<std::string, std::string> names;  // "thread_name"/"process_name" -> the last given
+  const nlohmann::json doc = nlohmann::json::parse(timeline.out);
+  for (const auto& e : doc["traceEvents"]) {
+    if (e["ph"] == "M" && e["tid"] != 1) names[e["name"]] = e["args"]["name"];
+  }
+  EXPECT_TRUE(names["thread_name"].starts_with("renamed-task (tid ")) << names["thread_name"];
+  EXPECT_EQ(names["process_name"], "e2e_rename");
+}
+
 // The time a system call took is its own: tracing resumes after it with the time of its
 // return (sweep 30a F2: the TIP.PGE had the TSC of its entry, so folded --weight=time gave a
 // 500 ms nanosleep 12 ms and the 100 iterations after it 483 ms).
