@@ -850,9 +850,9 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
       to.address != 0
           ? ip != to.address && frames_.back().renamed_from != f
           : !to.from_address && frames_.back().renamed_from != f &&
-                (std::any_of(frames_.begin(), frames_.end(),
+                ((base_ && AfterSomeCall(ip)) ||  // (chunk mode: B's frame's setjmp, maybe)
+                 std::any_of(frames_.begin(), frames_.end(),
                              [ip](const Frame& fr) { return fr.setjmp_return == ip; }) ||
-                 AfterCallOf(ip, &Function::returns_twice) ||  // (chunk mode: B's frame's)
                  landing_pads_.IsPad(*image_, ip));
   if (beyond_ != 0) {
     // Calls beyond kMaxFrames got no frame, so the frame on top is not the running function's:
@@ -876,7 +876,14 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
       // (A landing pad in the function's cold part, f.cold: the frame is renamed to it below.)
       if (RunsIn(frames_.back(), f)) return;
     }
-    if (base_ && functions_[f].active == 0 && to.address != 0)
+    if (base_ && to.address == 0) {
+      // Chunk mode: code without a symbol entered from another function, no frame of C landed
+      // in: a longjmp to a setjmp that B's frame called (through the GOT, -fno-plt, as
+      // AfterCallOf cannot tell; a review), or no landing: the merge cannot check which.
+      failed_ = true;
+      return;
+    }
+    if (base_ && functions_[f].active == 0)
       absent_.push_back({f, epoch_});  // chunk mode: as if f had no frame in B
   }
   if (chunk_) Touch(f);
@@ -1009,6 +1016,21 @@ void CallStack::LeaveStack() {
     Underflow(ChunkOp::kClear, 0);
     base_ = false;
   }
+}
+
+bool CallStack::AfterSomeCall(uint64_t ip) {
+  uint8_t b[7];
+  if (ip < sizeof(b) || image_->Read(ip - sizeof(b), b, sizeof(b)) != sizeof(b)) return false;
+  // b[7 - n] begins the n bytes before ip. ModRM of FF /2: reg field 2.
+  auto call_modrm = [](uint8_t modrm, int mod) {
+    return (modrm & 0x38) == 0x10 && modrm >> 6 == mod;
+  };
+  return b[2] == 0xe8 ||                           // call rel32
+         (b[1] == 0xff && b[2] == 0x15) ||         // call [rip + disp32]
+         (b[5] == 0xff && call_modrm(b[6], 3)) ||  // call reg
+         (b[5] == 0xff && call_modrm(b[6], 0) && (b[6] & 7) != 4 && (b[6] & 7) != 5) ||  // [reg]
+         (b[4] == 0xff && call_modrm(b[5], 1) && (b[5] & 7) != 4) ||  // call [reg + disp8]
+         (b[1] == 0xff && call_modrm(b[2], 2) && (b[2] & 7) != 4);    // call [reg + disp32]
 }
 
 bool CallStack::AfterCallOf(uint64_t ip, bool Function::*is) {

@@ -318,6 +318,9 @@ class CallStack {
   bool RunsIn(const Frame& frame, uint32_t f) const;
   // Whether the instruction before `ip` is a direct call of a function that `is`.
   bool AfterCallOf(uint64_t ip, bool Function::*is);
+  // Whether the bytes before `ip` look like a call (direct, through the GOT or a register, or
+  // [register + displacement]): where a setjmp may return. May say so of other bytes.
+  bool AfterSomeCall(uint64_t ip);
   // Control left Go's gogo or a context switch for another stack: every frame is left (the
   // call context ends there, as when trace is lost); the code after gets implicit frames.
   void LeaveStack();

@@ -801,9 +801,9 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
 std::string CountedNote(const DiffOptions& o) {
   if (o.only_under.empty()) return "everything, start-up included (--include-startup)";
   if (o.only_under == "main") {
-    return "only what ran under main and in the threads and processes it started (until they "
-           "exec; a Go program: all once main.main began): not the start-up before it nor exit "
-           "(--exclude-startup, the default)";
+    return "only what ran under main, in the threads it started and in forked processes (until "
+           "they exec; a Go program: all once main.main began): not the start-up before it nor "
+           "exit (--exclude-startup, the default)";
   }
   return fmt::format("only what ran under {} (--only-under)", o.only_under);
 }

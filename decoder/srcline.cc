@@ -2,6 +2,7 @@
 
 #include <dwarf.h>
 #include <elfutils/libdw.h>
+#include <gelf.h>
 
 #include <algorithm>
 #include <deque>
@@ -69,11 +70,20 @@ struct DwarfFile {
   std::vector<UnitRange> ranges;
 };
 
-// Whether `elf` has a DWARF section that is compressed (SHF_COMPRESSED, or a .zdebug one).
-bool CompressedDwarf(const ElfFile& elf) {
-  for (const ElfSection& s : elf.Sections()) {
-    if ((s.name.starts_with(".debug_") && (s.flags & SHF_COMPRESSED) != 0) ||
-        s.name.starts_with(".zdebug_")) {
+// Whether `elf` has a DWARF section compressed with zstd (ELFCOMPRESS_ZSTD), which libdw 0.188
+// cannot read (it inflates zlib).
+bool ZstdDwarf(const ElfFile& elf) {
+  constexpr uint32_t kElfCompressZstd = 2;  // (elf.h of glibc 2.36 lacks ELFCOMPRESS_ZSTD)
+  Elf* e = elf.elf();
+  size_t strings = 0;
+  if (e == nullptr || elf_getshdrstrndx(e, &strings) != 0) return false;
+  for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn != nullptr; scn = elf_nextscn(e, scn)) {
+    GElf_Shdr shdr;
+    if (gelf_getshdr(scn, &shdr) == nullptr || (shdr.sh_flags & SHF_COMPRESSED) == 0) continue;
+    const char* name = elf_strptr(e, strings, shdr.sh_name);
+    GElf_Chdr chdr;
+    if (name != nullptr && std::string_view(name).starts_with(".debug_") &&
+        gelf_getchdr(scn, &chdr) != nullptr && chdr.ch_type == kElfCompressZstd) {
       return true;
     }
   }
@@ -114,15 +124,15 @@ struct SourceLines::State {
         }
       };
       absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
-      bool compressed = false;  // its (or its debug file's) DWARF sections are compressed
+      bool compressed = false;  // its (or its debug file's) DWARF sections are zstd-compressed
       if (elf.ok()) {
         f.elf = std::move(*elf);
-        compressed = CompressedDwarf(*f.elf);
+        compressed = ZstdDwarf(*f.elf);
         f.dbg = dwarf_begin_elf(f.elf->elf(), DWARF_C_READ, nullptr);
         drop_without_lines();
         // Stripped: the line tables are in its separate debug file, if there is one.
         if (f.dbg == nullptr) OpenDebugFile(f, sysroot);
-        compressed = compressed || CompressedDwarf(*f.elf);  // (the debug file's, if opened)
+        compressed = compressed || ZstdDwarf(*f.elf);  // (the debug file's, if opened)
         drop_without_lines();
       }
       if (f.dbg == nullptr) {

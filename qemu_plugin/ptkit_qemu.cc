@@ -961,19 +961,29 @@ thread_local const uint64_t* t_replay_time = nullptr;
 // nanosleep among them got none, 2 runs in 120 under load).
 uint64_t EncoderClock() { return t_replay_time != nullptr ? *t_replay_time : Now(); }
 
+// While it lives, the encoders' clock is `*time` (the events written are that old).
+class HeldClock {
+ public:
+  explicit HeldClock(const uint64_t* time) : was_(t_replay_time) { t_replay_time = time; }
+  ~HeldClock() { t_replay_time = was_; }
+  HeldClock(const HeldClock&) = delete;
+  HeldClock& operator=(const HeldClock&) = delete;
+
+ private:
+  const uint64_t* was_;
+};
+
 // Adds the events a pending signal held, with the times they were given then (GiveTime);
 // `time`: when the first of them came.
 void Replay(Thread& t, const std::vector<Event>& held, uint64_t time) {
   const bool was = t.replaying;
-  const uint64_t* was_time = t_replay_time;
+  const HeldClock clock(&time);
   t.replaying = true;
-  t_replay_time = &time;
   for (const Event& e : held) {
     if (e.kind == EventKind::kTime) time = e.target;
     Add(t, e);
   }
   t.replaying = was;
-  t_replay_time = was_time;
 }
 
 // The branch of the newest pending signal went to `resume` (or, with resume 0, nobody will
@@ -982,6 +992,7 @@ void Replay(Thread& t, const std::vector<Event>& held, uint64_t time) {
 void Resolve(Thread& t, uint64_t resume) {
   Thread::Pending p = std::move(t.pending.back());
   t.pending.pop_back();
+  const HeldClock clock(&p.time);  // the branch came before the signal (a review)
   const Block& b = *p.branch;
   // The frame resumes inside the block, before its branch (and not at a conditional branch's
   // target there): a fault there (a SIGSEGV that the handler fixed), the faulting instruction
@@ -1033,6 +1044,7 @@ void GiveUpOldest(Thread& t) {
 void ResolveAsBranch(Thread& t) {
   const Thread::Pending p = std::move(t.pending.back());
   t.pending.pop_back();
+  const HeldClock clock(&p.time);
   AppendStepEvents(p.branch->last_ip, p.branch->last, p.handler, t.events);
   AddAll(t);
   Replay(t, p.held, p.time);

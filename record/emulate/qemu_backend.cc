@@ -659,9 +659,10 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
         " signals came right after a branch whose target only their frame knows, and the "
         "handler never returned by rt_sigreturn (siglongjmp), returned elsewhere than the "
         "branch's target (a handler that changes where the thread resumes: Go's asynchronous "
-        "preemption), or too many waited at once: the trace lacks that conditional branch, or "
-        "that direct call where a fault's handler ran after it (one instruction), or has that "
-        "RET or indirect branch going to the handler"));
+        "preemption), or too many waited at once: the trace lacks that conditional branch (one "
+        "instruction), or has that RET or indirect branch going to the handler; or a fault's "
+        "handler ran after a block that ends in a direct call: the trace has the block up to "
+        "that call, whether the fault came before or not"));
   }
   PTKIT_ASSIGN_OR_RETURN(std::vector<std::string> code_warnings, code.Write(*writer));
   for (std::string& w : code_warnings) result.warnings.push_back(std::move(w));

@@ -992,7 +992,10 @@ absl::StatusOr<StepperResult> Run::Go() {
       // (trigger_cli_test under load: "ptrace(GETREGS) of thread N: No such process" failed the
       // recording of a crash).
       errno = 0;
-      if (::ptrace(PTRACE_PEEKUSER, tid, nullptr, nullptr) == -1 && errno == ESRCH) continue;
+      if (absl::IsNotFound(s) && ::ptrace(PTRACE_PEEKUSER, tid, nullptr, nullptr) == -1 &&
+          errno == ESRCH) {
+        continue;  // (ErrnoStatus makes ESRCH kNotFound; another failure is the recording's)
+      }
       return kill_and_reap(s);
     }
   }

@@ -1888,13 +1888,14 @@ TEST_F(QemuEmulateTest, ALongjmpLandsInTheFrameThatCalledSetjmp) {
   // Also stripped (dynamic: a static program's longjmp would be code without a symbol too),
   // where the setjmp's frame runs code without a symbol (sweep 33a F7: the longjmp was taken for
   // a jump, its frames stayed); named by an unstripped build's symbols.
-  {
-    const std::string stripped = program + "_stripped";
-    Recorded r = Record("recursive_stripped", {stripped, "recursive", "50"}, false);
+  for (const std::string suffix : {"_stripped", "_stripped_noplt"}) {
+    SCOPED_TRACE(suffix);
+    const std::string stripped = program + suffix;
+    Recorded r = Record("recursive" + suffix, {stripped, "recursive", "50"}, false);
     ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
     auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
     ASSERT_EQ(folded.exit_code, 0) << folded.err;
-    const auto names = SubNames(program + "_unstripped");
+    const auto names = SubNames(program + "_unstripped" + suffix.substr(9));  // ("_noplt")
     int landed = 0;
     std::istringstream lines(folded.out);
     for (std::string line; std::getline(lines, line);) {
