@@ -313,12 +313,13 @@ void ExpectNamedAsCxxFilt(const std::string& dir_name, const std::vector<std::st
 // would make every function of a rebuilt program a new one for `ptdecode diff`; LLVM's
 // ".llvm.N" suffix (ThinLTO clones) is no part of the name (such names were not demangled).
 TEST(SymbolsTest, RustLegacyNamesAreDemangledWithoutTheirHash) {
+  const std::string drop_closure =
+      "_ZN4core3ptr85drop_in_place$LT$std..rt..lang_start$LT$$LP$$RP$$GT$..$u7b$$u7b$closure"
+      "$u7d$$u7d$$GT$17h0123456789abcdefE";
   ExpectNamedAsCxxFilt(
       "rust_names",
       {"_ZN4main3fib17h42af1a01a5cac11cE",
-       "_ZN4core3fmt5Write10write_char17h720cda75b3d14958E.llvm.10654020189794219422",
-       "_ZN4core3ptr85drop_in_place$LT$std..rt..lang_start$LT$$LP$$RP$$GT$..$u7b$$u7b$closure"
-       "$u7d$$u7d$$GT$17h0123456789abcdefE",
+       "_ZN4core3fmt5Write10write_char17h720cda75b3d14958E.llvm.10654020189794219422", drop_closure,
        // A path element that begins with '$' has a '_' before it, no part of the name (sweep
        // 33a F4: "_<p::G as core::ops::drop::Drop>::drop", "p::main::_{{closure}}").
        "_ZN46_$LT$p..G$u20$as$u20$core..ops..drop..Drop$GT$4drop17h0123456789abcdefE",
