@@ -1849,6 +1849,17 @@ TEST_F(QemuEmulateTest, SignalsWhileAnotherWaitsForItsFrameAreRecorded) {
   }
 }
 
+// `ptdecode stats --json OPTIONS trace`'s report (no function when it fails).
+nlohmann::json StatsReport(const std::string& trace, const std::vector<std::string>& options) {
+  std::vector<std::string> argv = {PTDECODE_PATH, "stats", "--json"};
+  argv.insert(argv.end(), options.begin(), options.end());
+  argv.push_back(trace);
+  auto stats = RunCommand(argv);
+  EXPECT_EQ(stats.exit_code, 0) << stats.err;
+  return stats.exit_code == 0 ? nlohmann::json::parse(stats.out)
+                              : nlohmann::json{{"functions", nlohmann::json::array()}};
+}
+
 // The names nm -C gives the functions of `program`, by the names a stripped copy of it (the
 // same code at the same addresses) has in ptdecode's stacks: "sub_1290" -> "parse(int)".
 std::map<std::string, std::string> SubNames(const std::string& program) {
@@ -2156,12 +2167,7 @@ TEST_F(QemuEmulateTest, ExcludeStartupCountsTheProcessesMainForked) {
   Recorded r = Record("forked", {E2E_PROGRAM_DIR "/e2e_fork_worker", "10000"}, false);
   ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
   auto row = [&](const std::vector<std::string>& options) {
-    std::vector<std::string> argv = {PTDECODE_PATH, "stats", "--json"};
-    argv.insert(argv.end(), options.begin(), options.end());
-    argv.push_back(r.trace);
-    auto stats = RunCommand(argv);
-    EXPECT_EQ(stats.exit_code, 0) << stats.err;
-    const nlohmann::json report = nlohmann::json::parse(stats.out);
+    const nlohmann::json report = StatsReport(r.trace, options);
     for (const auto& f : report["functions"]) {
       if (f["function"] == "cwork") return f;
     }
@@ -2720,12 +2726,7 @@ TEST_F(QemuEmulateTest, AGoProgramsStartupEndsAtMainMain) {
   Recorded r = Record("gostart", {GO_PROGRAM, "chan", "300"}, /*with_truth=*/false);
   ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
   auto functions = [&](const std::vector<std::string>& options) {
-    std::vector<std::string> argv = {PTDECODE_PATH, "stats", "--json"};
-    argv.insert(argv.end(), options.begin(), options.end());
-    argv.push_back(r.trace);
-    auto stats = RunCommand(argv);
-    EXPECT_EQ(stats.exit_code, 0) << stats.err;
-    const nlohmann::json report = nlohmann::json::parse(stats.out);
+    const nlohmann::json report = StatsReport(r.trace, options);
     std::map<std::string, uint64_t> self;
     for (const auto& f : report["functions"]) {
       self[f["function"].get<std::string>()] += f["self"].get<uint64_t>();
