@@ -498,7 +498,10 @@ void CallStack::OnEvent(const pt_event& event) {
 bool CallStack::SignalTransfer(uint64_t ip) {
   if (image_ == nullptr) return false;
   const int s = image_->SymbolAt(ip);
-  if (s >= 0 && image_->symbols()[s].begin == ip && (!frames_.empty() || base_)) {
+  // (Not at a label inside a function: a handler that moved the interrupted flow there, to
+  // recover from a fault, returned (sweep 33a F5: "probe_recover (signal)" on top of probe).)
+  if (s >= 0 && image_->symbols()[s].begin == ip && image_->symbols()[s].entry &&
+      (!frames_.empty() || base_)) {
     // Chunk mode with no handler of C running: no handler of B resumes at ip (the merge checks).
     if (chunk_ && base_ && signals_.empty()) base_signal_entries_.push_back(ip);
     if (frames_.empty()) nonempty_epoch_ = epoch_;  // chunk mode: B has the frames
@@ -646,6 +649,7 @@ uint32_t CallStack::SymbolFunction(int s) {
     it->second = carried >= 0 ? static_cast<uint32_t>(carried)
                               : NewFunction(sym.name, static_cast<int>(sym.image), sym.begin, false,
                                             {FunctionKey::kSymbol, s});
+    functions_[it->second].label = !sym.entry;
   }
   return it->second;
 }
@@ -896,7 +900,7 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   // Entered at its first instruction: a call of it that went on in the caller's frame (a tail
   // call, a PLT entry's jump to its function), counted as callgrind counts it (sweep 30b F3:
   // every library function called through its PLT entry had 0 calls, memcmp@plt all of them).
-  top.entered = ip == fn.address;
+  top.entered = ip == fn.address && !fn.label;
   if (top.entered) ++fn.calls;
   top.function = f;
   top.renamed_from = from;
@@ -1100,7 +1104,7 @@ void CallStack::EnabledInto(uint64_t ip) {
   const uint32_t f = FunctionAt(ip);
   const Function& fn = functions_[f];
   if (fn.address == 0 || frames_.back().function == f) return;
-  if (ip == fn.address) {
+  if (ip == fn.address && !fn.label) {
     // An entry: the untraced code called it (a callback: qsort's comparator; recursion across
     // the regions' edge): a frame of its own, as gdb's stack has, no call seen (sweep 27 T4: it
     // ran in the untraced callee's frame, and its return out closed its function's outermost

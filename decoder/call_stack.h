@@ -35,6 +35,9 @@ struct Function {
   uint32_t active = 0;                  // frames on the stack
   uint64_t active_since = 0;
   bool from_address = false;  // named by its call target (no symbol)
+  // Named by a label inside a function (Symbol::entry false): flow reaching `address` goes on
+  // in the frame it runs in (renamed, as perf names the code), no call of it.
+  bool label = false;
   // setjmp, sigsetjmp, getcontext (or their PLT entries): a later jump to the return address
   // of a call to it (longjmp) lands in the frame that called it.
   bool returns_twice = false;

@@ -19,6 +19,8 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "decoder/trace_config.h"
@@ -178,6 +180,23 @@ namespace {
 // also ends it at the next symbol).
 void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   const std::vector<SectionSpan> sections = SectionSpans(elf);
+  // The sized functions' ranges, by start, with the furthest end of those up to each: whether a
+  // label is inside one (Symbol::entry; sweep 33a F5).
+  std::vector<std::pair<uint64_t, uint64_t>> functions;
+  for (const ElfSymbol& sym : elf.Symbols()) {
+    if ((sym.type == STT_FUNC || sym.type == STT_GNU_IFUNC) && sym.value != 0 && sym.size != 0) {
+      functions.emplace_back(sym.value, sym.value + sym.size);
+    }
+  }
+  std::sort(functions.begin(), functions.end());
+  for (size_t i = 1; i < functions.size(); ++i) {
+    functions[i].second = std::max(functions[i].second, functions[i - 1].second);
+  }
+  auto inside_a_function = [&functions](uint64_t address) {
+    auto after = std::lower_bound(functions.begin(), functions.end(),
+                                  std::pair<uint64_t, uint64_t>{address, 0});
+    return after != functions.begin() && std::prev(after)->second > address;
+  };
   for (const ElfSymbol& sym : elf.Symbols()) {
     if (sym.value == 0) continue;
     const SectionSpan section =
@@ -194,7 +213,8 @@ void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
     if (size == 0) size = in_section ? section.end - sym.value : 1;
     out.push_back({begin, begin + size, Demangle(sym.name), 0,
                    AliasRank(sym.name, sym.size != 0, sym.type == STT_NOTYPE,
-                             sym.binding == STB_WEAK, sym.binding == STB_GLOBAL)});
+                             sym.binding == STB_WEAK, sym.binding == STB_GLOBAL),
+                   !(sym.type == STT_NOTYPE && sym.size == 0 && inside_a_function(begin))});
   }
 }
 

@@ -59,6 +59,10 @@ struct Symbol {
   std::string name;    // demangled
   uint32_t image = 0;  // index into ProgramImage::files()
   uint16_t rank = 0;   // among symbols of one start, the lowest is kept (see SortSymbols)
+  // False for a label inside a function (STT_NOTYPE, size 0, within a sized function's range:
+  // `.globl probe_recover` in inline asm): it names the code after it, as perf names it, but
+  // flow that reaches it enters no function there (no call counted, no signal handler's entry).
+  bool entry = true;
 };
 
 // The rank (Symbol::rank) of a name among the names of one address, as perf 6.1's

@@ -1981,9 +1981,11 @@ TEST_F(QemuEmulateTest, ALongjmpLandsInTheFrameThatCalledSetjmp) {
 
 // Every stack gdb shows at each hit of a breakpoint at `function`, outermost first from the
 // first frame named `root` ("main", "start_thread"), as folded writes them.
+// `setup`: gdb commands before the run ("handle SIGSEGV nostop noprint pass").
 std::set<std::string> GdbStacksAtEachHit(const std::string& script_path,
                                          const std::vector<std::string>& command,
-                                         const std::string& function, const std::string& root);
+                                         const std::string& function, const std::string& root,
+                                         const std::string& setup = "");
 
 // A longjmp to the setjmp of a frame below lands there, not in the innermost frame whose setjmp
 // was at the same address: a TRY/FINALLY chain rethrowing level by level, and the C cleanup
@@ -2019,6 +2021,64 @@ TEST_F(QemuEmulateTest, EachLongjmpOfAChainLandsInItsOwnFrame) {
     ASSERT_EQ(parallel.exit_code, 0) << parallel.err;
     EXPECT_EQ(parallel.out, folded.out);
   }
+}
+
+// A SIGSEGV handler that resumes the interrupted flow at a label inside the function (a memory
+// probe recovering at `probe_recover`) returns: the flow goes on in the frame it interrupted,
+// and falling into a label (`probe_fault`) is no call (sweep 33a F5: a frame "probe_recover
+// (signal)" was entered on top of probe's, whose RET then popped both, and probe_fault was
+// counted called 120 times). The labels name the code after them, as perf names it; gdb says
+// probe: its stacks at each hit of leaf are the decoded ones with the labels read as probe.
+TEST_F(QemuEmulateTest, AHandlerResumingAtALabelReturnsToTheInterruptedFrame) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string program = E2E_PROGRAM_DIR "/e2e_probe_label";
+  // (Not against the ground truth: the jump after each faulting load is counted, as
+  // documented: a block that faults is counted whole.)
+  const Recorded r = Record("probe_label", {program, "4"}, /*with_truth=*/false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  const std::string& trace = r.trace;
+  std::map<std::string, uint64_t> calls;
+  const nlohmann::json report = StatsReport(trace, {});
+  for (const auto& f : report["functions"]) {
+    calls[f["function"].get<std::string>()] += f["calls"].get<uint64_t>();
+  }
+  EXPECT_EQ(calls["probe"], 120u);
+  EXPECT_EQ(calls["scan"], 4u);
+  EXPECT_EQ(calls["probe_fault"], 0u);
+  EXPECT_EQ(calls["probe_recover"], 0u);
+  EXPECT_EQ(calls["leaf"], 160u);  // 120 probes and 40 handler runs
+
+  auto folded = RunCommand({PTDECODE_PATH, "folded", trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  std::set<std::string> decoded;
+  uint64_t at_leaf = 0;
+  std::istringstream lines(folded.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::string stack = line.substr(0, line.rfind(' '));
+    if (!stack.ends_with(";leaf")) continue;
+    at_leaf += std::stoull(line.substr(line.rfind(' ') + 1));
+    for (const std::string label : {"probe_fault", "probe_recover"}) {
+      for (size_t at; (at = stack.find(label)) != std::string::npos;) {
+        stack.replace(at, label.size(), "probe");
+      }
+    }
+    const size_t root = stack.find(";main;");
+    ASSERT_NE(root, std::string::npos) << line;
+    decoded.insert(stack.substr(root + 1));
+  }
+  // leaf runs the same instructions at each of its 160 calls.
+  EXPECT_EQ(at_leaf % 160, 0u) << folded.out;
+  std::set<std::string> gdb;
+  for (std::string stack : GdbStacksAtEachHit(dir_->File("probe_label.gdb"), {program, "1"}, "leaf",
+                                              "main", "handle SIGSEGV nostop noprint pass")) {
+    for (size_t at; (at = stack.find("<signal>;")) != std::string::npos;) stack.erase(at, 9);
+    gdb.insert(stack);
+  }
+  EXPECT_EQ(gdb, (std::set<std::string>{"main;scan;probe;leaf", "main;scan;probe;on_segv;leaf"}));
+  EXPECT_EQ(decoded, gdb) << folded.out;
+  auto parallel = RunCommand({PTDECODE_PATH, "folded", "-j2", "--chunk-size", "512", trace});
+  ASSERT_EQ(parallel.exit_code, 0) << parallel.err;
+  EXPECT_EQ(parallel.out, folded.out);
 }
 
 // A C++ exception lands in the frame whose call's call site has its landing pad (the LSDA's
@@ -2315,8 +2375,10 @@ std::vector<std::string> GdbFrames(const std::string& out) {
 
 std::set<std::string> GdbStacksAtEachHit(const std::string& script_path,
                                          const std::vector<std::string>& command,
-                                         const std::string& function, const std::string& root) {
-  std::ofstream(script_path) << "set pagination off\nbreak " << function
+                                         const std::string& function, const std::string& root,
+                                         const std::string& setup) {
+  std::ofstream(script_path) << "set pagination off\n"
+                             << setup << "\nbreak " << function
                              << "\ncommands\nsilent\nbt\ncont\nend\nrun\n";
   std::vector<std::string> argv = {"/usr/bin/gdb", "-q",        "-batch", "-nx",
                                    "-x",           script_path, "--args"};
