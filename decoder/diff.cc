@@ -50,7 +50,7 @@ bool IsAddressName(const std::string& name) {
 // function of the same image below it (addresses move between builds, offsets from a symbol
 // less so), else by its own name.
 std::string MatchName(const Profile& p, const ProfileFunction& fn) {
-  if (!IsAddressName(fn.function)) return fn.function;
+  if (!IsAddressName(fn.function)) return std::string(CloneBase(fn.function));
   const ProfileFunction* nearest = nullptr;
   for (const ProfileFunction& other : p.functions) {
     if (other.image != fn.image || other.address > fn.address || IsAddressName(other.function) ||
@@ -96,19 +96,42 @@ std::string GroupName(const Profile& p, const ProfileFunction& fn, DiffGroup gro
 
 // The names that stand for several functions of one image (static functions of two sources),
 // over every run of both sides, so that a run that ran one of them names it as a run that ran
-// both does: a name two rows of a run have, or one the profile sink looked the source file up
-// for without being asked for every row's (it does for a name its file's symbols share).
-std::set<Key> SharedNames(std::span<const Profile> base, std::span<const Profile> now,
-                          const DiffOptions& options) {
-  std::set<Key> out;
+// both does: a name whose rows have two source files (the profile sink looks a row's source up
+// where its file's symbols share its name, or for every row), each source by the fewest last
+// parts of its path that tell it from the others' ("util.c", or "x/util.c" and "y/util.c":
+// sweep 34b F4 merged those two). A function and its clones (CloneBase) have one source.
+using SharedNames = std::map<Key, std::map<std::string, std::string>>;
+SharedNames FindSharedNames(std::span<const Profile> base, std::span<const Profile> now,
+                            const DiffOptions& options) {
+  SharedNames out;
   if (options.group_by != DiffGroup::kFunction) return out;
+  std::map<Key, std::set<std::string>> sources;
   for (std::span<const Profile> side : {base, now}) {
     for (const Profile& p : side) {
-      std::set<Key> seen;
       for (const ProfileFunction& fn : p.functions) {
-        Key key(Basename(fn.image), MatchName(p, fn));
-        if (!seen.insert(key).second || (!p.source_files && !fn.source.empty())) {
-          out.insert(std::move(key));
+        if (!fn.source.empty()) {
+          sources[Key(Basename(fn.image), MatchName(p, fn))].insert(fn.source);
+        }
+      }
+    }
+  }
+  // The last `parts` parts of `path` ("x/util.c" for 2), or all of it.
+  auto tail = [](std::string_view path, size_t parts) {
+    size_t at = path.size();
+    while (parts-- > 0 && at != std::string_view::npos && at > 0) at = path.rfind('/', at - 1);
+    return at == std::string_view::npos ? path : path.substr(at + 1);
+  };
+  for (auto& [key, paths] : sources) {
+    if (paths.size() < 2) continue;
+    std::map<std::string, std::string>& labels = out[key];
+    for (const std::string& path : paths) {
+      for (size_t parts = 1;; ++parts) {
+        const std::string_view label = tail(path, parts);
+        if (label == path || std::none_of(paths.begin(), paths.end(), [&](const std::string& o) {
+              return o != path && tail(o, parts) == label;
+            })) {
+          labels[path] = label;
+          break;
         }
       }
     }
@@ -117,15 +140,17 @@ std::set<Key> SharedNames(std::span<const Profile> base, std::span<const Profile
 }
 
 std::map<Key, DiffCounts> Keyed(const Profile& p, const DiffOptions& options,
-                                const std::set<Key>& shared) {
+                                const SharedNames& shared) {
   std::vector<Key> keys;
   for (const ProfileFunction& fn : p.functions) {
     keys.emplace_back(Basename(fn.image), GroupName(p, fn, options.group_by));
     // Told apart by their source files where known: "helper (two.c)".
-    if (!fn.source.empty() && shared.contains(keys.back())) {
-      keys.back().second = fmt::format("{} ({})", keys.back().second, Basename(fn.source));
+    if (auto labels = shared.find(keys.back()); labels != shared.end() && !fn.source.empty()) {
+      keys.back().second = fmt::format("{} ({})", keys.back().second, labels->second.at(fn.source));
     }
   }
+  // (A function's clones add up: their self counts, calls and time are the function's; a clone
+  // its function calls, NAME.part.N, counts in both their inclusive counts.)
   std::map<Key, DiffCounts> out;
   const double ns = NsPerTick(p), cycles = CyclesPerTick(p);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -249,7 +274,7 @@ struct SideCounts {
 // Per key, the median of each count over the runs. Every key seen in a run gets an entry in
 // `seen`, set to true when `base`.
 std::map<Key, SideCounts> MedianCounts(std::span<const Profile> runs, const DiffOptions& options,
-                                       const std::set<Key>& shared, std::map<Key, bool>& seen,
+                                       const SharedNames& shared, std::map<Key, bool>& seen,
                                        bool base) {
   const DiffMetric metric = options.metric;
   std::vector<std::map<Key, DiffCounts>> keyed;
@@ -643,7 +668,7 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   d.now = MakeSide(now, metric);
   std::vector<bool> used(options.function_limits.size());
   std::map<Key, bool> in_base;
-  const std::set<Key> shared = SharedNames(base, now, options);
+  const SharedNames shared = FindSharedNames(base, now, options);
   std::map<Key, SideCounts> b = MedianCounts(base, options, shared, in_base, true);
   std::map<Key, SideCounts> n = MedianCounts(now, options, shared, in_base, false);
   size_t common = 0, by_offset = 0;

@@ -3,8 +3,11 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
+#include <iterator>
 #include <map>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -106,6 +109,40 @@ absl::StatusOr<uint64_t> ParseAddress(const std::string& where, const std::strin
 }
 
 }  // namespace
+
+std::string_view CloneBase(std::string_view name) {
+  constexpr std::string_view kClone = " [clone .";
+  constexpr std::string_view kNumbered[] = {"constprop", "isra", "part",
+                                            "lto_priv",  "cold", "specialized"};
+  auto digits = [](std::string_view text) {
+    return !text.empty() && std::all_of(text.begin(), text.end(), [](char c) {
+      return std::isdigit(static_cast<unsigned char>(c)) != 0;
+    });
+  };
+  for (;;) {
+    if (name.ends_with(']')) {  // "NAME [clone .isra.0]"
+      const size_t at = name.rfind(kClone);
+      if (at == std::string_view::npos || at == 0) return name;
+      name = name.substr(0, at);
+      continue;
+    }
+    const size_t dot = name.rfind('.');
+    if (dot == std::string_view::npos || dot == 0) return name;
+    const std::string_view last = name.substr(dot + 1);
+    if (last == "cold" || last == "localalias") {
+      name = name.substr(0, dot);
+      continue;
+    }
+    if (!digits(last)) return name;
+    const size_t word = name.rfind('.', dot - 1);
+    if (word == std::string_view::npos || word == 0 ||
+        std::find(std::begin(kNumbered), std::end(kNumbered),
+                  name.substr(word + 1, dot - word - 1)) == std::end(kNumbered)) {
+      return name;
+    }
+    name = name.substr(0, word);
+  }
+}
 
 void SortProfile(Profile& profile) {
   std::vector<ProfileFunction>& rows = profile.functions;

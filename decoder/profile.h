@@ -87,6 +87,13 @@ struct Profile {
   bool operator==(const Profile&) const = default;
 };
 
+// The function a compiler's clone or part of it belongs to: NAME for GCC's NAME.constprop.N,
+// NAME.isra.N, NAME.part.N, NAME.lto_priv.N, NAME.cold, NAME.localalias and their combinations,
+// and for the demangled "NAME [clone .constprop.0]"; any other name as it is. `diff` matches
+// functions by it (a rebuild that makes `work` a clone `work.constprop.0`, or numbers the
+// `.lto_priv` clones of two static `helper`s the other way, changes no function).
+std::string_view CloneBase(std::string_view name);
+
 // Sorts `functions` into the documented order (self, then inclusive descending, then name) and
 // rebuilds `images` from them.
 void SortProfile(Profile& profile);

@@ -272,8 +272,8 @@ class StatsSink : public FlowSink {
       add(i, counts(i), ticks_.ticks(i), named ? it->first : RowKey{image, fn.name, 0});
     }
     // Each row's source file: with source files, every row's; without, those of the functions
-    // whose name another function of their file has (`diff` tells two static functions of one
-    // name apart by it).
+    // whose name (or whose clones' name, CloneBase) another function of their file has (`diff`
+    // tells two static functions of one name apart by it).
     // Shared by the symbol table, not only by the rows: a run that ran one of two `helper`s
     // names it by its source too, as the run that ran both does (a review of 464a889).
     std::map<const ProgramImage*, std::set<std::pair<uint32_t, std::string_view>>> shared;
@@ -282,11 +282,11 @@ class StatsSink : public FlowSink {
       if (added) {
         std::map<std::pair<uint32_t, std::string_view>, uint64_t> first;  // -> its address
         for (const Symbol& s : fn.image->symbols()) {
-          auto [f, fresh] = first.try_emplace({s.image, s.name}, s.begin);
+          auto [f, fresh] = first.try_emplace({s.image, CloneBase(s.name)}, s.begin);
           if (!fresh && f->second != s.begin) it->second.insert(f->first);
         }
       }
-      return it->second.contains({static_cast<uint32_t>(fn.file), fn.name});
+      return it->second.contains({static_cast<uint32_t>(fn.file), CloneBase(fn.name)});
     };
     for (size_t row = 0; row < p.functions.size(); ++row) {
       ProfileFunction& out = p.functions[row];

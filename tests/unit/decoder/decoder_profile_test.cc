@@ -1,5 +1,6 @@
 // decoder/profile.h (the stats --json schema both ways) and decoder/diff.h over profiles made
 // here, with answers worked out by hand. Real recordings: tests/e2e/ptdecode_diff_cli_test.cc.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -614,6 +615,56 @@ TEST(DiffTest, JunitHasACasePerFunctionChecked) {
   // No limits: one passing case that says so.
   EXPECT_THAT(FormatDiffJunit(*DiffProfiles({&base, 1}, {&now, 1}, {}), {}),
               HasSubstr("tests=\"1\" failures=\"0\""));
+}
+
+TEST(CloneBaseTest, GccClonesAndPartsAreTheirFunction) {
+  EXPECT_EQ(CloneBase("work.constprop.0"), "work");
+  EXPECT_EQ(CloneBase("work.isra.0"), "work");
+  EXPECT_EQ(CloneBase("work.part.12"), "work");
+  EXPECT_EQ(CloneBase("helper.lto_priv.1"), "helper");
+  EXPECT_EQ(CloneBase("main.cold"), "main");
+  EXPECT_EQ(CloneBase("work.constprop.0.isra.0.cold"), "work");
+  EXPECT_EQ(CloneBase("f.localalias"), "f");
+  EXPECT_EQ(CloneBase("long apply<int>(int) [clone .constprop.0] [clone .isra.0]"),
+            "long apply<int>(int)");
+  // Other names as they are.
+  for (const char* name : {"work", "memcpy@GLIBC_2.2.5", "x.y", "x.7", ".cold", "a.part",
+                           "std::vector<int>::size() const", "__libc_start_main_impl"}) {
+    EXPECT_EQ(CloneBase(name), name);
+  }
+}
+
+// Static functions of one name in sources that share a file name (x/util.c, y/util.c) are rows
+// of their own, named by the fewest last parts of the path that tell them apart (sweep 34b F4:
+// one row "helper (util.c)", x's +100% shown as +4.76%); one only named by its file name.
+TEST(DiffTest, SourcesOfOneFileNameAreToldApartByTheirDirectories) {
+  auto run = [](const std::string& trace, uint64_t x_self) {
+    Profile p = Make(trace, {{"helper", "/b/app", 0x10, x_self, x_self, 1},
+                             {"helper", "/b/app", 0x40, 1600, 1600, 20},
+                             {"other", "/b/app", 0x80, 50, 50, 1},
+                             {"other", "/b/app", 0x90, 60, 60, 1}});
+    for (ProfileFunction& fn : p.functions) {
+      fn.source = fn.address == 0x10   ? "/src/x/util.c"
+                  : fn.address == 0x40 ? "/src/y/util.c"
+                  : fn.address == 0x80 ? "/src/a.c"
+                                       : "/src/b.c";
+    }
+    p.source_files = true;
+    return p;
+  };
+  const Profile base = run("base", 80), now = run("now", 160);
+  DiffOptions options;
+  options.fail_function_pct = 10;
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  std::map<std::string, const DiffRow*> rows;
+  for (const DiffRow& r : d->rows) rows[r.function] = &r;
+  ASSERT_TRUE(rows.contains("helper (x/util.c)") && rows.contains("helper (y/util.c)") &&
+              rows.contains("other (a.c)") && rows.contains("other (b.c)"))
+      << d->rows.size();
+  EXPECT_TRUE(rows["helper (x/util.c)"]->regression);
+  EXPECT_DOUBLE_EQ(*rows["helper (x/util.c)"]->change_pct, 100.0);
+  EXPECT_FALSE(rows["helper (y/util.c)"]->regression);
 }
 
 }  // namespace
