@@ -185,12 +185,13 @@ struct SourceLines::State {
     if (source == nullptr || dwarf_lineno(line, &lineno) != 0 || lineno == 0) return -1;
     // As addr2line prints it: a relative name joined to the unit's compilation directory (a
     // name relative to where it was built means nothing where it is decoded; sweep 28a F3:
-    // "src/inl.c").
+    // "src/inl.c"), a relative one too (sweep 34b F7: glibc's libm units, built in ./math,
+    // named ../sysdeps/x86_64/fpu/multiarch/ifunc-fma4.h, a path outside the source tree).
     std::string path = source;
     if (!path.empty() && path[0] != '/') {
       Dwarf_Attribute attr;
       const char* dir = dwarf_formstring(dwarf_attr(&cu, DW_AT_comp_dir, &attr));
-      if (dir != nullptr && dir[0] == '/') {
+      if (dir != nullptr && dir[0] != '\0') {
         path = absl::StrCat(dir, std::string_view(dir).ends_with('/') ? "" : "/", path);
       }
     }
