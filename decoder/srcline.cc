@@ -6,10 +6,13 @@
 
 #include <algorithm>
 #include <deque>
+#include <iterator>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
@@ -18,6 +21,163 @@
 
 namespace ptkit::decoder {
 namespace {
+
+// One row of a line-number program: where a line's code begins, or (end) where its sequence
+// ends. `file` is the program's file index (dwarf_filesrc's).
+struct LineRow {
+  uint64_t address = 0;
+  uint32_t file = 0;
+  int32_t line = 0;
+  bool end = false;
+};
+
+// A little-endian reader of a line-number program's bytes; false once past the end.
+class ByteReader {
+ public:
+  ByteReader(const uint8_t* at, const uint8_t* end) : at_(at), end_(end) {}
+  bool ok() const { return ok_; }
+  const uint8_t* at() const { return at_; }
+  uint64_t Fixed(size_t n) {
+    if (static_cast<size_t>(end_ - at_) < n) return Fail();
+    uint64_t v = 0;
+    for (size_t i = 0; i < n; ++i) v |= uint64_t{at_[i]} << (8 * i);
+    at_ += n;
+    return v;
+  }
+  uint64_t Uleb() {
+    uint64_t v = 0;
+    for (unsigned shift = 0;; shift += 7) {
+      if (at_ == end_) return Fail();
+      const uint8_t byte = *at_++;
+      if (shift < 64) v |= uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80u) == 0) return v;
+    }
+  }
+  int64_t Sleb() {
+    uint64_t v = 0;
+    unsigned shift = 0;
+    for (;; shift += 7) {
+      if (at_ == end_) return static_cast<int64_t>(Fail());
+      const uint8_t byte = *at_++;
+      if (shift < 64) v |= uint64_t{byte & 0x7fu} << shift;
+      if ((byte & 0x80u) == 0) {
+        if (shift + 7 < 64 && (byte & 0x40u) != 0) v |= ~uint64_t{0} << (shift + 7);
+        return static_cast<int64_t>(v);
+      }
+    }
+  }
+  void Skip(uint64_t n) {
+    if (static_cast<uint64_t>(end_ - at_) < n) {
+      Fail();
+      return;
+    }
+    at_ += n;
+  }
+
+ private:
+  uint64_t Fail() {
+    ok_ = false;
+    at_ = end_;
+    return 0;
+  }
+  const uint8_t* at_;
+  const uint8_t* end_;
+  bool ok_ = true;
+};
+
+// The rows of the line-number program at `offset` of .debug_line (DWARF 2-5), in program
+// order: what the DWARF line state machine emits, address, file, line and end of sequence
+// (its header's file and directory tables are dwarf_getsrcfiles'). libdw's dwarf_getsrclines
+// gives the rows of all sequences sorted by address together, so a sequence of code that the
+// linker discarded (relocated to a tombstone: ld's 0, lld's -1 or -2), which in a PIE lies
+// over the unit's real code, cannot be told from it there (sweep 34b F5). Empty where the
+// program does not read.
+std::vector<LineRow> ReadLineProgram(std::span<const uint8_t> section, uint64_t offset) {
+  std::vector<LineRow> rows;
+  if (offset >= section.size()) return rows;
+  ByteReader unit(section.data() + offset, section.data() + section.size());
+  uint64_t length = unit.Fixed(4);
+  size_t offset_size = 4;
+  if (length == 0xffffffff) {
+    length = unit.Fixed(8);
+    offset_size = 8;
+  }
+  if (!unit.ok() || length > static_cast<uint64_t>(section.data() + section.size() - unit.at())) {
+    return rows;
+  }
+  const uint8_t* end = unit.at() + length;
+  ByteReader r(unit.at(), end);
+  const uint64_t version = r.Fixed(2);
+  if (version < 2 || version > 5) return rows;
+  if (version >= 5) r.Skip(2);  // address_size, segment_selector_size
+  const uint64_t header_length = r.Fixed(offset_size);
+  const uint8_t* program = r.at();
+  const uint64_t min_length = r.Fixed(1);
+  if (version >= 4) r.Skip(1);  // maximum_operations_per_instruction (VLIW: not here)
+  const bool default_is_stmt = r.Fixed(1) != 0;
+  (void)default_is_stmt;
+  const auto line_base = static_cast<int8_t>(r.Fixed(1));
+  const uint64_t line_range = r.Fixed(1);
+  const uint64_t opcode_base = r.Fixed(1);
+  std::vector<uint8_t> arguments(opcode_base);  // standard_opcode_lengths
+  for (uint64_t i = 1; i < opcode_base; ++i) arguments[i] = static_cast<uint8_t>(r.Fixed(1));
+  if (!r.ok() || line_range == 0 || opcode_base == 0 ||
+      header_length > static_cast<uint64_t>(end - program)) {
+    return rows;
+  }
+  r = ByteReader(program + header_length, end);
+  LineRow state{.address = 0, .file = 1, .line = 1, .end = false};
+  auto reset = [&state] { state = {.address = 0, .file = 1, .line = 1, .end = false}; };
+  while (r.ok() && r.at() < end) {
+    const auto op = static_cast<uint8_t>(r.Fixed(1));
+    if (op >= opcode_base) {  // a special opcode
+      const uint64_t adjusted = op - opcode_base;
+      state.address += adjusted / line_range * min_length;
+      state.line += line_base + static_cast<int32_t>(adjusted % line_range);
+      rows.push_back(state);
+      continue;
+    }
+    switch (op) {
+      case 0: {  // extended
+        const uint64_t size = r.Uleb();
+        if (size == 0 || !r.ok()) break;
+        const uint8_t* next = r.at() + std::min<uint64_t>(size, end - r.at());
+        const auto sub = static_cast<uint8_t>(r.Fixed(1));
+        if (sub == DW_LNE_end_sequence) {
+          state.end = true;
+          rows.push_back(state);
+          reset();
+        } else if (sub == DW_LNE_set_address && size - 1 <= 8) {
+          state.address = r.Fixed(size - 1);
+        }
+        r = ByteReader(next, end);
+        break;
+      }
+      case DW_LNS_copy:
+        rows.push_back(state);
+        break;
+      case DW_LNS_advance_pc:
+        state.address += r.Uleb() * min_length;
+        break;
+      case DW_LNS_advance_line:
+        state.line += static_cast<int32_t>(r.Sleb());
+        break;
+      case DW_LNS_set_file:
+        state.file = static_cast<uint32_t>(r.Uleb());
+        break;
+      case DW_LNS_const_add_pc:
+        state.address += (255 - opcode_base) / line_range * min_length;
+        break;
+      case DW_LNS_fixed_advance_pc:
+        state.address += r.Fixed(2);
+        break;
+      default:  // column, negate_stmt, basic_block, prologue_end, epilogue_begin, isa, others
+        for (uint8_t i = 0; i < arguments[op]; ++i) r.Uleb();
+        break;
+    }
+  }
+  return rows;
+}
 
 // An address range of a compilation unit (its DIE's offset).
 struct UnitRange {
@@ -43,10 +203,80 @@ struct DwarfFile {
     return dwarf_offdie(dbg, it->die, &cu) != nullptr;
   }
 
+  // The line of `address` in unit `cu`'s line table: the last row at or before it of the
+  // sequence that holds it, as dwarf_getsrc_die answers but without the sequences whose first
+  // address is in no executable section (code the linker discarded; gdb and llvm-addr2line
+  // leave them out too). Null where no sequence holds it.
+  const LineRow* LineAt(Dwarf_Die& cu, Dwarf_Addr address) {
+    Dwarf_Attribute attr;
+    Dwarf_Word offset = 0;
+    if (dwarf_formudata(dwarf_attr(&cu, DW_AT_stmt_list, &attr), &offset) != 0) return nullptr;
+    auto [it, added] = tables.try_emplace(offset);
+    std::vector<LineRow>& table = it->second;
+    if (added) table = LiveRows(offset);
+    auto after = std::upper_bound(table.begin(), table.end(), address,
+                                  [](Dwarf_Addr a, const LineRow& row) { return a < row.address; });
+    if (after == table.begin() || std::prev(after)->end) return nullptr;
+    return &*std::prev(after);
+  }
+
   std::optional<ElfFile> elf;
   Dwarf* dbg = nullptr;
 
  private:
+  // The rows of the line-number program at `offset`, without the discarded sequences, by
+  // address (stably: of one address, the last in program order is the one libdw gives).
+  std::vector<LineRow> LiveRows(uint64_t offset) {
+    if (!debug_line_read) {
+      debug_line_read = true;
+      debug_line = DebugLine();
+      for (const ElfSection& section : elf->Sections()) {
+        if ((section.flags & SHF_EXECINSTR) != 0 && section.size != 0) {
+          code.emplace_back(section.addr, section.addr + section.size);
+        }
+      }
+    }
+    const std::vector<LineRow> rows = ReadLineProgram(debug_line, offset);
+    std::vector<LineRow> live;
+    for (size_t start = 0; start < rows.size();) {
+      size_t end = start;
+      while (end < rows.size() && !rows[end].end) ++end;
+      if (end == rows.size()) break;  // (a sequence without its end: not one)
+      const uint64_t first = rows[start].address;
+      if (std::any_of(code.begin(), code.end(),
+                      [first](const auto& c) { return first >= c.first && first < c.second; })) {
+        live.insert(live.end(), rows.begin() + static_cast<ptrdiff_t>(start),
+                    rows.begin() + static_cast<ptrdiff_t>(end) + 1);
+      }
+      start = end + 1;
+    }
+    std::stable_sort(live.begin(), live.end(), [](const LineRow& a, const LineRow& b) {
+      return a.address < b.address;
+    });
+    return live;
+  }
+
+  // .debug_line's bytes as libdw reads them (dwarf_begin_elf inflated a compressed one).
+  std::span<const uint8_t> DebugLine() const {
+    Elf* e = dwarf_getelf(dbg);
+    size_t strings = 0;
+    if (e == nullptr || elf_getshdrstrndx(e, &strings) != 0) return {};
+    for (Elf_Scn* scn = elf_nextscn(e, nullptr); scn != nullptr; scn = elf_nextscn(e, scn)) {
+      GElf_Shdr shdr;
+      const char* name =
+          gelf_getshdr(scn, &shdr) == nullptr ? nullptr : elf_strptr(e, strings, shdr.sh_name);
+      if (name == nullptr || std::string_view(name) != ".debug_line") continue;
+      Elf_Data* data = elf_getdata(scn, nullptr);
+      if (data == nullptr || data->d_buf == nullptr) return {};
+      return {static_cast<const uint8_t*>(data->d_buf), data->d_size};
+    }
+    return {};
+  }
+
+  bool debug_line_read = false;
+  std::span<const uint8_t> debug_line;
+  std::vector<std::pair<uint64_t, uint64_t>> code;  // the executable sections' addresses
+  absl::flat_hash_map<uint64_t, std::vector<LineRow>> tables;  // by .debug_line offset
   // DW_AT_low_pc/high_pc or DW_AT_ranges of every unit, by address.
   void ReadUnitRanges() {
     ranges_read = true;
@@ -177,12 +407,17 @@ struct SourceLines::State {
     if (!address.has_value()) return -1;
     Dwarf_Die cu;
     if (!file->UnitAt(*address, cu)) return -1;
-    Dwarf_Line* line = dwarf_getsrc_die(&cu, *address);
-    int lineno = 0;
-    const char* source = line == nullptr ? nullptr : dwarf_linesrc(line, nullptr, nullptr);
+    const LineRow* line = file->LineAt(cu, *address);
+    Dwarf_Files* files = nullptr;
+    size_t count = 0;
+    const char* source = line == nullptr || dwarf_getsrcfiles(&cu, &files, &count) != 0 ||
+                                 line->file >= count
+                             ? nullptr
+                             : dwarf_filesrc(files, line->file, nullptr, nullptr);
+    const int lineno = line == nullptr ? 0 : line->line;
     // Line 0: code of no source line (compiler-made), as addr2line's "?" (sweep 28a F3:
     // "stdlib.h:0" was printed).
-    if (source == nullptr || dwarf_lineno(line, &lineno) != 0 || lineno == 0) return -1;
+    if (source == nullptr || lineno == 0) return -1;
     // As addr2line prints it: a relative name joined to the unit's compilation directory (a
     // name relative to where it was built means nothing where it is decoded; sweep 28a F3:
     // "src/inl.c"), a relative one too (sweep 34b F7: glibc's libm units, built in ./math,

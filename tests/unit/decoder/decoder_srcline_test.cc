@@ -353,5 +353,62 @@ int main(int argc, char** argv) {
   std::filesystem::remove_all(dir);
 }
 
+// A PIE built with -ffunction-sections -Wl,--gc-sections whose unit also had a large function
+// the linker discarded: ld relocates that function's line sequence to address 0, over the
+// unit's real code (sweep 34b F5: 41 of 100 addresses of `used` and `main` got lines of the
+// discarded function, 107-117 for 606-607). Each instruction's line as gdb's `info line` says
+// (binutils' addr2line 2.40 is wrong here, as ptdecode was).
+TEST(SrclineProgramTest, DiscardedCodesLinesDoNotNameLiveCode) {
+  if (std::system("gdb --version >/dev/null 2>&1") != 0 ||
+      std::system("gcc --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "gdb or gcc is not installed";
+  }
+  const std::string dir =
+      std::filesystem::path(::ptkit::decoder::testing::TempPath("srcline_gc")).lexically_normal();
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream c(dir + "/gc.c");
+    c << "volatile int sink;\nint unused_big(int x) {\n";
+    for (int i = 0; i < 600; ++i) {
+      c << fmt::format("  sink = x * {} + sink; if (sink & {}) x ^= sink >> 3;\n", i + 3, i + 1);
+    }
+    c << "  return x; }\n"
+         "__attribute__((noinline)) int used(int n) { int s = 0; for (int i = 0; i < n; i++) s "
+         "+= i % 7; return s; }\n"
+         "int main(int argc, char **argv) { return used(argc * 100) & 1; }\n";
+  }
+  auto cc = ::ptkit::testing::RunCommand(
+      {"/bin/sh", "-c",
+       "cd '" + dir +
+           "' && gcc -O2 -g -fPIE -pie -ffunction-sections -Wl,--gc-sections gc.c -o gc"});
+  ASSERT_EQ(cc.exit_code, 0) << cc.err;
+  const std::string path = dir + "/gc";
+  std::vector<uint64_t> ips;
+  std::string gdb = "gdb -q -batch -nx";
+  for (uint64_t ip : TextAddresses(path)) {
+    ips.push_back(ip);
+    gdb += fmt::format(" -ex 'info line *{:#x}'", ip);
+  }
+  std::istringstream want(testing::ToolOutput({"/bin/sh", "-c", gdb + " " + path}));
+  std::unique_ptr<ProgramImage> image = std::move(*ProgramImage::Create());
+  ASSERT_THAT(image->AddElf({path}), IsOk());
+  SourceLines lines(nullptr);
+  size_t compared = 0;
+  const std::regex said(R"re(^Line (\d+) of "([^"]+)")re");
+  for (uint64_t ip : ips) {
+    std::string answer;
+    ASSERT_TRUE(std::getline(want, answer));
+    std::smatch m;
+    // (gdb: "No line number information available for address ..." in crt code.)
+    if (!std::regex_search(answer, m, said)) continue;
+    const std::string* got = lines.Lookup(*image, ip);
+    ASSERT_NE(got, nullptr) << answer;
+    EXPECT_EQ(*got, fmt::format("{}/{}:{}", dir, m[2].str(), m[1].str())) << answer;
+    ++compared;
+  }
+  EXPECT_GT(compared, 20u);
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace ptkit::decoder
