@@ -211,10 +211,17 @@ void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
     const uint64_t begin = sym.value;
     uint64_t size = sym.size;
     if (size == 0) size = in_section ? section.end - sym.value : 1;
-    out.push_back({begin, begin + size, Demangle(sym.name), 0,
-                   AliasRank(sym.name, sym.size != 0, sym.type == STT_NOTYPE,
-                             sym.binding == STB_WEAK, sym.binding == STB_GLOBAL),
-                   !(sym.type == STT_NOTYPE && sym.size == 0 && inside_a_function(begin))});
+    // A dynamic symbol of a version not its name's default by that version, as .symtab and
+    // perf name it (sweep 34b F8: libc's compatibility memcpy@GLIBC_2.2.5 and the memcpy of
+    // GLIBC_2.14 were both "memcpy", two rows of one name).
+    const std::string version =
+        sym.hidden_version.empty() ? std::string() : fmt::format("@{}", sym.hidden_version);
+    const std::string versioned = version.empty() ? std::string() : std::string(sym.name) + version;
+    out.push_back(
+        {begin, begin + size, Demangle(sym.name) + version, 0,
+         AliasRank(version.empty() ? sym.name : std::string_view(versioned), sym.size != 0,
+                   sym.type == STT_NOTYPE, sym.binding == STB_WEAK, sym.binding == STB_GLOBAL),
+         !(sym.type == STT_NOTYPE && sym.size == 0 && inside_a_function(begin))});
   }
 }
 

@@ -385,15 +385,57 @@ std::vector<ElfCallSite> ElfFile::CallSites() const {
   return out;
 }
 
+namespace {
+
+// The versions an SHT_GNU_verdef section defines, by index (vd_ndx).
+std::map<uint16_t, std::string_view> DefinedVersions(Elf* elf) {
+  std::map<uint16_t, std::string_view> out;
+  for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn)) != nullptr;) {
+    GElf_Shdr sh;
+    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_GNU_verdef) continue;
+    Elf_Data* data = elf_getdata(scn, nullptr);
+    if (data == nullptr) continue;
+    int offset = 0;
+    for (size_t n = 0; n < sh.sh_info; ++n) {
+      GElf_Verdef def;
+      GElf_Verdaux aux;
+      if (gelf_getverdef(data, offset, &def) == nullptr) break;
+      if (def.vd_cnt > 0 && gelf_getverdaux(data, offset + static_cast<int>(def.vd_aux), &aux)) {
+        out[def.vd_ndx] = StringAt(elf, sh.sh_link, aux.vda_name);
+      }
+      if (def.vd_next == 0) break;
+      offset += static_cast<int>(def.vd_next);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
 std::vector<ElfSymbol> ElfFile::Symbols() const {
   Elf* const elf = elf_.get();
   std::vector<ElfSymbol> out;
+  std::optional<std::map<uint16_t, std::string_view>> versions;  // read at the first SHT_DYNSYM
   for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn)) != nullptr;) {
     GElf_Shdr sh;
     if (gelf_getshdr(scn, &sh) == nullptr) continue;
     if (sh.sh_type != SHT_SYMTAB && sh.sh_type != SHT_DYNSYM) continue;
     Elf_Data* data = elf_getdata(scn, nullptr);
     if (data == nullptr || sh.sh_entsize == 0) continue;
+    // A dynamic symbol's version: its SHT_GNU_versym entry (linked to this table), the version
+    // index and the hidden bit (0x8000: not the default version of its name).
+    Elf_Data* versym = nullptr;
+    if (sh.sh_type == SHT_DYNSYM) {
+      const size_t index = elf_ndxscn(scn);
+      for (Elf_Scn* v = nullptr; (v = elf_nextscn(elf, v)) != nullptr;) {
+        GElf_Shdr vsh;
+        if (gelf_getshdr(v, &vsh) != nullptr && vsh.sh_type == SHT_GNU_versym &&
+            vsh.sh_link == index) {
+          versym = elf_getdata(v, nullptr);
+        }
+      }
+      if (versym != nullptr && !versions) versions = DefinedVersions(elf);
+    }
     const size_t count = sh.sh_size / sh.sh_entsize;
     for (size_t i = 0; i < count; ++i) {
       GElf_Sym sym;
@@ -401,10 +443,17 @@ std::vector<ElfSymbol> ElfFile::Symbols() const {
       if (sym.st_shndx == SHN_UNDEF) continue;
       const std::string_view name = StringAt(elf, sh.sh_link, sym.st_name);
       if (name.empty()) continue;
-      out.push_back({name, sym.st_value, sym.st_size,
-                     static_cast<uint8_t>(GELF_ST_TYPE(sym.st_info)),
-                     static_cast<uint8_t>(GELF_ST_BIND(sym.st_info)), sym.st_shndx,
-                     sh.sh_type == SHT_DYNSYM});
+      ElfSymbol& out_sym = out.emplace_back(ElfSymbol{
+          name, sym.st_value, sym.st_size, static_cast<uint8_t>(GELF_ST_TYPE(sym.st_info)),
+          static_cast<uint8_t>(GELF_ST_BIND(sym.st_info)), sym.st_shndx, sh.sh_type == SHT_DYNSYM});
+      GElf_Versym version = 0;
+      if (versym != nullptr && gelf_getversym(versym, static_cast<int>(i), &version) != nullptr &&
+          (version & 0x8000) != 0) {
+        if (auto it = versions->find(static_cast<uint16_t>(version & 0x7fff));
+            it != versions->end()) {
+          out_sym.hidden_version = it->second;
+        }
+      }
     }
   }
   return out;

@@ -66,6 +66,10 @@ struct ElfSymbol {
   uint8_t binding = 0;   // STB_GLOBAL, STB_WEAK, STB_LOCAL
   uint16_t section = 0;  // st_shndx
   bool dynamic = false;  // from an SHT_DYNSYM section, else SHT_SYMTAB
+  // An SHT_DYNSYM symbol's version where it is not its name's default one (readelf's
+  // "memcpy@GLIBC_2.2.5", not "memcpy@@GLIBC_2.14"): glibc's compatibility symbols, whose
+  // names another address has too. Empty otherwise (a .symtab name carries its version).
+  std::string_view hidden_version;
 };
 
 // An SHT_RELA entry.

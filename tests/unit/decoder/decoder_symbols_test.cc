@@ -539,6 +539,48 @@ TEST(SymbolsTest, EveryFunctionNmPrintsResolvesToItsName) {
   }
 }
 
+// A function of a version not its name's default (readelf's "memcpy@GLIBC_2.2.5", glibc's
+// compatibility symbols) is not named as its name's default version at another address
+// ("memcpy@@GLIBC_2.14"): sweep 34b F8, both were "memcpy", two rows of one name in stats.
+// With libc's .dynsym alone it is NAME@VERSION, as readelf and perf name it; with its debug
+// file (libc6-dbg) an alias without a version may name it.
+TEST(SymbolsTest, ACompatibilityVersionIsNotNamedAsTheDefault) {
+  if (!HaveBinutils()) GTEST_SKIP() << "readelf (binutils) is not installed";
+  const std::string libc = "/lib/x86_64-linux-gnu/libc.so.6";
+  if (!fs::exists(libc)) GTEST_SKIP() << libc << " is not installed";
+  // readelf: "  2725: 00000000000a2d70    40 FUNC    GLOBAL DEFAULT   16 memcpy@GLIBC_2.2.5"
+  std::map<std::string, uint64_t> hidden, defaults;  // NAME@VERSION / NAME -> address
+  std::istringstream text(ToolOutput({"readelf", "-W", "--dyn-syms", libc}));
+  static const std::regex kRow(
+      R"re(^ *\d+: ([0-9a-f]+) +\d+ (FUNC|IFUNC) +\S+ +\S+ +\d+ ([^@ ]+)(@@?)([^ ]+).*$)re");
+  std::smatch m;
+  for (std::string line; std::getline(text, line);) {
+    if (!std::regex_match(line, m, kRow)) continue;
+    const uint64_t address = std::stoull(m[1], nullptr, 16);
+    if (m[4] == "@@") {
+      defaults[m[3]] = address;
+    } else {
+      hidden[m[3].str() + "@" + m[5].str()] = address;
+    }
+  }
+  for (const std::string sysroot : {"/nonexistent", ""}) {
+    SCOPED_TRACE(sysroot.empty() ? "with the debug file" : "without the debug file");
+    auto image = ElfImage(libc, sysroot);
+    ASSERT_NE(image, nullptr);
+    size_t checked = 0;
+    for (const auto& [versioned, address] : hidden) {
+      const std::string name = versioned.substr(0, versioned.find('@'));
+      auto other = defaults.find(name);
+      if (other == defaults.end() || other->second == address) continue;
+      EXPECT_NE(NameAt(*image, address), NameAt(*image, other->second)) << versioned;
+      if (!sysroot.empty() && NameAt(*image, address).starts_with(name + "@")) ++checked;
+      if (sysroot.empty()) ++checked;
+    }
+    EXPECT_TRUE(hidden.contains("memcpy@GLIBC_2.2.5") && defaults.contains("memcpy"));
+    EXPECT_GT(checked, 0u);
+  }
+}
+
 // ld.so's entry, _start, and where _dl_start returns to, _dl_start_user, are labels (STT_NOTYPE)
 // in its debug file's .symtab: perf and gdb name that code by them.
 TEST(SymbolsTest, LabelsInCodeNameTheLoadersEntry) {
