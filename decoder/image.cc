@@ -19,6 +19,7 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -180,10 +181,11 @@ namespace {
 // also ends it at the next symbol).
 void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   const std::vector<SectionSpan> sections = SectionSpans(elf);
+  const std::vector<ElfSymbol> symbols = elf.Symbols();
   // The sized functions' ranges, by start, with the furthest end of those up to each: whether a
   // label is inside one (Symbol::entry; sweep 33a F5).
   std::vector<std::pair<uint64_t, uint64_t>> functions;
-  for (const ElfSymbol& sym : elf.Symbols()) {
+  for (const ElfSymbol& sym : symbols) {
     if ((sym.type == STT_FUNC || sym.type == STT_GNU_IFUNC) && sym.value != 0 && sym.size != 0) {
       functions.emplace_back(sym.value, sym.value + sym.size);
     }
@@ -192,12 +194,21 @@ void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   for (size_t i = 1; i < functions.size(); ++i) {
     functions[i].second = std::max(functions[i].second, functions[i - 1].second);
   }
+  // The dynamic symbols' names that name two addresses: the version of one not its name's
+  // default tells it apart (elsewhere the name stays as perf, reading .dynsym, shows it).
+  std::map<std::string_view, uint64_t> dynamic_at;
+  std::set<std::string_view> two_addresses;
+  for (const ElfSymbol& sym : symbols) {
+    if (!sym.dynamic) continue;
+    auto [at, added] = dynamic_at.try_emplace(sym.name, sym.value);
+    if (!added && at->second != sym.value) two_addresses.insert(sym.name);
+  }
   auto inside_a_function = [&functions](uint64_t address) {
     auto after = std::lower_bound(functions.begin(), functions.end(),
                                   std::pair<uint64_t, uint64_t>{address, 0});
     return after != functions.begin() && std::prev(after)->second > address;
   };
-  for (const ElfSymbol& sym : elf.Symbols()) {
+  for (const ElfSymbol& sym : symbols) {
     if (sym.value == 0) continue;
     const SectionSpan section =
         sym.section < sections.size() ? sections[sym.section] : SectionSpan{};
@@ -211,11 +222,13 @@ void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
     const uint64_t begin = sym.value;
     uint64_t size = sym.size;
     if (size == 0) size = in_section ? section.end - sym.value : 1;
-    // A dynamic symbol of a version not its name's default by that version, as .symtab and
-    // perf name it (sweep 34b F8: libc's compatibility memcpy@GLIBC_2.2.5 and the memcpy of
-    // GLIBC_2.14 were both "memcpy", two rows of one name).
-    const std::string version =
-        sym.hidden_version.empty() ? std::string() : fmt::format("@{}", sym.hidden_version);
+    // A dynamic symbol of a version not its name's default, whose name another address has,
+    // by that version, as .symtab and perf name it (sweep 34b F8: libc's compatibility
+    // memcpy@GLIBC_2.2.5 and the memcpy of GLIBC_2.14 were both "memcpy", two rows of one
+    // name).
+    const std::string version = sym.hidden_version.empty() || !two_addresses.contains(sym.name)
+                                    ? std::string()
+                                    : fmt::format("@{}", sym.hidden_version);
     const std::string versioned = version.empty() ? std::string() : std::string(sym.name) + version;
     out.push_back(
         {begin, begin + size, Demangle(sym.name) + version, 0,

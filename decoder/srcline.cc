@@ -225,7 +225,7 @@ struct DwarfFile {
 
  private:
   // The rows of the line-number program at `offset`, without the discarded sequences, by
-  // address (stably: of one address, the last in program order is the one libdw gives).
+  // address (stably: of one address, the last row in program order is the one libdw gives).
   std::vector<LineRow> LiveRows(uint64_t offset) {
     if (!debug_line_read) {
       debug_line_read = true;
@@ -250,8 +250,9 @@ struct DwarfFile {
       }
       start = end + 1;
     }
+    // (At one address a sequence's end before the next one's rows, as libdw sorts them.)
     std::stable_sort(live.begin(), live.end(), [](const LineRow& a, const LineRow& b) {
-      return a.address < b.address;
+      return a.address != b.address ? a.address < b.address : a.end && !b.end;
     });
     return live;
   }
