@@ -667,5 +667,29 @@ TEST(DiffTest, SourcesOfOneFileNameAreToldApartByTheirDirectories) {
   EXPECT_FALSE(rows["helper (y/util.c)"]->regression);
 }
 
+// A function the new build inlined into its caller is removed and the caller's self count
+// grows by as much: the regression is said as maybe that (sweep 34b F6: -O2 -> -O3, main
+// +268% with no word of lookup.part.0's 1,196,643 instructions gone).
+TEST(DiffTest, ACallerGrownByARemovedFunctionIsSaidAsMaybeInlined) {
+  const Profile base = Make("base", {{"main", "/b/app", 0x10, 446, 1643, 1},
+                                     {"lookup.part.0", "/b/app", 0x80, 1197, 1197, 40}});
+  const Profile now = Make("now", {{"main", "/n/app", 0x10, 1645, 1645, 1}});
+  DiffOptions options;
+  options.fail_function_pct = 5;
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->regression());
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_THAT(d->warnings[0], HasSubstr("main [app] grew by 1199 instructions where lookup of "
+                                        "1197 ran in the base and not in the new"));
+  EXPECT_THAT(d->warnings[0], HasSubstr("--metric inclusive"));
+  // Nothing said where what was removed is far less than the growth.
+  const Profile small = Make("base", {{"main", "/b/app", 0x10, 446, 1643, 1},
+                                      {"lookup", "/b/app", 0x80, 100, 100, 40}});
+  d = DiffProfiles({&small, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->warnings.empty()) << d->warnings[0];
+}
+
 }  // namespace
 }  // namespace ptkit::decoder
