@@ -33,6 +33,13 @@ StreamStats Drainer::Totals() const {
   return t;
 }
 
+Drainer::StreamState& Drainer::RingState(TraceSource& source) {
+  const StreamId sid = source.stream();
+  auto [it, added] = state_.try_emplace({sid, source.ring().page});
+  if (added) it->second.base = ends_[sid].end;
+  return it->second;
+}
+
 absl::Status Drainer::StoreAux(TraceSource& source, StreamState& st, uint64_t to, uint64_t flags,
                                uint64_t time) {
   StreamStats& stats = stats_[source.stream()];
@@ -47,7 +54,7 @@ absl::Status Drainer::StoreAux(TraceSource& source, StreamState& st, uint64_t to
                                                          .count = 1,
                                                          .bytes = gone,
                                                          .time = time,
-                                                         .aux_offset = from}));
+                                                         .aux_offset = st.base + from}));
     from += gone;
   }
   while (from < to) {
@@ -55,7 +62,7 @@ absl::Status Drainer::StoreAux(TraceSource& source, StreamState& st, uint64_t to
     scratch_.clear();
     AppendFromRing(v.aux, from, n, scratch_);
     PTKIT_RETURN_IF_ERROR(writer_->AppendAux(AuxRecord{.stream = source.stream(),
-                                                       .aux_offset = from,
+                                                       .aux_offset = st.base + from,
                                                        .flags = from + n == to ? flags : 0,
                                                        .time = time,
                                                        .data = scratch_}));
@@ -63,6 +70,8 @@ absl::Status Drainer::StoreAux(TraceSource& source, StreamState& st, uint64_t to
     from += n;
   }
   st.aux_consumed = to;
+  uint64_t& end = ends_[source.stream()].end;
+  end = std::max(end, st.base + to);
   return absl::OkStatus();
 }
 
@@ -118,7 +127,7 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
   const RingView v = source.ring();
   const StreamId sid = source.stream();
   StreamStats& stats = stats_[sid];
-  StreamState& st = state_[sid];
+  StreamState& st = RingState(source);
   const perf::SampleIdLayout layout = source.layout();
 
   const uint64_t head = LoadDataHead(v.page);
@@ -166,11 +175,12 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
             StoreAux(source, st, aux->aux_offset + aux->aux_size, aux->flags, time));
       }
       auto loss = [&](LossKind kind) {
-        return writer_->AppendLoss(LossRecord{.stream = sid,
-                                              .kind = kind,
-                                              .count = 1,
-                                              .time = time,
-                                              .aux_offset = aux->aux_offset + aux->aux_size});
+        return writer_->AppendLoss(
+            LossRecord{.stream = sid,
+                       .kind = kind,
+                       .count = 1,
+                       .time = time,
+                       .aux_offset = st.base + aux->aux_offset + aux->aux_size});
       };
       if (aux->truncated()) {
         ++stats.truncated;
@@ -225,7 +235,8 @@ absl::StatusOr<uint64_t> Drainer::Snapshot(TraceSource& source, uint64_t size) {
   (void)drained;
   const RingView v = source.ring();
   const uint64_t head = LoadAuxHead(v.page);
-  StreamState& st = state_[sid];
+  StreamState& st = RingState(source);
+  StreamEnd& stream = ends_[sid];
   // aux_head may be an offset inside the buffer (Intel PT in snapshot mode): then whether
   // the ring has wrapped is learned from its contents, once (tools/perf/arch/x86/util/
   // intel-pt.c, intel_pt_find_snapshot()).
@@ -236,21 +247,26 @@ absl::StatusOr<uint64_t> Drainer::Snapshot(TraceSource& source, uint64_t size) {
   scratch_.clear();
   AppendFromRing(v.aux, range.from, range.len, scratch_);
   StreamStats& stats = stats_[sid];
-  PTKIT_RETURN_IF_ERROR(writer_->AppendSnapshot(SnapshotRecord{
-      .stream = sid, .sequence = st.snapshot_sequence++, .aux_head = head, .data = scratch_}));
+  PTKIT_RETURN_IF_ERROR(
+      writer_->AppendSnapshot(SnapshotRecord{.stream = sid,
+                                             .sequence = stream.snapshot_sequence++,
+                                             .aux_head = st.base + head,
+                                             .data = scratch_}));
   // Bytes written since the previous snapshot that this one no longer holds: overwritten by
   // the hardware (by design in snapshot mode), recorded so `ptdecode info` can say so. Only
   // a free-running head tells how many: with an in-buffer head (Intel PT, BTS) every
   // PERF_RECORD_AUX gives the whole buffer as its size (pt_event_stop()), so nothing does.
   const uint64_t written = head - st.last_snapshot_head;
   if (!v.aux_head_in_buffer && written > range.len) {
-    PTKIT_RETURN_IF_ERROR(writer_->AppendLoss(LossRecord{.stream = sid,
-                                                         .kind = LossKind::kAuxOverwritten,
-                                                         .count = 1,
-                                                         .bytes = written - range.len,
-                                                         .aux_offset = st.last_snapshot_head}));
+    PTKIT_RETURN_IF_ERROR(
+        writer_->AppendLoss(LossRecord{.stream = sid,
+                                       .kind = LossKind::kAuxOverwritten,
+                                       .count = 1,
+                                       .bytes = written - range.len,
+                                       .aux_offset = st.base + st.last_snapshot_head}));
   }
   st.last_snapshot_head = head;
+  stream.end = std::max(stream.end, st.base + head);
   ++stats.snapshots;
   stats.snapshot_bytes += range.len;
   PTKIT_RETURN_IF_ERROR(source.Enable());

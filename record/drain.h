@@ -89,14 +89,26 @@ class Drainer {
   StreamStats Totals() const;
 
  private:
+  // One ring of a stream. A stream has several where its thread id came back within the
+  // recording (a later thread or process the kernel gave it to, with a ring of its own): each
+  // ring's AUX offsets start at 0, so its records are stored at `base`, where the stream's
+  // earlier rings ended, and the stream's offsets go on rising (sweep 34a F1: the later runs'
+  // trace was dropped as already stored, and under qemu the first run's count written as a
+  // new slot's aux_tail left it no room: the workload hung).
   struct StreamState {
     uint64_t aux_consumed = 0;  // our aux_tail
-    bool aux_started = false;
-    uint64_t snapshot_sequence = 0;
+    uint64_t base = 0;          // the stream's offset of this ring's offset 0
     uint64_t last_snapshot_head = 0;
     bool aux_wrapped = false;  // snapshot mode: the AUX ring has wrapped at least once
     uint64_t last_time = 0;    // of the latest PERF_RECORD_AUX: for bytes copied without one
   };
+  // What a stream's rings share.
+  struct StreamEnd {
+    uint64_t end = 0;  // past the last AUX offset stored, of any ring
+    uint64_t snapshot_sequence = 0;
+  };
+  // `source`'s ring's state (made where the ring is new: after the stream's earlier rings).
+  StreamState& RingState(TraceSource& source);
   // Copies the AUX bytes from our tail up to `to` into AUX records; the last carries `flags`.
   // The kernel never overwrites bytes past aux_tail in full-trace mode, so they are intact
   // even when an earlier PERF_RECORD_AUX was lost (data ring full): the copy starts at our
@@ -112,7 +124,8 @@ class Drainer {
   ContainerWriter* writer_;
   DrainOptions options_;
   std::map<StreamId, StreamStats> stats_;
-  std::map<StreamId, StreamState> state_;
+  std::map<std::pair<StreamId, const perf_event_mmap_page*>, StreamState> state_;
+  std::map<StreamId, StreamEnd> ends_;
   std::vector<uint8_t> scratch_;
   bool final_ = false;
 };

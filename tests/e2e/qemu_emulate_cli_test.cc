@@ -2023,6 +2023,25 @@ TEST_F(QemuEmulateTest, EachLongjmpOfAChainLandsInItsOwnFrame) {
   }
 }
 
+// A pid or tid that comes back within the recording: every run's trace is kept, and the
+// workload ends (sweep 34a F1: a child given a pid an earlier child had spun forever waiting
+// for room in its ring, whose aux_tail was the earlier child's count; a thread given an
+// earlier thread's tid lost its trace).
+TEST_F(QemuEmulateTest, AnIdThatComesBackKeepsTheTraceOfEachRun) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const int target = ::ptkit::testing::PidReuseTarget(6000);
+  std::string out;
+  ExpectDecodedEqualsTruth("pid_reuse", {::ptkit::testing::kPidReuse, std::to_string(target), "4"},
+                           0, nullptr, {}, nullptr, &out);
+  if (::ptkit::testing::PidReuseCount(out, "child", target) < 2 ||
+      ::ptkit::testing::PidReuseCount(out, "thread", target + 50) < 2) {
+    GTEST_SKIP() << "the ids did not come back (another process took them):\n" << out;
+  }
+  auto info = RunCommand({PTDECODE_PATH, "info", dir_->File("pid_reuse.pt")});
+  EXPECT_THAT(info.out, ::testing::HasSubstr("loss:        none recorded"));
+  EXPECT_THAT(info.out, ::testing::HasSubstr("present (closed cleanly)"));
+}
+
 // A SIGSEGV handler that resumes the interrupted flow at a label inside the function (a memory
 // probe recovering at `probe_recover`) returns: the flow goes on in the frame it interrupted,
 // and falling into a label (`probe_fault`) is no call (sweep 33a F5: a frame "probe_recover
