@@ -574,8 +574,8 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
       return poll(&p, 1, 0) == 1;
     };
   }
-  // On a terminal: the status line, about once a second, erased before ptrecord's summary.
-  StatusLine status(stderr, isatty(STDERR_FILENO) == 1, SteadyClockMs);
+  // The status line, about once a second, erased before ptrecord's summary.
+  StatusLine status(stderr, o.status_line, SteadyClockMs);
   lo.after_pass = [&] { status.Update(drainer.Totals(), writer->stats().stored_bytes); };
   std::vector<TraceSource*> raw;
   raw.reserve(sources.size());

@@ -54,7 +54,10 @@ struct SessionOptions {
   std::optional<pid_t> tid;          // -t: one thread
   bool all_cpus = false;             // -a: every task on the CPUs
   std::string cpu_list;              // -C: only these CPUs
-  bool per_thread = false;           // one ring per thread instead of per CPU
+  // Progress on stderr, about once a second, on one line rewritten in place (ptrecord: not
+  // --quiet, and StatusLineFits()).
+  bool status_line = false;
+  bool per_thread = false;  // one ring per thread instead of per CPU
   std::string trace_event = "intel_pt//";
   bool sideband_only = false;                   // no trace event: sideband (and counters) only
   bool user_only = false, kernel_only = false;  // -u / -k (override the event's modifiers)

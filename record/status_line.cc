@@ -1,5 +1,7 @@
 #include "record/status_line.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <utility>
 
@@ -46,6 +48,8 @@ std::string FormatStatusLine(uint64_t elapsed_ms, const StreamStats& t, uint64_t
                          Bytes(static_cast<double>(stored_bytes)),
                          loss.empty() ? std::string("no loss") : "loss: " + loss);
 }
+
+bool StatusLineFits() { return isatty(STDERR_FILENO) == 1 && isatty(STDOUT_FILENO) != 1; }
 
 StatusLine::StatusLine(std::FILE* out, bool terminal, std::function<uint64_t()> now_ms,
                        uint64_t interval_ms)

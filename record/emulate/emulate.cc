@@ -529,7 +529,7 @@ absl::StatusOr<EmulateResult> RecordStepped(const EmulateOptions& options, bool&
   }
   // Progress on a terminal, about once a second, on one line (cleared at the end).
   bool progress_shown = false;
-  if (::isatty(STDERR_FILENO)) {
+  if (options.status_line) {
     so.progress = [&progress_shown](const StepperResult& r) {
       std::fprintf(stderr, "\rptrecord: %llu steps, %llu instructions, %.0f steps/s\033[K",
                    static_cast<unsigned long long>(r.steps),         // NOLINT

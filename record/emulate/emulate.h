@@ -78,6 +78,9 @@ struct EmulateOptions {
   // Told things the user should know while the run goes on (e.g. a SIGUSR2 that does not
   // apply); may be empty.
   std::function<void(const std::string&)> notice;
+  // Progress on stderr, about once a second, on one line rewritten in place (ptrecord: not
+  // --quiet, and record::StatusLineFits()).
+  bool status_line = false;
 };
 
 struct EmulateResult {

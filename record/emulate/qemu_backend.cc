@@ -462,8 +462,8 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
     }
     return false;
   };
-  // On a terminal: the status line, about once a second, erased before the summary.
-  record::StatusLine status_line(stderr, ::isatty(STDERR_FILENO) == 1, record::SteadyClockMs);
+  // The status line, about once a second, erased before the summary.
+  record::StatusLine status_line(stderr, options.status_line, record::SteadyClockMs);
   lo.after_pass = [&] { status_line.Update(drainer.Totals(), writer->stats().stored_bytes); };
   absl::StatusOr<record::LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
   status_line.Clear();

@@ -61,7 +61,8 @@ struct StepperOptions {
   std::function<absl::Status()> after_exec;
   // Stop (kill every process of the workload) once this many instructions have retired over
   // all its threads and processes (a rep string instruction once; with filters, the stepped
-  // ones outside the regions too); 0 = no limit.
+  // ones outside the regions too); 0 = no limit. With several threads, each step under way
+  // when the count is reached finishes (at most one more instruction per other thread).
   uint64_t max_steps = 0;
   // Asked every 1024 steps and whenever a wait is interrupted by a signal (EINTR): true ends
   // the run as max_steps does (the workload is killed, every stream is ended). May be empty.

@@ -27,6 +27,7 @@
 #include "record/emulate/emulate.h"
 #include "record/emulate/qemu_backend.h"
 #include "record/session.h"
+#include "record/status_line.h"
 #include "record/trigger.h"
 #include "record/workload.h"
 
@@ -125,6 +126,7 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
   e.argv = o.command;
   e.output = o.output;
   e.overwrite_existing = o.overwrite_existing;
+  e.status_line = o.status_line;
   e.compress = o.compress;
   e.bts = event->bts;
   e.pt = event->pt;
@@ -339,13 +341,14 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
       "../libexec/ptkit/ from it, where cmake --install puts it)");
   app.add_option("--ground-truth", ground_truth,
                  "With --emulate: write every retired instruction as 'TID 0xADDRESS' lines");
-  app.add_option("--max-steps", max_steps,
-                 "With --emulate: stop (kill every process of the command) once N instructions "
-                 "have retired over all its threads and processes (N >= 1; qemu: at most N, at a "
-                 "block boundary)");
+  app.add_option(
+      "--max-steps", max_steps,
+      "With --emulate: stop (kill every process of the command) once N instructions "
+      "have retired over all its threads and processes (N >= 1; step: one more per other "
+      "thread stepping at the time; qemu: at most N, at a block boundary)");
   app.add_flag("-q,--quiet", quiet,
-               "No summary line, and with --emulate no notices (waiting for a daemon, SIGUSR2 "
-               "ignored); warnings and errors are still printed");
+               "No summary line, no status line, and with --emulate no notices (waiting for a "
+               "daemon, SIGUSR2 ignored); warnings and errors are still printed");
   ptkit::completion::AddCompletionFlag(app);
   app.prefix_command();  // everything after the first non-option is the command
 
@@ -506,6 +509,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
     o.aux_watermark = *w;
   }
 
+  o.status_line = !quiet && ptkit::record::StatusLineFits();
   if (!emulate.empty()) {
     return RunEmulated(app, o, bts, ground_truth, static_cast<uint64_t>(max_steps), quiet, emulate,
                        qemu_plugin);

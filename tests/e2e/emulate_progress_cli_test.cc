@@ -1,5 +1,5 @@
-// `ptrecord --emulate` shows its progress on a terminal (stderr a tty: steps, instructions,
-// rate, about once a second, on one line cleared at the end).
+// `ptrecord --emulate` shows its progress on a terminal (stderr a tty, stdout not one: steps,
+// instructions, rate, about once a second, on one line cleared at the end).
 #include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,6 +15,7 @@ namespace ptkit {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // About 90,000 steps: 3 to 6 s.
 const std::vector<std::string> kWorkload = {std::string(PROGRAM_DIR) + "/emulate_fork_exec",
@@ -45,12 +46,20 @@ std::string RunOnTerminal(const std::vector<std::string>& argv, int* status) {
   return out;
 }
 
-TEST(EmulateProgressCliTest, ProgressOnATerminalOnly) {
+// On a terminal where the command's output is not: stdout to a file. Where stdout is the
+// terminal too, nothing (the line, rewritten each second, wrote over the command's output: an
+// interactive program's prompt was erased; sweep 34a L2), nor with --quiet.
+TEST(EmulateProgressCliTest, ProgressOnATerminalOnlyWhereTheCommandsOutputIsNot) {
   ::ptkit::testing::TempDir dir;
   int status = 0;
-  std::vector<std::string> argv = {PTRECORD_PATH, "--emulate=step", "-o", dir.File("a.pt"), "--"};
-  argv.insert(argv.end(), kWorkload.begin(), kWorkload.end());
-  const std::string tty = RunOnTerminal(argv, &status);
+  std::vector<std::string> record = {PTRECORD_PATH, "--emulate=step", "-o", dir.File("a.pt"), "--"};
+  record.insert(record.end(), kWorkload.begin(), kWorkload.end());
+  // sh -c 'exec "$0" "$@" > FILE' PTRECORD ARGS...
+  auto to_file = [&](std::vector<std::string> argv) {
+    argv.insert(argv.begin(), {"/bin/sh", "-c", "exec \"$0\" \"$@\" > " + dir.File("out.txt")});
+    return argv;
+  };
+  const std::string tty = RunOnTerminal(to_file(record), &status);
   if (tty.find("Operation not permitted") != std::string::npos) GTEST_SKIP() << tty;
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << tty;
   EXPECT_THAT(tty, HasSubstr("\rptrecord: "));
@@ -59,6 +68,15 @@ TEST(EmulateProgressCliTest, ProgressOnATerminalOnly) {
   EXPECT_THAT(tty, HasSubstr(" steps/s\033[K"));
   EXPECT_THAT(tty, HasSubstr("\r\033[Kptrecord: wrote "));  // cleared before the summary
   // Not into a pipe: emulated_clock_cli_test checks that on its recording.
+
+  record.insert(record.begin() + 1, "--overwrite-existing");
+  const std::string shared = RunOnTerminal(record, &status);
+  EXPECT_THAT(shared, Not(HasSubstr(" steps/s\033[K")));
+  EXPECT_THAT(shared, HasSubstr("ptrecord: wrote "));
+  record.insert(record.begin() + 1, "-q");
+  const std::string quiet = RunOnTerminal(to_file(record), &status);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 3) << quiet;
+  EXPECT_THAT(quiet, Not(HasSubstr(" steps/s\033[K")));
 }
 
 }  // namespace
