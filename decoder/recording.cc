@@ -903,8 +903,9 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
         warnings_.push_back(fmt::format(
             "{}: build-id {} differs from the recorded {} (rebuilt since?): decoding with it may "
             "be wrong; put the recorded build in a build-id cache (--buildid-dir DIR; perf "
-            "buildid-cache -a FILE) or under --sysroot DIR, or record with --archive",
-            file, other_build->empty() ? std::string("(none)") : Hex(*other_build), Hex(recorded)));
+            "buildid-cache -a FILE) or under --sysroot DIR{}",
+            file, other_build->empty() ? std::string("(none)") : Hex(*other_build), Hex(recorded),
+            ArchiveAdvice()));
       }
     } else if (recorded.empty() && ChangedSinceRecorded(file, m.path) &&
                warned_.insert(file).second) {
@@ -913,8 +914,8 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
       warnings_.push_back(fmt::format(
           "{}: not the file that was recorded (it has no build-id, and its content differs from "
           "the recorded file's: rebuilt since?): decoding with it may be wrong; put the recorded "
-          "file under --sysroot DIR, or record with --archive",
-          file));
+          "file under --sysroot DIR{}",
+          file, ArchiveAdvice()));
     }
     absl::Status st = image->AddFileMapping(file, m.start, m.end - m.start, m.pgoff);
     if (!st.ok()) {
@@ -1072,6 +1073,12 @@ const std::vector<uint8_t>& RecordedBuildId(const Recording& r, const Mapping& m
   static const std::vector<uint8_t> kNone;
   auto it = r.build_ids.find(m.path);
   return it == r.build_ids.end() ? kNone : it->second;
+}
+
+std::string RecordingImages::ArchiveAdvice() const {
+  if (r_.archived_files.empty()) return ", or record with --archive";
+  return " (the recording archived other files, not this one: ptrecord said why when it "
+         "recorded, e.g. the file changed while the command ran)";
 }
 
 std::string RecordingImages::FromBuildIdCache(const Mapping& m) const {

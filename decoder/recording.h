@@ -311,6 +311,10 @@ class RecordingImages {
   // ContentHash against Recording::content_hashes; read once. False when nothing tells.
   bool ChangedSinceRecorded(const std::string& path, const std::string& recorded_path);
   std::map<std::string, bool> changed_;
+  // The end of the advice for a file that is not the recorded one: ", or record with
+  // --archive", or, for a recording that archived files (its recorder left this one out,
+  // saying why: it changed while the command ran), no such advice (sweep 33b L3).
+  std::string ArchiveAdvice() const;
   const Recording& r_;
   std::optional<std::vector<Symbol>> kernel_symbols_;
   std::string sysroot_;

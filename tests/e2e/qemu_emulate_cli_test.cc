@@ -1147,6 +1147,14 @@ TEST_F(QemuEmulateTest, ALibraryReplacedWhileTheCommandRunsIsSaid) {
     EXPECT_THAT(d.err,
                 ::testing::ContainsRegex(lib + ": build-id [0-9a-f]+ differs from the recorded"))
         << d.err;
+    // Advice that can be followed (sweep 33b L3: "or record with --archive" to a recording
+    // made with it).
+    if (archive) {
+      EXPECT_THAT(d.err, Not(HasSubstr("record with --archive")));
+      EXPECT_THAT(d.err, HasSubstr("the recording archived other files, not this one"));
+    } else {
+      EXPECT_THAT(d.err, HasSubstr("or record with --archive"));
+    }
   }
 }
 
