@@ -125,15 +125,20 @@ SharedNames FindSharedNames(std::span<const Profile> base, std::span<const Profi
     if (paths.size() < 2) continue;
     std::map<std::string, std::string>& labels = out[key];
     for (const std::string& path : paths) {
-      for (size_t parts = 1;; ++parts) {
-        const std::string_view label = tail(path, parts);
-        if (label == path || std::none_of(paths.begin(), paths.end(), [&](const std::string& o) {
-              return o != path && tail(o, parts) == label;
+      // (At most one part per '/' and the whole path: "/src/a.c" and "src/a.c" end alike in
+      // every part, told apart only whole; a review found it looping for ever.)
+      const size_t most = static_cast<size_t>(std::count(path.begin(), path.end(), '/')) + 1;
+      std::string_view label = path;
+      for (size_t parts = 1; parts <= most; ++parts) {
+        const std::string_view part = tail(path, parts);
+        if (std::none_of(paths.begin(), paths.end(), [&](const std::string& o) {
+              return o != path && tail(o, parts) == part;
             })) {
-          labels[path] = label;
+          label = part;
           break;
         }
       }
+      labels[path] = label;
     }
   }
   return out;

@@ -133,7 +133,10 @@ std::vector<LineRow> ReadLineProgram(std::span<const uint8_t> section, uint64_t 
     if (op >= opcode_base) {  // a special opcode
       const uint64_t adjusted = op - opcode_base;
       state.address += adjusted / line_range * min_length;
-      state.line += line_base + static_cast<int32_t>(adjusted % line_range);
+      // (Wrapping, as unsigned: a line number out of range is hostile input, not UB.)
+      state.line = static_cast<int32_t>(
+          static_cast<uint32_t>(state.line) +
+          static_cast<uint32_t>(line_base + static_cast<int32_t>(adjusted % line_range)));
       rows.push_back(state);
       continue;
     }
@@ -160,7 +163,8 @@ std::vector<LineRow> ReadLineProgram(std::span<const uint8_t> section, uint64_t 
         state.address += r.Uleb() * min_length;
         break;
       case DW_LNS_advance_line:
-        state.line += static_cast<int32_t>(r.Sleb());
+        state.line = static_cast<int32_t>(static_cast<uint32_t>(state.line) +
+                                          static_cast<uint32_t>(r.Sleb()));
         break;
       case DW_LNS_set_file:
         state.file = static_cast<uint32_t>(r.Uleb());
@@ -207,13 +211,18 @@ struct DwarfFile {
   // sequence that holds it, as dwarf_getsrc_die answers but without the sequences whose first
   // address is in no executable section (code the linker discarded; gdb and llvm-addr2line
   // leave them out too). Null where no sequence holds it.
-  const LineRow* LineAt(Dwarf_Die& cu, Dwarf_Addr address) {
+  // std::nullopt where the unit's line program could not be read here (then libdw's answer
+  // stands: dwarf_getsrc_die).
+  std::optional<const LineRow*> LineAt(Dwarf_Die& cu, Dwarf_Addr address) {
     Dwarf_Attribute attr;
     Dwarf_Word offset = 0;
-    if (dwarf_formudata(dwarf_attr(&cu, DW_AT_stmt_list, &attr), &offset) != 0) return nullptr;
+    if (dwarf_formudata(dwarf_attr(&cu, DW_AT_stmt_list, &attr), &offset) != 0) {
+      return std::nullopt;
+    }
     auto [it, added] = tables.try_emplace(offset);
-    std::vector<LineRow>& table = it->second;
-    if (added) table = LiveRows(offset);
+    if (added) it->second = LiveRows(offset);
+    if (!it->second) return std::nullopt;
+    const std::vector<LineRow>& table = *it->second;
     auto after = std::upper_bound(table.begin(), table.end(), address,
                                   [](Dwarf_Addr a, const LineRow& row) { return a < row.address; });
     if (after == table.begin() || std::prev(after)->end) return nullptr;
@@ -226,7 +235,7 @@ struct DwarfFile {
  private:
   // The rows of the line-number program at `offset`, without the discarded sequences, by
   // address (stably: of one address, the last row in program order is the one libdw gives).
-  std::vector<LineRow> LiveRows(uint64_t offset) {
+  std::optional<std::vector<LineRow>> LiveRows(uint64_t offset) {
     if (!debug_line_read) {
       debug_line_read = true;
       debug_line = DebugLine();
@@ -237,6 +246,7 @@ struct DwarfFile {
       }
     }
     const std::vector<LineRow> rows = ReadLineProgram(debug_line, offset);
+    if (rows.empty()) return std::nullopt;
     std::vector<LineRow> live;
     for (size_t start = 0; start < rows.size();) {
       size_t end = start;
@@ -266,7 +276,11 @@ struct DwarfFile {
       GElf_Shdr shdr;
       const char* name =
           gelf_getshdr(scn, &shdr) == nullptr ? nullptr : elf_strptr(e, strings, shdr.sh_name);
-      if (name == nullptr || std::string_view(name) != ".debug_line") continue;
+      // (.zdebug_line: GNU's compressed section, which libdw inflated under that name.)
+      if (name == nullptr ||
+          (std::string_view(name) != ".debug_line" && std::string_view(name) != ".zdebug_line")) {
+        continue;
+      }
       Elf_Data* data = elf_getdata(scn, nullptr);
       if (data == nullptr || data->d_buf == nullptr) return {};
       return {static_cast<const uint8_t*>(data->d_buf), data->d_size};
@@ -277,7 +291,8 @@ struct DwarfFile {
   bool debug_line_read = false;
   std::span<const uint8_t> debug_line;
   std::vector<std::pair<uint64_t, uint64_t>> code;  // the executable sections' addresses
-  absl::flat_hash_map<uint64_t, std::vector<LineRow>> tables;  // by .debug_line offset
+  // By .debug_line offset; nullopt: not read here.
+  absl::flat_hash_map<uint64_t, std::optional<std::vector<LineRow>>> tables;
   // DW_AT_low_pc/high_pc or DW_AT_ranges of every unit, by address.
   void ReadUnitRanges() {
     ranges_read = true;
@@ -408,14 +423,20 @@ struct SourceLines::State {
     if (!address.has_value()) return -1;
     Dwarf_Die cu;
     if (!file->UnitAt(*address, cu)) return -1;
-    const LineRow* line = file->LineAt(cu, *address);
-    Dwarf_Files* files = nullptr;
-    size_t count = 0;
-    const char* source = line == nullptr || dwarf_getsrcfiles(&cu, &files, &count) != 0 ||
-                                 line->file >= count
-                             ? nullptr
-                             : dwarf_filesrc(files, line->file, nullptr, nullptr);
-    const int lineno = line == nullptr ? 0 : line->line;
+    const char* source = nullptr;
+    int lineno = 0;
+    if (const std::optional<const LineRow*> ours = file->LineAt(cu, *address)) {
+      const LineRow* line = *ours;
+      Dwarf_Files* files = nullptr;
+      size_t count = 0;
+      if (line != nullptr && dwarf_getsrcfiles(&cu, &files, &count) == 0 && line->file < count) {
+        source = dwarf_filesrc(files, line->file, nullptr, nullptr);
+        lineno = line->line;
+      }
+    } else if (Dwarf_Line* line = dwarf_getsrc_die(&cu, *address); line != nullptr) {
+      source = dwarf_linesrc(line, nullptr, nullptr);
+      if (dwarf_lineno(line, &lineno) != 0) lineno = 0;
+    }
     // Line 0: code of no source line (compiler-made), as addr2line's "?" (sweep 28a F3:
     // "stdlib.h:0" was printed).
     if (source == nullptr || lineno == 0) return -1;

@@ -665,6 +665,17 @@ TEST(DiffTest, SourcesOfOneFileNameAreToldApartByTheirDirectories) {
   EXPECT_TRUE(rows["helper (x/util.c)"]->regression);
   EXPECT_DOUBLE_EQ(*rows["helper (x/util.c)"]->change_pct, 100.0);
   EXPECT_FALSE(rows["helper (y/util.c)"]->regression);
+  // Paths that end alike in every part ("/src/x/util.c", "src/x/util.c": a build's absolute
+  // and a document's relative name) are told apart whole (a review: the search never ended).
+  Profile relative = run("rel", 80);
+  for (ProfileFunction& fn : relative.functions) {
+    if (fn.address == 0x10) fn.source = "src/x/util.c";
+  }
+  d = DiffProfiles({&relative, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  rows.clear();
+  for (const DiffRow& r : d->rows) rows[r.function] = &r;
+  EXPECT_TRUE(rows.contains("helper (src/x/util.c)") && rows.contains("helper (/src/x/util.c)"));
 }
 
 // A function the new build inlined into its caller is removed and the caller's self count
@@ -684,8 +695,8 @@ TEST(DiffTest, ACallerGrownByARemovedFunctionIsSaidAsMaybeInlined) {
                                         "1197 ran in the base and not in the new"));
   EXPECT_THAT(d->warnings[0], HasSubstr("--metric inclusive"));
   // Nothing said where what was removed is far less than the growth.
-  const Profile small = Make("base", {{"main", "/b/app", 0x10, 446, 1643, 1},
-                                      {"lookup", "/b/app", 0x80, 100, 100, 40}});
+  const Profile small = Make(
+      "base", {{"main", "/b/app", 0x10, 446, 1643, 1}, {"lookup", "/b/app", 0x80, 100, 100, 40}});
   d = DiffProfiles({&small, 1}, {&now, 1}, options);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->warnings.empty()) << d->warnings[0];

@@ -306,7 +306,7 @@ TEST(SrclineProgramTest, AnOrdinaryProgramsLinesAreAddr2Lines) {
 // as addr2line prints it, the name joined to the compilation directory; none where addr2line
 // knows no line ("FILE:?", "??:0"; sweep 28a F3: "src/rel.c:8", line-0 rows as "FILE:0").
 // Also a compilation directory that is relative itself (-fdebug-prefix-map, as glibc's units
-// are "./math"; sweep 34b F7: the name was printed alone).
+// are "./math"; sweep 34b F7: the name was printed alone), and line tables in .zdebug_line.
 TEST(SrclineProgramTest, RelativeSourcesAreJoinedToTheirDirectoryAsAddr2LineDoes) {
   if (std::system("addr2line --version >/dev/null 2>&1") != 0 ||
       std::system("gcc --version >/dev/null 2>&1") != 0) {
@@ -325,7 +325,13 @@ int main(int argc, char** argv) {
   return s & 1;
 }
 )";
-  for (const std::string& map : {std::string(), " -fdebug-prefix-map=" + dir + "=./build"}) {
+  // (The third: GNU's compressed .zdebug_line, which ptkit's line-program reader missed; a
+  // review. binutils 2.40's addr2line reads none of it: the same code's lines uncompressed,
+  // the first build's, are the answer.)
+  std::map<uint64_t, std::string> uncompressed;
+  for (const std::string& map :
+       {std::string(), " -fdebug-prefix-map=" + dir + "=./build",
+        std::string(" && objcopy --compress-debug-sections=zlib-gnu rel")}) {
     SCOPED_TRACE(map);
     auto cc = ::ptkit::testing::RunCommand(
         {"/bin/sh", "-c", "cd '" + dir + "' && gcc -O2 -g src/rel.c -o rel" + map});
@@ -344,9 +350,12 @@ int main(int argc, char** argv) {
       ASSERT_TRUE(std::getline(want, expected));
       expected = expected.substr(0, expected.find(" ("));  // " (discriminator N)"
       if (expected.starts_with("??") || expected.ends_with(":?")) expected.clear();
+      if (map.empty()) uncompressed[ip] = expected;
+      if (map.find("zlib-gnu") != std::string::npos) expected = uncompressed[ip];
       const std::string* got = lines.Lookup(*image, ip);
       EXPECT_EQ(got == nullptr ? "" : *got, expected) << fmt::format("{:#x}", ip);
-      joined += expected.starts_with((map.empty() ? dir : "./build") + "/src/rel.c:");
+      joined += expected.starts_with(
+          (map.find("prefix-map") == std::string::npos ? dir : "./build") + "/src/rel.c:");
     }
     EXPECT_GT(joined, 5u);
   }
