@@ -649,7 +649,10 @@ uint32_t CallStack::SymbolFunction(int s) {
     it->second = carried >= 0 ? static_cast<uint32_t>(carried)
                               : NewFunction(sym.name, static_cast<int>(sym.image), sym.begin, false,
                                             {FunctionKey::kSymbol, s});
-    functions_[it->second].label = !sym.entry;
+    Function& fn = functions_[it->second];
+    fn.label = !sym.entry;
+    fn.within_start = sym.begin - sym.within;
+    fn.within_end = fn.within_start + sym.within_size;
   }
   return it->second;
 }
@@ -900,7 +903,8 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   // Entered at its first instruction: a call of it that went on in the caller's frame (a tail
   // call, a PLT entry's jump to its function), counted as callgrind counts it (sweep 30b F3:
   // every library function called through its PLT entry had 0 calls, memcmp@plt all of them).
-  top.entered = ip == fn.address && !fn.label;
+  top.entered = ip == fn.address &&
+                (!fn.label || old.address < fn.within_start || old.address >= fn.within_end);
   if (top.entered) ++fn.calls;
   top.function = f;
   top.renamed_from = from;

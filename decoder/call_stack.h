@@ -35,9 +35,12 @@ struct Function {
   uint32_t active = 0;                  // frames on the stack
   uint64_t active_since = 0;
   bool from_address = false;  // named by its call target (no symbol)
-  // Named by a label inside a function (Symbol::entry false): flow reaching `address` goes on
-  // in the frame it runs in (renamed, as perf names the code), no call of it.
+  // Named by a label inside a function (Symbol::entry false), whose range is [within_start,
+  // within_end): flow reaching `address` from code of that function goes on in the frame it
+  // runs in (renamed, as perf names the code), no call of it; from other code (a tail jump to
+  // an assembly function's second entry) it is one.
   bool label = false;
+  uint64_t within_start = 0, within_end = 0;
   // setjmp, sigsetjmp, getcontext (or their PLT entries): a later jump to the return address
   // of a call to it (longjmp) lands in the frame that called it.
   bool returns_twice = false;

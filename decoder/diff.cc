@@ -49,8 +49,20 @@ bool IsAddressName(const std::string& name) {
 // A function's name for matching: code without a symbol by its offset from the nearest named
 // function of the same image below it (addresses move between builds, offsets from a symbol
 // less so), else by its own name.
-std::string MatchName(const Profile& p, const ProfileFunction& fn) {
-  if (!IsAddressName(fn.function)) return std::string(CloneBase(fn.function));
+// A profile's (image, function) names: what CloneBase asks of a bare NAME.cold.
+using Names = std::set<std::pair<std::string_view, std::string_view>>;
+Names NamesOf(const Profile& p) {
+  Names out;
+  for (const ProfileFunction& fn : p.functions) out.emplace(fn.image, fn.function);
+  return out;
+}
+
+std::string MatchName(const Profile& p, const ProfileFunction& fn, const Names& names) {
+  if (!IsAddressName(fn.function)) {
+    return std::string(CloneBase(fn.function, [&](std::string_view base) {
+      return names.contains({fn.image, base});
+    }));
+  }
   const ProfileFunction* nearest = nullptr;
   for (const ProfileFunction& other : p.functions) {
     if (other.image != fn.image || other.address > fn.address || IsAddressName(other.function) ||
@@ -82,7 +94,8 @@ double CyclesPerTick(const Profile& p) {
 }
 
 // A row's name in `group` (the key's second half).
-std::string GroupName(const Profile& p, const ProfileFunction& fn, DiffGroup group) {
+std::string GroupName(const Profile& p, const ProfileFunction& fn, DiffGroup group,
+                      const Names& names) {
   switch (group) {
     case DiffGroup::kImage:
       return std::string(Basename(fn.image));
@@ -91,7 +104,7 @@ std::string GroupName(const Profile& p, const ProfileFunction& fn, DiffGroup gro
     case DiffGroup::kFunction:
       break;
   }
-  return MatchName(p, fn);
+  return MatchName(p, fn, names);
 }
 
 // The names that stand for several functions of one image (static functions of two sources),
@@ -108,9 +121,10 @@ SharedNames FindSharedNames(std::span<const Profile> base, std::span<const Profi
   std::map<Key, std::set<std::string>> sources;
   for (std::span<const Profile> side : {base, now}) {
     for (const Profile& p : side) {
+      const Names names = NamesOf(p);
       for (const ProfileFunction& fn : p.functions) {
         if (!fn.source.empty()) {
-          sources[Key(Basename(fn.image), MatchName(p, fn))].insert(fn.source);
+          sources[Key(Basename(fn.image), MatchName(p, fn, names))].insert(fn.source);
         }
       }
     }
@@ -147,8 +161,9 @@ SharedNames FindSharedNames(std::span<const Profile> base, std::span<const Profi
 std::map<Key, DiffCounts> Keyed(const Profile& p, const DiffOptions& options,
                                 const SharedNames& shared) {
   std::vector<Key> keys;
+  const Names names = NamesOf(p);
   for (const ProfileFunction& fn : p.functions) {
-    keys.emplace_back(Basename(fn.image), GroupName(p, fn, options.group_by));
+    keys.emplace_back(Basename(fn.image), GroupName(p, fn, options.group_by, names));
     // Told apart by their source files where known: "helper (two.c)".
     if (auto labels = shared.find(keys.back()); labels != shared.end() && !fn.source.empty()) {
       keys.back().second = fmt::format("{} ({})", keys.back().second, labels->second.at(fn.source));

@@ -182,17 +182,21 @@ namespace {
 void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   const std::vector<SectionSpan> sections = SectionSpans(elf);
   const std::vector<ElfSymbol> symbols = elf.Symbols();
-  // The sized functions' ranges, by start, with the furthest end of those up to each: whether a
-  // label is inside one (Symbol::entry; sweep 33a F5).
-  std::vector<std::pair<uint64_t, uint64_t>> functions;
+  // The sized functions' ranges by start, each with the furthest end of those up to it
+  // (`reach`): which function a label is inside (Symbol::entry; sweep 33a F5).
+  struct Range {
+    uint64_t start, end, reach;
+  };
+  std::vector<Range> functions;
   for (const ElfSymbol& sym : symbols) {
     if ((sym.type == STT_FUNC || sym.type == STT_GNU_IFUNC) && sym.value != 0 && sym.size != 0) {
-      functions.emplace_back(sym.value, sym.value + sym.size);
+      functions.push_back({sym.value, sym.value + sym.size, 0});
     }
   }
-  std::sort(functions.begin(), functions.end());
-  for (size_t i = 1; i < functions.size(); ++i) {
-    functions[i].second = std::max(functions[i].second, functions[i - 1].second);
+  std::sort(functions.begin(), functions.end(),
+            [](const Range& a, const Range& b) { return a.start < b.start; });
+  for (size_t i = 0; i < functions.size(); ++i) {
+    functions[i].reach = std::max(functions[i].end, i == 0 ? 0 : functions[i - 1].reach);
   }
   // The dynamic symbols' names that name two addresses: the version of one not its name's
   // default tells it apart (elsewhere the name stays as perf, reading .dynsym, shows it).
@@ -203,10 +207,16 @@ void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
     auto [at, added] = dynamic_at.try_emplace(sym.name, sym.value);
     if (!added && at->second != sym.value) two_addresses.insert(sym.name);
   }
+  // The sized function a label at `address` is inside (the innermost, starting last): its
+  // start and end; {0, 0} for none.
   auto inside_a_function = [&functions](uint64_t address) {
-    auto after = std::lower_bound(functions.begin(), functions.end(),
-                                  std::pair<uint64_t, uint64_t>{address, 0});
-    return after != functions.begin() && std::prev(after)->second > address;
+    auto f = std::lower_bound(functions.begin(), functions.end(), address,
+                              [](const Range& r, uint64_t a) { return r.start < a; });
+    while (f != functions.begin() && std::prev(f)->reach > address) {
+      --f;
+      if (f->end > address) return std::pair<uint64_t, uint64_t>{f->start, f->end};
+    }
+    return std::pair<uint64_t, uint64_t>{0, 0};
   };
   for (const ElfSymbol& sym : symbols) {
     if (sym.value == 0) continue;
@@ -230,11 +240,14 @@ void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
                                     ? std::string()
                                     : fmt::format("@{}", sym.hidden_version);
     const std::string versioned = version.empty() ? std::string() : std::string(sym.name) + version;
+    const auto [from, to] = sym.type == STT_NOTYPE && sym.size == 0
+                                ? inside_a_function(begin)
+                                : std::pair<uint64_t, uint64_t>{0, 0};
     out.push_back(
         {begin, begin + size, Demangle(sym.name) + version, 0,
          AliasRank(version.empty() ? sym.name : std::string_view(versioned), sym.size != 0,
                    sym.type == STT_NOTYPE, sym.binding == STB_WEAK, sym.binding == STB_GLOBAL),
-         !(sym.type == STT_NOTYPE && sym.size == 0 && inside_a_function(begin))});
+         to == 0, static_cast<uint32_t>(begin - from), static_cast<uint32_t>(to - from)});
   }
 }
 

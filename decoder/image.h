@@ -61,8 +61,11 @@ struct Symbol {
   uint16_t rank = 0;   // among symbols of one start, the lowest is kept (see SortSymbols)
   // False for a label inside a function (STT_NOTYPE, size 0, within a sized function's range:
   // `.globl probe_recover` in inline asm): it names the code after it, as perf names it, but
-  // flow that reaches it enters no function there (no call counted, no signal handler's entry).
+  // flow that reaches it from that function enters no function there (no call counted, no
+  // signal handler's entry). `within`, `within_size`: that function's range, as the bytes from
+  // its start to the label and its size (0, 0 for an entry).
   bool entry = true;
+  uint32_t within = 0, within_size = 0;
 };
 
 // The rank (Symbol::rank) of a name among the names of one address, as perf 6.1's

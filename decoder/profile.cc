@@ -110,7 +110,8 @@ absl::StatusOr<uint64_t> ParseAddress(const std::string& where, const std::strin
 
 }  // namespace
 
-std::string_view CloneBase(std::string_view name) {
+std::string_view CloneBase(std::string_view name,
+                           const std::function<bool(std::string_view)>& is_function) {
   constexpr std::string_view kClone = " [clone .";
   constexpr std::string_view kNumbered[] = {"constprop", "isra", "part",
                                             "lto_priv",  "cold", "specialized"};
@@ -130,6 +131,7 @@ std::string_view CloneBase(std::string_view name) {
     if (dot == std::string_view::npos || dot == 0) return name;
     const std::string_view last = name.substr(dot + 1);
     if (last == "cold" || last == "localalias") {
+      if (is_function && !is_function(name.substr(0, dot))) return name;
       name = name.substr(0, dot);
       continue;
     }

@@ -5,6 +5,7 @@
 #define PTKIT_DECODER_PROFILE_H_
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -91,8 +92,11 @@ struct Profile {
 // NAME.isra.N, NAME.part.N, NAME.lto_priv.N, NAME.cold, NAME.localalias and their combinations,
 // and for the demangled "NAME [clone .constprop.0]"; any other name as it is. `diff` matches
 // functions by it (a rebuild that makes `work` a clone `work.constprop.0`, or numbers the
-// `.lto_priv` clones of two static `helper`s the other way, changes no function).
-std::string_view CloneBase(std::string_view name);
+// `.lto_priv` clones of two static `helper`s the other way, changes no function). With
+// `is_function`, a bare .cold or .localalias goes only where NAME is a function too (Go's
+// function `cold` of package main is "main.cold", and no Go function is "main"; a review).
+std::string_view CloneBase(std::string_view name,
+                           const std::function<bool(std::string_view)>& is_function = {});
 
 // Sorts `functions` into the documented order (self, then inclusive descending, then name) and
 // rebuilds `images` from them.

@@ -33,11 +33,22 @@ StreamStats Drainer::Totals() const {
   return t;
 }
 
+uint64_t Drainer::StreamOffset(StreamId sid, const perf_event_mmap_page* page,
+                               uint64_t ring_offset) const {
+  auto it = state_.find({sid, page});
+  if (it != state_.end() && it->second.based) return it->second.base + ring_offset;
+  auto end = ends_.find(sid);
+  return (end == ends_.end() ? 0 : end->second.end) + ring_offset;
+}
+
 Drainer::StreamState& Drainer::RingState(TraceSource& source) {
-  const StreamId sid = source.stream();
-  auto [it, added] = state_.try_emplace({sid, source.ring().page});
-  if (added) it->second.base = ends_[sid].end;
-  return it->second;
+  return state_[{source.stream(), source.ring().page}];
+}
+
+void Drainer::Base(StreamId sid, StreamState& st) {
+  if (st.based) return;
+  st.based = true;
+  st.base = ends_[sid].end;
 }
 
 absl::Status Drainer::StoreAux(TraceSource& source, StreamState& st, uint64_t to, uint64_t flags,
@@ -46,6 +57,7 @@ absl::Status Drainer::StoreAux(TraceSource& source, StreamState& st, uint64_t to
   const RingView v = source.ring();
   uint64_t from = st.aux_consumed;
   if (to <= from) return absl::OkStatus();
+  Base(source.stream(), st);
   if (to - from > v.aux.size()) {
     // Cannot happen with the kernel's rules; keep what the ring still holds and say so.
     const uint64_t gone = to - from - v.aux.size();
@@ -175,6 +187,7 @@ absl::StatusOr<uint64_t> Drainer::DrainOnce(TraceSource& source) {
             StoreAux(source, st, aux->aux_offset + aux->aux_size, aux->flags, time));
       }
       auto loss = [&](LossKind kind) {
+        Base(sid, st);
         return writer_->AppendLoss(
             LossRecord{.stream = sid,
                        .kind = kind,
@@ -236,6 +249,7 @@ absl::StatusOr<uint64_t> Drainer::Snapshot(TraceSource& source, uint64_t size) {
   const RingView v = source.ring();
   const uint64_t head = LoadAuxHead(v.page);
   StreamState& st = RingState(source);
+  Base(sid, st);
   StreamEnd& stream = ends_[sid];
   // aux_head may be an offset inside the buffer (Intel PT in snapshot mode): then whether
   // the ring has wrapped is learned from its contents, once (tools/perf/arch/x86/util/

@@ -86,6 +86,9 @@ class Drainer {
   void Finish() { final_ = true; }
 
   const std::map<StreamId, StreamStats>& stats() const { return stats_; }
+  // The stream's offset of `ring_offset` in the ring at `page` of stream `sid` (its records
+  // are stored at the stream's offsets: a thread id that came back has a later ring).
+  uint64_t StreamOffset(StreamId sid, const perf_event_mmap_page* page, uint64_t ring_offset) const;
   StreamStats Totals() const;
 
  private:
@@ -98,6 +101,7 @@ class Drainer {
   struct StreamState {
     uint64_t aux_consumed = 0;  // our aux_tail
     uint64_t base = 0;          // the stream's offset of this ring's offset 0
+    bool based = false;         // base is set: at the ring's first bytes stored (Base)
     uint64_t last_snapshot_head = 0;
     bool aux_wrapped = false;  // snapshot mode: the AUX ring has wrapped at least once
     uint64_t last_time = 0;    // of the latest PERF_RECORD_AUX: for bytes copied without one
@@ -107,8 +111,12 @@ class Drainer {
     uint64_t end = 0;  // past the last AUX offset stored, of any ring
     uint64_t snapshot_sequence = 0;
   };
-  // `source`'s ring's state (made where the ring is new: after the stream's earlier rings).
+  // `source`'s ring's state.
   StreamState& RingState(TraceSource& source);
+  // Sets `st`'s base, where not yet: where the stream's earlier rings ended. At the ring's first
+  // bytes, not when it is first seen: an earlier ring's last bytes may be drained after a later
+  // ring's first, empty pass (a review).
+  void Base(StreamId sid, StreamState& st);
   // Copies the AUX bytes from our tail up to `to` into AUX records; the last carries `flags`.
   // The kernel never overwrites bytes past aux_tail in full-trace mode, so they are intact
   // even when an earlier PERF_RECORD_AUX was lost (data ring full): the copy starts at our

@@ -55,7 +55,7 @@ struct SessionOptions {
   bool all_cpus = false;             // -a: every task on the CPUs
   std::string cpu_list;              // -C: only these CPUs
   // Progress on stderr, about once a second, on one line rewritten in place (ptrecord: not
-  // --quiet, and StatusLineFits()).
+  // --quiet, and StatusLineFits(a command)).
   bool status_line = false;
   bool per_thread = false;  // one ring per thread instead of per CPU
   std::string trace_event = "intel_pt//";

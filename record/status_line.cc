@@ -49,7 +49,9 @@ std::string FormatStatusLine(uint64_t elapsed_ms, const StreamStats& t, uint64_t
                          loss.empty() ? std::string("no loss") : "loss: " + loss);
 }
 
-bool StatusLineFits() { return isatty(STDERR_FILENO) == 1 && isatty(STDOUT_FILENO) != 1; }
+bool StatusLineFits(bool command) {
+  return isatty(STDERR_FILENO) == 1 && (!command || isatty(STDOUT_FILENO) != 1);
+}
 
 StatusLine::StatusLine(std::FILE* out, bool terminal, std::function<uint64_t()> now_ms,
                        uint64_t interval_ms)

@@ -17,11 +17,12 @@ namespace ptkit::record {
 // std::chrono::steady_clock in milliseconds: StatusLine's clock.
 uint64_t SteadyClockMs();
 
-// Whether ptrecord draws its status line without --quiet: stderr is a terminal and stdout is
-// not one. The workload writes to the stdout it inherits, and the line rewritten each second
-// overwrote its output there: an interactive program's prompt, the first line it printed after
-// (sweep 34a L2).
-bool StatusLineFits();
+// Whether ptrecord draws its status line without --quiet: stderr is a terminal and, where it
+// runs a `command`, stdout is not one. The command writes to the stdout it inherits, and the
+// line rewritten each second overwrote its output there: an interactive program's prompt, the
+// first line it printed after (sweep 34a L2). (-p, -t, -a: no command of ptrecord's writes
+// there.)
+bool StatusLineFits(bool command);
 
 // The trace bytes of `t`: full-trace AUX bytes, snapshot bytes and the samples' AUX bytes.
 uint64_t TraceBytes(const StreamStats& t);

@@ -79,7 +79,7 @@ struct EmulateOptions {
   // apply); may be empty.
   std::function<void(const std::string&)> notice;
   // Progress on stderr, about once a second, on one line rewritten in place (ptrecord: not
-  // --quiet, and record::StatusLineFits()).
+  // --quiet, and record::StatusLineFits(true)).
   bool status_line = false;
 };
 

@@ -603,12 +603,13 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
     if (c->state.load() != kSlotActive || c->in_syscall.load() != 0) continue;
     ++cut;
     const record::RingView ring = SlotRing(base, s);
-    if (absl::Status st =
-            writer->AppendLoss(LossRecord{.stream = StreamId{StreamKind::kThread, c->tid},
-                                          .kind = LossKind::kKilled,
-                                          .count = 1,
-                                          .time = MonotonicNs(),
-                                          .aux_offset = record::LoadAuxHead(ring.page)});
+    const StreamId sid{StreamKind::kThread, c->tid};
+    if (absl::Status st = writer->AppendLoss(LossRecord{
+            .stream = sid,
+            .kind = LossKind::kKilled,
+            .count = 1,
+            .time = MonotonicNs(),
+            .aux_offset = drainer.StreamOffset(sid, ring.page, record::LoadAuxHead(ring.page))});
         !st.ok()) {
       writer->Abandon().IgnoreError();
       return st;

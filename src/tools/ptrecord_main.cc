@@ -509,7 +509,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
     o.aux_watermark = *w;
   }
 
-  o.status_line = !quiet && ptkit::record::StatusLineFits();
+  o.status_line = !quiet && ptkit::record::StatusLineFits(!o.command.empty());
   if (!emulate.empty()) {
     return RunEmulated(app, o, bts, ground_truth, static_cast<uint64_t>(max_steps), quiet, emulate,
                        qemu_plugin);

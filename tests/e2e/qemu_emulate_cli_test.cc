@@ -2048,6 +2048,28 @@ TEST_F(QemuEmulateTest, AnIdThatComesBackKeepsTheTraceOfEachRun) {
   auto info = RunCommand({PTDECODE_PATH, "info", dir_->File("pid_reuse.pt")});
   EXPECT_THAT(info.out, ::testing::HasSubstr("loss:        none recorded"));
   EXPECT_THAT(info.out, ::testing::HasSubstr("present (closed cleanly)"));
+
+  // A last run on the pid killed (SIGKILL, which qemu's code does not see): the loss is where
+  // its stream ends, after every run's bytes (a review: it was at the last run's own ring
+  // offset, inside the first runs' trace).
+  Recorded killed = Record(
+      "pid_reuse_kill", {::ptkit::testing::kPidReuse, std::to_string(target), "2", "kill"}, false);
+  ASSERT_EQ(killed.run.exit_code, 0) << killed.run.err;
+  if (::ptkit::testing::PidReuseCount(killed.run.out, "killed", target) != 1 ||
+      ::ptkit::testing::PidReuseCount(killed.run.out, "child", target) < 1) {
+    GTEST_SKIP() << "the pid did not come back:\n" << killed.run.out;
+  }
+  auto packets = RunCommand({PTDECODE_PATH, "packets", killed.trace});
+  // "[stream tid T: pid T (e2e_pid_reuse), N bytes]" ... "[loss: killed at aux offset 0xM]"
+  const size_t at = packets.out.find(absl::StrCat("[stream tid ", target, ": "));
+  ASSERT_NE(at, std::string::npos) << packets.out.substr(0, 3000);
+  const std::string header = packets.out.substr(at, packets.out.find('\n', at) - at);
+  ASSERT_TRUE(header.ends_with(" bytes]")) << header;
+  const uint64_t bytes = std::stoull(header.substr(header.rfind(", ") + 2));
+  const std::string killed_at = "[loss: killed at aux offset 0x";
+  const size_t loss = packets.out.find(killed_at, at);
+  ASSERT_NE(loss, std::string::npos) << header;
+  EXPECT_EQ(std::stoull(packets.out.substr(loss + killed_at.size()), nullptr, 16), bytes);
 }
 
 // A SIGSEGV handler that resumes the interrupted flow at a label inside the function (a memory
@@ -2074,6 +2096,10 @@ TEST_F(QemuEmulateTest, AHandlerResumingAtALabelReturnsToTheInterruptedFrame) {
   EXPECT_EQ(calls["probe_fault"], 0u);
   EXPECT_EQ(calls["probe_recover"], 0u);
   EXPECT_EQ(calls["leaf"], 160u);  // 120 probes and 40 handler runs
+  // A label reached from other code is entered all the same: 10 calls and 10 tail jumps.
+  EXPECT_EQ(calls["inner_entry"], 20u);
+  EXPECT_EQ(calls["tail"], 10u);
+  EXPECT_EQ(calls["outer"], 0u);
 
   auto folded = RunCommand({PTDECODE_PATH, "folded", trace});
   ASSERT_EQ(folded.exit_code, 0) << folded.err;

@@ -6,10 +6,12 @@
 // exit or exec this program again ("a" or "b": another run of the same pid in a new image);
 // then ROUNDS threads one after the other, each given the tid TARGET + 50. Prints each child's
 // pid and each thread's tid. The trace of every run must be kept: the later runs' trace was
-// dropped (step), and under qemu a child reusing a pid hung the workload.
+// dropped (step), and under qemu a child reusing a pid hung the workload. With a third
+// argument "kill": then one more child on TARGET that spins until its parent SIGKILLs it.
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,6 +71,17 @@ int main(int argc, char** argv) {
     pthread_create(&t, 0, thread, (void*)r);
     pthread_join(t, &tid);
     printf("thread %ld\n", (long)tid);
+  }
+  if (argc > 3 && strcmp(argv[3], "kill") == 0) {
+    next_pid(target);
+    const pid_t child = fork();
+    if (child == 0) {
+      for (;;) work(1000);
+    }
+    usleep(200000);
+    kill(child, SIGKILL);
+    waitpid(child, 0, 0);
+    printf("killed %d\n", (int)child);
   }
   return 0;
 }

@@ -7,6 +7,9 @@
 // to either, the flow falls into probe_fault and the handler resumes at probe_recover, all in
 // probe's frame, as gdb's stacks show it. ROUNDS (argv[1], default 4) scans of 30 probes, a
 // third of them faulting; leaf() is called once per probe and once per handler run.
+// Then a label that is an entry all the same: inner_entry, a second entry of the assembly
+// function outer, called 10 times and jumped to by tail() 10 times (a review: the jumps were
+// no longer counted as calls).
 #define _GNU_SOURCE
 #include <signal.h>
 #include <stdio.h>
@@ -37,6 +40,12 @@ __attribute__((noinline)) int probe(const volatile int* p) {
   return ok;
 }
 
+long outer(long), inner_entry(long), tail(long);
+__asm__(
+    ".text\n.globl outer\n.type outer,@function\nouter:\n addq $1,%rdi\n"
+    ".globl inner_entry\ninner_entry:\n leaq 2(%rdi),%rax\n ret\n.size outer,.-outer\n"
+    ".globl tail\n.type tail,@function\ntail:\n jmp inner_entry\n.size tail,.-tail\n");
+
 static void on_segv(int sig, siginfo_t* info, void* context) {
   (void)sig;
   (void)info;
@@ -60,6 +69,8 @@ int main(int argc, char** argv) {
   sigaction(SIGSEGV, &sa, 0);
   int good = 0;
   for (int k = 0; k < rounds; ++k) good += scan(30);
-  printf("%d %ld\n", good, sink);
+  long entries = 0;
+  for (int i = 0; i < 10; ++i) entries += inner_entry(i) + tail(i);
+  printf("%d %ld %ld\n", good, sink, entries);
   return 0;
 }

@@ -2,6 +2,7 @@
 // here, with answers worked out by hand. Real recordings: tests/e2e/ptdecode_diff_cli_test.cc.
 #include <map>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "decoder/diff.h"
@@ -627,6 +628,12 @@ TEST(CloneBaseTest, GccClonesAndPartsAreTheirFunction) {
   EXPECT_EQ(CloneBase("f.localalias"), "f");
   EXPECT_EQ(CloneBase("long apply<int>(int) [clone .constprop.0] [clone .isra.0]"),
             "long apply<int>(int)");
+  // A bare .cold or .localalias only where NAME is a function too (Go's main.cold is the
+  // function cold of package main, where no function is "main"; a review).
+  auto go = [](std::string_view name) { return name == "main.main"; };
+  EXPECT_EQ(CloneBase("main.cold", go), "main.cold");
+  EXPECT_EQ(CloneBase("main.cold", [](std::string_view name) { return name == "main"; }), "main");
+  EXPECT_EQ(CloneBase("work.constprop.0", go), "work");
   // Other names as they are.
   for (const char* name : {"work", "memcpy@GLIBC_2.2.5", "x.y", "x.7", ".cold", "a.part",
                            "std::vector<int>::size() const", "__libc_start_main_impl"}) {
