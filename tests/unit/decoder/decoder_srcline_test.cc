@@ -333,8 +333,9 @@ int main(int argc, char** argv) {
        {std::string(), " -fdebug-prefix-map=" + dir + "=./build",
         std::string(" && objcopy --compress-debug-sections=zlib-gnu rel")}) {
     SCOPED_TRACE(map);
-    auto cc = ::ptkit::testing::RunCommand(
-        {"/bin/sh", "-c", "cd '" + dir + "' && gcc -O2 -g src/rel.c -o rel" + map});
+    std::string build = "cd '" + dir + "' && gcc -O2 -g src/rel.c -o rel";
+    build += map;
+    auto cc = ::ptkit::testing::RunCommand({"/bin/sh", "-c", build});
     ASSERT_EQ(cc.exit_code, 0) << cc.err;
     const std::string path = dir + "/rel";
     const std::vector<uint64_t> ips = TextAddresses(path);
