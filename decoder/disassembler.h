@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <string_view>
 
 #include "decoder/output_format.h"
@@ -67,6 +68,53 @@ class Disassembler {
       default:
         return insn.meta.branch_type == ZYDIS_BRANCH_TYPE_NONE ? after : 0;
     }
+  }
+  // A hash (64-bit FNV-1a, the same in every process and build of ptkit) of the code in
+  // `bytes` at `ip`, instruction by instruction, with the fields that name addresses left out:
+  // relative branch targets, RIP-relative displacements, and 32- and 64-bit immediates and
+  // displacements within 16 MiB of `ip` (a program that is not position-independent names its
+  // data so). The same code placed at another address, or whose callees and data moved, gives
+  // the same hash: what `diff` pairs the functions of two builds by where the compiler
+  // numbered them otherwise (a lambda's {lambda(int)#2}). Bytes that do not decode are hashed
+  // as they are, one at a time.
+  uint64_t ShapeHash(pt_exec_mode mode, const uint8_t* bytes, size_t size, uint64_t ip) const {
+    uint64_t hash = 0xcbf29ce484222325;
+    auto mix = [&hash](uint8_t byte) {
+      hash ^= byte;
+      hash *= 0x100000001b3;
+    };
+    auto near = [ip](uint64_t value) { return value - (ip - (1u << 24)) < (2u << 24); };
+    size_t at = 0;
+    while (at < size) {
+      ZydisDecodedInstruction insn;
+      const int length = Length(mode, bytes + at, size - at, &insn);
+      if (length == 0) {
+        mix(bytes[at++]);
+        continue;
+      }
+      uint8_t copy[ZYDIS_MAX_INSTRUCTION_LENGTH];
+      std::memcpy(copy, bytes + at, static_cast<size_t>(length));
+      auto clear = [&copy, length](uint8_t offset, uint8_t bits) {
+        for (size_t k = offset; k < offset + bits / 8u && k < static_cast<size_t>(length); ++k) {
+          copy[k] = 0;
+        }
+      };
+      const bool rip_relative = mode == ptem_64bit && (insn.attributes & ZYDIS_ATTRIB_HAS_MODRM) &&
+                                insn.raw.modrm.mod == 0 && insn.raw.modrm.rm == 5;
+      if (insn.raw.disp.size != 0 &&
+          (rip_relative ||
+           (insn.raw.disp.size >= 32 && near(static_cast<uint64_t>(insn.raw.disp.value))))) {
+        clear(insn.raw.disp.offset, insn.raw.disp.size);
+      }
+      for (const auto& imm : insn.raw.imm) {
+        if (imm.size != 0 && (imm.is_relative || (imm.size >= 32 && near(imm.value.u)))) {
+          clear(imm.offset, imm.size);
+        }
+      }
+      for (int k = 0; k < length; ++k) mix(copy[k]);
+      at += static_cast<size_t>(length);
+    }
+    return hash;
   }
   // Appends Intel-syntax text.
   void Append(Buffer& buf, pt_exec_mode mode, const uint8_t* bytes, size_t size, uint64_t ip) {

@@ -146,6 +146,26 @@ std::string_view CloneBase(std::string_view name,
   }
 }
 
+std::string OrdinalBase(std::string_view name, std::vector<uint64_t>* ordinals) {
+  std::string out;
+  size_t from = 0;
+  for (size_t at = name.find('#'); at != std::string_view::npos; at = name.find('#', at + 1)) {
+    size_t end = at + 1;
+    uint64_t value = 0;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end])) != 0 &&
+           end - at <= 19) {
+      value = value * 10 + static_cast<uint64_t>(name[end] - '0');
+      ++end;
+    }
+    if (end == at + 1 || end >= name.size() || name[end] != '}') continue;
+    out.append(name.substr(from, at + 1 - from));
+    from = end;
+    if (ordinals != nullptr) ordinals->push_back(value);
+  }
+  out.append(name.substr(from));
+  return out;
+}
+
 void SortProfile(Profile& profile) {
   std::vector<ProfileFunction>& rows = profile.functions;
   std::vector<uint32_t> order(rows.size());
@@ -216,6 +236,7 @@ std::string ProfileToJson(const Profile& p) {
                 {"calls", fn.calls}};
     if (p.timing) row["ticks"] = fn.ticks;
     if (p.source_files) row["source"] = fn.source;
+    if (!fn.code.empty()) row["code"] = fn.code;
     functions.push_back(std::move(row));
   }
   doc["functions"] = functions;
@@ -305,6 +326,9 @@ absl::StatusOr<Profile> ProfileFromJson(std::string_view text) {
     }
     if (p.source_files) {
       PTKIT_ASSIGN_OR_RETURN(fn.source, String(j, where, "source"));
+    }
+    if (j.contains("code")) {
+      PTKIT_ASSIGN_OR_RETURN(fn.code, String(j, where, "code"));
     }
     p.functions.push_back(std::move(fn));
   }

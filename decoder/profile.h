@@ -32,6 +32,11 @@ struct ProfileFunction {
   uint64_t ticks = 0;
   // With source files: the source file of its first instruction (DWARF), "" when unknown.
   std::string source;
+  // Of a function whose name has ordinals the compiler numbers (OrdinalBase: a lambda's
+  // "{lambda(int)#2}"): its code's hash with the addresses in it left out (16 hex digits), by
+  // which `diff` pairs it with the same code numbered otherwise in another build; "" otherwise
+  // or where its code was not readable.
+  std::string code;
   bool operator==(const ProfileFunction&) const = default;
 };
 
@@ -97,6 +102,12 @@ struct Profile {
 // function `cold` of package main is "main.cold", and no Go function is "main"; a review).
 std::string_view CloneBase(std::string_view name,
                            const std::function<bool(std::string_view)>& is_function = {});
+
+// `name` without the numbers of its ordinals ("#N}", as GCC's demangler writes a lambda's
+// "{lambda(int)#2}" or an unnamed type's "{unnamed type#1}", Rust's "{closure#0}"): the compiler
+// numbers those in the order of the source, so adding one renumbers the ones after it. The
+// numbers, in order, go to `ordinals` when given. A name without one is returned as it is.
+std::string OrdinalBase(std::string_view name, std::vector<uint64_t>* ordinals = nullptr);
 
 // Sorts `functions` into the documented order (self, then inclusive descending, then name) and
 // rebuilds `images` from them.

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "decoder/disassembler.h"
 #include "decoder/flow_sink.h"
 #include "decoder/output_format.h"
 #include "decoder/profile.h"
@@ -20,6 +21,9 @@
 
 namespace ptkit::decoder {
 namespace {
+
+// The most bytes of a function ProfileFunction::code hashes.
+constexpr uint64_t kMaxCodeBytes = uint64_t{1} << 20;
 
 class StatsSink : public FlowSink {
  public:
@@ -295,6 +299,23 @@ class StatsSink : public FlowSink {
       if (!lines) lines.emplace(nullptr);
       const std::string* at = lines->Lookup(*fn.image, fn.address);
       if (at != nullptr) out.source = at->substr(0, at->rfind(':'));
+    }
+    // The code of each function the compiler numbered ("{lambda(int)#2}"), for diff.
+    std::optional<Disassembler> disasm;
+    for (size_t row = 0; row < p.functions.size(); ++row) {
+      ProfileFunction& out = p.functions[row];
+      const Function& fn = *first_of_row[row];
+      if (fn.file < 0 || OrdinalBase(out.function) == out.function) continue;
+      const int s = fn.image->SymbolAt(fn.address);
+      if (s < 0) continue;
+      const Symbol& symbol = fn.image->symbols()[static_cast<size_t>(s)];
+      std::vector<uint8_t> code(std::min<uint64_t>(symbol.end - symbol.begin, kMaxCodeBytes));
+      if (code.empty() || fn.image->Read(symbol.begin, code.data(), code.size()) != code.size()) {
+        continue;
+      }
+      if (!disasm) disasm.emplace();
+      out.code = fmt::format("{:016x}",
+                             disasm->ShapeHash(ptem_64bit, code.data(), code.size(), symbol.begin));
     }
     SortProfile(p);
     return p;

@@ -13,6 +13,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "decoder/profile.h"
@@ -714,6 +715,72 @@ TEST_F(PtdecodeDiffTest, FunctionsRenamedByTheCompilerAreMatched) {
   auto hard = RunCommand({PTDECODE_PATH, "diff", before.trace, after.trace, "--limits", limits});
   EXPECT_EQ(hard.exit_code, 3) << hard.out << hard.err;
   EXPECT_THAT(hard.out, HasSubstr("hard limit"));
+}
+
+// A lambda added before others (or removed) renumbers them: each is paired with the same code
+// numbered otherwise (sweep 34b F3: paired by name, the cheap lambda's apply<> against the dear
+// one's gave +1942% and +133% regressions, exit 3). Each count by the ground truth within nm's
+// range of the function of that build.
+TEST_F(PtdecodeDiffTest, LambdasNumberedOtherwiseAreMatchedByTheirCode) {
+  const std::string plain = DIFF_PROGRAM_DIR "/e2e_lambdas";
+  const std::string more = DIFF_PROGRAM_DIR "/lambdas_more/e2e_lambdas";
+  PTKIT_RECORD_OR_SKIP(one, "lambdas", plain);
+  PTKIT_RECORD_OR_SKIP(two, "lambdas_more", more);
+  // (diff names a clone as its function: GCC makes apply<> a clone with its constant vector.)
+  auto truth = [](const std::string& program, const std::string& file, const std::string& name) {
+    auto [begin, end] = ::ptkit::testing::NmRangeDemangled(program, name);
+    if (begin == end) {
+      std::tie(begin, end) =
+          ::ptkit::testing::NmRangeDemangled(program, name + " [clone .constprop.0]");
+    }
+    EXPECT_LT(begin, end) << name;
+    uint64_t n = 0;
+    for (const auto& [tid, ips] : ReadTruth(file)) {
+      for (uint64_t ip : ips) n += ip >= begin && ip < end;
+    }
+    return n;
+  };
+  // `name` with each lambda numbered `by` more ("#1}" -> "#2}").
+  auto renumbered = [](std::string name, int by) {
+    for (size_t at = name.find('#'); at != std::string::npos; at = name.find('#', at + 1)) {
+      const size_t end = name.find('}', at);
+      name.replace(at + 1, end - at - 1, std::to_string(std::stoi(name.substr(at + 1)) + by));
+    }
+    return name;
+  };
+  // Removed (the base has the extra lambda), then added.
+  for (bool removed : {true, false}) {
+    const DiffRun& base = removed ? two : one;
+    const DiffRun& now = removed ? one : two;
+    // (printf's own functions differ: the extra lambda's sum has digits to print.)
+    auto r = RunCommand({PTDECODE_PATH, "diff", base.trace, now.trace, "--format", "json",
+                         "--fail-function", "10", "--min-instructions", "1000"});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    auto diff = nlohmann::json::parse(r.out);
+    int applies = 0;
+    for (const auto& row : diff["functions"]) {
+      const std::string name = row["function"];
+      if (name.find("{lambda(") == std::string::npos) continue;
+      EXPECT_FALSE(row["regression"].get<bool>()) << name;
+      if (row["status"] == "removed" || row["status"] == "new") {
+        // The lambda only one build has: x & 1's apply<>, numbered #1.
+        EXPECT_THAT(name, HasSubstr("apply<main::{lambda(int)#1}>"));
+        EXPECT_EQ(row["status"], removed ? "removed" : "new");
+        continue;
+      }
+      EXPECT_EQ(row["change"], 0) << name;
+      if (name.starts_with("long apply<")) {
+        ++applies;
+        // Rows have the new side's names; the build with one more lambda numbered the same
+        // code one more.
+        const std::string in_plain = removed ? name : renumbered(name, -1);
+        const std::string in_more = removed ? renumbered(name, 1) : name;
+        EXPECT_EQ(row[removed ? "new" : "base"]["self"], truth(plain, one.truth, in_plain)) << name;
+        EXPECT_EQ(row[removed ? "base" : "new"]["self"], truth(more, two.truth, in_more)) << name;
+      }
+    }
+    EXPECT_EQ(applies, 2) << r.out;  // the cheap and the dear lambda's
+  }
 }
 
 // Emulated recordings carry CLOCK_MONOTONIC nanoseconds as their TSC: --metric time and, with

@@ -36,6 +36,24 @@ inline std::pair<uint64_t, uint64_t> NmRange(const std::string& program, const s
   return {0, 0};
 }
 
+// As NmRange, for a name as `nm -C` demangles it (C++ names, with spaces).
+inline std::pair<uint64_t, uint64_t> NmRangeDemangled(const std::string& program,
+                                                      const std::string& name) {
+  auto r = RunCommand({"/usr/bin/nm", "-S", "-C", "--defined-only", program});
+  std::istringstream in(r.out);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string address, size, type, symbol;
+    if (!(fields >> address >> size >> type)) continue;
+    std::getline(fields >> std::ws, symbol);
+    if (symbol == name) {
+      const uint64_t begin = std::stoull(address, nullptr, 16);
+      return {begin, begin + std::stoull(size, nullptr, 16)};
+    }
+  }
+  return {0, 0};
+}
+
 // The instruction addresses of function `name` in `program` by objdump -d.
 inline std::vector<uint64_t> ObjdumpInstructions(const std::string& program,
                                                  const std::string& name) {

@@ -1,11 +1,14 @@
 // decoder/profile.h (the stats --json schema both ways) and decoder/diff.h over profiles made
 // here, with answers worked out by hand. Real recordings: tests/e2e/ptdecode_diff_cli_test.cc.
+#include <fmt/format.h>
+
 #include <map>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "decoder/diff.h"
+#include "decoder/disassembler.h"
 #include "decoder/profile.h"
 #include "decoder/tick_splitter.h"
 #include "gmock/gmock.h"
@@ -707,6 +710,139 @@ TEST(DiffTest, ACallerGrownByARemovedFunctionIsSaidAsMaybeInlined) {
   d = DiffProfiles({&small, 1}, {&now, 1}, options);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->warnings.empty()) << d->warnings[0];
+}
+
+TEST(OrdinalBaseTest, TheCompilersNumbersAreLeftOut) {
+  std::vector<uint64_t> numbers;
+  EXPECT_EQ(OrdinalBase("long apply<main::{lambda(int)#12}>(main::{lambda(int)#12})", &numbers),
+            "long apply<main::{lambda(int)#}>(main::{lambda(int)#})");
+  EXPECT_EQ(numbers, (std::vector<uint64_t>{12, 12}));
+  EXPECT_EQ(OrdinalBase("f()::{unnamed type#1}::g"), "f()::{unnamed type#}::g");
+  EXPECT_EQ(OrdinalBase("app::main::{closure#0}"), "app::main::{closure#}");
+  for (const char* same : {"main", "operator#", "x#1", "a#}", "#", "f#12a}"}) {
+    numbers.clear();
+    EXPECT_EQ(OrdinalBase(same, &numbers), same);
+    EXPECT_TRUE(numbers.empty()) << same;
+  }
+}
+
+// The code hash leaves out what names an address: the same code elsewhere, calling and reading
+// what moved, has the same hash; other code, or another constant, has another.
+TEST(ShapeHashTest, AddressesAreLeftOutAndEverythingElseCounts) {
+  auto code = [](uint32_t call, uint32_t rip, uint32_t data, uint8_t add) {
+    return std::vector<uint8_t>{0xe8,
+                                uint8_t(call),
+                                uint8_t(call >> 8),
+                                uint8_t(call >> 16),
+                                uint8_t(call >> 24),  // call rel32
+                                0x48,
+                                0x8d,
+                                0x05,
+                                uint8_t(rip),
+                                uint8_t(rip >> 8),
+                                uint8_t(rip >> 16),
+                                uint8_t(rip >> 24),  // lea rax, [rip+d]
+                                0xbf,
+                                uint8_t(data),
+                                uint8_t(data >> 8),
+                                uint8_t(data >> 16),
+                                uint8_t(data >> 24),  // mov edi, imm32
+                                0x83,
+                                0xc0,
+                                add,  // add eax, imm8
+                                0xc3};
+  };
+  Disassembler d;
+  auto hash = [&d](const std::vector<uint8_t>& bytes, uint64_t ip) {
+    return d.ShapeHash(ptem_64bit, bytes.data(), bytes.size(), ip);
+  };
+  const uint64_t one = hash(code(0x100, 0x2000, 0x402010, 5), 0x401000);
+  EXPECT_EQ(one, hash(code(0x5f0, 0x2c40, 0x403330, 5), 0x401200));
+  EXPECT_NE(one, hash(code(0x100, 0x2000, 0x402010, 6), 0x401000));  // add eax, 6
+  // A constant far from the code is no address.
+  EXPECT_NE(hash(code(0x100, 0x2000, 0x7fff0000, 5), 0x401000),
+            hash(code(0x100, 0x2000, 0x7fff0001, 5), 0x401000));
+  // Bytes that do not decode count as they are.
+  EXPECT_NE(hash({0x0f, 0xff}, 0x1000), hash({0x0f, 0xfe}, 0x1000));
+}
+
+// Lambdas numbered otherwise in the new build (one added before them) are paired by their code
+// (sweep 34b F3: by name, +1942% and +133% "regressions" of code that had not changed).
+TEST(DiffTest, LambdasNumberedOtherwiseArePairedByTheirCode) {
+  auto lambda = [](int n, const char* code, uint64_t self) {
+    ProfileFunction fn{fmt::format("long apply<main::{{lambda(int)#{}}}>()", n),
+                       "/b/app",
+                       0x100 + static_cast<uint64_t>(n) * 0x40,
+                       self,
+                       self,
+                       1};
+    fn.code = code;
+    return fn;
+  };
+  const Profile base = Make(
+      "base",
+      {{"main", "/b/app", 0x10, 500, 900, 1}, lambda(1, "aaaa", 18008), lambda(2, "bbbb", 42008)});
+  const Profile now = Make("now", {{"main", "/n/app", 0x10, 500, 950, 1},
+                                   lambda(1, "cccc", 50),
+                                   lambda(2, "aaaa", 18008),
+                                   lambda(3, "bbbb", 42008)});
+  DiffOptions options;
+  options.fail_function_pct = 10;
+  options.min_instructions = 0;
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_FALSE(d->regression()) << d->reasons[0];
+  std::map<std::string, const DiffRow*> rows;
+  for (const DiffRow& r : d->rows) rows[r.function] = &r;
+  ASSERT_TRUE(rows.contains("long apply<main::{lambda(int)#3}>()"));
+  EXPECT_EQ(rows["long apply<main::{lambda(int)#3}>()"]->change, 0);
+  EXPECT_EQ(rows["long apply<main::{lambda(int)#2}>()"]->change, 0);
+  EXPECT_TRUE(rows["long apply<main::{lambda(int)#1}>()"]->in_new);
+  EXPECT_FALSE(rows["long apply<main::{lambda(int)#1}>()"]->in_base);
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_THAT(d->warnings[0], HasSubstr("2 functions the compiler numbered otherwise"));
+  EXPECT_THAT(d->warnings[0], HasSubstr("long apply<main::{lambda(int)#1}>() of the base is long "
+                                        "apply<main::{lambda(int)#2}>() (and 1 more)"));
+
+  // One removed: the one after it pairs by code; the removed one keeps a name of its own.
+  d = DiffProfiles({&now, 1}, {&base, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  rows.clear();
+  for (const DiffRow& r : d->rows) rows[r.function] = &r;
+  ASSERT_TRUE(rows.contains("long apply<main::{lambda(int)#1}>() (base build)"));
+  EXPECT_FALSE(rows["long apply<main::{lambda(int)#1}>() (base build)"]->in_new);
+  EXPECT_EQ(rows["long apply<main::{lambda(int)#1}>()"]->change, 0);
+  EXPECT_EQ(rows["long apply<main::{lambda(int)#2}>()"]->change, 0);
+
+  // A lambda whose code changed, between two that did not: paired in order; and nothing in
+  // common at all (every lambda changed): by name, as before.
+  const Profile edited = Make("edited", {{"main", "/n/app", 0x10, 500, 950, 1},
+                                         lambda(1, "cccc", 50),
+                                         lambda(2, "aaaa", 18008),
+                                         lambda(3, "dddd", 90000),
+                                         lambda(4, "bbbb", 42008)});
+  const Profile more = Make("more", {{"main", "/n/app", 0x10, 500, 950, 1},
+                                     lambda(1, "xxxx", 50),
+                                     lambda(2, "aaaa", 18008),
+                                     lambda(3, "eeee", 180000),
+                                     lambda(4, "bbbb", 42008)});
+  d = DiffProfiles({&edited, 1}, {&more, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_TRUE(d->regression());
+  EXPECT_TRUE(d->warnings.empty()) << d->warnings[0];
+  const Profile other = Make(
+      "other",
+      {{"main", "/n/app", 0x10, 500, 950, 1}, lambda(1, "yyyy", 50), lambda(2, "zzzz", 18008)});
+  d = DiffProfiles({&base, 1}, {&other, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  rows.clear();
+  for (const DiffRow& r : d->rows) rows[r.function] = &r;
+  EXPECT_TRUE(rows["long apply<main::{lambda(int)#1}>()"]->in_base &&
+              rows["long apply<main::{lambda(int)#1}>()"]->in_new);
+  // The code goes through stats --json.
+  auto json = ProfileFromJson(ProfileToJson(base));
+  ASSERT_TRUE(json.ok()) << json.status();
+  EXPECT_EQ(*json, base);
 }
 
 }  // namespace
