@@ -150,6 +150,11 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
                    "insn: weigh stacks by instructions (default); time: by TSC ticks")
         ->check(CLI::IsMember({"insn", "time"}));
   }
+  if (set.max_depth) {
+    cmd.add_option("--max-depth", f.max_depth,
+                   "Write at most N frames of a stack: deeper frames are one frame "
+                   "\"[deeper frames]\", then the function on top (default 1024; 0: all)");
+  }
   if (set.samples) {
     cmd.add_flag("--samples", f.samples,
                  "A sampled profile of the AUX samples (ptrecord --aux-sample), each sample's "
@@ -303,6 +308,7 @@ OutputOptions OutputOptionsFromFlags(const DecodeFlags& f, const std::string& tr
   out.clock = clock;
   out.srcline = f.srcline;
   out.weight = f.weight == "time" ? FoldedWeight::kTime : FoldedWeight::kInstructions;
+  out.max_depth = f.max_depth;
   out.top_functions = f.top_functions;
   out.list_problems = f.list_problems;
   out.only_under = f.only_under;

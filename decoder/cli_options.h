@@ -47,6 +47,7 @@ struct DecodeFlags {
   bool disasm = false;          // insn
   bool srcline = false;         // insn, branches, calls
   std::string weight = "insn";  // folded: insn or time
+  uint32_t max_depth = 1024;    // folded: frames written of a stack (0: all)
   size_t top_functions = 0;     // stats: rows shown (0: all); the default report sets it
   bool list_problems = false;   // stats: list every loss and error (the default report)
   std::string only_under;       // stats: --only-under FUNCTION; --exclude-startup: "main"
@@ -59,6 +60,7 @@ struct DecodeFlagSet {
   bool disasm = false;      // --disasm
   bool srcline = false;     // --srcline
   bool weight = false;      // --weight insn|time
+  bool max_depth = false;   // --max-depth N (folded)
   bool only_under = false;  // --only-under FUNCTION, --exclude-startup (stats)
   bool samples = false;     // --samples (stats, folded)
 };

@@ -39,21 +39,31 @@ class FoldedSink : public FlowSink {
         return epoch == 0 ? plan.start_depth : plan.tops[epoch - 1];
       };
       std::vector<uint32_t>& path = to_.path_;
+      // Each node's global node and its frame's depth (as FoldedSink::OnEnter places a frame:
+      // beyond max_depth_, the "[deeper frames]" node).
       std::vector<uint32_t> global(nodes_.size());
+      std::vector<size_t> depths(nodes_.size());
       for (size_t i = 0; i < nodes_.size(); ++i) {
         const LocalNode& n = nodes_[i];
         uint32_t parent;
+        size_t parent_depth;
         if (n.parent < 0) {
-          const size_t d = depth(static_cast<uint32_t>(-1 - n.parent));
-          parent = d == 0 ? 0 : path[d - 1];
+          parent_depth = depth(static_cast<uint32_t>(-1 - n.parent));
+          parent = parent_depth == 0 ? 0 : path[parent_depth - 1];
         } else {
           parent = global[n.parent];
+          parent_depth = depths[n.parent];
         }
         const uint32_t f = map[n.function];
-        global[i] = n.counted_in_top && parent != 0 && to_.nodes_[parent].function == f
-                        ? parent
-                        : to_.Child(parent, f);
-        to_.nodes_[global[i]].count += n.count;
+        if (n.frame) {
+          depths[i] = parent_depth + 1;
+          global[i] = to_.FrameNode(parent, f, depths[i]);
+          if (n.count != 0) to_.nodes_[to_.CountNode(global[i], f)].count += n.count;
+        } else {
+          depths[i] = parent_depth;
+          global[i] = to_.CountNode(parent, f);
+          to_.nodes_[global[i]].count += n.count;
+        }
       }
       path.resize(plan.tops.empty() ? plan.start_depth : plan.tops.back());
       for (int64_t node : path_) path.push_back(global[node]);
@@ -65,7 +75,7 @@ class FoldedSink : public FlowSink {
     void OnCount(uint32_t function, uint64_t n) override {
       int64_t node;
       if (path_.empty()) {
-        node = Node(Root(), function, true);  // B's top, or a child of it
+        node = Node(Root(), function, false);  // B's top, or a child of it
       } else {
         node = path_.back();
         if (nodes_[node].function != function) node = Node(node, function, false);
@@ -73,26 +83,29 @@ class FoldedSink : public FlowSink {
       nodes_[node].count += n;
     }
     void OnEnter(const Frame& frame) override {
-      path_.push_back(Node(path_.empty() ? Root() : path_.back(), frame.function, false));
+      path_.push_back(Node(path_.empty() ? Root() : path_.back(), frame.function, true));
     }
     void OnRename(uint32_t from, const Frame& frame) override {
       path_.back() =
-          Node(path_.size() > 1 ? path_[path_.size() - 2] : Root(), frame.function, false);
+          Node(path_.size() > 1 ? path_[path_.size() - 2] : Root(), frame.function, true);
     }
     void OnExit(const Frame& frame, bool at_end) override { path_.pop_back(); }
 
    private:
+    // A frame of C, or where the instructions of a function count that runs in the frame
+    // of its parent without one of its own (its parent's function's, or one it jumped to: a
+    // child of that frame; with no frame of C, B's top, itself if it runs the function): those
+    // are one node of the stacks but beyond --max-depth (FoldedSink::FrameNode, CountNode).
     struct LocalNode {
       int64_t parent;  // a node, or -1 - epoch: B's top in that epoch
       uint32_t function;
-      bool counted_in_top;  // a count with no frame of C: B's top's node if it runs the function
+      bool frame;
       uint64_t count;
     };
     int64_t Root() const { return -1 - static_cast<int64_t>(model_.chunk_epoch()); }
-    int64_t Node(int64_t parent, uint32_t function, bool counted_in_top) {
-      auto [it, inserted] =
-          index_.try_emplace(std::tuple(parent, function, counted_in_top), nodes_.size());
-      if (inserted) nodes_.push_back({parent, function, counted_in_top, 0});
+    int64_t Node(int64_t parent, uint32_t function, bool frame) {
+      auto [it, inserted] = index_.try_emplace(std::tuple(parent, function, frame), nodes_.size());
+      if (inserted) nodes_.push_back({parent, function, frame, 0});
       return static_cast<int64_t>(it->second);
     }
     FoldedSink& to_;
@@ -106,7 +119,10 @@ class FoldedSink : public FlowSink {
   }
 
   FoldedSink(const ProgramImage& image, std::FILE* out, const OutputOptions& options)
-      : FlowSink(image), out_(out), by_time_(options.weight == FoldedWeight::kTime) {
+      : FlowSink(image),
+        out_(out),
+        by_time_(options.weight == FoldedWeight::kTime),
+        max_depth_(options.max_depth) {
     nodes_.push_back({0, 0, 0});
     wants_time_ = by_time_;
   }
@@ -137,8 +153,7 @@ class FoldedSink : public FlowSink {
 
  protected:
   void OnCount(uint32_t function, uint64_t n) override {
-    uint32_t node = path_.empty() ? 0 : path_.back();
-    if (node == 0 || nodes_[node].function != function) node = Child(node, function);
+    const uint32_t node = CountNode(path_.empty() ? 0 : path_.back(), function);
     top_ = node;
     if (!by_time_) {
       nodes_[node].count += n;
@@ -149,12 +164,13 @@ class FoldedSink : public FlowSink {
     interval_insns_[node] += n;
   }
   void OnEnter(const Frame& frame) override {
-    path_.push_back(Child(path_.empty() ? 0 : path_.back(), frame.function));
+    path_.push_back(FrameNode(path_.empty() ? 0 : path_.back(), frame.function, path_.size() + 1));
     top_ = path_.back();
   }
   // The frame went on into another function by a jump: the stack is caller;new from here.
   void OnRename(uint32_t from, const Frame& frame) override {
-    path_.back() = Child(path_.size() > 1 ? path_[path_.size() - 2] : 0, frame.function);
+    path_.back() =
+        FrameNode(path_.size() > 1 ? path_[path_.size() - 2] : 0, frame.function, path_.size());
     top_ = path_.back();
   }
   void OnExit(const Frame& frame, bool at_end) override {
@@ -168,9 +184,17 @@ class FoldedSink : public FlowSink {
           "is no time to weigh stacks by; record with tsc=1 (ptrecord's default) or use "
           "--weight=insn");
     }
-    // The folded format has no comments: the warning goes to stderr.
+    // The folded format has no comments: the warnings go to stderr.
     if (const std::string warning = model_.DepthWarning(); !warning.empty()) {
       std::fprintf(stderr, "ptdecode: warning: %s\n", warning.c_str());
+    }
+    if (deepest_ > max_depth_ && max_depth_ != 0) {
+      std::fprintf(stderr,
+                   "ptdecode: warning: stacks up to %zu frames deep are written with their "
+                   "outermost %u frames, one frame [deeper frames] for those above them, and the "
+                   "function on top (--max-depth %u; --max-depth 0 writes every frame, a line "
+                   "per depth: the output grows with the square of the depth)\n",
+                   deepest_, max_depth_, max_depth_);
     }
     WriteLines();
     return out_.Close();
@@ -195,17 +219,23 @@ class FoldedSink : public FlowSink {
   void WriteLines() {
     // The names as written (';' is the separator), one per distinct string.
     std::vector<uint32_t> name_of(functions_.size());
+    uint32_t deeper_name = 0;  // "[deeper frames]"'s (FrameNode)
     std::vector<std::string> names;
     {
       absl::flat_hash_map<std::string, uint32_t> index;
-      for (size_t f = 0; f < functions_.size(); ++f) {
-        std::string name = functions_[f].name;
+      for (size_t f = 0; f <= functions_.size(); ++f) {
+        std::string name = f < functions_.size() ? functions_[f].name : "[deeper frames]";
         std::replace(name.begin(), name.end(), ';', ':');
         auto [it, inserted] = index.try_emplace(name, static_cast<uint32_t>(names.size()));
         if (inserted) names.push_back(std::move(name));
-        name_of[f] = it->second;
+        if (f < functions_.size()) {
+          name_of[f] = it->second;
+        } else {
+          deeper_name = it->second;
+        }
       }
     }
+    auto name_index = [&](uint32_t f) { return f == kDeeper ? deeper_name : name_of[f]; };
     // The rank of each key (2 * name: the name; 2 * name + 1: the name and ';') among all.
     std::vector<uint32_t> rank(2 * names.size());
     {
@@ -235,7 +265,7 @@ class FoldedSink : public FlowSink {
       absl::flat_hash_map<std::pair<uint32_t, uint32_t>, uint32_t> index;
       for (uint32_t i = 1; i < nodes_.size(); ++i) {
         const Node& n = nodes_[i];  // parents come before children
-        const NameNode key = {merged[n.parent], name_of[n.function]};
+        const NameNode key = {merged[n.parent], name_index(n.function)};
         auto [it, inserted] =
             index.try_emplace(std::pair(key.parent, key.name), static_cast<uint32_t>(trie.size()));
         if (inserted) trie.push_back(key);
@@ -314,6 +344,17 @@ class FoldedSink : public FlowSink {
       path.resize(size);
     }
   }
+  // The node of a frame running `function` at `depth` (1: the outermost) above `parent`'s:
+  // beyond max_depth_, the one node "[deeper frames]" above the frame at max_depth_.
+  uint32_t FrameNode(uint32_t parent, uint32_t function, size_t depth) {
+    deepest_ = std::max(deepest_, depth);
+    if (max_depth_ == 0 || depth <= max_depth_) return Child(parent, function);
+    return depth == max_depth_ + 1 ? Child(parent, kDeeper) : parent;
+  }
+  // Where the instructions of `function` count, run in the frame of `frame` (0: none).
+  uint32_t CountNode(uint32_t frame, uint32_t function) {
+    return frame != 0 && nodes_[frame].function == function ? frame : Child(frame, function);
+  }
   uint32_t Child(uint32_t parent, uint32_t function) {
     auto [it, inserted] = children_.try_emplace({parent, function}, 0);
     if (inserted) {
@@ -345,8 +386,12 @@ class FoldedSink : public FlowSink {
     touched_.clear();
   }
 
+  // The function of the node of the frames beyond max_depth_, named "[deeper frames]".
+  static constexpr uint32_t kDeeper = ~uint32_t{0};
   Output out_;
   const bool by_time_;  // --weight=time
+  const uint32_t max_depth_;
+  size_t deepest_ = 0;  // the most frames a stack had
   bool ever_timed_ = false;
   uint32_t top_ = 0;                      // the node on top of the stack (0: none)
   std::vector<uint64_t> interval_insns_;  // per node: instructions since the last time update

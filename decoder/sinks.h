@@ -36,6 +36,8 @@ struct OutputOptions {
   bool srcline = false;
   std::FILE* diagnostics = stderr;  // --srcline: files without DWARF are named here, once
   FoldedWeight weight = FoldedWeight::kInstructions;
+  // folded: the frames written of a stack (0: all); see MakeFoldedSink.
+  uint32_t max_depth = 1024;
   // stats (text): only the first N functions (0: all), and a line saying how many more.
   size_t top_functions = 0;
   // stats (text): list every loss and decode error at the end, with its stream.
@@ -116,6 +118,10 @@ std::unique_ptr<Sink> MakeProfileSink(const ProgramImage& image, const OutputOpt
 // instructions (an interval without instructions goes to the stack on top at its end).
 // Ticks after the last time update of a decoded piece, or across an error or lost trace, are
 // not counted. Finish fails with kFailedPrecondition when the trace had no timing at all.
+// A stack deeper than options.max_depth frames (when not 0) is written as its outermost
+// max_depth frames, one frame "[deeper frames]" for all those above them, and the function
+// running on top: a runaway recursion's lines do not grow with its depth (one line per depth:
+// the output would grow with the square of it), and stderr says the deepest stack cut.
 std::unique_ptr<Sink> MakeFoldedSink(const ProgramImage& image, std::FILE* out,
                                      const OutputOptions& options);
 // `timeline`: Chrome trace-event JSON, one slice per call. "ts" is in microseconds from the

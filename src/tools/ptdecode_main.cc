@@ -581,7 +581,8 @@ const Command kCommands[] = {
     {"folded",
      "Folded stacks weighted by instructions or time (flamegraph.pl, inferno, speedscope)",
      [](CLI::App& cmd, Flags& f) {
-       dec::AddDecodeFlags(cmd, f.decode, {.json = false, .weight = true, .samples = true});
+       dec::AddDecodeFlags(cmd, f.decode,
+                           {.json = false, .weight = true, .max_depth = true, .samples = true});
      },
      [](const Flags& f) {
        return f.decode.samples ? RunSampledProfile(f.decode, false)

@@ -1987,6 +1987,75 @@ TEST_F(QemuEmulateTest, ALongjmpLandsInTheFrameThatCalledSetjmp) {
   EXPECT_LE(calls - returns, 10u) << stats.out.substr(0, 400);
 }
 
+// folded writes a stack deeper than --max-depth (1024 by default) as its outermost frames, one
+// frame "[deeper frames]" and the function on top, and says so: a 70,000-deep recursion has a
+// line per depth, quadratic output without it (sweep 33a N5: 34 GB of a 104,823-deep one). The
+// lines are the full stacks' (written with --max-depth 0, of a 3,000-deep recursion) cut so,
+// their counts added up (every element of these stacks is a frame: rec calls rec).
+TEST_F(QemuEmulateTest, FoldedCutsStacksDeeperThanTheMaxDepth) {
+  const std::string program = E2E_PROGRAM_DIR "/e2e_longjmp_frames";
+  auto parse = [](const std::string& text) {
+    std::map<std::string, uint64_t> out;
+    std::istringstream lines(text);
+    for (std::string line; std::getline(lines, line);) {
+      const size_t space = line.rfind(' ');
+      out[line.substr(0, space)] += std::stoull(line.substr(space + 1));
+    }
+    return out;
+  };
+  auto cut = [](const std::map<std::string, uint64_t>& full, size_t depth) {
+    std::map<std::string, uint64_t> out;
+    for (const auto& [stack, count] : full) {
+      std::vector<std::string> frames = absl::StrSplit(stack, ';');
+      if (frames.size() <= depth) {
+        out[stack] += count;
+        continue;
+      }
+      frames.resize(depth);
+      frames.push_back("[deeper frames]");
+      frames.push_back(stack.substr(stack.rfind(';') + 1));
+      out[absl::StrJoin(frames, ";")] += count;
+    }
+    return out;
+  };
+  Recorded r = Record("deep3000", {program, "deep", "3000"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto all = RunCommand({PTDECODE_PATH, "folded", "--max-depth", "0", r.trace});
+  ASSERT_EQ(all.exit_code, 0) << all.err;
+  EXPECT_EQ(all.err.find("deeper frames"), std::string::npos) << all.err;
+  const std::map<std::string, uint64_t> full = parse(all.out);
+  size_t deepest = 0;
+  for (const auto& [stack, count] : full) {
+    deepest = std::max<size_t>(deepest, std::count(stack.begin(), stack.end(), ';') + 1);
+  }
+  ASSERT_GT(deepest, 3000u);
+  for (const char* depth : {"16", "1024"}) {
+    SCOPED_TRACE(depth);
+    std::vector<std::string> argv = {PTDECODE_PATH, "folded", r.trace};
+    if (depth != std::string("1024"))
+      argv = {PTDECODE_PATH, "folded", "--max-depth", depth, r.trace};
+    auto folded = RunCommand(argv);
+    ASSERT_EQ(folded.exit_code, 0) << folded.err;
+    EXPECT_EQ(parse(folded.out), cut(full, std::stoul(depth)));
+    EXPECT_THAT(folded.err, HasSubstr(absl::StrCat("stacks up to ", deepest,
+                                                   " frames deep are written with their outermost ",
+                                                   depth, " frames")));
+    // -j: the chunks' frames are cut where the merge places them.
+    argv.insert(argv.begin() + 2, {"-j", "2", "--chunk-size", "4096"});
+    EXPECT_EQ(RunCommand(argv).out, folded.out);
+  }
+  r = Record("deep", {program, "deep", "70000"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_LT(folded.out.size(), size_t{8} << 20);
+  auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", r.trace});
+  ASSERT_EQ(stats.exit_code, 0) << stats.err;
+  uint64_t sum = 0;
+  for (const auto& [stack, count] : parse(folded.out)) sum += count;
+  EXPECT_EQ(sum, nlohmann::json::parse(stats.out)["totals"]["instructions"].get<uint64_t>());
+}
+
 // Every stack gdb shows at each hit of a breakpoint at `function`, outermost first from the
 // first frame named `root` ("main", "start_thread"), as folded writes them.
 // `setup`: gdb commands before the run ("handle SIGSEGV nostop noprint pass").

@@ -216,6 +216,7 @@ TEST(FoldedSinkTest, ADeepRecursionTakesMemoryLinearInItsDepth) {
   std::FILE* out = std::tmpfile();
   OutputOptions options;
   options.weight = FoldedWeight::kTime;
+  options.max_depth = 0;  // every frame
   auto sink = MakeFoldedSink(**image, out, options);
   constexpr int kDepth = 3000;
   sink->OnTime(1);
