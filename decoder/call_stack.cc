@@ -487,21 +487,34 @@ void CallStack::OnEvent(const pt_event& event) {
 }
 
 // Tracing enabled elsewhere than where it stopped (not after a call into untraced code, and
-// where no frame returns), with frames on the stack: the kernel ran a
-// signal's handler, which starts at a function's entry, or returned from one (rt_sigreturn) to
-// where its signal stopped the flow (the interrupted instruction, or the instruction after the
-// system call the signal came at: where the handler's entry was not told, any instruction that
-// is not a function's entry). The handler runs in a frame of its own on top of the frames it
-// interrupted, as gdb shows it (its return to the signal's restorer matches no frame and pops
-// it: ReturnUnmatched), entered as by a call; returning from the handler pops what is left above
-// the interrupted frames.
+// where no frame returns), with frames on the stack: the kernel ran a signal's handler, or
+// returned from one (rt_sigreturn) to where its signal stopped the flow (the interrupted
+// instruction, or at or after the system call the signal came at: where the handler's entry
+// was not told). A handler's entry: a function's entry, or code without a symbol (a stripped
+// program's static handler, named as a call to it is) where no handler's frame is gone (none
+// runs, or the running one is still in its frame: a signal nested in it), or where one is gone
+// and that code was entered as a handler before (the kernel delivered the next signal at the
+// rt_sigreturn); elsewhere code without a symbol is the return of the handler whose frame is
+// gone (sweep 35a F1: a stripped program's handler got no frame, its return to the restorer
+// popped every frame, and the rest of the thread ran on a truncated stack). The handler runs in
+// a frame of its own on top of the frames it interrupted, as gdb shows it (its return to the
+// signal's restorer matches no frame and pops it: ReturnUnmatched), entered as by a call;
+// returning from the handler pops what is left above the interrupted frames.
 bool CallStack::SignalTransfer(uint64_t ip) {
   if (image_ == nullptr) return false;
   const int s = image_->SymbolAt(ip);
   // (Not at a label inside a function: a handler that moved the interrupted flow there, to
   // recover from a fault, returned (sweep 33a F5: "probe_recover (signal)" on top of probe).)
-  if (s >= 0 && image_->symbols()[s].begin == ip && image_->symbols()[s].entry &&
-      (!frames_.empty() || base_)) {
+  bool handler = s >= 0 && image_->symbols()[s].begin == ip && image_->symbols()[s].entry;
+  if (s < 0 && (!frames_.empty() || base_)) {
+    // Chunk mode: that depends on the handlers of B and those entered before; the merge
+    // decodes the chunk.
+    if (chunk_) failed_ = true;
+    const bool returned = !signals_.empty() && frames_.size() <= signals_.back().depth;
+    handler = !returned || unnamed_handlers_.contains({image_, ip});
+    if (handler) unnamed_handlers_.insert({image_, ip});
+  }
+  if (handler && (!frames_.empty() || base_)) {
     // Chunk mode with no handler of C running: no handler of B resumes at ip (the merge checks).
     if (chunk_ && base_ && signals_.empty()) base_signal_entries_.push_back(ip);
     if (frames_.empty()) nonempty_epoch_ = epoch_;  // chunk mode: B has the frames
@@ -516,7 +529,7 @@ bool CallStack::SignalTransfer(uint64_t ip) {
       signals_.pop_back();
     }
     signals_.push_back(next);
-    Enter(SymbolFunction(s), 0, /*implicit=*/false, /*signal=*/true);
+    Enter(s >= 0 ? SymbolFunction(s) : CallTarget(ip), 0, /*implicit=*/false, /*signal=*/true);
     return true;
   }
   if (signals_.empty()) {

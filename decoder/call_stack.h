@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "decoder/decode.h"
 #include "decoder/disassembler.h"
 #include "decoder/image.h"
@@ -458,6 +459,8 @@ class CallStack {
     size_t depth;
   };
   std::vector<Signal> signals_;
+  // Code without a symbol entered as a signal's handler (SignalTransfer), by image.
+  absl::flat_hash_set<std::pair<const ProgramImage*, uint64_t>> unnamed_handlers_;
 
   std::vector<FunctionKey> keys_;                             // per function
   absl::flat_hash_map<int64_t, uint32_t> base_top_function_;  // kBaseTop key value -> function

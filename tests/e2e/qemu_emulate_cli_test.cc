@@ -1896,6 +1896,73 @@ std::string NameSubs(const std::string& stack, const std::map<std::string, std::
   return absl::StrJoin(frames, ";");
 }
 
+// A static signal handler of a stripped program (no symbol) runs in a frame of its own, named
+// as a call to it is, on top of the frames it interrupted, which it leaves as they were (sweep
+// 35a F1: it got no frame, and its return to the restorer popped every frame below: the rest
+// of the thread ran under roots "__restore_rt", "main"). At a system call (SIGCHLD in waitpid)
+// and asynchronously (SIGALRM in spin). Names by the unstripped build's symbols (the same code
+// at the same addresses); each handler entered as often as the ground truth enters it.
+TEST_F(QemuEmulateTest, AStrippedProgramsStaticHandlerRunsOnTheFramesItInterrupted) {
+  const std::string program = E2E_PROGRAM_DIR "/e2e_signal_stripped";
+  const auto names = SubNames(E2E_PROGRAM_DIR "/e2e_signal_unstripped");
+  for (const std::string mode : {"wait", "alarm"}) {
+    SCOPED_TRACE(mode);
+    const std::string handler = mode == "wait" ? "onchld" : "onalrm";
+    Recorded r = Record("stripped_" + mode, {program, mode});
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    const PerThread truth = ReadTruth(r.truth);
+    ASSERT_FALSE(truth.empty());
+    // The parent's (the children of `wait` start inside main: their streams begin there).
+    const std::string parent = std::to_string(truth.begin()->first);
+    auto folded = RunCommand({PTDECODE_PATH, "folded", "--tid", parent, r.trace});
+    ASSERT_EQ(folded.exit_code, 0) << folded.err;
+    uint64_t in_handler = 0, in_work = 0;
+    std::istringstream lines(folded.out);
+    for (std::string line; std::getline(lines, line);) {
+      const std::string stack = NameSubs(line.substr(0, line.rfind(' ')), names);
+      const std::string root = stack.substr(0, stack.find(';'));
+      EXPECT_TRUE(root != "__restore_rt" && root != "main" && root != handler &&
+                  root != "__libc_start_call_main" && root != "exit")
+          << line;
+      if (stack.find(";" + handler) != std::string::npos) {
+        ++in_handler;
+        const std::string under = mode == "wait" ? "__libc_start_call_main;main;waitkid;"
+                                                 : "__libc_start_call_main;main;";
+        EXPECT_THAT(stack, HasSubstr(under)) << line;
+      }
+      const std::string top = stack.substr(stack.rfind(';') + 1);
+      if (top.starts_with("work")) {  // (GCC's work.constprop.0)
+        ++in_work;
+        EXPECT_THAT(stack, ::testing::EndsWith(";__libc_start_call_main;main;" + top)) << line;
+      }
+    }
+    EXPECT_GT(in_handler, 0u) << folded.out;
+    EXPECT_EQ(in_work, 1u) << folded.out;
+    // Entered as often as it ran (qemu-x86_64 loads a PIE at 0x4000000000).
+    const uint64_t entry =
+        0x4000000000 +
+        ::ptkit::testing::NmRange(E2E_PROGRAM_DIR "/e2e_signal_unstripped", handler).first;
+    uint64_t entries = 0;
+    for (const auto& [tid, ips] : truth) {
+      entries += static_cast<uint64_t>(std::count(ips.begin(), ips.end(), entry));
+    }
+    EXPECT_GE(entries, mode == "wait" ? 3u : 20u);
+    auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", r.trace});
+    ASSERT_EQ(stats.exit_code, 0) << stats.err;
+    uint64_t calls = 0;
+    const nlohmann::json report = nlohmann::json::parse(stats.out);
+    for (const auto& fn : report["functions"]) {
+      if (NameSubs(fn["function"].get<std::string>(), names) == handler) {
+        calls += fn["calls"].get<uint64_t>();
+      }
+    }
+    EXPECT_EQ(calls, entries);
+    auto chunked = RunCommand(
+        {PTDECODE_PATH, "folded", "--tid", parent, "-j", "2", "--chunk-size", "4096", r.trace});
+    EXPECT_TRUE(chunked.out == folded.out) << "-j 2 --chunk-size 4096 differs";
+  }
+}
+
 // A longjmp lands in the frame that called setjmp, also in a recursion of one function (sweep
 // 30c F2: f(10) longjmping to f(3)'s setjmp left f(4)..f(10) open, "main;f x 10;landed" where
 // gdb has "main;f;f;f;landed", 7 more stale frames per longjmp of an interpreter's error loop),
