@@ -254,10 +254,15 @@ Sideband SidebandBuilder::Build() {
         if (!k->exit) {
           ++sb.stats_.forks;
           if (k->pid != k->ppid) {
-            // A new process: it starts with (a share of) its parent's address space.
+            // A new process: it starts with (a share of) its parent's address space. On a pid
+            // an earlier process had, another program image from here, as after an exec (sweep
+            // 35b F1: the mappings it inherits went into the image of the program the earlier
+            // one exec'd, and where they overlapped that program was decoded with their bytes).
+            const bool reused = sb.spaces_.contains(k->pid);
             sb.spaces_[k->ppid];
             sb.SetRoot(k->pid, t, sb.Root(k->ppid));
             sb.forked_[k->pid] = t;
+            if (reused) sb.epochs_[k->pid].push_back({t, true});
           }
           auto parent_comm = sb.comms_.find(k->ptid);
           if (parent_comm != sb.comms_.end() && !parent_comm->second.empty()) {

@@ -83,7 +83,8 @@ class Sideband {
   // Whether at time `t` the process runs a program it inherited by a FORK from another one
   // (no exec since).
   bool RunsForkedProgram(uint32_t pid, uint64_t t) const;
-  // Where the process's code changed, in order: each exec, and each MMAP2 of an executable
+  // Where the process's code changed, in order: each exec, the fork of a process on a pid an
+  // earlier process had (exec: true, another program from there), and each MMAP2 of an executable
   // file over executable code of another file (or of the same file at another offset: a
   // library dlopen'd where a dlclose'd one was; perf has no record of the munmap). Anonymous
   // memory (//anon: JIT code, whose bytes come from text pokes for the whole run) and

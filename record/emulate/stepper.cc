@@ -787,6 +787,10 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     Thread& c = threads_[static_cast<uint32_t>(child)];
     if (c.pid == 0) c.pid = event == PTRACE_EVENT_CLONE ? t.pid : static_cast<uint32_t>(child);
     c.tid = c.stream = static_cast<uint32_t>(child);
+    // A new process: the code decoded for an earlier process of its pid is not its code
+    // (sweep 35b F1: a pid that came back after one exec'd another program was stepped with
+    // that program's instructions where the two differ).
+    if (event != PTRACE_EVENT_CLONE) code_.erase(static_cast<uint32_t>(child));
     if (event == PTRACE_EVENT_FORK) {
       c.mm = next_mm_++;
       Mm& copy = mms_[c.mm];

@@ -3,7 +3,9 @@
 // Process and thread ids that come back within one recording (emulate_cli_test,
 // qemu_emulate_cli_test; sweep 34a F1): PROGRAM TARGET ROUNDS forks ROUNDS children, each
 // given the pid TARGET (by /proc/sys/kernel/ns_last_pid, root only), which run a little and
-// exit or exec this program again ("a" or "b": another run of the same pid in a new image);
+// exec this program again ("a": another run of the same pid in a new image), exec
+// PROGRAM_other ("a": the same built with -DOTHER, its code elsewhere at the same addresses),
+// or exit, in turn;
 // then ROUNDS threads one after the other, each given the tid TARGET + 50. Prints each child's
 // pid and each thread's tid. The trace of every run must be kept: the later runs' trace was
 // dropped (step), and under qemu a child reusing a pid hung the workload. With a third
@@ -20,6 +22,11 @@
 #include <unistd.h>
 
 static volatile long sink;
+
+#ifdef OTHER
+// Before the rest: this build's functions are not where e2e_pid_reuse has them.
+__attribute__((used, noinline)) void padding(void) { __asm__ volatile(".skip 4096, 0x90"); }
+#endif
 
 __attribute__((noinline)) long work(long n) {
   long s = 0;
@@ -47,7 +54,6 @@ static void* thread(void* arg) {
 
 int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "a") == 0) return (int)(work(5) & 1) + 11;
-  if (argc == 2 && strcmp(argv[1], "b") == 0) return (int)(work(7) & 1) + 22;
   if (argc < 3) return 2;
   const int target = atoi(argv[1]);
   const int rounds = atoi(argv[2]);
@@ -57,7 +63,12 @@ int main(int argc, char** argv) {
     if (child == 0) {
       work(10 + r);
       if (r % 3 == 2) _exit(r);
-      execl(argv[0], argv[0], r % 3 == 0 ? "a" : "b", (char*)0);
+      // Another program at this one's addresses (sweep 35b F1: the next run on the pid, forked
+      // with this program's mappings, was put in that program's image, which was decoded with
+      // this program's bytes).
+      char other[4096];
+      snprintf(other, sizeof other, "%s_other", argv[0]);
+      execl(r % 3 == 1 ? other : argv[0], argv[0], "a", (char*)0);
       _exit(99);
     }
     int status = 0;
