@@ -279,18 +279,9 @@ absl::Status RecordingBuilder::AddCode(uint32_t pid, uint64_t address, std::stri
 }
 
 Recording RecordingBuilder::Finish() {
-  // What the recorder warned of (the end metadata's "warnings"): a thread not traced, a
-  // stream cut short, an exec'd program run natively. Every decode says it.
-  if (r_.metadata.end) {
-    const nlohmann::json& extra = r_.metadata.end->extra;
-    if (auto said = extra.find("warnings"); said != extra.end() && said->is_array()) {
-      for (const nlohmann::json& w : *said) {
-        if (w.is_string()) {
-          r_.warnings.push_back(
-              fmt::format("{}: recorded with a warning: {}", r_.name, w.get<std::string>()));
-        }
-      }
-    }
+  // What the recorder warned of: every decode says it.
+  for (const std::string& w : r_.metadata.RecorderWarnings()) {
+    r_.warnings.push_back(fmt::format("{}: recorded with a warning: {}", r_.name, w));
   }
   if (const RecordingMetadata& m = r_.metadata; !r_.bts && m.pmu && m.pmu->name == "intel_pt" &&
                                                 !m.emulated && !m.emulation && !m.synthesizer &&

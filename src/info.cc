@@ -190,6 +190,11 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
   if (absl::StatusOr<RecordingMetadata> typed = RecordingMetadata::FromJson(metadata); typed.ok()) {
     out["metadata"] = typed->ToJson();
     metadata_warnings = std::move(typed->warnings);
+    // What the recorder warned of, as every decode says it (sweep 35a L1: only inside the
+    // metadata dump, cut at 97 characters).
+    for (const std::string& w : typed->RecorderWarnings()) {
+      metadata_warnings.push_back("recorded with a warning: " + w);
+    }
   } else {
     out["metadata"] = metadata;
     metadata_warnings.push_back(

@@ -519,4 +519,15 @@ const AttrMetadata* RecordingMetadata::TraceAttr() const {
   return nullptr;
 }
 
+std::vector<std::string> RecordingMetadata::RecorderWarnings() const {
+  std::vector<std::string> out;
+  if (!end) return out;
+  if (auto said = end->extra.find("warnings"); said != end->extra.end() && said->is_array()) {
+    for (const nlohmann::json& w : *said) {
+      if (w.is_string()) out.push_back(w.get<std::string>());
+    }
+  }
+  return out;
+}
+
 }  // namespace ptkit

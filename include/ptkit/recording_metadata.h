@@ -182,6 +182,9 @@ struct RecordingMetadata {
   std::optional<TscConversion> PerfTimeConversion() const;
   // The attr of the trace PMU (the first whose type is pmu.type), if any.
   const AttrMetadata* TraceAttr() const;
+  // What the recorder warned of (the end metadata's "warnings" strings): a thread not traced,
+  // a stream cut short, an exec'd program run natively. Every decode and `info` say them.
+  std::vector<std::string> RecorderWarnings() const;
 };
 
 }  // namespace ptkit
