@@ -208,6 +208,7 @@ template <bool kFacts>
   flowing_ = block.iclass != ptic_call && block.iclass != ptic_return &&
              block.iclass != ptic_far_call && block.iclass != ptic_far_return &&
              block.iclass != ptic_far_jump;
+  if (block.iclass == ptic_far_call) syscall_at_ = block.end_ip;
 }
 
 // Out of line: OnWholeBlock's hot path stays small.
@@ -438,7 +439,14 @@ void CallStack::OnEvent(const pt_event& event) {
       pending_call_ = pending_return_ = flowing_ = false;
       async_disabled_ = async;
       disabled_ = true;
-      if (async) disabled_at_ = event.variant.async_disabled.at;
+      if (async) {
+        disabled_at_ = event.variant.async_disabled.at;
+      } else if (disabled_far_ && syscall_at_ != 0) {
+        // At a system call: a signal's handler returns to it (restarted) or after it.
+        disabled_at_ = syscall_at_;
+        disabled_at_syscall_ = true;
+      }
+      syscall_at_ = 0;
       break;
     }
     case ptev_enabled: {
@@ -469,7 +477,7 @@ void CallStack::OnEvent(const pt_event& event) {
         }
       }
       // (Only between a disable and the enable after it.)
-      async_disabled_ = left_by_call_ = disabled_ = disabled_far_ = false;
+      async_disabled_ = left_by_call_ = disabled_ = disabled_far_ = disabled_at_syscall_ = false;
       break;
     }
     case ptev_overflow:
@@ -511,14 +519,16 @@ bool CallStack::SignalTransfer(uint64_t ip) {
     // decodes the chunk.
     if (chunk_) failed_ = true;
     const bool returned = !signals_.empty() && frames_.size() <= signals_.back().depth;
-    handler = !returned || unnamed_handlers_.contains({image_, ip});
+    // (Not where the one whose frame is gone resumes: SignalReturnsAt came first.)
+    handler = !returned || signals_.back().resume_known || unnamed_handlers_.contains({image_, ip});
     if (handler) unnamed_handlers_.insert({image_, ip});
   }
   if (handler && (!frames_.empty() || base_)) {
     // Chunk mode with no handler of C running: no handler of B resumes at ip (the merge checks).
     if (chunk_ && base_ && signals_.empty()) base_signal_entries_.push_back(ip);
     if (frames_.empty()) nonempty_epoch_ = epoch_;  // chunk mode: B has the frames
-    Signal next{disabled_at_, async_disabled_, frames_.size()};
+    Signal next{disabled_at_, async_disabled_ || disabled_at_syscall_, frames_.size(),
+                disabled_at_syscall_};
     if (!signals_.empty() && !async_disabled_ && frames_.size() == signals_.back().depth) {
       // The running handler's frame is gone (it returned to its restorer) and tracing stopped
       // at a system call: its rt_sigreturn, at which the kernel delivered the next signal, over
@@ -526,6 +536,7 @@ bool CallStack::SignalTransfer(uint64_t ip) {
       // resumes that flow where the last one's would have.
       next.resume = signals_.back().resume;
       next.resume_known = signals_.back().resume_known;
+      next.at_syscall = signals_.back().at_syscall;
       signals_.pop_back();
     }
     signals_.push_back(next);
@@ -548,7 +559,7 @@ bool CallStack::SignalReturnsAt(uint64_t ip) {
     if (chunk_ && base_) base_signal_entries_.push_back(ip);
     return false;
   }
-  if (!signals_.back().resume_known || signals_.back().resume != ip) return false;
+  if (!signals_.back().Resumes(ip)) return false;
   LeaveSignal();
   return true;
 }
@@ -1350,9 +1361,8 @@ bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
   }
   if (!signals_.empty() &&
       (chunk.no_base_signal_ ||
-       (signals_.back().resume_known &&
-        std::find(chunk.base_signal_entries_.begin(), chunk.base_signal_entries_.end(),
-                  signals_.back().resume) != chunk.base_signal_entries_.end()))) {
+       std::any_of(chunk.base_signal_entries_.begin(), chunk.base_signal_entries_.end(),
+                   [&](uint64_t ip) { return signals_.back().Resumes(ip); }))) {
     return false;
   }
   for (const Unexpected& u : chunk.unexpected_) {
@@ -1484,6 +1494,8 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
   disabled_ = chunk.disabled_;
   disabled_far_ = chunk.disabled_far_;
   disabled_at_ = chunk.disabled_at_;
+  disabled_at_syscall_ = chunk.disabled_at_syscall_;
+  syscall_at_ = chunk.syscall_at_;
   // The serial model forgot its handlers where the chunk cleared the stack (an overflow, an
   // error, another stream).
   for (const ChunkOp& op : chunk.ops_) {

@@ -451,12 +451,22 @@ class CallStack {
   bool disabled_ = false;
   bool disabled_far_ = false;  // at an interrupt or a system call (where signals come)
   uint64_t disabled_at_ = 0;
+  // disabled_at_ is the system call the last disable came at (the last block's far call's:
+  // syscall_at_ until a disable takes it).
+  bool disabled_at_syscall_ = false;
+  uint64_t syscall_at_ = 0;
   // Signal handlers running (SignalTransfer): where the flow they interrupted resumes, when
   // known (an interrupt's instruction), and the frames below the handler's. Chunk mode: C's.
   struct Signal {
     uint64_t resume;
     bool resume_known;
     size_t depth;
+    // resume is the system call the signal came at: the flow resumes there (restarted) or
+    // after it (every system call instruction has 2 bytes: syscall, sysenter, int 0x80).
+    bool at_syscall = false;
+    bool Resumes(uint64_t ip) const {
+      return resume_known && (ip == resume || (at_syscall && ip == resume + 2));
+    }
   };
   std::vector<Signal> signals_;
   // Code without a symbol entered as a signal's handler (SignalTransfer), by image.

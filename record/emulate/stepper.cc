@@ -211,7 +211,7 @@ class Run {
   absl::StatusOr<const InsnInfo*> Info(const Thread& t, uint64_t ip);
   // Forgets the decoded code of process `pid` (its mappings changed) and decodes again what
   // its threads execute next.
-  void Invalidate(uint32_t pid);
+  void Invalidate(uint32_t mm);
   // SIGKILL to every traced process (a stopped tracee wakes up to die).
   void KillAll();
   // Whether StepperOptions::stop_requested ended the run; asks it every kStopCheckSteps steps
@@ -258,7 +258,9 @@ class Run {
   StepSink& sink_;
   pid_t leader_ = 0;
   std::map<uint32_t, Thread> threads_;
-  std::map<uint32_t, std::unordered_map<uint64_t, InsnInfo>> code_;  // pid -> ip -> insn
+  // Per address space (Thread::mm: a new one at each fork and exec, so a process on a pid an
+  // earlier one had does not see that one's code; sweep 35b F1): ip -> insn.
+  std::map<uint32_t, std::unordered_map<uint64_t, InsnInfo>> code_;
   // Uprobe sites met (pid, ip): the kernel's INT3 at an instruction the file has otherwise.
   std::set<std::pair<uint32_t, uint64_t>> probed_;
   std::map<uint64_t, Mm> mms_;
@@ -302,16 +304,16 @@ bool Run::StopRequested(bool now) {
   return result_.stop_requested;
 }
 
-void Run::Invalidate(uint32_t pid) {
-  code_.erase(pid);
+void Run::Invalidate(uint32_t mm) {
+  code_.erase(mm);
   for (auto& [tid, t] : threads_) {
-    if (t.pid == pid && t.started) Info(t, t.pending_ip).IgnoreError();
+    if (t.mm == mm && t.started) Info(t, t.pending_ip).IgnoreError();
   }
 }
 
 absl::StatusOr<const InsnInfo*> Run::Info(const Thread& t, uint64_t ip) {
   const uint32_t pid = t.pid;
-  auto& cache = code_[pid];
+  auto& cache = code_[t.mm];
   auto it = cache.find(ip);
   if (it != cache.end()) return &it->second;
   uint8_t bytes[kMaxInsn];
@@ -529,7 +531,7 @@ absl::Status Run::Disarm(Thread& t) {
 }
 
 bool Run::StraddlesARegion(const Thread& t) {
-  const auto& cache = code_[t.pid];
+  const auto& cache = code_[t.mm];
   for (const auto& [start, end] : mms_[t.mm].ranges) {
     for (uint64_t back = 1; back < kMaxInsn && back <= start; ++back) {
       auto it = cache.find(start - back);
@@ -636,7 +638,7 @@ absl::Status Run::OnFreeStop(Thread& t, int sig) {
       t.unplanted = true;
     }
     if (exit && IsMapSyscall(regs.orig_rax)) {
-      Invalidate(t.pid);
+      Invalidate(t.mm);
       Resolve(t);  // keeps only armed pages that still hold regions
       if (mms_[t.mm].spans != mms_[t.mm].armed || t.unplanted) {
         // New region pages: step (outside them) until the next safe point arms them too.
@@ -723,7 +725,7 @@ void Run::OnGone(uint32_t tid, int status) {
     --mms_[t.mm].threads;
     // The step in flight was the exit syscall (or the thread was killed before it retired).
     // The process is gone: its code can only come from the cache, which Land() filled.
-    const auto& cache = code_[t.pid];
+    const auto& cache = code_[t.mm];
     auto info = cache.find(t.pending_ip);
     if (!t.tracing) {
       // Outside the filter regions: nothing to close.
@@ -787,10 +789,6 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     Thread& c = threads_[static_cast<uint32_t>(child)];
     if (c.pid == 0) c.pid = event == PTRACE_EVENT_CLONE ? t.pid : static_cast<uint32_t>(child);
     c.tid = c.stream = static_cast<uint32_t>(child);
-    // A new process: the code decoded for an earlier process of its pid is not its code
-    // (sweep 35b F1: a pid that came back after one exec'd another program was stepped with
-    // that program's instructions where the two differ).
-    if (event != PTRACE_EVENT_CLONE) code_.erase(static_cast<uint32_t>(child));
     if (event == PTRACE_EVENT_FORK) {
       c.mm = next_mm_++;
       Mm& copy = mms_[c.mm];
@@ -839,7 +837,8 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
       threads_[tid] = moved;
     }
     Thread& e = threads_.at(tid);
-    code_.erase(e.pid);
+    // (The old address space's code goes with it, unless a vfork parent still has it.)
+    if (mms_[e.mm].threads <= 1) code_.erase(e.mm);
     PTKIT_ASSIGN_OR_RETURN(uint64_t entry, Ip(tid));
     ++retired_;
     if (e.tracing) {
@@ -922,7 +921,7 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
   const bool syscall = info.cls == InsnClass::kSyscall;
   if (syscall && IsMapSyscall(regs.orig_rax)) {
     // Code may have been mapped, unmapped or changed: decode afresh from now on.
-    Invalidate(t.pid);
+    Invalidate(t.mm);
     if (filtering_) Resolve(t);
   }
   AppendFilteredStepEvents(t.pending_ip, info, ip, traced, Traced(t, ip), events_);

@@ -7,6 +7,9 @@
 //                           (onchld runs on top of wait4), then work() after each
 //   signal_stripped alarm   a 2 ms SIGALRM timer interrupts spin() until onalrm ran 20 times;
 //                           then work()
+//   signal_stripped pending with SIGUSR1 and SIGUSR2 blocked, raises both, then unblocks them:
+//                           onusr2 runs, and onusr1 at its rt_sigreturn (the kernel delivers a
+//                           pending signal there; a review); 3 times, then work()
 // Prints the handler runs.
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +26,17 @@ __attribute__((noinline)) static void hwork(void) {
 static void onchld(int s) {
   (void)s;
   ++runs;
+  hwork();
+}
+static void onusr1(int s) {
+  (void)s;
+  runs += 1;
+  hwork();
+}
+static void onusr2(int s) {
+  (void)s;
+  runs += 1 + (ticks & 0);
+  ticks += 3;
   hwork();
 }
 static void onalrm(int s) {
@@ -53,7 +67,23 @@ int main(int argc, char** argv) {
   struct sigaction sa;
   memset(&sa, 0, sizeof(sa));
   long t = 0;
-  if (argc > 1 && strcmp(argv[1], "alarm") == 0) {
+  if (argc > 1 && strcmp(argv[1], "pending") == 0) {
+    sa.sa_handler = onusr1;
+    sigaction(SIGUSR1, &sa, 0);
+    sa.sa_handler = onusr2;
+    sigaction(SIGUSR2, &sa, 0);
+    sigset_t both;
+    sigemptyset(&both);
+    sigaddset(&both, SIGUSR1);
+    sigaddset(&both, SIGUSR2);
+    for (int k = 0; k < 3; k++) {
+      sigprocmask(SIG_BLOCK, &both, 0);
+      raise(SIGUSR1);
+      raise(SIGUSR2);
+      sigprocmask(SIG_UNBLOCK, &both, 0);
+    }
+    t += work(1000);
+  } else if (argc > 1 && strcmp(argv[1], "alarm") == 0) {
     sa.sa_handler = onalrm;
     sa.sa_flags = SA_RESTART;
     sigaction(SIGALRM, &sa, 0);
