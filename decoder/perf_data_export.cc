@@ -315,12 +315,15 @@ absl::StatusOr<Scan> ScanRecording(const Recording& r,
       }
     }
   }
-  const std::string other = LossKindName(LossKind::kOther);
-  // Losses no sideband record holds: kOther, and a jump of the AUX offsets that no loss record
-  // explains (an AUX record of the container damaged: sweep 29b S5, perf decoded across the
-  // hole and reported "Trace doesn't match instruction", no loss).
+  // Losses no sideband record holds: kOther, ptkit's own kinds (kKilled: a stream's last bytes
+  // gone with its process; kAuxOverwritten: a snapshot ring's older bytes; sweep 35b F2: the
+  // export and its round trip said "0 loss points"), and a jump of the AUX offsets that no loss
+  // record explains (an AUX record of the container damaged: sweep 29b S5, perf decoded across
+  // the hole and reported "Trace doesn't match instruction", no loss).
+  const std::string own[] = {LossKindName(LossKind::kOther), LossKindName(LossKind::kKilled),
+                             LossKindName(LossKind::kAuxOverwritten)};
   auto unrecorded = [&](const std::vector<LossInfo>& losses, const LossInfo& l) {
-    if (l.kind == other) return true;
+    if (std::find(std::begin(own), std::end(own), l.kind) != std::end(own)) return true;
     return l.kind == kLossDiscontinuity &&
            std::all_of(losses.begin(), losses.end(),
                        [](const LossInfo& x) { return x.kind == kLossDiscontinuity; });
