@@ -72,18 +72,21 @@ class Disassembler {
   // A hash (64-bit FNV-1a, the same in every process and build of ptkit) of the code in
   // `bytes` at `ip`, instruction by instruction, with the fields that name addresses left out:
   // relative branch targets, RIP-relative displacements, and 32- and 64-bit immediates and
-  // displacements within 16 MiB of `ip` (a program that is not position-independent names its
-  // data so). The same code placed at another address, or whose callees and data moved, gives
-  // the same hash: what `diff` pairs the functions of two builds by where the compiler
-  // numbered them otherwise (a lambda's {lambda(int)#2}). Bytes that do not decode are hashed
-  // as they are, one at a time.
+  // displacements within 16 MiB of `ip` and not below 1 MiB (a program that is not
+  // position-independent names its data so, from 4 MiB up; smaller values are constants and
+  // offsets, which tell code apart: a review). The same code placed at another address, or whose
+  // callees and data moved, gives the same hash: what `diff` pairs the functions of two builds by
+  // where the compiler numbered them otherwise (a lambda's {lambda(int)#2}). Bytes that do not
+  // decode are hashed as they are, one at a time.
   uint64_t ShapeHash(pt_exec_mode mode, const uint8_t* bytes, size_t size, uint64_t ip) const {
     uint64_t hash = 0xcbf29ce484222325;
     auto mix = [&hash](uint8_t byte) {
       hash ^= byte;
       hash *= 0x100000001b3;
     };
-    auto near = [ip](uint64_t value) { return value - (ip - (1u << 24)) < (2u << 24); };
+    auto near = [ip](uint64_t value) {
+      return value >= (1u << 20) && value - (ip - (1u << 24)) < (2u << 24);
+    };
     size_t at = 0;
     while (at < size) {
       ZydisDecodedInstruction insn;

@@ -759,7 +759,10 @@ TEST(ShapeHashTest, AddressesAreLeftOutAndEverythingElseCounts) {
   const uint64_t one = hash(code(0x100, 0x2000, 0x402010, 5), 0x401000);
   EXPECT_EQ(one, hash(code(0x5f0, 0x2c40, 0x403330, 5), 0x401200));
   EXPECT_NE(one, hash(code(0x100, 0x2000, 0x402010, 6), 0x401000));  // add eax, 6
-  // A constant far from the code is no address.
+  // A constant far from the code is no address, nor a small one near code at a low address (a
+  // program that is not position-independent: a review).
+  EXPECT_NE(hash(code(0x100, 0x2000, 0x10, 5), 0x401000),
+            hash(code(0x100, 0x2000, 0x20, 5), 0x401000));
   EXPECT_NE(hash(code(0x100, 0x2000, 0x7fff0000, 5), 0x401000),
             hash(code(0x100, 0x2000, 0x7fff0001, 5), 0x401000));
   // Bytes that do not decode count as they are.
