@@ -13,7 +13,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "decoder/profile.h"
@@ -41,15 +41,20 @@ const std::string kHalf = DIFF_PROGRAM_DIR "/diff_half/e2e_diff_work";  // +0.50
 const std::string kPtrecordEnv = std::string("PTRECORD=") + PTRECORD_PATH;
 const std::string kPtdecodeEnv = std::string("PTDECODE=") + PTDECODE_PATH;
 
-// Instructions the ground truth retired inside `name` (by nm's range).
-uint64_t TruthSelf(const std::string& program, const std::string& truth, const std::string& name) {
-  auto [begin, end] = NmRange(program, name);
-  EXPECT_LT(begin, end) << name;
+// Instructions the ground truth retired in [range.first, range.second), named `name`.
+uint64_t TruthWithin(const std::string& truth, std::pair<uint64_t, uint64_t> range,
+                     const std::string& name) {
+  EXPECT_LT(range.first, range.second) << name;
   uint64_t n = 0;
   for (const auto& [tid, ips] : ReadTruth(truth)) {
-    for (uint64_t ip : ips) n += ip >= begin && ip < end;
+    for (uint64_t ip : ips) n += ip >= range.first && ip < range.second;
   }
   return n;
+}
+
+// Instructions the ground truth retired inside `name` (by nm's range).
+uint64_t TruthSelf(const std::string& program, const std::string& truth, const std::string& name) {
+  return TruthWithin(truth, NmRange(program, name), name);
 }
 
 uint64_t TruthTotal(const std::string& truth) {
@@ -728,17 +733,11 @@ TEST_F(PtdecodeDiffTest, LambdasNumberedOtherwiseAreMatchedByTheirCode) {
   PTKIT_RECORD_OR_SKIP(two, "lambdas_more", more);
   // (diff names a clone as its function: GCC makes apply<> a clone with its constant vector.)
   auto truth = [](const std::string& program, const std::string& file, const std::string& name) {
-    auto [begin, end] = ::ptkit::testing::NmRangeDemangled(program, name);
-    if (begin == end) {
-      std::tie(begin, end) =
-          ::ptkit::testing::NmRangeDemangled(program, name + " [clone .constprop.0]");
+    auto range = ::ptkit::testing::NmRangeDemangled(program, name);
+    if (range.first == range.second) {
+      range = ::ptkit::testing::NmRangeDemangled(program, name + " [clone .constprop.0]");
     }
-    EXPECT_LT(begin, end) << name;
-    uint64_t n = 0;
-    for (const auto& [tid, ips] : ReadTruth(file)) {
-      for (uint64_t ip : ips) n += ip >= begin && ip < end;
-    }
-    return n;
+    return TruthWithin(file, range, name);
   };
   // `name` with each lambda numbered `by` more ("#1}" -> "#2}").
   auto renumbered = [](std::string name, int by) {
