@@ -439,6 +439,7 @@ void CallStack::OnEvent(const pt_event& event) {
       pending_call_ = pending_return_ = flowing_ = false;
       async_disabled_ = async;
       disabled_ = true;
+      disabled_at_syscall_ = false;
       if (async) {
         disabled_at_ = event.variant.async_disabled.at;
       } else if (disabled_far_ && syscall_at_ != 0) {
@@ -504,7 +505,9 @@ void CallStack::OnEvent(const pt_event& event) {
 // and that code was entered as a handler before (the kernel delivered the next signal at the
 // rt_sigreturn); elsewhere code without a symbol is the return of the handler whose frame is
 // gone (sweep 35a F1: a stripped program's handler got no frame, its return to the restorer
-// popped every frame, and the rest of the thread ran on a truncated stack). The handler runs in
+// popped every frame, and the rest of the thread ran on a truncated stack), unless that one's
+// resume is known (SignalReturnsAt did not match: the next signal's handler, delivered at its
+// rt_sigreturn; a review). The handler runs in
 // a frame of its own on top of the frames it interrupted, as gdb shows it (its return to the
 // signal's restorer matches no frame and pops it: ReturnUnmatched), entered as by a call;
 // returning from the handler pops what is left above the interrupted frames.
@@ -573,7 +576,8 @@ void CallStack::LeaveSignal() {
 
 void CallStack::Reset() {
   pending_call_ = pending_return_ = flowing_ = async_disabled_ = left_by_call_ = false;
-  disabled_ = disabled_far_ = false;
+  disabled_ = disabled_far_ = disabled_at_syscall_ = false;
+  syscall_at_ = 0;
   signals_.clear();
   // Nothing reads the function that ran last until a block runs (no return is pending): as a
   // model just made, so that a chunk at another stream's start applies (CheckChunk).
