@@ -775,6 +775,19 @@ size_t Occurrences(const std::string& text, std::string_view what) {
   return n;
 }
 
+// `path` exported to PATH.data (`e`): perf decodes the walks of `truth` in full and reports the
+// lost trace between them once.
+void ExpectPerfDecodesAcrossOneLoss(const std::string& path, const PerThread& truth, Exported& e) {
+  e.trace = path;
+  e.data = path + ".data";
+  auto r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", e.trace, "-o", e.data});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto perf = PerfScript(e, {"--itrace=i0nse", "-F", "tid,ip"}, /*cache=*/false);
+  ASSERT_EQ(perf.exit_code, 0) << perf.err;
+  ExpectSameFlow(ParsePerfTidIp(perf.out), truth, "perf vs the walks");
+  EXPECT_EQ(Occurrences(perf.out, "Lost trace data"), 1u) << perf.out.substr(0, 2000);
+}
+
 // Loss: the AUX bytes between two walks are gone (4096 bytes, a loss record of kind "other",
 // which has no perf record of its own: the export writes a PERF_RECORD_AUX with TRUNCATED).
 // perf reports it as lost trace data where ptdecode reports loss, and both decode the walks
@@ -798,16 +811,9 @@ TEST_F(PerfExportTest, PerfReportsALossWherePtdecodeDoes) {
       ASSERT_TRUE(w.AppendAux({cpu0, fib.pt.size() + 4096, 0, 2'500'000, spin.pt}).ok());
     });
     Exported e;
-    e.trace = path;
-    e.data = path + ".data";
-    auto r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", e.trace, "-o", e.data});
-    ASSERT_EQ(r.exit_code, 0) << r.err;
-    auto perf = PerfScript(e, {"--itrace=i0nse", "-F", "tid,ip"}, /*cache=*/false);
-    ASSERT_EQ(perf.exit_code, 0) << perf.err;
     const PerThread truth = {{100, fib.truth}, {200, spin.truth}};
-    ExpectSameFlow(ParsePerfTidIp(perf.out), truth, "perf vs the walks");
-    const size_t lost = Occurrences(perf.out, "Lost trace data");
-    EXPECT_EQ(lost, 1u) << perf.out.substr(0, 2000);
+    ExpectPerfDecodesAcrossOneLoss(path, truth, e);
+    if (HasFatalFailure()) return;
     auto info = RunCommand({PTDECODE_PATH, "info", "--decode", "--json", e.trace});
     ASSERT_EQ(info.exit_code, 0) << info.err;
     const auto d = nlohmann::json::parse(info.out)["decode"];
@@ -819,7 +825,7 @@ TEST_F(PerfExportTest, PerfReportsALossWherePtdecodeDoes) {
     // The perf.data (its AUX record with TRUNCATED) and its export back to trace.pt (a loss
     // record) have the loss where the original has it, and the same walks on either side.
     const std::string again = Dir().File(LossKindName(kind) + "_loss.again.pt");
-    r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", e.data, "-o", again});
+    auto r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", e.data, "-o", again});
     ASSERT_EQ(r.exit_code, 0) << r.err;
     for (const std::string& file : {e.data, again}) {
       auto i = RunCommand({PTDECODE_PATH, "info", "--decode", "--json", file});
@@ -851,16 +857,8 @@ TEST_F(PerfExportTest, PerfReportsAHoleInTheAuxOffsetsAsALoss) {
     ASSERT_TRUE(w.AppendAux({cpu0, fib.pt.size() + 857, 0, 2'500'000, spin.pt}).ok());
   });
   Exported e;
-  e.trace = path;
-  e.data = path + ".data";
-  auto r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", e.trace, "-o", e.data});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  auto perf = PerfScript(e, {"--itrace=i0nse", "-F", "tid,ip"}, /*cache=*/false);
-  ASSERT_EQ(perf.exit_code, 0) << perf.err;
-  ExpectSameFlow(ParsePerfTidIp(perf.out), {{100, fib.truth}, {200, spin.truth}},
-                 "perf vs the walks");
-  const size_t lost = Occurrences(perf.out, "Lost trace data");
-  EXPECT_EQ(lost, 1u) << perf.out.substr(0, 2000);
+  ExpectPerfDecodesAcrossOneLoss(path, {{100, fib.truth}, {200, spin.truth}}, e);
+  if (HasFatalFailure()) return;
   auto info = RunCommand({PTDECODE_PATH, "info", "--decode", "--json", e.trace});
   ASSERT_EQ(info.exit_code, 0) << info.err;
   EXPECT_EQ(nlohmann::json::parse(info.out)["decode"]["losses"].get<uint64_t>(), 1u);
