@@ -429,6 +429,10 @@ class TaskSwitcher : public ImageSwitcher {
       std::optional<TaskId> on = timeline_.TaskOnCpu(*cpu_, t);
       if (!on) return nullptr;  // idle or unknown
       task = *on;
+    } else {
+      // A tid given to a process, then to a thread of another one (review 35 #2: the whole
+      // stream was decoded with the last process's images).
+      task.pid = timeline_.PidOfTid(task.tid, t).value_or(task.pid);
     }
     const size_t epoch = timeline_.EpochAt(task.pid, t);
     if (task == task_ && epoch_ == kAllEpochs) {
@@ -452,6 +456,7 @@ class TaskSwitcher : public ImageSwitcher {
       return image;
     }
     const bool new_image = image != current_;
+    const bool pid_changed = task.pid != task_.pid;
     task_ = task;
     epoch_ = epoch;
     current_ = image;
@@ -459,11 +464,13 @@ class TaskSwitcher : public ImageSwitcher {
     info.name = name_;
     info.pid = task.pid;
     info.tid = task.tid;
-    // A per-thread stream switches only at an exec, after which its thread is the process's
-    // only one and has the leader's tid (ptrace(2), "execve(2) under ptrace"): the exec's
-    // COMM is the leader's. The thread keeps its tid here, as perf shows it.
-    info.comm = timeline_.CommAt(cpu_ ? task.tid : task.pid, t);
-    info.last_comm = LastCommInProgram(timeline_, task.pid, cpu_ ? task.tid : task.pid, t);
+    // A per-thread stream switches at an exec, after which its thread is the process's only
+    // one and has the leader's tid (ptrace(2), "execve(2) under ptrace"): the exec's COMM is
+    // the leader's. The thread keeps its tid here, as perf shows it. Or its tid went to
+    // another process: then its own name.
+    const uint32_t named = cpu_ || pid_changed ? task.tid : task.pid;
+    info.comm = timeline_.CommAt(named, t);
+    info.last_comm = LastCommInProgram(timeline_, task.pid, named, t);
     info.image = image;
     info.context_switch = true;
     info.forked = timeline_.RunsForkedProgram(task.pid, t);
@@ -747,7 +754,7 @@ std::vector<Selected> SelectStreams(const Recording& r, const RecordingOptions& 
     const uint64_t start = trace_start.value_or(stream.pieces.front().time);
     if (id.kind == StreamKind::kThread) {
       tid = static_cast<uint32_t>(id.id);
-      pid = r.timeline.PidOfTid(tid).value_or(tid);
+      pid = r.timeline.PidOfTid(tid, start).value_or(tid);
     } else if (auto task = r.timeline.TaskOnCpu(static_cast<uint32_t>(id.id), start)) {
       pid = task->pid;
       tid = task->tid;

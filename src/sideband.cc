@@ -203,7 +203,7 @@ Sideband SidebandBuilder::Build() {
           break;
         }
         ++sb.stats_.mmaps;
-        sb.tid_pid_[m->tid] = m->pid;
+        sb.SetPid(m->tid, t, m->pid);
         // An empty mapping maps nothing (and the kernel sends none); one past the top of the
         // address space ends there.
         const uint64_t end = m->addr + std::min(m->len, ~uint64_t{0} - m->addr);
@@ -233,7 +233,7 @@ Sideband SidebandBuilder::Build() {
           break;
         }
         ++sb.stats_.comms;
-        sb.tid_pid_[c->tid] = c->pid;
+        sb.SetPid(c->tid, t, c->pid);
         sb.comms_[c->tid].push_back({t, std::string(c->comm)});
         if (c->exec) {
           ++sb.stats_.execs;
@@ -250,7 +250,7 @@ Sideband SidebandBuilder::Build() {
           problem(p, k.status());
           break;
         }
-        sb.tid_pid_[k->tid] = k->pid;
+        sb.SetPid(k->tid, t, k->pid);
         if (!k->exit) {
           ++sb.stats_.forks;
           if (k->pid != k->ppid) {
@@ -396,10 +396,18 @@ std::optional<TaskId> Sideband::TaskOnCpu(uint32_t cpu, uint64_t t) const {
   return std::prev(after)->task;
 }
 
-std::optional<uint32_t> Sideband::PidOfTid(uint32_t tid) const {
+void Sideband::SetPid(uint32_t tid, uint64_t t, uint32_t pid) {
+  std::vector<PidSlot>& slots = tid_pid_[tid];
+  if (slots.empty() || slots.back().pid != pid) slots.push_back({t, pid});
+}
+
+std::optional<uint32_t> Sideband::PidOfTid(uint32_t tid, uint64_t t) const {
   auto it = tid_pid_.find(tid);
-  if (it == tid_pid_.end()) return std::nullopt;
-  return it->second;
+  if (it == tid_pid_.end() || it->second.empty()) return std::nullopt;
+  const std::vector<PidSlot>& slots = it->second;
+  auto after = std::upper_bound(slots.begin(), slots.end(), t,
+                                [](uint64_t v, const PidSlot& s) { return v < s.time; });
+  return after == slots.begin() ? slots.front().pid : std::prev(after)->pid;
 }
 
 std::string Sideband::CommAt(uint32_t tid, uint64_t t) const {
@@ -417,7 +425,9 @@ std::string Sideband::CommAt(uint32_t tid, uint64_t t) const {
 std::vector<uint32_t> Sideband::Pids() const {
   std::vector<uint32_t> pids;
   for (const auto& [pid, versions] : spaces_) pids.push_back(pid);
-  for (const auto& [tid, pid] : tid_pid_) pids.push_back(pid);
+  for (const auto& [tid, slots] : tid_pid_) {
+    for (const PidSlot& s : slots) pids.push_back(s.pid);
+  }
   std::sort(pids.begin(), pids.end());
   pids.erase(std::unique(pids.begin(), pids.end()), pids.end());
   return pids;

@@ -72,8 +72,10 @@ class Sideband {
                                              uint64_t to = kForever) const;
   // The task running on `cpu` at time `t`; nullopt when idle or unknown.
   std::optional<TaskId> TaskOnCpu(uint32_t cpu, uint64_t t) const;
-  // The process of thread `tid` (from FORK/COMM/MMAP2 records), if seen.
-  std::optional<uint32_t> PidOfTid(uint32_t tid) const;
+  // The process of thread `tid` at time `t` (from FORK/COMM/MMAP2 records), if seen: the
+  // latest record at or before `t`, else the first. A tid can belong to several processes over
+  // a recording (a process that exits, then a thread of another given its id).
+  std::optional<uint32_t> PidOfTid(uint32_t tid, uint64_t t = kForever) const;
   // The thread's name at time `t` ("" when unknown).
   std::string CommAt(uint32_t tid, uint64_t t) const;
   // Every pid seen.
@@ -135,6 +137,7 @@ class Sideband {
   // and overlaps executable code of another file or offset.
   uint32_t Map(uint32_t tree, Mapping m, bool* replaces_code = nullptr);
   void SetRoot(uint32_t pid, uint64_t t, uint32_t root);
+  void SetPid(uint32_t tid, uint64_t t, uint32_t pid);
   uint32_t Root(uint32_t pid) const;  // the latest version
   uint32_t RootAt(uint32_t pid, uint64_t t) const;
 
@@ -154,8 +157,12 @@ class Sideband {
   std::map<uint32_t, uint64_t> forked_;                 // pid -> time another process forked it
   std::map<uint32_t, std::vector<EpochStart>> epochs_;  // pid -> EpochStarts
   std::map<uint32_t, std::vector<CpuSlot>> schedule_;   // cpu -> time-sorted slots
-  std::map<uint32_t, uint32_t> tid_pid_;
-  std::map<uint32_t, std::vector<CommSlot>> comms_;  // tid -> time-sorted names
+  struct PidSlot {
+    uint64_t time;
+    uint32_t pid;
+  };
+  std::map<uint32_t, std::vector<PidSlot>> tid_pid_;  // tid -> its processes over time
+  std::map<uint32_t, std::vector<CommSlot>> comms_;   // tid -> time-sorted names
   Stats stats_;
   std::vector<std::string> problems_;
 };

@@ -110,14 +110,17 @@ TEST_F(EmulateCliTest, ARecursiveProgramAndItsExitCode) {
 }
 
 // A pid or tid that comes back within the recording (children given one pid, threads one tid,
-// again and again): every run's trace is kept (sweep 34a F1: only the first run of each was
-// decoded, 859 of 4,113 instructions of the pid, with "loss: none recorded").
+// again and again, and a thread given the children's pid): every run's trace is kept (sweep
+// 34a F1: only the first run of each was decoded, 859 of 4,113 instructions of the pid, with
+// "loss: none recorded"), each with its own process's images (review 35 #2: the thread's
+// process's for the whole stream of that id).
 TEST_F(EmulateCliTest, AnIdThatComesBackKeepsTheTraceOfEachRun) {
   const int target = ::ptkit::testing::PidReuseTarget(3000);
   auto rec = Record({::ptkit::testing::kPidReuse, std::to_string(target), "4"});
   if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
   ASSERT_EQ(rec.exit_code, 0) << rec.err;
   if (::ptkit::testing::PidReuseCount(rec.out, "child", target) < 2 ||
+      ::ptkit::testing::PidReuseCount(rec.out, "thread", target) != 1 ||
       ::ptkit::testing::PidReuseCount(rec.out, "thread", target + 50) < 2) {
     GTEST_SKIP() << "the ids did not come back (another process took them):\n" << rec.out;
   }

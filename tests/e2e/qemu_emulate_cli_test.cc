@@ -2176,7 +2176,9 @@ TEST_F(QemuEmulateTest, EachLongjmpOfAChainLandsInItsOwnFrame) {
 // A pid or tid that comes back within the recording: every run's trace is kept, and the
 // workload ends (sweep 34a F1: a child given a pid an earlier child had spun forever waiting
 // for room in its ring, whose aux_tail was the earlier child's count; a thread given an
-// earlier thread's tid lost its trace).
+// earlier thread's tid lost its trace; review 35 #2: a thread given the pid of children, one
+// of which had exec'd another program, had its process's images for the whole stream of that
+// id, so the children were decoded with them).
 TEST_F(QemuEmulateTest, AnIdThatComesBackKeepsTheTraceOfEachRun) {
   PTKIT_SKIP_WITHOUT_QEMU();
   const int target = ::ptkit::testing::PidReuseTarget(6000);
@@ -2184,6 +2186,7 @@ TEST_F(QemuEmulateTest, AnIdThatComesBackKeepsTheTraceOfEachRun) {
   ExpectDecodedEqualsTruth("pid_reuse", {::ptkit::testing::kPidReuse, std::to_string(target), "4"},
                            0, nullptr, {}, nullptr, &out);
   if (::ptkit::testing::PidReuseCount(out, "child", target) < 2 ||
+      ::ptkit::testing::PidReuseCount(out, "thread", target) != 1 ||
       ::ptkit::testing::PidReuseCount(out, "thread", target + 50) < 2) {
     GTEST_SKIP() << "the ids did not come back (another process took them):\n" << out;
   }

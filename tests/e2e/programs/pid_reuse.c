@@ -6,7 +6,8 @@
 // exec this program again ("a": another run of the same pid in a new image), exec
 // PROGRAM_other ("a": the same built with -DOTHER, its code elsewhere at the same addresses),
 // or exit, in turn;
-// then ROUNDS threads one after the other, each given the tid TARGET + 50. Prints each child's
+// then ROUNDS threads one after the other: the first given the tid TARGET (the children's pid:
+// a process before, now a thread of another one), the others TARGET + 50. Prints each child's
 // pid and each thread's tid. The trace of every run must be kept: the later runs' trace was
 // dropped (step), and under qemu a child reusing a pid hung the workload. With a third
 // argument "kill": then one more child on TARGET that spins until its parent SIGKILLs it.
@@ -76,7 +77,7 @@ int main(int argc, char** argv) {
     printf("child %d\n", (int)child);
   }
   for (long r = 0; r < rounds; r++) {
-    next_pid(target + 50);
+    next_pid(r == 0 ? target : target + 50);
     pthread_t t;
     void* tid = 0;
     pthread_create(&t, 0, thread, (void*)r);

@@ -217,6 +217,24 @@ TEST(SidebandTest, ForkCopiesTheParentAndThenTheyDiverge) {
   EXPECT_THAT(sb.Pids(), ElementsAre(100, 200));
 }
 
+// A tid that was a process, then a thread of another (review 35 #2): its process by time.
+TEST(SidebandTest, ATidsProcessIsKnownByTime) {
+  Records r;
+  r.Mmap(100, 0x400000, 0x1000, 0, "/bin/app", 10)
+      .Fork(200, 200, 100, 100, 20)
+      .Exit(200, 200, 40)
+      .Fork(100, 200, 100, 100, 50);  // a thread of 100 given the id
+  SidebandBuilder b(kLayout);
+  b.Add(1, r.bytes());
+  Sideband sb = b.Build();
+  EXPECT_THAT(sb.PidOfTid(200, 5), Optional(200u));  // before any record: the first
+  EXPECT_THAT(sb.PidOfTid(200, 20), Optional(200u));
+  EXPECT_THAT(sb.PidOfTid(200, 49), Optional(200u));
+  EXPECT_THAT(sb.PidOfTid(200, 50), Optional(100u));
+  EXPECT_THAT(sb.PidOfTid(200), Optional(100u));
+  EXPECT_EQ(sb.PidOfTid(300), std::nullopt);
+}
+
 TEST(SidebandTest, AMappingOverPartOfAnotherSplitsIt) {
   Records r;
   r.Mmap(1, 0x10000, 0x5000, 0x0, "/a", 1).Mmap(1, 0x12000, 0x1000, 0, "/b", 2);
