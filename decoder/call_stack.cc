@@ -103,7 +103,8 @@ uint64_t CallStack::MemoOf(const pt_block& block) {
   const int file = s < 0 ? image_->FileAt(block.ip) : -1;
   if (block.ninsn > 1 &&
       (s >= 0 ? image_->SymbolAt(block.end_ip) != s
-              : image_->SymbolAt(block.end_ip) >= 0 || image_->FileAt(block.end_ip) != file)) {
+              : image_->SymbolAt(block.end_ip) >= 0 || image_->FileAt(block.end_ip) != file ||
+                    PassesOtherCode(block))) {
     return 0;
   }
   const uint64_t length = block.iclass == ptic_call ? CallLength(block.end_ip, block.mode) : 0;
@@ -185,8 +186,10 @@ template <bool kFacts>
     }
   }
   current_ = f;
-  if (!kFacts && block.ninsn > 1 && !(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
-      FunctionAt(block.end_ip) != f) {
+  if (!kFacts && block.ninsn > 1 &&
+      ((!(block.end_ip >= cache_.begin && block.end_ip < cache_.end) &&
+        FunctionAt(block.end_ip) != f) ||
+       (block.ninsn > 2 && cache_symbol_ < 0 && PassesOtherCodeMemo(block)))) {
     CountSplit(block, f);
   } else {
     // Touch's own check inline: most blocks run in a function changed in this epoch already.
@@ -844,23 +847,51 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
     }
     ++now.instructions;
     if (i + 1 == block.ninsn) break;
-    uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
-    size_t n = image_->Read(ip, bytes, sizeof(bytes));
-    ZydisDecodedInstruction insn;
-    int len = n == 0 ? 0 : disasm_.Length(block.mode, bytes, n, &insn);
-    if (len == 0) {  // cannot follow: the rest goes to the current function
+    ip = NextInBlock(ip, block.mode);
+    if (ip == 0) {  // cannot follow: the rest goes to the current function
       now.instructions += block.ninsn - i - 1;
       symbols = false;
       break;
     }
-    ip += len;
-    // Inside a block only direct jumps (and calls, which end our blocks) change the flow.
-    if (insn.meta.category == ZYDIS_CATEGORY_UNCOND_BR && insn.raw.imm[0].is_relative) {
-      ip += static_cast<uint64_t>(insn.raw.imm[0].value.s);
-    }
   }
   close();
   if (symbols && !runs.empty()) split_.emplace(key, std::move(runs));
+}
+
+uint64_t CallStack::NextInBlock(uint64_t ip, pt_exec_mode mode) {
+  uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
+  const size_t n = image_->Read(ip, bytes, sizeof(bytes));
+  ZydisDecodedInstruction insn;
+  const int len = n == 0 ? 0 : disasm_.Length(mode, bytes, n, &insn);
+  if (len == 0) return 0;
+  ip += static_cast<uint64_t>(len);
+  // Inside a block only direct jumps (and calls, which end our blocks) change the flow.
+  if (insn.meta.category == ZYDIS_CATEGORY_UNCOND_BR && insn.raw.imm[0].is_relative) {
+    ip += static_cast<uint64_t>(insn.raw.imm[0].value.s);
+  }
+  return ip;
+}
+
+bool CallStack::PassesOtherCode(const pt_block& block) {
+  const int file = OneFile(image_->FileAt(block.ip));
+  uint64_t ip = block.ip;
+  for (uint32_t i = 1; i + 1 < block.ninsn; ++i) {
+    ip = NextInBlock(ip, block.mode);
+    if (ip == 0) return false;
+    if (image_->SymbolAt(ip) >= 0 || OneFile(image_->FileAt(ip)) != file) return true;
+  }
+  return false;
+}
+
+bool CallStack::PassesOtherCodeMemo(const pt_block& block) {
+  // Direct-mapped, a hash of the block's key and its answer in the low bit: the libipt
+  // decoder's blocks of stripped code each look here (a hash map took 5-13 % of a stripped
+  // CPython's decode).
+  if (passes_other_.empty()) passes_other_.resize(kPassesSlots);
+  const uint64_t hash = absl::HashOf(image_, block.ip, block.end_ip, block.ninsn, block.mode) | 1;
+  uint64_t& slot = passes_other_[block.ip & (kPassesSlots - 1)];
+  if ((slot | 1) != hash) slot = PassesOtherCode(block) ? hash & ~uint64_t{1} : hash;
+  return (slot & 1) == 0;
 }
 
 // Control went on into `f` at `ip` by a jump (a tail call, a PLT entry jumping to its

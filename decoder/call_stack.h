@@ -348,6 +348,14 @@ class CallStack {
   uint64_t CallLength(uint64_t ip, pt_exec_mode mode);
   void Count(uint32_t f, uint64_t n);
   void CountSplit(const pt_block& block, uint32_t first);
+  // The instruction after the one at `ip` in a block (its direct jump followed); 0: unreadable.
+  uint64_t NextInBlock(uint64_t ip, pt_exec_mode mode);
+  // Whether a block whose first and last instructions have no symbol runs code with one, or
+  // in another file, between them (stripped code tail-jumping to an exported wrapper that
+  // tail-jumps on into stripped code: sweep 35a F2, the wrapper was never entered). Walks it;
+  // the memo's version once per block.
+  bool PassesOtherCode(const pt_block& block);
+  bool PassesOtherCodeMemo(const pt_block& block);
   void Jump(uint32_t f, uint64_t ip);
   void Enter(uint32_t f, uint64_t return_address, bool implicit, bool signal = false);
   void Pop(bool at_end, bool by_return = true);
@@ -404,6 +412,9 @@ class CallStack {
     bool jumped;
   };
   absl::flat_hash_map<SplitKey, std::vector<SplitRun>> split_;
+  static constexpr size_t kPassesSlots = size_t{1} << 16;
+  // PassesOtherCodeMemo's, by the block's ip: its key's hash, the low bit clear if it passes.
+  std::vector<uint64_t> passes_other_;
   // The runs' programs, and which one each run memo had (a run made again in the same slot
   // takes its place: as many as the decoders keep runs; at most kMaxPrograms, ~4.5 MB).
   std::vector<RunProgram> programs_;

@@ -1969,6 +1969,52 @@ TEST_F(QemuEmulateTest, AStrippedProgramsStaticHandlerRunsOnTheFramesItInterrupt
   }
 }
 
+// Stripped code that tail-jumps to an exported wrapper, which tail-jumps on into stripped code:
+// the wrapper is entered and counted as the ground truth runs it (sweep 35a F2: a block from
+// stripped code to stripped code was counted whole to the first one, so `exported_upd` had no
+// row; callgrind counts its 2,000 calls). Every decoder, and -j, the same.
+TEST_F(QemuEmulateTest, AnExportedWrapperBetweenStrippedCodeIsEntered) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string unstripped = E2E_PROGRAM_DIR "/e2e_tail_exported_unstripped";
+  Recorded r = Record("tail_exported", {E2E_PROGRAM_DIR "/e2e_tail_exported_stripped", "1000"});
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  const PerThread truth = ReadTruth(r.truth);
+  ASSERT_EQ(truth.size(), 1u);
+  const std::vector<uint64_t>& ips = truth.begin()->second;
+  // (qemu-x86_64 loads a PIE at 0x4000000000.)
+  auto truth_of = [&](const std::string& name, uint64_t* entries) {
+    const auto [begin, end] = ::ptkit::testing::NmRange(unstripped, name);
+    EXPECT_LT(begin, end) << name;
+    uint64_t within = 0;
+    *entries = 0;
+    for (uint64_t ip : ips) {
+      within += ip >= 0x4000000000 + begin && ip < 0x4000000000 + end;
+      *entries += ip == 0x4000000000 + begin;
+    }
+    return within;
+  };
+  uint64_t upd_entries = 0, api_entries = 0;
+  const uint64_t upd_self = truth_of("exported_upd", &upd_entries);
+  const uint64_t api_self = truth_of("api", &api_entries);
+  EXPECT_EQ(upd_entries, 2000u);
+  for (const std::vector<std::string>& options :
+       {std::vector<std::string>{}, {"--decoder", "libipt"}, {"-j", "2", "--chunk-size", "512"}}) {
+    SCOPED_TRACE(absl::StrJoin(options, " "));
+    const nlohmann::json report = StatsReport(r.trace, options);
+    std::map<std::string, std::pair<uint64_t, uint64_t>> by_name;  // (self, calls)
+    for (const auto& f : report["functions"]) {
+      auto& [self, calls] = by_name[f["function"].get<std::string>()];
+      self += f["self"].get<uint64_t>();
+      calls += f["calls"].get<uint64_t>();
+    }
+    EXPECT_EQ(by_name["exported_upd"], std::make_pair(upd_self, upd_entries));
+    EXPECT_EQ(by_name["api"], std::make_pair(api_self, api_entries));
+  }
+  auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_THAT(folded.out, HasSubstr(";main;api;exported_upd "));
+}
+
 // A longjmp lands in the frame that called setjmp, also in a recursion of one function (sweep
 // 30c F2: f(10) longjmping to f(3)'s setjmp left f(4)..f(10) open, "main;f x 10;landed" where
 // gdb has "main;f;f;f;landed", 7 more stale frames per longjmp of an interpreter's error loop),
