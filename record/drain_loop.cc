@@ -44,6 +44,15 @@ bool Watched(SignalWatcher::Delivery delivery, int sig) {
 
 }  // namespace
 
+void CountSnapshotRequestsFromNow() {
+  struct sigaction old {};
+  if (sigaction(SIGUSR2, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) return;
+  struct sigaction sa {};
+  sa.sa_handler = OnSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGUSR2, &sa, nullptr);
+}
+
 SignalWatcher::SignalWatcher(Delivery delivery) : delivery_(delivery) {
   sigset_t block;
   sigemptyset(&block);

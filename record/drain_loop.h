@@ -24,6 +24,14 @@
 
 namespace ptkit::record {
 
+// SIGUSR2 counted (as SignalWatcher counts it) from the start of main, where its disposition
+// is the default: before the recorder watched it, a snapshot asked for early (a script's
+// `ptrecord --snapshot ... & kill -USR2 $!`) ended ptrecord with no file and the command never
+// ran (sweep 35b L2; the qemu backend watches it only after finding qemu, 30-50 ms). Such a
+// request comes before anything is traced: the loops count the ones after they start. Like a
+// handler, unlike SIG_IGN, it is the default again in the command after exec.
+void CountSnapshotRequestsFromNow();
+
 // Counts SIGINT/SIGTERM/SIGHUP, SIGCHLD and SIGUSR2 with async-signal-safe handlers (they only
 // bump a counter); SIGINT, SIGTERM or SIGHUP ignored on entry (nohup, a shell's background
 // job) stay ignored, and so inherited by a command started meanwhile. One instance at a time

@@ -24,6 +24,7 @@
 #include "completion/completion.h"
 #include "ptkit/numbers.h"
 #include "record/aux_sample.h"
+#include "record/drain_loop.h"
 #include "record/emulate/emulate.h"
 #include "record/emulate/qemu_backend.h"
 #include "record/session.h"
@@ -228,6 +229,8 @@ void FailWritesInsteadOfDying() {
 }  // namespace
 
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; terminate says it
+  // (First: a test takes SIGPIPE's handler as the sign that SIGUSR2 has one.)
+  ptkit::record::CountSnapshotRequestsFromNow();
   FailWritesInsteadOfDying();
   CLI::App app{
       "Record Intel PT (or BTS) of a command or running tasks, with the sideband needed to "
