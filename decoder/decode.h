@@ -103,6 +103,9 @@ struct StreamInfo {
   // The process runs the program another traced process forked it with (no exec since): all
   // it runs is in that program's main, whose frames it does not see (--exclude-startup).
   bool forked = false;
+  // A thread other than its process's first that exec'd (a per-thread stream keeps its tid, as
+  // perf shows it): the new program's only thread, which runs its main (--exclude-startup).
+  bool exec_leader = false;
 };
 // LossInfo::kind of a jump in a stream's AUX offsets (no container loss record says why).
 inline constexpr char kLossDiscontinuity[] = "discontinuity";

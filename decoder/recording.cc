@@ -457,6 +457,12 @@ class TaskSwitcher : public ImageSwitcher {
     }
     const bool new_image = image != current_;
     const bool pid_changed = task.pid != task_.pid;
+    if (!cpu_) {
+      // A per-thread stream's thread that goes on past an exec of its process made it (the
+      // exec ended every other thread).
+      exec_leader_ = !pid_changed &&
+                     (exec_leader_ || (epoch > epoch_ && ExecBetween(task.pid, epoch_, epoch)));
+    }
     task_ = task;
     epoch_ = epoch;
     current_ = image;
@@ -474,6 +480,7 @@ class TaskSwitcher : public ImageSwitcher {
     info.image = image;
     info.context_switch = true;
     info.forked = timeline_.RunsForkedProgram(task.pid, t);
+    info.exec_leader = exec_leader_;
     sink_.OnStream(info);
     return new_image ? image : nullptr;
   }
@@ -497,6 +504,7 @@ class TaskSwitcher : public ImageSwitcher {
   ImageFor image_for_;
   Sink& sink_;
   const ProgramImage* current_;
+  bool exec_leader_ = false;  // StreamInfo::exec_leader
 };
 
 // Between DecodeRecording and the caller's sink, for one stream. Forwards everything and:

@@ -61,13 +61,13 @@ class StatsSink : public FlowSink {
   void OnStream(const StreamInfo& stream) override {
     FlowSink::OnStream(stream);
     // Under main: a thread of the process other than its first counts whole (ScopedCounts),
-    // and so does a forked process until it execs (sweep 33b F1: a worker forked below main
-    // that _exits never returns into it: diff saw none of its work, a doubled worker "no
-    // change").
+    // until it execs (sweep 36b F1: the exec'd program's start-up counted), and so does a
+    // forked process until it execs (sweep 33b F1: a worker forked below main that _exits
+    // never returns into it: diff saw none of its work, a doubled worker "no change").
     if (scoped_) {
-      scoped_->OnThread(stream.pid, scoped_->root() == "main" && stream.tid != 0 &&
-                                        stream.pid != 0 &&
-                                        (stream.tid != stream.pid || stream.forked));
+      scoped_->OnThread(stream.pid,
+                        scoped_->root() == "main" && stream.tid != 0 && stream.pid != 0 &&
+                            ((stream.tid != stream.pid && !stream.exec_leader) || stream.forked));
     }
     if (!stream.context_switch) ticks_.Drop();
     if (options_.list_problems && !stream.context_switch) stream_ = stream.name;
