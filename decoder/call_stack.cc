@@ -49,6 +49,7 @@ bool Parks(std::string_view name) {
 
 // (In chunk mode its callers Touch(f) first: kept out of this hot function.)
 inline void CallStack::Count(uint32_t f, uint64_t n) {
+  if (!counting_) return;
   Function& fn = functions_[f];
   fn.self += n;
   if (fn.active == 0) fn.inclusive += n;
@@ -61,8 +62,10 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
                                                     bool implicit, bool signal) {
   Function& fn = functions_[f];
   if (!implicit) {
-    ++fn.calls;
-    ++totals_.calls;
+    if (counting_) {
+      ++fn.calls;
+      ++totals_.calls;
+    }
     if (fn.returns_twice && beyond_ == 0) {
       if (!frames_.empty()) {
         frames_.back().setjmp_return = return_address;
@@ -149,7 +152,7 @@ __attribute__((noinline)) void CallStack::Place(uint32_t f, uint64_t ip, bool ju
       // Entered before tracing began (the stream starts here), or the caller that the
       // outermost frame returned to: its callees nest below it.
       Enter(f, 0, /*implicit=*/true);
-      if (entered) ++functions_[f].calls;  // a goroutine started: a call, as a tail call's
+      if (entered && counting_) ++functions_[f].calls;  // a goroutine started: as a tail call
     } else {
       nonempty_epoch_ = epoch_;  // chunk mode: B has the frame (checked by the merge)
       if (jumped && f != current_) Jump(f, ip);
@@ -964,7 +967,7 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
   // every library function called through its PLT entry had 0 calls, memcmp@plt all of them).
   top.entered = ip == fn.address &&
                 (!fn.label || old.address < fn.within_start || old.address >= fn.within_end);
-  if (top.entered) ++fn.calls;
+  if (top.entered && counting_) ++fn.calls;
   top.function = f;
   top.renamed_from = from;
   if (listener_ != nullptr) listener_->OnRename(from, top);
@@ -1120,7 +1123,7 @@ void CallStack::Pop(bool at_end, bool by_return) {
   }
   Function& fn = functions_[frame.function];
   if (--fn.active == 0) fn.inclusive += totals_.instructions - fn.active_since;
-  if (!at_end && by_return && !frame.implicit) ++totals_.returns;
+  if (!at_end && by_return && !frame.implicit && counting_) ++totals_.returns;
   if (listener_ != nullptr) listener_->OnExit(frame, at_end);
 }
 
@@ -1192,7 +1195,7 @@ void CallStack::Return(uint64_t target) {
   if (current_ >= 0 && functions_[current_].switches_context && ContextReturn(target)) return;
   if (beyond_ != 0) {  // the return of a call given no frame (the innermost one)
     --beyond_;
-    ++totals_.returns;
+    if (counting_) ++totals_.returns;
     return;
   }
   return_matched_ = ReturnMatched(target, /*must=*/true);

@@ -161,6 +161,10 @@ class CallStack {
   // Whether the listener is told of counts (OnCount, once per block; yes unless told not):
   // for a listener that does nothing on them.
   void set_tell_counts(bool on) { count_listener_ = on ? listener_ : nullptr; }
+  // Off: the stack follows the flow (frames entered and left, listeners' OnEnter/OnExit) and
+  // nothing is counted: no instructions (so no inclusive ones either), calls or returns, no
+  // OnCount (`--time` outside its window: Sink::OnWindow).
+  void set_counting(bool on) { counting_ = on; }
 
   const std::vector<Function>& functions() const { return functions_; }
   const std::vector<Frame>& frames() const { return frames_; }
@@ -379,6 +383,7 @@ class CallStack {
   const ProgramImage* image_;  // of the current stream
   CallStackListener* listener_;
   CallStackListener* count_listener_ = listener_;  // listener_, or null (set_tell_counts)
+  bool counting_ = true;                           // set_counting
   // Its memos' owner (OnWholeBlock): a model made where another was has other functions.
   // (Renewed when the programs of runs are forgotten: every memo is made again.)
   uint64_t memo_owner_ = NewBlockMemoOwner();

@@ -189,6 +189,11 @@ class Sink {
   virtual bool takes_walked_blocks() const { return false; }
   // Whether OnTime is wanted (it costs a pt_*_time call per block or instruction).
   virtual bool wants_time() const { return false; }
+  // `--time FROM,TO` (TimeFilterSink): whether this sink follows the flow outside the window
+  // too, counting only inside it (OnWindow says which): a call stack's frames opened before
+  // the window are its stacks' roots in it, as perf's. Else only the window's flow is given.
+  virtual bool follows_outside_window() const { return false; }
+  virtual void OnWindow(bool in) {}
 
   // Container input: a new stream (or, with context_switch, a new task on the same CPU).
   // The callbacks that follow belong to it and use its image.

@@ -36,6 +36,9 @@ class FlowSink : public Sink, public CallStackListener {
     model_.OnWholeBlock(block, memo);
   }
   void OnWholeRun(const WalkedRun& run) override { model_.OnWholeRun(run); }
+  // Outside a --time window the model follows the flow and counts nothing (CallStack
+  // counting): the sinks whose output is the model's counts (stats, folded) say so.
+  void OnWindow(bool in) override { model_.set_counting(in); }
   void OnEvent(const pt_event& event) override { model_.OnEvent(event); }
   // Decoding resumes at the next PSB with an unknown call context.
   void OnError(const DecodeError& error) override { model_.Reset(); }

@@ -126,6 +126,13 @@ class FoldedSink : public FlowSink {
     nodes_.push_back({0, 0, 0});
     wants_time_ = by_time_;
   }
+  bool follows_outside_window() const override { return true; }
+  // --weight=time: the time outside a --time window is not the window's.
+  void OnWindow(bool in) override {
+    FlowSink::OnWindow(in);
+    ForgetTime();
+    ClearInterval();
+  }
   // --weight=time: the interval since the last time update ends here.
   void OnTime(uint64_t now) override {
     if (by_time_) {

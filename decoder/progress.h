@@ -86,31 +86,47 @@ uint64_t MonotonicMs();
 // (TSC units) is in [from, to); everything else (streams, loss, errors, Finish) always.
 // Before the first timing packet the time is unknown and nothing is forwarded. The totals
 // given to the inner sink's Finish count the instructions and blocks forwarded, so that a
-// report's totals agree with its rows.
+// report's totals agree with its rows. An inner sink that follows_outside_window() is given
+// the flow outside the window too, told by OnWindow when it goes in and out (sweep 36a F1:
+// stacks in a window began there, without the frames open at its start; --exclude-startup
+// counted nothing).
 class TimeFilterSink : public ForwardingSink {
  public:
   TimeFilterSink(std::unique_ptr<Sink> inner, uint64_t from, uint64_t to)
-      : ForwardingSink(std::move(inner)), from_(from), to_(to) {}
+      : ForwardingSink(std::move(inner)),
+        from_(from),
+        to_(to),
+        follow_(this->inner().follows_outside_window()) {
+    if (follow_) this->inner().OnWindow(false);
+  }
   bool wants_time() const override { return true; }
   void OnTime(uint64_t tsc) override {
     first_ = std::min(first_, tsc);
     last_ = std::max(last_, tsc);
-    in_ = tsc >= from_ && tsc < to_;
+    const bool in = tsc >= from_ && tsc < to_;
+    if (follow_ && in != in_) inner().OnWindow(in);
+    in_ = in;
     if (in_) inner().OnTime(tsc);
   }
   void OnBlock(const pt_block& block) override {
-    if (!in_) return;
-    instructions_ += block.ninsn;
-    ++blocks_;
+    if (in_) {
+      instructions_ += block.ninsn;
+      ++blocks_;
+    } else if (!follow_) {
+      return;
+    }
     inner().OnBlock(block);
   }
   void OnInsn(const pt_insn& insn) override {
-    if (!in_) return;
-    ++instructions_;
+    if (in_) {
+      ++instructions_;
+    } else if (!follow_) {
+      return;
+    }
     inner().OnInsn(insn);
   }
   void OnEvent(const pt_event& event) override {
-    if (in_) inner().OnEvent(event);
+    if (in_ || follow_) inner().OnEvent(event);
   }
   absl::Status Finish(const DecodeTotals& totals) override {
     DecodeTotals kept = totals;
@@ -127,6 +143,7 @@ class TimeFilterSink : public ForwardingSink {
 
  private:
   uint64_t from_, to_;
+  bool follow_;
   bool in_ = false;
   uint64_t instructions_ = 0;
   uint64_t blocks_ = 0;

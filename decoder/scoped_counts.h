@@ -42,7 +42,7 @@ class ScopedCounts {
     frames_.push_back({active(), root});
     if (!active()) return;
     Counts& c = At(f);
-    if (!frame.implicit) {
+    if (!frame.implicit && counting_) {
       ++c.calls;
       ++calls_;
     }
@@ -64,7 +64,7 @@ class ScopedCounts {
     top.under = active();
     if (!top.under) return;
     Counts& c = At(f);
-    if (frame.entered) ++c.calls;  // as CallStack counts it (not a call instruction: calls_)
+    if (frame.entered && counting_) ++c.calls;  // as CallStack counts it (not in calls_)
     if (active_[f]++ == 0) since_[f] = instructions_;
   }
   // `returns`: the returns the model counted since the last call (this frame's, when a return
@@ -89,6 +89,8 @@ class ScopedCounts {
     pid_ = pid;
     go_main_ = go_main_pids_.contains(pid);
   }
+  // As CallStack::set_counting: off, calls are not counted (nor instructions: no OnCount).
+  void set_counting(bool on) { counting_ = on; }
   // Whether the root ever had a frame.
   bool root_seen() const { return root_seen_; }
   const std::string& root() const { return root_; }
@@ -99,6 +101,7 @@ class ScopedCounts {
 
  private:
   // Per frame on the stack: entered (or renamed) under the root; the root's own frame.
+  bool counting_ = true;
   struct FrameState {
     bool under = false;
     bool root = false;

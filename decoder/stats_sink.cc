@@ -54,6 +54,14 @@ class StatsSink : public FlowSink {
     if (!extra.only_under.empty()) scoped_.emplace(extra.only_under, functions_);
     model_.set_tell_counts(scoped_.has_value() || wants_time_);  // what OnCount serves
   }
+  bool follows_outside_window() const override { return true; }
+  // The time outside a --time window is not the window's.
+  void OnWindow(bool in) override {
+    FlowSink::OnWindow(in);
+    if (scoped_) scoped_->set_counting(in);
+    if (wants_time_) ForgetTime();
+    ticks_.Drop();
+  }
   void OnTime(uint64_t now) override {
     if (wants_time_) ticks_.OnTime(timed(), tsc(), now);
     FlowSink::OnTime(now);

@@ -2530,6 +2530,84 @@ TEST_F(QemuEmulateTest, ExcludeStartupCountsAThreadsExecdProgramUnderItsMain) {
   }
 }
 
+// `--time` windows that partition a run add up to it, stack by stack (folded) and function by
+// function under main (stats --exclude-startup): a window's stacks keep the frames open at its
+// start (sweep 36a F1: they began there, `cold 639576` with no main under it, and
+// --exclude-startup counted nothing in a window inside main).
+TEST_F(QemuEmulateTest, TimeWindowsThatPartitionARunAddUpToIt) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  Recorded r = Record("windows", {PROGRAM_DIR "/emulate_hot_cold", "400000"}, false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  // The trace's time range, from the events' tsc= in insn's output.
+  auto insn = RunCommand({PTDECODE_PATH, "insn", r.trace});
+  ASSERT_EQ(insn.exit_code, 0) << insn.err;
+  uint64_t first = ~uint64_t{0}, last = 0;
+  for (size_t at = 0; (at = insn.out.find(" tsc=", at)) != std::string::npos; at += 5) {
+    const uint64_t t = std::stoull(insn.out.substr(at + 5));
+    first = std::min(first, t);
+    last = std::max(last, t);
+  }
+  ASSERT_LT(first, last);
+  std::vector<std::string> windows;
+  uint64_t from = 0;
+  for (int k = 1; k <= 4; ++k) {
+    const uint64_t to = k == 4 ? last + 1 : first + (last - first) * k / 4;
+    windows.push_back(absl::StrCat(from, ",", to));
+    from = to;
+  }
+  auto folded_of = [&](const std::vector<std::string>& options) {
+    std::vector<std::string> argv = {PTDECODE_PATH, "folded"};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back(r.trace);
+    auto folded = RunCommand(argv);
+    EXPECT_TRUE(folded.exit_code == 0 || folded.exit_code == 1) << folded.err;
+    std::map<std::string, uint64_t> stacks;
+    std::istringstream lines(folded.out);
+    for (std::string line; std::getline(lines, line);) {
+      stacks[line.substr(0, line.rfind(' '))] += std::stoull(line.substr(line.rfind(' ') + 1));
+    }
+    return stacks;
+  };
+  auto stats_of = [&](const std::vector<std::string>& options) {
+    std::map<std::string, std::pair<uint64_t, uint64_t>> rows;  // (self, calls)
+    std::vector<std::string> argv = {PTDECODE_PATH, "stats", "--json"};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back(r.trace);
+    auto stats = RunCommand(argv);
+    // (Exit 1: nothing under main in the window, said.)
+    EXPECT_TRUE(stats.exit_code == 0 || stats.exit_code == 1) << stats.err;
+    const nlohmann::json report = nlohmann::json::parse(stats.out);
+    for (const auto& f : report["functions"]) {
+      auto& [self, calls] = rows[f["function"].get<std::string>()];
+      self += f["self"].get<uint64_t>();
+      calls += f["calls"].get<uint64_t>();
+    }
+    return rows;
+  };
+  const auto whole_stacks = folded_of({});
+  const auto whole_rows = stats_of({"--exclude-startup"});
+  std::map<std::string, uint64_t> stacks;
+  std::map<std::string, std::pair<uint64_t, uint64_t>> rows;
+  for (const std::string& window : windows) {
+    SCOPED_TRACE(window);
+    for (const auto& [stack, n] : folded_of({"--time", window})) {
+      EXPECT_TRUE(whole_stacks.contains(stack)) << stack;
+      stacks[stack] += n;
+    }
+    for (const auto& [name, row] : stats_of({"--exclude-startup", "--time", window})) {
+      rows[name].first += row.first;
+      rows[name].second += row.second;
+    }
+  }
+  EXPECT_TRUE(stacks == whole_stacks);
+  EXPECT_GT(whole_rows.at("cold").first, 1000000u);
+  for (auto& [name, row] : rows) {
+    if (row == std::make_pair(uint64_t{0}, uint64_t{0})) continue;
+    EXPECT_EQ(row, whole_rows.count(name) ? whole_rows.at(name) : row) << name;
+  }
+  EXPECT_EQ(rows.size(), whole_rows.size());
+}
+
 // A thread that names itself after it starts (prctl(PR_SET_NAME), pthread_setname_np) has
 // that name on its timeline track, as perf shows it after the COMM record (sweep 33b L1: the
 // name it started with, every worker of a pool its creator's); the process keeps its
