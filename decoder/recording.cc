@@ -459,9 +459,12 @@ class TaskSwitcher : public ImageSwitcher {
     const bool pid_changed = task.pid != task_.pid;
     if (!cpu_) {
       // A per-thread stream's thread that goes on past an exec of its process made it (the
-      // exec ended every other thread).
-      exec_leader_ = !pid_changed &&
-                     (exec_leader_ || (epoch > epoch_ && ExecBetween(task.pid, epoch_, epoch)));
+      // exec ended every other thread); not a thread given the tid after it (review 36 M2).
+      exec_leader_ =
+          !pid_changed &&
+          (exec_leader_ || (epoch > epoch_ && ExecBetween(task.pid, epoch_, epoch) &&
+                            !timeline_.ForkedBetween(
+                                task.tid, timeline_.EpochStarts(task.pid)[epoch - 1].time, t)));
     }
     task_ = task;
     epoch_ = epoch;
@@ -1165,7 +1168,9 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
     // its process exec'd (needs TSC in the trace and the recording's time conversion).
     std::unique_ptr<TaskSwitcher> switcher;
     const bool per_cpu = s.key->id.kind == StreamKind::kCpu;
-    if (!r.bts && r.time && (per_cpu || !r.timeline.EpochStarts(s.info.pid).empty())) {
+    // (Also a thread's stream whose tid went to another process: review 36 M1.)
+    const bool tid_moves = !per_cpu && r.timeline.ProcessesOfTid(s.info.tid) > 1;
+    if (!r.bts && r.time && (per_cpu || tid_moves || !r.timeline.EpochStarts(s.info.pid).empty())) {
       switcher = std::make_unique<TaskSwitcher>(
           s.info, s.epoch,
           per_cpu ? std::optional<uint32_t>(static_cast<uint32_t>(s.key->id.id)) : std::nullopt,
@@ -1180,7 +1185,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
     // A switcher that never switches: a thread's stream whose program is known at its start
     // and not exec'd after it (its tracing began at the exec). Such a stream decodes in
     // parallel as well, told the time as the switcher has it told.
-    const bool still = switcher && !per_cpu && s.epoch != kAllEpochs &&
+    const bool still = switcher && !per_cpu && !tid_moves && s.epoch != kAllEpochs &&
                        r.timeline.EpochAt(s.info.pid, kForever) == s.epoch;
     // Filtered by task, the stream's totals are what the sink was shown.
     DecodeTotals decoded;

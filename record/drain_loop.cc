@@ -50,6 +50,9 @@ void CountSnapshotRequestsFromNow() {
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
   sigemptyset(&sa.sa_mask);
+  // (Not interrupting the set-up's reads: an EINTR in reading `qemu-x86_64 --version` lost the
+  // version and its signal numbering; a review.)
+  sa.sa_flags = SA_RESTART;
   sigaction(SIGUSR2, &sa, nullptr);
 }
 

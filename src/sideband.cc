@@ -253,6 +253,7 @@ Sideband SidebandBuilder::Build() {
         sb.SetPid(k->tid, t, k->pid);
         if (!k->exit) {
           ++sb.stats_.forks;
+          sb.tid_forks_[k->tid].push_back(t);
           if (k->pid != k->ppid) {
             // A new process: it starts with (a share of) its parent's address space. On a pid
             // an earlier process had, another program image from here, as after an exec (sweep
@@ -408,6 +409,18 @@ std::optional<uint32_t> Sideband::PidOfTid(uint32_t tid, uint64_t t) const {
   auto after = std::upper_bound(slots.begin(), slots.end(), t,
                                 [](uint64_t v, const PidSlot& s) { return v < s.time; });
   return after == slots.begin() ? slots.front().pid : std::prev(after)->pid;
+}
+
+size_t Sideband::ProcessesOfTid(uint32_t tid) const {
+  auto it = tid_pid_.find(tid);
+  return it == tid_pid_.end() ? 0 : it->second.size();
+}
+
+bool Sideband::ForkedBetween(uint32_t tid, uint64_t from, uint64_t to) const {
+  auto it = tid_forks_.find(tid);
+  if (it == tid_forks_.end()) return false;
+  auto after = std::upper_bound(it->second.begin(), it->second.end(), from);
+  return after != it->second.end() && *after <= to;
 }
 
 std::string Sideband::CommAt(uint32_t tid, uint64_t t) const {

@@ -76,6 +76,10 @@ class Sideband {
   // latest record at or before `t`, else the first. A tid can belong to several processes over
   // a recording (a process that exits, then a thread of another given its id).
   std::optional<uint32_t> PidOfTid(uint32_t tid, uint64_t t = kForever) const;
+  // How many times thread `tid`'s process changed over the recording, plus 1 (0: not seen).
+  size_t ProcessesOfTid(uint32_t tid) const;
+  // Whether a FORK record made a task `tid` in (from, to]: a thread or process that began then.
+  bool ForkedBetween(uint32_t tid, uint64_t from, uint64_t to) const;
   // The thread's name at time `t` ("" when unknown).
   std::string CommAt(uint32_t tid, uint64_t t) const;
   // Every pid seen.
@@ -161,8 +165,9 @@ class Sideband {
     uint64_t time;
     uint32_t pid;
   };
-  std::map<uint32_t, std::vector<PidSlot>> tid_pid_;  // tid -> its processes over time
-  std::map<uint32_t, std::vector<CommSlot>> comms_;   // tid -> time-sorted names
+  std::map<uint32_t, std::vector<PidSlot>> tid_pid_;     // tid -> its processes over time
+  std::map<uint32_t, std::vector<uint64_t>> tid_forks_;  // tid -> times FORK records made it
+  std::map<uint32_t, std::vector<CommSlot>> comms_;      // tid -> time-sorted names
   Stats stats_;
   std::vector<std::string> problems_;
 };

@@ -2239,6 +2239,38 @@ TEST_F(QemuEmulateTest, AnIdThatComesBackKeepsTheTraceOfEachRun) {
   auto info = RunCommand({PTDECODE_PATH, "info", dir_->File("pid_reuse.pt")});
   EXPECT_THAT(info.out, ::testing::HasSubstr("loss:        none recorded"));
   EXPECT_THAT(info.out, ::testing::HasSubstr("present (closed cleanly)"));
+  // In chunks too (review 36 H1: the chunks of a stream whose tid went to another process were
+  // decoded with the first one's images).
+  if (::ptkit::testing::PidReuseCount(out, "thread", target + 100) == 1) {
+    uint64_t ran = 0;
+    for (const auto& [tid, ips] : ReadTruth(dir_->File("pid_reuse.truth"))) ran += ips.size();
+    const nlohmann::json chunked =
+        StatsReport(dir_->File("pid_reuse.pt"), {"-j", "2", "--chunk-size", "512"});
+    EXPECT_EQ(chunked["totals"]["instructions"], ran);
+    EXPECT_EQ(chunked["totals"]["errors"], 0);
+  }
+
+  // A thread given a tid a thread had before its process exec'd is a thread, not the one that
+  // exec'd: under --exclude-startup it counts whole (review 36 M2: only under main, so its
+  // work(5000) was not counted). Oracle: the ground truth's instructions in work (nm).
+  Recorded texec = Record("pid_reuse_texec",
+                          {::ptkit::testing::kPidReuse, std::to_string(target), "1", "texec"});
+  ASSERT_EQ(texec.run.exit_code, 0) << texec.run.err;
+  if (::ptkit::testing::PidReuseCount(texec.run.out, "thread", target + 150) == 2) {
+    const auto [begin, end] = ::ptkit::testing::NmRange(::ptkit::testing::kPidReuse, "work");
+    ASSERT_LT(begin, end);
+    uint64_t in_work = 0;  // (e2e_pid_reuse is static: at its link-time addresses)
+    for (const auto& [tid, ips] : ReadTruth(texec.truth)) {
+      for (uint64_t ip : ips) in_work += ip >= begin && ip < end;
+    }
+    EXPECT_GT(in_work, 5000u * 3);
+    uint64_t counted = 0;
+    const nlohmann::json report = StatsReport(texec.trace, {"--exclude-startup"});
+    for (const auto& f : report["functions"]) {
+      if (f["function"] == "work") counted += f["self"].get<uint64_t>();
+    }
+    EXPECT_EQ(counted, in_work);
+  }
 
   // A last run on the pid killed (SIGKILL, which qemu's code does not see): the loss is where
   // its stream ends, after every run's bytes (a review: it was at the last run's own ring

@@ -11,6 +11,11 @@
 // pid and each thread's tid. The trace of every run must be kept: the later runs' trace was
 // dropped (step), and under qemu a child reusing a pid hung the workload. With a third
 // argument "kill": then one more child on TARGET that spins until its parent SIGKILLs it.
+// Then a child on TARGET + 100 that exits (no exec), libm dlopen'd, and a thread on that tid
+// calling cos (review 36 M1, H1: the thread was decoded with the child's images, without libm).
+// With a third argument "texec": a thread on TARGET + 150, then this program exec'd ("texec"),
+// whose thread on that tid runs work(5000) (review 36 M2: it was taken for the exec's thread).
+#include <dlfcn.h>
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
@@ -53,8 +58,31 @@ static void* thread(void* arg) {
   return (void*)(long)syscall(SYS_gettid);
 }
 
+static double (*cosine)(double);
+
+static void* libm_thread(void* arg) {
+  volatile double x = 0;
+  for (int i = 0; i < 20; i++) x += cosine(i);
+  return (void*)(long)syscall(SYS_gettid);
+}
+
+// A thread on tid `tid` running `run`; prints "thread TID".
+static void thread_on(int tid, void* (*run)(void*), void* arg) {
+  next_pid(tid);
+  pthread_t t;
+  void* got = 0;
+  pthread_create(&t, 0, run, arg);
+  pthread_join(t, &got);
+  printf("thread %ld\n", (long)got);
+  fflush(stdout);
+}
+
 int main(int argc, char** argv) {
   if (argc == 2 && strcmp(argv[1], "a") == 0) return (int)(work(5) & 1) + 11;
+  if (argc == 3 && strcmp(argv[1], "texec") == 0) {
+    thread_on(atoi(argv[2]) + 150, thread, (void*)490);  // work(5000)
+    return 0;
+  }
   if (argc < 3) return 2;
   const int target = atoi(argv[1]);
   const int rounds = atoi(argv[2]);
@@ -76,14 +104,7 @@ int main(int argc, char** argv) {
     waitpid(child, &status, 0);
     printf("child %d\n", (int)child);
   }
-  for (long r = 0; r < rounds; r++) {
-    next_pid(r == 0 ? target : target + 50);
-    pthread_t t;
-    void* tid = 0;
-    pthread_create(&t, 0, thread, (void*)r);
-    pthread_join(t, &tid);
-    printf("thread %ld\n", (long)tid);
-  }
+  for (long r = 0; r < rounds; r++) thread_on(r == 0 ? target : target + 50, thread, (void*)r);
   if (argc > 3 && strcmp(argv[3], "kill") == 0) {
     next_pid(target);
     const pid_t child = fork();
@@ -94,6 +115,23 @@ int main(int argc, char** argv) {
     kill(child, SIGKILL);
     waitpid(child, 0, 0);
     printf("killed %d\n", (int)child);
+  }
+  next_pid(target + 100);
+  const pid_t child = fork();
+  if (child == 0) {
+    work(20);
+    _exit(0);
+  }
+  waitpid(child, 0, 0);
+  printf("child %d\n", (int)child);
+  void* libm = dlopen("libm.so.6", RTLD_NOW);
+  if (libm == NULL || (cosine = (double (*)(double))dlsym(libm, "cos")) == NULL) return 3;
+  thread_on(target + 100, libm_thread, 0);
+  if (argc > 3 && strcmp(argv[3], "texec") == 0) {
+    thread_on(target + 150, thread, 0);
+    fflush(stdout);
+    execl(argv[0], argv[0], "texec", argv[1], (char*)0);
+    return 4;
   }
   return 0;
 }
