@@ -407,14 +407,17 @@ class CallStack {
   int64_t CarriedSymbol(const Symbol& sym) const;
   int64_t CarriedAddress(uint64_t ip) const;
   int64_t CarriedUnknown(int file) const;
-  // CountSplit's runs (function, instructions) of a block all of whose code has symbols.
+  // CountSplit's runs (function, instructions) of a block.
   using SplitKey = std::tuple<const ProgramImage*, uint64_t, uint64_t, uint16_t, int>;
-  // One function's run inside a split block; `jumped`: entered at `entry` by Jump().
+  // One function's run inside a split block; `jumped`: entered at `entry` by Jump(); code
+  // without a symbol (`by_stack`) is Unnamed(file)'s.
   struct SplitRun {
     uint32_t function;
     uint64_t instructions;
     uint64_t entry;
     bool jumped;
+    int file = 0;
+    bool by_stack = false;
   };
   absl::flat_hash_map<SplitKey, std::vector<SplitRun>> split_;
   static constexpr size_t kPassesSlots = size_t{1} << 16;
