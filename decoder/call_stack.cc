@@ -102,6 +102,8 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
 // the same function: no CountSplit).
 uint64_t CallStack::MemoOf(const pt_block& block) {
   if (block.truncated) return 0;
+  // (A retpoline's return is Return's to tell, with the block's return_ip_: no run has it.)
+  if (block.iclass == ptic_return && IsRetpolineReturn(block.end_ip)) return 0;
   const int s = image_->SymbolAt(block.ip);
   const int file = s < 0 ? image_->FileAt(block.ip) : -1;
   if (block.ninsn > 1 &&
@@ -207,6 +209,7 @@ template <bool kFacts>
     pending_return_address_ = block.end_ip + size;
   } else if (block.iclass == ptic_return) {
     pending_return_ = true;
+    return_ip_ = block.end_ip;
   }
   // Anything but a call or a return goes on to the next block by a jump or in sequence (the
   // block decoder leaves the class of an indirect jump unknown: ptic_error); far transfers
@@ -342,6 +345,7 @@ void CallStack::RunOps(const RunProgram& program) {
         Pop(false);  // Return's most common case: the run's call on top
         return_matched_ = true;
       } else {
+        return_ip_ = 0;  // (no retpoline's: MemoOf)
         Return(op.address);
       }
       if (op.by_stack) f = Unnamed(static_cast<int>(op.file));
@@ -1203,7 +1207,44 @@ void CallStack::Return(uint64_t target) {
     return;
   }
   return_matched_ = ReturnMatched(target, /*must=*/true);
-  if (!return_matched_) ReturnUnmatched();
+  if (!return_matched_ && !RetpolineReturn(target)) ReturnUnmatched();
+}
+
+bool CallStack::IsRetpolineReturn(uint64_t ret_ip) const {
+  // mov %REG, (%rsp): REX.W (R for r8-r15), 89, ModRM mod 00 r/m 100 (SIB), SIB 24 ([rsp]).
+  uint8_t b[4];
+  return ret_ip >= 4 && image_->Read(ret_ip - 4, b, sizeof(b)) == sizeof(b) &&
+         (b[0] == 0x48 || b[0] == 0x4c) && b[1] == 0x89 && (b[2] & 0xc7) == 0x04 && b[3] == 0x24;
+}
+
+// A retpoline's return (gcc -mindirect-branch=thunk or thunk-inline, clang -mretpoline): the
+// thunk (`call 1f; 2: pause; lfence; jmp 2b; 1: mov %REG, (%rsp); ret`) makes an indirect jump
+// to `target` by returning there, for the call that reached it (sweep 36a F3: no frame expected
+// that return, so the target was never entered: every function called through a retpoline had
+// 0 calls, and the thunk's call into its own middle counted a call of it, or of the caller with
+// thunk-inline). The inner call's frame goes, uncounted; the frame of the call that reached the
+// thunk (uncounted too when it was the caller's inlined one, into its own middle) goes on as
+// the target's, entered by a tail call as Jump counts it.
+bool CallStack::RetpolineReturn(uint64_t target) {
+  if (frames_.size() < 2 || beyond_ != 0 || !IsRetpolineReturn(return_ip_)) return false;
+  if (chunk_) {
+    failed_ = true;  // (uncounting a call counted in another chunk: the merge decodes it)
+    return false;
+  }
+  auto uncount = [this](const Frame& frame) {
+    if (frame.implicit || !counting_) return;
+    --functions_[frame.function].calls;
+    --totals_.calls;
+  };
+  uncount(frames_.back());
+  Pop(/*at_end=*/false, /*by_return=*/false);
+  if (frames_.size() >= 2 && frames_.back().function == frames_[frames_.size() - 2].function) {
+    uncount(frames_.back());
+  }
+  const uint32_t f = CallTarget(target);
+  Jump(f, target);
+  current_ = f;
+  return true;
 }
 
 // After a return to the frame that expected it, at `ip`, in `f`: where the call was its

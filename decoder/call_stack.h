@@ -377,6 +377,8 @@ class CallStack {
   bool SignalReturnsAt(uint64_t ip);
   void LeaveSignal();
   void Return(uint64_t target);
+  bool IsRetpolineReturn(uint64_t ret_ip) const;
+  bool RetpolineReturn(uint64_t target);
   void FellInto(uint32_t f, uint64_t ip);
   void ReturnUnmatched();
 
@@ -466,6 +468,7 @@ class CallStack {
   // The last disable was at a call into untraced code, whose frame is on top.
   bool left_by_call_ = false;
   bool return_matched_ = false;  // the last Return popped to the frame that expected it
+  uint64_t return_ip_ = 0;       // the last return's instruction (0: unknown)
   // Tracing is disabled (since the last disable; an interrupt's at disabled_at_).
   bool disabled_ = false;
   bool disabled_far_ = false;  // at an interrupt or a system call (where signals come)

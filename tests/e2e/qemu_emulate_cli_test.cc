@@ -2015,6 +2015,50 @@ TEST_F(QemuEmulateTest, AnExportedWrapperBetweenStrippedCodeIsEntered) {
   EXPECT_THAT(folded.out, HasSubstr(";main;api;exported_upd "));
 }
 
+// An indirect call through a retpoline enters its callee: the thunk's `mov %rax, (%rsp); ret`
+// jumps there for the call that reached the thunk, and its call into its own middle is no call
+// (sweep 36a F3: op_add..op_xor had 0 calls against 100 native entries each, the thunk 800
+// calls against 400, dispatch 1,200 against 400 with thunk-inline). Oracle: the ground truth's
+// entries at each function's address (nm).
+TEST_F(QemuEmulateTest, ARetpolinesCalleeIsEntered) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  for (const std::string build : {"thunk", "inline"}) {
+    SCOPED_TRACE(build);
+    const std::string program = E2E_PROGRAM_DIR "/e2e_retpoline_" + build;
+    Recorded r = Record("retpoline_" + build, {program, "100"});
+    ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+    const PerThread truth = ReadTruth(r.truth);
+    auto entries = [&](const std::string& name) {
+      // (By objdump: the thunk's symbol has no size for nm -S.)
+      const std::vector<uint64_t> insns = ObjdumpInstructions(program, name);
+      EXPECT_FALSE(insns.empty()) << name;
+      const uint64_t entry = 0x4000000000 + (insns.empty() ? 0 : insns.front());
+      uint64_t n = 0;
+      for (const auto& [tid, ips] : truth) n += std::count(ips.begin(), ips.end(), entry);
+      return n;
+    };
+    std::vector<std::string> names = {"op_add", "op_sub", "op_mul", "op_xor", "dispatch"};
+    if (build == "thunk") names.push_back("__x86_indirect_thunk_rax");
+    for (const std::vector<std::string>& options : {std::vector<std::string>{},
+                                                    {"--decoder", "libipt"},
+                                                    {"-j", "2", "--chunk-size", "512"}}) {
+      SCOPED_TRACE(absl::StrJoin(options, " "));
+      const nlohmann::json report = StatsReport(r.trace, options);
+      std::map<std::string, uint64_t> calls;
+      for (const auto& f : report["functions"]) {
+        calls[f["function"].get<std::string>()] += f["calls"].get<uint64_t>();
+      }
+      for (const std::string& name : names) {
+        EXPECT_EQ(calls[name], entries(name)) << name;
+      }
+      EXPECT_EQ(calls["op_add"], 100u);
+    }
+    auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+    ASSERT_EQ(folded.exit_code, 0) << folded.err;
+    EXPECT_THAT(folded.out, HasSubstr(";main;dispatch;op_add "));
+  }
+}
+
 // A longjmp lands in the frame that called setjmp, also in a recursion of one function (sweep
 // 30c F2: f(10) longjmping to f(3)'s setjmp left f(4)..f(10) open, "main;f x 10;landed" where
 // gdb has "main;f;f;f;landed", 7 more stale frames per longjmp of an interpreter's error loop),
