@@ -2574,7 +2574,8 @@ TEST_F(QemuEmulateTest, ExcludeStartupCountsAThreadsExecdProgramUnderItsMain) {
   const PerThread truth = ReadTruth(r.truth);
   ASSERT_EQ(truth.size(), 2u);
   const auto [main_begin, main_end] = ::ptkit::testing::NmRange(program, "main");
-  const auto [fib_main, fib_main_end] = ::ptkit::testing::NmRange(fib, "main");
+  const std::pair<uint64_t, uint64_t> fib_main_range = ::ptkit::testing::NmRange(fib, "main");
+  const uint64_t fib_main = fib_main_range.first, fib_main_end = fib_main_range.second;
   const uint64_t fib_start = ::ptkit::testing::NmRange(fib, "_start").first;
   uint64_t in_program = 0, in_fib = 0;
   for (const auto& [tid, ips] : truth) {

@@ -114,6 +114,7 @@ TEST_F(QemuModesTest, AnEarlySigusr2EndsNothing) {
     args.insert(args.end(), mode.begin(), mode.end());
     args.insert(args.end(), {"--", PROGRAM_DIR "/emulate_fib", "x"});
     std::vector<char*> argv;
+    argv.reserve(args.size() + 1);
     for (std::string& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
     const pid_t pid = fork();
