@@ -101,7 +101,6 @@ class ScopedCounts {
 
  private:
   // Per frame on the stack: entered (or renamed) under the root; the root's own frame.
-  bool counting_ = true;
   struct FrameState {
     bool under = false;
     bool root = false;
@@ -151,6 +150,7 @@ class ScopedCounts {
   std::vector<FrameState> frames_;
   uint32_t depth_ = 0;  // root frames on the stack
   bool whole_thread_ = false;
+  bool counting_ = true;  // set_counting
   bool root_seen_ = false;
   uint32_t pid_ = 0;
   bool go_main_ = false;             // pid_'s
