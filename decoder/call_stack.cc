@@ -364,6 +364,7 @@ void CallStack::RunOps(const RunProgram& program) {
   }
   pending_call_ = program.pending_call;
   pending_return_ = program.pending_return;
+  return_ip_ = 0;  // (a run's return is no retpoline's: MemoOf)
   flowing_ = program.flowing;
   if (program.sets_address) pending_return_address_ = program.pending_return_address;
 }
@@ -1571,6 +1572,7 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
   totals_.dropped_frames += chunk.totals_.dropped_frames;
   pending_call_ = chunk.pending_call_;
   pending_return_ = chunk.pending_return_;
+  return_ip_ = chunk.return_ip_;
   flowing_ = chunk.flowing_;
   async_disabled_ = chunk.async_disabled_;
   left_by_call_ = chunk.left_by_call_;
