@@ -1232,10 +1232,12 @@ bool CallStack::RetpolineReturn(uint64_t target) {
     failed_ = true;  // (uncounting a call counted in another chunk: the merge decodes it)
     return false;
   }
+  // (Not below 0: a call made before a --time window, not counted, taken back in it.)
   auto uncount = [this](const Frame& frame) {
-    if (frame.implicit || !counting_) return;
+    if (frame.implicit || !counting_ || functions_[frame.function].calls == 0) return;
     --functions_[frame.function].calls;
     --totals_.calls;
+    if (listener_ != nullptr) listener_->OnUncall(frame);
   };
   uncount(frames_.back());
   Pop(/*at_end=*/false, /*by_return=*/false);

@@ -94,6 +94,9 @@ class CallStackListener {
   // The frame on top (`frame`, frames().back()) ran `from` and went on into another function
   // by a jump: it is `frame.function`'s now (its entry count and time stay the call's).
   virtual void OnRename(uint32_t from, const Frame& frame) {}
+  // The call that pushed `frame` (frames().back()) was no call of its function: a retpoline's
+  // call into its own thunk (CallStack::RetpolineReturn). Its count is taken back.
+  virtual void OnUncall(const Frame& frame) {}
   // `frame` was popped: by a return (or left without one: a longjmp or an exception jumped
   // to a frame below), or (at_end) because the call context ends (end of the trace, an
   // error, lost trace, another stream).

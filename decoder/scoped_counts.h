@@ -67,6 +67,13 @@ class ScopedCounts {
     if (frame.entered && counting_) ++c.calls;  // as CallStack counts it (not in calls_)
     if (active_[f]++ == 0) since_[f] = instructions_;
   }
+  // CallStackListener::OnUncall: the call that pushed the frame on top is taken back.
+  void OnUncall(const Frame& frame) {
+    if (frames_.empty() || !frames_.back().under || !counting_) return;
+    Counts& c = At(frame.function);
+    if (c.calls > 0) --c.calls;
+    if (calls_ > 0) --calls_;
+  }
   // `returns`: the returns the model counted since the last call (this frame's, when a return
   // popped it).
   void OnExit(const Frame& frame, uint64_t returns) {

@@ -105,6 +105,9 @@ class StatsSink : public FlowSink {
   void OnEnter(const Frame& frame) override {
     if (scoped_) scoped_->OnEnter(frame);
   }
+  void OnUncall(const Frame& frame) override {
+    if (scoped_) scoped_->OnUncall(frame);
+  }
   void OnRename(uint32_t from, const Frame& frame) override {
     if (scoped_) scoped_->OnRename(from, frame);
   }
