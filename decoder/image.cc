@@ -165,12 +165,13 @@ std::vector<SectionSpan> SectionSpans(const ElfFile& elf) {
 
 }  // namespace
 
-uint16_t AliasRank(std::string_view name, bool sized, bool label, bool weak, bool global) {
+uint16_t AliasRank(std::string_view name, bool sized, bool label, bool ifunc, bool weak,
+                   bool global) {
   const size_t underscores = std::min<size_t>(name.find_first_not_of('_'), name.size());
   const bool versioned = name.find('@') != std::string_view::npos;
-  return static_cast<uint16_t>(versioned << 15 | (!sized) << 14 | label << 13 | weak << 12 |
-                               (!global) << 11 | std::min<size_t>(underscores, 7) << 8 |
-                               (255 - std::min<size_t>(name.size(), 255)));
+  return static_cast<uint16_t>(
+      versioned << 15 | (!sized) << 14 | label << 13 | ifunc << 12 | weak << 11 | (!global) << 10 |
+      std::min<size_t>(underscores, 7) << 7 | (127 - std::min<size_t>(name.size(), 127)));
 }
 
 namespace {
@@ -243,11 +244,11 @@ void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
     const auto [from, to] = sym.type == STT_NOTYPE && sym.size == 0
                                 ? inside_a_function(begin)
                                 : std::pair<uint64_t, uint64_t>{0, 0};
-    out.push_back(
-        {begin, begin + size, Demangle(sym.name) + version, 0,
-         AliasRank(version.empty() ? sym.name : std::string_view(versioned), sym.size != 0,
-                   sym.type == STT_NOTYPE, sym.binding == STB_WEAK, sym.binding == STB_GLOBAL),
-         to == 0, static_cast<uint32_t>(begin - from), static_cast<uint32_t>(to - from)});
+    out.push_back({begin, begin + size, Demangle(sym.name) + version, 0,
+                   AliasRank(version.empty() ? sym.name : std::string_view(versioned),
+                             sym.size != 0, sym.type == STT_NOTYPE, sym.type == STT_GNU_IFUNC,
+                             sym.binding == STB_WEAK, sym.binding == STB_GLOBAL),
+                   to == 0, static_cast<uint32_t>(begin - from), static_cast<uint32_t>(to - from)});
   }
 }
 

@@ -71,10 +71,14 @@ struct Symbol {
 // The rank (Symbol::rank) of a name among the names of one address, as perf 6.1's
 // choose_best_symbol() orders them: one with a size before one without, a function before a
 // label (perf since 6.14), not weak before weak, global before local, then the fewest leading
-// underscores, then the longest name (memmove, not memcpy; strchr, not index). But first a
-// name without a symbol version before one with (glibc's free, where perf 6.1 shows its
-// compatibility alias cfree@GLIBC_2.2.5).
-uint16_t AliasRank(std::string_view name, bool sized, bool label, bool weak, bool global);
+// underscores, then the longest name (memmove, not memcpy; strchr, not index; up to 127
+// characters). But first a name without a symbol version before one with (glibc's free, where
+// perf 6.1 shows its compatibility alias cfree@GLIBC_2.2.5), and a function before an IFUNC
+// symbol: the IFUNC's address is its resolver's, which objdump and gdb name by the resolver's
+// own symbol (resolve_add, libc's strlen_ifunc), not by the IFUNC (perf 6.1 shows the IFUNC's
+// name: a call to `add` that is the resolver's one run at relocation; sweep 36b L1).
+uint16_t AliasRank(std::string_view name, bool sized, bool label, bool ifunc, bool weak,
+                   bool global);
 // The rank of a name that every other name of its address replaces (X@plt, made by ptkit).
 inline constexpr uint16_t kLastRank = 0xffff;
 

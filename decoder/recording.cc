@@ -1069,8 +1069,8 @@ const std::vector<Symbol>& RecordingImages::KernelSymbols() {
     // Of several names at one address, the one perf picks (AliasRank: startup_64, not _stext
     // or _text). kallsyms gives no sizes: perf's symbols from it have none either.
     const uint16_t rank =
-        AliasRank(e.name, /*sized=*/false, /*label=*/false, e.type == 'W' || e.type == 'w',
-                  std::isupper(e.type) != 0 && e.type != 'W');
+        AliasRank(e.name, /*sized=*/false, /*label=*/false, /*ifunc=*/false,
+                  e.type == 'W' || e.type == 'w', std::isupper(e.type) != 0 && e.type != 'W');
     kernel_symbols_->push_back(
         {.begin = e.address, .end = 0, .name = std::move(e.name), .rank = rank});
   }

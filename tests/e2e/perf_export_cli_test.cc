@@ -287,9 +287,11 @@ PerThreadNames PerfNames(const std::string& script_out) {
 // shows a symbol version that ptdecode leaves to an unversioned alias (memcpy@@GLIBC_2.14:
 // image.h's AliasRank), C++ names without parameters, "[unknown]" for code without a symbol
 // (ptdecode names its file, "[libc.so.6]") and PLT entries its own way (_init, "@plt"; ptdecode
-// as objdump, which decoder_symbols_test checks).
+// as objdump, which decoder_symbols_test checks), and an IFUNC's resolver by its own function
+// (glibc's strlen_ifunc, with libc6-dbg; perf by the IFUNC, strlen: AliasRank again).
 bool SameFunction(const std::string& ours, const std::string& perfs) {
   if (ours == perfs || perfs.starts_with(ours + "@")) return true;
+  if (ours.ends_with("_ifunc") && !perfs.empty() && perfs != "[unknown]") return true;
   // (and _init, of size 0, which ptdecode ends at its section's end and perf at the next symbol)
   if (ours.starts_with('[')) return perfs == "[unknown]" || perfs == "_init";
   if (ours.ends_with("@plt")) return true;

@@ -396,6 +396,45 @@ std::string NameAt(const ProgramImage& image, uint64_t ip) {
   return s < 0 ? "" : image.symbols()[s].name;
 }
 
+// An IFUNC symbol's address is its resolver's code: that code is named by the resolver's own
+// function symbol, as addr2line (DWARF) and objdump name it, not by the IFUNC (sweep 36b L1: a
+// call to `add`, 987 instructions, that was the resolver's one run at relocation). A static
+// resolver (a local symbol, which a global IFUNC outranks otherwise) and a global one.
+TEST(SymbolsTest, AnIfuncsResolverIsNamedByItsOwnSymbol) {
+  if (!HaveBinutils()) GTEST_SKIP() << "nm and addr2line (binutils) are not installed";
+  const std::string dir = FreshDir("ifunc");
+  {
+    std::ofstream c(dir + "/ifunc.c");
+    c << "static int add_fast(int a, int b) { return a + b; }\n"
+         "static int (*resolve_add(void))(int, int) { return add_fast; }\n"
+         "int add(int, int) __attribute__((ifunc(\"resolve_add\")));\n"
+         "static int mul_fast(int a, int b) { return a * b; }\n"
+         "int (*pick_mul(void))(int, int) { return mul_fast; }\n"
+         "int mul(int, int) __attribute__((ifunc(\"pick_mul\")));\n"
+         "int main(void) { return add(1, 2) + mul(2, 3) - 9; }\n";
+  }
+  auto cc = ::ptkit::testing::RunCommand(
+      {"/usr/bin/env", "gcc", "-O0", "-g", "-o", dir + "/ifunc", dir + "/ifunc.c"});
+  ASSERT_EQ(cc.exit_code, 0) << cc.err;
+  auto image = ElfImage(dir + "/ifunc", "");
+  ASSERT_NE(image, nullptr);
+  std::map<uint64_t, std::set<std::string>> functions;
+  AddNmFunctions(dir + "/ifunc", /*dynamic=*/false, functions);
+  size_t checked = 0;
+  for (const auto& [address, names] : functions) {
+    if (!names.contains("add") && !names.contains("mul")) continue;
+    std::istringstream where(
+        ToolOutput({"addr2line", "-f", "-e", dir + "/ifunc", fmt::format("{:#x}", address)}));
+    std::string want;
+    std::getline(where, want);
+    EXPECT_THAT(want, ::testing::AnyOf("resolve_add", "pick_mul"));
+    EXPECT_EQ(NameAt(*image, address), want) << fmt::format("{:#x}", address);
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2u);
+  fs::remove_all(dir);
+}
+
 // Every `<X@plt>` that objdump prints is X@plt in ptkit, starting there; ptkit has no other
 // @plt names; no address of a PLT section has any other name (not _init, whose size is 0).
 void ExpectPltNamesAsObjdump(const ProgramImage& image, const std::string& path, int64_t bias) {
