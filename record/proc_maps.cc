@@ -3,6 +3,8 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <filesystem>
+#include <system_error>
 
 #include "absl/strings/str_cat.h"
 #include "ptkit/numbers.h"
@@ -35,7 +37,7 @@ std::vector<ProcMapping> ParseProcMaps(std::string_view text) {
     const std::string_view range = NextField(rest);
     const std::string_view perms = NextField(rest);
     const std::string_view offset = NextField(rest);
-    NextField(rest);  // device
+    const std::string_view device = NextField(rest);
     const std::string_view inode = NextField(rest);
     const size_t dash = range.find('-');
     ProcMapping m;
@@ -48,6 +50,15 @@ std::vector<ProcMapping> ParseProcMaps(std::string_view text) {
     }
     m.prot = (perms[0] == 'r' ? PROT_READ : 0) | (perms[1] == 'w' ? PROT_WRITE : 0) |
              (perms[2] == 'x' ? PROT_EXEC : 0);
+    m.shared = perms.size() > 3 && perms[3] == 's';
+    m.inode = ino;
+    if (const size_t colon = device.find(':'); colon != std::string_view::npos) {
+      // An unparsable device stays 0:0 (a mapping is still worth its addresses).
+      if (!ParseUnsigned(device.substr(0, colon), &m.dev_major, 16) ||
+          !ParseUnsigned(device.substr(colon + 1), &m.dev_minor, 16)) {
+        m.dev_major = m.dev_minor = 0;
+      }
+    }
     m.path = std::string(Strip(rest));
     out.push_back(std::move(m));
   }
@@ -66,6 +77,81 @@ std::optional<std::pair<uint64_t, uint64_t>> FileRangeInMapping(const ProcMappin
 absl::StatusOr<std::vector<ProcMapping>> ReadProcMaps(const std::string& task) {
   PTKIT_ASSIGN_OR_RETURN(std::string text, ReadSystemFile(absl::StrCat("/proc/", task, "/maps")));
   return ParseProcMaps(text);
+}
+
+absl::StatusOr<std::vector<pid_t>> ListThreads(pid_t id) {
+  std::vector<pid_t> tids;
+  std::error_code ec;
+  const std::string dir = absl::StrCat("/proc/", id, "/task");
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    unsigned t = 0;
+    if (ParseUnsigned(e.path().filename().string(), &t)) tids.push_back(static_cast<pid_t>(t));
+  }
+  if (ec || tids.empty()) {
+    return absl::NotFoundError(absl::StrCat("no process ", id, " (", dir, " not readable)"));
+  }
+  std::sort(tids.begin(), tids.end());
+  return tids;
+}
+
+absl::StatusOr<pid_t> ThreadGroupOf(pid_t id) {
+  const std::string path = absl::StrCat("/proc/", id, "/status");
+  absl::StatusOr<std::string> text = ReadSystemFile(path);
+  if (!text.ok()) {
+    return absl::NotFoundError(absl::StrCat("no task ", id, " (", path, " not readable)"));
+  }
+  for (std::string_view line : Split(*text, '\n')) {
+    unsigned tgid = 0;
+    if (line.starts_with("Tgid:") && ParseUnsigned(Strip(line.substr(5)), &tgid)) {
+      return static_cast<pid_t>(tgid);
+    }
+  }
+  return absl::NotFoundError(absl::StrCat(path, " has no Tgid line"));
+}
+
+absl::StatusOr<std::vector<uint8_t>> SynthesizeProcessRecords(pid_t pid,
+                                                              std::span<const pid_t> tids,
+                                                              const perf::SampleIdLayout& layout) {
+  PTKIT_ASSIGN_OR_RETURN(std::vector<ProcMapping> maps, ReadProcMaps(absl::StrCat(pid)));
+  std::vector<uint8_t> out;
+  auto append = [&out](const std::vector<uint8_t>& record) {
+    out.insert(out.end(), record.begin(), record.end());
+  };
+  perf::SampleId id;
+  id.has_tid = id.has_time = id.has_cpu = id.has_id = true;
+  id.pid = static_cast<uint32_t>(pid);
+  id.cpu = ~0u;
+  for (const pid_t tid : tids) {
+    absl::StatusOr<std::string> name =
+        ReadSystemFile(absl::StrCat("/proc/", pid, "/task/", tid, "/comm"));
+    if (!name.ok()) continue;  // the thread has exited
+    perf::Comm comm;
+    comm.pid = id.pid;
+    comm.tid = static_cast<uint32_t>(tid);
+    const std::string_view text = Strip(*name);
+    comm.comm = text;
+    comm.sample_id = id;
+    comm.sample_id.tid = comm.tid;
+    append(perf::EncodeComm(comm, layout));
+  }
+  for (const ProcMapping& m : maps) {
+    if (!(m.prot & PROT_EXEC) || m.path == "[vsyscall]") continue;
+    perf::Mmap2 mmap;
+    mmap.pid = mmap.tid = id.pid;
+    mmap.addr = m.start;
+    mmap.len = m.end - m.start;
+    mmap.pgoff = m.offset;
+    mmap.maj = m.dev_major;
+    mmap.min = m.dev_minor;
+    mmap.ino = m.inode;
+    mmap.prot = static_cast<uint32_t>(m.prot);
+    mmap.flags = m.shared ? MAP_SHARED : MAP_PRIVATE;
+    mmap.filename = m.path.empty() ? std::string_view("//anon") : std::string_view(m.path);
+    mmap.sample_id = id;
+    mmap.sample_id.tid = id.pid;
+    append(perf::EncodeMmap2(mmap, layout));
+  }
+  return out;
 }
 
 }  // namespace ptkit::record

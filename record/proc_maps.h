@@ -2,14 +2,18 @@
 #ifndef PTKIT_RECORD_PROC_MAPS_H_
 #define PTKIT_RECORD_PROC_MAPS_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "ptkit/perf_records.h"
 
 namespace ptkit::record {
 
@@ -17,8 +21,11 @@ namespace ptkit::record {
 struct ProcMapping {
   uint64_t start = 0;  // [start, end)
   uint64_t end = 0;
-  int prot = 0;         // PROT_READ | PROT_WRITE | PROT_EXEC from PERMS
-  uint64_t offset = 0;  // file offset of `start`
+  int prot = 0;                           // PROT_READ | PROT_WRITE | PROT_EXEC from PERMS
+  uint64_t offset = 0;                    // file offset of `start`
+  uint32_t dev_major = 0, dev_minor = 0;  // the file's device (DEV, "MAJOR:MINOR" in hex)
+  uint64_t inode = 0;
+  bool shared = false;  // PERMS ends in 's' (MAP_SHARED), not 'p'
   // The file (" (deleted)" kept), "[vdso]", "[heap]", ...; empty for anonymous memory.
   std::string path;
 };
@@ -36,6 +43,28 @@ std::optional<std::pair<uint64_t, uint64_t>> FileRangeInMapping(const ProcMappin
 // Reads and parses /proc/TASK/maps (TASK: "self", a pid or a tid). Errors: the read's, e.g.
 // kNotFound when the task is gone.
 absl::StatusOr<std::vector<ProcMapping>> ReadProcMaps(const std::string& task);
+
+// The threads of the process that task `id` belongs to (any of its thread ids), sorted.
+// Errors: kNotFound naming /proc/ID/task when there is no such task.
+absl::StatusOr<std::vector<pid_t>> ListThreads(pid_t id);
+
+// The process (thread group) id of task `id`, from /proc/ID/status. Errors: kNotFound when
+// there is no such task.
+absl::StatusOr<pid_t> ThreadGroupOf(pid_t id);
+
+// The records perf writes for what a process had before it attached (-p, -t, -a): the kernel
+// writes COMM and MMAP2 records only for what happens once the events are enabled, so perf
+// record synthesizes them from /proc (perf_event__synthesize_thread_map), and without them
+// the code the process already runs has no image to decode or name. For process `pid`: one
+// COMM per thread of `tids` (its name from /proc/PID/task/TID/comm), then one MMAP2 per
+// executable mapping of /proc/PID/maps (pid/tid both `pid`, as perf writes them): a file with
+// its device and inode, "[vdso]", "//anon" for anonymous memory as the kernel names it; not
+// [vsyscall], which the kernel never reports either. Each with the `layout` trailer at time 0
+// (before every kernel record, as perf's) and cpu -1. A thread that is gone by then is left
+// out. Errors: kNotFound when the process is gone.
+absl::StatusOr<std::vector<uint8_t>> SynthesizeProcessRecords(pid_t pid,
+                                                              std::span<const pid_t> tids,
+                                                              const perf::SampleIdLayout& layout);
 
 }  // namespace ptkit::record
 

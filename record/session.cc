@@ -29,6 +29,7 @@
 #include "record/kcore.h"
 #include "record/metadata.h"
 #include "record/perf_event.h"
+#include "record/proc_maps.h"
 #include "record/ring_buffer.h"
 #include "record/status_line.h"
 #include "record/text_util.h"
@@ -132,21 +133,6 @@ absl::StatusOr<std::unique_ptr<KernelTraceSource>> OpenTrackingSource(
 }
 
 namespace {
-
-absl::StatusOr<std::vector<pid_t>> ListThreads(pid_t pid) {
-  std::vector<pid_t> tids;
-  std::error_code ec;
-  const std::string dir = absl::StrCat("/proc/", pid, "/task");
-  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-    unsigned t = 0;
-    if (ParseUnsigned(e.path().filename().string(), &t)) tids.push_back(static_cast<pid_t>(t));
-  }
-  if (ec || tids.empty()) {
-    return absl::NotFoundError(absl::StrCat("no process ", pid, " (", dir, " not readable)"));
-  }
-  std::sort(tids.begin(), tids.end());
-  return tids;
-}
 
 // The largest AUX area in snapshot mode: a power of two that, with its header, fits in one
 // container record (kMaxPayloadSize).
@@ -331,6 +317,7 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
   std::optional<Workload> workload;
   std::unique_ptr<CrashWatcher> crash_watcher;  // after `workload`: ends before it
   std::vector<pid_t> pids;  // the tasks events are opened for; -1 = every task (-a)
+  pid_t process = 0;        // -p, -t: the process of the thread id given
   if (!o.command.empty()) {
     PTKIT_ASSIGN_OR_RETURN(Workload w, Workload::Start(o.command));
     pids.push_back(w.pid());
@@ -340,8 +327,11 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
       PTKIT_ASSIGN_OR_RETURN(crash_watcher, CrashWatcher::Start(workload->pid()));
     }
   } else if (o.pid) {
-    PTKIT_ASSIGN_OR_RETURN(pids, ListThreads(*o.pid));
+    // -p of any thread id attaches to its whole process, until the process ends (as perf).
+    PTKIT_ASSIGN_OR_RETURN(process, ThreadGroupOf(*o.pid));
+    PTKIT_ASSIGN_OR_RETURN(pids, ListThreads(process));
   } else if (o.tid) {
+    PTKIT_ASSIGN_OR_RETURN(process, ThreadGroupOf(*o.tid));
     pids.push_back(*o.tid);
   } else {
     pids.push_back(-1);
@@ -456,13 +446,17 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
     sources.push_back(std::move(source));
   }
 
-  // Counters: one set for the task (inherited by its children), or one per CPU for -a.
+  // Counters: one set for the task (inherited by its children), one per thread for -p (each
+  // inherited by the threads it creates; summed at the end, as perf stat -p shows them), or
+  // one per CPU for -a.
   std::vector<CounterSet> counter_sets;
   SessionResult result;
   if (!counter_specs.empty()) {
     std::vector<Slot> cslots;
     if (pids[0] == -1) {
       for (int c : cpus) cslots.push_back(Slot{-1, c});
+    } else if (o.pid) {
+      for (pid_t tid : pids) cslots.push_back(Slot{tid, -1});
     } else {
       cslots.push_back(Slot{pids[0], -1});
     }
@@ -527,6 +521,39 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
   PTKIT_RETURN_IF_ERROR(writer->Publish());
 
   CodeCapture code(o.archive);
+  // Attached (-p, -t, -a): what the processes had mapped before, read from /proc now that the
+  // events are on (so nothing falls between), as perf's synthesized records.
+  if (!workload) {
+    const perf::SampleIdLayout layout{track_attr.sample_type, track_attr.sample_id_all != 0};
+    std::vector<uint8_t> before;
+    auto add = [&](pid_t pid, std::span<const pid_t> tids) {
+      absl::StatusOr<std::vector<uint8_t>> records = SynthesizeProcessRecords(pid, tids, layout);
+      if (records.ok()) before.insert(before.end(), records->begin(), records->end());
+      return records.status();
+    };
+    if (o.pid || o.tid) {
+      // Gone already: its exit is in the sideband; what it ran before is not.
+      if (absl::Status added = add(process, pids); !added.ok()) {
+        result.warnings.push_back(
+            absl::StrCat("what process ", process,
+                         " had mapped before the attach is not recorded: ", added.message()));
+      }
+    } else {
+      std::error_code ec;
+      for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+        unsigned pid = 0;
+        if (!ParseUnsigned(e.path().filename().string(), &pid)) continue;
+        absl::StatusOr<std::vector<pid_t>> tids = ListThreads(static_cast<pid_t>(pid));
+        if (tids.ok()) (void)add(static_cast<pid_t>(pid), *tids);  // gone meanwhile: nothing
+      }
+    }
+    for (perf::RecordReader r(before);;) {
+      absl::StatusOr<std::optional<perf::RecordView>> rec = r.Next();
+      if (!rec.ok() || !*rec) break;
+      code.OnRecord(**rec, layout);
+    }
+    if (!before.empty()) PTKIT_RETURN_IF_ERROR(writer->AppendSideband({-1, before}));
+  }
   DrainOptions dopt;
   if (sampler) dopt.sample_type = sample_attr.sample_type;
   dopt.on_record = [&code](const perf::RecordView& r, const perf::SampleIdLayout& l) {
@@ -565,7 +592,7 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
   } else if (o.pid || o.tid) {
     // A pidfd becomes readable when the process exits, zombie or not (Linux 5.3+);
     // kill(pid, 0) would still succeed on an unreaped zombie.
-    const pid_t watched = o.pid ? *o.pid : *o.tid;
+    const pid_t watched = o.pid ? process : *o.tid;
     const int pidfd = static_cast<int>(syscall(SYS_pidfd_open, watched, 0));
     pidfd_holder.reset(pidfd);
     lo.child_exited = [watched, pidfd] {
@@ -587,7 +614,19 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
   std::vector<CounterValue> values;
   for (CounterSet& c : counter_sets) {
     PTKIT_ASSIGN_OR_RETURN(std::vector<CounterValue> v, c.ReadAll());
-    values.insert(values.end(), v.begin(), v.end());
+    for (CounterValue& value : v) {
+      // -p: the threads' sets add up by counter.
+      auto same = std::find_if(values.begin(), values.end(), [&](const CounterValue& have) {
+        return o.pid && have.name == value.name;
+      });
+      if (same == values.end()) {
+        values.push_back(std::move(value));
+      } else {
+        same->value += value.value;
+        same->time_enabled += value.time_enabled;
+        same->time_running += value.time_running;
+      }
+    }
   }
   if (!values.empty()) PTKIT_RETURN_IF_ERROR(writer->AppendCounters(values));
   // Build-ids of every mapped file and the vdso bytes: decoding needs nothing else from

@@ -32,10 +32,17 @@ TEST(ParseProcMapsTest, ReadsEveryFieldOfTheKernelsLines) {
   EXPECT_EQ(maps[0].path, "/usr/bin/true");
   EXPECT_EQ(maps[1].prot, PROT_READ | PROT_EXEC);
   EXPECT_EQ(maps[1].offset, 0x2000u);
+  EXPECT_EQ(maps[1].dev_major, 0xfeu);
+  EXPECT_EQ(maps[1].dev_minor, 0x01u);
+  EXPECT_EQ(maps[1].inode, 1835034u);
+  EXPECT_FALSE(maps[1].shared);
   EXPECT_EQ(maps[2].prot, PROT_READ | PROT_WRITE);
   EXPECT_EQ(maps[2].path, "");
   EXPECT_EQ(maps[3].offset, 0x1a000u);
   EXPECT_EQ(maps[3].path, "/tmp/a b (deleted)");
+  EXPECT_TRUE(maps[3].shared);
+  EXPECT_EQ(maps[3].dev_minor, 0x0fu);
+  EXPECT_EQ(maps[3].inode, 42u);
   EXPECT_EQ(maps[4].path, "[vdso]");
   EXPECT_EQ(maps[5].start, 0xffffffffff600000u);
   EXPECT_EQ(maps[5].prot, PROT_EXEC);
