@@ -13,6 +13,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -763,6 +764,30 @@ MannWhitney MannWhitneyU(std::span<const double> a, std::span<const double> b) {
   return r;
 }
 
+// Images are matched by file name. A program named otherwise on each side (ptdecode(1)'s CI
+// example records ./bench-base and ./bench-new) would have only new and removed functions, none
+// compared, and pass any check (sweep 37a F3): when each side has exactly one image the other
+// lacks, the two are taken for one, the new side's keyed by the base's name. Returns the new
+// side's name and the base's, or nothing when there is no such pair.
+std::optional<std::pair<std::string, std::string>> PairTheOddImages(std::span<const Profile> base,
+                                                                    std::span<const Profile> now) {
+  auto images = [](std::span<const Profile> side) {
+    std::set<std::string> out;
+    for (const Profile& p : side) {
+      for (const ProfileFunction& fn : p.functions) out.insert(std::string(Basename(fn.image)));
+    }
+    return out;
+  };
+  const std::set<std::string> in_base = images(base), in_now = images(now);
+  std::vector<std::string> only_base, only_new;
+  std::set_difference(in_base.begin(), in_base.end(), in_now.begin(), in_now.end(),
+                      std::back_inserter(only_base));
+  std::set_difference(in_now.begin(), in_now.end(), in_base.begin(), in_base.end(),
+                      std::back_inserter(only_new));
+  if (only_base.size() != 1 || only_new.size() != 1) return std::nullopt;
+  return std::make_pair(only_new[0], only_base[0]);
+}
+
 absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span<const Profile> now,
                                         const DiffOptions& options) {
   if (base.empty() || now.empty()) {
@@ -780,6 +805,23 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
   DiffResult d;
   d.metric = metric;
   d.group_by = options.group_by;
+  std::vector<Profile> renamed_now;
+  if (auto pair = PairTheOddImages(base, now)) {
+    renamed_now.assign(now.begin(), now.end());
+    for (Profile& p : renamed_now) {
+      for (ProfileFunction& fn : p.functions) {
+        if (Basename(fn.image) == pair->first) fn.image = pair->second;
+      }
+      for (ProfileImage& image : p.images) {
+        if (Basename(image.image) == pair->first) image.image = pair->second;
+      }
+    }
+    now = renamed_now;
+    d.warnings.push_back(fmt::format(
+        "{} of the new side is compared as {} of the base: images are matched by file name, and "
+        "these are the only image of each side that the other lacks",
+        pair->first, pair->second));
+  }
   // The base with the names of functions numbered otherwise in the new build (PairByCode).
   std::vector<Profile> renamed_base;
   if (options.group_by == DiffGroup::kFunction) {

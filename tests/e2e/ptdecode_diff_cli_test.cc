@@ -1067,12 +1067,23 @@ TEST_F(PtdecodeDiffTest, BadInputsAreNamed) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.err, HasSubstr("schema \"ptkit-stats/9\" is not one this ptdecode reads"));
   EXPECT_EQ(r.out, "");
-  // Another program (here: every row's image renamed; the program is static): no function
-  // in common, a usage error.
+  // The same program named otherwise (every row's image renamed; the program is static, so
+  // it is the only image on each side): compared as one, and said.
   std::string other = Slurp(a.stats_json);
   for (size_t at = other.find("e2e_diff_work"); at != std::string::npos;
        at = other.find("e2e_diff_work", at)) {
     other.replace(at, 13, "something_els");
+  }
+  const std::string renamed_path = Dir() + "renamed.json";
+  std::ofstream(renamed_path) << other;
+  auto same = RunCommand({PTDECODE_PATH, "diff", a.stats_json, renamed_path});
+  EXPECT_EQ(same.exit_code, 0) << same.err;
+  EXPECT_THAT(same.out, HasSubstr("something_els of the new side is compared as e2e_diff_work"));
+  EXPECT_THAT(same.out, HasSubstr("(0 changed), 0 new, 0 removed"));
+  // Another program (its functions named otherwise too): no function in common, a usage error.
+  for (size_t at = other.find("\"function\": \""); at != std::string::npos;
+       at = other.find("\"function\": \"", at + 1)) {
+    other.insert(at + 13, "other_");
   }
   const std::string other_path = Dir() + "other.json";
   std::ofstream(other_path) << other;
