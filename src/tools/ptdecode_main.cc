@@ -457,6 +457,15 @@ int RunExportContainer(const dec::ExportFlags& f) {
 }
 
 int RunExport(const dec::ExportFlags& f) {
+  // -o naming the input would overwrite the recording with its export (sweep 37a L6).
+  struct stat in, out;
+  if (::stat(f.input.c_str(), &in) == 0 && ::stat(f.output.c_str(), &out) == 0 &&
+      in.st_dev == out.st_dev && in.st_ino == out.st_ino) {
+    return UsageError(
+        fmt::format("-o {} is the input {}: the export would overwrite the "
+                    "recording; name another file",
+                    f.output, f.input));
+  }
   if (dec::ExportFormatFromFlags(f) == dec::ExportFormat::kContainer) {
     return RunExportContainer(f);
   }

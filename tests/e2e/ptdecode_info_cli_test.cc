@@ -6,6 +6,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "read_file.h"
 #include "run_command.h"
 #include "temp_dir.h"
 
@@ -73,6 +74,18 @@ struct BadInput {
   int exit_code;
   std::string message;
 };
+
+// export -o naming its input is refused, and the recording is left as it was: it was
+// overwritten by its export, exit 0 (sweep 37a L6).
+TEST_F(InfoCliTest, ExportNeverOverwritesItsInput) {
+  const std::vector<uint8_t> before = ::ptkit::testing::ReadWholeFile(trace_);
+  for (const char* to : {"perf.data", "trace.pt"}) {
+    auto r = RunCommand({PTDECODE_PATH, "export", "--to", to, trace_, "-o", trace_});
+    EXPECT_EQ(r.exit_code, 2) << to;
+    EXPECT_THAT(r.err, HasSubstr("is the input")) << to;
+    EXPECT_EQ(::ptkit::testing::ReadWholeFile(trace_), before) << to;
+  }
+}
 
 TEST_F(InfoCliTest, BadInputIsOneClearLineAndTheRightExitCode) {
   std::string text = dir_.File("notes.txt");
