@@ -877,9 +877,12 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
     bool covered = false;
     for (const CapturedCode& c : code) {
       if (IsArchivedRange(c)) continue;
-      // Code from text pokes (JIT code) replaces no file's but the export's files of it.
+      // Code from text pokes (JIT code) replaces no file's but the export's files of it and
+      // those no path names: a memfd ("/memfd:NAME (deleted)") or a deleted file, whose blocks
+      // the qemu backend captures as JIT code.
       if ((c.flags & kCodeTextPoke) && m.path[0] == '/' && m.path != "//anon" &&
-          !m.path.starts_with(kExportedJitDir)) {
+          !m.path.starts_with(kExportedJitDir) && !m.path.starts_with("/memfd:") &&
+          !m.path.ends_with(" (deleted)")) {
         continue;
       }
       covered |= c.address < m.end && m.start < c.address + c.run.size;

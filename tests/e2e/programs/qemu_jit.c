@@ -6,7 +6,12 @@
 // writes other code over the first function (n * 2) and calls that too: the decoder warns; with
 // "rewrite_inside", the same 5 bytes into the first function.
 // With "fork", a child calls both functions again (the parent's JIT code is the child's too).
+// With "memfd", the first function is also written into a memfd and called from a shared
+// mapping of it (code in a file no path names: "/memfd:jit (deleted)"), then the program goes
+// on with ordinary code (a loop of calls into libc), which the trace must still hold.
+#define _GNU_SOURCE
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
@@ -59,7 +64,21 @@ int main(int argc, char** argv) {
     total += ((Fn)wx)(50);
     total += ((Fn)(wx + 64))(10);
   }
-  if (argc > 1 && strcmp(argv[1], "fork") == 0) {
+  if (argc > 1 && strcmp(argv[1], "memfd") == 0) {
+    const int fd = memfd_create("jit", 0);
+    if (fd < 0 || ftruncate(fd, 4096) != 0 ||
+        pwrite(fd, kSum, sizeof(kSum), 0) != (ssize_t)sizeof(kSum)) {
+      return 1;
+    }
+    unsigned char* code = mmap(NULL, 4096, PROT_READ | PROT_EXEC, MAP_SHARED, fd, 0);
+    if (code == MAP_FAILED) return 1;
+    for (int round = 0; round < 20; ++round) total += ((Fn)code)(30 + round);
+    char text[64];
+    for (int round = 0; round < 50; ++round) {
+      snprintf(text, sizeof text, "%d", round * 7);
+      total += atoi(text);
+    }
+  } else if (argc > 1 && strcmp(argv[1], "fork") == 0) {
     const pid_t child = fork();
     if (child == 0) _exit(((Fn)rwx)(7) + ((Fn)(wx + 64))(3) == 21 + 4 ? 0 : 1);
     int status = 0;
