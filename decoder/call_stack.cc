@@ -919,6 +919,18 @@ void CallStack::Jump(uint32_t f, uint64_t ip) {
     if (base_) failed_ = true;  // chunk mode: renames (or returns to) a frame of B
     return;
   }
+  // A jump to a program's entry point: its loader starts it on the process's initial stack
+  // (glibc's ld.so: jmp *%r12 from _start, its only frame; musl's: mov %rsi,%rsp; jmp *%rdi,
+  // two calls deep), so the loader's frames below end; the jump renames the outermost one
+  // (sweep 37b L5: every stack of a dynamic musl program began _dlstart;_dlstart_c, frames
+  // no debugger shows).
+  if (frames_.size() > 1 && image_ != nullptr && image_->IsEntryPoint(ip)) {
+    if (base_) {
+      failed_ = true;  // chunk mode: B's frames end too (the merge decodes the chunk)
+      return;
+    }
+    while (frames_.size() > 1) Pop(/*at_end=*/false, /*by_return=*/false);
+  }
   // (Code without a symbol, "[file]", has no entry to tell its middle by: it is renamed to,
   // unless a longjmp or an exception lands there: where a frame called setjmp, or a landing pad
   // (sweep 33a F7, F8: a stripped C++ program's catch in its .cold part, a stripped static

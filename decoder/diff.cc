@@ -767,24 +767,34 @@ MannWhitney MannWhitneyU(std::span<const double> a, std::span<const double> b) {
 // Images are matched by file name. A program named otherwise on each side (ptdecode(1)'s CI
 // example records ./bench-base and ./bench-new) would have only new and removed functions, none
 // compared, and pass any check (sweep 37a F3): when each side has exactly one image the other
-// lacks, the two are taken for one, the new side's keyed by the base's name. Returns the new
+// lacks and it is the side's program (the image of its main), the two are taken for one, the
+// new side's keyed by the base's name. (Not two libraries: a build that links libm instead of
+// libz compared libm's functions as libz's, a false regression: a review.) Returns the new
 // side's name and the base's, or nothing when there is no such pair.
 std::optional<std::pair<std::string, std::string>> PairTheOddImages(std::span<const Profile> base,
                                                                     std::span<const Profile> now) {
-  auto images = [](std::span<const Profile> side) {
+  auto images = [](std::span<const Profile> side, std::set<std::string>& programs) {
     std::set<std::string> out;
     for (const Profile& p : side) {
-      for (const ProfileFunction& fn : p.functions) out.insert(std::string(Basename(fn.image)));
+      for (const ProfileFunction& fn : p.functions) {
+        out.insert(std::string(Basename(fn.image)));
+        if (fn.function == "main") programs.insert(std::string(Basename(fn.image)));
+      }
     }
     return out;
   };
-  const std::set<std::string> in_base = images(base), in_now = images(now);
+  std::set<std::string> base_programs, new_programs;
+  const std::set<std::string> in_base = images(base, base_programs);
+  const std::set<std::string> in_now = images(now, new_programs);
   std::vector<std::string> only_base, only_new;
   std::set_difference(in_base.begin(), in_base.end(), in_now.begin(), in_now.end(),
                       std::back_inserter(only_base));
   std::set_difference(in_now.begin(), in_now.end(), in_base.begin(), in_base.end(),
                       std::back_inserter(only_new));
-  if (only_base.size() != 1 || only_new.size() != 1) return std::nullopt;
+  if (only_base.size() != 1 || only_new.size() != 1 || !base_programs.contains(only_base[0]) ||
+      !new_programs.contains(only_new[0])) {
+    return std::nullopt;
+  }
   return std::make_pair(only_new[0], only_base[0]);
 }
 
@@ -819,7 +829,8 @@ absl::StatusOr<DiffResult> DiffProfiles(std::span<const Profile> base, std::span
     now = renamed_now;
     d.warnings.push_back(fmt::format(
         "{} of the new side is compared as {} of the base: images are matched by file name, and "
-        "these are the only image of each side that the other lacks",
+        "these are the programs (they run main) and the only image of each side that the other "
+        "lacks",
         pair->first, pair->second));
   }
   // The base with the names of functions numbered otherwise in the new build (PairByCode).

@@ -165,13 +165,15 @@ std::vector<SectionSpan> SectionSpans(const ElfFile& elf) {
 
 }  // namespace
 
-uint16_t AliasRank(std::string_view name, bool sized, bool label, bool ifunc, bool weak,
+uint32_t AliasRank(std::string_view name, bool sized, bool label, bool ifunc, bool weak,
                    bool global) {
-  const size_t underscores = std::min<size_t>(name.find_first_not_of('_'), name.size());
+  const uint32_t underscores =
+      static_cast<uint32_t>(std::min<size_t>(name.find_first_not_of('_'), name.size()));
   const bool versioned = name.find('@') != std::string_view::npos;
-  return static_cast<uint16_t>(
-      versioned << 15 | (!sized) << 14 | label << 13 | ifunc << 12 | weak << 11 | (!global) << 10 |
-      std::min<size_t>(underscores, 7) << 7 | (127 - std::min<size_t>(name.size(), 127)));
+  return uint32_t{versioned} << 31 | uint32_t{!sized} << 30 | uint32_t{label} << 29 |
+         uint32_t{ifunc} << 28 | uint32_t{weak} << 27 | uint32_t{!global} << 26 |
+         std::min<uint32_t>(underscores, 7) << 23 |
+         (0xffff - static_cast<uint32_t>(std::min<size_t>(name.size(), 0xffff)));
 }
 
 namespace {
@@ -601,6 +603,7 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
 ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) const {
   LinkSymbols table;
   table.loads = elf.LoadSegments();
+  table.entry = elf.entry();
   LoadSymbolsInto(elf, table.symbols);
   LoadPltSymbolsInto(elf, table.symbols);
   if (!elf.HasSymtab()) {
@@ -647,6 +650,10 @@ void ProgramImage::PlaceSymbols(const LinkSymbols& table, uint32_t file_index,
   auto by_begin = [](const Symbol& s, uint64_t v) { return s.begin < v; };
   for (size_t p = 0; p < placements.size(); ++p) {
     const Placement& place = placements[p];
+    if (table.entry != 0 && table.entry >= place.from && table.entry < place.to &&
+        !IsEntryPoint(table.entry + place.bias)) {
+      entry_points_.push_back(table.entry + place.bias);
+    }
     for (auto it =
              std::lower_bound(table.symbols.begin(), table.symbols.end(), place.from, by_begin);
          it != table.symbols.end() && it->begin < place.to; ++it) {

@@ -12,6 +12,7 @@
 
 #include <intel-pt.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -58,7 +59,7 @@ struct Symbol {
                        // past the next symbol
   std::string name;    // demangled
   uint32_t image = 0;  // index into ProgramImage::files()
-  uint16_t rank = 0;   // among symbols of one start, the lowest is kept (see SortSymbols)
+  uint32_t rank = 0;   // among symbols of one start, the lowest is kept (see SortSymbols)
   // False for a label inside a function (STT_NOTYPE, size 0, within a sized function's range:
   // `.globl probe_recover` in inline asm): it names the code after it, as perf names it, but
   // flow that reaches it from that function enters no function there (no call counted, no
@@ -71,16 +72,16 @@ struct Symbol {
 // The rank (Symbol::rank) of a name among the names of one address, as perf 6.1's
 // choose_best_symbol() orders them: one with a size before one without, a function before a
 // label (perf since 6.14), not weak before weak, global before local, then the fewest leading
-// underscores, then the longest name (memmove, not memcpy; strchr, not index; up to 127
-// characters). But first a name without a symbol version before one with (glibc's free, where
-// perf 6.1 shows its compatibility alias cfree@GLIBC_2.2.5), and a function before an IFUNC
-// symbol: the IFUNC's address is its resolver's, which objdump and gdb name by the resolver's
-// own symbol (resolve_add, libc's strlen_ifunc), not by the IFUNC (perf 6.1 shows the IFUNC's
-// name: a call to `add` that is the resolver's one run at relocation; sweep 36b L1).
-uint16_t AliasRank(std::string_view name, bool sized, bool label, bool ifunc, bool weak,
+// underscores, then the longest name (memmove, not memcpy; strchr, not index). But first a name
+// without a symbol version before one with (glibc's free, where perf 6.1 shows its compatibility
+// alias cfree@GLIBC_2.2.5), and a function before an IFUNC symbol: the IFUNC's address is its
+// resolver's, which objdump and gdb name by the resolver's own symbol (resolve_add, libc's
+// strlen_ifunc), not by the IFUNC (perf 6.1 shows the IFUNC's name: a call to `add` that is the
+// resolver's one run at relocation; sweep 36b L1).
+uint32_t AliasRank(std::string_view name, bool sized, bool label, bool ifunc, bool weak,
                    bool global);
 // The rank of a name that every other name of its address replaces (X@plt, made by ptkit).
-inline constexpr uint16_t kLastRank = 0xffff;
+inline constexpr uint32_t kLastRank = 0xffffffff;
 
 // A source added to the image.
 struct ImageFile {
@@ -221,6 +222,11 @@ class ProgramImage {
   // lies in a loadable segment of the ELF file FileAt(ip), added with AddElf or
   // AddFileMapping; nullopt otherwise (raw files, page dumps, captured bytes, unmapped).
   std::optional<uint64_t> LinkAddress(uint64_t ip) const;
+  // Whether `ip` is the entry point (e_entry) of an ELF file placed in the image: where a
+  // program's loader starts it, on the process's initial stack.
+  bool IsEntryPoint(uint64_t ip) const {
+    return std::find(entry_points_.begin(), entry_points_.end(), ip) != entry_points_.end();
+  }
 
  private:
   struct Mapping {
@@ -240,6 +246,7 @@ class ProgramImage {
   struct LinkSymbols {
     std::vector<ElfSegment> loads;
     std::vector<Symbol> symbols;  // image unset
+    uint64_t entry = 0;           // e_entry, 0 when none
   };
   LinkSymbols ReadLinkSymbols(const ElfFile& elf) const;
   // The table of the file at `path` (read from `opened` when given, else opened), kept in
@@ -294,6 +301,7 @@ class ProgramImage {
   std::shared_ptr<LinkSymbolCache> link_symbols_;
   std::vector<std::shared_ptr<void>> owners_;  // what keeps AddBytes' bytes valid
   mutable std::vector<Symbol> symbols_;        // sorted when symbols_sorted_
+  std::vector<uint64_t> entry_points_;         // IsEntryPoint (a few: one per ELF file)
   mutable bool symbols_sorted_ = true;
   std::vector<PlacedSegment> elf_segments_;  // sorted by begin
   std::string sysroot_;

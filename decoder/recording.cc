@@ -878,11 +878,12 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
     for (const CapturedCode& c : code) {
       if (IsArchivedRange(c)) continue;
       // Code from text pokes (JIT code) replaces no file's but the export's files of it and
-      // those no path names: a memfd ("/memfd:NAME (deleted)") or a deleted file, whose blocks
-      // the qemu backend captures as JIT code.
+      // those no path names or that hold no program: a memfd ("/memfd:NAME (deleted)"), a
+      // deleted file, shared memory or a device (/dev/shm/NAME, /dev/zero), whose blocks the
+      // qemu backend captures as JIT code.
       if ((c.flags & kCodeTextPoke) && m.path[0] == '/' && m.path != "//anon" &&
           !m.path.starts_with(kExportedJitDir) && !m.path.starts_with("/memfd:") &&
-          !m.path.ends_with(" (deleted)")) {
+          !m.path.ends_with(" (deleted)") && !m.path.starts_with("/dev/")) {
         continue;
       }
       covered |= c.address < m.end && m.start < c.address + c.run.size;
@@ -1071,7 +1072,7 @@ const std::vector<Symbol>& RecordingImages::KernelSymbols() {
     if (!IsKallsymsText(e.type) || !e.module.empty()) continue;
     // Of several names at one address, the one perf picks (AliasRank: startup_64, not _stext
     // or _text). kallsyms gives no sizes: perf's symbols from it have none either.
-    const uint16_t rank =
+    const uint32_t rank =
         AliasRank(e.name, /*sized=*/false, /*label=*/false, /*ifunc=*/false,
                   e.type == 'W' || e.type == 'w', std::isupper(e.type) != 0 && e.type != 'W');
     kernel_symbols_->push_back(

@@ -621,7 +621,8 @@ void WriteMmap(Thread& t, uint64_t start, uint64_t len, uint64_t pgoff, uint32_t
   m.len = len;
   m.pgoff = pgoff;
   struct stat st {};
-  const bool file = !path.empty() && path[0] == '/' && stat(path.c_str(), &st) == 0;
+  const bool file = !path.empty() && path[0] == '/' && stat(path.c_str(), &st) == 0 &&
+                    S_ISREG(st.st_mode) && !path.starts_with("/dev/");
   if (file) {
     m.maj = major(st.st_dev);
     m.min = minor(st.st_dev);
@@ -633,9 +634,10 @@ void WriteMmap(Thread& t, uint64_t start, uint64_t len, uint64_t pgoff, uint32_t
   m.sample_id = t.out->Sample(time);
   WriteRecord(t, ptkit::perf::EncodeMmap2(m, ptk::QemuSampleLayout()));
   // File code, which the decoder reads from the file; not code of a file no path names (a
-  // memfd, "/memfd:NAME (deleted)", or a deleted file): its blocks are captured as JIT code
-  // is (CaptureCode). Before, the decode had a gap there and lost the trace up to the next
-  // PSB after it (sweep 37b M2: the rest of the run, 2,893 instructions).
+  // memfd, "/memfd:NAME (deleted)", or a deleted file) nor of shared memory or a device
+  // (/dev/shm, /dev/zero: a review): its blocks are captured as JIT code is (CaptureCode). Before,
+  // the decode had a gap there and lost the trace up to the next PSB after it (sweep 37b M2: the
+  // rest of the run, 2,893 instructions).
   if (file) {
     std::lock_guard<std::mutex> lock(g->code_mu);
     uint64_t& end = g->file_code[start];

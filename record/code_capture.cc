@@ -58,11 +58,13 @@ void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdL
     vdso_.emplace(m->pid, m->addr);
     return;
   }
-  // Anonymous memory (perf's "//anon", JIT code), [stack], ..., and files no path names (a
-  // memfd, "/memfd:NAME (deleted)"; a deleted file): no file to identify. (The qemu backend
-  // captures the code of both as it runs; the decoder says a gap where nothing has it.)
+  // Anonymous memory (perf's "//anon", JIT code), [stack], ..., files no path names (a memfd,
+  // "/memfd:NAME (deleted)"; a deleted file), shared memory and devices: no file to identify. (The
+  // qemu backend captures the code of both as it runs; the decoder says a gap where nothing has
+  // it.)
   if (m->filename.empty() || m->filename.front() != '/' || m->filename.starts_with("//") ||
-      m->filename.starts_with("/memfd:") || m->filename.ends_with(" (deleted)")) {
+      m->filename.starts_with("/memfd:") || m->filename.ends_with(" (deleted)") ||
+      m->filename.starts_with("/dev/")) {
     return;
   }
   auto [it, first] = files_.emplace(std::string(m->filename), FileMap{m->pid, m->addr, m->pgoff});

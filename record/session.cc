@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <filesystem>
 #include <memory>
 
@@ -133,6 +134,9 @@ absl::StatusOr<std::unique_ptr<KernelTraceSource>> OpenTrackingSource(
 }
 
 namespace {
+
+// Whether task `tid` no longer exists (an attached process's thread that exited).
+bool Gone(pid_t tid) { return kill(tid, 0) != 0 && errno == ESRCH; }
 
 // The largest AUX area in snapshot mode: a power of two that, with its header, fits in one
 // container record (kMaxPayloadSize).
@@ -435,12 +439,16 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
     if (!o.per_thread) {
       for (size_t i = 1; i < pids.size(); ++i) {
         const std::string w2 = absl::StrCat("tid ", pids[i], " cpu ", s.cpu);
+        absl::Status opened = absl::OkStatus();
         if (!o.sideband_only) {
-          PTKIT_RETURN_IF_ERROR(
-              redirect(aux_attr, pids[i], absl::StrCat(trace_name, " (", w2, ")")));
+          opened = redirect(aux_attr, pids[i], absl::StrCat(trace_name, " (", w2, ")"));
         }
-        PTKIT_RETURN_IF_ERROR(
-            redirect(track_attr, pids[i], absl::StrCat("tracking event (", w2, ")")));
+        if (opened.ok()) {
+          opened = redirect(track_attr, pids[i], absl::StrCat("tracking event (", w2, ")"));
+        }
+        // A thread of the process that exited since it was listed: nothing of it to record
+        // (as perf skips it; the recording failed: a review).
+        if (!opened.ok() && !Gone(pids[i])) return opened;
       }
     }
     sources.push_back(std::move(source));
@@ -461,8 +469,10 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
       cslots.push_back(Slot{pids[0], -1});
     }
     for (const Slot& s : cslots) {
-      PTKIT_ASSIGN_OR_RETURN(CounterSet set,
-                             CounterSet::Open(counter_specs, s.pid, s.cpu, with_workload));
+      absl::StatusOr<CounterSet> opened =
+          CounterSet::Open(counter_specs, s.pid, s.cpu, with_workload);
+      if (!opened.ok() && o.pid && Gone(s.pid)) continue;  // a thread that exited since
+      PTKIT_ASSIGN_OR_RETURN(CounterSet set, std::move(opened));
       if (counter_sets.empty()) {
         for (const std::string& w : set.warnings()) result.warnings.push_back(w);
       }
@@ -507,22 +517,11 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
     for (const std::string& n : kernel->notes) notes.push_back("--kcore: " + n);
   }
 
-  // --- Go ------------------------------------------------------------------------------------
-  if (workload) {
-    PTKIT_RETURN_IF_ERROR(workload->Go());  // (the file is removed on return)
-  } else {
-    for (auto& s : sources) {
-      PTKIT_RETURN_IF_ERROR(s->Enable());  // the trace event and its peers
-      for (PerfEvent& e : s->redirected()) PTKIT_RETURN_IF_ERROR(e.Enable());
-    }
-    for (CounterSet& c : counter_sets) PTKIT_RETURN_IF_ERROR(c.EnableAll());
-  }
-  started = true;
-  PTKIT_RETURN_IF_ERROR(writer->Publish());
-
   CodeCapture code(o.archive);
-  // Attached (-p, -t, -a): what the processes had mapped before, read from /proc now that the
-  // events are on (so nothing falls between), as perf's synthesized records.
+  // Attached (-p, -t, -a): what the processes had mapped before, read from /proc before the
+  // events go on, as perf does (its synthesized records): reading every process's files for
+  // -a once the events were on held the drain back while the AUX areas filled (300 ms for 92
+  // processes: a review). A mapping made in between is in neither.
   if (!workload) {
     const perf::SampleIdLayout layout{track_attr.sample_type, track_attr.sample_id_all != 0};
     std::vector<uint8_t> before;
@@ -532,7 +531,7 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
       return records.status();
     };
     if (o.pid || o.tid) {
-      // Gone already: its exit is in the sideband; what it ran before is not.
+      // Gone already (it ends the recording at once).
       if (absl::Status added = add(process, pids); !added.ok()) {
         result.warnings.push_back(
             absl::StrCat("what process ", process,
@@ -554,6 +553,20 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
     }
     if (!before.empty()) PTKIT_RETURN_IF_ERROR(writer->AppendSideband({-1, before}));
   }
+
+  // --- Go ------------------------------------------------------------------------------------
+  if (workload) {
+    PTKIT_RETURN_IF_ERROR(workload->Go());  // (the file is removed on return)
+  } else {
+    for (auto& s : sources) {
+      PTKIT_RETURN_IF_ERROR(s->Enable());  // the trace event and its peers
+      for (PerfEvent& e : s->redirected()) PTKIT_RETURN_IF_ERROR(e.Enable());
+    }
+    for (CounterSet& c : counter_sets) PTKIT_RETURN_IF_ERROR(c.EnableAll());
+  }
+  started = true;
+  PTKIT_RETURN_IF_ERROR(writer->Publish());
+
   DrainOptions dopt;
   if (sampler) dopt.sample_type = sample_attr.sample_type;
   dopt.on_record = [&code](const perf::RecordView& r, const perf::SampleIdLayout& l) {
@@ -614,19 +627,17 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
   std::vector<CounterValue> values;
   for (CounterSet& c : counter_sets) {
     PTKIT_ASSIGN_OR_RETURN(std::vector<CounterValue> v, c.ReadAll());
-    for (CounterValue& value : v) {
-      // -p: the threads' sets add up by counter.
-      auto same = std::find_if(values.begin(), values.end(), [&](const CounterValue& have) {
-        return o.pid && have.name == value.name;
-      });
-      if (same == values.end()) {
-        values.push_back(std::move(value));
-      } else {
-        same->value += value.value;
-        same->time_enabled += value.time_enabled;
-        same->time_running += value.time_running;
+    // -p: the threads' sets (of the same counters, in the same order) add up counter by
+    // counter, as perf stat -p adds them (-e cycles,cycles stays two).
+    if (o.pid && !values.empty() && v.size() == values.size()) {
+      for (size_t k = 0; k < v.size(); ++k) {
+        values[k].value += v[k].value;
+        values[k].time_enabled += v[k].time_enabled;
+        values[k].time_running += v[k].time_running;
       }
+      continue;
     }
+    values.insert(values.end(), v.begin(), v.end());
   }
   if (!values.empty()) PTKIT_RETURN_IF_ERROR(writer->AppendCounters(values));
   // Build-ids of every mapped file and the vdso bytes: decoding needs nothing else from

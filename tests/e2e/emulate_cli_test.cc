@@ -165,6 +165,23 @@ TEST_F(EmulateCliTest, AnEntryThatIsAJumpRunsOnce) {
   }
 }
 
+// A jump to the program's entry point from frames of "loader" code (as musl's dynamic loader
+// starts a program: mov %rsi,%rsp; jmp *%rdi, two calls deep) starts it on the initial stack:
+// the loader's frames end there (sweep 37b L5: every stack of a dynamic musl program began
+// _dlstart;_dlstart_c, frames no debugger shows).
+TEST_F(EmulateCliTest, AJumpToTheEntryPointEndsTheLoadersFrames) {
+  auto rec = Record({kE2e + "/e2e_restart_entry"});
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  CheckDecode(1);
+  auto folded = RunCommand({PTDECODE_PATH, "folded", trace_});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  EXPECT_THAT(folded.out, HasSubstr("\n_start;start_c;work "));
+  EXPECT_THAT(folded.out, HasSubstr("\n_start;start_c;stage1;stage2 "));
+  // (Before: _start;start_c;stage1;_start;start_c;work, stage2's frame renamed by the jump.)
+  EXPECT_THAT(folded.out, Not(HasSubstr(";_start"))) << folded.out;
+}
+
 // The trace's PERF_RECORD_AUX records are on the sideband's clock (CLOCK_MONOTONIC ns), as a
 // kernel's are on its events' clock: perf 6.1 reads the export's (`perf script -D`: "CPU TIME
 // OFFSET [SIZE]: PERF_RECORD_AUX") after the workload's exec and before its exit (they counted

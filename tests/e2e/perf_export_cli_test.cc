@@ -291,7 +291,11 @@ PerThreadNames PerfNames(const std::string& script_out) {
 // (glibc's strlen_ifunc, with libc6-dbg; perf by the IFUNC, strlen: AliasRank again).
 bool SameFunction(const std::string& ours, const std::string& perfs) {
   if (ours == perfs || perfs.starts_with(ours + "@")) return true;
-  if (ours.ends_with("_ifunc") && !perfs.empty() && perfs != "[unknown]") return true;
+  // (strlen_ifunc: strlen; __new_memcpy_ifunc: __new_memcpy; __libc_memmove_ifunc: memmove.)
+  if (ours.ends_with("_ifunc") && !perfs.empty() &&
+      ours.substr(0, ours.size() - 6).ends_with(perfs)) {
+    return true;
+  }
   // (and _init, of size 0, which ptdecode ends at its section's end and perf at the next symbol)
   if (ours.starts_with('[')) return perfs == "[unknown]" || perfs == "_init";
   if (ours.ends_with("@plt")) return true;

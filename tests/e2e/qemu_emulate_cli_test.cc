@@ -1045,11 +1045,16 @@ TEST_F(QemuEmulateTest, JitCodeDecodesToTheGroundTruth) {
   // Code in a memfd ("/memfd:jit (deleted)": no file to read it from) is captured as JIT code
   // is: before, it was a gap, and the trace after it was lost up to the next PSB, there the
   // rest of the run (sweep 37b M2).
-  std::string memfd_err, memfd_insn;
-  ExpectDecodedEqualsTruth("jit_memfd", {E2E_PROGRAM_DIR "/e2e_qemu_jit", "memfd"}, 0, &memfd_err,
-                           {}, &memfd_insn);
-  EXPECT_EQ(memfd_insn.find("gap"), std::string::npos);
-  EXPECT_THAT(memfd_err, Not(HasSubstr("/memfd:")));  // no file to identify: nothing to say
+  // The same for POSIX shared memory (/dev/shm/NAME: a file, but no program's; a review).
+  for (const std::string way : {"memfd", "shm"}) {
+    std::string way_err, way_insn;
+    ExpectDecodedEqualsTruth("jit_" + way, {E2E_PROGRAM_DIR "/e2e_qemu_jit", way}, 0, &way_err, {},
+                             &way_insn);
+    EXPECT_EQ(way_insn.find("gap"), std::string::npos) << way;
+    // No file to identify: nothing to say.
+    EXPECT_THAT(way_err, Not(HasSubstr("/memfd:"))) << way;
+    EXPECT_THAT(way_err, Not(HasSubstr("/dev/shm"))) << way;
+  }
   // The records as perf 6.1 reads them from the export (`perf script
   // --show-text-poke-events`: "PERF_RECORD_TEXT_POKE ADDR old len 0 new len N"), and the export
   // read back decodes alike. perf decodes JIT code from mapped files only (perf inject's, made

@@ -23,8 +23,17 @@ int weak_but_longer_name(int x) __attribute__((weak, alias("__local_only")));
 int __attribute__((noinline, used)) release(int x) { return x * 13 + 5; }
 __asm__(".symver release, release_compat@OLD_1.0");
 
+// Global names longer than 127 characters: the longest (ranks once compared lengths up to 127
+// only, and the first listed won: a review). As C++ names folded together by the linker are.
+int __attribute__((noinline, used)) long_target(int x) { return x * 17 + 6; }
+int long_alias_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa(
+    int x) __attribute__((alias("long_target")));
+int long_alias_bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb(
+    int x) __attribute__((alias("long_target")));
+
 void _start(void) {
-  volatile int r = __GI_work(5) + __copy_short(1) + __move_short(2) + __local_only(3) + release(4);
+  volatile int r = __GI_work(5) + __copy_short(1) + __move_short(2) + __local_only(3) + release(4) +
+                   long_target(5);
   (void)r;
   for (;;) {
   }

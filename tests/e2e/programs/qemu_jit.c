@@ -8,8 +8,10 @@
 // With "fork", a child calls both functions again (the parent's JIT code is the child's too).
 // With "memfd", the first function is also written into a memfd and called from a shared
 // mapping of it (code in a file no path names: "/memfd:jit (deleted)"), then the program goes
-// on with ordinary code (a loop of calls into libc), which the trace must still hold.
+// on with ordinary code (a loop of calls into libc), which the trace must still hold. With
+// "shm", the same through POSIX shared memory (/dev/shm/NAME, removed at the end).
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -64,8 +66,11 @@ int main(int argc, char** argv) {
     total += ((Fn)wx)(50);
     total += ((Fn)(wx + 64))(10);
   }
-  if (argc > 1 && strcmp(argv[1], "memfd") == 0) {
-    const int fd = memfd_create("jit", 0);
+  if (argc > 1 && (strcmp(argv[1], "memfd") == 0 || strcmp(argv[1], "shm") == 0)) {
+    char name[64];
+    snprintf(name, sizeof name, "/ptkit-jit-%d", (int)getpid());
+    const int fd = strcmp(argv[1], "memfd") == 0 ? memfd_create("jit", 0)
+                                                 : shm_open(name, O_RDWR | O_CREAT | O_EXCL, 0600);
     if (fd < 0 || ftruncate(fd, 4096) != 0 ||
         pwrite(fd, kSum, sizeof(kSum), 0) != (ssize_t)sizeof(kSum)) {
       return 1;
@@ -78,6 +83,7 @@ int main(int argc, char** argv) {
       snprintf(text, sizeof text, "%d", round * 7);
       total += atoi(text);
     }
+    if (strcmp(argv[1], "shm") == 0) shm_unlink(name);
   } else if (argc > 1 && strcmp(argv[1], "fork") == 0) {
     const pid_t child = fork();
     if (child == 0) _exit(((Fn)rwx)(7) + ((Fn)(wx + 64))(3) == 21 + 4 ? 0 : 1);
