@@ -361,7 +361,13 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
       BuildTrackingAttr({.enable_on_exec = with_workload,
                          .inherit = inherit,
                          .exclude_kernel = false,
-                         .wakeup_bytes = static_cast<uint32_t>(o.data_pages * page / 2)});
+                         .wakeup_bytes = static_cast<uint32_t>(o.data_pages * page / 2),
+                         // MMAP2 records carry the mapped file's build-id (Linux 5.12+; else
+                         // OpenTrackingEvent opens without), as perf record --buildid-mmap: the
+                         // file that ran, though its path names another file here (a container's
+                         // or another mount namespace's: sweep 37c H2, the host's file was
+                         // identified, archived and decoded in its place, silently).
+                         .build_id = true});
   const perf::SampleIdLayout layout{kSampleIdType, true};
   const perf_event_attr sample_attr =
       sampler ? BuildAuxSampleAttr(sampler->attr,

@@ -435,7 +435,10 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
     };
     for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
       const QemuSlotControl* c = SlotControl(base, s);
-      if (c->state.load() == kSlotActive) add(c->pid);
+      // Still qemu too: a slot's pid is the one the process saw, which in a pid namespace
+      // (unshare --pid, a container) names another process here, init or a kernel thread
+      // (sweep 37c H3: waited for for ever after the namespace's processes were killed).
+      if (c->state.load() == kSlotActive && RunsQemu(c->pid, qemu_exe)) add(c->pid);
     }
     for (uint32_t i = 0; i < std::min(kQemuForkedPids, h->forks.load()); ++i) {
       const uint32_t pid = h->forked_pids[i].load();

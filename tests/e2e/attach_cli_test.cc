@@ -18,6 +18,7 @@
 #include <tuple>
 #include <vector>
 
+#include "fmt/format.h"
 #include "gtest/gtest.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_reader.h"
@@ -285,6 +286,49 @@ TEST(AttachTest, CountersCountEveryThreadOfTheProcess) {
   // and stopped together.
   EXPECT_GT(ours_ns / 1e6, perf_ms * 0.5) << "perf stat -p: " << perf_ms << " ms";
   EXPECT_LT(ours_ns / 1e6, perf_ms * 3) << "perf stat -p: " << perf_ms << " ms";
+}
+
+// The kernel path asks for build-ids in MMAP2 records (perf record --buildid-mmap): a program
+// run at a path that is another file in its mount namespace (a bind mount, a container's own
+// /usr/bin/...) is identified as the file that ran. Before, ptrecord read the path in its own
+// namespace and stored that file's build-id, so every decode used the wrong program's code and
+// names, silently (sweep 37c H2). The oracle: readelf's build-id of the file that ran.
+TEST(KernelPathTest, AProgramOfAnotherMountNamespaceIsIdentifiedAsTheFileThatRan) {
+  if (RunCommand({"/usr/bin/unshare", "--mount", "/bin/true"}).exit_code != 0) {
+    GTEST_SKIP() << "unshare --mount not available here (needs root)";
+  }
+  TempDir dir;
+  const std::string path = dir.Copy(kProgram, "prog");  // what the path names out here
+  const std::string ran = fs::canonical("/bin/true");   // what runs there in the namespace
+  auto build_id = [](const std::string& file) {
+    // readelf -n: "    Build ID: 0123abcd..."
+    std::istringstream notes(RunCommand({"/usr/bin/env", "readelf", "-n", file}).out);
+    for (std::string line; std::getline(notes, line);) {
+      if (const size_t at = line.find("Build ID: "); at != std::string::npos) {
+        return line.substr(at + 10);
+      }
+    }
+    return std::string();
+  };
+  const std::string want = build_id(ran), other = build_id(path);
+  if (want.empty() || other.empty()) GTEST_SKIP() << "readelf (binutils) gives no build-id";
+  ASSERT_NE(want, other);
+  const std::string trace = dir.File("ns.pt");
+  auto r =
+      RunCommand({PTRECORD_PATH, "--sideband-only", "-q", "-o", trace, "--", "/usr/bin/unshare",
+                  "--mount", "/bin/sh", "-c", "mount --bind " + ran + " " + path + " && " + path});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto reader = ContainerReader::Open(trace);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  RecordView rec;
+  std::string stored;
+  while (reader->Next(rec).value_or(false)) {
+    if (rec.type != RecordType::kCode) continue;
+    auto code = ParseCode(rec.payload);
+    if (!code.ok() || code->path != path || !(code->flags & kCodeIdentity)) continue;
+    for (uint8_t b : code->build_id) stored += fmt::format("{:02x}", b);
+  }
+  EXPECT_EQ(stored, want) << "the file out here has " << other;
 }
 
 }  // namespace

@@ -3274,6 +3274,25 @@ TEST_F(QemuEmulateTest, AGoProgramsStartupEndsAtMainMain) {
   EXPECT_THAT(folded.out, HasSubstr("main.fold "));
 }
 
+// A pid namespace (unshare --fork --pid, as containers run programs): when its first process
+// exits, the kernel kills the rest, which under qemu leaves their slots open. ptrecord waits for
+// such a process only while it runs qemu: the slot's pid is the one the namespace gave it, which
+// here names another process (sweep 37c H3: it waited for ever for the host's pid 4, a kernel
+// thread). (Their pids are the namespace's, not the kernel's: ptrecord(1) says so.)
+TEST_F(QemuEmulateTest, AKilledProcessOfAPidNamespaceIsNotWaitedForEver) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (RunCommand({"/usr/bin/unshare", "--fork", "--pid", "/bin/true"}).exit_code != 0) {
+    GTEST_SKIP() << "unshare --pid not available here (needs root or user namespaces)";
+  }
+  const std::string trace = dir_->File("ns.pt");
+  auto r = RunCommand({"/usr/bin/timeout", "60", PTRECORD_PATH, "--emulate=qemu", "-q", "-o", trace,
+                       "--", "/usr/bin/unshare", "--fork", "--pid", "/bin/sh", "-c",
+                       std::string(E2E_PROGRAM_DIR "/e2e_spin & sleep 0.3; exit 0")});
+  EXPECT_NE(r.exit_code, 124) << "ptrecord did not end: " << r.err;
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("waiting for a process")));
+}
+
 }  // namespace
 
 }  // namespace ptkit
