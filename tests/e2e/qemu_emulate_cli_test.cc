@@ -30,10 +30,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "e2e_programs.h"
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "ptkit/container_format.h"
+#include "ptkit/container_reader.h"
 #include "read_file.h"
 #include "run_command.h"
 #include "temp_dir.h"
@@ -3291,6 +3294,41 @@ TEST_F(QemuEmulateTest, AKilledProcessOfAPidNamespaceIsNotWaitedForEver) {
   EXPECT_NE(r.exit_code, 124) << "ptrecord did not end: " << r.err;
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, Not(HasSubstr("waiting for a process")));
+}
+
+// A program run at a path that names another file where ptrecord runs (a bind mount in a
+// mount namespace, a container's own file): the plugin reads each mapped file's build-id in
+// the guest's namespace and writes it in the MMAP2 record, as the kernel does for perf record
+// --buildid-mmap, so the file that ran is identified and decoded (sweep 37c H2: ptrecord read
+// the path in its own namespace, and the host's file was identified and decoded in its place).
+TEST_F(QemuEmulateTest, AProgramOfAnotherMountNamespaceIsTheFileThatRan) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (RunCommand({"/usr/bin/unshare", "--mount", "/bin/true"}).exit_code != 0) {
+    GTEST_SKIP() << "unshare --mount not available here (needs root)";
+  }
+  const std::string path = dir_->Copy(E2E_PROGRAM_DIR "/e2e_spin", "prog");
+  const std::string ran = std::filesystem::canonical("/bin/true").string();
+  ExpectDecodedEqualsTruth("mountns", {"/usr/bin/unshare", "--mount", "/bin/sh", "-c",
+                                       "mount --bind " + ran + " " + path + " && " + path});
+  // readelf -n: "    Build ID: 0123abcd..."
+  std::istringstream notes(RunCommand({"/usr/bin/env", "readelf", "-n", ran}).out);
+  std::string want;
+  for (std::string line; std::getline(notes, line);) {
+    if (const size_t at = line.find("Build ID: "); at != std::string::npos) {
+      want = line.substr(at + 10);
+    }
+  }
+  auto reader = ContainerReader::Open(dir_->File("mountns.pt"));
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  RecordView rec;
+  std::string stored;
+  while (reader->Next(rec).value_or(false)) {
+    if (rec.type != RecordType::kCode) continue;
+    auto code = ParseCode(rec.payload);
+    if (!code.ok() || code->path != path || !(code->flags & kCodeIdentity)) continue;
+    for (uint8_t b : code->build_id) stored += fmt::format("{:02x}", b);
+  }
+  EXPECT_EQ(stored, want);
 }
 
 }  // namespace
