@@ -114,11 +114,13 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
       changed.insert(path);
       warnings.push_back(absl::StrCat(
           path,
-          " changed while the command ran (replaced or written again): the identity of "
-          "the file it mapped is stored, so a decode with the file as it is now says it is not "
-          "the file that was recorded",
+          " changed while the command ran (replaced or written again), or is another file "
+          "here than where the command ran it (another mount namespace: a container's file, a "
+          "bind mount): the identity of the file it mapped is stored, so a decode with the file "
+          "as it is here says it is not the file that was recorded",
           archive_ ? "; its code is not archived" : "",
-          " (keep the file as it ran until the recording ends, or record a copy of it)"));
+          " (keep the file as it ran until the recording ends, or record a copy of it; decode "
+          "with --sysroot naming the root it ran in)"));
     }
     PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{.pid = map.pid,
                                                        .flags = stored.flags,
