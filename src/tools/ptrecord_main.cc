@@ -448,7 +448,12 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
     o.snapshot_size = 0;
     if (!snapshot.empty()) {
       absl::StatusOr<uint64_t> s = ptkit::record::ParseSize(snapshot);
-      if (!s.ok()) return Fail("--snapshot: " + std::string(s.status().message()), 2);
+      if (!s.ok()) {
+        // (`ptrecord --snapshot ./app` took the command for the size: sweep 37a L4.)
+        return Fail("--snapshot: " + std::string(s.status().message()) +
+                        "; a size is written --snapshot=SIZE, and the command goes after --",
+                    2);
+      }
       // (Sweep 30a F9: 0 took the whole area, a size beyond it was cut to it, unsaid.)
       if (*s == 0) {
         return Fail("--snapshot 0: give a size above 0, or none for the whole AUX area", 2);
@@ -487,7 +492,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
     o.aux_sample_size = ptkit::record::kDefaultAuxSampleSize;
     if (!aux_sample.empty()) {
       absl::StatusOr<uint64_t> s = ptkit::record::ParseSize(aux_sample);
-      if (!s.ok()) return Fail("--aux-sample: " + std::string(s.status().message()), 2);
+      if (!s.ok()) {
+        return Fail("--aux-sample: " + std::string(s.status().message()) +
+                        "; a size is written --aux-sample=SIZE, and the command goes after --",
+                    2);
+      }
       if (absl::Status bad = ptkit::record::CheckAuxSampleSize(*s, 0); !bad.ok()) {
         return Fail(std::string(bad.message()), 2);
       }

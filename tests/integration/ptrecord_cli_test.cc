@@ -133,6 +133,12 @@ TEST(PtrecordCliTest, UsageErrorsSayWhatToDo) {
   EXPECT_THAT(Ptrecord(dir.path(), "--emulate --max-steps -5 -- /bin/true").err,
               HasSubstr("--max-steps -5: expected a number of steps >= 1"));
   EXPECT_THAT(Ptrecord(dir.path(), "-o . -- /bin/true").err, HasSubstr("-o . is a directory"));
+  // An option with an optional value given the command without -- (sweep 37a L4).
+  for (const char* option : {"--snapshot", "--aux-sample"}) {
+    const CliRun swallowed = Ptrecord(dir.path(), std::string(option) + " /bin/true");
+    EXPECT_EQ(swallowed.code, 2) << swallowed.err;
+    EXPECT_THAT(swallowed.err, HasSubstr("=SIZE, and the command goes after --")) << option;
+  }
   // An output that exists: the option that replaces it is named.
   std::ofstream(dir.File("old.pt")) << "x";
   const CliRun exists = Ptrecord(dir.path(), "--emulate -o old.pt -- /bin/true");
