@@ -467,7 +467,10 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   };
   // The status line, about once a second, erased before the summary.
   record::StatusLine status_line(stderr, options.status_line, record::SteadyClockMs);
-  lo.after_pass = [&] { status_line.Update(drainer.Totals(), writer->stats().stored_bytes); };
+  lo.after_pass = [&] {
+    h->reader_passes.fetch_add(1, std::memory_order_relaxed);  // alive (WaitForReader)
+    status_line.Update(drainer.Totals(), writer->stats().stored_bytes);
+  };
   absl::StatusOr<record::LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
   status_line.Clear();
   if (loop.ok() && !snapshot_status.ok()) loop = snapshot_status;

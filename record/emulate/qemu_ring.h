@@ -38,7 +38,7 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 10;
+inline constexpr uint32_t kQemuRegionVersion = 11;
 
 // What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
 // plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
@@ -122,6 +122,10 @@ struct QemuRegionHeader {
   // clone calls with CLONE_VM but not CLONE_THREAD (nor CLONE_VFORK, which qemu runs as a
   // fork) that failed with EINVAL: qemu-user creates no such process, the kernel would have.
   std::atomic<uint32_t> clones_refused;
+  // ptrecord's drain passes (one at least every kDrainIntervalMs): a plugin waiting for room in
+  // a full ring gives up when they stop (ptrecord is gone), not when its parent is init (a pid
+  // namespace's processes and a daemon's have parent 1 while ptrecord drains: sweep 37c M1).
+  std::atomic<uint64_t> reader_passes;
 };
 inline constexpr uint32_t kQemuForkedPids = 64;
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);

@@ -3331,6 +3331,21 @@ TEST_F(QemuEmulateTest, AProgramOfAnotherMountNamespaceIsTheFileThatRan) {
   EXPECT_EQ(stored, want);
 }
 
+// A process of a pid namespace whose parent is the namespace's init (pid 1) waits for
+// ptrecord when its ring is full, as any other does: it took parent 1 for ptrecord gone, gave
+// up ("ptrecord stopped draining") and ran on untraced (sweep 37c M1; small rings fill).
+TEST_F(QemuEmulateTest, AFullRingInAPidNamespaceIsWaitedFor) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (RunCommand({"/usr/bin/unshare", "--fork", "--pid", "/bin/true"}).exit_code != 0) {
+    GTEST_SKIP() << "unshare --pid not available here (needs root or user namespaces)";
+  }
+  auto r = RunCommand({"/usr/bin/timeout", "120", PTRECORD_PATH, "--emulate=qemu", "-q", "-m",
+                       "64,4", "-o", dir_->File("full.pt"), "--", "/usr/bin/unshare", "--fork",
+                       "--pid", "/bin/sh", "-c", "/bin/ls -R /usr/share/doc > /dev/null; true"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("stopped draining")));
+}
+
 }  // namespace
 
 }  // namespace ptkit
