@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -107,51 +108,6 @@ absl::StatusOr<pid_t> ThreadGroupOf(pid_t id) {
     }
   }
   return absl::NotFoundError(absl::StrCat(path, " has no Tgid line"));
-}
-
-absl::StatusOr<std::vector<uint8_t>> SynthesizeProcessRecords(pid_t pid,
-                                                              std::span<const pid_t> tids,
-                                                              const perf::SampleIdLayout& layout) {
-  PTKIT_ASSIGN_OR_RETURN(std::vector<ProcMapping> maps, ReadProcMaps(absl::StrCat(pid)));
-  std::vector<uint8_t> out;
-  auto append = [&out](const std::vector<uint8_t>& record) {
-    out.insert(out.end(), record.begin(), record.end());
-  };
-  perf::SampleId id;
-  id.has_tid = id.has_time = id.has_cpu = id.has_id = true;
-  id.pid = static_cast<uint32_t>(pid);
-  id.cpu = ~0u;
-  for (const pid_t tid : tids) {
-    absl::StatusOr<std::string> name =
-        ReadSystemFile(absl::StrCat("/proc/", pid, "/task/", tid, "/comm"));
-    if (!name.ok()) continue;  // the thread has exited
-    perf::Comm comm;
-    comm.pid = id.pid;
-    comm.tid = static_cast<uint32_t>(tid);
-    const std::string_view text = Strip(*name);
-    comm.comm = text;
-    comm.sample_id = id;
-    comm.sample_id.tid = comm.tid;
-    append(perf::EncodeComm(comm, layout));
-  }
-  for (const ProcMapping& m : maps) {
-    if (!(m.prot & PROT_EXEC) || m.path == "[vsyscall]") continue;
-    perf::Mmap2 mmap;
-    mmap.pid = mmap.tid = id.pid;
-    mmap.addr = m.start;
-    mmap.len = m.end - m.start;
-    mmap.pgoff = m.offset;
-    mmap.maj = m.dev_major;
-    mmap.min = m.dev_minor;
-    mmap.ino = m.inode;
-    mmap.prot = static_cast<uint32_t>(m.prot);
-    mmap.flags = m.shared ? MAP_SHARED : MAP_PRIVATE;
-    mmap.filename = m.path.empty() ? std::string_view("//anon") : std::string_view(m.path);
-    mmap.sample_id = id;
-    mmap.sample_id.tid = id.pid;
-    append(perf::EncodeMmap2(mmap, layout));
-  }
-  return out;
 }
 
 }  // namespace ptkit::record

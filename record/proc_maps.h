@@ -6,14 +6,12 @@
 
 #include <cstdint>
 #include <optional>
-#include <span>
 #include <string>
 #include <string_view>
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "ptkit/perf_records.h"
 
 namespace ptkit::record {
 
@@ -51,20 +49,6 @@ absl::StatusOr<std::vector<pid_t>> ListThreads(pid_t id);
 // The process (thread group) id of task `id`, from /proc/ID/status. Errors: kNotFound when
 // there is no such task.
 absl::StatusOr<pid_t> ThreadGroupOf(pid_t id);
-
-// The records perf writes for what a process had before it attached (-p, -t, -a): the kernel
-// writes COMM and MMAP2 records only for what happens once the events are enabled, so perf
-// record synthesizes them from /proc (perf_event__synthesize_thread_map), and without them
-// the code the process already runs has no image to decode or name. For process `pid`: one
-// COMM per thread of `tids` (its name from /proc/PID/task/TID/comm), then one MMAP2 per
-// executable mapping of /proc/PID/maps (pid/tid both `pid`, as perf writes them): a file with
-// its device and inode, "[vdso]", "//anon" for anonymous memory as the kernel names it; not
-// [vsyscall], which the kernel never reports either. Each with the `layout` trailer at time 0
-// (before every kernel record, as perf's) and cpu -1. A thread that is gone by then is left
-// out. Errors: kNotFound when the process is gone.
-absl::StatusOr<std::vector<uint8_t>> SynthesizeProcessRecords(pid_t pid,
-                                                              std::span<const pid_t> tids,
-                                                              const perf::SampleIdLayout& layout);
 
 }  // namespace ptkit::record
 

@@ -20,6 +20,7 @@
 #include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
 #include "record/address_filter.h"
+#include "record/attach_records.h"
 #include "record/aux_sample.h"
 #include "record/code_capture.h"
 #include "record/control.h"

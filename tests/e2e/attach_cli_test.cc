@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
+#include <map>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -37,6 +38,17 @@ namespace fs = std::filesystem;
 const std::string kProgram = std::string(E2E_PROGRAM_DIR) + "/e2e_attach";
 
 bool HavePerf() { return RunCommand({"/usr/bin/env", "perf", "--version"}).exit_code == 0; }
+
+// readelf -n's build-id of `file` ("    Build ID: 0123abcd..."), "" when none.
+std::string BuildIdOf(const std::string& file) {
+  std::istringstream notes(RunCommand({"/usr/bin/env", "readelf", "-n", file}).out);
+  for (std::string line; std::getline(notes, line);) {
+    if (const size_t at = line.find("Build ID: "); at != std::string::npos) {
+      return line.substr(at + 10);
+    }
+  }
+  return "";
+}
 
 // The target (tests/e2e/programs/attach.c) started in `dir`, and its pid once both its threads
 // run; 0 if it did not get there in 20 s.
@@ -102,13 +114,15 @@ std::future<CommandResult> StartPtrecord(const std::string& out, std::vector<std
   return Start(argv);
 }
 
-// A mapping as perf script prints it: address, length, file offset, device, inode, path.
-using Mapping = std::tuple<uint64_t, uint64_t, uint64_t, std::string, uint64_t, std::string>;
+// A mapping as perf script prints it: address, length, file offset, path. (Ours carry the
+// file's build-id where perf's have device and inode: checked against readelf below.)
+using Mapping = std::tuple<uint64_t, uint64_t, uint64_t, std::string>;
 // (pid, tid, name) of a COMM record.
 using Comm = std::tuple<uint32_t, uint32_t, std::string>;
 
 struct Sideband {
-  std::set<Mapping> mmaps;  // of the attached process
+  std::set<Mapping> mmaps;                       // of the attached process
+  std::map<std::string, std::string> build_ids;  // path -> build-id (hex), where the MMAP2 has one
   std::set<Comm> comms;
   std::set<std::pair<uint32_t, uint32_t>> exits;  // (pid, tid)
 };
@@ -132,9 +146,10 @@ Sideband ReadTracePt(const std::string& path, uint32_t pid) {
       if (v.type == PERF_RECORD_MMAP2) {
         auto m = perf::ParseMmap2(v, none);
         if (!m.ok() || m->pid != pid) continue;
-        char dev[32];
-        std::snprintf(dev, sizeof dev, "%02x:%02x", m->maj, m->min);
-        out.mmaps.emplace(m->addr, m->len, m->pgoff, dev, m->ino, std::string(m->filename));
+        out.mmaps.emplace(m->addr, m->len, m->pgoff, std::string(m->filename));
+        std::string id;
+        for (uint8_t b : m->build_id) id += fmt::format("{:02x}", b);
+        if (!id.empty()) out.build_ids[std::string(m->filename)] = id;
       } else if (v.type == PERF_RECORD_COMM) {
         auto c = perf::ParseComm(v, none);
         if (c.ok() && c->pid == pid) out.comms.emplace(c->pid, c->tid, std::string(c->comm));
@@ -158,15 +173,15 @@ Sideband ReadPerfData(const std::string& path, uint32_t pid) {
   EXPECT_EQ(script.exit_code, 0) << script.err;
   static const std::regex kMmap(
       R"(PERF_RECORD_MMAP2 (\d+)/\d+: \[0x([0-9a-f]+)\(0x([0-9a-f]+)\) @ (0x[0-9a-f]+|0) )"
-      R"(([0-9a-f]+:[0-9a-f]+) (\d+) \d+\]: \S+ (.*)$)");
+      R"([0-9a-f]+:[0-9a-f]+ \d+ \d+\]: \S+ (.*)$)");
   static const std::regex kComm(R"(PERF_RECORD_COMM: (.*):(\d+)/(\d+)$)");
   std::istringstream lines(script.out);
   std::smatch m;
   for (std::string line; std::getline(lines, line);) {
     if (std::regex_search(line, m, kMmap)) {
-      if (std::stoul(m[1]) != pid || m[7] == "[vsyscall]") continue;
+      if (std::stoul(m[1]) != pid || m[5] == "[vsyscall]") continue;
       out.mmaps.emplace(std::stoull(m[2], nullptr, 16), std::stoull(m[3], nullptr, 16),
-                        std::stoull(m[4], nullptr, 16), m[5], std::stoull(m[6]), m[7]);
+                        std::stoull(m[4], nullptr, 16), m[5]);
     } else if (std::regex_search(line, m, kComm) && std::stoul(m[2]) == pid) {
       out.comms.emplace(std::stoul(m[2]), std::stoul(m[3]), m[1]);
     }
@@ -205,8 +220,12 @@ TEST(AttachTest, WhatTheProcessHadMappedIsRecordedAsPerfRecordsIt) {
   ASSERT_GE(theirs.mmaps.size(), 4u);
   EXPECT_EQ(ours.mmaps, theirs.mmaps);
   bool program = false;
-  for (const Mapping& m : ours.mmaps) program |= std::get<5>(m) == fs::canonical(kProgram);
+  for (const Mapping& m : ours.mmaps) program |= std::get<3>(m) == fs::canonical(kProgram);
   EXPECT_TRUE(program);
+  // Each file's build-id, as readelf reads it from the file (read through the process's
+  // /proc/PID/map_files: the file it mapped, in whatever mount namespace it runs).
+  EXPECT_EQ(ours.build_ids.size(), 3u);  // the program, libc, ld.so
+  for (const auto& [path, id] : ours.build_ids) EXPECT_EQ(id, BuildIdOf(path)) << path;
   // A COMM of each thread, named as perf names it.
   ASSERT_EQ(threads.size(), 3u);
   EXPECT_EQ(ours.comms, theirs.comms);
@@ -300,17 +319,7 @@ TEST(KernelPathTest, AProgramOfAnotherMountNamespaceIsIdentifiedAsTheFileThatRan
   TempDir dir;
   const std::string path = dir.Copy(kProgram, "prog");  // what the path names out here
   const std::string ran = fs::canonical("/bin/true");   // what runs there in the namespace
-  auto build_id = [](const std::string& file) {
-    // readelf -n: "    Build ID: 0123abcd..."
-    std::istringstream notes(RunCommand({"/usr/bin/env", "readelf", "-n", file}).out);
-    for (std::string line; std::getline(notes, line);) {
-      if (const size_t at = line.find("Build ID: "); at != std::string::npos) {
-        return line.substr(at + 10);
-      }
-    }
-    return std::string();
-  };
-  const std::string want = build_id(ran), other = build_id(path);
+  const std::string want = BuildIdOf(ran), other = BuildIdOf(path);
   if (want.empty() || other.empty()) GTEST_SKIP() << "readelf (binutils) gives no build-id";
   ASSERT_NE(want, other);
   const std::string trace = dir.File("ns.pt");
