@@ -583,6 +583,7 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
   }
   const uint32_t file_index = static_cast<uint32_t>(files_.size());
   ImageFile file{spec.path, "elf", 0};
+  file.elf32 = !elf.is_64bit();
   int loaded = 0;
   for (size_t i = 0; i < elf.LoadSegments().size(); ++i) {
     const ElfSegment& segment = elf.LoadSegments()[i];
@@ -618,6 +619,7 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
 ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) const {
   LinkSymbols table;
   table.loads = elf.LoadSegments();
+  table.elf32 = !elf.is_64bit();
   LoadSymbolsInto(elf, table.symbols);
   LoadPltSymbolsInto(elf, table.symbols);
   if (!elf.HasSymtab()) {
@@ -806,6 +808,7 @@ void ProgramImage::LoadCapturedSymbols(const std::string& name, uint32_t file_in
   if (bytes.size() < SELFMAG || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0) return;
   absl::StatusOr<ElfFile> elf = ElfFile::FromMemory(name, bytes);
   if (!elf.ok()) return;
+  files_[file_index].elf32 = !elf->is_64bit();
   std::vector<Placement> placements;
   for (const ElfSegment& segment : elf->LoadSegments()) {
     if (segment.offset + segment.filesz > bytes.size()) continue;
@@ -877,6 +880,7 @@ void ProgramImage::PlaceFileSymbols(const std::string& path, uint32_t file_index
   // The file's symbols are read once, for its first mapping.
   const LinkSymbols* table = LinkSymbolsOf(path, nullptr);
   if (table == nullptr) return;  // not an ELF file
+  files_[file_index].elf32 = table->elf32;
   std::vector<Placement> placements;
   for (const ElfSegment& phdr : table->loads) {
     if (phdr.filesz == 0) continue;
@@ -946,6 +950,11 @@ int ProgramImage::SectionAt(uint64_t ip, AddressRange* range) const {
 int ProgramImage::FileAt(uint64_t ip) const {
   const Mapping* m = MappingAt(ip);
   return m == nullptr ? -1 : static_cast<int>(m->file);
+}
+
+pt_exec_mode ProgramImage::ElfModeAt(uint64_t ip) const {
+  const Mapping* m = MappingAt(ip);
+  return m != nullptr && files_[m->file].elf32 ? ptem_32bit : ptem_64bit;
 }
 
 AddressRange ProgramImage::HoleAround(uint64_t ip) const {
