@@ -33,7 +33,6 @@ using ::testing::Not;
 const std::string kGate = E2E_PROGRAM_DIR "/e2e_compat_gate";
 const std::string kI386 = E2E_PROGRAM_DIR "/e2e_i386";
 const std::string kI386Static = E2E_PROGRAM_DIR "/e2e_i386_static";
-constexpr char kPerf[] = "/usr/bin/perf";
 
 #define PTKIT_SKIP_WITHOUT_M32()                                                         \
   if (!PTKIT_HAVE_M32)                                                                   \
@@ -42,6 +41,7 @@ constexpr char kPerf[] = "/usr/bin/perf";
 
 class EmulateI386Test : public ::testing::Test {
  protected:
+  static constexpr char kPerf[] = "/usr/bin/perf";
   // Records `program` stepped (with `extra` options); false (the test skipped) when ptrace is
   // denied.
   bool Record(const std::string& program, int want_exit = 0,
