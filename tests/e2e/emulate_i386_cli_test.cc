@@ -42,14 +42,16 @@ const std::string kI386Static = E2E_PROGRAM_DIR "/e2e_i386_static";
 class EmulateI386Test : public ::testing::Test {
  protected:
   static constexpr char kPerf[] = "/usr/bin/perf";
-  // Records `program` stepped (with `extra` options); false (the test skipped) when ptrace is
-  // denied.
+  // Records `program` with `args` stepped (with `extra` ptrecord options); false (the test
+  // skipped) when ptrace is denied.
   bool Record(const std::string& program, int want_exit = 0,
-              const std::vector<std::string>& extra = {}) {
+              const std::vector<std::string>& extra = {},
+              const std::vector<std::string>& args = {}) {
     std::vector<std::string> argv = {
         PTRECORD_PATH, "--emulate=step", "--ground-truth", truth_, "-o", trace_};
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.insert(argv.end(), {"--", program});
+    argv.insert(argv.end(), args.begin(), args.end());
     auto rec = RunCommand(argv);
     if (rec.err.find("Operation not permitted") != std::string::npos) return false;
     EXPECT_EQ(rec.exit_code, want_exit) << rec.err;
@@ -151,6 +153,17 @@ TEST_F(EmulateI386Test, AStaticI386Program) {
   for (const char* f : {"leaf", "mid", "rec", "incdec", "main", "qsort", "printf"}) {
     EXPECT_EQ(Calls(f), TruthEntries(kI386Static, f)) << f;
   }
+}
+
+// A 64-bit program execs an i386 one: the TIP.PGE after the exec carries MODE.Exec 32-bit, and
+// the new program's vDSO (the i386 one, at its own address in the same pid) is stored.
+TEST_F(EmulateI386Test, A64BitProgramExecsAnI386One) {
+  PTKIT_SKIP_WITHOUT_M32();
+  if (!Record(E2E_PROGRAM_DIR "/e2e_qemu_exec", 0, {}, {"closed", kI386})) {
+    GTEST_SKIP() << "ptrace denied";
+  }
+  const std::string insn = CheckDecode();
+  EXPECT_LT(insn.find("bits=64"), insn.find("bits=32"));
 }
 
 // BTS records say no mode: ptdecode decodes the code of an i386 file as 32-bit (it walked it
