@@ -57,20 +57,22 @@ class BtsWalker {
     // Walk ip_ .. from, one block.
     pt_block block = {};
     block.ip = ip_;
-    block.mode = ptem_64bit;
+    // BTS records say no mode: the code's file's ELF class does (i386 code in an i386 file).
+    const pt_exec_mode mode = image_.ElfModeAt(ip_);
+    block.mode = mode;
     block.iclass = ptic_other;
     for (uint64_t n = 0;; ++n) {
       pt_insn insn = {};
       ZydisDecodedInstruction z;
       size_t got = image_.Read(ip_, insn.raw, sizeof(insn.raw));
-      if (got == 0 || disassembler_.Length(ptem_64bit, insn.raw, got, &z) == 0) {
+      if (got == 0 || disassembler_.Length(mode, insn.raw, got, &z) == 0) {
         Flush(block);
         Error(got == 0 ? pte_nomap : pte_bad_insn, offset, ip_);
         break;
       }
       insn.ip = ip_;
       insn.size = z.length;
-      insn.mode = ptem_64bit;
+      insn.mode = mode;
       insn.iclass = ClassOf(z);
       Emit(block, insn);
       if (ip_ == from) {

@@ -103,7 +103,10 @@ inline void CallStack::Count(uint32_t f, uint64_t n) {
 uint64_t CallStack::MemoOf(const pt_block& block) {
   if (block.truncated) return 0;
   // (A retpoline's return is Return's to tell, with the block's return_ip_: no run has it.)
-  if (block.iclass == ptic_return && IsRetpolineReturn(block.end_ip)) return 0;
+  if (block.iclass == ptic_return &&
+      (IsRetpolineReturn(block.end_ip) || IsRetImmReturn(block.end_ip))) {
+    return 0;
+  }
   const int s = image_->SymbolAt(block.ip);
   const int file = s < 0 ? image_->FileAt(block.ip) : -1;
   if (block.ninsn > 1 &&
@@ -1220,7 +1223,32 @@ void CallStack::Return(uint64_t target) {
     return;
   }
   return_matched_ = ReturnMatched(target, /*must=*/true);
-  if (!return_matched_ && !RetpolineReturn(target)) ReturnUnmatched();
+  if (!return_matched_ && !RetpolineReturn(target) && !ResolverReturn(target)) ReturnUnmatched();
+}
+
+bool CallStack::IsRetImmReturn(uint64_t ret_ip) const {
+  uint8_t b = 0;
+  return image_->Read(ret_ip, &b, 1) == 1 && b == 0xc2;
+}
+
+// i386 lazy binding: the PLT entry jumps to ld.so's _dl_runtime_resolve, which enters the
+// function it resolved by returning to it (`mov %eax, (%esp); mov 4(%esp), %eax; ret $0xc`;
+// x86-64's jumps: jmp *%r11) (sweep 37b H1: every imported function had 0 calls at its first
+// call, which ran in the caller's frame, the call's frame popped). A `ret $imm16` that no frame
+// expects, to a function's entry, is such a jump: the frame of the call that reached the PLT
+// entry goes on as the target's, entered by a tail call as Jump counts it. Such a block is not
+// in a run (MemoOf). Chunk mode leaves it to the merge.
+bool CallStack::ResolverReturn(uint64_t target) {
+  if (frames_.empty() || beyond_ != 0 || !IsRetImmReturn(return_ip_)) return false;
+  const uint32_t f = CallTarget(target);
+  if (functions_[f].address != target) return false;
+  if (chunk_) {
+    failed_ = true;
+    return false;
+  }
+  Jump(f, target);
+  current_ = f;
+  return true;
 }
 
 bool CallStack::IsRetpolineReturn(uint64_t ret_ip) const {

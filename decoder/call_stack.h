@@ -382,6 +382,10 @@ class CallStack {
   void Return(uint64_t target);
   bool IsRetpolineReturn(uint64_t ret_ip) const;
   bool RetpolineReturn(uint64_t target);
+  // Whether the return at `ret_ip` is `ret $imm16` (0xc2), as i386 ld.so's
+  // _dl_runtime_resolve enters a lazily bound function: see ResolverReturn.
+  bool IsRetImmReturn(uint64_t ret_ip) const;
+  bool ResolverReturn(uint64_t target);
   void FellInto(uint32_t f, uint64_t ip);
   void ReturnUnmatched();
 

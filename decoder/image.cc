@@ -258,13 +258,17 @@ void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
 // JUMP_SLOT or GLOB_DAT relocation; "*ABS*+0xADDEND" for an IRELATIVE one (as objdump).
 std::map<uint64_t, std::string> GotSlotNames(const ElfFile& elf) {
   std::map<uint64_t, std::string> out;
+  const bool i386 = elf.machine() == EM_386;
+  const uint32_t irelative = i386 ? R_386_IRELATIVE : R_X86_64_IRELATIVE;
   for (const ElfRelocation& rela : elf.Relocations()) {
-    if (rela.type != R_X86_64_JUMP_SLOT && rela.type != R_X86_64_GLOB_DAT &&
-        rela.type != R_X86_64_IRELATIVE) {
+    if (i386 ? rela.type != R_386_JMP_SLOT && rela.type != R_386_GLOB_DAT &&
+                   rela.type != R_386_IRELATIVE
+             : rela.type != R_X86_64_JUMP_SLOT && rela.type != R_X86_64_GLOB_DAT &&
+                   rela.type != R_X86_64_IRELATIVE) {
       continue;
     }
     std::string name = Demangle(rela.symbol);
-    if (name.empty() && rela.type != R_X86_64_IRELATIVE) continue;
+    if (name.empty() && rela.type != irelative) continue;
     if (name.empty()) name = "*ABS*";
     if (rela.addend != 0) name += fmt::format("+{:#x}", rela.addend);
     out.emplace(rela.offset, std::move(name));
@@ -272,18 +276,27 @@ std::map<uint64_t, std::string> GotSlotNames(const ElfFile& elf) {
   return out;
 }
 
-// endbr64, the first instruction of IBT code.
+// endbr64 and endbr32, the first instruction of IBT code.
 constexpr char kEndbr64[] = "\xf3\x0f\x1e\xfa";
+constexpr char kEndbr32[] = "\xf3\x0f\x1e\xfb";
 
 // Appends a symbol "X@plt" for each PLT entry of `elf`, as objdump and gdb name them (BFD's
 // synthetic symbols): the entries of .plt, .plt.sec (IBT), .plt.bnd (MPX) and .plt.got
 // (-z now, -fno-plt) that jump through a GOT slot with a name (GotSlotNames). An entry jumps
 // with `[endbr64] [bnd] jmp *disp32(%rip)` at its start; .plt's first entry (the lazy binding
 // trampoline) and, with IBT, .plt's lazy entries (which the .plt.sec entries reach through the
-// GOT) do not, and stay unnamed as objdump leaves them. At link-time addresses, as
-// LoadSymbolsInto.
+// GOT) do not, and stay unnamed as objdump leaves them. i386 (ld's elf_i386 entries): `[endbr32]
+// jmp *ADDRESS` (ff 25, absolute) or, in PIC code, `jmp *disp32(%ebx)` (ff a3; %ebx holds
+// .got.plt's address, _GLOBAL_OFFSET_TABLE_). At link-time addresses, as LoadSymbolsInto.
 void LoadPltSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
-  if (elf.machine() != EM_X86_64) return;
+  const bool i386 = elf.machine() == EM_386;
+  if (elf.machine() != EM_X86_64 && !i386) return;
+  uint64_t got_plt = 0;  // i386: what %ebx holds in PIC code
+  if (i386) {
+    for (const ElfSection& shdr : elf.Sections()) {
+      if (shdr.name == ".got.plt" || (got_plt == 0 && shdr.name == ".got")) got_plt = shdr.addr;
+    }
+  }
   std::map<uint64_t, std::string> slots;
   bool have_slots = false;
   for (const ElfSection& shdr : elf.Sections()) {
@@ -305,7 +318,8 @@ void LoadPltSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
     const uint8_t* bytes = data.data();
     const size_t size = std::min<size_t>(data.size(), shdr.size);
     auto jumps_through_got = [&](size_t offset) {
-      return offset + 6 <= size && bytes[offset] == 0xff && bytes[offset + 1] == 0x25;
+      return offset + 6 <= size && bytes[offset] == 0xff &&
+             (bytes[offset + 1] == 0x25 || (i386 && bytes[offset + 1] == 0xa3));
     };
     uint64_t entry_size = 16;
     if (shdr.entsize == 8 || shdr.entsize == 16) {
@@ -316,14 +330,18 @@ void LoadPltSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
     for (size_t offset = 0; offset + entry_size <= size; offset += entry_size) {
       const uint8_t* p = bytes + offset;
       const uint8_t* end = p + entry_size;
-      if (end - p >= 4 && std::memcmp(p, kEndbr64, 4) == 0) p += 4;
-      if (p < end && *p == 0xf2) ++p;                             // bnd
-      if (end - p < 6 || p[0] != 0xff || p[1] != 0x25) continue;  // jmp *disp32(%rip)
+      if (end - p >= 4 && std::memcmp(p, i386 ? kEndbr32 : kEndbr64, 4) == 0) p += 4;
+      if (p < end && *p == 0xf2) ++p;  // bnd
+      // jmp *disp32(%rip); i386: jmp *ADDRESS, jmp *disp32(%ebx)
+      if (end - p < 6 || p[0] != 0xff || (p[1] != 0x25 && !(i386 && p[1] == 0xa3))) continue;
       int32_t disp = 0;
       std::memcpy(&disp, p + 2, 4);
       const uint64_t entry = shdr.addr + offset;
       const uint64_t next_ip = entry + static_cast<uint64_t>(p + 6 - (bytes + offset));
-      auto slot = slots.find(next_ip + static_cast<uint64_t>(static_cast<int64_t>(disp)));
+      const uint64_t base = !i386 ? next_ip : p[1] == 0xa3 ? got_plt : 0;
+      if (i386 && p[1] == 0xa3 && got_plt == 0) continue;
+      auto slot = slots.find(i386 ? static_cast<uint32_t>(base + static_cast<int64_t>(disp))
+                                  : base + static_cast<uint64_t>(static_cast<int64_t>(disp)));
       if (slot == slots.end()) continue;
       out.push_back({entry, entry + entry_size, slot->second + "@plt", 0, kLastRank});
     }
@@ -568,6 +586,7 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
   }
   const uint32_t file_index = static_cast<uint32_t>(files_.size());
   ImageFile file{spec.path, "elf", 0};
+  file.elf32 = !elf.is_64bit();
   int loaded = 0;
   for (size_t i = 0; i < elf.LoadSegments().size(); ++i) {
     const ElfSegment& segment = elf.LoadSegments()[i];
@@ -604,6 +623,7 @@ ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) cons
   LinkSymbols table;
   table.loads = elf.LoadSegments();
   table.entry = elf.entry();
+  table.elf32 = !elf.is_64bit();
   LoadSymbolsInto(elf, table.symbols);
   LoadPltSymbolsInto(elf, table.symbols);
   if (!elf.HasSymtab()) {
@@ -796,6 +816,7 @@ void ProgramImage::LoadCapturedSymbols(const std::string& name, uint32_t file_in
   if (bytes.size() < SELFMAG || std::memcmp(bytes.data(), ELFMAG, SELFMAG) != 0) return;
   absl::StatusOr<ElfFile> elf = ElfFile::FromMemory(name, bytes);
   if (!elf.ok()) return;
+  files_[file_index].elf32 = !elf->is_64bit();
   std::vector<Placement> placements;
   for (const ElfSegment& segment : elf->LoadSegments()) {
     if (segment.offset + segment.filesz > bytes.size()) continue;
@@ -867,6 +888,7 @@ void ProgramImage::PlaceFileSymbols(const std::string& path, uint32_t file_index
   // The file's symbols are read once, for its first mapping.
   const LinkSymbols* table = LinkSymbolsOf(path, nullptr);
   if (table == nullptr) return;  // not an ELF file
+  files_[file_index].elf32 = table->elf32;
   std::vector<Placement> placements;
   for (const ElfSegment& phdr : table->loads) {
     if (phdr.filesz == 0) continue;
@@ -936,6 +958,11 @@ int ProgramImage::SectionAt(uint64_t ip, AddressRange* range) const {
 int ProgramImage::FileAt(uint64_t ip) const {
   const Mapping* m = MappingAt(ip);
   return m == nullptr ? -1 : static_cast<int>(m->file);
+}
+
+pt_exec_mode ProgramImage::ElfModeAt(uint64_t ip) const {
+  const Mapping* m = MappingAt(ip);
+  return m != nullptr && files_[m->file].elf32 ? ptem_32bit : ptem_64bit;
 }
 
 AddressRange ProgramImage::HoleAround(uint64_t ip) const {

@@ -89,6 +89,7 @@ struct ImageFile {
   std::string kind;    // "elf", "raw" or "pages"
   uint64_t bytes = 0;  // mapped bytes
   std::string path;    // where its bytes and DWARF were read, when not `name`
+  bool elf32 = false;  // an ELFCLASS32 file (i386 code)
 };
 
 struct AddressRange {
@@ -170,6 +171,9 @@ class ProgramImage {
   size_t Read(uint64_t ip, uint8_t* out, size_t size) const;
   // Index into files() of the source mapping `ip`, or -1.
   int FileAt(uint64_t ip) const;
+  // The mode of the code at `ip` by its file's ELF class, for traces that do not say it (BTS):
+  // ptem_32bit in an ELFCLASS32 file (i386), else ptem_64bit.
+  pt_exec_mode ElfModeAt(uint64_t ip) const;
   // The libipt section id of the code at `ip` as the image's decoders see it (pt_insn.isid):
   // > 0 for a file section in the cache, 0 for bytes served by the read callback (page dumps,
   // captured bytes), -1 when `ip` is unmapped. `range`, if given, is set to the mapping's
@@ -247,6 +251,7 @@ class ProgramImage {
     std::vector<ElfSegment> loads;
     std::vector<Symbol> symbols;  // image unset
     uint64_t entry = 0;           // e_entry, 0 when none
+    bool elf32 = false;
   };
   LinkSymbols ReadLinkSymbols(const ElfFile& elf) const;
   // The table of the file at `path` (read from `opened` when given, else opened), kept in

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <sys/auxv.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -37,6 +38,18 @@ absl::StatusOr<std::vector<uint8_t>> ReadOwnVdso() {
   return absl::NotFoundError("no [vdso] line in /proc/self/maps at AT_SYSINFO_EHDR");
 }
 
+absl::StatusOr<std::vector<uint8_t>> ReadProcessMemory(uint32_t pid, uint64_t addr, uint64_t len) {
+  std::vector<uint8_t> out(len);
+  iovec local{out.data(), out.size()};
+  iovec remote{reinterpret_cast<void*>(addr), out.size()};
+  const ssize_t n = ::process_vm_readv(static_cast<pid_t>(pid), &local, 1, &remote, 1, 0);
+  if (n != static_cast<ssize_t>(len)) {
+    return ErrnoStatus(n < 0 ? errno : EIO, "read ", len, " bytes at 0x", absl::Hex(addr),
+                       " of process ", pid);
+  }
+  return out;
+}
+
 void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdLayout& layout) {
   if (record.type == PERF_RECORD_FORK) {
     absl::StatusOr<perf::Task> fork = perf::ParseTask(record, layout);
@@ -49,13 +62,28 @@ void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdL
       if (pid == fork->ppid) vdso.emplace_back(fork->pid, addr);
     }
     vdso_.insert(vdso.begin(), vdso.end());
+    for (const auto& [pid, addr] : vdso) {
+      auto image = vdso_image_.find({fork->ppid, addr});
+      if (image != vdso_image_.end()) vdso_image_[{pid, addr}] = image->second;
+    }
     return;
   }
   if (record.type != PERF_RECORD_MMAP2) return;
   absl::StatusOr<perf::Mmap2> m = perf::ParseMmap2(record, layout);
   if (!m.ok() || !(m->prot & PROT_EXEC)) return;
   if (m->filename == "[vdso]") {
-    vdso_.emplace(m->pid, m->addr);
+    const std::pair<uint32_t, uint64_t> key(m->pid, m->addr);
+    vdso_.insert(key);
+    vdso_image_.erase(key);  // (an exec: the new program's)
+    if (!own_vdso_) own_vdso_ = ReadOwnVdso();
+    absl::StatusOr<std::vector<uint8_t>> bytes = read_(m->pid, m->addr, m->len);
+    if (bytes.ok() && (!own_vdso_->ok() || *bytes != **own_vdso_)) {
+      other_vdsos_[m->len] = *std::move(bytes);
+      vdso_image_[key] = m->len;
+    } else if (!bytes.ok() && other_vdsos_.contains(m->len) &&
+               (!own_vdso_->ok() || (*own_vdso_)->size() != m->len)) {
+      vdso_image_[key] = m->len;  // gone already: the image of that size seen before
+    }
     return;
   }
   // Anonymous memory (perf's "//anon", JIT code), [stack], ..., files no path names (a memfd,
@@ -174,13 +202,19 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   }
   if (!vdso_.empty()) {
     absl::StatusOr<std::vector<uint8_t>> vdso = ReadOwnVdso();
-    if (!vdso.ok()) {
-      warnings.push_back(absl::StrCat("vdso not stored: ", vdso.status().message()));
-    } else {
-      for (const auto& [pid, addr] : vdso_) {
-        PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{
-            .pid = pid, .flags = kCodeVdso, .address = addr, .path = "[vdso]", .bytes = *vdso}));
+    bool said = false;
+    for (const auto& [pid, addr] : vdso_) {
+      auto other = vdso_image_.find({pid, addr});
+      if (other == vdso_image_.end() && !vdso.ok()) {
+        if (!std::exchange(said, true)) {
+          warnings.push_back(absl::StrCat("vdso not stored: ", vdso.status().message()));
+        }
+        continue;
       }
+      const std::vector<uint8_t>& bytes =
+          other != vdso_image_.end() ? other_vdsos_.at(other->second) : *vdso;
+      PTKIT_RETURN_IF_ERROR(writer.AppendCode(CodeRecord{
+          .pid = pid, .flags = kCodeVdso, .address = addr, .path = "[vdso]", .bytes = bytes}));
     }
   }
   return warnings;

@@ -6,7 +6,9 @@
 #define PTKIT_RECORD_CODE_CAPTURE_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -24,22 +26,32 @@ namespace ptkit::record {
 // Errors: kNotFound when there is no vdso.
 absl::StatusOr<std::vector<uint8_t>> ReadOwnVdso();
 
+// `len` bytes at `addr` in process `pid` (process_vm_readv). Errors: the errno's status.
+absl::StatusOr<std::vector<uint8_t>> ReadProcessMemory(uint32_t pid, uint64_t addr, uint64_t len);
+
 class CodeCapture {
  public:
+  using MemoryReader = std::function<absl::StatusOr<std::vector<uint8_t>>(
+      uint32_t pid, uint64_t addr, uint64_t len)>;
   // With `archive`, Write() also stores the bytes of every executable file mapping
-  // (ptrecord --archive), so decoding needs no file from this machine.
-  explicit CodeCapture(bool archive = false) : archive_(archive) {}
+  // (ptrecord --archive), so decoding needs no file from this machine. `read` reads a
+  // process's [vdso] when its MMAP2 is seen (an i386 process has another vdso than this one).
+  explicit CodeCapture(bool archive = false, MemoryReader read = ReadProcessMemory)
+      : archive_(archive), read_(std::move(read)) {}
 
   // Feed every sideband record; keeps MMAP2 records of executable mappings. A FORK of a new
-  // process gives it its parent's vdso, which it has without an MMAP2 record of its own.
+  // process gives it its parent's vdso, which it has without an MMAP2 record of its own. The
+  // bytes of a [vdso] are read from the process then (the kernel maps its 64-bit image into
+  // x86-64 programs and its i386 one into i386 programs); when it cannot be read (gone
+  // already), from another process's [vdso] of that size read before, else this process's.
   void OnRecord(const perf::RecordView& record, const perf::SampleIdLayout& layout);
 
   // One kCodeIdentity record per distinct mapped file (path + build-id, or content hash, of
   // the file as it was mapped: the MMAP2's build-id, or the file read when its first mapping
   // was seen; empty when unreadable: a warning is returned for each such file; a file that
   // changed since is said, and not archived) and one kCodeVdso
-  // record per process that mapped a [vdso], with this machine's vdso bytes at that
-  // process's address. With `archive`, one record (flags 0, build-id set) per distinct
+  // record per process that mapped a [vdso], with the bytes of its vdso (see OnRecord) at
+  // that process's address. With `archive`, one record (flags 0, build-id set) per distinct
   // executable mapping holding the file bytes [pgoff, pgoff + len) at its address, split in
   // 16 MiB pieces; a file shorter than the mapping gives what the file has; and each such
   // file whole (AppendArchivedFile: its symbols and line tables). Returns the warnings
@@ -71,9 +83,17 @@ class CodeCapture {
     auto operator<=>(const Range&) const = default;  // NOLINT(modernize-use-nullptr)
   };
   bool archive_ = false;
+  MemoryReader read_;
   std::map<std::string, FileMap> files_;          // path -> first executable mapping
   std::set<std::pair<uint32_t, uint64_t>> vdso_;  // (pid, [vdso] address)
-  std::set<Range> ranges_;                        // every executable file mapping (archive)
+  // Vdso images read from processes other than this one's (by size: the i386 image), and
+  // which of them each such process has.
+  std::map<uint64_t, std::vector<uint8_t>> other_vdsos_;
+  // (pid, [vdso] address) -> key of other_vdsos_ (an exec into an i386 program and back has
+  // both in one pid).
+  std::map<std::pair<uint32_t, uint64_t>, uint64_t> vdso_image_;
+  std::optional<absl::StatusOr<std::vector<uint8_t>>> own_vdso_;  // read at the first [vdso]
+  std::set<Range> ranges_;  // every executable file mapping (archive)
 };
 
 }  // namespace ptkit::record

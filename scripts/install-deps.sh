@@ -17,8 +17,9 @@ packages=(
   qemu-user
   # tests/corpus: its oracles (objdump, nm, addr2line, gdb; libc's symbols) and harness
   binutils gdb libc6-dbg python3
-  # tests/e2e: a Go program (goroutines switching stacks)
-  golang-go
+  # tests/e2e: a Go program (goroutines switching stacks); i386 programs (gcc -m32) for
+  # --emulate=step on 32-bit code
+  golang-go gcc-multilib
 )
 
 missing=()

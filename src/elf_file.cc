@@ -464,7 +464,10 @@ std::vector<ElfRelocation> ElfFile::Relocations() const {
   std::vector<ElfRelocation> out;
   for (Elf_Scn* scn = nullptr; (scn = elf_nextscn(elf, scn)) != nullptr;) {
     GElf_Shdr sh;
-    if (gelf_getshdr(scn, &sh) == nullptr || sh.sh_type != SHT_RELA) continue;
+    // (i386 has SHT_REL: the addend is in the relocated word, 0 here.)
+    if (gelf_getshdr(scn, &sh) == nullptr || (sh.sh_type != SHT_RELA && sh.sh_type != SHT_REL)) {
+      continue;
+    }
     Elf_Data* data = elf_getdata(scn, nullptr);
     if (data == nullptr || sh.sh_entsize == 0) continue;
     // The symbol table the entries index (sh_link), when there is one.
@@ -476,8 +479,15 @@ std::vector<ElfRelocation> ElfFile::Relocations() const {
     }
     const size_t count = sh.sh_size / sh.sh_entsize;
     for (size_t i = 0; i < count; ++i) {
-      GElf_Rela rela;
-      if (gelf_getrela(data, static_cast<int>(i), &rela) == nullptr) continue;
+      GElf_Rela rela{};
+      if (sh.sh_type == SHT_REL) {
+        GElf_Rel rel;
+        if (gelf_getrel(data, static_cast<int>(i), &rel) == nullptr) continue;
+        rela.r_offset = rel.r_offset;
+        rela.r_info = rel.r_info;
+      } else if (gelf_getrela(data, static_cast<int>(i), &rela) == nullptr) {
+        continue;
+      }
       ElfRelocation r{
           rela.r_offset, static_cast<uint32_t>(GELF_R_TYPE(rela.r_info)), rela.r_addend, {}};
       GElf_Sym sym;

@@ -72,10 +72,10 @@ struct ElfSymbol {
   std::string_view hidden_version;
 };
 
-// An SHT_RELA entry.
+// An SHT_RELA or SHT_REL entry.
 struct ElfRelocation {
   uint64_t offset = 0;  // r_offset
-  uint32_t type = 0;    // ELF64_R_TYPE: R_X86_64_JUMP_SLOT, ...
+  uint32_t type = 0;    // R_TYPE: R_X86_64_JUMP_SLOT, R_386_JMP_SLOT, ...
   int64_t addend = 0;
   std::string_view symbol;  // the name of its symbol; empty for none (index 0, no name)
 };
@@ -135,7 +135,8 @@ class ElfFile {
   // .gcc_except_table, as the personality routine reads them) that have a landing pad, sorted
   // by start. An LSDA of an encoding other than absolute or pc-relative is passed over.
   std::vector<ElfCallSite> CallSites() const;
-  // The entries of every SHT_RELA section, in section order.
+  // The entries of every SHT_RELA and SHT_REL section, in section order (an SHT_REL entry's
+  // addend is 0: it is in the relocated word).
   std::vector<ElfRelocation> Relocations() const;
 
   // The NT_GNU_BUILD_ID note, looked for in the PT_NOTE segments (what the loader and the

@@ -608,6 +608,9 @@ absl::StatusOr<EmulateResult> RecordStepped(const EmulateOptions& options, bool&
     }
     std::function<void(uint32_t, uint64_t)> retired;  // --trigger
     void OnThreadEnd(uint32_t tid) override { inner.OnThreadEnd(tid); }
+    // The new program's MMAP2s while it still exists: its [vdso] is read then (an i386
+    // program's is not ptrecord's).
+    void OnExec(uint32_t pid) override { drain(); }
   };
   absl::Status sideband_status;
   auto drain_sideband = [&] {

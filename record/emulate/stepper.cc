@@ -56,7 +56,8 @@ struct Thread {
   uint32_t stream = 0;      // the id its trace stream has (the tid it started with; see exec)
   uint64_t mm = 0;          // its address space (key of Run::mms_; 0: not known yet)
   uint64_t pending_ip = 0;  // the instruction the current step executes
-  bool started = false;     // its stream has begun (first stop seen)
+  swpt::ExecMode mode = swpt::ExecMode::k64Bit;  // the mode pending_ip runs in (its CS)
+  bool started = false;                          // its stream has begun (first stop seen)
   bool signal_to_handler = false;   // a caught signal was injected: next stop is handler entry
   bool waiting_for_parent = false;  // --filter: first stop seen before the clone event
   bool cloned = false;              // counted in its Mm's `unstarted` until StartThread
@@ -155,9 +156,27 @@ class MemFile {
   ScopedFd fd_;
 };
 
-bool IsMapSyscall(uint64_t nr) {
+// Whether syscall `nr` changes mappings; `ia32`: a number of the i386 table (an INT 0x80 or
+// SYSENTER: 32-bit programs, or 64-bit code calling through INT 0x80).
+bool IsMapSyscall(uint64_t nr, bool ia32) {
+  if (ia32) {
+    // arch/x86/entry/syscalls/syscall_32.tbl: mmap, munmap, mprotect, mremap, mmap2,
+    // remap_file_pages.
+    return nr == 90 || nr == 91 || nr == 125 || nr == 163 || nr == 192 || nr == 257;
+  }
   return nr == SYS_mmap || nr == SYS_munmap || nr == SYS_mprotect || nr == SYS_mremap ||
          nr == SYS_remap_file_pages;
+}
+
+// At a syscall stop: whether the kernel took the call through its i386 entry (AUDIT_ARCH_I386,
+// linux/audit.h), so that orig_rax is a number of the i386 table.
+bool Ia32SyscallStop(uint32_t tid, const user_regs_struct& regs) {
+  __ptrace_syscall_info info{};
+  if (::ptrace(PTRACE_GET_SYSCALL_INFO, tid, reinterpret_cast<void*>(sizeof info), &info) <= 0) {
+    return regs.cs != 0x33;  // (before Linux 5.3) the segment tells, but for INT 0x80
+  }
+  constexpr uint32_t kAuditArchI386 = 0x40000003;  // EM_386 | __AUDIT_ARCH_LE
+  return info.arch == kAuditArchI386;
 }
 
 // Whether registers can be replaced for an injected syscall at this stop: not while a syscall
@@ -222,10 +241,10 @@ class Run {
   void OnGone(uint32_t tid, int status);
   absl::Status StartThread(uint32_t tid);
   absl::StatusOr<user_regs_struct> Regs(uint32_t tid);
-  absl::StatusOr<uint64_t> Ip(uint32_t tid);
-  // The thread will execute the instruction at `ip` next: remember it and decode it now, while
-  // the process certainly exists (an exit syscall's step never comes back).
-  void Land(Thread& t, uint64_t ip);
+  // The thread will execute the instruction at `ip` next, in the mode of code segment `cs`:
+  // remember it and decode it now, while the process certainly exists (an exit syscall's step
+  // never comes back). Fails (kUnimplemented) on a code segment of unknown mode.
+  absl::Status Land(Thread& t, uint64_t ip, uint64_t cs);
   // Forwards an event of t's stream, keeping t.tracing.
   void Emit(Thread& t, const swpt::Event& e);
   // Whether `ip` is traced in t's address space (always, without --filter).
@@ -284,11 +303,6 @@ absl::StatusOr<user_regs_struct> Run::Regs(uint32_t tid) {
   return regs;
 }
 
-absl::StatusOr<uint64_t> Run::Ip(uint32_t tid) {
-  PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(tid));
-  return regs.rip;
-}
-
 void Run::KillAll() {
   ::kill(leader_, SIGKILL);
   for (const auto& [tid, t] : threads_) {
@@ -315,7 +329,8 @@ absl::StatusOr<const InsnInfo*> Run::Info(const Thread& t, uint64_t ip) {
   const uint32_t pid = t.pid;
   auto& cache = code_[t.mm];
   auto it = cache.find(ip);
-  if (it != cache.end()) return &it->second;
+  // (The same bytes run in another mode decode differently: a heaven's gate's.)
+  if (it != cache.end() && it->second.mode == t.mode) return &it->second;
   uint8_t bytes[kMaxInsn];
   // Read up to the end of the page first: the next page may be unmapped.
   size_t first = std::min<size_t>(kMaxInsn, 4096 - (ip & 4095));
@@ -343,15 +358,18 @@ absl::StatusOr<const InsnInfo*> Run::Info(const Thread& t, uint64_t ip) {
   if (bytes[0] == 0xcc && record::RestoreProbedBytes(t.tid, ip, std::span(bytes, got))) {
     probed_.insert({pid, ip});  // a uprobe's INT3 (--trigger): the program has its own byte
   }
-  PTKIT_ASSIGN_OR_RETURN(InsnInfo info, DecodeInsn(std::span<const uint8_t>(bytes, got), ip));
+  PTKIT_ASSIGN_OR_RETURN(InsnInfo info,
+                         DecodeInsn(std::span<const uint8_t>(bytes, got), ip, t.mode));
   sink_.OnCode(pid, ip, std::span<const uint8_t>(bytes, info.size));
-  return &cache.emplace(ip, info).first->second;
+  return &(cache[ip] = info);
 }
 
-void Run::Land(Thread& t, uint64_t ip) {
+absl::Status Run::Land(Thread& t, uint64_t ip, uint64_t cs) {
+  PTKIT_ASSIGN_OR_RETURN(t.mode, ExecModeOfCs(cs));
   t.pending_ip = ip;
   // A failure here is reported when the step completes and the instruction is needed.
   Info(t, ip).IgnoreError();
+  return absl::OkStatus();
 }
 
 absl::Status Run::Resume(uint32_t tid, int sig) {
@@ -465,6 +483,7 @@ absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_
   PTKIT_ASSIGN_OR_RETURN(user_regs_struct saved, Regs(t.tid));
   user_regs_struct regs = saved;
   regs.rip = mm.gadget;
+  regs.cs = 0x33;  // a 64-bit SYSCALL with x86-64 numbers, also from compatibility-mode code
   regs.rax = nr;
   regs.rdi = a0;
   regs.rsi = a1;
@@ -598,14 +617,15 @@ absl::StatusOr<bool> Run::OnPlantedTrap(Thread& t, const siginfo_t& si) {
   }
   const bool was_free = t.free;  // else a step ran into INT3s not yet taken out
   t.free = false;
-  Land(t, ip);
-  if (was_free && Traced(t, ip)) Emit(t, swpt::Event::Enable(ip));
+  PTKIT_RETURN_IF_ERROR(Land(t, ip, regs.cs));
+  if (was_free && Traced(t, ip)) Emit(t, swpt::Event::Enable(ip, t.mode));
   return true;
 }
 
 absl::StatusOr<bool> Run::OnArmedFault(Thread& t, const siginfo_t& si) {
   if (!filtering_ || si.si_signo != SIGSEGV || si.si_code != SEGV_ACCERR) return false;
-  PTKIT_ASSIGN_OR_RETURN(uint64_t ip, Ip(t.tid));
+  PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(t.tid));
+  const uint64_t ip = regs.rip;
   const auto addr = reinterpret_cast<uint64_t>(si.si_addr);
   if (addr != ip) return false;
   Mm& mm = mms_[t.mm];
@@ -621,8 +641,8 @@ absl::StatusOr<bool> Run::OnArmedFault(Thread& t, const siginfo_t& si) {
   }
   if (t.free) {
     t.free = false;
-    Land(t, ip);
-    if (Traced(t, ip)) Emit(t, swpt::Event::Enable(ip));
+    PTKIT_RETURN_IF_ERROR(Land(t, ip, regs.cs));
+    if (Traced(t, ip)) Emit(t, swpt::Event::Enable(ip, t.mode));
   }
   return true;
 }
@@ -631,20 +651,21 @@ absl::Status Run::OnFreeStop(Thread& t, int sig) {
   if (sig == (SIGTRAP | 0x80)) {  // syscall entry or exit
     PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(t.tid));
     const bool exit = static_cast<int64_t>(regs.rax) != -ENOSYS;
-    if (!exit && IsMapSyscall(regs.orig_rax) && !mms_[t.mm].planted.empty()) {
+    const bool map = IsMapSyscall(regs.orig_rax, Ia32SyscallStop(t.tid, regs));
+    if (!exit && map && !mms_[t.mm].planted.empty()) {
       // The mappings may change under the planted bytes: the program's own go back first, and
       // the thread steps from the syscall's return until it can run free again.
       PTKIT_RETURN_IF_ERROR(Unplant(t));
       t.unplanted = true;
     }
-    if (exit && IsMapSyscall(regs.orig_rax)) {
+    if (exit && map) {
       Invalidate(t.mm);
       Resolve(t);  // keeps only armed pages that still hold regions
       if (mms_[t.mm].spans != mms_[t.mm].armed || t.unplanted) {
         // New region pages: step (outside them) until the next safe point arms them too.
         t.unplanted = false;
         t.free = false;
-        Land(t, regs.rip);
+        PTKIT_RETURN_IF_ERROR(Land(t, regs.rip, regs.cs));
       }
     }
     return Resume(t.tid, 0);
@@ -676,7 +697,8 @@ absl::Status Run::MaybeFastForward(Thread& t, const user_regs_struct& regs) {
       return absl::OkStatus();
     }
   } else {
-    if (!SafeToInject(regs)) return absl::OkStatus();
+    // (An i386 process's vDSO may have no SYSCALL to inject mprotect with: it is stepped.)
+    if (!SafeToInject(regs) || mm.gadget == 0) return absl::OkStatus();
     PTKIT_RETURN_IF_ERROR(Arm(t));
   }
   t.free = true;
@@ -689,7 +711,7 @@ absl::Status Run::StartThread(uint32_t tid) {
   if (t.pid == 0) t.pid = TgidOf(tid);
   t.tid = t.stream = tid;
   PTKIT_ASSIGN_OR_RETURN(user_regs_struct regs, Regs(tid));
-  Land(t, regs.rip);
+  PTKIT_RETURN_IF_ERROR(Land(t, regs.rip, regs.cs));
   t.started = true;
   ++result_.threads;
   sink_.OnThreadStart(t.pid, t.stream);
@@ -711,7 +733,7 @@ absl::Status Run::StartThread(uint32_t tid) {
       PTKIT_RETURN_IF_ERROR(Disarm(t));
     }
   }
-  if (Traced(t, t.pending_ip)) Emit(t, swpt::Event::Enable(t.pending_ip));
+  if (Traced(t, t.pending_ip)) Emit(t, swpt::Event::Enable(t.pending_ip, t.mode));
   return absl::OkStatus();
 }
 
@@ -803,9 +825,10 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
       if (t.free) {
         // The address space gains a thread: everyone is stepped from here on.
         PTKIT_RETURN_IF_ERROR(Unplant(t));
-        PTKIT_ASSIGN_OR_RETURN(uint64_t after, Ip(tid));
+        PTKIT_ASSIGN_OR_RETURN(user_regs_struct after, Regs(tid));
         t.free = false;
-        Land(t, after - 2);  // SYSCALL; its step completes when the call returns
+        // SYSCALL (or INT 0x80, SYSENTER); its step completes when the call returns.
+        PTKIT_RETURN_IF_ERROR(Land(t, after.rip - 2, after.cs));
       }
     }
     if (c.waiting_for_parent) {
@@ -839,7 +862,8 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     Thread& e = threads_.at(tid);
     // (The old address space's code goes with it, unless a vfork parent still has it.)
     if (mms_[e.mm].threads <= 1) code_.erase(e.mm);
-    PTKIT_ASSIGN_OR_RETURN(uint64_t entry, Ip(tid));
+    PTKIT_ASSIGN_OR_RETURN(user_regs_struct entry_regs, Regs(tid));
+    const uint64_t entry = entry_regs.rip;
     ++retired_;
     if (e.tracing) {
       sink_.OnInstruction(e.stream, e.pending_ip);
@@ -852,9 +876,11 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     mms_[e.mm].threads = 1;
     e.free = false;
     if (filtering_) Resolve(e);
-    if (Traced(e, entry)) Emit(e, swpt::Event::Enable(entry));
-    Land(e, entry);
+    // The new program's mode: an exec between a 64-bit and an i386 program changes it.
+    PTKIT_RETURN_IF_ERROR(Land(e, entry, entry_regs.cs));
+    if (Traced(e, entry)) Emit(e, swpt::Event::Enable(entry, e.mode));
     e.after_exec = true;
+    sink_.OnExec(e.pid);
     return Resume(tid, 0);
   }
   if (event != 0) return Resume(tid, 0);
@@ -897,8 +923,8 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     // retire (an asynchronous transfer, through the untraced kernel).
     t.signal_to_handler = false;
     if (t.tracing) Emit(t, swpt::Event::AsyncDisable(t.pending_ip));
-    if (Traced(t, ip)) Emit(t, swpt::Event::Enable(ip));
-    Land(t, ip);
+    PTKIT_RETURN_IF_ERROR(Land(t, ip, regs.cs));
+    if (Traced(t, ip)) Emit(t, swpt::Event::Enable(ip, t.mode));
     return Resume(tid, 0);
   }
   PTKIT_ASSIGN_OR_RETURN(const InsnInfo* cached, Info(t, t.pending_ip));
@@ -919,14 +945,15 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
   }
   events_.clear();
   const bool syscall = info.cls == InsnClass::kSyscall;
-  if (syscall && IsMapSyscall(regs.orig_rax)) {
+  if (syscall && IsMapSyscall(regs.orig_rax, info.ia32_syscall)) {
     // Code may have been mapped, unmapped or changed: decode afresh from now on.
     Invalidate(t.mm);
     if (filtering_) Resolve(t);
   }
-  AppendFilteredStepEvents(t.pending_ip, info, ip, traced, Traced(t, ip), events_);
+  PTKIT_ASSIGN_OR_RETURN(const swpt::ExecMode next_mode, ExecModeOfCs(regs.cs));
+  AppendFilteredStepEvents(t.pending_ip, info, ip, next_mode, traced, Traced(t, ip), events_);
   for (const swpt::Event& e : events_) Emit(t, e);
-  Land(t, ip);
+  PTKIT_RETURN_IF_ERROR(Land(t, ip, regs.cs));
   PTKIT_RETURN_IF_ERROR(MaybeFastForward(t, regs));
   return Resume(tid, 0);
 }
@@ -973,6 +1000,7 @@ absl::StatusOr<StepperResult> Run::Go() {
   if (options_.clock) now_ = options_.clock();
   if (absl::Status s = StartThread(pid); !s.ok()) return kill_and_reap(s);
   threads_[pid].after_exec = true;
+  sink_.OnExec(pid);
   if (absl::Status s = Resume(pid, 0); !s.ok()) return kill_and_reap(s);
 
   while (!threads_.empty()) {

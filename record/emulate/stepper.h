@@ -37,6 +37,9 @@ class StepSink {
   virtual void OnThreadEnd(uint32_t tid) = 0;
   // Code bytes of process `pid` decoded at `ip` for the first time since its last exec.
   virtual void OnCode(uint32_t pid, uint64_t ip, std::span<const uint8_t> bytes) {}
+  // Process `pid` runs a new program (the command's, or an execve's): it is stopped before
+  // its first instruction, its new mappings are in the kernel's sideband.
+  virtual void OnExec(uint32_t pid) {}
 };
 
 struct StepperResult {

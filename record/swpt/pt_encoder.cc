@@ -343,9 +343,13 @@ absl::Status PtEncoder::Dispatch(const Event& e) {
       return Overflow(e.ip);
     case EventKind::kEnable:
       if (tracing_) return absl::FailedPreconditionError("enable while tracing");
-      mode_ = e.mode;
       // SDM packet generation table: MODE.Exec precedes TIP.PGE if the mode changed since the
-      // last MODE.Exec or none was sent since the last PSB.
+      // last MODE.Exec or none was sent since the last PSB (a return to user into 32-bit code,
+      // an exec from a 64-bit into an i386 program).
+      if (e.mode != mode_) {
+        mode_ = e.mode;
+        mode_sent_ = false;
+      }
       if (!mode_sent_) PTKIT_RETURN_IF_ERROR(EmitMode());
       tracing_ = true;
       next_ip_ = e.target;
@@ -390,6 +394,13 @@ absl::Status PtEncoder::Dispatch(const Event& e) {
       PTKIT_RETURN_IF_ERROR(FlushTnt());
       return EmitIp(ppt_tip, e.target, false);
     case EventKind::kFarBranch:
+      // The hardware's RET compression follows near CALL/RET only; perf's decoder pops its
+      // stack at a far RET too (0xca/0xcb are RETs to it), libipt's does not: a near RET
+      // compressed against a CALL from before a far branch decodes in one and not the other
+      // (perf 6.1 on a heaven's gate: "Trace doesn't match instruction" at the RET after the
+      // far return to 64-bit code). Later RETs are TIPs until a CALL after it, which every
+      // decoder follows (as after an uncompressed RET, above).
+      stack_size_ = 0;
       PTKIT_RETURN_IF_ERROR(FlushTnt());
       if (!mode_sent_) PTKIT_RETURN_IF_ERROR(EmitMode());
       return EmitIp(ppt_tip, e.target, false);

@@ -517,12 +517,15 @@ TEST(PltTest, APltGotWithoutEntrySizeHasEightByteEntries) {
 }
 
 // Debian's own binaries: a stripped program (PLT names from .dynsym and .rela.plt only), libc
-// (IRELATIVE entries, which objdump names *ABS*+0xADDEND@plt) and ld.so.
+// (IRELATIVE entries, which objdump names *ABS*+0xADDEND@plt) and ld.so; and where
+// gcc-multilib is installed, the i386 libc and ld.so (PIC entries through %ebx, SHT_REL
+// relocations; sweep 37b H1: their entries had no name).
 TEST(PltTest, EntriesOfDebianBinariesAreNamedAsObjdumpNamesThem) {
   if (!HaveBinutils()) GTEST_SKIP() << "objdump (binutils) is not installed";
   int checked = 0;
-  for (const std::string path : {"/usr/bin/ls", "/bin/true", "/lib/x86_64-linux-gnu/libc.so.6",
-                                 "/lib64/ld-linux-x86-64.so.2"}) {
+  for (const std::string path :
+       {"/usr/bin/ls", "/bin/true", "/lib/x86_64-linux-gnu/libc.so.6",
+        "/lib64/ld-linux-x86-64.so.2", "/usr/lib32/libc.so.6", "/usr/lib32/libstdc++.so.6"}) {
     if (!fs::exists(path)) continue;
     SCOPED_TRACE(path);
     auto image = ElfImage(path, "");

@@ -40,6 +40,41 @@ TEST(DecodeInsnTest, ClassifiesTheFlowChangingInstructions) {
   EXPECT_EQ(Decode({0x48, 0x89, 0xe5}).cls, InsnClass::kOther);  // mov rbp, rsp
 }
 
+TEST(DecodeInsnTest, DecodesIn32BitModeWhereAsked) {
+  // In compatibility mode 0x40-0x4f are INC/DEC, not REX prefixes (sweep 37b H1: the heaven's
+  // gate loop `inc edx; dec ecx; jnz` was taken as one REX-prefixed JNZ).
+  const std::vector<uint8_t> loop = {0x42, 0x49, 0x75, 0xfc};
+  auto as64 = DecodeInsn(loop, 0x1000);
+  ASSERT_THAT(as64, IsOk());
+  EXPECT_EQ(as64->cls, InsnClass::kCondBranch);
+  auto as32 = DecodeInsn(loop, 0x1000, swpt::ExecMode::k32Bit);
+  ASSERT_THAT(as32, IsOk());
+  EXPECT_EQ(as32->cls, InsnClass::kOther);
+  EXPECT_EQ(as32->size, 1);
+  EXPECT_EQ(as32->mode, swpt::ExecMode::k32Bit);
+  // call rel32 and ret $0xc (i386 lazy binding's way into an imported function).
+  const std::vector<uint8_t> call = {0xe8, 0x00, 0x01, 0x00, 0x00};
+  auto call32 = DecodeInsn(call, 0xf7fd0000, swpt::ExecMode::k32Bit);
+  ASSERT_THAT(call32, IsOk());
+  EXPECT_EQ(call32->cls, InsnClass::kDirectCall);
+  EXPECT_EQ(call32->target, 0xf7fd0105u);
+  const std::vector<uint8_t> ret = {0xc2, 0x0c, 0x00};
+  EXPECT_EQ(DecodeInsn(ret, 0x1000, swpt::ExecMode::k32Bit)->cls, InsnClass::kReturn);
+  // Which syscall table the kernel uses.
+  const std::vector<uint8_t> syscall = {0x0f, 0x05}, int80 = {0xcd, 0x80}, sysenter = {0x0f, 0x34};
+  EXPECT_FALSE(DecodeInsn(syscall, 0x1000)->ia32_syscall);
+  EXPECT_TRUE(DecodeInsn(int80, 0x1000)->ia32_syscall);
+  EXPECT_TRUE(DecodeInsn(int80, 0x1000, swpt::ExecMode::k32Bit)->ia32_syscall);
+  EXPECT_TRUE(DecodeInsn(sysenter, 0x1000, swpt::ExecMode::k32Bit)->ia32_syscall);
+}
+
+TEST(ExecModeOfCsTest, LinuxUserSegments) {
+  EXPECT_EQ(*ExecModeOfCs(0x33), swpt::ExecMode::k64Bit);
+  EXPECT_EQ(*ExecModeOfCs(0x23), swpt::ExecMode::k32Bit);
+  EXPECT_THAT(ExecModeOfCs(0x0f), ::ptkit::testing::StatusIs(absl::StatusCode::kUnimplemented,
+                                                             ::testing::HasSubstr("0xf")));
+}
+
 TEST(DecodeInsnTest, GarbageIsAnErrorNamingTheAddress) {
   std::vector<uint8_t> bad = {0x0f, 0xff};  // ud0 without its ModRM... then nothing
   EXPECT_THAT(DecodeInsn(std::span<const uint8_t>(bad.data(), 1), 0xabc),
@@ -77,6 +112,26 @@ TEST(AppendStepEventsTest, ASyscallLeavesAndReentersUserTracing) {
   EXPECT_TRUE(ev[0].suppress_ip);
   EXPECT_EQ(ev[1].kind, EventKind::kEnable);
   EXPECT_EQ(ev[1].target, 0x1002u);
+}
+
+TEST(AppendStepEventsTest, AFarBranchIntoAnotherModeIsPrecededByAModeChange) {
+  std::vector<swpt::Event> ev;
+  InsnInfo retf{InsnClass::kFarBranch, 1};
+  AppendStepEvents(0x401040, retf, 0x401048, swpt::ExecMode::k32Bit, ev);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].kind, EventKind::kModeChange);
+  EXPECT_EQ(ev[0].mode, swpt::ExecMode::k32Bit);
+  EXPECT_EQ(ev[1].kind, EventKind::kFarBranch);
+  EXPECT_EQ(ev[1].target, 0x401048u);
+  ev.clear();
+  AppendStepEvents(0x401040, retf, 0x401048, ev);  // same mode: no MODE.Exec
+  ASSERT_EQ(ev.size(), 1u);
+  // A syscall returns to user in the mode the thread is in then (an exec of an i386 program).
+  ev.clear();
+  AppendStepEvents(0x1000, {InsnClass::kSyscall, 2}, 0x8049000, swpt::ExecMode::k32Bit, ev);
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[1].kind, EventKind::kEnable);
+  EXPECT_EQ(ev[1].mode, swpt::ExecMode::k32Bit);
 }
 
 TEST(AppendFilteredStepEventsTest, LeavingIsTipPgdWithTheTargetAndEnteringIsTipPge) {

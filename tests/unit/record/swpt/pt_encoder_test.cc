@@ -368,6 +368,15 @@ TEST(SwptPtEncoderTest, CompressesReturnsToCallsSeenSinceThePsb) {
       Encode({Event::Enable(kCall), Event::Simple(EventKind::kIndirectCall, kCall, kFn, 3),
               ret(kCall + 3)}));
   EXPECT_THAT(Types(packets), ElementsAre(ppt_mode, ppt_tip_pge, ppt_tip, ppt_tnt_8));
+  // A far branch (a heaven's gate's far returns into 32-bit code and back) empties the stack:
+  // perf's decoder pops its own at a far RET, libipt's does not, so the near RET to a call
+  // from before it is a TIP.
+  packets = AfterFirstPsb(Encode(
+      {Event::Enable(kCall), call(kCall), Event::ModeChange(ExecMode::k32Bit),
+       Event::Simple(EventKind::kFarBranch, kFn + 4, 0x403000), Event::ModeChange(ExecMode::k64Bit),
+       Event::Simple(EventKind::kFarBranch, 0x403010, kRet - 4), ret(kCall + 5)}));
+  EXPECT_THAT(Types(packets),
+              ElementsAre(ppt_mode, ppt_tip_pge, ppt_mode, ppt_tip, ppt_mode, ppt_tip, ppt_tip));
 }
 
 TEST(SwptPtEncoderTest, CallBeforePsbGivesUncompressedReturn) {
@@ -414,6 +423,18 @@ TEST(SwptPtEncoderTest, SyscallWithUserOnlyTracing) {
                                           ppt_tip_pgd, ppt_mode, ppt_tip_pge));
   EXPECT_EQ(packets[2].raw.payload.ip.ipc, pt_ipc_suppressed);
   EXPECT_EQ(packets[3].raw.payload.ip.ipc, pt_ipc_update_16);
+}
+
+TEST(SwptPtEncoderTest, AnEnableInAnotherModeSendsModeExec) {
+  // A return to user into 32-bit code (an exec of an i386 program) says its mode with the
+  // TIP.PGE alone, without a ModeChange before it.
+  auto packets = AfterFirstPsb(
+      Encode({Event::Enable(kIp), Event::Disable(kIp + 4, 0, true),
+              Event::Enable(kIp + 6, ExecMode::k32Bit), Event::Disable(kIp + 8, 0, true),
+              Event::Enable(kIp + 10, ExecMode::k32Bit)}));
+  ASSERT_THAT(Types(packets), ElementsAre(ppt_mode, ppt_tip_pge, ppt_tip_pgd, ppt_mode, ppt_tip_pge,
+                                          ppt_tip_pgd, ppt_tip_pge));
+  EXPECT_EQ(pt_get_exec_mode(&packets[3].raw.payload.mode.bits.exec), ptem_32bit);
 }
 
 TEST(SwptPtEncoderTest, OverflowIsFollowedByFupAndResetsState) {
