@@ -87,7 +87,7 @@ class Target {
 };
 
 // A command run in the background.
-std::future<CommandResult> Start(std::vector<std::string> argv) {
+std::future<CommandResult> Start(const std::vector<std::string>& argv) {
   return std::async(std::launch::async, [argv] { return RunCommand(argv); });
 }
 
@@ -104,9 +104,10 @@ bool AppearsWithin(const std::string& path, int ms) {
 }
 
 // ptrecord --sideband-only attached with `target` ("-p PID"), writing `out` (see AppearsWithin).
-std::future<CommandResult> StartPtrecord(const std::string& out, std::vector<std::string> target,
-                                         std::vector<std::string> more = {}) {
-  std::ofstream{out};
+std::future<CommandResult> StartPtrecord(const std::string& out,
+                                         const std::vector<std::string>& target,
+                                         const std::vector<std::string>& more = {}) {
+  std::ofstream(out).close();  // the empty file the recording replaces
   std::vector<std::string> argv = {
       PTRECORD_PATH, "--sideband-only", "-q", "--overwrite-existing", "-o", out};
   argv.insert(argv.end(), more.begin(), more.end());
