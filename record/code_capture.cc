@@ -102,6 +102,21 @@ void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdL
     // warning (sweep 31a F3).
     if (!m->build_id.empty()) {
       it->second.mapped.bytes.assign(m->build_id.begin(), m->build_id.end());
+      // --archive: the file with that build-id, which the path may not name here (another
+      // mount namespace's file: sweep 37c M2, nothing was archived, "changed while the command
+      // ran"); read through the process's root while it runs, and held open until Write.
+      if (archive_) {
+        absl::StatusOr<std::vector<uint8_t>> here = ReadBuildId(it->first);
+        if (!here.ok() || *here != it->second.mapped.bytes) {
+          const std::string there = absl::StrCat("/proc/", m->pid, "/root", it->first);
+          absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(there);
+          auto fd = std::make_shared<ScopedFd>(open(there.c_str(), O_RDONLY | O_CLOEXEC));
+          if (id.ok() && *id == it->second.mapped.bytes && fd->valid()) {
+            it->second.read_from = absl::StrCat("/proc/self/fd/", fd->get());
+            it->second.held = std::move(fd);
+          }
+        }
+      }
     } else {
       it->second.mapped = IdentityOf(it->first);
     }
@@ -132,7 +147,7 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   std::vector<std::string> warnings;
   std::set<std::string> changed;  // files not as they were mapped: not archived
   for (const auto& [path, map] : files_) {
-    const Identity now = IdentityOf(path);
+    const Identity now = IdentityOf(map.read_from.empty() ? path : map.read_from);
     Identity stored = map.mapped;
     if (stored.bytes.empty() && stored.error.empty()) stored = now;  // (not read: no file then)
     if (stored.bytes.empty()) {
@@ -159,14 +174,19 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   }
   constexpr uint64_t kPiece = uint64_t{16} << 20;
   std::vector<uint8_t> buf;
+  // Where each file's bytes are read: its path, or where its build-id was found.
+  auto source = [this](const std::string& path) {
+    auto it = files_.find(path);
+    return it == files_.end() || it->second.read_from.empty() ? path : it->second.read_from;
+  };
   for (const Range& r : ranges_) {
     if (changed.contains(r.path)) continue;
-    const ScopedFd fd(open(r.path.c_str(), O_RDONLY | O_CLOEXEC));
+    const ScopedFd fd(open(source(r.path).c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd.valid()) {
       warnings.push_back(absl::StrCat("not archived: ", r.path, ": ", ErrnoText(errno)));
       continue;
     }
-    absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(r.path);
+    absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(source(r.path));
     const std::vector<uint8_t> build_id = id.ok() ? *id : std::vector<uint8_t>{};
     absl::Status st;
     for (uint64_t done = 0; done < r.len;) {
@@ -194,10 +214,10 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
   std::set<std::string> whole;
   for (const Range& r : ranges_) {
     if (changed.contains(r.path) || !whole.insert(r.path).second) continue;
-    absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(r.path);
+    absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(source(r.path));
     // (A writer's error comes back at its Close too.)
     absl::Status st =
-        AppendArchivedFile(writer, r.path, r.path, id.ok() ? *id : std::vector<uint8_t>{});
+        AppendArchivedFile(writer, r.path, source(r.path), id.ok() ? *id : std::vector<uint8_t>{});
     if (!st.ok()) warnings.push_back(absl::StrCat("symbols not archived: ", st.message()));
   }
   if (!vdso_.empty()) {

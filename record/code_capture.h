@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <set>
 #include <string>
@@ -18,6 +19,7 @@
 #include "ptkit/container_writer.h"
 #include "ptkit/elf_file.h"  // ReadBuildId
 #include "ptkit/perf_records.h"
+#include "ptkit/scoped_fd.h"
 
 namespace ptkit::record {
 
@@ -75,6 +77,12 @@ class CodeCapture {
     uint64_t pgoff = 0;
     // The mapped file's identity: the MMAP2's build-id, else read when the mapping was seen.
     Identity mapped;
+    // With --archive, where the file with the MMAP2's build-id was found when its path here
+    // names another file (another mount namespace's: a container's file, a bind mount):
+    // /proc/self/fd/N of `held`, opened through /proc/PID/root/PATH while the process ran.
+    // Empty: the path.
+    std::string read_from;
+    std::shared_ptr<ScopedFd> held;
   };
   struct Range {
     std::string path;
