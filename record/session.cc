@@ -530,7 +530,6 @@ absl::StatusOr<SessionResult> RunSessionUntilEnd(const SessionOptions& o, bool& 
   // -a once the events were on held the drain back while the AUX areas filled (300 ms for 92
   // processes: a review). A mapping made in between is in neither.
   if (!workload) {
-    const perf::SampleIdLayout layout{track_attr.sample_type, track_attr.sample_id_all != 0};
     std::vector<uint8_t> before;
     auto add = [&](pid_t pid, std::span<const pid_t> tids) {
       absl::StatusOr<std::vector<uint8_t>> records = SynthesizeProcessRecords(pid, tids, layout);

@@ -19,7 +19,7 @@
 #include <tuple>
 #include <vector>
 
-#include "fmt/format.h"
+#include "build_ids.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "ptkit/container_format.h"
@@ -34,6 +34,8 @@ namespace ptkit::attach_test {
 namespace {
 
 using ::ptkit::testing::CommandResult;
+using ::ptkit::testing::HexBuildId;
+using ::ptkit::testing::ReadelfBuildId;
 using ::ptkit::testing::RunCommand;
 using ::ptkit::testing::TempDir;
 namespace fs = std::filesystem;
@@ -41,17 +43,6 @@ namespace fs = std::filesystem;
 const std::string kProgram = std::string(E2E_PROGRAM_DIR) + "/e2e_attach";
 
 bool HavePerf() { return RunCommand({"/usr/bin/env", "perf", "--version"}).exit_code == 0; }
-
-// readelf -n's build-id of `file` ("    Build ID: 0123abcd..."), "" when none.
-std::string BuildIdOf(const std::string& file) {
-  std::istringstream notes(RunCommand({"/usr/bin/env", "readelf", "-n", file}).out);
-  for (std::string line; std::getline(notes, line);) {
-    if (const size_t at = line.find("Build ID: "); at != std::string::npos) {
-      return line.substr(at + 10);
-    }
-  }
-  return "";
-}
 
 // The target (tests/e2e/programs/attach.c) started in `dir`, and its pid once both its threads
 // run; 0 if it did not get there in 20 s.
@@ -151,9 +142,7 @@ Sideband ReadTracePt(const std::string& path, uint32_t pid) {
         auto m = perf::ParseMmap2(v, none);
         if (!m.ok() || m->pid != pid) continue;
         out.mmaps.emplace(m->addr, m->len, m->pgoff, std::string(m->filename));
-        std::string id;
-        for (uint8_t b : m->build_id) id += fmt::format("{:02x}", b);
-        if (!id.empty()) out.build_ids[std::string(m->filename)] = id;
+        if (!m->build_id.empty()) out.build_ids[std::string(m->filename)] = HexBuildId(m->build_id);
       } else if (v.type == PERF_RECORD_COMM) {
         auto c = perf::ParseComm(v, none);
         if (c.ok() && c->pid == pid) out.comms.emplace(c->pid, c->tid, std::string(c->comm));
@@ -229,7 +218,7 @@ TEST(AttachTest, WhatTheProcessHadMappedIsRecordedAsPerfRecordsIt) {
   // Each file's build-id, as readelf reads it from the file (read through the process's
   // /proc/PID/map_files: the file it mapped, in whatever mount namespace it runs).
   EXPECT_EQ(ours.build_ids.size(), 3u);  // the program, libc, ld.so
-  for (const auto& [path, id] : ours.build_ids) EXPECT_EQ(id, BuildIdOf(path)) << path;
+  for (const auto& [path, id] : ours.build_ids) EXPECT_EQ(id, ReadelfBuildId(path)) << path;
   // A COMM of each thread, named as perf names it.
   ASSERT_EQ(threads.size(), 3u);
   EXPECT_EQ(ours.comms, theirs.comms);
@@ -325,7 +314,7 @@ TEST(KernelPathTest, AProgramOfAnotherMountNamespaceIsIdentifiedAsTheFileThatRan
   // What runs there in the namespace, for a second: its files are read through its root while
   // it runs (a process gone before ptrecord drains its MMAP2 leaves the warning).
   const std::string ran = fs::canonical("/bin/sleep");
-  const std::string want = BuildIdOf(ran), other = BuildIdOf(path);
+  const std::string want = ReadelfBuildId(ran), other = ReadelfBuildId(path);
   if (want.empty() || other.empty()) GTEST_SKIP() << "readelf (binutils) gives no build-id";
   ASSERT_NE(want, other);
   const std::string trace = dir.File("ns.pt");
@@ -345,8 +334,7 @@ TEST(KernelPathTest, AProgramOfAnotherMountNamespaceIsIdentifiedAsTheFileThatRan
     if (rec.type != RecordType::kCode) continue;
     auto code = ParseCode(rec.payload);
     if (!code.ok() || code->path != path) continue;
-    std::string id;
-    for (uint8_t b : code->build_id) id += fmt::format("{:02x}", b);
+    const std::string id = HexBuildId(code->build_id);
     if (code->flags & kCodeIdentity) stored = id;
     if (code->flags & kCodeArchivedFile) {
       archived = id;

@@ -29,8 +29,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "build_ids.h"
 #include "e2e_programs.h"
-#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "ground_truth.h"
 #include "gtest/gtest.h"
@@ -3310,14 +3310,8 @@ TEST_F(QemuEmulateTest, AProgramOfAnotherMountNamespaceIsTheFileThatRan) {
   const std::string ran = std::filesystem::canonical("/bin/true").string();
   ExpectDecodedEqualsTruth("mountns", {"/usr/bin/unshare", "--mount", "/bin/sh", "-c",
                                        "mount --bind " + ran + " " + path + " && " + path});
-  // readelf -n: "    Build ID: 0123abcd..."
-  std::istringstream notes(RunCommand({"/usr/bin/env", "readelf", "-n", ran}).out);
-  std::string want;
-  for (std::string line; std::getline(notes, line);) {
-    if (const size_t at = line.find("Build ID: "); at != std::string::npos) {
-      want = line.substr(at + 10);
-    }
-  }
+  const std::string want = testing::ReadelfBuildId(ran);
+  ASSERT_FALSE(want.empty()) << ran << ": readelf gives no build-id";
   auto reader = ContainerReader::Open(dir_->File("mountns.pt"));
   ASSERT_TRUE(reader.ok()) << reader.status();
   RecordView rec;
@@ -3326,7 +3320,7 @@ TEST_F(QemuEmulateTest, AProgramOfAnotherMountNamespaceIsTheFileThatRan) {
     if (rec.type != RecordType::kCode) continue;
     auto code = ParseCode(rec.payload);
     if (!code.ok() || code->path != path || !(code->flags & kCodeIdentity)) continue;
-    for (uint8_t b : code->build_id) stored += fmt::format("{:02x}", b);
+    stored = testing::HexBuildId(code->build_id);
   }
   EXPECT_EQ(stored, want);
 }

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/str_split.h"
+#include "build_ids.h"
 #include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -32,21 +33,8 @@ using ::ptkit::testing::IsOk;
 using ::ptkit::testing::StatusIs;
 using ::testing::HasSubstr;
 
-std::string Hex(const std::vector<uint8_t>& bytes) {
-  std::string out;
-  for (uint8_t b : bytes) out += fmt::format("{:02x}", b);
-  return out;
-}
-
-// The build-id readelf prints for `path` ("    Build ID: 1a2b..."), the oracle.
-std::string ReadelfBuildId(const std::string& path) {
-  ::ptkit::testing::CommandResult r =
-      ::ptkit::testing::RunCommand({"/usr/bin/readelf", "-n", path});
-  const size_t at = r.out.find("Build ID: ");
-  if (r.exit_code != 0 || at == std::string::npos) return "";
-  const size_t begin = at + 10;
-  return r.out.substr(begin, r.out.find('\n', begin) - begin);
-}
+using ::ptkit::testing::HexBuildId;
+using ::ptkit::testing::ReadelfBuildId;  // the oracle
 
 TEST(ElfFileTest, BuildIdEqualsReadelfs) {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe");
@@ -54,7 +42,7 @@ TEST(ElfFileTest, BuildIdEqualsReadelfs) {
   if (want.empty()) GTEST_SKIP() << "no readelf, or this test was linked without a build-id";
   absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(self);
   ASSERT_THAT(id, IsOk());
-  EXPECT_EQ(Hex(*id), want);
+  EXPECT_EQ(HexBuildId(*id), want);
 }
 
 // A file whose note is reachable only through its PT_NOTE segment: the section header table is
@@ -81,7 +69,7 @@ TEST(ElfFileTest, ANoteReachableOnlyThroughPtNoteIsFound) {
   EXPECT_THAT(sections.out, HasSubstr("There are no sections"));
   absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(cut);
   ASSERT_THAT(id, IsOk());
-  EXPECT_EQ(Hex(*id), want);
+  EXPECT_EQ(HexBuildId(*id), want);
 }
 
 // Real files of three kinds: this test (an executable with .symtab), libc (stripped: .dynsym
