@@ -137,6 +137,13 @@ bool SimulatedPmu::WriteItraceStart(uint32_t pid, uint32_t tid) {
       perf::ItraceStart{.pid = pid, .tid = tid, .sample_id = NextSampleId()}, options_.layout));
 }
 
+bool SimulatedPmu::WriteTextPoke(uint64_t addr, std::span<const uint8_t> bytes) {
+  absl::MutexLock lock(&mu_);
+  return WriteRecordLocked(perf::EncodeTextPoke(
+      perf::TextPoke{.addr = addr, .new_bytes = bytes, .sample_id = NextSampleId()},
+      options_.layout));
+}
+
 // perf_aux_output_end(): in full-trace mode the record names the new bytes [offset, +size);
 // in overwrite mode aux_offset is the new head (kernel: perf_event_aux_event(event,
 // aux_head, size, flags) with aux_head = handle->head) and, with an in-buffer head, size is

@@ -99,6 +99,9 @@ class SimulatedPmu : public TraceSource {
   void EndTransaction();
   // PERF_RECORD_ITRACE_START for pid/tid. Returns false when the data ring had no room.
   bool WriteItraceStart(uint32_t pid, uint32_t tid);
+  // PERF_RECORD_TEXT_POKE of `bytes` at `addr` (no old bytes: code the emulation read as it
+  // ran it). Returns false when the data ring had no room.
+  bool WriteTextPoke(uint64_t addr, std::span<const uint8_t> bytes);
   // Any record bytes (e.g. built with perf::Encode*) into the data ring, kernel rules.
   bool WriteRecord(std::span<const uint8_t> record);
   // AUX sampling: `sample` (its fields as the caller sets them; `aux` ignored) as a

@@ -16,6 +16,7 @@
 #include <deque>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -95,6 +96,9 @@ struct Mm {
   bool unwritable = false;  // planting failed once: step on region pages
   int threads = 0;
   int unstarted = 0;  // threads cloned into it whose first stop has not come yet
+  // The executable mappings no program file backs (StepSink::OnCode), read from /proc when
+  // first needed since the code cache was last invalidated.
+  std::optional<std::vector<std::pair<uint64_t, uint64_t>>> unfiled;
 };
 
 bool InSpans(const std::vector<Span>& spans, uint64_t ip) {
@@ -231,6 +235,8 @@ class Run {
   // Forgets the decoded code of process `pid` (its mappings changed) and decodes again what
   // its threads execute next.
   void Invalidate(uint32_t mm);
+  // Whether `ip` is in memory of t's process no program file backs (StepSink::OnCode).
+  bool Unfiled(const Thread& t, uint64_t ip);
   // SIGKILL to every traced process (a stopped tracee wakes up to die).
   void KillAll();
   // Whether StepperOptions::stop_requested ended the run; asks it every kStopCheckSteps steps
@@ -320,9 +326,35 @@ bool Run::StopRequested(bool now) {
 
 void Run::Invalidate(uint32_t mm) {
   code_.erase(mm);
+  mms_[mm].unfiled.reset();
   for (auto& [tid, t] : threads_) {
     if (t.mm == mm && t.started) Info(t, t.pending_ip).IgnoreError();
   }
+}
+
+// A program's code is in a file a decoder reads (by the MMAP2 record's path, or the path's
+// archived bytes): a mapping of a path that names a file, but a deleted one, a memfd
+// ("/memfd:NAME (deleted)") or one under /dev (shared memory, a device). Other executable
+// memory, but the kernel's [vdso] and [vsyscall] (which the decoder has otherwise), is not.
+bool Run::Unfiled(const Thread& t, uint64_t ip) {
+  Mm& mm = mms_[t.mm];
+  if (!mm.unfiled) {
+    mm.unfiled.emplace();
+    absl::StatusOr<std::vector<record::ProcMapping>> maps =
+        record::ReadProcMaps(std::to_string(t.tid));
+    if (maps.ok()) {
+      for (const record::ProcMapping& m : *maps) {
+        if (!(m.prot & PROT_EXEC) || m.path == "[vdso]" || m.path == "[vsyscall]") continue;
+        const bool file = m.path.starts_with('/') && !m.path.ends_with(" (deleted)") &&
+                          !m.path.starts_with("/memfd:") && !m.path.starts_with("/dev/");
+        if (!file) mm.unfiled->emplace_back(m.start, m.end);
+      }
+    }
+  }
+  for (const auto& [start, end] : *mm.unfiled) {
+    if (ip >= start && ip < end) return true;
+  }
+  return false;
 }
 
 absl::StatusOr<const InsnInfo*> Run::Info(const Thread& t, uint64_t ip) {
@@ -360,7 +392,7 @@ absl::StatusOr<const InsnInfo*> Run::Info(const Thread& t, uint64_t ip) {
   }
   PTKIT_ASSIGN_OR_RETURN(InsnInfo info,
                          DecodeInsn(std::span<const uint8_t>(bytes, got), ip, t.mode));
-  sink_.OnCode(pid, ip, std::span<const uint8_t>(bytes, info.size));
+  sink_.OnCode(pid, t.stream, ip, std::span<const uint8_t>(bytes, info.size), Unfiled(t, ip));
   return &(cache[ip] = info);
 }
 

@@ -35,8 +35,13 @@ class StepSink {
   virtual void OnInstruction(uint32_t tid, uint64_t ip) = 0;
   // The thread is gone; its stream is complete.
   virtual void OnThreadEnd(uint32_t tid) = 0;
-  // Code bytes of process `pid` decoded at `ip` for the first time since its last exec.
-  virtual void OnCode(uint32_t pid, uint64_t ip, std::span<const uint8_t> bytes) {}
+  // The bytes of the instruction at `ip` that thread `tid` (its stream) of process `pid` is
+  // about to run, once each time the stepper decodes it afresh (after an exec, and after each
+  // system call that maps, unmaps or protects memory). `no_file`: from memory no program file
+  // backs, which a decoder cannot read from a file (anonymous memory, a memfd, a deleted file,
+  // shared memory or a device: JIT code).
+  virtual void OnCode(uint32_t pid, uint32_t tid, uint64_t ip, std::span<const uint8_t> bytes,
+                      bool no_file) {}
   // Process `pid` runs a new program (the command's, or an execve's): it is stopped before
   // its first instruction, its new mappings are in the kernel's sideband.
   virtual void OnExec(uint32_t pid) {}

@@ -64,7 +64,7 @@ class EncodingSink : public StepSink {
     t.pt = t.encoder->TakeBytes();
     t.ended = true;
   }
-  void OnCode(uint32_t pid, uint64_t ip, std::span<const uint8_t> bytes) override {
+  void OnCode(uint32_t pid, uint32_t, uint64_t ip, std::span<const uint8_t> bytes, bool) override {
     code[pid][ip].assign(bytes.begin(), bytes.end());
   }
 
