@@ -615,7 +615,9 @@ absl::Status ProgramImage::AddElf(const ElfSpec& spec) {
 
   // Function symbols from .symtab and .dynsym, all at the one bias.
   const Placement everywhere{0, std::numeric_limits<uint64_t>::max(), bias};
-  PlaceSymbols(*LinkSymbolsOf(spec.path, &elf), file_index, {&everywhere, 1});
+  const LinkSymbols* table = LinkSymbolsOf(spec.path, &elf);
+  files_[file_index].refused_debug = table->refused_debug;
+  PlaceSymbols(*table, file_index, {&everywhere, 1});
   return absl::OkStatus();
 }
 
@@ -628,7 +630,7 @@ ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) cons
   LoadPltSymbolsInto(elf, table.symbols);
   if (!elf.HasSymtab()) {
     // Stripped: the .symtab of its separate debug file (same link-time addresses).
-    const std::string debug_path = elf.FindDebugFile(sysroot_);
+    const std::string debug_path = elf.FindDebugFile(sysroot_, &table.refused_debug);
     absl::StatusOr<ElfFile> debug =
         debug_path.empty() ? absl::NotFoundError("no debug file") : ElfFile::Open(debug_path);
     if (debug.ok()) LoadSymbolsInto(*debug, table.symbols);
@@ -889,6 +891,7 @@ void ProgramImage::PlaceFileSymbols(const std::string& path, uint32_t file_index
   const LinkSymbols* table = LinkSymbolsOf(path, nullptr);
   if (table == nullptr) return;  // not an ELF file
   files_[file_index].elf32 = table->elf32;
+  files_[file_index].refused_debug = table->refused_debug;
   std::vector<Placement> placements;
   for (const ElfSegment& phdr : table->loads) {
     if (phdr.filesz == 0) continue;

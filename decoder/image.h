@@ -90,6 +90,8 @@ struct ImageFile {
   uint64_t bytes = 0;  // mapped bytes
   std::string path;    // where its bytes and DWARF were read, when not `name`
   bool elf32 = false;  // an ELFCLASS32 file (i386 code)
+  // A separate debug file of another build, left aside (ElfFile::FindDebugFile's `refused`).
+  std::string refused_debug;
 };
 
 struct AddressRange {
@@ -252,6 +254,7 @@ class ProgramImage {
     std::vector<Symbol> symbols;  // image unset
     uint64_t entry = 0;           // e_entry, 0 when none
     bool elf32 = false;
+    std::string refused_debug;  // ImageFile::refused_debug
   };
   LinkSymbols ReadLinkSymbols(const ElfFile& elf) const;
   // The table of the file at `path` (read from `opened` when given, else opened), kept in

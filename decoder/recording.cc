@@ -949,6 +949,14 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
       }
     }
   }
+  // A separate debug file of another build (sweep 38a F1: its names named the new code).
+  for (const ImageFile& f : image->files()) {
+    if (f.refused_debug.empty() || !warned_.insert("debug\n" + f.refused_debug).second) continue;
+    warnings_.push_back(
+        fmt::format("{}: the debug file {} is another build's (its build-id, or the CRC-32 that "
+                    ".gnu_debuglink gives, is not this file's): its symbols and lines are not used",
+                    f.name, f.refused_debug));
+  }
   // Code of two files at one address in one image: the later mapping's is decoded throughout.
   for (const ProgramImage::Overlap& o : image->overlaps()) {
     const std::string& replaced = image->files()[o.replaced].name;

@@ -6,8 +6,10 @@
 #include <libelf.h>
 #include <unistd.h>
 #include <xxhash.h>
+#include <zlib.h>
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -524,24 +526,13 @@ std::vector<uint8_t> ElfFile::BuildId() const {
   return id;
 }
 
-std::string ElfFile::FindDebugFile(const std::string& sysroot) const {
+std::string ElfFile::FindDebugFile(const std::string& sysroot, std::string* refused) const {
   const std::vector<uint8_t> id = BuildId();
   const std::string debug_root = sysroot + "/usr/lib/debug";
-  // The debug file must be the same build: its build-id equals the file's when both have one.
-  auto usable = [&id](const std::string& candidate) {
-    absl::StatusOr<std::vector<uint8_t>> debug_id = ReadBuildId(candidate);
-    return debug_id.ok() && (id.empty() || debug_id->empty() || *debug_id == id);
-  };
-  if (id.size() >= 2) {
-    std::string hex;
-    for (uint8_t b : id) hex += fmt::format("{:02x}", b);
-    std::string candidate =
-        fmt::format("{}/.build-id/{}/{}.debug", debug_root, hex.substr(0, 2), hex.substr(2));
-    if (usable(candidate)) return candidate;
-  }
-  // The file name in .gnu_debuglink (NUL-terminated, then padding and a CRC), when it is a
-  // plain file name.
+  // The file name in .gnu_debuglink (NUL-terminated, padded to 4 bytes, then the debug file's
+  // CRC-32 in the file's byte order), when it is a plain file name.
   std::string link;
+  std::optional<uint32_t> crc;
   for (const ElfSection& section : Sections()) {
     if (section.name != ".gnu_debuglink") continue;
     const std::span<const uint8_t> data = SectionData(section);
@@ -549,7 +540,35 @@ std::string ElfFile::FindDebugFile(const std::string& sysroot) const {
     const char* text = reinterpret_cast<const char*>(data.data());
     const size_t n = strnlen(text, data.size());
     if (n != 0 && n != data.size() && std::memchr(text, '/', n) == nullptr) link.assign(text, n);
+    const size_t at = (n + 4) & ~size_t{3};
+    if (at + 4 <= data.size()) {
+      uint32_t value = 0;
+      std::memcpy(&value, data.data() + at, 4);
+      const char* ident = elf_getident(elf_.get(), nullptr);
+      const bool big = ident != nullptr && ident[EI_DATA] == ELFDATA2MSB;
+      crc = big == (std::endian::native == std::endian::big) ? value : __builtin_bswap32(value);
+    }
     break;
+  }
+  // The debug file must be the same build: its build-id equals the file's when both have one;
+  // else (found by the link's name) its CRC-32 is the link's.
+  auto usable = [&](const std::string& candidate, bool by_link) {
+    absl::StatusOr<std::vector<uint8_t>> debug_id = ReadBuildId(candidate);
+    if (!debug_id.ok()) return false;
+    bool same = id.empty() || debug_id->empty() || *debug_id == id;
+    if (same && by_link && crc && (id.empty() || debug_id->empty())) {
+      absl::StatusOr<uint32_t> file_crc = FileCrc32(candidate);
+      same = file_crc.ok() && *file_crc == *crc;
+    }
+    if (!same && refused != nullptr && refused->empty()) *refused = candidate;
+    return same;
+  };
+  if (id.size() >= 2) {
+    std::string hex;
+    for (uint8_t b : id) hex += fmt::format("{:02x}", b);
+    std::string candidate =
+        fmt::format("{}/.build-id/{}/{}.debug", debug_root, hex.substr(0, 2), hex.substr(2));
+    if (usable(candidate, false)) return candidate;
   }
   if (link.empty()) return "";
   const size_t slash = path_.rfind('/');
@@ -559,9 +578,24 @@ std::string ElfFile::FindDebugFile(const std::string& sysroot) const {
   for (const std::string& candidate :
        {absl::StrCat(dir, "/", link), absl::StrCat(dir, "/.debug/", link),
         absl::StrCat(debug_root, seen_dir, "/", link)}) {
-    if (candidate != path_ && usable(candidate)) return candidate;
+    if (candidate != path_ && usable(candidate, true)) return candidate;
   }
   return "";
+}
+
+absl::StatusOr<uint32_t> FileCrc32(const std::string& path) {
+  const ScopedFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(errno, "cannot open ", path);
+  uLong crc = crc32(0, nullptr, 0);
+  std::vector<uint8_t> buffer(1 << 20);
+  for (;;) {
+    const ssize_t n = read(fd.get(), buffer.data(), buffer.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(errno, "cannot read ", path);
+    if (n == 0) break;
+    crc = crc32(crc, buffer.data(), static_cast<uInt>(n));
+  }
+  return static_cast<uint32_t>(crc);
 }
 
 absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path) {

@@ -147,8 +147,11 @@ class ElfFile {
   // SYSROOT/usr/lib/debug/.build-id/NN/REST.debug by its build-id; else through its
   // .gnu_debuglink name in the file's directory, in its .debug/ and under
   // SYSROOT/usr/lib/debug/ plus the directory (without SYSROOT). A candidate whose build-id
-  // differs from the file's is skipped. Empty when there is none.
-  std::string FindDebugFile(const std::string& sysroot) const;
+  // differs from the file's is skipped, and so is one found by the .gnu_debuglink name whose
+  // CRC-32 is not the one .gnu_debuglink gives where the file or the candidate has no build-id
+  // (as gdb checks it: another build's debug file left in place); `refused` (if given) is told
+  // the first candidate skipped. Empty when there is none.
+  std::string FindDebugFile(const std::string& sysroot, std::string* refused = nullptr) const;
 
  private:
   struct ElfCloser {
@@ -171,6 +174,10 @@ class ElfFile {
 // The build-id of the ELF file at `path` (empty when it has none): ElfFile::Open(path) then
 // BuildId(). Errors: Open's.
 absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path);
+
+// The CRC-32 (zlib's crc32, which .gnu_debuglink holds) of the file at `path`. Errors: the
+// open's or read's.
+absl::StatusOr<uint32_t> FileCrc32(const std::string& path);
 
 // The XXH3 64-bit hash of every byte of the file at `path`: what identifies a file without a
 // build-id (kCodeContentHash). Errors: kNotFound / kInvalidArgument naming the path and errno.

@@ -46,6 +46,7 @@ using ::ptkit::decoder::testing::TempPath;
 using ::ptkit::decoder::testing::ToolOutput;
 using ::ptkit::testing::IsOk;
 using ::testing::IsEmpty;
+using ::testing::Not;
 using ::testing::SizeIs;
 
 using ::ptkit::decoder::testing::kDir;
@@ -354,6 +355,29 @@ TEST_F(DebugFileTest, ADebugFileOfAnotherBuildIsNotUsed) {
   SourceLines lines(nullptr);
   EXPECT_EQ(lines.Lookup(*image, expected_.front().first), nullptr);
   EXPECT_THAT(lines.files_without_lines(), SizeIs(1u));
+  fs::remove_all(dir);
+}
+
+// Without build-ids (-Wl,--build-id=none) only the CRC-32 that .gnu_debuglink holds tells the
+// debug file of this build from another's, as gdb checks it (sweep 38a F1: another build's
+// debug file left in place named the new code with its names, 1,000 calls of beta where beta
+// ran once, with no word). The image says which file it left aside.
+TEST_F(DebugFileTest, ADebugFileOfAnotherBuildWithoutBuildIdsIsNotUsed) {
+  const std::string dir = FreshDir("otherbuild_nb");
+  fs::copy_file(kDir + "/tiny_nb_split.elf", dir + "/prog");
+  fs::copy_file(kDir + "/tiny_nb_split.debug", dir + "/tiny_nb_split.debug");
+  auto image = ElfImage(dir + "/prog", "/nonexistent");
+  ASSERT_NE(image, nullptr);
+  EXPECT_THAT(NamesOf(*image), Not(IsEmpty()));  // this build's: used
+  EXPECT_EQ(image->files()[0].refused_debug, "");
+  fs::copy_file(kDir + "/tiny_nb_other.debug", dir + "/tiny_nb_split.debug",
+                fs::copy_options::overwrite_existing);
+  image = ElfImage(dir + "/prog", "/nonexistent");
+  ASSERT_NE(image, nullptr);
+  EXPECT_THAT(NamesOf(*image), IsEmpty());
+  EXPECT_EQ(image->files()[0].refused_debug, dir + "/tiny_nb_split.debug");
+  SourceLines lines(nullptr);
+  EXPECT_EQ(lines.Lookup(*image, expected_.front().first), nullptr);
   fs::remove_all(dir);
 }
 
