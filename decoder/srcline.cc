@@ -5,6 +5,7 @@
 #include <gelf.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <deque>
 #include <iterator>
 #include <optional>
@@ -413,46 +414,42 @@ struct SourceLines::State {
     f.dbg = dwarf_begin_elf(f.elf->elf(), DWARF_C_READ, nullptr);
   }
 
-  int32_t Resolve(const ProgramImage& image, uint64_t ip) {
+  // The DWARF file, link-time address and compilation unit of the code at `ip`; null where
+  // there is none.
+  DwarfFile* UnitOf(const ProgramImage& image, uint64_t ip, Dwarf_Addr& address, Dwarf_Die& cu) {
     const int file_index = image.FileAt(ip);
-    if (file_index < 0) return -1;
+    if (file_index < 0) return nullptr;
     const ImageFile& f = image.files()[file_index];
     DwarfFile* file = Open(f.path.empty() ? f.name : f.path, image.sysroot(), f.name);
-    if (file->dbg == nullptr) return -1;
-    const std::optional<uint64_t> address = image.LinkAddress(ip);
-    if (!address.has_value()) return -1;
-    Dwarf_Die cu;
-    if (!file->UnitAt(*address, cu)) return -1;
-    const char* source = nullptr;
-    int lineno = 0;
-    if (const std::optional<const LineRow*> ours = file->LineAt(cu, *address)) {
-      const LineRow* line = *ours;
-      Dwarf_Files* files = nullptr;
-      size_t count = 0;
-      if (line != nullptr && dwarf_getsrcfiles(&cu, &files, &count) == 0 && line->file < count) {
-        source = dwarf_filesrc(files, line->file, nullptr, nullptr);
-        lineno = line->line;
-      }
-    } else if (Dwarf_Line* line = dwarf_getsrc_die(&cu, *address); line != nullptr) {
-      source = dwarf_linesrc(line, nullptr, nullptr);
-      if (dwarf_lineno(line, &lineno) != 0) lineno = 0;
-    }
-    // Line 0: code of no source line (compiler-made), as addr2line's "?" (sweep 28a F3:
-    // "stdlib.h:0" was printed).
-    if (source == nullptr || lineno == 0) return -1;
-    // As addr2line prints it: a relative name joined to the unit's compilation directory (a
-    // name relative to where it was built means nothing where it is decoded; sweep 28a F3:
-    // "src/inl.c"), a relative one too (sweep 34b F7: glibc's libm units, built in ./math,
-    // named ../sysdeps/x86_64/fpu/multiarch/ifunc-fma4.h, a path outside the source tree).
+    if (file->dbg == nullptr) return nullptr;
+    const std::optional<uint64_t> link = image.LinkAddress(ip);
+    if (!link.has_value() || !file->UnitAt(*link, cu)) return nullptr;
+    address = *link;
+    return file;
+  }
+
+  // As addr2line prints a source file: a relative name joined to the unit's compilation
+  // directory (a name relative to where it was built means nothing where it is decoded; sweep
+  // 28a F3: "src/inl.c"), a relative one too (sweep 34b F7: glibc's libm units, built in
+  // ./math, named ../sysdeps/x86_64/fpu/multiarch/ifunc-fma4.h, a path outside the source
+  // tree), unless the name holds it already (libdw joins it in DWARF 4 units; sweep 38a F7:
+  // "././a.cc" where addr2line prints "./a.cc").
+  static std::string Joined(Dwarf_Die& cu, const char* source) {
     std::string path = source;
     if (!path.empty() && path[0] != '/') {
       Dwarf_Attribute attr;
       const char* dir = dwarf_formstring(dwarf_attr(&cu, DW_AT_comp_dir, &attr));
       if (dir != nullptr && dir[0] != '\0') {
-        path = absl::StrCat(dir, std::string_view(dir).ends_with('/') ? "" : "/", path);
+        const std::string prefix =
+            absl::StrCat(dir, std::string_view(dir).ends_with('/') ? "" : "/");
+        if (!path.starts_with(prefix)) path = prefix + path;
       }
     }
-    auto [tit, added] = text_index.try_emplace(fmt::format("{}:{}", path, lineno), 0);
+    return path;
+  }
+
+  int32_t Text(std::string text) {
+    auto [tit, added] = text_index.try_emplace(std::move(text), 0);
     if (added) {
       tit->second = static_cast<int32_t>(texts.size());
       texts.push_back(tit->first);
@@ -460,9 +457,54 @@ struct SourceLines::State {
     return tit->second;
   }
 
+  // The file of the function the code at `ip` belongs to: the outermost subprogram there (not
+  // a function inlined into it), its DW_AT_decl_file (through its abstract origin or
+  // specification), else its unit's name.
+  int32_t ResolveFunction(const ProgramImage& image, uint64_t ip) {
+    Dwarf_Addr address = 0;
+    Dwarf_Die cu;
+    if (UnitOf(image, ip, address, cu) == nullptr) return -1;
+    const char* source = nullptr;
+    Dwarf_Die* scopes = nullptr;
+    const int n = dwarf_getscopes(&cu, address, &scopes);
+    for (int i = n - 1; i >= 0 && source == nullptr; --i) {
+      if (dwarf_tag(&scopes[i]) == DW_TAG_subprogram) source = dwarf_decl_file(&scopes[i]);
+    }
+    std::free(scopes);
+    if (source == nullptr) source = dwarf_diename(&cu);
+    if (source == nullptr) return -1;
+    return Text(Joined(cu, source));
+  }
+
+  int32_t Resolve(const ProgramImage& image, uint64_t ip) {
+    Dwarf_Addr address = 0;
+    Dwarf_Die cu;
+    DwarfFile* file = UnitOf(image, ip, address, cu);
+    if (file == nullptr) return -1;
+    const char* source = nullptr;
+    int lineno = 0;
+    if (const std::optional<const LineRow*> ours = file->LineAt(cu, address)) {
+      const LineRow* line = *ours;
+      Dwarf_Files* files = nullptr;
+      size_t count = 0;
+      if (line != nullptr && dwarf_getsrcfiles(&cu, &files, &count) == 0 && line->file < count) {
+        source = dwarf_filesrc(files, line->file, nullptr, nullptr);
+        lineno = line->line;
+      }
+    } else if (Dwarf_Line* line = dwarf_getsrc_die(&cu, address); line != nullptr) {
+      source = dwarf_linesrc(line, nullptr, nullptr);
+      if (dwarf_lineno(line, &lineno) != 0) lineno = 0;
+    }
+    // Line 0: code of no source line (compiler-made), as addr2line's "?" (sweep 28a F3:
+    // "stdlib.h:0" was printed).
+    if (source == nullptr || lineno == 0) return -1;
+    return Text(fmt::format("{}:{}", Joined(cu, source), lineno));
+  }
+
   std::FILE* diagnostics = nullptr;
   absl::flat_hash_map<std::string, std::unique_ptr<DwarfFile>> files;
   absl::flat_hash_map<std::pair<const ProgramImage*, uint64_t>, int32_t> cache;
+  absl::flat_hash_map<std::pair<const ProgramImage*, uint64_t>, int32_t> function_cache;
   absl::flat_hash_map<std::string, int32_t> text_index;
   std::deque<std::string> texts;  // stable addresses
   std::vector<std::string> without_lines;
@@ -477,6 +519,12 @@ SourceLines::~SourceLines() = default;
 const std::string* SourceLines::Lookup(const ProgramImage& image, uint64_t ip) {
   auto [it, inserted] = state_->cache.try_emplace({&image, ip}, -1);
   if (inserted) it->second = state_->Resolve(image, ip);
+  return it->second < 0 ? nullptr : &state_->texts[it->second];
+}
+
+const std::string* SourceLines::FunctionSource(const ProgramImage& image, uint64_t ip) {
+  auto [it, inserted] = state_->function_cache.try_emplace({&image, ip}, -1);
+  if (inserted) it->second = state_->ResolveFunction(image, ip);
   return it->second < 0 ? nullptr : &state_->texts[it->second];
 }
 

@@ -33,6 +33,11 @@ class SourceLines {
   // string lives as long as this object.
   const std::string* Lookup(const ProgramImage& image, uint64_t ip);
 
+  // The source file of the function the instruction at `ip` belongs to, as addr2line -i's last
+  // frame and gdb place it (not a function inlined at `ip`): the outermost subprogram's
+  // DW_AT_decl_file, else its compilation unit's name; null when it is not known.
+  const std::string* FunctionSource(const ProgramImage& image, uint64_t ip);
+
   // The files met so far that have no DWARF line information, in the order met.
   const std::vector<std::string>& files_without_lines() const;
 

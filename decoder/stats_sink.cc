@@ -308,8 +308,8 @@ class StatsSink : public FlowSink {
       const Function& fn = *first_of_row[row];
       if (fn.file < 0 || (!extra_.source_files && !ambiguous(fn))) continue;
       if (!lines) lines.emplace(nullptr);
-      const std::string* at = lines->Lookup(*fn.image, fn.address);
-      if (at != nullptr) out.source = at->substr(0, at->rfind(':'));
+      const std::string* at = lines->FunctionSource(*fn.image, fn.address);
+      if (at != nullptr) out.source = *at;
     }
     // The code of each function the compiler numbered ("{lambda(int)#2}"), for diff.
     std::optional<Disassembler> disasm;

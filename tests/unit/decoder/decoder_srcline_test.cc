@@ -328,13 +328,19 @@ int main(int argc, char** argv) {
   // (The third: GNU's compressed .zdebug_line, which ptkit's line-program reader missed; a
   // review. binutils 2.40's addr2line reads none of it: the same code's lines uncompressed,
   // the first build's, are the answer.)
+  // (The fourth: a DWARF 4 unit compiled in its source's directory whose compilation directory
+  // is "." (-ffile-prefix-map=DIR=.), where libdw's file names hold it already: "./rel.c", as
+  // addr2line prints it; sweep 38a F7: "././rel.c".)
+  const std::string in_src = "cd '" + dir +
+                             "/src' && gcc -O2 -g -gdwarf-4 -ffile-prefix-map=" + dir +
+                             "/src=. rel.c -o ../rel";
   std::map<uint64_t, std::string> uncompressed;
   for (const std::string& map :
        {std::string(), " -fdebug-prefix-map=" + dir + "=./build",
-        std::string(" && objcopy --compress-debug-sections=zlib-gnu rel")}) {
+        std::string(" && objcopy --compress-debug-sections=zlib-gnu rel"), in_src}) {
     SCOPED_TRACE(map);
     std::string build = "cd '" + dir + "' && gcc -O2 -g src/rel.c -o rel";
-    build += map;
+    build = map == in_src ? in_src : build + map;
     auto cc = ::ptkit::testing::RunCommand({"/bin/sh", "-c", build});
     ASSERT_EQ(cc.exit_code, 0) << cc.err;
     const std::string path = dir + "/rel";
@@ -355,11 +361,69 @@ int main(int argc, char** argv) {
       if (map.find("zlib-gnu") != std::string::npos) expected = uncompressed[ip];
       const std::string* got = lines.Lookup(*image, ip);
       EXPECT_EQ(got == nullptr ? "" : *got, expected) << fmt::format("{:#x}", ip);
-      joined += expected.starts_with(
-          (map.find("prefix-map") == std::string::npos ? dir : "./build") + "/src/rel.c:");
+      const std::string prefix = map.find("=./build") != std::string::npos ? "./build/src"
+                                 : map == in_src                           ? "."
+                                                                           : dir + "/src";
+      joined += expected.starts_with(prefix + "/rel.c:");
     }
     EXPECT_GT(joined, 5u);
   }
+  std::filesystem::remove_all(dir);
+}
+
+// The source file of a function is its own, where addr2line -i's last frame and gdb put it, not
+// that of a function inlined at its first instruction (sweep 38a F3: two static `helper`s of
+// x.c and y.c that begin with an inline function of a header were both the header's, so diff
+// summed them into one row and a 2x regression of one passed the gate).
+TEST(SrclineProgramTest, AFunctionsSourceIsItsOwnNotItsInlinedCodes) {
+  if (std::system("addr2line --version >/dev/null 2>&1") != 0 ||
+      std::system("gcc --version >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "addr2line or gcc is not installed";
+  }
+  const std::string dir = std::filesystem::path(::ptkit::decoder::testing::TempPath("srcline_fn"))
+                              .lexically_normal()
+                              .string();
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/inl.h") << "static inline int first(const int* p) { return p[0] * 3; }\n";
+  for (const char* unit : {"x", "y"}) {
+    std::ofstream(fmt::format("{}/{}.c", dir, unit)) << fmt::format(
+        "#include \"inl.h\"\n"
+        "__attribute__((noinline)) static int helper(const int* p, int n) {{\n"
+        "  int s = first(p);\n"
+        "  for (int i = 1; i < n; ++i) s += p[i] {};\n"
+        "  return s;\n"
+        "}}\n"
+        "int {}_run(const int* p, int n) {{ return helper(p, n) + 1; }}\n",
+        unit[0] == 'x' ? "* 2" : "^ 5", unit);
+  }
+  std::ofstream(dir + "/m.c") << "int x_run(const int*, int); int y_run(const int*, int);\n"
+                                 "int main(int c, char** v) { int a[4] = {c, 2, 3, 4};\n"
+                                 "  return x_run(a, c + 3) + y_run(a, c + 2); }\n";
+  auto cc = ::ptkit::testing::RunCommand(
+      {"/bin/sh", "-c", "cd '" + dir + "' && gcc -O2 -g -o prog m.c x.c y.c"});
+  ASSERT_EQ(cc.exit_code, 0) << cc.err;
+  const std::string path = dir + "/prog";
+  std::unique_ptr<ProgramImage> image = std::move(*ProgramImage::Create());
+  ASSERT_THAT(image->AddElf({path}), IsOk());
+  SourceLines lines(nullptr);
+  std::vector<std::string> sources;
+  for (const Symbol& sym : image->symbols()) {
+    if (sym.name != "helper") continue;
+    // The case: addr2line puts the first instruction in the header; -i's last frame, the
+    // function's own file.
+    const std::string line =
+        testing::ToolOutput({"addr2line", "-e", path, fmt::format("{:#x}", sym.begin)});
+    ASSERT_TRUE(line.starts_with(dir + "/inl.h:")) << line;
+    std::istringstream frames(
+        testing::ToolOutput({"addr2line", "-i", "-e", path, fmt::format("{:#x}", sym.begin)}));
+    std::string last;
+    for (std::string frame; std::getline(frames, frame);) last = frame;
+    const std::string* got = lines.FunctionSource(*image, sym.begin);
+    ASSERT_NE(got, nullptr);
+    EXPECT_EQ(*got, last.substr(0, last.find(':')));
+    sources.push_back(*got);
+  }
+  EXPECT_THAT(sources, ::testing::UnorderedElementsAre(dir + "/x.c", dir + "/y.c"));
   std::filesystem::remove_all(dir);
 }
 
