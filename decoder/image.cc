@@ -628,8 +628,14 @@ ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) cons
   table.elf32 = !elf.is_64bit();
   LoadSymbolsInto(elf, table.symbols);
   LoadPltSymbolsInto(elf, table.symbols);
-  if (!elf.HasSymtab()) {
-    // Stripped: the .symtab of its separate debug file (same link-time addresses).
+  // Stripped: the .symtab of its separate debug file (same link-time addresses). So too where
+  // the .symtab kept has no local function (strip -x, ld --discard-all: the globals only), as
+  // gdb and perf then name the static functions from it (sweep 38a F8).
+  const std::vector<ElfSymbol> kept = elf.Symbols();
+  const bool locals = std::any_of(kept.begin(), kept.end(), [](const ElfSymbol& sym) {
+    return !sym.dynamic && sym.binding == STB_LOCAL && sym.type == STT_FUNC;
+  });
+  if (!elf.HasSymtab() || !locals) {
     const std::string debug_path = elf.FindDebugFile(sysroot_, &table.refused_debug);
     absl::StatusOr<ElfFile> debug =
         debug_path.empty() ? absl::NotFoundError("no debug file") : ElfFile::Open(debug_path);

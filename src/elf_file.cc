@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <bit>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <string>
@@ -571,14 +572,18 @@ std::string ElfFile::FindDebugFile(const std::string& sysroot, std::string* refu
     if (usable(candidate, false)) return candidate;
   }
   if (link.empty()) return "";
-  const size_t slash = path_.rfind('/');
-  const std::string dir = slash == std::string::npos ? "." : path_.substr(0, slash);
+  // (A relative path made absolute: its directory names the one under /usr/lib/debug; sweep
+  // 38a F9: `--elf prog` looked in "/usr/lib/debug.".)
+  const std::string path =
+      path_.starts_with('/') ? path_ : std::filesystem::absolute(path_).lexically_normal().string();
+  const size_t slash = path.rfind('/');
+  const std::string dir = path.substr(0, slash);
   // The file's directory as the workload saw it (without the sysroot), for the global dir.
   const std::string seen_dir = dir.starts_with(sysroot) ? dir.substr(sysroot.size()) : dir;
   for (const std::string& candidate :
        {absl::StrCat(dir, "/", link), absl::StrCat(dir, "/.debug/", link),
         absl::StrCat(debug_root, seen_dir, "/", link)}) {
-    if (candidate != path_ && usable(candidate, true)) return candidate;
+    if (candidate != path && candidate != path_ && usable(candidate, true)) return candidate;
   }
   return "";
 }

@@ -106,6 +106,46 @@ TEST_F(DebugFileTest, ByDebuglinkInTheDotDebugDirectoryNextToTheFile) {
   fs::remove_all(dir);
 }
 
+// A .symtab of global symbols only (strip -x, ld --discard-all): the static functions are named
+// from the debug file, as gdb and perf name them (sweep 38a F8: they were sub_ADDRESS, while
+// --srcline read the same debug file).
+TEST_F(DebugFileTest, AlsoWhereTheSymtabKeptHasNoLocalFunction) {
+  if (std::system("strip --version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no strip (binutils)";
+  const std::string dir = FreshDir("strip_x");
+  fs::copy_file(kDir + "/tiny_full.elf", dir + "/full");
+  ASSERT_EQ(std::system(("strip -x -g -o '" + dir + "/prog' '" + dir + "/full'").c_str()), 0);
+  auto globals = ElfImage(dir + "/prog", "/nonexistent");
+  ASSERT_NE(globals, nullptr);
+  ASSERT_LT(NamesOf(*globals).size(), expected_.size());  // leaf, collatz, fib are gone
+  fs::copy_file(kDir + "/tiny_split.debug", dir + "/tiny_split.debug");
+  ASSERT_EQ(
+      std::system(("objcopy --add-gnu-debuglink='" + dir + "/tiny_split.debug' '" + dir + "/prog'")
+                      .c_str()),
+      0);
+  auto image = ElfImage(dir + "/prog", "/nonexistent");
+  ASSERT_NE(image, nullptr);
+  EXPECT_EQ(NamesOf(*image), expected_);
+  fs::remove_all(dir);
+}
+
+// A file opened by a relative path (ptdecode --elf prog): its directory under
+// SYSROOT/usr/lib/debug is the absolute one, as gdb looks (sweep 38a F9: "/usr/lib/debug.").
+TEST_F(DebugFileTest, ByDebuglinkUnderTheGlobalDirectoryForARelativePath) {
+  const std::string dir = fs::path(FreshDir("relative")).lexically_normal().string();
+  const std::string root = dir + "/root";
+  fs::copy_file(kDir + "/tiny_split.elf", dir + "/prog");
+  fs::create_directories(root + "/usr/lib/debug" + dir);
+  fs::copy_file(kDir + "/tiny_split.debug", root + "/usr/lib/debug" + dir + "/tiny_split.debug");
+  const fs::path cwd = fs::current_path();
+  fs::current_path(dir);
+  absl::StatusOr<ElfFile> elf = ElfFile::Open("prog");
+  const std::string found = elf.ok() ? elf->FindDebugFile(root) : "";
+  fs::current_path(cwd);
+  ASSERT_THAT(elf, IsOk());
+  EXPECT_EQ(found, root + "/usr/lib/debug" + dir + "/tiny_split.debug");
+  fs::remove_all(dir);
+}
+
 TEST_F(DebugFileTest, ByBuildIdUnderTheSysrootForAFileMapping) {
   const std::string root = FreshDir("buildid");
   fs::create_directories(root + "/bin");
