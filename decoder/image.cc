@@ -636,7 +636,7 @@ ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) cons
     return !sym.dynamic && sym.binding == STB_LOCAL && sym.type == STT_FUNC;
   });
   if (!elf.HasSymtab() || !locals) {
-    const std::string debug_path = elf.FindDebugFile(sysroot_, &table.refused_debug);
+    const std::string debug_path = elf.FindDebugFile(sysroot_, &table.refused_debug, buildid_dir_);
     absl::StatusOr<ElfFile> debug =
         debug_path.empty() ? absl::NotFoundError("no debug file") : ElfFile::Open(debug_path);
     if (debug.ok()) LoadSymbolsInto(*debug, table.symbols);

@@ -112,6 +112,10 @@ class ProgramImage {
       std::shared_ptr<pt_image_section_cache> iscache = nullptr);
   // Where separate debug files are looked for: SYSROOT/usr/lib/debug (default: "").
   void set_sysroot(std::string sysroot) { sysroot_ = std::move(sysroot); }
+  // perf's build-id cache, where separate debug files are also looked for (ptdecode
+  // --buildid-dir; ElfFile::FindDebugFile).
+  void set_buildid_dir(std::string dir) { buildid_dir_ = std::move(dir); }
+  const std::string& buildid_dir() const { return buildid_dir_; }
   // The symbol tables of the ELF files mapped (by path, read once), which the images of one
   // recording's processes share, all with one sysroot (a file mapped by many processes, e.g.
   // cc1 by each compile of a build, is read and kept once: sweep 31b F1). Each image has one
@@ -313,6 +317,7 @@ class ProgramImage {
   mutable bool symbols_sorted_ = true;
   std::vector<PlacedSegment> elf_segments_;  // sorted by begin
   std::string sysroot_;
+  std::string buildid_dir_;
   mutable std::atomic<size_t> last_run_{0};  // ReadMemory's last hit in memory_mappings_
   mutable std::shared_ptr<FastDecoderGraphs> fast_decoder_graphs_;
 };

@@ -843,6 +843,7 @@ absl::StatusOr<ProgramImage*> RecordingImages::For(uint32_t pid, size_t epoch) {
   }
   PTKIT_ASSIGN_OR_RETURN(std::unique_ptr<ProgramImage> image, ProgramImage::Create(iscache_));
   image->set_sysroot(sysroot_);
+  image->set_buildid_dir(buildid_dir_);
   if (!link_symbols_) link_symbols_ = ProgramImage::NewLinkSymbolCache();
   image->set_link_symbol_cache(link_symbols_);
   static const std::vector<CapturedCode> kNone;

@@ -359,7 +359,7 @@ bool HasLines(Dwarf* dbg) {
 struct SourceLines::State {
   // `path`: where to read it; `name`: what to call it (a written-out archived file's path is
   // /proc/self/fd/N).
-  DwarfFile* Open(const std::string& path, const std::string& sysroot, const std::string& name) {
+  DwarfFile* Open(const std::string& path, const ProgramImage& image, const std::string& name) {
     auto [it, inserted] = files.try_emplace(path, nullptr);
     if (inserted) {
       it->second = std::make_unique<DwarfFile>();
@@ -378,7 +378,7 @@ struct SourceLines::State {
         f.dbg = dwarf_begin_elf(f.elf->elf(), DWARF_C_READ, nullptr);
         drop_without_lines();
         // Stripped: the line tables are in its separate debug file, if there is one.
-        if (f.dbg == nullptr) OpenDebugFile(f, sysroot);
+        if (f.dbg == nullptr) OpenDebugFile(f, image);
         compressed = compressed || ZstdDwarf(*f.elf);  // (the debug file's, if opened)
         drop_without_lines();
       }
@@ -405,8 +405,9 @@ struct SourceLines::State {
   }
 
   // A stripped file's DWARF is in its separate debug file (FindDebugFile), when there is one.
-  static void OpenDebugFile(DwarfFile& f, const std::string& sysroot) {
-    const std::string debug_path = f.elf->FindDebugFile(sysroot);
+  static void OpenDebugFile(DwarfFile& f, const ProgramImage& image) {
+    const std::string debug_path =
+        f.elf->FindDebugFile(image.sysroot(), nullptr, image.buildid_dir());
     if (debug_path.empty()) return;
     absl::StatusOr<ElfFile> debug = ElfFile::Open(debug_path);
     if (!debug.ok()) return;
@@ -420,7 +421,7 @@ struct SourceLines::State {
     const int file_index = image.FileAt(ip);
     if (file_index < 0) return nullptr;
     const ImageFile& f = image.files()[file_index];
-    DwarfFile* file = Open(f.path.empty() ? f.name : f.path, image.sysroot(), f.name);
+    DwarfFile* file = Open(f.path.empty() ? f.name : f.path, image, f.name);
     if (file->dbg == nullptr) return nullptr;
     const std::optional<uint64_t> link = image.LinkAddress(ip);
     if (!link.has_value() || !file->UnitAt(*link, cu)) return nullptr;

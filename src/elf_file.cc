@@ -527,7 +527,8 @@ std::vector<uint8_t> ElfFile::BuildId() const {
   return id;
 }
 
-std::string ElfFile::FindDebugFile(const std::string& sysroot, std::string* refused) const {
+std::string ElfFile::FindDebugFile(const std::string& sysroot, std::string* refused,
+                                   const std::string& buildid_dir) const {
   const std::vector<uint8_t> id = BuildId();
   const std::string debug_root = sysroot + "/usr/lib/debug";
   // The file name in .gnu_debuglink (NUL-terminated, padded to 4 bytes, then the debug file's
@@ -570,6 +571,10 @@ std::string ElfFile::FindDebugFile(const std::string& sysroot, std::string* refu
     std::string candidate =
         fmt::format("{}/.build-id/{}/{}.debug", debug_root, hex.substr(0, 2), hex.substr(2));
     if (usable(candidate, false)) return candidate;
+    // (Sweep 38a F5: perf names a stripped program from it, ptdecode did not.)
+    candidate =
+        fmt::format("{}/.build-id/{}/{}/debug", buildid_dir, hex.substr(0, 2), hex.substr(2));
+    if (!buildid_dir.empty() && usable(candidate, false)) return candidate;
   }
   if (link.empty()) return "";
   // (A relative path made absolute: its directory names the one under /usr/lib/debug; sweep

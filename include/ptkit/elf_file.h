@@ -150,8 +150,11 @@ class ElfFile {
   // differs from the file's is skipped, and so is one found by the .gnu_debuglink name whose
   // CRC-32 is not the one .gnu_debuglink gives where the file or the candidate has no build-id
   // (as gdb checks it: another build's debug file left in place); `refused` (if given) is told
-  // the first candidate skipped. Empty when there is none.
-  std::string FindDebugFile(const std::string& sysroot, std::string* refused = nullptr) const;
+  // the first candidate skipped. With `buildid_dir` (perf's build-id cache), its
+  // .build-id/NN/REST/debug (perf's copy of the debug file) is looked for after the
+  // build-id's under SYSROOT. Empty when there is none.
+  std::string FindDebugFile(const std::string& sysroot, std::string* refused = nullptr,
+                            const std::string& buildid_dir = "") const;
 
  private:
   struct ElfCloser {

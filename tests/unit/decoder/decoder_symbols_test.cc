@@ -188,6 +188,35 @@ TEST_F(DebugFileTest, ByBuildIdUnderTheSysrootForAFileMapping) {
 // again. Now a file's symbols are read once, at its first mapping, and placed at each: the
 // second mapping here is named from the debug file although that is gone by then. (Read per
 // mapping, the second had no names.)
+// perf's build-id cache (ptdecode --buildid-dir) keeps a file's debug file as
+// .build-id/NN/REST/debug beside its `elf`: a stripped program is named from it, as perf 6.1
+// names it (sweep 38a F5: sub_ADDRESS).
+TEST_F(DebugFileTest, ByBuildIdInPerfsBuildIdCache) {
+  const std::string dir = FreshDir("buildid_cache");
+  fs::copy_file(kDir + "/tiny_split.elf", dir + "/prog");
+  auto id = ReadBuildId(kDir + "/tiny_full.elf");
+  ASSERT_THAT(id, IsOk());
+  std::string hex;
+  for (uint8_t b : *id) hex += fmt::format("{:02x}", b);
+  const std::string cached = dir + "/cache/.build-id/" + hex.substr(0, 2) + "/" + hex.substr(2);
+  fs::create_directories(cached);
+  fs::copy_file(kDir + "/tiny_split.debug", cached + "/debug");
+  for (const bool cache : {false, true}) {
+    auto image = ProgramImage::Create();
+    ASSERT_THAT(image, IsOk());
+    (*image)->set_sysroot("/nonexistent");
+    if (cache) (*image)->set_buildid_dir(dir + "/cache");
+    ASSERT_THAT((*image)->AddFileMapping(dir + "/prog", 0x900000, fs::file_size(dir + "/prog"), 0),
+                IsOk());
+    if (cache) {
+      EXPECT_EQ(NamesOf(**image), expected_);
+    } else {
+      EXPECT_THAT(NamesOf(**image), IsEmpty());
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST_F(DebugFileTest, AFileIsReadOnceForAllItsMappings) {
   const std::string dir = FreshDir("readonce");
   fs::copy_file(kDir + "/tiny_split.elf", dir + "/prog");
