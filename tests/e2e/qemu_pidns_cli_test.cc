@@ -211,9 +211,10 @@ TEST_F(QemuPidNamespaceTest, PerfSeesTheProcessTreeByTheRecordersPids) {
 TEST(QemuPidNamespaceKillTest, AProgramKilledWithItsNamespaceDoesNotKeepTheRecordingOpen) {
   PTKIT_SKIP_WITHOUT_PID_NAMESPACES();
   testing::TempDir dir;
+  const std::string script = std::string(E2E_PROGRAM_DIR) + "/e2e_spin & sleep 0.5; exit 0";
   auto r = RunCommand({"/usr/bin/timeout", "60", PTRECORD_PATH, "--emulate=qemu", "-o",
                        dir.File("kill.pt"), "--", "/usr/bin/unshare", "--fork", "--pid", "/bin/sh",
-                       "-c", E2E_PROGRAM_DIR "/e2e_spin & sleep 0.5; exit 0"});
+                       "-c", script});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, Not(HasSubstr("waiting for a process"))) << r.err;
   EXPECT_THAT(r.err, Not(HasSubstr("namespace's pids"))) << r.err;
