@@ -896,8 +896,8 @@ void FindRecorderPids(Thread& t, uint32_t hint) {
   const std::optional<ptk::QemuPidAnswer> a =
       g->pidns != 0 ? ptk::AskPids(*t.control, q, WaitForReader) : std::nullopt;
   if (!a) {
-    t.control->namespace_pids.store(1, std::memory_order_relaxed);
-    Header()->pids_unknown.fetch_add(1);
+    // (Once per stream: the program a thread exec'd asks again.)
+    if (t.control->namespace_pids.exchange(1) == 0) Header()->pids_unknown.fetch_add(1);
     return;
   }
   t.pid = a->pid;
@@ -2071,7 +2071,8 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
       if (t->traced && t->control->namespace_pids.load(std::memory_order_relaxed) == 0) {
         a = ptk::AskPids(*t->control, q, WaitForReader);
       }
-      if (!a) h->pids_unknown.fetch_add(1);  // (not waited for: it may name another process)
+      // Not found (the asker's own pids were not: counted then): not waited for by that pid,
+      // which may name another process; the child is once it has its slot.
       pid = a ? a->pid : 0;
     }
     if (pid != 0) h->forked_pids[h->forks.fetch_add(1) % ptk::kQemuForkedPids].store(pid);

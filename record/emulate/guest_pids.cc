@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "record/emulate/guest_pids.h"
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <system_error>
 
@@ -127,7 +129,14 @@ QemuPidAnswer FindChild(const std::string& proc, const QemuPidQuestion& q) {
 
 }  // namespace
 
+bool ProcHasOwnPids(const std::string& proc_root) {
+  std::error_code ec;
+  const std::filesystem::path self = std::filesystem::read_symlink(proc_root + "/self", ec);
+  return !ec && self.string() == std::to_string(getpid());
+}
+
 QemuPidAnswer AnswerPidQuestion(const QemuPidQuestion& q, const std::string& proc_root) {
+  if (proc_root.empty()) return {};
   if (q.kind == kAskThread && q.pidns != 0) return FindThread(proc_root, q);
   if (q.kind == kAskChild && q.hint != 0) return FindChild(proc_root, q);
   return {};

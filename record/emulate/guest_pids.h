@@ -28,7 +28,12 @@ std::optional<uint32_t> ParseParentPid(std::string_view status);
 // The inode of a namespace link's target, "pid:[4026531836]"; 0 when it is not one. Pure.
 uint64_t ParseNamespaceLink(std::string_view target);
 
-// The answer to `q` from the /proc mounted at `proc_root` (ptrecord's). kAskThread: the process
+// Whether the /proc mounted at `proc_root` has the pids of the caller's pid namespace (its "self"
+// is getpid()): not where ptrecord runs in a pid namespace of its own with the host's /proc.
+bool ProcHasOwnPids(const std::string& proc_root = "/proc");
+
+// The answer to `q` from the /proc mounted at `proc_root` (ptrecord's; empty: none, nothing is
+// found). kAskThread: the process
 // whose ns/pid is namespace q.pidns and whose last NSpid is q.ns_pid (process q.hint when it is
 // that one, else any), and its thread whose last NSpid is q.ns_tid. kAskChild: the child of
 // process q.hint whose pid in q.hint's namespace is q.ns_pid. Zeros when there is none (the task

@@ -477,9 +477,16 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   };
   // The status line, about once a second, erased before the summary.
   record::StatusLine status_line(stderr, options.status_line, record::SteadyClockMs);
+  // The plugin's questions about pids (QemuPidQuestion), answered after every pass from this
+  // /proc: none where its pids are not those of ptrecord's namespace (every question then finds
+  // nothing, and ptrecord warns).
+  const std::string pid_proc = ProcHasOwnPids() ? "/proc" : "";
+  auto answer_pid_questions = [&] {
+    AnswerPidQuestions(base, std::min(kSlots, h->slots_claimed.load()), pid_proc);
+  };
   lo.after_pass = [&] {
     h->reader_passes.fetch_add(1, std::memory_order_relaxed);  // alive (WaitForReader)
-    AnswerPidQuestions(base, std::min(kSlots, h->slots_claimed.load()));
+    answer_pid_questions();
     status_line.Update(drainer.Totals(), writer->stats().stored_bytes);
   };
   absl::StatusOr<record::LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
@@ -508,7 +515,7 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
       }
       for (int i = 0; i < 200 && !done(); ++i) {
         for (record::TraceSource* s : raw) drainer.DrainOnce(*s).IgnoreError();  // again below
-        AnswerPidQuestions(base, std::min(kSlots, h->slots_claimed.load()));
+        answer_pid_questions();
         usleep(5000);
       }
     }
@@ -667,11 +674,11 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   }
   if (uint32_t n = h->pids_unknown.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(
-        n, n == 1 ? " thread or process" : " threads or processes",
+        n, n == 1 ? " thread" : " threads",
         " of a pid namespace other than ptrecord's keep that namespace's pids in the recording "
-        "(ptrecord could not find them in its /proc): they may equal other processes' pids, whose "
-        "streams and sideband theirs then mix with; --emulate=step records the pids of ptrecord's "
-        "namespace"));
+        "(ptrecord could not find them in its /proc, or that /proc is not of its own pid "
+        "namespace): they may equal other processes' pids, whose streams and sideband theirs "
+        "then mix with; --emulate=step records the pids of ptrecord's namespace"));
   }
   if (uint32_t n = h->clones_refused.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(

@@ -127,8 +127,8 @@ struct QemuRegionHeader {
   // a full ring gives up when they stop (ptrecord is gone), not when its parent is init (a pid
   // namespace's processes and a daemon's have parent 1 while ptrecord drains: sweep 37c M1).
   std::atomic<uint64_t> reader_passes;
-  // Threads, and processes forked (forked_pids), of a pid namespace other than ptrecord's whose
-  // pids ptrecord could not tell (QemuPidQuestion): they keep their namespace's in the recording.
+  // Streams of threads of a pid namespace other than ptrecord's whose pids ptrecord could not
+  // tell (QemuPidQuestion): they keep their namespace's in the recording.
   std::atomic<uint32_t> pids_unknown;
 };
 inline constexpr uint32_t kQemuForkedPids = 64;

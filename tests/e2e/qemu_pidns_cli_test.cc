@@ -223,5 +223,25 @@ TEST(QemuPidNamespaceKillTest, AProgramKilledWithItsNamespaceDoesNotKeepTheRecor
   EXPECT_THAT(d.out, HasSubstr("closed cleanly")) << d.out;
 }
 
+// ptrecord itself in a pid namespace of its own, with the host's /proc: that /proc's pids are
+// not ptrecord's, so it cannot tell those of the program (in a namespace below) and says so.
+// (Not checked against the ground truth: the two namespaces' small pids may meet.)
+TEST(QemuPidNamespaceUnknownTest, PidsThatCannotBeToldAreKeptAndSaidSo) {
+  PTKIT_SKIP_WITHOUT_PID_NAMESPACES();
+  testing::TempDir dir;
+  auto r =
+      RunCommand({"/usr/bin/unshare", "--fork", "--pid", PTRECORD_PATH, "--emulate=qemu", "-o",
+                  dir.File("in.pt"), "--", "/usr/bin/unshare", "--fork", "--pid", kWork, "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // main (unshare's child, which exec'd it), its 2 threads and its child.
+  EXPECT_THAT(r.err, HasSubstr("warning: 4 threads of a pid namespace other than ptrecord's keep "
+                               "that namespace's pids"))
+      << r.err;
+  // The decoders say it too.
+  auto d = RunCommand({PTDECODE_PATH, "info", dir.File("in.pt")});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_THAT(d.out + d.err, HasSubstr("keep that namespace's pids")) << d.out << d.err;
+}
+
 }  // namespace
 }  // namespace ptkit::qemu_pidns_test

@@ -6,6 +6,8 @@
 // slot of the shared region.
 #include "record/emulate/guest_pids.h"
 
+#include <unistd.h>
+
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -90,6 +92,17 @@ TEST_F(GuestPidsProcTest, WhatIsNotThereIsNotFound) {
                               proc_.File("none"))
                 .pid,
             0u);
+  EXPECT_EQ(AnswerPidQuestion({.kind = kAskThread, .ns_pid = 1, .ns_tid = 1, .pidns = 7}, "").pid,
+            0u);
+}
+
+// A /proc whose "self" is not the caller's pid is another pid namespace's (ptrecord in a pid
+// namespace of its own with the host's /proc): its pids are not ptrecord's.
+TEST_F(GuestPidsProcTest, AProcOfAnotherNamespaceIsToldApart) {
+  EXPECT_TRUE(ProcHasOwnPids("/proc"));
+  EXPECT_FALSE(ProcHasOwnPids(proc_.path()));
+  std::filesystem::create_symlink(std::to_string(getpid() + 1), proc_.File("self"));
+  EXPECT_FALSE(ProcHasOwnPids(proc_.path()));
 }
 
 TEST_F(GuestPidsProcTest, AForkedChildIsFoundAmongItsParentsChildren) {
