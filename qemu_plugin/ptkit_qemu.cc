@@ -25,7 +25,8 @@
 // filter=0xOFFSET/0xSIZE@FILE (one per region): --filter, as IP filtering (see FilterEvent);
 // trigger=0xOFFSET@FILE: --trigger, a snapshot when a thread reaches that instruction
 // (OnTrigger); crash=1: --snapshot-on-crash, the stream of the thread a fatal signal ends
-// stops at its instruction (OnFatalSignal).
+// stops at its instruction (OnFatalSignal); pidns=INODE: ptrecord's pid namespace (a guest in
+// another asks ptrecord for its pids: FindRecorderPids).
 //
 // Exec: qemu-user runs a guest's execve natively (the new program would run untraced). When
 // the kernel would run the file as an x86-64 ELF program (directly, or as the interpreter of
@@ -151,7 +152,8 @@ enum Phase : int { kRunning, kInSyscall, kClosed };
 uint64_t Now();  // CLOCK_MONOTONIC ns (below)
 
 struct Thread {
-  uint32_t pid = 0, tid = 0;
+  uint32_t pid = 0, tid = 0;        // in ptrecord's pid namespace (FindRecorderPids)
+  uint32_t ns_pid = 0, ns_tid = 0;  // getpid(), gettid(): in the guest's
   uint32_t stream = 0;  // the stream's tid: the thread's first (a thread that exec'd keeps it)
   uint32_t slot = 0;
   bool traced = false;  // has a slot
@@ -243,6 +245,12 @@ struct Global {
   // This process runs a program that the thread of this slot exec'd: its first thread goes
   // on in that slot (~0u: it claims a new one).
   uint32_t resume_slot = ~0u;
+  // The inode of ptrecord's pid namespace (pidns=; 0: not given, the guest's pids are taken for
+  // ptrecord's), and this process's (set by each thread it starts: a fork child may be in
+  // another) and its pid in ptrecord's (0: not known yet).
+  uint64_t recorder_pidns = 0;
+  uint64_t pidns = 0;
+  uint32_t process_pid = 0;
   // How this qemu was started, for an exec'd program's: qemu-x86_64's path and the options
   // before -plugin, the plugin's path, its options (without slot=).
   std::vector<std::string> qemu_command;
@@ -747,8 +755,8 @@ void CaptureCode(uint64_t start, uint64_t end) {
     return;
   }
   Thread* t = t_current;
-  const bool now = t != nullptr && t->traced && t->pid == static_cast<uint32_t>(getpid()) &&
-                   t->tid == static_cast<uint32_t>(gettid());
+  const bool now = t != nullptr && t->traced && t->ns_pid == static_cast<uint32_t>(getpid()) &&
+                   t->ns_tid == static_cast<uint32_t>(gettid());
   {
     std::lock_guard<std::mutex> lock(g->code_mu);
     auto [it, inserted] = g->poked.try_emplace(start, p.bytes);
@@ -865,6 +873,38 @@ ptkit::perf::Task TaskRecord(const Thread& t, bool exit, uint32_t ppid, uint32_t
   return r;
 }
 
+// The inode of this process's pid namespace; 0 when /proc/self/ns/pid cannot say.
+uint64_t OwnPidNamespace() {
+  struct stat st {};
+  return stat("/proc/self/ns/pid", &st) == 0 ? st.st_ino : 0;
+}
+
+// Whether this process is in a pid namespace other than ptrecord's (FindRecorderPids).
+bool ForeignPids() { return g->recorder_pidns != 0 && g->pidns != g->recorder_pidns; }
+
+// Sets the pid and tid of `t`, which has claimed its slot, to those of ptrecord's pid namespace,
+// which every record carries (qemu_ring.h: QemuPidQuestion). In another namespace ptrecord tells
+// them while the thread waits; where it cannot, they stay the namespace's, the slot says so
+// (namespace_pids) and ptrecord warns (pids_unknown). `hint`: the process it may be there.
+void FindRecorderPids(Thread& t, uint32_t hint) {
+  if (!ForeignPids()) return;
+  const ptk::QemuPidQuestion q{.kind = ptk::kAskThread,
+                               .ns_pid = t.ns_pid,
+                               .ns_tid = t.ns_tid,
+                               .hint = hint,
+                               .pidns = g->pidns};
+  const std::optional<ptk::QemuPidAnswer> a =
+      g->pidns != 0 ? ptk::AskPids(*t.control, q, WaitForReader) : std::nullopt;
+  if (!a) {
+    // (Once per stream: the program a thread exec'd asks again.)
+    if (t.control->namespace_pids.exchange(1) == 0) Header()->pids_unknown.fetch_add(1);
+    return;
+  }
+  t.pid = a->pid;
+  t.tid = a->tid;
+  g->process_pid = a->pid;
+}
+
 // A guest thread's first block (or a fork child's first moment): claims a slot, writes the
 // sideband that introduces it and opens its PT stream. `parent` is the forking thread of a
 // new process, null for a new thread or the first process. The first thread of a program
@@ -872,9 +912,10 @@ ptkit::perf::Task TaskRecord(const Thread& t, bool exit, uint32_t ppid, uint32_t
 // event's lives on across execve), after COMM (exec) and the new program's mappings.
 Thread* StartThread(unsigned vcpu, const Thread* parent) {
   auto* t = new Thread;
-  t->pid = static_cast<uint32_t>(getpid());
-  t->tid = static_cast<uint32_t>(gettid());
+  t->pid = t->ns_pid = static_cast<uint32_t>(getpid());
+  t->tid = t->ns_tid = static_cast<uint32_t>(gettid());
   t->stream = t->tid;
+  g->pidns = OwnPidNamespace();
   t_current = t;
   g->threads[vcpu].store(t, std::memory_order_release);
   ptk::QemuRegionHeader* h = Header();
@@ -897,6 +938,10 @@ Thread* StartThread(unsigned vcpu, const Thread* parent) {
   t->enc.emplace(*std::move(enc));
   t->slot = slot;
   t->control = ptk::SlotControl(g->region, slot);
+  // A fork child's process is not its parent's; the program of a thread that exec'd is in that
+  // thread's process.
+  FindRecorderPids(*t, resumed ? t->control->pid : parent != nullptr ? 0 : g->process_pid);
+  t->stream = t->tid;
   if (resumed) {
     t->stream = t->control->tid;
     t->instructions = t->control->instructions.load(std::memory_order_relaxed);
@@ -2018,7 +2063,19 @@ void OnSyscallReturn(qemu_plugin_id_t id, unsigned int vcpu, int64_t num, int64_
   if (ret > 0 && (num == kSysFork || num == kSysVfork || num == kSysClone3 ||
                   (num == kSysClone && (t->args[0] & CLONE_THREAD) == 0))) {
     ptk::QemuRegionHeader* h = Header();
-    h->forked_pids[h->forks.fetch_add(1) % ptk::kQemuForkedPids].store(static_cast<uint32_t>(ret));
+    // The pid the fork returned is in this process's pid namespace: ptrecord tells its own.
+    uint32_t pid = static_cast<uint32_t>(ret);
+    if (ForeignPids()) {
+      const ptk::QemuPidQuestion q{.kind = ptk::kAskChild, .ns_pid = pid, .hint = t->pid};
+      std::optional<ptk::QemuPidAnswer> a;
+      if (t->traced && t->control->namespace_pids.load(std::memory_order_relaxed) == 0) {
+        a = ptk::AskPids(*t->control, q, WaitForReader);
+      }
+      // Not found (the asker's own pids were not: counted then): not waited for by that pid,
+      // which may name another process; the child is once it has its slot.
+      pid = a ? a->pid : 0;
+    }
+    if (pid != 0) h->forked_pids[h->forks.fetch_add(1) % ptk::kQemuForkedPids].store(pid);
   }
   const uint64_t now = Now();
   if (t->traced && t->untimed_call_at != 0 && now - t->untimed_call_at >= kTimeNs) {
@@ -2264,6 +2321,8 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
       g->pt.max_tnt_bits = static_cast<uint8_t>(v);
     } else if (ParseOption(a, "crash", 1, &v)) {
       g->crash = v != 0;
+    } else if (ParseOption(a, "pidns", ~0ull, &v)) {
+      g->recorder_pidns = v;
     } else if (a.starts_with("trigger=")) {
       // trigger=0xOFFSET@FILE
       Global::Filter f;

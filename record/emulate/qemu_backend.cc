@@ -4,6 +4,7 @@
 #include <elf.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@
 #include "record/crash.h"
 #include "record/drain_loop.h"
 #include "record/emulate/exec_plan.h"
+#include "record/emulate/guest_pids.h"
 #include "record/emulate/qemu_ring.h"
 #include "record/event_spec.h"
 #include "record/metadata.h"
@@ -267,6 +269,10 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   std::string plugin_arg = absl::StrCat(setup.plugin, ",fd=", memfd.get(), ",ring=/proc/", getpid(),
                                         "/fd/", memfd.get());
   if (truth.valid()) absl::StrAppend(&plugin_arg, ",truth=", truth.get());
+  // A guest process in another pid namespace asks for its pids in this one (QemuPidQuestion).
+  if (struct stat ns{}; stat("/proc/self/ns/pid", &ns) == 0) {
+    absl::StrAppend(&plugin_arg, ",pidns=", ns.st_ino);
+  }
   // Long TNT (up to 47 branches a packet, SDM "Long TNT Packet"): a packet per 47 conditional
   // branches instead of 6 makes the plugin's fast path take 98% of them (bench/
   // qemu_emulate_bench.sh).
@@ -435,10 +441,14 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
     };
     for (uint32_t s = 0; s < std::min(kSlots, h->slots_claimed.load()); ++s) {
       const QemuSlotControl* c = SlotControl(base, s);
-      // Still qemu too: a slot's pid is the one the process saw, which in a pid namespace
-      // (unshare --pid, a container) names another process here, init or a kernel thread
-      // (sweep 37c H3: waited for for ever after the namespace's processes were killed).
-      if (c->state.load() == kSlotActive && RunsQemu(c->pid, qemu_exe)) add(c->pid);
+      // Still qemu too: a pid is used again by another program. And by ptrecord's pid (not a
+      // namespace's that ptrecord could not translate: QemuPidQuestion), which in a pid
+      // namespace names another process here, init or a kernel thread (sweep 37c H3: waited
+      // for for ever after the namespace's processes were killed).
+      if (c->state.load() == kSlotActive && c->namespace_pids.load() == 0 &&
+          RunsQemu(c->pid, qemu_exe)) {
+        add(c->pid);
+      }
     }
     for (uint32_t i = 0; i < std::min(kQemuForkedPids, h->forks.load()); ++i) {
       const uint32_t pid = h->forked_pids[i].load();
@@ -467,8 +477,16 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   };
   // The status line, about once a second, erased before the summary.
   record::StatusLine status_line(stderr, options.status_line, record::SteadyClockMs);
+  // The plugin's questions about pids (QemuPidQuestion), answered after every pass from this
+  // /proc: none where its pids are not those of ptrecord's namespace (every question then finds
+  // nothing, and ptrecord warns).
+  const std::string pid_proc = ProcHasOwnPids() ? "/proc" : "";
+  auto answer_pid_questions = [&] {
+    AnswerPidQuestions(base, std::min(kSlots, h->slots_claimed.load()), pid_proc);
+  };
   lo.after_pass = [&] {
     h->reader_passes.fetch_add(1, std::memory_order_relaxed);  // alive (WaitForReader)
+    answer_pid_questions();
     status_line.Update(drainer.Totals(), writer->stats().stored_bytes);
   };
   absl::StatusOr<record::LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
@@ -497,6 +515,7 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
       }
       for (int i = 0; i < 200 && !done(); ++i) {
         for (record::TraceSource* s : raw) drainer.DrainOnce(*s).IgnoreError();  // again below
+        answer_pid_questions();
         usleep(5000);
       }
     }
@@ -652,6 +671,14 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
         "readable, or a file without a name: a memfd, a deleted file), or the program closed "
         "the plugin's descriptor of the ring and it could not be opened again; it ran natively, "
         "untraced"));
+  }
+  if (uint32_t n = h->pids_unknown.load(); n > 0) {
+    result.warnings.push_back(absl::StrCat(
+        n, n == 1 ? " thread" : " threads",
+        " of a pid namespace other than ptrecord's keep that namespace's pids in the recording "
+        "(ptrecord could not find them in its /proc, or that /proc is not of its own pid "
+        "namespace): they may equal other processes' pids, whose streams and sideband theirs "
+        "then mix with; --emulate=step records the pids of ptrecord's namespace"));
   }
   if (uint32_t n = h->clones_refused.load(); n > 0) {
     result.warnings.push_back(absl::StrCat(

@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "absl/status/statusor.h"
@@ -38,7 +39,7 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 11;
+inline constexpr uint32_t kQemuRegionVersion = 12;
 
 // What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
 // plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
@@ -126,11 +127,37 @@ struct QemuRegionHeader {
   // a full ring gives up when they stop (ptrecord is gone), not when its parent is init (a pid
   // namespace's processes and a daemon's have parent 1 while ptrecord drains: sweep 37c M1).
   std::atomic<uint64_t> reader_passes;
+  // Streams of threads of a pid namespace other than ptrecord's whose pids ptrecord could not
+  // tell (QemuPidQuestion): they keep their namespace's in the recording.
+  std::atomic<uint32_t> pids_unknown;
 };
 inline constexpr uint32_t kQemuForkedPids = 64;
 static_assert(sizeof(QemuRegionHeader) <= kQemuPage);
 static_assert(std::atomic<uint32_t>::is_always_lock_free &&
               std::atomic<uint64_t>::is_always_lock_free);
+
+// Pids in another pid namespace. The plugin's getpid() and gettid() are those of the guest's pid
+// namespace, but every record carries those of ptrecord's, as the kernel's, --emulate=step's and
+// every tool's outside have them: in a pid namespace of its own (unshare --pid, a container) a
+// guest's pids name other processes, or none, and two namespaces' pids collide (sweep 37c H1).
+// A guest process that is not in ptrecord's pid namespace (QEMU option pidns=, the inode of
+// ptrecord's) asks ptrecord in its slot (QemuSlotControl::question), which answers from its
+// /proc (guest_pids.h), and waits for the answer: the task asked about lives meanwhile.
+enum QemuPidQuestionKind : uint32_t {
+  kAskThread = 1,  // the asking thread: ns_pid, ns_tid its getpid(), gettid(); pidns its namespace
+  kAskChild = 2,   // the process the asking thread forked: ns_pid what the fork returned
+};
+struct QemuPidQuestion {
+  uint32_t kind = 0;  // QemuPidQuestionKind
+  uint32_t ns_pid = 0, ns_tid = 0;
+  // kAskThread: the process it may be in ptrecord's namespace (0: none known); kAskChild: the
+  // asking process there.
+  uint32_t hint = 0;
+  uint64_t pidns = 0;  // kAskThread: the inode of the asker's pid namespace
+};
+struct QemuPidAnswer {
+  uint32_t pid = 0, tid = 0;  // in ptrecord's pid namespace; 0: none found
+};
 
 // The first page of a slot.
 struct QemuSlotControl {
@@ -166,8 +193,41 @@ struct QemuSlotControl {
   // next record covers them, or ptrecord writes one (RecordStaged) when the process died in
   // that call (qemu-user runs no plugin code at a fatal signal).
   std::atomic<uint64_t> aux_recorded;
+  // The slot's thread asks ptrecord about pids (QemuPidQuestion): `asked` counts its questions;
+  // ptrecord writes `answer`, then sets `answered` to `asked` (AskPids, AnswerPids).
+  std::atomic<uint32_t> asked;
+  std::atomic<uint32_t> answered;
+  QemuPidQuestion question;
+  QemuPidAnswer answer;
+  // `pid` and `tid` are those of the thread's own pid namespace, not ptrecord's (it could not
+  // tell those: QemuRegionHeader::pids_unknown): ptrecord neither waits for nor signals it by
+  // them.
+  std::atomic<uint32_t> namespace_pids;
 };
 static_assert(sizeof(QemuSlotControl) <= kQemuPage);
+
+// The plugin: asks `q` in slot `c`, its own, and waits for ptrecord's answer; `wait` as for
+// QemuSlotWriter (false: give up). nullopt when ptrecord found nothing or `wait` gave up.
+template <typename Wait>
+std::optional<QemuPidAnswer> AskPids(QemuSlotControl& c, const QemuPidQuestion& q, Wait wait) {
+  c.question = q;
+  const uint32_t n = c.asked.load(std::memory_order_relaxed) + 1;
+  c.asked.store(n, std::memory_order_release);
+  while (c.answered.load(std::memory_order_acquire) != n) {
+    if (!wait()) return std::nullopt;
+  }
+  if (c.answer.pid == 0) return std::nullopt;
+  return c.answer;
+}
+
+// ptrecord: answers slot `c`'s question, if one waits, with `answer(question)`.
+template <typename Answer>
+void AnswerPids(QemuSlotControl& c, Answer answer) {
+  const uint32_t n = c.asked.load(std::memory_order_acquire);
+  if (n == c.answered.load(std::memory_order_relaxed)) return;
+  c.answer = answer(c.question);
+  c.answered.store(n, std::memory_order_release);
+}
 
 // The sample_id trailer of every record the plugin writes (as the tracking event's).
 inline constexpr uint64_t kQemuSampleType =
