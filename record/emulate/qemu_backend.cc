@@ -176,6 +176,18 @@ absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string&
 
 namespace {
 
+// A descriptor qemu inherits (the ring's memfd, the ground truth) moved off 0-2: where ptrecord
+// runs with standard streams closed (`cmd >&- 2>&-`, a daemon's or cron's context) it took
+// their numbers, and the guest wrote its output into the ring (sweep 38b F1: ptrecord died of
+// SIGSEGV, the whole trace lost) or into the ground truth. The guest's stdio stays closed.
+absl::Status KeepOffStdio(ScopedFd& fd) {
+  if (fd.get() > STDERR_FILENO) return absl::OkStatus();
+  const int moved = fcntl(fd.get(), F_DUPFD, STDERR_FILENO + 1);
+  if (moved < 0) return ErrnoStatus(errno, "fcntl(F_DUPFD)");
+  fd.reset(moved);
+  return absl::OkStatus();
+}
+
 // RecordQemu, with `ended` set once the command has exited (its errors after that are not the
 // command's end).
 absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, bool& ended) {
@@ -237,6 +249,7 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   const uint64_t size = QemuRegionSize(kSlots, kSlotDataPages, options.qemu_aux_pages);
   ScopedFd memfd(memfd_create("ptkit-qemu-ring", 0));
   if (!memfd.valid()) return ErrnoStatus(errno, "memfd_create for the QEMU ring");
+  PTKIT_RETURN_IF_ERROR(KeepOffStdio(memfd));
   if (ftruncate(memfd.get(), static_cast<off_t>(size)) != 0) {
     return ErrnoStatus(errno, "size the QEMU ring (", size, " bytes)");
   }
@@ -262,6 +275,7 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   if (!options.ground_truth.empty()) {
     truth.reset(open(options.ground_truth.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644));
     if (!truth.valid()) return ErrnoStatus(errno, "create ", options.ground_truth);
+    PTKIT_RETURN_IF_ERROR(KeepOffStdio(truth));
   }
 
   // ring=: where the plugin opens the memfd again for an exec'd program's qemu when the guest

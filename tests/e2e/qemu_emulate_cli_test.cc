@@ -137,6 +137,23 @@ class QemuEmulateTest : public ::testing::Test {
   std::unique_ptr<testing::TempDir> dir_;
 };
 
+// ptrecord started with its standard streams closed (`cmd >&- 2>&-`: a daemon's or cron's
+// context): the ring's memfd and the ground truth, which qemu inherits, are not the guest's
+// stdout and stderr (sweep 38b F1: the guest's writes went into the ring's header, ptrecord died
+// of SIGSEGV with the whole trace lost; or into the ground truth). The guest's writes fail as
+// natively, and the recording decodes to the ground truth.
+TEST_F(QemuEmulateTest, ClosedStandardStreamsAreNotTheRingNorTheTruth) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string trace = dir_->File("closed.pt"), truth = dir_->File("closed.truth");
+  auto r = RunCommand({"/bin/sh", "-c",
+                       "exec \"$0\" --emulate=qemu --ground-truth \"$1\" -o \"$2\" -- /bin/sh -c "
+                       "'i=0; while [ $i -lt 200 ]; do echo out; echo err >&2; i=$((i+1)); done' "
+                       ">&- 2>&-",
+                       PTRECORD_PATH, truth, trace});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  ExpectTraceDecodesToTruth("closed", trace, truth);
+}
+
 TEST_F(QemuEmulateTest, AStaticProgramDecodesToTheGroundTruth) {
   PTKIT_SKIP_WITHOUT_QEMU();
   PerThread truth = ExpectDecodedEqualsTruth("fib", {::ptkit::testing::kFib});
