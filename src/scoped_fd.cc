@@ -1,9 +1,19 @@
 #include "ptkit/scoped_fd.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
 namespace ptkit {
+
+void HoldClosedStdioOpen() {
+  for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
+    if (fcntl(fd, F_GETFD) != -1) continue;
+    // The lowest free number: this one (those below it are open).
+    const int held = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    if (held >= 0 && held != fd) ::close(held);  // (not expected: a number below was free)
+  }
+}
 
 void ScopedFd::reset(int fd) {
   // close(2) is not retried on EINTR: on Linux the descriptor is released whatever close

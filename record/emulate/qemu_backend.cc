@@ -176,18 +176,6 @@ absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string&
 
 namespace {
 
-// A descriptor qemu inherits (the ring's memfd, the ground truth) moved off 0-2: where ptrecord
-// runs with standard streams closed (`cmd >&- 2>&-`, a daemon's or cron's context) it took
-// their numbers, and the guest wrote its output into the ring (sweep 38b F1: ptrecord died of
-// SIGSEGV, the whole trace lost) or into the ground truth. The guest's stdio stays closed.
-absl::Status KeepOffStdio(ScopedFd& fd) {
-  if (fd.get() > STDERR_FILENO) return absl::OkStatus();
-  const int moved = fcntl(fd.get(), F_DUPFD, STDERR_FILENO + 1);
-  if (moved < 0) return ErrnoStatus(errno, "fcntl(F_DUPFD)");
-  fd.reset(moved);
-  return absl::OkStatus();
-}
-
 // RecordQemu, with `ended` set once the command has exited (its errors after that are not the
 // command's end).
 absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, bool& ended) {
@@ -249,7 +237,6 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   const uint64_t size = QemuRegionSize(kSlots, kSlotDataPages, options.qemu_aux_pages);
   ScopedFd memfd(memfd_create("ptkit-qemu-ring", 0));
   if (!memfd.valid()) return ErrnoStatus(errno, "memfd_create for the QEMU ring");
-  PTKIT_RETURN_IF_ERROR(KeepOffStdio(memfd));
   if (ftruncate(memfd.get(), static_cast<off_t>(size)) != 0) {
     return ErrnoStatus(errno, "size the QEMU ring (", size, " bytes)");
   }
@@ -275,7 +262,6 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   if (!options.ground_truth.empty()) {
     truth.reset(open(options.ground_truth.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644));
     if (!truth.valid()) return ErrnoStatus(errno, "create ", options.ground_truth);
-    PTKIT_RETURN_IF_ERROR(KeepOffStdio(truth));
   }
 
   // ring=: where the plugin opens the memfd again for an exec'd program's qemu when the guest
@@ -346,8 +332,6 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   // ptrecord left the command running untraced: sweep 29c F5).
   PTKIT_ASSIGN_OR_RETURN(record::Workload workload,
                          record::Workload::Start(argv, /*die_with_parent=*/true));
-  ran = true;
-  PTKIT_RETURN_IF_ERROR(writer->Publish());
   if (absl::Status s = workload.Go(); !s.ok()) {
     writer->Abandon().IgnoreError();
     return s;
@@ -498,13 +482,27 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   auto answer_pid_questions = [&] {
     AnswerPidQuestions(base, std::min(kSlots, h->slots_claimed.load()), pid_proc);
   };
+  // The recording replaces the output file (or stays there) once the command's code ran: the
+  // first guest block claims a slot. Before, qemu itself may fail (a truncated ELF, no memory
+  // for its code buffer), and the recording is discarded as for a command that could not run
+  // (sweep 38b F3c: published when qemu started, a stub replaced the file --overwrite-existing
+  // was to keep, or stayed at a new path and blocked the next run).
+  absl::Status publish_status;
+  auto publish_once_ran = [&] {
+    if (ran || h->slots_claimed.load() == 0) return;
+    ran = true;
+    publish_status = writer->Publish();
+  };
   lo.after_pass = [&] {
     h->reader_passes.fetch_add(1, std::memory_order_relaxed);  // alive (WaitForReader)
+    publish_once_ran();
     answer_pid_questions();
     status_line.Update(drainer.Totals(), writer->stats().stored_bytes);
   };
   absl::StatusOr<record::LoopResult> loop = RunDrainLoop(raw, drainer, signals, lo);
   status_line.Clear();
+  publish_once_ran();
+  if (loop.ok() && !publish_status.ok()) loop = publish_status;
   if (loop.ok() && !snapshot_status.ok()) loop = snapshot_status;
   if (!loop.ok()) {
     writer->Abandon().IgnoreError();
@@ -626,7 +624,6 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
     // qemu never ran a guest block: it could not start the program (its message is on
     // stderr) or refused the plugin.
     writer->Abandon().IgnoreError();
-    ran = false;
     return absl::FailedPreconditionError(absl::StrCat("qemu-x86_64 ran no guest code (exit status ",
                                                       record::Workload::ExitCode(*status),
                                                       "): see its message above"));

@@ -37,6 +37,7 @@
 #include "decoder/tsc_clock.h"
 #include "fmt/format.h"
 #include "ptkit/info.h"
+#include "ptkit/scoped_fd.h"
 #include "ptkit/usable_cpus.h"
 
 namespace {
@@ -657,6 +658,7 @@ unsigned DefaultJobs() {
 }  // namespace
 
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; terminate says it
+  ptkit::HoldClosedStdioOpen();
   CLI::App app{
       "ptdecode: decode Intel PT recordings (trace.pt, perf.data) into control flow.\n"
       "`ptdecode FILE` (no sub-command) is `ptdecode report FILE`. Exit status: 0 success, 1 "

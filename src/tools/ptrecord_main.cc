@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "completion/completion.h"
 #include "ptkit/numbers.h"
+#include "ptkit/scoped_fd.h"
 #include "record/aux_sample.h"
 #include "record/drain_loop.h"
 #include "record/emulate/emulate.h"
@@ -229,6 +230,7 @@ void FailWritesInsteadOfDying() {
 }  // namespace
 
 int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; terminate says it
+  ptkit::HoldClosedStdioOpen();
   // (First: a test takes SIGPIPE's handler as the sign that SIGUSR2 has one.)
   ptkit::record::CountSnapshotRequestsFromNow();
   FailWritesInsteadOfDying();

@@ -154,6 +154,37 @@ TEST_F(QemuEmulateTest, ClosedStandardStreamsAreNotTheRingNorTheTruth) {
   ExpectTraceDecodesToTruth("closed", trace, truth);
 }
 
+// qemu-x86_64 starts but fails before the program's first block (here a truncated ELF, which
+// the kernel would exec and kill): the recording is discarded as for a command that could not
+// run, so --overwrite-existing keeps the old file whole and a new path gets no file (sweep 38b
+// F3c: the old recording was replaced by a 1 KB stub with no footer; a stub at a new path made
+// the next run refuse it as existing).
+TEST_F(QemuEmulateTest, QemuFailingBeforeTheFirstBlockKeepsTheOldFile) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string kept = dir_->File("kept.pt"), fresh = dir_->File("fresh.pt");
+  ASSERT_EQ(RunCommand({PTRECORD_PATH, "--emulate=qemu", "-q", "-o", kept, "--",
+                        PROGRAM_DIR "/emulate_fib"})
+                .exit_code,
+            0);
+  auto read = [](const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::string before = read(kept);
+  ASSERT_FALSE(before.empty());
+  const std::string cut = dir_->File("cut");
+  std::ofstream(cut, std::ios::binary) << read(PROGRAM_DIR "/emulate_fib").substr(0, 3000);
+  ASSERT_EQ(chmod(cut.c_str(), 0755), 0);
+  auto over =
+      RunCommand({PTRECORD_PATH, "--emulate=qemu", "--overwrite-existing", "-o", kept, "--", cut});
+  EXPECT_EQ(over.exit_code, 1) << over.err;
+  EXPECT_THAT(over.err, HasSubstr("ran no guest code"));
+  EXPECT_TRUE(read(kept) == before) << "the old recording was replaced";
+  auto created = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-o", fresh, "--", cut});
+  EXPECT_EQ(created.exit_code, 1) << created.err;
+  EXPECT_FALSE(std::filesystem::exists(fresh));
+}
+
 TEST_F(QemuEmulateTest, AStaticProgramDecodesToTheGroundTruth) {
   PTKIT_SKIP_WITHOUT_QEMU();
   PerThread truth = ExpectDecodedEqualsTruth("fib", {::ptkit::testing::kFib});
