@@ -520,6 +520,10 @@ absl::StatusOr<EmulateResult> RecordStepped(const EmulateOptions& options, bool&
   perf_event_attr tracking = record::BuildTrackingAttr({
       .enable_on_exec = true,
       .inherit = true,
+      // User space only, as the emulated trace (dummy:u): the task records need no kernel
+      // sampling, and an unprivileged user may open it at perf_event_paranoid 2 (sweep 38b M2:
+      // every non-root user was refused, told to become root).
+      .exclude_kernel = true,
       // Every single step stops and resumes the thread: with context_switch on, that is two
       // SWITCH records per instruction, which would flood the ring. The streams are per
       // thread, so the decoder needs no schedule.

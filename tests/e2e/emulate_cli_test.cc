@@ -139,6 +139,28 @@ TEST_F(EmulateCliTest, AProgramWithASignalHandler) {
   if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
 }
 
+// An unprivileged user records with the step backend at perf_event_paranoid 2 (most
+// distributions' default), as `perf record -e dummy:u` works for them: the sideband event is
+// user space only (sweep 38b M2: "Permission denied ... run as root").
+TEST_F(EmulateCliTest, AnUnprivilegedUserRecordsAtParanoid2) {
+  std::ifstream paranoid_file("/proc/sys/kernel/perf_event_paranoid");
+  int paranoid = 99;
+  paranoid_file >> paranoid;
+  if (paranoid > 2) GTEST_SKIP() << "perf_event_paranoid is " << paranoid << " (> 2)";
+  if (geteuid() != 0 || access("/usr/bin/setpriv", X_OK) != 0) {
+    GTEST_SKIP() << "needs root and setpriv(1) to run ptrecord as nobody";
+  }
+  testing::TempDir open_dir;
+  ASSERT_EQ(chmod(open_dir.path().c_str(), 0777), 0);
+  const std::string trace = open_dir.File("nobody.pt");
+  auto rec = RunCommand({"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                         PTRECORD_PATH, "--emulate=step", "-o", trace, "--", "/bin/true"});
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  auto stats = RunCommand({PTDECODE_PATH, "stats", trace});
+  EXPECT_EQ(stats.exit_code, 0) << stats.err;
+  EXPECT_THAT(stats.out, HasSubstr("[ld-linux-x86-64.so.2]"));
+}
+
 // ptrecord started with its stderr closed (`2>&-`): the container is not descriptor 2, so
 // ptrecord's own messages do not go into it (sweep 38b H1: they were written over the recording,
 // 47 KB of trace lost with exit 0 and no word); the command finds its stderr closed, as natively.
