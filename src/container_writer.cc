@@ -392,8 +392,20 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(
     // A device, a FIFO: written as it is (no file to overwrite), never created, replaced or
     // removed (sweep 31c F1: -o /dev/null needed --overwrite-existing, then a failed start
     // removed /dev/null).
-    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC);
+    // A FIFO without a reader is refused at once (ENXIO): a blocking open would wait for one
+    // with SIGINT and SIGTERM held off, which only SIGKILL ended (sweep 38b M5).
+    const bool fifo = S_ISFIFO(st.st_mode);
+    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+    if (fd < 0 && fifo && errno == ENXIO) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(path, " is a FIFO that no process reads: start its reader first"));
+    }
     if (fd < 0) return ErrnoStatus(errno, "open ", path);
+    if (fifo && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {
+      const int error = errno;
+      ::close(fd);
+      return ErrnoStatus(error, "fcntl ", path);
+    }
     return CreateFromFd(fd, path, options);
   }
   if (exists && options.overwrite) {

@@ -511,7 +511,8 @@ absl::StatusOr<EmulateResult> RecordStepped(const EmulateOptions& options, bool&
     if (!options.ground_truth.empty()) std::filesystem::remove(options.ground_truth, ec);
   };
   if (!options.ground_truth.empty()) {
-    truth.reset(std::fopen(options.ground_truth.c_str(), "w"));
+    // ("e": close-on-exec, not the command's; sweep 38b L6.)
+    truth.reset(std::fopen(options.ground_truth.c_str(), "we"));
     if (!truth) return ErrnoStatus(errno, "create ", options.ground_truth);
   }
 

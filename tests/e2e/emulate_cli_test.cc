@@ -161,6 +161,17 @@ TEST_F(EmulateCliTest, AnUnprivilegedUserRecordsAtParanoid2) {
   EXPECT_THAT(stats.out, HasSubstr("[ld-linux-x86-64.so.2]"));
 }
 
+// The ground truth is ptrecord's file, not the command's: the command does not inherit a
+// descriptor of it (sweep 38b L6: a writable fd 4).
+TEST_F(EmulateCliTest, TheGroundTruthIsNotInheritedByTheCommand) {
+  // The shell's open descriptors (its glob's directory among them), the same as natively.
+  const std::vector<std::string> command = {"/bin/sh", "-c", "cd /proc/$$/fd && echo *"};
+  auto rec = Record(command);
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  EXPECT_EQ(rec.out, RunCommand(command).out);
+}
+
 // ptrecord started with its stderr closed (`2>&-`): the container is not descriptor 2, so
 // ptrecord's own messages do not go into it (sweep 38b H1: they were written over the recording,
 // 47 KB of trace lost with exit 0 and no word); the command finds its stderr closed, as natively.

@@ -747,6 +747,25 @@ TEST(ContainerWriterTest, AFileToReplaceStaysUntilTheRecordingStarts) {
   EXPECT_TRUE(S_ISCHR(st.st_mode));
 }
 
+// A FIFO is written as it is; one that no process reads is refused at once, not waited for
+// (sweep 38b M5: ptrecord hung in open(2) with SIGINT and SIGTERM held off).
+TEST(ContainerWriterTest, AFifoWithoutAReaderIsRefusedAtOnce) {
+  TempDir dir;
+  const std::string fifo = dir.File("fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(ContainerWriter::Create(fifo),
+              StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("no process reads")));
+  const int reader = ::open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
+  auto w = ContainerWriter::Create(fifo);
+  ASSERT_THAT(w, IsOk());
+  (*w)->Discard();
+  ::close(reader);
+  struct stat st {};
+  ASSERT_EQ(::stat(fifo.c_str(), &st), 0);  // never removed
+  EXPECT_TRUE(S_ISFIFO(st.st_mode));
+}
+
 TEST(ContainerWriterTest, RejectsWorkAfterCloseAndOversizedRecords) {
   TempDir dir;
   auto w = ContainerWriter::Create(dir.File("t.pt"));
