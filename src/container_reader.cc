@@ -283,13 +283,30 @@ absl::StatusOr<ContainerReader> ContainerReader::Open(std::unique_ptr<ByteSource
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": not a ptkit container (", got, " bytes)"));
   }
-  if (absl::Status s = CheckFileHeader(header); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat(name, ": ", s.message()));
+  absl::Status header_status = CheckFileHeader(header);
+  if (!header_status.ok()) {
+    // A damaged header before an intact first record (a flipped byte; a file cut to 0 and
+    // written on while ptrecord wrote it): the records are read, the damage said (sweep 38b
+    // L1: the whole file was refused). Else this is no container of this format.
+    uint8_t first[kFrameHeaderSize] = {};
+    absl::StatusOr<size_t> read = source->ReadAt(kFileHeaderSize, first);
+    absl::StatusOr<FrameHeader> frame =
+        read.ok() && *read == kFrameHeaderSize
+            ? ParseFrameHeader(std::span<const uint8_t, kFrameHeaderSize>(first))
+            : absl::StatusOr<FrameHeader>(absl::DataLossError("no record"));
+    if (!frame.ok() || !State::CheckSizes(*frame).ok() || frame->sequence != 0) {
+      return absl::Status(header_status.code(), absl::StrCat(name, ": ", header_status.message()));
+    }
   }
   auto state = std::make_unique<State>();
   state->src = std::move(source);
   state->size = size;
   state->report.file_size = size;
+  if (!header_status.ok()) {
+    state->AddDamage(0, kFileHeaderSize, 0,
+                     absl::StrCat("damaged file header (", header_status.message(),
+                                  "): the records after it are read"));
+  }
   state->dctx.reset(ZSTD_createDCtx());
   if (state->dctx == nullptr) {
     return absl::ResourceExhaustedError("cannot allocate a zstd decompression context");

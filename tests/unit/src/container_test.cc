@@ -294,6 +294,47 @@ TEST(ContainerReaderTest, CutAtEveryByteKeepsWholeRecordsAndReportsTheRest) {
   }
 }
 
+// A damaged byte in the 16-byte file header, before an intact first record: every record is
+// read and the header is reported as damage (sweep 38b L1: the whole file was refused, "wrong
+// magic"). A file whose first record is not one of this format is still refused.
+TEST(ContainerReaderTest, ADamagedFileHeaderBeforeIntactRecordsIsReportedNotFatal) {
+  TempDir dir;
+  const std::string path = dir.File("t.pt");
+  {
+    auto w = ContainerWriter::Create(path);
+    ASSERT_THAT(w, IsOk());
+    ASSERT_THAT((*w)->AppendMetadata(R"({"a":1})"), IsOk());
+    ASSERT_THAT((*w)->AppendMetadata(R"({"b":2})"), IsOk());
+    ASSERT_THAT((*w)->Close(), IsOk());
+  }
+  std::ifstream in(path, std::ios::binary);
+  const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                                   std::istreambuf_iterator<char>());
+  for (size_t at : {size_t{2}, size_t{9}, size_t{13}}) {
+    SCOPED_TRACE(at);
+    std::vector<uint8_t> damaged = bytes;
+    damaged[at] ^= 0x5a;
+    const std::string copy = dir.File("damaged.pt");
+    std::ofstream(copy, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(damaged.data()),
+               static_cast<std::streamsize>(damaged.size()));
+    auto reader = ContainerReader::Open(copy);
+    ASSERT_THAT(reader, IsOk());
+    RecordView rec;
+    int records = 0;
+    while (reader->Next(rec).value_or(false)) ++records;
+    EXPECT_EQ(records, 3);  // metadata twice, footer
+    ASSERT_EQ(reader->report().damage.size(), 1u);
+    EXPECT_EQ(reader->report().damage[0].offset, 0u);
+    EXPECT_THAT(reader->report().damage[0].reason, HasSubstr("damaged file header"));
+    damaged[kFileHeaderSize] ^= 0x5a;  // and the first record's header
+    std::ofstream(copy, std::ios::binary | std::ios::trunc)
+        .write(reinterpret_cast<const char*>(damaged.data()),
+               static_cast<std::streamsize>(damaged.size()));
+    EXPECT_FALSE(ContainerReader::Open(copy).ok());
+  }
+}
+
 TEST(ContainerReaderTest, AFlippedByteDamagesOnlyItsOwnRecord) {
   TempDir dir;
   std::vector<uint8_t> bytes = WriteSample(dir, true);
