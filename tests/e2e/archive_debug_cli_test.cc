@@ -3,7 +3,8 @@
 // `ptrecord --archive` keeps the separate debug file of each archived file that has one (sweep
 // 38a F2): a stripped program recorded with --archive (under --emulate=qemu) decodes with the
 // same function names and --srcline lines once the program and its debug file are gone, or
-// under a --sysroot of an empty directory ("another machine"), as with them here; nm and
+// with --sysroot and --buildid-dir of an empty directory ("another machine": no files, no
+// /usr/lib/debug, no perf build-id cache), as with them here; nm and
 // addr2line on the unstripped build are the oracle. Skips where qemu-user is not installed.
 #include <sys/stat.h>
 
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "e2e_programs.h"
 #include "gmock/gmock.h"
@@ -34,19 +36,18 @@ using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// The rows of `ptdecode stats` output whose image is `image` ("NAME [IMAGE]" at their end),
-// sorted, the counts left out (the function names only).
+// The rows of `ptdecode stats` output whose image is `image` ("SELF % TOTAL % CALLS NAME
+// [IMAGE]"), the function names only (empty: code no symbol names), sorted.
 std::vector<std::string> FunctionsOf(const std::string& stats, const std::string& image) {
   std::vector<std::string> out;
   const std::string tag = " [" + image + "]";
   std::istringstream lines(stats);
   for (std::string line; std::getline(lines, line);) {
     if (line.empty() || line[0] == '#' || !line.ends_with(tag)) continue;
-    // The name is the text after the last column of counts.
-    std::string name = line.substr(0, line.size() - tag.size());
-    const size_t gap = name.rfind("  ");
-    if (gap != std::string::npos) name = name.substr(gap + 2);
-    out.push_back(name);
+    std::vector<std::string> f =
+        absl::StrSplit(line.substr(0, line.size() - tag.size()), ' ', absl::SkipEmpty());
+    if (f.size() < 5) continue;
+    out.push_back(absl::StrJoin(f.begin() + 5, f.end(), " "));
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -131,8 +132,9 @@ class ArchiveDebugCliTest : public ::testing::Test {
     return RunCommand(argv);
   }
   // Records the split build of `full` with --archive, then decodes it with the program and its
-  // debug file here, gone, and under --sysroot of an empty directory: the same names (nm's
-  // static functions among them, no sub_ADDRESS) and the same lines (addr2line's).
+  // debug file here, gone, and on "another machine" (--sysroot and --buildid-dir EMPTY): the
+  // same names (nm's static functions among them, no sub_ADDRESS) and the same lines
+  // (addr2line's).
   void ExpectNamesAndLinesWithoutTheFiles(const std::string& full, const std::string& name,
                                           bool with_build_id) {
     const std::string program = Split(full, name);
@@ -175,15 +177,16 @@ class ArchiveDebugCliTest : public ::testing::Test {
     }
 
     // Gone: the program and its debug file moved away (the debug file beside its old path was
-    // looked for beside /proc/self/fd/N before), and under --sysroot EMPTY, as on another
-    // machine.
+    // looked for beside /proc/self/fd/N before), and with --sysroot and --buildid-dir EMPTY, as
+    // on another machine.
     const std::string empty = dir_.File("empty_" + name);
     std::filesystem::create_directory(empty);
     std::filesystem::rename(program, program + ".away");
     std::filesystem::rename(program + ".debug", program + ".debug.away");
     for (const std::vector<std::string>& options :
-         {std::vector<std::string>{}, std::vector<std::string>{"--sysroot", empty}}) {
-      SCOPED_TRACE(options.empty() ? "files gone" : "--sysroot EMPTY");
+         {std::vector<std::string>{},
+          std::vector<std::string>{"--sysroot", empty, "--buildid-dir", empty}}) {
+      SCOPED_TRACE(options.empty() ? "files gone" : "--sysroot EMPTY --buildid-dir EMPTY");
       std::vector<std::string> stats = {PTDECODE_PATH, "stats", trace};
       stats.insert(stats.end(), options.begin(), options.end());
       auto there = RunCommand(stats);
@@ -202,7 +205,8 @@ class ArchiveDebugCliTest : public ::testing::Test {
     const std::string exported = dir_.File(name + "_export.pt");
     auto to_pt = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", trace, "-o", exported});
     ASSERT_EQ(to_pt.exit_code, 0) << to_pt.err;
-    auto exported_stats = RunCommand({PTDECODE_PATH, "stats", "--sysroot", empty, exported});
+    auto exported_stats =
+        RunCommand({PTDECODE_PATH, "stats", "--sysroot", empty, "--buildid-dir", empty, exported});
     EXPECT_EQ(FunctionsOf(exported_stats.out, name), names) << exported_stats.err;
     if (with_build_id) {
       const std::string perf_data = dir_.File(name + ".data");
@@ -242,8 +246,9 @@ TEST_F(ArchiveDebugCliTest, AStrippedProgramWithoutABuildIdKeepsItsNamesAndLines
                                      /*with_build_id=*/false);
 }
 
-// libc's functions under --sysroot EMPTY are named as here, from its archived debug file
-// (sweep 38a F2: 22 of libc's functions and 109 of ld.so's were sub_ADDRESS).
+// libc's and ld.so's functions on "another machine" (--sysroot and --buildid-dir EMPTY) are
+// named as here, from their archived debug files (sweep 38a F2: 22 of libc's functions and 109
+// of ld.so's were sub_ADDRESS).
 TEST_F(ArchiveDebugCliTest, LibcAndTheLoaderKeepTheirNamesOnAnotherMachine) {
   PTKIT_SKIP_WITHOUT_QEMU();
   for (const char* lib : {"/lib/x86_64-linux-gnu/libc.so.6", "/lib64/ld-linux-x86-64.so.2"}) {
@@ -259,7 +264,10 @@ TEST_F(ArchiveDebugCliTest, LibcAndTheLoaderKeepTheirNamesOnAnotherMachine) {
   const std::string empty = dir_.File("empty");
   std::filesystem::create_directory(empty);
   auto here = RunCommand({PTDECODE_PATH, "stats", trace});
-  auto there = RunCommand({PTDECODE_PATH, "stats", "--sysroot", empty, trace});
+  // (Another machine: nothing under the sysroot, and no build-id cache, where perf may have
+  // put copies of these debug files: ~/.debug.)
+  auto there =
+      RunCommand({PTDECODE_PATH, "stats", "--sysroot", empty, "--buildid-dir", empty, trace});
   ASSERT_EQ(there.exit_code, 0) << there.err;
   for (const char* image : {"libc.so.6", "ld-linux-x86-64.so.2"}) {
     SCOPED_TRACE(image);
