@@ -15,6 +15,7 @@
 #include "fmt/format.h"
 #include "ptkit/container_format.h"
 #include "ptkit/container_writer.h"
+#include "ptkit/elf_file.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/status.h"
 
@@ -164,15 +165,19 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
     ++summary.sample_records;
   }
 
-  // The archived files whole (their symbols and line tables), as the source has them.
-  for (const auto& [key, run] : r.archived_files) {
-    if (!r.spool) break;
-    PTKIT_ASSIGN_OR_RETURN(SpoolView bytes, r.spool->Map(run));
-    PTKIT_RETURN_IF_ERROR(w->AppendCode({.flags = kCodeArchivedFile,
-                                         .path = key.first,
-                                         .build_id = key.second,
-                                         .bytes = bytes.bytes()}));
-    ++summary.code_records;
+  // The archived files whole (their symbols and line tables), and their debug files, as the
+  // source has them.
+  for (const auto* files : {&r.archived_files, &r.archived_debug_files}) {
+    for (const auto& [key, run] : *files) {
+      if (!r.spool) break;
+      PTKIT_ASSIGN_OR_RETURN(SpoolView bytes, r.spool->Map(run));
+      const uint32_t debug = files == &r.archived_debug_files ? kCodeDebugFile : 0;
+      PTKIT_RETURN_IF_ERROR(w->AppendCode({.flags = kCodeArchivedFile | debug,
+                                           .path = key.first,
+                                           .build_id = key.second,
+                                           .bytes = bytes.bytes()}));
+      ++summary.code_records;
+    }
   }
   for (const auto& [pid, code] : r.captured) {
     for (const CapturedCode& c : code) {
@@ -188,7 +193,7 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
     }
   }
   if (options.archive) {
-    std::set<std::string> archived_files;
+    std::set<std::string> archived_files, archived_debug;
     for (uint32_t pid : r.timeline.Pids()) {
       const std::vector<uint64_t>& execs = r.timeline.ExecTimes(pid);
       const uint64_t since = execs.empty() ? 0 : execs.back();
@@ -235,6 +240,27 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
           absl::Status st = AppendArchivedFile(*w, m.path, from, id);
           if (st.ok()) {
             ++summary.code_records;
+            // Its separate debug file once, as ptrecord --archive stores it (a stripped file's
+            // symbols and lines).
+            absl::StatusOr<ElfFile> elf = ElfFile::Open(from);
+            const std::string debug =
+                elf.ok() ? elf->FindDebugFile(options.sysroot, nullptr, options.buildid_dir) : "";
+            if (!debug.empty() && archived_debug.insert(debug).second) {
+              const std::string recorded =
+                  !options.sysroot.empty() && debug.starts_with(options.sysroot + "/")
+                      ? debug.substr(options.sysroot.size())
+                      : debug;
+              absl::StatusOr<std::vector<uint8_t>> debug_id = ReadBuildId(debug);
+              st = AppendArchivedFile(*w, recorded, debug,
+                                      debug_id.ok() ? *debug_id : std::vector<uint8_t>{},
+                                      /*debug_file=*/true);
+              if (st.ok()) {
+                ++summary.code_records;
+              } else {
+                summary.warnings.push_back(fmt::format("{}: debug file not archived: {}", m.path,
+                                                       std::string(st.message())));
+              }
+            }
           } else {
             summary.warnings.push_back(
                 fmt::format("{}: symbols not archived: {}", m.path, std::string(st.message())));

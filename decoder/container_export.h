@@ -38,7 +38,9 @@ struct ContainerExportOptions {
   // as code records, so that the container decodes without the files. Each file is found as
   // perf finds code (tools/perf/util/dso.c, dso__data_fd): in the build-id cache `buildid_dir`
   // by its build-id (BuildIdCacheFile in decoder/recording.h; the vDSO as [vdso]/BUILDID/vdso),
-  // else at the mapping's path under `sysroot`. Code the recording captured already wins.
+  // else at the mapping's path under `sysroot`. Code the recording captured already wins. Each
+  // file whole too, and its separate debug file (ElfFile::FindDebugFile under `sysroot` and in
+  // `buildid_dir`) once.
   bool archive = false;
   std::string sysroot;
   std::string buildid_dir;  // "": no build-id cache

@@ -85,7 +85,8 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
         if (code->flags & kCodeArchivedFile) {
           PTKIT_RETURN_IF_ERROR(builder.AddArchivedFile(
               std::string(code->path),
-              std::vector<uint8_t>(code->build_id.begin(), code->build_id.end()), code->bytes));
+              std::vector<uint8_t>(code->build_id.begin(), code->build_id.end()), code->bytes,
+              (code->flags & kCodeDebugFile) != 0));
           break;
         }
         if (code->flags & kCodeKernelTable) {

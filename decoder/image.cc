@@ -636,7 +636,7 @@ ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) cons
     return !sym.dynamic && sym.binding == STB_LOCAL && sym.type == STT_FUNC;
   });
   if (!elf.HasSymtab() || !locals) {
-    const std::string debug_path = elf.FindDebugFile(sysroot_, &table.refused_debug, buildid_dir_);
+    const std::string debug_path = DebugFileOf(elf, &table.refused_debug);
     absl::StatusOr<ElfFile> debug =
         debug_path.empty() ? absl::NotFoundError("no debug file") : ElfFile::Open(debug_path);
     if (debug.ok()) LoadSymbolsInto(*debug, table.symbols);
@@ -879,14 +879,21 @@ absl::Status ProgramImage::AddFileMapping(const std::string& path, uint64_t star
 
 void ProgramImage::AddArchivedBytes(const std::string& path, uint64_t address,
                                     std::span<uint8_t> bytes, std::shared_ptr<void> owner,
-                                    uint64_t pgoff, const std::string& symbols) {
+                                    uint64_t pgoff, const std::string& symbols,
+                                    const std::string& debug) {
   if (bytes.empty()) return;
+  if (!symbols.empty() && !debug.empty()) debug_files_[symbols] = debug;
   AddBytes(path, address, bytes, std::move(owner));
   if (!symbols.empty() && symbols != path) files_.back().path = symbols;  // its DWARF too
   if (!symbols.empty()) {
     PlaceFileSymbols(symbols, static_cast<uint32_t>(files_.size() - 1), address, pgoff,
                      pgoff + bytes.size());
   }
+}
+
+std::string ProgramImage::DebugFileOf(const ElfFile& elf, std::string* refused) const {
+  if (auto it = debug_files_.find(elf.path()); it != debug_files_.end()) return it->second;
+  return elf.FindDebugFile(sysroot_, refused, buildid_dir_);
 }
 
 void ProgramImage::PlaceFileSymbols(const std::string& path, uint32_t file_index, uint64_t start,

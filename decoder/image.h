@@ -154,10 +154,20 @@ class ProgramImage {
                 std::shared_ptr<void> owner);
   // Bytes of the file `path` archived at record time (ptrecord --archive: its file range
   // [pgoff, pgoff + size) mapped at `address`), as AddBytes; with `symbols`, that file found
-  // on this machine (the caller checks its build-id), its symbols are placed and its ELF
-  // addresses known as for AddFileMapping.
+  // on this machine (the caller checks its build-id), or the recording's copy of it written
+  // out, its symbols are placed and its ELF addresses known as for AddFileMapping. With
+  // `debug`, the separate debug file of `symbols` (the recording's, written out): DebugFileOf
+  // gives it for `symbols` from then on.
   void AddArchivedBytes(const std::string& path, uint64_t address, std::span<uint8_t> bytes,
-                        std::shared_ptr<void> owner, uint64_t pgoff, const std::string& symbols);
+                        std::shared_ptr<void> owner, uint64_t pgoff, const std::string& symbols,
+                        const std::string& debug = "");
+  // The separate debug file of `elf` (a file of this image: its .symtab and DWARF where it is
+  // stripped), the one place symbols and --srcline look it up: the one AddArchivedBytes was
+  // given for its path (the recording's: it is the same build, so a decode of an archived
+  // recording names the same everywhere, as perf reads its build-id cache before
+  // /usr/lib/debug), else ElfFile::FindDebugFile's under the sysroot and in the build-id
+  // cache; "" when there is none. `refused` as FindDebugFile's.
+  std::string DebugFileOf(const ElfFile& elf, std::string* refused = nullptr) const;
   // Adds function symbols of code already in the image (the kernel's, from kallsyms): each
   // symbol's `image` becomes the file mapping its start (a symbol outside every mapping is
   // dropped); an `end` of 0 runs to the next symbol, at most to the end of the mapped code.
@@ -318,6 +328,7 @@ class ProgramImage {
   std::vector<PlacedSegment> elf_segments_;  // sorted by begin
   std::string sysroot_;
   std::string buildid_dir_;
+  std::unordered_map<std::string, std::string> debug_files_;  // AddArchivedBytes' `debug`
   mutable std::atomic<size_t> last_run_{0};  // ReadMemory's last hit in memory_mappings_
   mutable std::shared_ptr<FastDecoderGraphs> fast_decoder_graphs_;
 };

@@ -712,6 +712,7 @@ struct CacheEntry {
   bool vdso = false;
   std::vector<const CapturedCode*> ranges;
   std::span<const uint8_t> bytes;  // else: the whole file (JIT code)
+  std::span<const uint8_t> debug;  // its archived separate debug file (empty: none)
 };
 
 // perf's build-id cache layout (tools/perf/util/build-id.c): DIR/NAME/BUILDID/{elf,vdso} and
@@ -736,6 +737,14 @@ absl::Status WriteCacheEntry(const std::string& dir, const CacheEntry& c, const 
                 static_cast<std::streamsize>(view.bytes().size()));
     }
     if (!out) return absl::InternalError(fmt::format("write {}", file.string()));
+  }
+  if (!c.debug.empty()) {
+    // perf's copy of the debug file beside it (DSO_BINARY_TYPE__BUILD_ID_CACHE_DEBUGINFO).
+    const fs::path debug = entry / "debug";
+    std::ofstream out(debug, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(c.debug.data()),
+              static_cast<std::streamsize>(c.debug.size()));
+    if (!out) return absl::InternalError(fmt::format("write {}", debug.string()));
   }
   const fs::path link_dir = fs::path(dir) / ".build-id" / hex.substr(0, 2);
   fs::create_directories(link_dir, ec);
@@ -1052,6 +1061,15 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     e.path = path;
     e.build_id = id;
     e.bytes = whole_files.emplace_back(std::move(view)).bytes();
+  }
+  // Their archived debug files (a stripped file's symbols and lines), by build-id.
+  for (const auto& [key, run] : r.archived_debug_files) {
+    if (key.second.empty() || !r.spool) continue;
+    for (auto& [cache_key, e] : cache) {
+      if (e.build_id != key.second || !e.debug.empty()) continue;
+      PTKIT_ASSIGN_OR_RETURN(SpoolView view, r.spool->Map(run));
+      e.debug = whole_files.emplace_back(std::move(view)).bytes();
+    }
   }
 
   perf::PerfFeatures f;

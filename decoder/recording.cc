@@ -247,14 +247,15 @@ absl::Status RecordingBuilder::AddSample(StreamId stream, uint64_t sample_type,
 }
 
 absl::Status RecordingBuilder::AddArchivedFile(std::string path, std::vector<uint8_t> build_id,
-                                               std::span<const uint8_t> bytes) {
+                                               std::span<const uint8_t> bytes, bool debug_file) {
   if (bytes.size() > options_.max_captured_code - code_bytes_) {
     ++code_left_out_;
     code_left_out_bytes_ += bytes.size();
     return absl::OkStatus();
   }
   code_bytes_ += bytes.size();
-  SpoolRun& run = r_.archived_files[{std::move(path), std::move(build_id)}];
+  SpoolRun& run = (debug_file ? r_.archived_debug_files
+                              : r_.archived_files)[{std::move(path), std::move(build_id)}];
   if (run.size != 0) return absl::OkStatus();  // the same file again
   return Spool(run, bytes);
 }
@@ -1023,9 +1024,10 @@ absl::StatusOr<bool> RecordingImages::AddArchived(ProgramImage& image, const Map
     auto owner = std::make_shared<SpoolView>(std::move(view));
     // Its names from the file where this machine has the same one (the container holds no
     // symbol table).
+    const std::string& file = ArchivedFileHere(*c);
     image.AddArchivedBytes(c->path, m.start + (lo - from),
-                           owner->private_bytes().subspan(lo - c->pgoff, hi - lo), owner, lo,
-                           ArchivedFileHere(*c));
+                           owner->private_bytes().subspan(lo - c->pgoff, hi - lo), owner, lo, file,
+                           ArchivedDebugFile(*c, file));
     added = true;
   }
   return added;
@@ -1047,6 +1049,35 @@ std::string RecordingImages::ArchivedFileHere(const CapturedCode& c) {
       it->second = WriteOut(a->second, c.path);
     }
   }
+  return it->second;
+}
+
+std::string RecordingImages::ArchivedDebugFile(const CapturedCode& c, const std::string& file) {
+  auto [it, inserted] = archived_debug_.try_emplace({c.path, c.build_id});
+  if (!inserted || file.empty() || r_.archived_debug_files.empty() || !r_.spool) {
+    return it->second;
+  }
+  // By build-id (a debug file carries its file's); else, as FindDebugFile checks it, by the
+  // .gnu_debuglink name and CRC-32 of a file without one.
+  const SpoolRun* found = nullptr;
+  if (!c.build_id.empty()) {
+    for (const auto& [key, run] : r_.archived_debug_files) {
+      if (key.second == c.build_id) found = &run;
+    }
+  }
+  if (found == nullptr) {
+    absl::StatusOr<ElfFile> elf = ElfFile::Open(file);
+    const ElfFile::DebugLink link = elf.ok() ? elf->GnuDebugLink() : ElfFile::DebugLink{};
+    for (const auto& [key, run] : r_.archived_debug_files) {
+      if (found != nullptr || link.name.empty() || !link.crc ||
+          std::filesystem::path(key.first).filename() != link.name) {
+        continue;
+      }
+      absl::StatusOr<SpoolView> bytes = r_.spool->Map(run);
+      if (bytes.ok() && Crc32(bytes->bytes()) == *link.crc) found = &run;
+    }
+  }
+  if (found != nullptr) it->second = WriteOut(*found, c.path + ".debug");
   return it->second;
 }
 

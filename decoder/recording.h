@@ -160,6 +160,9 @@ struct Recording {
   // ptrecord --archive: each archived file whole (kCodeArchivedFile), by path and build-id:
   // its symbols and line tables where this machine does not have the file.
   std::map<std::pair<std::string, std::vector<uint8_t>>, SpoolRun> archived_files;
+  // ptrecord --archive: the separate debug files of archived files (kCodeDebugFile), by the
+  // path where they were recorded and their build-id (the file's they belong to).
+  std::map<std::pair<std::string, std::vector<uint8_t>>, SpoolRun> archived_debug_files;
   uint64_t malformed_samples = 0;  // sample records whose PERF_RECORD_SAMPLE did not parse
 };
 
@@ -215,9 +218,10 @@ class RecordingBuilder {
                        std::span<const uint8_t> bytes, uint64_t pgoff = 0, uint32_t flags = 0,
                        std::vector<uint8_t> build_id = {});
   // An archived file whole (a code record with kCodeArchivedFile), spooled; within the same
-  // limit as AddCode. Errors: the spool's.
+  // limit as AddCode. With `debug_file` (kCodeDebugFile), an archived debug file. Errors: the
+  // spool's.
   absl::Status AddArchivedFile(std::string path, std::vector<uint8_t> build_id,
-                               std::span<const uint8_t> bytes);
+                               std::span<const uint8_t> bytes, bool debug_file = false);
   // The PERF_RECORD_TEXT_POKE records of user addresses among the perf records `records`
   // (sample_id trailers of `layout`, which must give the pid): code the guest ran from no file
   // (ptrecord --emulate=qemu: JIT code), added as AddCode adds (flag kCodeTextPoke). Kernel
@@ -294,6 +298,11 @@ class RecordingImages {
   // The spooled bytes `run` of the archived file `path` in a temporary file, as a
   // /proc/self/fd path; "" when it cannot be written.
   std::string WriteOut(const SpoolRun& run, const std::string& path);
+  // The archived debug file (written out) of the file that archived code `c` came from, read
+  // at `file` (ArchivedFileHere's): the one with its build-id, else (a file without one) the
+  // one of its .gnu_debuglink name whose CRC-32 is the link's; "" when the recording has none.
+  std::string ArchivedDebugFile(const CapturedCode& c, const std::string& file);
+  std::map<std::pair<std::string, std::vector<uint8_t>>, std::string> archived_debug_;
   // The archived bytes (--archive) of the file mapping `m` at its address, from any process's
   // archive of that file (by path, and build-id where both have one); false when it has none.
   absl::StatusOr<bool> AddArchived(ProgramImage& image, const Mapping& m);

@@ -404,10 +404,10 @@ struct SourceLines::State {
     return it->second.get();
   }
 
-  // A stripped file's DWARF is in its separate debug file (FindDebugFile), when there is one.
+  // A stripped file's DWARF is in its separate debug file (ProgramImage::DebugFileOf: an
+  // archived one too), when there is one.
   static void OpenDebugFile(DwarfFile& f, const ProgramImage& image) {
-    const std::string debug_path =
-        f.elf->FindDebugFile(image.sysroot(), nullptr, image.buildid_dir());
+    const std::string debug_path = image.DebugFileOf(*f.elf);
     if (debug_path.empty()) return;
     absl::StatusOr<ElfFile> debug = ElfFile::Open(debug_path);
     if (!debug.ok()) return;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "ptkit/errno_text.h"
 #include "ptkit/scoped_fd.h"
 #include "ptkit/status.h"
@@ -114,6 +115,19 @@ void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdL
           if (id.ok() && *id == it->second.mapped.bytes && fd->valid()) {
             it->second.read_from = absl::StrCat("/proc/self/fd/", fd->get());
             it->second.held = std::move(fd);
+            // Its debug file as that root has it (ElfFile::FindDebugFile under the root).
+            const std::string root = absl::StrCat("/proc/", m->pid, "/root");
+            if (absl::StatusOr<ElfFile> elf = ElfFile::Open(there); elf.ok()) {
+              it->second.stripped = !elf->HasSymtab();
+              const std::string debug = elf->FindDebugFile(root);
+              auto debug_fd = std::make_shared<ScopedFd>(
+                  debug.empty() ? -1 : open(debug.c_str(), O_RDONLY | O_CLOEXEC));
+              if (debug_fd->valid()) {
+                it->second.debug_path =
+                    debug.starts_with(root + "/") ? debug.substr(root.size()) : debug;
+                it->second.debug_held = std::move(debug_fd);
+              }
+            }
           }
         }
       }
@@ -122,6 +136,21 @@ void CodeCapture::OnRecord(const perf::RecordView& record, const perf::SampleIdL
     }
   }
   if (archive_) ranges_.insert(Range{std::string(m->filename), m->pid, m->addr, m->pgoff, m->len});
+}
+
+std::pair<std::string, std::string> CodeCapture::DebugFileOf(const std::string& path,
+                                                             bool& stripped) const {
+  auto it = files_.find(path);
+  if (it != files_.end() && it->second.held) {
+    stripped = it->second.stripped;
+    if (!it->second.debug_held) return {"", ""};
+    return {it->second.debug_path, absl::StrCat("/proc/self/fd/", it->second.debug_held->get())};
+  }
+  absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
+  if (!elf.ok()) return {"", ""};
+  stripped = !elf->HasSymtab();
+  std::string debug = elf->FindDebugFile("");
+  return {debug, debug};
 }
 
 CodeCapture::Identity CodeCapture::IdentityOf(const std::string& path) {
@@ -211,14 +240,47 @@ absl::StatusOr<std::vector<std::string>> CodeCapture::Write(ContainerWriter& wri
     PTKIT_RETURN_IF_ERROR(st);
   }
   // Each archived file whole once: its symbols and line tables, for names where it is not.
-  std::set<std::string> whole;
+  // And its separate debug file once, where it has one (a stripped file's symbols and lines
+  // are there: sweep 38a F2, sub_ADDRESS and no lines on another machine).
+  std::set<std::string> whole, debug_files;
+  std::vector<std::string> stripped;  // stripped files archived without a debug file
   for (const Range& r : ranges_) {
     if (changed.contains(r.path) || !whole.insert(r.path).second) continue;
     absl::StatusOr<std::vector<uint8_t>> id = ReadBuildId(source(r.path));
     // (A writer's error comes back at its Close too.)
     absl::Status st =
         AppendArchivedFile(writer, r.path, source(r.path), id.ok() ? *id : std::vector<uint8_t>{});
-    if (!st.ok()) warnings.push_back(absl::StrCat("symbols not archived: ", st.message()));
+    if (!st.ok()) {
+      warnings.push_back(absl::StrCat("symbols not archived: ", st.message()));
+      continue;
+    }
+    bool no_symtab = false;
+    const auto [debug_path, debug_from] = DebugFileOf(r.path, no_symtab);
+    if (debug_path.empty()) {
+      if (no_symtab) stripped.push_back(r.path);
+      continue;
+    }
+    if (!debug_files.insert(debug_path).second) continue;
+    absl::StatusOr<std::vector<uint8_t>> debug_id = ReadBuildId(debug_from);
+    st = AppendArchivedFile(writer, debug_path, debug_from,
+                            debug_id.ok() ? *debug_id : std::vector<uint8_t>{},
+                            /*debug_file=*/true);
+    if (!st.ok()) {
+      warnings.push_back(
+          absl::StrCat("the debug file of ", r.path, " is not archived: ", st.message()));
+    }
+  }
+  if (!stripped.empty()) {
+    warnings.push_back(absl::StrCat(
+        stripped.size(), " archived file", stripped.size() == 1 ? " is" : "s are",
+        " stripped (no .symtab) and no separate debug file was found for ",
+        stripped.size() == 1 ? "it" : "them",
+        " here (/usr/lib/debug/.build-id, .gnu_debuglink), so the recording holds only ",
+        stripped.size() == 1 ? "its" : "their",
+        " exported symbols: where the files are not, ptdecode names the other functions "
+        "sub_ADDRESS, with no source lines (install the debug files, e.g. Debian's -dbgsym "
+        "packages, and record again): ",
+        absl::StrJoin(stripped, ", ")));
   }
   if (!vdso_.empty()) {
     absl::StatusOr<std::vector<uint8_t>> vdso = ReadOwnVdso();

@@ -56,8 +56,11 @@ class CodeCapture {
   // that process's address. With `archive`, one record (flags 0, build-id set) per distinct
   // executable mapping holding the file bytes [pgoff, pgoff + len) at its address, split in
   // 16 MiB pieces; a file shorter than the mapping gives what the file has; and each such
-  // file whole (AppendArchivedFile: its symbols and line tables). Returns the warnings
-  // (unreadable files); errors are the writer's.
+  // file whole (AppendArchivedFile: its symbols and line tables), and once each the separate
+  // debug file (ElfFile::FindDebugFile on this machine: a stripped file's .symtab and DWARF)
+  // of each archived file that has one, flag kCodeDebugFile. Returns the warnings (unreadable
+  // files, files or debug files too large to archive, and once, the stripped files archived
+  // without a debug file); errors are the writer's.
   absl::StatusOr<std::vector<std::string>> Write(ContainerWriter& writer) const;
 
   size_t files() const { return files_.size(); }
@@ -83,7 +86,15 @@ class CodeCapture {
     // Empty: the path.
     std::string read_from;
     std::shared_ptr<ScopedFd> held;
+    // With `held`: its separate debug file, looked for under /proc/PID/root while the process
+    // ran, as that root names it, and held open too (`debug_held` null: none).
+    std::string debug_path;
+    std::shared_ptr<ScopedFd> debug_held;
+    bool stripped = false;  // (with `held`) it has no .symtab
   };
+  // Archived file `path`'s separate debug file: where the recording machine has it, and where
+  // to read it ("", "": none); `stripped` is set when the file has no .symtab.
+  std::pair<std::string, std::string> DebugFileOf(const std::string& path, bool& stripped) const;
   struct Range {
     std::string path;
     uint32_t pid = 0;

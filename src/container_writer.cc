@@ -584,8 +584,8 @@ WriterStats ContainerWriter::stats() const {
 }
 
 absl::Status AppendArchivedFile(ContainerWriter& writer, const std::string& path,
-                                const std::string& read_from,
-                                const std::vector<uint8_t>& build_id) {
+                                const std::string& read_from, const std::vector<uint8_t>& build_id,
+                                bool debug_file) {
   const ScopedFd fd(open(read_from.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return ErrnoStatus(errno, read_from);
   const off_t size = lseek(fd.get(), 0, SEEK_END);
@@ -604,13 +604,14 @@ absl::Status AppendArchivedFile(ContainerWriter& writer, const std::string& path
     if (n == 0) return absl::DataLossError(absl::StrCat(read_from, ": shorter than its size"));
     done += static_cast<size_t>(n);
   }
-  return writer.AppendCode(CodeRecord{.pid = 0,
-                                      .flags = kCodeArchivedFile,
-                                      .address = 0,
-                                      .pgoff = 0,
-                                      .path = path,
-                                      .build_id = build_id,
-                                      .bytes = bytes});
+  return writer.AppendCode(
+      CodeRecord{.pid = 0,
+                 .flags = kCodeArchivedFile | (debug_file ? kCodeDebugFile : 0),
+                 .address = 0,
+                 .pgoff = 0,
+                 .path = path,
+                 .build_id = build_id,
+                 .bytes = bytes});
 }
 
 }  // namespace ptkit

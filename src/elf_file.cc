@@ -531,27 +531,9 @@ std::string ElfFile::FindDebugFile(const std::string& sysroot, std::string* refu
                                    const std::string& buildid_dir) const {
   const std::vector<uint8_t> id = BuildId();
   const std::string debug_root = sysroot + "/usr/lib/debug";
-  // The file name in .gnu_debuglink (NUL-terminated, padded to 4 bytes, then the debug file's
-  // CRC-32 in the file's byte order), when it is a plain file name.
-  std::string link;
-  std::optional<uint32_t> crc;
-  for (const ElfSection& section : Sections()) {
-    if (section.name != ".gnu_debuglink") continue;
-    const std::span<const uint8_t> data = SectionData(section);
-    if (data.empty()) break;
-    const char* text = reinterpret_cast<const char*>(data.data());
-    const size_t n = strnlen(text, data.size());
-    if (n != 0 && n != data.size() && std::memchr(text, '/', n) == nullptr) link.assign(text, n);
-    const size_t at = (n + 4) & ~size_t{3};
-    if (at + 4 <= data.size()) {
-      uint32_t value = 0;
-      std::memcpy(&value, data.data() + at, 4);
-      const char* ident = elf_getident(elf_.get(), nullptr);
-      const bool big = ident != nullptr && ident[EI_DATA] == ELFDATA2MSB;
-      crc = big == (std::endian::native == std::endian::big) ? value : __builtin_bswap32(value);
-    }
-    break;
-  }
+  const DebugLink debuglink = GnuDebugLink();
+  const std::string& link = debuglink.name;
+  const std::optional<uint32_t>& crc = debuglink.crc;
   // The debug file must be the same build: its build-id equals the file's when both have one;
   // else (found by the link's name) its CRC-32 is the link's.
   auto usable = [&](const std::string& candidate, bool by_link) {
@@ -591,6 +573,41 @@ std::string ElfFile::FindDebugFile(const std::string& sysroot, std::string* refu
     if (candidate != path && candidate != path_ && usable(candidate, true)) return candidate;
   }
   return "";
+}
+
+ElfFile::DebugLink ElfFile::GnuDebugLink() const {
+  // The file name (NUL-terminated, padded to 4 bytes, then the debug file's CRC-32 in the
+  // file's byte order), when it is a plain file name.
+  DebugLink out;
+  for (const ElfSection& section : Sections()) {
+    if (section.name != ".gnu_debuglink") continue;
+    const std::span<const uint8_t> data = SectionData(section);
+    if (data.empty()) break;
+    const char* text = reinterpret_cast<const char*>(data.data());
+    const size_t n = strnlen(text, data.size());
+    if (n != 0 && n != data.size() && std::memchr(text, '/', n) == nullptr)
+      out.name.assign(text, n);
+    const size_t at = (n + 4) & ~size_t{3};
+    if (at + 4 <= data.size()) {
+      uint32_t value = 0;
+      std::memcpy(&value, data.data() + at, 4);
+      const char* ident = elf_getident(elf_.get(), nullptr);
+      const bool big = ident != nullptr && ident[EI_DATA] == ELFDATA2MSB;
+      out.crc = big == (std::endian::native == std::endian::big) ? value : __builtin_bswap32(value);
+    }
+    break;
+  }
+  return out;
+}
+
+uint32_t Crc32(std::span<const uint8_t> bytes) {
+  uLong crc = crc32(0, nullptr, 0);
+  // (zlib's length is a uInt: in pieces.)
+  constexpr size_t kPiece = size_t{1} << 30;
+  for (size_t at = 0; at < bytes.size(); at += kPiece) {
+    crc = crc32(crc, bytes.data() + at, static_cast<uInt>(std::min(kPiece, bytes.size() - at)));
+  }
+  return static_cast<uint32_t>(crc);
 }
 
 absl::StatusOr<uint32_t> FileCrc32(const std::string& path) {

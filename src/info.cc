@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <span>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -39,6 +40,12 @@ std::string Bytes(uint64_t n) {
   return fmt::format("{:.2f} GiB", n / 1073741824.0);
 }
 
+std::string HexBytes(std::span<const uint8_t> bytes) {
+  std::string out;
+  for (uint8_t b : bytes) out += fmt::format("{:02x}", b);
+  return out;
+}
+
 }  // namespace
 
 absl::StatusOr<json> ContainerInfo(const std::string& path) {
@@ -51,6 +58,9 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
   json counters = json::array();
   json problems = json::array();  // malformed payloads inside valid records
   uint64_t code_bytes = 0, code_identities = 0;
+  // ptrecord --archive: the files archived whole, and the debug files archived (kCodeDebugFile).
+  uint64_t archived_files = 0, archived_bytes = 0;
+  json debug_files = json::array();
   uint64_t samples = 0, sample_aux_bytes = 0;  // AUX samples (ptrecord --aux-sample)
 
   RecordView rec;
@@ -142,6 +152,14 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
         }
         code_bytes += c->bytes.size();
         code_identities += c->bytes.empty();
+        if ((c->flags & kCodeArchivedFile) && (c->flags & kCodeDebugFile)) {
+          debug_files.push_back({{"path", std::string(c->path)},
+                                 {"build_id", HexBytes(c->build_id)},
+                                 {"bytes", c->bytes.size()}});
+        } else if (c->flags & kCodeArchivedFile) {
+          ++archived_files;
+          archived_bytes += c->bytes.size();
+        }
         break;
       }
       case RecordType::kCounters: {
@@ -242,6 +260,10 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
   out["loss"] = jloss;
   out["loss_totals"] = {{"events", loss_total.events}, {"bytes", loss_total.bytes}};
   out["code"] = {{"bytes", code_bytes}, {"identities", code_identities}};
+  if (archived_files != 0 || !debug_files.empty()) {
+    out["code"]["archived_files"] = {{"count", archived_files}, {"bytes", archived_bytes}};
+    out["code"]["debug_files"] = debug_files;
+  }
   if (samples > 0) out["samples"] = {{"count", samples}, {"aux_bytes", sample_aux_bytes}};
   out["counters"] = counters;
   out["totals"] = {{"stored_bytes", stored_total},
@@ -325,6 +347,19 @@ std::string FormatInfoText(const json& info) {
     line("code:", fmt::format("{} captured, {} file identities",
                               Bytes(info["code"]["bytes"].get<uint64_t>()),
                               info["code"]["identities"].get<uint64_t>()));
+  }
+  if (info["code"].contains("archived_files")) {
+    const json& a = info["code"]["archived_files"];
+    uint64_t debug_bytes = 0;
+    for (const json& d : info["code"]["debug_files"]) debug_bytes += d["bytes"].get<uint64_t>();
+    line("archived:", fmt::format("{} files whole ({}), {} debug files ({})",
+                                  a["count"].get<uint64_t>(), Bytes(a["bytes"].get<uint64_t>()),
+                                  info["code"]["debug_files"].size(), Bytes(debug_bytes)));
+    for (const json& d : info["code"]["debug_files"]) {
+      const std::string id = d["build_id"].get<std::string>();
+      line("debug file:", fmt::format("{} ({}, build-id {})", d["path"].get<std::string>(),
+                                      Bytes(d["bytes"].get<uint64_t>()), id.empty() ? "none" : id));
+    }
   }
   if (info.contains("samples")) {
     line("samples:", fmt::format("{} AUX samples, {} of trace (ptdecode samples)",

@@ -137,6 +137,11 @@ inline constexpr uint32_t kCodeArchivedFile = 0x20;
 // (little-endian) of the file as it was recorded, not a build-id, so that a decode can tell
 // whether the file at the path is still that one.
 inline constexpr uint32_t kCodeContentHash = 0x40;
+// With kCodeArchivedFile: the bytes are the separate debug file (its .symtab and DWARF) of an
+// archived stripped file, named by its own path where it was recorded, with its own build-id
+// (the file's, which a debug file carries; empty for a file without one, found by its
+// .gnu_debuglink name and CRC-32). Older readers take it for one more archived file.
+inline constexpr uint32_t kCodeDebugFile = 0x80;
 // A content hash as kCodeContentHash stores it, and back (nullopt: not 8 bytes).
 std::vector<uint8_t> EncodeContentHash(uint64_t hash);
 std::optional<uint64_t> DecodeContentHash(std::span<const uint8_t> bytes);

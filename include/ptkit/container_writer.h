@@ -43,10 +43,12 @@ class ContainerWriter;
 
 // --archive: the whole file `read_from` as one code record with kCodeArchivedFile (pid 0,
 // address 0) named `path` with `build_id`, so that a decoder without the file has its symbols
-// and line tables. Errors: kResourceExhausted for a file larger than a record holds, the
-// file's (open, read, naming it), the writer's.
+// and line tables. With `debug_file`, the record is the separate debug file `path` of an
+// archived file (flag kCodeDebugFile too). Errors: kResourceExhausted for a file larger than a
+// record holds, the file's (open, read, naming it), the writer's.
 absl::Status AppendArchivedFile(ContainerWriter& writer, const std::string& path,
-                                const std::string& read_from, const std::vector<uint8_t>& build_id);
+                                const std::string& read_from, const std::vector<uint8_t>& build_id,
+                                bool debug_file = false);
 
 class ContainerWriter {
  public:

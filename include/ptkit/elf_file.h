@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -155,6 +156,13 @@ class ElfFile {
   // build-id's under SYSROOT. Empty when there is none.
   std::string FindDebugFile(const std::string& sysroot, std::string* refused = nullptr,
                             const std::string& buildid_dir = "") const;
+  // The .gnu_debuglink section: the debug file's name (empty when there is none or it is not
+  // a plain file name) and its CRC-32 (nullopt when the section holds none).
+  struct DebugLink {
+    std::string name;
+    std::optional<uint32_t> crc;
+  };
+  DebugLink GnuDebugLink() const;
 
  private:
   struct ElfCloser {
@@ -181,6 +189,8 @@ absl::StatusOr<std::vector<uint8_t>> ReadBuildId(const std::string& path);
 // The CRC-32 (zlib's crc32, which .gnu_debuglink holds) of the file at `path`. Errors: the
 // open's or read's.
 absl::StatusOr<uint32_t> FileCrc32(const std::string& path);
+// The same CRC-32 of bytes in memory (an archived debug file).
+uint32_t Crc32(std::span<const uint8_t> bytes);
 
 // The XXH3 64-bit hash of every byte of the file at `path`: what identifies a file without a
 // build-id (kCodeContentHash). Errors: kNotFound / kInvalidArgument naming the path and errno.
