@@ -294,7 +294,10 @@ absl::StatusOr<ContainerReader> ContainerReader::Open(std::unique_ptr<ByteSource
         read.ok() && *read == kFrameHeaderSize
             ? ParseFrameHeader(std::span<const uint8_t, kFrameHeaderSize>(first))
             : absl::StatusOr<FrameHeader>(absl::DataLossError("no record"));
-    if (!frame.ok() || !State::CheckSizes(*frame).ok() || frame->sequence != 0) {
+    // Only where the magic is what is wrong: a right magic with another version is a newer
+    // format's file, not this one damaged (a review).
+    const bool magic_damaged = !std::equal(kFileMagic.begin(), kFileMagic.end(), header);
+    if (!magic_damaged || !frame.ok() || !State::CheckSizes(*frame).ok() || frame->sequence != 0) {
       return absl::Status(header_status.code(), absl::StrCat(name, ": ", header_status.message()));
     }
   }

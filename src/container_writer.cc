@@ -392,13 +392,20 @@ absl::StatusOr<std::unique_ptr<ContainerWriter>> ContainerWriter::Create(
     // A device, a FIFO: written as it is (no file to overwrite), never created, replaced or
     // removed (sweep 31c F1: -o /dev/null needed --overwrite-existing, then a failed start
     // removed /dev/null).
-    // A FIFO without a reader is refused at once (ENXIO): a blocking open would wait for one
-    // with SIGINT and SIGTERM held off, which only SIGKILL ended (sweep 38b M5).
+    // A FIFO whose reader does not come within 2 s is refused (ENXIO): a blocking open waited
+    // for one with SIGINT and SIGTERM held off, which only SIGKILL ended (sweep 38b M5); a
+    // reader started beside ptrecord may open it a moment later (a review).
     const bool fifo = S_ISFIFO(st.st_mode);
-    fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+    for (int tries = 0;; ++tries) {
+      fd = ::open(path.c_str(), O_WRONLY | O_CLOEXEC | (fifo ? O_NONBLOCK : 0));
+      if (fd >= 0 || !fifo || errno != ENXIO || tries == 40) break;
+      ::usleep(50000);
+    }
     if (fd < 0 && fifo && errno == ENXIO) {
       return absl::FailedPreconditionError(
-          absl::StrCat(path, " is a FIFO that no process reads: start its reader first"));
+          absl::StrCat(path,
+                       " is a FIFO that no process opened to read within 2 s: start its "
+                       "reader first"));
     }
     if (fd < 0) return ErrnoStatus(errno, "open ", path);
     if (fifo && ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) & ~O_NONBLOCK) != 0) {

@@ -545,6 +545,8 @@ std::string ElfFile::FindDebugFile(const std::string& sysroot, std::string* refu
       same = file_crc.ok() && *file_crc == *crc;
     }
     if (!same && refused != nullptr && refused->empty()) *refused = candidate;
+    // (One found after a refused one: nothing was left aside that was wanted; a review.)
+    if (same && refused != nullptr) refused->clear();
     return same;
   };
   if (id.size() >= 2) {
@@ -561,12 +563,18 @@ std::string ElfFile::FindDebugFile(const std::string& sysroot, std::string* refu
   if (link.empty()) return "";
   // (A relative path made absolute: its directory names the one under /usr/lib/debug; sweep
   // 38a F9: `--elf prog` looked in "/usr/lib/debug.".)
-  const std::string path =
-      path_.starts_with('/') ? path_ : std::filesystem::absolute(path_).lexically_normal().string();
+  auto absolute = [](const std::string& p) {
+    return p.empty() || p.starts_with('/')
+               ? p
+               : std::filesystem::absolute(p).lexically_normal().string();
+  };
+  const std::string path = absolute(path_);
   const size_t slash = path.rfind('/');
   const std::string dir = path.substr(0, slash);
-  // The file's directory as the workload saw it (without the sysroot), for the global dir.
-  const std::string seen_dir = dir.starts_with(sysroot) ? dir.substr(sysroot.size()) : dir;
+  // The file's directory as the workload saw it (without the sysroot, made absolute as the
+  // path is: a review), for the global dir.
+  const std::string root = absolute(sysroot);
+  const std::string seen_dir = dir.starts_with(root) ? dir.substr(root.size()) : dir;
   for (const std::string& candidate :
        {absl::StrCat(dir, "/", link), absl::StrCat(dir, "/.debug/", link),
         absl::StrCat(debug_root, seen_dir, "/", link)}) {

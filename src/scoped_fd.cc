@@ -9,8 +9,10 @@ namespace ptkit {
 void HoldClosedStdioOpen() {
   for (int fd = STDIN_FILENO; fd <= STDERR_FILENO; ++fd) {
     if (fcntl(fd, F_GETFD) != -1) continue;
-    // The lowest free number: this one (those below it are open).
-    const int held = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    // The lowest free number: this one (those below it are open). Opened the other way than
+    // the stream is used, so that a read of stdin or a write to stdout or stderr still fails
+    // (EBADF) as on a closed descriptor: `ptdecode report T >&-` is an error, not silence.
+    const int held = ::open("/dev/null", (fd == STDIN_FILENO ? O_WRONLY : O_RDONLY) | O_CLOEXEC);
     if (held >= 0 && held != fd) ::close(held);  // (not expected: a number below was free)
   }
 }

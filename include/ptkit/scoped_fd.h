@@ -10,7 +10,8 @@
 namespace ptkit {
 
 // For a main(): each of descriptors 0-2 that is closed (`cmd >&- 2>&-`, a daemon's or cron's
-// context) is held open on /dev/null, close-on-exec, for as long as the process runs. Else the
+// context) is held open on /dev/null, close-on-exec, for as long as the process runs, the other
+// way than it is used (writes to 1 and 2, reads of 0 fail with EBADF as before). Else the
 // process's next open takes its number, and its own messages (stderr) or output (stdout) go
 // into that file: a container being written (sweep 38b H1: 47 KB of trace lost to ptrecord's
 // notices), a ring that qemu passes on as the command's stderr. Close-on-exec, so that a command

@@ -140,9 +140,12 @@ TEST_F(DebugFileTest, ByDebuglinkUnderTheGlobalDirectoryForARelativePath) {
   fs::current_path(dir);
   absl::StatusOr<ElfFile> elf = ElfFile::Open("prog");
   const std::string found = elf.ok() ? elf->FindDebugFile(root) : "";
+  // A relative sysroot too (--sysroot root; a review: the absolute path no longer began with it).
+  const std::string found_relative = elf.ok() ? elf->FindDebugFile("root") : "";
   fs::current_path(cwd);
   ASSERT_THAT(elf, IsOk());
   EXPECT_EQ(found, root + "/usr/lib/debug" + dir + "/tiny_split.debug");
+  EXPECT_EQ(found_relative, "root/usr/lib/debug" + dir + "/tiny_split.debug");
   fs::remove_all(dir);
 }
 
