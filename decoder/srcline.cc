@@ -449,8 +449,8 @@ struct SourceLines::State {
     return path;
   }
 
-  int32_t Text(std::string text) {
-    auto [tit, added] = text_index.try_emplace(std::move(text), 0);
+  int32_t Text(const std::string& text) {
+    auto [tit, added] = text_index.try_emplace(text, 0);
     if (added) {
       tit->second = static_cast<int32_t>(texts.size());
       texts.push_back(tit->first);

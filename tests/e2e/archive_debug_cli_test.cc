@@ -115,7 +115,8 @@ class ArchiveDebugCliTest : public ::testing::Test {
   // Splits the unstripped build `full` as distributions do: DIR/NAME stripped, naming
   // NAME.debug (DIR/NAME.debug, its .symtab and DWARF) in .gnu_debuglink.
   std::string Split(const std::string& full, const std::string& name) {
-    const std::string program = dir_.File(name), debug = program + ".debug";
+    std::string program = dir_.File(name);
+    const std::string debug = program + ".debug";
     auto keep = RunCommand({SPLIT_DEBUG_OBJCOPY, "--only-keep-debug", full, debug});
     EXPECT_EQ(keep.exit_code, 0) << keep.err;
     auto strip = RunCommand(

@@ -176,10 +176,10 @@ TEST_F(EmulateCliTest, TheGroundTruthIsNotInheritedByTheCommand) {
 // ptrecord's own messages do not go into it (sweep 38b H1: they were written over the recording,
 // 47 KB of trace lost with exit 0 and no word); the command finds its stderr closed, as natively.
 TEST_F(EmulateCliTest, AClosedStderrIsNotTheContainer) {
-  auto rec = RunCommand({"/bin/sh", "-c",
-                         "exec \"$0\" --emulate=step -o \"$1\" -- "
-                         "/bin/sh -c 'kill -USR2 $PPID; echo err >&2 || echo closed' 2>&-",
-                         PTRECORD_PATH, trace_});
+  const std::string script =
+      "exec \"$0\" --emulate=step -o \"$1\" -- "
+      "/bin/sh -c 'kill -USR2 $PPID; echo err >&2 || echo closed' 2>&-";
+  auto rec = RunCommand({"/bin/sh", "-c", script, PTRECORD_PATH, trace_});
   EXPECT_EQ(rec.exit_code, 0);
   // (ptrecord's notice of the SIGUSR2 the command sends it, "SIGUSR2 ignored: not recording
   // with --snapshot", went into the container mid-run; dash says why it cannot echo on its

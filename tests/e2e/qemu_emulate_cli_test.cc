@@ -145,11 +145,10 @@ class QemuEmulateTest : public ::testing::Test {
 TEST_F(QemuEmulateTest, ClosedStandardStreamsAreNotTheRingNorTheTruth) {
   PTKIT_SKIP_WITHOUT_QEMU();
   const std::string trace = dir_->File("closed.pt"), truth = dir_->File("closed.truth");
-  auto r = RunCommand({"/bin/sh", "-c",
-                       "exec \"$0\" --emulate=qemu --ground-truth \"$1\" -o \"$2\" -- /bin/sh -c "
-                       "'i=0; while [ $i -lt 200 ]; do echo out; echo err >&2; i=$((i+1)); done' "
-                       ">&- 2>&-",
-                       PTRECORD_PATH, truth, trace});
+  const std::string script =
+      "exec \"$0\" --emulate=qemu --ground-truth \"$1\" -o \"$2\" -- /bin/sh -c "
+      "'i=0; while [ $i -lt 200 ]; do echo out; echo err >&2; i=$((i+1)); done' >&- 2>&-";
+  auto r = RunCommand({"/bin/sh", "-c", script, PTRECORD_PATH, truth, trace});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   ExpectTraceDecodesToTruth("closed", trace, truth);
 }
@@ -162,9 +161,8 @@ TEST_F(QemuEmulateTest, ClosedStandardStreamsAreNotTheRingNorTheTruth) {
 TEST_F(QemuEmulateTest, QemuFailingBeforeTheFirstBlockKeepsTheOldFile) {
   PTKIT_SKIP_WITHOUT_QEMU();
   const std::string kept = dir_->File("kept.pt"), fresh = dir_->File("fresh.pt");
-  ASSERT_EQ(RunCommand({PTRECORD_PATH, "--emulate=qemu", "-q", "-o", kept, "--",
-                        PROGRAM_DIR "/emulate_fib"})
-                .exit_code,
+  const std::string fib = PROGRAM_DIR "/emulate_fib";
+  ASSERT_EQ(RunCommand({PTRECORD_PATH, "--emulate=qemu", "-q", "-o", kept, "--", fib}).exit_code,
             0);
   auto read = [](const std::string& path) {
     std::ifstream in(path, std::ios::binary);
@@ -173,7 +171,7 @@ TEST_F(QemuEmulateTest, QemuFailingBeforeTheFirstBlockKeepsTheOldFile) {
   const std::string before = read(kept);
   ASSERT_FALSE(before.empty());
   const std::string cut = dir_->File("cut");
-  std::ofstream(cut, std::ios::binary) << read(PROGRAM_DIR "/emulate_fib").substr(0, 3000);
+  std::ofstream(cut, std::ios::binary) << read(fib).substr(0, 3000);
   ASSERT_EQ(chmod(cut.c_str(), 0755), 0);
   auto over =
       RunCommand({PTRECORD_PATH, "--emulate=qemu", "--overwrite-existing", "-o", kept, "--", cut});

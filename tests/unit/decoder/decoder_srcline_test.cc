@@ -339,8 +339,11 @@ int main(int argc, char** argv) {
        {std::string(), " -fdebug-prefix-map=" + dir + "=./build",
         std::string(" && objcopy --compress-debug-sections=zlib-gnu rel"), in_src}) {
     SCOPED_TRACE(map);
-    std::string build = "cd '" + dir + "' && gcc -O2 -g src/rel.c -o rel";
-    build = map == in_src ? in_src : build + map;
+    std::string build = in_src;
+    if (map != in_src) {
+      build = "cd '" + dir + "' && gcc -O2 -g src/rel.c -o rel";
+      build += map;
+    }
     auto cc = ::ptkit::testing::RunCommand({"/bin/sh", "-c", build});
     ASSERT_EQ(cc.exit_code, 0) << cc.err;
     const std::string path = dir + "/rel";
