@@ -324,7 +324,12 @@ TEST(KernelPathTest, AProgramOfAnotherMountNamespaceIsIdentifiedAsTheFileThatRan
                        "/usr/bin/unshare", "--mount", "/bin/sh", "-c",
                        "mount --bind " + ran + " " + path + " && " + path + " 1"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_THAT(r.err, ::testing::Not(::testing::HasSubstr(path))) << r.err;
+  // No word about it (not archived, changed while the command ran) but that it is stripped.
+  std::istringstream err_lines(r.err);
+  for (std::string line; std::getline(err_lines, line);) {
+    if (line.find("stripped (no .symtab)") != std::string::npos) continue;
+    EXPECT_THAT(line, ::testing::Not(::testing::HasSubstr(path)));
+  }
   auto reader = ContainerReader::Open(trace);
   ASSERT_TRUE(reader.ok()) << reader.status();
   RecordView rec;
