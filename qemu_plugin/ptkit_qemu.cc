@@ -369,25 +369,26 @@ void Fail(const std::string& message) {
   }
 }
 
-// While a ring is full: wait for ptrecord to drain it; give up when it is gone: its drain
-// passes (QemuRegionHeader::reader_passes, one at least every 100 ms) stopped for a second
-// with the parent init (ptrecord's children are given to it when it dies), or for 30 s. (Not
-// the parent being init alone: a pid namespace's processes and a daemon's have parent 1 while
-// ptrecord drains; they gave up, "ptrecord stopped draining", the rest untraced: sweep 37c
-// M1.)
+// While a ring is full: wait for ptrecord to drain it, for as long as it lives (stopped, in a
+// debugger or blocked on its output: the workload waits, nothing is lost). When its drain
+// passes (QemuRegionHeader::reader_passes, one at least every 5 ms) stopped for a second, ask
+// whether it still holds QemuRegionHeader::reader_alive; false when it does not (gone: nobody
+// will drain). Polls every 50 us, every millisecond once it waited 100 ms.
 bool WaitForReader() {
   thread_local uint64_t seen = ~uint64_t{0};
   thread_local uint64_t since = 0;
+  thread_local uint64_t asked = 0;
   const uint64_t passes = Header()->reader_passes.load(std::memory_order_relaxed);
   const uint64_t now = Now();
   constexpr uint64_t kSecond = 1000000000u;
   if (passes != seen) {
     seen = passes;
     since = now;
-  } else if (now - since > 30 * kSecond || (now - since > kSecond && getppid() == 1)) {
-    return false;  // ptrecord died: nobody will drain
+  } else if (now - since > kSecond && now - asked > kSecond / 10) {
+    asked = now;
+    if (ptk::ReaderGone(*Header())) return false;
   }
-  timespec ts{0, 50000};
+  timespec ts{0, now - since > kSecond / 10 ? 1000000 : 50000};
   nanosleep(&ts, nullptr);
   return true;
 }
@@ -606,31 +607,49 @@ void AddAll(Thread& t) {
   t.events.clear();
 }
 
+// The ground truth cannot be written: the first error is said (QemuRegionHeader::truth_failed)
+// and no process writes more of it.
+void TruthFailed(const std::string& message) {
+  if (Header()->truth_failed.exchange(1) == 0) {
+    std::snprintf(Header()->truth_error, sizeof(Header()->truth_error), "%s", message.c_str());
+  }
+}
+
 // truth_fd, opened again by its path (O_APPEND, as ptrecord opened it) when it no longer
 // names the ground truth's file: the guest closed it, or closed it and opened another file
-// there. The guest's descriptor of that number is left alone. Under truth_mu.
-void CheckTruthFd() {
+// there. The guest's descriptor of that number is left alone. Under truth_mu. False when it
+// cannot be.
+bool CheckTruthFd() {
   struct stat st {};
   if (fstat(g->truth_fd, &st) == 0 && st.st_dev == g->truth_dev && st.st_ino == g->truth_ino) {
-    return;
+    return true;
   }
   const int fd = open(g->truth_path.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);
   if (fd < 0 || fstat(fd, &st) != 0 || st.st_dev != g->truth_dev || st.st_ino != g->truth_ino) {
-    Fail("the program closed the ground truth's descriptor and " + g->truth_path +
-         (fd < 0 ? std::string(" cannot be opened again: ") + std::strerror(errno)
-                 : std::string(" is another file now")));
+    TruthFailed("the program closed its descriptor and " + g->truth_path +
+                (fd < 0 ? std::string(" cannot be opened again: ") + std::strerror(errno)
+                        : std::string(" is another file now")));
     if (fd >= 0) close(fd);
-    return;
+    return false;
   }
   g->truth_fd = fd;
+  return true;
 }
 
 void FlushTruth(Thread& t) {
   if (t.truth.empty()) return;
   std::lock_guard<std::mutex> lock(g->truth_mu);
-  CheckTruthFd();
-  if (write(g->truth_fd, t.truth.data(), t.truth.size()) != static_cast<ssize_t>(t.truth.size())) {
-    Fail(std::string("write the ground truth: ") + std::strerror(errno));
+  if (Header()->truth_failed.load(std::memory_order_relaxed) == 0 && CheckTruthFd()) {
+    // A short write (the disk filled within it) is written on, to the error that says why.
+    for (size_t done = 0; done < t.truth.size();) {
+      const ssize_t n = write(g->truth_fd, t.truth.data() + done, t.truth.size() - done);
+      if (n > 0) {
+        done += static_cast<size_t>(n);
+      } else if (n < 0 && errno != EINTR) {
+        TruthFailed(std::string("write: ") + std::strerror(errno));
+        break;
+      }
+    }
   }
   t.truth.clear();
 }

@@ -244,6 +244,10 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   if (!map.valid()) return ErrnoStatus(errno, "mmap the QEMU ring");
   auto* base = static_cast<uint8_t*>(map.get());
   InitQemuRegion(base, kSlots, kSlotDataPages, options.qemu_aux_pages);
+  // Held by this thread, which drains, until the run ends: the plugin's sign that ptrecord is
+  // there (QemuRegionHeader::reader_alive).
+  PTKIT_RETURN_IF_ERROR(HoldReaderAlive(*RegionHeader(base)));
+  absl::Cleanup release_reader = [base] { ReleaseReaderAlive(*RegionHeader(base)); };
   RegionHeader(base)->max_instructions = options.max_steps;
   const bool snapshots = options.snapshot_size.has_value();
   const bool sampling = options.aux_sample_size != 0;
@@ -565,6 +569,11 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   if (h->has_error.load() != 0) {
     writer->Abandon().IgnoreError();
     return absl::InternalError(absl::StrCat("the QEMU plugin failed: ", h->error));
+  }
+  if (h->truth_failed.load() != 0) {
+    result.warnings.push_back(absl::StrCat("the ground truth ", options.ground_truth,
+                                           " is cut where it could not be written (",
+                                           h->truth_error, "); the trace is whole"));
   }
   // A trigger snapshot asked for as the process ended.
   if (absl::Status s = options.trigger ? trigger_snapshots_round() : absl::OkStatus(); !s.ok()) {

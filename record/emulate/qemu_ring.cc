@@ -1,11 +1,14 @@
 // SPDX-License-Identifier: Apache-2.0
 #include "record/emulate/qemu_ring.h"
 
+#include <errno.h>
+#include <pthread.h>
 #include <time.h>
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "ptkit/status.h"
 
 namespace ptkit::emulate {
 
@@ -31,6 +34,32 @@ void InitQemuRegion(uint8_t* base, uint32_t slots, uint64_t data_pages, uint64_t
     up->aux_offset = up->data_offset + up->data_size;
     up->aux_size = h->aux_size;
   }
+}
+
+absl::Status HoldReaderAlive(QemuRegionHeader& h) {
+  pthread_mutexattr_t attr;
+  pthread_mutexattr_init(&attr);
+  int e = pthread_mutexattr_setpshared(&attr, PTHREAD_PROCESS_SHARED);
+  if (e == 0) e = pthread_mutexattr_setrobust(&attr, PTHREAD_MUTEX_ROBUST);
+  if (e == 0) e = pthread_mutex_init(&h.reader_alive, &attr);
+  pthread_mutexattr_destroy(&attr);
+  if (e == 0) e = pthread_mutex_lock(&h.reader_alive);
+  if (e != 0) return ErrnoStatus(e, "make the QEMU ring's liveness lock");
+  return absl::OkStatus();
+}
+
+void ReleaseReaderAlive(QemuRegionHeader& h) { pthread_mutex_unlock(&h.reader_alive); }
+
+// EBUSY: ptrecord holds it. 0 (released at the run's end), EOWNERDEAD (ptrecord died holding
+// it; made consistent and released, so that every other waiter gets 0 too) or
+// ENOTRECOVERABLE: gone. A waiter that took it in passing makes another's trylock EBUSY for
+// that moment: that one looks again at its next wait.
+bool ReaderGone(QemuRegionHeader& h) {
+  const int e = pthread_mutex_trylock(&h.reader_alive);
+  if (e == EBUSY) return false;
+  if (e == EOWNERDEAD) pthread_mutex_consistent(&h.reader_alive);
+  if (e == 0 || e == EOWNERDEAD) pthread_mutex_unlock(&h.reader_alive);
+  return true;
 }
 
 absl::Status CheckQemuRegion(const uint8_t* base, uint64_t size) {

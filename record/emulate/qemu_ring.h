@@ -23,6 +23,7 @@
 #define PTKIT_RECORD_EMULATE_QEMU_RING_H_
 
 #include <linux/perf_event.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <cstdint>
@@ -39,7 +40,7 @@
 namespace ptkit::emulate {
 
 inline constexpr uint64_t kQemuRegionMagic = 0x31475249514b5450;  // "PTKQIRG1"
-inline constexpr uint32_t kQemuRegionVersion = 12;
+inline constexpr uint32_t kQemuRegionVersion = 13;
 
 // What the plugin exports as `ptkit_qemu_abi` (extern "C"), so that ptrecord can check a
 // plugin file before it runs qemu (CheckQemuPlugin): ptkit's, with this region version.
@@ -124,9 +125,23 @@ struct QemuRegionHeader {
   // fork) that failed with EINVAL: qemu-user creates no such process, the kernel would have.
   std::atomic<uint32_t> clones_refused;
   // ptrecord's drain passes (one at least every kDrainIntervalMs): a plugin waiting for room in
-  // a full ring gives up when they stop (ptrecord is gone), not when its parent is init (a pid
-  // namespace's processes and a daemon's have parent 1 while ptrecord drains: sweep 37c M1).
+  // a full ring looks at reader_alive only when they stopped.
   std::atomic<uint64_t> reader_passes;
+  // Held by ptrecord's draining thread for the whole run (HoldReaderAlive): a robust,
+  // process-shared mutex, so the kernel marks it owner-dead when ptrecord dies, whatever pid
+  // namespace either side is in. A plugin waits for room in a full ring for as long as ptrecord
+  // holds it (stopped by SIGSTOP or a debugger, or blocked writing its output: nothing is lost,
+  // the workload waits) and gives up only when ptrecord is gone (ReaderGone). Not the parent
+  // being init (a pid namespace's processes and a daemon's have parent 1 while ptrecord drains:
+  // sweep 37c M1), nor 30 s without a drain pass (a ptrecord stopped that long was taken for
+  // gone, the rest of the run untraced and the recording ended with an error: sweep 38b M3).
+  pthread_mutex_t reader_alive;
+  // The ground truth could not be written (its disk filled, the program closed its descriptor
+  // and the file cannot be opened again): set once, with the first such error, NUL-terminated.
+  // The plugin writes no more of it; ptrecord finishes the recording (the trace is whole) and
+  // warns that the ground truth is cut. It failed the whole recording (sweep 38b L2).
+  std::atomic<uint32_t> truth_failed;
+  char truth_error[512];
   // Streams of threads of a pid namespace other than ptrecord's whose pids ptrecord could not
   // tell (QemuPidQuestion): they keep their namespace's in the recording.
   std::atomic<uint32_t> pids_unknown;
@@ -241,6 +256,13 @@ uint64_t QemuRegionSize(uint32_t slots, uint64_t data_pages, uint64_t aux_pages)
 
 // Fills in the header and every slot's user page of a zeroed region of QemuRegionSize bytes.
 void InitQemuRegion(uint8_t* base, uint32_t slots, uint64_t data_pages, uint64_t aux_pages);
+
+// QemuRegionHeader::reader_alive. ptrecord: makes it (robust, process-shared) and locks it from
+// the thread that drains, before qemu starts; ReleaseReaderAlive from the same thread when the
+// run ends (or its death releases it). The plugin: ReaderGone when nobody holds it.
+absl::Status HoldReaderAlive(QemuRegionHeader& h);
+void ReleaseReaderAlive(QemuRegionHeader& h);
+bool ReaderGone(QemuRegionHeader& h);
 
 // Checks the header of a mapped region of `size` bytes (magic, version, sizes). Errors:
 // kFailedPrecondition naming what does not match.

@@ -42,12 +42,14 @@
 #include "record/metadata.h"
 #include "record/sim_pmu.h"
 #include "run_command.h"
+#include "scoped_tmpfs.h"
 #include "temp_dir.h"
 
 namespace ptkit {
 namespace {
 
 using ::ptkit::testing::RunCommand;
+using ::ptkit::testing::ScopedTmpfs;
 using ::testing::HasSubstr;
 
 using ::ptkit::testing::Denied;
@@ -301,27 +303,6 @@ TEST(PtrecordKillTest, KernelRecordingKilledAtRandomMomentsKeepsEveryWholeRecord
     ExpectInfoSaysTheFooterIsMissing(trace);
   }
 }
-
-// A small tmpfs mounted on a new directory for the test's life (root); skipped() says why not.
-class ScopedTmpfs {
- public:
-  ScopedTmpfs(const std::string& dir, const char* size) : dir_(dir) {
-    std::filesystem::create_directory(dir);
-    if (::mount("ptkit-test", dir.c_str(), "tmpfs", 0, size) != 0) {
-      why_ = std::string("cannot mount a tmpfs (") + size + "): " + ::ptkit::ErrnoText(errno) +
-             " (needs root / CAP_SYS_ADMIN)";
-    }
-  }
-  ~ScopedTmpfs() {
-    if (why_.empty()) ::umount2(dir_.c_str(), MNT_DETACH);
-  }
-  ScopedTmpfs(const ScopedTmpfs&) = delete;
-  ScopedTmpfs& operator=(const ScopedTmpfs&) = delete;
-  const std::string& skipped() const { return why_; }
-
- private:
-  std::string dir_, why_;
-};
 
 // Waits up to `seconds` for `pid` to end (then kills its process group). False when it had to.
 bool WaitFor(pid_t pid, int seconds, int& status) {

@@ -7,11 +7,13 @@
 // installed.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -39,6 +41,7 @@
 #include "ptkit/container_reader.h"
 #include "read_file.h"
 #include "run_command.h"
+#include "scoped_tmpfs.h"
 #include "temp_dir.h"
 
 namespace ptkit {
@@ -3384,6 +3387,152 @@ TEST_F(QemuEmulateTest, AFullRingInAPidNamespaceIsWaitedFor) {
                        "--pid", "/bin/sh", "-c", "/bin/ls -R /usr/share/doc > /dev/null; true"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, Not(HasSubstr("stopped draining")));
+}
+
+// The pid of the qemu-x86_64 that ptrecord `pid` runs the workload in (a child with -plugin
+// among its arguments: not the `qemu --version` it asks first), or -1 after 2 s.
+pid_t QemuOf(pid_t pid) {
+  for (int i = 0; i < 100; ++i) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/task/", pid, "/children"));
+    for (pid_t child = 0; in >> child;) {
+      const auto cmdline =
+          testing::ReadWholeFile<std::string>(absl::StrCat("/proc/", child, "/cmdline"));
+      if (cmdline.find(std::string("-plugin\0", 8)) != std::string::npos) return child;
+    }
+    usleep(20000);
+  }
+  return -1;
+}
+
+// A loop of about 3.5 M instructions in sh (30 KiB of trace: small rings fill).
+constexpr char kShLoop[] = "i=0; while [ $i -lt 300 ]; do i=$((i+1)); done";
+
+// ptrecord --emulate=qemu with small rings (4 AUX pages) on `sh -c script`, whose stdin is the
+// pipe `go` (its write end is the caller's); stdout and stderr to /dev/null. Its pid.
+pid_t RecordWhenToldTo(const int (&go)[2], const std::string& script, const std::string& trace,
+                       const std::string& truth) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(go[0], 0);
+    dup2(null, 1);
+    dup2(null, 2);
+    close(go[1]);
+    std::vector<const char*> argv = {PTRECORD_PATH, "--emulate=qemu", "-q", "-m", "64,4"};
+    if (!truth.empty()) argv.insert(argv.end(), {"--ground-truth", truth.c_str()});
+    argv.insert(argv.end(), {"-o", trace.c_str(), "--", "/bin/sh", "-c", script.c_str(), nullptr});
+    execv(PTRECORD_PATH, const_cast<char* const*>(argv.data()));
+    _exit(126);
+  }
+  close(go[0]);
+  return pid;
+}
+
+// ptrecord stopped (SIGSTOP, a debugger) for longer than 30 s while the workload's ring is full:
+// the workload waits for it and the recording is whole. The plugin took 30 s without a drain
+// for ptrecord gone: it gave up, the workload ran on untraced and the recording ended "the QEMU
+// plugin failed: ptrecord stopped draining", exit 1, no footer (sweep 38b M3).
+TEST_F(QemuEmulateTest, AStoppedPtrecordIsWaitedFor) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string trace = dir_->File("stopped.pt"), truth = dir_->File("stopped.truth");
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  // The loop starts when the test says so, with ptrecord stopped.
+  const pid_t pid = RecordWhenToldTo(go, absl::StrCat("read x; ", kShLoop), trace, truth);
+  const pid_t qemu = QemuOf(pid);
+  kill(pid, SIGSTOP);
+  ASSERT_EQ(write(go[1], "go\n", 3), 3);
+  close(go[1]);
+  ASSERT_GT(qemu, 0) << "no workload";
+  sleep(32);
+  // Waiting, not running on untraced (nor done).
+  const auto stat = testing::ReadWholeFile<std::string>(absl::StrCat("/proc/", qemu, "/stat"));
+  const size_t paren = stat.rfind(')');
+  ASSERT_NE(paren, std::string::npos) << "the workload is gone";
+  EXPECT_EQ(stat.substr(paren + 2, 1), "S") << stat;
+  kill(pid, SIGCONT);
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  auto d = RunCommand({PTDECODE_PATH, "insn", trace});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  EXPECT_THAT(d.err, Not(HasSubstr("killed or the file is cut")));
+  PerThread want = ReadTruth(truth), got = ParseInsn(d.out);
+  ASSERT_EQ(want.size(), 1u);
+  EXPECT_GT(want.begin()->second.size(), 1000000u);
+  EXPECT_EQ(got.begin()->second.size(), want.begin()->second.size());
+  EXPECT_TRUE(got == want);
+  auto info = RunCommand({PTDECODE_PATH, "info", trace});
+  EXPECT_THAT(info.out, HasSubstr("footer:      present")) << info.out;
+  EXPECT_THAT(info.out, HasSubstr("loss:        none recorded")) << info.out;
+}
+
+// ptrecord killed (SIGKILL) under a subreaper (systemd --user, a container's init, a CI
+// runner): a process the workload forked (qemu ends the workload's own with ptrecord) finds
+// ptrecord gone within a second or two when its ring fills, and runs on to its end untraced. It
+// waited 30 s: the orphan's parent was the subreaper, not init.
+TEST_F(QemuEmulateTest, AKilledPtrecordIsNotWaitedFor) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  const std::string trace = dir_->File("killed.pt");
+  // A subreaper of its own: the test process stays as it is.
+  const pid_t reaper = fork();
+  if (reaper == 0) {
+    prctl(PR_SET_CHILD_SUBREAPER, 1);
+    int go[2];
+    if (pipe(go) != 0) _exit(3);
+    // (dash gives a background list /dev/null as stdin: fd 3 is the pipe.)
+    const pid_t pid = RecordWhenToldTo(
+        go, absl::StrCat("exec 3<&0; (read x <&3; ", kShLoop, ") & wait"), trace, "");
+    if (QemuOf(pid) <= 0) _exit(2);
+    usleep(300000);  // the subshell forked
+    kill(pid, SIGKILL);
+    const auto start = std::chrono::steady_clock::now();
+    if (write(go[1], "go\n", 3) != 3) _exit(3);
+    close(go[1]);
+    int reaped = 0;
+    while (waitpid(-1, nullptr, 0) > 0) ++reaped;
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (reaped < 3) _exit(4);  // ptrecord, the workload's qemu and the subshell's
+    _exit(waited < std::chrono::seconds(15) ? 0 : 1);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(reaper, &status, 0), reaper);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_NE(WEXITSTATUS(status), 2) << "no workload";
+  EXPECT_NE(WEXITSTATUS(status), 4) << "the subshell was not reaped here";
+  EXPECT_EQ(WEXITSTATUS(status), 0) << "the orphaned subshell waited 15 s or more";
+}
+
+// A ground truth that fills its disk is cut, said in a warning; the recording is whole (footer,
+// every instruction) and the cut truth is the trace's prefix. The first short write gave "write
+// the ground truth: No such file or directory" (a stale errno) and the whole recording was
+// abandoned, exit 1, no footer (sweep 38b L2).
+TEST_F(QemuEmulateTest, AGroundTruthThatFillsItsDiskIsCutNotTheRecording) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  testing::ScopedTmpfs tmpfs(dir_->File("mnt"), "size=64k");
+  if (!tmpfs.skipped().empty()) GTEST_SKIP() << tmpfs.skipped();
+  const std::string trace = dir_->File("cut.pt"), truth = dir_->File("mnt/cut.truth");
+  // About 520,000 instructions: 10 MB of truth.
+  auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "--ground-truth", truth, "-o", trace, "--",
+                       "/bin/ls", "-R", "/usr/share/doc/libc6"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("the ground truth " + truth +
+                               " is cut where it could not be written (write: No space left on "
+                               "device); the trace is whole"));
+  auto d = RunCommand({PTDECODE_PATH, "insn", trace});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  PerThread got = ParseInsn(d.out), want = ReadTruth(truth);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_GT(got.begin()->second.size(), 400000u);
+  ASSERT_EQ(want.size(), 1u);
+  const std::vector<uint64_t>& all = got.begin()->second;
+  const std::vector<uint64_t>& prefix = want.begin()->second;
+  EXPECT_GT(prefix.size(), 1000u);
+  EXPECT_LT(prefix.size(), all.size());
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), all.begin()));
+  auto info = RunCommand({PTDECODE_PATH, "info", trace});
+  EXPECT_THAT(info.out, HasSubstr("footer:      present")) << info.out;
 }
 
 }  // namespace

@@ -3,6 +3,7 @@
 #ifndef PTKIT_TESTS_SUPPORT_GROUND_TRUTH_H_
 #define PTKIT_TESTS_SUPPORT_GROUND_TRUTH_H_
 
+#include <charconv>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdio>
@@ -10,9 +11,11 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "read_file.h"
 #include "run_command.h"
 
 namespace ptkit::testing {
@@ -76,13 +79,35 @@ inline std::vector<uint64_t> ObjdumpInstructions(const std::string& program,
   return addresses;
 }
 
+// One "TID ADDRESS" pair at `line` (TID decimal, ADDRESS hex with or without 0x); false when it
+// is not one. Parsed with from_chars: the recordings' tens of millions of lines took
+// istringstream and stoull about 20 s.
+inline bool ParseTidAddress(std::string_view line, uint64_t& tid, uint64_t& address) {
+  const char* p = line.data();
+  const char* const end = p + line.size();
+  auto r = std::from_chars(p, end, tid);
+  if (r.ec != std::errc()) return false;
+  p = r.ptr;
+  while (p != end && *p == ' ') ++p;
+  if (end - p > 2 && p[0] == '0' && (p[1] == 'x' || p[1] == 'X')) p += 2;
+  return std::from_chars(p, end, address, 16).ec == std::errc();
+}
+
 // The ground truth file: one "TID 0xADDRESS" line per retired instruction.
 inline PerThread ReadTruth(const std::string& path) {
   PerThread truth;
-  std::ifstream in(path);
-  uint64_t tid;
-  std::string ip;
-  while (in >> tid >> ip) truth[tid].push_back(std::stoull(ip, nullptr, 16));
+  const std::string text = ReadWholeFile<std::string>(path);
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    const size_t start = line.find_first_not_of(' ');
+    uint64_t tid = 0, ip = 0;
+    if (start != std::string_view::npos && ParseTidAddress(line.substr(start), tid, ip)) {
+      truth[tid].push_back(ip);
+    }
+  }
   return truth;
 }
 
@@ -90,17 +115,18 @@ inline PerThread ReadTruth(const std::string& path) {
 // line per instruction: "[TIME] tid TID ADDRESS symbol+offset" (ADDRESS in 16 hex digits).
 inline PerThread ParseInsn(const std::string& out) {
   PerThread ips;
-  std::istringstream in(out);
-  std::string line;
-  while (std::getline(in, line)) {
+  std::string_view rest = out;
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     // Optional leading columns (time) come before "tid".
-    const size_t at = line.rfind("tid ", 0) == 0 ? 0 : line.find(" tid ");
-    if (line.empty() || line[0] == '[' || at == std::string::npos) continue;
-    std::istringstream fields(line.substr(at + (at == 0 ? 4 : 5)));
-    uint64_t tid = 0;
-    std::string address;
-    fields >> tid >> address;
-    ips[tid].push_back(std::stoull(address, nullptr, 16));
+    const size_t at = line.starts_with("tid ") ? 0 : line.find(" tid ");
+    if (line.empty() || line[0] == '[' || at == std::string_view::npos) continue;
+    uint64_t tid = 0, address = 0;
+    if (ParseTidAddress(line.substr(at + (at == 0 ? 4 : 5)), tid, address)) {
+      ips[tid].push_back(address);
+    }
   }
   return ips;
 }
