@@ -255,11 +255,18 @@ void LoadSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
 }
 
 // The name of each PLT entry's GOT slot, from the dynamic relocations: the symbol of a
-// JUMP_SLOT or GLOB_DAT relocation; "*ABS*+0xADDEND" for an IRELATIVE one (as objdump).
+// JUMP_SLOT or GLOB_DAT relocation. An x86-64 IRELATIVE one (a static program's calls of
+// glibc's memcpy, strlen, ...) has the GNU_IFUNC symbol at its addend (the resolver), as perf
+// names it since 6.3 ("strlen@plt"); without one, "*ABS*+0xADDEND" as objdump. Objdump's name
+// moved with every build (the resolver's address), and `ptdecode diff` saw it as a new
+// function and a removed one.
 std::map<uint64_t, std::string> GotSlotNames(const ElfFile& elf) {
   std::map<uint64_t, std::string> out;
   const bool i386 = elf.machine() == EM_386;
   const uint32_t irelative = i386 ? R_386_IRELATIVE : R_X86_64_IRELATIVE;
+  std::map<uint64_t, std::pair<uint32_t, std::string_view>> ifuncs;  // best ranked by address
+  std::vector<ElfSymbol> symbols;                                    // (the names' storage)
+  bool read_symbols = false;
   for (const ElfRelocation& rela : elf.Relocations()) {
     if (i386 ? rela.type != R_386_JMP_SLOT && rela.type != R_386_GLOB_DAT &&
                    rela.type != R_386_IRELATIVE
@@ -269,6 +276,23 @@ std::map<uint64_t, std::string> GotSlotNames(const ElfFile& elf) {
     }
     std::string name = Demangle(rela.symbol);
     if (name.empty() && rela.type != irelative) continue;
+    if (name.empty() && !i386) {
+      if (!read_symbols) {
+        read_symbols = true;
+        symbols = elf.Symbols();
+        for (const ElfSymbol& sym : symbols) {
+          if (sym.type != STT_GNU_IFUNC) continue;
+          const uint32_t rank = AliasRank(sym.name, sym.size != 0, false, true,
+                                          sym.binding == STB_WEAK, sym.binding == STB_GLOBAL);
+          auto [at, added] = ifuncs.try_emplace(sym.value, rank, sym.name);
+          if (!added && rank < at->second.first) at->second = {rank, sym.name};
+        }
+      }
+      if (auto ifunc = ifuncs.find(static_cast<uint64_t>(rela.addend)); ifunc != ifuncs.end()) {
+        out.emplace(rela.offset, Demangle(ifunc->second.second));
+        continue;
+      }
+    }
     if (name.empty()) name = "*ABS*";
     if (rela.addend != 0) name += fmt::format("+{:#x}", rela.addend);
     out.emplace(rela.offset, std::move(name));

@@ -231,7 +231,7 @@ def load_segments(path):
 def file_oracle(path, cache_dir):
     """Symbols (nm), PLT labels and calls (objdump -d) of one ELF file."""
     st = os.stat(path)
-    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v7.json"
+    key = re.sub(r"[^A-Za-z0-9_.-]", "_", path) + f".{st.st_size}.{int(st.st_mtime)}.v8.json"
     cached = os.path.join(cache_dir, key)
     os.makedirs(cache_dir, exist_ok=True)
     with open(cached + ".lock", "w") as lock:
@@ -332,9 +332,14 @@ def compute_file_oracle(path):
         raise HarnessError(f"objdump -d {path} failed")
     starts.sort()
     plt = []
+    ifuncs = None
     for i, (start, name) in enumerate(labels):
         if name.endswith("@plt"):
             end = labels[i + 1][0] if i + 1 < len(labels) else start + 16
+            m = re.fullmatch(r"\*ABS\*\+0x([0-9a-f]+)@plt", name)
+            if m:  # objdump's name of an IRELATIVE entry (libc's)
+                ifuncs = readelf_ifuncs(path) if ifuncs is None else ifuncs
+                name = iplt_name(hexint(m.group(1)), ifuncs)
             plt.append([start, min(end, start + 16), name])
     sections = []  # [name, address, size] of the sections with code
     for line in run(["readelf", "-SW", path]).stdout.splitlines():
@@ -348,16 +353,40 @@ def compute_file_oracle(path):
                 sections=sections)
 
 
+def readelf_ifuncs(path):
+    """{address: name} of the IFUNC symbols of `path` (readelf -sW, .symtab and .dynsym), the
+    one perf prefers among several at an address (tools/perf/util/symbol.c choose_best_symbol:
+    sized, not weak, global, fewer leading underscores, the longer name)."""
+    best = {}
+    for line in run(["readelf", "-sW", path], check=False).stdout.splitlines():
+        f = line.split()
+        if len(f) < 8 or f[3] != "IFUNC":
+            continue
+        name = f[7].split("@")[0]
+        key = (f[2] == "0", f[4] == "WEAK", f[4] != "GLOBAL",
+               len(name) - len(name.lstrip("_")), -len(name))
+        address = hexint(f[1])
+        if address not in best or key < best[address][0]:
+            best[address] = (key, name)
+    return {address: name for address, (key, name) in best.items()}
+
+
+def iplt_name(addend, ifuncs):
+    """An IRELATIVE PLT entry's name: the IFUNC symbol at the relocation's addend (the
+    resolver), as perf names it since 6.3; objdump's *ABS*+0xADDEND@plt without one."""
+    return f"{ifuncs[addend]}@plt" if addend in ifuncs else f"*ABS*+{hex(addend)}@plt"
+
+
 def iplt_names(path, plt):
     """[start, end, name] of the .plt entries objdump gives no label (a static program's
     IRELATIVE entries, 8 bytes each): the GOT slot an entry's `jmp *...(%rip)` reads (objdump)
-    has an R_X86_64_IRELATIVE relocation (readelf -r) whose addend names it, as objdump names
-    such entries in shared libraries: *ABS*+0xADDEND@plt."""
+    has an R_X86_64_IRELATIVE relocation (readelf -r) whose addend names it (iplt_name)."""
     addends = {}
     for line in run(["readelf", "-rW", path], check=False).stdout.splitlines():
         f = line.split()
         if len(f) == 4 and f[2] == "R_X86_64_IRELATIVE":
             addends[hexint(f[0])] = hexint(f[3])
+    ifuncs = readelf_ifuncs(path) if addends else {}
     out = run(["objdump", "-d", "-w", "--no-show-raw-insn", "-j", ".plt", path],
               check=False).stdout
     insns = [(hexint(m.group(1)), m.group(2)) for m in
@@ -372,7 +401,7 @@ def iplt_names(path, plt):
             k += 1
             end = insns[k + 1][0] if k + 1 < len(insns) else insns[k][0] + 2
         if not any(start <= addr < e for start, e, _ in plt):
-            names.append([addr, end, f"*ABS*+{hex(addends[hexint(m.group(1))])}@plt"])
+            names.append([addr, end, iplt_name(addends[hexint(m.group(1))], ifuncs)])
     return names
 
 

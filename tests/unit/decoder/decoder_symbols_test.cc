@@ -41,6 +41,7 @@ using ::ptkit::decoder::testing::HaveBinutils;
 using ::ptkit::decoder::testing::LoaderMappedImage;
 using ::ptkit::decoder::testing::ObjdumpPltNames;
 using ::ptkit::decoder::testing::ObjdumpSections;
+using ::ptkit::decoder::testing::ReadelfIfuncs;
 using ::ptkit::decoder::testing::Section;
 using ::ptkit::decoder::testing::TempPath;
 using ::ptkit::decoder::testing::ToolOutput;
@@ -630,6 +631,49 @@ TEST(PltTest, EntriesOfDebianBinariesAreNamedAsObjdumpNamesThem) {
     ++checked;
   }
   if (checked == 0) GTEST_SKIP() << "no Debian binary found";
+}
+
+// A static program's PLT entries (glibc's string functions, IRELATIVE relocations) are named
+// after the IFUNC symbol at the relocation's addend, as perf names them since 6.3 (readelf's
+// symbols, perf's choice among aliases: ReadelfIfuncs). They were "*ABS*+0xRESOLVER@plt", a name
+// that moved with every build: `ptdecode diff` saw a new function and a removed one (s35).
+TEST(PltTest, AStaticProgramsEntriesAreNamedAfterTheirIfunc) {
+  if (!HaveBinutils()) GTEST_SKIP() << "objdump and readelf (binutils) are not installed";
+  for (const std::string program : {"plt_static", "plt_static_pie"}) {
+    SCOPED_TRACE(program);
+    const std::string path = absl::StrCat(kDir, "/", program, ".elf");
+    // "00000000004a5018  0000000000000025 R_X86_64_IRELATIVE                        41e420"
+    std::map<uint64_t, uint64_t> addends;  // GOT slot -> resolver
+    std::istringstream relocs(ToolOutput({"readelf", "-rW", path}));
+    static const std::regex kReloc(
+        R"re(^([0-9a-f]+) +[0-9a-f]+ R_X86_64_IRELATIVE +([0-9a-f]+)$)re");
+    std::smatch m;
+    for (std::string line; std::getline(relocs, line);) {
+      if (std::regex_match(line, m, kReloc)) {
+        addends[std::stoull(m[1], nullptr, 16)] = std::stoull(m[2], nullptr, 16);
+      }
+    }
+    ASSERT_FALSE(addends.empty());
+    const std::map<uint64_t, std::string> ifuncs = ReadelfIfuncs(path);
+    auto image = ElfImage(path, "/nonexistent");
+    ASSERT_NE(image, nullptr);
+    // "  401018:\tjmp    *0xa3fe2(%rip)        # 4a5000 <_GLOBAL_OFFSET_TABLE_+0x18>"
+    std::istringstream plt(
+        ToolOutput({"objdump", "-d", "-w", "--no-show-raw-insn", "-j", ".plt", path}));
+    static const std::regex kJump(
+        R"re(^ +([0-9a-f]+):\s+jmp +\*0x[0-9a-f]+\(%rip\) +# ([0-9a-f]+) .*$)re");
+    int named = 0;
+    for (std::string line; std::getline(plt, line);) {
+      if (!std::regex_match(line, m, kJump)) continue;
+      auto slot = addends.find(std::stoull(m[2], nullptr, 16));
+      if (slot == addends.end()) continue;
+      auto ifunc = ifuncs.find(slot->second);
+      ASSERT_NE(ifunc, ifuncs.end()) << line;
+      EXPECT_EQ(NameAt(*image, std::stoull(m[1], nullptr, 16)), ifunc->second + "@plt") << line;
+      ++named;
+    }
+    EXPECT_GT(named, 2) << "strlen and printf's string functions go through IRELATIVE entries";
+  }
 }
 
 // Every code symbol nm prints resolves to a symbol that starts there with one of nm's names

@@ -3,12 +3,14 @@
 #ifndef PTKIT_TESTS_UNIT_DECODER_ELF_ORACLE_H_
 #define PTKIT_TESTS_UNIT_DECODER_ELF_ORACLE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <regex>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "decoder/image.h"
@@ -27,14 +29,55 @@ inline std::string ToolOutput(std::vector<std::string> argv) {
 
 inline bool HaveBinutils() { return !ToolOutput({"objdump", "--version"}).empty(); }
 
-// The `<X@plt>` labels of `objdump -d -C`: the PLT entries as gdb and objdump name them.
+// The GNU_IFUNC symbol of each address of `path` (`readelf -sW`, .symtab and .dynsym), the one
+// perf prefers among several (tools/perf/util/symbol.c choose_best_symbol: sized, not weak,
+// global, fewer leading underscores, the longer name).
+inline std::map<uint64_t, std::string> ReadelfIfuncs(const std::string& path) {
+  using Key = std::tuple<bool, bool, bool, size_t, int64_t>;  // smaller is better
+  std::map<uint64_t, std::pair<Key, std::string>> best;
+  std::istringstream text(ToolOutput({"readelf", "-sW", path}));
+  // "  1749: 000000000041deb0   246 IFUNC   GLOBAL DEFAULT    7 __new_memcpy"
+  static const std::regex kRow(
+      R"re(^ *\d+: ([0-9a-f]+) +(\d+) IFUNC +(\S+) +\S+ +\d+ ([^@ ]+).*$)re");
+  std::smatch m;
+  for (std::string line; std::getline(text, line);) {
+    if (!std::regex_match(line, m, kRow)) continue;
+    const std::string name = m[4];
+    const Key key{m[2] == "0", m[3] == "WEAK", m[3] != "GLOBAL",
+                  std::min(name.find_first_not_of('_'), name.size()),
+                  -static_cast<int64_t>(name.size())};
+    auto [at, added] = best.try_emplace(std::stoull(m[1], nullptr, 16), key, name);
+    if (!added && key < at->second.first) at->second = {key, name};
+  }
+  std::map<uint64_t, std::string> out;
+  for (const auto& [address, b] : best) out[address] = b.second;
+  return out;
+}
+
+// The `<X@plt>` labels of `objdump -d -C`: the PLT entries as gdb and objdump name them; but an
+// IRELATIVE entry that objdump calls *ABS*+0xRESOLVER@plt is the IFUNC symbol at RESOLVER's
+// (readelf), as perf names it since 6.3: objdump's name moved with every build.
 inline std::map<uint64_t, std::string> ObjdumpPltNames(const std::string& path) {
   std::map<uint64_t, std::string> out;
   std::istringstream text(ToolOutput({"objdump", "-d", "-C", path}));
   static const std::regex kLabel("^([0-9a-f]+) <(.*@plt)>:$");
-  std::smatch m;
+  static const std::regex kAbs(R"re(^\*ABS\*\+0x([0-9a-f]+)@plt$)re");
+  std::map<uint64_t, std::string> ifuncs;
+  bool read_ifuncs = false;
+  std::smatch m, a;
   for (std::string line; std::getline(text, line);) {
-    if (std::regex_match(line, m, kLabel)) out[std::stoull(m[1], nullptr, 16)] = m[2];
+    if (!std::regex_match(line, m, kLabel)) continue;
+    std::string name = m[2];
+    if (const std::string label = name; std::regex_match(label, a, kAbs)) {
+      if (!read_ifuncs) {
+        ifuncs = ReadelfIfuncs(path);
+        read_ifuncs = true;
+      }
+      if (auto f = ifuncs.find(std::stoull(a[1], nullptr, 16)); f != ifuncs.end()) {
+        name = f->second + "@plt";
+      }
+    }
+    out[std::stoull(m[1], nullptr, 16)] = name;
   }
   return out;
 }
