@@ -10,6 +10,7 @@ find_package(nlohmann_json CONFIG REQUIRED)
 find_package(CLI11 CONFIG REQUIRED)
 find_package(zydis CONFIG REQUIRED)
 find_package(ZLIB REQUIRED)  # crc32: .gnu_debuglink's check of a separate debug file
+find_package(LibLZMA REQUIRED)  # MiniDebugInfo: the xz-compressed ELF in .gnu_debugdata
 
 pkg_check_modules(LIBELF REQUIRED IMPORTED_TARGET libelf)
 pkg_check_modules(LIBDW REQUIRED IMPORTED_TARGET libdw)

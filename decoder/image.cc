@@ -7,6 +7,7 @@
 // libiberty.h (which demangle.h includes) declares basename unless told string.h has.
 #define HAVE_DECL_BASENAME 1  // NOLINT(cppcoreguidelines-macro-usage)
 #include <libiberty/demangle.h>
+#include <lzma.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -372,6 +373,41 @@ void LoadPltSymbolsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   }
 }
 
+// The ELF image in `elf`'s .gnu_debugdata, MiniDebugInfo (gdb's name; Fedora's and RHEL's
+// programs and libraries have it): xz-compressed, its .symtab holds the functions .dynsym lacks,
+// at the same link-time addresses. Empty when there is none or it does not decompress within
+// the limits (kMaxMiniDebugInfo bytes, 64 MiB of decoder memory: the section is input).
+constexpr size_t kMaxMiniDebugInfo = size_t{256} << 20;
+std::vector<uint8_t> MiniDebugInfo(const ElfFile& elf) {
+  for (const ElfSection& section : elf.Sections()) {
+    if (section.name != ".gnu_debugdata" || section.type != SHT_PROGBITS) continue;
+    const std::span<const uint8_t> xz = elf.SectionData(section);
+    lzma_stream stream = LZMA_STREAM_INIT;
+    if (xz.empty() || lzma_stream_decoder(&stream, uint64_t{64} << 20, 0) != LZMA_OK) return {};
+    std::vector<uint8_t> out(std::min(kMaxMiniDebugInfo, xz.size() * 4 + 4096));
+    stream.next_in = xz.data();
+    stream.avail_in = xz.size();
+    stream.next_out = out.data();
+    stream.avail_out = out.size();
+    lzma_ret ret = LZMA_OK;
+    while (ret == LZMA_OK) {
+      if (stream.avail_out == 0) {
+        if (out.size() == kMaxMiniDebugInfo) break;
+        const size_t used = out.size();
+        out.resize(std::min(kMaxMiniDebugInfo, used * 2));
+        stream.next_out = out.data() + used;
+        stream.avail_out = out.size() - used;
+      }
+      ret = lzma_code(&stream, LZMA_FINISH);
+    }
+    out.resize(stream.total_out);
+    lzma_end(&stream);
+    if (ret != LZMA_STREAM_END) return {};
+    return out;
+  }
+  return {};
+}
+
 // A symbol "main" for a stripped x86-64 executable, found as Ghidra and radare2 find it: glibc's
 // _start (the entry point) loads main's address into %rdi (`lea main(%rip),%rdi` in PIE code,
 // `mov $main,%rdi` otherwise) and then calls __libc_start_main. Its extent is its .eh_frame
@@ -663,7 +699,15 @@ ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) cons
     const std::string debug_path = DebugFileOf(elf, &table.refused_debug);
     absl::StatusOr<ElfFile> debug =
         debug_path.empty() ? absl::NotFoundError("no debug file") : ElfFile::Open(debug_path);
-    if (debug.ok()) LoadSymbolsInto(*debug, table.symbols);
+    if (debug.ok()) {
+      LoadSymbolsInto(*debug, table.symbols);
+    } else if (const std::vector<uint8_t> mini = MiniDebugInfo(elf); !mini.empty()) {
+      // Without a debug file, MiniDebugInfo's, as gdb (sweep 38a F6: Fedora's static functions
+      // were sub_ADDRESS).
+      absl::StatusOr<ElfFile> embedded =
+          ElfFile::FromMemory(elf.path() + " [.gnu_debugdata]", mini);
+      if (embedded.ok()) LoadSymbolsInto(*embedded, table.symbols);
+    }
   }
   if (std::none_of(table.symbols.begin(), table.symbols.end(),
                    [](const Symbol& s) { return s.name == "main"; })) {

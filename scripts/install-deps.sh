@@ -8,6 +8,8 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   clang libclang-rt-14-dev clang-format clang-tidy
   libipt-dev libpfm4-dev libelf-dev libdw-dev libzstd-dev zstd zlib1g-dev
+  # MiniDebugInfo (.gnu_debugdata) in the decoder; xz makes it in its test
+  liblzma-dev xz-utils
   libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   libzydis-dev libxxhash-dev libcli11-dev libfmt-dev nlohmann-json3-dev
   # Rust's v0 symbol names (cplus_demangle): libstdc++'s __cxa_demangle reads C++ only

@@ -828,6 +828,41 @@ TEST(SymbolsTest, AStrippedProgramsMainIsFoundFromItsEntryCode) {
   }
 }
 
+// MiniDebugInfo (Fedora's and RHEL's programs): stripped, with the functions .dynsym lacks in
+// the xz-compressed ELF of .gnu_debugdata, made as gdb's manual says ("MiniDebugInfo"). Without
+// a debug file its .symtab names them, as gdb names them: each function nm prints for the
+// unstripped program resolves to its name (sweep 38a F6: they were sub_ADDRESS).
+TEST(SymbolsTest, MiniDebugInfoNamesAStrippedProgramsFunctions) {
+  if (!HaveBinutils()) GTEST_SKIP() << "nm, objcopy and strip (binutils) are not installed";
+  if (ToolOutput({"xz", "--version"}).empty()) GTEST_SKIP() << "xz (xz-utils) is not installed";
+  const std::string dir = FreshDir("minidebuginfo");
+  for (const std::string program : {"plt_pie", "plt_nopie"}) {
+    SCOPED_TRACE(program);
+    const std::string path = absl::StrCat(kDir, "/", program, ".elf");
+    const std::string mini = absl::StrCat(dir, "/", program);
+    const std::string script = absl::StrCat(
+        "set -e; cd '", dir, "'; cp '", path, "' ", program, "; P=", program, "\n",
+        "nm -D $P --format=posix --defined-only | awk '{ print $1 }' | sort > $P.dynsyms\n",
+        "nm $P --format=posix --defined-only | awk '{ if ($2 == \"T\" || $2 == \"t\" || $2 == "
+        "\"D\") print $1 }' | sort > $P.funcsyms\n",
+        "comm -13 $P.dynsyms $P.funcsyms > $P.keep\n", "objcopy --only-keep-debug $P $P.mini\n",
+        "objcopy -S --remove-section .gdb_index --remove-section .comment "
+        "--keep-symbols=$P.keep $P.mini\n",
+        "strip --strip-all -R .comment $P\n", "xz -f $P.mini\n",
+        "objcopy --add-section .gnu_debugdata=$P.mini.xz $P\n");
+    auto made = ::ptkit::testing::RunCommand({"/bin/sh", "-c", script});
+    ASSERT_EQ(made.exit_code, 0) << made.err;
+    ASSERT_THAT(ToolOutput({"readelf", "-SW", mini}), ::testing::HasSubstr(".gnu_debugdata"));
+    ASSERT_EQ(ToolOutput({"nm", mini}), "");  // no .symtab
+    auto image = ElfImage(mini, "/nonexistent");
+    ASSERT_NE(image, nullptr);
+    ExpectNmFunctionsResolve(*image, mini, path);
+    // plt.c's static Compare and global Sum are in neither .dynsym nor anywhere else.
+    EXPECT_THAT(SymbolsNamed(*image, "Compare"), SizeIs(1));
+    EXPECT_THAT(SymbolsNamed(*image, "Sum"), SizeIs(1));
+  }
+}
+
 // Debian's programs are all stripped: main is the address _start loads into %rdi before its
 // call (objdump's annotation of the lea), up to the end of the FDE that starts there (readelf's
 // .eh_frame dump). A library has no main (libc's entry prints its version).
