@@ -20,7 +20,9 @@
 #include <iterator>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -408,6 +410,76 @@ std::vector<uint8_t> MiniDebugInfo(const ElfFile& elf) {
   return {};
 }
 
+// The functions of a Go program from its .gopclntab (Go 1.16 and later; runtime/symtab.go's
+// pcHeader, functab and _func), which the Go runtime needs and `go build -ldflags='-s -w'`, the
+// usual release build, keeps when it drops .symtab: every function's entry and name, as `go
+// tool addr2line` reads them. Each ends where the next begins (the table is sorted by entry).
+// Nothing for another layout (Go 1.2-1.15) or where a field points outside the section.
+void LoadGoFunctionsInto(const ElfFile& elf, std::vector<Symbol>& out) {
+  std::span<const uint8_t> tab;
+  uint64_t text = 0;
+  for (const ElfSection& section : elf.Sections()) {
+    if (section.name == ".gopclntab" && section.type == SHT_PROGBITS)
+      tab = elf.SectionData(section);
+    if (section.name == ".text") text = section.addr;
+  }
+  if (tab.size() < 8) return;
+  auto u32 = [&](uint64_t at) -> std::optional<uint32_t> {
+    if (at > tab.size() || tab.size() - at < 4) return std::nullopt;
+    uint32_t v = 0;
+    std::memcpy(&v, tab.data() + at, 4);
+    return v;
+  };
+  const uint32_t magic = *u32(0);
+  const uint8_t ptr = tab[7];
+  // 0xfffffffa: Go 1.16-1.17 (pointer-sized entries); 0xfffffff0: 1.18-1.19; 0xfffffff1: 1.20+
+  // (32-bit offsets from textStart).
+  const bool offsets = magic == 0xfffffff0 || magic == 0xfffffff1;
+  if ((!offsets && magic != 0xfffffffa) || tab[4] != 0 || tab[5] != 0 || (ptr != 4 && ptr != 8)) {
+    return;
+  }
+  auto word = [&](uint64_t at) -> std::optional<uint64_t> {
+    if (at > tab.size() || tab.size() - at < ptr) return std::nullopt;
+    uint64_t v = 0;
+    std::memcpy(&v, tab.data() + at, ptr);  // little-endian
+    return v;
+  };
+  // nfunc, nfiles, [textStart,] funcnameOffset, cuOffset, filetabOffset, pctabOffset, pclnOffset
+  const uint64_t first = offsets ? 3 : 2;
+  const std::optional<uint64_t> nfunc = word(8), names = word(8 + first * ptr),
+                                pcln = word(8 + (first + 4) * ptr);
+  const std::optional<uint64_t> text_start =
+      offsets ? word(8 + 2 * ptr) : std::optional<uint64_t>(0);
+  if (!nfunc || !names || !pcln || !text_start || *names >= tab.size() || *pcln >= tab.size()) {
+    return;
+  }
+  // A position-independent program's textStart is relocated at run time (0 in the file).
+  const uint64_t base = *text_start != 0 ? *text_start : text;
+  const uint64_t entry_size = offsets ? 8 : 2 * uint64_t{ptr};
+  if (*nfunc == 0 || *nfunc >= (tab.size() - *pcln) / entry_size) return;  // nfunc + 1 entries
+  auto entry_at = [&](uint64_t i) -> std::optional<uint64_t> {
+    const uint64_t at = *pcln + i * entry_size;
+    if (!offsets) return word(at);
+    const std::optional<uint32_t> off = u32(at);
+    return off ? std::optional<uint64_t>(base + *off) : std::nullopt;
+  };
+  for (uint64_t i = 0; i < *nfunc; ++i) {
+    const std::optional<uint64_t> begin = entry_at(i), end = entry_at(i + 1);
+    const uint64_t at = *pcln + i * entry_size + entry_size / 2;
+    const std::optional<uint64_t> func = offsets ? std::optional<uint64_t>(u32(at)) : word(at);
+    if (!begin || !end || !func || *end <= *begin || *func >= tab.size() - *pcln) continue;
+    // _func: entryOff (uint32) or entry (uintptr), then nameOff (int32) into funcnametab.
+    const std::optional<uint32_t> name_off = u32(*pcln + *func + (offsets ? 4 : ptr));
+    if (!name_off || *name_off >= tab.size() - *names) continue;
+    const char* const name = reinterpret_cast<const char*>(tab.data() + *names + *name_off);
+    const size_t length = strnlen(name, tab.size() - *names - *name_off);
+    if (length == 0 || length == tab.size() - *names - *name_off) continue;  // unterminated
+    const std::string_view view(name, length);
+    out.push_back(
+        {*begin, *end, std::string(view), 0, AliasRank(view, true, false, false, false, true)});
+  }
+}
+
 // A symbol "main" for a stripped x86-64 executable, found as Ghidra and radare2 find it: glibc's
 // _start (the entry point) loads main's address into %rdi (`lea main(%rip),%rdi` in PIE code,
 // `mov $main,%rdi` otherwise) and then calls __libc_start_main. Its extent is its .eh_frame
@@ -707,6 +779,10 @@ ProgramImage::LinkSymbols ProgramImage::ReadLinkSymbols(const ElfFile& elf) cons
       absl::StatusOr<ElfFile> embedded =
           ElfFile::FromMemory(elf.path() + " [.gnu_debugdata]", mini);
       if (embedded.ok()) LoadSymbolsInto(*embedded, table.symbols);
+    } else if (!elf.HasSymtab()) {
+      // A stripped Go program: its own function table (sweep 38a F4: every function was
+      // sub_ADDRESS, and the goroutine switches, which go by name, were not seen).
+      LoadGoFunctionsInto(elf, table.symbols);
     }
   }
   if (std::none_of(table.symbols.begin(), table.symbols.end(),

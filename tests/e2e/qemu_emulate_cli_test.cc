@@ -3290,6 +3290,63 @@ TEST_F(QemuEmulateTest, GoroutinesAndCoroutinesHaveTheirOwnStacks) {
   }
 }
 
+// A stripped Go program (strip, or `go build -ldflags='-s -w'`, the usual release build) keeps
+// its functions' entries and names in .gopclntab, which the Go runtime needs: every function it
+// ran is named as `go tool addr2line` names it, and its goroutines have their own stacks, as the
+// unstripped program's (gdb's backtrace of that). They were all sub_ADDRESS, and the goroutine
+// switches, which go by runtime.gogo's and runtime.mcall's names, were not seen (sweep 38a F4).
+TEST_F(QemuEmulateTest, AStrippedGoProgramIsNamedFromItsFunctionTable) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  if (std::string(GO_PROGRAM).empty()) GTEST_SKIP() << "the go tool was not installed";
+  const std::string stripped = dir_->File("goroutines");
+  ASSERT_EQ(RunCommand({"/usr/bin/objcopy", "--strip-all", GO_PROGRAM, stripped}).exit_code, 0);
+  ASSERT_THAT(RunCommand({"/usr/bin/nm", stripped}).err, HasSubstr("no symbols"));
+  const std::vector<std::string> args = {"chan", "300"};
+  Recorded r = Record("gostripped", {stripped, args[0], args[1]}, /*with_truth=*/false);
+  ASSERT_EQ(r.run.exit_code, 0) << r.run.err;
+  auto folded = RunCommand({PTDECODE_PATH, "folded", r.trace});
+  ASSERT_EQ(folded.exit_code, 0) << folded.err;
+  for (const char* f : {"main.fold", "main.square"}) {
+    ExpectStacksAsGdbs(folded.out, f, GdbStack(GO_PROGRAM, args, f), 2, 1);
+  }
+  // Every address it ran: "TIME tid TID ADDRESS NAME+0xOFFSET".
+  auto insn = RunCommand({PTDECODE_PATH, "insn", r.trace});
+  ASSERT_EQ(insn.exit_code, 0) << insn.err;
+  std::map<uint64_t, std::string> named;
+  std::istringstream lines(insn.out);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string time, tid_word, tid, address, symbol;
+    if (!(fields >> time >> tid_word >> tid >> address >> symbol) || tid_word != "tid" ||
+        address.size() != 16 ||
+        address.find_first_not_of("0123456789abcdef") != std::string::npos) {
+      continue;
+    }
+    named[std::stoull(address, nullptr, 16)] = symbol.substr(0, symbol.rfind('+'));
+  }
+  ASSERT_GT(named.size(), 1000u);
+  std::ofstream(dir_->File("addresses"))
+      << absl::StrJoin(named, "\n",
+                       [](std::string* out, const auto& a) {
+                         absl::StrAppend(out, "0x", absl::Hex(a.first));
+                       })
+      << "\n";
+  // Two lines an address: the function, then FILE:LINE.
+  auto oracle = RunCommand({"/bin/sh", "-c",
+                            absl::StrCat("GOFLAGS= go tool addr2line '", stripped, "' < '",
+                                         dir_->File("addresses"), "'")});
+  ASSERT_EQ(oracle.exit_code, 0) << oracle.err;
+  std::istringstream answers(oracle.out);
+  size_t checked = 0;
+  for (const auto& [address, name] : named) {
+    std::string function, where;
+    ASSERT_TRUE(std::getline(answers, function) && std::getline(answers, where));
+    EXPECT_EQ(name, function) << absl::StrCat("0x", absl::Hex(address));
+    ++checked;
+  }
+  EXPECT_EQ(checked, named.size());
+}
+
 // A Go program's start-up is its runtime's before main.main: --exclude-startup (diff's default)
 // counts everything its process runs from there, every goroutine's work on every thread (sweep
 // 32a N1: it counted nothing of the main thread: Go has no `main`, and goroutine switches end
