@@ -766,6 +766,9 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   meta.end = std::move(end);
   PTKIT_RETURN_IF_ERROR(writer->AppendMetadata(meta.ToRecord()));
   PTKIT_RETURN_IF_ERROR(writer->Close());
+  // Published by Close where the loop ended before the first block claimed a slot (a stop
+  // signal in qemu's first milliseconds): the ground truth stays with it (review 38 L1).
+  ran = true;
   if (!illegal.empty()) return absl::FailedPreconditionError(illegal);
   return result;
 }
