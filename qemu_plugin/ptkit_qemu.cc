@@ -239,9 +239,10 @@ struct Global {
   dev_t truth_dev = 0;
   ino_t truth_ino = 0;
   std::string truth_path;
-  std::string region_path;  // ring=: where the region's memfd opens again
-  std::mutex truth_mu;      // truth_fd's checks, opening again and writes (threads flush at once)
-  bool truth = false;       // truth_fd is set (fixed at install: truth_fd may change)
+  std::string region_path;    // ring=: where the region's memfd opens again
+  std::string region_socket;  // sock=: where ptrecord hands it over (ReceiveRingFd)
+  std::mutex truth_mu;        // truth_fd's checks, opening again and writes (threads flush at once)
+  bool truth = false;         // truth_fd is set (fixed at install: truth_fd may change)
   // This process runs a program that the thread of this slot exec'd: its first thread goes
   // on in that slot (~0u: it claims a new one).
   uint32_t resume_slot = ~0u;
@@ -1915,18 +1916,23 @@ void NameUnfollowed(const std::string& program) {
 }
 
 // Whether g->region_fd is the ring's memfd, opened again from `ring=` (another number) where
-// the guest closed it or put another file there.
+// the guest closed it or put another file there, or else asked of ptrecord at `sock=` (a pid
+// namespace with its own /proc, where ring='s /proc/PID is not ptrecord's).
 bool RegionFdOpen() {
   struct stat st {};
   if (fstat(g->region_fd, &st) == 0 && st.st_ino == g->region_ino) return true;
-  if (g->region_path.empty()) return false;
-  const int fd = open(g->region_path.c_str(), O_RDWR | O_CLOEXEC);
-  if (fd < 0 || fstat(fd, &st) != 0 || st.st_ino != g->region_ino) {
+  for (int way = 0; way < 2; ++way) {
+    const int fd =
+        way == 0
+            ? (g->region_path.empty() ? -1 : open(g->region_path.c_str(), O_RDWR | O_CLOEXEC))
+            : (g->region_socket.empty() ? -1 : ptk::ReceiveRingFd(g->region_socket, WaitForReader));
+    if (fd >= 0 && fstat(fd, &st) == 0 && st.st_ino == g->region_ino) {
+      g->region_fd = fd;
+      return true;
+    }
     if (fd >= 0) close(fd);
-    return false;
   }
-  g->region_fd = fd;
-  return true;
+  return false;
 }
 
 // Returns only when it could not (the ring's descriptor is gone; that execve failed: E2BIG is
@@ -2329,6 +2335,8 @@ extern "C" __attribute__((visibility("default"))) int qemu_plugin_install(qemu_p
     g->plugin_options.emplace_back(a);
     if (a.starts_with("ring=")) {
       g->region_path = std::string(a.substr(5));
+    } else if (a.starts_with("sock=")) {
+      g->region_socket = std::string(a.substr(5));
     } else if (ParseOption(a, "fd", 1 << 20, &fd) || ParseOption(a, "truth", 1 << 20, &truth)) {
     } else if (ParseOption(a, "noretcomp", 1, &v)) {
       g->pt.ret_compression = v == 0;

@@ -272,6 +272,12 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   // closed its descriptor (kept open here until the run ends).
   std::string plugin_arg = absl::StrCat(setup.plugin, ",fd=", memfd.get(), ",ring=/proc/", getpid(),
                                         "/fd/", memfd.get());
+  // sock=: where ring= does not reach (a pid namespace with its own /proc), the memfd is handed
+  // over on an abstract unix socket (ServeRingSocket, after each drain pass). Without one (no
+  // unix sockets here), such a program runs untraced and is said, as before.
+  const std::string ring_socket = RingSocketName();
+  const ScopedFd ring_listener(ListenRingSocket(ring_socket));
+  if (ring_listener.valid()) absl::StrAppend(&plugin_arg, ",sock=", ring_socket);
   if (truth.valid()) absl::StrAppend(&plugin_arg, ",truth=", truth.get());
   // A guest process in another pid namespace asks for its pids in this one (QemuPidQuestion).
   if (struct stat ns{}; stat("/proc/self/ns/pid", &ns) == 0) {
@@ -499,6 +505,7 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
   };
   lo.after_pass = [&] {
     h->reader_passes.fetch_add(1, std::memory_order_relaxed);  // alive (WaitForReader)
+    if (ring_listener.valid()) ServeRingSocket(ring_listener.get(), memfd.get());
     publish_once_ran();
     answer_pid_questions();
     status_line.Update(drainer.Totals(), writer->stats().stored_bytes);

@@ -2,9 +2,16 @@
 #include "record/emulate/qemu_ring.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -87,6 +94,107 @@ record::RingView SlotRing(uint8_t* base, uint32_t slot) {
   v.aux = std::span<uint8_t>(page + up->aux_offset, up->aux_size);
   v.aux_overwrite = RegionHeader(base)->overwrite != 0;
   return v;
+}
+
+namespace {
+
+sockaddr_un RingSocketAddress(const std::string& name, socklen_t& length) {
+  sockaddr_un address{};
+  address.sun_family = AF_UNIX;
+  const size_t n = std::min(name.size(), sizeof(address.sun_path) - 1);
+  std::memcpy(address.sun_path + 1, name.data(), n);  // sun_path[0] = 0: abstract
+  length = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  return address;
+}
+
+}  // namespace
+
+std::string RingSocketName() {
+  uint64_t random = 0;
+  if (getrandom(&random, sizeof(random), 0) != sizeof(random)) {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    random =
+        static_cast<uint64_t>(ts.tv_nsec) * 0x9e3779b97f4a7c15u ^ static_cast<uint64_t>(ts.tv_sec);
+  }
+  return absl::StrCat("ptkit-ring-", getpid(), "-", absl::Hex(random, absl::kZeroPad16));
+}
+
+int ListenRingSocket(const std::string& name) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  socklen_t length = 0;
+  const sockaddr_un address = RingSocketAddress(name, length);
+  if (bind(fd, reinterpret_cast<const sockaddr*>(&address), length) != 0 || listen(fd, 16) != 0) {
+    const int err = errno;
+    close(fd);
+    errno = err;
+    return -1;
+  }
+  return fd;
+}
+
+void ServeRingSocket(int listen_fd, int memfd) {
+  for (;;) {
+    const int conn = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC);
+    if (conn < 0) return;  // EAGAIN: nobody waits
+    ucred peer{};
+    socklen_t size = sizeof(peer);
+    if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0 && peer.uid == geteuid()) {
+      char byte = 0;
+      iovec iov{&byte, 1};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      c->cmsg_level = SOL_SOCKET;
+      c->cmsg_type = SCM_RIGHTS;
+      c->cmsg_len = CMSG_LEN(sizeof(int));
+      std::memcpy(CMSG_DATA(c), &memfd, sizeof(int));
+      (void)sendmsg(conn, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    }
+    close(conn);  // another user's connection gets nothing (EOF)
+  }
+}
+
+int ReceiveRingFd(const std::string& name, bool (*wait)()) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return -1;
+  socklen_t length = 0;
+  const sockaddr_un address = RingSocketAddress(name, length);
+  int received = -1;
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address), length) == 0) {
+    for (;;) {  // ptrecord answers after its next drain pass
+      pollfd p{fd, POLLIN, 0};
+      const int ready = poll(&p, 1, 10);
+      if (ready < 0 && errno != EINTR) break;
+      if (ready <= 0) {
+        if (!wait()) break;
+        continue;
+      }
+      char byte = 0;
+      iovec iov{&byte, 1};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+      msghdr msg{};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      if (recvmsg(fd, &msg, MSG_CMSG_CLOEXEC) > 0) {
+        for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+          if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            std::memcpy(&received, CMSG_DATA(c), sizeof(int));
+          }
+        }
+      }
+      break;
+    }
+  }
+  close(fd);
+  return received;
 }
 
 bool LockSlotForReading(QemuSlotControl& c, uint64_t timeout_ns) {

@@ -29,6 +29,7 @@
 #include <cstdint>
 #include <optional>
 #include <span>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "ptkit/perf_records.h"
@@ -366,6 +367,23 @@ bool LockSlotForWriting(QemuSlotControl& c, Wait wait) {
   return true;
 }
 inline void UnlockSlotForWriting(QemuSlotControl& c) { c.writing.store(0); }
+// The ring's memfd again, for a guest program that closed the plugin's descriptor of it before
+// an execve, where the plugin's ring=/proc/PTRECORD/fd/N does not reach it: in a pid namespace
+// with its own /proc ptrecord's pid is not there (unshare --pid --mount-proc, a container's
+// launcher that closes inherited descriptors: sweep 37c H3, the program ran untraced). ptrecord
+// listens on an abstract unix socket (named within the network namespace, not by a pid or a
+// path) and hands the descriptor (SCM_RIGHTS) to a process of its own user that connects.
+//   RingSocketName: a name no other run has ("ptkit-ring-PID-RANDOM", printable; the socket's
+//   address is it after a NUL). ListenRingSocket: the listening socket (non-blocking,
+//   close-on-exec), or -1 with errno. ServeRingSocket: hands `memfd` to every connection
+//   waiting (ptrecord, after each drain pass), refusing other users'. ReceiveRingFd: the
+//   plugin's side, waiting with `wait` (false: give up) for the answer; the descriptor
+//   (close-on-exec) or -1.
+std::string RingSocketName();
+int ListenRingSocket(const std::string& name);
+void ServeRingSocket(int listen_fd, int memfd);
+int ReceiveRingFd(const std::string& name, bool (*wait)());
+
 // ptrecord, around a snapshot of the slot. False when the writer kept its flag for
 // `timeout_ns` (it died while writing: the copy may be torn); the slot is locked anyway.
 bool LockSlotForReading(QemuSlotControl& c, uint64_t timeout_ns);

@@ -208,6 +208,35 @@ TEST_F(QemuPidNamespaceTest, PerfSeesTheProcessTreeByTheRecordersPids) {
 // A program left in a pid namespace whose init exits is killed by the kernel (SIGKILL: its
 // slot never ends). ptrecord must not wait for it by its namespace's pid, which names some
 // other process of the host (a kernel thread): it waited for ever (sweep 37c H3 b).
+// A program in a pid namespace with its own /proc that closes every inherited descriptor and
+// then execs (a container's launcher, a closefrom() user) is followed into the new program: the
+// plugin asks ptrecord for the ring on a unix socket (sock=), where ring=/proc/PTRECORD/fd/N
+// names no process of that /proc. It ran natively, untraced: "the trace ends at execve" (sweep
+// 37c H3).
+TEST(QemuPidNamespaceExecTest, AProgramThatClosedItsDescriptorsIsFollowedIntoItsExec) {
+  PTKIT_SKIP_WITHOUT_PID_NAMESPACES();
+  testing::TempDir dir;
+  auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "--ground-truth", dir.File("t.truth"), "-o",
+                       dir.File("t.pt"), "--", "/usr/bin/unshare", "--fork", "--pid",
+                       "--mount-proc", E2E_PROGRAM_DIR "/e2e_close_exec", kWork, "1000"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("the trace ends at execve"))) << r.err;
+  const PerThread truth = ReadTruth(dir.File("t.truth"));
+  auto d = RunCommand({PTDECODE_PATH, "insn", dir.File("t.pt")});
+  ASSERT_EQ(d.exit_code, 0) << d.err;
+  PerThread got = ParseInsn(d.out);
+  // unshare, and e2e_close_exec that becomes e2e_pidns_work: its main thread, 2 threads and a
+  // child.
+  EXPECT_EQ(truth.size(), 5u);
+  EXPECT_EQ(got.size(), truth.size());
+  for (const auto& [tid, ips] : truth) {
+    EXPECT_EQ(got[tid].size(), ips.size()) << "thread " << tid;
+    EXPECT_TRUE(got[tid] == ips) << "thread " << tid << ": decoded differs from the ground truth";
+  }
+  auto stats = RunCommand({PTDECODE_PATH, "stats", dir.File("t.pt")});
+  EXPECT_THAT(stats.out, HasSubstr("work [e2e_pidns_work]")) << stats.out;
+}
+
 TEST(QemuPidNamespaceKillTest, AProgramKilledWithItsNamespaceDoesNotKeepTheRecordingOpen) {
   PTKIT_SKIP_WITHOUT_PID_NAMESPACES();
   testing::TempDir dir;
