@@ -107,6 +107,23 @@ sockaddr_un RingSocketAddress(const std::string& name, socklen_t& length) {
   return address;
 }
 
+// One byte with room for one descriptor (SCM_RIGHTS), to send or receive.
+struct FdMessage {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{.msg_name = nullptr,
+             .msg_namelen = 0,
+             .msg_iov = &iov,
+             .msg_iovlen = 1,
+             .msg_control = control,
+             .msg_controllen = sizeof(control),
+             .msg_flags = 0};
+  FdMessage() = default;
+  FdMessage(const FdMessage&) = delete;
+  FdMessage& operator=(const FdMessage&) = delete;
+};
+
 }  // namespace
 
 std::string RingSocketName() {
@@ -141,20 +158,13 @@ void ServeRingSocket(int listen_fd, int memfd) {
     ucred peer{};
     socklen_t size = sizeof(peer);
     if (getsockopt(conn, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0 && peer.uid == geteuid()) {
-      char byte = 0;
-      iovec iov{&byte, 1};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      cmsghdr* c = CMSG_FIRSTHDR(&msg);
+      FdMessage m;
+      cmsghdr* c = CMSG_FIRSTHDR(&m.msg);
       c->cmsg_level = SOL_SOCKET;
       c->cmsg_type = SCM_RIGHTS;
       c->cmsg_len = CMSG_LEN(sizeof(int));
       std::memcpy(CMSG_DATA(c), &memfd, sizeof(int));
-      (void)sendmsg(conn, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+      (void)sendmsg(conn, &m.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     }
     close(conn);  // another user's connection gets nothing (EOF)
   }
@@ -175,16 +185,9 @@ int ReceiveRingFd(const std::string& name, bool (*wait)()) {
         if (!wait()) break;
         continue;
       }
-      char byte = 0;
-      iovec iov{&byte, 1};
-      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-      msghdr msg{};
-      msg.msg_iov = &iov;
-      msg.msg_iovlen = 1;
-      msg.msg_control = control;
-      msg.msg_controllen = sizeof(control);
-      if (recvmsg(fd, &msg, MSG_CMSG_CLOEXEC) > 0) {
-        for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+      FdMessage m;
+      if (recvmsg(fd, &m.msg, MSG_CMSG_CLOEXEC) > 0) {
+        for (cmsghdr* c = CMSG_FIRSTHDR(&m.msg); c != nullptr; c = CMSG_NXTHDR(&m.msg, c)) {
           if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
             std::memcpy(&received, CMSG_DATA(c), sizeof(int));
           }
