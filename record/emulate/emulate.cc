@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "ptkit/container_writer.h"
+#include "ptkit/errno_text.h"
 #include "ptkit/status.h"
 #include "record/address_filter.h"
 #include "record/aux_sample.h"
@@ -112,9 +113,11 @@ class Recorder final : public StepSink {
     if (t.encoder->bytes().size() >= kTraceChunk) Move(t);
   }
   void OnInstruction(uint32_t tid, uint64_t ip) override {
-    // Write errors are caught by the ferror() check at the end.
-    if (truth_ != nullptr) {
-      std::fprintf(truth_, "%u 0x%llx\n", tid, static_cast<unsigned long long>(ip));  // NOLINT
+    // A write error (its disk full) is said at the end (truth_errno); the rest is not written.
+    if (truth_ != nullptr && std::fprintf(truth_, "%u 0x%llx\n", tid,
+                                          static_cast<unsigned long long>(ip)) < 0) {  // NOLINT
+      truth_errno_ = errno;
+      truth_ = nullptr;
     }
     if (!sampling() || !status_.ok()) return;
     Thread& t = threads_.at(tid);
@@ -154,6 +157,7 @@ class Recorder final : public StepSink {
   }
 
   absl::Status status() const { return status_; }
+  int truth_errno() const { return truth_errno_; }  // 0: the ground truth was written whole
   uint64_t threads() const { return finished_.size() + threads_.size(); }
 
   // Snapshot mode: a snapshot of every running thread's ring (SIGUSR2), its pending packets
@@ -283,7 +287,8 @@ class Recorder final : public StepSink {
 
   const EmulateOptions& options_;
   Drainer& drainer_;
-  std::FILE* truth_;
+  std::FILE* truth_;  // null once a write failed
+  int truth_errno_ = 0;
   std::map<uint32_t, Thread> threads_;
   // OnCode's for threads not started yet (tid -> address, bytes).
   std::map<uint32_t, std::vector<std::pair<uint64_t, std::vector<uint8_t>>>> early_code_;
@@ -722,11 +727,19 @@ absl::StatusOr<EmulateResult> RecordStepped(const EmulateOptions& options, bool&
   PTKIT_RETURN_IF_ERROR(recorder.status());
   PTKIT_RETURN_IF_ERROR(sideband_status);
   PTKIT_RETURN_IF_ERROR(trigger_status);
-  if (truth && (std::fflush(truth.get()) != 0 || std::ferror(truth.get()))) {
-    return ErrnoStatus(errno, "write ", options.ground_truth);
+  int truth_errno = recorder.truth_errno();
+  if (truth && truth_errno == 0 && (std::fflush(truth.get()) != 0 || std::ferror(truth.get()))) {
+    truth_errno = errno != 0 ? errno : EIO;
   }
   EmulateResult result;
   PTKIT_ASSIGN_OR_RETURN(result.warnings, code.Write(*writer));
+  // The recording is whole: a ground truth that could not be written is cut and said, as the
+  // qemu backend's (it failed the whole recording: sweep 38b L2).
+  if (truth_errno != 0) {
+    result.warnings.push_back(absl::StrCat("the ground truth ", options.ground_truth,
+                                           " is cut where it could not be written (write: ",
+                                           ErrnoText(truth_errno), "); the trace is whole"));
+  }
 
   result.steps = steps;
   result.totals = drainer.Totals();

@@ -27,6 +27,7 @@
 #include "ptkit/container_reader.h"
 #include "read_file.h"
 #include "run_command.h"
+#include "scoped_tmpfs.h"
 #include "temp_dir.h"
 
 namespace ptkit {
@@ -127,6 +128,35 @@ TEST_F(EmulateCliTest, AnIdThatComesBackKeepsTheTraceOfEachRun) {
   CheckDecode(ReadTruth(truth_).size());
   auto info = RunCommand({PTDECODE_PATH, "info", trace_});
   EXPECT_THAT(info.out, HasSubstr("loss:        none recorded"));
+}
+
+// A ground truth that fills its disk is cut, said in a warning; the recording is whole (footer,
+// every instruction) and the cut truth is the trace's prefix. It failed the whole recording:
+// "write FILE: No space left on device", exit 1, no footer (sweep 38b L2, as under qemu).
+TEST_F(EmulateCliTest, AGroundTruthThatFillsItsDiskIsCutNotTheRecording) {
+  testing::ScopedTmpfs tmpfs(dir_.File("mnt"), "size=64k");
+  if (!tmpfs.skipped().empty()) GTEST_SKIP() << tmpfs.skipped();
+  truth_ = dir_.File("mnt/truth.txt");  // about 35,000 lines: 770 KB
+  auto rec = Record({PROGRAM_DIR "/emulate_fib"});
+  if (skipped_) GTEST_SKIP() << "ptrace or perf_event_open denied";
+  ASSERT_EQ(rec.exit_code, 0) << rec.err;
+  EXPECT_THAT(rec.err, HasSubstr("the ground truth " + truth_ +
+                                 " is cut where it could not be written (write: No space left on "
+                                 "device); the trace is whole"));
+  auto dec = RunCommand({PTDECODE_PATH, "insn", trace_});
+  ASSERT_EQ(dec.exit_code, 0) << dec.err;
+  PerThread got = ParseInsn(dec.out), want = ReadTruth(truth_);
+  ASSERT_EQ(got.size(), 1u);
+  ASSERT_EQ(want.size(), 1u);
+  const std::vector<uint64_t>& all = got.begin()->second;
+  const std::vector<uint64_t>& prefix = want.begin()->second;
+  EXPECT_GT(prefix.size(), 1000u);
+  EXPECT_LT(prefix.size(), all.size());
+  EXPECT_GT(all.size(), 30000u);
+  // (The last line of the cut file may be cut within its address.)
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end() - 1, all.begin()));
+  auto info = RunCommand({PTDECODE_PATH, "info", trace_});
+  EXPECT_THAT(info.out, HasSubstr("footer:      present")) << info.out;
 }
 
 TEST_F(EmulateCliTest, AProgramWithThreads) {
