@@ -406,9 +406,14 @@ void AddDiffFlags(CLI::App& cmd, DiffFlags& f) {
       ->check(CLI::IsMember({"auto", "always", "never"}));
   cmd.add_option("--sysroot,--symfs", f.sysroot,
                  "Look for the recordings' mapped files and their debug files under DIR");
+  cmd.add_option("--buildid-dir", f.buildid_dir,
+                 "perf's build-id cache, where a mapped file not found is looked for by "
+                 "build-id (default: $PERF_BUILDID_DIR, else ~/.debug)")
+      ->type_name("DIR");
 }
 
-absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& f) {
+absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& f,
+                                           const std::string& default_buildid_dir) {
   DiffPlan plan;
   plan.base = f.base;
   plan.now = f.now;
@@ -452,6 +457,9 @@ absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& f) {
   if (f.min_instructions_given) plan.limits_given.push_back("min_instructions");
   PTKIT_RETURN_IF_ERROR(CheckDirectory("--sysroot", f.sysroot));
   plan.container.sysroot = f.sysroot;
+  // (It was never looked in: a base recorded before a rebuild in place was decoded with the
+  // new program, 1 instruction under main, a false regression; sweep 39a F1.)
+  plan.container.buildid_dir = f.buildid_dir.empty() ? default_buildid_dir : f.buildid_dir;
   plan.format = f.format == "json"       ? DiffFormat::kJson
                 : f.format == "markdown" ? DiffFormat::kMarkdown
                 : f.format == "junit"    ? DiffFormat::kJunit

@@ -138,6 +138,7 @@ struct DiffFlags {
   std::vector<std::string> sides;  // positional BASE NEW
   std::vector<std::string> base, now;
   std::string sysroot;
+  std::string buildid_dir;  // --buildid-dir ("": the default DiffPlanFromFlags is given)
   std::string metric = "self";
   std::string format = "text";
   std::string color = "auto";
@@ -165,9 +166,12 @@ struct DiffPlan {
   std::vector<std::string> limits_given;  // the limits the flags gave (they win over the file)
 };
 // Only what runs under main counts unless --include-startup or --only-under says otherwise.
-// Errors: sides other than BASE NEW or --base/--new; a side without a run; --exclude-startup
-// with --only-under or --include-startup.
-absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& flags);
+// The recordings' files are looked for in `default_buildid_dir` (DefaultBuildIdDir) unless
+// --buildid-dir names another, as by the other sub-commands. Errors: sides other than BASE NEW
+// or --base/--new; a side without a run; --exclude-startup with --only-under or
+// --include-startup.
+absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& flags,
+                                           const std::string& default_buildid_dir);
 
 }  // namespace ptkit::decoder
 

@@ -77,6 +77,11 @@ dec::ProgressOutput ProgressStream() {
   return {.err = isatty(STDERR_FILENO) == 1 ? stderr : nullptr, .now_ms = dec::MonotonicMs};
 }
 
+// perf's build-id cache where no --buildid-dir is given: $PERF_BUILDID_DIR, else ~/.debug.
+std::string DefaultBuildIdDir() {
+  return dec::DefaultBuildIdDir(std::getenv("PERF_BUILDID_DIR"), std::getenv("HOME"));
+}
+
 int RunInfo(const dec::InfoFlags& f) {
   bool perf_data = false;
   auto info = Info(f.path, perf_data);
@@ -84,6 +89,7 @@ int RunInfo(const dec::InfoFlags& f) {
   std::string summary;
   if (f.decode) {  // on request only: `info` stays one cheap pass otherwise
     dec::ContainerOptions options;
+    options.buildid_dir = DefaultBuildIdDir();  // as every decode (sweep 39a F1)
     options.progress = ProgressStream();
     auto d = dec::DecodeSummary(f.path, options);
     if (!d.ok()) return Fail(d.status());
@@ -166,8 +172,7 @@ int CheckNotEmpty(const std::string& input, const dec::DecodeTotals& totals,
 }
 
 absl::StatusOr<dec::ContainerOptions> ContainerOptions(const dec::DecodeFlags& f) {
-  auto options = dec::ContainerOptionsFromFlags(
-      f, dec::DefaultBuildIdDir(std::getenv("PERF_BUILDID_DIR"), std::getenv("HOME")));
+  auto options = dec::ContainerOptionsFromFlags(f, DefaultBuildIdDir());
   if (options.ok()) options->progress = ProgressStream();
   return options;
 }
@@ -370,7 +375,7 @@ int WriteOut(const std::string& text) {
 
 // `ptdecode diff`: loads each side's runs and compares them (decoder/diff.h).
 int RunDiff(const dec::DiffFlags& f) {
-  auto plan = dec::DiffPlanFromFlags(f);
+  auto plan = dec::DiffPlanFromFlags(f, DefaultBuildIdDir());
   if (!plan.ok()) return UsageError(plan.status());
   plan->container.progress = ProgressStream();
   if (!plan->limits.empty()) {
@@ -436,10 +441,7 @@ int RunExportContainer(const dec::ExportFlags& f) {
   for (const std::string& w : r->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());
   dec::ContainerExportOptions options = f.container;  // --archive looks in perf's cache too
   options.progress = ProgressStream();
-  if (options.buildid_dir.empty()) {
-    options.buildid_dir =
-        dec::DefaultBuildIdDir(std::getenv("PERF_BUILDID_DIR"), std::getenv("HOME"));
-  }
+  if (options.buildid_dir.empty()) options.buildid_dir = DefaultBuildIdDir();
   auto done = dec::ExportContainer(*r, f.output, options);
   if (!done.ok()) return Fail(done.status());
   for (const std::string& w : done->warnings) std::fprintf(stderr, "ptdecode: %s\n", w.c_str());

@@ -478,6 +478,63 @@ TEST_F(PtdecodeDiffTest, MoreWorkInOneFunctionIsThatFunctionsRegression) {
 // itself (exit 0, nothing changed, in $GITHUB_STEP_SUMMARY too); three more are recorded as the
 // script records, from its run/a and run/b directories under env -i, but with address-space
 // randomisation on (the script turns it off where it can).
+// A base recorded before its program was rebuilt in place is decoded with the recorded build
+// from perf's build-id cache ($PERF_BUILDID_DIR, or --buildid-dir), as every other sub-command
+// decodes it: diff never looked there, decoded the base with the new program and said 1
+// instruction under main, a false regression; info --decode the same (sweep 39a F1).
+TEST_F(PtdecodeDiffTest, ABaseWhoseProgramWasRebuiltInPlaceIsDecodedFromTheBuildIdCache) {
+  if (!std::filesystem::exists("/usr/bin/perf"))
+    GTEST_SKIP() << "perf (linux-perf) is not installed";
+  const std::string dir = Dir() + "inplace", cache = dir + "/cache";
+  const std::string program = dir + "/e2e_diff_work";
+  std::filesystem::create_directories(dir);
+  const auto record = [&](const std::string& build, const std::string& name) {
+    // A new file, as the linker makes it: perf's cache may hold the old one by a hard link.
+    std::filesystem::remove(program);
+    std::filesystem::copy_file(build, program);
+    return RunCommand({PTRECORD_PATH, "--emulate=step", "--ground-truth",
+                       dir + "/" + name + ".truth", "-o", dir + "/" + name + ".pt",
+                       "--overwrite-existing", "--", program});
+  };
+  auto old_run = record(kBase, "old");
+  if (old_run.err.find("Operation not permitted") != std::string::npos) {
+    GTEST_SKIP() << "ptrace or perf_event_open denied";
+  }
+  ASSERT_EQ(old_run.exit_code, 0) << old_run.err;
+  // As perf record does for the files a recording maps.
+  auto cached =
+      RunCommand({"/usr/bin/perf", "--buildid-dir", cache, "buildid-cache", "-a", program});
+  ASSERT_EQ(cached.exit_code, 0) << cached.err;
+  auto new_run = record(kMore, "new");
+  ASSERT_EQ(new_run.exit_code, 0) << new_run.err;
+  const uint64_t work_old = TruthSelf(kBase, dir + "/old.truth", "work");
+  const uint64_t work_new = TruthSelf(kMore, dir + "/new.truth", "work");
+  ASSERT_GT(work_old, 0u);
+  for (const bool by_env : {true, false}) {
+    SCOPED_TRACE(by_env ? "PERF_BUILDID_DIR" : "--buildid-dir");
+    std::vector<std::string> argv = {"/usr/bin/env", "-u", "PERF_BUILDID_DIR"};
+    if (by_env) argv.push_back("PERF_BUILDID_DIR=" + cache);
+    argv.insert(argv.end(), {PTDECODE_PATH, "diff", dir + "/old.pt", dir + "/new.pt", "--format",
+                             "json", "--min-instructions", "100"});
+    if (!by_env) argv.insert(argv.end(), {"--buildid-dir", cache});
+    auto r = RunCommand(argv);
+    ASSERT_TRUE(r.exit_code == 0 || r.exit_code == 3) << r.err;
+    auto diff = nlohmann::json::parse(r.out);
+    EXPECT_EQ(diff["total"]["base"].get<uint64_t>(), TruthOwn(kBase, dir + "/old.truth"));
+    EXPECT_EQ(diff["total"]["new"].get<uint64_t>(), TruthOwn(kMore, dir + "/new.truth"));
+    const nlohmann::json* work = Row(diff, "work");
+    ASSERT_NE(work, nullptr) << r.out;
+    EXPECT_EQ((*work)["base"]["self"].get<uint64_t>(), work_old);
+    EXPECT_EQ((*work)["new"]["self"].get<uint64_t>(), work_new);
+  }
+  auto info = RunCommand({"/usr/bin/env", "PERF_BUILDID_DIR=" + cache, PTDECODE_PATH, "info",
+                          "--decode", "--json", dir + "/old.pt"});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const auto doc = nlohmann::json::parse(info.out);
+  EXPECT_EQ(doc["decode"]["errors"].get<uint64_t>(), 0u) << doc["decode"];
+  EXPECT_EQ(doc["decode"]["instructions"].get<uint64_t>(), TruthTotal(dir + "/old.truth"));
+}
+
 TEST_F(PtdecodeDiffTest, FiveRunsOfOneBuildGiveEqualCounts) {
   const std::string out = Dir() + "same";
   const std::string summary = Dir() + "same.md";

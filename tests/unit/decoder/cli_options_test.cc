@@ -243,7 +243,7 @@ TEST(InfoAndExportFlags, Parsed) {
 absl::StatusOr<DiffPlan> Diff(std::vector<std::string> args) {
   DiffFlags f;
   EXPECT_TRUE(Parse(std::move(args), [&](CLI::App& app) { AddDiffFlags(app, f); }));
-  return DiffPlanFromFlags(f);
+  return DiffPlanFromFlags(f, "");
 }
 
 // diff takes --symfs as the other sub-commands do, and a --sysroot that is no directory is a
