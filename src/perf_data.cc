@@ -467,9 +467,29 @@ absl::Status Parser::Walk(uint64_t begin, uint64_t end) {
       AddDamage(pos, left, "the file ends inside a record");
       return absl::OkStatus();
     }
+    // Pipe mode's TRACING_DATA (the tracepoint formats of a tracepoint event): its u32 size
+    // counts bytes that follow the record outside header.size, padded to 8, as perf's
+    // perf_event__process_tracing_data skips them. They were read as records: "damage", and
+    // every record after them lost (sweep 39a F2).
+    uint64_t trailing = 0;
+    if (hdr.type == kRecordHeaderTracingData && hdr.size >= kHeaderSize + 4) {
+      uint32_t size = 0;
+      std::memcpy(&size, rec.data() + kHeaderSize, sizeof(size));
+      trailing = (uint64_t{size} + 7) & ~uint64_t{7};
+    }
     AddRecord(rec, pos, false);
     const uint64_t record_offset = pos;
     pos += hdr.size;
+    if (trailing != 0) {
+      if (trailing > end - pos) {
+        AddDamage(pos, end - pos,
+                  absl::StrCat("TRACING_DATA's ", trailing,
+                               " bytes of tracepoint formats cut: ", end - pos, " bytes left"));
+        return absl::OkStatus();
+      }
+      pos += trailing;
+      continue;
+    }
     if (hdr.type != kRecordAuxtrace) continue;
     if (hdr.size < kAuxtraceRecordSize) {
       AddDamage(record_offset, end - record_offset,
