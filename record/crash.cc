@@ -37,6 +37,10 @@ bool KillsByDefault(int sig) {
   }
 }
 
+bool StopsByDefault(int sig) {
+  return sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
+}
+
 absl::StatusOr<uint64_t> ParseStatusSignalMask(std::string_view status, std::string_view key) {
   for (std::string_view line : Split(status, '\n')) {
     if (!line.starts_with(key)) continue;
@@ -149,8 +153,7 @@ void CrashWatcher::OnStop(pid_t tid, int status) {
   if (event == PTRACE_EVENT_STOP) {
     // A seized tracee's group stop (the stopping signal) stays a stop until SIGCONT; the
     // first stop of a new thread (SIGTRAP) and the others go on.
-    const bool group_stop = sig == SIGSTOP || sig == SIGTSTP || sig == SIGTTIN || sig == SIGTTOU;
-    ptrace(group_stop ? PTRACE_LISTEN : PTRACE_CONT, tid, nullptr, nullptr);
+    ptrace(StopsByDefault(sig) ? PTRACE_LISTEN : PTRACE_CONT, tid, nullptr, nullptr);
     return;
   }
   if (event != 0) {  // PTRACE_EVENT_CLONE: the new thread is traced and stops on its own

@@ -29,6 +29,11 @@ std::string SignalName(int sig);
 // (stop).
 bool KillsByDefault(int sig);
 
+// Whether `sig` is one of the four stopping signals, SIGSTOP, SIGTSTP, SIGTTIN and SIGTTOU (Stop
+// in signal(7)): a seized tracee's PTRACE_EVENT_STOP with one of them is a group-stop
+// (ptrace(2), "Group-stop").
+bool StopsByDefault(int sig);
+
 // The signal mask `key` ("SigIgn:", "SigCgt:", ...) of a /proc/PID/status text, bit N-1 for
 // signal N. Errors: kNotFound without that line, kInvalidArgument when its value is no hex.
 absl::StatusOr<uint64_t> ParseStatusSignalMask(std::string_view status, std::string_view key);

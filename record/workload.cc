@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/ptrace.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -56,13 +55,10 @@ absl::Status ExecFailure(const std::string& name, int err) {
   return s;
 }
 
-absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Park park,
-                                       bool die_with_parent) {
+absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, bool die_with_parent) {
   if (argv.empty()) return absl::InvalidArgumentError("no program to run");
-  int go[2] = {-1, -1}, err[2];
-  if (park == Park::kPipe && pipe2(go, O_CLOEXEC) != 0) {
-    return ErrnoStatus(errno, "pipe2 for the workload");
-  }
+  int go[2], err[2];
+  if (pipe2(go, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2 for the workload");
   ScopedFd go_read(go[0]), go_write(go[1]);
   if (pipe2(err, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe2 for the workload");
   ScopedFd err_read(err[0]), err_write(err[1]);
@@ -80,30 +76,37 @@ absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Par
       (void)prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(127);  // the parent died before prctl
     }
-    if (go[1] >= 0) close(go[1]);  // so that the parent's end closing is EOF here
+    close(go[1]);  // so that the parent's end closing is EOF here
     close(err[0]);
     // The recorder blocks SIGINT/SIGTERM/SIGCHLD/SIGUSR2 around its loop; the workload
     // must start with a clean mask.
     sigset_t none;
     sigemptyset(&none);
     pthread_sigmask(SIG_SETMASK, &none, nullptr);
-    if (park == Park::kPtraceStop) {
-      ptrace(PTRACE_TRACEME, 0, nullptr, nullptr);
-      (void)raise(SIGSTOP);
-    } else {
-      char c;
-      ssize_t n;
-      do {
-        n = read(go[0], &c, 1);
-      } while (n < 0 && errno == EINTR);
-      if (n != 1) _exit(127);  // the parent gave up
-    }
+    char c;
+    ssize_t n;
+    do {
+      n = read(go[0], &c, 1);
+    } while (n < 0 && errno == EINTR);
+    if (n != 1) _exit(127);  // the parent gave up
     execvp(args[0], args.data());
     const int e = errno;
     (void)!write(err[1], &e, sizeof(e));
     _exit(127);
   }
   return ParkedChild{.pid = pid, .go = std::move(go_write), .exec_error = std::move(err_read)};
+}
+
+absl::Status LetGo(ScopedFd& go, const std::string& name) {
+  const char c = 1;
+  ssize_t n;
+  do {
+    n = write(go.get(), &c, 1);
+  } while (n < 0 && errno == EINTR);
+  const int write_errno = errno;
+  go.reset();
+  if (n != 1) return ErrnoStatus(write_errno, "start ", name);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<int> ReadExecErrno(const ScopedFd& exec_error, const std::string& name) {
@@ -120,7 +123,7 @@ absl::StatusOr<int> ReadExecErrno(const ScopedFd& exec_error, const std::string&
 }
 
 absl::StatusOr<Workload> Workload::Start(std::vector<std::string> argv, bool die_with_parent) {
-  PTKIT_ASSIGN_OR_RETURN(ParkedChild child, ForkParked(argv, Park::kPipe, die_with_parent));
+  PTKIT_ASSIGN_OR_RETURN(ParkedChild child, ForkParked(argv, die_with_parent));
   Workload w;
   w.pid_ = child.pid;
   w.go_ = std::move(child.go);
@@ -216,14 +219,7 @@ void Workload::KillAndReap() {
 }
 
 absl::Status Workload::Go() {
-  const char c = 1;
-  ssize_t n;
-  do {
-    n = write(go_.get(), &c, 1);
-  } while (n < 0 && errno == EINTR);
-  const int write_errno = errno;
-  go_.reset();
-  if (n != 1) return ErrnoStatus(write_errno, "start ", name_);
+  PTKIT_RETURN_IF_ERROR(LetGo(go_, name_));
   absl::StatusOr<int> e = ReadExecErrno(exec_error_, name_);
   exec_error_.reset();
   if (e.ok() && *e == 0) return absl::OkStatus();

@@ -1,7 +1,7 @@
 // Workload: the `-- cmd args...` child. Forked stopped at a pipe so the parent can open its
 // perf events (pid = child, enable_on_exec) before it execs; exec failures come back to the
 // parent through a CLOEXEC pipe. ForkParked() is the fork/exec both the kernel path (Workload)
-// and the emulator's stepper (parked at a ptrace stop instead) start their workload with.
+// and the emulator's stepper (which ptrace-seizes the parked child) start their workload with.
 #ifndef PTKIT_RECORD_WORKLOAD_H_
 #define PTKIT_RECORD_WORKLOAD_H_
 
@@ -16,16 +16,12 @@
 
 namespace ptkit::record {
 
-// Where a child made by ForkParked() waits before it calls execvp.
-enum class Park {
-  kPipe,        // until a byte is written to ParkedChild::go (EOF: it exits with 127)
-  kPtraceStop,  // PTRACE_TRACEME, then a SIGSTOP stop: the tracer's PTRACE_CONT lets it exec
-};
-
 // A forked child that will execvp(argv) (PATH lookup) with an empty signal mask.
 struct ParkedChild {
   pid_t pid = -1;
-  ScopedFd go;          // Park::kPipe only: the parent's end of the pipe the child waits at
+  // The parent's end of the pipe the child waits at before execvp: one byte written lets it
+  // exec, EOF makes it exit with 127.
+  ScopedFd go;
   ScopedFd exec_error;  // the parent's end: the child's execvp errno, or EOF once it exec'd
 };
 
@@ -49,8 +45,12 @@ absl::Status ExecFailure(const std::string& name, int err);
 // `die_with_parent`: the child gets SIGKILL when the forking thread ends (PR_SET_PDEATHSIG),
 // for a child that is only the recorder's means (qemu running the command).
 // Errors: kInvalidArgument for an empty argv, the errno of pipe2/fork.
-absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv, Park park,
+absl::StatusOr<ParkedChild> ForkParked(const std::vector<std::string>& argv,
                                        bool die_with_parent = false);
+
+// Lets the child go on to execvp: writes its byte to `go` and closes it. Errors: the errno of
+// write(2) (the child is gone), naming `name`.
+absl::Status LetGo(ScopedFd& go, const std::string& name);
 
 // Once the child was let go: blocks until it has exec'd (0) or failed (its execvp errno).
 // Errors: kInternal on a short read, the errno of read(2), both naming `name`.

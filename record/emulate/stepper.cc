@@ -61,11 +61,12 @@ struct Thread {
   bool started = false;                          // its stream has begun (first stop seen)
   bool signal_to_handler = false;   // a caught signal was injected: next stop is handler entry
   bool waiting_for_parent = false;  // --filter: first stop seen before the clone event
-  bool cloned = false;              // counted in its Mm's `unstarted` until StartThread
-  uint64_t stale_fault_disarm = 0;  // the Mm's `disarms` when it last had a stale fault
-  bool tracing = false;             // its stream is enabled (the last event was an enable)
-  bool free = false;                // --filter: running at full speed (PTRACE_SYSCALL), not stepped
-  bool unplanted = false;           // --filter: INT3s removed for the map syscall it is in
+  bool first_stop_is_group_stop = false;  // (then) that stop is a group-stop (Run::Listen)
+  bool cloned = false;                    // counted in its Mm's `unstarted` until StartThread
+  uint64_t stale_fault_disarm = 0;        // the Mm's `disarms` when it last had a stale fault
+  bool tracing = false;                   // its stream is enabled (the last event was an enable)
+  bool free = false;       // --filter: running at full speed (PTRACE_SYSCALL), not stepped
+  bool unplanted = false;  // --filter: INT3s removed for the map syscall it is in
   std::deque<int> deferred_signals;  // signals that arrived during an injected syscall
   uint64_t resumed_at = 0;           // options.clock when its current step was resumed
   uint64_t stamped = 0;              // the last time its stream was given
@@ -243,6 +244,8 @@ class Run {
   // (always with `now`).
   bool StopRequested(bool now);
   absl::Status Resume(uint32_t tid, int sig);
+  // Leaves a thread in its group-stop (PTRACE_LISTEN): it runs again after SIGCONT.
+  absl::Status Listen(uint32_t tid);
   absl::Status OnStop(uint32_t tid, int status);
   void OnGone(uint32_t tid, int status);
   absl::Status StartThread(uint32_t tid);
@@ -442,6 +445,23 @@ absl::Status Run::Resume(uint32_t tid, int sig) {
   return absl::OkStatus();
 }
 
+absl::Status Run::Listen(uint32_t tid) {
+  if (StopRequested(true)) {
+    KillAll();
+    return absl::OkStatus();
+  }
+  // A seized tracee's group-stop (PTRACE_EVENT_STOP with the stopping signal) lasts, as the
+  // program's would untraced, only if the tracer does not restart the thread: PTRACE_LISTEN
+  // lets it report the end of the stop (SIGCONT: another PTRACE_EVENT_STOP, with SIGTRAP)
+  // without running it (ptrace(2), "Group-stop"; a single-step would run it on, sweep 38b M4).
+  // No instruction ran since the last stop: the thread's step is resumed after that report.
+  if (::ptrace(PTRACE_LISTEN, tid, nullptr, nullptr) != 0) {
+    if (errno == ESRCH) return absl::OkStatus();  // killed meanwhile; waitpid reports it
+    return ErrnoStatus(errno, "ptrace(LISTEN) of thread ", tid);
+  }
+  return absl::OkStatus();
+}
+
 void Run::Emit(Thread& t, const swpt::Event& e) {
   if (options_.clock) {
     const uint64_t time = e.kind == swpt::EventKind::kEnable ? now_ : t.resumed_at;
@@ -524,6 +544,7 @@ absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_
   if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &regs) != 0) {
     return ErrnoStatus(errno, "ptrace(SETREGS) of thread ", t.tid);
   }
+  bool group_stop_changed = false;
   for (;;) {
     if (::ptrace(PTRACE_SINGLESTEP, t.tid, nullptr, nullptr) != 0) {
       return ErrnoStatus(errno, "ptrace(SINGLESTEP) of thread ", t.tid);
@@ -535,6 +556,11 @@ absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_
     if (!WIFSTOPPED(status)) {
       return absl::InternalError(absl::StrCat("thread ", t.tid, " ended in an injected syscall"));
     }
+    if ((status >> 16) == PTRACE_EVENT_STOP) {
+      // A group-stop began or ended meanwhile: the injected call completes first.
+      group_stop_changed = true;
+      continue;
+    }
     if (WSTOPSIG(status) == SIGTRAP) break;
     t.deferred_signals.push_back(WSTOPSIG(status));  // delivered when the thread goes on
   }
@@ -545,6 +571,11 @@ absl::StatusOr<int64_t> Run::Inject(Thread& t, uint64_t nr, uint64_t a0, uint64_
   }
   if (::ptrace(PTRACE_SETREGS, t.tid, nullptr, &saved) != 0) {
     return ErrnoStatus(errno, "ptrace(SETREGS) of thread ", t.tid);
+  }
+  // Then the thread traps again (PTRACE_EVENT_STOP) as soon as it is resumed, before its next
+  // instruction: with the stopping signal if the group is still stopped (OnStop leaves it so).
+  if (group_stop_changed && ::ptrace(PTRACE_INTERRUPT, t.tid, nullptr, nullptr) != 0) {
+    return ErrnoStatus(errno, "ptrace(INTERRUPT) of thread ", t.tid);
   }
   return static_cast<int64_t>(after.rax);
 }
@@ -823,18 +854,23 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
   }
   const int sig = WSTOPSIG(status);
   const int event = status >> 16;
+  // (The stopping signal; else SIGTRAP: a thread's first stop, the end of a group-stop, or
+  // PTRACE_INTERRUPT.)
+  const bool group_stop = event == PTRACE_EVENT_STOP && record::StopsByDefault(sig);
   auto found = threads_.find(tid);
   if (found == threads_.end() || !found->second.started) {
-    // A new thread or process: its first stop (SIGSTOP from the auto-attach).
+    // A new thread or process: its first stop (PTRACE_EVENT_STOP from the auto-attach; a
+    // group-stop when its process is stopped).
     Thread& n = threads_[tid];
     if (filtering_ && n.mm == 0) {
       // Stopped before its parent's clone event says whose address space it has: wait.
       n.tid = tid;
       n.waiting_for_parent = true;
+      n.first_stop_is_group_stop = group_stop;
       return absl::OkStatus();
     }
     PTKIT_RETURN_IF_ERROR(StartThread(tid));
-    return Resume(tid, 0);
+    return group_stop ? Listen(tid) : Resume(tid, 0);
   }
   Thread& t = found->second;
   if (event == PTRACE_EVENT_CLONE || event == PTRACE_EVENT_FORK || event == PTRACE_EVENT_VFORK) {
@@ -866,7 +902,7 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     if (c.waiting_for_parent) {
       c.waiting_for_parent = false;
       PTKIT_RETURN_IF_ERROR(StartThread(c.tid));
-      PTKIT_RETURN_IF_ERROR(Resume(c.tid, 0));
+      PTKIT_RETURN_IF_ERROR(c.first_stop_is_group_stop ? Listen(c.tid) : Resume(c.tid, 0));
     }
     return Resume(tid, 0);  // the parent's syscall step goes on
   }
@@ -915,6 +951,7 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     sink_.OnExec(e.pid);
     return Resume(tid, 0);
   }
+  if (group_stop) return Listen(tid);
   if (event != 0) return Resume(tid, 0);
   if (t.free) return OnFreeStop(t, sig);
 
@@ -934,7 +971,8 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
     if (trapped) return Resume(tid, 0);
     PTKIT_ASSIGN_OR_RETURN(bool entered, OnArmedFault(t, si));
     if (entered) return Resume(tid, 0);
-    // A real signal: deliver it. If the process catches it, the next stop is at the handler.
+    // A real signal: deliver it. If the process catches it, the next stop is at the handler;
+    // a stopping signal it does not catch stops it (a group-stop: every thread reports one).
     if (sig != SIGSTOP && Catches(t.pid, sig)) {
       t.signal_to_handler = true;
     } else if (options_.on_fatal_signal && record::KillsByDefault(sig) &&
@@ -992,8 +1030,7 @@ absl::Status Run::OnStop(uint32_t tid, int status) {
 
 absl::StatusOr<StepperResult> Run::Go() {
   start_ = last_progress_ = absl::Now();
-  PTKIT_ASSIGN_OR_RETURN(record::ParkedChild child,
-                         record::ForkParked(options_.argv, record::Park::kPtraceStop));
+  PTKIT_ASSIGN_OR_RETURN(record::ParkedChild child, record::ForkParked(options_.argv));
   const pid_t pid = child.pid;
   leader_ = pid;
   int status = 0;
@@ -1003,18 +1040,19 @@ absl::StatusOr<StepperResult> Run::Go() {
     }
     return s;
   };
-  if (WaitRestarting(pid, &status, 0) != pid || !WIFSTOPPED(status)) {
-    return kill_and_reap(absl::InternalError("the workload did not stop before exec"));
-  }
+  // Seized, not PTRACE_TRACEME: a seized tracee's group-stop is told from other stops
+  // (PTRACE_EVENT_STOP) and can last (PTRACE_LISTEN); its threads and children are seized too.
   constexpr long kOptions = PTRACE_O_EXITKILL | PTRACE_O_TRACECLONE | PTRACE_O_TRACEFORK |
                             PTRACE_O_TRACEVFORK | PTRACE_O_TRACEEXEC | PTRACE_O_TRACESYSGOOD;
-  if (::ptrace(PTRACE_SETOPTIONS, pid, nullptr, reinterpret_cast<void*>(kOptions)) != 0) {
-    return kill_and_reap(ErrnoStatus(errno, "ptrace(SETOPTIONS) of the workload"));
+  if (::ptrace(PTRACE_SEIZE, pid, nullptr, reinterpret_cast<void*>(kOptions)) != 0) {
+    return kill_and_reap(ErrnoStatus(errno, "ptrace(SEIZE) of the workload"));
   }
   if (options_.before_exec) {
     if (absl::Status s = options_.before_exec(pid); !s.ok()) return kill_and_reap(s);
   }
-  ::ptrace(PTRACE_CONT, pid, nullptr, nullptr);
+  if (absl::Status s = record::LetGo(child.go, options_.argv[0]); !s.ok()) {
+    return kill_and_reap(s);
+  }
   if (WaitRestarting(pid, &status, 0) != pid) return kill_and_reap(ErrnoStatus(errno, "waitpid"));
   if (!WIFSTOPPED(status) || (status >> 16) != PTRACE_EVENT_EXEC) {
     absl::StatusOr<int> e = record::ReadExecErrno(child.exec_error, options_.argv[0]);

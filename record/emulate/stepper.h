@@ -3,6 +3,10 @@
 // control flow of each thread as swpt::Events, plus the ground truth (every instruction
 // address, `rep` string instructions once).
 //
+// The workload is ptrace-seized: a stopping signal it does not catch (SIGSTOP, SIGTSTP, ...;
+// raise, kill -STOP, job control) stops it as it would stop untraced, every thread in its
+// group-stop (PTRACE_LISTEN), until SIGCONT; meanwhile the stepper waits (blocked in waitpid).
+//
 // Single-stepping costs a ptrace round trip per instruction (about 15,000 steps/s in the VMs
 // this was written on): keep workloads small. Decoded instructions are cached per address and
 // code bytes are read with process_vm_readv.
@@ -61,8 +65,8 @@ struct StepperResult {
 
 struct StepperOptions {
   std::vector<std::string> argv;  // argv[0] is looked up in PATH
-  // Called with the workload's pid after it is stopped before execve: open perf events on it
-  // here (enable_on_exec). An error aborts the run (the workload is killed).
+  // Called with the workload's pid while it waits to call execve (already ptrace-seized):
+  // open perf events on it here (enable_on_exec). An error aborts the run (the workload is killed).
   std::function<absl::Status(pid_t)> before_exec;
   // Called once the workload's execve succeeded, before its first instruction; an error stops
   // the run (the workload is killed).

@@ -66,6 +66,13 @@ TEST(CrashTest, WhichSignalsKillByDefault) {
   }
 }
 
+TEST(CrashTest, WhichSignalsStopByDefault) {
+  for (int sig : {SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU}) EXPECT_TRUE(StopsByDefault(sig)) << sig;
+  for (int sig : {SIGTRAP, SIGCONT, SIGCHLD, SIGSEGV, SIGKILL, 0}) {
+    EXPECT_FALSE(StopsByDefault(sig)) << sig;
+  }
+}
+
 TEST(CrashTest, SignalMasksOfAStatusText) {
   const std::string status = "Name:\tx\nSigBlk:\t0000000000000000\nSigIgn:\t0000000000001001\n";
   EXPECT_EQ(*ParseStatusSignalMask(status, "SigIgn:"), 0x1001u);
