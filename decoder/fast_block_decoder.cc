@@ -1181,20 +1181,20 @@ FastBlockDecoder::Node* FastBlockDecoder::NodeAt(uint64_t ip, pt_exec_mode mode)
 }
 
 // The run from `node` that the answers in `key` (bits of them) lead through, linked as Next
-// links them (TntRun).
-void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) {
+// links them (RunHead, RunBody).
+void FastBlockDecoder::MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t key, int bits) {
   run.node = &node;
   run.key = key;
   run.blocks = 0;
   run.answers = 0;
   run.flat = true;
-  run.ninsn = 0;
+  uint32_t ninsn = 0;
   uint32_t push_mask = 0, pop_mask = 0;  // bit i: block i pushes, pops
   uint64_t pushes[kRunBlocks];           // block i's pushed return address
   run.memo = {};
   // The run so far up to its last block that took an answer: where it ends.
   uint32_t end_blocks = 0;
-  uint64_t end_ninsn = 0;
+  uint32_t end_ninsn = 0;
   Node* end_last = nullptr;
   bool end_flat = true;
   // The return addresses the run's calls pushed and no return of it popped yet.
@@ -1214,7 +1214,7 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
       // Not taken: no compressed return (Walk says what is wrong with it).
       if (ret && !taken) break;
     }
-    pt_block& b = run.block[i];
+    pt_block& b = body.block[i];
     std::memset(&b, 0, sizeof(b));
     b.ip = n->ip;
     b.mode = n->mode;
@@ -1222,10 +1222,10 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
     b.end_ip = n->last.ip;
     b.iclass = n->iclass;
     b.isid = n->isid;
-    run.memos[i] = &n->memo;
-    run.ninsn += n->ninsn;
+    body.memos[i] = &n->memo;
+    ninsn += n->ninsn;
     run.last = n;
-    run.blocks = static_cast<uint32_t>(i) + 1;
+    run.blocks = static_cast<uint8_t>(i + 1);
     if (call) {
       run.flat = false;
       // As LogCall: `call next` (position-independent code) pushes nothing.
@@ -1244,7 +1244,7 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
     }
     ++run.answers;
     end_blocks = run.blocks;
-    end_ninsn = run.ninsn;
+    end_ninsn = ninsn;
     end_last = n;
     end_flat = run.flat && cond;
     if (ret) {
@@ -1271,23 +1271,22 @@ void FastBlockDecoder::MakeRun(TntRun& run, Node& node, uint32_t key, int bits) 
   run.flat = end_flat;
   if (run.blocks < 2) return;
   run.head_ninsn = run.ninsn - run.last->ninsn;
+  uint32_t kept_count = 0, peak = 0;
   // The blocks but the last (the masks may name blocks from it on: the loop went on past where
   // the run ends): the return addresses they leave pushed, and the most at once.
-  run.kept_count = run.peak = 0;
   for (uint32_t i = 0; i + 1 < run.blocks; ++i) {
     if ((push_mask >> i) & 1) {
-      run.kept[run.kept_count++] = pushes[i];
-      run.peak = std::max(run.peak, run.kept_count);
+      body.kept[kept_count++] = pushes[i];
+      peak = std::max(peak, kept_count);
     } else if ((pop_mask >> i) & 1) {
-      --run.kept_count;  // a return before the last block returns to a call of the run
+      --kept_count;  // a return before the last block returns to a call of the run
     }
   }
+  run.kept_count = static_cast<uint8_t>(kept_count);
+  run.peak = static_cast<uint8_t>(peak);
   run.loops = run.flat && static_cast<int>(run.blocks) == bits &&
               CondBranchTo(run.last->last, (key & 1) != 0) == node.ip &&
               run.last->mode == node.mode;
-  run.given.blocks = std::span<const pt_block>(run.block, run.blocks);
-  run.given.memos = std::span<BlockMemo* const>(run.memos, run.blocks);
-  run.given.memo = &run.memo;
 }
 
 // Walk, or a run of walks (SetRuns) ending in `node`'s run's last block.
@@ -1308,34 +1307,43 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   }
   if (bits < 2) return Walk(node, block);
   const auto key = static_cast<uint32_t>((uint64_t{1} << bits) | answers);
-  if (!tnt_runs_) {
-    static_assert(std::is_trivially_copyable_v<TntRun> && std::is_aggregate_v<TntRun>);
-    tnt_runs_.reset(static_cast<TntRun*>(std::calloc(kTntRunSlots, sizeof(TntRun))));
-    if (!tnt_runs_) throw std::bad_alloc();
+  if (!run_heads_) {
+    static_assert(std::is_trivially_copyable_v<RunHead> && std::is_aggregate_v<RunHead>);
+    static_assert(std::is_trivially_copyable_v<RunBody> && std::is_aggregate_v<RunBody>);
+    run_heads_.reset(static_cast<RunHead*>(
+        std::aligned_alloc(alignof(RunHead), kTntRunSlots * sizeof(RunHead))));
+    run_bodies_.reset(static_cast<RunBody*>(std::calloc(kTntRunSlots, sizeof(RunBody))));
+    if (!run_heads_ || !run_bodies_) throw std::bad_alloc();
+    std::memset(static_cast<void*>(run_heads_.get()), 0, kTntRunSlots * sizeof(RunHead));
   }
   // Two ways: the run is looked for in a pair of slots, and made in the one used less lately.
-  const size_t slot = ((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots;
-  TntRun* found = &tnt_runs_[slot];
+  size_t slot = ((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots;
+  RunHead* found = &run_heads_[slot];
   if (found->node != &node || found->key != key) {
-    TntRun* other = &tnt_runs_[slot ^ 1];
+    RunHead* other = &run_heads_[slot ^ 1];
     if (other->node == &node && other->key == key) {
       found = other;
+      slot ^= 1;
     } else {
-      if (other->used < found->used) found = other;
-      MakeRun(*found, node, key, bits);
+      // (Wrapping: `used` then picks a slot less well for one lookup, no worse.)
+      if (static_cast<int32_t>(other->used - found->used) < 0) {
+        found = other;
+        slot ^= 1;
+      }
+      MakeRun(*found, run_bodies_[slot], node, key, bits);
     }
   }
-  TntRun& run = *found;
+  RunHead& run = *found;
   run.used = ++runs_looked_up_;
   if (run.blocks < 2 || run.head_ninsn > run_room_) return Walk(node, block);
-  // A loop (TntRun::loops) whose answers all come from this packet: while the next answers are
+  // A loop (RunHead::loops) whose answers all come from this packet: while the next answers are
   // the key's again, the same run again (all of them cached).
   uint32_t repeat = 1;
   if (run.loops && bits <= left) {
     const uint64_t answers = key & ((uint32_t{1} << bits) - 1);
     while ((repeat + 1) * static_cast<uint32_t>(bits) <= static_cast<uint32_t>(left) &&
            packets_->PeekTnt(bits, static_cast<int>(repeat) * bits) == answers &&
-           repeat * run.ninsn + run.head_ninsn <= run_room_) {
+           uint64_t{repeat} * run.ninsn + run.head_ninsn <= run_room_) {
       ++repeat;
     }
   }
@@ -1344,19 +1352,23 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   // All the cached answers where the last block takes the next packet's first.
   packets_->SkipTnt(static_cast<int>(run.answers * repeat) - 1);
   if (static_cast<int>(run.answers) > left) ++crossing_runs_given_;
+  RunBody& body = run_bodies_[slot];
   if (!run.flat) {
     ++call_runs_given_;
     // As the blocks' calls and returns one by one: where the run's deepest point passes the
     // 64 entries, its pushes forget the oldest (only those from before the run: it is at most
     // kRunBlocks deep); the run leaves its kept pushes on top.
     retstack_.Drop(std::max(0, retstack_.size() + static_cast<int>(run.peak) - RetStack::kSize));
-    for (uint32_t k = 0; k < run.kept_count; ++k) retstack_.Push(run.kept[k]);
+    for (uint32_t k = 0; k < run.kept_count; ++k) retstack_.Push(body.kept[k]);
   }
   walked_ += run.blocks * repeat - 1;
   ++runs_given_;
-  run.given.repeat = repeat;
-  run.given.ninsn = run.ninsn * repeat;
-  run_given_ = &run.given;
+  given_.blocks = std::span<const pt_block>(body.block, run.blocks);
+  given_.memos = std::span<BlockMemo* const>(body.memos, run.blocks);
+  given_.repeat = repeat;
+  given_.ninsn = uint64_t{run.ninsn} * repeat;
+  given_.memo = &run.memo;
+  run_given_ = &given_;
   ip_ = run.last->ip;
   block->ip = ip_;
   return Walk(*run.last, block);

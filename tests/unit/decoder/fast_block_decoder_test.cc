@@ -394,7 +394,7 @@ TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
   EXPECT_GT(bounded_runs, 1000u);  // runs took part where the bound trips
 }
 
-// Runs go through direct calls and compressed returns (FastBlockDecoder::TntRun): the
+// Runs go through direct calls and compressed returns (FastBlockDecoder::RunHead): the
 // synthesizer's walks of interp_O2_pie, whose recursive `fib` calls or returns every few
 // instructions, give what libipt gives, and what the walk one block at a time gives, in TNT-64
 // and TNT-8 packets (where a run's last block may take the next packet's first answer), with
