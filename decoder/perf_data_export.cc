@@ -1089,6 +1089,20 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
     f.cpuid = fmt::format("{},{},{},{}", c.value("vendor", std::string()), c.value("family", 0u),
                           c.value("model", 0u), c.value("stepping", 0u));
   }
+  // CPUDESC, which perf writes on x86 always and `perf data convert --to-json` reads without a
+  // check (a SIGSEGV on every export without it: sweep 39a F4): a perf.data's own (its
+  // metadata's cpu.model_name), else what the CPU fields say.
+  if (m.contains("cpu") && m["cpu"].is_object()) {
+    const auto& c = m["cpu"];
+    const std::string name = c.value("model_name", std::string());
+    f.cpudesc = !name.empty()
+                    ? name
+                    : fmt::format("{} family {} model {} stepping {}",
+                                  c.value("vendor", std::string("unknown")), c.value("family", 0u),
+                                  c.value("model", 0u), c.value("stepping", 0u));
+  } else {
+    f.cpudesc = "unknown";
+  }
   if (m.contains("command_line") && m["command_line"].is_array()) {
     std::vector<std::string> args;
     for (const auto& a : m["command_line"]) {

@@ -28,6 +28,7 @@
 #include "ptkit/perf_data.h"
 #include "ptkit/perf_data_writer.h"
 #include "ptkit/perf_records.h"
+#include "read_file.h"
 #include "run_command.h"
 #include "status_matchers.h"
 #include "temp_dir.h"
@@ -287,6 +288,36 @@ TEST(PtdecodePerfDataTest, AnUnknownCpuIsSaidWithWhatToDo) {
   EXPECT_THAT(r.err, HasSubstr("give it: --cpu FAMILY/MODEL[/STEPPING]"));
   r = RunCommand({PTDECODE_PATH, "stats", "--cpu", "6/78/3", garbled});
   EXPECT_THAT(r.err, Not(HasSubstr("CPU is not known"))) << r.err;
+}
+
+// An export keeps the recording's CPU description (perf's HEADER_CPUDESC), which `perf data
+// convert --to-json` reads without a check: it died of SIGSEGV on every export, none had one
+// (sweep 39a F4).
+TEST(PtdecodePerfDataTest, AnExportKeepsTheCpuDescriptionPerfDataConvertNeeds) {
+  if (!std::filesystem::exists(kPerf)) GTEST_SKIP() << kPerf << " is absent (linux-perf)";
+  testing::TempDir dir;
+  const std::string file = dir.File("clock.data"), exported = dir.File("exported.data");
+  auto r = RunCommand({kPerf, "record", "-q", "-e", "task-clock", "-o", file, "--", "/bin/true"});
+  if (r.exit_code != 0 && r.err.find("ermission") != std::string::npos) {
+    GTEST_SKIP() << "perf_event_open denied: " << r.err;
+  }
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto e = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", file, "-o", exported});
+  ASSERT_EQ(e.exit_code, 0) << e.err;
+  const auto cpudesc = [](const std::string& data) {
+    const std::string header = RunCommand({kPerf, "report", "--header-only", "-i", data}).out;
+    const size_t at = header.find("# cpudesc : ");
+    return at == std::string::npos ? std::string() : header.substr(at, header.find('\n', at) - at);
+  };
+  ASSERT_FALSE(cpudesc(file).empty());
+  EXPECT_EQ(cpudesc(exported), cpudesc(file));
+  auto json = RunCommand(
+      {kPerf, "data", "convert", "-i", exported, "--to-json", dir.File("exported.json")});
+  ASSERT_EQ(json.exit_code, 0) << json.err;
+  const auto doc = nlohmann::json::parse(
+      testing::ReadWholeFile<std::string>(dir.File("exported.json")), nullptr, false);
+  ASSERT_TRUE(doc.is_object());
+  EXPECT_TRUE(doc["headers"].contains("cpu-desc")) << doc["headers"];
 }
 
 TEST(PtdecodePerfDataTest, InfoAndExportKeepTheEventGroup) {
