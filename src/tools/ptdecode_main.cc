@@ -77,6 +77,19 @@ dec::ProgressOutput ProgressStream() {
   return {.err = isatty(STDERR_FILENO) == 1 ? stderr : nullptr, .now_ms = dec::MonotonicMs};
 }
 
+// `code`, or 1 where what went to standard output could not be written (--help > /dev/full).
+int Flushed(int code) {
+  if (std::fflush(stdout) != 0 || std::ferror(stdout)) return Fail(dec::Output::WriteError(errno));
+  return code;
+}
+
+int WriteOut(const std::string& text) {
+  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout)) {
+    return Fail(dec::Output::WriteError(errno));
+  }
+  return 0;
+}
+
 // perf's build-id cache where no --buildid-dir is given: $PERF_BUILDID_DIR, else ~/.debug.
 std::string DefaultBuildIdDir() {
   return dec::DefaultBuildIdDir(std::getenv("PERF_BUILDID_DIR"), std::getenv("HOME"));
@@ -113,10 +126,7 @@ int RunInfo(const dec::InfoFlags& f) {
   std::string text =
       f.json ? info->dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n"
              : InfoText(*info, perf_data) + summary;
-  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size()) {
-    return Fail(dec::Output::WriteError(errno));
-  }
-  return 0;
+  return WriteOut(text);  // (flushed: a write error said, exit 1; sweep 39b F3)
 }
 
 using SinkFactory = std::function<std::unique_ptr<dec::Sink>(const dec::ProgramImage&, std::FILE*,
@@ -364,13 +374,6 @@ int RunReport(const dec::DecodeFlags& f) {
   stats.top_functions = kReportFunctions;
   stats.list_problems = true;
   return RunContainer(stats, dec::MakeStatsSink);
-}
-
-int WriteOut(const std::string& text) {
-  if (std::fwrite(text.data(), 1, text.size(), stdout) != text.size() || std::fflush(stdout)) {
-    return Fail(dec::Output::WriteError(errno));
-  }
-  return 0;
 }
 
 // `ptdecode diff`: loads each side's runs and compares them (decoder/diff.h).
@@ -727,11 +730,11 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
   try {
     app.parse(static_cast<int>(args.size()), args.data());
   } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
+    return Flushed(app.exit(e));
   } catch (const CLI::CallForAllHelp& e) {
-    return app.exit(e);
+    return Flushed(app.exit(e));
   } catch (const CLI::CallForVersion& e) {
-    return app.exit(e);
+    return Flushed(app.exit(e));
   } catch (const CLI::Success& e) {  // --completion
     return 0;
   } catch (const CLI::RuntimeError& e) {  // --completion could not write

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "decoder/container_input.h"
 #include "decoder/image.h"
 #include "decoder/recording.h"
@@ -291,9 +292,16 @@ TEST_F(PtdecodeEmulatedTest, AReaderThatGoesAwayEndsTheDecode) {
   auto r = RunCommand({"/bin/bash", "-c", script, PTDECODE_PATH, rec.trace});
   EXPECT_EQ(r.out, "141\n") << r.err;
   EXPECT_EQ(r.err, "");
-  r = RunCommand({"/bin/bash", "-c", "\"$0\" insn \"$1\" > /dev/full", PTDECODE_PATH, rec.trace});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_THAT(r.err, HasSubstr("write error on output: No space left on device"));
+  // Also info, whose text fits stdio's buffer, and --help and --version (sweep 39b F3: exit 0,
+  // nothing said, an empty file).
+  for (const char* command :
+       {"insn \"$1\"", "info \"$1\"", "info --json \"$1\"", "--help", "--version", "info --help"}) {
+    SCOPED_TRACE(command);
+    r = RunCommand({"/bin/bash", "-c", absl::StrCat("\"$0\" ", command, " > /dev/full"),
+                    PTDECODE_PATH, rec.trace});
+    EXPECT_EQ(r.exit_code, 1);
+    EXPECT_THAT(r.err, HasSubstr("write error on output: No space left on device"));
+  }
 }
 
 // Decoding a recording of many processes holds the fast decoder's graphs of the processes
