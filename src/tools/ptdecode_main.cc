@@ -463,6 +463,14 @@ int RunExportContainer(const dec::ExportFlags& f) {
 }
 
 int RunExport(const dec::ExportFlags& f) {
+  // "-" is no standard output here: a perf.data is written in file mode (its header and
+  // feature sections after the data), a trace.pt with its code alongside; it made a file named
+  // "-" and a "-.debug" directory (sweeps 39a L3, 39b L1).
+  if (f.output == "-") {
+    return UsageError(
+        "-o -: an export is written to a file (a perf.data in file mode, with its build-id "
+        "cache FILE.debug beside it), not to standard output; name the file");
+  }
   // -o naming the input would overwrite the recording with its export (sweep 37a L6).
   struct stat in, out;
   if (::stat(f.input.c_str(), &in) == 0 && ::stat(f.output.c_str(), &out) == 0 &&

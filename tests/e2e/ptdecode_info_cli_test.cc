@@ -103,6 +103,13 @@ TEST_F(InfoCliTest, BadInputIsOneClearLineAndTheRightExitCode) {
       {{"bogus", "f"}, 2, "unknown sub-command 'bogus' (not a file either); sub-commands: info,"},
       {{dir_.path()}, 2, "unknown sub-command"},  // a directory is no trace.pt
       {{empty}, 1, "empty.pt: empty file"},       // the default report opens it as info does
+      // A file named "-" and a "-.debug" directory were written (sweeps 39a L3, 39b L1).
+      {{"export", "--to", "perf.data", trace_, "-o", "-"},
+       2,
+       "-o -: an export is written to a file"},
+      {{"export", "--to", "trace.pt", trace_, "-o", "-"},
+       2,
+       "-o -: an export is written to a file"},
   };
   for (const BadInput& c : cases) {
     std::vector<std::string> argv = {PTDECODE_PATH};
