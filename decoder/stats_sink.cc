@@ -269,7 +269,9 @@ class StatsSink : public FlowSink {
       const ScopedCounts::Counts c = counts(i);
       const uint64_t ticks = ticks_.ticks(i);
       if (p.timing) p.timing->ticks += ticks;
-      if (c.self == 0 && c.calls == 0 && ticks == 0) continue;
+      // (A function whose frame held the whole --time window ran none of its own: its
+      // inclusive count keeps its row; sweep 39b F2.)
+      if (c.self == 0 && c.calls == 0 && c.inclusive == 0 && ticks == 0) continue;
       std::optional<uint64_t> in_file = 0;
       if (fn.file >= 0 && fn.address != 0) in_file = fn.image->LinkAddress(fn.address);
       if (!in_file) {
