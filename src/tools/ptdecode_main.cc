@@ -724,9 +724,17 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
   } else {
     bool known = false;
     for (const Command& c : kCommands) known |= c.name == first;
+    struct stat st {};
     if (!known && IsRegularFile(argv[1])) {
       static char kReport[] = "report";
       args.insert(args.begin() + 1, kReport);
+    } else if (!known && ::stat(argv[1], &st) == 0 && !S_ISDIR(st.st_mode)) {
+      // A pipe or a device (`cat t.pt | ptdecode /dev/stdin`): it was "unknown sub-command"
+      // (sweep 39b L3).
+      return UsageError(fmt::format(
+          "{}: not a regular file (a pipe or a device): ptdecode reads a trace.pt or perf.data "
+          "file; save the stream to a file first",
+          argv[1]));
     } else if (!known) {
       return UsageError(fmt::format(
           "unknown sub-command '{}' (not a file either); sub-commands: {}; or give a trace.pt "

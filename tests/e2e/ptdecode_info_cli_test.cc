@@ -102,7 +102,9 @@ TEST_F(InfoCliTest, BadInputIsOneClearLineAndTheRightExitCode) {
       {{}, 2, "give a trace.pt FILE for the default report, or a sub-command"},
       {{"bogus", "f"}, 2, "unknown sub-command 'bogus' (not a file either); sub-commands: info,"},
       {{dir_.path()}, 2, "unknown sub-command"},  // a directory is no trace.pt
-      {{empty}, 1, "empty.pt: empty file"},       // the default report opens it as info does
+      // A pipe or a device was "unknown sub-command" too (sweep 39b L3).
+      {{"/dev/null"}, 2, "/dev/null: not a regular file (a pipe or a device)"},
+      {{empty}, 1, "empty.pt: empty file"},  // the default report opens it as info does
       // A file named "-" and a "-.debug" directory were written (sweeps 39a L3, 39b L1).
       {{"export", "--to", "perf.data", trace_, "-o", "-"},
        2,
