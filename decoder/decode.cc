@@ -412,6 +412,10 @@ absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, Deco
         if (--check == 0) {
           check = kInsnsPerCheck;
           if (!watch.Add(OffsetOf(dec), kInsnsPerCheck)) return -kErrorLoop;
+          // A sink that wants nothing more (a parallel chunk's recording past its budget).
+          if (positions && sink.position_limit() == Sink::kStopDecoding) [[unlikely]] {
+            return -pte_eos;
+          }
         }
         return status;
       },

@@ -53,6 +53,8 @@ struct Records {
   std::vector<pt_block> blocks;
   std::vector<pt_event> events;
   std::vector<Error> errors;
+  // Past its budget (RecordSink): recording stopped there, the rest is missing.
+  bool overflowed = false;
   // Empties it, keeping the memory (a chunk's recording is hundreds of MB's worth of pages
   // faulted in again otherwise).
   void Clear() {
@@ -61,34 +63,39 @@ struct Records {
     blocks.clear();
     events.clear();
     errors.clear();
+    overflowed = false;
   }
 };
 
 // Records what DecodeInto gives, for a sink of `like`'s kind.
 class RecordSink : public Sink {
  public:
-  RecordSink(const Sink& like, bool follow_time, Records& out, uint64_t start)
+  // `budget`: the bytes it may hold (RecordBudget); past them it records nothing more, says so
+  // (Records::overflowed) and stops the decode (kStopDecoding).
+  RecordSink(const Sink& like, bool follow_time, Records& out, uint64_t start, uint64_t budget)
       : kind_(like.kind()),
         end_on_call_(like.end_block_on_call()),
         end_on_jump_(like.end_block_on_jump()),
         coarse_(like.coarse_block_class()),
         wants_time_(like.wants_time() || follow_time),
         out_(out),
-        position_(start) {}
+        position_(start),
+        budget_(budget) {}
   DecoderKind kind() const override { return kind_; }
   bool end_block_on_call() const override { return end_on_call_; }
   bool end_block_on_jump() const override { return end_on_jump_; }
   bool wants_time() const override { return wants_time_; }
   bool wants_positions() const override { return true; }
+  uint64_t position_limit() const override { return out_.overflowed ? kStopDecoding : 0; }
   void OnPosition(uint64_t offset) override { position_ = offset; }
   void OnSync(uint64_t offset) override { Add(Records::kSync, offset); }
   void OnTime(uint64_t tsc) override { Add(Records::kTime, tsc); }
   void OnInsn(const pt_insn& insn) override {
-    Add(Records::kInsn, out_.insns.size());
+    if (!Add(Records::kInsn, out_.insns.size(), sizeof(pt_insn))) return;
     out_.insns.push_back(insn);
   }
   void OnBlock(const pt_block& block) override {
-    Add(Records::kBlock, out_.blocks.size());
+    if (!Add(Records::kBlock, out_.blocks.size(), sizeof(pt_block))) return;
     out_.blocks.push_back(block);
     // An indirect jump's block ends in ptic_error or ptic_jump as the decoder's history has it
     // (libipt's block cache, the walk's node), which a sink that reads classes coarsely does not
@@ -96,22 +103,30 @@ class RecordSink : public Sink {
     if (coarse_ && block.iclass == ptic_jump) out_.blocks.back().iclass = ptic_error;
   }
   void OnEvent(const pt_event& event) override {
-    Add(Records::kEvent, out_.events.size());
+    if (!Add(Records::kEvent, out_.events.size(), sizeof(pt_event))) return;
     out_.events.push_back(event);
   }
   void OnError(const DecodeError& error) override {
-    Add(Records::kError, out_.errors.size());
+    if (!Add(Records::kError, out_.errors.size(), sizeof(Records::Error))) return;
     Records::Error e{error, "", error.missing_file != nullptr};
     if (e.has_missing_file) e.missing_file = *error.missing_file;
     out_.errors.push_back(std::move(e));
   }
 
  private:
-  void Add(Records::Kind kind, uint64_t value) { out_.entries.push_back({kind, position_, value}); }
+  // False (nothing recorded) once past the budget.
+  bool Add(Records::Kind kind, uint64_t value, uint64_t more = 0) {
+    held_ += sizeof(Records::Entry) + more;
+    if (held_ > budget_) out_.overflowed = true;
+    if (out_.overflowed) return false;
+    out_.entries.push_back({kind, position_, value});
+    return true;
+  }
   DecoderKind kind_;
   bool end_on_call_, end_on_jump_, coarse_, wants_time_;
   Records& out_;
   uint64_t position_;
+  uint64_t budget_, held_ = 0;
 };
 
 bool SameInsn(const pt_insn& a, const pt_insn& b) {
@@ -364,8 +379,8 @@ class SummaryTap : public Sink {
         head_end_(head_end),
         boundary_(boundary),
         tail_end_(tail_end),
-        head_(sink_, false, head, start),
-        tail_(sink_, false, tail, start),
+        head_(sink_, false, head, start, ~uint64_t{0}),
+        tail_(sink_, false, tail, start, ~uint64_t{0}),
         in_head_(head_end != kNone) {
     if (!in_head_) summary_.BeginSummary();
   }
@@ -579,6 +594,10 @@ void SetParallelOptions(const ParallelOptions& options) {
   parallel_options = options;
 }
 
+uint64_t RecordBudget(size_t workers) {
+  return std::max<uint64_t>(uint64_t{16} << 20, (uint64_t{256} << 20) / (workers + 1));
+}
+
 ParallelOptions GetParallelOptions() {
   std::lock_guard<std::mutex> lock(options_mu);
   return parallel_options;
@@ -790,9 +809,10 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
       std::fprintf(stderr,
                    "ptdecode: -j: %" PRIu64 " chunks, %" PRIu64 " stitched, %" PRIu64
                    " decoded again, %" PRIu64 " summarised, %" PRIu64
-                   " summaries not applied, %" PRIu64 " bytes decoded for %" PRIu64 "\n",
+                   " summaries not applied, %" PRIu64 " bytes decoded for %" PRIu64 ", %" PRIu64
+                   " recordings past their budget\n",
                    st.chunks, st.stitched, st.redecoded, st.summarised, st.unsummarised,
-                   st.bytes_decoded, bytes);
+                   st.bytes_decoded, bytes, st.overflowed);
     }
   } printer{st, trace.size()};
   // Both searches below read near every chunk start (and the kernel maps the pages around what
@@ -839,9 +859,15 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
   // Whether records hold the time the sink does not want. Not with summaries: the records of a
   // chunk, its summary's and its decode's again, are numbered alike (SummaryTap tells no time).
   const bool told_time = follow_time && !summaries;
+  // What a recording may hold (RecordBudget); a failed summary's chunk is recorded whole (its
+  // records are given from the summary's first on).
+  const uint64_t budget = GetParallelOptions().record_budget != 0
+                              ? GetParallelOptions().record_budget
+                              : RecordBudget(worker_images.size());
+  constexpr uint64_t kWhole = ~uint64_t{0};
   // Decodes the trace from chunk `c`'s start to span_end[last] with `img`.
-  auto decode = [&](size_t c, size_t last, const ProgramImage& img, Records& out) {
-    RecordSink rec(sink, told_time, out, offset_base + starts[c]);
+  auto decode = [&](size_t c, size_t last, const ProgramImage& img, Records& out, uint64_t limit) {
+    RecordSink rec(sink, told_time, out, offset_base + starts[c], limit);
     DecodeTotals ignored;  // counted when replayed
     return DecodeIntoCanonical(trace.subspan(starts[c], span_end[last] - starts[c]), config, img,
                                rec, ignored, offset_base + starts[c]);
@@ -907,8 +933,10 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
       r.summary.reset();
       recycle(std::move(r.tail));
       r.records->Clear();
+      r.status = decode(c, c, img, *r.records, kWhole);
+      return r;
     }
-    r.status = decode(c, c, img, *r.records);
+    r.status = decode(c, c, img, *r.records, budget);
     return r;
   };
   std::vector<std::thread> threads;
@@ -1011,6 +1039,18 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
     cur = std::move(first.records);
   }
   size_t run_start = 0, run_last = 0, skip = 0;
+  // A recording past its budget: the rest of the trace from the run's start, on this thread,
+  // straight into the sink (its records before `skip` were given).
+  auto rest_serially = [&]() -> absl::Status {
+    ++st.overflowed;
+    TailSink tail(sink, told_time, replay, skip);
+    DecodeTotals ignored;
+    PTKIT_RETURN_IF_ERROR(DecodeIntoCanonical(trace.subspan(starts[run_start]), config, image, tail,
+                                              ignored, offset_base + starts[run_start]));
+    st.bytes_decoded += trace.size() - starts[run_start];
+    return absl::OkStatus();
+  };
+  if (cur != nullptr && cur->overflowed) return rest_serially();
   for (size_t c = 1; c < n; ++c) {
     Result next = take(c);
     PTKIT_RETURN_IF_ERROR(next.status);
@@ -1019,6 +1059,11 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
       recycle(std::move(next.records));
       continue;
     }
+    // Cut short: no stitch (after a summary, decoded again below from the summary's chunk).
+    const bool next_cut = next.records != nullptr && next.records->overflowed;
+    if (cur != nullptr && next_cut) {
+      return rest_serially();  // (cur's records from `skip` on are decoded again there)
+    }
     const uint64_t boundary = offset_base + starts[c];
     const uint64_t end = overlap_end[c] == kNone ? kNone : offset_base + overlap_end[c];
     // The stitch, and the first record of `next` that is the serial decode's after cur's (or
@@ -1026,7 +1071,8 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
     const Records& before = cur != nullptr ? *cur : *summarised.tail;
     const size_t base = cur != nullptr ? 0 : summarised.tail_base;
     const size_t from = cur != nullptr ? skip : std::max(summarised.first, base) - base;
-    std::optional<Stitch> stitch = FindStitch(before, from, boundary, end, *next.records);
+    std::optional<Stitch> stitch =
+        next_cut ? std::nullopt : FindStitch(before, from, boundary, end, *next.records);
     size_t cut = 0, resume = 0;
     if (stitch) {
       cut = stitch->first;
@@ -1083,10 +1129,11 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
     recycle(std::move(next.records));
     recycle(std::move(next.tail));
     std::unique_ptr<Records> again = reuse();
-    PTKIT_RETURN_IF_ERROR(decode(run_start, run_last, image, *again));
+    PTKIT_RETURN_IF_ERROR(decode(run_start, run_last, image, *again, budget));
     st.bytes_decoded += span_end[run_last] - starts[run_start];
     recycle(std::move(cur));
     cur = std::move(again);
+    if (cur->overflowed) return rest_serially();
   }
   if (cur != nullptr) {
     replay.Replay(*cur, skip, cur->entries.size());

@@ -171,7 +171,17 @@ struct ParallelOptions {
   // Tests and measurements (ptdecode's hidden --chunk-stats): each parallel decode prints its
   // ParallelStats to stderr.
   bool print_stats = false;
+  // The bytes a recorded chunk may hold (tests); 0: RecordBudget's.
+  uint64_t record_budget = 0;
 };
+// What a chunk's recording (its records for a sink that does not summarise) may hold, with
+// `workers` threads: 256 MiB shared by the jobs + 1 chunks held at once, at least 16 MiB each.
+// The instructions a trace byte stands for are not bounded (a TNT bit per loop iteration of any
+// length: 590 a byte for a loop of 100 adds), and a chunk was bounded by its bytes only: insn
+// --decoder libipt -j2 held 5.4 GB for 1.7 MB of trace and died of bad_alloc (sweep 39b F1). A
+// chunk past it stops, and the rest of the trace is decoded on the merging thread, straight
+// into the sink.
+uint64_t RecordBudget(size_t workers);
 // Sets the options of every later parallel decode (process-wide; `ptdecode -j`).
 void SetParallelOptions(const ParallelOptions& options);
 ParallelOptions GetParallelOptions();
@@ -194,6 +204,7 @@ struct ParallelStats {
   // Trace bytes given to every decoder, overlaps included: an upper bound of what they read, as
   // a summarised chunk's decode ends once past its tail (Sink::kStopDecoding).
   uint64_t bytes_decoded = 0;
+  uint64_t overflowed = 0;  // recordings past their budget (RecordBudget): the rest serial
 };
 
 // As DecodeIntoCanonical without an ImageSwitcher, with

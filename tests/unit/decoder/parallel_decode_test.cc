@@ -213,6 +213,31 @@ TEST_P(ParallelDecodeTest, OutputsEqualTheSerialDecode) {
               static_cast<unsigned long>(stats.redecoded));
 }
 
+// A chunk whose recording passes its budget (RecordBudget; 4 KiB here, tens of MiB in ptdecode)
+// stops, and the rest of the trace is decoded on the merging thread straight into the sink: the
+// output is the serial decode's, byte for byte. Chunks were bounded by their trace bytes only:
+// insn --decoder libipt -j2 held 5.4 GB for 1.7 MB of a loop's trace (sweep 39b F1).
+TEST_P(ParallelDecodeTest, ARecordingPastItsBudgetLeavesTheRestToOneThread) {
+  const ParallelOptions before = GetParallelOptions();
+  ParallelOptions tight = before;
+  tight.record_budget = 4096;
+  SetParallelOptions(tight);
+  for (auto [name, make] : {std::pair<const char*, SinkMaker>{"insn", MakeInsnSink},
+                            {"branches", MakeBranchesSink},
+                            {"calls", MakeCallsSink}}) {
+    SCOPED_TRACE(name);
+    const std::string serial = Decode(make, false, 0, 0);
+    ParallelStats stats;
+    const std::string parallel = Decode(make, false, 2, 1, nullptr, &stats);
+    EXPECT_TRUE(parallel == serial)
+        << "outputs differ (" << parallel.size() << " vs " << serial.size() << " bytes)";
+    EXPECT_EQ(stats.overflowed, 1u);
+  }
+  SetParallelOptions(before);
+  EXPECT_EQ(RecordBudget(1), uint64_t{128} << 20);
+  EXPECT_EQ(RecordBudget(1000), uint64_t{16} << 20);
+}
+
 // Damage in the middle of the trace: decode errors and resyncs, some at chunk edges.
 TEST_P(ParallelDecodeTest, ErrorsAtChunkEdgesAreTheSerialDecodesErrors) {
   auto starts = ChunkStarts(trace_, input_->config, 700);
