@@ -1053,11 +1053,37 @@ absl::StatusOr<StepperResult> Run::Go() {
   if (absl::Status s = record::LetGo(child.go, options_.argv[0]); !s.ok()) {
     return kill_and_reap(s);
   }
-  if (WaitRestarting(pid, &status, 0) != pid) return kill_and_reap(ErrnoStatus(errno, "waitpid"));
-  if (!WIFSTOPPED(status) || (status >> 16) != PTRACE_EVENT_EXEC) {
+  // Up to its execve, what a seized child reports besides (a signal that reaches it in these
+  // milliseconds: Ctrl-C, Ctrl-Z, a terminal resize) goes as it would untraced: a signal is
+  // delivered, a group-stop lasts (PTRACE_LISTEN) until SIGCONT. Any such stop was taken for a
+  // failed execve and the exec-error pipe read, which the stopped child held open: ptrecord hung
+  // for good, SIGINT and SIGTERM ignored (review 39 H1).
+  for (;;) {
+    if (WaitRestarting(pid, &status, 0) != pid) {
+      return kill_and_reap(ErrnoStatus(errno, "waitpid"));
+    }
+    if (!WIFSTOPPED(status) || (status >> 16) == PTRACE_EVENT_EXEC) break;
+    const int event = status >> 16, sig = WSTOPSIG(status);
+    long done = 0;
+    if (event == PTRACE_EVENT_STOP && record::StopsByDefault(sig)) {
+      done = ::ptrace(PTRACE_LISTEN, pid, nullptr, nullptr);
+    } else {
+      const long deliver = event == 0 ? sig : 0;
+      done = ::ptrace(PTRACE_CONT, pid, nullptr, reinterpret_cast<void*>(deliver));
+    }
+    if (done != 0 && errno != ESRCH) return kill_and_reap(ErrnoStatus(errno, "ptrace(CONT)"));
+  }
+  if (!WIFSTOPPED(status)) {
+    // It ended before its execve: by a signal, or (its exit status 127) where execve failed,
+    // whose errno is in the pipe, now closed.
     absl::StatusOr<int> e = record::ReadExecErrno(child.exec_error, options_.argv[0]);
     kill_and_reap(absl::OkStatus()).IgnoreError();
     if (e.ok() && *e != 0) return record::ExecFailure(options_.argv[0], *e);
+    if (WIFSIGNALED(status)) {
+      return absl::CancelledError(absl::StrCat("the command was killed by signal ",
+                                               WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
+                                               ") before it started"));
+    }
     return absl::InternalError("the workload did not reach execve");
   }
   child.exec_error.reset();

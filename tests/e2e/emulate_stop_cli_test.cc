@@ -284,5 +284,48 @@ TEST_F(EmulateStopTest, SigtermWhileStoppedEndsTheRecording) {
   CheckDecode(1);
 }
 
+// A signal that reaches the workload between ptrecord's PTRACE_SEIZE and its execve (a terminal
+// resize, Ctrl-C, Ctrl-Z in the first milliseconds) goes as it would untraced, and the recording
+// goes on: such a stop was taken for a failed execve, and ptrecord read the exec-error pipe that
+// the stopped child held open, for good, SIGINT and SIGTERM ignored (review 39 H1). SIGWINCH to
+// the process group as soon as the workload exists, a few times (the window is milliseconds).
+TEST(EmulateStartTest, ASignalBeforeTheWorkloadsExecveDoesNotHangTheRecorder) {
+  testing::TempDir dir;
+  for (int round = 0; round < 5; ++round) {
+    SCOPED_TRACE(round);
+    const std::string trace = dir.File("start" + std::to_string(round) + ".pt");
+    const pid_t recorder = ::fork();
+    if (recorder == 0) {
+      ::setsid();
+      const int null = ::open("/dev/null", O_WRONLY);
+      ::dup2(null, 1);
+      ::dup2(null, 2);
+      ::execl(PTRECORD_PATH, PTRECORD_PATH, "--emulate=step", "-q", "-o", trace.c_str(), "--",
+              "/bin/true", static_cast<char*>(nullptr));
+      ::_exit(126);
+    }
+    ASSERT_GT(recorder, 0);
+    const std::string children =
+        "/proc/" + std::to_string(recorder) + "/task/" + std::to_string(recorder) + "/children";
+    for (int i = 0; i < 20000; ++i) {
+      if (!::ptkit::testing::ReadWholeFile<std::string>(children).empty()) break;
+    }
+    ::kill(-recorder, SIGWINCH);
+    int status = 0;
+    bool ended = false;
+    for (int i = 0; i < 500 && !ended; ++i) {
+      ended = ::waitpid(recorder, &status, WNOHANG) == recorder;
+      if (!ended) SleepMs(20);
+    }
+    if (!ended) {
+      ::kill(-recorder, SIGKILL);
+      ::waitpid(recorder, &status, 0);
+    }
+    ASSERT_TRUE(ended) << "ptrecord hung for 10 s";
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 0);
+  }
+}
+
 }  // namespace
 }  // namespace ptkit::emulate_stop_test
