@@ -414,14 +414,16 @@ std::vector<uint8_t> MiniDebugInfo(const ElfFile& elf) {
 // pcHeader, functab and _func), which the Go runtime needs and `go build -ldflags='-s -w'`, the
 // usual release build, keeps when it drops .symtab: every function's entry and name, as `go
 // tool addr2line` reads them. Each ends where the next begins (the table is sorted by entry).
-// Nothing for another layout (Go 1.2-1.15) or where a field points outside the section.
+// Nothing for another layout (Go 1.2-1.15) or where a field points outside the section. A
+// position-independent build (-buildmode=pie) has it in .data.rel.ro.gopclntab (review 39 M1);
+// one with cgo merges it into .data.rel.ro, where it is not looked for.
 void LoadGoFunctionsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   std::span<const uint8_t> tab;
-  uint64_t text = 0;
   for (const ElfSection& section : elf.Sections()) {
-    if (section.name == ".gopclntab" && section.type == SHT_PROGBITS)
+    if ((section.name == ".gopclntab" || section.name == ".data.rel.ro.gopclntab") &&
+        section.type == SHT_PROGBITS) {
       tab = elf.SectionData(section);
-    if (section.name == ".text") text = section.addr;
+    }
   }
   if (tab.size() < 8) return;
   auto u32 = [&](uint64_t at) -> std::optional<uint32_t> {
@@ -450,11 +452,13 @@ void LoadGoFunctionsInto(const ElfFile& elf, std::vector<Symbol>& out) {
                                 pcln = word(8 + (first + 4) * ptr);
   const std::optional<uint64_t> text_start =
       offsets ? word(8 + 2 * ptr) : std::optional<uint64_t>(0);
-  if (!nfunc || !names || !pcln || !text_start || *names >= tab.size() || *pcln >= tab.size()) {
+  // (Go 1.18+'s textStart is the link address also in a PIE; 0 would be a guess, and wrong
+  // names are worse than none: review 39 M3.)
+  if (!nfunc || !names || !pcln || !text_start || (offsets && *text_start == 0) ||
+      *names >= tab.size() || *pcln >= tab.size()) {
     return;
   }
-  // A position-independent program's textStart is relocated at run time (0 in the file).
-  const uint64_t base = *text_start != 0 ? *text_start : text;
+  const uint64_t base = *text_start;
   const uint64_t entry_size = offsets ? 8 : 2 * uint64_t{ptr};
   if (*nfunc == 0 || *nfunc >= (tab.size() - *pcln) / entry_size) return;  // nfunc + 1 entries
   auto entry_at = [&](uint64_t i) -> std::optional<uint64_t> {
@@ -463,6 +467,9 @@ void LoadGoFunctionsInto(const ElfFile& elf, std::vector<Symbol>& out) {
     const std::optional<uint32_t> off = u32(at);
     return off ? std::optional<uint64_t>(base + *off) : std::nullopt;
   };
+  // The names' bytes, at most 4 times the section's: every function may name the same long
+  // name (hostile input: 1.2 MB made 206 MB of copies; review 39 M2); real tables' are within it.
+  uint64_t name_bytes = 0;
   for (uint64_t i = 0; i < *nfunc; ++i) {
     const std::optional<uint64_t> begin = entry_at(i), end = entry_at(i + 1);
     const uint64_t at = *pcln + i * entry_size + entry_size / 2;
@@ -474,6 +481,7 @@ void LoadGoFunctionsInto(const ElfFile& elf, std::vector<Symbol>& out) {
     const char* const name = reinterpret_cast<const char*>(tab.data() + *names + *name_off);
     const size_t length = strnlen(name, tab.size() - *names - *name_off);
     if (length == 0 || length == tab.size() - *names - *name_off) continue;  // unterminated
+    if ((name_bytes += length) > 4 * uint64_t{tab.size()}) return;
     const std::string_view view(name, length);
     out.push_back(
         {*begin, *end, std::string(view), 0, AliasRank(view, true, false, false, false, true)});
