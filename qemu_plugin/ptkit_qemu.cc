@@ -614,7 +614,7 @@ void TruthFailed(const std::string& message) {
   if (Header()->truth_failed.exchange(1) == 0) {
     std::snprintf(Header()->truth_error, sizeof(Header()->truth_error), "%s", message.c_str());
   }
-}
+}  // (ptrecord reads the text bounded: a process killed within snprintf leaves it cut)
 
 // truth_fd, opened again by its path (O_APPEND, as ptrecord opened it) when it no longer
 // names the ground truth's file: the guest closed it, or closed it and opened another file
@@ -646,8 +646,8 @@ void FlushTruth(Thread& t) {
       const ssize_t n = write(g->truth_fd, t.truth.data() + done, t.truth.size() - done);
       if (n > 0) {
         done += static_cast<size_t>(n);
-      } else if (n < 0 && errno != EINTR) {
-        TruthFailed(std::string("write: ") + std::strerror(errno));
+      } else if (n == 0 || errno != EINTR) {  // (0: nothing written, as a full disk; review 39 L4)
+        TruthFailed(std::string("write: ") + std::strerror(n == 0 ? ENOSPC : errno));
         break;
       }
     }

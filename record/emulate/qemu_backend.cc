@@ -578,9 +578,11 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
     return absl::InternalError(absl::StrCat("the QEMU plugin failed: ", h->error));
   }
   if (h->truth_failed.load() != 0) {
-    result.warnings.push_back(absl::StrCat("the ground truth ", options.ground_truth,
-                                           " is cut where it could not be written (",
-                                           h->truth_error, "); the trace is whole"));
+    // (Bounded: the plugin's process may have died within writing it; review 39 L6.)
+    const std::string why(h->truth_error, strnlen(h->truth_error, sizeof(h->truth_error)));
+    result.warnings.push_back(absl::StrCat(
+        "the ground truth ", options.ground_truth, " is cut where it could not be written (",
+        why.empty() ? "a write failed" : why, "); the trace is whole"));
   }
   // A trigger snapshot asked for as the process ended.
   if (absl::Status s = options.trigger ? trigger_snapshots_round() : absl::OkStatus(); !s.ok()) {

@@ -375,9 +375,9 @@ inline void UnlockSlotForWriting(QemuSlotControl& c) { c.writing.store(0); }
 // path) and hands the descriptor (SCM_RIGHTS) to a process of its own user that connects.
 //   RingSocketName: a name no other run has ("ptkit-ring-PID-RANDOM", printable; the socket's
 //   address is it after a NUL). ListenRingSocket: the listening socket (non-blocking,
-//   close-on-exec), or -1 with errno. ServeRingSocket: hands `memfd` to every connection
-//   waiting (ptrecord, after each drain pass), refusing other users'. ReceiveRingFd: the
-//   plugin's side, waiting with `wait` (false: give up) for the answer; the descriptor
+//   close-on-exec), or -1 with errno. ServeRingSocket: hands `memfd` to each connection
+//   waiting (ptrecord, after each drain pass; 16 at most), refusing other users'. ReceiveRingFd:
+//   the plugin's side, waiting with `wait` (false: give up) for the answer; the descriptor
 //   (close-on-exec) or -1.
 std::string RingSocketName();
 int ListenRingSocket(const std::string& name);

@@ -3605,7 +3605,8 @@ TEST_F(QemuEmulateTest, AGroundTruthThatFillsItsDiskIsCutNotTheRecording) {
   const std::vector<uint64_t>& prefix = want.begin()->second;
   EXPECT_GT(prefix.size(), 1000u);
   EXPECT_LT(prefix.size(), all.size());
-  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), all.begin()));
+  // (The last line of the cut file may be cut within its address.)
+  EXPECT_TRUE(std::equal(prefix.begin(), prefix.end() - 1, all.begin()));
   auto info = RunCommand({PTDECODE_PATH, "info", trace});
   EXPECT_THAT(info.out, HasSubstr("footer:      present")) << info.out;
 }
