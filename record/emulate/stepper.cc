@@ -1080,9 +1080,9 @@ absl::StatusOr<StepperResult> Run::Go() {
     kill_and_reap(absl::OkStatus()).IgnoreError();
     if (e.ok() && *e != 0) return record::ExecFailure(options_.argv[0], *e);
     if (WIFSIGNALED(status)) {
-      return absl::CancelledError(absl::StrCat("the command was killed by signal ",
-                                               WTERMSIG(status), " (", strsignal(WTERMSIG(status)),
-                                               ") before it started"));
+      return absl::CancelledError(absl::StrCat("the command was killed by ",
+                                               record::SignalName(WTERMSIG(status)),
+                                               " before it started"));
     }
     return absl::InternalError("the workload did not reach execve");
   }

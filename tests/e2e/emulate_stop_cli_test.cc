@@ -95,6 +95,7 @@ class EmulateStopTest : public ::testing::Test {
           PTRECORD_PATH, "--emulate=step", "--ground-truth", truth_, "-o", trace_, "--", kStopWork,
           mode,          pid_file_};
       std::vector<char*> argv;
+      argv.reserve(args.size() + 1);
       for (std::string& a : args) argv.push_back(a.data());
       argv.push_back(nullptr);
       ::execv(PTRECORD_PATH, argv.data());

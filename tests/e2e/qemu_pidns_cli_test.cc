@@ -36,6 +36,7 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 
 const std::string kWork = E2E_PROGRAM_DIR "/e2e_pidns_work";
+const std::string kCloseExec = E2E_PROGRAM_DIR "/e2e_close_exec";
 constexpr char kPerf[] = "/usr/bin/perf";
 
 // A line of e2e_pidns_work: ROLE (main, thread, child), the task's tid in the pid namespace of
@@ -218,7 +219,7 @@ TEST(QemuPidNamespaceExecTest, AProgramThatClosedItsDescriptorsIsFollowedIntoIts
   testing::TempDir dir;
   auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "--ground-truth", dir.File("t.truth"), "-o",
                        dir.File("t.pt"), "--", "/usr/bin/unshare", "--fork", "--pid",
-                       "--mount-proc", E2E_PROGRAM_DIR "/e2e_close_exec", kWork, "1000"});
+                       "--mount-proc", kCloseExec, kWork, "1000"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.err, Not(HasSubstr("the trace ends at execve"))) << r.err;
   const PerThread truth = ReadTruth(dir.File("t.truth"));
