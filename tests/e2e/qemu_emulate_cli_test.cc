@@ -25,6 +25,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -3519,7 +3520,7 @@ TEST_F(QemuEmulateTest, AStoppedPtrecordIsWaitedFor) {
   ASSERT_EQ(write(go[1], "go\n", 3), 3);
   close(go[1]);
   ASSERT_GT(qemu, 0) << "no workload";
-  sleep(32);
+  std::this_thread::sleep_for(std::chrono::seconds(32));
   // Waiting, not running on untraced (nor done).
   const auto stat = testing::ReadWholeFile<std::string>(absl::StrCat("/proc/", qemu, "/stat"));
   const size_t paren = stat.rfind(')');
