@@ -22,6 +22,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <string>
@@ -3521,11 +3522,26 @@ TEST_F(QemuEmulateTest, AStoppedPtrecordIsWaitedFor) {
   close(go[1]);
   ASSERT_GT(qemu, 0) << "no workload";
   std::this_thread::sleep_for(std::chrono::seconds(32));
-  // Waiting, not running on untraced (nor done).
-  const auto stat = testing::ReadWholeFile<std::string>(absl::StrCat("/proc/", qemu, "/stat"));
-  const size_t paren = stat.rfind(')');
-  ASSERT_NE(paren, std::string::npos) << "the workload is gone";
-  EXPECT_EQ(stat.substr(paren + 2, 1), "S") << stat;
+  // Waiting, not running on untraced (nor done): alive, and next to no CPU time over half a
+  // second (it polls every millisecond; a state read may catch it running, so not the state).
+  const auto cpu_ticks = [&]() -> std::optional<uint64_t> {
+    const auto stat = testing::ReadWholeFile<std::string>(absl::StrCat("/proc/", qemu, "/stat"));
+    const size_t paren = stat.rfind(')');
+    if (paren == std::string::npos || stat.substr(paren + 2, 1) == "Z") return std::nullopt;
+    std::istringstream fields(stat.substr(paren + 2));
+    std::string field;
+    uint64_t utime = 0, stime = 0;
+    for (int i = 3; i <= 15 && fields >> field; ++i) {  // utime and stime: fields 14 and 15
+      if (i == 14) utime = std::stoull(field);
+      if (i == 15) stime = std::stoull(field);
+    }
+    return utime + stime;
+  };
+  const std::optional<uint64_t> before = cpu_ticks();
+  usleep(500000);
+  const std::optional<uint64_t> after = cpu_ticks();
+  ASSERT_TRUE(before && after) << "the workload is gone: it ran on untraced to its end";
+  EXPECT_LE(*after - *before, 10u) << "the workload ran on";
   kill(pid, SIGCONT);
   int status = 0;
   ASSERT_EQ(waitpid(pid, &status, 0), pid);
