@@ -473,10 +473,16 @@ void LoadGoFunctionsInto(const ElfFile& elf, std::vector<Symbol>& out) {
   for (uint64_t i = 0; i < *nfunc; ++i) {
     const std::optional<uint64_t> begin = entry_at(i), end = entry_at(i + 1);
     const uint64_t at = *pcln + i * entry_size + entry_size / 2;
-    const std::optional<uint64_t> func = offsets ? std::optional<uint64_t>(u32(at)) : word(at);
-    if (!begin || !end || !func || *end <= *begin || *func >= tab.size() - *pcln) continue;
+    // (Not an optional: gcc 12 -O2 takes one made by the conditional for maybe uninitialised.)
+    uint64_t func = ~uint64_t{0};
+    if (offsets) {
+      if (const std::optional<uint32_t> f = u32(at)) func = *f;
+    } else if (const std::optional<uint64_t> f = word(at)) {
+      func = *f;
+    }
+    if (!begin || !end || *end <= *begin || func >= tab.size() - *pcln) continue;
     // _func: entryOff (uint32) or entry (uintptr), then nameOff (int32) into funcnametab.
-    const std::optional<uint32_t> name_off = u32(*pcln + *func + (offsets ? 4 : ptr));
+    const std::optional<uint32_t> name_off = u32(*pcln + func + (offsets ? 4 : ptr));
     if (!name_off || *name_off >= tab.size() - *names) continue;
     const char* const name = reinterpret_cast<const char*>(tab.data() + *names + *name_off);
     const size_t length = strnlen(name, tab.size() - *names - *name_off);
