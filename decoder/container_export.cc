@@ -165,6 +165,9 @@ absl::StatusOr<ContainerExportSummary> ExportContainer(const Recording& r,
     ++summary.sample_records;
   }
 
+  for (const perf::KeptFeature& f : r.perf_features) {
+    PTKIT_RETURN_IF_ERROR(w->AppendPerfFeature({.id = f.id, .bytes = f.bytes}));
+  }
   // The archived files whole (their symbols and line tables), and their debug files, as the
   // source has them.
   for (const auto* files : {&r.archived_files, &r.archived_debug_files}) {

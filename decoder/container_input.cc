@@ -79,6 +79,12 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
             builder.AddSample(sample->stream, sample->sample_type, sample->record));
         break;
       }
+      case RecordType::kPerfFeature: {
+        auto f = ParsePerfFeature(rec.payload);
+        if (!f.ok()) break;
+        r.perf_features.push_back({f->id, std::vector<uint8_t>(f->bytes.begin(), f->bytes.end())});
+        break;
+      }
       case RecordType::kCode: {
         auto code = ParseCode(rec.payload);
         if (!code.ok()) break;

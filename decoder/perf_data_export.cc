@@ -1139,6 +1139,7 @@ absl::StatusOr<PerfDataExportSummary> ExportPerfData(const Recording& r, const s
       f.groups.push_back({"{anon_group}", static_cast<uint32_t>(ev.trace_at), members});
     }
   }
+  f.kept = r.perf_features;  // a perf.data's tracepoint formats, topology, ...: as they were
   PTKIT_RETURN_IF_ERROR(w.Finish(f));
 
   if (!cache.empty()) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -249,6 +250,7 @@ absl::StatusOr<Recording> ReadPerfDataRecording(ByteSource& source,
   const perf::AuxtraceInfo* info = TraceInfo(data);
   r.bts = info != nullptr && info->type == kAuxtraceIntelBts;
   r.time = r.metadata.PerfTimeConversion();
+  r.perf_features = data.features.kept;
   for (const perf::BuildIdEntry& b : data.features.build_ids) {
     if (!b.filename.empty() && !b.build_id.empty()) r.build_ids[b.filename] = b.build_id;
   }
@@ -503,6 +505,13 @@ absl::StatusOr<nlohmann::json> PerfDataInfo(const std::string& path) {
   if (f.nr_cpus_available) feats["nr_cpus_available"] = *f.nr_cpus_available;
   if (f.cmdline) feats["cmdline"] = *f.cmdline;
   feats["build_ids"] = f.build_ids.size();
+  // Every feature the file has (pipe mode's TRACING_DATA record gives TRACING_DATA), by perf's
+  // name, in id order.
+  std::set<uint32_t> ids(f.present.begin(), f.present.end());
+  for (const perf::KeptFeature& k : f.kept) ids.insert(k.id);
+  nlohmann::json names = nlohmann::json::array();
+  for (uint32_t id : ids) names.push_back(perf::PerfFeatureName(id));
+  feats["present"] = std::move(names);
   j["features"] = std::move(feats);
   j["metadata"] = PerfDataMetadata(data);
   nlohmann::json damage = nlohmann::json::array();
@@ -526,6 +535,13 @@ std::string FormatPerfDataInfoText(const nlohmann::json& info) {
     std::string cmd;
     for (const auto& w : feats["cmdline"]) cmd += (cmd.empty() ? "" : " ") + w.get<std::string>();
     t += fmt::format("cmdline: {}\n", cmd);
+  }
+  if (feats.contains("present") && !feats["present"].empty()) {
+    std::string names;
+    for (const auto& n : feats["present"]) {
+      names += (names.empty() ? "" : " ") + n.get<std::string>();
+    }
+    t += fmt::format("features: {}\n", names);
   }
   t += fmt::format("events: {}\n", info["events"].size());
   for (const auto& e : info["events"]) {

@@ -45,6 +45,7 @@
 #include "nlohmann/json.hpp"
 #include "ptkit/aux_sample.h"
 #include "ptkit/container_format.h"
+#include "ptkit/perf_data.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/recording_metadata.h"
 #include "ptkit/scoped_fd.h"
@@ -164,6 +165,10 @@ struct Recording {
   // path where they were recorded and their build-id (the file's they belong to).
   std::map<std::pair<std::string, std::vector<uint8_t>>, SpoolRun> archived_debug_files;
   uint64_t malformed_samples = 0;  // sample records whose PERF_RECORD_SAMPLE did not parse
+  // A perf.data's features that an export writes back as they were (perf::KeptAsBytes: the
+  // tracepoint formats, the machine's topology, CLOCK_DATA, ...), in file order; a trace.pt
+  // made from a perf.data keeps them (container perf-feature records).
+  std::vector<perf::KeptFeature> perf_features;
 };
 
 // The trace bytes of every stream of `r` (what a decode of all of it reads: its progress).

@@ -58,6 +58,8 @@ std::string RecordTypeName(uint16_t type) {
       return "footer";
     case RecordType::kSample:
       return "sample";
+    case RecordType::kPerfFeature:
+      return "perf-feature";
   }
   return absl::StrCat("unknown-", type);
 }
@@ -284,6 +286,28 @@ absl::StatusOr<SampleRecord> ParseSample(std::span<const uint8_t> payload) {
                                             "PERF_RECORD_SAMPLE filling the payload)"));
   }
   return s;
+}
+
+std::vector<uint8_t> EncodePerfFeature(const PerfFeatureRecord& f, std::vector<uint8_t> reuse) {
+  ByteWriter w(8 + f.bytes.size(), std::move(reuse));
+  w.Put<uint32_t>(f.id);
+  w.Put<uint32_t>(0);
+  w.PutBytes(f.bytes);
+  return w.Take();
+}
+
+absl::StatusOr<PerfFeatureRecord> ParsePerfFeature(std::span<const uint8_t> payload) {
+  ByteReader r(payload);
+  PerfFeatureRecord f;
+  f.id = r.Get<uint32_t>();
+  r.Get<uint32_t>();
+  if (!r.ok()) return Malformed("perf-feature", "payload shorter than its 8-byte header");
+  // perf's feature bitmap has 256 bits; bit 0 is reserved.
+  if (f.id == 0 || f.id > 255) {
+    return Malformed("perf-feature", absl::StrCat("feature id ", f.id, " is not 1 to 255"));
+  }
+  f.bytes = r.Rest();
+  return f;
 }
 
 std::vector<uint8_t> EncodeContentHash(uint64_t hash) {

@@ -74,7 +74,7 @@ struct DCtxDeleter {
 
 bool IsKnownType(uint16_t t) {
   return t >= static_cast<uint16_t>(RecordType::kMetadata) &&
-         t <= static_cast<uint16_t>(RecordType::kSample);
+         t <= static_cast<uint16_t>(RecordType::kPerfFeature);
 }
 
 // Parses a known record kind's payload; the error says what is wrong with it.
@@ -94,6 +94,8 @@ absl::Status CheckPayload(RecordType type, std::span<const uint8_t> payload) {
       return ParseCounters(payload).status();
     case RecordType::kSample:
       return ParseSample(payload).status();
+    case RecordType::kPerfFeature:
+      return ParsePerfFeature(payload).status();
     default:
       return absl::OkStatus();  // metadata: JSON, read by its users; the footer: below
   }

@@ -9,9 +9,11 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "fmt/format.h"
 #include "ptkit/aux_sample.h"
 #include "ptkit/container_reader.h"
+#include "ptkit/perf_data.h"
 #include "ptkit/perf_records.h"
 #include "ptkit/recording_metadata.h"
 #include "ptkit/sideband.h"
@@ -62,6 +64,7 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
   uint64_t archived_files = 0, archived_bytes = 0;
   json debug_files = json::array();
   uint64_t samples = 0, sample_aux_bytes = 0;  // AUX samples (ptrecord --aux-sample)
+  json perf_features = json::array();          // a perf.data's, kept for export
 
   RecordView rec;
   for (;;) {
@@ -190,6 +193,16 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
         sample_aux_bytes += parsed->aux.size();
         break;
       }
+      case RecordType::kPerfFeature: {
+        auto f = ParsePerfFeature(rec.payload);
+        if (!f.ok()) {
+          problem(f.status());
+          break;
+        }
+        perf_features.push_back(
+            {{"name", perf::PerfFeatureName(f->id)}, {"bytes", f->bytes.size()}});
+        break;
+      }
       case RecordType::kFooter:
         break;
     }
@@ -265,6 +278,7 @@ absl::StatusOr<json> ContainerInfo(const std::string& path) {
     out["code"]["debug_files"] = debug_files;
   }
   if (samples > 0) out["samples"] = {{"count", samples}, {"aux_bytes", sample_aux_bytes}};
+  if (!perf_features.empty()) out["perf_features"] = perf_features;
   out["counters"] = counters;
   out["totals"] = {{"stored_bytes", stored_total},
                    {"raw_bytes", raw_total},
@@ -360,6 +374,14 @@ std::string FormatInfoText(const json& info) {
       line("debug file:", fmt::format("{} ({}, build-id {})", d["path"].get<std::string>(),
                                       Bytes(d["bytes"].get<uint64_t>()), id.empty() ? "none" : id));
     }
+  }
+  if (info.contains("perf_features")) {
+    std::vector<std::string> kept;
+    for (const json& f : info["perf_features"]) {
+      kept.push_back(
+          fmt::format("{} ({})", f["name"].get<std::string>(), Bytes(f["bytes"].get<uint64_t>())));
+    }
+    line("perf features:", absl::StrJoin(kept, ", ") + " (a perf.data's, for export)");
   }
   if (info.contains("samples")) {
     line("samples:", fmt::format("{} AUX samples, {} of trace (ptdecode samples)",

@@ -91,6 +91,8 @@ class Parser {
   void ParseAttr(std::span<const uint8_t> attr_bytes, uint64_t offset, PerfAttr& a, bool& ok);
   void ParseFeature(uint32_t id, std::span<const uint8_t> data, uint64_t offset);
   void ParseBuildIds(std::span<const uint8_t> data, uint64_t offset);
+  // Feature `id`'s bytes into features.kept when it is KeptAsBytes.
+  void Keep(uint32_t id, std::vector<uint8_t> bytes);
 
   ByteSource& src_;
   Window win_;
@@ -258,6 +260,7 @@ absl::Status Parser::ReadFeatures(uint64_t table_offset, std::span<const uint8_t
                              ") is not inside the file (", size, " bytes)"));
       continue;
     }
+    bool parsed = false;
     switch (bit) {
       case kFeatBuildId:
       case kFeatHostname:
@@ -271,22 +274,28 @@ absl::Status Parser::ReadFeatures(uint64_t table_offset, std::span<const uint8_t
       case kFeatCmdline:
       case kFeatEventDesc:
       case kFeatGroupDesc:
-      case kFeatAuxtrace: {
-        if (s.size > kMaxDecompressedBytes) {
-          AddDamage(s.offset, s.size,
-                    absl::StrCat("feature ", bit, " section of ", s.size, " bytes: too large"));
-          continue;
-        }
-        PTKIT_ASSIGN_OR_RETURN(std::span<const uint8_t> d, win_.Get(s.offset, s.size));
-        std::vector<uint8_t> copy(d.begin(), d.end());
-        ParseFeature(bit, copy, s.offset);
+      case kFeatAuxtrace:
+        parsed = true;
         break;
-      }
       default:
         break;
     }
+    if (!parsed && !KeptAsBytes(bit)) continue;
+    if (s.size > kMaxDecompressedBytes) {
+      AddDamage(s.offset, s.size,
+                absl::StrCat("feature ", bit, " section of ", s.size, " bytes: too large"));
+      continue;
+    }
+    PTKIT_ASSIGN_OR_RETURN(std::span<const uint8_t> d, win_.Get(s.offset, s.size));
+    std::vector<uint8_t> copy(d.begin(), d.end());
+    if (parsed) ParseFeature(bit, copy, s.offset);
+    Keep(bit, std::move(copy));
   }
   return absl::OkStatus();
+}
+
+void Parser::Keep(uint32_t id, std::vector<uint8_t> bytes) {
+  if (KeptAsBytes(id)) out_.features.kept.push_back({id, std::move(bytes)});
 }
 
 void Parser::ParseFeature(uint32_t id, std::span<const uint8_t> data, uint64_t offset) {
@@ -487,6 +496,17 @@ absl::Status Parser::Walk(uint64_t begin, uint64_t end) {
                                " bytes of tracepoint formats cut: ", end - pos, " bytes left"));
         return absl::OkStatus();
       }
+      // Its formats are file mode's feature 1 byte for byte (perf's tracing_data_put).
+      uint32_t size = 0;
+      std::memcpy(&size, out_.record_bytes.data() + out_.records.back().begin + kHeaderSize,
+                  sizeof(size));
+      if (size > kMaxDecompressedBytes) {
+        out_.warnings.push_back(absl::StrCat("TRACING_DATA at ", record_offset, ": ", size,
+                                             " bytes of tracepoint formats are too many to keep"));
+      } else {
+        PTKIT_ASSIGN_OR_RETURN(std::span<const uint8_t> formats, win_.Get(pos, size));
+        Keep(kFeatTracingData, std::vector<uint8_t>(formats.begin(), formats.end()));
+      }
       pos += trailing;
       continue;
     }
@@ -567,8 +587,13 @@ void Parser::Handle(const RecordView& r, uint64_t offset, bool in_compressed) {
         out_.warnings.push_back(absl::StrCat("HEADER_FEATURE at ", offset, ": feature id ", id));
         return;
       }
+      const std::span<const uint8_t> section = b.Rest();
+      // perf ends the features with an empty one of id HEADER_LAST_FEATURE (32 in perf 6.1,
+      // more in later perf): a mark, not a feature.
+      if (section.empty() && id > kFeatPmuCaps) return;
       out_.features.present.push_back(static_cast<uint32_t>(id));
-      ParseFeature(static_cast<uint32_t>(id), b.Rest(), offset + 16);
+      ParseFeature(static_cast<uint32_t>(id), section, offset + 16);
+      Keep(static_cast<uint32_t>(id), std::vector<uint8_t>(section.begin(), section.end()));
       return;
     }
     case kRecordHeaderBuildId:
@@ -734,6 +759,45 @@ std::string PerfStatsName(uint32_t type) {
     default:
       if (type >= PERF_RECORD_MAX) return absl::StrCat("type-", type);
       return absl::AsciiStrToUpper(RecordTypeName(type));
+  }
+}
+
+std::string PerfFeatureName(uint32_t id) {
+  // tools/perf/util/header.h's HEADER_* after its prefix, by number.
+  static constexpr const char* kNames[] = {
+      "RESERVED",        "TRACING_DATA", "BUILD_ID",     "HOSTNAME",     "OSRELEASE",
+      "VERSION",         "ARCH",         "NRCPUS",       "CPUDESC",      "CPUID",
+      "TOTAL_MEM",       "CMDLINE",      "EVENT_DESC",   "CPU_TOPOLOGY", "NUMA_TOPOLOGY",
+      "BRANCH_STACK",    "PMU_MAPPINGS", "GROUP_DESC",   "AUXTRACE",     "STAT",
+      "CACHE",           "SAMPLE_TIME",  "MEM_TOPOLOGY", "CLOCKID",      "DIR_FORMAT",
+      "BPF_PROG_INFO",   "BPF_BTF",      "COMPRESSED",   "CPU_PMU_CAPS", "CLOCK_DATA",
+      "HYBRID_TOPOLOGY", "PMU_CAPS"};
+  if (id < std::size(kNames)) return kNames[id];
+  return absl::StrCat("feature-", id);
+}
+
+bool KeptAsBytes(uint32_t id) {
+  switch (id) {
+    case kFeatTracingData:
+    case kFeatNrCpus:
+    case kFeatTotalMem:
+    case kFeatCpuTopology:
+    case kFeatNumaTopology:
+    case kFeatBranchStack:
+    case kFeatPmuMappings:
+    case kFeatCache:
+    case kFeatSampleTime:
+    case kFeatMemTopology:
+    case kFeatClockId:
+    case kFeatBpfProgInfo:
+    case kFeatBpfBtf:
+    case kFeatCpuPmuCaps:
+    case kFeatClockData:
+    case kFeatHybridTopology:
+    case kFeatPmuCaps:
+      return true;
+    default:
+      return false;
   }
 }
 

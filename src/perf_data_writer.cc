@@ -258,6 +258,12 @@ absl::Status PerfDataWriter::Finish(const PerfFeatures& f) {
     }
     features.emplace_back(kFeatAuxtrace, w.Take());
   }
+  // A perf.data's own features, kept as its bytes, go over those made here (its NRCPUS is the
+  // machine's, not the CPUs its records name).
+  for (const KeptFeature& k : f.kept) {
+    std::erase_if(features, [&](const auto& e) { return e.first == k.id; });
+    features.emplace_back(k.id, k.bytes);
+  }
   std::sort(features.begin(), features.end(),
             [](const auto& a, const auto& b) { return a.first < b.first; });
 

@@ -28,15 +28,16 @@ inline constexpr uint64_t kMaxPayloadSize = uint64_t{256} << 20;
 
 // Record kinds. A reader skips kinds it does not know (with a warning).
 enum class RecordType : uint16_t {
-  kMetadata = 1,  // UTF-8 JSON object
-  kSideband = 2,  // raw perf records from a data ring, verbatim
-  kAux = 3,       // AUX area bytes (trace data) of one stream
-  kLoss = 4,      // data known to be lost
-  kSnapshot = 5,  // AUX snapshot, bytes in chronological order
-  kCode = 6,      // captured code or file identity (vdso, build-ids, --archive ranges)
-  kCounters = 7,  // final counter values
-  kFooter = 8,    // written once at clean close; the last record
-  kSample = 9,    // a PERF_RECORD_SAMPLE of an AUX-sampling event, with its AUX snippet
+  kMetadata = 1,      // UTF-8 JSON object
+  kSideband = 2,      // raw perf records from a data ring, verbatim
+  kAux = 3,           // AUX area bytes (trace data) of one stream
+  kLoss = 4,          // data known to be lost
+  kSnapshot = 5,      // AUX snapshot, bytes in chronological order
+  kCode = 6,          // captured code or file identity (vdso, build-ids, --archive ranges)
+  kCounters = 7,      // final counter values
+  kFooter = 8,        // written once at clean close; the last record
+  kSample = 9,        // a PERF_RECORD_SAMPLE of an AUX-sampling event, with its AUX snippet
+  kPerfFeature = 10,  // a perf.data feature section, verbatim (a perf.data's, for export)
 };
 // "metadata", "sideband", ... or "unknown-N".
 std::string RecordTypeName(uint16_t type);
@@ -167,6 +168,10 @@ struct SampleRecord {
   uint64_t sample_type = 0;         // of the sampling event's perf_event_attr
   std::span<const uint8_t> record;  // the PERF_RECORD_SAMPLE, header included, verbatim
 };
+struct PerfFeatureRecord {
+  uint32_t id = 0;                 // perf's HEADER_* feature number (1: HEADER_TRACING_DATA)
+  std::span<const uint8_t> bytes;  // the section as perf wrote it
+};
 struct FooterRecord {
   uint64_t records = 0;  // records before the footer
   struct Kind {
@@ -189,6 +194,7 @@ std::vector<uint8_t> EncodeCounters(std::span<const CounterValue> values,
                                     std::vector<uint8_t> reuse = {});
 std::vector<uint8_t> EncodeFooter(const FooterRecord& r, std::vector<uint8_t> reuse = {});
 std::vector<uint8_t> EncodeSample(const SampleRecord& r, std::vector<uint8_t> reuse = {});
+std::vector<uint8_t> EncodePerfFeature(const PerfFeatureRecord& r, std::vector<uint8_t> reuse = {});
 
 // Each parser checks every length against the payload and fails with kDataLoss naming the
 // record kind and field when the payload is malformed.
@@ -202,6 +208,7 @@ absl::StatusOr<FooterRecord> ParseFooter(std::span<const uint8_t> payload);
 // Checks the frame of the perf record too (its header's size is the rest of the payload);
 // the sample's fields are parsed with perf::ParseSample (ptkit/aux_sample.h).
 absl::StatusOr<SampleRecord> ParseSample(std::span<const uint8_t> payload);
+absl::StatusOr<PerfFeatureRecord> ParsePerfFeature(std::span<const uint8_t> payload);
 
 }  // namespace ptkit
 

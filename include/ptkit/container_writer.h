@@ -97,6 +97,9 @@ class ContainerWriter {
     return Append(RecordType::kSnapshot, EncodeSnapshot(r, RecycledBuffer()));
   }
   absl::Status AppendCode(const CodeRecord& r) { return Append(RecordType::kCode, EncodeCode(r)); }
+  absl::Status AppendPerfFeature(const PerfFeatureRecord& r) {
+    return Append(RecordType::kPerfFeature, EncodePerfFeature(r));
+  }
   absl::Status AppendCounters(std::span<const CounterValue> v) {
     return Append(RecordType::kCounters, EncodeCounters(v));
   }

@@ -84,10 +84,44 @@ enum PerfFeature : uint32_t {
   kFeatTotalMem = 10,
   kFeatCmdline = 11,
   kFeatEventDesc = 12,
+  kFeatCpuTopology = 13,
+  kFeatNumaTopology = 14,
+  kFeatBranchStack = 15,
+  kFeatPmuMappings = 16,
   kFeatGroupDesc = 17,
   kFeatAuxtrace = 18,
+  kFeatCache = 20,
+  kFeatSampleTime = 21,
+  kFeatMemTopology = 22,
+  kFeatClockId = 23,
+  kFeatBpfProgInfo = 25,
+  kFeatBpfBtf = 26,
   kFeatCompressed = 27,
+  kFeatCpuPmuCaps = 28,
+  kFeatClockData = 29,
+  kFeatHybridTopology = 30,
+  kFeatPmuCaps = 31,
 };
+
+// perf's name of feature `id` as `perf report --header-only` says it ("TRACING_DATA",
+// "CLOCK_DATA", ...), or "feature-N".
+std::string PerfFeatureName(uint32_t id);
+
+// A feature section kept as its bytes (PerfFeatures::kept), for an export to write back as
+// perf wrote it.
+struct KeptFeature {
+  uint32_t id = 0;
+  std::vector<uint8_t> bytes;
+  friend bool operator==(const KeptFeature&, const KeptFeature&) = default;
+};
+// Whether feature `id` is kept as its bytes: those perf needs to open or show a file and
+// whose bytes do not depend on where records are (HEADER_TRACING_DATA: the tracepoint
+// formats, without which perf opens no file with a tracepoint event; NRCPUS, TOTAL_MEM, the
+// CPU, NUMA, cache, memory and hybrid topologies, PMU_MAPPINGS, BRANCH_STACK, SAMPLE_TIME,
+// CLOCKID, CLOCK_DATA, the BPF program and BTF data, the PMU capabilities). Not those an
+// export writes anew (BUILD_ID, EVENT_DESC, GROUP_DESC, AUXTRACE, ...), nor COMPRESSED, STAT
+// or DIR_FORMAT, which describe records or files the export does not write.
+bool KeptAsBytes(uint32_t id);
 
 // The largest decompressed payload of one PERF_RECORD_COMPRESSED (perf's own limit is its
 // mmap size, at most a few MiB); more is reported as damage. All COMPRESSED records of a file
@@ -181,6 +215,9 @@ struct PerfFeatures {
   std::vector<AuxtraceIndexEntry> auxtrace_index;
   std::vector<EventDescEntry> event_desc;
   std::vector<GroupDescEntry> groups;  // as in the file: not checked against the attrs
+  // The features KeptAsBytes() (pipe mode's TRACING_DATA record gives feature 1's), in the
+  // file's order; a PerfDataWriter writes them in place of its own of the same id.
+  std::vector<KeptFeature> kept;
 };
 
 struct PerfData {

@@ -1430,6 +1430,65 @@ TEST_F(PerfExportTest, AttrsHaveTheSizePerfWritesThem) {
   EXPECT_EQ(got.out, want.out);
 }
 
+// A perf.data with a tracepoint event (perf record -e sched:sched_process_exec; perf trace
+// record and perf sched record write the same kind), in file and in pipe mode: perf opens no
+// such file without the tracepoint formats of HEADER_TRACING_DATA (sweep 39a F3: "incompatible
+// file format", for every event of the file). Its export, straight or through a trace.pt, keeps
+// them, and the machine's features perf wrote (NRCPUS, TOTAL_MEM, the topologies, CACHE,
+// SAMPLE_TIME, ...) as they were: perf shows the same samples and the same header.
+TEST_F(PerfExportTest, ATracepointRecordingExportsAsItWas) {
+  const std::string file = Dir().File("tp.data"), pipe = Dir().File("tp-pipe.data");
+  const std::string event = "sched:sched_process_exec";
+  auto r = RunCommand({kPerf, "record", "-q", "-e", event, "-o", file, "--", "/bin/sh", "-c",
+                       "/bin/true; /bin/true"});
+  if (r.exit_code != 0) GTEST_SKIP() << "perf record -e " << event << " failed: " << r.err;
+  r = RunCommand({"/bin/sh", "-c",
+                  fmt::format("{} record -q -e {} -o - -- /bin/sh -c '/bin/true; /bin/true' > {}",
+                              kPerf, event, pipe)});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // perf report --header-only -I without what differs in any copy: when and by what it was
+  // written, and where its sections are.
+  auto header = [](const std::string& data) {
+    auto h = RunCommand({kPerf, "report", "--header-only", "-I", "-i", data});
+    EXPECT_EQ(h.exit_code, 0) << data << ": " << h.err;
+    std::string kept;
+    std::istringstream in(h.out);
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("# captured on") == 0 || line.find("# data size") == 0 ||
+          line.find("# feat offset") == 0 || line.find("# perf version") == 0) {
+        continue;
+      }
+      kept += line + "\n";
+    }
+    return kept;
+  };
+  for (const std::string& input : {file, pipe}) {
+    auto want = RunCommand({kPerf, "script", "-i", input});
+    ASSERT_EQ(want.exit_code, 0) << want.err;
+    EXPECT_THAT(want.out, HasSubstr(event + ": filename=/bin/true")) << input;
+    EXPECT_THAT(RunCommand({PTDECODE_PATH, "info", input}).out,
+                HasSubstr("\nfeatures: TRACING_DATA "))
+        << input;
+    const std::string pt = input + ".pt", direct = input + ".again", through = input + ".back";
+    r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", input, "-o", direct});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    r = RunCommand({PTDECODE_PATH, "export", "--to", "trace.pt", input, "-o", pt});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto info = RunCommand({PTDECODE_PATH, "info", pt});
+    EXPECT_THAT(info.out, ::testing::ContainsRegex("perf features: .*TRACING_DATA \\([0-9]"));
+    r = RunCommand({PTDECODE_PATH, "export", "--to", "perf.data", pt, "-o", through});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    for (const std::string& copy : {direct, through}) {
+      auto got = RunCommand({kPerf, "script", "-i", copy});
+      EXPECT_EQ(got.exit_code, 0) << copy << ": " << got.err;
+      EXPECT_TRUE(got.out == want.out) << copy << ":\n" << got.out << "\nvs\n" << want.out;
+      if (input == file) {
+        EXPECT_EQ(header(copy), header(file)) << copy;
+      }
+    }
+  }
+}
+
 TEST_F(PerfExportTest, ABadInputIsAClearError) {
   const std::string junk = Dir().File("junk.pt");
   { std::ofstream(junk) << "not a container"; }

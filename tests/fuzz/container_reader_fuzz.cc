@@ -39,6 +39,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case ptkit::RecordType::kSample:
         (void)ptkit::ParseSample(v.payload);
         break;
+      case ptkit::RecordType::kPerfFeature:
+        (void)ptkit::ParsePerfFeature(v.payload);
+        break;
       case ptkit::RecordType::kFooter:
         (void)ptkit::ParseFooter(v.payload);
         break;

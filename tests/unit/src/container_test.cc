@@ -640,6 +640,28 @@ TEST(ContainerReaderTest, AValidChecksumOverAMalformedPayloadIsDamage) {
   EXPECT_THAT(got.report.damage[0].reason, HasSubstr("size field 100 but 99 data bytes"));
 }
 
+// A perf.data's feature section kept for export (kind 10): its id and bytes come back; an id
+// outside perf's 256-bit feature bitmap (or its reserved bit 0) is a malformed payload.
+TEST(ContainerReaderTest, APerfFeatureComesBackAndABadIdIsDamage) {
+  const std::vector<uint8_t> formats = Pattern(300, 5, false);
+  std::vector<uint8_t> file = FileHeader();
+  AppendFrame(file, RecordType::kPerfFeature, 0, EncodePerfFeature({.id = 1, .bytes = formats}));
+  AppendFrame(file, RecordType::kPerfFeature, 1, EncodePerfFeature({.id = 256, .bytes = formats}));
+  AppendFrame(file, RecordType::kPerfFeature, 2, EncodePerfFeature({.id = 0, .bytes = {}}));
+  ReadAll got = ReadBytes(file);
+  ASSERT_THAT(got.records, SizeIs(1));
+  auto f = ParsePerfFeature(got.records[0].payload);
+  ASSERT_THAT(f, IsOk());
+  EXPECT_EQ(f->id, 1u);
+  EXPECT_THAT(f->bytes, BytesAre(formats));
+  EXPECT_EQ(RecordTypeName(10), "perf-feature");
+  ASSERT_THAT(got.report.damage, SizeIs(2));
+  EXPECT_THAT(got.report.damage[0].reason,
+              HasSubstr("(perf-feature) at offset 372: malformed payload: "));
+  EXPECT_THAT(got.report.damage[0].reason, HasSubstr("feature id 256 is not 1 to 255"));
+  EXPECT_THAT(got.report.damage[1].reason, HasSubstr("feature id 0 is not 1 to 255"));
+}
+
 TEST(ContainerReaderTest, RejectsFilesThatAreNotContainers) {
   std::vector<uint8_t> empty;
   EXPECT_THAT(ContainerReader::Open(MemorySource(empty, "e.pt")),
