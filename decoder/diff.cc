@@ -108,26 +108,31 @@ std::string GroupName(const Profile& p, const ProfileFunction& fn, DiffGroup gro
   return MatchName(p, fn, names);
 }
 
-// The names that stand for several functions of one image (static functions of two sources),
-// over every run of both sides, so that a run that ran one of them names it as a run that ran
-// both does: a name whose rows have two source files (the profile sink looks a row's source up
-// where its file's symbols share its name, or for every row), each source by the fewest last
-// parts of its path that tell it from the others' ("util.c", or "x/util.c" and "y/util.c":
-// sweep 34b F4 merged those two). A function and its clones (CloneBase) have one source.
+// The names that stand for several functions of one image (static functions of two sources):
+// a name whose rows in one run have two source files (the profile sink looks a row's source up
+// where its file's symbols share its name; a stats --json document has it on every row). Each
+// source is labelled by its path's last parts, as few as tell apart the sources that one run
+// has ("util.c", or "x/util.c" and "y/util.c": sweep 34b F4 merged those two), the same number
+// for every run of both sides, so that a run that ran one of them names it as a run that ran
+// both does, and the same file of two checkouts ("/ci/base/app.c", "/ci/new/app.c"), never in
+// one run, is one function (sweep 40b H1: every function of two documents was a removed and a
+// new row, and no regression failed). A function and its clones (CloneBase) have one source.
 using SharedNames = std::map<Key, std::map<std::string, std::string>>;
 SharedNames FindSharedNames(std::span<const Profile> base, std::span<const Profile> now,
                             const DiffOptions& options) {
   SharedNames out;
   if (options.group_by != DiffGroup::kFunction) return out;
-  std::map<Key, std::set<std::string>> sources;
+  // Per (image, name): the sources of each run that has any.
+  std::map<Key, std::vector<std::set<std::string>>> sources;
   for (std::span<const Profile> side : {base, now}) {
     for (const Profile& p : side) {
       const Names names = NamesOf(p);
+      std::map<Key, std::set<std::string>> run;
       for (const ProfileFunction& fn : p.functions) {
-        if (!fn.source.empty()) {
-          sources[Key(Basename(fn.image), MatchName(p, fn, names))].insert(fn.source);
-        }
+        if (!fn.source.empty())
+          run[Key(Basename(fn.image), MatchName(p, fn, names))].insert(fn.source);
       }
+      for (auto& [key, paths] : run) sources[key].push_back(std::move(paths));
     }
   }
   // The last `parts` parts of `path` ("x/util.c" for 2), or all of it.
@@ -136,24 +141,33 @@ SharedNames FindSharedNames(std::span<const Profile> base, std::span<const Profi
     while (parts-- > 0 && at != std::string_view::npos && at > 0) at = path.rfind('/', at - 1);
     return at == std::string_view::npos ? path : path.substr(at + 1);
   };
-  for (auto& [key, paths] : sources) {
-    if (paths.size() < 2) continue;
-    std::map<std::string, std::string>& labels = out[key];
-    for (const std::string& path : paths) {
-      // (At most one part per '/' and the whole path: "/src/a.c" and "src/a.c" end alike in
-      // every part, told apart only whole; a review found it looping for ever.)
-      const size_t most = static_cast<size_t>(std::count(path.begin(), path.end(), '/')) + 1;
-      std::string_view label = path;
-      for (size_t parts = 1; parts <= most; ++parts) {
-        const std::string_view part = tail(path, parts);
-        if (std::none_of(paths.begin(), paths.end(), [&](const std::string& o) {
-              return o != path && tail(o, parts) == part;
-            })) {
-          label = part;
-          break;
-        }
+  for (const auto& [key, runs] : sources) {
+    if (std::none_of(runs.begin(), runs.end(), [](const auto& r) { return r.size() >= 2; })) {
+      continue;
+    }
+    // The fewest parts that tell apart the sources of every run. (At most one part per '/' and
+    // the whole path: "/src/a.c" and "src/a.c" end alike in every part, told apart only whole;
+    // a review found it looping for ever.)
+    size_t most = 1;
+    for (const auto& r : runs) {
+      for (const std::string& path : r) {
+        most = std::max(most, static_cast<size_t>(std::count(path.begin(), path.end(), '/')) + 1);
       }
-      labels[path] = label;
+    }
+    size_t parts = 1;
+    for (; parts < most; ++parts) {
+      const bool distinct = std::all_of(runs.begin(), runs.end(), [&](const auto& r) {
+        std::set<std::string_view> labels;
+        for (const std::string& path : r) labels.insert(tail(path, parts));
+        return labels.size() == r.size();
+      });
+      if (distinct) break;
+    }
+    std::map<std::string, std::string>& labels = out[key];
+    for (const auto& r : runs) {
+      for (const std::string& path : r) {
+        labels[path] = parts < most ? std::string(tail(path, parts)) : path;
+      }
     }
   }
   return out;

@@ -693,6 +693,13 @@ TEST(CloneBaseTest, GccClonesAndPartsAreTheirFunction) {
   }
 }
 
+// A diff's rows by their function's name.
+std::map<std::string, const DiffRow*> RowsByName(const DiffResult& d) {
+  std::map<std::string, const DiffRow*> rows;
+  for (const DiffRow& r : d.rows) rows[r.function] = &r;
+  return rows;
+}
+
 // Static functions of one name in sources that share a file name (x/util.c, y/util.c) are rows
 // of their own, named by the fewest last parts of the path that tell them apart (sweep 34b F4:
 // one row "helper (util.c)", x's +100% shown as +4.76%); one only named by its file name.
@@ -716,25 +723,70 @@ TEST(DiffTest, SourcesOfOneFileNameAreToldApartByTheirDirectories) {
   options.fail_function_pct = 10;
   auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
   ASSERT_TRUE(d.ok()) << d.status();
-  std::map<std::string, const DiffRow*> rows;
-  for (const DiffRow& r : d->rows) rows[r.function] = &r;
+  std::map<std::string, const DiffRow*> rows = RowsByName(*d);
   ASSERT_TRUE(rows.contains("helper (x/util.c)") && rows.contains("helper (y/util.c)") &&
               rows.contains("other (a.c)") && rows.contains("other (b.c)"))
       << d->rows.size();
   EXPECT_TRUE(rows["helper (x/util.c)"]->regression);
   EXPECT_DOUBLE_EQ(*rows["helper (x/util.c)"]->change_pct, 100.0);
   EXPECT_FALSE(rows["helper (y/util.c)"]->regression);
-  // Paths that end alike in every part ("/src/x/util.c", "src/x/util.c": a build's absolute
-  // and a document's relative name) are told apart whole (a review: the search never ended).
+  // The same file named relative in one run and absolute in the other ("src/x/util.c" and
+  // "/src/x/util.c") is one function.
   Profile relative = run("rel", 80);
   for (ProfileFunction& fn : relative.functions) {
     if (fn.address == 0x10) fn.source = "src/x/util.c";
   }
   d = DiffProfiles({&relative, 1}, {&now, 1}, options);
   ASSERT_TRUE(d.ok()) << d.status();
-  rows.clear();
-  for (const DiffRow& r : d->rows) rows[r.function] = &r;
+  rows = RowsByName(*d);
+  ASSERT_TRUE(rows.contains("helper (x/util.c)") && rows.contains("helper (y/util.c)"))
+      << d->rows.size();
+  EXPECT_TRUE(rows["helper (x/util.c)"]->regression);
+  // Paths of one run that end alike in every part are told apart whole (a review: the search
+  // never ended).
+  Profile both = run("both", 80);
+  for (ProfileFunction& fn : both.functions) {
+    if (fn.address == 0x40) fn.source = "src/x/util.c";
+    if (fn.address == 0x10) fn.source = "/src/x/util.c";
+  }
+  d = DiffProfiles({&both, 1}, {&both, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  rows = RowsByName(*d);
   EXPECT_TRUE(rows.contains("helper (src/x/util.c)") && rows.contains("helper (/src/x/util.c)"));
+}
+
+// Two builds from two checkouts, kept as stats --json documents (a source on every row): each
+// function has another source path on each side, but one per run, so it is one function, and
+// its regression fails the diff (sweep 40b H1: every function was a removed and a new row, and
+// diff said no regression, exit 0). Static functions of one name are still told apart, by the
+// parts of their paths the checkouts share.
+TEST(DiffTest, DocumentsOfBuildsFromTwoCheckoutsPairTheirFunctions) {
+  auto run = [](const std::string& trace, const std::string& checkout, uint64_t hot_self) {
+    Profile p = Make(trace, {{"hot", "/x/app", 0x10, hot_self, hot_self, 10},
+                             {"main", "/x/app", 0x40, 500, 500 + hot_self, 1},
+                             {"helper", "/x/app", 0x80, 50, 50, 1},
+                             {"helper", "/x/app", 0x90, 60, 60, 1}});
+    for (ProfileFunction& fn : p.functions) {
+      fn.source = checkout + (fn.address == 0x80   ? "/lib/x/util.c"
+                              : fn.address == 0x90 ? "/lib/y/util.c"
+                                                   : "/app.c");
+    }
+    p.source_files = true;
+    return p;
+  };
+  const Profile base = run("base", "/ci/base", 1000), now = run("now", "/ci/new", 3000);
+  DiffOptions options;
+  options.fail_function_pct = 10;
+  auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
+  ASSERT_TRUE(d.ok()) << d.status();
+  std::map<std::string, const DiffRow*> rows = RowsByName(*d);
+  ASSERT_TRUE(rows.contains("hot") && rows.contains("main") && rows.contains("helper (x/util.c)") &&
+              rows.contains("helper (y/util.c)"))
+      << d->rows.size() << " rows, the first " << d->rows[0].function;
+  EXPECT_EQ(d->rows.size(), 4u);
+  EXPECT_TRUE(rows["hot"]->regression);
+  EXPECT_DOUBLE_EQ(*rows["hot"]->change_pct, 200.0);
+  EXPECT_TRUE(d->regression());
 }
 
 // A function the new build inlined into its caller is removed and the caller's self count
@@ -844,8 +896,7 @@ TEST(DiffTest, LambdasNumberedOtherwiseArePairedByTheirCode) {
   auto d = DiffProfiles({&base, 1}, {&now, 1}, options);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_FALSE(d->regression()) << d->reasons[0];
-  std::map<std::string, const DiffRow*> rows;
-  for (const DiffRow& r : d->rows) rows[r.function] = &r;
+  std::map<std::string, const DiffRow*> rows = RowsByName(*d);
   ASSERT_TRUE(rows.contains("long apply<main::{lambda(int)#3}>()"));
   EXPECT_EQ(rows["long apply<main::{lambda(int)#3}>()"]->change, 0);
   EXPECT_EQ(rows["long apply<main::{lambda(int)#2}>()"]->change, 0);
@@ -859,8 +910,7 @@ TEST(DiffTest, LambdasNumberedOtherwiseArePairedByTheirCode) {
   // One removed: the one after it pairs by code; the removed one keeps a name of its own.
   d = DiffProfiles({&now, 1}, {&base, 1}, options);
   ASSERT_TRUE(d.ok()) << d.status();
-  rows.clear();
-  for (const DiffRow& r : d->rows) rows[r.function] = &r;
+  rows = RowsByName(*d);
   ASSERT_TRUE(rows.contains("long apply<main::{lambda(int)#1}>() (base build)"));
   EXPECT_FALSE(rows["long apply<main::{lambda(int)#1}>() (base build)"]->in_new);
   EXPECT_EQ(rows["long apply<main::{lambda(int)#1}>()"]->change, 0);
@@ -887,8 +937,7 @@ TEST(DiffTest, LambdasNumberedOtherwiseArePairedByTheirCode) {
       {{"main", "/n/app", 0x10, 500, 950, 1}, lambda(1, "yyyy", 50), lambda(2, "zzzz", 18008)});
   d = DiffProfiles({&base, 1}, {&other, 1}, options);
   ASSERT_TRUE(d.ok()) << d.status();
-  rows.clear();
-  for (const DiffRow& r : d->rows) rows[r.function] = &r;
+  rows = RowsByName(*d);
   EXPECT_TRUE(rows["long apply<main::{lambda(int)#1}>()"]->in_base &&
               rows["long apply<main::{lambda(int)#1}>()"]->in_new);
   // The code goes through stats --json.
