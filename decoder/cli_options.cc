@@ -58,6 +58,15 @@ void AddContainerFlags(CLI::App& cmd, DecodeFlags& f) {
       ->type_name("K");
 }
 
+CLI::Validator NotNegative() {
+  return CLI::Validator(
+      [](const std::string& value) {
+        return value.starts_with('-') ? "expected a number of 0 or more, not " + value
+                                      : std::string();
+      },
+      "", "NotNegative");
+}
+
 void AddDecoderFlags(CLI::App& cmd) {
   cmd.add_option_function<std::string>(
          "--decoder",
@@ -364,14 +373,15 @@ void AddDiffFlags(CLI::App& cmd, DiffFlags& f) {
   cmd.add_option("--fail-total", f.fail_total,
                  "Exit 3 when the total grew by more than PCT percent")
       ->type_name("PCT")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NotNegative());
   cmd.add_option("--fail-function", f.fail_function,
                  "Exit 3 when a function grew by more than PCT percent")
       ->type_name("PCT")
-      ->check(CLI::NonNegativeNumber);
+      ->check(NotNegative());
   cmd.add_option("--min-instructions", f.options.min_instructions,
                  "--fail-function checks only functions with at least N instructions")
       ->type_name("N")
+      ->check(NotNegative())
       ->each([&f](const std::string&) { f.min_instructions_given = true; });
   cmd.add_flag("--exclude-startup", f.exclude_startup,
                "Count only what runs under main() (the default): not the start-up before it "

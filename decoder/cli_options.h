@@ -23,6 +23,7 @@
 
 namespace CLI {
 class App;
+class Validator;
 }  // namespace CLI
 
 namespace ptkit::decoder {
@@ -76,6 +77,11 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& flags, const DecodeFlagSet& set)
 // --decoder and -j (and the tests' --chunk-size, --chunk-stats): process-wide settings of
 // every decode (AddDecodeFlags adds them; report, diff and info --decode decode too).
 void AddDecoderFlags(CLI::App& cmd);
+
+// A check for a number option that may not be negative: CLI11 2.1 reads "-5" into an unsigned
+// as 2^64-5 (a --min-instructions of -5 turned diff's gate off: sweep 40b M1), and its own
+// NonNegativeNumber says so with a 300-digit range.
+CLI::Validator NotNegative();
 
 // The raw-trace input (--pt or --bts with --elf, --raw, --pages, --cpu FAMILY/MODEL and the
 // timing flags). Errors: both or neither of --pt and --bts; a recording's filters (--tid,

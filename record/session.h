@@ -81,7 +81,7 @@ struct SessionOptions {
   bool snapshot_on_crash = false;  // --snapshot-on-crash (record/crash.h)
   bool kcore = false;  // --kcore: the kernel text, kallsyms and modules (record/kcore.h)
   bool compress = true;
-  bool archive = false;  // store the executable ranges of every mapped file
+  bool archive = false;  // store every mapped executable file whole, and its debug file
   std::string sysfs_root = std::string(kDefaultSysfsRoot);
   std::vector<std::string> command_line;  // for the metadata
 };

@@ -643,7 +643,8 @@ const Command kCommands[] = {
        cmd.add_flag("--json", f.decode.json, "Print JSON (schema in ptdecode(1))");
        cmd.add_option("--branches", f.samples.branches,
                       "The last N taken branches of each sample (default 16; 0: all)")
-           ->type_name("N");
+           ->type_name("N")
+           ->check(dec::NotNegative());
        cmd.add_flag("--instructions", f.samples.instructions,
                     "Also list every instruction decoded from each snippet");
        cmd.add_flag("--folded", f.samples.folded,

@@ -326,8 +326,8 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
                  "AUX bytes that wake ptrecord (K/M/G; default a quarter of the AUX area)");
   app.add_flag("--no-compress", no_compress, "Store records without zstd");
   app.add_flag("--archive", o.archive,
-               "Also store the executable ranges of every mapped file, so decoding needs "
-               "nothing from this machine");
+               "Also store every mapped executable file whole, and its separate debug file "
+               "where there is one, so decoding needs nothing from this machine");
   app.add_option("--sysfs-root", o.sysfs_root,
                  "Where PMUs are described (default /sys/bus/event_source/devices)");
   app.add_flag("--emulate{default}", emulate,

@@ -128,6 +128,10 @@ TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
   EXPECT_THAT(text.out, HasSubstr(" work+0x"));
   EXPECT_THAT(text.out, HasSubstr(std::to_string(expected_total) + " samples: " +
                                   std::to_string(expected_total) + " decoded to the sampled IP"));
+  // A negative count is a usage error (CLI11 read -2 as 2^64-2: every branch; sweep 40b M1).
+  auto negative = RunCommand({PTDECODE_PATH, "samples", "--branches", "-2", rec.trace});
+  EXPECT_EQ(negative.exit_code, 2);
+  EXPECT_THAT(negative.err, HasSubstr("--branches: expected a number of 0 or more, not -2"));
 }
 
 // Every function symbol of a static program by `nm -S` (the oracle): start -> [end, names]

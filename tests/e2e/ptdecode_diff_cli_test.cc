@@ -214,6 +214,19 @@ TEST_F(PtdecodeDiffTest, ARecordingCutShortIsIncompleteAndFailsOnLoss) {
   r = RunCommand({PTDECODE_PATH, "diff", base.trace, cut, "--fail-on-loss"});
   EXPECT_EQ(r.exit_code, 3) << r.out << r.err;
   EXPECT_THAT(r.out, HasSubstr("# warning: new side incomplete: " + cut + ": no footer"));
+  // JUnit: the cut run is one case with one failure, whose text says what is missing (sweep
+  // 40b M5: two failures, each saying "no decode error or loss"); the whole run is another.
+  r = RunCommand({PTDECODE_PATH, "diff", base.trace, cut, "--fail-on-loss", "--format", "junit"});
+  EXPECT_EQ(r.exit_code, 3) << r.err;
+  const size_t at = r.out.find("<testcase classname=\"complete\" name=\"" + cut + "\">");
+  ASSERT_NE(at, std::string::npos) << r.out;
+  const std::string one = r.out.substr(at, r.out.find("</testcase>", at) - at);
+  EXPECT_EQ(one.find("<failure"), one.rfind("<failure")) << one;
+  EXPECT_THAT(one, HasSubstr("<failure message=\"" + cut + ": "));
+  EXPECT_THAT(one, HasSubstr(cut + ": no footer"));
+  EXPECT_THAT(one, Not(HasSubstr("no decode error or loss")));
+  EXPECT_THAT(r.out, HasSubstr("<testcase classname=\"complete\" name=\"" + base.trace +
+                               "\"><system-out>no decode error or loss</system-out>"));
   auto stats = RunCommand({PTDECODE_PATH, "stats", "--json", cut});
   ASSERT_EQ(stats.exit_code, 0) << stats.err;
   auto profile = decoder::ProfileFromJson(stats.out);
@@ -1149,6 +1162,16 @@ TEST_F(PtdecodeDiffTest, BadInputsAreNamed) {
   EXPECT_THAT(o.err, HasSubstr("have no function in common"));
   auto u = RunCommand({PTDECODE_PATH, "diff", a.stats_json});
   EXPECT_EQ(u.exit_code, 2);
+  // A negative limit is a usage error, said in a line: CLI11 read --min-instructions -5 as
+  // 2^64-5, which turned --fail-function off with exit 0 (sweep 40b M1).
+  for (const char* option : {"--min-instructions", "--fail-function", "--fail-total"}) {
+    auto n = RunCommand(
+        {PTDECODE_PATH, "diff", a.stats_json, a.stats_json, "--fail-function", "1", option, "-5"});
+    EXPECT_EQ(n.exit_code, 2) << option << ": " << n.out;
+    EXPECT_EQ(n.err, fmt::format("ptdecode: {}: expected a number of 0 or more, not -5 (see "
+                                 "ptdecode --help)\n",
+                                 option));
+  }
 }
 
 // Several runs a side: a function that ran in fewer than half the base runs has a base median
