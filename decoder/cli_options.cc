@@ -139,15 +139,17 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
                  "(repeatable)")
       ->allow_extra_args(false)
       ->take_all();
-  cmd.add_option("--time", f.time,
-                 "FROM,TO: only what ran while the trace's time (TSC) was in [FROM, TO)");
-  cmd.add_option("--mtc-freq", f.mtc_freq, "IA32_RTIT_CTL.MTCFreq")->check(CLI::Range(0, 15));
-  cmd.add_option("--nom-freq", f.nom_freq, "Nominal frequency (MSR_PLATFORM_INFO[15:8])")
-      ->check(CLI::Range(0, 255));
-  cmd.add_option("--cpuid-0x15.eax", f.cpuid_eax, "CPUID leaf 0x15 eax (CTC ratio denominator)");
-  cmd.add_option("--cpuid-0x15.ebx", f.cpuid_ebx, "CPUID leaf 0x15 ebx (CTC ratio numerator)");
+  if (set.decode) {
+    cmd.add_option("--time", f.time,
+                   "FROM,TO: only what ran while the trace's time (TSC) was in [FROM, TO)");
+    cmd.add_option("--mtc-freq", f.mtc_freq, "IA32_RTIT_CTL.MTCFreq")->check(CLI::Range(0, 15));
+    cmd.add_option("--nom-freq", f.nom_freq, "Nominal frequency (MSR_PLATFORM_INFO[15:8])")
+        ->check(CLI::Range(0, 255));
+    cmd.add_option("--cpuid-0x15.eax", f.cpuid_eax, "CPUID leaf 0x15 eax (CTC ratio denominator)");
+    cmd.add_option("--cpuid-0x15.ebx", f.cpuid_ebx, "CPUID leaf 0x15 ebx (CTC ratio numerator)");
+  }
   if (set.json) cmd.add_flag("--json", f.json, "Machine-readable output (see ptdecode(1))");
-  AddDecoderFlags(cmd);
+  if (set.decode) AddDecoderFlags(cmd);
   if (set.disasm) {
     cmd.add_flag("--disasm", f.disasm, "Disassemble each instruction (Zydis, Intel)");
   }

@@ -64,6 +64,9 @@ struct DecodeFlagSet {
   bool max_depth = false;   // --max-depth N (folded)
   bool only_under = false;  // --only-under FUNCTION, --exclude-startup (stats)
   bool samples = false;     // --samples (stats, folded)
+  // --time, the timing flags (--mtc-freq, --nom-freq, --cpuid-0x15.*), --decoder and -j: all
+  // but packets, which decodes no instruction (sweep 40b M2: it took them and did nothing).
+  bool decode = true;
 };
 
 // Registers --sysroot/--symfs, --buildid-dir, --cpu, --tid and --snapshot: where a

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -471,6 +473,18 @@ int RunExport(const dec::ExportFlags& f) {
         "-o -: an export is written to a file (a perf.data in file mode, with its build-id "
         "cache FILE.debug beside it), not to standard output; name the file");
   }
+  // An option of the other format is an error, not ignored (sweep 40b M2).
+  const bool to_trace_pt = dec::ExportFormatFromFlags(f) == dec::ExportFormat::kContainer;
+  for (const auto& [given, option, of] :
+       {std::tuple{f.container.archive, "--archive", "--to trace.pt"},
+        std::tuple{!f.container.sysroot.empty(), "--sysroot", "--to trace.pt --archive"},
+        std::tuple{!f.container.buildid_dir.empty(), "--buildid-dir", "--to trace.pt --archive"},
+        std::tuple{!f.perf_data.debug_dir.empty(), "--debug-dir", "--to perf.data"}}) {
+    if (given && to_trace_pt != std::string_view(of).starts_with("--to trace.pt")) {
+      return UsageError(
+          fmt::format("{} is an option of export {}, not of --to {}", option, of, f.to));
+    }
+  }
   // -o naming the input would overwrite the recording with its export (sweep 37a L6).
   struct stat in, out;
   if (::stat(f.input.c_str(), &in) == 0 && ::stat(f.output.c_str(), &out) == 0 &&
@@ -544,8 +558,10 @@ std::string OptionOfOthers(CLI::App& app, const std::vector<char*>& args) {
   for (size_t i = 2; i < args.size(); ++i) {
     const std::string_view arg = args[i];
     if (arg == "--") break;
-    if (!arg.starts_with("--")) continue;
-    const std::string option(arg.substr(0, arg.find('=')));
+    // A long option (--name or --name=value) or a short one (-j, -j2).
+    const bool is_short = arg.size() >= 2 && arg[0] == '-' && std::isalpha(arg[1]) != 0;
+    if (!arg.starts_with("--") && !is_short) continue;
+    const std::string option(is_short ? arg.substr(0, 2) : arg.substr(0, arg.find('=')));
     if (sub->get_option_no_throw(option) != nullptr) continue;
     std::string others;
     for (const CLI::App* other : app.get_subcommands({})) {
@@ -618,7 +634,8 @@ const Command kCommands[] = {
      [](const Flags& f) { return RunDecode(f.decode, dec::MakeTimelineSink); }},
     {"packets",
      "Packet dump with offsets, like ptdump; trace.pt: each stream with its AUX offsets and loss",
-     DecodeFlagsOf<true, false, false, false>, [](const Flags& f) { return RunPackets(f.decode); }},
+     [](CLI::App& cmd, Flags& f) { dec::AddDecodeFlags(cmd, f.decode, {.decode = false}); },
+     [](const Flags& f) { return RunPackets(f.decode); }},
     {"report",
      "The default (`ptdecode FILE`): info summary, top 20 functions of stats, every loss and "
      "error",
@@ -651,7 +668,16 @@ const Command kCommands[] = {
                     "A sampled profile instead: one 'f1;f2;f3 N' line per stack rebuilt from the "
                     "snippets (flamegraph.pl)");
      },
-     [](const Flags& f) { return RunSamples(f.decode, f.samples); }},
+     [](const Flags& f) {
+       // --snapshot is a container flag of the decoding sub-commands; every sample is shown
+       // (sweep 40b M2: it was taken and did nothing).
+       if (!f.decode.snapshot.empty()) {
+         return UsageError(
+             "--snapshot selects one snapshot's trace; samples shows every AUX sample (select "
+             "them with --tid or --cpu N)");
+       }
+       return RunSamples(f.decode, f.samples);
+     }},
     {"diff",
      "Compare per-function instruction counts of two builds (trace.pt, perf.data or stats "
      "--json); exit 3 on a regression beyond --fail-total/--fail-function",

@@ -132,6 +132,10 @@ TEST_F(AuxSampleCliTest, SnippetsEndAtTheSampledInstruction) {
   auto negative = RunCommand({PTDECODE_PATH, "samples", "--branches", "-2", rec.trace});
   EXPECT_EQ(negative.exit_code, 2);
   EXPECT_THAT(negative.err, HasSubstr("--branches: expected a number of 0 or more, not -2"));
+  // --snapshot selects no sample: refused, not ignored (sweep 40b M2).
+  auto snapshot = RunCommand({PTDECODE_PATH, "samples", "--snapshot", "1", rec.trace});
+  EXPECT_EQ(snapshot.exit_code, 2);
+  EXPECT_THAT(snapshot.err, HasSubstr("--snapshot selects one snapshot's trace; samples shows"));
 }
 
 // Every function symbol of a static program by `nm -S` (the oracle): start -> [end, names]

@@ -1499,6 +1499,20 @@ TEST_F(PerfExportTest, ABadInputIsAClearError) {
   r = RunCommand({PTDECODE_PATH, "export", "--to", "ctf", junk, "-o", Dir().File("x")});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.err, HasSubstr("--to"));
+  // An option of the other format is refused, not ignored (sweep 40b M2), before any reading.
+  for (const auto& [to, option, message] :
+       std::vector<std::tuple<std::string, std::vector<std::string>, std::string>>{
+           {"perf.data", {"--archive"}, "--archive is an option of export --to trace.pt, not"},
+           {"perf.data", {"--sysroot", "/"}, "--sysroot is an option of export --to trace.pt"},
+           {"perf.data", {"--buildid-dir", "/"}, "--buildid-dir is an option of export --to tr"},
+           {"trace.pt", {"--debug-dir", "/tmp"}, "--debug-dir is an option of export --to perf"}}) {
+    std::vector<std::string> argv = {PTDECODE_PATH, "export",           "--to", to, junk,
+                                     "-o",          Dir().File("other")};
+    argv.insert(argv.end(), option.begin(), option.end());
+    r = RunCommand(argv);
+    EXPECT_EQ(r.exit_code, 2) << option[0];
+    EXPECT_THAT(r.err, HasSubstr(message));
+  }
 }
 
 }  // namespace

@@ -537,6 +537,13 @@ TEST_F(PtdecodeCliTest, SubcommandErrorsNameTheWordAndTheChoices) {
   EXPECT_EQ(r.err,
             "ptdecode: folded has no --only-under option (sub-commands that have it: stats, diff) "
             "(see ptdecode folded --help)\n");
+  // packets decodes no instruction: the decoding options are not its (sweep 40b M2: --time,
+  // --decoder, -j and the timing options were taken and did nothing).
+  for (const char* option : {"--time 1,2", "--decoder libipt", "-j 2", "--mtc-freq 3"}) {
+    r = RunPtdecode(fmt::format("packets {} --pt {}", option, trace_));
+    EXPECT_EQ(r.exit_code, 2) << option;
+    EXPECT_THAT(r.err, HasSubstr("ptdecode: packets has no ")) << option;
+  }
   r = RunPtdecode("folded --bogus " + trace_);  // no sub-command's: CLI11's words
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.err,
