@@ -91,9 +91,12 @@ bool RunsQemu(uint32_t pid, const std::string& exe) {
 
 }  // namespace
 
-absl::Status CheckQemuPlugin(const std::string& path) {
+absl::Status CheckQemuPlugin(const std::string& path, bool given) {
   const std::string what = absl::StrCat("the QEMU plugin ", path);
-  const std::string rebuild = "build the ptkit_qemu target, or give its path with --qemu-plugin";
+  const std::string rebuild =
+      given ? absl::StrCat("give --qemu-plugin the ", kQemuPluginName,
+                           " built with this ptrecord (the ptkit_qemu target)")
+            : "build the ptkit_qemu target, or give its path with --qemu-plugin";
   absl::StatusOr<ElfFile> elf = ElfFile::Open(path);
   if (!elf.ok()) {
     return absl::FailedPreconditionError(
@@ -154,22 +157,30 @@ absl::StatusOr<QemuSetup> FindQemu(const std::string& plugin, const std::string&
         "qemu-user; qemu-user-static cannot load plugins), or use --emulate=step");
   }
   setup.plugin = plugin;
+  std::string installed;  // where `cmake --install` puts it, looked in second
   if (setup.plugin.empty()) {
     const std::filesystem::path bin = std::filesystem::path(self_exe).parent_path();
     setup.plugin = (bin / kQemuPluginName).string();
-    const std::string installed =
-        (bin / PTKIT_QEMU_PLUGIN_INSTALLED / kQemuPluginName).lexically_normal().string();
+    installed = (bin / PTKIT_QEMU_PLUGIN_INSTALLED / kQemuPluginName).lexically_normal().string();
     if (access(setup.plugin.c_str(), F_OK) != 0 && access(installed.c_str(), F_OK) == 0) {
       setup.plugin = installed;
     }
   }
   if (access(setup.plugin.c_str(), R_OK) != 0) {
+    const int error = errno;
+    if (!plugin.empty()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("the QEMU plugin ", plugin, " is not there (", ErrnoText(error),
+                       "): give --qemu-plugin the ", kQemuPluginName, " built with this ptrecord"));
+    }
+    // Both places looked in (sweep 40b L18 named only the first).
     return absl::FailedPreconditionError(
-        absl::StrCat("the QEMU plugin ", setup.plugin, " is not there (", ErrnoText(errno),
+        absl::StrCat("the QEMU plugin is neither next to ptrecord (", setup.plugin, ": ",
+                     ErrnoText(error), ") nor where it is installed (", installed,
                      "): build the ptkit_qemu target, or give its path with --qemu-plugin PATH"));
   }
   setup.plugin = std::filesystem::absolute(setup.plugin).string();
-  PTKIT_RETURN_IF_ERROR(CheckQemuPlugin(setup.plugin));
+  PTKIT_RETURN_IF_ERROR(CheckQemuPlugin(setup.plugin, !plugin.empty()));
   setup.version = QemuVersion(setup.qemu);
   return setup;
 }
@@ -187,10 +198,11 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
                          ParseEmulatedFilters(options.filter));
   PTKIT_RETURN_IF_ERROR(CheckEmulatedModes(options, options.qemu_aux_pages));
   if (options.pt.mtc || options.pt.cyc) {
-    // The plugin writes TSC packets only (it has no cycle count to time MTC or CYC by).
-    return absl::InvalidArgumentError(
+    // The plugin writes TSC packets only (it has no cycle count to time MTC or CYC by). A term
+    // the emulated PMU does not take: a usage error, as the other terms' (sweep 40b L1).
+    return Usage(absl::InvalidArgumentError(
         "--emulate=qemu writes no MTC or CYC packets (intel_pt terms mtc, cyc): use "
-        "--emulate=step for them");
+        "--emulate=step for them"));
   }
   PTKIT_ASSIGN_OR_RETURN(QemuSetup setup, FindQemu(options.qemu_plugin, options.self_exe));
   // As execvp finds it: a name with a '/' is itself (execve says what is wrong with it).
@@ -215,8 +227,9 @@ absl::StatusOr<EmulateResult> RecordQemuUntilEnd(const EmulateOptions& options, 
     absl::Status s = absl::FailedPreconditionError(absl::StrCat(
         program,
         ": not an x86-64 ELF program nor a #! script of one, so qemu-x86_64 cannot run it "
-        "(an i386 program, a format binfmt_misc runs, or a file it cannot read); record it "
-        "without --emulate where the CPU has Intel PT"));
+        "(an i386 program, a format binfmt_misc runs, or a file it cannot read); record an "
+        "i386 program with --emulate=step, or any of them without --emulate where the CPU has "
+        "Intel PT"));
     s.SetPayload(record::kExitCodePayload, absl::Cord("126"));
     return s;
   }

@@ -28,8 +28,9 @@ inline constexpr char kQemuPluginName[] = "libptkit_qemu.so";
 // Checks that the file `path` is ptkit's QEMU plugin for this ptrecord: an x86-64 shared
 // object exporting qemu_plugin_install and QemuPluginAbi (`ptkit_qemu_abi`) with this region
 // version. Errors (kFailedPrecondition, one line naming the file and what to do): not ELF,
-// not a QEMU plugin, not ptkit's, another region version.
-absl::Status CheckQemuPlugin(const std::string& path);
+// not a QEMU plugin, not ptkit's, another region version. `given`: the user named the file
+// (--qemu-plugin), so what to do is to name this build's plugin, not to name one.
+absl::Status CheckQemuPlugin(const std::string& path, bool given = false);
 
 // The wait status the guest would have given natively, from qemu-x86_64's: qemu dies of the
 // host's number of the guest's fatal signal, which for real-time signals is the guest's + 2

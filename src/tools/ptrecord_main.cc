@@ -114,7 +114,12 @@ int RunEmulated(const CLI::App& app, const SessionOptions& o, bool bts,
       ptkit::emulate::ParseEmulatedEvent(bts ? "intel_bts//u" : o.trace_event);
   if (!event.ok()) return Fail(std::string(event.status().message()), 2);
   const std::string self_exe = std::filesystem::read_symlink("/proc/self/exe").string();
-  if (backend == "default") backend = DefaultBackend(qemu_plugin, self_exe, quiet);
+  // --qemu-plugin names the backend: a bad plugin is said once, as with --emulate=qemu (sweep
+  // 40b M3: step ran, said the plugin was bad, and then refused --qemu-plugin: two lines).
+  if (backend == "default") {
+    backend =
+        app.count("--qemu-plugin") > 0 ? "qemu" : DefaultBackend(qemu_plugin, self_exe, quiet);
+  }
   if (backend != "qemu" && backend != "step") {
     return Fail("--emulate=" + backend + ": expected --emulate=qemu or --emulate=step", 2);
   }
