@@ -393,6 +393,15 @@ record::MetadataInput EmulatedMetadataInput(const EmulateOptions& options,
   mi.command_line = options.command_line;
   mi.workload = options.argv;
   mi.cpu = record::ReadCpuId();
+  // The trace's MTC and TMA packets count the encoder's crystal clock, not this CPU's (sweep
+  // 40a F5: the host's CPUID.15H was recorded; 0 on this machine, so MTC was left unused; an
+  // Intel host's would have decoded the time wrong).
+  mi.cpu.tsc_ratio_numerator = options.pt.cpuid_0x15_ebx;
+  mi.cpu.tsc_ratio_denominator = options.pt.cpuid_0x15_eax;
+  mi.cpu.crystal_hz = options.pt.cpuid_0x15_ebx == 0
+                          ? 0
+                          : static_cast<uint32_t>(1000000000 / options.pt.cpuid_0x15_ebx *
+                                                  options.pt.cpuid_0x15_eax);
   mi.event = options.bts ? "intel_bts//u (emulated)" : "intel_pt//u (emulated)";
   mi.attrs = {{"tracking", tracking}};
   if (options.aux_sample_size != 0) {  // named as the kernel path names its sampler

@@ -276,18 +276,28 @@ absl::Status PtEncoder::WritePsbPlus() {
 }
 
 // SDM "Mini Time Counter (MTC) Packet": sent when CTC bit (MTCFreq) toggles, payload
-// CTC[MTCFreq+7:MTCFreq]. Several elapsed periods still give one MTC.
+// CTC[MTCFreq+7:MTCFreq]. Several elapsed periods give one MTC, but never 256 or more: its
+// 8-bit payload could not tell them from fewer (the hardware sends one every period).
 absl::Status PtEncoder::Tick(uint64_t cycles) {
   uint64_t before = tsc_;
   tsc_ += cycles;
   cyc_pending_ += cycles;
   if (options_.mtc) {
-    uint64_t old_period = CtcOf(before) >> options_.mtc_freq;
-    uint64_t new_period = CtcOf(tsc_) >> options_.mtc_freq;
+    const uint64_t old_period = CtcOf(before) >> options_.mtc_freq;
+    const uint64_t new_period = CtcOf(tsc_) >> options_.mtc_freq;
     if (new_period != old_period) {
-      pt_packet p = MakePacket(ppt_mtc);
-      p.payload.mtc.ctc = static_cast<uint8_t>(new_period & 0xff);
-      PTKIT_RETURN_IF_ERROR(Emit(p));
+      // The branches retired before the tick go out first, so the MTC times them before it
+      // (sweep 40a F5: with one MTC for up to thousands of periods after them, a decoder's
+      // time ran backwards 40 times in a single-stepped recording).
+      PTKIT_RETURN_IF_ERROR(FlushTnt());
+      constexpr uint64_t kMaxPeriods = 255;
+      for (uint64_t period = std::min(new_period, old_period + kMaxPeriods);;
+           period = std::min(new_period, period + kMaxPeriods)) {
+        pt_packet p = MakePacket(ppt_mtc);
+        p.payload.mtc.ctc = static_cast<uint8_t>(period & 0xff);
+        PTKIT_RETURN_IF_ERROR(Emit(p));
+        if (period == new_period) break;
+      }
     }
   }
   return absl::OkStatus();

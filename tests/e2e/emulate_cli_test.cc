@@ -292,6 +292,36 @@ TEST_F(EmulateCliTest, AJumpToTheEntryPointEndsTheLoadersFrames) {
 // kernel's are on its events' clock: perf 6.1 reads the export's (`perf script -D`: "CPU TIME
 // OFFSET [SIZE]: PERF_RECORD_AUX") after the workload's exec and before its exit (they counted
 // 1, 2, 3... before, so perf ordered every AUX record before all the sideband).
+// With MTC packets (intel_pt/mtc=1/u), the metadata gives the encoder's crystal clock ratio
+// (CPUID.15H: TSC = CTC * 100 / 1), which its MTC and TMA packets count, not this CPU's (sweep
+// 40a F5: the host's, 0 here, left MTC unused; an Intel host's gave time running backwards),
+// and the time decoded with it never goes backwards.
+TEST_F(EmulateCliTest, MtcPacketsAreTimedByTheEncodersCrystal) {
+  auto rec = Record({PROGRAM_DIR "/emulate_fib", "x"}, {"--event", "intel_pt/mtc=1/u"});
+  if (skipped_) GTEST_SKIP() << "ptrace denied";
+  ASSERT_EQ(rec.exit_code, 3) << rec.err;
+  CheckDecode(1);
+  auto info = RunCommand({PTDECODE_PATH, "info", "--json", trace_});
+  ASSERT_EQ(info.exit_code, 0) << info.err;
+  const nlohmann::json cpu = nlohmann::json::parse(info.out)["metadata"]["cpu"];
+  EXPECT_EQ(cpu["cpuid_15h"]["tsc_ratio_numerator"], 100) << cpu.dump();
+  EXPECT_EQ(cpu["cpuid_15h"]["tsc_ratio_denominator"], 1) << cpu.dump();
+  auto insn = RunCommand({PTDECODE_PATH, "insn", "--json", trace_});
+  ASSERT_EQ(insn.exit_code, 0) << insn.err;
+  uint64_t last = 0, timed = 0, backwards = 0;
+  std::istringstream lines(insn.out);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    if (!j.contains("ip") || !j.contains("tsc")) continue;
+    const uint64_t tsc = j["tsc"];
+    backwards += tsc < last;
+    last = tsc;
+    ++timed;
+  }
+  EXPECT_GT(timed, 1000u);
+  EXPECT_EQ(backwards, 0u);
+}
+
 TEST_F(EmulateCliTest, TheAuxRecordsAreOnTheSidebandsClock) {
   if (access("/usr/bin/perf", X_OK) != 0) GTEST_SKIP() << "perf (linux-perf) is not installed";
   auto rec = Record({PROGRAM_DIR "/emulate_fib", "x"});

@@ -521,6 +521,34 @@ TEST(SwptPtEncoderTest, TimingPackets) {
   EXPECT_EQ(packets[2].type, ppt_tma);
 }
 
+// A tick of many MTC periods (a single-stepped instruction, a blocking system call) gives an
+// MTC at least every 255 periods: the 8-bit payload cannot tell 256 or more from fewer, and
+// decoders took them for fewer (sweep 40a F5). The branches before the tick go out first, so
+// the MTCs time them before it.
+TEST(SwptPtEncoderTest, ALongTickGivesAnMtcEvery255PeriodsAfterThePendingBranches) {
+  PtEncoderOptions options{.psb_period = 15,
+                           .tsc = true,
+                           .mtc = true,
+                           .mtc_freq = 0,
+                           .cpuid_0x15_eax = 1,
+                           .cpuid_0x15_ebx = 1};  // one MTC period per TSC tick
+  const auto packets =
+      ReadPackets(Encode({Event::Enable(kIp), Event::Cond(kIp, 2, true, kIp + 8), Event::Tick(600),
+                          Event::Simple(EventKind::kIndirectJump, 0, kIp + 16)},
+                         options));
+  std::vector<uint8_t> ctcs;
+  size_t first_mtc = packets.size(), tnt = packets.size();
+  for (size_t i = 0; i < packets.size(); ++i) {
+    if (packets[i].type == ppt_mtc) {
+      ctcs.push_back(packets[i].raw.payload.mtc.ctc);
+      first_mtc = std::min(first_mtc, i);
+    }
+    if (packets[i].type == ppt_tnt_8) tnt = i;
+  }
+  EXPECT_THAT(ctcs, ElementsAre(255, static_cast<uint8_t>(510), static_cast<uint8_t>(600)));
+  EXPECT_LT(tnt, first_mtc);  // the branch before the tick, before its MTCs
+}
+
 TEST(SwptPtEncoderTest, TimeSetsThePsbTscThenWritesTscPacketsAfterPendingBranches) {
   const auto packets = ReadPackets(Encode(
       {
