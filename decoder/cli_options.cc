@@ -436,8 +436,14 @@ absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& f,
     return absl::InvalidArgumentError("diff takes BASE and NEW, or --base and --new options");
   }
   if (plan.base.empty() || plan.now.empty()) {
-    return absl::InvalidArgumentError(
-        "diff needs a BASE and a NEW run (trace.pt, perf.data or stats --json document)");
+    // `--base a.pt b.pt` takes both for base runs (sweep 40b L16: not said).
+    const std::string which = plan.base.empty() ? "--base" : "--new";
+    return absl::InvalidArgumentError(absl::StrCat(
+        "diff needs a BASE and a NEW run (trace.pt, perf.data or stats --json document)",
+        f.base.size() + f.now.size() > 1 && f.sides.empty()
+            ? absl::StrCat("; every file after ", which == "--new" ? "--base" : "--new",
+                           " is a run of that side: give the other side with ", which, " FILE")
+            : ""));
   }
   plan.options = f.options;
   plan.options.metric = f.metric == "inclusive" ? DiffMetric::kInclusive

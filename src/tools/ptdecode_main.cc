@@ -593,7 +593,9 @@ void DecodeFlagsOf(CLI::App& cmd, Flags& f) {
 
 // In --help order. Add a sub-command by adding a row.
 const Command kCommands[] = {
-    {"info", "Show metadata, record counts and bytes, streams, loss and damage of a trace.pt",
+    {"info",
+     "Show metadata, record counts and bytes, streams, loss and damage of a trace.pt or "
+     "perf.data",
      [](CLI::App& cmd, Flags& f) {
        dec::AddInfoFlags(cmd, f.info);
        dec::AddDecoderFlags(cmd);
@@ -655,7 +657,7 @@ const Command kCommands[] = {
      "AUX samples (ptrecord --aux-sample): time, cpu, tid, sampled IP and symbol, and the last "
      "taken branches its trace snippet holds",
      [](CLI::App& cmd, Flags& f) {
-       cmd.add_option("FILE", f.decode.container, "trace.pt recording")->required();
+       cmd.add_option("FILE", f.decode.container, "trace.pt or perf.data recording")->required();
        dec::AddContainerFlags(cmd, f.decode);
        cmd.add_flag("--json", f.decode.json, "Print JSON (schema in ptdecode(1))");
        cmd.add_option("--branches", f.samples.branches,

@@ -1162,6 +1162,11 @@ TEST_F(PtdecodeDiffTest, BadInputsAreNamed) {
   EXPECT_THAT(o.err, HasSubstr("have no function in common"));
   auto u = RunCommand({PTDECODE_PATH, "diff", a.stats_json});
   EXPECT_EQ(u.exit_code, 2);
+  // --base takes every file after it (sweep 40b L16: not said).
+  u = RunCommand({PTDECODE_PATH, "diff", "--base", a.stats_json, a.stats_json});
+  EXPECT_EQ(u.exit_code, 2);
+  EXPECT_THAT(u.err, HasSubstr("every file after --base is a run of that side: give the other "
+                               "side with --new FILE"));
   // A negative limit is a usage error, said in a line: CLI11 read --min-instructions -5 as
   // 2^64-5, which turned --fail-function off with exit 0 (sweep 40b M1).
   for (const char* option : {"--min-instructions", "--fail-function", "--fail-total"}) {
