@@ -242,6 +242,7 @@ class LibiptBlockDecoder {
   const WalkedRun* run() const { return nullptr; }  // never a run
   void set_run_room(uint64_t) {}
   uint64_t run_offset() const { return 0; }
+  uint64_t run_tail_ninsn() const { return 0; }
   int Event(pt_event* event) { return pt_blk_event(dec_, event, sizeof(*event)); }
   int Time(uint64_t* tsc) const { return pt_blk_time(dec_, tsc, nullptr, nullptr); }
   int GetOffset(uint64_t* offset) const { return pt_blk_get_offset(dec_, offset); }
@@ -345,12 +346,14 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
             sink.OnProgress(offset_base + OffsetOf(dec));
           }
           if (status >= 0) {
-            // A run's blocks but the last ran at the offset before it (within the room given):
-            // counted at this offset only where it is that one (elsewhere a count at it would
-            // be reset by the last block's at this one).
+            // A run's blocks ran at the offset before it (within the room given) but those from
+            // the last TNT packet it read on (run_tail_ninsn), at this one: all are counted here
+            // where this is that offset, else only those (an earlier offset's count would be
+            // reset by the blocks after it).
             const uint64_t offset = OffsetOf(dec);
-            const bool same = run != nullptr && dec.run_offset() == offset;
-            if (!watch.Add(offset, same ? ninsn : block.ninsn)) status = -kErrorLoop;
+            uint64_t here = block.ninsn;
+            if (run != nullptr) here = dec.run_offset() == offset ? ninsn : dec.run_tail_ninsn();
+            if (!watch.Add(offset, here)) status = -kErrorLoop;
             dec.set_run_room(watch.room());
           }
         }
@@ -586,7 +589,7 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
       if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
       dec->SetWalk((impl == BlockDecoderImpl::kFast || impl == BlockDecoderImpl::kFastNoRuns) &&
                    fast.packets && fast.walk && sink.takes_walked_blocks());
-      dec->SetRuns(impl == BlockDecoderImpl::kFast);
+      dec->SetRuns(impl == BlockDecoderImpl::kFast, !sink.wants_positions());
       return BlockLoop(*dec, image, sink, totals, offset_base, switcher);
     }
     return RunWithStack(kBlockLoopStack, [&]() -> absl::Status {

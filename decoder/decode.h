@@ -152,9 +152,10 @@ uint64_t NewBlockMemoOwner();
 
 // A run of walked blocks given in one step (Sink::OnWholeRun): blocks that each end in a
 // conditional branch, a direct call or a compressed return (a repeated run: only conditional
-// branches), the answers taken from one TNT packet at once, from a memo the
-// block decoder keeps of (block, the next answers) -> the blocks they lead through. Nothing
-// happens between them: no event, no time, no change of trace position.
+// branches), the answers taken from one TNT packet at once (for a sink not told positions,
+// from TNT-8 packets that follow it byte for byte too), from a memo the block decoder keeps of
+// (block, the next answers) -> the blocks they lead through. Nothing happens between them: no
+// event, no time, and for a sink told positions no change of trace position.
 struct WalkedRun {
   std::span<const pt_block> blocks;   // in order; two or more, each with ninsn > 0
   std::span<BlockMemo* const> memos;  // each block's memo (OnWholeBlock's)

@@ -148,6 +148,7 @@ std::atomic<uint64_t> fast_block_walked_total{0};         // FastBlockDecoder::W
 std::atomic<uint64_t> fast_block_runs_total{0};           // FastBlockDecoder::WalkedRuns
 std::atomic<uint64_t> fast_block_call_runs_total{0};      // FastBlockDecoder::WalkedCallRuns
 std::atomic<uint64_t> fast_block_crossing_runs_total{0};  // FastBlockDecoder::WalkedCrossingRuns
+std::atomic<uint64_t> fast_block_ahead_runs_total{0};     // FastBlockDecoder::WalkedAheadRuns
 bool ChangesCr3(const auto& insn) { return insn.changes_cr3; }
 
 }  // namespace
@@ -267,6 +268,7 @@ FastBlockDecoder::~FastBlockDecoder() {
   fast_block_runs_total.fetch_add(runs_given_, std::memory_order_relaxed);
   fast_block_call_runs_total.fetch_add(call_runs_given_, std::memory_order_relaxed);
   fast_block_crossing_runs_total.fetch_add(crossing_runs_given_, std::memory_order_relaxed);
+  fast_block_ahead_runs_total.fetch_add(ahead_runs_given_, std::memory_order_relaxed);
   pt_qry_free_decoder(qry_);
 }
 
@@ -284,6 +286,10 @@ uint64_t FastBlockDecoder::WalkedCallRuns() {
 
 uint64_t FastBlockDecoder::WalkedCrossingRuns() {
   return fast_block_crossing_runs_total.load(std::memory_order_relaxed);
+}
+
+uint64_t FastBlockDecoder::WalkedAheadRuns() {
+  return fast_block_ahead_runs_total.load(std::memory_order_relaxed);
 }
 
 // A ProgramImage's graphs, one per set of block-ending flags.
@@ -1191,6 +1197,7 @@ void FastBlockDecoder::MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t
   uint32_t ninsn = 0;
   uint32_t push_mask = 0, pop_mask = 0;  // bit i: block i pushes, pops
   uint64_t pushes[kRunBlocks];           // block i's pushed return address
+  uint32_t before[kRunBits];             // the instructions before the block that takes answer i
   run.memo = {};
   // The run so far up to its last block that took an answer: where it ends.
   uint32_t end_blocks = 0;
@@ -1242,7 +1249,7 @@ void FastBlockDecoder::MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t
       n = link;
       continue;
     }
-    ++run.answers;
+    before[run.answers++] = ninsn - n->ninsn;
     end_blocks = run.blocks;
     end_ninsn = ninsn;
     end_last = n;
@@ -1271,6 +1278,7 @@ void FastBlockDecoder::MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t
   run.flat = end_flat;
   if (run.blocks < 2) return;
   run.head_ninsn = run.ninsn - run.last->ninsn;
+  for (uint32_t k = 0; k < run.answers; ++k) body.tail_ninsn[k] = run.ninsn - before[k];
   uint32_t kept_count = 0, peak = 0;
   // The blocks but the last (the masks may name blocks from it on: the loop went on past where
   // the run ends): the return addresses they leave pushed, and the most at once.
@@ -1294,11 +1302,20 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   const int left = packets_->TntLeft();
   int bits = std::min(left, kRunBits);
   uint64_t answers = bits > 0 ? packets_->PeekTnt(bits) : 0;
-  // Where all the cached answers fit in the key, the next TNT packet's first one too: the run's
-  // last block may take it (its Walk reads that packet, as the block walked alone would; the
-  // blocks before it ran at the offset the decoder is at now). TNT-8 packets (real hardware's)
-  // hold at most 6 answers: else runs would end at each one's end.
-  if (bits < kRunBits) {
+  // Where all the cached answers fit in the key, those of the TNT-8 packets right after them
+  // too (SetRuns' across_packets)...
+  int ahead = 0;
+  if (bits < kRunBits && runs_across_) {
+    uint64_t more = 0;
+    ahead = packets_->PeekTntAhead(kRunBits - bits, &more);
+    answers = answers << ahead | more;
+    bits += ahead;
+  }
+  // ... or the next TNT packet's first one: the run's last block may take it (its Walk reads
+  // that packet, as the block walked alone would; the blocks before it ran at the offset the
+  // decoder is at now). TNT-8 packets (real hardware's) hold at most 6 answers: else runs
+  // would end at each one's end.
+  if (bits < kRunBits && ahead == 0) {
     const int next = packets_->NextPacketTnt();
     if (next >= 0) {
       answers = answers << 1 | static_cast<uint64_t>(next);
@@ -1312,7 +1329,8 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
     static_assert(std::is_trivially_copyable_v<RunBody> && std::is_aggregate_v<RunBody>);
     run_heads_.reset(static_cast<RunHead*>(
         std::aligned_alloc(alignof(RunHead), kTntRunSlots * sizeof(RunHead))));
-    run_bodies_.reset(static_cast<RunBody*>(std::calloc(kTntRunSlots, sizeof(RunBody))));
+    run_bodies_.reset(static_cast<RunBody*>(
+        std::aligned_alloc(alignof(RunBody), kTntRunSlots * sizeof(RunBody))));
     if (!run_heads_ || !run_bodies_) throw std::bad_alloc();
     std::memset(static_cast<void*>(run_heads_.get()), 0, kTntRunSlots * sizeof(RunHead));
   }
@@ -1350,9 +1368,19 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   packets_->GetOffset(&run_offset_);
   // The answers of all but the last block at once; the last one's as Walk takes it.
   // All the cached answers where the last block takes the next packet's first.
-  packets_->SkipTnt(static_cast<int>(run.answers * repeat) - 1);
-  if (static_cast<int>(run.answers) > left) ++crossing_runs_given_;
+  const int skip = static_cast<int>(run.answers * repeat) - 1;
   RunBody& body = run_bodies_[slot];
+  run_tail_ninsn_ = run.ninsn - run.head_ninsn;
+  if (skip > left) {
+    // The blocks from the one that took the first answer of the last packet cached on ran at
+    // the offset after that packet (only the last block, where it takes the next one's first).
+    ++ahead_runs_given_;
+    const int given = packets_->SkipTntAhead(skip);
+    if (packets_->TntLeft() != 0) run_tail_ninsn_ = body.tail_ninsn[skip - given];
+  } else {
+    packets_->SkipTnt(skip);
+  }
+  if (static_cast<int>(run.answers) > left) ++crossing_runs_given_;
   if (!run.flat) {
     ++call_runs_given_;
     // As the blocks' calls and returns one by one: where the run's deepest point passes the

@@ -100,7 +100,14 @@ class FastBlockDecoder {
   // instructions of the run's blocks but the last fit in the room set_run_room gives: the
   // decode loop's bound of work without trace progress (kErrorLoop) then trips where it does
   // block by block.
-  void SetRuns(bool on) { runs_ = on && walk_; }
+  // With `across_packets` too (for a sink not told positions), a run may also take the answers
+  // of the TNT-8 packets that follow the one being read byte for byte
+  // (PacketLoop::PeekTntAhead): its blocks then ran at the offsets of the packets they read
+  // (run_tail_ninsn).
+  void SetRuns(bool on, bool across_packets = false) {
+    runs_ = on && walk_;
+    runs_across_ = runs_ && across_packets;
+  }
   static constexpr int kRunBits = 8;
   // After a walked Next: the run it gave, of which the block it filled is the last; null when
   // it gave one block.
@@ -112,6 +119,11 @@ class FastBlockDecoder {
   // branch may have read further, as the same block walked alone would: for the decode loop's
   // bound, which counts instructions per offset).
   uint64_t run_offset() const { return run_offset_; }
+  // After run(): the instructions of its blocks that ran at the offset after it (the decode
+  // loop's bound counts them there): the last block's, or where the run took the answers of
+  // TNT-8 packets after the one being read, those of the blocks from the one that took the
+  // first answer of the last packet it read.
+  uint64_t run_tail_ninsn() const { return run_tail_ninsn_; }
   // Blocks given by the walk since the process started (all decoders; for tests).
   static uint64_t WalkedBlocks();
   // Runs given (SetRuns) since the process started (all decoders; for tests).
@@ -120,6 +132,9 @@ class FastBlockDecoder {
   static uint64_t WalkedCallRuns();
   // Of those, the runs whose last block took the next TNT packet's first answer (for tests).
   static uint64_t WalkedCrossingRuns();
+  // Of those, the runs that took the answers of TNT-8 packets after the one being read
+  // (SetRuns' across_packets; for tests).
+  static uint64_t WalkedAheadRuns();
   // Whether the last Next walked its block (Sink::OnWholeBlock).
   bool walked() const { return walked_last_; }
   // The memo of the node the last walked block came from (after walked() said yes).
@@ -229,7 +244,11 @@ class FastBlockDecoder {
     BlockMemo memo;  // WalkedRun::memo
   };
   static_assert(sizeof(RunHead) == 64, "one cache line");
-  struct RunBody {
+  // WalkRun reads its first line (tail_ninsn, then the first kept pushes) for a run that took
+  // the answers of TNT-8 packets after the one being read or that has calls.
+  struct alignas(64) RunBody {
+    // The instructions of the blocks from the one that took answer i to the last one.
+    uint32_t tail_ninsn[kRunBits];
     uint64_t kept[kRunBlocks];
     pt_block block[kRunBlocks];
     BlockMemo* memos[kRunBlocks];
@@ -372,6 +391,9 @@ class FastBlockDecoder {
   bool walked_last_ = false;
   Node* walked_node_ = nullptr;           // the last walked block's
   bool runs_ = false;                     // SetRuns
+  bool runs_across_ = false;              // SetRuns
+  uint64_t run_tail_ninsn_ = 0;           // run_tail_ninsn
+  uint64_t ahead_runs_given_ = 0;         // added to WalkedAheadRuns() at the end
   const WalkedRun* run_given_ = nullptr;  // the run the last Next gave (&given_), or null
   WalkedRun given_;                       // what run() gives: the last run's blocks, memos...
   uint64_t run_room_ = 0;                 // set_run_room
@@ -381,10 +403,10 @@ class FastBlockDecoder {
   uint64_t crossing_runs_given_ = 0;      // added to WalkedCrossingRuns() at the end
   // SetRuns' memo: a two-way cache of runs by (first node, next answers), made on first
   // use, one for all the graphs (a node is one graph's: a per-CPU trace of many processes
-  // would otherwise hold one per process); a run that loses its slot is made again. Made by
-  // calloc (an empty slot: node null; MakeRun sets what it reads): the bodies' ~2 MiB are
-  // pages the kernel zeroes as they are first touched, so a short trace does not clear them
-  // all. Heads and bodies by the same slot number.
+  // would otherwise hold one per process); a run that loses its slot is made again. The heads
+  // are cleared (an empty slot: node null); the bodies are not (MakeRun sets what is read of
+  // them), so that a short trace does not touch all of their ~2 MiB of pages. Heads and bodies
+  // by the same slot number.
   struct FreeDeleter {
     void operator()(void* p) const { std::free(p); }
   };

@@ -846,6 +846,7 @@ int PacketLoop::DecodeTnt(uint64_t payload, int size) {
   tnt_bits_ = bits;
   tnt_index_ = uint64_t{1} << (bit_size - 1);
   pos_ += size;
+  tnt_end_ = pos_;
   return 0;
 }
 

@@ -84,6 +84,53 @@ class PacketLoop {
     if (payload <= 1) return -1;
     return static_cast<int>((payload >> (30 - __builtin_clz(payload))) & 1u);
   }
+  // Up to `n` answers (the first in bit count - 1) of the TNT-8 packets that follow the cached
+  // answers byte for byte (no packet between them, so no time between them either), each
+  // followed by a TNT-8 or TIP packet (caching one reads nothing more, as CacheTnt's common
+  // case: it cannot fail); the count. None while no answer is cached.
+  int PeekTntAhead(int n, uint64_t* answers) const {
+    uint64_t got = 0;
+    int count = 0;
+    if (tnt_index_ != 0 && next_ == kTnt8 && pos_ == tnt_end_) {
+      for (const uint8_t* p = pos_; count < n && p + 1 < end_; ++p) {
+        const unsigned b = p[0], c = p[1];
+        // A TNT-8 packet is an even byte but PAD (0) and the extended opcode (2); a TIP
+        // packet's low five bits are 01101.
+        if ((b & 1u) != 0 || b < 4) break;
+        if (((c & 1u) != 0 || c < 4) && (c & 0x1fu) != 0x0du) break;
+        const unsigned payload = b >> 1;
+        const int size = 31 - __builtin_clz(payload);  // the answers, below the stop bit
+        const int take = size < n - count ? size : n - count;
+        got = got << take | (payload & ((1u << size) - 1)) >> (size - take);
+        count += take;
+      }
+    }
+    *answers = got;
+    return count;
+  }
+  // Gives `n` answers (TntLeft() < n <= TntLeft() + PeekTntAhead's count) as `n` CondBranch
+  // calls would (each returns 0 but possibly the last), caching the packets PeekTntAhead read
+  // as they would. Returns how many of them the last packet it cached gave.
+  int SkipTntAhead(int n) {
+    n -= TntLeft();
+    const uint8_t* p = pos_;
+    for (;;) {
+      const unsigned payload = *p >> 1;
+      const int size = 31 - __builtin_clz(payload);
+      if (n <= size) {
+        // CacheTnt's common case (DecodeTnt, then the next packet's kind), then SkipTnt(n).
+        event_ = nullptr;
+        tnt_bits_ = payload & ((1u << size) - 1);
+        tnt_index_ = (uint64_t{1} << (size - 1)) >> n;
+        pos_ = tnt_end_ = p + 1;
+        last_time_ = time_;
+        next_ = (*pos_ & 1u) != 0 ? kTip : kTnt8;
+        return n;
+      }
+      n -= size;
+      ++p;
+    }
+  }
   int IndirectBranch(uint64_t* ip);
   int Event(pt_event* event);
   int Time(uint64_t* tsc) const {
@@ -236,6 +283,7 @@ class PacketLoop {
   LastIp ip_;
   uint64_t tnt_bits_ = 0;
   uint64_t tnt_index_ = 0;
+  const uint8_t* tnt_end_ = nullptr;  // where the last TNT packet cached ends
   TimeState time_, last_time_;
   TimeCal tcal_;
   TimeConfig time_config_;

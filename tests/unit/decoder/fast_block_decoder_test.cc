@@ -357,7 +357,7 @@ TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
   auto synth = swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/sorts_O2_pie");
   ASSERT_THAT(synth, IsOk());
   const DecodeBounds bounds = GetDecodeBounds();
-  uint64_t bounded_runs = 0;
+  uint64_t bounded_runs = 0, bounded_ahead_runs = 0;
   for (int variant = 0; variant < 4; ++variant) {
     SCOPED_TRACE(absl::StrCat("variant ", variant));
     swpt::SynthOptions options;
@@ -378,20 +378,61 @@ TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
     ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
     const Runner run = ContainerRunner(path);
     uint64_t before = FastBlockDecoder::WalkedRuns();
+    uint64_t ahead = FastBlockDecoder::WalkedAheadRuns();
     ExpectWalkSame(run, /*timed=*/false, /*min_walked=*/1000);
     EXPECT_GE(FastBlockDecoder::WalkedRuns() - before, 100u);  // the runs took part
+    // In TNT-8 packets, runs that take the answers of the packets after the one being read.
+    if (options.pt.max_tnt_bits == 6) {
+      EXPECT_GE(FastBlockDecoder::WalkedAheadRuns() - ahead, 100u);
+    }
     for (uint64_t bound : {40, 75, 130, 300}) {
       SCOPED_TRACE(absl::StrCat("kErrorLoop past ", bound, " instructions"));
       SetDecodeBounds({.insns_without_progress = bound});
       before = FastBlockDecoder::WalkedRuns();
+      ahead = FastBlockDecoder::WalkedAheadRuns();
       const std::vector<std::string> runs = Outputs(BlockDecoderImpl::kFast, run, false);
       bounded_runs += FastBlockDecoder::WalkedRuns() - before;
+      bounded_ahead_runs += FastBlockDecoder::WalkedAheadRuns() - ahead;
       EXPECT_EQ(runs, Outputs(BlockDecoderImpl::kFastNoRuns, run, false));
       SetDecodeBounds(bounds);
     }
     unlink(path.c_str());
   }
   EXPECT_GT(bounded_runs, 1000u);  // runs took part where the bound trips
+  EXPECT_GT(bounded_ahead_runs, 300u);
+}
+
+// A run that takes the answers of the TNT-8 packets after the one being read ran its blocks
+// at the offsets of the packets they read: the bound of work without trace progress
+// (kErrorLoop) counts those that ran at the offset after the run there, and trips where it
+// does block by block. A long walk with a PSB every 2 KiB, so that the decode goes on after
+// each trip, many times.
+TEST(FastBlockDecoderTest, RunsAcrossPacketsTripTheBoundWhereBlocksDo) {
+  auto synth = swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/sorts_O2_pie");
+  ASSERT_THAT(synth, IsOk());
+  const DecodeBounds bounds = GetDecodeBounds();
+  swpt::SynthOptions options;
+  options.max_insns = 1000000;
+  options.seed = 21;
+  options.pt.max_tnt_bits = 6;
+  auto r = synth->Walk(options);
+  ASSERT_THAT(r, IsOk());
+  ExpectCovered(r->pt, {});
+  const std::string path = TempPath("fast_block_decoder_ahead_");
+  ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
+  const Runner run = ContainerRunner(path);
+  uint64_t ahead_runs = 0;
+  for (uint64_t bound = 60; bound <= 140; bound += 4) {
+    SCOPED_TRACE(absl::StrCat("kErrorLoop past ", bound, " instructions"));
+    SetDecodeBounds({.insns_without_progress = bound});
+    const uint64_t ahead = FastBlockDecoder::WalkedAheadRuns();
+    const std::vector<std::string> runs = Outputs(BlockDecoderImpl::kFast, run, false);
+    ahead_runs += FastBlockDecoder::WalkedAheadRuns() - ahead;
+    EXPECT_EQ(runs, Outputs(BlockDecoderImpl::kFastNoRuns, run, false));
+    SetDecodeBounds(bounds);
+  }
+  EXPECT_GT(ahead_runs, 1000u);
+  unlink(path.c_str());
 }
 
 // Runs go through direct calls and compressed returns (FastBlockDecoder::RunHead): the
@@ -417,11 +458,14 @@ TEST(FastBlockDecoderTest, RunsThroughCallsAndReturnsSameAsLibipt) {
     const Runner run = ContainerRunner(path);
     const uint64_t before = FastBlockDecoder::WalkedCallRuns();
     const uint64_t crossing = FastBlockDecoder::WalkedCrossingRuns();
+    const uint64_t ahead = FastBlockDecoder::WalkedAheadRuns();
     ExpectWalkSame(run, /*timed=*/false, /*min_walked=*/1000);
     EXPECT_GE(FastBlockDecoder::WalkedCallRuns() - before, 100u);  // runs with calls took part
-    // And in TNT-8 packets, runs whose last block takes the next packet's first answer.
+    // And in TNT-8 packets, runs whose last block takes the next packet's first answer, and
+    // runs that take the answers of the packets after it.
     if (variant == 1) {
       EXPECT_GE(FastBlockDecoder::WalkedCrossingRuns() - crossing, 100u);
+      EXPECT_GE(FastBlockDecoder::WalkedAheadRuns() - ahead, 100u);
     }
     unlink(path.c_str());
   }
