@@ -49,6 +49,7 @@
 namespace ptkit {
 namespace {
 
+using ::ptkit::testing::FirstTruthTid;
 using ::ptkit::testing::ObjdumpInstructions;
 using ::ptkit::testing::ParseInsn;
 using ::ptkit::testing::PerThread;
@@ -1988,7 +1989,7 @@ TEST_F(QemuEmulateTest, AStrippedProgramsStaticHandlerRunsOnTheFramesItInterrupt
     const PerThread truth = ReadTruth(r.truth);
     ASSERT_FALSE(truth.empty());
     // The parent's (the children of `wait` start inside main: their streams begin there).
-    const std::string parent = std::to_string(truth.begin()->first);
+    const std::string parent = std::to_string(FirstTruthTid(r.truth));
     auto folded = RunCommand({PTDECODE_PATH, "folded", "--tid", parent, r.trace});
     ASSERT_EQ(folded.exit_code, 0) << folded.err;
     uint64_t in_handler = 0, in_work = 0;

@@ -25,6 +25,7 @@
 namespace ptkit {
 namespace {
 
+using ::ptkit::testing::FirstTruthTid;
 using ::ptkit::testing::NmRange;
 using ::ptkit::testing::ObjdumpInstructions;
 using ::ptkit::testing::ParseInsn;
@@ -427,7 +428,7 @@ TEST(TriggerCliTest, AForkedChildsCrashIsNotTheWorkloads) {
     const nlohmann::json info = InfoJson(run.trace);
     EXPECT_FALSE(info["metadata"]["end"].contains("crash")) << info["metadata"]["end"].dump();
     ASSERT_EQ(run.truth.size(), 2u);
-    const uint64_t parent = run.truth.begin()->first;  // (the child's pid is the later one)
+    const uint64_t parent = FirstTruthTid(run.truth_file);
     EXPECT_EQ(run.got[parent].size(), run.truth.at(parent).size());
     EXPECT_TRUE(run.got[parent] == run.truth.at(parent));
   }

@@ -111,6 +111,23 @@ inline PerThread ReadTruth(const std::string& path) {
   return truth;
 }
 
+// The thread the ground truth at `path` begins with: the command's own (the first to run),
+// where the lowest tid may be a child's once pids wrap (pid_max 32768 here: a test that took
+// the lowest for the parent failed now and then); 0 when there is none.
+inline uint64_t FirstTruthTid(const std::string& path) {
+  const std::string text = ReadWholeFile<std::string>(path);
+  std::string_view rest = text;
+  while (!rest.empty()) {
+    const size_t nl = rest.find('\n');
+    const std::string_view line = rest.substr(0, nl);
+    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
+    const size_t start = line.find_first_not_of(' ');
+    uint64_t tid = 0, ip = 0;
+    if (start != std::string_view::npos && ParseTidAddress(line.substr(start), tid, ip)) return tid;
+  }
+  return 0;
+}
+
 // `ptdecode insn` on a container: "[stream ...]" and other bracketed marker lines, and one
 // line per instruction: "[TIME] tid TID ADDRESS symbol+offset" (ADDRESS in 16 hex digits).
 inline PerThread ParseInsn(const std::string& out) {
