@@ -1,12 +1,49 @@
 #include "decoder/progress.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <mutex>
 
 namespace ptkit::decoder {
 namespace {
 
 constexpr uint64_t kIntervalMs = 250;
+// Spaces enough to cover a status line, between two carriage returns.
+constexpr char kClearLine[] = "\r                                        \r";
+
+// The descriptor a status line is shown on, -1 when none: what a signal that ends ptdecode
+// erases before it does (sweep 39b L2: ^C, a `| head` that closed the pipe, or a timeout left
+// "ptdecode: 21.6 MiB decoded" before the shell's prompt).
+std::atomic<int> g_line_fd{-1};
+
+void ClearLineAndDie(int signal) {
+  const int fd = g_line_fd.exchange(-1);
+  if (fd >= 0) (void)!write(fd, kClearLine, sizeof(kClearLine) - 1);
+  struct sigaction action {};
+  action.sa_handler = SIG_DFL;
+  sigaction(signal, &action, nullptr);
+  raise(signal);  // blocked in the handler: delivered, with the default action, on return
+}
+
+// Once: ClearLineAndDie for the signals that end ptdecode by default (those the program set
+// otherwise, SIGPIPE ignored for one, stay as they are).
+void ClearLineOnFatalSignals() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    for (const int signal : {SIGINT, SIGTERM, SIGHUP, SIGPIPE, SIGQUIT}) {
+      struct sigaction old {};
+      if (sigaction(signal, nullptr, &old) != 0 || old.sa_handler != SIG_DFL) continue;
+      struct sigaction action {};
+      action.sa_handler = ClearLineAndDie;
+      sigemptyset(&action.sa_mask);
+      sigaction(signal, &action, nullptr);
+    }
+  });
+}
 
 std::string Size(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
@@ -50,13 +87,18 @@ void ProgressLine::Update(uint64_t done, uint64_t total, const std::string& noun
     std::fprintf(err_, "\rptdecode: %s%s ", count(done).c_str(), noun.empty() ? " decoded" : "");
   }
   (void)std::fflush(err_);  // a progress line that cannot be shown is not an error
+  if (!shown_) {
+    ClearLineOnFatalSignals();
+    g_line_fd.store(fileno(err_));
+  }
   shown_ = true;
 }
 
 void ProgressLine::Clear() {
   if (!shown_) return;
   shown_ = false;
-  std::fprintf(err_, "\r%40s\r", "");
+  g_line_fd.store(-1);
+  std::fputs(kClearLine, err_);
   (void)std::fflush(err_);
 }
 

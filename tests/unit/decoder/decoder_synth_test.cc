@@ -1,8 +1,10 @@
 // Decoding software-generated PT for a real compiled program (tests/data/decoder/tiny.c):
 // the walk that produced the trace is the ground truth, instruction by instruction.
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -295,6 +297,37 @@ TEST_F(SynthTest, ProgressOnlyOnATerminalAndForwardsEverything) {
     } else {
       EXPECT_EQ(printed, "");
     }
+  }
+}
+
+// A signal that ends ptdecode while its status line is shown erases the line first, then ends
+// it as it would have (sweep 39b L2: ^C, a `| head` that closed the pipe or a timeout left
+// "ptdecode: 21.6 MiB decoded" before the shell's prompt). A child shows a line on a pipe and
+// is ended by each signal.
+TEST(ProgressLineTest, ASignalThatEndsPtdecodeErasesTheLine) {
+  for (const int signal : {SIGINT, SIGTERM, SIGPIPE}) {
+    int fds[2];
+    ASSERT_EQ(pipe(fds), 0);
+    const pid_t child = fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      close(fds[0]);
+      std::FILE* err = fdopen(fds[1], "w");
+      uint64_t clock = 0;
+      ProgressLine line(err, true, [&] { return clock += 300; });
+      line.Update(1, 2);
+      raise(signal);
+      _exit(0);  // not reached
+    }
+    close(fds[1]);
+    std::string got;
+    char buffer[256];
+    for (ssize_t n; (n = read(fds[0], buffer, sizeof(buffer))) > 0;) got.append(buffer, n);
+    close(fds[0]);
+    int status = 0;
+    ASSERT_EQ(waitpid(child, &status, 0), child);
+    EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == signal) << signal << ": " << status;
+    EXPECT_EQ(got, "\rptdecode:  50% of 2.0 B \r" + std::string(40, ' ') + "\r") << signal;
   }
 }
 
