@@ -38,15 +38,24 @@ absl::StatusOr<TraceConfigOverride> TraceConfigFromFlags(const DecodeFlags& f,
   return config;
 }
 
+// --sysroot (--symfs) DIR and --buildid-dir DIR: where a decode finds the mapped files, as
+// perf does; `when` ("(--decode) ") starts their help.
+void AddFileSearchFlags(CLI::App& cmd, std::string& sysroot, std::string& buildid_dir,
+                        const std::string& when = "") {
+  cmd.add_option("--sysroot,--symfs", sysroot,
+                 when + "Look for the recording's mapped files and their debug files under DIR")
+      ->type_name("DIR");
+  cmd.add_option("--buildid-dir", buildid_dir,
+                 when +
+                     "perf's build-id cache, where a mapped file not found is looked for by "
+                     "build-id (default: $PERF_BUILDID_DIR, else ~/.debug)")
+      ->type_name("DIR");
+}
+
 }  // namespace
 
 void AddContainerFlags(CLI::App& cmd, DecodeFlags& f) {
-  cmd.add_option("--sysroot,--symfs", f.sysroot,
-                 "Look for the recording's mapped files and their debug files under DIR");
-  cmd.add_option("--buildid-dir", f.buildid_dir,
-                 "perf's build-id cache, where a mapped file not found is looked for by "
-                 "build-id (default: $PERF_BUILDID_DIR, else ~/.debug)")
-      ->type_name("DIR");
+  AddFileSearchFlags(cmd, f.sysroot, f.buildid_dir);
   cmd.add_option("--cpu", f.cpu,
                  "FAMILY/MODEL[/STEPPING]: the recording CPU (errata); N: only the stream of "
                  "CPU N (trace.pt)");
@@ -331,6 +340,8 @@ void AddInfoFlags(CLI::App& cmd, InfoFlags& f) {
   cmd.add_flag("--json", f.json, "Print JSON (schema in ptdecode(1))");
   cmd.add_flag("--decode", f.decode,
                "Also decode every stream and summarise instructions, errors and loss");
+  // As the decoding sub-commands find the mapped files (sweep 40b L5: info --decode could not).
+  AddFileSearchFlags(cmd, f.sysroot, f.buildid_dir, "(--decode) ");
 }
 
 void AddExportFlags(CLI::App& cmd, ExportFlags& f) {
@@ -416,12 +427,7 @@ void AddDiffFlags(CLI::App& cmd, DiffFlags& f) {
                  "Colour the text table: auto (on a terminal, unless NO_COLOR is set; the "
                  "default), always, never")
       ->check(CLI::IsMember({"auto", "always", "never"}));
-  cmd.add_option("--sysroot,--symfs", f.sysroot,
-                 "Look for the recordings' mapped files and their debug files under DIR");
-  cmd.add_option("--buildid-dir", f.buildid_dir,
-                 "perf's build-id cache, where a mapped file not found is looked for by "
-                 "build-id (default: $PERF_BUILDID_DIR, else ~/.debug)")
-      ->type_name("DIR");
+  AddFileSearchFlags(cmd, f.sysroot, f.buildid_dir);
 }
 
 absl::StatusOr<DiffPlan> DiffPlanFromFlags(const DiffFlags& f,

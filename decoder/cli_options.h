@@ -127,6 +127,7 @@ struct InfoFlags {
   std::string path;
   bool json = false;
   bool decode = false;
+  std::string sysroot, buildid_dir;  // where --decode finds the mapped files, as the decodes
 };
 void AddInfoFlags(CLI::App& cmd, InfoFlags& flags);
 

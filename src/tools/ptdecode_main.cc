@@ -102,9 +102,15 @@ int RunInfo(const dec::InfoFlags& f) {
   auto info = Info(f.path, perf_data);
   if (!info.ok()) return Fail(info.status());
   std::string summary;
+  if (!f.decode && (!f.sysroot.empty() || !f.buildid_dir.empty())) {
+    return UsageError(fmt::format("{} is for info --decode: where it finds the mapped files",
+                                  f.sysroot.empty() ? "--buildid-dir" : "--sysroot"));
+  }
   if (f.decode) {  // on request only: `info` stays one cheap pass otherwise
     dec::ContainerOptions options;
-    options.buildid_dir = DefaultBuildIdDir();  // as every decode (sweep 39a F1)
+    options.sysroot = f.sysroot;
+    // As every decode (sweep 39a F1).
+    options.buildid_dir = f.buildid_dir.empty() ? DefaultBuildIdDir() : f.buildid_dir;
     options.progress = ProgressStream();
     auto d = dec::DecodeSummary(f.path, options);
     if (!d.ok()) return Fail(d.status());

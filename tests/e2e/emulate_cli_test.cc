@@ -597,6 +597,16 @@ TEST_F(EmulateCliTest, ARebuiltProgramWithoutBuildIdIsAWarningNamingIt) {
   auto rooted = RunCommand({PTDECODE_PATH, "stats", "--sysroot", root, trace_});
   EXPECT_EQ(rooted.exit_code, 0) << rooted.err;
   EXPECT_EQ(rooted.err, "");
+  // info --decode finds it as the decodes do (sweep 40b L5: it had no --sysroot), and says
+  // that the option is its.
+  auto summary = RunCommand({PTDECODE_PATH, "info", "--decode", trace_});
+  EXPECT_THAT(summary.out + summary.err, HasSubstr(prog + ": not the file that was recorded"));
+  summary = RunCommand({PTDECODE_PATH, "info", "--decode", "--sysroot", root, trace_});
+  EXPECT_EQ(summary.exit_code, 0) << summary.err;
+  EXPECT_THAT(summary.out + summary.err, Not(HasSubstr("not the file that was recorded")));
+  summary = RunCommand({PTDECODE_PATH, "info", "--sysroot", root, trace_});
+  EXPECT_EQ(summary.exit_code, 2);
+  EXPECT_THAT(summary.err, HasSubstr("--sysroot is for info --decode"));
 }
 
 // --archive stores the mapped code: the recording decodes exactly without the program.
