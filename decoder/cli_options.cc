@@ -185,7 +185,11 @@ void AddDecodeFlags(CLI::App& cmd, DecodeFlags& f, const DecodeFlagSet& set) {
                                         "Count only what runs while FUNCTION has a frame");
     under->type_name("FUNCTION");
     cmd.add_flag_callback(
-           "--exclude-startup", [&f] { f.only_under = "main"; },
+           "--exclude-startup",
+           [&f] {
+             f.only_under = "main";
+             f.exclude_startup = true;
+           },
            "--only-under main: not the start-up before main nor exit (as diff counts; Go: "
            "main.main, then all its process runs)")
         ->excludes(under);
@@ -238,8 +242,8 @@ absl::StatusOr<SamplesOptions> SampledProfileFromFlags(const DecodeFlags& f, boo
       return absl::InvalidArgumentError(fmt::format(
           "{} selects or weighs decoded instructions; --samples counts samples (it takes "
           "--tid and --cpu N)",
-          f.only_under == "main" && flag == std::string_view("--only-under") ? "--exclude-startup"
-                                                                             : flag));
+          f.exclude_startup && flag == std::string_view("--only-under") ? "--exclude-startup"
+                                                                        : flag));
     }
   }
   SamplesOptions options;

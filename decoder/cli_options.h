@@ -45,14 +45,15 @@ struct DecodeFlags {
   std::optional<unsigned> mtc_freq, nom_freq;
   std::optional<uint32_t> cpuid_eax, cpuid_ebx;
   bool json = false;
-  bool disasm = false;          // insn
-  bool srcline = false;         // insn, branches, calls
-  std::string weight = "insn";  // folded: insn or time
-  uint32_t max_depth = 1024;    // folded: frames written of a stack (0: all)
-  size_t top_functions = 0;     // stats: rows shown (0: all); the default report sets it
-  bool list_problems = false;   // stats: list every loss and error (the default report)
-  std::string only_under;       // stats: --only-under FUNCTION; --exclude-startup: "main"
-  bool samples = false;         // stats, folded: the sampled profile of the AUX samples
+  bool disasm = false;           // insn
+  bool srcline = false;          // insn, branches, calls
+  std::string weight = "insn";   // folded: insn or time
+  uint32_t max_depth = 1024;     // folded: frames written of a stack (0: all)
+  size_t top_functions = 0;      // stats: rows shown (0: all); the default report sets it
+  bool list_problems = false;    // stats: list every loss and error (the default report)
+  std::string only_under;        // stats: --only-under FUNCTION; --exclude-startup: "main"
+  bool exclude_startup = false;  // stats: --exclude-startup was given (for messages)
+  bool samples = false;          // stats, folded: the sampled profile of the AUX samples
 };
 
 // Which of the optional flags a decoding sub-command has, besides those all of them have.

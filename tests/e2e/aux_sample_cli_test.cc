@@ -282,6 +282,8 @@ TEST_F(AuxSampleCliTest, SampledProfileFlagErrors) {
   for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"stats", "--samples", "--time", "1,2", rec.trace}, "--time selects or weighs"},
            {{"stats", "--samples", "--exclude-startup", rec.trace}, "--exclude-startup"},
+           // The option given, not the one it stands for (sweep 40b L19).
+           {{"stats", "--samples", "--only-under", "main", rec.trace}, "--only-under selects"},
            {{"folded", "--samples", "--weight", "time", rec.trace}, "--weight time"},
            {{"folded", "--samples", "--pt", rec.trace}, "not a raw trace"},
        }) {
