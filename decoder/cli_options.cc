@@ -70,8 +70,11 @@ void AddContainerFlags(CLI::App& cmd, DecodeFlags& f) {
 CLI::Validator NotNegative() {
   return CLI::Validator(
       [](const std::string& value) {
-        return value.starts_with('-') ? "expected a number of 0 or more, not " + value
-                                      : std::string();
+        // (After blanks too: CLI11 reads " -5" as -5; a review.)
+        const size_t first = value.find_first_not_of(" \t");
+        return first != std::string::npos && value[first] == '-'
+                   ? "expected a number of 0 or more, not " + value
+                   : std::string();
       },
       "", "NotNegative");
 }

@@ -82,6 +82,13 @@ absl::StatusOr<Recording> ReadRecording(ContainerReader& reader, const Recording
       case RecordType::kPerfFeature: {
         auto f = ParsePerfFeature(rec.payload);
         if (!f.ok()) break;
+        if (!perf::KeptAsBytes(f->id)) {
+          r.warnings.push_back(absl::StrCat("a perf-feature record of ",
+                                            perf::PerfFeatureName(f->id),
+                                            ", which an export writes itself: left out"));
+          break;
+        }
+        std::erase_if(r.perf_features, [&](const perf::KeptFeature& k) { return k.id == f->id; });
         r.perf_features.push_back({f->id, std::vector<uint8_t>(f->bytes.begin(), f->bytes.end())});
         break;
       }

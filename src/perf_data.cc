@@ -295,7 +295,21 @@ absl::Status Parser::ReadFeatures(uint64_t table_offset, std::span<const uint8_t
 }
 
 void Parser::Keep(uint32_t id, std::vector<uint8_t> bytes) {
-  if (KeptAsBytes(id)) out_.features.kept.push_back({id, std::move(bytes)});
+  if (!KeptAsBytes(id)) return;
+  // One copy per feature (a later one replaces it, as perf reads the last), and at most
+  // kMaxDecompressedBytes in all (a review: 40 TRACING_DATA records, or feature sections that
+  // all point at one 63 MB stretch, were each kept: 665 MB, 1.1 GB).
+  std::vector<KeptFeature>& kept = out_.features.kept;
+  std::erase_if(kept, [&](const KeptFeature& k) { return k.id == id; });
+  uint64_t total = 0;
+  for (const KeptFeature& k : kept) total += k.bytes.size();
+  if (total + bytes.size() > kMaxDecompressedBytes) {
+    out_.warnings.push_back(absl::StrCat(
+        "feature ", PerfFeatureName(id), " (", bytes.size(), " bytes) is not kept for export: the ",
+        "features kept would pass ", kMaxDecompressedBytes, " bytes"));
+    return;
+  }
+  kept.push_back({id, std::move(bytes)});
 }
 
 void Parser::ParseFeature(uint32_t id, std::span<const uint8_t> data, uint64_t offset) {

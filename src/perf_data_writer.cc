@@ -261,6 +261,9 @@ absl::Status PerfDataWriter::Finish(const PerfFeatures& f) {
   // A perf.data's own features, kept as its bytes, go over those made here (its NRCPUS is the
   // machine's, not the CPUs its records name).
   for (const KeptFeature& k : f.kept) {
+    // Only those whose bytes do not depend on where records are (a review: a trace.pt's
+    // perf-feature record of id 18 replaced the AUXTRACE index with garbage).
+    if (!KeptAsBytes(k.id)) continue;
     std::erase_if(features, [&](const auto& e) { return e.first == k.id; });
     features.emplace_back(k.id, k.bytes);
   }

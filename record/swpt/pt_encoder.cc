@@ -241,16 +241,7 @@ absl::Status PtEncoder::WritePsbPlus() {
     pt_packet p = MakePacket(ppt_tsc);
     p.payload.tsc.tsc = tsc_;
     PTKIT_RETURN_IF_ERROR(Emit(p));
-    if (options_.mtc) {
-      // TMA: CTC[15:0] at the TSC value and the TSC ticks since that CTC edge (FastCounter).
-      uint64_t ctc = CtcOf(tsc_);
-      uint64_t ctc_tsc = static_cast<uint64_t>(static_cast<unsigned __int128>(ctc) *
-                                               options_.cpuid_0x15_ebx / options_.cpuid_0x15_eax);
-      pt_packet tma = MakePacket(ppt_tma);
-      tma.payload.tma.ctc = static_cast<uint16_t>(ctc & 0xffff);
-      tma.payload.tma.fc = static_cast<uint16_t>(std::min<uint64_t>(tsc_ - ctc_tsc, 0x1ff));
-      PTKIT_RETURN_IF_ERROR(Emit(tma));
-    }
+    if (options_.mtc) PTKIT_RETURN_IF_ERROR(EmitTma());
   }
   if (options_.tsc || options_.mtc || options_.cyc) {
     pt_packet p = MakePacket(ppt_cbr);
@@ -275,22 +266,38 @@ absl::Status PtEncoder::WritePsbPlus() {
   return Emit(MakePacket(ppt_psbend));
 }
 
+// TMA: CTC[15:0] at the TSC value and the TSC ticks since that CTC edge (FastCounter).
+absl::Status PtEncoder::EmitTma() {
+  const uint64_t ctc = CtcOf(tsc_);
+  const uint64_t ctc_tsc = static_cast<uint64_t>(static_cast<unsigned __int128>(ctc) *
+                                                 options_.cpuid_0x15_ebx / options_.cpuid_0x15_eax);
+  pt_packet tma = MakePacket(ppt_tma);
+  tma.payload.tma.ctc = static_cast<uint16_t>(ctc & 0xffff);
+  tma.payload.tma.fc = static_cast<uint16_t>(std::min<uint64_t>(tsc_ - ctc_tsc, 0x1ff));
+  return Emit(tma);
+}
+
 // SDM "Mini Time Counter (MTC) Packet": sent when CTC bit (MTCFreq) toggles, payload
 // CTC[MTCFreq+7:MTCFreq]. Several elapsed periods give one MTC, but never 256 or more: its
-// 8-bit payload could not tell them from fewer (the hardware sends one every period).
-absl::Status PtEncoder::Tick(uint64_t cycles) {
+// 8-bit payload could not tell them from fewer (the hardware sends one every period). Where a
+// TSC packet follows (`tsc_follows`), a tick of more than 255 periods (a blocking call) gives
+// no MTC: the TSC and a TMA after it give the time and the CTC (a review: a 3 s sleep wrote
+// 14,728 MTCs in a row).
+absl::Status PtEncoder::Tick(uint64_t cycles, bool tsc_follows) {
   uint64_t before = tsc_;
   tsc_ += cycles;
   cyc_pending_ += cycles;
   if (options_.mtc) {
     const uint64_t old_period = CtcOf(before) >> options_.mtc_freq;
     const uint64_t new_period = CtcOf(tsc_) >> options_.mtc_freq;
-    if (new_period != old_period) {
+    constexpr uint64_t kMaxPeriods = 255;
+    if (tsc_follows && new_period - old_period > kMaxPeriods) {
+      tma_due_ = true;
+    } else if (new_period != old_period) {
       // The branches retired before the tick go out first, so the MTC times them before it
       // (sweep 40a F5: with one MTC for up to thousands of periods after them, a decoder's
       // time ran backwards 40 times in a single-stepped recording).
       PTKIT_RETURN_IF_ERROR(FlushTnt());
-      constexpr uint64_t kMaxPeriods = 255;
       for (uint64_t period = std::min(new_period, old_period + kMaxPeriods);;
            period = std::min(new_period, period + kMaxPeriods)) {
         pt_packet p = MakePacket(ppt_mtc);
@@ -311,12 +318,15 @@ absl::Status PtEncoder::Time(uint64_t tsc) {
     return absl::InvalidArgumentError(
         absl::StrCat("time ", tsc, " is before the current TSC ", tsc_));
   }
-  PTKIT_RETURN_IF_ERROR(Tick(tsc - tsc_));
+  PTKIT_RETURN_IF_ERROR(Tick(tsc - tsc_, options_.tsc));
   if (!options_.tsc) return absl::OkStatus();
   PTKIT_RETURN_IF_ERROR(FlushTnt());
   pt_packet p = MakePacket(ppt_tsc);
   p.payload.tsc.tsc = tsc_;
-  return Emit(p);
+  PTKIT_RETURN_IF_ERROR(Emit(p));
+  if (!tma_due_) return absl::OkStatus();
+  tma_due_ = false;
+  return EmitTma();
 }
 
 // SDM "Overflow (OVF) Packet": packets were lost; the decoder resets its state. When tracing

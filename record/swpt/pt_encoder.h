@@ -169,7 +169,8 @@ class PtEncoder {
   absl::Status EmitCyc();
   absl::Status EmitMode();
   absl::Status WritePsbPlus();
-  absl::Status Tick(uint64_t cycles);
+  absl::Status Tick(uint64_t cycles, bool tsc_follows = false);
+  absl::Status EmitTma();
   absl::Status Time(uint64_t tsc);
   absl::Status Overflow(uint64_t resume_ip);
   absl::Status Dispatch(const Event& e);
@@ -213,6 +214,7 @@ class PtEncoder {
   uint64_t events_ = 0;
   uint64_t tsc_ = 0;
   uint64_t cyc_pending_ = 0;
+  bool tma_due_ = false;  // a tick skipped its MTCs: a TMA goes after the TSC that follows
   // Tracing, not finished, no error, no PSB due: AddWithoutPacket may take its events. Set
   // after every AddSlow() (nothing else changes those).
   bool inline_ok_ = false;

@@ -495,6 +495,38 @@ std::vector<uint8_t> Zstd(std::span<const uint8_t> in) {
 }
 
 // perf writes one zstd stream; a record may continue in the next COMPRESSED record.
+// Pipe mode's TRACING_DATA (tracepoint formats after the record, outside its size) is kept as
+// feature 1 for export: once, the last one read (a review: 40 of them were each kept), and not
+// past kMaxDecompressedBytes in all (a warning says what was left out).
+TEST(PerfDataTest, TracingDataIsKeptOnceAndBounded) {
+  std::vector<uint8_t> f = PipeHeader();
+  for (uint8_t fill : {0xa1, 0xb2, 0xc3}) {
+    std::vector<uint8_t> rec = RecordBuilder(kRecordHeaderTracingData, 0).U32(13).U32(0).Finish();
+    f.insert(f.end(), rec.begin(), rec.end());
+    f.insert(f.end(), 13, fill);
+    f.insert(f.end(), 3, 0);  // padded to 8
+  }
+  auto src = MemorySource(f, "tracing-data");
+  absl::StatusOr<PerfData> d = ReadPerfData(*src);
+  ASSERT_THAT(d, IsOk());
+  EXPECT_TRUE(d->clean()) << d->damage[0].reason;
+  ASSERT_EQ(d->features.kept.size(), 1u);
+  EXPECT_EQ(d->features.kept[0].id, kFeatTracingData);
+  EXPECT_EQ(d->features.kept[0].bytes, std::vector<uint8_t>(13, 0xc3));
+  // One too many bytes to keep: left out, said.
+  std::vector<uint8_t> g = PipeHeader();
+  const uint32_t big = static_cast<uint32_t>(kMaxDecompressedBytes) + 1;
+  std::vector<uint8_t> rec = RecordBuilder(kRecordHeaderTracingData, 0).U32(big).U32(0).Finish();
+  g.insert(g.end(), rec.begin(), rec.end());
+  g.resize(g.size() + ((big + 7) & ~7u), 0x5a);
+  auto src2 = MemorySource(g, "tracing-data-big");
+  d = ReadPerfData(*src2);
+  ASSERT_THAT(d, IsOk());
+  EXPECT_TRUE(d->features.kept.empty());
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_THAT(d->warnings[0], ::testing::HasSubstr("too many to keep"));
+}
+
 TEST(PerfDataTest, RecordSplitAcrossCompressedRecordsIsJoined) {
   const SampleIdLayout none{0, false};
   Mmap2 m;

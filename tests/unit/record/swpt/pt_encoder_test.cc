@@ -547,6 +547,19 @@ TEST(SwptPtEncoderTest, ALongTickGivesAnMtcEvery255PeriodsAfterThePendingBranche
   }
   EXPECT_THAT(ctcs, ElementsAre(255, static_cast<uint8_t>(510), static_cast<uint8_t>(600)));
   EXPECT_LT(tnt, first_mtc);  // the branch before the tick, before its MTCs
+
+  // A time that a TSC packet gives (a blocking call's end): no chain of MTCs, but the TSC and
+  // a TMA with the CTC (a review: a 3 s sleep wrote 14,728 MTCs); a short one keeps its MTC.
+  const auto timed = ReadPackets(Encode(
+      {Event::Enable(kIp), Event::Time(100000), Event::Simple(EventKind::kIndirectJump, 0, kIp),
+       Event::Time(100100), Event::Simple(EventKind::kIndirectJump, 0, kIp + 4)},
+      options));
+  std::vector<pt_packet_type> after_pge;
+  for (const Packet& p : timed) {
+    if (!after_pge.empty() || p.type == ppt_tip_pge) after_pge.push_back(p.type);
+  }
+  EXPECT_THAT(after_pge,
+              ElementsAre(ppt_tip_pge, ppt_tsc, ppt_tma, ppt_tip, ppt_mtc, ppt_tsc, ppt_tip));
 }
 
 TEST(SwptPtEncoderTest, TimeSetsThePsbTscThenWritesTscPacketsAfterPendingBranches) {
