@@ -510,7 +510,12 @@ absl::Status Parser::Walk(uint64_t begin, uint64_t end) {
                                " bytes of tracepoint formats cut: ", end - pos, " bytes left"));
         return absl::OkStatus();
       }
-      // Its formats are file mode's feature 1 byte for byte (perf's tracing_data_put).
+      // Its formats are file mode's feature 1 byte for byte (perf's tracing_data_put): the file
+      // has that feature, kept or not.
+      if (std::find(out_.features.present.begin(), out_.features.present.end(), kFeatTracingData) ==
+          out_.features.present.end()) {
+        out_.features.present.push_back(kFeatTracingData);
+      }
       uint32_t size = 0;
       std::memcpy(&size, out_.record_bytes.data() + out_.records.back().begin + kHeaderSize,
                   sizeof(size));

@@ -523,6 +523,8 @@ TEST(PerfDataTest, TracingDataIsKeptOnceAndBounded) {
   d = ReadPerfData(*src2);
   ASSERT_THAT(d, IsOk());
   EXPECT_TRUE(d->features.kept.empty());
+  EXPECT_THAT(d->features.present,
+              ::testing::ElementsAre(kFeatTracingData));  // (info names it; a review)
   ASSERT_EQ(d->warnings.size(), 1u);
   EXPECT_THAT(d->warnings[0], ::testing::HasSubstr("too many to keep"));
 }
