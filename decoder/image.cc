@@ -573,6 +573,15 @@ absl::StatusOr<ElfSpec> ParseElfSpec(std::string_view text) {
     spec.path = std::string(head);
   } else {
     spec.path = std::string(text);
+    // FILE:BASE whose BASE is no number, where FILE is there and FILE:BASE is not: a usage error
+    // naming BASE (sweep 40b L8: "open ELF file sapp:0xzz: No such file", exit 1).
+    const size_t colon = text.rfind(':');
+    if (colon != std::string_view::npos && colon > 0 && access(spec.path.c_str(), F_OK) != 0 &&
+        access(std::string(text.substr(0, colon)).c_str(), F_OK) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "bad --elf '", std::string(text), "': BASE '", std::string(text.substr(colon + 1)),
+          "' is not a number (expected FILE[:BASE], BASE the load address, e.g. 0x400000)"));
+    }
   }
   return spec;
 }

@@ -564,6 +564,12 @@ TEST_F(PtdecodeCliTest, ARawTraceWithoutCodeIsAUsageError) {
             "given with --elf FILE[:BASE], --raw FILE[:FROM[-TO]]:ADDRESS or --pages DIR "
             "(ptdecode packets needs none) (see ptdecode --help)\n");
   EXPECT_EQ(RunPtdecode("packets --pt " + trace_).exit_code, 0);
+  // FILE:BASE with a BASE that is no number: a usage error naming BASE (sweep 40b L8: taken as
+  // a file name, "No such file", exit 1).
+  r = RunPtdecode(fmt::format("stats --pt {} --elf {}:0xzz", trace_, kTiny));
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err,
+              HasSubstr(fmt::format("bad --elf '{}:0xzz': BASE '0xzz' is not a number", kTiny)));
 }
 
 TEST_F(PtdecodeCliTest, UsageErrorsExitTwoWithOneLine) {
