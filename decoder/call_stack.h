@@ -174,6 +174,10 @@ class CallStack {
   const Totals& totals() const { return totals_; }
   bool timed() const { return timed_; }
   uint64_t tsc() const { return tsc_; }
+  // Tracing stopped at a system call or an interrupt and has not resumed: none of the
+  // program's code runs meanwhile (the thread waits, or the kernel works for it), unlike after
+  // a call, jump or return into untraced code.
+  bool stopped_in_kernel() const { return disabled_ && disabled_far_; }
   // The warning to show when frames were dropped (totals().dropped_frames), else "".
   std::string DepthWarning() const;
 

@@ -136,7 +136,15 @@ class FoldedSink : public FlowSink {
   // --weight=time: the interval since the last time update ends here.
   void OnTime(uint64_t now) override {
     if (by_time_) {
-      if (timed() && now >= tsc()) CloseInterval(now - tsc());
+      if (timed() && now >= tsc()) {
+        if (disabled_) {
+          // No instruction ran: the time is the stack's on top (a system call's wait), not the
+          // instructions' before the disable that share the old time (sweep 40a F2).
+          if (top_ != 0) nodes_[top_].count += now - tsc();
+        } else {
+          CloseInterval(now - tsc());
+        }
+      }
       ClearInterval();
       ever_timed_ = true;
     }
@@ -148,14 +156,29 @@ class FoldedSink : public FlowSink {
     FlowSink::OnError(error);
     ForgetTime();
     ClearInterval();
+    disabled_ = false;
   }
   void OnStream(const StreamInfo& stream) override {
     FlowSink::OnStream(stream);
-    if (!stream.context_switch) ClearInterval();
+    if (!stream.context_switch) {
+      ClearInterval();
+      disabled_ = false;
+    }
   }
   void OnLoss(const LossInfo& loss) override {
     FlowSink::OnLoss(loss);
     ClearInterval();
+    disabled_ = false;
+  }
+  // From a disable in the kernel (a system call, an interrupt) to the enabled event after it
+  // (whose time the decoder tells before the event) the time goes whole to the stack on top.
+  void OnEvent(const pt_event& event) override {
+    FlowSink::OnEvent(event);
+    if (event.type == ptev_disabled || event.type == ptev_async_disabled) {
+      disabled_ = model_.stopped_in_kernel();
+    } else if (event.type == ptev_enabled) {
+      disabled_ = false;
+    }
   }
 
  protected:
@@ -400,6 +423,8 @@ class FoldedSink : public FlowSink {
   const uint32_t max_depth_;
   size_t deepest_ = 0;  // the most frames a stack had
   bool ever_timed_ = false;
+  // Tracing stopped in the kernel (at a system call, an interrupt): no instruction runs.
+  bool disabled_ = false;
   uint32_t top_ = 0;                      // the node on top of the stack (0: none)
   std::vector<uint64_t> interval_insns_;  // per node: instructions since the last time update
   std::vector<uint32_t> touched_;         // the nodes with interval_insns_ != 0

@@ -28,7 +28,8 @@ struct ProfileFunction {
   uint64_t inclusive = 0;  // instructions while it was on the call stack, each counted once
   uint64_t calls = 0;
   // With timing: the TSC ticks of its self time (each interval between two time updates split
-  // over the functions that ran in it, by their instructions).
+  // over the functions that ran in it, by their instructions; while tracing is stopped at a
+  // system call (its wait), the function's that ran last).
   uint64_t ticks = 0;
   // With source files: the source file of its first instruction (DWARF), "" when unknown.
   std::string source;

@@ -115,7 +115,8 @@ std::unique_ptr<Sink> MakeProfileSink(const ProgramImage& image, const OutputOpt
 // `folded`: "caller;callee count" lines for flamegraph.pl, weighted by instructions or, with
 // FoldedWeight::kTime, by TSC ticks: each decoder time update closes an interval whose ticks
 // are split over the stacks that executed instructions in it, in proportion to their
-// instructions (an interval without instructions goes to the stack on top at its end).
+// instructions (an interval without instructions goes to the stack on top at its end; so does
+// the time from a disable at a system call or an interrupt to the enable after it).
 // Ticks after the last time update of a decoded piece, or across an error or lost trace, are
 // not counted. Finish fails with kFailedPrecondition when the trace had no timing at all.
 // A stack deeper than options.max_depth frames (when not 0) is written as its outermost

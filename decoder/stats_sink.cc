@@ -66,6 +66,17 @@ class StatsSink : public FlowSink {
     if (wants_time_) ticks_.OnTime(timed(), tsc(), now);
     FlowSink::OnTime(now);
   }
+  // The time that passes while tracing is stopped in the kernel (a system call's wait) is the
+  // function's on top, not the instructions' before the disable that share its time (sweep
+  // 40a F2); the decoder tells an enabled event's time before the event.
+  void OnEvent(const pt_event& event) override {
+    FlowSink::OnEvent(event);
+    if (event.type == ptev_disabled || event.type == ptev_async_disabled) {
+      if (model_.stopped_in_kernel()) ticks_.OnDisabled();
+    } else if (event.type == ptev_enabled) {
+      ticks_.OnEnabled();
+    }
+  }
   void OnStream(const StreamInfo& stream) override {
     FlowSink::OnStream(stream);
     // Under main: a thread of the process other than its first counts whole (ScopedCounts),
@@ -77,18 +88,18 @@ class StatsSink : public FlowSink {
                         scoped_->root() == "main" && stream.tid != 0 && stream.pid != 0 &&
                             ((stream.tid != stream.pid && !stream.exec_leader) || stream.forked));
     }
-    if (!stream.context_switch) ticks_.Drop();
+    if (!stream.context_switch) ticks_.Restart();
     if (options_.list_problems && !stream.context_switch) stream_ = stream.name;
   }
   void OnError(const DecodeError& error) override {
     FlowSink::OnError(error);
     if (wants_time_) ForgetTime();  // the time across an error is not the program's
-    ticks_.Drop();
+    ticks_.Restart();
     if (options_.list_problems) Problem([&](Buffer& b) { AppendErrorLine(b, error, false); });
   }
   void OnLoss(const LossInfo& loss) override {
     FlowSink::OnLoss(loss);
-    ticks_.Drop();
+    ticks_.Restart();
     if (options_.list_problems) Problem([&](Buffer& b) { AppendLossLine(b, loss, false); });
   }
 

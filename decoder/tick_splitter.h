@@ -3,6 +3,10 @@
 // their instructions (the rounding remainder to the last one; an interval without
 // instructions goes to the function that ran last). Instructions that are nobody's (OnOutside:
 // outside the code counted) take their share of an interval, which is given to no function.
+// While tracing is stopped in the kernel (OnDisabled until OnEnabled: a system call, an
+// interrupt), no instruction of the program runs: the time that passes then is the function's
+// that ran last (the stack on top), whole, not split over the instructions before the disable
+// that share the old time.
 // Internal to ptkit_decoder.
 #ifndef PTKIT_DECODER_TICK_SPLITTER_H_
 #define PTKIT_DECODER_TICK_SPLITTER_H_
@@ -30,14 +34,30 @@ class TickSplitter {
   // The time changed from `then` (known when `was_timed`) to `now`: the interval ends.
   void OnTime(bool was_timed, uint64_t then, uint64_t now) {
     timed_ = true;
-    if (was_timed && now >= then) Split(now - then);
+    if (was_timed && now >= then) {
+      if (disabled_) {
+        Give(now - then);
+      } else {
+        Split(now - then);
+      }
+    }
     Drop();
   }
+  // Tracing stops in the kernel (a disabled event at a system call or an interrupt) or resumes
+  // (an enabled event, after the time update of its own time stamp).
+  void OnDisabled() { disabled_ = true; }
+  void OnEnabled() { disabled_ = false; }
   // The open interval is not the program's time (an error, another stream, lost trace).
   void Drop() {
     for (uint32_t f : touched_) interval_[f] = 0;
     touched_.clear();
     outside_ = 0;
+  }
+  // Another decoded piece (a new stream, an error, lost trace): the open interval is dropped,
+  // and the flow is no longer known to be disabled.
+  void Restart() {
+    Drop();
+    disabled_ = false;
   }
   // Whether any time update came.
   bool timed() const { return timed_; }
@@ -67,6 +87,12 @@ class TickSplitter {
     ticks_[touched_.back()] += ticks - given - outside;
   }
 
+  // The whole interval to the function that ran last (none when that was outside).
+  void Give(uint64_t ticks) {
+    all_ticks_ += ticks;
+    if (last_ >= 0) ticks_[last_] += ticks;
+  }
+
   std::vector<uint64_t> interval_;  // per function: instructions since the last time update
   std::vector<uint32_t> touched_;   // the functions with interval_ != 0
   std::vector<uint64_t> ticks_;
@@ -74,6 +100,7 @@ class TickSplitter {
   uint64_t all_ticks_ = 0;
   int64_t last_ = -1;
   bool timed_ = false;
+  bool disabled_ = false;  // between OnDisabled and OnEnabled
 };
 
 }  // namespace ptkit::decoder

@@ -568,27 +568,32 @@ void GiveUpOldest(Thread& t);
 
 void Add(Thread& t, const Event& event) {
   if (!t.pending.empty()) {
-    t.pending.back().held.push_back(event);
-    if (t.pending.back().held.size() > kMaxHeld) GiveUpOldest(t);
-    // Its time is now, held with it (review of a149bab: given when the held events were
-    // written, a late time clamped every older one after it).
+    // Its time is now, held with it and before it, as below (review of a149bab: given when
+    // the held events were written, a late time clamped every older one after it).
     if (event.kind == EventKind::kEnable && !t.replaying) GiveTime(t);
-    return;
+    if (!t.pending.empty()) {  // (GiveTime's may have given up the oldest, the only one)
+      t.pending.back().held.push_back(event);
+      if (t.pending.back().held.size() > kMaxHeld) GiveUpOldest(t);
+      return;
+    }
   }
   Event e = event;
   if (g->filtering && !FilterEvent(t, e)) return;
+  // Tracing resumes after time the trace does not see: a system call (sweep 30a F2: the return
+  // of a 500 ms nanosleep had its entry's time, the second charged to the code after it), a
+  // signal's delivery, or under --filter code that ran untraced (its system calls gave no time:
+  // OnSyscall gives it only while tracing; sweep 27 T5: a filtered run's time advanced once per
+  // 64 KiB of trace). The time now, unless given less than kTimeNs ago, and before the
+  // TIP.PGE: a decoder applies a TSC after it only at its next packet, so the wait went to the
+  // instructions up to the first branch after the resume (sweep 40a F1: 120 ms of a 300 ms
+  // sleep_for to __pthread_disable_asynccancel).
+  if (e.kind == EventKind::kEnable && !t.replaying) GiveTime(t);
   if (absl::Status s = t.enc->Add(e); !s.ok()) {
     Fail("encoding thread " + std::to_string(t.tid) + ": " + std::string(s.message()));
     t.traced = false;  // this stream stops; the error is reported
     t.fast = false;
     return;
   }
-  // Tracing resumes after time the trace does not see: a system call (sweep 30a F2: the return
-  // of a 500 ms nanosleep had its entry's time, the second charged to the code after it), a
-  // signal's delivery, or under --filter code that ran untraced (its system calls gave no time:
-  // OnSyscall gives it only while tracing; sweep 27 T5: a filtered run's time advanced once per
-  // 64 KiB of trace). The time now, unless given less than kTimeNs ago.
-  if (e.kind == EventKind::kEnable && !t.replaying) GiveTime(t);
 }
 
 // The time `now` as a TSC packet, if kTimeNs passed since the last one given here (or
@@ -1164,8 +1169,10 @@ void Resolve(Thread& t, uint64_t resume) {
     t.events.push_back(Event::AsyncDisable(resume));
     AddAll(t);
   }
-  // The handler's entry and its time: when the signal came, before what it held.
-  Replay(t, {Event::Enable(p.handler), Event::Time(p.time)}, p.time);
+  // The handler's entry and its time: when the signal came, before what it held; the time
+  // before the TIP.PGE (as in Add; sweep 40a F1: the wait the signal interrupted went to the
+  // handler).
+  Replay(t, {Event::Time(p.time), Event::Enable(p.handler)}, p.time);
   Replay(t, p.held, p.time);
 }
 

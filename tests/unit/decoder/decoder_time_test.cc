@@ -11,6 +11,7 @@
 
 #include "decoder/decode.h"
 #include "decoder/image.h"
+#include "decoder/profile.h"
 #include "decoder/sinks.h"
 #include "decoder/tsc_clock.h"
 #include "gmock/gmock.h"
@@ -319,6 +320,67 @@ TEST_F(TimeTest, FoldedTimeSplitsEachIntervalByInstructions) {
   const uint64_t odd_work = odd * 3 / 7;  // floor share of work's 3 of 7 instructions
   EXPECT_EQ(stacks["work"], 5 * k + idle + odd_work);
   EXPECT_EQ(stacks["work;collatz"], 4 * k + (odd - odd_work));
+}
+
+// Drives `sink` through a blocking system call in `collatz`, called from `work`: 3 + 4
+// instructions at time t0 (the last 4 sharing the time of the TIP.PGD, as when the decoder
+// reads the TSC before it ahead), tracing disabled for `wait` ticks, enabled where it stopped
+// (the resume's TSC before the TIP.PGE), then 2 instructions of collatz and 2 of work in 40
+// ticks. Returns the time at the end.
+uint64_t BlockInASystemCall(Sink& sink, uint64_t work, uint64_t call, uint64_t collatz, uint64_t t0,
+                            uint64_t wait) {
+  sink.OnTime(t0);
+  sink.OnBlock(HandBlock(work, call, 3, ptic_call));
+  sink.OnBlock(HandBlock(collatz, collatz + 4, 4, ptic_far_call));
+  pt_event disabled = {};
+  disabled.type = ptev_disabled;
+  disabled.ip_suppressed = 1;
+  disabled.has_tsc = 1;
+  disabled.tsc = t0;
+  sink.OnEvent(disabled);
+  sink.OnTime(t0 + wait);  // the decoder tells an event's time before the event
+  pt_event enabled = {};
+  enabled.type = ptev_enabled;
+  enabled.variant.enabled.ip = collatz + 6;
+  enabled.variant.enabled.resumed = 1;
+  enabled.has_tsc = 1;
+  enabled.tsc = t0 + wait;
+  sink.OnEvent(enabled);
+  sink.OnBlock(HandBlock(collatz + 6, collatz + 8, 2, ptic_return));
+  sink.OnBlock(HandBlock(call + 5, call + 7, 2, ptic_other));
+  sink.OnTime(t0 + wait + 40);
+  return t0 + wait + 40;
+}
+
+// Sweep 40a F2: the time from a disable to the enable after it (a system call's wait) is the
+// stack's on top, not split over the instructions before the call that share the old time
+// (was: work 3/7 of it), nor given to those after the resume.
+TEST_F(TimeTest, TimeWhileTracingIsDisabledIsTheStacksOnTop) {
+  const uint64_t call = CallSiteInWorkToCollatz();
+  ASSERT_NE(call, 0u);
+  const uint64_t wait = 700000;
+  {
+    std::FILE* out = std::tmpfile();
+    OutputOptions options;
+    options.weight = FoldedWeight::kTime;
+    auto sink = MakeFoldedSink(*image_, out, options);
+    BlockInASystemCall(*sink, work_.address, call, collatz_.address, 1000, wait);
+    ASSERT_THAT(sink->Finish({}), IsOk());
+    auto stacks = ParseFolded(ReadAll(out));
+    EXPECT_EQ(std::fclose(out), 0);
+    EXPECT_EQ(stacks["work"], 20u);
+    EXPECT_EQ(stacks["work;collatz"], wait + 20);
+  }
+  Profile profile;
+  auto sink = MakeProfileSink(*image_, {}, &profile, {.timing = true});
+  BlockInASystemCall(*sink, work_.address, call, collatz_.address, 1000, wait);
+  ASSERT_THAT(sink->Finish({}), IsOk());
+  std::map<std::string, uint64_t> ticks;
+  for (const ProfileFunction& f : profile.functions) ticks[f.function] = f.ticks;
+  EXPECT_EQ(ticks["work"], 20u);
+  EXPECT_EQ(ticks["collatz"], wait + 20);
+  ASSERT_TRUE(profile.timing.has_value());
+  EXPECT_EQ(profile.timing->ticks, wait + 40);
 }
 
 TEST_F(TimeTest, FoldedTimeWithoutTimingIsAnError) {
