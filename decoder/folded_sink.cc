@@ -137,10 +137,12 @@ class FoldedSink : public FlowSink {
   void OnTime(uint64_t now) override {
     if (by_time_) {
       if (timed() && now >= tsc()) {
-        if (disabled_) {
+        if (disabled_ && top_ != 0) {
           // No instruction ran: the time is the stack's on top (a system call's wait), not the
-          // instructions' before the disable that share the old time (sweep 40a F2).
-          if (top_ != 0) nodes_[top_].count += now - tsc();
+          // instructions' before the disable that share the old time (sweep 40a F2). (With no
+          // stack yet, as the interval's instructions: it was dropped, and the stacks' times
+          // fell short of the threads' spans.)
+          nodes_[top_].count += now - tsc();
         } else {
           CloseInterval(now - tsc());
         }
