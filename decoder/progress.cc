@@ -26,7 +26,7 @@ void ClearLineAndDie(int signal) {
   struct sigaction action {};
   action.sa_handler = SIG_DFL;
   sigaction(signal, &action, nullptr);
-  raise(signal);  // blocked in the handler: delivered, with the default action, on return
+  (void)raise(signal);  // blocked in the handler: delivered, with the default action, on return
 }
 
 // Once: ClearLineAndDie for the signals that end ptdecode by default (those the program set

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "e2e_programs.h"
+#include "fmt/format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -56,7 +57,7 @@ class BlockedTimeTest : public ::testing::TestWithParam<Param> {
     ASSERT_GE(slept, 200'000'000u);
     for (const std::string decoder : {"libipt", "fast"}) {
       for (const std::string jobs : {"-j1", "-j2"}) {
-        SCOPED_TRACE(decoder + " " + jobs);
+        SCOPED_TRACE(fmt::format("{} {}", decoder, jobs));
         // stats: self ticks (the emulations' TSC is nanoseconds).
         auto stats =
             RunCommand({PTDECODE_PATH, "stats", "--json", "--decoder", decoder, jobs, trace});

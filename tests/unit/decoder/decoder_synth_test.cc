@@ -316,7 +316,7 @@ TEST(ProgressLineTest, ASignalThatEndsPtdecodeErasesTheLine) {
       uint64_t clock = 0;
       ProgressLine line(err, true, [&] { return clock += 300; });
       line.Update(1, 2);
-      raise(signal);
+      (void)raise(signal);
       _exit(0);  // not reached
     }
     close(fds[1]);
