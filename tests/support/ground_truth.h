@@ -93,9 +93,10 @@ inline bool ParseTidAddress(std::string_view line, uint64_t& tid, uint64_t& addr
   return std::from_chars(p, end, address, 16).ec == std::errc();
 }
 
-// The ground truth file: one "TID 0xADDRESS" line per retired instruction.
-inline PerThread ReadTruth(const std::string& path) {
-  PerThread truth;
+// The ground truth file: one "TID 0xADDRESS" line per retired instruction. Calls
+// `take(tid, ip)` for each in file order until it returns false.
+template <typename Take>
+void ForEachTruthLine(const std::string& path, Take take) {
   const std::string text = ReadWholeFile<std::string>(path);
   std::string_view rest = text;
   while (!rest.empty()) {
@@ -104,10 +105,19 @@ inline PerThread ReadTruth(const std::string& path) {
     rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
     const size_t start = line.find_first_not_of(' ');
     uint64_t tid = 0, ip = 0;
-    if (start != std::string_view::npos && ParseTidAddress(line.substr(start), tid, ip)) {
-      truth[tid].push_back(ip);
+    if (start != std::string_view::npos && ParseTidAddress(line.substr(start), tid, ip) &&
+        !take(tid, ip)) {
+      return;
     }
   }
+}
+
+inline PerThread ReadTruth(const std::string& path) {
+  PerThread truth;
+  ForEachTruthLine(path, [&](uint64_t tid, uint64_t ip) {
+    truth[tid].push_back(ip);
+    return true;
+  });
   return truth;
 }
 
@@ -115,17 +125,12 @@ inline PerThread ReadTruth(const std::string& path) {
 // where the lowest tid may be a child's once pids wrap (pid_max 32768 here: a test that took
 // the lowest for the parent failed now and then); 0 when there is none.
 inline uint64_t FirstTruthTid(const std::string& path) {
-  const std::string text = ReadWholeFile<std::string>(path);
-  std::string_view rest = text;
-  while (!rest.empty()) {
-    const size_t nl = rest.find('\n');
-    const std::string_view line = rest.substr(0, nl);
-    rest = nl == std::string_view::npos ? std::string_view() : rest.substr(nl + 1);
-    const size_t start = line.find_first_not_of(' ');
-    uint64_t tid = 0, ip = 0;
-    if (start != std::string_view::npos && ParseTidAddress(line.substr(start), tid, ip)) return tid;
-  }
-  return 0;
+  uint64_t first = 0;
+  ForEachTruthLine(path, [&](uint64_t tid, uint64_t) {
+    first = tid;
+    return false;
+  });
+  return first;
 }
 
 // `ptdecode insn` on a container: "[stream ...]" and other bracketed marker lines, and one
