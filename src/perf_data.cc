@@ -282,8 +282,13 @@ absl::Status Parser::ReadFeatures(uint64_t table_offset, std::span<const uint8_t
     }
     if (!parsed && !KeptAsBytes(bit)) continue;
     if (s.size > kMaxDecompressedBytes) {
-      AddDamage(s.offset, s.size,
-                absl::StrCat("feature ", bit, " section of ", s.size, " bytes: too large"));
+      const std::string what = absl::StrCat("feature ", bit, " section of ", s.size, " bytes");
+      if (parsed) {
+        AddDamage(s.offset, s.size, what + ": too large");
+      } else {  // only kept for export: nothing is lost to the decode (as before it was kept)
+        out_.warnings.push_back(
+            absl::StrCat(what, " (", PerfFeatureName(bit), ") is too large to keep for export"));
+      }
       continue;
     }
     PTKIT_ASSIGN_OR_RETURN(std::span<const uint8_t> d, win_.Get(s.offset, s.size));

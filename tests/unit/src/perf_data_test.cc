@@ -529,6 +529,34 @@ TEST(PerfDataTest, TracingDataIsKeptOnceAndBounded) {
   EXPECT_THAT(d->warnings[0], ::testing::HasSubstr("too many to keep"));
 }
 
+// A feature section kept only for export (not read by ptkit) that is too large to keep is a
+// warning, not damage: the file's records are whole (a review: it was reported as damage).
+TEST(PerfDataTest, AKeptFeatureTooLargeToKeepIsAWarningNotDamage) {
+  std::vector<uint8_t> f(104, 0);
+  std::memcpy(f.data(), "PERFILE2", 8);
+  auto put = [&](size_t at, uint64_t v) { std::memcpy(f.data() + at, &v, 8); };
+  put(8, 104);   // header size
+  put(16, 136);  // attr size
+  put(40, 104);  // data section: one FINISHED_ROUND record
+  put(48, 8);
+  f[72] = 1u << kFeatTracingData;  // the feature bitmap
+  const std::vector<uint8_t> round = RecordBuilder(kRecordFinishedRound, 0).Finish();
+  f.insert(f.end(), round.begin(), round.end());
+  const uint64_t big = kMaxDecompressedBytes + 1;
+  f.resize(f.size() + 16);
+  put(112, 128);  // the feature table: TRACING_DATA's section
+  put(120, big);
+  f.resize(128 + big, 0x5a);
+  auto src = MemorySource(f, "big-tracing-data");
+  absl::StatusOr<PerfData> d = ReadPerfData(*src);
+  ASSERT_THAT(d, IsOk());
+  EXPECT_TRUE(d->clean()) << d->damage[0].reason;
+  EXPECT_EQ(d->records.size(), 1u);
+  EXPECT_TRUE(d->features.kept.empty());
+  ASSERT_EQ(d->warnings.size(), 1u);
+  EXPECT_THAT(d->warnings[0], ::testing::HasSubstr("(TRACING_DATA) is too large to keep"));
+}
+
 TEST(PerfDataTest, RecordSplitAcrossCompressedRecordsIsJoined) {
   const SampleIdLayout none{0, false};
   Mmap2 m;
