@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "decoder/insn_decode.h"
 #include "decoder/output_format.h"
 
 namespace ptkit::decoder {
@@ -814,8 +815,8 @@ uint64_t CallStack::CallLength(uint64_t ip, pt_exec_mode mode) {
   if (inserted) {
     uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
     size_t n = image_->Read(ip, bytes, sizeof(bytes));
-    ZydisDecodedInstruction insn;
-    it->second = n == 0 ? 0 : static_cast<uint8_t>(disasm_.Length(mode, bytes, n, &insn));
+    DecodedInsn insn;
+    it->second = DecodeInsn(disasm_, ip, mode, bytes, n, &insn) < 0 ? 0 : insn.size;
   }
   slot = LengthSlot{image_, ip, it->second};
   return it->second;
@@ -876,13 +877,12 @@ void CallStack::CountSplit(const pt_block& block, uint32_t first) {
 uint64_t CallStack::NextInBlock(uint64_t ip, pt_exec_mode mode) {
   uint8_t bytes[ZYDIS_MAX_INSTRUCTION_LENGTH];
   const size_t n = image_->Read(ip, bytes, sizeof(bytes));
-  ZydisDecodedInstruction insn;
-  const int len = n == 0 ? 0 : disasm_.Length(mode, bytes, n, &insn);
-  if (len == 0) return 0;
-  ip += static_cast<uint64_t>(len);
+  DecodedInsn insn;
+  if (DecodeInsn(disasm_, ip, mode, bytes, n, &insn) < 0) return 0;
+  ip += insn.size;
   // Inside a block only direct jumps (and calls, which end our blocks) change the flow.
-  if (insn.meta.category == ZYDIS_CATEGORY_UNCOND_BR && insn.raw.imm[0].is_relative) {
-    ip += static_cast<uint64_t>(insn.raw.imm[0].value.s);
+  if (insn.iclass == ptic_jump && insn.is_direct) {
+    ip += static_cast<uint64_t>(static_cast<int64_t>(insn.displacement));
   }
   return ip;
 }

@@ -12,105 +12,11 @@
 #include <type_traits>
 
 #include "absl/synchronization/mutex.h"
+#include "decoder/insn_decode.h"
 #include "decoder/ipt_handles.h"
 
 namespace ptkit::decoder {
 namespace {
-
-// pt_ild's classification (pt_ild.c, pt_instruction_decode) from Zydis' decoding: the iclass,
-// the branch displacement and the instructions the block decoder treats specially.
-template <typename Insn>
-void Classify(const ZydisDecodedInstruction& z, Insn* insn) {
-  insn->iclass = ptic_other;
-  if (z.encoding != ZYDIS_INSTRUCTION_ENCODING_LEGACY) return;  // VEX, EVEX, XOP, 3DNow!
-  int map;
-  if (z.opcode_map == ZYDIS_OPCODE_MAP_DEFAULT) {
-    map = 0;
-  } else if (z.opcode_map == ZYDIS_OPCODE_MAP_0F) {
-    map = 1;
-  } else {
-    return;
-  }
-  const uint8_t op = z.opcode;
-  const uint8_t reg = z.raw.modrm.reg;
-  auto direct = [&](pt_insn_class iclass) {
-    insn->iclass = iclass;
-    insn->is_direct = true;
-    insn->displacement = static_cast<int32_t>(z.raw.imm[0].value.s);
-  };
-  if (map == 0) {
-    if (op >= 0x70 && op <= 0x7f) return direct(ptic_cond_jump);
-    switch (op) {
-      case 0x9a:
-      case 0xcd:
-      case 0xcc:
-      case 0xce:
-      case 0xf1:
-        insn->iclass = ptic_far_call;
-        return;
-      case 0xff:
-        if (reg == 2) insn->iclass = ptic_call;
-        if (reg == 3) insn->iclass = ptic_far_call;
-        if (reg == 4) insn->iclass = ptic_jump;
-        if (reg == 5) insn->iclass = ptic_far_jump;
-        return;
-      case 0xe8:
-        return direct(ptic_call);
-      case 0xe9:
-      case 0xeb:
-        return direct(ptic_jump);
-      case 0xea:
-        insn->iclass = ptic_far_jump;
-        return;
-      case 0xe0:
-      case 0xe1:
-      case 0xe2:
-      case 0xe3:
-        return direct(ptic_cond_jump);
-      case 0xc3:
-      case 0xc2:
-        insn->iclass = ptic_return;
-        return;
-      case 0xcf:
-      case 0xcb:
-      case 0xca:
-        insn->iclass = ptic_far_return;
-        return;
-      default:
-        return;
-    }
-  }
-  if (op >= 0x80 && op <= 0x8f) return direct(ptic_cond_jump);
-  switch (op) {
-    case 0x22:
-      if (reg == 3 && !z.raw.rex.R) insn->changes_cr3 = true;
-      return;
-    case 0x05:
-    case 0x34:
-      insn->iclass = ptic_far_call;
-      return;
-    case 0x35:
-    case 0x07:
-      insn->iclass = ptic_far_return;
-      return;
-    case 0x01: {
-      const uint8_t modrm =
-          static_cast<uint8_t>(z.raw.modrm.mod << 6 | z.raw.modrm.reg << 3 | z.raw.modrm.rm);
-      if (modrm == 0xc1) insn->iclass = ptic_far_call;
-      if (modrm == 0xc2 || modrm == 0xc3) {
-        insn->iclass = ptic_far_return;
-        insn->vmlaunch = true;
-      }
-      if (modrm == 0xec) insn->iclass = ptic_far_return;
-      return;
-    }
-    case 0xae:
-      if (z.mnemonic == ZYDIS_MNEMONIC_PTWRITE) insn->iclass = ptic_ptwrite;
-      return;
-    default:
-      return;
-  }
-}
 
 // Where the conditional branch `insn` goes: its target when taken, else the next instruction.
 template <typename Insn>
@@ -373,21 +279,25 @@ int FastBlockDecoder::Decode(uint64_t ip, pt_exec_mode mode, const Insn** out) {
       return -pte_nomap;
     }
     const size_t first = n;
-    ZydisDecodedInstruction z;
-    int len = disasm_.Length(mode, insn.raw, n, &z);
-    while (len == 0 && n < sizeof(insn.raw)) {
-      size_t more = image_->Read(ip + n, insn.raw + n, sizeof(insn.raw) - n);
+    // An instruction that runs past its section's end goes on in the next (libipt's truncated
+    // instruction): read what follows, up to the longest instruction.
+    while (n < sizeof(insn.raw)) {
+      const size_t more = image_->Read(ip + n, insn.raw + n, sizeof(insn.raw) - n);
       if (more == 0) break;
       n += more;
-      len = disasm_.Length(mode, insn.raw, n, &z);
     }
-    if (len == 0) {
+    DecodedInsn decoded;
+    if (DecodeInsn(disasm_, ip, mode, insn.raw, n, &decoded) < 0) {
       graph_->insns.erase(it);
       return -pte_bad_insn;
     }
-    insn.size = static_cast<uint8_t>(len);
-    insn.truncated = first < static_cast<size_t>(len);
-    Classify(z, &insn);
+    insn.size = decoded.size;
+    insn.truncated = first < decoded.size;
+    insn.iclass = decoded.iclass;
+    insn.is_direct = decoded.is_direct;
+    insn.displacement = decoded.displacement;
+    insn.changes_cr3 = decoded.changes_cr3;
+    insn.vmlaunch = decoded.vmlaunch;
   }
   *out = &insn;
   return 0;
@@ -1406,6 +1316,10 @@ int FastBlockDecoder::Next(pt_block* block) {
   std::memset(block, 0, sizeof(*block));
   block->ip = ip_;
   block->mode = mode_;
+  // pt_insn_next wants tracing enabled before it looks at the trace (an enable comes as an
+  // event, taken before): pt_blk_next proceeds to the next event instead, which, where a
+  // damaged trace has a second TIP.PGD, decodes on from the first one's resume IP.
+  if (insn_binding_ && !enabled_) return (status_ & pts_eos) != 0 ? -pte_eos : -pte_no_enable;
   if (!walk_) return Proceed(block);
   walked_last_ = false;
   run_given_ = nullptr;

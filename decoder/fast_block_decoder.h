@@ -1,6 +1,7 @@
 // A block decoder that gives exactly what libipt's pt_blk_* gives (every block with its fields,
 // every event, every error), from code decoded once: each instruction is read and decoded once
-// per image for the whole run (Zydis, classified as libipt's pt_ild does), a run of code outside
+// per image for the whole run (DecodeInsn, decoder/insn_decode.h: Zydis, classified as libipt's
+// pt_ild does, and libipt's own decoding where the two part), a run of code outside
 // file sections is walked once, and file sections get libipt's own block cache (pt_bcache: which
 // instructions lead to which decision point), kept per section for as long as libipt keeps its
 // (the section cache's lifetime), because libipt's block boundaries depend on it. Packets,
