@@ -104,6 +104,10 @@ class TimeFilterSink : public ForwardingSink {
     first_ = std::min(first_, tsc);
     last_ = std::max(last_, tsc);
     const bool in = tsc >= from_ && tsc < to_;
+    // Leaving past its end: the time since the last timing packet, up to the window's end, is
+    // the window's (its instructions were counted in it): told as the end's time (sweep 40a
+    // F3: the time of what ran last in a window was dropped, its instructions counted).
+    if (in_ && tsc >= to_) inner().OnTime(to_);
     if (follow_ && in != in_) inner().OnWindow(in);
     in_ = in;
     if (in_) inner().OnTime(tsc);

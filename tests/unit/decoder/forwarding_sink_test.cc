@@ -136,6 +136,25 @@ TEST(ForwardingSink, TimeFilterSinkDropsTheFlowOutsideItsWindow) {
   EXPECT_EQ(sink.instructions(), 0u);
 }
 
+// What ran in a window until time passed its end ran until the end at least: the sink is told
+// the end's time before the flow goes out (sweep 40a F3: that time was dropped).
+TEST(ForwardingSink, TimeFilterSinkEndsItsWindowAtItsEnd) {
+  std::vector<std::string> log;
+  TimeFilterSink sink(std::make_unique<LogSink>(&log), 100, 200);
+  pt_block block{};
+  block.ninsn = 3;
+  sink.OnTime(50);
+  sink.OnBlock(block);  // before the window: dropped
+  sink.OnTime(150);
+  sink.OnBlock(block);
+  sink.OnTime(250);  // past the end: told as 200
+  sink.OnBlock(block);
+  sink.OnTime(120);  // back in (a later stream's time)
+  EXPECT_THAT(log, ElementsAreArray(
+                       std::vector<std::string>{"time 150", "block 3", "time 200", "time 120"}));
+  EXPECT_EQ(sink.instructions(), 3u);
+}
+
 // Whole blocks (Sink::whole_block_sink, which CanonicalBlocks gives walked blocks to): a
 // ProgressSink passes them on unchanged, so they go straight to its inner sink's; a plain
 // ForwardingSink or a TimeFilterSink takes them itself, through OnBlock (the filter's window).
