@@ -220,6 +220,12 @@ uint64_t PtEncoder::CtcOf(uint64_t tsc) const {
                                options_.cpuid_0x15_ebx);
 }
 
+uint64_t PtEncoder::TscOfCtc(uint64_t ctc) const {
+  // The first TSC whose CTC is `ctc` (rounded up).
+  const unsigned __int128 scaled = static_cast<unsigned __int128>(ctc) * options_.cpuid_0x15_ebx;
+  return static_cast<uint64_t>((scaled + options_.cpuid_0x15_eax - 1) / options_.cpuid_0x15_eax);
+}
+
 // SDM "Packet Stream Boundary+": pending TNT goes out first; PSB resets the last IP to zero and
 // RET compression may only use CALLs seen after it. PSB+ then carries the status: TSC (TSCEn),
 // TMA (MTCEn with TSCEn), CBR, MODE.Exec and FUP with the current IP (PacketEn), PSBEND. As on
@@ -286,7 +292,6 @@ absl::Status PtEncoder::EmitTma() {
 absl::Status PtEncoder::Tick(uint64_t cycles, bool tsc_follows) {
   uint64_t before = tsc_;
   tsc_ += cycles;
-  cyc_pending_ += cycles;
   if (options_.mtc) {
     const uint64_t old_period = CtcOf(before) >> options_.mtc_freq;
     const uint64_t new_period = CtcOf(tsc_) >> options_.mtc_freq;
@@ -300,6 +305,15 @@ absl::Status PtEncoder::Tick(uint64_t cycles, bool tsc_follows) {
       PTKIT_RETURN_IF_ERROR(FlushTnt());
       for (uint64_t period = std::min(new_period, old_period + kMaxPeriods);;
            period = std::min(new_period, period + kMaxPeriods)) {
+        // SDM "Cycle-Accurate Mode": MTC is CYC-eligible, so a CYC with the cycles up to the
+        // period's first tick goes before it (with CYCs only before the next TNT or TIP, a
+        // CYC's cycles spanned MTCs: libipt's estimate between MTCs overshot the next one and
+        // time ran backwards, 73 times in a single-stepped /bin/true).
+        const uint64_t at = std::clamp(TscOfCtc(period << options_.mtc_freq), before, tsc_);
+        cyc_pending_ += at - before;
+        cycles -= at - before;
+        before = at;
+        PTKIT_RETURN_IF_ERROR(EmitCyc());
         pt_packet p = MakePacket(ppt_mtc);
         p.payload.mtc.ctc = static_cast<uint8_t>(period & 0xff);
         PTKIT_RETURN_IF_ERROR(Emit(p));
@@ -307,6 +321,7 @@ absl::Status PtEncoder::Tick(uint64_t cycles, bool tsc_follows) {
       }
     }
   }
+  cyc_pending_ += cycles;
   return absl::OkStatus();
 }
 
@@ -321,6 +336,8 @@ absl::Status PtEncoder::Time(uint64_t tsc) {
   PTKIT_RETURN_IF_ERROR(Tick(tsc - tsc_, options_.tsc));
   if (!options_.tsc) return absl::OkStatus();
   PTKIT_RETURN_IF_ERROR(FlushTnt());
+  // TSC is CYC-eligible too: the cycles up to it go before it.
+  PTKIT_RETURN_IF_ERROR(EmitCyc());
   pt_packet p = MakePacket(ppt_tsc);
   p.payload.tsc.tsc = tsc_;
   PTKIT_RETURN_IF_ERROR(Emit(p));

@@ -183,6 +183,7 @@ class PtEncoder {
     if (stack_size_ < kStackSize) ++stack_size_;
   }
   uint64_t CtcOf(uint64_t tsc) const;
+  uint64_t TscOfCtc(uint64_t ctc) const;
 
   PtEncoderOptions options_;
   uint64_t psb_bytes_ = 0;
