@@ -109,8 +109,11 @@ class QemuEmulateTest : public ::testing::Test {
   // Checks every thread's decoded instructions of `trace` against the ground truth in `truth`;
   // returns the truth.
   PerThread ExpectTraceDecodesToTruth(const std::string& name, const std::string& trace,
-                                      const std::string& truth_file, std::string* insn = nullptr) {
-    auto d = RunCommand({PTDECODE_PATH, "insn", trace});
+                                      const std::string& truth_file, std::string* insn = nullptr,
+                                      const std::vector<std::string>& decode_options = {}) {
+    std::vector<std::string> argv = {PTDECODE_PATH, "insn", trace};
+    argv.insert(argv.end(), decode_options.begin(), decode_options.end());
+    auto d = RunCommand(argv);
     if (insn != nullptr) *insn = d.out;
     EXPECT_EQ(d.exit_code, 0) << d.err;
     // (Not printed whole on failure: it is long.)
@@ -3449,8 +3452,16 @@ TEST_F(QemuEmulateTest, AProgramOfAnotherMountNamespaceIsTheFileThatRan) {
   }
   const std::string path = dir_->Copy(E2E_PROGRAM_DIR "/e2e_spin", "prog");
   const std::string ran = std::filesystem::canonical("/bin/true").string();
-  ExpectDecodedEqualsTruth("mountns", {"/usr/bin/unshare", "--mount", "/bin/sh", "-c",
-                                       "mount --bind " + ran + " " + path + " && " + path});
+  // The build that ran, found by its build-id in a cache of the test's own (the machine's
+  // ~/.debug may or may not hold it: the test passed only where `perf record` had run true).
+  const std::string cache = dir_->File("buildid-cache");
+  auto add = RunCommand({"/usr/bin/perf", "--buildid-dir", cache, "buildid-cache", "-a", ran});
+  ASSERT_EQ(add.exit_code, 0) << add.err;
+  Recorded recorded = Record("mountns", {"/usr/bin/unshare", "--mount", "/bin/sh", "-c",
+                                         "mount --bind " + ran + " " + path + " && " + path});
+  EXPECT_EQ(recorded.run.exit_code, 0) << recorded.run.err;
+  ExpectTraceDecodesToTruth("mountns", recorded.trace, recorded.truth, nullptr,
+                            {"--buildid-dir", cache});
   const std::string want = testing::ReadelfBuildId(ran);
   ASSERT_FALSE(want.empty()) << ran << ": readelf gives no build-id";
   auto reader = ContainerReader::Open(dir_->File("mountns.pt"));
