@@ -216,8 +216,9 @@ int IptDecodeInsn(uint64_t ip, pt_exec_mode mode, const uint8_t* bytes, size_t s
 
 int DecodeInsn(const Disassembler& disasm, uint64_t ip, pt_exec_mode mode, const uint8_t* bytes,
                size_t size, DecodedInsn* out) {
+  if (size == 0) return -pte_bad_insn;
   ZydisDecodedInstruction z;
-  const int length = size == 0 ? 0 : disasm.Length(mode, bytes, size, &z);
+  const int length = disasm.Length(mode, bytes, size, &z);
   if (length == 0 || SizedOtherwise(z)) {
     return IptDecodeInsn(ip, mode, bytes, size, out) < 0 ? -pte_bad_insn : 0;
   }
