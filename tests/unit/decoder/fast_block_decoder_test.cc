@@ -1078,7 +1078,7 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnDamagedHardwareTraces) {
   std::FILE* in = std::fopen((dir + "/trace").c_str(), "rb");
   ASSERT_NE(in, nullptr);
   const std::string trace = ReadAll(in);
-  std::fclose(in);
+  (void)std::fclose(in);
   const std::string path = TempPath("damaged_foo");
   // The copies of 100 (seeds 0-99) whose outputs differed (ptdecode stats and insn, -j1, against
   // --decoder libipt): 19, 59, 69, 82 and 89 where Zydis rejects bytes, 38 a second TIP.PGD.
@@ -1090,7 +1090,7 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnDamagedHardwareTraces) {
     std::FILE* out = std::fopen(path.c_str(), "wb");
     ASSERT_NE(out, nullptr);
     ASSERT_EQ(std::fwrite(damaged.data(), 1, damaged.size(), out), damaged.size());
-    std::fclose(out);
+    ASSERT_EQ(std::fclose(out), 0);
     RawInputSpec spec;
     spec.pt_path = path;
     spec.page_dumps.push_back(ParsePageDumpSpec(dir));
@@ -1108,7 +1108,7 @@ TEST(FastBlockDecoderTest, SameAsLibiptOnDamagedHardwareTraces) {
                    }),
                    /*timed=*/false, /*min_walked=*/0);
   }
-  std::remove(path.c_str());
+  (void)std::remove(path.c_str());
 }
 
 // drpt2trace's raw trace has MTC and CYC packets: without the parameters to use them (its
