@@ -411,6 +411,18 @@ int FastBlockDecoder::ProceedToIpWithTrace(pt_block* block, uint64_t ip) {
   return ProceedWithTrace(insn);
 }
 
+// pt_blk_proceed_to_ip, for an event that binds to an IP ahead (an asynchronous branch or
+// disable, TSX, EXSTOP, MWAIT). With insn_binding_, as pt_insn_next reaches it instead: it looks
+// for the IP after every instruction (pt_insn_check_ip_event) and meanwhile proceeds past a
+// branch that needs trace with trace (the block ends there), where pt_blk_* fails (a damaged
+// trace's FUP whose IP the code never reaches).
+int FastBlockDecoder::ProceedToEventIp(pt_block* block, Insn* insn, uint64_t ip) {
+  if (!insn_binding_) return ProceedToIp(block, insn, ip);
+  const int status = ProceedToIpWithTrace(block, ip);
+  if (status < 0) return status;
+  return ip_ == ip ? 1 : 0;
+}
+
 // pt_blk_next_ip: the next IP from a TNT bit (conditional branch, compressed return) or a TIP.
 int FastBlockDecoder::NextIpWithTrace(uint64_t* pip, const Insn& insn) {
   int status;
@@ -869,12 +881,12 @@ int FastBlockDecoder::ProceedEvent(pt_block* block) {
       }
       break;
     case ptev_async_disabled:
-      status = ProceedToIp(block, &insn, ev->variant.async_disabled.at);
+      status = ProceedToEventIp(block, &insn, ev->variant.async_disabled.at);
       if (status <= 0) return status;
       if (skd022_ && HandleSkd022(ev) != 0) return ProceedEvent(block);
       break;
     case ptev_async_branch:
-      status = ProceedToIp(block, &insn, ev->variant.async_branch.from);
+      status = ProceedToEventIp(block, &insn, ev->variant.async_branch.from);
       if (status <= 0) return status;
       break;
     case ptev_paging:
@@ -907,19 +919,19 @@ int FastBlockDecoder::ProceedEvent(pt_block* block) {
       break;
     case ptev_tsx:  // never speculative nor aborted (FastPathCovers)
       if (ev->ip_suppressed) break;
-      status = ProceedToIp(block, &insn, ev->variant.tsx.ip);
+      status = ProceedToEventIp(block, &insn, ev->variant.tsx.ip);
       if (status <= 0) return status;
       break;
     case ptev_stop:
       break;
     case ptev_exstop:
       if (!enabled_ || ev->ip_suppressed) break;
-      status = ProceedToIp(block, &insn, ev->variant.exstop.ip);
+      status = ProceedToEventIp(block, &insn, ev->variant.exstop.ip);
       if (status <= 0) return status;
       break;
     case ptev_mwait:
       if (!enabled_ || ev->ip_suppressed) break;
-      status = ProceedToIp(block, &insn, ev->variant.mwait.ip);
+      status = ProceedToEventIp(block, &insn, ev->variant.mwait.ip);
       if (status <= 0) return status;
       break;
     case ptev_pwre:

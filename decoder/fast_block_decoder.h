@@ -143,7 +143,10 @@ class FastBlockDecoder {
 
   // Binds a synchronous disable (TIP.PGD) as libipt's instruction decoder does, to the branch
   // that disabled tracing (pt_insn_at_disabled_event), instead of to where its IP is reached
-  // (pt_blk_*: code that ran from the disable's IP back to the branch is not in the blocks).
+  // (pt_blk_*: code that ran from the disable's IP back to the branch is not in the blocks);
+  // and proceeds towards the IP an event binds to (an asynchronous branch or disable, TSX,
+  // EXSTOP, MWAIT) as it does, with trace past the branches that need it, where pt_blk_* fails
+  // at the first one (a damaged FUP's IP the code never reaches: pte_bad_query).
   // For the instruction outputs, which give what pt_insn_next gives.
   void SetInsnBinding(bool on) { insn_binding_ = on; }
 
@@ -340,6 +343,7 @@ class FastBlockDecoder {
   int ProceedToInsn(pt_block* block, Insn* insn, bool (*predicate)(const Insn&));
   int ProceedToIp(pt_block* block, Insn* insn, uint64_t ip);
   int ProceedToIpWithTrace(pt_block* block, uint64_t ip);
+  int ProceedToEventIp(pt_block* block, Insn* insn, uint64_t ip);
   int ProceedWithTrace(const Insn& insn);
   int NextIpWithTrace(uint64_t* ip, const Insn& insn);
   int ProceedNoEvent(pt_block* block);
