@@ -1193,11 +1193,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   // process the recording has (sweep 31b F1: 57 MB more per compile of a build). Not where a
   // per-CPU stream may switch to any process.
   std::map<uint32_t, size_t> streams_left;
-  bool per_cpu = false;
-  for (const Selected& s : selected) {
-    ++streams_left[s.info.pid];
-    per_cpu |= s.key->id.kind == StreamKind::kCpu;
-  }
+  for (const Selected& s : selected) ++streams_left[s.info.pid];
   for (Selected& s : selected) {
     PTKIT_ASSIGN_OR_RETURN(s.info.image, images.For(s.info.pid, s.epoch));
 
