@@ -6,6 +6,10 @@
 #   scripts/fuzz.sh smoke [SECONDS]  every target, SECONDS shared among them (default 60), seed 1,
 #                                    one target per CPU at once: CI
 #   scripts/fuzz.sh list             the target names
+#   scripts/fuzz.sh keep NAME        NAME's working corpus, merged to the inputs that give its
+#                                    coverage, into tests/fuzz/kept/NAME.tar.zst (commit it)
+# A long run (all, NAME) starts from tests/fuzz/kept/NAME.tar.zst where build/fuzz/corpus/NAME is
+# empty: a campaign of many sessions' runs on one corpus, whose machines do not keep build/.
 # Limits of every run: -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=10 (PTKIT_FUZZ_TIMEOUT
 # seconds instead: libFuzzer's timeout is wall time, and a long run shares the machine). New
 # crashes, hangs and OOMs are written to build/fuzz/artifacts/ and fail the run (non-zero exit).
@@ -31,13 +35,35 @@ declare -A options=([decode]=-entropic=0)
 declare -A asan=([decode]=malloc_context_size=0)
 
 usage() {
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 mode="${1:-}"
 seed=()
 case "$mode" in
   list) printf '%s\n' "${targets[@]}"; exit 0 ;;
+  keep)
+    [[ $# -eq 2 && " ${targets[*]} " == *" $2 "* ]] || usage
+    name="$2"
+    [[ -n "$(ls -A "build/fuzz/corpus/$name" 2>/dev/null)" ]] ||
+      { echo "fuzz: build/fuzz/corpus/$name is empty: nothing to keep" >&2; exit 1; }
+    cmake --preset fuzz >/dev/null
+    cmake --build --preset fuzz --target "${name}_fuzz"
+    merged=$(mktemp -d build/fuzz/merge.XXXXXX)
+    mkdir "$merged/$name"
+    # -merge=1: the inputs of the corpus that give all its features, smallest first.
+    ASAN_OPTIONS="${asan[$name]:-${ASAN_OPTIONS:-}}" "build/fuzz/tests/fuzz/${name}_fuzz" \
+      -merge=1 -rss_limit_mb=2048 -malloc_limit_mb=600 -timeout=120 \
+      "$merged/$name" "build/fuzz/corpus/$name" >"build/fuzz/$name.merge.log" 2>&1 ||
+      { echo "fuzz: merging $name's corpus failed: build/fuzz/$name.merge.log" >&2; exit 1; }
+    mkdir -p tests/fuzz/kept
+    tar -C "$merged" --sort=name --mtime=@0 --owner=0 --group=0 --numeric-owner -cf - "$name" |
+      zstd -19 --long=27 -q -c >"tests/fuzz/kept/$name.tar.zst"
+    echo "fuzz: kept $(ls "$merged/$name" | wc -l) of $(ls "build/fuzz/corpus/$name" | wc -l)" \
+      "inputs of $name in tests/fuzz/kept/$name.tar.zst ($(stat -c %s "tests/fuzz/kept/$name.tar.zst") bytes)"
+    rm -rf "$merged"
+    exit 0
+    ;;
   all) [[ $# -eq 2 ]] || usage; run=("${targets[@]}"); seconds="$2" ;;
   smoke)
     run=("${targets[@]}")
@@ -60,6 +86,11 @@ mkdir -p build/fuzz/artifacts
 run_one() {
   local name="$1" work="build/fuzz/corpus/$1" dict=() status=0
   mkdir -p "$work"
+  # A long run goes on with the kept corpus of the campaign (not the smoke: CI explores from the
+  # seeds, in seconds).
+  if [[ "$mode" != smoke && -z "$(ls -A "$work")" && -f "tests/fuzz/kept/$name.tar.zst" ]]; then
+    zstd -d --long=27 -q -c "tests/fuzz/kept/$name.tar.zst" | tar -C build/fuzz/corpus -xf -
+  fi
   if [[ -n "${dicts[$name]:-}" ]]; then
     for d in ${dicts[$name]}; do cat "tests/fuzz/$d.dict"; done >"build/fuzz/$name.dict"
     dict=(-dict="build/fuzz/$name.dict")
