@@ -29,20 +29,10 @@
 #include "ptkit/container_writer.h"
 #include "ptkit/perf_records.h"
 #include "run_command.h"
+#include "sanitizer.h"
 #include "status_matchers.h"
 #include "test_container.h"
 #include "test_paths.h"
-
-#if defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define PTKIT_HOSTILE_TEST_ASAN 1
-#endif
-#endif
-#if defined(__SANITIZE_ADDRESS__) || defined(PTKIT_HOSTILE_TEST_ASAN)
-constexpr bool kAddressSanitizer = true;
-#else
-constexpr bool kAddressSanitizer = false;
-#endif
 
 namespace ptkit::decoder {
 namespace {
@@ -54,6 +44,7 @@ using ::ptkit::decoder::testing::TempPath;
 using ::ptkit::testing::CommandResult;
 using ::ptkit::testing::ExecMmap2;
 using ::ptkit::testing::IsOk;
+using ::ptkit::testing::kAddressSanitizer;
 using ::ptkit::testing::NewContainer;
 using ::ptkit::testing::RunCommand;
 using ::testing::HasSubstr;
