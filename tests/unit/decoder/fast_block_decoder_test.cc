@@ -29,6 +29,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "hand_pt.h"
+#include "nlohmann/json.hpp"
 #include "pt_synth.h"
 #include "ptkit/status.h"
 #include "record/swpt/synth_container.h"
@@ -449,6 +450,36 @@ TEST(FastBlockDecoderTest, RunsAcrossPacketsTripTheBoundWhereBlocksDo) {
     SetDecodeBounds(bounds);
   }
   EXPECT_GT(ahead_runs, 1000u);
+  unlink(path.c_str());
+}
+
+// `info --decode` (DecodeSummary) counts what libipt's decode counts, with the walk and its runs
+// as stats has them: it decoded a block at a time, 4.4x the CPU of stats (sweep 39b N1).
+TEST(FastBlockDecoderTest, InfoDecodeWalksRunsAndCountsAsLibipt) {
+  auto synth = swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O2_pie");
+  ASSERT_THAT(synth, IsOk());
+  swpt::SynthOptions options;
+  options.max_insns = 300000;
+  options.seed = 3;
+  options.pt.max_tnt_bits = 6;
+  auto r = synth->Walk(options);
+  ASSERT_THAT(r, IsOk());
+  const std::string path = TempPath("fast_block_decoder_info_");
+  ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
+  const auto summary = [&](BlockDecoderImpl impl) {
+    SetBlockDecoderImpl(impl);
+    auto d = DecodeSummary(path, {});
+    SetBlockDecoderImpl(BlockDecoderImpl::kFast);
+    EXPECT_THAT(d, IsOk());
+    return d.ok() ? *d : nlohmann::json();
+  };
+  const uint64_t runs = FastBlockDecoder::WalkedRuns();
+  const nlohmann::json fast = summary(BlockDecoderImpl::kFast);
+  EXPECT_GE(FastBlockDecoder::WalkedRuns() - runs, 1000u);  // the walk's runs took part
+  EXPECT_EQ(fast["instructions"], r->insns);
+  EXPECT_EQ(fast["errors"], 0u);
+  EXPECT_EQ(fast, summary(BlockDecoderImpl::kLibipt));
+  EXPECT_EQ(fast, summary(BlockDecoderImpl::kFastNoWalk));
   unlink(path.c_str());
 }
 
