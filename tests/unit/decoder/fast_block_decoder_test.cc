@@ -242,6 +242,19 @@ std::string TempPath(const std::string& prefix) {
   return ::testing::TempDir() + "/" + prefix + std::to_string(getpid()) + ".pt";
 }
 
+// The synthesizer's walk of record/swpt/programs' `program` with `options`, written as a
+// container at `path`.
+absl::StatusOr<swpt::SynthResult> WriteSynthWalk(const std::string& program,
+                                                 const swpt::SynthOptions& options,
+                                                 const std::string& path) {
+  PTKIT_ASSIGN_OR_RETURN(
+      swpt::Synthesizer synth,
+      swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/" + program));
+  PTKIT_ASSIGN_OR_RETURN(swpt::SynthResult r, synth.Walk(options));
+  PTKIT_RETURN_IF_ERROR(swpt::WriteSynthContainer(path, synth.image(), options, r));
+  return r;
+}
+
 // A runner that decodes the container at `path` (as ptdecode does, to its default -j; the
 // sinks get an empty image: the streams bring their own).
 Runner ContainerRunner(const std::string& path) {
@@ -426,18 +439,15 @@ TEST(FastBlockDecoderTest, RunsOfWalkedBlocksSameAsLibipt) {
 // does block by block. A long walk with a PSB every 2 KiB, so that the decode goes on after
 // each trip, many times.
 TEST(FastBlockDecoderTest, RunsAcrossPacketsTripTheBoundWhereBlocksDo) {
-  auto synth = swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/sorts_O2_pie");
-  ASSERT_THAT(synth, IsOk());
   const DecodeBounds bounds = GetDecodeBounds();
   swpt::SynthOptions options;
   options.max_insns = 1000000;
   options.seed = 21;
   options.pt.max_tnt_bits = 6;
-  auto r = synth->Walk(options);
+  const std::string path = TempPath("fast_block_decoder_ahead_");
+  auto r = WriteSynthWalk("sorts_O2_pie", options, path);
   ASSERT_THAT(r, IsOk());
   ExpectCovered(r->pt, {});
-  const std::string path = TempPath("fast_block_decoder_ahead_");
-  ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
   const Runner run = ContainerRunner(path);
   uint64_t ahead_runs = 0;
   for (uint64_t bound = 60; bound <= 140; bound += 4) {
@@ -456,16 +466,13 @@ TEST(FastBlockDecoderTest, RunsAcrossPacketsTripTheBoundWhereBlocksDo) {
 // `info --decode` (DecodeSummary) counts what libipt's decode counts, with the walk and its runs
 // as stats has them: it decoded a block at a time, 4.4x the CPU of stats (sweep 39b N1).
 TEST(FastBlockDecoderTest, InfoDecodeWalksRunsAndCountsAsLibipt) {
-  auto synth = swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O2_pie");
-  ASSERT_THAT(synth, IsOk());
   swpt::SynthOptions options;
   options.max_insns = 300000;
   options.seed = 3;
   options.pt.max_tnt_bits = 6;
-  auto r = synth->Walk(options);
-  ASSERT_THAT(r, IsOk());
   const std::string path = TempPath("fast_block_decoder_info_");
-  ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
+  auto r = WriteSynthWalk("interp_O2_pie", options, path);
+  ASSERT_THAT(r, IsOk());
   const auto summary = [&](BlockDecoderImpl impl) {
     SetBlockDecoderImpl(impl);
     auto d = DecodeSummary(path, {});
@@ -524,16 +531,12 @@ TEST(FastBlockDecoderTest, RunsThroughCallsAndReturnsSameAsLibipt) {
 // returns pop none, in runs too (CallStack's programs of runs), as libipt's blocks one by one
 // give them. Stats only: folded's stacks of 65,536 frames would be gigabytes.
 TEST(FastBlockDecoderTest, RunsBeyondTheDeepestStackSameAsLibipt) {
-  auto synth = swpt::Synthesizer::Create(std::string(PTKIT_SWPT_PROGRAM_DIR) + "/interp_O2_pie");
-  ASSERT_THAT(synth, IsOk());
   swpt::SynthOptions options;
   options.max_insns = 4000000;
   options.seed = 7;
   options.pt.max_tnt_bits = 6;
-  auto r = synth->Walk(options);
-  ASSERT_THAT(r, IsOk());
   const std::string path = TempPath("fast_block_decoder_deep_runs_");
-  ASSERT_THAT(swpt::WriteSynthContainer(path, synth->image(), options, *r), IsOk());
+  ASSERT_THAT(WriteSynthWalk("interp_O2_pie", options, path), IsOk());
   const Runner run = ContainerRunner(path);
   auto stats = [&](BlockDecoderImpl impl) {
     SetBlockDecoderImpl(impl);
