@@ -241,6 +241,7 @@ class LibiptBlockDecoder {
   BlockMemo& memo() { return memo_; }               // never walked: unused
   const WalkedRun* run() const { return nullptr; }  // never a run
   void set_run_room(uint64_t) {}
+  void set_ahead_limit(uint64_t) {}
   uint64_t run_offset() const { return 0; }
   uint64_t run_tail_ninsn() const { return 0; }
   int Event(pt_event* event) { return pt_blk_event(dec_, event, sizeof(*event)); }
@@ -302,6 +303,11 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
   ProgressWatch watch;
   const bool positions = sink.wants_positions();
   uint64_t limit = positions ? sink.position_limit() : 0;
+  // A run across packets ends before a position is due (FastBlockDecoder::set_ahead_limit).
+  const auto set_ahead_limit = [&] {
+    if (positions) dec.set_ahead_limit(limit >= offset_base ? limit - offset_base : 0);
+  };
+  set_ahead_limit();
   pt_block block;
   SyncLoop(
       dec, time, errors, sink, totals, offset_base,
@@ -323,6 +329,7 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
             limit = GiveRunTold(sink, *run, offset_base + dec.run_offset(), at, limit);
             if (limit == Sink::kStopDecoding) [[unlikely]]
               return -pte_eos;
+            set_ahead_limit();
           } else if (run != nullptr) {
             sink.OnWholeRun(*run);
           } else {
@@ -340,6 +347,7 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
             limit = sink.position_limit();
             if (limit == Sink::kStopDecoding) [[unlikely]]
               return -pte_eos;
+            set_ahead_limit();
           }
           if (--progress == 0) {
             progress = kBlocksPerProgress;
@@ -589,7 +597,7 @@ absl::Status DecodeInto(std::span<const uint8_t> trace, const TraceConfig& confi
       if (!dec) return absl::ResourceExhaustedError("libipt: cannot allocate a query decoder");
       dec->SetWalk((impl == BlockDecoderImpl::kFast || impl == BlockDecoderImpl::kFastNoRuns) &&
                    fast.packets && fast.walk && sink.takes_walked_blocks());
-      dec->SetRuns(impl == BlockDecoderImpl::kFast, !sink.wants_positions());
+      dec->SetRuns(impl == BlockDecoderImpl::kFast);
       return BlockLoop(*dec, image, sink, totals, offset_base, switcher);
     }
     return RunWithStack(kBlockLoopStack, [&]() -> absl::Status {

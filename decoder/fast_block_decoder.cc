@@ -1225,9 +1225,9 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
   int bits = std::min(left, kRunBits);
   uint64_t answers = bits > 0 ? packets_->PeekTnt(bits) : 0;
   // Where all the cached answers fit in the key, those of the TNT-8 packets right after them
-  // too (SetRuns' across_packets)...
+  // too (up to set_ahead_limit)...
   int ahead = 0;
-  if (bits < kRunBits && runs_across_) {
+  if (bits < kRunBits) {
     uint64_t more = 0;
     ahead = packets_->PeekTntAhead(kRunBits - bits, &more);
     answers = answers << ahead | more;

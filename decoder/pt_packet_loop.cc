@@ -164,6 +164,7 @@ bool PacketLoopModels(const pt_config& pt, const pt_packet& packet) {
 PacketLoop::PacketLoop(const pt_config& pt)
     : begin_(pt.begin),
       end_(pt.end),
+      ahead_end_(end_ > begin_ ? end_ - 1 : begin_),
       time_config_{.mtc_freq = pt.mtc_freq,
                    .nom_freq = pt.nom_freq,
                    .cpuid_0x15_eax = pt.cpuid_0x15_eax,

@@ -18,6 +18,7 @@
 
 #include <intel-pt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 
@@ -87,12 +88,13 @@ class PacketLoop {
   // Up to `n` answers (the first in bit count - 1) of the TNT-8 packets that follow the cached
   // answers byte for byte (no packet between them, so no time between them either), each
   // followed by a TNT-8 or TIP packet (caching one reads nothing more, as CacheTnt's common
-  // case: it cannot fail); the count. None while no answer is cached.
+  // case: it cannot fail); the count. None while no answer is cached. Only packets that end at
+  // the offset SetAheadLimit gives or before.
   int PeekTntAhead(int n, uint64_t* answers) const {
     uint64_t got = 0;
     int count = 0;
     if (tnt_index_ != 0 && next_ == kTnt8 && pos_ == tnt_end_) {
-      for (const uint8_t* p = pos_; count < n && p + 1 < end_; ++p) {
+      for (const uint8_t* p = pos_; count < n && p < ahead_end_; ++p) {
         const unsigned b = p[0], c = p[1];
         // A TNT-8 packet is an even byte but PAD (0) and the extended opcode (2); a TIP
         // packet's low five bits are 01101.
@@ -107,6 +109,12 @@ class PacketLoop {
     }
     *answers = got;
     return count;
+  }
+  // PeekTntAhead reads only packets that end at trace offset `offset` or before (a TNT-8 packet
+  // at p ends at p + 1; each must be followed by a byte: p + 1 < end_ too).
+  void SetAheadLimit(uint64_t offset) {
+    const auto size = static_cast<uint64_t>(end_ - begin_);
+    ahead_end_ = size == 0 ? begin_ : begin_ + std::min(offset, size - 1);
   }
   // Gives `n` answers (TntLeft() < n <= TntLeft() + PeekTntAhead's count) as `n` CondBranch
   // calls would (each returns 0 but possibly the last), caching the packets PeekTntAhead read
@@ -274,6 +282,7 @@ class PacketLoop {
 
   const uint8_t* begin_;
   const uint8_t* end_;
+  const uint8_t* ahead_end_;  // SetAheadLimit
   const uint8_t* pos_ = nullptr;
   const uint8_t* sync_ = nullptr;
   Kind next_ = kNone;
