@@ -139,6 +139,20 @@ std::vector<std::string> Outputs(BlockDecoderImpl impl, const Runner& run, bool 
   return outputs;
 }
 
+// stats' text output of `run` through `impl`.
+std::string StatsOutput(BlockDecoderImpl impl, const Runner& run) {
+  SetBlockDecoderImpl(impl);
+  std::FILE* out = std::tmpfile();
+  std::unique_ptr<Sink> sink;
+  run([&](const ProgramImage& image) -> Sink& {
+    sink = MakeStatsSink(image, out, OutputOptions{});
+    return *sink;
+  });
+  sink.reset();
+  SetBlockDecoderImpl(BlockDecoderImpl::kFast);
+  return ReadAll(out);
+}
+
 // insn and branches (text, and JSON with disassembly) through `impl`.
 std::vector<std::string> InsnOutputs(BlockDecoderImpl impl, const Runner& run) {
   SetBlockDecoderImpl(impl);
@@ -477,15 +491,7 @@ TEST(FastBlockDecoderTest, ChunksTakeRunsAcrossPacketsUpToTheirPositions) {
   const Runner run = ContainerRunner(path);
   const auto stats_ahead_runs = [&] {
     const uint64_t before = FastBlockDecoder::WalkedAheadRuns();
-    std::FILE* out = std::tmpfile();
-    EXPECT_NE(out, nullptr);
-    std::unique_ptr<Sink> sink;
-    run([&](const ProgramImage& image) -> Sink& {
-      sink = MakeStatsSink(image, out, {});
-      return *sink;
-    });
-    sink.reset();
-    EXPECT_GT(ReadAll(out).size(), 100u);
+    EXPECT_GT(StatsOutput(BlockDecoderImpl::kFast, run).size(), 100u);
     return FastBlockDecoder::WalkedAheadRuns() - before;
   };
   const std::vector<std::string> serial = Outputs(BlockDecoderImpl::kLibipt, run, false);
@@ -574,24 +580,12 @@ TEST(FastBlockDecoderTest, RunsBeyondTheDeepestStackSameAsLibipt) {
   const std::string path = TempPath("fast_block_decoder_deep_runs_");
   ASSERT_THAT(WriteSynthWalk("interp_O2_pie", options, path), IsOk());
   const Runner run = ContainerRunner(path);
-  auto stats = [&](BlockDecoderImpl impl) {
-    SetBlockDecoderImpl(impl);
-    std::FILE* out = std::tmpfile();
-    std::unique_ptr<Sink> sink;
-    run([&](const ProgramImage& image) -> Sink& {
-      sink = MakeStatsSink(image, out, OutputOptions{});
-      return *sink;
-    });
-    sink.reset();
-    SetBlockDecoderImpl(BlockDecoderImpl::kFast);
-    return ReadAll(out);
-  };
-  const std::string libipt = stats(BlockDecoderImpl::kLibipt);
+  const std::string libipt = StatsOutput(BlockDecoderImpl::kLibipt, run);
   EXPECT_THAT(libipt, ::testing::HasSubstr("calls got no frame"));
   const uint64_t before = FastBlockDecoder::WalkedCallRuns();
-  EXPECT_EQ(stats(BlockDecoderImpl::kFast), libipt);
+  EXPECT_EQ(StatsOutput(BlockDecoderImpl::kFast, run), libipt);
   EXPECT_GE(FastBlockDecoder::WalkedCallRuns() - before, 10000u);
-  EXPECT_EQ(stats(BlockDecoderImpl::kFastNoRuns), libipt);
+  EXPECT_EQ(StatsOutput(BlockDecoderImpl::kFastNoRuns, run), libipt);
   unlink(path.c_str());
 }
 
