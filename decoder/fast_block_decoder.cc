@@ -138,19 +138,6 @@ FastPathCoverage FastPathCoversByLibipt(const pt_config& pt, const ScanProgress&
   }
 }
 
-void FastBlockDecoder::RetStack::Push(uint64_t ip) {
-  stack[top] = ip;
-  top = top == kSize ? 0 : top + 1;
-  if (bottom == top) bottom = bottom == kSize ? 0 : bottom + 1;
-}
-
-int FastBlockDecoder::RetStack::Pop(uint64_t* ip) {
-  if (top == bottom) return -pte_retstack_empty;
-  top = top == 0 ? kSize : top - 1;
-  *ip = stack[top];
-  return 0;
-}
-
 std::unique_ptr<FastBlockDecoder> FastBlockDecoder::Create(const pt_config& pt,
                                                            const ProgramImage& image,
                                                            bool own_packets) {
@@ -1308,8 +1295,7 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
     // As the blocks' calls and returns one by one: where the run's deepest point passes the
     // 64 entries, its pushes forget the oldest (only those from before the run: it is at most
     // kRunBlocks deep); the run leaves its kept pushes on top.
-    retstack_.Drop(std::max(0, retstack_.size() + static_cast<int>(run.peak) - RetStack::kSize));
-    for (uint32_t k = 0; k < run.kept_count; ++k) retstack_.Push(body.kept[k]);
+    retstack_.PushKept(body.kept, run.kept_count, run.peak);
   }
   walked_ += run.blocks * repeat - 1;
   ++runs_given_;

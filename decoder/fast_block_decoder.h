@@ -19,6 +19,7 @@
 
 #include <intel-pt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -312,17 +313,33 @@ class FastBlockDecoder {
   };
   struct SectionCaches;  // the block caches of one libipt section cache
   static std::shared_ptr<SectionCaches> CachesFor(const ProgramImage& image);
-  // libipt's pt_retstack: 64 entries, the oldest overwritten.
+  // libipt's pt_retstack: 64 entries, the oldest overwritten. (A ring of a power of two with a
+  // count, where libipt's has 65 slots and two indices: the same entries, without the modulo.)
   struct RetStack {
-    static constexpr int kSize = 64;
-    uint64_t stack[kSize + 1] = {};
-    uint8_t top = 0, bottom = 0;
-    void Clear() { top = bottom = 0; }
-    void Push(uint64_t ip);
-    int Pop(uint64_t* ip);
-    int size() const { return top >= bottom ? top - bottom : top + kSize + 1 - bottom; }
-    // Forgets the `n` oldest entries (n <= size()), as n pushes onto a full stack do.
-    void Drop(int n) { bottom = static_cast<uint8_t>((bottom + n) % (kSize + 1)); }
+    static constexpr uint32_t kSize = 64;
+    uint64_t stack[kSize] = {};
+    uint32_t top = 0;    // where the next push goes, modulo kSize (wrapping: 2^32 is a multiple)
+    uint32_t count = 0;  // at most kSize
+    void Clear() { top = count = 0; }
+    void Push(uint64_t ip) {
+      stack[top++ % kSize] = ip;
+      if (count < kSize) ++count;
+    }
+    int Pop(uint64_t* ip) {
+      if (count == 0) return -pte_retstack_empty;
+      --count;
+      *ip = stack[--top % kSize];
+      return 0;
+    }
+    int size() const { return static_cast<int>(count); }
+    // What a run's calls and returns leave (RunHead::kept_count, peak): the `n` return addresses
+    // of `kept` pushed, after forgetting the oldest entries that `peak` pushes at once would
+    // push out of a full stack.
+    void PushKept(const uint64_t* kept, uint32_t n, uint32_t peak) {
+      count = std::min(count, kSize - peak) + n;
+      for (uint32_t k = 0; k < n; ++k) stack[(top + k) % kSize] = kept[k];
+      top += n;
+    }
   };
 
   FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt, const ProgramImage& image,
