@@ -258,7 +258,8 @@ class FastBlockDecoder {
     pt_block block[kRunBlocks];
     BlockMemo* memos[kRunBlocks];
   };
-  static constexpr size_t kTntRunSlots = 2048;
+  static constexpr int kTntRunSlotBits = 11;
+  static constexpr size_t kTntRunSlots = size_t{1} << kTntRunSlotBits;
   // Trivial, so that the slots are made zeroed in one memset (an empty slot: run null).
   struct RunSlot {
     uint64_t ip;
