@@ -432,6 +432,44 @@ void CallStack::OnWholeRun(const WalkedRun& run) {
   RunStepped(run);
 }
 
+// The first block's Step<true> where RunDeep takes the program after it, and the call or the
+// return before it only counts too: the call (not to the next instruction) enters the function
+// the block names beyond kMaxFrames (Enter's count, no frame), or the return takes back a call
+// given no frame (Return's case beyond kMaxFrames; no switches_context function returning),
+// no FellInto (no return matched), no Place (it arrives by the call or the return, and frames
+// stay), then its Count. The pending call or return and the block's own are the program's to
+// leave (RunLeaves; sets_address covers the first block's call). False, and nothing done,
+// elsewhere.
+[[gnu::always_inline]] inline bool CallStack::DeepArrival(const pt_block& block,
+                                                          const RunProgram& program) {
+  if (!(beyond_ > uint64_t{program.returns} + 1 && program.deep && !flowing_ &&
+        frames_.size() >= kMaxFrames && counting_ && !chunk_ && count_listener_ == nullptr)) {
+    return false;
+  }
+  const uint32_t f = program.first.function;
+  Function& fn = functions_[f];
+  if (pending_call_) {
+    if (block.ip == pending_return_address_) return false;  // no function entered
+    ++fn.calls;
+    ++totals_.calls;
+    ++beyond_;
+    ++totals_.dropped_frames;
+  } else if (pending_return_) {
+    if (current_ >= 0 && functions_[current_].switches_context) return false;
+    --beyond_;
+    ++totals_.returns;
+    return_matched_ = false;
+  } else {
+    return false;
+  }
+  pending_call_ = pending_return_ = false;
+  current_ = f;
+  fn.self += program.first_ninsn;
+  if (fn.active == 0) fn.inclusive += program.first_ninsn;
+  totals_.instructions += program.first_ninsn;
+  return true;
+}
+
 __attribute__((noinline)) void CallStack::RunStepped(const WalkedRun& run) {
   BlockMemo& memo = *run.memo;
   if (memo.owner != memo_owner_ || memo.context != image_) {
@@ -440,6 +478,7 @@ __attribute__((noinline)) void CallStack::RunStepped(const WalkedRun& run) {
   }
   if ((memo.value & 4) != 0 && run.repeat == 1) {
     const RunProgram& program = programs_[memo.value >> 32];
+    if (DeepArrival(run.blocks[0], program)) return RunDeep(program);
     Step<true>(run.blocks[0], program.first, program.first_ninsn);
     pending_call_ = pending_return_ = false;  // the program arrives where the first block went
     if (beyond_ > program.returns && program.deep && frames_.size() >= kMaxFrames && counting_ &&

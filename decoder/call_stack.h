@@ -327,6 +327,7 @@ class CallStack {
   void RunOps(const RunProgram& program);
   // RunOps where every op only counts (RunProgram::deep, beyond_ above its returns).
   void RunDeep(const RunProgram& program);
+  bool DeepArrival(const pt_block& block, const RunProgram& program);
   void RunLeaves(const RunProgram& program);
   int64_t FindFunction(const FunctionKey& key) const;
   uint32_t AddressFunction(uint64_t ip);
