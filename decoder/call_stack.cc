@@ -306,6 +306,19 @@ uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
     }
     in_first = false;
   }
+  p.deep = p.size != 0 && !p.first.by_stack;
+  for (uint32_t k = 0; k < p.size; ++k) {
+    const RunOp& op = p.ops[k];
+    if (op.by_stack) p.deep = false;
+    (op.call ? p.calls : p.returns)++;
+    p.ninsn += op.ninsn;
+    p.last_function = op.function;
+    uint32_t s = 0;
+    while (s < p.nsums && p.sums[s].function != op.function) ++s;
+    if (s == p.nsums) p.sums[p.nsums++] = {op.function, 0, 0};
+    p.sums[s].calls += op.call ? 1 : 0;
+    p.sums[s].ninsn += op.ninsn;
+  }
   const pt_block& last = run.blocks.back();
   p.pending_call = last.iclass == ptic_call;
   p.pending_return = last.iclass == ptic_return;
@@ -333,6 +346,15 @@ uint64_t CallStack::RunMemoOf(const WalkedRun& run) {
     programs_[it->second] = p;
   }
   return 4 | uint64_t{it->second} << 32;
+}
+
+// The state a run's last block leaves (Step's end), after its program's ops.
+[[gnu::always_inline]] inline void CallStack::RunLeaves(const RunProgram& program) {
+  pending_call_ = program.pending_call;
+  pending_return_ = program.pending_return;
+  return_ip_ = 0;  // (a run's return is no retpoline's: MemoOf)
+  flowing_ = program.flowing;
+  if (program.sets_address) pending_return_address_ = program.pending_return_address;
 }
 
 // Each op as the steps of the blocks it comes from do it (Arrive; Place where a return left no
@@ -366,11 +388,32 @@ void CallStack::RunOps(const RunProgram& program) {
     if (chunk_ && epoch_of_[f] != epoch_) Touch(f);
     Count(f, op.ninsn);
   }
-  pending_call_ = program.pending_call;
-  pending_return_ = program.pending_return;
-  return_ip_ = 0;  // (a run's return is no retpoline's: MemoOf)
-  flowing_ = program.flowing;
-  if (program.sets_address) pending_return_address_ = program.pending_return_address;
+  RunLeaves(program);
+}
+
+// RunOps beyond kMaxFrames (a recursion deeper than the model keeps: a call gets no frame, and
+// a return takes back such a call), where every op only counts: each op as RunOps' with no
+// frame pushed or popped (Enter's and Return's cases beyond kMaxFrames, no function's
+// returns_twice looked at, no switches_context: RunMemoOf), no FellInto (no return matched a
+// frame), no Place (frames stay), and each function's Count with `active` unchanged: the
+// program's sums at once.
+void CallStack::RunDeep(const RunProgram& program) {
+  for (uint32_t s = 0; s < program.nsums; ++s) {
+    const RunSum& sum = program.sums[s];
+    Function& fn = functions_[sum.function];
+    fn.calls += sum.calls;
+    fn.self += sum.ninsn;
+    if (fn.active == 0) fn.inclusive += sum.ninsn;
+  }
+  totals_.calls += program.calls;
+  totals_.dropped_frames += program.calls;
+  totals_.returns += program.returns;
+  totals_.instructions += program.ninsn;
+  beyond_ += program.calls;
+  beyond_ -= program.returns;
+  if (program.returns != 0) return_matched_ = false;
+  current_ = program.last_function;
+  RunLeaves(program);
 }
 
 void CallStack::OnWholeRun(const WalkedRun& run) {
@@ -389,6 +432,44 @@ void CallStack::OnWholeRun(const WalkedRun& run) {
   RunStepped(run);
 }
 
+// The first block's Step<true> where RunDeep takes the program after it, and the call or the
+// return before it only counts too: the call (not to the next instruction) enters the function
+// the block names beyond kMaxFrames (Enter's count, no frame), or the return takes back a call
+// given no frame (Return's case beyond kMaxFrames; no switches_context function returning),
+// no FellInto (no return matched), no Place (it arrives by the call or the return, and frames
+// stay), then its Count. The pending call or return and the block's own are the program's to
+// leave (RunLeaves; sets_address covers the first block's call). False, and nothing done,
+// elsewhere.
+[[gnu::always_inline]] inline bool CallStack::DeepArrival(const pt_block& block,
+                                                          const RunProgram& program) {
+  if (!(beyond_ > uint64_t{program.returns} + 1 && program.deep && !flowing_ &&
+        frames_.size() >= kMaxFrames && counting_ && !chunk_ && count_listener_ == nullptr)) {
+    return false;
+  }
+  const uint32_t f = program.first.function;
+  Function& fn = functions_[f];
+  if (pending_call_) {
+    if (block.ip == pending_return_address_) return false;  // no function entered
+    ++fn.calls;
+    ++totals_.calls;
+    ++beyond_;
+    ++totals_.dropped_frames;
+  } else if (pending_return_) {
+    if (current_ >= 0 && functions_[current_].switches_context) return false;
+    --beyond_;
+    ++totals_.returns;
+    return_matched_ = false;
+  } else {
+    return false;
+  }
+  pending_call_ = pending_return_ = false;
+  current_ = f;
+  fn.self += program.first_ninsn;
+  if (fn.active == 0) fn.inclusive += program.first_ninsn;
+  totals_.instructions += program.first_ninsn;
+  return true;
+}
+
 __attribute__((noinline)) void CallStack::RunStepped(const WalkedRun& run) {
   BlockMemo& memo = *run.memo;
   if (memo.owner != memo_owner_ || memo.context != image_) {
@@ -397,8 +478,13 @@ __attribute__((noinline)) void CallStack::RunStepped(const WalkedRun& run) {
   }
   if ((memo.value & 4) != 0 && run.repeat == 1) {
     const RunProgram& program = programs_[memo.value >> 32];
+    if (DeepArrival(run.blocks[0], program)) return RunDeep(program);
     Step<true>(run.blocks[0], program.first, program.first_ninsn);
     pending_call_ = pending_return_ = false;  // the program arrives where the first block went
+    if (beyond_ > program.returns && program.deep && frames_.size() >= kMaxFrames && counting_ &&
+        !chunk_ && count_listener_ == nullptr) {
+      return RunDeep(program);
+    }
     return RunOps(program);
   }
   if ((memo.value & 1) == 0) {

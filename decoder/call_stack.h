@@ -292,6 +292,13 @@ class CallStack {
   };
   static constexpr size_t kRunOps = 16;
   static constexpr size_t kMaxPrograms = 8192;
+  // What the ops add to one function where the stack is beyond kMaxFrames (RunProgram::deep):
+  // its calls and the instructions it runs.
+  struct RunSum {
+    uint32_t function;
+    uint32_t calls;
+    uint64_t ninsn;
+  };
   struct RunProgram {
     Facts first;           // the first block's
     uint64_t first_ninsn;  // its instructions and those of the blocks after it in its function
@@ -299,8 +306,17 @@ class CallStack {
     // The state the last block leaves (Step's end): pending a call or a return, or flowing on;
     // the return address of the run's last call (sets_address: it has one).
     bool pending_call, pending_return, flowing, sets_address;
+    // The first block and every op name their functions (none by_stack): while the stack is
+    // beyond kMaxFrames by more than its returns, a call only counts and a return only takes
+    // back a call given no frame, so the ops come to `sums` (RunDeep): `calls` and `returns` in
+    // all, the last op's function on top.
+    bool deep;
+    uint8_t calls, returns, nsums;
     uint64_t pending_return_address;
     RunOp ops[kRunOps];
+    uint32_t last_function;
+    uint64_t ninsn;  // of all the ops
+    RunSum sums[kRunOps];
   };
   // The run's memo value (OnWholeRun): 0 (each block's step), its first memo's (one function)
   // or 4 | the index of its program in programs_ << 32.
@@ -309,6 +325,10 @@ class CallStack {
   // registers).
   void RunStepped(const WalkedRun& run);
   void RunOps(const RunProgram& program);
+  // RunOps where every op only counts (RunProgram::deep, beyond_ above its returns).
+  void RunDeep(const RunProgram& program);
+  bool DeepArrival(const pt_block& block, const RunProgram& program);
+  void RunLeaves(const RunProgram& program);
   int64_t FindFunction(const FunctionKey& key) const;
   uint32_t AddressFunction(uint64_t ip);
   // Chunk mode: `f` is about to change (count, frame) in this epoch.

@@ -138,19 +138,6 @@ FastPathCoverage FastPathCoversByLibipt(const pt_config& pt, const ScanProgress&
   }
 }
 
-void FastBlockDecoder::RetStack::Push(uint64_t ip) {
-  stack[top] = ip;
-  top = top == kSize ? 0 : top + 1;
-  if (bottom == top) bottom = bottom == kSize ? 0 : bottom + 1;
-}
-
-int FastBlockDecoder::RetStack::Pop(uint64_t* ip) {
-  if (top == bottom) return -pte_retstack_empty;
-  top = top == 0 ? kSize : top - 1;
-  *ip = stack[top];
-  return 0;
-}
-
 std::unique_ptr<FastBlockDecoder> FastBlockDecoder::Create(const pt_config& pt,
                                                            const ProgramImage& image,
                                                            bool own_packets) {
@@ -1110,9 +1097,14 @@ FastBlockDecoder::Node* FastBlockDecoder::NodeAt(uint64_t ip, pt_exec_mode mode)
 
 // The run from `node` that the answers in `key` (bits of them) lead through, linked as Next
 // links them (RunHead, RunBody).
-void FastBlockDecoder::MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t key, int bits) {
+// A node ending in a compressed return starts a run (`returns_to`, the return stack's top, is
+// where it returns).
+void FastBlockDecoder::MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t key, int bits,
+                               uint64_t returns_to) {
   run.node = &node;
   run.key = key;
+  const bool returns_first = node.query && node.last.iclass == ptic_return;
+  body.returns_to = returns_to;
   run.blocks = 0;
   run.answers = 0;
   run.flat = true;
@@ -1178,13 +1170,14 @@ void FastBlockDecoder::MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t
     end_flat = run.flat && cond;
     if (ret) {
       run.flat = false;
-      pop_mask |= 1u << i;
-      // A return to a call before the run: its last block (the return stack says where).
-      if (depth == 0) break;
+      // A return to a call before the run: its last block (the return stack says where), but
+      // for the first one's, whose address is the key's.
+      if (i != 0) pop_mask |= 1u << i;
+      if (depth == 0 && i != 0) break;
     }
     if (static_cast<int>(run.answers) == bits) break;
     if (ret) {
-      n = NodeAt(stack[--depth], n->mode);
+      n = NodeAt(i == 0 ? returns_to : stack[--depth], n->mode);
       continue;
     }
     const uint64_t to = CondBranchTo(n->last, taken);
@@ -1199,6 +1192,17 @@ void FastBlockDecoder::MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t
   run.last = end_last;
   run.flat = end_flat;
   if (run.blocks < 2) return;
+  if (returns_first) {
+    // Only where the blocks after the return call or return too: a return into a loop of
+    // conditional branches in one function is cheaper as a block and a run without calls (a
+    // sink takes that in one step: CallStack's Count).
+    bool calls = false;
+    for (uint32_t i = 1; i < run.blocks; ++i) calls |= body.block[i].iclass != ptic_cond_jump;
+    if (!calls) {
+      run.blocks = 0;
+      return;
+    }
+  }
   run.head_ninsn = run.ninsn - run.last->ninsn;
   for (uint32_t k = 0; k < run.answers; ++k) body.tail_ninsn[k] = run.ninsn - before[k];
   uint32_t kept_count = 0, peak = 0;
@@ -1219,8 +1223,21 @@ void FastBlockDecoder::MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t
               run.last->mode == node.mode;
 }
 
+// A lookup of a run from `node`, a block ending in a return, that gave none (Node::return_runs).
+void FastBlockDecoder::NoReturnRun(Node& node) {
+  node.return_runs = static_cast<int8_t>(node.return_runs - 2);
+  if (node.return_runs < kTryReturnRuns) node.return_runs = -1;  // no more
+}
+
 // Walk, or a run of walks (SetRuns) ending in `node`'s run's last block.
+// kReturnsFirst: `node` ends in a compressed return, and the run goes on where the return stack
+// says: the key holds that address too (Next: where the stack is empty, the block's Walk says
+// so). A template, so that the common case pays nothing for it.
+template <bool kReturnsFirst>
 int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
+  constexpr bool returns_first = kReturnsFirst;
+  uint64_t returns_to = 0;
+  if (returns_first) retstack_.Top(&returns_to);
   const int left = packets_->TntLeft();
   int bits = std::min(left, kRunBits);
   uint64_t answers = bits > 0 ? packets_->PeekTnt(bits) : 0;
@@ -1244,7 +1261,10 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
       ++bits;
     }
   }
-  if (bits < 2) return Walk(node, block);
+  if (bits < 2) {
+    if (returns_first) NoReturnRun(node);
+    return Walk(node, block);
+  }
   const auto key = static_cast<uint32_t>((uint64_t{1} << bits) | answers);
   if (!run_heads_) {
     static_assert(std::is_trivially_copyable_v<RunHead> && std::is_aggregate_v<RunHead>);
@@ -1256,25 +1276,44 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
     if (!run_heads_ || !run_bodies_) throw std::bad_alloc();
     std::memset(static_cast<void*>(run_heads_.get()), 0, kTntRunSlots * sizeof(RunHead));
   }
-  // Two ways: the run is looked for in a pair of slots, and made in the one used less lately.
-  size_t slot = ((reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u)) % kTntRunSlots;
+  // Two choices: the run is looked for in two slots picked by two hashes, and made in the one
+  // used less lately. (Not a pair of neighbours: three runs used in turn whose hashes pick the
+  // same pair would take each other's slots at each lookup, and which runs do follows the nodes'
+  // addresses, so one build of the same source made runs 8,840 times on synth 60 M where the
+  // next made them 375 times. With two hashes, a run whose two slots are taken evicts one, which
+  // goes to its other one, free at the memo's load.)
+  const uint64_t hash = (reinterpret_cast<uintptr_t>(&node) >> 4) ^ (key * 0x9e37u) ^
+                        (returns_first ? returns_to * 0x9e3779b1u : 0);
+  size_t slot = hash % kTntRunSlots;
+  auto holds = [&](size_t s) {
+    return run_heads_[s].node == &node && run_heads_[s].key == key &&
+           (!returns_first || run_bodies_[s].returns_to == returns_to);
+  };
   RunHead* found = &run_heads_[slot];
-  if (found->node != &node || found->key != key) {
-    RunHead* other = &run_heads_[slot ^ 1];
-    if (other->node == &node && other->key == key) {
+  if (!holds(slot)) {
+    const size_t other_slot = (hash * 0x9e3779b97f4a7c15u) >> (64 - kTntRunSlotBits);
+    RunHead* other = &run_heads_[other_slot];
+    if (holds(other_slot)) {
       found = other;
-      slot ^= 1;
+      slot = other_slot;
     } else {
       // (Wrapping: `used` then picks a slot less well for one lookup, no worse.)
       if (static_cast<int32_t>(other->used - found->used) < 0) {
         found = other;
-        slot ^= 1;
+        slot = other_slot;
       }
-      MakeRun(*found, run_bodies_[slot], node, key, bits);
+      MakeRun(*found, run_bodies_[slot], node, key, bits, returns_to);
     }
   }
   RunHead& run = *found;
   run.used = ++runs_looked_up_;
+  if (returns_first) {
+    if (run.blocks >= 2) {
+      if (node.return_runs < kTryReturnRuns + 64) ++node.return_runs;
+    } else {
+      NoReturnRun(node);
+    }
+  }
   if (run.blocks < 2 || run.head_ninsn > run_room_) return Walk(node, block);
   // A loop (RunHead::loops) whose answers all come from this packet: while the next answers are
   // the key's again, the same run again (all of them cached).
@@ -1308,8 +1347,7 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
     // As the blocks' calls and returns one by one: where the run's deepest point passes the
     // 64 entries, its pushes forget the oldest (only those from before the run: it is at most
     // kRunBlocks deep); the run leaves its kept pushes on top.
-    retstack_.Drop(std::max(0, retstack_.size() + static_cast<int>(run.peak) - RetStack::kSize));
-    for (uint32_t k = 0; k < run.kept_count; ++k) retstack_.Push(body.kept[k]);
+    retstack_.PushKept(body.kept, run.kept_count, run.peak, returns_first);
   }
   walked_ += run.blocks * repeat - 1;
   ++runs_given_;
@@ -1353,7 +1391,15 @@ int FastBlockDecoder::Next(pt_block* block) {
     if (node->ninsn != 0) {
       walked_last_ = true;
       if (runs_ && (!node->query || node->last.iclass == ptic_cond_jump)) {
-        return WalkRun(*node, block);
+        return WalkRun<false>(*node, block);
+      }
+      // A block ending in a return starts runs once walked kTryReturnRuns times (most of
+      // ordinary code's are walked a few times, and their runs' keys and lookups would cost more
+      // than their walks), while they come (Node::return_runs).
+      if (runs_ && node->last.iclass == ptic_return && node->return_runs >= 0 &&
+          retstack_.size() != 0) {
+        if (node->return_runs >= kTryReturnRuns) return WalkRun<true>(*node, block);
+        ++node->return_runs;
       }
       return Walk(*node, block);
     }

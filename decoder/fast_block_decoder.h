@@ -19,6 +19,7 @@
 
 #include <intel-pt.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
@@ -210,7 +211,13 @@ class FastBlockDecoder {
     int isid = 0;
     pt_insn_class iclass = ptic_error;  // the block's class, as libipt's block cache gives it
     bool query = false;                 // the last instruction needs trace
-    uint64_t target = 0;                // else it is a direct call: its target
+    // A block ending in a return: the times walked up to kTryReturnRuns, then looked up as the
+    // first block of runs (RunBody::returns_to), one more for each run given, two fewer for
+    // each lookup that gave none (the block returned to ends in no branch a run takes, or the
+    // return's answer is the last of its packet, say); below kTryReturnRuns again, -1: no more
+    // runs from there.
+    int8_t return_runs = 0;
+    uint64_t target = 0;  // else it is a direct call: its target
     Insn last;
     // The nodes the last instruction went to: a conditional branch's (not taken, taken), a
     // direct call's target ([0]); null until first taken.
@@ -220,10 +227,13 @@ class FastBlockDecoder {
   // A run (SetRuns): from `node`, the answers in `key` (1 << bits | the answers, the first in
   // bit bits - 1) lead through `blocks` blocks, each ending in a conditional branch, a direct
   // call or a compressed return; the last one takes an answer (a conditional branch or a
-  // return). Every return but the last one's returns from a call in the run: where it goes is
-  // known. The return stack changes as the blocks walked one by one change it: the pushes and
-  // pops of the blocks but the last, in order (the last block's Walk makes its own).
+  // return). Every return but the first and the last blocks' returns from a call in the run:
+  // where it goes is known; the first block's, where `node` ends in a return, goes where the
+  // return stack's top says, part of the key (RunBody::returns_to). The return stack changes as
+  // the blocks walked one by one change it: the pushes and pops of the blocks but the last, in
+  // order (the last block's Walk makes its own).
   static constexpr int kRunBlocks = 16;
+  static constexpr int8_t kTryReturnRuns = 16;
   // A run's memo is split in two for the cache (s60.data, a 60 M-instruction walk with 4.7 M
   // runs: one 1.3 KB struct per run spread each lookup over ~4 cache lines of a 2.7 MB table
   // that does not fit the 1 MB L2, the tag load after the hash the top sample of the walk):
@@ -257,11 +267,15 @@ class FastBlockDecoder {
   struct alignas(64) RunBody {
     // The instructions of the blocks from the one that took answer i to the last one.
     uint32_t tail_ninsn[kRunBits];
+    // Where `node` ends in a compressed return (to a call before the run: it pops the return
+    // stack's top before the kept pushes), where it returns (part of the key).
+    uint64_t returns_to;
     uint64_t kept[kRunBlocks];
     pt_block block[kRunBlocks];
     BlockMemo* memos[kRunBlocks];
   };
-  static constexpr size_t kTntRunSlots = 2048;
+  static constexpr int kTntRunSlotBits = 11;
+  static constexpr size_t kTntRunSlots = size_t{1} << kTntRunSlotBits;
   // Trivial, so that the slots are made zeroed in one memset (an empty slot: run null).
   struct RunSlot {
     uint64_t ip;
@@ -316,17 +330,44 @@ class FastBlockDecoder {
   };
   struct SectionCaches;  // the block caches of one libipt section cache
   static std::shared_ptr<SectionCaches> CachesFor(const ProgramImage& image);
-  // libipt's pt_retstack: 64 entries, the oldest overwritten.
+  // libipt's pt_retstack: 64 entries, the oldest overwritten. (A ring of a power of two with a
+  // count, where libipt's has 65 slots and two indices: the same entries, without the modulo.)
   struct RetStack {
-    static constexpr int kSize = 64;
-    uint64_t stack[kSize + 1] = {};
-    uint8_t top = 0, bottom = 0;
-    void Clear() { top = bottom = 0; }
-    void Push(uint64_t ip);
-    int Pop(uint64_t* ip);
-    int size() const { return top >= bottom ? top - bottom : top + kSize + 1 - bottom; }
-    // Forgets the `n` oldest entries (n <= size()), as n pushes onto a full stack do.
-    void Drop(int n) { bottom = static_cast<uint8_t>((bottom + n) % (kSize + 1)); }
+    static constexpr uint32_t kSize = 64;
+    uint64_t stack[kSize] = {};
+    uint32_t top = 0;    // where the next push goes, modulo kSize (wrapping: 2^32 is a multiple)
+    uint32_t count = 0;  // at most kSize
+    void Clear() { top = count = 0; }
+    void Push(uint64_t ip) {
+      stack[top++ % kSize] = ip;
+      if (count < kSize) ++count;
+    }
+    int Pop(uint64_t* ip) {
+      if (count == 0) return -pte_retstack_empty;
+      --count;
+      *ip = stack[--top % kSize];
+      return 0;
+    }
+    int size() const { return static_cast<int>(count); }
+    // The top entry, as Pop would give it; false where the stack is empty.
+    bool Top(uint64_t* ip) const {
+      if (count == 0) return false;
+      *ip = stack[(top - 1) % kSize];
+      return true;
+    }
+    // What a run's calls and returns leave (RunHead::kept_count, peak): the `n` return addresses
+    // of `kept` pushed, after forgetting the oldest entries that `peak` pushes at once would
+    // push out of a full stack.
+    // `pop`: the top entry popped first (a run from a return; the stack is not empty).
+    void PushKept(const uint64_t* kept, uint32_t n, uint32_t peak, bool pop) {
+      if (pop) {
+        --top;
+        --count;
+      }
+      count = std::min(count, kSize - peak) + n;
+      for (uint32_t k = 0; k < n; ++k) stack[(top + k) % kSize] = kept[k];
+      top += n;
+    }
   };
 
   FastBlockDecoder(pt_query_decoder* qry, const pt_config& pt, const ProgramImage& image,
@@ -371,8 +412,11 @@ class FastBlockDecoder {
   int Proceed(pt_block* block);
   Node* NodeAt(uint64_t ip, pt_exec_mode mode);
   int Walk(Node& node, pt_block* block);
+  template <bool kReturnsFirst>
   int WalkRun(Node& node, pt_block* block);
-  void MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t key, int bits);
+  static void NoReturnRun(Node& node);
+  void MakeRun(RunHead& run, RunBody& body, Node& node, uint32_t key, int bits,
+               uint64_t returns_to);
   int HandleSkd022(pt_event* ev);
   void LogCall(const Insn& insn);
 

@@ -453,6 +453,9 @@ bool PacketLoop::ScanTrace(const pt_config& pt, Scan* scan, const ScanProgress& 
   const uint8_t* report =
       scanned && length > kScanReportBytes ? pt.begin + kScanReportBytes : pt.end;
   for (;;) {
+    // TNT-8 packets in a row (most of a trace's bytes): one byte each, an even one but PAD (0)
+    // and the extended opcode (2), as kOpcodeKinds has them; no further than `report`.
+    while (pos < report && (*pos & 1u) == 0 && *pos > 2) ++pos;
     if (pos >= report && pos != pt.end) {  // report == pt.end: no more to tell
       scanned(static_cast<uint64_t>(pos - pt.begin));
       const auto left = static_cast<uint64_t>(pt.end - pos);

@@ -790,6 +790,38 @@ TEST(CallStackTest, RunsPastTheProgramsKeptGiveWhatBlocksGive) {
   EXPECT_TRUE(CountsOf(by_runs) == CountsOf(by_blocks));
 }
 
+// Past kMaxFrames a run's program only counts (RunOps' deep case: its sums at once): 70,000
+// runs of R calling G, G returning and R calling R (two calls and a return a run, the stack one
+// deeper each, beyond the frames kept from about the 65,536th on) give the frames, the calls
+// given no frame and the counts of one block at a time.
+TEST(CallStackTest, RunsBeyondTheFramesKeptGiveWhatBlocksGive) {
+  auto image = ChunkImage();
+  constexpr size_t kRuns = 70000;
+  const std::array<pt_block, 3> blocks = {HandBlock(kChunkR, kChunkR, 1, ptic_call),
+                                          HandBlock(kChunkG, kChunkG + 3, 4, ptic_return),
+                                          HandBlock(kChunkR + 5, kChunkR + 5, 1, ptic_call)};
+  Memos memos;
+  std::array<BlockMemo*, 3> m;
+  for (size_t k = 0; k < 3; ++k) m[k] = &MemoOf(memos, blocks[k]);
+  BlockMemo run_memo;
+  CallStack by_runs(*image), by_blocks(*image);
+  for (size_t i = 0; i < kRuns; ++i) {
+    WalkedRun run;
+    run.blocks = blocks;
+    run.memos = m;
+    run.ninsn = blocks[0].ninsn + blocks[1].ninsn + blocks[2].ninsn;
+    run.memo = &run_memo;
+    by_runs.OnWholeRun(run);
+    for (const pt_block& b : blocks) by_blocks.OnBlock(b);
+  }
+  EXPECT_EQ(by_runs.frames().size(), CallStack::kMaxFrames);
+  EXPECT_EQ(by_blocks.frames().size(), CallStack::kMaxFrames);
+  EXPECT_GT(by_runs.totals().dropped_frames, 0u);
+  EXPECT_EQ(by_runs.totals().dropped_frames, by_blocks.totals().dropped_frames);
+  EXPECT_EQ(by_runs.DepthWarning(), by_blocks.DepthWarning());
+  EXPECT_TRUE(CountsOf(by_runs) == CountsOf(by_blocks));
+}
+
 }  // namespace ptkit::decoder
 
 namespace ptkit::decoder {
