@@ -160,7 +160,8 @@ FastBlockDecoder::~FastBlockDecoder() {
   fast_block_walked_total.fetch_add(walked_, std::memory_order_relaxed);
   fast_block_runs_total.fetch_add(runs_given_, std::memory_order_relaxed);
   fast_block_call_runs_total.fetch_add(call_runs_given_, std::memory_order_relaxed);
-  fast_block_crossing_runs_total.fetch_add(crossing_runs_given_, std::memory_order_relaxed);
+  fast_block_crossing_runs_total.fetch_add(crossing_runs_given_ + ahead_runs_given_,
+                                           std::memory_order_relaxed);
   fast_block_ahead_runs_total.fetch_add(ahead_runs_given_, std::memory_order_relaxed);
   pt_qry_free_decoder(qry_);
 }
@@ -1339,9 +1340,11 @@ int FastBlockDecoder::WalkRun(Node& node, pt_block* block) {
     const int given = packets_->SkipTntAhead(skip);
     if (packets_->TntLeft() != 0) run_tail_ninsn_ = body.tail_ninsn[skip - given];
   } else {
+    // The last block takes the next packet's first answer (a repeated run never does: its
+    // answers all come from this packet).
+    if (skip == left) ++crossing_runs_given_;
     packets_->SkipTnt(skip);
   }
-  if (static_cast<int>(run.answers) > left) ++crossing_runs_given_;
   if (!run.flat) {
     ++call_runs_given_;
     // As the blocks' calls and returns one by one: where the run's deepest point passes the

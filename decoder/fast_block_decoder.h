@@ -452,7 +452,7 @@ class FastBlockDecoder {
   uint64_t run_offset_ = 0;               // run_offset
   uint64_t runs_given_ = 0;               // added to WalkedRuns() at the end
   uint64_t call_runs_given_ = 0;          // added to WalkedCallRuns() at the end
-  uint64_t crossing_runs_given_ = 0;      // added to WalkedCrossingRuns() at the end
+  uint64_t crossing_runs_given_ = 0;      // with ahead_runs_given_, added to WalkedCrossingRuns()
   // SetRuns' memo: a two-way cache of runs by (first node, next answers), made on first
   // use, one for all the graphs (a node is one graph's: a per-CPU trace of many processes
   // would otherwise hold one per process); a run that loses its slot is made again. The heads

@@ -19,6 +19,7 @@
 #include <intel-pt.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 
@@ -35,6 +36,33 @@ bool PacketLoopModelsErrata(const pt_config& pt, bool ovf);
 // every kScanReportBytes, so that the pages behind can be dropped (Sink::OnScanned).
 using ScanProgress = std::function<void(uint64_t offset)>;
 inline constexpr uint64_t kScanReportBytes = uint64_t{4} << 20;
+
+namespace packet_loop_internal {
+
+// PacketLoop::PeekTntAhead's and SkipTntAhead's view of a byte: a TNT-8 packet's answers (1-6,
+// below its stop bit; 0: the byte is no TNT-8 packet: odd, PAD (0) or the extended opcode (2)), and
+// whether a packet that starts with it may follow one they read (a TNT-8 or TIP packet: a
+// TIP's low five bits are 01101).
+struct AheadByte {
+  uint8_t answers;
+  uint8_t bits;
+  bool follows;
+};
+constexpr std::array<AheadByte, 256> MakeAheadBytes() {
+  std::array<AheadByte, 256> t{};
+  for (unsigned b = 0; b < 256; ++b) {
+    const unsigned payload = b >> 1;
+    const bool tnt8 = (b & 1u) == 0 && b >= 4;
+    const int size = tnt8 ? 31 - __builtin_clz(payload) : 0;
+    t[b].answers = static_cast<uint8_t>(size);
+    t[b].bits = static_cast<uint8_t>(tnt8 ? payload & ((1u << size) - 1) : 0);
+    t[b].follows = tnt8 || (b & 0x1fu) == 0x0du;
+  }
+  return t;
+}
+inline constexpr std::array<AheadByte, 256> kAheadBytes = MakeAheadBytes();
+
+}  // namespace packet_loop_internal
 
 class PacketLoop {
  public:
@@ -94,17 +122,16 @@ class PacketLoop {
     uint64_t got = 0;
     int count = 0;
     if (tnt_index_ != 0 && next_ == kTnt8 && pos_ == tnt_end_) {
+      // Whole packets, then the answers past the n-th dropped.
       for (const uint8_t* p = pos_; count < n && p < ahead_end_; ++p) {
-        const unsigned b = p[0], c = p[1];
-        // A TNT-8 packet is an even byte but PAD (0) and the extended opcode (2); a TIP
-        // packet's low five bits are 01101.
-        if ((b & 1u) != 0 || b < 4) break;
-        if (((c & 1u) != 0 || c < 4) && (c & 0x1fu) != 0x0du) break;
-        const unsigned payload = b >> 1;
-        const int size = 31 - __builtin_clz(payload);  // the answers, below the stop bit
-        const int take = size < n - count ? size : n - count;
-        got = got << take | (payload & ((1u << size) - 1)) >> (size - take);
-        count += take;
+        const packet_loop_internal::AheadByte& byte = packet_loop_internal::kAheadBytes[p[0]];
+        if (byte.answers == 0 || !packet_loop_internal::kAheadBytes[p[1]].follows) break;
+        got = got << byte.answers | byte.bits;
+        count += byte.answers;
+      }
+      if (count > n) {
+        got >>= count - n;
+        count = n;
       }
     }
     *answers = got;
@@ -123,19 +150,18 @@ class PacketLoop {
     n -= TntLeft();
     const uint8_t* p = pos_;
     for (;;) {
-      const unsigned payload = *p >> 1;
-      const int size = 31 - __builtin_clz(payload);
-      if (n <= size) {
+      const packet_loop_internal::AheadByte& byte = packet_loop_internal::kAheadBytes[*p];
+      if (n <= byte.answers) {
         // CacheTnt's common case (DecodeTnt, then the next packet's kind), then SkipTnt(n).
-        event_ = nullptr;
-        tnt_bits_ = payload & ((1u << size) - 1);
-        tnt_index_ = (uint64_t{1} << (size - 1)) >> n;
+        // What else it sets is as it was: nothing was read since the cached packet (pos_ at
+        // tnt_end_, PeekTntAhead), so no event is pending and the time is that packet's.
+        tnt_bits_ = byte.bits;
+        tnt_index_ = (uint64_t{1} << (byte.answers - 1)) >> n;
         pos_ = tnt_end_ = p + 1;
-        last_time_ = time_;
-        next_ = (*pos_ & 1u) != 0 ? kTip : kTnt8;
+        next_ = packet_loop_internal::kAheadBytes[*pos_].answers != 0 ? kTnt8 : kTip;
         return n;
       }
-      n -= size;
+      n -= byte.answers;
       ++p;
     }
   }
