@@ -827,10 +827,19 @@ std::shared_ptr<ProgramImage::LinkSymbolCache> ProgramImage::NewLinkSymbolCache(
   return std::make_shared<LinkSymbolCache>();
 }
 
+namespace {
+std::atomic<uint64_t> link_symbol_tables_read{0};
+}  // namespace
+
+uint64_t ProgramImage::LinkSymbolTablesRead() {
+  return link_symbol_tables_read.load(std::memory_order_relaxed);
+}
+
 const ProgramImage::LinkSymbols* ProgramImage::LinkSymbolsOf(const std::string& path,
                                                              const ElfFile* opened) {
   auto [it, inserted] = link_symbols_->by_path.try_emplace(path);
   if (inserted) {
+    link_symbol_tables_read.fetch_add(1, std::memory_order_relaxed);
     if (opened != nullptr) {
       it->second = ReadLinkSymbols(*opened);
     } else if (absl::StatusOr<ElfFile> elf = ElfFile::Open(path); elf.ok()) {

@@ -126,6 +126,8 @@ class ProgramImage {
     link_symbols_ = std::move(cache);
   }
   const std::shared_ptr<LinkSymbolCache>& link_symbol_cache() const { return link_symbols_; }
+  // The ELF files' symbol tables read so far, by every image of the process (tests).
+  static uint64_t LinkSymbolTablesRead();
   const std::string& sysroot() const { return sysroot_; }
   ~ProgramImage();
   ProgramImage(const ProgramImage&) = delete;

@@ -824,6 +824,11 @@ std::string CountMismatch(const Recording& r, const RecordingOptions& options,
 RecordingImages::RecordingImages(const Recording& r, const RecordingOptions& options)
     : r_(r), sysroot_(options.sysroot), buildid_dir_(options.buildid_dir) {}
 
+void RecordingImages::ShareSymbolsWith(RecordingImages& other) {
+  if (!other.link_symbols_) other.link_symbols_ = ProgramImage::NewLinkSymbolCache();
+  link_symbols_ = other.link_symbols_;
+}
+
 bool RecordingImages::Fit(const Recording& r, const RecordingOptions& options) const {
   return &r == &r_ && options.sysroot == sysroot_ && options.buildid_dir == buildid_dir_;
 }
@@ -1186,6 +1191,7 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
   if (DecodesInParallel() && !r.bts) {
     for (unsigned i = 0; i < parallel.jobs; ++i) {
       worker_images.push_back(std::make_unique<RecordingImages>(r, options));
+      worker_images.back()->ShareSymbolsWith(images);
     }
   }
   // After a process's last stream the decoding graphs of its images go (the images stay: the

@@ -284,6 +284,10 @@ class RecordingImages {
   const std::vector<std::string>& warnings() const { return warnings_; }
   // How many images were made so far.
   size_t size() const { return images_.size(); }
+  // Images made from now on read each ELF file's symbols from the tables `other`'s images read
+  // (and add theirs to them): -j's workers' images of a process, the merging thread's again.
+  // Both must make their images on one thread.
+  void ShareSymbolsWith(RecordingImages& other);
   // Drops what the fast decoder keeps of the code of process `pid`'s images (made again when
   // a decoder wants it): for a process whose streams were all decoded.
   void DropGraphs(uint32_t pid);
