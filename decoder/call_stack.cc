@@ -442,10 +442,7 @@ void CallStack::OnWholeRun(const WalkedRun& run) {
 // elsewhere.
 [[gnu::always_inline]] inline bool CallStack::DeepArrival(const pt_block& block,
                                                           const RunProgram& program) {
-  if (!(beyond_ > uint64_t{program.returns} + 1 && program.deep && !flowing_ &&
-        frames_.size() >= kMaxFrames && counting_ && !chunk_ && count_listener_ == nullptr)) {
-    return false;
-  }
+  if (flowing_ || !RunsDeep(program, uint64_t{program.returns} + 1)) return false;
   const uint32_t f = program.first.function;
   Function& fn = functions_[f];
   if (pending_call_) {
@@ -481,10 +478,7 @@ __attribute__((noinline)) void CallStack::RunStepped(const WalkedRun& run) {
     if (DeepArrival(run.blocks[0], program)) return RunDeep(program);
     Step<true>(run.blocks[0], program.first, program.first_ninsn);
     pending_call_ = pending_return_ = false;  // the program arrives where the first block went
-    if (beyond_ > program.returns && program.deep && frames_.size() >= kMaxFrames && counting_ &&
-        !chunk_ && count_listener_ == nullptr) {
-      return RunDeep(program);
-    }
+    if (RunsDeep(program, program.returns)) return RunDeep(program);
     return RunOps(program);
   }
   if ((memo.value & 1) == 0) {

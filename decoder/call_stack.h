@@ -327,6 +327,13 @@ class CallStack {
   void RunOps(const RunProgram& program);
   // RunOps where every op only counts (RunProgram::deep, beyond_ above its returns).
   void RunDeep(const RunProgram& program);
+  // Whether RunDeep may take `program` with `returns` returns to come before it runs out of
+  // calls given no frame: a program of counts only, beyond kMaxFrames, counting for no chunk
+  // and no listener.
+  bool RunsDeep(const RunProgram& program, uint64_t returns) const {
+    return beyond_ > returns && program.deep && frames_.size() >= kMaxFrames && counting_ &&
+           !chunk_ && count_listener_ == nullptr;
+  }
   bool DeepArrival(const pt_block& block, const RunProgram& program);
   void RunLeaves(const RunProgram& program);
   int64_t FindFunction(const FunctionKey& key) const;
