@@ -153,6 +153,14 @@ std::string StatsOutput(BlockDecoderImpl impl, const Runner& run) {
   return ReadAll(out);
 }
 
+// How much a process-wide counter of the decoder's grew while `stats` decoded `run` with the
+// fast decoder.
+uint64_t StatsCounting(const Runner& run, uint64_t (*counter)()) {
+  const uint64_t before = counter();
+  EXPECT_GT(StatsOutput(BlockDecoderImpl::kFast, run).size(), 100u);
+  return counter() - before;
+}
+
 // insn and branches (text, and JSON with disassembly) through `impl`.
 std::vector<std::string> InsnOutputs(BlockDecoderImpl impl, const Runner& run) {
   SetBlockDecoderImpl(impl);
@@ -489,15 +497,10 @@ TEST(FastBlockDecoderTest, ChunksTakeRunsAcrossPacketsUpToTheirPositions) {
   const std::string path = TempPath("fast_block_decoder_chunk_runs_");
   ASSERT_THAT(WriteSynthWalk("interp_O2_pie", options, path), IsOk());
   const Runner run = ContainerRunner(path);
-  const auto stats_ahead_runs = [&] {
-    const uint64_t before = FastBlockDecoder::WalkedAheadRuns();
-    EXPECT_GT(StatsOutput(BlockDecoderImpl::kFast, run).size(), 100u);
-    return FastBlockDecoder::WalkedAheadRuns() - before;
-  };
   const std::vector<std::string> serial = Outputs(BlockDecoderImpl::kLibipt, run, false);
-  const uint64_t serial_ahead = stats_ahead_runs();
+  const uint64_t serial_ahead = StatsCounting(run, FastBlockDecoder::WalkedAheadRuns);
   SetParallelOptions({.jobs = 2, .summary_chunk_bytes = 16384});
-  const uint64_t chunked_ahead = stats_ahead_runs();
+  const uint64_t chunked_ahead = StatsCounting(run, FastBlockDecoder::WalkedAheadRuns);
   ExpectSameOutputs(serial, Outputs(BlockDecoderImpl::kFast, run, false));
   SetParallelOptions({});
   EXPECT_GT(serial_ahead, 10000u);
@@ -515,15 +518,10 @@ TEST(FastBlockDecoderTest, WorkersImagesReadNoSymbolTableAgain) {
   const std::string path = TempPath("fast_block_decoder_worker_symbols_");
   ASSERT_THAT(WriteSynthWalk("interp_O2_pie", options, path), IsOk());
   const Runner run = ContainerRunner(path);
-  const auto tables_read = [&] {
-    const uint64_t before = ProgramImage::LinkSymbolTablesRead();
-    EXPECT_GT(StatsOutput(BlockDecoderImpl::kFast, run).size(), 100u);
-    return ProgramImage::LinkSymbolTablesRead() - before;
-  };
-  const uint64_t serial = tables_read();
+  const uint64_t serial = StatsCounting(run, ProgramImage::LinkSymbolTablesRead);
   SetParallelOptions({.jobs = 2, .summary_chunk_bytes = 16384, .print_stats = true});
   ::testing::internal::CaptureStderr();
-  const uint64_t chunked = tables_read();
+  const uint64_t chunked = StatsCounting(run, ProgramImage::LinkSymbolTablesRead);
   const std::string stats = ::testing::internal::GetCapturedStderr();
   SetParallelOptions({});
   EXPECT_THAT(stats, ::testing::HasSubstr(" chunks, "));  // the workers decoded
