@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "decoder/metadata_config.h"
+#include "decoder/parallel_decode.h"
 #include "decoder/perf_data_input.h"
 #include "decoder/tsc_clock.h"
 #include "fmt/format.h"
@@ -169,6 +170,9 @@ absl::StatusOr<Recording> OpenRecording(const std::string& path, const Recording
     return ReadPerfDataRecording(*source, options);
   }
   PTKIT_ASSIGN_OR_RETURN(ContainerReader reader, ContainerReader::Open(path));
+  // With -j N > 1, the records are read and decompressed on a second thread while this one
+  // spools them: it is the serial start of every parallel decode.
+  if (GetParallelOptions().jobs > 1) reader.ReadAhead();
   return ReadRecording(reader, options);
 }
 

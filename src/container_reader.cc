@@ -7,8 +7,13 @@
 #include <zstd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstring>
+#include <deque>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -71,6 +76,24 @@ class MemSource final : public ByteSource {
 struct DCtxDeleter {
   void operator()(ZSTD_DCtx* d) const { ZSTD_freeDCtx(d); }
 };
+
+// Bytes that grow without zeroing what is written over anyway (a vector's resize zeroed each
+// record's growth: 24 M of the 336 M instructions of reading a 56 MB trace in 596 records).
+struct Buffer {
+  std::unique_ptr<uint8_t[]> data;
+  size_t capacity = 0;
+  uint8_t* Reserve(size_t n) {
+    if (n > capacity) {
+      data = std::make_unique_for_overwrite<uint8_t[]>(n);
+      capacity = n;
+    }
+    return data.get();
+  }
+};
+
+// ReadAhead: how many decompressed bytes the reading thread may hold ahead of Next() (at least
+// one record, however large).
+constexpr size_t kAheadBytes = size_t{8} << 20;
 
 bool IsKnownType(uint16_t t) {
   return t >= static_cast<uint16_t>(RecordType::kMetadata) &&
@@ -153,7 +176,7 @@ struct ContainerReader::State {
   uint64_t window_offset = 0;
   size_t window_len = 0;
   std::vector<uint8_t> large;  // payloads that do not fit the window
-  std::vector<uint8_t> raw;    // decompressed payload
+  Buffer raw;                  // decompressed payload
   // Record kind -> records read whole (returned, or skipped as a copy or malformed), for the
   // footer's counts.
   std::map<uint16_t, uint64_t> read;
@@ -161,6 +184,34 @@ struct ContainerReader::State {
   // -> its offset.
   std::unordered_map<uint64_t, uint64_t> trace_payloads;
 
+  // ReadAhead's thread and what it read: records in order, each with its own payload bytes;
+  // the last one (the end or an error) stays at the front once reached.
+  struct Ahead {
+    struct Slot {
+      absl::StatusOr<bool> more;
+      RecordView view;
+      Buffer bytes;
+    };
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<Slot> ready;
+    size_t ready_bytes = 0;
+    std::vector<Buffer> spare;  // payload buffers Next() is done with, for the thread to reuse
+    Buffer held;                // the payload of the record Next() returned last
+    bool stop = false;
+    std::thread thread;
+  };
+  bool ahead_wanted = false;
+  std::unique_ptr<Ahead> ahead;  // started by the first Next() after ReadAhead()
+
+  ~State() { StopAhead(); }
+  // Next() on this thread: the next valid record, its payload valid until the next call.
+  absl::StatusOr<bool> Read(RecordView& out);
+  // The reading thread's loop: Read() into the queue until the end, an error or StopAhead.
+  void ReadAheadLoop();
+  // Ends the reading thread after the record it reads (if any); Next() returns what it queued,
+  // then reads on the caller's thread from where it stopped.
+  void StopAhead();
   // Returns `n` bytes at `offset` (the caller has checked they lie inside the file), valid
   // until the next call.
   absl::StatusOr<std::span<const uint8_t>> Get(uint64_t offset, size_t n);
@@ -321,6 +372,81 @@ absl::StatusOr<ContainerReader> ContainerReader::Open(std::unique_ptr<ByteSource
 
 absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
   State& s = *state_;
+  if (!s.ahead_wanted) return s.Read(out);
+  if (s.ahead == nullptr) {
+    s.ahead = std::make_unique<State::Ahead>();
+    s.ahead->thread = std::thread([&s] { s.ReadAheadLoop(); });
+  }
+  State::Ahead& a = *s.ahead;
+  std::unique_lock<std::mutex> lock(a.mu);
+  if (a.held.data != nullptr) a.spare.push_back(std::move(a.held));
+  a.held = {};
+  if (a.ready.empty() && a.stop) {
+    // report() stopped the thread: what it had not read is read here.
+    lock.unlock();
+    return s.Read(out);
+  }
+  a.cv.wait(lock, [&] { return !a.ready.empty(); });
+  State::Ahead::Slot& front = a.ready.front();
+  if (!front.more.ok() || !*front.more) return front.more;  // stays: the answer from now on
+  out = front.view;
+  a.ready_bytes -= front.bytes.capacity;
+  a.held = std::move(front.bytes);
+  a.ready.pop_front();
+  lock.unlock();
+  a.cv.notify_all();
+  return true;
+}
+
+void ContainerReader::ReadAhead() { state_->ahead_wanted = true; }
+
+void ContainerReader::State::ReadAheadLoop() {
+  Ahead& a = *ahead;
+  for (;;) {
+    Buffer bytes;
+    {
+      std::unique_lock<std::mutex> lock(a.mu);
+      a.cv.wait(lock, [&] { return a.stop || a.ready.empty() || a.ready_bytes < kAheadBytes; });
+      if (a.stop) return;
+      if (!a.spare.empty()) {
+        bytes = std::move(a.spare.back());
+        a.spare.pop_back();
+      }
+    }
+    RecordView view;
+    absl::StatusOr<bool> more = Read(view);
+    const bool end = !more.ok() || !*more;
+    if (!end) {
+      const size_t n = view.payload.size();
+      if (n != 0 && view.payload.data() == raw.data.get()) {
+        std::swap(raw, bytes);  // decompressed: its buffer is the record's now
+      } else if (n != 0) {
+        std::memcpy(bytes.Reserve(n), view.payload.data(), n);
+      }
+      view.payload = {bytes.data.get(), n};
+    }
+    {
+      std::lock_guard<std::mutex> lock(a.mu);
+      a.ready_bytes += bytes.capacity;
+      a.ready.push_back({std::move(more), view, std::move(bytes)});
+    }
+    a.cv.notify_all();
+    if (end) return;
+  }
+}
+
+void ContainerReader::State::StopAhead() {
+  if (ahead == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(ahead->mu);
+    ahead->stop = true;
+  }
+  ahead->cv.notify_all();
+  if (ahead->thread.joinable()) ahead->thread.join();
+}
+
+absl::StatusOr<bool> ContainerReader::State::Read(RecordView& out) {
+  State& s = *this;
   while (!s.done) {
     if (s.pos >= s.size) {
       s.done = true;
@@ -395,14 +521,13 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
         damaged("zstd frame size does not match the record header");
         continue;
       }
-      s.raw.resize(h.raw_size);
-      size_t n = ZSTD_decompressDCtx(s.dctx.get(), s.raw.data(), s.raw.size(), stored.data(),
-                                     stored.size());
+      size_t n = ZSTD_decompressDCtx(s.dctx.get(), s.raw.Reserve(h.raw_size), h.raw_size,
+                                     stored.data(), stored.size());
       if (ZSTD_isError(n) || n != h.raw_size) {
         damaged(absl::StrCat("zstd: ", ZSTD_isError(n) ? ZSTD_getErrorName(n) : "short output"));
         continue;
       }
-      payload = s.raw;
+      payload = {s.raw.data.get(), h.raw_size};
     }
     if (h.sequence > s.expected_sequence) {
       s.AddDamage(at, 0, h.sequence - s.expected_sequence,
@@ -499,7 +624,10 @@ absl::StatusOr<bool> ContainerReader::Next(RecordView& out) {
 
 void ContainerReader::ReadOnly(RecordType type) { state_->only = static_cast<int>(type); }
 
-const ReadReport& ContainerReader::report() const { return state_->report; }
+const ReadReport& ContainerReader::report() const {
+  state_->StopAhead();  // the report is the reading thread's until it stops
+  return state_->report;
+}
 const std::string& ContainerReader::name() const { return state_->src->name(); }
 
 }  // namespace ptkit

@@ -82,7 +82,14 @@ class ContainerReader {
   // checksummed nor decompressed; their damage is not reported): for a reader that wants one
   // kind, such as the metadata, without decompressing the trace.
   void ReadOnly(RecordType type);
+  // From the next Next() on, a second thread reads, checks and decompresses the records ahead
+  // of Next() (up to 8 MiB of payloads, or one record), so that the caller's work on each record
+  // overlaps the reading of the next ones. The records and the report are the same. Call
+  // ReadOnly before it, if at all.
+  void ReadAhead();
 
+  // With ReadAhead, complete once Next() has returned false (asked before, it stops the second
+  // thread: the records it had not read are read by Next() on the caller's thread).
   const ReadReport& report() const;
   const std::string& name() const;
 
