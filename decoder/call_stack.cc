@@ -868,11 +868,16 @@ uint32_t CallStack::Unnamed(int file) {
 
 uint32_t CallStack::BaseTop(int file) {
   const int64_t value = static_cast<int64_t>(uint64_t{epoch_} << 32 | static_cast<uint32_t>(file));
+  // As Unknown: the last answer first (stripped code asks at every block; the map's lookup took
+  // 2 % of a -j2 stats of gzip).
+  if (value == base_top_value_) return base_top_;
   auto [it, inserted] = base_top_function_.try_emplace(value, 0);
   if (inserted) {
     it->second = NewFunction("[B's top]", file, 0, false, {FunctionKey::kBaseTop, value});
   }
-  return it->second;
+  base_top_value_ = value;
+  base_top_ = it->second;
+  return base_top_;
 }
 
 int64_t CallStack::BaseTopFunction(const FunctionKey& key, size_t depth) const {

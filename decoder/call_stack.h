@@ -534,6 +534,8 @@ class CallStack {
 
   std::vector<FunctionKey> keys_;                             // per function
   absl::flat_hash_map<int64_t, uint32_t> base_top_function_;  // kBaseTop key value -> function
+  int64_t base_top_value_ = -1;  // BaseTop's last key value (none: -1) and its function
+  uint32_t base_top_ = 0;
   // Chunk mode (BeginChunk).
   bool chunk_ = false;
   bool base_ = false;  // frames_ are above an unknown base (no kClear yet)
