@@ -711,7 +711,9 @@ TEST(ContainerReaderTest, ReadAheadReadsOnAnotherThreadAndGivesTheSameRecordsAnd
     reader->ReadAhead();
     ExpectSameReading(ReadEverything(*reader), want);
     EXPECT_FALSE(noted->threads().contains(std::this_thread::get_id()));
-    if (!want.records.empty()) EXPECT_THAT(noted->threads(), SizeIs(1));
+    if (!want.records.empty()) {
+      EXPECT_THAT(noted->threads(), SizeIs(1));
+    }
 
     // The report asked after two records, then the rest.
     auto early = ContainerReader::Open(MemorySource(files[f], "early.pt"));
