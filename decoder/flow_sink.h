@@ -32,10 +32,11 @@ class FlowSink : public Sink, public CallStackListener {
     if (wants_time_) model_.OnTime(tsc);
   }
   void OnBlock(const pt_block& block) override { model_.OnBlock(block); }
-  void OnWholeBlock(const pt_block& block, BlockMemo& memo) override {
+  // Final, so that a caller that holds a FlowSink (SummaryTap) calls the model directly.
+  void OnWholeBlock(const pt_block& block, BlockMemo& memo) final {
     model_.OnWholeBlock(block, memo);
   }
-  void OnWholeRun(const WalkedRun& run) override { model_.OnWholeRun(run); }
+  void OnWholeRun(const WalkedRun& run) final { model_.OnWholeRun(run); }
   // Outside a --time window the model follows the flow and counts nothing (CallStack
   // counting): the sinks whose output is the model's counts (stats, folded) say so.
   void OnWindow(bool in) override { model_.set_counting(in); }

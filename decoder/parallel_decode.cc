@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "decoder/fast_block_decoder.h"
+#include "decoder/flow_sink.h"
 #include "decoder/ipt_handles.h"
 #include "ptkit/status.h"
 
@@ -376,6 +377,7 @@ class SummaryTap : public Sink {
              uint64_t tail_end, Records& head, Records& tail)
       : summary_(summary),
         sink_(summary.sink()),
+        flow_(dynamic_cast<FlowSink*>(&sink_)),
         head_end_(head_end),
         boundary_(boundary),
         tail_end_(tail_end),
@@ -407,6 +409,8 @@ class SummaryTap : public Sink {
   void OnWholeBlock(const pt_block& block, BlockMemo& memo) override {
     if (body_ && position_ <= boundary_) [[likely]] {
       ++index_;
+      if (flow_ != nullptr) [[likely]]
+        return flow_->OnWholeBlock(block, memo);
       sink_.OnWholeBlock(block, memo);
       return;
     }
@@ -418,6 +422,8 @@ class SummaryTap : public Sink {
     if (!(body_ && position_ <= boundary_)) [[unlikely]]
       return RunAtEdge(run);
     index_ += run.blocks.size() * run.repeat;
+    if (flow_ != nullptr) [[likely]]
+      return flow_->OnWholeRun(run);
     sink_.OnWholeRun(run);
   }
   // Every kBlocksPerProgress blocks or runs of the decode.
@@ -527,6 +533,10 @@ class SummaryTap : public Sink {
 
   ChunkSummary& summary_;
   Sink& sink_;
+  // The summary's sink when it is a FlowSink (stats' and folded's are: FlowChunk), whose model
+  // the body's blocks and runs are given to directly, not through a virtual call: on one core,
+  // 3 % of the CPU time of `stats -j2` went to that call (sample counts of perf cpu-clock).
+  FlowSink* flow_;
   const uint64_t head_end_, boundary_, tail_end_;
   RecordSink head_, tail_;
   bool in_head_;
