@@ -772,7 +772,7 @@ absl::Status DecodeIntoCanonical(std::span<const uint8_t> trace, const TraceConf
 
 absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace,
                                                   const TraceConfig& config, uint64_t chunk_bytes,
-                                                  const ScanProgress& scanned, unsigned guide) {
+                                                  const ScanProgress& scanned) {
   std::vector<uint64_t> starts = {0};
   if (trace.empty()) return starts;
   PTKIT_ASSIGN_OR_RETURN(pt_config pt, MakePtConfig(trace, config));
@@ -782,11 +782,7 @@ absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace
     const uint64_t start = starts.back();
     const uint64_t psb = PsbAtOrAfter(dec.get(), start + 1);  // the chunk's second PSB
     if (psb == kNone) break;
-    const uint64_t bytes =
-        guide == 0 ? chunk_bytes
-                   : std::clamp((trace.size() - start) / guide, chunk_bytes,
-                                std::max(chunk_bytes, kGuidedChunksBytes / guide));
-    const uint64_t next = PsbAtOrAfter(dec.get(), std::max(psb, start + bytes));
+    const uint64_t next = PsbAtOrAfter(dec.get(), std::max(psb, start + chunk_bytes));
     if (next == kNone) break;
     starts.push_back(next);
     if (scanned && next / kScanReportBytes != start / kScanReportBytes) scanned(next);
@@ -802,7 +798,7 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
                           const ProgramImage& image,
                           std::span<const ProgramImage* const> worker_images, Sink& sink,
                           DecodeTotals& totals, uint64_t offset_base, uint64_t chunk_bytes,
-                          unsigned guide, ParallelStats* stats, bool follow_time, bool alone) {
+                          ParallelStats* stats, bool follow_time, bool alone) {
   ParallelStats local;
   ParallelStats& st = stats != nullptr ? *stats : local;
   // Prints what this decode did, however it ends.
@@ -815,9 +811,9 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
                    "ptdecode: -j: %" PRIu64 " chunks, %" PRIu64 " stitched, %" PRIu64
                    " decoded again, %" PRIu64 " summarised, %" PRIu64
                    " summaries not applied, %" PRIu64 " bytes decoded for %" PRIu64 ", %" PRIu64
-                   " recordings past their budget; the longest chunk %" PRIu64 " bytes\n",
+                   " recordings past their budget\n",
                    st.chunks, st.stitched, st.redecoded, st.summarised, st.unsummarised,
-                   st.bytes_decoded, bytes, st.overflowed, st.longest_chunk);
+                   st.bytes_decoded, bytes, st.overflowed);
     }
   } printer{st, trace.size()};
   // Both searches below read near every chunk start (and the kernel maps the pages around what
@@ -826,13 +822,9 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
     sink.OnScanned(offset_base + offset);
   };
   PTKIT_ASSIGN_OR_RETURN(std::vector<uint64_t> starts,
-                         ChunkStarts(trace, config, chunk_bytes, scanned, guide));
+                         ChunkStarts(trace, config, chunk_bytes, scanned));
   const size_t n = starts.size();
   st.chunks += n;
-  for (size_t c = 0; c < n; ++c) {
-    st.longest_chunk =
-        std::max(st.longest_chunk, (c + 1 < n ? starts[c + 1] : trace.size()) - starts[c]);
-  }
   if (n == 1 || (worker_images.empty() && !alone)) {
     st.bytes_decoded += trace.size();
     if (!follow_time) return DecodeIntoCanonical(trace, config, image, sink, totals, offset_base);
@@ -1158,17 +1150,17 @@ absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig&
                               const ProgramImage& image,
                               std::span<const ProgramImage* const> worker_images, Sink& sink,
                               DecodeTotals& totals, uint64_t offset_base, uint64_t chunk_bytes,
-                              ParallelStats* stats, bool follow_time, unsigned guide) {
+                              ParallelStats* stats, bool follow_time) {
   return DecodeChunks(trace, config, image, worker_images, sink, totals, offset_base, chunk_bytes,
-                      guide, stats, follow_time, /*alone=*/false);
+                      stats, follow_time, /*alone=*/false);
 }
 
 absl::Status DecodeInChunksAlone(std::span<const uint8_t> trace, const TraceConfig& config,
                                  const ProgramImage& image, Sink& sink, DecodeTotals& totals,
                                  uint64_t offset_base, uint64_t chunk_bytes, ParallelStats* stats,
                                  bool follow_time) {
-  return DecodeChunks(trace, config, image, {}, sink, totals, offset_base, chunk_bytes,
-                      /*guide=*/0, stats, follow_time, /*alone=*/true);
+  return DecodeChunks(trace, config, image, {}, sink, totals, offset_base, chunk_bytes, stats,
+                      follow_time, /*alone=*/true);
 }
 
 OneThread PlanOneThread(std::span<const uint8_t> trace, const TraceConfig& config, Sink& sink,
@@ -1217,18 +1209,17 @@ uint64_t PsbSpacing(std::span<const uint8_t> trace, const TraceConfig& config) {
   return n == 0 ? 0 : (last - first) / n;
 }
 
-ChunkPlan ChunkPlanFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options,
+uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options,
                        std::span<const uint8_t> trace, const TraceConfig& config) {
   if (sink.kind() == DecoderKind::kBlock && sink.NewChunkSummary(image) != nullptr) {
-    if (options.summary_chunk_bytes != 0) return {options.summary_chunk_bytes};
+    if (options.summary_chunk_bytes != 0) return options.summary_chunk_bytes;
     // A trace of one chunk at most needs no PSB spacing (its PSBs may be all of it).
-    if (trace.size() <= kMinSummaryChunkBytes) return {kMinSummaryChunkBytes};
-    return {SummaryChunkBytes(trace.size(), options.jobs, PsbSpacing(trace, config)),
-            2 * std::max(options.jobs, 1u)};
+    if (trace.size() <= kMinSummaryChunkBytes) return kMinSummaryChunkBytes;
+    return SummaryChunkBytes(trace.size(), options.jobs, PsbSpacing(trace, config));
   }
-  if (!options.jobs_for_records) return {};
-  if (options.chunk_bytes != 0) return {options.chunk_bytes};
-  return {GetBlockDecoderImpl() == BlockDecoderImpl::kLibipt ? kDefaultChunkBytes : 0};
+  if (!options.jobs_for_records) return 0;
+  if (options.chunk_bytes != 0) return options.chunk_bytes;
+  return GetBlockDecoderImpl() == BlockDecoderImpl::kLibipt ? kDefaultChunkBytes : 0;
 }
 
 absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
@@ -1236,10 +1227,10 @@ absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
                                                  const ProgramImage& image,
                                                  const ImageLoader& load_image, Sink& sink) {
   const ParallelOptions options = GetParallelOptions();
-  // 0: one thread (ChunkPlanFor makes a summary to ask, which one thread does not need).
-  const ChunkPlan chunks =
-      DecodesInParallel() ? ChunkPlanFor(sink, image, options, trace, config) : ChunkPlan{};
-  if (chunks.bytes == 0 || trace.size() <= chunks.bytes) {
+  // 0: one thread (ChunkBytesFor makes a summary to ask, which one thread does not need).
+  const uint64_t chunk_bytes =
+      DecodesInParallel() ? ChunkBytesFor(sink, image, options, trace, config) : 0;
+  if (chunk_bytes == 0 || trace.size() <= chunk_bytes) {
     DecodeTotals totals;
     const OneThread plan = PlanOneThread(trace, config, sink, image);
     if (plan.chunk_bytes != 0) {
@@ -1259,9 +1250,8 @@ absl::StatusOr<DecodeTotals> DecodeTraceWithJobs(std::span<const uint8_t> trace,
     images.push_back(owned.back().get());
   }
   DecodeTotals totals;
-  PTKIT_RETURN_IF_ERROR(DecodeInParallel(trace, config, image, images, sink, totals, 0,
-                                         chunks.bytes,
-                                         /*stats=*/nullptr, /*follow_time=*/false, chunks.guide));
+  PTKIT_RETURN_IF_ERROR(
+      DecodeInParallel(trace, config, image, images, sink, totals, 0, chunk_bytes));
   PTKIT_RETURN_IF_ERROR(sink.Finish(totals));
   return totals;
 }

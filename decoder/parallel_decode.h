@@ -134,10 +134,9 @@ inline constexpr uint64_t kDefaultChunkBytes = uint64_t{32} << 10;
 // The chunk size for a sink that summarises chunks (Sink::NewChunkSummary), by default: a
 // summarised chunk records only the overlaps at its edges, and those and each chunk's set-up
 // (its decoder, its runs and the summary's memos made anew) cost less the longer the chunk, so
-// a trace is cut into chunks of 1/8 of a thread's share (enough to keep the threads busy to
-// the end), each at least kMinPsbsPerSummaryChunk PSB periods (`psb_spacing`, 0 when not known)
-// and 128 KiB, at most 4 MiB or twice that least, whichever is more. (That is the size of the
-// last chunks: the first are longer, ChunkPlan's guide.) callgrind Ir of `stats -j2`
+// a trace is cut into up to 8 chunks per thread (enough to keep the threads busy to the end),
+// each at least kMinPsbsPerSummaryChunk PSB periods (`psb_spacing`, 0 when not known) and
+// 128 KiB, at most 4 MiB or twice that least, whichever is more. callgrind Ir of `stats -j2`
 // on an emulated recording, 755 M instructions, 37 MB of trace (-j1 10.19 G): 13.95 G at
 // 128 KiB (285 chunks), 11.93 G at 1 MiB. A summary that fails on its worker is not recorded
 // there but decoded again by the merging thread (DecodeInParallel).
@@ -188,14 +187,12 @@ void SetParallelOptions(const ParallelOptions& options);
 ParallelOptions GetParallelOptions();
 
 // Where the chunks of `trace` start: 0, then PSB offsets at least `chunk_bytes` apart (the
-// next PSB after that many bytes). With `guide` > 0, a chunk is also at least 1/guide of the
-// trace from its start on (guided self-scheduling, ChunkPlan), up to kGuidedChunksBytes / guide.
-// `scanned` (if set) is told how far the search has read, every few MiB.
+// next PSB after that many bytes). `scanned` (if set) is told how far the search has read,
+// every few MiB.
 // Errors: kInvalidArgument for a configuration libipt rejects.
 absl::StatusOr<std::vector<uint64_t>> ChunkStarts(std::span<const uint8_t> trace,
                                                   const TraceConfig& config, uint64_t chunk_bytes,
-                                                  const ScanProgress& scanned = {},
-                                                  unsigned guide = 0);
+                                                  const ScanProgress& scanned = {});
 
 // What a parallel decode did (for tests and measurements).
 struct ParallelStats {
@@ -207,8 +204,7 @@ struct ParallelStats {
   // Trace bytes given to every decoder, overlaps included: an upper bound of what they read, as
   // a summarised chunk's decode ends once past its tail (Sink::kStopDecoding).
   uint64_t bytes_decoded = 0;
-  uint64_t overflowed = 0;     // recordings past their budget (RecordBudget): the rest serial
-  uint64_t longest_chunk = 0;  // bytes, from its start to the next chunk's
+  uint64_t overflowed = 0;  // recordings past their budget (RecordBudget): the rest serial
 };
 
 // As DecodeIntoCanonical without an ImageSwitcher, with
@@ -217,15 +213,13 @@ struct ParallelStats {
 // is not thread-safe: pt_image_find reorders its section list). The sink is called on the
 // calling thread only, in trace order. With `follow_time`, as DecodeInto with an ImageSwitcher
 // that never switches: the sink is told the time (OnTime) even when it does not want it.
-// `chunk_bytes` and `guide`: ChunkStarts'.
 // Errors: those of DecodeInto.
 absl::Status DecodeInParallel(std::span<const uint8_t> trace, const TraceConfig& config,
                               const ProgramImage& image,
                               std::span<const ProgramImage* const> worker_images, Sink& sink,
                               DecodeTotals& totals, uint64_t offset_base,
                               uint64_t chunk_bytes = kDefaultChunkBytes,
-                              ParallelStats* stats = nullptr, bool follow_time = false,
-                              unsigned guide = 0);
+                              ParallelStats* stats = nullptr, bool follow_time = false);
 
 // One thread's decode of a trace that the fast decoder does not model all of (FastPathCovers:
 // a transaction, a PTWRITE, ... somewhere in it), for a sink that summarises chunks: as
@@ -258,26 +252,11 @@ void AddFlowTotals(DecodeTotals& to, const DecodeTotals& from);
 // Whether GetParallelOptions() decodes with more than one thread.
 bool DecodesInParallel();
 
-// How a parallel decode cuts a trace (ChunkStarts): chunks of `bytes` at least, and with
-// `guide` > 0 of 1/guide of the trace left at least (guided self-scheduling: long chunks first,
-// shorter ones to the end). Summarised chunks are guided, 1/(2 x threads) of what is left: each
-// chunk costs its set-up and its edges (~1.2-2.6 ms of CPU on the emulated recordings), and the
-// threads still end close together, on chunks of `bytes`. The chunks a worker reads are mapped
-// (and resident) until merged, jobs + 1 of them: guided ones span kGuidedChunksBytes / guide at
-// most, so that those in flight span about 16 MiB more. An emulated recording of 270 MB of trace
-// (cpu_bound 150000 rounds under qemu) at -j 2: 36 chunks instead of 67, 0.3-0.8 % less CPU
-// time, 1-3 % less wall time, peak RSS 78 MB instead of 70 (188 MB with chunks up to a quarter
-// of the trace); one of 56 MB: 10 chunks instead of 16.
-inline constexpr uint64_t kGuidedChunksBytes = uint64_t{32} << 20;
-struct ChunkPlan {
-  uint64_t bytes = 0;  // 0: decode on one thread
-  unsigned guide = 0;
-};
-// The chunks of `options` for `sink` and `trace`: summary_chunk_bytes (or SummaryChunkBytes with
-// the trace's PsbSpacing, guided by the threads) for a block sink that summarises chunks decoded
-// with `image` (it makes a summary to know), else chunk_bytes (if 0: kDefaultChunkBytes with
-// libipt's decoders, 0 with the fast one) where jobs_for_records, else 0.
-ChunkPlan ChunkPlanFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options,
+// The chunk size of `options` for `sink` and `trace`: summary_chunk_bytes (or SummaryChunkBytes
+// with the trace's PsbSpacing) for a block sink that summarises chunks decoded with `image` (it
+// makes a summary to know), else chunk_bytes (if 0: kDefaultChunkBytes with libipt's decoders,
+// 0 with the fast one) where jobs_for_records, else 0. 0: decode on one thread.
+uint64_t ChunkBytesFor(Sink& sink, const ProgramImage& image, const ParallelOptions& options,
                        std::span<const uint8_t> trace, const TraceConfig& config);
 
 // Makes an image equal to the caller's, for a worker thread.

@@ -1246,22 +1246,21 @@ absl::StatusOr<DecodeTotals> DecodeRecording(const Recording& r, const Recording
       // stream's, would not be the merge's; fuzzer: UBSan in CallStack::Unknown, a file index
       // of one image into the other's empty list).
       const bool stays = still && &now == s.info.image;
-      const ChunkPlan chunks = worker_images.empty()
-                                   ? ChunkPlan{}
-                                   : ChunkPlanFor(out, now, parallel, view.bytes(), config);
+      const uint64_t chunk_bytes =
+          worker_images.empty() ? 0 : ChunkBytesFor(out, now, parallel, view.bytes(), config);
       if (r.bts) {
         // A snapshot's offsets are not the ring's (AddSnapshot).
         const uint64_t ring = s.key->snapshot < 0 ? bts_ring : 0;
         PTKIT_RETURN_IF_ERROR(DecodeBtsInto(view.bytes(), now, out, into, piece.aux_offset, ring));
-      } else if ((!switcher || stays) && chunks.bytes != 0 && view.bytes().size() > chunks.bytes) {
+      } else if ((!switcher || stays) && chunk_bytes != 0 && view.bytes().size() > chunk_bytes) {
         if (workers.empty()) {
           for (auto& cache : worker_images) {
             PTKIT_ASSIGN_OR_RETURN(workers.emplace_back(), cache->For(s.info.pid, s.epoch));
           }
         }
-        PTKIT_RETURN_IF_ERROR(DecodeInParallel(
-            view.bytes(), config, now, workers, out, into, piece.aux_offset, chunks.bytes,
-            /*stats=*/nullptr, /*follow_time=*/stays, chunks.guide));
+        PTKIT_RETURN_IF_ERROR(DecodeInParallel(view.bytes(), config, now, workers, out, into,
+                                               piece.aux_offset, chunk_bytes,
+                                               /*stats=*/nullptr, /*follow_time=*/stays));
       } else if (const OneThread plan =
                      !switcher || stays
                          ? PlanOneThread(view.bytes(), config, out, now, piece.aux_offset)

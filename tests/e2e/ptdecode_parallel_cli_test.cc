@@ -247,51 +247,6 @@ TEST_F(PtdecodeParallelTest, OutputsWithTimeDecodeOnOneThread) {
   }
 }
 
-// The chunks of stats and folded at -j 2 are guided (decoder/parallel_decode.h, ChunkPlan): the
-// first is a quarter of the trace, then a quarter of what is left, down to the chunk size the
-// trace's length gives (a sixteenth of this one's 18 MB); a chunk size given is every chunk's.
-// The output is -j 1's either way.
-TEST_F(PtdecodeParallelTest, SummarisedChunksAreLongestFirst) {
-  PTKIT_SKIP_WITHOUT_QEMU();
-  testing::TempDir dir;
-  const std::string trace = dir.File("hot_cold.pt");
-  auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--",
-                       std::string(PROGRAM_DIR) + "/emulate_hot_cold", "60000000"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  for (const char* command : {"stats", "folded"}) {
-    auto one = RunCommand({PTDECODE_PATH, command, "-j", "1", trace});
-    ASSERT_EQ(one.exit_code, 0) << one.err;
-    for (const bool given : {false, true}) {
-      std::vector<std::string> argv = {PTDECODE_PATH, command, "-j", "2", "--chunk-stats", trace};
-      if (given) argv.insert(argv.end(), {"--chunk-size", "1048576"});
-      SCOPED_TRACE(::testing::PrintToString(argv));
-      auto jobs = RunCommand(argv);
-      ASSERT_EQ(jobs.exit_code, 0) << jobs.err;
-      EXPECT_EQ(jobs.out, one.out);
-      uint64_t chunks = 0, bytes = 0, longest = 0;
-      const size_t at = jobs.err.find("ptdecode: -j: ");
-      ASSERT_NE(at, std::string::npos) << jobs.err;
-      ASSERT_EQ(std::sscanf(jobs.err.c_str() + at, "ptdecode: -j: %" SCNu64 " chunks", &chunks), 1);
-      const size_t f = jobs.err.find("bytes decoded for ", at);
-      const size_t l = jobs.err.find("the longest chunk ", at);
-      ASSERT_NE(f, std::string::npos);
-      ASSERT_NE(l, std::string::npos);
-      ASSERT_EQ(std::sscanf(jobs.err.c_str() + f, "bytes decoded for %" SCNu64, &bytes), 1);
-      ASSERT_EQ(std::sscanf(jobs.err.c_str() + l, "the longest chunk %" SCNu64, &longest), 1);
-      ASSERT_GT(bytes, uint64_t{16} << 20) << jobs.err;
-      if (given) {
-        EXPECT_LT(longest, uint64_t{2} << 20) << jobs.err;
-        EXPECT_GT(chunks, 16u) << jobs.err;
-      } else {
-        EXPECT_GE(longest, bytes / 4) << jobs.err;
-        EXPECT_LT(longest, bytes / 4 + (64 << 10)) << jobs.err;  // up to the next PSB
-        EXPECT_LT(chunks, 16u) << jobs.err;
-        EXPECT_GT(chunks, 4u) << jobs.err;
-      }
-    }
-  }
-}
-
 // A recording whose trace holds a packet the fast decoder does not model (a PTWRITE) is decoded
 // by libipt only where it must be: stats and folded at -j 1 decode its stream chunk by chunk on
 // one thread, libipt taking the chunk with the packet, and print what libipt gives for it all.

@@ -59,8 +59,7 @@ class ParallelDecodeTest : public ::testing::TestWithParam<const char*> {
 
   // The output and totals of `make`'s sink: serially (jobs 0) or in parallel.
   std::string Decode(const SinkMaker& make, bool json, size_t jobs, uint64_t chunk_bytes,
-                     DecodeTotals* totals_out = nullptr, ParallelStats* stats = nullptr,
-                     unsigned guide = 0) {
+                     DecodeTotals* totals_out = nullptr, ParallelStats* stats = nullptr) {
     std::FILE* out = std::tmpfile();
     EXPECT_NE(out, nullptr);
     OutputOptions options;
@@ -74,7 +73,7 @@ class ParallelDecodeTest : public ::testing::TestWithParam<const char*> {
       std::vector<const ProgramImage*> images;
       for (size_t i = 0; i < jobs; ++i) images.push_back(workers_[i].get());
       EXPECT_THAT(DecodeInParallel(trace_, input_->config, *input_->image, images, *sink, totals, 0,
-                                   chunk_bytes, stats, /*follow_time=*/false, guide),
+                                   chunk_bytes, stats),
                   IsOk());
     }
     EXPECT_THAT(sink->Finish(totals), IsOk());
@@ -100,19 +99,12 @@ class ParallelDecodeTest : public ::testing::TestWithParam<const char*> {
       DecodeTotals serial_totals;
       const std::string serial = Decode(o.make, o.json, 0, 0, &serial_totals);
       EXPECT_GT(serial.size(), 1000u);
-      // (Guided: chunks of a quarter of the trace left, down to one PSB period: ChunkPlan.)
-      struct Cut {
-        size_t jobs;
-        uint64_t chunk;
-        unsigned guide;
-      };
-      for (auto [jobs, chunk, guide] : {Cut{1, 1, 0}, Cut{2, 1, 0}, Cut{4, 700, 0}, Cut{2, 1, 4}}) {
+      for (auto [jobs, chunk] : {std::pair<size_t, uint64_t>{1, 1}, {2, 1}, {4, 700}}) {
         {
-          SCOPED_TRACE(::testing::Message()
-                       << o.name << " -j" << jobs << " chunk " << chunk << " guide " << guide);
+          SCOPED_TRACE(::testing::Message() << o.name << " -j" << jobs << " chunk " << chunk);
           DecodeTotals totals;
           ParallelStats stats;
-          const std::string parallel = Decode(o.make, o.json, jobs, chunk, &totals, &stats, guide);
+          const std::string parallel = Decode(o.make, o.json, jobs, chunk, &totals, &stats);
           EXPECT_TRUE(parallel == serial)
               << "outputs differ (" << parallel.size() << " vs " << serial.size() << " bytes)";
           EXPECT_EQ(totals.instructions, serial_totals.instructions);
@@ -186,67 +178,6 @@ TEST(ChunkStartsTest, TellsHowFarItRead) {
   ASSERT_THAT(starts, IsOk());
   EXPECT_EQ(starts->size(), 144u);
   EXPECT_THAT(told, ::testing::ElementsAre(uint64_t{4} << 20, uint64_t{8} << 20));
-}
-
-// Guided (ChunkPlan): each chunk at least a quarter of the trace left from its start, and at
-// least chunk_bytes, but at most kGuidedChunksBytes / 4: the first PSB at or after that. Fewer
-// chunks than unguided, longest first.
-TEST(ChunkStartsTest, GuidedChunksAreAShareOfWhatIsLeft) {
-  const uint8_t kPsb[] = {0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82,
-                          0x02, 0x82, 0x02, 0x82, 0x02, 0x82, 0x02, 0x82};
-  // A PSB every 64 KiB, PAD packets between: 40 MiB.
-  constexpr uint64_t kPeriod = 64 << 10;
-  std::vector<uint8_t> trace(uint64_t{40} << 20, 0x00);
-  for (uint64_t o = 0; o + sizeof(kPsb) <= trace.size(); o += kPeriod) {
-    std::memcpy(&trace[o], kPsb, sizeof(kPsb));
-    trace[o + sizeof(kPsb)] = 0x02;  // PSBEND
-    trace[o + sizeof(kPsb) + 1] = 0x23;
-  }
-  constexpr uint64_t kLeast = 256 << 10;
-  auto starts = ChunkStarts(trace, {}, kLeast, {}, 4);
-  ASSERT_THAT(starts, IsOk());
-  std::vector<uint64_t> expected = {0};
-  for (;;) {
-    const uint64_t at = expected.back();
-    const uint64_t want = at + std::clamp((trace.size() - at) / 4, kLeast, kGuidedChunksBytes / 4);
-    const uint64_t next = (want + kPeriod - 1) / kPeriod * kPeriod;  // the PSB at or after
-    if (next >= trace.size()) break;
-    expected.push_back(next);
-  }
-  EXPECT_EQ(*starts, expected);
-  ASSERT_GT(starts->size(), 3u);
-  EXPECT_EQ((*starts)[1], kGuidedChunksBytes / 4);  // 10 MiB would be a quarter of the trace
-  EXPECT_EQ((*starts)[2], kGuidedChunksBytes / 2);
-  EXPECT_EQ((*starts)[3] - (*starts)[2], uint64_t{6} << 20);  // a quarter of 24 MiB
-  auto fixed = ChunkStarts(trace, {}, kLeast, {});
-  ASSERT_THAT(fixed, IsOk());
-  EXPECT_EQ(fixed->size(), 160u);
-  EXPECT_LT(starts->size(), 30u);
-}
-
-// A summarising sink's chunks guided by 2 x threads, at least SummaryChunkBytes; a chunk size
-// given (--chunk-size) and a recording sink's chunks are not guided.
-TEST(ChunkPlanForTest, SummarisedChunksAreGuidedByTheThreads) {
-  auto image = ProgramImage::Create();
-  ASSERT_THAT(image, IsOk());
-  std::vector<uint8_t> trace(uint64_t{9} << 20, 0x00);
-  OutputOptions out;
-  std::unique_ptr<Sink> stats = MakeStatsSink(**image, stdout, out);
-  std::unique_ptr<Sink> insn = MakeInsnSink(**image, stdout, out);
-  ParallelOptions options;
-  options.jobs = 3;
-  ChunkPlan plan = ChunkPlanFor(*stats, **image, options, trace, {});
-  EXPECT_EQ(plan.bytes, SummaryChunkBytes(trace.size(), 3));
-  EXPECT_EQ(plan.guide, 6u);
-  options.summary_chunk_bytes = 4096;
-  plan = ChunkPlanFor(*stats, **image, options, trace, {});
-  EXPECT_EQ(plan.bytes, 4096u);
-  EXPECT_EQ(plan.guide, 0u);
-  options.jobs_for_records = true;
-  options.chunk_bytes = 8192;
-  plan = ChunkPlanFor(*insn, **image, options, trace, {});
-  EXPECT_EQ(plan.bytes, 8192u);
-  EXPECT_EQ(plan.guide, 0u);
 }
 
 // A summarising sink's chunks: the trace / (8 x threads), within 128 KiB and 4 MiB.
