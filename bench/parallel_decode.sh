@@ -13,7 +13,8 @@
 # followed by ptdecode's image arguments (e.g. --pages DIR), or --trace RECORDING alone (a
 # trace.pt or perf.data), or with --emulate ROUNDS a long emulated recording:
 # bench/programs/cpu_bound.c (-O2 -g) on 1 thread under `ptrecord --emulate=qemu`, ROUNDS
-# rounds (30000: 1.13 G instructions, 56 MB of trace; 150000: 5.6 G, 270 MB, ~10 s to record).
+# rounds (30000: 1.13 G instructions, 56 MB of trace; 150000: 5.6 G, 270 MB, ~10 s to record;
+# --insns, --program and --timing are the synthesizer's and do not apply).
 # stats is given chunk summaries made
 # on the worker threads (decoder/parallel_decode.h); a chunk with time records is not summarised
 # (its records are), so timed traces measure the record path. Each command runs R times (default 3) alternating -j1 and -j2, output to
@@ -66,8 +67,10 @@ if [[ -n "$rounds" && -z "$trace" ]]; then
     [[ -x "$build/src/tools/ptrecord" ]] || { echo "$0: $build/src/tools/ptrecord missing" >&2; exit 1; }
     cc -O2 -g -pthread -o "$work/cpu_bound" bench/programs/cpu_bound.c
     echo "recording cpu_bound $rounds rounds under qemu..."
-    "$build/src/tools/ptrecord" --emulate=qemu -q -o "$trace" -- "$work/cpu_bound" "$rounds" 1 \
-      >/dev/null
+    # (To another name first: an interrupted recording is not taken for one by a later --keep.)
+    "$build/src/tools/ptrecord" --emulate=qemu -q -o "$trace.part" -- "$work/cpu_bound" \
+      "$rounds" 1 >/dev/null
+    mv "$trace.part" "$trace"
   fi
 elif [[ -z "$trace" ]]; then
   for f in "$synth" "$interp"; do
