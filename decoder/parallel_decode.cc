@@ -534,8 +534,9 @@ class SummaryTap : public Sink {
   ChunkSummary& summary_;
   Sink& sink_;
   // The summary's sink when it is a FlowSink (stats' and folded's are: FlowChunk), whose model
-  // the body's blocks and runs are given to directly, not through a virtual call: on one core,
-  // 3 % of the CPU time of `stats -j2` went to that call (sample counts of perf cpu-clock).
+  // the body's blocks and runs are given to directly, not through a virtual call (perf cpu-clock
+  // samples of `stats -j2` on an emulated recording: OnWholeRun here 2.8 % of all with it, 1.5 %
+  // without).
   FlowSink* flow_;
   const uint64_t head_end_, boundary_, tail_end_;
   RecordSink head_, tail_;
