@@ -1418,7 +1418,7 @@ __attribute__((noinline)) void CallStack::Touch(uint32_t f) {
 
 void CallStack::Underflow(ChunkOp::Kind kind, uint64_t target, int64_t returning) {
   if (!signals_.empty()) failed_ = true;  // a handler's frames below C's: not modelled
-  ops_.push_back({kind, target, totals_.instructions, returning});
+  ops_.push_back({kind, target, totals_.instructions, returning, tsc_, timed_});
   ++epoch_;
 }
 
@@ -1435,7 +1435,6 @@ void CallStack::BeginChunk() {
     fn.active_since = 0;
   }
   totals_ = {};
-  timed_ = false;
   beyond_ = 0;
   epoch_ = 0;
   std::fill(epoch_of_.begin(), epoch_of_.end(), 0);
@@ -1455,9 +1454,9 @@ void CallStack::BeginChunk() {
       (functions_[current_].from_address || keys_[current_].kind == FunctionKey::kUnknown)) {
     current_ = BaseTop(functions_[current_].file);
   }
-  start_ = {
-      !base_,    pending_call_, pending_return_,         flowing_, async_disabled_, left_by_call_,
-      disabled_, disabled_far_, pending_return_address_, current_};
+  start_ = {!base_,          pending_call_,           pending_return_, flowing_,
+            async_disabled_, left_by_call_,           disabled_,       disabled_far_,
+            timed_,          pending_return_address_, current_,        timed_ ? tsc_ : 0};
   signals_.clear();  // B's
 }
 
@@ -1505,11 +1504,12 @@ uint32_t CallStack::FunctionFor(const FunctionKey& key) {
 }
 
 bool CallStack::CheckChunk(const CallStack& chunk, ChunkPlan& plan) const {
-  if (!chunk.chunk_ || chunk.failed_ || chunk_ || chunk.timed_ || timed_ || beyond_ != 0) {
-    return false;
-  }
+  if (!chunk.chunk_ || chunk.failed_ || chunk_ || beyond_ != 0) return false;
   const Start& s = chunk.start_;
   if (s.empty_base && !frames_.empty()) return false;
+  // The chunk's frames and returns carry the time its head left (a chunk with no time in its
+  // head has none until told).
+  if (timed_ != s.timed || (timed_ && tsc_ != s.tsc)) return false;
   if (pending_call_ != s.pending_call || pending_return_ != s.pending_return ||
       flowing_ != s.flowing || async_disabled_ != s.async_disabled ||
       left_by_call_ != s.left_by_call || disabled_ != s.disabled ||
@@ -1718,6 +1718,8 @@ std::vector<uint32_t> CallStack::ApplyChunk(const CallStack& chunk, const ChunkP
     signals_.push_back(signal);
   }
   pending_return_address_ = chunk.pending_return_address_;
+  timed_ = chunk.timed_;
+  tsc_ = chunk.tsc_;
   current_ = chunk.current_ < 0 ? -1 : map[chunk.current_];
   beyond_ = chunk.beyond_;
   return map;

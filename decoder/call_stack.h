@@ -148,7 +148,6 @@ class CallStack {
   void OnTime(uint64_t tsc) {
     tsc_ = tsc;
     timed_ = true;
-    if (chunk_) failed_ = true;  // a chunk's time is not modelled (see BeginChunk)
   }
   // The time is unknown until the next OnTime (another decoder, lost trace).
   void ForgetTime() { timed_ = false; }
@@ -194,13 +193,19 @@ class CallStack {
   // adds from `inclusive` when its last B frame was popped (EpochEntry). What depends on B in
   // another way is either assumed and checked by the merge (B not empty; a function jumped into
   // has no frame in B; no frame of B returns where tracing was enabled over frames of C, after
-  // a system call say; the depth) or not modelled (chunk_failed(): a lookup that names code by
-  // the frame on top of B, a jump with no frame of C, time; the caller then gives the serial
-  // model the chunk's blocks instead). A model given nothing before BeginChunk (a stream's
-  // first chunk, whose serial model was just Reset) takes B as empty instead, as the serial
-  // model would (implicit frames, unmatched returns); the merge checks that it is.
+  // a system call say; the depth; the time the head left is the serial model's) or not modelled
+  // (chunk_failed(): a lookup that names code by the frame on top of B, a jump with no frame of
+  // C; the caller then gives the serial model the chunk's blocks instead). A model given nothing
+  // before BeginChunk (a stream's first chunk, whose serial model was just Reset) takes B as empty
+  // instead, as the serial model would (implicit frames, unmatched returns); the merge checks that
+  // it is.
   void BeginChunk();
   bool chunk_failed() const { return failed_; }
+  // Chunk mode: whether `function` is code named by B's top (Unnamed with no frame of C), whose
+  // name only the merge knows.
+  bool named_by_base(uint32_t function) const {
+    return keys_[function].kind == FunctionKey::kBaseTop;
+  }
   // Chunk mode: the epoch (ChunkOps so far); C is empty at each epoch's start.
   uint32_t chunk_epoch() const { return epoch_; }
 
@@ -238,6 +243,9 @@ class CallStack {
     // kReturn with C empty: the function returning (current_), for a return no frame expects
     // (ReturnUnmatched; -2: none ran yet); -1: C had frames, a frame of B must expect it.
     int64_t returning;
+    // The time then (tsc() when timed): what B's frames it pops ran for.
+    uint64_t tsc;
+    bool timed;
   };
   const std::vector<ChunkOp>& chunk_ops() const { return ops_; }
 
@@ -573,9 +581,10 @@ class CallStack {
   struct Start {
     bool empty_base;  // B taken as empty (a model given nothing before BeginChunk)
     bool pending_call, pending_return, flowing, async_disabled, left_by_call, disabled,
-        disabled_far;
+        disabled_far, timed;
     uint64_t pending_return_address;
     int64_t current;
+    uint64_t tsc;  // when timed
   } start_{};
 };
 

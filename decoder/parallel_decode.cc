@@ -855,9 +855,10 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
   // worker thread, instead of its records: the records from the first past the overlap at its
   // start (`first`) to the first past the overlap at its end (`end`). Where a summary does not
   // apply, the chunk's records are given: decoded again on the merging thread.
-  // With `follow_time` the sink is told the time, which a chunk's summary does not model: only
-  // a sink that ignores it (FlowSink without wants_time) can take summaries then.
-  const bool summaries = (!follow_time || !sink.wants_time()) && sink.kind() == DecoderKind::kBlock;
+  // With `follow_time` the sink is told the time: a sink that ignores it (FlowSink without
+  // wants_time) ignores it in its summaries too, and one that wants it (calls) models it there
+  // (CallStack::CheckChunk: a chunk applies where its head left the sink's time).
+  const bool summaries = sink.kind() == DecoderKind::kBlock;
   // Whether records hold the time the sink does not want. Not with summaries: the records of a
   // chunk, its summary's and its decode's again, are numbered alike (SummaryTap tells no time).
   const bool told_time = follow_time && !summaries;

@@ -13,7 +13,7 @@
 // through chunk k+1, as the serial decode would, and the merge goes on from there. So the
 // result is the serial one always; only its speed depends on the trace.
 //
-// A sink that can summarise a chunk (Sink::NewChunkSummary: stats, folded) is given each
+// A sink that can summarise a chunk (Sink::NewChunkSummary: stats, folded, calls) is given each
 // chunk's summary, made on the worker thread that decoded it, instead of its records: the call
 // stack at a chunk's start is unknown there, so the chunk's model records the returns past it
 // and the counts that depend on the frames below it, and the merging thread resolves them against
@@ -162,8 +162,9 @@ struct ParallelOptions {
   bool jobs_for_records = true;
   // For sinks that do not summarise. 0 (the default): kDefaultChunkBytes with libipt's
   // decoders; with the fast decoder such a sink decodes on one thread whatever `jobs` is (the
-  // merging thread replays every block to it, block by block where one thread walks: calls of
-  // a 755 M instruction emulated recording took 8.9 s at -j 2 against 0.82 s at -j 1, insn 24 s
+  // merging thread replays every block to it, block by block where one thread walks: calls
+  // (before it summarised) of a 755 M instruction emulated recording took 8.9 s at -j 2 against
+  // 0.82 s at -j 1, insn 24 s
   // against 22 s). ptdecode's --chunk-size (tests) sets it for every decoder.
   uint64_t chunk_bytes = 0;
   // For sinks that summarise; 0: SummaryChunkBytes of the trace.

@@ -715,7 +715,7 @@ int main(int argc, char** argv) {  // NOLINT(bugprone-exception-escape): a bug; 
   app.require_subcommand(1);
   app.set_version_flag("--version", "ptdecode " PTKIT_VERSION);
   ptkit::completion::AddCompletionFlag(app);
-  // Without -j: the outputs that summarise chunks (stats, folded) decode on the CPUs this
+  // Without -j: the outputs that summarise chunks (stats, folded, calls) decode on the CPUs this
   // process may run on (DefaultJobs); the others on one thread.
   {
     ptkit::decoder::ParallelOptions parallel = ptkit::decoder::GetParallelOptions();

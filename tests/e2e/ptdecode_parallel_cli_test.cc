@@ -28,14 +28,14 @@ using ::ptkit::testing::kFork;
 
 // Each output with -j 1 and with more threads over chunks of a few PSBs: the same bytes, the
 // same exit status and messages.
-// `more`: commands for this input besides those of every input. `summaries`: stats takes most
-// chunks as summaries (ChunkSummary; not without symbols).
+// `more`: commands for this input besides those of every input. `summaries`: stats and calls
+// take most chunks as summaries (ChunkSummary; not without symbols).
 void ExpectSameWithJobs(const std::vector<std::string>& input, bool summaries,
                         const std::vector<std::vector<std::string>>& more = {}) {
   // The streams were decoded in chunks, and chunks were stitched (not all decoded again by
   // the merging thread): one line per stream decoded in parallel. With the instruction
   // decoder and with the block decoder.
-  for (const char* command : {"insn", "stats"}) {
+  for (const char* command : {"insn", "stats", "calls"}) {
     std::vector<std::string> argv = {PTDECODE_PATH,  command, "-j",           "2",
                                      "--chunk-size", "1",     "--chunk-stats"};
     argv.insert(argv.end(), input.begin(), input.end());
@@ -57,8 +57,8 @@ void ExpectSameWithJobs(const std::vector<std::string>& input, bool summaries,
     EXPECT_GT(chunks, 10u) << command << ": " << stats.err;
     EXPECT_GT(stitched, 0u) << command << ": " << stats.err;
     // In a recording too, whose streams are decoded following the time (an exec'd program's),
-    // which stats does not use.
-    if (summaries && std::string(command) == "stats") {
+    // which stats does not use and calls does (the time a chunk's head left is the merge's).
+    if (summaries && std::string(command) != "insn") {
       EXPECT_GT(summarised, chunks / 2) << stats.err;
     }
   }
@@ -94,10 +94,10 @@ void ExpectSameWithJobs(const std::vector<std::string>& input, bool summaries,
   }
 }
 
-// stats and folded of `trace` with -j 2 in 1-PSB chunks: more than `min_chunks` chunks, more
-// than three in four of them summarised; and every output the same with any -j.
+// stats, folded and calls of `trace` with -j 2 in 1-PSB chunks: more than `min_chunks` chunks,
+// more than three in four of them summarised; and every output the same with any -j.
 void ExpectMostChunksSummarised(const std::string& trace, uint64_t min_chunks) {
-  for (const char* command : {"stats", "folded"}) {
+  for (const char* command : {"stats", "folded", "calls"}) {
     auto r = RunCommand(
         {PTDECODE_PATH, command, "-j", "2", "--chunk-size", "1", "--chunk-stats", trace});
     ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -156,7 +156,7 @@ TEST_F(PtdecodeParallelTest, ChunksOfStrippedProgramsAreSummarised) {
   ExpectMostChunksSummarised(trace, 30u);
 }
 
-// Without -j, stats and folded decode on the CPUs ptdecode may run on (their chunks
+// Without -j, stats, folded and calls decode on the CPUs ptdecode may run on (their chunks
 // summarised), every other output on one thread (the fast decoder outruns merging its records),
 // even where the trace makes many chunks; with -j 2 as -j says.
 TEST_F(PtdecodeParallelTest, WithoutJobsOnlyTheSummarisingOutputsUseEveryCpu) {
@@ -166,7 +166,8 @@ TEST_F(PtdecodeParallelTest, WithoutJobsOnlyTheSummarisingOutputsUseEveryCpu) {
   ASSERT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
   const bool cpus = CPU_COUNT(&set) > 1;
   for (const char* command : {"insn", "branches", "stats", "calls", "folded"}) {
-    const bool summarises = std::string(command) == "stats" || std::string(command) == "folded";
+    const bool summarises = std::string(command) == "stats" || std::string(command) == "folded" ||
+                            std::string(command) == "calls";
     for (const bool jobs : {false, true}) {
       std::vector<std::string> argv = {PTDECODE_PATH, command, "--chunk-size", "1",
                                        "--chunk-stats"};
@@ -180,9 +181,10 @@ TEST_F(PtdecodeParallelTest, WithoutJobsOnlyTheSummarisingOutputsUseEveryCpu) {
   }
 }
 
-// With -j and the fast decoder, only the outputs that summarise chunks (stats, folded) decode in
-// parallel; the others decode on one thread, which outruns merging their records, unless the
-// chunk size is given (tests) or the decoder is libipt's.
+// With -j and the fast decoder, only the outputs that summarise chunks (stats, folded, calls)
+// decode in parallel; the others decode on one thread, which outruns merging their records,
+// unless the chunk size is given (tests) or the decoder is libipt's. A trace of one chunk (fib's,
+// 128 KiB at least for a summarising output) is decoded on one thread.
 TEST_F(PtdecodeParallelTest, JobsDecodeInParallelWhereItPays) {
   PTKIT_RECORD_OR_SKIP(fib, "fib", kFib);
   struct Case {
@@ -194,10 +196,12 @@ TEST_F(PtdecodeParallelTest, JobsDecodeInParallelWhereItPays) {
       {{"folded", "--chunk-size", "1"}, true},
       {{"calls"}, false},
       {{"timeline"}, false},
+      {{"timeline", "--chunk-size", "1"}, true},
       {{"insn"}, false},
       {{"branches"}, false},
       {{"calls", "--chunk-size", "1"}, true},
-      {{"calls", "--decoder", "libipt"}, true},
+      {{"calls", "--decoder", "libipt"}, false},
+      {{"timeline", "--decoder", "libipt"}, true},
       {{"insn", "--decoder", "libipt"}, true},
   };
   for (const Case& c : cases) {
@@ -211,10 +215,11 @@ TEST_F(PtdecodeParallelTest, JobsDecodeInParallelWhereItPays) {
   }
 }
 
-// A chunk's summary has no time: the outputs with time per function (stats --json, folded
-// --weight=time) decode on one thread with the fast decoder, not through -j's per-chunk
-// records (stats --json of this recording, 98 M instructions in 2.4 MB of trace, took 2.9 s
-// and 1.0 GB at -j 2 that way; 0.1 s and 35 MB on one thread), and give what -j 1 gives.
+// A chunk's summary of stats or folded has no time: the outputs with time per function (stats
+// --json, folded --weight=time) decode on one thread with the fast decoder, not through -j's
+// per-chunk records (stats --json of this recording, 98 M instructions in 2.4 MB of trace, took
+// 2.9 s and 1.0 GB at -j 2 that way; 0.1 s and 35 MB on one thread), and give what -j 1 gives.
+// calls' summary has the time of each return (its lines' ticks): it decodes in parallel.
 TEST_F(PtdecodeParallelTest, OutputsWithTimeDecodeOnOneThread) {
   PTKIT_SKIP_WITHOUT_QEMU();
   testing::TempDir dir;
@@ -231,6 +236,8 @@ TEST_F(PtdecodeParallelTest, OutputsWithTimeDecodeOnOneThread) {
       {{"stats", "--json"}, false},
       {{"folded"}, true},
       {{"folded", "--weight=time"}, false},
+      {{"calls"}, true},
+      {{"calls", "--json"}, true},
   };
   for (const Case& c : cases) {
     std::vector<std::string> argv = {PTDECODE_PATH};

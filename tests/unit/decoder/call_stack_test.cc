@@ -927,3 +927,75 @@ TEST(CallStackTest, AChunkThatClearsTheStackClearsTheSignals) {
 
 }  // namespace
 }  // namespace ptkit::decoder
+
+namespace ptkit::decoder {
+
+// Chunk mode with the time (calls' summaries): the walk told a new time every 7th block, cut
+// into chunks. A chunk's frames carry the time of their calls and each return past its start
+// the time it came at (ChunkOp::tsc), so that the merged model's frames have the serial model's
+// times; a chunk applies only where its head left the time the serial model has.
+TEST(CallStackTest, ChunksCarryTheTime) {
+  auto image = ChunkImage();
+  const std::vector<pt_block> blocks = ChunkWalk(3, 4000);
+  ASSERT_GT(blocks.size(), 3000u);
+  auto give = [&](CallStack& model, size_t i) {
+    if (i % 7 == 0) model.OnTime(100 * (i + 1));
+    model.OnBlock(blocks[i]);
+  };
+  CallStack all(*image);
+  for (size_t i = 0; i < blocks.size(); ++i) give(all, i);
+  CallStack merged(*image);
+  size_t applied = 0, ops = 0;
+  for (size_t at = 0; at < blocks.size(); at += 300) {
+    const size_t end = std::min(blocks.size(), at + 300);
+    CallStack chunk(*image);
+    for (size_t i = at >= 20 ? at - 20 : 0; i < at; ++i) give(chunk, i);
+    chunk.BeginChunk();
+    for (size_t i = at; i < end; ++i) give(chunk, i);
+    for (const CallStack::ChunkOp& op : chunk.chunk_ops()) {
+      EXPECT_TRUE(op.timed);
+      EXPECT_GE(op.tsc, 100u);
+    }
+    CallStack::ChunkPlan plan;
+    if (merged.CheckChunk(chunk, plan)) {
+      ++applied;
+      ops += chunk.chunk_ops().size();
+      merged.ApplyChunk(chunk, plan);
+    } else {
+      for (size_t i = at; i < end; ++i) give(merged, i);
+    }
+  }
+  EXPECT_GE(applied, 10u);
+  EXPECT_GT(ops, 0u);
+  ASSERT_EQ(merged.frames().size(), all.frames().size());
+  for (size_t i = 0; i < all.frames().size(); ++i) {
+    EXPECT_EQ(merged.frames()[i].entry_tsc, all.frames()[i].entry_tsc);
+    EXPECT_EQ(merged.frames()[i].entry_timed, all.frames()[i].entry_timed);
+  }
+  EXPECT_EQ(merged.tsc(), all.tsc());
+  EXPECT_TRUE(merged.timed());
+
+  // A chunk whose head left no time, or another one, than the serial model has: not applied.
+  CallStack serial(*image);
+  for (size_t i = 0; i < 600; ++i) give(serial, i);
+  ASSERT_TRUE(serial.timed());
+  CallStack untimed(*image), other(*image);
+  for (size_t i = 580; i < 600; ++i) {
+    untimed.OnBlock(blocks[i]);
+    other.OnBlock(blocks[i]);
+  }
+  other.OnTime(serial.tsc() + 1);
+  untimed.BeginChunk();
+  other.BeginChunk();
+  for (size_t i = 600; i < 900; ++i) {
+    untimed.OnBlock(blocks[i]);
+    other.OnBlock(blocks[i]);
+  }
+  CallStack::ChunkPlan plan;
+  EXPECT_FALSE(serial.CheckChunk(untimed, plan));
+  EXPECT_FALSE(serial.CheckChunk(other, plan));
+  serial.ForgetTime();
+  EXPECT_TRUE(serial.CheckChunk(untimed, plan));
+}
+
+}  // namespace ptkit::decoder

@@ -224,7 +224,7 @@ TEST_P(ParallelDecodeTest, ARecordingPastItsBudgetLeavesTheRestToOneThread) {
   SetParallelOptions(tight);
   for (auto [name, make] : {std::pair<const char*, SinkMaker>{"insn", MakeInsnSink},
                             {"branches", MakeBranchesSink},
-                            {"calls", MakeCallsSink}}) {
+                            {"timeline", MakeTimelineSink}}) {
     SCOPED_TRACE(name);
     const std::string serial = Decode(make, false, 0, 0);
     ParallelStats stats;
@@ -236,6 +236,34 @@ TEST_P(ParallelDecodeTest, ARecordingPastItsBudgetLeavesTheRestToOneThread) {
   SetParallelOptions(before);
   EXPECT_EQ(RecordBudget(1), uint64_t{128} << 20);
   EXPECT_EQ(RecordBudget(1000), uint64_t{16} << 20);
+}
+
+// calls summarises chunks (its lines' tails written on the workers, their instruction counts and
+// depths by the merge, with the lines of the frames below a chunk's start that its returns pop):
+// most chunks are summaries, and the lines are the serial decode's, text and JSON. Past the
+// budget of a chunk's records (a trace byte may stand for any number of calls), a chunk's
+// summary fails, and its lines are the serial decode's all the same.
+TEST_P(ParallelDecodeTest, CallsLinesAreSummarisedByChunk) {
+  const ParallelOptions before = GetParallelOptions();
+  for (const bool json : {false, true}) {
+    SCOPED_TRACE(json ? "--json" : "text");
+    const std::string serial = Decode(MakeCallsSink, json, 0, 0);
+    ParallelStats stats, stats_stats;
+    EXPECT_TRUE(Decode(MakeCallsSink, json, 2, 1, nullptr, &stats) == serial);
+    // As many as stats summarises (the same call-stack model; Unzip's chunks hold code it does
+    // not model, foo's 12 of 15 apply).
+    Decode(MakeStatsSink, false, 2, 1, nullptr, &stats_stats);
+    EXPECT_EQ(stats.summarised, stats_stats.summarised);
+    if (std::string(GetParam()) == "foo") EXPECT_GT(stats.summarised, stats.chunks / 2);
+    ParallelOptions tight = before;
+    tight.record_budget = 1;
+    SetParallelOptions(tight);
+    ParallelStats failed;
+    EXPECT_TRUE(Decode(MakeCallsSink, json, 2, 1, nullptr, &failed) == serial);
+    EXPECT_EQ(failed.summarised, 0u);
+    if (stats.summarised > 0) EXPECT_GT(failed.unsummarised, 0u);
+    SetParallelOptions(before);
+  }
 }
 
 // Damage in the middle of the trace: decode errors and resyncs, some at chunk edges.
@@ -530,7 +558,8 @@ TEST_F(SynthParallelTest, OneThreadGivesLibiptOnlyTheChunkItNeeds) {
   const uint64_t chunk = 1;  // a chunk per walk
   SetParallelOptions({.summary_chunk_bytes = chunk});
   auto image = Image();
-  for (const SinkMaker& make : {SinkMaker(MakeStatsSink), SinkMaker(MakeFoldedSink)}) {
+  for (const SinkMaker& make :
+       {SinkMaker(MakeStatsSink), SinkMaker(MakeFoldedSink), SinkMaker(MakeCallsSink)}) {
     // Serial: libipt decodes it all. Alone: chunk by chunk, each checked by FastPathCovers.
     auto run = [&](bool alone, uint64_t* walked, ParallelStats* stats) {
       std::FILE* out = std::tmpfile();
@@ -561,12 +590,12 @@ TEST_F(SynthParallelTest, OneThreadGivesLibiptOnlyTheChunkItNeeds) {
   }
   // Not for a trace the fast decoder models all of, a sink that does not summarise, libipt.
   std::unique_ptr<Sink> stats_sink = MakeStatsSink(*image, stdout, OutputOptions{});
-  std::unique_ptr<Sink> calls_sink = MakeCallsSink(*image, stdout, OutputOptions{});
+  std::unique_ptr<Sink> timeline_sink = MakeTimelineSink(*image, stdout, OutputOptions{});
   const OneThread covered = PlanOneThread(trace_, {}, *stats_sink, *image);
   EXPECT_EQ(covered.chunk_bytes, 0u);
   ASSERT_TRUE(covered.coverage.has_value());  // for DecodeInto, which need not read it again
   EXPECT_TRUE(covered.coverage->blocks);
-  EXPECT_EQ(PlanOneThread(trace, {}, *calls_sink, *image).chunk_bytes, 0u);
+  EXPECT_EQ(PlanOneThread(trace, {}, *timeline_sink, *image).chunk_bytes, 0u);
   SetBlockDecoderImpl(BlockDecoderImpl::kLibipt);
   EXPECT_EQ(PlanOneThread(trace, {}, *stats_sink, *image).chunk_bytes, 0u);
   SetBlockDecoderImpl(BlockDecoderImpl::kFast);
