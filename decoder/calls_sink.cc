@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -115,43 +116,112 @@ void AppendExitTail(Buffer& buf, bool json, const Function& fn, const Frame& fra
   Commit(buf, p);
 }
 
-// A chunk's lines (CallsSink::Chunk): each line's tail and where it is in the chunk. The tails
-// are written to segments of about kSegmentBytes, not one buffer that grows: nothing is copied
-// as they grow, and kept for the next chunk they hold their memory.
-struct ChunkLines {
-  static constexpr uint32_t kWhole = ~uint32_t{0};  // a line with no prefix
+// A chunk's lines (CallsSink::Chunk): each line's tail and where it is in the chunk, in
+// segments of about kSegmentBytes (not one buffer that grows: nothing is copied as they grow,
+// and kept for the next chunk they hold their memory). A line is a header, then its tail:
+// varint(kind), with kind 0: not a line, the epoch goes on to varint(epoch); 1: a whole line
+// (no prefix); 2 + depth: a line at `depth` above B's frames in its epoch, then
+// varint(its instruction count less the last such line's); then the tail's length in 4 bytes.
+// (Some 7 bytes a line, where a struct was 24: the lines of a chunk are written once and read
+// once, and their memory is what they cost.)
+class ChunkLines {
+ public:
   static constexpr size_t kSegmentBytes = size_t{1} << 20;
-  struct Line {
-    uint64_t count;  // the chunk's instructions before it
-    uint32_t depth;  // above B's frames in its epoch; kWhole: a whole line
-    uint32_t epoch;
-    // Its tail ends at `end` in `segment`; it starts where the line before's ends (0 in
-    // another segment).
-    uint32_t segment;
-    uint32_t end;
-  };
-  std::vector<Line> lines;
-  std::vector<std::unique_ptr<Buffer>> segments;  // the first `used` are this chunk's
-  size_t used = 0;
-  Buffer& text() { return *segments[used - 1]; }
-  // Lines are added to the segment after this.
-  void NextSegment() {
-    if (used == segments.size()) {
-      segments.push_back(std::make_unique<Buffer>());
-      segments.back()->reserve(kSegmentBytes + (kSegmentBytes >> 4));
+  static constexpr uint64_t kWhole = 1;  // kind
+
+  ChunkLines() { Clear(); }
+  Buffer& text() { return *segments_[used_ - 1]; }
+  // A line's header (`kind` kWhole, or 2 + its depth): write its tail to text(), then End.
+  void Begin(uint32_t epoch, uint64_t kind, uint64_t count) {
+    char* p = Reserve(text(), 4 * 10 + 4);
+    if (epoch != epoch_) {
+      p = Varint(Varint(p, 0), epoch);
+      epoch_ = epoch;
     }
-    ++used;
+    p = Varint(p, kind);
+    if (kind != kWhole) {
+      p = Varint(p, count - count_);
+      count_ = count;
+    }
+    length_at_ = static_cast<size_t>(p - text().data());
+    Commit(text(), p + 4);
+  }
+  void End() {
+    Buffer& t = text();
+    const auto length = static_cast<uint32_t>(t.size() - length_at_ - 4);
+    std::memcpy(t.data() + length_at_, &length, 4);
+    if (t.size() >= kSegmentBytes) NextSegment();
   }
   void Clear() {
-    lines.clear();
-    for (size_t i = 0; i < used; ++i) segments[i]->clear();
-    used = 0;
+    for (size_t i = 0; i < used_; ++i) segments_[i]->clear();
+    used_ = 0;
+    epoch_ = 0;
+    count_ = 0;
+    length_at_ = 0;
     NextSegment();
   }
-  // What the lines hold (the segments before the last one whole).
-  size_t bytes() {
-    return (used - 1) * kSegmentBytes + text().size() + lines.size() * sizeof(Line);
+  // What the lines hold.
+  size_t bytes() { return (used_ - 1) * kSegmentBytes + text().size(); }
+
+  // Reads the lines back in order: `line(epoch, kind, count, tail)`.
+  template <typename Line>
+  void Read(Line line) const {
+    uint64_t epoch = 0, count = 0;
+    for (size_t s = 0; s < used_; ++s) {
+      const char* p = segments_[s]->data();
+      const char* end = p + segments_[s]->size();
+      while (p < end) {
+        uint64_t kind;
+        p = ReadVarint(p, kind);
+        if (kind == 0) {
+          p = ReadVarint(p, epoch);
+          continue;
+        }
+        if (kind != kWhole) {
+          uint64_t delta;
+          p = ReadVarint(p, delta);
+          count += delta;
+        }
+        uint32_t length;
+        std::memcpy(&length, p, 4);
+        p += 4;
+        line(static_cast<uint32_t>(epoch), kind, count, std::string_view(p, length));
+        p += length;
+      }
+    }
   }
+
+ private:
+  static char* Varint(char* p, uint64_t v) {
+    while (v >= 0x80) {
+      *p++ = static_cast<char>(v | 0x80);
+      v >>= 7;
+    }
+    *p++ = static_cast<char>(v);
+    return p;
+  }
+  static const char* ReadVarint(const char* p, uint64_t& v) {
+    v = 0;
+    for (int shift = 0;; shift += 7) {
+      const auto b = static_cast<uint8_t>(*p++);
+      v |= uint64_t{b & 0x7fu} << shift;
+      if (b < 0x80) return p;
+    }
+  }
+  // Lines are added to the segment after this.
+  void NextSegment() {
+    if (used_ == segments_.size()) {
+      segments_.push_back(std::make_unique<Buffer>());
+      segments_.back()->reserve(kSegmentBytes + (kSegmentBytes >> 4));
+    }
+    ++used_;
+  }
+
+  std::vector<std::unique_ptr<Buffer>> segments_;  // the first `used_` are this chunk's
+  size_t used_ = 0;
+  uint32_t epoch_ = 0;    // the last line's
+  uint64_t count_ = 0;    // the last line's with a prefix
+  size_t length_at_ = 0;  // in text(): the length of the line begun
 };
 
 class CallsSink : public FlowSink {
@@ -238,55 +308,56 @@ class CallsSink : public FlowSink {
     bool failed() const override { return over_ || FlowChunk::failed(); }
     void OnError(const DecodeError& error) override {
       FlowSink::OnError(error);
-      AppendErrorLine(parts_->text(), error, json_);
-      Add(kWhole, 0);
+      AppendErrorLine(Begin(ChunkLines::kWhole, 0), error, json_);
+      End();
     }
     void OnEvent(const pt_event& event) override {
       FlowSink::OnEvent(event);
       if (event.type != ptev_overflow) return;
-      AppendEventLine(parts_->text(), event, json_);
-      Add(kWhole, 0);
+      AppendEventLine(Begin(ChunkLines::kWhole, 0), event, json_);
+      End();
     }
     void OnStream(const StreamInfo& stream) override {
       FlowSink::OnStream(stream);
-      AppendStreamLine(parts_->text(), stream, json_);
-      Add(kWhole, 0);
+      AppendStreamLine(Begin(ChunkLines::kWhole, 0), stream, json_);
+      End();
     }
     void OnLoss(const LossInfo& loss) override {
       FlowSink::OnLoss(loss);
-      AppendLossLine(parts_->text(), loss, json_);
-      Add(kWhole, 0);
+      AppendLossLine(Begin(ChunkLines::kWhole, 0), loss, json_);
+      End();
     }
     bool ApplyTo() override;
 
    protected:
     void OnEnter(const Frame& frame) override {
       if (model_.named_by_base(frame.function)) over_ = true;
-      AppendEnterTail(parts_->text(), json_, functions_[frame.function], frame, nullptr);
-      Add(stack_.size() - 1, count_);
+      AppendEnterTail(Begin(2 + (stack_.size() - 1), count_), json_, functions_[frame.function],
+                      frame, nullptr);
+      End();
     }
     void OnExit(const Frame& frame, bool at_end) override {
       if (at_end || frame.implicit) return;
       if (model_.named_by_base(frame.function)) over_ = true;
-      AppendExitTail(parts_->text(), json_, functions_[frame.function], frame, count_, timed(),
-                     tsc());
-      Add(stack_.size(), count_);
+      AppendExitTail(Begin(2 + stack_.size(), count_), json_, functions_[frame.function], frame,
+                     count_, timed(), tsc());
+      End();
     }
 
    private:
-    static constexpr uint32_t kWhole = ChunkLines::kWhole;
-    using Line = ChunkLines::Line;
-    void Add(size_t depth, uint64_t count) {
-      ChunkLines& p = *parts_;
-      if (over_) {  // failed: what is written goes
-        p.text().clear();
+    // A line of `kind` (ChunkLines): its tail goes to the buffer returned, then End. Once
+    // failed, nothing is kept.
+    Buffer& Begin(uint64_t kind, uint64_t count) {
+      if (!over_) parts_->Begin(model_.chunk_epoch(), kind, count);
+      return parts_->text();
+    }
+    void End() {
+      if (over_) {
+        parts_->text().clear();
         return;
       }
-      const size_t end = p.text().size();
-      p.lines.push_back({count, static_cast<uint32_t>(depth), model_.chunk_epoch(),
-                         static_cast<uint32_t>(p.used - 1), static_cast<uint32_t>(end)});
-      if (p.bytes() > budget_) over_ = true;
-      if (end >= ChunkLines::kSegmentBytes) p.NextSegment();
+      parts_->End();
+      if (parts_->bytes() > budget_) over_ = true;
     }
 
     CallsSink& to_;
@@ -301,11 +372,7 @@ class CallsSink : public FlowSink {
   // at -j1, and the buffers' growth copied).
   std::unique_ptr<ChunkLines> TakeParts() {
     std::lock_guard<std::mutex> lock(pool_mu_);
-    if (pool_.empty()) {
-      auto parts = std::make_unique<ChunkLines>();
-      parts->Clear();
-      return parts;
-    }
+    if (pool_.empty()) return std::make_unique<ChunkLines>();
     std::unique_ptr<ChunkLines> parts = std::move(pool_.back());
     pool_.pop_back();
     return parts;
@@ -351,19 +418,14 @@ bool CallsSink::Chunk::ApplyTo() {
       top = plan.tops[popped];
     }
   };
-  uint32_t segment = 0, begin = 0;
-  for (const Line& line : parts_->lines) {
-    pop_until(line.epoch);
-    if (line.depth != kWhole) {
-      AppendPrefix(out.buf(), json, base + line.count, plan.DepthIn(line.epoch) + line.depth);
+  parts_->Read([&](uint32_t epoch, uint64_t kind, uint64_t count, std::string_view tail) {
+    pop_until(epoch);
+    if (kind != ChunkLines::kWhole) {
+      AppendPrefix(out.buf(), json, base + count, plan.DepthIn(epoch) + (kind - 2));
     }
-    if (line.segment != segment) begin = 0;
-    const char* text = parts_->segments[line.segment]->data();
-    out.buf().append(text + begin, text + line.end);
-    segment = line.segment;
-    begin = line.end;
+    out.buf().append(tail);
     out.MaybeFlush();
-  }
+  });
   pop_until(static_cast<uint32_t>(ops.size()));
   to_.model_.ApplyChunk(model_, plan);
   return true;

@@ -254,14 +254,18 @@ TEST_P(ParallelDecodeTest, CallsLinesAreSummarisedByChunk) {
     // not model, foo's 12 of 15 apply).
     Decode(MakeStatsSink, false, 2, 1, nullptr, &stats_stats);
     EXPECT_EQ(stats.summarised, stats_stats.summarised);
-    if (std::string(GetParam()) == "foo") EXPECT_GT(stats.summarised, stats.chunks / 2);
+    if (std::string(GetParam()) == "foo") {
+      EXPECT_GT(stats.summarised, stats.chunks / 2);
+    }
     ParallelOptions tight = before;
     tight.record_budget = 1;
     SetParallelOptions(tight);
     ParallelStats failed;
     EXPECT_TRUE(Decode(MakeCallsSink, json, 2, 1, nullptr, &failed) == serial);
     EXPECT_EQ(failed.summarised, 0u);
-    if (stats.summarised > 0) EXPECT_GT(failed.unsummarised, 0u);
+    if (stats.summarised > 0) {
+      EXPECT_GT(failed.unsummarised, 0u);
+    }
     SetParallelOptions(before);
   }
 }
