@@ -293,15 +293,16 @@ uint64_t GiveRunTold(Sink& sink, const WalkedRun& run, uint64_t first, uint64_t 
 }
 
 // The loop over a block decoder: libipt's (LibiptBlockDecoder) or FastBlockDecoder, which
-// answer the same calls the same way.
-template <typename Dec>
-absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
-                       uint64_t offset_base, ImageSwitcher* switcher) {
+// answer the same calls the same way. `positions`: the sink's wants_positions(), a loop for
+// each (the one without, one thread's, asks nothing of them; the one with, a -j chunk's, asks
+// the decoder's offset once a block).
+template <bool positions, typename Dec>
+absl::Status BlockLoopOf(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+                         uint64_t offset_base, ImageSwitcher* switcher) {
   ErrorReporter errors(image, sink, totals, offset_base);
   TimeWatch<Dec> time(dec, switcher, sink);
   uint32_t progress = kBlocksPerProgress;
   ProgressWatch watch;
-  const bool positions = sink.wants_positions();
   uint64_t limit = positions ? sink.position_limit() : 0;
   // A run across packets ends before a position is due (FastBlockDecoder::set_ahead_limit).
   const auto set_ahead_limit = [&] {
@@ -324,6 +325,8 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
           totals.instructions += ninsn;
           totals.blocks += run != nullptr ? run->blocks.size() * run->repeat : 1;
           bool told = false;
+          // Where the decoder is, for a sink told positions (the loop watch's below too: the
+          // sinks between do not move the decoder).
           const uint64_t at = positions ? offset_base + OffsetOf(dec) : 0;
           if (run != nullptr && positions && at > limit) {
             limit = GiveRunTold(sink, *run, offset_base + dec.run_offset(), at, limit);
@@ -358,7 +361,7 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
             // the last TNT packet it read on (run_tail_ninsn), at this one: all are counted here
             // where this is that offset, else only those (an earlier offset's count would be
             // reset by the blocks after it).
-            const uint64_t offset = OffsetOf(dec);
+            const uint64_t offset = positions ? at - offset_base : OffsetOf(dec);
             uint64_t here = block.ninsn;
             if (run != nullptr) here = dec.run_offset() == offset ? ninsn : dec.run_tail_ninsn();
             if (!watch.Add(offset, here)) status = -kErrorLoop;
@@ -377,6 +380,15 @@ absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTo
         return block.end_ip;
       });
   return absl::OkStatus();
+}
+
+template <typename Dec>
+absl::Status BlockLoop(Dec& dec, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
+                       uint64_t offset_base, ImageSwitcher* switcher) {
+  if (sink.wants_positions()) {
+    return BlockLoopOf<true>(dec, image, sink, totals, offset_base, switcher);
+  }
+  return BlockLoopOf<false>(dec, image, sink, totals, offset_base, switcher);
 }
 
 absl::Status InsnLoop(pt_config& pt, const ProgramImage& image, Sink& sink, DecodeTotals& totals,
