@@ -15,9 +15,10 @@
 # bench/programs/cpu_bound.c (-O2 -g) on 1 thread under `ptrecord --emulate=qemu`, ROUNDS
 # rounds (30000: 1.13 G instructions, 56 MB of trace; 150000: 5.6 G, 270 MB, ~10 s to record;
 # --insns, --program and --timing are the synthesizer's and do not apply).
-# stats is given chunk summaries made
-# on the worker threads (decoder/parallel_decode.h); a chunk with time records is not summarised
-# (its records are), so timed traces measure the record path. Each command runs R times (default 3) alternating -j1 and -j2, output to
+# stats, folded and calls are given chunk summaries made on the worker threads
+# (decoder/parallel_decode.h); stats and folded summarise a chunk with time records only where
+# they do not read the time (not stats --json, folded --weight=time), calls with its time.
+# Each command runs R times (default 3) alternating -j1 and -j2, output to
 # /dev/null; the best wall and CPU (user + sys) seconds of each, the ratio -j1 wall / -j2 wall,
 # and each run's peak RSS (GNU time's maximum resident set size); and two -j1 runs at once (the
 # ceiling: what the machine's two CPUs give this work). The machine's load average is
