@@ -150,18 +150,22 @@ class ChunkLines {
     Buffer& t = text();
     const auto length = static_cast<uint32_t>(t.size() - length_at_ - 4);
     std::memcpy(t.data() + length_at_, &length, 4);
-    if (t.size() >= kSegmentBytes) NextSegment();
+    if (t.size() >= kSegmentBytes) {
+      closed_ += t.size();  // a segment passes kSegmentBytes by its last line (a long name)
+      NextSegment();
+    }
   }
   void Clear() {
     for (size_t i = 0; i < used_; ++i) segments_[i]->clear();
     used_ = 0;
+    closed_ = 0;
     epoch_ = 0;
     count_ = 0;
     length_at_ = 0;
     NextSegment();
   }
   // What the lines hold.
-  size_t bytes() { return (used_ - 1) * kSegmentBytes + text().size(); }
+  size_t bytes() { return closed_ + text().size(); }
 
   // Reads the lines back in order: `line(epoch, kind, count, tail)`.
   template <typename Line>
@@ -219,6 +223,7 @@ class ChunkLines {
 
   std::vector<std::unique_ptr<Buffer>> segments_;  // the first `used_` are this chunk's
   size_t used_ = 0;
+  size_t closed_ = 0;     // the bytes of the segments before the last
   uint32_t epoch_ = 0;    // the last line's
   uint64_t count_ = 0;    // the last line's with a prefix
   size_t length_at_ = 0;  // in text(): the length of the line begun

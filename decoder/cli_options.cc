@@ -104,7 +104,8 @@ void AddDecoderFlags(CLI::App& cmd) {
          "Decode with N threads (default: the CPUs ptdecode may run on, at most 16, for stats, "
          "folded and calls; 1 for the rest). With the fast decoder only stats, folded and calls "
          "(their chunks summarised on each thread); other outputs decode on one thread, which "
-         "outruns merging their records. Each stream is split at PSBs and merged in trace order, exactly as one "
+         "outruns merging their records. Each stream is split at PSBs and merged in trace order, "
+         "exactly as one "
          "thread would")
       ->type_name("N")
       ->check(CLI::Range(1u, 1024u));

@@ -537,10 +537,10 @@ class SummaryTap : public Sink {
 
   ChunkSummary& summary_;
   Sink& sink_;
-  // The summary's sink when it is a FlowSink (stats' and folded's are: FlowChunk), whose model
-  // the body's blocks and runs are given to directly, not through a virtual call (perf cpu-clock
-  // samples of `stats -j2` on an emulated recording: OnWholeRun here 2.8 % of all with it, 1.5 %
-  // without).
+  // The summary's sink when it is a FlowSink (stats', folded's and calls' are: FlowChunk), whose
+  // model the body's blocks and runs are given to directly, not through a virtual call (perf
+  // cpu-clock samples of `stats -j2` on an emulated recording: OnWholeRun here 2.8 % of all with
+  // it, 1.5 % without).
   FlowSink* flow_;
   const uint64_t head_end_, boundary_, tail_end_;
   RecordSink head_, tail_;
@@ -867,7 +867,8 @@ absl::Status DecodeChunks(std::span<const uint8_t> trace, const TraceConfig& con
   // (CallStack::CheckChunk: a chunk applies where its head left the sink's time).
   const bool summaries = sink.kind() == DecoderKind::kBlock;
   // Whether records hold the time the sink does not want. Not with summaries: the records of a
-  // chunk, its summary's and its decode's again, are numbered alike (SummaryTap tells no time).
+  // chunk, its summary's and its decode's again, are numbered alike (SummaryTap tells the time
+  // only to a summary that wants it, as the sink does).
   const bool told_time = follow_time && !summaries;
   // What a recording may hold (RecordBudget); a failed summary's chunk is recorded whole (its
   // records are given from the summary's first on).

@@ -164,8 +164,8 @@ struct ParallelOptions {
   // decoders; with the fast decoder such a sink decodes on one thread whatever `jobs` is (the
   // merging thread replays every block to it, block by block where one thread walks: calls
   // (before it summarised) of a 755 M instruction emulated recording took 8.9 s at -j 2 against
-  // 0.82 s at -j 1, insn 24 s
-  // against 22 s). ptdecode's --chunk-size (tests) sets it for every decoder.
+  // 0.82 s at -j 1, insn 24 s against 22 s). ptdecode's --chunk-size (tests) sets it for every
+  // decoder.
   uint64_t chunk_bytes = 0;
   // For sinks that summarise; 0: SummaryChunkBytes of the trace.
   uint64_t summary_chunk_bytes = 0;

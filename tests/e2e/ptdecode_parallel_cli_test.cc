@@ -64,9 +64,9 @@ void ExpectSameWithJobs(const std::vector<std::string>& input, bool summaries,
   }
 
   std::vector<std::vector<std::string>> commands = {
-      {"insn"},    {"insn", "--json"},  {"branches"}, {"branches", "--json"},
-      {"stats"},   {"stats", "--json"}, {"calls"},    {"folded"},
-      {"timeline"}};
+      {"insn"},   {"insn", "--json"},  {"branches"}, {"branches", "--json"},
+      {"stats"},  {"stats", "--json"}, {"calls"},    {"calls", "--json"},
+      {"folded"}, {"timeline"}};
   commands.insert(commands.end(), more.begin(), more.end());
   for (const auto& command : commands) {
     std::string serial_out, serial_err;

@@ -370,11 +370,10 @@ TEST_F(SynthParallelTest, BlockOutputsEqualTheSerialDecode) {
   workers.reserve(4);
   for (int i = 0; i < 4; ++i) workers.push_back(Image());
   auto serial_image = Image();
-  const std::pair<SinkMaker, bool> outputs[] = {{MakeStatsSink, false},
-                                                {MakeStatsSink, true},
-                                                {MakeCallsSink, false},
-                                                {MakeFoldedSink, false},
-                                                {MakeTimelineSink, false}};
+  const std::pair<SinkMaker, bool> outputs[] = {
+      {MakeStatsSink, false},  {MakeStatsSink, true},
+      {MakeCallsSink, false},  {MakeCallsSink, true},  // ticks in JSON
+      {MakeFoldedSink, false}, {MakeTimelineSink, false}};
   uint64_t stitched = 0;
   for (const auto& [make, json] : outputs) {
     // Copies: clang 14 (the fuzz preset's) cannot capture a structured binding.
