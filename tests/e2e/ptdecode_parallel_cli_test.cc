@@ -26,6 +26,28 @@ using ::ptkit::testing::RunCommand;
 using ::ptkit::testing::kFib;
 using ::ptkit::testing::kFork;
 
+// The chunks of --chunk-stats's lines (one per stream decoded in parallel), summed.
+struct ChunkStats {
+  uint64_t lines = 0, chunks = 0, stitched = 0, summarised = 0;
+};
+ChunkStats SumChunkStats(const std::string& err) {
+  ChunkStats sum;
+  for (size_t at = 0; (at = err.find("ptdecode: -j: ", at)) != std::string::npos; ++at) {
+    uint64_t c = 0, s = 0, again = 0, summarised = 0;
+    EXPECT_EQ(std::sscanf(err.c_str() + at,
+                          "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
+                          " decoded again, %" SCNu64 " summarised",
+                          &c, &s, &again, &summarised),
+              4)
+        << err;
+    ++sum.lines;
+    sum.chunks += c;
+    sum.stitched += s;
+    sum.summarised += summarised;
+  }
+  return sum;
+}
+
 // Each output with -j 1 and with more threads over chunks of a few PSBs: the same bytes, the
 // same exit status and messages.
 // `more`: commands for this input besides those of every input. `summaries`: stats and calls
@@ -41,19 +63,7 @@ void ExpectSameWithJobs(const std::vector<std::string>& input, bool summaries,
     argv.insert(argv.end(), input.begin(), input.end());
     auto stats = RunCommand(argv);
     ASSERT_EQ(stats.exit_code, 0) << stats.err;
-    uint64_t chunks = 0, stitched = 0, summarised = 0;
-    for (size_t at = 0; (at = stats.err.find("ptdecode: -j: ", at)) != std::string::npos; ++at) {
-      uint64_t c = 0, s = 0, again = 0, sum = 0;
-      ASSERT_EQ(std::sscanf(stats.err.c_str() + at,
-                            "ptdecode: -j: %" SCNu64 " chunks, %" SCNu64 " stitched, %" SCNu64
-                            " decoded again, %" SCNu64 " summarised",
-                            &c, &s, &again, &sum),
-                4)
-          << stats.err;
-      chunks += c;
-      stitched += s;
-      summarised += sum;
-    }
+    const auto [lines, chunks, stitched, summarised] = SumChunkStats(stats.err);
     EXPECT_GT(chunks, 10u) << command << ": " << stats.err;
     EXPECT_GT(stitched, 0u) << command << ": " << stats.err;
     // In a recording too, whose streams are decoded following the time (an exec'd program's),
@@ -135,6 +145,33 @@ TEST_F(PtdecodeParallelTest, ChunksWithSystemCallsAreSummarised) {
   auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--", program, "10000"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   ExpectMostChunksSummarised(trace, 50u);
+}
+
+// Signals' handlers, entered by the kernel with no call ("> onprof (signal)"), in chunks whose
+// lines the merge writes from what their workers kept (each line's function and kind): the
+// same lines as -j 1's (a handler's line written as a call's passed every other test).
+TEST_F(PtdecodeParallelTest, SignalHandlersInChunksDecodeAlike) {
+  PTKIT_SKIP_WITHOUT_QEMU();
+  testing::TempDir dir;
+  const std::string trace = dir.File("storm.pt");
+  auto r = RunCommand(
+      {PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--", E2E_PROGRAM_DIR "/e2e_signal_storm"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  // calls alone: the program runs 72 M instructions (insn would print them for minutes).
+  for (const char* json : {"--chunk-stats", "--json"}) {
+    auto serial = RunCommand({PTDECODE_PATH, "calls", json, "-j", "1", trace});
+    ASSERT_EQ(serial.exit_code, 0) << serial.err;
+    const bool text = std::string(json) == "--chunk-stats";
+    ASSERT_NE(serial.out.find(text ? "> onprof (signal)" : "\"signal\":true"), std::string::npos);
+    auto chunked =
+        RunCommand({PTDECODE_PATH, "calls", json, "-j", "2", "--chunk-size", "1", trace});
+    ASSERT_EQ(chunked.exit_code, 0) << chunked.err;
+    EXPECT_TRUE(chunked.out == serial.out) << json;
+    // Chunks were summarised (their lines written by the merge).
+    if (text) {
+      EXPECT_GT(SumChunkStats(chunked.err).summarised, 5u) << chunked.err;
+    }
+  }
 }
 
 // Debian's programs are stripped: code without a symbol, in a frame below the chunk's start, is
