@@ -167,8 +167,8 @@ class ChunkLines {
   }
   // A frame's line at `depth` above B, instruction `count`: `what` of `function`, which ran
   // `exit` for kReturn.
-  void Add(uint32_t epoch, size_t depth, uint64_t count, uint32_t function, What what,
-           const Exit& exit = {}) {
+  [[gnu::always_inline]] void Add(uint32_t epoch, size_t depth, uint64_t count, uint32_t function,
+                                  What what, const Exit& exit = {}) {
     char* p = Varint(Epoch(Reserve(text(), 7 * 10), epoch), 2 + uint64_t{depth});
     p = Varint(Varint(p, count - count_), uint64_t{function} << 3 | exit.has_ticks << 2 | what);
     count_ = count;
@@ -240,6 +240,10 @@ class ChunkLines {
     return p;
   }
   static const char* ReadVarint(const char* p, uint64_t& v) {
+    if (static_cast<uint8_t>(*p) < 0x80) {  // most: a line's fields are small
+      v = static_cast<uint8_t>(*p);
+      return p + 1;
+    }
     v = 0;
     for (int shift = 0;; shift += 7) {
       const auto b = static_cast<uint8_t>(*p++);
@@ -473,7 +477,7 @@ bool CallsSink::Chunk::ApplyTo() {
     }
   };
   parts_->Read([&](uint32_t epoch, const ChunkLines::Line& line) {
-    pop_until(epoch);
+    if (popped < epoch) pop_until(epoch);
     if (line.kind == ChunkLines::kWhole) {
       out.buf().append(line.text);
     } else {
