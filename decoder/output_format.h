@@ -82,14 +82,40 @@ inline char* WriteText(char* p, std::string_view s) {
 }
 
 // Writes `v` in decimal, right-aligned in `width` characters (padded with spaces before it), at
-// `p` and returns the end: fmt's "{:>N}" without its format-spec machinery (per-line hot paths).
+// `p` and returns the end: fmt's "{:>N}" without its format-spec machinery (per-line hot paths),
+// the digits written in place two at a time (fmt::format_int writes them to itself, to copy).
 inline char* WriteDecimal(char* p, uint64_t v, size_t width = 0) {
-  const fmt::format_int digits(v);
-  if (digits.size() < width) {
-    std::memset(p, ' ', width - digits.size());
-    p += width - digits.size();
+  // 10^n, but 0 for n = 0: the digits of v are n + (v >= kPowers[n]) for n the estimate of
+  // log10 from v's bit width (1233 / 4096 ~ log10(2)), and 1 for v = 0.
+  static constexpr std::array<uint64_t, 20> kPowers = [] {
+    std::array<uint64_t, 20> powers{};
+    uint64_t power = 1;
+    for (size_t i = 1; i < powers.size(); ++i) powers[i] = power *= 10;
+    return powers;
+  }();
+  static constexpr char kPairs[] =
+      "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+      "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+      "8081828384858687888990919293949596979899";
+  const auto guess = static_cast<size_t>((std::bit_width(v | 1) * 1233) >> 12);
+  const size_t n = guess + (v >= kPowers[guess] ? 1 : 0);
+  if (n < width) {
+    std::memset(p, ' ', width - n);
+    p += width - n;
   }
-  return WriteText(p, std::string_view(digits.data(), digits.size()));
+  char* const end = p + n;
+  char* q = end;
+  while (v >= 100) {
+    q -= 2;
+    std::memcpy(q, &kPairs[(v % 100) * 2], 2);
+    v /= 100;
+  }
+  if (v >= 10) {
+    std::memcpy(q - 2, &kPairs[v * 2], 2);
+  } else {
+    q[-1] = static_cast<char>('0' + v);
+  }
+  return end;
 }
 
 // Room for `n` more bytes at the end of `buf`; Commit(buf, end) then takes what was written
