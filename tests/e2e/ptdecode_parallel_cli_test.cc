@@ -154,8 +154,8 @@ TEST_F(PtdecodeParallelTest, SignalHandlersInChunksDecodeAlike) {
   PTKIT_SKIP_WITHOUT_QEMU();
   testing::TempDir dir;
   const std::string trace = dir.File("storm.pt");
-  auto r = RunCommand(
-      {PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--", E2E_PROGRAM_DIR "/e2e_signal_storm"});
+  const std::string program = E2E_PROGRAM_DIR "/e2e_signal_storm";
+  auto r = RunCommand({PTRECORD_PATH, "--emulate=qemu", "-o", trace, "--", program});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   // calls alone: the program runs 72 M instructions (insn would print them for minutes).
   for (const char* json : {"--chunk-stats", "--json"}) {
